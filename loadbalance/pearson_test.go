@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/stretchr/testify/require"
 )
 
 const specTablePath = "../../shared/spec/rfc3074-pearson-table.txt"
@@ -21,7 +19,9 @@ func loadSpecTable(t *testing.T) [256]uint8 {
 	if os.IsNotExist(err) {
 		t.Skipf("skipping comparison with the spec file: %s is absent in this checkout (the embedded table is still checked to be a permutation)", specTablePath)
 	}
-	require.NoError(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer f.Close()
 	var vals []int
 	sc := bufio.NewScanner(f)
@@ -36,13 +36,18 @@ func loadSpecTable(t *testing.T) [256]uint8 {
 				continue
 			}
 			v, err := strconv.Atoi(field)
-			require.NoError(t, err)
-			require.True(t, v >= 0 && v <= 255, "value %d out of range", v)
+			if err != nil || v < 0 || v > 255 {
+				t.Fatalf("bad table value %q (%v)", field, err)
+			}
 			vals = append(vals, v)
 		}
 	}
-	require.NoError(t, sc.Err())
-	require.Len(t, vals, 256)
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if len(vals) != 256 {
+		t.Fatalf("spec file has %d values, want 256", len(vals))
+	}
 	var tab [256]uint8
 	for i, v := range vals {
 		tab[i] = uint8(v)
@@ -53,14 +58,20 @@ func loadSpecTable(t *testing.T) [256]uint8 {
 func TestPearsonTableIsPermutation(t *testing.T) {
 	var seen [256]bool
 	for _, v := range pearsonTable {
-		require.False(t, seen[v], "value %d appears twice", v)
+		if seen[v] {
+			t.Fatalf("value %d appears twice", v)
+		}
 		seen[v] = true
 	}
 }
 
 func TestPearsonTableMatchesSpecFile(t *testing.T) {
 	spec := loadSpecTable(t)
-	require.Equal(t, spec, pearsonTable)
+	for i := range spec {
+		if spec[i] != pearsonTable[i] {
+			t.Fatalf("T[%d] = %d, spec file says %d", i, pearsonTable[i], spec[i])
+		}
+	}
 }
 
 // refPearson is a deliberately plain transcription of RFC 3074 section 6
@@ -84,8 +95,12 @@ func TestPearsonHashAgainstReference(t *testing.T) {
 			key[i] = byte(rng.UintN(256))
 		}
 		want := refPearson(spec, key)
-		require.Equal(t, want, int(PearsonHash(key)), "len %d", n)
-		require.Equal(t, want, int(PearsonHashString(string(key))), "len %d", n)
+		if got := int(PearsonHash(key)); got != want {
+			t.Fatalf("len %d: PearsonHash = %d, reference %d", n, got, want)
+		}
+		if got := int(PearsonHashString(string(key))); got != want {
+			t.Fatalf("len %d: PearsonHashString = %d, reference %d", n, got, want)
+		}
 	}
 }
 
@@ -109,13 +124,19 @@ func TestPearsonHashVectors(t *testing.T) {
 		{"user@example.net", 170},
 	}
 	for _, c := range cases {
-		require.Equal(t, c.want, PearsonHash([]byte(c.key)), "%q", c.key)
-		require.Equal(t, c.want, PearsonHashString(c.key), "%q", c.key)
+		if got := PearsonHash([]byte(c.key)); got != c.want {
+			t.Errorf("PearsonHash(%q) = %d, want %d", c.key, got, c.want)
+		}
+		if got := PearsonHashString(c.key); got != c.want {
+			t.Errorf("PearsonHashString(%q) = %d, want %d", c.key, got, c.want)
+		}
 	}
 }
 
 func TestPearsonHashDoesNotAllocate(t *testing.T) {
 	key := "0123456789abcdefghij@example.net"
 	n := testing.AllocsPerRun(100, func() { _ = PearsonHashString(key) })
-	require.Zero(t, n)
+	if n != 0 {
+		t.Fatalf("allocs = %v, want 0", n)
+	}
 }
