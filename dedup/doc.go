@@ -1,0 +1,51 @@
+// Package dedup detects duplicate Diameter requests for servers and agents.
+//
+// RFC 3539 sections 2.5 and 3.5, and RFC 6733 section 5.5.4, require a AAA
+// server or agent to expect duplicates on any connection, whether or not the
+// T flag marks them: a client that fails over re-sends a request on another
+// connection, possibly through another agent, with a new Hop-by-Hop
+// Identifier but the same End-to-End Identifier. The server must answer the
+// duplicate with the answer it gave the first time, without running the
+// application twice (a second run of a stateful application, such as one
+// enforcing simultaneous logins, could give a different answer).
+//
+// # Keys
+//
+// Every request is keyed by (Origin-Host, End-to-End Identifier), see
+// [RequestKey]. Accounting requests are also keyed by (Session-Id,
+// Event-Timestamp, Origin-Host, NAS identity), see [AccountingKey], so that
+// a billing record re-sent under a new End-to-End Identifier is still
+// recognised. A [Key] is a 16-byte SHA-256 digest of its fields.
+//
+// # Use
+//
+// The request path calls [Store.Begin] with the request's keys and gets an
+// [*Outcome]:
+//
+//   - First: this call owns the request. Run the handler, then call
+//     [Outcome.Complete] with the answer bytes, or [Outcome.Abandon] if no
+//     answer was produced. "defer o.Abandon()" right after Begin is the
+//     idiom: it is a no-op once Complete has run and for a Duplicate.
+//   - Duplicate: [Outcome.Answer] is a fresh copy of the stored answer. Patch
+//     the duplicate request's Hop-by-Hop Identifier into it with
+//     [SetHopByHop] and send it; do not run the handler.
+//
+// A duplicate that arrives while the first is still being handled waits in
+// Begin for the first's answer. The wait is bounded by ctx and by the
+// in-flight mark's TTL ([WithMarkTTL], default 10 s): if the server handling
+// the first hangs or dies, its mark expires and the waiting duplicate becomes
+// First.
+//
+// # Bounds
+//
+// Entries live at most [WithMaxAge] (default 4 minutes, the window in which
+// RFC 6733 requires End-to-End Identifiers to stay unique), measured from the
+// first arrival. The in-memory store also keeps at most [WithMaxEntries]
+// entries (default 1<<20), evicting the oldest first in O(1).
+//
+// # Stores
+//
+// [NewMemory] is a sharded in-process store. [NewRedis] keeps entries in
+// Redis so that several servers behind one realm see each other's entries;
+// [Open] builds either from a URL ("memory" or "redis://host:port/db").
+package dedup
