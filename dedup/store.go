@@ -1,0 +1,267 @@
+package dedup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Store remembers requests and their answers. Implementations are safe for
+// concurrent use. Use [NewMemory], [NewRedis] or [Open].
+type Store interface {
+	// Begin looks the request's keys up: pass the RequestKey, and for
+	// accounting also the AccountingKey. If any key holds a stored answer,
+	// the Outcome is a Duplicate carrying it. If a key is held by a request
+	// still being handled (in flight), Begin waits until that request
+	// completes (Duplicate), is abandoned or its mark expires (First), or
+	// ctx ends (ctx's error). Otherwise Begin marks every key in flight and
+	// the Outcome is First: the caller must then call Complete or Abandon.
+	Begin(ctx context.Context, keys ...Key) (*Outcome, error)
+	// Close releases the store's resources.
+	Close() error
+}
+
+// Kind tells what Begin found.
+type Kind uint8
+
+const (
+	// First: the caller owns the request; run the handler, then Complete
+	// or Abandon.
+	First Kind = iota + 1
+	// Duplicate: reply with Outcome.Answer; do not run the handler.
+	Duplicate
+)
+
+func (k Kind) String() string {
+	switch k {
+	case First:
+		return "First"
+	case Duplicate:
+		return "Duplicate"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Errors.
+var (
+	// ErrNoKeys: Begin was called without keys.
+	ErrNoKeys = errors.New("dedup: Begin needs at least one key")
+	// ErrZeroKey: a zero Key was passed; build keys with RequestKey or
+	// AccountingKey.
+	ErrZeroKey = errors.New("dedup: zero Key")
+	// ErrEmptyAnswer: Complete was called with an empty answer.
+	ErrEmptyAnswer = errors.New("dedup: empty answer")
+	// ErrNotFirst: Complete or Abandon was called on a Duplicate outcome.
+	ErrNotFirst = errors.New("dedup: Complete on a Duplicate outcome")
+	// ErrFinished: Complete was called after Complete or Abandon.
+	ErrFinished = errors.New("dedup: outcome already completed or abandoned")
+	// ErrMarkLost: the in-flight mark expired and another request took the
+	// key over before Complete; the answer was not stored for that key.
+	// Send the answer anyway; this only reports that the mark TTL was too
+	// short for this handler.
+	ErrMarkLost = errors.New("dedup: in-flight mark expired and was taken over; answer not stored")
+)
+
+// finisher is implemented by each store for the Outcomes it creates.
+type finisher interface {
+	complete(o *Outcome, answer []byte) error
+	abandon(o *Outcome) error
+}
+
+// Outcome is the result of Begin. An Outcome is meant for the goroutine that
+// called Begin; its Complete and Abandon are nevertheless safe to call more
+// than once (only the first call acts).
+type Outcome struct {
+	kind   Kind
+	answer []byte
+	keys   []Key
+	begun  time.Time // clock time of Begin, for the age of Redis entries
+	st     finisher
+	token  any // store-specific owner identity of the in-flight mark
+	done   atomic.Bool
+}
+
+// Kind returns First or Duplicate.
+func (o *Outcome) Kind() Kind { return o.kind }
+
+// First reports whether the caller owns the request and must run the
+// handler and then Complete or Abandon.
+func (o *Outcome) First() bool { return o.kind == First }
+
+// Duplicate reports whether the request is a duplicate; Answer holds the
+// answer to replay.
+func (o *Outcome) Duplicate() bool { return o.kind == Duplicate }
+
+// Answer returns, for a Duplicate, the stored answer bytes: a copy owned by
+// the caller, who must patch the duplicate request's Hop-by-Hop Identifier
+// into it (see SetHopByHop) before sending. It returns nil for First.
+func (o *Outcome) Answer() []byte { return o.answer }
+
+// Complete stores answer (copied; the caller may reuse the slice) as the
+// answer to the request's keys, for at most the store's max age, and wakes
+// duplicates waiting for it. Call it after the handler, before or after
+// sending the answer. A failed Complete with ErrEmptyAnswer leaves the
+// outcome open (Abandon still works). After a store error the mark is left
+// to expire.
+func (o *Outcome) Complete(answer []byte) error {
+	if o.kind != First {
+		return ErrNotFirst
+	}
+	if len(answer) == 0 {
+		return ErrEmptyAnswer
+	}
+	if !o.done.CompareAndSwap(false, true) {
+		return ErrFinished
+	}
+	return o.st.complete(o, answer)
+}
+
+// Abandon drops the in-flight mark without storing an answer, e.g. when the
+// handler failed without answering; a waiting or later duplicate becomes
+// First. It is a no-op returning nil on a Duplicate and after Complete or
+// Abandon, so "defer o.Abandon()" right after Begin is safe.
+func (o *Outcome) Abandon() error {
+	if o.kind != First || !o.done.CompareAndSwap(false, true) {
+		return nil
+	}
+	return o.st.abandon(o)
+}
+
+// Option configures a store. Options that do not apply to a store are
+// ignored by it.
+type Option func(*config)
+
+type config struct {
+	maxEntries int
+	maxAge     time.Duration
+	markTTL    time.Duration
+	now        func() time.Time
+	shards     int
+	prefix     string
+	pollMin    time.Duration
+	pollMax    time.Duration
+}
+
+// Defaults.
+const (
+	DefaultMaxEntries = 1 << 20
+	DefaultMaxAge     = 4 * time.Minute
+	DefaultMarkTTL    = 10 * time.Second
+	DefaultShards     = 64
+	DefaultKeyPrefix  = "aaatp:dedup:"
+)
+
+func newConfig(opts []Option) config {
+	c := config{
+		maxEntries: DefaultMaxEntries,
+		maxAge:     DefaultMaxAge,
+		markTTL:    DefaultMarkTTL,
+		now:        time.Now,
+		shards:     DefaultShards,
+		prefix:     DefaultKeyPrefix,
+		pollMin:    2 * time.Millisecond,
+		pollMax:    100 * time.Millisecond,
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
+// WithMaxEntries bounds the number of entries of the in-memory store
+// (default 1<<20); when full, the oldest entry is evicted. Values < 1 are
+// ignored. Redis bounds memory by TTL and its own maxmemory policy.
+func WithMaxEntries(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxEntries = n
+		}
+	}
+}
+
+// WithMaxAge sets how long an entry is remembered after the request first
+// arrived (default 4 minutes). Values <= 0 are ignored.
+func WithMaxAge(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.maxAge = d
+		}
+	}
+}
+
+// WithMarkTTL sets how long an in-flight mark holds before a duplicate may
+// take the request over (default 10 s). Set it above the handler's longest
+// normal run time. Values <= 0 are ignored.
+func WithMarkTTL(d time.Duration) Option {
+	return func(c *config) {
+		if d > 0 {
+			c.markTTL = d
+		}
+	}
+}
+
+// WithClock sets the clock of the in-memory store (for tests). Waiting
+// duplicates still sleep in real time, re-reading the clock when they wake.
+func WithClock(now func() time.Time) Option {
+	return func(c *config) {
+		if now != nil {
+			c.now = now
+		}
+	}
+}
+
+// WithShards sets the number of shards of the in-memory store, rounded up
+// to a power of two (default 64). Values < 1 are ignored.
+func WithShards(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.shards = n
+		}
+	}
+}
+
+// WithKeyPrefix sets the prefix of Redis keys (default "aaatp:dedup:").
+// Servers that must see each other's entries use the same prefix.
+func WithKeyPrefix(p string) Option {
+	return func(c *config) { c.prefix = p }
+}
+
+// WithPoll sets the backoff of a Redis duplicate waiting for an in-flight
+// request: the first poll after min, doubling up to max (defaults 2 ms and
+// 100 ms). Values <= 0 are ignored.
+func WithPoll(min, max time.Duration) Option {
+	return func(c *config) {
+		if min > 0 {
+			c.pollMin = min
+		}
+		if max > 0 {
+			c.pollMax = max
+		}
+		if c.pollMax < c.pollMin {
+			c.pollMax = c.pollMin
+		}
+	}
+}
+
+// checkKeys validates keys and drops repeats, in place.
+func checkKeys(keys []Key) ([]Key, error) {
+	if len(keys) == 0 {
+		return nil, ErrNoKeys
+	}
+	out := make([]Key, 0, len(keys))
+next:
+	for _, k := range keys {
+		if k.IsZero() {
+			return nil, ErrZeroKey
+		}
+		for _, o := range out {
+			if o == k {
+				continue next
+			}
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
