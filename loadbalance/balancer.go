@@ -1,0 +1,441 @@
+package loadbalance
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Algorithm selects how Pick chooses a server.
+type Algorithm uint8
+
+const (
+	// Pearson is the default (L1-L3): weighted 256-bucket table over the
+	// RFC 3074 Pearson hash of the NAI (or Session-Id), with suspension
+	// falling through to the next bucket and old/new tables living side by
+	// side while conversations age out.
+	Pearson Algorithm = iota
+	// Hash (7750 SR "hash"): the same Pearson hash, unweighted (equal
+	// buckets), with no conversation memory across rebuilds.
+	Hash
+	// Direct (7750 SR "direct"): always the in-service server with the
+	// lowest configured Index.
+	Direct
+	// RoundRobin (7750 SR "round-robin"): the in-service servers in turn.
+	RoundRobin
+)
+
+var algNames = [...]string{Pearson: "pearson", Hash: "hash", Direct: "direct", RoundRobin: "round-robin"}
+
+func (a Algorithm) String() string {
+	if int(a) < len(algNames) {
+		return algNames[a]
+	}
+	return fmt.Sprintf("Algorithm(%d)", uint8(a))
+}
+
+// ParseAlgorithm parses "pearson", "hash", "direct" or "round-robin".
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for a, n := range algNames {
+		if s == n {
+			return Algorithm(a), nil
+		}
+	}
+	return 0, fmt.Errorf("loadbalance: unknown algorithm %q (want pearson, hash, direct or round-robin)", s)
+}
+
+// State is a server's availability as the balancer sees it.
+type State uint8
+
+const (
+	// InService: the connection is open and answering (watchdog OKAY).
+	// Becoming InService after Down adds the server to the table (rebuild).
+	InService State = iota + 1
+	// Suspended: watchdog SUSPECT. No rebuild; the server keeps its buckets
+	// but picks skip it and go to the next bucket (h+1, h+2, ...) whose
+	// server is in service. A server that goes from Down to Suspended (a
+	// reopened connection not yet returned to service) stays out of the
+	// table.
+	Suspended
+	// Down: closed or out of service. Removes the server from the table
+	// (rebuild).
+	Down
+)
+
+func (s State) String() string {
+	switch s {
+	case InService:
+		return "in-service"
+	case Suspended:
+		return "suspended"
+	case Down:
+		return "down"
+	}
+	return fmt.Sprintf("State(%d)", uint8(s))
+}
+
+// Server is a configured server (one connection).
+type Server struct {
+	Name   string // unique, non-empty
+	Weight int    // share of the buckets (pearson); 0 means 1
+	Index  int    // configured order: direct picks the lowest in service
+}
+
+// Request carries the keys of one request. The hash key is NAI (User-Name)
+// when present, else SessionID (L1); SessionID also identifies the
+// conversation.
+type Request struct {
+	NAI       string
+	SessionID string
+}
+
+// Picker is what the peer layer needs: choose a server for a request.
+type Picker interface {
+	Pick(r Request) (Server, error)
+}
+
+// ErrNoServer is returned when no server is in service.
+var ErrNoServer = errors.New("loadbalance: no server in service")
+
+// ErrNoAffinity is returned by Route for round-robin, which has no fixed
+// route per key.
+var ErrNoAffinity = errors.New("loadbalance: round-robin has no per-key route")
+
+// Options tunes a Balancer. The zero value gives the defaults.
+type Options struct {
+	// IdleTimeout after which a conversation is forgotten and, with it, its
+	// claim on an old table. Default 5 minutes.
+	IdleTimeout time.Duration
+	// MaxSessions bounds the conversation memory. Default 1<<20.
+	MaxSessions int
+	// Now is the clock. Default time.Now. Tests inject a fake one.
+	Now func() time.Time
+	// InitialState of every server. Default InService; use Down when the
+	// connections are not open yet and raise each with SetState.
+	InitialState State
+}
+
+// oldTable is a previous generation kept for conversations in progress.
+type oldTable struct {
+	gen   uint64
+	table *bucketTable
+}
+
+// picker is an immutable routing snapshot. Everything it points to is
+// read-only once published.
+type picker struct {
+	gen   uint64
+	table *bucketTable // pearson, hash: current table
+	old   []oldTable   // pearson: previous tables still referenced, newest first
+	state []State      // by slot
+	ready []int16      // in-service slots by (Index, slot): direct, round-robin
+}
+
+// Balancer picks servers for requests. Create it with New.
+type Balancer struct {
+	// Immutable after New.
+	alg     Algorithm
+	servers []Server       // by slot, weights normalized
+	byName  map[string]int // name -> slot
+	idle    int64          // ns
+	touch   int64          // ns: refresh a conversation's last use at most this often
+	now     func() time.Time
+	epoch   time.Time
+
+	// Shared with Pick, lock-free.
+	cur  atomic.Pointer[picker]
+	rr   atomic.Uint64 // round-robin counter
+	sess sessions      // conversation memory (pearson)
+
+	// Owned by writers (SetState, Sweep), guarded by mu.
+	mu     sync.Mutex
+	state  []State // by slot
+	member []bool  // by slot: holds buckets (in the in-service set)
+	gen    uint64
+}
+
+var _ Picker = (*Balancer)(nil)
+
+// New builds a Balancer over servers with the given algorithm.
+func New(alg Algorithm, servers []Server, opts Options) (*Balancer, error) {
+	if int(alg) >= len(algNames) {
+		return nil, fmt.Errorf("loadbalance: invalid algorithm %d", alg)
+	}
+	if len(servers) == 0 || len(servers) > NumBuckets {
+		return nil, fmt.Errorf("loadbalance: need 1 to %d servers, got %d", NumBuckets, len(servers))
+	}
+	if opts.IdleTimeout < 0 || opts.MaxSessions < 0 {
+		return nil, errors.New("loadbalance: negative IdleTimeout or MaxSessions")
+	}
+	if opts.IdleTimeout == 0 {
+		opts.IdleTimeout = 5 * time.Minute
+	}
+	if opts.MaxSessions == 0 {
+		opts.MaxSessions = 1 << 20
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.InitialState == 0 {
+		opts.InitialState = InService
+	}
+	if opts.InitialState > Down {
+		return nil, fmt.Errorf("loadbalance: invalid initial state %d", opts.InitialState)
+	}
+	b := &Balancer{
+		alg:     alg,
+		servers: make([]Server, len(servers)),
+		byName:  make(map[string]int, len(servers)),
+		idle:    int64(opts.IdleTimeout),
+		touch:   min(int64(time.Second), int64(opts.IdleTimeout)/8),
+		now:     opts.Now,
+		state:   make([]State, len(servers)),
+		member:  make([]bool, len(servers)),
+	}
+	b.epoch = b.now()
+	for i, s := range servers {
+		if s.Name == "" {
+			return nil, fmt.Errorf("loadbalance: server %d has no name", i)
+		}
+		if _, dup := b.byName[s.Name]; dup {
+			return nil, fmt.Errorf("loadbalance: duplicate server name %q", s.Name)
+		}
+		if s.Weight < 0 {
+			return nil, fmt.Errorf("loadbalance: server %q has negative weight", s.Name)
+		}
+		if s.Weight == 0 {
+			s.Weight = 1
+		}
+		b.servers[i] = s
+		b.byName[s.Name] = i
+		b.state[i] = opts.InitialState
+		b.member[i] = opts.InitialState == InService
+	}
+	b.sess.init(opts.MaxSessions)
+	b.gen = 1
+	b.publish(b.buildTable(nil), nil)
+	return b, nil
+}
+
+// buildTable builds the next table from prev for the current members.
+// Caller holds mu.
+func (b *Balancer) buildTable(prev *bucketTable) *bucketTable {
+	if b.alg == Direct || b.alg == RoundRobin {
+		return nil
+	}
+	var ms []member
+	for slot, in := range b.member {
+		if in {
+			w := b.servers[slot].Weight
+			if b.alg == Hash {
+				w = 1
+			}
+			ms = append(ms, member{slot: slot, index: b.servers[slot].Index, weight: w})
+		}
+	}
+	sortMembers(ms)
+	return buildTable(prev, ms)
+}
+
+// publish swaps in a new snapshot. Caller holds mu (or is New).
+func (b *Balancer) publish(t *bucketTable, old []oldTable) {
+	p := &picker{gen: b.gen, table: t, old: old, state: append([]State(nil), b.state...)}
+	var ms []member
+	for slot, st := range b.state {
+		if st == InService {
+			ms = append(ms, member{slot: slot, index: b.servers[slot].Index})
+		}
+	}
+	sortMembers(ms)
+	for _, m := range ms {
+		p.ready = append(p.ready, int16(m.slot))
+	}
+	b.cur.Store(p)
+}
+
+func (b *Balancer) clock() int64 { return int64(b.now().Sub(b.epoch)) }
+
+// SetState records a server's new state. It reports whether the bucket
+// table was rebuilt (a new generation), which happens only when the set of
+// in-service servers changed: Down -> InService, or InService/Suspended ->
+// Down (L2). Suspended <-> InService for a server already in the table only
+// publishes a new snapshot. A rebuild also purges idle conversations and
+// drops old tables no live conversation refers to.
+func (b *Balancer) SetState(name string, st State) (rebuilt bool, err error) {
+	if st < InService || st > Down {
+		return false, fmt.Errorf("loadbalance: invalid state %d", st)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	slot, ok := b.byName[name]
+	if !ok {
+		return false, fmt.Errorf("loadbalance: unknown server %q", name)
+	}
+	if b.state[slot] == st {
+		return false, nil
+	}
+	b.state[slot] = st
+	was := b.member[slot]
+	switch st {
+	case InService:
+		b.member[slot] = true
+	case Down:
+		b.member[slot] = false
+	}
+	cur := b.cur.Load()
+	if b.member[slot] == was {
+		b.publish(cur.table, cur.old)
+		return false, nil
+	}
+	b.gen++
+	var old []oldTable
+	if b.alg == Pearson {
+		old = append(old, oldTable{gen: cur.gen, table: cur.table})
+		old = append(old, cur.old...)
+		_, perGen := b.sess.sweep(b.clock(), b.idle)
+		old = keepReferenced(old, perGen)
+	}
+	b.publish(b.buildTable(cur.table), old)
+	return true, nil
+}
+
+// keepReferenced filters old tables down to those some live conversation
+// started under.
+func keepReferenced(old []oldTable, perGen map[uint64]int) []oldTable {
+	var kept []oldTable
+	for _, o := range old {
+		if perGen[o.gen] > 0 {
+			kept = append(kept, o)
+		}
+	}
+	return kept
+}
+
+// Sweep purges conversations idle for longer than IdleTimeout and drops the
+// old tables no live conversation refers to any more, ending the transition
+// once the last old conversation has aged out. The owner calls it
+// periodically (e.g. every IdleTimeout/2); it costs time proportional to
+// the remembered conversations and never blocks Pick. It returns the number
+// of conversations purged.
+func (b *Balancer) Sweep() (purged int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	purged, perGen := b.sess.sweep(b.clock(), b.idle)
+	cur := b.cur.Load()
+	if old := keepReferenced(cur.old, perGen); len(old) != len(cur.old) {
+		b.publish(cur.table, old)
+	}
+	return purged
+}
+
+// Generation is the current table generation. It starts at 1 and grows by
+// one at each rebuild.
+func (b *Balancer) Generation() uint64 { return b.cur.Load().gen }
+
+// Pick chooses the server for r. It never blocks, and allocates only to
+// remember a first-seen Session-Id (pearson). It returns ErrNoServer when no
+// server can take the request.
+//
+// With pearson, a request of a known conversation goes to the server its
+// starting table gave it, while that server is in service; if that server
+// is suspended, the request goes where a new conversation would (the
+// conversation returns to its server afterwards); if it is down or its
+// table is gone, the conversation moves to the current table for good.
+// Requests of a conversation keep the bucket of its first request, even if
+// later ones lack the NAI.
+func (b *Balancer) Pick(r Request) (Server, error) {
+	p := b.cur.Load()
+	var slot int
+	switch b.alg {
+	case Direct:
+		if len(p.ready) == 0 {
+			return Server{}, ErrNoServer
+		}
+		slot = int(p.ready[0])
+	case RoundRobin:
+		if len(p.ready) == 0 {
+			return Server{}, ErrNoServer
+		}
+		slot = int(p.ready[(b.rr.Add(1)-1)%uint64(len(p.ready))])
+	case Hash:
+		slot = p.walk(p.table, keyHash(r), nil)
+	default:
+		slot = b.pickPearson(p, r)
+	}
+	if slot == noSlot {
+		return Server{}, ErrNoServer
+	}
+	return b.servers[slot], nil
+}
+
+func keyHash(r Request) uint8 {
+	if r.NAI != "" {
+		return PearsonHashString(r.NAI)
+	}
+	return PearsonHashString(r.SessionID)
+}
+
+func (b *Balancer) pickPearson(p *picker, r Request) int {
+	if r.SessionID == "" {
+		return p.walk(p.table, keyHash(r), nil)
+	}
+	now := b.clock()
+	h := b.sess.hash(r.SessionID)
+	c := b.sess.lookup(h, r.SessionID)
+	if c == nil {
+		bucket := keyHash(r)
+		c = &conv{key: r.SessionID, hash: h}
+		c.tag.Store(packTag(p.gen, bucket))
+		c.last.Store(now)
+		if c = b.sess.insert(c, now, b.idle); c == nil {
+			return p.walk(p.table, bucket, nil) // not remembered
+		}
+	}
+	last := c.last.Load()
+	tag := c.tag.Load()
+	if now-last > b.idle {
+		// Aged out: a new conversation under the current table.
+		tag = packTag(p.gen, keyHash(r))
+		c.tag.Store(tag)
+		c.last.Store(now)
+	} else if now-last >= b.touch {
+		c.last.Store(now)
+	}
+	gen, bucket := tag>>8, uint8(tag)
+	if gen == p.gen {
+		return p.walk(p.table, bucket, nil)
+	}
+	for _, o := range p.old {
+		if o.gen != gen {
+			continue
+		}
+		s := o.table[bucket]
+		switch {
+		case s == noSlot:
+		case p.state[s] == InService:
+			return int(s)
+		case p.state[s] == Suspended:
+			return p.walk(p.table, bucket, nil) // stays bound to its old server
+		}
+		break
+	}
+	// Old server down or old table gone: move to the current table.
+	c.tag.CompareAndSwap(tag, packTag(p.gen, bucket))
+	return p.walk(p.table, bucket, nil)
+}
+
+// walk returns the owner of bucket h in t if it is in service, else the
+// owner of the first of h+1, h+2, ... (wrapping) that is; noSlot if none.
+// skip, when non-nil, marks slots to treat as suspended.
+func (p *picker) walk(t *bucketTable, h uint8, skip []bool) int {
+	for i := 0; i < NumBuckets; i++ {
+		s := t[h]
+		if s != noSlot && p.state[s] == InService && (skip == nil || !skip[s]) {
+			return int(s)
+		}
+		h++
+	}
+	return noSlot
+}
