@@ -20,6 +20,7 @@ import (
 // counts towards the bound until it reaches the old end of the ring.
 type Memory struct {
 	cfg    config
+	base   time.Time // clock origin: times are nanoseconds since base
 	maxAge int64
 	mark   int64
 	mask   uint64
@@ -38,6 +39,7 @@ func NewMemory(opts ...Option) *Memory {
 	}
 	m := &Memory{
 		cfg:    cfg,
+		base:   cfg.now(),
 		maxAge: int64(cfg.maxAge),
 		mark:   int64(cfg.markTTL),
 		mask:   uint64(n - 1),
@@ -57,7 +59,7 @@ func NewMemory(opts ...Option) *Memory {
 // flight is the in-flight mark shared by the keys of one First request; its
 // identity is the owner token.
 type flight struct {
-	deadline int64 // clock nanoseconds
+	deadline int64 // Memory.now() value
 	mu       sync.Mutex
 	ended    bool
 	done     chan struct{} // created by the first waiter
@@ -92,7 +94,7 @@ func (f *flight) end() {
 type slot struct {
 	key    Key
 	answer string  // set when completed
-	born   int64   // clock nanoseconds of first arrival
+	born   int64   // Memory.now() at first arrival
 	fl     *flight // non-nil while in flight
 }
 
@@ -213,7 +215,9 @@ func (m *Memory) unlockAll(idx []int) {
 	}
 }
 
-func (m *Memory) now() int64 { return m.cfg.now().UnixNano() }
+// now returns nanoseconds since m.base; with the default clock this is
+// monotonic, so wall clock steps do not expire or prolong entries.
+func (m *Memory) now() int64 { return int64(m.cfg.now().Sub(m.base)) }
 
 // Begin implements Store.
 func (m *Memory) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
