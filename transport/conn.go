@@ -1,0 +1,278 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/aaatp/aaatp/wire"
+)
+
+// readBufferSize is the size of each connection's read buffer: large enough
+// that a burst of small messages costs one read syscall, and at least one
+// default-sized message.
+const readBufferSize = 64 << 10
+
+// Conn is a connection carrying whole Diameter messages.
+//
+// ReadMessage must be called from one goroutine at a time and
+// WriteMessages from one goroutine at a time (typically a dedicated reader
+// and a dedicated writer); the two may run concurrently with each other.
+// Close, LocalAddr, RemoteAddr and Network are safe to call from any
+// goroutine, and Close unblocks pending reads and writes.
+type Conn interface {
+	// ReadMessage returns exactly one Diameter message in a newly
+	// allocated slice the caller owns. It returns io.EOF when the peer
+	// closed the connection between messages, io.ErrUnexpectedEOF when it
+	// closed in the middle of one, and an error matching wire.ErrBadFrame
+	// when the header fails wire.Validate (the connection must then be
+	// closed: the stream cannot be resynchronized).
+	ReadMessage() ([]byte, error)
+	// WriteMessages writes msgs in order under one write deadline
+	// (Options.WriteTimeout). Each msgs[i] must be one complete message;
+	// the slices are not retained after return. On error the number of
+	// messages delivered is unknown and the connection must be closed.
+	WriteMessages(msgs ...[]byte) error
+	// Close closes the connection; it is idempotent.
+	Close() error
+	LocalAddr() net.Addr
+	RemoteAddr() net.Addr
+	// Network returns SchemeTCP, SchemeTLS or SchemeSCTP (or whatever
+	// was given to NewStreamConn).
+	Network() string
+}
+
+// Listener accepts Diameter connections. Its methods are safe for
+// concurrent use; Close unblocks Accept, which then returns an error
+// matching net.ErrClosed.
+type Listener interface {
+	Accept() (Conn, error)
+	Close() error
+	Addr() net.Addr
+}
+
+// frameReader reads one validated message at a time from a byte stream.
+type frameReader struct {
+	r      *bufio.Reader
+	maxLen uint32
+	hdr    [wire.HeaderLen]byte
+}
+
+func (f *frameReader) readMessage() ([]byte, error) {
+	if _, err := io.ReadFull(f.r, f.hdr[:]); err != nil {
+		return nil, err // io.EOF if nothing was read, io.ErrUnexpectedEOF if part of a header
+	}
+	h, _ := wire.ParseHeader(f.hdr[:]) // cannot fail on 20 bytes
+	// Validate before allocating: the length is 24 bits the peer chose.
+	if err := wire.Validate(h, f.maxLen); err != nil {
+		return nil, err
+	}
+	msg := make([]byte, h.Length)
+	copy(msg, f.hdr[:])
+	if _, err := io.ReadFull(f.r, msg[wire.HeaderLen:]); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF // the header promised a body
+		}
+		return nil, err
+	}
+	return msg, nil
+}
+
+// streamConn frames Diameter over any reliable byte stream.
+type streamConn struct {
+	c            net.Conn
+	network      string
+	writeTimeout time.Duration
+	fr           frameReader
+
+	// Writer-goroutine state.
+	bw      *bufio.Writer // lazily created for conns without writev
+	scratch net.Buffers   // reused so a batch does not allocate
+	vector  bool          // c supports writev through net.Buffers
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// NewStreamConn wraps a stream connection (TCP, TLS, net.Pipe, ...) as a
+// Conn. network is what Network reports. If c is a *net.TCPConn, or a
+// *tls.Conn over one, Options.NoDelay is applied to its socket.
+func NewStreamConn(c net.Conn, network string, opts Options) Conn {
+	opts = opts.withDefaults()
+	if tc := tcpOf(c); tc != nil {
+		// Go's net package turns Nagle off on every TCP socket; RFC 3539
+		// 3.2 wants it on unless the operator chose NoDelay. An error
+		// here means the socket is already dead: the first I/O reports it.
+		_ = tc.SetNoDelay(opts.NoDelay)
+	}
+	_, vector := c.(*net.TCPConn)
+	return &streamConn{
+		c:            c,
+		network:      network,
+		writeTimeout: opts.WriteTimeout,
+		fr:           frameReader{r: bufio.NewReaderSize(c, readBufferSize), maxLen: opts.MaxMessageLen},
+		vector:       vector,
+	}
+}
+
+func tcpOf(c net.Conn) *net.TCPConn {
+	switch c := c.(type) {
+	case *net.TCPConn:
+		return c
+	case *tls.Conn:
+		tc, _ := c.NetConn().(*net.TCPConn)
+		return tc
+	}
+	return nil
+}
+
+func (s *streamConn) ReadMessage() ([]byte, error) { return s.fr.readMessage() }
+
+func (s *streamConn) WriteMessages(msgs ...[]byte) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := s.c.SetWriteDeadline(time.Now().Add(s.writeTimeout)); err != nil {
+		return err
+	}
+	if len(msgs) == 1 {
+		_, err := s.c.Write(msgs[0])
+		return err
+	}
+	if s.vector {
+		// net.Buffers.WriteTo consumes the slice it is called on (it
+		// advances elements as they are written), so give it a copy
+		// rather than the caller's msgs. On TCP it becomes writev: one
+		// syscall per batch of up to 1024 messages.
+		s.scratch = append(s.scratch[:0], msgs...)
+		bufs := s.scratch
+		_, err := bufs.WriteTo(s.c)
+		clear(s.scratch) // do not keep the caller's messages alive
+		return err
+	}
+	// No writev (TLS, pipes): coalesce through a buffer so a batch costs
+	// a few large writes (TLS records) rather than one per message.
+	if s.bw == nil {
+		s.bw = bufio.NewWriterSize(s.c, readBufferSize)
+	}
+	for _, m := range msgs {
+		if _, err := s.bw.Write(m); err != nil {
+			s.bw.Reset(s.c)
+			return err
+		}
+	}
+	if err := s.bw.Flush(); err != nil {
+		s.bw.Reset(s.c)
+		return err
+	}
+	return nil
+}
+
+func (s *streamConn) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.c.Close() })
+	return s.closeErr
+}
+
+func (s *streamConn) LocalAddr() net.Addr  { return s.c.LocalAddr() }
+func (s *streamConn) RemoteAddr() net.Addr { return s.c.RemoteAddr() }
+func (s *streamConn) Network() string      { return s.network }
+
+// Dial connects to rawURL. ctx bounds the whole dial, including the TLS
+// handshake, together with Options.DialTimeout.
+func Dial(ctx context.Context, rawURL string, opts Options) (Conn, error) {
+	ep, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if ep.Port == 0 || ep.Host == "" {
+		return nil, fmt.Errorf("transport: cannot dial %s: host and non-zero port needed", rawURL)
+	}
+	opts = opts.withDefaults()
+	ctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
+	defer cancel()
+	switch ep.Scheme {
+	case SchemeSCTP:
+		return dialSCTP(ctx, ep, opts)
+	case SchemeTLS:
+		cfg := opts.TLS
+		if cfg == nil {
+			cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		if cfg.ServerName == "" {
+			cfg = cfg.Clone()
+			cfg.ServerName = ep.Host
+		}
+		d := tls.Dialer{Config: cfg}
+		c, err := d.DialContext(ctx, "tcp", ep.Address())
+		if err != nil {
+			return nil, fmt.Errorf("transport: dial %s: %w", ep, err)
+		}
+		return NewStreamConn(c, SchemeTLS, opts), nil
+	default:
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", ep.Address())
+		if err != nil {
+			return nil, fmt.Errorf("transport: dial %s: %w", ep, err)
+		}
+		return NewStreamConn(c, SchemeTCP, opts), nil
+	}
+}
+
+// Listen listens on rawURL (host may be empty for all addresses, port 0 for
+// an ephemeral port). tls:// requires Options.TLS.
+func Listen(rawURL string, opts Options) (Listener, error) {
+	ep, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	switch ep.Scheme {
+	case SchemeSCTP:
+		return listenSCTP(ep, opts)
+	case SchemeTLS:
+		if opts.TLS == nil || (len(opts.TLS.Certificates) == 0 && opts.TLS.GetCertificate == nil && opts.TLS.GetConfigForClient == nil) {
+			return nil, fmt.Errorf("transport: listen %s: Options.TLS with a certificate is required", ep)
+		}
+	}
+	ln, err := net.Listen("tcp", ep.Address())
+	if err != nil {
+		return nil, fmt.Errorf("transport: listen %s: %w", ep, err)
+	}
+	return &streamListener{ln: ln, scheme: ep.Scheme, opts: opts}, nil
+}
+
+type streamListener struct {
+	ln     net.Listener
+	scheme string
+	opts   Options
+}
+
+// Accept returns the next connection. For TLS the handshake happens on the
+// connection's first read or write, not here, so a slow or hostile client
+// cannot stall the accept loop; the peer layer's capabilities-exchange
+// timer bounds it.
+func (l *streamListener) Accept() (Conn, error) {
+	c, err := l.ln.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if l.scheme == SchemeTLS {
+		return NewStreamConn(tls.Server(c, l.opts.TLS), SchemeTLS, l.opts), nil
+	}
+	return NewStreamConn(c, SchemeTCP, l.opts), nil
+}
+
+func (l *streamListener) Close() error   { return l.ln.Close() }
+func (l *streamListener) Addr() net.Addr { return l.ln.Addr() }
+
+// ErrSCTPUnsupported is matched by the error Dial and Listen return for
+// sctp:// when the kernel has no SCTP (socket() fails with
+// EPROTONOSUPPORT, ESOCKTNOSUPPORT or EAFNOSUPPORT); the error also wraps
+// the errno.
+var ErrSCTPUnsupported = errors.New("transport: SCTP is not supported by this kernel")
