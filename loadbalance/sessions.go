@@ -85,17 +85,16 @@ func (s *sessions) lookup(h uint64, key string) *conv { return s.tab.Load().find
 func (s *sessions) insert(c *conv, now, idle int64) *conv {
 	for attempt := 0; attempt < 3; attempt++ {
 		t := s.tab.Load()
-		if n := t.n.Load(); n >= int64(len(t.slots)/2) {
-			if len(t.slots) < s.maxCap && s.mu.TryLock() {
-				if s.tab.Load() == t {
-					s.rehash(now, idle, true)
-				}
-				s.mu.Unlock()
-				continue
+		n := t.n.Load()
+		if n >= int64(len(t.slots)/2) && len(t.slots) < s.maxCap && s.mu.TryLock() {
+			if s.tab.Load() == t {
+				s.rehash(now, idle, true)
 			}
-			if n >= int64(len(t.slots))*3/4 || n >= int64(s.max) {
-				break
-			}
+			s.mu.Unlock()
+			continue
+		}
+		if n >= int64(len(t.slots))*3/4 || n >= int64(s.max) {
+			break
 		}
 		for i := c.hash & t.mask; ; i = (i + 1) & t.mask {
 			p := t.slots[i].Load()
