@@ -63,7 +63,7 @@ var (
 // needRedis returns the URL of a redis-server running on loopback for this
 // test binary. Without redis-server the test skips, unless CI=true, where it
 // fails.
-func needRedis(t *testing.T) string {
+func needRedis(t testing.TB) string {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv("CI") == "true" {

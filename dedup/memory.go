@@ -51,7 +51,7 @@ func NewMemory(opts ...Option) *Memory {
 			limit++
 		}
 		m.shards[i].limit = limit
-		m.shards[i].m = make(map[Key]uint64)
+		m.shards[i].m = make(map[Key]uint32)
 	}
 	return m
 }
@@ -100,10 +100,10 @@ type slot struct {
 
 type shard struct {
 	mu    sync.Mutex
-	m     map[Key]uint64 // key -> sequence number of its slot
+	m     map[Key]uint32 // key -> sequence number of its slot
 	ring  []slot         // power-of-two length, grown up to limit
-	head  uint64         // sequence number of the oldest slot
-	tail  uint64         // sequence number of the next slot
+	head  uint32         // sequence number of the oldest slot (wraps)
+	tail  uint32         // sequence number of the next slot (wraps)
 	hpos  int            // ring index of head
 	limit int
 	_     [40]byte // keep shards on separate cache lines
@@ -113,8 +113,20 @@ type shard struct {
 // keeping every operation O(1).
 const maxPopPerInsert = 8
 
-func (s *shard) at(seq uint64) *slot {
+func (s *shard) at(seq uint32) *slot {
 	return &s.ring[(s.hpos+int(seq-s.head))&(len(s.ring)-1)]
+}
+
+// held returns the slot of sequence number seq if it is still in the ring
+// and holds key k.
+func (s *shard) held(seq uint32, k Key) *slot {
+	if seq-s.head >= s.tail-s.head {
+		return nil
+	}
+	if sl := s.at(seq); sl.key == k {
+		return sl
+	}
+	return nil
 }
 
 // lookup returns the live slot of k, dropping it if expired.
@@ -150,8 +162,9 @@ func (s *shard) popHead() {
 	s.hpos = (s.hpos + 1) & (len(s.ring) - 1)
 }
 
-// insert appends a slot for k, which must not be in the map.
-func (s *shard) insert(k Key, answer string, fl *flight, now, maxAge int64) {
+// insert appends a slot for k, which must not be in the map, and returns
+// its sequence number.
+func (s *shard) insert(k Key, answer string, fl *flight, now, maxAge int64) uint32 {
 	for i := 0; i < maxPopPerInsert && s.head != s.tail; i++ {
 		h := &s.ring[s.hpos]
 		if !h.key.IsZero() && now-h.born < maxAge {
@@ -167,9 +180,11 @@ func (s *shard) insert(k Key, answer string, fl *flight, now, maxAge int64) {
 	if n == len(s.ring) {
 		s.grow()
 	}
-	s.m[k] = s.tail
-	*s.at(s.tail) = slot{key: k, answer: answer, born: now, fl: fl}
+	seq := s.tail
+	s.m[k] = seq
+	*s.at(seq) = slot{key: k, answer: answer, born: now, fl: fl}
 	s.tail++
+	return seq
 }
 
 func (s *shard) grow() {
@@ -180,7 +195,7 @@ func (s *shard) grow() {
 	r := make([]slot, size)
 	n := int(s.tail - s.head)
 	for i := 0; i < n; i++ {
-		r[i] = *s.at(s.head + uint64(i))
+		r[i] = *s.at(s.head + uint32(i))
 	}
 	s.ring = r
 	s.hpos = 0
@@ -219,12 +234,22 @@ func (m *Memory) unlockAll(idx []int) {
 // monotonic, so wall clock steps do not expire or prolong entries.
 func (m *Memory) now() int64 { return int64(m.cfg.now().Sub(m.base)) }
 
+// memFirst is an Outcome of the memory store together with its in-flight
+// mark and the slots of its first keys, allocated at once.
+type memFirst struct {
+	o   Outcome
+	fl  flight
+	seq [2]uint32 // slot sequence numbers of o.keys[0:2]
+}
+
 // Begin implements Store.
 func (m *Memory) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
-	keys, err := checkKeys(keys)
-	if err != nil {
+	mf := &memFirst{}
+	o := &mf.o
+	if err := o.setKeys(keys); err != nil {
 		return nil, err
 	}
+	keys = o.keys
 	var buf [4]int
 	var timer *time.Timer
 	defer func() {
@@ -245,21 +270,25 @@ func (m *Memory) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 				continue
 			}
 			if sl.fl == nil {
-				ans := []byte(sl.answer)
+				o.kind, o.answer = Duplicate, []byte(sl.answer)
 				m.unlockAll(idx)
-				return &Outcome{kind: Duplicate, answer: ans, keys: keys}, nil
+				return o, nil
 			}
 			if busy == nil {
 				busy = sl.fl
 			}
 		}
 		if busy == nil {
-			fl := &flight{deadline: now + m.mark}
-			for _, k := range keys {
-				m.shards[m.shardOf(k)].insert(k, "", fl, now, m.maxAge)
+			mf.fl.deadline = now + m.mark
+			for i, k := range keys {
+				seq := m.shards[m.shardOf(k)].insert(k, "", &mf.fl, now, m.maxAge)
+				if i < len(mf.seq) {
+					mf.seq[i] = seq
+				}
 			}
 			m.unlockAll(idx)
-			return &Outcome{kind: First, keys: keys, st: m, token: fl}, nil
+			o.kind, o.st, o.token = First, m, mf
+			return o, nil
 		}
 		done := busy.wait()
 		left := time.Duration(busy.deadline - now)
@@ -278,31 +307,43 @@ func (m *Memory) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 	}
 }
 
+// slotOf returns the slot of mf's i-th key if it still holds mf's mark.
+func (m *Memory) slotOf(mf *memFirst, i int, k Key) *slot {
+	s := &m.shards[m.shardOf(k)]
+	var sl *slot
+	if i < len(mf.seq) {
+		sl = s.held(mf.seq[i], k)
+	} else if seq, ok := s.m[k]; ok {
+		sl = s.at(seq)
+	}
+	if sl != nil && sl.fl == &mf.fl {
+		return sl
+	}
+	return nil
+}
+
 func (m *Memory) complete(o *Outcome, answer []byte) error {
-	fl := o.token.(*flight)
+	mf := o.token.(*memFirst)
 	ans := string(answer)
 	var buf [4]int
 	idx := m.lockAll(o.keys, buf[:])
-	now := m.now()
 	lost := false
-	for _, k := range o.keys {
+	for i, k := range o.keys {
+		if sl := m.slotOf(mf, i, k); sl != nil {
+			sl.answer = ans
+			sl.fl = nil
+			continue
+		}
 		s := &m.shards[m.shardOf(k)]
-		seq, ok := s.m[k]
-		if !ok {
-			// Evicted or expired (and dropped) while in flight: store anew.
-			s.insert(k, ans, nil, now, m.maxAge)
+		if _, ok := s.m[k]; ok {
+			lost = true // taken over by another request, which owns it now
 			continue
 		}
-		sl := s.at(seq)
-		if sl.fl != fl {
-			lost = true // taken over by another request, or answered
-			continue
-		}
-		sl.answer = ans
-		sl.fl = nil
+		// Evicted or expired (and dropped) while in flight: store anew.
+		s.insert(k, ans, nil, m.now(), m.maxAge)
 	}
 	m.unlockAll(idx)
-	fl.end()
+	mf.fl.end()
 	if lost {
 		return ErrMarkLost
 	}
@@ -310,19 +351,16 @@ func (m *Memory) complete(o *Outcome, answer []byte) error {
 }
 
 func (m *Memory) abandon(o *Outcome) error {
-	fl := o.token.(*flight)
+	mf := o.token.(*memFirst)
 	var buf [4]int
 	idx := m.lockAll(o.keys, buf[:])
-	for _, k := range o.keys {
-		s := &m.shards[m.shardOf(k)]
-		if seq, ok := s.m[k]; ok {
-			if sl := s.at(seq); sl.fl == fl {
-				s.kill(sl)
-			}
+	for i, k := range o.keys {
+		if sl := m.slotOf(mf, i, k); sl != nil {
+			m.shards[m.shardOf(k)].kill(sl)
 		}
 	}
 	m.unlockAll(idx)
-	fl.end()
+	mf.fl.end()
 	return nil
 }
 

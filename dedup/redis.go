@@ -111,13 +111,12 @@ func ms(d time.Duration) int64 { return max(int64(d/time.Millisecond), 1) }
 
 // Begin implements Store.
 func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
-	keys, err := checkKeys(keys)
-	if err != nil {
+	o := &Outcome{begun: time.Now()}
+	if err := o.setKeys(keys); err != nil {
 		return nil, err
 	}
-	rkeys := r.redisKeys(keys)
+	rkeys := r.redisKeys(o.keys)
 	token := r.id + "-" + strconv.FormatUint(r.seq.Add(1), 36)
-	begun := time.Now()
 	backoff := r.cfg.pollMin
 	var timer *time.Timer
 	defer func() {
@@ -138,10 +137,12 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 		}
 		switch res[0] {
 		case int64(0):
-			return &Outcome{kind: First, keys: keys, begun: begun, st: r, token: &redisMark{keys: rkeys, owner: token}}, nil
+			o.kind, o.st, o.token = First, r, &redisMark{keys: rkeys, owner: token}
+			return o, nil
 		case int64(1):
 			s, _ := res[1].(string)
-			return &Outcome{kind: Duplicate, answer: []byte(s), keys: keys}, nil
+			o.kind, o.answer = Duplicate, []byte(s)
+			return o, nil
 		}
 		// In flight: sleep the backoff, but not past the mark's expiry.
 		wait := backoff

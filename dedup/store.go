@@ -75,12 +75,13 @@ type finisher interface {
 // than once (only the first call acts).
 type Outcome struct {
 	kind   Kind
-	answer []byte
+	done   atomic.Bool
+	keyBuf [2]Key // keys live here for up to 2 keys (request + accounting)
 	keys   []Key
-	begun  time.Time // clock time of Begin, for the age of Redis entries
+	answer []byte
+	begun  time.Time // time of Begin, for the age of Redis entries
 	st     finisher
 	token  any // store-specific owner identity of the in-flight mark
-	done   atomic.Bool
 }
 
 // Kind returns First or Duplicate.
@@ -245,23 +246,23 @@ func WithPoll(min, max time.Duration) Option {
 	}
 }
 
-// checkKeys validates keys and drops repeats, in place.
-func checkKeys(keys []Key) ([]Key, error) {
+// setKeys validates keys and stores them in o without repeats.
+func (o *Outcome) setKeys(keys []Key) error {
 	if len(keys) == 0 {
-		return nil, ErrNoKeys
+		return ErrNoKeys
 	}
-	out := make([]Key, 0, len(keys))
+	o.keys = o.keyBuf[:0]
 next:
 	for _, k := range keys {
 		if k.IsZero() {
-			return nil, ErrZeroKey
+			return ErrZeroKey
 		}
-		for _, o := range out {
-			if o == k {
+		for _, seen := range o.keys {
+			if seen == k {
 				continue next
 			}
 		}
-		out = append(out, k)
+		o.keys = append(o.keys, k)
 	}
-	return out, nil
+	return nil
 }

@@ -1,0 +1,184 @@
+package dedup
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+const benchEntries = 1 << 20 // ~1M
+
+// benchKey derives distinct keys from a counter cheaply (splitmix64), so the
+// benchmarks measure the store, not SHA-256 (see BenchmarkRequestKey).
+func benchKey(i uint64) Key {
+	var k Key
+	binary.LittleEndian.PutUint64(k[:8], mix(i))
+	binary.LittleEndian.PutUint64(k[8:], mix(i^0x9e3779b97f4a7c15))
+	return k
+}
+
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// benchAnswer is a header-only Diameter answer (20 bytes).
+var benchAnswer = msg(1, 1, "")
+
+// fill stores n completed entries with keys from..from+n-1.
+func fill(tb testing.TB, s Store, from, n uint64, answer []byte) {
+	ctx := context.Background()
+	for i := from; i < from+n; i++ {
+		o, err := s.Begin(ctx, benchKey(i))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := o.Complete(answer); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// A full 1M-entry store shared by the benchmarks (filling it takes a while).
+var (
+	fullOnce  sync.Once
+	fullStore *Memory
+	fullNext  atomic.Uint64 // next fresh key
+)
+
+func full(b *testing.B) *Memory {
+	fullOnce.Do(func() {
+		fullStore = NewMemory(WithMaxEntries(benchEntries))
+		fill(b, fullStore, 0, benchEntries, benchAnswer)
+		fullNext.Store(benchEntries)
+	})
+	return fullStore
+}
+
+// BenchmarkMemoryFirstComplete: the cost of a new request in a full 1M-entry
+// store: lookup (miss), insert of the in-flight mark with eviction of the
+// oldest entry, then Complete.
+func BenchmarkMemoryFirstComplete(b *testing.B) {
+	s := full(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		o, err := s.Begin(ctx, benchKey(fullNext.Add(1)))
+		if err != nil || !o.First() {
+			b.Fatal(err, o.Kind())
+		}
+		if err := o.Complete(benchAnswer); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMemoryDuplicate: lookup (hit) of a stored answer in a full
+// 1M-entry store, with the copy of the answer handed to the caller.
+func BenchmarkMemoryDuplicate(b *testing.B) {
+	s := full(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	var i uint64
+	for b.Loop() {
+		i++
+		// The newest entries are surely still held.
+		o, err := s.Begin(ctx, benchKey(fullNext.Load()-i%(benchEntries/2)))
+		if err != nil || !o.Duplicate() {
+			b.Fatal(err, o.Kind())
+		}
+	}
+}
+
+// BenchmarkMemoryFirstCompleteParallel: as BenchmarkMemoryFirstComplete from
+// GOMAXPROCS goroutines, to show shard contention.
+func BenchmarkMemoryFirstCompleteParallel(b *testing.B) {
+	s := full(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			o, err := s.Begin(ctx, benchKey(fullNext.Add(1)))
+			if err != nil || !o.First() {
+				b.Fatal(err)
+			}
+			_ = o.Complete(benchAnswer)
+		}
+	})
+}
+
+// BenchmarkMemoryBytesPerEntry measures the heap held per completed entry
+// at 1M entries (runtime.ReadMemStats before and after filling), for a
+// header-only 20-byte answer and a typical 200-byte one. The answer bytes
+// are part of the figure.
+func BenchmarkMemoryBytesPerEntry(b *testing.B) {
+	for _, size := range []int{20, 200} {
+		b.Run(fmt.Sprintf("answer=%dB", size), func(b *testing.B) {
+			answer := msg(1, 1, string(make([]byte, size-HeaderLen)))
+			var perEntry float64
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				s := NewMemory(WithMaxEntries(benchEntries))
+				fill(b, s, 0, benchEntries, answer)
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				perEntry = float64(after.HeapAlloc-before.HeapAlloc) / float64(s.Len())
+				runtime.KeepAlive(s)
+			}
+			b.ReportMetric(perEntry, "B/entry")
+		})
+	}
+}
+
+func BenchmarkRequestKey(b *testing.B) {
+	b.ReportAllocs()
+	var e uint32
+	for b.Loop() {
+		e++
+		_ = RequestKey("client.example.net", e)
+	}
+}
+
+func BenchmarkAccountingKey(b *testing.B) {
+	b.ReportAllocs()
+	ts := []byte{0xe9, 0, 0, 1}
+	for b.Loop() {
+		_ = AccountingKey("nas1.example.net;1234567;42", ts, "nas1.example.net", "nas1")
+	}
+}
+
+// BenchmarkRedisFirstComplete: one new request against the loopback Redis
+// (two round trips: claim and complete).
+func BenchmarkRedisFirstComplete(b *testing.B) {
+	url := needRedis(b)
+	s, err := Open(url, WithKeyPrefix("bench:"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	var i uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		i++
+		o, err := s.Begin(ctx, benchKey(i^0xbeef<<40))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if o.First() {
+			_ = o.Complete(benchAnswer)
+		}
+	}
+}
