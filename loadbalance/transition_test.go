@@ -232,9 +232,9 @@ func TestConcurrentPicksWhileStateChanges(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(99, 1))
 	states := []State{InService, Suspended, Down}
-	for i := 0; i < 2000; i++ {
+	for i := 0; i < 150; i++ {
 		b.SetState(fmt.Sprintf("s%d", rng.IntN(6)), states[rng.IntN(3)])
-		if i%100 == 0 {
+		if i%15 == 0 {
 			clk.Advance(300 * time.Millisecond)
 			b.Sweep()
 		}
