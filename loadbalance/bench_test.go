@@ -1,0 +1,90 @@
+package loadbalance
+
+import (
+	"fmt"
+	"testing"
+)
+
+const benchNAI = "subscriber-0123456@example.net" // 30 bytes
+
+func benchBalancer(b *testing.B) *Balancer {
+	b.Helper()
+	if len(benchNAI) != 30 {
+		b.Fatalf("NAI is %d bytes", len(benchNAI))
+	}
+	return mustNew(b, Pearson, servers(8), Options{})
+}
+
+// Known conversation, no transition in progress.
+func BenchmarkPickKnownSession(b *testing.B) {
+	lb := benchBalancer(b)
+	r := Request{NAI: benchNAI, SessionID: "nas1.example.net;1234567890;42"}
+	mustPick(b, lb, r)
+	b.ReportAllocs()
+	for b.Loop() {
+		lb.Pick(r)
+	}
+}
+
+// Request without a Session-Id: hash and table lookup only.
+func BenchmarkPickNAIOnly(b *testing.B) {
+	lb := benchBalancer(b)
+	r := Request{NAI: benchNAI}
+	b.ReportAllocs()
+	for b.Loop() {
+		lb.Pick(r)
+	}
+}
+
+// Known conversation routed through the old table during a transition
+// (its bucket moved to the server that joined).
+func BenchmarkPickTransition(b *testing.B) {
+	lb := benchBalancer(b)
+	lb.SetState("s7", Down)
+	var r Request
+	for i := 0; ; i++ {
+		nai := fmt.Sprintf("subscriber-%07d@example.net", i)
+		r = Request{NAI: nai, SessionID: "nas1.example.net;1234567890;" + nai}
+		before := mustPick(b, lb, r) // conversation starts with s7 down
+		lb.SetState("s7", InService)
+		if _, now, _ := lb.Route(nai); now != before {
+			break // bucket moved: this conversation uses the old table
+		}
+		lb.SetState("s7", Down) // try the next NAI
+	}
+	if len(lb.Snapshot().OldGenerations) == 0 {
+		b.Fatal("no transition in progress")
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		lb.Pick(r)
+	}
+}
+
+// Known conversations picked from all Ps at once.
+func BenchmarkPickKnownSessionParallel(b *testing.B) {
+	lb := benchBalancer(b)
+	r := Request{NAI: benchNAI, SessionID: "nas1.example.net;1234567890;42"}
+	mustPick(b, lb, r)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			lb.Pick(r)
+		}
+	})
+}
+
+// First-seen conversations (one entry allocated each; includes growth).
+func BenchmarkPickFirstSeen(b *testing.B) {
+	lb := mustNew(b, Pearson, servers(8), Options{MaxSessions: 1 << 22})
+	ids := make([]string, 1<<20)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("nas1.example.net;1234567890;%d", i)
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		lb.Pick(Request{NAI: benchNAI, SessionID: ids[i&(len(ids)-1)]})
+		i++
+	}
+}
