@@ -253,17 +253,28 @@ type streamListener struct {
 	opts   Options
 }
 
-// Accept returns the next connection. For TLS the handshake happens on the
-// connection's first read or write, not here, so a slow or hostile client
-// cannot stall the accept loop; the peer layer's capabilities-exchange
-// timer bounds it.
+// Accept returns the next connection. For TLS the handshake is started in
+// the background, bounded by Options.DialTimeout, rather than run here:
+// a slow or hostile client cannot stall the accept loop, and the client's
+// Dial completes even before anyone calls ReadMessage on this side. The
+// first ReadMessage or WriteMessages waits for the handshake and returns
+// its error if it failed (a missing client certificate, a timeout, ...).
 func (l *streamListener) Accept() (Conn, error) {
 	c, err := l.ln.Accept()
 	if err != nil {
 		return nil, err
 	}
 	if l.scheme == SchemeTLS {
-		return NewStreamConn(tls.Server(c, l.opts.TLS), SchemeTLS, l.opts), nil
+		tc := tls.Server(c, l.opts.TLS)
+		timeout := l.opts.DialTimeout
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			// The error is kept by tls.Conn and returned by the next
+			// Read or Write; on timeout the socket is closed.
+			_ = tc.HandshakeContext(ctx)
+		}()
+		return NewStreamConn(tc, SchemeTLS, l.opts), nil
 	}
 	return NewStreamConn(c, SchemeTCP, l.opts), nil
 }

@@ -1,0 +1,5 @@
+package transport
+
+import "crypto/tls"
+
+type tlsState = tls.ConnectionState
