@@ -1,0 +1,63 @@
+package transport
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/aaatp/aaatp/wire"
+)
+
+// readerConn is a net.Conn reading from a fixed byte slice, so the fuzzer
+// runs without goroutines or sockets.
+type readerConn struct{ r *bytes.Reader }
+
+func (c readerConn) Read(b []byte) (int, error)       { return c.r.Read(b) }
+func (c readerConn) Write(b []byte) (int, error)      { return len(b), nil }
+func (c readerConn) Close() error                     { return nil }
+func (c readerConn) LocalAddr() net.Addr              { return nil }
+func (c readerConn) RemoteAddr() net.Addr             { return nil }
+func (c readerConn) SetDeadline(time.Time) error      { return nil }
+func (c readerConn) SetReadDeadline(time.Time) error  { return nil }
+func (c readerConn) SetWriteDeadline(time.Time) error { return nil }
+
+func FuzzReadMessage(f *testing.F) {
+	good := testMsg(64, 280, 1)
+	f.Add(good)
+	f.Add(append(bytes.Clone(good), testMsg(20, 257, 2)...))
+	f.Add(good[:30])
+	short := testMsg(20, 280, 1)
+	short[3] = 12
+	f.Add(short)
+	huge := testMsg(20, 280, 1)
+	huge[1], huge[2], huge[3] = 0xff, 0xff, 0xfc
+	f.Add(huge)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := NewStreamConn(readerConn{bytes.NewReader(data)}, "fuzz", Options{MaxMessageLen: 4096})
+		total := 0
+		for {
+			msg, err := c.ReadMessage()
+			if err != nil {
+				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, wire.ErrBadFrame) {
+					t.Fatalf("unexpected error %v", err)
+				}
+				if errors.Is(err, io.EOF) && total != len(data) {
+					t.Fatalf("clean EOF after %d of %d bytes", total, len(data))
+				}
+				return
+			}
+			h, perr := wire.ParseHeader(msg)
+			if perr != nil || wire.Validate(h, 4096) != nil || int(h.Length) != len(msg) {
+				t.Fatalf("returned an invalid message %x", msg)
+			}
+			if !bytes.Equal(msg, data[total:total+len(msg)]) {
+				t.Fatal("message bytes differ from the input")
+			}
+			total += len(msg)
+		}
+	})
+}

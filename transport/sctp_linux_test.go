@@ -1,0 +1,39 @@
+//go:build linux && !386
+
+package transport
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// Stream choice needs no kernel SCTP, so it is tested even where TestSCTP
+// skips.
+func TestSCTPStreamFor(t *testing.T) {
+	s := &sctpConn{streams: 4, next: 1}
+	app := testMsg(24, 272, 1)
+	var got []uint16
+	for i := 0; i < 7; i++ {
+		got = append(got, s.streamFor(app))
+	}
+	assert.Equal(t, []uint16{1, 2, 3, 1, 2, 3, 1}, got, "application messages round-robin over streams 1..n-1")
+	for _, cmd := range []uint32{257, 280, 282} {
+		assert.Equal(t, uint16(0), s.streamFor(testMsg(24, cmd, 1)), "command %d on stream 0", cmd)
+	}
+	assert.Equal(t, uint16(2), s.streamFor(app), "base messages do not disturb the rotation")
+
+	one := &sctpConn{streams: 1, next: 1}
+	assert.Equal(t, uint16(0), one.streamFor(app), "a single stream carries everything")
+}
+
+func TestSCTPUnsupportedError(t *testing.T) {
+	err := sctpSupported()
+	if err == nil {
+		t.Skip("this kernel has SCTP")
+	}
+	assert.ErrorIs(t, err, ErrSCTPUnsupported)
+	assert.Contains(t, err.Error(), "SCTP is not supported by this kernel")
+	_, derr := Dial(t.Context(), "sctp://127.0.0.1:3868", Options{})
+	assert.ErrorIs(t, derr, ErrSCTPUnsupported)
+}
