@@ -13,7 +13,7 @@ import (
 // fakeClock is a deterministic, race-free clock for Options.Now.
 type fakeClock struct{ ns atomic.Int64 }
 
-func (c *fakeClock) Now() time.Time           { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 func servers(n int) []Server {
