@@ -10,14 +10,17 @@ import (
 )
 
 // Memory is the in-process Store: a power-of-two number of shards, each a
-// map from Key to the entry's position in a FIFO ring ordered by insertion
-// time. Lookup, insertion and eviction are O(1): expired entries are dropped
-// lazily when looked up and, a few per insertion, from the old end of the
-// ring; when a shard is full its oldest entry is evicted.
+// FIFO ring of entries ordered by insertion time plus a hash index from Key
+// to ring position. Lookup, insertion and eviction are O(1): expired entries
+// are dropped lazily when looked up and, a few per insertion, from the old
+// end of the ring; when a shard is full its oldest entry is evicted, which
+// costs no index work (index entries pointing before the ring's old end are
+// free). The ring and index of a shard double as it fills, up to its share
+// of max entries; each doubling rebuilds that shard's index.
 //
-// An entry is about 48 bytes in the ring plus about 30 in the map, plus the
-// answer bytes. Abandoned or taken-over entries leave a dead slot that
-// counts towards the bound until it reaches the old end of the ring.
+// An entry costs 48 bytes in the ring and 32 in the index, plus the answer
+// bytes. Abandoned or taken-over entries leave a dead slot that counts
+// towards the bound until it reaches the old end of the ring.
 type Memory struct {
 	cfg    config
 	base   time.Time // clock origin: times are nanoseconds since base
@@ -51,7 +54,6 @@ func NewMemory(opts ...Option) *Memory {
 			limit++
 		}
 		m.shards[i].limit = limit
-		m.shards[i].m = make(map[Key]uint32)
 	}
 	return m
 }
@@ -98,15 +100,29 @@ type slot struct {
 	fl     *flight // non-nil while in flight
 }
 
+// entry is one index entry: a 32-bit tag of the key (0: empty) and the
+// sequence number of the key's ring slot. An entry whose slot has left the
+// ring (seq outside [head, tail)) is free: evicting from the old end of the
+// ring costs no index work.
+type entry struct{ tag, seq uint32 }
+
+// bucket is one cache line of index entries.
+type bucket [8]entry
+
+// shard is a FIFO ring of slots ordered by insertion time, indexed by a
+// two-choice hash table of buckets sized for a load of at most 1/4, so that
+// a key is looked up with two independent cache-line reads and a tag match
+// is confirmed by comparing the full key in its slot.
 type shard struct {
 	mu    sync.Mutex
-	m     map[Key]uint32 // key -> sequence number of its slot
-	ring  []slot         // power-of-two length, grown up to limit
-	head  uint32         // sequence number of the oldest slot (wraps)
-	tail  uint32         // sequence number of the next slot (wraps)
-	hpos  int            // ring index of head
+	ring  []slot   // power-of-two length, grown up to limit
+	index []bucket // power-of-two length, len(ring)/2 (at least 1)
+	head  uint32   // sequence number of the oldest slot (wraps)
+	tail  uint32   // sequence number of the next slot (wraps)
+	hpos  int      // ring index of head
+	live  int      // slots holding a key
 	limit int
-	_     [40]byte // keep shards on separate cache lines
+	_     [48]byte // keep shards on separate cache lines
 }
 
 // maxPopPerInsert bounds the dead or expired slots dropped per insertion,
@@ -117,10 +133,13 @@ func (s *shard) at(seq uint32) *slot {
 	return &s.ring[(s.hpos+int(seq-s.head))&(len(s.ring)-1)]
 }
 
+// inRing reports whether seq is a sequence number in the ring.
+func (s *shard) inRing(seq uint32) bool { return seq-s.head < s.tail-s.head }
+
 // held returns the slot of sequence number seq if it is still in the ring
 // and holds key k.
 func (s *shard) held(seq uint32, k Key) *slot {
-	if seq-s.head >= s.tail-s.head {
+	if !s.inRing(seq) {
 		return nil
 	}
 	if sl := s.at(seq); sl.key == k {
@@ -129,30 +148,75 @@ func (s *shard) held(seq uint32, k Key) *slot {
 	return nil
 }
 
-// lookup returns the live slot of k, dropping it if expired.
-func (s *shard) lookup(k Key, now, maxAge int64) *slot {
-	seq, ok := s.m[k]
-	if !ok {
+// hashes returns the key's tag and its two buckets. Keys are uniform
+// (SHA-256); bytes 0..3 choose the shard.
+func (s *shard) hashes(k Key) (tag uint32, b1, b2 *bucket) {
+	tag = binary.LittleEndian.Uint32(k[4:8]) | 1
+	mask := uint32(len(s.index) - 1)
+	i1 := binary.LittleEndian.Uint32(k[8:12]) & mask
+	i2 := binary.LittleEndian.Uint32(k[12:16]) & mask
+	if i2 == i1 {
+		i2 ^= 1 & mask
+	}
+	return tag, &s.index[i1], &s.index[i2]
+}
+
+// find returns the index entry of k, or nil.
+func (s *shard) find(k Key) *entry {
+	if len(s.index) == 0 {
 		return nil
 	}
-	sl := s.at(seq)
+	tag, b1, b2 := s.hashes(k)
+	for _, b := range [2]*bucket{b1, b2} {
+		for i := range b {
+			e := &b[i]
+			if e.tag == tag && s.inRing(e.seq) && s.at(e.seq).key == k {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// lookup returns the live slot of k, dropping it if expired.
+func (s *shard) lookup(k Key, now, maxAge int64) *slot {
+	e := s.find(k)
+	if e == nil {
+		return nil
+	}
+	sl := s.at(e.seq)
 	if now-sl.born >= maxAge || (sl.fl != nil && now >= sl.fl.deadline) {
+		e.tag = 0
 		s.kill(sl)
 		return nil
 	}
 	return sl
 }
 
-// kill removes a live slot from the map and marks it dead.
+// kill marks a live slot dead (its index entry must be cleared or left to
+// fall out of the ring) and wakes the waiters of its flight.
 func (s *shard) kill(sl *slot) {
-	delete(s.m, sl.key)
 	if sl.fl != nil {
 		sl.fl.end()
 	}
 	*sl = slot{}
+	s.live--
 }
 
-// popHead drops the oldest slot.
+// remove kills the live slot seq holding k and frees its index entry.
+func (s *shard) remove(k Key, seq uint32) {
+	tag, b1, b2 := s.hashes(k)
+	for _, b := range [2]*bucket{b1, b2} {
+		for i := range b {
+			if e := &b[i]; e.tag == tag && e.seq == seq {
+				e.tag = 0
+			}
+		}
+	}
+	s.kill(s.at(seq))
+}
+
+// popHead drops the oldest slot; its index entry becomes free by itself.
 func (s *shard) popHead() {
 	sl := &s.ring[s.hpos]
 	if !sl.key.IsZero() {
@@ -162,8 +226,8 @@ func (s *shard) popHead() {
 	s.hpos = (s.hpos + 1) & (len(s.ring) - 1)
 }
 
-// insert appends a slot for k, which must not be in the map, and returns
-// its sequence number.
+// insert appends a slot for k, which must not be held, and returns its
+// sequence number.
 func (s *shard) insert(k Key, answer string, fl *flight, now, maxAge int64) uint32 {
 	for i := 0; i < maxPopPerInsert && s.head != s.tail; i++ {
 		h := &s.ring[s.hpos]
@@ -181,12 +245,57 @@ func (s *shard) insert(k Key, answer string, fl *flight, now, maxAge int64) uint
 		s.grow()
 	}
 	seq := s.tail
-	s.m[k] = seq
-	*s.at(seq) = slot{key: k, answer: answer, born: now, fl: fl}
 	s.tail++
+	*s.at(seq) = slot{key: k, answer: answer, born: now, fl: fl}
+	s.live++
+	s.indexPut(k, seq)
 	return seq
 }
 
+// indexPut adds (k, seq) to the less loaded of k's buckets. If both are full
+// of live entries, which at load <= 1/4 does not happen in practice, the
+// oldest of them is evicted.
+func (s *shard) indexPut(k Key, seq uint32) {
+	tag, b1, b2 := s.hashes(k)
+	var free1, free2 *entry
+	n1, n2 := 0, 0
+	var oldest *entry
+	for i := range b1 {
+		if e := &b1[i]; e.tag == 0 || !s.inRing(e.seq) {
+			if free1 == nil {
+				free1 = e
+			}
+		} else {
+			n1++
+			if oldest == nil || e.seq-s.head < oldest.seq-s.head {
+				oldest = e
+			}
+		}
+	}
+	for i := range b2 {
+		if e := &b2[i]; e.tag == 0 || !s.inRing(e.seq) {
+			if free2 == nil {
+				free2 = e
+			}
+		} else {
+			n2++
+			if oldest == nil || e.seq-s.head < oldest.seq-s.head {
+				oldest = e
+			}
+		}
+	}
+	e := free1
+	if e == nil || (free2 != nil && n2 < n1) {
+		e = free2
+	}
+	if e == nil {
+		s.kill(s.at(oldest.seq))
+		e = oldest
+	}
+	*e = entry{tag: tag, seq: seq}
+}
+
+// grow doubles the ring (up to the shard's limit) and rebuilds the index.
 func (s *shard) grow() {
 	size := max(2*len(s.ring), 16)
 	if size > s.limit {
@@ -199,10 +308,17 @@ func (s *shard) grow() {
 	}
 	s.ring = r
 	s.hpos = 0
+	s.index = make([]bucket, max(size/2, 1))
+	for i := 0; i < n; i++ {
+		seq := s.head + uint32(i)
+		if sl := s.at(seq); !sl.key.IsZero() {
+			s.indexPut(sl.key, seq)
+		}
+	}
 }
 
 func (m *Memory) shardOf(k Key) int {
-	return int(binary.LittleEndian.Uint64(k[:8]) & m.mask)
+	return int(uint64(binary.LittleEndian.Uint32(k[:4])) & m.mask)
 }
 
 // lockAll locks the distinct shards of keys in ascending order (no
@@ -307,19 +423,23 @@ func (m *Memory) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 	}
 }
 
-// slotOf returns the slot of mf's i-th key if it still holds mf's mark.
-func (m *Memory) slotOf(mf *memFirst, i int, k Key) *slot {
+// slotOf returns the slot of mf's i-th key, and its sequence number, if it
+// still holds mf's mark.
+func (m *Memory) slotOf(mf *memFirst, i int, k Key) (*slot, uint32) {
 	s := &m.shards[m.shardOf(k)]
 	var sl *slot
+	var seq uint32
 	if i < len(mf.seq) {
-		sl = s.held(mf.seq[i], k)
-	} else if seq, ok := s.m[k]; ok {
+		seq = mf.seq[i]
+		sl = s.held(seq, k)
+	} else if e := s.find(k); e != nil {
+		seq = e.seq
 		sl = s.at(seq)
 	}
 	if sl != nil && sl.fl == &mf.fl {
-		return sl
+		return sl, seq
 	}
-	return nil
+	return nil, 0
 }
 
 func (m *Memory) complete(o *Outcome, answer []byte) error {
@@ -329,13 +449,13 @@ func (m *Memory) complete(o *Outcome, answer []byte) error {
 	idx := m.lockAll(o.keys, buf[:])
 	lost := false
 	for i, k := range o.keys {
-		if sl := m.slotOf(mf, i, k); sl != nil {
+		if sl, _ := m.slotOf(mf, i, k); sl != nil {
 			sl.answer = ans
 			sl.fl = nil
 			continue
 		}
 		s := &m.shards[m.shardOf(k)]
-		if _, ok := s.m[k]; ok {
+		if s.find(k) != nil {
 			lost = true // taken over by another request, which owns it now
 			continue
 		}
@@ -355,8 +475,8 @@ func (m *Memory) abandon(o *Outcome) error {
 	var buf [4]int
 	idx := m.lockAll(o.keys, buf[:])
 	for i, k := range o.keys {
-		if sl := m.slotOf(mf, i, k); sl != nil {
-			m.shards[m.shardOf(k)].kill(sl)
+		if sl, seq := m.slotOf(mf, i, k); sl != nil {
+			m.shards[m.shardOf(k)].remove(k, seq)
 		}
 	}
 	m.unlockAll(idx)
@@ -371,7 +491,7 @@ func (m *Memory) Len() int {
 	for i := range m.shards {
 		s := &m.shards[i]
 		s.mu.Lock()
-		n += len(s.m)
+		n += s.live
 		s.mu.Unlock()
 	}
 	return n

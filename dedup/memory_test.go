@@ -177,3 +177,74 @@ func TestMemoryShardsRounding(t *testing.T) {
 		}
 	}
 }
+
+// crafted returns a key whose index buckets are 0 and 1 in any shard (bytes
+// 8..16 zero), with distinct tags.
+func crafted(i int) Key {
+	var k Key
+	k[0] = 0 // shard 0
+	k[4], k[5], k[6] = byte(i), byte(i>>8), 0xaa
+	return k
+}
+
+// TestMemoryIndexOverflow: when both buckets of a key are full of live
+// entries, the oldest of them is evicted.
+func TestMemoryIndexOverflow(t *testing.T) {
+	s := NewMemory(WithShards(1), WithMaxEntries(64))
+	for i := 0; i < 17; i++ {
+		complete(t, s, crafted(i), "a")
+	}
+	if n := s.Len(); n != 16 {
+		t.Fatalf("Len %d, want 16", n)
+	}
+	for i := 1; i < 17; i++ {
+		wantKind(t, begin(t, s, crafted(i)), Duplicate)
+	}
+	o := begin(t, s, crafted(0))
+	wantKind(t, o, First)
+	_ = o.Abandon()
+}
+
+// TestMemorySequenceWrap: sequence numbers wrap around 2^32.
+func TestMemorySequenceWrap(t *testing.T) {
+	s := NewMemory(WithShards(1), WithMaxEntries(8))
+	sh := &s.shards[0]
+	sh.head, sh.tail = ^uint32(0)-4, ^uint32(0)-4
+	for i := 0; i < 20; i++ {
+		complete(t, s, RequestKey("c", uint32(i)), "a")
+	}
+	for i := 12; i < 20; i++ {
+		wantKind(t, begin(t, s, RequestKey("c", uint32(i))), Duplicate)
+	}
+	o := begin(t, s, RequestKey("c", 11))
+	wantKind(t, o, First)
+	_ = o.Abandon()
+	if sh.tail > 100 {
+		t.Fatalf("tail %d did not wrap", sh.tail)
+	}
+}
+
+// TestMemoryManyKeys: more than two keys per request (beyond the inline
+// slot cache) work the same.
+func TestMemoryManyKeys(t *testing.T) {
+	s := NewMemory()
+	keys := []Key{RequestKey("c", 1), RequestKey("c", 2), RequestKey("c", 3), RequestKey("c", 4)}
+	o := begin(t, s, keys...)
+	wantKind(t, o, First)
+	if err := o.Complete(msg(1, 1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		wantKind(t, begin(t, s, k), Duplicate)
+	}
+	o = begin(t, s, RequestKey("d", 1), RequestKey("d", 2), RequestKey("d", 3))
+	_ = o.Abandon()
+	for i := uint32(1); i <= 3; i++ {
+		o := begin(t, s, RequestKey("d", i))
+		wantKind(t, o, First)
+		_ = o.Abandon()
+	}
+	if n := s.Len(); n != 4 {
+		t.Fatalf("Len %d, want 4", n)
+	}
+}
