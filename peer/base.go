@@ -1,0 +1,252 @@
+package peer
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// Base protocol messages (RFC 6733 5.3-5.5), built with package message.
+
+// capabilities is what one side advertised in its CER or CEA.
+type capabilities struct {
+	OriginHost  string
+	OriginRealm string
+	ResultCode  uint32 // CEA only
+	ErrorMsg    string // CEA only
+	AuthApps    []uint32
+	AcctApps    []uint32
+	ProductName string
+}
+
+func (c *Config) addIdentity(b *message.Builder) *message.Builder {
+	return b.String(message.OriginHost, 0, true, c.OriginHost).
+		String(message.OriginRealm, 0, true, c.OriginRealm)
+}
+
+func (c *Config) addCapabilities(b *message.Builder, local net.Addr) {
+	c.addIdentity(b)
+	ips := c.HostIPAddresses
+	if len(ips) == 0 {
+		if a, ok := addrOf(local); ok {
+			ips = []netip.Addr{a}
+		} else {
+			ips = []netip.Addr{netip.IPv4Unspecified()}
+		}
+	}
+	for _, ip := range ips {
+		b.Address(message.HostIPAddress, 0, true, ip)
+	}
+	b.Uint32(message.VendorID, 0, true, c.VendorID).
+		String(message.ProductName, 0, false, c.ProductName).
+		Uint32(message.OriginStateID, 0, true, c.OriginStateID)
+	var vendors []uint32
+	for _, v := range c.VendorApps {
+		if !slices.Contains(vendors, v.VendorID) {
+			vendors = append(vendors, v.VendorID)
+		}
+	}
+	for _, v := range vendors {
+		b.Uint32(message.SupportedVendorID, 0, true, v)
+	}
+	for _, a := range c.AuthApps {
+		b.Uint32(message.AuthApplicationID, 0, true, a)
+	}
+	for _, a := range c.AcctApps {
+		b.Uint32(message.AcctApplicationID, 0, true, a)
+	}
+	for _, v := range c.VendorApps {
+		b.Group(message.VendorSpecificApplicationID, 0, true).Uint32(message.VendorID, 0, true, v.VendorID)
+		if v.AuthAppID != 0 {
+			b.Uint32(message.AuthApplicationID, 0, true, v.AuthAppID)
+		} else {
+			b.Uint32(message.AcctApplicationID, 0, true, v.AcctAppID)
+		}
+		b.End()
+	}
+}
+
+func addrOf(a net.Addr) (netip.Addr, bool) {
+	switch v := a.(type) {
+	case *net.TCPAddr:
+		ip, ok := netip.AddrFromSlice(v.IP)
+		return ip.Unmap(), ok
+	case interface{ AddrPort() netip.AddrPort }:
+		return v.AddrPort().Addr().Unmap(), true
+	}
+	if a == nil {
+		return netip.Addr{}, false
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ap.Addr().Unmap(), true
+}
+
+func (c *Config) newCER(local net.Addr) []byte {
+	b := message.NewRequest(wire.CmdCapabilitiesExchange, message.AppCommon, 0)
+	c.addCapabilities(b, local)
+	return b.Bytes()
+}
+
+func (c *Config) newCEA(cer []byte, local net.Addr, result uint32, errMsg string) []byte {
+	b := message.NewAnswer(cer).Uint32(message.ResultCode, 0, true, result)
+	c.addCapabilities(b, local)
+	if errMsg != "" {
+		b.String(message.ErrorMessage, 0, false, errMsg)
+	}
+	msg := b.Bytes()
+	if result >= 3000 && result < 4000 {
+		// Protocol errors (3xxx) carry the E bit (RFC 6733 7.1.3).
+		wire.SetFlags(msg, wire.Flags(msg)|wire.FlagError)
+	}
+	return msg
+}
+
+func (c *Config) newDWR() []byte {
+	b := message.NewRequest(wire.CmdDeviceWatchdog, message.AppCommon, 0)
+	c.addIdentity(b).Uint32(message.OriginStateID, 0, true, c.OriginStateID)
+	return b.Bytes()
+}
+
+func (c *Config) newDWA(dwr []byte) []byte {
+	b := message.NewAnswer(dwr).Uint32(message.ResultCode, 0, true, message.Success)
+	c.addIdentity(b).Uint32(message.OriginStateID, 0, true, c.OriginStateID)
+	return b.Bytes()
+}
+
+func (c *Config) newDPR(cause uint32) []byte {
+	b := message.NewRequest(wire.CmdDisconnectPeer, message.AppCommon, 0)
+	c.addIdentity(b).Uint32(message.DisconnectCause, 0, true, cause)
+	return b.Bytes()
+}
+
+func (c *Config) newDPA(dpr []byte) []byte {
+	b := message.NewAnswer(dpr).Uint32(message.ResultCode, 0, true, message.Success)
+	return c.addIdentity(b).Bytes()
+}
+
+// errorAnswer answers req with a bare Result-Code (3001, 3002...).
+func (c *Config) errorAnswer(req []byte, result uint32, errMsg string) []byte {
+	b := message.NewAnswer(req)
+	if sid, ok := wire.FindAVP(req, message.SessionID, 0); ok {
+		b.Octets(message.SessionID, 0, true, sid)
+	}
+	b.Uint32(message.ResultCode, 0, true, result)
+	c.addIdentity(b)
+	if errMsg != "" {
+		b.String(message.ErrorMessage, 0, false, errMsg)
+	}
+	msg := b.Bytes()
+	if result >= 3000 && result < 4000 {
+		wire.SetFlags(msg, wire.Flags(msg)|wire.FlagError)
+	}
+	return msg
+}
+
+// parseCapabilities reads a CER or CEA without a full decode.
+func parseCapabilities(msg []byte) (capabilities, error) {
+	var cp capabilities
+	var inner error
+	err := wire.WalkAVPs(msg, func(a wire.AVP) bool {
+		if a.Vendor != 0 {
+			return true
+		}
+		switch a.Code {
+		case message.OriginHost:
+			cp.OriginHost = string(a.Data)
+		case message.OriginRealm:
+			cp.OriginRealm = string(a.Data)
+		case message.ProductName:
+			cp.ProductName = string(a.Data)
+		case message.ErrorMessage:
+			cp.ErrorMsg = string(a.Data)
+		case message.ResultCode:
+			cp.ResultCode = u32(a.Data)
+		case message.AuthApplicationID:
+			cp.AuthApps = append(cp.AuthApps, u32(a.Data))
+		case message.AcctApplicationID:
+			cp.AcctApps = append(cp.AcctApps, u32(a.Data))
+		case message.VendorSpecificApplicationID:
+			inner = wire.WalkGrouped(a.Data, func(g wire.AVP) bool {
+				switch {
+				case g.Vendor != 0:
+				case g.Code == message.AuthApplicationID:
+					cp.AuthApps = append(cp.AuthApps, u32(g.Data))
+				case g.Code == message.AcctApplicationID:
+					cp.AcctApps = append(cp.AcctApps, u32(g.Data))
+				}
+				return true
+			})
+			return inner == nil
+		}
+		return true
+	})
+	if err == nil {
+		err = inner
+	}
+	if err != nil {
+		return cp, err
+	}
+	if cp.OriginHost == "" {
+		return cp, fmt.Errorf("%s without Origin-Host", message.CommandName(msg))
+	}
+	return cp, nil
+}
+
+func u32(b []byte) uint32 {
+	if len(b) != 4 {
+		return 0
+	}
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
+
+// commonApps reports whether our advertised applications and theirs share
+// one, counting Relay (0xffffffff) on either side as sharing everything.
+func (c *Config) commonApps(their capabilities) bool {
+	ours := c.allApps()
+	theirs := append(append([]uint32(nil), their.AuthApps...), their.AcctApps...)
+	if slices.Contains(ours, message.AppRelay) || slices.Contains(theirs, message.AppRelay) {
+		return len(theirs) > 0
+	}
+	for _, a := range theirs {
+		if slices.Contains(ours, a) {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Config) allApps() []uint32 {
+	apps := append(append([]uint32(nil), c.AuthApps...), c.AcctApps...)
+	for _, v := range c.VendorApps {
+		apps = append(apps, v.AuthAppID+v.AcctAppID)
+	}
+	return apps
+}
+
+// resultName names the result codes a CEA is likely to carry.
+func resultName(rc uint32) string {
+	switch rc {
+	case message.Success:
+		return "DIAMETER_SUCCESS"
+	case message.UnknownPeer:
+		return "DIAMETER_UNKNOWN_PEER"
+	case message.NoCommonApplication:
+		return "DIAMETER_NO_COMMON_APPLICATION"
+	case message.TooBusy:
+		return "DIAMETER_TOO_BUSY"
+	case message.UnableToDeliver:
+		return "DIAMETER_UNABLE_TO_DELIVER"
+	case message.CommandUnsupported:
+		return "DIAMETER_COMMAND_UNSUPPORTED"
+	case message.UnableToComply:
+		return "DIAMETER_UNABLE_TO_COMPLY"
+	}
+	return "result code"
+}

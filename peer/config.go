@@ -1,0 +1,167 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"path"
+	"time"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/watchdog"
+)
+
+// BringDownInterval is RFC 3539 3.3's BRINGDOWN_INTERVAL: an idle
+// connection may not be closed sooner (T4).
+const BringDownInterval = 5 * time.Minute
+
+// Defaults for Config's timeouts.
+const (
+	DefaultCEATimeout     = 10 * time.Second
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultDPATimeout     = 5 * time.Second
+)
+
+// ErrConfig is matched by every configuration error.
+var ErrConfig = errors.New("peer: invalid configuration")
+
+// VendorApp is one Vendor-Specific-Application-Id advertised in CER/CEA.
+// Exactly one of AuthAppID and AcctAppID is set.
+type VendorApp struct {
+	VendorID  uint32
+	AuthAppID uint32
+	AcctAppID uint32
+}
+
+// Config configures a Peer. OriginHost and OriginRealm are required; every
+// other zero field means its documented default. A Config is copied by Dial
+// and Serve; changing it afterwards has no effect.
+type Config struct {
+	OriginHost  string
+	OriginRealm string
+
+	// HostIPAddresses are advertised in CER/CEA. Default: the local address
+	// of the connection.
+	HostIPAddresses []netip.Addr
+	VendorID        uint32
+	ProductName     string // default "aaatp"
+	// OriginStateID is advertised in CER/CEA. Default: the process start
+	// time in seconds, so it grows across restarts (RFC 6733 8.16).
+	OriginStateID uint32
+
+	// Applications advertised. The default, when all three are empty, is
+	// the base accounting application (3).
+	AuthApps   []uint32
+	AcctApps   []uint32
+	VendorApps []VendorApp
+
+	// Watchdog configures the RFC 3539 machine (Twinit, jitter source,
+	// OkayDWAs, SuspectTimeouts). Leave Watchdog.Rand nil outside tests:
+	// a Rand set here is shared by every peer made from this Config and
+	// must then be safe for concurrent use.
+	Watchdog watchdog.Config
+	// Transport configures dialing and framing (Nagle, deadlines, TLS).
+	Transport transport.Options
+
+	// Dialer opens a client's transport connection. Default:
+	// transport.Dial(ctx, url, Transport). Tests use it to dial over
+	// net.Pipe; deployments to pick a source address.
+	Dialer func(ctx context.Context, url string) (transport.Conn, error)
+
+	// CEATimeout bounds the capabilities exchange. Default 10 s.
+	CEATimeout time.Duration
+	// RequestTimeout bounds a Request whose context has no deadline.
+	// Default 10 s.
+	RequestTimeout time.Duration
+	// DPATimeout bounds how long Close waits for the DPA. Default 5 s.
+	DPATimeout time.Duration
+	// IdleTimeout, when set, closes the connection (DPR) after that long
+	// without application traffic (watchdog messages do not count), and
+	// ends the Peer. Zero means never; anything below BringDownInterval
+	// (5 minutes, RFC 3539 3.3) is an error (T4).
+	IdleTimeout time.Duration
+
+	// AllowHosts, for accepted connections: glob patterns (path.Match) of
+	// Origin-Hosts admitted. Empty admits every host. A CER from another
+	// host gets CEA DIAMETER_UNKNOWN_PEER (3010) and the connection closes.
+	AllowHosts []string
+
+	// Handler answers requests other than CER, DWR and DPR. Nil answers
+	// them with DIAMETER_COMMAND_UNSUPPORTED (3001).
+	Handler Handler
+
+	// Events receives every event of this peer. Default: a new Bus; share
+	// one Bus between peers to watch them all.
+	Events *Bus
+
+	// Logger gets one line per state change. Default slog.Default().
+	Logger *slog.Logger
+}
+
+var processStart = uint32(time.Now().Unix())
+
+func (c Config) validate() (Config, error) {
+	if c.OriginHost == "" || c.OriginRealm == "" {
+		return c, fmt.Errorf("%w: OriginHost and OriginRealm are required", ErrConfig)
+	}
+	if c.ProductName == "" {
+		c.ProductName = "aaatp"
+	}
+	if c.OriginStateID == 0 {
+		c.OriginStateID = processStart
+	}
+	if len(c.AuthApps) == 0 && len(c.AcctApps) == 0 && len(c.VendorApps) == 0 {
+		c.AcctApps = []uint32{message.AppAccounting}
+	}
+	for _, v := range c.VendorApps {
+		if (v.AuthAppID == 0) == (v.AcctAppID == 0) {
+			return c, fmt.Errorf("%w: vendor application %+v needs exactly one of AuthAppID and AcctAppID", ErrConfig, v)
+		}
+	}
+	if c.CEATimeout <= 0 {
+		c.CEATimeout = DefaultCEATimeout
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.DPATimeout <= 0 {
+		c.DPATimeout = DefaultDPATimeout
+	}
+	if c.IdleTimeout < 0 || (c.IdleTimeout > 0 && c.IdleTimeout < BringDownInterval) {
+		return c, fmt.Errorf("%w: IdleTimeout %v is below RFC 3539's BRINGDOWN_INTERVAL of %v", ErrConfig, c.IdleTimeout, BringDownInterval)
+	}
+	for _, g := range c.AllowHosts {
+		if _, err := path.Match(g, ""); err != nil {
+			return c, fmt.Errorf("%w: allow pattern %q: %v", ErrConfig, g, err)
+		}
+	}
+	if c.Events == nil {
+		c.Events = NewBus()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	// Validate the watchdog settings now, so a bad Twinit fails Dial, not
+	// the background loop. Each Peer builds its own Machine from
+	// c.Watchdog so that a nil Rand gives each its own seeded PRNG.
+	if _, err := watchdog.New(c.Watchdog); err != nil {
+		return c, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return c, nil
+}
+
+// allowed reports whether host matches AllowHosts.
+func (c *Config) allowed(host string) bool {
+	if len(c.AllowHosts) == 0 {
+		return true
+	}
+	for _, g := range c.AllowHosts {
+		if ok, _ := path.Match(g, host); ok {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,245 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// conn is one transport connection of a Peer, after a successful
+// capabilities exchange. It owns a reader and a writer goroutine.
+type conn struct {
+	p          *Peer
+	tc         transport.Conn
+	remoteHost string // Origin-Host from the CER or CEA
+	hbh        *wire.HopByHopGen
+
+	// pending requests by Hop-by-Hop id (F1). mu guards pending and
+	// lost; once lost is set, nothing new is added.
+	mu      sync.Mutex
+	pending map[uint32]*call
+	lost    bool
+
+	// write queue: callers append under wmu; the writer swaps it out.
+	wmu      sync.Mutex
+	wq       [][]byte
+	wclosed  bool
+	wsig     chan struct{} // cap 1: "the queue is not empty"
+	flushEnd bool          // after the queue drains, close (DPA sent)
+
+	dpa      chan struct{} // closed when a DPA arrives
+	dpaOnce  sync.Once
+	closed   chan struct{}
+	closeMu  sync.Once
+	ctx      context.Context // cancelled when the connection closes: handlers watch it
+	cancel   context.CancelFunc
+	downNote string // why it closed, set before close by the closing side (under mu)
+}
+
+func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &conn{
+		p: p, tc: tc, remoteHost: remoteHost,
+		hbh:     wire.NewHopByHopGenRandom(),
+		pending: make(map[uint32]*call),
+		wsig:    make(chan struct{}, 1),
+		dpa:     make(chan struct{}),
+		closed:  make(chan struct{}),
+		ctx:     ctx, cancel: cancel,
+	}
+}
+
+func (c *conn) start() {
+	c.p.wg.Add(2)
+	go c.reader()
+	go c.writer()
+}
+
+// close closes the transport once; the reader then reports the loss.
+func (c *conn) close(note string) {
+	c.closeMu.Do(func() {
+		c.mu.Lock()
+		if c.downNote == "" {
+			c.downNote = note
+		}
+		c.mu.Unlock()
+		c.wmu.Lock()
+		c.wclosed = true
+		c.wmu.Unlock()
+		close(c.closed)
+		c.cancel()
+		c.tc.Close()
+	})
+}
+
+func (c *conn) note() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.downNote
+}
+
+// enqueue queues one message for the writer.
+func (c *conn) enqueue(msg []byte) error {
+	c.wmu.Lock()
+	if c.wclosed {
+		c.wmu.Unlock()
+		return ErrConnectionLost
+	}
+	c.wq = append(c.wq, msg)
+	c.wmu.Unlock()
+	select {
+	case c.wsig <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// writer flushes the queue in batches: one writev for whatever callers
+// queued meanwhile. Yielding once before taking the batch lets callers that
+// are runnable right now add their message to it.
+func (c *conn) writer() {
+	defer c.p.wg.Done()
+	var spare [][]byte
+	for {
+		select {
+		case <-c.wsig:
+		case <-c.closed:
+			return
+		}
+		runtime.Gosched()
+		c.wmu.Lock()
+		batch := c.wq
+		c.wq = spare[:0]
+		end := c.flushEnd
+		c.wmu.Unlock()
+		if len(batch) > 0 {
+			if err := c.tc.WriteMessages(batch...); err != nil {
+				c.close("write failed: " + err.Error())
+				return
+			}
+			clear(batch)
+			spare = batch
+		}
+		if end {
+			c.close("disconnected by DPR")
+			return
+		}
+	}
+}
+
+// closeAfterFlush makes the writer close the connection once everything
+// queued so far is written (used after sending a DPA).
+func (c *conn) closeAfterFlush() {
+	c.wmu.Lock()
+	c.flushEnd = true
+	c.wmu.Unlock()
+	select {
+	case c.wsig <- struct{}{}:
+	default:
+	}
+}
+
+// send assigns a Hop-by-Hop id, registers the call and queues it.
+func (c *conn) send(cl *call) error {
+	id := c.hbh.Next()
+	wire.SetHopByHop(cl.raw, id)
+	cl.hbh = id
+	c.mu.Lock()
+	if c.lost {
+		c.mu.Unlock()
+		return ErrConnectionLost
+	}
+	c.pending[id] = cl
+	c.mu.Unlock()
+	if err := c.enqueue(cl.raw); err != nil {
+		c.forget(cl)
+		return err
+	}
+	return nil
+}
+
+// forget removes a call (its caller gave up).
+func (c *conn) forget(cl *call) {
+	c.mu.Lock()
+	if c.pending[cl.hbh] == cl {
+		delete(c.pending, cl.hbh)
+	}
+	c.mu.Unlock()
+}
+
+// takePending marks the connection lost and returns its unanswered calls.
+func (c *conn) takePending() []*call {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lost = true
+	calls := make([]*call, 0, len(c.pending))
+	for id, cl := range c.pending {
+		calls = append(calls, cl)
+		delete(c.pending, id)
+	}
+	return calls
+}
+
+func (c *conn) pendingLen() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.pending)
+}
+
+// reader reads until the connection fails. Bad bytes close only this
+// connection, with the reason logged and counted (T5).
+func (c *conn) reader() {
+	defer c.p.wg.Done()
+	p := c.p
+	for {
+		msg, err := c.tc.ReadMessage()
+		if err != nil {
+			note := c.note()
+			switch {
+			case note != "":
+			case errors.Is(err, wire.ErrBadFrame):
+				p.stats.badFrames.Add(1)
+				note = "bad frame: " + err.Error()
+				p.publish(EventError, "", "", note)
+			case errors.Is(err, io.EOF):
+				note = "closed by peer"
+			case errors.Is(err, net.ErrClosed):
+				note = "closed"
+			default:
+				note = err.Error()
+			}
+			c.close(note)
+			p.post(loopEvent{kind: evConnDown, c: c, note: note})
+			return
+		}
+		p.received(c, msg)
+	}
+}
+
+// answerRequest runs the handler for one request and queues its answer.
+func (c *conn) answerRequest(req []byte) {
+	p := c.p
+	var ans []byte
+	if p.cfg.Handler != nil {
+		ans = p.cfg.Handler(c.ctx, p, req)
+	} else {
+		ans = p.cfg.errorAnswer(req, message.CommandUnsupported, "no handler")
+	}
+	if ans == nil {
+		return // the handler chose not to answer
+	}
+	// The answer carries the request's ids; R and T are never set on it.
+	wire.SetHopByHop(ans, wire.HopByHop(req))
+	wire.SetEndToEnd(ans, wire.EndToEnd(req))
+	wire.SetFlags(ans, wire.Flags(ans)&^(wire.FlagRequest|wire.FlagRetransmit))
+	if c.enqueue(ans) == nil {
+		p.stats.answersSent.Add(1)
+	}
+}

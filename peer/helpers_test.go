@@ -1,0 +1,177 @@
+package peer
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// noJitter makes every Tw exactly Twinit.
+type noJitter struct{}
+
+func (noJitter) Int64N(n int64) int64 { return n / 2 }
+
+var quiet = slog.New(slog.DiscardHandler)
+
+func clientConfig(host string) Config {
+	return Config{
+		OriginHost: host, OriginRealm: "example.net",
+		Watchdog: watchdog.Config{Twinit: 30 * time.Second, Rand: noJitter{}},
+		Logger:   quiet,
+	}
+}
+
+// fakePeer is a scripted Diameter server on the far end of a net.Pipe. It
+// answers CER, and DWRs and requests while its switches say so. It records
+// when each DWR arrived (in the synctest bubble, exact virtual times).
+type fakePeer struct {
+	answerDWR  atomic.Bool
+	answerReqs atomic.Bool
+	host       string
+
+	mu    sync.Mutex
+	dwrs  []time.Time
+	reqs  int
+	conns []transport.Conn
+	wg    sync.WaitGroup
+}
+
+func newFakePeer(host string) *fakePeer {
+	f := &fakePeer{host: host}
+	f.answerDWR.Store(true)
+	f.answerReqs.Store(true)
+	return f
+}
+
+// dialer returns a Config.Dialer that connects to a fresh fake connection.
+func (f *fakePeer) dialer() func(context.Context, string) (transport.Conn, error) {
+	return func(ctx context.Context, url string) (transport.Conn, error) {
+		a, b := net.Pipe()
+		far := transport.NewStreamConn(b, "pipe", transport.Options{})
+		f.mu.Lock()
+		f.conns = append(f.conns, far)
+		f.mu.Unlock()
+		f.wg.Add(1)
+		go f.serve(far)
+		return transport.NewStreamConn(a, "pipe", transport.Options{}), nil
+	}
+}
+
+func (f *fakePeer) serve(c transport.Conn) {
+	defer f.wg.Done()
+	defer c.Close()
+	cfg := Config{OriginHost: f.host, OriginRealm: "example.net", OriginStateID: 1, ProductName: "fake", AcctApps: []uint32{3}}
+	for {
+		msg, err := c.ReadMessage()
+		if err != nil {
+			return
+		}
+		if !wire.IsRequest(msg) {
+			continue
+		}
+		var ans []byte
+		switch wire.CommandCode(msg) {
+		case wire.CmdCapabilitiesExchange:
+			ans = cfg.newCEA(msg, nil, message.Success, "")
+		case wire.CmdDeviceWatchdog:
+			f.mu.Lock()
+			f.dwrs = append(f.dwrs, time.Now())
+			f.mu.Unlock()
+			if f.answerDWR.Load() {
+				ans = cfg.newDWA(msg)
+			}
+		case wire.CmdDisconnectPeer:
+			ans = cfg.newDPA(msg)
+		default:
+			f.mu.Lock()
+			f.reqs++
+			f.mu.Unlock()
+			if f.answerReqs.Load() {
+				ans = message.NewAnswer(msg).Uint32(message.ResultCode, 0, true, message.Success).Bytes()
+			}
+		}
+		if ans != nil {
+			if err := c.WriteMessages(ans); err != nil {
+				return
+			}
+		}
+	}
+}
+
+func (f *fakePeer) dwrTimes() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Time(nil), f.dwrs...)
+}
+
+func (f *fakePeer) close() {
+	f.mu.Lock()
+	for _, c := range f.conns {
+		c.Close()
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
+}
+
+// recorder keeps every event published on a bus.
+type recorder struct {
+	mu     sync.Mutex
+	events []Event
+}
+
+func record(b *Bus) (*recorder, func()) {
+	r := &recorder{}
+	cancel := b.Subscribe(func(e Event) {
+		r.mu.Lock()
+		r.events = append(r.events, e)
+		r.mu.Unlock()
+	})
+	return r, cancel
+}
+
+func (r *recorder) watchdog() []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Event
+	for _, e := range r.events {
+		if e.Type == EventWatchdog {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (r *recorder) ofType(t string) []Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Event
+	for _, e := range r.events {
+		if e.Type == t {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func acr() []byte {
+	return message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
+		String(message.SessionID, 0, true, "client;1;1").
+		String(message.OriginHost, 0, true, "client.example.net").
+		String(message.OriginRealm, 0, true, "example.net").
+		String(message.DestinationRealm, 0, true, "example.net").
+		Uint32(message.AccountingRecordType, 0, true, 2).
+		Uint32(message.AccountingRecordNumber, 0, true, 0).Bytes()
+}

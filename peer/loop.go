@@ -1,0 +1,401 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// loop owns the watchdog machine: every state decision is made here.
+func (p *Peer) loop(_ *conn) {
+	defer p.finish()
+	if p.role == RoleClient {
+		p.apply(p.m.Start(), p.mono())
+	}
+	// A server's first step is ConnectionUp once the CER is answered; the
+	// exchange goroutine bounds the wait for the CER (CEATimeout).
+	for !p.ended {
+		select {
+		case <-p.timer.C:
+			p.onTimer()
+		case e := <-p.evc:
+			p.handle(e)
+		case <-p.ctx.Done():
+			p.ended = true
+			if p.closeErr == nil {
+				p.closeErr = ErrClosed
+			}
+		}
+	}
+}
+
+// finish runs when the loop ends: the connection closes, pending calls fail.
+func (p *Peer) finish() {
+	p.timer.Stop()
+	if c := p.cur.Swap(nil); c != nil {
+		c.close("peer closed")
+		p.failPending(c, ErrClosed)
+	}
+	p.cancel()
+	close(p.done)
+}
+
+// arm (re)arms the one timer to fire d after base (ns since epoch).
+func (p *Peer) arm(base int64, d time.Duration) {
+	p.armedAt = base
+	p.tw.Store(int64(d))
+	p.timer.Reset(time.Duration(base + int64(d) - p.mono()))
+}
+
+// onTimer handles an expiry of Tw. In OKAY the reader does not report each
+// message; it stores the time of the last one. If a message arrived after
+// the timer was armed, Tw was reset then (RFC 3539 3.4.1 [2]): step
+// "receive non-DWA" and re-arm from that instant instead of expiring.
+func (p *Peer) onTimer() {
+	for {
+		armed := p.armedAt
+		rx := p.lastRx.Load()
+		if p.m.State() == watchdog.Okay && rx > armed {
+			p.apply(p.m.Step(watchdog.ReceiveOther), rx)
+			if p.armedAt+p.tw.Load() > p.mono() {
+				return
+			}
+			continue // jitter made the new deadline already past
+		}
+		prev := p.m.State()
+		p.apply(p.m.Step(watchdog.TimerExpired), p.mono())
+		// The reader stores lastRx before reading the state, and apply
+		// stores the state before this load: if a message slipped in while
+		// we left OKAY, one of the two sides sees the other and the
+		// message is not lost for the watchdog.
+		if prev == watchdog.Okay && p.m.State() != watchdog.Okay && p.lastRx.Load() > armed {
+			p.apply(p.m.Step(watchdog.ReceiveOther), p.mono())
+		}
+		p.checkIdle()
+		return
+	}
+}
+
+// apply carries out a step's actions. base is the instant SetWatchdog
+// counts from (now, or the last receipt for a lazy reset).
+func (p *Peer) apply(o watchdog.Output, base int64) {
+	if o.Changed {
+		tr := o.Transition
+		p.state.Store(uint32(o.State))
+		p.since.Store(time.Now().UnixNano())
+		p.stats.transitions.Add(1)
+		p.publish(EventWatchdog, tr.From.String(), tr.To.String(), tr.Reason)
+		p.cfg.Logger.Info("watchdog", "peer", p.Name(), "from", tr.From.String(), "to", tr.To.String(), "reason", tr.Reason)
+	}
+	for _, a := range o.Actions() {
+		switch a.Kind {
+		case watchdog.ActionSetTimer:
+			p.arm(base, a.After)
+		case watchdog.ActionSendDWR:
+			if c := p.cur.Load(); c != nil && c.enqueue(p.cfg.newDWR()) == nil {
+				p.stats.dwrSent.Add(1)
+			}
+		case watchdog.ActionFailover:
+			p.stats.failovers.Add(1)
+			n := 0
+			if c := p.cur.Load(); c != nil {
+				n = c.pendingLen()
+			}
+			// Without an alternate (package peer alone), pending requests
+			// keep waiting on this connection: a late answer still
+			// completes them, and they fail when it closes or their
+			// deadline passes. The client layer moves them (F2).
+			p.publish(EventFailover, "", "", fmt.Sprintf("%s: %d requests pending", o.Transition.Reason, n))
+		case watchdog.ActionFailback:
+			p.publish(EventFailover, "", "", "failback: back in service")
+		case watchdog.ActionCloseConnection:
+			if c := p.cur.Swap(nil); c != nil {
+				note := "closed by the watchdog: " + o.Transition.Reason
+				c.close(note)
+				p.failPending(c, ErrConnectionLost)
+				p.publish(EventConnection, "", "", note)
+			}
+		case watchdog.ActionAttemptOpen:
+			p.attemptOpen()
+		}
+	}
+	if p.role == RoleServer && o.State == watchdog.Down {
+		p.ended = true // an accepted connection is not reopened by us
+	}
+}
+
+// attemptOpen dials in the background, unless a dial is still running
+// (W7: wait for the transport's own failure report first).
+func (p *Peer) attemptOpen() {
+	if p.role != RoleClient || p.dialing || p.closing {
+		return
+	}
+	p.dialing = true
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		ctx, cancel := context.WithTimeout(p.ctx, p.dialBudget())
+		defer cancel()
+		var tc transport.Conn
+		var err error
+		if p.cfg.Dialer != nil {
+			tc, err = p.cfg.Dialer(ctx, p.url)
+		} else {
+			tc, err = transport.Dial(ctx, p.url, p.cfg.Transport)
+		}
+		if err != nil {
+			p.post(loopEvent{kind: evOpenFailed, note: err.Error()})
+			return
+		}
+		cp, err := p.exchangeClient(tc)
+		if err != nil {
+			tc.Close()
+			p.post(loopEvent{kind: evOpenFailed, note: err.Error()})
+			return
+		}
+		if !p.post(loopEvent{kind: evConnUp, c: newConn(p, tc, cp.OriginHost)}) {
+			tc.Close()
+		}
+	}()
+}
+
+func (p *Peer) dialBudget() time.Duration {
+	d := p.cfg.Transport.DialTimeout
+	if d <= 0 {
+		d = transport.DefaultDialTimeout
+	}
+	return d
+}
+
+func (p *Peer) handle(e loopEvent) {
+	cur := p.cur.Load()
+	switch e.kind {
+	case evConnUp:
+		p.dialing = false
+		if p.closing {
+			e.c.tc.Close()
+			return
+		}
+		p.cur.Store(e.c)
+		if e.c.remoteHost != "" {
+			h := e.c.remoteHost
+			p.label.Store(&h)
+		}
+		p.lastApp.Store(p.mono())
+		e.c.start()
+		p.publish(EventConnection, "", "", fmt.Sprintf("connected over %s to %s", e.c.tc.Network(), e.c.tc.RemoteAddr()))
+		p.apply(p.m.Step(watchdog.ConnectionUp), p.mono())
+
+	case evOpenFailed:
+		p.dialing = false
+		p.stats.openFailures.Add(1)
+		if p.role == RoleServer {
+			p.ended = true
+			p.closeErr = errors.New(e.note)
+			return
+		}
+		p.publish(EventConnection, "", "", "open failed: "+e.note)
+		p.cfg.Logger.Warn("open failed", "peer", p.Name(), "err", e.note)
+
+	case evConnDown:
+		if e.c != cur {
+			return // an older connection, already dealt with
+		}
+		p.cur.Store(nil)
+		p.failPending(e.c, ErrConnectionLost)
+		p.publish(EventConnection, "", "", "connection down: "+e.note)
+		p.apply(p.m.Step(watchdog.ConnectionDown), p.mono())
+		if p.closing {
+			p.ended = true
+		}
+
+	case evDWA:
+		if e.c == cur {
+			p.apply(p.m.Step(watchdog.ReceiveDWA), p.mono())
+		}
+
+	case evDWR:
+		if e.c != cur {
+			return
+		}
+		o := p.m.Step(watchdog.ReceiveDWR)
+		if o.Has(watchdog.ActionAnswerDWR) {
+			e.c.enqueue(p.cfg.newDWA(e.msg))
+		}
+		p.apply(o, p.mono())
+
+	case evOther:
+		if e.c != cur {
+			return
+		}
+		o := p.m.Step(watchdog.ReceiveOther)
+		p.apply(o, p.mono())
+		if e.msg != nil { // a request received while not OKAY
+			if o.Has(watchdog.ActionDiscard) {
+				p.stats.discarded.Add(1)
+				p.publish(EventError, "", "", fmt.Sprintf("%s discarded: watchdog %s", message.CommandName(e.msg), p.m.State()))
+			} else {
+				p.serve(e.c, e.msg)
+			}
+		}
+
+	case evDPR:
+		if e.c != cur {
+			return
+		}
+		cause, _ := message.Uint32Of(e.msg, message.DisconnectCause, 0)
+		note := fmt.Sprintf("DPR received (Disconnect-Cause %d)", cause)
+		e.c.mu.Lock()
+		e.c.downNote = note
+		e.c.mu.Unlock()
+		e.c.enqueue(p.cfg.newDPA(e.msg))
+		e.c.closeAfterFlush()
+		// The DPR is traffic too.
+		p.apply(p.m.Step(watchdog.ReceiveOther), p.mono())
+
+	case evClose:
+		if p.closing {
+			return
+		}
+		p.closing = true
+		p.closeErr = nil
+		if cur == nil {
+			p.ended = true
+			return
+		}
+		if err := cur.enqueue(p.cfg.newDPR(message.DisconnectRebooting)); err != nil {
+			p.ended = true
+			return
+		}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			t := time.NewTimer(p.cfg.DPATimeout)
+			defer t.Stop()
+			note := "closed after DPA"
+			select {
+			case <-cur.dpa:
+			case <-t.C:
+				note = "closed: no DPA within " + p.cfg.DPATimeout.String()
+			case <-cur.closed:
+				note = "closed while waiting for DPA"
+			}
+			p.post(loopEvent{kind: evCloseDone, c: cur, note: note})
+		}()
+
+	case evCloseDone:
+		p.publish(EventConnection, "", "", e.note)
+		p.ended = true
+	}
+}
+
+// checkIdle brings an idle connection down (T4), never sooner than
+// BringDownInterval after the last application message.
+func (p *Peer) checkIdle() {
+	if p.cfg.IdleTimeout == 0 || p.closing || p.m.State() != watchdog.Okay {
+		return
+	}
+	c := p.cur.Load()
+	if c == nil || c.pendingLen() > 0 {
+		return
+	}
+	idle := time.Duration(p.mono() - p.lastApp.Load())
+	if idle < p.cfg.IdleTimeout {
+		return
+	}
+	p.publish(EventConnection, "", "", fmt.Sprintf("idle for %v: bringing the connection down", idle.Truncate(time.Second)))
+	p.handle(loopEvent{kind: evClose})
+}
+
+// failPending completes every call still pending on c with err.
+func (p *Peer) failPending(c *conn, err error) {
+	for _, cl := range c.takePending() {
+		if cl.complete(nil, fmt.Errorf("peer %s: %w", p.Name(), err)) {
+			p.stats.lost.Add(1)
+		}
+	}
+}
+
+// CapabilitiesError is a CEA with a Result-Code other than
+// DIAMETER_SUCCESS, or a CER we refused.
+type CapabilitiesError struct {
+	Peer       string
+	ResultCode uint32
+	Message    string
+}
+
+func (e *CapabilitiesError) Error() string {
+	s := fmt.Sprintf("capabilities exchange with %s failed: %d %s", e.Peer, e.ResultCode, resultName(e.ResultCode))
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// exchangeClient sends our CER and waits for the CEA (CEATimeout).
+func (p *Peer) exchangeClient(tc transport.Conn) (capabilities, error) {
+	t := time.AfterFunc(p.cfg.CEATimeout, func() { tc.Close() })
+	defer t.Stop()
+	if err := tc.WriteMessages(p.cfg.newCER(tc.LocalAddr())); err != nil {
+		return capabilities{}, fmt.Errorf("sending CER: %w", err)
+	}
+	msg, err := tc.ReadMessage()
+	if err != nil {
+		if !t.Stop() {
+			return capabilities{}, fmt.Errorf("no CEA within %v", p.cfg.CEATimeout)
+		}
+		return capabilities{}, fmt.Errorf("waiting for CEA: %w", err)
+	}
+	if wire.CommandCode(msg) != wire.CmdCapabilitiesExchange || wire.IsRequest(msg) {
+		return capabilities{}, fmt.Errorf("expected a CEA, got %s", message.CommandName(msg))
+	}
+	cp, err := parseCapabilities(msg)
+	if err != nil {
+		return cp, fmt.Errorf("bad CEA: %w", err)
+	}
+	if cp.ResultCode != message.Success {
+		return cp, &CapabilitiesError{Peer: cp.OriginHost, ResultCode: cp.ResultCode, Message: cp.ErrorMsg}
+	}
+	return cp, nil
+}
+
+// exchangeServer waits for a CER and answers it: DIAMETER_UNKNOWN_PEER for
+// a host outside AllowHosts, DIAMETER_NO_COMMON_APPLICATION when no
+// application is shared, DIAMETER_SUCCESS otherwise.
+func (p *Peer) exchangeServer(tc transport.Conn) (capabilities, error) {
+	t := time.AfterFunc(p.cfg.CEATimeout, func() { tc.Close() })
+	defer t.Stop()
+	msg, err := tc.ReadMessage()
+	if err != nil {
+		if !t.Stop() {
+			return capabilities{}, fmt.Errorf("no CER within %v", p.cfg.CEATimeout)
+		}
+		return capabilities{}, fmt.Errorf("waiting for CER: %w", err)
+	}
+	if wire.CommandCode(msg) != wire.CmdCapabilitiesExchange || !wire.IsRequest(msg) {
+		return capabilities{}, fmt.Errorf("expected a CER, got %s", message.CommandName(msg))
+	}
+	cp, err := parseCapabilities(msg)
+	refuse := func(rc uint32, why string) (capabilities, error) {
+		_ = tc.WriteMessages(p.cfg.newCEA(msg, tc.LocalAddr(), rc, why))
+		return cp, &CapabilitiesError{Peer: cp.OriginHost, ResultCode: rc, Message: why}
+	}
+	switch {
+	case err != nil:
+		return refuse(message.UnableToComply, "bad CER: "+err.Error())
+	case !p.cfg.allowed(cp.OriginHost):
+		return refuse(message.UnknownPeer, "Origin-Host "+cp.OriginHost+" is not in the allow-list")
+	case !p.cfg.commonApps(cp):
+		return refuse(message.NoCommonApplication, "no application in common")
+	}
+	if err := tc.WriteMessages(p.cfg.newCEA(msg, tc.LocalAddr(), message.Success, "")); err != nil {
+		return cp, fmt.Errorf("sending CEA: %w", err)
+	}
+	return cp, nil
+}

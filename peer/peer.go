@@ -1,0 +1,417 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// Handler answers one request received from a peer and returns the answer
+// bytes (build them with message.NewAnswer(req)); the Peer copies the
+// request's Hop-by-Hop and End-to-End ids into the answer and clears R and
+// T. Returning nil sends no answer. Handlers run on their own goroutine per
+// request; ctx is cancelled when the connection closes. req is the
+// handler's to keep.
+type Handler func(ctx context.Context, p *Peer, req []byte) []byte
+
+// Role says whether a Peer dials (client) or was accepted (server).
+type Role uint8
+
+const (
+	RoleClient Role = iota // dials, and redials while DOWN
+	RoleServer             // accepted; ends when its connection is DOWN
+)
+
+// e2e generates End-to-End ids for this process (RFC 6733 3: unique per
+// originator for 4 minutes, across restarts).
+var e2e = wire.NewEndToEndGenNow()
+
+// NextEndToEnd returns a fresh End-to-End Identifier from the process-wide
+// generator that Request uses for requests that carry none.
+func NextEndToEnd() uint32 { return e2e.Next() }
+
+// Peer is one connection object. See the package documentation.
+type Peer struct {
+	cfg   Config
+	role  Role
+	url   string // client: where to dial
+	epoch time.Time
+
+	label  atomic.Pointer[string] // remote Origin-Host once known, else address
+	state  atomic.Uint32          // mirror of the machine's state for Request and the reader
+	cur    atomic.Pointer[conn]   // the connection in use, nil when none
+	lastRx atomic.Int64           // ns since epoch of the last message received
+	tw     atomic.Int64           // the last Tw armed, for Stats
+	since  atomic.Int64           // unix ns of the last state change
+	stats  counters
+
+	evc    chan loopEvent
+	done   chan struct{} // closed when the loop has ended
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // every goroutine of this peer but the loop
+	closeO sync.Once
+
+	// Owned by the loop goroutine.
+	m        *watchdog.Machine
+	timer    *time.Timer
+	armedAt  int64 // ns since epoch the timer was (lazily) armed from
+	dialing  bool
+	closing  bool
+	ended    bool
+	lastApp  atomic.Int64 // ns since epoch of the last application message (T4); written by any goroutine
+	closeErr error
+}
+
+type counters struct {
+	sent, answered, unmatched, late, timedOut, lost atomic.Uint64
+	received, answersSent, dwrSent, dwaReceived     atomic.Uint64
+	dwrReceived, badFrames, discarded, transitions  atomic.Uint64
+	openFailures, failovers                         atomic.Uint64
+	lastDWA                                         atomic.Int64 // unix ns
+}
+
+// Stats is a snapshot of a Peer's counters.
+type Stats struct {
+	Peer        string        `json:"peer"`
+	State       string        `json:"state"`
+	Since       time.Time     `json:"since"`
+	Tw          time.Duration `json:"tw_ns"`
+	Sent        uint64        `json:"sent"`     // requests sent by Request
+	Answered    uint64        `json:"answered"` // answers matched to them
+	Unmatched   uint64        `json:"unmatched"`
+	Late        uint64        `json:"late"`      // answers for calls already complete
+	TimedOut    uint64        `json:"timed_out"` // calls that ended without an answer
+	Lost        uint64        `json:"lost"`      // calls failed because their connection closed
+	Pending     int           `json:"pending"`
+	Received    uint64        `json:"received"` // messages of any kind
+	AnswersSent uint64        `json:"answers_sent"`
+	DWRSent     uint64        `json:"dwr_sent"`
+	DWAReceived uint64        `json:"dwa_received"`
+	DWRReceived uint64        `json:"dwr_received"`
+	LastDWA     time.Time     `json:"last_dwa"`
+	BadFrames   uint64        `json:"bad_frames"`
+	Discarded   uint64        `json:"discarded"`
+	Transitions uint64        `json:"transitions"`
+	OpenFailed  uint64        `json:"open_failed"`
+	Failovers   uint64        `json:"failovers"`
+}
+
+type evKind uint8
+
+const (
+	evConnUp evKind = iota
+	evOpenFailed
+	evConnDown
+	evDWA
+	evDWR
+	evOther // a message while not OKAY
+	evDPR
+	evClose
+	evCloseDone
+)
+
+type loopEvent struct {
+	kind evKind
+	c    *conn
+	msg  []byte
+	note string
+}
+
+func newPeer(cfg Config, role Role, url, label string) (*Peer, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	m, err := watchdog.New(cfg.Watchdog)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Peer{
+		cfg: cfg, role: role, url: url, epoch: time.Now(), m: m,
+		evc: make(chan loopEvent, 64), done: make(chan struct{}),
+		ctx: ctx, cancel: cancel,
+	}
+	p.label.Store(&label)
+	p.since.Store(time.Now().UnixNano())
+	return p, nil
+}
+
+// Dial returns a client Peer for the URL (tcp://, tls://, sctp://). It
+// returns at once; the connection is opened in the background and retried
+// as the watchdog says (once per Tw while DOWN). Use WaitState to wait for
+// OKAY. Configuration errors are returned here.
+func Dial(url string, cfg Config) (*Peer, error) {
+	if _, err := transport.ParseURL(url); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	p, err := newPeer(cfg, RoleClient, url, url)
+	if err != nil {
+		return nil, err
+	}
+	p.timer = time.NewTimer(time.Hour)
+	p.timer.Stop()
+	go p.loop(nil)
+	return p, nil
+}
+
+// Accept returns a server Peer for a connection a listener accepted. It
+// returns at once: the CER is awaited in the background (CEATimeout), then
+// the connection is in service (INITIAL -> OKAY). The Peer ends when its
+// connection goes DOWN; a server does not redial.
+func Accept(tc transport.Conn, cfg Config) (*Peer, error) {
+	p, err := newPeer(cfg, RoleServer, "", tc.RemoteAddr().String())
+	if err != nil {
+		tc.Close()
+		return nil, err
+	}
+	p.timer = time.NewTimer(time.Hour)
+	p.timer.Stop()
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		cp, err := p.exchangeServer(tc)
+		if err != nil {
+			tc.Close()
+			p.publish(EventError, "", "", "capabilities exchange: "+err.Error())
+			p.post(loopEvent{kind: evOpenFailed, note: err.Error()})
+			return
+		}
+		if !p.post(loopEvent{kind: evConnUp, c: newConn(p, tc, cp.OriginHost)}) {
+			tc.Close()
+		}
+	}()
+	go p.loop(nil)
+	return p, nil
+}
+
+// Name returns the remote Origin-Host once known, else its address.
+func (p *Peer) Name() string { return *p.label.Load() }
+
+// Role returns RoleClient or RoleServer.
+func (p *Peer) Role() Role { return p.role }
+
+// State returns the watchdog state.
+func (p *Peer) State() watchdog.State { return watchdog.State(p.state.Load()) }
+
+// Events returns the bus this peer publishes on.
+func (p *Peer) Events() *Bus { return p.cfg.Events }
+
+// Done is closed when the Peer has ended (Close, or a server connection
+// gone DOWN).
+func (p *Peer) Done() <-chan struct{} { return p.done }
+
+// Stats returns a snapshot of the counters.
+func (p *Peer) Stats() Stats {
+	s := &p.stats
+	st := Stats{
+		Peer: p.Name(), State: p.State().String(), Since: time.Unix(0, p.since.Load()),
+		Tw:   time.Duration(p.tw.Load()),
+		Sent: s.sent.Load(), Answered: s.answered.Load(), Unmatched: s.unmatched.Load(),
+		Late: s.late.Load(), TimedOut: s.timedOut.Load(), Lost: s.lost.Load(),
+		Received: s.received.Load(), AnswersSent: s.answersSent.Load(),
+		DWRSent: s.dwrSent.Load(), DWAReceived: s.dwaReceived.Load(), DWRReceived: s.dwrReceived.Load(),
+		BadFrames: s.badFrames.Load(), Discarded: s.discarded.Load(), Transitions: s.transitions.Load(),
+		OpenFailed: s.openFailures.Load(), Failovers: s.failovers.Load(),
+	}
+	if t := s.lastDWA.Load(); t != 0 {
+		st.LastDWA = time.Unix(0, t)
+	}
+	if c := p.cur.Load(); c != nil {
+		st.Pending = c.pendingLen()
+	}
+	return st
+}
+
+// WaitState waits until the peer is in state want, the peer ends, or ctx
+// is done.
+func (p *Peer) WaitState(ctx context.Context, want watchdog.State) error {
+	ch := make(chan struct{}, 1)
+	cancel := p.cfg.Events.Subscribe(func(e Event) {
+		if e.Type == EventWatchdog {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	})
+	defer cancel()
+	for {
+		if p.State() == want {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-p.done:
+			if p.State() == want {
+				return nil
+			}
+			return fmt.Errorf("peer %s ended in %s: %w", p.Name(), p.State(), ErrClosed)
+		case <-ctx.Done():
+			return fmt.Errorf("peer %s is %s, waiting for %s: %w", p.Name(), p.State(), want, ctx.Err())
+		}
+	}
+}
+
+// Request sends one request and waits for its answer. req must be a whole
+// encoded request (message.NewRequest(...).Bytes(), or go-diameter's
+// Serialize); the Peer takes it over: it writes the Hop-by-Hop id into it,
+// and an End-to-End id when it carries none. The answer is returned as raw
+// bytes the caller owns (read it with package message or wire.Decode).
+//
+// Request refuses at once with a *NotInServiceError (errors.Is
+// ErrNotInService) unless the watchdog is OKAY. It waits until ctx is done,
+// or RequestTimeout when ctx has no deadline. It is safe for concurrent use.
+func (p *Peer) Request(ctx context.Context, req []byte) ([]byte, error) {
+	c := p.cur.Load()
+	st := p.State()
+	if st != watchdog.Okay || c == nil {
+		return nil, &NotInServiceError{Peer: p.Name(), State: st}
+	}
+	if len(req) < wire.HeaderLen || int(wire.Length(req)) != len(req) {
+		return nil, fmt.Errorf("peer %s: request of %d bytes is not one whole Diameter message", p.Name(), len(req))
+	}
+	wire.SetFlags(req, wire.Flags(req)|wire.FlagRequest)
+	if wire.EndToEnd(req) == 0 {
+		wire.SetEndToEnd(req, e2e.Next())
+	}
+	cl := newCall(req)
+	if err := c.send(cl); err != nil {
+		return nil, fmt.Errorf("peer %s: %w", p.Name(), err)
+	}
+	p.stats.sent.Add(1)
+	p.lastApp.Store(p.mono())
+
+	var expired <-chan time.Time
+	if _, ok := ctx.Deadline(); !ok {
+		t := time.NewTimer(p.cfg.RequestTimeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	var err error
+	select {
+	case r := <-cl.res:
+		return r.ans, r.err
+	case <-ctx.Done():
+		err = fmt.Errorf("peer %s: %w: %w", p.Name(), ErrTimeout, ctx.Err())
+	case <-expired:
+		err = fmt.Errorf("peer %s: %w (%v)", p.Name(), ErrTimeout, p.cfg.RequestTimeout)
+	}
+	if cl.complete(nil, err) {
+		c.forget(cl)
+		p.stats.timedOut.Add(1)
+	}
+	r := <-cl.res // ours, or the answer that won the race
+	return r.ans, r.err
+}
+
+// Close disconnects gracefully: DPR (Disconnect-Cause REBOOTING), waits for
+// the DPA up to DPATimeout or ctx, closes the connection and ends the Peer.
+// Requests still pending fail with ErrClosed. Close waits for every
+// goroutine of the Peer to end.
+func (p *Peer) Close(ctx context.Context) error {
+	p.closeO.Do(func() { p.post(loopEvent{kind: evClose, note: "closed by the application"}) })
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		p.cancel() // the loop ends without waiting for the DPA
+		<-p.done
+	}
+	p.wg.Wait()
+	return p.closeErr
+}
+
+func (p *Peer) mono() int64 { return int64(time.Since(p.epoch)) }
+
+// post hands an event to the loop; false if the loop has ended.
+func (p *Peer) post(e loopEvent) bool {
+	select {
+	case p.evc <- e:
+		return true
+	case <-p.done:
+		return false
+	}
+}
+
+func (p *Peer) publish(typ, from, to, reason string) {
+	p.cfg.Events.Publish(Event{Time: time.Now(), Peer: p.Name(), Type: typ, From: from, To: to, Reason: reason})
+}
+
+// received is called by a connection's reader for every message.
+func (p *Peer) received(c *conn, msg []byte) {
+	now := p.mono()
+	p.lastRx.Store(now) // before reading state: see onTimer
+	p.stats.received.Add(1)
+	flags, cmd := wire.Flags(msg), wire.CommandCode(msg)
+	if flags&wire.FlagRequest != 0 {
+		switch cmd {
+		case wire.CmdDeviceWatchdog:
+			p.stats.dwrReceived.Add(1)
+			p.post(loopEvent{kind: evDWR, c: c, msg: msg})
+		case wire.CmdDisconnectPeer:
+			p.post(loopEvent{kind: evDPR, c: c, msg: msg})
+		case wire.CmdCapabilitiesExchange:
+			p.publish(EventError, "", "", "CER on an open connection: answered DIAMETER_UNABLE_TO_COMPLY")
+			c.enqueue(p.cfg.errorAnswer(msg, message.UnableToComply, "capabilities already exchanged"))
+			p.notifyOther(c)
+		default:
+			p.lastApp.Store(now)
+			if p.State() == watchdog.Okay {
+				p.serve(c, msg)
+			} else {
+				p.post(loopEvent{kind: evOther, c: c, msg: msg})
+			}
+		}
+		return
+	}
+	switch cmd {
+	case wire.CmdDeviceWatchdog:
+		p.stats.dwaReceived.Add(1)
+		p.stats.lastDWA.Store(time.Now().UnixNano())
+		p.post(loopEvent{kind: evDWA, c: c})
+		return
+	case wire.CmdDisconnectPeer:
+		c.dpaOnce.Do(func() { close(c.dpa) })
+		return
+	}
+	p.lastApp.Store(now)
+	hbh := wire.HopByHop(msg)
+	c.mu.Lock()
+	cl := c.pending[hbh]
+	delete(c.pending, hbh)
+	c.mu.Unlock()
+	switch {
+	case cl == nil:
+		p.stats.unmatched.Add(1)
+		p.cfg.Logger.Debug("unmatched answer dropped", "peer", p.Name(), "hop_by_hop", hbh, "command", message.CommandName(msg))
+	case cl.complete(msg, nil):
+		p.stats.answered.Add(1)
+	default:
+		p.stats.late.Add(1)
+	}
+	p.notifyOther(c)
+}
+
+// notifyOther tells the loop about a non-DWA message when the watchdog is
+// not OKAY (in OKAY the lastRx store is enough).
+func (p *Peer) notifyOther(c *conn) {
+	if p.State() != watchdog.Okay {
+		p.post(loopEvent{kind: evOther, c: c})
+	}
+}
+
+func (p *Peer) serve(c *conn, req []byte) {
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		c.answerRequest(req)
+	}()
+}

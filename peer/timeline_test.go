@@ -1,0 +1,164 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aaatp/aaatp/watchdog"
+)
+
+// The exact timeline of a peer that stops answering, with Tw = 30 s and no
+// jitter: DWR at Tw, SUSPECT at 2Tw, DOWN at 3Tw, a reconnect attempt at
+// 4Tw, REOPEN, and OKAY only after the third DWA (RFC 3539 3.4.1, App. A).
+func TestTimelinePeerStopsAnswering(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		p, err := Dial("tcp://server.example.net:3868", cfg)
+		require.NoError(t, err)
+		rec, cancel := record(p.Events())
+		defer cancel()
+		start := time.Now()
+		at := func(e Event) string { return fmt.Sprintf("%v %s->%s", e.Time.Sub(start), e.From, e.To) }
+
+		synctest.Wait()
+		require.Equal(t, watchdog.Okay, p.State(), "a first connection is in service at once")
+		f.answerDWR.Store(false)
+
+		time.Sleep(3*30*time.Second + time.Second) // to 91 s
+		synctest.Wait()
+		assert.Equal(t, watchdog.Down, p.State())
+		f.answerDWR.Store(true)
+
+		time.Sleep(200 * time.Second)
+		synctest.Wait()
+		var got []string
+		for _, e := range rec.watchdog() {
+			got = append(got, at(e))
+		}
+		assert.Equal(t, []string{
+			"0s INITIAL->OKAY",
+			"1m0s OKAY->SUSPECT",
+			"1m30s SUSPECT->DOWN",
+			"2m0s DOWN->REOPEN",
+			"3m0s REOPEN->OKAY",
+		}, got)
+		var dwrs []time.Duration
+		for _, d := range f.dwrTimes() {
+			dwrs = append(dwrs, d.Sub(start))
+		}
+		// DWR at 30 s (unanswered); after the reopen at 2m0s one each Tw
+		// until three DWAs; then the idle link's DWRs every Tw.
+		require.GreaterOrEqual(t, len(dwrs), 4)
+		assert.Equal(t, []time.Duration{30 * time.Second, 120 * time.Second, 150 * time.Second, 180 * time.Second}, dwrs[:4])
+		st := p.Stats()
+		assert.Equal(t, uint64(5), st.Transitions)
+		require.NoError(t, p.Close(context.Background()))
+	})
+}
+
+// Steady traffic resets Tw: no DWR is sent while answers keep arriving
+// (RFC 3539 3.4.1 [2]; W3).
+func TestSteadyTrafficSendsNoDWR(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		p, err := Dial("tcp://server.example.net:3868", cfg)
+		require.NoError(t, err)
+		synctest.Wait()
+		require.Equal(t, watchdog.Okay, p.State())
+		for range 300 { // one request a second for 5 minutes: 10 Tw
+			_, err := p.Request(context.Background(), acr())
+			require.NoError(t, err)
+			time.Sleep(time.Second)
+		}
+		assert.Empty(t, f.dwrTimes(), "a DWR was sent although traffic reset Tw")
+		assert.Equal(t, uint64(300), p.Stats().Answered)
+
+		// Then silence: the first DWR goes out Tw after the last answer.
+		last := time.Now().Add(-time.Second)
+		time.Sleep(40 * time.Second)
+		synctest.Wait()
+		dwrs := f.dwrTimes()
+		require.Len(t, dwrs, 1)
+		assert.Equal(t, 30*time.Second, dwrs[0].Sub(last))
+		require.NoError(t, p.Close(context.Background()))
+	})
+}
+
+// Requests are refused unless OKAY (W6, W8), with an error the caller can
+// act on; requests pending when the connection closes fail, not vanish.
+func TestRequestRefusedUnlessOkay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		synctest.Wait()
+		require.Equal(t, watchdog.Okay, p.State())
+
+		// The server stops answering everything; one request is pending.
+		f.answerDWR.Store(false)
+		f.answerReqs.Store(false)
+		res := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+			defer cancel()
+			_, err := p.Request(ctx, acr())
+			res <- err
+		}()
+		time.Sleep(61 * time.Second)
+		synctest.Wait()
+		require.Equal(t, watchdog.Suspect, p.State())
+		_, err = p.Request(context.Background(), acr())
+		var nis *NotInServiceError
+		require.ErrorAs(t, err, &nis)
+		assert.True(t, errors.Is(err, ErrNotInService))
+		assert.Equal(t, watchdog.Suspect, nis.State)
+		assert.Equal(t, 1, p.Stats().Pending, "still pending while SUSPECT: a late answer may come")
+
+		time.Sleep(30 * time.Second) // DOWN: the connection closes
+		synctest.Wait()
+		require.Equal(t, watchdog.Down, p.State())
+		err = <-res
+		assert.ErrorIs(t, err, ErrConnectionLost)
+		assert.Equal(t, uint64(1), p.Stats().Lost)
+		require.NoError(t, p.Close(context.Background()))
+	})
+}
+
+// A request with no context deadline times out after RequestTimeout and
+// its entry leaves the pending map.
+func TestRequestTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		cfg.RequestTimeout = 2 * time.Second
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		synctest.Wait()
+		f.answerReqs.Store(false)
+		t0 := time.Now()
+		_, err = p.Request(context.Background(), acr())
+		assert.ErrorIs(t, err, ErrTimeout)
+		assert.Equal(t, 2*time.Second, time.Since(t0))
+		assert.Zero(t, p.Stats().Pending)
+		assert.Equal(t, uint64(1), p.Stats().TimedOut)
+		require.NoError(t, p.Close(context.Background()))
+	})
+}
