@@ -163,10 +163,18 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 	}
 }
 
+// finishContext bounds Complete and Abandon by the mark TTL: past it, the
+// mark they act on may be gone anyway.
+func (r *Redis) finishContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), r.cfg.markTTL)
+}
+
 func (r *Redis) complete(o *Outcome, answer []byte) error {
 	ttl := r.cfg.maxAge - time.Since(o.begun)
 	mk := o.token.(*redisMark)
-	lost, err := completeScript.Run(context.Background(), r.client, mk.keys,
+	ctx, cancel := r.finishContext()
+	defer cancel()
+	lost, err := completeScript.Run(ctx, r.client, mk.keys,
 		mk.owner, answer, ms(ttl)).Int()
 	if err != nil {
 		return fmt.Errorf("dedup: redis complete: %w", err)
@@ -179,7 +187,9 @@ func (r *Redis) complete(o *Outcome, answer []byte) error {
 
 func (r *Redis) abandon(o *Outcome) error {
 	mk := o.token.(*redisMark)
-	err := abandonScript.Run(context.Background(), r.client, mk.keys, mk.owner).Err()
+	ctx, cancel := r.finishContext()
+	defer cancel()
+	err := abandonScript.Run(ctx, r.client, mk.keys, mk.owner).Err()
 	if err != nil {
 		return fmt.Errorf("dedup: redis abandon: %w", err)
 	}

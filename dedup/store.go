@@ -105,7 +105,7 @@ func (o *Outcome) Answer() []byte { return o.answer }
 // duplicates waiting for it. Call it after the handler, before or after
 // sending the answer. A failed Complete with ErrEmptyAnswer leaves the
 // outcome open (Abandon still works). After a store error the mark is left
-// to expire.
+// to expire. The Redis store bounds Complete and Abandon by the mark TTL.
 func (o *Outcome) Complete(answer []byte) error {
 	if o.kind != First {
 		return ErrNotFirst
