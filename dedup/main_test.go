@@ -92,6 +92,7 @@ func startRedis() {
 			"--save", "", "--appendonly", "no", "--protected-mode", "yes")
 		cmd.Stdout = &redisOut
 		cmd.Stderr = &redisOut
+		orphanGuard(cmd)
 		if redisErr = cmd.Start(); redisErr != nil {
 			return
 		}
