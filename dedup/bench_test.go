@@ -80,6 +80,25 @@ func BenchmarkMemoryFirstComplete(b *testing.B) {
 	}
 }
 
+// BenchmarkMemoryBeginFirst1M: lookup (miss) plus insertion of the
+// in-flight mark, with eviction of the oldest entry, in a full 1M-entry
+// store; the marks are left to the ring (no Complete).
+func BenchmarkMemoryBeginFirst1M(b *testing.B) {
+	s := NewMemory(WithMaxEntries(benchEntries))
+	fill(b, s, 0, benchEntries, benchAnswer)
+	next := uint64(benchEntries)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		next++
+		o, err := s.Begin(ctx, benchKey(next))
+		if err != nil || !o.First() {
+			b.Fatal(err, o.Kind())
+		}
+	}
+}
+
 // BenchmarkMemoryFirstCompleteSmall: as BenchmarkMemoryFirstComplete with
 // 16K entries, which fit in the CPU caches: the cost without memory latency.
 func BenchmarkMemoryFirstCompleteSmall(b *testing.B) {
