@@ -125,8 +125,10 @@ func (c *conn) writer() {
 				return
 			}
 			clear(batch)
-			spare = batch
 		}
+		// Always swap, even an empty batch: the two slices must never
+		// share an array, or callers would append into what we write.
+		spare = batch
 		if end {
 			c.close("disconnected by DPR")
 			return

@@ -23,11 +23,12 @@ func TestTimelinePeerStopsAnswering(t *testing.T) {
 		defer f.close()
 		cfg := clientConfig("client.example.net")
 		cfg.Dialer = f.dialer()
-		p, err := Dial("tcp://server.example.net:3868", cfg)
-		require.NoError(t, err)
-		rec, cancel := record(p.Events())
+		cfg.Events = NewBus()
+		rec, cancel := record(cfg.Events)
 		defer cancel()
 		start := time.Now()
+		p, err := Dial("tcp://server.example.net:3868", cfg)
+		require.NoError(t, err)
 		at := func(e Event) string { return fmt.Sprintf("%v %s->%s", e.Time.Sub(start), e.From, e.To) }
 
 		synctest.Wait()

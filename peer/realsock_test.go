@@ -1,0 +1,315 @@
+package peer
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// Real sockets on loopback, outside synctest bubbles, every wait bounded.
+
+func acctHandler(ctx context.Context, p *Peer, req []byte) []byte {
+	return message.NewAnswer(req).Uint32(message.ResultCode, 0, true, message.Success).
+		String(message.OriginHost, 0, true, "server.example.net").
+		String(message.OriginRealm, 0, true, "example.net").Bytes()
+}
+
+func startServer(t *testing.T, url string, mutate func(*Config)) *Server {
+	t.Helper()
+	cfg := clientConfig("server.example.net")
+	cfg.Handler = acctHandler
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := Listen(url, cfg)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve() }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		s.Close(ctx)
+		require.NoError(t, <-done)
+	})
+	return s
+}
+
+func bounded(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func dialOkay(t *testing.T, url string, mutate func(*Config)) *Peer {
+	t.Helper()
+	cfg := clientConfig("client.example.net")
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	p, err := Dial(url, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { p.Close(context.Background()) })
+	require.NoError(t, p.WaitState(bounded(t), watchdog.Okay))
+	return p
+}
+
+func TestTCPRequestAnswerAndGracefulClose(t *testing.T) {
+	s := startServer(t, "tcp://127.0.0.1:0", nil)
+	p := dialOkay(t, "tcp://"+s.Addr().String(), nil)
+	assert.Equal(t, "server.example.net", p.Name(), "named by the CEA's Origin-Host")
+
+	for i := range 100 {
+		ans, err := p.Request(bounded(t), acr())
+		require.NoError(t, err, "request %d", i)
+		rc, ok := message.ResultCodeOf(ans)
+		require.True(t, ok)
+		assert.Equal(t, uint32(message.Success), rc)
+		assert.Zero(t, wire.Flags(ans)&wire.FlagRetransmit, "answers never carry T")
+	}
+	st := p.Stats()
+	assert.Equal(t, uint64(100), st.Sent)
+	assert.Equal(t, uint64(100), st.Answered)
+
+	require.Eventually(t, func() bool { return len(s.Peers()) == 1 }, 5*time.Second, 10*time.Millisecond)
+	sp := s.Peers()[0]
+	assert.Equal(t, "client.example.net", sp.Name())
+	// The counter follows the enqueue, which may trail the client's read.
+	require.Eventually(t, func() bool { return sp.Stats().AnswersSent == 100 }, 5*time.Second, time.Millisecond)
+
+	// DPR/DPA: the client closes; the server's peer ends too.
+	require.NoError(t, p.Close(bounded(t)))
+	select {
+	case <-sp.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("server peer did not end after DPR")
+	}
+}
+
+// Pipelining: many callers on one connection (T3).
+func TestTCPConcurrentCallers(t *testing.T) {
+	s := startServer(t, "tcp://127.0.0.1:0", nil)
+	p := dialOkay(t, "tcp://"+s.Addr().String(), nil)
+	const callers, each = 64, 50
+	errs := make(chan error, callers)
+	for range callers {
+		go func() {
+			for range each {
+				if _, err := p.Request(context.Background(), acr()); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range callers {
+		require.NoError(t, <-errs)
+	}
+	assert.Equal(t, uint64(callers*each), p.Stats().Answered)
+	assert.Zero(t, p.Stats().Unmatched)
+}
+
+func TestCERRejections(t *testing.T) {
+	t.Run("unknown peer 3010", func(t *testing.T) {
+		s := startServer(t, "tcp://127.0.0.1:0", func(c *Config) { c.AllowHosts = []string{"*.other.net"} })
+		checkRejected(t, s, nil, message.UnknownPeer)
+	})
+	t.Run("no common application 5010", func(t *testing.T) {
+		s := startServer(t, "tcp://127.0.0.1:0", func(c *Config) { c.AcctApps = []uint32{3} })
+		checkRejected(t, s, func(c *Config) { c.AuthApps = []uint32{4} }, message.NoCommonApplication)
+	})
+}
+
+func checkRejected(t *testing.T, s *Server, mutate func(*Config), rc uint32) {
+	cfg := clientConfig("client.example.net")
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	p, err := Dial("tcp://"+s.Addr().String(), cfg)
+	require.NoError(t, err)
+	defer p.Close(context.Background())
+	rec, cancel := record(p.Events())
+	defer cancel()
+	require.Eventually(t, func() bool { return p.Stats().OpenFailed > 0 }, 5*time.Second, 10*time.Millisecond)
+	assert.Equal(t, watchdog.Initial, p.State())
+	evs := rec.ofType(EventConnection)
+	require.NotEmpty(t, evs)
+	assert.Contains(t, evs[0].Reason, resultName(rc))
+	_, err = p.Request(context.Background(), acr())
+	assert.ErrorIs(t, err, ErrNotInService)
+}
+
+// The exchange itself, to check the typed error a CEA failure produces.
+func TestCEAFailureIsCapabilitiesError(t *testing.T) {
+	s := startServer(t, "tcp://127.0.0.1:0", func(c *Config) { c.AllowHosts = []string{"nobody.example.org"} })
+	tc, err := transport.Dial(bounded(t), "tcp://"+s.Addr().String(), transport.Options{})
+	require.NoError(t, err)
+	defer tc.Close()
+	p, err := newPeer(clientConfig("client.example.net"), RoleClient, "x", "x")
+	require.NoError(t, err)
+	_, err = p.exchangeClient(tc)
+	var ce *CapabilitiesError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, uint32(message.UnknownPeer), ce.ResultCode)
+	assert.Contains(t, err.Error(), "DIAMETER_UNKNOWN_PEER")
+	assert.Contains(t, err.Error(), "allow-list")
+}
+
+// A DWR from the other side is answered at once, also three back to back
+// straight after the CEA, as freeDiameter does when it reopens.
+func TestDWRAnsweredAtOnceAfterCEA(t *testing.T) {
+	s := startServer(t, "tcp://127.0.0.1:0", nil)
+	tc, err := transport.Dial(bounded(t), "tcp://"+s.Addr().String(), transport.Options{})
+	require.NoError(t, err)
+	defer tc.Close()
+	cfg := clientConfig("raw.example.net")
+	cfg, _ = cfg.validate()
+	require.NoError(t, tc.WriteMessages(cfg.newCER(tc.LocalAddr())))
+	cea, err := tc.ReadMessage()
+	require.NoError(t, err)
+	rc, _ := message.ResultCodeOf(cea)
+	require.Equal(t, uint32(message.Success), rc)
+	var dwrs [][]byte
+	for i := range 3 {
+		d := cfg.newDWR()
+		wire.SetHopByHop(d, uint32(100+i))
+		wire.SetEndToEnd(d, uint32(200+i))
+		dwrs = append(dwrs, d)
+	}
+	require.NoError(t, tc.WriteMessages(dwrs...))
+	for i := range 3 {
+		dwa, err := tc.ReadMessage()
+		require.NoError(t, err)
+		assert.Equal(t, uint32(wire.CmdDeviceWatchdog), wire.CommandCode(dwa))
+		assert.False(t, wire.IsRequest(dwa))
+		assert.Equal(t, uint32(100+i), wire.HopByHop(dwa))
+		rc, _ := message.ResultCodeOf(dwa)
+		assert.Equal(t, uint32(message.Success), rc)
+	}
+}
+
+// Bad bytes close only that connection, with a counted reason (T5).
+func TestBadFrameClosesOnlyThatConnection(t *testing.T) {
+	s := startServer(t, "tcp://127.0.0.1:0", nil)
+	rec, cancel := record(s.Events())
+	defer cancel()
+	good := dialOkay(t, "tcp://"+s.Addr().String(), nil)
+
+	// A raw connection completes CER/CEA, then writes a version-2 header.
+	tc, err := transport.Dial(bounded(t), "tcp://"+s.Addr().String(), transport.Options{})
+	require.NoError(t, err)
+	defer tc.Close()
+	cfg, _ := clientConfig("raw.example.net").validate()
+	require.NoError(t, tc.WriteMessages(cfg.newCER(tc.LocalAddr())))
+	_, err = tc.ReadMessage()
+	require.NoError(t, err)
+	garbage := []byte{2, 0, 0, 20, 0x80, 0, 1, 15, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1}
+	require.NoError(t, tc.WriteMessages(garbage))
+	_, err = tc.ReadMessage()
+	assert.Error(t, err, "the server closed the bad connection")
+
+	require.Eventually(t, func() bool {
+		for _, e := range rec.ofType(EventError) {
+			if e.Peer == "raw.example.net" {
+				return true
+			}
+		}
+		return false
+	}, 5*time.Second, 10*time.Millisecond)
+	var reason string
+	for _, e := range rec.ofType(EventError) {
+		if e.Peer == "raw.example.net" {
+			reason = e.Reason
+		}
+	}
+	assert.Contains(t, reason, "bad frame")
+	assert.Contains(t, reason, "version")
+
+	// The good connection is unaffected.
+	_, err = good.Request(bounded(t), acr())
+	require.NoError(t, err)
+	assert.Equal(t, watchdog.Okay, good.State())
+}
+
+func TestTLSLoopback(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := selfSigned(t, dir)
+	srvTLS, err := transport.ServerTLSConfig(cert, key, "")
+	require.NoError(t, err)
+	s := startServer(t, "tls://127.0.0.1:0", func(c *Config) { c.Transport.TLS = srvTLS })
+	cliTLS, err := transport.ClientTLSConfig(cert, "", "", "localhost")
+	require.NoError(t, err)
+	p := dialOkay(t, "tls://"+s.Addr().String(), func(c *Config) { c.Transport.TLS = cliTLS })
+	ans, err := p.Request(bounded(t), acr())
+	require.NoError(t, err)
+	rc, _ := message.ResultCodeOf(ans)
+	assert.Equal(t, uint32(message.Success), rc)
+}
+
+func TestSCTP(t *testing.T) {
+	s, err := Listen("sctp://127.0.0.1:0", clientConfig("server.example.net"))
+	if errors.Is(err, transport.ErrSCTPUnsupported) {
+		t.Skip(err.Error())
+	}
+	require.NoError(t, err)
+	go s.Serve()
+	defer s.Close(context.Background())
+	p := dialOkay(t, "sctp://"+s.Addr().String(), nil)
+	_, err = p.Request(bounded(t), acr())
+	require.NoError(t, err)
+}
+
+func TestConfigErrors(t *testing.T) {
+	for name, c := range map[string]Config{
+		"no origin host":   {OriginRealm: "r"},
+		"Tw below 6s":      {OriginHost: "h", OriginRealm: "r", Watchdog: watchdog.Config{Twinit: 5 * time.Second}},
+		"idle below 5 min": {OriginHost: "h", OriginRealm: "r", IdleTimeout: 4 * time.Minute},
+		"bad glob":         {OriginHost: "h", OriginRealm: "r", AllowHosts: []string{"["}},
+		"vendor app":       {OriginHost: "h", OriginRealm: "r", VendorApps: []VendorApp{{VendorID: 1}}},
+	} {
+		_, err := Dial("tcp://127.0.0.1:1", c)
+		assert.ErrorIs(t, err, ErrConfig, name)
+	}
+	_, err := Dial("udp://127.0.0.1:1", clientConfig("h"))
+	assert.ErrorIs(t, err, ErrConfig)
+}
+
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true,
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	require.NoError(t, err)
+	kb, err := x509.MarshalECPrivateKey(k)
+	require.NoError(t, err)
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
+	return certFile, keyFile
+}
