@@ -42,7 +42,10 @@ type fakePeer struct {
 	answerReqs atomic.Bool
 	host       string
 
+	wmu   sync.Mutex // serialises writes on the fake's connections
 	mu    sync.Mutex
+	dpas  int // DPAs the fake received
+	dprs  int // DPRs the fake received
 	dwrs  []time.Time
 	reqs  int
 	conns []transport.Conn
@@ -80,6 +83,11 @@ func (f *fakePeer) serve(c transport.Conn) {
 			return
 		}
 		if !wire.IsRequest(msg) {
+			if wire.CommandCode(msg) == wire.CmdDisconnectPeer {
+				f.mu.Lock()
+				f.dpas++
+				f.mu.Unlock()
+			}
 			continue
 		}
 		var ans []byte
@@ -94,6 +102,9 @@ func (f *fakePeer) serve(c transport.Conn) {
 				ans = cfg.newDWA(msg)
 			}
 		case wire.CmdDisconnectPeer:
+			f.mu.Lock()
+			f.dprs++
+			f.mu.Unlock()
 			ans = cfg.newDPA(msg)
 		default:
 			f.mu.Lock()
@@ -104,11 +115,31 @@ func (f *fakePeer) serve(c transport.Conn) {
 			}
 		}
 		if ans != nil {
-			if err := c.WriteMessages(ans); err != nil {
+			f.wmu.Lock()
+			err := c.WriteMessages(ans)
+			f.wmu.Unlock()
+			if err != nil {
 				return
 			}
 		}
 	}
+}
+
+// sendDPR sends a DPR on the newest connection.
+func (f *fakePeer) sendDPR(cause uint32) error {
+	f.mu.Lock()
+	c := f.conns[len(f.conns)-1]
+	f.mu.Unlock()
+	cfg := Config{OriginHost: f.host, OriginRealm: "example.net"}
+	f.wmu.Lock()
+	defer f.wmu.Unlock()
+	return c.WriteMessages(cfg.newDPR(cause))
+}
+
+func (f *fakePeer) dials() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.conns)
 }
 
 func (f *fakePeer) dwrTimes() []time.Time {

@@ -163,3 +163,90 @@ func TestRequestTimeout(t *testing.T) {
 		require.NoError(t, p.Close(context.Background()))
 	})
 }
+
+// A DPR from the peer is answered with a DPA, the connection closes, and
+// the peer is not redialled before Tw.
+func TestDPRFromPeerNotRedialledBeforeTw(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		cfg.Events = NewBus()
+		rec, cancel := record(cfg.Events)
+		defer cancel()
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		synctest.Wait()
+		require.Equal(t, watchdog.Okay, p.State())
+		require.Equal(t, 1, f.dials())
+
+		require.NoError(t, f.sendDPR(1))
+		synctest.Wait()
+		assert.Equal(t, watchdog.Down, p.State())
+		conns := rec.ofType(EventConnection)
+		require.NotEmpty(t, conns)
+		assert.Contains(t, conns[len(conns)-1].Reason, "DPR received (Disconnect-Cause 1)")
+		f.mu.Lock()
+		assert.Equal(t, 1, f.dpas, "the DPR was answered with a DPA")
+		f.mu.Unlock()
+		time.Sleep(29 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, 1, f.dials(), "redialled before Tw")
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, 2, f.dials())
+		assert.Equal(t, watchdog.Reopen, p.State())
+		require.NoError(t, p.Close(context.Background()))
+	})
+}
+
+// Close sends a DPR and ends after the DPA.
+func TestCloseSendsDPR(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		synctest.Wait()
+		t0 := time.Now()
+		require.NoError(t, p.Close(context.Background()))
+		assert.Zero(t, time.Since(t0), "the DPA came at once; no wait for DPATimeout")
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		assert.Equal(t, 1, f.dprs, "one DPR answered by the fake")
+	})
+}
+
+// T4: an idle connection comes down after IdleTimeout (never below five
+// minutes); watchdog traffic does not count as activity.
+func TestIdleBringDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		cfg.IdleTimeout = BringDownInterval
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		synctest.Wait()
+		_, err = p.Request(context.Background(), acr())
+		require.NoError(t, err)
+		last := time.Now()
+		time.Sleep(4*time.Minute + 59*time.Second)
+		synctest.Wait()
+		select {
+		case <-p.Done():
+			t.Fatal("brought down before BRINGDOWN_INTERVAL")
+		default:
+		}
+		assert.NotEmpty(t, f.dwrTimes(), "DWRs flowed meanwhile")
+		<-p.Done()
+		idle := time.Since(last)
+		assert.GreaterOrEqual(t, idle, BringDownInterval)
+		assert.LessOrEqual(t, idle, BringDownInterval+30*time.Second, "checked at each Tw")
+		require.NoError(t, p.Close(context.Background()))
+	})
+}
