@@ -356,11 +356,12 @@ type memFirst struct {
 	o   Outcome
 	fl  flight
 	seq [2]uint32 // slot sequence numbers of o.keys[0:2]
+	m   *Memory
 }
 
 // Begin implements Store.
 func (m *Memory) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
-	mf := &memFirst{}
+	mf := &memFirst{m: m}
 	o := &mf.o
 	if err := o.setKeys(keys); err != nil {
 		return nil, err
@@ -403,7 +404,7 @@ func (m *Memory) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 				}
 			}
 			m.unlockAll(idx)
-			o.kind, o.st, o.token = First, m, mf
+			o.kind, o.fin = First, mf
 			return o, nil
 		}
 		done := busy.wait()
@@ -442,8 +443,8 @@ func (m *Memory) slotOf(mf *memFirst, i int, k Key) (*slot, uint32) {
 	return nil, 0
 }
 
-func (m *Memory) complete(o *Outcome, answer []byte) error {
-	mf := o.token.(*memFirst)
+func (mf *memFirst) complete(o *Outcome, answer []byte) error {
+	m := mf.m
 	ans := string(answer)
 	var buf [4]int
 	idx := m.lockAll(o.keys, buf[:])
@@ -470,8 +471,8 @@ func (m *Memory) complete(o *Outcome, answer []byte) error {
 	return nil
 }
 
-func (m *Memory) abandon(o *Outcome) error {
-	mf := o.token.(*memFirst)
+func (mf *memFirst) abandon(o *Outcome) error {
+	m := mf.m
 	var buf [4]int
 	idx := m.lockAll(o.keys, buf[:])
 	for i, k := range o.keys {

@@ -95,8 +95,10 @@ return 0
 
 // redisMark is the owner token of a First outcome.
 type redisMark struct {
+	r     *Redis
 	keys  []string
 	owner string
+	begun time.Time // for the age of the answer
 }
 
 func (r *Redis) redisKeys(keys []Key) []string {
@@ -111,7 +113,8 @@ func ms(d time.Duration) int64 { return max(int64(d/time.Millisecond), 1) }
 
 // Begin implements Store.
 func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
-	o := &Outcome{begun: time.Now()}
+	begun := time.Now()
+	o := &Outcome{}
 	if err := o.setKeys(keys); err != nil {
 		return nil, err
 	}
@@ -137,7 +140,7 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 		}
 		switch res[0] {
 		case int64(0):
-			o.kind, o.st, o.token = First, r, &redisMark{keys: rkeys, owner: token}
+			o.kind, o.fin = First, &redisMark{r: r, keys: rkeys, owner: token, begun: begun}
 			return o, nil
 		case int64(1):
 			s, _ := res[1].(string)
@@ -169,9 +172,9 @@ func (r *Redis) finishContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), r.cfg.markTTL)
 }
 
-func (r *Redis) complete(o *Outcome, answer []byte) error {
-	ttl := r.cfg.maxAge - time.Since(o.begun)
-	mk := o.token.(*redisMark)
+func (mk *redisMark) complete(_ *Outcome, answer []byte) error {
+	r := mk.r
+	ttl := r.cfg.maxAge - time.Since(mk.begun)
 	ctx, cancel := r.finishContext()
 	defer cancel()
 	lost, err := completeScript.Run(ctx, r.client, mk.keys,
@@ -185,8 +188,8 @@ func (r *Redis) complete(o *Outcome, answer []byte) error {
 	return nil
 }
 
-func (r *Redis) abandon(o *Outcome) error {
-	mk := o.token.(*redisMark)
+func (mk *redisMark) abandon(*Outcome) error {
+	r := mk.r
 	ctx, cancel := r.finishContext()
 	defer cancel()
 	err := abandonScript.Run(ctx, r.client, mk.keys, mk.owner).Err()

@@ -64,7 +64,7 @@ var (
 	ErrMarkLost = errors.New("dedup: in-flight mark expired and was taken over; answer not stored")
 )
 
-// finisher is implemented by each store for the Outcomes it creates.
+// finisher is the store-specific owner of a First outcome's in-flight mark.
 type finisher interface {
 	complete(o *Outcome, answer []byte) error
 	abandon(o *Outcome) error
@@ -79,9 +79,7 @@ type Outcome struct {
 	keyBuf [2]Key // keys live here for up to 2 keys (request + accounting)
 	keys   []Key
 	answer []byte
-	begun  time.Time // time of Begin, for the age of Redis entries
-	st     finisher
-	token  any // store-specific owner identity of the in-flight mark
+	fin    finisher // First only
 }
 
 // Kind returns First or Duplicate.
@@ -116,7 +114,7 @@ func (o *Outcome) Complete(answer []byte) error {
 	if !o.done.CompareAndSwap(false, true) {
 		return ErrFinished
 	}
-	return o.st.complete(o, answer)
+	return o.fin.complete(o, answer)
 }
 
 // Abandon drops the in-flight mark without storing an answer, e.g. when the
@@ -127,7 +125,7 @@ func (o *Outcome) Abandon() error {
 	if o.kind != First || !o.done.CompareAndSwap(false, true) {
 		return nil
 	}
-	return o.st.abandon(o)
+	return o.fin.abandon(o)
 }
 
 // Option configures a store. Options that do not apply to a store are
