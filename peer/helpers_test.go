@@ -41,6 +41,7 @@ type fakePeer struct {
 	answerDWR  atomic.Bool
 	answerReqs atomic.Bool
 	host       string
+	dwaDelay   time.Duration // set before dialing
 
 	wmu   sync.Mutex // serialises writes on the fake's connections
 	mu    sync.Mutex
@@ -100,6 +101,7 @@ func (f *fakePeer) serve(c transport.Conn) {
 			f.mu.Unlock()
 			if f.answerDWR.Load() {
 				ans = cfg.newDWA(msg)
+				time.Sleep(f.dwaDelay)
 			}
 		case wire.CmdDisconnectPeer:
 			f.mu.Lock()

@@ -59,7 +59,10 @@ func (p *Peer) arm(base int64, d time.Duration) {
 // "receive non-DWA" and re-arm from that instant instead of expiring.
 func (p *Peer) onTimer() {
 	for {
-		armed := p.armedAt
+		// Receipts the loop already stepped explicitly (a DWA, a message
+		// while not OKAY) must not count twice: the appendix's REOPEN
+		// rows, for one, do not reset Tw on a DWA.
+		armed := max(p.armedAt, p.rxSeen)
 		rx := p.lastRx.Load()
 		if p.m.State() == watchdog.Okay && rx > armed {
 			p.apply(p.m.Step(watchdog.ReceiveOther), rx)
@@ -175,6 +178,9 @@ func (p *Peer) dialBudget() time.Duration {
 
 func (p *Peer) handle(e loopEvent) {
 	cur := p.cur.Load()
+	if e.at > p.rxSeen {
+		p.rxSeen = e.at
+	}
 	switch e.kind {
 	case evConnUp:
 		p.dialing = false
@@ -217,7 +223,7 @@ func (p *Peer) handle(e loopEvent) {
 
 	case evDWA:
 		if e.c == cur {
-			p.apply(p.m.Step(watchdog.ReceiveDWA), p.mono())
+			p.apply(p.m.Step(watchdog.ReceiveDWA), e.at)
 		}
 
 	case evDWR:
@@ -228,14 +234,14 @@ func (p *Peer) handle(e loopEvent) {
 		if o.Has(watchdog.ActionAnswerDWR) {
 			e.c.enqueue(p.cfg.newDWA(e.msg))
 		}
-		p.apply(o, p.mono())
+		p.apply(o, e.at)
 
 	case evOther:
 		if e.c != cur {
 			return
 		}
 		o := p.m.Step(watchdog.ReceiveOther)
-		p.apply(o, p.mono())
+		p.apply(o, e.at)
 		if e.msg != nil { // a request received while not OKAY
 			if o.Has(watchdog.ActionDiscard) {
 				p.stats.discarded.Add(1)
@@ -257,7 +263,7 @@ func (p *Peer) handle(e loopEvent) {
 		e.c.enqueue(p.cfg.newDPA(e.msg))
 		e.c.closeAfterFlush()
 		// The DPR is traffic too.
-		p.apply(p.m.Step(watchdog.ReceiveOther), p.mono())
+		p.apply(p.m.Step(watchdog.ReceiveOther), e.at)
 
 	case evClose:
 		if p.closing {
@@ -342,6 +348,8 @@ func (e *CapabilitiesError) Error() string {
 func (p *Peer) exchangeClient(tc transport.Conn) (capabilities, error) {
 	t := time.AfterFunc(p.cfg.CEATimeout, func() { tc.Close() })
 	defer t.Stop()
+	stop := context.AfterFunc(p.ctx, func() { tc.Close() }) // Close does not wait CEATimeout
+	defer stop()
 	if err := tc.WriteMessages(p.cfg.newCER(tc.LocalAddr())); err != nil {
 		return capabilities{}, fmt.Errorf("sending CER: %w", err)
 	}
@@ -371,6 +379,8 @@ func (p *Peer) exchangeClient(tc transport.Conn) (capabilities, error) {
 func (p *Peer) exchangeServer(tc transport.Conn) (capabilities, error) {
 	t := time.AfterFunc(p.cfg.CEATimeout, func() { tc.Close() })
 	defer t.Stop()
+	stop := context.AfterFunc(p.ctx, func() { tc.Close() })
+	defer stop()
 	msg, err := tc.ReadMessage()
 	if err != nil {
 		if !t.Stop() {

@@ -63,6 +63,7 @@ type Peer struct {
 	m        *watchdog.Machine
 	timer    *time.Timer
 	armedAt  int64 // ns since epoch the timer was (lazily) armed from
+	rxSeen   int64 // receipt time of the last message the loop stepped explicitly
 	dialing  bool
 	closing  bool
 	ended    bool
@@ -123,6 +124,7 @@ type loopEvent struct {
 	c    *conn
 	msg  []byte
 	note string
+	at   int64 // receive events: ns since epoch the reader got the message
 }
 
 func newPeer(cfg Config, role Role, url, label string) (*Peer, error) {
@@ -355,19 +357,19 @@ func (p *Peer) received(c *conn, msg []byte) {
 		switch cmd {
 		case wire.CmdDeviceWatchdog:
 			p.stats.dwrReceived.Add(1)
-			p.post(loopEvent{kind: evDWR, c: c, msg: msg})
+			p.post(loopEvent{kind: evDWR, c: c, msg: msg, at: now})
 		case wire.CmdDisconnectPeer:
-			p.post(loopEvent{kind: evDPR, c: c, msg: msg})
+			p.post(loopEvent{kind: evDPR, c: c, msg: msg, at: now})
 		case wire.CmdCapabilitiesExchange:
 			p.publish(EventError, "", "", "CER on an open connection: answered DIAMETER_UNABLE_TO_COMPLY")
 			c.enqueue(p.cfg.errorAnswer(msg, message.UnableToComply, "capabilities already exchanged"))
-			p.notifyOther(c)
+			p.notifyOther(c, now)
 		default:
 			p.lastApp.Store(now)
 			if p.State() == watchdog.Okay {
 				p.serve(c, msg)
 			} else {
-				p.post(loopEvent{kind: evOther, c: c, msg: msg})
+				p.post(loopEvent{kind: evOther, c: c, msg: msg, at: now})
 			}
 		}
 		return
@@ -376,7 +378,7 @@ func (p *Peer) received(c *conn, msg []byte) {
 	case wire.CmdDeviceWatchdog:
 		p.stats.dwaReceived.Add(1)
 		p.stats.lastDWA.Store(time.Now().UnixNano())
-		p.post(loopEvent{kind: evDWA, c: c})
+		p.post(loopEvent{kind: evDWA, c: c, at: now})
 		return
 	case wire.CmdDisconnectPeer:
 		c.dpaOnce.Do(func() { close(c.dpa) })
@@ -397,14 +399,14 @@ func (p *Peer) received(c *conn, msg []byte) {
 	default:
 		p.stats.late.Add(1)
 	}
-	p.notifyOther(c)
+	p.notifyOther(c, now)
 }
 
 // notifyOther tells the loop about a non-DWA message when the watchdog is
 // not OKAY (in OKAY the lastRx store is enough).
-func (p *Peer) notifyOther(c *conn) {
+func (p *Peer) notifyOther(c *conn, at int64) {
 	if p.State() != watchdog.Okay {
-		p.post(loopEvent{kind: evOther, c: c})
+		p.post(loopEvent{kind: evOther, c: c, at: at})
 	}
 }
 
