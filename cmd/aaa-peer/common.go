@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/aaatp/aaatp/peer"
+)
+
+// stringList is a repeatable string flag (--listen, --peer, --allow).
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(s string) error {
+	if s == "" {
+		return errors.New("empty value")
+	}
+	*l = append(*l, s)
+	return nil
+}
+
+// usageError is a bad command line: exit code 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{fmt.Sprintf(format, args...)}
+}
+
+// newFlagSet returns a FlagSet that reports to stderr and prints synopsis
+// before the flag list on -h or a parse error.
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("aaa-peer "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), synopsis)
+		fmt.Fprintln(fs.Output(), "\nflags:")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args; ok is false when the caller must return code.
+func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false // the flag package already printed the error and usage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return 2, false
+	}
+	return 0, true
+}
+
+// newLogger returns a text logger on stderr at the named level.
+func newLogger(stderr io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+// eventWriter writes the events of a Bus as JSON lines from its own
+// goroutine. The subscriber never blocks: when the buffer is full the
+// event is dropped and counted.
+type eventWriter struct {
+	ch      chan peer.Event
+	cancel  func()
+	done    chan struct{}
+	mu      sync.RWMutex // guards closed against the subscriber's send
+	closed  bool
+	dropped atomic.Uint64
+	w       *bufio.Writer
+	f       *os.File // nil for stdout
+	err     error
+}
+
+const eventBuffer = 8192
+
+// openEvents starts writing the bus's events to path ("-" is stdout).
+func openEvents(bus *peer.Bus, path string, stdout io.Writer) (*eventWriter, error) {
+	ew := &eventWriter{ch: make(chan peer.Event, eventBuffer), done: make(chan struct{})}
+	if path == "-" {
+		ew.w = bufio.NewWriter(stdout)
+	} else {
+		f, err := os.Create(path)
+		if err != nil {
+			return nil, fmt.Errorf("--events: %w", err)
+		}
+		ew.f = f
+		ew.w = bufio.NewWriter(f)
+	}
+	ew.cancel = bus.Subscribe(ew.publish)
+	go ew.run()
+	return ew, nil
+}
+
+func (ew *eventWriter) publish(e peer.Event) {
+	ew.mu.RLock()
+	defer ew.mu.RUnlock()
+	if ew.closed {
+		return
+	}
+	select {
+	case ew.ch <- e:
+	default:
+		ew.dropped.Add(1)
+	}
+}
+
+func (ew *eventWriter) run() {
+	defer close(ew.done)
+	enc := json.NewEncoder(ew.w)
+	for e := range ew.ch {
+		if err := enc.Encode(e); err != nil && ew.err == nil {
+			ew.err = err
+		}
+		if len(ew.ch) == 0 { // caught up: make the file current for tail -f
+			if err := ew.w.Flush(); err != nil && ew.err == nil {
+				ew.err = err
+			}
+		}
+	}
+}
+
+// Dropped returns how many events did not fit in the buffer.
+func (ew *eventWriter) Dropped() uint64 {
+	if ew == nil {
+		return 0
+	}
+	return ew.dropped.Load()
+}
+
+// Close stops listening, writes what is buffered and closes the file.
+func (ew *eventWriter) Close() error {
+	if ew == nil {
+		return nil
+	}
+	ew.cancel()
+	ew.mu.Lock()
+	ew.closed = true
+	close(ew.ch)
+	ew.mu.Unlock()
+	<-ew.done
+	err := ew.err
+	if ferr := ew.w.Flush(); err == nil {
+		err = ferr
+	}
+	if ew.f != nil {
+		if cerr := ew.f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// writeJSONFile writes v as indented JSON to path ("-" is stdout), through
+// a temporary file and a rename so a reader never sees half a report.
+func writeJSONFile(path string, v any, stdout io.Writer) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	if path == "-" {
+		_, err := stdout.Write(b)
+		return err
+	}
+	return writeFileAtomic(path, b)
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return nil
+}

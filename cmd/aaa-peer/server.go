@@ -1,0 +1,501 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
+)
+
+const serverSynopsis = `usage: aaa-peer server --listen URL [--listen URL...] --origin-host H --origin-realm R
+       [--tw 30s] [--allow GLOB...] [--events FILE] [--report FILE]
+       [--answer-delay D] [--drop-dwa] [--stall-after N]
+
+Accepts Diameter connections and answers Accounting-Requests (application 3)
+with DIAMETER_SUCCESS and freeDiameter test_app Test-Requests (application
+16777214, vendor 999999) with DIAMETER_SUCCESS, echoing AVP 345678; any
+other command gets DIAMETER_COMMAND_UNSUPPORTED (3001). SIGTERM or SIGINT
+disconnects every peer (DPR, at most 5 s), writes the report and exits 0.
+`
+
+// shutdownBudget bounds the DPR/DPA exchange with every peer on exit.
+const shutdownBudget = 5 * time.Second
+
+type serverOptions struct {
+	listen      stringList
+	allow       stringList
+	originHost  string
+	originRealm string
+	tw          time.Duration
+	events      string
+	report      string
+	ready       string
+	answerDelay time.Duration
+	dropDWA     bool
+	stallAfter  int64
+	noDelay     bool
+	tlsCert     string
+	tlsKey      string
+	tlsClientCA string
+	logLevel    string
+}
+
+func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
+	fs := newFlagSet("server", serverSynopsis, stderr)
+	fs.Var(&o.listen, "listen", "`URL` to listen on: tcp://host:port, tls://host:port or sctp://host:port (port 0: any free port); repeat for several listeners (required)")
+	fs.StringVar(&o.originHost, "origin-host", "", "our Origin-Host, a DiameterIdentity such as `server1.example.net` (required)")
+	fs.StringVar(&o.originRealm, "origin-realm", "", "our Origin-Realm, such as `example.net` (required)")
+	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "watchdog interval Twinit (RFC 3539: at least 6s; jittered by +-2s)")
+	fs.Var(&o.allow, "allow", "admit only peers whose Origin-Host matches this `GLOB` (path.Match syntax); repeat for several; none admits every host")
+	fs.StringVar(&o.events, "events", "", "write every peer event as a JSON line to `FILE` (\"-\" is stdout)")
+	fs.StringVar(&o.report, "report", "", "write a JSON report to `FILE` on exit (\"-\" is stdout)")
+	fs.StringVar(&o.ready, "ready", "", "once listening, write the bound listen URLs (one per line) to `FILE`; useful with port 0")
+	fs.DurationVar(&o.answerDelay, "answer-delay", 0, "fault: wait `D` before answering each application request")
+	fs.BoolVar(&o.dropDWA, "drop-dwa", false, "fault: answer DWRs but never send the DWAs (everything else is answered)")
+	fs.Int64Var(&o.stallAfter, "stall-after", 0, "fault: after `N` application requests received in total, stop reading every connection (0: never)")
+	fs.BoolVar(&o.noDelay, "no-delay", false, "disable Nagle on TCP and TLS sockets (RFC 3539 3.2 wants it on)")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate `FILE` presented on tls:// listeners")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `FILE` of --tls-cert")
+	fs.StringVar(&o.tlsClientCA, "tls-client-ca", "", "PEM CA `FILE`: when set, tls:// clients must present a certificate it signed (mutual TLS)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log `level` on stderr: debug, info, warn or error")
+	return fs
+}
+
+func (o *serverOptions) validate() error {
+	switch {
+	case len(o.listen) == 0:
+		return usagef("--listen is required")
+	case o.originHost == "":
+		return usagef("--origin-host is required")
+	case o.originRealm == "":
+		return usagef("--origin-realm is required")
+	case o.tw < watchdog.MinTwinit:
+		return usagef("--tw %v is below the RFC 3539 minimum of %v", o.tw, watchdog.MinTwinit)
+	case o.answerDelay < 0:
+		return usagef("--answer-delay must not be negative")
+	case o.stallAfter < 0:
+		return usagef("--stall-after must not be negative")
+	}
+	needTLS := false
+	for _, u := range o.listen {
+		ep, err := transport.ParseURL(u)
+		if err != nil {
+			return usagef("--listen %s: %v", u, err)
+		}
+		needTLS = needTLS || ep.Scheme == transport.SchemeTLS
+	}
+	if needTLS && (o.tlsCert == "" || o.tlsKey == "") {
+		return usagef("a tls:// listener needs --tls-cert and --tls-key")
+	}
+	return nil
+}
+
+// server is one run of "aaa-peer server".
+type server struct {
+	o      serverOptions
+	cfg    peer.Config
+	log    *slog.Logger
+	stall  *stallGate
+	closed chan struct{} // closed when shutdown starts
+
+	received atomic.Uint64 // application requests received
+	answered atomic.Uint64 // answers sent for them
+
+	mu    sync.Mutex
+	live  map[*peer.Peer]struct{}
+	ended []peer.Stats // last Stats of peers that ended
+	conns map[*faultConn]struct{}
+	wg    sync.WaitGroup // accept loops and peer watchers
+}
+
+// serverReport is the --report document.
+type serverReport struct {
+	Received      uint64       `json:"received"`
+	Answered      uint64       `json:"answered"`
+	Duplicates    uint64       `json:"duplicates"`
+	EventsDropped uint64       `json:"events_dropped"`
+	Peers         []peer.Stats `json:"peers"`
+}
+
+func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var o serverOptions
+	fs := serverFlags(&o, stderr)
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if err := o.validate(); err != nil {
+		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
+		return 2
+	}
+	log, err := newLogger(stderr, o.logLevel)
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
+		return 2
+	}
+	s := &server{
+		o: o, log: log, closed: make(chan struct{}),
+		live: make(map[*peer.Peer]struct{}), conns: make(map[*faultConn]struct{}),
+	}
+	if o.stallAfter > 0 {
+		s.stall = &stallGate{after: o.stallAfter}
+	}
+	topts := transport.Options{NoDelay: o.noDelay}
+	if o.tlsCert != "" || o.tlsKey != "" {
+		tc, err := transport.ServerTLSConfig(o.tlsCert, o.tlsKey, o.tlsClientCA)
+		if err != nil {
+			fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
+			return 2
+		}
+		topts.TLS = tc
+	}
+	bus := peer.NewBus()
+	s.cfg = peer.Config{
+		OriginHost: o.originHost, OriginRealm: o.originRealm,
+		AcctApps:   []uint32{message.AppAccounting},
+		VendorApps: []peer.VendorApp{{VendorID: message.VendorTest, AuthAppID: message.AppTest}},
+		Watchdog:   watchdog.Config{Twinit: o.tw},
+		Transport:  topts,
+		AllowHosts: o.allow,
+		Handler:    s.handle,
+		Events:     bus,
+		Logger:     log,
+		DPATimeout: shutdownBudget,
+	}
+	if err := checkConfig(s.cfg); err != nil {
+		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
+		return 2
+	}
+
+	var ew *eventWriter
+	if o.events != "" {
+		if ew, err = openEvents(bus, o.events, stdout); err != nil {
+			fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
+			return 1
+		}
+	}
+
+	var lns []transport.Listener
+	var bound []string
+	for _, u := range o.listen {
+		ln, err := transport.Listen(u, topts)
+		if err != nil {
+			log.Error("listen failed", "url", u, "err", err)
+			for _, l := range lns {
+				l.Close()
+			}
+			ew.Close()
+			return 1
+		}
+		ep, _ := transport.ParseURL(u)
+		b := ep.Scheme + "://" + ln.Addr().String()
+		log.Info("listening", "url", u, "addr", b)
+		lns = append(lns, ln)
+		bound = append(bound, b)
+	}
+	for _, ln := range lns {
+		s.wg.Add(1)
+		go s.acceptLoop(ln)
+	}
+	if o.ready != "" {
+		if err := writeFileAtomic(o.ready, []byte(strings.Join(bound, "\n")+"\n")); err != nil {
+			log.Error("writing --ready file", "err", err)
+		}
+	}
+
+	<-ctx.Done()
+	log.Info("shutting down", "cause", context.Cause(ctx))
+	close(s.closed)
+	for _, ln := range lns {
+		ln.Close()
+	}
+	s.closePeers()
+	s.wg.Wait()
+
+	code := 0
+	if err := ew.Close(); err != nil {
+		log.Error("writing events", "err", err)
+		code = 1
+	}
+	if o.report != "" {
+		if err := writeJSONFile(o.report, s.report(ew.Dropped()), stdout); err != nil {
+			log.Error("writing report", "err", err)
+			code = 1
+		}
+	}
+	return code
+}
+
+// checkConfig catches what peer.Listen's validation would refuse in the
+// parts of the Config that come from flags (we run our own accept loop, so
+// nothing validates it before the first connection).
+func checkConfig(cfg peer.Config) error {
+	for _, g := range cfg.AllowHosts {
+		if _, err := path.Match(g, ""); err != nil {
+			return usagef("--allow %q: %v", g, err)
+		}
+	}
+	if _, err := watchdog.New(cfg.Watchdog); err != nil {
+		return usagef("--tw: %v", err)
+	}
+	return nil
+}
+
+func (s *server) acceptLoop(ln transport.Listener) {
+	defer s.wg.Done()
+	for {
+		tc, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.log.Warn("accept failed", "addr", ln.Addr().String(), "err", err)
+			select {
+			case <-s.closed:
+				return
+			case <-time.After(100 * time.Millisecond): // EMFILE and the like
+			}
+			continue
+		}
+		fc := &faultConn{Conn: tc, dropDWA: s.o.dropDWA, stall: s.stall, done: make(chan struct{}), s: s}
+		s.mu.Lock()
+		s.conns[fc] = struct{}{}
+		s.mu.Unlock()
+		p, err := peer.Accept(fc, s.cfg)
+		if err != nil { // cannot happen: the Config was checked; Accept closed fc
+			s.log.Error("accept", "err", err)
+			continue
+		}
+		s.mu.Lock()
+		late := isClosed(s.closed) // shutdown began: closePeers may not see p
+		if !late {
+			s.live[p] = struct{}{}
+		}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		if late {
+			fc.Close() // no DPR for a connection we never served
+		}
+		go s.watch(p)
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// watch keeps the last Stats of p once it ends.
+func (s *server) watch(p *peer.Peer) {
+	defer s.wg.Done()
+	<-p.Done()
+	p.Close(context.Background()) // returns at once: waits for p's goroutines
+	st := p.Stats()
+	s.mu.Lock()
+	delete(s.live, p)
+	s.ended = append(s.ended, st)
+	s.mu.Unlock()
+}
+
+// closePeers disconnects every live peer (DPR/DPA), bounded by
+// shutdownBudget; past it, every connection is closed hard.
+func (s *server) closePeers() {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
+	defer cancel()
+	s.mu.Lock()
+	ps := make([]*peer.Peer, 0, len(s.live))
+	for p := range s.live {
+		ps = append(ps, p)
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for _, p := range ps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := p.Close(ctx); err != nil {
+					s.log.Debug("close", "peer", p.Name(), "err", err)
+				}
+			}()
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	// A peer still waiting for its CER ignores ctx until CEATimeout;
+	// closing its connection ends the wait.
+	s.mu.Lock()
+	cs := make([]*faultConn, 0, len(s.conns))
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+	<-done
+}
+
+func (s *server) report(dropped uint64) serverReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := serverReport{
+		Received: s.received.Load(), Answered: s.answered.Load(),
+		EventsDropped: dropped, Peers: append([]peer.Stats{}, s.ended...),
+	}
+	for p := range s.live { // none after a clean shutdown
+		r.Peers = append(r.Peers, p.Stats())
+	}
+	return r
+}
+
+// handle answers one application request.
+func (s *server) handle(ctx context.Context, _ *peer.Peer, req []byte) []byte {
+	s.received.Add(1)
+	if d := s.o.answerDelay; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil // the connection is gone
+		}
+	}
+	ans := s.answer(req)
+	s.answered.Add(1)
+	return ans
+}
+
+func (s *server) answer(req []byte) []byte {
+	app, cmd := wire.AppID(req), wire.CommandCode(req)
+	switch {
+	case app == message.AppAccounting && cmd == message.CmdAccounting:
+		b := s.answerStart(req, message.Success)
+		if v, ok := message.Uint32Of(req, message.AccountingRecordType, 0); ok {
+			b.Uint32(message.AccountingRecordType, 0, true, v)
+		}
+		if v, ok := message.Uint32Of(req, message.AccountingRecordNumber, 0); ok {
+			b.Uint32(message.AccountingRecordNumber, 0, true, v)
+		}
+		return b.Bytes()
+	case app == message.AppTest && cmd == message.CmdTest:
+		b := s.answerStart(req, message.Success)
+		if v, ok := message.Uint32Of(req, message.AVPTestValue, message.VendorTest); ok {
+			b.Uint32(message.AVPTestValue, message.VendorTest, true, v)
+		}
+		return b.Bytes()
+	}
+	msg := s.answerStart(req, message.CommandUnsupported).
+		String(message.ErrorMessage, 0, false, fmt.Sprintf("command %d of application %d is not supported", cmd, app)).
+		Bytes()
+	// Protocol errors (3xxx) carry the E bit (RFC 6733 7.1.3).
+	wire.SetFlags(msg, wire.Flags(msg)|wire.FlagError)
+	return msg
+}
+
+// answerStart begins an answer: Session-Id copied, Result-Code, our
+// Origin-Host and Origin-Realm.
+func (s *server) answerStart(req []byte, result uint32) *message.Builder {
+	b := message.NewAnswer(req)
+	if sid, ok := wire.FindAVP(req, message.SessionID, 0); ok {
+		b.Octets(message.SessionID, 0, true, sid)
+	}
+	return b.Uint32(message.ResultCode, 0, true, result).
+		String(message.OriginHost, 0, true, s.o.originHost).
+		String(message.OriginRealm, 0, true, s.o.originRealm)
+}
+
+// stallGate counts application requests read on every connection; once
+// after are in, reads stop until the connection closes (the kernel keeps
+// buffering; at shutdown the DPA is never read, so Close waits its bound).
+type stallGate struct {
+	after int64
+	n     atomic.Int64
+}
+
+// faultConn wraps an accepted connection for the fault knobs.
+type faultConn struct {
+	transport.Conn
+	dropDWA bool
+	stall   *stallGate
+	s       *server
+	once    sync.Once
+	done    chan struct{}
+}
+
+func (c *faultConn) ReadMessage() ([]byte, error) {
+	if g := c.stall; g != nil && g.n.Load() >= g.after {
+		<-c.done
+		return nil, net.ErrClosed
+	}
+	msg, err := c.Conn.ReadMessage()
+	if err == nil && c.stall != nil && isAppRequest(msg) {
+		if c.stall.n.Add(1) == c.stall.after {
+			c.s.log.Warn("--stall-after reached: no longer reading from any connection", "requests", c.stall.after)
+		}
+	}
+	return msg, err
+}
+
+func (c *faultConn) WriteMessages(msgs ...[]byte) error {
+	if !c.dropDWA {
+		return c.Conn.WriteMessages(msgs...)
+	}
+	keep := msgs[:0:0]
+	for _, m := range msgs {
+		if wire.CommandCode(m) == wire.CmdDeviceWatchdog && !wire.IsRequest(m) {
+			continue // --drop-dwa
+		}
+		keep = append(keep, m)
+	}
+	if len(keep) == 0 {
+		return nil
+	}
+	return c.Conn.WriteMessages(keep...)
+}
+
+func (c *faultConn) Close() error {
+	c.once.Do(func() {
+		close(c.done)
+		c.s.mu.Lock()
+		delete(c.s.conns, c)
+		c.s.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+// isAppRequest reports whether msg is a request other than the base
+// protocol's CER, DWR and DPR.
+func isAppRequest(msg []byte) bool {
+	if !wire.IsRequest(msg) {
+		return false
+	}
+	switch wire.CommandCode(msg) {
+	case wire.CmdCapabilitiesExchange, wire.CmdDeviceWatchdog, wire.CmdDisconnectPeer:
+		return false
+	}
+	return true
+}
