@@ -93,6 +93,15 @@ type Config struct {
 	// them with DIAMETER_COMMAND_UNSUPPORTED (3001).
 	Handler Handler
 
+	// OnFailover receives the pending requests of a connection when the
+	// watchdog calls Failover() (OKAY -> SUSPECT, OKAY -> DOWN) or the
+	// connection drops, in their original send order. It runs on the
+	// peer's loop goroutine and must not block: Submit to another peer,
+	// park, or Fail each call. The calls stay matched on this connection,
+	// so a late answer here still completes them once (F4). Nil: requests
+	// keep waiting here and fail when the connection closes.
+	OnFailover func(from *Peer, calls []*Call, reason string)
+
 	// Events receives every event of this peer. Default: a new Bus; share
 	// one Bus between peers to watch them all.
 	Events *Bus

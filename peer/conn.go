@@ -1,11 +1,13 @@
 package peer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/aaatp/aaatp/message"
@@ -24,8 +26,9 @@ type conn struct {
 	// pending requests by Hop-by-Hop id (F1). mu guards pending and
 	// lost; once lost is set, nothing new is added.
 	mu      sync.Mutex
-	pending map[uint32]*call
+	pending map[uint32]*Call
 	lost    bool
+	seq     uint64 // send order
 
 	// write queue: callers append under wmu; the writer swaps it out.
 	wmu      sync.Mutex
@@ -48,7 +51,7 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 	return &conn{
 		p: p, tc: tc, remoteHost: remoteHost,
 		hbh:     wire.NewHopByHopGenRandom(),
-		pending: make(map[uint32]*call),
+		pending: make(map[uint32]*Call),
 		wsig:    make(chan struct{}, 1),
 		dpa:     make(chan struct{}),
 		closed:  make(chan struct{}),
@@ -148,44 +151,76 @@ func (c *conn) closeAfterFlush() {
 	}
 }
 
-// send assigns a Hop-by-Hop id, registers the call and queues it.
-func (c *conn) send(cl *call) error {
+// send queues cl on this connection with a fresh Hop-by-Hop id. A call
+// sent before (a failover replay) is copied first and gets the T flag: the
+// old connection's writer may still be reading the previous bytes.
+func (c *conn) send(cl *Call) error {
+	raw := cl.raw
+	if cl.sends.Load() > 0 {
+		raw = append([]byte(nil), raw...)
+		wire.SetRetransmit(raw)
+	}
 	id := c.hbh.Next()
-	wire.SetHopByHop(cl.raw, id)
-	cl.hbh = id
+	wire.SetHopByHop(raw, id)
 	c.mu.Lock()
 	if c.lost {
 		c.mu.Unlock()
 		return ErrConnectionLost
 	}
+	cl.raw = raw
+	cl.hbh.Store(id)
+	c.seq++
+	cl.seq = c.seq
 	c.pending[id] = cl
+	cl.owner.Store(c)
 	c.mu.Unlock()
-	if err := c.enqueue(cl.raw); err != nil {
+	if err := c.enqueue(raw); err != nil {
+		cl.owner.CompareAndSwap(c, nil)
 		c.forget(cl)
 		return err
 	}
+	cl.sends.Add(1)
 	return nil
 }
 
-// forget removes a call (its caller gave up).
-func (c *conn) forget(cl *call) {
+// forget removes a call (its caller gave up, or it completed elsewhere).
+func (c *conn) forget(cl *Call) {
 	c.mu.Lock()
-	if c.pending[cl.hbh] == cl {
-		delete(c.pending, cl.hbh)
+	if id := cl.hbh.Load(); c.pending[id] == cl {
+		delete(c.pending, id)
 	}
 	c.mu.Unlock()
 }
 
-// takePending marks the connection lost and returns its unanswered calls.
-func (c *conn) takePending() []*call {
+// takePending marks the connection lost and returns the unanswered calls
+// it still owns; calls moved elsewhere are dropped from its map.
+func (c *conn) takePending() []*Call {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lost = true
-	calls := make([]*call, 0, len(c.pending))
+	var calls []*Call
 	for id, cl := range c.pending {
-		calls = append(calls, cl)
+		if cl.owner.CompareAndSwap(c, nil) {
+			calls = append(calls, cl)
+		}
 		delete(c.pending, id)
 	}
+	return calls
+}
+
+// moveOut hands over the calls this connection owns, in send order, and
+// disowns them; they stay in the map so that a late answer here still
+// completes them (F4).
+func (c *conn) moveOut() []*Call {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var calls []*Call
+	for _, cl := range c.pending {
+		if !cl.done.Load() && cl.owner.CompareAndSwap(c, nil) {
+			calls = append(calls, cl)
+		}
+	}
+	slices.SortFunc(calls, func(a, b *Call) int { return cmp.Compare(a.seq, b.seq) })
 	return calls
 }
 

@@ -22,6 +22,12 @@ type Event struct {
 	From   string    `json:"from,omitempty"` // watchdog states, in capitals as in the RFC
 	To     string    `json:"to,omitempty"`
 	Reason string    `json:"reason"`
+
+	// Failover events of the client layer (RFC 3539 3.4.2 [5]).
+	FromPeer string   `json:"from_peer,omitempty"`
+	ToPeer   string   `json:"to_peer,omitempty"`
+	Moved    int      `json:"moved,omitempty"`
+	EndToEnd []uint32 `json:"end_to_end,omitempty"`
 }
 
 // Bus fans events out to subscribers. Its methods are safe for concurrent

@@ -105,16 +105,7 @@ func (p *Peer) apply(o watchdog.Output, base int64) {
 				p.stats.dwrSent.Add(1)
 			}
 		case watchdog.ActionFailover:
-			p.stats.failovers.Add(1)
-			n := 0
-			if c := p.cur.Load(); c != nil {
-				n = c.pendingLen()
-			}
-			// Without an alternate (package peer alone), pending requests
-			// keep waiting on this connection: a late answer still
-			// completes them, and they fail when it closes or their
-			// deadline passes. The client layer moves them (F2).
-			p.publish(EventFailover, "", "", fmt.Sprintf("%s: %d requests pending", o.Transition.Reason, n))
+			p.failover(o.Transition.Reason)
 		case watchdog.ActionFailback:
 			p.publish(EventFailover, "", "", "failback: back in service")
 		case watchdog.ActionCloseConnection:
@@ -301,6 +292,27 @@ func (p *Peer) handle(e loopEvent) {
 	}
 }
 
+// failover carries out Failover(): with an OnFailover hook (the client
+// layer), the connection's pending requests go to it in send order while
+// staying matched here for a late answer (F2, F4). Without one they keep
+// waiting on this connection: a late answer still completes them, and they
+// fail when it closes or their deadline passes.
+func (p *Peer) failover(reason string) {
+	p.stats.failovers.Add(1)
+	c := p.cur.Load()
+	if p.cfg.OnFailover == nil || c == nil {
+		n := 0
+		if c != nil {
+			n = c.pendingLen()
+		}
+		p.publish(EventFailover, "", "", fmt.Sprintf("%s: %d requests pending, no alternate configured", reason, n))
+		return
+	}
+	calls := c.moveOut()
+	p.stats.movedOut.Add(uint64(len(calls)))
+	p.cfg.OnFailover(p, calls, reason)
+}
+
 // checkIdle brings an idle connection down (T4), never sooner than
 // BringDownInterval after the last application message.
 func (p *Peer) checkIdle() {
@@ -321,6 +333,15 @@ func (p *Peer) checkIdle() {
 
 // failPending completes every call still pending on c with err.
 func (p *Peer) failPending(c *conn, err error) {
+	if p.cfg.OnFailover != nil && err == ErrConnectionLost {
+		// The connection dropped without a Failover() first (SUSPECT or
+		// REOPEN closing): whatever it still owns moves too.
+		if calls := c.takePending(); len(calls) > 0 {
+			p.stats.movedOut.Add(uint64(len(calls)))
+			p.cfg.OnFailover(p, calls, "connection lost")
+		}
+		return
+	}
 	for _, cl := range c.takePending() {
 		if cl.complete(nil, fmt.Errorf("peer %s: %w", p.Name(), err)) {
 			p.stats.lost.Add(1)

@@ -76,33 +76,36 @@ type counters struct {
 	received, answersSent, dwrSent, dwaReceived     atomic.Uint64
 	dwrReceived, badFrames, discarded, transitions  atomic.Uint64
 	openFailures, failovers                         atomic.Uint64
+	retransmitted, movedOut                         atomic.Uint64
 	lastDWA                                         atomic.Int64 // unix ns
 }
 
 // Stats is a snapshot of a Peer's counters.
 type Stats struct {
-	Peer        string        `json:"peer"`
-	State       string        `json:"state"`
-	Since       time.Time     `json:"since"`
-	Tw          time.Duration `json:"tw_ns"`
-	Sent        uint64        `json:"sent"`     // requests sent by Request
-	Answered    uint64        `json:"answered"` // answers matched to them
-	Unmatched   uint64        `json:"unmatched"`
-	Late        uint64        `json:"late"`      // answers for calls already complete
-	TimedOut    uint64        `json:"timed_out"` // calls that ended without an answer
-	Lost        uint64        `json:"lost"`      // calls failed because their connection closed
-	Pending     int           `json:"pending"`
-	Received    uint64        `json:"received"` // messages of any kind
-	AnswersSent uint64        `json:"answers_sent"`
-	DWRSent     uint64        `json:"dwr_sent"`
-	DWAReceived uint64        `json:"dwa_received"`
-	DWRReceived uint64        `json:"dwr_received"`
-	LastDWA     time.Time     `json:"last_dwa"`
-	BadFrames   uint64        `json:"bad_frames"`
-	Discarded   uint64        `json:"discarded"`
-	Transitions uint64        `json:"transitions"`
-	OpenFailed  uint64        `json:"open_failed"`
-	Failovers   uint64        `json:"failovers"`
+	Peer          string        `json:"peer"`
+	State         string        `json:"state"`
+	Since         time.Time     `json:"since"`
+	Tw            time.Duration `json:"tw_ns"`
+	Sent          uint64        `json:"sent"`          // requests sent (Request, Submit), replays included
+	Retransmitted uint64        `json:"retransmitted"` // replays received from a failover, sent with T
+	MovedOut      uint64        `json:"moved_out"`     // pending requests handed to OnFailover
+	Answered      uint64        `json:"answered"`      // answers matched to them
+	Unmatched     uint64        `json:"unmatched"`
+	Late          uint64        `json:"late"`      // answers for calls already complete
+	TimedOut      uint64        `json:"timed_out"` // calls that ended without an answer
+	Lost          uint64        `json:"lost"`      // calls failed because their connection closed
+	Pending       int           `json:"pending"`
+	Received      uint64        `json:"received"` // messages of any kind
+	AnswersSent   uint64        `json:"answers_sent"`
+	DWRSent       uint64        `json:"dwr_sent"`
+	DWAReceived   uint64        `json:"dwa_received"`
+	DWRReceived   uint64        `json:"dwr_received"`
+	LastDWA       time.Time     `json:"last_dwa"`
+	BadFrames     uint64        `json:"bad_frames"`
+	Discarded     uint64        `json:"discarded"`
+	Transitions   uint64        `json:"transitions"`
+	OpenFailed    uint64        `json:"open_failed"`
+	Failovers     uint64        `json:"failovers"`
 }
 
 type evKind uint8
@@ -217,7 +220,7 @@ func (p *Peer) Stats() Stats {
 	st := Stats{
 		Peer: p.Name(), State: p.State().String(), Since: time.Unix(0, p.since.Load()),
 		Tw:   time.Duration(p.tw.Load()),
-		Sent: s.sent.Load(), Answered: s.answered.Load(), Unmatched: s.unmatched.Load(),
+		Sent: s.sent.Load(), Retransmitted: s.retransmitted.Load(), MovedOut: s.movedOut.Load(), Answered: s.answered.Load(), Unmatched: s.unmatched.Load(),
 		Late: s.late.Load(), TimedOut: s.timedOut.Load(), Lost: s.lost.Load(),
 		Received: s.received.Load(), AnswersSent: s.answersSent.Load(),
 		DWRSent: s.dwrSent.Load(), DWAReceived: s.dwaReceived.Load(), DWRReceived: s.dwrReceived.Load(),
@@ -273,46 +276,43 @@ func (p *Peer) WaitState(ctx context.Context, want watchdog.State) error {
 // ErrNotInService) unless the watchdog is OKAY. It waits until ctx is done,
 // or RequestTimeout when ctx has no deadline. It is safe for concurrent use.
 func (p *Peer) Request(ctx context.Context, req []byte) ([]byte, error) {
+	cl, err := NewCall(req)
+	if err != nil {
+		return nil, fmt.Errorf("peer %s: %w", p.Name(), err)
+	}
+	if err := p.Submit(cl); err != nil {
+		return nil, err
+	}
+	ans, err := cl.Wait(ctx, p.cfg.RequestTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("peer %s: %w", p.Name(), err)
+	}
+	return ans, nil
+}
+
+// Submit sends cl on this peer's connection without waiting: the answer
+// completes cl (see Call.Wait). It refuses with a *NotInServiceError unless
+// the watchdog is OKAY. A call that was sent before, on this peer or
+// another, goes out as a copy with the T flag and a new Hop-by-Hop id: this
+// is the failover replay of RFC 3539 3.4.1 [3] (F2).
+func (p *Peer) Submit(cl *Call) error {
 	c := p.cur.Load()
 	st := p.State()
 	if st != watchdog.Okay || c == nil {
-		return nil, &NotInServiceError{Peer: p.Name(), State: st}
+		return &NotInServiceError{Peer: p.Name(), State: st}
 	}
-	if len(req) < wire.HeaderLen || int(wire.Length(req)) != len(req) {
-		return nil, fmt.Errorf("peer %s: request of %d bytes is not one whole Diameter message", p.Name(), len(req))
+	if cl.done.Load() {
+		return nil
 	}
-	wire.SetFlags(req, wire.Flags(req)|wire.FlagRequest)
-	if wire.EndToEnd(req) == 0 {
-		wire.SetEndToEnd(req, e2e.Next())
-	}
-	cl := newCall(req)
 	if err := c.send(cl); err != nil {
-		return nil, fmt.Errorf("peer %s: %w", p.Name(), err)
+		return fmt.Errorf("peer %s: %w", p.Name(), err)
 	}
 	p.stats.sent.Add(1)
+	if cl.sends.Load() > 1 {
+		p.stats.retransmitted.Add(1)
+	}
 	p.lastApp.Store(p.mono())
-
-	var expired <-chan time.Time
-	if _, ok := ctx.Deadline(); !ok {
-		t := time.NewTimer(p.cfg.RequestTimeout)
-		defer t.Stop()
-		expired = t.C
-	}
-	var err error
-	select {
-	case r := <-cl.res:
-		return r.ans, r.err
-	case <-ctx.Done():
-		err = fmt.Errorf("peer %s: %w: %w", p.Name(), ErrTimeout, ctx.Err())
-	case <-expired:
-		err = fmt.Errorf("peer %s: %w (%v)", p.Name(), ErrTimeout, p.cfg.RequestTimeout)
-	}
-	if cl.complete(nil, err) {
-		c.forget(cl)
-		p.stats.timedOut.Add(1)
-	}
-	r := <-cl.res // ours, or the answer that won the race
-	return r.ans, r.err
+	return nil
 }
 
 // Close disconnects gracefully: DPR (Disconnect-Cause REBOOTING), waits for
