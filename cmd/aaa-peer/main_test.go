@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// syncBuffer is a bytes.Buffer safe for the loggers of several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// testServer is "aaa-peer server" running in-process.
+type testServer struct {
+	url     string
+	report  string
+	events  string
+	stderr  *syncBuffer
+	cancel  context.CancelFunc
+	done    chan int
+	stopped bool
+}
+
+// startServer runs runServer on a free loopback port with a report and an
+// events file, plus extra flags, and waits until it listens.
+func startServer(t *testing.T, extra ...string) *testServer {
+	t.Helper()
+	dir := t.TempDir()
+	s := &testServer{
+		report: filepath.Join(dir, "server-report.json"),
+		events: filepath.Join(dir, "server-events.jsonl"),
+		stderr: &syncBuffer{}, done: make(chan int, 1),
+	}
+	ready := filepath.Join(dir, "ready")
+	args := append([]string{
+		"--listen", "tcp://127.0.0.1:0", "--origin-host", "server1.example.net", "--origin-realm", "example.net",
+		"--report", s.report, "--events", s.events, "--ready", ready,
+	}, extra...)
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go func() { s.done <- runServer(ctx, args, &syncBuffer{}, s.stderr) }()
+	t.Cleanup(func() { s.stop(t) })
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, err := os.ReadFile(ready)
+		if err == nil {
+			s.url = strings.TrimSpace(string(b))
+			return s
+		}
+		select {
+		case code := <-s.done:
+			s.stopped = true
+			t.Fatalf("server exited with %d before listening: %s", code, s.stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server not listening after 5s: %s", s.stderr)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stop cancels the server (as SIGTERM would) and returns its exit code.
+func (s *testServer) stop(t *testing.T) int {
+	t.Helper()
+	if s.stopped {
+		return 0
+	}
+	s.stopped = true
+	s.cancel()
+	select {
+	case code := <-s.done:
+		return code
+	case <-time.After(15 * time.Second):
+		t.Fatalf("server did not stop within 15s: %s", s.stderr)
+		return -1
+	}
+}
+
+func (s *testServer) readReport(t *testing.T) serverReport {
+	t.Helper()
+	var r serverReport
+	readJSON(t, s.report, &r)
+	return r
+}
+
+func readJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v\n%s", path, err, b)
+	}
+}
+
+// clientRun is the outcome of one runClient.
+type clientRun struct {
+	code   int
+	stdout string
+	stderr string
+	report clientReport
+	events string
+}
+
+// runTestClient runs runClient against url with a report and an events
+// file, plus extra flags.
+func runTestClient(t *testing.T, ctx context.Context, url string, extra ...string) clientRun {
+	t.Helper()
+	dir := t.TempDir()
+	report := filepath.Join(dir, "client-report.json")
+	events := filepath.Join(dir, "client-events.jsonl")
+	args := append([]string{
+		"--peer", url, "--origin-host", "client1.example.net", "--origin-realm", "example.net",
+		"--destination-realm", "example.net", "--report", report, "--events", events,
+		"--connect-timeout", "5s",
+	}, extra...)
+	var stdout, stderr syncBuffer
+	code := runClient(ctx, args, &stdout, &stderr)
+	r := clientRun{code: code, stdout: stdout.String(), stderr: stderr.String(), events: events}
+	if _, err := os.Stat(report); err == nil {
+		readJSON(t, report, &r.report)
+	}
+	return r
+}
+
+// eventLine is one --events line as a script sees it.
+type eventLine struct {
+	Time   string  `json:"time"`
+	Peer   *string `json:"peer"`
+	Type   string  `json:"type"`
+	From   string  `json:"from"`
+	To     string  `json:"to"`
+	Reason *string `json:"reason"`
+}
+
+// readEvents parses an events file strictly: every line one JSON object
+// with time (RFC 3339), peer, type and reason.
+func readEvents(t *testing.T, path string) []eventLine {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []eventLine
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var e eventLine
+		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		if err := dec.Decode(&e); err != nil {
+			t.Fatalf("%s: bad line %q: %v", path, sc.Text(), err)
+		}
+		if _, err := time.Parse(time.RFC3339Nano, e.Time); err != nil {
+			t.Errorf("%s: time %q is not RFC 3339: %v", path, e.Time, err)
+		}
+		if e.Peer == nil || *e.Peer == "" || e.Reason == nil {
+			t.Errorf("%s: line without peer or reason: %q", path, sc.Text())
+		}
+		switch e.Type {
+		case "watchdog":
+			if e.From == "" || e.To == "" {
+				t.Errorf("%s: watchdog event without from/to: %q", path, sc.Text())
+			}
+		case "connection", "failover", "error":
+		default:
+			t.Errorf("%s: unknown type in %q", path, sc.Text())
+		}
+		out = append(out, e)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func hasTransition(evs []eventLine, from, to string) bool {
+	for _, e := range evs {
+		if e.Type == "watchdog" && e.From == from && e.To == to {
+			return true
+		}
+	}
+	return false
+}
+
+func TestDispatch(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "usage: aaa-peer <command>"},
+		{[]string{"bogus"}, 2, `unknown command "bogus"`},
+		{[]string{"demo"}, 2, "demo: not built yet; see the Test node issue"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), tc.args, &stdout, &stderr)
+		if code != tc.code || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("run(%q) = %d, stderr %q; want %d and %q", tc.args, code, stderr.String(), tc.code, tc.want)
+		}
+		if tc.args == nil {
+			for _, cmd := range []string{"server", "client", "demo"} {
+				if !strings.Contains(stderr.String(), "\n  "+cmd+" ") {
+					t.Errorf("usage does not list %s:\n%s", cmd, stderr.String())
+				}
+			}
+		}
+	}
+}
+
+func TestFlagValidation(t *testing.T) {
+	srv := []string{"--listen", "tcp://127.0.0.1:0", "--origin-host", "s.example.net", "--origin-realm", "example.net"}
+	cli := []string{"--peer", "tcp://127.0.0.1:3868", "--origin-host", "c.example.net", "--origin-realm", "example.net", "--destination-realm", "example.net"}
+	without := func(args []string, flag string) []string {
+		var out []string
+		for i := 0; i < len(args); i++ {
+			if args[i] == flag {
+				i++
+				continue
+			}
+			out = append(out, args[i])
+		}
+		return out
+	}
+	with := func(args []string, more ...string) []string { return append(append([]string{}, args...), more...) }
+	for _, tc := range []struct {
+		name string
+		run  func(context.Context, []string, io.Writer, io.Writer) int
+		args []string
+		want string
+	}{
+		{"server no origin-host", runServer, without(srv, "--origin-host"), "--origin-host is required"},
+		{"server no origin-realm", runServer, without(srv, "--origin-realm"), "--origin-realm is required"},
+		{"server no listen", runServer, without(srv, "--listen"), "--listen is required"},
+		{"server tw 5s", runServer, with(srv, "--tw", "5s"), "--tw 5s is below the RFC 3539 minimum of 6s"},
+		{"server bad url", runServer, with(srv, "--listen", "http://x:1"), "--listen http://x:1"},
+		{"server tls without cert", runServer, with(srv, "--listen", "tls://127.0.0.1:0"), "--tls-cert and --tls-key"},
+		{"server bad glob", runServer, with(srv, "--allow", "[x"), `--allow "[x"`},
+		{"server unknown flag", runServer, with(srv, "--bogus"), "flag provided but not defined: -bogus"},
+		{"server extra arg", runServer, with(srv, "extra"), `unexpected argument "extra"`},
+		{"client no origin-host", runClient, without(cli, "--origin-host"), "--origin-host is required"},
+		{"client no destination-realm", runClient, without(cli, "--destination-realm"), "--destination-realm is required"},
+		{"client no peer", runClient, without(cli, "--peer"), "--peer is required"},
+		{"client tw 5s", runClient, with(cli, "--tw", "5s"), "--tw 5s is below the RFC 3539 minimum of 6s"},
+		{"client bad app", runClient, with(cli, "--app", "auth"), `--app "auth"`},
+		{"client bad nai", runClient, with(cli, "--nai", "%d%d"), `--nai "%d%d"`},
+		{"client concurrency 0", runClient, with(cli, "--concurrency", "0"), "--concurrency must be at least 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			if code := tc.run(context.Background(), tc.args, &stdout, &stderr); code != 2 {
+				t.Errorf("exit code %d, want 2; stderr:\n%s", code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr does not say %q:\n%s", tc.want, stderr.String())
+			}
+		})
+	}
+}
