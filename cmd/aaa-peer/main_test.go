@@ -38,7 +38,8 @@ func (s *syncBuffer) String() string {
 
 // testServer is "aaa-peer server" running in-process.
 type testServer struct {
-	url     string
+	url     string // the first listener
+	ready   string
 	report  string
 	events  string
 	stderr  *syncBuffer
@@ -55,9 +56,9 @@ func startServer(t *testing.T, extra ...string) *testServer {
 	s := &testServer{
 		report: filepath.Join(dir, "server-report.json"),
 		events: filepath.Join(dir, "server-events.jsonl"),
-		stderr: &syncBuffer{}, done: make(chan int, 1),
+		stderr: &syncBuffer{}, done: make(chan int, 1), ready: filepath.Join(dir, "ready"),
 	}
-	ready := filepath.Join(dir, "ready")
+	ready := s.ready
 	args := append([]string{
 		"--listen", "tcp://127.0.0.1:0", "--origin-host", "server1.example.net", "--origin-realm", "example.net",
 		"--report", s.report, "--events", s.events, "--ready", ready,
@@ -70,7 +71,7 @@ func startServer(t *testing.T, extra ...string) *testServer {
 	for {
 		b, err := os.ReadFile(ready)
 		if err == nil {
-			s.url = strings.TrimSpace(string(b))
+			s.url, _, _ = strings.Cut(strings.TrimSpace(string(b)), "\n")
 			return s
 		}
 		select {
@@ -84,6 +85,15 @@ func startServer(t *testing.T, extra ...string) *testServer {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+func readLines(t *testing.T, s *testServer) []string {
+	t.Helper()
+	b, err := os.ReadFile(s.ready)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSpace(string(b)), "\n")
 }
 
 // stop cancels the server (as SIGTERM would) and returns its exit code.

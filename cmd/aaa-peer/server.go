@@ -57,9 +57,9 @@ type serverOptions struct {
 func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs := newFlagSet("server", serverSynopsis, stderr)
 	fs.Var(&o.listen, "listen", "`URL` to listen on: tcp://host:port, tls://host:port or sctp://host:port (port 0: any free port); repeat for several listeners (required)")
-	fs.StringVar(&o.originHost, "origin-host", "", "our Origin-Host, a DiameterIdentity such as `server1.example.net` (required)")
-	fs.StringVar(&o.originRealm, "origin-realm", "", "our Origin-Realm, such as `example.net` (required)")
-	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "watchdog interval Twinit (RFC 3539: at least 6s; jittered by +-2s)")
+	fs.StringVar(&o.originHost, "origin-host", "", "our Origin-Host `H`, a DiameterIdentity such as server1.example.net (required)")
+	fs.StringVar(&o.originRealm, "origin-realm", "", "our Origin-Realm `R`, such as example.net (required)")
+	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "watchdog interval Twinit `D` (RFC 3539: at least 6s; jittered by +-2s)")
 	fs.Var(&o.allow, "allow", "admit only peers whose Origin-Host matches this `GLOB` (path.Match syntax); repeat for several; none admits every host")
 	fs.StringVar(&o.events, "events", "", "write every peer event as a JSON line to `FILE` (\"-\" is stdout)")
 	fs.StringVar(&o.report, "report", "", "write a JSON report to `FILE` on exit (\"-\" is stdout)")
