@@ -364,11 +364,10 @@ func (fd *freeDiameter) messages() []fdMsg {
 	return out
 }
 
-// assertOurRequestIDs checks the requests freeDiameter received from us
-// (CER, DWR, DPR, ACR...) for RFC 6733 section 3's identifiers: "The
-// originator of a request MUST insert a unique identifier on every
-// message" (End-to-End, unique for 4 minutes), and a Hop-by-Hop
-// identifier unique on the connection.
+// assertOurRequestIDs checks the End-to-End ids of the requests
+// freeDiameter received from us (CER, DWR, DPR, ACR...): RFC 6733 section
+// 3, "The originator of a request MUST insert a unique identifier on every
+// message", locally unique for at least 4 minutes.
 func (fd *freeDiameter) assertOurRequestIDs(t *testing.T, ourHost string) {
 	t.Helper()
 	e2e := map[uint32][]string{}
@@ -390,9 +389,13 @@ func (fd *freeDiameter) assertOurRequestIDs(t *testing.T, ourHost string) {
 			t.Errorf("%d of our %d requests share End-to-End id %#08x (RFC 6733 3: unique per request): %v", len(names), n, id, names)
 		}
 	}
+	// RFC 6733 requires Hop-by-Hop ids unique only among a connection's
+	// outstanding requests, which a dump with one-second timestamps cannot
+	// tell; a reused id is only noted (a DPR sent while a DWR is
+	// outstanding with the same id would be a violation).
 	for id, names := range hbh {
 		if len(names) > 1 {
-			t.Errorf("%d of our %d requests share Hop-by-Hop id %#08x on one connection: %v", len(names), n, id, names)
+			t.Logf("note: %d of our %d requests share Hop-by-Hop id %#08x on one connection: %v", len(names), n, id, names)
 		}
 	}
 }
@@ -625,6 +628,7 @@ func TestClientToFreeDiameter(t *testing.T) {
 func TestFreeDiameterToServer(t *testing.T) {
 	t.Parallel()
 	const fdID, ourHost = "fd-client.example.org", "aaatp-server.example.net"
+	freeDiameterPath(t) // skip (or fail under CI) before listening
 	bus := peer.NewBus()
 	rec := record(t, bus)
 	srv, err := peer.Listen("tcp://127.0.0.1:0", peer.Config{
