@@ -322,3 +322,19 @@ func TestPacer(t *testing.T) {
 		t.Error("wait succeeded on a cancelled context")
 	}
 }
+
+// TestTwoPeers: requests go round-robin over the peers in service.
+func TestTwoPeers(t *testing.T) {
+	t.Parallel()
+	a, b := startServer(t), startServer(t)
+	r := runTestClient(t, context.Background(), a.url, "--peer", b.url, "--requests", "100", "--concurrency", "4")
+	if r.code != 0 || r.report.Answered != 100 || len(r.report.Peers) != 2 {
+		t.Fatalf("client exit %d report %+v\n%s", r.code, r.report, r.stderr)
+	}
+	a.stop(t)
+	b.stop(t)
+	ra, rb := a.readReport(t), b.readReport(t)
+	if ra.Answered+rb.Answered != 100 || ra.Answered < 40 || rb.Answered < 40 {
+		t.Errorf("servers answered %d and %d, want about 50 each", ra.Answered, rb.Answered)
+	}
+}
