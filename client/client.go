@@ -1,0 +1,404 @@
+// Package client is the embedding API of aaatp: a Client owns a set of
+// peers and offers one call, Send, that returns the answer to a request or
+// a clear error. Behind it, the RFC 3539 failover of 3.4.1 [3] and 3.4.2:
+// when a peer's watchdog calls Failover() or its connection drops, the
+// requests pending on it are replayed, in their original order, to an
+// alternate peer in service, with a new Hop-by-Hop id, the same End-to-End
+// id and Origin-Host, and the T flag set (F2); with no alternate they wait
+// for one until their deadline (F3); a late answer on the old connection
+// is delivered only if the caller has none yet (F4).
+//
+// Two modes choose the peer for a new request: Balance (through package
+// loadbalance: RFC 3074 Pearson hash over the NAI by default) and
+// PrimarySecondary (the first peer in service, in configured order).
+//
+// A Client is safe for concurrent use.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aaatp/aaatp/loadbalance"
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// Mode chooses how new requests pick a peer.
+type Mode uint8
+
+const (
+	// Balance spreads requests with the configured loadbalance algorithm.
+	Balance Mode = iota
+	// PrimarySecondary sends to the first peer in service, in order (3.4.2).
+	PrimarySecondary
+)
+
+// ParseMode parses "balance" or "failover" (primary/secondary).
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "balance", "":
+		return Balance, nil
+	case "failover", "primary-secondary":
+		return PrimarySecondary, nil
+	}
+	return 0, fmt.Errorf("client: unknown mode %q (want balance or failover)", s)
+}
+
+func (m Mode) String() string {
+	if m == PrimarySecondary {
+		return "failover"
+	}
+	return "balance"
+}
+
+// Errors of Send, beyond those of package peer.
+var (
+	// ErrUnableToDeliver: the request names a Destination-Host whose
+	// connection failed; it is not moved to another host (RFC 6733 5.5.4).
+	ErrUnableToDeliver = errors.New("DIAMETER_UNABLE_TO_DELIVER (3002)")
+	// ErrNoPeer: no peer in service before the request's deadline.
+	ErrNoPeer = errors.New("no peer in service")
+)
+
+// PeerSpec is one configured peer.
+type PeerSpec struct {
+	URL    string // tcp://host:port, tls://..., sctp://...
+	Name   string // label for the balancer and statistics; default URL
+	Weight int    // balance weight; default 1
+}
+
+// Config configures a Client.
+type Config struct {
+	Peers     []PeerSpec
+	Mode      Mode
+	Algorithm loadbalance.Algorithm // Balance mode; default Pearson
+	// Balancer tunes the conversation memory of Balance mode.
+	Balancer loadbalance.Options
+	// Peer is the template for every peer (Origin-Host, Watchdog, ...).
+	// Its OnFailover and Events are set by the Client.
+	Peer peer.Config
+	// RequestTimeout bounds a Send whose context has no deadline. Default
+	// peer.DefaultRequestTimeout.
+	RequestTimeout time.Duration
+	// FailoverLog is how many failover records the Client keeps. Default 256.
+	FailoverLog int
+	// Events receives the events of every peer and the Client's failover
+	// records. Default: a new Bus.
+	Events *peer.Bus
+}
+
+type member struct {
+	spec  PeerSpec
+	p     *peer.Peer
+	stats serverStats
+}
+
+// Client owns a set of peers. See the package documentation.
+type Client struct {
+	cfg     Config
+	members []*member
+	byPeer  map[*peer.Peer]*member
+	byName  map[string]*member
+	bal     *loadbalance.Balancer // Balance mode
+	rr      atomic.Uint64
+	events  *peer.Bus
+	cancels []func()
+
+	mu     sync.Mutex
+	parked []*peer.Call // waiting for any peer in service (F3)
+
+	log failoverLog
+}
+
+// New dials every peer and returns at once; peers come into service in
+// the background. Send before any is OKAY waits for one (bounded by its
+// deadline).
+func New(cfg Config) (*Client, error) {
+	if len(cfg.Peers) == 0 {
+		return nil, errors.New("client: no peers configured")
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = peer.DefaultRequestTimeout
+	}
+	if cfg.Events == nil {
+		cfg.Events = peer.NewBus()
+	}
+	c := &Client{cfg: cfg, events: cfg.Events, byPeer: map[*peer.Peer]*member{}, byName: map[string]*member{}}
+	c.log.init(cfg.FailoverLog)
+	var servers []loadbalance.Server
+	for i, s := range cfg.Peers {
+		if s.Name == "" {
+			s.Name = s.URL
+		}
+		if s.Weight == 0 {
+			s.Weight = 1
+		}
+		if _, dup := c.byName[s.Name]; dup {
+			return nil, fmt.Errorf("client: peer %q configured twice", s.Name)
+		}
+		m := &member{spec: s}
+		m.stats.init()
+		c.members = append(c.members, m)
+		c.byName[s.Name] = m
+		servers = append(servers, loadbalance.Server{Name: s.Name, Weight: s.Weight, Index: i})
+	}
+	if cfg.Mode == Balance {
+		opts := cfg.Balancer
+		opts.InitialState = loadbalance.Down
+		b, err := loadbalance.New(cfg.Algorithm, servers, opts)
+		if err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+		c.bal = b
+	}
+	// Peer goroutines reach the Client only through paths that take c.mu
+	// first (onFailover, unpark): holding it while the members are filled
+	// in keeps them from seeing a half-built Client.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range c.members {
+		pc := cfg.Peer
+		pc.OnFailover = c.onFailover
+		pc.Events = peer.NewBus() // per peer, so we know whose event it is
+		m := m
+		c.cancels = append(c.cancels, pc.Events.Subscribe(func(e peer.Event) { c.onPeerEvent(m, e) }))
+		p, err := peer.Dial(m.spec.URL, pc)
+		if err != nil {
+			c.mu.Unlock()
+			c.Close(context.Background())
+			c.mu.Lock()
+			return nil, fmt.Errorf("client: peer %s: %w", m.spec.Name, err)
+		}
+		m.p = p
+		c.byPeer[p] = m
+	}
+	return c, nil
+}
+
+// Events returns the bus with every peer's events and the failover records.
+func (c *Client) Events() *peer.Bus { return c.events }
+
+// Peers returns the peers in configured order.
+func (c *Client) Peers() []*peer.Peer {
+	ps := make([]*peer.Peer, len(c.members))
+	for i, m := range c.members {
+		ps[i] = m.p
+	}
+	return ps
+}
+
+// Balancer returns the balancer of Balance mode (nil otherwise).
+func (c *Client) Balancer() *loadbalance.Balancer { return c.bal }
+
+// Send sends one request and returns its answer. req is an encoded request
+// (message.NewRequest(...).Bytes()); the Client takes it over. Send waits
+// until ctx is done, or RequestTimeout when ctx has no deadline. Every
+// request gets exactly one answer or one error.
+func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
+	cl, err := peer.NewCall(req)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	start := time.Now()
+	first := c.dispatch(cl, nil)
+	ans, err := cl.Wait(ctx, c.cfg.RequestTimeout)
+	if first != nil {
+		first.stats.done(err == nil, time.Since(start))
+	}
+	if err != nil {
+		if errors.Is(err, peer.ErrTimeout) && first == nil && cl.Sends() == 0 {
+			return nil, fmt.Errorf("client: %w: %w", ErrNoPeer, err)
+		}
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return ans, nil
+}
+
+// dispatch submits cl to a peer in service other than avoid, or parks it.
+// It returns the member it went to (nil when parked or completed).
+func (c *Client) dispatch(cl *peer.Call, avoid *member) *member {
+	for range len(c.members) + 1 {
+		m := c.pick(cl, avoid)
+		if m == nil {
+			break
+		}
+		if err := m.p.Submit(cl); err == nil {
+			m.stats.sent.Add(1)
+			return m
+		} else if !errors.Is(err, peer.ErrNotInService) {
+			// The connection broke under us: try another.
+			continue
+		}
+	}
+	c.park(cl)
+	return nil
+}
+
+// pick chooses a member in service for cl, never avoid.
+func (c *Client) pick(cl *peer.Call, avoid *member) *member {
+	if c.bal != nil {
+		req := cl.Request()
+		nai, _ := wire.FindAVP(req, message.UserName, 0)
+		sid, _ := wire.FindAVP(req, message.SessionID, 0)
+		if s, err := c.bal.Pick(loadbalance.Request{NAI: string(nai), SessionID: string(sid)}); err == nil {
+			if m := c.byName[s.Name]; m != avoid && m.p.State() == watchdog.Okay {
+				return m
+			}
+		}
+		// The balancer's view lags a transition by a moment: fall back to
+		// round-robin over the peers in service.
+		n := uint64(len(c.members))
+		start := c.rr.Add(1)
+		for i := range n {
+			m := c.members[(start+i)%n]
+			if m != avoid && m.p.State() == watchdog.Okay {
+				return m
+			}
+		}
+		return nil
+	}
+	for _, m := range c.members { // primary first, then secondaries in order
+		if m != avoid && m.p.State() == watchdog.Okay {
+			return m
+		}
+	}
+	return nil
+}
+
+func (c *Client) park(cl *peer.Call) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.parked) >= 1024 && len(c.parked)%1024 == 0 {
+		// Drop calls whose callers gave up, so the queue stays bounded by
+		// the requests still waiting.
+		c.parked = slices.DeleteFunc(c.parked, (*peer.Call).IsDone)
+	}
+	c.parked = append(c.parked, cl)
+}
+
+// unpark sends parked calls now that a peer is in service, oldest first.
+func (c *Client) unpark() {
+	c.mu.Lock()
+	calls := c.parked
+	c.parked = nil
+	c.mu.Unlock()
+	for i, cl := range calls {
+		if !cl.IsDone() && c.dispatch(cl, nil) == nil {
+			// Parked again: nothing is in service after all. Keep the
+			// rest, in order, behind it.
+			c.mu.Lock()
+			c.parked = append(c.parked, calls[i+1:]...)
+			c.mu.Unlock()
+			return
+		}
+	}
+}
+
+// onPeerEvent runs on the peer's goroutines: keep the balancer's view and
+// wake parked calls.
+func (c *Client) onPeerEvent(m *member, e peer.Event) {
+	c.events.Publish(e)
+	if e.Type != peer.EventWatchdog {
+		return
+	}
+	to, err := watchdog.ParseState(e.To)
+	if err != nil {
+		return
+	}
+	if c.bal != nil {
+		st := loadbalance.Down
+		switch to {
+		case watchdog.Okay:
+			st = loadbalance.InService
+		case watchdog.Suspect:
+			st = loadbalance.Suspended
+		}
+		if rebuilt, err := c.bal.SetState(m.spec.Name, st); err == nil && rebuilt {
+			c.events.Publish(peer.Event{Time: time.Now(), Peer: m.spec.Name, Type: peer.EventFailover,
+				Reason: fmt.Sprintf("balancer table rebuilt (generation %d)", c.bal.Generation())})
+		}
+	}
+	if to == watchdog.Okay {
+		c.unpark()
+	}
+}
+
+// onFailover runs on the failed peer's loop: replay its pending requests
+// elsewhere, in order (F2).
+func (c *Client) onFailover(from *peer.Peer, calls []*peer.Call, reason string) {
+	c.mu.Lock()
+	fm := c.byPeer[from]
+	c.mu.Unlock()
+	if fm == nil || len(calls) == 0 {
+		return
+	}
+	fm.stats.failedOver.Add(uint64(len(calls)))
+	moved := map[*member][]uint32{}
+	var parked, refused []uint32
+	for _, cl := range calls {
+		if cl.IsDone() {
+			continue
+		}
+		if dh, ok := cl.DestinationHost(); ok && dh == from.Name() {
+			cl.Fail(fmt.Errorf("%w: Destination-Host %s is not reachable (%s)", ErrUnableToDeliver, dh, reason))
+			refused = append(refused, cl.EndToEnd())
+			continue
+		}
+		if to := c.dispatch(cl, fm); to != nil {
+			moved[to] = append(moved[to], cl.EndToEnd())
+		} else {
+			parked = append(parked, cl.EndToEnd())
+		}
+	}
+	now := time.Now()
+	for to, ids := range moved {
+		c.record(FailoverRecord{Time: now, From: fm.spec.Name, To: to.spec.Name, Reason: reason, Moved: len(ids), EndToEnd: ids})
+	}
+	if len(parked) > 0 {
+		c.record(FailoverRecord{Time: now, From: fm.spec.Name, To: "", Reason: reason + "; no alternate in service: waiting", Moved: len(parked), EndToEnd: parked})
+	}
+	if len(refused) > 0 {
+		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Reason: reason + "; Destination-Host was the failed peer: DIAMETER_UNABLE_TO_DELIVER", EndToEnd: refused})
+	}
+}
+
+func (c *Client) record(r FailoverRecord) {
+	c.log.add(r)
+	c.events.Publish(peer.Event{Time: r.Time, Peer: r.From, Type: peer.EventFailover, Reason: r.Reason,
+		FromPeer: r.From, ToPeer: r.To, Moved: r.Moved, EndToEnd: r.EndToEnd})
+}
+
+// Close closes every peer (DPR/DPA) and fails parked requests.
+func (c *Client) Close(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for _, m := range c.members {
+		if m.p == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.p.Close(ctx)
+		}()
+	}
+	wg.Wait()
+	for _, cancel := range c.cancels {
+		cancel()
+	}
+	c.mu.Lock()
+	calls := c.parked
+	c.parked = nil
+	c.mu.Unlock()
+	for _, cl := range calls {
+		cl.Fail(fmt.Errorf("client closed: %w", peer.ErrClosed))
+	}
+	return nil
+}

@@ -1,0 +1,227 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
+)
+
+func waitOkay(t *testing.T, c *Client) {
+	t.Helper()
+	synctest.Wait()
+	for _, p := range c.Peers() {
+		require.Equal(t, watchdog.Okay, p.State(), p.Name())
+	}
+}
+
+// A server that stops answering everything: its pending requests move to
+// the secondary when the watchdog declares it SUSPECT (2Tw), in their
+// original order, with the T flag and their End-to-End ids (F2); a late
+// answer from the thawed primary is not delivered twice (F4).
+func TestFailoverReplaysPendingInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:3868": newFakeServer("a.example.net"), "tcp://b:3868": newFakeServer("b.example.net")}
+		defer n.close()
+		c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:3868", "tcp://b:3868"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+
+		n["tcp://a:3868"].freeze()
+		const N = 20
+		type res struct {
+			i   int
+			e2e uint32
+			ans []byte
+			err error
+		}
+		results := make(chan res, N)
+		var sentIDs [N]uint32
+		for i := range N {
+			req := acr(i, "user@example.net")
+			wire.SetEndToEnd(req, uint32(1000+i))
+			sentIDs[i] = uint32(1000 + i)
+			go func() {
+				ans, err := c.Send(context.Background(), req)
+				results <- res{i, uint32(1000 + i), ans, err}
+			}()
+			time.Sleep(time.Millisecond) // a definite send order
+		}
+		start := time.Now()
+		synctest.Wait()
+		assert.Empty(t, n["tcp://b:3868"].received(), "nothing moves before SUSPECT")
+
+		for range N {
+			r := <-results
+			require.NoError(t, r.err, "request %d", r.i)
+			assert.Equal(t, r.e2e, wire.EndToEnd(r.ans), "answer to the same End-to-End id")
+			host, _ := message.StringOf(r.ans, message.OriginHost, 0)
+			assert.Equal(t, "b.example.net", host)
+		}
+		detect := time.Since(start)
+		assert.InDelta(t, float64(60*time.Second), float64(detect), float64(100*time.Millisecond), "failover at 2Tw on an idle link")
+
+		got := n["tcp://b:3868"].received()
+		require.Len(t, got, N)
+		for i, s := range got {
+			assert.Equal(t, sentIDs[i], s.e2e, "original send order")
+			assert.True(t, s.tflag, "replays carry the T flag")
+		}
+		recs, total := c.FailoverLog()
+		require.Equal(t, uint64(1), total)
+		assert.Equal(t, "a.example.net", recs[0].From)
+		assert.Equal(t, "b.example.net", recs[0].To)
+		assert.Equal(t, N, recs[0].Moved)
+		assert.Equal(t, sentIDs[:], recs[0].EndToEnd)
+
+		// The primary thaws while still SUSPECT: it answers the old
+		// requests on the old connection; callers already have answers.
+		n["tcp://a:3868"].unfreeze()
+		synctest.Wait()
+		pa := c.Peers()[0]
+		assert.Equal(t, uint64(N), pa.Stats().Late, "late answers counted, not delivered")
+		assert.Equal(t, watchdog.Okay, pa.State(), "failback on the primary's answers")
+
+		// Failback: new requests go to the primary again.
+		ans, err := c.Send(context.Background(), acr(99, "user@example.net"))
+		require.NoError(t, err)
+		host, _ := message.StringOf(ans, message.OriginHost, 0)
+		assert.Equal(t, "a.example.net", host)
+
+		st := c.ServerStats()
+		assert.Equal(t, uint64(N), st[0].FailedOver)
+		assert.Equal(t, uint64(N+1), st[0].Sent)
+	})
+}
+
+// With no alternate in service, moved requests wait until a peer comes up
+// (F3): here the only server is restarted unfrozen and the requests are
+// answered after its reopen; one with a short deadline fails clearly.
+func TestNoAlternateRequestsWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := newFakeServer("a.example.net")
+		n := network{"tcp://a:3868": srv}
+		defer n.close()
+		c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:3868"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+
+		srv.freeze()
+		long := make(chan error, 1)
+		short := make(chan error, 1)
+		go func() {
+			_, err := c.Send(context.Background(), acr(1, "u@example.net"))
+			long <- err
+		}()
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 70*time.Second)
+			defer cancel()
+			_, err := c.Send(ctx, acr(2, "u@example.net"))
+			short <- err
+		}()
+		synctest.Wait()
+		// SUSPECT at 60 s: both are parked; the short one's deadline passes.
+		err = <-short
+		require.Error(t, err)
+		assert.ErrorIs(t, err, peer.ErrTimeout)
+
+		// DOWN at 90 s; the server comes back unfrozen for the reconnect.
+		time.Sleep(25 * time.Second)
+		srv.unfreeze()
+		require.NoError(t, <-long, "the parked request was answered after the reopen")
+		assert.Equal(t, watchdog.Okay, c.Peers()[0].State())
+	})
+}
+
+// A request addressed to the failed peer by Destination-Host is not moved:
+// it fails as DIAMETER_UNABLE_TO_DELIVER (RFC 6733 5.5.4).
+func TestDestinationHostNotMoved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:3868": newFakeServer("a.example.net"), "tcp://b:3868": newFakeServer("b.example.net")}
+		defer n.close()
+		c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:3868", "tcp://b:3868"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		n["tcp://a:3868"].freeze()
+		req := message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
+			String(message.SessionID, 0, true, "s;1").
+			String(message.DestinationHost, 0, true, "a.example.net").Bytes()
+		_, err = c.Send(context.Background(), req)
+		require.Error(t, err)
+		assert.True(t, errors.Is(err, ErrUnableToDeliver), err.Error())
+		assert.Empty(t, n["tcp://b:3868"].received())
+	})
+}
+
+// Balance mode spreads conversations over the peers in service, one NAI
+// always to one server, and moves everything off a failed server.
+func TestBalanceModeAndFailover(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net"), "tcp://c:1": newFakeServer("c.example.net")}
+		defer n.close()
+		c, err := New(clientConfig(n, Balance, "tcp://a:1", "tcp://b:1", "tcp://c:1"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+
+		where := map[string]string{}
+		for i := range 300 {
+			nai := "user" + itoa(i%60) + "@example.net"
+			ans, err := c.Send(context.Background(), acr(i, nai))
+			require.NoError(t, err)
+			host, _ := message.StringOf(ans, message.OriginHost, 0)
+			if prev, ok := where[nai]; ok {
+				require.Equal(t, prev, host, "one NAI, one server")
+			}
+			where[nai] = host
+		}
+		count := map[string]int{}
+		for _, h := range where {
+			count[h]++
+		}
+		assert.Len(t, count, 3, "all servers used")
+
+		n["tcp://b:1"].freeze()
+		var wg sync.WaitGroup
+		errs := make(chan error, 60)
+		for i := range 60 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := c.Send(context.Background(), acr(1000+i, "user"+itoa(i)+"@example.net"))
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err)
+		}
+		for _, s := range n["tcp://b:1"].received() {
+			assert.False(t, s.tflag)
+		}
+		moved := 0
+		for _, srv := range []string{"tcp://a:1", "tcp://c:1"} {
+			for _, s := range n[srv].received() {
+				if s.tflag {
+					moved++
+				}
+			}
+		}
+		assert.Greater(t, moved, 0, "b's share was replayed elsewhere")
+		n["tcp://b:1"].unfreeze()
+	})
+}

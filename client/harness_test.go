@@ -1,0 +1,235 @@
+package client
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type noJitter struct{}
+
+func (noJitter) Int64N(n int64) int64 { return n / 2 }
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// seen is one request as a fake server received it.
+type seen struct {
+	e2e   uint32
+	tflag bool
+	at    time.Time
+}
+
+// fakeServer is a server peer reached over net.Pipe whose process can be
+// frozen: while frozen it reads nothing (the kernel buffers, as a
+// SIGSTOPped process's socket does) and answers nothing.
+type fakeServer struct {
+	host string
+
+	mu     sync.Mutex
+	frozen bool
+	thaw   chan struct{}
+	reqs   []seen
+	peers  []*peer.Peer
+	conns  []*freezeConn
+}
+
+func newFakeServer(host string) *fakeServer {
+	return &fakeServer{host: host, thaw: make(chan struct{})}
+}
+
+func (f *fakeServer) freeze() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.frozen {
+		f.frozen = true
+		f.thaw = make(chan struct{})
+	}
+}
+
+func (f *fakeServer) unfreeze() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.frozen {
+		f.frozen = false
+		close(f.thaw)
+	}
+}
+
+func (f *fakeServer) gate() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.frozen {
+		return nil
+	}
+	return f.thaw
+}
+
+func (f *fakeServer) received() []seen {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]seen(nil), f.reqs...)
+}
+
+func (f *fakeServer) handler(ctx context.Context, p *peer.Peer, req []byte) []byte {
+	return message.NewAnswer(req).Uint32(message.ResultCode, 0, true, message.Success).
+		String(message.OriginHost, 0, true, f.host).
+		String(message.OriginRealm, 0, true, "example.net").Bytes()
+}
+
+// accept returns the client end of a new connection to this server.
+func (f *fakeServer) accept() (transport.Conn, error) {
+	a, b := net.Pipe()
+	fc := newFreezeConn(transport.NewStreamConn(b, "pipe", transport.Options{}), f)
+	p, err := peer.Accept(fc, peer.Config{
+		OriginHost: f.host, OriginRealm: "example.net", Handler: f.handler, Logger: quiet,
+		Watchdog: watchdog.Config{Twinit: 30 * time.Second, Rand: noJitter{}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.peers = append(f.peers, p)
+	f.conns = append(f.conns, fc)
+	f.mu.Unlock()
+	return transport.NewStreamConn(a, "pipe", transport.Options{}), nil
+}
+
+func (f *fakeServer) close() {
+	f.unfreeze()
+	f.mu.Lock()
+	ps, cs := f.peers, f.conns
+	f.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+	for _, p := range ps {
+		p.Close(context.Background())
+	}
+	for _, c := range cs {
+		c.wg.Wait()
+	}
+}
+
+// freezeConn keeps reading the pipe into a queue (the kernel's buffer) and
+// hands messages on only while the server is not frozen.
+type freezeConn struct {
+	transport.Conn
+	f    *fakeServer
+	q    chan []byte
+	errc chan error
+	wg   sync.WaitGroup
+}
+
+func newFreezeConn(c transport.Conn, f *fakeServer) *freezeConn {
+	fc := &freezeConn{Conn: c, f: f, q: make(chan []byte, 100000), errc: make(chan error, 1)}
+	fc.wg.Add(1)
+	go func() {
+		defer fc.wg.Done()
+		for {
+			m, err := c.ReadMessage()
+			if err != nil {
+				fc.errc <- err
+				return
+			}
+			fc.q <- m
+		}
+	}()
+	return fc
+}
+
+func (fc *freezeConn) ReadMessage() ([]byte, error) {
+	for {
+		if g := fc.f.gate(); g != nil {
+			<-g
+			continue
+		}
+		select {
+		case m := <-fc.q:
+			if g := fc.f.gate(); g != nil { // froze meanwhile: hold it
+				<-g
+			}
+			// Record arrival order here: handlers run concurrently.
+			if wire.IsRequest(m) && wire.AppID(m) != 0 {
+				fc.f.mu.Lock()
+				fc.f.reqs = append(fc.f.reqs, seen{e2e: wire.EndToEnd(m), tflag: wire.Flags(m)&wire.FlagRetransmit != 0, at: time.Now()})
+				fc.f.mu.Unlock()
+			}
+			return m, nil
+		case err := <-fc.errc:
+			fc.errc <- err
+			return nil, err
+		}
+	}
+}
+
+func (fc *freezeConn) WriteMessages(msgs ...[]byte) error {
+	if g := fc.f.gate(); g != nil {
+		<-g
+	}
+	return fc.Conn.WriteMessages(msgs...)
+}
+
+// network routes the client's dials to fake servers by URL.
+type network map[string]*fakeServer
+
+func (n network) dialer(ctx context.Context, url string) (transport.Conn, error) {
+	return n[url].accept()
+}
+
+func (n network) close() {
+	for _, f := range n {
+		f.close()
+	}
+}
+
+func clientConfig(n network, mode Mode, urls ...string) Config {
+	cfg := Config{
+		Mode: mode,
+		Peer: peer.Config{
+			OriginHost: "client.example.net", OriginRealm: "example.net",
+			Watchdog: watchdog.Config{Twinit: 30 * time.Second, Rand: noJitter{}},
+			Dialer:   n.dialer, Logger: quiet,
+			RequestTimeout: time.Hour,
+		},
+		RequestTimeout: time.Hour,
+	}
+	for _, u := range urls {
+		cfg.Peers = append(cfg.Peers, PeerSpec{URL: u, Name: n[u].host})
+	}
+	return cfg
+}
+
+func acr(n int, nai string) []byte {
+	return message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
+		String(message.SessionID, 0, true, "client.example.net;1;"+itoa(n)).
+		String(message.OriginHost, 0, true, "client.example.net").
+		String(message.OriginRealm, 0, true, "example.net").
+		String(message.DestinationRealm, 0, true, "example.net").
+		String(message.UserName, 0, true, nai).
+		Uint32(message.AccountingRecordType, 0, true, 2).
+		Uint32(message.AccountingRecordNumber, 0, true, uint32(n)).Bytes()
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; n > 0; n /= 10 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+	}
+	return string(b)
+}
