@@ -140,9 +140,15 @@ func (c *Call) Wait(ctx context.Context, timeout time.Duration) ([]byte, error) 
 // complete delivers r if the call is not complete yet and reports whether
 // it did.
 func (c *Call) complete(ans []byte, err error) bool {
-	if !c.done.CompareAndSwap(false, true) {
+	if !c.claim() {
 		return false
 	}
-	c.res <- result{ans, err}
+	c.deliver(ans, err)
 	return true
 }
+
+// claim makes the caller the one that completes c. Counters are updated
+// between claim and deliver, so that a caller who got its answer sees them.
+func (c *Call) claim() bool { return c.done.CompareAndSwap(false, true) }
+
+func (c *Call) deliver(ans []byte, err error) { c.res <- result{ans, err} }

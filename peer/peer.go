@@ -394,8 +394,9 @@ func (p *Peer) received(c *conn, msg []byte) {
 	case cl == nil:
 		p.stats.unmatched.Add(1)
 		p.cfg.Logger.Debug("unmatched answer dropped", "peer", p.Name(), "hop_by_hop", hbh, "command", message.CommandName(msg))
-	case cl.complete(msg, nil):
+	case cl.claim():
 		p.stats.answered.Add(1)
+		cl.deliver(msg, nil)
 	default:
 		p.stats.late.Add(1)
 	}
