@@ -343,8 +343,9 @@ func (p *Peer) failPending(c *conn, err error) {
 		return
 	}
 	for _, cl := range c.takePending() {
-		if cl.complete(nil, fmt.Errorf("peer %s: %w", p.Name(), err)) {
+		if cl.claim() {
 			p.stats.lost.Add(1)
+			cl.deliver(nil, fmt.Errorf("peer %s: %w", p.Name(), err))
 		}
 	}
 }
