@@ -1,0 +1,98 @@
+package dedup
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/wire"
+)
+
+func acrFor(e2e uint32, ts uint32) []byte {
+	req := message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
+		String(message.SessionID, 0, true, "nas1;1;7").
+		String(message.OriginHost, 0, true, "nas1.example.net").
+		String(message.OriginRealm, 0, true, "example.net").
+		Uint32(message.AccountingRecordType, 0, true, 4).
+		Uint32(message.EventTimestamp, 0, true, ts).
+		String(message.NASIdentifier, 0, true, "nas1").Bytes()
+	wire.SetEndToEnd(req, e2e)
+	wire.SetHopByHop(req, e2e+1)
+	return req
+}
+
+func TestWrapRunsHandlerOncePerKey(t *testing.T) {
+	var runs atomic.Int32
+	h := func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+		n := runs.Add(1)
+		return message.NewAnswer(req).Uint32(message.ResultCode, 0, true, message.Success).
+			Uint32(message.AccountingRecordNumber, 0, true, uint32(n)).Bytes()
+	}
+	var c Counters
+	w := Wrap(NewMemory(), h, &c)
+	ctx := context.Background()
+
+	first := w(ctx, nil, acrFor(100, 1))
+	// Same (Origin-Host, End-to-End), T flag, new Hop-by-Hop: a failover replay.
+	replay := acrFor(100, 1)
+	wire.SetRetransmit(replay)
+	wire.SetHopByHop(replay, 999)
+	again := w(ctx, nil, replay)
+	// Same accounting record under a new End-to-End id (D2).
+	rekeyed := w(ctx, nil, acrFor(200, 1))
+	// A different record is applied.
+	other := w(ctx, nil, acrFor(300, 2))
+
+	if got := runs.Load(); got != 2 {
+		t.Fatalf("handler ran %d times, want 2", got)
+	}
+	if !bytes.Equal(first, again) || !bytes.Equal(first, rekeyed) {
+		t.Fatalf("duplicates must get the first answer")
+	}
+	if bytes.Equal(first, other) {
+		t.Fatalf("a different record got the stored answer")
+	}
+	if c.Received.Load() != 4 || c.Applied.Load() != 2 || c.Duplicates.Load() != 2 {
+		t.Fatalf("counters: received %d applied %d duplicates %d", c.Received.Load(), c.Applied.Load(), c.Duplicates.Load())
+	}
+}
+
+type brokenStore struct{}
+
+func (brokenStore) Begin(context.Context, ...Key) (*Outcome, error) {
+	return nil, errors.New("connection refused")
+}
+func (brokenStore) Close() error { return nil }
+
+func TestWrapStoreFailureIsTooBusy(t *testing.T) {
+	var c Counters
+	w := Wrap(brokenStore{}, func(context.Context, *peer.Peer, []byte) []byte {
+		t.Fatal("handler must not run without the store")
+		return nil
+	}, &c)
+	ans := w(context.Background(), nil, acrFor(1, 1))
+	rc, _ := message.ResultCodeOf(ans)
+	if rc != message.TooBusy || wire.Flags(ans)&wire.FlagError == 0 {
+		t.Fatalf("want 3004 with the E bit, got %d flags %#x", rc, wire.Flags(ans))
+	}
+	if c.StoreErrs.Load() != 1 {
+		t.Fatal("store error not counted")
+	}
+}
+
+func TestKeysOf(t *testing.T) {
+	if n := len(KeysOf(acrFor(1, 1))); n != 2 {
+		t.Fatalf("accounting with Event-Timestamp: %d keys, want 2", n)
+	}
+	req := message.NewRequest(message.CmdTest, message.AppTest, 0).String(message.OriginHost, 0, true, "h").Bytes()
+	if n := len(KeysOf(req)); n != 1 {
+		t.Fatalf("non-accounting: %d keys, want 1", n)
+	}
+	if KeysOf(acrFor(1, 1))[0] != RequestKey("nas1.example.net", 1) {
+		t.Fatal("first key is (Origin-Host, End-to-End)")
+	}
+}
