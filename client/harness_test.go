@@ -36,7 +36,9 @@ type seen struct {
 // frozen: while frozen it reads nothing (the kernel buffers, as a
 // SIGSTOPped process's socket does) and answers nothing.
 type fakeServer struct {
-	host string
+	host    string
+	handle  peer.Handler   // default: answer 2001 (see handler)
+	applied map[uint32]int // End-to-End id -> application runs, when counting
 
 	mu     sync.Mutex
 	frozen bool
@@ -93,8 +95,12 @@ func (f *fakeServer) handler(ctx context.Context, p *peer.Peer, req []byte) []by
 func (f *fakeServer) accept() (transport.Conn, error) {
 	a, b := net.Pipe()
 	fc := newFreezeConn(transport.NewStreamConn(b, "pipe", transport.Options{}), f)
+	h := f.handle
+	if h == nil {
+		h = f.handler
+	}
 	p, err := peer.Accept(fc, peer.Config{
-		OriginHost: f.host, OriginRealm: "example.net", Handler: f.handler, Logger: quiet,
+		OriginHost: f.host, OriginRealm: "example.net", Handler: h, Logger: quiet,
 		Watchdog: watchdog.Config{Twinit: 30 * time.Second, Rand: noJitter{}},
 	})
 	if err != nil {

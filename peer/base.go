@@ -88,6 +88,15 @@ func addrOf(a net.Addr) (netip.Addr, bool) {
 	return ap.Addr().Unmap(), true
 }
 
+// withIDs gives a base request its Hop-by-Hop id (from the connection's
+// counter) and a fresh End-to-End id: RFC 6733 3 wants both unique on
+// every request, CER, DWR and DPR included.
+func withIDs(req []byte, hbh *wire.HopByHopGen) []byte {
+	wire.SetHopByHop(req, hbh.Next())
+	wire.SetEndToEnd(req, e2e.Next())
+	return req
+}
+
 func (c *Config) newCER(local net.Addr) []byte {
 	b := message.NewRequest(wire.CmdCapabilitiesExchange, message.AppCommon, 0)
 	c.addCapabilities(b, local)

@@ -37,9 +37,19 @@ func (p *Peer) loop(_ *conn) {
 
 // finish runs when the loop ends: the connection closes, pending calls fail.
 func (p *Peer) finish() {
+	p.closing = true // no redial from here on
+	if c := p.cur.Load(); c != nil {
+		// However the peer ends (Close, DPR, context), a connected
+		// watchdog goes DOWN through the machine, so the transition is
+		// reported and pending requests fail over like any other loss.
+		c.close("peer closed")
+		if st := p.m.State(); st == watchdog.Okay || st == watchdog.Suspect || st == watchdog.Reopen {
+			p.publish(EventConnection, "", "", "connection closed: "+c.note())
+			p.apply(p.m.Step(watchdog.ConnectionDown), p.mono())
+		}
+	}
 	p.timer.Stop()
 	if c := p.cur.Swap(nil); c != nil {
-		c.close("peer closed")
 		p.failPending(c, ErrClosed)
 	}
 	p.cancel()
@@ -101,7 +111,7 @@ func (p *Peer) apply(o watchdog.Output, base int64) {
 		case watchdog.ActionSetTimer:
 			p.arm(base, a.After)
 		case watchdog.ActionSendDWR:
-			if c := p.cur.Load(); c != nil && c.enqueue(p.cfg.newDWR()) == nil {
+			if c := p.cur.Load(); c != nil && c.enqueue(withIDs(p.cfg.newDWR(), c.hbh)) == nil {
 				p.stats.dwrSent.Add(1)
 			}
 		case watchdog.ActionFailover:
@@ -206,7 +216,15 @@ func (p *Peer) handle(e loopEvent) {
 		}
 		p.cur.Store(nil)
 		p.failPending(e.c, ErrConnectionLost)
-		p.publish(EventConnection, "", "", "connection down: "+e.note)
+		note := e.note
+		select {
+		case <-e.c.dpa:
+			if p.closing {
+				note = "closed after DPA" // the DPR receiver closes first (RFC 6733 5.6)
+			}
+		default:
+		}
+		p.publish(EventConnection, "", "", "connection down: "+note)
 		p.apply(p.m.Step(watchdog.ConnectionDown), p.mono())
 		if p.closing {
 			p.ended = true
@@ -266,7 +284,7 @@ func (p *Peer) handle(e loopEvent) {
 			p.ended = true
 			return
 		}
-		if err := cur.enqueue(p.cfg.newDPR(message.DisconnectRebooting)); err != nil {
+		if err := cur.enqueue(withIDs(p.cfg.newDPR(message.DisconnectRebooting), cur.hbh)); err != nil {
 			p.ended = true
 			return
 		}
@@ -372,7 +390,7 @@ func (p *Peer) exchangeClient(tc transport.Conn) (capabilities, error) {
 	defer t.Stop()
 	stop := context.AfterFunc(p.ctx, func() { tc.Close() }) // Close does not wait CEATimeout
 	defer stop()
-	if err := tc.WriteMessages(p.cfg.newCER(tc.LocalAddr())); err != nil {
+	if err := tc.WriteMessages(withIDs(p.cfg.newCER(tc.LocalAddr()), wire.NewHopByHopGenRandom())); err != nil {
 		return capabilities{}, fmt.Errorf("sending CER: %w", err)
 	}
 	msg, err := tc.ReadMessage()

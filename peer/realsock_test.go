@@ -313,3 +313,57 @@ func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
 	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
 	return certFile, keyFile
 }
+
+// RFC 6733 3: every request, CER, DWR and DPR included, carries a unique
+// End-to-End id and a Hop-by-Hop id (found by the freeDiameter interop
+// test: ours were zero).
+func TestBaseRequestsCarryIDs(t *testing.T) {
+	ln, err := transport.Listen("tcp://127.0.0.1:0", transport.Options{})
+	require.NoError(t, err)
+	defer ln.Close()
+	got := make(chan []byte, 8)
+	go func() {
+		tc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer tc.Close()
+		cfg, _ := clientConfig("raw.example.net").validate()
+		for {
+			m, err := tc.ReadMessage()
+			if err != nil {
+				close(got)
+				return
+			}
+			got <- m
+			if wire.CommandCode(m) == wire.CmdCapabilitiesExchange {
+				tc.WriteMessages(cfg.newCEA(m, nil, message.Success, ""))
+			} else if wire.CommandCode(m) == wire.CmdDisconnectPeer {
+				tc.WriteMessages(cfg.newDPA(m))
+			}
+		}
+	}()
+	cfg := clientConfig("client.example.net")
+	cfg.Watchdog.Twinit = 6 * time.Second
+	cfg.Watchdog.Rand = fixedLow{} // Tw = 4 s
+	p, err := Dial("tcp://"+ln.Addr().String(), cfg)
+	require.NoError(t, err)
+	require.NoError(t, p.WaitState(bounded(t), watchdog.Okay))
+	require.Eventually(t, func() bool { return p.Stats().DWRSent > 0 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, p.Close(bounded(t)))
+	e2es := map[uint32]bool{}
+	var names []string
+	for m := range got {
+		names = append(names, message.CommandName(m))
+		assert.NotZero(t, wire.EndToEnd(m), message.CommandName(m))
+		assert.NotZero(t, wire.HopByHop(m), message.CommandName(m))
+		assert.False(t, e2es[wire.EndToEnd(m)], "End-to-End id reused")
+		e2es[wire.EndToEnd(m)] = true
+	}
+	assert.Subset(t, names, []string{"CER", "DWR", "DPR"})
+}
+
+// fixedLow draws the smallest jitter: Tw = Twinit - 2 s.
+type fixedLow struct{}
+
+func (fixedLow) Int64N(int64) int64 { return 0 }
