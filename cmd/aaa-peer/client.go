@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/transport"
@@ -23,12 +25,19 @@ import (
 const clientSynopsis = `usage: aaa-peer client --peer URL [--peer URL...] --origin-host H --origin-realm R
        --destination-realm R [--tw 30s] [--rate N] [--concurrency N]
        [--requests N | --duration D] [--nai FORMAT] [--app acct|test]
-       [--events FILE] [--report FILE]
+       [--mode balance|failover] [--algorithm pearson|hash|direct|round-robin]
+       [--weight URL=N...] [--events FILE] [--report FILE]
 
 Connects to every --peer, waits until one is OKAY, then sends Accounting-
 Requests (--app acct) or freeDiameter test_app Test-Requests (--app test)
-round-robin over the peers that are OKAY, from --concurrency callers at
---rate requests per second. Prints one progress line a second:
+from --concurrency callers at --rate requests per second, through one
+aaatp client (package client): --mode balance spreads them over the peers
+in service with --algorithm (pearson: RFC 3074 hash of the User-Name, so
+one NAI always goes to one server); --mode failover sends everything to
+the first peer in service, in --peer order. When a peer's watchdog goes
+SUSPECT or its connection drops, its pending requests are replayed to
+another peer with the T flag (RFC 3539 3.4.1, 3.4.2); the report lists
+these failovers. Prints one progress line a second:
   t=3s sent=1200 answered=1198 failed=0 pending=2 peers=host1:OKAY,host2:SUSPECT
 sent counts requests issued (sent = answered + failed + pending); an answer
 with Result-Code 2001 is answered, anything else failed. At the end, or on
@@ -57,6 +66,14 @@ type clientOptions struct {
 	tlsCert        string
 	tlsKey         string
 	logLevel       string
+	mode           string
+	algorithm      string
+	weights        stringList
+
+	// Parsed by validate.
+	clientMode client.Mode
+	alg        loadbalance.Algorithm
+	weightOf   map[string]int
 }
 
 func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
@@ -81,6 +98,9 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM client certificate `FILE` presented to tls:// servers (mutual TLS)")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `FILE` of --tls-cert")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level` on stderr: debug, info, warn or error")
+	fs.StringVar(&o.mode, "mode", "balance", "`MODE` choosing the peer of each new request: balance (spread with --algorithm) or failover (first peer in service, in --peer order)")
+	fs.StringVar(&o.algorithm, "algorithm", "pearson", "balance `ALG`: pearson (weighted RFC 3074 hash of the NAI), hash (unweighted), direct (first --peer in service) or round-robin")
+	fs.Var(&o.weights, "weight", "`URL=N`: balance weight N >= 1 of the --peer URL (pearson); repeat for several; default 1")
 	return fs
 }
 
@@ -115,10 +135,33 @@ func (o *clientOptions) validate() error {
 	case (o.tlsCert == "") != (o.tlsKey == ""):
 		return usagef("--tls-cert and --tls-key go together")
 	}
+	seen := make(map[string]bool, len(o.peers))
 	for _, u := range o.peers {
 		if _, err := transport.ParseURL(u); err != nil {
 			return usagef("--peer %s: %v", u, err)
 		}
+		if seen[u] {
+			return usagef("--peer %s given twice", u)
+		}
+		seen[u] = true
+	}
+	var err error
+	if o.clientMode, err = client.ParseMode(o.mode); err != nil {
+		return usagef("--mode %q: want balance or failover", o.mode)
+	}
+	if o.alg, err = loadbalance.ParseAlgorithm(o.algorithm); err != nil {
+		return usagef("--algorithm %q: want pearson, hash, direct or round-robin", o.algorithm)
+	}
+	o.weightOf = make(map[string]int)
+	for _, w := range o.weights {
+		u, n, err := parseNameWeight(w, true)
+		if err != nil {
+			return usagef("--weight %q: %v", w, err)
+		}
+		if !seen[u] {
+			return usagef("--weight %q: %s is not a --peer", w, u)
+		}
+		o.weightOf[u] = n
 	}
 	if o.requests == 0 && o.duration == 0 {
 		o.requests = 10
@@ -126,19 +169,18 @@ func (o *clientOptions) validate() error {
 	return nil
 }
 
-// client is one run of "aaa-peer client".
-type client struct {
+// loadgen is one run of "aaa-peer client".
+type loadgen struct {
 	o     clientOptions
 	log   *slog.Logger
-	peers []*peer.Peer
-	start int64 // unix seconds, in Session-Ids
+	cl    *client.Client
+	peers []*peer.Peer // cl's, in --peer order
+	start int64        // unix seconds, in Session-Ids
 
 	issued   atomic.Int64  // request numbers handed out
 	sent     atomic.Uint64 // requests issued
-	onWire   atomic.Uint64 // requests a peer accepted to send
 	answered atomic.Uint64
 	failed   atomic.Uint64
-	rr       atomic.Uint64
 	lat      histogram
 
 	mu       sync.Mutex
@@ -147,15 +189,21 @@ type client struct {
 
 // clientReport is the --report document.
 type clientReport struct {
-	Sent          uint64            `json:"sent"`
-	Answered      uint64            `json:"answered"`
-	Failed        uint64            `json:"failed"`
-	Retransmitted uint64            `json:"retransmitted"`
-	LatencyUS     latencySummary    `json:"latency_us"`
-	Peers         []peer.Stats      `json:"peers"`
-	FailedBy      map[string]uint64 `json:"failed_by"`
-	EventsDropped uint64            `json:"events_dropped"`
-	ElapsedMS     int64             `json:"elapsed_ms"`
+	Sent          uint64 `json:"sent"`
+	Answered      uint64 `json:"answered"`
+	Failed        uint64 `json:"failed"`
+	Retransmitted uint64 `json:"retransmitted"` // replays sent with T after a failover, over every peer
+	// Mode and Algorithm are the --mode and --algorithm in effect.
+	Mode           string                  `json:"mode"`
+	Algorithm      string                  `json:"algorithm"`
+	LatencyUS      latencySummary          `json:"latency_us"`
+	Peers          []peer.Stats            `json:"peers"`
+	Servers        []client.ServerStats    `json:"servers"`
+	Failovers      []client.FailoverRecord `json:"failovers"`
+	FailoversTotal uint64                  `json:"failovers_total"` // records ever made; "failovers" keeps the last 256
+	FailedBy       map[string]uint64       `json:"failed_by"`
+	EventsDropped  uint64                  `json:"events_dropped"`
+	ElapsedMS      int64                   `json:"elapsed_ms"`
 }
 
 func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -183,19 +231,25 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		topts.TLS = tc
 	}
 	bus := peer.NewBus()
-	cfg := peer.Config{
+	pcfg := peer.Config{
 		OriginHost: o.originHost, OriginRealm: o.originRealm,
 		Watchdog:       watchdog.Config{Twinit: o.tw},
 		Transport:      topts,
-		Events:         bus,
 		Logger:         log,
 		RequestTimeout: o.timeout,
 		DPATimeout:     shutdownBudget,
 	}
 	if o.app == "test" {
-		cfg.VendorApps = []peer.VendorApp{{VendorID: message.VendorTest, AuthAppID: message.AppTest}}
+		pcfg.VendorApps = []peer.VendorApp{{VendorID: message.VendorTest, AuthAppID: message.AppTest}}
 	} else {
-		cfg.AcctApps = []uint32{message.AppAccounting}
+		pcfg.AcctApps = []uint32{message.AppAccounting}
+	}
+	ccfg := client.Config{
+		Mode: o.clientMode, Algorithm: o.alg, Peer: pcfg,
+		RequestTimeout: o.timeout, Events: bus,
+	}
+	for _, u := range o.peers {
+		ccfg.Peers = append(ccfg.Peers, client.PeerSpec{URL: u, Name: u, Weight: o.weightOf[u]})
 	}
 
 	var ew *eventWriter
@@ -205,7 +259,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 1
 		}
 	}
-	c := &client{o: o, log: log, start: time.Now().Unix(), failedBy: make(map[string]uint64)}
+	c := &loadgen{o: o, log: log, start: time.Now().Unix(), failedBy: make(map[string]uint64)}
 	// Watch the bus before dialing so the first OKAY is not missed.
 	up := make(chan struct{}, 1)
 	cancelUp := bus.Subscribe(func(e peer.Event) {
@@ -216,17 +270,14 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			}
 		}
 	})
-	for _, u := range o.peers {
-		p, err := peer.Dial(u, cfg)
-		if err != nil {
-			fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
-			cancelUp()
-			c.closePeers()
-			ew.Close()
-			return 2
-		}
-		c.peers = append(c.peers, p)
+	c.cl, err = client.New(ccfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		cancelUp()
+		ew.Close()
+		return 2
 	}
+	c.peers = c.cl.Peers()
 
 	code := 0
 	began := time.Now()
@@ -235,7 +286,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		code = 1
 	} else {
 		c.run(ctx, stdout)
-		if c.onWire.Load() == 0 {
+		if c.onWire() == 0 {
 			log.Error("no request could be sent")
 			code = 1
 		}
@@ -249,7 +300,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			code = 1
 		}
 	}
-	c.closePeers()
+	c.closeClient()
 	if err := ew.Close(); err != nil {
 		log.Error("writing events", "err", err)
 		code = 1
@@ -257,12 +308,31 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	return code
 }
 
+// onWire is how many requests (first sends and replays) the peers sent.
+func (c *loadgen) onWire() uint64 {
+	var n uint64
+	for _, p := range c.peers {
+		n += p.Stats().Sent
+	}
+	return n
+}
+
+// okay reports whether a peer is OKAY.
+func (c *loadgen) okay() bool {
+	for _, p := range c.peers {
+		if p.State() == watchdog.Okay {
+			return true
+		}
+	}
+	return false
+}
+
 // waitUp waits until a peer is OKAY, --connect-timeout or ctx.
-func (c *client) waitUp(ctx context.Context, up <-chan struct{}) error {
+func (c *loadgen) waitUp(ctx context.Context, up <-chan struct{}) error {
 	t := time.NewTimer(c.o.connectTimeout)
 	defer t.Stop()
 	for {
-		if c.pick() != nil {
+		if c.okay() {
 			return nil
 		}
 		select {
@@ -275,25 +345,18 @@ func (c *client) waitUp(ctx context.Context, up <-chan struct{}) error {
 	}
 }
 
-func (c *client) closePeers() {
+// closeClient disconnects every peer (DPR/DPA), bounded by shutdownBudget.
+func (c *loadgen) closeClient() {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
 	defer cancel()
-	var wg sync.WaitGroup
-	for _, p := range c.peers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := p.Close(ctx); err != nil {
-				c.log.Debug("close", "peer", p.Name(), "err", err)
-			}
-		}()
+	if err := c.cl.Close(ctx); err != nil {
+		c.log.Debug("close", "err", err)
 	}
-	wg.Wait()
 }
 
 // run sends requests until --requests, --duration or ctx, printing
 // progress every second.
-func (c *client) run(ctx context.Context, stdout io.Writer) {
+func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if c.o.duration > 0 {
@@ -347,7 +410,7 @@ func (c *client) run(ctx context.Context, stdout io.Writer) {
 	<-progressDone
 }
 
-func (c *client) progress(elapsed time.Duration) string {
+func (c *loadgen) progress(elapsed time.Duration) string {
 	sent, answered, failed := c.sent.Load(), c.answered.Load(), c.failed.Load()
 	var b strings.Builder
 	fmt.Fprintf(&b, "t=%ds sent=%d answered=%d failed=%d pending=%d peers=",
@@ -361,30 +424,14 @@ func (c *client) progress(elapsed time.Duration) string {
 	return b.String()
 }
 
-// pick returns the next OKAY peer round-robin, nil when none is.
-func (c *client) pick() *peer.Peer {
-	n := uint64(len(c.peers))
-	first := c.rr.Add(1)
-	for i := range n {
-		if p := c.peers[(first+i)%n]; p.State() == watchdog.Okay {
-			return p
-		}
-	}
-	return nil
-}
-
-// notInServiceRetry is how often a caller looks again for a peer in
-// service while none is.
-const notInServiceRetry = 20 * time.Millisecond
-
-// one sends request n and counts its outcome.
-func (c *client) one(ctx context.Context, n int64) {
+// one sends request n through the Client and counts its outcome.
+func (c *loadgen) one(ctx context.Context, n int64) {
 	c.sent.Add(1)
 	req := c.build(n)
 	rctx, cancel := context.WithTimeout(ctx, c.o.timeout)
 	defer cancel()
 	t0 := time.Now()
-	ans, err := c.send(rctx, req)
+	ans, err := c.cl.Send(rctx, req)
 	if err != nil {
 		kind := errorKind(err)
 		if ctx.Err() != nil {
@@ -407,29 +454,7 @@ func (c *client) one(ctx context.Context, n int64) {
 	}
 }
 
-// send hands req to an OKAY peer, waiting for one (up to rctx's deadline)
-// while none is.
-func (c *client) send(rctx context.Context, req []byte) ([]byte, error) {
-	for {
-		if p := c.pick(); p != nil {
-			ans, err := p.Request(rctx, req)
-			if !errors.Is(err, peer.ErrNotInService) {
-				c.onWire.Add(1)
-				return ans, err
-			}
-			// It left OKAY between pick and Request: try again.
-		}
-		t := time.NewTimer(notInServiceRetry)
-		select {
-		case <-t.C:
-		case <-rctx.Done():
-			t.Stop()
-			return nil, fmt.Errorf("%w: no peer OKAY before the deadline", peer.ErrNotInService)
-		}
-	}
-}
-
-func (c *client) fail(kind string) {
+func (c *loadgen) fail(kind string) {
 	c.failed.Add(1)
 	c.mu.Lock()
 	c.failedBy[kind]++
@@ -438,7 +463,7 @@ func (c *client) fail(kind string) {
 
 func errorKind(err error) string {
 	switch {
-	case errors.Is(err, peer.ErrNotInService):
+	case errors.Is(err, client.ErrNoPeer), errors.Is(err, peer.ErrNotInService):
 		return "not in service"
 	case errors.Is(err, peer.ErrTimeout):
 		return "timeout"
@@ -446,12 +471,14 @@ func errorKind(err error) string {
 		return "connection lost"
 	case errors.Is(err, peer.ErrClosed):
 		return "peer closed"
+	case errors.Is(err, client.ErrUnableToDeliver):
+		return "unable to deliver"
 	}
 	return "error"
 }
 
 // build encodes request n.
-func (c *client) build(n int64) []byte {
+func (c *loadgen) build(n int64) []byte {
 	o := &c.o
 	sid := fmt.Sprintf("%s;%d;%d", o.originHost, c.start, n)
 	user := o.nai
@@ -482,15 +509,22 @@ func (c *client) build(n int64) []byte {
 	return msg
 }
 
-func (c *client) report(dropped uint64, elapsed time.Duration) clientReport {
+func (c *loadgen) report(dropped uint64, elapsed time.Duration) clientReport {
 	r := clientReport{
 		Sent: c.sent.Load(), Answered: c.answered.Load(), Failed: c.failed.Load(),
 		LatencyUS: c.lat.Summary(), FailedBy: make(map[string]uint64),
 		EventsDropped: dropped, ElapsedMS: elapsed.Milliseconds(),
+		Mode: c.o.clientMode.String(), Algorithm: c.o.alg.String(),
+		Servers: c.cl.ServerStats(), Failovers: []client.FailoverRecord{},
 	}
 	for _, p := range c.peers {
-		r.Peers = append(r.Peers, p.Stats())
+		st := p.Stats()
+		r.Retransmitted += st.Retransmitted
+		r.Peers = append(r.Peers, st)
 	}
+	recs, total := c.cl.FailoverLog()
+	r.Failovers = append(r.Failovers, recs...)
+	r.FailoversTotal = total
 	c.mu.Lock()
 	for k, v := range c.failedBy {
 		r.FailedBy[k] = v

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -204,4 +205,28 @@ func writeFileAtomic(path string, b []byte) error {
 		return err
 	}
 	return nil
+}
+
+// parseNameWeight splits "NAME=N" (at the last '=') into NAME and a weight
+// N >= 1. Without "=N", the weight is 1 unless needWeight.
+func parseNameWeight(s string, needWeight bool) (name string, weight int, err error) {
+	i := strings.LastIndexByte(s, '=')
+	if i < 0 {
+		if needWeight {
+			return "", 0, errors.New("want NAME=N")
+		}
+		if s == "" {
+			return "", 0, errors.New("empty name")
+		}
+		return s, 1, nil
+	}
+	name, ws := s[:i], s[i+1:]
+	if name == "" {
+		return "", 0, errors.New("empty name")
+	}
+	n, err := strconv.Atoi(ws)
+	if err != nil || n < 1 {
+		return "", 0, fmt.Errorf("weight %q: want an integer >= 1", ws)
+	}
+	return name, n, nil
 }
