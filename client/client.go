@@ -88,6 +88,17 @@ type Config struct {
 	// RequestTimeout bounds a Send whose context has no deadline. Default
 	// peer.DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// MaxConnections, in PrimarySecondary mode, bounds how many peers are
+	// connected at once (0: all). The first MaxConnections peers are dialed;
+	// when one goes DOWN the next in order is dialed to fill its slot, while
+	// the DOWN one keeps being retried. When it comes back, the least
+	// preferred connection is closed, but only once it has been in service
+	// for MinConnectionAge (F5).
+	MaxConnections int
+	// MinConnectionAge is how long a working connection stays open before
+	// it may be closed to respect MaxConnections. Default and minimum: 5
+	// minutes (RFC 3539 3.3's BRINGDOWN_INTERVAL).
+	MinConnectionAge time.Duration
 	// FailoverLog is how many failover records the Client keeps. Default 256.
 	FailoverLog int
 	// Events receives the events of every peer and the Client's failover
@@ -97,8 +108,21 @@ type Config struct {
 
 type member struct {
 	spec  PeerSpec
-	p     *peer.Peer
+	index int
+	pp    atomic.Pointer[peer.Peer] // nil until dialed (MaxConnections)
 	stats serverStats
+
+	// Owned under Client.mu.
+	okaySince time.Time // when the watchdog last went OKAY; zero when not OKAY
+}
+
+// p returns the member's peer, or nil when it was not dialed.
+func (m *member) p() *peer.Peer { return m.pp.Load() }
+
+// okay reports whether the member's peer is dialed and in service.
+func (m *member) okay() bool {
+	p := m.pp.Load()
+	return p != nil && p.State() == watchdog.Okay
 }
 
 // Client owns a set of peers. See the package documentation.
@@ -112,8 +136,11 @@ type Client struct {
 	events  *peer.Bus
 	cancels []func()
 
-	mu     sync.Mutex
-	parked []*peer.Call // waiting for any peer in service (F3)
+	mu      sync.Mutex
+	parked  []*peer.Call // waiting for any peer in service (F3)
+	closed  bool
+	trimmer *time.Timer    // pending connection-limit check
+	closing sync.WaitGroup // peers closed to respect MaxConnections
 
 	log failoverLog
 }
@@ -128,12 +155,18 @@ func New(cfg Config) (*Client, error) {
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = peer.DefaultRequestTimeout
 	}
+	if cfg.MinConnectionAge < peer.BringDownInterval {
+		cfg.MinConnectionAge = peer.BringDownInterval
+	}
 	if cfg.Events == nil {
 		cfg.Events = peer.NewBus()
 	}
 	c := &Client{cfg: cfg, events: cfg.Events, byPeer: map[*peer.Peer]*member{}, byName: map[string]*member{}}
 	c.log.init(cfg.FailoverLog)
 	var servers []loadbalance.Server
+	if cfg.MaxConnections < 0 || (cfg.MaxConnections > 0 && cfg.Mode != PrimarySecondary) {
+		return nil, errors.New("client: MaxConnections applies to primary/secondary mode and must be positive")
+	}
 	for i, s := range cfg.Peers {
 		if s.Name == "" {
 			s.Name = s.URL
@@ -144,7 +177,7 @@ func New(cfg Config) (*Client, error) {
 		if _, dup := c.byName[s.Name]; dup {
 			return nil, fmt.Errorf("client: peer %q configured twice", s.Name)
 		}
-		m := &member{spec: s}
+		m := &member{spec: s, index: i}
 		m.stats.init()
 		c.members = append(c.members, m)
 		c.byName[s.Name] = m
@@ -165,22 +198,45 @@ func New(cfg Config) (*Client, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, m := range c.members {
-		pc := cfg.Peer
-		pc.OnFailover = c.onFailover
-		pc.Events = peer.NewBus() // per peer, so we know whose event it is
-		m := m
-		c.cancels = append(c.cancels, pc.Events.Subscribe(func(e peer.Event) { c.onPeerEvent(m, e) }))
-		p, err := peer.Dial(m.spec.URL, pc)
-		if err != nil {
+		if c.cfg.Mode == PrimarySecondary && c.cfg.MaxConnections > 0 && c.dialedLocked() >= c.cfg.MaxConnections {
+			break // the rest wait for a slot (F5)
+		}
+		if err := c.dialLocked(m); err != nil {
 			c.mu.Unlock()
 			c.Close(context.Background())
 			c.mu.Lock()
-			return nil, fmt.Errorf("client: peer %s: %w", m.spec.Name, err)
+			return nil, err
 		}
-		m.p = p
-		c.byPeer[p] = m
 	}
 	return c, nil
+}
+
+// dialLocked creates the member's peer. c.mu is held.
+func (c *Client) dialLocked(m *member) error {
+	pc := c.cfg.Peer
+	pc.OnFailover = c.onFailover
+	pc.Events = peer.NewBus() // per peer, so we know whose event it is
+	self := new(atomic.Pointer[peer.Peer])
+	c.cancels = append(c.cancels, pc.Events.Subscribe(func(e peer.Event) { c.onPeerEvent(m, self, e) }))
+	p, err := peer.Dial(m.spec.URL, pc)
+	if err != nil {
+		return fmt.Errorf("client: peer %s: %w", m.spec.Name, err)
+	}
+	self.Store(p)
+	m.pp.Store(p)
+	c.byPeer[p] = m
+	return nil
+}
+
+// dialedLocked counts the members with a peer object.
+func (c *Client) dialedLocked() int {
+	n := 0
+	for _, m := range c.members {
+		if m.p() != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // Events returns the bus with every peer's events and the failover records.
@@ -190,7 +246,7 @@ func (c *Client) Events() *peer.Bus { return c.events }
 func (c *Client) Peers() []*peer.Peer {
 	ps := make([]*peer.Peer, len(c.members))
 	for i, m := range c.members {
-		ps[i] = m.p
+		ps[i] = m.p()
 	}
 	return ps
 }
@@ -230,7 +286,7 @@ func (c *Client) dispatch(cl *peer.Call, avoid *member) *member {
 		if m == nil {
 			break
 		}
-		if err := m.p.Submit(cl); err == nil {
+		if err := m.p().Submit(cl); err == nil {
 			m.stats.sent.Add(1)
 			return m
 		} else if !errors.Is(err, peer.ErrNotInService) {
@@ -249,7 +305,7 @@ func (c *Client) pick(cl *peer.Call, avoid *member) *member {
 		nai, _ := wire.FindAVP(req, message.UserName, 0)
 		sid, _ := wire.FindAVP(req, message.SessionID, 0)
 		if s, err := c.bal.Pick(loadbalance.Request{NAI: string(nai), SessionID: string(sid)}); err == nil {
-			if m := c.byName[s.Name]; m != avoid && m.p.State() == watchdog.Okay {
+			if m := c.byName[s.Name]; m != avoid && m.okay() {
 				return m
 			}
 		}
@@ -259,14 +315,14 @@ func (c *Client) pick(cl *peer.Call, avoid *member) *member {
 		start := c.rr.Add(1)
 		for i := range n {
 			m := c.members[(start+i)%n]
-			if m != avoid && m.p.State() == watchdog.Okay {
+			if m != avoid && m.okay() {
 				return m
 			}
 		}
 		return nil
 	}
 	for _, m := range c.members { // primary first, then secondaries in order
-		if m != avoid && m.p.State() == watchdog.Okay {
+		if m != avoid && m.okay() {
 			return m
 		}
 	}
@@ -304,7 +360,7 @@ func (c *Client) unpark() {
 
 // onPeerEvent runs on the peer's goroutines: keep the balancer's view and
 // wake parked calls.
-func (c *Client) onPeerEvent(m *member, e peer.Event) {
+func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.Event) {
 	c.events.Publish(e)
 	if e.Type != peer.EventWatchdog {
 		return
@@ -326,8 +382,91 @@ func (c *Client) onPeerEvent(m *member, e peer.Event) {
 				Reason: fmt.Sprintf("balancer table rebuilt (generation %d)", c.bal.Generation())})
 		}
 	}
+	if c.cfg.MaxConnections > 0 {
+		c.balanceSlots(m, self, to)
+	}
 	if to == watchdog.Okay {
 		c.unpark()
+	}
+}
+
+// balanceSlots keeps MaxConnections peers connected in primary/secondary
+// mode (F5): a peer going DOWN lets the next undialed one in; a peer back
+// in service makes the least preferred connected one surplus, closed once
+// it has worked for MinConnectionAge.
+func (c *Client) balanceSlots(m *member, self *atomic.Pointer[peer.Peer], to watchdog.State) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || m.p() == nil || m.p() != self.Load() {
+		return // a peer closed to respect the limit: its DOWN frees no slot
+	}
+	if to == watchdog.Okay {
+		m.okaySince = time.Now()
+	} else {
+		m.okaySince = time.Time{}
+	}
+	live := 0 // dialed and not DOWN: holding or about to hold a connection
+	for _, x := range c.members {
+		if p := x.p(); p != nil && p.State() != watchdog.Down {
+			live++
+		}
+	}
+	if to == watchdog.Down && live < c.cfg.MaxConnections {
+		for _, x := range c.members {
+			if x.p() == nil {
+				if err := c.dialLocked(x); err == nil {
+					c.events.Publish(peer.Event{Time: time.Now(), Peer: x.spec.Name, Type: peer.EventConnection,
+						Reason: fmt.Sprintf("connection slot filled: %s is DOWN", m.spec.Name)})
+				}
+				break
+			}
+		}
+	}
+	c.trimLocked()
+}
+
+// trimLocked closes surplus connections, least preferred first, once they
+// are old enough; otherwise it schedules itself for when one will be.
+func (c *Client) trimLocked() {
+	okay := 0
+	for _, x := range c.members {
+		if x.okay() {
+			okay++
+		}
+	}
+	if okay <= c.cfg.MaxConnections {
+		return
+	}
+	for i := len(c.members) - 1; i >= 0; i-- {
+		x := c.members[i]
+		if !x.okay() || x.okaySince.IsZero() {
+			continue
+		}
+		age := time.Since(x.okaySince)
+		if age < c.cfg.MinConnectionAge {
+			if c.trimmer != nil {
+				c.trimmer.Stop()
+			}
+			c.trimmer = time.AfterFunc(c.cfg.MinConnectionAge-age, func() {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				if !c.closed {
+					c.trimLocked()
+				}
+			})
+			return
+		}
+		p := x.p()
+		x.pp.Store(nil)
+		x.okaySince = time.Time{}
+		c.events.Publish(peer.Event{Time: time.Now(), Peer: x.spec.Name, Type: peer.EventConnection,
+			Reason: fmt.Sprintf("closed to respect the limit of %d connections after %v in service", c.cfg.MaxConnections, age.Truncate(time.Second))})
+		c.closing.Add(1)
+		go func() {
+			defer c.closing.Done()
+			p.Close(context.Background())
+		}()
+		return
 	}
 }
 
@@ -379,18 +518,29 @@ func (c *Client) record(r FailoverRecord) {
 // Close closes every peer (DPR/DPA) and fails parked requests.
 func (c *Client) Close(ctx context.Context) error {
 	var wg sync.WaitGroup
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
 	for _, m := range c.members {
-		if m.p == nil {
+		p := m.p()
+		if p == nil {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.p.Close(ctx)
+			p.Close(ctx)
 		}()
 	}
 	wg.Wait()
-	for _, cancel := range c.cancels {
+	c.closing.Wait()
+	c.mu.Lock()
+	if c.trimmer != nil {
+		c.trimmer.Stop()
+	}
+	cancels := c.cancels
+	c.mu.Unlock()
+	for _, cancel := range cancels {
 		cancel()
 	}
 	c.mu.Lock()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 	"github.com/aaatp/aaatp/wire"
 )
@@ -223,5 +224,71 @@ func TestBalanceModeAndFailover(t *testing.T) {
 		}
 		assert.Greater(t, moved, 0, "b's share was replayed elsewhere")
 		n["tcp://b:1"].unfreeze()
+	})
+}
+
+// F5: with MaxConnections 2 over three ordered peers, only the first two
+// are connected; when the primary goes DOWN the third fills its slot; when
+// the primary is back, the least preferred connection is closed, but only
+// after it has worked for five minutes.
+func TestPrimarySecondaryConnectionLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, cc := newFakeServer("a.example.net"), newFakeServer("b.example.net"), newFakeServer("c.example.net")
+		n := network{"tcp://a:1": a, "tcp://b:1": b, "tcp://c:1": cc}
+		defer n.close()
+		var mu sync.Mutex
+		dials := map[string]int{}
+		down := map[string]bool{}
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1", "tcp://c:1")
+		cfg.MaxConnections = 2
+		cfg.Peer.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
+			mu.Lock()
+			dials[url]++
+			refused := down[url]
+			mu.Unlock()
+			if refused {
+				return nil, errors.New("connection refused")
+			}
+			return n[url].accept()
+		}
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		mu.Lock()
+		assert.Equal(t, map[string]int{"tcp://a:1": 1, "tcp://b:1": 1}, dials, "only two connections")
+		mu.Unlock()
+
+		// The primary dies: its server closes and refuses new connections.
+		mu.Lock()
+		down["tcp://a:1"] = true
+		mu.Unlock()
+		a.dropConnections()
+		synctest.Wait()
+		require.Equal(t, watchdog.Down, c.Peers()[0].State())
+		require.NotNil(t, c.Peers()[2], "the third peer fills the slot")
+		assert.Equal(t, watchdog.Okay, c.Peers()[2].State())
+		ans, err := c.Send(context.Background(), acr(1, "u@example.net"))
+		require.NoError(t, err)
+		host, _ := message.StringOf(ans, message.OriginHost, 0)
+		assert.Equal(t, "b.example.net", host, "the secondary is promoted")
+
+		// The primary comes back on a later retry (once per Tw).
+		mu.Lock()
+		down["tcp://a:1"] = false
+		mu.Unlock()
+		time.Sleep(31 * time.Second)
+		synctest.Wait()
+		require.Equal(t, watchdog.Reopen, c.Peers()[0].State())
+		time.Sleep(61 * time.Second) // three DWR/DWA exchanges
+		synctest.Wait()
+		require.Equal(t, watchdog.Okay, c.Peers()[0].State())
+		require.NotNil(t, c.Peers()[2], "c has worked for under 5 minutes: kept")
+
+		time.Sleep(5 * time.Minute)
+		synctest.Wait()
+		assert.Nil(t, c.Peers()[2], "closed once it had worked 5 minutes")
+		assert.Equal(t, watchdog.Okay, c.Peers()[0].State())
+		assert.Equal(t, watchdog.Okay, c.Peers()[1].State())
 	})
 }

@@ -113,6 +113,17 @@ func (f *fakeServer) accept() (transport.Conn, error) {
 	return transport.NewStreamConn(a, "pipe", transport.Options{}), nil
 }
 
+// dropConnections closes every connection, as a crashed server's kernel
+// does (RST), without the DPR of a graceful close.
+func (f *fakeServer) dropConnections() {
+	f.mu.Lock()
+	cs := f.conns
+	f.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
 func (f *fakeServer) close() {
 	f.unfreeze()
 	f.mu.Lock()

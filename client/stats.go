@@ -80,8 +80,10 @@ func (c *Client) ServerStats() []ServerStats {
 			Failed: s.failed.Load(), FailedOver: s.failedOver.Load(),
 			MeanUs: s.lat.mean(), P99Us: s.lat.quantile(0.99),
 		}
-		if m.p != nil {
-			out[i].Peer, out[i].State = m.p.Name(), m.p.State().String()
+		if p := m.p(); p != nil {
+			out[i].Peer, out[i].State = p.Name(), p.State().String()
+		} else {
+			out[i].State = "not connected"
 		}
 	}
 	return out
