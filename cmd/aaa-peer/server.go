@@ -2,18 +2,22 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/transport"
@@ -24,11 +28,18 @@ import (
 const serverSynopsis = `usage: aaa-peer server --listen URL [--listen URL...] --origin-host H --origin-realm R
        [--tw 30s] [--allow GLOB...] [--events FILE] [--report FILE]
        [--answer-delay D] [--drop-dwa] [--stall-after N]
+       [--dedup memory|redis://host:port/db]
 
 Accepts Diameter connections and answers Accounting-Requests (application 3)
 with DIAMETER_SUCCESS and freeDiameter test_app Test-Requests (application
 16777214, vendor 999999) with DIAMETER_SUCCESS, echoing AVP 345678; any
-other command gets DIAMETER_COMMAND_UNSUPPORTED (3001). SIGTERM or SIGINT
+other command gets DIAMETER_COMMAND_UNSUPPORTED (3001). A request seen
+before (same Origin-Host and End-to-End id, on any connection, T flag or
+not; for accounting also the same Session-Id and Event-Timestamp) gets the
+first answer again without being applied twice (RFC 3539 2.5, 3.5): the
+--dedup store remembers answers, in memory, or in Redis so that several
+servers share it and a request failed over to another server is not
+applied twice either. SIGTERM or SIGINT
 disconnects every peer (DPR, at most 5 s), writes the report and exits 0.
 `
 
@@ -52,6 +63,7 @@ type serverOptions struct {
 	tlsKey      string
 	tlsClientCA string
 	logLevel    string
+	dedup       string
 }
 
 func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
@@ -72,6 +84,7 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `FILE` of --tls-cert")
 	fs.StringVar(&o.tlsClientCA, "tls-client-ca", "", "PEM CA `FILE`: when set, tls:// clients must present a certificate it signed (mutual TLS)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level` on stderr: debug, info, warn or error")
+	fs.StringVar(&o.dedup, "dedup", "memory", "duplicate-request `STORE`: memory (this process only) or redis://[user:password@]host:port/db (rediss:// for TLS), shared by every server using it")
 	return fs
 }
 
@@ -89,6 +102,8 @@ func (o *serverOptions) validate() error {
 		return usagef("--answer-delay must not be negative")
 	case o.stallAfter < 0:
 		return usagef("--stall-after must not be negative")
+	case o.dedup != "memory" && !strings.HasPrefix(o.dedup, "redis://") && !strings.HasPrefix(o.dedup, "rediss://"):
+		return usagef("--dedup %q: want memory or redis://host:port/db", o.dedup)
 	}
 	needTLS := false
 	for _, u := range o.listen {
@@ -112,8 +127,8 @@ type server struct {
 	stall  *stallGate
 	closed chan struct{} // closed when shutdown starts
 
-	received atomic.Uint64 // application requests received
-	answered atomic.Uint64 // answers sent for them
+	dd            dedup.Counters // received, applied, duplicates, store errors
+	retransmitted atomic.Uint64  // application requests received with the T flag
 
 	mu    sync.Mutex
 	live  map[*peer.Peer]struct{}
@@ -124,14 +139,25 @@ type server struct {
 
 // serverReport is the --report document.
 type serverReport struct {
-	Received      uint64       `json:"received"`
-	Answered      uint64       `json:"answered"`
-	Duplicates    uint64       `json:"duplicates"`
+	Received      uint64       `json:"received"`      // application requests, duplicates included
+	Retransmitted uint64       `json:"retransmitted"` // of those, with the T flag (replays after a client's failover)
+	Applied       uint64       `json:"applied"`       // of those, applied: the handler ran and answered
+	Answered      uint64       `json:"answered"`      // answers sent: applied + duplicates + store_errors
+	Duplicates    uint64       `json:"duplicates"`    // answered from the --dedup store, not applied again
+	StoreErrors   uint64       `json:"store_errors"`  // refused DIAMETER_TOO_BUSY: the --dedup store failed
+	Dedup         string       `json:"dedup"`         // the --dedup store (password elided)
 	EventsDropped uint64       `json:"events_dropped"`
 	Peers         []peer.Stats `json:"peers"`
 }
 
 func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return serve(ctx, args, stdout, stderr, nil)
+}
+
+// serve is runServer with, for tests, a duplicate store to use instead of
+// opening --dedup (so that in-process servers can share one memory store);
+// the caller owns it.
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store dedup.Store) int {
 	var o serverOptions
 	fs := serverFlags(&o, stderr)
 	if code, ok := parseFlags(fs, args); !ok {
@@ -162,6 +188,23 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		topts.TLS = tc
 	}
+	if store == nil {
+		st, err := dedup.Open(o.dedup)
+		if err != nil {
+			fmt.Fprintf(stderr, "aaa-peer server: --dedup %s: %v\n", redactURL(o.dedup), err)
+			return 2
+		}
+		defer func() {
+			if err := st.Close(); err != nil {
+				log.Warn("closing the --dedup store", "err", err)
+			}
+		}()
+		if err := probeStore(ctx, st); err != nil {
+			log.Error("--dedup store unusable", "store", redactURL(o.dedup), "err", err)
+			return 1
+		}
+		store = st
+	}
 	bus := peer.NewBus()
 	s.cfg = peer.Config{
 		OriginHost: o.originHost, OriginRealm: o.originRealm,
@@ -170,7 +213,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		Watchdog:   watchdog.Config{Twinit: o.tw},
 		Transport:  topts,
 		AllowHosts: o.allow,
-		Handler:    s.handle,
+		Handler:    s.countT(dedup.Wrap(store, s.handle, &s.dd)),
 		Events:     bus,
 		Logger:     log,
 		DPATimeout: shutdownBudget,
@@ -362,8 +405,11 @@ func (s *server) closePeers() {
 func (s *server) report(dropped uint64) serverReport {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	applied, dups, serrs := s.dd.Applied.Load(), s.dd.Duplicates.Load(), s.dd.StoreErrs.Load()
 	r := serverReport{
-		Received: s.received.Load(), Answered: s.answered.Load(),
+		Received: s.dd.Received.Load(), Retransmitted: s.retransmitted.Load(),
+		Applied: applied, Answered: applied + dups + serrs, Duplicates: dups, StoreErrors: serrs,
+		Dedup:         redactURL(s.o.dedup),
 		EventsDropped: dropped, Peers: append([]peer.Stats{}, s.ended...),
 	}
 	for p := range s.live { // none after a clean shutdown
@@ -372,9 +418,42 @@ func (s *server) report(dropped uint64) serverReport {
 	return r
 }
 
-// handle answers one application request.
+// countT counts the requests that carry the T flag, then calls h.
+func (s *server) countT(h peer.Handler) peer.Handler {
+	return func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+		if wire.Flags(req)&wire.FlagRetransmit != 0 {
+			s.retransmitted.Add(1)
+		}
+		return h(ctx, p, req)
+	}
+}
+
+// probeStore checks that st answers (a Redis server may be unreachable):
+// it begins and abandons a request under a key no client can produce.
+func probeStore(ctx context.Context, st dedup.Store) error {
+	ctx, cancel := context.WithTimeout(ctx, shutdownBudget)
+	defer cancel()
+	var nonce [4]byte
+	_, _ = rand.Read(nonce[:])
+	o, err := st.Begin(ctx, dedup.RequestKey("aaa-peer.probe.invalid", binary.BigEndian.Uint32(nonce[:])))
+	if err != nil {
+		return err
+	}
+	return o.Abandon()
+}
+
+// redactURL elides the password of a store URL.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	return u.Redacted()
+}
+
+// handle answers one application request: the --dedup wrapper calls it
+// once per request key.
 func (s *server) handle(ctx context.Context, _ *peer.Peer, req []byte) []byte {
-	s.received.Add(1)
 	if d := s.o.answerDelay; d > 0 {
 		t := time.NewTimer(d)
 		select {
@@ -384,9 +463,7 @@ func (s *server) handle(ctx context.Context, _ *peer.Peer, req []byte) []byte {
 			return nil // the connection is gone
 		}
 	}
-	ans := s.answer(req)
-	s.answered.Add(1)
-	return ans
+	return s.answer(req)
 }
 
 func (s *server) answer(req []byte) []byte {
