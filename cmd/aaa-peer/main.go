@@ -5,6 +5,7 @@
 //
 //	aaa-peer server --listen tcp://127.0.0.1:3868 --origin-host s1.example.net --origin-realm example.net
 //	aaa-peer client --peer tcp://127.0.0.1:3868 --origin-host c1.example.net --origin-realm example.net --destination-realm example.net
+//	aaa-peer route --nai user@example.net --server a --server b
 //
 // Run "aaa-peer <command> -h" for the flags of each command. Exit codes: 0
 // success, 1 runtime failure, 2 usage error.
@@ -23,9 +24,13 @@ const usageText = `usage: aaa-peer <command> [flags]
 
 commands:
   server   answer Diameter accounting (ACR) and test-application requests,
-           with fault knobs (--answer-delay, --drop-dwa, --stall-after)
-  client   send ACRs or Test-Requests to one or more peers and report
-           throughput, latency and what the watchdog saw
+           each applied once (--dedup memory|redis://), with fault knobs
+           (--answer-delay, --drop-dwa, --stall-after)
+  client   send ACRs or Test-Requests to one or more peers, balanced or
+           primary/secondary with RFC 3539 failover, and report
+           throughput, latency, failovers and what the watchdog saw
+  route    print the RFC 3074 hash of a NAI and the server the balancer
+           picks for it (--server, --down, --algorithm)
   demo     a live failover demo on loopback (not built yet)
 
 Run 'aaa-peer <command> -h' for the flags of a command.
@@ -49,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runServer(ctx, args[1:], stdout, stderr)
 	case "client":
 		return runClient(ctx, args[1:], stdout, stderr)
+	case "route":
+		return runRoute(ctx, args[1:], stdout, stderr)
 	case "demo":
 		fmt.Fprintln(stderr, "demo: not built yet; see the Test node issue")
 		return 2
