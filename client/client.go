@@ -482,6 +482,10 @@ func (c *Client) onFailover(from *peer.Peer, calls []*peer.Call, reason string) 
 	fm.stats.failedOver.Add(uint64(len(calls)))
 	moved := map[*member][]uint32{}
 	var parked, refused []uint32
+	// Choose every call's alternate first, then send each group in one
+	// batch (original order kept within a group).
+	groups := map[*member][]*peer.Call{}
+	var order []*member
 	for _, cl := range calls {
 		if cl.IsDone() {
 			continue
@@ -491,10 +495,32 @@ func (c *Client) onFailover(from *peer.Peer, calls []*peer.Call, reason string) 
 			refused = append(refused, cl.EndToEnd())
 			continue
 		}
-		if to := c.dispatch(cl, fm); to != nil {
-			moved[to] = append(moved[to], cl.EndToEnd())
-		} else {
+		to := c.pick(cl, fm)
+		if to == nil {
+			c.park(cl)
 			parked = append(parked, cl.EndToEnd())
+			continue
+		}
+		if _, ok := groups[to]; !ok {
+			order = append(order, to)
+		}
+		groups[to] = append(groups[to], cl)
+	}
+	for _, to := range order {
+		g := groups[to]
+		if err := to.p().SubmitAll(g); err == nil {
+			to.stats.sent.Add(uint64(len(g)))
+			for _, cl := range g {
+				moved[to] = append(moved[to], cl.EndToEnd())
+			}
+			continue
+		}
+		for _, cl := range g { // that alternate just left service
+			if m := c.dispatch(cl, fm); m != nil {
+				moved[m] = append(moved[m], cl.EndToEnd())
+			} else {
+				parked = append(parked, cl.EndToEnd())
+			}
 		}
 	}
 	now := time.Now()

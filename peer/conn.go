@@ -183,6 +183,57 @@ func (c *conn) send(cl *Call) error {
 	return nil
 }
 
+// sendAll is send for many calls at once, under one lock of the pending
+// map and one of the write queue: a failover of thousands of requests then
+// costs one wake-up of the writer, not one per request.
+func (c *conn) sendAll(calls []*Call) error {
+	raws := make([][]byte, 0, len(calls))
+	ids := make([]uint32, 0, len(calls))
+	for _, cl := range calls {
+		raw := cl.raw
+		if cl.sends.Load() > 0 {
+			raw = append([]byte(nil), raw...)
+			wire.SetRetransmit(raw)
+		}
+		id := c.hbh.Next()
+		wire.SetHopByHop(raw, id)
+		raws, ids = append(raws, raw), append(ids, id)
+	}
+	c.mu.Lock()
+	if c.lost {
+		c.mu.Unlock()
+		return ErrConnectionLost
+	}
+	for i, cl := range calls {
+		cl.raw = raws[i]
+		cl.hbh.Store(ids[i])
+		c.seq++
+		cl.seq = c.seq
+		c.pending[ids[i]] = cl
+		cl.owner.Store(c)
+	}
+	c.mu.Unlock()
+	c.wmu.Lock()
+	if c.wclosed {
+		c.wmu.Unlock()
+		for _, cl := range calls {
+			cl.owner.CompareAndSwap(c, nil)
+			c.forget(cl)
+		}
+		return ErrConnectionLost
+	}
+	c.wq = append(c.wq, raws...)
+	c.wmu.Unlock()
+	select {
+	case c.wsig <- struct{}{}:
+	default:
+	}
+	for _, cl := range calls {
+		cl.sends.Add(1)
+	}
+	return nil
+}
+
 // forget removes a call (its caller gave up, or it completed elsewhere).
 func (c *conn) forget(cl *Call) {
 	c.mu.Lock()
