@@ -87,7 +87,7 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.concurrency, "concurrency", 1, "`N` concurrent callers (at most N requests in flight)")
 	fs.Int64Var(&o.requests, "requests", 0, "stop after `N` requests (0: no limit; with neither --requests nor --duration, 10)")
 	fs.DurationVar(&o.duration, "duration", 0, "stop issuing requests after `D` (0: no limit); with --requests, whichever comes first")
-	fs.StringVar(&o.nai, "nai", "user%d@example.net", "User-Name `FORMAT`; %d is the request number")
+	fs.StringVar(&o.nai, "nai", "user%d@example.net", "User-Name `FORMAT`; %d is the request number (without it, every request has the same NAI, so balance mode sends them all to one server)")
 	fs.StringVar(&o.app, "app", "acct", "`APP` requests to send: acct (Accounting-Request, application 3) or test (test_app Test-Request, application 16777214)")
 	fs.StringVar(&o.events, "events", "", "write every peer event as a JSON line to `FILE` (\"-\" is stdout)")
 	fs.StringVar(&o.report, "report", "", "write a JSON report to `FILE` at the end (\"-\" is stdout)")
@@ -130,7 +130,7 @@ func (o *clientOptions) validate() error {
 		return usagef("--connect-timeout must be positive")
 	case o.app != "acct" && o.app != "test":
 		return usagef("--app %q: want acct or test", o.app)
-	case strings.Contains(fmt.Sprintf(o.nai, 1), "%!"):
+	case strings.Contains(o.nai, "%") && strings.Contains(fmt.Sprintf(o.nai, 1), "%!"):
 		return usagef("--nai %q: want a format with at most one %%d", o.nai)
 	case (o.tlsCert == "") != (o.tlsKey == ""):
 		return usagef("--tls-cert and --tls-key go together")

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aaatp/aaatp/dedup"
 	"go.uber.org/goleak"
 )
 
@@ -52,6 +53,13 @@ type testServer struct {
 // events file, plus extra flags, and waits until it listens.
 func startServer(t *testing.T, extra ...string) *testServer {
 	t.Helper()
+	return startServerStore(t, nil, extra...)
+}
+
+// startServerStore is startServer with a duplicate store shared with other
+// in-process servers (nil: the server opens its --dedup).
+func startServerStore(t *testing.T, store dedup.Store, extra ...string) *testServer {
+	t.Helper()
 	dir := t.TempDir()
 	s := &testServer{
 		report: filepath.Join(dir, "server-report.json"),
@@ -65,7 +73,7 @@ func startServer(t *testing.T, extra ...string) *testServer {
 	}, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	go func() { s.done <- runServer(ctx, args, &syncBuffer{}, s.stderr) }()
+	go func() { s.done <- serve(ctx, args, &syncBuffer{}, s.stderr, store) }()
 	t.Cleanup(func() { s.stop(t) })
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -236,7 +244,7 @@ func TestDispatch(t *testing.T) {
 			t.Errorf("run(%q) = %d, stderr %q; want %d and %q", tc.args, code, stderr.String(), tc.code, tc.want)
 		}
 		if tc.args == nil {
-			for _, cmd := range []string{"server", "client", "demo"} {
+			for _, cmd := range []string{"server", "client", "route", "demo"} {
 				if !strings.Contains(stderr.String(), "\n  "+cmd+" ") {
 					t.Errorf("usage does not list %s:\n%s", cmd, stderr.String())
 				}
@@ -282,6 +290,13 @@ func TestFlagValidation(t *testing.T) {
 		{"client bad app", runClient, with(cli, "--app", "auth"), `--app "auth"`},
 		{"client bad nai", runClient, with(cli, "--nai", "%d%d"), `--nai "%d%d"`},
 		{"client concurrency 0", runClient, with(cli, "--concurrency", "0"), "--concurrency must be at least 1"},
+		{"client bad mode", runClient, with(cli, "--mode", "random"), `--mode "random"`},
+		{"client bad algorithm", runClient, with(cli, "--algorithm", "fastest"), `--algorithm "fastest"`},
+		{"client weight not a peer", runClient, with(cli, "--weight", "tcp://127.0.0.1:9=2"), "is not a --peer"},
+		{"client weight zero", runClient, with(cli, "--weight", "tcp://127.0.0.1:3868=0"), "want an integer >= 1"},
+		{"client weight no number", runClient, with(cli, "--weight", "tcp://127.0.0.1:3868"), "want NAME=N"},
+		{"client peer twice", runClient, with(cli, "--peer", "tcp://127.0.0.1:3868"), "given twice"},
+		{"server bad dedup", runServer, with(srv, "--dedup", "mysql://x"), `--dedup "mysql://x"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
