@@ -296,6 +296,7 @@ func (c *conn) reader() {
 				p.stats.badFrames.Add(1)
 				note = "bad frame: " + err.Error()
 				p.publish(EventError, "", "", note)
+				p.cfg.Logger.Warn("closing connection on a bad frame", "peer", p.Name(), "remote", c.tc.RemoteAddr().String(), "err", err)
 			case errors.Is(err, io.EOF):
 				note = "closed by peer"
 			case errors.Is(err, net.ErrClosed):
