@@ -54,10 +54,8 @@ func Wrap(s Store, h peer.Handler, counters *Counters) peer.Handler {
 		o, err := s.Begin(ctx, KeysOf(req)...)
 		if err != nil {
 			counters.StoreErrs.Add(1)
-			ans := message.NewAnswer(req).Uint32(message.ResultCode, 0, true, message.TooBusy).
+			return message.NewAnswer(req).ResultCode(message.TooBusy).
 				String(message.ErrorMessage, 0, false, "duplicate store unavailable: "+err.Error()).Bytes()
-			wire.SetFlags(ans, wire.Flags(ans)|wire.FlagError)
-			return ans
 		}
 		if o.Duplicate() {
 			counters.Duplicates.Add(1)

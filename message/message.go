@@ -88,8 +88,9 @@ const (
 // Builder appends one message. The zero value is not usable: start with
 // NewRequest or NewAnswer.
 type Builder struct {
-	b      []byte
-	groups []int // start offsets of open Grouped AVPs
+	b        []byte
+	groups   []int // start offsets of open Grouped AVPs
+	protoErr bool  // a 3xxx Result-Code was added: Bytes sets the E bit
 }
 
 // NewRequest starts a request with the R bit and the given extra flags
@@ -162,6 +163,15 @@ func (m *Builder) Uint32(code, vendor uint32, mandatory bool, v uint32) *Builder
 	return m
 }
 
+// ResultCode appends the Result-Code AVP. A protocol error (3xxx) also
+// makes Bytes set the E bit, as RFC 6733 7.1.3 requires of such answers.
+func (m *Builder) ResultCode(rc uint32) *Builder {
+	if rc >= 3000 && rc < 4000 {
+		m.protoErr = true
+	}
+	return m.Uint32(ResultCode, 0, true, rc)
+}
+
 // Uint64 appends an Unsigned64 AVP.
 func (m *Builder) Uint64(code, vendor uint32, mandatory bool, v uint64) *Builder {
 	m.header(code, vendor, mandatory, 8)
@@ -211,6 +221,9 @@ func (m *Builder) Bytes() []byte {
 	}
 	l := len(m.b)
 	m.b[1], m.b[2], m.b[3] = byte(l>>16), byte(l>>8), byte(l)
+	if m.protoErr {
+		m.b[4] |= wire.FlagError
+	}
 	return m.b
 }
 

@@ -95,3 +95,13 @@ func TestAddressOf(t *testing.T) {
 	_, ok := AddressOf([]byte{0, 3, 1})
 	assert.False(t, ok)
 }
+
+func TestResultCodeSetsEBitOnProtocolErrors(t *testing.T) {
+	req := NewRequest(CmdAccounting, AppAccounting, 0).Bytes()
+	for rc, e := range map[uint32]bool{Success: false, UnableToDeliver: true, TooBusy: true, UnknownPeer: true, NoCommonApplication: false} {
+		ans := NewAnswer(req).ResultCode(rc).Bytes()
+		assert.Equal(t, e, wire.Flags(ans)&wire.FlagError != 0, "result %d", rc)
+		got, _ := ResultCodeOf(ans)
+		assert.Equal(t, rc, got)
+	}
+}

@@ -104,17 +104,12 @@ func (c *Config) newCER(local net.Addr) []byte {
 }
 
 func (c *Config) newCEA(cer []byte, local net.Addr, result uint32, errMsg string) []byte {
-	b := message.NewAnswer(cer).Uint32(message.ResultCode, 0, true, result)
+	b := message.NewAnswer(cer).ResultCode(result)
 	c.addCapabilities(b, local)
 	if errMsg != "" {
 		b.String(message.ErrorMessage, 0, false, errMsg)
 	}
-	msg := b.Bytes()
-	if result >= 3000 && result < 4000 {
-		// Protocol errors (3xxx) carry the E bit (RFC 6733 7.1.3).
-		wire.SetFlags(msg, wire.Flags(msg)|wire.FlagError)
-	}
-	return msg
+	return b.Bytes()
 }
 
 func (c *Config) newDWR() []byte {
@@ -146,16 +141,12 @@ func (c *Config) errorAnswer(req []byte, result uint32, errMsg string) []byte {
 	if sid, ok := wire.FindAVP(req, message.SessionID, 0); ok {
 		b.Octets(message.SessionID, 0, true, sid)
 	}
-	b.Uint32(message.ResultCode, 0, true, result)
+	b.ResultCode(result)
 	c.addIdentity(b)
 	if errMsg != "" {
 		b.String(message.ErrorMessage, 0, false, errMsg)
 	}
-	msg := b.Bytes()
-	if result >= 3000 && result < 4000 {
-		wire.SetFlags(msg, wire.Flags(msg)|wire.FlagError)
-	}
-	return msg
+	return b.Bytes()
 }
 
 // parseCapabilities reads a CER or CEA without a full decode.

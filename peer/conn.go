@@ -151,10 +151,10 @@ func (c *conn) closeAfterFlush() {
 	}
 }
 
-// send queues cl on this connection with a fresh Hop-by-Hop id. A call
-// sent before (a failover replay) is copied first and gets the T flag: the
-// old connection's writer may still be reading the previous bytes.
-func (c *conn) send(cl *Call) error {
+// prepare returns the bytes to send for cl with a fresh Hop-by-Hop id. A
+// call sent before is copied and gets the T flag: the previous
+// connection's writer may still be reading the old bytes.
+func (c *conn) prepare(cl *Call) ([]byte, uint32) {
 	raw := cl.raw
 	if cl.sends.Load() > 0 {
 		raw = append([]byte(nil), raw...)
@@ -162,6 +162,14 @@ func (c *conn) send(cl *Call) error {
 	}
 	id := c.hbh.Next()
 	wire.SetHopByHop(raw, id)
+	return raw, id
+}
+
+// send queues cl on this connection with a fresh Hop-by-Hop id. A call
+// sent before (a failover replay) is copied first and gets the T flag: the
+// old connection's writer may still be reading the previous bytes.
+func (c *conn) send(cl *Call) error {
+	raw, id := c.prepare(cl)
 	c.mu.Lock()
 	if c.lost {
 		c.mu.Unlock()
@@ -190,13 +198,7 @@ func (c *conn) sendAll(calls []*Call) error {
 	raws := make([][]byte, 0, len(calls))
 	ids := make([]uint32, 0, len(calls))
 	for _, cl := range calls {
-		raw := cl.raw
-		if cl.sends.Load() > 0 {
-			raw = append([]byte(nil), raw...)
-			wire.SetRetransmit(raw)
-		}
-		id := c.hbh.Next()
-		wire.SetHopByHop(raw, id)
+		raw, id := c.prepare(cl)
 		raws, ids = append(raws, raw), append(ids, id)
 	}
 	c.mu.Lock()
