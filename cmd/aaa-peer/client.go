@@ -28,7 +28,7 @@ const clientSynopsis = `usage: aaa-peer client --peer URL [--peer URL...] --orig
        [--mode balance|failover] [--algorithm pearson|hash|direct|round-robin]
        [--weight URL=N...] [--events FILE] [--report FILE]
 
-Connects to every --peer, waits until one is OKAY, then sends Accounting-
+Connects to every --peer, waits until one (--wait-peers) is OKAY, then sends Accounting-
 Requests (--app acct) or freeDiameter test_app Test-Requests (--app test)
 from --concurrency callers at --rate requests per second, through one
 aaatp client (package client): --mode balance spreads them over the peers
@@ -69,6 +69,7 @@ type clientOptions struct {
 	mode           string
 	algorithm      string
 	weights        stringList
+	waitPeers      int
 
 	// Parsed by validate.
 	clientMode client.Mode
@@ -100,6 +101,7 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level` on stderr: debug, info, warn or error")
 	fs.StringVar(&o.mode, "mode", "balance", "`MODE` choosing the peer of each new request: balance (spread with --algorithm) or failover (first peer in service, in --peer order)")
 	fs.StringVar(&o.algorithm, "algorithm", "pearson", "balance `ALG`: pearson (weighted RFC 3074 hash of the NAI), hash (unweighted), direct (first --peer in service) or round-robin")
+	fs.IntVar(&o.waitPeers, "wait-peers", 1, "before sending, wait until `N` peers are OKAY (0: all of them), at most --connect-timeout; past it, go on with those OKAY (exit 1 if none)")
 	fs.Var(&o.weights, "weight", "`URL=N`: balance weight N >= 1 of the --peer URL (pearson); repeat for several; default 1")
 	return fs
 }
@@ -128,6 +130,8 @@ func (o *clientOptions) validate() error {
 		return usagef("--timeout must be positive")
 	case o.connectTimeout <= 0:
 		return usagef("--connect-timeout must be positive")
+	case o.waitPeers < 0 || o.waitPeers > len(o.peers):
+		return usagef("--wait-peers %d: want 0 (all) to %d (the number of --peer)", o.waitPeers, len(o.peers))
 	case o.app != "acct" && o.app != "test":
 		return usagef("--app %q: want acct or test", o.app)
 	case strings.Contains(o.nai, "%") && strings.Contains(fmt.Sprintf(o.nai, 1), "%!"):
@@ -317,27 +321,48 @@ func (c *loadgen) onWire() uint64 {
 	return n
 }
 
-// okay reports whether a peer is OKAY.
-func (c *loadgen) okay() bool {
-	for _, p := range c.peers {
-		if p.State() == watchdog.Okay {
-			return true
+// ready counts the peers in service: OKAY, and in balance mode also in
+// the balancer's table (it follows the watchdog a moment later).
+func (c *loadgen) ready() int {
+	var inTable map[string]bool
+	if b := c.cl.Balancer(); b != nil {
+		inTable = make(map[string]bool)
+		for _, st := range b.Snapshot().Servers {
+			inTable[st.Name] = st.State == loadbalance.InService
 		}
 	}
-	return false
+	n := 0
+	for i, p := range c.peers {
+		if p.State() == watchdog.Okay && (inTable == nil || inTable[c.o.peers[i]]) {
+			n++
+		}
+	}
+	return n
 }
 
-// waitUp waits until a peer is OKAY, --connect-timeout or ctx.
+// waitUp waits until --wait-peers peers are in service, --connect-timeout
+// or ctx. Past --connect-timeout, one peer in service is enough.
 func (c *loadgen) waitUp(ctx context.Context, up <-chan struct{}) error {
+	want := c.o.waitPeers
+	if want == 0 {
+		want = len(c.peers)
+	}
 	t := time.NewTimer(c.o.connectTimeout)
 	defer t.Stop()
+	poll := time.NewTicker(10 * time.Millisecond) // the balancer lags the events
+	defer poll.Stop()
 	for {
-		if c.okay() {
+		if c.ready() >= want {
 			return nil
 		}
 		select {
 		case <-up:
+		case <-poll.C:
 		case <-t.C:
+			if n := c.ready(); n > 0 {
+				c.log.Warn("not every peer wanted is in service; going on", "ready", n, "wait_peers", want, "connect_timeout", c.o.connectTimeout)
+				return nil
+			}
 			return fmt.Errorf("none of %d peers OKAY within %v (--connect-timeout)", len(c.peers), c.o.connectTimeout)
 		case <-ctx.Done():
 			return fmt.Errorf("interrupted while connecting: %w", context.Cause(ctx))

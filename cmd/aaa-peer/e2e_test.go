@@ -327,7 +327,8 @@ func TestPacer(t *testing.T) {
 func TestTwoPeers(t *testing.T) {
 	t.Parallel()
 	a, b := startServer(t), startServer(t)
-	r := runTestClient(t, context.Background(), a.url, "--peer", b.url, "--requests", "100", "--concurrency", "4")
+	r := runTestClient(t, context.Background(), a.url, "--peer", b.url, "--requests", "100", "--concurrency", "4",
+		"--algorithm", "round-robin", "--wait-peers", "0")
 	if r.code != 0 || r.report.Answered != 100 || len(r.report.Peers) != 2 {
 		t.Fatalf("client exit %d report %+v\n%s", r.code, r.report, r.stderr)
 	}

@@ -142,7 +142,7 @@ func TestBalancePearson(t *testing.T) {
 	t.Parallel()
 	a, b, c := startServer(t), startServer(t), startServer(t)
 	r := runTestClient(t, context.Background(), a.url, "--peer", b.url, "--peer", c.url,
-		"--algorithm", "pearson", "--requests", "300", "--concurrency", "6")
+		"--algorithm", "pearson", "--requests", "300", "--concurrency", "6", "--wait-peers", "0")
 	if r.code != 0 || r.report.Answered != 300 || len(r.report.Servers) != 3 {
 		t.Fatalf("client exit %d report %+v\n%s", r.code, r.report, r.stderr)
 	}
@@ -156,7 +156,7 @@ func TestBalancePearson(t *testing.T) {
 	}
 	// One NAI, one server (L1).
 	one := runTestClient(t, context.Background(), a.url, "--peer", b.url, "--peer", c.url,
-		"--nai", "same@example.net", "--requests", "30", "--concurrency", "3")
+		"--nai", "same@example.net", "--requests", "30", "--concurrency", "3", "--wait-peers", "3")
 	if one.code != 0 || one.report.Answered != 30 {
 		t.Fatalf("client exit %d report %+v\n%s", one.code, one.report, one.stderr)
 	}
@@ -191,7 +191,7 @@ func TestWeights(t *testing.T) {
 	t.Parallel()
 	a, b := startServer(t), startServer(t)
 	r := runTestClient(t, context.Background(), a.url, "--peer", b.url, "--weight", a.url+"=7",
-		"--requests", "400", "--concurrency", "8")
+		"--requests", "400", "--concurrency", "8", "--wait-peers", "0")
 	if r.code != 0 || r.report.Answered != 400 {
 		t.Fatalf("client exit %d report %+v\n%s", r.code, r.report, r.stderr)
 	}

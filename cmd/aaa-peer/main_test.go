@@ -295,6 +295,7 @@ func TestFlagValidation(t *testing.T) {
 		{"client weight not a peer", runClient, with(cli, "--weight", "tcp://127.0.0.1:9=2"), "is not a --peer"},
 		{"client weight zero", runClient, with(cli, "--weight", "tcp://127.0.0.1:3868=0"), "want an integer >= 1"},
 		{"client weight no number", runClient, with(cli, "--weight", "tcp://127.0.0.1:3868"), "want NAME=N"},
+		{"client wait-peers too many", runClient, with(cli, "--wait-peers", "2"), "--wait-peers 2"},
 		{"client peer twice", runClient, with(cli, "--peer", "tcp://127.0.0.1:3868"), "given twice"},
 		{"server bad dedup", runServer, with(srv, "--dedup", "mysql://x"), `--dedup "mysql://x"`},
 	} {
