@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/aaatp/aaatp/wire"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -164,7 +165,7 @@ func BenchmarkMemoryFirstCompleteParallel(b *testing.B) {
 func BenchmarkMemoryBytesPerEntry(b *testing.B) {
 	for _, size := range []int{20, 200} {
 		b.Run(fmt.Sprintf("answer=%dB", size), func(b *testing.B) {
-			answer := msg(1, 1, string(make([]byte, size-HeaderLen)))
+			answer := msg(1, 1, string(make([]byte, size-wire.HeaderLen)))
 			var perEntry float64
 			for b.Loop() {
 				var before, after runtime.MemStats

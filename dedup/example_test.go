@@ -1,76 +1,42 @@
 package dedup_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/wire"
 
 	"github.com/aaatp/aaatp/dedup"
 )
 
-// header builds a 20-byte Diameter header with the given identifiers.
-func header(hopByHop, endToEnd uint32) []byte {
-	m := make([]byte, dedup.HeaderLen)
-	m[0] = 1 // version
-	_ = dedup.SetHopByHop(m, hopByHop)
-	m[16], m[17], m[18], m[19] = byte(endToEnd>>24), byte(endToEnd>>16), byte(endToEnd>>8), byte(endToEnd)
-	return m
-}
-
-// serve is a server's request path: look the request up, run the handler
-// only for the First copy, replay the stored answer for duplicates.
-func serve(ctx context.Context, store dedup.Store, originHost string, request []byte,
-	handle func([]byte) []byte) ([]byte, error) {
-	e2e, err := dedup.EndToEnd(request)
-	if err != nil {
-		return nil, err
-	}
-	o, err := store.Begin(ctx, dedup.RequestKey(originHost, e2e))
-	if err != nil {
-		return nil, err // ctx ended while a copy was in flight, or the store failed
-	}
-	defer o.Abandon() // drops the mark if the handler panics; no-op after Complete
-
-	if o.Duplicate() {
-		answer := o.Answer() // our own copy
-		hbh, _ := dedup.HopByHop(request)
-		_ = dedup.SetHopByHop(answer, hbh) // answer on the duplicate's hop
-		return answer, nil
-	}
-	answer := handle(request)
-	if err := o.Complete(answer); err != nil {
-		// Not fatal: the answer is still sent; it was just not remembered.
-		fmt.Println("dedup:", err)
-	}
-	return answer, nil
-}
-
-// Example shows a request, its retransmission over another connection (new
-// Hop-by-Hop Identifier, same End-to-End Identifier), and the handler
-// running once.
+// Example wraps a server's handler: a request, then its failover replay
+// over another connection (new Hop-by-Hop id, T flag, same End-to-End id),
+// and the handler runs once; the replay gets the first answer.
 func Example() {
 	store := dedup.NewMemory()
 	defer store.Close()
-	ctx := context.Background()
-
 	runs := 0
-	handle := func(req []byte) []byte {
+	handler := dedup.Wrap(store, func(_ context.Context, _ *peer.Peer, req []byte) []byte {
 		runs++
-		hbh, _ := dedup.HopByHop(req)
-		e2e, _ := dedup.EndToEnd(req)
-		return header(hbh, e2e) // the answer carries the request's ids
-	}
+		return message.NewAnswer(req).ResultCode(message.Success).Bytes()
+	}, nil)
 
-	first, _ := serve(ctx, store, "client.example.net", header(0x100, 0xabc), handle)
-	again, _ := serve(ctx, store, "client.example.net", header(0x200, 0xabc), handle)
+	req := message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
+		String(message.OriginHost, 0, true, "client.example.net").Bytes()
+	wire.SetEndToEnd(req, 0xabc)
+	wire.SetHopByHop(req, 0x100)
+	replay := append([]byte(nil), req...)
+	wire.SetHopByHop(replay, 0x200)
+	wire.SetRetransmit(replay)
 
-	h1, _ := dedup.HopByHop(first)
-	h2, _ := dedup.HopByHop(again)
-	e2, _ := dedup.EndToEnd(again)
-	fmt.Printf("handler runs: %d\n", runs)
-	fmt.Printf("first answer hop-by-hop %#x, duplicate's %#x, end-to-end %#x\n", h1, h2, e2)
+	first := handler(context.Background(), nil, req)
+	again := handler(context.Background(), nil, replay)
+	fmt.Printf("handler runs: %d, same answer: %v\n", runs, bytes.Equal(first, again))
 	// Output:
-	// handler runs: 1
-	// first answer hop-by-hop 0x100, duplicate's 0x200, end-to-end 0xabc
+	// handler runs: 1, same answer: true
 }
 
 // ExampleAccountingKey: an accounting record is keyed twice, so a client
@@ -83,7 +49,7 @@ func ExampleAccountingKey() {
 
 	o, _ := store.Begin(ctx, dedup.RequestKey("nas1.example.net", 7), acct)
 	fmt.Println(o.Kind())
-	_ = o.Complete(header(1, 7)) // the ACA
+	_ = o.Complete(message.NewRequest(message.CmdAccounting, message.AppAccounting, 0).Bytes()) // stands for the ACA
 
 	o, _ = store.Begin(ctx, dedup.RequestKey("nas1.example.net", 8), acct) // new End-to-End id
 	fmt.Println(o.Kind())

@@ -1,7 +1,6 @@
 package dedup
 
 import (
-	"errors"
 	"testing"
 )
 
@@ -53,35 +52,6 @@ func TestKeysDistinct(t *testing.T) {
 	}
 	if RequestKey("h", 1) != RequestKey("h", 1) {
 		t.Error("RequestKey not deterministic")
-	}
-}
-
-func TestHeaderHelpers(t *testing.T) {
-	m := msg(0x01020304, 0x0a0b0c0d, "body")
-	if h, err := HopByHop(m); err != nil || h != 0x01020304 {
-		t.Fatalf("HopByHop = %#x, %v", h, err)
-	}
-	if e, err := EndToEnd(m); err != nil || e != 0x0a0b0c0d {
-		t.Fatalf("EndToEnd = %#x, %v", e, err)
-	}
-	if err := SetHopByHop(m, 0xdeadbeef); err != nil {
-		t.Fatal(err)
-	}
-	if h, _ := HopByHop(m); h != 0xdeadbeef {
-		t.Fatalf("after SetHopByHop: %#x", h)
-	}
-	if e, _ := EndToEnd(m); e != 0x0a0b0c0d {
-		t.Fatalf("SetHopByHop changed End-to-End: %#x", e)
-	}
-	short := make([]byte, HeaderLen-1)
-	if _, err := HopByHop(short); !errors.Is(err, ErrShortMessage) {
-		t.Error(err)
-	}
-	if _, err := EndToEnd(short); !errors.Is(err, ErrShortMessage) {
-		t.Error(err)
-	}
-	if err := SetHopByHop(short, 1); !errors.Is(err, ErrShortMessage) {
-		t.Error(err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/aaatp/aaatp/wire"
 	"net"
 	"os"
 	"os/exec"
@@ -43,9 +44,9 @@ func (c *fakeClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 // msg returns a Diameter-like message: a 20-byte header with the given
 // Hop-by-Hop and End-to-End identifiers, then body.
 func msg(hbh, e2e uint32, body string) []byte {
-	b := make([]byte, HeaderLen, HeaderLen+len(body))
+	b := make([]byte, wire.HeaderLen, wire.HeaderLen+len(body))
 	b[0] = 1
-	_ = SetHopByHop(b, hbh)
+	wire.SetHopByHop(b, hbh)
 	b[16], b[17], b[18], b[19] = byte(e2e>>24), byte(e2e>>16), byte(e2e>>8), byte(e2e)
 	return append(b, body...)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/aaatp/aaatp/wire"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -79,11 +80,9 @@ func testFirstThenDuplicate(t *testing.T, mk storeMaker) {
 		t.Fatalf("answer %q, want %q", d.Answer(), want)
 	}
 	// The answer is the caller's copy: patching it does not change the store.
-	if err := SetHopByHop(d.Answer(), 99); err != nil {
-		t.Fatal(err)
-	}
+	wire.SetHopByHop(d.Answer(), 99)
 	d2 := begin(t, s, k)
-	if h, _ := HopByHop(d2.Answer()); h != 7 {
+	if h := wire.HopByHop(d2.Answer()); h != 7 {
 		t.Fatalf("stored Hop-by-Hop changed to %d", h)
 	}
 	// Another End-to-End id or Origin-Host is another request.
