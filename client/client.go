@@ -264,13 +264,20 @@ func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	start := time.Now()
-	first := c.dispatch(cl, nil)
+	c.dispatch(cl, nil)
 	ans, err := cl.Wait(ctx, c.cfg.RequestTimeout)
-	if first != nil {
-		first.stats.done(err == nil, time.Since(start))
+	// The outcome counts for the server the request was first sent to,
+	// wherever a failover took it (RFC 3539 3.4.3 [4] statistics).
+	if fp := cl.FirstPeer(); fp != nil {
+		c.mu.Lock()
+		m := c.byPeer[fp]
+		c.mu.Unlock()
+		if m != nil {
+			m.stats.done(err == nil, time.Since(start))
+		}
 	}
 	if err != nil {
-		if errors.Is(err, peer.ErrTimeout) && first == nil && cl.Sends() == 0 {
+		if errors.Is(err, peer.ErrTimeout) && cl.Sends() == 0 {
 			return nil, fmt.Errorf("client: %w: %w", ErrNoPeer, err)
 		}
 		return nil, fmt.Errorf("client: %w", err)
@@ -286,8 +293,11 @@ func (c *Client) dispatch(cl *peer.Call, avoid *member) *member {
 		if m == nil {
 			break
 		}
+		first := cl.Sends() == 0
 		if err := m.p().Submit(cl); err == nil {
-			m.stats.sent.Add(1)
+			if first {
+				m.stats.sent.Add(1)
+			}
 			return m
 		} else if !errors.Is(err, peer.ErrNotInService) {
 			// The connection broke under us: try another.
@@ -509,7 +519,6 @@ func (c *Client) onFailover(from *peer.Peer, calls []*peer.Call, reason string) 
 	for _, to := range order {
 		g := groups[to]
 		if err := to.p().SubmitAll(g); err == nil {
-			to.stats.sent.Add(uint64(len(g)))
 			for _, cl := range g {
 				moved[to] = append(moved[to], cl.EndToEnd())
 			}

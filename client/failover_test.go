@@ -103,6 +103,8 @@ func TestFailoverReplaysPendingInOrder(t *testing.T) {
 		st := c.ServerStats()
 		assert.Equal(t, uint64(N), st[0].FailedOver)
 		assert.Equal(t, uint64(N+1), st[0].Sent)
+		assert.Equal(t, uint64(N+1), st[0].Answered, "answered after failover count for the first server")
+		assert.Zero(t, st[1].Sent, "replays are not first sends")
 	})
 }
 

@@ -62,8 +62,8 @@ type ServerStats struct {
 	Server     string  `json:"server"`
 	Peer       string  `json:"peer"` // Origin-Host once known
 	State      string  `json:"state"`
-	Sent       uint64  `json:"sent"`        // requests first sent to this server
-	Answered   uint64  `json:"answered"`    // of those, answered (here or after failover)
+	Sent       uint64  `json:"sent"`        // requests first sent to this server (replays not counted)
+	Answered   uint64  `json:"answered"`    // of those, answered (here or after a failover)
 	Failed     uint64  `json:"failed"`      // of those, ended with an error
 	FailedOver uint64  `json:"failed_over"` // requests moved away from this server
 	MeanUs     float64 `json:"mean_latency_us"`

@@ -58,6 +58,7 @@ type Call struct {
 	seq   uint64               // send order on the owner connection (under its mu)
 	sends atomic.Uint32        // how many times it was queued on a connection
 	e2e   uint32
+	first atomic.Pointer[Peer] // the peer it was first sent to
 	done  atomic.Bool
 	res   chan result // buffered 1; receives exactly once
 }
@@ -89,6 +90,10 @@ func (c *Call) Sends() int { return int(c.sends.Load()) }
 func (c *Call) DestinationHost() (string, bool) {
 	return message.StringOf(c.raw, message.DestinationHost, 0)
 }
+
+// FirstPeer returns the peer the call was first sent to, nil before.
+// Per-server statistics attribute a request's outcome to it.
+func (c *Call) FirstPeer() *Peer { return c.first.Load() }
 
 // Request returns the request bytes as last sent. Read only.
 func (c *Call) Request() []byte { return c.raw }

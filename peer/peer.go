@@ -307,6 +307,7 @@ func (p *Peer) Submit(cl *Call) error {
 	if err := c.send(cl); err != nil {
 		return fmt.Errorf("peer %s: %w", p.Name(), err)
 	}
+	cl.first.CompareAndSwap(nil, p)
 	p.stats.sent.Add(1)
 	if cl.sends.Load() > 1 {
 		p.stats.retransmitted.Add(1)
@@ -335,6 +336,7 @@ func (p *Peer) SubmitAll(calls []*Call) error {
 	}
 	p.stats.sent.Add(uint64(len(live)))
 	for _, cl := range live {
+		cl.first.CompareAndSwap(nil, p)
 		if cl.sends.Load() > 1 {
 			p.stats.retransmitted.Add(1)
 		}
