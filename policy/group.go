@@ -1,0 +1,191 @@
+package policy
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Group owns the trackers of all the servers a client uses, and makes the
+// decision that needs all of them: a server whose hold-down is over is
+// probed only when there are several servers and at least one other is
+// healthy, that is in service and available (S3).
+//
+// Available is the owner's view of the transport: a server whose watchdog
+// is not OKAY is not available. It gets no traffic and does not count as
+// healthy. A server gets ordinary traffic only if it is available and its
+// state is Unknown or InService; a probing one gets only its probe.
+//
+// A Group is safe for concurrent use.
+type Group struct {
+	mu    sync.Mutex
+	t     []*Tracker
+	avail []bool
+}
+
+// TestSend is a test-user request the owner must send to server Index.
+type TestSend struct {
+	Index int
+	Kind  Send
+}
+
+// NewGroup returns a group with one tracker per name, all Unknown and
+// available, with the same configuration.
+func NewGroup(names []string, cfg Config) (*Group, error) {
+	if len(names) == 0 {
+		return nil, fmt.Errorf("%w: no server", ErrConfig)
+	}
+	g := &Group{t: make([]*Tracker, len(names)), avail: make([]bool, len(names))}
+	for i, n := range names {
+		t, err := NewTracker(n, cfg)
+		if err != nil {
+			return nil, err
+		}
+		t.index = i
+		g.t[i] = t
+		g.avail[i] = true
+	}
+	return g, nil
+}
+
+// Len returns the number of servers.
+func (g *Group) Len() int { return len(g.t) }
+
+// Name returns the name of server i.
+func (g *Group) Name(i int) string { return g.t[i].name }
+
+// State returns the state of server i as of the last call.
+func (g *Group) State(i int) State {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.t[i].state
+}
+
+// States appends the state of every server to dst.
+func (g *Group) States(dst []State) []State {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, t := range g.t {
+		dst = append(dst, t.state)
+	}
+	return dst
+}
+
+// SetAvailable records whether server i's transport can carry requests
+// (its watchdog is OKAY).
+func (g *Group) SetAvailable(i int, ok bool) {
+	g.mu.Lock()
+	g.avail[i] = ok
+	g.mu.Unlock()
+}
+
+// probeOK: several servers, and one other than i in service and available.
+func (g *Group) probeOK(i int) bool {
+	for j, t := range g.t {
+		if j != i && g.avail[j] && t.state == InService {
+			return true
+		}
+	}
+	return false
+}
+
+// Allow says whether a new ordinary request may go to server i now, and
+// whether it is the probe (see Tracker.Allow). An unavailable server is
+// refused.
+func (g *Group) Allow(i int, now time.Time) Output {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.avail[i] {
+		return g.t[i].hold(now, g.probeOK(i))
+	}
+	return g.t[i].Allow(now, g.probeOK(i))
+}
+
+// OnSent records an ordinary request sent to server i (Tracker.OnSent).
+func (g *Group) OnSent(i int, now time.Time) Output {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.t[i].OnSent(now)
+}
+
+// OnReply records a reply from server i (Tracker.OnReply).
+func (g *Group) OnReply(i int, now time.Time) Output {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.t[i].OnReply(now)
+}
+
+// CancelProbe gives back the probe claimed for server i (Tracker.CancelProbe).
+func (g *Group) CancelProbe(i int) {
+	g.mu.Lock()
+	g.t[i].CancelProbe()
+	g.mu.Unlock()
+}
+
+// Tick advances every tracker to now. It appends the state changes to evs
+// and the test-user requests to send to sends. Trackers are advanced in two
+// passes, timers first and hold-downs second, so that a server whose
+// down-timeout expires in this Tick no longer counts as healthy for the
+// others' probing decision.
+func (g *Group) Tick(now time.Time, sends []TestSend, evs []Event) ([]TestSend, []Event) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, t := range g.t {
+		var o Output
+		t.advance(now, &o)
+		evs = append(evs, o.Events()...)
+	}
+	for i, t := range g.t {
+		if !g.avail[i] { // no test-user request on a connection that cannot carry it
+			o := t.hold(now, g.probeOK(i))
+			evs = append(evs, o.Events()...)
+			continue
+		}
+		o := t.Tick(now, g.probeOK(i))
+		evs = append(evs, o.Events()...)
+		if o.Send != SendNothing {
+			sends = append(sends, TestSend{Index: i, Kind: o.Send})
+		}
+	}
+	return sends, evs
+}
+
+// NextWakeup returns the earliest NextWakeup of the trackers.
+func (g *Group) NextWakeup() (at time.Time, ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, t := range g.t {
+		if x, tok := t.NextWakeup(); tok && (!ok || x.Before(at)) {
+			at, ok = x, true
+		}
+	}
+	return at, ok
+}
+
+// Eligible appends to dst the servers that take ordinary requests: available
+// and Unknown or InService, as of the last call (Tick at NextWakeup keeps
+// that current). Probing servers are not listed: see ProbeWanted.
+func (g *Group) Eligible(dst []int) []int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, t := range g.t {
+		if g.avail[i] && t.state.Takes() {
+			dst = append(dst, i)
+		}
+	}
+	return dst
+}
+
+// ProbeWanted returns a server, the lowest index, that is probing without a
+// test user and waits for a real request to probe it. The owner may send
+// the next request there through Allow, which claims the probe.
+func (g *Group) ProbeWanted() (int, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, t := range g.t {
+		if g.avail[i] && t.state == Probing && !t.cfg.TestUser && !t.probeOut {
+			return i, true
+		}
+	}
+	return -1, false
+}
