@@ -3,6 +3,7 @@ package benchcmp
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,18 +23,18 @@ func TestMain(m *testing.M) {
 // op, for 1 caller and for 256 concurrent callers on one connection.
 // allocs/op counts the client AND the server (same process).
 func BenchmarkRoundTrip(b *testing.B) {
-	for _, im := range impls {
-		b.Run("impl="+im.name, func(b *testing.B) {
-			e, err := im.start()
+	for _, im := range Impls {
+		b.Run("impl="+im.Name, func(b *testing.B) {
+			e, err := im.Start()
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer func() {
-				if err := e.close(); err != nil {
+				if err := e.Close(); err != nil {
 					b.Error(err)
 				}
 			}()
-			for _, callers := range im.callers {
+			for _, callers := range im.Callers {
 				b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
 					benchRoundTrip(b, e, callers)
 				})
@@ -46,20 +47,20 @@ func BenchmarkRoundTrip(b *testing.B) {
 // count it is benchmarked with; run checks every answer: Result-Code 2001,
 // Hop-by-Hop and End-to-End ids those of its request.
 func TestSanity(t *testing.T) {
-	for _, im := range impls {
-		t.Run(im.name, func(t *testing.T) {
-			e, err := im.start()
+	for _, im := range Impls {
+		t.Run(im.Name, func(t *testing.T) {
+			e, err := im.Start()
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer func() {
-				if err := e.close(); err != nil {
+				if err := e.Close(); err != nil {
 					t.Error(err)
 				}
 			}()
-			for _, callers := range im.callers {
+			for _, callers := range im.Callers {
 				lat := make([]time.Duration, 100)
-				if _, err := run(e, callers, 100, lat); err != nil {
+				if _, err := Run(e, callers, 100, lat); err != nil {
 					t.Fatalf("%d callers: %v", callers, err)
 				}
 				for i, d := range lat {
@@ -90,4 +91,37 @@ func TestSameRequestBytes(t *testing.T) {
 		t.Fatalf("not an ACR of application 3")
 	}
 	t.Logf("ACR: %d bytes, ACA: %d bytes", len(acrBytes), len(acaBytes))
+}
+
+func benchRoundTrip(b *testing.B, e Env, callers int) {
+	lat := make([]time.Duration, b.N)
+	b.ReportAllocs()
+	b.ResetTimer()
+	elapsed, err := Run(e, callers, b.N, lat)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "answers/s")
+	b.ReportMetric(us(lat[len(lat)*50/100]), "p50-us")
+	b.ReportMetric(us(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-us")
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// TestRunFor checks the duration-based runner the harness uses.
+func TestRunFor(t *testing.T) {
+	e, err := StartRaw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	lat, elapsed, err := RunFor(e, 4, 50*time.Millisecond, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lat) == 0 || elapsed < 50*time.Millisecond {
+		t.Fatalf("%d requests in %v", len(lat), elapsed)
+	}
 }

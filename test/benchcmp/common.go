@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/aaatp/aaatp/message"
@@ -53,53 +51,67 @@ func buildACA(req []byte) []byte {
 		Bytes()
 }
 
-// result is what a caller learned from one round trip.
-type result struct {
-	rc              uint32 // Result-Code of the answer
-	sentHBH, gotHBH uint32
-	sentE2E, gotE2E uint32
+// Result is what a caller learned from one round trip.
+type Result struct {
+	RC              uint32 // Result-Code of the answer
+	SentHBH, GotHBH uint32
+	SentE2E, GotE2E uint32
 }
 
-func (r result) check() error {
+// Check returns an error unless the answer is a 2001 carrying the ids of
+// its request.
+func (r Result) Check() error {
 	switch {
-	case r.rc != successCode:
-		return fmt.Errorf("Result-Code %d, want %d", r.rc, successCode)
-	case r.sentHBH != r.gotHBH:
-		return fmt.Errorf("Hop-by-Hop %#x answered by %#x", r.sentHBH, r.gotHBH)
-	case r.sentE2E != r.gotE2E:
-		return fmt.Errorf("End-to-End %#x answered by %#x", r.sentE2E, r.gotE2E)
+	case r.RC != successCode:
+		return fmt.Errorf("Result-Code %d, want %d", r.RC, successCode)
+	case r.SentHBH != r.GotHBH:
+		return fmt.Errorf("Hop-by-Hop %#x answered by %#x", r.SentHBH, r.GotHBH)
+	case r.SentE2E != r.GotE2E:
+		return fmt.Errorf("End-to-End %#x answered by %#x", r.SentE2E, r.GotE2E)
 	}
 	return nil
 }
 
-// env is one running client+server pair of an implementation.
-type env interface {
-	// caller returns a round-trip function for one caller goroutine (it
+// Env is one running client+server pair of an implementation.
+type Env interface {
+	// Caller returns a round-trip function for one caller goroutine (it
 	// may hold per-caller state such as a reply channel).
-	caller() func() (result, error)
-	close() error
+	Caller() func() (Result, error)
+	// Close stops the client and the server and waits for their
+	// goroutines.
+	Close() error
 }
 
-type impl struct {
-	name    string
-	callers []int // caller counts benchmarked
-	start   func() (env, error)
+// Impl names an implementation, the caller counts the Go benchmarks run it
+// with, and its constructor.
+type Impl struct {
+	Name    string
+	Callers []int // caller counts benchmarked by BenchmarkRoundTrip
+	Start   func() (Env, error)
 }
 
-var impls = []impl{
-	{"raw", []int{1, 256}, startRaw},
-	{"rawpingpong", []int{1}, startPingPong},
-	{"godiameter", []int{1, 256}, startGoDiameter},
-	{"aaatp", []int{1, 256}, startAaatp},
+// Impls are the implementations compared. "rawpingpong" supports one
+// caller only.
+var Impls = []Impl{
+	{"raw", []int{1, 256}, StartRaw},
+	{"rawpingpong", []int{1}, StartPingPong},
+	{"godiameter", []int{1, 256}, StartGoDiameter},
+	{"aaatp", []int{1, 256}, StartAaatp},
 }
 
-// run performs exactly n round trips from `callers` goroutines sharing n
+// ACR returns a copy of the request every implementation sends (ids zero).
+func ACR() []byte { return append([]byte(nil), acrBytes...) }
+
+// ACA returns a copy of the raw server's answer (ids zero).
+func ACA() []byte { return append([]byte(nil), acaBytes...) }
+
+// Run performs exactly n round trips from `callers` goroutines sharing n
 // through an atomic counter, storing each one's latency in lat[i] when lat
 // is not nil. It returns the wall time and the first failure.
-func run(e env, callers, n int, lat []time.Duration) (time.Duration, error) {
-	fns := make([]func() (result, error), callers)
+func Run(e Env, callers, n int, lat []time.Duration) (time.Duration, error) {
+	fns := make([]func() (Result, error), callers)
 	for i := range fns {
-		fns[i] = e.caller()
+		fns[i] = e.Caller()
 	}
 	var (
 		next    atomic.Int64
@@ -128,7 +140,7 @@ func run(e env, callers, n int, lat []time.Duration) (time.Duration, error) {
 					lat[i] = time.Since(t0)
 				}
 				if err == nil {
-					err = r.check()
+					err = r.Check()
 				}
 				if err != nil {
 					fail(fmt.Errorf("request %d: %w", i, err))
@@ -141,22 +153,62 @@ func run(e env, callers, n int, lat []time.Duration) (time.Duration, error) {
 	return time.Since(start), first
 }
 
-func benchRoundTrip(b *testing.B, e env, callers int) {
-	lat := make([]time.Duration, b.N)
-	b.ReportAllocs()
-	b.ResetTimer()
-	elapsed, err := run(e, callers, b.N, lat)
-	b.StopTimer()
-	if err != nil {
-		b.Fatal(err)
+// RunFor runs round trips from `callers` goroutines until d has passed
+// (each caller finishes the request it is in) and returns every request's
+// latency, in no particular order, the wall time and the first failure.
+// Each caller records into its own slice of capacity perCallerCap (grown
+// as needed), so that a good estimate keeps the recording free of
+// allocations.
+func RunFor(e Env, callers int, d time.Duration, perCallerCap int) ([]time.Duration, time.Duration, error) {
+	fns := make([]func() (Result, error), callers)
+	lats := make([][]time.Duration, callers)
+	for i := range fns {
+		fns[i] = e.Caller()
+		lats[i] = make([]time.Duration, 0, perCallerCap)
 	}
-	slices.Sort(lat)
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "answers/s")
-	b.ReportMetric(us(lat[len(lat)*50/100]), "p50-us")
-	b.ReportMetric(us(lat[min(len(lat)-1, len(lat)*99/100)]), "p99-us")
+	var (
+		failed  atomic.Bool
+		errOnce sync.Once
+		first   error
+		wg      sync.WaitGroup
+	)
+	fail := func(err error) {
+		errOnce.Do(func() { first = err })
+		failed.Store(true)
+	}
+	start := time.Now()
+	deadline := start.Add(d)
+	for k, fn := range fns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lat := lats[k]
+			defer func() { lats[k] = lat }()
+			for !failed.Load() {
+				t0 := time.Now()
+				if !t0.Before(deadline) {
+					return
+				}
+				r, err := fn()
+				lat = append(lat, time.Since(t0))
+				if err == nil {
+					err = r.Check()
+				}
+				if err != nil {
+					fail(fmt.Errorf("caller %d, request %d: %w", k, len(lat), err))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	var all []time.Duration
+	for _, l := range lats {
+		all = append(all, l...)
+	}
+	return all, elapsed, first
 }
-
-func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // readFrame reads one Diameter message into buf (grown as needed) and
 // returns it; the slice is valid until the next call with the same buf.

@@ -35,7 +35,7 @@ type gdEnv struct {
 	dstRealm datatype.DiameterIdentity
 }
 
-func startGoDiameter() (env, error) {
+func StartGoDiameter() (Env, error) {
 	srvSM := sm.New(&sm.Settings{
 		OriginHost:  serverHost,
 		OriginRealm: realm,
@@ -114,9 +114,9 @@ func gdRequest(hbh, e2e uint32) *diam.Message {
 	return m
 }
 
-func (e *gdEnv) caller() func() (result, error) {
+func (e *gdEnv) Caller() func() (Result, error) {
 	ch := make(chan gdAnswer, 1)
-	return func() (result, error) {
+	return func() (Result, error) {
 		id := e.ids.Add(1)
 		m := gdRequest(id, id)
 		e.mu.Lock()
@@ -126,18 +126,18 @@ func (e *gdEnv) caller() func() (result, error) {
 			e.mu.Lock()
 			delete(e.pend, id)
 			e.mu.Unlock()
-			return result{}, err
+			return Result{}, err
 		}
 		select {
 		case a := <-ch:
-			return result{rc: a.rc, sentHBH: id, gotHBH: a.hbh, sentE2E: id, gotE2E: a.e2e}, nil
+			return Result{RC: a.rc, SentHBH: id, GotHBH: a.hbh, SentE2E: id, GotE2E: a.e2e}, nil
 		case <-e.gone:
-			return result{}, errors.New("go-diameter connection closed")
+			return Result{}, errors.New("go-diameter connection closed")
 		}
 	}
 }
 
-func (e *gdEnv) close() error {
+func (e *gdEnv) Close() error {
 	e.conn.Close()
 	e.ln.Close()
 	<-e.served // Serve returns the listener's error after Close

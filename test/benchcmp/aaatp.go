@@ -35,11 +35,11 @@ func aaatpHandler(ctx context.Context, p *peer.Peer, req []byte) []byte {
 		Bytes()
 }
 
-func startAaatp() (env, error) {
-	return startAaatpWith(nil)
+func StartAaatp() (Env, error) {
+	return StartAaatpWith(nil)
 }
 
-func startAaatpWith(mutate func(*peer.Config)) (env, error) {
+func StartAaatpWith(mutate func(*peer.Config)) (Env, error) {
 	scfg := peer.Config{OriginHost: serverHost, OriginRealm: realm, Handler: aaatpHandler, Logger: quiet}
 	if mutate != nil {
 		mutate(&scfg)
@@ -63,26 +63,26 @@ func startAaatpWith(mutate func(*peer.Config)) (env, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := p.WaitState(ctx, watchdog.Okay); err != nil {
-		e.close()
+		e.Close()
 		return nil, err
 	}
 	return e, nil
 }
 
-func (e *aaatpEnv) caller() func() (result, error) {
+func (e *aaatpEnv) Caller() func() (Result, error) {
 	ctx := context.Background()
-	return func() (result, error) {
+	return func() (Result, error) {
 		req := make([]byte, len(acrBytes))
 		copy(req, acrBytes)
 		ans, err := e.p.Request(ctx, req)
 		if err != nil {
-			return result{}, err
+			return Result{}, err
 		}
 		code, _ := message.ResultCodeOf(ans)
 		// Request set the ids on this goroutine before queueing req.
-		return result{rc: code,
-			sentHBH: wire.HopByHop(req), gotHBH: wire.HopByHop(ans),
-			sentE2E: wire.EndToEnd(req), gotE2E: wire.EndToEnd(ans)}, nil
+		return Result{RC: code,
+			SentHBH: wire.HopByHop(req), GotHBH: wire.HopByHop(ans),
+			SentE2E: wire.EndToEnd(req), GotE2E: wire.EndToEnd(ans)}, nil
 	}
 }
 
@@ -96,7 +96,7 @@ func (e *aaatpEnv) stopServer() error {
 	return err
 }
 
-func (e *aaatpEnv) close() error {
+func (e *aaatpEnv) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := e.p.Close(ctx)

@@ -106,7 +106,7 @@ type rawClient struct {
 
 var errGone = errors.New("connection gone")
 
-func startRaw() (env, error) {
+func StartRaw() (Env, error) {
 	s, err := startRawServer()
 	if err != nil {
 		return nil, err
@@ -142,11 +142,11 @@ func (rc *rawClient) reader() {
 	}
 }
 
-func (rc *rawClient) caller() func() (result, error) {
+func (rc *rawClient) Caller() func() (Result, error) {
 	req := make([]byte, len(acrBytes))
 	copy(req, acrBytes)
 	ch := make(chan rawAnswer, 1)
-	return func() (result, error) {
+	return func() (Result, error) {
 		id := rc.ids.Add(1)
 		wire.SetHopByHop(req, id)
 		wire.SetEndToEnd(req, id)
@@ -160,18 +160,18 @@ func (rc *rawClient) caller() func() (result, error) {
 			rc.mu.Lock()
 			delete(rc.pend, id)
 			rc.mu.Unlock()
-			return result{}, err
+			return Result{}, err
 		}
 		select {
 		case a := <-ch:
-			return result{rc: a.rc, sentHBH: id, gotHBH: a.hbh, sentE2E: id, gotE2E: a.e2e}, nil
+			return Result{RC: a.rc, SentHBH: id, GotHBH: a.hbh, SentE2E: id, GotE2E: a.e2e}, nil
 		case <-rc.gone:
-			return result{}, errGone
+			return Result{}, errGone
 		}
 	}
 }
 
-func (rc *rawClient) close() error {
+func (rc *rawClient) Close() error {
 	err := rc.c.Close()
 	<-rc.gone
 	rc.srv.close()
@@ -190,7 +190,7 @@ type pingPong struct {
 	id  uint32
 }
 
-func startPingPong() (env, error) {
+func StartPingPong() (Env, error) {
 	s, err := startRawServer()
 	if err != nil {
 		return nil, err
@@ -205,25 +205,25 @@ func startPingPong() (env, error) {
 	return &pingPong{srv: s, c: c, r: bufio.NewReaderSize(c, 64<<10), buf: make([]byte, 0, 4096), req: req}, nil
 }
 
-func (pp *pingPong) caller() func() (result, error) { return pp.roundTrip }
+func (pp *pingPong) Caller() func() (Result, error) { return pp.roundTrip }
 
-func (pp *pingPong) roundTrip() (result, error) {
+func (pp *pingPong) roundTrip() (Result, error) {
 	pp.id++
 	id := pp.id
 	wire.SetHopByHop(pp.req, id)
 	wire.SetEndToEnd(pp.req, id)
 	if _, err := pp.c.Write(pp.req); err != nil {
-		return result{}, err
+		return Result{}, err
 	}
 	msg, err := readFrame(pp.r, &pp.buf)
 	if err != nil {
-		return result{}, err
+		return Result{}, err
 	}
 	code, _ := message.ResultCodeOf(msg)
-	return result{rc: code, sentHBH: id, gotHBH: wire.HopByHop(msg), sentE2E: id, gotE2E: wire.EndToEnd(msg)}, nil
+	return Result{RC: code, SentHBH: id, GotHBH: wire.HopByHop(msg), SentE2E: id, GotE2E: wire.EndToEnd(msg)}, nil
 }
 
-func (pp *pingPong) close() error {
+func (pp *pingPong) Close() error {
 	err := pp.c.Close()
 	pp.srv.close()
 	return err
