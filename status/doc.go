@@ -1,0 +1,31 @@
+// Package status is the live view of an aaatp node (issue 7): a status page,
+// the same data as JSON, and Prometheus metrics, all from one http.Handler.
+//
+// The node supplies a Source, a function returning a Snapshot: its role and
+// identity, one row per peer (watchdog state and time in state, policy
+// state, pending, sent, answered, Tw, last DWA), the failover-event table of
+// RFC 3539 3.4.2 [5], queue depths and alarms, and totals. PeerRow,
+// PeerRows and ClientPeers build the rows from what package peer and package
+// client already report.
+//
+// Metrics holds the Prometheus collectors on a registry of its own (never
+// the global one). Watch feeds it from a peer.Bus (watchdog states,
+// transitions, failovers, requests moved); WrapHandler counts the requests
+// a server answers and their latency; the remaining methods are for what
+// only the node knows. Every method of a nil *Metrics is a no-op, so a node
+// running without --status can call them unconditionally.
+//
+// Handler serves:
+//
+//	/             the HTML page (html/template, no external assets)
+//	/status.json  the Snapshot as JSON
+//	/metrics      Prometheus text exposition (when WithMetrics is given)
+//
+// The page is rendered complete on the server, so it is readable without
+// JavaScript (a <noscript> meta refresh reloads it every 5 s); with
+// JavaScript, a small inline script fetches /status.json every second and
+// rewrites the tables in place, without reloading the page.
+//
+// ListenAndServe runs the handler on an address (port 0 picks a free one)
+// until a context is done.
+package status

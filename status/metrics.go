@@ -1,0 +1,394 @@
+package status
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// Directions of a message, the "direction" label of aaatp_messages_total.
+const (
+	DirIn  = "in"  // received
+	DirOut = "out" // sent
+)
+
+// Metric names, all in the aaatp namespace.
+const (
+	MetricMessages    = "aaatp_messages_total"
+	MetricLatency     = "aaatp_request_duration_seconds"
+	MetricState       = "aaatp_watchdog_state"
+	MetricTransitions = "aaatp_watchdog_transitions_total"
+	MetricFailovers   = "aaatp_failovers_total"
+	MetricMoved       = "aaatp_failover_requests_moved_total"
+	MetricPending     = "aaatp_pending_requests"
+	MetricDedupHits   = "aaatp_dedup_hits_total"
+	MetricQueueDepth  = "aaatp_queue_depth"
+	MetricQueueAlarm  = "aaatp_queue_alarm"
+	MetricEvents      = "aaatp_events_total"
+	MetricNodeInfo    = "aaatp_node_info"
+)
+
+// noPeer is the "to" label of a failover with no alternate in service (the
+// requests wait for one).
+const noPeer = "none"
+
+// states are the watchdog states, each a value of the "state" label.
+var states = [...]string{
+	watchdog.Initial.String(), watchdog.Okay.String(), watchdog.Suspect.String(),
+	watchdog.Down.String(), watchdog.Reopen.String(),
+}
+
+// LatencyBuckets are the bounds (seconds) of the latency histogram: 100 us
+// to about 15 s, each 2.5 times the previous.
+var LatencyBuckets = prometheus.ExponentialBuckets(0.0001, 2.5, 14)
+
+// Metrics holds a node's Prometheus collectors, on a registry of its own.
+// Its methods are safe for concurrent use and cheap enough to call from a
+// Bus subscriber or a request handler. Every method of a nil *Metrics does
+// nothing.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	messages    *prometheus.CounterVec // command, direction
+	latency     prometheus.Histogram
+	state       *prometheus.GaugeVec   // peer, state
+	transitions *prometheus.CounterVec // peer, from, to
+	failovers   *prometheus.CounterVec // from, to
+	moved       *prometheus.CounterVec // from, to
+	pending     *prometheus.GaugeVec   // peer
+	dedupHits   prometheus.Counter
+	queueDepth  *prometheus.GaugeVec // server
+	queueAlarm  *prometheus.GaugeVec // server
+	events      *prometheus.CounterVec // type
+	info        *prometheus.GaugeVec   // role, origin_host, origin_realm
+
+	mu     sync.Mutex          // serializes Sync with the scrape that follows it
+	synced map[string]struct{} // peers set by the last Sync
+	queues map[string]struct{} // servers set by the last Sync
+}
+
+// NewMetrics returns Metrics registered on a new registry, together with
+// the Go runtime and process collectors.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricMessages,
+			Help: "Diameter messages by command (ACR, ACA, DWR, ...; other-request, other-answer for the rest) and direction (in, out).",
+		}, []string{"command", "direction"}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    MetricLatency,
+			Help:    "Time from request to answer: a client's Send, or a server's handler.",
+			Buckets: LatencyBuckets,
+		}),
+		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricState,
+			Help: "RFC 3539 watchdog state per peer: 1 for the current state, 0 for the others.",
+		}, []string{"peer", "state"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricTransitions,
+			Help: "Watchdog state transitions per peer.",
+		}, []string{"peer", "from", "to"}),
+		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricFailovers,
+			Help: "Failover events (RFC 3539 3.4.2 [5]) from a peer to another (to=\"none\": no alternate in service, the requests wait).",
+		}, []string{"from", "to"}),
+		moved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricMoved,
+			Help: "Pending requests moved by failover from a peer to another.",
+		}, []string{"from", "to"}),
+		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricPending,
+			Help: "Requests sent to a peer and not answered yet.",
+		}, []string{"peer"}),
+		dedupHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: MetricDedupHits,
+			Help: "Duplicate requests answered from the dedup store instead of being applied again.",
+		}),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricQueueDepth,
+			Help: "Requests queued for a server.",
+		}, []string{"server"}),
+		queueAlarm: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricQueueAlarm,
+			Help: "1 when a server's queue is in alarm.",
+		}, []string{"server"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: MetricEvents,
+			Help: "Peer events seen on the watched buses, by type (watchdog, connection, failover, error).",
+		}, []string{"type"}),
+		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricNodeInfo,
+			Help: "Always 1; the labels say which node this is.",
+		}, []string{"role", "origin_host", "origin_realm"}),
+	}
+	m.reg.MustRegister(m.messages, m.latency, m.state, m.transitions, m.failovers,
+		m.moved, m.pending, m.dedupHits, m.queueDepth, m.queueAlarm, m.events, m.info,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, t := range []string{peer.EventWatchdog, peer.EventConnection, peer.EventFailover, peer.EventError} {
+		m.events.WithLabelValues(t) // export zeros from the start
+	}
+	return m
+}
+
+// Registry returns the registry, to add the node's own collectors.
+func (m *Metrics) Registry() *prometheus.Registry {
+	if m == nil {
+		return nil
+	}
+	return m.reg
+}
+
+// HTTPHandler serves the registry in the Prometheus exposition formats.
+// Handler mounts it at /metrics (after a Sync from its Source); use this
+// one to serve the metrics elsewhere.
+func (m *Metrics) HTTPHandler() http.Handler {
+	if m == nil {
+		return http.NotFoundHandler()
+	}
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// ObserveMessage counts one message of command cmd ("ACR", "DWA"...) in
+// direction dir (DirIn or DirOut).
+func (m *Metrics) ObserveMessage(cmd, dir string) {
+	if m == nil {
+		return
+	}
+	m.messages.WithLabelValues(cmd, dir).Inc()
+}
+
+// ObserveWire counts the encoded message msg, named by CommandName.
+func (m *Metrics) ObserveWire(msg []byte, dir string) {
+	if m == nil {
+		return
+	}
+	m.messages.WithLabelValues(CommandName(msg), dir).Inc()
+}
+
+// ObserveLatency records one request's time to its answer.
+func (m *Metrics) ObserveLatency(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.latency.Observe(d.Seconds())
+}
+
+// SetWatchdogState sets peer's state gauge: 1 for state, 0 for the others.
+func (m *Metrics) SetWatchdogState(peerName, state string) {
+	if m == nil {
+		return
+	}
+	for _, s := range states {
+		v := 0.0
+		if s == state {
+			v = 1
+		}
+		m.state.WithLabelValues(peerName, s).Set(v)
+	}
+}
+
+// IncTransition counts one watchdog transition of peer.
+func (m *Metrics) IncTransition(peerName, from, to string) {
+	if m == nil {
+		return
+	}
+	m.transitions.WithLabelValues(peerName, from, to).Inc()
+}
+
+// IncFailover counts one failover event from peer from to peer to (empty:
+// no alternate in service) that moved requests.
+func (m *Metrics) IncFailover(from, to string, moved int) {
+	if m == nil {
+		return
+	}
+	if to == "" {
+		to = noPeer
+	}
+	m.failovers.WithLabelValues(from, to).Inc()
+	c := m.moved.WithLabelValues(from, to)
+	if moved > 0 {
+		c.Add(float64(moved))
+	}
+}
+
+// SetPending sets how many requests are pending on peer.
+func (m *Metrics) SetPending(peerName string, n int) {
+	if m == nil {
+		return
+	}
+	m.pending.WithLabelValues(peerName).Set(float64(n))
+}
+
+// IncDedupHit counts one duplicate answered from the dedup store.
+func (m *Metrics) IncDedupHit() { m.AddDedupHits(1) }
+
+// AddDedupHits counts n duplicates answered from the dedup store.
+func (m *Metrics) AddDedupHits(n uint64) {
+	if m == nil || n == 0 {
+		return
+	}
+	m.dedupHits.Add(float64(n))
+}
+
+// SetQueueDepth sets the depth of server's queue.
+func (m *Metrics) SetQueueDepth(server string, n int) {
+	if m == nil {
+		return
+	}
+	m.queueDepth.WithLabelValues(server).Set(float64(n))
+}
+
+// SetQueueAlarm sets whether server's queue is in alarm.
+func (m *Metrics) SetQueueAlarm(server string, alarm bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if alarm {
+		v = 1
+	}
+	m.queueAlarm.WithLabelValues(server).Set(v)
+}
+
+// ForgetPeer removes peer's gauges (state, pending): for a server's peer
+// that has gone. Its counters stay.
+func (m *Metrics) ForgetPeer(peerName string) {
+	if m == nil {
+		return
+	}
+	m.state.DeletePartialMatch(prometheus.Labels{"peer": peerName})
+	m.pending.DeleteLabelValues(peerName)
+}
+
+// ObserveEvent updates the metrics from one peer event: every event is
+// counted by type; a watchdog event sets the peer's state and counts the
+// transition; a failover record of package client (FromPeer set) counts
+// the failover and the requests it moved. Other failover events (failback,
+// balancer rebuilt, no alternate configured) move nothing and count only
+// as events.
+func (m *Metrics) ObserveEvent(e peer.Event) {
+	if m == nil {
+		return
+	}
+	m.events.WithLabelValues(e.Type).Inc()
+	switch e.Type {
+	case peer.EventWatchdog:
+		m.IncTransition(e.Peer, e.From, e.To)
+		m.SetWatchdogState(e.Peer, e.To)
+	case peer.EventFailover:
+		if e.FromPeer != "" {
+			m.IncFailover(e.FromPeer, e.ToPeer, e.Moved)
+		}
+	}
+}
+
+// Watch subscribes ObserveEvent to bus (a server's, a client's, or one
+// shared by several peers) and returns the function that unsubscribes it.
+func (m *Metrics) Watch(bus *peer.Bus) (cancel func()) {
+	if m == nil || bus == nil {
+		return func() {}
+	}
+	return bus.Subscribe(m.ObserveEvent)
+}
+
+// WrapHandler returns h counting each request it receives and each answer
+// it returns (ObserveWire), and timing h (ObserveLatency).
+func (m *Metrics) WrapHandler(h peer.Handler) peer.Handler {
+	if m == nil {
+		return h
+	}
+	return func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+		m.ObserveWire(req, DirIn)
+		t0 := time.Now()
+		ans := h(ctx, p, req)
+		m.ObserveLatency(time.Since(t0))
+		if ans != nil {
+			m.ObserveWire(ans, DirOut)
+		}
+		return ans
+	}
+}
+
+// Sync sets the gauges that a Snapshot carries: each peer's watchdog state
+// and pending count, each queue's depth and alarm, and the node's info.
+// Peers and queues present at the previous Sync and absent now are
+// forgotten. Handler calls it before each scrape of /metrics.
+func (m *Metrics) Sync(s Snapshot) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sync(s)
+}
+
+func (m *Metrics) sync(s Snapshot) {
+	m.info.Reset()
+	m.info.WithLabelValues(s.Role, s.Identity.OriginHost, s.Identity.OriginRealm).Set(1)
+	now := make(map[string]struct{}, len(s.Peers))
+	for _, p := range s.Peers {
+		now[p.Peer] = struct{}{}
+		m.SetWatchdogState(p.Peer, p.State)
+		m.SetPending(p.Peer, p.Pending)
+	}
+	for p := range m.synced {
+		if _, ok := now[p]; !ok {
+			m.ForgetPeer(p)
+		}
+	}
+	m.synced = now
+	qs := make(map[string]struct{}, len(s.Queues))
+	for _, q := range s.Queues {
+		qs[q.Server] = struct{}{}
+		m.SetQueueDepth(q.Server, q.Depth)
+		m.SetQueueAlarm(q.Server, q.Alarm)
+	}
+	for q := range m.queues {
+		if _, ok := qs[q]; !ok {
+			m.queueDepth.DeleteLabelValues(q)
+			m.queueAlarm.DeleteLabelValues(q)
+		}
+	}
+	m.queues = qs
+}
+
+// CommandName names a Diameter message for the "command" label: the RFC
+// abbreviation of the commands aaatp knows (CER, CEA, DWR, DWA, DPR, DPA,
+// ACR, ACA, TR, TA for freeDiameter's test_app), else "other-request" or
+// "other-answer", so that a peer cannot grow the label set.
+func CommandName(msg []byte) string {
+	if len(msg) < 20 {
+		return "invalid"
+	}
+	req := wire.IsRequest(msg)
+	pick := func(r, a string) string {
+		if req {
+			return r
+		}
+		return a
+	}
+	switch wire.CommandCode(msg) {
+	case wire.CmdCapabilitiesExchange:
+		return pick("CER", "CEA")
+	case wire.CmdDeviceWatchdog:
+		return pick("DWR", "DWA")
+	case wire.CmdDisconnectPeer:
+		return pick("DPR", "DPA")
+	case message.CmdAccounting:
+		return pick("ACR", "ACA")
+	case message.CmdTest:
+		return pick("TR", "TA")
+	}
+	return pick("other-request", "other-answer")
+}

@@ -1,0 +1,193 @@
+package status
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/loadbalance"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/watchdog"
+)
+
+// Roles of a node, for Snapshot.Role.
+const (
+	RoleServer = "server"
+	RoleClient = "client"
+	RoleDemo   = "demo"
+)
+
+// Source supplies the node's current state. Snapshot is called once per
+// request to the page, /status.json and /metrics, from the HTTP server's
+// goroutines: it must be safe for concurrent use and quick.
+type Source interface {
+	Snapshot() Snapshot
+}
+
+// SourceFunc adapts a function to Source.
+type SourceFunc func() Snapshot
+
+// Snapshot calls f.
+func (f SourceFunc) Snapshot() Snapshot { return f() }
+
+// Snapshot is what the page shows and /status.json returns. A zero Time is
+// set by the handler to the time of the request; InStateMS of each peer is
+// then computed from it when left zero.
+type Snapshot struct {
+	Time     time.Time `json:"time"`
+	Role     string    `json:"role"` // RoleServer, RoleClient or RoleDemo
+	Identity Identity  `json:"identity"`
+
+	Peers []PeerStatus `json:"peers"`
+
+	// Failovers is the failover-event table (RFC 3539 3.4.2 [5]), oldest
+	// first, as client.Client.FailoverLog returns it; FailoversTotal counts
+	// every record ever made (the table keeps only the last ones).
+	Failovers      []client.FailoverRecord `json:"failovers"`
+	FailoversTotal uint64                  `json:"failovers_total"`
+
+	// Queues are per-server queue depths and their alarms; may be empty.
+	Queues []Queue `json:"queues"`
+
+	Totals Totals `json:"totals"`
+}
+
+// Identity says which node this is.
+type Identity struct {
+	OriginHost  string    `json:"origin_host"`
+	OriginRealm string    `json:"origin_realm"`
+	Listen      []string  `json:"listen,omitempty"` // bound listener URLs (server)
+	Started     time.Time `json:"started,omitzero"`
+	// Info is free-form key/value detail shown under the title (mode,
+	// algorithm, dedup store...). Keep it small.
+	Info map[string]string `json:"info,omitempty"`
+}
+
+// PeerStatus is one row of the peer table.
+type PeerStatus struct {
+	Peer      string    `json:"peer"`             // remote Origin-Host once known, else its address
+	Server    string    `json:"server,omitempty"` // configured name (client side)
+	State     string    `json:"state"`            // watchdog state: INITIAL, OKAY, SUSPECT, DOWN, REOPEN
+	Since     time.Time `json:"since"`            // when State was entered
+	InStateMS int64     `json:"in_state_ms"`      // Snapshot.Time - Since
+	// Policy is the state the selection policy gives the peer: the
+	// balancer's "in-service", "suspended", "down" (balance mode), or
+	// "primary", "secondary" (primary/secondary mode). Empty when none
+	// applies.
+	Policy   string        `json:"policy"`
+	Pending  int           `json:"pending"`
+	Sent     uint64        `json:"sent"`
+	Answered uint64        `json:"answered"`
+	MovedOut uint64        `json:"moved_out"`
+	Tw       time.Duration `json:"tw_ns"`
+	LastDWA  time.Time     `json:"last_dwa,omitzero"` // zero: none yet
+}
+
+// Queue is one server's queue depth and whether it is in alarm.
+type Queue struct {
+	Server string `json:"server"`
+	Depth  int    `json:"depth"`
+	Alarm  bool   `json:"alarm"`
+}
+
+// Totals are the node's counters. A server fills Received, Answered,
+// Retransmitted and Duplicates; a client Sent, Answered, Failed, Pending
+// and Moved. Fields that do not apply stay zero.
+type Totals struct {
+	Sent          uint64 `json:"sent"`
+	Received      uint64 `json:"received"`
+	Answered      uint64 `json:"answered"`
+	Failed        uint64 `json:"failed"`
+	Pending       uint64 `json:"pending"`
+	Moved         uint64 `json:"moved"`         // requests moved by failover
+	Retransmitted uint64 `json:"retransmitted"` // requests sent or received with the T flag
+	Duplicates    uint64 `json:"duplicates"`    // duplicates caught (server dedup)
+}
+
+// PeerRow converts a peer's Stats into a row. Policy and Server are left
+// empty.
+func PeerRow(st peer.Stats) PeerStatus {
+	return PeerStatus{
+		Peer: st.Peer, State: st.State, Since: st.Since,
+		Pending: st.Pending, Sent: st.Sent, Answered: st.Answered, MovedOut: st.MovedOut,
+		Tw: st.Tw, LastDWA: st.LastDWA,
+	}
+}
+
+// PeerRows returns one row per peer, in the given order (a server's live
+// peers, for instance).
+func PeerRows(ps []*peer.Peer) []PeerStatus {
+	rows := make([]PeerStatus, 0, len(ps))
+	for _, p := range ps {
+		rows = append(rows, PeerRow(p.Stats()))
+	}
+	return rows
+}
+
+// ClientPeers returns the rows of a client's peers in configured order,
+// with Server set to the configured name and Policy to the balancer's view
+// of the server (balance mode) or primary/secondary (primary/secondary
+// mode: the first peer OKAY is the primary, the other OKAY ones secondary).
+func ClientPeers(c *client.Client) []PeerStatus {
+	ps := c.Peers()
+	ss := c.ServerStats()
+	rows := PeerRows(ps)
+	var policy map[string]string
+	if b := c.Balancer(); b != nil {
+		snap := b.Snapshot()
+		policy = make(map[string]string, len(snap.Servers))
+		for _, s := range snap.Servers {
+			p := s.State.String()
+			if s.State == loadbalance.InService && s.Buckets > 0 {
+				p = fmt.Sprintf("%s (%d buckets)", p, s.Buckets)
+			}
+			policy[s.Name] = p
+		}
+	}
+	primary := false
+	for i := range rows {
+		if i < len(ss) {
+			rows[i].Server = ss[i].Server
+		}
+		switch {
+		case policy != nil:
+			rows[i].Policy = policy[rows[i].Server]
+		case rows[i].State != watchdog.Okay.String():
+			rows[i].Policy = ""
+		case !primary:
+			rows[i].Policy, primary = "primary", true
+		default:
+			rows[i].Policy = "secondary"
+		}
+	}
+	return rows
+}
+
+// ClientFailovers returns the client's failover table and total, ready for
+// Snapshot.Failovers and Snapshot.FailoversTotal.
+func ClientFailovers(c *client.Client) ([]client.FailoverRecord, uint64) {
+	return c.FailoverLog()
+}
+
+// complete fills what the handler computes: Time, InStateMS, and non-nil
+// slices so that JSON has [] rather than null.
+func (s *Snapshot) complete(now time.Time) {
+	if s.Time.IsZero() {
+		s.Time = now
+	}
+	for i := range s.Peers {
+		p := &s.Peers[i]
+		if p.InStateMS == 0 && !p.Since.IsZero() {
+			p.InStateMS = max(0, s.Time.Sub(p.Since).Milliseconds())
+		}
+	}
+	if s.Peers == nil {
+		s.Peers = []PeerStatus{}
+	}
+	if s.Failovers == nil {
+		s.Failovers = []client.FailoverRecord{}
+	}
+	if s.Queues == nil {
+		s.Queues = []Queue{}
+	}
+}
