@@ -102,9 +102,191 @@ func TestFrozenPrimary(t *testing.T) {
 	t.Logf("client events:\n%s", dumpEvents(readEvents(t, c.events)))
 
 	checkOutcomes(t, r, n, true)
-	checkServers(t, reps)
+	checkServers(t, reps, map[string]uint64{"primary": uint64(r.moved())})
 	checkFailover(t, sc, r, reps, true)
 	twice := checkApplied(t, sc, r, reps, true)
 	checkDetection(t, "OKAY -> SUSPECT", detect, maxDetect)
 	addRow(row{scenario: sc.name, detection: fmtDur(detect), moved: r.moved(), lost: r.Failed, twice: twice, note: "SIGSTOP mid-run, SIGCONT at the end"})
+}
+
+// Scenario 2: the primary answers DWRs but never the requests. A missing
+// answer alone does not make a peer SUSPECT (RFC 3539 3.4.1): no failover,
+// no T flag, and each request ends by the client's --timeout.
+func TestStalledPrimary(t *testing.T) {
+	sc := newScenario(t, "2-stalled", "--answer-delay", "120s")
+	const n = 12 // three rounds of 4 callers, 8 s each: the watchdog runs at least 3 Tw
+	c := sc.startClient("--requests", fmt.Sprint(n), "--rate", "4", "--concurrency", "4", "--timeout", "8s")
+	r := c.finish(t, time.Minute)
+	reps := map[string]serverReport{"primary": sc.primary.stop(t), "secondary": sc.secondary.stop(t)}
+	evs := readEvents(t, c.events)
+	t.Logf("client %+v", r)
+	t.Logf("servers %+v", reps)
+	t.Logf("client events:\n%s", dumpEvents(evs))
+
+	checkOutcomes(t, r, n, false)
+	checkServers(t, reps, nil)
+	if r.Answered != 0 || r.FailedBy["timeout"] != n {
+		t.Errorf("answered %d, failures %v; want all %d to end by --timeout", r.Answered, r.FailedBy, n)
+	}
+	if r.Retransmitted != 0 || r.moved() != 0 {
+		t.Errorf("retransmitted %d, failovers %+v; want none", r.Retransmitted, r.Failovers)
+	}
+	for _, f := range r.Failovers {
+		if sc.primary.is(f.From) {
+			t.Errorf("failover record from the primary: %+v", f)
+		}
+	}
+	for _, e := range evs {
+		if transition(sc.primary, "OKAY", "SUSPECT")(e) || (e.Type == "failover" && sc.primary.is(e.FromPeer)) {
+			t.Errorf("unexpected event %v: unanswered requests alone must not fail a peer over", e)
+		}
+	}
+	if len(r.Peers) == 0 || r.Peers[0].DWAReceived < 2 {
+		t.Errorf("client peers %+v: want at least 2 DWAs from the primary during the run", r.Peers)
+	}
+	if rp := reps["primary"]; rp.Received != n || rp.Applied != 0 || rp.Retransmitted != 0 {
+		t.Errorf("primary received %d (%d with T) applied %d; want %d, none applied, none with T", rp.Received, rp.Retransmitted, rp.Applied, n)
+	}
+	if rs := reps["secondary"]; rs.Received != 0 {
+		t.Errorf("secondary received %d; want 0", rs.Received)
+	}
+	twice := checkApplied(t, sc, r, reps, true)
+	addRow(row{scenario: sc.name, detection: "none", moved: r.moved(), lost: r.Failed, twice: twice, note: fmt.Sprintf("--answer-delay 120s: %d timeouts (expected), no failover", r.FailedBy["timeout"])})
+}
+
+// killAndRestart kills the primary (SIGKILL: its kernel resets or closes
+// the connection), restarts it on the same port and waits until the
+// client has reopened the connection (DOWN -> REOPEN -> OKAY after three
+// DWAs). It returns the fault time, the detection delay and the restarted
+// server.
+func killAndRestart(t *testing.T, sc *scenario, c *client, extra ...string) (fault time.Time, detect time.Duration, p2 *server) {
+	t.Helper()
+	sc.primary.signal(syscall.SIGKILL)
+	fault = time.Now()
+	<-sc.primary.done
+	down := c.waitEvent(t, fault, 5*time.Second, "primary OKAY -> DOWN", transition(sc.primary, "OKAY", "DOWN"))
+	detect = down.Time.Sub(fault)
+	p2 = startServer(t, sc.dir, "primary2", sc.primary.host, sc.primary.url, extra...)
+	if p2.url != sc.primary.url {
+		t.Fatalf("restarted primary listens on %s, want %s", p2.url, sc.primary.url)
+	}
+	// Reopen: at most one Tw (DOWN's timer) to the attempt, then two more
+	// Tw for the second and third DWA.
+	reopen := c.waitEvent(t, fault, tw+jitter+schedSlop+5*time.Second, "primary DOWN -> REOPEN", transition(sc.primary, "DOWN", "REOPEN"))
+	okay := c.waitEvent(t, reopen.Time, 2*(tw+jitter)+schedSlop+5*time.Second, "primary REOPEN -> OKAY", transition(sc.primary, "REOPEN", "OKAY"))
+	t.Logf("killed at %s; DOWN after %v; REOPEN after %v; OKAY after %v", fault.Format("15:04:05.000"),
+		fmtDur(detect), fmtDur(reopen.Time.Sub(fault)), fmtDur(okay.Time.Sub(fault)))
+	if d := okay.Time.Sub(reopen.Time); d < 2*(tw-jitter)-schedSlop {
+		t.Errorf("REOPEN -> OKAY took %v: three DWA exchanges need at least two Tw (%v)", d, 2*(tw-jitter))
+	}
+	return fault, detect, p2
+}
+
+// Scenario 3: the primary is killed mid-burst with requests pending
+// (--answer-delay 1s keeps some in flight): the client sees the
+// connection drop, goes DOWN at once and replays them to the secondary;
+// the primary restarted on the same port is reopened.
+func TestKilledMidBurst(t *testing.T) {
+	sc := newScenario(t, "3-reset-mid-burst", "--answer-delay", "1s")
+	const n = 175 // 35 s at 5/s: the run outlasts the reopen (up to 3 Tw after the kill)
+	c := sc.startClient("--requests", fmt.Sprint(n), "--rate", "5", "--concurrency", "8", "--timeout", "60s")
+	c.waitSent(t, 20, 20*time.Second)
+	fault, detect, p2 := killAndRestart(t, sc, c, "--answer-delay", "1s")
+	r := c.finish(t, 2*time.Minute)
+	reps := map[string]serverReport{"primary2": p2.stop(t), "secondary": sc.secondary.stop(t)}
+	evs := readEvents(t, c.events)
+	t.Logf("client %+v", r)
+	t.Logf("servers %+v", reps)
+	t.Logf("client events:\n%s", dumpEvents(evs))
+
+	checkOutcomes(t, r, n, true)
+	checkServers(t, reps, nil)
+	checkFailover(t, sc, r, reps, true)
+	for _, f := range r.Failovers {
+		if sc.primary.is(f.From) && f.Time.Sub(fault) > 2*time.Second {
+			t.Errorf("failover %v after the kill; the pending requests should move at once", f.Time.Sub(fault))
+		}
+	}
+	if reps["primary2"].Applied == 0 {
+		t.Errorf("the restarted primary applied nothing: no failback after REOPEN -> OKAY?")
+	}
+	twice := checkApplied(t, sc, r, reps, false)
+	checkDetection(t, "OKAY -> DOWN", detect, 2*time.Second)
+	addRow(row{scenario: sc.name, detection: fmtDur(detect), moved: r.moved(), lost: r.Failed, twice: twice, note: "SIGKILL with requests pending, restart, REOPEN -> OKAY"})
+}
+
+// Scenario 4: the primary is killed between requests (nothing pending)
+// and restarted: the client goes DOWN, sends to the secondary meanwhile,
+// reopens the primary; nothing fails and nothing is replayed.
+func TestKilledBetweenBursts(t *testing.T) {
+	sc := newScenario(t, "4-kill-between-bursts")
+	const n = 35 // one a second: the run outlasts the reopen
+	c := sc.startClient("--requests", fmt.Sprint(n), "--rate", "1", "--concurrency", "4", "--timeout", "60s")
+	// Requests leave on the whole seconds of the run, as the progress
+	// lines do: kill half-way between two.
+	p, _ := c.waitSent(t, 5, 20*time.Second)
+	_, seen := c.waitTick(t, p.t, 5*time.Second)
+	time.Sleep(time.Until(seen.Add(500 * time.Millisecond)))
+	_, detect, p2 := killAndRestart(t, sc, c)
+	r := c.finish(t, 2*time.Minute)
+	reps := map[string]serverReport{"primary2": p2.stop(t), "secondary": sc.secondary.stop(t)}
+	evs := readEvents(t, c.events)
+	t.Logf("client %+v", r)
+	t.Logf("servers %+v", reps)
+	t.Logf("client events:\n%s", dumpEvents(evs))
+
+	checkOutcomes(t, r, n, true)
+	checkServers(t, reps, nil)
+	if r.Retransmitted != 0 || r.moved() != 0 {
+		t.Errorf("retransmitted %d, failovers %+v; nothing was pending at the kill", r.Retransmitted, r.Failovers)
+	}
+	if _, _, _, withT := sumApplied(reps); withT != 0 {
+		t.Errorf("servers received %d requests with T; want none", withT)
+	}
+	if reps["secondary"].Applied == 0 || reps["primary2"].Applied == 0 {
+		t.Errorf("secondary applied %d, restarted primary %d: want traffic on the secondary while the primary was down, and back on the primary after",
+			reps["secondary"].Applied, reps["primary2"].Applied)
+	}
+	twice := checkApplied(t, sc, r, reps, false)
+	checkDetection(t, "OKAY -> DOWN", detect, 2*time.Second)
+	addRow(row{scenario: sc.name, detection: fmtDur(detect), moved: r.moved(), lost: r.Failed, twice: twice, note: "SIGKILL with nothing pending, restart, REOPEN -> OKAY"})
+}
+
+// Scenario 5: the primary freezes mid-burst; the client goes SUSPECT,
+// replays to the secondary, then closes the connection (DOWN); only then
+// is the primary thawed. It reads the requests still in its socket: the
+// shared Redis store (or the closed connection) must keep them from being
+// applied a second time.
+func TestFrozenThawedAfterClose(t *testing.T) {
+	sc := newScenario(t, "5-thaw-after-close")
+	const n = 100
+	c := sc.startClient("--requests", fmt.Sprint(n), "--rate", "5", "--concurrency", "8", "--timeout", "60s")
+	c.waitSent(t, 15, 20*time.Second)
+	sc.primary.signal(syscall.SIGSTOP)
+	fault := time.Now()
+	suspect := c.waitEvent(t, fault, maxDetect+5*time.Second, "primary OKAY -> SUSPECT", transition(sc.primary, "OKAY", "SUSPECT"))
+	down := c.waitEvent(t, suspect.Time, tw+jitter+schedSlop+5*time.Second, "primary SUSPECT -> DOWN", transition(sc.primary, "SUSPECT", "DOWN"))
+	sc.primary.signal(syscall.SIGCONT)
+	r := c.finish(t, 2*time.Minute)
+	reps := map[string]serverReport{"primary": sc.primary.stop(t), "secondary": sc.secondary.stop(t)}
+	evs := readEvents(t, c.events)
+	t.Logf("client %+v", r)
+	t.Logf("servers %+v", reps)
+	t.Logf("client events:\n%s", dumpEvents(evs))
+
+	detect := suspect.Time.Sub(fault)
+	checkOutcomes(t, r, n, true)
+	checkServers(t, reps, map[string]uint64{"primary": uint64(r.moved())})
+	checkFailover(t, sc, r, reps, true)
+	rp := reps["primary"]
+	if late := rp.Received - rp.Applied; late < uint64(r.moved()) {
+		t.Errorf("primary received %d, applied %d: want the %d moved requests read after the thaw and not applied", rp.Received, rp.Applied, r.moved())
+	}
+	twice := checkApplied(t, sc, r, reps, true)
+	checkDetection(t, "OKAY -> SUSPECT", detect, maxDetect)
+	if d := down.Time.Sub(suspect.Time); d > tw+jitter+schedSlop {
+		t.Errorf("SUSPECT -> DOWN took %v, want within one Tw (%v)", d, tw+jitter+schedSlop)
+	}
+	addRow(row{scenario: sc.name, detection: fmtDur(detect), moved: r.moved(), lost: r.Failed, twice: twice,
+		note: fmt.Sprintf("SIGSTOP, SIGCONT after DOWN; primary read %d late: %d duplicates, %d store errors", rp.Received-rp.Applied, rp.Duplicates, rp.StoreErrors)})
 }
