@@ -67,8 +67,8 @@ type Metrics struct {
 	moved       *prometheus.CounterVec // from, to
 	pending     *prometheus.GaugeVec   // peer
 	dedupHits   prometheus.Counter
-	queueDepth  *prometheus.GaugeVec // server
-	queueAlarm  *prometheus.GaugeVec // server
+	queueDepth  *prometheus.GaugeVec   // server
+	queueAlarm  *prometheus.GaugeVec   // server
 	events      *prometheus.CounterVec // type
 	info        *prometheus.GaugeVec   // role, origin_host, origin_realm
 
