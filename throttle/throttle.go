@@ -1,0 +1,633 @@
+package throttle
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"time"
+)
+
+// Class is the traffic class a request is limited under (Q5).
+type Class uint8
+
+const (
+	// Auth is authentication and authorization traffic.
+	Auth Class = iota
+	// Accounting is accounting traffic.
+	Accounting
+	numClasses = 2
+)
+
+func (c Class) String() string {
+	switch c {
+	case Auth:
+		return "auth"
+	case Accounting:
+		return "accounting"
+	}
+	return fmt.Sprintf("Class(%d)", uint8(c))
+}
+
+// Diameter identifiers ClassOf knows.
+const (
+	// AppAccounting is the Diameter base accounting application (RFC 6733).
+	AppAccounting = 3
+	// CmdAccounting is the Accounting-Request/Answer command code.
+	CmdAccounting = 271
+)
+
+// ClassOf classifies a Diameter request: the base accounting application
+// (3) and the Accounting-Request command (271, in whatever application
+// carries it) are Accounting; everything else is Auth.
+func ClassOf(appID, cmd uint32) Class {
+	if appID == AppAccounting || cmd == CmdAccounting {
+		return Accounting
+	}
+	return Auth
+}
+
+// Limits and defaults.
+const (
+	// DefaultMaxOutstanding is the outstanding requests a server may have
+	// per class when Limits.MaxOutstanding is zero (Q2).
+	DefaultMaxOutstanding = 256
+	// MinSlot is the shortest rate slot (Q1).
+	MinSlot = 50 * time.Millisecond
+	// DefaultSlot is the slot length when Config.Slot is zero.
+	DefaultSlot = MinSlot
+	// MaxRate bounds Limits.MaxRate.
+	MaxRate = 100_000_000
+)
+
+var (
+	// ErrConfig is matched (errors.Is) by every configuration error.
+	ErrConfig = errors.New("throttle: invalid configuration")
+	// ErrExpired is matched by the Err of a request whose deadline passed
+	// while it was queued.
+	ErrExpired = errors.New("throttle: deadline passed while queued")
+)
+
+// ExpiredError is the Err of a Dispatch whose deadline passed in a queue.
+type ExpiredError struct {
+	Server string // the server whose queue it waited in; "" for the instance queue
+	Class  Class
+	Late   time.Duration // how long after its deadline Poll found it
+}
+
+func (e *ExpiredError) Error() string {
+	q := "the instance queue"
+	if e.Server != "" {
+		q = fmt.Sprintf("the %s queue of server %q", e.Class, e.Server)
+	}
+	return fmt.Sprintf("%v in %s (found %v after the deadline)", ErrExpired, q, e.Late)
+}
+
+// Is makes errors.Is(err, ErrExpired) true.
+func (e *ExpiredError) Is(target error) bool { return target == ErrExpired }
+
+// Item is what the scheduler queues: opaque but for its deadline. A zero
+// deadline means none.
+type Item interface {
+	Deadline() time.Time
+}
+
+// Limits are one server's limits for one class.
+type Limits struct {
+	// MaxRate is the most requests sent per second, spread over the slots
+	// (Q1). Zero means no rate limit.
+	MaxRate int
+	// MaxOutstanding is the most requests sent and not yet Done (Q2). Zero
+	// means DefaultMaxOutstanding; a negative value means no limit.
+	MaxOutstanding int
+}
+
+// Server is one server's configuration.
+type Server struct {
+	Name       string
+	Auth       Limits
+	Accounting Limits
+}
+
+// Config configures a Scheduler.
+type Config[T Item] struct {
+	// Servers, in the order of the indexes Pick returns and Dispatch uses.
+	Servers []Server
+	// Slot is the rate slot length: zero means DefaultSlot; 50 ms to 1 s.
+	Slot time.Duration
+	// AlarmHigh raises a server's queue alarm when its queue depth (both
+	// classes) reaches it; zero means no alarm. AlarmLow clears it when the
+	// depth falls to it or below; it must be below AlarmHigh (Q4).
+	AlarmHigh, AlarmLow int
+	// OnAlarm receives alarm changes. It is called synchronously from the
+	// Scheduler method that crossed the threshold, so it must be quick and
+	// must not call the Scheduler. May be nil.
+	OnAlarm func(Alarm)
+	// Pick is the balancer: the index of the server a new request should
+	// go to, or -1 for no preference. Nil, -1, an index out of range or an
+	// unavailable server fall back to round-robin over the available
+	// servers, preferring one with room.
+	Pick func(item T, class Class) int
+	// Spill lets a new request whose picked server has no room go to
+	// another available server that has room instead of waiting in the
+	// picked server's queue. Off by default: the ASR5K keeps a request with
+	// the server it was picked for (hash affinity).
+	Spill bool
+}
+
+// Alarm is a queue-depth alarm being raised or cleared (Q4).
+type Alarm struct {
+	Time   time.Time `json:"time"`
+	Server string    `json:"server"`
+	Index  int       `json:"index"`
+	Raised bool      `json:"raised"` // false: cleared
+	Depth  int       `json:"depth"`
+}
+
+// Dispatch is one outcome of Poll: send Item to Server now, or, when Err
+// is not nil, fail it (its deadline passed while queued).
+type Dispatch[T Item] struct {
+	Item   T
+	Server int // -1 when failed in the instance queue
+	Class  Class
+	Err    error
+}
+
+type entry[T Item] struct {
+	item   T
+	dl     int64 // deadline, Unix ns; math.MaxInt64: none
+	seq    uint64
+	server int32 // -1: not bound to a server yet
+	class  Class
+}
+
+type bucket[T Item] struct {
+	num, den  uint64 // quota per slot = num/den (reduced); den == 0: no rate limit
+	maxOut    int    // < 0: no limit
+	out       int
+	slotStart int64
+	slotEnd   int64 // 0: no slot yet
+	quota     int
+	used      int
+	q         deque[entry[T]]
+	sent      uint64
+}
+
+type server[T Item] struct {
+	name     string
+	b        [numClasses]bucket[T]
+	avail    bool
+	alarmed  bool
+	maxDepth int
+	alarms   uint64
+	expired  uint64
+}
+
+func (s *server[T]) depth() int { return s.b[Auth].q.len() + s.b[Accounting].q.len() }
+
+// Scheduler is the throttle of one instance. See the package documentation.
+// It is not safe for concurrent use.
+type Scheduler[T Item] struct {
+	cfg    Config[T]
+	slotNs int64
+	inst   deque[entry[T]]
+	srv    []server[T]
+	seq    uint64
+	queued int // entries in server queues
+
+	minDL     int64 // no queued entry has an earlier deadline
+	nextSweep int64
+	rr        int
+	scratch   []entry[T]
+	expired   uint64
+}
+
+// New returns a Scheduler with every server available.
+func New[T Item](cfg Config[T]) (*Scheduler[T], error) {
+	if len(cfg.Servers) == 0 {
+		return nil, fmt.Errorf("%w: no server", ErrConfig)
+	}
+	if cfg.Slot == 0 {
+		cfg.Slot = DefaultSlot
+	}
+	if cfg.Slot < MinSlot || cfg.Slot > time.Second {
+		return nil, fmt.Errorf("%w: slot %v is outside %v..1s", ErrConfig, cfg.Slot, MinSlot)
+	}
+	if cfg.AlarmHigh < 0 || cfg.AlarmLow < 0 || (cfg.AlarmHigh > 0 && cfg.AlarmLow >= cfg.AlarmHigh) {
+		return nil, fmt.Errorf("%w: alarm thresholds high %d, low %d: need 0 <= low < high", ErrConfig, cfg.AlarmHigh, cfg.AlarmLow)
+	}
+	s := &Scheduler[T]{cfg: cfg, slotNs: int64(cfg.Slot), srv: make([]server[T], len(cfg.Servers)), minDL: math.MaxInt64}
+	for i, sc := range cfg.Servers {
+		sv := &s.srv[i]
+		sv.name, sv.avail = sc.Name, true
+		if sv.name == "" {
+			sv.name = fmt.Sprintf("server%d", i)
+		}
+		for c, l := range [numClasses]Limits{sc.Auth, sc.Accounting} {
+			if l.MaxRate < 0 || l.MaxRate > MaxRate {
+				return nil, fmt.Errorf("%w: server %q %s MaxRate %d is outside 0..%d", ErrConfig, sv.name, Class(c), l.MaxRate, MaxRate)
+			}
+			b := &sv.b[c]
+			b.maxOut = l.MaxOutstanding
+			if b.maxOut == 0 {
+				b.maxOut = DefaultMaxOutstanding
+			}
+			if l.MaxRate > 0 {
+				num, den := uint64(l.MaxRate)*uint64(s.slotNs), uint64(time.Second)
+				g := gcd(num, den)
+				b.num, b.den = num/g, den/g
+			}
+		}
+	}
+	return s, nil
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// cum is floor(k x num / den) for k <= den, without overflow.
+func cum(k, num, den uint64) uint64 {
+	hi, lo := bits.Mul64(k, num)
+	q, _ := bits.Div64(hi, lo, den)
+	return q
+}
+
+// room returns how many more requests b may send now.
+func (s *Scheduler[T]) room(b *bucket[T], now int64) int {
+	r := math.MaxInt
+	if b.maxOut >= 0 {
+		r = b.maxOut - b.out
+	}
+	if b.den != 0 {
+		if now >= b.slotEnd || now < b.slotStart {
+			k := now / s.slotNs
+			if now < 0 && now%s.slotNs != 0 {
+				k--
+			}
+			b.slotStart = k * s.slotNs
+			b.slotEnd = b.slotStart + s.slotNs
+			b.used = 0
+			kk := uint64(k) % b.den
+			if k < 0 {
+				kk = uint64(k%int64(b.den)+int64(b.den)) % b.den
+			}
+			b.quota = int(cum(kk+1, b.num, b.den) - cum(kk, b.num, b.den))
+		}
+		r = min(r, b.quota-b.used)
+	}
+	return r
+}
+
+// Enqueue appends item to the instance queue (Q3). Poll decides its fate.
+func (s *Scheduler[T]) Enqueue(item T, class Class) {
+	if class >= numClasses {
+		class = Auth
+	}
+	dl := int64(math.MaxInt64)
+	if d := item.Deadline(); !d.IsZero() {
+		dl = d.UnixNano()
+	}
+	if dl < s.minDL {
+		s.minDL = dl
+	}
+	s.seq++
+	s.inst.pushBack(entry[T]{item: item, dl: dl, seq: s.seq, server: -1, class: class})
+}
+
+func (s *Scheduler[T]) fail(e *entry[T], now time.Time, nowNs int64, dst []Dispatch[T]) []Dispatch[T] {
+	err := &ExpiredError{Class: e.class, Late: time.Duration(nowNs - e.dl)}
+	if e.server >= 0 {
+		err.Server = s.srv[e.server].name
+		s.srv[e.server].expired++
+	}
+	s.expired++
+	return append(dst, Dispatch[T]{Item: e.item, Server: -1, Class: e.class, Err: err})
+}
+
+// Poll returns, appended to dst, the requests to send now and the requests
+// whose deadline passed while queued (Err set). now must not go backwards
+// by more than a slot.
+func (s *Scheduler[T]) Poll(now time.Time, dst []Dispatch[T]) []Dispatch[T] {
+	nowNs := now.UnixNano()
+	if nowNs >= s.minDL && nowNs >= s.nextSweep {
+		dst = s.sweep(now, nowNs, dst)
+	}
+	if s.queued > 0 {
+		dst = s.promote(now, nowNs, dst)
+	}
+	for s.inst.len() > 0 {
+		e := s.inst.front()
+		if e.dl <= nowNs {
+			x := s.inst.popFront()
+			dst = s.fail(&x, now, nowNs, dst)
+			continue
+		}
+		srv := int(e.server)
+		if srv < 0 {
+			if srv = s.choose(e, nowNs); srv < 0 {
+				break // no server available: the queue waits
+			}
+		}
+		b := &s.srv[srv].b[e.class]
+		if s.room(b, nowNs) <= 0 && e.server < 0 && s.cfg.Spill {
+			if alt := s.spill(e.class, srv, nowNs); alt >= 0 {
+				srv, b = alt, &s.srv[alt].b[e.class]
+			}
+		}
+		x := s.inst.popFront()
+		if s.room(b, nowNs) > 0 {
+			b.used++
+			b.out++
+			b.sent++
+			dst = append(dst, Dispatch[T]{Item: x.item, Server: srv, Class: x.class})
+			continue
+		}
+		// No quota or no free place: wait in the server's queue, in age order.
+		x.server = int32(srv)
+		if b.q.len() > 0 && x.seq < b.q.front().seq {
+			b.q.pushFront(x)
+		} else {
+			b.q.pushBack(x)
+		}
+		s.queued++
+		s.checkAlarm(srv, now)
+	}
+	return dst
+}
+
+// choose picks the server for a new request: Pick's choice if available,
+// else round-robin over the available servers, preferring one with room.
+func (s *Scheduler[T]) choose(e *entry[T], nowNs int64) int {
+	n := len(s.srv)
+	if s.cfg.Pick != nil {
+		if p := s.cfg.Pick(e.item, e.class); p >= 0 && p < n && s.srv[p].avail {
+			return p
+		}
+	}
+	first := -1
+	for i := range n {
+		j := (s.rr + i) % n
+		if !s.srv[j].avail {
+			continue
+		}
+		if s.room(&s.srv[j].b[e.class], nowNs) > 0 {
+			s.rr = j + 1
+			return j
+		}
+		if first < 0 {
+			first = j
+		}
+	}
+	if first >= 0 {
+		s.rr = first + 1
+	}
+	return first
+}
+
+// spill finds another available server with room for class c.
+func (s *Scheduler[T]) spill(c Class, not int, nowNs int64) int {
+	n := len(s.srv)
+	for i := 1; i < n; i++ {
+		j := (not + i) % n
+		if s.srv[j].avail && s.room(&s.srv[j].b[c], nowNs) > 0 {
+			return j
+		}
+	}
+	return -1
+}
+
+// promote moves the server-queued requests that can go now to the head of
+// the instance queue, oldest first (Q3).
+func (s *Scheduler[T]) promote(now time.Time, nowNs int64, dst []Dispatch[T]) []Dispatch[T] {
+	sc := s.scratch[:0]
+	sources := 0
+	for i := range s.srv {
+		sv := &s.srv[i]
+		if !sv.avail {
+			continue
+		}
+		moved := false
+		for c := range sv.b {
+			b := &sv.b[c]
+			if b.q.len() == 0 {
+				continue
+			}
+			r := s.room(b, nowNs)
+			for r > 0 && b.q.len() > 0 {
+				x := b.q.popFront()
+				s.queued--
+				moved = true
+				if x.dl <= nowNs {
+					dst = s.fail(&x, now, nowNs, dst)
+					continue
+				}
+				sc = append(sc, x)
+				r--
+			}
+			if moved {
+				sources++
+			}
+		}
+		if moved {
+			s.checkAlarm(i, now)
+		}
+	}
+	if sources > 1 {
+		slices.SortFunc(sc, func(a, b entry[T]) int {
+			if a.seq < b.seq {
+				return -1
+			}
+			return 1
+		})
+	}
+	for i := len(sc) - 1; i >= 0; i-- {
+		s.inst.pushFront(sc[i])
+	}
+	clear(sc)
+	s.scratch = sc[:0]
+	return dst
+}
+
+// sweep fails every queued request whose deadline has passed.
+func (s *Scheduler[T]) sweep(now time.Time, nowNs int64, dst []Dispatch[T]) []Dispatch[T] {
+	minDL := int64(math.MaxInt64)
+	keep := func(e *entry[T]) bool {
+		if e.dl <= nowNs {
+			dst = s.fail(e, now, nowNs, dst)
+			return false
+		}
+		minDL = min(minDL, e.dl)
+		return true
+	}
+	s.inst.filter(keep)
+	for i := range s.srv {
+		sv := &s.srv[i]
+		before := sv.depth()
+		for c := range sv.b {
+			sv.b[c].q.filter(keep)
+		}
+		if d := sv.depth(); d != before {
+			s.queued -= before - d
+			s.checkAlarm(i, now)
+		}
+	}
+	s.minDL = minDL
+	s.nextSweep = nowNs + s.slotNs
+	return dst
+}
+
+func (s *Scheduler[T]) checkAlarm(i int, now time.Time) {
+	sv := &s.srv[i]
+	d := sv.depth()
+	sv.maxDepth = max(sv.maxDepth, d)
+	if s.cfg.AlarmHigh <= 0 {
+		return
+	}
+	switch {
+	case !sv.alarmed && d >= s.cfg.AlarmHigh:
+		sv.alarmed = true
+		sv.alarms++
+	case sv.alarmed && d <= s.cfg.AlarmLow:
+		sv.alarmed = false
+	default:
+		return
+	}
+	if s.cfg.OnAlarm != nil {
+		s.cfg.OnAlarm(Alarm{Time: now, Server: sv.name, Index: i, Raised: sv.alarmed, Depth: d})
+	}
+}
+
+// Done frees the outstanding place of a request sent to server with class:
+// call it when the answer arrives, when the request times out, or when it
+// is moved away (Q2). It reports whether requests are waiting, so that the
+// owner knows to Poll.
+func (s *Scheduler[T]) Done(server int, class Class) bool {
+	if class >= numClasses {
+		class = Auth
+	}
+	b := &s.srv[server].b[class]
+	if b.out > 0 {
+		b.out--
+	}
+	return b.q.len() > 0 || s.inst.len() > 0
+}
+
+// SetAvailable records whether server can take requests (its watchdog is
+// OKAY and its policy allows it). A server made unavailable gets no new
+// request, and its queued requests go back to the head of the instance
+// queue, oldest first, to be picked again. Poll afterwards.
+func (s *Scheduler[T]) SetAvailable(server int, ok bool, now time.Time) {
+	sv := &s.srv[server]
+	sv.avail = ok
+	if ok || sv.depth() == 0 {
+		return
+	}
+	sc := s.scratch[:0]
+	for c := range sv.b {
+		for sv.b[c].q.len() > 0 {
+			x := sv.b[c].q.popFront()
+			x.server = -1
+			sc = append(sc, x)
+			s.queued--
+		}
+	}
+	slices.SortFunc(sc, func(a, b entry[T]) int {
+		if a.seq < b.seq {
+			return -1
+		}
+		return 1
+	})
+	for i := len(sc) - 1; i >= 0; i-- {
+		s.inst.pushFront(sc[i])
+	}
+	clear(sc)
+	s.scratch = sc[:0]
+	s.checkAlarm(server, now)
+}
+
+// NextWakeup returns when Poll has work next: now when the instance queue
+// can move, the end of the current slot for a rate-limited server queue,
+// the earliest deadline of a queued request. ok is false when nothing is
+// due; a server queue waiting only for free places moves on Done (which
+// says so), and an instance queue waiting for an available server on
+// SetAvailable.
+func (s *Scheduler[T]) NextWakeup(now time.Time) (at time.Time, ok bool) {
+	nowNs := now.UnixNano()
+	best := int64(math.MaxInt64)
+	anyAvail := false
+	for i := range s.srv {
+		sv := &s.srv[i]
+		if !sv.avail {
+			continue
+		}
+		anyAvail = true
+		for c := range sv.b {
+			b := &sv.b[c]
+			if b.q.len() == 0 || (b.maxOut >= 0 && b.out >= b.maxOut) {
+				continue
+			}
+			if s.room(b, nowNs) > 0 {
+				best = nowNs
+			} else {
+				best = min(best, b.slotEnd)
+			}
+		}
+	}
+	if s.inst.len() > 0 && anyAvail {
+		best = nowNs
+	}
+	if s.inst.len() > 0 || s.queued > 0 {
+		best = min(best, max(s.minDL, s.nextSweep))
+	}
+	if best == math.MaxInt64 {
+		return time.Time{}, false
+	}
+	if best <= nowNs {
+		return now, true
+	}
+	return now.Add(time.Duration(best - nowNs)), true
+}
+
+// Len returns the requests held: in the instance queue and server queues.
+func (s *Scheduler[T]) Len() int { return s.inst.len() + s.queued }
+
+// Depth returns the depth of server's queues, both classes (Q4).
+func (s *Scheduler[T]) Depth(server int) int { return s.srv[server].depth() }
+
+// Outstanding returns the requests sent to server in class and not Done.
+func (s *Scheduler[T]) Outstanding(server int, class Class) int {
+	return s.srv[server].b[class].out
+}
+
+// Stats are one server's throttle figures.
+type Stats struct {
+	Server      string    `json:"server"`
+	Available   bool      `json:"available"`
+	Depth       int       `json:"queue_depth"`
+	MaxDepth    int       `json:"max_queue_depth"`
+	Alarmed     bool      `json:"alarm"`
+	Alarms      uint64    `json:"alarms_raised"`
+	Outstanding [2]int    `json:"outstanding"` // by Class
+	Sent        [2]uint64 `json:"sent"`        // by Class
+	Expired     uint64    `json:"expired"`     // failed in this server's queues
+}
+
+// Stats returns server's figures.
+func (s *Scheduler[T]) Stats(server int) Stats {
+	sv := &s.srv[server]
+	return Stats{
+		Server: sv.name, Available: sv.avail, Depth: sv.depth(), MaxDepth: sv.maxDepth,
+		Alarmed: sv.alarmed, Alarms: sv.alarms,
+		Outstanding: [2]int{sv.b[Auth].out, sv.b[Accounting].out},
+		Sent:        [2]uint64{sv.b[Auth].sent, sv.b[Accounting].sent},
+		Expired:     sv.expired,
+	}
+}
+
+// Expired returns how many requests ever failed with ErrExpired.
+func (s *Scheduler[T]) Expired() uint64 { return s.expired }
