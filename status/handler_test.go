@@ -173,13 +173,13 @@ func TestPageHasPeerRows(t *testing.T) {
 		`<tr class="peer" data-peer="s1.example.net">`,
 		`<td class="state s-OKAY">OKAY</td>`,
 		`<td class="state s-SUSPECT">SUSPECT</td>`,
-		`<td>1m30s</td>`,             // time in state
-		`in-service (128 buckets)`,   // policy
-		`<td class="n">6.0s</td>`,    // Tw
-		`<td>2.0s ago</td>`,          // last DWA
-		`<td>never</td>`,             // no DWA yet
-		`(none: waiting)`,            // failover without alternate
-		`(2 kept of 7)`,              // failover count
+		`<td>1m30s</td>`,           // time in state
+		`in-service (128 buckets)`, // policy
+		`<td class="n">6.0s</td>`,  // Tw
+		`<td>2.0s ago</td>`,        // last DWA
+		`<td>never</td>`,           // no DWA yet
+		`(none: waiting)`,          // failover without alternate
+		`(2 kept of 7)`,            // failover count
 		`<td class="alarm-true">ALARM</td>`,
 		`data-poll-ms="1000"`,
 		`<noscript><meta http-equiv="refresh" content="5"></noscript>`,

@@ -48,9 +48,10 @@ var states = [...]string{
 	watchdog.Down.String(), watchdog.Reopen.String(),
 }
 
-// LatencyBuckets are the bounds (seconds) of the latency histogram: 100 us
-// to about 15 s, each 2.5 times the previous.
-var LatencyBuckets = prometheus.ExponentialBuckets(0.0001, 2.5, 14)
+// LatencyBuckets are the upper bounds (seconds) of the latency histogram:
+// 100 us to 30 s in 1-2.5-5 steps (a request's deadline is 10 s by default).
+var LatencyBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 
 // Metrics holds a node's Prometheus collectors, on a registry of its own.
 // Its methods are safe for concurrent use and cheap enough to call from a
