@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/watchdog"
+)
+
+// idleServerEnv, when set, makes the binary (the harness or its test) run
+// the idle peers' server instead: the server lives in a child process so
+// that the RSS and CPU of the client peers are measured alone, and each
+// process stays within its RLIMIT_NOFILE.
+const idleServerEnv = "AAATP_BENCH_IDLE_SERVER"
+
+// idleServer listens with Tw from $AAATP_BENCH_IDLE_SERVER (seconds),
+// prints "ADDR host:port", then answers every "STAT" line read from in
+// with "STAT <VmRSS KiB> <cpu us> <peers> <DWR sent> <DWR received>"; at
+// EOF it closes the server and returns.
+func idleServer(in io.Reader, out io.Writer) error {
+	raiseNoFile(200_000)
+	tw, err := time.ParseDuration(os.Getenv(idleServerEnv))
+	if err != nil {
+		return err
+	}
+	s, err := peer.Listen("tcp://127.0.0.1:0", peer.Config{OriginHost: "idle-server.example.net", OriginRealm: "example.net",
+		Logger: quiet, Watchdog: watchdog.Config{Twinit: tw}})
+	if err != nil {
+		return err
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve() }()
+	fmt.Fprintf(out, "ADDR %s\n", s.Addr())
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		if sc.Text() != "STAT" {
+			continue
+		}
+		var dwrSent, dwrRecv uint64
+		ps := s.Peers()
+		for _, p := range ps {
+			st := p.Stats()
+			dwrSent += st.DWRSent
+			dwrRecv += st.DWRReceived
+		}
+		cpu := cpuTime() // before the GC below, which is the harness's doing
+		runtime.GC()
+		debug.FreeOSMemory()
+		fmt.Fprintf(out, "STAT %.0f %d %d %d %d\n", rssKiB(), cpu.Microseconds(), len(ps), dwrSent, dwrRecv)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err = s.Close(ctx)
+	if serr := <-served; err == nil {
+		err = serr
+	}
+	return err
+}
+
+type serverStat struct {
+	rssKiB           float64
+	cpu              time.Duration
+	peers            int
+	dwrSent, dwrRecv uint64
+}
+
+type idleResult struct {
+	peers                  int
+	clientKiBPerPeer       float64
+	serverKiBPerPeer       float64
+	clientHeapStackPerPeer float64 // KiB of Go heap in use + stacks
+	goroutinesPerPeer      float64
+	connectTime            time.Duration
+	window                 time.Duration
+	clientCPUPct           float64
+	serverCPUPct           float64
+	cpuPct                 float64 // both
+	dwrExchanges           uint64  // DWRs sent by either side during the window
+}
+
+// measureIdle connects o.IdlePeers client peers (peer.Dial, Tw o.IdleTw)
+// to one aaatp server running in a child process, then measures RSS per
+// peer on each side and the CPU of both over o.IdleWindow seconds of
+// idleness (watchdog traffic only).
+func measureIdle(o Options) (*idleResult, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	tw := secs(o.IdleTw)
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), idleServerEnv+"="+tw.String())
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	waited := false
+	defer func() {
+		if !waited {
+			stdin.Close()
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	}()
+	lines := bufio.NewScanner(stdout)
+	readLine := func(prefix string) (string, error) {
+		if !lines.Scan() {
+			return "", fmt.Errorf("idle server: no %s line (%v)", prefix, lines.Err())
+		}
+		rest, ok := strings.CutPrefix(lines.Text(), prefix+" ")
+		if !ok {
+			return "", fmt.Errorf("idle server: %q", lines.Text())
+		}
+		return rest, nil
+	}
+	addr, err := readLine("ADDR")
+	if err != nil {
+		return nil, err
+	}
+	stat := func() (serverStat, error) {
+		var st serverStat
+		if _, err := io.WriteString(stdin, "STAT\n"); err != nil {
+			return st, err
+		}
+		rest, err := readLine("STAT")
+		if err != nil {
+			return st, err
+		}
+		var cpuUs int64
+		_, err = fmt.Sscan(rest, &st.rssKiB, &cpuUs, &st.peers, &st.dwrSent, &st.dwrRecv)
+		st.cpu = time.Duration(cpuUs) * time.Microsecond
+		return st, err
+	}
+
+	s0, err := stat()
+	if err != nil {
+		return nil, err
+	}
+	runtime.GC()
+	debug.FreeOSMemory()
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	rss0 := rssKiB()
+	g0 := runtime.NumGoroutine()
+
+	res := &idleResult{peers: o.IdlePeers, window: secs(o.IdleWindow)}
+	peers := make([]*peer.Peer, 0, o.IdlePeers)
+	defer func() { closePeers(peers) }()
+	t0 := time.Now()
+	const wave = 500 // dial in waves: the accept backlog is finite
+	for len(peers) < o.IdlePeers {
+		batch := min(wave, o.IdlePeers-len(peers))
+		start := len(peers)
+		for i := range batch {
+			p, err := peer.Dial("tcp://"+addr, peer.Config{
+				OriginHost: fmt.Sprintf("idle%05d.example.net", start+i), OriginRealm: "example.net",
+				Logger: quiet, Watchdog: watchdog.Config{Twinit: tw}})
+			if err != nil {
+				return nil, err
+			}
+			peers = append(peers, p)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		for _, p := range peers[start:] {
+			if err := p.WaitState(ctx, watchdog.Okay); err != nil {
+				cancel()
+				return nil, fmt.Errorf("peer %d of %d not OKAY: %w", len(peers), o.IdlePeers, err)
+			}
+		}
+		cancel()
+	}
+	res.connectTime = time.Since(t0)
+
+	// Idle window: CPU of both processes, DWR exchanges counted.
+	time.Sleep(500 * time.Millisecond)
+	s1, err := stat()
+	if err != nil {
+		return nil, err
+	}
+	var dwr0 uint64
+	for _, p := range peers {
+		dwr0 += p.Stats().DWRSent
+	}
+	c0, w0 := cpuTime(), time.Now()
+	time.Sleep(res.window)
+	c1, wall := cpuTime(), time.Since(w0)
+	s2, err := stat()
+	if err != nil {
+		return nil, err
+	}
+	var dwr1 uint64
+	for _, p := range peers {
+		dwr1 += p.Stats().DWRSent
+	}
+	res.clientCPUPct = round(100*float64(c1-c0)/float64(wall), 3)
+	res.serverCPUPct = round(100*float64(s2.cpu-s1.cpu)/float64(wall), 3)
+	res.cpuPct = round(res.clientCPUPct+res.serverCPUPct, 3)
+	res.dwrExchanges = (dwr1 - dwr0) + (s2.dwrSent - s1.dwrSent)
+	if s2.peers != o.IdlePeers {
+		return nil, fmt.Errorf("server holds %d peers, want %d", s2.peers, o.IdlePeers)
+	}
+
+	runtime.GC()
+	debug.FreeOSMemory()
+	runtime.ReadMemStats(&m1)
+	n := float64(o.IdlePeers)
+	res.clientKiBPerPeer = round((rssKiB()-rss0)/n, 2)
+	res.serverKiBPerPeer = round((s2.rssKiB-s0.rssKiB)/n, 2)
+	res.clientHeapStackPerPeer = round((float64(m1.HeapInuse+m1.StackInuse)-float64(m0.HeapInuse+m0.StackInuse))/1024/n, 2)
+	res.goroutinesPerPeer = round(float64(runtime.NumGoroutine()-g0)/n, 2)
+
+	closePeers(peers)
+	peers = nil
+	stdin.Close()
+	waited = true
+	if err := cmd.Wait(); err != nil {
+		return nil, fmt.Errorf("idle server: %w", err)
+	}
+	return res, nil
+}
+
+// closePeers closes peers (DPR/DPA), many at a time.
+func closePeers(peers []*peer.Peer) {
+	sem := make(chan struct{}, 256)
+	var wg sync.WaitGroup
+	for _, p := range peers {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			p.Close(ctx)
+		}()
+	}
+	wg.Wait()
+}

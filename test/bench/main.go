@@ -1,0 +1,137 @@
+// Command bench is aaatp's benchmark harness (issue 9): in one run, on
+// loopback, it measures request/answer round trips of a raw TCP bound,
+// go-diameter v4.0.4 and aaatp over the same ACR bytes with 1, 16 and 256
+// callers, then the failover of 10k pending requests, 10k idle peers, the
+// balancer's Pick and the dedup store. See README.md.
+//
+//	go run ./test/bench [--quick] [--json FILE]
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+)
+
+func main() {
+	if os.Getenv(idleServerEnv) != "" {
+		if err := idleServer(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "idle server:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	quick := flag.Bool("quick", false, "short run for CI (about 30 s; 1k idle peers, 100k dedup entries); asserts no speed")
+	jsonOut := flag.String("json", "", "also write the numbers as JSON to this `file`")
+	flag.Parse()
+	log.SetOutput(io.Discard) // go-diameter logs benign accept errors on close
+	opts := fullOptions()
+	if *quick {
+		opts = quickOptions()
+	}
+	if _, err := run(opts, os.Stdout, *jsonOut); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// Options sizes a run.
+type Options struct {
+	Name            string
+	RoundTrip       float64 // seconds measured per (impl, callers) cell
+	Warmup          float64 // seconds of warm-up per cell
+	Callers         []int
+	FailoverPending int
+	FailoverRuns    int
+	IdlePeers       int
+	IdleTw          float64 // seconds
+	IdleWindow      float64 // seconds of idle CPU measurement
+	DedupEntries    int
+	MicroBenchtime  bool // run testing.Benchmark for Pick and dedup (else direct timing of a fixed count)
+}
+
+func fullOptions() Options {
+	return Options{Name: "full", RoundTrip: 3, Warmup: 0.5, Callers: []int{1, 16, 256},
+		FailoverPending: 10_000, FailoverRuns: 5,
+		IdlePeers: 10_000, IdleTw: 30, IdleWindow: 30,
+		DedupEntries: 1 << 20, MicroBenchtime: true}
+}
+
+func quickOptions() Options {
+	return Options{Name: "quick", RoundTrip: 1, Warmup: 0.2, Callers: []int{1, 16, 256},
+		FailoverPending: 10_000, FailoverRuns: 1,
+		IdlePeers: 1_000, IdleTw: 30, IdleWindow: 2,
+		DedupEntries: 100_000, MicroBenchtime: true}
+}
+
+// Report is the --json output; its shape is fixed by issue 9.
+type Report struct {
+	Results            []Cell  `json:"results"`
+	FailoverMs         float64 `json:"failover_10k_ms"`
+	IdlePeerKiB        float64 `json:"idle_peer_kib"`
+	IdleCPUPct         float64 `json:"idle_cpu_pct"`
+	PickNs             float64 `json:"pick_ns"`
+	DedupNs            float64 `json:"dedup_ns"`
+	DedupBytesPerEntry float64 `json:"dedup_bytes_per_entry"`
+}
+
+// Cell is one (impl, callers) measurement.
+type Cell struct {
+	Impl         string  `json:"impl"`
+	Callers      int     `json:"callers"`
+	AnswersPerS  float64 `json:"answers_per_s"`
+	P50us        float64 `json:"p50_us"`
+	P99us        float64 `json:"p99_us"`
+	CPUusPerReq  float64 `json:"cpu_us_per_req"`
+	AllocsPerReq float64 `json:"allocs_per_req"`
+}
+
+// run measures everything, prints the markdown report to w and writes the
+// JSON to jsonPath when it is not empty.
+func run(o Options, w io.Writer, jsonPath string) (*Report, error) {
+	raiseNoFile(o.IdlePeers + 1024)
+	printHeader(w, o)
+	var rep Report
+	// Idle peers first: the RSS baseline is cleanest in a young process.
+	idle, err := measureIdle(o)
+	if err != nil {
+		return nil, fmt.Errorf("idle peers: %w", err)
+	}
+	rt, pp, err := measureRoundTrips(o, w)
+	if err != nil {
+		return nil, fmt.Errorf("round trips: %w", err)
+	}
+	rep.Results = rt
+	fo, err := measureFailover(o)
+	if err != nil {
+		return nil, fmt.Errorf("failover: %w", err)
+	}
+	pick, err := measurePick()
+	if err != nil {
+		return nil, fmt.Errorf("pick: %w", err)
+	}
+	dd, err := measureDedup(o)
+	if err != nil {
+		return nil, fmt.Errorf("dedup: %w", err)
+	}
+	rep.FailoverMs = fo.meanMs
+	rep.IdlePeerKiB = idle.clientKiBPerPeer
+	rep.IdleCPUPct = idle.cpuPct
+	rep.PickNs = pick.knownNs
+	rep.DedupNs = dd.beginNs
+	rep.DedupBytesPerEntry = dd.bytesPerEntry
+	printReport(w, o, &rep, pp, fo, idle, pick, dd)
+	if jsonPath != "" {
+		b, err := json.MarshalIndent(&rep, "", "  ")
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(jsonPath, append(b, '\n'), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return &rep, nil
+}

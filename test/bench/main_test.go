@@ -1,0 +1,100 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(idleServerEnv) != "" { // the idle peers' server child
+		if err := idleServer(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "idle server:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	log.SetOutput(io.Discard)
+	goleak.VerifyTestMain(m)
+}
+
+// testOptions is smaller than --quick so that the package test stays short
+// under -race; CI runs the real --quick with `go run ./test/bench --quick`.
+func testOptions() Options {
+	o := quickOptions()
+	o.Name = "test"
+	o.RoundTrip, o.Warmup = 0.3, 0.05
+	o.FailoverPending = 2_000
+	o.IdlePeers, o.IdleWindow = 200, 0.5
+	o.DedupEntries = 20_000
+	return o
+}
+
+// TestQuick runs the harness in-process in a small mode and checks that the
+// JSON has every field, with sane values. It asserts no speed.
+func TestQuick(t *testing.T) {
+	t0 := time.Now()
+	path := filepath.Join(t.TempDir(), "bench.json")
+	if _, err := run(testOptions(), t.Output(), path); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("harness ran in %v", time.Since(t0).Round(time.Millisecond))
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	scalars := []string{"failover_10k_ms", "idle_peer_kib", "idle_cpu_pct", "pick_ns", "dedup_ns", "dedup_bytes_per_entry"}
+	if len(doc) != len(scalars)+1 {
+		t.Errorf("JSON has %d top-level fields, want %d", len(doc), len(scalars)+1)
+	}
+	for _, k := range scalars {
+		v, ok := doc[k].(float64)
+		switch {
+		case !ok:
+			t.Errorf("%s missing or not a number: %v", k, doc[k])
+		case k == "idle_cpu_pct" && v < 0, k != "idle_cpu_pct" && v <= 0:
+			t.Errorf("%s = %v", k, v)
+		}
+	}
+	results, _ := doc["results"].([]any)
+	seen := map[string]bool{}
+	for _, r := range results {
+		m, _ := r.(map[string]any)
+		impl, _ := m["impl"].(string)
+		callers, _ := m["callers"].(float64)
+		seen[fmt.Sprintf("%s/%v", impl, callers)] = true
+		if len(m) != 7 {
+			t.Errorf("%s/%v: %d fields, want 7", impl, callers, len(m))
+		}
+		for _, k := range []string{"answers_per_s", "p50_us", "p99_us", "cpu_us_per_req", "allocs_per_req"} {
+			v, ok := m[k].(float64)
+			if !ok || v < 0 || (k != "allocs_per_req" && v == 0) {
+				t.Errorf("%s/%v: %s = %v", impl, callers, k, m[k])
+			}
+		}
+		if p50, p99 := m["p50_us"].(float64), m["p99_us"].(float64); p50 > p99 {
+			t.Errorf("%s/%v: p50 %v > p99 %v", impl, callers, p50, p99)
+		}
+	}
+	for _, impl := range []string{"raw", "go-diameter", "aaatp"} {
+		for _, n := range []int{1, 16, 256} {
+			if !seen[fmt.Sprintf("%s/%d", impl, n)] {
+				t.Errorf("no result for %s with %d callers", impl, n)
+			}
+		}
+	}
+	if len(results) != 9 {
+		t.Errorf("%d results, want 9", len(results))
+	}
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"testing"
+
+	"github.com/aaatp/aaatp/dedup"
+	"github.com/aaatp/aaatp/loadbalance"
+	"github.com/aaatp/aaatp/test/benchcmp"
+)
+
+const pickNAI = "subscriber-0123456@example.net" // 30 bytes, as loadbalance's benchmarks
+
+type pickResult struct{ naiOnlyNs, knownNs, allocs float64 }
+
+func nsPerOp(r testing.BenchmarkResult) float64 {
+	if r.N == 0 {
+		return 0
+	}
+	return round(float64(r.T.Nanoseconds())/float64(r.N), 1)
+}
+
+// measurePick runs loadbalance's Pick (Pearson, 8 servers of weight 1)
+// under testing.Benchmark: with the NAI only (hash + table), and with the
+// NAI and a known Session-Id (what an interim or stop ACR costs; the JSON
+// figure).
+func measurePick() (*pickResult, error) {
+	srv := make([]loadbalance.Server, 8)
+	for i := range srv {
+		srv[i] = loadbalance.Server{Name: fmt.Sprintf("s%d", i), Weight: 1, Index: i}
+	}
+	lb, err := loadbalance.New(loadbalance.Pearson, srv, loadbalance.Options{})
+	if err != nil {
+		return nil, err
+	}
+	known := loadbalance.Request{NAI: pickNAI, SessionID: "nas1.example.net;1234567890;42"}
+	if _, err := lb.Pick(known); err != nil {
+		return nil, err
+	}
+	naiOnly := loadbalance.Request{NAI: pickNAI}
+	var res pickResult
+	r := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			lb.Pick(naiOnly)
+		}
+	})
+	res.naiOnlyNs = nsPerOp(r)
+	r = testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			lb.Pick(known)
+		}
+	})
+	res.knownNs = nsPerOp(r)
+	res.allocs = float64(r.AllocsPerOp())
+	return &res, nil
+}
+
+type dedupResult struct {
+	entries          int
+	answerLen        int
+	beginNs          float64 // Begin of a new key: lookup (miss) + insert + eviction
+	beginCompleteNs  float64 // the same plus Complete with the answer
+	bytesPerEntry    float64 // heap held per completed entry, answer included
+	beginAllocsPerOp float64
+}
+
+// dedupKey derives distinct keys from a counter cheaply (splitmix64, as
+// dedup's own benchmarks), so the figure is the store's, not SHA-256's.
+func dedupKey(i uint64) dedup.Key {
+	var k dedup.Key
+	binary.LittleEndian.PutUint64(k[:8], mix(i))
+	binary.LittleEndian.PutUint64(k[8:], mix(i^0x9e3779b97f4a7c15))
+	return k
+}
+
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// measureDedup fills a dedup.Memory bounded at o.DedupEntries with that
+// many completed entries holding the harness's ACA (the answer a real
+// accounting server stores), measures the heap held per entry, then times
+// Begin on new keys in the full store (testing.Benchmark), which is lookup
+// plus insert plus eviction of the oldest, as BenchmarkMemoryBeginFirst1M.
+func measureDedup(o Options) (*dedupResult, error) {
+	ctx := context.Background()
+	answer := benchcmp.ACA()
+	res := &dedupResult{entries: o.DedupEntries, answerLen: len(answer)}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := dedup.NewMemory(dedup.WithMaxEntries(o.DedupEntries))
+	defer s.Close()
+	var next uint64
+	for range o.DedupEntries {
+		next++
+		out, err := s.Begin(ctx, dedupKey(next))
+		if err != nil {
+			return nil, err
+		}
+		if err := out.Complete(answer); err != nil {
+			return nil, err
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if s.Len() == 0 {
+		return nil, fmt.Errorf("empty store")
+	}
+	res.bytesPerEntry = round(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(s.Len()), 1)
+
+	var berr error
+	r := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			next++
+			out, err := s.Begin(ctx, dedupKey(next))
+			if err != nil || !out.First() {
+				berr = fmt.Errorf("Begin of a new key: %v, first=%v", err, err == nil && out.First())
+				b.FailNow()
+			}
+		}
+	})
+	if berr != nil {
+		return nil, berr
+	}
+	res.beginNs = nsPerOp(r)
+	res.beginAllocsPerOp = float64(r.AllocsPerOp())
+	r = testing.Benchmark(func(b *testing.B) {
+		for b.Loop() {
+			next++
+			out, err := s.Begin(ctx, dedupKey(next))
+			if err == nil {
+				err = out.Complete(answer)
+			}
+			if err != nil {
+				berr = err
+				b.FailNow()
+			}
+		}
+	})
+	if berr != nil {
+		return nil, berr
+	}
+	res.beginCompleteNs = nsPerOp(r)
+	runtime.KeepAlive(s)
+	return res, nil
+}

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/aaatp/aaatp/test/benchcmp"
+)
+
+func ratio(a, b float64) string {
+	if b < 0.1 { // allocs/req of raw: 0
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}
+
+func find(cells []Cell, impl string, callers int) (Cell, bool) {
+	for _, c := range cells {
+		if c.Impl == impl && c.Callers == callers {
+			return c, true
+		}
+	}
+	return Cell{}, false
+}
+
+func printReport(w io.Writer, o Options, rep *Report, pp Cell, fo *failoverResult, idle *idleResult, pick *pickResult, dd *dedupResult) {
+	fmt.Fprintf(w, "## Round trips (ACR %d B / ACA %d B, one connection, %.1f s per row)\n\n", len(benchcmp.ACR()), len(benchcmp.ACA()), o.RoundTrip)
+	fmt.Fprintln(w, "| impl | callers | answers/s | p50 us | p99 us | cpu us/req | allocs/req |")
+	fmt.Fprintln(w, "|------|--------:|----------:|-------:|-------:|-----------:|-----------:|")
+	row := func(c Cell) {
+		fmt.Fprintf(w, "| %s | %d | %.0f | %.1f | %.1f | %.2f | %.2f |\n", c.Impl, c.Callers, c.AnswersPerS, c.P50us, c.P99us, c.CPUusPerReq, c.AllocsPerReq)
+	}
+	row(pp)
+	for _, c := range rep.Results {
+		row(c)
+	}
+	for _, n := range o.Callers {
+		a, _ := find(rep.Results, "aaatp", n)
+		for _, other := range []string{"go-diameter", "raw"} {
+			b, ok := find(rep.Results, other, n)
+			if !ok {
+				continue
+			}
+			fmt.Fprintf(w, "| aaatp/%s | %d | %s | %s | %s | %s | %s |\n", other, n,
+				ratio(a.AnswersPerS, b.AnswersPerS), ratio(a.P50us, b.P50us), ratio(a.P99us, b.P99us),
+				ratio(a.CPUusPerReq, b.CPUusPerReq), ratio(a.AllocsPerReq, b.AllocsPerReq))
+		}
+	}
+	if a, ok := find(rep.Results, "aaatp", 1); ok {
+		fmt.Fprintf(w, "| aaatp/raw ping-pong | 1 | %s | %s | %s | %s | %s |\n",
+			ratio(a.AnswersPerS, pp.AnswersPerS), ratio(a.P50us, pp.P50us), ratio(a.P99us, pp.P99us),
+			ratio(a.CPUusPerReq, pp.CPUusPerReq), ratio(a.AllocsPerReq, pp.AllocsPerReq))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "raw: one write per request under a mutex, one reader goroutine matching Hop-by-Hop ids; raw ping-pong: one goroutine write/read (not in the JSON, whose impls are raw, go-diameter, aaatp); go-diameter: v4.0.4 sm.Client + diam.Server/sm; aaatp: peer.Dial + peer.Listen (one client Peer, default Config: Nagle on), not client.Client. Client and server share the process: cpu and allocs count both sides.")
+	fmt.Fprintln(w)
+
+	fmt.Fprintln(w, "## Scale")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| measure | value | target | |")
+	fmt.Fprintln(w, "|---------|------:|-------:|-|")
+	if a, ok := find(rep.Results, "aaatp", 256); ok {
+		g, _ := find(rep.Results, "go-diameter", 256)
+		r, _ := find(rep.Results, "raw", 256)
+		fmt.Fprintf(w, "| 256 callers: aaatp / go-diameter answers/s | %s | >= 3x | %s |\n", ratio(a.AnswersPerS, g.AnswersPerS), verdict(g.AnswersPerS > 0 && a.AnswersPerS >= 3*g.AnswersPerS))
+		fmt.Fprintf(w, "| 256 callers: aaatp / raw answers/s | %s | >= 0.75x | %s |\n", ratio(a.AnswersPerS, r.AnswersPerS), verdict(r.AnswersPerS > 0 && a.AnswersPerS >= 0.75*r.AnswersPerS))
+	}
+	if a, ok := find(rep.Results, "aaatp", 1); ok {
+		fmt.Fprintf(w, "| 1 caller: aaatp p50 / raw ping-pong p50 | %s | <= 1.3x | %s |\n", ratio(a.P50us, pp.P50us), verdict(pp.P50us > 0 && a.P50us <= 1.3*pp.P50us))
+	}
+	fmt.Fprintf(w, "| failover of %.0f pending (ms, mean of %d; min %.2f, max %.2f) | %.2f | <= 20 | %s |\n", fo.pending, len(fo.runs), fo.minMs, fo.maxMs, fo.meanMs, verdict(fo.meanMs <= 20))
+	fmt.Fprintf(w, "| %d idle client peers: RSS per peer (KiB) | %.2f | <= 16 | %s |\n", idle.peers, idle.clientKiBPerPeer, verdict(idle.clientKiBPerPeer <= 16))
+	fmt.Fprintf(w, "| %d idle peers: CPU, client + server (%% of a core) | %.3f | < 2 | %s |\n", idle.peers, idle.cpuPct, verdict(idle.cpuPct < 2))
+	fmt.Fprintf(w, "| Pick, 30-byte NAI + known Session-Id, 8 servers (ns) | %.1f | <= 100 | %s |\n", pick.knownNs, verdict(pick.knownNs <= 100))
+	fmt.Fprintf(w, "| dedup Begin (lookup + insert), %d entries (ns) | %.1f | <= 250 | %s |\n", dd.entries, dd.beginNs, verdict(dd.beginNs <= 250))
+	fmt.Fprintf(w, "| dedup bytes per entry, %d entries, %d-byte ACA stored | %.1f | <= 200 | %s |\n", dd.entries, dd.answerLen, dd.bytesPerEntry, verdict(dd.bytesPerEntry <= 200))
+	fmt.Fprintln(w)
+	if idle.peers != 10_000 {
+		fmt.Fprintf(w, "Idle peers: %d, not 10k (%s mode).\n", idle.peers, o.Name)
+	}
+	fmt.Fprintf(w, "Idle peers: client peers (peer.Dial, Tw %.0f s) in this process, one aaatp server in a child process; connected in %v; "+
+		"client RSS %.2f KiB/peer (Go heap in use + stacks %.2f KiB/peer, %.2f goroutines/peer), server RSS %.2f KiB/peer; "+
+		"CPU over %v idle: client %.3f%%, server %.3f%% of a core, %d DWRs sent in the window (about peers x window / Tw expected).\n",
+		o.IdleTw, idle.connectTime.Round(1e6), idle.clientKiBPerPeer, idle.clientHeapStackPerPeer, idle.goroutinesPerPeer, idle.serverKiBPerPeer,
+		idle.window, idle.clientCPUPct, idle.serverCPUPct, idle.dwrExchanges)
+	fmt.Fprintf(w, "Failover: client.Client PrimarySecondary, from the primary's connection close to the last pending request written on the alternate (as client.BenchmarkFailover10k).\n")
+	fmt.Fprintf(w, "Pick: NAI only %.1f ns; NAI + known Session-Id %.1f ns (%.0f allocs/op; the JSON figure).\n", pick.naiOnlyNs, pick.knownNs, pick.allocs)
+	fmt.Fprintf(w, "Dedup: dedup.Memory; Begin of a new key in the full store (miss + insert + eviction) %.1f ns, %.0f allocs/op (the JSON figure); Begin + Complete %.1f ns; heap per completed entry %.1f B with a %d-byte answer.\n",
+		dd.beginNs, dd.beginAllocsPerOp, dd.beginCompleteNs, dd.bytesPerEntry, dd.answerLen)
+}
