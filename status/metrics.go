@@ -73,9 +73,7 @@ type Metrics struct {
 	events      *prometheus.CounterVec // type
 	info        *prometheus.GaugeVec   // role, origin_host, origin_realm
 
-	mu     sync.Mutex          // serializes Sync with the scrape that follows it
-	synced map[string]struct{} // peers set by the last Sync
-	queues map[string]struct{} // servers set by the last Sync
+	mu sync.Mutex // serializes Sync with the scrape that follows it
 }
 
 // NewMetrics returns Metrics registered on a new registry, together with
@@ -321,10 +319,12 @@ func (m *Metrics) WrapHandler(h peer.Handler) peer.Handler {
 	}
 }
 
-// Sync sets the gauges that a Snapshot carries: each peer's watchdog state
-// and pending count, each queue's depth and alarm, and the node's info.
-// Peers and queues present at the previous Sync and absent now are
-// forgotten. Handler calls it before each scrape of /metrics.
+// Sync sets the gauges that a Snapshot carries, which it makes
+// authoritative: each peer's watchdog state and pending count, each
+// queue's depth and alarm, and the node's info. Series of peers and queues
+// absent from s (a server's peer that has gone, a name a Watch event used
+// before the CEA told the Origin-Host) are dropped. Handler calls it before
+// each scrape of /metrics.
 func (m *Metrics) Sync(s Snapshot) {
 	if m == nil {
 		return
@@ -337,31 +337,18 @@ func (m *Metrics) Sync(s Snapshot) {
 func (m *Metrics) sync(s Snapshot) {
 	m.info.Reset()
 	m.info.WithLabelValues(s.Role, s.Identity.OriginHost, s.Identity.OriginRealm).Set(1)
-	now := make(map[string]struct{}, len(s.Peers))
+	m.state.Reset()
+	m.pending.Reset()
 	for _, p := range s.Peers {
-		now[p.Peer] = struct{}{}
 		m.SetWatchdogState(p.Peer, p.State)
 		m.SetPending(p.Peer, p.Pending)
 	}
-	for p := range m.synced {
-		if _, ok := now[p]; !ok {
-			m.ForgetPeer(p)
-		}
-	}
-	m.synced = now
-	qs := make(map[string]struct{}, len(s.Queues))
+	m.queueDepth.Reset()
+	m.queueAlarm.Reset()
 	for _, q := range s.Queues {
-		qs[q.Server] = struct{}{}
 		m.SetQueueDepth(q.Server, q.Depth)
 		m.SetQueueAlarm(q.Server, q.Alarm)
 	}
-	for q := range m.queues {
-		if _, ok := qs[q]; !ok {
-			m.queueDepth.DeleteLabelValues(q)
-			m.queueAlarm.DeleteLabelValues(q)
-		}
-	}
-	m.queues = qs
 }
 
 // CommandName names a Diameter message for the "command" label: the RFC

@@ -126,7 +126,8 @@ func TestMetricsFromBusAndHandlers(t *testing.T) {
 	m.AddDedupHits(2)
 
 	src := newFake()
-	src.snap.Peers = []PeerStatus{{Peer: "s1.example.net", State: "OKAY", Pending: 4}}
+	src.snap.Peers = []PeerStatus{{Peer: "s1.example.net", State: "OKAY", Pending: 4},
+		{Peer: "s2.example.net", State: "SUSPECT"}}
 	fams, text := families(t, src, m)
 
 	expect(t, fams, 1, MetricState, "peer", "s1.example.net", "state", "OKAY")
@@ -171,8 +172,9 @@ func TestMetricsFromBusAndHandlers(t *testing.T) {
 	}
 
 	// A peer and a queue gone from the Source lose their gauges at the
-	// next scrape; their counters stay.
-	src.snap.Peers = nil
+	// next scrape, whoever set them; their counters stay.
+	src.snap.Peers = src.snap.Peers[1:]
+	m.SetWatchdogState("127.0.0.1:3868", "OKAY") // the name before the CEA
 	src.snap.Queues = src.snap.Queues[:1]
 	fams, _ = families(t, src, m)
 	if _, ok := value(fams, MetricPending, "peer", "s1.example.net"); ok {
@@ -181,6 +183,10 @@ func TestMetricsFromBusAndHandlers(t *testing.T) {
 	if _, ok := value(fams, MetricState, "peer", "s1.example.net"); ok {
 		t.Error("state of a peer gone is still exported")
 	}
+	if _, ok := value(fams, MetricState, "peer", "127.0.0.1:3868"); ok {
+		t.Error("state of a peer absent from the Source is exported")
+	}
+	expect(t, fams, 1, MetricState, "peer", "s2.example.net", "state", "SUSPECT")
 	if _, ok := value(fams, MetricQueueDepth, "server", "s2.example.net"); ok {
 		t.Error("a queue gone is still exported")
 	}
