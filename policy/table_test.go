@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 	"testing/synctest"
@@ -45,6 +46,12 @@ func TestStateNames(t *testing.T) {
 	}
 	_, err := ParseState("up")
 	assert.Error(t, err)
+	b, err := json.Marshal(Event{Server: "a", From: Unknown, To: InService, Reason: ReasonFirstReply})
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"from":"unknown","to":"in-service"`)
+	var e Event
+	require.NoError(t, json.Unmarshal(b, &e))
+	assert.Equal(t, InService, e.To)
 }
 
 // One call from each state, with the down-timeout running where the state

@@ -43,6 +43,18 @@ func ParseState(name string) (State, error) {
 	return 0, fmt.Errorf("policy: unknown state %q", name)
 }
 
+// MarshalText encodes s as its name (JSON events show "in-service").
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalText is the inverse of MarshalText.
+func (s *State) UnmarshalText(b []byte) error {
+	v, err := ParseState(string(b))
+	if err == nil {
+		*s = v
+	}
+	return err
+}
+
 // Takes reports whether a server in state s takes ordinary requests (which
 // may be retried on it). Probing takes only the probe: see Tracker.Allow.
 func (s State) Takes() bool { return s == Unknown || s == InService }
@@ -68,8 +80,8 @@ type Event struct {
 	Time   time.Time `json:"time"`
 	Server string    `json:"server"`
 	Index  int       `json:"index"` // the server's index in its Group
-	From   State     `json:"-"`
-	To     State     `json:"-"`
+	From   State     `json:"from"`
+	To     State     `json:"to"`
 	Reason string    `json:"reason"`
 }
 
