@@ -18,20 +18,20 @@ const DefaultPollInterval = time.Second
 const fallbackRefresh = 5
 
 // Option configures Handler.
-type Option func(*handler)
+type Option struct{ apply func(*handler) }
 
 // WithMetrics serves m at /metrics. Before each scrape the handler takes a
 // Snapshot from the Source and passes it to m.Sync, so the per-peer gauges
 // (watchdog state, pending) and queue gauges are current without the node
 // setting them.
 func WithMetrics(m *Metrics) Option {
-	return func(h *handler) { h.metrics = m }
+	return Option{func(h *handler) { h.metrics = m }}
 }
 
 // WithPollInterval sets how often the page refreshes its data (default
 // DefaultPollInterval; at least 100 ms).
 func WithPollInterval(d time.Duration) Option {
-	return func(h *handler) { h.poll = max(d, 100*time.Millisecond) }
+	return Option{func(h *handler) { h.poll = max(d, 100*time.Millisecond) }}
 }
 
 type handler struct {
@@ -49,7 +49,9 @@ type handler struct {
 func Handler(src Source, opts ...Option) http.Handler {
 	h := &handler{src: src, poll: DefaultPollInterval, mux: http.NewServeMux()}
 	for _, o := range opts {
-		o(h)
+		if o.apply != nil {
+			o.apply(h)
+		}
 	}
 	h.mux.HandleFunc("GET /{$}", h.page)
 	h.mux.HandleFunc("GET /status.json", h.json)
