@@ -242,6 +242,7 @@ type clientReport struct {
 		Retransmitted uint64 `json:"retransmitted"`
 		Answered      uint64 `json:"answered"`
 		Late          uint64 `json:"late"`
+		Unmatched     uint64 `json:"unmatched"`
 		TimedOut      uint64 `json:"timed_out"`
 		Lost          uint64 `json:"lost"`
 		DWRSent       uint64 `json:"dwr_sent"`
