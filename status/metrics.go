@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,7 +68,8 @@ type Metrics struct {
 	failovers   *prometheus.CounterVec // from, to
 	moved       *prometheus.CounterVec // from, to
 	pending     *prometheus.GaugeVec   // peer
-	dedupHits   prometheus.Counter
+	dedupHits   atomic.Uint64
+	dedupFrom   atomic.Pointer[func() uint64]
 	queueDepth  *prometheus.GaugeVec   // server
 	queueAlarm  *prometheus.GaugeVec   // server
 	events      *prometheus.CounterVec // type
@@ -110,10 +112,6 @@ func NewMetrics() *Metrics {
 			Name: MetricPending,
 			Help: "Requests sent to a peer and not answered yet.",
 		}, []string{"peer"}),
-		dedupHits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: MetricDedupHits,
-			Help: "Duplicate requests answered from the dedup store instead of being applied again.",
-		}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: MetricQueueDepth,
 			Help: "Requests queued for a server.",
@@ -131,8 +129,18 @@ func NewMetrics() *Metrics {
 			Help: "Always 1; the labels say which node this is.",
 		}, []string{"role", "origin_host", "origin_realm"}),
 	}
+	dedup := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: MetricDedupHits,
+		Help: "Duplicate requests answered from the dedup store instead of being applied again.",
+	}, func() float64 {
+		n := m.dedupHits.Load()
+		if f := m.dedupFrom.Load(); f != nil {
+			n += (*f)()
+		}
+		return float64(n)
+	})
 	m.reg.MustRegister(m.messages, m.latency, m.state, m.transitions, m.failovers,
-		m.moved, m.pending, m.dedupHits, m.queueDepth, m.queueAlarm, m.events, m.info,
+		m.moved, m.pending, dedup, m.queueDepth, m.queueAlarm, m.events, m.info,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, t := range []string{peer.EventWatchdog, peer.EventConnection, peer.EventFailover, peer.EventError} {
 		m.events.WithLabelValues(t) // export zeros from the start
@@ -237,7 +245,18 @@ func (m *Metrics) AddDedupHits(n uint64) {
 	if m == nil || n == 0 {
 		return
 	}
-	m.dedupHits.Add(float64(n))
+	m.dedupHits.Add(n)
+}
+
+// CountDedupHitsFrom makes the dedup-hit counter also read f at each
+// scrape, for a node that already counts duplicates itself (aaa-peer
+// server: its dedup.Counters' Duplicates.Load). f must be monotonic, quick
+// and safe for concurrent use. A later call replaces f.
+func (m *Metrics) CountDedupHitsFrom(f func() uint64) {
+	if m == nil {
+		return
+	}
+	m.dedupFrom.Store(&f)
 }
 
 // SetQueueDepth sets the depth of server's queue.

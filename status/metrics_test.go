@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -124,6 +125,9 @@ func TestMetricsFromBusAndHandlers(t *testing.T) {
 	m.ObserveWire([]byte{1, 2}, DirIn) // too short: "invalid"
 	m.IncDedupHit()
 	m.AddDedupHits(2)
+	var dd atomic.Uint64 // the node's own count, as dedup.Counters.Duplicates
+	dd.Store(5)
+	m.CountDedupHitsFrom(dd.Load)
 
 	src := newFake()
 	src.snap.Peers = []PeerStatus{{Peer: "s1.example.net", State: "OKAY", Pending: 4},
@@ -152,7 +156,7 @@ func TestMetricsFromBusAndHandlers(t *testing.T) {
 	expect(t, fams, 1, MetricMessages, "command", "DWR", "direction", "out")
 	expect(t, fams, 1, MetricMessages, "command", "invalid", "direction", "in")
 	expect(t, fams, 3, MetricLatency)
-	expect(t, fams, 3, MetricDedupHits)
+	expect(t, fams, 8, MetricDedupHits)
 	// From the Source, at scrape time.
 	expect(t, fams, 4, MetricPending, "peer", "s1.example.net")
 	expect(t, fams, 4, MetricQueueDepth, "server", "s1.example.net")
@@ -203,6 +207,7 @@ func TestNilMetricsIsNoOp(t *testing.T) {
 	m.IncFailover("a", "b", 1)
 	m.SetPending("p", 1)
 	m.IncDedupHit()
+	m.CountDedupHitsFrom(func() uint64 { return 1 })
 	m.SetQueueDepth("s", 1)
 	m.SetQueueAlarm("s", true)
 	m.ForgetPeer("p")
