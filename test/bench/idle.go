@@ -221,6 +221,11 @@ func measureIdle(o Options) (*idleResult, error) {
 	runtime.GC()
 	debug.FreeOSMemory()
 	runtime.ReadMemStats(&m1)
+	if o.memProfile != "" {
+		if err := writeHeapProfile(o.memProfile); err != nil {
+			return nil, err
+		}
+	}
 	n := float64(o.IdlePeers)
 	res.clientKiBPerPeer = round((rssKiB()-rss0)/n, 2)
 	res.serverKiBPerPeer = round((s2.rssKiB-s0.rssKiB)/n, 2)

@@ -14,6 +14,8 @@ import (
 	"io"
 	"log"
 	"os"
+	"runtime"
+	"runtime/pprof"
 )
 
 func main() {
@@ -26,14 +28,35 @@ func main() {
 	}
 	quick := flag.Bool("quick", false, "short run for CI (about 30 s; 1k idle peers, 100k dedup entries); asserts no speed")
 	jsonOut := flag.String("json", "", "also write the numbers as JSON to this `file`")
+	only := flag.String("only", "", "profiling aid: run one `section` only (roundtrip, idle, failover, micro); no JSON")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to `file`")
+	memProfile := flag.String("memprofile", "", "write a heap profile at the end of the run to `file` (with --only idle: taken while the peers are connected)")
 	flag.Parse()
 	log.SetOutput(io.Discard) // go-diameter logs benign accept errors on close
 	opts := fullOptions()
 	if *quick {
 		opts = quickOptions()
 	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
+	opts.memProfile = *memProfile
+	if *only != "" {
+		if err := runOnly(opts, *only, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if _, err := run(opts, os.Stdout, *jsonOut); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
@@ -50,21 +73,22 @@ type Options struct {
 	IdleTw          float64 // seconds
 	IdleWindow      float64 // seconds of idle CPU measurement
 	DedupEntries    int
-	MicroBenchtime  bool // run testing.Benchmark for Pick and dedup (else direct timing of a fixed count)
+
+	memProfile string // --memprofile
 }
 
 func fullOptions() Options {
 	return Options{Name: "full", RoundTrip: 3, Warmup: 0.5, Callers: []int{1, 16, 256},
 		FailoverPending: 10_000, FailoverRuns: 5,
 		IdlePeers: 10_000, IdleTw: 30, IdleWindow: 30,
-		DedupEntries: 1 << 20, MicroBenchtime: true}
+		DedupEntries: 1 << 20}
 }
 
 func quickOptions() Options {
 	return Options{Name: "quick", RoundTrip: 1, Warmup: 0.2, Callers: []int{1, 16, 256},
 		FailoverPending: 10_000, FailoverRuns: 1,
 		IdlePeers: 1_000, IdleTw: 30, IdleWindow: 2,
-		DedupEntries: 100_000, MicroBenchtime: true}
+		DedupEntries: 100_000}
 }
 
 // Report is the --json output; its shape is fixed by issue 9.
@@ -134,4 +158,49 @@ func run(o Options, w io.Writer, jsonPath string) (*Report, error) {
 		}
 	}
 	return &rep, nil
+}
+
+// runOnly runs one section and prints its raw numbers (a profiling aid).
+func runOnly(o Options, section string, w io.Writer) error {
+	raiseNoFile(o.IdlePeers + 1024)
+	var v any
+	var err error
+	switch section {
+	case "roundtrip":
+		var cells []Cell
+		var pp Cell
+		cells, pp, err = measureRoundTrips(o, w)
+		v = append([]Cell{pp}, cells...)
+	case "idle":
+		v, err = measureIdle(o)
+	case "failover":
+		v, err = measureFailover(o)
+	case "micro":
+		var p *pickResult
+		var d *dedupResult
+		if p, err = measurePick(); err == nil {
+			d, err = measureDedup(o)
+		}
+		v = []any{p, d}
+	default:
+		return fmt.Errorf("--only %q: want roundtrip, idle, failover or micro", section)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%+v\n", v)
+	if o.memProfile != "" && section != "idle" {
+		return writeHeapProfile(o.memProfile)
+	}
+	return nil
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	runtime.GC()
+	return pprof.WriteHeapProfile(f)
 }
