@@ -57,8 +57,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "route":
 		return runRoute(ctx, args[1:], stdout, stderr)
 	case "demo":
-		fmt.Fprintln(stderr, "demo: not built yet; see the Test node issue")
-		return 2
+		return runDemo(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usageText)
 		return 0

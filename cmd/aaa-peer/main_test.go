@@ -236,7 +236,7 @@ func TestDispatch(t *testing.T) {
 	}{
 		{nil, 2, "usage: aaa-peer <command>"},
 		{[]string{"bogus"}, 2, `unknown command "bogus"`},
-		{[]string{"demo"}, 2, "demo: not built yet; see the Test node issue"},
+		{[]string{"demo", "--tw", "5s"}, 2, "--tw 5s is below the RFC 3539 minimum"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), tc.args, &stdout, &stderr)
