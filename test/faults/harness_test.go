@@ -66,7 +66,19 @@ func (s *server) clientIf() string { return "s" + strconv.Itoa(s.k) } // in the 
 
 // newHarness builds the namespaces and starts redis and the servers.
 func newHarness(t *testing.T, sc *scenario) *harness {
-	h := &harness{t: t, sc: sc, dir: t.TempDir()}
+	dir, err := os.MkdirTemp("", nsPrefix+sc.tag+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Kept when the scenario fails, for the processes' logs and reports.
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("logs, reports and events kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+	h := &harness{t: t, sc: sc, dir: dir}
 	pre := nsPrefix + sc.tag + "-"
 	h.cns, h.store = pre+"c", pre+"r"
 	addNamespace(t, h.cns)
@@ -179,7 +191,8 @@ func (h *harness) startClient() {
 
 func (h *harness) path(name string) string { return filepath.Join(h.dir, name) }
 
-// fault records the time of the first fault and logs it.
+// fault records the time of the first fault (call it just before
+// applying the fault: detection is measured from here) and logs it.
 func (h *harness) fault(what string) {
 	now := time.Now()
 	if h.faultAt.IsZero() {
@@ -247,10 +260,15 @@ func readEvents(path string) []peer.Event {
 
 // clientReport is the part of aaa-peer client's --report the suite reads.
 type clientReport struct {
-	Sent           uint64                  `json:"sent"`
-	Answered       uint64                  `json:"answered"`
-	Failed         uint64                  `json:"failed"`
-	Retransmitted  uint64                  `json:"retransmitted"`
+	Sent          uint64 `json:"sent"`
+	Answered      uint64 `json:"answered"`
+	Failed        uint64 `json:"failed"`
+	Retransmitted uint64 `json:"retransmitted"`
+	LatencyUS     struct {
+		P50 int64 `json:"p50"`
+		P99 int64 `json:"p99"`
+		Max int64 `json:"max"`
+	} `json:"latency_us"`
 	Peers          []peer.Stats            `json:"peers"`
 	Servers        []client.ServerStats    `json:"servers"`
 	Failovers      []client.FailoverRecord `json:"failovers"`

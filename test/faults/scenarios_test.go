@@ -30,6 +30,7 @@ type scenario struct {
 	reopen      []int  // servers that must come back DOWN -> REOPEN -> OKAY
 	transitions int    // watchdog transitions on the client after the fault, all peers: at most this many
 	killed      bool   // an incarnation was SIGKILLed: its report is missing
+	staleReads  bool   // a server reads requests from a connection the client already closed
 }
 
 const warmup = 3 * time.Second // traffic before the fault
@@ -43,8 +44,8 @@ var scenarios = []*scenario{
 		inject: func(h *harness) {
 			h.sleep(warmup)
 			s := h.servers[0]
-			addRules(h.t, blackholeRules(s.ns, "c")...)
 			h.fault("iptables DROP both ways on s1's link (never healed)")
+			addRules(h.t, blackholeRules(s.ns, "c")...)
 		},
 		detect: "SUSPECT", movedAny: true, alternate: true, transitions: 2, // OKAY>SUSPECT>DOWN
 	},
@@ -52,8 +53,8 @@ var scenarios = []*scenario{
 		name: "loss-15%", tag: "loss", duration: 25 * time.Second,
 		inject: func(h *harness) {
 			h.sleep(warmup)
-			addRules(h.t, lossRules(h.servers[0].ns, "c", 0.15)...)
 			h.fault("iptables statistic random DROP 15% each way on s1's link")
+			addRules(h.t, lossRules(h.servers[0].ns, "c", 0.15)...)
 		},
 	},
 	{
@@ -62,9 +63,9 @@ var scenarios = []*scenario{
 			h.sleep(warmup)
 			s := h.servers[0]
 			spec := []string{"tbf", "rate", "16kbit", "burst", "2kb", "latency", "1s"}
+			h.fault("tc tbf 16kbit both ways on s1's link for 18 s")
 			healS := qdisc(h.t, s.ns, "c", spec...)
 			healC := qdisc(h.t, h.cns, s.clientIf(), spec...)
-			h.fault("tc tbf 16kbit both ways on s1's link for 18 s")
 			h.sleep(18 * time.Second)
 			healS()
 			healC()
@@ -80,17 +81,17 @@ var scenarios = []*scenario{
 			d := h.sc.delay
 			var heal func()
 			if h.sc.proxy {
+				h.fault("userspace proxy: delay " + d.delay.String() + " +- " + d.jitter.String() + " each way on s1 (RTT about 3 s, below Tw's minimum of 4 s)")
 				if err := s.proxy.signal(syscall.SIGUSR1); err != nil {
 					h.t.Fatal(err)
 				}
 				heal = func() { _ = s.proxy.signal(syscall.SIGUSR2) }
-				h.fault("userspace proxy: delay " + d.delay.String() + " +- " + d.jitter.String() + " each way on s1 (RTT about 3 s, below Tw's minimum of 4 s)")
 			} else {
 				spec := []string{"netem", "delay", d.delay.String(), d.jitter.String()}
+				h.fault("tc netem: delay " + d.delay.String() + " +- " + d.jitter.String() + " each way on s1's link (RTT about 3 s, below Tw's minimum of 4 s)")
 				hs := qdisc(h.t, s.ns, "c", spec...)
 				hc := qdisc(h.t, h.cns, s.clientIf(), spec...)
 				heal = func() { hs(); hc() }
-				h.fault("tc netem: delay " + d.delay.String() + " +- " + d.jitter.String() + " each way on s1's link (RTT about 3 s, below Tw's minimum of 4 s)")
 			}
 			h.sleep(22 * time.Second)
 			heal()
@@ -101,8 +102,8 @@ var scenarios = []*scenario{
 		name: "tcp-reset", tag: "rst", duration: 45 * time.Second,
 		inject: func(h *harness) {
 			h.sleep(warmup)
-			heal := addRules(h.t, resetRules(h.servers[0].ns, "c")...)
 			h.fault("iptables REJECT --reject-with tcp-reset on s1's link for 12 s")
+			heal := addRules(h.t, resetRules(h.servers[0].ns, "c")...)
 			h.sleep(12 * time.Second)
 			heal()
 			h.logf("reset rule removed")
@@ -114,9 +115,9 @@ var scenarios = []*scenario{
 		inject: func(h *harness) {
 			h.sleep(warmup)
 			s := h.servers[0]
+			h.fault("ip link set down: s1's veth in the client namespace, for 30 s")
 			setLink(h.t, h.cns, s.clientIf(), false)
 			h.t.Cleanup(func() { _, _ = sh("ip", "-n", h.cns, "link", "set", s.clientIf(), "up") })
-			h.fault("ip link set down: s1's veth in the client namespace, for 30 s")
 			h.sleep(30 * time.Second)
 			setLink(h.t, h.cns, s.clientIf(), true)
 			h.logf("link up")
@@ -131,8 +132,8 @@ var scenarios = []*scenario{
 			for _, s := range h.servers {
 				rules = append(rules, blackholeRules(s.ns, "c")...)
 			}
-			heal := addRules(h.t, rules...)
 			h.fault("partition: client cut from every server for 30 s")
+			heal := addRules(h.t, rules...)
 			h.sleep(30 * time.Second)
 			heal()
 			h.logf("partition healed")
@@ -144,21 +145,21 @@ var scenarios = []*scenario{
 		inject: func(h *harness) {
 			h.sleep(warmup)
 			s := h.servers[0]
-			h.signalServer(s, syscall.SIGSTOP)
 			h.fault("SIGSTOP s1 for 30 s (the kernel still ACKs)")
+			h.signalServer(s, syscall.SIGSTOP)
 			h.sleep(30 * time.Second)
 			h.signalServer(s, syscall.SIGCONT)
 			h.logf("SIGCONT s1")
 		},
-		detect: "SUSPECT", movedAny: true, alternate: true, reopen: []int{1}, transitions: 4,
+		detect: "SUSPECT", movedAny: true, alternate: true, reopen: []int{1}, transitions: 4, staleReads: true,
 	},
 	{
 		name: "sigkill-restart", tag: "kill", duration: 40 * time.Second,
 		inject: func(h *harness) {
 			h.sleep(warmup)
 			s := h.servers[0]
-			s.proc.kill()
 			h.fault("SIGKILL s1")
+			s.proc.kill()
 			h.sleep(5 * time.Second)
 			h.startServer(s)
 			h.logf("s1 restarted")
