@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"github.com/aaatp/aaatp/client"
@@ -234,6 +233,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	elapsed := time.Since(began)
 	interrupted := ctx.Err() != nil
 	d.tl.Close() // the timeline ends here; disconnecting is not part of it
+	r := g.report(0, elapsed)
 
 	// Thaw whatever is frozen, disconnect (DPR), then count.
 	for _, ds := range d.servers {
@@ -241,8 +241,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	g.closeClient()
 	d.stopServers()
-	code := d.summary(stdout, elapsed, interrupted)
-	return code
+	return d.summary(stdout, r, elapsed, interrupted)
 }
 
 // traffic issues requests at --rate until runCtx ends, at most
@@ -308,6 +307,7 @@ func (d *demo) script(ctx context.Context, stop func()) {
 	if !waitFor(ctx, func() bool { return pf.State() == watchdog.Okay && pr.State() == watchdog.Okay }) {
 		return
 	}
+	sleepCtx(ctx, 5*demoPoll) // let the timeline print the transition first
 	d.tl.note("", "every server is back in service; stopping the traffic in "+demoTail.String())
 	sleepCtx(ctx, demoTail)
 }
@@ -881,6 +881,13 @@ func (tl *timeline) handle(it tlItem) {
 			}
 		}
 		tl.say(e.Time, who, text)
+	case peer.EventFailover:
+		// Package peer reports a drop's Failover() after the client
+		// has already taken the pending requests; its "no alternate
+		// configured" is wrong for a client and left out.
+		if !strings.Contains(e.Reason, "no alternate configured") {
+			tl.say(e.Time, who, e.Reason)
+		}
 	default:
 		tl.say(e.Time, who, e.Reason)
 	}
@@ -999,9 +1006,7 @@ func (tl *timeline) line(at time.Time, who, text string) {
 // summary prints the counts of the run and returns the exit code: 1 if a
 // request was lost (failed, or answered without being applied) or
 // applied twice, or the run was interrupted.
-func (d *demo) summary(w io.Writer, elapsed time.Duration, interrupted bool) int {
-	g := d.gen
-	r := g.report(0, elapsed)
+func (d *demo) summary(w io.Writer, r clientReport, elapsed time.Duration, interrupted bool) int {
 	d.mu.Lock()
 	distinct, runs := len(d.applied), d.runs
 	twice := 0
@@ -1011,48 +1016,40 @@ func (d *demo) summary(w io.Writer, elapsed time.Duration, interrupted bool) int
 		}
 	}
 	d.mu.Unlock()
-	var dups, received, tflag uint64
+	var dups uint64
 	reports := make([]serverReport, len(d.servers))
 	for i, ds := range d.servers {
 		reports[i] = ds.s.report(0)
 		dups += reports[i].Duplicates
-		received += reports[i].Received
-		tflag += reports[i].Retransmitted
 	}
-	_, failovers := g.cl.FailoverLog()
 	pending := r.Sent - r.Answered - r.Failed
 
-	fmt.Fprintf(w, "\nsummary (%.1f s of traffic at %g/s, Tw %v)\n", elapsed.Seconds(), d.o.rate, d.o.tw)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "\nsummary: %.1f s of traffic at %g requests/s, Tw %v\n", elapsed.Seconds(), d.o.rate, d.o.tw)
 	row := func(label string, n uint64, note string) {
-		fmt.Fprintf(tw, "  %s\t%d\t  %s\n", label, n, note)
+		fmt.Fprintf(w, "  %-18s %7d   %s\n", label, n, note)
 	}
 	row("requests sent", r.Sent, "")
-	row("answered", r.Answered, fmt.Sprintf("latency p50 %s, p99 %s, max %s (a request caught by the freeze waits for the failover)",
+	row("answered", r.Answered, fmt.Sprintf("latency p50 %s, p99 %s, max %s",
 		fmtUs(float64(r.LatencyUS.P50)), fmtUs(float64(r.LatencyUS.P99)), fmtUs(float64(r.LatencyUS.Max))))
 	row("failed", r.Failed, failedNote(r.FailedBy))
 	if pending > 0 {
 		row("unfinished", pending, "")
 	}
-	row("moved by failover", r.Retransmitted, fmt.Sprintf("replayed by the client with the T flag, in %d failover records", failovers))
-	row("duplicates caught", dups, "answered from the shared dedup store, not applied again")
-	row("applied", uint64(distinct), fmt.Sprintf("distinct End-to-End ids; %d handler runs", runs))
+	row("moved by failover", r.Retransmitted, fmt.Sprintf("replayed by the client to another server with the T flag (%d failover records)", r.FailoversTotal))
+	row("duplicates caught", dups, "at the servers: answered from the shared dedup store, not applied again")
+	row("applied", uint64(distinct), fmt.Sprintf("distinct End-to-End ids the servers' handler ran for (%d runs)", runs))
 	row("applied twice", uint64(twice), "")
-	tw.Flush()
 
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  server\tstate\tsent\tanswered\tfailed\tfailed over\tmean\tp99\t\treceived\tT flag\tapplied\tduplicates\t")
+	fmt.Fprintf(w, "\n  %-20s %-7s %7s %8s %6s %7s %8s %8s   | %8s %6s %7s %10s\n",
+		"client's view", "state", "sent", "answered", "failed", "moved", "mean", "p99", "received", "T flag", "applied", "duplicates")
 	for i, st := range r.Servers {
 		sr := reports[i]
-		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t\t%d\t%d\t%d\t%d\t\n",
+		fmt.Fprintf(w, "  %-20s %-7s %7d %8d %6d %7d %8s %8s   | %8d %6d %7d %10d\n",
 			d.servers[i].name, st.State, st.Sent, st.Answered, st.Failed, st.FailedOver,
 			fmtUs(st.MeanUs), fmtUs(st.P99Us), sr.Received, sr.Retransmitted, sr.Applied, sr.Duplicates)
 	}
-	tw.Flush()
-	fmt.Fprintln(w, "  (left: the client's view per server of first sends; right: what each server received and did)")
-	_ = received
-	_ = tflag
+	fmt.Fprintln(w, "  (left, the client: requests first sent to the server, their outcome, how many it moved away")
+	fmt.Fprintln(w, "   and their latency; right, the server: requests it read, of those with the T flag, applied, duplicates)")
 
 	var problems []string
 	if r.Failed > 0 || pending > 0 {
@@ -1072,7 +1069,7 @@ func (d *demo) summary(w io.Writer, elapsed time.Duration, interrupted bool) int
 		fmt.Fprintf(w, "FAIL: %s\n", strings.Join(problems, "; "))
 		return 1
 	}
-	fmt.Fprintln(w, "OK: every request answered and applied exactly once")
+	fmt.Fprintln(w, "OK: every request answered, and applied exactly once")
 	return 0
 }
 

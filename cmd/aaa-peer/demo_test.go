@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDemo runs the whole demo once, with its defaults (Tw is already the
+// RFC minimum, so this takes about 45 s), and checks the timeline and the
+// summary of that one run.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo takes about 45 s")
+	}
+	var stdout, stderr syncBuffer
+	began := time.Now()
+	code := runDemo(context.Background(), nil, &stdout, &stderr)
+	took := time.Since(began)
+	out := stdout.String()
+	t.Logf("demo took %v; output:\n%s", took.Round(100*time.Millisecond), out)
+	if code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", code, stderr.String())
+	}
+	if took > 60*time.Second {
+		t.Errorf("the demo took %v, want under 60 s", took)
+	}
+
+	// The timeline, in order for each server.
+	inOrder := func(who string, wants ...string) {
+		t.Helper()
+		rest := out
+		for _, w := range wants {
+			re := regexp.MustCompile(`(?m)^ *\d+\.\ds  ` + regexp.QuoteMeta(who) + ` +` + w)
+			loc := re.FindStringIndex(rest)
+			if loc == nil {
+				t.Errorf("timeline: no line %q for %s after the previous ones", w, who)
+				return
+			}
+			rest = rest[loc[1]:]
+		}
+	}
+	inOrder("server2.example.net",
+		`frozen `,
+		`OKAY -> SUSPECT \(no DWA within Tw\)`,
+		`failover: [1-9]\d* requests server2 -> `,
+		`SUSPECT -> DOWN`,
+		`thawed`,
+		`reconnected over tcp`,
+		`DOWN -> REOPEN`,
+		`REOPEN 1/3 DWAs`,
+		`REOPEN 2/3 DWAs`,
+		`REOPEN 3/3 DWAs`,
+		`REOPEN -> OKAY`,
+	)
+	inOrder("server3.example.net",
+		`reset: 1 connection\(s\) closed abruptly \(RST\)`,
+		`OKAY -> DOWN`,
+		`reconnected over tcp`,
+		`DOWN -> REOPEN`,
+		`REOPEN -> OKAY`,
+	)
+	if !regexp.MustCompile(`balancer table rebuilt \(generation \d+\)`).MatchString(out) {
+		t.Error("timeline: no balancer rebuild")
+	}
+	// Aligned: the peer column starts at the same offset on every line.
+	for _, l := range strings.Split(out, "\n") {
+		if m := regexp.MustCompile(`^( *\d+\.\ds)  \S`).FindStringSubmatch(l); m != nil && len(m[1]) != 7 {
+			t.Errorf("misaligned timeline line %q", l)
+		}
+	}
+
+	// The summary.
+	num := func(label string) uint64 {
+		t.Helper()
+		m := regexp.MustCompile(`(?m)^  ` + regexp.QuoteMeta(label) + ` +(\d+)`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("summary: no %q line", label)
+		}
+		n, _ := strconv.ParseUint(m[1], 10, 64)
+		return n
+	}
+	sent, answered, failed := num("requests sent"), num("answered"), num("failed")
+	moved, applied, twice := num("moved by failover"), num("applied"), num("applied twice")
+	num("duplicates caught")
+	if sent == 0 || sent != answered || failed != 0 {
+		t.Errorf("sent %d, answered %d, failed %d: want sent == answered and failed 0", sent, answered, failed)
+	}
+	if applied != answered || twice != 0 {
+		t.Errorf("applied %d (want %d), applied twice %d (want 0)", applied, answered, twice)
+	}
+	if moved == 0 {
+		t.Error("moved by failover 0: the freeze moved nothing")
+	}
+	var perServer uint64
+	for _, s := range []string{"server1", "server2", "server3"} {
+		m := regexp.MustCompile(`(?m)^  ` + s + `\.example\.net +OKAY +(\d+) +(\d+) +0 `).FindStringSubmatch(out)
+		if m == nil {
+			t.Errorf("summary: no OKAY row without failures for %s", s)
+			continue
+		}
+		a, _ := strconv.ParseUint(m[1], 10, 64)
+		b, _ := strconv.ParseUint(m[2], 10, 64)
+		if a != b {
+			t.Errorf("%s: sent %d, answered %d", s, a, b)
+		}
+		perServer += a
+	}
+	if perServer != sent {
+		t.Errorf("per-server sent add up to %d, want %d", perServer, sent)
+	}
+	if !strings.Contains(out, "OK: every request answered, and applied exactly once") {
+		t.Error("no OK line")
+	}
+}
+
+func TestDemoFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tw", "5s"}, "--tw 5s is below the RFC 3539 minimum of 6s"},
+		{[]string{"--rate", "0"}, "--rate must be"},
+		{[]string{"--concurrency", "0"}, "--concurrency must be"},
+		{[]string{"--duration", "0s"}, "--duration must be"},
+		{[]string{"--freeze-at", "1m"}, "--freeze-at must be"},
+		{[]string{"--bogus"}, "flag provided but not defined"},
+		{[]string{"extra"}, "unexpected argument"},
+	} {
+		var stdout, stderr syncBuffer
+		if code := runDemo(context.Background(), tc.args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("demo %q = %d, stderr %q; want 2 and %q", tc.args, code, stderr.String(), tc.want)
+		}
+	}
+}
+
+// TestDemoInterrupted: a signal ends the demo at once, with every
+// goroutine (TestMain's goleak checks) and exit code 1.
+func TestDemoInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- runDemo(ctx, nil, &stdout, &stderr) }()
+	time.Sleep(1500 * time.Millisecond)
+	cancel()
+	select {
+	case code := <-done:
+		if code != 1 || !strings.Contains(stdout.String(), "interrupted") {
+			t.Errorf("exit code %d, want 1 and \"interrupted\" in:\n%s", code, stdout.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the demo did not end within 10 s of the signal")
+	}
+}
