@@ -27,6 +27,8 @@ import (
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/policy"
+	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/watchdog"
 	"github.com/aaatp/aaatp/wire"
 )
@@ -99,6 +101,16 @@ type Config struct {
 	// it may be closed to respect MaxConnections. Default and minimum: 5
 	// minutes (RFC 3539 3.3's BRINGDOWN_INTERVAL).
 	MinConnectionAge time.Duration
+	// Policy, when set, adds the server states of the Nokia 7750 SR
+	// (unknown, in-service, out-of-service, probing; S1-S5): a server that
+	// stops replying is held down, then probed with one message.
+	Policy *policy.Config
+	// TestRequest builds the test user's request sent to a server as a
+	// probe or keep-alive (Policy.TestUser). Nil: real requests probe.
+	TestRequest func(server string) []byte
+	// Throttle, when set, limits each server's rate and outstanding
+	// requests, with an instance queue and per-server queues (Q1-Q5).
+	Throttle *Throttle
 	// FailoverLog is how many failover records the Client keeps. Default 256.
 	FailoverLog int
 	// Events receives the events of every peer and the Client's failover
@@ -143,6 +155,15 @@ type Client struct {
 	closing sync.WaitGroup // peers closed to respect MaxConnections
 
 	log failoverLog
+
+	group        *policy.Group              // nil without Policy
+	sched        *throttle.Scheduler[*item] // nil without Throttle; guarded by tmu
+	tmu          sync.Mutex
+	wake         chan struct{}
+	stopDispatch chan struct{}
+	dispatchDone chan struct{}
+	ctx          context.Context // cancelled by Close
+	cancel       context.CancelFunc
 }
 
 // New dials every peer and returns at once; peers come into service in
@@ -162,6 +183,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.Events = peer.NewBus()
 	}
 	c := &Client{cfg: cfg, events: cfg.Events, byPeer: map[*peer.Peer]*member{}, byName: map[string]*member{}}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.log.init(cfg.FailoverLog)
 	var servers []loadbalance.Server
 	if cfg.MaxConnections < 0 || (cfg.MaxConnections > 0 && cfg.Mode != PrimarySecondary) {
@@ -197,6 +219,9 @@ func New(cfg Config) (*Client, error) {
 	// in keeps them from seeing a half-built Client.
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.setupLimits(); err != nil {
+		return nil, err
+	}
 	for _, m := range c.members {
 		if c.cfg.Mode == PrimarySecondary && c.cfg.MaxConnections > 0 && c.dialedLocked() >= c.cfg.MaxConnections {
 			break // the rest wait for a slot (F5)
@@ -264,8 +289,23 @@ func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	start := time.Now()
-	c.dispatch(cl, nil)
+	var it *item
+	if c.sched != nil {
+		dl, ok := ctx.Deadline()
+		if !ok {
+			dl = start.Add(c.cfg.RequestTimeout)
+		}
+		it = c.sendThrottled(cl, dl)
+	} else {
+		c.dispatch(cl, nil)
+	}
 	ans, err := cl.Wait(ctx, c.cfg.RequestTimeout)
+	if it != nil {
+		c.release(it) // the answer arrived or the request timed out (Q2)
+	}
+	if err == nil {
+		c.replied(cl.AnsweredBy())
+	}
 	// The outcome counts for the server the request was first sent to,
 	// wherever a failover took it (RFC 3539 3.4.3 [4] statistics).
 	if fp := cl.FirstPeer(); fp != nil {
@@ -288,34 +328,58 @@ func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
 // dispatch submits cl to a peer in service other than avoid, or parks it.
 // It returns the member it went to (nil when parked or completed).
 func (c *Client) dispatch(cl *peer.Call, avoid *member) *member {
+	var refused []*member // by the policy or a connection lost just now
 	for range len(c.members) + 1 {
-		m := c.pick(cl, avoid)
+		m := c.pick(cl, avoid, refused...)
 		if m == nil {
 			break
 		}
-		first := cl.Sends() == 0
-		if err := m.p().Submit(cl); err == nil {
-			if first {
-				m.stats.sent.Add(1)
-			}
-			return m
-		} else if !errors.Is(err, peer.ErrNotInService) {
-			// The connection broke under us: try another.
+		ok, probe := c.admit(m)
+		if !ok {
+			refused = append(refused, m)
 			continue
 		}
+		first := cl.Sends() == 0
+		if err := m.p().Submit(cl); err != nil {
+			if probe {
+				c.group.CancelProbe(m.index)
+			}
+			refused = append(refused, m)
+			continue
+		}
+		if first {
+			m.stats.sent.Add(1)
+		}
+		c.sent(m)
+		return m
 	}
 	c.park(cl)
 	return nil
 }
 
-// pick chooses a member in service for cl, never avoid.
-func (c *Client) pick(cl *peer.Call, avoid *member) *member {
+// pick chooses a member in service for cl, never avoid nor one of skip.
+// With a policy, a server whose state takes no traffic is passed over; a
+// server waiting for a real request to probe it gets this one (S4).
+func (c *Client) pick(cl *peer.Call, avoid *member, skip ...*member) *member {
+	usable := func(m *member) bool {
+		if m == avoid || !m.okay() || slices.Contains(skip, m) {
+			return false
+		}
+		return c.group == nil || c.group.State(m.index).Takes()
+	}
+	if c.group != nil {
+		if i, ok := c.group.ProbeWanted(); ok {
+			if m := c.members[i]; m != avoid && m.okay() && !slices.Contains(skip, m) {
+				return m
+			}
+		}
+	}
 	if c.bal != nil {
 		req := cl.Request()
 		nai, _ := wire.FindAVP(req, message.UserName, 0)
 		sid, _ := wire.FindAVP(req, message.SessionID, 0)
 		if s, err := c.bal.Pick(loadbalance.Request{NAI: string(nai), SessionID: string(sid)}); err == nil {
-			if m := c.byName[s.Name]; m != avoid && m.okay() {
+			if m := c.byName[s.Name]; usable(m) {
 				return m
 			}
 		}
@@ -325,14 +389,14 @@ func (c *Client) pick(cl *peer.Call, avoid *member) *member {
 		start := c.rr.Add(1)
 		for i := range n {
 			m := c.members[(start+i)%n]
-			if m != avoid && m.okay() {
+			if usable(m) {
 				return m
 			}
 		}
 		return nil
 	}
 	for _, m := range c.members { // primary first, then secondaries in order
-		if m != avoid && m.okay() {
+		if usable(m) {
 			return m
 		}
 	}
@@ -394,6 +458,12 @@ func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.
 	}
 	if c.cfg.MaxConnections > 0 {
 		c.balanceSlots(m, self, to)
+	}
+	if c.group != nil {
+		c.group.SetAvailable(m.index, to == watchdog.Okay)
+	}
+	if c.sched != nil {
+		c.refreshAvailability()
 	}
 	if to == watchdog.Okay {
 		c.unpark()
@@ -556,6 +626,11 @@ func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
+	c.cancel()
+	if c.stopDispatch != nil {
+		close(c.stopDispatch)
+		<-c.dispatchDone
+	}
 	for _, m := range c.members {
 		p := m.p()
 		if p == nil {

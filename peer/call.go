@@ -59,6 +59,7 @@ type Call struct {
 	sends atomic.Uint32        // how many times it was queued on a connection
 	e2e   uint32
 	first atomic.Pointer[Peer] // the peer it was first sent to
+	by    atomic.Pointer[Peer] // the peer whose answer completed it
 	done  atomic.Bool
 	res   chan result // buffered 1; receives exactly once
 }
@@ -94,6 +95,10 @@ func (c *Call) DestinationHost() (string, bool) {
 // FirstPeer returns the peer the call was first sent to, nil before.
 // Per-server statistics attribute a request's outcome to it.
 func (c *Call) FirstPeer() *Peer { return c.first.Load() }
+
+// AnsweredBy returns the peer whose answer completed the call, nil when it
+// ended without an answer.
+func (c *Call) AnsweredBy() *Peer { return c.by.Load() }
 
 // Request returns the request bytes as last sent. Read only.
 func (c *Call) Request() []byte { return c.raw }

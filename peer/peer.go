@@ -439,6 +439,7 @@ func (p *Peer) received(c *conn, msg []byte) {
 		p.cfg.Logger.Debug("unmatched answer dropped", "peer", p.Name(), "hop_by_hop", hbh, "command", message.CommandName(msg))
 	case cl.claim():
 		p.stats.answered.Add(1)
+		cl.by.Store(p)
 		cl.deliver(msg, nil)
 	default:
 		p.stats.late.Add(1)

@@ -1,0 +1,351 @@
+package client
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/policy"
+	"github.com/aaatp/aaatp/throttle"
+	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// Server policy (package policy, the Nokia 7750 SR states, S1-S5) and
+// throttling (package throttle, the Cisco ASR5K limits, Q1-Q5) on top of
+// the watchdog: a server gets a request only if its watchdog is OKAY, its
+// policy state takes traffic, and its rate and outstanding limits allow.
+//
+// Both are off unless configured. The policy decides per request at pick
+// time; the throttle's scheduler sits behind c.tmu and is polled by the
+// goroutine that enqueues (so an unthrottled moment costs no goroutine
+// hop) and by one dispatcher goroutine that wakes at the next slot or
+// deadline.
+
+// Throttle configures per-server limits, the same for every server (Q1-Q5).
+type Throttle struct {
+	// Auth and Accounting are the limits of each class (Q5); a zero
+	// MaxOutstanding means throttle.DefaultMaxOutstanding (256).
+	Auth, Accounting throttle.Limits
+	// Slot is the rate slot length (>= 50 ms); zero means 50 ms (Q1).
+	Slot time.Duration
+	// AlarmHigh and AlarmLow raise and clear a per-server queue alarm (Q4);
+	// zero AlarmHigh means no alarm.
+	AlarmHigh, AlarmLow int
+}
+
+// policyTick bounds how late a policy timer (down-timeout, hold-down) is
+// noticed.
+const policyTick = 100 * time.Millisecond
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// item is a request inside the throttle's queues.
+type item struct {
+	cl     *peer.Call
+	dl     time.Time
+	class  throttle.Class
+	server int // where it holds an outstanding place; -1 none
+}
+
+func (it *item) Deadline() time.Time { return it.dl }
+
+// setupLimits builds the policy group and the scheduler. c.mu is held.
+func (c *Client) setupLimits() error {
+	names := make([]string, len(c.members))
+	for i, m := range c.members {
+		names[i] = m.spec.Name
+	}
+	if c.cfg.Policy != nil {
+		g, err := policy.NewGroup(names, *c.cfg.Policy)
+		if err != nil {
+			return fmt.Errorf("client: %w", err)
+		}
+		c.group = g
+	}
+	if t := c.cfg.Throttle; t != nil {
+		servers := make([]throttle.Server, len(c.members))
+		for i, n := range names {
+			servers[i] = throttle.Server{Name: n, Auth: t.Auth, Accounting: t.Accounting}
+		}
+		s, err := throttle.New(throttle.Config[*item]{
+			Servers: servers, Slot: t.Slot, AlarmHigh: t.AlarmHigh, AlarmLow: t.AlarmLow,
+			OnAlarm: c.onAlarm,
+			Pick: func(it *item, _ throttle.Class) int {
+				if m := c.pick(it.cl, nil); m != nil {
+					return m.index
+				}
+				return -1
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("client: %w", err)
+		}
+		now := time.Now()
+		for i := range c.members {
+			s.SetAvailable(i, false, now) // until the watchdog says OKAY
+		}
+		c.sched = s
+	}
+	if c.group != nil || c.sched != nil {
+		c.wake = make(chan struct{}, 1)
+		c.stopDispatch = make(chan struct{})
+		c.dispatchDone = make(chan struct{})
+		go c.dispatcher()
+	}
+	return nil
+}
+
+func (c *Client) onAlarm(a throttle.Alarm) {
+	what := "cleared"
+	if a.Raised {
+		what = "raised"
+	}
+	c.events.Publish(peer.Event{Time: a.Time, Peer: a.Server, Type: "queue",
+		Reason: fmt.Sprintf("queue alarm %s at depth %d", what, a.Depth)})
+}
+
+func (c *Client) publishPolicy(evs []policy.Event) {
+	for _, e := range evs {
+		c.events.Publish(peer.Event{Time: e.Time, Peer: e.Server, Type: policy.EventType,
+			From: e.From.String(), To: e.To.String(), Reason: e.Reason})
+	}
+	if len(evs) > 0 {
+		if c.sched != nil {
+			c.refreshAvailability()
+		}
+		c.poke() // a new state may mean a new timer
+	}
+}
+
+// refreshAvailability tells the scheduler which servers may take requests.
+func (c *Client) refreshAvailability() {
+	now := time.Now()
+	c.tmu.Lock()
+	for i, m := range c.members {
+		ok := m.okay()
+		if c.group != nil {
+			ok = ok && c.group.State(i).Takes()
+		}
+		c.sched.SetAvailable(i, ok, now)
+	}
+	c.tmu.Unlock()
+	c.poke()
+}
+
+func (c *Client) poke() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// admit asks the policy whether m may take a request now; probe says it is
+// the single probe of S4.
+func (c *Client) admit(m *member) (ok, probe bool) {
+	if c.group == nil {
+		return true, false
+	}
+	o := c.group.Allow(m.index, time.Now())
+	c.publishPolicy(o.Events())
+	return o.Allow, o.Probe
+}
+
+// sent and replied feed the policy's down-timeout (S2).
+func (c *Client) sent(m *member) {
+	if c.group != nil {
+		o := c.group.OnSent(m.index, time.Now())
+		c.publishPolicy(o.Events())
+	}
+}
+
+func (c *Client) replied(p *peer.Peer) {
+	if c.group == nil || p == nil {
+		return
+	}
+	c.mu.Lock()
+	m := c.byPeer[p]
+	c.mu.Unlock()
+	if m != nil {
+		o := c.group.OnReply(m.index, time.Now())
+		c.publishPolicy(o.Events())
+	}
+}
+
+// sendThrottled is Send's path when a throttle is configured.
+func (c *Client) sendThrottled(cl *peer.Call, dl time.Time) *item {
+	req := cl.Request()
+	it := &item{cl: cl, dl: dl, class: throttle.ClassOf(wire.AppID(req), wire.CommandCode(req)), server: -1}
+	c.tmu.Lock()
+	c.sched.Enqueue(it, it.class)
+	ds := c.sched.Poll(time.Now(), nil)
+	c.tmu.Unlock()
+	c.execute(ds)
+	c.poke() // anything left waits for a slot: the dispatcher's timer
+	return it
+}
+
+// release frees the outstanding place of a finished throttled request.
+func (c *Client) release(it *item) {
+	if it.server < 0 {
+		return
+	}
+	c.tmu.Lock()
+	waiting := c.sched.Done(it.server, it.class)
+	var ds []throttle.Dispatch[*item]
+	if waiting {
+		ds = c.sched.Poll(time.Now(), nil)
+	}
+	c.tmu.Unlock()
+	c.execute(ds)
+}
+
+// execute sends what the scheduler released.
+func (c *Client) execute(ds []throttle.Dispatch[*item]) {
+	for _, d := range ds {
+		it := d.Item
+		if d.Err != nil {
+			it.cl.Fail(fmt.Errorf("client: %w", d.Err))
+			continue
+		}
+		m := c.members[d.Server]
+		it.server = d.Server
+		if ok, probe := c.admit(m); ok {
+			if err := m.p().Submit(it.cl); err == nil {
+				m.stats.sent.Add(1)
+				c.sent(m)
+				continue
+			} else if probe && c.group != nil {
+				c.group.CancelProbe(m.index)
+			}
+		}
+		// Refused after all (policy or a connection lost a moment ago):
+		// give the place back and send it the unthrottled way.
+		c.tmu.Lock()
+		c.sched.Done(d.Server, it.class)
+		c.tmu.Unlock()
+		it.server = -1
+		c.dispatch(it.cl, nil)
+	}
+}
+
+// dispatcher wakes for the policy's timers and the throttle's next slot or
+// deadline, and for test-user requests (probes, keep-alives).
+func (c *Client) dispatcher() {
+	defer close(c.dispatchDone)
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	var sends []policy.TestSend
+	var evs []policy.Event
+	for {
+		now := time.Now()
+		if c.group != nil {
+			sends, evs = c.group.Tick(now, sends[:0], evs[:0])
+			c.publishPolicy(evs)
+			for _, s := range sends {
+				c.sendTest(s)
+			}
+		}
+		next := now.Add(time.Hour)
+		if c.sched != nil {
+			c.tmu.Lock()
+			ds := c.sched.Poll(now, nil)
+			if at, ok := c.sched.NextWakeup(now); ok && at.Before(next) {
+				next = at
+			}
+			c.tmu.Unlock()
+			c.execute(ds)
+		}
+		if c.group != nil {
+			if at, ok := c.group.NextWakeup(); ok && at.Before(next) {
+				next = at
+			}
+			// OnSent starts a down-timeout without telling us: look again
+			// at least every policyTick rather than poke per request.
+			next = minTime(next, now.Add(policyTick))
+		}
+		t.Reset(max(time.Until(next), time.Millisecond))
+		select {
+		case <-t.C:
+		case <-c.wake:
+		case <-c.stopDispatch:
+			return
+		}
+	}
+}
+
+// sendTest sends the test user's request (a probe or a keep-alive, S4/S5)
+// to one server, outside the throttle: exactly one message, no retry.
+func (c *Client) sendTest(s policy.TestSend) {
+	m := c.members[s.Index]
+	p := m.p()
+	if c.cfg.TestRequest == nil || p == nil || p.State() != watchdog.Okay {
+		if s.Kind == policy.SendProbe {
+			c.group.CancelProbe(s.Index)
+		}
+		return
+	}
+	cl, err := peer.NewCall(c.cfg.TestRequest(m.spec.Name))
+	if err != nil {
+		return
+	}
+	if err := p.Submit(cl); err != nil {
+		if s.Kind == policy.SendProbe {
+			c.group.CancelProbe(s.Index)
+		}
+		return
+	}
+	c.sent(m)
+	c.closing.Add(1)
+	go func() {
+		defer c.closing.Done()
+		timeout := c.cfg.Policy.ProbeTimeout
+		if timeout <= 0 {
+			timeout = c.cfg.RequestTimeout
+		}
+		if _, err := cl.Wait(c.ctx, timeout); err == nil {
+			c.replied(cl.AnsweredBy())
+		}
+	}()
+}
+
+// QueueDepths returns each server's throttle queue depth and whether its
+// alarm is raised (empty without a throttle).
+func (c *Client) QueueDepths() []QueueDepth {
+	if c.sched == nil {
+		return nil
+	}
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	out := make([]QueueDepth, len(c.members))
+	for i, m := range c.members {
+		st := c.sched.Stats(i)
+		out[i] = QueueDepth{Server: m.spec.Name, Depth: st.Depth, Alarm: st.Alarmed, MaxDepth: st.MaxDepth, Alarms: st.Alarms}
+	}
+	return out
+}
+
+// QueueDepth is one server's throttle queue (Q4).
+type QueueDepth struct {
+	Server   string `json:"server"`
+	Depth    int    `json:"depth"`
+	MaxDepth int    `json:"max_depth"`
+	Alarm    bool   `json:"alarm"`
+	Alarms   uint64 `json:"alarms_raised"`
+}
+
+// PolicyStates returns each server's policy state ("" without a policy).
+func (c *Client) PolicyStates() []string {
+	out := make([]string, len(c.members))
+	if c.group != nil {
+		for i := range c.members {
+			out[i] = c.group.State(i).String()
+		}
+	}
+	return out
+}

@@ -1,0 +1,225 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/policy"
+	"github.com/aaatp/aaatp/throttle"
+)
+
+// Q1: a burst of requests against 100/s in 50 ms slots goes out at most 5
+// per slot, evenly, oldest first, none lost (counted where the server
+// reads them).
+func TestThrottleRateSlots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := newFakeServer("a.example.net")
+		n := network{"tcp://a:1": srv}
+		defer n.close()
+		cfg := clientConfig(n, Balance, "tcp://a:1")
+		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxRate: 100}, Slot: 50 * time.Millisecond}
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+
+		const N = 300
+		var wg sync.WaitGroup
+		var failed atomic.Int32
+		for i := range N {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := c.Send(context.Background(), acr(i, "u@example.net")); err != nil {
+					failed.Add(1)
+				}
+			}()
+			time.Sleep(time.Microsecond) // a definite order
+		}
+		wg.Wait()
+		assert.Zero(t, failed.Load(), "none lost")
+		got := srv.received()
+		require.Len(t, got, N)
+		perSlot := map[int64]int{}
+		for _, s := range got {
+			perSlot[s.at.UnixNano()/int64(50*time.Millisecond)]++
+		}
+		for slot, k := range perSlot {
+			assert.LessOrEqual(t, k, 5, "slot %d", slot)
+		}
+		assert.GreaterOrEqual(t, len(perSlot), N/5, "spread over at least N/5 slots")
+		span := got[N-1].at.Sub(got[0].at)
+		assert.InDelta(t, float64(3*time.Second), float64(span), float64(150*time.Millisecond), "300 at 100/s take 3 s")
+		for i := 1; i < N; i++ {
+			assert.Less(t, got[i-1].e2e, got[i].e2e, "oldest first")
+		}
+	})
+}
+
+// Q2: the outstanding limit is never exceeded, checked at the server.
+func TestThrottleMaxOutstanding(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := newFakeServer("a.example.net")
+		var inFlight, peak atomic.Int32
+		base := srv.handler
+		srv.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			now := inFlight.Add(1)
+			for {
+				old := peak.Load()
+				if now <= old || peak.CompareAndSwap(old, now) {
+					break
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+			inFlight.Add(-1)
+			return base(ctx, p, req)
+		}
+		n := network{"tcp://a:1": srv}
+		defer n.close()
+		cfg := clientConfig(n, Balance, "tcp://a:1")
+		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 8}}
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		var wg sync.WaitGroup
+		for i := range 100 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, err := c.Send(context.Background(), acr(i, "u@example.net"))
+				assert.NoError(t, err)
+			}()
+		}
+		wg.Wait()
+		assert.Equal(t, int32(8), peak.Load(), "the server saw exactly the limit in flight, never more")
+	})
+}
+
+// Q4: the queue alarm is raised at its high mark and cleared at its low.
+func TestThrottleQueueAlarm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := newFakeServer("a.example.net")
+		n := network{"tcp://a:1": srv}
+		defer n.close()
+		cfg := clientConfig(n, Balance, "tcp://a:1")
+		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxRate: 20}, AlarmHigh: 10, AlarmLow: 2}
+		cfg.Events = peer.NewBus()
+		var mu sync.Mutex
+		var alarms []string
+		cfg.Events.Subscribe(func(e peer.Event) {
+			if e.Type == "queue" {
+				mu.Lock()
+				alarms = append(alarms, e.Reason)
+				mu.Unlock()
+			}
+		})
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		var wg sync.WaitGroup
+		for i := range 40 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c.Send(context.Background(), acr(i, "u@example.net"))
+			}()
+		}
+		synctest.Wait()
+		q := c.QueueDepths()
+		require.Len(t, q, 1)
+		assert.True(t, q[0].Alarm, "raised while the queue is deep")
+		wg.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		require.Len(t, alarms, 2)
+		assert.Contains(t, alarms[0], "raised at depth 10")
+		assert.Contains(t, alarms[1], "cleared at depth 2")
+		assert.False(t, c.QueueDepths()[0].Alarm)
+	})
+}
+
+// S1-S4 through the client: a server whose transport is fine (DWRs
+// answered) but which stops replying to requests is taken out of service
+// after the down-timeout, gets nothing during the hold-down, then exactly
+// one probe; its reply puts it back in service.
+func TestPolicyHoldDownAndProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+		var mute atomic.Bool
+		base := a.handler
+		a.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			if mute.Load() {
+				return nil
+			}
+			return base(ctx, p, req)
+		}
+		n := network{"tcp://a:1": a, "tcp://b:1": b}
+		defer n.close()
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
+		cfg.Policy = &policy.Config{RequestTimeout: time.Second, Retries: 2, HoldDown: 20 * time.Second}
+		cfg.Events = peer.NewBus()
+		var mu sync.Mutex
+		var states []string
+		cfg.Events.Subscribe(func(e peer.Event) {
+			if e.Type == policy.EventType && e.Peer == "a.example.net" {
+				mu.Lock()
+				states = append(states, e.From+"->"+e.To)
+				mu.Unlock()
+			}
+		})
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		send := func(i int, timeout time.Duration) (string, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			ans, err := c.Send(ctx, acr(i, "u@example.net"))
+			if err != nil {
+				return "", err
+			}
+			h, _ := message.StringOf(ans, message.OriginHost, 0)
+			return h, nil
+		}
+		h, err := send(1, time.Second)
+		require.NoError(t, err)
+		require.Equal(t, "a.example.net", h)
+
+		mute.Store(true)
+		_, err = send(2, 3*time.Second) // no reply: the down-timeout (2 s) expires
+		require.Error(t, err)
+		synctest.Wait()
+		assert.Equal(t, "out-of-service", c.PolicyStates()[0])
+		before := len(a.received())
+		for i := range 5 { // hold-down: everything goes to the secondary
+			h, err := send(10+i, time.Second)
+			require.NoError(t, err)
+			assert.Equal(t, "b.example.net", h)
+		}
+		assert.Equal(t, before, len(a.received()), "nothing during hold-down")
+
+		mute.Store(false)
+		time.Sleep(20 * time.Second) // hold-down over: probing
+		synctest.Wait()
+		assert.Equal(t, "probing", c.PolicyStates()[0])
+		h, err = send(20, time.Second) // the probe: one real request
+		require.NoError(t, err)
+		assert.Equal(t, "a.example.net", h)
+		synctest.Wait()
+		assert.Equal(t, "in-service", c.PolicyStates()[0])
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, []string{"unknown->in-service", "in-service->out-of-service", "out-of-service->probing", "probing->in-service"}, states)
+	})
+}
