@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -526,6 +527,8 @@ func redisPing(addr string) error {
 	return rc.Ping(ctx).Err()
 }
 
+var runSeq atomic.Uint64
+
 // scenario holds one test's processes and what it measured.
 type scenario struct {
 	t         *testing.T
@@ -541,7 +544,10 @@ func newScenario(t *testing.T, name string, primaryExtra ...string) *scenario {
 	t.Helper()
 	need(t)
 	t.Parallel()
-	sc := &scenario{t: t, name: name, dir: t.TempDir(), client: name + ".client.example.net"}
+	// The client's Origin-Host starts its Session-Ids, by which Redis
+	// entries are attributed: unique per run (-count, shared Redis).
+	host := fmt.Sprintf("%s.r%d-%d.client.example.net", name, os.Getpid(), runSeq.Add(1))
+	sc := &scenario{t: t, name: name, dir: t.TempDir(), client: host}
 	sc.primary = startServer(t, sc.dir, "primary", "primary.example.net", "tcp://127.0.0.1:0", primaryExtra...)
 	sc.secondary = startServer(t, sc.dir, "secondary", "secondary.example.net", "tcp://127.0.0.1:0")
 	return sc
