@@ -38,8 +38,11 @@ The script:
     included, as a hung process would (the kernel keeps buffering). The
     client's watchdog takes it SUSPECT after about 2 Tw and replays its
     pending requests to the others with the T flag, then DOWN a Tw later;
-  - 2 s after server2 went SUSPECT, server3's connection is reset (RST),
-    as a crash would do; server3 keeps listening;
+  - 2 s after server2 went SUSPECT, server3 crashes: for half a second it
+    applies the requests it reads but its answers are lost, then its
+    connection is reset (RST). The client replays those requests to
+    server1, whose duplicate store answers them without applying them
+    again. server3 keeps listening;
   - 1 s after server2 went DOWN, it thaws. The client reconnects to both
     once per Tw and validates each connection with three DWR/DWA exchanges
     (REOPEN) before sending to it again;
@@ -60,6 +63,7 @@ const (
 	demoResetAfterSuspect = 2 * time.Second
 	demoThawAfterDown     = time.Second
 	demoTail              = 2 * time.Second
+	demoCrashWindow       = 500 * time.Millisecond
 	demoTrafficEvery      = 5 * time.Second
 	demoPoll              = 20 * time.Millisecond
 )
@@ -203,7 +207,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	g.peers = g.cl.Peers()
 	d.gen = g
 	d.tl.setClient(g)
-	defer g.closeClient()
+	var closeOnce sync.Once
+	closeClient := func() { closeOnce.Do(g.closeClient) }
+	defer closeClient()
 
 	if !o.quiet {
 		fmt.Fprintf(stdout, "aaatp demo: 3 servers and 1 client on 127.0.0.1, Tw %v, %g requests/s, balanced by the RFC 3074 Pearson hash of the User-Name\n", o.tw, o.rate)
@@ -239,7 +245,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, ds := range d.servers {
 		ds.thaw()
 	}
-	g.closeClient()
+	closeClient()
 	d.stopServers()
 	return d.summary(stdout, r, elapsed, interrupted)
 }
@@ -287,7 +293,8 @@ func (d *demo) script(ctx context.Context, stop func()) {
 	if !sleepCtx(ctx, demoResetAfterSuspect) {
 		return
 	}
-	n := reset.reset()
+	d.tl.note(reset.name, fmt.Sprintf("crashing: still applies what it reads, but its answers are lost; reset in %v", demoCrashWindow))
+	n := reset.crash(ctx)
 	d.tl.note(reset.name, fmt.Sprintf("reset: %d connection(s) closed abruptly (RST), as a crash would; still listening", n))
 	if !waitFor(ctx, func() bool { return pf.State() == watchdog.Down }) {
 		return
@@ -300,7 +307,7 @@ func (d *demo) script(ctx context.Context, stop func()) {
 	case dropped > 0:
 		d.tl.note(frozen.name, fmt.Sprintf("thawed; it had given its connection up meanwhile: %d buffered requests dropped", buffered))
 	case buffered > 0:
-		d.tl.note(frozen.name, fmt.Sprintf("thawed; reads the %d requests buffered meanwhile (the client failed them over: duplicates)", buffered))
+		d.tl.note(frozen.name, fmt.Sprintf("thawed; reads the %d requests buffered meanwhile (failed over already; the client has closed this connection)", buffered))
 	default:
 		d.tl.note(frozen.name, "thawed")
 	}
@@ -409,11 +416,11 @@ type demoServer struct {
 	stopOnce sync.Once
 	pumps    sync.WaitGroup
 
-	mu      sync.Mutex
-	frozen  bool
-	thawed  chan struct{} // closed at thaw; nil while not frozen
-	conns   map[*demoConn]struct{}
-	stopped bool
+	mu     sync.Mutex
+	frozen bool
+	thawed chan struct{} // closed at thaw; nil while not frozen
+	muted  bool          // crashing: answers are not sent
+	conns  map[*demoConn]struct{}
 }
 
 func (ds *demoServer) stop() {
@@ -477,14 +484,23 @@ func (ds *demoServer) thaw() (buffered, dropped int) {
 	return buffered, dropped
 }
 
-// reset closes every connection with an RST (SO_LINGER 0), as the kernel
-// does for a crashed process. The listener stays open.
-func (ds *demoServer) reset() int {
+// crash makes the server die as a crashed process does: from now on
+// the answers it computes are never sent (it still reads and applies
+// requests: those are applied, their answers lost), and after
+// demoCrashWindow the kernel resets its connections (RST, SO_LINGER 0).
+// The listener stays open: the client reconnects. It returns how many
+// connections were reset.
+func (ds *demoServer) crash(ctx context.Context) int {
+	ds.mu.Lock()
+	ds.muted = true
+	ds.mu.Unlock()
+	sleepCtx(ctx, demoCrashWindow)
 	ds.mu.Lock()
 	cs := make([]*demoConn, 0, len(ds.conns))
 	for c := range ds.conns {
 		cs = append(cs, c)
 	}
+	ds.muted = false
 	ds.mu.Unlock()
 	for _, c := range cs {
 		_ = c.tcp.SetLinger(0)
@@ -607,6 +623,13 @@ func (c *demoConn) ReadMessage() ([]byte, error) {
 
 func (c *demoConn) WriteMessages(msgs ...[]byte) error {
 	if !c.hold() {
+		return net.ErrClosed
+	}
+	c.ds.mu.Lock()
+	muted := c.ds.muted
+	c.ds.mu.Unlock()
+	if muted { // crashing: nothing leaves the process any more
+		<-c.closed
 		return net.ErrClosed
 	}
 	return c.Conn.WriteMessages(msgs...)
