@@ -200,7 +200,7 @@ func printTable() {
 	}
 	sort.Slice(table, func(i, j int) bool { return table[i].scenario < table[j].scenario })
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n%-22s %-10s %-6s %-5s %-14s %s\n", "scenario", "detection", "moved", "lost", "applied twice", "note")
+	fmt.Fprintf(&b, "\n%-22s %-10s %-6s %-5s %-16s %s\n", "scenario", "detection", "moved", "lost", "applied twice", "note")
 	for _, r := range table {
 		fmt.Fprintf(&b, "%-22s %-10s %-6d %-5d %-16s %s\n", r.scenario, r.detection, r.moved, r.lost, r.twice, r.note)
 	}
