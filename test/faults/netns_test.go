@@ -211,3 +211,24 @@ func probeNetns() (reason string, netem bool) {
 	_, err := sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms")
 	return "", err == nil
 }
+
+// droppedPackets sums the packet counters of the DROP rules in ns's INPUT
+// and OUTPUT chains: proof that a loss rule did drop something.
+func droppedPackets(ns string) (uint64, error) {
+	var n uint64
+	for _, chain := range []string{"INPUT", "OUTPUT"} {
+		out, err := sh("ip", "netns", "exec", ns, "iptables", "-w", "-L", chain, "-v", "-n", "-x")
+		if err != nil {
+			return 0, err
+		}
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) > 2 && f[2] == "DROP" {
+				if v, err := strconv.ParseUint(f[0], 10, 64); err == nil {
+					n += v
+				}
+			}
+		}
+	}
+	return n, nil
+}

@@ -53,8 +53,16 @@ var scenarios = []*scenario{
 		name: "loss-15%", tag: "loss", duration: 25 * time.Second,
 		inject: func(h *harness) {
 			h.sleep(warmup)
+			s := h.servers[0]
 			h.fault("iptables statistic random DROP 15% each way on s1's link")
-			addRules(h.t, lossRules(h.servers[0].ns, "c", 0.15)...)
+			heal := addRules(h.t, lossRules(s.ns, "c", 0.15)...)
+			h.sleep(20 * time.Second)
+			n, err := droppedPackets(s.ns)
+			if err != nil || n == 0 {
+				h.t.Errorf("loss rules dropped %d packets (%v): the fault was not applied", n, err)
+			}
+			heal()
+			h.logf("loss rules removed after dropping %d packets", n)
 		},
 	},
 	{
