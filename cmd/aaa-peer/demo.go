@@ -294,8 +294,13 @@ func (d *demo) script(ctx context.Context, stop func()) {
 		return
 	}
 	d.tl.note(reset.name, fmt.Sprintf("crashing: still applies what it reads, but its answers are lost; reset in %v", demoCrashWindow))
-	n := reset.crash(ctx)
+	reset.mute()
+	sleepCtx(ctx, demoCrashWindow) // reset even when interrupted
+	reset.mu.Lock()
+	n := len(reset.conns)
+	reset.mu.Unlock()
 	d.tl.note(reset.name, fmt.Sprintf("reset: %d connection(s) closed abruptly (RST), as a crash would; still listening", n))
+	reset.reset()
 	if !waitFor(ctx, func() bool { return pf.State() == watchdog.Down }) {
 		return
 	}
@@ -484,17 +489,19 @@ func (ds *demoServer) thaw() (buffered, dropped int) {
 	return buffered, dropped
 }
 
-// crash makes the server die as a crashed process does: from now on
-// the answers it computes are never sent (it still reads and applies
-// requests: those are applied, their answers lost), and after
-// demoCrashWindow the kernel resets its connections (RST, SO_LINGER 0).
-// The listener stays open: the client reconnects. It returns how many
-// connections were reset.
-func (ds *demoServer) crash(ctx context.Context) int {
+// mute starts a crash: from now on the answers the server computes are
+// never sent (it still reads and applies requests: those are applied,
+// their answers lost). reset ends it.
+func (ds *demoServer) mute() {
 	ds.mu.Lock()
 	ds.muted = true
 	ds.mu.Unlock()
-	sleepCtx(ctx, demoCrashWindow)
+}
+
+// reset closes every connection with an RST (SO_LINGER 0), as the kernel
+// does for a crashed process, and ends a mute. The listener stays open:
+// the client reconnects. It returns how many connections were reset.
+func (ds *demoServer) reset() int {
 	ds.mu.Lock()
 	cs := make([]*demoConn, 0, len(ds.conns))
 	for c := range ds.conns {
