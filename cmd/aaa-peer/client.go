@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,8 @@ import (
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/policy"
+	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 	"github.com/aaatp/aaatp/wire"
@@ -26,6 +29,8 @@ const clientSynopsis = `usage: aaa-peer client --peer URL [--peer URL...] --orig
        --destination-realm R [--tw 30s] [--rate N] [--concurrency N]
        [--requests N | --duration D] [--nai FORMAT] [--app acct|test]
        [--mode balance|failover] [--algorithm pearson|hash|direct|round-robin]
+       [--max-rate N] [--slot D] [--max-outstanding N] [--queue-alarm HIGH,LOW]
+       [--down-timeout D] [--hold-down D] [--test-user NAI] [--keepalive D]
        [--weight URL=N...] [--events FILE] [--report FILE]
 
 Connects to every --peer, waits until one (--wait-peers) is OKAY, then sends Accounting-
@@ -71,10 +76,22 @@ type clientOptions struct {
 	weights        stringList
 	waitPeers      int
 
+	// Server policy (7750 SR) and throttling (ASR5K): off unless set.
+	maxRate        int
+	maxOutstanding int
+	slot           time.Duration
+	queueAlarm     string
+	downTimeout    time.Duration
+	holdDown       time.Duration
+	testUser       string
+	keepAlive      time.Duration
+
 	// Parsed by validate.
 	clientMode client.Mode
 	alg        loadbalance.Algorithm
 	weightOf   map[string]int
+	alarmHigh  int
+	alarmLow   int
 }
 
 func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
@@ -102,6 +119,14 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.mode, "mode", "balance", "`MODE` choosing the peer of each new request: balance (spread with --algorithm) or failover (first peer in service, in --peer order)")
 	fs.StringVar(&o.algorithm, "algorithm", "pearson", "balance `ALG`: pearson (weighted RFC 3074 hash of the NAI), hash (unweighted), direct (first --peer in service) or round-robin")
 	fs.IntVar(&o.waitPeers, "wait-peers", 1, "before sending, wait until `N` peers are OKAY (0: all of them), at most --connect-timeout; past it, go on with those OKAY (exit 1 if none)")
+	fs.IntVar(&o.maxRate, "max-rate", 0, "throttle: at most `N` requests per second to each server, spread evenly over --slot slots (0: no rate limit)")
+	fs.IntVar(&o.maxOutstanding, "max-outstanding", 0, "throttle: at most `N` requests outstanding per server; a place frees when the answer arrives or the request times out (0: 256 when throttling is on)")
+	fs.DurationVar(&o.slot, "slot", 50*time.Millisecond, "throttle: rate slot length `D` (at least 50ms)")
+	fs.StringVar(&o.queueAlarm, "queue-alarm", "", "throttle: raise a server's queue alarm at depth HIGH and clear it at LOW (`HIGH,LOW`)")
+	fs.DurationVar(&o.downTimeout, "down-timeout", 0, "policy: a server with requests sent and no reply for `D` goes out of service (default: --timeout)")
+	fs.DurationVar(&o.holdDown, "hold-down", 0, "policy: an out-of-service server gets nothing for `D`, then one probe (default 30s)")
+	fs.StringVar(&o.testUser, "test-user", "", "policy: probe (and keep alive) servers with a request for this `NAI` instead of a real one")
+	fs.DurationVar(&o.keepAlive, "keepalive", 0, "policy: send the --test-user request to each server every `D` (0: never)")
 	fs.Var(&o.weights, "weight", "`URL=N`: balance weight N >= 1 of the --peer URL (pearson); repeat for several; default 1")
 	return fs
 }
@@ -170,7 +195,35 @@ func (o *clientOptions) validate() error {
 	if o.requests == 0 && o.duration == 0 {
 		o.requests = 10
 	}
+	switch {
+	case o.maxRate < 0 || o.maxOutstanding < 0:
+		return usagef("--max-rate and --max-outstanding must not be negative")
+	case o.slot < 50*time.Millisecond || o.slot > time.Second:
+		return usagef("--slot %v: want 50ms to 1s", o.slot)
+	case o.downTimeout < 0 || o.holdDown < 0 || o.keepAlive < 0:
+		return usagef("--down-timeout, --hold-down and --keepalive must not be negative")
+	case o.keepAlive > 0 && o.testUser == "":
+		return usagef("--keepalive needs --test-user")
+	}
+	if o.queueAlarm != "" {
+		hi, lo, ok := strings.Cut(o.queueAlarm, ",")
+		h, err1 := strconv.Atoi(hi)
+		l, err2 := strconv.Atoi(lo)
+		if !ok || err1 != nil || err2 != nil || h <= 0 || l < 0 || l >= h {
+			return usagef("--queue-alarm %q: want HIGH,LOW with HIGH > LOW >= 0", o.queueAlarm)
+		}
+		o.alarmHigh, o.alarmLow = h, l
+	}
 	return nil
+}
+
+// throttled and policed say whether any throttle or policy flag was given.
+func (o *clientOptions) throttled() bool {
+	return o.maxRate > 0 || o.maxOutstanding > 0 || o.alarmHigh > 0
+}
+
+func (o *clientOptions) policed() bool {
+	return o.downTimeout > 0 || o.holdDown > 0 || o.testUser != "" || o.keepAlive > 0
 }
 
 // loadgen is one run of "aaa-peer client".
@@ -206,8 +259,13 @@ type clientReport struct {
 	Failovers      []client.FailoverRecord `json:"failovers"`
 	FailoversTotal uint64                  `json:"failovers_total"` // records ever made; "failovers" keeps the last 256
 	FailedBy       map[string]uint64       `json:"failed_by"`
-	EventsDropped  uint64                  `json:"events_dropped"`
-	ElapsedMS      int64                   `json:"elapsed_ms"`
+	// Policy is each server's policy state ("" without --down-timeout,
+	// --hold-down, --test-user or --keepalive); Queues each server's
+	// throttle queue (deepest depth, alarms raised), without a throttle none.
+	Policy        []string            `json:"policy"`
+	Queues        []client.QueueDepth `json:"queues"`
+	EventsDropped uint64              `json:"events_dropped"`
+	ElapsedMS     int64               `json:"elapsed_ms"`
 }
 
 func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -255,6 +313,14 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	for _, u := range o.peers {
 		ccfg.Peers = append(ccfg.Peers, client.PeerSpec{URL: u, Name: u, Weight: o.weightOf[u]})
 	}
+	if o.throttled() {
+		lim := throttle.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOutstanding}
+		ccfg.Throttle = &client.Throttle{Auth: lim, Accounting: lim, Slot: o.slot, AlarmHigh: o.alarmHigh, AlarmLow: o.alarmLow}
+	}
+	if o.policed() {
+		ccfg.Policy = &policy.Config{RequestTimeout: o.timeout, Retries: 1, DownTimeout: o.downTimeout,
+			HoldDown: o.holdDown, TestUser: o.testUser != "", KeepAlive: o.keepAlive}
+	}
 
 	var ew *eventWriter
 	if o.events != "" {
@@ -264,6 +330,10 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	}
 	c := &loadgen{o: o, log: log, start: time.Now().Unix(), failedBy: make(map[string]uint64)}
+	if o.testUser != "" {
+		// Probes and keep-alives: one request of the test user (S4, S5).
+		ccfg.TestRequest = func(string) []byte { return c.buildFor(c.issued.Add(1), o.testUser) }
+	}
 	// Watch the bus before dialing so the first OKAY is not missed.
 	up := make(chan struct{}, 1)
 	cancelUp := bus.Subscribe(func(e peer.Event) {
@@ -504,12 +574,17 @@ func errorKind(err error) string {
 
 // build encodes request n.
 func (c *loadgen) build(n int64) []byte {
+	user := c.o.nai
+	if strings.Contains(user, "%") {
+		user = fmt.Sprintf(c.o.nai, n)
+	}
+	return c.buildFor(n, user)
+}
+
+// buildFor encodes request n for the given User-Name.
+func (c *loadgen) buildFor(n int64, user string) []byte {
 	o := &c.o
 	sid := fmt.Sprintf("%s;%d;%d", o.originHost, c.start, n)
-	user := o.nai
-	if strings.Contains(user, "%") {
-		user = fmt.Sprintf(o.nai, n)
-	}
 	var b *message.Builder
 	if o.app == "test" {
 		b = message.NewRequest(message.CmdTest, message.AppTest, wire.FlagProxiable)
@@ -547,6 +622,8 @@ func (c *loadgen) report(dropped uint64, elapsed time.Duration) clientReport {
 		r.Retransmitted += st.Retransmitted
 		r.Peers = append(r.Peers, st)
 	}
+	r.Policy = c.cl.PolicyStates()
+	r.Queues = append([]client.QueueDepth{}, c.cl.QueueDepths()...)
 	recs, total := c.cl.FailoverLog()
 	r.Failovers = append(r.Failovers, recs...)
 	r.FailoversTotal = total

@@ -298,6 +298,9 @@ func TestFlagValidation(t *testing.T) {
 		{"client wait-peers too many", runClient, with(cli, "--wait-peers", "2"), "--wait-peers 2"},
 		{"client peer twice", runClient, with(cli, "--peer", "tcp://127.0.0.1:3868"), "given twice"},
 		{"server bad dedup", runServer, with(srv, "--dedup", "mysql://x"), `--dedup "mysql://x"`},
+		{"client slot too short", runClient, with(cli, "--max-rate", "10", "--slot", "10ms"), "--slot 10ms"},
+		{"client bad queue alarm", runClient, with(cli, "--queue-alarm", "5,9"), `--queue-alarm "5,9"`},
+		{"client keepalive without test user", runClient, with(cli, "--keepalive", "10s"), "--keepalive needs --test-user"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
