@@ -555,8 +555,17 @@ func (c *Client) trimLocked() {
 func (c *Client) onFailover(from *peer.Peer, calls []*peer.Call, reason string) {
 	c.mu.Lock()
 	fm := c.byPeer[from]
+	closed := c.closed
 	c.mu.Unlock()
-	if fm == nil || len(calls) == 0 {
+	if fm == nil {
+		return
+	}
+	if len(calls) == 0 {
+		// Still a failover event for the table of 3.4.2 [5] (the peer left
+		// service), unless we are shutting down.
+		if !closed {
+			c.record(FailoverRecord{Time: time.Now(), From: fm.spec.Name, Reason: reason + "; nothing pending", EndToEnd: []uint32{}})
+		}
 		return
 	}
 	fm.stats.failedOver.Add(uint64(len(calls)))

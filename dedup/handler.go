@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 
 	"github.com/aaatp/aaatp/message"
@@ -12,9 +13,11 @@ import (
 // Counters count what a wrapped handler did. Safe for concurrent use.
 type Counters struct {
 	Received   atomic.Uint64 // requests that reached the wrapper
-	Applied    atomic.Uint64 // handler runs that produced an answer
+	Applied    atomic.Uint64 // answers committed to the store: the request's one application
 	Duplicates atomic.Uint64 // requests answered from the store
 	StoreErrs  atomic.Uint64 // requests refused because the store failed
+	Cancelled  atomic.Uint64 // requests dropped because their connection closed first
+	Superseded atomic.Uint64 // handler results discarded: another server owned the request by then
 }
 
 // KeysOf returns the duplicate keys of a request: (Origin-Host,
@@ -42,17 +45,39 @@ func KeysOf(req []byte) []Key {
 // Wrap returns a peer.Handler that runs h at most once per request key
 // across every connection (and, with a shared Redis store, every server):
 // a duplicate, with or without the T flag, gets the first answer again.
+//
+// A request is applied when its answer is committed to the store
+// (Outcome.Complete succeeds). If this server stalled past the in-flight
+// mark's TTL while h ran (a GC pause, a frozen VM) and another server took
+// the request over meanwhile, this server's result is discarded and the
+// request is answered with the other server's answer: h must therefore
+// keep side effects that must happen once (billing records) until the
+// answer is committed, or be idempotent; OnCommit is where to put them.
+//
 // If the store fails, the request is answered DIAMETER_TOO_BUSY (3004,
 // E bit) so that the client tries another server, rather than risking a
-// second application of, say, an accounting record. counters may be nil.
+// second application. A request whose connection closed before the store
+// answered gets no answer (there is nowhere to send one). counters may be
+// nil.
 func Wrap(s Store, h peer.Handler, counters *Counters) peer.Handler {
+	return WrapCommit(s, h, nil, counters)
+}
+
+// WrapCommit is Wrap with a hook called once per request, after its answer
+// is committed: the place for side effects that must not happen twice.
+func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counters *Counters) peer.Handler {
 	if counters == nil {
 		counters = &Counters{}
 	}
 	return func(ctx context.Context, p *peer.Peer, req []byte) []byte {
 		counters.Received.Add(1)
-		o, err := s.Begin(ctx, KeysOf(req)...)
+		keys := KeysOf(req)
+		o, err := s.Begin(ctx, keys...)
 		if err != nil {
+			if ctx.Err() != nil {
+				counters.Cancelled.Add(1)
+				return nil
+			}
 			counters.StoreErrs.Add(1)
 			return message.NewAnswer(req).ResultCode(message.TooBusy).
 				String(message.ErrorMessage, 0, false, "duplicate store unavailable: "+err.Error()).Bytes()
@@ -66,8 +91,40 @@ func Wrap(s Store, h peer.Handler, counters *Counters) peer.Handler {
 		if ans == nil {
 			return nil
 		}
-		counters.Applied.Add(1)
-		_ = o.Complete(ans) // ErrMarkLost: another server took over; still answer
-		return ans
+		switch err := o.Complete(ans); {
+		case err == nil:
+			counters.Applied.Add(1)
+			if onCommit != nil {
+				onCommit(req, ans)
+			}
+			return ans
+		case errors.Is(err, ErrMarkLost):
+			// Another server owns the request now: answer with its answer
+			// (waiting for it if it is still running), never ours.
+			counters.Superseded.Add(1)
+			o2, err := s.Begin(ctx, keys...)
+			if err != nil {
+				return nil
+			}
+			if o2.Duplicate() {
+				return o2.Answer()
+			}
+			// The other owner gave up: ours becomes the answer after all.
+			defer o2.Abandon()
+			if o2.Complete(ans) == nil {
+				counters.Applied.Add(1)
+				if onCommit != nil {
+					onCommit(req, ans)
+				}
+				return ans
+			}
+			return nil
+		default:
+			// The store failed at the commit: the result is not recorded,
+			// so do not claim it; the client will try elsewhere.
+			counters.StoreErrs.Add(1)
+			return message.NewAnswer(req).ResultCode(message.TooBusy).
+				String(message.ErrorMessage, 0, false, "duplicate store unavailable: "+err.Error()).Bytes()
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
@@ -94,5 +95,70 @@ func TestKeysOf(t *testing.T) {
 	}
 	if KeysOf(acrFor(1, 1))[0] != RequestKey("nas1.example.net", 1) {
 		t.Fatal("first key is (Origin-Host, End-to-End)")
+	}
+}
+
+// A server that stalls past the mark's TTL while its handler runs: another
+// server takes the request over and commits first. The stalled server's
+// result is discarded and it answers with the committed answer: the
+// request is applied once (found by test/failover's frozen-server case).
+func TestWrapStalledHandlerIsSuperseded(t *testing.T) {
+	store := NewMemory(WithMarkTTL(50 * time.Millisecond))
+	defer store.Close()
+	var c1, c2 Counters
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	stalled := Wrap(store, func(context.Context, *peer.Peer, []byte) []byte {
+		close(entered)
+		<-release // frozen past the mark's TTL
+		return message.NewAnswer(acrFor(1, 1)).ResultCode(message.Success).String(message.OriginHost, 0, true, "stalled").Bytes()
+	}, &c1)
+	other := Wrap(store, func(_ context.Context, _ *peer.Peer, req []byte) []byte {
+		return message.NewAnswer(req).ResultCode(message.Success).String(message.OriginHost, 0, true, "other").Bytes()
+	}, &c2)
+
+	got := make(chan []byte, 1)
+	go func() { got <- stalled(context.Background(), nil, acrFor(1, 1)) }()
+	<-entered
+	time.Sleep(100 * time.Millisecond) // the mark expires
+	replay := acrFor(1, 1)
+	wire.SetRetransmit(replay)
+	ans2 := other(context.Background(), nil, replay)
+	close(release)
+	ans1 := <-got
+
+	h1, _ := message.StringOf(ans1, message.OriginHost, 0)
+	h2, _ := message.StringOf(ans2, message.OriginHost, 0)
+	if h1 != "other" || h2 != "other" {
+		t.Fatalf("answers from %q and %q, want both from the committed owner", h1, h2)
+	}
+	if a := c1.Applied.Load() + c2.Applied.Load(); a != 1 {
+		t.Fatalf("applied %d times, want 1", a)
+	}
+	if c1.Superseded.Load() != 1 {
+		t.Fatalf("superseded %d, want 1", c1.Superseded.Load())
+	}
+}
+
+type ctxStore struct{}
+
+func (ctxStore) Begin(ctx context.Context, _ ...Key) (*Outcome, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+func (ctxStore) Close() error { return nil }
+
+// A request whose connection closed while the store was consulted is not
+// a store failure and gets no answer.
+func TestWrapCancelledIsNotAStoreError(t *testing.T) {
+	var c Counters
+	w := Wrap(ctxStore{}, func(context.Context, *peer.Peer, []byte) []byte { return nil }, &c)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if ans := w(ctx, nil, acrFor(1, 1)); ans != nil {
+		t.Fatal("answered on a closed connection")
+	}
+	if c.StoreErrs.Load() != 0 || c.Cancelled.Load() != 1 {
+		t.Fatalf("store errors %d cancelled %d", c.StoreErrs.Load(), c.Cancelled.Load())
 	}
 }

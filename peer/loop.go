@@ -214,8 +214,6 @@ func (p *Peer) handle(e loopEvent) {
 		if e.c != cur {
 			return // an older connection, already dealt with
 		}
-		p.cur.Store(nil)
-		p.failPending(e.c, ErrConnectionLost)
 		note := e.note
 		select {
 		case <-e.c.dpa:
@@ -225,7 +223,13 @@ func (p *Peer) handle(e loopEvent) {
 		default:
 		}
 		p.publish(EventConnection, "", "", "connection down: "+note)
+		// Step while the connection is still current, so that OKAY's
+		// Failover() hands its pending requests over with the machine's
+		// reason; whatever it still owns afterwards fails or moves below.
 		p.apply(p.m.Step(watchdog.ConnectionDown), p.mono())
+		if p.cur.CompareAndSwap(e.c, nil) {
+			p.failPending(e.c, ErrConnectionLost)
+		}
 		if p.closing {
 			p.ended = true
 		}
@@ -318,12 +322,11 @@ func (p *Peer) handle(e loopEvent) {
 func (p *Peer) failover(reason string) {
 	p.stats.failovers.Add(1)
 	c := p.cur.Load()
-	if p.cfg.OnFailover == nil || c == nil {
-		n := 0
-		if c != nil {
-			n = c.pendingLen()
-		}
-		p.publish(EventFailover, "", "", fmt.Sprintf("%s: %d requests pending, no alternate configured", reason, n))
+	if c == nil {
+		return // its requests went with the connection (failPending)
+	}
+	if p.cfg.OnFailover == nil {
+		p.publish(EventFailover, "", "", fmt.Sprintf("%s: %d requests pending, no alternate configured", reason, c.pendingLen()))
 		return
 	}
 	calls := c.moveOut()
