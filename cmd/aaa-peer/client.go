@@ -118,7 +118,7 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level` on stderr: debug, info, warn or error")
 	fs.StringVar(&o.mode, "mode", "balance", "`MODE` choosing the peer of each new request: balance (spread with --algorithm) or failover (first peer in service, in --peer order)")
 	fs.StringVar(&o.algorithm, "algorithm", "pearson", "balance `ALG`: pearson (weighted RFC 3074 hash of the NAI), hash (unweighted), direct (first --peer in service) or round-robin")
-	fs.IntVar(&o.waitPeers, "wait-peers", 1, "before sending, wait until `N` peers are OKAY (0: all of them), at most --connect-timeout; past it, go on with those OKAY (exit 1 if none)")
+	fs.IntVar(&o.waitPeers, "wait-peers", 1, "before sending, wait until `N` peers are OKAY (0: all of them; the default with --mode failover, so the run starts on the primary), at most --connect-timeout; past it, go on with those OKAY (exit 1 if none)")
 	fs.IntVar(&o.maxRate, "max-rate", 0, "throttle: at most `N` requests per second to each server, spread evenly over --slot slots (0: no rate limit)")
 	fs.IntVar(&o.maxOutstanding, "max-outstanding", 0, "throttle: at most `N` requests outstanding per server; a place frees when the answer arrives or the request times out (0: 256 when throttling is on)")
 	fs.DurationVar(&o.slot, "slot", 50*time.Millisecond, "throttle: rate slot length `D` (at least 50ms)")
@@ -217,6 +217,13 @@ func (o *clientOptions) validate() error {
 	return nil
 }
 
+// flagSet reports whether the flag was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // throttled and policed say whether any throttle or policy flag was given.
 func (o *clientOptions) throttled() bool {
 	return o.maxRate > 0 || o.maxOutstanding > 0 || o.alarmHigh > 0
@@ -277,6 +284,10 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := o.validate(); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
+	}
+	if o.clientMode == client.PrimarySecondary && !flagSet(fs, "wait-peers") {
+		// Start on the primary, not on whichever peer answered first.
+		o.waitPeers = 0
 	}
 	log, err := newLogger(stderr, o.logLevel)
 	if err != nil {

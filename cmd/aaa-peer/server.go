@@ -141,10 +141,12 @@ type server struct {
 type serverReport struct {
 	Received      uint64       `json:"received"`      // application requests, duplicates included
 	Retransmitted uint64       `json:"retransmitted"` // of those, with the T flag (replays after a client's failover)
-	Applied       uint64       `json:"applied"`       // of those, applied: the handler ran and answered
-	Answered      uint64       `json:"answered"`      // answers sent: applied + duplicates + store_errors
+	Applied       uint64       `json:"applied"`       // of those, applied: answered and committed to the --dedup store (once per request)
+	Answered      uint64       `json:"answered"`      // answers sent: applied + duplicates + store_errors + superseded
 	Duplicates    uint64       `json:"duplicates"`    // answered from the --dedup store, not applied again
 	StoreErrors   uint64       `json:"store_errors"`  // refused DIAMETER_TOO_BUSY: the --dedup store failed
+	Cancelled     uint64       `json:"cancelled"`     // not answered: the connection closed before the store answered
+	Superseded    uint64       `json:"superseded"`    // handled here, but another server committed it first (we stalled): answered with its answer
 	Dedup         string       `json:"dedup"`         // the --dedup store (password elided)
 	EventsDropped uint64       `json:"events_dropped"`
 	Peers         []peer.Stats `json:"peers"`
@@ -406,9 +408,11 @@ func (s *server) report(dropped uint64) serverReport {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	applied, dups, serrs := s.dd.Applied.Load(), s.dd.Duplicates.Load(), s.dd.StoreErrs.Load()
+	sup := s.dd.Superseded.Load()
 	r := serverReport{
 		Received: s.dd.Received.Load(), Retransmitted: s.retransmitted.Load(),
-		Applied: applied, Answered: applied + dups + serrs, Duplicates: dups, StoreErrors: serrs,
+		Applied: applied, Answered: applied + dups + serrs + sup, Duplicates: dups, StoreErrors: serrs,
+		Cancelled: s.dd.Cancelled.Load(), Superseded: sup,
 		Dedup:         redactURL(s.o.dedup),
 		EventsDropped: dropped, Peers: append([]peer.Stats{}, s.ended...),
 	}
