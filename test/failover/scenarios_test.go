@@ -2,7 +2,6 @@ package failover
 
 import (
 	"fmt"
-	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -345,13 +344,10 @@ func TestFrozenThawedWhileSuspect(t *testing.T) {
 // 16 s, so the same happens whenever detection takes more than 10 s), by
 // then the marks have expired and the secondary applies the replays. Once
 // thawed with its connection still open (SUSPECT), the primary finishes
-// its handlers and applies them a second time: dedup.Wrap ignores
-// ErrMarkLost from Complete. Known bug: it runs only with
-// AAATP_KNOWN_BUGS=1.
+// its handlers: dedup.Wrap used to apply them a second time, ignoring
+// ErrMarkLost from Complete; now the stalled result is superseded by the
+// committed one and each request is applied once.
 func TestFrozenMidRequest(t *testing.T) {
-	if os.Getenv("AAATP_KNOWN_BUGS") == "" {
-		t.Skip("known bug (a frozen server's dedup mark expires before the client fails over: applied twice); AAATP_KNOWN_BUGS=1 runs it")
-	}
 	sc := newScenario(t, "5c-freeze-mid-request", "--answer-delay", "1s")
 	const n = 60
 	c := sc.startClient("--requests", fmt.Sprint(n), "--rate", "5", "--concurrency", "8", "--timeout", "60s", "--tw", "12s")
@@ -371,7 +367,7 @@ func TestFrozenMidRequest(t *testing.T) {
 	checkFailover(t, sc, r, reps, true)
 	twice := checkApplied(t, sc, r, reps, true)
 	addRow(row{scenario: sc.name, detection: fmtDur(suspect.Time.Sub(fault)), moved: r.moved(), lost: r.Failed, twice: twice,
-		note: "known bug: --answer-delay 1s, client Tw 12s, SIGSTOP, SIGCONT in SUSPECT"})
+		note: "--answer-delay 1s (marks expire while frozen), client Tw 12s, SIGSTOP, SIGCONT in SUSPECT"})
 }
 
 func thawWhileSuspect(t *testing.T, name string) {

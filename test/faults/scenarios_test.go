@@ -30,7 +30,6 @@ type scenario struct {
 	reopen      []int  // servers that must come back DOWN -> REOPEN -> OKAY
 	transitions int    // watchdog transitions on the client after the fault, all peers: at most this many
 	killed      bool   // an incarnation was SIGKILLed: its report is missing
-	staleReads  bool   // a server reads requests from a connection the client already closed
 }
 
 const warmup = 3 * time.Second // traffic before the fault
@@ -159,7 +158,7 @@ var scenarios = []*scenario{
 			h.signalServer(s, syscall.SIGCONT)
 			h.logf("SIGCONT s1")
 		},
-		detect: "SUSPECT", movedAny: true, alternate: true, reopen: []int{1}, transitions: 4, staleReads: true,
+		detect: "SUSPECT", movedAny: true, alternate: true, reopen: []int{1}, transitions: 4,
 	},
 	{
 		name: "sigkill-restart", tag: "kill", duration: 40 * time.Second,
