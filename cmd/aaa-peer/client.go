@@ -19,6 +19,7 @@ import (
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
+	"github.com/aaatp/aaatp/status"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
@@ -31,7 +32,8 @@ const clientSynopsis = `usage: aaa-peer client --peer URL [--peer URL...] --orig
        [--mode balance|failover] [--algorithm pearson|hash|direct|round-robin]
        [--max-rate N] [--slot D] [--max-outstanding N] [--queue-alarm HIGH,LOW]
        [--down-timeout D] [--hold-down D] [--test-user NAI] [--keepalive D]
-       [--weight URL=N...] [--events FILE] [--report FILE]
+       [--weight URL=N...] [--events FILE] [--report FILE] [--status ADDR]
+       [--log-level info] [--log-format text|json]
 
 Connects to every --peer, waits until one (--wait-peers) is OKAY, then sends Accounting-
 Requests (--app acct) or freeDiameter test_app Test-Requests (--app test)
@@ -48,6 +50,12 @@ sent counts requests issued (sent = answered + failed + pending); an answer
 with Result-Code 2001 is answered, anything else failed. At the end, or on
 SIGTERM or SIGINT, writes the report, disconnects (DPR) and exits 0; exit 1
 if no peer came up or no request reached a peer.
+
+With --status, an HTTP server shows the run live: a page with each peer's
+watchdog state and time in state, policy state, pending, sent and answered,
+Tw and last DWA, the failover table and the queues (/), the same as JSON
+(/status.json), and Prometheus metrics (/metrics). It stops when the run
+ends.
 `
 
 type clientOptions struct {
@@ -71,6 +79,8 @@ type clientOptions struct {
 	tlsCert        string
 	tlsKey         string
 	logLevel       string
+	logFormat      string
+	status         string
 	mode           string
 	algorithm      string
 	weights        stringList
@@ -115,7 +125,8 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "PEM CA `FILE` that tls:// servers' certificates must chain to (default: system roots)")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM client certificate `FILE` presented to tls:// servers (mutual TLS)")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `FILE` of --tls-cert")
-	fs.StringVar(&o.logLevel, "log-level", "info", "log `level` on stderr: debug, info, warn or error")
+	logFlags(fs, &o.logLevel, &o.logFormat, "info")
+	statusFlag(fs, &o.status)
 	fs.StringVar(&o.mode, "mode", "balance", "`MODE` choosing the peer of each new request: balance (spread with --algorithm) or failover (first peer in service, in --peer order)")
 	fs.StringVar(&o.algorithm, "algorithm", "pearson", "balance `ALG`: pearson (weighted RFC 3074 hash of the NAI), hash (unweighted), direct (first --peer in service) or round-robin")
 	fs.IntVar(&o.waitPeers, "wait-peers", 1, "before sending, wait until `N` peers are OKAY (0: all of them; the default with --mode failover, so the run starts on the primary), at most --connect-timeout; past it, go on with those OKAY (exit 1 if none)")
@@ -163,6 +174,9 @@ func (o *clientOptions) validate() error {
 		return usagef("--nai %q: want a format with at most one %%d", o.nai)
 	case (o.tlsCert == "") != (o.tlsKey == ""):
 		return usagef("--tls-cert and --tls-key go together")
+	}
+	if err := checkStatusAddr(o.status); err != nil {
+		return err
 	}
 	seen := make(map[string]bool, len(o.peers))
 	for _, u := range o.peers {
@@ -235,11 +249,12 @@ func (o *clientOptions) policed() bool {
 
 // loadgen is one run of "aaa-peer client".
 type loadgen struct {
-	o     clientOptions
-	log   *slog.Logger
-	cl    *client.Client
-	peers []*peer.Peer // cl's, in --peer order
-	start int64        // unix seconds, in Session-Ids
+	o       clientOptions
+	log     *slog.Logger
+	metrics *status.Metrics // nil without --status
+	cl      *client.Client
+	peers   []*peer.Peer // cl's, in --peer order
+	start   int64        // unix seconds, in Session-Ids
 
 	issued   atomic.Int64  // request numbers handed out
 	sent     atomic.Uint64 // requests issued
@@ -289,7 +304,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		// Start on the primary, not on whichever peer answered first.
 		o.waitPeers = 0
 	}
-	log, err := newLogger(stderr, o.logLevel)
+	log, err := newLogger(stderr, o.logLevel, o.logFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
@@ -340,7 +355,8 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 1
 		}
 	}
-	c := &loadgen{o: o, log: log, start: time.Now().Unix(), failedBy: make(map[string]uint64)}
+	metrics := newMetrics(o.status)
+	c := &loadgen{o: o, log: log, metrics: metrics, start: time.Now().Unix(), failedBy: make(map[string]uint64)}
 	if o.testUser != "" {
 		// Probes and keep-alives: one request of the test user (S4, S5).
 		ccfg.TestRequest = func(string) []byte { return c.buildFor(c.issued.Add(1), o.testUser) }
@@ -355,6 +371,9 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			}
 		}
 	})
+	cancelLog := logEvents(bus, log)
+	defer cancelLog()
+	defer metrics.Watch(bus)() // watchdog states, transitions, failovers
 	c.cl, err = client.New(ccfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
@@ -363,6 +382,14 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 2
 	}
 	c.peers = c.cl.Peers()
+	web, err := openStatus(o.status, status.SourceFunc(c.clientSnapshot), metrics, log)
+	if err != nil {
+		log.Error("status page", "err", err)
+		cancelUp()
+		c.closeClient()
+		ew.Close()
+		return 1
+	}
 
 	code := 0
 	began := time.Now()
@@ -384,6 +411,9 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			log.Error("writing report", "err", err)
 			code = 1
 		}
+	}
+	if err := web.Close(); err != nil {
+		log.Error("status page", "err", err)
 	}
 	c.closeClient()
 	if err := ew.Close(); err != nil {
@@ -536,6 +566,7 @@ func (c *loadgen) one(ctx context.Context, n int64) {
 	req := c.build(n)
 	rctx, cancel := context.WithTimeout(ctx, c.o.timeout)
 	defer cancel()
+	c.metrics.ObserveWire(req, status.DirOut)
 	t0 := time.Now()
 	ans, err := c.cl.Send(rctx, req)
 	if err != nil {
@@ -547,7 +578,10 @@ func (c *loadgen) one(ctx context.Context, n int64) {
 		c.log.Debug("request failed", "n", n, "kind", kind, "err", err)
 		return
 	}
-	c.lat.Record(time.Since(t0))
+	took := time.Since(t0)
+	c.lat.Record(took)
+	c.metrics.ObserveLatency(took)
+	c.metrics.ObserveWire(ans, status.DirIn)
 	rc, ok := message.ResultCodeOf(ans)
 	switch {
 	case !ok:

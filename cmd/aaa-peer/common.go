@@ -68,13 +68,27 @@ func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
 	return 0, true
 }
 
-// newLogger returns a text logger on stderr at the named level.
-func newLogger(stderr io.Writer, level string) (*slog.Logger, error) {
+// logFlags adds --log-level (default level) and --log-format to fs.
+func logFlags(fs *flag.FlagSet, level, format *string, def string) {
+	fs.StringVar(level, "log-level", def, "log `level` on stderr: debug, info, warn or error")
+	fs.StringVar(format, "log-format", "text", "log `format` on stderr: text (key=value) or json (one object a line)")
+}
+
+// newLogger returns a logger on stderr at the named level, in the named
+// format (text or json).
+func newLogger(stderr io.Writer, level, format string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
 	}
-	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: l})), nil
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text", "":
+		return slog.New(slog.NewTextHandler(stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(stderr, opts)), nil
+	}
+	return nil, usagef("--log-format %q: want text or json", format)
 }
 
 // eventWriter writes the events of a Bus as JSON lines from its own

@@ -20,13 +20,15 @@ import (
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/status"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 	"github.com/aaatp/aaatp/wire"
 )
 
 const demoSynopsis = `usage: aaa-peer demo [--duration 55s] [--tw 6s] [--rate 200] [--concurrency 2000]
-       [--freeze-at 4s] [--quiet]
+       [--freeze-at 4s] [--quiet] [--status ADDR] [--log-level error]
+       [--log-format text|json]
 
 A live RFC 3539 failover demo, in this process, on 127.0.0.1: three
 Diameter servers (server1..3.example.net, free ports) that share one
@@ -51,6 +53,13 @@ The script:
 It prints a timeline as things happen, then the summary. Exit code 0 when
 every request was answered and applied exactly once, 1 if any was lost or
 applied twice (or the run was interrupted), 2 on a usage error.
+
+With --status, an HTTP server shows the run live, as the client sees it:
+a page with each server's watchdog state and time in state, balancer
+state, pending, sent and answered, Tw and last DWA, the failover table,
+and the duplicates the servers caught (/); the same as JSON
+(/status.json); Prometheus metrics (/metrics). Its URL is printed with the
+servers'; it stops when the demo ends.
 `
 
 const (
@@ -76,6 +85,8 @@ type demoOptions struct {
 	concurrency int
 	quiet       bool
 	logLevel    string
+	logFormat   string
+	status      string
 }
 
 func demoFlags(o *demoOptions, stderr io.Writer) *flag.FlagSet {
@@ -86,7 +97,8 @@ func demoFlags(o *demoOptions, stderr io.Writer) *flag.FlagSet {
 	fs.Float64Var(&o.rate, "rate", 200, "`N` requests per second, issued at that pace whatever the answers do (as many independent users would)")
 	fs.IntVar(&o.concurrency, "concurrency", 2000, "at most `N` requests in flight; past it, new requests wait (a frozen server holds its share until the failover)")
 	fs.BoolVar(&o.quiet, "quiet", false, "print only the summary, not the timeline")
-	fs.StringVar(&o.logLevel, "log-level", "error", "log `level` on stderr: debug, info, warn or error")
+	logFlags(fs, &o.logLevel, &o.logFormat, "error")
+	statusFlag(fs, &o.status)
 	return fs
 }
 
@@ -103,7 +115,7 @@ func (o *demoOptions) validate() error {
 	case o.concurrency < 1:
 		return usagef("--concurrency must be at least 1")
 	}
-	return nil
+	return checkStatusAddr(o.status)
 }
 
 // demo is one run of "aaa-peer demo".
@@ -133,7 +145,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "aaa-peer demo: %v\n", err)
 		return 2
 	}
-	log, err := newLogger(stderr, o.logLevel)
+	log, err := newLogger(stderr, o.logLevel, o.logFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer demo: %v\n", err)
 		return 2
@@ -187,7 +199,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		// server names: ours are the names.
 		co.peers = append(co.peers, ds.name)
 	}
-	g := &loadgen{o: co, log: log, start: time.Now().Unix(), failedBy: make(map[string]uint64)}
+	metrics := newMetrics(o.status)
+	metrics.CountDedupHitsFrom(d.duplicates)
+	defer metrics.Watch(bus)() // the client's peers: states, transitions, failovers
+	defer logEvents(bus, log)()
+	g := &loadgen{o: co, log: log, metrics: metrics, start: time.Now().Unix(), failedBy: make(map[string]uint64)}
 	up := make(chan struct{}, 1)
 	cancelUp := bus.Subscribe(func(e peer.Event) {
 		if e.Type == peer.EventWatchdog && e.To == watchdog.Okay.String() {
@@ -210,13 +226,24 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var closeOnce sync.Once
 	closeClient := func() { closeOnce.Do(g.closeClient) }
 	defer closeClient()
+	web, err := openStatus(o.status, status.SourceFunc(d.snapshot), metrics, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer demo: %v\n", err)
+		return 1
+	}
+	defer web.Close() // early returns; idempotent
 
 	if !o.quiet {
 		fmt.Fprintf(stdout, "aaatp demo: 3 servers and 1 client on 127.0.0.1, Tw %v, %g requests/s, balanced by the RFC 3074 Pearson hash of the User-Name\n", o.tw, o.rate)
 		for _, ds := range d.servers {
 			fmt.Fprintf(stdout, "  %-20s %s\n", ds.name, ds.url)
 		}
+		if web != nil {
+			fmt.Fprintf(stdout, "  %-20s %s\n", "status page", web.URL())
+		}
 		fmt.Fprintln(stdout)
+	} else if web != nil {
+		fmt.Fprintf(stderr, "aaa-peer demo: status page %s\n", web.URL())
 	}
 	if err := g.waitUp(ctx, up); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer demo: %v\n", err)
@@ -241,13 +268,44 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	d.tl.Close() // the timeline ends here; disconnecting is not part of it
 	r := g.report(0, elapsed)
 
-	// Thaw whatever is frozen, disconnect (DPR), then count.
+	// Stop the page, thaw whatever is frozen, disconnect (DPR), then count.
+	if err := web.Close(); err != nil {
+		log.Error("status page", "err", err)
+	}
 	for _, ds := range d.servers {
 		ds.thaw()
 	}
 	closeClient()
 	d.stopServers()
 	return d.summary(stdout, r, elapsed, interrupted)
+}
+
+// duplicates is how many duplicates the servers caught.
+func (d *demo) duplicates() uint64 {
+	var n uint64
+	for _, ds := range d.servers {
+		n += ds.s.dd.Duplicates.Load()
+	}
+	return n
+}
+
+// snapshot is the demo's status: the client's view, with the duplicates
+// the servers caught.
+func (d *demo) snapshot() status.Snapshot {
+	s := d.gen.clientSnapshot()
+	s.Role = status.RoleDemo
+	s.Totals.Duplicates = d.duplicates()
+	s.Totals.Received = 0
+	for _, ds := range d.servers {
+		s.Totals.Received += ds.s.dd.Received.Load()
+	}
+	s.Identity.Started = d.start
+	s.Identity.Info = map[string]string{
+		"servers": fmt.Sprintf("%d on 127.0.0.1, one shared dedup store", len(d.servers)),
+		"tw":      d.o.tw.String(), "rate": fmt.Sprintf("%g/s", d.o.rate),
+		"balance": "RFC 3074 Pearson hash of the User-Name",
+	}
+	return s
 }
 
 // traffic issues requests at --rate until runCtx ends, at most

@@ -1,9 +1,11 @@
 // Command aaa-peer is aaatp's test node: a Diameter server that answers
 // accounting and test-application requests (with fault knobs to make it
-// misbehave), and a load-generating client, both reporting what the RFC
-// 3539 watchdog saw as JSON.
+// misbehave), a load-generating client, both reporting what the RFC 3539
+// watchdog saw as JSON and, with --status, on a live status page with
+// Prometheus metrics, and a failover demo that runs both in one process.
 //
-//	aaa-peer server --listen tcp://127.0.0.1:3868 --origin-host s1.example.net --origin-realm example.net
+//	aaa-peer demo
+//	aaa-peer server --listen tcp://127.0.0.1:3868 --origin-host s1.example.net --origin-realm example.net --status 127.0.0.1:8080
 //	aaa-peer client --peer tcp://127.0.0.1:3868 --origin-host c1.example.net --origin-realm example.net --destination-realm example.net
 //	aaa-peer route --nai user@example.net --server a --server b
 //
@@ -23,17 +25,15 @@ import (
 const usageText = `usage: aaa-peer <command> [flags]
 
 commands:
-  server   answer Diameter accounting (ACR) and test-application requests,
-           each applied once (--dedup memory|redis://), with fault knobs
-           (--answer-delay, --drop-dwa, --stall-after)
-  client   send ACRs or Test-Requests to one or more peers, balanced or
-           primary/secondary with RFC 3539 failover, and report
-           throughput, latency, failovers and what the watchdog saw
-  route    print the RFC 3074 hash of a NAI and the server the balancer
-           picks for it (--server, --down, --algorithm)
-  demo     a live failover demo on loopback (not built yet)
+  server   Diameter server: answers ACRs and test requests, each applied once
+  client   load generator: balanced or primary/secondary, with RFC 3539 failover
+  route    prints the RFC 3074 hash of a NAI and the server it goes to
+  demo     live failover demo: 3 servers and a client on loopback, under a minute
 
-Run 'aaa-peer <command> -h' for the flags of a command.
+server, client and demo take --status ADDR (a live status page, /status.json
+and Prometheus /metrics), --log-level and --log-format text|json.
+Run 'aaa-peer <command> -h' for the flags of a command. Exit codes: 0
+success, 1 runtime failure, 2 usage error.
 `
 
 func main() {

@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/url"
 	"path"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,6 +22,7 @@ import (
 	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/status"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 	"github.com/aaatp/aaatp/wire"
@@ -28,7 +31,8 @@ import (
 const serverSynopsis = `usage: aaa-peer server --listen URL [--listen URL...] --origin-host H --origin-realm R
        [--tw 30s] [--allow GLOB...] [--events FILE] [--report FILE]
        [--answer-delay D] [--drop-dwa] [--stall-after N]
-       [--dedup memory|redis://host:port/db]
+       [--dedup memory|redis://host:port/db] [--status ADDR]
+       [--log-level info] [--log-format text|json]
 
 Accepts Diameter connections and answers Accounting-Requests (application 3)
 with DIAMETER_SUCCESS and freeDiameter test_app Test-Requests (application
@@ -41,6 +45,12 @@ first answer again without being applied twice (RFC 3539 2.5, 3.5): the
 servers share it and a request failed over to another server is not
 applied twice either. SIGTERM or SIGINT
 disconnects every peer (DPR, at most 5 s), writes the report and exits 0.
+
+With --status, an HTTP server shows the server live until it exits: a page
+with each connected peer (and the last ones that ended): watchdog state
+and time in state, pending, sent and answered, Tw and last DWA, and the
+totals received, answered, applied, duplicates and retransmitted (/); the
+same as JSON (/status.json); Prometheus metrics (/metrics).
 `
 
 // shutdownBudget bounds the DPR/DPA exchange with every peer on exit.
@@ -63,7 +73,9 @@ type serverOptions struct {
 	tlsKey      string
 	tlsClientCA string
 	logLevel    string
+	logFormat   string
 	dedup       string
+	status      string
 }
 
 func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
@@ -83,7 +95,8 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate `FILE` presented on tls:// listeners")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `FILE` of --tls-cert")
 	fs.StringVar(&o.tlsClientCA, "tls-client-ca", "", "PEM CA `FILE`: when set, tls:// clients must present a certificate it signed (mutual TLS)")
-	fs.StringVar(&o.logLevel, "log-level", "info", "log `level` on stderr: debug, info, warn or error")
+	logFlags(fs, &o.logLevel, &o.logFormat, "info")
+	statusFlag(fs, &o.status)
 	fs.StringVar(&o.dedup, "dedup", "memory", "duplicate-request `STORE`: memory (this process only) or redis://[user:password@]host:port/db (rediss:// for TLS), shared by every server using it")
 	return fs
 }
@@ -105,6 +118,9 @@ func (o *serverOptions) validate() error {
 	case o.dedup != "memory" && !strings.HasPrefix(o.dedup, "redis://") && !strings.HasPrefix(o.dedup, "rediss://"):
 		return usagef("--dedup %q: want memory or redis://host:port/db", o.dedup)
 	}
+	if err := checkStatusAddr(o.status); err != nil {
+		return err
+	}
 	needTLS := false
 	for _, u := range o.listen {
 		ep, err := transport.ParseURL(u)
@@ -121,11 +137,12 @@ func (o *serverOptions) validate() error {
 
 // server is one run of "aaa-peer server".
 type server struct {
-	o      serverOptions
-	cfg    peer.Config
-	log    *slog.Logger
-	stall  *stallGate
-	closed chan struct{} // closed when shutdown starts
+	o       serverOptions
+	cfg     peer.Config
+	log     *slog.Logger
+	stall   *stallGate
+	closed  chan struct{} // closed when shutdown starts
+	started time.Time
 
 	dd            dedup.Counters // received, applied, duplicates, store errors
 	retransmitted atomic.Uint64  // application requests received with the T flag
@@ -169,13 +186,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
 		return 2
 	}
-	log, err := newLogger(stderr, o.logLevel)
+	log, err := newLogger(stderr, o.logLevel, o.logFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
 		return 2
 	}
 	s := &server{
-		o: o, log: log, closed: make(chan struct{}),
+		o: o, log: log, closed: make(chan struct{}), started: time.Now(),
 		live: make(map[*peer.Peer]struct{}), conns: make(map[*faultConn]struct{}),
 	}
 	if o.stallAfter > 0 {
@@ -208,6 +225,10 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 		store = st
 	}
 	bus := peer.NewBus()
+	metrics := newMetrics(o.status)
+	metrics.CountDedupHitsFrom(s.dd.Duplicates.Load)
+	defer metrics.Watch(bus)() // watchdog states, transitions
+	defer logEvents(bus, log)()
 	s.cfg = peer.Config{
 		OriginHost: o.originHost, OriginRealm: o.originRealm,
 		AcctApps:   []uint32{message.AppAccounting},
@@ -215,7 +236,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 		Watchdog:   watchdog.Config{Twinit: o.tw},
 		Transport:  topts,
 		AllowHosts: o.allow,
-		Handler:    s.countT(dedup.Wrap(store, s.handle, &s.dd)),
+		Handler:    metrics.WrapHandler(s.countT(dedup.Wrap(store, s.handle, &s.dd))),
 		Events:     bus,
 		Logger:     log,
 		DPATimeout: shutdownBudget,
@@ -251,6 +272,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 		lns = append(lns, ln)
 		bound = append(bound, b)
 	}
+	web, err := openStatus(o.status, status.SourceFunc(func() status.Snapshot { return s.snapshot(bound) }), metrics, log)
+	if err != nil {
+		log.Error("status page", "err", err)
+		for _, l := range lns {
+			l.Close()
+		}
+		ew.Close()
+		return 1
+	}
 	for _, ln := range lns {
 		s.wg.Add(1)
 		go s.acceptLoop(ln)
@@ -269,6 +299,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 	}
 	s.closePeers()
 	s.wg.Wait()
+	if err := web.Close(); err != nil {
+		log.Error("status page", "err", err)
+	}
 
 	code := 0
 	if err := ew.Close(); err != nil {
@@ -420,6 +453,60 @@ func (s *server) report(dropped uint64) serverReport {
 		r.Peers = append(r.Peers, p.Stats())
 	}
 	return r
+}
+
+// statusEnded is how many of the peers that ended the status page lists.
+const statusEnded = 16
+
+// snapshot is the server's status: its live peers (by name), then the
+// last statusEnded peers that ended (latest first, one row per name not
+// live), and its totals.
+func (s *server) snapshot(bound []string) status.Snapshot {
+	s.mu.Lock()
+	live := make([]*peer.Peer, 0, len(s.live))
+	for p := range s.live {
+		live = append(live, p)
+	}
+	var ended []peer.Stats
+	for i := len(s.ended) - 1; i >= 0 && len(ended) < statusEnded; i-- {
+		ended = append(ended, s.ended[i])
+	}
+	s.mu.Unlock()
+	rows := status.PeerRows(live)
+	slices.SortFunc(rows, func(a, b status.PeerStatus) int { return strings.Compare(a.Peer, b.Peer) })
+	seen := make(map[string]bool, len(rows)+len(ended))
+	for _, r := range rows {
+		seen[r.Peer] = true
+	}
+	for _, st := range ended {
+		if !seen[st.Peer] {
+			seen[st.Peer] = true
+			rows = append(rows, status.PeerRow(st))
+		}
+	}
+	applied, dups, serrs, sup := s.dd.Applied.Load(), s.dd.Duplicates.Load(), s.dd.StoreErrs.Load(), s.dd.Superseded.Load()
+	info := map[string]string{"dedup": redactURL(s.o.dedup), "tw": s.o.tw.String(), "applied": strconv.FormatUint(applied, 10)}
+	var faults []string
+	if s.o.answerDelay > 0 {
+		faults = append(faults, "answer-delay "+s.o.answerDelay.String())
+	}
+	if s.o.dropDWA {
+		faults = append(faults, "drop-dwa")
+	}
+	if s.o.stallAfter > 0 {
+		faults = append(faults, fmt.Sprintf("stall-after %d", s.o.stallAfter))
+	}
+	if len(faults) > 0 {
+		info["faults"] = strings.Join(faults, ", ")
+	}
+	return status.Snapshot{
+		Role: status.RoleServer, Peers: rows,
+		Identity: status.Identity{OriginHost: s.o.originHost, OriginRealm: s.o.originRealm, Listen: bound, Started: s.started, Info: info},
+		Totals: status.Totals{
+			Received: s.dd.Received.Load(), Answered: applied + dups + serrs + sup,
+			Retransmitted: s.retransmitted.Load(), Duplicates: dups,
+		},
+	}
 }
 
 // countT counts the requests that carry the T flag, then calls h.

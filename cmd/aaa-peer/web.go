@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/policy"
+	"github.com/aaatp/aaatp/status"
+)
+
+// statusFlag adds --status to fs.
+func statusFlag(fs *flag.FlagSet, addr *string) {
+	fs.StringVar(addr, "status", "", "serve the live status page (/), the same data as JSON (/status.json) and Prometheus metrics (/metrics) over HTTP on `ADDR` (host:port, such as 127.0.0.1:8080; port 0 picks a free one; the URL is logged)")
+}
+
+// checkStatusAddr validates a --status value ("" is off).
+func checkStatusAddr(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return usagef("--status %q: want host:port, such as 127.0.0.1:8080", addr)
+	}
+	return nil
+}
+
+// statusWeb is a running --status HTTP server.
+type statusWeb struct {
+	srv    *status.Server
+	cancel context.CancelFunc
+}
+
+// openStatus serves src's page, /status.json and m at /metrics on addr
+// until Close; a nil *statusWeb when addr is "". It logs the URL at Info.
+func openStatus(addr string, src status.Source, m *status.Metrics, log *slog.Logger) (*statusWeb, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := status.ListenAndServe(ctx, addr, status.Handler(src, status.WithMetrics(m)))
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("--status %s: %w", addr, err)
+	}
+	log.Info("status page", "url", srv.URL(), "json", srv.URL()+"status.json", "metrics", srv.URL()+"metrics")
+	return &statusWeb{srv: srv, cancel: cancel}, nil
+}
+
+// URL returns the page's address ("" when off).
+func (w *statusWeb) URL() string {
+	if w == nil {
+		return ""
+	}
+	return w.srv.URL()
+}
+
+// Close stops the server (requests in progress get status.ShutdownTimeout)
+// and waits until it has.
+func (w *statusWeb) Close() error {
+	if w == nil {
+		return nil
+	}
+	w.cancel()
+	return w.srv.Wait()
+}
+
+// newMetrics returns the Metrics of a node with --status, nil without: a
+// nil *status.Metrics does nothing.
+func newMetrics(addr string) *status.Metrics {
+	if addr == "" {
+		return nil
+	}
+	return status.NewMetrics()
+}
+
+// logEvents logs the bus's events that the peers do not log themselves:
+// failover records, failback and balancer rebuilds, policy state changes
+// and queue alarms at Info; connection events and errors at Debug (the
+// peers log their watchdog transitions at Info, and those follow every
+// connection up and down). It returns the function that stops it.
+func logEvents(bus *peer.Bus, log *slog.Logger) (cancel func()) {
+	ctx := context.Background()
+	return bus.Subscribe(func(e peer.Event) {
+		switch e.Type {
+		case peer.EventWatchdog: // logged by the peer
+		case peer.EventFailover:
+			switch {
+			case e.FromPeer != "":
+				to := e.ToPeer
+				if to == "" {
+					to = "none"
+				}
+				log.Info("failover", "from", e.FromPeer, "to", to, "moved", e.Moved, "reason", e.Reason)
+			case strings.Contains(e.Reason, "no alternate configured"):
+				// Package peer's own view; a client takes the requests
+				// and records its own failover above.
+				log.Debug("failover", "peer", e.Peer, "reason", e.Reason)
+			case strings.HasPrefix(e.Reason, "balancer"):
+				log.Info("balancer", "server", e.Peer, "reason", e.Reason)
+			default: // failback
+				log.Info("failover", "peer", e.Peer, "reason", e.Reason)
+			}
+		case policy.EventType:
+			log.Info("policy", "server", e.Peer, "from", e.From, "to", e.To, "reason", e.Reason)
+		case "queue":
+			lvl := slog.LevelInfo
+			if strings.Contains(e.Reason, "raised") {
+				lvl = slog.LevelWarn
+			}
+			log.Log(ctx, lvl, "queue", "server", e.Peer, "reason", e.Reason)
+		case peer.EventConnection:
+			log.Debug("connection", "peer", e.Peer, "reason", e.Reason)
+		default:
+			log.Debug(e.Type, "peer", e.Peer, "reason", e.Reason)
+		}
+	})
+}
+
+// clientSnapshot is the status of a client: its peers (the balancer's and
+// the server policy's view in the policy column), failover table, queues
+// and totals.
+func (c *loadgen) clientSnapshot() status.Snapshot {
+	cl := c.cl
+	rows := status.ClientPeers(cl)
+	for i, ps := range cl.PolicyStates() {
+		if i < len(rows) && ps != "" {
+			if rows[i].Policy == "" {
+				rows[i].Policy = ps
+			} else {
+				rows[i].Policy += "; server " + ps
+			}
+		}
+	}
+	var queues []status.Queue
+	for _, q := range cl.QueueDepths() {
+		queues = append(queues, status.Queue{Server: q.Server, Depth: q.Depth, Alarm: q.Alarm})
+	}
+	fo, total := status.ClientFailovers(cl)
+	// Outcomes before sent: sent is counted first, so sent >= answered +
+	// failed holds.
+	answered, failed := c.answered.Load(), c.failed.Load()
+	sent := c.sent.Load()
+	t := status.Totals{Sent: sent, Answered: answered, Failed: failed, Pending: sent - answered - failed}
+	for _, s := range cl.ServerStats() {
+		t.Moved += s.FailedOver
+	}
+	for _, p := range c.peers {
+		t.Retransmitted += p.Stats().Retransmitted
+	}
+	return status.Snapshot{
+		Role: status.RoleClient, Peers: rows, Failovers: fo, FailoversTotal: total, Queues: queues, Totals: t,
+		Identity: status.Identity{OriginHost: c.o.originHost, OriginRealm: c.o.originRealm, Started: time.Unix(c.start, 0), Info: c.statusInfo()},
+	}
+}
+
+// statusInfo is the detail shown under the page's title.
+func (c *loadgen) statusInfo() map[string]string {
+	o := &c.o
+	info := map[string]string{"mode": o.clientMode.String(), "tw": o.tw.String(), "app": o.app}
+	if o.clientMode == client.Balance {
+		info["algorithm"] = o.alg.String()
+	}
+	if o.rate > 0 {
+		info["rate"] = fmt.Sprintf("%g/s", o.rate)
+	}
+	if o.throttled() {
+		info["throttle"] = fmt.Sprintf("max-rate %d, max-outstanding %d", o.maxRate, o.maxOutstanding)
+	}
+	if o.policed() {
+		info["policy"] = "on"
+	}
+	return info
+}
