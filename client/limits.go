@@ -2,6 +2,7 @@ package client
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/aaatp/aaatp/peer"
@@ -183,7 +184,7 @@ func (c *Client) sendThrottled(cl *peer.Call, dl time.Time) *item {
 	it := &item{cl: cl, dl: dl, class: throttle.ClassOf(wire.AppID(req), wire.CommandCode(req)), server: -1}
 	c.tmu.Lock()
 	c.sched.Enqueue(it, it.class)
-	ds := c.sched.Poll(time.Now(), nil)
+	ds := c.poll(time.Now())
 	c.tmu.Unlock()
 	c.execute(ds)
 	c.poke() // anything left waits for a slot: the dispatcher's timer
@@ -196,18 +197,38 @@ func (c *Client) release(it *item) {
 		return
 	}
 	c.tmu.Lock()
-	waiting := c.sched.Done(it.server, it.class)
-	var ds []throttle.Dispatch[*item]
-	if waiting {
-		ds = c.sched.Poll(time.Now(), nil)
+	if !c.sched.Done(it.server, it.class) {
+		c.tmu.Unlock()
+		return
 	}
+	ds := c.poll(time.Now())
 	c.tmu.Unlock()
 	c.execute(ds)
 }
 
-// execute sends what the scheduler released.
-func (c *Client) execute(ds []throttle.Dispatch[*item]) {
-	for _, d := range ds {
+// dispatchBufs recycles Poll's result slices: the throttle's per-request
+// cost stays allocation-free on the unthrottled fast path.
+var dispatchBufs = sync.Pool{New: func() any {
+	s := make([]throttle.Dispatch[*item], 0, 8)
+	return &s
+}}
+
+// poll runs the scheduler; c.tmu is held. Hand the result to execute,
+// which recycles it.
+func (c *Client) poll(now time.Time) *[]throttle.Dispatch[*item] {
+	buf := dispatchBufs.Get().(*[]throttle.Dispatch[*item])
+	*buf = c.sched.Poll(now, (*buf)[:0])
+	return buf
+}
+
+// execute sends what the scheduler released and recycles buf.
+func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
+	defer func() {
+		clear(*buf)
+		*buf = (*buf)[:0]
+		dispatchBufs.Put(buf)
+	}()
+	for _, d := range *buf {
 		it := d.Item
 		if d.Err != nil {
 			it.cl.Fail(fmt.Errorf("client: %w", d.Err))
@@ -254,7 +275,7 @@ func (c *Client) dispatcher() {
 		next := now.Add(time.Hour)
 		if c.sched != nil {
 			c.tmu.Lock()
-			ds := c.sched.Poll(now, nil)
+			ds := c.poll(now)
 			if at, ok := c.sched.NextWakeup(now); ok && at.Before(next) {
 				next = at
 			}
