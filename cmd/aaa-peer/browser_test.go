@@ -1,0 +1,419 @@
+//go:build unix
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aaatp/aaatp/status"
+)
+
+// browserBudget bounds one Chromium run (wall clock).
+const browserBudget = 25 * time.Second
+
+// findChromium returns the path of a Chromium binary, or "".
+func findChromium() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// httpc is the tests' HTTP client: no keep-alive, so that no idle
+// connection goroutine outlives a test (goleak).
+var httpc = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+func httpGet(t *testing.T, u string) string {
+	t.Helper()
+	resp, err := httpc.Get(u)
+	if err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %v\n%s", u, resp.Status, err, b)
+	}
+	return string(b)
+}
+
+func getSnapshot(u string) (status.Snapshot, error) {
+	var s status.Snapshot
+	resp, err := httpc.Get(u + "status.json")
+	if err != nil {
+		return s, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return s, fmt.Errorf("status.json: %s", resp.Status)
+	}
+	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// peerState returns the state of the peer named name in the node's
+// /status.json, "" if absent.
+func peerState(u, name string) string {
+	s, err := getSnapshot(u)
+	if err != nil {
+		return ""
+	}
+	for _, p := range s.Peers {
+		if p.Peer == name {
+			return p.State
+		}
+	}
+	return ""
+}
+
+// waitState waits until peerState(u, name) is want.
+func waitState(t *testing.T, u, name, want string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got := peerState(u, name)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: peer %s is %q after %v, want %s", u, name, got, within, want)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// waitURL waits until a log line in buf gives the status page's URL.
+func waitURL(t *testing.T, buf *syncBuffer, re *regexp.Regexp) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if m := re.FindStringSubmatch(buf.String()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no status page URL logged after 10s:\n%s", buf)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// metricValue returns the value of the sample of name with exactly these
+// labels in a Prometheus text exposition, and whether it is there.
+func metricValue(text, name string, labels map[string]string) (float64, bool) {
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(line, name+"{")
+		if !ok {
+			continue
+		}
+		ls, val, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		got := map[string]string{}
+		for _, kv := range regexp.MustCompile(`(\w+)="([^"]*)"`).FindAllStringSubmatch(ls, -1) {
+			got[kv[1]] = kv[2]
+		}
+		match := len(got) == len(labels)
+		for k, v := range labels {
+			match = match && got[k] == v
+		}
+		if match {
+			f, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
+}
+
+func checkStateMetric(t *testing.T, u, peerName, state string) {
+	t.Helper()
+	text := httpGet(t, u+"metrics")
+	if v, ok := metricValue(text, status.MetricState, map[string]string{"peer": peerName, "state": state}); !ok || v != 1 {
+		t.Errorf("%smetrics: %s{peer=%q,state=%q} = %v (present %v), want 1\n%s", u, status.MetricState, peerName, state, v, ok, grepLines(text, "aaatp_"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// TestStatusPageInChromium runs "aaa-peer server" and "aaa-peer client"
+// in-process, both with --status on 127.0.0.1:0, and loads the client's
+// page in headless Chromium during the run. The page is served while the
+// client's peer is OKAY; the test then stops the server (as SIGTERM does:
+// DPR, and the client's peer goes DOWN) and the page's polling script must
+// show DOWN in the peer's row without a reload. The page goes through a
+// small proxy that tells when the page is out and holds the script's first
+// fetch of status.json until the client sees the server DOWN: Chromium's
+// virtual time stands still while a fetch is in flight, so the test needs
+// no wall-clock wait and no DevTools client. /status.json and /metrics of
+// both nodes are checked over plain HTTP before and after.
+func TestStatusPageInChromium(t *testing.T) {
+	bin := findChromium()
+	if bin == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("chromium is not installed; CI must install Debian's chromium package")
+		}
+		t.Skip("chromium is not installed (Debian: apt-get install chromium); this test fails instead when CI=true")
+	}
+	began := time.Now()
+	defer func() { t.Logf("took %v", time.Since(began).Round(10*time.Millisecond)) }()
+
+	srv := startServer(t, "--status", "127.0.0.1:0", "--tw", "6s")
+	srvWeb := waitURL(t, srv.stderr, regexp.MustCompile(`msg="status page" url=(http://\S+/)`))
+
+	var cout, cerr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"client", "--peer", srv.url,
+			"--origin-host", "client1.example.net", "--origin-realm", "example.net", "--destination-realm", "example.net",
+			"--tw", "6s", "--rate", "50", "--concurrency", "4", "--duration", "60s", "--timeout", "2s",
+			"--status", "127.0.0.1:0", "--log-format", "json"}, &cout, &cerr)
+	}()
+	stopClient := func() int {
+		cancel()
+		select {
+		case code := <-done:
+			return code
+		case <-time.After(15 * time.Second):
+			t.Fatalf("client did not stop within 15s:\n%s", cerr.String())
+			return -1
+		}
+	}
+	clientStopped := false
+	defer func() {
+		if !clientStopped {
+			stopClient()
+		}
+	}()
+	cliWeb := waitURL(t, &cerr, regexp.MustCompile(`"msg":"status page","url":"(http://[^"]+/)"`))
+
+	// Both sides OKAY, in /status.json and /metrics.
+	waitState(t, cliWeb, "server1.example.net", "OKAY", 10*time.Second)
+	waitState(t, srvWeb, "client1.example.net", "OKAY", 10*time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s, err := getSnapshot(srvWeb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Role != status.RoleServer || s.Identity.OriginHost != "server1.example.net" || len(s.Identity.Listen) != 1 {
+			t.Fatalf("server's status.json: role %q, identity %+v", s.Role, s.Identity)
+		}
+		if s.Totals.Received > 0 && s.Totals.Answered > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server's status.json counts no request after 5s: %+v", s.Totals)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	cs, err := getSnapshot(cliWeb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs.Role != status.RoleClient || len(cs.Peers) != 1 || cs.Peers[0].Server != srv.url ||
+		!strings.HasPrefix(cs.Peers[0].Policy, "in-service") || cs.Peers[0].Tw == 0 {
+		t.Errorf("client's status.json: role %q, peers %+v", cs.Role, cs.Peers)
+	}
+	checkStateMetric(t, srvWeb, "client1.example.net", "OKAY")
+	checkStateMetric(t, cliWeb, "server1.example.net", "OKAY")
+	cm := httpGet(t, cliWeb+"metrics")
+	if v, _ := metricValue(cm, status.MetricMessages, map[string]string{"command": "ACR", "direction": "out"}); v == 0 {
+		t.Errorf("client's metrics count no ACR sent:\n%s", grepLines(cm, "aaatp_messages"))
+	}
+
+	// The page, through a proxy to the client's status server.
+	target, _ := url.Parse(cliWeb)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rpTransport := &http.Transport{DisableKeepAlives: true}
+	rp.Transport = rpTransport
+	var (
+		mu       sync.Mutex
+		pages    []string
+		jsonHits int
+	)
+	pageOut := make(chan struct{})
+	down := make(chan struct{}) // closed once the client sees server1 DOWN
+	proxy := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/":
+			rec := &recorder{ResponseWriter: w}
+			rp.ServeHTTP(rec, r)
+			mu.Lock()
+			pages = append(pages, rec.body.String())
+			first := len(pages) == 1
+			mu.Unlock()
+			if first {
+				close(pageOut)
+			}
+			return
+		case "/status.json":
+			select { // hold the script's fetch until the change is made
+			case <-down:
+			case <-r.Context().Done():
+				return
+			case <-time.After(15 * time.Second):
+			}
+			mu.Lock()
+			jsonHits++
+			mu.Unlock()
+		}
+		rp.ServeHTTP(w, r)
+	})
+	pctx, pcancel := context.WithCancel(context.Background())
+	pweb, err := status.ListenAndServe(pctx, "127.0.0.1:0", proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		pcancel()
+		pweb.Wait()
+		rpTransport.CloseIdleConnections()
+	}()
+
+	type result struct {
+		dom, stderr string
+		err         error
+		took        time.Duration
+	}
+	res := make(chan result, 1)
+	dir := t.TempDir()
+	go func() {
+		t0 := time.Now()
+		dom, stderr, err := dumpDOM(bin, dir, pweb.URL(), 3*time.Second)
+		res <- result{dom, stderr, err, time.Since(t0)}
+	}()
+
+	// The state change, once the page is out: stop the server.
+	select {
+	case <-pageOut:
+	case r := <-res:
+		t.Fatalf("chromium ended before the page was served: %v\n%s", r.err, tail(r.stderr, 3000))
+	}
+	changeAt := time.Now()
+	if code := srv.stop(t); code != 0 {
+		t.Errorf("server exit code %d:\n%s", code, srv.stderr)
+	}
+	waitState(t, cliWeb, "server1.example.net", "DOWN", 10*time.Second)
+	t.Logf("client saw server1 DOWN %v after the server was told to stop", time.Since(changeAt).Round(time.Millisecond))
+	close(down)
+
+	r := <-res
+	t.Logf("chromium run took %v", r.took.Round(10*time.Millisecond))
+	if r.err != nil {
+		t.Fatalf("chromium: %v\nstderr:\n%s", r.err, tail(r.stderr, 3000))
+	}
+	mu.Lock()
+	served, hits := pages, jsonHits
+	mu.Unlock()
+	if len(served) != 1 {
+		t.Fatalf("page served %d times, want 1 (no reload)", len(served))
+	}
+	if !regexp.MustCompile(`data-peer="server1\.example\.net"[^>]*>.*?s-OKAY">OKAY<`).MatchString(served[0]) {
+		t.Fatalf("the page as served has no OKAY row for server1.example.net:\n%s", served[0])
+	}
+	if hits == 0 {
+		t.Fatalf("the page's script never fetched status.json\nDOM:\n%s\nstderr:\n%s", r.dom, tail(r.stderr, 3000))
+	}
+	rows := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?s)<tr[^>]*data-peer="([^"]+)"[^>]*>(.*?)</tr>`).FindAllStringSubmatch(r.dom, -1) {
+		rows[m[1]] = m[2]
+	}
+	row, ok := rows["server1.example.net"]
+	if len(rows) != 1 || !ok {
+		t.Fatalf("want one peer row, server1.example.net, in the DOM; got %d\nDOM:\n%s", len(rows), r.dom)
+	}
+	if !strings.Contains(row, `s-DOWN">DOWN<`) {
+		t.Errorf("the row does not show the new state DOWN: %s", row)
+	}
+	if !strings.Contains(row, srv.url) {
+		t.Errorf("the row does not name the server %s: %s", srv.url, row)
+	}
+	if !strings.Contains(r.dom, "live, as of ") {
+		t.Errorf("the script did not mark the page live\nDOM:\n%s", r.dom)
+	}
+	checkStateMetric(t, cliWeb, "server1.example.net", "DOWN")
+
+	clientStopped = true
+	if code := stopClient(); code != 0 {
+		t.Errorf("client exit code %d:\n%s", code, cerr.String())
+	}
+}
+
+// recorder copies what it writes.
+type recorder struct {
+	http.ResponseWriter
+	body bytes.Buffer
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.body.Write(b)
+	return r.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController (the proxy's flushes) reach the
+// connection.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// dumpDOM runs headless Chromium on url with its profile in dir, lets the
+// page run for budget of virtual time, and returns the serialized DOM.
+// The run is bounded by browserBudget; Chromium and its children are
+// killed as a process group.
+func dumpDOM(bin, dir, url string, budget time.Duration) (dom, stderr string, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), browserBudget)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin,
+		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--disable-dev-shm-usage", "--disable-extensions", "--disable-default-apps",
+		"--disable-breakpad", "--disable-crash-reporter",
+		"--user-data-dir="+dir,
+		"--virtual-time-budget="+strconv.FormatInt(budget.Milliseconds(), 10),
+		"--dump-dom", url)
+	cmd.Env = append(os.Environ(), "HOME="+dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 2 * time.Second
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err = cmd.Run()
+	if cmd.Process != nil {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // leftovers (zygote, utility processes)
+	}
+	if ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	return out.String(), errb.String(), err
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
