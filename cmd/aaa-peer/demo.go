@@ -98,7 +98,7 @@ func demoFlags(o *demoOptions, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.concurrency, "concurrency", 2000, "at most `N` requests in flight; past it, new requests wait (a frozen server holds its share until the failover)")
 	fs.BoolVar(&o.quiet, "quiet", false, "print only the summary, not the timeline")
 	logFlags(fs, &o.logLevel, &o.logFormat, "error")
-	statusFlag(fs, &o.status)
+	statusFlag(fs, &o.status, "printed after the servers', on stderr with --quiet")
 	return fs
 }
 

@@ -96,7 +96,7 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `FILE` of --tls-cert")
 	fs.StringVar(&o.tlsClientCA, "tls-client-ca", "", "PEM CA `FILE`: when set, tls:// clients must present a certificate it signed (mutual TLS)")
 	logFlags(fs, &o.logLevel, &o.logFormat, "info")
-	statusFlag(fs, &o.status)
+	statusFlag(fs, &o.status, "logged at info")
 	fs.StringVar(&o.dedup, "dedup", "memory", "duplicate-request `STORE`: memory (this process only) or redis://[user:password@]host:port/db (rediss:// for TLS), shared by every server using it")
 	return fs
 }

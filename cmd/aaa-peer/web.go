@@ -15,9 +15,9 @@ import (
 	"github.com/aaatp/aaatp/status"
 )
 
-// statusFlag adds --status to fs.
-func statusFlag(fs *flag.FlagSet, addr *string) {
-	fs.StringVar(addr, "status", "", "serve the live status page (/), the same data as JSON (/status.json) and Prometheus metrics (/metrics) over HTTP on `ADDR` (host:port, such as 127.0.0.1:8080; port 0 picks a free one; the URL is logged)")
+// statusFlag adds --status to fs; where says where the URL goes.
+func statusFlag(fs *flag.FlagSet, addr *string, where string) {
+	fs.StringVar(addr, "status", "", "serve the live status page (/), the same data as JSON (/status.json) and Prometheus metrics (/metrics) over HTTP on `ADDR` (host:port, such as 127.0.0.1:8080; port 0 picks a free one; the URL is "+where+")")
 }
 
 // checkStatusAddr validates a --status value ("" is off).
