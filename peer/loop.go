@@ -12,30 +12,8 @@ import (
 	"github.com/aaatp/aaatp/wire"
 )
 
-// loop owns the watchdog machine: every state decision is made here.
-func (p *Peer) loop(_ *conn) {
-	defer p.finish()
-	if p.role == RoleClient {
-		p.apply(p.m.Start(), p.mono())
-	}
-	// A server's first step is ConnectionUp once the CER is answered; the
-	// exchange goroutine bounds the wait for the CER (CEATimeout).
-	for !p.ended {
-		select {
-		case <-p.timer.C:
-			p.onTimer()
-		case e := <-p.evc:
-			p.handle(e)
-		case <-p.ctx.Done():
-			p.ended = true
-			if p.closeErr == nil {
-				p.closeErr = ErrClosed
-			}
-		}
-	}
-}
-
-// finish runs when the loop ends: the connection closes, pending calls fail.
+// finish runs once when the Peer ends (p.mu held): the connection closes,
+// pending calls fail over or fail.
 func (p *Peer) finish() {
 	p.closing = true // no redial from here on
 	if c := p.cur.Load(); c != nil {
@@ -59,8 +37,9 @@ func (p *Peer) finish() {
 // arm (re)arms the one timer to fire d after base (ns since epoch).
 func (p *Peer) arm(base int64, d time.Duration) {
 	p.armedAt = base
+	p.deadline = base + int64(d)
 	p.tw.Store(int64(d))
-	p.timer.Reset(time.Duration(base + int64(d) - p.mono()))
+	p.timer.Reset(time.Duration(p.deadline - p.mono()))
 }
 
 // onTimer handles an expiry of Tw. In OKAY the reader does not report each

@@ -52,14 +52,18 @@ type Peer struct {
 	since  atomic.Int64           // unix ns of the last state change
 	stats  counters
 
-	evc    chan loopEvent
-	done   chan struct{} // closed when the loop has ended
+	done   chan struct{} // closed when the Peer has ended
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine of this peer but the loop
 	closeO sync.Once
 
-	// Owned by the loop goroutine.
+	// mu serialises every state decision: the events of the readers, the
+	// dials and Close, and the timer's fires. It guards the fields below.
+	// Event subscribers run with it held: they must not call Close.
+	mu       sync.Mutex
+	finished bool  // finish has run
+	deadline int64 // ns since epoch the timer is armed for
 	m        *watchdog.Machine
 	timer    *time.Timer
 	armedAt  int64 // ns since epoch the timer was (lazily) armed from
@@ -142,11 +146,14 @@ func newPeer(cfg Config, role Role, url, label string) (*Peer, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Peer{
 		cfg: cfg, role: role, url: url, epoch: time.Now(), m: m,
-		evc: make(chan loopEvent, 64), done: make(chan struct{}),
-		ctx: ctx, cancel: cancel,
+		done: make(chan struct{}), ctx: ctx, cancel: cancel,
 	}
 	p.label.Store(&label)
 	p.since.Store(time.Now().UnixNano())
+	// The one Tw timer is a runtime timer, not a goroutine: an idle peer
+	// costs its reader and writer goroutines and nothing else.
+	p.timer = time.AfterFunc(time.Hour, p.fire)
+	p.timer.Stop()
 	return p, nil
 }
 
@@ -162,9 +169,9 @@ func Dial(url string, cfg Config) (*Peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.timer = time.NewTimer(time.Hour)
-	p.timer.Stop()
-	go p.loop(nil)
+	p.mu.Lock()
+	p.apply(p.m.Start(), p.mono()) // INITIAL: AttemptOpen(), SetWatchdog()
+	p.mu.Unlock()
 	return p, nil
 }
 
@@ -178,8 +185,8 @@ func Accept(tc transport.Conn, cfg Config) (*Peer, error) {
 		tc.Close()
 		return nil, err
 	}
-	p.timer = time.NewTimer(time.Hour)
-	p.timer.Stop()
+	// Its first step is ConnectionUp once the CER is answered; the
+	// exchange goroutine bounds the wait for the CER (CEATimeout).
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -194,7 +201,6 @@ func Accept(tc transport.Conn, cfg Config) (*Peer, error) {
 			tc.Close()
 		}
 	}()
-	go p.loop(nil)
 	return p, nil
 }
 
@@ -363,22 +369,58 @@ func (p *Peer) Close(ctx context.Context) error {
 	select {
 	case <-p.done:
 	case <-ctx.Done():
-		p.cancel() // the loop ends without waiting for the DPA
-		<-p.done
+		p.end(ErrClosed) // without waiting for the DPA
 	}
 	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	return p.closeErr
 }
 
 func (p *Peer) mono() int64 { return int64(time.Since(p.epoch)) }
 
-// post hands an event to the loop; false if the loop has ended.
+// post handles one event under p.mu, on the caller's goroutine (a
+// connection's reader, a dial, Close); false if the Peer has ended.
 func (p *Peer) post(e loopEvent) bool {
-	select {
-	case p.evc <- e:
-		return true
-	case <-p.done:
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.finished {
 		return false
+	}
+	p.handle(e)
+	p.settle()
+	return true
+}
+
+// fire is the Tw timer's function. A fire that lost the race with a
+// re-arm (Reset cannot stop a function already started) finds its deadline
+// moved and does nothing.
+func (p *Peer) fire() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.finished || p.mono() < p.deadline {
+		return
+	}
+	p.onTimer()
+	p.settle()
+}
+
+// end stops the Peer now with err (unless it has ended already).
+func (p *Peer) end(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.ended && p.closeErr == nil {
+		p.closeErr = err
+	}
+	p.ended = true
+	p.settle()
+}
+
+// settle runs finish once when a step has ended the Peer. p.mu is held.
+func (p *Peer) settle() {
+	if p.ended && !p.finished {
+		p.finished = true
+		p.finish()
 	}
 }
 
