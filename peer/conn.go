@@ -34,8 +34,10 @@ type conn struct {
 	wmu      sync.Mutex
 	wq       [][]byte
 	wclosed  bool
-	wsig     chan struct{} // cap 1: "the queue is not empty"
-	flushEnd bool          // after the queue drains, close (DPA sent)
+	spare    [][]byte       // the writer's other buffer, kept across writers
+	writing  bool           // a writer goroutine is running
+	wwg      sync.WaitGroup // writers; Add only under wmu while !wclosed
+	flushEnd bool           // after the queue drains, close (DPA sent)
 
 	dpa      chan struct{} // closed when a DPA arrives
 	dpaOnce  sync.Once
@@ -52,7 +54,6 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 		p: p, tc: tc, remoteHost: remoteHost,
 		hbh:     wire.NewHopByHopGenRandom(),
 		pending: make(map[uint32]*Call),
-		wsig:    make(chan struct{}, 1),
 		dpa:     make(chan struct{}),
 		closed:  make(chan struct{}),
 		ctx:     ctx, cancel: cancel,
@@ -60,9 +61,8 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 }
 
 func (c *conn) start() {
-	c.p.wg.Add(2)
+	c.p.wg.Add(1)
 	go c.reader()
-	go c.writer()
 }
 
 // close closes the transport once; the reader then reports the loss.
@@ -88,7 +88,7 @@ func (c *conn) note() string {
 	return c.downNote
 }
 
-// enqueue queues one message for the writer.
+// enqueue queues one message and makes sure a writer runs.
 func (c *conn) enqueue(msg []byte) error {
 	c.wmu.Lock()
 	if c.wclosed {
@@ -96,42 +96,51 @@ func (c *conn) enqueue(msg []byte) error {
 		return ErrConnectionLost
 	}
 	c.wq = append(c.wq, msg)
+	c.kickLocked()
 	c.wmu.Unlock()
-	select {
-	case c.wsig <- struct{}{}:
-	default:
-	}
 	return nil
+}
+
+// kickLocked starts a writer unless one runs. The writer exits when the
+// queue is empty, so an idle connection costs no writer goroutine; under
+// load it keeps running and batches. c.wmu is held, and the connection is
+// not closed, so the Add cannot race with the reader's Wait.
+func (c *conn) kickLocked() {
+	if !c.writing {
+		c.writing = true
+		c.wwg.Add(1)
+		go c.writer()
+	}
 }
 
 // writer flushes the queue in batches: one writev for whatever callers
 // queued meanwhile. Yielding once before taking the batch lets callers that
 // are runnable right now add their message to it.
 func (c *conn) writer() {
-	defer c.p.wg.Done()
-	var spare [][]byte
+	defer c.wwg.Done()
 	for {
-		select {
-		case <-c.wsig:
-		case <-c.closed:
-			return
-		}
 		runtime.Gosched()
 		c.wmu.Lock()
 		batch := c.wq
-		c.wq = spare[:0]
 		end := c.flushEnd
-		c.wmu.Unlock()
-		if len(batch) > 0 {
-			if err := c.tc.WriteMessages(batch...); err != nil {
-				c.close("write failed: " + err.Error())
-				return
-			}
-			clear(batch)
+		if len(batch) == 0 && !end {
+			c.writing = false
+			c.wmu.Unlock()
+			return
 		}
-		// Always swap, even an empty batch: the two slices must never
-		// share an array, or callers would append into what we write.
-		spare = batch
+		// The two buffers must never share an array, or callers would
+		// append into what we write.
+		c.wq, c.spare = c.spare[:0], nil
+		c.wmu.Unlock()
+		err := c.tc.WriteMessages(batch...)
+		clear(batch)
+		c.wmu.Lock()
+		c.spare = batch[:0]
+		c.wmu.Unlock()
+		if err != nil {
+			c.close("write failed: " + err.Error())
+			return
+		}
 		if end {
 			c.close("disconnected by DPR")
 			return
@@ -143,11 +152,10 @@ func (c *conn) writer() {
 // queued so far is written (used after sending a DPA).
 func (c *conn) closeAfterFlush() {
 	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	c.flushEnd = true
-	c.wmu.Unlock()
-	select {
-	case c.wsig <- struct{}{}:
-	default:
+	if !c.wclosed {
+		c.kickLocked()
 	}
 }
 
@@ -225,11 +233,8 @@ func (c *conn) sendAll(calls []*Call) error {
 		return ErrConnectionLost
 	}
 	c.wq = append(c.wq, raws...)
+	c.kickLocked()
 	c.wmu.Unlock()
-	select {
-	case c.wsig <- struct{}{}:
-	default:
-	}
 	for _, cl := range calls {
 		cl.sends.Add(1)
 	}
@@ -307,6 +312,7 @@ func (c *conn) reader() {
 				note = err.Error()
 			}
 			c.close(note)
+			c.wwg.Wait() // no writer outlives its connection
 			p.post(loopEvent{kind: evConnDown, c: c, note: note})
 			return
 		}
