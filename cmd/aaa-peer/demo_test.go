@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aaatp/aaatp/status"
 )
 
 // TestDemo runs the whole demo once, with its defaults (Tw is already the
@@ -18,8 +21,24 @@ func TestDemo(t *testing.T) {
 	}
 	var stdout, stderr syncBuffer
 	began := time.Now()
-	code := runDemo(context.Background(), nil, &stdout, &stderr)
+	// With --status: the page's data follows the run (watchStatus).
+	stopWatch := make(chan struct{})
+	watched := make(chan demoSeen, 1)
+	go func() { watched <- watchStatus(&stdout, stopWatch) }()
+	code := runDemo(context.Background(), []string{"--status", "127.0.0.1:0"}, &stdout, &stderr)
 	took := time.Since(began)
+	close(stopWatch)
+	seen := <-watched
+	t.Logf("status page: %+v", seen)
+	if seen.polls == 0 || seen.role != status.RoleDemo || seen.peers != 3 {
+		t.Errorf("status.json: %d polls, role %q, %d peers; want some, %q, 3", seen.polls, seen.role, seen.peers, status.RoleDemo)
+	}
+	if !seen.server2Suspect || seen.duplicates == 0 || seen.failovers == 0 {
+		t.Errorf("status.json never showed server2 SUSPECT, duplicates and failovers: %+v", seen)
+	}
+	if seen.dedupHits == 0 || seen.moved == 0 {
+		t.Errorf("/metrics never showed %s and %s above 0: %+v", status.MetricDedupHits, status.MetricMoved, seen)
+	}
 	out := stdout.String()
 	t.Logf("demo took %v; output:\n%s", took.Round(100*time.Millisecond), out)
 	if code != 0 {
@@ -156,5 +175,68 @@ func TestDemoInterrupted(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the demo did not end within 10 s of the signal")
+	}
+}
+
+// demoSeen is what watchStatus saw of the demo's --status server.
+type demoSeen struct {
+	polls          int
+	role           string
+	peers          int
+	server2Suspect bool
+	duplicates     uint64
+	failovers      uint64
+	dedupHits      float64
+	moved          float64
+}
+
+// watchStatus finds the status page's URL in the demo's header, then polls
+// /status.json and /metrics until stop.
+func watchStatus(stdout *syncBuffer, stop <-chan struct{}) demoSeen {
+	var seen demoSeen
+	re := regexp.MustCompile(`(?m)^  status page +(http://\S+/)$`)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	u := ""
+	for {
+		select {
+		case <-stop:
+			return seen
+		case <-tick.C:
+		}
+		if u == "" {
+			if m := re.FindStringSubmatch(stdout.String()); m != nil {
+				u = m[1]
+			}
+			continue
+		}
+		s, err := getSnapshot(u)
+		if err != nil {
+			continue // the run is over
+		}
+		seen.polls++
+		seen.role, seen.peers = s.Role, len(s.Peers)
+		for _, p := range s.Peers {
+			if p.Peer == "server2.example.net" && p.State == "SUSPECT" {
+				seen.server2Suspect = true
+			}
+		}
+		seen.duplicates = max(seen.duplicates, s.Totals.Duplicates)
+		seen.failovers = max(seen.failovers, s.FailoversTotal)
+		resp, err := httpc.Get(u + "metrics")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if v, ok := metricValue(string(b), status.MetricDedupHits, nil); ok {
+			seen.dedupHits = max(seen.dedupHits, v)
+		}
+		var moved float64
+		for _, to := range []string{"server1.example.net", "server3.example.net"} {
+			v, _ := metricValue(string(b), status.MetricMoved, map[string]string{"from": "server2.example.net", "to": to})
+			moved += v
+		}
+		seen.moved = max(seen.moved, moved)
 	}
 }

@@ -301,6 +301,12 @@ func TestFlagValidation(t *testing.T) {
 		{"client slot too short", runClient, with(cli, "--max-rate", "10", "--slot", "10ms"), "--slot 10ms"},
 		{"client bad queue alarm", runClient, with(cli, "--queue-alarm", "5,9"), `--queue-alarm "5,9"`},
 		{"client keepalive without test user", runClient, with(cli, "--keepalive", "10s"), "--keepalive needs --test-user"},
+		{"server bad status", runServer, with(srv, "--status", "8080"), `--status "8080"`},
+		{"client bad status", runClient, with(cli, "--status", "localhost"), `--status "localhost"`},
+		{"server bad log format", runServer, with(srv, "--log-format", "xml"), `--log-format "xml"`},
+		{"client bad log format", runClient, with(cli, "--log-format", "logfmt"), `--log-format "logfmt"`},
+		{"demo bad log format", runDemo, []string{"--log-format", "xml"}, `--log-format "xml"`},
+		{"demo bad status", runDemo, []string{"--status", "x"}, `--status "x"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
