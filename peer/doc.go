@@ -6,26 +6,31 @@
 //
 // # Goroutines and ownership
 //
-// A Peer runs one loop goroutine that owns its watchdog.Machine and its Tw
-// timer; every state decision happens there. Each transport connection adds
-// a reader and a writer goroutine. The reader matches answers itself and,
-// while the watchdog is OKAY, only records the time of the last message
-// received: the loop applies that reset lazily when the timer fires, so the
-// per-message cost of the watchdog is one atomic store (RFC 3539 3.4.1 [2]
-// says any message resets Tw; when Tw fires the loop re-arms it from the
-// last receipt instead of expiring). The writer batches whatever callers
-// queued into one write (writev), yielding once before it flushes so that
-// concurrent callers share a syscall.
+// Every state decision of a Peer is made under its mutex: the events of its
+// connection's reader, of a dial, of Close, and the fires of its one Tw
+// timer (a runtime timer, time.AfterFunc: the runtime's timer heap serves
+// every peer, so an idle peer costs no goroutine of its own but its
+// reader's). The reader matches answers itself and, while the watchdog is
+// OKAY, only records the time of the last message received: the timer
+// applies that reset lazily when it fires, so the per-message cost of the
+// watchdog is one atomic store (RFC 3539 3.4.1 [2] says any message resets
+// Tw; when Tw fires the peer re-arms it from the last receipt instead of
+// expiring). A writer goroutine runs while messages are queued and batches
+// whatever callers queued into one write (writev), yielding once before it
+// flushes so that concurrent callers share a syscall; it exits when the
+// queue is empty.
 //
 // # Concurrency
 //
 // Peer's methods are safe for concurrent use. Request may be called from
 // any number of goroutines (pipelining, RFC 3539 T3). Event subscribers are
-// called from the peer's goroutines and must not block.
+// called with the peer's mutex held: they must not block and must not call
+// the same peer's Close (Submit and Stats are fine).
 //
 // # Requirements
 //
-//   - W1-W9: the watchdog machine in package watchdog, driven by Peer.loop.
+//   - W1-W9: the watchdog machine in package watchdog, driven by Peer.post
+//     and Peer.fire.
 //   - T3 (one connection, pipelining): Peer.Request, conn.writer.
 //   - T4 (idle bring-down after >= 5 minutes): Config.IdleTimeout.
 //   - T5 (bad bytes close only that connection): conn.reader.
