@@ -119,6 +119,10 @@ func PeerRow(st peer.Stats) PeerStatus {
 func PeerRows(ps []*peer.Peer) []PeerStatus {
 	rows := make([]PeerStatus, 0, len(ps))
 	for _, p := range ps {
+		if p == nil { // a configured server not connected (client.Config.MaxConnections)
+			rows = append(rows, PeerStatus{State: "not connected"})
+			continue
+		}
 		rows = append(rows, PeerRow(p.Stats()))
 	}
 	return rows
