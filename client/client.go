@@ -141,7 +141,7 @@ func (m *member) okay() bool {
 type Client struct {
 	cfg     Config
 	members []*member
-	byPeer  map[*peer.Peer]*member
+	byPeer  sync.Map // *peer.Peer -> *member, every peer ever dialed; read on the hot path without c.mu
 	byName  map[string]*member
 	bal     *loadbalance.Balancer // Balance mode
 	rr      atomic.Uint64
@@ -182,7 +182,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Events == nil {
 		cfg.Events = peer.NewBus()
 	}
-	c := &Client{cfg: cfg, events: cfg.Events, byPeer: map[*peer.Peer]*member{}, byName: map[string]*member{}}
+	c := &Client{cfg: cfg, events: cfg.Events, byName: map[string]*member{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.log.init(cfg.FailoverLog)
 	var servers []loadbalance.Server
@@ -249,7 +249,7 @@ func (c *Client) dialLocked(m *member) error {
 	}
 	self.Store(p)
 	m.pp.Store(p)
-	c.byPeer[p] = m
+	c.byPeer.Store(p, m)
 	return nil
 }
 
@@ -262,6 +262,17 @@ func (c *Client) dialedLocked() int {
 		}
 	}
 	return n
+}
+
+// memberOf returns the member a peer belongs to (nil for nil).
+func (c *Client) memberOf(p *peer.Peer) *member {
+	if p == nil {
+		return nil
+	}
+	if m, ok := c.byPeer.Load(p); ok {
+		return m.(*member)
+	}
+	return nil
 }
 
 // Events returns the bus with every peer's events and the failover records.
@@ -308,13 +319,8 @@ func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
 	}
 	// The outcome counts for the server the request was first sent to,
 	// wherever a failover took it (RFC 3539 3.4.3 [4] statistics).
-	if fp := cl.FirstPeer(); fp != nil {
-		c.mu.Lock()
-		m := c.byPeer[fp]
-		c.mu.Unlock()
-		if m != nil {
-			m.stats.done(err == nil, time.Since(start))
-		}
+	if m := c.memberOf(cl.FirstPeer()); m != nil {
+		m.stats.done(err == nil, time.Since(start))
 	}
 	if err != nil {
 		if errors.Is(err, peer.ErrTimeout) && cl.Sends() == 0 {
@@ -553,10 +559,10 @@ func (c *Client) trimLocked() {
 // onFailover runs on the failed peer's loop: replay its pending requests
 // elsewhere, in order (F2).
 func (c *Client) onFailover(from *peer.Peer, calls []*peer.Call, reason string) {
-	c.mu.Lock()
-	fm := c.byPeer[from]
+	c.mu.Lock() // also waits for New to finish filling the members
 	closed := c.closed
 	c.mu.Unlock()
+	fm := c.memberOf(from)
 	if fm == nil {
 		return
 	}

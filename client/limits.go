@@ -169,10 +169,7 @@ func (c *Client) replied(p *peer.Peer) {
 	if c.group == nil || p == nil {
 		return
 	}
-	c.mu.Lock()
-	m := c.byPeer[p]
-	c.mu.Unlock()
-	if m != nil {
+	if m := c.memberOf(p); m != nil {
 		o := c.group.OnReply(m.index, time.Now())
 		c.publishPolicy(o.Events())
 	}
