@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,7 +19,10 @@ import (
 // free). The ring and index of a shard double as it fills, up to its share
 // of max entries; each doubling rebuilds that shard's index.
 //
-// An entry costs 48 bytes in the ring and 32 in the index, plus the answer
+// A lookup of a new key reads one cache line of the index (see shard); the
+// default clock is read as a monotonic time only.
+//
+// An entry costs 56 bytes in the ring and 32 in the index, plus the answer
 // bytes. Abandoned or taken-over entries leave a dead slot that counts
 // towards the bound until it reaches the old end of the ring.
 type Memory struct {
@@ -61,11 +65,16 @@ func NewMemory(opts ...Option) *Memory {
 // flight is the in-flight mark shared by the keys of one First request; its
 // identity is the owner token.
 type flight struct {
-	deadline int64 // Memory.now() value
-	mu       sync.Mutex
-	ended    bool
+	deadline int64         // Memory.now() value
+	state    atomic.Uint32 // flEnded | flWaited
+	mu       sync.Mutex    // guards done
 	done     chan struct{} // created by the first waiter
 }
+
+const (
+	flEnded  = 1 << iota // end was called
+	flWaited             // done exists
+)
 
 // wait returns a channel closed when the flight ends.
 func (f *flight) wait() <-chan struct{} {
@@ -73,22 +82,23 @@ func (f *flight) wait() <-chan struct{} {
 	defer f.mu.Unlock()
 	if f.done == nil {
 		f.done = make(chan struct{})
-		if f.ended {
+		if f.state.Or(flWaited)&flEnded != 0 {
 			close(f.done)
 		}
 	}
 	return f.done
 }
 
-// end wakes the waiters; idempotent.
+// end wakes the waiters; idempotent. Without waiters it is one atomic
+// operation.
 func (f *flight) end() {
+	if f.state.CompareAndSwap(0, flEnded) {
+		return // no waiter: a later one sees flEnded
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.ended {
-		f.ended = true
-		if f.done != nil {
-			close(f.done)
-		}
+	if f.state.Or(flEnded)&flEnded == 0 && f.done != nil {
+		close(f.done)
 	}
 }
 
@@ -98,6 +108,10 @@ type slot struct {
 	answer string  // set when completed
 	born   int64   // Memory.now() at first arrival
 	fl     *flight // non-nil while in flight
+	// waited: a duplicate has waited for fl through this slot, so killing
+	// the slot must end fl to wake it. Killing an unwaited slot leaves fl
+	// alone: evicting an in-flight mark then reads no more than the ring.
+	waited bool
 }
 
 // entry is one index entry: a 32-bit tag of the key (0: empty) and the
@@ -110,19 +124,46 @@ type entry struct{ tag, seq uint32 }
 type bucket [8]entry
 
 // shard is a FIFO ring of slots ordered by insertion time, indexed by a
-// two-choice hash table of buckets sized for a load of at most 1/4, so that
-// a key is looked up with two independent cache-line reads and a tag match
-// is confirmed by comparing the full key in its slot.
+// two-choice hash table of buckets sized for a load of at most 1/4: a key
+// goes to its first bucket, and to its second only when the first has no
+// free entry, which then gets its overflow bit set. A key is thus looked up
+// with one cache-line read (two if its first bucket has overflowed, which
+// at load 1/4 is about 1 bucket in 1000), and a tag match is confirmed by
+// comparing the full key in its slot.
+//
+// Overflow bits cannot be cleared when an entry is freed, since entries
+// leave the index by falling out of the ring. Instead they are kept per ring
+// epoch (epoch e is the sequence numbers [e*L, (e+1)*L), L = len(ring)): a
+// bit set for an entry of sequence number seq goes to the bitmap of parity
+// seq/L, and that bitmap is cleared when the tail enters epoch seq/L+2, by
+// when every entry of epoch seq/L has left the ring (the ring holds at most
+// L slots). A bucket has overflowed if its bit is set in either bitmap.
 type shard struct {
 	mu    sync.Mutex
 	ring  []slot   // power-of-two length, grown up to limit
 	index []bucket // power-of-two length, len(ring)/2 (at least 1)
+	over  []uint64 // overflow bits: word w of bucket bits [64w, 64w+64) for epoch parity p at over[2w+p]
 	head  uint32   // sequence number of the oldest slot (wraps)
 	tail  uint32   // sequence number of the next slot (wraps)
 	hpos  int      // ring index of head
 	live  int      // slots holding a key
 	limit int
-	_     [48]byte // keep shards on separate cache lines
+	shift uint8      // log2(len(ring)): seq>>shift is seq's epoch
+	sink  uint32     // see touch
+	slab  []memFirst // see newFirst
+	_     [56]byte   // keep shards on separate cache lines
+}
+
+// touch loads k's first bucket and the ring's old end, the two cache lines
+// that the lookup and the insertion of a new key miss on, back to back, so
+// that the two cache misses overlap instead of following each other. The
+// loaded value is stored in s.sink so that the loads are not optimised away.
+func (s *shard) touch(k Key) {
+	if len(s.ring) == 0 {
+		return
+	}
+	_, i1, _ := s.hashes(k)
+	s.sink = s.index[i1][0].seq ^ uint32(s.ring[s.hpos].born)
 }
 
 // maxPopPerInsert bounds the dead or expired slots dropped per insertion,
@@ -148,17 +189,50 @@ func (s *shard) held(seq uint32, k Key) *slot {
 	return nil
 }
 
-// hashes returns the key's tag and its two buckets. Keys are uniform
-// (SHA-256); bytes 0..3 choose the shard.
-func (s *shard) hashes(k Key) (tag uint32, b1, b2 *bucket) {
+// hashes returns the key's tag and the numbers of its two buckets. Keys
+// are uniform (SHA-256); bytes 0..3 choose the shard.
+func (s *shard) hashes(k Key) (tag, i1, i2 uint32) {
 	tag = binary.LittleEndian.Uint32(k[4:8]) | 1
 	mask := uint32(len(s.index) - 1)
-	i1 := binary.LittleEndian.Uint32(k[8:12]) & mask
-	i2 := binary.LittleEndian.Uint32(k[12:16]) & mask
+	i1 = binary.LittleEndian.Uint32(k[8:12]) & mask
+	i2 = binary.LittleEndian.Uint32(k[12:16]) & mask
 	if i2 == i1 {
 		i2 ^= 1 & mask
 	}
-	return tag, &s.index[i1], &s.index[i2]
+	return tag, i1, i2
+}
+
+// overflowed reports whether a key of bucket i has been placed in its
+// second bucket and may still be in the ring.
+func (s *shard) overflowed(i uint32) bool {
+	w := 2 * (i >> 6)
+	return (s.over[w]|s.over[w+1])>>(i&63)&1 != 0
+}
+
+// setOverflow records that the key of sequence number seq, whose first
+// bucket is i, was placed in its second bucket.
+func (s *shard) setOverflow(i, seq uint32) {
+	s.over[2*(i>>6)+(seq>>s.shift)&1] |= 1 << (i & 63)
+}
+
+// newEpoch clears the overflow bits of the epoch two before the one seq
+// starts, whose entries have all left the ring.
+func (s *shard) newEpoch(seq uint32) {
+	p := int(seq>>s.shift) & 1
+	for w := p; w < len(s.over); w += 2 {
+		s.over[w] = 0
+	}
+}
+
+// match returns the entry of b with k's tag whose slot holds k, or nil.
+func (s *shard) match(b *bucket, tag uint32, k Key) *entry {
+	for i := range b {
+		e := &b[i]
+		if e.tag == tag && s.inRing(e.seq) && s.at(e.seq).key == k {
+			return e
+		}
+	}
+	return nil
 }
 
 // find returns the index entry of k, or nil.
@@ -166,16 +240,11 @@ func (s *shard) find(k Key) *entry {
 	if len(s.index) == 0 {
 		return nil
 	}
-	tag, b1, b2 := s.hashes(k)
-	for _, b := range [2]*bucket{b1, b2} {
-		for i := range b {
-			e := &b[i]
-			if e.tag == tag && s.inRing(e.seq) && s.at(e.seq).key == k {
-				return e
-			}
-		}
+	tag, i1, i2 := s.hashes(k)
+	if e := s.match(&s.index[i1], tag, k); e != nil || !s.overflowed(i1) {
+		return e
 	}
-	return nil
+	return s.match(&s.index[i2], tag, k)
 }
 
 // lookup returns the live slot of k, dropping it if expired.
@@ -194,9 +263,10 @@ func (s *shard) lookup(k Key, now, maxAge int64) *slot {
 }
 
 // kill marks a live slot dead (its index entry must be cleared or left to
-// fall out of the ring) and wakes the waiters of its flight.
+// fall out of the ring) and wakes the waiters of its flight that waited
+// through it.
 func (s *shard) kill(sl *slot) {
-	if sl.fl != nil {
+	if sl.fl != nil && sl.waited {
 		sl.fl.end()
 	}
 	*sl = slot{}
@@ -205,8 +275,13 @@ func (s *shard) kill(sl *slot) {
 
 // remove kills the live slot seq holding k and frees its index entry.
 func (s *shard) remove(k Key, seq uint32) {
-	tag, b1, b2 := s.hashes(k)
-	for _, b := range [2]*bucket{b1, b2} {
+	tag, i1, i2 := s.hashes(k)
+	bs := [2]*bucket{&s.index[i1], &s.index[i2]}
+	n := 1
+	if s.overflowed(i1) {
+		n = 2
+	}
+	for _, b := range bs[:n] {
 		for i := range b {
 			if e := &b[i]; e.tag == tag && e.seq == seq {
 				e.tag = 0
@@ -245,6 +320,9 @@ func (s *shard) insert(k Key, answer string, fl *flight, now, maxAge int64) uint
 		s.grow()
 	}
 	seq := s.tail
+	if seq&(uint32(len(s.ring))-1) == 0 {
+		s.newEpoch(seq)
+	}
 	s.tail++
 	*s.at(seq) = slot{key: k, answer: answer, born: now, fl: fl}
 	s.live++
@@ -252,47 +330,53 @@ func (s *shard) insert(k Key, answer string, fl *flight, now, maxAge int64) uint
 	return seq
 }
 
-// indexPut adds (k, seq) to the less loaded of k's buckets. If both are full
-// of live entries, which at load <= 1/4 does not happen in practice, the
-// oldest of them is evicted.
+// free returns the first free entry of b, or nil.
+func (s *shard) free(b *bucket) *entry {
+	for i := range b {
+		if e := &b[i]; e.tag == 0 || !s.inRing(e.seq) {
+			return e
+		}
+	}
+	return nil
+}
+
+// indexPut adds (k, seq) to k's first bucket, or if it is full of live
+// entries to its second bucket, setting the first's overflow bit. If both
+// are full, which at load <= 1/4 does not happen in practice, the oldest of
+// their entries is evicted.
 func (s *shard) indexPut(k Key, seq uint32) {
-	tag, b1, b2 := s.hashes(k)
-	var free1, free2 *entry
-	n1, n2 := 0, 0
-	var oldest *entry
-	for i := range b1 {
-		if e := &b1[i]; e.tag == 0 || !s.inRing(e.seq) {
-			if free1 == nil {
-				free1 = e
-			}
-		} else {
-			n1++
-			if oldest == nil || e.seq-s.head < oldest.seq-s.head {
-				oldest = e
-			}
-		}
-	}
-	for i := range b2 {
-		if e := &b2[i]; e.tag == 0 || !s.inRing(e.seq) {
-			if free2 == nil {
-				free2 = e
-			}
-		} else {
-			n2++
-			if oldest == nil || e.seq-s.head < oldest.seq-s.head {
-				oldest = e
-			}
-		}
-	}
-	e := free1
-	if e == nil || (free2 != nil && n2 < n1) {
-		e = free2
-	}
+	tag, i1, i2 := s.hashes(k)
+	b1, b2 := &s.index[i1], &s.index[i2]
+	e := s.free(b1)
 	if e == nil {
-		s.kill(s.at(oldest.seq))
-		e = oldest
+		e = s.free(b2)
+		if e == nil {
+			// Both full of live entries: evict the oldest.
+			e = &b1[0]
+			for _, b := range [2]*bucket{b1, b2} {
+				for i := range b {
+					if c := &b[i]; c.seq-s.head < e.seq-s.head {
+						e = c
+					}
+				}
+			}
+			s.kill(s.at(e.seq))
+		}
+		if !inBucket(b1, e) { // b2 may be b1 in a one-bucket index
+			s.setOverflow(i1, seq)
+		}
 	}
 	*e = entry{tag: tag, seq: seq}
+}
+
+// inBucket reports whether e is one of b's entries.
+func inBucket(b *bucket, e *entry) bool {
+	for i := range b {
+		if &b[i] == e {
+			return true
+		}
+	}
+	return false
 }
 
 // grow doubles the ring (up to the shard's limit) and rebuilds the index.
@@ -308,7 +392,9 @@ func (s *shard) grow() {
 	}
 	s.ring = r
 	s.hpos = 0
+	s.shift = uint8(bits.TrailingZeros(uint(size)))
 	s.index = make([]bucket, max(size/2, 1))
+	s.over = make([]uint64, 2*((len(s.index)+63)/64))
 	for i := 0; i < n; i++ {
 		seq := s.head + uint32(i)
 		if sl := s.at(seq); !sl.key.IsZero() {
@@ -347,8 +433,15 @@ func (m *Memory) unlockAll(idx []int) {
 }
 
 // now returns nanoseconds since m.base; with the default clock this is
-// monotonic, so wall clock steps do not expire or prolong entries.
-func (m *Memory) now() int64 { return int64(m.cfg.now().Sub(m.base)) }
+// monotonic, so wall clock steps do not expire or prolong entries. With the
+// default clock it reads only the monotonic clock (time.Since of a time
+// with a monotonic reading), which costs half of time.Now.
+func (m *Memory) now() int64 {
+	if !m.cfg.clockSet {
+		return int64(time.Since(m.base))
+	}
+	return int64(m.cfg.now().Sub(m.base))
+}
 
 // memFirst is an Outcome of the memory store together with its in-flight
 // mark and the slots of its first keys, allocated at once.
@@ -359,14 +452,35 @@ type memFirst struct {
 	m   *Memory
 }
 
+// slabSize is the number of memFirst allocated at once by newFirst.
+const slabSize = 16
+
+// newFirst returns a zero memFirst. They are allocated slabSize at a time,
+// which takes the allocation off the path of most Begin calls. Each is
+// handed out once and never reused, so an Outcome stays valid (and its
+// Complete and Abandon stay no-ops once finished) for as long as its holder
+// keeps it; the price is that a slab's memory is freed only when none of
+// its Outcomes is referenced any more (at most slabSize-1 others, about
+// 2.5 KB, kept alive by a long-held Outcome or in-flight mark). s must be
+// locked.
+func (s *shard) newFirst() *memFirst {
+	if len(s.slab) == 0 {
+		s.slab = make([]memFirst, slabSize)
+	}
+	mf := &s.slab[0]
+	s.slab = s.slab[1:]
+	return mf
+}
+
 // Begin implements Store.
 func (m *Memory) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
-	mf := &memFirst{m: m}
-	o := &mf.o
-	if err := o.setKeys(keys); err != nil {
+	var kbuf [2]Key
+	keys, err := uniqueKeys(keys, kbuf[:0])
+	if err != nil {
 		return nil, err
 	}
-	keys = o.keys
+	var mf *memFirst
+	var o *Outcome
 	var buf [4]int
 	var timer *time.Timer
 	defer func() {
@@ -378,8 +492,20 @@ func (m *Memory) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		idx := m.lockAll(keys, buf[:])
+		// The clock is read before locking, and the Outcome taken after
+		// the index loads were started, so that both overlap the loads'
+		// cache misses.
 		now := m.now()
+		idx := m.lockAll(keys, buf[:])
+		for _, k := range keys {
+			m.shards[m.shardOf(k)].touch(k)
+		}
+		if mf == nil {
+			mf = m.shards[idx[0]].newFirst()
+			mf.m = m
+			o = &mf.o
+			o.keys = append(o.keyBuf[:0], keys...) // keys stays on the stack
+		}
 		var busy *flight
 		for _, k := range keys {
 			sl := m.shards[m.shardOf(k)].lookup(k, now, m.maxAge)
@@ -393,6 +519,9 @@ func (m *Memory) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 			}
 			if busy == nil {
 				busy = sl.fl
+			}
+			if sl.fl == busy {
+				sl.waited = true // its kill must wake us
 			}
 		}
 		if busy == nil {
@@ -452,7 +581,7 @@ func (mf *memFirst) complete(o *Outcome, answer []byte) error {
 	for i, k := range o.keys {
 		if sl, _ := m.slotOf(mf, i, k); sl != nil {
 			sl.answer = ans
-			sl.fl = nil
+			sl.fl, sl.waited = nil, false
 			continue
 		}
 		s := &m.shards[m.shardOf(k)]

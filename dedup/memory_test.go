@@ -248,3 +248,152 @@ func TestMemoryManyKeys(t *testing.T) {
 		t.Fatalf("Len %d, want 4", n)
 	}
 }
+
+// TestMemoryOverflowBit: a key placed in its second bucket (its first is
+// full) sets the first's overflow bit and is still found; it can be removed
+// from there; the bit is cleared once two ring epochs have passed and the
+// overflowed entries have left the ring.
+func TestMemoryOverflowBit(t *testing.T) {
+	s := NewMemory(WithShards(1), WithMaxEntries(64))
+	sh := &s.shards[0]
+	for i := 0; i < 8; i++ { // fills bucket 0, the first bucket of every crafted key
+		complete(t, s, crafted(i), "a")
+	}
+	if sh.overflowed(0) {
+		t.Fatal("bucket 0 overflowed before it was full")
+	}
+	complete(t, s, crafted(8), "a") // goes to bucket 1
+	if !sh.overflowed(0) {
+		t.Fatal("bucket 0 not marked overflowed")
+	}
+	if sh.overflowed(1) {
+		t.Fatal("bucket 1 marked overflowed")
+	}
+	for i := 0; i < 9; i++ {
+		wantKind(t, begin(t, s, crafted(i)), Duplicate)
+	}
+	// An in-flight key in the second bucket, abandoned: removed from there.
+	o := begin(t, s, crafted(9))
+	wantKind(t, o, First)
+	e := sh.find(crafted(9))
+	if e == nil || !inBucket(&sh.index[1], e) {
+		t.Fatal("crafted(9) not found in its second bucket")
+	}
+	_ = o.Abandon()
+	if sh.find(crafted(9)) != nil {
+		t.Fatal("abandoned key still indexed")
+	}
+	for _, e := range sh.index[1] {
+		if e.tag != 0 && sh.inRing(e.seq) && sh.at(e.seq).key == crafted(9) {
+			t.Fatal("abandoned key's entry not freed")
+		}
+	}
+	o = begin(t, s, crafted(9))
+	wantKind(t, o, First)
+	_ = o.Abandon()
+	// Two epochs (2*64 insertions) later every crafted key has left the
+	// ring and the bit is clear; meanwhile it stays set.
+	for i := 0; i < 64; i++ {
+		complete(t, s, RequestKey("later", uint32(i)), "a")
+	}
+	for i := 64; i < 2*64+8; i++ {
+		complete(t, s, RequestKey("later", uint32(i)), "a")
+	}
+	if sh.find(crafted(8)) != nil {
+		t.Fatal("crafted(8) still held")
+	}
+	if sh.overflowed(0) {
+		t.Fatal("overflow bit of bucket 0 not cleared after two epochs")
+	}
+	for i := 2*64 + 8 - 40; i < 2*64+8; i++ {
+		wantKind(t, begin(t, s, RequestKey("later", uint32(i))), Duplicate)
+	}
+}
+
+// TestMemoryOverflowBitSurvivesGrow: the index rebuilt by a growing ring
+// keeps overflowed keys findable.
+func TestMemoryOverflowBitSurvivesGrow(t *testing.T) {
+	s := NewMemory(WithShards(1), WithMaxEntries(1024))
+	for i := 0; i < 12; i++ {
+		complete(t, s, crafted(i), "a")
+	}
+	for i := 0; i < 600; i++ { // several doublings
+		complete(t, s, RequestKey("fill", uint32(i)), "a")
+	}
+	if !s.shards[0].overflowed(0) {
+		t.Fatal("bucket 0 not overflowed after rebuild")
+	}
+	for i := 0; i < 12; i++ {
+		wantKind(t, begin(t, s, crafted(i)), Duplicate)
+	}
+}
+
+// TestMemoryUnwaitedEvictionKeepsWaiting: evicting one key of a two-key
+// flight that nobody waits through does not end the flight: a duplicate
+// waiting through the other key keeps waiting, and gets the answer.
+func TestMemoryUnwaitedEvictionKeepsWaiting(t *testing.T) {
+	s := NewMemory(WithShards(2), WithMaxEntries(2), WithMarkTTL(time.Minute))
+	a, b, c := crafted(1), crafted(2), crafted(3)
+	a[0], b[0], c[0] = 0, 1, 1 // shards 0, 1, 1
+	owner := begin(t, s, a, b)
+	wantKind(t, owner, First)
+	res := make(chan *Outcome, 1)
+	go func() {
+		o, _ := s.Begin(context.Background(), a)
+		res <- o
+	}()
+	time.Sleep(20 * time.Millisecond)
+	oc := begin(t, s, c) // evicts b's mark
+	wantKind(t, oc, First)
+	select {
+	case o := <-res:
+		t.Fatalf("waiter returned %v while a is in flight", o.Kind())
+	case <-time.After(30 * time.Millisecond):
+	}
+	if owner.fl().state.Load()&flEnded != 0 {
+		t.Fatal("flight ended by the eviction of an unwaited slot")
+	}
+	if err := owner.Complete(msg(1, 1, "ab")); err != nil {
+		t.Fatal(err)
+	}
+	wantKind(t, <-res, Duplicate)
+	_ = oc.Abandon()
+}
+
+// fl returns the flight of a First outcome of the memory store.
+func (o *Outcome) fl() *flight { return &o.fin.(*memFirst).fl }
+
+// TestMemoryStaleOutcome: Outcomes come from slabs but are never reused, so
+// a finished Outcome used again (a late Abandon or Complete) does not touch
+// the Outcomes handed out after it.
+func TestMemoryStaleOutcome(t *testing.T) {
+	s := NewMemory(WithShards(1))
+	old := begin(t, s, RequestKey("c", 0))
+	if err := old.Complete(msg(1, 1, "x")); err != nil {
+		t.Fatal(err)
+	}
+	var live []*Outcome
+	for i := 1; i <= 3*slabSize; i++ {
+		o := begin(t, s, RequestKey("c", uint32(i)))
+		wantKind(t, o, First)
+		live = append(live, o)
+		if o == old {
+			t.Fatal("Outcome reused")
+		}
+	}
+	if err := old.Abandon(); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Complete(msg(1, 1, "y")); err != ErrFinished {
+		t.Fatalf("stale Complete: %v", err)
+	}
+	if !old.First() || old.Kind() != First || old.Answer() != nil {
+		t.Fatal("stale Outcome changed")
+	}
+	for i, o := range live {
+		if err := o.Complete(msg(1, 1, "z")); err != nil {
+			t.Fatalf("Outcome %d: %v", i+1, err)
+		}
+	}
+	wantKind(t, begin(t, s, RequestKey("c", 0)), Duplicate)
+}

@@ -137,6 +137,7 @@ type config struct {
 	maxAge     time.Duration
 	markTTL    time.Duration
 	now        func() time.Time
+	clockSet   bool // now was set by WithClock
 	shards     int
 	prefix     string
 	pollMin    time.Duration
@@ -206,7 +207,7 @@ func WithMarkTTL(d time.Duration) Option {
 func WithClock(now func() time.Time) Option {
 	return func(c *config) {
 		if now != nil {
-			c.now = now
+			c.now, c.clockSet = now, true
 		}
 	}
 }
@@ -246,21 +247,30 @@ func WithPoll(min, max time.Duration) Option {
 
 // setKeys validates keys and stores them in o without repeats.
 func (o *Outcome) setKeys(keys []Key) error {
-	if len(keys) == 0 {
-		return ErrNoKeys
+	ks, err := uniqueKeys(keys, o.keyBuf[:0])
+	if err != nil {
+		return err
 	}
-	o.keys = o.keyBuf[:0]
+	o.keys = ks
+	return nil
+}
+
+// uniqueKeys validates keys and appends them without repeats to buf.
+func uniqueKeys(keys, buf []Key) ([]Key, error) {
+	if len(keys) == 0 {
+		return nil, ErrNoKeys
+	}
 next:
 	for _, k := range keys {
 		if k.IsZero() {
-			return ErrZeroKey
+			return nil, ErrZeroKey
 		}
-		for _, seen := range o.keys {
+		for _, seen := range buf {
 			if seen == k {
 				continue next
 			}
 		}
-		o.keys = append(o.keys, k)
+		buf = append(buf, k)
 	}
-	return nil
+	return buf, nil
 }
