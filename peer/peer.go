@@ -398,7 +398,14 @@ func (p *Peer) post(e loopEvent) bool {
 func (p *Peer) fire() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.finished || p.mono() < p.deadline {
+	if p.finished {
+		return
+	}
+	if now := p.mono(); now < p.deadline {
+		// Early: the timer was re-armed meanwhile (then this Reset is
+		// harmless) or fired a hair before our clock reached the deadline.
+		// Either way, never lose the watchdog's one timer.
+		p.timer.Reset(time.Duration(p.deadline - now))
 		return
 	}
 	p.onTimer()
