@@ -76,6 +76,17 @@ func needRedis(t testing.TB) string {
 	if redisErr != nil {
 		t.Fatalf("start redis-server: %v\n%s", redisErr, redisOut.String())
 	}
+	// Every test starts from an empty database, so that -count=N and the
+	// order of tests do not matter (the server lives for the whole run).
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	if err := c.FlushDB(context.Background()).Err(); err != nil {
+		t.Fatalf("FLUSHDB: %v", err)
+	}
 	return redisURL
 }
 
