@@ -200,7 +200,6 @@ func New(cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("client: peer %q configured twice", s.Name)
 		}
 		m := &member{spec: s, index: i}
-		m.stats.init()
 		c.members = append(c.members, m)
 		c.byName[s.Name] = m
 		servers = append(servers, loadbalance.Server{Name: s.Name, Weight: s.Weight, Index: i})

@@ -1,11 +1,11 @@
 package client
 
 import (
-	"math"
-	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/aaatp/aaatp/latency"
 )
 
 // FailoverRecord is one row of the failover-event table of RFC 3539
@@ -78,7 +78,7 @@ func (c *Client) ServerStats() []ServerStats {
 		out[i] = ServerStats{
 			Server: m.spec.Name, Sent: s.sent.Load(), Answered: s.answered.Load(),
 			Failed: s.failed.Load(), FailedOver: s.failedOver.Load(),
-			MeanUs: s.lat.mean(), P99Us: s.lat.quantile(0.99),
+			MeanUs: s.lat.Mean(), P99Us: float64(s.lat.Quantile(0.99)),
 		}
 		if p := m.p(); p != nil {
 			out[i].Peer, out[i].State = p.Name(), p.State().String()
@@ -91,74 +91,14 @@ func (c *Client) ServerStats() []ServerStats {
 
 type serverStats struct {
 	sent, answered, failed, failedOver atomic.Uint64
-	lat                                histogram
+	lat                                latency.Histogram
 }
-
-func (s *serverStats) init() {}
 
 func (s *serverStats) done(ok bool, d time.Duration) {
 	if ok {
 		s.answered.Add(1)
-		s.lat.record(d)
+		s.lat.Record(d)
 	} else {
 		s.failed.Add(1)
 	}
-}
-
-// histogram is a log-linear latency histogram over microseconds: 8
-// sub-buckets per power of two (about 12% resolution), lock-free.
-type histogram struct {
-	counts [64 * 8]atomic.Uint64
-	n, sum atomic.Uint64 // sum in microseconds
-}
-
-func bucketOf(us uint64) int {
-	if us < 8 {
-		return int(us)
-	}
-	e := bits.Len64(us) - 1 // us in [2^e, 2^(e+1))
-	sub := (us >> (e - 3)) & 7
-	return (e-2)*8 + int(sub)
-}
-
-// lowOf is the smallest value in bucket b.
-func lowOf(b int) float64 {
-	if b < 8 {
-		return float64(b)
-	}
-	e := b/8 + 2
-	sub := b % 8
-	return float64(uint64(1)<<e + uint64(sub)<<(e-3))
-}
-
-func (h *histogram) record(d time.Duration) {
-	us := uint64(max(d, 0) / time.Microsecond)
-	h.counts[min(bucketOf(us), len(h.counts)-1)].Add(1)
-	h.n.Add(1)
-	h.sum.Add(us)
-}
-
-func (h *histogram) mean() float64 {
-	n := h.n.Load()
-	if n == 0 {
-		return 0
-	}
-	return float64(h.sum.Load()) / float64(n)
-}
-
-// quantile returns the lower bound of the bucket holding quantile q.
-func (h *histogram) quantile(q float64) float64 {
-	n := h.n.Load()
-	if n == 0 {
-		return 0
-	}
-	rank := uint64(math.Ceil(q * float64(n)))
-	var seen uint64
-	for b := range h.counts {
-		seen += h.counts[b].Load()
-		if seen >= rank {
-			return lowOf(b)
-		}
-	}
-	return lowOf(len(h.counts) - 1)
 }

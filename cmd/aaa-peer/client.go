@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/latency"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
@@ -260,7 +261,7 @@ type loadgen struct {
 	sent     atomic.Uint64 // requests issued
 	answered atomic.Uint64
 	failed   atomic.Uint64
-	lat      histogram
+	lat      latency.Histogram
 
 	mu       sync.Mutex
 	failedBy map[string]uint64
@@ -275,7 +276,7 @@ type clientReport struct {
 	// Mode and Algorithm are the --mode and --algorithm in effect.
 	Mode           string                  `json:"mode"`
 	Algorithm      string                  `json:"algorithm"`
-	LatencyUS      latencySummary          `json:"latency_us"`
+	LatencyUS      latency.Summary         `json:"latency_us"`
 	Peers          []peer.Stats            `json:"peers"`
 	Servers        []client.ServerStats    `json:"servers"`
 	Failovers      []client.FailoverRecord `json:"failovers"`

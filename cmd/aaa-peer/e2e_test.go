@@ -284,27 +284,6 @@ func TestBinarySIGTERM(t *testing.T) {
 	}
 }
 
-func TestHistogram(t *testing.T) {
-	for v := uint64(0); v < 1<<20; v = v*5/4 + 1 {
-		i := bucketOf(v)
-		if lo, hi := lowestOf(i), highestOf(i); v < lo || v > hi || float64(hi-lo) > float64(v)/64+1 {
-			t.Fatalf("value %d in bucket %d [%d, %d]", v, i, lo, hi)
-		}
-	}
-	if i := bucketOf(^uint64(0)); i != nBuckets-1 {
-		t.Fatalf("max value in bucket %d of %d", i, nBuckets)
-	}
-	var h histogram
-	for i := 1; i <= 1000; i++ {
-		h.Record(time.Duration(i) * time.Millisecond)
-	}
-	s := h.Summary()
-	near := func(got, want uint64) bool { return got >= want && float64(got) <= float64(want)*1.02 }
-	if !near(s.P50, 500_000) || !near(s.P99, 990_000) || s.Max != 1_000_000 || s.Count != 1000 {
-		t.Errorf("summary %+v", s)
-	}
-}
-
 func TestPacer(t *testing.T) {
 	p := newPacer(100)
 	start := time.Now()

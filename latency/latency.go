@@ -1,4 +1,8 @@
-package main
+// Package latency is a lock-free latency histogram: log-linear buckets in
+// microseconds (HDR style), fixed memory, Record safe from any number of
+// goroutines. The client's per-server statistics and aaa-peer's reports
+// both use it.
+package latency
 
 import (
 	"math/bits"
@@ -6,13 +10,14 @@ import (
 	"time"
 )
 
-// histogram records latencies in microseconds in log-linear buckets (HDR
-// style): exact below 128 us, then 64 buckets per power of two, so any
-// value is reported within 1/64 (1.6%) above its true value. Memory is
-// fixed; Record is lock-free.
-type histogram struct {
+// Histogram records latencies in microseconds: exact below 128 us, then
+// 64 buckets per power of two, so any value is reported within 1/64 (1.6%)
+// above its true value. The zero value is ready; it is about 30 KB. Its
+// methods are safe for concurrent use.
+type Histogram struct {
 	counts [nBuckets]atomic.Uint64
 	total  atomic.Uint64
+	sum    atomic.Uint64 // microseconds, for the mean
 	max    atomic.Uint64
 }
 
@@ -47,13 +52,15 @@ func highestOf(i int) uint64 {
 	return lowestOf(i+1) - 1
 }
 
-func (h *histogram) Record(d time.Duration) {
+// Record adds one latency.
+func (h *Histogram) Record(d time.Duration) {
 	v := uint64(0)
 	if d > 0 {
 		v = uint64(d / time.Microsecond)
 	}
 	h.counts[bucketOf(v)].Add(1)
 	h.total.Add(1)
+	h.sum.Add(v)
 	for {
 		m := h.max.Load()
 		if v <= m || h.max.CompareAndSwap(m, v) {
@@ -64,7 +71,7 @@ func (h *histogram) Record(d time.Duration) {
 
 // Quantile returns the value (us) at or below which a fraction q of the
 // samples lie, as the highest value of its bucket capped at the maximum.
-func (h *histogram) Quantile(q float64) uint64 {
+func (h *Histogram) Quantile(q float64) uint64 {
 	total := h.total.Load()
 	if total == 0 {
 		return 0
@@ -87,14 +94,30 @@ func (h *histogram) Quantile(q float64) uint64 {
 	return max
 }
 
-// latencySummary is the report's "latency_us".
-type latencySummary struct {
+// Mean returns the mean latency in microseconds (0 without samples).
+func (h *Histogram) Mean() float64 {
+	n := h.total.Load()
+	if n == 0 {
+		return 0
+	}
+	return float64(h.sum.Load()) / float64(n)
+}
+
+// Max returns the largest latency recorded, in microseconds.
+func (h *Histogram) Max() uint64 { return h.max.Load() }
+
+// Count returns how many latencies were recorded.
+func (h *Histogram) Count() uint64 { return h.total.Load() }
+
+// Summary is p50, p99, max (microseconds) and count, as reports print them.
+type Summary struct {
 	P50   uint64 `json:"p50"`
 	P99   uint64 `json:"p99"`
 	Max   uint64 `json:"max"`
 	Count uint64 `json:"count"`
 }
 
-func (h *histogram) Summary() latencySummary {
-	return latencySummary{P50: h.Quantile(0.50), P99: h.Quantile(0.99), Max: h.max.Load(), Count: h.total.Load()}
+// Summary returns the histogram's Summary.
+func (h *Histogram) Summary() Summary {
+	return Summary{P50: h.Quantile(0.50), P99: h.Quantile(0.99), Max: h.max.Load(), Count: h.total.Load()}
 }

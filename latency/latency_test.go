@@ -1,0 +1,39 @@
+package latency
+
+import (
+	"testing"
+	"time"
+)
+
+func TestHistogram(t *testing.T) {
+	for v := uint64(0); v < 1<<20; v = v*5/4 + 1 {
+		i := bucketOf(v)
+		if lo, hi := lowestOf(i), highestOf(i); v < lo || v > hi || float64(hi-lo) > float64(v)/64+1 {
+			t.Fatalf("value %d in bucket %d [%d, %d]", v, i, lo, hi)
+		}
+	}
+	if i := bucketOf(^uint64(0)); i != nBuckets-1 {
+		t.Fatalf("max value in bucket %d of %d", i, nBuckets)
+	}
+	var h Histogram
+	for i := 1; i <= 1000; i++ {
+		h.Record(time.Duration(i) * time.Millisecond)
+	}
+	s := h.Summary()
+	near := func(got, want uint64) bool { return got >= want && float64(got) <= float64(want)*1.02 }
+	if !near(s.P50, 500_000) || !near(s.P99, 990_000) || s.Max != 1_000_000 || s.Count != 1000 {
+		t.Errorf("summary %+v", s)
+	}
+}
+
+func TestMean(t *testing.T) {
+	var h Histogram
+	if h.Mean() != 0 {
+		t.Fatal("mean of nothing")
+	}
+	h.Record(100 * time.Microsecond)
+	h.Record(300 * time.Microsecond)
+	if h.Mean() != 200 || h.Count() != 2 || h.Max() != 300 {
+		t.Fatalf("mean %v count %d max %d", h.Mean(), h.Count(), h.Max())
+	}
+}
