@@ -259,25 +259,38 @@ func AddressOf(d []byte) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// CommandName names the base commands for logs: "CER", "DWA"...
+// CommandName names a message for logs and labels: "CER", "DWA", "ACR",
+// "TR" (the test application), or "cmd-N-R"/"cmd-N-A" for other commands.
 func CommandName(msg []byte) string {
-	var n string
-	switch wire.CommandCode(msg) {
-	case wire.CmdCapabilitiesExchange:
-		n = "CE"
-	case wire.CmdDeviceWatchdog:
-		n = "DW"
-	case wire.CmdDisconnectPeer:
-		n = "DP"
-	case CmdAccounting:
-		n = "AC"
-	case CmdTest:
-		n = "T"
-	default:
+	n, ok := abbrev(wire.CommandCode(msg))
+	if !ok {
 		n = "cmd-" + strconv.FormatUint(uint64(wire.CommandCode(msg)), 10) + "-"
 	}
 	if wire.IsRequest(msg) {
 		return n + "R"
 	}
 	return n + "A"
+}
+
+// KnownCommand reports whether CommandName has a proper name for the code
+// (callers that must bound a label's values use it).
+func KnownCommand(code uint32) bool {
+	_, ok := abbrev(code)
+	return ok
+}
+
+func abbrev(code uint32) (string, bool) {
+	switch code {
+	case wire.CmdCapabilitiesExchange:
+		return "CE", true
+	case wire.CmdDeviceWatchdog:
+		return "DW", true
+	case wire.CmdDisconnectPeer:
+		return "DP", true
+	case CmdAccounting:
+		return "AC", true
+	case CmdTest:
+		return "T", true
+	}
+	return "", false
 }

@@ -375,27 +375,13 @@ func (m *Metrics) sync(s Snapshot) {
 // ACR, ACA, TR, TA for freeDiameter's test_app), else "other-request" or
 // "other-answer", so that a peer cannot grow the label set.
 func CommandName(msg []byte) string {
-	if len(msg) < 20 {
+	switch {
+	case len(msg) < 20:
 		return "invalid"
+	case message.KnownCommand(wire.CommandCode(msg)):
+		return message.CommandName(msg)
+	case wire.IsRequest(msg):
+		return "other-request"
 	}
-	req := wire.IsRequest(msg)
-	pick := func(r, a string) string {
-		if req {
-			return r
-		}
-		return a
-	}
-	switch wire.CommandCode(msg) {
-	case wire.CmdCapabilitiesExchange:
-		return pick("CER", "CEA")
-	case wire.CmdDeviceWatchdog:
-		return pick("DWR", "DWA")
-	case wire.CmdDisconnectPeer:
-		return pick("DPR", "DPA")
-	case message.CmdAccounting:
-		return pick("ACR", "ACA")
-	case message.CmdTest:
-		return pick("TR", "TA")
-	}
-	return pick("other-request", "other-answer")
+	return "other-answer"
 }
