@@ -13,6 +13,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -367,3 +369,66 @@ func TestBaseRequestsCarryIDs(t *testing.T) {
 type fixedLow struct{}
 
 func (fixedLow) Int64N(int64) int64 { return 0 }
+
+// flakyListener fails its first Accept the way an exhausted descriptor
+// table does, then behaves.
+type flakyListener struct {
+	transport.Listener
+	failed bool
+}
+
+func (l *flakyListener) Accept() (transport.Conn, error) {
+	if !l.failed {
+		l.failed = true
+		return nil, errors.New("accept: too many open files")
+	}
+	return l.Listener.Accept()
+}
+
+type countingConn struct {
+	transport.Conn
+	reads *atomic.Int32
+}
+
+func (c countingConn) ReadMessage() ([]byte, error) {
+	c.reads.Add(1)
+	return c.Conn.ReadMessage()
+}
+
+// NewServer over a caller's listener: a transient accept error does not
+// end Serve, Wrap sees every accepted connection, and OnPeerEnd reports
+// each ended peer with its final Stats before Close returns.
+func TestServerWrapOnPeerEndAndAcceptRetry(t *testing.T) {
+	ln, err := transport.Listen("tcp://127.0.0.1:0", transport.Options{})
+	require.NoError(t, err)
+	cfg := clientConfig("server.example.net")
+	cfg.Handler = acctHandler
+	s, err := NewServer(&flakyListener{Listener: ln}, cfg)
+	require.NoError(t, err)
+	var reads atomic.Int32
+	s.Wrap = func(c transport.Conn) transport.Conn { return countingConn{c, &reads} }
+	var mu sync.Mutex
+	var ended []Stats
+	s.OnPeerEnd = func(p *Peer) {
+		mu.Lock()
+		ended = append(ended, p.Stats())
+		mu.Unlock()
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve() }()
+
+	p := dialOkay(t, "tcp://"+ln.Addr().String(), nil)
+	_, err = p.Request(bounded(t), acr())
+	require.NoError(t, err)
+	require.NoError(t, p.Close(bounded(t)))
+	require.NoError(t, s.Close(bounded(t)))
+	require.NoError(t, <-done)
+
+	assert.GreaterOrEqual(t, reads.Load(), int32(2), "CER and the ACR went through Wrap")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, ended, 1)
+	assert.Equal(t, "client.example.net", ended[0].Peer)
+	assert.Equal(t, uint64(1), ended[0].AnswersSent)
+	assert.Equal(t, "DOWN", ended[0].State)
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/aaatp/aaatp/transport"
 )
@@ -12,6 +13,14 @@ import (
 // Server accepts connections on one listener and runs a server Peer for
 // each. Its methods are safe for concurrent use.
 type Server struct {
+	// Wrap, when set before Serve, wraps every accepted connection before
+	// its Peer sees it: fault injection, accounting, tracing.
+	Wrap func(transport.Conn) transport.Conn
+	// OnPeerEnd, when set before Serve, is called once for every peer that
+	// ended, after its goroutines have finished (its Stats are final).
+	// Close returns only after the calls for the peers it closed.
+	OnPeerEnd func(*Peer)
+
 	cfg Config
 	ln  transport.Listener
 
@@ -35,31 +44,65 @@ func Listen(url string, cfg Config) (*Server, error) {
 	return &Server{cfg: cfg, ln: ln, peers: make(map[*Peer]struct{})}, nil
 }
 
+// NewServer returns a Server over a listener the caller made (the Server
+// takes it over: Close closes it). Configuration errors are returned here.
+func NewServer(ln transport.Listener, cfg Config) (*Server, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, ln: ln, peers: make(map[*Peer]struct{})}, nil
+}
+
+// Validate reports what Dial, Accept, Listen and NewServer would refuse in
+// cfg, without connecting.
+func (c Config) Validate() error {
+	_, err := c.validate()
+	return err
+}
+
 // Addr returns the listening address.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
 // Events returns the bus every accepted peer publishes on.
 func (s *Server) Events() *Bus { return s.cfg.Events }
 
-// Serve accepts until Close; it returns nil after Close.
+// Serve accepts until Close; it returns nil after Close. An accept error
+// other than the listener's closing (EMFILE when out of descriptors, a
+// connection aborted before accept) is logged and retried with a backoff
+// of 5 ms doubling to 1 s: it must not end the service.
 func (s *Server) Serve() error {
+	var backoff time.Duration
 	for {
 		tc, err := s.ln.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			return err
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.cfg.Logger.Warn("accept failed; retrying", "addr", s.ln.Addr().String(), "err", err, "in", backoff)
+			time.Sleep(backoff)
+			continue
 		}
-		p, err := Accept(tc, s.cfg)
-		if err != nil {
-			return err // a Config that validated once cannot fail here
+		backoff = 0
+		if s.Wrap != nil {
+			tc = s.Wrap(tc)
 		}
+		// Accept and register under the lock, so that Close either sees
+		// the peer or the peer is never started.
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
-			p.Close(context.Background())
+			tc.Close()
 			continue
+		}
+		p, err := Accept(tc, s.cfg)
+		if err != nil {
+			s.mu.Unlock()
+			return err // a Config that validated once cannot fail here
 		}
 		s.peers[p] = struct{}{}
 		s.wg.Add(1)
@@ -68,6 +111,9 @@ func (s *Server) Serve() error {
 			defer s.wg.Done()
 			<-p.Done()
 			p.wg.Wait()
+			if s.OnPeerEnd != nil {
+				s.OnPeerEnd(p)
+			}
 			s.mu.Lock()
 			delete(s.peers, p)
 			s.mu.Unlock()
