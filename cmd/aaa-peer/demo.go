@@ -423,8 +423,8 @@ func (d *demo) countApplied(h peer.Handler) peer.Handler {
 }
 
 // startServer starts server i+1: an aaa-peer server (its handler, dedup
-// wrapper, T-flag count, accept loop and report) on a listener of our
-// own, whose connections can be frozen and reset.
+// wrapper, T-flag count, peer.Server and report) on a listener of our own,
+// whose connections can be frozen and reset.
 func (d *demo) startServer(i int, log *slog.Logger) (*demoServer, error) {
 	name := fmt.Sprintf("server%d.%s", i+1, demoRealm)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -433,8 +433,7 @@ func (d *demo) startServer(i int, log *slog.Logger) (*demoServer, error) {
 	}
 	s := &server{
 		o:   serverOptions{originHost: name, originRealm: demoRealm, tw: d.o.tw, dedup: "memory"},
-		log: log, closed: make(chan struct{}),
-		live: make(map[*peer.Peer]struct{}), conns: make(map[*faultConn]struct{}),
+		log: log,
 	}
 	bus := peer.NewBus()
 	// As serve does, with the shared store and the count of applications.
@@ -454,8 +453,12 @@ func (d *demo) startServer(i int, log *slog.Logger) (*demoServer, error) {
 		conns: make(map[*demoConn]struct{}),
 	}
 	d.tl.watchServer(bus, ds)
-	s.wg.Add(1)
-	go s.acceptLoop(&demoListener{ln: ln, ds: ds})
+	srv, err := peer.NewServer(&demoListener{ln: ln, ds: ds}, s.cfg)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	s.start(srv)
 	return ds, nil
 }
 
@@ -489,10 +492,7 @@ type demoServer struct {
 func (ds *demoServer) stop() {
 	ds.thaw()
 	ds.stopOnce.Do(func() {
-		close(ds.s.closed)
-		ds.ln.Close()
-		ds.s.closePeers()
-		ds.s.wg.Wait()
+		ds.s.closePeers() // closes the listener too
 		ds.pumps.Wait()
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -141,17 +140,16 @@ type server struct {
 	cfg     peer.Config
 	log     *slog.Logger
 	stall   *stallGate
-	closed  chan struct{} // closed when shutdown starts
 	started time.Time
 
 	dd            dedup.Counters // received, applied, duplicates, store errors
 	retransmitted atomic.Uint64  // application requests received with the T flag
 
+	srvs []*peer.Server // one per --listen; set before serving
+	wg   sync.WaitGroup // their Serve loops
+
 	mu    sync.Mutex
-	live  map[*peer.Peer]struct{}
 	ended []peer.Stats // last Stats of peers that ended
-	conns map[*faultConn]struct{}
-	wg    sync.WaitGroup // accept loops and peer watchers
 }
 
 // serverReport is the --report document.
@@ -192,8 +190,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 		return 2
 	}
 	s := &server{
-		o: o, log: log, closed: make(chan struct{}), started: time.Now(),
-		live: make(map[*peer.Peer]struct{}), conns: make(map[*faultConn]struct{}),
+		o: o, log: log, started: time.Now(),
 	}
 	if o.stallAfter > 0 {
 		s.stall = &stallGate{after: o.stallAfter}
@@ -282,8 +279,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 		return 1
 	}
 	for _, ln := range lns {
-		s.wg.Add(1)
-		go s.acceptLoop(ln)
+		srv, err := peer.NewServer(ln, s.cfg)
+		if err != nil { // cannot happen: checkConfig passed
+			log.Error("server", "err", err)
+			return 1
+		}
+		srv.Wrap = s.wrap
+		s.start(srv)
 	}
 	if o.ready != "" {
 		if err := writeFileAtomic(o.ready, []byte(strings.Join(bound, "\n")+"\n")); err != nil {
@@ -293,12 +295,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 
 	<-ctx.Done()
 	log.Info("shutting down", "cause", context.Cause(ctx))
-	close(s.closed)
-	for _, ln := range lns {
-		ln.Close()
-	}
 	s.closePeers()
-	s.wg.Wait()
 	if err := web.Close(); err != nil {
 		log.Error("status page", "err", err)
 	}
@@ -317,9 +314,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 	return code
 }
 
-// checkConfig catches what peer.Listen's validation would refuse in the
-// parts of the Config that come from flags (we run our own accept loop, so
-// nothing validates it before the first connection).
+// checkConfig catches what peer's validation would refuse in the parts of
+// the Config that come from flags, naming the flag.
 func checkConfig(cfg peer.Config) error {
 	for _, g := range cfg.AllowHosts {
 		if _, err := path.Match(g, ""); err != nil {
@@ -332,109 +328,58 @@ func checkConfig(cfg peer.Config) error {
 	return nil
 }
 
-func (s *server) acceptLoop(ln transport.Listener) {
-	defer s.wg.Done()
-	for {
-		tc, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			s.log.Warn("accept failed", "addr", ln.Addr().String(), "err", err)
-			select {
-			case <-s.closed:
-				return
-			case <-time.After(100 * time.Millisecond): // EMFILE and the like
-			}
-			continue
-		}
-		fc := &faultConn{Conn: tc, dropDWA: s.o.dropDWA, stall: s.stall, done: make(chan struct{}), s: s}
+// start serves srv, keeping the last Stats of every peer that ends.
+func (s *server) start(srv *peer.Server) {
+	srv.OnPeerEnd = func(p *peer.Peer) {
+		st := p.Stats()
 		s.mu.Lock()
-		s.conns[fc] = struct{}{}
+		s.ended = append(s.ended, st)
 		s.mu.Unlock()
-		p, err := peer.Accept(fc, s.cfg)
-		if err != nil { // cannot happen: the Config was checked; Accept closed fc
-			s.log.Error("accept", "err", err)
-			continue
-		}
-		s.mu.Lock()
-		late := isClosed(s.closed) // shutdown began: closePeers may not see p
-		if !late {
-			s.live[p] = struct{}{}
-		}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		if late {
-			fc.Close() // no DPR for a connection we never served
-		}
-		go s.watch(p)
 	}
+	s.srvs = append(s.srvs, srv)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := srv.Serve(); err != nil {
+			s.log.Error("serve", "addr", srv.Addr().String(), "err", err)
+		}
+	}()
 }
 
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
+// wrap applies the fault knobs to an accepted connection.
+func (s *server) wrap(tc transport.Conn) transport.Conn {
+	if !s.o.dropDWA && s.stall == nil {
+		return tc
 	}
+	return &faultConn{Conn: tc, dropDWA: s.o.dropDWA, stall: s.stall, done: make(chan struct{}), s: s}
 }
 
-// watch keeps the last Stats of p once it ends.
-func (s *server) watch(p *peer.Peer) {
-	defer s.wg.Done()
-	<-p.Done()
-	p.Close(context.Background()) // returns at once: waits for p's goroutines
-	st := p.Stats()
-	s.mu.Lock()
-	delete(s.live, p)
-	s.ended = append(s.ended, st)
-	s.mu.Unlock()
+// live returns the peers connected now, over every listener.
+func (s *server) live() []*peer.Peer {
+	var ps []*peer.Peer
+	for _, srv := range s.srvs {
+		ps = append(ps, srv.Peers()...)
+	}
+	return ps
 }
 
-// closePeers disconnects every live peer (DPR/DPA), bounded by
-// shutdownBudget; past it, every connection is closed hard.
+// closePeers stops accepting and disconnects every peer (DPR/DPA),
+// bounded by shutdownBudget, then waits for the Serve loops.
 func (s *server) closePeers() {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
 	defer cancel()
-	s.mu.Lock()
-	ps := make([]*peer.Peer, 0, len(s.live))
-	for p := range s.live {
-		ps = append(ps, p)
+	var wg sync.WaitGroup
+	for _, srv := range s.srvs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Close(ctx); err != nil {
+				s.log.Debug("close", "addr", srv.Addr().String(), "err", err)
+			}
+		}()
 	}
-	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var wg sync.WaitGroup
-		for _, p := range ps {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := p.Close(ctx); err != nil {
-					s.log.Debug("close", "peer", p.Name(), "err", err)
-				}
-			}()
-		}
-		wg.Wait()
-	}()
-	select {
-	case <-done:
-		return
-	case <-ctx.Done():
-	}
-	// A peer still waiting for its CER ignores ctx until CEATimeout;
-	// closing its connection ends the wait.
-	s.mu.Lock()
-	cs := make([]*faultConn, 0, len(s.conns))
-	for c := range s.conns {
-		cs = append(cs, c)
-	}
-	s.mu.Unlock()
-	for _, c := range cs {
-		c.Close()
-	}
-	<-done
+	wg.Wait()
+	s.wg.Wait()
 }
 
 func (s *server) report(dropped uint64) serverReport {
@@ -449,7 +394,7 @@ func (s *server) report(dropped uint64) serverReport {
 		Dedup:         redactURL(s.o.dedup),
 		EventsDropped: dropped, Peers: append([]peer.Stats{}, s.ended...),
 	}
-	for p := range s.live { // none after a clean shutdown
+	for _, p := range s.live() { // none after a clean shutdown
 		r.Peers = append(r.Peers, p.Stats())
 	}
 	return r
@@ -462,11 +407,8 @@ const statusEnded = 16
 // last statusEnded peers that ended (latest first, one row per name not
 // live), and its totals.
 func (s *server) snapshot(bound []string) status.Snapshot {
+	live := s.live()
 	s.mu.Lock()
-	live := make([]*peer.Peer, 0, len(s.live))
-	for p := range s.live {
-		live = append(live, p)
-	}
 	var ended []peer.Stats
 	for i := len(s.ended) - 1; i >= 0 && len(ended) < statusEnded; i-- {
 		ended = append(ended, s.ended[i])
@@ -646,12 +588,7 @@ func (c *faultConn) WriteMessages(msgs ...[]byte) error {
 }
 
 func (c *faultConn) Close() error {
-	c.once.Do(func() {
-		close(c.done)
-		c.s.mu.Lock()
-		delete(c.s.conns, c)
-		c.s.mu.Unlock()
-	})
+	c.once.Do(func() { close(c.done) })
 	return c.Conn.Close()
 }
 
