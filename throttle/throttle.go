@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -437,20 +438,22 @@ func (s *Scheduler[T]) promote(now time.Time, nowNs int64, dst []Dispatch[T]) []
 			s.checkAlarm(i, now)
 		}
 	}
-	if sources > 1 {
-		slices.SortFunc(sc, func(a, b entry[T]) int {
-			if a.seq < b.seq {
-				return -1
-			}
-			return 1
-		})
+	s.requeueFront(sc, sources > 1)
+	return dst
+}
+
+// requeueFront puts sc at the head of the instance queue, oldest first
+// (Q3), sorting by age when the entries came from several queues, and
+// recycles sc as the scratch buffer.
+func (s *Scheduler[T]) requeueFront(sc []entry[T], sortByAge bool) {
+	if sortByAge {
+		slices.SortFunc(sc, func(a, b entry[T]) int { return cmp.Compare(a.seq, b.seq) })
 	}
 	for i := len(sc) - 1; i >= 0; i-- {
 		s.inst.pushFront(sc[i])
 	}
 	clear(sc)
 	s.scratch = sc[:0]
-	return dst
 }
 
 // sweep fails every queued request whose deadline has passed.
@@ -536,17 +539,7 @@ func (s *Scheduler[T]) SetAvailable(server int, ok bool, now time.Time) {
 			s.queued--
 		}
 	}
-	slices.SortFunc(sc, func(a, b entry[T]) int {
-		if a.seq < b.seq {
-			return -1
-		}
-		return 1
-	})
-	for i := len(sc) - 1; i >= 0; i-- {
-		s.inst.pushFront(sc[i])
-	}
-	clear(sc)
-	s.scratch = sc[:0]
+	s.requeueFront(sc, true)
 	s.checkAlarm(server, now)
 }
 
