@@ -20,7 +20,8 @@ import (
 // of max entries; each doubling rebuilds that shard's index.
 //
 // A lookup of a new key reads one cache line of the index (see shard); the
-// default clock is read as a monotonic time only.
+// default clock is a coarse monotonic one read with an atomic load (see
+// coarseClock).
 //
 // An entry costs 56 bytes in the ring and 32 in the index, plus the answer
 // bytes. Abandoned or taken-over entries leave a dead slot that counts
@@ -32,6 +33,7 @@ type Memory struct {
 	mark   int64
 	mask   uint64
 	shards []shard
+	clk    *coarseClock // nil with WithClock
 }
 
 var _ Store = (*Memory)(nil)
@@ -51,6 +53,9 @@ func NewMemory(opts ...Option) *Memory {
 		mark:   int64(cfg.markTTL),
 		mask:   uint64(n - 1),
 		shards: make([]shard, n),
+	}
+	if !cfg.clockSet {
+		m.clk = newCoarseClock(m.base)
 	}
 	for i := range m.shards {
 		limit := cfg.maxEntries / n
@@ -410,6 +415,11 @@ func (m *Memory) shardOf(k Key) int {
 // lockAll locks the distinct shards of keys in ascending order (no
 // deadlock) and returns their indexes.
 func (m *Memory) lockAll(keys []Key, buf []int) []int {
+	if len(keys) == 1 { // the common case, without the search and sort
+		i := m.shardOf(keys[0])
+		m.shards[i].mu.Lock()
+		return append(buf[:0], i)
+	}
 	idx := buf[:0]
 	for _, k := range keys {
 		i := m.shardOf(k)
@@ -433,14 +443,22 @@ func (m *Memory) unlockAll(idx []int) {
 }
 
 // now returns nanoseconds since m.base; with the default clock this is
-// monotonic, so wall clock steps do not expire or prolong entries. With the
-// default clock it reads only the monotonic clock (time.Since of a time
-// with a monotonic reading), which costs half of time.Now.
+// monotonic, so wall clock steps do not expire or prolong entries, and
+// coarse (see coarseClock): one atomic load.
 func (m *Memory) now() int64 {
-	if !m.cfg.clockSet {
-		return int64(time.Since(m.base))
+	if m.clk != nil {
+		return m.clk.now()
 	}
 	return int64(m.cfg.now().Sub(m.base))
+}
+
+// nowExact is now without the coarse clock's lag, for a duplicate waking
+// from its wait at a mark's deadline.
+func (m *Memory) nowExact() int64 {
+	if m.clk != nil {
+		return m.clk.exact()
+	}
+	return m.now()
 }
 
 // memFirst is an Outcome of the memory store together with its in-flight
@@ -479,77 +497,96 @@ func (m *Memory) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	var mf *memFirst
-	var o *Outcome
+	o, done, left := m.try(keys, m.now(), &mf)
+	if done == nil {
+		return o, nil
+	}
+	return m.wait(ctx, keys, &mf, done, left)
+}
+
+// try looks keys up at time now and, unless one is held by a request in
+// flight, returns the Outcome: Duplicate with the stored answer, or First
+// after marking every key in flight. Otherwise it returns a channel closed
+// when that flight ends and the time left until its mark expires. *mf is
+// the First outcome's memFirst, taken on the first try and kept across
+// tries.
+func (m *Memory) try(keys []Key, now int64, mf **memFirst) (*Outcome, <-chan struct{}, time.Duration) {
 	var buf [4]int
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
+	idx := m.lockAll(keys, buf[:])
+	for _, k := range keys {
+		m.shards[m.shardOf(k)].touch(k)
+	}
+	// The Outcome is taken after the index loads were started, so that
+	// it overlaps their cache misses.
+	if *mf == nil {
+		*mf = m.shards[idx[0]].newFirst()
+		(*mf).m = m
+		o := &(*mf).o
+		o.keys = append(o.keyBuf[:0], keys...) // keys stays on the stack
+	}
+	o := &(*mf).o
+	var busy *flight
+	for _, k := range keys {
+		sl := m.shards[m.shardOf(k)].lookup(k, now, m.maxAge)
+		if sl == nil {
+			continue
 		}
-	}()
-	for {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		// The clock is read before locking, and the Outcome taken after
-		// the index loads were started, so that both overlap the loads'
-		// cache misses.
-		now := m.now()
-		idx := m.lockAll(keys, buf[:])
-		for _, k := range keys {
-			m.shards[m.shardOf(k)].touch(k)
-		}
-		if mf == nil {
-			mf = m.shards[idx[0]].newFirst()
-			mf.m = m
-			o = &mf.o
-			o.keys = append(o.keyBuf[:0], keys...) // keys stays on the stack
-		}
-		var busy *flight
-		for _, k := range keys {
-			sl := m.shards[m.shardOf(k)].lookup(k, now, m.maxAge)
-			if sl == nil {
-				continue
-			}
-			if sl.fl == nil {
-				o.kind, o.answer = Duplicate, []byte(sl.answer)
-				m.unlockAll(idx)
-				return o, nil
-			}
-			if busy == nil {
-				busy = sl.fl
-			}
-			if sl.fl == busy {
-				sl.waited = true // its kill must wake us
-			}
+		if sl.fl == nil {
+			o.kind, o.answer = Duplicate, []byte(sl.answer)
+			m.unlockAll(idx)
+			return o, nil, 0
 		}
 		if busy == nil {
-			mf.fl.deadline = now + m.mark
-			for i, k := range keys {
-				seq := m.shards[m.shardOf(k)].insert(k, "", &mf.fl, now, m.maxAge)
-				if i < len(mf.seq) {
-					mf.seq[i] = seq
-				}
+			busy = sl.fl
+		}
+		if sl.fl == busy {
+			sl.waited = true // its kill must wake us
+		}
+	}
+	if busy == nil {
+		(*mf).fl.deadline = now + m.mark
+		for i, k := range keys {
+			seq := m.shards[m.shardOf(k)].insert(k, "", &(*mf).fl, now, m.maxAge)
+			if i < len((*mf).seq) {
+				(*mf).seq[i] = seq
 			}
-			m.unlockAll(idx)
-			o.kind, o.fin = First, mf
-			return o, nil
 		}
-		done := busy.wait()
-		left := time.Duration(busy.deadline - now)
 		m.unlockAll(idx)
-		if timer == nil {
-			timer = time.NewTimer(left)
-		} else {
-			timer.Reset(left)
-		}
+		o.kind, o.fin = First, *mf
+		return o, nil, 0
+	}
+	done := busy.wait()
+	left := time.Duration(busy.deadline - now)
+	m.unlockAll(idx)
+	return nil, done, left
+}
+
+// wait is Begin's slow path: a key is held by a request in flight. It waits
+// for that request to end or its mark to expire, whichever comes first,
+// and tries again, until ctx ends.
+func (m *Memory) wait(ctx context.Context, keys []Key, mf **memFirst, done <-chan struct{}, left time.Duration) (*Outcome, error) {
+	timer := time.NewTimer(left)
+	defer timer.Stop()
+	for {
 		select {
 		case <-done:
 		case <-timer.C:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var o *Outcome
+		o, done, left = m.try(keys, m.nowExact(), mf)
+		if done == nil {
+			return o, nil
+		}
+		timer.Reset(left)
 	}
 }
 
@@ -627,5 +664,11 @@ func (m *Memory) Len() int {
 	return n
 }
 
-// Close implements Store; the in-memory store needs no cleanup.
-func (m *Memory) Close() error { return nil }
+// Close implements Store. It stops the clock's timer (which also stops by
+// itself when the store is idle); the store remains usable.
+func (m *Memory) Close() error {
+	if m.clk != nil {
+		m.clk.stop()
+	}
+	return nil
+}
