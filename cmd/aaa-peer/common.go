@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -89,6 +90,16 @@ func newLogger(stderr io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(stderr, opts)), nil
 	}
 	return nil, usagef("--log-format %q: want text or json", format)
+}
+
+// redisLog routes go-redis's own log lines (dial failures, pool errors),
+// which it prints on stderr in its own format through a process-wide
+// logger, to the command's logger, so that --log-format json keeps stderr
+// one JSON object a line.
+type redisLog struct{ log *slog.Logger }
+
+func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
+	r.log.WarnContext(ctx, strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: "), "component", "go-redis")
 }
 
 // eventWriter writes the events of a Bus as JSON lines from its own

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -317,5 +318,38 @@ func TestFlagValidation(t *testing.T) {
 				t.Errorf("stderr does not say %q:\n%s", tc.want, stderr.String())
 			}
 		})
+	}
+}
+
+// TestServerRedisLogsStayJSON: go-redis prints its dial failures through
+// its own process-wide logger; with --log-format json they must come out as
+// JSON lines of the server's logger, not as plain text mixed into them.
+func TestServerRedisLogsStayJSON(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String() // nothing listens here once closed
+	l.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stdout, stderr syncBuffer
+	code := runServer(ctx, []string{"--listen", "tcp://127.0.0.1:0", "--origin-host", "s.test", "--origin-realm", "test",
+		"--dedup", "redis://" + dead + "/0", "--log-format", "json"}, &stdout, &stderr)
+	if code != 1 {
+		t.Fatalf("exit %d with Redis unreachable, want 1; stderr:\n%s", code, stderr.String())
+	}
+	fromRedis := 0
+	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("stderr line is not JSON: %q", line)
+		}
+		if rec["component"] == "go-redis" {
+			fromRedis++
+		}
+	}
+	if fromRedis == 0 {
+		t.Fatalf("no go-redis line in stderr (want its dial failures logged):\n%s", stderr.String())
 	}
 }

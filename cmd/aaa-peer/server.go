@@ -25,6 +25,7 @@ import (
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 	"github.com/aaatp/aaatp/wire"
+	"github.com/redis/go-redis/v9"
 )
 
 const serverSynopsis = `usage: aaa-peer server --listen URL [--listen URL...] --origin-host H --origin-realm R
@@ -205,6 +206,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 		topts.TLS = tc
 	}
 	if store == nil {
+		if strings.HasPrefix(o.dedup, "redis") {
+			redis.SetLogger(redisLog{log}) // process-wide: this is main
+		}
 		st, err := dedup.Open(o.dedup)
 		if err != nil {
 			fmt.Fprintf(stderr, "aaa-peer server: --dedup %s: %v\n", redactURL(o.dedup), err)
