@@ -113,14 +113,19 @@ func NewStreamConn(c net.Conn, network string, opts Options) Conn {
 		// here means the socket is already dead: the first I/O reports it.
 		_ = tc.SetNoDelay(opts.NoDelay)
 	}
-	_, vector := c.(*net.TCPConn)
-	return &streamConn{
+	sc := &streamConn{
 		c:            c,
 		network:      network,
 		writeTimeout: opts.WriteTimeout,
 		fr:           frameReader{r: bufio.NewReaderSize(c, readBufferSize), maxLen: opts.MaxMessageLen},
-		vector:       vector,
 	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		sc.vector = true
+		if t := newTCPConn(sc, tc); t != nil {
+			return t
+		}
+	}
+	return sc
 }
 
 func tcpOf(c net.Conn) *net.TCPConn {
@@ -174,6 +179,23 @@ func (s *streamConn) WriteMessages(msgs ...[]byte) error {
 		return err
 	}
 	return nil
+}
+
+// TryWriter is implemented by the Conns that can write without ever
+// waiting: plain TCP (not TLS, whose records cannot be cut where the
+// socket's send buffer happens to fill, nor SCTP). A caller that has
+// nothing else queued can then send a message from its own goroutine
+// instead of waking a writer.
+type TryWriter interface {
+	// TryWrite writes what the socket's send buffer takes of msg right
+	// now, in one write system call, and never waits. n < len(msg) with a
+	// nil error means the buffer was full: msg[n:] must then be written
+	// by WriteMessages (as if it were one message) before anything else.
+	// An error means the connection failed and must be closed. TryWrite
+	// counts as a write: it must not run concurrently with WriteMessages
+	// or another TryWrite. It needs no write deadline, and ignores one
+	// left by an earlier WriteMessages.
+	TryWrite(msg []byte) (n int, err error)
 }
 
 func (s *streamConn) Close() error {

@@ -115,3 +115,11 @@ func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
 	require.NoError(t, os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
 	return path
 }
+
+// streamOf returns the streamConn of a TCP, TLS or pipe Conn.
+func streamOf(c Conn) *streamConn {
+	if t, ok := c.(*tcpConn); ok {
+		return t.streamConn
+	}
+	return c.(*streamConn)
+}

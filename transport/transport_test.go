@@ -155,7 +155,7 @@ func TestTLSExchange(t *testing.T) {
 	exchange(t, cli, srv, 1000)
 	exchange(t, srv, cli, 1)
 	// The server saw the client's certificate.
-	st := srv.(*streamConn).c.(interface{ ConnectionState() tlsState }).ConnectionState()
+	st := streamOf(srv).c.(interface{ ConnectionState() tlsState }).ConnectionState()
 	require.Len(t, st.PeerCertificates, 1)
 	assert.Equal(t, "client.example.net", st.PeerCertificates[0].Subject.CommonName)
 	assert.GreaterOrEqual(t, st.Version, uint16(0x0303), "TLS 1.2 or later")
@@ -235,7 +235,7 @@ func TestTLSConfigErrors(t *testing.T) {
 
 func tcpNoDelay(t *testing.T, c Conn) int {
 	t.Helper()
-	tc := tcpOf(c.(*streamConn).c)
+	tc := tcpOf(streamOf(c).c)
 	require.NotNil(t, tc)
 	rc, err := tc.SyscallConn()
 	require.NoError(t, err)
@@ -271,8 +271,8 @@ func TestWriteTimeout(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	srv, cli := pair(t, "tcp://127.0.0.1:0", Options{}, Options{WriteTimeout: timeout})
 	_ = srv // never reads
-	require.NoError(t, cli.(*streamConn).c.(*net.TCPConn).SetWriteBuffer(4096))
-	require.NoError(t, srv.(*streamConn).c.(*net.TCPConn).SetReadBuffer(4096))
+	require.NoError(t, streamOf(cli).c.(*net.TCPConn).SetWriteBuffer(4096))
+	require.NoError(t, streamOf(srv).c.(*net.TCPConn).SetReadBuffer(4096))
 	batch := make([][]byte, 64)
 	for i := range batch {
 		batch[i] = testMsg(1024, 272, uint32(i))
