@@ -34,10 +34,13 @@ type conn struct {
 	wmu      sync.Mutex
 	wq       [][]byte
 	wclosed  bool
-	spare    [][]byte       // the writer's other buffer, kept across writers
-	writing  bool           // a writer goroutine is running
-	wwg      sync.WaitGroup // writers; Add only under wmu while !wclosed
-	flushEnd bool           // after the queue drains, close (DPA sent)
+	spare    [][]byte            // the writer's other buffer, kept across writers
+	writing  bool                // a writer goroutine or an inline write is running
+	wwg      sync.WaitGroup      // writers; Add only under wmu while !wclosed
+	flushEnd bool                // after the queue drains, close (DPA sent)
+	tw       transport.TryWriter // nil unless the transport writes without waiting
+	writers  int                 // writer goroutines started (under wmu; for tests)
+	inline   int                 // messages written inline, whole (under wmu; for tests)
 
 	dpa      chan struct{} // closed when a DPA arrives
 	dpaOnce  sync.Once
@@ -50,6 +53,7 @@ type conn struct {
 
 func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
+	tw, _ := tc.(transport.TryWriter)
 	return &conn{
 		p: p, tc: tc, remoteHost: remoteHost,
 		hbh:     wire.NewHopByHopGenRandom(),
@@ -57,6 +61,7 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 		dpa:     make(chan struct{}),
 		closed:  make(chan struct{}),
 		ctx:     ctx, cancel: cancel,
+		tw: tw,
 	}
 }
 
@@ -101,6 +106,60 @@ func (c *conn) enqueue(msg []byte) error {
 	return nil
 }
 
+// enqueueLone is enqueue for a message that usually travels alone: a DWR,
+// the DWA or error answer the reader sends back, a DPR or DPA. When
+// nothing is queued or being written and the transport can write without
+// waiting, the caller's goroutine writes it, so that it costs no writer
+// goroutine and no wake-up: that is most of what an idle connection
+// sends. Requests and their answers keep going through the writer, which
+// batches them: written inline one by one they cost more (a syscall each,
+// and the caller no longer runs alongside the writer).
+func (c *conn) enqueueLone(msg []byte) error {
+	c.wmu.Lock()
+	if c.wclosed {
+		c.wmu.Unlock()
+		return ErrConnectionLost
+	}
+	if c.tw != nil && !c.writing && len(c.wq) == 0 && !c.flushEnd {
+		c.writing = true // whatever comes meanwhile queues behind us
+		c.wmu.Unlock()
+		c.writeInline(msg)
+		return nil
+	}
+	c.wq = append(c.wq, msg)
+	c.kickLocked()
+	c.wmu.Unlock()
+	return nil
+}
+
+// writeInline writes msg with one write that never waits, c.writing set
+// by the caller. What the socket did not take goes to the head of the
+// queue for a writer, as does anything queued meanwhile; a write error
+// closes the connection as the writer's does. The caller is never blocked
+// behind a full send buffer: a reader answering a DWR must not wait for
+// its own peer to read, or two peers writing to each other could deadlock.
+func (c *conn) writeInline(msg []byte) {
+	n, err := c.tw.TryWrite(msg)
+	if err != nil {
+		c.close("write failed: " + err.Error())
+		c.wmu.Lock()
+		c.writing = false
+		c.wmu.Unlock()
+		return
+	}
+	c.wmu.Lock()
+	if n < len(msg) {
+		c.wq = slices.Insert(c.wq, 0, msg[n:])
+	} else {
+		c.inline++
+	}
+	c.writing = false
+	if !c.wclosed && (len(c.wq) > 0 || c.flushEnd) {
+		c.kickLocked()
+	}
+	c.wmu.Unlock()
+}
+
 // kickLocked starts a writer unless one runs. The writer exits when the
 // queue is empty, so an idle connection costs no writer goroutine; under
 // load it keeps running and batches. c.wmu is held, and the connection is
@@ -108,6 +167,7 @@ func (c *conn) enqueue(msg []byte) error {
 func (c *conn) kickLocked() {
 	if !c.writing {
 		c.writing = true
+		c.writers++
 		c.wwg.Add(1)
 		go c.writer()
 	}

@@ -90,7 +90,7 @@ func (p *Peer) apply(o watchdog.Output, base int64) {
 		case watchdog.ActionSetTimer:
 			p.arm(base, a.After)
 		case watchdog.ActionSendDWR:
-			if c := p.cur.Load(); c != nil && c.enqueue(withIDs(p.cfg.newDWR(), c.hbh)) == nil {
+			if c := p.cur.Load(); c != nil && c.enqueueLone(withIDs(p.cfg.newDWR(), c.hbh)) == nil {
 				p.stats.dwrSent.Add(1)
 			}
 		case watchdog.ActionFailover:
@@ -224,7 +224,7 @@ func (p *Peer) handle(e loopEvent) {
 		}
 		o := p.m.Step(watchdog.ReceiveDWR)
 		if o.Has(watchdog.ActionAnswerDWR) {
-			e.c.enqueue(p.cfg.newDWA(e.msg))
+			e.c.enqueueLone(p.cfg.newDWA(e.msg))
 		}
 		p.apply(o, e.at)
 
@@ -252,7 +252,7 @@ func (p *Peer) handle(e loopEvent) {
 		e.c.mu.Lock()
 		e.c.downNote = note
 		e.c.mu.Unlock()
-		e.c.enqueue(p.cfg.newDPA(e.msg))
+		e.c.enqueueLone(p.cfg.newDPA(e.msg))
 		e.c.closeAfterFlush()
 		// The DPR is traffic too.
 		p.apply(p.m.Step(watchdog.ReceiveOther), e.at)
@@ -267,7 +267,7 @@ func (p *Peer) handle(e loopEvent) {
 			p.ended = true
 			return
 		}
-		if err := cur.enqueue(withIDs(p.cfg.newDPR(message.DisconnectRebooting), cur.hbh)); err != nil {
+		if err := cur.enqueueLone(withIDs(p.cfg.newDPR(message.DisconnectRebooting), cur.hbh)); err != nil {
 			p.ended = true
 			return
 		}

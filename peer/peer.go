@@ -450,7 +450,7 @@ func (p *Peer) received(c *conn, msg []byte) {
 			p.post(loopEvent{kind: evDPR, c: c, msg: msg, at: now})
 		case wire.CmdCapabilitiesExchange:
 			p.publish(EventError, "", "", "CER on an open connection: answered DIAMETER_UNABLE_TO_COMPLY")
-			c.enqueue(p.cfg.errorAnswer(msg, message.UnableToComply, "capabilities already exchanged"))
+			c.enqueueLone(p.cfg.errorAnswer(msg, message.UnableToComply, "capabilities already exchanged"))
 			p.notifyOther(c, now)
 		default:
 			if p.cfg.IdleTimeout > 0 {
