@@ -6,7 +6,6 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -23,8 +22,9 @@ import (
 // default clock is a coarse monotonic one read with an atomic load (see
 // coarseClock).
 //
-// An entry costs 56 bytes in the ring and 32 in the index, plus the answer
-// bytes. Abandoned or taken-over entries leave a dead slot that counts
+// An entry costs 48 bytes in the ring and 32 in the index, plus the answer
+// bytes; an in-flight mark refers to no other object, so the marks of
+// requests being handled cost the garbage collector nothing. Abandoned or taken-over entries leave a dead slot that counts
 // towards the bound until it reaches the old end of the ring.
 type Memory struct {
 	cfg    config
@@ -67,57 +67,28 @@ func NewMemory(opts ...Option) *Memory {
 	return m
 }
 
-// flight is the in-flight mark shared by the keys of one First request; its
-// identity is the owner token.
-type flight struct {
-	deadline int64         // Memory.now() value
-	state    atomic.Uint32 // flEnded | flWaited
-	mu       sync.Mutex    // guards done
-	done     chan struct{} // created by the first waiter
+// slot is one ring entry. A slot whose key is zero is dead. It refers to
+// nothing but its answer: an in-flight mark is the slFlight bit, expiring
+// at born + the mark TTL, and its waiters' channel, if any, is in the
+// shard's waits. The ring thus keeps no per-request object alive, and a
+// mark costs the collector nothing.
+type slot struct {
+	key    Key
+	answer string // set when completed
+	born   int64  // Memory.now() at first arrival
+	state  uint8  // slFlight | slWaited
 }
 
 const (
-	flEnded  = 1 << iota // end was called
-	flWaited             // done exists
+	// slFlight: the slot is an in-flight mark, owned by the First outcome
+	// that holds its sequence number.
+	slFlight = 1 << iota
+	// slWaited: a duplicate waits for the mark through this slot, on
+	// waits[seq], which its end (completion, abandon, eviction, expiry)
+	// closes. An unwaited mark ends without touching the map: evicting
+	// it reads no more than the ring.
+	slWaited
 )
-
-// wait returns a channel closed when the flight ends.
-func (f *flight) wait() <-chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.done == nil {
-		f.done = make(chan struct{})
-		if f.state.Or(flWaited)&flEnded != 0 {
-			close(f.done)
-		}
-	}
-	return f.done
-}
-
-// end wakes the waiters; idempotent. Without waiters it is one atomic
-// operation.
-func (f *flight) end() {
-	if f.state.CompareAndSwap(0, flEnded) {
-		return // no waiter: a later one sees flEnded
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.state.Or(flEnded)&flEnded == 0 && f.done != nil {
-		close(f.done)
-	}
-}
-
-// slot is one ring entry. A slot whose key is zero is dead.
-type slot struct {
-	key    Key
-	answer string  // set when completed
-	born   int64   // Memory.now() at first arrival
-	fl     *flight // non-nil while in flight
-	// waited: a duplicate has waited for fl through this slot, so killing
-	// the slot must end fl to wake it. Killing an unwaited slot leaves fl
-	// alone: evicting an in-flight mark then reads no more than the ring.
-	waited bool
-}
 
 // entry is one index entry: a 32-bit tag of the key (0: empty) and the
 // sequence number of the key's ring slot. An entry whose slot has left the
@@ -156,7 +127,10 @@ type shard struct {
 	shift uint8      // log2(len(ring)): seq>>shift is seq's epoch
 	sink  uint32     // see touch
 	slab  []memFirst // see newFirst
-	_     [56]byte   // keep shards on separate cache lines
+	// waits holds the channel of each waited slot (slWaited), by
+	// sequence number; nil until a duplicate first waits.
+	waits map[uint32]chan struct{}
+	_     [104]byte // keep shards on separate cache lines (see TestShardSize)
 }
 
 // touch loads k's first bucket and the ring's old end, the two cache lines
@@ -252,28 +226,50 @@ func (s *shard) find(k Key) *entry {
 	return s.match(&s.index[i2], tag, k)
 }
 
-// lookup returns the live slot of k, dropping it if expired.
-func (s *shard) lookup(k Key, now, maxAge int64) *slot {
+// lookup returns the live slot of k and its sequence number, dropping it
+// if expired: past maxAge, or an in-flight mark past its TTL mark.
+func (s *shard) lookup(k Key, now, maxAge, mark int64) (*slot, uint32) {
 	e := s.find(k)
 	if e == nil {
-		return nil
+		return nil, 0
 	}
 	sl := s.at(e.seq)
-	if now-sl.born >= maxAge || (sl.fl != nil && now >= sl.fl.deadline) {
+	if now-sl.born >= maxAge || (sl.state&slFlight != 0 && now-sl.born >= mark) {
 		e.tag = 0
-		s.kill(sl)
-		return nil
+		s.kill(e.seq)
+		return nil, 0
 	}
-	return sl
+	return sl, e.seq
 }
 
-// kill marks a live slot dead (its index entry must be cleared or left to
-// fall out of the ring) and wakes the waiters of its flight that waited
-// through it.
-func (s *shard) kill(sl *slot) {
-	if sl.fl != nil && sl.waited {
-		sl.fl.end()
+// waitOn returns the channel that the end of the in-flight slot seq
+// closes, creating it for the first waiter.
+func (s *shard) waitOn(seq uint32) <-chan struct{} {
+	sl := s.at(seq)
+	if sl.state&slWaited == 0 {
+		sl.state |= slWaited
+		if s.waits == nil {
+			s.waits = make(map[uint32]chan struct{})
+		}
+		s.waits[seq] = make(chan struct{})
 	}
+	return s.waits[seq]
+}
+
+// land ends the mark of the in-flight slot seq, waking its waiters.
+func (s *shard) land(seq uint32, sl *slot) {
+	if sl.state&slWaited != 0 {
+		close(s.waits[seq])
+		delete(s.waits, seq)
+	}
+	sl.state = 0
+}
+
+// kill marks the live slot seq dead (its index entry must be cleared or
+// left to fall out of the ring), waking the waiters of its mark.
+func (s *shard) kill(seq uint32) {
+	sl := s.at(seq)
+	s.land(seq, sl)
 	*sl = slot{}
 	s.live--
 }
@@ -293,22 +289,21 @@ func (s *shard) remove(k Key, seq uint32) {
 			}
 		}
 	}
-	s.kill(s.at(seq))
+	s.kill(seq)
 }
 
 // popHead drops the oldest slot; its index entry becomes free by itself.
 func (s *shard) popHead() {
-	sl := &s.ring[s.hpos]
-	if !sl.key.IsZero() {
-		s.kill(sl)
+	if !s.ring[s.hpos].key.IsZero() {
+		s.kill(s.head)
 	}
 	s.head++
 	s.hpos = (s.hpos + 1) & (len(s.ring) - 1)
 }
 
-// insert appends a slot for k, which must not be held, and returns its
-// sequence number.
-func (s *shard) insert(k Key, answer string, fl *flight, now, maxAge int64) uint32 {
+// insert appends a slot for k, which must not be held, with answer or, if
+// state is slFlight, as an in-flight mark; it returns its sequence number.
+func (s *shard) insert(k Key, answer string, state uint8, now, maxAge int64) uint32 {
 	for i := 0; i < maxPopPerInsert && s.head != s.tail; i++ {
 		h := &s.ring[s.hpos]
 		if !h.key.IsZero() && now-h.born < maxAge {
@@ -329,7 +324,7 @@ func (s *shard) insert(k Key, answer string, fl *flight, now, maxAge int64) uint
 		s.newEpoch(seq)
 	}
 	s.tail++
-	*s.at(seq) = slot{key: k, answer: answer, born: now, fl: fl}
+	*s.at(seq) = slot{key: k, answer: answer, born: now, state: state}
 	s.live++
 	s.indexPut(k, seq)
 	return seq
@@ -365,7 +360,7 @@ func (s *shard) indexPut(k Key, seq uint32) {
 					}
 				}
 			}
-			s.kill(s.at(e.seq))
+			s.kill(e.seq)
 		}
 		if !inBucket(b1, e) { // b2 may be b1 in a one-bucket index
 			s.setOverflow(i1, seq)
@@ -461,13 +456,14 @@ func (m *Memory) nowExact() int64 {
 	return m.now()
 }
 
-// memFirst is an Outcome of the memory store together with its in-flight
-// mark and the slots of its first keys, allocated at once.
+// memFirst is an Outcome of the memory store together with the sequence
+// numbers of its keys' in-flight slots, which identify its marks: a slot
+// that still holds the key at that sequence number, in flight, is ours.
 type memFirst struct {
-	o   Outcome
-	fl  flight
-	seq [2]uint32 // slot sequence numbers of o.keys[0:2]
-	m   *Memory
+	o      Outcome
+	seq    []uint32 // aligned with o.keys
+	seqBuf [2]uint32
+	m      *Memory
 }
 
 // slabSize is the number of memFirst allocated at once by newFirst.
@@ -479,8 +475,8 @@ const slabSize = 16
 // Complete and Abandon stay no-ops once finished) for as long as its holder
 // keeps it; the price is that a slab's memory is freed only when none of
 // its Outcomes is referenced any more (at most slabSize-1 others, about
-// 2.5 KB, kept alive by a long-held Outcome or in-flight mark). s must be
-// locked.
+// 2 KB, kept alive by a long-held Outcome; the ring refers to none). s must
+// be locked.
 func (s *shard) newFirst() *memFirst {
 	if len(s.slab) == 0 {
 		s.slab = make([]memFirst, slabSize)
@@ -528,39 +524,38 @@ func (m *Memory) try(keys []Key, now int64, mf **memFirst) (*Outcome, <-chan str
 		o := &(*mf).o
 		o.keys = append(o.keyBuf[:0], keys...) // keys stays on the stack
 	}
-	o := &(*mf).o
-	var busy *flight
+	mf1 := *mf
+	o := &mf1.o
+	var busy *shard // holder of the first in-flight slot found
+	var busySeq uint32
+	var busyBorn int64
 	for _, k := range keys {
-		sl := m.shards[m.shardOf(k)].lookup(k, now, m.maxAge)
+		s := &m.shards[m.shardOf(k)]
+		sl, seq := s.lookup(k, now, m.maxAge, m.mark)
 		if sl == nil {
 			continue
 		}
-		if sl.fl == nil {
+		if sl.state&slFlight == 0 {
 			o.kind, o.answer = Duplicate, []byte(sl.answer)
 			m.unlockAll(idx)
 			return o, nil, 0
 		}
 		if busy == nil {
-			busy = sl.fl
-		}
-		if sl.fl == busy {
-			sl.waited = true // its kill must wake us
+			busy, busySeq, busyBorn = s, seq, sl.born
 		}
 	}
 	if busy == nil {
-		(*mf).fl.deadline = now + m.mark
-		for i, k := range keys {
-			seq := m.shards[m.shardOf(k)].insert(k, "", &(*mf).fl, now, m.maxAge)
-			if i < len((*mf).seq) {
-				(*mf).seq[i] = seq
-			}
+		mf1.seq = mf1.seqBuf[:0]
+		for _, k := range keys {
+			seq := m.shards[m.shardOf(k)].insert(k, "", slFlight, now, m.maxAge)
+			mf1.seq = append(mf1.seq, seq)
 		}
 		m.unlockAll(idx)
-		o.kind, o.fin = First, *mf
+		o.kind, o.fin = First, mf1
 		return o, nil, 0
 	}
-	done := busy.wait()
-	left := time.Duration(busy.deadline - now)
+	done := busy.waitOn(busySeq)
+	left := time.Duration(busyBorn + m.mark - now)
 	m.unlockAll(idx)
 	return nil, done, left
 }
@@ -591,19 +586,11 @@ func (m *Memory) wait(ctx context.Context, keys []Key, mf **memFirst, done <-cha
 }
 
 // slotOf returns the slot of mf's i-th key, and its sequence number, if it
-// still holds mf's mark.
+// is still mf's in-flight mark.
 func (m *Memory) slotOf(mf *memFirst, i int, k Key) (*slot, uint32) {
 	s := &m.shards[m.shardOf(k)]
-	var sl *slot
-	var seq uint32
-	if i < len(mf.seq) {
-		seq = mf.seq[i]
-		sl = s.held(seq, k)
-	} else if e := s.find(k); e != nil {
-		seq = e.seq
-		sl = s.at(seq)
-	}
-	if sl != nil && sl.fl == &mf.fl {
+	seq := mf.seq[i]
+	if sl := s.held(seq, k); sl != nil && sl.state&slFlight != 0 {
 		return sl, seq
 	}
 	return nil, 0
@@ -616,21 +603,20 @@ func (mf *memFirst) complete(o *Outcome, answer []byte) error {
 	idx := m.lockAll(o.keys, buf[:])
 	lost := false
 	for i, k := range o.keys {
-		if sl, _ := m.slotOf(mf, i, k); sl != nil {
+		s := &m.shards[m.shardOf(k)]
+		if sl, seq := m.slotOf(mf, i, k); sl != nil {
 			sl.answer = ans
-			sl.fl, sl.waited = nil, false
+			s.land(seq, sl)
 			continue
 		}
-		s := &m.shards[m.shardOf(k)]
 		if s.find(k) != nil {
 			lost = true // taken over by another request, which owns it now
 			continue
 		}
 		// Evicted or expired (and dropped) while in flight: store anew.
-		s.insert(k, ans, nil, m.now(), m.maxAge)
+		s.insert(k, ans, 0, m.now(), m.maxAge)
 	}
 	m.unlockAll(idx)
-	mf.fl.end()
 	if lost {
 		return ErrMarkLost
 	}
@@ -647,7 +633,6 @@ func (mf *memFirst) abandon(o *Outcome) error {
 		}
 	}
 	m.unlockAll(idx)
-	mf.fl.end()
 	return nil
 }
 

@@ -3,7 +3,9 @@ package dedup
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
+	"unsafe"
 )
 
 func complete(t *testing.T, s Store, k Key, body string) {
@@ -350,8 +352,11 @@ func TestMemoryUnwaitedEvictionKeepsWaiting(t *testing.T) {
 		t.Fatalf("waiter returned %v while a is in flight", o.Kind())
 	case <-time.After(30 * time.Millisecond):
 	}
-	if owner.fl().state.Load()&flEnded != 0 {
-		t.Fatal("flight ended by the eviction of an unwaited slot")
+	s.shards[0].mu.Lock()
+	sl, _ := s.slotOf(owner.fin.(*memFirst), 0, a)
+	s.shards[0].mu.Unlock()
+	if sl == nil {
+		t.Fatal("a's mark ended by the eviction of b's unwaited slot")
 	}
 	if err := owner.Complete(msg(1, 1, "ab")); err != nil {
 		t.Fatal(err)
@@ -359,9 +364,6 @@ func TestMemoryUnwaitedEvictionKeepsWaiting(t *testing.T) {
 	wantKind(t, <-res, Duplicate)
 	_ = oc.Abandon()
 }
-
-// fl returns the flight of a First outcome of the memory store.
-func (o *Outcome) fl() *flight { return &o.fin.(*memFirst).fl }
 
 // TestMemoryStaleOutcome: Outcomes come from slabs but are never reused, so
 // a finished Outcome used again (a late Abandon or Complete) does not touch
@@ -396,4 +398,69 @@ func TestMemoryStaleOutcome(t *testing.T) {
 		}
 	}
 	wantKind(t, begin(t, s, RequestKey("c", 0)), Duplicate)
+}
+
+// TestMemoryWaitChannelsReleased: the channel a duplicate waits on is
+// closed and dropped however the mark ends (completed, abandoned, evicted,
+// expired), so waits never holds more than the marks being waited on.
+func TestMemoryWaitChannelsReleased(t *testing.T) {
+	ends := map[string]func(s *Memory, owner *Outcome){
+		"completed": func(_ *Memory, o *Outcome) { _ = o.Complete(msg(1, 1, "x")) },
+		"abandoned": func(_ *Memory, o *Outcome) { _ = o.Abandon() },
+		"evicted": func(s *Memory, _ *Outcome) {
+			for i := range 4 {
+				_ = begin(t, s, RequestKey("other", uint32(i))).Abandon()
+			}
+		},
+		"expired": func(*Memory, *Outcome) { time.Sleep(2 * time.Second) },
+	}
+	for name, end := range ends {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := NewMemory(WithShards(1), WithMaxEntries(2), WithMarkTTL(time.Second))
+				defer s.Close()
+				k := RequestKey("c", 1)
+				owner := begin(t, s, k)
+				res := make(chan Kind, 1)
+				go func() {
+					o, err := s.Begin(context.Background(), k)
+					if err != nil {
+						t.Error(err)
+					}
+					res <- o.Kind()
+					if o.First() {
+						_ = o.Abandon()
+					}
+				}()
+				synctest.Wait()
+				sh := &s.shards[0]
+				sh.mu.Lock()
+				waiting := len(sh.waits)
+				sh.mu.Unlock()
+				if waiting != 1 {
+					t.Fatalf("%d wait channels while a duplicate waits, want 1", waiting)
+				}
+				end(s, owner)
+				got := <-res
+				if want := map[string]Kind{"completed": Duplicate}[name]; want == 0 && got != First || want != 0 && got != want {
+					t.Fatalf("waiter got %v", got)
+				}
+				synctest.Wait()
+				sh.mu.Lock()
+				left := len(sh.waits)
+				sh.mu.Unlock()
+				if left != 0 {
+					t.Fatalf("%d wait channels left after the mark %s", left, name)
+				}
+			})
+		})
+	}
+}
+
+// TestShardSize: shards fill whole cache lines, so that two shards locked
+// by different goroutines never share one.
+func TestShardSize(t *testing.T) {
+	if n := unsafe.Sizeof(shard{}); n%64 != 0 {
+		t.Fatalf("shard is %d bytes, not a multiple of 64: adjust its padding", n)
+	}
 }
