@@ -181,7 +181,9 @@ func runOnly(o Options, section string, w io.Writer) error {
 		if p, err = measurePick(); err == nil {
 			d, err = measureDedup(o)
 		}
-		v = []any{p, d}
+		if err == nil {
+			v = []any{*p, *d} // the values, not their addresses
+		}
 	default:
 		return fmt.Errorf("--only %q: want roundtrip, idle, failover or micro", section)
 	}
