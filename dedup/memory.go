@@ -24,8 +24,9 @@ import (
 //
 // An entry costs 48 bytes in the ring and 32 in the index, plus the answer
 // bytes; an in-flight mark refers to no other object, so the marks of
-// requests being handled cost the garbage collector nothing. Abandoned or taken-over entries leave a dead slot that counts
-// towards the bound until it reaches the old end of the ring.
+// requests being handled cost the garbage collector nothing. Abandoned or
+// taken-over entries leave a dead slot that counts towards the bound until
+// it reaches the old end of the ring.
 type Memory struct {
 	cfg    config
 	base   time.Time // clock origin: times are nanoseconds since base
@@ -523,13 +524,13 @@ func (m *Memory) try(keys []Key, now int64, mf **memFirst) (*Outcome, <-chan str
 	}
 	// The Outcome is taken after the index loads were started, so that
 	// it overlaps their cache misses.
-	if *mf == nil {
-		*mf = m.shards[idx[0]].newFirst()
-		(*mf).m = m
-		o := &(*mf).o
-		o.keys = append(o.keyBuf[:0], keys...) // keys stays on the stack
-	}
 	mf1 := *mf
+	if mf1 == nil {
+		mf1 = m.shards[idx[0]].newFirst()
+		mf1.m = m
+		mf1.o.keys = append(mf1.o.keyBuf[:0], keys...) // keys stays on the stack
+		*mf = mf1
+	}
 	o := &mf1.o
 	var busy *shard // holder of the first in-flight slot found
 	var busySeq uint32
