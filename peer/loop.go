@@ -34,12 +34,37 @@ func (p *Peer) finish() {
 	close(p.done)
 }
 
-// arm (re)arms the one timer to fire d after base (ns since epoch).
+// timerGrid is the resolution of Tw deadlines: each is moved to the
+// nearest whole multiple of timerGrid in wall-clock time. The timers of
+// the peers of a process that fall due within the same slot then fire in
+// one wake-up of the process, their DWRs (and the far end's DWAs) travel
+// together, and the scheduler finds work once instead of once per peer:
+// for 10k idle peers (about 330 DWR/DWA exchanges a second) that is most
+// of the CPU they cost. Tw stays within Twinit +/- MaxJitter.
+const timerGrid = 50 * time.Millisecond
+
+// arm (re)arms the one timer to fire d after base (ns since epoch), d a
+// jittered Tw, on timerGrid.
 func (p *Peer) arm(base int64, d time.Duration) {
 	p.armedAt = base
-	p.deadline = base + int64(d)
+	p.deadline = p.onGrid(base, d)
 	p.tw.Store(int64(d))
 	p.timer.Reset(time.Duration(p.deadline - p.mono()))
+}
+
+// onGrid returns base+d moved to the nearest multiple of timerGrid in
+// wall-clock time, and by one more step inwards if that would leave
+// [base+Twinit-MaxJitter, base+Twinit+MaxJitter].
+func (p *Peer) onGrid(base int64, d time.Duration) int64 {
+	g := int64(timerGrid)
+	wall := p.epochWall + base + int64(d)
+	at := (wall+g/2)/g*g - p.epochWall
+	if hi := base + int64(p.twinit+watchdog.MaxJitter); at > hi {
+		at -= g
+	} else if lo := base + int64(p.twinit-watchdog.MaxJitter); at < lo {
+		at += g
+	}
+	return at
 }
 
 // onTimer handles an expiry of Tw. In OKAY the reader does not report each
@@ -55,7 +80,7 @@ func (p *Peer) onTimer() {
 		rx := p.lastRx.Load()
 		if p.m.State() == watchdog.Okay && rx > armed {
 			p.apply(p.m.Step(watchdog.ReceiveOther), rx)
-			if p.armedAt+p.tw.Load() > p.mono() {
+			if p.deadline > p.mono() {
 				return
 			}
 			continue // jitter made the new deadline already past

@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -43,6 +44,10 @@ type Peer struct {
 	role  Role
 	url   string // client: where to dial
 	epoch time.Time
+	// epochWall is epoch in unix ns, and twinit the watchdog's Twinit:
+	// for onGrid.
+	epochWall int64
+	twinit    time.Duration
 
 	label  atomic.Pointer[string] // remote Origin-Host once known, else address
 	state  atomic.Uint32          // mirror of the machine's state for Request and the reader
@@ -148,6 +153,8 @@ func newPeer(cfg Config, role Role, url, label string) (*Peer, error) {
 		cfg: cfg, role: role, url: url, epoch: time.Now(), m: m,
 		done: make(chan struct{}), ctx: ctx, cancel: cancel,
 	}
+	p.epochWall = p.epoch.UnixNano()
+	p.twinit = cmp.Or(cfg.Watchdog.Twinit, watchdog.DefaultTwinit)
 	p.label.Store(&label)
 	p.since.Store(time.Now().UnixNano())
 	// The one Tw timer is a runtime timer, not a goroutine: an idle peer
