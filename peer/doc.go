@@ -15,10 +15,17 @@
 // applies that reset lazily when it fires, so the per-message cost of the
 // watchdog is one atomic store (RFC 3539 3.4.1 [2] says any message resets
 // Tw; when Tw fires the peer re-arms it from the last receipt instead of
-// expiring). A writer goroutine runs while messages are queued and batches
-// whatever callers queued into one write (writev), yielding once before it
-// flushes so that concurrent callers share a syscall; it exits when the
-// queue is empty.
+// expiring). Tw deadlines fall on a 50 ms wall-clock grid (still within
+// Twinit +/- 2 s), so that the timers of many idle peers fire in one
+// wake-up of the process. A writer goroutine runs while messages are queued
+// and batches whatever callers queued into one write (writev), yielding
+// once before it flushes so that concurrent callers share a syscall; it
+// exits when the queue is empty. The base protocol's lone messages (a DWR,
+// the DWA answering one, DPR, DPA) are written instead by the goroutine
+// that sends them, when nothing is queued and the transport can write
+// without waiting (plain TCP: transport.TryWriter); what the socket does
+// not take then goes to the writer, so that goroutine, often the reader,
+// never blocks behind a full send buffer.
 //
 // # Concurrency
 //

@@ -8,8 +8,10 @@
 // Concurrency: a Conn supports one reader goroutine (ReadMessage) and one
 // writer goroutine (WriteMessages) at the same time; Close, LocalAddr,
 // RemoteAddr and Network may be called from any goroutine at any time, and
-// Close unblocks the reader and the writer. A Listener's methods are safe
-// for concurrent use. Options is a plain value, copied on use.
+// Close unblocks the reader and the writer. A plain TCP Conn is also a
+// TryWriter: one write that never waits, which counts as the writer's. A
+// Listener's methods are safe for concurrent use. Options is a plain value,
+// copied on use.
 //
 // Errors: after any error from ReadMessage or WriteMessages the connection
 // is in an unknown state (a message may be half read or half written) and
