@@ -246,11 +246,23 @@ func (c *Client) dialLocked(m *member) error {
 	if err != nil {
 		return fmt.Errorf("client: peer %s: %w", m.spec.Name, err)
 	}
+	if testHookDialed != nil {
+		testHookDialed(p)
+	}
 	self.Store(p)
 	m.pp.Store(p)
 	c.byPeer.Store(p, m)
+	if c.sched != nil {
+		// The peer may have come up before it was stored just now, and
+		// the throttle then saw it as unavailable: look again.
+		c.refreshAvailability()
+	}
 	return nil
 }
+
+// testHookDialed, set by tests, runs between a peer's Dial and its
+// storing in its member.
+var testHookDialed func(*peer.Peer)
 
 // dialedLocked counts the members with a peer object.
 func (c *Client) dialedLocked() int {

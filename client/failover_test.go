@@ -79,6 +79,7 @@ func TestFailoverReplaysPendingInOrder(t *testing.T) {
 			assert.Equal(t, sentIDs[i], s.e2e, "original send order")
 			assert.True(t, s.tflag, "replays carry the T flag")
 		}
+		synctest.Wait() // the record follows the hand-over (see FailoverLog)
 		recs, total := c.FailoverLog()
 		require.Equal(t, uint64(1), total)
 		assert.Equal(t, "a.example.net", recs[0].From)

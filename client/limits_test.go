@@ -15,6 +15,7 @@ import (
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/throttle"
+	"github.com/aaatp/aaatp/watchdog"
 )
 
 // Q1: a burst of requests against 100/s in 50 ms slots goes out at most 5
@@ -222,4 +223,39 @@ func TestPolicyHoldDownAndProbe(t *testing.T) {
 		defer mu.Unlock()
 		assert.Equal(t, []string{"unknown->in-service", "in-service->out-of-service", "out-of-service->probing", "probing->in-service"}, states)
 	})
+}
+
+// A peer that comes up before the Client has stored it (its Dial returns
+// after the capabilities exchange) must still be available to the
+// throttle: its OKAY event saw no peer in its member yet. Forced here by
+// holding the store back until the peer is OKAY and its event has been
+// handled as far as it can (it then waits for New to return). Real time,
+// outside a bubble: the event's handler blocks on a mutex, which a bubble
+// would not count as durably blocked.
+func TestThrottleSeesPeerUpBeforeStored(t *testing.T) {
+	testHookDialed = func(p *peer.Peer) {
+		for deadline := time.Now().Add(5 * time.Second); p.State() != watchdog.Okay; {
+			if time.Now().After(deadline) {
+				t.Error("peer not OKAY after 5 s")
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // let its OKAY event reach the throttle
+	}
+	defer func() { testHookDialed = nil }()
+	srv := newFakeServer("a.example.net")
+	n := network{"tcp://a:1": srv}
+	defer n.close()
+	cfg := clientConfig(n, Balance, "tcp://a:1")
+	cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 2}}
+	c, err := New(cfg)
+	require.NoError(t, err)
+	defer c.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	for i := range 5 {
+		_, err := c.Send(ctx, acr(i, "u@example.net"))
+		require.NoError(t, err, "request %d", i)
+	}
 }

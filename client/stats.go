@@ -45,7 +45,10 @@ func (l *failoverLog) add(r FailoverRecord) {
 }
 
 // FailoverLog returns the failover records kept (oldest first) and how many
-// were ever recorded.
+// were ever recorded. A record is added once the requests it lists have
+// been handed to their alternate (only then is it known where each went),
+// so a replayed request can be answered a moment before its record
+// appears.
 func (c *Client) FailoverLog() (records []FailoverRecord, total uint64) {
 	l := &c.log
 	l.mu.Lock()
