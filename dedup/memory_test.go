@@ -2,6 +2,8 @@ package dedup
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -462,5 +464,88 @@ func TestMemoryWaitChannelsReleased(t *testing.T) {
 func TestShardSize(t *testing.T) {
 	if n := unsafe.Sizeof(shard{}); n%64 != 0 {
 		t.Fatalf("shard is %d bytes, not a multiple of 64: adjust its padding", n)
+	}
+}
+
+// keyIn returns a key of shard 0 whose buckets are b1 and b2, with a tag
+// of its own.
+func keyIn(i int, b1, b2 byte) Key {
+	var k Key
+	k[4], k[5], k[6] = byte(i), byte(i>>8), 0x55
+	k[8], k[12] = b1, b2
+	return k
+}
+
+// checkIndex verifies the index of sh against its ring: every live slot's
+// key is found, at that slot.
+func checkIndex(t *testing.T, sh *shard) {
+	t.Helper()
+	for seq := sh.head; seq != sh.tail; seq++ {
+		sl := sh.at(seq)
+		if sl.key.IsZero() {
+			continue
+		}
+		e := sh.find(sl.key)
+		if e == nil {
+			t.Fatalf("live slot %d not found in the index", seq)
+		}
+		if e.seq != seq {
+			t.Fatalf("key of slot %d found at slot %d", seq, e.seq)
+		}
+	}
+}
+
+// TestMemoryIndexRandomOps drives small stores whose keys crowd into few
+// buckets (overflow bits, both-full evictions, ring growth and epochs all
+// happen) with random Begin, Complete, Abandon and clock steps, checking
+// after every step that every live key is found at its slot and that a
+// duplicate gets the latest answer stored for its key.
+func TestMemoryIndexRandomOps(t *testing.T) {
+	for seed := range uint64(20) {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		clk := newFakeClock()
+		s := NewMemory(WithShards(1), WithMaxEntries(40+int(seed)), WithClock(clk.Now), WithMaxAge(time.Minute))
+		sh := &s.shards[0]
+		open := map[Key]*Outcome{}
+		answers := map[Key]string{}
+		for step := range 3000 {
+			k := keyIn(rng.IntN(120), byte(rng.IntN(4)), byte(rng.IntN(8)))
+			switch r := rng.IntN(10); {
+			case r < 6:
+				if _, busy := open[k]; busy {
+					break
+				}
+				o, err := s.Begin(context.Background(), k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if o.Duplicate() {
+					if want, ok := answers[k]; ok && string(o.Answer()) != want {
+						t.Fatalf("seed %d step %d: answer %q, want %q", seed, step, o.Answer(), want)
+					}
+					break
+				}
+				open[k] = o
+			case r < 8:
+				for k, o := range open {
+					ans := fmt.Sprintf("answer %d", step)
+					if err := o.Complete([]byte(ans)); err == nil {
+						answers[k] = ans
+					}
+					delete(open, k)
+					break
+				}
+			case r < 9:
+				for k, o := range open {
+					_ = o.Abandon()
+					delete(open, k)
+					delete(answers, k)
+					break
+				}
+			default:
+				clk.Advance(time.Duration(rng.IntN(20)) * time.Second)
+			}
+			checkIndex(t, sh)
+		}
 	}
 }
