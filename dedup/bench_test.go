@@ -100,6 +100,25 @@ func BenchmarkMemoryBeginFirst1M(b *testing.B) {
 	}
 }
 
+// BenchmarkMemoryBeginIntoFirst1M is BenchmarkMemoryBeginFirst1M through
+// BeginInto with one recycled Outcome, as Wrap does with its pool: the
+// store's own cost, without an Outcome allocated per request.
+func BenchmarkMemoryBeginIntoFirst1M(b *testing.B) {
+	s := NewMemory(WithMaxEntries(benchEntries))
+	fill(b, s, 0, benchEntries, benchAnswer)
+	next := uint64(benchEntries)
+	ctx := context.Background()
+	var o Outcome
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		next++
+		if err := s.BeginInto(ctx, &o, benchKey(next)); err != nil || !o.First() {
+			b.Fatal(err, o.Kind())
+		}
+	}
+}
+
 // BenchmarkMemoryFirstCompleteSmall: as BenchmarkMemoryFirstComplete with
 // 16K entries, which fit in the CPU caches: the cost without memory latency.
 func BenchmarkMemoryFirstCompleteSmall(b *testing.B) {

@@ -30,6 +30,13 @@
 //     the duplicate request's Hop-by-Hop Identifier into it with
 //     [SetHopByHop] and send it; do not run the handler.
 //
+// A store that is a [ReusingStore] (the in-memory one) also offers
+// [ReusingStore.BeginInto], which fills an Outcome the caller owns: a
+// server recycles its Outcomes instead of having one allocated per
+// request. [Wrap] does so with a pool; at a million entries that makes the
+// lookup and insert a fifth to a third cheaper (157-207 against 244-256 ns
+// on the benchmarks' machine), the collector having less to do.
+//
 // A duplicate that arrives while the first is still being handled waits in
 // Begin for the first's answer. The wait is bounded by ctx and by the
 // in-flight mark's TTL ([WithMarkTTL], default 10 s): if the server handling

@@ -86,3 +86,28 @@ func ExampleOutcome_Abandon() {
 	fmt.Println(o.Kind())
 	// Output: First
 }
+
+// ExampleMemory_BeginInto serves requests with one recycled Outcome, as a
+// server's request loop or dedup.Wrap's pool does: no Outcome is allocated
+// per request.
+func ExampleMemory_BeginInto() {
+	store := dedup.NewMemory()
+	defer store.Close()
+	ctx := context.Background()
+	var o dedup.Outcome
+	for _, e2e := range []uint32{7, 8, 7} {
+		key := dedup.RequestKey("client.example.net", e2e)
+		if err := store.BeginInto(ctx, &o, key); err != nil {
+			panic(err)
+		}
+		if o.First() { // run the application, then store its answer
+			req := message.NewRequest(message.CmdAccounting, message.AppAccounting, 0).Bytes()
+			_ = o.Complete(message.NewAnswer(req).ResultCode(message.Success).Bytes())
+		}
+		fmt.Printf("End-to-End %d: %v\n", e2e, o.Kind())
+	}
+	// Output:
+	// End-to-End 7: First
+	// End-to-End 8: First
+	// End-to-End 7: Duplicate
+}

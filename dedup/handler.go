@@ -3,6 +3,7 @@ package dedup
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 
 	"github.com/aaatp/aaatp/message"
@@ -69,10 +70,26 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 	if counters == nil {
 		counters = &Counters{}
 	}
+	// With a ReusingStore, each request's Outcome comes from a pool and
+	// goes back once the request is finished with it (its answer bytes,
+	// returned to the peer, are a copy and stay the peer's).
+	rs, reuse := s.(ReusingStore)
+	outcomes := sync.Pool{New: func() any { return new(Outcome) }}
+	begin := func(ctx context.Context, keys []Key) (*Outcome, error) {
+		if !reuse {
+			return s.Begin(ctx, keys...)
+		}
+		o := outcomes.Get().(*Outcome)
+		if err := rs.BeginInto(ctx, o, keys...); err != nil {
+			outcomes.Put(o)
+			return nil, err
+		}
+		return o, nil
+	}
 	return func(ctx context.Context, p *peer.Peer, req []byte) []byte {
 		counters.Received.Add(1)
 		keys := KeysOf(req)
-		o, err := s.Begin(ctx, keys...)
+		o, err := begin(ctx, keys)
 		if err != nil {
 			if ctx.Err() != nil {
 				counters.Cancelled.Add(1)
@@ -81,6 +98,9 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 			counters.StoreErrs.Add(1)
 			return message.NewAnswer(req).ResultCode(message.TooBusy).
 				String(message.ErrorMessage, 0, false, "duplicate store unavailable: "+err.Error()).Bytes()
+		}
+		if reuse {
+			defer outcomes.Put(o) // after the Abandon below
 		}
 		if o.Duplicate() {
 			counters.Duplicates.Add(1)

@@ -37,7 +37,7 @@ type Memory struct {
 	clk    *coarseClock // nil with WithClock
 }
 
-var _ Store = (*Memory)(nil)
+var _ ReusingStore = (*Memory)(nil)
 
 // NewMemory returns an in-memory Store. It honours WithMaxEntries,
 // WithMaxAge, WithMarkTTL, WithClock and WithShards.
@@ -125,9 +125,9 @@ type shard struct {
 	hpos  int      // ring index of head
 	live  int      // slots holding a key
 	limit int
-	shift uint8      // log2(len(ring)): seq>>shift is seq's epoch
-	sink  uint32     // see touch
-	slab  []memFirst // see newFirst
+	shift uint8     // log2(len(ring)): seq>>shift is seq's epoch
+	sink  uint32    // see touch
+	slab  []Outcome // see newOutcome
 	// waits holds the channel of each waited slot (slWaited), by
 	// sequence number; nil until a duplicate first waits.
 	waits map[uint32]chan struct{}
@@ -462,34 +462,24 @@ func (m *Memory) nowExact() int64 {
 	return m.now()
 }
 
-// memFirst is an Outcome of the memory store together with the sequence
-// numbers of its keys' in-flight slots, which identify its marks: a slot
-// that still holds the key at that sequence number, in flight, is ours.
-type memFirst struct {
-	o      Outcome
-	seq    []uint32 // aligned with o.keys
-	seqBuf [2]uint32
-	m      *Memory
-}
-
-// slabSize is the number of memFirst allocated at once by newFirst.
+// slabSize is the number of Outcomes allocated at once by newOutcome.
 const slabSize = 16
 
-// newFirst returns a zero memFirst. They are allocated slabSize at a time,
-// which takes the allocation off the path of most Begin calls. Each is
-// handed out once and never reused, so an Outcome stays valid (and its
-// Complete and Abandon stay no-ops once finished) for as long as its holder
-// keeps it; the price is that a slab's memory is freed only when none of
-// its Outcomes is referenced any more (at most slabSize-1 others, about
-// 2 KB, kept alive by a long-held Outcome; the ring refers to none). s must
-// be locked.
-func (s *shard) newFirst() *memFirst {
+// newOutcome returns a zero Outcome for Begin. They are allocated slabSize
+// at a time, which takes the allocation off the path of most Begin calls.
+// Each is handed out once and never reused, so an Outcome stays valid (and
+// its Complete and Abandon stay no-ops once finished) for as long as its
+// holder keeps it; the price is that a slab's memory is freed only when
+// none of its Outcomes is referenced any more (at most slabSize-1 others,
+// about 2 KB, kept alive by a long-held Outcome; the ring refers to none).
+// s must be locked.
+func (s *shard) newOutcome() *Outcome {
 	if len(s.slab) == 0 {
-		s.slab = make([]memFirst, slabSize)
+		s.slab = make([]Outcome, slabSize)
 	}
-	mf := &s.slab[0]
+	o := &s.slab[0]
 	s.slab = s.slab[1:]
-	return mf
+	return o
 }
 
 // Begin implements Store.
@@ -502,21 +492,38 @@ func (m *Memory) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var mf *memFirst
-	o, done, left := m.try(keys, m.now(), &mf)
-	if done == nil {
-		return o, nil
+	var o *Outcome
+	done, left := m.try(keys, m.now(), &o)
+	if done != nil {
+		if err := m.wait(ctx, keys, &o, done, left); err != nil {
+			return nil, err
+		}
 	}
-	return m.wait(ctx, keys, &mf, done, left)
+	return o, nil
+}
+
+// BeginInto implements ReusingStore: Begin without allocating.
+func (m *Memory) BeginInto(ctx context.Context, o *Outcome, keys ...Key) error {
+	*o = Outcome{}
+	if err := o.setKeys(keys); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	done, left := m.try(o.keys, m.now(), &o)
+	if done != nil {
+		return m.wait(ctx, o.keys, &o, done, left)
+	}
+	return nil
 }
 
 // try looks keys up at time now and, unless one is held by a request in
-// flight, returns the Outcome: Duplicate with the stored answer, or First
+// flight, fills the Outcome *op: Duplicate with the stored answer, or First
 // after marking every key in flight. Otherwise it returns a channel closed
-// when that flight ends and the time left until its mark expires. *mf is
-// the First outcome's memFirst, taken on the first try and kept across
-// tries.
-func (m *Memory) try(keys []Key, now int64, mf **memFirst) (*Outcome, <-chan struct{}, time.Duration) {
+// when that flight ends and the time left until its mark expires. A nil
+// *op is given an Outcome from the slab, holding keys.
+func (m *Memory) try(keys []Key, now int64, op **Outcome) (<-chan struct{}, time.Duration) {
 	var buf [4]int
 	idx := m.lockAll(keys, buf[:])
 	for _, k := range keys {
@@ -524,14 +531,12 @@ func (m *Memory) try(keys []Key, now int64, mf **memFirst) (*Outcome, <-chan str
 	}
 	// The Outcome is taken after the index loads were started, so that
 	// it overlaps their cache misses.
-	mf1 := *mf
-	if mf1 == nil {
-		mf1 = m.shards[idx[0]].newFirst()
-		mf1.m = m
-		mf1.o.keys = append(mf1.o.keyBuf[:0], keys...) // keys stays on the stack
-		*mf = mf1
+	o := *op
+	if o == nil {
+		o = m.shards[idx[0]].newOutcome()
+		o.keys = append(o.keyBuf[:0], keys...) // keys stays on the stack
+		*op = o
 	}
-	o := &mf1.o
 	var busy *shard // holder of the first in-flight slot found
 	var busySeq uint32
 	var busyBorn int64
@@ -544,32 +549,32 @@ func (m *Memory) try(keys []Key, now int64, mf **memFirst) (*Outcome, <-chan str
 		if sl.state&slFlight == 0 {
 			o.kind, o.answer = Duplicate, []byte(sl.answer)
 			m.unlockAll(idx)
-			return o, nil, 0
+			return nil, 0
 		}
 		if busy == nil {
 			busy, busySeq, busyBorn = s, seq, sl.born
 		}
 	}
 	if busy == nil {
-		mf1.seq = mf1.seqBuf[:0]
+		o.seq = o.seqBuf[:0]
 		for _, k := range keys {
 			seq := m.shards[m.shardOf(k)].insert(k, "", slFlight, now, m.maxAge)
-			mf1.seq = append(mf1.seq, seq)
+			o.seq = append(o.seq, seq)
 		}
 		m.unlockAll(idx)
-		o.kind, o.fin = First, mf1
-		return o, nil, 0
+		o.kind, o.fin = First, m
+		return nil, 0
 	}
 	done := busy.waitOn(busySeq)
 	left := time.Duration(busyBorn + m.mark - now)
 	m.unlockAll(idx)
-	return nil, done, left
+	return done, left
 }
 
 // wait is Begin's slow path: a key is held by a request in flight. It waits
 // for that request to end or its mark to expire, whichever comes first,
 // and tries again, until ctx ends.
-func (m *Memory) wait(ctx context.Context, keys []Key, mf **memFirst, done <-chan struct{}, left time.Duration) (*Outcome, error) {
+func (m *Memory) wait(ctx context.Context, keys []Key, op **Outcome, done <-chan struct{}, left time.Duration) error {
 	timer := time.NewTimer(left)
 	defer timer.Stop()
 	for {
@@ -577,40 +582,39 @@ func (m *Memory) wait(ctx context.Context, keys []Key, mf **memFirst, done <-cha
 		case <-done:
 		case <-timer.C:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
-		var o *Outcome
-		o, done, left = m.try(keys, m.nowExact(), mf)
+		done, left = m.try(keys, m.nowExact(), op)
 		if done == nil {
-			return o, nil
+			return nil
 		}
 		timer.Reset(left)
 	}
 }
 
-// slotOf returns the slot of mf's i-th key, and its sequence number, if it
-// is still mf's in-flight mark.
-func (m *Memory) slotOf(mf *memFirst, i int, k Key) (*slot, uint32) {
+// slotOf returns the slot of o's i-th key, and its sequence number, if it
+// is still o's in-flight mark: the slot of that sequence number, holding
+// the key, in flight.
+func (m *Memory) slotOf(o *Outcome, i int, k Key) (*slot, uint32) {
 	s := &m.shards[m.shardOf(k)]
-	seq := mf.seq[i]
+	seq := o.seq[i]
 	if sl := s.held(seq, k); sl != nil && sl.state&slFlight != 0 {
 		return sl, seq
 	}
 	return nil, 0
 }
 
-func (mf *memFirst) complete(o *Outcome, answer []byte) error {
-	m := mf.m
+func (m *Memory) complete(o *Outcome, answer []byte) error {
 	ans := string(answer)
 	var buf [4]int
 	idx := m.lockAll(o.keys, buf[:])
 	lost := false
 	for i, k := range o.keys {
 		s := &m.shards[m.shardOf(k)]
-		if sl, seq := m.slotOf(mf, i, k); sl != nil {
+		if sl, seq := m.slotOf(o, i, k); sl != nil {
 			sl.answer = ans
 			s.land(seq, sl)
 			continue
@@ -629,12 +633,11 @@ func (mf *memFirst) complete(o *Outcome, answer []byte) error {
 	return nil
 }
 
-func (mf *memFirst) abandon(o *Outcome) error {
-	m := mf.m
+func (m *Memory) abandon(o *Outcome) error {
 	var buf [4]int
 	idx := m.lockAll(o.keys, buf[:])
 	for i, k := range o.keys {
-		if sl, seq := m.slotOf(mf, i, k); sl != nil {
+		if sl, seq := m.slotOf(o, i, k); sl != nil {
 			m.shards[m.shardOf(k)].remove(k, seq)
 		}
 	}

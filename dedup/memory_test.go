@@ -1,7 +1,9 @@
 package dedup
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -355,7 +357,7 @@ func TestMemoryUnwaitedEvictionKeepsWaiting(t *testing.T) {
 	case <-time.After(30 * time.Millisecond):
 	}
 	s.shards[0].mu.Lock()
-	sl, _ := s.slotOf(owner.fin.(*memFirst), 0, a)
+	sl, _ := s.slotOf(owner, 0, a)
 	s.shards[0].mu.Unlock()
 	if sl == nil {
 		t.Fatal("a's mark ended by the eviction of b's unwaited slot")
@@ -547,5 +549,72 @@ func TestMemoryIndexRandomOps(t *testing.T) {
 			}
 			checkIndex(t, sh)
 		}
+	}
+}
+
+// TestMemoryBeginIntoReusesOutcome: one Outcome serves request after
+// request through BeginInto, First or Duplicate, waiting or not, with the
+// same results as Begin; bad keys and a done context are reported without
+// touching the store.
+func TestMemoryBeginIntoReusesOutcome(t *testing.T) {
+	ctx := context.Background()
+	s := NewMemory()
+	var o Outcome
+	for i := range uint32(50) {
+		k := RequestKey("c", i)
+		if err := s.BeginInto(ctx, &o, k); err != nil || !o.First() {
+			t.Fatalf("request %d: %v %v, want First", i, err, o.Kind())
+		}
+		if err := o.Complete(msg(1, i, fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.BeginInto(ctx, &o, k); err != nil || !o.Duplicate() {
+			t.Fatalf("request %d again: %v %v, want Duplicate", i, err, o.Kind())
+		}
+		if got := o.Answer(); !bytes.Equal(got, msg(1, i, fmt.Sprint(i))) {
+			t.Fatalf("request %d: answer %q", i, got)
+		}
+		if err := o.Complete(msg(1, i, "x")); !errors.Is(err, ErrNotFirst) {
+			t.Fatalf("Complete of a Duplicate: %v", err)
+		}
+	}
+	// A First on the Outcome, abandoned, then a duplicate waiting through
+	// another Outcome while the next First on this one is in flight.
+	k := RequestKey("w", 1)
+	if err := s.BeginInto(ctx, &o, k); err != nil || !o.First() {
+		t.Fatal(err)
+	}
+	_ = o.Abandon()
+	if err := s.BeginInto(ctx, &o, k); err != nil || !o.First() {
+		t.Fatal("abandoned key not First again", err)
+	}
+	res := make(chan Kind, 1)
+	go func() {
+		var w Outcome
+		if err := s.BeginInto(ctx, &w, k); err != nil {
+			t.Error(err)
+		}
+		res <- w.Kind()
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if err := o.Complete(msg(1, 1, "w")); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-res; got != Duplicate {
+		t.Fatalf("waiter got %v, want Duplicate", got)
+	}
+	if err := s.BeginInto(ctx, &o); !errors.Is(err, ErrNoKeys) || o.Kind() != 0 {
+		t.Fatalf("no keys: %v, kind %v", err, o.Kind())
+	}
+	if err := s.BeginInto(ctx, &o, Key{}); !errors.Is(err, ErrZeroKey) {
+		t.Fatalf("zero key: %v", err)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := s.BeginInto(done, &o, RequestKey("c", 999)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("done context: %v", err)
+	}
+	if err := s.BeginInto(ctx, &o, RequestKey("c", 999)); err != nil || !o.First() {
+		t.Fatal("a refused BeginInto left a mark", err)
 	}
 }

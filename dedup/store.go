@@ -23,6 +23,17 @@ type Store interface {
 	Close() error
 }
 
+// ReusingStore is a Store that can fill an Outcome the caller owns, so that
+// a caller handling many requests recycles its Outcomes instead of having
+// one allocated per request ([Wrap] does). The in-memory store is one.
+type ReusingStore interface {
+	Store
+	// BeginInto is Begin with the result in *o, which it resets first.
+	// The caller must have completed or abandoned any First outcome o
+	// held, and must not use an earlier result of o once it reuses it.
+	BeginInto(ctx context.Context, o *Outcome, keys ...Key) error
+}
+
 // Kind tells what Begin found.
 type Kind uint8
 
@@ -80,6 +91,10 @@ type Outcome struct {
 	keys   []Key
 	answer []byte
 	fin    finisher // First only
+	// The in-memory store's marks of a First outcome: the sequence
+	// numbers of its keys' slots, aligned with keys.
+	seq    []uint32
+	seqBuf [2]uint32
 }
 
 // Kind returns First or Duplicate.

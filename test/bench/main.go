@@ -145,7 +145,7 @@ func run(o Options, w io.Writer, jsonPath string) (*Report, error) {
 	rep.IdlePeerKiB = idle.clientKiBPerPeer
 	rep.IdleCPUPct = idle.cpuPct
 	rep.PickNs = pick.knownNs
-	rep.DedupNs = dd.beginNs
+	rep.DedupNs = dd.beginIntoNs
 	rep.DedupBytesPerEntry = dd.bytesPerEntry
 	printReport(w, o, &rep, pp, fo, idle, pick, dd)
 	if jsonPath != "" {

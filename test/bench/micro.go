@@ -63,6 +63,7 @@ func measurePick() (*pickResult, error) {
 type dedupResult struct {
 	entries          int
 	answerLen        int
+	beginIntoNs      float64 // the same through BeginInto with a recycled Outcome (Wrap's path; the JSON figure)
 	beginNs          float64 // Begin of a new key: lookup (miss) + insert + eviction
 	beginCompleteNs  float64 // the same plus Complete with the answer
 	bytesPerEntry    float64 // heap held per completed entry, answer included
@@ -89,7 +90,10 @@ func mix(x uint64) uint64 {
 // many completed entries holding the harness's ACA (the answer a real
 // accounting server stores), measures the heap held per entry, then times
 // Begin on new keys in the full store (testing.Benchmark), which is lookup
-// plus insert plus eviction of the oldest, as BenchmarkMemoryBeginFirst1M.
+// plus insert plus eviction of the oldest, as BenchmarkMemoryBeginFirst1M,
+// and the same through BeginInto with one recycled Outcome, as
+// BenchmarkMemoryBeginIntoFirst1M: the path of dedup.Wrap, which a server
+// uses, and the JSON figure.
 func measureDedup(o Options) (*dedupResult, error) {
 	ctx := context.Background()
 	answer := benchcmp.ACA()
@@ -134,6 +138,20 @@ func measureDedup(o Options) (*dedupResult, error) {
 	}
 	res.beginNs = nsPerOp(r)
 	res.beginAllocsPerOp = float64(r.AllocsPerOp())
+	var reused dedup.Outcome
+	r = testing.Benchmark(func(b *testing.B) {
+		for b.Loop() {
+			next++
+			if err := s.BeginInto(ctx, &reused, dedupKey(next)); err != nil || !reused.First() {
+				berr = fmt.Errorf("BeginInto of a new key: %v, first=%v", err, err == nil && reused.First())
+				b.FailNow()
+			}
+		}
+	})
+	if berr != nil {
+		return nil, berr
+	}
+	res.beginIntoNs = nsPerOp(r)
 	r = testing.Benchmark(func(b *testing.B) {
 		for b.Loop() {
 			next++
