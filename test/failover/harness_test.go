@@ -248,6 +248,7 @@ type clientReport struct {
 		Lost          uint64 `json:"lost"`
 		DWRSent       uint64 `json:"dwr_sent"`
 		DWAReceived   uint64 `json:"dwa_received"`
+		DWRReceived   uint64 `json:"dwr_received"`
 	} `json:"peers"`
 	EventsDropped uint64 `json:"events_dropped"`
 	ElapsedMS     int64  `json:"elapsed_ms"`
