@@ -95,8 +95,8 @@ type Config struct {
 
 	// OnFailover receives the pending requests of a connection when the
 	// watchdog calls Failover() (OKAY -> SUSPECT, OKAY -> DOWN) or the
-	// connection drops, in their original send order. It runs on the
-	// peer's loop goroutine and must not block: Submit to another peer,
+	// connection drops, in their original send order. It runs with the
+	// peer's mutex held and must not block: Submit to another peer,
 	// park, or Fail each call. The calls stay matched on this connection,
 	// so a late answer here still completes them once (F4). Nil: requests
 	// keep waiting here and fail when the connection closes.
@@ -154,7 +154,7 @@ func (c Config) validate() (Config, error) {
 		c.Logger = slog.Default()
 	}
 	// Validate the watchdog settings now, so a bad Twinit fails Dial, not
-	// the background loop. Each Peer builds its own Machine from
+	// its first step. Each Peer builds its own Machine from
 	// c.Watchdog so that a nil Rand gives each its own seeded PRNG.
 	if _, err := watchdog.New(c.Watchdog); err != nil {
 		return c, fmt.Errorf("%w: %w", ErrConfig, err)

@@ -373,7 +373,7 @@ func (c *conn) reader() {
 			}
 			c.close(note)
 			c.wwg.Wait() // no writer outlives its connection
-			p.post(loopEvent{kind: evConnDown, c: c, note: note})
+			p.step(input{kind: evConnDown, c: c, note: note})
 			return
 		}
 		p.received(c, msg)

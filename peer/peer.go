@@ -60,7 +60,7 @@ type Peer struct {
 	done   chan struct{} // closed when the Peer has ended
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // every goroutine of this peer but the loop
+	wg     sync.WaitGroup // every goroutine of this peer (readers, dials, the writer)
 	closeO sync.Once
 
 	// mu serialises every state decision: the events of the readers, the
@@ -72,7 +72,7 @@ type Peer struct {
 	m        *watchdog.Machine
 	timer    *time.Timer
 	armedAt  int64 // ns since epoch the timer was (lazily) armed from
-	rxSeen   int64 // receipt time of the last message the loop stepped explicitly
+	rxSeen   int64 // receipt time of the last message a step handled explicitly
 	dialing  bool
 	closing  bool
 	ended    bool
@@ -131,7 +131,7 @@ const (
 	evCloseDone
 )
 
-type loopEvent struct {
+type input struct {
 	kind evKind
 	c    *conn
 	msg  []byte
@@ -201,10 +201,10 @@ func Accept(tc transport.Conn, cfg Config) (*Peer, error) {
 		if err != nil {
 			tc.Close()
 			p.publish(EventError, "", "", "capabilities exchange: "+err.Error())
-			p.post(loopEvent{kind: evOpenFailed, note: err.Error()})
+			p.step(input{kind: evOpenFailed, note: err.Error()})
 			return
 		}
-		if !p.post(loopEvent{kind: evConnUp, c: newConn(p, tc, cp.OriginHost)}) {
+		if !p.step(input{kind: evConnUp, c: newConn(p, tc, cp.OriginHost)}) {
 			tc.Close()
 		}
 	}()
@@ -372,7 +372,7 @@ func (p *Peer) touch() {
 // Requests still pending fail with ErrClosed. Close waits for every
 // goroutine of the Peer to end.
 func (p *Peer) Close(ctx context.Context) error {
-	p.closeO.Do(func() { p.post(loopEvent{kind: evClose, note: "closed by the application"}) })
+	p.closeO.Do(func() { p.step(input{kind: evClose, note: "closed by the application"}) })
 	select {
 	case <-p.done:
 	case <-ctx.Done():
@@ -386,15 +386,15 @@ func (p *Peer) Close(ctx context.Context) error {
 
 func (p *Peer) mono() int64 { return int64(time.Since(p.epoch)) }
 
-// post handles one event under p.mu, on the caller's goroutine (a
+// step handles one input under p.mu, on the caller's goroutine (a
 // connection's reader, a dial, Close); false if the Peer has ended.
-func (p *Peer) post(e loopEvent) bool {
+func (p *Peer) step(e input) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.finished {
 		return false
 	}
-	p.handle(e)
+	p.stepLocked(e)
 	p.settle()
 	return true
 }
@@ -452,9 +452,9 @@ func (p *Peer) received(c *conn, msg []byte) {
 		switch cmd {
 		case wire.CmdDeviceWatchdog:
 			p.stats.dwrReceived.Add(1)
-			p.post(loopEvent{kind: evDWR, c: c, msg: msg, at: now})
+			p.step(input{kind: evDWR, c: c, msg: msg, at: now})
 		case wire.CmdDisconnectPeer:
-			p.post(loopEvent{kind: evDPR, c: c, msg: msg, at: now})
+			p.step(input{kind: evDPR, c: c, msg: msg, at: now})
 		case wire.CmdCapabilitiesExchange:
 			p.publish(EventError, "", "", "CER on an open connection: answered DIAMETER_UNABLE_TO_COMPLY")
 			c.enqueueLone(p.cfg.errorAnswer(msg, message.UnableToComply, "capabilities already exchanged"))
@@ -466,7 +466,7 @@ func (p *Peer) received(c *conn, msg []byte) {
 			if p.State() == watchdog.Okay {
 				p.serve(c, msg)
 			} else {
-				p.post(loopEvent{kind: evOther, c: c, msg: msg, at: now})
+				p.step(input{kind: evOther, c: c, msg: msg, at: now})
 			}
 		}
 		return
@@ -475,7 +475,7 @@ func (p *Peer) received(c *conn, msg []byte) {
 	case wire.CmdDeviceWatchdog:
 		p.stats.dwaReceived.Add(1)
 		p.stats.lastDWA.Store(time.Now().UnixNano())
-		p.post(loopEvent{kind: evDWA, c: c, at: now})
+		p.step(input{kind: evDWA, c: c, at: now})
 		return
 	case wire.CmdDisconnectPeer:
 		c.dpaOnce.Do(func() { close(c.dpa) })
@@ -503,11 +503,11 @@ func (p *Peer) received(c *conn, msg []byte) {
 	p.notifyOther(c, now)
 }
 
-// notifyOther tells the loop about a non-DWA message when the watchdog is
+// notifyOther steps a non-DWA message when the watchdog is
 // not OKAY (in OKAY the lastRx store is enough).
 func (p *Peer) notifyOther(c *conn, at int64) {
 	if p.State() != watchdog.Okay {
-		p.post(loopEvent{kind: evOther, c: c, at: at})
+		p.step(input{kind: evOther, c: c, at: at})
 	}
 }
 

@@ -73,7 +73,7 @@ func (p *Peer) onGrid(base int64, d time.Duration) int64 {
 // "receive non-DWA" and re-arm from that instant instead of expiring.
 func (p *Peer) onTimer() {
 	for {
-		// Receipts the loop already stepped explicitly (a DWA, a message
+		// Receipts already stepped explicitly (a DWA, a message
 		// while not OKAY) must not count twice: the appendix's REOPEN
 		// rows, for one, do not reset Tw on a DWA.
 		armed := max(p.armedAt, p.rxSeen)
@@ -158,16 +158,16 @@ func (p *Peer) attemptOpen() {
 			tc, err = transport.Dial(ctx, p.url, p.cfg.Transport)
 		}
 		if err != nil {
-			p.post(loopEvent{kind: evOpenFailed, note: err.Error()})
+			p.step(input{kind: evOpenFailed, note: err.Error()})
 			return
 		}
 		cp, err := p.exchangeClient(tc)
 		if err != nil {
 			tc.Close()
-			p.post(loopEvent{kind: evOpenFailed, note: err.Error()})
+			p.step(input{kind: evOpenFailed, note: err.Error()})
 			return
 		}
-		if !p.post(loopEvent{kind: evConnUp, c: newConn(p, tc, cp.OriginHost)}) {
+		if !p.step(input{kind: evConnUp, c: newConn(p, tc, cp.OriginHost)}) {
 			tc.Close()
 		}
 	}()
@@ -181,7 +181,7 @@ func (p *Peer) dialBudget() time.Duration {
 	return d
 }
 
-func (p *Peer) handle(e loopEvent) {
+func (p *Peer) stepLocked(e input) {
 	cur := p.cur.Load()
 	if e.at > p.rxSeen {
 		p.rxSeen = e.at
@@ -309,7 +309,7 @@ func (p *Peer) handle(e loopEvent) {
 			case <-cur.closed:
 				note = "closed while waiting for DPA"
 			}
-			p.post(loopEvent{kind: evCloseDone, c: cur, note: note})
+			p.step(input{kind: evCloseDone, c: cur, note: note})
 		}()
 
 	case evCloseDone:
@@ -353,7 +353,7 @@ func (p *Peer) checkIdle() {
 		return
 	}
 	p.publish(EventConnection, "", "", fmt.Sprintf("idle for %v: bringing the connection down", idle.Truncate(time.Second)))
-	p.handle(loopEvent{kind: evClose})
+	p.stepLocked(input{kind: evClose})
 }
 
 // failPending completes every call still pending on c with err.
