@@ -11,6 +11,7 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
+	layeh.com/radius v0.0.0-20231213012653-1006025d24f8
 )
 
 require (
