@@ -67,6 +67,7 @@ const (
 	UnableToDeliver      = 3002
 	TooBusy              = 3004
 	UnknownPeer          = 3010
+	InvalidAVPValue      = 5004
 	UnableToComply       = 5012
 	NoCommonApplication  = 5010
 	CommandUnsupported   = 3001

@@ -21,7 +21,20 @@ type capabilities struct {
 	AuthApps    []uint32
 	AcctApps    []uint32
 	ProductName string
+	// bad is the first identity AVP that failed CheckIdentity, for the
+	// Failed-AVP of the refusal.
+	bad *wire.AVP
 }
+
+// identityError is a CER or CEA whose Origin-Host or Origin-Realm is not a
+// valid DiameterIdentity.
+type identityError struct {
+	avp string // "Origin-Host" or "Origin-Realm"
+	err error
+}
+
+func (e *identityError) Error() string { return e.avp + ": " + e.err.Error() }
+func (e *identityError) Unwrap() error { return e.err }
 
 func (c *Config) addIdentity(b *message.Builder) *message.Builder {
 	return b.String(message.OriginHost, 0, true, c.OriginHost).
@@ -103,11 +116,18 @@ func (c *Config) newCER(local net.Addr) []byte {
 	return b.Bytes()
 }
 
-func (c *Config) newCEA(cer []byte, local net.Addr, result uint32, errMsg string) []byte {
+// newCEA answers cer. failed, when not nil, is an AVP of cer that goes
+// back in a Failed-AVP; its value is cut to MaxIdentityLen+1 bytes so that a
+// refusal never echoes a huge value.
+func (c *Config) newCEA(cer []byte, local net.Addr, result uint32, errMsg string, failed *wire.AVP) []byte {
 	b := message.NewAnswer(cer).ResultCode(result)
 	c.addCapabilities(b, local)
 	if errMsg != "" {
 		b.String(message.ErrorMessage, 0, false, errMsg)
+	}
+	if failed != nil {
+		v := failed.Data[:min(len(failed.Data), message.MaxIdentityLen+1)]
+		b.Group(message.FailedAVP, 0, true).Octets(failed.Code, failed.Vendor, true, v).End()
 	}
 	return b.Bytes()
 }
@@ -160,8 +180,16 @@ func parseCapabilities(msg []byte) (capabilities, error) {
 		switch a.Code {
 		case message.OriginHost:
 			cp.OriginHost = string(a.Data)
+			if err := message.CheckIdentity(cp.OriginHost); err != nil && inner == nil {
+				inner, cp.bad = &identityError{"Origin-Host", err}, &a
+				cp.OriginHost = ""
+			}
 		case message.OriginRealm:
 			cp.OriginRealm = string(a.Data)
+			if err := message.CheckIdentity(cp.OriginRealm); err != nil && inner == nil {
+				inner, cp.bad = &identityError{"Origin-Realm", err}, &a
+				cp.OriginRealm = ""
+			}
 		case message.ProductName:
 			cp.ProductName = string(a.Data)
 		case message.ErrorMessage:

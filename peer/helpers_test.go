@@ -94,7 +94,7 @@ func (f *fakePeer) serve(c transport.Conn) {
 		var ans []byte
 		switch wire.CommandCode(msg) {
 		case wire.CmdCapabilitiesExchange:
-			ans = cfg.newCEA(msg, nil, message.Success, "")
+			ans = cfg.newCEA(msg, nil, message.Success, "", nil)
 		case wire.CmdDeviceWatchdog:
 			f.mu.Lock()
 			f.dwrs = append(f.dwrs, time.Now())

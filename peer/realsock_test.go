@@ -339,7 +339,7 @@ func TestBaseRequestsCarryIDs(t *testing.T) {
 			}
 			got <- m
 			if wire.CommandCode(m) == wire.CmdCapabilitiesExchange {
-				tc.WriteMessages(cfg.newCEA(m, nil, message.Success, ""))
+				tc.WriteMessages(cfg.newCEA(m, nil, message.Success, "", nil))
 			} else if wire.CommandCode(m) == wire.CmdDisconnectPeer {
 				tc.WriteMessages(cfg.newDPA(m))
 			}

@@ -414,6 +414,8 @@ func (p *Peer) exchangeClient(tc transport.Conn) (capabilities, error) {
 	if err != nil {
 		return cp, fmt.Errorf("bad CEA: %w", err)
 	}
+	// cp.OriginHost is a valid DiameterIdentity from here on: it becomes the
+	// peer's name in events, logs and metric labels.
 	if cp.ResultCode != message.Success {
 		return cp, &CapabilitiesError{Peer: cp.OriginHost, ResultCode: cp.ResultCode, Message: cp.ErrorMsg}
 	}
@@ -440,10 +442,13 @@ func (p *Peer) exchangeServer(tc transport.Conn) (capabilities, error) {
 	}
 	cp, err := parseCapabilities(msg)
 	refuse := func(rc uint32, why string) (capabilities, error) {
-		_ = tc.WriteMessages(p.cfg.newCEA(msg, tc.LocalAddr(), rc, why))
+		_ = tc.WriteMessages(p.cfg.newCEA(msg, tc.LocalAddr(), rc, why, cp.bad))
 		return cp, &CapabilitiesError{Peer: cp.OriginHost, ResultCode: rc, Message: why}
 	}
+	var idErr *identityError
 	switch {
+	case errors.As(err, &idErr):
+		return refuse(message.InvalidAVPValue, "bad CER: "+err.Error())
 	case err != nil:
 		return refuse(message.UnableToComply, "bad CER: "+err.Error())
 	case !p.cfg.allowed(cp.OriginHost):
@@ -451,7 +456,7 @@ func (p *Peer) exchangeServer(tc transport.Conn) (capabilities, error) {
 	case !p.cfg.commonApps(cp):
 		return refuse(message.NoCommonApplication, "no application in common")
 	}
-	if err := tc.WriteMessages(p.cfg.newCEA(msg, tc.LocalAddr(), message.Success, "")); err != nil {
+	if err := tc.WriteMessages(p.cfg.newCEA(msg, tc.LocalAddr(), message.Success, "", nil)); err != nil {
 		return cp, fmt.Errorf("sending CEA: %w", err)
 	}
 	return cp, nil

@@ -3,9 +3,11 @@ package status
 import (
 	"context"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -172,7 +174,7 @@ func (m *Metrics) ObserveMessage(cmd, dir string) {
 	if m == nil {
 		return
 	}
-	m.messages.WithLabelValues(cmd, dir).Inc()
+	m.messages.WithLabelValues(label(cmd), label(dir)).Inc()
 }
 
 // ObserveWire counts the encoded message msg, named by CommandName.
@@ -201,7 +203,7 @@ func (m *Metrics) SetWatchdogState(peerName, state string) {
 		if s == state {
 			v = 1
 		}
-		m.state.WithLabelValues(peerName, s).Set(v)
+		m.state.WithLabelValues(label(peerName), s).Set(v)
 	}
 }
 
@@ -210,7 +212,7 @@ func (m *Metrics) IncTransition(peerName, from, to string) {
 	if m == nil {
 		return
 	}
-	m.transitions.WithLabelValues(peerName, from, to).Inc()
+	m.transitions.WithLabelValues(label(peerName), label(from), label(to)).Inc()
 }
 
 // IncFailover counts one failover event from peer from to peer to (empty:
@@ -222,8 +224,8 @@ func (m *Metrics) IncFailover(from, to string, moved int) {
 	if to == "" {
 		to = noPeer
 	}
-	m.failovers.WithLabelValues(from, to).Inc()
-	c := m.moved.WithLabelValues(from, to)
+	m.failovers.WithLabelValues(label(from), label(to)).Inc()
+	c := m.moved.WithLabelValues(label(from), label(to))
 	if moved > 0 {
 		c.Add(float64(moved))
 	}
@@ -234,7 +236,7 @@ func (m *Metrics) SetPending(peerName string, n int) {
 	if m == nil {
 		return
 	}
-	m.pending.WithLabelValues(peerName).Set(float64(n))
+	m.pending.WithLabelValues(label(peerName)).Set(float64(n))
 }
 
 // IncDedupHit counts one duplicate answered from the dedup store.
@@ -264,7 +266,7 @@ func (m *Metrics) SetQueueDepth(server string, n int) {
 	if m == nil {
 		return
 	}
-	m.queueDepth.WithLabelValues(server).Set(float64(n))
+	m.queueDepth.WithLabelValues(label(server)).Set(float64(n))
 }
 
 // SetQueueAlarm sets whether server's queue is in alarm.
@@ -276,7 +278,7 @@ func (m *Metrics) SetQueueAlarm(server string, alarm bool) {
 	if alarm {
 		v = 1
 	}
-	m.queueAlarm.WithLabelValues(server).Set(v)
+	m.queueAlarm.WithLabelValues(label(server)).Set(v)
 }
 
 // ForgetPeer removes peer's gauges (state, pending): for a server's peer
@@ -285,8 +287,8 @@ func (m *Metrics) ForgetPeer(peerName string) {
 	if m == nil {
 		return
 	}
-	m.state.DeletePartialMatch(prometheus.Labels{"peer": peerName})
-	m.pending.DeleteLabelValues(peerName)
+	m.state.DeletePartialMatch(prometheus.Labels{"peer": label(peerName)})
+	m.pending.DeleteLabelValues(label(peerName))
 }
 
 // ObserveEvent updates the metrics from one peer event: every event is
@@ -299,7 +301,7 @@ func (m *Metrics) ObserveEvent(e peer.Event) {
 	if m == nil {
 		return
 	}
-	m.events.WithLabelValues(e.Type).Inc()
+	m.events.WithLabelValues(label(e.Type)).Inc()
 	switch e.Type {
 	case peer.EventWatchdog:
 		m.IncTransition(e.Peer, e.From, e.To)
@@ -355,7 +357,7 @@ func (m *Metrics) Sync(s Snapshot) {
 
 func (m *Metrics) sync(s Snapshot) {
 	m.info.Reset()
-	m.info.WithLabelValues(s.Role, s.Identity.OriginHost, s.Identity.OriginRealm).Set(1)
+	m.info.WithLabelValues(label(s.Role), label(s.Identity.OriginHost), label(s.Identity.OriginRealm)).Set(1)
 	m.state.Reset()
 	m.pending.Reset()
 	for _, p := range s.Peers {
@@ -368,6 +370,30 @@ func (m *Metrics) sync(s Snapshot) {
 		m.SetQueueDepth(q.Server, q.Depth)
 		m.SetQueueAlarm(q.Server, q.Alarm)
 	}
+}
+
+// maxLabelLen bounds a label value: peer names are DiameterIdentities of at
+// most 255 bytes once checked, and nothing longer belongs on a series.
+const maxLabelLen = 255
+
+// label makes any string a valid label value: the Prometheus client panics
+// on a value that is not valid UTF-8, and a peer's name must never be able
+// to end the process. Invalid bytes become U+FFFD and the value is cut to
+// maxLabelLen bytes on a rune boundary. Valid short values, the usual case,
+// come back as they are without allocating.
+func label(s string) string {
+	if len(s) <= maxLabelLen && utf8.ValidString(s) {
+		return s
+	}
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) > maxLabelLen {
+		cut := maxLabelLen
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
+	return s
 }
 
 // CommandName names a Diameter message for the "command" label: the RFC

@@ -1,0 +1,130 @@
+package peer
+
+import (
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// badIdentities are Origin-Host values a hostile peer sends: invalid
+// UTF-8 (which once panicked the Prometheus registry), NUL, a control byte,
+// a space, 60 KB (the most a 64 KB message can carry beside the rest of a CER).
+var badIdentities = map[string]string{
+	"invalid UTF-8": "attacker.e\x87ample.net",
+	"NUL":           "a\x00.example.net",
+	"newline":       "a\n.example.net",
+	"space":         "a b.example.net",
+	"60 KB":         strings.Repeat("a", 60<<10) + ".example.net",
+}
+
+// A CER whose Origin-Host or Origin-Realm is not a valid DiameterIdentity
+// is refused with DIAMETER_INVALID_AVP_VALUE and a Failed-AVP naming it,
+// also when a glob in the allow-list would match it; the server goes on
+// serving its good peers.
+func TestCERWithInvalidIdentityRefused(t *testing.T) {
+	s := startServer(t, "tcp://127.0.0.1:0", func(c *Config) { c.AllowHosts = []string{"*.example.net"} })
+	good := dialOkay(t, "tcp://"+s.Addr().String(), nil)
+	cases := map[string]func(c *Config, bad string){
+		"Origin-Host":  func(c *Config, bad string) { c.OriginHost = bad },
+		"Origin-Realm": func(c *Config, bad string) { c.OriginRealm = bad },
+	}
+	for avp, set := range cases {
+		for name, bad := range badIdentities {
+			t.Run(avp+"/"+name, func(t *testing.T) {
+				tc, err := transport.Dial(bounded(t), "tcp://"+s.Addr().String(), transport.Options{})
+				require.NoError(t, err)
+				defer tc.Close()
+				cfg := clientConfig("raw.example.net")
+				set(&cfg, bad)
+				require.NoError(t, tc.WriteMessages(cfg.newCER(tc.LocalAddr())))
+				cea, err := tc.ReadMessage()
+				require.NoError(t, err)
+				rc, _ := message.ResultCodeOf(cea)
+				assert.Equal(t, uint32(message.InvalidAVPValue), rc)
+				failed, ok := wire.FindAVP(cea, message.FailedAVP, 0)
+				require.True(t, ok, "Failed-AVP present")
+				code := uint32(message.OriginHost)
+				if avp == "Origin-Realm" {
+					code = message.OriginRealm
+				}
+				var inner uint32
+				require.NoError(t, wire.WalkGrouped(failed, func(a wire.AVP) bool { inner = a.Code; return false }))
+				assert.Equal(t, code, inner)
+				assert.LessOrEqual(t, len(cea), 2048, "the refusal does not echo a huge value")
+				_, err = tc.ReadMessage()
+				assert.Error(t, err, "the server closes the refused connection")
+			})
+		}
+	}
+	_, err := good.Request(bounded(t), acr())
+	require.NoError(t, err)
+	for _, p := range s.Peers() {
+		assert.NoError(t, message.CheckIdentity(p.Name()))
+	}
+}
+
+// A CEA with an invalid Origin-Host fails the exchange with a clear error;
+// the name never becomes the peer's.
+func TestCEAWithInvalidIdentityFails(t *testing.T) {
+	for name, bad := range badIdentities {
+		t.Run(name, func(t *testing.T) {
+			a, b := pipePair()
+			defer a.Close()
+			defer b.Close()
+			go func() {
+				cer, err := b.ReadMessage()
+				if err != nil {
+					return
+				}
+				cfg := clientConfig(bad)
+				b.WriteMessages(cfg.newCEA(cer, nil, message.Success, "", nil))
+			}()
+			p, err := newPeer(clientConfig("client.example.net"), RoleClient, "x", "x")
+			require.NoError(t, err)
+			_, err = p.exchangeClient(a)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, message.ErrBadIdentity)
+			assert.Contains(t, err.Error(), "Origin-Host")
+			for _, r := range err.Error() {
+				assert.True(t, r >= 0x20 && r < 0x7f, "error text is printable ASCII: %q", err.Error())
+			}
+			assert.Less(t, len(err.Error()), 300)
+		})
+	}
+}
+
+// FuzzParseCapabilities: any bytes as a CER or CEA either fail to parse or
+// yield identities that are safe names.
+func FuzzParseCapabilities(f *testing.F) {
+	cfg := clientConfig("client.example.net")
+	f.Add(cfg.newCER(nil))
+	bad := clientConfig("attacker.e\x87ample.net")
+	f.Add(bad.newCER(nil))
+	f.Add(bad.newCEA(cfg.newCER(nil), nil, message.Success, "", nil))
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		cp, err := parseCapabilities(msg)
+		if err != nil {
+			return
+		}
+		if err := message.CheckIdentity(cp.OriginHost); err != nil {
+			t.Fatalf("accepted Origin-Host %q: %v", cp.OriginHost, err)
+		}
+		if cp.OriginRealm != "" {
+			if err := message.CheckIdentity(cp.OriginRealm); err != nil {
+				t.Fatalf("accepted Origin-Realm %q: %v", cp.OriginRealm, err)
+			}
+		}
+	})
+}
+
+func pipePair() (transport.Conn, transport.Conn) {
+	a, b := net.Pipe()
+	return transport.NewStreamConn(a, "pipe", transport.Options{}), transport.NewStreamConn(b, "pipe", transport.Options{})
+}

@@ -1,0 +1,64 @@
+package status
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aaatp/aaatp/peer"
+)
+
+// No string a peer can send makes the metrics panic: invalid UTF-8, NUL,
+// 64 KB, through every method that takes a name, and /metrics still
+// scrapes with bounded label values.
+func TestMetricsNeverPanicOnLabels(t *testing.T) {
+	names := []string{"attacker.e\x87ample.net", "a\x00b", strings.Repeat("\xff", 10), strings.Repeat("a", 64<<10), strings.Repeat("é", 200)}
+	m := NewMetrics()
+	bus := peer.NewBus()
+	defer m.Watch(bus)()
+	for _, n := range names {
+		m.ObserveMessage(n, n)
+		m.SetWatchdogState(n, "OKAY")
+		m.IncTransition(n, n, n)
+		m.IncFailover(n, n, 3)
+		m.SetPending(n, 2)
+		m.SetQueueDepth(n, 1)
+		m.SetQueueAlarm(n, true)
+		bus.Publish(peer.Event{Time: time.Now(), Peer: n, Type: peer.EventWatchdog, From: n, To: "OKAY", Reason: n})
+		bus.Publish(peer.Event{Time: time.Now(), Peer: n, Type: n})
+		m.ForgetPeer(n)
+	}
+	m.Sync(Snapshot{Role: "server\xff", Identity: Identity{OriginHost: names[0], OriginRealm: names[3]},
+		Peers: []PeerStatus{{Peer: names[0], State: "OKAY"}, {Peer: names[3], State: "OKAY"}}})
+	rec := httptest.NewRecorder()
+	m.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if rec.Code != 200 {
+		t.Fatalf("/metrics = %d: %s", rec.Code, rec.Body.String())
+	}
+	body := rec.Body.String()
+	if !utf8.ValidString(body) {
+		t.Error("/metrics is not valid UTF-8")
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if len(line) > 2*maxLabelLen+512 {
+			t.Fatalf("a %d-byte line: label values are not bounded", len(line))
+		}
+	}
+}
+
+func TestLabel(t *testing.T) {
+	if got := label("server.example.net"); got != "server.example.net" {
+		t.Errorf("label changed a valid name: %q", got)
+	}
+	for _, s := range []string{"a\x87b", strings.Repeat("é", 300), strings.Repeat("a", 1000)} {
+		got := label(s)
+		if !utf8.ValidString(got) || len(got) > maxLabelLen {
+			t.Errorf("label(%d bytes) = %d bytes, valid %v", len(s), len(got), utf8.ValidString(got))
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { label("server.example.net") }); n != 0 {
+		t.Errorf("label allocates %v times for a valid name", n)
+	}
+}
