@@ -64,9 +64,13 @@ type frameReader struct {
 	r      *bufio.Reader
 	maxLen uint32
 	hdr    [wire.HeaderLen]byte
+	custom func(*bufio.Reader) ([]byte, error) // Options.ReadFrame
 }
 
 func (f *frameReader) readMessage() ([]byte, error) {
+	if f.custom != nil {
+		return f.custom(f.r)
+	}
 	if _, err := io.ReadFull(f.r, f.hdr[:]); err != nil {
 		return nil, err // io.EOF if nothing was read, io.ErrUnexpectedEOF if part of a header
 	}
@@ -117,7 +121,7 @@ func NewStreamConn(c net.Conn, network string, opts Options) Conn {
 		c:            c,
 		network:      network,
 		writeTimeout: opts.WriteTimeout,
-		fr:           frameReader{r: bufio.NewReaderSize(c, readBufferSize), maxLen: opts.MaxMessageLen},
+		fr:           frameReader{r: bufio.NewReaderSize(c, readBufferSize), maxLen: opts.MaxMessageLen, custom: opts.ReadFrame},
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		sc.vector = true

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bufio"
 	"crypto/tls"
 	"time"
 
@@ -52,6 +53,14 @@ type Options struct {
 	// Default wire.DefaultMaxMessageLen (64 KiB); capped at
 	// wire.MaxMessageLen.
 	MaxMessageLen uint32
+
+	// ReadFrame, when set, replaces Diameter framing on TCP and TLS
+	// connections: ReadMessage returns what it reads from the connection's
+	// buffered reader, one whole message per call (RADIUS uses
+	// radius.ReadFrame). It must return io.EOF between messages and an
+	// error wrapping its own bad-frame error otherwise; MaxMessageLen does
+	// not apply. SCTP ignores it.
+	ReadFrame func(r *bufio.Reader) ([]byte, error)
 
 	// TLS is the configuration for tls:// endpoints (see ServerTLSConfig
 	// and ClientTLSConfig). Listen requires it. Dial uses a default

@@ -1,0 +1,102 @@
+package radpeer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/watchdog"
+)
+
+// Defaults of Config.
+const (
+	DefaultRequestTimeout = 10 * time.Second
+	DefaultMaxConns       = 1
+	DefaultMaxWaiting     = 4096
+	// MaxConnsLimit bounds Config.MaxConns.
+	MaxConnsLimit = 64
+	// IDsPerConn is how many requests one connection carries at once:
+	// Identifiers 1 to 255, 0 being the watchdog's Status-Server.
+	IDsPerConn = 255
+)
+
+// Config configures a client Peer. The zero value, with a Secret for
+// radius+tcp (or TLS certificates for radsec), is ready to use.
+type Config struct {
+	// Secret is the shared secret of radius+tcp; radsec always uses
+	// RadSecSecret (RFC 6614 2.3). Read it with ReadSecret.
+	Secret []byte
+
+	// Watchdog configures the RFC 3539 machine run on every connection,
+	// with Status-Server as its watchdog message (RFC 6613 2.4).
+	Watchdog watchdog.Config
+	// Transport configures dialing (Nagle, deadlines, TLS for radsec).
+	Transport transport.Options
+	// Dialer replaces Dial (tests dial over net.Pipe). It must return a
+	// Conn with RADIUS framing.
+	Dialer func(ctx context.Context, url string) (transport.Conn, error)
+
+	// MaxConns is how many connections to the server may be open at once
+	// (default 1, at most 64). Further connections are opened only when
+	// every Identifier of the open ones is in use.
+	MaxConns int
+	// MaxWaiting bounds the requests waiting for a free Identifier
+	// (default 4096); beyond it Submit fails with ErrBusy.
+	MaxWaiting int
+	// RequestTimeout bounds Exchange when its context has no deadline
+	// (default 10 s).
+	RequestTimeout time.Duration
+	// RequireMessageAuthenticator drops answers to Access-Requests that
+	// carry no Message-Authenticator (BlastRADIUS, CVE-2024-3596): their
+	// calls fail with radius.ErrNoMessageAuthenticator. Answers to
+	// Status-Server are exempt (FreeRADIUS 3.2 sends them without one)
+	// but are verified when they have one.
+	RequireMessageAuthenticator bool
+
+	// OnFailover receives the calls of a connection that leaves service
+	// (OKAY -> SUSPECT, OKAY -> DOWN, a connection lost), and those
+	// waiting for an Identifier when no connection is left in service,
+	// in send order. It runs after the Peer's lock is released, and must
+	// not block: Submit them to another server, or Fail them. They stay
+	// matched on their old connection, so a late answer there still
+	// completes them once. Nil: they wait where they are (and fail when
+	// their connection closes or their deadline passes).
+	OnFailover func(from *Peer, calls []*Call, reason string)
+
+	// Events receives every event (watchdog transitions, connections,
+	// errors), typed as package peer's. Default: a new Bus.
+	Events *peer.Bus
+	// Logger gets one line per state change. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) validate() (Config, error) {
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxConns < 1 || c.MaxConns > MaxConnsLimit {
+		return c, fmt.Errorf("%w: MaxConns %d outside 1..%d", ErrConfig, c.MaxConns, MaxConnsLimit)
+	}
+	if c.MaxWaiting == 0 {
+		c.MaxWaiting = DefaultMaxWaiting
+	}
+	if c.MaxWaiting < 0 {
+		return c, fmt.Errorf("%w: MaxWaiting %d is negative", ErrConfig, c.MaxWaiting)
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if _, err := watchdog.New(c.Watchdog); err != nil {
+		return c, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if c.Events == nil {
+		c.Events = peer.NewBus()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c, nil
+}

@@ -1,0 +1,798 @@
+package radpeer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/watchdog"
+	lradius "layeh.com/radius"
+)
+
+// Peer is a client's view of one RADIUS server over radius+tcp:// or
+// radsec://: one or more connections (up to Config.MaxConns), each with
+// its own RFC 3539 watchdog driven by Status-Server on Identifier 0
+// (RFC 6613 2.4, RFC 5997), each carrying up to 255 requests on
+// Identifiers 1 to 255, reused least recently. The server is in service
+// while any of its connections is OKAY.
+//
+// Every decision (watchdog steps, Identifier allocation, matching answers)
+// is taken under one lock; the I/O and callbacks it implies run after the
+// lock is released. Its methods are safe for concurrent use.
+type Peer struct {
+	cfg    Config
+	url    string
+	ep     Endpoint
+	secret []byte
+	epoch  time.Time
+
+	inService atomic.Bool
+	stats     counters
+	done      chan struct{}
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+
+	mu      sync.Mutex
+	links   []*link
+	waiting []*Call // for an Identifier; bounded by MaxWaiting
+	closing bool
+	fx      []func() // effects of the decisions taken under mu
+}
+
+type counters struct {
+	sent, answered, late, unmatched, badAuth, noMA, timedOut, lost   atomic.Uint64
+	movedOut, statusSent, statusAnswered, badFrames, requestsDropped atomic.Uint64
+	openFailures, transitions                                        atomic.Uint64
+}
+
+// Stats is a snapshot of a Peer's counters.
+type Stats struct {
+	Peer           string      `json:"peer"`
+	State          string      `json:"state"`
+	InService      bool        `json:"in_service"`
+	Sent           uint64      `json:"sent"`            // requests sent, replays included
+	Answered       uint64      `json:"answered"`        // verified answers that completed their call
+	Late           uint64      `json:"late"`            // verified answers for calls already complete
+	Unmatched      uint64      `json:"unmatched"`       // answers on an Identifier with no request: dropped
+	BadAuth        uint64      `json:"bad_auth"`        // answers failing verification: dropped, connection closed
+	NoMA           uint64      `json:"no_ma"`           // answers without a required Message-Authenticator: dropped
+	TimedOut       uint64      `json:"timed_out"`       // calls that ended without an answer
+	Lost           uint64      `json:"lost"`            // calls failed because their connection closed
+	MovedOut       uint64      `json:"moved_out"`       // calls handed to OnFailover
+	StatusSent     uint64      `json:"status_sent"`     // Status-Server watchdogs sent
+	StatusAnswered uint64      `json:"status_answered"` // and answered
+	BadFrames      uint64      `json:"bad_frames"`
+	OpenFailed     uint64      `json:"open_failed"`
+	Transitions    uint64      `json:"transitions"`
+	Waiting        int         `json:"waiting"` // calls waiting for an Identifier
+	Conns          []ConnStats `json:"conns"`
+}
+
+// ConnStats describes one connection slot of a Peer.
+type ConnStats struct {
+	Name    string        `json:"name"`
+	State   string        `json:"state"`
+	Pending int           `json:"pending"` // Identifiers in use (answers awaited)
+	Tw      time.Duration `json:"tw_ns"`
+}
+
+// Dial returns a Peer for rawURL (radius+tcp://host:port or
+// radsec://host[:port]). It returns at once; the first connection is
+// opened in the background and reopened as the watchdog says.
+func Dial(rawURL string, cfg Config) (*Peer, error) {
+	ep, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	cfg, err = cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	secret, err := ep.Secret(cfg.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if cfg.Dialer == nil {
+		topts, err := streamOptions(ep, cfg.Transport, false)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		cfg.Transport = topts
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Peer{cfg: cfg, url: ep.String(), ep: ep, secret: secret, epoch: time.Now(), done: make(chan struct{}), ctx: ctx, cancel: cancel}
+	p.mu.Lock()
+	p.addLink()
+	p.unlock()
+	return p, nil
+}
+
+// Name returns the server's URL.
+func (p *Peer) Name() string { return p.url }
+
+// Events returns the bus the Peer publishes on.
+func (p *Peer) Events() *peer.Bus { return p.cfg.Events }
+
+// Done is closed when the Peer has been closed.
+func (p *Peer) Done() <-chan struct{} { return p.done }
+
+// InService reports whether any connection is OKAY.
+func (p *Peer) InService() bool { return p.inService.Load() }
+
+// State returns OKAY when any connection is OKAY, else the state of the
+// first connection.
+func (p *Peer) State() watchdog.State {
+	if p.InService() {
+		return watchdog.Okay
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.links[0].m.State()
+}
+
+// Exchange sends r and waits for its verified answer, until ctx is done
+// or Config.RequestTimeout when ctx has no deadline.
+func (p *Peer) Exchange(ctx context.Context, r *radius.Request) (*Response, error) {
+	cl := NewCall(r)
+	if err := p.Submit(cl); err != nil {
+		return nil, err
+	}
+	return cl.Wait(ctx, p.cfg.RequestTimeout)
+}
+
+// Submit sends cl without waiting: its answer completes it (Call.Wait).
+// It fails with a *NotInServiceError unless a connection is OKAY, and
+// with ErrBusy when no Identifier is free, no connection may be added and
+// MaxWaiting calls already wait. A call that waits is sent as soon as an
+// Identifier frees or a further connection comes up.
+func (p *Peer) Submit(cl *Call) error {
+	p.mu.Lock()
+	if p.closing {
+		p.mu.Unlock()
+		return fmt.Errorf("RADIUS server %s: %w", p.url, ErrClosed)
+	}
+	if !p.inService.Load() {
+		st := p.links[0].m.State()
+		p.mu.Unlock()
+		return &NotInServiceError{Peer: p.url, State: st}
+	}
+	if cl.IsDone() {
+		p.mu.Unlock()
+		return nil
+	}
+	cl.first.CompareAndSwap(nil, p)
+	if c := p.pickConn(); c != nil {
+		p.assign(c, cl)
+		p.unlock()
+		return nil
+	}
+	if len(p.waiting) >= p.cfg.MaxWaiting {
+		p.waiting = slices.DeleteFunc(p.waiting, (*Call).IsDone)
+	}
+	if len(p.waiting) >= p.cfg.MaxWaiting {
+		p.mu.Unlock()
+		return fmt.Errorf("RADIUS server %s: %w (%d waiting)", p.url, ErrBusy, len(p.waiting))
+	}
+	p.waiting = append(p.waiting, cl)
+	p.maybeGrow()
+	p.unlock()
+	return nil
+}
+
+// TakeWaiting removes and returns the calls waiting for an Identifier, in
+// arrival order: what a failover layer moves to another server when it
+// prefers not to wait here.
+func (p *Peer) TakeWaiting() []*Call {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := slices.DeleteFunc(p.waiting, (*Call).IsDone)
+	p.waiting = nil
+	return w
+}
+
+// WaitState waits until State() is want, the Peer is closed, or ctx ends.
+func (p *Peer) WaitState(ctx context.Context, want watchdog.State) error {
+	ch := make(chan struct{}, 1)
+	cancel := p.cfg.Events.Subscribe(func(e peer.Event) {
+		if e.Type == peer.EventWatchdog {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	})
+	defer cancel()
+	for {
+		if p.State() == want {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-p.done:
+			return fmt.Errorf("RADIUS server %s: %w", p.url, ErrClosed)
+		case <-ctx.Done():
+			return fmt.Errorf("RADIUS server %s is %s, waiting for %s: %w", p.url, p.State(), want, ctx.Err())
+		}
+	}
+}
+
+// Stats returns a snapshot of the counters.
+func (p *Peer) Stats() Stats {
+	s := &p.stats
+	st := Stats{
+		Peer: p.url, State: p.State().String(), InService: p.InService(),
+		Sent: s.sent.Load(), Answered: s.answered.Load(), Late: s.late.Load(), Unmatched: s.unmatched.Load(),
+		BadAuth: s.badAuth.Load(), NoMA: s.noMA.Load(), TimedOut: s.timedOut.Load(), Lost: s.lost.Load(),
+		MovedOut: s.movedOut.Load(), StatusSent: s.statusSent.Load(), StatusAnswered: s.statusAnswered.Load(),
+		BadFrames: s.badFrames.Load(), OpenFailed: s.openFailures.Load(), Transitions: s.transitions.Load(),
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st.Waiting = len(p.waiting)
+	for _, l := range p.links {
+		cs := ConnStats{Name: l.name, State: l.m.State().String(), Tw: l.m.Tw()}
+		if l.cur != nil {
+			cs.Pending = IDsPerConn - l.cur.free.n
+		}
+		st.Conns = append(st.Conns, cs)
+	}
+	return st
+}
+
+// Close closes every connection; pending and waiting calls fail with
+// ErrClosed (RADIUS has no disconnect message). It waits for the Peer's
+// goroutines.
+func (p *Peer) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if !p.closing {
+		p.closing = true
+		for _, l := range p.links {
+			l.timer.Stop()
+			if c := l.cur; c != nil {
+				if st := l.m.State(); st != watchdog.Down {
+					p.apply(l, l.m.Step(watchdog.ConnectionDown))
+				}
+				p.dropConn(l, c, "peer closed", ErrClosed)
+			}
+			l.timer.Stop()
+		}
+		for _, cl := range p.waiting {
+			p.fx = append(p.fx, func() { cl.Fail(fmt.Errorf("RADIUS server %s: %w", p.url, ErrClosed)) })
+		}
+		p.waiting = nil
+		p.inService.Store(false)
+		p.cancel()
+		p.fx = append(p.fx, func() { close(p.done) })
+	}
+	p.unlock()
+	waited := make(chan struct{})
+	go func() { p.wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// unlock releases mu and carries out the effects decided under it.
+func (p *Peer) unlock() {
+	fx := p.fx
+	p.fx = nil
+	p.mu.Unlock()
+	for _, f := range fx {
+		f()
+	}
+}
+
+func (p *Peer) mono() int64 { return int64(time.Since(p.epoch)) }
+
+func (p *Peer) publish(name, typ, from, to, reason string) {
+	e := peer.Event{Time: time.Now(), Peer: name, Type: typ, From: from, To: to, Reason: reason}
+	p.fx = append(p.fx, func() { p.cfg.Events.Publish(e) })
+}
+
+// link is one connection slot of a Peer: a watchdog machine, its Tw
+// timer, and the connection while one is open. Guarded by Peer.mu.
+type link struct {
+	p        *Peer
+	name     string
+	m        *watchdog.Machine
+	timer    *time.Timer
+	deadline int64 // ns since epoch
+	armedAt  int64
+	lastRx   int64 // receipt of the last verified answer (lazy Tw reset in OKAY)
+	cur      *conn
+	dialing  bool
+}
+
+// addLink adds a connection slot and starts its machine (INITIAL:
+// AttemptOpen, SetWatchdog). p.mu is held.
+func (p *Peer) addLink() *link {
+	m, _ := watchdog.New(p.cfg.Watchdog) // validated
+	l := &link{p: p, m: m, name: p.url}
+	if n := len(p.links); n > 0 {
+		l.name = fmt.Sprintf("%s#%d", p.url, n+1)
+	}
+	l.timer = time.AfterFunc(time.Hour, l.fire)
+	l.timer.Stop()
+	p.links = append(p.links, l)
+	p.apply(l, m.Start())
+	return l
+}
+
+// maybeGrow opens a further connection when every Identifier is taken and
+// none is being opened already. p.mu is held.
+func (p *Peer) maybeGrow() {
+	if len(p.links) >= p.cfg.MaxConns {
+		return
+	}
+	for _, l := range p.links {
+		if l.m.State() != watchdog.Okay {
+			return // one is opening or reopening: it will take the waiters
+		}
+	}
+	p.addLink()
+}
+
+// pickConn returns the OKAY connection with the most free Identifiers, nil
+// if none has one. p.mu is held.
+func (p *Peer) pickConn() *conn {
+	var best *conn
+	for _, l := range p.links {
+		if c := l.cur; c != nil && l.m.State() == watchdog.Okay && c.free.n > 0 && (best == nil || c.free.n > best.free.n) {
+			best = c
+		}
+	}
+	return best
+}
+
+// assign gives cl an Identifier on c and schedules its encoding and send.
+// p.mu is held.
+func (p *Peer) assign(c *conn, cl *Call) {
+	id := c.free.pop()
+	c.seq++
+	c.slots[id] = slot{call: cl, seq: c.seq}
+	cl.owner.Store(c)
+	p.fx = append(p.fx, func() { c.sendRequest(id, cl) })
+}
+
+// drain sends waiting calls while Identifiers are free. p.mu is held.
+func (p *Peer) drain() {
+	for len(p.waiting) > 0 {
+		cl := p.waiting[0]
+		if cl.IsDone() {
+			p.waiting = p.waiting[1:]
+			continue
+		}
+		c := p.pickConn()
+		if c == nil {
+			return
+		}
+		p.waiting = p.waiting[1:]
+		p.assign(c, cl)
+	}
+	p.waiting = nil // let the array go
+}
+
+// fire is a link's Tw timer.
+func (l *link) fire() {
+	p := l.p
+	p.mu.Lock()
+	if p.closing {
+		p.mu.Unlock()
+		return
+	}
+	if now := p.mono(); now < l.deadline {
+		l.timer.Reset(time.Duration(l.deadline - now))
+		p.mu.Unlock()
+		return
+	}
+	// In OKAY answers only record their time; if one came after the timer
+	// was armed, Tw was reset then (RFC 3539 3.4.1 [2]).
+	if l.m.State() == watchdog.Okay && l.lastRx > l.armedAt {
+		p.applyAt(l, l.m.Step(watchdog.ReceiveOther), l.lastRx)
+		if l.deadline <= p.mono() {
+			p.apply(l, l.m.Step(watchdog.TimerExpired))
+		}
+	} else {
+		p.apply(l, l.m.Step(watchdog.TimerExpired))
+	}
+	p.unlock()
+}
+
+func (p *Peer) apply(l *link, o watchdog.Output) { p.applyAt(l, o, p.mono()) }
+
+// applyAt carries out a watchdog step's actions; base is the instant Tw
+// counts from. p.mu is held.
+func (p *Peer) applyAt(l *link, o watchdog.Output, base int64) {
+	if o.Changed {
+		tr := o.Transition
+		p.stats.transitions.Add(1)
+		p.publish(l.name, peer.EventWatchdog, tr.From.String(), tr.To.String(), tr.Reason)
+		p.cfg.Logger.Info("watchdog", "peer", l.name, "from", tr.From.String(), "to", tr.To.String(), "reason", tr.Reason)
+	}
+	for _, a := range o.Actions() {
+		switch a.Kind {
+		case watchdog.ActionSetTimer:
+			l.armedAt = base
+			l.deadline = base + int64(a.After)
+			l.timer.Reset(time.Duration(l.deadline - p.mono()))
+		case watchdog.ActionSendDWR:
+			if c := l.cur; c != nil {
+				c.sendStatus()
+			}
+		case watchdog.ActionFailover:
+			if c := l.cur; c != nil {
+				p.moveOut(l, c.owned(), o.Transition.Reason)
+			}
+		case watchdog.ActionFailback:
+			p.publish(l.name, peer.EventFailover, "", "", "failback: back in service")
+		case watchdog.ActionCloseConnection:
+			if c := l.cur; c != nil {
+				p.dropConn(l, c, "closed by the watchdog: "+o.Transition.Reason, ErrConnectionLost)
+			}
+		case watchdog.ActionAttemptOpen:
+			p.attemptOpen(l)
+		}
+	}
+	if o.Changed {
+		p.serviceChanged()
+	}
+}
+
+// serviceChanged recomputes InService after a transition: on entering
+// service the waiting calls go out; on leaving it they fail over.
+func (p *Peer) serviceChanged() {
+	in := false
+	for _, l := range p.links {
+		in = in || l.m.State() == watchdog.Okay
+	}
+	was := p.inService.Swap(in)
+	switch {
+	case in:
+		p.drain()
+	case was && !p.closing && len(p.waiting) > 0:
+		w := p.waiting
+		p.waiting = nil
+		p.moveOut(p.links[0], w, "no connection in service")
+	}
+}
+
+// moveOut hands calls to OnFailover (after the lock), or leaves them
+// where they are without one. p.mu is held.
+func (p *Peer) moveOut(l *link, calls []*Call, reason string) {
+	if p.cfg.OnFailover == nil || len(calls) == 0 {
+		if len(calls) > 0 {
+			p.publish(l.name, peer.EventFailover, "", "", fmt.Sprintf("%s: %d requests pending, no alternate configured", reason, len(calls)))
+		}
+		return
+	}
+	for _, cl := range calls {
+		cl.owner.Store(nil)
+	}
+	p.stats.movedOut.Add(uint64(len(calls)))
+	p.fx = append(p.fx, func() { p.cfg.OnFailover(p, calls, reason) })
+}
+
+// dropConn closes c and moves (or fails with err) the calls it still
+// owns. p.mu is held.
+func (p *Peer) dropConn(l *link, c *conn, note string, err error) {
+	if l.cur == c {
+		l.cur = nil
+	}
+	if c.closed {
+		return
+	}
+	c.closed = true
+	c.note = note
+	p.publish(l.name, peer.EventConnection, "", "", note)
+	p.fx = append(p.fx, func() { c.tc.Close() })
+	calls := c.owned()
+	clear(c.slots[:])
+	if err == ErrConnectionLost && p.cfg.OnFailover != nil && !p.closing {
+		p.moveOut(l, calls, "connection lost")
+		return
+	}
+	for _, cl := range calls {
+		cl.owner.Store(nil)
+		p.fx = append(p.fx, func() {
+			if cl.Fail(fmt.Errorf("RADIUS server %s: %w", p.url, err)) {
+				p.stats.lost.Add(1)
+			}
+		})
+	}
+}
+
+// attemptOpen dials in the background unless a dial is running (W7).
+// p.mu is held.
+func (p *Peer) attemptOpen(l *link) {
+	if l.dialing || p.closing {
+		return
+	}
+	l.dialing = true
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		ctx, cancel := context.WithTimeout(p.ctx, max(p.cfg.Transport.DialTimeout, transport.DefaultDialTimeout))
+		defer cancel()
+		var tc transport.Conn
+		var err error
+		if p.cfg.Dialer != nil {
+			tc, err = p.cfg.Dialer(ctx, p.url)
+		} else {
+			tc, err = transport.Dial(ctx, p.ep.Transport.String(), p.cfg.Transport)
+		}
+		p.mu.Lock()
+		l.dialing = false
+		switch {
+		case err != nil:
+			p.stats.openFailures.Add(1)
+			p.publish(l.name, peer.EventConnection, "", "", "open failed: "+err.Error())
+		case p.closing:
+			p.fx = append(p.fx, func() { tc.Close() })
+		default:
+			c := newConn(l, tc)
+			l.cur = c
+			p.publish(l.name, peer.EventConnection, "", "", fmt.Sprintf("connected over %s to %s", tc.Network(), tc.RemoteAddr()))
+			p.wg.Add(1)
+			p.fx = append(p.fx, func() { go c.reader() })
+			p.apply(l, l.m.Step(watchdog.ConnectionUp))
+		}
+		p.unlock()
+	}()
+}
+
+// slot is one Identifier of a connection.
+type slot struct {
+	call  *Call
+	auth  [radius.AuthenticatorLen]byte // of the send, once encoded
+	code  lradius.Code
+	ready bool   // encoded and queued: an answer can be matched
+	seq   uint64 // assignment order on the connection
+}
+
+// idRing hands out Identifiers 1-255 least recently used first: a
+// released Identifier goes to the back.
+type idRing struct {
+	ids  [IDsPerConn]byte
+	head int
+	n    int
+}
+
+func newIDRing() idRing {
+	var r idRing
+	for i := range r.ids {
+		r.ids[i] = byte(i + 1)
+	}
+	r.n = IDsPerConn
+	return r
+}
+
+func (r *idRing) pop() byte {
+	id := r.ids[r.head]
+	r.head = (r.head + 1) % IDsPerConn
+	r.n--
+	return id
+}
+
+func (r *idRing) push(id byte) {
+	r.ids[(r.head+r.n)%IDsPerConn] = id
+	r.n++
+}
+
+// conn is one open transport connection of a link. Its fields are
+// guarded by Peer.mu, except those set at creation.
+type conn struct {
+	l   *link
+	tc  transport.Conn
+	out *outbox
+
+	slots      [256]slot // by Identifier; 0 is never used for requests
+	free       idRing
+	statusAuth [radius.AuthenticatorLen]byte // of the Status-Server on ID 0
+	statusOut  bool
+	seq        uint64
+	closed     bool
+	note       string
+}
+
+func newConn(l *link, tc transport.Conn) *conn {
+	c := &conn{l: l, tc: tc, free: newIDRing()}
+	c.out = &outbox{tc: tc, onError: func(error) { tc.Close() }}
+	return c
+}
+
+// owned returns the unanswered calls c owns, in send order. p.mu is held.
+func (c *conn) owned() []*Call {
+	var ss []slot
+	for _, s := range c.slots[1:] {
+		if s.call != nil && !s.call.IsDone() && s.call.owner.Load() == c {
+			ss = append(ss, s)
+		}
+	}
+	slices.SortFunc(ss, func(a, b slot) int { return cmp.Compare(a.seq, b.seq) })
+	calls := make([]*Call, len(ss))
+	for i, s := range ss {
+		calls[i] = s.call
+	}
+	return calls
+}
+
+// sendStatus sends the watchdog's Status-Server on Identifier 0 with a
+// fresh authenticator and a Message-Authenticator. p.mu is held.
+func (c *conn) sendStatus() {
+	p := c.l.p
+	b, auth, err := radius.EncodeRequest(&radius.Request{Code: lradius.CodeStatusServer}, 0, p.secret)
+	if err != nil {
+		p.publish(c.l.name, peer.EventError, "", "", "encoding Status-Server: "+err.Error())
+		return
+	}
+	c.statusAuth, c.statusOut = auth, true
+	p.stats.statusSent.Add(1)
+	p.fx = append(p.fx, func() { c.out.send(b) })
+}
+
+// sendRequest encodes cl for Identifier id and queues it. Called without
+// p.mu: encoding (MD5, HMAC, random bytes) is kept out of the lock.
+func (c *conn) sendRequest(id byte, cl *Call) {
+	p := c.l.p
+	b, auth, err := radius.EncodeRequest(cl.req, id, p.secret)
+	p.mu.Lock()
+	s := &c.slots[id]
+	if s.call != cl || c.closed {
+		p.unlock() // the connection went away meanwhile, with the call
+		return
+	}
+	if err != nil {
+		*s = slot{}
+		c.free.push(id)
+		cl.owner.Store(nil)
+		p.fx = append(p.fx, func() { cl.Fail(fmt.Errorf("RADIUS server %s: %w", p.url, err)) })
+		p.drain()
+		p.unlock()
+		return
+	}
+	s.auth, s.code, s.ready = auth, cl.req.Code, true
+	cl.sends.Add(1)
+	p.stats.sent.Add(1)
+	p.unlock()
+	c.out.send(b)
+}
+
+// reader reads answers until the connection fails. A bad frame or an
+// answer failing verification closes only this connection.
+func (c *conn) reader() {
+	p := c.l.p
+	defer p.wg.Done()
+	for {
+		b, err := c.tc.ReadMessage()
+		if err != nil {
+			note := ""
+			switch {
+			case errors.Is(err, radius.ErrBadFrame):
+				p.stats.badFrames.Add(1)
+				note = "bad frame: " + err.Error()
+			case errors.Is(err, io.EOF):
+				note = "closed by the server"
+			case errors.Is(err, net.ErrClosed):
+				note = "closed"
+			default:
+				note = err.Error()
+			}
+			c.tc.Close()
+			c.out.close()
+			p.mu.Lock()
+			if c.note != "" {
+				note = c.note
+			}
+			if !c.closed && c.l.cur == c {
+				// Step while the connection is current, so that OKAY's
+				// Failover() takes its calls with the machine's reason.
+				p.apply(c.l, c.l.m.Step(watchdog.ConnectionDown))
+			}
+			p.dropConn(c.l, c, "connection down: "+note, ErrConnectionLost)
+			p.unlock()
+			return
+		}
+		c.received(b)
+	}
+}
+
+// received matches one packet from the server. p.mu is taken.
+func (c *conn) received(b []byte) {
+	p := c.l.p
+	code, id := radius.Code(b), radius.Identifier(b)
+	now := p.mono()
+	p.mu.Lock()
+	defer p.unlock()
+	if c.closed {
+		return
+	}
+	if radius.IsRequest(code) {
+		p.stats.requestsDropped.Add(1)
+		p.publish(c.l.name, peer.EventError, "", "", fmt.Sprintf("%s from the server dropped: a client connection takes no requests", code))
+		return
+	}
+	if id == 0 {
+		if !c.statusOut || !radius.Answers(lradius.CodeStatusServer, code) {
+			p.stats.unmatched.Add(1)
+			return
+		}
+		if err := radius.VerifyResponse(b, c.statusAuth, p.secret, false); err != nil {
+			c.verifyFailed(err)
+			return
+		}
+		c.statusOut = false
+		p.stats.statusAnswered.Add(1)
+		if c.l.cur == c {
+			p.applyAt(c.l, c.l.m.Step(watchdog.ReceiveDWA), now)
+		}
+		return
+	}
+	s := c.slots[id]
+	if s.call == nil || !s.ready || !radius.Answers(s.code, code) {
+		p.stats.unmatched.Add(1)
+		p.publish(c.l.name, peer.EventError, "", "", fmt.Sprintf("%s with Identifier %d matches no request: dropped", code, id))
+		return
+	}
+	require := p.cfg.RequireMessageAuthenticator && s.code == lradius.CodeAccessRequest
+	err := radius.VerifyResponse(b, s.auth, p.secret, require)
+	if errors.Is(err, radius.ErrAuthenticator) {
+		c.verifyFailed(err)
+		return
+	}
+	c.slots[id] = slot{}
+	c.free.push(id)
+	cl := s.call
+	if cl.owner.Load() == c {
+		cl.owner.Store(nil)
+	}
+	if err != nil { // no Message-Authenticator although required
+		p.stats.noMA.Add(1)
+		p.publish(c.l.name, peer.EventError, "", "", err.Error())
+		p.fx = append(p.fx, func() { cl.Fail(fmt.Errorf("RADIUS server %s: %w", p.url, err)) })
+		p.drain()
+		return
+	}
+	// A verified answer: traffic for the watchdog.
+	c.l.lastRx = now
+	if c.l.cur == c && c.l.m.State() != watchdog.Okay {
+		p.applyAt(c.l, c.l.m.Step(watchdog.ReceiveOther), now)
+	}
+	if cl.claim() {
+		p.stats.answered.Add(1)
+		cl.by.Store(p)
+		resp := &Response{Raw: b, RequestAuthenticator: s.auth, Peer: p}
+		p.fx = append(p.fx, func() {
+			resp.Packet, _ = radius.Decode(b, p.secret) // validated by ReadFrame
+			cl.deliver(resp, nil)
+		})
+	} else {
+		p.stats.late.Add(1)
+	}
+	p.drain()
+}
+
+// verifyFailed drops an answer that failed verification and closes the
+// connection (RFC 6613 2.6.4). p.mu is held.
+func (c *conn) verifyFailed(err error) {
+	p := c.l.p
+	p.stats.badAuth.Add(1)
+	note := "answer failed verification: " + err.Error()
+	p.publish(c.l.name, peer.EventError, "", "", note)
+	p.cfg.Logger.Warn("closing connection", "peer", c.l.name, "err", err)
+	c.note = note
+	p.fx = append(p.fx, func() { c.tc.Close() }) // the reader reports the loss
+}

@@ -1,0 +1,390 @@
+package radpeer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/watchdog"
+	lradius "layeh.com/radius"
+)
+
+func TestIDRingLeastRecentlyUsed(t *testing.T) {
+	r := newIDRing()
+	a, b, c := r.pop(), r.pop(), r.pop()
+	if a != 1 || b != 2 || c != 3 {
+		t.Fatalf("first IDs %d %d %d", a, b, c)
+	}
+	r.push(b)
+	r.push(a)
+	var got []byte
+	for r.n > 0 {
+		got = append(got, r.pop())
+	}
+	if len(got) != 254 || got[0] != 4 || got[251] != 255 || got[252] != 2 || got[253] != 1 {
+		t.Fatalf("order after releasing 2 then 1: starts %v, ends %v (len %d)", got[:3], got[len(got)-3:], len(got))
+	}
+	if slices.Contains(got, 0) || slices.Contains(got, 3) {
+		t.Fatal("handed out ID 0 or an ID in use")
+	}
+}
+
+// A client Peer and a Server over loopback TCP: Access-Request and
+// Accounting-Request answered and verified, Status-Server keeping OKAY.
+func TestLoopbackExchange(t *testing.T) {
+	ln, err := Listen("radius+tcp://127.0.0.1:0", transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServer(ln, SchemeTCP, ServerConfig{Secret: testSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	p, err := Dial("radius+tcp://"+ln.Addr().String(), testConfig(6*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mustClose(t, p, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.WaitState(ctx, watchdog.Okay); err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.Exchange(ctx, accessReq("alice"))
+	if err != nil || r.Packet.Code != lradius.CodeAccessAccept {
+		t.Fatalf("Access-Request: %+v, %v", r, err)
+	}
+	if _, ok := radius.Attr(r.Raw, radius.AttrMessageAuthenticator); !ok {
+		t.Fatal("Access-Accept without Message-Authenticator")
+	}
+	r, err = p.Exchange(ctx, acctReq("s1"))
+	if err != nil || r.Packet.Code != lradius.CodeAccountingResponse {
+		t.Fatalf("Accounting-Request: %+v, %v", r, err)
+	}
+	if st := srv.Stats(); st.Received != 2 || st.Answered != 2 {
+		t.Fatalf("server stats %+v", st)
+	}
+	if st := p.Stats(); st.Sent != 2 || st.Answered != 2 || st.BadAuth != 0 {
+		t.Fatalf("client stats %+v", st)
+	}
+}
+
+// With every Identifier of the first connection taken, a second one is
+// opened; with MaxConns reached, calls wait up to MaxWaiting and then
+// fail with ErrBusy. Released, everything is answered.
+func TestIdentifierExhaustion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		g := &gate{ch: make(chan struct{})}
+		srv, _ := NewServer(ln, SchemeTCP, ServerConfig{Secret: testSecret, Handler: g.handler, MaxInFlight: 1000})
+		go srv.Serve()
+		cfg := testConfig(30 * time.Second)
+		cfg.Dialer = ln.dialer()
+		cfg.MaxConns = 2
+		cfg.MaxWaiting = 10
+		p, err := Dial("radius+tcp://server:1812", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		const n = 2*IDsPerConn + 10
+		calls := make([]*Call, n)
+		for i := range calls {
+			calls[i] = NewCall(accessReq(fmt.Sprint("u", i)))
+			if err := p.Submit(calls[i]); err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
+			synctest.Wait()
+		}
+		if err := p.Submit(NewCall(accessReq("one too many"))); !errors.Is(err, ErrBusy) {
+			t.Fatalf("beyond the bound: %v, want ErrBusy", err)
+		}
+		st := p.Stats()
+		if len(st.Conns) != 2 || st.Conns[0].Pending != IDsPerConn || st.Conns[1].Pending != IDsPerConn || st.Waiting != 10 {
+			t.Fatalf("stats %+v", st)
+		}
+		if int(g.waiting.Load()) != 2*IDsPerConn {
+			t.Fatalf("%d requests reached the server, want %d", g.waiting.Load(), 2*IDsPerConn)
+		}
+		close(g.ch)
+		for i, cl := range calls {
+			r, err := cl.Wait(context.Background(), time.Minute)
+			if err != nil || r.Packet.Code != lradius.CodeAccessAccept {
+				t.Fatalf("call %d: %v", i, err)
+			}
+		}
+		mustClose(t, p, srv)
+	})
+}
+
+// stalledServer reads and answers nothing until unstall; then it answers
+// Status-Servers (and counts them) like a Server would.
+type scriptServer struct {
+	mu       sync.Mutex
+	answer   bool
+	statuses []byte // Identifiers of Status-Servers received
+	auths    [][16]byte
+}
+
+func (s *scriptServer) serve(t *testing.T, tc transport.Conn) {
+	defer tc.Close()
+	for {
+		b, err := tc.ReadMessage()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		answer := s.answer
+		if radius.Code(b) == lradius.CodeStatusServer {
+			if err := radius.VerifyRequest(b, testSecret, true); err != nil {
+				t.Errorf("Status-Server: %v", err)
+			}
+			s.statuses = append(s.statuses, radius.Identifier(b))
+			s.auths = append(s.auths, radius.Authenticator(b))
+		}
+		s.mu.Unlock()
+		if answer {
+			code := lradius.CodeAccessAccept
+			if radius.Code(b) == lradius.CodeAccountingRequest {
+				code = lradius.CodeAccountingResponse
+			}
+			ans, _ := radius.EncodeResponse(b, code, nil, testSecret)
+			if tc.WriteMessages(ans) != nil {
+				return
+			}
+		}
+	}
+}
+
+// The watchdog over a connection: Status-Server on ID 0 every Tw while
+// idle, fresh authenticators, never retransmitted; a silent server goes
+// OKAY -> SUSPECT after 2 Tw and DOWN after 3; reopened, it needs three
+// answered Status-Servers to be OKAY again, each one Tw apart.
+func TestWatchdogStatusServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		s := &scriptServer{answer: true}
+		go func() {
+			for {
+				tc, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go s.serve(t, tc)
+			}
+		}()
+		cfg := testConfig(6 * time.Second)
+		cfg.Dialer = ln.dialer()
+		var rec recorder
+		p, err := Dial("radius+tcp://server:1812", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rec.watch(p.Events())()
+		synctest.Wait()
+		if !p.InService() {
+			t.Fatal("not in service after the first connection")
+		}
+		start := time.Now()
+		time.Sleep(6*time.Second + time.Millisecond)
+		synctest.Wait()
+		if st := p.Stats(); st.StatusSent != 1 || st.StatusAnswered != 1 {
+			t.Fatalf("after one Tw: %+v", st)
+		}
+		// An answer to a request resets Tw: no Status-Server 6 s after it.
+		time.Sleep(3 * time.Second)
+		if _, err := p.Exchange(context.Background(), accessReq("a")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(4 * time.Second) // 13 s: the Tw armed at 6 s would have fired at 12 s
+		synctest.Wait()
+		if st := p.Stats(); st.StatusSent != 1 {
+			t.Fatalf("a Status-Server went out although an answer reset Tw: %+v", st)
+		}
+		s.mu.Lock()
+		s.answer = false
+		s.mu.Unlock()
+		// Silent from 13 s: Tw fires at 15 s (Status-Server), 21 s (SUSPECT),
+		// 27 s (DOWN).
+		time.Sleep(15*time.Second - time.Since(start) + time.Millisecond)
+		synctest.Wait()
+		if st := p.Stats(); st.StatusSent != 2 {
+			t.Fatalf("at 15 s: %+v", st)
+		}
+		time.Sleep(6 * time.Second)
+		synctest.Wait()
+		if p.State() != watchdog.Suspect || p.InService() {
+			t.Fatalf("at 21 s: %s", p.State())
+		}
+		if err := p.Submit(NewCall(accessReq("b"))); !errors.Is(err, ErrNotInService) {
+			t.Fatalf("Submit while SUSPECT: %v", err)
+		}
+		s.mu.Lock()
+		s.answer = true // the next connection is answered
+		s.mu.Unlock()
+		time.Sleep(6 * time.Second)
+		synctest.Wait()
+		// DOWN at 27 s, reopened at 33 s (AttemptOpen once per Tw) ->
+		// REOPEN with a Status-Server at once, then one per Tw.
+		time.Sleep(6*time.Second + 12*time.Second)
+		synctest.Wait()
+		want := []string{"INITIAL>OKAY", "OKAY>SUSPECT", "SUSPECT>DOWN", "DOWN>REOPEN", "REOPEN>OKAY"}
+		if got := rec.get(); !slices.Equal(got, want) {
+			t.Fatalf("transitions %v, want %v", got, want)
+		}
+		s.mu.Lock()
+		ids, auths := slices.Clone(s.statuses), slices.Clone(s.auths)
+		s.mu.Unlock()
+		for i, id := range ids {
+			if id != 0 {
+				t.Fatalf("Status-Server %d on ID %d", i, id)
+			}
+			for j := range i {
+				if auths[j] == auths[i] {
+					t.Fatalf("Status-Servers %d and %d share an authenticator", j, i)
+				}
+			}
+		}
+		// 1 (6 s) + 1 (15 s, unanswered) + 3 while reopening; none
+		// retransmitted while SUSPECT.
+		if len(ids) != 5 {
+			t.Fatalf("%d Status-Servers, want 5", len(ids))
+		}
+		mustClose(t, p)
+		ln.Close()
+	})
+}
+
+// An answer on an unused Identifier is dropped and counted; an answer
+// that fails verification closes the connection (RFC 6613 2.6.4).
+func TestBadAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		var forge byte // 1: answer with a wrong authenticator; 2: also on an unused ID
+		var mu sync.Mutex
+		go func() {
+			for {
+				tc, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer tc.Close()
+					for {
+						b, err := tc.ReadMessage()
+						if err != nil {
+							return
+						}
+						ans, _ := radius.EncodeResponse(b, lradius.CodeAccessAccept, nil, testSecret)
+						mu.Lock()
+						f := forge
+						mu.Unlock()
+						if f == 2 && radius.Code(b) == lradius.CodeAccessRequest {
+							stray := append([]byte(nil), ans...)
+							stray[1] = 77
+							tc.WriteMessages(stray)
+						}
+						if f == 1 && radius.Code(b) == lradius.CodeAccessRequest {
+							ans[5] ^= 1
+						}
+						tc.WriteMessages(ans)
+					}
+				}()
+			}
+		}()
+		cfg := testConfig(30 * time.Second)
+		cfg.Dialer = ln.dialer()
+		p, _ := Dial("radius+tcp://server:1812", cfg)
+		synctest.Wait()
+		mu.Lock()
+		forge = 2
+		mu.Unlock()
+		if _, err := p.Exchange(context.Background(), accessReq("a")); err != nil {
+			t.Fatalf("answer after a stray one: %v", err)
+		}
+		if st := p.Stats(); st.Unmatched != 1 || !p.InService() {
+			t.Fatalf("after a stray answer: %+v", st)
+		}
+		mu.Lock()
+		forge = 1
+		mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := p.Exchange(ctx, accessReq("b"))
+		cancel()
+		if !errors.Is(err, ErrConnectionLost) {
+			t.Fatalf("forged answer: %v, want ErrConnectionLost", err)
+		}
+		synctest.Wait()
+		if st := p.Stats(); st.BadAuth != 1 || p.State() != watchdog.Down {
+			t.Fatalf("after a forged answer: %s %+v", p.State(), st)
+		}
+		mustClose(t, p)
+		ln.Close()
+	})
+}
+
+// Calls of a connection that goes SUSPECT are handed to OnFailover in
+// send order, and a late answer on the old connection still completes
+// them only once.
+func TestFailoverHandsOverPending(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lnA, lnB := newPipeListener(), newPipeListener()
+		a := &scriptServer{answer: true}
+		go func() {
+			tc, err := lnA.Accept()
+			if err == nil {
+				a.serve(t, tc)
+			}
+		}()
+		srvB, _ := NewServer(lnB, SchemeTCP, ServerConfig{Secret: testSecret})
+		go srvB.Serve()
+		cfgB := testConfig(30 * time.Second)
+		cfgB.Dialer = lnB.dialer()
+		pb, _ := Dial("radius+tcp://b:1812", cfgB)
+		cfgA := testConfig(6 * time.Second)
+		cfgA.Dialer = lnA.dialer()
+		var moved []*Call
+		var reason string
+		cfgA.OnFailover = func(from *Peer, calls []*Call, why string) {
+			moved, reason = append(moved, calls...), why
+			for _, cl := range calls {
+				if err := pb.Submit(cl); err != nil {
+					cl.Fail(err)
+				}
+			}
+		}
+		pa, _ := Dial("radius+tcp://a:1812", cfgA)
+		synctest.Wait()
+		a.mu.Lock()
+		a.answer = false
+		a.mu.Unlock()
+		calls := []*Call{NewCall(acctReq("1")), NewCall(acctReq("2")), NewCall(acctReq("3"))}
+		for _, cl := range calls {
+			if err := pa.Submit(cl); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, cl := range calls {
+			r, err := cl.Wait(context.Background(), time.Minute)
+			if err != nil || r.Peer != pb {
+				t.Fatalf("after failover: %v, answered by %v", err, r)
+			}
+			if cl.Sends() != 2 || cl.FirstPeer() != pa {
+				t.Fatalf("sends %d, first %v", cl.Sends(), cl.FirstPeer())
+			}
+		}
+		if len(moved) != 3 || moved[0] != calls[0] || moved[2] != calls[2] || reason != watchdog.ReasonDWATimeout {
+			t.Fatalf("moved %d calls, reason %q", len(moved), reason)
+		}
+		mustClose(t, pa, pb, srvB)
+		lnA.Close()
+	})
+}
