@@ -94,6 +94,7 @@ type Impl struct {
 // caller only.
 var Impls = []Impl{
 	{"raw", []int{1, 256}, StartRaw},
+	{"rawperrequest", []int{1, 256}, StartRawPerRequest},
 	{"rawpingpong", []int{1}, StartPingPong},
 	{"godiameter", []int{1, 256}, StartGoDiameter},
 	{"aaatp", []int{1, 256}, StartAaatp},

@@ -25,8 +25,7 @@ import (
 type gdAnswer struct{ hbh, e2e, rc uint32 }
 
 type gdEnv struct {
-	ln       net.Listener
-	served   chan error
+	srv      *GoDiameterServer // nil when dialed alone
 	conn     diam.Conn
 	mu       sync.Mutex
 	pend     map[uint32]chan gdAnswer
@@ -35,7 +34,15 @@ type gdEnv struct {
 	dstRealm datatype.DiameterIdentity
 }
 
-func StartGoDiameter() (Env, error) {
+// GoDiameterServer is go-diameter's diam.Server with an sm.StateMachine
+// answering ACR with ACA 2001, serving a listener until Close.
+type GoDiameterServer struct {
+	ln     net.Listener
+	served chan error
+}
+
+// ServeGoDiameter serves ln in the background.
+func ServeGoDiameter(ln net.Listener) *GoDiameterServer {
 	srvSM := sm.New(&sm.Settings{
 		OriginHost:  serverHost,
 		OriginRealm: realm,
@@ -48,14 +55,45 @@ func StartGoDiameter() (Env, error) {
 		a.NewAVP(avp.OriginRealm, avp.Mbit, 0, datatype.DiameterIdentity(realm))
 		a.WriteTo(c)
 	})
+	s := &GoDiameterServer{ln: ln, served: make(chan error, 1)}
+	srv := &diam.Server{Handler: srvSM, Dict: dict.Default}
+	go func() { s.served <- srv.Serve(ln) }()
+	return s
+}
+
+// Addr is the listener's address.
+func (s *GoDiameterServer) Addr() net.Addr { return s.ln.Addr() }
+
+// Close closes the listener and waits for Serve to return (connections
+// end when their clients close).
+func (s *GoDiameterServer) Close() {
+	s.ln.Close()
+	<-s.served // Serve returns the listener's error after Close
+}
+
+// StartGoDiameter starts go-diameter's server and client on loopback, in
+// this process.
+func StartGoDiameter() (Env, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	e := &gdEnv{ln: ln, served: make(chan error, 1), pend: make(map[uint32]chan gdAnswer)}
-	srv := &diam.Server{Handler: srvSM, Dict: dict.Default}
-	go func() { e.served <- srv.Serve(ln) }()
+	s := ServeGoDiameter(ln)
+	e, err := dialGoDiameter(ln.Addr().String())
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	e.srv = s
+	return e, nil
+}
 
+// DialGoDiameter connects go-diameter's sm.Client to addr. Close closes
+// only the connection.
+func DialGoDiameter(addr string) (Env, error) { return dialGoDiameter(addr) }
+
+func dialGoDiameter(addr string) (*gdEnv, error) {
+	e := &gdEnv{pend: make(map[uint32]chan gdAnswer)}
 	cliSM := sm.New(&sm.Settings{
 		OriginHost:  clientHost,
 		OriginRealm: realm,
@@ -86,10 +124,8 @@ func StartGoDiameter() (Env, error) {
 			diam.NewAVP(avp.AcctApplicationID, avp.Mbit, 0, datatype.Unsigned32(3)),
 		},
 	}
-	c, err := cli.DialNetwork("tcp", ln.Addr().String())
+	c, err := cli.DialNetwork("tcp", addr)
 	if err != nil {
-		ln.Close()
-		<-e.served
 		return nil, err
 	}
 	e.conn = c
@@ -139,7 +175,8 @@ func (e *gdEnv) Caller() func() (Result, error) {
 
 func (e *gdEnv) Close() error {
 	e.conn.Close()
-	e.ln.Close()
-	<-e.served // Serve returns the listener's error after Close
+	if e.srv != nil {
+		e.srv.Close()
+	}
 	return nil
 }

@@ -12,23 +12,41 @@ import (
 )
 
 // The raw implementation is the bound: no Diameter machinery at all, just
-// the frames. The server answers every request with acaBytes, patching the
-// ids, and flushes its buffered writer whenever no whole next request is
-// already buffered. Go's default TCP_NODELAY is kept on both sides.
+// the frames. Go's default TCP_NODELAY is kept on both sides. The server
+// comes in two kinds:
+//
+//   - inline (StartRaw, StartPingPong): the reader answers every request
+//     with acaBytes, patching the ids, and flushes its buffered writer
+//     whenever no whole next request is already buffered;
+//   - goroutine per request (ServeRaw with PerRequest): the reader copies
+//     each request and starts a goroutine that builds the answer and hands
+//     it to one writer goroutine, which writes whatever is queued and
+//     flushes when the queue is empty (a batched writer). This is the
+//     shape of a real Go server whose handlers may block, and the bound
+//     the cross-process harness holds aaatp to.
 
-type rawServer struct {
-	ln    net.Listener
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+// RawServer serves raw ACAs on a listener until Close.
+type RawServer struct {
+	ln         net.Listener
+	perRequest bool
+	wg         sync.WaitGroup
+	mu         sync.Mutex
+	conns      map[net.Conn]struct{}
 }
 
-func startRawServer() (*rawServer, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	s := &rawServer{ln: ln, conns: make(map[net.Conn]struct{})}
+// RawServerMode chooses how a RawServer answers.
+type RawServerMode int
+
+const (
+	// Inline: the reader goroutine answers each request itself.
+	Inline RawServerMode = iota
+	// PerRequest: one goroutine per request, one batched writer.
+	PerRequest
+)
+
+// ServeRaw serves ln in the background with the given mode.
+func ServeRaw(ln net.Listener, mode RawServerMode) *RawServer {
+	s := &RawServer{ln: ln, perRequest: mode == PerRequest, conns: make(map[net.Conn]struct{})}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -43,7 +61,11 @@ func startRawServer() (*rawServer, error) {
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
-				s.serve(c)
+				if s.perRequest {
+					s.servePerRequest(c)
+				} else {
+					s.serve(c)
+				}
 				s.mu.Lock()
 				delete(s.conns, c)
 				s.mu.Unlock()
@@ -51,10 +73,21 @@ func startRawServer() (*rawServer, error) {
 			}()
 		}
 	}()
-	return s, nil
+	return s
 }
 
-func (s *rawServer) serve(c net.Conn) {
+func startRawServer() (*RawServer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	return ServeRaw(ln, Inline), nil
+}
+
+// Addr is the listener's address.
+func (s *RawServer) Addr() net.Addr { return s.ln.Addr() }
+
+func (s *RawServer) serve(c net.Conn) {
 	r := bufio.NewReaderSize(c, 64<<10)
 	w := bufio.NewWriterSize(c, 64<<10)
 	buf := make([]byte, 0, 4096)
@@ -78,7 +111,32 @@ func (s *rawServer) serve(c net.Conn) {
 	}
 }
 
-func (s *rawServer) close() {
+// servePerRequest: the reader copies each request out of its buffer and
+// starts a goroutine for it; answers go through a batchWriter.
+func (s *RawServer) servePerRequest(c net.Conn) {
+	bw := newBatchWriter(c)
+	defer bw.close()
+	r := bufio.NewReaderSize(c, 64<<10)
+	buf := make([]byte, 0, 4096)
+	for {
+		msg, err := readFrame(r, &buf)
+		if err != nil {
+			return
+		}
+		req := append([]byte(nil), msg...)
+		go func() {
+			out := make([]byte, len(acaBytes))
+			copy(out, acaBytes)
+			wire.SetHopByHop(out, wire.HopByHop(req))
+			wire.SetEndToEnd(out, wire.EndToEnd(req))
+			bw.write(out)
+		}()
+	}
+}
+
+// Close stops accepting, closes every connection and waits for their
+// goroutines.
+func (s *RawServer) Close() {
 	s.ln.Close()
 	s.mu.Lock()
 	for c := range s.conns {
@@ -88,15 +146,86 @@ func (s *rawServer) close() {
 	s.wg.Wait()
 }
 
+// batchWriter is one writer goroutine fed by a queue: it writes everything
+// queued into a buffer and flushes once the queue is empty, so concurrent
+// senders share write system calls.
+type batchWriter struct {
+	c    net.Conn
+	mu   sync.Mutex
+	q    [][]byte
+	wake chan struct{}
+	done chan struct{}
+	dead atomic.Bool
+}
+
+func newBatchWriter(c net.Conn) *batchWriter {
+	bw := &batchWriter{c: c, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	go bw.run()
+	return bw
+}
+
+// write queues b (taken over); false once the connection failed.
+func (bw *batchWriter) write(b []byte) bool {
+	if bw.dead.Load() {
+		return false
+	}
+	bw.mu.Lock()
+	bw.q = append(bw.q, b)
+	first := len(bw.q) == 1
+	bw.mu.Unlock()
+	if first {
+		select {
+		case bw.wake <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+func (bw *batchWriter) run() {
+	w := bufio.NewWriterSize(bw.c, 64<<10)
+	var batch [][]byte
+	for {
+		select {
+		case <-bw.wake:
+		case <-bw.done:
+			return
+		}
+		for {
+			bw.mu.Lock()
+			batch, bw.q = bw.q, batch[:0]
+			bw.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			for _, b := range batch {
+				if _, err := w.Write(b); err != nil {
+					bw.dead.Store(true)
+					return
+				}
+			}
+			clear(batch)
+		}
+		if err := w.Flush(); err != nil {
+			bw.dead.Store(true)
+			return
+		}
+	}
+}
+
+func (bw *batchWriter) close() { close(bw.done) }
+
 // rawAnswer is what the raw client's reader hands a caller.
 type rawAnswer struct{ hbh, e2e, rc uint32 }
 
-// rawClient: callers write under a mutex (one write per request), one
-// reader goroutine matches answers by Hop-by-Hop id through a
-// mutex-protected map of per-caller channels.
+// rawClient: callers write under a mutex (one write per request), or
+// through a batchWriter when batched; one reader goroutine matches
+// answers by Hop-by-Hop id through a mutex-protected map of per-caller
+// channels.
 type rawClient struct {
-	srv  *rawServer
+	srv  *RawServer // nil when dialed alone
 	c    net.Conn
+	bw   *batchWriter // nil: one write per request under wmu
 	wmu  sync.Mutex
 	mu   sync.Mutex
 	pend map[uint32]chan rawAnswer
@@ -106,17 +235,53 @@ type rawClient struct {
 
 var errGone = errors.New("connection gone")
 
+// StartRaw starts an inline raw server and a raw client (one write per
+// request) on loopback, in this process.
 func StartRaw() (Env, error) {
 	s, err := startRawServer()
 	if err != nil {
 		return nil, err
 	}
-	c, err := net.Dial("tcp", s.ln.Addr().String())
+	e, err := dialRaw(s.Addr().String(), false)
 	if err != nil {
-		s.close()
+		s.Close()
 		return nil, err
 	}
-	rc := &rawClient{srv: s, c: c, pend: make(map[uint32]chan rawAnswer), gone: make(chan struct{})}
+	e.srv = s
+	return e, nil
+}
+
+// StartRawPerRequest starts a goroutine-per-request raw server and a
+// batched raw client on loopback, in this process.
+func StartRawPerRequest() (Env, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := ServeRaw(ln, PerRequest)
+	e, err := dialRaw(s.Addr().String(), true)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	e.srv = s
+	return e, nil
+}
+
+// DialRaw connects a raw client to addr; with batched, callers queue their
+// requests to one batched writer goroutine instead of writing themselves.
+// Close closes only the connection.
+func DialRaw(addr string, batched bool) (Env, error) { return dialRaw(addr, batched) }
+
+func dialRaw(addr string, batched bool) (*rawClient, error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	rc := &rawClient{c: c, pend: make(map[uint32]chan rawAnswer), gone: make(chan struct{})}
+	if batched {
+		rc.bw = newBatchWriter(c)
+	}
 	go rc.reader()
 	return rc, nil
 }
@@ -148,14 +313,26 @@ func (rc *rawClient) Caller() func() (Result, error) {
 	ch := make(chan rawAnswer, 1)
 	return func() (Result, error) {
 		id := rc.ids.Add(1)
-		wire.SetHopByHop(req, id)
-		wire.SetEndToEnd(req, id)
 		rc.mu.Lock()
 		rc.pend[id] = ch
 		rc.mu.Unlock()
-		rc.wmu.Lock()
-		_, err := rc.c.Write(req)
-		rc.wmu.Unlock()
+		var err error
+		if rc.bw != nil {
+			// The writer owns the bytes until written: one copy each.
+			b := make([]byte, len(acrBytes))
+			copy(b, acrBytes)
+			wire.SetHopByHop(b, id)
+			wire.SetEndToEnd(b, id)
+			if !rc.bw.write(b) {
+				err = errGone
+			}
+		} else {
+			wire.SetHopByHop(req, id)
+			wire.SetEndToEnd(req, id)
+			rc.wmu.Lock()
+			_, err = rc.c.Write(req)
+			rc.wmu.Unlock()
+		}
 		if err != nil {
 			rc.mu.Lock()
 			delete(rc.pend, id)
@@ -174,7 +351,12 @@ func (rc *rawClient) Caller() func() (Result, error) {
 func (rc *rawClient) Close() error {
 	err := rc.c.Close()
 	<-rc.gone
-	rc.srv.close()
+	if rc.bw != nil {
+		rc.bw.close()
+	}
+	if rc.srv != nil {
+		rc.srv.Close()
+	}
 	return err
 }
 
@@ -182,7 +364,7 @@ func (rc *rawClient) Close() error {
 // answer, and repeats; no map, no channel, no second goroutine. Its caller
 // functions share one reader: use one caller at a time.
 type pingPong struct {
-	srv *rawServer
+	srv *RawServer // nil when dialed alone
 	c   net.Conn
 	r   *bufio.Reader
 	buf []byte
@@ -190,19 +372,34 @@ type pingPong struct {
 	id  uint32
 }
 
+// StartPingPong starts an inline raw server and a ping-pong client on
+// loopback, in this process.
 func StartPingPong() (Env, error) {
 	s, err := startRawServer()
 	if err != nil {
 		return nil, err
 	}
-	c, err := net.Dial("tcp", s.ln.Addr().String())
+	pp, err := dialPingPong(s.Addr().String())
 	if err != nil {
-		s.close()
+		s.Close()
+		return nil, err
+	}
+	pp.srv = s
+	return pp, nil
+}
+
+// DialPingPong connects a ping-pong client (one caller only) to addr.
+// Close closes only the connection.
+func DialPingPong(addr string) (Env, error) { return dialPingPong(addr) }
+
+func dialPingPong(addr string) (*pingPong, error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
 		return nil, err
 	}
 	req := make([]byte, len(acrBytes))
 	copy(req, acrBytes)
-	return &pingPong{srv: s, c: c, r: bufio.NewReaderSize(c, 64<<10), buf: make([]byte, 0, 4096), req: req}, nil
+	return &pingPong{c: c, r: bufio.NewReaderSize(c, 64<<10), buf: make([]byte, 0, 4096), req: req}, nil
 }
 
 func (pp *pingPong) Caller() func() (Result, error) { return pp.roundTrip }
@@ -225,6 +422,8 @@ func (pp *pingPong) roundTrip() (Result, error) {
 
 func (pp *pingPong) Close() error {
 	err := pp.c.Close()
-	pp.srv.close()
+	if pp.srv != nil {
+		pp.srv.Close()
+	}
 	return err
 }
