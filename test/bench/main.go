@@ -19,6 +19,13 @@ import (
 )
 
 func main() {
+	if role := os.Getenv(roleEnv); role != "" {
+		if err := runRole(role, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench role:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if os.Getenv(idleServerEnv) != "" {
 		if err := idleServer(os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "idle server:", err)
@@ -28,7 +35,9 @@ func main() {
 	}
 	quick := flag.Bool("quick", false, "short run for CI (about 30 s; 1k idle peers, 100k dedup entries); asserts no speed")
 	jsonOut := flag.String("json", "", "also write the numbers as JSON to this `file`")
-	only := flag.String("only", "", "profiling aid: run one `section` only (roundtrip, idle, failover, micro); no JSON")
+	only := flag.String("only", "", "profiling aid: run one `section` only (roundtrip, idle, failover, micro, xproc); no JSON")
+	aaaPeer := flag.String("aaa-peer", "", "cross-process pairs: run this aaa-peer `binary` instead of building ./cmd/aaa-peer (to compare builds)")
+	xruns := flag.Int("xruns", 0, "cross-process pairs: runs of each pair (default 3, 1 with --quick)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to `file`")
 	memProfile := flag.String("memprofile", "", "write a heap profile at the end of the run to `file` (with --only idle: taken while the peers are connected)")
 	flag.Parse()
@@ -47,6 +56,10 @@ func main() {
 		defer pprof.StopCPUProfile()
 	}
 	opts.memProfile = *memProfile
+	opts.aaaPeerBin = *aaaPeer
+	if *xruns > 0 {
+		opts.XRuns = *xruns
+	}
 	if *only != "" {
 		if err := runOnly(opts, *only, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -73,22 +86,33 @@ type Options struct {
 	IdleTw          float64 // seconds
 	IdleWindow      float64 // seconds of idle CPU measurement
 	DedupEntries    int
+	// Cross-process pairs: runs of each (alternating), seconds per run at
+	// 256 callers and at 1, the 10M-request memory run, the pairs (nil:
+	// all).
+	XRuns      int
+	XDuration  float64
+	XDuration1 float64
+	XMemory    bool
+	XPairs     []Pair
 
 	memProfile string // --memprofile
+	aaaPeerBin string // --aaa-peer
 }
 
 func fullOptions() Options {
 	return Options{Name: "full", RoundTrip: 3, Warmup: 0.5, Callers: []int{1, 16, 256},
 		FailoverPending: 10_000, FailoverRuns: 5,
 		IdlePeers: 10_000, IdleTw: 30, IdleWindow: 30,
-		DedupEntries: 1 << 20}
+		DedupEntries: 1 << 20,
+		XRuns:        3, XDuration: 8, XDuration1: 4, XMemory: true}
 }
 
 func quickOptions() Options {
 	return Options{Name: "quick", RoundTrip: 1, Warmup: 0.2, Callers: []int{1, 16, 256},
 		FailoverPending: 10_000, FailoverRuns: 1,
 		IdlePeers: 1_000, IdleTw: 30, IdleWindow: 2,
-		DedupEntries: 100_000}
+		DedupEntries: 100_000,
+		XRuns:        1, XDuration: 2.5, XDuration1: 2.5}
 }
 
 // Report is the --json output; its shape is fixed by issue 9.
@@ -100,6 +124,7 @@ type Report struct {
 	PickNs             float64 `json:"pick_ns"`
 	DedupNs            float64 `json:"dedup_ns"`
 	DedupBytesPerEntry float64 `json:"dedup_bytes_per_entry"`
+	CrossProcess       []XCell `json:"cross_process"`
 }
 
 // Cell is one (impl, callers) measurement.
@@ -129,6 +154,12 @@ func run(o Options, w io.Writer, jsonPath string) (*Report, error) {
 		return nil, fmt.Errorf("round trips: %w", err)
 	}
 	rep.Results = rt
+	fmt.Fprintln(os.Stderr, "bench: cross-process pairs")
+	xp, err := measureXproc(o, os.Stderr)
+	if err != nil {
+		return nil, fmt.Errorf("cross-process pairs: %w", err)
+	}
+	rep.CrossProcess = xp.cells()
 	fo, err := measureFailover(o)
 	if err != nil {
 		return nil, fmt.Errorf("failover: %w", err)
@@ -147,7 +178,7 @@ func run(o Options, w io.Writer, jsonPath string) (*Report, error) {
 	rep.PickNs = pick.knownNs
 	rep.DedupNs = dd.beginIntoNs
 	rep.DedupBytesPerEntry = dd.bytesPerEntry
-	printReport(w, o, &rep, pp, fo, idle, pick, dd)
+	printReport(w, o, &rep, pp, fo, idle, pick, dd, xp)
 	if jsonPath != "" {
 		b, err := json.MarshalIndent(&rep, "", "  ")
 		if err != nil {
@@ -175,6 +206,16 @@ func runOnly(o Options, section string, w io.Writer) error {
 		v, err = measureIdle(o)
 	case "failover":
 		v, err = measureFailover(o)
+	case "xproc":
+		var x *xprocResult
+		if x, err = measureXproc(o, os.Stderr); err == nil {
+			printXproc(w, o, x)
+			fmt.Fprintln(w, "| measure | value | target | |")
+			fmt.Fprintln(w, "|---------|------:|-------:|-|")
+			xTargets(w, x)
+			printMemory(w, x)
+			return nil
+		}
 	case "micro":
 		var p *pickResult
 		var d *dedupResult
@@ -185,7 +226,7 @@ func runOnly(o Options, section string, w io.Writer) error {
 			v = []any{*p, *d} // the values, not their addresses
 		}
 	default:
-		return fmt.Errorf("--only %q: want roundtrip, idle, failover or micro", section)
+		return fmt.Errorf("--only %q: want roundtrip, idle, failover, micro or xproc", section)
 	}
 	if err != nil {
 		return err

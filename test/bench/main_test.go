@@ -14,6 +14,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if role := os.Getenv(roleEnv); role != "" { // a cross-process pair's process
+		if err := runRole(role, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "bench role:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv(idleServerEnv) != "" { // the idle peers' server child
 		if err := idleServer(os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "idle server:", err)
@@ -34,6 +41,10 @@ func testOptions() Options {
 	o.FailoverPending = 2_000
 	o.IdlePeers, o.IdleWindow = 200, 0.5
 	o.DedupEntries = 20_000
+	// Cross-process: the pairs every ratio needs but freeDiameter's, one
+	// short run each.
+	o.XRuns, o.XDuration, o.XDuration1 = 1, 2.2, 2.2
+	o.XPairs = []Pair{pairRaw, pairAaa, pairPingPong, pairAaa1}
 	return o
 }
 
@@ -55,8 +66,24 @@ func TestQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	scalars := []string{"failover_10k_ms", "idle_peer_kib", "idle_cpu_pct", "pick_ns", "dedup_ns", "dedup_bytes_per_entry"}
-	if len(doc) != len(scalars)+1 {
-		t.Errorf("JSON has %d top-level fields, want %d", len(doc), len(scalars)+1)
+	if len(doc) != len(scalars)+2 {
+		t.Errorf("JSON has %d top-level fields, want %d", len(doc), len(scalars)+2)
+	}
+	xcells, _ := doc["cross_process"].([]any)
+	if len(xcells) != 4 {
+		t.Errorf("%d cross-process cells, want 4", len(xcells))
+	}
+	for _, c := range xcells {
+		m, _ := c.(map[string]any)
+		for _, k := range []string{"answers_per_s", "answers_per_s_min", "answers_per_s_max", "p50_us", "p99_us",
+			"client_cpu_us_per_req", "server_cpu_us_per_req", "client_rss_kib", "server_rss_kib"} {
+			if v, ok := m[k].(float64); !ok || v <= 0 {
+				t.Errorf("cross-process %v/%v: %s = %v", m["pair"], m["callers"], k, m[k])
+			}
+		}
+		if r, _ := m["runs"].(float64); r != 1 {
+			t.Errorf("cross-process %v: %v runs, want 1", m["pair"], m["runs"])
+		}
 	}
 	for _, k := range scalars {
 		v, ok := doc[k].(float64)
@@ -96,5 +123,36 @@ func TestQuick(t *testing.T) {
 	}
 	if len(results) != 9 {
 		t.Errorf("%d results, want 9", len(results))
+	}
+}
+
+// TestProcCPU reads this process's CPU from /proc/PID/stat and checks it
+// against getrusage: both count every thread.
+func TestProcCPU(t *testing.T) {
+	busy := time.Now()
+	for time.Since(busy) < 200*time.Millisecond {
+	}
+	p, err := procCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cpuTime()
+	if p < 150*time.Millisecond || p > r+20*time.Millisecond {
+		t.Fatalf("/proc says %v, getrusage %v", p, r)
+	}
+	if rss := procRSS(os.Getpid()); rss <= 0 {
+		t.Fatalf("VmRSS %v", rss)
+	}
+}
+
+func TestMedianAndSpread(t *testing.T) {
+	if m := median([]float64{3, 1, 2}); m != 2 {
+		t.Fatalf("median %v", m)
+	}
+	if m := median([]float64{4, 1, 2, 3}); m != 2.5 {
+		t.Fatalf("median %v", m)
+	}
+	if s := spread([]float64{3, 1, 2}, "%.0f"); s != "2 (1-3)" {
+		t.Fatalf("spread %q", s)
 	}
 }

@@ -30,7 +30,7 @@ func find(cells []Cell, impl string, callers int) (Cell, bool) {
 	return Cell{}, false
 }
 
-func printReport(w io.Writer, o Options, rep *Report, pp Cell, fo *failoverResult, idle *idleResult, pick *pickResult, dd *dedupResult) {
+func printReport(w io.Writer, o Options, rep *Report, pp Cell, fo *failoverResult, idle *idleResult, pick *pickResult, dd *dedupResult, xp *xprocResult) {
 	fmt.Fprintf(w, "## Round trips (ACR %d B / ACA %d B, one connection, %.1f s per row)\n\n", len(benchcmp.ACR()), len(benchcmp.ACA()), o.RoundTrip)
 	fmt.Fprintln(w, "| impl | callers | answers/s | p50 us | p99 us | cpu us/req | allocs/req |")
 	fmt.Fprintln(w, "|------|--------:|----------:|-------:|-------:|-----------:|-----------:|")
@@ -62,6 +62,7 @@ func printReport(w io.Writer, o Options, rep *Report, pp Cell, fo *failoverResul
 	fmt.Fprintln(w, "raw: one write per request under a mutex, one reader goroutine matching Hop-by-Hop ids; raw ping-pong: one goroutine write/read (not in the JSON, whose impls are raw, go-diameter, aaatp); go-diameter: v4.0.4 sm.Client + diam.Server/sm; aaatp: peer.Dial + peer.Listen (one client Peer, default Config: Nagle on), not client.Client. Client and server share the process: cpu and allocs count both sides.")
 	fmt.Fprintln(w)
 
+	printXproc(w, o, xp)
 	fmt.Fprintln(w, "## Scale")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "| measure | value | target | |")
@@ -75,6 +76,7 @@ func printReport(w io.Writer, o Options, rep *Report, pp Cell, fo *failoverResul
 	if a, ok := find(rep.Results, "aaatp", 1); ok {
 		fmt.Fprintf(w, "| 1 caller: aaatp p50 / raw ping-pong p50 | %s | <= 1.3x | %s |\n", ratio(a.P50us, pp.P50us), verdict(pp.P50us > 0 && a.P50us <= 1.3*pp.P50us))
 	}
+	xTargets(w, xp)
 	fmt.Fprintf(w, "| failover of %.0f pending (ms, mean of %d; min %.2f, max %.2f) | %.2f | <= 20 | %s |\n", fo.pending, len(fo.runs), fo.minMs, fo.maxMs, fo.meanMs, verdict(fo.meanMs <= 20))
 	fmt.Fprintf(w, "| %d idle client peers: RSS per peer (KiB) | %.2f | <= 16 | %s |\n", idle.peers, idle.clientKiBPerPeer, verdict(idle.clientKiBPerPeer <= 16))
 	fmt.Fprintf(w, "| %d idle peers: CPU, client + server (%% of a core) | %.3f | < 2 | %s |\n", idle.peers, idle.cpuPct, verdict(idle.cpuPct < 2))
@@ -90,6 +92,7 @@ func printReport(w io.Writer, o Options, rep *Report, pp Cell, fo *failoverResul
 		"CPU over %v idle: client %.3f%%, server %.3f%% of a core, %d DWRs sent in the window (about peers x window / Tw expected).\n",
 		o.IdleTw, idle.connectTime.Round(1e6), idle.clientKiBPerPeer, idle.clientHeapStackPerPeer, idle.goroutinesPerPeer, idle.serverKiBPerPeer,
 		idle.window, idle.clientCPUPct, idle.serverCPUPct, idle.dwrExchanges)
+	printMemory(w, xp)
 	fmt.Fprintf(w, "Failover: client.Client PrimarySecondary, from the primary's connection close to the last pending request written on the alternate (as client.BenchmarkFailover10k).\n")
 	fmt.Fprintf(w, "Pick: NAI only %.1f ns; NAI + known Session-Id %.1f ns (%.0f allocs/op; the JSON figure).\n", pick.naiOnlyNs, pick.knownNs, pick.allocs)
 	fmt.Fprintf(w, "Dedup: dedup.Memory; a new key in the full store (miss + insert + eviction) through BeginInto with a recycled Outcome, the path of dedup.Wrap, %.1f ns (the JSON figure); through Begin, which allocates the Outcome, %.1f ns, %.0f allocs/op (Outcomes come 16 to an allocation); Begin + Complete %.1f ns; heap per completed entry %.1f B with a %d-byte answer.\n",

@@ -27,8 +27,11 @@ func rssKiB() float64 {
 	return procStatusKiB("VmRSS:")
 }
 
-func procStatusKiB(field string) float64 {
-	f, err := os.Open("/proc/self/status")
+func procStatusKiB(field string) float64 { return statusKiB("/proc/self/status", field) }
+
+// statusKiB reads a "Field: N kB" line of a /proc/PID/status file.
+func statusKiB(path, field string) float64 {
+	f, err := os.Open(path)
 	if err != nil {
 		return 0
 	}

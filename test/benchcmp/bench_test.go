@@ -1,14 +1,17 @@
 package benchcmp
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
+	"net"
 	"slices"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/wire"
 )
 
@@ -123,5 +126,87 @@ func TestRunFor(t *testing.T) {
 	}
 	if len(lat) == 0 || elapsed < 50*time.Millisecond {
 		t.Fatalf("%d requests in %v", len(lat), elapsed)
+	}
+}
+
+// TestDialedClients runs the clients the cross-process harness dials on
+// their own (CER/CEA first) against separately served servers, checking
+// every answer as TestSanity does.
+func TestDialedClients(t *testing.T) {
+	cases := []struct {
+		name    string
+		serve   func(net.Listener) func()
+		dial    func(string) (Env, error)
+		callers int
+	}{
+		{"raw batched -> per-request raw", func(ln net.Listener) func() { return ServeRaw(ln, PerRequest).Close },
+			func(a string) (Env, error) { return DialRaw(a, true) }, 64},
+		{"raw -> inline raw", func(ln net.Listener) func() { return ServeRaw(ln, Inline).Close },
+			func(a string) (Env, error) { return DialRaw(a, false) }, 8},
+		{"ping-pong -> inline raw", func(ln net.Listener) func() { return ServeRaw(ln, Inline).Close }, DialPingPong, 1},
+		{"go-diameter", func(ln net.Listener) func() { return ServeGoDiameter(ln).Close }, DialGoDiameter, 16},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := tc.serve(ln)
+			defer stop()
+			e, err := tc.dial(ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			lat := make([]time.Duration, 500)
+			if _, err := Run(e, tc.callers, len(lat), lat); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Close(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// TestRawServerAnswersBaseProtocol: the raw servers answer a DWR with a
+// DWA 2001 carrying the DWR's ids, so that a real Diameter client can
+// stay connected to them.
+func TestRawServerAnswersBaseProtocol(t *testing.T) {
+	for _, mode := range []RawServerMode{Inline, PerRequest} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := ServeRaw(ln, mode)
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := bufio.NewReader(c)
+		if err := handshake(c, r); err != nil {
+			t.Fatalf("mode %d: CER: %v", mode, err)
+		}
+		dwr := message.NewRequest(cmdDWR, message.AppCommon, 0).
+			String(message.OriginHost, 0, true, clientHost).
+			String(message.OriginRealm, 0, true, realm).Bytes()
+		wire.SetHopByHop(dwr, 77)
+		wire.SetEndToEnd(dwr, 78)
+		if _, err := c.Write(dwr); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 0, 512)
+		a, err := readFrame(r, &buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, _ := message.ResultCodeOf(a)
+		if wire.CommandCode(a) != cmdDWR || wire.Flags(a)&wire.FlagRequest != 0 || rc != successCode ||
+			wire.HopByHop(a) != 77 || wire.EndToEnd(a) != 78 {
+			t.Fatalf("mode %d: answer to DWR: command %d flags %#x rc %d ids %d/%d", mode,
+				wire.CommandCode(a), wire.Flags(a), rc, wire.HopByHop(a), wire.EndToEnd(a))
+		}
+		c.Close()
+		s.Close()
 	}
 }

@@ -3,7 +3,9 @@ package benchcmp
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 
@@ -98,10 +100,18 @@ func (s *RawServer) serve(c net.Conn) {
 		if err != nil {
 			return
 		}
-		wire.SetHopByHop(out, wire.HopByHop(msg))
-		wire.SetEndToEnd(out, wire.EndToEnd(msg))
-		if _, err := w.Write(out); err != nil {
-			return
+		if wire.CommandCode(msg) != message.CmdAccounting {
+			if a := baseAnswer(msg); a != nil {
+				if _, err := w.Write(a); err != nil {
+					return
+				}
+			}
+		} else {
+			wire.SetHopByHop(out, wire.HopByHop(msg))
+			wire.SetEndToEnd(out, wire.EndToEnd(msg))
+			if _, err := w.Write(out); err != nil {
+				return
+			}
 		}
 		if !nextBuffered(r) {
 			if err := w.Flush(); err != nil {
@@ -122,6 +132,12 @@ func (s *RawServer) servePerRequest(c net.Conn) {
 		msg, err := readFrame(r, &buf)
 		if err != nil {
 			return
+		}
+		if wire.CommandCode(msg) != message.CmdAccounting {
+			if a := baseAnswer(msg); a != nil {
+				bw.write(a)
+			}
+			continue
 		}
 		req := append([]byte(nil), msg...)
 		go func() {
@@ -242,7 +258,7 @@ func StartRaw() (Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e, err := dialRaw(s.Addr().String(), false)
+	e, err := dialRaw(s.Addr().String(), false, false)
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -259,7 +275,7 @@ func StartRawPerRequest() (Env, error) {
 		return nil, err
 	}
 	s := ServeRaw(ln, PerRequest)
-	e, err := dialRaw(s.Addr().String(), true)
+	e, err := dialRaw(s.Addr().String(), true, false)
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -270,30 +286,50 @@ func StartRawPerRequest() (Env, error) {
 
 // DialRaw connects a raw client to addr; with batched, callers queue their
 // requests to one batched writer goroutine instead of writing themselves.
-// Close closes only the connection.
-func DialRaw(addr string, batched bool) (Env, error) { return dialRaw(addr, batched) }
+// It sends a CER and waits for its CEA first, so that it can face any
+// Diameter server; the raw servers answer it too. Requests from the
+// server (DWR) are answered. Close closes only the connection.
+func DialRaw(addr string, batched bool) (Env, error) { return dialRaw(addr, batched, true) }
 
-func dialRaw(addr string, batched bool) (*rawClient, error) {
+func dialRaw(addr string, batched, cer bool) (*rawClient, error) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
+	}
+	r := bufio.NewReaderSize(c, 64<<10)
+	if cer {
+		if err := handshake(c, r); err != nil {
+			c.Close()
+			return nil, err
+		}
 	}
 	rc := &rawClient{c: c, pend: make(map[uint32]chan rawAnswer), gone: make(chan struct{})}
 	if batched {
 		rc.bw = newBatchWriter(c)
 	}
-	go rc.reader()
+	go rc.reader(r)
 	return rc, nil
 }
 
-func (rc *rawClient) reader() {
+func (rc *rawClient) reader(r *bufio.Reader) {
 	defer close(rc.gone)
-	r := bufio.NewReaderSize(rc.c, 64<<10)
 	buf := make([]byte, 0, 4096)
 	for {
 		msg, err := readFrame(r, &buf)
 		if err != nil {
 			return
+		}
+		if wire.Flags(msg)&wire.FlagRequest != 0 { // a DWR from the server
+			if a := watchdogAnswer(msg); a != nil {
+				if rc.bw != nil {
+					rc.bw.write(a)
+				} else {
+					rc.wmu.Lock()
+					_, err = rc.c.Write(a)
+					rc.wmu.Unlock()
+				}
+			}
+			continue
 		}
 		code, _ := message.ResultCodeOf(msg)
 		hbh := wire.HopByHop(msg)
@@ -379,7 +415,7 @@ func StartPingPong() (Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	pp, err := dialPingPong(s.Addr().String())
+	pp, err := dialPingPong(s.Addr().String(), false)
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -388,18 +424,25 @@ func StartPingPong() (Env, error) {
 	return pp, nil
 }
 
-// DialPingPong connects a ping-pong client (one caller only) to addr.
-// Close closes only the connection.
-func DialPingPong(addr string) (Env, error) { return dialPingPong(addr) }
+// DialPingPong connects a ping-pong client (one caller only) to addr,
+// after a CER/CEA exchange. Close closes only the connection.
+func DialPingPong(addr string) (Env, error) { return dialPingPong(addr, true) }
 
-func dialPingPong(addr string) (*pingPong, error) {
+func dialPingPong(addr string, cer bool) (*pingPong, error) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	req := make([]byte, len(acrBytes))
 	copy(req, acrBytes)
-	return &pingPong{c: c, r: bufio.NewReaderSize(c, 64<<10), buf: make([]byte, 0, 4096), req: req}, nil
+	r := bufio.NewReaderSize(c, 64<<10)
+	if cer {
+		if err := handshake(c, r); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return &pingPong{c: c, r: r, buf: make([]byte, 0, 4096), req: req}, nil
 }
 
 func (pp *pingPong) Caller() func() (Result, error) { return pp.roundTrip }
@@ -426,4 +469,84 @@ func (pp *pingPong) Close() error {
 		pp.srv.Close()
 	}
 	return err
+}
+
+// Base protocol for the raw pieces, so that they can face a real Diameter
+// peer (aaa-peer) across processes: the raw server answers CER, DWR and
+// DPR (command codes other than the ACR's) with a minimal answer, and a raw
+// client that dials with a handshake sends a CER first and reads its CEA.
+// None of this is on the measured path.
+
+const (
+	cmdCER = 257
+	cmdDWR = 280
+	cmdDPR = 282
+)
+
+// baseAnswer answers a base protocol request, or returns nil for anything
+// else (the ACR path).
+func baseAnswer(req []byte) []byte {
+	switch wire.CommandCode(req) {
+	case cmdCER:
+		return message.NewAnswer(req).
+			Uint32(message.ResultCode, 0, true, successCode).
+			String(message.OriginHost, 0, true, serverHost).
+			String(message.OriginRealm, 0, true, realm).
+			Address(message.HostIPAddress, 0, true, netip.MustParseAddr("127.0.0.1")).
+			Uint32(message.VendorID, 0, true, 0).
+			String(message.ProductName, 0, false, "benchcmp-raw").
+			Uint32(message.AcctApplicationID, 0, true, message.AppAccounting).
+			Bytes()
+	case cmdDWR, cmdDPR:
+		return message.NewAnswer(req).
+			Uint32(message.ResultCode, 0, true, successCode).
+			String(message.OriginHost, 0, true, serverHost).
+			String(message.OriginRealm, 0, true, realm).
+			Bytes()
+	}
+	return nil
+}
+
+// watchdogAnswer is the raw client's answer to a DWR (nil for any other
+// request, which it ignores).
+func watchdogAnswer(req []byte) []byte {
+	if wire.CommandCode(req) != cmdDWR {
+		return nil
+	}
+	return message.NewAnswer(req).
+		Uint32(message.ResultCode, 0, true, successCode).
+		String(message.OriginHost, 0, true, clientHost).
+		String(message.OriginRealm, 0, true, realm).
+		Bytes()
+}
+
+// cerBytes is the raw client's CER.
+var cerBytes = message.NewRequest(cmdCER, message.AppCommon, 0).
+	String(message.OriginHost, 0, true, clientHost).
+	String(message.OriginRealm, 0, true, realm).
+	Address(message.HostIPAddress, 0, true, netip.MustParseAddr("127.0.0.1")).
+	Uint32(message.VendorID, 0, true, 0).
+	String(message.ProductName, 0, false, "benchcmp-raw").
+	Uint32(message.AcctApplicationID, 0, true, message.AppAccounting).
+	Bytes()
+
+// handshake sends a CER on c and reads one message, which must be a CEA
+// with Result-Code 2001; r is the reader the connection is read with
+// afterwards.
+func handshake(c net.Conn, r *bufio.Reader) error {
+	if _, err := c.Write(cerBytes); err != nil {
+		return err
+	}
+	buf := make([]byte, 0, 4096)
+	msg, err := readFrame(r, &buf)
+	if err != nil {
+		return err
+	}
+	if wire.CommandCode(msg) != cmdCER || wire.Flags(msg)&wire.FlagRequest != 0 {
+		return errors.New("raw client: answer to CER is not a CEA")
+	}
+	if rc, _ := message.ResultCodeOf(msg); rc != successCode {
+		return fmt.Errorf("raw client: CEA Result-Code %d", rc)
+	}
+	return nil
 }
