@@ -96,8 +96,7 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 				return nil
 			}
 			counters.StoreErrs.Add(1)
-			return message.NewAnswer(req).ResultCode(message.TooBusy).
-				String(message.ErrorMessage, 0, false, "duplicate store unavailable: "+err.Error()).Bytes()
+			return storeDown(p, req, err)
 		}
 		if reuse {
 			defer outcomes.Put(o) // after the Abandon below
@@ -143,8 +142,17 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 			// The store failed at the commit: the result is not recorded,
 			// so do not claim it; the client will try elsewhere.
 			counters.StoreErrs.Add(1)
-			return message.NewAnswer(req).ResultCode(message.TooBusy).
-				String(message.ErrorMessage, 0, false, "duplicate store unavailable: "+err.Error()).Bytes()
+			return storeDown(p, req, err)
 		}
 	}
+}
+
+// storeDown is the answer to a request the store could not decide on:
+// DIAMETER_TOO_BUSY, so that the client tries another server.
+func storeDown(p *peer.Peer, req []byte, err error) []byte {
+	var me message.Identity
+	if p != nil {
+		me = p.LocalIdentity()
+	}
+	return message.ErrorAnswer(req, me, message.TooBusy, "duplicate store unavailable: "+err.Error()).Bytes()
 }

@@ -72,6 +72,9 @@ const (
 	NoCommonApplication  = 5010
 	CommandUnsupported   = 3001
 	ApplicationNoSupport = 3007
+	InvalidHdrBits       = 3008
+	ElectionLost         = 4003
+	NoCommonSecurity     = 5017
 )
 
 // Disconnect-Cause values (RFC 6733 5.4.3).

@@ -155,19 +155,14 @@ func (c *Config) newDPA(dpr []byte) []byte {
 	return c.addIdentity(b).Bytes()
 }
 
-// errorAnswer answers req with a bare Result-Code (3001, 3002...).
-func (c *Config) errorAnswer(req []byte, result uint32, errMsg string) []byte {
-	b := message.NewAnswer(req)
-	if sid, ok := wire.FindAVP(req, message.SessionID, 0); ok {
-		b.Octets(message.SessionID, 0, true, sid)
-	}
-	b.ResultCode(result)
-	c.addIdentity(b)
-	if errMsg != "" {
-		b.String(message.ErrorMessage, 0, false, errMsg)
-	}
-	return b.Bytes()
+// identity is what this side signs its messages with.
+func (c *Config) identity() message.Identity {
+	return message.Identity{Host: c.OriginHost, Realm: c.OriginRealm}
 }
+
+// LocalIdentity returns the Origin-Host and Origin-Realm this Peer sends:
+// handlers sign their answers with it (message.ErrorAnswer).
+func (p *Peer) LocalIdentity() message.Identity { return p.cfg.identity() }
 
 // parseCapabilities reads a CER or CEA without a full decode.
 func parseCapabilities(msg []byte) (capabilities, error) {

@@ -387,7 +387,7 @@ func (c *conn) answerRequest(req []byte) {
 	if p.cfg.Handler != nil {
 		ans = p.cfg.Handler(c.ctx, p, req)
 	} else {
-		ans = p.cfg.errorAnswer(req, message.CommandUnsupported, "no handler")
+		ans = message.ErrorAnswer(req, p.cfg.identity(), message.CommandUnsupported, "no handler").Bytes()
 	}
 	if ans == nil {
 		return // the handler chose not to answer

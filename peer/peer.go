@@ -457,7 +457,7 @@ func (p *Peer) received(c *conn, msg []byte) {
 			p.step(input{kind: evDPR, c: c, msg: msg, at: now})
 		case wire.CmdCapabilitiesExchange:
 			p.publish(EventError, "", "", "CER on an open connection: answered DIAMETER_UNABLE_TO_COMPLY")
-			c.enqueueLone(p.cfg.errorAnswer(msg, message.UnableToComply, "capabilities already exchanged"))
+			c.enqueueLone(message.ErrorAnswer(msg, p.cfg.identity(), message.UnableToComply, "capabilities already exchanged").Bytes())
 			p.notifyOther(c, now)
 		default:
 			if p.cfg.IdleTimeout > 0 {

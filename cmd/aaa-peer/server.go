@@ -522,12 +522,8 @@ func (s *server) answer(req []byte) []byte {
 		}
 		return b.Bytes()
 	}
-	msg := s.answerStart(req, message.CommandUnsupported).
-		String(message.ErrorMessage, 0, false, fmt.Sprintf("command %d of application %d is not supported", cmd, app)).
-		Bytes()
-	// Protocol errors (3xxx) carry the E bit (RFC 6733 7.1.3).
-	wire.SetFlags(msg, wire.Flags(msg)|wire.FlagError)
-	return msg
+	return message.ErrorAnswer(req, message.Identity{Host: s.o.originHost, Realm: s.o.originRealm},
+		message.CommandUnsupported, fmt.Sprintf("command %d of application %d is not supported", cmd, app)).Bytes()
 }
 
 // answerStart begins an answer: Session-Id copied, Result-Code, our
