@@ -21,6 +21,7 @@ import (
 	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/status"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
@@ -72,6 +73,7 @@ type serverOptions struct {
 	tlsCert     string
 	tlsKey      string
 	tlsClientCA string
+	secretFile  string
 	logLevel    string
 	logFormat   string
 	dedup       string
@@ -80,7 +82,8 @@ type serverOptions struct {
 
 func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs := newFlagSet("server", serverSynopsis, stderr)
-	fs.Var(&o.listen, "listen", "`URL` to listen on: tcp://host:port, tls://host:port or sctp://host:port (port 0: any free port); repeat for several listeners (required)")
+	fs.Var(&o.listen, "listen", "`URL` to listen on: tcp://host:port, tls://host:port or sctp://host:port for Diameter, radius+tcp://host:port or radsec://host:port for RADIUS (port 0: any free port); repeat for several listeners (required)")
+	radiusFlags(fs, &o.secretFile)
 	fs.StringVar(&o.originHost, "origin-host", "", "our Origin-Host `H`, a DiameterIdentity such as server1.example.net (required)")
 	fs.StringVar(&o.originRealm, "origin-realm", "", "our Origin-Realm `R`, such as example.net (required)")
 	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "watchdog interval Twinit `D` (RFC 3539: at least 6s; jittered by +-2s)")
@@ -123,6 +126,12 @@ func (o *serverOptions) validate() error {
 	}
 	needTLS := false
 	for _, u := range o.listen {
+		if radpeer.IsURL(u) {
+			if err := o.validateRADIUSListen(u); err != nil {
+				return err
+			}
+			continue
+		}
 		ep, err := transport.ParseURL(u)
 		if err != nil {
 			return usagef("--listen %s: %v", u, err)
@@ -146,8 +155,9 @@ type server struct {
 	dd            dedup.Counters // received, applied, duplicates, store errors
 	retransmitted atomic.Uint64  // application requests received with the T flag
 
-	srvs []*peer.Server // one per --listen; set before serving
-	wg   sync.WaitGroup // their Serve loops
+	srvs  []*peer.Server    // one per Diameter --listen; set before serving
+	rsrvs []*radpeer.Server // one per RADIUS --listen
+	wg    sync.WaitGroup    // their Serve loops
 
 	mu    sync.Mutex
 	ended []peer.Stats // last Stats of peers that ended
@@ -258,6 +268,21 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 	var lns []transport.Listener
 	var bound []string
 	for _, u := range o.listen {
+		if radpeer.IsURL(u) {
+			b, err := s.listenRADIUS(u, topts, store, bus)
+			if err != nil {
+				log.Error("listen failed", "url", u, "err", err)
+				s.closeRADIUS(context.Background())
+				for _, l := range lns {
+					l.Close()
+				}
+				ew.Close()
+				return 1
+			}
+			log.Info("listening", "url", u, "addr", b)
+			bound = append(bound, b)
+			continue
+		}
 		ln, err := transport.Listen(u, topts)
 		if err != nil {
 			log.Error("listen failed", "url", u, "err", err)
@@ -382,6 +407,7 @@ func (s *server) closePeers() {
 			}
 		}()
 	}
+	s.closeRADIUS(ctx)
 	wg.Wait()
 	s.wg.Wait()
 }

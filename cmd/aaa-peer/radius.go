@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+
+	"github.com/aaatp/aaatp/dedup"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/radpeer"
+	"github.com/aaatp/aaatp/transport"
+)
+
+// secretEnv is the environment variable holding the RADIUS shared secret
+// when --secret-file is not given.
+const secretEnv = "AAATP_RADIUS_SECRET"
+
+// radiusFlags adds the RADIUS server flags.
+func radiusFlags(fs *flag.FlagSet, secretFile *string) {
+	fs.StringVar(secretFile, "secret-file", "", "`FILE` holding the RADIUS shared secret of radius+tcp:// listeners (else $"+secretEnv+"); radsec:// uses \"radsec\" (RFC 6614)")
+}
+
+// validateRADIUSListen checks a radius+tcp:// or radsec:// --listen URL.
+func (o *serverOptions) validateRADIUSListen(u string) error {
+	ep, err := radpeer.ParseURL(u)
+	if err != nil {
+		return usagef("--listen %s: %v", u, err)
+	}
+	if ep.Scheme == radpeer.SchemeRadSec && (o.tlsCert == "" || o.tlsKey == "" || o.tlsClientCA == "") {
+		return usagef("--listen %s: radsec needs --tls-cert, --tls-key and --tls-client-ca (RFC 6614: mutual certificates)", u)
+	}
+	return nil
+}
+
+// listenRADIUS opens a RADIUS listener and serves it: Status-Server
+// answered, Access-Request accepted, Accounting-Request answered, each
+// accounting record applied once through store. It returns the bound URL.
+func (s *server) listenRADIUS(u string, topts transport.Options, store dedup.Store, bus *peer.Bus) (string, error) {
+	ep, err := radpeer.ParseURL(u)
+	if err != nil {
+		return "", err
+	}
+	var secret []byte
+	if ep.Scheme == radpeer.SchemeTCP {
+		if secret, err = radpeer.ReadSecret(s.o.secretFile, secretEnv); err != nil {
+			return "", err
+		}
+	}
+	ln, err := radpeer.Listen(u, topts)
+	if err != nil {
+		return "", err
+	}
+	srv, err := radpeer.NewServer(ln, ep.Scheme, radpeer.ServerConfig{
+		Secret:  secret,
+		Handler: radpeer.Dedup(store, radpeer.AcceptAll, &s.dd),
+		Events:  bus,
+		Logger:  s.log,
+	})
+	if err != nil {
+		ln.Close()
+		return "", err
+	}
+	s.rsrvs = append(s.rsrvs, srv)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := srv.Serve(); err != nil {
+			s.log.Error("serve", "addr", srv.Addr().String(), "err", err)
+		}
+	}()
+	return fmt.Sprintf("%s://%s", ep.Scheme, ln.Addr()), nil
+}
+
+// closeRADIUS closes the RADIUS servers.
+func (s *server) closeRADIUS(ctx context.Context) {
+	for _, srv := range s.rsrvs {
+		if err := srv.Close(ctx); err != nil {
+			s.log.Debug("close", "addr", srv.Addr().String(), "err", err)
+		}
+	}
+}

@@ -1,0 +1,76 @@
+package radpeer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/aaatp/aaatp/dedup"
+	"github.com/aaatp/aaatp/radius"
+	lradius "layeh.com/radius"
+)
+
+func record(status uint32, ts time.Time, delay uint32, proxyState string) *lradius.Packet {
+	p := &lradius.Packet{Code: lradius.CodeAccountingRequest}
+	p.Add(radius.AttrNASIdentifier, []byte("nas1"))
+	p.Add(radius.AttrAcctSessionID, []byte("sess-42"))
+	p.Add(radius.AttrAcctStatusType, lradius.NewInteger(status))
+	d, _ := lradius.NewDate(ts)
+	p.Add(radius.AttrEventTimestamp, d)
+	p.Add(radius.AttrAcctDelayTime, lradius.NewInteger(delay))
+	if proxyState != "" {
+		p.Add(radius.AttrProxyState, []byte(proxyState))
+	}
+	return p
+}
+
+func TestAccountingKey(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	start, _ := AccountingKey(record(1, now, 0, ""))
+	replay, _ := AccountingKey(record(1, now, 5, "via-proxy"))
+	stop, _ := AccountingKey(record(2, now, 0, ""))
+	later, _ := AccountingKey(record(1, now.Add(time.Second), 0, ""))
+	if start != replay {
+		t.Fatal("Acct-Delay-Time or Proxy-State changed the key")
+	}
+	if start == stop || start == later {
+		t.Fatal("a Start and a Stop (or another timestamp) share a key")
+	}
+	other := record(1, now, 0, "")
+	other.Set(radius.AttrNASIdentifier, []byte("nas2"))
+	if k, _ := AccountingKey(other); k == start {
+		t.Fatal("two NASes share a key")
+	}
+	noTS := record(1, now, 0, "")
+	noTS.Del(radius.AttrEventTimestamp)
+	if _, ok := AccountingKey(noTS); ok {
+		t.Fatal("a record without Event-Timestamp got a key")
+	}
+	if _, ok := AccountingKey(&lradius.Packet{Code: lradius.CodeAccessRequest}); ok {
+		t.Fatal("an Access-Request got an accounting key")
+	}
+}
+
+// Two servers sharing a store apply a record once: the replay on the
+// second gets the first answer.
+func TestDedupAppliesOnce(t *testing.T) {
+	store := dedup.NewMemory()
+	defer store.Close()
+	runs := 0
+	h := func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+		runs++
+		return lradius.CodeAccountingResponse, lradius.Attributes{{Type: 18, Attribute: []byte("applied")}}
+	}
+	var c1, c2 dedup.Counters
+	s1, s2 := Dedup(store, h, &c1), Dedup(store, h, &c2)
+	now := time.Unix(1_800_000_000, 0)
+	code, _ := s1(context.Background(), record(1, now, 0, ""), nil)
+	code2, attrs2 := s2(context.Background(), record(1, now, 3, "p"), nil)
+	if runs != 1 || code != lradius.CodeAccountingResponse || code2 != code || string(attrs2[0].Attribute) != "applied" {
+		t.Fatalf("runs %d, codes %v %v, attrs %v", runs, code, code2, attrs2)
+	}
+	s2(context.Background(), record(2, now, 0, ""), nil) // the Stop is a record of its own
+	if runs != 2 || c1.Applied.Load() != 1 || c2.Applied.Load() != 1 || c2.Duplicates.Load() != 1 {
+		t.Fatalf("runs %d, counters %d/%d applied, %d duplicates", runs, c1.Applied.Load(), c2.Applied.Load(), c2.Duplicates.Load())
+	}
+}
