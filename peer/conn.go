@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/aaatp/aaatp/internal/testhook"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/wire"
@@ -254,6 +255,9 @@ func (c *conn) send(cl *Call) error {
 		cl.owner.CompareAndSwap(c, nil)
 		c.forget(cl)
 		return err
+	}
+	if testhook.AfterQueue != nil {
+		testhook.AfterQueue(cl.e2e)
 	}
 	cl.sends.Add(1)
 	return nil

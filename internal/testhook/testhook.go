@@ -1,0 +1,10 @@
+// Package testhook holds fault-injection points for the scenario tests and
+// the simulator. Every hook is nil in production. They are plain variables
+// read without synchronisation: set them before the peers that read them
+// start, and clear them after those peers have ended.
+package testhook
+
+// AfterQueue, when set, runs on the sending goroutine once a request has
+// been queued on a connection, before the send returns: a test can stretch
+// that window (for instance let a failover run inside it).
+var AfterQueue func(endToEnd uint32)
