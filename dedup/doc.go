@@ -12,10 +12,15 @@
 // # Keys
 //
 // Every request is keyed by (Origin-Host, End-to-End Identifier), see
-// [RequestKey]. Accounting requests are also keyed by (Session-Id,
-// Event-Timestamp, Origin-Host, NAS identity), see [AccountingKey], so that
-// a billing record re-sent under a new End-to-End Identifier is still
-// recognised. A [Key] is a 16-byte SHA-256 digest of its fields.
+// [RequestKey]. Accounting requests are also keyed by their record, see
+// [AccountingRecord]: Session-Id, Accounting-Record-Type and
+// Accounting-Record-Number, with Event-Timestamp, Origin-Host and the NAS
+// identity, so that a billing record re-sent under a new End-to-End
+// Identifier is still recognised, while two records of one session sent
+// in the same second (a START and a STOP) stay two. Origin-Host compares
+// case-insensitively, as DiameterIdentity does. [KeysOf] reads these keys
+// from a request. Other protocols build keys of their own namespace with a
+// [KeyBuilder]. A [Key] is a 16-byte SHA-256 digest of its fields.
 //
 // # Use
 //

@@ -39,23 +39,63 @@ func Example() {
 	// handler runs: 1, same answer: true
 }
 
-// ExampleAccountingKey: an accounting record is keyed twice, so a client
-// re-sending it under a new End-to-End Identifier is still caught.
-func ExampleAccountingKey() {
+// ExampleAccountingRecord_Key: an accounting record is keyed twice, so a
+// client re-sending it under a new End-to-End Identifier is still caught,
+// while the STOP of the same session in the same second is another record.
+func ExampleAccountingRecord_Key() {
 	store := dedup.NewMemory()
 	ctx := context.Background()
-	eventTimestamp := []byte{0xe9, 0x3a, 0x1b, 0x00} // Event-Timestamp AVP data
-	acct := dedup.AccountingKey("nas1.example.net;1;42", eventTimestamp, "nas1.example.net", "nas1")
+	start := dedup.AccountingRecord{
+		SessionID:      "nas1.example.net;1;42",
+		RecordType:     2, // START
+		RecordNumber:   0,
+		EventTimestamp: []byte{0xe9, 0x3a, 0x1b, 0x00}, // Event-Timestamp AVP data
+		OriginHost:     "nas1.example.net",
+		NASIdentity:    "nas1",
+	}
+	stop := start
+	stop.RecordType, stop.RecordNumber = 4, 1 // STOP, same second
 
-	o, _ := store.Begin(ctx, dedup.RequestKey("nas1.example.net", 7), acct)
-	fmt.Println(o.Kind())
+	o, _ := store.Begin(ctx, dedup.RequestKey("nas1.example.net", 7), start.Key())
+	fmt.Println("START:", o.Kind())
 	_ = o.Complete(message.NewRequest(message.CmdAccounting, message.AppAccounting, 0).Bytes()) // stands for the ACA
 
-	o, _ = store.Begin(ctx, dedup.RequestKey("nas1.example.net", 8), acct) // new End-to-End id
-	fmt.Println(o.Kind())
+	o, _ = store.Begin(ctx, dedup.RequestKey("nas1.example.net", 8), start.Key()) // new End-to-End id
+	fmt.Println("START again:", o.Kind())
+
+	o, _ = store.Begin(ctx, dedup.RequestKey("nas1.example.net", 9), stop.Key())
+	fmt.Println("STOP:", o.Kind())
+	_ = o.Abandon()
 	// Output:
-	// First
-	// Duplicate
+	// START: First
+	// START again: Duplicate
+	// STOP: First
+}
+
+// ExampleKeyBuilder keys the requests of another protocol, here RADIUS
+// accounting, whose duplicates are (NAS address, Acct-Session-Id,
+// Acct-Status-Type, Event-Timestamp), in a namespace of their own.
+func ExampleKeyBuilder() {
+	store := dedup.NewMemory()
+	ctx := context.Background()
+	radiusKey := func(nas []byte, acctSessionID string, statusType, eventTimestamp uint32) dedup.Key {
+		var kb dedup.KeyBuilder
+		kb.Reset("radius-acct").Bytes(nas).String(acctSessionID).Uint32(statusType).Uint32(eventTimestamp)
+		return kb.Key()
+	}
+	nas := []byte{192, 0, 2, 1}
+	o, _ := store.Begin(ctx, radiusKey(nas, "0001", 1, 1700000000)) // Start
+	fmt.Println("Start:", o.Kind())
+	_ = o.Complete([]byte("Accounting-Response"))                  // the encoded response
+	o, _ = store.Begin(ctx, radiusKey(nas, "0001", 1, 1700000000)) // retransmitted Start
+	fmt.Println("Start again:", o.Kind(), string(o.Answer()))
+	o, _ = store.Begin(ctx, radiusKey(nas, "0001", 2, 1700000000)) // Stop, same second
+	fmt.Println("Stop:", o.Kind())
+	_ = o.Abandon()
+	// Output:
+	// Start: First
+	// Start again: Duplicate Accounting-Response
+	// Stop: First
 }
 
 // ExampleOpen: the store is chosen by configuration. Servers behind one realm

@@ -21,26 +21,45 @@ type Counters struct {
 	Superseded atomic.Uint64 // handler results discarded: another server owned the request by then
 }
 
-// KeysOf returns the duplicate keys of a request: (Origin-Host,
-// End-to-End id) always (D1), and for base accounting (application 3,
-// command 271) also (Session-Id, Event-Timestamp, Origin-Host, NAS
-// identity) (D2), with NAS-Identifier preferred to NAS-IP-Address.
+// KeysOf returns the duplicate keys of a Diameter request: its
+// [RequestKey] (Origin-Host, End-to-End Identifier) always, and for a base
+// accounting request (application 3, command 271) that carries Session-Id,
+// Accounting-Record-Type and Accounting-Record-Number also the key of its
+// [AccountingRecord], with Event-Timestamp if present and NAS-Identifier
+// preferred to NAS-IP-Address as the NAS identity. An accounting request
+// without those AVPs gets only the request key.
 func KeysOf(req []byte) []Key {
 	oh, _ := wire.FindAVP(req, message.OriginHost, 0)
 	keys := make([]Key, 1, 2)
 	keys[0] = RequestKey(string(oh), wire.EndToEnd(req))
 	if wire.AppID(req) == message.AppAccounting && wire.CommandCode(req) == message.CmdAccounting {
-		sid, ok := wire.FindAVP(req, message.SessionID, 0)
-		ts, hasTS := wire.FindAVP(req, message.EventTimestamp, 0)
-		if ok && hasTS {
-			nas, found := wire.FindAVP(req, message.NASIdentifier, 0)
-			if !found {
-				nas, _ = wire.FindAVP(req, message.NASIPAddress, 0)
-			}
-			keys = append(keys, AccountingKey(string(sid), ts, string(oh), string(nas)))
+		if r, ok := recordOf(req, string(oh)); ok {
+			keys = append(keys, r.Key())
 		}
 	}
 	return keys
+}
+
+// recordOf reads the AccountingRecord of an accounting request.
+func recordOf(req []byte, originHost string) (AccountingRecord, bool) {
+	sid, ok := wire.FindAVP(req, message.SessionID, 0)
+	if !ok {
+		return AccountingRecord{}, false
+	}
+	typ, okType := message.Uint32Of(req, message.AccountingRecordType, 0)
+	num, okNum := message.Uint32Of(req, message.AccountingRecordNumber, 0)
+	if !okType || !okNum {
+		return AccountingRecord{}, false
+	}
+	ts, _ := wire.FindAVP(req, message.EventTimestamp, 0)
+	nas, found := wire.FindAVP(req, message.NASIdentifier, 0)
+	if !found {
+		nas, _ = wire.FindAVP(req, message.NASIPAddress, 0)
+	}
+	return AccountingRecord{
+		SessionID: string(sid), RecordType: typ, RecordNumber: num,
+		EventTimestamp: ts, OriginHost: originHost, NASIdentity: string(nas),
+	}, true
 }
 
 // Wrap returns a peer.Handler that runs h at most once per request key

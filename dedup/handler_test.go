@@ -13,12 +13,14 @@ import (
 	"github.com/aaatp/aaatp/wire"
 )
 
+// acrFor returns a STOP record numbered ts, stamped ts.
 func acrFor(e2e uint32, ts uint32) []byte {
 	req := message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
 		String(message.SessionID, 0, true, "nas1;1;7").
 		String(message.OriginHost, 0, true, "nas1.example.net").
 		String(message.OriginRealm, 0, true, "example.net").
 		Uint32(message.AccountingRecordType, 0, true, 4).
+		Uint32(message.AccountingRecordNumber, 0, true, ts).
 		Uint32(message.EventTimestamp, 0, true, ts).
 		String(message.NASIdentifier, 0, true, "nas1").Bytes()
 	wire.SetEndToEnd(req, e2e)
@@ -93,8 +95,41 @@ func TestKeysOf(t *testing.T) {
 	if n := len(KeysOf(req)); n != 1 {
 		t.Fatalf("non-accounting: %d keys, want 1", n)
 	}
-	if KeysOf(acrFor(1, 1))[0] != RequestKey("nas1.example.net", 1) {
+	keys := KeysOf(acrFor(1, 1))
+	if keys[0] != RequestKey("nas1.example.net", 1) {
 		t.Fatal("first key is (Origin-Host, End-to-End)")
+	}
+	want := AccountingRecord{SessionID: "nas1;1;7", RecordType: 4, RecordNumber: 1,
+		EventTimestamp: []byte{0, 0, 0, 1}, OriginHost: "nas1.example.net", NASIdentity: "nas1"}.Key()
+	if keys[1] != want {
+		t.Fatal("second key is the AccountingRecord's")
+	}
+	acr := func(drop uint32) []byte {
+		b := message.NewRequest(message.CmdAccounting, message.AppAccounting, 0)
+		for _, a := range []struct{ code, v uint32 }{
+			{message.AccountingRecordType, 2}, {message.AccountingRecordNumber, 0}, {message.EventTimestamp, 5},
+		} {
+			if a.code != drop {
+				b.Uint32(a.code, 0, true, a.v)
+			}
+		}
+		if drop != message.SessionID {
+			b.String(message.SessionID, 0, true, "s")
+		}
+		return b.String(message.OriginHost, 0, true, "h").String(message.NASIPAddress, 0, true, "\xc0\x00\x02\x01").Bytes()
+	}
+	for drop, n := range map[uint32]int{
+		message.SessionID: 1, message.AccountingRecordType: 1, message.AccountingRecordNumber: 1,
+		message.EventTimestamp: 2, // Session-Id and the record number are unique without it
+	} {
+		if got := len(KeysOf(acr(drop))); got != n {
+			t.Errorf("accounting request without AVP %d: %d keys, want %d", drop, got, n)
+		}
+	}
+	nasIP := AccountingRecord{SessionID: "s", RecordType: 2, EventTimestamp: []byte{0, 0, 0, 5},
+		OriginHost: "h", NASIdentity: "\xc0\x00\x02\x01"}.Key()
+	if got := KeysOf(acr(0)); got[1] != nasIP {
+		t.Error("without NAS-Identifier, NAS-IP-Address is the NAS identity")
 	}
 }
 

@@ -255,7 +255,7 @@ type loadgen struct {
 	metrics *status.Metrics // nil without --status
 	cl      *client.Client
 	peers   []*peer.Peer // cl's, in --peer order
-	start   int64        // unix seconds, in Session-Ids
+	start   int64        // unix nanoseconds, the high part of Session-Ids: two runs started in one second must not reuse them
 
 	issued   atomic.Int64  // request numbers handed out
 	sent     atomic.Uint64 // requests issued
@@ -357,7 +357,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	}
 	metrics := newMetrics(o.status)
-	c := &loadgen{o: o, log: log, metrics: metrics, start: time.Now().Unix(), failedBy: make(map[string]uint64)}
+	c := &loadgen{o: o, log: log, metrics: metrics, start: time.Now().UnixNano(), failedBy: make(map[string]uint64)}
 	if o.testUser != "" {
 		// Probes and keep-alives: one request of the test user (S4, S5).
 		ccfg.TestRequest = func(string) []byte { return c.buildFor(c.issued.Add(1), o.testUser) }

@@ -39,8 +39,9 @@ Accepts Diameter connections and answers Accounting-Requests (application 3)
 with DIAMETER_SUCCESS and freeDiameter test_app Test-Requests (application
 16777214, vendor 999999) with DIAMETER_SUCCESS, echoing AVP 345678; any
 other command gets DIAMETER_COMMAND_UNSUPPORTED (3001). A request seen
-before (same Origin-Host and End-to-End id, on any connection, T flag or
-not; for accounting also the same Session-Id and Event-Timestamp) gets the
+before (same Origin-Host, in any case, and End-to-End id, on any connection,
+T flag or not; for accounting also the same record: Session-Id,
+Accounting-Record-Type and -Number, Event-Timestamp, NAS) gets the
 first answer again without being applied twice (RFC 3539 2.5, 3.5): the
 --dedup store remembers answers, in memory, or in Redis so that several
 servers share it and a request failed over to another server is not

@@ -156,7 +156,7 @@ func (c *loadgen) clientSnapshot() status.Snapshot {
 	}
 	return status.Snapshot{
 		Role: status.RoleClient, Peers: rows, Failovers: fo, FailoversTotal: total, Queues: queues, Totals: t,
-		Identity: status.Identity{OriginHost: c.o.originHost, OriginRealm: c.o.originRealm, Started: time.Unix(c.start, 0), Info: c.statusInfo()},
+		Identity: status.Identity{OriginHost: c.o.originHost, OriginRealm: c.o.originRealm, Started: time.Unix(0, c.start), Info: c.statusInfo()},
 	}
 }
 
