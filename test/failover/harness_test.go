@@ -480,6 +480,9 @@ type applied struct {
 // redisApplied scans the dedup entries of the Redis store and counts the
 // answers whose Session-Id belongs to clientHost (every scenario's client
 // has its own Origin-Host, and the client's Session-Ids start with it).
+// An accounting request's answer is stored under two keys (its request
+// and its record), so answers are counted once per Session-Id: the
+// client sends one record per session.
 func redisApplied(t *testing.T, clientHost string) applied {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -488,7 +491,8 @@ func redisApplied(t *testing.T, clientHost string) applied {
 	defer rc.Close()
 	out := applied{byHost: make(map[string]int)}
 	prefix := []byte(clientHost + ";")
-	iter := rc.Scan(ctx, 0, "aaatp:dedup:*", 1000).Iterator()
+	seen := make(map[string]bool)
+	iter := rc.Scan(ctx, 0, "*aaatp:dedup:*", 1000).Iterator() // the prefix may be in a {hash tag}
 	for iter.Next(ctx) {
 		v, err := rc.Get(ctx, iter.Val()).Bytes()
 		if errors.Is(err, redis.Nil) {
@@ -506,9 +510,10 @@ func redisApplied(t *testing.T, clientHost string) applied {
 		}
 		ans := v[1:]
 		sid, ok := wire.FindAVP(ans, message.SessionID, 0)
-		if !ok || !bytes.HasPrefix(sid, prefix) {
+		if !ok || !bytes.HasPrefix(sid, prefix) || seen[string(sid)] {
 			continue
 		}
+		seen[string(sid)] = true
 		oh, _ := wire.FindAVP(ans, message.OriginHost, 0)
 		out.total++
 		out.byHost[string(oh)]++
