@@ -52,7 +52,7 @@ type Response struct {
 	Packet *lradius.Packet
 	// RequestAuthenticator is the authenticator of the send it answers.
 	RequestAuthenticator [radius.AuthenticatorLen]byte
-	// Peer is the server that answered.
+	// Peer is the server that answered (nil over UDP).
 	Peer *Peer
 }
 

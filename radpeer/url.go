@@ -38,15 +38,16 @@ type Endpoint struct {
 // String returns the endpoint as a RADIUS URL.
 func (e Endpoint) String() string { return e.Scheme + "://" + e.Transport.Address() }
 
-// IsURL reports whether s has a RADIUS stream scheme, so that a caller
-// accepting both Diameter and RADIUS URLs knows which package parses it.
+// IsURL reports whether s has a RADIUS scheme (radius+tcp, radsec, or
+// radius for UDP), so that a caller accepting both Diameter and RADIUS
+// URLs knows which package parses it.
 func IsURL(s string) bool {
 	scheme, _, ok := strings.Cut(s, "://")
 	if !ok {
 		return false
 	}
 	scheme = strings.ToLower(scheme)
-	return scheme == SchemeTCP || scheme == SchemeRadSec
+	return scheme == SchemeTCP || scheme == SchemeRadSec || scheme == SchemeUDP
 }
 
 // ParseURL parses radius+tcp://host:port or radsec://host[:port]. The

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 
 	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/peer"
@@ -22,6 +23,9 @@ func radiusFlags(fs *flag.FlagSet, secretFile *string) {
 
 // validateRADIUSListen checks a radius+tcp:// or radsec:// --listen URL.
 func (o *serverOptions) validateRADIUSListen(u string) error {
+	if _, err := radpeer.ParseUDPURL(u); err == nil {
+		return nil
+	}
 	ep, err := radpeer.ParseURL(u)
 	if err != nil {
 		return usagef("--listen %s: %v", u, err)
@@ -36,6 +40,9 @@ func (o *serverOptions) validateRADIUSListen(u string) error {
 // answered, Access-Request accepted, Accounting-Request answered, each
 // accounting record applied once through store. It returns the bound URL.
 func (s *server) listenRADIUS(u string, topts transport.Options, store dedup.Store, bus *peer.Bus) (string, error) {
+	if addr, err := radpeer.ParseUDPURL(u); err == nil {
+		return s.listenRADIUSUDP(addr, store, bus)
+	}
 	ep, err := radpeer.ParseURL(u)
 	if err != nil {
 		return "", err
@@ -69,6 +76,41 @@ func (s *server) listenRADIUS(u string, topts transport.Options, store dedup.Sto
 		}
 	}()
 	return fmt.Sprintf("%s://%s", ep.Scheme, ln.Addr()), nil
+}
+
+// listenRADIUSUDP serves RADIUS over UDP on addr, with the RFC 5080
+// duplicate cache in front of the same handler.
+func (s *server) listenRADIUSUDP(addr string, store dedup.Store, bus *peer.Bus) (string, error) {
+	secret, err := radpeer.ReadSecret(s.o.secretFile, secretEnv)
+	if err != nil {
+		return "", err
+	}
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return "", err
+	}
+	srv, err := radpeer.NewUDPServer(pc, radpeer.ServerConfig{
+		Secret: secret, Handler: radpeer.Dedup(store, radpeer.AcceptAll, &s.dd), Events: bus, Logger: s.log,
+	})
+	if err != nil {
+		pc.Close()
+		return "", err
+	}
+	s.rsrvs = append(s.rsrvs, srv)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := srv.Serve(); err != nil {
+			s.log.Error("serve", "addr", srv.Addr().String(), "err", err)
+		}
+	}()
+	return radpeer.SchemeUDP + "://" + pc.LocalAddr().String(), nil
+}
+
+// radiusServer is a RADIUS server of any transport.
+type radiusServer interface {
+	Addr() net.Addr
+	Close(context.Context) error
 }
 
 // closeRADIUS closes the RADIUS servers.

@@ -18,9 +18,9 @@ import (
 
 const testRadiusSecret = "r4dius-test"
 
-// radiusServer starts aaa-peer server with a radius+tcp:// listener (and
+// startRADIUSServer starts aaa-peer server with a radius+tcp:// listener (and
 // extra flags) and returns it with the RADIUS URL.
-func radiusServer(t *testing.T, extra ...string) (*testServer, string) {
+func startRADIUSServer(t *testing.T, extra ...string) (*testServer, string) {
 	t.Helper()
 	sf := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(sf, []byte(testRadiusSecret+"\n"), 0o600); err != nil {
@@ -53,7 +53,7 @@ func acctRecord(status uint32, delay uint32) *radius.Request {
 // Status-Servers answered.
 func TestRADIUSServer(t *testing.T) {
 	t.Parallel()
-	srv, u := radiusServer(t)
+	srv, u := startRADIUSServer(t)
 	p, err := radpeer.Dial(u, radpeer.Config{Secret: []byte(testRadiusSecret), Watchdog: watchdog.Config{Twinit: 6 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +138,7 @@ func radclientRun(t *testing.T, addr, command, input string, extra ...string) st
 func TestRadclientAgainstServer(t *testing.T) {
 	t.Parallel()
 	needBinary(t, "radclient")
-	srv, u := radiusServer(t)
+	srv, u := startRADIUSServer(t)
 	addr := strings.TrimPrefix(u, "radius+tcp://")
 	out := radclientRun(t, addr, "auth", "User-Name = alice\nUser-Password = secret-pw\nMessage-Authenticator = 0x00\n")
 	if !strings.Contains(out, "Received Access-Accept") {
@@ -159,6 +159,50 @@ func TestRadclientAgainstServer(t *testing.T) {
 	rep := srv.readReport(t)
 	// Status-Server is not a login: the handler saw auth + 2 accounting.
 	if rep.Received != 3 || rep.Applied != 2 || rep.Duplicates != 1 {
+		t.Fatalf("server report: received %d applied %d duplicates %d, want 3 2 1", rep.Received, rep.Applied, rep.Duplicates)
+	}
+}
+
+// radclient over UDP against aaa-peer server's radius:// listener: auth
+// and a record sent twice (a new Identifier and Acct-Delay-Time the
+// second time), applied once.
+func TestRadclientUDP(t *testing.T) {
+	t.Parallel()
+	bin := needBinary(t, "radclient")
+	sf := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(sf, []byte(testRadiusSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, "--listen", "radius://127.0.0.1:0", "--secret-file", sf)
+	var addr string
+	for _, u := range readLines(t, srv) {
+		if strings.HasPrefix(u, "radius://") {
+			addr = strings.TrimPrefix(u, "radius://")
+		}
+	}
+	run := func(command, input string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, "-P", "udp", "-t", "2", "-r", "2", "-x", "-S", sf, addr, command)
+		cmd.Stdin = strings.NewReader(input)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("radclient %s: %v\n%s", command, err, out.String())
+		}
+		return out.String()
+	}
+	if out := run("auth", "User-Name = alice\nUser-Password = pw\nMessage-Authenticator = 0x00\n"); !strings.Contains(out, "Received Access-Accept") {
+		t.Fatalf("auth:\n%s", out)
+	}
+	acct := "Acct-Session-Id = u-1\nAcct-Status-Type = Start\nNAS-Identifier = nas1\nEvent-Timestamp = 1800000000\n"
+	if out := run("acct", acct+"\n"+acct+"Acct-Delay-Time = 3\n"); strings.Count(out, "Received Accounting-Response") != 2 {
+		t.Fatalf("acct:\n%s", out)
+	}
+	if code := srv.stop(t); code != 0 {
+		t.Fatalf("server exit %d", code)
+	}
+	if rep := srv.readReport(t); rep.Received != 3 || rep.Applied != 2 || rep.Duplicates != 1 {
 		t.Fatalf("server report: received %d applied %d duplicates %d, want 3 2 1", rep.Received, rep.Applied, rep.Duplicates)
 	}
 }

@@ -83,7 +83,7 @@ type serverOptions struct {
 
 func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs := newFlagSet("server", serverSynopsis, stderr)
-	fs.Var(&o.listen, "listen", "`URL` to listen on: tcp://host:port, tls://host:port or sctp://host:port for Diameter, radius+tcp://host:port or radsec://host:port for RADIUS (port 0: any free port); repeat for several listeners (required)")
+	fs.Var(&o.listen, "listen", "`URL` to listen on: tcp://host:port, tls://host:port or sctp://host:port for Diameter, radius+tcp://host:port, radsec://host:port or radius://host:port (UDP) for RADIUS (port 0: any free port); repeat for several listeners (required)")
 	radiusFlags(fs, &o.secretFile)
 	fs.StringVar(&o.originHost, "origin-host", "", "our Origin-Host `H`, a DiameterIdentity such as server1.example.net (required)")
 	fs.StringVar(&o.originRealm, "origin-realm", "", "our Origin-Realm `R`, such as example.net (required)")
@@ -156,9 +156,9 @@ type server struct {
 	dd            dedup.Counters // received, applied, duplicates, store errors
 	retransmitted atomic.Uint64  // application requests received with the T flag
 
-	srvs  []*peer.Server    // one per Diameter --listen; set before serving
-	rsrvs []*radpeer.Server // one per RADIUS --listen
-	wg    sync.WaitGroup    // their Serve loops
+	srvs  []*peer.Server // one per Diameter --listen; set before serving
+	rsrvs []radiusServer // one per RADIUS --listen
+	wg    sync.WaitGroup // their Serve loops
 
 	mu    sync.Mutex
 	ended []peer.Stats // last Stats of peers that ended
