@@ -90,8 +90,8 @@ type PeerConfig struct {
 	// datagram and each Read returns one. Default: UDP from an ephemeral
 	// port. Tests pass in-memory packet connections.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
-	// OnSend is called, without any lock held, for each packet written:
-	// first sends and retransmissions.
+	// OnSend is called, without any lock held, just before each packet is
+	// written (first sends and retransmissions), so before its reply.
 	OnSend func(now time.Time)
 	// OnReply is called, without any lock held, for each reply that
 	// verifies, late and duplicate ones included: the server is alive.
@@ -292,12 +292,13 @@ func (p *Peer) ExchangeAttempts(ctx context.Context, r *radius.Request, attempts
 		} else {
 			p.retrans.Add(1)
 		}
-		// A write error (an ICMP port unreachable reported on a connected
-		// socket) is an unanswered attempt: the timer decides.
-		_, _ = sl.s.c.Write(pkt)
+		// OnSend before the write: the reply must not be seen first.
 		if p.cfg.OnSend != nil {
 			p.cfg.OnSend(time.Now())
 		}
+		// A write error (an ICMP port unreachable reported on a connected
+		// socket) is an unanswered attempt: the timer decides.
+		_, _ = sl.s.c.Write(pkt)
 		timer.Reset(p.cfg.Timeout)
 		select {
 		case resp := <-pd.ch:

@@ -472,3 +472,25 @@ func TestDequeGrowAndWrap(t *testing.T) {
 	}
 	assert.Equal(t, *d.at(d.len() - 1), *d.back())
 }
+
+// Release hands every queued request back, oldest first, from the
+// instance queue and the server queues, and leaves the scheduler empty.
+func TestReleaseEmptiesQueues(t *testing.T) {
+	s := newSched(t, Config[*item]{Servers: []Server{{Name: "a", Auth: Limits{MaxOutstanding: 1}}}})
+	for i := range 4 {
+		s.Enqueue(&item{id: i}, Auth)
+	}
+	out := s.Poll(at(0), nil)
+	assert.Equal(t, []int{0}, ids(out))
+	assert.Equal(t, 3, s.Depth(0))
+	s.Enqueue(&item{id: 4}, Auth)
+	rel := s.Release(nil)
+	got := make([]int, len(rel))
+	for i, it := range rel {
+		got[i] = it.id
+	}
+	assert.Equal(t, []int{1, 2, 3, 4}, got)
+	assert.Equal(t, 0, s.Len())
+	assert.Equal(t, 0, s.Depth(0))
+	assert.Empty(t, s.Poll(at(ms), nil))
+}

@@ -624,3 +624,34 @@ func (s *Scheduler[T]) Stats(server int) Stats {
 
 // Expired returns how many requests ever failed with ErrExpired.
 func (s *Scheduler[T]) Expired() uint64 { return s.expired }
+
+// Release empties the instance and server queues and appends their
+// requests to dst, oldest first, so that the owner can fail them (when it
+// shuts down). The outstanding counts are unchanged: Done the requests
+// already dispatched as usual.
+func (s *Scheduler[T]) Release(dst []T) []T {
+	sc := s.scratch[:0]
+	for s.inst.len() > 0 {
+		sc = append(sc, s.inst.popFront())
+	}
+	for i := range s.srv {
+		sv := &s.srv[i]
+		for c := range sv.b {
+			for sv.b[c].q.len() > 0 {
+				sc = append(sc, sv.b[c].q.popFront())
+			}
+		}
+	}
+	slices.SortFunc(sc, func(a, b entry[T]) int { return cmp.Compare(a.seq, b.seq) })
+	for i := range sc {
+		dst = append(dst, sc[i].item)
+	}
+	clear(sc)
+	s.scratch = sc[:0]
+	s.queued = 0
+	for i := range s.srv {
+		s.checkAlarm(i, time.Time{})
+	}
+	s.minDL = math.MaxInt64
+	return dst
+}

@@ -1,0 +1,426 @@
+package radudp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aaatp/aaatp/loadbalance"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/policy"
+	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/throttle"
+	lradius "layeh.com/radius"
+)
+
+// hangable answers unless hung; it records per-arrival user names.
+type hangable struct {
+	*fakeServer
+	hung atomic.Bool
+}
+
+func startHangable(n *memNet, addr string, secret []byte) *hangable {
+	h := &hangable{}
+	h.fakeServer = startFake(n, addr, func(int, []byte) int {
+		if h.hung.Load() {
+			return 0
+		}
+		return 1
+	})
+	h.fakeServer.secret = secret
+	return h
+}
+
+func users(arr []arrival) []string {
+	var out []string
+	for _, a := range arr {
+		v, _ := radius.Attr(a.b, radius.AttrUserName)
+		out = append(out, string(v))
+	}
+	return out
+}
+
+type eventLog struct {
+	mu    sync.Mutex
+	start time.Time
+	lines []string
+}
+
+func watch(bus *peer.Bus, start time.Time) (*eventLog, func()) {
+	l := &eventLog{start: start}
+	cancel := bus.Subscribe(func(e peer.Event) {
+		if e.Type != policy.EventType {
+			return
+		}
+		l.mu.Lock()
+		l.lines = append(l.lines, fmt.Sprintf("+%v %s %s->%s", e.Time.Sub(l.start), e.Peer, e.From, e.To))
+		l.mu.Unlock()
+	})
+	return l, cancel
+}
+
+func (l *eventLog) get() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
+}
+
+func newTestClient(t *testing.T, n *memNet, cfg Config) *Client {
+	t.Helper()
+	cfg.Dial = n.Dial
+	if cfg.Secret == nil {
+		cfg.Secret = testSecret
+	}
+	c, err := NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// The 7750 SR story with the defaults (timeout 3 s, retry 3, down-timeout
+// 9 s, hold-down 30 s), direct access and a test user: server a hangs; the
+// request retried on it for 9 s goes to b, re-signed with b's secret; a is
+// out of service at the down-timeout, held down 30 s, probed once with the
+// test user, out of service again when the probe times out, and back in
+// service at the next probe once it answers.
+func TestClientServerStatesStory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		a := startHangable(n, "a:1812", []byte("secret-a"))
+		b := startHangable(n, "b:1812", []byte("secret-b"))
+		c3 := startHangable(n, "c:1812", []byte("secret-c"))
+		defer a.close()
+		defer b.close()
+		defer c3.close()
+		start := time.Now()
+		c := newTestClient(t, n, Config{
+			Servers: []ServerSpec{
+				{Name: "a", URL: "radius://a:1812", Secret: []byte("secret-a")},
+				{Name: "b", URL: "radius://b:1812", Secret: []byte("secret-b")},
+				{Name: "c", URL: "radius://c:1812", Secret: []byte("secret-c")},
+			},
+			Algorithm: loadbalance.Direct,
+			TestUser:  &TestUser{Name: "probe", Password: "probe-pw"},
+		})
+		log, cancel := watch(c.Events(), start)
+		defer cancel()
+		// b answers first so that it is in service (healthy) for a's probes.
+		if _, err := c.Exchange(context.Background(), accessRequest("warmup")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.servers[1].auth.Exchange(context.Background(), accessRequest("warm-b")); err != nil {
+			t.Fatal(err)
+		}
+		a.hung.Store(true)
+		t0 := time.Now()
+		resp, err := c.Exchange(context.Background(), accessRequest("alice"))
+		if err != nil || resp.Server != "b:1812" {
+			t.Fatalf("resp %+v err %v; want b's answer", resp, err)
+		}
+		if took := time.Since(t0); took != 9*time.Second {
+			t.Errorf("failover after %v, want 9 s (3 attempts 3 s apart)", took)
+		}
+		if got := users(a.arrivals()); strings.Join(got, ",") != "warmup,alice,alice,alice" {
+			t.Errorf("a received %v", got)
+		}
+		if c.State(0) != policy.OutOfService {
+			t.Fatalf("a is %v at the down-timeout, want out-of-service", c.State(0))
+		}
+		// During the hold-down, a gets nothing.
+		time.Sleep(10 * time.Second)
+		if _, err := c.Exchange(context.Background(), accessRequest("bob")); err != nil {
+			t.Fatal(err)
+		}
+		if got := users(b.arrivals()); got[len(got)-1] != "bob" {
+			t.Errorf("bob did not go to b: %v", got)
+		}
+		// Hold-down over at +9+30: one probe, the test user's; it times out
+		// after 3 s; the hold-down restarts.
+		time.Sleep(t0.Add(39*time.Second).Sub(time.Now()) + time.Second)
+		synctest.Wait()
+		if c.State(0) != policy.Probing {
+			t.Errorf("a is %v after the hold-down, want probing", c.State(0))
+		}
+		a.hung.Store(false)
+		time.Sleep(2 * time.Second) // the probe sent at +39 got no answer; a answers from now on
+		synctest.Wait()
+		if c.State(0) != policy.OutOfService {
+			t.Errorf("a is %v after the unanswered probe, want out-of-service", c.State(0))
+		}
+		time.Sleep(t0.Add(72 * time.Second).Sub(time.Now()))
+		synctest.Wait()
+		if c.State(0) != policy.InService {
+			t.Errorf("a is %v after the answered probe, want in-service", c.State(0))
+		}
+		got := users(a.arrivals())
+		if strings.Join(got[4:], ",") != "probe,probe" {
+			t.Errorf("a received %v after alice, want exactly two probes", got[4:])
+		}
+		want := []string{
+			"+0s a unknown->in-service", "+0s b unknown->in-service",
+			"+9s a in-service->out-of-service",
+			"+39s a out-of-service->probing", "+42s a probing->out-of-service",
+			"+1m12s a out-of-service->probing", "+1m12s a probing->in-service",
+		}
+		if g := log.get(); strings.Join(g, "|") != strings.Join(want, "|") {
+			t.Errorf("events:\n%s\nwant:\n%s", strings.Join(g, "\n"), strings.Join(want, "\n"))
+		}
+		if st := c.Stats(); st.Answered != 3 || st.Failed != 0 || st.Failovers != 1 {
+			t.Errorf("stats %+v", st)
+		}
+	})
+}
+
+// Any reply, to any subscriber, resets the down-timeout: a server that
+// misses one subscriber's requests but answers another's stays in service.
+func TestClientDownTimeoutResetByAnyReply(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		picky := startFake(n, "a:1812", func(_ int, b []byte) int {
+			if v, _ := radius.Attr(b, radius.AttrUserName); string(v) == "bob" {
+				return 0
+			}
+			return 1
+		})
+		other := startFake(n, "b:1812", nil)
+		defer picky.close()
+		defer other.close()
+		c := newTestClient(t, n, Config{
+			Servers:   []ServerSpec{{Name: "a", URL: "radius://a:1812"}, {Name: "b", URL: "radius://b:1812"}},
+			Algorithm: loadbalance.Direct,
+		})
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Exchange(context.Background(), accessRequest("bob"))
+			done <- err
+		}()
+		for _, at := range []time.Duration{2, 8, 14} { // alice within every 9 s
+			time.Sleep(at*time.Second - time.Duration(0))
+			if _, err := c.Exchange(context.Background(), accessRequest("alice")); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(-at * 0)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("bob: %v (want b's answer after a's 3 attempts)", err)
+		}
+		if c.State(0) != policy.InService {
+			t.Errorf("a is %v, want in-service: alice's replies reset the down-timeout", c.State(0))
+		}
+	})
+}
+
+// Without a test user the first real request after the hold-down is the
+// probe: sent once; unanswered, its caller gets ErrProbeFailed and the
+// server is held down again.
+func TestClientRealRequestProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		a := startHangable(n, "a:1812", testSecret)
+		b := startHangable(n, "b:1812", testSecret)
+		defer a.close()
+		defer b.close()
+		c := newTestClient(t, n, Config{
+			Servers:   []ServerSpec{{Name: "a", URL: "radius://a:1812"}, {Name: "b", URL: "radius://b:1812"}},
+			Algorithm: loadbalance.Direct, HoldDown: 10 * time.Second,
+		})
+		a.hung.Store(true)
+		if _, err := c.Exchange(context.Background(), accessRequest("alice")); err != nil {
+			t.Fatal(err) // a times out, b answers and is in service
+		}
+		time.Sleep(10 * time.Second)
+		before := len(a.arrivals())
+		_, err := c.Exchange(context.Background(), accessRequest("probe-me"))
+		if !errors.Is(err, ErrProbeFailed) {
+			t.Fatalf("err %v, want ErrProbeFailed", err)
+		}
+		synctest.Wait() // the policy's own probe timer fires at the same instant
+		if got := len(a.arrivals()) - before; got != 1 {
+			t.Errorf("the probe was sent %d times, want once", got)
+		}
+		if c.State(0) != policy.OutOfService {
+			t.Errorf("a is %v, want out-of-service", c.State(0))
+		}
+		if st := c.Stats(); st.Reasons["probe not answered"] != 1 {
+			t.Errorf("reasons %v", st.Reasons)
+		}
+		// Next probe answered: in service.
+		a.hung.Store(false)
+		time.Sleep(10 * time.Second)
+		if _, err := c.Exchange(context.Background(), accessRequest("probe-2")); err != nil {
+			t.Fatal(err)
+		}
+		if c.State(0) != policy.InService {
+			t.Errorf("a is %v, want in-service", c.State(0))
+		}
+	})
+}
+
+// Hash keeps a subscriber on one server; when it is out of service the
+// subscriber's requests go to another, and the others stay where they
+// were. Round-robin alternates. When every server fails, the caller gets
+// one error naming each server once.
+func TestClientAccessAlgorithms(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		var hs []*hangable
+		var specs []ServerSpec
+		for _, name := range []string{"a", "b", "c"} {
+			hs = append(hs, startHangable(n, name+":1812", testSecret))
+			specs = append(specs, ServerSpec{Name: name, URL: "radius://" + name + ":1812"})
+		}
+		defer func() {
+			for _, h := range hs {
+				h.close()
+			}
+		}()
+		c := newTestClient(t, n, Config{Servers: specs, Algorithm: loadbalance.Hash})
+		where := func(user string) string {
+			resp, err := c.Exchange(context.Background(), accessRequest(user))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.Server
+		}
+		home := map[string]string{}
+		for i := range 30 {
+			u := fmt.Sprintf("user%d", i)
+			home[u] = where(u)
+			if again := where(u); again != home[u] {
+				t.Fatalf("%s went to %s then %s", u, home[u], again)
+			}
+		}
+		hs[0].hung.Store(true)
+		for u, h := range home {
+			got := where(u)
+			if h != "a:1812" && got != h {
+				t.Errorf("%s moved from %s to %s while its server is fine", u, h, got)
+			}
+			if got == "a:1812" {
+				t.Errorf("%s answered by the hung server", u)
+			}
+		}
+		rr := newTestClient(t, n, Config{Servers: specs[1:], Algorithm: loadbalance.RoundRobin})
+		var seq []string
+		for range 4 {
+			resp, err := rr.Exchange(context.Background(), accessRequest("x"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq = append(seq, resp.Server)
+		}
+		if seq[0] == seq[1] || seq[0] != seq[2] || seq[1] != seq[3] {
+			t.Errorf("round-robin sequence %v", seq)
+		}
+		for _, h := range hs {
+			h.hung.Store(true)
+		}
+		_, err := rr.Exchange(context.Background(), accessRequest("y"))
+		var fe *FailedError
+		if !errors.As(err, &fe) || len(fe.Tried) != 2 || fe.Tried[0] == fe.Tried[1] || !errors.Is(err, ErrTimeout) {
+			t.Errorf("err %v, want one FailedError naming b and c once each", err)
+		}
+	})
+}
+
+// The ASR5K throttle on RADIUS accounting: 10,000 Accounting-Stop records
+// released at once, at a max rate of 1,000/s in 50 ms slots, reach the
+// server 50 per slot, none dropped; an Access-Request sent in the middle of
+// the burst is not held behind it (separate limits per class).
+func TestClientAccountingBurstThrottled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		srv := startServer(t, n, "a:1812", ServerConfig{})
+		c := newTestClient(t, n, Config{
+			Servers:   []ServerSpec{{Name: "a", URL: "radius://a:1812", Accounting: throttle.Limits{MaxRate: 1000}}},
+			Algorithm: loadbalance.Direct,
+		})
+		var arrivals sync.Map // slot index -> *atomic.Int64
+		n.drop = func(from, to string, b []byte) bool {
+			if to == "a:1812" && radius.Code(b) == lradius.CodeAccountingRequest {
+				k := time.Now().UnixNano() / int64(50*time.Millisecond)
+				v, _ := arrivals.LoadOrStore(k, new(atomic.Int64))
+				v.(*atomic.Int64).Add(1)
+			}
+			return false
+		}
+		const burst = 10_000
+		start := time.Now()
+		var wg sync.WaitGroup
+		var failed atomic.Int64
+		for i := range burst {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := c.Exchange(context.Background(), accountingStop(fmt.Sprintf("s%d", i))); err != nil {
+					failed.Add(1)
+				}
+			}()
+		}
+		time.Sleep(time.Second)
+		t0 := time.Now()
+		if _, err := c.Exchange(context.Background(), accessRequest("alice")); err != nil || time.Since(t0) != 0 {
+			t.Errorf("Access-Request during the burst: %v after %v", err, time.Since(t0))
+		}
+		wg.Wait()
+		took := time.Since(start)
+		if failed.Load() != 0 || srv.Stats().Applied != burst+1 {
+			t.Fatalf("%d failed, %d applied; want none failed and all applied", failed.Load(), srv.Stats().Applied)
+		}
+		if took < 9950*time.Millisecond || took > 10*time.Second {
+			t.Errorf("the burst took %v, want 10 s at 1,000/s", took)
+		}
+		slots, total := 0, int64(0)
+		arrivals.Range(func(_, v any) bool {
+			slots++
+			k := v.(*atomic.Int64).Load()
+			total += k
+			if k != 50 {
+				t.Errorf("a slot carried %d records, want 50", k)
+			}
+			return true
+		})
+		if total != burst || slots != 200 {
+			t.Errorf("%d records in %d slots, want 10,000 in 200", total, slots)
+		}
+	})
+}
+
+// At most 256 requests of a class are outstanding at a server (one
+// Identifier space); the rest wait in the queues and go as answers come.
+func TestClientMaxOutstanding(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		srv := startServer(t, n, "a:1812", ServerConfig{})
+		srv.gate = make(chan struct{})
+		c := newTestClient(t, n, Config{Servers: []ServerSpec{{Name: "a", URL: "radius://a:1812"}}, Timeout: time.Minute})
+		var wg sync.WaitGroup
+		for i := range 600 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := c.Exchange(context.Background(), accountingStop(fmt.Sprintf("s%d", i))); err != nil {
+					t.Errorf("request %d: %v", i, err)
+				}
+			}()
+		}
+		synctest.Wait()
+		st := c.Stats()
+		if got := st.Servers[0].Throttle.Outstanding[throttle.Accounting]; got != 256 || srv.applied.Load() != 256 || st.Queued != 600-256 {
+			t.Errorf("outstanding %d, at the server %d, queued %d; want 256, 256, 344", got, srv.applied.Load(), st.Queued)
+		}
+		close(srv.gate)
+		wg.Wait()
+		if st := c.Stats(); st.Answered != 600 {
+			t.Errorf("answered %d, want 600", st.Answered)
+		}
+	})
+}
