@@ -378,6 +378,7 @@ func (p *Peer) drain() {
 		}
 		c := p.pickConn()
 		if c == nil {
+			p.maybeGrow() // calls still wait: one more connection may take them
 			return
 		}
 		p.waiting = p.waiting[1:]
