@@ -15,6 +15,7 @@ import (
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/throttle"
 	lradius "layeh.com/radius"
 )
@@ -328,7 +329,7 @@ func NewClient(cfg Config) (*Client, error) {
 }
 
 func (c *Client) newPeer(rawURL string, pc PeerConfig) (*Peer, error) {
-	addr, err := ParseURL(rawURL)
+	addr, err := radpeer.ParseUDPURL(rawURL)
 	if err != nil {
 		return nil, err
 	}

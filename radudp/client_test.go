@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
@@ -338,7 +339,7 @@ func TestClientAccessAlgorithms(t *testing.T) {
 func TestClientAccountingBurstThrottled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newMemNet()
-		srv := startServer(t, n, "a:1812", ServerConfig{})
+		srv := startServer(t, n, "a:1812", nil, nil)
 		c := newTestClient(t, n, Config{
 			Servers:   []ServerSpec{{Name: "a", URL: "radius://a:1812", Accounting: throttle.Limits{MaxRate: 1000}}},
 			Algorithm: loadbalance.Direct,
@@ -372,8 +373,8 @@ func TestClientAccountingBurstThrottled(t *testing.T) {
 		}
 		wg.Wait()
 		took := time.Since(start)
-		if failed.Load() != 0 || srv.Stats().Applied != burst+1 {
-			t.Fatalf("%d failed, %d applied; want none failed and all applied", failed.Load(), srv.Stats().Applied)
+		if failed.Load() != 0 || srv.applied.Load() != burst+1 {
+			t.Fatalf("%d failed, %d applied; want none failed and all applied", failed.Load(), srv.applied.Load())
 		}
 		if took < 9950*time.Millisecond || took > 10*time.Second {
 			t.Errorf("the burst took %v, want 10 s at 1,000/s", took)
@@ -399,7 +400,7 @@ func TestClientAccountingBurstThrottled(t *testing.T) {
 func TestClientMaxOutstanding(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newMemNet()
-		srv := startServer(t, n, "a:1812", ServerConfig{})
+		srv := startServer(t, n, "a:1812", nil, nil)
 		srv.gate = make(chan struct{})
 		c := newTestClient(t, n, Config{Servers: []ServerSpec{{Name: "a", URL: "radius://a:1812"}}, Timeout: time.Minute})
 		var wg sync.WaitGroup
@@ -421,6 +422,40 @@ func TestClientMaxOutstanding(t *testing.T) {
 		wg.Wait()
 		if st := c.Stats(); st.Answered != 600 {
 			t.Errorf("answered %d, want 600", st.Answered)
+		}
+	})
+}
+
+// An accounting record that server a applied but whose answers were lost
+// is retried on a (its duplicate cache answers, lost again), then fails
+// over to b, which shares a's store: b answers from the store, and the
+// record is applied once.
+func TestClientAccountingFailoverAppliedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		store := dedup.NewMemory()
+		defer store.Close()
+		a := startServer(t, n, "a:1813", []byte("secret-a"), store)
+		b := startServer(t, n, "b:1813", []byte("secret-b"), store)
+		n.drop = func(from, to string, _ []byte) bool { return from == "a:1813" } // a's answers are lost
+		c := newTestClient(t, n, Config{
+			Servers: []ServerSpec{
+				{Name: "a", URL: "radius://a:1813", Secret: []byte("secret-a")},
+				{Name: "b", URL: "radius://b:1813", Secret: []byte("secret-b")},
+			},
+			Algorithm: loadbalance.Direct,
+		})
+		rec := accountingStop("sess-42")
+		rec.Attributes.Add(radius.AttrEventTimestamp, lradius.Attribute([]byte{0x66, 1, 2, 3}))
+		resp, err := c.Exchange(context.Background(), rec)
+		if err != nil || resp.Server != "b:1813" || resp.Packet.Code != lradius.CodeAccountingResponse {
+			t.Fatalf("resp %+v err %v; want b's Accounting-Response", resp, err)
+		}
+		if a.applied.Load() != 1 || b.applied.Load() != 0 {
+			t.Errorf("applied by a %d, by b %d; want once, by a", a.applied.Load(), b.applied.Load())
+		}
+		if st := a.Stats(); st.Resent != 2 {
+			t.Errorf("a's cache answered %d copies, want the 2 retransmissions", st.Resent)
 		}
 	})
 }

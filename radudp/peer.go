@@ -243,7 +243,7 @@ func (r *idRing) push(id byte) {
 }
 
 // NewPeer returns the Peer of the server at addr (host:port, see
-// ParseURL). No socket is opened before the first exchange.
+// radpeer.ParseUDPURL). No socket is opened before the first exchange.
 func NewPeer(addr string, cfg PeerConfig) (*Peer, error) {
 	c, err := cfg.validate()
 	if err != nil {
