@@ -24,7 +24,6 @@ import (
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
-	"github.com/aaatp/aaatp/wire"
 )
 
 const clientSynopsis = `usage: aaa-peer client --peer URL [--peer URL...] --origin-host H --origin-realm R
@@ -254,6 +253,7 @@ type loadgen struct {
 	log     *slog.Logger
 	metrics *status.Metrics // nil without --status
 	cl      *client.Client
+	tmpl    *requestTemplate
 	peers   []*peer.Peer // cl's, in --peer order
 	start   int64        // unix nanoseconds, the high part of Session-Ids: two runs started in one second must not reuse them
 
@@ -357,7 +357,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	}
 	metrics := newMetrics(o.status)
-	c := &loadgen{o: o, log: log, metrics: metrics, start: time.Now().UnixNano(), failedBy: make(map[string]uint64)}
+	c := newLoadgen(o, log, metrics)
 	if o.testUser != "" {
 		// Probes and keep-alives: one request of the test user (S4, S5).
 		ccfg.TestRequest = func(string) []byte { return c.buildFor(c.issued.Add(1), o.testUser) }
@@ -422,6 +422,14 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		code = 1
 	}
 	return code
+}
+
+// newLoadgen prepares a run of validated options o (its Client is set by
+// the caller).
+func newLoadgen(o clientOptions, log *slog.Logger, metrics *status.Metrics) *loadgen {
+	c := &loadgen{o: o, log: log, metrics: metrics, start: time.Now().UnixNano(), failedBy: make(map[string]uint64)}
+	c.tmpl = newRequestTemplate(&c.o, c.start)
+	return c
 }
 
 // onWire is how many requests (first sends and replays) the peers sent.
@@ -619,41 +627,10 @@ func errorKind(err error) string {
 }
 
 // build encodes request n.
-func (c *loadgen) build(n int64) []byte {
-	user := c.o.nai
-	if strings.Contains(user, "%") {
-		user = fmt.Sprintf(c.o.nai, n)
-	}
-	return c.buildFor(n, user)
-}
+func (c *loadgen) build(n int64) []byte { return c.tmpl.build(n, "") }
 
 // buildFor encodes request n for the given User-Name.
-func (c *loadgen) buildFor(n int64, user string) []byte {
-	o := &c.o
-	sid := fmt.Sprintf("%s;%d;%d", o.originHost, c.start, n)
-	var b *message.Builder
-	if o.app == "test" {
-		b = message.NewRequest(message.CmdTest, message.AppTest, wire.FlagProxiable)
-	} else {
-		b = message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable)
-	}
-	b.String(message.SessionID, 0, true, sid).
-		String(message.OriginHost, 0, true, o.originHost).
-		String(message.OriginRealm, 0, true, o.originRealm).
-		String(message.DestinationRealm, 0, true, o.destRealm).
-		String(message.UserName, 0, true, user)
-	if o.app == "test" {
-		b.Uint32(message.AVPTestValue, message.VendorTest, true, uint32(n))
-	} else {
-		// One session per request: START_RECORD numbered n.
-		b.Uint32(message.AccountingRecordType, 0, true, 2).
-			Uint32(message.AccountingRecordNumber, 0, true, uint32(n)).
-			Uint32(message.AcctApplicationID, 0, true, message.AppAccounting)
-	}
-	msg := b.Bytes()
-	wire.SetEndToEnd(msg, peer.NextEndToEnd())
-	return msg
-}
+func (c *loadgen) buildFor(n int64, user string) []byte { return c.tmpl.build(n, user) }
 
 func (c *loadgen) report(dropped uint64, elapsed time.Duration) clientReport {
 	r := clientReport{

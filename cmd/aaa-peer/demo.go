@@ -203,7 +203,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	metrics.CountDedupHitsFrom(d.duplicates)
 	defer metrics.Watch(bus)() // the client's peers: states, transitions, failovers
 	defer logEvents(bus, log)()
-	g := &loadgen{o: co, log: log, metrics: metrics, start: time.Now().Unix(), failedBy: make(map[string]uint64)}
+	g := newLoadgen(co, log, metrics)
 	up := make(chan struct{}, 1)
 	cancelUp := bus.Subscribe(func(e peer.Event) {
 		if e.Type == peer.EventWatchdog && e.To == watchdog.Okay.String() {
