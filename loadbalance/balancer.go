@@ -3,6 +3,7 @@ package loadbalance
 import (
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,7 +122,31 @@ type Options struct {
 type oldTable struct {
 	gen   uint64
 	table *bucketTable
+	// unsureUntil, when not nil, holds for each bucket the clock until
+	// which an unknown Session-Id hashing there may be a conversation of
+	// this table that the memory never saw (the bucket moved away from a
+	// server still in service before its conversations had all been
+	// remembered for IdleTimeout): such a Session-Id keeps this table's
+	// server. unsureEnd is the latest of them.
+	unsureUntil *[NumBuckets]int64
+	unsureEnd   int64
 }
+
+// unsure reports whether an unknown Session-Id in bucket h may be a
+// conversation of o at time now.
+func (o *oldTable) unsure(h uint8, now int64) bool {
+	return o.unsureUntil != nil && now < o.unsureUntil[h]
+}
+
+// unwatched marks a bucket whose new conversations are not remembered.
+const unwatched = math.MinInt64
+
+// bucketSet is a set of the 256 buckets.
+type bucketSet [NumBuckets / 64]uint64
+
+func (s *bucketSet) add(h int)        { s[h>>6] |= 1 << (h & 63) }
+func (s *bucketSet) has(h uint8) bool { return s[h>>6]&(1<<(h&63)) != 0 }
+func (s *bucketSet) empty() bool      { return *s == bucketSet{} }
 
 // picker is an immutable routing snapshot. Everything it points to is
 // read-only once published.
@@ -129,8 +154,14 @@ type picker struct {
 	gen   uint64
 	table *bucketTable // pearson, hash: current table
 	old   []oldTable   // pearson: previous tables still referenced, newest first
-	state []State      // by slot
-	ready []int16      // in-service slots by (Index, slot): direct, round-robin
+	// watch (pearson) holds the buckets that the next change of the
+	// in-service set could move from one in-service server to another:
+	// only new conversations there are remembered. quiet: watch is empty
+	// and no old table lives, so Pick does not consult the memory at all.
+	watch bucketSet
+	quiet bool
+	state []State // by slot
+	ready []int16 // in-service slots by (Index, slot): direct, round-robin
 }
 
 // Balancer picks servers for requests. Create it with New.
@@ -154,6 +185,13 @@ type Balancer struct {
 	state  []State // by slot
 	member []bool  // by slot: holds buckets (in the in-service set)
 	gen    uint64
+	// watchSince[h] is the clock since which bucket h has been watched
+	// under its current owner without a break (every new conversation
+	// there remembered), or unwatched.
+	watchSince [NumBuckets]int64
+	// home (pearson) is the table with every server in service: buckets
+	// go back to their home server when it returns (see buildTable).
+	home *bucketTable
 }
 
 var _ Picker = (*Balancer)(nil)
@@ -215,7 +253,21 @@ func New(alg Algorithm, servers []Server, opts Options) (*Balancer, error) {
 	}
 	b.sess.init(opts.MaxSessions)
 	b.gen = 1
-	b.publish(b.buildTable(nil), nil)
+	for h := range b.watchSince {
+		b.watchSince[h] = unwatched
+	}
+	if alg == Pearson {
+		member := b.member
+		b.member = make([]bool, len(servers))
+		for i := range b.member {
+			b.member[i] = true
+		}
+		b.home = b.buildTable(nil)
+		b.member = member
+	}
+	t := b.buildTable(nil)
+	b.rewatch(nil, t, b.clock())
+	b.publish(t, nil)
 	return b, nil
 }
 
@@ -236,12 +288,91 @@ func (b *Balancer) buildTable(prev *bucketTable) *bucketTable {
 		}
 	}
 	sortMembers(ms)
-	return buildTable(prev, ms)
+	return buildTable(prev, b.home, ms)
+}
+
+// movable returns the buckets of t that a single change of the in-service
+// set (any one non-member joining, any one member leaving) would give to
+// another server while their current owner stays in the table: the only
+// buckets whose conversations a rebuild must know about (those of a
+// leaving server move whatever the memory holds). Caller holds mu.
+func (b *Balancer) movable(t *bucketTable) bucketSet {
+	var set bucketSet
+	if b.alg != Pearson {
+		return set
+	}
+	for slot := range b.member {
+		b.member[slot] = !b.member[slot]
+		alt := b.buildTable(t)
+		b.member[slot] = !b.member[slot]
+		for h, s := range t {
+			if s != noSlot && int(s) != slot && alt[h] != s {
+				set.add(h)
+			}
+		}
+	}
+	return set
+}
+
+// rewatch recomputes the watched buckets for the new table nt (which
+// replaces prev, nil at first) and keeps watchSince in step. A watched
+// bucket is fully covered (since = now - IdleTimeout) when it has a new
+// owner, or at the start: its owner holds no conversation there from
+// before. A bucket that keeps its owner and starts being watched is
+// covered only IdleTimeout later, once the conversations from before have
+// either spoken (and been remembered) or aged out. Caller holds mu.
+func (b *Balancer) rewatch(prev, nt *bucketTable, now int64) {
+	w := b.movable(nt)
+	for h := range b.watchSince {
+		switch {
+		case !w.has(uint8(h)):
+			b.watchSince[h] = unwatched
+		case prev == nil || prev[h] != nt[h]:
+			b.watchSince[h] = now - b.idle
+		case b.watchSince[h] == unwatched:
+			b.watchSince[h] = now
+		}
+	}
+}
+
+// unsureBuckets returns, for the rebuild from prev to nt, until when each
+// bucket that moved from a server still in the table may hold unknown
+// conversations of prev: those not watched for a whole IdleTimeout before
+// now. nil when there is none. Caller holds mu, before rewatch.
+func (b *Balancer) unsureBuckets(prev, nt *bucketTable, now int64) (*[NumBuckets]int64, int64) {
+	var until *[NumBuckets]int64
+	var end int64
+	for h, s := range prev {
+		if s == noSlot || nt[h] == s || !b.member[s] {
+			continue
+		}
+		since := b.watchSince[h]
+		if since != unwatched && now-since >= b.idle {
+			continue // every conversation still alive there is remembered
+		}
+		if since == unwatched {
+			since = now
+		}
+		if until == nil {
+			until = new([NumBuckets]int64)
+		}
+		until[h] = since + b.idle
+		end = max(end, until[h])
+	}
+	return until, end
 }
 
 // publish swaps in a new snapshot. Caller holds mu (or is New).
 func (b *Balancer) publish(t *bucketTable, old []oldTable) {
 	p := &picker{gen: b.gen, table: t, old: old, state: append([]State(nil), b.state...)}
+	if b.alg == Pearson {
+		for h, since := range b.watchSince {
+			if since != unwatched {
+				p.watch.add(h)
+			}
+		}
+		p.quiet = p.watch.empty() && len(old) == 0
+	}
 	var ms []member
 	for slot, st := range b.state {
 		if st == InService {
@@ -290,27 +421,47 @@ func (b *Balancer) SetState(name string, st State) (rebuilt bool, err error) {
 		return false, nil
 	}
 	b.gen++
+	nt := b.buildTable(cur.table)
 	var old []oldTable
 	if b.alg == Pearson {
-		old = append(old, oldTable{gen: cur.gen, table: cur.table})
+		now := b.clock()
+		until, end := b.unsureBuckets(cur.table, nt, now)
+		old = append(old, oldTable{gen: cur.gen, table: cur.table, unsureUntil: until, unsureEnd: end})
 		old = append(old, cur.old...)
-		_, perGen := b.sess.sweep(b.clock(), b.idle)
-		old = keepReferenced(old, perGen)
+		_, perGen := b.sess.sweep(now, b.idle)
+		old = keepReferenced(old, perGen, now)
+		b.rewatch(cur.table, nt, now)
+		b.forgetIfQuiet(old, now)
 	}
-	b.publish(b.buildTable(cur.table), old)
+	b.publish(nt, old)
 	return true, nil
 }
 
 // keepReferenced filters old tables down to those some live conversation
-// started under.
-func keepReferenced(old []oldTable, perGen map[uint64]int) []oldTable {
+// started under, or that may still claim unknown ones.
+func keepReferenced(old []oldTable, perGen map[uint64]int, now int64) []oldTable {
 	var kept []oldTable
 	for _, o := range old {
-		if perGen[o.gen] > 0 {
+		if perGen[o.gen] > 0 || now < o.unsureEnd {
 			kept = append(kept, o)
 		}
 	}
 	return kept
+}
+
+// forgetIfQuiet empties the conversation memory when nothing in it can
+// matter any more: no bucket watched and no old table. Caller holds mu.
+func (b *Balancer) forgetIfQuiet(old []oldTable, now int64) {
+	for _, since := range b.watchSince {
+		if since != unwatched {
+			return
+		}
+	}
+	if len(old) == 0 && b.sess.count() > 0 {
+		b.sess.mu.Lock()
+		b.sess.rehash(now, -1, false)
+		b.sess.mu.Unlock()
+	}
 }
 
 // Sweep purges conversations idle for longer than IdleTimeout and drops the
@@ -322,10 +473,17 @@ func keepReferenced(old []oldTable, perGen map[uint64]int) []oldTable {
 func (b *Balancer) Sweep() (purged int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	purged, perGen := b.sess.sweep(b.clock(), b.idle)
+	now := b.clock()
+	purged, perGen := b.sess.sweep(now, b.idle)
 	cur := b.cur.Load()
-	if old := keepReferenced(cur.old, perGen); len(old) != len(cur.old) {
+	old := keepReferenced(cur.old, perGen, now)
+	if len(old) != len(cur.old) {
 		b.publish(cur.table, old)
+	}
+	if b.alg == Pearson {
+		n := b.sess.count()
+		b.forgetIfQuiet(old, now)
+		purged += n - b.sess.count()
 	}
 	return purged
 }
@@ -335,16 +493,17 @@ func (b *Balancer) Sweep() (purged int) {
 func (b *Balancer) Generation() uint64 { return b.cur.Load().gen }
 
 // Pick chooses the server for r. It never blocks, and allocates only to
-// remember a first-seen Session-Id (pearson). It returns ErrNoServer when no
-// server can take the request.
+// remember a first-seen Session-Id that a rebuild could move (pearson; see
+// the package documentation). It returns ErrNoServer when no server can
+// take the request.
 //
 // With pearson, a request of a known conversation goes to the server its
 // starting table gave it, while that server is in service; if that server
 // is suspended, the request goes where a new conversation would (the
 // conversation returns to its server afterwards); if it is down or its
 // table is gone, the conversation moves to the current table for good.
-// Requests of a conversation keep the bucket of its first request, even if
-// later ones lack the NAI.
+// Requests of a remembered conversation keep the bucket of its first
+// request, even if later ones lack the NAI.
 func (b *Balancer) Pick(r Request) (Server, error) {
 	p := b.cur.Load()
 	var slot int
@@ -378,7 +537,7 @@ func keyHash(r Request) uint8 {
 }
 
 func (b *Balancer) pickPearson(p *picker, r Request) int {
-	if r.SessionID == "" {
+	if r.SessionID == "" || p.quiet {
 		return p.walk(p.table, keyHash(r), nil)
 	}
 	now := b.clock()
@@ -386,11 +545,24 @@ func (b *Balancer) pickPearson(p *picker, r Request) int {
 	c := b.sess.lookup(h, r.SessionID)
 	if c == nil {
 		bucket := keyHash(r)
+		gen := p.gen
+		// The oldest table that may claim it: while its window lasts,
+		// every unknown Session-Id of the bucket went to its server and
+		// was remembered, so the newer tables' servers got none unseen.
+		for i := len(p.old) - 1; i >= 0; i-- {
+			if p.old[i].unsure(bucket, now) {
+				gen = p.old[i].gen // may be a conversation of that table
+				break
+			}
+		}
+		if gen == p.gen && !p.watch.has(bucket) {
+			return p.walk(p.table, bucket, nil) // no change could move it
+		}
 		c = &conv{key: r.SessionID, hash: h}
-		c.tag.Store(packTag(p.gen, bucket))
+		c.tag.Store(packTag(gen, bucket))
 		c.last.Store(now)
 		if c = b.sess.insert(c, now, b.idle); c == nil {
-			return p.walk(p.table, bucket, nil) // not remembered
+			return p.route(packTag(gen, bucket), nil) // not remembered
 		}
 	}
 	last := c.last.Load()
@@ -403,6 +575,14 @@ func (b *Balancer) pickPearson(p *picker, r Request) int {
 	} else if now-last >= b.touch {
 		c.last.Store(now)
 	}
+	return p.route(tag, c)
+}
+
+// route returns the slot for a conversation tagged tag: its starting
+// table's server while that is in service (the current table's walk
+// meanwhile if it is suspended); the current table once that server is
+// down or its table gone, moving c (when not nil) there for good.
+func (p *picker) route(tag uint64, c *conv) int {
 	gen, bucket := tag>>8, uint8(tag)
 	if gen == p.gen {
 		return p.walk(p.table, bucket, nil)
@@ -422,7 +602,9 @@ func (b *Balancer) pickPearson(p *picker, r Request) int {
 		break
 	}
 	// Old server down or old table gone: move to the current table.
-	c.tag.CompareAndSwap(tag, packTag(p.gen, bucket))
+	if c != nil {
+		c.tag.CompareAndSwap(tag, packTag(p.gen, bucket))
+	}
 	return p.walk(p.table, bucket, nil)
 }
 

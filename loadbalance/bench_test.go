@@ -95,3 +95,33 @@ func BenchmarkPickFirstSeen(b *testing.B) {
 		lb.Pick(Request{NAI: benchNAI, SessionID: ids[j]})
 	}
 }
+
+// First-seen conversations with one of the 8 servers down: only those in
+// the buckets its return would take are remembered.
+func BenchmarkPickFirstSeenOneDown(b *testing.B) {
+	ids := make([]string, 1<<20)
+	nais := make([]string, 1<<10)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("nas1.example.net;1234567890;%d", i)
+	}
+	for i := range nais {
+		nais[i] = fmt.Sprintf("subscriber-%07d@example.net", i)
+	}
+	fresh := func() *Balancer {
+		lb := mustNew(b, Pearson, servers(8), Options{MaxSessions: len(ids)})
+		lb.SetState("s7", Down)
+		return lb
+	}
+	lb := fresh()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		j := i & (len(ids) - 1)
+		if j == 0 && i > 0 {
+			b.StopTimer()
+			lb = fresh()
+			b.StartTimer()
+		}
+		lb.Pick(Request{NAI: nais[i&(len(nais)-1)], SessionID: ids[j]})
+	}
+}

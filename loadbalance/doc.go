@@ -19,9 +19,10 @@
 //
 //   - Pick and Route are safe for concurrent use from any number of
 //     goroutines. Pick never blocks: it loads the snapshot, hashes, and
-//     consults the conversation memory, which is a lock-free hash table.
-//     A known conversation, or a request without a Session-Id, costs no
-//     lock and no allocation; a first-seen Session-Id allocates one entry.
+//     consults the conversation memory (when anything is to be
+//     remembered), which is a lock-free hash table. A known conversation,
+//     or a request without a Session-Id, costs no lock and no allocation;
+//     a first-seen Session-Id that must be remembered allocates one entry.
 //     When that insert finds the memory half full it grows it in place if
 //     no other goroutine is already doing so (TryLock, never waiting),
 //     which costs that one call time proportional to the entries.
@@ -31,17 +32,43 @@
 //
 // # Conversation memory and its bound
 //
-// With the pearson algorithm every request carrying a Session-Id records (or
-// refreshes) the conversation: the generation of the table it started under
-// and the hash bucket of its first request. This is what lets a rebuild keep
-// conversations in progress on their old server (L3). Entries idle for
-// longer than Options.IdleTimeout (default 5 minutes) are purged lazily: on
-// every table rebuild, by Sweep (which the owner should call periodically,
-// e.g. every IdleTimeout/2), and when the memory grows. An old table is
-// dropped as soon as no live conversation refers to it. The memory never
-// holds more than Options.MaxSessions entries; past that, new conversations
-// are routed normally but not remembered (counted in Snapshot.Untracked),
-// which only matters if a rebuild happens before they end. Each entry costs
-// about 64 bytes plus its Session-Id, which the Balancer retains as given
-// (pass a string that does not pin a larger buffer).
+// With the pearson algorithm the balancer remembers a conversation
+// (Session-Id) only where a rebuild could otherwise take it away from a
+// server that is still in service (L3), not every Session-Id it sees:
+//
+//   - Tables are built around a home table (every configured server in
+//     service): a server that leaves gives its buckets to the others, and
+//     when it returns it takes back those same buckets, while everyone
+//     else keeps theirs. So the buckets the next change of the in-service
+//     set can move (any one server joining or leaving) are known in
+//     advance; they are the watched buckets. With every server in service
+//     none is watched (a leaver's conversations move whatever the memory
+//     says) and the memory stays empty: Pick consults it only when some
+//     bucket is watched or an old table lives.
+//   - A new conversation in a watched bucket is remembered with the
+//     generation of its table and its bucket. After a rebuild the old and
+//     new tables live side by side: a remembered conversation keeps its
+//     server until it ages out; new conversations use the new table.
+//   - When a rebuild moves a bucket that had not been watched for a whole
+//     IdleTimeout (uneven weights can make a rebuild move a bucket whose
+//     owner stays), the memory cannot tell the conversations of its old
+//     server it never saw from new ones: until they could have aged out,
+//     an unknown Session-Id there goes to the old server, and is
+//     remembered there.
+//
+// A later request of a conversation that carries no NAI is keyed by its
+// Session-Id (L1) unless the conversation is remembered, in which case it
+// keeps the bucket of its first request.
+//
+// Entries idle for longer than Options.IdleTimeout (default 5 minutes) are
+// purged lazily: on every table rebuild, by Sweep (which the owner should
+// call periodically, e.g. every IdleTimeout/2), and when the memory grows;
+// the whole memory is dropped once nothing is watched and no old table
+// lives. An old table is dropped as soon as no live conversation refers to
+// it. The memory never holds more than Options.MaxSessions entries; past
+// that, new conversations are routed normally but not remembered (counted
+// in Snapshot.Untracked), which only matters if a rebuild happens before
+// they end. Each entry costs about 64 bytes plus its Session-Id, which the
+// Balancer retains as given (pass a string that does not pin a larger
+// buffer).
 package loadbalance

@@ -62,6 +62,8 @@ func ExampleBalancer_Route() {
 
 // During a transition, a conversation keeps its server; a new one uses the
 // new table; Sweep ends the transition once old conversations are idle.
+// (bob's bucket belongs to aaa2 when both are in service: it is one that
+// aaa2's return moves, so bob's conversation is remembered meanwhile.)
 func ExampleBalancer_Sweep() {
 	now := time.Unix(0, 0)
 	clock := func() time.Time { return now }
@@ -69,15 +71,16 @@ func ExampleBalancer_Sweep() {
 		{Name: "aaa1", Index: 1}, {Name: "aaa2", Index: 2},
 	}, loadbalance.Options{Now: clock, IdleTimeout: 5 * time.Minute})
 	lb.SetState("aaa2", loadbalance.Down)
-	old, _ := lb.Pick(loadbalance.Request{NAI: "user@example.net", SessionID: "s;1"})
+	old, _ := lb.Pick(loadbalance.Request{NAI: "bob@example.net", SessionID: "s;1"})
 	lb.SetState("aaa2", loadbalance.InService) // rebuild: transition begins
-	kept, _ := lb.Pick(loadbalance.Request{NAI: "user@example.net", SessionID: "s;1"})
-	fmt.Println(old.Name, kept.Name, lb.Snapshot().OldGenerations)
+	kept, _ := lb.Pick(loadbalance.Request{NAI: "bob@example.net", SessionID: "s;1"})
+	fresh, _ := lb.Pick(loadbalance.Request{NAI: "bob@example.net", SessionID: "s;2"})
+	fmt.Println(old.Name, kept.Name, fresh.Name, lb.Snapshot().OldGenerations)
 
 	now = now.Add(6 * time.Minute) // the conversation goes idle
 	fmt.Println("purged:", lb.Sweep(), lb.Snapshot().OldGenerations)
 	// Output:
-	// aaa1 aaa1 [2]
+	// aaa1 aaa1 aaa2 [2]
 	// purged: 1 []
 }
 

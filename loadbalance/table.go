@@ -80,7 +80,14 @@ func apportion(ms []member) []int {
 // first build is the same procedure with nothing kept, which interleaves the
 // servers over the hash space (so a suspended server's traffic, which walks
 // to the next buckets, spreads over several servers).
-func buildTable(prev *bucketTable, ms []member) *bucketTable {
+//
+// With home (the table of every configured server in service; nil for
+// none), a member that must shed buckets keeps its home buckets first and
+// sheds the others first, and a freed bucket goes first to its home server
+// when that one is under quota. So a server that leaves and comes back
+// takes back the buckets it had, the others keep theirs, and the buckets
+// that the next change of the set can move are known in advance.
+func buildTable(prev, home *bucketTable, ms []member) *bucketTable {
 	t := new(bucketTable)
 	for i := range t {
 		t[i] = noSlot
@@ -104,18 +111,43 @@ func buildTable(prev *bucketTable, ms []member) *bucketTable {
 		}
 	}
 	kept := make([]int, len(ms))
-	for i, bs := range old {
-		k, q := len(bs), quota[i]
+	keep := func(i int, bs []int, q int) {
+		k := len(bs)
 		if q > k {
 			q = k
 		}
 		for j, b := range bs {
-			// Keep the j-th old bucket iff floor((j+1)q/k) > floor(jq/k):
+			// Keep the j-th bucket iff floor((j+1)q/k) > floor(jq/k):
 			// exactly q of the k, evenly spread.
 			if (j+1)*q/k > j*q/k {
 				t[b] = int16(ms[i].slot)
 				kept[i]++
 			}
+		}
+	}
+	for i, bs := range old {
+		if home == nil || len(bs) <= quota[i] {
+			keep(i, bs, quota[i])
+			continue
+		}
+		// Its home buckets first, then those whose home is not in the
+		// set (they have nowhere to go back to), then the rest.
+		var own, homeless, others []int
+		for _, b := range bs {
+			switch h := int(home[b]); {
+			case h == ms[i].slot:
+				own = append(own, b)
+			case h == noSlot || !inSet(pos, h):
+				homeless = append(homeless, b)
+			default:
+				others = append(others, b)
+			}
+		}
+		q := quota[i]
+		for _, group := range [][]int{own, homeless, others} {
+			n := min(q, len(group))
+			keep(i, group, n)
+			q -= n
 		}
 	}
 
@@ -124,6 +156,19 @@ func buildTable(prev *bucketTable, ms []member) *bucketTable {
 	for i := range ms {
 		deficit[i] = quota[i] - kept[i]
 		free += deficit[i]
+	}
+	if home != nil {
+		// Freed buckets go home when their home server has room.
+		for b := range t {
+			if t[b] != noSlot {
+				continue
+			}
+			if i, ok := pos[int(home[b])]; ok && home[b] != noSlot && deficit[i] > 0 {
+				t[b] = home[b]
+				deficit[i]--
+				free--
+			}
+		}
 	}
 	cur := make([]int, len(ms))
 	for b := range t {
@@ -144,6 +189,11 @@ func buildTable(prev *bucketTable, ms []member) *bucketTable {
 		t[b] = int16(ms[best].slot)
 	}
 	return t
+}
+
+func inSet(pos map[int]int, slot int) bool {
+	_, ok := pos[slot]
+	return ok
 }
 
 // counts returns how many buckets each slot owns (indexed by slot; n slots).

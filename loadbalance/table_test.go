@@ -68,7 +68,7 @@ func TestApportionLargestRemainder(t *testing.T) {
 
 func TestBuildTableDeterministicAndInterleaved(t *testing.T) {
 	ms := equalMembers(0, 1, 2, 3)
-	a, b := buildTable(nil, ms), buildTable(nil, ms)
+	a, b := buildTable(nil, nil, ms), buildTable(nil, nil, ms)
 	if *a != *b {
 		t.Fatal("same input built different tables")
 	}
@@ -87,11 +87,11 @@ func TestBuildTableRemovalMovesOnlyTheLeaversShare(t *testing.T) {
 		for i := range all {
 			all[i] = i
 		}
-		before := buildTable(nil, equalMembers(all...))
+		before := buildTable(nil, nil, equalMembers(all...))
 		for gone := 0; gone < n; gone++ {
 			rest := append(append([]int{}, all[:gone]...), all[gone+1:]...)
 			ms := equalMembers(rest...)
-			after := buildTable(before, ms)
+			after := buildTable(before, nil, ms)
 			checkQuotas(t, after, ms, n)
 			moved := movedBuckets(before, after)
 			// Only the leaver's buckets move: exactly its old share.
@@ -116,9 +116,9 @@ func TestBuildTableAdditionTakesOnlyItsQuota(t *testing.T) {
 		for i := range old {
 			old[i] = i
 		}
-		before := buildTable(nil, equalMembers(old...))
+		before := buildTable(nil, nil, equalMembers(old...))
 		ms := equalMembers(append(old, n)...)
-		after := buildTable(before, ms)
+		after := buildTable(before, nil, ms)
 		checkQuotas(t, after, ms, n+1)
 		moved := movedBuckets(before, after)
 		if newcomer := after.counts(n + 1)[n]; moved != newcomer {
@@ -155,7 +155,7 @@ func TestBuildTableRandomChangesAreMinimal(t *testing.T) {
 			}
 		}
 		sortMembers(ms)
-		next := buildTable(prev, ms)
+		next := buildTable(prev, nil, ms)
 		checkQuotas(t, next, ms, nslots)
 		if prev != nil && len(ms) > 0 {
 			if got, want := movedBuckets(prev, next), minMoved(prev, ms, apportion(ms), nslots); got != want {

@@ -25,13 +25,50 @@ func startConversations(t *testing.T, b *Balancer, n int, prefix string) []convo
 	return cs
 }
 
+// watchedCount is how many of cs hash into a bucket the current snapshot
+// watches.
+func watchedCount(b *Balancer, cs []convo) int {
+	p := b.cur.Load()
+	n := 0
+	for _, c := range cs {
+		if p.watch.has(PearsonHashString(c.nai)) {
+			n++
+		}
+	}
+	return n
+}
+
+// startWatchedConversations starts n conversations whose NAIs hash into
+// buckets the current snapshot watches (so all are remembered).
+func startWatchedConversations(t *testing.T, b *Balancer, n int, prefix string) []convo {
+	t.Helper()
+	p := b.cur.Load()
+	if p.watch.empty() {
+		t.Fatal("no bucket watched")
+	}
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(len(prefix))))
+	cs := make([]convo, 0, n)
+	for i := 0; len(cs) < n; i++ {
+		nai := randomNAI(rng)
+		if !p.watch.has(PearsonHashString(nai)) {
+			continue
+		}
+		c := convo{nai: nai, sid: fmt.Sprintf("%s;%d;%d", prefix, i, rng.Uint32())}
+		c.server = mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid})
+		cs = append(cs, c)
+	}
+	return cs
+}
+
 func TestTransitionKeepsConversationsUntilTheyAgeOut(t *testing.T) {
 	clk := &fakeClock{}
 	b := mustNew(t, Pearson, servers(5), Options{Now: clk.Now, IdleTimeout: 5 * time.Minute})
 	setState(t, b, "s4", Down, true) // gen 2: s0..s3
 	old := startConversations(t, b, 2000, "old")
-	if got := b.Snapshot().Sessions; got != 2000 {
-		t.Fatalf("remembered %d conversations, want 2000", got)
+	// Remembered: exactly the conversations in the buckets a change could
+	// move (those s4's return takes, mostly).
+	if got, want := b.Snapshot().Sessions, watchedCount(b, old); got != want || want == 0 || want == len(old) {
+		t.Fatalf("remembered %d conversations, want the %d (of %d) in watched buckets", got, want, len(old))
 	}
 
 	// s4 returns to service: a new table, and a transition.
@@ -79,9 +116,13 @@ func TestTransitionKeepsConversationsUntilTheyAgeOut(t *testing.T) {
 		mustPick(t, b, Request{NAI: keep.nai, SessionID: keep.sid})
 	}
 	// 6 minutes since the others were seen: purged; keep holds table 2.
+	remembered := b.Snapshot().Sessions
+	if remembered < movedConvs {
+		t.Fatalf("%d conversations remembered, fewer than the %d that moved", remembered, movedConvs)
+	}
 	purged := b.Sweep()
-	if purged < len(old)-1 {
-		t.Fatalf("Sweep purged %d, want at least %d", purged, len(old)-1)
+	if purged < remembered-1 {
+		t.Fatalf("Sweep purged %d, want at least %d", purged, remembered-1)
 	}
 	if s := b.Snapshot(); !slices.Equal(s.OldGenerations, []uint64{2}) {
 		t.Fatalf("old table dropped while a conversation still uses it: %v", s.OldGenerations)
@@ -177,7 +218,7 @@ func TestSessionMemoryGrowsAndIsBounded(t *testing.T) {
 	clk := &fakeClock{}
 	b := mustNew(t, Pearson, servers(4), Options{Now: clk.Now, MaxSessions: 3000})
 	setState(t, b, "s3", Down, true)
-	cs := startConversations(t, b, 2900, "g") // forces several growths
+	cs := startWatchedConversations(t, b, 2900, "g") // forces several growths
 	if s := b.Snapshot(); s.Sessions != 2900 || s.Untracked != 0 {
 		t.Fatalf("sessions %d, untracked %d", s.Sessions, s.Untracked)
 	}
@@ -187,7 +228,8 @@ func TestSessionMemoryGrowsAndIsBounded(t *testing.T) {
 			t.Fatalf("conversation lost across growth: %s went to %s, was %s", c.sid, got, c.server)
 		}
 	}
-	startConversations(t, b, 500, "over")
+	setState(t, b, "s2", Down, true) // something to watch again
+	startWatchedConversations(t, b, 500, "over")
 	if s := b.Snapshot(); s.Sessions > 3000 || s.Untracked == 0 {
 		t.Fatalf("bound not enforced: sessions %d, untracked %d", s.Sessions, s.Untracked)
 	}

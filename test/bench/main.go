@@ -16,6 +16,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 )
 
 func main() {
@@ -37,6 +38,7 @@ func main() {
 	jsonOut := flag.String("json", "", "also write the numbers as JSON to this `file`")
 	only := flag.String("only", "", "profiling aid: run one `section` only (roundtrip, idle, failover, micro, xproc); no JSON")
 	aaaPeer := flag.String("aaa-peer", "", "cross-process pairs: run this aaa-peer `binary` instead of building ./cmd/aaa-peer (to compare builds)")
+	pairs := flag.String("pairs", "", "cross-process pairs: run only these (and not the memory run), comma-separated `CLIENT+SERVER` (clients aaa-peer, raw, godiameter, pingpong; servers aaa-peer, raw, rawinline, godiameter, freediameter)")
 	xruns := flag.Int("xruns", 0, "cross-process pairs: runs of each pair (default 3, 1 with --quick)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to `file`")
 	memProfile := flag.String("memprofile", "", "write a heap profile at the end of the run to `file` (with --only idle: taken while the peers are connected)")
@@ -57,6 +59,21 @@ func main() {
 	}
 	opts.memProfile = *memProfile
 	opts.aaaPeerBin = *aaaPeer
+	if *pairs != "" {
+		opts.XMemory = false // the 10M-request run goes with the full set only
+		for _, want := range strings.Split(*pairs, ",") {
+			n := len(opts.XPairs)
+			for _, p := range allPairs {
+				if p.Client+"+"+p.Server == strings.TrimSpace(want) {
+					opts.XPairs = append(opts.XPairs, p)
+				}
+			}
+			if len(opts.XPairs) == n {
+				fmt.Fprintf(os.Stderr, "bench: --pairs: no pair %q\n", want)
+				os.Exit(2)
+			}
+		}
+	}
 	if *xruns > 0 {
 		opts.XRuns = *xruns
 	}

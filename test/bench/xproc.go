@@ -200,7 +200,9 @@ func startChild(name string, cmd *exec.Cmd, dir string) (*child, error) {
 		return nil, err
 	}
 	cmd.Stderr = c.log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own group (so that stop and kill reach what it forks), killed
+	// if the harness dies first.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if c.stdin, err = cmd.StdinPipe(); err != nil {
 		return nil, err
 	}

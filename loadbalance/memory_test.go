@@ -1,0 +1,208 @@
+package loadbalance
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// With every server in service no change of the set can move a
+// conversation from one live server to another (a leaver's conversations
+// move anyway), so nothing is remembered: the memory stays empty and a
+// first-seen Session-Id costs no allocation.
+func TestSteadyStateRemembersNothing(t *testing.T) {
+	b := mustNew(t, Pearson, servers(8), Options{})
+	for i := range 20_000 {
+		mustPick(t, b, Request{NAI: fmt.Sprintf("user%d@example.net", i), SessionID: fmt.Sprintf("nas;1;%d", i)})
+	}
+	if s := b.Snapshot(); s.Sessions != 0 || s.Untracked != 0 {
+		t.Fatalf("steady state remembers %d conversations (untracked %d), want none", s.Sessions, s.Untracked)
+	}
+	i := 0
+	if n := testing.AllocsPerRun(500, func() {
+		b.Pick(Request{NAI: "u@example.net", SessionID: fmt.Sprint(i)})
+		i++
+	}); n > 1 { // fmt.Sprint's own
+		t.Fatalf("first-seen session in steady state: %v allocs", n)
+	}
+}
+
+// A server's return takes back exactly the buckets it had, so while it is
+// away only the conversations in those buckets are remembered, and once
+// everything is back in service and the old table has aged out the
+// memory is emptied.
+func TestOnlyTheReturningServersBucketsAreWatched(t *testing.T) {
+	clk := &fakeClock{}
+	b := mustNew(t, Pearson, servers(5), Options{Now: clk.Now})
+	home := b.Snapshot().Table
+	setState(t, b, "s2", Down, true)
+	w := b.cur.Load().watch
+	for h := range NumBuckets {
+		if w.has(uint8(h)) != (home[h] == "s2") {
+			t.Fatalf("bucket %d (home %s): watched %v", h, home[h], w.has(uint8(h)))
+		}
+	}
+	cs := startConversations(t, b, 3000, "away")
+	if got, want := b.Snapshot().Sessions, watchedCount(b, cs); got != want {
+		t.Fatalf("remembered %d, want %d", got, want)
+	}
+	setState(t, b, "s2", InService, true)
+	if got := b.Snapshot().Table; got != home {
+		t.Fatal("s2's return did not restore the table")
+	}
+	for _, c := range cs {
+		if got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}); got != c.server {
+			t.Fatalf("%s moved from %s to %s", c.sid, c.server, got)
+		}
+	}
+	clk.Advance(6 * time.Minute)
+	b.Sweep()
+	if s := b.Snapshot(); s.Sessions != 0 || len(s.OldGenerations) != 0 {
+		t.Fatalf("after the transition: %d remembered, old tables %v", s.Sessions, s.OldGenerations)
+	}
+}
+
+// A restart: conversations started while every server was in service are
+// not remembered; one server goes down and comes back a minute later.
+// Every conversation whose server stayed up keeps it across both
+// rebuilds, whether or not it spoke during the outage, and the returning
+// server gets its new conversations at once.
+func TestRestartKeepsUnrememberedConversations(t *testing.T) {
+	clk := &fakeClock{}
+	b := mustNew(t, Pearson, servers(5), Options{Now: clk.Now})
+	cs := startConversations(t, b, 3000, "before")
+	if n := b.Snapshot().Sessions; n != 0 {
+		t.Fatalf("%d remembered in steady state", n)
+	}
+	clk.Advance(10 * time.Second)
+	setState(t, b, "s4", Down, true)
+	for i, c := range cs {
+		if i%2 == 0 { // half of them speak during the outage
+			got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid})
+			if c.server != "s4" && got != c.server {
+				t.Fatalf("%s moved from %s to %s while s4 was down", c.sid, c.server, got)
+			}
+			cs[i].server = got
+		}
+	}
+	clk.Advance(time.Minute)
+	setState(t, b, "s4", InService, true)
+	for i, c := range cs {
+		got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid})
+		if c.server != "s4" && got != c.server {
+			t.Fatalf("conversation %d (spoke during the outage: %v) moved from %s to %s", i, i%2 == 0, c.server, got)
+		}
+	}
+	fresh := 0
+	for i := range 2000 {
+		nai := fmt.Sprintf("new%d@example.net", i)
+		_, want, _ := b.Route(nai)
+		if got := mustPick(t, b, Request{NAI: nai, SessionID: "new;" + nai}); got != want {
+			t.Fatalf("new conversation went to %s, the table says %s", got, want)
+		}
+		if want == "s4" {
+			fresh++
+		}
+	}
+	if fresh == 0 {
+		t.Fatal("no new conversation went to s4")
+	}
+}
+
+// The guarantee over random histories: a conversation whose server has
+// stayed in service since it last spoke, and that has not aged out, goes
+// to that server again; once IdleTimeout has passed with every server in
+// service, new conversations follow the table and nothing is remembered.
+// Weights make the quotas uneven, so some rebuilds move buckets whose
+// conversations were not all remembered (the memory then holds those
+// buckets' unknown Session-Ids on their old server until they could have
+// aged out).
+func TestConversationsKeepTheirServerOverRandomHistories(t *testing.T) {
+	const idle = time.Minute
+	for seed := range uint64(30) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		n := 2 + rng.IntN(6)
+		srv := servers(n)
+		for i := range srv {
+			srv[i].Weight = 1 + rng.IntN(3)
+		}
+		clk := &fakeClock{}
+		b := mustNew(t, Pearson, srv, Options{Now: clk.Now, IdleTimeout: idle})
+		up := make([]bool, n)
+		epoch := make([]int, n) // bumped when a server leaves service
+		for i := range up {
+			up[i] = true
+		}
+		type conv struct {
+			nai, sid string
+			server   int
+			epoch    int
+			last     time.Duration
+		}
+		var convs []conv
+		now := time.Duration(0)
+		slotOf := func(name string) int {
+			var k int
+			fmt.Sscanf(name, "s%d", &k)
+			return k
+		}
+		for step := range 400 {
+			switch r := rng.IntN(10); {
+			case r < 2: // a server changes state
+				k := rng.IntN(n)
+				st := InService
+				if up[k] {
+					st = Down
+					epoch[k]++
+				}
+				up[k] = !up[k]
+				b.SetState(fmt.Sprintf("s%d", k), st)
+			case r < 3:
+				d := time.Duration(rng.IntN(20)) * time.Second
+				clk.Advance(d)
+				now += d
+			case r < 4:
+				b.Sweep()
+			default: // conversations speak, new ones start
+				for range 20 {
+					var c *conv
+					if len(convs) > 0 && rng.IntN(3) > 0 {
+						c = &convs[rng.IntN(len(convs))]
+					} else {
+						convs = append(convs, conv{nai: randomNAI(rng), sid: fmt.Sprintf("%d;%d", seed, len(convs)), server: -1})
+						c = &convs[len(convs)-1]
+					}
+					s, err := b.Pick(Request{NAI: c.nai, SessionID: c.sid})
+					if err != nil {
+						c.server = -1
+						continue
+					}
+					got := slotOf(s.Name)
+					// The memory refreshes a conversation's last use at
+					// most every IdleTimeout/8: stay clear of the edge.
+					if c.server >= 0 && up[c.server] && epoch[c.server] == c.epoch && now-c.last < idle-idle/8-time.Second && got != c.server {
+						t.Fatalf("seed %d step %d: %s moved from s%d to s%d (last spoke %v ago)", seed, step, c.sid, c.server, got, now-c.last)
+					}
+					c.server, c.epoch, c.last = got, epoch[got], now
+				}
+			}
+		}
+		// Everything back in service, then IdleTimeout.
+		for k := range up {
+			b.SetState(fmt.Sprintf("s%d", k), InService)
+		}
+		clk.Advance(idle + time.Second)
+		b.Sweep()
+		if s := b.Snapshot(); s.Sessions != 0 || len(s.OldGenerations) != 0 {
+			t.Fatalf("seed %d: all in service and idle: %d remembered, old tables %v", seed, s.Sessions, s.OldGenerations)
+		}
+		for i := range 200 {
+			nai := randomNAI(rng)
+			_, want, _ := b.Route(nai)
+			if got := mustPick(t, b, Request{NAI: nai, SessionID: fmt.Sprintf("end;%d", i)}); got != want {
+				t.Fatalf("seed %d: new conversation went to %s, table says %s", seed, got, want)
+			}
+		}
+	}
+}
