@@ -285,7 +285,10 @@ func (c *serverConn) answer(req []byte, code lradius.Code, attrs lradius.Attribu
 		c.s.cfg.Logger.Warn("cannot encode RADIUS answer", "err", err)
 		return
 	}
-	if c.out.send(ans) {
-		c.s.answered.Add(1)
+	// Counted before it is queued, so that a client holding the answer
+	// sees it counted.
+	c.s.answered.Add(1)
+	if !c.out.send(ans) {
+		c.s.answered.Add(^uint64(0))
 	}
 }

@@ -181,8 +181,9 @@ func (s *UDPServer) finish(key dupKey, req []byte, to net.Addr, code lradius.Cod
 }
 
 func (s *UDPServer) send(resp []byte, to net.Addr) {
-	if _, err := s.pc.WriteTo(resp, to); err == nil {
-		s.answered.Add(1)
+	s.answered.Add(1) // before the write: a client holding the answer sees it counted
+	if _, err := s.pc.WriteTo(resp, to); err != nil {
+		s.answered.Add(^uint64(0))
 	}
 }
 
