@@ -154,14 +154,18 @@ func newSCTPConn(c *sctp.SCTPConn, opts Options) (Conn, error) {
 	}
 	// The sctp package has no deadlines (SetWriteDeadline returns
 	// EOPNOTSUPP); SO_SNDTIMEO bounds each blocking sendmsg instead.
+	// SCTP_NODELAY: Linux SCTP otherwise holds small messages back to
+	// bundle them, as Nagle does on TCP, and RFC 3539 3.2 says Nagle is
+	// not used with SCTP; a DWA or an answer must leave at once.
 	if rc, err := c.SyscallConn(); err == nil {
 		tv := syscall.NsecToTimeval(opts.WriteTimeout.Nanoseconds())
-		var serr error
+		var serr, nerr error
 		if err := rc.Control(func(fd uintptr) {
 			serr = syscall.SetsockoptTimeval(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDTIMEO, &tv)
-		}); err != nil || serr != nil {
+			nerr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_SCTP, sctp.SCTP_NODELAY, 1)
+		}); err != nil || serr != nil || nerr != nil {
 			_ = c.Close()
-			return nil, fmt.Errorf("transport: sctp SO_SNDTIMEO: %w", errors.Join(err, serr))
+			return nil, fmt.Errorf("transport: sctp SO_SNDTIMEO, SCTP_NODELAY: %w", errors.Join(err, serr, nerr))
 		}
 	}
 	s := &sctpConn{c: c, writeTimeout: opts.WriteTimeout, streams: streams, next: 1}

@@ -3,8 +3,10 @@
 package transport
 
 import (
+	"syscall"
 	"testing"
 
+	"github.com/ishidawataru/sctp"
 	"github.com/stretchr/testify/assert"
 )
 
@@ -36,4 +38,49 @@ func TestSCTPUnsupportedError(t *testing.T) {
 	assert.Contains(t, err.Error(), "SCTP is not supported by this kernel")
 	_, derr := Dial(t.Context(), "sctp://127.0.0.1:3868", Options{})
 	assert.ErrorIs(t, derr, ErrSCTPUnsupported)
+}
+
+// Both ends of an SCTP association have SCTP_NODELAY set: Linux SCTP
+// bundles small messages with a Nagle-like delay otherwise.
+func TestSCTPNoDelay(t *testing.T) {
+	if err := sctpSupported(); err != nil {
+		t.Skipf("no SCTP here: %v", err)
+	}
+	ln, err := Listen("sctp://127.0.0.1:0", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- c
+	}()
+	c, err := Dial(t.Context(), "sctp://"+ln.Addr().String(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := <-accepted
+	if s == nil {
+		return
+	}
+	defer s.Close()
+	for name, conn := range map[string]Conn{"dialed": c, "accepted": s} {
+		rc, err := conn.(*sctpConn).c.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v int
+		var gerr error
+		if err := rc.Control(func(fd uintptr) {
+			v, gerr = syscall.GetsockoptInt(int(fd), syscall.IPPROTO_SCTP, sctp.SCTP_NODELAY)
+		}); err != nil || gerr != nil {
+			t.Fatal(err, gerr)
+		}
+		assert.Equal(t, 1, v, "%s: SCTP_NODELAY", name)
+	}
 }
