@@ -21,6 +21,7 @@ type capabilities struct {
 	AuthApps    []uint32
 	AcctApps    []uint32
 	ProductName string
+	Inband      []uint32 // Inband-Security-Id values offered (CER)
 	// bad is the first identity AVP that failed CheckIdentity, for the
 	// Failed-AVP of the refusal.
 	bad *wire.AVP
@@ -187,6 +188,8 @@ func parseCapabilities(msg []byte) (capabilities, error) {
 			}
 		case message.ProductName:
 			cp.ProductName = string(a.Data)
+		case message.InbandSecurityID:
+			cp.Inband = append(cp.Inband, u32(a.Data))
 		case message.ErrorMessage:
 			cp.ErrorMsg = string(a.Data)
 		case message.ResultCode:
@@ -253,6 +256,25 @@ func (c *Config) allApps() []uint32 {
 	return apps
 }
 
+// Inband-Security-Id values (RFC 6733 6.10).
+const (
+	noInbandSecurity = 0
+	inbandTLS        = 1
+)
+
+// commonSecurity reports whether one of the Inband-Security-Ids a CER
+// offered is possible on a connection that is (secure) or is not already
+// TLS. None offered means NO_INBAND_SECURITY. In-band TLS (a handshake
+// after the CEA, RFC 3588) is not done here: TLS is on connect (tls://),
+// where RFC 6733 2.2 has peers offer NO_INBAND_SECURITY and where a
+// peer asking for TLS already has it.
+func commonSecurity(offered []uint32, secure bool) bool {
+	if len(offered) == 0 || slices.Contains(offered, noInbandSecurity) {
+		return true
+	}
+	return secure && slices.Contains(offered, inbandTLS)
+}
+
 // resultName names the result codes a CEA is likely to carry.
 func resultName(rc uint32) string {
 	switch rc {
@@ -270,6 +292,10 @@ func resultName(rc uint32) string {
 		return "DIAMETER_COMMAND_UNSUPPORTED"
 	case message.UnableToComply:
 		return "DIAMETER_UNABLE_TO_COMPLY"
+	case message.NoCommonSecurity:
+		return "DIAMETER_NO_COMMON_SECURITY"
+	case message.ElectionLost:
+		return "DIAMETER_ELECTION_LOST"
 	}
 	return "result code"
 }

@@ -455,6 +455,8 @@ func (p *Peer) exchangeServer(tc transport.Conn) (capabilities, error) {
 		return refuse(message.UnknownPeer, "Origin-Host "+cp.OriginHost+" is not in the allow-list")
 	case !p.cfg.commonApps(cp):
 		return refuse(message.NoCommonApplication, "no application in common")
+	case !commonSecurity(cp.Inband, tc.Network() == transport.SchemeTLS):
+		return refuse(message.NoCommonSecurity, fmt.Sprintf("Inband-Security-Id %v: in-band TLS is not offered; connect with TLS instead (NO_INBAND_SECURITY on a TLS connection)", cp.Inband))
 	}
 	if err := tc.WriteMessages(p.cfg.newCEA(msg, tc.LocalAddr(), message.Success, "", nil)); err != nil {
 		return cp, fmt.Errorf("sending CEA: %w", err)
