@@ -84,6 +84,20 @@ const (
 	DisconnectDoNotWantToTalkToU = 2
 )
 
+// DisconnectCauseName names a Disconnect-Cause as RFC 6733 does
+// ("REBOOTING"), or "Disconnect-Cause N" for a value it does not define.
+func DisconnectCauseName(cause uint32) string {
+	switch cause {
+	case DisconnectRebooting:
+		return "REBOOTING"
+	case DisconnectBusy:
+		return "BUSY"
+	case DisconnectDoNotWantToTalkToU:
+		return "DO_NOT_WANT_TO_TALK_TO_YOU"
+	}
+	return "Disconnect-Cause " + strconv.FormatUint(uint64(cause), 10)
+}
+
 const (
 	flagV = 0x80
 	flagM = 0x40

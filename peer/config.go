@@ -23,6 +23,7 @@ const (
 	DefaultCEATimeout     = 10 * time.Second
 	DefaultRequestTimeout = 10 * time.Second
 	DefaultDPATimeout     = 5 * time.Second
+	DefaultDPRHoldOff     = 5 * time.Minute
 )
 
 // ErrConfig is matched by every configuration error.
@@ -78,6 +79,12 @@ type Config struct {
 	RequestTimeout time.Duration
 	// DPATimeout bounds how long Close waits for the DPA. Default 5 s.
 	DPATimeout time.Duration
+	// DPRHoldOff is how long a client waits before it redials a peer
+	// that disconnected with Disconnect-Cause BUSY or
+	// DO_NOT_WANT_TO_TALK_TO_YOU: RFC 6733 5.4.3 says not to reconnect
+	// then. After REBOOTING the client redials as after any loss.
+	// Default 5 minutes; negative: no hold-off.
+	DPRHoldOff time.Duration
 	// IdleTimeout, when set, closes the connection (DPR) after that long
 	// without application traffic (watchdog messages do not count), and
 	// ends the Peer. Zero means never; anything below BringDownInterval
@@ -138,6 +145,11 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.DPATimeout <= 0 {
 		c.DPATimeout = DefaultDPATimeout
+	}
+	if c.DPRHoldOff == 0 {
+		c.DPRHoldOff = DefaultDPRHoldOff
+	} else if c.DPRHoldOff < 0 {
+		c.DPRHoldOff = 0
 	}
 	if c.IdleTimeout < 0 || (c.IdleTimeout > 0 && c.IdleTimeout < BringDownInterval) {
 		return c, fmt.Errorf("%w: IdleTimeout %v is below RFC 3539's BRINGDOWN_INTERVAL of %v", ErrConfig, c.IdleTimeout, BringDownInterval)

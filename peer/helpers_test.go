@@ -40,17 +40,19 @@ func clientConfig(host string) Config {
 type fakePeer struct {
 	answerDWR  atomic.Bool
 	answerReqs atomic.Bool
+	dropDPR    atomic.Bool // never answer a DPR
 	host       string
 	dwaDelay   time.Duration // set before dialing
 
-	wmu   sync.Mutex // serialises writes on the fake's connections
-	mu    sync.Mutex
-	dpas  int // DPAs the fake received
-	dprs  int // DPRs the fake received
-	dwrs  []time.Time
-	reqs  int
-	conns []transport.Conn
-	wg    sync.WaitGroup
+	wmu    sync.Mutex // serialises writes on the fake's connections
+	mu     sync.Mutex
+	dpas   int      // DPAs the fake received
+	dprs   int      // DPRs the fake received
+	causes []uint32 // their Disconnect-Causes
+	dwrs   []time.Time
+	reqs   int
+	conns  []transport.Conn
+	wg     sync.WaitGroup
 }
 
 func newFakePeer(host string) *fakePeer {
@@ -106,8 +108,13 @@ func (f *fakePeer) serve(c transport.Conn) {
 		case wire.CmdDisconnectPeer:
 			f.mu.Lock()
 			f.dprs++
+			cause, _ := message.Uint32Of(msg, message.DisconnectCause, 0)
+			f.causes = append(f.causes, cause)
+			drop := f.dropDPR.Load()
 			f.mu.Unlock()
-			ans = cfg.newDPA(msg)
+			if !drop {
+				ans = cfg.newDPA(msg)
+			}
 		default:
 			f.mu.Lock()
 			f.reqs++

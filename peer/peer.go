@@ -75,9 +75,12 @@ type Peer struct {
 	rxSeen   int64 // receipt time of the last message a step handled explicitly
 	dialing  bool
 	closing  bool
-	ended    bool
-	lastApp  atomic.Int64 // ns since epoch of the last application message (T4); written by any goroutine
-	closeErr error
+	// holdUntil (ns since epoch): no dial before it, after a DPR
+	// that asked us not to reconnect.
+	holdUntil int64
+	ended     bool
+	lastApp   atomic.Int64 // ns since epoch of the last application message (T4); written by any goroutine
+	closeErr  error
 }
 
 type counters struct {
@@ -137,6 +140,8 @@ type input struct {
 	msg  []byte
 	note string
 	at   int64 // receive events: ns since epoch the reader got the message
+	// cause: evClose's Disconnect-Cause.
+	cause uint32
 }
 
 func newPeer(cfg Config, role Role, url, label string) (*Peer, error) {
@@ -367,12 +372,22 @@ func (p *Peer) touch() {
 	}
 }
 
-// Close disconnects gracefully: DPR (Disconnect-Cause REBOOTING), waits for
-// the DPA up to DPATimeout or ctx, closes the connection and ends the Peer.
-// Requests still pending fail with ErrClosed. Close waits for every
-// goroutine of the Peer to end.
+// Close disconnects gracefully with Disconnect-Cause
+// DO_NOT_WANT_TO_TALK_TO_YOU (this side is done with the peer, which
+// should not redial): see Disconnect.
 func (p *Peer) Close(ctx context.Context) error {
-	p.closeO.Do(func() { p.step(input{kind: evClose, note: "closed by the application"}) })
+	return p.Disconnect(ctx, message.DisconnectDoNotWantToTalkToU)
+}
+
+// Disconnect disconnects gracefully: DPR with the given Disconnect-Cause
+// (message.DisconnectRebooting when the process restarts and wants the
+// peer back soon, DisconnectBusy, DisconnectDoNotWantToTalkToU), waits
+// for the DPA up to DPATimeout or ctx, closes the connection and ends the
+// Peer. Requests still pending fail with ErrClosed. It waits for every
+// goroutine of the Peer to end. Only the first Close or Disconnect sends
+// a DPR; later calls wait for the same end.
+func (p *Peer) Disconnect(ctx context.Context, cause uint32) error {
+	p.closeO.Do(func() { p.step(input{kind: evClose, cause: cause, note: "closed by the application"}) })
 	select {
 	case <-p.done:
 	case <-ctx.Done():

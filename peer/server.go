@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
 )
 
@@ -133,8 +134,16 @@ func (s *Server) Peers() []*Peer {
 }
 
 // Close stops accepting, disconnects every peer with DPR/DPA (bounded by
-// ctx and DPATimeout) and waits for them.
+// ctx and DPATimeout; Disconnect-Cause DO_NOT_WANT_TO_TALK_TO_YOU) and
+// waits for them.
 func (s *Server) Close(ctx context.Context) error {
+	return s.Disconnect(ctx, message.DisconnectDoNotWantToTalkToU)
+}
+
+// Disconnect is Close with the Disconnect-Cause of the DPRs:
+// message.DisconnectRebooting when the process restarts and its clients
+// should come back as soon as it does.
+func (s *Server) Disconnect(ctx context.Context, cause uint32) error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
@@ -144,7 +153,7 @@ func (s *Server) Close(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.Close(ctx)
+			p.Disconnect(ctx, cause)
 		}()
 	}
 	wg.Wait()

@@ -144,6 +144,10 @@ func (p *Peer) attemptOpen() {
 	if p.role != RoleClient || p.dialing || p.closing {
 		return
 	}
+	if now := p.mono(); now < p.holdUntil {
+		p.cfg.Logger.Debug("reconnection held off after DPR", "peer", p.Name(), "for", time.Duration(p.holdUntil-now))
+		return
+	}
 	p.dialing = true
 	p.wg.Add(1)
 	go func() {
@@ -273,7 +277,15 @@ func (p *Peer) stepLocked(e input) {
 			return
 		}
 		cause, _ := message.Uint32Of(e.msg, message.DisconnectCause, 0)
-		note := fmt.Sprintf("DPR received (Disconnect-Cause %d)", cause)
+		note := fmt.Sprintf("DPR received (Disconnect-Cause %d %s)", cause, message.DisconnectCauseName(cause))
+		if p.role == RoleClient && p.cfg.DPRHoldOff > 0 && (cause == message.DisconnectBusy || cause == message.DisconnectDoNotWantToTalkToU) {
+			// RFC 6733 5.4.3: do not reconnect to a peer that is busy or
+			// does not want to talk to us; try again after the hold-off.
+			p.holdUntil = e.at + int64(p.cfg.DPRHoldOff)
+			note += fmt.Sprintf(": no reconnection for %v", p.cfg.DPRHoldOff)
+			p.cfg.Logger.Warn("peer disconnected and asked not to reconnect", "peer", p.Name(),
+				"cause", message.DisconnectCauseName(cause), "hold_off", p.cfg.DPRHoldOff)
+		}
 		e.c.mu.Lock()
 		e.c.downNote = note
 		e.c.mu.Unlock()
@@ -292,7 +304,7 @@ func (p *Peer) stepLocked(e input) {
 			p.ended = true
 			return
 		}
-		if err := cur.enqueueLone(withIDs(p.cfg.newDPR(message.DisconnectRebooting), cur.hbh)); err != nil {
+		if err := cur.enqueueLone(withIDs(p.cfg.newDPR(e.cause), cur.hbh)); err != nil {
 			p.ended = true
 			return
 		}
@@ -353,7 +365,7 @@ func (p *Peer) checkIdle() {
 		return
 	}
 	p.publish(EventConnection, "", "", fmt.Sprintf("idle for %v: bringing the connection down", idle.Truncate(time.Second)))
-	p.stepLocked(input{kind: evClose})
+	p.stepLocked(input{kind: evClose, cause: message.DisconnectDoNotWantToTalkToU})
 }
 
 // failPending completes every call still pending on c with err.

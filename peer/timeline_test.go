@@ -168,7 +168,7 @@ func TestRequestTimeout(t *testing.T) {
 }
 
 // A DPR from the peer is answered with a DPA, the connection closes, and
-// the peer is not redialled before Tw.
+// after REBOOTING the peer is redialled at Tw, not before.
 func TestDPRFromPeerNotRedialledBeforeTw(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakePeer("server.example.net")
@@ -184,12 +184,12 @@ func TestDPRFromPeerNotRedialledBeforeTw(t *testing.T) {
 		require.Equal(t, watchdog.Okay, p.State())
 		require.Equal(t, 1, f.dials())
 
-		require.NoError(t, f.sendDPR(1))
+		require.NoError(t, f.sendDPR(0)) // REBOOTING
 		synctest.Wait()
 		assert.Equal(t, watchdog.Down, p.State())
 		conns := rec.ofType(EventConnection)
 		require.NotEmpty(t, conns)
-		assert.Contains(t, conns[len(conns)-1].Reason, "DPR received (Disconnect-Cause 1)")
+		assert.Contains(t, conns[len(conns)-1].Reason, "DPR received (Disconnect-Cause 0 REBOOTING)")
 		f.mu.Lock()
 		assert.Equal(t, 1, f.dpas, "the DPR was answered with a DPA")
 		f.mu.Unlock()

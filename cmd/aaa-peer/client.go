@@ -32,8 +32,8 @@ const clientSynopsis = `usage: aaa-peer client --peer URL [--peer URL...] --orig
        [--mode balance|failover] [--algorithm pearson|hash|direct|round-robin]
        [--max-rate N] [--slot D] [--max-outstanding N] [--queue-alarm HIGH,LOW]
        [--down-timeout D] [--hold-down D] [--test-user NAI] [--keepalive D]
-       [--weight URL=N...] [--events FILE] [--report FILE] [--status ADDR]
-       [--log-level info] [--log-format text|json]
+       [--weight URL=N...] [--dpr-hold-off 5m] [--events FILE] [--report FILE]
+       [--status ADDR] [--log-level info] [--log-format text|json]
 
 Connects to every --peer, waits until one (--wait-peers) is OKAY, then sends Accounting-
 Requests (--app acct) or freeDiameter test_app Test-Requests (--app test)
@@ -85,6 +85,7 @@ type clientOptions struct {
 	algorithm      string
 	weights        stringList
 	waitPeers      int
+	dprHoldOff     time.Duration
 
 	// Server policy (7750 SR) and throttling (ASR5K): off unless set.
 	maxRate        int
@@ -138,6 +139,7 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.holdDown, "hold-down", 0, "policy: an out-of-service server gets nothing for `D`, then one probe (default 30s)")
 	fs.StringVar(&o.testUser, "test-user", "", "policy: probe (and keep alive) servers with a request for this `NAI` instead of a real one")
 	fs.DurationVar(&o.keepAlive, "keepalive", 0, "policy: send the --test-user request to each server every `D` (0: never)")
+	fs.DurationVar(&o.dprHoldOff, "dpr-hold-off", peer.DefaultDPRHoldOff, "after a peer's DPR with Disconnect-Cause BUSY or DO_NOT_WANT_TO_TALK_TO_YOU, do not redial it for `D` (RFC 6733 5.4.3; 0: redial at the next Tw, as after REBOOTING)")
 	fs.Var(&o.weights, "weight", "`URL=N`: balance weight N >= 1 of the --peer URL (pearson); repeat for several; default 1")
 	return fs
 }
@@ -154,6 +156,8 @@ func (o *clientOptions) validate() error {
 		return usagef("--destination-realm is required")
 	case o.tw < watchdog.MinTwinit:
 		return usagef("--tw %v is below the RFC 3539 minimum of %v", o.tw, watchdog.MinTwinit)
+	case o.dprHoldOff < 0:
+		return usagef("--dpr-hold-off must not be negative")
 	case o.rate < 0 || math.IsNaN(o.rate) || math.IsInf(o.rate, 0):
 		return usagef("--rate must be a finite number >= 0")
 	case o.concurrency < 1:
@@ -327,6 +331,10 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		Logger:         log,
 		RequestTimeout: o.timeout,
 		DPATimeout:     shutdownBudget,
+		DPRHoldOff:     o.dprHoldOff,
+	}
+	if o.dprHoldOff == 0 {
+		pcfg.DPRHoldOff = -1 // none
 	}
 	if o.app == "test" {
 		pcfg.VendorApps = []peer.VendorApp{{VendorID: message.VendorTest, AuthAppID: message.AppTest}}

@@ -33,6 +33,7 @@ const serverSynopsis = `usage: aaa-peer server --listen URL [--listen URL...] --
        [--tw 30s] [--allow GLOB...] [--events FILE] [--report FILE]
        [--answer-delay D] [--drop-dwa] [--stall-after N]
        [--dedup memory|redis://host:port/db] [--status ADDR]
+       [--shutdown-cause rebooting|busy|do-not-want-to-talk-to-you]
        [--log-level info] [--log-format text|json]
 
 Accepts Diameter connections and answers Accounting-Requests (application 3)
@@ -46,7 +47,8 @@ first answer again without being applied twice (RFC 3539 2.5, 3.5): the
 --dedup store remembers answers, in memory, or in Redis so that several
 servers share it and a request failed over to another server is not
 applied twice either. SIGTERM or SIGINT
-disconnects every peer (DPR, at most 5 s), writes the report and exits 0.
+disconnects every peer (DPR with --shutdown-cause, at most 5 s), writes the
+report and exits 0.
 
 With --status, an HTTP server shows the server live until it exits: a page
 with each connected peer (and the last ones that ended): watchdog state
@@ -79,6 +81,8 @@ type serverOptions struct {
 	logFormat   string
 	dedup       string
 	status      string
+	shutdown    string
+	cause       uint32 // parsed from shutdown by validate
 }
 
 func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
@@ -96,6 +100,7 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.dropDWA, "drop-dwa", false, "fault: answer DWRs but never send the DWAs (everything else is answered)")
 	fs.Int64Var(&o.stallAfter, "stall-after", 0, "fault: after `N` application requests received in total, stop reading every connection (0: never)")
 	fs.BoolVar(&o.noDelay, "no-delay", false, "disable Nagle on TCP and TLS sockets (RFC 3539 3.2 wants it on)")
+	fs.StringVar(&o.shutdown, "shutdown-cause", "rebooting", "Disconnect-Cause `C` of the DPRs sent on SIGTERM or SIGINT: rebooting (clients redial at once), busy or do-not-want-to-talk-to-you (clients hold off, RFC 6733 5.4.3)")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate `FILE` presented on tls:// listeners")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `FILE` of --tls-cert")
 	fs.StringVar(&o.tlsClientCA, "tls-client-ca", "", "PEM CA `FILE`: when set, tls:// clients must present a certificate it signed (mutual TLS)")
@@ -106,6 +111,16 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 }
 
 func (o *serverOptions) validate() error {
+	switch o.shutdown {
+	case "rebooting":
+		o.cause = message.DisconnectRebooting
+	case "busy":
+		o.cause = message.DisconnectBusy
+	case "do-not-want-to-talk-to-you":
+		o.cause = message.DisconnectDoNotWantToTalkToU
+	default:
+		return usagef("--shutdown-cause %q: want rebooting, busy or do-not-want-to-talk-to-you", o.shutdown)
+	}
 	switch {
 	case len(o.listen) == 0:
 		return usagef("--listen is required")
@@ -403,7 +418,7 @@ func (s *server) closePeers() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := srv.Close(ctx); err != nil {
+			if err := srv.Disconnect(ctx, s.o.cause); err != nil {
 				s.log.Debug("close", "addr", srv.Addr().String(), "err", err)
 			}
 		}()
