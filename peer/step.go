@@ -72,6 +72,11 @@ func (p *Peer) onGrid(base int64, d time.Duration) int64 {
 // the timer was armed, Tw was reset then (RFC 3539 3.4.1 [2]): step
 // "receive non-DWA" and re-arm from that instant instead of expiring.
 func (p *Peer) onTimer() {
+	if p.closing {
+		// A DPR is out: the connection ends with its DPA or DPATimeout,
+		// and a DWR now would only confuse the peer (RFC 6733 5.4).
+		return
+	}
 	for {
 		// Receipts already stepped explicitly (a DWA, a message
 		// while not OKAY) must not count twice: the appendix's REOPEN

@@ -48,7 +48,8 @@ these failovers. Prints one progress line a second:
   t=3s sent=1200 answered=1198 failed=0 pending=2 peers=host1:OKAY,host2:SUSPECT
 sent counts requests issued (sent = answered + failed + pending); an answer
 with Result-Code 2001 is answered, anything else failed. At the end, or on
-SIGTERM or SIGINT, writes the report, disconnects (DPR) and exits 0; exit 1
+SIGTERM or SIGINT, disconnects (DPR with DO_NOT_WANT_TO_TALK_TO_YOU), writes
+the report with the final states and exits 0; exit 1
 if no peer came up or no request reached a peer.
 
 With --status, an HTTP server shows the run live: a page with each peer's
@@ -413,18 +414,21 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	}
 	cancelUp()
+	elapsed := time.Since(began) // the run, not the disconnect
 
+	if err := web.Close(); err != nil {
+		log.Error("status page", "err", err)
+	}
+	// The report comes after the disconnect, so that it shows the states
+	// and counters the peers ended with (DOWN, the last DWR and DPR).
+	c.closeClient()
 	if o.report != "" {
-		r := c.report(ew.Dropped(), time.Since(began))
+		r := c.report(ew.Dropped(), elapsed)
 		if err := writeJSONFile(o.report, r, stdout); err != nil {
 			log.Error("writing report", "err", err)
 			code = 1
 		}
 	}
-	if err := web.Close(); err != nil {
-		log.Error("status page", "err", err)
-	}
-	c.closeClient()
 	if err := ew.Close(); err != nil {
 		log.Error("writing events", "err", err)
 		code = 1

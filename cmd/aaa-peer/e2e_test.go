@@ -41,7 +41,8 @@ func TestServerAndClient(t *testing.T) {
 		if rep.LatencyUS.Max == 0 || rep.LatencyUS.P50 > rep.LatencyUS.P99 || rep.LatencyUS.P99 > rep.LatencyUS.Max {
 			t.Errorf("%s: latency %+v", name, rep.LatencyUS)
 		}
-		if len(rep.Peers) != 1 || rep.Peers[0].Peer != "server1.example.net" || rep.Peers[0].State != "OKAY" ||
+		// The report is written after the disconnect: final states.
+		if len(rep.Peers) != 1 || rep.Peers[0].Peer != "server1.example.net" || rep.Peers[0].State != "DOWN" ||
 			rep.Peers[0].Sent != rep.Sent || rep.Peers[0].Answered != rep.Sent {
 			t.Errorf("%s: peers %+v", name, rep.Peers)
 		}
@@ -118,8 +119,8 @@ func TestDropDWA(t *testing.T) {
 		t.Fatalf("peers %+v", r.report.Peers)
 	}
 	p := r.report.Peers[0]
-	if p.State != "SUSPECT" || p.DWRSent == 0 || p.DWAReceived != 0 {
-		t.Errorf("client peer %+v, want SUSPECT with DWRs sent and no DWA", p)
+	if p.State != "DOWN" || p.DWRSent == 0 || p.DWAReceived != 0 {
+		t.Errorf("client peer %+v, want DOWN (after the disconnect) with DWRs sent and no DWA", p)
 	}
 	if r.report.Sent != 1 || r.report.Answered != 1 {
 		t.Errorf("sent %d answered %d, want 1 1", r.report.Sent, r.report.Answered)
