@@ -26,9 +26,10 @@ import (
 	"github.com/aaatp/aaatp/wire"
 )
 
-const demoSynopsis = `usage: aaa-peer demo [--duration 55s] [--tw 6s] [--rate 200] [--concurrency 2000]
-       [--freeze-at 4s] [--quiet] [--status ADDR] [--log-level error]
-       [--log-format text|json]
+const demoSynopsis = `usage: aaa-peer demo [--protocol diameter] [--duration 55s] [--tw 6s] [--rate 200]
+       [--concurrency 2000] [--freeze-at 4s] [--quiet] [--status ADDR]
+       [--log-level error] [--log-format text|json]
+       aaa-peer demo --protocol radius -h   (the RADIUS/UDP demo and its flags)
 
 A live RFC 3539 failover demo, in this process, on 127.0.0.1: three
 Diameter servers (server1..3.example.net, free ports) that share one
@@ -136,6 +137,14 @@ type demo struct {
 }
 
 func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	proto, args, err := protocolArg(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer demo: %v\n", err)
+		return 2
+	}
+	if proto == "radius" {
+		return runRadiusDemo(ctx, args, stdout, stderr)
+	}
 	var o demoOptions
 	fs := demoFlags(&o, stderr)
 	if code, ok := parseFlags(fs, args); !ok {

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRadiusDemo runs the RADIUS demo with shortened timers and checks the
+// story's order, the summary and the exit code.
+func TestRadiusDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the RADIUS demo takes about 10 s with these flags")
+	}
+	var stdout, stderr syncBuffer
+	began := time.Now()
+	code := runDemo(context.Background(), []string{"--protocol", "radius", "--timeout", "300ms", "--hold-down", "2s",
+		"--burst", "1000", "--burst-rate", "1000"}, &stdout, &stderr)
+	out := stdout.String()
+	t.Logf("took %v; output:\n%s", time.Since(began).Round(100*time.Millisecond), out)
+	if code != 0 {
+		t.Fatalf("exit code %d; stderr:\n%s", code, stderr.String())
+	}
+	rest := out
+	for _, want := range []string{
+		`server1 +unknown -> in-service`,
+		`server1 +hangs`,
+		`server1 +in-service -> out-of-service \(no reply within the down-timeout\)`,
+		`server2 +unknown -> in-service`,
+		`server1 +out-of-service -> probing`,
+		`server1 +probing -> out-of-service \(probe not answered`,
+		`server1 +recovers`,
+		`server1 +out-of-service -> probing`,
+		`server1 +probing -> in-service \(probe answered\)`,
+		`client +1000 Accounting-Stop records released at once`,
+		`accounting burst: 1000 of 1000 answered, 0 failed, over \d+ slots of 50 ms`,
+		`applied twice: 0`,
+		`OK: every request answered or failed with a reason`,
+	} {
+		loc := regexp.MustCompile(want).FindStringIndex(rest)
+		if loc == nil {
+			t.Fatalf("no %q after the previous lines", want)
+		}
+		rest = rest[loc[1]:]
+	}
+	// Down-timeout = 3 x 300 ms after the hang (and the last reply).
+	m := regexp.MustCompile(`(?m)^ *([\d.]+)s  server1 +hangs[\s\S]*?^ *([\d.]+)s  server1 +in-service -> out-of-service`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatal("no hang and out-of-service lines")
+	}
+	if d := atof(m[2]) - atof(m[1]); d < 0.8 || d > 1.3 {
+		t.Errorf("out of service %.1fs after the hang, want about the 0.9 s down-timeout", d)
+	}
+	if !strings.Contains(out, "moved to the next server after 3 attempts") {
+		t.Error("summary lacks the failovers")
+	}
+}
+
+func atof(s string) float64 {
+	f, _ := strconv.ParseFloat(s, 64)
+	return f
+}
+
+func TestRadiusDemoUsage(t *testing.T) {
+	var stdout, stderr syncBuffer
+	if code := runDemo(context.Background(), []string{"--protocol", "snmp"}, &stdout, &stderr); code != 2 {
+		t.Errorf("--protocol snmp: exit %d, want 2", code)
+	}
+	if code := runDemo(context.Background(), []string{"--protocol", "radius", "--hold-down", "1m"}, &stdout, &stderr); code != 2 {
+		t.Errorf("--hold-down 1m: exit %d, want 2", code)
+	}
+	if code := runDemo(context.Background(), []string{"--protocol=radius", "-h"}, &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), "7750 SR") {
+		t.Errorf("-h: exit %d, usage %q", code, stderr.String())
+	}
+}
