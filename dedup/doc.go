@@ -53,7 +53,13 @@
 // Entries live at most [WithMaxAge] (default 4 minutes, the window in which
 // RFC 6733 requires End-to-End Identifiers to stay unique), measured from the
 // first arrival. The in-memory store also keeps at most [WithMaxEntries]
-// entries (default 1<<20), evicting the oldest first in O(1).
+// entries (default 1<<20) and at most [WithMaxBytes] bytes (default 512
+// MiB, counting the answers and [EntryOverhead] per key), evicting the
+// oldest first in O(1). Both stores keep answers of at most
+// [WithMaxAnswerSize] bytes (default 16 KiB): a longer answer is sent but
+// not kept, its request recorded as answered so that it is never applied
+// twice, and a duplicate of it gets [ErrAnswerNotKept] (which [Wrap]
+// answers DIAMETER_UNABLE_TO_COMPLY).
 //
 // # Stores
 //

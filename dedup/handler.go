@@ -19,6 +19,13 @@ type Counters struct {
 	StoreErrs  atomic.Uint64 // requests refused because the store failed
 	Cancelled  atomic.Uint64 // requests dropped because their connection closed first
 	Superseded atomic.Uint64 // handler results discarded: another server owned the request by then
+	// TooLarge counts answers sent but not kept, being over the store's
+	// per-entry limit (they are counted in Applied too).
+	TooLarge atomic.Uint64
+	// NotKept counts duplicates refused with DIAMETER_UNABLE_TO_COMPLY
+	// because the first answer was too large to keep: it cannot be
+	// replayed, and applying the request again would apply it twice.
+	NotKept atomic.Uint64
 }
 
 // KeysOf returns the duplicate keys of a Diameter request: its
@@ -76,7 +83,11 @@ func recordOf(req []byte, originHost string) (AccountingRecord, bool) {
 //
 // If the store fails, the request is answered DIAMETER_TOO_BUSY (3004,
 // E bit) so that the client tries another server, rather than risking a
-// second application. A request whose connection closed before the store
+// second application. An answer over the store's per-entry limit (see
+// WithMaxAnswerSize) is sent but not kept; a duplicate of that request is
+// refused with DIAMETER_UNABLE_TO_COMPLY (5012), a final answer: its
+// answer cannot be replayed, and running h again, here or at another
+// server, could apply it twice. A request whose connection closed before the store
 // answered gets no answer (there is nowhere to send one). counters may be
 // nil.
 func Wrap(s Store, h peer.Handler, counters *Counters) peer.Handler {
@@ -114,6 +125,10 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 				counters.Cancelled.Add(1)
 				return nil
 			}
+			if errors.Is(err, ErrAnswerNotKept) {
+				counters.NotKept.Add(1)
+				return notKeptAnswer(p, req)
+			}
 			counters.StoreErrs.Add(1)
 			return storeDown(p, req, err)
 		}
@@ -130,8 +145,11 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 			return nil
 		}
 		switch err := o.Complete(ans); {
-		case err == nil:
+		case err == nil || errors.Is(err, ErrAnswerTooLarge):
 			counters.Applied.Add(1)
+			if err != nil {
+				counters.TooLarge.Add(1)
+			}
 			if onCommit != nil {
 				onCommit(req, ans)
 			}
@@ -149,8 +167,11 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 			}
 			// The other owner gave up: ours becomes the answer after all.
 			defer o2.Abandon()
-			if o2.Complete(ans) == nil {
+			if err := o2.Complete(ans); err == nil || errors.Is(err, ErrAnswerTooLarge) {
 				counters.Applied.Add(1)
+				if err != nil {
+					counters.TooLarge.Add(1)
+				}
 				if onCommit != nil {
 					onCommit(req, ans)
 				}
@@ -174,4 +195,15 @@ func storeDown(p *peer.Peer, req []byte, err error) []byte {
 		me = p.LocalIdentity()
 	}
 	return message.ErrorAnswer(req, me, message.TooBusy, "duplicate store unavailable: "+err.Error()).Bytes()
+}
+
+// notKeptAnswer is the answer to a duplicate of a request whose answer was too
+// large to keep: DIAMETER_UNABLE_TO_COMPLY, final, so that no other
+// server applies it a second time.
+func notKeptAnswer(p *peer.Peer, req []byte) []byte {
+	var me message.Identity
+	if p != nil {
+		me = p.LocalIdentity()
+	}
+	return message.ErrorAnswer(req, me, message.UnableToComply, "request already applied; its answer was too large to keep").Bytes()
 }

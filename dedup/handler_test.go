@@ -197,3 +197,41 @@ func TestWrapCancelledIsNotAStoreError(t *testing.T) {
 		t.Fatalf("store errors %d cancelled %d", c.StoreErrs.Load(), c.Cancelled.Load())
 	}
 }
+
+// TestWrapAnswerTooLarge: an answer over the per-entry limit is sent and
+// the request counted applied, but not kept; its replay is refused with a
+// final DIAMETER_UNABLE_TO_COMPLY and the handler never runs again.
+func TestWrapAnswerTooLarge(t *testing.T) {
+	var runs atomic.Int32
+	var committed atomic.Int32
+	big := string(make([]byte, 2000))
+	h := func(_ context.Context, _ *peer.Peer, req []byte) []byte {
+		runs.Add(1)
+		return message.NewAnswer(req).ResultCode(message.Success).String(message.ErrorMessage, 0, false, big).Bytes()
+	}
+	var c Counters
+	store := NewMemory(WithMaxAnswerSize(1000))
+	defer store.Close()
+	w := WrapCommit(store, h, func([]byte, []byte) { committed.Add(1) }, &c)
+	ctx := context.Background()
+	first := w(ctx, nil, acrFor(1, 1))
+	if rc, _ := message.ResultCodeOf(first); rc != message.Success || len(first) < 2000 {
+		t.Fatalf("first answer: code %d, %d bytes", rc, len(first))
+	}
+	replay := acrFor(1, 1)
+	wire.SetRetransmit(replay)
+	again := w(ctx, nil, replay)
+	if rc, _ := message.ResultCodeOf(again); rc != message.UnableToComply {
+		t.Fatalf("replay answered %d, want 5012", rc)
+	}
+	if sid, _ := message.StringOf(again, message.SessionID, 0); sid != "nas1;1;7" {
+		t.Fatalf("refusal without the request's Session-Id: %q", sid)
+	}
+	if runs.Load() != 1 || committed.Load() != 1 {
+		t.Fatalf("handler ran %d times, committed %d", runs.Load(), committed.Load())
+	}
+	if c.Applied.Load() != 1 || c.TooLarge.Load() != 1 || c.NotKept.Load() != 1 || c.StoreErrs.Load() != 0 || c.Duplicates.Load() != 0 {
+		t.Fatalf("counters: applied %d too large %d not kept %d store errors %d duplicates %d",
+			c.Applied.Load(), c.TooLarge.Load(), c.NotKept.Load(), c.StoreErrs.Load(), c.Duplicates.Load())
+	}
+}

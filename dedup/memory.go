@@ -16,7 +16,10 @@ import (
 // end of the ring; when a shard is full its oldest entry is evicted, which
 // costs no index work (index entries pointing before the ring's old end are
 // free). The ring and index of a shard double as it fills, up to its share
-// of max entries; each doubling rebuilds that shard's index.
+// of max entries; each doubling rebuilds that shard's index. Each shard
+// also has its share of the memory budget (WithMaxBytes), counting
+// EntryOverhead per entry plus its answer bytes: past it, the oldest
+// entries are evicted the same way.
 //
 // A lookup of a new key reads one cache line of the index (see shard); the
 // default clock is a coarse monotonic one read with an atomic load (see
@@ -40,11 +43,12 @@ type Memory struct {
 var _ ReusingStore = (*Memory)(nil)
 
 // NewMemory returns an in-memory Store. It honours WithMaxEntries,
-// WithMaxAge, WithMarkTTL, WithClock and WithShards.
+// WithMaxBytes, WithMaxAnswerSize, WithMaxAge, WithMarkTTL, WithClock and
+// WithShards.
 func NewMemory(opts ...Option) *Memory {
 	cfg := newConfig(opts)
 	n := 1 << bits.Len(uint(cfg.shards-1)) // round up to a power of two
-	for n > 1 && n > cfg.maxEntries {
+	for n > 1 && (n > cfg.maxEntries || cfg.maxBytes/int64(n) < minShareEntries*(EntryOverhead+int64(cfg.maxAnswer))) {
 		n >>= 1
 	}
 	m := &Memory{
@@ -64,9 +68,19 @@ func NewMemory(opts ...Option) *Memory {
 			limit++
 		}
 		m.shards[i].limit = limit
+		budget := cfg.maxBytes / int64(n)
+		if int64(i) < cfg.maxBytes%int64(n) {
+			budget++
+		}
+		m.shards[i].budget = budget
 	}
 	return m
 }
+
+// minShareEntries is how many entries of the per-entry limit a shard's
+// share of the memory budget holds at least (NewMemory uses fewer shards
+// rather than less).
+const minShareEntries = 16
 
 // slot is one ring entry. A slot whose key is zero is dead. It refers to
 // nothing but its answer: an in-flight mark is the slFlight bit, expiring
@@ -89,6 +103,9 @@ const (
 	// closes. An unwaited mark ends without touching the map: evicting
 	// it reads no more than the ring.
 	slWaited
+	// slNotKept: the request was answered, but its answer was over the
+	// per-entry limit and is not kept (answer is "").
+	slNotKept
 )
 
 // entry is one index entry: a 32-bit tag of the key (0: empty) and the
@@ -125,13 +142,17 @@ type shard struct {
 	hpos  int      // ring index of head
 	live  int      // slots holding a key
 	limit int
-	shift uint8     // log2(len(ring)): seq>>shift is seq's epoch
-	sink  uint32    // see touch
-	slab  []Outcome // see newOutcome
+	// bytes is what the live slots count against budget, the shard's
+	// share of the memory budget: EntryOverhead each plus their answers.
+	bytes  int64
+	budget int64
+	shift  uint8     // log2(len(ring)): seq>>shift is seq's epoch
+	sink   uint32    // see touch
+	slab   []Outcome // see newOutcome
 	// waits holds the channel of each waited slot (slWaited), by
 	// sequence number; nil until a duplicate first waits.
 	waits map[uint32]chan struct{}
-	_     [104]byte // keep shards on separate cache lines (see TestShardSize)
+	_     [88]byte // keep shards on separate cache lines (see TestShardSize)
 }
 
 // touch loads k's first bucket and the ring's old end, the two cache lines
@@ -276,8 +297,18 @@ func (s *shard) land(seq uint32, sl *slot) {
 func (s *shard) kill(seq uint32) {
 	sl := s.at(seq)
 	s.land(seq, sl)
+	s.bytes -= EntryOverhead + int64(len(sl.answer))
 	*sl = slot{}
 	s.live--
+}
+
+// trim evicts the oldest slots while the shard is over its memory budget,
+// but never the slot keep (the one just stored): the shard exceeds its
+// budget by at most that entry.
+func (s *shard) trim(keep uint32) {
+	for s.bytes > s.budget && s.head != keep && s.head != s.tail {
+		s.popHead()
+	}
 }
 
 // remove kills the live slot seq holding k and frees its index entry.
@@ -332,7 +363,11 @@ func (s *shard) insert(k Key, answer string, state uint8, now, maxAge int64) uin
 	s.tail++
 	*s.at(seq) = slot{key: k, answer: answer, born: now, state: state}
 	s.live++
+	s.bytes += EntryOverhead + int64(len(answer))
 	s.indexPut(k, seq)
+	if s.bytes > s.budget {
+		s.trim(seq)
+	}
 	return seq
 }
 
@@ -499,6 +534,9 @@ func (m *Memory) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 			return nil, err
 		}
 	}
+	if o.kind == notKept {
+		return nil, ErrAnswerNotKept
+	}
 	return o, nil
 }
 
@@ -513,7 +551,13 @@ func (m *Memory) BeginInto(ctx context.Context, o *Outcome, keys ...Key) error {
 	}
 	done, left := m.try(o.keys, m.now(), &o)
 	if done != nil {
-		return m.wait(ctx, o.keys, &o, done, left)
+		if err := m.wait(ctx, o.keys, &o, done, left); err != nil {
+			return err
+		}
+	}
+	if o.kind == notKept {
+		*o = Outcome{}
+		return ErrAnswerNotKept
 	}
 	return nil
 }
@@ -547,7 +591,11 @@ func (m *Memory) try(keys []Key, now int64, op **Outcome) (<-chan struct{}, time
 			continue
 		}
 		if sl.state&slFlight == 0 {
-			o.kind, o.answer = Duplicate, []byte(sl.answer)
+			if sl.state&slNotKept != 0 {
+				o.kind = notKept
+			} else {
+				o.kind, o.answer = Duplicate, []byte(sl.answer)
+			}
 			m.unlockAll(idx)
 			return nil, 0
 		}
@@ -608,7 +656,14 @@ func (m *Memory) slotOf(o *Outcome, i int, k Key) (*slot, uint32) {
 }
 
 func (m *Memory) complete(o *Outcome, answer []byte) error {
-	ans := string(answer)
+	var ans string
+	var state uint8
+	tooLarge := len(answer) > m.cfg.maxAnswer
+	if tooLarge {
+		state = slNotKept // a marker: answered, answer not kept
+	} else {
+		ans = string(answer)
+	}
 	var buf [4]int
 	idx := m.lockAll(o.keys, buf[:])
 	lost := false
@@ -617,6 +672,11 @@ func (m *Memory) complete(o *Outcome, answer []byte) error {
 		if sl, seq := m.slotOf(o, i, k); sl != nil {
 			sl.answer = ans
 			s.land(seq, sl)
+			sl.state = state
+			s.bytes += int64(len(ans))
+			if s.bytes > s.budget {
+				s.trim(seq)
+			}
 			continue
 		}
 		if s.find(k) != nil {
@@ -624,11 +684,14 @@ func (m *Memory) complete(o *Outcome, answer []byte) error {
 			continue
 		}
 		// Evicted or expired (and dropped) while in flight: store anew.
-		s.insert(k, ans, 0, m.now(), m.maxAge)
+		s.insert(k, ans, state, m.now(), m.maxAge)
 	}
 	m.unlockAll(idx)
-	if lost {
+	switch {
+	case lost:
 		return ErrMarkLost
+	case tooLarge:
+		return ErrAnswerTooLarge
 	}
 	return nil
 }
@@ -653,6 +716,19 @@ func (m *Memory) Len() int {
 		s := &m.shards[i]
 		s.mu.Lock()
 		n += s.live
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// Bytes returns what the entries held count against the memory budget
+// (see WithMaxBytes), including expired entries not yet dropped.
+func (m *Memory) Bytes() int64 {
+	var n int64
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		n += s.bytes
 		s.mu.Unlock()
 	}
 	return n

@@ -10,6 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 	"unsafe"
+
+	"github.com/aaatp/aaatp/wire"
 )
 
 func complete(t *testing.T, s Store, k Key, body string) {
@@ -616,5 +618,121 @@ func TestMemoryBeginIntoReusesOutcome(t *testing.T) {
 	}
 	if err := s.BeginInto(ctx, &o, RequestKey("c", 999)); err != nil || !o.First() {
 		t.Fatal("a refused BeginInto left a mark", err)
+	}
+}
+
+// TestMemoryByteBudget: the memory budget counts EntryOverhead per entry
+// plus the answer bytes; over it the oldest entries are evicted first,
+// in-flight marks included, and the count goes back to 0 as entries go.
+func TestMemoryByteBudget(t *testing.T) {
+	const answer = 420 // 500 with the overhead
+	s := NewMemory(WithShards(1), WithMaxBytes(10_000), WithMaxAnswerSize(answer), WithMaxEntries(1000))
+	defer s.Close()
+	body := string(make([]byte, answer-wire.HeaderLen))
+	for i := 0; i < 100; i++ {
+		complete(t, s, RequestKey("c", uint32(i)), body)
+		if b := s.Bytes(); b > 10_000 {
+			t.Fatalf("after %d answers Bytes %d > budget 10000", i+1, b)
+		}
+	}
+	if n, b := s.Len(), s.Bytes(); n != 20 || b != 20*(EntryOverhead+answer) {
+		t.Fatalf("Len %d Bytes %d, want 20 entries of %d bytes", n, b, EntryOverhead+answer)
+	}
+	for i := 80; i < 100; i++ { // the newest are kept
+		wantKind(t, begin(t, s, RequestKey("c", uint32(i))), Duplicate)
+	}
+	o := begin(t, s, RequestKey("c", 79)) // the older ones were evicted
+	wantKind(t, o, First)
+	if b := s.Bytes(); b != 19*(EntryOverhead+answer)+EntryOverhead {
+		t.Fatalf("with a mark Bytes %d, want 19 answers and one mark", b)
+	}
+	_ = o.Abandon()
+	if b := s.Bytes(); b != 19*(EntryOverhead+answer) {
+		t.Fatalf("after Abandon Bytes %d", b)
+	}
+
+	// Marks are counted too: 125 of them fill the budget, and completing
+	// one with an answer evicts the oldest marks, waking their waiters.
+	marks := make([]*Outcome, 0, 200)
+	for i := 0; i < 200; i++ {
+		marks = append(marks, begin(t, s, RequestKey("m", uint32(i))))
+		if b := s.Bytes(); b > 10_000 {
+			t.Fatalf("after %d marks Bytes %d > budget", i+1, b)
+		}
+	}
+	if n := s.Len(); n != 10_000/EntryOverhead {
+		t.Fatalf("marks held %d, want %d", n, 10_000/EntryOverhead)
+	}
+	if err := marks[199].Complete(msg(1, 1, body)); err != nil {
+		t.Fatal(err)
+	}
+	if b := s.Bytes(); b > 10_000 {
+		t.Fatalf("after Complete Bytes %d > budget", b)
+	}
+	wantKind(t, begin(t, s, RequestKey("m", 199)), Duplicate)
+	for _, o := range marks {
+		_ = o.Abandon()
+	}
+	if n, b := s.Len(), s.Bytes(); b != int64(n-1)*EntryOverhead+EntryOverhead+answer {
+		t.Fatalf("Len %d Bytes %d: bytes out of step with entries", n, b)
+	}
+}
+
+// TestMemoryByteBudgetManyShards: over many shards the total stays within
+// the budget plus one entry per shard, and the newest entries are kept.
+func TestMemoryByteBudgetManyShards(t *testing.T) {
+	const budget, answer = 1 << 20, 1000
+	s := NewMemory(WithShards(8), WithMaxBytes(budget), WithMaxAnswerSize(answer))
+	defer s.Close()
+	if len(s.shards) != 8 {
+		t.Fatalf("%d shards, want 8", len(s.shards))
+	}
+	body := string(make([]byte, answer-wire.HeaderLen))
+	for i := 0; i < 5000; i++ {
+		complete(t, s, RequestKey("c", uint32(i)), body)
+	}
+	if b := s.Bytes(); b > budget {
+		t.Fatalf("Bytes %d > budget %d", b, budget)
+	}
+	if b := s.Bytes(); b < budget-8*(EntryOverhead+answer) {
+		t.Fatalf("Bytes %d: the budget is not used", b)
+	}
+	for i := 5000 - 500; i < 5000; i++ {
+		wantKind(t, begin(t, s, RequestKey("c", uint32(i))), Duplicate)
+	}
+}
+
+// TestMemoryBudgetLimitsShards: a budget too small for 16 entries of the
+// per-entry limit per shard gets fewer shards, down to one.
+func TestMemoryBudgetLimitsShards(t *testing.T) {
+	for _, tc := range []struct {
+		budget int64
+		answer int
+		want   int
+	}{
+		{DefaultMaxBytes, DefaultMaxAnswerSize, DefaultShards},
+		{1 << 20, DefaultMaxAnswerSize, 2}, // 1 MiB / (16 * 16464 B)
+		{1000, DefaultMaxAnswerSize, 1},
+		{64 * 16 * (EntryOverhead + 100), 100, 64},
+	} {
+		s := NewMemory(WithMaxBytes(tc.budget), WithMaxAnswerSize(tc.answer))
+		if len(s.shards) != tc.want {
+			t.Errorf("budget %d, answers <= %d: %d shards, want %d", tc.budget, tc.answer, len(s.shards), tc.want)
+		}
+		s.Close()
+	}
+}
+
+// TestMemoryAnswerNotKeptCostsOverhead: an answer over the per-entry limit
+// costs only its marker's overhead.
+func TestMemoryAnswerNotKeptCostsOverhead(t *testing.T) {
+	s := NewMemory(WithShards(1), WithMaxAnswerSize(100))
+	defer s.Close()
+	o := begin(t, s, RequestKey("c", 1))
+	if err := o.Complete(msg(1, 1, string(make([]byte, 1000)))); !errors.Is(err, ErrAnswerTooLarge) {
+		t.Fatal(err)
+	}
+	if b := s.Bytes(); b != EntryOverhead {
+		t.Fatalf("Bytes %d, want %d", b, EntryOverhead)
 	}
 }

@@ -16,7 +16,9 @@ import (
 // Redis is a Store kept in Redis, so that several servers behind one realm
 // see each other's entries. Each Key is one Redis string, prefix + hex(Key):
 // "m" + owner token while in flight (SET NX with PX = mark TTL), then
-// "a" + answer bytes (PX = what remains of the max age). Multi-key steps run
+// "a" + answer bytes (PX = what remains of the max age), or "t" alone for
+// a request whose answer was over the per-entry limit (see
+// WithMaxAnswerSize). Multi-key steps run
 // as Lua scripts, so they are atomic; the keys of one request may map to
 // different hash slots, so Redis Cluster is not supported (a single server,
 // or a primary behind Sentinel, is). A duplicate waiting for an in-flight
@@ -34,7 +36,8 @@ type Redis struct {
 var _ Store = (*Redis)(nil)
 
 // NewRedis returns a Store using client. Close does not close client. It
-// honours WithMaxAge, WithMarkTTL, WithKeyPrefix and WithPoll.
+// honours WithMaxAge, WithMarkTTL, WithMaxAnswerSize, WithKeyPrefix and
+// WithPoll.
 func NewRedis(client redis.UniversalClient, opts ...Option) *Redis {
 	var id [8]byte
 	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
@@ -42,16 +45,20 @@ func NewRedis(client redis.UniversalClient, opts ...Option) *Redis {
 }
 
 // claimScript: KEYS are the request's keys; ARGV[1] the owner token, ARGV[2]
-// the mark TTL in ms. Returns {1, answer} if a key holds an answer,
-// {2, pttl} if a key is in flight (pttl of that mark), else marks every key
-// and returns {0}.
+// the mark TTL in ms. Returns {1, answer} if a key holds an answer, {3}
+// if it holds the marker of an answer not kept, {2, pttl} if a key is in
+// flight (pttl of that mark), else marks every key and returns {0}.
 var claimScript = redis.NewScript(`
 local busy = nil
 for _, k in ipairs(KEYS) do
   local v = redis.call('GET', k)
   if v then
-    if string.sub(v, 1, 1) == 'a' then
+    local kind = string.sub(v, 1, 1)
+    if kind == 'a' then
       return {1, string.sub(v, 2)}
+    end
+    if kind == 't' then
+      return {3}
     end
     if not busy then busy = k end
   end
@@ -65,16 +72,16 @@ end
 return {0}
 `)
 
-// completeScript: ARGV[1] token, ARGV[2] answer, ARGV[3] TTL in ms. Stores
-// the answer where the key holds our mark or nothing; returns how many keys
-// were held by someone else.
+// completeScript: ARGV[1] token, ARGV[2] the value to store ("a" +
+// answer, or "t"), ARGV[3] TTL in ms. Stores the value where the key holds
+// our mark or nothing; returns how many keys were held by someone else.
 var completeScript = redis.NewScript(`
 local lost = 0
 local mine = 'm' .. ARGV[1]
 for _, k in ipairs(KEYS) do
   local v = redis.call('GET', k)
   if v == false or v == mine then
-    redis.call('SET', k, 'a' .. ARGV[2], 'PX', ARGV[3])
+    redis.call('SET', k, ARGV[2], 'PX', ARGV[3])
   else
     lost = lost + 1
   end
@@ -146,6 +153,8 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 			s, _ := res[1].(string)
 			o.kind, o.answer = Duplicate, []byte(s)
 			return o, nil
+		case int64(3):
+			return nil, ErrAnswerNotKept
 		}
 		// In flight: sleep the backoff, but not past the mark's expiry.
 		wait := backoff
@@ -177,13 +186,20 @@ func (mk *redisMark) complete(_ *Outcome, answer []byte) error {
 	ttl := r.cfg.maxAge - time.Since(mk.begun)
 	ctx, cancel := r.finishContext()
 	defer cancel()
-	lost, err := completeScript.Run(ctx, r.client, mk.keys,
-		mk.owner, answer, ms(ttl)).Int()
-	if err != nil {
-		return fmt.Errorf("dedup: redis complete: %w", err)
+	tooLarge := len(answer) > r.cfg.maxAnswer
+	value := []byte("t")
+	if !tooLarge {
+		value = append(append(make([]byte, 0, 1+len(answer)), 'a'), answer...)
 	}
-	if lost > 0 {
+	lost, err := completeScript.Run(ctx, r.client, mk.keys,
+		mk.owner, value, ms(ttl)).Int()
+	switch {
+	case err != nil:
+		return fmt.Errorf("dedup: redis complete: %w", err)
+	case lost > 0:
 		return ErrMarkLost
+	case tooLarge:
+		return ErrAnswerTooLarge
 	}
 	return nil
 }

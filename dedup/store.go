@@ -34,6 +34,10 @@ type ReusingStore interface {
 	BeginInto(ctx context.Context, o *Outcome, keys ...Key) error
 }
 
+// EntryOverhead is what the in-memory store counts per key against its
+// memory budget besides the answer bytes: its ring slot and index entries.
+const EntryOverhead = 80
+
 // Kind tells what Begin found.
 type Kind uint8
 
@@ -43,6 +47,9 @@ const (
 	First Kind = iota + 1
 	// Duplicate: reply with Outcome.Answer; do not run the handler.
 	Duplicate
+	// notKept: the stores' internal result for a request answered
+	// without its answer kept; Begin returns ErrAnswerNotKept instead.
+	notKept Kind = 255
 )
 
 func (k Kind) String() string {
@@ -68,6 +75,16 @@ var (
 	ErrNotFirst = errors.New("dedup: Complete on a Duplicate outcome")
 	// ErrFinished: Complete was called after Complete or Abandon.
 	ErrFinished = errors.New("dedup: outcome already completed or abandoned")
+	// ErrAnswerTooLarge: Complete was given an answer longer than the
+	// store's per-entry limit (see WithMaxAnswerSize). The request is
+	// recorded as answered, so that it is never applied again, but its
+	// answer is not kept: send the answer anyway. A duplicate of it then
+	// gets ErrAnswerNotKept from Begin.
+	ErrAnswerTooLarge = errors.New("dedup: answer over the size limit; recorded as answered, answer not kept")
+	// ErrAnswerNotKept: Begin found the request already answered, but its
+	// answer was too large to keep (see ErrAnswerTooLarge): it must not be
+	// applied again and its answer cannot be replayed, so refuse it.
+	ErrAnswerNotKept = errors.New("dedup: request already answered; its answer was too large to keep")
 	// ErrMarkLost: the in-flight mark expired and another request took the
 	// key over before Complete; the answer was not stored for that key.
 	// Send the answer anyway; this only reports that the mark TTL was too
@@ -149,6 +166,8 @@ type Option func(*config)
 
 type config struct {
 	maxEntries int
+	maxBytes   int64
+	maxAnswer  int
 	maxAge     time.Duration
 	markTTL    time.Duration
 	now        func() time.Time
@@ -162,15 +181,24 @@ type config struct {
 // Defaults.
 const (
 	DefaultMaxEntries = 1 << 20
-	DefaultMaxAge     = 4 * time.Minute
-	DefaultMarkTTL    = 10 * time.Second
-	DefaultShards     = 64
-	DefaultKeyPrefix  = "aaatp:dedup:"
+	// DefaultMaxBytes is the in-memory store's default memory budget:
+	// 1M entries (DefaultMaxEntries) of answers averaging about 430 bytes.
+	DefaultMaxBytes = 512 << 20
+	// DefaultMaxAnswerSize is the default per-entry limit: answers longer
+	// than 16 KiB are not kept. Ordinary Diameter answers are well under
+	// 1 KiB; a long answer is mostly a peer echoing a huge Session-Id.
+	DefaultMaxAnswerSize = 16 << 10
+	DefaultMaxAge        = 4 * time.Minute
+	DefaultMarkTTL       = 10 * time.Second
+	DefaultShards        = 64
+	DefaultKeyPrefix     = "aaatp:dedup:"
 )
 
 func newConfig(opts []Option) config {
 	c := config{
 		maxEntries: DefaultMaxEntries,
+		maxBytes:   DefaultMaxBytes,
+		maxAnswer:  DefaultMaxAnswerSize,
 		maxAge:     DefaultMaxAge,
 		markTTL:    DefaultMarkTTL,
 		now:        time.Now,
@@ -192,6 +220,38 @@ func WithMaxEntries(n int) Option {
 	return func(c *config) {
 		if n > 0 {
 			c.maxEntries = n
+		}
+	}
+}
+
+// WithMaxBytes sets the memory budget of the in-memory store (default
+// DefaultMaxBytes, 512 MiB): the bytes of the stored answers plus
+// EntryOverhead per key. Over the budget, the oldest entries are evicted
+// first, as when the store holds max entries. The budget is split evenly
+// between the shards (keys are spread uniformly), and each shard may
+// exceed its share by the one entry it has just stored. The store keeps
+// at most 16 entries' worth of per-entry limit per shard: with a small
+// budget it uses fewer shards (see WithShards). Values < 1 are ignored.
+// Redis bounds memory by TTL and its own maxmemory policy.
+func WithMaxBytes(n int64) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxBytes = n
+		}
+	}
+}
+
+// WithMaxAnswerSize sets the per-entry limit of both stores (default
+// DefaultMaxAnswerSize, 16 KiB): an answer longer than n bytes is not
+// kept. Its Complete stores a small marker instead and returns
+// ErrAnswerTooLarge, so that the request is still never applied twice;
+// a duplicate of it gets ErrAnswerNotKept from Begin (Wrap refuses it
+// with the store-error answer and counts it in Counters.NotKept). Values
+// < 1 are ignored.
+func WithMaxAnswerSize(n int) Option {
+	return func(c *config) {
+		if n > 0 {
+			c.maxAnswer = n
 		}
 	}
 }

@@ -42,6 +42,49 @@ func testStore(t *testing.T, mk storeMaker) {
 	t.Run("AgeExpiryRealTime", func(t *testing.T) { testAgeExpiryRealTime(t, mk) })
 	t.Run("Misuse", func(t *testing.T) { testMisuse(t, mk) })
 	t.Run("ExactlyOneFirst", func(t *testing.T) { testExactlyOneFirst(t, mk) })
+	t.Run("AnswerSizeLimit", func(t *testing.T) { testAnswerSizeLimit(t, mk) })
+}
+
+// testAnswerSizeLimit: an answer at the per-entry limit is kept; one byte
+// more is not (ErrAnswerTooLarge), but the request stays recorded as
+// answered: a duplicate by either key gets ErrAnswerNotKept, never First,
+// until the entry's max age.
+func testAnswerSizeLimit(t *testing.T, mk storeMaker) {
+	s := mk(t, WithMaxAnswerSize(100), WithMaxAge(300*time.Millisecond))
+	ctx := context.Background()
+	atLimit := msg(1, 1, string(make([]byte, 100-wire.HeaderLen)))
+	over := msg(1, 2, string(make([]byte, 101-wire.HeaderLen)))
+
+	k1 := RequestKey("c", 1)
+	o := begin(t, s, k1)
+	if err := o.Complete(atLimit); err != nil {
+		t.Fatalf("Complete at the limit: %v", err)
+	}
+	if d := begin(t, s, k1); d.Kind() != Duplicate || !bytes.Equal(d.Answer(), atLimit) {
+		t.Fatalf("at the limit: %v %d bytes", d.Kind(), len(d.Answer()))
+	}
+
+	k2, acct := RequestKey("c", 2), AccountingRecord{SessionID: "s", RecordType: 2}.Key()
+	o = begin(t, s, k2, acct)
+	if err := o.Complete(over); !errors.Is(err, ErrAnswerTooLarge) {
+		t.Fatalf("Complete over the limit: %v, want ErrAnswerTooLarge", err)
+	}
+	for _, keys := range [][]Key{{k2}, {acct}, {RequestKey("c", 3), acct}} {
+		if o, err := s.Begin(ctx, keys...); !errors.Is(err, ErrAnswerNotKept) {
+			t.Fatalf("duplicate of an answer not kept: %v %v, want ErrAnswerNotKept", o, err)
+		}
+	}
+	if rs, ok := s.(ReusingStore); ok {
+		var o Outcome
+		if err := rs.BeginInto(ctx, &o, k2); !errors.Is(err, ErrAnswerNotKept) || o.Kind() != 0 {
+			t.Fatalf("BeginInto: %v kind %v, want ErrAnswerNotKept", err, o.Kind())
+		}
+	}
+	// The marker lives as long as an answer would.
+	time.Sleep(400 * time.Millisecond)
+	o = begin(t, s, k2)
+	wantKind(t, o, First)
+	_ = o.Abandon()
 }
 
 func begin(t *testing.T, s Store, keys ...Key) *Outcome {

@@ -299,6 +299,8 @@ func TestFlagValidation(t *testing.T) {
 		{"client wait-peers too many", runClient, with(cli, "--wait-peers", "2"), "--wait-peers 2"},
 		{"client peer twice", runClient, with(cli, "--peer", "tcp://127.0.0.1:3868"), "given twice"},
 		{"server bad dedup", runServer, with(srv, "--dedup", "mysql://x"), `--dedup "mysql://x"`},
+		{"server bad dedup budget", runServer, with(srv, "--dedup-max-bytes", "0"), "--dedup-max-bytes must be positive"},
+		{"server bad dedup answer limit", runServer, with(srv, "--dedup-max-answer", "-1"), "--dedup-max-answer must be positive"},
 		{"client slot too short", runClient, with(cli, "--max-rate", "10", "--slot", "10ms"), "--slot 10ms"},
 		{"client bad queue alarm", runClient, with(cli, "--queue-alarm", "5,9"), `--queue-alarm "5,9"`},
 		{"client keepalive without test user", runClient, with(cli, "--keepalive", "10s"), "--keepalive needs --test-user"},

@@ -32,8 +32,8 @@ import (
 const serverSynopsis = `usage: aaa-peer server --listen URL [--listen URL...] --origin-host H --origin-realm R
        [--tw 30s] [--allow GLOB...] [--events FILE] [--report FILE]
        [--answer-delay D] [--drop-dwa] [--stall-after N]
-       [--dedup memory|redis://host:port/db] [--status ADDR]
-       [--shutdown-cause rebooting|busy|do-not-want-to-talk-to-you]
+       [--dedup memory|redis://host:port/db] [--dedup-max-bytes N] [--dedup-max-answer N]
+       [--status ADDR] [--shutdown-cause rebooting|busy|do-not-want-to-talk-to-you]
        [--log-level info] [--log-format text|json]
 
 Accepts Diameter connections and answers Accounting-Requests (application 3)
@@ -80,6 +80,8 @@ type serverOptions struct {
 	logLevel    string
 	logFormat   string
 	dedup       string
+	dedupBytes  int64
+	dedupAnswer int
 	status      string
 	shutdown    string
 	cause       uint32 // parsed from shutdown by validate
@@ -107,6 +109,8 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	logFlags(fs, &o.logLevel, &o.logFormat, "info")
 	statusFlag(fs, &o.status, "logged at info")
 	fs.StringVar(&o.dedup, "dedup", "memory", "duplicate-request `STORE`: memory (this process only) or redis://[user:password@]host:port/db (rediss:// for TLS), shared by every server using it")
+	fs.Int64Var(&o.dedupBytes, "dedup-max-bytes", dedup.DefaultMaxBytes, "memory budget `N` of --dedup memory, in bytes: answers plus 80 per key; over it the oldest entries go first")
+	fs.IntVar(&o.dedupAnswer, "dedup-max-answer", dedup.DefaultMaxAnswerSize, "answers longer than `N` bytes are sent but not kept by the --dedup store; a duplicate of such a request is refused DIAMETER_UNABLE_TO_COMPLY (5012), never applied again")
 	return fs
 }
 
@@ -134,6 +138,10 @@ func (o *serverOptions) validate() error {
 		return usagef("--answer-delay must not be negative")
 	case o.stallAfter < 0:
 		return usagef("--stall-after must not be negative")
+	case o.dedupBytes < 1:
+		return usagef("--dedup-max-bytes must be positive")
+	case o.dedupAnswer < 1:
+		return usagef("--dedup-max-answer must be positive")
 	case o.dedup != "memory" && !strings.HasPrefix(o.dedup, "redis://") && !strings.HasPrefix(o.dedup, "rediss://"):
 		return usagef("--dedup %q: want memory or redis://host:port/db", o.dedup)
 	}
@@ -184,11 +192,13 @@ type serverReport struct {
 	Received      uint64       `json:"received"`      // application requests, duplicates included
 	Retransmitted uint64       `json:"retransmitted"` // of those, with the T flag (replays after a client's failover)
 	Applied       uint64       `json:"applied"`       // of those, applied: answered and committed to the --dedup store (once per request)
-	Answered      uint64       `json:"answered"`      // answers sent: applied + duplicates + store_errors + superseded
+	Answered      uint64       `json:"answered"`      // answers sent: applied + duplicates + store_errors + superseded + not_kept
 	Duplicates    uint64       `json:"duplicates"`    // answered from the --dedup store, not applied again
 	StoreErrors   uint64       `json:"store_errors"`  // refused DIAMETER_TOO_BUSY: the --dedup store failed
 	Cancelled     uint64       `json:"cancelled"`     // not answered: the connection closed before the store answered
 	Superseded    uint64       `json:"superseded"`    // handled here, but another server committed it first (we stalled): answered with its answer
+	TooLarge      uint64       `json:"too_large"`     // of the applied, answers over --dedup-max-answer: sent, not kept
+	NotKept       uint64       `json:"not_kept"`      // duplicates of those, refused DIAMETER_UNABLE_TO_COMPLY
 	Dedup         string       `json:"dedup"`         // the --dedup store (password elided)
 	EventsDropped uint64       `json:"events_dropped"`
 	Peers         []peer.Stats `json:"peers"`
@@ -235,7 +245,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 		if strings.HasPrefix(o.dedup, "redis") {
 			redis.SetLogger(redisLog{log}) // process-wide: this is main
 		}
-		st, err := dedup.Open(o.dedup)
+		st, err := dedup.Open(o.dedup, dedup.WithMaxBytes(o.dedupBytes), dedup.WithMaxAnswerSize(o.dedupAnswer))
 		if err != nil {
 			fmt.Fprintf(stderr, "aaa-peer server: --dedup %s: %v\n", redactURL(o.dedup), err)
 			return 2
@@ -432,11 +442,11 @@ func (s *server) report(dropped uint64) serverReport {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	applied, dups, serrs := s.dd.Applied.Load(), s.dd.Duplicates.Load(), s.dd.StoreErrs.Load()
-	sup := s.dd.Superseded.Load()
+	sup, notKept := s.dd.Superseded.Load(), s.dd.NotKept.Load()
 	r := serverReport{
 		Received: s.dd.Received.Load(), Retransmitted: s.retransmitted.Load(),
-		Applied: applied, Answered: applied + dups + serrs + sup, Duplicates: dups, StoreErrors: serrs,
-		Cancelled: s.dd.Cancelled.Load(), Superseded: sup,
+		Applied: applied, Answered: applied + dups + serrs + sup + notKept, Duplicates: dups, StoreErrors: serrs,
+		Cancelled: s.dd.Cancelled.Load(), Superseded: sup, TooLarge: s.dd.TooLarge.Load(), NotKept: notKept,
 		Dedup:         redactURL(s.o.dedup),
 		EventsDropped: dropped, Peers: append([]peer.Stats{}, s.ended...),
 	}
@@ -491,7 +501,7 @@ func (s *server) snapshot(bound []string) status.Snapshot {
 		Role: status.RoleServer, Peers: rows,
 		Identity: status.Identity{OriginHost: s.o.originHost, OriginRealm: s.o.originRealm, Listen: bound, Started: s.started, Info: info},
 		Totals: status.Totals{
-			Received: s.dd.Received.Load(), Answered: applied + dups + serrs + sup,
+			Received: s.dd.Received.Load(), Answered: applied + dups + serrs + sup + s.dd.NotKept.Load(),
 			Retransmitted: s.retransmitted.Load(), Duplicates: dups,
 		},
 	}
