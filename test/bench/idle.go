@@ -5,15 +5,18 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 )
 
@@ -30,7 +33,7 @@ const idleServerEnv = "AAATP_BENCH_IDLE_SERVER"
 // harness's doing: a CPU window starts after it and ends before it); at
 // EOF it closes the server and returns.
 func idleServer(in io.Reader, out io.Writer) error {
-	raiseNoFile(200_000)
+	raiseNoFile(200_000) // as far as the hard limit allows
 	tw, err := time.ParseDuration(os.Getenv(idleServerEnv))
 	if err != nil {
 		return err
@@ -78,6 +81,7 @@ type serverStat struct {
 
 type idleResult struct {
 	peers                  int
+	wanted, fdLimit        int // large run: the peers asked for, RLIMIT_NOFILE in force
 	clientKiBPerPeer       float64
 	serverKiBPerPeer       float64
 	clientHeapStackPerPeer float64 // KiB of Go heap in use + stacks
@@ -90,11 +94,15 @@ type idleResult struct {
 	dwrExchanges           uint64  // DWRs sent by either side during the window
 }
 
-// measureIdle connects o.IdlePeers client peers (peer.Dial, Tw o.IdleTw)
+// measureIdle connects n client peers (peer.Dial, Tw o.IdleTw)
 // to one aaatp server running in a child process, then measures RSS per
 // peer on each side and the CPU of both over o.IdleWindow seconds of
 // idleness (watchdog traffic only).
-func measureIdle(o Options) (*idleResult, error) {
+//
+// Past 20,000 peers the client peers dial from several loopback source
+// addresses (127.0.0.1, 127.0.0.2, ...; 20,000 peers each), since one
+// source address has only about 28,000 ephemeral ports.
+func measureIdle(o Options, n int) (*idleResult, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -164,18 +172,22 @@ func measureIdle(o Options) (*idleResult, error) {
 	rss0 := rssKiB()
 	g0 := runtime.NumGoroutine()
 
-	res := &idleResult{peers: o.IdlePeers, window: secs(o.IdleWindow)}
-	peers := make([]*peer.Peer, 0, o.IdlePeers)
+	res := &idleResult{peers: n, window: secs(o.IdleWindow)}
+	peers := make([]*peer.Peer, 0, n)
 	defer func() { closePeers(peers) }()
 	t0 := time.Now()
 	const wave = 500 // dial in waves: the accept backlog is finite
-	for len(peers) < o.IdlePeers {
-		batch := min(wave, o.IdlePeers-len(peers))
+	for len(peers) < n {
+		batch := min(wave, n-len(peers))
 		start := len(peers)
 		for i := range batch {
-			p, err := peer.Dial("tcp://"+addr, peer.Config{
-				OriginHost: fmt.Sprintf("idle%05d.example.net", start+i), OriginRealm: "example.net",
-				Logger: quiet, Watchdog: watchdog.Config{Twinit: tw}})
+			cfg := peer.Config{
+				OriginHost: fmt.Sprintf("idle%06d.example.net", start+i), OriginRealm: "example.net",
+				Logger: quiet, Watchdog: watchdog.Config{Twinit: tw}}
+			if n > perSourceAddr {
+				cfg.Dialer = dialFrom(net.IPv4(127, 0, 0, byte(1+(start+i)/perSourceAddr)), cfg.Transport)
+			}
+			p, err := peer.Dial("tcp://"+addr, cfg)
 			if err != nil {
 				return nil, err
 			}
@@ -185,7 +197,7 @@ func measureIdle(o Options) (*idleResult, error) {
 		for _, p := range peers[start:] {
 			if err := p.WaitState(ctx, watchdog.Okay); err != nil {
 				cancel()
-				return nil, fmt.Errorf("peer %d of %d not OKAY: %w", len(peers), o.IdlePeers, err)
+				return nil, fmt.Errorf("peer %d of %d not OKAY: %w", len(peers), n, err)
 			}
 		}
 		cancel()
@@ -219,8 +231,8 @@ func measureIdle(o Options) (*idleResult, error) {
 	res.serverCPUPct = round(100*float64(s2.cpu-s1.cpuAfterGC)/float64(wall), 3)
 	res.cpuPct = round(res.clientCPUPct+res.serverCPUPct, 3)
 	res.dwrExchanges = (dwr1 - dwr0) + (s2.dwrSent - s1.dwrSent)
-	if s2.peers != o.IdlePeers {
-		return nil, fmt.Errorf("server holds %d peers, want %d", s2.peers, o.IdlePeers)
+	if s2.peers != n {
+		return nil, fmt.Errorf("server holds %d peers, want %d", s2.peers, n)
 	}
 
 	runtime.GC()
@@ -231,11 +243,11 @@ func measureIdle(o Options) (*idleResult, error) {
 			return nil, err
 		}
 	}
-	n := float64(o.IdlePeers)
-	res.clientKiBPerPeer = round((rssKiB()-rss0)/n, 2)
-	res.serverKiBPerPeer = round((s2.rssKiB-s0.rssKiB)/n, 2)
-	res.clientHeapStackPerPeer = round((float64(m1.HeapInuse+m1.StackInuse)-float64(m0.HeapInuse+m0.StackInuse))/1024/n, 2)
-	res.goroutinesPerPeer = round(float64(runtime.NumGoroutine()-g0)/n, 2)
+	fn := float64(n)
+	res.clientKiBPerPeer = round((rssKiB()-rss0)/fn, 2)
+	res.serverKiBPerPeer = round((s2.rssKiB-s0.rssKiB)/fn, 2)
+	res.clientHeapStackPerPeer = round((float64(m1.HeapInuse+m1.StackInuse)-float64(m0.HeapInuse+m0.StackInuse))/1024/fn, 2)
+	res.goroutinesPerPeer = round(float64(runtime.NumGoroutine()-g0)/fn, 2)
 
 	closePeers(peers)
 	peers = nil
@@ -245,6 +257,38 @@ func measureIdle(o Options) (*idleResult, error) {
 		return nil, fmt.Errorf("idle server: %w", err)
 	}
 	return res, nil
+}
+
+// perSourceAddr is how many idle peers dial from one source address.
+const perSourceAddr = 20_000
+
+// dialFrom is a peer.Config.Dialer binding the local address ip. The
+// port is left to connect (IP_BIND_ADDRESS_NO_PORT), which may reuse one
+// for another destination and does not stop at the half of the range a
+// bind to port 0 picks from.
+func dialFrom(ip net.IP, opts transport.Options) func(ctx context.Context, url string) (transport.Conn, error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}, Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) {
+			const ipBindAddressNoPort = 24 // linux/in.h
+			serr = syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, ipBindAddressNoPort, 1)
+		})
+		if err != nil {
+			return err
+		}
+		return serr
+	}}
+	return func(ctx context.Context, url string) (transport.Conn, error) {
+		u, err := transport.ParseURL(url)
+		if err != nil {
+			return nil, err
+		}
+		c, err := d.DialContext(ctx, "tcp", u.Address())
+		if err != nil {
+			return nil, err
+		}
+		return transport.NewStreamConn(c, "tcp", opts), nil
+	}
 }
 
 // closePeers closes peers (DPR/DPA), many at a time.

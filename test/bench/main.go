@@ -36,7 +36,7 @@ func main() {
 	}
 	quick := flag.Bool("quick", false, "short run for CI (about 30 s; 1k idle peers, 100k dedup entries); asserts no speed")
 	jsonOut := flag.String("json", "", "also write the numbers as JSON to this `file`")
-	only := flag.String("only", "", "profiling aid: run one `section` only (roundtrip, idle, failover, micro, xproc); no JSON")
+	only := flag.String("only", "", "profiling aid: run one `section` only (roundtrip, idle, idlebig, failover, micro, xproc); no JSON")
 	aaaPeer := flag.String("aaa-peer", "", "cross-process pairs: run this aaa-peer `binary` instead of building ./cmd/aaa-peer (to compare builds)")
 	pairs := flag.String("pairs", "", "cross-process pairs: run only these (and not the memory run), comma-separated `CLIENT+SERVER` (clients aaa-peer, raw, godiameter, pingpong; servers aaa-peer, raw, rawinline, godiameter, freediameter)")
 	xruns := flag.Int("xruns", 0, "cross-process pairs: runs of each pair (default 3, 1 with --quick)")
@@ -100,6 +100,7 @@ type Options struct {
 	FailoverPending int
 	FailoverRuns    int
 	IdlePeers       int
+	IdlePeersBig    int     // a second idle run with this many peers (0: none)
 	IdleTw          float64 // seconds
 	IdleWindow      float64 // seconds of idle CPU measurement
 	DedupEntries    int
@@ -119,7 +120,7 @@ type Options struct {
 func fullOptions() Options {
 	return Options{Name: "full", RoundTrip: 3, Warmup: 0.5, Callers: []int{1, 16, 256},
 		FailoverPending: 10_000, FailoverRuns: 5,
-		IdlePeers: 10_000, IdleTw: 30, IdleWindow: 30,
+		IdlePeers: 10_000, IdlePeersBig: 100_000, IdleTw: 30, IdleWindow: 30,
 		DedupEntries: 1 << 20,
 		XRuns:        3, XDuration: 8, XDuration1: 4, XMemory: true}
 }
@@ -142,6 +143,16 @@ type Report struct {
 	DedupNs            float64 `json:"dedup_ns"`
 	DedupBytesPerEntry float64 `json:"dedup_bytes_per_entry"`
 	CrossProcess       []XCell `json:"cross_process"`
+	// IdleBig is the large idle run (100k peers), absent in quick mode.
+	IdleBig *IdleFigures `json:"idle_big,omitempty"`
+}
+
+// IdleFigures are one idle run's per-peer RSS and CPU (both processes).
+type IdleFigures struct {
+	Peers            int     `json:"peers"`
+	ClientKiBPerPeer float64 `json:"client_kib_per_peer"`
+	ServerKiBPerPeer float64 `json:"server_kib_per_peer"`
+	CPUPct           float64 `json:"cpu_pct"`
 }
 
 // Cell is one (impl, callers) measurement.
@@ -158,13 +169,24 @@ type Cell struct {
 // run measures everything, prints the markdown report to w and writes the
 // JSON to jsonPath when it is not empty.
 func run(o Options, w io.Writer, jsonPath string) (*Report, error) {
-	raiseNoFile(o.IdlePeers + 1024)
+	fdLimit := raiseNoFile(max(o.IdlePeers, o.IdlePeersBig) + fdHeadroom)
 	printHeader(w, o)
 	var rep Report
 	// Idle peers first: the RSS baseline is cleanest in a young process.
-	idle, err := measureIdle(o)
+	idle, err := measureIdle(o, o.IdlePeers)
 	if err != nil {
 		return nil, fmt.Errorf("idle peers: %w", err)
+	}
+	var idleBig *idleResult
+	if o.IdlePeersBig > 0 {
+		big := min(o.IdlePeersBig, fdLimit-fdHeadroom)
+		fmt.Fprintf(os.Stderr, "bench: %d idle peers (RLIMIT_NOFILE %d)\n", big, fdLimit)
+		if idleBig, err = measureIdle(o, big); err != nil {
+			return nil, fmt.Errorf("%d idle peers: %w", big, err)
+		}
+		idleBig.wanted, idleBig.fdLimit = o.IdlePeersBig, fdLimit
+		rep.IdleBig = &IdleFigures{Peers: idleBig.peers, ClientKiBPerPeer: idleBig.clientKiBPerPeer,
+			ServerKiBPerPeer: idleBig.serverKiBPerPeer, CPUPct: idleBig.cpuPct}
 	}
 	rt, pp, err := measureRoundTrips(o, w)
 	if err != nil {
@@ -195,7 +217,7 @@ func run(o Options, w io.Writer, jsonPath string) (*Report, error) {
 	rep.PickNs = pick.knownNs
 	rep.DedupNs = dd.beginIntoNs
 	rep.DedupBytesPerEntry = dd.bytesPerEntry
-	printReport(w, o, &rep, pp, fo, idle, pick, dd, xp)
+	printReport(w, o, &rep, pp, fo, idle, idleBig, pick, dd, xp)
 	if jsonPath != "" {
 		b, err := json.MarshalIndent(&rep, "", "  ")
 		if err != nil {
@@ -210,7 +232,7 @@ func run(o Options, w io.Writer, jsonPath string) (*Report, error) {
 
 // runOnly runs one section and prints its raw numbers (a profiling aid).
 func runOnly(o Options, section string, w io.Writer) error {
-	raiseNoFile(o.IdlePeers + 1024)
+	fdLimit := raiseNoFile(max(o.IdlePeers, o.IdlePeersBig) + fdHeadroom)
 	var v any
 	var err error
 	switch section {
@@ -220,7 +242,9 @@ func runOnly(o Options, section string, w io.Writer) error {
 		cells, pp, err = measureRoundTrips(o, w)
 		v = append([]Cell{pp}, cells...)
 	case "idle":
-		v, err = measureIdle(o)
+		v, err = measureIdle(o, o.IdlePeers)
+	case "idlebig":
+		v, err = measureIdle(o, min(max(o.IdlePeersBig, o.IdlePeers), fdLimit-fdHeadroom))
 	case "failover":
 		v, err = measureFailover(o)
 	case "xproc":
@@ -243,7 +267,7 @@ func runOnly(o Options, section string, w io.Writer) error {
 			v = []any{*p, *d} // the values, not their addresses
 		}
 	default:
-		return fmt.Errorf("--only %q: want roundtrip, idle, failover, micro or xproc", section)
+		return fmt.Errorf("--only %q: want roundtrip, idle, idlebig, failover, micro or xproc", section)
 	}
 	if err != nil {
 		return err

@@ -1,16 +1,20 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/aaatp/aaatp/transport"
 )
 
 func TestMain(m *testing.M) {
@@ -154,5 +158,33 @@ func TestMedianAndSpread(t *testing.T) {
 	}
 	if s := spread([]float64{3, 1, 2}, "%.0f"); s != "2 (1-3)" {
 		t.Fatalf("spread %q", s)
+	}
+}
+
+// TestDialFrom: the large idle run's dialer connects from the loopback
+// address it is given.
+func TestDialFrom(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	dial := dialFrom(net.IPv4(127, 0, 0, 3), transport.Options{})
+	c, err := dial(context.Background(), "tcp://"+ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if ip := c.LocalAddr().(*net.TCPAddr).IP; !ip.Equal(net.IPv4(127, 0, 0, 3)) {
+		t.Fatalf("dialed from %v, want 127.0.0.3", ip)
 	}
 }

@@ -30,7 +30,7 @@ func find(cells []Cell, impl string, callers int) (Cell, bool) {
 	return Cell{}, false
 }
 
-func printReport(w io.Writer, o Options, rep *Report, pp Cell, fo *failoverResult, idle *idleResult, pick *pickResult, dd *dedupResult, xp *xprocResult) {
+func printReport(w io.Writer, o Options, rep *Report, pp Cell, fo *failoverResult, idle, idleBig *idleResult, pick *pickResult, dd *dedupResult, xp *xprocResult) {
 	fmt.Fprintf(w, "## Round trips (ACR %d B / ACA %d B, one connection, %.1f s per row)\n\n", len(benchcmp.ACR()), len(benchcmp.ACA()), o.RoundTrip)
 	fmt.Fprintln(w, "| impl | callers | answers/s | p50 us | p99 us | cpu us/req | allocs/req |")
 	fmt.Fprintln(w, "|------|--------:|----------:|-------:|-------:|-----------:|-----------:|")
@@ -80,6 +80,11 @@ func printReport(w io.Writer, o Options, rep *Report, pp Cell, fo *failoverResul
 	fmt.Fprintf(w, "| failover of %.0f pending (ms, mean of %d; min %.2f, max %.2f) | %.2f | <= 20 | %s |\n", fo.pending, len(fo.runs), fo.minMs, fo.maxMs, fo.meanMs, verdict(fo.meanMs <= 20))
 	fmt.Fprintf(w, "| %d idle client peers: RSS per peer (KiB) | %.2f | <= 16 | %s |\n", idle.peers, idle.clientKiBPerPeer, verdict(idle.clientKiBPerPeer <= 16))
 	fmt.Fprintf(w, "| %d idle peers: CPU, client + server (%% of a core) | %.3f | < 2 | %s |\n", idle.peers, idle.cpuPct, verdict(idle.cpuPct < 2))
+	if idleBig != nil {
+		fmt.Fprintf(w, "| %d idle client peers: RSS per peer (KiB) | %.2f | (%d peers: %.2f) | |\n", idleBig.peers, idleBig.clientKiBPerPeer, idle.peers, idle.clientKiBPerPeer)
+		fmt.Fprintf(w, "| %d idle peers: server RSS per accepted peer (KiB) | %.2f | (%d peers: %.2f) | |\n", idleBig.peers, idleBig.serverKiBPerPeer, idle.peers, idle.serverKiBPerPeer)
+		fmt.Fprintf(w, "| %d idle peers: CPU, client + server (%% of a core) | %.3f | (%d peers: %.3f) | |\n", idleBig.peers, idleBig.cpuPct, idle.peers, idle.cpuPct)
+	}
 	fmt.Fprintf(w, "| Pick, 30-byte NAI + known Session-Id, 8 servers (ns) | %.1f | <= 100 | %s |\n", pick.knownNs, verdict(pick.knownNs <= 100))
 	fmt.Fprintf(w, "| dedup lookup + insert (BeginInto, as Wrap), %d entries (ns) | %.1f | <= 250 | %s |\n", dd.entries, dd.beginIntoNs, verdict(dd.beginIntoNs <= 250))
 	fmt.Fprintf(w, "| dedup bytes per entry, %d entries, %d-byte ACA stored | %.1f | <= 200 | %s |\n", dd.entries, dd.answerLen, dd.bytesPerEntry, verdict(dd.bytesPerEntry <= 200))
@@ -92,6 +97,15 @@ func printReport(w io.Writer, o Options, rep *Report, pp Cell, fo *failoverResul
 		"CPU over %v idle: client %.3f%%, server %.3f%% of a core, %d DWRs sent in the window (about peers x window / Tw expected).\n",
 		o.IdleTw, idle.connectTime.Round(1e6), idle.clientKiBPerPeer, idle.clientHeapStackPerPeer, idle.goroutinesPerPeer, idle.serverKiBPerPeer,
 		idle.window, idle.clientCPUPct, idle.serverCPUPct, idle.dwrExchanges)
+	if idleBig != nil {
+		fmt.Fprintf(w, "Idle peers, large run: %d client peers dialing from %d loopback source addresses (127.0.0.1 up, %d each), the same server child; connected in %v; client RSS %.2f KiB/peer (heap + stacks %.2f KiB/peer), server RSS %.2f KiB/peer; CPU over %v idle: client %.3f%%, server %.3f%% of a core, %d DWRs in the window.\n",
+			idleBig.peers, (idleBig.peers+perSourceAddr-1)/perSourceAddr, perSourceAddr, idleBig.connectTime.Round(1e6), idleBig.clientKiBPerPeer, idleBig.clientHeapStackPerPeer,
+			idleBig.serverKiBPerPeer, idleBig.window, idleBig.clientCPUPct, idleBig.serverCPUPct, idleBig.dwrExchanges)
+		if idleBig.peers < idleBig.wanted {
+			fmt.Fprintf(w, "The large idle run has %d peers, not %d: RLIMIT_NOFILE is %d in this process and its hard limit cannot be raised here (no CAP_SYS_RESOURCE); each process holds one socket per peer.\n",
+				idleBig.peers, idleBig.wanted, idleBig.fdLimit)
+		}
+	}
 	printMemory(w, xp)
 	fmt.Fprintf(w, "Failover: client.Client PrimarySecondary, from the primary's connection close to the last pending request written on the alternate (as client.BenchmarkFailover10k).\n")
 	fmt.Fprintf(w, "Pick: NAI only %.1f ns; NAI + known Session-Id %.1f ns (%.0f allocs/op; the JSON figure).\n", pick.naiOnlyNs, pick.knownNs, pick.allocs)

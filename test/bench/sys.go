@@ -47,22 +47,31 @@ func statusKiB(path, field string) float64 {
 }
 
 // raiseNoFile raises RLIMIT_NOFILE to at least n (the hard limit too when
-// allowed, else up to the hard limit).
-func raiseNoFile(n int) {
+// allowed, else up to the hard limit) and returns the soft limit now in
+// force. Raising the hard limit needs CAP_SYS_RESOURCE.
+func raiseNoFile(n int) int {
 	var rl syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
-		return
+		return 0
 	}
 	want := uint64(n)
 	if rl.Cur >= want {
-		return
+		return int(rl.Cur)
 	}
 	nl := syscall.Rlimit{Cur: want, Max: max(rl.Max, want)}
 	if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &nl) != nil {
 		nl = syscall.Rlimit{Cur: rl.Max, Max: rl.Max}
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &nl)
 	}
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0
+	}
+	return int(rl.Cur)
 }
+
+// fdHeadroom is what a process keeps free of RLIMIT_NOFILE besides its
+// peers' sockets (listeners, pipes, the runtime's own).
+const fdHeadroom = 1024
 
 func cpuModel() string {
 	b, err := os.ReadFile("/proc/cpuinfo")
