@@ -129,7 +129,9 @@ func freePort(t *testing.T) int {
 }
 
 // startFreeRADIUS runs freeradius -f -X on a free loopback port until the
-// test ends.
+// test ends. The port is free when chosen but may be taken (by another
+// test's outgoing connection) before freeradius binds it: then it tries
+// another.
 func startFreeRADIUS(t *testing.T) *freeradius {
 	t.Helper()
 	bin, err := exec.LookPath("freeradius")
@@ -139,6 +141,18 @@ func startFreeRADIUS(t *testing.T) *freeradius {
 		}
 		t.Skip("freeradius not installed")
 	}
+	for attempt := 1; ; attempt++ {
+		f, ok := tryFreeRADIUS(t, bin)
+		if ok {
+			return f
+		}
+		if attempt == 5 {
+			t.Fatalf("freeradius did not start in 5 attempts:\n%s", tail(f.log.String(), 40))
+		}
+	}
+}
+
+func tryFreeRADIUS(t *testing.T, bin string) (*freeradius, bool) {
 	dir := t.TempDir()
 	port := freePort(t)
 	conf := strings.NewReplacer("{{DIR}}", dir, "{{SECRET}}", secret, "{{PORT}}", fmt.Sprint(port)).Replace(radiusdConf)
@@ -151,22 +165,33 @@ func startFreeRADIUS(t *testing.T) *freeradius {
 	if err := f.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	exited := make(chan struct{})
+	go func() { _ = f.cmd.Wait(); close(exited) }()
+	stop := func() {
 		_ = f.cmd.Process.Signal(syscall.SIGCONT)
 		_ = f.cmd.Process.Kill()
-		_ = f.cmd.Wait()
-		if t.Failed() {
-			t.Logf("freeradius log (tail):\n%s", tail(f.log.String(), 60))
-		}
-	})
+		<-exited
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(f.log.String(), "Ready to process requests") {
+		select {
+		case <-exited:
+			return f, false // e.g. the port was taken meanwhile
+		default:
+		}
 		if time.Now().After(deadline) {
+			stop()
 			t.Fatalf("freeradius not ready after 10 s:\n%s", tail(f.log.String(), 40))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return f
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("freeradius log (tail):\n%s", tail(f.log.String(), 60))
+		}
+	})
+	return f, true
 }
 
 func tail(s string, n int) string {
