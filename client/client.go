@@ -113,9 +113,10 @@ type Config struct {
 	Throttle *Throttle
 	// FailoverLog is how many failover records the Client keeps. Default 256.
 	FailoverLog int
-	// Events receives the events of every peer and the Client's failover
-	// records. Default: a new Bus.
-	Events *peer.Bus
+	// Events receives the events of every peer (EventPeer) and the
+	// Client's own: failover records, balancer rebuilds, policy states,
+	// queue alarms, connection slots. Default: a new Bus.
+	Events *Bus
 }
 
 type member struct {
@@ -145,7 +146,7 @@ type Client struct {
 	byName  map[string]*member
 	bal     *loadbalance.Balancer // Balance mode
 	rr      atomic.Uint64
-	events  *peer.Bus
+	events  *Bus
 	cancels []func()
 
 	mu      sync.Mutex
@@ -180,7 +181,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.MinConnectionAge = peer.BringDownInterval
 	}
 	if cfg.Events == nil {
-		cfg.Events = peer.NewBus()
+		cfg.Events = NewBus()
 	}
 	c := &Client{cfg: cfg, events: cfg.Events, byName: map[string]*member{}}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -286,8 +287,8 @@ func (c *Client) memberOf(p *peer.Peer) *member {
 	return nil
 }
 
-// Events returns the bus with every peer's events and the failover records.
-func (c *Client) Events() *peer.Bus { return c.events }
+// Events returns the bus of the Client's events (Config.Events).
+func (c *Client) Events() *Bus { return c.events }
 
 // Peers returns the peers in configured order.
 func (c *Client) Peers() []*peer.Peer {
@@ -452,14 +453,11 @@ func (c *Client) unpark() {
 // onPeerEvent runs on the peer's goroutines: keep the balancer's view and
 // wake parked calls.
 func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.Event) {
-	c.events.Publish(e)
-	if e.Type != peer.EventWatchdog {
+	c.events.Publish(Event{Time: e.Time, Server: m.spec.Name, Kind: EventPeer, Peer: &e, Reason: e.Reason})
+	if e.Kind != peer.EventWatchdog {
 		return
 	}
-	to, err := watchdog.ParseState(e.To)
-	if err != nil {
-		return
-	}
+	to := e.To
 	if c.bal != nil {
 		st := loadbalance.Down
 		switch to {
@@ -469,8 +467,9 @@ func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.
 			st = loadbalance.Suspended
 		}
 		if rebuilt, err := c.bal.SetState(m.spec.Name, st); err == nil && rebuilt {
-			c.events.Publish(peer.Event{Time: time.Now(), Peer: m.spec.Name, Type: peer.EventFailover,
-				Reason: fmt.Sprintf("balancer table rebuilt (generation %d)", c.bal.Generation())})
+			gen := c.bal.Generation()
+			c.events.Publish(Event{Time: time.Now(), Server: m.spec.Name, Kind: EventBalancerRebuilt, Generation: gen,
+				Reason: fmt.Sprintf("balancer table rebuilt (generation %d)", gen)})
 		}
 	}
 	if c.cfg.MaxConnections > 0 {
@@ -512,7 +511,7 @@ func (c *Client) balanceSlots(m *member, self *atomic.Pointer[peer.Peer], to wat
 		for _, x := range c.members {
 			if x.p() == nil {
 				if err := c.dialLocked(x); err == nil {
-					c.events.Publish(peer.Event{Time: time.Now(), Peer: x.spec.Name, Type: peer.EventConnection,
+					c.events.Publish(Event{Time: time.Now(), Server: x.spec.Name, Kind: EventSlotFilled, Because: m.spec.Name,
 						Reason: fmt.Sprintf("connection slot filled: %s is DOWN", m.spec.Name)})
 				}
 				break
@@ -556,7 +555,7 @@ func (c *Client) trimLocked() {
 		p := x.p()
 		x.pp.Store(nil)
 		x.okaySince = time.Time{}
-		c.events.Publish(peer.Event{Time: time.Now(), Peer: x.spec.Name, Type: peer.EventConnection,
+		c.events.Publish(Event{Time: time.Now(), Server: x.spec.Name, Kind: EventSlotReleased, Age: age, Limit: c.cfg.MaxConnections,
 			Reason: fmt.Sprintf("closed to respect the limit of %d connections after %v in service", c.cfg.MaxConnections, age.Truncate(time.Second))})
 		c.closing.Add(1)
 		go func() {
@@ -581,7 +580,7 @@ func (c *Client) onFailover(from *peer.Peer, calls []*peer.Call, reason string) 
 		// Still a failover event for the table of 3.4.2 [5] (the peer left
 		// service), unless we are shutting down.
 		if !closed {
-			c.record(FailoverRecord{Time: time.Now(), From: fm.spec.Name, Reason: reason + "; nothing pending", EndToEnd: []uint32{}})
+			c.record(FailoverRecord{Time: time.Now(), From: fm.spec.Name, Outcome: NothingPending, Reason: reason + "; nothing pending", EndToEnd: []uint32{}})
 		}
 		return
 	}
@@ -630,20 +629,19 @@ func (c *Client) onFailover(from *peer.Peer, calls []*peer.Call, reason string) 
 	}
 	now := time.Now()
 	for to, ids := range moved {
-		c.record(FailoverRecord{Time: now, From: fm.spec.Name, To: to.spec.Name, Reason: reason, Moved: len(ids), EndToEnd: ids})
+		c.record(FailoverRecord{Time: now, From: fm.spec.Name, To: to.spec.Name, Outcome: Moved, Reason: reason, Moved: len(ids), EndToEnd: ids})
 	}
 	if len(parked) > 0 {
-		c.record(FailoverRecord{Time: now, From: fm.spec.Name, To: "", Reason: reason + "; no alternate in service: waiting", Moved: len(parked), EndToEnd: parked})
+		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Parked, Reason: reason + "; no alternate in service: waiting", Moved: len(parked), EndToEnd: parked})
 	}
 	if len(refused) > 0 {
-		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Reason: reason + "; Destination-Host was the failed peer: DIAMETER_UNABLE_TO_DELIVER", EndToEnd: refused})
+		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Refused, Reason: reason + "; Destination-Host was the failed peer: DIAMETER_UNABLE_TO_DELIVER", EndToEnd: refused})
 	}
 }
 
 func (c *Client) record(r FailoverRecord) {
 	c.log.add(r)
-	c.events.Publish(peer.Event{Time: r.Time, Peer: r.From, Type: peer.EventFailover, Reason: r.Reason,
-		FromPeer: r.From, ToPeer: r.To, Moved: r.Moved, EndToEnd: r.EndToEnd})
+	c.events.Publish(Event{Time: r.Time, Server: r.From, Kind: EventFailover, Failover: &r, Reason: r.Reason})
 }
 
 // Close closes every peer (DPR/DPA) and fails parked requests.

@@ -244,6 +244,9 @@ func TestPrimarySecondaryConnectionLimit(t *testing.T) {
 		down := map[string]bool{}
 		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1", "tcp://c:1")
 		cfg.MaxConnections = 2
+		var log eventLog
+		cfg.Events = NewBus()
+		defer cfg.Events.Subscribe(log.add)()
 		cfg.Peer.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
 			mu.Lock()
 			dials[url]++
@@ -271,6 +274,10 @@ func TestPrimarySecondaryConnectionLimit(t *testing.T) {
 		require.Equal(t, watchdog.Down, c.Peers()[0].State())
 		require.NotNil(t, c.Peers()[2], "the third peer fills the slot")
 		assert.Equal(t, watchdog.Okay, c.Peers()[2].State())
+		filled := log.ofKind(EventSlotFilled)
+		require.Len(t, filled, 1)
+		assert.Equal(t, "c.example.net", filled[0].Server)
+		assert.Equal(t, "a.example.net", filled[0].Because)
 		ans, err := c.Send(context.Background(), acr(1, "u@example.net"))
 		require.NoError(t, err)
 		host, _ := message.StringOf(ans, message.OriginHost, 0)
@@ -291,6 +298,11 @@ func TestPrimarySecondaryConnectionLimit(t *testing.T) {
 		time.Sleep(5 * time.Minute)
 		synctest.Wait()
 		assert.Nil(t, c.Peers()[2], "closed once it had worked 5 minutes")
+		released := log.ofKind(EventSlotReleased)
+		require.Len(t, released, 1)
+		assert.Equal(t, "c.example.net", released[0].Server)
+		assert.Equal(t, 2, released[0].Limit)
+		assert.GreaterOrEqual(t, released[0].Age, 5*time.Minute)
 		assert.Equal(t, watchdog.Okay, c.Peers()[0].State())
 		assert.Equal(t, watchdog.Okay, c.Peers()[1].State())
 	})

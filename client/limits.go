@@ -107,14 +107,13 @@ func (c *Client) onAlarm(a throttle.Alarm) {
 	if a.Raised {
 		what = "raised"
 	}
-	c.events.Publish(peer.Event{Time: a.Time, Peer: a.Server, Type: "queue",
+	c.events.Publish(Event{Time: a.Time, Server: a.Server, Kind: EventQueueAlarm, Raised: a.Raised, Depth: a.Depth,
 		Reason: fmt.Sprintf("queue alarm %s at depth %d", what, a.Depth)})
 }
 
 func (c *Client) publishPolicy(evs []policy.Event) {
 	for _, e := range evs {
-		c.events.Publish(peer.Event{Time: e.Time, Peer: e.Server, Type: policy.EventType,
-			From: e.From.String(), To: e.To.String(), Reason: e.Reason})
+		c.events.Publish(Event{Time: e.Time, Server: e.Server, Kind: EventPolicy, Policy: &e, Reason: e.Reason})
 	}
 	if len(evs) > 0 {
 		if c.sched != nil {

@@ -114,13 +114,13 @@ func TestThrottleQueueAlarm(t *testing.T) {
 		defer n.close()
 		cfg := clientConfig(n, Balance, "tcp://a:1")
 		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxRate: 20}, AlarmHigh: 10, AlarmLow: 2}
-		cfg.Events = peer.NewBus()
+		cfg.Events = NewBus()
 		var mu sync.Mutex
-		var alarms []string
-		cfg.Events.Subscribe(func(e peer.Event) {
-			if e.Type == "queue" {
+		var alarms []Event
+		cfg.Events.Subscribe(func(e Event) {
+			if e.Kind == EventQueueAlarm {
 				mu.Lock()
-				alarms = append(alarms, e.Reason)
+				alarms = append(alarms, e)
 				mu.Unlock()
 			}
 		})
@@ -144,8 +144,13 @@ func TestThrottleQueueAlarm(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		require.Len(t, alarms, 2)
-		assert.Contains(t, alarms[0], "raised at depth 10")
-		assert.Contains(t, alarms[1], "cleared at depth 2")
+		assert.True(t, alarms[0].Raised)
+		assert.Equal(t, 10, alarms[0].Depth)
+		assert.False(t, alarms[1].Raised)
+		assert.Equal(t, 2, alarms[1].Depth)
+		assert.Equal(t, "a.example.net", alarms[0].Server)
+		assert.Contains(t, alarms[0].Reason, "raised at depth 10")
+		assert.Equal(t, uint64(2), cfg.Events.Count(EventQueueAlarm))
 		assert.False(t, c.QueueDepths()[0].Alarm)
 	})
 }
@@ -169,13 +174,13 @@ func TestPolicyHoldDownAndProbe(t *testing.T) {
 		defer n.close()
 		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
 		cfg.Policy = &policy.Config{RequestTimeout: time.Second, Retries: 2, HoldDown: 20 * time.Second}
-		cfg.Events = peer.NewBus()
+		cfg.Events = NewBus()
 		var mu sync.Mutex
 		var states []string
-		cfg.Events.Subscribe(func(e peer.Event) {
-			if e.Type == policy.EventType && e.Peer == "a.example.net" {
+		cfg.Events.Subscribe(func(e Event) {
+			if e.Kind == EventPolicy && e.Server == "a.example.net" {
 				mu.Lock()
-				states = append(states, e.From+"->"+e.To)
+				states = append(states, e.Policy.From.String()+"->"+e.Policy.To.String())
 				mu.Unlock()
 			}
 		})

@@ -11,13 +11,45 @@ import (
 // FailoverRecord is one row of the failover-event table of RFC 3539
 // 3.4.2 [5]: which requests moved from which peer to which, and why.
 type FailoverRecord struct {
-	Time     time.Time `json:"time"`
-	From     string    `json:"from_peer"`
-	To       string    `json:"to_peer"` // empty: no alternate, the requests wait
-	Reason   string    `json:"reason"`
-	Moved    int       `json:"moved"`
-	EndToEnd []uint32  `json:"end_to_end"`
+	Time     time.Time       `json:"time"`
+	From     string          `json:"from_peer"`
+	To       string          `json:"to_peer"` // set for Moved only
+	Outcome  FailoverOutcome `json:"outcome"`
+	Reason   string          `json:"reason"`
+	Moved    int             `json:"moved"`      // requests moved (Moved) or waiting (Parked)
+	EndToEnd []uint32        `json:"end_to_end"` // the requests' End-to-End Identifiers
 }
+
+// FailoverOutcome says what became of the requests of a FailoverRecord.
+type FailoverOutcome uint8
+
+const (
+	// Moved: the requests were resent to To, with the T flag.
+	Moved FailoverOutcome = iota + 1
+	// Parked: no alternate was in service; the requests wait for one,
+	// within their deadlines.
+	Parked
+	// Refused: the requests named the failed server in Destination-Host
+	// and failed with ErrUnableToDeliver.
+	Refused
+	// NothingPending: the server left service with no request pending;
+	// recorded all the same, as RFC 3539 3.4.2 [5]'s table has a row for
+	// every failover.
+	NothingPending
+)
+
+var outcomeNames = [...]string{Moved: "moved", Parked: "parked", Refused: "refused", NothingPending: "nothing_pending"}
+
+// String returns the outcome's name ("moved", "parked"...).
+func (o FailoverOutcome) String() string {
+	if int(o) < len(outcomeNames) && outcomeNames[o] != "" {
+		return outcomeNames[o]
+	}
+	return "unknown"
+}
+
+// MarshalText makes the outcome its name in JSON.
+func (o FailoverOutcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
 
 // failoverLog is a bounded ring of records.
 type failoverLog struct {

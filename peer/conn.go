@@ -366,7 +366,7 @@ func (c *conn) reader() {
 			case errors.Is(err, wire.ErrBadFrame):
 				p.stats.badFrames.Add(1)
 				note = "bad frame: " + err.Error()
-				p.publish(EventError, "", "", note)
+				p.publish(Event{Kind: EventError, Reason: note})
 				p.cfg.Logger.Warn("closing connection on a bad frame", "peer", p.Name(), "remote", c.tc.RemoteAddr().String(), "err", err)
 			case errors.Is(err, io.EOF):
 				note = "closed by peer"

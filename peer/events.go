@@ -1,105 +1,108 @@
 package peer
 
 import (
-	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/aaatp/aaatp/internal/bus"
+	"github.com/aaatp/aaatp/watchdog"
 )
 
-// Event types, the "type" field of aaa-peer's --events lines.
+// EventKind says what an Event reports. Each kind documents which of
+// Event's fields it sets; a consumer switches on Kind and never needs to
+// read Reason, which is for people.
+type EventKind uint8
+
 const (
-	EventWatchdog   = "watchdog"   // a watchdog state change: From and To are set
-	EventConnection = "connection" // a transport connection opened, closed or failed to open
-	EventFailover   = "failover"   // pending requests moved or failed because of a state change
-	EventError      = "error"      // a protocol error: bad frame, unmatched answer, rejected CER...
+	// EventWatchdog: the watchdog changed state. From, To, Trigger and
+	// NumDWA are set.
+	EventWatchdog EventKind = iota + 1
+	// EventConnUp: a transport connection opened and its capabilities
+	// exchange succeeded. Network and Addr are set.
+	EventConnUp
+	// EventConnDown: the connection closed or was lost. DPR and DPA say
+	// whether it ended with this side's DPR and whether the DPA came.
+	EventConnDown
+	// EventOpenFailed: an attempt to open a connection failed (dial,
+	// TLS, or a refused capabilities exchange).
+	EventOpenFailed
+	// EventIdle: the connection has carried no application message for
+	// Idle and is being brought down (Config.IdleTimeout).
+	EventIdle
+	// EventFailover: the peer left service with Pending requests on its
+	// connection and no Config.OnFailover to take them: they stay
+	// matched there, answered late or failed at their deadline.
+	EventFailover
+	// EventFailback: the peer is back in service after a failover.
+	EventFailback
+	// EventError: a protocol error (bad frame, a CER on an open
+	// connection, a request discarded in the wrong watchdog state...).
+	// The connection is closed when the error is fatal to it.
+	EventError
 )
 
-// Event is one observable happening on a peer (W9).
-type Event struct {
-	Time   time.Time `json:"time"`
-	Peer   string    `json:"peer"` // the remote Origin-Host once known, else its address
-	Type   string    `json:"type"`
-	From   string    `json:"from,omitempty"` // watchdog states, in capitals as in the RFC
-	To     string    `json:"to,omitempty"`
-	Reason string    `json:"reason"`
+var kindNames = [...]string{
+	EventWatchdog:   "watchdog",
+	EventConnUp:     "connection_up",
+	EventConnDown:   "connection_down",
+	EventOpenFailed: "open_failed",
+	EventIdle:       "idle",
+	EventFailover:   "failover",
+	EventFailback:   "failback",
+	EventError:      "error",
+}
 
-	// Failover events of the client layer (RFC 3539 3.4.2 [5]).
-	FromPeer string   `json:"from_peer,omitempty"`
-	ToPeer   string   `json:"to_peer,omitempty"`
-	Moved    int      `json:"moved,omitempty"`
-	EndToEnd []uint32 `json:"end_to_end,omitempty"`
+// String returns the kind's name in snake case ("connection_up").
+func (k EventKind) String() string {
+	if int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// Event is one observable happening on a peer.
+type Event struct {
+	Time time.Time
+	Peer string // the remote Origin-Host once known, else its address
+	Kind EventKind
+
+	// EventWatchdog.
+	From, To watchdog.State
+	Trigger  watchdog.Event // what the machine stepped on
+	NumDWA   int            // DWAs counted in REOPEN after the step; -1 after a missed one
+
+	// EventConnUp.
+	Network string // "tcp", "tls", "sctp"...
+	Addr    string // the remote address
+
+	// EventConnDown.
+	DPR bool // this side sent a DPR first
+	DPA bool // and the peer's DPA arrived
+
+	// EventIdle.
+	Idle time.Duration
+
+	// EventFailover.
+	Pending int
+
+	// Reason explains the event to a person: the watchdog's rule, the
+	// error, how the connection ended.
+	Reason string
 }
 
 // Bus fans events out to subscribers. Its methods are safe for concurrent
 // use. Publish calls each subscriber synchronously on the publishing
 // goroutine: subscribers must be quick and must not block (hand off to a
 // channel of your own if you need to do I/O).
-type Bus struct {
-	mu     sync.Mutex             // serialises Subscribe and cancel
-	subs   atomic.Pointer[[]*sub] // copy-on-write: Publish never locks
-	counts [4]atomic.Uint64       // by type, see typeIndex
-}
-
-type sub struct{ fn func(Event) }
+type Bus struct{ b bus.Bus[Event] }
 
 // NewBus returns an empty Bus.
 func NewBus() *Bus { return &Bus{} }
 
 // Subscribe registers fn and returns a function that unregisters it.
-func (b *Bus) Subscribe(fn func(Event)) (cancel func()) {
-	s := &sub{fn: fn}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var cur []*sub
-	if p := b.subs.Load(); p != nil {
-		cur = *p
-	}
-	next := append(append([]*sub(nil), cur...), s)
-	b.subs.Store(&next)
-	return func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		cur := *b.subs.Load()
-		next := make([]*sub, 0, len(cur))
-		for _, x := range cur {
-			if x != s {
-				next = append(next, x)
-			}
-		}
-		b.subs.Store(&next)
-	}
-}
+func (b *Bus) Subscribe(fn func(Event)) (cancel func()) { return b.b.Subscribe(fn) }
 
 // Publish delivers e to every subscriber and counts it.
-func (b *Bus) Publish(e Event) {
-	if i := typeIndex(e.Type); i >= 0 {
-		b.counts[i].Add(1)
-	}
-	if p := b.subs.Load(); p != nil {
-		for _, s := range *p {
-			s.fn(e)
-		}
-	}
-}
+func (b *Bus) Publish(e Event) { b.b.Publish(uint8(e.Kind), e) }
 
-// Count returns how many events of the given type were published.
-func (b *Bus) Count(typ string) uint64 {
-	if i := typeIndex(typ); i >= 0 {
-		return b.counts[i].Load()
-	}
-	return 0
-}
-
-func typeIndex(t string) int {
-	switch t {
-	case EventWatchdog:
-		return 0
-	case EventConnection:
-		return 1
-	case EventFailover:
-		return 2
-	case EventError:
-		return 3
-	}
-	return -1
-}
+// Count returns how many events of kind k were published.
+func (b *Bus) Count(k EventKind) uint64 { return b.b.Count(uint8(k)) }

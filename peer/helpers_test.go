@@ -187,19 +187,19 @@ func (r *recorder) watchdog() []Event {
 	defer r.mu.Unlock()
 	var out []Event
 	for _, e := range r.events {
-		if e.Type == EventWatchdog {
+		if e.Kind == EventWatchdog {
 			out = append(out, e)
 		}
 	}
 	return out
 }
 
-func (r *recorder) ofType(t string) []Event {
+func (r *recorder) ofKind(k EventKind) []Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []Event
 	for _, e := range r.events {
-		if e.Type == t {
+		if e.Kind == k {
 			out = append(out, e)
 		}
 	}

@@ -139,6 +139,7 @@ type input struct {
 	c    *conn
 	msg  []byte
 	note string
+	dpa  bool  // evCloseDone: the DPA arrived
 	at   int64 // receive events: ns since epoch the reader got the message
 	// cause: evClose's Disconnect-Cause.
 	cause uint32
@@ -205,7 +206,7 @@ func Accept(tc transport.Conn, cfg Config) (*Peer, error) {
 		cp, err := p.exchangeServer(tc)
 		if err != nil {
 			tc.Close()
-			p.publish(EventError, "", "", "capabilities exchange: "+err.Error())
+			p.publish(Event{Kind: EventError, Reason: "capabilities exchange: " + err.Error()})
 			p.step(input{kind: evOpenFailed, note: err.Error()})
 			return
 		}
@@ -259,7 +260,7 @@ func (p *Peer) Stats() Stats {
 func (p *Peer) WaitState(ctx context.Context, want watchdog.State) error {
 	ch := make(chan struct{}, 1)
 	cancel := p.cfg.Events.Subscribe(func(e Event) {
-		if e.Type == EventWatchdog {
+		if e.Kind == EventWatchdog {
 			select {
 			case ch <- struct{}{}:
 			default:
@@ -453,8 +454,10 @@ func (p *Peer) settle() {
 	}
 }
 
-func (p *Peer) publish(typ, from, to, reason string) {
-	p.cfg.Events.Publish(Event{Time: time.Now(), Peer: p.Name(), Type: typ, From: from, To: to, Reason: reason})
+// publish stamps e with the time and the peer's name and publishes it.
+func (p *Peer) publish(e Event) {
+	e.Time, e.Peer = time.Now(), p.Name()
+	p.cfg.Events.Publish(e)
 }
 
 // received is called by a connection's reader for every message.
@@ -471,7 +474,7 @@ func (p *Peer) received(c *conn, msg []byte) {
 		case wire.CmdDisconnectPeer:
 			p.step(input{kind: evDPR, c: c, msg: msg, at: now})
 		case wire.CmdCapabilitiesExchange:
-			p.publish(EventError, "", "", "CER on an open connection: answered DIAMETER_UNABLE_TO_COMPLY")
+			p.publish(Event{Kind: EventError, Reason: "CER on an open connection: answered DIAMETER_UNABLE_TO_COMPLY"})
 			c.enqueueLone(message.ErrorAnswer(msg, p.cfg.identity(), message.UnableToComply, "capabilities already exchanged").Bytes())
 			p.notifyOther(c, now)
 		default:

@@ -153,7 +153,7 @@ func checkRejected(t *testing.T, s *Server, mutate func(*Config), rc uint32) {
 	defer cancel()
 	require.Eventually(t, func() bool { return p.Stats().OpenFailed > 0 }, 5*time.Second, 10*time.Millisecond)
 	assert.Equal(t, watchdog.Initial, p.State())
-	evs := rec.ofType(EventConnection)
+	evs := rec.ofKind(EventOpenFailed)
 	require.NotEmpty(t, evs)
 	assert.Contains(t, evs[0].Reason, resultName(rc))
 	_, err = p.Request(context.Background(), acr())
@@ -230,7 +230,7 @@ func TestBadFrameClosesOnlyThatConnection(t *testing.T) {
 	assert.Error(t, err, "the server closed the bad connection")
 
 	require.Eventually(t, func() bool {
-		for _, e := range rec.ofType(EventError) {
+		for _, e := range rec.ofKind(EventError) {
 			if e.Peer == "raw.example.net" {
 				return true
 			}
@@ -238,7 +238,7 @@ func TestBadFrameClosesOnlyThatConnection(t *testing.T) {
 		return false
 	}, 5*time.Second, 10*time.Millisecond)
 	var reason string
-	for _, e := range rec.ofType(EventError) {
+	for _, e := range rec.ofKind(EventError) {
 		if e.Peer == "raw.example.net" {
 			reason = e.Reason
 		}

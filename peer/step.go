@@ -22,7 +22,7 @@ func (p *Peer) finish() {
 		// reported and pending requests fail over like any other loss.
 		c.close("peer closed")
 		if st := p.m.State(); st == watchdog.Okay || st == watchdog.Suspect || st == watchdog.Reopen {
-			p.publish(EventConnection, "", "", "connection closed: "+c.note())
+			p.publish(Event{Kind: EventConnDown, Reason: "connection closed: " + c.note()})
 			p.apply(p.m.Step(watchdog.ConnectionDown), p.mono())
 		}
 	}
@@ -112,7 +112,7 @@ func (p *Peer) apply(o watchdog.Output, base int64) {
 		p.state.Store(uint32(o.State))
 		p.since.Store(time.Now().UnixNano())
 		p.stats.transitions.Add(1)
-		p.publish(EventWatchdog, tr.From.String(), tr.To.String(), tr.Reason)
+		p.publish(Event{Kind: EventWatchdog, From: tr.From, To: tr.To, Trigger: tr.Event, NumDWA: p.m.NumDWA(), Reason: tr.Reason})
 		p.cfg.Logger.Info("watchdog", "peer", p.Name(), "from", tr.From.String(), "to", tr.To.String(), "reason", tr.Reason)
 	}
 	for _, a := range o.Actions() {
@@ -126,13 +126,13 @@ func (p *Peer) apply(o watchdog.Output, base int64) {
 		case watchdog.ActionFailover:
 			p.failover(o.Transition.Reason)
 		case watchdog.ActionFailback:
-			p.publish(EventFailover, "", "", "failback: back in service")
+			p.publish(Event{Kind: EventFailback, Reason: "failback: back in service"})
 		case watchdog.ActionCloseConnection:
 			if c := p.cur.Swap(nil); c != nil {
 				note := "closed by the watchdog: " + o.Transition.Reason
 				c.close(note)
 				p.failPending(c, ErrConnectionLost)
-				p.publish(EventConnection, "", "", note)
+				p.publish(Event{Kind: EventConnDown, Reason: note})
 			}
 		case watchdog.ActionAttemptOpen:
 			p.attemptOpen()
@@ -209,7 +209,8 @@ func (p *Peer) stepLocked(e input) {
 		}
 		p.lastApp.Store(p.mono())
 		e.c.start()
-		p.publish(EventConnection, "", "", fmt.Sprintf("connected over %s to %s", e.c.tc.Network(), e.c.tc.RemoteAddr()))
+		network, addr := e.c.tc.Network(), e.c.tc.RemoteAddr().String()
+		p.publish(Event{Kind: EventConnUp, Network: network, Addr: addr, Reason: "connected over " + network + " to " + addr})
 		p.apply(p.m.Step(watchdog.ConnectionUp), p.mono())
 
 	case evOpenFailed:
@@ -220,22 +221,22 @@ func (p *Peer) stepLocked(e input) {
 			p.closeErr = errors.New(e.note)
 			return
 		}
-		p.publish(EventConnection, "", "", "open failed: "+e.note)
+		p.publish(Event{Kind: EventOpenFailed, Reason: "open failed: " + e.note})
 		p.cfg.Logger.Warn("open failed", "peer", p.Name(), "err", e.note)
 
 	case evConnDown:
 		if e.c != cur {
 			return // an older connection, already dealt with
 		}
-		note := e.note
+		note, dpa := e.note, false
 		select {
 		case <-e.c.dpa:
 			if p.closing {
-				note = "closed after DPA" // the DPR receiver closes first (RFC 6733 5.6)
+				note, dpa = "closed after DPA", true // the DPR receiver closes first (RFC 6733 5.6)
 			}
 		default:
 		}
-		p.publish(EventConnection, "", "", "connection down: "+note)
+		p.publish(Event{Kind: EventConnDown, DPR: p.closing, DPA: dpa, Reason: "connection down: " + note})
 		// Step while the connection is still current, so that OKAY's
 		// Failover() hands its pending requests over with the machine's
 		// reason; whatever it still owns afterwards fails or moves below.
@@ -271,7 +272,7 @@ func (p *Peer) stepLocked(e input) {
 		if e.msg != nil { // a request received while not OKAY
 			if o.Has(watchdog.ActionDiscard) {
 				p.stats.discarded.Add(1)
-				p.publish(EventError, "", "", fmt.Sprintf("%s discarded: watchdog %s", message.CommandName(e.msg), p.m.State()))
+				p.publish(Event{Kind: EventError, Reason: fmt.Sprintf("%s discarded: watchdog %s", message.CommandName(e.msg), p.m.State())})
 			} else {
 				p.serve(e.c, e.msg)
 			}
@@ -318,19 +319,20 @@ func (p *Peer) stepLocked(e input) {
 			defer p.wg.Done()
 			t := time.NewTimer(p.cfg.DPATimeout)
 			defer t.Stop()
-			note := "closed after DPA"
+			note, dpa := "closed after DPA", false
 			select {
 			case <-cur.dpa:
+				dpa = true
 			case <-t.C:
 				note = "closed: no DPA within " + p.cfg.DPATimeout.String()
 			case <-cur.closed:
 				note = "closed while waiting for DPA"
 			}
-			p.step(input{kind: evCloseDone, c: cur, note: note})
+			p.step(input{kind: evCloseDone, c: cur, note: note, dpa: dpa})
 		}()
 
 	case evCloseDone:
-		p.publish(EventConnection, "", "", e.note)
+		p.publish(Event{Kind: EventConnDown, DPR: true, DPA: e.dpa, Reason: e.note})
 		p.ended = true
 	}
 }
@@ -347,7 +349,8 @@ func (p *Peer) failover(reason string) {
 		return // its requests went with the connection (failPending)
 	}
 	if p.cfg.OnFailover == nil {
-		p.publish(EventFailover, "", "", fmt.Sprintf("%s: %d requests pending, no alternate configured", reason, c.pendingLen()))
+		n := c.pendingLen()
+		p.publish(Event{Kind: EventFailover, Pending: n, Reason: fmt.Sprintf("%s: %d requests pending, no alternate configured", reason, n)})
 		return
 	}
 	calls := c.moveOut()
@@ -369,7 +372,7 @@ func (p *Peer) checkIdle() {
 	if idle < p.cfg.IdleTimeout {
 		return
 	}
-	p.publish(EventConnection, "", "", fmt.Sprintf("idle for %v: bringing the connection down", idle.Truncate(time.Second)))
+	p.publish(Event{Kind: EventIdle, Idle: idle, Reason: fmt.Sprintf("idle for %v: bringing the connection down", idle.Truncate(time.Second))})
 	p.stepLocked(input{kind: evClose, cause: message.DisconnectDoNotWantToTalkToU})
 }
 

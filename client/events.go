@@ -1,0 +1,94 @@
+package client
+
+import (
+	"time"
+
+	"github.com/aaatp/aaatp/internal/bus"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/policy"
+)
+
+// EventKind says what a client Event reports and which of its fields are
+// set. A consumer switches on Kind and never needs to read Reason, which
+// is for people.
+type EventKind uint8
+
+const (
+	// EventPeer: one of the servers' peers published Peer (a watchdog
+	// transition, a connection up or down, an error...).
+	EventPeer EventKind = iota + 1
+	// EventFailover: a server left service and Failover says where its
+	// pending requests went (one row of FailoverLog).
+	EventFailover
+	// EventBalancerRebuilt: in Balance mode, the balancer's table was
+	// rebuilt; Generation is the new table's.
+	EventBalancerRebuilt
+	// EventPolicy: a server's policy state changed (Config.Policy).
+	EventPolicy
+	// EventQueueAlarm: a server's queue crossed its alarm threshold
+	// (Config.Throttle); Raised and Depth are set.
+	EventQueueAlarm
+	// EventSlotFilled: with MaxConnections, Server was dialed to fill the
+	// slot of Because, which went DOWN.
+	EventSlotFilled
+	// EventSlotReleased: with MaxConnections, Server's connection was
+	// closed to respect the limit, after Age in service.
+	EventSlotReleased
+)
+
+var kindNames = [...]string{
+	EventPeer:            "peer",
+	EventFailover:        "failover",
+	EventBalancerRebuilt: "balancer_rebuilt",
+	EventPolicy:          "policy",
+	EventQueueAlarm:      "queue_alarm",
+	EventSlotFilled:      "slot_filled",
+	EventSlotReleased:    "slot_released",
+}
+
+// String returns the kind's name in snake case ("balancer_rebuilt").
+func (k EventKind) String() string {
+	if int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// Event is one observable happening in a Client or one of its peers.
+type Event struct {
+	Time   time.Time
+	Server string // the configured name (PeerSpec.Name) of the server concerned
+	Kind   EventKind
+
+	Peer     *peer.Event     // EventPeer
+	Failover *FailoverRecord // EventFailover
+	Policy   *policy.Event   // EventPolicy
+
+	Generation uint64        // EventBalancerRebuilt
+	Raised     bool          // EventQueueAlarm: raised (true) or cleared
+	Depth      int           // EventQueueAlarm: the queue's depth then
+	Because    string        // EventSlotFilled: the server that went DOWN
+	Age        time.Duration // EventSlotReleased: how long it had been in service
+	Limit      int           // EventSlotReleased: Config.MaxConnections
+
+	// Reason explains the event to a person.
+	Reason string
+}
+
+// Bus fans a Client's events out to subscribers. Its methods are safe
+// for concurrent use. Publish calls each subscriber synchronously on the
+// publishing goroutine (often a peer's): subscribers must be quick and
+// must not block (hand off to a channel of your own for I/O).
+type Bus struct{ b bus.Bus[Event] }
+
+// NewBus returns an empty Bus.
+func NewBus() *Bus { return &Bus{} }
+
+// Subscribe registers fn and returns a function that unregisters it.
+func (b *Bus) Subscribe(fn func(Event)) (cancel func()) { return b.b.Subscribe(fn) }
+
+// Publish delivers e to every subscriber and counts it.
+func (b *Bus) Publish(e Event) { b.b.Publish(uint8(e.Kind), e) }
+
+// Count returns how many events of kind k were published.
+func (b *Bus) Count(k EventKind) uint64 { return b.b.Count(uint8(k)) }

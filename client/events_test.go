@@ -1,0 +1,112 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aaatp/aaatp/loadbalance"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/watchdog"
+)
+
+type eventLog struct {
+	mu  sync.Mutex
+	evs []Event
+}
+
+func (l *eventLog) add(e Event) { l.mu.Lock(); l.evs = append(l.evs, e); l.mu.Unlock() }
+
+func (l *eventLog) ofKind(k EventKind) []Event {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Event
+	for _, e := range l.evs {
+		if e.Kind == k {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// A frozen server in Balance mode: the Client's bus carries its peers'
+// events under the servers' configured names, the balancer's rebuilds
+// with their generation, and a failover record with its outcome, each in
+// its own kind with its fields set.
+func TestEventsAreTyped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		defer n.close()
+		cfg := clientConfig(n, Balance, "tcp://a:1", "tcp://b:1")
+		cfg.Peers[0].Name, cfg.Peers[1].Name = "alpha", "beta"
+		var log eventLog
+		cfg.Events = NewBus()
+		defer cfg.Events.Subscribe(log.add)()
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		gen0 := log.ofKind(EventBalancerRebuilt)
+		require.NotEmpty(t, gen0, "two servers came into service")
+
+		n["tcp://a:1"].freeze()
+		done := make(chan error, 1)
+		go func() { // pending on alpha when it is declared SUSPECT
+			_, err := c.Send(context.Background(), acrFor(t, c, "alpha"))
+			done <- err
+		}()
+		time.Sleep(2*30*time.Second + time.Second)
+		synctest.Wait()
+		require.NoError(t, <-done)
+
+		var alphaWD []peer.Event
+		for _, e := range log.ofKind(EventPeer) {
+			require.NotNil(t, e.Peer)
+			assert.Contains(t, []string{"alpha", "beta"}, e.Server, "the configured name")
+			if e.Server == "alpha" && e.Peer.Kind == peer.EventWatchdog {
+				alphaWD = append(alphaWD, *e.Peer)
+			}
+		}
+		require.GreaterOrEqual(t, len(alphaWD), 2)
+		last := alphaWD[len(alphaWD)-1]
+		assert.Equal(t, watchdog.Okay, last.From)
+		assert.Equal(t, watchdog.Suspect, last.To)
+
+		fo := log.ofKind(EventFailover)
+		require.Len(t, fo, 1)
+		require.NotNil(t, fo[0].Failover)
+		assert.Equal(t, "alpha", fo[0].Server)
+		assert.Equal(t, Moved, fo[0].Failover.Outcome)
+		assert.Equal(t, "beta", fo[0].Failover.To)
+		assert.Equal(t, 1, fo[0].Failover.Moved)
+
+		assert.Len(t, log.ofKind(EventBalancerRebuilt), len(gen0), "a suspension keeps the table")
+		time.Sleep(30 * time.Second) // SUSPECT -> DOWN
+		synctest.Wait()
+		rb := log.ofKind(EventBalancerRebuilt)
+		require.Len(t, rb, len(gen0)+1, "alpha's DOWN rebuilt the table")
+		assert.Equal(t, "alpha", rb[len(rb)-1].Server)
+		assert.Greater(t, rb[len(rb)-1].Generation, gen0[len(gen0)-1].Generation)
+		assert.Equal(t, uint64(len(rb)), cfg.Events.Count(EventBalancerRebuilt))
+		assert.Empty(t, log.ofKind(EventSlotFilled), "no MaxConnections")
+		n["tcp://a:1"].unfreeze()
+	})
+}
+
+// acrFor returns an accounting request the balancer sends to server.
+func acrFor(t *testing.T, c *Client, server string) []byte {
+	t.Helper()
+	for i := range 1000 {
+		nai := "u" + itoa(i) + "@example.net"
+		if s, err := c.bal.Pick(loadbalance.Request{NAI: nai}); err == nil && s.Name == server {
+			return acr(i, nai)
+		}
+	}
+	t.Fatalf("no NAI goes to %s", server)
+	return nil
+}

@@ -1,0 +1,70 @@
+// Package bus is the fan-out behind peer.Bus and client.Bus: subscribers
+// are called synchronously on the publishing goroutine, from a
+// copy-on-write list, so that Publish never takes a lock.
+package bus
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// MaxKinds bounds the kinds a Bus counts.
+const MaxKinds = 32
+
+// Bus fans values of type E out to its subscribers and counts them by
+// kind. The zero value is ready to use. Its methods are safe for
+// concurrent use.
+type Bus[E any] struct {
+	mu     sync.Mutex                // serialises Subscribe and cancel
+	subs   atomic.Pointer[[]*sub[E]] // copy-on-write: Publish never locks
+	counts [MaxKinds]atomic.Uint64
+}
+
+type sub[E any] struct{ fn func(E) }
+
+// Subscribe registers fn and returns a function that unregisters it.
+// Calling that function more than once is harmless.
+func (b *Bus[E]) Subscribe(fn func(E)) (cancel func()) {
+	s := &sub[E]{fn: fn}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var cur []*sub[E]
+	if p := b.subs.Load(); p != nil {
+		cur = *p
+	}
+	next := append(append([]*sub[E](nil), cur...), s)
+	b.subs.Store(&next)
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		cur := *b.subs.Load()
+		next := make([]*sub[E], 0, len(cur))
+		for _, x := range cur {
+			if x != s {
+				next = append(next, x)
+			}
+		}
+		b.subs.Store(&next)
+	}
+}
+
+// Publish counts e under kind (ignored from MaxKinds on) and calls every
+// subscriber with it, in subscription order.
+func (b *Bus[E]) Publish(kind uint8, e E) {
+	if int(kind) < MaxKinds {
+		b.counts[kind].Add(1)
+	}
+	if p := b.subs.Load(); p != nil {
+		for _, s := range *p {
+			s.fn(e)
+		}
+	}
+}
+
+// Count returns how many values were published under kind.
+func (b *Bus[E]) Count(kind uint8) uint64 {
+	if int(kind) < MaxKinds {
+		return b.counts[kind].Load()
+	}
+	return 0
+}

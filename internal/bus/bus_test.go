@@ -1,0 +1,71 @@
+package bus
+
+import (
+	"sync"
+	"testing"
+)
+
+func TestSubscribePublishCancel(t *testing.T) {
+	var b Bus[int]
+	b.Publish(0, 0) // no subscriber: nothing happens
+	var got1, got2 []int
+	c1 := b.Subscribe(func(v int) { got1 = append(got1, v) })
+	c2 := b.Subscribe(func(v int) { got2 = append(got2, v) })
+	b.Publish(1, 1)
+	c1()
+	c1() // twice is harmless
+	b.Publish(2, 2)
+	c2()
+	b.Publish(MaxKinds, 3) // counted nowhere
+	if b.Count(0) != 1 || b.Count(1) != 1 || b.Count(2) != 1 || b.Count(MaxKinds) != 0 {
+		t.Errorf("counts %d %d %d %d", b.Count(0), b.Count(1), b.Count(2), b.Count(MaxKinds))
+	}
+	if len(got1) != 1 || got1[0] != 1 {
+		t.Errorf("first subscriber got %v, want [1]", got1)
+	}
+	if len(got2) != 2 || got2[0] != 1 || got2[1] != 2 {
+		t.Errorf("second subscriber got %v, want [1 2]", got2)
+	}
+}
+
+// A subscriber may cancel itself, or subscribe another, from its callback:
+// Publish walks the list it loaded.
+func TestCancelFromCallback(t *testing.T) {
+	var b Bus[int]
+	n := 0
+	var cancel func()
+	cancel = b.Subscribe(func(int) { n++; cancel() })
+	b.Publish(0, 1)
+	b.Publish(0, 2)
+	if n != 1 {
+		t.Errorf("called %d times, want 1", n)
+	}
+}
+
+func TestConcurrent(t *testing.T) {
+	var b Bus[int]
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total := 0
+	for range 8 {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			cancel := b.Subscribe(func(int) { mu.Lock(); total++; mu.Unlock() })
+			defer cancel()
+			for range 100 {
+				b.Publish(0, 1)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for range 100 {
+				b.Publish(0, 1)
+			}
+		}()
+	}
+	wg.Wait()
+	if total < 100 { // each subscriber sees at least its own goroutine's 100
+		t.Errorf("total %d", total)
+	}
+}
