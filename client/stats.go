@@ -1,6 +1,7 @@
 package client
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,8 +49,13 @@ func (o FailoverOutcome) String() string {
 	return "unknown"
 }
 
-// MarshalText makes the outcome its name in JSON.
-func (o FailoverOutcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+// MarshalText makes the outcome its name in JSON (the zero value: "").
+func (o FailoverOutcome) MarshalText() ([]byte, error) {
+	if o == 0 {
+		return []byte{}, nil
+	}
+	return []byte(o.String()), nil
+}
 
 // failoverLog is a bounded ring of records.
 type failoverLog struct {
@@ -136,4 +142,19 @@ func (s *serverStats) done(ok bool, d time.Duration) {
 	} else {
 		s.failed.Add(1)
 	}
+}
+
+// UnmarshalText reads the outcome's name; an unknown name is an error.
+func (o *FailoverOutcome) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*o = 0
+		return nil
+	}
+	for i, n := range outcomeNames {
+		if n != "" && n == string(b) {
+			*o = FailoverOutcome(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("client: unknown failover outcome %q", b)
 }

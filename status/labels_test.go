@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/watchdog"
 )
 
 // No string a peer can send makes the metrics panic: invalid UTF-8, NUL,
@@ -26,8 +27,8 @@ func TestMetricsNeverPanicOnLabels(t *testing.T) {
 		m.SetPending(n, 2)
 		m.SetQueueDepth(n, 1)
 		m.SetQueueAlarm(n, true)
-		bus.Publish(peer.Event{Time: time.Now(), Peer: n, Type: peer.EventWatchdog, From: n, To: "OKAY", Reason: n})
-		bus.Publish(peer.Event{Time: time.Now(), Peer: n, Type: n})
+		bus.Publish(peer.Event{Time: time.Now(), Peer: n, Kind: peer.EventWatchdog, From: watchdog.Okay, To: watchdog.State(200), Reason: n})
+		bus.Publish(peer.Event{Time: time.Now(), Peer: n, Kind: peer.EventKind(200)})
 		m.ForgetPeer(n)
 	}
 	m.Sync(Snapshot{Role: "server\xff", Identity: Identity{OriginHost: names[0], OriginRealm: names[3]},

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/watchdog"
@@ -124,7 +125,7 @@ func NewMetrics() *Metrics {
 		}, []string{"server"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricEvents,
-			Help: "Peer events seen on the watched buses, by type (watchdog, connection, failover, error).",
+			Help: "Events seen on the watched buses, by kind (watchdog, connection_up, connection_down, failover, error...).",
 		}, []string{"type"}),
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: MetricNodeInfo,
@@ -144,8 +145,8 @@ func NewMetrics() *Metrics {
 	m.reg.MustRegister(m.messages, m.latency, m.state, m.transitions, m.failovers,
 		m.moved, m.pending, dedup, m.queueDepth, m.queueAlarm, m.events, m.info,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	for _, t := range []string{peer.EventWatchdog, peer.EventConnection, peer.EventFailover, peer.EventError} {
-		m.events.WithLabelValues(t) // export zeros from the start
+	for _, k := range []peer.EventKind{peer.EventWatchdog, peer.EventConnUp, peer.EventConnDown, peer.EventFailover, peer.EventError} {
+		m.events.WithLabelValues(k.String()) // export zeros from the start
 	}
 	return m
 }
@@ -292,34 +293,53 @@ func (m *Metrics) ForgetPeer(peerName string) {
 }
 
 // ObserveEvent updates the metrics from one peer event: every event is
-// counted by type; a watchdog event sets the peer's state and counts the
-// transition; a failover record of package client (FromPeer set) counts
-// the failover and the requests it moved. Other failover events (failback,
-// balancer rebuilt, no alternate configured) move nothing and count only
-// as events.
+// counted by kind; a watchdog event also sets the peer's state and counts
+// the transition.
 func (m *Metrics) ObserveEvent(e peer.Event) {
 	if m == nil {
 		return
 	}
-	m.events.WithLabelValues(label(e.Type)).Inc()
-	switch e.Type {
-	case peer.EventWatchdog:
-		m.IncTransition(e.Peer, e.From, e.To)
-		m.SetWatchdogState(e.Peer, e.To)
-	case peer.EventFailover:
-		if e.FromPeer != "" {
-			m.IncFailover(e.FromPeer, e.ToPeer, e.Moved)
-		}
+	m.events.WithLabelValues(e.Kind.String()).Inc()
+	if e.Kind == peer.EventWatchdog {
+		m.IncTransition(e.Peer, e.From.String(), e.To.String())
+		m.SetWatchdogState(e.Peer, e.To.String())
 	}
 }
 
-// Watch subscribes ObserveEvent to bus (a server's, a client's, or one
-// shared by several peers) and returns the function that unsubscribes it.
+// ObserveClientEvent updates the metrics from one event of a
+// client.Client: its peers' events as ObserveEvent does; a failover
+// record counts the failover and the requests it moved; the other kinds
+// are counted by kind.
+func (m *Metrics) ObserveClientEvent(e client.Event) {
+	if m == nil {
+		return
+	}
+	switch {
+	case e.Kind == client.EventPeer && e.Peer != nil:
+		m.ObserveEvent(*e.Peer)
+		return
+	case e.Kind == client.EventFailover && e.Failover != nil:
+		m.IncFailover(e.Failover.From, e.Failover.To, e.Failover.Moved)
+	}
+	m.events.WithLabelValues(e.Kind.String()).Inc()
+}
+
+// Watch subscribes ObserveEvent to bus (a server's, or one shared by
+// several peers) and returns the function that unsubscribes it.
 func (m *Metrics) Watch(bus *peer.Bus) (cancel func()) {
 	if m == nil || bus == nil {
 		return func() {}
 	}
 	return bus.Subscribe(m.ObserveEvent)
+}
+
+// WatchClient subscribes ObserveClientEvent to a client's bus and returns
+// the function that unsubscribes it.
+func (m *Metrics) WatchClient(bus *client.Bus) (cancel func()) {
+	if m == nil || bus == nil {
+		return func() {}
+	}
+	return bus.Subscribe(m.ObserveClientEvent)
 }
 
 // WrapHandler returns h counting each request it receives and each answer

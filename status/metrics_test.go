@@ -99,21 +99,30 @@ func TestMetricsFromBusAndHandlers(t *testing.T) {
 	bus := peer.NewBus()
 	cancel := m.Watch(bus)
 	now := time.Now()
+	cbus := client.NewBus()
+	cancelClient := m.WatchClient(cbus)
 	pub := func(e peer.Event) { e.Time = now; bus.Publish(e) }
-	pub(peer.Event{Peer: "s1.example.net", Type: peer.EventConnection, Reason: "connected"})
-	pub(peer.Event{Peer: "s1.example.net", Type: peer.EventWatchdog, From: "INITIAL", To: "OKAY"})
-	pub(peer.Event{Peer: "s2.example.net", Type: peer.EventWatchdog, From: "INITIAL", To: "OKAY"})
-	pub(peer.Event{Peer: "s2.example.net", Type: peer.EventWatchdog, From: "OKAY", To: "SUSPECT"})
-	// What client.Client publishes for a failover record, twice, and one
-	// with no alternate.
+	pubClient := func(e client.Event) { e.Time = now; cbus.Publish(e) }
+	pub(peer.Event{Peer: "s1.example.net", Kind: peer.EventConnUp, Reason: "connected"})
+	pub(peer.Event{Peer: "s1.example.net", Kind: peer.EventWatchdog, From: watchdog.Initial, To: watchdog.Okay})
+	pub(peer.Event{Peer: "s2.example.net", Kind: peer.EventWatchdog, From: watchdog.Initial, To: watchdog.Okay})
+	// A client's peer event counts as the peer's.
+	pubClient(client.Event{Server: "s2", Kind: client.EventPeer,
+		Peer: &peer.Event{Peer: "s2.example.net", Kind: peer.EventWatchdog, From: watchdog.Okay, To: watchdog.Suspect}})
+	// A client's failover records, twice, and one with no alternate.
 	for range 2 {
-		pub(peer.Event{Peer: "s2", Type: peer.EventFailover, FromPeer: "s2", ToPeer: "s1", Moved: 10, EndToEnd: []uint32{1}})
+		pubClient(client.Event{Server: "s2", Kind: client.EventFailover,
+			Failover: &client.FailoverRecord{From: "s2", To: "s1", Outcome: client.Moved, Moved: 10, EndToEnd: []uint32{1}}})
 	}
-	pub(peer.Event{Peer: "s2", Type: peer.EventFailover, FromPeer: "s2", Moved: 3})
-	// A failover event that moves nothing (a peer's own, or a rebuild).
-	pub(peer.Event{Peer: "s2.example.net", Type: peer.EventFailover, Reason: "failback: back in service"})
+	pubClient(client.Event{Server: "s2", Kind: client.EventFailover,
+		Failover: &client.FailoverRecord{From: "s2", Outcome: client.Parked, Moved: 3}})
+	// Events that move nothing.
+	pub(peer.Event{Peer: "s2.example.net", Kind: peer.EventFailback, Reason: "failback: back in service"})
+	pubClient(client.Event{Server: "s2", Kind: client.EventBalancerRebuilt, Generation: 3})
 	cancel()
-	pub(peer.Event{Peer: "s1.example.net", Type: peer.EventWatchdog, From: "OKAY", To: "DOWN"}) // not watched any more
+	cancelClient()
+	pub(peer.Event{Peer: "s1.example.net", Kind: peer.EventWatchdog, From: watchdog.Okay, To: watchdog.Down}) // not watched any more
+	pubClient(client.Event{Server: "s1", Kind: client.EventFailover, Failover: &client.FailoverRecord{From: "s1", To: "s2", Moved: 1}})
 
 	h := m.WrapHandler(answer)
 	for i := range 3 {
@@ -147,9 +156,12 @@ func TestMetricsFromBusAndHandlers(t *testing.T) {
 	expect(t, fams, 20, MetricMoved, "from", "s2", "to", "s1")
 	expect(t, fams, 1, MetricFailovers, "from", "s2", "to", "none")
 	expect(t, fams, 3, MetricMoved, "from", "s2", "to", "none")
-	expect(t, fams, 4, MetricEvents, "type", "failover")
+	expect(t, fams, 3, MetricEvents, "type", "failover")
+	expect(t, fams, 1, MetricEvents, "type", "failback")
+	expect(t, fams, 1, MetricEvents, "type", "balancer_rebuilt")
 	expect(t, fams, 3, MetricEvents, "type", "watchdog")
-	expect(t, fams, 1, MetricEvents, "type", "connection")
+	expect(t, fams, 1, MetricEvents, "type", "connection_up")
+	expect(t, fams, 0, MetricEvents, "type", "connection_down")
 	expect(t, fams, 0, MetricEvents, "type", "error")
 	expect(t, fams, 3, MetricMessages, "command", "ACR", "direction", "in")
 	expect(t, fams, 3, MetricMessages, "command", "ACA", "direction", "out")
@@ -211,7 +223,9 @@ func TestNilMetricsIsNoOp(t *testing.T) {
 	m.SetQueueDepth("s", 1)
 	m.SetQueueAlarm("s", true)
 	m.ForgetPeer("p")
-	m.ObserveEvent(peer.Event{Type: peer.EventWatchdog})
+	m.ObserveEvent(peer.Event{Kind: peer.EventWatchdog})
+	m.ObserveClientEvent(client.Event{Kind: client.EventFailover})
+	m.WatchClient(client.NewBus())()
 	m.Sync(Snapshot{})
 	m.Watch(peer.NewBus())()
 	if m.Registry() != nil {
@@ -253,8 +267,8 @@ func TestRealPeers(t *testing.T) {
 	defer srv.Close(context.Background())
 
 	mc := NewMetrics()
-	cbus := peer.NewBus()
-	defer mc.Watch(cbus)()
+	cbus := client.NewBus()
+	defer mc.WatchClient(cbus)()
 	c, err := client.New(client.Config{
 		Peers:  []client.PeerSpec{{URL: "tcp://" + srv.Addr().String(), Name: "s1"}},
 		Events: cbus,

@@ -324,7 +324,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		topts.TLS = tc
 	}
-	bus := peer.NewBus()
+	bus := client.NewBus()
 	pcfg := peer.Config{
 		OriginHost: o.originHost, OriginRealm: o.originRealm,
 		Watchdog:       watchdog.Config{Twinit: o.tw},
@@ -360,7 +360,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 	var ew *eventWriter
 	if o.events != "" {
-		if ew, err = openEvents(bus, o.events, stdout); err != nil {
+		if ew, err = openEvents(clientLines(bus), o.events, stdout); err != nil {
 			fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 			return 1
 		}
@@ -373,17 +373,17 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	// Watch the bus before dialing so the first OKAY is not missed.
 	up := make(chan struct{}, 1)
-	cancelUp := bus.Subscribe(func(e peer.Event) {
-		if e.Type == peer.EventWatchdog && e.To == watchdog.Okay.String() {
+	cancelUp := bus.Subscribe(func(e client.Event) {
+		if e.Kind == client.EventPeer && e.Peer.Kind == peer.EventWatchdog && e.Peer.To == watchdog.Okay {
 			select {
 			case up <- struct{}{}:
 			default:
 			}
 		}
 	})
-	cancelLog := logEvents(bus, log)
+	cancelLog := logClientEvents(bus, log)
 	defer cancelLog()
-	defer metrics.Watch(bus)() // watchdog states, transitions, failovers
+	defer metrics.WatchClient(bus)() // watchdog states, transitions, failovers
 	c.cl, err = client.New(ccfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)

@@ -15,8 +15,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-
-	"github.com/aaatp/aaatp/peer"
 )
 
 // stringList is a repeatable string flag (--listen, --peer, --allow).
@@ -102,11 +100,11 @@ func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
 	r.log.WarnContext(ctx, strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: "), "component", "go-redis")
 }
 
-// eventWriter writes the events of a Bus as JSON lines from its own
+// eventWriter writes the events of a Bus as JSON lines (eventLine) from its own
 // goroutine. The subscriber never blocks: when the buffer is full the
 // event is dropped and counted.
 type eventWriter struct {
-	ch      chan peer.Event
+	ch      chan eventLine
 	cancel  func()
 	done    chan struct{}
 	mu      sync.RWMutex // guards closed against the subscriber's send
@@ -119,9 +117,10 @@ type eventWriter struct {
 
 const eventBuffer = 8192
 
-// openEvents starts writing the bus's events to path ("-" is stdout).
-func openEvents(bus *peer.Bus, path string, stdout io.Writer) (*eventWriter, error) {
-	ew := &eventWriter{ch: make(chan peer.Event, eventBuffer), done: make(chan struct{})}
+// openEvents starts writing the events of a bus (peerLines, clientLines)
+// to path ("-" is stdout).
+func openEvents(subscribe func(func(eventLine)) func(), path string, stdout io.Writer) (*eventWriter, error) {
+	ew := &eventWriter{ch: make(chan eventLine, eventBuffer), done: make(chan struct{})}
 	if path == "-" {
 		ew.w = bufio.NewWriter(stdout)
 	} else {
@@ -132,12 +131,12 @@ func openEvents(bus *peer.Bus, path string, stdout io.Writer) (*eventWriter, err
 		ew.f = f
 		ew.w = bufio.NewWriter(f)
 	}
-	ew.cancel = bus.Subscribe(ew.publish)
+	ew.cancel = subscribe(ew.publish)
 	go ew.run()
 	return ew, nil
 }
 
-func (ew *eventWriter) publish(e peer.Event) {
+func (ew *eventWriter) publish(e eventLine) {
 	ew.mu.RLock()
 	defer ew.mu.RUnlock()
 	if ew.closed {

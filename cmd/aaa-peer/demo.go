@@ -190,7 +190,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		connectTimeout: 10 * time.Second, waitPeers: 0,
 		clientMode: client.Balance, alg: loadbalance.Pearson,
 	}
-	bus := peer.NewBus()
+	bus := client.NewBus()
 	ccfg := client.Config{
 		Mode: client.Balance, Algorithm: loadbalance.Pearson, RequestTimeout: timeout, Events: bus,
 		Peer: peer.Config{
@@ -210,12 +210,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	metrics := newMetrics(o.status)
 	metrics.CountDedupHitsFrom(d.duplicates)
-	defer metrics.Watch(bus)() // the client's peers: states, transitions, failovers
-	defer logEvents(bus, log)()
+	defer metrics.WatchClient(bus)() // the client's peers: states, transitions, failovers
+	defer logClientEvents(bus, log)()
 	g := newLoadgen(co, log, metrics)
 	up := make(chan struct{}, 1)
-	cancelUp := bus.Subscribe(func(e peer.Event) {
-		if e.Type == peer.EventWatchdog && e.To == watchdog.Okay.String() {
+	cancelUp := bus.Subscribe(func(e client.Event) {
+		if e.Kind == client.EventPeer && e.Peer.Kind == peer.EventWatchdog && e.Peer.To == watchdog.Okay {
 			select {
 			case up <- struct{}{}:
 			default:
@@ -773,9 +773,8 @@ type tlItem struct {
 	at      time.Time
 	who     string
 	text    string
-	ev      peer.Event
-	client  bool // ev is a client-side event
-	idx     int  // server index of a client-side event, -1 if unknown
+	ev      client.Event
+	idx     int // server index of a client-side event, -1 if unknown
 	dwaBase uint64
 	isEvent bool
 }
@@ -830,8 +829,7 @@ func (tl *timeline) push(it tlItem) {
 	}
 }
 
-func (tl *timeline) subscribe(bus *peer.Bus, fn func(peer.Event)) {
-	cancel := bus.Subscribe(fn)
+func (tl *timeline) subscribe(cancel func()) {
 	tl.mu.Lock()
 	tl.cancels = append(tl.cancels, cancel)
 	tl.mu.Unlock()
@@ -850,24 +848,24 @@ func (tl *timeline) watchServer(bus *peer.Bus, ds *demoServer) {
 	tl.index[ds.name] = len(tl.servers) - 1
 	tl.index[ds.url] = len(tl.servers) - 1
 	tl.index[strings.TrimPrefix(ds.url, "tcp://")] = len(tl.servers) - 1
-	tl.subscribe(bus, func(e peer.Event) {
-		if e.Type == peer.EventWatchdog || e.Type == peer.EventFailover || ds.gate() != nil {
+	tl.subscribe(bus.Subscribe(func(e peer.Event) {
+		if e.Kind == peer.EventWatchdog || e.Kind == peer.EventFailover || e.Kind == peer.EventFailback || ds.gate() != nil {
 			return
 		}
 		tl.push(tlItem{at: e.Time, who: ds.name, text: "server side: " + e.Reason})
-	})
+	}))
 }
 
 // watchClient prints the client's events: its peers' and its own
 // (failover records, balancer rebuilds).
-func (tl *timeline) watchClient(bus *peer.Bus, servers []*demoServer) {
-	tl.subscribe(bus, func(e peer.Event) {
-		idx, ok := tl.index[e.Peer]
+func (tl *timeline) watchClient(bus *client.Bus, servers []*demoServer) {
+	tl.subscribe(bus.Subscribe(func(e client.Event) {
+		idx, ok := tl.index[e.Server]
 		if !ok {
 			idx = -1
 		}
-		it := tlItem{at: e.Time, ev: e, client: true, idx: idx, isEvent: true}
-		if e.Type == peer.EventWatchdog && e.To == watchdog.Reopen.String() && idx >= 0 {
+		it := tlItem{at: e.Time, ev: e, idx: idx, isEvent: true}
+		if e.Kind == client.EventPeer && e.Peer.Kind == peer.EventWatchdog && e.Peer.To == watchdog.Reopen && idx >= 0 {
 			// Runs on the peer's loop before the DWR goes out: the
 			// count of DWAs from here on is exact.
 			if g := tl.gen.Load(); g != nil {
@@ -875,7 +873,7 @@ func (tl *timeline) watchClient(bus *peer.Bus, servers []*demoServer) {
 			}
 		}
 		tl.push(it)
-	})
+	}))
 }
 
 func (tl *timeline) setClient(g *loadgen) { tl.gen.Store(g) }
@@ -950,28 +948,32 @@ func (tl *timeline) handle(it tlItem) {
 		tl.say(it.at, it.who, it.text)
 		return
 	}
-	e := it.ev
-	who := tl.name(it.idx, e.Peer)
-	if e.Type == peer.EventFailover && e.FromPeer != "" {
-		tl.addFailover(e)
+	who := tl.name(it.idx, it.ev.Server)
+	if it.ev.Kind == client.EventFailover {
+		tl.addFailover(it.ev.Failover)
 		return
 	}
 	tl.flushFailover()
-	switch e.Type {
+	e := it.ev.Peer
+	if it.ev.Kind != client.EventPeer {
+		tl.say(it.ev.Time, who, it.ev.Reason)
+		return
+	}
+	switch e.Kind {
 	case peer.EventWatchdog:
 		switch {
-		case e.To == watchdog.Reopen.String():
+		case e.To == watchdog.Reopen:
 			tl.reopen[it.idx] = &reopenState{base: it.dwaBase}
 			tl.say(e.Time, who, fmt.Sprintf("%s -> %s (%s; needs %d DWAs)", e.From, e.To, e.Reason, watchdog.DefaultOkayDWAs))
 			return
-		case e.From == watchdog.Reopen.String():
+		case e.From == watchdog.Reopen:
 			tl.pollReopen(it.idx) // the last DWA came before this
 			delete(tl.reopen, it.idx)
 		}
 		tl.say(e.Time, who, fmt.Sprintf("%s -> %s (%s)", e.From, e.To, e.Reason))
-	case peer.EventConnection:
+	case peer.EventConnUp:
 		text := e.Reason
-		if strings.HasPrefix(text, "connected ") && it.idx >= 0 {
+		if it.idx >= 0 {
 			tl.connects[it.idx]++
 			if tl.connects[it.idx] > 1 {
 				text = "re" + text
@@ -979,12 +981,8 @@ func (tl *timeline) handle(it tlItem) {
 		}
 		tl.say(e.Time, who, text)
 	case peer.EventFailover:
-		// Package peer reports a drop's Failover() after the client
-		// has already taken the pending requests; its "no alternate
-		// configured" is wrong for a client and left out.
-		if !strings.Contains(e.Reason, "no alternate configured") {
-			tl.say(e.Time, who, e.Reason)
-		}
+		// A peer's failover with no alternate: a client always takes
+		// the requests (and records it), so this is not its story.
 	default:
 		tl.say(e.Time, who, e.Reason)
 	}
@@ -1017,23 +1015,25 @@ func (tl *timeline) pollReopen(idx int) {
 	}
 }
 
-func (tl *timeline) addFailover(e peer.Event) {
-	if f := tl.fo; f != nil && (!f.at.Equal(e.Time) || f.from != e.FromPeer || f.reason != e.Reason) {
+func (tl *timeline) addFailover(r *client.FailoverRecord) {
+	if f := tl.fo; f != nil && (!f.at.Equal(r.Time) || f.from != r.From || f.reason != r.Reason) {
 		tl.flushFailover()
 	}
 	if tl.fo == nil {
-		tl.fo = &failoverLine{at: e.Time, from: e.FromPeer, reason: e.Reason}
+		tl.fo = &failoverLine{at: r.Time, from: r.From, reason: r.Reason}
 	}
 	f := tl.fo
 	f.seen = time.Now()
-	f.total += e.Moved
-	switch {
-	case e.ToPeer != "":
-		f.parts = append(f.parts, fmt.Sprintf("%s (%d)", tl.short(e.ToPeer), e.Moved))
-	case e.Moved > 0:
-		f.parts = append(f.parts, fmt.Sprintf("waiting for a server in service (%d)", e.Moved))
+	f.total += r.Moved
+	switch r.Outcome {
+	case client.Moved:
+		f.parts = append(f.parts, fmt.Sprintf("%s (%d)", tl.short(r.To), r.Moved))
+	case client.Parked:
+		f.parts = append(f.parts, fmt.Sprintf("waiting for a server in service (%d)", r.Moved))
+	case client.Refused:
+		f.parts = append(f.parts, fmt.Sprintf("%d refused", len(r.EndToEnd)))
 	default:
-		f.parts = append(f.parts, fmt.Sprintf("%d refused", len(e.EndToEnd)))
+		f.parts = append(f.parts, "nothing pending")
 	}
 }
 

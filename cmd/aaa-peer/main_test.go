@@ -170,11 +170,12 @@ func runTestClient(t *testing.T, ctx context.Context, url string, extra ...strin
 	return r
 }
 
-// eventLine is one --events line as a script sees it.
-type eventLine struct {
+// scriptLine is one --events line as a script sees it.
+type scriptLine struct {
 	Time   string  `json:"time"`
 	Peer   *string `json:"peer"`
 	Type   string  `json:"type"`
+	Kind   string  `json:"kind"`
 	From   string  `json:"from"`
 	To     string  `json:"to"`
 	Reason *string `json:"reason"`
@@ -182,17 +183,17 @@ type eventLine struct {
 
 // readEvents parses an events file strictly: every line one JSON object
 // with time (RFC 3339), peer, type and reason.
-func readEvents(t *testing.T, path string) []eventLine {
+func readEvents(t *testing.T, path string) []scriptLine {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out []eventLine
+	var out []scriptLine
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		var e eventLine
+		var e scriptLine
 		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
 		if err := dec.Decode(&e); err != nil {
 			t.Fatalf("%s: bad line %q: %v", path, sc.Text(), err)
@@ -200,15 +201,15 @@ func readEvents(t *testing.T, path string) []eventLine {
 		if _, err := time.Parse(time.RFC3339Nano, e.Time); err != nil {
 			t.Errorf("%s: time %q is not RFC 3339: %v", path, e.Time, err)
 		}
-		if e.Peer == nil || *e.Peer == "" || e.Reason == nil {
-			t.Errorf("%s: line without peer or reason: %q", path, sc.Text())
+		if e.Peer == nil || *e.Peer == "" || e.Reason == nil || e.Kind == "" || e.Kind == "unknown" {
+			t.Errorf("%s: line without peer, kind or reason: %q", path, sc.Text())
 		}
 		switch e.Type {
 		case "watchdog":
 			if e.From == "" || e.To == "" {
 				t.Errorf("%s: watchdog event without from/to: %q", path, sc.Text())
 			}
-		case "connection", "failover", "error":
+		case "connection", "failover", "error", "balancer", "policy", "queue":
 		default:
 			t.Errorf("%s: unknown type in %q", path, sc.Text())
 		}
@@ -220,7 +221,7 @@ func readEvents(t *testing.T, path string) []eventLine {
 	return out
 }
 
-func hasTransition(evs []eventLine, from, to string) bool {
+func hasTransition(evs []scriptLine, from, to string) bool {
 	for _, e := range evs {
 		if e.Type == "watchdog" && e.From == from && e.To == to {
 			return true

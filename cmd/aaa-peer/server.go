@@ -265,7 +265,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 	metrics := newMetrics(o.status)
 	metrics.CountDedupHitsFrom(s.dd.Duplicates.Load)
 	defer metrics.Watch(bus)() // watchdog states, transitions
-	defer logEvents(bus, log)()
+	defer logPeerEvents(bus, log)()
 	s.cfg = peer.Config{
 		OriginHost: o.originHost, OriginRealm: o.originRealm,
 		AcctApps:   []uint32{message.AppAccounting},
@@ -285,7 +285,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 
 	var ew *eventWriter
 	if o.events != "" {
-		if ew, err = openEvents(bus, o.events, stdout); err != nil {
+		if ew, err = openEvents(peerLines(bus), o.events, stdout); err != nil {
 			fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
 			return 1
 		}

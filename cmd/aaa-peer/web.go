@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/peer"
-	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/status"
 )
 
@@ -80,45 +78,59 @@ func newMetrics(addr string) *status.Metrics {
 	return status.NewMetrics()
 }
 
-// logEvents logs the bus's events that the peers do not log themselves:
-// failover records, failback and balancer rebuilds, policy state changes
-// and queue alarms at Info; connection events and errors at Debug (the
-// peers log their watchdog transitions at Info, and those follow every
-// connection up and down). It returns the function that stops it.
-func logEvents(bus *peer.Bus, log *slog.Logger) (cancel func()) {
+// logPeerEvents logs the events of a server's peers that they do not log
+// themselves: failback at Info; connection events, errors and a failover
+// with no alternate at Debug (the peers log their watchdog transitions at
+// Info, and those follow every connection up and down). It returns the
+// function that stops it.
+func logPeerEvents(bus *peer.Bus, log *slog.Logger) (cancel func()) {
+	return bus.Subscribe(func(e peer.Event) { logPeerEvent(log, e) })
+}
+
+func logPeerEvent(log *slog.Logger, e peer.Event) {
+	switch e.Kind {
+	case peer.EventWatchdog: // logged by the peer
+	case peer.EventFailback:
+		log.Info("failback", "peer", e.Peer, "reason", e.Reason)
+	case peer.EventFailover:
+		// Package peer's own view; a client takes the requests and
+		// records its own failover.
+		log.Debug("failover", "peer", e.Peer, "pending", e.Pending, "reason", e.Reason)
+	default:
+		log.Debug(e.Kind.String(), "peer", e.Peer, "reason", e.Reason)
+	}
+}
+
+// logClientEvents logs a client's events: its peers' as logPeerEvents
+// does; failover records, balancer rebuilds, policy states and connection
+// slots at Info, queue alarms at Warn when raised and Info when cleared.
+func logClientEvents(bus *client.Bus, log *slog.Logger) (cancel func()) {
 	ctx := context.Background()
-	return bus.Subscribe(func(e peer.Event) {
-		switch e.Type {
-		case peer.EventWatchdog: // logged by the peer
-		case peer.EventFailover:
-			switch {
-			case e.FromPeer != "":
-				to := e.ToPeer
-				if to == "" {
-					to = "none"
-				}
-				log.Info("failover", "from", e.FromPeer, "to", to, "moved", e.Moved, "reason", e.Reason)
-			case strings.Contains(e.Reason, "no alternate configured"):
-				// Package peer's own view; a client takes the requests
-				// and records its own failover above.
-				log.Debug("failover", "peer", e.Peer, "reason", e.Reason)
-			case strings.HasPrefix(e.Reason, "balancer"):
-				log.Info("balancer", "server", e.Peer, "reason", e.Reason)
-			default: // failback
-				log.Info("failover", "peer", e.Peer, "reason", e.Reason)
+	return bus.Subscribe(func(e client.Event) {
+		switch e.Kind {
+		case client.EventPeer:
+			if e.Peer != nil {
+				logPeerEvent(log, *e.Peer)
 			}
-		case policy.EventType:
-			log.Info("policy", "server", e.Peer, "from", e.From, "to", e.To, "reason", e.Reason)
-		case "queue":
+		case client.EventFailover:
+			r := e.Failover
+			to := r.To
+			if to == "" {
+				to = "none"
+			}
+			log.Info("failover", "from", r.From, "to", to, "outcome", r.Outcome.String(), "moved", r.Moved, "reason", r.Reason)
+		case client.EventBalancerRebuilt:
+			log.Info("balancer", "server", e.Server, "generation", e.Generation, "reason", e.Reason)
+		case client.EventPolicy:
+			log.Info("policy", "server", e.Server, "from", e.Policy.From.String(), "to", e.Policy.To.String(), "reason", e.Reason)
+		case client.EventQueueAlarm:
 			lvl := slog.LevelInfo
-			if strings.Contains(e.Reason, "raised") {
+			if e.Raised {
 				lvl = slog.LevelWarn
 			}
-			log.Log(ctx, lvl, "queue", "server", e.Peer, "reason", e.Reason)
-		case peer.EventConnection:
-			log.Debug("connection", "peer", e.Peer, "reason", e.Reason)
+			log.Log(ctx, lvl, "queue", "server", e.Server, "raised", e.Raised, "depth", e.Depth, "reason", e.Reason)
 		default:
-			log.Debug(e.Type, "peer", e.Peer, "reason", e.Reason)
+			log.Info(e.Kind.String(), "server", e.Server, "reason", e.Reason)
 		}
 	})
 }

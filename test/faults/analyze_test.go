@@ -10,8 +10,6 @@ import (
 	"testing"
 	"text/tabwriter"
 	"time"
-
-	"github.com/aaatp/aaatp/peer"
 )
 
 // row is one line of the scenario table.
@@ -201,13 +199,13 @@ func runScenario(t *testing.T, sc *scenario) {
 
 	// Watchdog transitions after the warm-up (INITIAL -> OKAY excluded),
 	// before the client's shutdown.
-	byServer := map[int][]peer.Event{}
+	byServer := map[int][]event{}
 	for _, e := range evs {
 		if e.Time.After(cutoff) {
 			continue
 		}
 		k := h.serverOf(e.Peer)
-		if e.Type == peer.EventWatchdog && e.From != "INITIAL" {
+		if e.Kind == "watchdog" && e.From != "INITIAL" {
 			r.transitions++
 			byServer[k] = append(byServer[k], e)
 		}
@@ -237,7 +235,7 @@ func runScenario(t *testing.T, sc *scenario) {
 
 	// Detection: the first transition out of OKAY after the fault.
 	if sc.detect != "" {
-		var first *peer.Event
+		var first *event
 		for _, s := range h.servers {
 			for _, e := range byServer[s.k] {
 				if e.From == "OKAY" && !e.Time.Before(h.faultAt) && (first == nil || e.Time.Before(first.Time)) {
@@ -264,10 +262,10 @@ func runScenario(t *testing.T, sc *scenario) {
 	// Failover: started after the fault, moving the pending requests. The
 	// client layer's events (from_peer set) carry what moved; the peer's
 	// own failover event marks Failover() even when nothing was pending.
-	var fos []peer.Event // client layer: requests moved
-	var started *peer.Event
+	var fos []event // client layer: requests moved
+	var started *event
 	for i, e := range evs {
-		if e.Type != peer.EventFailover || e.Time.After(cutoff) || strings.HasPrefix(e.Reason, "failback") {
+		if e.Type != "failover" || e.Time.After(cutoff) || e.Kind == "failback" {
 			continue
 		}
 		if e.FromPeer != "" {
@@ -320,9 +318,9 @@ func runScenario(t *testing.T, sc *scenario) {
 	}
 }
 
-func checkReopen(t *testing.T, h *harness, k int, es []peer.Event, cutoff time.Time, cr clientReport, last []serverReport) {
+func checkReopen(t *testing.T, h *harness, k int, es []event, cutoff time.Time, cr clientReport, last []serverReport) {
 	t.Helper()
-	var reopen, okay *peer.Event
+	var reopen, okay *event
 	for i := range es {
 		e := es[i]
 		if e.To == "OKAY" && e.From != "REOPEN" && e.From != "SUSPECT" {
@@ -372,10 +370,10 @@ func checkReopen(t *testing.T, h *harness, k int, es []peer.Event, cutoff time.T
 	}
 }
 
-func dumpEvents(evs []peer.Event) string {
+func dumpEvents(evs []event) string {
 	var b strings.Builder
 	for _, e := range evs {
-		fmt.Fprintf(&b, "  %s %s %s %s>%s %s %s>%s moved=%d\n", e.Time.Format("15:04:05.000"), e.Peer, e.Type, e.From, e.To, e.Reason, e.FromPeer, e.ToPeer, e.Moved)
+		fmt.Fprintf(&b, "  %s %s %s %s>%s %s %s>%s moved=%d\n", e.Time.Format("15:04:05.000"), e.Peer, e.Kind, e.From, e.To, e.Reason, e.FromPeer, e.ToPeer, e.Moved)
 	}
 	return b.String()
 }

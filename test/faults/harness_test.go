@@ -173,7 +173,7 @@ func (h *harness) startClient() {
 	for {
 		up := map[int]bool{}
 		for _, e := range h.events() {
-			if e.Type == peer.EventWatchdog && e.To == "OKAY" {
+			if e.Kind == "watchdog" && e.To == "OKAY" {
 				if k := h.serverOf(e.Peer); k > 0 {
 					up[k] = true
 				}
@@ -235,22 +235,37 @@ func (h *harness) serverOf(label string) int {
 	return 0
 }
 
+// event is one line of aaa-peer's --events (documented in cmd/aaa-peer).
+type event struct {
+	Time     time.Time `json:"time"`
+	Peer     string    `json:"peer"`
+	Type     string    `json:"type"`
+	Kind     string    `json:"kind"`
+	From     string    `json:"from"`
+	To       string    `json:"to"`
+	Reason   string    `json:"reason"`
+	FromPeer string    `json:"from_peer"`
+	ToPeer   string    `json:"to_peer"`
+	Moved    int       `json:"moved"`
+	Outcome  string    `json:"outcome"`
+}
+
 // events reads the client's --events so far.
-func (h *harness) events() []peer.Event {
+func (h *harness) events() []event {
 	return readEvents(h.path("client.jsonl"))
 }
 
-func readEvents(path string) []peer.Event {
+func readEvents(path string) []event {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	var out []peer.Event
+	var out []event
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<22)
 	for sc.Scan() {
-		var e peer.Event
+		var e event
 		if json.Unmarshal(sc.Bytes(), &e) == nil {
 			out = append(out, e)
 		}

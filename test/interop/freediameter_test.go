@@ -427,12 +427,12 @@ func record(t *testing.T, b *peer.Bus) *recorder {
 	return r
 }
 
-func (r *recorder) ofType(typ string) []peer.Event {
+func (r *recorder) ofKind(k peer.EventKind) []peer.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []peer.Event
 	for _, e := range r.events {
-		if e.Type == typ {
+		if e.Kind == k {
 			out = append(out, e)
 		}
 	}
@@ -444,7 +444,7 @@ func (r *recorder) String() string {
 	defer r.mu.Unlock()
 	var b strings.Builder
 	for _, e := range r.events {
-		fmt.Fprintf(&b, "  %s %s %s %s->%s %s\n", e.Time.Format("15:04:05.000"), e.Peer, e.Type, e.From, e.To, e.Reason)
+		fmt.Fprintf(&b, "  %s %s %s %s->%s %s\n", e.Time.Format("15:04:05.000"), e.Peer, e.Kind, e.From, e.To, e.Reason)
 	}
 	return b.String()
 }
@@ -453,11 +453,11 @@ func (r *recorder) String() string {
 // first INITIAL -> OKAY: no SUSPECT, DOWN or REOPEN while connected.
 func (r *recorder) assertOnlyWentOkay(t *testing.T) {
 	t.Helper()
-	wd := r.ofType(peer.EventWatchdog)
-	if len(wd) != 1 || wd[0].From != "INITIAL" || wd[0].To != "OKAY" {
+	wd := r.ofKind(peer.EventWatchdog)
+	if len(wd) != 1 || wd[0].From != watchdog.Initial || wd[0].To != watchdog.Okay {
 		t.Errorf("watchdog transitions: want only INITIAL->OKAY, got %d; events:\n%s", len(wd), r)
 	}
-	if errs := r.ofType(peer.EventError); len(errs) > 0 {
+	if errs := r.ofKind(peer.EventError); len(errs) > 0 {
 		t.Errorf("%d error events; events:\n%s", len(errs), r)
 	}
 }
@@ -526,10 +526,8 @@ func dialFreeDiameter(t *testing.T, fdIdentity, ourHost string, fdTw int, ourTw 
 	if n := p.Stats().OpenFailed; n != 0 {
 		t.Errorf("%d failed opens before OKAY; events:\n%s", n, rec)
 	}
-	for _, e := range rec.ofType(peer.EventConnection) {
-		if strings.HasPrefix(e.Reason, "open failed") {
-			t.Errorf("open failed event: %s", e.Reason)
-		}
+	for _, e := range rec.ofKind(peer.EventOpenFailed) {
+		t.Errorf("open failed event: %s", e.Reason)
 	}
 	if p.Name() != fdIdentity {
 		t.Errorf("peer name %q, want freeDiameter's Origin-Host %q from its CEA", p.Name(), fdIdentity)
@@ -553,12 +551,12 @@ func closeClient(t *testing.T, fd *freeDiameter, p *peer.Peer, rec *recorder) {
 	}
 	// freeDiameter answers the DPR and then closes the connection itself
 	// (RFC 6733 5.6: R-Rcv-DPR -> R-Snd-DPA, R-Disc), so our close ends
-	// with "closed after DPA" or "connection down: closed by peer",
-	// whichever reaches the loop first; never without a DPA.
+	// whichever of its DPA and its close reaches the loop first; never
+	// without a DPA.
 	var notes []string
-	for _, e := range rec.ofType(peer.EventConnection) {
+	for _, e := range rec.ofKind(peer.EventConnDown) {
 		notes = append(notes, e.Reason)
-		if strings.Contains(e.Reason, "no DPA") || strings.Contains(e.Reason, "waiting for DPA") {
+		if e.DPR && !e.DPA {
 			t.Errorf("closed without freeDiameter's DPA: %q", e.Reason)
 		}
 	}
