@@ -14,7 +14,7 @@ import (
 type FailoverRecord struct {
 	Time     time.Time       `json:"time"`
 	From     string          `json:"from_peer"`
-	To       string          `json:"to_peer"` // set for Moved only
+	To       string          `json:"to_peer"` // Moved: the alternate, when known
 	Outcome  FailoverOutcome `json:"outcome"`
 	Reason   string          `json:"reason"`
 	Moved    int             `json:"moved"`      // requests moved (Moved) or waiting (Parked)
@@ -25,7 +25,7 @@ type FailoverRecord struct {
 type FailoverOutcome uint8
 
 const (
-	// Moved: the requests were resent to To, with the T flag.
+	// Moved: the requests were resent, to To, with the T flag.
 	Moved FailoverOutcome = iota + 1
 	// Parked: no alternate was in service; the requests wait for one,
 	// within their deadlines.

@@ -78,9 +78,9 @@ type recorder struct {
 
 func (r *recorder) watch(b *peer.Bus) func() {
 	return b.Subscribe(func(e peer.Event) {
-		if e.Type == peer.EventWatchdog {
+		if e.Kind == peer.EventWatchdog {
 			r.mu.Lock()
-			r.seq = append(r.seq, e.From+">"+e.To)
+			r.seq = append(r.seq, e.From.String()+">"+e.To.String())
 			r.mu.Unlock()
 		}
 	})

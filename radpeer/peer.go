@@ -205,7 +205,7 @@ func (p *Peer) TakeWaiting() []*Call {
 func (p *Peer) WaitState(ctx context.Context, want watchdog.State) error {
 	ch := make(chan struct{}, 1)
 	cancel := p.cfg.Events.Subscribe(func(e peer.Event) {
-		if e.Type == peer.EventWatchdog {
+		if e.Kind == peer.EventWatchdog {
 			select {
 			case ch <- struct{}{}:
 			default:
@@ -298,8 +298,8 @@ func (p *Peer) unlock() {
 
 func (p *Peer) mono() int64 { return int64(time.Since(p.epoch)) }
 
-func (p *Peer) publish(name, typ, from, to, reason string) {
-	e := peer.Event{Time: time.Now(), Peer: name, Type: typ, From: from, To: to, Reason: reason}
+func (p *Peer) publish(name string, e peer.Event) {
+	e.Time, e.Peer = time.Now(), name
 	p.fx = append(p.fx, func() { p.cfg.Events.Publish(e) })
 }
 
@@ -421,7 +421,7 @@ func (p *Peer) applyAt(l *link, o watchdog.Output, base int64) {
 	if o.Changed {
 		tr := o.Transition
 		p.stats.transitions.Add(1)
-		p.publish(l.name, peer.EventWatchdog, tr.From.String(), tr.To.String(), tr.Reason)
+		p.publish(l.name, peer.Event{Kind: peer.EventWatchdog, From: tr.From, To: tr.To, Trigger: tr.Event, NumDWA: l.m.NumDWA(), Reason: tr.Reason})
 		p.cfg.Logger.Info("watchdog", "peer", l.name, "from", tr.From.String(), "to", tr.To.String(), "reason", tr.Reason)
 	}
 	for _, a := range o.Actions() {
@@ -439,7 +439,7 @@ func (p *Peer) applyAt(l *link, o watchdog.Output, base int64) {
 				p.moveOut(l, c.owned(), o.Transition.Reason)
 			}
 		case watchdog.ActionFailback:
-			p.publish(l.name, peer.EventFailover, "", "", "failback: back in service")
+			p.publish(l.name, peer.Event{Kind: peer.EventFailback, Reason: "failback: back in service"})
 		case watchdog.ActionCloseConnection:
 			if c := l.cur; c != nil {
 				p.dropConn(l, c, "closed by the watchdog: "+o.Transition.Reason, ErrConnectionLost)
@@ -476,7 +476,7 @@ func (p *Peer) serviceChanged() {
 func (p *Peer) moveOut(l *link, calls []*Call, reason string) {
 	if p.cfg.OnFailover == nil || len(calls) == 0 {
 		if len(calls) > 0 {
-			p.publish(l.name, peer.EventFailover, "", "", fmt.Sprintf("%s: %d requests pending, no alternate configured", reason, len(calls)))
+			p.publish(l.name, peer.Event{Kind: peer.EventFailover, Pending: len(calls), Reason: fmt.Sprintf("%s: %d requests pending, no alternate configured", reason, len(calls))})
 		}
 		return
 	}
@@ -498,7 +498,7 @@ func (p *Peer) dropConn(l *link, c *conn, note string, err error) {
 	}
 	c.closed = true
 	c.note = note
-	p.publish(l.name, peer.EventConnection, "", "", note)
+	p.publish(l.name, peer.Event{Kind: peer.EventConnDown, Reason: note})
 	p.fx = append(p.fx, func() { c.tc.Close() })
 	calls := c.owned()
 	clear(c.slots[:])
@@ -540,13 +540,14 @@ func (p *Peer) attemptOpen(l *link) {
 		switch {
 		case err != nil:
 			p.stats.openFailures.Add(1)
-			p.publish(l.name, peer.EventConnection, "", "", "open failed: "+err.Error())
+			p.publish(l.name, peer.Event{Kind: peer.EventOpenFailed, Reason: "open failed: " + err.Error()})
 		case p.closing:
 			p.fx = append(p.fx, func() { tc.Close() })
 		default:
 			c := newConn(l, tc)
 			l.cur = c
-			p.publish(l.name, peer.EventConnection, "", "", fmt.Sprintf("connected over %s to %s", tc.Network(), tc.RemoteAddr()))
+			network, addr := tc.Network(), tc.RemoteAddr().String()
+			p.publish(l.name, peer.Event{Kind: peer.EventConnUp, Network: network, Addr: addr, Reason: "connected over " + network + " to " + addr})
 			p.wg.Add(1)
 			p.fx = append(p.fx, func() { go c.reader() })
 			p.apply(l, l.m.Step(watchdog.ConnectionUp))
@@ -637,7 +638,7 @@ func (c *conn) sendStatus() {
 	p := c.l.p
 	b, auth, err := radius.EncodeRequest(&radius.Request{Code: lradius.CodeStatusServer}, 0, p.secret)
 	if err != nil {
-		p.publish(c.l.name, peer.EventError, "", "", "encoding Status-Server: "+err.Error())
+		p.publish(c.l.name, peer.Event{Kind: peer.EventError, Reason: "encoding Status-Server: " + err.Error()})
 		return
 	}
 	c.statusAuth, c.statusOut = auth, true
@@ -723,7 +724,7 @@ func (c *conn) received(b []byte) {
 	}
 	if radius.IsRequest(code) {
 		p.stats.requestsDropped.Add(1)
-		p.publish(c.l.name, peer.EventError, "", "", fmt.Sprintf("%s from the server dropped: a client connection takes no requests", code))
+		p.publish(c.l.name, peer.Event{Kind: peer.EventError, Reason: fmt.Sprintf("%s from the server dropped: a client connection takes no requests", code)})
 		return
 	}
 	if id == 0 {
@@ -745,7 +746,7 @@ func (c *conn) received(b []byte) {
 	s := c.slots[id]
 	if s.call == nil || !s.ready || !radius.Answers(s.code, code) {
 		p.stats.unmatched.Add(1)
-		p.publish(c.l.name, peer.EventError, "", "", fmt.Sprintf("%s with Identifier %d matches no request: dropped", code, id))
+		p.publish(c.l.name, peer.Event{Kind: peer.EventError, Reason: fmt.Sprintf("%s with Identifier %d matches no request: dropped", code, id)})
 		return
 	}
 	require := p.cfg.RequireMessageAuthenticator && s.code == lradius.CodeAccessRequest
@@ -762,7 +763,7 @@ func (c *conn) received(b []byte) {
 	}
 	if err != nil { // no Message-Authenticator although required
 		p.stats.noMA.Add(1)
-		p.publish(c.l.name, peer.EventError, "", "", err.Error())
+		p.publish(c.l.name, peer.Event{Kind: peer.EventError, Reason: err.Error()})
 		p.fx = append(p.fx, func() { cl.Fail(fmt.Errorf("RADIUS server %s: %w", p.url, err)) })
 		p.drain()
 		return
@@ -792,7 +793,7 @@ func (c *conn) verifyFailed(err error) {
 	p := c.l.p
 	p.stats.badAuth.Add(1)
 	note := "answer failed verification: " + err.Error()
-	p.publish(c.l.name, peer.EventError, "", "", note)
+	p.publish(c.l.name, peer.Event{Kind: peer.EventError, Reason: note})
 	p.cfg.Logger.Warn("closing connection", "peer", c.l.name, "err", err)
 	c.note = note
 	p.fx = append(p.fx, func() { c.tc.Close() }) // the reader reports the loss

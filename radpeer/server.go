@@ -148,7 +148,7 @@ func (s *Server) Serve() error {
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
-		s.publish(tc.RemoteAddr().String(), peer.EventConnection, "accepted over "+tc.Network())
+		s.publish(tc.RemoteAddr().String(), peer.Event{Kind: peer.EventConnUp, Network: tc.Network(), Addr: tc.RemoteAddr().String(), Reason: "accepted over " + tc.Network()})
 		go c.serve()
 	}
 }
@@ -187,8 +187,9 @@ func (s *Server) Stats() ServerStats {
 	}
 }
 
-func (s *Server) publish(from, typ, reason string) {
-	s.cfg.Events.Publish(peer.Event{Time: time.Now(), Peer: from, Type: typ, Reason: reason})
+func (s *Server) publish(from string, e peer.Event) {
+	e.Time, e.Peer = time.Now(), from
+	s.cfg.Events.Publish(e)
 }
 
 type serverConn struct {
@@ -227,7 +228,7 @@ func (c *serverConn) serve() {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
-	s.publish(name, peer.EventConnection, "connection closed: "+note)
+	s.publish(name, peer.Event{Kind: peer.EventConnDown, Reason: "connection closed: " + note})
 }
 
 // request handles one packet; a non-empty result closes the connection.
@@ -245,7 +246,7 @@ func (c *serverConn) request(b []byte) string {
 		return "request failed verification: " + err.Error()
 	case err != nil:
 		s.dropped.Add(1)
-		s.publish(c.tc.RemoteAddr().String(), peer.EventError, "dropped: "+err.Error())
+		s.publish(c.tc.RemoteAddr().String(), peer.Event{Kind: peer.EventError, Reason: "dropped: " + err.Error()})
 		return ""
 	}
 	s.received.Add(1)

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/loadbalance"
-	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
@@ -117,10 +117,10 @@ type Config struct {
 	UpdateAcctDelayTime         bool
 	RequireMessageAuthenticator bool
 	Dial                        func(ctx context.Context, addr string) (net.Conn, error)
-	// Events receives the server-state changes (type policy.EventType),
-	// failovers (peer.EventFailover) and queue alarms ("queue"). Default:
-	// a new Bus.
-	Events *peer.Bus
+	// Events receives the server-state changes (client.EventPolicy),
+	// failovers (client.EventFailover) and queue alarms
+	// (client.EventQueueAlarm). Default: a new Bus.
+	Events *client.Bus
 }
 
 // ClientServerStats describes one server of a Client.
@@ -219,7 +219,7 @@ type Client struct {
 	servers []*server
 	group   *policy.Group
 	bal     *loadbalance.Balancer
-	events  *peer.Bus
+	events  *client.Bus
 	maxQ    int
 
 	mu     sync.Mutex
@@ -255,7 +255,7 @@ func NewClient(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("%w: negative timeout, retries or queue bound", ErrConfig)
 	}
 	if cfg.Events == nil {
-		cfg.Events = peer.NewBus()
+		cfg.Events = client.NewBus()
 	}
 	c := &Client{cfg: cfg, events: cfg.Events, maxQ: cfg.MaxQueued, wake: make(chan struct{}, 1),
 		done: make(chan struct{}), reasons: make(map[string]uint64)}
@@ -346,7 +346,7 @@ func (c *Client) closePeers() {
 }
 
 // Events returns the bus the Client publishes on.
-func (c *Client) Events() *peer.Bus { return c.events }
+func (c *Client) Events() *client.Bus { return c.events }
 
 // Names returns the servers' names in index order.
 func (c *Client) Names() []string {
@@ -475,8 +475,7 @@ func (c *Client) kick() {
 
 func (c *Client) publish(evs []policy.Event) {
 	for _, e := range evs {
-		c.events.Publish(peer.Event{Time: e.Time, Peer: e.Server, Type: policy.EventType,
-			From: e.From.String(), To: e.To.String(), Reason: e.Reason})
+		c.events.Publish(client.Event{Time: e.Time, Server: e.Server, Kind: client.EventPolicy, Policy: &e, Reason: e.Reason})
 	}
 }
 
@@ -487,7 +486,8 @@ func (c *Client) onAlarm(a throttle.Alarm) {
 	}
 	// Called under c.mu by the scheduler: publish from another goroutine
 	// so that no subscriber runs under the lock.
-	e := peer.Event{Time: a.Time, Peer: a.Server, Type: "queue", Reason: fmt.Sprintf("queue alarm %s at depth %d", what, a.Depth)}
+	e := client.Event{Time: a.Time, Server: a.Server, Kind: client.EventQueueAlarm, Raised: a.Raised, Depth: a.Depth,
+		Reason: fmt.Sprintf("queue alarm %s at depth %d", what, a.Depth)}
 	c.wg.Add(1)
 	go func() { defer c.wg.Done(); c.events.Publish(e) }()
 }
@@ -703,8 +703,9 @@ func (c *Client) attempt(cl *call, i int) {
 		c.sched.Enqueue(cl, cl.class)
 		c.mu.Unlock()
 		c.failovers.Add(1)
-		c.events.Publish(peer.Event{Time: time.Now(), Peer: s.name, Type: peer.EventFailover, FromPeer: s.name,
-			Moved: 1, Reason: fmt.Sprintf("no reply to %d attempts: the request goes to the next server in service", attempts)})
+		r := client.FailoverRecord{Time: time.Now(), From: s.name, Outcome: client.Moved, Moved: 1,
+			Reason: fmt.Sprintf("no reply to %d attempts: the request goes to the next server in service", attempts)}
+		c.events.Publish(client.Event{Time: r.Time, Server: s.name, Kind: client.EventFailover, Failover: &r, Reason: r.Reason})
 		return
 	}
 	c.mu.Unlock()

@@ -11,9 +11,9 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/loadbalance"
-	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/throttle"
@@ -53,14 +53,14 @@ type eventLog struct {
 	lines []string
 }
 
-func watch(bus *peer.Bus, start time.Time) (*eventLog, func()) {
+func watch(bus *client.Bus, start time.Time) (*eventLog, func()) {
 	l := &eventLog{start: start}
-	cancel := bus.Subscribe(func(e peer.Event) {
-		if e.Type != policy.EventType {
+	cancel := bus.Subscribe(func(e client.Event) {
+		if e.Kind != client.EventPolicy {
 			return
 		}
 		l.mu.Lock()
-		l.lines = append(l.lines, fmt.Sprintf("+%v %s %s->%s", e.Time.Sub(l.start), e.Peer, e.From, e.To))
+		l.lines = append(l.lines, fmt.Sprintf("+%v %s %s->%s", e.Time.Sub(l.start), e.Server, e.Policy.From, e.Policy.To))
 		l.mu.Unlock()
 	})
 	return l, cancel

@@ -212,11 +212,11 @@ type transitions struct {
 func watch(b *peer.Bus) (*transitions, func()) {
 	tr := &transitions{wake: make(chan struct{}, 1)}
 	cancel := b.Subscribe(func(e peer.Event) {
-		if e.Type != peer.EventWatchdog {
+		if e.Kind != peer.EventWatchdog {
 			return
 		}
 		tr.mu.Lock()
-		tr.seq = append(tr.seq, e.From+">"+e.To)
+		tr.seq = append(tr.seq, e.From.String()+">"+e.To.String())
 		tr.mu.Unlock()
 		select {
 		case tr.wake <- struct{}{}:
