@@ -11,6 +11,39 @@
 //
 // Run "aaa-peer <command> -h" for the flags of each command. Exit codes: 0
 // success, 1 runtime failure, 2 usage error.
+//
+// # Events
+//
+// server and client --events FILE write one JSON object a line per event,
+// in the order they happened, with these fields:
+//
+//	time        RFC 3339 with nanoseconds
+//	peer        the peer's remote Origin-Host (else its address); for the
+//	            client's own events, the server's name (--peer value)
+//	type        watchdog, connection, failover, error, balancer, policy, queue
+//	kind        what happened, finer than type: watchdog, connection_up,
+//	            connection_down, open_failed, idle, failover (a server's
+//	            own, no alternate), failback, error; and for the client's
+//	            own events failover (a record), balancer_rebuilt, policy,
+//	            queue_alarm, slot_filled, slot_released
+//	reason      for people: the watchdog's rule, the error, the cause
+//	from, to    watchdog (RFC 3539 states, in capitals) and policy states
+//	trigger     watchdog: the event the machine stepped on
+//	num_dwa     watchdog: DWAs counted in REOPEN (-1 after a missed one)
+//	network, addr   connection_up: transport and remote address
+//	dpr, dpa    connection_down: this side sent a DPR; its DPA came
+//	pending     failover of a server: requests left pending on it
+//	from_peer, to_peer, moved, end_to_end, outcome
+//	            failover record: from which server to which, how many
+//	            requests and their End-to-End Identifiers; outcome is
+//	            moved, parked (no alternate: to_peer empty), refused or
+//	            nothing_pending
+//	generation  balancer_rebuilt: the new table's generation
+//	raised, depth   queue_alarm: raised or cleared, at which depth
+//	because     slot_filled: the server that went DOWN
+//
+// Fields that do not apply to an event are left out, except time, peer,
+// type, kind and reason.
 package main
 
 import (
