@@ -37,7 +37,7 @@ func TestDPRHoldOff(t *testing.T) {
 				synctest.Wait()
 				t0 := time.Now()
 				assert.Equal(t, watchdog.Down, p.State())
-				conns := rec.ofType(EventConnection)
+				conns := rec.ofKind(EventConnDown)
 				require.NotEmpty(t, conns)
 				assert.Contains(t, conns[len(conns)-1].Reason, message.DisconnectCauseName(cause)+"): no reconnection for 2m0s")
 				time.Sleep(2*time.Minute - time.Second)

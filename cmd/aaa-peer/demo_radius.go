@@ -11,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/loadbalance"
-	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
@@ -244,28 +244,29 @@ func (d *radiusDemo) run(ctx context.Context, stdout io.Writer) (int, error) {
 			Accounting: throttle.Limits{MaxRate: d.o.burstRate}}
 		d.say(s.name, "listening on "+specs[i].URL)
 	}
-	bus := peer.NewBus()
+	bus := client.NewBus()
 	var failoverLines atomic.Int64
-	cancelSub := bus.Subscribe(func(e peer.Event) {
-		switch e.Type {
-		case policy.EventType:
-			d.say(e.Peer, fmt.Sprintf("%s -> %s (%s)", e.From, e.To, e.Reason))
+	cancelSub := bus.Subscribe(func(e client.Event) {
+		switch e.Kind {
+		case client.EventPolicy:
+			from, to := e.Policy.From.String(), e.Policy.To.String()
+			d.say(e.Server, fmt.Sprintf("%s -> %s (%s)", from, to, e.Reason))
 			d.mu.Lock()
-			d.seen[e.Peer+" "+e.From+">"+e.To] = true
+			d.seen[e.Server+" "+from+">"+to] = true
 			d.mu.Unlock()
-		case peer.EventFailover:
+		case client.EventFailover:
 			if failoverLines.Add(1) <= 3 {
-				d.say(e.Peer, "failover: "+e.Reason)
+				d.say(e.Server, "failover: "+e.Reason)
 			}
-		case "queue":
-			d.say(e.Peer, e.Reason)
+		case client.EventQueueAlarm:
+			d.say(e.Server, e.Reason)
 		}
 	})
 	defer cancelSub()
 	c, err := radudp.NewClient(radudp.Config{
 		Servers: specs, Secret: []byte(radiusDemoSecret), Algorithm: loadbalance.Direct,
 		Timeout: d.o.timeout, Retries: d.o.retries, HoldDown: d.o.holdDown,
-		TestUser: &radudp.TestUser{Name: radiusDemoTestUser, Password: "probe-pw"},
+		TestUser:  &radudp.TestUser{Name: radiusDemoTestUser, Password: "probe-pw"},
 		AlarmHigh: 1000, AlarmLow: 100, Events: bus,
 	})
 	if err != nil {
