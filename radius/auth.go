@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"sync"
 
 	lradius "layeh.com/radius"
 )
@@ -73,15 +74,21 @@ func messageAuthenticator(b []byte, ma int, auth *[AuthenticatorLen]byte, secret
 // Response Authenticator (auth = the request's) and the Request
 // Authenticator of accounting and CoA (auth = zeros).
 func packetHash(b []byte, auth *[AuthenticatorLen]byte, secret []byte) [md5.Size]byte {
-	h := md5.New()
-	h.Write(b[:4])
-	h.Write(auth[:])
-	h.Write(b[HeaderLen:])
-	h.Write(secret)
-	var out [md5.Size]byte
-	h.Sum(out[:0])
+	// One md5.Sum over a pooled copy: md5.New would allocate a digest
+	// for every packet.
+	bp := scratch.Get().(*[]byte)
+	buf := append((*bp)[:0], b[:4]...)
+	buf = append(buf, auth[:]...)
+	buf = append(buf, b[HeaderLen:]...)
+	buf = append(buf, secret...)
+	out := md5.Sum(buf)
+	*bp = buf
+	scratch.Put(bp)
 	return out
 }
+
+// scratch holds buffers for packetHash.
+var scratch = sync.Pool{New: func() any { b := make([]byte, 0, MaxLength+64); return &b }}
 
 // sign fills in b's Message-Authenticator (if it has one) and its
 // Authenticator. auth is the value the Authenticator field holds while

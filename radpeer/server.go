@@ -200,6 +200,11 @@ type serverConn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	hwg    sync.WaitGroup
+
+	jmu     sync.Mutex
+	jobs    [][]byte // verified requests waiting for a worker
+	workers int      // running workers
+	busy    int      // of which handling a request
 }
 
 func (c *serverConn) serve() {
@@ -257,26 +262,53 @@ func (c *serverConn) request(b []byte) string {
 		return ""
 	}
 	select {
-	case c.sem <- struct{}{}:
+	case c.sem <- struct{}{}: // released when the request is handled
 	case <-c.ctx.Done():
 		return "closed"
 	}
-	c.hwg.Add(1)
-	go func() {
-		defer c.hwg.Done()
-		defer func() { <-c.sem }()
-		p, err := radius.Decode(b, s.secret)
-		if err != nil {
-			return // cannot happen: ReadFrame validated it
-		}
-		rc, attrs := s.cfg.Handler(c.ctx, p, b)
-		if rc == 0 {
-			s.dropped.Add(1)
+	c.jmu.Lock()
+	c.jobs = append(c.jobs, b)
+	if c.workers-c.busy < len(c.jobs) {
+		// Every worker is busy: one more (at most MaxInFlight, the
+		// semaphore's bound). Workers live while there is work, so a busy
+		// connection keeps a few goroutines with grown stacks instead of
+		// starting one per request.
+		c.workers++
+		c.hwg.Add(1)
+		go c.work()
+	}
+	c.jmu.Unlock()
+	return ""
+}
+
+// work handles queued requests until none is left.
+func (c *serverConn) work() {
+	defer c.hwg.Done()
+	s := c.s
+	for {
+		c.jmu.Lock()
+		if len(c.jobs) == 0 {
+			c.workers--
+			c.jmu.Unlock()
 			return
 		}
-		c.answer(b, rc, attrs)
-	}()
-	return ""
+		b := c.jobs[0]
+		c.jobs[0] = nil
+		c.jobs = c.jobs[1:]
+		c.busy++
+		c.jmu.Unlock()
+		if p, err := radius.Decode(b, s.secret); err == nil { // ReadFrame validated it
+			if rc, attrs := s.cfg.Handler(c.ctx, p, b); rc != 0 {
+				c.answer(b, rc, attrs)
+			} else {
+				s.dropped.Add(1)
+			}
+		}
+		c.jmu.Lock()
+		c.busy--
+		c.jmu.Unlock()
+		<-c.sem
+	}
 }
 
 func (c *serverConn) answer(req []byte, code lradius.Code, attrs lradius.Attributes) {
