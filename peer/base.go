@@ -22,6 +22,9 @@ type capabilities struct {
 	AcctApps    []uint32
 	ProductName string
 	Inband      []uint32 // Inband-Security-Id values offered (CER)
+	// handTo, for an accepted connection that won the election: the
+	// client Peer that takes it over.
+	handTo *Peer
 	// bad is the first identity AVP that failed CheckIdentity, for the
 	// Failed-AVP of the refusal.
 	bad *wire.AVP

@@ -91,6 +91,17 @@ type Config struct {
 	// (5 minutes, RFC 3539 3.3) is an error (T4).
 	IdleTimeout time.Duration
 
+	// Table, shared by a Server and the client Peers of the same node,
+	// keeps one connection per remote identity: a second CER from an
+	// identity already connected is refused, and simultaneous
+	// connections are resolved by election (see Table). Default: a
+	// Server makes its own; a client Peer without one holds no election.
+	Table *Table
+	// RemoteHost, for Dial: the Origin-Host the peer is expected to
+	// answer with. With Table, it lets the election happen while our
+	// CER awaits its CEA, before the peer has ever answered.
+	RemoteHost string
+
 	// AllowHosts, for accepted connections: glob patterns (path.Match) of
 	// Origin-Hosts admitted. Empty admits every host. A CER from another
 	// host gets CEA DIAMETER_UNKNOWN_PEER (3010) and the connection closes.

@@ -74,6 +74,9 @@ func (c *conn) start() {
 // close closes the transport once; the reader then reports the loss.
 func (c *conn) close(note string) {
 	c.closeMu.Do(func() {
+		if c.p != nil && c.p.cfg.Table != nil {
+			c.p.cfg.Table.down(c) // a test conn may have no Peer
+		}
 		c.mu.Lock()
 		if c.downNote == "" {
 			c.downNote = note

@@ -210,6 +210,13 @@ func Accept(tc transport.Conn, cfg Config) (*Peer, error) {
 			p.step(input{kind: evOpenFailed, note: err.Error()})
 			return
 		}
+		if cp.handTo != nil { // election won: the client Peer takes it
+			if !cp.handTo.step(input{kind: evConnUp, c: newConn(cp.handTo, tc, cp.OriginHost)}) {
+				tc.Close()
+			}
+			p.step(input{kind: evOpenFailed, note: "connection handed to the client peer of " + cp.OriginHost})
+			return
+		}
 		if !p.step(input{kind: evConnUp, c: newConn(p, tc, cp.OriginHost)}) {
 			tc.Close()
 		}

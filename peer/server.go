@@ -42,6 +42,9 @@ func Listen(url string, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Table == nil {
+		cfg.Table = NewTable()
+	}
 	return &Server{cfg: cfg, ln: ln, peers: make(map[*Peer]struct{})}, nil
 }
 
@@ -51,6 +54,9 @@ func NewServer(ln transport.Listener, cfg Config) (*Server, error) {
 	cfg, err := cfg.validate()
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Table == nil {
+		cfg.Table = NewTable()
 	}
 	return &Server{cfg: cfg, ln: ln, peers: make(map[*Peer]struct{})}, nil
 }

@@ -202,6 +202,18 @@ func (p *Peer) stepLocked(e input) {
 			e.c.tc.Close()
 			return
 		}
+		if t := p.cfg.Table; t != nil {
+			if o, ok := t.up(e.c); !ok {
+				note := fmt.Sprintf("%s already has an open connection (%s to %s): kept it, closed this one (%s to %s)",
+					e.c.remoteHost, o.tc.Network(), o.tc.RemoteAddr(), e.c.tc.Network(), e.c.tc.RemoteAddr())
+				p.publish(EventConnection, "", "", note)
+				e.c.tc.Close()
+				if p.role == RoleServer {
+					p.ended = true
+				}
+				return
+			}
+		}
 		p.cur.Store(e.c)
 		if e.c.remoteHost != "" {
 			h := e.c.remoteHost
@@ -215,6 +227,9 @@ func (p *Peer) stepLocked(e input) {
 
 	case evOpenFailed:
 		p.dialing = false
+		if e.note == errElectionWon.Error() {
+			return // not a failure: the accepted connection replaces the dial
+		}
 		p.stats.openFailures.Add(1)
 		if p.role == RoleServer {
 			p.ended = true
@@ -395,6 +410,10 @@ func (p *Peer) failPending(c *conn, err error) {
 	}
 }
 
+// errElectionWon ends a dial whose connection we closed because the
+// peer's own connection to us won the election and is kept instead.
+var errElectionWon = errors.New("closed: the peer's connection to us won the election and replaces this one")
+
 // CapabilitiesError is a CEA with a Result-Code other than
 // DIAMETER_SUCCESS, or a CER we refused.
 type CapabilitiesError struct {
@@ -412,11 +431,24 @@ func (e *CapabilitiesError) Error() string {
 }
 
 // exchangeClient sends our CER and waits for the CEA (CEATimeout).
-func (p *Peer) exchangeClient(tc transport.Conn) (capabilities, error) {
+func (p *Peer) exchangeClient(tc transport.Conn) (_ capabilities, err error) {
 	t := time.AfterFunc(p.cfg.CEATimeout, func() { tc.Close() })
 	defer t.Stop()
 	stop := context.AfterFunc(p.ctx, func() { tc.Close() }) // Close does not wait CEATimeout
 	defer stop()
+	if t, host := p.cfg.Table, p.cfg.RemoteHost; t != nil && host != "" {
+		w, open := t.startDial(p, host, tc)
+		if open != nil {
+			return capabilities{}, fmt.Errorf("%s is already connected (%s to %s): not opening a second connection", host, open.tc.Network(), open.tc.RemoteAddr())
+		}
+		defer func() {
+			var ce *CapabilitiesError
+			lost := errors.As(err, &ce) && ce.ResultCode == message.ElectionLost
+			if t.endDial(host, w, lost) || lost {
+				err = errElectionWon
+			}
+		}()
+	}
 	if err := tc.WriteMessages(withIDs(p.cfg.newCER(tc.LocalAddr()), wire.NewHopByHopGenRandom())); err != nil {
 		return capabilities{}, fmt.Errorf("sending CER: %w", err)
 	}
@@ -477,6 +509,18 @@ func (p *Peer) exchangeServer(tc transport.Conn) (capabilities, error) {
 		return refuse(message.NoCommonApplication, "no application in common")
 	case !commonSecurity(cp.Inband, tc.Network() == transport.SchemeTLS):
 		return refuse(message.NoCommonSecurity, fmt.Sprintf("Inband-Security-Id %v: in-band TLS is not offered; connect with TLS instead (NO_INBAND_SECURITY on a TLS connection)", cp.Inband))
+	}
+	if t := p.cfg.Table; t != nil {
+		v := t.onCER(p.cfg.OriginHost, cp.OriginHost)
+		if v.rc != 0 {
+			p.publish(EventConnection, "", "", v.why)
+			return refuse(v.rc, v.why)
+		}
+		if v.adopt != nil {
+			cp.handTo = v.adopt
+			p.publish(EventConnection, "", "", v.why)
+			v.adopt.publish(EventConnection, "", "", v.why)
+		}
 	}
 	if err := tc.WriteMessages(p.cfg.newCEA(msg, tc.LocalAddr(), message.Success, "", nil)); err != nil {
 		return cp, fmt.Errorf("sending CEA: %w", err)

@@ -1,0 +1,136 @@
+package peer
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// A second CER from an identity that already has an open connection on
+// the server is refused with DIAMETER_UNABLE_TO_COMPLY, whatever the case
+// of its Origin-Host; the first connection stays in service.
+func TestSecondConnectionFromOpenIdentityRefused(t *testing.T) {
+	bus := NewBus()
+	rec, cancel := record(bus)
+	defer cancel()
+	s := startServer(t, "tcp://127.0.0.1:0", func(c *Config) { c.Events = bus })
+	p := dialOkay(t, "tcp://"+s.Addr().String(), nil)
+	// The server's side is up once it has sent the CEA: wait for it.
+	require.Eventually(t, func() bool {
+		ps := s.Peers()
+		return len(ps) == 1 && ps[0].State() == watchdog.Okay
+	}, 5*time.Second, time.Millisecond)
+	for _, host := range []string{"client.example.net", "CLIENT.Example.NET"} {
+		tc, err := transport.Dial(bounded(t), "tcp://"+s.Addr().String(), transport.Options{})
+		require.NoError(t, err)
+		cfg, err := clientConfig(host).validate()
+		require.NoError(t, err)
+		require.NoError(t, tc.WriteMessages(withIDs(cfg.newCER(tc.LocalAddr()), wire.NewHopByHopGenRandom())))
+		cea, err := tc.ReadMessage()
+		require.NoError(t, err)
+		rc, _ := message.ResultCodeOf(cea)
+		assert.Equal(t, uint32(message.UnableToComply), rc, host)
+		_, err = tc.ReadMessage()
+		assert.Error(t, err, "refused connection closed")
+		tc.Close()
+	}
+	hasReason(t, rec, "already has an open connection")
+	ans, err := p.Request(bounded(t), acr())
+	require.NoError(t, err)
+	rc, _ := message.ResultCodeOf(ans)
+	assert.Equal(t, uint32(message.Success), rc, "the first connection is kept")
+}
+
+// slowCER delays the first read of an accepted connection, so that both
+// sides' CERs are out before either is answered: the election then runs.
+type slowCER struct {
+	transport.Conn
+	once sync.Once
+}
+
+func (s *slowCER) ReadMessage() ([]byte, error) {
+	s.once.Do(func() { time.Sleep(300 * time.Millisecond) })
+	return s.Conn.ReadMessage()
+}
+
+type node struct {
+	srv    *Server
+	cli    *Peer
+	rec    *recorder
+	cancel func()
+}
+
+// Two nodes dial each other at once (RFC 6733 5.6.4): b.example.net wins
+// (its Origin-Host is higher), closes the connection it initiated and keeps
+// a's; a answers b's CER with DIAMETER_ELECTION_LOST. Both end with one
+// connection, in service both ways.
+func TestElectionOverTCP(t *testing.T) {
+	mk := func(host string) *node {
+		n := &node{}
+		bus := NewBus()
+		n.rec, n.cancel = record(bus)
+		cfg := clientConfig(host)
+		cfg.Handler, cfg.Events, cfg.Table = acctHandler, bus, NewTable()
+		s, err := Listen("tcp://127.0.0.1:0", cfg)
+		require.NoError(t, err)
+		s.Wrap = func(c transport.Conn) transport.Conn { return &slowCER{Conn: c} }
+		n.srv = s
+		served := make(chan error, 1)
+		go func() { served <- s.Serve() }()
+		t.Cleanup(func() {
+			n.cancel()
+			s.Close(context.Background())
+			require.NoError(t, <-served)
+		})
+		return n
+	}
+	a, b := mk("a.example.net"), mk("B.example.net")
+	dial := func(n, to *node, remote string) {
+		cfg := n.srv.cfg
+		cfg.RemoteHost = remote
+		p, err := Dial("tcp://"+to.srv.Addr().String(), cfg)
+		require.NoError(t, err)
+		n.cli = p
+		t.Cleanup(func() { p.Close(context.Background()) })
+	}
+	dial(a, b, "b.example.net")
+	dial(b, a, "A.example.net")
+	defer func() {
+		if t.Failed() {
+			for _, n := range []*node{a, b} {
+				n.rec.mu.Lock()
+				for _, e := range n.rec.events {
+					t.Logf("%s: %s %s %s->%s %s", n.srv.cfg.OriginHost, e.Peer, e.Type, e.From, e.To, e.Reason)
+				}
+				n.rec.mu.Unlock()
+			}
+		}
+	}()
+	require.NoError(t, a.cli.WaitState(bounded(t), watchdog.Okay))
+	require.NoError(t, b.cli.WaitState(bounded(t), watchdog.Okay))
+	require.Eventually(t, func() bool { return len(a.srv.Peers()) == 0 && len(b.srv.Peers()) == 0 }, 5*time.Second, 10*time.Millisecond,
+		"no server-side peer is left: the kept connection belongs to the client peers")
+	hasReason(t, b.rec, "election won against a.example.net")
+	// a refuses b's CER: ELECTION_LOST if it came while a waited for
+	// its CEA, else because a's connection is open by then.
+	if !hasEvent(a.rec, "election lost to B.example.net") {
+		hasReason(t, a.rec, "B.example.net already has an open connection")
+	}
+	assert.Equal(t, a.cli.cur.Load().tc.LocalAddr().String(), b.cli.cur.Load().tc.RemoteAddr().String(), "one connection, a's")
+	for _, n := range []*node{a, b} {
+		ans, err := n.cli.Request(bounded(t), acr())
+		require.NoError(t, err)
+		rc, _ := message.ResultCodeOf(ans)
+		assert.Equal(t, uint32(message.Success), rc)
+		assert.Zero(t, n.cli.Stats().OpenFailed, "the election is not an open failure")
+	}
+}
