@@ -565,8 +565,9 @@ func closeClient(t *testing.T, fd *freeDiameter, p *peer.Peer, rec *recorder) {
 	if !fd.waitLog(regexp.MustCompile(`'STATE_OPEN'\s*->\s*'STATE_CLOSING`), 3*time.Second) {
 		t.Errorf("freeDiameter's log shows no STATE_OPEN -> STATE_CLOSING after our DPR (transitions %v)", fd.transitions())
 	}
-	if !fd.waitLog(regexp.MustCompile(`sent a DPR with cause: REBOOTING`), time.Second) {
-		t.Errorf("freeDiameter's log shows no DPR with cause REBOOTING from us")
+	// Close means this side is done with the peer (RFC 6733 5.4.3).
+	if !fd.waitLog(regexp.MustCompile(`sent a DPR with cause: DO_NOT_WANT_TO_TALK_TO_YOU`), time.Second) {
+		t.Errorf("freeDiameter's log shows no DPR with cause DO_NOT_WANT_TO_TALK_TO_YOU from us")
 	}
 }
 
