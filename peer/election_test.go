@@ -109,7 +109,7 @@ func TestElectionOverTCP(t *testing.T) {
 			for _, n := range []*node{a, b} {
 				n.rec.mu.Lock()
 				for _, e := range n.rec.events {
-					t.Logf("%s: %s %s %s->%s %s", n.srv.cfg.OriginHost, e.Peer, e.Type, e.From, e.To, e.Reason)
+					t.Logf("%s: %s %s %s->%s %s", n.srv.cfg.OriginHost, e.Peer, e.Kind, e.From, e.To, e.Reason)
 				}
 				n.rec.mu.Unlock()
 			}

@@ -206,7 +206,7 @@ func (p *Peer) stepLocked(e input) {
 			if o, ok := t.up(e.c); !ok {
 				note := fmt.Sprintf("%s already has an open connection (%s to %s): kept it, closed this one (%s to %s)",
 					e.c.remoteHost, o.tc.Network(), o.tc.RemoteAddr(), e.c.tc.Network(), e.c.tc.RemoteAddr())
-				p.publish(EventConnection, "", "", note)
+				p.publish(Event{Kind: EventError, Reason: note})
 				e.c.tc.Close()
 				if p.role == RoleServer {
 					p.ended = true
@@ -513,13 +513,14 @@ func (p *Peer) exchangeServer(tc transport.Conn) (capabilities, error) {
 	if t := p.cfg.Table; t != nil {
 		v := t.onCER(p.cfg.OriginHost, cp.OriginHost)
 		if v.rc != 0 {
-			p.publish(EventConnection, "", "", v.why)
+			p.publish(Event{Kind: EventError, Reason: v.why})
 			return refuse(v.rc, v.why)
 		}
 		if v.adopt != nil {
 			cp.handTo = v.adopt
-			p.publish(EventConnection, "", "", v.why)
-			v.adopt.publish(EventConnection, "", "", v.why)
+			// The dial the election closed went down; the accepted
+			// connection comes up on the dialing Peer (EventConnUp).
+			v.adopt.publish(Event{Kind: EventConnDown, Reason: v.why})
 		}
 	}
 	if err := tc.WriteMessages(p.cfg.newCEA(msg, tc.LocalAddr(), message.Success, "", nil)); err != nil {

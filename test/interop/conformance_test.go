@@ -124,7 +124,7 @@ func TestFreeDiameterDPRCauses(t *testing.T) {
 			t.Fatalf("not DOWN after freeDiameter's shutdown: %v; events:\n%s", err, rec)
 		}
 		var got string
-		for _, e := range rec.ofType(peer.EventConnection) {
+		for _, e := range rec.ofKind(peer.EventConnDown) {
 			if m := regexp.MustCompile(`DPR received \(Disconnect-Cause \d+ [A-Z_]+\)`).FindString(e.Reason); m != "" {
 				got = e.Reason
 			}
