@@ -134,6 +134,15 @@ func freePort(t *testing.T) int {
 // another.
 func startFreeRADIUS(t *testing.T) *freeradius {
 	t.Helper()
+	port := freePort(t)
+	return runFreeRADIUS(t, radiusdConf, map[string]string{"{{PORT}}": fmt.Sprint(port)}, fmt.Sprintf("127.0.0.1:%d", port))
+}
+
+// runFreeRADIUS runs freeradius -f -X with the configuration tmpl, in
+// which {{DIR}}, {{SECRET}} and the keys of vars are replaced, until the
+// test ends; addr is the address the returned freeradius reports.
+func runFreeRADIUS(t *testing.T, tmpl string, vars map[string]string, addr string) *freeradius {
+	t.Helper()
 	bin, err := exec.LookPath("freeradius")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -154,12 +163,15 @@ func startFreeRADIUS(t *testing.T) *freeradius {
 
 func tryFreeRADIUS(t *testing.T, bin string) (*freeradius, bool) {
 	dir := t.TempDir()
-	port := freePort(t)
-	conf := strings.NewReplacer("{{DIR}}", dir, "{{SECRET}}", secret, "{{PORT}}", fmt.Sprint(port)).Replace(radiusdConf)
+	pairs := []string{"{{DIR}}", dir, "{{SECRET}}", secret}
+	for k, v := range vars {
+		pairs = append(pairs, k, v)
+	}
+	conf := strings.NewReplacer(pairs...).Replace(tmpl)
 	if err := os.WriteFile(filepath.Join(dir, "radiusd.conf"), []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f := &freeradius{log: &syncBuffer{}, addr: fmt.Sprintf("127.0.0.1:%d", port)}
+	f := &freeradius{log: &syncBuffer{}, addr: addr}
 	f.cmd = exec.Command(bin, "-f", "-X", "-d", dir, "-D", "/usr/share/freeradius")
 	f.cmd.Stdout, f.cmd.Stderr = f.log, f.log
 	if err := f.cmd.Start(); err != nil {
