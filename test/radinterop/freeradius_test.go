@@ -116,6 +116,7 @@ type freeradius struct {
 	cmd  *exec.Cmd
 	log  *syncBuffer
 	addr string
+	vars map[string]string // the placeholders of its configuration
 }
 
 func freePort(t *testing.T) int {
@@ -134,14 +135,17 @@ func freePort(t *testing.T) int {
 // another.
 func startFreeRADIUS(t *testing.T) *freeradius {
 	t.Helper()
-	port := freePort(t)
-	return runFreeRADIUS(t, radiusdConf, map[string]string{"{{PORT}}": fmt.Sprint(port)}, fmt.Sprintf("127.0.0.1:%d", port))
+	return runFreeRADIUS(t, radiusdConf, func() (map[string]string, string) {
+		port := freePort(t)
+		return map[string]string{"{{PORT}}": fmt.Sprint(port)}, fmt.Sprintf("127.0.0.1:%d", port)
+	})
 }
 
-// runFreeRADIUS runs freeradius -f -X with the configuration tmpl, in
-// which {{DIR}}, {{SECRET}} and the keys of vars are replaced, until the
-// test ends; addr is the address the returned freeradius reports.
-func runFreeRADIUS(t *testing.T, tmpl string, vars map[string]string, addr string) *freeradius {
+// runFreeRADIUS runs freeradius -f -X with the configuration tmpl until
+// the test ends. Each attempt calls ports for the placeholders to replace
+// in tmpl besides {{DIR}} and {{SECRET}} (its ports) and the address the
+// returned freeradius reports; the placeholders end up in its vars.
+func runFreeRADIUS(t *testing.T, tmpl string, ports func() (vars map[string]string, addr string)) *freeradius {
 	t.Helper()
 	bin, err := exec.LookPath("freeradius")
 	if err != nil {
@@ -151,7 +155,7 @@ func runFreeRADIUS(t *testing.T, tmpl string, vars map[string]string, addr strin
 		t.Skip("freeradius not installed")
 	}
 	for attempt := 1; ; attempt++ {
-		f, ok := tryFreeRADIUS(t, bin)
+		f, ok := tryFreeRADIUS(t, bin, tmpl, ports)
 		if ok {
 			return f
 		}
@@ -161,8 +165,9 @@ func runFreeRADIUS(t *testing.T, tmpl string, vars map[string]string, addr strin
 	}
 }
 
-func tryFreeRADIUS(t *testing.T, bin string) (*freeradius, bool) {
+func tryFreeRADIUS(t *testing.T, bin, tmpl string, ports func() (map[string]string, string)) (*freeradius, bool) {
 	dir := t.TempDir()
+	vars, addr := ports()
 	pairs := []string{"{{DIR}}", dir, "{{SECRET}}", secret}
 	for k, v := range vars {
 		pairs = append(pairs, k, v)
@@ -171,7 +176,7 @@ func tryFreeRADIUS(t *testing.T, bin string) (*freeradius, bool) {
 	if err := os.WriteFile(filepath.Join(dir, "radiusd.conf"), []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	f := &freeradius{log: &syncBuffer{}, addr: addr}
+	f := &freeradius{log: &syncBuffer{}, addr: addr, vars: vars}
 	f.cmd = exec.Command(bin, "-f", "-X", "-d", dir, "-D", "/usr/share/freeradius")
 	f.cmd.Stdout, f.cmd.Stderr = f.log, f.log
 	if err := f.cmd.Start(); err != nil {

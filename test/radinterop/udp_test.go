@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/loadbalance"
-	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
@@ -129,10 +129,11 @@ func waitPolicy(t *testing.T, c *radudp.Client, i int, st policy.State, within t
 // again); after SIGCONT the next probe is answered by FreeRADIUS: in
 // service.
 func TestFreeRADIUSUDPServerStates(t *testing.T) {
-	authPort, acctPort := freeUDPPort(t), freeUDPPort(t)
-	fr := runFreeRADIUS(t, radiusdUDPConf, map[string]string{
-		"{{AUTHPORT}}": fmt.Sprint(authPort), "{{ACCTPORT}}": fmt.Sprint(acctPort),
-	}, fmt.Sprintf("127.0.0.1:%d", authPort))
+	fr := runFreeRADIUS(t, radiusdUDPConf, func() (map[string]string, string) {
+		auth, acct := freeUDPPort(t), freeUDPPort(t)
+		return map[string]string{"{{AUTHPORT}}": fmt.Sprint(auth), "{{ACCTPORT}}": fmt.Sprint(acct)}, fmt.Sprintf("127.0.0.1:%d", auth)
+	})
+	acctPort := fr.vars["{{ACCTPORT}}"]
 
 	// The second server: aaa-peer's own UDP server, in process.
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
@@ -147,19 +148,19 @@ func TestFreeRADIUSUDPServerStates(t *testing.T) {
 	go func() { local.Serve(); close(served) }()
 	defer func() { local.Close(context.Background()); <-served }()
 
-	bus := peer.NewBus()
+	bus := client.NewBus()
 	log := &policyLog{}
-	cancel := bus.Subscribe(func(e peer.Event) {
-		if e.Type == policy.EventType && e.Peer == "freeradius" {
+	cancel := bus.Subscribe(func(e client.Event) {
+		if e.Kind == client.EventPolicy && e.Server == "freeradius" {
 			log.mu.Lock()
-			log.seq = append(log.seq, e.From+">"+e.To)
+			log.seq = append(log.seq, e.Policy.From.String()+">"+e.Policy.To.String())
 			log.mu.Unlock()
 		}
 	})
 	defer cancel()
 	c, err := radudp.NewClient(radudp.Config{
 		Servers: []radudp.ServerSpec{
-			{Name: "freeradius", URL: "radius://" + fr.addr, AcctURL: fmt.Sprintf("radius://127.0.0.1:%d", acctPort)},
+			{Name: "freeradius", URL: "radius://" + fr.addr, AcctURL: "radius://127.0.0.1:" + acctPort},
 			{Name: "local", URL: "radius://" + local.Addr().String()},
 		},
 		Secret: []byte(secret), Algorithm: loadbalance.Direct,
@@ -201,7 +202,7 @@ func TestFreeRADIUSUDPServerStates(t *testing.T) {
 	acct.Attributes.Add(radius.AttrNASIdentifier, lradius.Attribute("nas1"))
 	acct.Attributes.Add(radius.AttrAcctSessionID, lradius.Attribute("udp-1"))
 	acct.Attributes.Add(radius.AttrAcctStatusType, lradius.Attribute([]byte{0, 0, 0, 1}))
-	if resp := exchange(acct); resp.Packet.Code != lradius.CodeAccountingResponse || !strings.HasSuffix(resp.Server, fmt.Sprint(acctPort)) {
+	if resp := exchange(acct); resp.Packet.Code != lradius.CodeAccountingResponse || !strings.HasSuffix(resp.Server, ":"+acctPort) {
 		t.Fatalf("accounting: %v from %s", resp.Packet.Code, resp.Server)
 	}
 
