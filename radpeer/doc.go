@@ -1,0 +1,48 @@
+// Package radpeer carries RADIUS over streams (radius+tcp://, RFC 6613;
+// radsec://, RFC 6614) and over UDP (radius://), for clients and servers,
+// on the same watchdog and duplicate store as aaatp's Diameter.
+//
+// # Clients
+//
+// [Dial] returns a [Peer]: one RADIUS server, reached over one or more
+// connections (Config.MaxConns). Each connection runs package watchdog's
+// RFC 3539 machine unchanged, with Status-Server (RFC 5997) as its
+// watchdog message: sent on the reserved Identifier 0 with a fresh
+// authenticator and a Message-Authenticator, never retransmitted; any
+// verified reply to it is the watchdog answer, any other verified answer
+// resets Tw. A reopened connection carries traffic again after three
+// answered Status-Servers. The server is in service while any of its
+// connections is OKAY.
+//
+// Requests are [Call]s holding a radius.Request (hidden attributes in the
+// clear). Each send encodes and signs the request afresh for the
+// connection it goes to: an Identifier from 1 to 255, reused least
+// recently, a new Request Authenticator, a Message-Authenticator on
+// Access-Request, passwords hidden with that connection's secret. When
+// every Identifier of every connection is taken, a further connection is
+// opened (up to MaxConns) and the call waits (up to MaxWaiting). Answers
+// are matched by Identifier, then verified against that send's
+// authenticator; one that fails closes the connection (RFC 6613 2.6.4),
+// one on an unused Identifier is dropped and counted.
+//
+// A Call completes once, with a [Response] or an error. When a connection
+// leaves service (SUSPECT, DOWN) its calls go to Config.OnFailover, in
+// send order, for the caller to submit to another server; they stay
+// matched where they were, so a late answer still completes them once.
+//
+// [DialUDP] returns a [UDPPeer]: requests retransmitted unchanged (same
+// Identifier, authenticator and source port) every Timeout until
+// answered or sent Sends times; late and duplicate answers counted.
+//
+// # Servers
+//
+// [NewServer] serves a stream listener from [Listen]; [NewUDPServer] a UDP
+// socket, with the RFC 5080 duplicate cache. Both answer Status-Server
+// themselves and give other requests to a [Handler]; [Dedup] wraps one so
+// that each accounting record ([AccountingKey]) is applied once across
+// every server sharing a dedup.Store.
+//
+// Peer, UDPPeer, Server, UDPServer and Call are safe for concurrent use.
+// Events are package peer's, on a peer.Bus, so the status page and metrics
+// that watch Diameter peers watch these too.
+package radpeer
