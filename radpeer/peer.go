@@ -250,9 +250,10 @@ func (p *Peer) Stats() Stats {
 	return st
 }
 
-// Close closes every connection; pending and waiting calls fail with
-// ErrClosed (RADIUS has no disconnect message). It waits for the Peer's
-// goroutines.
+// Close closes every connection (RADIUS has no disconnect message). As on
+// any loss of an OKAY connection, its pending calls go to OnFailover when
+// there is one; the others, and waiting calls, fail with ErrClosed. It
+// waits for the Peer's goroutines, or ctx.
 func (p *Peer) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if !p.closing {
