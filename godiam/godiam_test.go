@@ -1,0 +1,234 @@
+package godiam
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/fiorix/go-diameter/v4/diam"
+	"github.com/fiorix/go-diameter/v4/diam/avp"
+	"github.com/fiorix/go-diameter/v4/diam/datatype"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var quiet = slog.New(slog.DiscardHandler)
+
+func acr(sid string) *diam.Message {
+	m := diam.NewRequest(diam.Accounting, 3, nil)
+	m.NewAVP(avp.SessionID, avp.Mbit, 0, datatype.UTF8String(sid))
+	m.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity("c.example.net"))
+	m.NewAVP(avp.OriginRealm, avp.Mbit, 0, datatype.DiameterIdentity("example.net"))
+	m.NewAVP(avp.DestinationRealm, avp.Mbit, 0, datatype.DiameterIdentity("example.net"))
+	m.NewAVP(avp.AccountingRecordType, avp.Mbit, 0, datatype.Enumerated(2))
+	m.NewAVP(avp.AccountingRecordNumber, avp.Mbit, 0, datatype.Unsigned32(0))
+	return m
+}
+
+func resultCode(t *testing.T, m *diam.Message) uint32 {
+	t.Helper()
+	a, err := m.FindAVP(avp.ResultCode, 0)
+	require.NoError(t, err)
+	return uint32(a.Data.(datatype.Unsigned32))
+}
+
+// A go-diameter request goes through a client.Client to a peer.Server
+// whose handler is written with go-diameter, and its answer comes back as
+// a *diam.Message.
+func TestSendAndHandleOverLoopback(t *testing.T) {
+	var seen *diam.Message
+	h := NewHandler(func(ctx context.Context, p *peer.Peer, req *diam.Message) *diam.Message {
+		seen = req
+		ans := req.Answer(diam.Success)
+		sid, _ := req.FindAVP(avp.SessionID, 0)
+		ans.InsertAVP(sid)
+		id := p.LocalIdentity()
+		ans.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity(id.Host))
+		ans.NewAVP(avp.OriginRealm, avp.Mbit, 0, datatype.DiameterIdentity(id.Realm))
+		return ans
+	})
+	srv, err := peer.Listen("tcp://127.0.0.1:0", peer.Config{OriginHost: "s.example.net", OriginRealm: "example.net",
+		AcctApps: []uint32{3}, Handler: h, Logger: quiet})
+	require.NoError(t, err)
+	go srv.Serve()
+	defer srv.Close(context.Background())
+	c, err := client.New(client.Config{
+		Peers: []client.PeerSpec{{URL: "tcp://" + srv.Addr().String()}},
+		Peer:  peer.Config{OriginHost: "c.example.net", OriginRealm: "example.net", AcctApps: []uint32{3}, Logger: quiet},
+	})
+	require.NoError(t, err)
+	defer c.Close(context.Background())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req := acr("c.example.net;1;1")
+	ans, err := Send(ctx, c, req)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(diam.Success), resultCode(t, ans))
+	assert.False(t, ans.Header.CommandFlags&diam.RequestFlag != 0, "an answer")
+	assert.Equal(t, req.Header.EndToEndID, ans.Header.EndToEndID)
+	sid, err := ans.FindAVP(avp.SessionID, 0)
+	require.NoError(t, err)
+	assert.Equal(t, datatype.UTF8String("c.example.net;1;1"), sid.Data)
+	oh, err := ans.FindAVP(avp.OriginHost, 0)
+	require.NoError(t, err)
+	assert.Equal(t, datatype.DiameterIdentity("s.example.net"), oh.Data)
+	require.NotNil(t, seen)
+	rt, err := seen.FindAVP(avp.AccountingRecordType, 0)
+	require.NoError(t, err)
+	assert.Equal(t, datatype.Enumerated(2), rt.Data, "the handler saw the request's AVPs")
+
+	// Through one peer as well.
+	p := c.Peers()[0]
+	ans, err = Send(ctx, SenderFunc(p.Request), acr("c.example.net;1;2"))
+	require.NoError(t, err)
+	assert.Equal(t, uint32(diam.Success), resultCode(t, ans))
+}
+
+// malformed builds an ACR whose second AVP has the V flag but only 8
+// bytes: go-diameter's own decoder reads past it and panics.
+func malformed() []byte {
+	b, _ := Codec{}.Encode(acr("x;1"))
+	bad := []byte{0, 0, 0x01, 0x07, 0x80, 0, 0, 8} // Session-Id, V flag, length 8
+	b = append(b, bad...)
+	binary.BigEndian.PutUint32(b[0:4], uint32(len(b))|1<<24)
+	return b
+}
+
+func decodeAnswer(t *testing.T, b []byte) *diam.Message {
+	t.Helper()
+	require.NotNil(t, b)
+	m, err := Codec{}.Decode(b)
+	require.NoError(t, err)
+	return m
+}
+
+// A request go-diameter would panic on, or one of a command the
+// dictionary does not know, never reaches the handler: it gets the error
+// answer, with the request's ids.
+func TestHandlerRefusesWhatDoesNotDecode(t *testing.T) {
+	called := false
+	h := NewHandler(func(context.Context, *peer.Peer, *diam.Message) *diam.Message { called = true; return nil })
+
+	bad := malformed()
+	_, err := wire.Decode(bad, nil)
+	require.ErrorIs(t, err, wire.ErrBadFrame)
+	ans := decodeAnswer(t, h(context.Background(), nil, bad))
+	assert.Equal(t, uint32(message.InvalidAVPValue), resultCode(t, ans))
+	assert.Equal(t, wire.EndToEnd(bad), ans.Header.EndToEndID)
+	assert.Zero(t, ans.Header.CommandFlags&diam.RequestFlag)
+
+	unknown := message.NewRequest(999, 3, 0).Bytes()
+	wire.SetEndToEnd(unknown, 77)
+	ub := h(context.Background(), nil, unknown)
+	require.NotNil(t, ub)
+	rc, ok := message.ResultCodeOf(ub)
+	require.True(t, ok)
+	assert.Equal(t, uint32(message.CommandUnsupported), rc)
+	assert.Equal(t, uint32(77), wire.EndToEnd(ub))
+	assert.NotZero(t, wire.Flags(ub)&wire.FlagError, "a protocol error has the E bit")
+
+	assert.Nil(t, h(context.Background(), nil, []byte{1, 0, 0}), "not a message")
+	assert.False(t, called)
+}
+
+// An answer the handler builds that cannot be encoded becomes
+// DIAMETER_UNABLE_TO_COMPLY rather than a panic.
+func TestHandlerAnswerThatDoesNotEncode(t *testing.T) {
+	h := NewHandler(func(_ context.Context, _ *peer.Peer, req *diam.Message) *diam.Message {
+		ans := req.Answer(diam.Success)
+		ans.AVP = append(ans.AVP, &diam.AVP{Code: avp.ProxyInfo, Flags: avp.Mbit}) // no Data
+		return ans
+	})
+	req, err := Codec{}.Encode(acr("x;2"))
+	require.NoError(t, err)
+	ans := decodeAnswer(t, h(context.Background(), nil, req))
+	assert.Equal(t, uint32(message.UnableToComply), resultCode(t, ans))
+}
+
+// Encode writes the real length even when AVPs were appended without
+// NewAVP, so the header's Message-Length is stale.
+func TestEncodeComputesLength(t *testing.T) {
+	m := acr("x;3")
+	m.AVP = append(m.AVP, diam.NewAVP(avp.UserName, avp.Mbit, 0, datatype.UTF8String("user@example.net")))
+	b, err := Codec{}.Encode(m)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(len(b)), wire.Length(b))
+	back, err := Codec{}.Decode(b)
+	require.NoError(t, err)
+	u, err := back.FindAVP(avp.UserName, 0)
+	require.NoError(t, err)
+	assert.Equal(t, datatype.UTF8String("user@example.net"), u.Data)
+
+	_, err = Codec{}.Encode(nil)
+	assert.Error(t, err)
+}
+
+// A decoded message owns its bytes: go-diameter's reader would hand out
+// []byte values (Address, unknown AVPs) aliasing a buffer it reuses for
+// messages up to 1024 bytes; here neither the input nor a later decode
+// changes them.
+func TestDecodedMessageOwnsItsBytes(t *testing.T) {
+	m := acr("x;4")
+	m.NewAVP(avp.HostIPAddress, avp.Mbit, 0, datatype.Address(net.ParseIP("192.0.2.1").To4()))
+	m.NewAVP(uint32(65000), 0, 0, datatype.OctetString("opaque")) // not in the dictionary: Unknown
+	b, err := Codec{}.Encode(m)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(b), 1024, "small enough for go-diameter's pooled buffer")
+	got, err := Codec{}.Decode(b)
+	require.NoError(t, err)
+
+	other := acr("y;5")
+	other.NewAVP(avp.HostIPAddress, avp.Mbit, 0, datatype.Address(net.ParseIP("198.51.100.9").To4()))
+	other.NewAVP(uint32(65000), 0, 0, datatype.OctetString("XXXXXX"))
+	ob, err := Codec{}.Encode(other)
+	require.NoError(t, err)
+	for range 3 {
+		_, err := Codec{}.Decode(ob)
+		require.NoError(t, err)
+	}
+	for i := range b {
+		b[i] = 0xff // scribble over the input
+	}
+	addr, err := got.FindAVP(avp.HostIPAddress, 0)
+	require.NoError(t, err)
+	assert.Equal(t, net.ParseIP("192.0.2.1").To4(), net.IP(addr.Data.(datatype.Address)))
+	var unk *diam.AVP
+	for _, a := range got.AVP {
+		if a.Code == 65000 {
+			unk = a
+		}
+	}
+	require.NotNil(t, unk)
+	require.IsType(t, datatype.Unknown(nil), unk.Data, "a []byte-based value")
+	assert.Equal(t, "opaque", string(unk.Data.(datatype.Unknown)))
+}
+
+// An answer that does not decode is an error of Send, never a panic.
+func TestSendAnswerThatDoesNotDecode(t *testing.T) {
+	s := SenderFunc(func(context.Context, []byte) ([]byte, error) { return malformed(), nil })
+	_, err := Send(context.Background(), s, acr("x;6"))
+	assert.ErrorIs(t, err, wire.ErrBadFrame)
+
+	short := SenderFunc(func(context.Context, []byte) ([]byte, error) {
+		return []byte{1, 0, 0, 4, 0, 0, 1, 15, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0}, nil // length 4: go-diameter would allocate ~4 GiB
+	})
+	_, err = Send(context.Background(), short, acr("x;7"))
+	assert.ErrorIs(t, err, wire.ErrBadFrame)
+
+	boom := errors.New("no peer")
+	_, err = Send(context.Background(), SenderFunc(func(context.Context, []byte) ([]byte, error) { return nil, boom }), acr("x;8"))
+	assert.ErrorIs(t, err, boom)
+}
