@@ -459,3 +459,49 @@ func TestClientAccountingFailoverAppliedOnce(t *testing.T) {
 		}
 	})
 }
+
+// With StatusServer, the probe and the keep-alive are Status-Server
+// (RFC 5997), sent once each, never retried; the keep-alive keeps a quiet
+// server's down-timeout honest and an answering one in service.
+func TestClientStatusServerProbeAndKeepAlive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		a := startHangable(n, "a:1812", testSecret)
+		b := startHangable(n, "b:1812", testSecret)
+		defer a.close()
+		defer b.close()
+		c := newTestClient(t, n, Config{
+			Servers: []ServerSpec{
+				{Name: "a", URL: "radius://a:1812", StatusServer: true},
+				{Name: "b", URL: "radius://b:1812", StatusServer: true},
+			},
+			Algorithm: loadbalance.Direct, KeepAlive: 20 * time.Second, HoldDown: 10 * time.Second,
+		})
+		synctest.Wait()
+		// Keep-alives at once: both answer, both in service without traffic.
+		if c.State(0) != policy.InService || c.State(1) != policy.InService {
+			t.Fatalf("states %v %v after the first keep-alives, want in-service", c.State(0), c.State(1))
+		}
+		a.hung.Store(true)
+		time.Sleep(20 * time.Second) // second keep-alive to a: unanswered
+		time.Sleep(9 * time.Second)  // its down-timeout
+		synctest.Wait()
+		if c.State(0) != policy.OutOfService {
+			t.Fatalf("a is %v after an unanswered keep-alive and the down-timeout, want out-of-service", c.State(0))
+		}
+		a.hung.Store(false)
+		time.Sleep(10 * time.Second) // hold-down over: the Status-Server probe, answered
+		synctest.Wait()
+		if c.State(0) != policy.InService {
+			t.Errorf("a is %v after the probe, want in-service", c.State(0))
+		}
+		for _, arr := range a.arrivals() {
+			if radius.Code(arr.b) != lradius.CodeStatusServer {
+				t.Errorf("a received %v, want only Status-Server", radius.Code(arr.b))
+			}
+		}
+		if got := len(a.arrivals()); got != 3 {
+			t.Errorf("a received %d Status-Servers, want 3 (two keep-alives, one probe)", got)
+		}
+	})
+}

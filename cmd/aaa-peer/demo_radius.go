@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sort"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/radudp"
+	"github.com/aaatp/aaatp/status"
 	"github.com/aaatp/aaatp/throttle"
 	lradius "layeh.com/radius"
 )
@@ -57,6 +59,7 @@ type radiusDemoOptions struct {
 	burst     int
 	burstRate int
 	quiet     bool
+	status    string
 }
 
 const (
@@ -129,7 +132,8 @@ type radiusDemo struct {
 	twice     int
 	slotCount map[int64]int // burst records arriving at the servers, by 50 ms slot
 
-	seen map[string]bool // story steps
+	seen  map[string]bool      // story steps
+	since map[string]time.Time // when each server entered its policy state
 }
 
 func runRadiusDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -142,8 +146,12 @@ func runRadiusDemo(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.IntVar(&o.burst, "burst", 2000, "Accounting-Stop records released at once at the end (`N`)")
 	fs.IntVar(&o.burstRate, "burst-rate", 500, "the throttle's max rate for accounting, records per second (`N`)")
 	fs.BoolVar(&o.quiet, "quiet", false, "print only the summary")
+	statusFlag(fs, &o.status, "printed after the servers'")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
+	}
+	if err := checkStatusAddr(o.status); err != nil {
+		return usage(stderr, err.Error())
 	}
 	switch {
 	case o.timeout < 100*time.Millisecond || o.timeout > 5*time.Second:
@@ -160,7 +168,7 @@ func runRadiusDemo(ctx context.Context, args []string, stdout, stderr io.Writer)
 		return usage(stderr, "--burst-rate must be within 20..100000")
 	}
 	d := &radiusDemo{o: o, start: time.Now(), out: stdout, store: dedup.NewMemory(),
-		applied: make(map[dedup.Key]int), slotCount: make(map[int64]int), seen: make(map[string]bool)}
+		applied: make(map[dedup.Key]int), slotCount: make(map[int64]int), seen: make(map[string]bool), since: make(map[string]time.Time)}
 	defer d.store.Close()
 	if o.quiet {
 		d.out = io.Discard
@@ -253,6 +261,7 @@ func (d *radiusDemo) run(ctx context.Context, stdout io.Writer) (int, error) {
 			d.say(e.Server, fmt.Sprintf("%s -> %s (%s)", from, to, e.Reason))
 			d.mu.Lock()
 			d.seen[e.Server+" "+from+">"+to] = true
+			d.since[e.Server] = e.Time
 			d.mu.Unlock()
 		case client.EventFailover:
 			if failoverLines.Add(1) <= 3 {
@@ -273,12 +282,24 @@ func (d *radiusDemo) run(ctx context.Context, stdout io.Writer) (int, error) {
 		return 1, err
 	}
 	defer c.Close()
+	metrics := newMetrics(d.o.status)
+	defer metrics.WatchClient(bus)()
+	var sent, answered, failed atomic.Uint64
+	web, err := openStatus(d.o.status, status.SourceFunc(func() status.Snapshot {
+		return d.snapshot(c, sent.Load(), answered.Load(), failed.Load())
+	}), metrics, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return 1, err
+	}
+	defer web.Close()
+	if web != nil {
+		fmt.Fprintf(stdout, "  %-20s %s\n", "status page", web.URL())
+	}
 	d.say("client", fmt.Sprintf("direct access, timeout %v x retries %d = down-timeout %v, hold-down %v, test user %q",
 		d.o.timeout, d.o.retries, d.o.timeout*time.Duration(d.o.retries), d.o.holdDown, radiusDemoTestUser))
 
 	// Auth traffic until the story is told.
 	trafficCtx, stopTraffic := context.WithCancel(ctx)
-	var sent, answered, failed atomic.Uint64
 	reasons := map[string]uint64{}
 	var rmu sync.Mutex
 	var twg sync.WaitGroup
@@ -450,4 +471,30 @@ func (d *radiusDemo) summary(w io.Writer, c *radudp.Client, sent, answered, fail
 	}
 	fmt.Fprintln(w, "OK: every request answered or failed with a reason, none applied twice")
 	return 0
+}
+
+// snapshot is the status page's view of the RADIUS client: one row per
+// server with its 7750 SR state (RADIUS over UDP has no watchdog: the
+// watchdog column stays empty), the throttle's queues, and the totals.
+func (d *radiusDemo) snapshot(c *radudp.Client, sent, answered, failed uint64) status.Snapshot {
+	st := c.Stats()
+	snap := status.Snapshot{Role: status.RoleDemo, Identity: status.Identity{
+		OriginHost: "radius-client", Started: d.start,
+		Info: map[string]string{"protocol": "RADIUS/UDP", "access": "direct", "test user": radiusDemoTestUser},
+	}}
+	d.mu.Lock()
+	for _, s := range st.Servers {
+		since := d.since[s.Name]
+		if since.IsZero() {
+			since = d.start
+		}
+		snap.Peers = append(snap.Peers, status.PeerStatus{
+			Peer: s.URL, Server: s.Name, Since: since, Policy: s.State.String(),
+			Pending: s.Auth.InFlight, Sent: s.Auth.Sent + s.Auth.Retransmissions, Answered: s.Auth.Answered,
+		})
+		snap.Queues = append(snap.Queues, status.Queue{Server: s.Name, Depth: s.Throttle.Depth, Alarm: s.Throttle.Alarmed})
+	}
+	d.mu.Unlock()
+	snap.Totals = status.Totals{Sent: sent, Answered: st.Answered, Failed: st.Failed, Pending: uint64(st.Queued), Moved: st.Failovers}
+	return snap
 }

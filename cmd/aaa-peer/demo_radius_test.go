@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"io"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aaatp/aaatp/status"
 )
 
 // TestRadiusDemo runs the RADIUS demo with shortened timers and checks the
@@ -17,8 +20,17 @@ func TestRadiusDemo(t *testing.T) {
 	}
 	var stdout, stderr syncBuffer
 	began := time.Now()
+	stopWatch := make(chan struct{})
+	watched := make(chan radiusSeen, 1)
+	go func() { watched <- watchRadiusStatus(&stdout, stopWatch) }()
 	code := runDemo(context.Background(), []string{"--protocol", "radius", "--timeout", "300ms", "--hold-down", "2s",
-		"--burst", "1000", "--burst-rate", "1000"}, &stdout, &stderr)
+		"--burst", "1000", "--burst-rate", "1000", "--status", "127.0.0.1:0"}, &stdout, &stderr)
+	close(stopWatch)
+	seen := <-watched
+	t.Logf("status page: %+v", seen)
+	if seen.polls == 0 || seen.peers != 3 || !seen.server1Out || seen.policyEvents == 0 || seen.moved == 0 {
+		t.Errorf("the status page never showed 3 servers, server1 out-of-service, moved requests and policy events in /metrics: %+v", seen)
+	}
 	out := stdout.String()
 	t.Logf("took %v; output:\n%s", time.Since(began).Round(100*time.Millisecond), out)
 	if code != 0 {
@@ -74,5 +86,55 @@ func TestRadiusDemoUsage(t *testing.T) {
 	}
 	if code := runDemo(context.Background(), []string{"--protocol=radius", "-h"}, &stdout, &stderr); code != 0 || !strings.Contains(stderr.String(), "7750 SR") {
 		t.Errorf("-h: exit %d, usage %q", code, stderr.String())
+	}
+}
+
+type radiusSeen struct {
+	polls, peers int
+	server1Out   bool
+	moved        uint64
+	policyEvents float64
+}
+
+// watchRadiusStatus polls the RADIUS demo's status page until stop.
+func watchRadiusStatus(stdout *syncBuffer, stop <-chan struct{}) radiusSeen {
+	var seen radiusSeen
+	re := regexp.MustCompile(`(?m)^  status page +(http://\S+/)$`)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	u := ""
+	for {
+		select {
+		case <-stop:
+			return seen
+		case <-tick.C:
+		}
+		if u == "" {
+			if m := re.FindStringSubmatch(stdout.String()); m != nil {
+				u = m[1]
+			}
+			continue
+		}
+		s, err := getSnapshot(u)
+		if err != nil {
+			continue
+		}
+		seen.polls++
+		seen.peers = len(s.Peers)
+		for _, p := range s.Peers {
+			if p.Server == "server1" && p.Policy == "out-of-service" {
+				seen.server1Out = true
+			}
+		}
+		seen.moved = max(seen.moved, s.Totals.Moved)
+		resp, err := httpc.Get(u + "metrics")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if v, ok := metricValue(string(b), status.MetricEvents, map[string]string{"type": "policy"}); ok {
+			seen.policyEvents = max(seen.policyEvents, v)
+		}
 	}
 }
