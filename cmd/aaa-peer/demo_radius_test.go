@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"io"
 	"regexp"
 	"strconv"
 	"strings"
@@ -99,26 +98,7 @@ type radiusSeen struct {
 // watchRadiusStatus polls the RADIUS demo's status page until stop.
 func watchRadiusStatus(stdout *syncBuffer, stop <-chan struct{}) radiusSeen {
 	var seen radiusSeen
-	re := regexp.MustCompile(`(?m)^  status page +(http://\S+/)$`)
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	u := ""
-	for {
-		select {
-		case <-stop:
-			return seen
-		case <-tick.C:
-		}
-		if u == "" {
-			if m := re.FindStringSubmatch(stdout.String()); m != nil {
-				u = m[1]
-			}
-			continue
-		}
-		s, err := getSnapshot(u)
-		if err != nil {
-			continue
-		}
+	pollStatus(stdout, stop, func(s status.Snapshot, metrics string) {
 		seen.polls++
 		seen.peers = len(s.Peers)
 		for _, p := range s.Peers {
@@ -127,14 +107,9 @@ func watchRadiusStatus(stdout *syncBuffer, stop <-chan struct{}) radiusSeen {
 			}
 		}
 		seen.moved = max(seen.moved, s.Totals.Moved)
-		resp, err := httpc.Get(u + "metrics")
-		if err != nil {
-			continue
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if v, ok := metricValue(string(b), status.MetricEvents, map[string]string{"type": "policy"}); ok {
+		if v, ok := metricValue(metrics, status.MetricEvents, map[string]string{"type": "policy"}); ok {
 			seen.policyEvents = max(seen.policyEvents, v)
 		}
-	}
+	})
+	return seen
 }

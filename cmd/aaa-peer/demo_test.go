@@ -190,10 +190,9 @@ type demoSeen struct {
 	moved          float64
 }
 
-// watchStatus finds the status page's URL in the demo's header, then polls
-// /status.json and /metrics until stop.
-func watchStatus(stdout *syncBuffer, stop <-chan struct{}) demoSeen {
-	var seen demoSeen
+// pollStatus finds the status page's URL in a demo's header, then gives
+// each /status.json and /metrics it reads to seen until stop.
+func pollStatus(stdout *syncBuffer, stop <-chan struct{}, seen func(s status.Snapshot, metrics string)) {
 	re := regexp.MustCompile(`(?m)^  status page +(http://\S+/)$`)
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -201,7 +200,7 @@ func watchStatus(stdout *syncBuffer, stop <-chan struct{}) demoSeen {
 	for {
 		select {
 		case <-stop:
-			return seen
+			return
 		case <-tick.C:
 		}
 		if u == "" {
@@ -214,6 +213,20 @@ func watchStatus(stdout *syncBuffer, stop <-chan struct{}) demoSeen {
 		if err != nil {
 			continue // the run is over
 		}
+		resp, err := httpc.Get(u + "metrics")
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		seen(s, string(b))
+	}
+}
+
+// watchStatus polls the Diameter demo's --status server until stop.
+func watchStatus(stdout *syncBuffer, stop <-chan struct{}) demoSeen {
+	var seen demoSeen
+	pollStatus(stdout, stop, func(s status.Snapshot, metrics string) {
 		seen.polls++
 		seen.role, seen.peers = s.Role, len(s.Peers)
 		for _, p := range s.Peers {
@@ -223,20 +236,15 @@ func watchStatus(stdout *syncBuffer, stop <-chan struct{}) demoSeen {
 		}
 		seen.duplicates = max(seen.duplicates, s.Totals.Duplicates)
 		seen.failovers = max(seen.failovers, s.FailoversTotal)
-		resp, err := httpc.Get(u + "metrics")
-		if err != nil {
-			continue
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if v, ok := metricValue(string(b), status.MetricDedupHits, nil); ok {
+		if v, ok := metricValue(metrics, status.MetricDedupHits, nil); ok {
 			seen.dedupHits = max(seen.dedupHits, v)
 		}
 		var moved float64
 		for _, to := range []string{"server1.example.net", "server3.example.net"} {
-			v, _ := metricValue(string(b), status.MetricMoved, map[string]string{"from": "server2.example.net", "to": to})
+			v, _ := metricValue(metrics, status.MetricMoved, map[string]string{"from": "server2.example.net", "to": to})
 			moved += v
 		}
 		seen.moved = max(seen.moved, moved)
-	}
+	})
+	return seen
 }
