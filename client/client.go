@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -87,8 +88,11 @@ type Config struct {
 	// Peer is the template for every peer (Origin-Host, Watchdog, ...).
 	// Its OnFailover and Events are set by the Client.
 	Peer peer.Config
-	// RequestTimeout bounds a Send whose context has no deadline. Default
-	// peer.DefaultRequestTimeout.
+	// RequestTimeout bounds a Send whose context has no deadline. Default:
+	// FailoverDetection of the peers' Twinit plus peer.DefaultRequestTimeout
+	// for the alternate's answer (74 s with the default Twinit of 30 s), so
+	// that a hung peer's requests are replayed, not timed out. A shorter
+	// one is logged as a warning by New.
 	RequestTimeout time.Duration
 	// MaxConnections, in PrimarySecondary mode, bounds how many peers are
 	// connected at once (0: all). The first MaxConnections peers are dialed;
@@ -111,6 +115,11 @@ type Config struct {
 	// Throttle, when set, limits each server's rate and outstanding
 	// requests, with an instance queue and per-server queues (Q1-Q5).
 	Throttle *Throttle
+	// ForwardRetransmitFlag keeps the T flag a request already carries on
+	// its first send: for an agent forwarding a retransmitted request.
+	// Off, the first send of a request clears it (the Client is its
+	// originator, RFC 6733 3); replays after a failover always set it.
+	ForwardRetransmitFlag bool
 	// FailoverLog is how many failover records the Client keeps. Default 256.
 	FailoverLog int
 	// Events receives the events of every peer (EventPeer) and the
@@ -135,7 +144,7 @@ func (m *member) p() *peer.Peer { return m.pp.Load() }
 // okay reports whether the member's peer is dialed and in service.
 func (m *member) okay() bool {
 	p := m.pp.Load()
-	return p != nil && p.State() == watchdog.Okay
+	return p != nil && p.InService()
 }
 
 // Client owns a set of peers. See the package documentation.
@@ -167,6 +176,17 @@ type Client struct {
 	cancel       context.CancelFunc
 }
 
+// FailoverDetection is the longest the watchdog takes to declare a silent
+// peer SUSPECT, the moment its pending requests are replayed: two Tw
+// intervals at their longest (Twinit plus 2 s of jitter each, RFC 3539
+// 3.4.1). A zero twinit means watchdog.DefaultTwinit.
+func FailoverDetection(twinit time.Duration) time.Duration {
+	if twinit <= 0 {
+		twinit = watchdog.DefaultTwinit
+	}
+	return 2 * (twinit + watchdog.MaxJitter)
+}
+
 // New dials every peer and returns at once; peers come into service in
 // the background. Send before any is OKAY waits for one (bounded by its
 // deadline).
@@ -174,8 +194,15 @@ func New(cfg Config) (*Client, error) {
 	if len(cfg.Peers) == 0 {
 		return nil, errors.New("client: no peers configured")
 	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = peer.DefaultRequestTimeout
+	if detect := FailoverDetection(cfg.Peer.Watchdog.Twinit); cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = detect + peer.DefaultRequestTimeout
+	} else if cfg.RequestTimeout < detect {
+		log := cfg.Peer.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("the request deadline is shorter than failover detection: a hung peer's requests will time out instead of being replayed",
+			"deadline", cfg.RequestTimeout.String(), "detection", detect.String())
 	}
 	if cfg.MinConnectionAge < peer.BringDownInterval {
 		cfg.MinConnectionAge = peer.BringDownInterval
@@ -311,6 +338,9 @@ func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
+	if c.cfg.ForwardRetransmitFlag {
+		cl.KeepRetransmitFlag()
+	}
 	start := time.Now()
 	var it *item
 	if c.sched != nil {
@@ -318,10 +348,9 @@ func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
 		if !ok {
 			dl = start.Add(c.cfg.RequestTimeout)
 		}
-		it = c.sendThrottled(cl, dl)
-	} else {
-		c.dispatch(cl, nil)
+		it = c.newItem(cl, dl)
 	}
+	c.dispatch(cl)
 	ans, err := cl.Wait(ctx, c.cfg.RequestTimeout)
 	if it != nil {
 		c.release(it) // the answer arrived or the request timed out (Q2)
@@ -343,51 +372,196 @@ func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
 	return ans, nil
 }
 
-// dispatch submits cl to a peer in service other than avoid, or parks it.
-// It returns the member it went to (nil when parked or completed).
-func (c *Client) dispatch(cl *peer.Call, avoid *member) *member {
-	var refused []*member // by the policy or a connection lost just now
-	for range len(c.members) + 1 {
-		m := c.pick(cl, avoid, refused...)
-		if m == nil {
-			break
-		}
-		ok, probe := c.admit(m)
-		if !ok {
-			refused = append(refused, m)
-			continue
-		}
-		first := cl.Sends() == 0
-		if err := m.p().Submit(cl); err != nil {
-			if probe {
-				c.group.CancelProbe(m.index)
-			}
-			refused = append(refused, m)
-			continue
-		}
-		if first {
-			m.stats.sent.Add(1)
-		}
-		c.sent(m)
-		return m
+// carrier is what dispatching needs of one connection object (a Diameter
+// peer.Peer today; a RADIUS peer can be adapted to it): whether it takes
+// new requests, a way to queue one, and whether a request must avoid it
+// (it was sent on its current connection, or it refused it).
+type carrier interface {
+	InService() bool
+	Submit(cl *peer.Call) error
+	Avoids(cl *peer.Call) bool
+}
+
+// peerCarrier adapts a *peer.Peer.
+type peerCarrier struct{ *peer.Peer }
+
+func (p peerCarrier) Avoids(cl *peer.Call) bool { return cl.Avoids(p.Peer) }
+
+// carrier returns the member's connection object, nil when not dialed.
+func (m *member) carrier() carrier {
+	if p := m.p(); p != nil {
+		return peerCarrier{p}
 	}
-	c.park(cl)
 	return nil
 }
 
-// pick chooses a member in service for cl, never avoid nor one of skip.
-// With a policy, a server whose state takes no traffic is passed over; a
-// server waiting for a real request to probe it gets this one (S4).
-func (c *Client) pick(cl *peer.Call, avoid *member, skip ...*member) *member {
-	usable := func(m *member) bool {
-		if m == avoid || !m.okay() || slices.Contains(skip, m) {
-			return false
+// dispatch is the one way a request reaches a peer. First sends, replays
+// after a failover, unparked requests, premature-failover resends and
+// throttled sends all come here and meet the same checks: pick (a peer in
+// service whose policy state takes traffic, that the request must not
+// avoid: never a connection it was sent on), admit (the policy's probe
+// rules; with a throttle, a rate and outstanding place first), submit. A
+// request no peer can take now is parked until one comes into service, or,
+// when peers refused it as too busy, completed with the last refusal. It
+// returns the member the request went to; nil when it waits (parked or
+// queued in the throttle) or ended.
+func (c *Client) dispatch(cl *peer.Call) *member {
+	if c.sched != nil {
+		if it, ok := cl.Tag().(*item); ok {
+			c.throttled(it)
+			return nil
 		}
-		return c.group == nil || c.group.State(m.index).Takes()
+	}
+	var refused []*member // by the policy or a connection lost just now
+	for range len(c.members) + 1 {
+		m := c.pick(cl, refused...)
+		if m == nil {
+			break
+		}
+		if c.place(cl, m) {
+			return m
+		}
+		refused = append(refused, m)
+	}
+	c.strand(cl)
+	return nil
+}
+
+// dispatchAll is dispatch for a batch (a failover's requests, the parked
+// ones), in order: each request is picked and admitted as dispatch does,
+// then each peer gets its share in one batch (one wake-up of its writer).
+// A request a peer refused at submit goes through dispatch on its own. It
+// returns where each went (nil: waiting or ended), in the order of calls.
+func (c *Client) dispatchAll(calls []*peer.Call) []*member {
+	to := make([]*member, len(calls))
+	if c.sched != nil {
+		for i, cl := range calls {
+			to[i] = c.dispatch(cl)
+		}
+		return to
+	}
+	groups := map[*member][]*peer.Call{}
+	var order []*member
+	for i, cl := range calls {
+		if cl.IsDone() {
+			continue
+		}
+		m := c.pick(cl)
+		if m == nil {
+			c.strand(cl)
+			continue
+		}
+		if ok, probe := c.admit(m); !ok {
+			to[i] = c.dispatch(cl) // refused by the policy: try the others
+			continue
+		} else if probe {
+			to[i] = c.dispatch(cl) // the one probe goes alone
+			continue
+		}
+		if _, ok := groups[m]; !ok {
+			order = append(order, m)
+		}
+		groups[m] = append(groups[m], cl)
+		to[i] = m
+	}
+	var again []*peer.Call
+	for _, m := range order {
+		g := groups[m]
+		firsts := 0
+		for _, cl := range g {
+			if cl.Sends() == 0 {
+				firsts++
+			}
+		}
+		refused, err := m.p().SubmitAll(g)
+		if err != nil {
+			refused = g // that peer just left service
+		} else {
+			m.stats.sent.Add(uint64(firsts))
+			for range len(g) - len(refused) {
+				c.sent(m)
+			}
+		}
+		again = append(again, refused...)
+	}
+	for _, cl := range again {
+		i := slices.Index(calls, cl)
+		to[i] = c.dispatch(cl)
+	}
+	return to
+}
+
+// place is admit and submit of cl on m; false if m refused it.
+func (c *Client) place(cl *peer.Call, m *member) bool {
+	if cl.IsDone() {
+		return true
+	}
+	ok, probe := c.admit(m)
+	if !ok {
+		return false
+	}
+	p := m.p()
+	first := cl.Sends() == 0
+	if p == nil || p.Submit(cl) != nil {
+		if probe {
+			c.group.CancelProbe(m.index)
+		}
+		return false
+	}
+	if first {
+		m.stats.sent.Add(1)
+	}
+	c.sent(m)
+	return true
+}
+
+// strand deals with a request no peer can take now: one that peers
+// refused as too busy gets the last refusal (no peer is left to try);
+// any other waits for a peer in service (F3).
+func (c *Client) strand(cl *peer.Call) {
+	if cl.Conclude() {
+		return
+	}
+	c.park(cl)
+}
+
+// pinned returns the member a request's Destination-Host names, if it
+// names one of our peers (RFC 6733 6.1; DiameterIdentity ignores case).
+func (c *Client) pinned(cl *peer.Call) (*member, bool) {
+	dh, ok := cl.DestinationHost()
+	if !ok {
+		return nil, false
+	}
+	for _, m := range c.members {
+		if p := m.p(); p != nil && message.EqualIdentity(p.Name(), dh) {
+			return m, true
+		}
+	}
+	return nil, false
+}
+
+// pick chooses a member in service for cl, never one of skip nor one cl
+// must avoid. A request naming one of our peers in Destination-Host goes
+// there or nowhere. With a policy, a server whose state takes no traffic
+// is passed over; a server waiting for a real request to probe it gets
+// this one (S4).
+func (c *Client) pick(cl *peer.Call, skip ...*member) *member {
+	open := func(m *member) bool { // the connection may take cl
+		k := m.carrier()
+		return k != nil && k.InService() && !slices.Contains(skip, m) && !k.Avoids(cl)
+	}
+	usable := func(m *member) bool { // ...and the policy lets it
+		return open(m) && (c.group == nil || c.group.State(m.index).Takes())
+	}
+	if m, ok := c.pinned(cl); ok {
+		if usable(m) {
+			return m
+		}
+		return nil
 	}
 	if c.group != nil {
 		if i, ok := c.group.ProbeWanted(); ok {
-			if m := c.members[i]; m != avoid && m.okay() && !slices.Contains(skip, m) {
+			if m := c.members[i]; open(m) {
 				return m
 			}
 		}
@@ -421,33 +595,46 @@ func (c *Client) pick(cl *peer.Call, avoid *member, skip ...*member) *member {
 	return nil
 }
 
+// maxParked bounds the parked queue; past it the oldest parked request
+// fails with ErrNoPeer rather than the queue growing without bound.
+const maxParked = 1 << 16
+
 func (c *Client) park(cl *peer.Call) {
+	if !cl.Park() {
+		return // complete meanwhile
+	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	if c.closed {
+		c.mu.Unlock()
+		cl.Fail(fmt.Errorf("client closed: %w", peer.ErrClosed))
+		return
+	}
 	if len(c.parked) >= 1024 && len(c.parked)%1024 == 0 {
 		// Drop calls whose callers gave up, so the queue stays bounded by
 		// the requests still waiting.
 		c.parked = slices.DeleteFunc(c.parked, (*peer.Call).IsDone)
 	}
+	var evicted *peer.Call
+	if len(c.parked) >= maxParked {
+		evicted = c.parked[0]
+		c.parked = slices.Delete(c.parked, 0, 1)
+	}
 	c.parked = append(c.parked, cl)
+	c.mu.Unlock()
+	if evicted != nil {
+		evicted.Fail(fmt.Errorf("%w: %d requests already waiting", ErrNoPeer, maxParked))
+	}
 }
 
-// unpark sends parked calls now that a peer is in service, oldest first.
+// unpark dispatches parked calls now that a peer is in service, oldest
+// first; those that still find no peer (all they could go to are
+// connections they were sent on) are parked again, in order.
 func (c *Client) unpark() {
 	c.mu.Lock()
 	calls := c.parked
 	c.parked = nil
 	c.mu.Unlock()
-	for i, cl := range calls {
-		if !cl.IsDone() && c.dispatch(cl, nil) == nil {
-			// Parked again: nothing is in service after all. Keep the
-			// rest, in order, behind it.
-			c.mu.Lock()
-			c.parked = append(c.parked, calls[i+1:]...)
-			c.mu.Unlock()
-			return
-		}
-	}
+	c.dispatchAll(calls)
 }
 
 // onPeerEvent runs on the peer's goroutines: keep the balancer's view and
@@ -566,14 +753,20 @@ func (c *Client) trimLocked() {
 	}
 }
 
-// onFailover runs on the failed peer's loop: replay its pending requests
-// elsewhere, in order (F2).
+// onFailover receives the requests that left a peer: pending when its
+// watchdog called Failover() or its connection dropped (replayed elsewhere
+// in order, F2), still unanswered after a graceful disconnect's drain
+// (F8), or answered too busy / unable to deliver (premature failover,
+// F9). It runs on the peer's notifier, without the peer's mutex.
 func (c *Client) onFailover(from *peer.Peer, calls []*peer.Call, reason string) {
 	c.mu.Lock() // also waits for New to finish filling the members
 	closed := c.closed
 	c.mu.Unlock()
 	fm := c.memberOf(from)
 	if fm == nil {
+		for _, cl := range calls {
+			cl.Fail(fmt.Errorf("client: %s: %w", reason, ErrNoPeer))
+		}
 		return
 	}
 	if len(calls) == 0 {
@@ -584,55 +777,58 @@ func (c *Client) onFailover(from *peer.Peer, calls []*peer.Call, reason string) 
 		}
 		return
 	}
+	if closed {
+		for _, cl := range calls {
+			cl.Fail(fmt.Errorf("client closed (%s): %w", reason, peer.ErrClosed))
+		}
+		return
+	}
 	fm.stats.failedOver.Add(uint64(len(calls)))
 	moved := map[*member][]uint32{}
-	var parked, refused []uint32
-	// Choose every call's alternate first, then send each group in one
-	// batch (original order kept within a group).
-	groups := map[*member][]*peer.Call{}
 	var order []*member
+	var waiting, refused, concluded []uint32
+	live := make([]*peer.Call, 0, len(calls))
 	for _, cl := range calls {
 		if cl.IsDone() {
 			continue
 		}
-		if dh, ok := cl.DestinationHost(); ok && dh == from.Name() {
+		if cl.RefusedBy(from) {
+			fm.stats.premature.Add(1)
+		} else if dh, ok := cl.DestinationHost(); ok && message.EqualIdentity(dh, from.Name()) {
+			// Addressed to the peer that failed: not moved to another host
+			// (RFC 6733 5.5.4).
 			cl.Fail(fmt.Errorf("%w: Destination-Host %s is not reachable (%s)", ErrUnableToDeliver, dh, reason))
 			refused = append(refused, cl.EndToEnd())
 			continue
 		}
-		to := c.pick(cl, fm)
-		if to == nil {
-			c.park(cl)
-			parked = append(parked, cl.EndToEnd())
-			continue
-		}
-		if _, ok := groups[to]; !ok {
-			order = append(order, to)
-		}
-		groups[to] = append(groups[to], cl)
+		live = append(live, cl)
 	}
-	for _, to := range order {
-		g := groups[to]
-		if err := to.p().SubmitAll(g); err == nil {
-			for _, cl := range g {
-				moved[to] = append(moved[to], cl.EndToEnd())
+	for i, to := range c.dispatchAll(live) {
+		cl := live[i]
+		switch {
+		case to != nil:
+			if _, ok := moved[to]; !ok {
+				order = append(order, to)
 			}
-			continue
-		}
-		for _, cl := range g { // that alternate just left service
-			if m := c.dispatch(cl, fm); m != nil {
-				moved[m] = append(moved[m], cl.EndToEnd())
-			} else {
-				parked = append(parked, cl.EndToEnd())
-			}
+			moved[to] = append(moved[to], cl.EndToEnd())
+		case cl.State() == peer.Parked:
+			waiting = append(waiting, cl.EndToEnd())
+		case cl.IsDone():
+			concluded = append(concluded, cl.EndToEnd())
+		default: // queued in the throttle
+			waiting = append(waiting, cl.EndToEnd())
 		}
 	}
 	now := time.Now()
-	for to, ids := range moved {
+	for _, to := range order {
+		ids := moved[to]
 		c.record(FailoverRecord{Time: now, From: fm.spec.Name, To: to.spec.Name, Outcome: Moved, Reason: reason, Moved: len(ids), EndToEnd: ids})
 	}
-	if len(parked) > 0 {
-		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Parked, Reason: reason + "; no alternate in service: waiting", Moved: len(parked), EndToEnd: parked})
+	if len(waiting) > 0 {
+		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Parked, Reason: reason + "; no alternate in service: waiting", Moved: len(waiting), EndToEnd: waiting})
+	}
+	if len(concluded) > 0 {
+		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Refused, Reason: reason + "; no other peer left: the last refusal is the answer", EndToEnd: concluded})
 	}
 	if len(refused) > 0 {
 		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Refused, Reason: reason + "; Destination-Host was the failed peer: DIAMETER_UNABLE_TO_DELIVER", EndToEnd: refused})

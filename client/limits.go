@@ -51,7 +51,8 @@ type item struct {
 	cl     *peer.Call
 	dl     time.Time
 	class  throttle.Class
-	server int // where it holds an outstanding place; -1 none
+	server int  // where it holds an outstanding place; -1 none (under tmu)
+	ended  bool // its Send has returned (under tmu)
 }
 
 func (it *item) Deadline() time.Time { return it.dl }
@@ -78,7 +79,7 @@ func (c *Client) setupLimits() error {
 			Servers: servers, Slot: t.Slot, AlarmHigh: t.AlarmHigh, AlarmLow: t.AlarmLow,
 			OnAlarm: c.onAlarm,
 			Pick: func(it *item, _ throttle.Class) int {
-				if m := c.pick(it.cl, nil); m != nil {
+				if m := c.pick(it.cl); m != nil {
 					return m.index
 				}
 				return -1
@@ -174,26 +175,42 @@ func (c *Client) replied(p *peer.Peer) {
 	}
 }
 
-// sendThrottled is Send's path when a throttle is configured.
-func (c *Client) sendThrottled(cl *peer.Call, dl time.Time) *item {
+// newItem makes the throttle's record of a request and tags the call
+// with it, so that every dispatch of the call goes through the throttle.
+func (c *Client) newItem(cl *peer.Call, dl time.Time) *item {
 	req := cl.Request()
 	it := &item{cl: cl, dl: dl, class: throttle.ClassOf(wire.AppID(req), wire.CommandCode(req)), server: -1}
+	cl.SetTag(it)
+	return it
+}
+
+// throttled is dispatch's admission through the throttle: the request
+// joins the scheduler's queues (a replay gives back the place it held on
+// the server it left) and whatever the scheduler releases now is placed.
+func (c *Client) throttled(it *item) {
+	if it.cl.IsDone() {
+		return
+	}
+	if it.cl.Sends() > 0 && c.pick(it.cl) == nil && it.cl.Conclude() {
+		return // refused as too busy and no peer left to try
+	}
 	c.tmu.Lock()
+	if it.server >= 0 {
+		c.sched.Done(it.server, it.class)
+		it.server = -1
+	}
 	c.sched.Enqueue(it, it.class)
 	ds := c.poll(time.Now())
 	c.tmu.Unlock()
 	c.execute(ds)
 	c.poke() // anything left waits for a slot: the dispatcher's timer
-	return it
 }
 
 // release frees the outstanding place of a finished throttled request.
 func (c *Client) release(it *item) {
-	if it.server < 0 {
-		return
-	}
 	c.tmu.Lock()
-	if !c.sched.Done(it.server, it.class) {
+	it.ended = true // a place the scheduler gives it from now on is freed at once
+	if it.server < 0 || !c.sched.Done(it.server, it.class) {
 		c.tmu.Unlock()
 		return
 	}
@@ -214,6 +231,15 @@ var dispatchBufs = sync.Pool{New: func() any {
 func (c *Client) poll(now time.Time) *[]throttle.Dispatch[*item] {
 	buf := dispatchBufs.Get().(*[]throttle.Dispatch[*item])
 	*buf = c.sched.Poll(now, (*buf)[:0])
+	for _, d := range *buf {
+		switch {
+		case d.Err != nil:
+		case d.Item.ended: // its Send returned while it was queued
+			c.sched.Done(d.Server, d.Item.class)
+		default:
+			d.Item.server = d.Server // it holds a place there now
+		}
+	}
 	return buf
 }
 
@@ -230,24 +256,19 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 			it.cl.Fail(fmt.Errorf("client: %w", d.Err))
 			continue
 		}
-		m := c.members[d.Server]
-		it.server = d.Server
-		if ok, probe := c.admit(m); ok {
-			if err := m.p().Submit(it.cl); err == nil {
-				m.stats.sent.Add(1)
-				c.sent(m)
-				continue
-			} else if probe && c.group != nil {
-				c.group.CancelProbe(m.index)
-			}
+		if c.place(it.cl, c.members[d.Server]) {
+			continue
 		}
-		// Refused after all (policy or a connection lost a moment ago):
-		// give the place back and send it the unthrottled way.
+		// Refused after all (policy, or a connection lost a moment ago):
+		// give the place back and queue it again; the scheduler tries it
+		// at its next wake-up, with the same checks.
 		c.tmu.Lock()
-		c.sched.Done(d.Server, it.class)
+		if it.server == d.Server {
+			c.sched.Done(d.Server, it.class)
+			it.server = -1
+		}
+		c.sched.Enqueue(it, it.class)
 		c.tmu.Unlock()
-		it.server = -1
-		c.dispatch(it.cl, nil)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -276,10 +277,10 @@ func (s *scenario) exec(f []string) {
 			s.failf("unknown hook %q", f[1])
 		}
 		id, d := s.idOf(f[2]), s.dur(f[3])
-		var once sync.Once
+		var stalled atomic.Bool
 		testhook.AfterQueue = func(e2e uint32) {
-			if e2e == id {
-				once.Do(func() { time.Sleep(d) })
+			if e2e == id && stalled.CompareAndSwap(false, true) {
+				time.Sleep(d)
 			}
 		}
 	case "sleep":

@@ -107,6 +107,7 @@ type ServerStats struct {
 	Answered   uint64  `json:"answered"`    // of those, answered (here or after a failover)
 	Failed     uint64  `json:"failed"`      // of those, ended with an error
 	FailedOver uint64  `json:"failed_over"` // requests moved away from this server
+	Premature  uint64  `json:"premature"`   // of those, answered too busy / unable to deliver here
 	MeanUs     float64 `json:"mean_latency_us"`
 	P99Us      float64 `json:"p99_latency_us"`
 }
@@ -118,7 +119,7 @@ func (c *Client) ServerStats() []ServerStats {
 		s := &m.stats
 		out[i] = ServerStats{
 			Server: m.spec.Name, Sent: s.sent.Load(), Answered: s.answered.Load(),
-			Failed: s.failed.Load(), FailedOver: s.failedOver.Load(),
+			Failed: s.failed.Load(), FailedOver: s.failedOver.Load(), Premature: s.premature.Load(),
 			MeanUs: s.lat.Mean(), P99Us: float64(s.lat.Quantile(0.99)),
 		}
 		if p := m.p(); p != nil {
@@ -131,8 +132,8 @@ func (c *Client) ServerStats() []ServerStats {
 }
 
 type serverStats struct {
-	sent, answered, failed, failedOver atomic.Uint64
-	lat                                latency.Histogram
+	sent, answered, failed, failedOver, premature atomic.Uint64
+	lat                                           latency.Histogram
 }
 
 func (s *serverStats) done(ok bool, d time.Duration) {

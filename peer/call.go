@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +25,15 @@ var (
 	ErrTimeout = errors.New("no answer before the deadline")
 	// ErrClosed: the Peer was closed.
 	ErrClosed = errors.New("peer closed")
+	// ErrAlreadySent: the request was sent on this peer's connection
+	// before; it is never sent twice on one connection (RFC 3539 2.10).
+	ErrAlreadySent = errors.New("request already sent on this connection")
+	// ErrDisconnecting: the peer is closing its connection gracefully and
+	// takes no new request.
+	ErrDisconnecting = errors.New("peer disconnecting")
+
+	errComplete = errors.New("request complete")
+	errInFlight = errors.New("request in flight on another connection")
 )
 
 // NotInServiceError says which state refused the request.
@@ -43,25 +54,37 @@ type result struct {
 	err error
 }
 
-// Call is one request in flight. It completes exactly once: the first of
-// an answer, an error, or the caller's deadline wins, so a caller never sees
-// two answers (F4) even when the request is pending on two connections
-// after a failover. A Call may move between peers (Peer.Submit after a
-// failover); its End-to-End id never changes, and every send after the
-// first carries the T flag (RFC 6733 3, 5.5.4).
+// Call is one request and its lifecycle (see CallState). It completes
+// exactly once: the first of an answer, an error, or the caller's deadline
+// wins, so a caller never sees two answers (F4), even when an old
+// connection answers late. A Call may move between connections (Submit
+// after a failover); its End-to-End id never changes, it is never sent
+// twice on one connection, and every send after the first carries the T
+// flag (RFC 6733 3, 5.5.4) unless the previous peer answered it with an
+// error.
 //
 // Its methods are safe for concurrent use.
 type Call struct {
-	raw   []byte               // bytes of the latest send; each resend works on a copy
-	hbh   atomic.Uint32        // Hop-by-Hop id on the owner connection
-	owner atomic.Pointer[conn] // where it waits for an answer; nil while moved or parked
-	seq   uint64               // send order on the owner connection (under its mu)
-	sends atomic.Uint32        // how many times it was queued on a connection
-	e2e   uint32
-	first atomic.Pointer[Peer] // the peer it was first sent to
-	by    atomic.Pointer[Peer] // the peer whose answer completed it
-	done  atomic.Bool
-	res   chan result // buffered 1; receives exactly once
+	e2e  uint32
+	dest string      // Destination-Host, "" when none
+	res  chan result // buffered 1; receives exactly once
+	done atomic.Bool // state is final; read without the mutex
+	tag  atomic.Pointer[any]
+
+	mu          sync.Mutex
+	state       CallState
+	raw         []byte   // bytes of the latest send; each resend works on a copy
+	hbh         uint32   // Hop-by-Hop id on owner
+	owner       *conn    // InFlight: where it is pending
+	sentOn      []*conn  // every connection it was queued on, oldest first
+	sentOn0     [2]*conn // sentOn's first array: most requests are sent once or twice
+	seq         uint64   // send order on owner (under owner.mu)
+	sends       int
+	keepT       bool    // an agent's forwarded request keeps its T flag
+	errAnswered bool    // the last connection answered with an error: resend without T
+	refusedBy   []*Peer // peers that answered too busy / unable to deliver
+	lastAnswer  []byte  // the last of those answers
+	first, by   *Peer
 }
 
 // NewCall wraps an encoded request. It sets the R flag and, when the
@@ -75,47 +98,155 @@ func NewCall(req []byte) (*Call, error) {
 	if wire.EndToEnd(req) == 0 {
 		wire.SetEndToEnd(req, e2e.Next())
 	}
-	return &Call{raw: req, e2e: wire.EndToEnd(req), res: make(chan result, 1)}, nil
+	cl := &Call{raw: req, e2e: wire.EndToEnd(req), res: make(chan result, 1)}
+	cl.sentOn = cl.sentOn0[:0]
+	if dh, ok := wire.FindAVP(req, message.DestinationHost, 0); ok {
+		cl.dest = string(dh)
+	}
+	return cl, nil
+}
+
+// KeepRetransmitFlag makes the first send keep a T flag the request
+// already carries: what an agent forwarding a retransmitted request does
+// (RFC 6733 6.1.1). Without it an originator's first send clears the flag.
+// Call it before the first Submit.
+func (c *Call) KeepRetransmitFlag() {
+	c.mu.Lock()
+	c.keepT = true
+	c.mu.Unlock()
 }
 
 // EndToEnd returns the request's End-to-End Identifier.
 func (c *Call) EndToEnd() uint32 { return c.e2e }
 
-// Sends returns how many times the request was queued for sending; more
-// than one means it was retransmitted with the T flag.
-func (c *Call) Sends() int { return int(c.sends.Load()) }
-
-// DestinationHost returns the request's Destination-Host, if any: a
-// request addressed to one host is not failed over to another (RFC 6733
-// 5.5.4).
-func (c *Call) DestinationHost() (string, bool) {
-	return message.StringOf(c.raw, message.DestinationHost, 0)
+// State returns where the request is in its lifecycle.
+func (c *Call) State() CallState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state
 }
+
+// Sends returns how many times the request was queued for sending; more
+// than one means it was resent (failover, premature failover).
+func (c *Call) Sends() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sends
+}
+
+// DestinationHost returns the request's Destination-Host, if any.
+func (c *Call) DestinationHost() (string, bool) { return c.dest, c.dest != "" }
 
 // FirstPeer returns the peer the call was first sent to, nil before.
 // Per-server statistics attribute a request's outcome to it.
-func (c *Call) FirstPeer() *Peer { return c.first.Load() }
+func (c *Call) FirstPeer() *Peer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.first
+}
 
 // AnsweredBy returns the peer whose answer completed the call, nil when it
 // ended without an answer.
-func (c *Call) AnsweredBy() *Peer { return c.by.Load() }
+func (c *Call) AnsweredBy() *Peer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.by
+}
 
 // Request returns the request bytes as last sent. Read only.
-func (c *Call) Request() []byte { return c.raw }
+func (c *Call) Request() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.raw
+}
 
 // IsDone reports whether the call has completed.
 func (c *Call) IsDone() bool { return c.done.Load() }
 
+// SentOn reports whether the call was sent on p's current connection: it
+// must not be sent there again.
+func (c *Call) SentOn(p *Peer) bool {
+	cn := p.cur.Load()
+	if cn == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Contains(c.sentOn, cn)
+}
+
+// RefusedBy reports whether p answered the call DIAMETER_TOO_BUSY or
+// DIAMETER_UNABLE_TO_DELIVER: it is not offered to p again.
+func (c *Call) RefusedBy(p *Peer) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Contains(c.refusedBy, p)
+}
+
+// Avoids reports whether p must not get the call: SentOn or RefusedBy.
+func (c *Call) Avoids(p *Peer) bool {
+	cn := p.cur.Load()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sends == 0 {
+		return false
+	}
+	return (cn != nil && slices.Contains(c.sentOn, cn)) || slices.Contains(c.refusedBy, p)
+}
+
+// Tag returns the value SetTag stored, nil if none.
+func (c *Call) Tag() any {
+	if t := c.tag.Load(); t != nil {
+		return *t
+	}
+	return nil
+}
+
+// SetTag stores a value for the layer that dispatches the call (the
+// client keeps its throttle bookkeeping there).
+func (c *Call) SetTag(v any) { c.tag.Store(&v) }
+
+// Park records that the call waits for a connection in service; false if
+// it is complete (or in flight, which a caller must not park).
+func (c *Call) Park() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != Queued && c.state != Moved {
+		return c.state == Parked
+	}
+	c.to(Parked)
+	return true
+}
+
+// Conclude completes a call that was refused by a peer (too busy, unable
+// to deliver) with the last such answer: what the caller gets when no
+// other peer is left to try. False if it has no such answer or is
+// complete.
+func (c *Call) Conclude() bool {
+	c.mu.Lock()
+	ans, from := c.lastAnswer, (*Peer)(nil)
+	if n := len(c.refusedBy); n > 0 {
+		from = c.refusedBy[n-1]
+	}
+	c.mu.Unlock()
+	if ans == nil {
+		return false
+	}
+	ok, owner, hbh := c.finish(ans, nil, from, nil, nil)
+	if owner != nil {
+		owner.retire(c, hbh)
+	}
+	return ok
+}
+
 // Fail completes the call with err unless it is complete already, and
 // reports whether it did.
 func (c *Call) Fail(err error) bool {
-	if !c.complete(nil, err) {
-		return false
+	ok, owner, hbh := c.finish(nil, err, nil, nil, nil)
+	if owner != nil {
+		owner.retire(c, hbh)
 	}
-	if o := c.owner.Swap(nil); o != nil {
-		o.forget(c)
-	}
-	return true
+	return ok
 }
 
 // Wait waits for the answer until ctx is done, or timeout when ctx has no
@@ -140,25 +271,10 @@ func (c *Call) Wait(ctx context.Context, timeout time.Duration) ([]byte, error) 
 	case <-expired:
 		err = fmt.Errorf("%w (%v)", ErrTimeout, timeout)
 	}
-	if o := c.owner.Load(); c.Fail(err) && o != nil {
-		o.p.stats.timedOut.Add(1)
+	if ok, owner, hbh := c.finish(nil, err, nil, nil, nil); ok && owner != nil {
+		owner.retire(c, hbh)
+		owner.p.stats.timedOut.Add(1)
 	}
 	r := <-c.res // ours, or the answer that won the race
 	return r.ans, r.err
 }
-
-// complete delivers r if the call is not complete yet and reports whether
-// it did.
-func (c *Call) complete(ans []byte, err error) bool {
-	if !c.claim() {
-		return false
-	}
-	c.deliver(ans, err)
-	return true
-}
-
-// claim makes the caller the one that completes c. Counters are updated
-// between claim and deliver, so that a caller who got its answer sees them.
-func (c *Call) claim() bool { return c.done.CompareAndSwap(false, true) }
-
-func (c *Call) deliver(ans []byte, err error) { c.res <- result{ans, err} }

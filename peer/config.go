@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -77,7 +78,9 @@ type Config struct {
 	// RequestTimeout bounds a Request whose context has no deadline.
 	// Default 10 s.
 	RequestTimeout time.Duration
-	// DPATimeout bounds how long Close waits for the DPA. Default 5 s.
+	// DPATimeout bounds how long Close waits for the DPA, and how long a
+	// peer that received a DPR holds its DPA back for the answers it still
+	// owes. Default 5 s.
 	DPATimeout time.Duration
 	// DPRHoldOff is how long a client waits before it redials a peer
 	// that disconnected with Disconnect-Cause BUSY or
@@ -85,6 +88,11 @@ type Config struct {
 	// then. After REBOOTING the client redials as after any loss.
 	// Default 5 minutes; negative: no hold-off.
 	DPRHoldOff time.Duration
+	// DrainTimeout bounds how long a graceful disconnect (Close, the idle
+	// bring-down, a client's connection limit) waits for the answers in
+	// flight before it sends DPR; what is still unanswered then fails over.
+	// Default: RequestTimeout, at most the watchdog's Twinit.
+	DrainTimeout time.Duration
 	// IdleTimeout, when set, closes the connection (DPR) after that long
 	// without application traffic (watchdog messages do not count), and
 	// ends the Peer. Zero means never; anything below BringDownInterval
@@ -111,13 +119,16 @@ type Config struct {
 	// them with DIAMETER_COMMAND_UNSUPPORTED (3001).
 	Handler Handler
 
-	// OnFailover receives the pending requests of a connection when the
+	// OnFailover receives requests that left this peer's connection (state
+	// Moved), in their original send order: its pending requests when the
 	// watchdog calls Failover() (OKAY -> SUSPECT, OKAY -> DOWN) or the
-	// connection drops, in their original send order. It runs with the
-	// peer's mutex held and must not block: Submit to another peer,
-	// park, or Fail each call. The calls stay matched on this connection,
-	// so a late answer here still completes them once (F4). Nil: requests
-	// keep waiting here and fail when the connection closes.
+	// connection drops, those still unanswered when a graceful disconnect
+	// has drained, and one request at a time answered DIAMETER_TOO_BUSY or
+	// DIAMETER_UNABLE_TO_DELIVER (Call.RefusedBy tells those apart). It
+	// runs on the peer's notifier, without its mutex: Submit each call to
+	// another peer, park it, or Fail it. A late answer here still completes
+	// a call once (F4). Nil: pending requests keep waiting here and fail
+	// when the connection closes; error answers go to the caller.
 	OnFailover func(from *Peer, calls []*Call, reason string)
 
 	// Events receives every event of this peer. Default: a new Bus; share
@@ -183,6 +194,13 @@ func (c Config) validate() (Config, error) {
 		return c, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return c, nil
+}
+
+func (c *Config) drainTimeout() time.Duration {
+	if c.DrainTimeout > 0 {
+		return c.DrainTimeout
+	}
+	return min(c.RequestTimeout, cmp.Or(c.Watchdog.Twinit, watchdog.DefaultTwinit))
 }
 
 // allowed reports whether host matches AllowHosts.

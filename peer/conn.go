@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/aaatp/aaatp/internal/testhook"
 	"github.com/aaatp/aaatp/message"
@@ -24,12 +26,25 @@ type conn struct {
 	remoteHost string // Origin-Host from the CER or CEA
 	hbh        *wire.HopByHopGen
 
-	// pending requests by Hop-by-Hop id (F1). mu guards pending and
-	// lost; once lost is set, nothing new is added.
-	mu      sync.Mutex
-	pending map[uint32]*Call
-	lost    bool
-	seq     uint64 // send order
+	// pending requests by Hop-by-Hop id (F1), and those moved off this
+	// connection, still matched for a late answer (bounded: goneMax). mu
+	// guards the fields below; once lost or draining is set, nothing new
+	// is added. Lock order: mu, then a Call's mutex, then wmu.
+	mu       sync.Mutex
+	pending  map[uint32]*Call
+	gone     map[uint32]*Call
+	goneIDs  []uint32 // gone's ids: a ring of goneMax, oldest at goneNext once full
+	goneNext int
+	lost     bool
+	draining bool          // a graceful disconnect: no new requests
+	drained  chan struct{} // closed when draining and nothing is pending
+	seq      uint64        // send order
+
+	// Requests received and not answered yet (server side), and the DPA
+	// held back until they are: a DPR receiver lets the answers it owes
+	// out first.
+	owed    atomic.Int64
+	heldDPA atomic.Pointer[[]byte]
 
 	// write queue: callers append under wmu; the writer swaps it out.
 	wmu      sync.Mutex
@@ -223,130 +238,213 @@ func (c *conn) closeAfterFlush() {
 	}
 }
 
-// prepare returns the bytes to send for cl with a fresh Hop-by-Hop id. A
-// call sent before is copied and gets the T flag: the previous
-// connection's writer may still be reading the old bytes.
-func (c *conn) prepare(cl *Call) ([]byte, uint32) {
-	raw := cl.raw
-	if cl.sends.Load() > 0 {
-		raw = append([]byte(nil), raw...)
-		wire.SetRetransmit(raw)
-	}
-	id := c.hbh.Next()
-	wire.SetHopByHop(raw, id)
-	return raw, id
-}
-
-// send queues cl on this connection with a fresh Hop-by-Hop id. A call
-// sent before (a failover replay) is copied first and gets the T flag: the
-// old connection's writer may still be reading the previous bytes.
-func (c *conn) send(cl *Call) error {
-	raw, id := c.prepare(cl)
+// submit queues cl on this connection with a fresh Hop-by-Hop id (see
+// Call.board for the T flag). The pending entry and the queued bytes are
+// made under one hold of c.mu, so that a failover or a loss of the
+// connection either sees the call pending here or the call never was.
+func (c *conn) submit(cl *Call) (resend bool, err error) {
 	c.mu.Lock()
-	if c.lost {
+	if c.lost || c.draining {
 		c.mu.Unlock()
-		return ErrConnectionLost
+		if c.draining {
+			return false, ErrDisconnecting
+		}
+		return false, ErrConnectionLost
 	}
-	cl.raw = raw
-	cl.hbh.Store(id)
+	raw, id, prev, err := cl.board(c)
+	if err != nil {
+		c.mu.Unlock()
+		return false, err
+	}
 	c.seq++
 	cl.seq = c.seq
 	c.pending[id] = cl
-	cl.owner.Store(c)
-	c.mu.Unlock()
 	if err := c.enqueue(raw); err != nil {
-		cl.owner.CompareAndSwap(c, nil)
-		c.forget(cl)
-		return err
+		delete(c.pending, id)
+		cl.unboard(c, prev)
+		c.mu.Unlock()
+		return false, err
 	}
+	c.mu.Unlock()
 	if testhook.AfterQueue != nil {
 		testhook.AfterQueue(cl.e2e)
 	}
-	cl.sends.Add(1)
-	return nil
+	return prev != Queued, nil
 }
 
-// sendAll is send for many calls at once, under one lock of the pending
-// map and one of the write queue: a failover of thousands of requests then
-// costs one wake-up of the writer, not one per request.
-func (c *conn) sendAll(calls []*Call) error {
-	raws := make([][]byte, 0, len(calls))
-	ids := make([]uint32, 0, len(calls))
-	for _, cl := range calls {
-		raw, id := c.prepare(cl)
-		raws, ids = append(raws, raw), append(ids, id)
-	}
+// submitAll is submit for a batch, in order, under one hold of c.mu and
+// one of the write queue: a failover of thousands of requests then costs
+// one wake-up of the writer and large writes, not one per request. Each
+// call meets the same checks as in submit; it returns those refused (sent
+// here before, or in flight elsewhere), how many went out and how many of
+// those were resends. On a lost or draining connection none is sent.
+func (c *conn) submitAll(calls []*Call) (refused []*Call, n, resends int, err error) {
 	c.mu.Lock()
-	if c.lost {
-		c.mu.Unlock()
-		return ErrConnectionLost
+	defer c.mu.Unlock()
+	if c.lost || c.draining {
+		if c.draining {
+			return nil, 0, 0, ErrDisconnecting
+		}
+		return nil, 0, 0, ErrConnectionLost
 	}
-	for i, cl := range calls {
-		cl.raw = raws[i]
-		cl.hbh.Store(ids[i])
-		c.seq++
-		cl.seq = c.seq
-		c.pending[ids[i]] = cl
-		cl.owner.Store(c)
+	type boarded struct {
+		cl   *Call
+		id   uint32
+		prev CallState
 	}
-	c.mu.Unlock()
+	raws := make([][]byte, 0, len(calls))
+	ok := make([]boarded, 0, len(calls))
+	for _, cl := range calls {
+		raw, id, prev, err := cl.board(c)
+		if err != nil {
+			if err != errComplete {
+				refused = append(refused, cl)
+			}
+			continue
+		}
+		raws = append(raws, raw)
+		ok = append(ok, boarded{cl, id, prev})
+	}
 	c.wmu.Lock()
 	if c.wclosed {
 		c.wmu.Unlock()
-		for _, cl := range calls {
-			cl.owner.CompareAndSwap(c, nil)
-			c.forget(cl)
+		for _, b := range ok {
+			b.cl.unboard(c, b.prev)
 		}
-		return ErrConnectionLost
+		return nil, 0, 0, ErrConnectionLost
 	}
 	c.wq = append(c.wq, raws...)
 	c.kickLocked()
 	c.wmu.Unlock()
-	for _, cl := range calls {
-		cl.sends.Add(1)
+	for _, b := range ok {
+		c.seq++
+		b.cl.seq = c.seq
+		c.pending[b.id] = b.cl
+		if b.prev != Queued {
+			resends++
+		}
 	}
-	return nil
+	return refused, len(ok), resends, nil
 }
 
-// forget removes a call (its caller gave up, or it completed elsewhere).
-func (c *conn) forget(cl *Call) {
+// goneMax bounds how many calls moved off a connection stay matchable
+// there for a late answer; past it the oldest is forgotten (its late
+// answer is then counted unmatched).
+const goneMax = 4096
+
+// goLocked moves the entry id from pending to gone: no longer pending
+// here, still matched if its answer comes. c.mu is held.
+func (c *conn) goLocked(id uint32, cl *Call) {
+	delete(c.pending, id)
+	if c.gone == nil {
+		c.gone = make(map[uint32]*Call)
+	}
+	if len(c.goneIDs) < goneMax {
+		c.goneIDs = append(c.goneIDs, id)
+	} else { // a ring: overwrite the oldest
+		if old := c.goneIDs[c.goneNext]; c.gone[old] != nil {
+			delete(c.gone, old)
+		}
+		c.goneIDs[c.goneNext] = id
+		c.goneNext = (c.goneNext + 1) % goneMax
+	}
+	c.gone[id] = cl
+}
+
+// retire takes a call that completed elsewhere out of this connection's
+// pending map (its id here is hbh), keeping it matchable for a late
+// answer.
+func (c *conn) retire(cl *Call, hbh uint32) {
 	c.mu.Lock()
-	if id := cl.hbh.Load(); c.pending[id] == cl {
-		delete(c.pending, id)
+	if c.pending[hbh] == cl {
+		c.goLocked(hbh, cl)
+		c.drainedLocked()
 	}
 	c.mu.Unlock()
 }
 
-// takePending marks the connection lost and returns the unanswered calls
-// it still owns; calls moved elsewhere are dropped from its map.
+// match finds the call an answer with Hop-by-Hop id hbh belongs to and
+// takes it out of the maps: pending (late false) or moved away (late
+// true); nil if none.
+func (c *conn) match(hbh uint32) (cl *Call, late bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cl = c.pending[hbh]; cl != nil {
+		delete(c.pending, hbh)
+		c.drainedLocked()
+		return cl, false
+	}
+	if cl = c.gone[hbh]; cl != nil {
+		delete(c.gone, hbh) // its id stays in goneIDs until evicted: harmless
+		return cl, true
+	}
+	return nil, false
+}
+
+// takePending marks the connection lost and returns the calls still in
+// flight on it, in send order; every entry leaves the maps.
 func (c *conn) takePending() []*Call {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lost = true
 	var calls []*Call
-	for id, cl := range c.pending {
-		if cl.owner.CompareAndSwap(c, nil) {
+	for _, cl := range c.pending {
+		if cl.leave(c, nil, nil) {
 			calls = append(calls, cl)
 		}
-		delete(c.pending, id)
 	}
+	clear(c.pending)
+	c.gone, c.goneIDs = nil, nil // nothing more arrives here
+	slices.SortFunc(calls, func(a, b *Call) int { return cmp.Compare(a.seq, b.seq) })
 	return calls
 }
 
-// moveOut hands over the calls this connection owns, in send order, and
-// disowns them; they stay in the map so that a late answer here still
-// completes them (F4).
+// moveOut takes every call in flight here off the connection (Moved), in
+// send order, for a failover; a late answer here still completes them
+// (F4).
 func (c *conn) moveOut() []*Call {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var calls []*Call
-	for _, cl := range c.pending {
-		if !cl.done.Load() && cl.owner.CompareAndSwap(c, nil) {
+	return c.leaveAllLocked(nil)
+}
+
+// leaveAllLocked moves every pending entry to gone and returns the calls
+// that were in flight here, in send order. c.mu is held.
+func (c *conn) leaveAllLocked(calls []*Call) []*Call {
+	for id, cl := range c.pending {
+		if cl.leave(c, nil, nil) {
 			calls = append(calls, cl)
 		}
+		c.goLocked(id, cl)
 	}
+	c.drainedLocked()
 	slices.SortFunc(calls, func(a, b *Call) int { return cmp.Compare(a.seq, b.seq) })
 	return calls
+}
+
+// startDrain stops new requests on the connection and returns a channel
+// closed once nothing is pending on it.
+func (c *conn) startDrain() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.draining {
+		c.draining = true
+		c.drained = make(chan struct{})
+		c.drainedLocked()
+	}
+	return c.drained
+}
+
+// drainedLocked signals a drain once the pending map is empty. c.mu is
+// held.
+func (c *conn) drainedLocked() {
+	if c.draining && len(c.pending) == 0 && c.drained != nil {
+		select {
+		case <-c.drained:
+		default:
+			close(c.drained)
+		}
+	}
 }
 
 func (c *conn) pendingLen() int {
@@ -396,14 +494,36 @@ func (c *conn) answerRequest(req []byte) {
 	} else {
 		ans = message.ErrorAnswer(req, p.cfg.identity(), message.CommandUnsupported, "no handler").Bytes()
 	}
-	if ans == nil {
-		return // the handler chose not to answer
+	if ans != nil { // nil: the handler chose not to answer
+		// The answer carries the request's ids; R and T are never set on it.
+		wire.SetHopByHop(ans, wire.HopByHop(req))
+		wire.SetEndToEnd(ans, wire.EndToEnd(req))
+		wire.SetFlags(ans, wire.Flags(ans)&^(wire.FlagRequest|wire.FlagRetransmit))
+		if c.enqueue(ans) == nil {
+			p.stats.answersSent.Add(1)
+		}
 	}
-	// The answer carries the request's ids; R and T are never set on it.
-	wire.SetHopByHop(ans, wire.HopByHop(req))
-	wire.SetEndToEnd(ans, wire.EndToEnd(req))
-	wire.SetFlags(ans, wire.Flags(ans)&^(wire.FlagRequest|wire.FlagRetransmit))
-	if c.enqueue(ans) == nil {
-		p.stats.answersSent.Add(1)
+	if c.owed.Add(-1) == 0 && c.heldDPA.Load() != nil {
+		c.releaseDPA()
+	}
+}
+
+// holdDPA answers a DPR once every request received before it is
+// answered (at most DPATimeout later), then closes the connection when
+// the DPA is written: the peer that asked to disconnect gets the answers
+// it is owed first.
+func (c *conn) holdDPA(dpa []byte, bound time.Duration) {
+	c.heldDPA.Store(&dpa)
+	if c.owed.Load() == 0 {
+		c.releaseDPA()
+		return
+	}
+	time.AfterFunc(bound, c.releaseDPA)
+}
+
+func (c *conn) releaseDPA() {
+	if d := c.heldDPA.Swap(nil); d != nil {
+		c.enqueueLone(*d)
+		c.closeAfterFlush()
 	}
 }

@@ -27,17 +27,40 @@
 // not take then goes to the writer, so that goroutine, often the reader,
 // never blocks behind a full send buffer.
 //
+// A step decides under the mutex and returns what must happen: writes
+// (DWR, DWA, DPR, DPA) and calls failed by a lost connection are carried
+// out by the goroutine that stepped once it has unlocked; events and the
+// hand-over of moved requests to Config.OnFailover are queued, in step
+// order, for a notifier goroutine that runs only while notices are queued.
+//
+// # Requests
+//
+// Each request is a Call with one lifecycle (CallState: queued, in flight
+// on one connection, moved, parked, answered, failed). A request is in
+// flight on at most one connection, is never sent twice on one connection,
+// and leaves a connection's pending map as soon as it is moved off it
+// (failover, graceful disconnect, a DIAMETER_TOO_BUSY or
+// DIAMETER_UNABLE_TO_DELIVER answer); a late answer there is still matched
+// and delivered only if the caller has none. Close, and the idle
+// bring-down, drain: no new requests, the answers in flight get up to
+// Config.DrainTimeout, then DPR. A peer that receives a DPR holds its DPA
+// until the answers it owes are out (at most DPATimeout).
+//
 // # Concurrency
 //
 // Peer's methods are safe for concurrent use. Request may be called from
-// any number of goroutines (pipelining, RFC 3539 T3). Event subscribers are
-// called with the peer's mutex held: they must not block and must not call
-// the same peer's Close (Submit and Stats are fine).
+// any number of goroutines (pipelining, RFC 3539 T3). Event subscribers and
+// OnFailover run on the peer's notifier, never with its mutex held nor on
+// a connection's reader: they may call any method of the peer, Close
+// included, but should be quick, since the peer's later events wait for
+// them.
 //
 // # Requirements
 //
-//   - W1-W9: the watchdog machine in package watchdog, driven by Peer.post
+//   - W1-W9: the watchdog machine in package watchdog, driven by Peer.step
 //     and Peer.fire.
+//   - F7 (never twice on one connection), F8 (drain), F9 (premature
+//     failover), B6 (T flag): lifecycle.go, conn.submit, Peer.premature.
 //   - T3 (one connection, pipelining): Peer.Request, conn.writer.
 //   - T4 (idle bring-down after >= 5 minutes): Config.IdleTimeout.
 //   - T5 (bad bytes close only that connection): conn.reader.

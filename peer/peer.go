@@ -63,12 +63,22 @@ type Peer struct {
 	wg     sync.WaitGroup // every goroutine of this peer (readers, dials, the writer)
 	closeO sync.Once
 
+	// The notice queue (see outbox.go): nmu guards nq and nidle; ngid is
+	// the notifier's goroutine id while it runs.
+	nmu   sync.Mutex
+	nq    []notice
+	nidle chan struct{} // non-nil while a notifier runs; closed when it exits
+	ngid  atomic.Uint64
+
+	leaving atomic.Bool // a graceful disconnect is draining: Submit refuses
+
 	// mu serialises every state decision: the events of the readers, the
 	// dials and Close, and the timer's fires. It guards the fields below.
-	// Event subscribers run with it held: they must not call Close.
+	// Nothing outside this package runs with it held (see outbox.go).
 	mu       sync.Mutex
-	finished bool  // finish has run
-	deadline int64 // ns since epoch the timer is armed for
+	out      []effect // effects of the current step, run after unlocking
+	finished bool     // finish has run
+	deadline int64    // ns since epoch the timer is armed for
 	m        *watchdog.Machine
 	timer    *time.Timer
 	armedAt  int64 // ns since epoch the timer was (lazily) armed from
@@ -88,7 +98,7 @@ type counters struct {
 	received, answersSent, dwrSent, dwaReceived     atomic.Uint64
 	dwrReceived, badFrames, discarded, transitions  atomic.Uint64
 	openFailures, failovers                         atomic.Uint64
-	retransmitted, movedOut                         atomic.Uint64
+	retransmitted, movedOut, premature              atomic.Uint64
 	lastDWA                                         atomic.Int64 // unix ns
 }
 
@@ -101,6 +111,7 @@ type Stats struct {
 	Sent          uint64        `json:"sent"`          // requests sent (Request, Submit), replays included
 	Retransmitted uint64        `json:"retransmitted"` // replays received from a failover, sent with T
 	MovedOut      uint64        `json:"moved_out"`     // pending requests handed to OnFailover
+	Premature     uint64        `json:"premature"`     // of those, answered too busy / unable to deliver
 	Answered      uint64        `json:"answered"`      // answers matched to them
 	Unmatched     uint64        `json:"unmatched"`
 	Late          uint64        `json:"late"`      // answers for calls already complete
@@ -131,6 +142,7 @@ const (
 	evOther // a message while not OKAY
 	evDPR
 	evClose
+	evDrained // a graceful disconnect's wait for answers is over
 	evCloseDone
 )
 
@@ -252,6 +264,7 @@ func (p *Peer) Stats() Stats {
 		DWRSent: s.dwrSent.Load(), DWAReceived: s.dwaReceived.Load(), DWRReceived: s.dwrReceived.Load(),
 		BadFrames: s.badFrames.Load(), Discarded: s.discarded.Load(), Transitions: s.transitions.Load(),
 		OpenFailed: s.openFailures.Load(), Failovers: s.failovers.Load(),
+		Premature: s.premature.Load(),
 	}
 	if t := s.lastDWA.Load(); t != 0 {
 		st.LastDWA = time.Unix(0, t)
@@ -318,24 +331,27 @@ func (p *Peer) Request(ctx context.Context, req []byte) ([]byte, error) {
 
 // Submit sends cl on this peer's connection without waiting: the answer
 // completes cl (see Call.Wait). It refuses with a *NotInServiceError unless
-// the watchdog is OKAY. A call that was sent before, on this peer or
-// another, goes out as a copy with the T flag and a new Hop-by-Hop id: this
-// is the failover replay of RFC 3539 3.4.1 [3] (F2).
+// the watchdog is OKAY, with ErrDisconnecting while a graceful disconnect
+// drains the connection, and with ErrAlreadySent if cl was sent on this
+// connection before (it is never sent twice on one connection). A call
+// sent before on another connection goes out as a copy with a new
+// Hop-by-Hop id and the T flag: the failover replay of RFC 3539 3.4.1 [3]
+// (F2). A call already complete is not sent and Submit returns nil.
 func (p *Peer) Submit(cl *Call) error {
 	c := p.cur.Load()
 	st := p.State()
 	if st != watchdog.Okay || c == nil {
 		return &NotInServiceError{Peer: p.Name(), State: st}
 	}
-	if cl.done.Load() {
-		return nil
-	}
-	if err := c.send(cl); err != nil {
+	resend, err := c.submit(cl)
+	if err != nil {
+		if err == errComplete {
+			return nil
+		}
 		return fmt.Errorf("peer %s: %w", p.Name(), err)
 	}
-	cl.first.CompareAndSwap(nil, p)
 	p.stats.sent.Add(1)
-	if cl.sends.Load() > 1 {
+	if resend {
 		p.stats.retransmitted.Add(1)
 	}
 	p.touch()
@@ -343,32 +359,31 @@ func (p *Peer) Submit(cl *Call) error {
 }
 
 // SubmitAll is Submit for a batch, in order, with one wake-up of the
-// writer: what a failover of many requests wants. Calls already complete
-// are skipped. On error none was sent.
-func (p *Peer) SubmitAll(calls []*Call) error {
+// writer: what a failover of many requests wants. Each call meets the same
+// checks as in Submit; those refused (sent on this connection before) are
+// returned for the caller to send elsewhere. Calls already complete are
+// skipped. On error none was sent.
+func (p *Peer) SubmitAll(calls []*Call) (refused []*Call, err error) {
 	c := p.cur.Load()
 	st := p.State()
 	if st != watchdog.Okay || c == nil {
-		return &NotInServiceError{Peer: p.Name(), State: st}
+		return nil, &NotInServiceError{Peer: p.Name(), State: st}
 	}
-	live := make([]*Call, 0, len(calls))
-	for _, cl := range calls {
-		if !cl.done.Load() {
-			live = append(live, cl)
-		}
+	refused, n, resends, err := c.submitAll(calls)
+	if err != nil {
+		return nil, fmt.Errorf("peer %s: %w", p.Name(), err)
 	}
-	if err := c.sendAll(live); err != nil {
-		return fmt.Errorf("peer %s: %w", p.Name(), err)
-	}
-	p.stats.sent.Add(uint64(len(live)))
-	for _, cl := range live {
-		cl.first.CompareAndSwap(nil, p)
-		if cl.sends.Load() > 1 {
-			p.stats.retransmitted.Add(1)
-		}
-	}
+	p.stats.sent.Add(uint64(n))
+	p.stats.retransmitted.Add(uint64(resends))
 	p.touch()
-	return nil
+	return refused, nil
+}
+
+// InService reports whether Submit would take a new request now: the
+// watchdog is OKAY, a connection is up and no graceful disconnect is
+// draining it.
+func (p *Peer) InService() bool {
+	return p.State() == watchdog.Okay && p.cur.Load() != nil && !p.leaving.Load()
 }
 
 // touch records application activity for the idle bring-down (T4). Only
@@ -402,6 +417,7 @@ func (p *Peer) Disconnect(ctx context.Context, cause uint32) error {
 		p.end(ErrClosed) // without waiting for the DPA
 	}
 	p.wg.Wait()
+	p.waitNotified()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.closeErr
@@ -413,12 +429,15 @@ func (p *Peer) mono() int64 { return int64(time.Since(p.epoch)) }
 // connection's reader, a dial, Close); false if the Peer has ended.
 func (p *Peer) step(e input) bool {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.finished {
+		p.mu.Unlock()
 		return false
 	}
 	p.stepLocked(e)
 	p.settle()
+	out := p.takeOut()
+	p.mu.Unlock()
+	p.run(out)
 	return true
 }
 
@@ -427,8 +446,8 @@ func (p *Peer) step(e input) bool {
 // moved and does nothing.
 func (p *Peer) fire() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.finished {
+		p.mu.Unlock()
 		return
 	}
 	if now := p.mono(); now < p.deadline {
@@ -436,21 +455,27 @@ func (p *Peer) fire() {
 		// harmless) or fired a hair before our clock reached the deadline.
 		// Either way, never lose the watchdog's one timer.
 		p.timer.Reset(time.Duration(p.deadline - now))
+		p.mu.Unlock()
 		return
 	}
 	p.onTimer()
 	p.settle()
+	out := p.takeOut()
+	p.mu.Unlock()
+	p.run(out)
 }
 
 // end stops the Peer now with err (unless it has ended already).
 func (p *Peer) end(err error) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if !p.ended && p.closeErr == nil {
 		p.closeErr = err
 	}
 	p.ended = true
 	p.settle()
+	out := p.takeOut()
+	p.mu.Unlock()
+	p.run(out)
 }
 
 // settle runs finish once when a step has ended the Peer. p.mu is held.
@@ -461,10 +486,11 @@ func (p *Peer) settle() {
 	}
 }
 
-// publish stamps e with the time and the peer's name and publishes it.
+// publish stamps e with the time and the peer's name and queues it for
+// the notifier (see outbox.go).
 func (p *Peer) publish(e Event) {
 	e.Time, e.Peer = time.Now(), p.Name()
-	p.cfg.Events.Publish(e)
+	p.notify(notice{ev: e})
 }
 
 // received is called by a connection's reader for every message.
@@ -510,20 +536,20 @@ func (p *Peer) received(c *conn, msg []byte) {
 		p.lastApp.Store(now)
 	}
 	hbh := wire.HopByHop(msg)
-	c.mu.Lock()
-	cl := c.pending[hbh]
-	delete(c.pending, hbh)
-	c.mu.Unlock()
+	cl, late := c.match(hbh)
 	switch {
 	case cl == nil:
 		p.stats.unmatched.Add(1)
 		p.cfg.Logger.Debug("unmatched answer dropped", "peer", p.Name(), "hop_by_hop", hbh, "command", message.CommandName(msg))
-	case cl.claim():
-		p.stats.answered.Add(1)
-		cl.by.Store(p)
-		cl.deliver(msg, nil)
+	case !late && p.cfg.OnFailover != nil && wire.Flags(msg)&wire.FlagError != 0 && p.premature(c, cl, msg):
 	default:
-		p.stats.late.Add(1)
+		ok, owner, ohbh := cl.finish(msg, nil, p, c, &p.stats.answered)
+		switch {
+		case !ok:
+			p.stats.late.Add(1)
+		case owner != nil:
+			owner.retire(cl, ohbh) // answered here while in flight elsewhere
+		}
 	}
 	p.notifyOther(c, now)
 }
@@ -536,7 +562,24 @@ func (p *Peer) notifyOther(c *conn, at int64) {
 	}
 }
 
+// premature hands a call answered DIAMETER_TOO_BUSY or
+// DIAMETER_UNABLE_TO_DELIVER to OnFailover, to be tried at another peer
+// (RFC 6733 7.1.3, RFC 3539 2.10), and reports whether it did.
+func (p *Peer) premature(c *conn, cl *Call, ans []byte) bool {
+	rc, _ := message.ResultCodeOf(ans)
+	if rc != message.TooBusy && rc != message.UnableToDeliver {
+		return false
+	}
+	if !cl.leave(c, p, ans) {
+		return false
+	}
+	p.stats.premature.Add(1)
+	p.notify(notice{failover: true, calls: []*Call{cl}, reason: fmt.Sprintf("premature failover: %d %s", rc, resultName(rc))})
+	return true
+}
+
 func (p *Peer) serve(c *conn, req []byte) {
+	c.owed.Add(1)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()

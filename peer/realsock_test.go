@@ -146,12 +146,15 @@ func checkRejected(t *testing.T, s *Server, mutate func(*Config), rc uint32) {
 	if mutate != nil {
 		mutate(&cfg)
 	}
+	cfg.Events = NewBus()
+	rec, cancel := record(cfg.Events) // before Dial: the refusal can come at once
+	defer cancel()
 	p, err := Dial("tcp://"+s.Addr().String(), cfg)
 	require.NoError(t, err)
 	defer p.Close(context.Background())
-	rec, cancel := record(p.Events())
-	defer cancel()
-	require.Eventually(t, func() bool { return p.Stats().OpenFailed > 0 }, 5*time.Second, 10*time.Millisecond)
+	// Events reach subscribers from the peer's notifier, a moment after
+	// the step that counted the failure.
+	require.Eventually(t, func() bool { return p.Stats().OpenFailed > 0 && len(rec.ofKind(EventOpenFailed)) > 0 }, 5*time.Second, 10*time.Millisecond)
 	assert.Equal(t, watchdog.Initial, p.State())
 	evs := rec.ofKind(EventOpenFailed)
 	require.NotEmpty(t, evs)

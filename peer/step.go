@@ -120,8 +120,8 @@ func (p *Peer) apply(o watchdog.Output, base int64) {
 		case watchdog.ActionSetTimer:
 			p.arm(base, a.After)
 		case watchdog.ActionSendDWR:
-			if c := p.cur.Load(); c != nil && c.enqueueLone(withIDs(p.cfg.newDWR(), c.hbh)) == nil {
-				p.stats.dwrSent.Add(1)
+			if c := p.cur.Load(); c != nil {
+				p.write(c, withIDs(p.cfg.newDWR(), c.hbh))
 			}
 		case watchdog.ActionFailover:
 			p.failover(o.Transition.Reason)
@@ -274,7 +274,7 @@ func (p *Peer) stepLocked(e input) {
 		}
 		o := p.m.Step(watchdog.ReceiveDWR)
 		if o.Has(watchdog.ActionAnswerDWR) {
-			e.c.enqueueLone(p.cfg.newDWA(e.msg))
+			p.write(e.c, p.cfg.newDWA(e.msg))
 		}
 		p.apply(o, e.at)
 
@@ -310,8 +310,8 @@ func (p *Peer) stepLocked(e input) {
 		e.c.mu.Lock()
 		e.c.downNote = note
 		e.c.mu.Unlock()
-		e.c.enqueueLone(p.cfg.newDPA(e.msg))
-		e.c.closeAfterFlush()
+		// The DPA waits for the answers this side still owes (F8).
+		p.out = append(p.out, effect{c: e.c, msg: p.cfg.newDPA(e.msg), hold: true})
 		// The DPR is traffic too.
 		p.apply(p.m.Step(watchdog.ReceiveOther), e.at)
 
@@ -320,15 +320,37 @@ func (p *Peer) stepLocked(e input) {
 			return
 		}
 		p.closing = true
+		p.leaving.Store(true)
 		p.closeErr = nil
 		if cur == nil {
 			p.ended = true
 			return
 		}
-		if err := cur.enqueueLone(withIDs(p.cfg.newDPR(e.cause), cur.hbh)); err != nil {
-			p.ended = true
-			return
+		// Graceful: no new requests here; the answers in flight get up to
+		// DrainTimeout, then DPR (F8).
+		drained := cur.startDrain()
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			t := time.NewTimer(p.cfg.drainTimeout())
+			defer t.Stop()
+			select {
+			case <-drained:
+			case <-t.C:
+			case <-cur.closed:
+			}
+			p.step(input{kind: evDrained, c: cur, cause: e.cause})
+		}()
+
+	case evDrained:
+		if e.c != cur {
+			return // the connection went down meanwhile: evConnDown did the rest
 		}
+		// What is still unanswered fails over like any Failover().
+		if calls := cur.moveOut(); len(calls) > 0 {
+			p.handOver(calls, fmt.Sprintf("disconnecting: no answer within %v", p.cfg.drainTimeout()))
+		}
+		p.write(cur, withIDs(p.cfg.newDPR(e.cause), cur.hbh))
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
@@ -353,8 +375,8 @@ func (p *Peer) stepLocked(e input) {
 }
 
 // failover carries out Failover(): with an OnFailover hook (the client
-// layer), the connection's pending requests go to it in send order while
-// staying matched here for a late answer (F2, F4). Without one they keep
+// layer), the connection's pending requests leave it and go to the hook
+// in send order, still matched here for a late answer (F2, F4, F7). Without one they keep
 // waiting on this connection: a late answer still completes them, and they
 // fail when it closes or their deadline passes.
 func (p *Peer) failover(reason string) {
@@ -368,9 +390,13 @@ func (p *Peer) failover(reason string) {
 		p.publish(Event{Kind: EventFailover, Pending: n, Reason: fmt.Sprintf("%s: %d requests pending, no alternate configured", reason, n)})
 		return
 	}
-	calls := c.moveOut()
+	p.handOver(c.moveOut(), reason)
+}
+
+// handOver gives moved calls to OnFailover, after the lock, in order.
+func (p *Peer) handOver(calls []*Call, reason string) {
 	p.stats.movedOut.Add(uint64(len(calls)))
-	p.cfg.OnFailover(p, calls, reason)
+	p.notify(notice{failover: true, calls: calls, reason: reason})
 }
 
 // checkIdle brings an idle connection down (T4), never sooner than
@@ -393,21 +419,17 @@ func (p *Peer) checkIdle() {
 
 // failPending completes every call still pending on c with err.
 func (p *Peer) failPending(c *conn, err error) {
+	calls := c.takePending()
+	if len(calls) == 0 {
+		return
+	}
 	if p.cfg.OnFailover != nil && err == ErrConnectionLost {
 		// The connection dropped without a Failover() first (SUSPECT or
 		// REOPEN closing): whatever it still owns moves too.
-		if calls := c.takePending(); len(calls) > 0 {
-			p.stats.movedOut.Add(uint64(len(calls)))
-			p.cfg.OnFailover(p, calls, "connection lost")
-		}
+		p.handOver(calls, "connection lost")
 		return
 	}
-	for _, cl := range c.takePending() {
-		if cl.claim() {
-			p.stats.lost.Add(1)
-			cl.deliver(nil, fmt.Errorf("peer %s: %w", p.Name(), err))
-		}
-	}
+	p.out = append(p.out, effect{fail: calls, err: err})
 }
 
 // errElectionWon ends a dial whose connection we closed because the

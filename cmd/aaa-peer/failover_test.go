@@ -304,7 +304,15 @@ func sendDup(t *testing.T, first, second *peer.Peer, e2e uint32) {
 	}
 	dup := acr(e2e, 7)
 	wire.SetFlags(dup, wire.Flags(dup)|wire.FlagRetransmit)
-	a2, err := second.Request(ctx, dup)
+	cl, err := peer.NewCall(dup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.KeepRetransmitFlag() // a retransmission as an agent forwards it; a first send clears T
+	if err := second.Submit(cl); err != nil {
+		t.Fatal(err)
+	}
+	a2, err := cl.Wait(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,143 @@
+package peer
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"strconv"
+
+	"github.com/aaatp/aaatp/wire"
+)
+
+// Effects after the lock. A step decides under p.mu and records what must
+// happen in two places, both run once p.mu is released (as etcd-io/raft
+// hands back a Ready instead of acting inside Step):
+//
+//   - p.out: writes (DWR, DWA, DPR, the held DPA) and calls failed by a
+//     lost connection, carried out by the goroutine that stepped, right
+//     after it unlocks;
+//   - the notice queue: events and hand-overs to OnFailover, in the order
+//     the steps made them, delivered by one notifier goroutine per peer
+//     that runs while notices are queued and exits when none are (an idle
+//     peer costs no goroutine for it).
+//
+// Subscribers and OnFailover therefore never run under p.mu, and never on
+// a connection's reader: they may call any method of the peer, Close
+// included.
+
+// effect is one entry of p.out.
+type effect struct {
+	c    *conn
+	msg  []byte // write msg on c
+	hold bool   // msg is a DPA: hold it until the answers owed are out
+	fail []*Call
+	err  error
+}
+
+// notice is one entry of the notice queue: an event, or a hand-over of
+// calls to OnFailover.
+type notice struct {
+	ev       Event
+	failover bool
+	calls    []*Call
+	reason   string
+}
+
+// write records a write for after the lock. p.mu is held.
+func (p *Peer) write(c *conn, msg []byte) { p.out = append(p.out, effect{c: c, msg: msg}) }
+
+// takeOut returns the effects recorded so far. p.mu is held.
+func (p *Peer) takeOut() []effect {
+	out := p.out
+	p.out = nil
+	return out
+}
+
+// run carries out effects; p.mu is not held.
+func (p *Peer) run(out []effect) {
+	for _, e := range out {
+		switch {
+		case e.hold:
+			e.c.holdDPA(e.msg, p.cfg.DPATimeout)
+		case e.msg != nil:
+			if e.c.enqueueLone(e.msg) == nil && wire.IsRequest(e.msg) && wire.CommandCode(e.msg) == wire.CmdDeviceWatchdog {
+				p.stats.dwrSent.Add(1)
+			}
+		}
+		for _, cl := range e.fail {
+			if ok, owner, hbh := cl.finish(nil, fmt.Errorf("peer %s: %w", p.Name(), e.err), nil, e.c, &p.stats.lost); ok && owner != nil {
+				owner.retire(cl, hbh)
+			}
+		}
+	}
+}
+
+// notify queues n for the notifier, starting it if it is not running.
+// Called with or without p.mu; notices queued under p.mu keep the order
+// of the steps.
+func (p *Peer) notify(n notice) {
+	p.nmu.Lock()
+	p.nq = append(p.nq, n)
+	if p.nidle == nil {
+		p.nidle = make(chan struct{})
+		go p.notifier(p.nidle)
+	}
+	p.nmu.Unlock()
+}
+
+func (p *Peer) notifier(idle chan struct{}) {
+	p.ngid.Store(goid())
+	var q []notice
+	for {
+		p.nmu.Lock()
+		q, p.nq = p.nq, q[:0]
+		if len(q) == 0 {
+			p.nidle = nil
+			p.ngid.Store(0)
+			p.nmu.Unlock()
+			close(idle)
+			return
+		}
+		p.nmu.Unlock()
+		for i, n := range q {
+			if n.failover {
+				p.cfg.OnFailover(p, n.calls, n.reason)
+			} else {
+				p.cfg.Events.Publish(n.ev)
+			}
+			q[i] = notice{}
+		}
+	}
+}
+
+// waitNotified waits until every notice queued so far is delivered,
+// unless it is called from the notifier itself (a subscriber or
+// OnFailover calling Close), which cannot wait for itself.
+func (p *Peer) waitNotified() {
+	for {
+		p.nmu.Lock()
+		idle := p.nidle
+		p.nmu.Unlock()
+		if idle == nil {
+			return
+		}
+		if g := p.ngid.Load(); g != 0 && g == goid() {
+			return
+		}
+		<-idle
+	}
+}
+
+// goid returns the running goroutine's id, from the header of its stack
+// trace ("goroutine 42 [running]:"). Only waitNotified uses it, to tell
+// whether Close was called from this peer's notifier.
+func goid() uint64 {
+	var buf [40]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	if i := bytes.IndexByte(b, ' '); i > 0 {
+		b = b[:i]
+	}
+	id, _ := strconv.ParseUint(string(b), 10, 64)
+	return id
+}
