@@ -30,9 +30,9 @@
 // send order, for the caller to submit to another server; they stay
 // matched where they were, so a late answer still completes them once.
 //
-// [DialUDP] returns a [UDPPeer]: requests retransmitted unchanged (same
-// Identifier, authenticator and source port) every Timeout until
-// answered or sent Sends times; late and duplicate answers counted.
+// The client side of RADIUS over UDP is package radudp (retransmissions,
+// the Nokia 7750 SR server states, the ASR5K throttle); [ParseUDPURL]
+// parses its radius:// URLs.
 //
 // # Servers
 //
@@ -42,7 +42,7 @@
 // that each accounting record ([AccountingKey]) is applied once across
 // every server sharing a dedup.Store.
 //
-// Peer, UDPPeer, Server, UDPServer and Call are safe for concurrent use.
+// Peer, Server, UDPServer and Call are safe for concurrent use.
 // Events are package peer's, on a peer.Bus, so the status page and metrics
 // that watch Diameter peers watch these too.
 package radpeer
