@@ -1,0 +1,224 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"log/slog"
+	"time"
+
+	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// server starts an accounting server on loopback that answers every
+// request with DIAMETER_SUCCESS.
+func server(host string) *peer.Server {
+	srv, err := peer.Listen("tcp://127.0.0.1:0", peer.Config{
+		OriginHost: host, OriginRealm: "example.net",
+		AcctApps: []uint32{message.AppAccounting},
+		Handler: func(_ context.Context, p *peer.Peer, req []byte) []byte {
+			id := p.LocalIdentity()
+			return message.NewAnswer(req).ResultCode(message.Success).
+				String(message.OriginHost, 0, true, id.Host).String(message.OriginRealm, 0, true, id.Realm).Bytes()
+		},
+		Logger: quiet,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve()
+	return srv
+}
+
+// acr builds an Accounting-Request for user.
+func acr(user string, n uint32) []byte {
+	return message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
+		String(message.SessionID, 0, true, "c1.example.net;1;"+user).
+		String(message.OriginHost, 0, true, "c1.example.net").
+		String(message.OriginRealm, 0, true, "example.net").
+		String(message.DestinationRealm, 0, true, "example.net").
+		Uint32(message.AccountingRecordType, 0, true, 2).
+		Uint32(message.AccountingRecordNumber, 0, true, n).
+		String(message.UserName, 0, true, user).Bytes()
+}
+
+func peerConfig() peer.Config {
+	return peer.Config{OriginHost: "c1.example.net", OriginRealm: "example.net",
+		AcctApps: []uint32{message.AppAccounting}, Logger: quiet}
+}
+
+// answeredBy returns the Origin-Host of an answer.
+func answeredBy(ans []byte) string {
+	h, _ := message.StringOf(ans, message.OriginHost, 0)
+	return h
+}
+
+// New dials the servers and returns at once; Send waits for a server in
+// service, bounded by the context's deadline.
+func ExampleNew() {
+	s1 := server("s1.example.net")
+	defer s1.Close(context.Background())
+
+	c, err := client.New(client.Config{
+		Peers: []client.PeerSpec{{URL: "tcp://" + s1.Addr().String(), Name: "s1"}},
+		Peer:  peerConfig(),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close(context.Background())
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ans, err := c.Send(ctx, acr("alice@example.net", 0))
+	if err != nil {
+		log.Fatal(err) // the deadline passed, or no server took it
+	}
+	rc, _ := message.ResultCodeOf(ans)
+	fmt.Println(rc, answeredBy(ans))
+	// Output: 2001 s1.example.net
+}
+
+// Balance mode spreads requests over the servers in service by a hash of
+// the User-Name (RFC 3074's Pearson by default): a user's requests all go
+// to the same server.
+func ExampleNew_balance() {
+	s1, s2 := server("s1.example.net"), server("s2.example.net")
+	defer s1.Close(context.Background())
+	defer s2.Close(context.Background())
+
+	c, err := client.New(client.Config{
+		Mode: client.Balance,
+		Peers: []client.PeerSpec{
+			{URL: "tcp://" + s1.Addr().String(), Name: "s1"},
+			{URL: "tcp://" + s2.Addr().String(), Name: "s2"},
+		},
+		Peer: peerConfig(),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, p := range c.Peers() { // both in service before the first request
+		if err := p.WaitState(ctx, watchdog.Okay); err != nil {
+			log.Fatal(err)
+		}
+	}
+	for _, user := range []string{"alice@example.net", "bob@example.net", "carol@example.net", "alice@example.net"} {
+		ans, err := c.Send(ctx, acr(user, 0))
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(user, "->", answeredBy(ans))
+	}
+	// Output:
+	// alice@example.net -> s1.example.net
+	// bob@example.net -> s2.example.net
+	// carol@example.net -> s1.example.net
+	// alice@example.net -> s1.example.net
+}
+
+// PrimarySecondary sends to the first server in service, in configured
+// order; when it leaves service the next one takes the traffic (and the
+// requests it had pending), and the failover table and per-server
+// statistics say what happened.
+func ExampleNew_primarySecondary() {
+	primary, secondary := server("primary.example.net"), server("secondary.example.net")
+	defer secondary.Close(context.Background())
+
+	c, err := client.New(client.Config{
+		Mode: client.PrimarySecondary,
+		Peers: []client.PeerSpec{
+			{URL: "tcp://" + primary.Addr().String(), Name: "primary"},
+			{URL: "tcp://" + secondary.Addr().String(), Name: "secondary"},
+		},
+		Peer: peerConfig(),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, p := range c.Peers() {
+		if err := p.WaitState(ctx, watchdog.Okay); err != nil {
+			log.Fatal(err)
+		}
+	}
+	ans, err := c.Send(ctx, acr("alice@example.net", 0))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("before:", answeredBy(ans))
+
+	primary.Close(context.Background()) // DPR: the client's primary peer goes DOWN
+	if err := c.Peers()[0].WaitState(ctx, watchdog.Down); err != nil {
+		log.Fatal(err)
+	}
+	ans, err = c.Send(ctx, acr("alice@example.net", 1))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("after:", answeredBy(ans))
+
+	records, total := c.FailoverLog()
+	fmt.Println("failovers:", total)
+	for _, r := range records {
+		fmt.Printf("  from %s: %s (%d requests moved)\n", r.From, r.Outcome, r.Moved)
+	}
+	for _, s := range c.ServerStats() {
+		fmt.Printf("  %s %s: sent %d, answered %d\n", s.Server, s.State, s.Sent, s.Answered)
+	}
+	// Output:
+	// before: primary.example.net
+	// after: secondary.example.net
+	// failovers: 1
+	//   from primary: nothing_pending (0 requests moved)
+	//   primary DOWN: sent 1, answered 1
+	//   secondary OKAY: sent 1, answered 1
+}
+
+// Subscribe to a Client's events before New to see everything: each kind
+// says what happened and sets its own fields.
+func ExampleClient_Events() {
+	s1 := server("s1.example.net")
+	defer s1.Close(context.Background())
+
+	bus := client.NewBus()
+	up := make(chan string, 1)
+	cancel := bus.Subscribe(func(e client.Event) {
+		// Runs on the publishing goroutine: be quick, never block.
+		switch e.Kind {
+		case client.EventPeer:
+			if e.Peer.Kind == peer.EventWatchdog && e.Peer.To == watchdog.Okay {
+				select {
+				case up <- fmt.Sprintf("%s: %s -> %s", e.Server, e.Peer.From, e.Peer.To):
+				default:
+				}
+			}
+		case client.EventFailover:
+			fmt.Println("failover from", e.Failover.From, "outcome", e.Failover.Outcome)
+		}
+	})
+	defer cancel()
+
+	c, err := client.New(client.Config{
+		Peers:  []client.PeerSpec{{URL: "tcp://" + s1.Addr().String(), Name: "s1"}},
+		Peer:   peerConfig(),
+		Events: bus,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	fmt.Println(<-up)
+	// Output: s1: INITIAL -> OKAY
+}
