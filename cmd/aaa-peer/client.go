@@ -297,6 +297,9 @@ type clientReport struct {
 }
 
 func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if hasRADIUSUDPPeer(args) {
+		return runRadiusClient(ctx, args, stdout, stderr)
+	}
 	var o clientOptions
 	fs := clientFlags(&o, stderr)
 	if code, ok := parseFlags(fs, args); !ok {

@@ -1,0 +1,351 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/loadbalance"
+	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/radpeer"
+	"github.com/aaatp/aaatp/radudp"
+	"github.com/aaatp/aaatp/status"
+	"github.com/aaatp/aaatp/throttle"
+	lradius "layeh.com/radius"
+)
+
+const radiusClientSynopsis = `usage: aaa-peer client --peer radius://HOST:PORT [--peer ...] [--acct-peer radius://HOST:PORT ...]
+       [--secret-file FILE] [--app auth|acct|status] [--algorithm direct|round-robin|hash|pearson]
+       [--timeout 3s] [--retries 3] [--down-timeout D] [--hold-down 30s]
+       [--test-user NAME --test-password PW | --status-server] [--keepalive D]
+       [--max-rate N] [--max-rate-acct N] [--max-outstanding N] [--slot 50ms]
+       [--queue-alarm HIGH,LOW] [--rate N] [--concurrency N] [--requests N | --duration D]
+       [--nai FORMAT] [--report FILE] [--status ADDR] [--log-level info]
+
+RADIUS over UDP (radius://) through package radudp: each request is sent
+up to --retries times, --timeout apart, byte for byte, to the server the
+access algorithm gives (direct: the in-service server of lowest --peer
+index; hash: of User-Name), then to the next server in service, each at
+most once. The Nokia 7750 SR server states decide which servers are in
+service (down-timeout, default timeout x retries, reset by any reply;
+--hold-down; one probe, never retried: the test user's Access-Request,
+Status-Server with --status-server, else one real request). The Cisco ASR5K
+throttle limits each server, authentication (--max-rate) and accounting
+(--max-rate-acct) separately. --acct-peer, given once per --peer in the
+same order, is where that server's Accounting-Requests go (its accounting
+port). The shared secret comes from --secret-file or $AAATP_RADIUS_SECRET.
+Prints one progress line a second, then the report (JSON) with each
+server's state and counters. Exit 0 when at least one request was
+answered, 1 otherwise, 2 on a usage error.
+`
+
+type radiusClientOptions struct {
+	peers, acctPeers             stringList
+	secretFile                   string
+	app, algorithm, nai          string
+	timeout, downTimeout, hold   time.Duration
+	retries                      int
+	testUser, testPassword       string
+	statusServer                 bool
+	keepAlive, slot, duration    time.Duration
+	maxRate, maxRateAcct, maxOut int
+	alarm                        string
+	rate                         float64
+	concurrency                  int
+	requests                     int64
+	report, status               string
+	logLevel, logFormat          string
+	alg                          loadbalance.Algorithm
+	alarmHigh, alarmLow          int
+}
+
+// hasRADIUSUDPPeer reports whether args name a radius:// peer, which the
+// RADIUS/UDP client handles.
+func hasRADIUSUDPPeer(args []string) bool {
+	for i, a := range args {
+		v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "peer=")
+		if !ok && strings.TrimLeft(a, "-") == "peer" && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if ok && strings.HasPrefix(strings.ToLower(v), radpeer.SchemeUDP+"://") {
+			return true
+		}
+	}
+	return false
+}
+
+func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var o radiusClientOptions
+	fs := newFlagSet("client", radiusClientSynopsis, stderr)
+	fs.Var(&o.peers, "peer", "a RADIUS server, radius://host:port, in index order (repeat)")
+	fs.Var(&o.acctPeers, "acct-peer", "the accounting address of each --peer, in the same order (repeat; default: the --peer address)")
+	radiusFlags(fs, &o.secretFile)
+	fs.StringVar(&o.app, "app", "auth", "what to send: auth (Access-Request), acct (Accounting-Request Stop), status (Status-Server)")
+	fs.StringVar(&o.algorithm, "algorithm", "direct", "access algorithm: direct, round-robin, hash or pearson")
+	fs.DurationVar(&o.timeout, "timeout", radudp.DefaultTimeout, "how long one attempt waits for a reply")
+	fs.IntVar(&o.retries, "retries", radudp.DefaultRetries, "attempts per request and server")
+	fs.DurationVar(&o.downTimeout, "down-timeout", 0, "no reply for this long while sending puts a server out of service (default timeout x retries)")
+	fs.DurationVar(&o.hold, "hold-down", radudp.DefaultHoldDown, "how long an out-of-service server gets nothing")
+	fs.StringVar(&o.testUser, "test-user", "", "User-Name of the test user that probes (and with --keepalive keeps alive) servers")
+	fs.StringVar(&o.testPassword, "test-password", "", "the test user's User-Password (a test account's, not the shared secret)")
+	fs.BoolVar(&o.statusServer, "status-server", false, "probe and keep alive with Status-Server (RFC 5997) instead of a test user")
+	fs.DurationVar(&o.keepAlive, "keepalive", 0, "send the test message to each server at this interval (needs --test-user or --status-server)")
+	fs.IntVar(&o.maxRate, "max-rate", 0, "per-server max authentication requests per second (0: no limit)")
+	fs.IntVar(&o.maxRateAcct, "max-rate-acct", 0, "per-server max accounting requests per second (0: no limit)")
+	fs.IntVar(&o.maxOut, "max-outstanding", 0, "per-server and class max requests awaiting a reply (default 256)")
+	fs.DurationVar(&o.slot, "slot", throttle.DefaultSlot, "rate slot length (50ms..1s)")
+	fs.StringVar(&o.alarm, "queue-alarm", "", "HIGH,LOW: raise a server's queue alarm at depth HIGH, clear it at LOW")
+	fs.Float64Var(&o.rate, "rate", 100, "requests per second")
+	fs.IntVar(&o.concurrency, "concurrency", 256, "at most N requests in flight")
+	fs.Int64Var(&o.requests, "requests", 0, "stop after N requests (0: --duration)")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "stop after D when --requests is 0")
+	fs.StringVar(&o.nai, "nai", "user%d@example.net", "User-Name format, %d the request number")
+	fs.StringVar(&o.report, "report", "-", "write the JSON report to `FILE` (- is stdout)")
+	statusFlag(fs, &o.status, "logged at info")
+	logFlags(fs, &o.logLevel, &o.logFormat, "info")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	if err := o.validate(); err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 2
+	}
+	log, err := newLogger(stderr, o.logLevel, o.logFormat)
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 2
+	}
+	secret, err := radpeer.ReadSecret(o.secretFile, secretEnv)
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 2
+	}
+	return o.run(ctx, secret, log, stdout, stderr)
+}
+
+func (o *radiusClientOptions) validate() error {
+	if len(o.peers) == 0 {
+		return usagef("at least one --peer is required")
+	}
+	for _, p := range append(append(stringList{}, o.peers...), o.acctPeers...) {
+		if _, err := radpeer.ParseUDPURL(p); err != nil {
+			return usagef("%v (one client speaks one protocol: every --peer must be radius://)", err)
+		}
+	}
+	if len(o.acctPeers) != 0 && len(o.acctPeers) != len(o.peers) {
+		return usagef("give one --acct-peer per --peer, or none")
+	}
+	switch o.app {
+	case "auth", "acct", "status":
+	default:
+		return usagef("--app %q: want auth, acct or status", o.app)
+	}
+	alg, err := loadbalance.ParseAlgorithm(o.algorithm)
+	if err != nil {
+		return usagef("--algorithm: %v", err)
+	}
+	o.alg = alg
+	switch {
+	case o.timeout <= 0 || o.retries < 1 || o.hold <= 0 || o.downTimeout < 0:
+		return usagef("--timeout, --retries and --hold-down must be positive, --down-timeout not negative")
+	case o.testUser != "" && o.statusServer:
+		return usagef("--test-user and --status-server are two kinds of probe: choose one")
+	case o.keepAlive > 0 && o.testUser == "" && !o.statusServer:
+		return usagef("--keepalive needs --test-user or --status-server")
+	case !(o.rate > 0) || o.concurrency < 1 || o.requests < 0 || (o.requests == 0 && o.duration <= 0):
+		return usagef("--rate and --concurrency must be positive, with --requests or a positive --duration")
+	}
+	if o.alarm != "" {
+		if _, err := fmt.Sscanf(o.alarm, "%d,%d", &o.alarmHigh, &o.alarmLow); err != nil || o.alarmLow >= o.alarmHigh || o.alarmLow < 0 {
+			return usagef("--queue-alarm %q: want HIGH,LOW with 0 <= LOW < HIGH", o.alarm)
+		}
+	}
+	return checkStatusAddr(o.status)
+}
+
+// radiusClientReport is the JSON report of a RADIUS/UDP run.
+type radiusClientReport struct {
+	Protocol  string                     `json:"protocol"`
+	Algorithm string                     `json:"algorithm"`
+	Sent      uint64                     `json:"sent"`
+	Answered  uint64                     `json:"answered"`
+	Rejected  uint64                     `json:"rejected"` // answered with Access-Reject
+	Failed    uint64                     `json:"failed"`
+	FailedBy  map[string]uint64          `json:"failed_by"`
+	Failovers uint64                     `json:"failovers"`
+	Servers   []radudp.ClientServerStats `json:"servers"`
+	ElapsedMS int64                      `json:"elapsed_ms"`
+}
+
+func (o *radiusClientOptions) request(n int64) *radius.Request {
+	user := lradius.Attribute(strings.ReplaceAll(o.nai, "%d", fmt.Sprint(n)))
+	var r *radius.Request
+	switch o.app {
+	case "status":
+		return &radius.Request{Code: lradius.CodeStatusServer}
+	case "acct":
+		r = &radius.Request{Code: lradius.CodeAccountingRequest}
+		r.Attributes.Add(radius.AttrUserName, user)
+		r.Attributes.Add(radius.AttrNASIdentifier, lradius.Attribute("aaa-peer"))
+		r.Attributes.Add(radius.AttrAcctSessionID, lradius.Attribute(fmt.Sprintf("aaa-peer-%d-%d", time.Now().UnixNano(), n)))
+		r.Attributes.Add(radius.AttrAcctStatusType, lradius.Attribute([]byte{0, 0, 0, 2}))
+		ts := make([]byte, 4)
+		binary.BigEndian.PutUint32(ts, uint32(time.Now().Unix()))
+		r.Attributes.Add(radius.AttrEventTimestamp, lradius.Attribute(ts))
+	default:
+		r = &radius.Request{Code: lradius.CodeAccessRequest}
+		r.Attributes.Add(radius.AttrUserName, user)
+		r.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("aaa-peer"))
+	}
+	return r
+}
+
+func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.Logger, stdout, stderr io.Writer) int {
+	specs := make([]radudp.ServerSpec, len(o.peers))
+	for i, u := range o.peers {
+		specs[i] = radudp.ServerSpec{Name: u, URL: u, StatusServer: o.statusServer,
+			Auth:       throttle.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOut},
+			Accounting: throttle.Limits{MaxRate: o.maxRateAcct, MaxOutstanding: o.maxOut}}
+		if len(o.acctPeers) > 0 {
+			specs[i].AcctURL = o.acctPeers[i]
+		}
+	}
+	cfg := radudp.Config{Servers: specs, Secret: secret, Algorithm: o.alg, Timeout: o.timeout, Retries: o.retries,
+		DownTimeout: o.downTimeout, HoldDown: o.hold, KeepAlive: o.keepAlive, Slot: o.slot,
+		AlarmHigh: o.alarmHigh, AlarmLow: o.alarmLow, Events: client.NewBus()}
+	if o.testUser != "" {
+		cfg.TestUser = &radudp.TestUser{Name: o.testUser, Password: o.testPassword}
+	}
+	cancelLog := cfg.Events.Subscribe(func(e client.Event) {
+		log.Info(e.Kind.String(), "server", e.Server, "reason", e.Reason)
+	})
+	defer cancelLog()
+	c, err := radudp.NewClient(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 2
+	}
+	defer c.Close()
+	metrics := newMetrics(o.status)
+	defer metrics.WatchClient(cfg.Events)()
+	var sent, answered, rejected, failed atomic.Uint64
+	web, err := openStatus(o.status, status.SourceFunc(func() status.Snapshot {
+		st := c.Stats()
+		snap := status.Snapshot{Role: status.RoleClient, Identity: status.Identity{OriginHost: "aaa-peer client",
+			Info: map[string]string{"protocol": "RADIUS/UDP", "access": o.alg.String()}}}
+		for _, s := range st.Servers {
+			snap.Peers = append(snap.Peers, status.PeerStatus{Peer: s.URL, Server: s.Name, Policy: s.State.String(),
+				Pending: s.Auth.InFlight, Sent: s.Auth.Sent + s.Auth.Retransmissions, Answered: s.Auth.Answered})
+			snap.Queues = append(snap.Queues, status.Queue{Server: s.Name, Depth: s.Throttle.Depth, Alarm: s.Throttle.Alarmed})
+		}
+		snap.Totals = status.Totals{Sent: sent.Load(), Answered: st.Answered, Failed: st.Failed, Pending: uint64(st.Queued), Moved: st.Failovers}
+		return snap
+	}), metrics, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 1
+	}
+	defer web.Close()
+
+	runCtx := ctx
+	if o.requests == 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeout(ctx, o.duration)
+		defer cancel()
+	}
+	start := time.Now()
+	failedBy := map[string]uint64{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, o.concurrency)
+	pace := newPacer(o.rate)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				var states []string
+				for i, n := range c.Names() {
+					states = append(states, n+":"+c.State(i).String())
+				}
+				fmt.Fprintf(stderr, "t=%ds sent=%d answered=%d failed=%d servers=%s\n", int(time.Since(start).Seconds()),
+					sent.Load(), answered.Load(), failed.Load(), strings.Join(states, ","))
+			}
+		}
+	}()
+	for n := int64(0); o.requests == 0 || n < o.requests; n++ {
+		if !pace.wait(runCtx) {
+			break
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-runCtx.Done():
+		}
+		if runCtx.Err() != nil {
+			break
+		}
+		sent.Add(1)
+		wg.Add(1)
+		go func(n int64) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			// A caller waits for every server's attempts at most.
+			cctx, cancel := context.WithTimeout(ctx, o.timeout*time.Duration(o.retries*len(o.peers))+time.Second)
+			defer cancel()
+			resp, err := c.Exchange(cctx, o.request(n))
+			if err != nil {
+				failed.Add(1)
+				mu.Lock()
+				failedBy[errorReason(err)]++
+				mu.Unlock()
+				return
+			}
+			answered.Add(1)
+			if resp.Packet.Code == lradius.CodeAccessReject {
+				rejected.Add(1)
+			}
+		}(n)
+	}
+	wg.Wait()
+	close(done)
+	st := c.Stats()
+	rep := radiusClientReport{Protocol: "radius/udp", Algorithm: o.alg.String(), Sent: sent.Load(), Answered: answered.Load(),
+		Rejected: rejected.Load(), Failed: failed.Load(), FailedBy: failedBy, Failovers: st.Failovers,
+		Servers: st.Servers, ElapsedMS: time.Since(start).Milliseconds()}
+	if err := writeJSONFile(o.report, rep, stdout); err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: report: %v\n", err)
+		return 1
+	}
+	if rep.Answered == 0 {
+		return 1
+	}
+	return 0
+}
+
+// errorReason is the report's key for a failed request: its cause without
+// the varying details.
+func errorReason(err error) string {
+	var fe *radudp.FailedError
+	if e, ok := err.(*radudp.FailedError); ok {
+		fe = e
+	}
+	if fe != nil && fe.Err != nil {
+		err = fe.Err
+	}
+	s := err.Error()
+	if i := strings.Index(s, " ("); i > 0 {
+		s = s[:i]
+	}
+	return s
+}
