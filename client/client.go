@@ -4,9 +4,9 @@
 // when a peer's watchdog calls Failover() or its connection drops, the
 // requests pending on it are replayed, in their original order, to an
 // alternate peer in service, with a new Hop-by-Hop id, the same End-to-End
-// id and Origin-Host, and the T flag set (F2); with no alternate they wait
-// for one until their deadline (F3); a late answer on the old connection
-// is delivered only if the caller has none yet (F4).
+// id and Origin-Host, and the T flag set; with no alternate they wait
+// for one until their deadline; a late answer on the old connection
+// is delivered only if the caller has none yet.
 //
 // Two modes choose the peer for a new request: Balance (through package
 // loadbalance: RFC 3074 Pearson hash over the NAI by default) and
@@ -99,21 +99,21 @@ type Config struct {
 	// when one goes DOWN the next in order is dialed to fill its slot, while
 	// the DOWN one keeps being retried. When it comes back, the least
 	// preferred connection is closed, but only once it has been in service
-	// for MinConnectionAge (F5).
+	// for MinConnectionAge.
 	MaxConnections int
 	// MinConnectionAge is how long a working connection stays open before
 	// it may be closed to respect MaxConnections. Default and minimum: 5
 	// minutes (RFC 3539 3.3's BRINGDOWN_INTERVAL).
 	MinConnectionAge time.Duration
 	// Policy, when set, adds the server states of the Nokia 7750 SR
-	// (unknown, in-service, out-of-service, probing; S1-S5): a server that
+	// (unknown, in-service, out-of-service, probing): a server that
 	// stops replying is held down, then probed with one message.
 	Policy *policy.Config
 	// TestRequest builds the test user's request sent to a server as a
 	// probe or keep-alive (Policy.TestUser). Nil: real requests probe.
 	TestRequest func(server string) []byte
 	// Throttle, when set, limits each server's rate and outstanding
-	// requests, with an instance queue and per-server queues (Q1-Q5).
+	// requests, with an instance queue and per-server queues.
 	Throttle *Throttle
 	// ForwardRetransmitFlag keeps the T flag a request already carries on
 	// its first send: for an agent forwarding a retransmitted request.

@@ -23,14 +23,14 @@ import (
 // hop) and by one dispatcher goroutine that wakes at the next slot or
 // deadline.
 
-// Throttle configures per-server limits, the same for every server (Q1-Q5).
+// Throttle configures per-server limits, the same for every server.
 type Throttle struct {
-	// Auth and Accounting are the limits of each class (Q5); a zero
+	// Auth and Accounting are the limits of each class; a zero
 	// MaxOutstanding means throttle.DefaultMaxOutstanding (256).
 	Auth, Accounting throttle.Limits
-	// Slot is the rate slot length (>= 50 ms); zero means 50 ms (Q1).
+	// Slot is the rate slot length (>= 50 ms); zero means 50 ms.
 	Slot time.Duration
-	// AlarmHigh and AlarmLow raise and clear a per-server queue alarm (Q4);
+	// AlarmHigh and AlarmLow raise and clear a per-server queue alarm;
 	// zero AlarmHigh means no alarm.
 	AlarmHigh, AlarmLow int
 }
@@ -368,7 +368,7 @@ func (c *Client) QueueDepths() []QueueDepth {
 	return out
 }
 
-// QueueDepth is one server's throttle queue (Q4).
+// QueueDepth is one server's throttle queue.
 type QueueDepth struct {
 	Server   string `json:"server"`
 	Depth    int    `json:"depth"`

@@ -13,7 +13,7 @@ import (
 type Algorithm uint8
 
 const (
-	// Pearson is the default (L1-L3): weighted 256-bucket table over the
+	// Pearson is the default: weighted 256-bucket table over the
 	// RFC 3074 Pearson hash of the NAI (or Session-Id), with suspension
 	// falling through to the next bucket and old/new tables living side by
 	// side while conversations age out.
@@ -85,7 +85,7 @@ type Server struct {
 }
 
 // Request carries the keys of one request. The hash key is NAI (User-Name)
-// when present, else SessionID (L1); SessionID also identifies the
+// when present, else SessionID; SessionID also identifies the
 // conversation.
 type Request struct {
 	NAI       string
@@ -391,7 +391,7 @@ func (b *Balancer) clock() int64 { return int64(b.now().Sub(b.epoch)) }
 // SetState records a server's new state. It reports whether the bucket
 // table was rebuilt (a new generation), which happens only when the set of
 // in-service servers changed: Down -> InService, or InService/Suspended ->
-// Down (L2). Suspended <-> InService for a server already in the table only
+// Down. Suspended <-> InService for a server already in the table only
 // publishes a new snapshot. A rebuild also purges idle conversations and
 // drops old tables no live conversation refers to.
 func (b *Balancer) SetState(name string, st State) (rebuilt bool, err error) {

@@ -1,6 +1,5 @@
 // Package loadbalance chooses the server (connection) for each AAA request,
-// implementing RFC 3539 section 3.4.3 connection load balancing (requirements
-// L1-L4): Pearson's hash of RFC 3074 over the NAI, a weighted 256-bucket
+// implementing RFC 3539 section 3.4.3 connection load balancing: Pearson's hash of RFC 3074 over the NAI, a weighted 256-bucket
 // table, suspension without recomputation, and a transition period in which
 // the old and new tables both live until the conversations started under the
 // old one age out. The 7750 SR algorithms direct, round-robin and hash are
@@ -34,7 +33,7 @@
 //
 // With the pearson algorithm the balancer remembers a conversation
 // (Session-Id) only where a rebuild could otherwise take it away from a
-// server that is still in service (L3), not every Session-Id it sees:
+// server that is still in service, not every Session-Id it sees:
 //
 //   - Tables are built around a home table (every configured server in
 //     service): a server that leaves gives its buckets to the others, and
@@ -57,7 +56,7 @@
 //     remembered there.
 //
 // A later request of a conversation that carries no NAI is keyed by its
-// Session-Id (L1) unless the conversation is remembered, in which case it
+// Session-Id unless the conversation is remembered, in which case it
 // keeps the bucket of its first request.
 //
 // Entries idle for longer than Options.IdleTimeout (default 5 minutes) are

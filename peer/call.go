@@ -17,7 +17,7 @@ import (
 // Errors a Request can return. Match them with errors.Is.
 var (
 	// ErrNotInService: the watchdog is not OKAY (SUSPECT, DOWN, REOPEN or
-	// not yet connected); send elsewhere or wait (W6, W8).
+	// not yet connected); send elsewhere or wait.
 	ErrNotInService = errors.New("peer not in service")
 	// ErrConnectionLost: the connection closed before the answer arrived.
 	ErrConnectionLost = errors.New("connection lost before the answer")
@@ -56,7 +56,7 @@ type result struct {
 
 // Call is one request and its lifecycle (see CallState). It completes
 // exactly once: the first of an answer, an error, or the caller's deadline
-// wins, so a caller never sees two answers (F4), even when an old
+// wins, so a caller never sees two answers, even when an old
 // connection answers late. A Call may move between connections (Submit
 // after a failover); its End-to-End id never changes, it is never sent
 // twice on one connection, and every send after the first carries the T

@@ -16,7 +16,7 @@ import (
 )
 
 // BringDownInterval is RFC 3539 3.3's BRINGDOWN_INTERVAL: an idle
-// connection may not be closed sooner (T4).
+// connection may not be closed sooner.
 const BringDownInterval = 5 * time.Minute
 
 // Defaults for Config's timeouts.
@@ -96,7 +96,7 @@ type Config struct {
 	// IdleTimeout, when set, closes the connection (DPR) after that long
 	// without application traffic (watchdog messages do not count), and
 	// ends the Peer. Zero means never; anything below BringDownInterval
-	// (5 minutes, RFC 3539 3.3) is an error (T4).
+	// (5 minutes, RFC 3539 3.3) is an error.
 	IdleTimeout time.Duration
 
 	// Table, shared by a Server and the client Peers of the same node,
@@ -127,7 +127,7 @@ type Config struct {
 	// DIAMETER_UNABLE_TO_DELIVER (Call.RefusedBy tells those apart). It
 	// runs on the peer's notifier, without its mutex: Submit each call to
 	// another peer, park it, or Fail it. A late answer here still completes
-	// a call once (F4). Nil: pending requests keep waiting here and fail
+	// a call once. Nil: pending requests keep waiting here and fail
 	// when the connection closes; error answers go to the caller.
 	OnFailover func(from *Peer, calls []*Call, reason string)
 

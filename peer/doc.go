@@ -49,19 +49,9 @@
 // # Concurrency
 //
 // Peer's methods are safe for concurrent use. Request may be called from
-// any number of goroutines (pipelining, RFC 3539 T3). Event subscribers and
+// any number of goroutines (pipelining). Event subscribers and
 // OnFailover run on the peer's notifier, never with its mutex held nor on
 // a connection's reader: they may call any method of the peer, Close
 // included, but should be quick, since the peer's later events wait for
 // them.
-//
-// # Requirements
-//
-//   - W1-W9: the watchdog machine in package watchdog, driven by Peer.step
-//     and Peer.fire.
-//   - F7 (never twice on one connection), F8 (drain), F9 (premature
-//     failover), B6 (T flag): lifecycle.go, conn.submit, Peer.premature.
-//   - T3 (one connection, pipelining): Peer.Request, conn.writer.
-//   - T4 (idle bring-down after >= 5 minutes): Config.IdleTimeout.
-//   - T5 (bad bytes close only that connection): conn.reader.
 package peer

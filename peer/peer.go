@@ -335,8 +335,8 @@ func (p *Peer) Request(ctx context.Context, req []byte) ([]byte, error) {
 // drains the connection, and with ErrAlreadySent if cl was sent on this
 // connection before (it is never sent twice on one connection). A call
 // sent before on another connection goes out as a copy with a new
-// Hop-by-Hop id and the T flag: the failover replay of RFC 3539 3.4.1 [3]
-// (F2). A call already complete is not sent and Submit returns nil.
+// Hop-by-Hop id and the T flag: the failover replay of RFC 3539 3.4.1 [3].
+// A call already complete is not sent and Submit returns nil.
 func (p *Peer) Submit(cl *Call) error {
 	c := p.cur.Load()
 	st := p.State()

@@ -28,20 +28,20 @@ type Config struct {
 	// DefaultRetries.
 	Retries int
 	// DownTimeout is how long the server may go without any reply while
-	// requests are being sent before it is declared out of service (S2).
+	// requests are being sent before it is declared out of service.
 	// Zero means RequestTimeout x Retries.
 	DownTimeout time.Duration
-	// HoldDown is how long an out-of-service server gets nothing (S3). Zero
+	// HoldDown is how long an out-of-service server gets nothing. Zero
 	// means DefaultHoldDown.
 	HoldDown time.Duration
-	// ProbeTimeout is how long the single probe waits for its reply (S4).
+	// ProbeTimeout is how long the single probe waits for its reply.
 	// Zero means RequestTimeout.
 	ProbeTimeout time.Duration
 	// TestUser says a test user is configured: probes are its requests
-	// ([Output.Send] == SendProbe) and real requests never probe (S4).
+	// ([Output.Send] == SendProbe) and real requests never probe.
 	TestUser bool
 	// KeepAlive, with TestUser, sends the test user's request at this
-	// interval to a server in service or unknown (S5). Zero: no keep-alive.
+	// interval to a server in service or unknown. Zero: no keep-alive.
 	KeepAlive time.Duration
 }
 

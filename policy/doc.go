@@ -1,5 +1,5 @@
 // Package policy is the per-server policy state of the Nokia 7750 SR
-// radius-server-policy (requirements S1-S5), applied to Diameter servers.
+// radius-server-policy, applied to Diameter servers.
 //
 // A server is in one of four states: Unknown (no reply yet), InService,
 // OutOfService and Probing. The request path tells a [Tracker] what it does
@@ -18,27 +18,24 @@
 // is returned as an [Event] (the owner publishes it with type [EventType],
 // in the same stream as the watchdog's events).
 //
-// Probing needs several servers and at least one healthy one (S3): that is a
-// decision over all servers, so Tick and Allow take it as an argument
-// (probeOK), and a [Group] owns the trackers of all servers and computes it.
+// Probing needs several servers and at least one healthy one: that is a
+// decision over all servers, so Tick and Allow take it as an argument,
+// and a [Group] owns the trackers of all servers and computes it.
 // When a hold-down ends and probing is not allowed (a single server, or no
 // other server in service and available), the server goes back to Unknown
 // rather than staying out of service forever: there is nothing to protect
 // by holding it, so it gets ordinary traffic, with retries, and its first
 // reply puts it in service again (or the down-timeout puts it out again).
 //
-// Where each requirement lives:
-//
-//   - S1 (unknown -> in-service on any reply, unknown -> out-of-service when
-//     the first request gets no reply): [Tracker.OnReply], [Tracker.Tick].
-//   - S2 (down-timeout started on send, reset by any reply, default
-//     timeout x retries): [Config.DownTimeout], [Tracker.OnSent].
-//   - S3 (nothing during hold-down; probing only with several servers and a
-//     healthy one): [Config.HoldDown], [Group].
-//   - S4 (one probe, no retry: the test user's, else one real request; reply
-//     -> in-service, timeout -> out-of-service and hold-down again):
-//     [Output.Probe], [Output.Send], [Config.ProbeTimeout].
-//   - S5 (keep-alive with the test user at an interval): [Config.KeepAlive].
+// In short: Unknown goes in service on any reply ([Tracker.OnReply]) and
+// out of service when the first request gets none ([Tracker.Tick]); the
+// down-timeout ([Config.DownTimeout], default timeout x retries) starts on
+// a send and is reset by any reply; a server out of service gets nothing
+// for [Config.HoldDown]; it is then probed once, with no retry, with the
+// test user's request or else one real request ([Output.Probe],
+// [Output.Send], [Config.ProbeTimeout]): a reply puts it in service, a
+// timeout out of service for another hold-down; with a test user, servers
+// in service get a keep-alive at an interval ([Config.KeepAlive]).
 //
 // A Tracker is not safe for concurrent use: its owner serialises calls. A
 // Group is safe for concurrent use: a mutex guards its trackers.

@@ -9,7 +9,7 @@ import (
 // Group owns the trackers of all the servers a client uses, and makes the
 // decision that needs all of them: a server whose hold-down is over is
 // probed only when there are several servers and at least one other is
-// healthy, that is in service and available (S3).
+// healthy, that is in service and available.
 //
 // Available is the owner's view of the transport: a server whose watchdog
 // is not OKAY is not available. It gets no traffic and does not count as

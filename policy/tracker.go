@@ -8,17 +8,17 @@ import (
 // State is the policy state of one server.
 type State uint8
 
-// The four states of the 7750 SR text (S1).
+// The four states of the 7750 SR text.
 const (
 	// Unknown: no reply received yet. The server gets ordinary traffic.
 	Unknown State = iota
 	// InService: the server replies. It gets ordinary traffic.
 	InService
 	// OutOfService: the down-timeout or a probe expired; the server gets
-	// nothing until the hold-down ends (S3).
+	// nothing until the hold-down ends.
 	OutOfService
 	// Probing: the hold-down is over; the server gets exactly one message,
-	// the probe, never retried on it (S4).
+	// the probe, never retried on it.
 	Probing
 	numStates = 4
 )
@@ -98,7 +98,7 @@ const (
 	// SendProbe: send the test user's request as the probe: once, no retry.
 	// The tracker recorded it as sent; report its reply with OnReply.
 	SendProbe
-	// SendKeepAlive: send the test user's request as a keep-alive (S5). The
+	// SendKeepAlive: send the test user's request as a keep-alive. The
 	// tracker recorded it as sent (OnSent); report its reply with OnReply.
 	SendKeepAlive
 )
@@ -127,7 +127,7 @@ type Output struct {
 	Allow bool
 	// Probe (from Allow) says the request is the probe: send it exactly
 	// once and never retry it on this server; on no reply its caller gets
-	// failover or an error (S4). The tracker recorded it as sent.
+	// failover or an error. The tracker recorded it as sent.
 	Probe bool
 	// Send (from Tick) is a test-user request to send now.
 	Send Send
@@ -248,9 +248,9 @@ func (t *Tracker) claimProbe(now time.Time) {
 
 // Tick advances time to now: the down-timeout, the probe's timeout and the
 // hold-down. probeOK says whether probing is allowed now: several servers
-// and at least one other healthy (S3); a Group computes it. With a test
+// and at least one other healthy; a Group computes it. With a test
 // user, Tick also says when to send its request (Output.Send): the probe,
-// or a keep-alive (S5). Call Tick at NextWakeup; calling it more often is
+// or a keep-alive. Call Tick at NextWakeup; calling it more often is
 // harmless.
 func (t *Tracker) Tick(now time.Time, probeOK bool) Output {
 	var o Output
@@ -307,7 +307,7 @@ func (t *Tracker) sent(now time.Time) {
 }
 
 // OnSent records that an ordinary request was sent to the server at now: it
-// starts the down-timeout unless it is running (S2). A probe claimed by
+// starts the down-timeout unless it is running. A probe claimed by
 // Allow needs no OnSent; calling it anyway is harmless.
 func (t *Tracker) OnSent(now time.Time) Output {
 	var o Output
@@ -320,7 +320,7 @@ func (t *Tracker) OnSent(now time.Time) Output {
 }
 
 // OnReply records a reply from the server, to any request of any
-// subscriber (S2): the down-timeout is reset to 0 (it starts again with the
+// subscriber: the down-timeout is reset to 0 (it starts again with the
 // next request sent); Unknown and Probing turn InService. A late reply while
 // OutOfService changes nothing: the hold-down runs its course.
 func (t *Tracker) OnReply(now time.Time) Output {

@@ -1,4 +1,4 @@
-// Package status is the live view of an aaatp node (issue 7): a status page,
+// Package status is the live view of an aaatp node: a status page,
 // the same data as JSON, and Prometheus metrics, all from one http.Handler.
 //
 // The node supplies a Source, a function returning a Snapshot: its role and
@@ -9,8 +9,9 @@
 // client already report.
 //
 // Metrics holds the Prometheus collectors on a registry of its own (never
-// the global one). Watch feeds it from a peer.Bus (watchdog states,
-// transitions, failovers, requests moved); WrapHandler counts the requests
+// the global one). Watch feeds it from a peer.Bus (watchdog states and
+// transitions), WatchClient from a client.Bus (the same for a client's
+// peers, and its failovers and requests moved); WrapHandler counts the requests
 // a server answers and their latency; the remaining methods are for what
 // only the node knows. Every method of a nil *Metrics is a no-op, so a node
 // running without --status can call them unconditionally.

@@ -1,5 +1,5 @@
-// Package throttle is the AAA throttling of the Cisco ASR5K aaamgr
-// (requirements Q1-Q5), applied to Diameter servers: a per-server maximum
+// Package throttle is the AAA throttling of the Cisco ASR5K aaamgr,
+// applied to Diameter servers: a per-server maximum
 // rate spread evenly over time slots, a per-server maximum of outstanding
 // requests, an instance-level queue every request enters and per-server
 // queues for the requests that could not go, a queue-depth alarm with
@@ -21,7 +21,7 @@
 // server queue, as many requests as the server can send now (quota left in
 // the current slot and free outstanding places) and puts them at the head
 // of the instance queue, oldest first: they are older than anything behind
-// them (Q3). Then it serves the instance queue from the head: a request
+// them. Then it serves the instance queue from the head: a request
 // that came from a server queue goes to that server; a new one goes to the
 // server the owner's Pick function (its balancer) names, or when Pick
 // names none, or an unavailable one, to an available server chosen round-robin.
@@ -30,7 +30,7 @@
 // server that has room). When no server is available, the instance queue
 // waits.
 //
-// # Rate slots (Q1)
+// # Rate slots
 //
 // Each second is split into slots of Config.Slot (at least 50 ms, at most
 // 1 s), aligned on the Unix epoch, and each slot gets its share of
@@ -41,7 +41,7 @@
 // share. A rate below one per slot (5/s in 50 ms slots) gives one message
 // every fourth slot.
 //
-// # Outstanding requests (Q2)
+// # Outstanding requests
 //
 // A dispatched request holds one place of its server and class until the
 // owner calls Done: when its answer arrives or when it times out (and when
@@ -55,13 +55,13 @@
 // each Enqueue is matched by exactly one Dispatch, with or without Err
 // (Release aside, which hands the requests back to the owner).
 //
-// # Alarm (Q4)
+// # Alarm
 //
 // The depth of a server's queues (both classes) is exposed; when it reaches
 // Config.AlarmHigh an alarm is raised, and it is cleared when the depth falls
 // to Config.AlarmLow or below. Both are reported to Config.OnAlarm.
 //
-// # Classes (Q5)
+// # Classes
 //
 // Every limit, counter and server queue exists once per [Class]: Auth
 // (authentication and authorization) and Accounting. [ClassOf] classifies a

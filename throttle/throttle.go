@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Class is the traffic class a request is limited under (Q5).
+// Class is the traffic class a request is limited under.
 type Class uint8
 
 const (
@@ -52,9 +52,9 @@ func ClassOf(appID, cmd uint32) Class {
 // Limits and defaults.
 const (
 	// DefaultMaxOutstanding is the outstanding requests a server may have
-	// per class when Limits.MaxOutstanding is zero (Q2).
+	// per class when Limits.MaxOutstanding is zero.
 	DefaultMaxOutstanding = 256
-	// MinSlot is the shortest rate slot (Q1).
+	// MinSlot is the shortest rate slot.
 	MinSlot = 50 * time.Millisecond
 	// DefaultSlot is the slot length when Config.Slot is zero.
 	DefaultSlot = MinSlot
@@ -96,10 +96,10 @@ type Item interface {
 
 // Limits are one server's limits for one class.
 type Limits struct {
-	// MaxRate is the most requests sent per second, spread over the slots
-	// (Q1). Zero means no rate limit.
+	// MaxRate is the most requests sent per second, spread over the slots.
+	// Zero means no rate limit.
 	MaxRate int
-	// MaxOutstanding is the most requests sent and not yet Done (Q2). Zero
+	// MaxOutstanding is the most requests sent and not yet Done. Zero
 	// means DefaultMaxOutstanding; a negative value means no limit.
 	MaxOutstanding int
 }
@@ -119,7 +119,7 @@ type Config[T Item] struct {
 	Slot time.Duration
 	// AlarmHigh raises a server's queue alarm when its queue depth (both
 	// classes) reaches it; zero means no alarm. AlarmLow clears it when the
-	// depth falls to it or below; it must be below AlarmHigh (Q4).
+	// depth falls to it or below; it must be below AlarmHigh.
 	AlarmHigh, AlarmLow int
 	// OnAlarm receives alarm changes. It is called synchronously from the
 	// Scheduler method that crossed the threshold, so it must be quick and
@@ -137,7 +137,7 @@ type Config[T Item] struct {
 	Spill bool
 }
 
-// Alarm is a queue-depth alarm being raised or cleared (Q4).
+// Alarm is a queue-depth alarm being raised or cleared.
 type Alarm struct {
 	Time   time.Time `json:"time"`
 	Server string    `json:"server"`
@@ -284,7 +284,7 @@ func (s *Scheduler[T]) room(b *bucket[T], now int64) int {
 	return r
 }
 
-// Enqueue appends item to the instance queue (Q3). Poll decides its fate.
+// Enqueue appends item to the instance queue. Poll decides its fate.
 func (s *Scheduler[T]) Enqueue(item T, class Class) {
 	if class >= numClasses {
 		class = Auth
@@ -507,7 +507,7 @@ func (s *Scheduler[T]) checkAlarm(i int, now time.Time) {
 
 // Done frees the outstanding place of a request sent to server with class:
 // call it when the answer arrives, when the request times out, or when it
-// is moved away (Q2). It reports whether requests are waiting, so that the
+// is moved away. It reports whether requests are waiting, so that the
 // owner knows to Poll.
 func (s *Scheduler[T]) Done(server int, class Class) bool {
 	if class >= numClasses {
@@ -589,7 +589,7 @@ func (s *Scheduler[T]) NextWakeup(now time.Time) (at time.Time, ok bool) {
 // Len returns the requests held: in the instance queue and server queues.
 func (s *Scheduler[T]) Len() int { return s.inst.len() + s.queued }
 
-// Depth returns the depth of server's queues, both classes (Q4).
+// Depth returns the depth of server's queues, both classes.
 func (s *Scheduler[T]) Depth(server int) int { return s.srv[server].depth() }
 
 // Outstanding returns the requests sent to server in class and not Done.

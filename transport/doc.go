@@ -16,6 +16,5 @@
 // Errors: after any error from ReadMessage or WriteMessages the connection
 // is in an unknown state (a message may be half read or half written) and
 // the caller must Close it; errors matching wire.ErrBadFrame carry a reason
-// meant for the log line that says why the peer was dropped (requirement
-// T5).
+// meant for the log line that says why the peer was dropped.
 package transport

@@ -90,7 +90,7 @@ func (c Config) validate() (Config, error) {
 	return c, nil
 }
 
-// NewRand returns a ChaCha8 PRNG seeded from crypto/rand (W2). It is what a
+// NewRand returns a ChaCha8 PRNG seeded from crypto/rand. It is what a
 // Machine uses when Config.Rand is nil. Like the Machine, it is not safe for
 // concurrent use.
 func NewRand() *rand.Rand {

@@ -11,19 +11,16 @@
 // performing them, every row of the appendix's table is tested by feeding one
 // event and comparing the output.
 //
-// Where each requirement lives (IDs from requirements.md):
-//
-//   - W1 (one timer, Twinit >= 6 s, default 30 s): [Config.Twinit], [Config.validate].
-//   - W2 (jitter drawn uniformly from [-2 s, +2 s], crypto-seeded): [Machine.setWatchdog], [NewRand].
-//   - W3 (any message received, and sending a DWR, resets Tw): the ReceiveDWA,
-//     ReceiveDWR and ReceiveOther rows of [Machine.Step].
-//   - W4 (one DWR outstanding, never retransmitted): the Pending flag.
-//   - W5 (the five states, exactly): [Machine.Step].
-//   - W6 (SUSPECT: no new requests; close only after the second expiry): [State.InService].
-//   - W7 (DOWN: no DWRs, AttemptOpen once per Tw): the DOWN rows.
-//   - W8 (REOPEN needs three DWAs, INITIAL is in service at once): [Config.OkayDWAs].
-//   - W9 (every state change observable and counted): [Transition], [Machine.Transitions].
-//   - W10 (runs regardless of SCTP heartbeats): nothing here depends on the transport.
+// What the machine guarantees: one timer, Tw, drawn from Twinit (at least
+// 6 s, default 30 s) with jitter uniform in [-2 s, +2 s] from a
+// crypto-seeded source ([NewRand]); any message received, and sending a
+// DWR, resets Tw; at most one DWR outstanding, never retransmitted; exactly
+// the five states, SUSPECT taking no new requests ([State.InService]) and
+// closing only after the second expiry; no DWRs while DOWN, one attempt to
+// reopen per Tw; REOPEN needs [Config.OkayDWAs] answered DWRs while INITIAL
+// is in service at once; every state change is a [Transition], counted by
+// [Machine.Transitions]; nothing depends on the transport (it runs the same
+// over SCTP, whatever its heartbeats say).
 //
 // Two knobs generalise the appendix the way Erlang/OTP's diameter
 // watchdog_config does: [Config.OkayDWAs] (DWAs needed to leave REOPEN,

@@ -8,18 +8,18 @@ import (
 // State is a watchdog state of RFC 3539 Appendix A.
 type State uint8
 
-// The five states of RFC 3539 Appendix A (W5).
+// The five states of RFC 3539 Appendix A.
 const (
 	// Initial: no connection has been up yet.
 	Initial State = iota
 	// Okay: the connection is up and in service.
 	Okay
-	// Suspect: a DWR went unanswered for Tw; no new requests go here (W6).
+	// Suspect: a DWR went unanswered for Tw; no new requests go here.
 	Suspect
 	// Down: the connection is closed; the owner tries to reopen it once per Tw.
 	Down
 	// Reopen: a connection is up again but carries no traffic until
-	// Config.OkayDWAs DWR/DWA exchanges succeed (W8).
+	// Config.OkayDWAs DWR/DWA exchanges succeed.
 	Reopen
 	numStates = 5
 )
@@ -86,7 +86,7 @@ type ActionKind uint8
 // Actions of RFC 3539 Appendix A, in the words of the appendix.
 const (
 	// ActionSetTimer: SetWatchdog(). (Re)arm the one Tw timer for
-	// Action.After, cancelling any earlier arming (W1).
+	// Action.After, cancelling any earlier arming.
 	ActionSetTimer ActionKind = iota
 	// ActionSendDWR: SendWatchdog(). Send one Device-Watchdog-Request.
 	ActionSendDWR
@@ -143,7 +143,7 @@ const (
 	ReasonReopenDone     = "enough DWAs received after reopen"
 )
 
-// Transition records a state change (W9). The owner adds the peer and the
+// Transition records a state change. The owner adds the peer and the
 // time, which the pure machine does not know.
 type Transition struct {
 	From, To State
@@ -239,7 +239,7 @@ func (m *Machine) Tw() time.Duration { return m.tw }
 // Config returns the validated configuration, defaults filled in.
 func (m *Machine) Config() Config { return m.cfg }
 
-// Transitions returns how many state changes the machine has made (W9).
+// Transitions returns how many state changes the machine has made.
 func (m *Machine) Transitions() uint64 { return m.transitions }
 
 // TransitionCount returns how many times the machine went from one state to
@@ -281,7 +281,7 @@ func (m *Machine) moveTo(o *Output, to State, ev Event, reason string) {
 }
 
 // Step feeds one event to the machine and returns what to do. It implements
-// the table of RFC 3539 Appendix A row by row (W5); the comments quote the
+// the table of RFC 3539 Appendix A row by row; the comments quote the
 // rows as "STATE / event -> actions -> NEXT".
 func (m *Machine) Step(ev Event) Output {
 	var o Output

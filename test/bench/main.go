@@ -1,4 +1,4 @@
-// Command bench is aaatp's benchmark harness (issue 9): in one run, on
+// Command bench is aaatp's benchmark harness: in one run, on
 // loopback, it measures request/answer round trips of a raw TCP bound,
 // go-diameter v4.0.4 and aaatp over the same ACR bytes with 1, 16 and 256
 // callers, then the failover of 10k pending requests, 10k idle peers, the
@@ -133,7 +133,7 @@ func quickOptions() Options {
 		XRuns:        1, XDuration: 2.5, XDuration1: 2.5}
 }
 
-// Report is the --json output; its shape is fixed by issue 9.
+// Report is the --json output; its shape is fixed: scripts read it.
 type Report struct {
 	Results            []Cell  `json:"results"`
 	FailoverMs         float64 `json:"failover_10k_ms"`

@@ -226,7 +226,7 @@ func printXproc(w io.Writer, o Options, x *xprocResult) {
 	fmt.Fprintln(w)
 }
 
-// xTargets appends issue 17's cross-process target lines to the scale
+// xTargets appends the cross-process target lines to the scale
 // table (one row each; ratios are per round, median and range).
 func xTargets(w io.Writer, x *xprocResult) {
 	ans := func(r PairResult) float64 { return r.AnswersPerS }
