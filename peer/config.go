@@ -27,6 +27,10 @@ const (
 	DefaultDPRHoldOff     = 5 * time.Minute
 )
 
+// DefaultMaxUnanswered is Config.MaxUnanswered's default: four times the
+// 256 requests a client throttle keeps in flight per server.
+const DefaultMaxUnanswered = 1024
+
 // ErrConfig is matched by every configuration error.
 var ErrConfig = errors.New("peer: invalid configuration")
 
@@ -115,9 +119,31 @@ type Config struct {
 	// host gets CEA DIAMETER_UNKNOWN_PEER (3010) and the connection closes.
 	AllowHosts []string
 
+	// AgentHosts: glob patterns (path.Match) of peer identities that are
+	// agents, allowed to send requests whose Origin-Host is another node.
+	// From any other peer, a request whose Origin-Host is not the identity
+	// of its connection is answered DIAMETER_INVALID_AVP_VALUE (5004) with
+	// the Origin-Host in a Failed-AVP, and the Handler never sees it.
+	AgentHosts []string
+
 	// Handler answers requests other than CER, DWR and DPR. Nil answers
-	// them with DIAMETER_COMMAND_UNSUPPORTED (3001).
+	// them with DIAMETER_COMMAND_UNSUPPORTED (3001). It sees only
+	// requests that passed the base protocol's checks: requests with the E
+	// bit (answered 3008), with a malformed AVP (5014), without Origin-Host
+	// or Origin-Realm (5005), with one of those, Session-Id or
+	// Destination-Realm twice (5009), with an identity AVP that is not a
+	// DiameterIdentity (5004), for an application we did not advertise
+	// (3007) or for the base application (3001) are answered before it.
 	Handler Handler
+
+	// MaxUnanswered bounds, per connection, the requests read from the
+	// peer and not yet answered on the wire (in the Handler, or answers
+	// queued behind a peer that does not read them). When it is reached
+	// the connection's reader stops reading until answers drain, so that
+	// TCP flow control pushes back on the peer; a connection's memory is
+	// then bounded by about MaxUnanswered times the largest message.
+	// Default DefaultMaxUnanswered.
+	MaxUnanswered int
 
 	// OnFailover receives requests that left this peer's connection (state
 	// Moved), in their original send order: its pending requests when the
@@ -180,6 +206,17 @@ func (c Config) validate() (Config, error) {
 		if _, err := path.Match(g, ""); err != nil {
 			return c, fmt.Errorf("%w: allow pattern %q: %v", ErrConfig, g, err)
 		}
+	}
+	for _, g := range c.AgentHosts {
+		if _, err := path.Match(g, ""); err != nil {
+			return c, fmt.Errorf("%w: agent pattern %q: %v", ErrConfig, g, err)
+		}
+	}
+	if c.MaxUnanswered < 0 {
+		return c, fmt.Errorf("%w: MaxUnanswered %d is negative", ErrConfig, c.MaxUnanswered)
+	}
+	if c.MaxUnanswered == 0 {
+		c.MaxUnanswered = DefaultMaxUnanswered
 	}
 	if c.Events == nil {
 		c.Events = NewBus()

@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +19,9 @@ import (
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/wire"
 )
+
+// writeFailed starts the note of a connection closed by a failed write.
+const writeFailed = "write failed: "
 
 // conn is one transport connection of a Peer, after a successful
 // capabilities exchange. It owns a reader and a writer goroutine.
@@ -57,6 +62,7 @@ type conn struct {
 	tw       transport.TryWriter // nil unless the transport writes without waiting
 	writers  int                 // writer goroutines started (under wmu; for tests)
 	inline   int                 // messages written inline, whole (under wmu; for tests)
+	bp       backlog             // requests not answered on the wire yet (under wmu)
 
 	dpa      chan struct{} // closed when a DPA arrives
 	dpaOnce  sync.Once
@@ -70,7 +76,7 @@ type conn struct {
 func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	tw, _ := tc.(transport.TryWriter)
-	return &conn{
+	c := &conn{
 		p: p, tc: tc, remoteHost: remoteHost,
 		hbh:     wire.NewHopByHopGenRandom(),
 		pending: make(map[uint32]*Call),
@@ -78,7 +84,12 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 		closed:  make(chan struct{}),
 		ctx:     ctx, cancel: cancel,
 		tw: tw,
+		bp: backlog{limit: DefaultMaxUnanswered},
 	}
+	if p != nil {
+		c.bp.limit = p.cfg.MaxUnanswered
+	}
+	return c
 }
 
 func (c *conn) start() {
@@ -120,6 +131,9 @@ func (c *conn) enqueue(msg []byte) error {
 		return ErrConnectionLost
 	}
 	c.wq = append(c.wq, msg)
+	if isAnswer(msg) {
+		c.bp.queued++
+	}
 	c.kickLocked()
 	c.wmu.Unlock()
 	return nil
@@ -146,6 +160,9 @@ func (c *conn) enqueueLone(msg []byte) error {
 		return nil
 	}
 	c.wq = append(c.wq, msg)
+	if isAnswer(msg) {
+		c.bp.queued++
+	}
 	c.kickLocked()
 	c.wmu.Unlock()
 	return nil
@@ -160,7 +177,7 @@ func (c *conn) enqueueLone(msg []byte) error {
 func (c *conn) writeInline(msg []byte) {
 	n, err := c.tw.TryWrite(msg)
 	if err != nil {
-		c.close("write failed: " + err.Error())
+		c.close(writeFailed + err.Error())
 		c.wmu.Lock()
 		c.writing = false
 		c.wmu.Unlock()
@@ -169,6 +186,9 @@ func (c *conn) writeInline(msg []byte) {
 	c.wmu.Lock()
 	if n < len(msg) {
 		c.wq = slices.Insert(c.wq, 0, msg[n:])
+		if isAnswer(msg) {
+			c.bp.queued++
+		}
 	} else {
 		c.inline++
 	}
@@ -210,14 +230,17 @@ func (c *conn) writer() {
 		// The two buffers must never share an array, or callers would
 		// append into what we write.
 		c.wq, c.spare = c.spare[:0], nil
+		c.bp.writing, c.bp.queued = c.bp.queued, 0
 		c.wmu.Unlock()
 		err := c.tc.WriteMessages(batch...)
 		clear(batch)
 		c.wmu.Lock()
 		c.spare = batch[:0]
+		c.bp.writing = 0
+		c.wakeLocked()
 		c.wmu.Unlock()
 		if err != nil {
-			c.close("write failed: " + err.Error())
+			c.close(writeFailed + err.Error())
 			return
 		}
 		if end {
@@ -459,16 +482,21 @@ func (c *conn) reader() {
 	defer c.p.wg.Done()
 	p := c.p
 	for {
+		c.waitRoom()
 		msg, err := c.tc.ReadMessage()
 		if err != nil {
 			note := c.note()
 			switch {
+			case strings.HasPrefix(note, writeFailed):
+				// A peer that does not read its answers (the write deadline)
+				// or whose socket broke.
+				logLimited(p.cfg.Logger, slog.LevelWarn, logWriteTimeout, "closing connection: "+note, "peer", p.Name(), "remote", c.tc.RemoteAddr().String())
 			case note != "":
 			case errors.Is(err, wire.ErrBadFrame):
 				p.stats.badFrames.Add(1)
 				note = "bad frame: " + err.Error()
 				p.publish(Event{Kind: EventError, Reason: note})
-				p.cfg.Logger.Warn("closing connection on a bad frame", "peer", p.Name(), "remote", c.tc.RemoteAddr().String(), "err", err)
+				logLimited(p.cfg.Logger, slog.LevelWarn, logBadFrame, "closing connection on a bad frame", "peer", p.Name(), "remote", c.tc.RemoteAddr().String(), "err", err)
 			case errors.Is(err, io.EOF):
 				note = "closed by peer"
 			case errors.Is(err, net.ErrClosed):
@@ -494,12 +522,14 @@ func (c *conn) answerRequest(req []byte) {
 	} else {
 		ans = message.ErrorAnswer(req, p.cfg.identity(), message.CommandUnsupported, "no handler").Bytes()
 	}
-	if ans != nil { // nil: the handler chose not to answer
+	if ans == nil {
+		c.unheld() // the handler chose not to answer
+	} else {
 		// The answer carries the request's ids; R and T are never set on it.
 		wire.SetHopByHop(ans, wire.HopByHop(req))
 		wire.SetEndToEnd(ans, wire.EndToEnd(req))
 		wire.SetFlags(ans, wire.Flags(ans)&^(wire.FlagRequest|wire.FlagRetransmit))
-		if c.enqueue(ans) == nil {
+		if c.enqueueAnswer(ans) == nil {
 			p.stats.answersSent.Add(1)
 		}
 	}

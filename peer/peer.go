@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,7 @@ type Peer struct {
 	stats  counters
 
 	done   chan struct{} // closed when the Peer has ended
+	opened chan struct{} // server: closed when the capabilities exchange is over, either way
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine of this peer (readers, dials, the writer)
@@ -99,6 +101,7 @@ type counters struct {
 	dwrReceived, badFrames, discarded, transitions  atomic.Uint64
 	openFailures, failovers                         atomic.Uint64
 	retransmitted, movedOut, premature              atomic.Uint64
+	refused, paused                                 atomic.Uint64
 	lastDWA                                         atomic.Int64 // unix ns
 }
 
@@ -129,6 +132,8 @@ type Stats struct {
 	Transitions   uint64        `json:"transitions"`
 	OpenFailed    uint64        `json:"open_failed"`
 	Failovers     uint64        `json:"failovers"`
+	Refused       uint64        `json:"refused"` // requests answered with an error before the Handler (malformed, wrong Origin-Host...)
+	Paused        uint64        `json:"paused"`  // times the reader stopped reading: too many requests unanswered
 }
 
 type evKind uint8
@@ -169,7 +174,7 @@ func newPeer(cfg Config, role Role, url, label string) (*Peer, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Peer{
 		cfg: cfg, role: role, url: url, epoch: time.Now(), m: m,
-		done: make(chan struct{}), ctx: ctx, cancel: cancel,
+		done: make(chan struct{}), opened: make(chan struct{}), ctx: ctx, cancel: cancel,
 	}
 	p.epochWall = p.epoch.UnixNano()
 	p.twinit = cmp.Or(cfg.Watchdog.Twinit, watchdog.DefaultTwinit)
@@ -216,9 +221,11 @@ func Accept(tc transport.Conn, cfg Config) (*Peer, error) {
 	go func() {
 		defer p.wg.Done()
 		cp, err := p.exchangeServer(tc)
+		close(p.opened)
 		if err != nil {
 			tc.Close()
 			p.publish(Event{Kind: EventError, Reason: "capabilities exchange: " + err.Error()})
+			logLimited(p.cfg.Logger, slog.LevelInfo, logRefusedCER, "connection refused in the capabilities exchange", "remote", tc.RemoteAddr().String(), "reason", err.Error())
 			p.step(input{kind: evOpenFailed, note: err.Error()})
 			return
 		}
@@ -265,6 +272,7 @@ func (p *Peer) Stats() Stats {
 		BadFrames: s.badFrames.Load(), Discarded: s.discarded.Load(), Transitions: s.transitions.Load(),
 		OpenFailed: s.openFailures.Load(), Failovers: s.failovers.Load(),
 		Premature: s.premature.Load(),
+		Refused:   s.refused.Load(), Paused: s.paused.Load(),
 	}
 	if t := s.lastDWA.Load(); t != 0 {
 		st.LastDWA = time.Unix(0, t)
@@ -514,6 +522,10 @@ func (p *Peer) received(c *conn, msg []byte) {
 			if p.cfg.IdleTimeout > 0 {
 				p.lastApp.Store(now)
 			}
+			if r := p.cfg.checkRequest(msg, c.remoteHost); r != nil {
+				p.refuse(c, msg, r, now)
+				return
+			}
 			if p.State() == watchdog.Okay {
 				p.serve(c, msg)
 			} else {
@@ -540,7 +552,7 @@ func (p *Peer) received(c *conn, msg []byte) {
 	switch {
 	case cl == nil:
 		p.stats.unmatched.Add(1)
-		p.cfg.Logger.Debug("unmatched answer dropped", "peer", p.Name(), "hop_by_hop", hbh, "command", message.CommandName(msg))
+		logLimited(p.cfg.Logger, slog.LevelWarn, logUnmatched, "answer matches no pending request: dropped", "peer", p.Name(), "hop_by_hop", hbh, "command", message.CommandName(msg))
 	case !late && p.cfg.OnFailover != nil && wire.Flags(msg)&wire.FlagError != 0 && p.premature(c, cl, msg):
 	default:
 		ok, owner, ohbh := cl.finish(msg, nil, p, c, &p.stats.answered)
@@ -580,6 +592,7 @@ func (p *Peer) premature(c *conn, cl *Call, ans []byte) bool {
 
 func (p *Peer) serve(c *conn, req []byte) {
 	c.owed.Add(1)
+	c.held()
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()

@@ -21,6 +21,14 @@ type Server struct {
 	// ended, after its goroutines have finished (its Stats are final).
 	// Close returns only after the calls for the peers it closed.
 	OnPeerEnd func(*Peer)
+	// MaxOpening, when set before Serve, bounds the connections accepted
+	// whose capabilities exchange is not over (no CER answered yet), and
+	// MaxOpeningPerAddr those from one source address: a new connection
+	// over either limit is closed at once, counted and logged, so that
+	// silent connections cannot use up the process's descriptors while
+	// they wait for CEATimeout. Zero means DefaultMaxOpening and
+	// DefaultMaxOpeningPerAddr; negative means no limit.
+	MaxOpening, MaxOpeningPerAddr int
 
 	cfg Config
 	ln  transport.Listener
@@ -29,6 +37,7 @@ type Server struct {
 	peers  map[*Peer]struct{}
 	closed bool
 	wg     sync.WaitGroup
+	open   opening
 }
 
 // Listen listens on url (tcp://, tls://, sctp://) and returns a Server;
@@ -95,6 +104,11 @@ func (s *Server) Serve() error {
 			continue
 		}
 		backoff = 0
+		release, ok := s.open.admit(tc.RemoteAddr(), s.MaxOpening, s.MaxOpeningPerAddr, s.cfg.Logger)
+		if !ok {
+			tc.Close()
+			continue
+		}
 		if s.Wrap != nil {
 			tc = s.Wrap(tc)
 		}
@@ -103,12 +117,14 @@ func (s *Server) Serve() error {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
+			release()
 			tc.Close()
 			continue
 		}
 		p, err := Accept(tc, s.cfg)
 		if err != nil {
 			s.mu.Unlock()
+			release()
 			return err // a Config that validated once cannot fail here
 		}
 		s.peers[p] = struct{}{}
@@ -116,6 +132,8 @@ func (s *Server) Serve() error {
 		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
+			<-p.opened
+			release()
 			<-p.Done()
 			p.wg.Wait()
 			if s.OnPeerEnd != nil {

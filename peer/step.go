@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/aaatp/aaatp/message"
@@ -252,6 +253,7 @@ func (p *Peer) stepLocked(e input) {
 		default:
 		}
 		p.publish(Event{Kind: EventConnDown, DPR: p.closing, DPA: dpa, Reason: "connection down: " + note})
+		logLimited(p.cfg.Logger, slog.LevelInfo, logConnDown, "connection down", "peer", p.Name(), "reason", note)
 		// Step while the connection is still current, so that OKAY's
 		// Failover() hands its pending requests over with the machine's
 		// reason; whatever it still owns afterwards fails or moves below.
@@ -491,7 +493,8 @@ func (p *Peer) exchangeClient(tc transport.Conn) (_ capabilities, err error) {
 	// cp.OriginHost is a valid DiameterIdentity from here on: it becomes the
 	// peer's name in events, logs and metric labels.
 	if cp.ResultCode != message.Success {
-		return cp, &CapabilitiesError{Peer: cp.OriginHost, ResultCode: cp.ResultCode, Message: cp.ErrorMsg}
+		// Error-Message is the peer's free text: escaped and cut before it is printed.
+		return cp, &CapabilitiesError{Peer: cp.OriginHost, ResultCode: cp.ResultCode, Message: message.Printable(cp.ErrorMsg, 200)}
 	}
 	return cp, nil
 }

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -61,5 +62,32 @@ func TestLabel(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { label("server.example.net") }); n != 0 {
 		t.Errorf("label allocates %v times for a valid name", n)
+	}
+}
+
+// A server that sees many peers come and go keeps a bounded set of
+// series: ForgetPeer drops a peer's transitions with its gauges.
+func TestForgetPeerDropsEverySeriesOfThePeer(t *testing.T) {
+	m := NewMetrics()
+	bus := peer.NewBus()
+	defer m.Watch(bus)()
+	count := func() int {
+		rec := httptest.NewRecorder()
+		m.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return strings.Count(rec.Body.String(), `peer="`)
+	}
+	base := count()
+	for i := range 500 {
+		n := fmt.Sprintf("p%d.example.net", i)
+		bus.Publish(peer.Event{Time: time.Now(), Peer: n, Kind: peer.EventWatchdog, From: watchdog.Initial, To: watchdog.Okay})
+		bus.Publish(peer.Event{Time: time.Now(), Peer: n, Kind: peer.EventWatchdog, From: watchdog.Okay, To: watchdog.Down})
+		m.SetPending(n, 0)
+		if c := count(); c <= base {
+			t.Fatalf("peer %d has no series before it is forgotten", i)
+		}
+		m.ForgetPeer(n)
+		if c := count(); c != base {
+			t.Fatalf("after ForgetPeer(%q): %d series naming a peer, want %d", n, c, base)
+		}
 	}
 }

@@ -282,14 +282,17 @@ func (m *Metrics) SetQueueAlarm(server string, alarm bool) {
 	m.queueAlarm.WithLabelValues(label(server)).Set(v)
 }
 
-// ForgetPeer removes peer's gauges (state, pending): for a server's peer
-// that has gone. Its counters stay.
+// ForgetPeer removes every series of peer (state, pending, transitions):
+// for a server's peer that has gone, so that a server seeing many peers
+// come and go keeps a bounded set of series.
 func (m *Metrics) ForgetPeer(peerName string) {
 	if m == nil {
 		return
 	}
-	m.state.DeletePartialMatch(prometheus.Labels{"peer": label(peerName)})
+	l := prometheus.Labels{"peer": label(peerName)}
+	m.state.DeletePartialMatch(l)
 	m.pending.DeleteLabelValues(label(peerName))
+	m.transitions.DeletePartialMatch(l)
 }
 
 // ObserveEvent updates the metrics from one peer event: every event is

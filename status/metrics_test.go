@@ -21,8 +21,8 @@ import (
 
 func acr(n int) []byte {
 	return message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
-		String(message.SessionID, 0, true, fmt.Sprintf("c1.example.net;1;%d", n)).
-		String(message.OriginHost, 0, true, "c1.example.net").
+		String(message.SessionID, 0, true, fmt.Sprintf("cli.example.net;1;%d", n)).
+		String(message.OriginHost, 0, true, "cli.example.net").
 		String(message.OriginRealm, 0, true, "example.net").
 		String(message.DestinationRealm, 0, true, "example.net").
 		Uint32(message.AccountingRecordType, 0, true, 2).

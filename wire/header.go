@@ -19,9 +19,8 @@ const (
 	FlagError      uint8 = 0x20 // 'E': the answer carries a protocol error
 	FlagRetransmit uint8 = 0x10 // 'T': the request may be a retransmission (failover)
 
-	// flagsReserved are the four low bits, which RFC 6733 says must be
-	// zero on send; we reject them on receive because a peer setting them
-	// is either not Diameter or is desynchronized on the stream.
+	// flagsReserved are the four low bits: RFC 6733 section 3 says they
+	// must be zero on send and ignored on receive.
 	flagsReserved uint8 = 0x0f
 )
 
@@ -117,10 +116,12 @@ func ParseHeader(b []byte) (Header, error) {
 }
 
 // Validate checks a header before its Length is trusted: version 1,
-// HeaderLen <= Length <= maxLen, Length a multiple of 4 (RFC 6733 section 3:
-// AVPs are padded so the message length always is), reserved flag bits
-// zero, and no 'E' flag on a request (RFC 6733 section 3: "this bit MUST NOT
-// be set in request messages").
+// HeaderLen <= Length <= maxLen, and Length a multiple of 4 (RFC 6733
+// section 3: AVPs are padded so the message length always is). These are
+// framing errors: the stream cannot be trusted past them. The flags are not
+// checked: reserved bits are ignored on receipt (RFC 6733 section 3), and a
+// request with the 'E' bit is a well-framed message that deserves an
+// answer (DIAMETER_INVALID_HDR_BITS), not a closed connection.
 //
 // maxLen 0 means DefaultMaxMessageLen. The returned error is a *FrameError.
 func Validate(h Header, maxLen uint32) error {
@@ -136,10 +137,6 @@ func Validate(h Header, maxLen uint32) error {
 		return frameErr("length %d above the maximum %d", h.Length, maxLen)
 	case h.Length%4 != 0:
 		return frameErr("length %d not a multiple of 4", h.Length)
-	case h.Flags&flagsReserved != 0:
-		return frameErr("reserved flag bits set (flags 0x%02x)", h.Flags)
-	case h.Flags&(FlagRequest|FlagError) == FlagRequest|FlagError:
-		return frameErr("E flag set on a request (command %d)", h.CommandCode)
 	}
 	return nil
 }

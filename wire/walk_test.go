@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/fiorix/go-diameter/v4/diam/avp"
@@ -34,4 +35,58 @@ func TestWalkAVPsAndGrouped(t *testing.T) {
 	assert.ErrorIs(t, WalkAVPs(msg[:10], func(AVP) bool { return true }), ErrBadFrame)
 	assert.ErrorIs(t, WalkAVPs(msg[:len(msg)-4], func(AVP) bool { return true }), ErrBadFrame)
 	assert.ErrorIs(t, WalkGrouped([]byte{0, 0, 1}, func(AVP) bool { return true }), ErrBadFrame)
+}
+
+func TestCheckAVPs(t *testing.T) {
+	avp := func(code uint32, flags byte, length int, data ...byte) []byte {
+		b := binary.BigEndian.AppendUint32(nil, code)
+		b = append(b, flags, byte(length>>16), byte(length>>8), byte(length))
+		return append(b, data...)
+	}
+	msg := func(avps ...[]byte) []byte {
+		m := make([]byte, HeaderLen)
+		m[0], m[4] = Version, FlagRequest
+		for _, a := range avps {
+			m = append(m, a...)
+			for len(m)%4 != 0 {
+				m = append(m, 0)
+			}
+		}
+		m[1], m[2], m[3] = byte(len(m)>>16), byte(len(m)>>8), byte(len(m))
+		return m
+	}
+	good := avp(263, 0x40, 12, 'a', 'b', 'c', 'd')
+	tests := []struct {
+		name   string
+		msg    []byte
+		off    int
+		code   uint32
+		reason string
+	}{
+		{"no AVPs", msg(), 0, 0, ""},
+		{"well formed", msg(good, good), 0, 0, ""},
+		{"length 0", msg(good, avp(264, 0x40, 0, 1, 2, 3, 4)), 32, 264, "AVP length below its header"},
+		{"length 7", msg(avp(264, 0x40, 7, 1, 2, 3, 4)), 20, 264, "AVP length below its header"},
+		{"V flag with length 8", msg(avp(264, 0xc0, 8, 0, 0, 0, 9)), 20, 264, "AVP length below its header"},
+		{"length 0xFFFFFF", msg(avp(264, 0x40, 0xffffff, 1, 2, 3, 4)), 20, 264, "AVP length runs past the end of the message"},
+		{"overruns the message", msg(good, avp(264, 0x40, 16, 1, 2, 3, 4)), 32, 264, "AVP length runs past the end of the message"},
+		{"header cut", msg(good, []byte{0, 0, 1, 8}), 32, 264, "AVP header truncated"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := CheckAVPs(tt.msg)
+			if tt.reason == "" {
+				require.Nil(t, b)
+				return
+			}
+			require.NotNil(t, b)
+			assert.Equal(t, tt.off, b.Offset)
+			assert.Equal(t, tt.code, b.Code)
+			assert.Equal(t, tt.reason, b.Reason)
+		})
+	}
+	// A header claiming more than is there is cut to the bytes present.
+	m := msg(good)
+	assert.NotNil(t, CheckAVPs(m[:len(m)-4]), "the AVP runs past the bytes present")
+	assert.NotNil(t, CheckAVPs(m[:10]))
 }

@@ -442,7 +442,7 @@ func (d *demo) startServer(i int, log *slog.Logger) (*demoServer, error) {
 	}
 	s := &server{
 		o:   serverOptions{originHost: name, originRealm: demoRealm, tw: d.o.tw, dedup: "memory"},
-		log: log,
+		log: log, ended: history{max: defaultHistory},
 	}
 	bus := peer.NewBus()
 	// As serve does, with the shared store and the count of applications.
@@ -467,7 +467,7 @@ func (d *demo) startServer(i int, log *slog.Logger) (*demoServer, error) {
 		ln.Close()
 		return nil, err
 	}
-	s.start(srv)
+	s.start(srv, nil)
 	return ds, nil
 }
 

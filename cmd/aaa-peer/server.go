@@ -85,6 +85,13 @@ type serverOptions struct {
 	status      string
 	shutdown    string
 	cause       uint32 // parsed from shutdown by validate
+
+	agents        stringList
+	maxUnanswered int
+	maxOpening    int
+	maxOpenPerIP  int
+	cerTimeout    time.Duration
+	history       int
 }
 
 func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
@@ -111,8 +118,17 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.dedup, "dedup", "memory", "duplicate-request `STORE`: memory (this process only) or redis://[user:password@]host:port/db (rediss:// for TLS), shared by every server using it")
 	fs.Int64Var(&o.dedupBytes, "dedup-max-bytes", dedup.DefaultMaxBytes, "memory budget `N` of --dedup memory, in bytes: answers plus 80 per key; over it the oldest entries go first")
 	fs.IntVar(&o.dedupAnswer, "dedup-max-answer", dedup.DefaultMaxAnswerSize, "answers longer than `N` bytes are sent but not kept by the --dedup store; a duplicate of such a request is refused DIAMETER_UNABLE_TO_COMPLY (5012), never applied again")
+	fs.Var(&o.agents, "agent", "peers whose Origin-Host matches this `GLOB` are agents: their requests may carry another node's Origin-Host (from any other peer such a request is refused 5004); repeat for several")
+	fs.IntVar(&o.maxUnanswered, "max-unanswered", peer.DefaultMaxUnanswered, "per connection, stop reading once `N` requests are read and not yet answered on the wire, until answers drain")
+	fs.IntVar(&o.maxOpening, "max-opening", peer.DefaultMaxOpening, "at most `N` accepted connections without a finished CER/CEA, per listener; more are closed at once (-1: no limit)")
+	fs.IntVar(&o.maxOpenPerIP, "max-opening-per-addr", peer.DefaultMaxOpeningPerAddr, "at most `N` of those from one source address (-1: no limit)")
+	fs.DurationVar(&o.cerTimeout, "cer-timeout", peer.DefaultCEATimeout, "close an accepted connection that has not sent its CER within `D`")
+	fs.IntVar(&o.history, "history", defaultHistory, "keep the final stats of the last `N` peers that ended, for --report and the status page")
 	return fs
 }
+
+// defaultHistory is --history's default.
+const defaultHistory = 1024
 
 func (o *serverOptions) validate() error {
 	switch o.shutdown {
@@ -142,6 +158,14 @@ func (o *serverOptions) validate() error {
 		return usagef("--dedup-max-bytes must be positive")
 	case o.dedupAnswer < 1:
 		return usagef("--dedup-max-answer must be positive")
+	case o.maxUnanswered < 1:
+		return usagef("--max-unanswered must be at least 1")
+	case o.maxOpening == 0 || o.maxOpenPerIP == 0:
+		return usagef("--max-opening and --max-opening-per-addr must be positive, or -1 for no limit")
+	case o.cerTimeout <= 0:
+		return usagef("--cer-timeout must be positive")
+	case o.history < 0:
+		return usagef("--history must not be negative")
 	case o.dedup != "memory" && !strings.HasPrefix(o.dedup, "redis://") && !strings.HasPrefix(o.dedup, "rediss://"):
 		return usagef("--dedup %q: want memory or redis://host:port/db", o.dedup)
 	}
@@ -184,7 +208,7 @@ type server struct {
 	wg    sync.WaitGroup // their Serve loops
 
 	mu    sync.Mutex
-	ended []peer.Stats // last Stats of peers that ended
+	ended history // last Stats of peers that ended
 }
 
 // serverReport is the --report document.
@@ -201,7 +225,14 @@ type serverReport struct {
 	NotKept       uint64       `json:"not_kept"`      // duplicates of those, refused DIAMETER_UNABLE_TO_COMPLY
 	Dedup         string       `json:"dedup"`         // the --dedup store (password elided)
 	EventsDropped uint64       `json:"events_dropped"`
-	Peers         []peer.Stats `json:"peers"`
+	Peers         []peer.Stats `json:"peers"` // the last --history peers that ended, oldest first, then the live ones
+	// PeersEnded counts every peer that ended; PeersForgotten those of
+	// them no longer in Peers (beyond --history).
+	PeersEnded     uint64 `json:"peers_ended"`
+	PeersForgotten uint64 `json:"peers_forgotten"`
+	// RefusedOverLimit counts connections closed at once over
+	// --max-opening or --max-opening-per-addr.
+	RefusedOverLimit uint64 `json:"refused_over_limit"`
 }
 
 func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -227,7 +258,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 		return 2
 	}
 	s := &server{
-		o: o, log: log, started: time.Now(),
+		o: o, log: log, started: time.Now(), ended: history{max: o.history},
 	}
 	if o.stallAfter > 0 {
 		s.stall = &stallGate{after: o.stallAfter}
@@ -273,10 +304,14 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 		Watchdog:   watchdog.Config{Twinit: o.tw},
 		Transport:  topts,
 		AllowHosts: o.allow,
+		AgentHosts: o.agents,
 		Handler:    metrics.WrapHandler(s.countT(dedup.Wrap(store, s.handle, &s.dd))),
 		Events:     bus,
 		Logger:     log,
 		DPATimeout: shutdownBudget,
+
+		MaxUnanswered: o.maxUnanswered,
+		CEATimeout:    o.cerTimeout,
 	}
 	if err := checkConfig(s.cfg); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
@@ -340,7 +375,8 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 			return 1
 		}
 		srv.Wrap = s.wrap
-		s.start(srv)
+		srv.MaxOpening, srv.MaxOpeningPerAddr = o.maxOpening, o.maxOpenPerIP
+		s.start(srv, metrics)
 	}
 	if o.ready != "" {
 		if err := writeFileAtomic(o.ready, []byte(strings.Join(bound, "\n")+"\n")); err != nil {
@@ -377,19 +413,28 @@ func checkConfig(cfg peer.Config) error {
 			return usagef("--allow %q: %v", g, err)
 		}
 	}
+	for _, g := range cfg.AgentHosts {
+		if _, err := path.Match(g, ""); err != nil {
+			return usagef("--agent %q: %v", g, err)
+		}
+	}
 	if _, err := watchdog.New(cfg.Watchdog); err != nil {
 		return usagef("--tw: %v", err)
 	}
 	return nil
 }
 
-// start serves srv, keeping the last Stats of every peer that ends.
-func (s *server) start(srv *peer.Server) {
+// start serves srv, keeping the last Stats of the peers that end and
+// dropping their metric series.
+func (s *server) start(srv *peer.Server, m *status.Metrics) {
 	srv.OnPeerEnd = func(p *peer.Peer) {
 		st := p.Stats()
 		s.mu.Lock()
-		s.ended = append(s.ended, st)
+		s.ended.add(st)
 		s.mu.Unlock()
+		if !s.isLive(st.Peer, p) {
+			m.ForgetPeer(st.Peer)
+		}
 	}
 	s.srvs = append(s.srvs, srv)
 	s.wg.Add(1)
@@ -448,12 +493,25 @@ func (s *server) report(dropped uint64) serverReport {
 		Applied: applied, Answered: applied + dups + serrs + sup + notKept, Duplicates: dups, StoreErrors: serrs,
 		Cancelled: s.dd.Cancelled.Load(), Superseded: sup, TooLarge: s.dd.TooLarge.Load(), NotKept: notKept,
 		Dedup:         redactURL(s.o.dedup),
-		EventsDropped: dropped, Peers: append([]peer.Stats{}, s.ended...),
+		EventsDropped: dropped, Peers: s.ended.list(), PeersEnded: s.ended.total, PeersForgotten: s.ended.total - uint64(s.ended.len()),
+	}
+	for _, srv := range s.srvs {
+		r.RefusedOverLimit += srv.Stats().RefusedOverLimit
 	}
 	for _, p := range s.live() { // none after a clean shutdown
 		r.Peers = append(r.Peers, p.Stats())
 	}
 	return r
+}
+
+// isLive reports whether a peer other than p is connected under name.
+func (s *server) isLive(name string, p *peer.Peer) bool {
+	for _, q := range s.live() {
+		if q != p && q.Name() == name {
+			return true
+		}
+	}
+	return false
 }
 
 // statusEnded is how many of the peers that ended the status page lists.
@@ -466,8 +524,8 @@ func (s *server) snapshot(bound []string) status.Snapshot {
 	live := s.live()
 	s.mu.Lock()
 	var ended []peer.Stats
-	for i := len(s.ended) - 1; i >= 0 && len(ended) < statusEnded; i-- {
-		ended = append(ended, s.ended[i])
+	for i := s.ended.len() - 1; i >= 0 && len(ended) < statusEnded; i-- {
+		ended = append(ended, s.ended.at(i))
 	}
 	s.mu.Unlock()
 	rows := status.PeerRows(live)

@@ -43,6 +43,9 @@ func idleServer(in io.Reader, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The harness dials waves of 500 peers at once from one address: no
+	// limit on connections waiting for their CER.
+	s.MaxOpening, s.MaxOpeningPerAddr = -1, -1
 	served := make(chan error, 1)
 	go func() { served <- s.Serve() }()
 	fmt.Fprintf(out, "ADDR %s\n", s.Addr())

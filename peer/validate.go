@@ -1,0 +1,154 @@
+package peer
+
+import (
+	"fmt"
+	"log/slog"
+	"path"
+	"slices"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// Checks made on every request from a peer, other than CER, DWR and DPR,
+// before the Handler sees it (RFC 6733 3 and 7). A request that fails one
+// is answered with the error here, the connection stays up, and the
+// Handler (and so any duplicate store behind it) never sees it.
+
+// refusal is why a request is answered without the Handler.
+type refusal struct {
+	rc     uint32
+	why    string
+	failed *failedAVP // for the Failed-AVP, nil if none
+}
+
+// failedAVP is the AVP that goes back in a Failed-AVP.
+type failedAVP struct {
+	code, vendor uint32
+	data         []byte
+}
+
+// maxFailedData bounds the value echoed in a Failed-AVP: a refusal never
+// sends back a large value the peer chose.
+const maxFailedData = message.MaxIdentityLen + 1
+
+// checkRequest returns why req must not reach the Handler, or nil.
+// remoteHost is the identity the connection was admitted with.
+func (c *Config) checkRequest(req []byte, remoteHost string) *refusal {
+	flags := wire.Flags(req)
+	if flags&wire.FlagError != 0 {
+		return &refusal{rc: message.InvalidHdrBits, why: "E bit set on a request"}
+	}
+	if b := wire.CheckAVPs(req); b != nil {
+		return &refusal{
+			rc:     message.InvalidAVPLength,
+			why:    fmt.Sprintf("AVP %d at offset %d, length %d: %s", b.Code, b.Offset, b.Length, b.Reason),
+			failed: &failedAVP{code: b.Code, vendor: b.Vendor, data: b.Data},
+		}
+	}
+	app := wire.AppID(req)
+	if app == message.AppCommon {
+		return &refusal{rc: message.CommandUnsupported, why: fmt.Sprintf("command %d is not a base protocol request", wire.CommandCode(req))}
+	}
+	if !c.supportsApp(app) {
+		return &refusal{rc: message.ApplicationNoSupport, why: fmt.Sprintf("application %d was not advertised", app)}
+	}
+	var origin []byte
+	var seen [4]int // Origin-Host, Origin-Realm, Session-Id, Destination-Realm
+	var r *refusal
+	_ = wire.WalkAVPs(req, func(a wire.AVP) bool {
+		if a.Vendor != 0 {
+			return true
+		}
+		i, identity := -1, false
+		switch a.Code {
+		case message.OriginHost:
+			i, identity = 0, true
+			origin = a.Data
+		case message.OriginRealm:
+			i, identity = 1, true
+		case message.SessionID:
+			i = 2
+		case message.DestinationRealm:
+			i, identity = 3, true
+		case message.DestinationHost, message.RouteRecord:
+			identity = true
+		}
+		if i >= 0 {
+			if seen[i]++; seen[i] > 1 {
+				r = &refusal{rc: message.AVPOccursTooManyTimes, why: fmt.Sprintf("AVP %d occurs more than once", a.Code), failed: failedOf(a)}
+				return false
+			}
+		}
+		if identity {
+			if err := message.CheckIdentity(string(a.Data)); err != nil {
+				r = &refusal{rc: message.InvalidAVPValue, why: fmt.Sprintf("AVP %d: %v", a.Code, err), failed: failedOf(a)}
+				return false
+			}
+		}
+		return true
+	})
+	switch {
+	case r != nil:
+		return r
+	case seen[0] == 0:
+		return &refusal{rc: message.MissingAVP, why: "no Origin-Host", failed: &failedAVP{code: message.OriginHost}}
+	case seen[1] == 0:
+		return &refusal{rc: message.MissingAVP, why: "no Origin-Realm", failed: &failedAVP{code: message.OriginRealm}}
+	}
+	// The request's originator must be the peer on this connection, unless
+	// that peer is an agent forwarding others' requests: otherwise one peer
+	// could speak for another, and have its duplicate detection answer the
+	// other's next request (Origin-Host and End-to-End id are the key).
+	if o := string(origin); !message.EqualIdentity(o, remoteHost) && !c.isAgent(remoteHost) {
+		return &refusal{
+			rc:     message.InvalidAVPValue,
+			why:    fmt.Sprintf("Origin-Host %s is not this connection's peer %s", o, remoteHost),
+			failed: &failedAVP{code: message.OriginHost, data: origin},
+		}
+	}
+	return nil
+}
+
+func failedOf(a wire.AVP) *failedAVP {
+	return &failedAVP{code: a.Code, vendor: a.Vendor, data: a.Data}
+}
+
+// supportsApp reports whether we advertised app (or Relay).
+func (c *Config) supportsApp(app uint32) bool {
+	apps := c.allApps()
+	return slices.Contains(apps, app) || slices.Contains(apps, message.AppRelay)
+}
+
+// isAgent reports whether host matches AgentHosts.
+func (c *Config) isAgent(host string) bool {
+	for _, g := range c.AgentHosts {
+		if ok, _ := path.Match(g, host); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// refusalAnswer builds the error answer for r (message.ErrorAnswer, with
+// r's Failed-AVP when it has one).
+func (c *Config) refusalAnswer(req []byte, r *refusal) []byte {
+	// r.why is made of checked identities and numbers: safe to send.
+	b := message.ErrorAnswer(req, c.identity(), r.rc, r.why)
+	if f := r.failed; f != nil {
+		d := f.data[:min(len(f.data), maxFailedData)]
+		b.Group(message.FailedAVP, 0, true).Octets(f.code, f.vendor, true, d).End()
+	}
+	return b.Bytes()
+}
+
+// refuse answers a request that failed checkRequest; the connection stays.
+func (p *Peer) refuse(c *conn, req []byte, r *refusal, now int64) {
+	p.stats.refused.Add(1)
+	reason := fmt.Sprintf("%s refused with %d: %s", message.CommandName(req), r.rc, r.why)
+	p.publish(Event{Kind: EventError, Reason: reason})
+	logLimited(p.cfg.Logger, slog.LevelWarn, logBadRequest, "request refused before the handler",
+		"peer", p.Name(), "command", message.CommandName(req), "result_code", r.rc, "reason", r.why)
+	c.enqueue(p.cfg.refusalAnswer(req, r))
+	p.notifyOther(c, now)
+}

@@ -1,0 +1,68 @@
+// Package hostile is the adversarial suite: a live "aaa-peer server
+// --status" process on 127.0.0.1 attacked over real sockets the way a
+// hostile or broken peer would, one test per attack. Each measures the
+// server's peak RSS (VmHWM) and goroutines (go_goroutines on /metrics),
+// and the answers and errors of a well-behaved client on another
+// connection while the attack runs; each fails if the server crashes,
+// grows without bound, or starves the good client.
+//
+// TestMain builds cmd/aaa-peer once, without -race (the figures are about
+// the production binary). AAATP_PEER_BIN runs the suite against another
+// binary instead (an older build, to see the attacks succeed).
+// AAATP_FUZZ_TIME sets how long the random-frame fuzzer runs (default 10s).
+package hostile
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	aaaPeer  string
+	buildErr error
+	buildOut []byte
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "aaatp-hostile-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if bin := os.Getenv("AAATP_PEER_BIN"); bin != "" {
+		aaaPeer = bin
+	} else {
+		buildPeer(dir)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func buildPeer(dir string) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		buildErr = fmt.Errorf("go env GOMOD: %w", err)
+		return
+	}
+	gomod := strings.TrimSpace(string(out))
+	aaaPeer = filepath.Join(dir, "aaa-peer")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", aaaPeer, "./cmd/aaa-peer")
+	cmd.Dir = filepath.Dir(gomod)
+	buildOut, buildErr = cmd.CombinedOutput()
+}
+
+func needPeer(t *testing.T) {
+	t.Helper()
+	if buildErr != nil {
+		t.Fatalf("go build ./cmd/aaa-peer: %v\n%s", buildErr, buildOut)
+	}
+}
