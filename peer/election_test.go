@@ -127,7 +127,7 @@ func TestElectionOverTCP(t *testing.T) {
 	}
 	assert.Equal(t, a.cli.cur.Load().tc.LocalAddr().String(), b.cli.cur.Load().tc.RemoteAddr().String(), "one connection, a's")
 	for _, n := range []*node{a, b} {
-		ans, err := n.cli.Request(bounded(t), acr())
+		ans, err := n.cli.Request(bounded(t), acrFrom(n.cli.cfg.OriginHost)) // the request's Origin-Host must be its connection's peer
 		require.NoError(t, err)
 		rc, _ := message.ResultCodeOf(ans)
 		assert.Equal(t, uint32(message.Success), rc)

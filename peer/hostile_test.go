@@ -289,3 +289,15 @@ func TestOpeningConnectionsBounded(t *testing.T) {
 	require.ErrorIs(t, err, io.EOF, "over the total")
 	assert.Equal(t, uint64(2), s.Stats().RefusedOverLimit)
 }
+
+// acrFrom is acr() sent by host: a server refuses a request whose
+// Origin-Host is not its connection's peer.
+func acrFrom(host string) []byte {
+	return message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
+		String(message.SessionID, 0, true, host+";1;1").
+		String(message.OriginHost, 0, true, host).
+		String(message.OriginRealm, 0, true, "example.net").
+		String(message.DestinationRealm, 0, true, "example.net").
+		Uint32(message.AccountingRecordType, 0, true, 2).
+		Uint32(message.AccountingRecordNumber, 0, true, 0).Bytes()
+}
