@@ -395,9 +395,12 @@ func (s *scenario) request(id uint32, opts []string) []byte {
 	session, record, number := "client.example.net;1;"+itoa(int(id)), uint32(2), id
 	var dest string
 	var ts uint32
+	origin := "client.example.net"
 	for _, o := range opts {
 		k, v, _ := strings.Cut(o, "=")
 		switch k {
+		case "from": // the Origin-Host, which a server checks against the connection's peer
+			origin = v
 		case "dest":
 			dest = v
 		case "session":
@@ -416,7 +419,7 @@ func (s *scenario) request(id uint32, opts []string) []byte {
 	}
 	b := message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
 		String(message.SessionID, 0, true, session).
-		String(message.OriginHost, 0, true, "client.example.net").
+		String(message.OriginHost, 0, true, origin).
 		String(message.OriginRealm, 0, true, "example.net").
 		String(message.DestinationRealm, 0, true, "example.net")
 	if dest != "" {
@@ -586,7 +589,7 @@ func (s *scenario) rawCmd(f []string) {
 
 func (s *scenario) rawRequest(name string) []byte {
 	id := s.idOf(name)
-	req := s.request(id, nil)
+	req := s.request(id, []string{"from=raw.example.net"})
 	wire.SetHopByHop(req, id)
 	close(s.reqs[name].done) // not a Send: nothing waits for it
 	return req
