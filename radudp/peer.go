@@ -511,13 +511,18 @@ func (p *Peer) read(s *socket) {
 			// ICMP errors on a connected socket: the timers decide.
 			continue
 		}
-		b := buf[:n]
-		if radius.Validate(b) != nil || radius.IsRequest(radius.Code(b)) {
-			p.bad.Add(1)
-			continue
-		}
-		p.reply(s, b)
+		p.datagram(s, buf[:n])
 	}
+}
+
+// datagram handles one datagram from the server: anything but a
+// well-formed reply is dropped and counted.
+func (p *Peer) datagram(s *socket, b []byte) {
+	if radius.Validate(b) != nil || radius.IsRequest(radius.Code(b)) {
+		p.bad.Add(1)
+		return
+	}
+	p.reply(s, b)
 }
 
 func (p *Peer) requireMA(reqCode lradius.Code) bool {
