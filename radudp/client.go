@@ -485,7 +485,10 @@ func (c *Client) onAlarm(a throttle.Alarm) {
 		what = "raised"
 	}
 	// Called under c.mu by the scheduler: publish from another goroutine
-	// so that no subscriber runs under the lock.
+	// so that no subscriber runs under the lock; none after Close.
+	if c.closed {
+		return
+	}
 	e := client.Event{Time: a.Time, Server: a.Server, Kind: client.EventQueueAlarm, Raised: a.Raised, Depth: a.Depth,
 		Reason: fmt.Sprintf("queue alarm %s at depth %d", what, a.Depth)}
 	c.wg.Add(1)
@@ -653,10 +656,13 @@ func (c *Client) attempt(cl *call, i int) {
 	s := c.servers[i]
 	var evs []policy.Event
 	c.mu.Lock()
-	if cl.ctx.Err() != nil || c.closed {
+	if err := cl.ctx.Err(); err != nil || c.closed {
 		c.sched.Done(i, cl.class)
 		c.mu.Unlock()
-		c.finish(cl, nil, ErrClosed)
+		if err == nil {
+			err = ErrClosed
+		}
+		c.finish(cl, nil, err)
 		return
 	}
 	if cl.tried&(1<<i) != 0 {

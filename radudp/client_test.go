@@ -505,3 +505,45 @@ func TestClientStatusServerProbeAndKeepAlive(t *testing.T) {
 		}
 	})
 }
+
+// A caller that gives up gets its context's error, once; requests whose
+// deadline passes while the throttle holds them fail with
+// throttle.ErrExpired, each with one error, none silently dropped.
+func TestClientCallerDeadlines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		srv := startServer(t, n, "a:1812", nil, nil)
+		c := newTestClient(t, n, Config{Servers: []ServerSpec{{Name: "a", URL: "radius://a:1812",
+			Accounting: throttle.Limits{MaxRate: 1}}}, Slot: time.Second})
+		ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+		defer cancel()
+		errs := make(chan error, 5)
+		for i := range 5 {
+			go func() {
+				_, err := c.Exchange(ctx, accountingStop(fmt.Sprintf("s%d", i)))
+				errs <- err
+			}()
+		}
+		var ok, expired, gaveUp int
+		for range 5 {
+			switch err := <-errs; {
+			case err == nil:
+				ok++
+			case errors.Is(err, throttle.ErrExpired):
+				expired++
+			case errors.Is(err, context.DeadlineExceeded):
+				gaveUp++
+			default:
+				t.Errorf("unexpected error %v", err)
+			}
+		}
+		// One per 1 s slot: the slots at 0, 1 and 2 s carry one each.
+		if ok != 3 || ok+expired+gaveUp != 5 || srv.applied.Load() != 3 {
+			t.Errorf("%d answered, %d expired in the queue, %d gave up, %d applied; want 3 answered, 2 failed", ok, expired, gaveUp, srv.applied.Load())
+		}
+		st := c.Stats()
+		if st.Answered != 3 || st.Failed != 2 || st.Queued != 0 {
+			t.Errorf("stats %+v", st)
+		}
+	})
+}
