@@ -18,7 +18,8 @@ type Server struct {
 	// its Peer sees it: fault injection, accounting, tracing.
 	Wrap func(transport.Conn) transport.Conn
 	// OnPeerEnd, when set before Serve, is called once for every peer that
-	// ended, after its goroutines have finished (its Stats are final).
+	// ended, after its goroutines have finished (its Stats are final) and
+	// its last events were delivered.
 	// Close returns only after the calls for the peers it closed.
 	OnPeerEnd func(*Peer)
 	// MaxOpening, when set before Serve, bounds the connections accepted
@@ -136,6 +137,7 @@ func (s *Server) Serve() error {
 			release()
 			<-p.Done()
 			p.wg.Wait()
+			p.waitNotified() // its last events are out before OnPeerEnd: a subscriber's state for it can then be dropped
 			if s.OnPeerEnd != nil {
 				s.OnPeerEnd(p)
 			}
