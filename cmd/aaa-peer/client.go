@@ -328,37 +328,9 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		topts.TLS = tc
 	}
 	bus := client.NewBus()
-	pcfg := peer.Config{
-		OriginHost: o.originHost, OriginRealm: o.originRealm,
-		Watchdog:       watchdog.Config{Twinit: o.tw},
-		Transport:      topts,
-		Logger:         log,
-		RequestTimeout: o.timeout,
-		DPATimeout:     shutdownBudget,
-		DPRHoldOff:     o.dprHoldOff,
-	}
-	if o.dprHoldOff == 0 {
-		pcfg.DPRHoldOff = -1 // none
-	}
-	if o.app == "test" {
-		pcfg.VendorApps = []peer.VendorApp{{VendorID: message.VendorTest, AuthAppID: message.AppTest}}
-	} else {
-		pcfg.AcctApps = []uint32{message.AppAccounting}
-	}
-	ccfg := client.Config{
-		Mode: o.clientMode, Algorithm: o.alg, Peer: pcfg,
-		RequestTimeout: o.timeout, Events: bus,
-	}
+	ccfg := o.clientConfig(log, topts, bus)
 	for _, u := range o.peers {
 		ccfg.Peers = append(ccfg.Peers, client.PeerSpec{URL: u, Name: u, Weight: o.weightOf[u]})
-	}
-	if o.throttled() {
-		lim := throttle.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOutstanding}
-		ccfg.Throttle = &client.Throttle{Auth: lim, Accounting: lim, Slot: o.slot, AlarmHigh: o.alarmHigh, AlarmLow: o.alarmLow}
-	}
-	if o.policed() {
-		ccfg.Policy = &policy.Config{RequestTimeout: o.timeout, Retries: 1, DownTimeout: o.downTimeout,
-			HoldDown: o.holdDown, TestUser: o.testUser != "", KeepAlive: o.keepAlive}
 	}
 
 	var ew *eventWriter
@@ -717,4 +689,39 @@ func (p *pacer) wait(ctx context.Context) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// clientConfig is the client's client.Config but its Peers, the one place
+// it is built for both the client command and the demo's client.
+func (o *clientOptions) clientConfig(log *slog.Logger, topts transport.Options, bus *client.Bus) client.Config {
+	pcfg := peer.Config{
+		OriginHost: o.originHost, OriginRealm: o.originRealm,
+		Watchdog:       watchdog.Config{Twinit: o.tw},
+		Transport:      topts,
+		Logger:         log,
+		RequestTimeout: o.timeout,
+		DPATimeout:     shutdownBudget,
+		DPRHoldOff:     o.dprHoldOff,
+	}
+	if o.dprHoldOff == 0 {
+		pcfg.DPRHoldOff = -1 // none
+	}
+	if o.app == "test" {
+		pcfg.VendorApps = []peer.VendorApp{{VendorID: message.VendorTest, AuthAppID: message.AppTest}}
+	} else {
+		pcfg.AcctApps = []uint32{message.AppAccounting}
+	}
+	ccfg := client.Config{
+		Mode: o.clientMode, Algorithm: o.alg, Peer: pcfg,
+		RequestTimeout: o.timeout, Events: bus,
+	}
+	if o.throttled() {
+		lim := throttle.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOutstanding}
+		ccfg.Throttle = &client.Throttle{Auth: lim, Accounting: lim, Slot: o.slot, AlarmHigh: o.alarmHigh, AlarmLow: o.alarmLow}
+	}
+	if o.policed() {
+		ccfg.Policy = &policy.Config{RequestTimeout: o.timeout, Retries: 1, DownTimeout: o.downTimeout,
+			HoldDown: o.holdDown, TestUser: o.testUser != "", KeepAlive: o.keepAlive}
+	}
+	return ccfg
 }

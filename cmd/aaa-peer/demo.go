@@ -18,7 +18,6 @@ import (
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/loadbalance"
-	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/status"
 	"github.com/aaatp/aaatp/transport"
@@ -189,19 +188,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		nai: "user%d@example.net", app: "acct", timeout: timeout,
 		connectTimeout: 10 * time.Second, waitPeers: 0,
 		clientMode: client.Balance, alg: loadbalance.Pearson,
+		dprHoldOff: peer.DefaultDPRHoldOff,
 	}
 	bus := client.NewBus()
-	ccfg := client.Config{
-		Mode: client.Balance, Algorithm: loadbalance.Pearson, RequestTimeout: timeout, Events: bus,
-		Peer: peer.Config{
-			OriginHost: demoClientHost, OriginRealm: demoRealm,
-			AcctApps:       []uint32{message.AppAccounting},
-			Watchdog:       watchdog.Config{Twinit: o.tw},
-			Logger:         log,
-			RequestTimeout: timeout,
-			DPATimeout:     shutdownBudget,
-		},
-	}
+	ccfg := co.clientConfig(log, transport.Options{}, bus)
 	for _, ds := range d.servers {
 		ccfg.Peers = append(ccfg.Peers, client.PeerSpec{URL: ds.url, Name: ds.name})
 		// loadgen.ready matches its --peer values with the balancer's
@@ -446,16 +436,7 @@ func (d *demo) startServer(i int, log *slog.Logger) (*demoServer, error) {
 	}
 	bus := peer.NewBus()
 	// As serve does, with the shared store and the count of applications.
-	s.cfg = peer.Config{
-		OriginHost: name, OriginRealm: demoRealm,
-		AcctApps:   []uint32{message.AppAccounting},
-		VendorApps: []peer.VendorApp{{VendorID: message.VendorTest, AuthAppID: message.AppTest}},
-		Watchdog:   watchdog.Config{Twinit: d.o.tw},
-		Handler:    s.countT(dedup.Wrap(d.store, d.countApplied(s.handle), &s.dd)),
-		Events:     bus,
-		Logger:     log,
-		DPATimeout: shutdownBudget,
-	}
+	s.cfg = s.peerConfig(d.store, d.countApplied(s.handle), bus)
 	ds := &demoServer{
 		name: name, short: fmt.Sprintf("server%d", i+1), s: s, ln: ln,
 		url:   "tcp://" + ln.Addr().String(),

@@ -297,22 +297,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 	metrics.CountDedupHitsFrom(s.dd.Duplicates.Load)
 	defer metrics.Watch(bus)() // watchdog states, transitions
 	defer logPeerEvents(bus, log)()
-	s.cfg = peer.Config{
-		OriginHost: o.originHost, OriginRealm: o.originRealm,
-		AcctApps:   []uint32{message.AppAccounting},
-		VendorApps: []peer.VendorApp{{VendorID: message.VendorTest, AuthAppID: message.AppTest}},
-		Watchdog:   watchdog.Config{Twinit: o.tw},
-		Transport:  topts,
-		AllowHosts: o.allow,
-		AgentHosts: o.agents,
-		Handler:    metrics.WrapHandler(s.countT(dedup.Wrap(store, s.handle, &s.dd))),
-		Events:     bus,
-		Logger:     log,
-		DPATimeout: shutdownBudget,
-
-		MaxUnanswered: o.maxUnanswered,
-		CEATimeout:    o.cerTimeout,
-	}
+	s.cfg = s.peerConfig(store, s.handle, bus)
+	s.cfg.Transport = topts
+	s.cfg.Handler = metrics.WrapHandler(s.cfg.Handler)
 	if err := checkConfig(s.cfg); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
 		return 2
@@ -713,4 +700,27 @@ func isAppRequest(msg []byte) bool {
 		return false
 	}
 	return true
+}
+
+// peerConfig is the server's peer.Config, the one place it is built for
+// both the server command and the demo's servers: the accounting and test
+// applications, the options' identity, Tw and peer limits, s.log, and a handler that
+// applies each request once through store (dedup) and counts T-flagged
+// requests, with apply doing the work.
+func (s *server) peerConfig(store dedup.Store, apply peer.Handler, bus *peer.Bus) peer.Config {
+	return peer.Config{
+		OriginHost: s.o.originHost, OriginRealm: s.o.originRealm,
+		AcctApps:   []uint32{message.AppAccounting},
+		VendorApps: []peer.VendorApp{{VendorID: message.VendorTest, AuthAppID: message.AppTest}},
+		Watchdog:   watchdog.Config{Twinit: s.o.tw},
+		AllowHosts: s.o.allow,
+		AgentHosts: s.o.agents,
+		Handler:    s.countT(dedup.Wrap(store, apply, &s.dd)),
+		Events:     bus,
+		Logger:     s.log,
+		DPATimeout: shutdownBudget,
+
+		MaxUnanswered: s.o.maxUnanswered,
+		CEATimeout:    s.o.cerTimeout,
+	}
 }
