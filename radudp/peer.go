@@ -94,7 +94,8 @@ type PeerConfig struct {
 	// written (first sends and retransmissions), so before its reply.
 	OnSend func(now time.Time)
 	// OnReply is called, without any lock held, for each reply that
-	// verifies, late and duplicate ones included: the server is alive.
+	// verifies, late and duplicate ones included (the server is alive),
+	// before the exchange it answers returns.
 	OnReply func(now time.Time)
 }
 
@@ -573,8 +574,8 @@ func (p *Peer) reply(s *socket, b []byte) {
 	s.pend[id] = nil
 	s.last[id].answered = true
 	p.mu.Unlock()
+	p.alive() // before the caller sees the answer, so that it sees its effect too
 	pd.ch <- &Response{Raw: raw, Packet: pkt, RequestAuthenticator: pd.auth, Server: p.addr}
-	p.alive()
 }
 
 func (p *Peer) alive() {
