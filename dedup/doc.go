@@ -64,6 +64,9 @@
 // # Stores
 //
 // [NewMemory] is a sharded in-process store. [NewRedis] keeps entries in
-// Redis so that several servers behind one realm see each other's entries;
-// [Open] builds either from a URL ("memory" or "redis://host:port/db").
+// Redis so that several servers behind one realm see each other's entries,
+// on one Redis server, a master behind Sentinel or a Redis Cluster; it
+// notices when Redis loses its entries ([Redis.StateLost]). [Open] builds
+// either from a URL ("memory", "redis://host:port/db", a Sentinel or a
+// Cluster URL).
 package dedup

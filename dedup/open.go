@@ -2,27 +2,101 @@ package dedup
 
 import (
 	"fmt"
+	"net/url"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // Open returns a Store from a URL: "memory" for NewMemory, or a Redis URL
-// ("redis://[user:password@]host:port/db", "rediss://..." for TLS) for
-// NewRedis with a client that Close closes. opts apply to the store.
-func Open(url string, opts ...Option) (Store, error) {
-	switch {
-	case url == "memory" || url == "memory:":
+// for NewRedis with a client that Close closes. opts apply to the store.
+// Redis URLs are parsed by go-redis (redis.ParseURL, ParseFailoverURL,
+// ParseClusterURL), whose query parameters (dial_timeout, pool_size...)
+// they accept; "rediss" instead of "redis" means TLS:
+//
+//   - one server: redis://[user:password@]host:port/db
+//   - Sentinel: redis://[user:password@]sentinel1:port/db?master_name=NAME&addr=sentinel2:port&addr=...
+//     (the userinfo authenticates to the sentinels, the username and
+//     password parameters to the master), or the same with the scheme
+//     redis+sentinel; the store waits for one replica to acknowledge
+//     each write (see WithReplicaAcks; opts may change it)
+//   - Cluster: redis+cluster://[user:password@]node1:port?addr=node2:port&addr=...,
+//     or redis:// with addr parameters and no master_name (several
+//     addresses and no master name mean a cluster, as for go-redis'
+//     UniversalClient)
+func Open(rawURL string, opts ...Option) (Store, error) {
+	if rawURL == "memory" || rawURL == "memory:" {
 		return NewMemory(opts...), nil
-	case strings.HasPrefix(url, "redis://"), strings.HasPrefix(url, "rediss://"):
-		o, err := redis.ParseURL(url)
-		if err != nil {
-			return nil, fmt.Errorf("dedup: %w", err)
-		}
-		r := NewRedis(redis.NewClient(o), opts...)
-		r.owned = true
-		return r, nil
 	}
-	scheme, _, _ := strings.Cut(url, ":") // not the whole URL: it may hold a password
-	return nil, fmt.Errorf("dedup: unknown store %q (want \"memory\" or \"redis://host:port/db\")", scheme)
+	client, kind, err := redisClient(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if kind == redisSentinel {
+		opts = append([]Option{WithReplicaAcks(1, 250*time.Millisecond)}, opts...)
+	}
+	r := NewRedis(client, opts...)
+	r.owned = true
+	return r, nil
+}
+
+// Kinds of Redis deployment a URL names.
+const (
+	redisSingle = iota
+	redisSentinel
+	redisCluster
+)
+
+// redisClient parses a Redis URL (see Open) and returns its client.
+func redisClient(rawURL string) (redis.UniversalClient, int, error) {
+	scheme, rest, ok := strings.Cut(rawURL, "://")
+	base, mode, _ := strings.Cut(scheme, "+")
+	if !ok || (base != "redis" && base != "rediss") || (mode != "" && mode != "sentinel" && mode != "cluster") {
+		return nil, 0, fmt.Errorf("dedup: unknown store %q (want \"memory\", redis://host:port/db, redis+sentinel://... or redis+cluster://...)", scheme) // not the whole URL: it may hold a password
+	}
+	goURL := base + "://" + rest // go-redis' parsers know redis and rediss
+	if mode == "" {
+		u, err := url.Parse(goURL)
+		if err != nil {
+			return nil, 0, fmt.Errorf("dedup: bad Redis URL: %w", redactErr(err))
+		}
+		q := u.Query()
+		switch {
+		case q.Has("master_name"):
+			mode = "sentinel"
+		case q.Has("addr"):
+			mode = "cluster"
+		}
+	}
+	switch mode {
+	case "sentinel":
+		o, err := redis.ParseFailoverURL(goURL)
+		if err != nil {
+			return nil, 0, fmt.Errorf("dedup: Sentinel URL: %w", redactErr(err))
+		}
+		if o.MasterName == "" {
+			return nil, 0, fmt.Errorf("dedup: Sentinel URL without master_name")
+		}
+		return redis.NewFailoverClient(o), redisSentinel, nil
+	case "cluster":
+		o, err := redis.ParseClusterURL(goURL)
+		if err != nil {
+			return nil, 0, fmt.Errorf("dedup: Cluster URL: %w", redactErr(err))
+		}
+		return redis.NewClusterClient(o), redisCluster, nil
+	}
+	o, err := redis.ParseURL(goURL)
+	if err != nil {
+		return nil, 0, fmt.Errorf("dedup: %w", redactErr(err))
+	}
+	return redis.NewClient(o), redisSingle, nil
+}
+
+// redactErr keeps a URL's password out of a parse error.
+func redactErr(err error) error {
+	if ue, ok := err.(*url.Error); ok {
+		return fmt.Errorf("%s: %v", ue.Op, ue.Err)
+	}
+	return err
 }

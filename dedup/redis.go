@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -14,23 +15,42 @@ import (
 )
 
 // Redis is a Store kept in Redis, so that several servers behind one realm
-// see each other's entries. Each Key is one Redis string, prefix + hex(Key):
+// see each other's entries. Each Key is one Redis string, named by the key
+// prefix and hex(Key) (see WithKeyPrefix for the hash tag), holding
 // "m" + owner token while in flight (SET NX with PX = mark TTL), then
 // "a" + answer bytes (PX = what remains of the max age), or "t" alone for
 // a request whose answer was over the per-entry limit (see
 // WithMaxAnswerSize). Multi-key steps run
-// as Lua scripts, so they are atomic; the keys of one request may map to
-// different hash slots, so Redis Cluster is not supported (a single server,
-// or a primary behind Sentinel, is). A duplicate waiting for an in-flight
-// request polls with exponential backoff, bounded by ctx and the mark's
-// remaining TTL. Max entries does not apply: bound Redis memory with the
-// TTLs and Redis' maxmemory policy.
+// as Lua scripts, so they are atomic. Every key of a store shares one hash
+// tag, so on Redis Cluster they all live in one hash slot, where the
+// scripts can run (no CROSSSLOT): the store then gets the cluster's
+// failover, not its sharding (one master holds it all). A duplicate
+// waiting for an in-flight request polls with exponential backoff, bounded
+// by ctx and the mark's remaining TTL. Max entries and the memory budget
+// do not apply: bound Redis memory with the TTLs and Redis' maxmemory
+// policy.
+//
+// The store notices when Redis loses its entries (a restart without
+// persistence, a FLUSHALL, a failover to a replica that had not seen
+// them, eviction under maxmemory): it keeps an epoch key, written when
+// missing and checked by every Begin in the same script, at no extra round
+// trip. When the epoch changes, duplicates of requests answered before
+// may be applied again; the store logs a warning, counts the loss (see
+// StateLost) and calls the WithStateLost function. Entries lost by a
+// failover to a lagging replica while the epoch key survives are not
+// noticed: see WithReplicaAcks.
 type Redis struct {
 	cfg    config
 	client redis.UniversalClient
 	owned  bool // Close closes client
 	id     string
 	seq    atomic.Uint64
+	prefix string // the key prefix, with its hash tag
+	epochK string // the epoch key
+
+	epoch atomic.Pointer[string] // the epoch this store last saw; nil before the first Begin
+	lost  atomic.Uint64          // losses noticed
+	short atomic.Uint64          // writes not acknowledged by enough replicas
 }
 
 var _ Store = (*Redis)(nil)
@@ -41,35 +61,120 @@ var _ Store = (*Redis)(nil)
 func NewRedis(client redis.UniversalClient, opts ...Option) *Redis {
 	var id [8]byte
 	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
-	return &Redis{cfg: newConfig(opts), client: client, id: hex.EncodeToString(id[:])}
+	cfg := newConfig(opts)
+	prefix := hashTagged(cfg.prefix)
+	return &Redis{cfg: cfg, client: client, id: hex.EncodeToString(id[:]), prefix: prefix, epochK: prefix + "epoch"}
 }
 
-// claimScript: KEYS are the request's keys; ARGV[1] the owner token, ARGV[2]
-// the mark TTL in ms. Returns {1, answer} if a key holds an answer, {3}
-// if it holds the marker of an answer not kept, {2, pttl} if a key is in
-// flight (pttl of that mark), else marks every key and returns {0}.
+// hashTagged returns prefix if it holds a Redis Cluster hash tag (a
+// non-empty "{...}"), else prefix with its whole text made the tag:
+// "{aaatp:dedup:}"; the empty prefix becomes "{dedup}".
+func hashTagged(prefix string) string {
+	if i := strings.IndexByte(prefix, '{'); i >= 0 {
+		if j := strings.IndexByte(prefix[i+1:], '}'); j > 0 {
+			return prefix
+		}
+	}
+	if prefix == "" {
+		return "{dedup}" // "{}" is no hash tag
+	}
+	return "{" + prefix + "}"
+}
+
+// run runs script, followed on the same connection, with WithReplicaAcks,
+// by a WAIT for the replicas to acknowledge its writes; acked reports
+// whether they did (always true without WithReplicaAcks).
+func (r *Redis) run(ctx context.Context, script *redis.Script, keys []string, args ...any) (cmd *redis.Cmd, acked bool) {
+	if r.cfg.acks <= 0 {
+		return script.Run(ctx, r.client, keys, args...), true
+	}
+	pipe := r.client.Pipeline()
+	cmd = script.Eval(ctx, pipe, keys, args...) // not EvalSha: a new master may not have the script
+	wait := pipe.Do(ctx, "WAIT", r.cfg.acks, ms(r.cfg.acksWait))
+	_, _ = pipe.Exec(ctx) // the errors are in cmd and wait
+	n, err := wait.Int64()
+	return cmd, err == nil && n >= int64(r.cfg.acks)
+}
+
+// maxAckTries bounds the tries of a write that the replicas did not
+// acknowledge (WithReplicaAcks).
+const maxAckTries = 4
+
+// shortfall counts and logs (the 1st, 2nd, 4th, 8th... time) a write the
+// replicas did not acknowledge after maxAckTries: it is kept on the master
+// and the request goes on, since refusing every request while a replica is
+// away would turn a replica's outage into the service's.
+func (r *Redis) shortfall(what string) {
+	if k := r.short.Add(1); k&(k-1) == 0 {
+		r.cfg.logger().Warn("dedup: Redis replicas did not acknowledge a write in time: a failover now could lose it, and a duplicate of the request be applied again",
+			"write", what, "replicas", r.cfg.acks, "timeout", r.cfg.acksWait, "shortfalls", k)
+	}
+}
+
+// ReplicaShortfalls returns how many writes the replicas did not
+// acknowledge within the WithReplicaAcks timeout.
+func (r *Redis) ReplicaShortfalls() uint64 { return r.short.Load() }
+
+// StateLost returns how many times this store has found that Redis lost
+// its entries (see Redis).
+func (r *Redis) StateLost() uint64 { return r.lost.Load() }
+
+// noticeEpoch records the epoch a claim saw, reporting a loss when the
+// script found one.
+func (r *Redis) noticeEpoch(epoch string, lost bool) {
+	if old := r.epoch.Load(); old == nil || *old != epoch {
+		r.epoch.Store(&epoch)
+	}
+	if !lost {
+		return
+	}
+	r.lost.Add(1)
+	r.cfg.logger().Warn("dedup: the Redis store lost its entries (restarted empty, flushed, failed over or evicted): duplicates of requests answered before may be applied again",
+		"epoch", epoch)
+	if r.cfg.onLost != nil {
+		r.cfg.onLost()
+	}
+}
+
+// claimScript: KEYS[1] is the epoch key, the others the request's keys;
+// ARGV[1] the owner token, ARGV[2] the mark TTL in ms, ARGV[3] the epoch
+// the caller last saw ("" if none), ARGV[4] a new epoch, written if the
+// epoch key is missing. Returns {epoch, lost, ...}: lost is 1 if the
+// caller had seen another epoch (Redis lost its state), and then come {1,
+// answer} if a key holds an answer, {3} if it holds the marker of an
+// answer not kept, {2, pttl} if a key is in flight (pttl of that mark),
+// else {0} after marking every key.
 var claimScript = redis.NewScript(`
+local epoch = redis.call('GET', KEYS[1])
+if not epoch then
+  epoch = ARGV[4]
+  redis.call('SET', KEYS[1], epoch)
+end
+local lost = 0
+if ARGV[3] ~= '' and ARGV[3] ~= epoch then lost = 1 end
 local busy = nil
-for _, k in ipairs(KEYS) do
+local mine = 'm' .. ARGV[1]
+for i = 2, #KEYS do
+  local k = KEYS[i]
   local v = redis.call('GET', k)
-  if v then
+  if v and v ~= mine then
     local kind = string.sub(v, 1, 1)
     if kind == 'a' then
-      return {1, string.sub(v, 2)}
+      return {epoch, lost, 1, string.sub(v, 2)}
     end
     if kind == 't' then
-      return {3}
+      return {epoch, lost, 3}
     end
     if not busy then busy = k end
   end
 end
 if busy then
-  return {2, redis.call('PTTL', busy)}
+  return {epoch, lost, 2, redis.call('PTTL', busy)}
 end
-for _, k in ipairs(KEYS) do
-  redis.call('SET', k, 'm' .. ARGV[1], 'NX', 'PX', ARGV[2])
+for i = 2, #KEYS do
+  redis.call('SET', KEYS[i], mine, 'PX', ARGV[2]) -- each key is free or ours
 end
-return {0}
+return {epoch, lost, 0}
 `)
 
 // completeScript: ARGV[1] token, ARGV[2] the value to store ("a" +
@@ -80,7 +185,7 @@ local lost = 0
 local mine = 'm' .. ARGV[1]
 for _, k in ipairs(KEYS) do
   local v = redis.call('GET', k)
-  if v == false or v == mine then
+  if v == false or v == mine or v == ARGV[2] then -- the last: a retry
     redis.call('SET', k, ARGV[2], 'PX', ARGV[3])
   else
     lost = lost + 1
@@ -111,7 +216,7 @@ type redisMark struct {
 func (r *Redis) redisKeys(keys []Key) []string {
 	out := make([]string, len(keys))
 	for i, k := range keys {
-		out[i] = r.cfg.prefix + k.String()
+		out[i] = r.prefix + k.String()
 	}
 	return out
 }
@@ -126,8 +231,10 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 		return nil, err
 	}
 	rkeys := r.redisKeys(o.keys)
+	claimKeys := append([]string{r.epochK}, rkeys...)
 	token := r.id + "-" + strconv.FormatUint(r.seq.Add(1), 36)
 	backoff := r.cfg.pollMin
+	tries := 0
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -135,18 +242,35 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 		}
 	}()
 	for {
-		res, err := claimScript.Run(ctx, r.client, rkeys, token, ms(r.cfg.markTTL)).Slice()
+		seen := ""
+		if e := r.epoch.Load(); e != nil {
+			seen = *e
+		}
+		cmd, acked := r.run(ctx, claimScript, claimKeys, token, ms(r.cfg.markTTL), seen, r.id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
+		res, err := cmd.Slice()
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return nil, ctxErr
 			}
 			return nil, fmt.Errorf("dedup: redis claim: %w", err)
 		}
-		if len(res) == 0 {
-			return nil, errors.New("dedup: redis claim: empty reply")
+		if len(res) < 3 {
+			return nil, errors.New("dedup: redis claim: short reply")
 		}
+		epoch, _ := res[0].(string)
+		r.noticeEpoch(epoch, res[1] == int64(1))
+		res = res[2:]
 		switch res[0] {
 		case int64(0):
+			if !acked {
+				// The marks may be lost in a failover: mark again
+				// (the script takes our own marks as ours) until a
+				// replica has them, on whichever master is current.
+				if tries++; tries < maxAckTries {
+					continue
+				}
+				r.shortfall("in-flight mark")
+			}
 			o.kind, o.fin = First, &redisMark{r: r, keys: rkeys, owner: token, begun: begun}
 			return o, nil
 		case int64(1):
@@ -158,7 +282,7 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 		}
 		// In flight: sleep the backoff, but not past the mark's expiry.
 		wait := backoff
-		if pttl, ok := res[1].(int64); ok && pttl >= 0 {
+		if pttl, ok := res[len(res)-1].(int64); ok && pttl >= 0 {
 			wait = min(wait, time.Duration(pttl+1)*time.Millisecond)
 		}
 		backoff = min(2*backoff, r.cfg.pollMax)
@@ -191,8 +315,25 @@ func (mk *redisMark) complete(_ *Outcome, answer []byte) error {
 	if !tooLarge {
 		value = append(append(make([]byte, 0, 1+len(answer)), 'a'), answer...)
 	}
-	lost, err := completeScript.Run(ctx, r.client, mk.keys,
-		mk.owner, value, ms(ttl)).Int()
+	var lost int
+	var err error
+	for tries := 1; ; tries++ {
+		cmd, acked := r.run(ctx, completeScript, mk.keys, mk.owner, value, ms(ttl))
+		lost, err = cmd.Int()
+		if err == nil && !acked && tries < maxAckTries {
+			continue // store it again, on whichever master is current, until a replica has it
+		}
+		if err == nil && !acked {
+			r.shortfall("answer")
+		}
+		if err != nil && r.cfg.acks > 0 && ctx.Err() == nil && tries < maxAckTries {
+			// A failover under way (the old master refuses writes, or is
+			// gone): try the new master.
+			time.Sleep(r.cfg.acksWait)
+			continue
+		}
+		break
+	}
 	switch {
 	case err != nil:
 		return fmt.Errorf("dedup: redis complete: %w", err)

@@ -58,7 +58,7 @@ func TestRedisLayout(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	k := RequestKey("client", 1)
-	rk := "layout:" + k.String()
+	rk := "{layout:}" + k.String() // the prefix made a hash tag
 
 	o := begin(t, s, k)
 	v, err := c.Get(ctx, rk).Result()
@@ -67,6 +67,9 @@ func TestRedisLayout(t *testing.T) {
 	}
 	if ttl := c.PTTL(ctx, rk).Val(); ttl <= 0 || ttl > 5*time.Second {
 		t.Fatalf("mark TTL %v", ttl)
+	}
+	if e, err := c.Get(ctx, "{layout:}epoch").Result(); err != nil || e == "" {
+		t.Fatalf("epoch key %q, %v", e, err)
 	}
 	if err := o.Complete(msg(1, 1, "x")); err != nil {
 		t.Fatal(err)
@@ -114,5 +117,64 @@ func TestOpen(t *testing.T) {
 	}
 	if _, err := Open("redis://host:notaport/x"); err == nil {
 		t.Fatal("bad redis URL accepted")
+	}
+}
+
+// TestOpenURLs: Open tells a single server, Sentinel and Cluster apart by
+// go-redis' own URL forms; a Sentinel store waits for a replica by default.
+func TestOpenURLs(t *testing.T) {
+	for _, tc := range []struct {
+		url     string
+		cluster bool
+		acks    int
+	}{
+		{"redis://127.0.0.1:1/0", false, 0},
+		{"rediss://127.0.0.1:1/0", false, 0},
+		{"redis://127.0.0.1:1/0?master_name=m&addr=127.0.0.1:2&addr=127.0.0.1:3", false, 1},
+		{"redis+sentinel://127.0.0.1:1?master_name=m", false, 1},
+		{"redis+cluster://127.0.0.1:1", true, 0},
+		{"rediss+cluster://127.0.0.1:1?addr=127.0.0.1:2", true, 0},
+		{"redis://127.0.0.1:1?addr=127.0.0.1:2", true, 0}, // several addresses, no master: a cluster
+	} {
+		s, err := Open(tc.url)
+		if err != nil {
+			t.Errorf("Open(%s): %v", tc.url, err)
+			continue
+		}
+		r := s.(*Redis)
+		_, isCluster := r.client.(*redis.ClusterClient)
+		if isCluster != tc.cluster || r.cfg.acks != tc.acks {
+			t.Errorf("Open(%s): %T with replica acks %d", tc.url, r.client, r.cfg.acks)
+		}
+		_ = s.Close()
+	}
+	s, err := Open("redis://127.0.0.1:1?master_name=m", WithReplicaAcks(0, 0))
+	if err != nil || s.(*Redis).cfg.acks != 0 {
+		t.Fatalf("WithReplicaAcks(0) does not turn the Sentinel default off: %v", err)
+	}
+	_ = s.Close()
+	for _, bad := range []string{
+		"redis+sentinel://127.0.0.1:1",             // no master_name
+		"redis+bogus://127.0.0.1:1",                // unknown mode
+		"redis://u:s3cret@127.0.0.1:1/0?bogus=1",   // unknown parameter
+		"redis+cluster://u:s3cret@127.0.0.1:1/%zz", // bad URL
+	} {
+		if s, err := Open(bad); err == nil {
+			_ = s.Close()
+			t.Errorf("Open(%s) accepted", bad)
+		} else if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("Open(%s): the error shows the password: %v", bad, err)
+		}
+	}
+}
+
+func TestHashTagged(t *testing.T) {
+	for in, want := range map[string]string{
+		"aaatp:dedup:": "{aaatp:dedup:}", "": "{dedup}", "realm1:": "{realm1:}",
+		"{realm1}:dedup:": "{realm1}:dedup:", "x{a}y": "x{a}y", "{}x": "{{}x}", "a{b": "{a{b}",
+	} {
+		if got := hashTagged(in); got != want {
+			t.Errorf("hashTagged(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 )
@@ -176,6 +177,17 @@ type config struct {
 	prefix     string
 	pollMin    time.Duration
 	pollMax    time.Duration
+	log        *slog.Logger
+	onLost     func()
+	acks       int
+	acksWait   time.Duration
+}
+
+func (c *config) logger() *slog.Logger {
+	if c.log != nil {
+		return c.log
+	}
+	return slog.Default()
 }
 
 // Defaults.
@@ -298,9 +310,40 @@ func WithShards(n int) Option {
 }
 
 // WithKeyPrefix sets the prefix of Redis keys (default "aaatp:dedup:").
-// Servers that must see each other's entries use the same prefix.
+// Servers that must see each other's entries use the same prefix. Every
+// key of the store shares the prefix's Redis Cluster hash tag: a prefix
+// holding none (a non-empty "{...}") is made one, so "aaatp:dedup:"
+// names keys "{aaatp:dedup:}" + hex(Key) and the epoch key
+// "{aaatp:dedup:}epoch".
 func WithKeyPrefix(p string) Option {
 	return func(c *config) { c.prefix = p }
+}
+
+// WithReplicaAcks makes the Redis store wait, after each write, until n
+// replicas have acknowledged it, at most timeout (Redis WAIT): a request's
+// mark and answer then survive a failover to a replica (Sentinel) instead
+// of being lost with the old master, which would let a duplicate be
+// applied a second time. A write not acknowledged in time is kept on the
+// master and counted (see Redis.ReplicaShortfalls); the request goes on.
+// Each Begin and Complete costs one replication round trip more. Open
+// sets n = 1 and timeout = 250 ms for Sentinel URLs; not for Cluster
+// (WAIT cannot follow a script there). n <= 0 turns it off.
+func WithReplicaAcks(n int, timeout time.Duration) Option {
+	return func(c *config) { c.acks, c.acksWait = n, timeout }
+}
+
+// WithLogger sets where the Redis store logs a loss of its state (default
+// slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) { c.log = l }
+}
+
+// WithStateLost sets a function the Redis store calls each time it finds
+// that Redis lost its entries (see Redis), after logging it: the place to
+// raise a metric or an event. It runs on the goroutine of the Begin that
+// noticed, so it must be quick.
+func WithStateLost(fn func()) Option {
+	return func(c *config) { c.onLost = fn }
 }
 
 // WithPoll sets the backoff of a Redis duplicate waiting for an in-flight

@@ -26,6 +26,7 @@ import (
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 	"github.com/aaatp/aaatp/wire"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -115,7 +116,7 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.tlsClientCA, "tls-client-ca", "", "PEM CA `FILE`: when set, tls:// clients must present a certificate it signed (mutual TLS)")
 	logFlags(fs, &o.logLevel, &o.logFormat, "info")
 	statusFlag(fs, &o.status, "logged at info")
-	fs.StringVar(&o.dedup, "dedup", "memory", "duplicate-request `STORE`: memory (this process only) or redis://[user:password@]host:port/db (rediss:// for TLS), shared by every server using it")
+	fs.StringVar(&o.dedup, "dedup", "memory", "duplicate-request `STORE`: memory (this process only) or Redis, shared by every server using it: redis://[user:password@]host:port/db, Sentinel redis://sentinel:port/db?master_name=NAME&addr=sentinel2:port..., Cluster redis+cluster://node:port?addr=node2:port... (rediss for TLS)")
 	fs.Int64Var(&o.dedupBytes, "dedup-max-bytes", dedup.DefaultMaxBytes, "memory budget `N` of --dedup memory, in bytes: answers plus 80 per key; over it the oldest entries go first")
 	fs.IntVar(&o.dedupAnswer, "dedup-max-answer", dedup.DefaultMaxAnswerSize, "answers longer than `N` bytes are sent but not kept by the --dedup store; a duplicate of such a request is refused DIAMETER_UNABLE_TO_COMPLY (5012), never applied again")
 	fs.Var(&o.agents, "agent", "peers whose Origin-Host matches this `GLOB` are agents: their requests may carry another node's Origin-Host (from any other peer such a request is refused 5004); repeat for several")
@@ -166,8 +167,8 @@ func (o *serverOptions) validate() error {
 		return usagef("--cer-timeout must be positive")
 	case o.history < 0:
 		return usagef("--history must not be negative")
-	case o.dedup != "memory" && !strings.HasPrefix(o.dedup, "redis://") && !strings.HasPrefix(o.dedup, "rediss://"):
-		return usagef("--dedup %q: want memory or redis://host:port/db", o.dedup)
+	case o.dedup != "memory" && !strings.HasPrefix(o.dedup, "redis"):
+		return usagef("--dedup %q: want memory or a redis:// URL", o.dedup)
 	}
 	if err := checkStatusAddr(o.status); err != nil {
 		return err
@@ -202,6 +203,7 @@ type server struct {
 
 	dd            dedup.Counters // received, applied, duplicates, store errors
 	retransmitted atomic.Uint64  // application requests received with the T flag
+	dedupLost     atomic.Uint64  // losses of the --dedup store's state noticed
 
 	srvs  []*peer.Server // one per Diameter --listen; set before serving
 	rsrvs []radiusServer // one per RADIUS --listen
@@ -222,6 +224,7 @@ type serverReport struct {
 	Cancelled     uint64       `json:"cancelled"`     // not answered: the connection closed before the store answered
 	Superseded    uint64       `json:"superseded"`    // handled here, but another server committed it first (we stalled): answered with its answer
 	TooLarge      uint64       `json:"too_large"`     // of the applied, answers over --dedup-max-answer: sent, not kept
+	DedupLost     uint64       `json:"dedup_lost"`    // times the --dedup store was found to have lost its entries
 	NotKept       uint64       `json:"not_kept"`      // duplicates of those, refused DIAMETER_UNABLE_TO_COMPLY
 	Dedup         string       `json:"dedup"`         // the --dedup store (password elided)
 	EventsDropped uint64       `json:"events_dropped"`
@@ -272,11 +275,13 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 		}
 		topts.TLS = tc
 	}
+	bus := peer.NewBus()
 	if store == nil {
 		if strings.HasPrefix(o.dedup, "redis") {
 			redis.SetLogger(redisLog{log}) // process-wide: this is main
 		}
-		st, err := dedup.Open(o.dedup, dedup.WithMaxBytes(o.dedupBytes), dedup.WithMaxAnswerSize(o.dedupAnswer))
+		st, err := dedup.Open(o.dedup, dedup.WithMaxBytes(o.dedupBytes), dedup.WithMaxAnswerSize(o.dedupAnswer),
+			dedup.WithLogger(log), dedup.WithStateLost(func() { s.storeLost(bus) }))
 		if err != nil {
 			fmt.Fprintf(stderr, "aaa-peer server: --dedup %s: %v\n", redactURL(o.dedup), err)
 			return 2
@@ -292,9 +297,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 		}
 		store = st
 	}
-	bus := peer.NewBus()
 	metrics := newMetrics(o.status)
 	metrics.CountDedupHitsFrom(s.dd.Duplicates.Load)
+	s.exportStoreLost(metrics)
 	defer metrics.Watch(bus)() // watchdog states, transitions
 	defer logPeerEvents(bus, log)()
 	s.cfg = s.peerConfig(store, s.handle, bus)
@@ -392,6 +397,27 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 	return code
 }
 
+// metricDedupLost counts the losses of the --dedup store's state.
+const metricDedupLost = "aaatp_dedup_store_lost_total"
+
+// storeLost reports that the --dedup store lost its entries (the store
+// has logged it): counted, and an error event on bus.
+func (s *server) storeLost(bus *peer.Bus) {
+	s.dedupLost.Add(1)
+	bus.Publish(peer.Event{Time: time.Now(), Peer: "dedup", Type: peer.EventError,
+		Reason: "the --dedup store lost its entries (Redis restarted empty, flushed, failed over or evicted): duplicates of requests answered before may be applied again"})
+}
+
+// exportStoreLost adds the count of storeLost to metrics (nil: none).
+func (s *server) exportStoreLost(metrics *status.Metrics) {
+	if reg := metrics.Registry(); reg != nil {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: metricDedupLost,
+			Help: "Times the --dedup store was found to have lost its entries (Redis restarted empty, flushed, failed over or evicted): duplicates of requests answered before may have been applied again.",
+		}, func() float64 { return float64(s.dedupLost.Load()) }))
+	}
+}
+
 // checkConfig catches what peer's validation would refuse in the parts of
 // the Config that come from flags, naming the flag.
 func checkConfig(cfg peer.Config) error {
@@ -479,6 +505,7 @@ func (s *server) report(dropped uint64) serverReport {
 		Received: s.dd.Received.Load(), Retransmitted: s.retransmitted.Load(),
 		Applied: applied, Answered: applied + dups + serrs + sup + notKept, Duplicates: dups, StoreErrors: serrs,
 		Cancelled: s.dd.Cancelled.Load(), Superseded: sup, TooLarge: s.dd.TooLarge.Load(), NotKept: notKept,
+		DedupLost:     s.dedupLost.Load(),
 		Dedup:         redactURL(s.o.dedup),
 		EventsDropped: dropped, Peers: s.ended.list(), PeersEnded: s.ended.total, PeersForgotten: s.ended.total - uint64(s.ended.len()),
 	}
@@ -579,7 +606,17 @@ func probeStore(ctx context.Context, st dedup.Store) error {
 // redactURL elides the password of a store URL.
 func redactURL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+	if err != nil {
+		return s
+	}
+	q := u.Query()
+	for _, k := range []string{"password", "sentinel_password"} { // Sentinel URLs' master password
+		if q.Has(k) {
+			q.Set(k, "xxxxx")
+			u.RawQuery = q.Encode()
+		}
+	}
+	if u.User == nil && u.RawQuery == "" {
 		return s
 	}
 	return u.Redacted()

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/status"
+)
+
+// TestRedactURL: no password of a --dedup URL reaches the report, the
+// status page or the logs, whether in the userinfo or, for Sentinel, in
+// the query.
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"memory":                           "memory",
+		"redis://127.0.0.1:6379/0":         "redis://127.0.0.1:6379/0",
+		"redis://:s3cret@127.0.0.1:6379/0": "redis://:xxxxx@127.0.0.1:6379/0",
+		"redis://s1:26379/0?master_name=m&password=s3cret&addr=s2:26379":   "redis://s1:26379/0?addr=s2%3A26379&master_name=m&password=xxxxx",
+		"redis://u:s3cret@s1:26379?master_name=m&sentinel_password=s3cret": "redis://u:xxxxx@s1:26379?master_name=m&sentinel_password=xxxxx",
+		"redis+cluster://n1:7000?addr=n2:7000":                             "redis+cluster://n1:7000?addr=n2:7000",
+	} {
+		got := redactURL(in)
+		if got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+		if strings.Contains(got, "s3cret") {
+			t.Errorf("redactURL(%q) shows the password", in)
+		}
+	}
+}
+
+// TestStoreLostReported: a loss of the --dedup store's state is counted
+// (the aaatp_dedup_store_lost_total metric and the report read it) and
+// published as an error event.
+func TestStoreLostReported(t *testing.T) {
+	s := &server{}
+	metrics := status.NewMetrics()
+	s.exportStoreLost(metrics)
+	s.exportStoreLost(nil) // no --status: nothing to export to
+	bus := peer.NewBus()
+	var got []peer.Event
+	defer bus.Subscribe(func(e peer.Event) { got = append(got, e) })()
+	s.storeLost(bus)
+	if s.dedupLost.Load() != 1 || s.report(0).DedupLost != 1 {
+		t.Fatalf("loss not counted: %d", s.dedupLost.Load())
+	}
+	rec := httptest.NewRecorder()
+	metrics.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	if !strings.Contains(rec.Body.String(), metricDedupLost+" 1") {
+		t.Fatalf("metric not exported:\n%s", rec.Body.String())
+	}
+	if len(got) != 1 || got[0].Type != peer.EventError || !strings.Contains(got[0].Reason, "lost its entries") {
+		t.Fatalf("events %+v", got)
+	}
+}
