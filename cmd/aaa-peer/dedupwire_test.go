@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/status"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestRedactURL: no password of a --dedup URL reaches the report, the
@@ -53,5 +56,39 @@ func TestStoreLostReported(t *testing.T) {
 	}
 	if len(got) != 1 || got[0].Type != peer.EventError || !strings.Contains(got[0].Reason, "lost its entries") {
 		t.Fatalf("events %+v", got)
+	}
+}
+
+// TestDedupRedisLost: a Redis that lost its entries (FLUSHALL, as a
+// restart without persistence does) is noticed by the server at its next
+// request: counted in the report, logged at warn and published as an
+// error event.
+func TestDedupRedisLost(t *testing.T) {
+	t.Parallel()
+	url := startRedis(t)
+	a := startServer(t, "--dedup", url, "--origin-host", "a.example.net")
+	pa := dialOkay(t, a.url)
+	sendDup(t, pa, pa, peer.NextEndToEnd())
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := redis.NewClient(opt)
+	defer rc.Close()
+	if err := rc.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sendDup(t, pa, pa, peer.NextEndToEnd())
+	pa.Close(context.Background())
+	a.stop(t)
+	if rep := a.readReport(t); rep.DedupLost != 1 || rep.Applied != 2 {
+		t.Errorf("report %+v, want dedup_lost 1", rep)
+	}
+	events, err := os.ReadFile(a.events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(events), `"type":"error"`) || !strings.Contains(string(events), "lost its entries") {
+		t.Errorf("no error event for the loss:\n%s", events)
 	}
 }
