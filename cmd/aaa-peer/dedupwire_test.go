@@ -54,7 +54,7 @@ func TestStoreLostReported(t *testing.T) {
 	if !strings.Contains(rec.Body.String(), metricDedupLost+" 1") {
 		t.Fatalf("metric not exported:\n%s", rec.Body.String())
 	}
-	if len(got) != 1 || got[0].Type != peer.EventError || !strings.Contains(got[0].Reason, "lost its entries") {
+	if len(got) != 1 || got[0].Kind != peer.EventError || !strings.Contains(got[0].Reason, "lost its entries") {
 		t.Fatalf("events %+v", got)
 	}
 }
