@@ -121,7 +121,7 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.app, "app", "acct", "`APP` requests to send: acct (Accounting-Request, application 3) or test (test_app Test-Request, application 16777214)")
 	fs.StringVar(&o.events, "events", "", "write every peer event as a JSON line to `FILE` (\"-\" is stdout)")
 	fs.StringVar(&o.report, "report", "", "write a JSON report to `FILE` at the end (\"-\" is stdout)")
-	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "per-request deadline `D`, including any wait for a peer in service")
+	fs.DurationVar(&o.timeout, "timeout", 0, "per-request deadline `D`, including any wait for a peer in service and a failover (default: the failover detection of --tw, 2 x (tw + 2s), plus 10s for the answer: 74s at --tw 30s; a shorter one is logged as a warning)")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 10*time.Second, "wait at most `D` for the first peer to be OKAY, else exit 1")
 	fs.BoolVar(&o.noDelay, "no-delay", false, "disable Nagle on TCP and TLS sockets (RFC 3539 3.2 wants it on)")
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "PEM CA `FILE` that tls:// servers' certificates must chain to (default: system roots)")
@@ -167,7 +167,7 @@ func (o *clientOptions) validate() error {
 		return usagef("--requests must not be negative")
 	case o.duration < 0:
 		return usagef("--duration must not be negative")
-	case o.timeout <= 0:
+	case o.timeout < 0:
 		return usagef("--timeout must be positive")
 	case o.connectTimeout <= 0:
 		return usagef("--connect-timeout must be positive")
@@ -232,6 +232,10 @@ func (o *clientOptions) validate() error {
 			return usagef("--queue-alarm %q: want HIGH,LOW with HIGH > LOW >= 0", o.queueAlarm)
 		}
 		o.alarmHigh, o.alarmLow = h, l
+	}
+	if o.timeout == 0 {
+		// Long enough for a hung peer's requests to be replayed (F11).
+		o.timeout = client.FailoverDetection(o.tw) + peer.DefaultRequestTimeout
 	}
 	return nil
 }

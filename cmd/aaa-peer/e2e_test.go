@@ -194,6 +194,11 @@ func TestAnswerDelayAndStall(t *testing.T) {
 		if r.code != 0 || r.report.Failed != 3 || r.report.FailedBy["timeout"] != 3 {
 			t.Errorf("exit %d, report %+v\n%s", r.code, r.report, r.stderr)
 		}
+		// 200ms is far below the 64s it takes to detect a hung peer at the
+		// default --tw: the client says so at start, naming both.
+		if !strings.Contains(r.stderr, "shorter than failover detection") || !strings.Contains(r.stderr, "200ms") || !strings.Contains(r.stderr, "1m4s") {
+			t.Errorf("no deadline warning naming 200ms and 1m4s in:\n%s", r.stderr)
+		}
 		if code := srv.stop(t); code != 0 {
 			t.Errorf("server exit %d", code)
 		}

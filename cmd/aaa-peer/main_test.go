@@ -255,6 +255,25 @@ func TestDispatch(t *testing.T) {
 	}
 }
 
+// The default --timeout covers failover detection at the chosen --tw
+// (F11): 2 x (tw + 2s) + 10s.
+func TestClientDefaultTimeoutCoversFailover(t *testing.T) {
+	for tw, want := range map[string]time.Duration{"30s": 74 * time.Second, "6s": 26 * time.Second} {
+		var o clientOptions
+		fs := clientFlags(&o, io.Discard)
+		if err := fs.Parse([]string{"--peer", "tcp://127.0.0.1:3868", "--origin-host", "c.example.net", "--origin-realm", "example.net",
+			"--destination-realm", "example.net", "--tw", tw}); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.validate(); err != nil {
+			t.Fatal(err)
+		}
+		if o.timeout != want {
+			t.Errorf("--tw %s: default --timeout %v, want %v", tw, o.timeout, want)
+		}
+	}
+}
+
 func TestFlagValidation(t *testing.T) {
 	srv := []string{"--listen", "tcp://127.0.0.1:0", "--origin-host", "s.example.net", "--origin-realm", "example.net"}
 	cli := []string{"--peer", "tcp://127.0.0.1:3868", "--origin-host", "c.example.net", "--origin-realm", "example.net", "--destination-realm", "example.net"}
