@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +40,8 @@ type fakeServer struct {
 	host    string
 	handle  peer.Handler   // default: answer 2001 (see handler)
 	applied map[uint32]int // End-to-End id -> application runs, when counting
+
+	dupAnswers atomic.Bool // write every application answer twice
 
 	mu     sync.Mutex
 	frozen bool
@@ -151,7 +154,7 @@ type freezeConn struct {
 }
 
 func newFreezeConn(c transport.Conn, f *fakeServer) *freezeConn {
-	fc := &freezeConn{Conn: c, f: f, q: make(chan []byte, 100000), errc: make(chan error, 1)}
+	fc := &freezeConn{Conn: c, f: f, q: make(chan []byte, 1<<12), errc: make(chan error, 1)}
 	fc.wg.Add(1)
 	go func() {
 		defer fc.wg.Done()
@@ -195,6 +198,16 @@ func (fc *freezeConn) ReadMessage() ([]byte, error) {
 func (fc *freezeConn) WriteMessages(msgs ...[]byte) error {
 	if g := fc.f.gate(); g != nil {
 		<-g
+	}
+	if fc.f.dupAnswers.Load() {
+		var out [][]byte
+		for _, m := range msgs {
+			out = append(out, m)
+			if !wire.IsRequest(m) && wire.AppID(m) != 0 {
+				out = append(out, m)
+			}
+		}
+		msgs = out
 	}
 	return fc.Conn.WriteMessages(msgs...)
 }

@@ -71,20 +71,21 @@ type Call struct {
 	done atomic.Bool // state is final; read without the mutex
 	tag  atomic.Pointer[any]
 
-	mu          sync.Mutex
-	state       CallState
-	raw         []byte   // bytes of the latest send; each resend works on a copy
-	hbh         uint32   // Hop-by-Hop id on owner
-	owner       *conn    // InFlight: where it is pending
-	sentOn      []*conn  // every connection it was queued on, oldest first
-	sentOn0     [2]*conn // sentOn's first array: most requests are sent once or twice
-	seq         uint64   // send order on owner (under owner.mu)
-	sends       int
-	keepT       bool    // an agent's forwarded request keeps its T flag
-	errAnswered bool    // the last connection answered with an error: resend without T
-	refusedBy   []*Peer // peers that answered too busy / unable to deliver
-	lastAnswer  []byte  // the last of those answers
-	first, by   *Peer
+	mu           sync.Mutex
+	state        CallState
+	raw          []byte   // bytes of the latest send; each resend works on a copy
+	hbh          uint32   // Hop-by-Hop id on owner
+	owner        *conn    // InFlight: where it is pending
+	sentOn       []*conn  // every connection it was queued on, oldest first
+	sentOn0      [2]*conn // sentOn's first array: most requests are sent once or twice
+	seq          uint64   // send order on owner (under owner.mu)
+	sends        int
+	keepT        bool    // an agent's forwarded request keeps its T flag
+	errAnswered  bool    // the last connection answered with an error: resend without T
+	afterRefusal bool    // the latest send was such a resend (for testhook.Queued)
+	refusedBy    []*Peer // peers that answered too busy / unable to deliver
+	lastAnswer   []byte  // the last of those answers
+	first, by    *Peer
 }
 
 // NewCall wraps an encoded request. It sets the R flag and, when the

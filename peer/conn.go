@@ -288,6 +288,9 @@ func (c *conn) submit(cl *Call) (resend bool, err error) {
 		c.mu.Unlock()
 		return false, err
 	}
+	if testhook.Queued != nil {
+		testhook.Queued(cl.e2e, c, raw, cl.afterRefusal)
+	}
 	c.mu.Unlock()
 	if testhook.AfterQueue != nil {
 		testhook.AfterQueue(cl.e2e)
@@ -339,10 +342,13 @@ func (c *conn) submitAll(calls []*Call) (refused []*Call, n, resends int, err er
 	c.wq = append(c.wq, raws...)
 	c.kickLocked()
 	c.wmu.Unlock()
-	for _, b := range ok {
+	for i, b := range ok {
 		c.seq++
 		b.cl.seq = c.seq
 		c.pending[b.id] = b.cl
+		if testhook.Queued != nil {
+			testhook.Queued(b.cl.e2e, c, raws[i], b.cl.afterRefusal)
+		}
 		if b.prev != Queued {
 			resends++
 		}
@@ -461,7 +467,7 @@ func (c *conn) startDrain() <-chan struct{} {
 // drainedLocked signals a drain once the pending map is empty. c.mu is
 // held.
 func (c *conn) drainedLocked() {
-	if c.draining && len(c.pending) == 0 && c.drained != nil {
+	if c.draining && len(c.pending) == 0 && c.owed.Load() == 0 && c.drained != nil {
 		select {
 		case <-c.drained:
 		default:
@@ -533,8 +539,13 @@ func (c *conn) answerRequest(req []byte) {
 			p.stats.answersSent.Add(1)
 		}
 	}
-	if c.owed.Add(-1) == 0 && c.heldDPA.Load() != nil {
-		c.releaseDPA()
+	if c.owed.Add(-1) == 0 {
+		if c.heldDPA.Load() != nil {
+			c.releaseDPA()
+		}
+		c.mu.Lock()
+		c.drainedLocked() // a server's graceful disconnect waits for what it owes
+		c.mu.Unlock()
 	}
 }
 

@@ -110,6 +110,7 @@ func (c *Call) board(cn *conn) (raw []byte, id uint32, prev CallState, err error
 	}
 	id = cn.hbh.Next()
 	wire.SetHopByHop(raw, id)
+	c.afterRefusal = c.sends > 0 && c.errAnswered
 	c.raw, c.hbh, c.owner = raw, id, cn
 	c.sentOn = append(c.sentOn, cn)
 	c.sends++

@@ -8,3 +8,10 @@ package testhook
 // been queued on a connection, before the send returns: a test can stretch
 // that window (for instance let a failover run inside it).
 var AfterQueue func(endToEnd uint32)
+
+// Queued, when set, runs for every request queued on a connection, under
+// that connection's lock (so calls for one request come in send order):
+// conn identifies the connection, msg is the bytes queued (read them at
+// once, do not keep them), afterRefusal says the previous connection
+// answered the request too busy / unable to deliver. It must not block.
+var Queued func(endToEnd uint32, conn any, msg []byte, afterRefusal bool)
