@@ -14,7 +14,7 @@ import (
 
 const pickNAI = "subscriber-0123456@example.net" // 30 bytes, as loadbalance's benchmarks
 
-type pickResult struct{ naiOnlyNs, knownNs, allocs float64 }
+type pickResult struct{ naiOnlyNs, knownNs, allocs, firstSeenNs float64 }
 
 func nsPerOp(r testing.BenchmarkResult) float64 {
 	if r.N == 0 {
@@ -24,28 +24,46 @@ func nsPerOp(r testing.BenchmarkResult) float64 {
 }
 
 // measurePick runs loadbalance's Pick (Pearson, 8 servers of weight 1)
-// under testing.Benchmark: with the NAI only (hash + table), and with the
-// NAI and a known Session-Id (what an interim or stop ACR costs; the JSON
-// figure).
+// under testing.Benchmark: with the NAI only (hash + table); with the NAI
+// and a remembered Session-Id (one server down, the NAI in a bucket its
+// return would take: what an interim or stop ACR of such a conversation
+// costs, a lookup in the conversation memory; the JSON figure); and with
+// every server in service, the NAI and a first-seen Session-Id each time
+// (nothing is remembered then).
 func measurePick() (*pickResult, error) {
 	srv := make([]loadbalance.Server, 8)
 	for i := range srv {
 		srv[i] = loadbalance.Server{Name: fmt.Sprintf("s%d", i), Weight: 1, Index: i}
 	}
+	all, err := loadbalance.New(loadbalance.Pearson, srv, loadbalance.Options{})
+	if err != nil {
+		return nil, err
+	}
 	lb, err := loadbalance.New(loadbalance.Pearson, srv, loadbalance.Options{})
 	if err != nil {
 		return nil, err
 	}
-	known := loadbalance.Request{NAI: pickNAI, SessionID: "nas1.example.net;1234567890;42"}
-	if _, err := lb.Pick(known); err != nil {
-		return nil, err
+	lb.SetState("s7", loadbalance.Down)
+	var known loadbalance.Request
+	for i := 0; ; i++ {
+		if i == 10_000 {
+			return nil, fmt.Errorf("pick: no NAI in a remembered bucket")
+		}
+		known = loadbalance.Request{NAI: fmt.Sprintf("subscriber-%07d@example.net", i), SessionID: fmt.Sprintf("nas1.example.net;1234567890;%d", i)}
+		before := lb.Snapshot().Sessions
+		if _, err := lb.Pick(known); err != nil {
+			return nil, err
+		}
+		if lb.Snapshot().Sessions > before {
+			break
+		}
 	}
 	naiOnly := loadbalance.Request{NAI: pickNAI}
 	var res pickResult
 	r := testing.Benchmark(func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			lb.Pick(naiOnly)
+			all.Pick(naiOnly)
 		}
 	})
 	res.naiOnlyNs = nsPerOp(r)
@@ -57,6 +75,18 @@ func measurePick() (*pickResult, error) {
 	})
 	res.knownNs = nsPerOp(r)
 	res.allocs = float64(r.AllocsPerOp())
+	ids := make([]string, 1<<16)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("nas1.example.net;1234567890;%d", i)
+	}
+	r = testing.Benchmark(func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			all.Pick(loadbalance.Request{NAI: pickNAI, SessionID: ids[i&(len(ids)-1)]})
+			i++
+		}
+	})
+	res.firstSeenNs = nsPerOp(r)
 	return &res, nil
 }
 

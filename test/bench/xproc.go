@@ -125,7 +125,7 @@ func roleClient(kind, addr string, callers int, d time.Duration, out io.Writer) 
 	}
 	done := make(chan res, 1)
 	go func() {
-		lat, _, err := benchcmp.RunFor(countingEnv{e, &ok, &failed}, callers, d, 1<<16)
+		lat, _, err := benchcmp.RunFor(countingEnv{e, &ok, &failed}, callers, d, 1<<12)
 		done <- res{lat, err}
 	}()
 	began := time.Now()
@@ -547,7 +547,12 @@ func (x *xprocEnv) runPair(p Pair, d time.Duration, n int, rssAt []uint64) (res 
 				continue // the client is exiting
 			}
 			samples = append(samples, sample{time.Now(), a, f, cc, sc})
-			res.ClientRSSKiB, res.ServerRSSKiB = procRSS(cli.pid()), procRSS(srv.pid())
+			if rss := procRSS(cli.pid()); rss > 0 { // 0: exiting
+				res.ClientRSSKiB = rss
+			}
+			if rss := procRSS(srv.pid()); rss > 0 {
+				res.ServerRSSKiB = rss
+			}
 			for next < len(rssAt) && a+f >= rssAt[next] {
 				res.rssAtAnswered = append(res.rssAtAnswered, rssSample{a + f, res.ClientRSSKiB, res.ServerRSSKiB})
 				next++
