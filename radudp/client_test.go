@@ -547,3 +547,36 @@ func TestClientCallerDeadlines(t *testing.T) {
 		}
 	})
 }
+
+// The throttle's queues hold at most MaxQueued requests: past it Exchange
+// fails at once with ErrBusy.
+func TestClientMaxQueued(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		startServer(t, n, "a:1812", nil, nil)
+		c := newTestClient(t, n, Config{Servers: []ServerSpec{{Name: "a", URL: "radius://a:1812",
+			Accounting: throttle.Limits{MaxRate: 1}}}, Slot: time.Second, MaxQueued: 3})
+		errs := make(chan error, 4)
+		for i := range 4 { // one goes in this slot, three wait
+			go func() {
+				_, err := c.Exchange(context.Background(), accountingStop(fmt.Sprintf("s%d", i)))
+				errs <- err
+			}()
+			synctest.Wait()
+		}
+		if q := c.Stats().Queued; q != 3 {
+			t.Fatalf("%d queued, want 3", q)
+		}
+		if _, err := c.Exchange(context.Background(), accountingStop("one-too-many")); !errors.Is(err, ErrBusy) {
+			t.Fatalf("err %v, want ErrBusy", err)
+		}
+		for range 4 {
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+		}
+		if st := c.Stats(); st.Reasons["queue full"] != 1 || st.Answered != 4 {
+			t.Errorf("stats %+v", st)
+		}
+	})
+}
