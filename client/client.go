@@ -157,6 +157,7 @@ type Client struct {
 	rr      atomic.Uint64
 	events  *Bus
 	cancels []func()
+	ready   readiness // wakes WaitReady
 
 	mu      sync.Mutex
 	parked  []*peer.Call // waiting for any peer in service (F3)
@@ -644,6 +645,7 @@ func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.
 	if e.Kind != peer.EventWatchdog {
 		return
 	}
+	defer c.ready.changed() // once everything below is applied
 	to := e.To
 	if c.bal != nil {
 		st := loadbalance.Down

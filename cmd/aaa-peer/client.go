@@ -350,23 +350,12 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		// Probes and keep-alives: one request of the test user (S4, S5).
 		ccfg.TestRequest = func(string) []byte { return c.buildFor(c.issued.Add(1), o.testUser) }
 	}
-	// Watch the bus before dialing so the first OKAY is not missed.
-	up := make(chan struct{}, 1)
-	cancelUp := bus.Subscribe(func(e client.Event) {
-		if e.Kind == client.EventPeer && e.Peer.Kind == peer.EventWatchdog && e.Peer.To == watchdog.Okay {
-			select {
-			case up <- struct{}{}:
-			default:
-			}
-		}
-	})
 	cancelLog := logClientEvents(bus, log)
 	defer cancelLog()
 	defer metrics.WatchClient(bus)() // watchdog states, transitions, failovers
 	c.cl, err = client.New(ccfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
-		cancelUp()
 		ew.Close()
 		return 2
 	}
@@ -374,7 +363,6 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	web, err := openStatus(o.status, status.SourceFunc(c.clientSnapshot), metrics, log)
 	if err != nil {
 		log.Error("status page", "err", err)
-		cancelUp()
 		c.closeClient()
 		ew.Close()
 		return 1
@@ -382,7 +370,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 	code := 0
 	began := time.Now()
-	if err := c.waitUp(ctx, up); err != nil {
+	if err := c.waitUp(ctx); err != nil {
 		log.Error("no peer in service", "err", err)
 		code = 1
 	} else {
@@ -392,7 +380,6 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			code = 1
 		}
 	}
-	cancelUp()
 	elapsed := time.Since(began) // the run, not the disconnect
 
 	if err := web.Close(); err != nil {
@@ -432,53 +419,26 @@ func (c *loadgen) onWire() uint64 {
 	return n
 }
 
-// ready counts the peers in service: OKAY, and in balance mode also in
-// the balancer's table (it follows the watchdog a moment later).
-func (c *loadgen) ready() int {
-	var inTable map[string]bool
-	if b := c.cl.Balancer(); b != nil {
-		inTable = make(map[string]bool)
-		for _, st := range b.Snapshot().Servers {
-			inTable[st.Name] = st.State == loadbalance.InService
-		}
-	}
-	n := 0
-	for i, p := range c.peers {
-		if p.State() == watchdog.Okay && (inTable == nil || inTable[c.o.peers[i]]) {
-			n++
-		}
-	}
-	return n
-}
-
 // waitUp waits until --wait-peers peers are in service, --connect-timeout
 // or ctx. Past --connect-timeout, one peer in service is enough.
-func (c *loadgen) waitUp(ctx context.Context, up <-chan struct{}) error {
+func (c *loadgen) waitUp(ctx context.Context) error {
 	want := c.o.waitPeers
 	if want == 0 {
 		want = len(c.peers)
 	}
-	t := time.NewTimer(c.o.connectTimeout)
-	defer t.Stop()
-	poll := time.NewTicker(10 * time.Millisecond) // the balancer lags the events
-	defer poll.Stop()
-	for {
-		if c.ready() >= want {
-			return nil
-		}
-		select {
-		case <-up:
-		case <-poll.C:
-		case <-t.C:
-			if n := c.ready(); n > 0 {
-				c.log.Warn("not every peer wanted is in service; going on", "ready", n, "wait_peers", want, "connect_timeout", c.o.connectTimeout)
-				return nil
-			}
-			return fmt.Errorf("none of %d peers OKAY within %v (--connect-timeout)", len(c.peers), c.o.connectTimeout)
-		case <-ctx.Done():
-			return fmt.Errorf("interrupted while connecting: %w", context.Cause(ctx))
-		}
+	wctx, cancel := context.WithTimeout(ctx, c.o.connectTimeout)
+	defer cancel()
+	err := c.cl.WaitReady(wctx, want)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("interrupted while connecting: %w", context.Cause(ctx))
+	case c.cl.WaitReady(wctx, 1) == nil: // wctx is done: this only counts
+		c.log.Warn("not every peer wanted is in service; going on", "err", err, "wait_peers", want, "connect_timeout", c.o.connectTimeout)
+		return nil
 	}
+	return fmt.Errorf("none of %d peers OKAY within %v (--connect-timeout)", len(c.peers), c.o.connectTimeout)
 }
 
 // closeClient disconnects every peer (DPR/DPA), bounded by shutdownBudget.

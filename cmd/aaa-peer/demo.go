@@ -203,16 +203,6 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer metrics.WatchClient(bus)() // the client's peers: states, transitions, failovers
 	defer logClientEvents(bus, log)()
 	g := newLoadgen(co, log, metrics)
-	up := make(chan struct{}, 1)
-	cancelUp := bus.Subscribe(func(e client.Event) {
-		if e.Kind == client.EventPeer && e.Peer.Kind == peer.EventWatchdog && e.Peer.To == watchdog.Okay {
-			select {
-			case up <- struct{}{}:
-			default:
-			}
-		}
-	})
-	defer cancelUp()
 	d.tl.watchClient(bus, d.servers)
 	g.cl, err = client.New(ccfg)
 	if err != nil {
@@ -244,7 +234,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else if web != nil {
 		fmt.Fprintf(stderr, "aaa-peer demo: status page %s\n", web.URL())
 	}
-	if err := g.waitUp(ctx, up); err != nil {
+	if err := g.waitUp(ctx); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer demo: %v\n", err)
 		return 1
 	}
