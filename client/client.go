@@ -597,8 +597,9 @@ func (c *Client) pick(cl *peer.Call, skip ...*member) *member {
 }
 
 // maxParked bounds the parked queue; past it the oldest parked request
-// fails with ErrNoPeer rather than the queue growing without bound.
-const maxParked = 1 << 16
+// fails with ErrNoPeer rather than the queue growing without bound. A
+// variable for tests.
+var maxParked = 1 << 16
 
 func (c *Client) park(cl *peer.Call) {
 	if !cl.Park() {

@@ -90,12 +90,13 @@ func readScript(t *testing.T, path string) (lines []scriptLine, broken string) {
 //	set deadline D|default     Config.RequestTimeout (default: 1h; "default": unset)
 //	set max-connections N      Config.MaxConnections
 //	start                      New, then wait until every dialed peer is OKAY
-//	handler a ok|silent|busy|unable|delay D
+//	handler a ok|silent|busy|unable|reject|delay D
 //	                           how server a answers requests (2001, never,
-//	                           3004, 3002, 2001 after D)
+//	                           3004, 3002, 5012, 2001 after D)
+//	set forward-t on           Config.ForwardRetransmitFlag
 //	freeze a / thaw a          server a stops reading and writing / resumes
 //	drop a                     server a's connections are reset
-//	send r1 [dest=H] [session=S] [record=start|interim|stop] [number=N] [ts=N]
+//	send r1 [dest=H] [session=S] [record=start|interim|stop] [number=N] [ts=N] [t-flag]
 //	                           a Send in the background, End-to-End id by name
 //	hook after-queue r1 D      the first queueing of r1 stalls its sender for D
 //	sleep D                    virtual time passes
@@ -111,6 +112,7 @@ type scenario struct {
 	mode     Mode
 	deadline time.Duration
 	maxConns int
+	forwardT bool
 	servers  map[string]*scenServer
 	order    []string
 	store    *dedup.Memory
@@ -251,6 +253,8 @@ func (s *scenario) exec(f []string) {
 			}
 		case "max-connections":
 			s.maxConns, _ = strconv.Atoi(f[2])
+		case "forward-t":
+			s.forwardT = f[2] == "on"
 		default:
 			s.failf("unknown setting %q", f[1])
 		}
@@ -315,11 +319,8 @@ func (s *scenario) addServer(name string) {
 		switch kind {
 		case "silent":
 			return nil
-		case "busy", "unable":
-			rc := uint32(message.TooBusy)
-			if kind == "unable" {
-				rc = message.UnableToDeliver
-			}
+		case "busy", "unable", "reject":
+			rc := map[string]uint32{"busy": message.TooBusy, "unable": message.UnableToDeliver, "reject": message.UnableToComply}[kind]
 			return message.NewAnswer(req).ResultCode(rc). // 3xxx: the E bit
 									String(message.OriginHost, 0, true, host).
 									String(message.OriginRealm, 0, true, "example.net").Bytes()
@@ -354,6 +355,7 @@ func (s *scenario) start() {
 	cfg.RequestTimeout = s.deadline
 	cfg.Peer.RequestTimeout = s.deadline
 	cfg.MaxConnections = s.maxConns
+	cfg.ForwardRetransmitFlag = s.forwardT
 	c, err := New(cfg)
 	if err != nil {
 		s.failf("New: %v", err)
@@ -396,9 +398,12 @@ func (s *scenario) request(id uint32, opts []string) []byte {
 	var dest string
 	var ts uint32
 	origin := "client.example.net"
+	tflag := false
 	for _, o := range opts {
 		k, v, _ := strings.Cut(o, "=")
 		switch k {
+		case "t-flag":
+			tflag = true
 		case "from": // the Origin-Host, which a server checks against the connection's peer
 			origin = v
 		case "dest":
@@ -433,6 +438,9 @@ func (s *scenario) request(id uint32, opts []string) []byte {
 	}
 	req := b.Bytes()
 	wire.SetEndToEnd(req, id)
+	if tflag {
+		wire.SetRetransmit(req)
+	}
 	return req
 }
 
@@ -447,6 +455,7 @@ func (s *scenario) request(id uint32, opts []string) []byte {
 //	expect r1 applied N         the servers' application ran N times for r1
 //	expect a pending N          the Client's peer for a holds N pending requests
 //	expect a late N             ...and counted N late answers
+//	expect a premature N        the Client counted N premature failovers from a
 //	expect raw answers r1 r2... before-dpa
 //	                            the raw connection got those answers, then the DPA
 func (s *scenario) expect(f []string) {
@@ -471,6 +480,13 @@ func (s *scenario) expect(f []string) {
 			}
 			if got != want {
 				s.failf("server %s read %s %d times %s, want %d", f[0], f[2], got, strings.Join(f[4:], " "), want)
+			}
+		case "premature":
+			want, _ := strconv.Atoi(f[2])
+			for _, st := range s.c.ServerStats() {
+				if st.Server == sv.f.host && int(st.Premature) != want {
+					s.failf("server %s: %d premature failovers counted, want %d", f[0], st.Premature, want)
+				}
 			}
 		case "pending", "late":
 			want, _ := strconv.Atoi(f[2])

@@ -150,6 +150,7 @@ type simWorld struct {
 	sends    map[uint32][]simSend
 	refusals map[[2]uint32]int // (e2e, hbh) of a 3004/3002 the client read -> seq
 	applied  map[uint32]int
+	commits  map[uint32][]string // for a failure's report: who committed when
 	counts   simCounts
 }
 
@@ -229,7 +230,7 @@ func simQueued(e2e uint32, conn any, msg []byte, afterRefusal bool) {
 
 func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	w := &simWorld{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)),
-		sends: map[uint32][]simSend{}, refusals: map[[2]uint32]int{}, applied: map[uint32]int{}}
+		sends: map[uint32][]simSend{}, refusals: map[[2]uint32]int{}, applied: map[uint32]int{}, commits: map[uint32][]string{}}
 	simWorlds.Lock()
 	if simWorlds.m == nil {
 		simWorlds.m = map[uint32]*simWorld{}
@@ -256,6 +257,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		s.f.handle = dedup.WrapCommit(store, w.handler(s), func(req, ans []byte) {
 			if rc, _ := message.ResultCodeOf(ans); rc == message.Success {
 				w.mu.Lock()
+				w.commits[wire.EndToEnd(req)] = append(w.commits[wire.EndToEnd(req)], fmt.Sprintf("%s@%v T=%v", s.host, time.Now().Format("04:05.000"), wire.Flags(req)&wire.FlagRetransmit != 0))
 				w.applied[wire.EndToEnd(req)]++
 				w.mu.Unlock()
 			}
@@ -298,7 +300,10 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			req = acrTo(int(id), nai, w.servers[w.rng.IntN(len(w.servers))].host)
 		}
 		wire.SetEndToEnd(req, id)
-		deadline := 15 * time.Minute
+		// Within the servers' duplicate window (dedup.DefaultMaxAge, the 4
+		// minutes an End-to-End id is unique for): a replay later than
+		// that is a new request to them.
+		deadline := 3 * time.Minute
 		if w.rng.IntN(8) == 0 { // its answer may come after the deadline
 			deadline = time.Duration(1+w.rng.IntN(30)) * time.Second
 		}
@@ -500,7 +505,7 @@ func (w *simWorld) check(results <-chan simOutcome) {
 			n := w.applied[r.e2e]
 			w.mu.Unlock()
 			if n != 1 {
-				t.Errorf("seed %d: request %d answered 2001 but applied %d times", seed, r.e2e, n)
+				t.Errorf("seed %d: request %d answered 2001 but applied %d times; sends %+v; commits %v", seed, r.e2e, n, w.sends[r.e2e], w.commits[r.e2e])
 			}
 		case message.TooBusy, message.UnableToDeliver, message.UnableToComply:
 		default:

@@ -1,0 +1,101 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The parked queue is bounded: past maxParked the oldest waiting request
+// fails with ErrNoPeer, the others keep waiting and are answered once a
+// peer is back.
+func TestParkedQueueBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		defer func(n int) { maxParked = n }(maxParked)
+		maxParked = 3
+		srv := newFakeServer("a.example.net")
+		n := network{"tcp://a:3868": srv}
+		defer n.close()
+		c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:3868"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		srv.freeze()
+		errs := make([]chan error, 4)
+		for i := range errs {
+			errs[i] = make(chan error, 1)
+			go func() {
+				_, err := c.Send(context.Background(), acr(i, "u@example.net"))
+				errs[i] <- err
+			}()
+			time.Sleep(time.Millisecond) // a definite order
+		}
+		time.Sleep(61 * time.Second) // SUSPECT: all four are parked, the first falls out
+		synctest.Wait()
+		select {
+		case err := <-errs[0]:
+			assert.ErrorIs(t, err, ErrNoPeer)
+		default:
+			t.Fatal("the oldest parked request did not fail at the bound")
+		}
+		c.mu.Lock()
+		assert.Len(t, c.parked, 3)
+		c.mu.Unlock()
+		srv.unfreeze() // its answers come on the connection they were sent on
+		for _, ch := range errs[1:] {
+			assert.NoError(t, <-ch)
+		}
+	})
+}
+
+// A request deadline shorter than failover detection is logged at New,
+// naming both; the default covers it.
+func TestShortDeadlineWarned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:3868": newFakeServer("a.example.net")}
+		defer n.close()
+		var mu sync.Mutex
+		var buf bytes.Buffer
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:3868")
+		cfg.Peer.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		cfg.RequestTimeout = 5 * time.Second
+		c, err := New(cfg)
+		require.NoError(t, err)
+		c.Close(context.Background())
+		mu.Lock()
+		out := buf.String()
+		mu.Unlock()
+		assert.Contains(t, out, "shorter than failover detection")
+		assert.Contains(t, out, "deadline=5s")
+		assert.Contains(t, out, "detection=1m4s")
+
+		cfg.RequestTimeout = 0
+		buf.Reset()
+		c, err = New(cfg)
+		require.NoError(t, err)
+		assert.Equal(t, 74*time.Second, c.cfg.RequestTimeout, "default: detection plus the answer time")
+		c.Close(context.Background())
+		mu.Lock()
+		assert.False(t, strings.Contains(buf.String(), "shorter than"))
+		mu.Unlock()
+	})
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
