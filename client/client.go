@@ -318,7 +318,12 @@ func (c *Client) memberOf(p *peer.Peer) *member {
 // Events returns the bus of the Client's events (Config.Events).
 func (c *Client) Events() *Bus { return c.events }
 
-// Peers returns the peers in configured order.
+// Peers returns the servers' peers in configured order, one entry per
+// PeerSpec. With MaxConnections, a server not dialed at the moment (it
+// waits for a slot, or its connection was closed to respect the limit)
+// has a nil entry; take it again after a slot event (EventSlotFilled,
+// EventSlotReleased) for the current set. Without MaxConnections no
+// entry is ever nil. ServerStats says the same per server, without nil.
 func (c *Client) Peers() []*peer.Peer {
 	ps := make([]*peer.Peer, len(c.members))
 	for i, m := range c.members {
@@ -327,8 +332,18 @@ func (c *Client) Peers() []*peer.Peer {
 	return ps
 }
 
-// Balancer returns the balancer of Balance mode (nil otherwise).
-func (c *Client) Balancer() *loadbalance.Balancer { return c.bal }
+// Balancer returns a copy of the balancer's state in Balance mode (ok is
+// false in PrimarySecondary mode): each server's name, weight, state and
+// buckets in the current table, the table and its generation, the older
+// generations still kept for conversations in progress. The copy is the
+// caller's; the balancer itself is the Client's alone, driven by the
+// watchdog of each server's peer.
+func (c *Client) Balancer() (snap loadbalance.Snapshot, ok bool) {
+	if c.bal == nil {
+		return loadbalance.Snapshot{}, false
+	}
+	return c.bal.Snapshot(), true
+}
 
 // Send sends one request and returns its answer. req is an encoded request
 // (message.NewRequest(...).Bytes()); the Client takes it over. Send waits

@@ -53,6 +53,15 @@ func TestEventsAreTyped(t *testing.T) {
 		waitOkay(t, c)
 		gen0 := log.ofKind(EventBalancerRebuilt)
 		require.NotEmpty(t, gen0, "two servers came into service")
+		snap, ok := c.Balancer()
+		require.True(t, ok)
+		assert.Equal(t, gen0[len(gen0)-1].Generation, snap.Generation)
+		require.Len(t, snap.Servers, 2)
+		assert.Equal(t, "alpha", snap.Servers[0].Name)
+		assert.Equal(t, 256, snap.Servers[0].Buckets+snap.Servers[1].Buckets, "every bucket owned")
+		snap.Servers[0].State = loadbalance.Down // the copy is the caller's
+		again, _ := c.Balancer()
+		assert.Equal(t, loadbalance.InService, again.Servers[0].State)
 
 		n["tcp://a:1"].freeze()
 		done := make(chan error, 1)

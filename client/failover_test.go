@@ -264,6 +264,8 @@ func TestPrimarySecondaryConnectionLimit(t *testing.T) {
 		mu.Lock()
 		assert.Equal(t, map[string]int{"tcp://a:1": 1, "tcp://b:1": 1}, dials, "only two connections")
 		mu.Unlock()
+		_, ok := c.Balancer()
+		assert.False(t, ok, "no balancer in primary/secondary mode")
 
 		// The primary dies: its server closes and refuses new connections.
 		mu.Lock()

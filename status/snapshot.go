@@ -137,8 +137,7 @@ func ClientPeers(c *client.Client) []PeerStatus {
 	ss := c.ServerStats()
 	rows := PeerRows(ps)
 	var policy map[string]string
-	if b := c.Balancer(); b != nil {
-		snap := b.Snapshot()
+	if snap, ok := c.Balancer(); ok {
 		policy = make(map[string]string, len(snap.Servers))
 		for _, s := range snap.Servers {
 			p := s.State.String()
