@@ -47,7 +47,7 @@ func TestRadiusDemo(t *testing.T) {
 		`server1 +out-of-service -> probing`,
 		`server1 +probing -> in-service \(probe answered\)`,
 		`client +1000 Accounting-Stop records released at once`,
-		`accounting burst: 1000 of 1000 answered, 0 failed, over \d+ slots of 50 ms`,
+		`accounting burst: 1000 of 1000 answered, 0 failed, arriving over \d+ slots of 50 ms: median 50 per slot \(quota 50\)`,
 		`applied twice: 0`,
 		`OK: every request answered or failed with a reason`,
 	} {
