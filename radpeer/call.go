@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,10 @@ var (
 	// ErrBusy: every Identifier of every connection is in use, no further
 	// connection may be opened and the wait queue is full.
 	ErrBusy = errors.New("RADIUS peer busy: no free Identifier and the wait queue is full")
+	// ErrAlreadySent: the request was sent on a connection of this server
+	// that is still OKAY, or on every OKAY one (RFC 6613 2.6.1): it goes
+	// to another server, or waits.
+	ErrAlreadySent = errors.New("request already sent on a connection of this server that is in service")
 	// ErrConfig is matched by configuration errors.
 	ErrConfig = errors.New("radpeer: invalid configuration")
 )
@@ -74,11 +79,17 @@ type result struct {
 type Call struct {
 	req   *radius.Request
 	owner atomic.Pointer[conn] // where it waits now; nil while moved or queued
-	sends atomic.Uint32
-	first atomic.Pointer[Peer]
-	by    atomic.Pointer[Peer]
-	done  atomic.Bool
-	res   chan result
+	// sentOn lists the connections the request was sent on, each guarded
+	// by its Peer's mutex (appended by assign): it is never sent there
+	// again, nor to another connection of that server while one of them
+	// is OKAY.
+	sentMu sync.Mutex
+	sentOn []*conn
+	sends  atomic.Uint32
+	first  atomic.Pointer[Peer]
+	by     atomic.Pointer[Peer]
+	done   atomic.Bool
+	res    chan result
 }
 
 // NewCall wraps a request. The Call keeps r: do not change it afterwards.
@@ -152,6 +163,25 @@ func (c *Call) Wait(ctx context.Context, timeout time.Duration) (*Response, erro
 	}
 	r := <-c.res
 	return r.resp, r.err
+}
+
+// sentOnOf returns the connections of p the call was sent on.
+func (c *Call) sentOnOf(p *Peer) []*conn {
+	c.sentMu.Lock()
+	defer c.sentMu.Unlock()
+	var out []*conn
+	for _, cn := range c.sentOn {
+		if cn.l.p == p {
+			out = append(out, cn)
+		}
+	}
+	return out
+}
+
+func (c *Call) addSentOn(cn *conn) {
+	c.sentMu.Lock()
+	c.sentOn = append(c.sentOn, cn)
+	c.sentMu.Unlock()
 }
 
 func (c *Call) claim() bool { return c.done.CompareAndSwap(false, true) }

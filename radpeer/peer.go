@@ -171,8 +171,13 @@ func (p *Peer) Submit(cl *Call) error {
 		p.mu.Unlock()
 		return nil
 	}
+	sent := cl.sentOnOf(p)
+	if p.avoidsLocked(sent) {
+		p.mu.Unlock()
+		return fmt.Errorf("RADIUS server %s: %w", p.url, ErrAlreadySent)
+	}
 	cl.first.CompareAndSwap(nil, p)
-	if c := p.pickConn(); c != nil {
+	if c := p.pickConn(sent...); c != nil {
 		p.assign(c, cl)
 		p.unlock()
 		return nil
@@ -188,6 +193,38 @@ func (p *Peer) Submit(cl *Call) error {
 	p.maybeGrow()
 	p.unlock()
 	return nil
+}
+
+// Avoids reports whether cl must not be submitted here: it was sent on a
+// connection of this server that is still OKAY (it is pending there, or
+// was answered too late: RFC 6613 2.6.1 forbids sending it on another
+// connection of the same server meanwhile), or no OKAY connection is left
+// that it was not sent on. A failover layer asks this before it chooses
+// the server.
+func (p *Peer) Avoids(cl *Call) bool {
+	sent := cl.sentOnOf(p)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.avoidsLocked(sent)
+}
+
+// avoidsLocked is Avoids for the connections sent; p.mu is held.
+func (p *Peer) avoidsLocked(sent []*conn) bool {
+	if len(sent) == 0 {
+		return false
+	}
+	other := false
+	for _, l := range p.links {
+		c := l.cur
+		if c == nil || l.m.State() != watchdog.Okay {
+			continue
+		}
+		if slices.Contains(sent, c) {
+			return true
+		}
+		other = true
+	}
+	return !other
 }
 
 // TakeWaiting removes and returns the calls waiting for an Identifier, in
@@ -347,12 +384,13 @@ func (p *Peer) maybeGrow() {
 	p.addLink()
 }
 
-// pickConn returns the OKAY connection with the most free Identifiers, nil
-// if none has one. p.mu is held.
-func (p *Peer) pickConn() *conn {
+// pickConn returns the OKAY connection with the most free Identifiers,
+// not one of skip (those a call was sent on), nil if none has one. p.mu
+// is held.
+func (p *Peer) pickConn(skip ...*conn) *conn {
 	var best *conn
 	for _, l := range p.links {
-		if c := l.cur; c != nil && l.m.State() == watchdog.Okay && c.free.n > 0 && (best == nil || c.free.n > best.free.n) {
+		if c := l.cur; c != nil && l.m.State() == watchdog.Okay && c.free.n > 0 && (best == nil || c.free.n > best.free.n) && !slices.Contains(skip, c) {
 			best = c
 		}
 	}
@@ -366,6 +404,7 @@ func (p *Peer) assign(c *conn, cl *Call) {
 	c.seq++
 	c.slots[id] = slot{call: cl, seq: c.seq}
 	cl.owner.Store(c)
+	cl.addSentOn(c)
 	p.fx = append(p.fx, func() { c.sendRequest(id, cl) })
 }
 
@@ -377,8 +416,20 @@ func (p *Peer) drain() {
 			p.waiting = p.waiting[1:]
 			continue
 		}
-		c := p.pickConn()
+		sent := cl.sentOnOf(p)
+		c := p.pickConn(sent...)
 		if c == nil {
+			if len(sent) > 0 && p.avoidsLocked(sent) {
+				// It may not go on this server now: back to the failover
+				// layer rather than blocking the queue behind it.
+				p.waiting = p.waiting[1:]
+				if p.cfg.OnFailover == nil {
+					p.fx = append(p.fx, func() { cl.Fail(fmt.Errorf("RADIUS server %s: %w", p.url, ErrAlreadySent)) })
+				} else {
+					p.moveOut(p.links[0], []*Call{cl}, "no connection it may be sent on")
+				}
+				continue
+			}
 			p.maybeGrow() // calls still wait: one more connection may take them
 			return
 		}

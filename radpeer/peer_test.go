@@ -388,3 +388,45 @@ func TestFailoverHandsOverPending(t *testing.T) {
 		lnA.Close()
 	})
 }
+
+// A request pending on an OKAY connection is never submitted to that
+// server again (RFC 6613 2.6.1): Avoids says so and Submit refuses it
+// with ErrAlreadySent, while a fresh request still goes.
+func TestNeverResentWhileItsConnectionIsOkay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		s := &scriptServer{answer: false}
+		go func() {
+			if tc, err := ln.Accept(); err == nil {
+				s.serve(t, tc)
+			}
+		}()
+		cfg := testConfig(30 * time.Second)
+		cfg.Dialer = ln.dialer()
+		p, _ := Dial("radius+tcp://a:1812", cfg)
+		synctest.Wait()
+		cl := NewCall(acctReq("1"))
+		if p.Avoids(cl) {
+			t.Fatal("a call never sent avoids the server")
+		}
+		if err := p.Submit(cl); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if !p.Avoids(cl) {
+			t.Fatal("a call pending on an OKAY connection does not avoid its server")
+		}
+		if err := p.Submit(cl); !errors.Is(err, ErrAlreadySent) {
+			t.Fatalf("second Submit: %v, want ErrAlreadySent", err)
+		}
+		if cl.Sends() != 1 {
+			t.Fatalf("sent %d times", cl.Sends())
+		}
+		other := NewCall(acctReq("2"))
+		if err := p.Submit(other); err != nil {
+			t.Fatalf("another call: %v", err)
+		}
+		mustClose(t, p)
+		ln.Close()
+	})
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/throttle"
+	"github.com/aaatp/aaatp/watchdog"
 	lradius "layeh.com/radius"
 )
 
@@ -59,16 +60,21 @@ func (e *FailedError) Unwrap() error { return e.Err }
 type ServerSpec struct {
 	// Name labels the server in events and stats; default: its URL.
 	Name string
-	// URL is radius://host[:port]: where every request goes, or only
-	// Access-Requests and Status-Server when AcctURL is set.
+	// URL is radius://host[:port] (UDP): where every request goes, or
+	// only Access-Requests and Status-Server when AcctURL is set; or
+	// radius+tcp://host:port or radsec://host[:port] (RFC 6613, 6614),
+	// whose connections carry every code.
 	URL string
 	// AcctURL, when set, is where Accounting-Requests go (the server's
-	// accounting port).
+	// accounting port). UDP only.
 	AcctURL string
+	// Weight is the server's share of the Pearson table (default 1).
+	Weight int
 	// Secret is the server's shared secret; default Config.Secret.
 	Secret []byte
 	// StatusServer makes the probe and the keep-alive a Status-Server
-	// (RFC 5997) instead of the test user's Access-Request.
+	// (RFC 5997) instead of the test user's Access-Request. Stream
+	// servers always probe with Status-Server.
 	StatusServer bool
 	// Auth and Accounting are the server's throttle limits (the ASR5K max
 	// rate and max outstanding, separately per class).
@@ -117,6 +123,14 @@ type Config struct {
 	UpdateAcctDelayTime         bool
 	RequireMessageAuthenticator bool
 	Dial                        func(ctx context.Context, addr string) (net.Conn, error)
+	// Stream configures the radius+tcp:// and radsec:// servers.
+	Stream StreamConfig
+	// RequestTimeout bounds an Exchange whose context has no deadline.
+	// Default with stream servers: client.FailoverDetection of the
+	// watchdog's Twinit plus radpeer.DefaultRequestTimeout, so that a hung
+	// server's requests are replayed, not timed out; over UDP none (each
+	// server tried takes at most Timeout x Retries).
+	RequestTimeout time.Duration
 	// Events receives the server-state changes (client.EventPolicy),
 	// failovers (client.EventFailover) and queue alarms
 	// (client.EventQueueAlarm). Default: a new Bus.
@@ -132,6 +146,9 @@ type ClientServerStats struct {
 	Acct     *PeerStats     `json:"acct,omitempty"` // with an AcctURL
 	Throttle throttle.Stats `json:"throttle"`
 	Probes   uint64         `json:"probes"` // test-user or Status-Server probes and keep-alives sent
+	// Stream is the radpeer.Peer of a radius+tcp:// or radsec:// server
+	// (its connections, watchdog states, Identifiers in use).
+	Stream *radpeer.Stats `json:"stream,omitempty"`
 }
 
 // ClientStats are a Client's counters.
@@ -142,14 +159,17 @@ type ClientStats struct {
 	Failovers uint64              `json:"failovers"` // requests moved to the next server
 	Reasons   map[string]uint64   `json:"failed_by_reason"`
 	Queued    int                 `json:"queued"`
+	Parked    int                 `json:"parked"` // stream requests waiting for a server they may go to
 }
 
 type server struct {
 	name    string
 	spec    ServerSpec
-	auth    *Peer
-	acct    *Peer // nil: auth carries everything
+	auth    *Peer         // UDP
+	acct    *Peer         // UDP; nil: auth carries everything
+	stream  *radpeer.Peer // radius+tcp:// or radsec://; nil over UDP
 	avail   bool
+	lb      loadbalance.State // as last given to the balancer
 	probes  atomic.Uint64
 	testReq *radius.Request
 }
@@ -172,6 +192,10 @@ type call struct {
 	names    []string
 	once     sync.Once
 	res      chan callResult // cap 1
+
+	// Stream servers; guarded by Client.mu.
+	rc *radpeer.Call // the request across its sends, each re-signed
+	at int           // server holding its throttle place, -1: none
 }
 
 type callResult struct {
@@ -188,6 +212,9 @@ func (c *Client) finish(cl *call, resp *Response, err error) bool {
 	cl.once.Do(func() {
 		if err != nil {
 			c.count(err)
+			if cl.rc != nil {
+				cl.rc.Fail(err) // its waiter ends, wherever it is pending
+			}
 			err = &FailedError{Tried: cl.names, Err: err}
 		} else {
 			c.answered.Add(1)
@@ -234,6 +261,14 @@ type Client struct {
 	answered, failed, failovers atomic.Uint64
 	reasonsMu                   sync.Mutex
 	reasons                     map[string]uint64
+
+	stream  bool                    // the servers are radius+tcp:// or radsec://
+	byRC    map[*radpeer.Call]*call // stream calls not complete; under mu
+	parked  []*call                 // stream calls no server may take now; under mu
+	cancels []func()                // bus subscriptions
+	flog    failoverLog             // under mu
+	ready   chan struct{}           // closed when NewClient is done (or failed)
+	readyMu sync.Once
 }
 
 // NewClient returns a running Client. Close it.
@@ -258,13 +293,17 @@ func NewClient(cfg Config) (*Client, error) {
 		cfg.Events = client.NewBus()
 	}
 	c := &Client{cfg: cfg, events: cfg.Events, maxQ: cfg.MaxQueued, wake: make(chan struct{}, 1),
-		done: make(chan struct{}), reasons: make(map[string]uint64)}
+		done: make(chan struct{}), reasons: make(map[string]uint64), byRC: make(map[*radpeer.Call]*call),
+		ready: make(chan struct{})}
+	if err := c.setupStream(); err != nil {
+		return nil, err
+	}
 	testMsgs := 0
 	names := make([]string, n)
 	lbs := make([]loadbalance.Server, n)
 	tsrv := make([]throttle.Server, n)
 	for i, sp := range cfg.Servers {
-		s := &server{spec: sp, name: sp.Name, avail: true}
+		s := &server{spec: sp, name: sp.Name, avail: true, lb: loadbalance.InService}
 		if s.name == "" {
 			s.name = sp.URL
 		}
@@ -276,7 +315,12 @@ func NewClient(cfg Config) (*Client, error) {
 			UpdateAcctDelayTime: cfg.UpdateAcctDelayTime, RequireMessageAuthenticator: cfg.RequireMessageAuthenticator,
 			Dial: cfg.Dial, OnSend: c.onSend(i), OnReply: c.onReply(i)}
 		var err error
-		if s.auth, err = c.newPeer(sp.URL, pc); err != nil {
+		if c.stream {
+			err = c.dialStream(i, s, secret)
+		} else {
+			s.auth, err = c.newPeer(sp.URL, pc)
+		}
+		if err != nil {
 			c.closePeers()
 			return nil, fmt.Errorf("server %d: %w", i, err)
 		}
@@ -288,7 +332,7 @@ func NewClient(cfg Config) (*Client, error) {
 			}
 		}
 		switch {
-		case sp.StatusServer:
+		case sp.StatusServer || c.stream:
 			s.testReq = &radius.Request{Code: lradius.CodeStatusServer}
 			testMsgs++
 		case cfg.TestUser != nil:
@@ -299,8 +343,8 @@ func NewClient(cfg Config) (*Client, error) {
 			testMsgs++
 		}
 		names[i] = s.name
-		lbs[i] = loadbalance.Server{Name: s.name, Index: i}
-		tsrv[i] = throttle.Server{Name: s.name, Auth: sp.Auth, Accounting: sp.Accounting}
+		lbs[i] = loadbalance.Server{Name: s.name, Index: i, Weight: sp.Weight}
+		tsrv[i] = throttle.Server{Name: s.name, Auth: c.limits(sp.Auth), Accounting: c.limits(sp.Accounting)}
 	}
 	if testMsgs != 0 && testMsgs != n {
 		c.closePeers()
@@ -323,6 +367,10 @@ func NewClient(cfg Config) (*Client, error) {
 		c.closePeers()
 		return nil, err
 	}
+	c.mu.Lock()
+	c.syncLocked() // stream servers are not in service yet
+	c.mu.Unlock()
+	c.setReady()
 	c.wg.Add(1)
 	go c.run()
 	return c, nil
@@ -336,12 +384,23 @@ func (c *Client) newPeer(rawURL string, pc PeerConfig) (*Peer, error) {
 	return NewPeer(addr, pc)
 }
 
+// setReady lets the servers' events in: they wait for NewClient.
+func (c *Client) setReady() { c.readyMu.Do(func() { close(c.ready) }) }
+
 func (c *Client) closePeers() {
+	c.setReady()
 	for _, s := range c.servers {
+		if s.stream != nil {
+			s.stream.Close(context.Background())
+			continue
+		}
 		s.auth.Close()
 		if s.acct != nil {
 			s.acct.Close()
 		}
+	}
+	for _, cancel := range c.cancels {
+		cancel()
 	}
 }
 
@@ -373,7 +432,12 @@ func classOf(code lradius.Code) throttle.Class {
 // or one error (a *FailedError naming the servers tried). The Client keeps
 // r: do not change it afterwards.
 func (c *Client) Exchange(ctx context.Context, r *radius.Request) (*Response, error) {
-	cl := &call{ctx: ctx, req: r, class: classOf(r.Code), res: make(chan callResult, 1)}
+	if _, ok := ctx.Deadline(); !ok && c.cfg.RequestTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
+		defer cancel()
+	}
+	cl := &call{ctx: ctx, req: r, class: classOf(r.Code), res: make(chan callResult, 1), at: -1}
 	if v, ok := r.Attributes.Lookup(radius.AttrUserName); ok {
 		cl.key.NAI = string(v)
 	}
@@ -405,7 +469,7 @@ func (c *Client) Exchange(ctx context.Context, r *radius.Request) (*Response, er
 			return c.probeWith(cl, i)
 		}
 	}
-	if c.sched.Len() >= c.maxQ {
+	if c.sched.Len()+len(c.parked) >= c.maxQ {
 		c.mu.Unlock()
 		c.publish(evs)
 		c.count(ErrBusy)
@@ -497,20 +561,45 @@ func (c *Client) onAlarm(a throttle.Alarm) {
 
 // syncLocked makes the throttle's and the balancer's view of which
 // servers take requests follow the policy states. c.mu is held.
+//
+// A stream server takes requests only while its watchdog is OKAY. One
+// that is SUSPECT is suspended in the balancer: its conversations go to
+// the next server meanwhile, without a new table (only a change in the
+// set of servers in service rebuilds it).
 func (c *Client) syncLocked() {
 	now := time.Now()
+	back := false
 	for i, s := range c.servers {
 		takes := c.group.State(i).Takes()
-		if takes == s.avail {
-			continue
-		}
-		s.avail = takes
-		c.sched.SetAvailable(i, takes, now)
 		st := loadbalance.Down
+		if s.stream != nil {
+			ws := s.stream.State()
+			if takes && ws == watchdog.Suspect {
+				st = loadbalance.Suspended
+			}
+			takes = takes && ws == watchdog.Okay
+		}
 		if takes {
 			st = loadbalance.InService
 		}
-		c.bal.SetState(s.name, st)
+		if takes != s.avail {
+			s.avail = takes
+			back = back || takes
+			c.sched.SetAvailable(i, takes, now)
+		}
+		if st != s.lb {
+			s.lb = st
+			if rebuilt, err := c.bal.SetState(s.name, st); err == nil && rebuilt {
+				gen := c.bal.Generation()
+				e := client.Event{Time: now, Server: s.name, Kind: client.EventBalancerRebuilt, Generation: gen,
+					Reason: fmt.Sprintf("balancer table rebuilt (generation %d)", gen)}
+				c.wg.Add(1)
+				go func() { defer c.wg.Done(); c.events.Publish(e) }()
+			}
+		}
+	}
+	if back {
+		c.unparkLocked()
 	}
 }
 
@@ -548,7 +637,7 @@ func (c *Client) pick(cl *call, _ throttle.Class) int {
 			if err != nil {
 				return -1
 			}
-			if i := c.index(s.Name); cl.tried&(1<<i) == 0 {
+			if i := c.index(s.Name); i >= 0 && !c.avoids(cl, i) {
 				return i
 			}
 		}
@@ -572,12 +661,26 @@ func (c *Client) pick(cl *call, _ throttle.Class) int {
 	return c.index(name)
 }
 
+// triedNames names the servers cl tried and must avoid. c.mu is held.
 func (c *Client) triedNames(cl *call) []string {
 	var out []string
 	for t := cl.tried; t != 0; t &= t - 1 {
-		out = append(out, c.servers[bits.TrailingZeros64(t)].name)
+		if i := bits.TrailingZeros64(t); c.avoids(cl, i) {
+			out = append(out, c.servers[i].name)
+		}
 	}
 	return out
+}
+
+// avoids reports whether cl must not go to server i: over UDP, it tried
+// it; over a stream, it was sent on a connection of it that is still
+// OKAY, or on all of them (RFC 6613 2.6.1). c.mu is held.
+func (c *Client) avoids(cl *call, i int) bool {
+	if cl.tried&(1<<i) == 0 {
+		return false
+	}
+	s := c.servers[i]
+	return s.stream == nil || cl.rc == nil || s.stream.Avoids(cl.rc)
 }
 
 func (c *Client) index(name string) int {
@@ -593,7 +696,7 @@ func (c *Client) index(name string) int {
 // tried by cl. c.mu is held.
 func (c *Client) untriedInService(cl *call) bool {
 	for i, s := range c.servers {
-		if s.avail && cl.tried&(1<<i) == 0 {
+		if s.avail && !c.avoids(cl, i) {
 			return true
 		}
 	}
@@ -665,10 +768,16 @@ func (c *Client) attempt(cl *call, i int) {
 		c.finish(cl, nil, err)
 		return
 	}
-	if cl.tried&(1<<i) != 0 {
+	if c.avoids(cl, i) {
 		// The throttle fell back to a server this request tried: no server
-		// in service is left for it.
+		// in service is left for it. Over a stream it waits for one (a
+		// server back in service, a connection it was sent on closed).
 		c.sched.Done(i, cl.class)
+		if c.stream {
+			c.parkLocked(cl)
+			c.mu.Unlock()
+			return
+		}
 		c.mu.Unlock()
 		c.finish(cl, nil, ErrTimeout)
 		return
@@ -681,6 +790,9 @@ func (c *Client) attempt(cl *call, i int) {
 		requeue := c.untriedInService(cl)
 		if requeue {
 			c.sched.Enqueue(cl, cl.class)
+		} else if c.stream {
+			c.parkLocked(cl)
+			requeue = true
 		}
 		c.mu.Unlock()
 		c.publish(evs)
@@ -693,6 +805,10 @@ func (c *Client) attempt(cl *call, i int) {
 	cl.names = append(cl.names, s.name)
 	c.mu.Unlock()
 	c.publish(evs)
+	if s.stream != nil {
+		c.submitStream(cl, i)
+		return
+	}
 	attempts := c.cfg.Retries
 	if o.Probe {
 		attempts = 1
@@ -709,9 +825,8 @@ func (c *Client) attempt(cl *call, i int) {
 		c.sched.Enqueue(cl, cl.class)
 		c.mu.Unlock()
 		c.failovers.Add(1)
-		r := client.FailoverRecord{Time: time.Now(), From: s.name, Outcome: client.Moved, Moved: 1,
-			Reason: fmt.Sprintf("no reply to %d attempts: the request goes to the next server in service", attempts)}
-		c.events.Publish(client.Event{Time: r.Time, Server: s.name, Kind: client.EventFailover, Failover: &r, Reason: r.Reason})
+		c.record(client.FailoverRecord{Time: time.Now(), From: s.name, Outcome: client.Moved, Moved: 1,
+			Reason: fmt.Sprintf("no reply to %d attempts: the request goes to the next server in service", attempts)})
 		return
 	}
 	c.mu.Unlock()
@@ -742,6 +857,10 @@ func (c *Client) testSend(ts policy.TestSend) {
 		return
 	}
 	s.probes.Add(1)
+	if s.stream != nil {
+		c.testSendStream(ts.Index)
+		return
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -761,9 +880,16 @@ func (c *Client) Stats() ClientStats {
 		Reasons: make(map[string]uint64)}
 	c.mu.Lock()
 	st.Queued = c.sched.Len()
+	st.Parked = len(c.parked)
 	for i, s := range c.servers {
-		ss := ClientServerStats{Name: s.name, URL: s.spec.URL, State: c.group.State(i), Auth: s.auth.Stats(),
+		ss := ClientServerStats{Name: s.name, URL: s.spec.URL, State: c.group.State(i),
 			Throttle: c.sched.Stats(i), Probes: s.probes.Load()}
+		if s.stream != nil {
+			ps := s.stream.Stats()
+			ss.Stream = &ps
+		} else {
+			ss.Auth = s.auth.Stats()
+		}
 		if s.acct != nil {
 			a := s.acct.Stats()
 			ss.Acct = &a
@@ -791,6 +917,16 @@ func (c *Client) Close() error {
 	close(c.done)
 	c.mu.Unlock()
 	c.closePeers()
+	c.mu.Lock()
+	waiting := make([]*call, 0, len(c.byRC))
+	for _, cl := range c.byRC {
+		waiting = append(waiting, cl)
+	}
+	c.parked = nil
+	c.mu.Unlock()
+	for _, cl := range waiting {
+		c.finish(cl, nil, ErrClosed) // their waiters end
+	}
 	c.wg.Wait()
 	c.mu.Lock()
 	rest := c.sched.Release(nil)
