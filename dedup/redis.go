@@ -51,6 +51,10 @@ type Redis struct {
 	epoch atomic.Pointer[string] // the epoch this store last saw; nil before the first Begin
 	lost  atomic.Uint64          // losses noticed
 	short atomic.Uint64          // writes not acknowledged by enough replicas
+	// degraded: the last write was not acknowledged after its tries (see
+	// maxAckTries).
+	degraded atomic.Bool
+	probed   atomic.Int64 // when a degraded store last waited for its replicas (UnixNano)
 }
 
 var _ Store = (*Redis)(nil)
@@ -88,23 +92,55 @@ func (r *Redis) run(ctx context.Context, script *redis.Script, keys []string, ar
 	if r.cfg.acks <= 0 {
 		return script.Run(ctx, r.client, keys, args...), true
 	}
+	if r.degraded.Load() {
+		// Wait for the replicas only once per ackProbe, to see whether
+		// they are back (a WAIT's timeout runs in steps of the server's
+		// 100 ms cron, so a short one would still cost that).
+		now := time.Now().UnixNano()
+		last := r.probed.Load()
+		if now-last < int64(ackProbe) || !r.probed.CompareAndSwap(last, now) {
+			return script.Run(ctx, r.client, keys, args...), false
+		}
+	}
 	pipe := r.client.Pipeline()
 	cmd = script.Eval(ctx, pipe, keys, args...) // not EvalSha: a new master may not have the script
 	wait := pipe.Do(ctx, "WAIT", r.cfg.acks, ms(r.cfg.acksWait))
 	_, _ = pipe.Exec(ctx) // the errors are in cmd and wait
 	n, err := wait.Int64()
-	return cmd, err == nil && n >= int64(r.cfg.acks)
+	acked = err == nil && n >= int64(r.cfg.acks)
+	if acked && r.degraded.Load() {
+		r.degraded.Store(false)
+		r.cfg.logger().Info("dedup: Redis replicas acknowledge writes again", "replicas", n)
+	}
+	return cmd, acked
 }
 
 // maxAckTries bounds the tries of a write that the replicas did not
-// acknowledge (WithReplicaAcks).
+// acknowledge (WithReplicaAcks): enough to outlast a failover. After a
+// shortfall the store is degraded: it tries each write once and waits for
+// the replicas only once per ackProbe, until they acknowledge a write
+// again, so that a replica away does not slow every request.
 const maxAckTries = 4
+
+// ackProbe is how often a degraded store checks whether its replicas are
+// back.
+const ackProbe = time.Second
+
+// ackTries is how many times a write is tried while its replicas do not
+// acknowledge it.
+func (r *Redis) ackTries() int {
+	if r.degraded.Load() {
+		return 1
+	}
+	return maxAckTries
+}
 
 // shortfall counts and logs (the 1st, 2nd, 4th, 8th... time) a write the
 // replicas did not acknowledge after maxAckTries: it is kept on the master
 // and the request goes on, since refusing every request while a replica is
 // away would turn a replica's outage into the service's.
 func (r *Redis) shortfall(what string) {
+	r.degraded.Store(true)
 	if k := r.short.Add(1); k&(k-1) == 0 {
 		r.cfg.logger().Warn("dedup: Redis replicas did not acknowledge a write in time: a failover now could lose it, and a duplicate of the request be applied again",
 			"write", what, "replicas", r.cfg.acks, "timeout", r.cfg.acksWait, "shortfalls", k)
@@ -121,11 +157,13 @@ func (r *Redis) StateLost() uint64 { return r.lost.Load() }
 
 // noticeEpoch records the epoch a claim saw, reporting a loss when the
 // script found one.
-func (r *Redis) noticeEpoch(epoch string, lost bool) {
-	if old := r.epoch.Load(); old == nil || *old != epoch {
-		r.epoch.Store(&epoch)
+// seen is what r.epoch held when the claim was sent: of several Begins
+// that find the same loss, only the one that moves r.epoch on reports it.
+func (r *Redis) noticeEpoch(seen *string, epoch string, lost bool) {
+	if seen != nil && *seen == epoch {
+		return
 	}
-	if !lost {
+	if !r.epoch.CompareAndSwap(seen, &epoch) || !lost {
 		return
 	}
 	r.lost.Add(1)
@@ -242,9 +280,10 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 		}
 	}()
 	for {
+		seenP := r.epoch.Load()
 		seen := ""
-		if e := r.epoch.Load(); e != nil {
-			seen = *e
+		if seenP != nil {
+			seen = *seenP
 		}
 		cmd, acked := r.run(ctx, claimScript, claimKeys, token, ms(r.cfg.markTTL), seen, r.id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 		res, err := cmd.Slice()
@@ -258,7 +297,7 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 			return nil, errors.New("dedup: redis claim: short reply")
 		}
 		epoch, _ := res[0].(string)
-		r.noticeEpoch(epoch, res[1] == int64(1))
+		r.noticeEpoch(seenP, epoch, res[1] == int64(1))
 		res = res[2:]
 		switch res[0] {
 		case int64(0):
@@ -266,7 +305,7 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 				// The marks may be lost in a failover: mark again
 				// (the script takes our own marks as ours) until a
 				// replica has them, on whichever master is current.
-				if tries++; tries < maxAckTries {
+				if tries++; tries < r.ackTries() {
 					continue
 				}
 				r.shortfall("in-flight mark")
@@ -320,13 +359,13 @@ func (mk *redisMark) complete(_ *Outcome, answer []byte) error {
 	for tries := 1; ; tries++ {
 		cmd, acked := r.run(ctx, completeScript, mk.keys, mk.owner, value, ms(ttl))
 		lost, err = cmd.Int()
-		if err == nil && !acked && tries < maxAckTries {
+		if err == nil && !acked && tries < r.ackTries() {
 			continue // store it again, on whichever master is current, until a replica has it
 		}
 		if err == nil && !acked {
 			r.shortfall("answer")
 		}
-		if err != nil && r.cfg.acks > 0 && ctx.Err() == nil && tries < maxAckTries {
+		if err != nil && r.cfg.acks > 0 && ctx.Err() == nil && tries < r.ackTries() {
 			// A failover under way (the old master refuses writes, or is
 			// gone): try the new master.
 			time.Sleep(r.cfg.acksWait)

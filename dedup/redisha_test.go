@@ -170,7 +170,8 @@ func TestRedisSentinel(t *testing.T) {
 	setup := startSentinel(t)
 	var seq atomic.Int32
 	mk := func(t *testing.T, opts ...Option) Store {
-		opts = append([]Option{WithKeyPrefix(fmt.Sprintf("sentinel%d:", seq.Add(1))), WithPoll(time.Millisecond, 20*time.Millisecond)}, opts...)
+		opts = append([]Option{WithKeyPrefix(fmt.Sprintf("sentinel%d:", seq.Add(1))), WithPoll(time.Millisecond, 20*time.Millisecond),
+			WithLogger(slog.New(slog.DiscardHandler))}, opts...) // the shortfalls are counted; their warnings are noise here
 		s, err := Open(setup.url(), opts...)
 		if err != nil {
 			t.Fatal(err)
@@ -183,6 +184,33 @@ func TestRedisSentinel(t *testing.T) {
 	}
 	t.Run("Store", func(t *testing.T) { testStore(t, mk) })
 	t.Run("Failover", func(t *testing.T) { testSentinelFailover(t, setup, mk) })
+	t.Run("ReplicaDown", func(t *testing.T) { testSentinelReplicaDown(t, setup, mk) })
+}
+
+// testSentinelReplicaDown: with no replica to acknowledge writes, the
+// store keeps answering, counts the shortfalls, and after the first one
+// stops waiting the full timeout on every write.
+func testSentinelReplicaDown(t *testing.T, setup *sentinelSetup, mk storeMaker) {
+	setup.master.kill() // the replica since the failover
+	s := mk(t).(*Redis)
+	start := time.Now()
+	for i := 0; i < 20; i++ {
+		o := begin(t, s, RequestKey("c", uint32(i)))
+		wantKind(t, o, First)
+		if err := o.Complete(msg(1, uint32(i), "x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	elapsed := time.Since(start)
+	if n := s.ReplicaShortfalls(); n < 20 {
+		t.Errorf("shortfalls %d, want one per write at least", n)
+	}
+	// The first write waits maxAckTries WAITs of 250 ms, then one WAIT a
+	// second (ackProbe).
+	if elapsed > 3*time.Second {
+		t.Errorf("20 requests took %v without a replica: the store waits on every write", elapsed)
+	}
+	t.Logf("20 requests without a replica: %v, %d shortfalls", elapsed, s.ReplicaShortfalls())
 }
 
 func testSentinelFailover(t *testing.T, setup *sentinelSetup, mk storeMaker) {

@@ -323,8 +323,12 @@ func WithKeyPrefix(p string) Option {
 // replicas have acknowledged it, at most timeout (Redis WAIT): a request's
 // mark and answer then survive a failover to a replica (Sentinel) instead
 // of being lost with the old master, which would let a duplicate be
-// applied a second time. A write not acknowledged in time is kept on the
-// master and counted (see Redis.ReplicaShortfalls); the request goes on.
+// applied a second time. A write not acknowledged in time is written
+// again, up to 4 times (a failover under way moves it to the new master);
+// then it is kept on the master as it is, logged and counted (see
+// Redis.ReplicaShortfalls), and the request goes on. Until the replicas
+// acknowledge a write again, the store waits for them only once a second,
+// so that a replica away does not slow every request.
 // Each Begin and Complete costs one replication round trip more. Open
 // sets n = 1 and timeout = 250 ms for Sentinel URLs; not for Cluster
 // (WAIT cannot follow a script there). n <= 0 turns it off.
