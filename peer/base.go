@@ -22,9 +22,11 @@ type capabilities struct {
 	AcctApps    []uint32
 	ProductName string
 	Inband      []uint32 // Inband-Security-Id values offered (CER)
-	// handTo, for an accepted connection that won the election: the
-	// client Peer that takes it over.
-	handTo *Peer
+	// handTo, for an accepted connection that goes to the client Peer
+	// of its identity (an election won, or that Peer had no connection):
+	// that Peer, and handWhy the reason for its event.
+	handTo  *Peer
+	handWhy string
 	// bad is the first identity AVP that failed CheckIdentity, for the
 	// Failed-AVP of the refusal.
 	bad *wire.AVP

@@ -199,6 +199,10 @@ func Dial(url string, cfg Config) (*Peer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if t, host := p.cfg.Table, p.cfg.RemoteHost; t != nil && host != "" && !t.register(p, host) {
+		p.cancel()
+		return nil, fmt.Errorf("%w: another client Peer of this Table dials %s", ErrConfig, host)
+	}
 	p.mu.Lock()
 	p.apply(p.m.Start(), p.mono()) // INITIAL: AttemptOpen(), SetWatchdog()
 	p.mu.Unlock()
@@ -229,15 +233,15 @@ func Accept(tc transport.Conn, cfg Config) (*Peer, error) {
 			p.step(input{kind: evOpenFailed, note: err.Error()})
 			return
 		}
-		if cp.handTo != nil { // election won: the client Peer takes it
-			if !cp.handTo.step(input{kind: evConnUp, c: newConn(cp.handTo, tc, cp.OriginHost)}) {
-				tc.Close()
+		if cp.handTo != nil { // the client Peer of the identity takes it
+			if c := newConn(cp.handTo, tc, cp.OriginHost); !cp.handTo.step(input{kind: evConnUp, c: c, note: cp.handWhy}) {
+				c.close("peer closed") // the Table lets the identity go
 			}
 			p.step(input{kind: evOpenFailed, note: "connection handed to the client peer of " + cp.OriginHost})
 			return
 		}
-		if !p.step(input{kind: evConnUp, c: newConn(p, tc, cp.OriginHost)}) {
-			tc.Close()
+		if c := newConn(p, tc, cp.OriginHost); !p.step(input{kind: evConnUp, c: c}) {
+			c.close("peer closed")
 		}
 	}()
 	return p, nil

@@ -17,6 +17,7 @@ import (
 // pending calls fail over or fail.
 func (p *Peer) finish() {
 	p.closing = true // no redial from here on
+	p.unregister()
 	if c := p.cur.Load(); c != nil {
 		// However the peer ends (Close, DPR, context), a connected
 		// watchdog goes DOWN through the machine, so the transition is
@@ -177,8 +178,8 @@ func (p *Peer) attemptOpen() {
 			p.step(input{kind: evOpenFailed, note: err.Error()})
 			return
 		}
-		if !p.step(input{kind: evConnUp, c: newConn(p, tc, cp.OriginHost)}) {
-			tc.Close()
+		if c := newConn(p, tc, cp.OriginHost); !p.step(input{kind: evConnUp, c: c}) {
+			c.close("peer closed")
 		}
 	}()
 }
@@ -200,20 +201,20 @@ func (p *Peer) stepLocked(e input) {
 	case evConnUp:
 		p.dialing = false
 		if p.closing {
-			e.c.tc.Close()
+			e.c.close("peer closing")
 			return
 		}
-		if t := p.cfg.Table; t != nil {
-			if o, ok := t.up(e.c); !ok {
-				note := fmt.Sprintf("%s already has an open connection (%s to %s): kept it, closed this one (%s to %s)",
-					e.c.remoteHost, o.tc.Network(), o.tc.RemoteAddr(), e.c.tc.Network(), e.c.tc.RemoteAddr())
-				p.publish(Event{Kind: EventError, Reason: note})
-				e.c.tc.Close()
-				if p.role == RoleServer {
-					p.ended = true
-				}
-				return
+		if t := p.cfg.Table; cur != nil || (t != nil && !t.up(e.c)) {
+			// Not expected: the Table gave the identity to this
+			// connection when its CER or CEA was accepted.
+			note := fmt.Sprintf("%s: another connection is in service: closed this one (%s to %s)",
+				e.c.remoteHost, e.c.tc.Network(), e.c.tc.RemoteAddr())
+			p.publish(Event{Kind: EventError, Reason: note})
+			e.c.close(note)
+			if p.role == RoleServer && cur == nil {
+				p.ended = true
 			}
+			return
 		}
 		p.cur.Store(e.c)
 		if e.c.remoteHost != "" {
@@ -223,7 +224,11 @@ func (p *Peer) stepLocked(e input) {
 		p.lastApp.Store(p.mono())
 		e.c.start()
 		network, addr := e.c.tc.Network(), e.c.tc.RemoteAddr().String()
-		p.publish(Event{Kind: EventConnUp, Network: network, Addr: addr, Reason: "connected over " + network + " to " + addr})
+		reason := "connected over " + network + " to " + addr
+		if e.note != "" {
+			reason += ": " + e.note // why a connection from the peer came to this Peer
+		}
+		p.publish(Event{Kind: EventConnUp, Network: network, Addr: addr, Reason: reason})
 		p.apply(p.m.Step(watchdog.ConnectionUp), p.mono())
 
 	case evOpenFailed:
@@ -323,6 +328,7 @@ func (p *Peer) stepLocked(e input) {
 		}
 		p.closing = true
 		p.leaving.Store(true)
+		p.unregister() // a CER from the peer goes to a server Peer from now on
 		p.closeErr = nil
 		if cur == nil {
 			p.ended = true
@@ -454,40 +460,51 @@ func (e *CapabilitiesError) Error() string {
 	return s
 }
 
-// exchangeClient sends our CER and waits for the CEA (CEATimeout).
-func (p *Peer) exchangeClient(tc transport.Conn) (_ capabilities, err error) {
+// exchangeClient sends our CER and waits for the CEA (CEATimeout). With a
+// Table, a CEA that accepts our CER gives the peer's identity to tc in
+// the same step: the caller's conn must release it when it closes.
+func (p *Peer) exchangeClient(tc transport.Conn) (cp capabilities, err error) {
 	t := time.AfterFunc(p.cfg.CEATimeout, func() { tc.Close() })
 	defer t.Stop()
 	stop := context.AfterFunc(p.ctx, func() { tc.Close() }) // Close does not wait CEATimeout
 	defer stop()
-	if t, host := p.cfg.Table, p.cfg.RemoteHost; t != nil && host != "" {
-		w, open := t.startDial(p, host, tc)
-		if open != nil {
-			return capabilities{}, fmt.Errorf("%s is already connected (%s to %s): not opening a second connection", host, open.tc.Network(), open.tc.RemoteAddr())
+	if tb, host := p.cfg.Table, p.cfg.RemoteHost; tb != nil {
+		var w *waiting
+		if host != "" {
+			if w, err = tb.startDial(p, host, tc); err != nil {
+				return cp, err
+			}
 		}
 		defer func() {
 			var ce *CapabilitiesError
 			lost := errors.As(err, &ce) && ce.ResultCode == message.ElectionLost
-			if t.endDial(host, w, lost) || lost {
+			var accepted transport.Conn
+			if err == nil {
+				accepted = tc
+			}
+			won, held := tb.endDial(host, w, accepted, cp.OriginHost, lost)
+			switch {
+			case won || lost:
 				err = errElectionWon
+			case held != nil:
+				err = held
 			}
 		}()
 	}
 	if err := tc.WriteMessages(withIDs(p.cfg.newCER(tc.LocalAddr()), wire.NewHopByHopGenRandom())); err != nil {
-		return capabilities{}, fmt.Errorf("sending CER: %w", err)
+		return cp, fmt.Errorf("sending CER: %w", err)
 	}
 	msg, err := tc.ReadMessage()
 	if err != nil {
 		if !t.Stop() {
-			return capabilities{}, fmt.Errorf("no CEA within %v", p.cfg.CEATimeout)
+			return cp, fmt.Errorf("no CEA within %v", p.cfg.CEATimeout)
 		}
-		return capabilities{}, fmt.Errorf("waiting for CEA: %w", err)
+		return cp, fmt.Errorf("waiting for CEA: %w", err)
 	}
 	if wire.CommandCode(msg) != wire.CmdCapabilitiesExchange || wire.IsRequest(msg) {
-		return capabilities{}, fmt.Errorf("expected a CEA, got %s", message.CommandName(msg))
+		return cp, fmt.Errorf("expected a CEA, got %s", message.CommandName(msg))
 	}
-	cp, err := parseCapabilities(msg)
-	if err != nil {
+	if cp, err = parseCapabilities(msg); err != nil {
 		return cp, fmt.Errorf("bad CEA: %w", err)
 	}
 	// cp.OriginHost is a valid DiameterIdentity from here on: it becomes the
@@ -535,21 +552,40 @@ func (p *Peer) exchangeServer(tc transport.Conn) (capabilities, error) {
 	case !commonSecurity(cp.Inband, tc.Network() == transport.SchemeTLS):
 		return refuse(message.NoCommonSecurity, fmt.Sprintf("Inband-Security-Id %v: in-band TLS is not offered; connect with TLS instead (NO_INBAND_SECURITY on a TLS connection)", cp.Inband))
 	}
-	if t := p.cfg.Table; t != nil {
-		v := t.onCER(p.cfg.OriginHost, cp.OriginHost)
+	tb := p.cfg.Table
+	if tb != nil {
+		// From here tc has the identity: a CER from it on another
+		// connection is refused, until tc is released.
+		v := tb.onCER(p.cfg.OriginHost, cp.OriginHost, tc)
 		if v.rc != 0 {
 			p.publish(Event{Kind: EventError, Reason: v.why})
 			return refuse(v.rc, v.why)
 		}
+		if v.closeDial != nil {
+			v.closeDial.Close()
+		}
 		if v.adopt != nil {
-			cp.handTo = v.adopt
-			// The dial the election closed went down; the accepted
-			// connection comes up on the dialing Peer (EventConnUp).
-			v.adopt.publish(Event{Kind: EventConnDown, Reason: v.why})
+			cp.handTo, cp.handWhy = v.adopt, v.why
+			if v.dialEnded {
+				// The dial the election closed went down; the accepted
+				// connection comes up on the dialing Peer (EventConnUp).
+				v.adopt.publish(Event{Kind: EventConnDown, Reason: v.why})
+			}
 		}
 	}
 	if err := tc.WriteMessages(p.cfg.newCEA(msg, tc.LocalAddr(), message.Success, "", nil)); err != nil {
+		if tb != nil {
+			tb.release(cp.OriginHost, tc)
+		}
 		return cp, fmt.Errorf("sending CEA: %w", err)
 	}
 	return cp, nil
+}
+
+// unregister gives up the Peer's claim on its RemoteHost in the Table:
+// the Peer is closing. p.mu held.
+func (p *Peer) unregister() {
+	if t, host := p.cfg.Table, p.cfg.RemoteHost; t != nil && host != "" {
+		t.forget(p, host)
+	}
 }
