@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/testhook"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
@@ -177,6 +178,9 @@ func (p *Peer) attemptOpen() {
 			tc.Close()
 			p.step(input{kind: evOpenFailed, note: err.Error()})
 			return
+		}
+		if testhook.Exchanged != nil {
+			testhook.Exchanged(cp.OriginHost)
 		}
 		if c := newConn(p, tc, cp.OriginHost); !p.step(input{kind: evConnUp, c: c}) {
 			c.close("peer closed")

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aaatp/aaatp/internal/testhook"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
@@ -109,5 +110,87 @@ func TestUnsentCEAReleasesIdentity(t *testing.T) {
 		require.NoError(t, p2.Close(context.Background())) // no DPA: DPATimeout passes in the bubble
 		far2.Close()
 		assert.Zero(t, tableLen(cfg.Table))
+	})
+}
+
+// pipeDialer is a Config.Dialer that hands the far end of every connection
+// the Peer dials to the test.
+func pipeDialer(fars chan<- transport.Conn) func(context.Context, string) (transport.Conn, error) {
+	return func(ctx context.Context, _ string) (transport.Conn, error) {
+		ours, far := pipePair()
+		select {
+		case fars <- far:
+			return ours, nil
+		case <-ctx.Done():
+			ours.Close()
+			far.Close()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// answerCER reads the CER on far and answers it as host with rc.
+func answerCER(t *testing.T, far transport.Conn, host string, rc uint32) {
+	t.Helper()
+	cer, err := far.ReadMessage()
+	require.NoError(t, err)
+	require.Equal(t, uint32(wire.CmdCapabilitiesExchange), wire.CommandCode(cer))
+	require.True(t, wire.IsRequest(cer))
+	cfg, err := clientConfig(host).validate()
+	require.NoError(t, err)
+	require.NoError(t, far.WriteMessages(cfg.newCEA(cer, nil, rc, "", nil)))
+}
+
+// drain reads far until it fails, then closes it.
+func drain(far transport.Conn) {
+	go func() {
+		defer far.Close()
+		for {
+			if _, err := far.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}()
+}
+
+// Our dial's CEA has accepted our CER and the connection is not yet in
+// the Peer's hands when a CER from the same identity arrives: the
+// identity was taken with the CEA, so that CER is refused, and the dial's
+// connection comes into service (it is not closed after the peer's 2001).
+func TestCERAfterOurCEAIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reached, release := make(chan struct{}), make(chan struct{})
+		testhook.Exchanged = func(string) {
+			close(reached)
+			<-release
+		}
+		defer func() { testhook.Exchanged = nil }()
+		table := NewTable()
+		fars := make(chan transport.Conn, 1)
+		cfg := clientConfig("client.example.net")
+		cfg.Table, cfg.RemoteHost, cfg.Dialer = table, "server.example.net", pipeDialer(fars)
+		p, err := Dial("tcp://server.example.net:3868", cfg)
+		require.NoError(t, err)
+		far := <-fars
+		defer far.Close()
+		answerCER(t, far, "server.example.net", message.Success)
+		<-reached // the dial has its CEA, the Peer not yet its connection
+
+		ours2, far2 := pipePair()
+		defer far2.Close()
+		scfg := clientConfig("client.example.net")
+		scfg.Table = table
+		p2, err := Accept(ours2, scfg)
+		require.NoError(t, err)
+		sendCER(t, far2, "SERVER.example.net")
+		assert.Equal(t, uint32(message.UnableToComply), readRC(t, far2), "the identity is taken by our dial")
+		<-p2.Done()
+
+		close(release)
+		synctest.Wait()
+		assert.Equal(t, watchdog.Okay, p.State(), "the dial's connection is in service")
+		drain(far)
+		require.NoError(t, p.Close(context.Background()))
+		assert.Zero(t, tableLen(table))
 	})
 }

@@ -15,3 +15,8 @@ var AfterQueue func(endToEnd uint32)
 // once, do not keep them), afterRefusal says the previous connection
 // answered the request too busy / unable to deliver. It must not block.
 var Queued func(endToEnd uint32, conn any, msg []byte, afterRefusal bool)
+
+// Exchanged, when set, runs on a client Peer's dial once the capabilities
+// exchange has succeeded, before the Peer takes the connection: a test
+// can let a CER from the same peer arrive inside that window.
+var Exchanged func(remoteHost string)
