@@ -128,30 +128,29 @@ func (t *Table) forget(p *Peer, host string) {
 	if e == nil || e.client != p {
 		return
 	}
-	e.client, e.lost = nil, false
-	if e.dial != nil && e.dial.p == p {
-		e.dial = nil
-	}
+	// A dial of p still running ends in endDial: it may still take
+	// the identity with its CEA, and its conn releases it.
+	e.client, e.lost, e.dial = nil, false, nil
 	t.tidy(k, e)
 }
 
-// startDial records that p sends its CER to host on tc. An error means
-// no CER is to be sent: errElectionWon when a connection from the peer
-// has been given to p meanwhile, else the identity is taken or dialed.
+// startDial records that p, the client Peer of host, sends its CER to
+// host on tc. An error means no CER is to be sent: errElectionWon when a
+// connection from the peer has been given to p meanwhile, else the
+// identity is taken, or p is closing.
 func (t *Table) startDial(p *Peer, host string, tc transport.Conn) (*waiting, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := t.entryLocked(tableKey(host))
+	e := t.ids[tableKey(host)]
 	switch {
+	case e == nil || e.client != p:
+		return nil, fmt.Errorf("not dialing %s: the peer is closing", host)
 	case e.held != nil && e.to == p:
 		return nil, errElectionWon // p has a connection from the peer
 	case e.held != nil:
 		return nil, fmt.Errorf("%s is already connected (%s): not opening a second connection", host, describe(e.held, e.open))
 	case e.dial != nil:
 		return nil, fmt.Errorf("a connection to %s is being opened already: not opening a second one", host)
-	}
-	if e.client == nil {
-		e.client = p
 	}
 	e.dial = &waiting{p: p, tc: tc}
 	e.lost = false
