@@ -111,7 +111,10 @@ type Config struct {
 	Table *Table
 	// RemoteHost, for Dial: the Origin-Host the peer is expected to
 	// answer with. With Table, it lets the election happen while our
-	// CER awaits its CEA, before the peer has ever answered.
+	// CER awaits its CEA, before the peer has ever answered, and a
+	// connection the peer opens to us while this Peer has none becomes
+	// this Peer's. Dial refuses a second Peer with the same RemoteHost
+	// and Table while the first is not closed.
 	RemoteHost string
 
 	// AllowHosts, for accepted connections: glob patterns (path.Match) of

@@ -20,7 +20,8 @@ import (
 // we win, the client Peer's dial is closed and it takes the accepted
 // connection over; if we lose, the CER gets DIAMETER_ELECTION_LOST and
 // the Peer's own connection goes on. A CER from that identity while its
-// client Peer has no connection and no CER out goes to that Peer too.
+// client Peer has no connection and no CER out goes to that Peer too. A
+// Table has one client Peer per identity, from Dial until it is closed.
 // Identities compare ignoring ASCII case. An event on the Peer concerned
 // says which connection was kept and why. A Table is safe for concurrent
 // use; the zero value is not: use NewTable.
