@@ -22,6 +22,9 @@ import (
 // the Peer's own connection goes on. A CER from that identity while its
 // client Peer has no connection and no CER out goes to that Peer too. A
 // Table has one client Peer per identity, from Dial until it is closed.
+// Dial the client Peers before the Server serves: a peer that connects
+// before its client Peer exists is served by a server Peer, and the
+// client Peer opens no connection to it while that one lasts.
 // Identities compare ignoring ASCII case. An event on the Peer concerned
 // says which connection was kept and why. A Table is safe for concurrent
 // use; the zero value is not: use NewTable.
