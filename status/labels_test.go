@@ -33,7 +33,7 @@ func TestMetricsNeverPanicOnLabels(t *testing.T) {
 		m.ForgetPeer(n)
 	}
 	m.Sync(Snapshot{Role: "server\xff", Identity: Identity{OriginHost: names[0], OriginRealm: names[3]},
-		Peers: []PeerStatus{{Peer: names[0], State: "OKAY"}, {Peer: names[3], State: "OKAY"}}})
+		Peers: []PeerStatus{{Peer: names[0], State: "OKAY"}, {Peer: names[3], State: "OKAY", Protocol: names[2]}}})
 	rec := httptest.NewRecorder()
 	m.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	if rec.Code != 200 {
@@ -89,5 +89,30 @@ func TestForgetPeerDropsEverySeriesOfThePeer(t *testing.T) {
 		if c := count(); c != base {
 			t.Fatalf("after ForgetPeer(%q): %d series naming a peer, want %d", n, c, base)
 		}
+	}
+}
+
+// aaatp_peer_info names each peer's protocol: diameter by default, radius
+// for RADIUS servers; a peer gone from the snapshot loses its series.
+func TestPeerInfoProtocol(t *testing.T) {
+	m := NewMetrics()
+	scrape := func() string {
+		rec := httptest.NewRecorder()
+		m.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		return rec.Body.String()
+	}
+	m.Sync(Snapshot{Peers: []PeerStatus{{Peer: "hss1", State: "OKAY"}, {Peer: "radius+tcp://10.0.0.1:1812", State: "OKAY", Protocol: ProtocolRADIUS}}})
+	body := scrape()
+	for _, want := range []string{
+		MetricPeerInfo + `{peer="hss1",protocol="diameter"} 1`,
+		MetricPeerInfo + `{peer="radius+tcp://10.0.0.1:1812",protocol="radius"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	m.Sync(Snapshot{Peers: []PeerStatus{{Peer: "hss1", State: "OKAY"}}})
+	if body := scrape(); strings.Contains(body, "protocol=\"radius\"") {
+		t.Error("a RADIUS server gone from the snapshot keeps its series")
 	}
 }

@@ -40,6 +40,13 @@ const (
 	MetricQueueAlarm  = "aaatp_queue_alarm"
 	MetricEvents      = "aaatp_events_total"
 	MetricNodeInfo    = "aaatp_node_info"
+	MetricPeerInfo    = "aaatp_peer_info"
+)
+
+// Values of the "protocol" label of aaatp_peer_info.
+const (
+	ProtocolDiameter = "diameter"
+	ProtocolRADIUS   = "radius"
 )
 
 // noPeer is the "to" label of a failover with no alternate in service (the
@@ -77,6 +84,7 @@ type Metrics struct {
 	queueAlarm  *prometheus.GaugeVec   // server
 	events      *prometheus.CounterVec // type
 	info        *prometheus.GaugeVec   // role, origin_host, origin_realm
+	peerInfo    *prometheus.GaugeVec   // peer, protocol
 
 	mu sync.Mutex // serializes Sync with the scrape that follows it
 }
@@ -131,6 +139,10 @@ func NewMetrics() *Metrics {
 			Name: MetricNodeInfo,
 			Help: "Always 1; the labels say which node this is.",
 		}, []string{"role", "origin_host", "origin_realm"}),
+		peerInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricPeerInfo,
+			Help: "Always 1 per peer or server; protocol is diameter or radius (join on peer to split the per-peer series by protocol).",
+		}, []string{"peer", "protocol"}),
 	}
 	dedup := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: MetricDedupHits,
@@ -143,7 +155,7 @@ func NewMetrics() *Metrics {
 		return float64(n)
 	})
 	m.reg.MustRegister(m.messages, m.latency, m.state, m.transitions, m.failovers,
-		m.moved, m.pending, dedup, m.queueDepth, m.queueAlarm, m.events, m.info,
+		m.moved, m.pending, dedup, m.queueDepth, m.queueAlarm, m.events, m.info, m.peerInfo,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, k := range []peer.EventKind{peer.EventWatchdog, peer.EventConnUp, peer.EventConnDown, peer.EventFailover, peer.EventError} {
 		m.events.WithLabelValues(k.String()) // export zeros from the start
@@ -383,9 +395,15 @@ func (m *Metrics) sync(s Snapshot) {
 	m.info.WithLabelValues(label(s.Role), label(s.Identity.OriginHost), label(s.Identity.OriginRealm)).Set(1)
 	m.state.Reset()
 	m.pending.Reset()
+	m.peerInfo.Reset()
 	for _, p := range s.Peers {
 		m.SetWatchdogState(p.Peer, p.State)
 		m.SetPending(p.Peer, p.Pending)
+		proto := p.Protocol
+		if proto == "" {
+			proto = ProtocolDiameter
+		}
+		m.peerInfo.WithLabelValues(label(p.Peer), label(proto)).Set(1)
 	}
 	m.queueDepth.Reset()
 	m.queueAlarm.Reset()

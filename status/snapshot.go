@@ -67,6 +67,8 @@ type Identity struct {
 type PeerStatus struct {
 	Peer      string    `json:"peer"`             // remote Origin-Host once known, else its address
 	Server    string    `json:"server,omitempty"` // configured name (client side)
+	// Protocol is "diameter" (the default when empty) or "radius".
+	Protocol string `json:"protocol,omitempty"`
 	State     string    `json:"state"`            // watchdog state: INITIAL, OKAY, SUSPECT, DOWN, REOPEN
 	Since     time.Time `json:"since"`            // when State was entered
 	InStateMS int64     `json:"in_state_ms"`      // Snapshot.Time - Since
