@@ -65,13 +65,13 @@ type Identity struct {
 
 // PeerStatus is one row of the peer table.
 type PeerStatus struct {
-	Peer      string    `json:"peer"`             // remote Origin-Host once known, else its address
-	Server    string    `json:"server,omitempty"` // configured name (client side)
+	Peer   string `json:"peer"`             // remote Origin-Host once known, else its address
+	Server string `json:"server,omitempty"` // configured name (client side)
 	// Protocol is "diameter" (the default when empty) or "radius".
-	Protocol string `json:"protocol,omitempty"`
-	State     string    `json:"state"`            // watchdog state: INITIAL, OKAY, SUSPECT, DOWN, REOPEN
-	Since     time.Time `json:"since"`            // when State was entered
-	InStateMS int64     `json:"in_state_ms"`      // Snapshot.Time - Since
+	Protocol  string    `json:"protocol,omitempty"`
+	State     string    `json:"state"`       // watchdog state: INITIAL, OKAY, SUSPECT, DOWN, REOPEN
+	Since     time.Time `json:"since"`       // when State was entered
+	InStateMS int64     `json:"in_state_ms"` // Snapshot.Time - Since
 	// Policy is the state the selection policy gives the peer: the
 	// balancer's "in-service", "suspended", "down" (balance mode), or
 	// "primary", "secondary" (primary/secondary mode). Empty when none
