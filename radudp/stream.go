@@ -331,3 +331,12 @@ func (c *Client) balancerState(name string) loadbalance.State {
 	}
 	return loadbalance.Down
 }
+
+// StreamState returns server i's watchdog state (OKAY while any of its
+// connections is) and true for a stream server; false over UDP.
+func (c *Client) StreamState(i int) (watchdog.State, bool) {
+	if s := c.servers[i].stream; s != nil {
+		return s.State(), true
+	}
+	return 0, false
+}

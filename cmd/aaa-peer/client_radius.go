@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,10 +19,14 @@ import (
 	"github.com/aaatp/aaatp/radudp"
 	"github.com/aaatp/aaatp/status"
 	"github.com/aaatp/aaatp/throttle"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/watchdog"
 	lradius "layeh.com/radius"
 )
 
 const radiusClientSynopsis = `usage: aaa-peer client --peer radius://HOST:PORT [--peer ...] [--acct-peer radius://HOST:PORT ...]
+       aaa-peer client --peer radius+tcp://HOST:PORT|radsec://HOST[:PORT] [--peer ...] [--tw 30s]
+       [--max-conns 1] [--request-timeout D] [--tls-ca F --tls-cert F --tls-key F] [--weight URL=N ...]
        [--secret-file FILE] [--app auth|acct|status] [--algorithm direct|round-robin|hash|pearson]
        [--timeout 3s] [--retries 3] [--down-timeout D] [--hold-down 30s]
        [--test-user NAME --test-password PW | --status-server] [--keepalive D]
@@ -41,6 +46,17 @@ throttle limits each server, authentication (--max-rate) and accounting
 (--max-rate-acct) separately. --acct-peer, given once per --peer in the
 same order, is where that server's Accounting-Requests go (its accounting
 port). The shared secret comes from --secret-file or $AAATP_RADIUS_SECRET.
+
+Over TCP (radius+tcp://, RFC 6613) and TLS (radsec://, RFC 6614, mutual
+certificates from --tls-ca, --tls-cert, --tls-key; secret "radsec") the
+same path runs with the RFC 3539 watchdog on every connection, Status-Server
+every --tw: no retransmission; when a connection goes SUSPECT or drops,
+its pending requests go to another server in service, re-signed with a new
+Identifier, never to the same connection nor another connection of that
+server while it is OKAY; with none in service they wait until their
+--request-timeout (default: two Tw plus 10s). Each server may open
+--max-conns connections of 255 requests each; --max-outstanding is at most
+255 x --max-conns. --weight sets a server's share of the pearson table.
 Prints one progress line a second, then the report (JSON) with each
 server's state and counters. Exit 0 when at least one request was
 answered, 1 otherwise, 2 on a usage error.
@@ -64,17 +80,25 @@ type radiusClientOptions struct {
 	logLevel, logFormat          string
 	alg                          loadbalance.Algorithm
 	alarmHigh, alarmLow          int
+
+	// radius+tcp:// and radsec://
+	stream                 bool
+	tw, requestTimeout     time.Duration
+	maxConns               int
+	tlsCA, tlsCert, tlsKey string
+	weights                stringList
+	weightOf               map[string]int
 }
 
-// hasRADIUSUDPPeer reports whether args name a radius:// peer, which the
-// RADIUS/UDP client handles.
+// hasRADIUSUDPPeer reports whether args name a RADIUS peer (radius://,
+// radius+tcp:// or radsec://), which the RADIUS client handles.
 func hasRADIUSUDPPeer(args []string) bool {
 	for i, a := range args {
 		v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "peer=")
 		if !ok && strings.TrimLeft(a, "-") == "peer" && i+1 < len(args) {
 			v, ok = args[i+1], true
 		}
-		if ok && strings.HasPrefix(strings.ToLower(v), radpeer.SchemeUDP+"://") {
+		if ok && radpeer.IsURL(v) {
 			return true
 		}
 	}
@@ -84,7 +108,7 @@ func hasRADIUSUDPPeer(args []string) bool {
 func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var o radiusClientOptions
 	fs := newFlagSet("client", radiusClientSynopsis, stderr)
-	fs.Var(&o.peers, "peer", "a RADIUS server, radius://host:port, in index order (repeat)")
+	fs.Var(&o.peers, "peer", "a RADIUS server, radius://host:port, radius+tcp://host:port or radsec://host[:port], in index order (repeat; one transport kind)")
 	fs.Var(&o.acctPeers, "acct-peer", "the accounting address of each --peer, in the same order (repeat; default: the --peer address)")
 	radiusFlags(fs, &o.secretFile)
 	fs.StringVar(&o.app, "app", "auth", "what to send: auth (Access-Request), acct (Accounting-Request Stop), status (Status-Server)")
@@ -110,6 +134,13 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.StringVar(&o.report, "report", "-", "write the JSON report to `FILE` (- is stdout)")
 	statusFlag(fs, &o.status, "logged at info")
 	logFlags(fs, &o.logLevel, &o.logFormat, "info")
+	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "stream: watchdog interval Twinit `D` of every connection (at least 6s)")
+	fs.IntVar(&o.maxConns, "max-conns", 1, "stream: connections per server, 255 requests each, opened as needed")
+	fs.DurationVar(&o.requestTimeout, "request-timeout", 0, "stream: a request's deadline, any failover included (0: two Tw plus 10s)")
+	fs.StringVar(&o.tlsCA, "tls-ca", "", "radsec: PEM CA `FILE` the servers' certificates must chain to")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "radsec: PEM client certificate `FILE` (RFC 6614: mutual)")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "radsec: PEM private key `FILE` of --tls-cert")
+	fs.Var(&o.weights, "weight", "`URL=N`: pearson weight N >= 1 of the --peer URL (repeat)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -134,10 +165,41 @@ func (o *radiusClientOptions) validate() error {
 	if len(o.peers) == 0 {
 		return usagef("at least one --peer is required")
 	}
+	_, err := radpeer.ParseURL(o.peers[0])
+	o.stream = err == nil
 	for _, p := range append(append(stringList{}, o.peers...), o.acctPeers...) {
-		if _, err := radpeer.ParseUDPURL(p); err != nil {
-			return usagef("%v (one client speaks one protocol: every --peer must be radius://)", err)
+		if o.stream {
+			if _, err := radpeer.ParseURL(p); err != nil {
+				return usagef("%v (every --peer must be radius+tcp:// or radsec:// like the first)", err)
+			}
+		} else if _, err := radpeer.ParseUDPURL(p); err != nil {
+			return usagef("%v (one client speaks one protocol: every --peer must be radius:// like the first)", err)
 		}
+	}
+	if o.stream {
+		switch {
+		case len(o.acctPeers) > 0:
+			return usagef("--acct-peer is for radius:// (UDP); a TCP or TLS connection carries every code")
+		case o.tw < watchdog.MinTwinit:
+			return usagef("--tw %v is below the RFC 3539 minimum of %v", o.tw, watchdog.MinTwinit)
+		case o.maxConns < 1 || o.maxConns > radpeer.MaxConnsLimit:
+			return usagef("--max-conns %d: want 1..%d", o.maxConns, radpeer.MaxConnsLimit)
+		case o.requestTimeout < 0:
+			return usagef("--request-timeout must not be negative")
+		case (o.tlsCert == "") != (o.tlsKey == ""):
+			return usagef("--tls-cert and --tls-key go together")
+		}
+	}
+	o.weightOf = map[string]int{}
+	for _, w := range o.weights {
+		u, n, err := parseNameWeight(w, true)
+		if err != nil {
+			return usagef("--weight %q: %v", w, err)
+		}
+		if !slices.Contains(o.peers, u) {
+			return usagef("--weight %q: %s is not a --peer", w, u)
+		}
+		o.weightOf[u] = n
 	}
 	if len(o.acctPeers) != 0 && len(o.acctPeers) != len(o.peers) {
 		return usagef("give one --acct-peer per --peer, or none")
@@ -172,16 +234,20 @@ func (o *radiusClientOptions) validate() error {
 
 // radiusClientReport is the JSON report of a RADIUS/UDP run.
 type radiusClientReport struct {
-	Protocol  string                     `json:"protocol"`
-	Algorithm string                     `json:"algorithm"`
-	Sent      uint64                     `json:"sent"`
-	Answered  uint64                     `json:"answered"`
-	Rejected  uint64                     `json:"rejected"` // answered with Access-Reject
-	Failed    uint64                     `json:"failed"`
-	FailedBy  map[string]uint64          `json:"failed_by"`
-	Failovers uint64                     `json:"failovers"`
-	Servers   []radudp.ClientServerStats `json:"servers"`
-	ElapsedMS int64                      `json:"elapsed_ms"`
+	Protocol  string            `json:"protocol"`
+	Algorithm string            `json:"algorithm"`
+	Sent      uint64            `json:"sent"`
+	Answered  uint64            `json:"answered"`
+	Rejected  uint64            `json:"rejected"` // answered with Access-Reject
+	Failed    uint64            `json:"failed"`
+	FailedBy  map[string]uint64 `json:"failed_by"`
+	Failovers uint64            `json:"failovers"`
+	// FailoverLog is the failover table (the last 256 records of
+	// FailoverRecords): from which server, how many requests, why.
+	FailoverLog     []client.FailoverRecord    `json:"failover_log"`
+	FailoverRecords uint64                     `json:"failover_records"`
+	Servers         []radudp.ClientServerStats `json:"servers"`
+	ElapsedMS       int64                      `json:"elapsed_ms"`
 }
 
 func (o *radiusClientOptions) request(n int64) *radius.Request {
@@ -210,7 +276,7 @@ func (o *radiusClientOptions) request(n int64) *radius.Request {
 func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.Logger, stdout, stderr io.Writer) int {
 	specs := make([]radudp.ServerSpec, len(o.peers))
 	for i, u := range o.peers {
-		specs[i] = radudp.ServerSpec{Name: u, URL: u, StatusServer: o.statusServer,
+		specs[i] = radudp.ServerSpec{Name: u, URL: u, StatusServer: o.statusServer, Weight: o.weightOf[u],
 			Auth:       throttle.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOut},
 			Accounting: throttle.Limits{MaxRate: o.maxRateAcct, MaxOutstanding: o.maxOut}}
 		if len(o.acctPeers) > 0 {
@@ -220,6 +286,23 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	cfg := radudp.Config{Servers: specs, Secret: secret, Algorithm: o.alg, Timeout: o.timeout, Retries: o.retries,
 		DownTimeout: o.downTimeout, HoldDown: o.hold, KeepAlive: o.keepAlive, Slot: o.slot,
 		AlarmHigh: o.alarmHigh, AlarmLow: o.alarmLow, Events: client.NewBus()}
+	protocol := "RADIUS/UDP"
+	if o.stream {
+		protocol = "RADIUS/TCP"
+		if strings.HasPrefix(strings.ToLower(o.peers[0]), radpeer.SchemeRadSec) {
+			protocol = "RADIUS/TLS"
+		}
+		cfg.Stream = radudp.StreamConfig{Watchdog: watchdog.Config{Twinit: o.tw}, MaxConns: o.maxConns, Logger: log}
+		cfg.RequestTimeout = o.requestTimeout
+		if o.tlsCA != "" || o.tlsCert != "" {
+			tc, err := transport.ClientTLSConfig(o.tlsCA, o.tlsCert, o.tlsKey, "")
+			if err != nil {
+				fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+				return 2
+			}
+			cfg.Stream.Transport.TLS = tc
+		}
+	}
 	if o.testUser != "" {
 		cfg.TestUser = &radudp.TestUser{Name: o.testUser, Password: o.testPassword}
 	}
@@ -239,10 +322,18 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	web, err := openStatus(o.status, status.SourceFunc(func() status.Snapshot {
 		st := c.Stats()
 		snap := status.Snapshot{Role: status.RoleClient, Identity: status.Identity{OriginHost: "aaa-peer client",
-			Info: map[string]string{"protocol": "RADIUS/UDP", "access": o.alg.String()}}}
+			Info: map[string]string{"protocol": protocol, "access": o.alg.String()}}}
 		for _, s := range st.Servers {
-			snap.Peers = append(snap.Peers, status.PeerStatus{Peer: s.URL, Server: s.Name, Policy: s.State.String(),
-				Pending: s.Auth.InFlight, Sent: s.Auth.Sent + s.Auth.Retransmissions, Answered: s.Auth.Answered})
+			ps := status.PeerStatus{Peer: s.URL, Server: s.Name, Policy: s.State.String(), Protocol: status.ProtocolRADIUS,
+				Pending: s.Auth.InFlight, Sent: s.Auth.Sent + s.Auth.Retransmissions, Answered: s.Auth.Answered}
+			if w := s.Stream; w != nil {
+				ps.State, ps.Pending, ps.Sent, ps.Answered, ps.MovedOut = w.State, w.Waiting, w.Sent, w.Answered, w.MovedOut
+				for _, cs := range w.Conns {
+					ps.Pending += cs.Pending
+					ps.Tw = cs.Tw
+				}
+			}
+			snap.Peers = append(snap.Peers, ps)
 			snap.Queues = append(snap.Queues, status.Queue{Server: s.Name, Depth: s.Throttle.Depth, Alarm: s.Throttle.Alarmed})
 		}
 		snap.Totals = status.Totals{Sent: sent.Load(), Answered: st.Answered, Failed: st.Failed, Pending: uint64(st.Queued), Moved: st.Failovers}
@@ -277,7 +368,11 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 			case <-tick.C:
 				var states []string
 				for i, n := range c.Names() {
-					states = append(states, n+":"+c.State(i).String())
+					st := n + ":" + c.State(i).String()
+					if ws, ok := c.StreamState(i); ok {
+						st += ":" + ws.String()
+					}
+					states = append(states, st)
 				}
 				fmt.Fprintf(stderr, "t=%ds sent=%d answered=%d failed=%d servers=%s\n", int(time.Since(start).Seconds()),
 					sent.Load(), answered.Load(), failed.Load(), strings.Join(states, ","))
@@ -300,8 +395,12 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 		go func(n int64) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			// A caller waits for every server's attempts at most.
-			cctx, cancel := context.WithTimeout(ctx, o.timeout*time.Duration(o.retries*len(o.peers))+time.Second)
+			// A caller waits for every server's attempts at most; over a
+			// stream, the Client's request deadline applies.
+			cctx, cancel := context.WithCancel(ctx)
+			if !o.stream {
+				cctx, cancel = context.WithTimeout(ctx, o.timeout*time.Duration(o.retries*len(o.peers))+time.Second)
+			}
 			defer cancel()
 			resp, err := c.Exchange(cctx, o.request(n))
 			if err != nil {
@@ -320,7 +419,8 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	wg.Wait()
 	close(done)
 	st := c.Stats()
-	rep := radiusClientReport{Protocol: "radius/udp", Algorithm: o.alg.String(), Sent: sent.Load(), Answered: answered.Load(),
+	recs, total := c.FailoverLog()
+	rep := radiusClientReport{Protocol: strings.ToLower(protocol), FailoverLog: recs, FailoverRecords: total, Algorithm: o.alg.String(), Sent: sent.Load(), Answered: answered.Load(),
 		Rejected: rejected.Load(), Failed: failed.Load(), FailedBy: failedBy, Failovers: st.Failovers,
 		Servers: st.Servers, ElapsedMS: time.Since(start).Milliseconds()}
 	if err := writeJSONFile(o.report, rep, stdout); err != nil {

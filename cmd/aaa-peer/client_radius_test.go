@@ -63,10 +63,83 @@ func TestRadiusClientUsage(t *testing.T) {
 		{"client", "--peer", "radius://127.0.0.1:1812", "--app", "coa"},
 		{"client", "--peer", "radius://127.0.0.1:1812", "--keepalive", "5s"},
 		{"client", "--peer", "radius://127.0.0.1:1812", "--acct-peer", "radius://127.0.0.1:1813", "--acct-peer", "radius://127.0.0.1:1814"},
+		{"client", "--peer", "radius+tcp://127.0.0.1:1812", "--peer", "radius://127.0.0.1:1812"},
+		{"client", "--peer", "radius+tcp://127.0.0.1:1812", "--tw", "5s"},
+		{"client", "--peer", "radius+tcp://127.0.0.1:1812", "--max-conns", "65"},
+		{"client", "--peer", "radius+tcp://127.0.0.1:1812", "--acct-peer", "radius+tcp://127.0.0.1:1813"},
+		{"client", "--peer", "radius+tcp://127.0.0.1:1812", "--weight", "radius+tcp://127.0.0.1:9=2"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), args, &stdout, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (%s)", args, code, stderr.String())
 		}
+	}
+}
+
+// aaa-peer client over radius+tcp:// against two aaa-peer servers, for
+// each --app: every request answered through the one RADIUS dispatch
+// path, Pearson-balanced over both by User-Name with the --weight given,
+// each server's watchdog OKAY in the report; the second server's share
+// follows its weight.
+func TestRadiusClientTCP(t *testing.T) {
+	t.Parallel()
+	sf := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(sf, []byte(testRadiusSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var urls []string
+	var srvs []*testServer
+	for range 2 {
+		srv := startServer(t, "--listen", "radius+tcp://127.0.0.1:0", "--secret-file", sf)
+		srvs = append(srvs, srv)
+		for _, u := range readLines(t, srv) {
+			if strings.HasPrefix(u, "radius+tcp://") {
+				urls = append(urls, u)
+			}
+		}
+	}
+	if len(urls) != 2 {
+		t.Fatalf("listeners %v", urls)
+	}
+	for _, app := range []string{"auth", "acct", "status"} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), []string{"client", "--peer", urls[0], "--peer", urls[1], "--weight", urls[1] + "=3",
+			"--secret-file", sf, "--algorithm", "pearson", "--app", app, "--requests", "200", "--rate", "2000",
+			"--concurrency", "16", "--log-level", "error"}, &stdout, &stderr)
+		if code != 0 {
+			t.Fatalf("%s: exit %d\n%s", app, code, stderr.String())
+		}
+		var rep radiusClientReport
+		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+			t.Fatalf("report: %v\n%s", err, stdout.String())
+		}
+		if rep.Protocol != "radius/tcp" || rep.Sent != 200 || rep.Answered != 200 || rep.Failed != 0 || len(rep.Servers) != 2 {
+			t.Fatalf("%s: report %+v", app, rep)
+		}
+		var per [2]uint64
+		for i, s := range rep.Servers {
+			if s.Stream == nil || s.Stream.State != "OKAY" {
+				t.Fatalf("%s: server %d stream stats %+v", app, i, s.Stream)
+			}
+			per[i] = s.Stream.Answered
+		}
+		if app != "status" && (per[1] < 2*per[0] || per[0] == 0) {
+			// Status-Server has no User-Name: no Pearson key.
+			t.Errorf("%s: answered %d by the first server, %d by the weight-3 one; want about 1:3", app, per[0], per[1])
+		}
+	}
+	applied := 0
+	for _, srv := range srvs {
+		if code := srv.stop(t); code != 0 {
+			t.Fatalf("server exit %d", code)
+		}
+		r := srv.readReport(t)
+		applied += int(r.Applied)
+		if r.Duplicates != 0 {
+			t.Errorf("duplicates %d", r.Duplicates)
+		}
+	}
+	if applied != 400 { // 200 Access-Requests and 200 records; Status-Server is never applied
+		t.Errorf("requests applied %d, want 400", applied)
 	}
 }
