@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/aaatp/aaatp/message"
@@ -248,8 +249,10 @@ func (c *Config) allowed(host string) bool {
 	if len(c.AllowHosts) == 0 {
 		return true
 	}
+	// A DiameterIdentity is ASCII and compared ignoring case.
+	host = strings.ToLower(host)
 	for _, g := range c.AllowHosts {
-		if ok, _ := path.Match(g, host); ok {
+		if ok, _ := path.Match(strings.ToLower(g), host); ok {
 			return true
 		}
 	}

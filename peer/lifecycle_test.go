@@ -112,3 +112,13 @@ func TestMovedCallsBounded(t *testing.T) {
 	assert.True(t, late)
 	assert.Same(t, cl, got)
 }
+
+// The allow-list compares DiameterIdentities ignoring case.
+func TestAllowHostsIgnoresCase(t *testing.T) {
+	c := Config{AllowHosts: []string{"*.Example.NET", "exact.example.org"}}
+	for host, want := range map[string]bool{
+		"client.example.net": true, "CLIENT.EXAMPLE.NET": true, "Exact.Example.Org": true, "client.example.com": false,
+	} {
+		assert.Equal(t, want, c.allowed(host), host)
+	}
+}
