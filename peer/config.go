@@ -32,6 +32,9 @@ const (
 // 256 requests a client throttle keeps in flight per server.
 const DefaultMaxUnanswered = 1024
 
+// DefaultMaxUnmatched is Config.MaxUnmatched's default.
+const DefaultMaxUnmatched = 16
+
 // ErrConfig is matched by every configuration error.
 var ErrConfig = errors.New("peer: invalid configuration")
 
@@ -149,6 +152,15 @@ type Config struct {
 	// Default DefaultMaxUnanswered.
 	MaxUnanswered int
 
+	// MaxUnmatched bounds the answers in a row, on one connection, that
+	// match no request sent there (a wrong Hop-by-Hop id): when it is
+	// reached the connection is closed as broken, its pending requests
+	// leave it as after any lost connection (OnFailover replays them
+	// elsewhere) and the peer reconnects as it does after a loss. An
+	// answer that matches resets the count. Default DefaultMaxUnmatched;
+	// negative: never close for this.
+	MaxUnmatched int
+
 	// OnFailover receives requests that left this peer's connection (state
 	// Moved), in their original send order: its pending requests when the
 	// watchdog calls Failover() (OKAY -> SUSPECT, OKAY -> DOWN) or the
@@ -221,6 +233,9 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.MaxUnanswered == 0 {
 		c.MaxUnanswered = DefaultMaxUnanswered
+	}
+	if c.MaxUnmatched == 0 {
+		c.MaxUnmatched = DefaultMaxUnmatched
 	}
 	if c.Events == nil {
 		c.Events = NewBus()

@@ -71,6 +71,8 @@ type conn struct {
 	ctx      context.Context // cancelled when the connection closes: handlers watch it
 	cancel   context.CancelFunc
 	downNote string // why it closed, set before close by the closing side (under mu)
+
+	unmatchedRun int // answers in a row that matched nothing (reader goroutine only)
 }
 
 func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {

@@ -23,7 +23,8 @@ const (
 	// whether it ended with this side's DPR and whether the DPA came.
 	EventConnDown
 	// EventOpenFailed: an attempt to open a connection failed (dial,
-	// TLS, or a refused capabilities exchange).
+	// TLS, or a refused capabilities exchange). ResultCode is set when
+	// the peer refused the exchange.
 	EventOpenFailed
 	// EventIdle: the connection has carried no application message for
 	// Idle and is being brought down (Config.IdleTimeout).
@@ -77,6 +78,11 @@ type Event struct {
 	// EventConnDown.
 	DPR bool // this side sent a DPR first
 	DPA bool // and the peer's DPA arrived
+
+	// EventOpenFailed: the Result-Code of the peer's CEA when it refused
+	// the capabilities exchange (DIAMETER_UNKNOWN_PEER...); 0 when the
+	// attempt failed before a CEA.
+	ResultCode uint32
 
 	// EventIdle.
 	Idle time.Duration

@@ -41,6 +41,7 @@ type fakePeer struct {
 	answerDWR  atomic.Bool
 	answerReqs atomic.Bool
 	dropDPR    atomic.Bool // never answer a DPR
+	wrongHbH   atomic.Bool // answer requests with a Hop-by-Hop id nobody sent
 	host       string
 	dwaDelay   time.Duration // set before dialing
 
@@ -121,6 +122,9 @@ func (f *fakePeer) serve(c transport.Conn) {
 			f.mu.Unlock()
 			if f.answerReqs.Load() {
 				ans = message.NewAnswer(msg).Uint32(message.ResultCode, 0, true, message.Success).Bytes()
+				if f.wrongHbH.Load() {
+					wire.SetHopByHop(ans, ^wire.HopByHop(msg))
+				}
 			}
 		}
 		if ans != nil {

@@ -158,7 +158,8 @@ type input struct {
 	note string
 	dpa  bool  // evCloseDone: the DPA arrived
 	at   int64 // receive events: ns since epoch the reader got the message
-	// cause: evClose's Disconnect-Cause.
+	// cause: evClose's Disconnect-Cause; evOpenFailed's CEA Result-Code
+	// (0: the attempt failed before a CEA).
 	cause uint32
 }
 
@@ -553,10 +554,22 @@ func (p *Peer) received(c *conn, msg []byte) {
 	}
 	hbh := wire.HopByHop(msg)
 	cl, late := c.match(hbh)
+	if cl != nil {
+		c.unmatchedRun = 0
+	}
 	switch {
 	case cl == nil:
 		p.stats.unmatched.Add(1)
 		logLimited(p.cfg.Logger, slog.LevelWarn, logUnmatched, "answer matches no pending request: dropped", "peer", p.Name(), "hop_by_hop", hbh, "command", message.CommandName(msg))
+		if c.unmatchedRun++; p.cfg.MaxUnmatched > 0 && c.unmatchedRun >= p.cfg.MaxUnmatched {
+			// Its answers cannot reach their callers: a broken peer, out of
+			// service like a lost connection (its requests fail over).
+			note := fmt.Sprintf("%d answers in a row matched no pending request", c.unmatchedRun)
+			p.publish(Event{Kind: EventError, Reason: note + ": closing the connection"})
+			p.cfg.Logger.Warn("closing connection: "+note, "peer", p.Name(), "remote", c.tc.RemoteAddr().String())
+			c.close(note)
+			return
+		}
 	case !late && p.cfg.OnFailover != nil && wire.Flags(msg)&wire.FlagError != 0 && p.premature(c, cl, msg):
 	default:
 		ok, owner, ohbh := cl.finish(msg, nil, p, c, &p.stats.answered)

@@ -176,7 +176,11 @@ func (p *Peer) attemptOpen() {
 		cp, err := p.exchangeClient(tc)
 		if err != nil {
 			tc.Close()
-			p.step(input{kind: evOpenFailed, note: err.Error()})
+			var refusal uint32
+			if ce := (*CapabilitiesError)(nil); errors.As(err, &ce) {
+				refusal = ce.ResultCode
+			}
+			p.step(input{kind: evOpenFailed, note: err.Error(), cause: refusal})
 			return
 		}
 		if testhook.Exchanged != nil {
@@ -246,7 +250,7 @@ func (p *Peer) stepLocked(e input) {
 			p.closeErr = errors.New(e.note)
 			return
 		}
-		p.publish(Event{Kind: EventOpenFailed, Reason: "open failed: " + e.note})
+		p.publish(Event{Kind: EventOpenFailed, ResultCode: e.cause, Reason: "open failed: " + e.note})
 		p.cfg.Logger.Warn("open failed", "peer", p.Name(), "err", e.note)
 
 	case evConnDown:

@@ -33,7 +33,7 @@ const clientSynopsis = `usage: aaa-peer client --peer URL [--peer URL...] --orig
        [--max-rate N] [--slot D] [--max-outstanding N] [--queue-alarm HIGH,LOW]
        [--down-timeout D] [--hold-down D] [--test-user NAI] [--keepalive D]
        [--weight URL=N...] [--dpr-hold-off 5m] [--events FILE] [--report FILE]
-       [--status ADDR] [--log-level info] [--log-format text|json]
+       [--max-failed SHARE] [--status ADDR] [--log-level info] [--log-format text|json]
 
 Connects to every --peer, waits until one (--wait-peers) is OKAY, then sends Accounting-
 Requests (--app acct) or freeDiameter test_app Test-Requests (--app test)
@@ -49,8 +49,11 @@ these failovers. Prints one progress line a second:
 sent counts requests issued (sent = answered + failed + pending); an answer
 with Result-Code 2001 is answered, anything else failed. At the end, or on
 SIGTERM or SIGINT, disconnects (DPR with DO_NOT_WANT_TO_TALK_TO_YOU), writes
-the report with the final states and exits 0; exit 1
-if no peer came up or no request reached a peer.
+the report with the final states and exits 0. Exit 1 if no peer came up
+(at once when every peer refused us in the capabilities exchange with a
+permanent error, such as DIAMETER_UNKNOWN_PEER) or no request reached a
+peer; exit 3 if more than --max-failed of the requests failed (by default
+any: one failure is enough; requests cut short by a signal do not count).
 
 With --status, an HTTP server shows the run live: a page with each peer's
 watchdog state and time in state, policy state, pending, sent and answered,
@@ -87,6 +90,7 @@ type clientOptions struct {
 	weights        stringList
 	waitPeers      int
 	dprHoldOff     time.Duration
+	maxFailed      string
 
 	// Server policy (7750 SR) and throttling (ASR5K): off unless set.
 	maxRate        int
@@ -104,6 +108,7 @@ type clientOptions struct {
 	weightOf   map[string]int
 	alarmHigh  int
 	alarmLow   int
+	failShare  float64
 }
 
 func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
@@ -141,6 +146,7 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.testUser, "test-user", "", "policy: probe (and keep alive) servers with a request for this `NAI` instead of a real one")
 	fs.DurationVar(&o.keepAlive, "keepalive", 0, "policy: send the --test-user request to each server every `D` (0: never)")
 	fs.DurationVar(&o.dprHoldOff, "dpr-hold-off", peer.DefaultDPRHoldOff, "after a peer's DPR with Disconnect-Cause BUSY or DO_NOT_WANT_TO_TALK_TO_YOU, do not redial it for `D` (RFC 6733 5.4.3; 0: redial at the next Tw, as after REBOOTING)")
+	fs.StringVar(&o.maxFailed, "max-failed", "0", "exit 3 when more than this `SHARE` of the requests failed: a fraction (0.05) or a percentage (5%); 0: any failure; 1: never")
 	fs.Var(&o.weights, "weight", "`URL=N`: balance weight N >= 1 of the --peer URL (pearson); repeat for several; default 1")
 	return fs
 }
@@ -224,6 +230,11 @@ func (o *clientOptions) validate() error {
 	case o.keepAlive > 0 && o.testUser == "":
 		return usagef("--keepalive needs --test-user")
 	}
+	share, err := parseShare(o.maxFailed)
+	if err != nil {
+		return usagef("--max-failed %q: %v", o.maxFailed, err)
+	}
+	o.failShare = share
 	if o.queueAlarm != "" {
 		hi, lo, ok := strings.Cut(o.queueAlarm, ",")
 		h, err1 := strconv.Atoi(hi)
@@ -238,6 +249,20 @@ func (o *clientOptions) validate() error {
 		o.timeout = client.FailoverDetection(o.tw) + peer.DefaultRequestTimeout
 	}
 	return nil
+}
+
+// parseShare parses a share of requests: a fraction in [0, 1] or a
+// percentage in [0%, 100%].
+func parseShare(s string) (float64, error) {
+	div := 1.0
+	if t, ok := strings.CutSuffix(s, "%"); ok {
+		s, div = t, 100
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || math.IsNaN(f) || f < 0 || f/div > 1 {
+		return 0, errors.New("want a fraction from 0 to 1 or a percentage from 0% to 100%")
+	}
+	return f / div, nil
 }
 
 // flagSet reports whether the flag was given on the command line.
@@ -350,6 +375,8 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		// Probes and keep-alives: one request of the test user (S4, S5).
 		ccfg.TestRequest = func(string) []byte { return c.buildFor(c.issued.Add(1), o.testUser) }
 	}
+	refused, cancelRefused := watchRefusals(bus, o.peers)
+	defer cancelRefused()
 	cancelLog := logClientEvents(bus, log)
 	defer cancelLog()
 	defer metrics.WatchClient(bus)() // watchdog states, transitions, failovers
@@ -370,7 +397,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 	code := 0
 	began := time.Now()
-	if err := c.waitUp(ctx); err != nil {
+	if err := c.waitUp(ctx, refused); err != nil {
 		log.Error("no peer in service", "err", err)
 		code = 1
 	} else {
@@ -378,6 +405,9 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if c.onWire() == 0 {
 			log.Error("no request could be sent")
 			code = 1
+		} else if failed, sent := c.failures(); failed > 0 && float64(failed) > o.failShare*float64(sent) {
+			log.Error("too many requests failed", "failed", failed, "sent", sent, "max_failed", o.maxFailed)
+			code = 3
 		}
 	}
 	elapsed := time.Since(began) // the run, not the disconnect
@@ -419,21 +449,93 @@ func (c *loadgen) onWire() uint64 {
 	return n
 }
 
+// failures returns the requests that failed and those sent, leaving out
+// those a signal interrupted.
+func (c *loadgen) failures() (failed, sent uint64) {
+	c.mu.Lock()
+	cut := c.failedBy["interrupted"]
+	c.mu.Unlock()
+	return c.failed.Load() - cut, c.sent.Load() - cut
+}
+
+// permanentRefusal says whether a CEA's Result-Code refuses us for good:
+// a protocol error (DIAMETER_UNKNOWN_PEER, 3010...) other than too busy
+// and unable to deliver, or a permanent failure (5xxx). Trying again
+// changes nothing until someone changes a configuration.
+func permanentRefusal(rc uint32) bool {
+	switch {
+	case rc == message.TooBusy, rc == message.UnableToDeliver:
+		return false
+	case rc >= 3000 && rc < 4000, rc >= 5000 && rc < 6000:
+		return true
+	}
+	return false
+}
+
+// watchRefusals reports, once, on the channel it returns when every one
+// of peers has refused us with a permanent error at its last attempt and
+// none is connected: nothing will come up by waiting.
+func watchRefusals(bus *client.Bus, peers []string) (<-chan string, func()) {
+	all := make(chan string, 1)
+	var mu sync.Mutex
+	last := make(map[string]string, len(peers)) // peer -> its permanent refusal
+	cancel := bus.Subscribe(func(e client.Event) {
+		if e.Kind != client.EventPeer {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch e.Peer.Kind {
+		case peer.EventOpenFailed:
+			if !permanentRefusal(e.Peer.ResultCode) {
+				delete(last, e.Server)
+				return
+			}
+			last[e.Server] = e.Peer.Reason
+			if len(last) == len(peers) {
+				reasons := make([]string, 0, len(peers))
+				for _, p := range peers {
+					reasons = append(reasons, p+": "+last[p])
+				}
+				select {
+				case all <- strings.Join(reasons, "; "):
+				default:
+				}
+			}
+		case peer.EventConnUp:
+			delete(last, e.Server)
+		}
+	})
+	return all, cancel
+}
+
 // waitUp waits until --wait-peers peers are in service, --connect-timeout
-// or ctx. Past --connect-timeout, one peer in service is enough.
-func (c *loadgen) waitUp(ctx context.Context) error {
+// or ctx. Past --connect-timeout, one peer in service is enough. When every
+// peer refused us for good (refused), it returns at once.
+func (c *loadgen) waitUp(ctx context.Context, refused <-chan string) error {
 	want := c.o.waitPeers
 	if want == 0 {
 		want = len(c.peers)
 	}
 	wctx, cancel := context.WithTimeout(ctx, c.o.connectTimeout)
 	defer cancel()
-	err := c.cl.WaitReady(wctx, want)
+	rctx, stop := context.WithCancelCause(wctx)
+	defer stop(nil)
+	go func() {
+		select {
+		case why := <-refused:
+			stop(fmt.Errorf("every peer refused us with a permanent error: %s", why))
+		case <-rctx.Done():
+		}
+	}()
+	err := c.cl.WaitReady(rctx, want)
 	switch {
 	case err == nil:
 		return nil
 	case ctx.Err() != nil:
 		return fmt.Errorf("interrupted while connecting: %w", context.Cause(ctx))
+	case wctx.Err() == nil: // refused by every peer: waiting changes nothing
+		return context.Cause(rctx)
 	case c.cl.WaitReady(wctx, 1) == nil: // wctx is done: this only counts
 		c.log.Warn("not every peer wanted is in service; going on", "err", err, "wait_peers", want, "connect_timeout", c.o.connectTimeout)
 		return nil

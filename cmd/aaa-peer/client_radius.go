@@ -58,8 +58,9 @@ server while it is OKAY; with none in service they wait until their
 --max-conns connections of 255 requests each; --max-outstanding is at most
 255 x --max-conns. --weight sets a server's share of the pearson table.
 Prints one progress line a second, then the report (JSON) with each
-server's state and counters. Exit 0 when at least one request was
-answered, 1 otherwise, 2 on a usage error.
+server's state and counters. Exit 1 when no request was answered, 2 on a
+usage error, 3 when more than --max-failed of the requests failed (by
+default any), else 0.
 `
 
 type radiusClientOptions struct {
@@ -80,6 +81,8 @@ type radiusClientOptions struct {
 	logLevel, logFormat          string
 	alg                          loadbalance.Algorithm
 	alarmHigh, alarmLow          int
+	maxFailed                    string
+	failShare                    float64
 
 	// radius+tcp:// and radsec://
 	stream                 bool
@@ -131,6 +134,7 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.Int64Var(&o.requests, "requests", 0, "stop after N requests (0: --duration)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "stop after D when --requests is 0")
 	fs.StringVar(&o.nai, "nai", "user%d@example.net", "User-Name format, %d the request number")
+	fs.StringVar(&o.maxFailed, "max-failed", "0", "exit 3 when more than this `SHARE` of the requests failed: a fraction (0.05) or a percentage (5%); 0: any failure; 1: never")
 	fs.StringVar(&o.report, "report", "-", "write the JSON report to `FILE` (- is stdout)")
 	statusFlag(fs, &o.status, "logged at info")
 	logFlags(fs, &o.logLevel, &o.logFormat, "info")
@@ -223,6 +227,9 @@ func (o *radiusClientOptions) validate() error {
 		return usagef("--keepalive needs --test-user or --status-server")
 	case !(o.rate > 0) || o.concurrency < 1 || o.requests < 0 || (o.requests == 0 && o.duration <= 0):
 		return usagef("--rate and --concurrency must be positive, with --requests or a positive --duration")
+	}
+	if o.failShare, err = parseShare(o.maxFailed); err != nil {
+		return usagef("--max-failed %q: %v", o.maxFailed, err)
 	}
 	if o.alarm != "" {
 		if _, err := fmt.Sscanf(o.alarm, "%d,%d", &o.alarmHigh, &o.alarmLow); err != nil || o.alarmLow >= o.alarmHigh || o.alarmLow < 0 {
@@ -429,6 +436,10 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	}
 	if rep.Answered == 0 {
 		return 1
+	}
+	if rep.Failed > 0 && float64(rep.Failed) > o.failShare*float64(rep.Sent) {
+		fmt.Fprintf(stderr, "aaa-peer client: %d of %d requests failed (--max-failed %s)\n", rep.Failed, rep.Sent, o.maxFailed)
+		return 3
 	}
 	return 0
 }

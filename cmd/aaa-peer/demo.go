@@ -230,7 +230,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else if web != nil {
 		fmt.Fprintf(stderr, "aaa-peer demo: status page %s\n", web.URL())
 	}
-	if err := g.waitUp(ctx); err != nil {
+	if err := g.waitUp(ctx, nil); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer demo: %v\n", err)
 		return 1
 	}

@@ -174,8 +174,8 @@ func TestResultCodes(t *testing.T) {
 		<-served
 	}()
 	r := runTestClient(t, context.Background(), "tcp://"+s.Addr().String(), "--requests", "20", "--concurrency", "3")
-	if r.code != 0 {
-		t.Fatalf("client exit %d:\n%s", r.code, r.stderr)
+	if r.code != 3 { // half the requests failed: over the default --max-failed
+		t.Fatalf("client exit %d, want 3:\n%s", r.code, r.stderr)
 	}
 	rep := r.report
 	if rep.Sent != 20 || rep.Answered != 10 || rep.Failed != 10 || rep.FailedBy["result 4999"] != 10 || len(rep.FailedBy) != 1 {
@@ -184,14 +184,16 @@ func TestResultCodes(t *testing.T) {
 }
 
 // TestAnswerDelayAndStall: --answer-delay past the client's timeout fails
-// requests as timeouts; --stall-after stops answering after N requests.
+// requests as timeouts (and the client exits 3: by default any failure is
+// too many); --stall-after stops answering after N requests (half of them
+// failing is within --max-failed 50%, so exit 0).
 func TestAnswerDelayAndStall(t *testing.T) {
 	t.Parallel()
 	t.Run("answer-delay", func(t *testing.T) {
 		t.Parallel()
 		srv := startServer(t, "--answer-delay", "500ms")
 		r := runTestClient(t, context.Background(), srv.url, "--requests", "3", "--concurrency", "3", "--timeout", "200ms")
-		if r.code != 0 || r.report.Failed != 3 || r.report.FailedBy["timeout"] != 3 {
+		if r.code != 3 || r.report.Failed != 3 || r.report.FailedBy["timeout"] != 3 {
 			t.Errorf("exit %d, report %+v\n%s", r.code, r.report, r.stderr)
 		}
 		// 200ms is far below the 64s it takes to detect a hung peer at the
@@ -209,7 +211,7 @@ func TestAnswerDelayAndStall(t *testing.T) {
 	t.Run("stall-after", func(t *testing.T) {
 		t.Parallel()
 		srv := startServer(t, "--stall-after", "5")
-		r := runTestClient(t, context.Background(), srv.url, "--requests", "10", "--concurrency", "10", "--timeout", "1s")
+		r := runTestClient(t, context.Background(), srv.url, "--requests", "10", "--concurrency", "10", "--timeout", "1s", "--max-failed", "50%")
 		if r.code != 0 || r.report.Answered != 5 || r.report.FailedBy["timeout"] != 5 {
 			t.Errorf("exit %d, report %+v\n%s", r.code, r.report, r.stderr)
 		}
@@ -228,6 +230,24 @@ func TestNoPeer(t *testing.T) {
 	r := runTestClient(t, context.Background(), "tcp://127.0.0.1:1", "--connect-timeout", "300ms")
 	if r.code != 1 || !strings.Contains(r.stderr, "no peer in service") {
 		t.Errorf("exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+}
+
+// TestRefusedByEveryPeer: when every peer refuses our CER for good
+// (DIAMETER_UNKNOWN_PEER), the client exits 1 at once, saying why, rather
+// than waiting --connect-timeout.
+func TestRefusedByEveryPeer(t *testing.T) {
+	t.Parallel()
+	a := startServer(t, "--allow", "other.example.net")
+	b := startServer(t, "--allow", "other.example.net")
+	t0 := time.Now()
+	r := runTestClient(t, context.Background(), a.url, "--peer", b.url, "--connect-timeout", "60s")
+	took := time.Since(t0)
+	if r.code != 1 || !strings.Contains(r.stderr, "every peer refused us") || !strings.Contains(r.stderr, "3010") {
+		t.Errorf("exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	if took > 20*time.Second {
+		t.Errorf("the client took %v to give up; every peer had refused it at the first attempt", took)
 	}
 }
 

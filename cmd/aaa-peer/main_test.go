@@ -318,6 +318,8 @@ func TestFlagValidation(t *testing.T) {
 		{"client weight no number", runClient, with(cli, "--weight", "tcp://127.0.0.1:3868"), "want NAME=N"},
 		{"client wait-peers too many", runClient, with(cli, "--wait-peers", "2"), "--wait-peers 2"},
 		{"client peer twice", runClient, with(cli, "--peer", "tcp://127.0.0.1:3868"), "given twice"},
+		{"client max-failed over 100%", runClient, with(cli, "--max-failed", "150%"), `--max-failed "150%"`},
+		{"client max-failed not a share", runClient, with(cli, "--max-failed", "-0.1"), `--max-failed "-0.1"`},
 		{"server bad dedup", runServer, with(srv, "--dedup", "mysql://x"), `--dedup "mysql://x"`},
 		{"server bad dedup budget", runServer, with(srv, "--dedup-max-bytes", "0"), "--dedup-max-bytes must be positive"},
 		{"server bad dedup answer limit", runServer, with(srv, "--dedup-max-answer", "-1"), "--dedup-max-answer must be positive"},

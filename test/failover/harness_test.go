@@ -305,11 +305,19 @@ func startClient(t *testing.T, dir, host string, peers []string, extra ...string
 	return c
 }
 
-// finish waits for the client to exit by itself and reads its report.
+// finish waits for the client to exit by itself, with 0 (no request
+// failed), and reads its report.
 func (c *client) finish(t *testing.T, d time.Duration) clientReport {
 	t.Helper()
-	if code := c.wait(t, d); code != 0 {
-		t.Errorf("client exited %d:\n%s", code, tail(c.stderr, 40))
+	return c.finishExit(t, d, 0)
+}
+
+// finishExit is finish for a run that must exit with want: 3 when
+// requests fail by design (the client's --max-failed is 0: any failure).
+func (c *client) finishExit(t *testing.T, d time.Duration, want int) clientReport {
+	t.Helper()
+	if code := c.wait(t, d); code != want {
+		t.Errorf("client exited %d, want %d:\n%s", code, want, tail(c.stderr, 40))
 	}
 	c.checkRace(t)
 	var r clientReport

@@ -137,7 +137,7 @@ func TestStalledPrimary(t *testing.T) {
 	sc := newScenario(t, "2-stalled", "--answer-delay", "120s")
 	const n = 12 // three rounds of 4 callers, 8 s each: the watchdog runs at least 3 Tw
 	c := sc.startClient("--requests", fmt.Sprint(n), "--rate", "4", "--concurrency", "4", "--timeout", "8s")
-	r := c.finish(t, time.Minute)
+	r := c.finishExit(t, time.Minute, 3) // the primary's requests time out: exit 3
 	reps := map[string]serverReport{"primary": sc.primary.stop(t), "secondary": sc.secondary.stop(t)}
 	evs := readEvents(t, c.events)
 	t.Logf("client %+v", r)

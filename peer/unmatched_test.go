@@ -1,0 +1,74 @@
+package peer
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aaatp/aaatp/watchdog"
+)
+
+// A peer whose answers carry Hop-by-Hop ids we never sent is broken: after
+// MaxUnmatched of them in a row its connection closes and the requests
+// still pending there go to OnFailover. A matching answer resets the count.
+func TestUnmatchedAnswersCloseTheConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		var mu sync.Mutex
+		var moved []*Call
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		cfg.MaxUnmatched = 4
+		cfg.Events = NewBus()
+		rec, cancel := record(cfg.Events)
+		defer cancel()
+		cfg.OnFailover = func(_ *Peer, calls []*Call, _ string) {
+			mu.Lock()
+			moved = append(moved, calls...)
+			mu.Unlock()
+			for _, cl := range calls {
+				cl.Fail(ErrConnectionLost)
+			}
+		}
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		defer p.Close(context.Background())
+		synctest.Wait()
+		require.Equal(t, watchdog.Okay, p.State())
+
+		submit := func(wrong bool, n int) {
+			f.wrongHbH.Store(wrong)
+			for range n {
+				cl, err := NewCall(acr())
+				require.NoError(t, err)
+				require.NoError(t, p.Submit(cl))
+				synctest.Wait()
+			}
+		}
+		submit(true, 3)
+		submit(false, 1) // a match: the run starts again
+		submit(true, 3)
+		assert.Equal(t, watchdog.Okay, p.State(), "closed before MaxUnmatched answers in a row")
+		assert.Empty(t, rec.ofKind(EventConnDown))
+		submit(true, 1)
+		assert.Equal(t, uint64(7), p.Stats().Unmatched)
+		assert.NotEqual(t, watchdog.Okay, p.State(), "still in service after MaxUnmatched unmatched answers in a row")
+		mu.Lock()
+		assert.Len(t, moved, 7, "the requests whose answers never matched leave the connection")
+		mu.Unlock()
+		var found bool
+		for _, e := range rec.ofKind(EventError) {
+			found = found || strings.Contains(e.Reason, "4 answers in a row matched no pending request")
+		}
+		assert.True(t, found, "no event says why: %v", rec.ofKind(EventError))
+		time.Sleep(time.Minute) // it reconnects as after any loss
+		assert.Equal(t, 2, f.dials())
+	})
+}
