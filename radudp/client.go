@@ -475,10 +475,21 @@ func (c *Client) Exchange(ctx context.Context, r *radius.Request) (*Response, er
 		c.count(ErrBusy)
 		return nil, ErrBusy
 	}
+	if c.stream {
+		// The caller's goroutine waits for the call's one answer or
+		// error, wherever failovers take it.
+		cl.rc = radpeer.NewCall(r)
+		c.byRC[cl.rc] = cl
+	}
 	c.sched.Enqueue(cl, cl.class)
 	c.mu.Unlock()
 	c.publish(evs)
 	c.kick()
+	if c.stream {
+		c.await(cl)
+		res := <-cl.res
+		return res.resp, res.err
+	}
 	select {
 	case res := <-cl.res:
 		return res.resp, res.err
@@ -731,7 +742,11 @@ func (c *Client) run() {
 				continue
 			}
 			c.wg.Add(1)
-			go c.attempt(d.Item, d.Server)
+			if c.stream {
+				c.attempt(d.Item, d.Server) // it never blocks: Submit queues
+			} else {
+				go c.attempt(d.Item, d.Server)
+			}
 		}
 		clear(ds)
 		wait := time.Hour

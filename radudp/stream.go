@@ -191,17 +191,10 @@ func (c *Client) unparkLocked() {
 }
 
 // submitStream sends cl to stream server i, where the throttle gave it a
-// place. The first send starts the call's one waiter.
+// place.
 func (c *Client) submitStream(cl *call, i int) {
 	s := c.servers[i]
 	c.mu.Lock()
-	first := cl.rc == nil
-	if first {
-		cl.rc = radpeer.NewCall(cl.req)
-		c.byRC[cl.rc] = cl
-		c.wg.Add(1)
-		go c.await(cl)
-	}
 	cl.at = i
 	rc := cl.rc
 	c.mu.Unlock()
@@ -224,9 +217,8 @@ func (c *Client) submitStream(cl *call, i int) {
 }
 
 // await waits for a stream call's one answer or error, wherever
-// failovers take it, and completes it.
+// failovers take it, and completes it. It runs on the caller's goroutine.
 func (c *Client) await(cl *call) {
-	defer c.wg.Done()
 	resp, err := cl.rc.Wait(cl.ctx, c.cfg.RequestTimeout)
 	c.mu.Lock()
 	if cl.at >= 0 {

@@ -36,7 +36,7 @@ func main() {
 	}
 	quick := flag.Bool("quick", false, "short run for CI (about 30 s; 1k idle peers, 100k dedup entries); asserts no speed")
 	jsonOut := flag.String("json", "", "also write the numbers as JSON to this `file`")
-	only := flag.String("only", "", "profiling aid: run one `section` only (roundtrip, idle, idlebig, failover, micro, xproc); no JSON")
+	only := flag.String("only", "", "profiling aid: run one `section` only (roundtrip, idle, idlebig, failover, micro, radius, xproc); no JSON")
 	aaaPeer := flag.String("aaa-peer", "", "cross-process pairs: run this aaa-peer `binary` instead of building ./cmd/aaa-peer (to compare builds)")
 	pairs := flag.String("pairs", "", "cross-process pairs: run only these (and not the memory run), comma-separated `CLIENT+SERVER` (clients aaa-peer, raw, godiameter, pingpong; servers aaa-peer, raw, rawinline, godiameter, freediameter)")
 	xruns := flag.Int("xruns", 0, "cross-process pairs: runs of each pair (default 3, 1 with --quick)")
@@ -145,6 +145,8 @@ type Report struct {
 	CrossProcess       []XCell `json:"cross_process"`
 	// IdleBig is the large idle run (100k peers), absent in quick mode.
 	IdleBig *IdleFigures `json:"idle_big,omitempty"`
+	// Radius is the RADIUS/TCP section.
+	Radius *RadiusFigures `json:"radius,omitempty"`
 }
 
 // IdleFigures are one idle run's per-peer RSS and CPU (both processes).
@@ -193,6 +195,10 @@ func run(o Options, w io.Writer, jsonPath string) (*Report, error) {
 		return nil, fmt.Errorf("round trips: %w", err)
 	}
 	rep.Results = rt
+	a256, _ := find(rt, "aaatp", 256)
+	if rep.Radius, err = measureRadius(o, a256.AnswersPerS); err != nil {
+		return nil, fmt.Errorf("radius: %w", err)
+	}
 	fmt.Fprintln(os.Stderr, "bench: cross-process pairs")
 	xp, err := measureXproc(o, os.Stderr)
 	if err != nil {
@@ -218,6 +224,7 @@ func run(o Options, w io.Writer, jsonPath string) (*Report, error) {
 	rep.DedupNs = dd.beginIntoNs
 	rep.DedupBytesPerEntry = dd.bytesPerEntry
 	printReport(w, o, &rep, pp, fo, idle, idleBig, pick, dd, xp)
+	printRadius(w, rep.Radius)
 	if jsonPath != "" {
 		b, err := json.MarshalIndent(&rep, "", "  ")
 		if err != nil {
@@ -257,6 +264,12 @@ func runOnly(o Options, section string, w io.Writer) error {
 			printMemory(w, x)
 			return nil
 		}
+	case "radius":
+		var f *RadiusFigures
+		if f, err = measureRadius(o, 0); err == nil {
+			printRadius(w, f)
+			return nil
+		}
 	case "micro":
 		var p *pickResult
 		var d *dedupResult
@@ -267,7 +280,7 @@ func runOnly(o Options, section string, w io.Writer) error {
 			v = []any{*p, *d} // the values, not their addresses
 		}
 	default:
-		return fmt.Errorf("--only %q: want roundtrip, idle, idlebig, failover, micro or xproc", section)
+		return fmt.Errorf("--only %q: want roundtrip, idle, idlebig, failover, micro, radius or xproc", section)
 	}
 	if err != nil {
 		return err

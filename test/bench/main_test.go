@@ -70,8 +70,25 @@ func TestQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	scalars := []string{"failover_10k_ms", "idle_peer_kib", "idle_cpu_pct", "pick_ns", "dedup_ns", "dedup_bytes_per_entry"}
-	if len(doc) != len(scalars)+2 {
-		t.Errorf("JSON has %d top-level fields, want %d", len(doc), len(scalars)+2)
+	if len(doc) != len(scalars)+3 {
+		t.Errorf("JSON has %d top-level fields, want %d", len(doc), len(scalars)+3)
+	}
+	// RADIUS/TCP: three in-process cells, two per server process (with
+	// FreeRADIUS, else one cell saying why not), every cell measured.
+	rad, _ := doc["radius"].(map[string]any)
+	inproc, _ := rad["in_process"].([]any)
+	servers, _ := rad["servers"].([]any)
+	if len(inproc) != 3 || len(servers) < 3 {
+		t.Errorf("radius: %d in-process and %d server cells, want 3 and at least 3", len(inproc), len(servers))
+	}
+	for _, c := range append(inproc, servers...) {
+		m, _ := c.(map[string]any)
+		if note, _ := m["note"].(string); note != "" && m["server"] == "freeradius" && os.Getenv("CI") != "true" {
+			continue // not installed here
+		}
+		if v, _ := m["answers_per_s"].(float64); v <= 0 || m["failed"].(float64) != 0 {
+			t.Errorf("radius cell %v", m)
+		}
 	}
 	xcells, _ := doc["cross_process"].([]any)
 	if len(xcells) != 4 {
