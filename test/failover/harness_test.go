@@ -21,8 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/aaatp/aaatp/message"
-	"github.com/aaatp/aaatp/wire"
+	"github.com/aaatp/aaatp/internal/dedupcount"
 )
 
 const (
@@ -485,51 +484,24 @@ type applied struct {
 	marks  int // in-flight marks (no answer yet)
 }
 
-// redisApplied scans the dedup entries of the Redis store and counts the
-// answers whose Session-Id belongs to clientHost (every scenario's client
-// has its own Origin-Host, and the client's Session-Ids start with it).
-// An accounting request's answer is stored under two keys (its request
-// and its record), so answers are counted once per Session-Id: the
-// client sends one record per session.
+// redisApplied counts the requests of clientHost that the Redis store
+// remembers (every scenario's client has its own Origin-Host, and the
+// client's Session-Ids start with it): one per Session-Id, whatever the
+// number of keys each is stored under (see internal/dedupcount).
 func redisApplied(t *testing.T, clientHost string) applied {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rc := redis.NewClient(&redis.Options{Addr: redisAddr, DB: 0})
 	defer rc.Close()
-	out := applied{byHost: make(map[string]int)}
-	prefix := []byte(clientHost + ";")
-	seen := make(map[string]bool)
-	iter := rc.Scan(ctx, 0, "*aaatp:dedup:*", 1000).Iterator() // the prefix may be in a {hash tag}
-	for iter.Next(ctx) {
-		v, err := rc.Get(ctx, iter.Val()).Bytes()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
-		if err != nil {
-			t.Fatalf("redis GET: %v", err)
-		}
-		if len(v) == 0 {
-			continue
-		}
-		if v[0] == 'm' {
-			out.marks++ // not attributable to a client; informational
-			continue
-		}
-		ans := v[1:]
-		sid, ok := wire.FindAVP(ans, message.SessionID, 0)
-		if !ok || !bytes.HasPrefix(sid, prefix) || seen[string(sid)] {
-			continue
-		}
-		seen[string(sid)] = true
-		oh, _ := wire.FindAVP(ans, message.OriginHost, 0)
-		out.total++
-		out.byHost[string(oh)]++
+	c, err := dedupcount.Scan(ctx, rc, clientHost+";")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := iter.Err(); err != nil {
-		t.Fatalf("redis SCAN: %v", err)
+	if c.Conflicts != 0 {
+		t.Errorf("%d requests of %s stored with different answers under their keys: applied more than once", c.Conflicts, clientHost)
 	}
-	return out
+	return applied{total: c.Requests, byHost: c.ByHost, marks: c.Marks}
 }
 
 // redisPing checks that a Redis server answers on addr.

@@ -112,7 +112,8 @@ func runScenario(t *testing.T, sc *scenario) {
 	if err := readJSON(h.path("client.json"), &cr); err != nil {
 		t.Fatalf("client report: %v", err)
 	}
-	// Events after the report are the client's own shutdown (DPR).
+	// The client writes its report after its disconnect: the report's time
+	// is the end of the run, nothing the client did comes after it.
 	cutoff := time.Now()
 	if st, err := os.Stat(h.path("client.json")); err == nil {
 		cutoff = st.ModTime()
@@ -164,31 +165,37 @@ func runScenario(t *testing.T, sc *scenario) {
 		}
 		last = append(last, lr)
 	}
-	answers, marks, err := h.redisCounts()
+	st, err := h.storeCounts()
 	if err != nil {
-		t.Errorf("redis: %v", err)
+		t.Errorf("store: %v", err)
 	} else {
-		twice := int64(applied) - int64(answers)
-		t.Logf("store: %d answers, %d in-flight marks; servers applied %d, duplicates %d, store errors %d", answers, marks, applied, dups, serrs)
+		twice := int64(applied) - int64(st.Requests)
+		t.Logf("store: %d requests (under %d keys), %d in-flight marks; servers applied %d, duplicates %d, store errors %d", st.Requests, st.Keys, st.Marks, applied, dups, serrs)
 		switch {
 		case sc.killed:
 			// The killed incarnation's count died with it: only a bound.
 			r.appliedTwice = "0 (of reported)"
 			if twice > 0 {
 				r.appliedTwice = fmt.Sprint(twice)
-				t.Errorf("servers applied %d requests, the store remembers %d: %d applied twice", applied, answers, twice)
+				t.Errorf("servers applied %d requests, the store remembers %d: %d applied twice", applied, st.Requests, twice)
 			}
 		default:
 			r.appliedTwice = fmt.Sprint(twice)
 			if twice != 0 {
-				t.Errorf("servers applied %d requests, the store remembers %d answers: %d applied twice (or lost from the store)", applied, answers, twice)
+				t.Errorf("servers applied %d requests, the store remembers %d: %d applied twice (or lost from the store)", applied, st.Requests, twice)
 			}
-			if marks != 0 {
-				t.Errorf("%d in-flight marks left in the store after every server stopped", marks)
+			if st.Marks != 0 {
+				t.Errorf("%d in-flight marks left in the store after every server stopped", st.Marks)
 			}
 		}
-		if uint64(answers) < cr.Answered {
-			t.Errorf("store remembers %d answers, client got %d", answers, cr.Answered)
+		if st.Conflicts != 0 {
+			t.Errorf("%d requests stored with different answers under their keys: applied more than once", st.Conflicts)
+		}
+		if st.Other != 0 {
+			t.Errorf("the store holds %d answers that are not to the client's requests (no Session-Id, or not %s's)", st.Other, clientHost)
+		}
+		if uint64(st.Requests) < cr.Answered {
+			t.Errorf("store remembers %d requests, client got %d answers", st.Requests, cr.Answered)
 		}
 	}
 	switch {
@@ -198,17 +205,30 @@ func runScenario(t *testing.T, sc *scenario) {
 	}
 
 	// Watchdog transitions after the warm-up (INITIAL -> OKAY excluded),
-	// before the client's shutdown.
+	// before the client's own disconnect at the end of the run. Only the
+	// client's Close sends a DPR here (a connection_down with dpr set, in
+	// the events before the DOWN it causes): from that event on, the
+	// server's connection going DOWN is the run ending, not a fault, and
+	// nothing but DOWN may follow.
 	byServer := map[int][]event{}
+	disconnected := map[int]bool{}
 	for _, e := range evs {
-		if e.Time.After(cutoff) {
+		k := h.serverOf(e.Peer)
+		if e.Kind == "connection_down" && e.DPR {
+			disconnected[k] = true
 			continue
 		}
-		k := h.serverOf(e.Peer)
-		if e.Kind == "watchdog" && e.From != "INITIAL" {
-			r.transitions++
-			byServer[k] = append(byServer[k], e)
+		if e.Kind != "watchdog" || e.From == "INITIAL" {
+			continue
 		}
+		if disconnected[k] {
+			if e.To != "DOWN" {
+				t.Errorf("%s: watchdog %s -> %s after the client's own DPR (%s): the disconnect must end in DOWN", e.Peer, e.From, e.To, e.Reason)
+			}
+			continue
+		}
+		r.transitions++
+		byServer[k] = append(byServer[k], e)
 	}
 	var paths []string
 	for _, s := range h.servers {

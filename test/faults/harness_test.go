@@ -2,9 +2,12 @@ package faults
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,7 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/internal/dedupcount"
 	"github.com/aaatp/aaatp/peer"
 )
 
@@ -31,6 +37,7 @@ const (
 	proxyPort  = 3869
 	redisPort  = 6379
 	realm      = "example.net"
+	clientHost = "c1." + realm // the client's Origin-Host, which starts its Session-Ids
 	// detectBound is RFC 3539's bound for OKAY -> SUSPECT under traffic:
 	// two watchdog intervals of at most Twinit + 2 s each.
 	detectBound = 2 * (tw + 2*time.Second)
@@ -159,7 +166,7 @@ func (h *harness) startClient() {
 	t := h.t
 	sc := h.sc
 	args := []string{suite.bin, "client", "--mode", "failover", "--tw", twText,
-		"--origin-host", "c1." + realm, "--origin-realm", realm, "--destination-realm", realm,
+		"--origin-host", clientHost, "--origin-realm", realm, "--destination-realm", realm,
 		"--rate", strconv.Itoa(sc.rate), "--concurrency", strconv.Itoa(sc.concurrency),
 		"--duration", sc.duration.String(), "--timeout", sc.timeout.String(),
 		"--connect-timeout", "15s", "--wait-peers", "0",
@@ -248,6 +255,7 @@ type event struct {
 	ToPeer   string    `json:"to_peer"`
 	Moved    int       `json:"moved"`
 	Outcome  string    `json:"outcome"`
+	DPR      bool      `json:"dpr"` // connection_down: the client sent a DPR first
 }
 
 // events reads the client's --events so far.
@@ -311,30 +319,49 @@ func readJSON(path string, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-// redisCounts returns how many answers ("a" values: requests applied and
-// remembered) and how many in-flight marks ("m") the shared store holds.
-func (h *harness) redisCounts() (answers, marks int, err error) {
-	const script = `local a, m = 0, 0
-for _, k in ipairs(redis.call('KEYS', '*')) do
-  local v = redis.call('GET', k)
-  if v then
-    local c = string.sub(v, 1, 1)
-    if c == 'a' then a = a + 1 elseif c == 'm' then m = m + 1 end
-  end
-end
-return {a, m}`
-	out, err := sh("ip", "netns", "exec", h.store, suite.redisCLI, "-p", strconv.Itoa(redisPort), "--raw", "EVAL", script, "0")
+// storeCountEnv: the test binary, re-executed in the store's namespace
+// with it set to "ADDR SESSION-PREFIX", counts the shared store's entries
+// at ADDR (internal/dedupcount, as test/failover does) and prints the
+// counts as JSON.
+const storeCountEnv = "AAATPF_STORE_COUNT"
+
+func storeCountMain(spec string) int {
+	addr, prefix, ok := strings.Cut(spec, " ")
+	if !ok {
+		fmt.Fprintf(os.Stderr, "store count: bad %s %q\n", storeCountEnv, spec)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rc := redis.NewClient(&redis.Options{Addr: addr})
+	defer rc.Close()
+	c, err := dedupcount.Scan(ctx, rc, prefix)
 	if err != nil {
-		return 0, 0, err
+		fmt.Fprintln(os.Stderr, "store count:", err)
+		return 1
 	}
-	f := strings.Fields(out)
-	if len(f) != 2 {
-		return 0, 0, fmt.Errorf("redis-cli: %q", out)
+	if err := json.NewEncoder(os.Stdout).Encode(c); err != nil {
+		fmt.Fprintln(os.Stderr, "store count:", err)
+		return 1
 	}
-	answers, err1 := strconv.Atoi(f[0])
-	marks, err2 := strconv.Atoi(f[1])
-	if err1 != nil || err2 != nil {
-		return 0, 0, fmt.Errorf("redis-cli: %q", out)
+	return 0
+}
+
+// storeCounts counts what the shared store remembers of the client's
+// requests: one per Session-Id, whatever the number of keys each request
+// is stored under.
+func (h *harness) storeCounts() (dedupcount.Counts, error) {
+	var c dedupcount.Counts
+	cmd := exec.Command("ip", "netns", "exec", h.store, suite.self)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=127.0.0.1:%d %s;", storeCountEnv, redisPort, clientHost))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return c, fmt.Errorf("store count: %v: %s", err, strings.TrimSpace(stderr.String()))
 	}
-	return answers, marks, nil
+	if err := json.Unmarshal(out, &c); err != nil {
+		return c, fmt.Errorf("store count: %v: %q", err, out)
+	}
+	return c, nil
 }

@@ -17,7 +17,7 @@ var suite struct {
 	skip     string // why the suite cannot run here ("" if it can)
 	netem    bool   // the kernel has sch_netem
 	bin      string // aaa-peer, built once
-	self     string // this test binary, re-executed as the delay proxy
+	self     string // this test binary, re-executed as the delay proxy and to count the store
 	redis    string // redis-server
 	redisCLI string
 	noRedis  string // why there is no shared store ("" if there is)
@@ -26,6 +26,9 @@ var suite struct {
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(proxyEnv); spec != "" {
 		os.Exit(proxyMain(spec))
+	}
+	if spec := os.Getenv(storeCountEnv); spec != "" {
+		os.Exit(storeCountMain(spec))
 	}
 	flag.Parse()
 	// The scenarios mostly wait on timers (Tw = 6 s): run them all at once
