@@ -157,12 +157,20 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
-	secret, err := radpeer.ReadSecret(o.secretFile, secretEnv)
-	if err != nil {
-		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
-		return 2
+	var secret []byte // radsec:// uses "radsec" (RFC 6614 2.3)
+	if !o.radsec() {
+		if secret, err = radpeer.ReadSecret(o.secretFile, secretEnv); err != nil {
+			fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+			return 2
+		}
 	}
 	return o.run(ctx, secret, log, stdout, stderr)
+}
+
+// radsec reports whether the peers are radsec:// (validated: all alike).
+func (o *radiusClientOptions) radsec() bool {
+	ep, err := radpeer.ParseURL(o.peers[0])
+	return err == nil && ep.Scheme == radpeer.SchemeRadSec
 }
 
 func (o *radiusClientOptions) validate() error {
@@ -173,8 +181,12 @@ func (o *radiusClientOptions) validate() error {
 	o.stream = err == nil
 	for _, p := range append(append(stringList{}, o.peers...), o.acctPeers...) {
 		if o.stream {
-			if _, err := radpeer.ParseURL(p); err != nil {
+			ep, err := radpeer.ParseURL(p)
+			if err != nil {
 				return usagef("%v (every --peer must be radius+tcp:// or radsec:// like the first)", err)
+			}
+			if first, _ := radpeer.ParseURL(o.peers[0]); ep.Scheme != first.Scheme {
+				return usagef("--peer %s: every --peer must have the scheme of the first, %s://", p, first.Scheme)
 			}
 		} else if _, err := radpeer.ParseUDPURL(p); err != nil {
 			return usagef("%v (one client speaks one protocol: every --peer must be radius:// like the first)", err)
@@ -296,7 +308,7 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	protocol := "RADIUS/UDP"
 	if o.stream {
 		protocol = "RADIUS/TCP"
-		if strings.HasPrefix(strings.ToLower(o.peers[0]), radpeer.SchemeRadSec) {
+		if o.radsec() {
 			protocol = "RADIUS/TLS"
 		}
 		cfg.Stream = radudp.StreamConfig{Watchdog: watchdog.Config{Twinit: o.tw}, MaxConns: o.maxConns, Logger: log}

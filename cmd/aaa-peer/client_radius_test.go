@@ -65,6 +65,7 @@ func TestRadiusClientUsage(t *testing.T) {
 		{"client", "--peer", "radius://127.0.0.1:1812", "--acct-peer", "radius://127.0.0.1:1813", "--acct-peer", "radius://127.0.0.1:1814"},
 		{"client", "--peer", "radius+tcp://127.0.0.1:1812", "--peer", "radius://127.0.0.1:1812"},
 		{"client", "--peer", "radius+tcp://127.0.0.1:1812", "--tw", "5s"},
+		{"client", "--peer", "radius+tcp://127.0.0.1:1812", "--peer", "radsec://127.0.0.1"},
 		{"client", "--peer", "radius+tcp://127.0.0.1:1812", "--max-conns", "65"},
 		{"client", "--peer", "radius+tcp://127.0.0.1:1812", "--acct-peer", "radius+tcp://127.0.0.1:1813"},
 		{"client", "--peer", "radius+tcp://127.0.0.1:1812", "--weight", "radius+tcp://127.0.0.1:9=2"},
@@ -141,5 +142,30 @@ func TestRadiusClientTCP(t *testing.T) {
 	}
 	if applied != 400 { // 200 Access-Requests and 200 records; Status-Server is never applied
 		t.Errorf("requests applied %d, want 400", applied)
+	}
+}
+
+// aaa-peer client over radsec:// with a client certificate, without a
+// --secret-file (RFC 6614: the secret is "radsec"), against aaa-peer
+// server's radsec:// listener.
+func TestRadiusClientRadSec(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t)
+	srv, u := radsecServer(t, pki)
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"client", "--peer", u, "--tls-ca", pki.ca, "--tls-cert", pki.clientCert,
+		"--tls-key", pki.clientKey, "--app", "auth", "--requests", "50", "--rate", "1000", "--log-level", "error"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	var rep radiusClientReport
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, stdout.String())
+	}
+	if rep.Protocol != "radius/tls" || rep.Answered != 50 || rep.Failed != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	if code := srv.stop(t); code != 0 {
+		t.Fatalf("server exit %d", code)
 	}
 }
