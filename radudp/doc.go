@@ -37,7 +37,7 @@
 // connections run the RFC 3539 watchdog with Status-Server, 255 requests
 // each. A server takes requests while one of its connections is OKAY;
 // SUSPECT suspends it in the balancer without a new table. When a
-// connection leaves service its pending requests come back to the head of
+// connection leaves service its pending requests come back to the start of
 // the same dispatch path and go to another server, re-signed with that
 // server's secret and a new Identifier, never to the connection they were
 // sent on nor to another connection of that server while one they were

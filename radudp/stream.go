@@ -250,7 +250,7 @@ func (c *Client) indexOf(p *radpeer.Peer) int {
 }
 
 // onStreamFailover receives the calls pending on a connection of server i
-// that left service, in send order: each goes back to the head of the
+// that left service, in send order: each goes back into the
 // dispatch path (the throttle's instance queue) and from there to another
 // server, never to that connection, nor to another connection of that
 // server while one it was sent on is OKAY; with none in service, it waits.
