@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/internal/testhook"
+	"github.com/aaatp/aaatp/internal/workpool"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/wire"
@@ -50,6 +51,12 @@ type conn struct {
 	// out first.
 	owed    atomic.Int64
 	heldDPA atomic.Pointer[[]byte]
+
+	// handlers runs the Handler on the requests received, on workers that
+	// live while there is work. Its workers are at most the requests in a
+	// Handler, which the backlog (bp) bounds by MaxUnanswered, plus those
+	// parked for workpool.Linger after the last request.
+	handlers *workpool.Pool[[]byte]
 
 	// write queue: callers append under wmu; the writer swaps it out.
 	wmu      sync.Mutex
@@ -90,6 +97,7 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 	}
 	if p != nil {
 		c.bp.limit = p.cfg.MaxUnanswered
+		c.handlers = workpool.New(c.answerRequest, &p.wg)
 	}
 	return c
 }
@@ -513,7 +521,8 @@ func (c *conn) reader() {
 				note = err.Error()
 			}
 			c.close(note)
-			c.wwg.Wait() // no writer outlives its connection
+			c.handlers.Close() // no request comes after the reader: no worker waits for one
+			c.wwg.Wait()       // no writer outlives its connection
 			p.step(input{kind: evConnDown, c: c, note: note})
 			return
 		}

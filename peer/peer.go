@@ -18,9 +18,16 @@ import (
 // Handler answers one request received from a peer and returns the answer
 // bytes (build them with message.NewAnswer(req)); the Peer copies the
 // request's Hop-by-Hop and End-to-End ids into the answer and clears R and
-// T. Returning nil sends no answer. Handlers run on their own goroutine per
-// request; ctx is cancelled when the connection closes. req is the
-// handler's to keep.
+// T. Returning nil sends no answer. ctx is cancelled when the connection
+// closes. req is the handler's to keep.
+//
+// Handlers run concurrently with one another and with the connection's
+// reader, on worker goroutines of the connection: a request that arrives
+// while every worker is busy starts one more, and a worker ends once no
+// request waits, so a busy connection reuses a few goroutines and an idle
+// one keeps none. A slow or blocked Handler holds only its own worker: the
+// other requests go on, up to Config.MaxUnanswered requests read and not
+// answered, after which the connection stops reading.
 type Handler func(ctx context.Context, p *Peer, req []byte) []byte
 
 // Role says whether a Peer dials (client) or was accepted (server).
@@ -610,9 +617,5 @@ func (p *Peer) premature(c *conn, cl *Call, ans []byte) bool {
 func (p *Peer) serve(c *conn, req []byte) {
 	c.owed.Add(1)
 	c.held()
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		c.answerRequest(req)
-	}()
+	c.handlers.Submit(req) // the reader holds p.wg: its workers may Add
 }

@@ -1,0 +1,63 @@
+package peer
+
+import (
+	"context"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// A blocked Handler holds one worker only: the requests behind it on the
+// same connection are answered meanwhile, by workers that end once no
+// request waits, so the idle connection is left with its reader alone.
+func TestSlowHandlerDoesNotBlockTheConnection(t *testing.T) {
+	release := make(chan struct{})
+	s := startServer(t, "tcp://127.0.0.1:0", func(c *Config) {
+		c.Handler = func(ctx context.Context, p *Peer, req []byte) []byte {
+			if wire.HopByHop(req) == 0 {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			return message.NewAnswer(req).ResultCode(message.Success).Bytes()
+		}
+	})
+	tc := rawPeer(t, s.Addr().String(), "raw.example.net")
+	require.Eventually(t, func() bool { return len(s.Peers()) == 1 }, 10*time.Second, time.Millisecond)
+	sp := s.Peers()[0]
+	require.Eventually(t, func() bool { return sp.cur.Load() != nil }, 10*time.Second, time.Millisecond)
+	c := sp.cur.Load()
+	idle := runtime.NumGoroutine()
+	assert.Zero(t, c.handlers.Workers(), "no worker before any request")
+
+	req := withAVPs(bareACR(0), goodAVPs("raw.example.net")...)
+	const fast = 200
+	for i := range fast + 1 {
+		m := append([]byte(nil), req...)
+		wire.SetHopByHop(m, uint32(i)) // 0 blocks
+		require.NoError(t, tc.WriteMessages(m))
+	}
+	for range fast {
+		ans, err := tc.ReadMessage()
+		require.NoError(t, err)
+		require.NotZero(t, wire.HopByHop(ans), "the blocked request was answered before its release")
+	}
+	assert.GreaterOrEqual(t, c.handlers.Workers(), 1, "the blocked handler's worker")
+	close(release)
+	ans, err := tc.ReadMessage()
+	require.NoError(t, err)
+	assert.Zero(t, wire.HopByHop(ans))
+
+	require.Eventually(t, func() bool { return c.handlers.Workers() == 0 }, 10*time.Second, time.Millisecond,
+		"workers end once no request waits")
+	assert.LessOrEqual(t, runtime.NumGoroutine(), idle, "the idle connection keeps no extra goroutine")
+	assert.Less(t, c.handlers.Started(), uint64(fast+1), "workers ran several requests each")
+	t.Logf("%d workers started for %d requests", c.handlers.Started(), fast+1)
+}
