@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/workpool"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/transport"
@@ -138,6 +139,7 @@ func (s *Server) Serve() error {
 		s.connections.Add(1)
 		c := &serverConn{s: s, tc: tc, sem: make(chan struct{}, s.cfg.MaxInFlight)}
 		c.ctx, c.cancel = context.WithCancel(s.ctx)
+		c.handlers = workpool.New(c.handle, &c.hwg)
 		c.out = &outbox{tc: tc, onError: func(error) { tc.Close() }}
 		s.mu.Lock()
 		if s.ctx.Err() != nil {
@@ -201,10 +203,9 @@ type serverConn struct {
 	cancel context.CancelFunc
 	hwg    sync.WaitGroup
 
-	jmu     sync.Mutex
-	jobs    [][]byte // verified requests waiting for a worker
-	workers int      // running workers
-	busy    int      // of which handling a request
+	// handlers runs the Handler on verified requests, on workers that
+	// live while there is work (at most MaxInFlight busy, sem's bound).
+	handlers *workpool.Pool[[]byte]
 }
 
 func (c *serverConn) serve() {
@@ -228,6 +229,7 @@ func (c *serverConn) serve() {
 	}
 	c.tc.Close()
 	c.cancel()
+	c.handlers.Close() // no request comes after the reader: no worker waits for one
 	c.hwg.Wait()
 	c.out.close()
 	s.mu.Lock()
@@ -266,48 +268,20 @@ func (c *serverConn) request(b []byte) string {
 	case <-c.ctx.Done():
 		return "closed"
 	}
-	c.jmu.Lock()
-	c.jobs = append(c.jobs, b)
-	if c.workers-c.busy < len(c.jobs) {
-		// Every worker is busy: one more (at most MaxInFlight, the
-		// semaphore's bound). Workers live while there is work, so a busy
-		// connection keeps a few goroutines with grown stacks instead of
-		// starting one per request.
-		c.workers++
-		c.hwg.Add(1)
-		go c.work()
-	}
-	c.jmu.Unlock()
+	c.handlers.Submit(b)
 	return ""
 }
 
-// work handles queued requests until none is left.
-func (c *serverConn) work() {
-	defer c.hwg.Done()
+// handle answers one verified request and frees its place.
+func (c *serverConn) handle(b []byte) {
+	defer func() { <-c.sem }()
 	s := c.s
-	for {
-		c.jmu.Lock()
-		if len(c.jobs) == 0 {
-			c.workers--
-			c.jmu.Unlock()
-			return
+	if p, err := radius.Decode(b, s.secret); err == nil { // ReadFrame validated it
+		if rc, attrs := s.cfg.Handler(c.ctx, p, b); rc != 0 {
+			c.answer(b, rc, attrs)
+		} else {
+			s.dropped.Add(1)
 		}
-		b := c.jobs[0]
-		c.jobs[0] = nil
-		c.jobs = c.jobs[1:]
-		c.busy++
-		c.jmu.Unlock()
-		if p, err := radius.Decode(b, s.secret); err == nil { // ReadFrame validated it
-			if rc, attrs := s.cfg.Handler(c.ctx, p, b); rc != 0 {
-				c.answer(b, rc, attrs)
-			} else {
-				s.dropped.Add(1)
-			}
-		}
-		c.jmu.Lock()
-		c.busy--
-		c.jmu.Unlock()
-		<-c.sem
 	}
 }
 
