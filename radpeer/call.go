@@ -8,22 +8,24 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
-	"github.com/aaatp/aaatp/watchdog"
 	lradius "layeh.com/radius"
 )
 
 // Errors a call can end with. Match them with errors.Is.
+// The errors a call ends with are package peer's, so that code handling
+// Diameter and RADIUS calls matches one set; the RADIUS-only ones follow.
 var (
 	// ErrNotInService: no connection of the server is OKAY.
-	ErrNotInService = errors.New("RADIUS server not in service")
+	ErrNotInService = peer.ErrNotInService
 	// ErrConnectionLost: the connection closed before the answer came and
 	// no failover hook took the request.
-	ErrConnectionLost = errors.New("connection lost before the answer")
+	ErrConnectionLost = peer.ErrConnectionLost
 	// ErrTimeout: no answer before the deadline.
-	ErrTimeout = errors.New("no answer before the deadline")
+	ErrTimeout = peer.ErrTimeout
 	// ErrClosed: the Peer was closed.
-	ErrClosed = errors.New("RADIUS peer closed")
+	ErrClosed = peer.ErrClosed
 	// ErrBusy: every Identifier of every connection is in use, no further
 	// connection may be opened and the wait queue is full.
 	ErrBusy = errors.New("RADIUS peer busy: no free Identifier and the wait queue is full")
@@ -35,18 +37,9 @@ var (
 	ErrConfig = errors.New("radpeer: invalid configuration")
 )
 
-// NotInServiceError says in which watchdog state the server was.
-type NotInServiceError struct {
-	Peer  string
-	State watchdog.State
-}
-
-func (e *NotInServiceError) Error() string {
-	return fmt.Sprintf("RADIUS server %s: not in service (watchdog %s)", e.Peer, e.State)
-}
-
-// Is makes errors.Is(err, ErrNotInService) true.
-func (e *NotInServiceError) Is(target error) bool { return target == ErrNotInService }
+// NotInServiceError says in which watchdog state the server was; it
+// matches ErrNotInService.
+type NotInServiceError = peer.NotInServiceError
 
 // Response is a verified answer.
 type Response struct {
