@@ -351,8 +351,7 @@ func (d *demo) startServer(i int, log *slog.Logger) (*demoServer, error) {
 	s.cfg = s.peerConfig(d.store, d.countApplied(s.handle), bus)
 	ds := &demoServer{
 		name: name, short: fmt.Sprintf("server%d", i+1), s: s, ln: ln,
-		url:   "tcp://" + ln.Addr().String(),
-		conns: make(map[*demoConn]struct{}),
+		url: "tcp://" + ln.Addr().String(),
 	}
 	d.tl.watchServer(bus, ds)
 	srv, err := peer.NewServer(&demoListener{ln: ln, ds: ds}, s.cfg)

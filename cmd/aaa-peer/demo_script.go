@@ -31,9 +31,7 @@ func (d *demo) script(ctx context.Context, stop func()) {
 	d.tl.note(reset.name, fmt.Sprintf("crashing: still applies what it reads, but its answers are lost; reset in %v", demoCrashWindow))
 	reset.mute()
 	sleepCtx(ctx, demoCrashWindow) // reset even when interrupted
-	reset.mu.Lock()
-	n := len(reset.conns)
-	reset.mu.Unlock()
+	n := reset.faults.Conns()
 	d.tl.note(reset.name, fmt.Sprintf("reset: %d connection(s) closed abruptly (RST), as a crash would; still listening", n))
 	reset.reset()
 	if !waitFor(ctx, func() bool { return pf.State() == watchdog.Down }) {

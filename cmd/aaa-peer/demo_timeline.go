@@ -127,7 +127,7 @@ func (tl *timeline) watchServer(bus *peer.Bus, ds *demoServer) {
 	tl.index[ds.url] = len(tl.servers) - 1
 	tl.index[strings.TrimPrefix(ds.url, "tcp://")] = len(tl.servers) - 1
 	tl.subscribe(bus.Subscribe(func(e peer.Event) {
-		if e.Kind == peer.EventWatchdog || e.Kind == peer.EventFailover || e.Kind == peer.EventFailback || ds.gate() != nil {
+		if e.Kind == peer.EventWatchdog || e.Kind == peer.EventFailover || e.Kind == peer.EventFailback || ds.frozen() {
 			return
 		}
 		tl.push(tlItem{at: e.Time, who: ds.name, text: "server side: " + e.Reason})

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/url"
 	"path"
 	"slices"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/dedup"
+	"github.com/aaatp/aaatp/internal/fault"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radpeer"
@@ -198,7 +198,7 @@ type server struct {
 	o       serverOptions
 	cfg     peer.Config
 	log     *slog.Logger
-	stall   *stallGate
+	faults  *fault.Switch // nil without --drop-dwa and --stall-after
 	started time.Time
 
 	dd            dedup.Counters // received, applied, duplicates, store errors
@@ -263,8 +263,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 	s := &server{
 		o: o, log: log, started: time.Now(), ended: history{max: o.history},
 	}
-	if o.stallAfter > 0 {
-		s.stall = &stallGate{after: o.stallAfter}
+	if o.dropDWA || o.stallAfter > 0 {
+		s.faults = &fault.Switch{DropDWA: o.dropDWA, StallAfter: o.stallAfter}
+		s.faults.OnStall = func() {
+			s.log.Warn("--stall-after reached: no longer reading from any connection", "requests", o.stallAfter)
+		}
 	}
 	topts := transport.Options{NoDelay: o.noDelay}
 	if o.tlsCert != "" || o.tlsKey != "" {
@@ -461,10 +464,10 @@ func (s *server) start(srv *peer.Server, m *status.Metrics) {
 
 // wrap applies the fault knobs to an accepted connection.
 func (s *server) wrap(tc transport.Conn) transport.Conn {
-	if !s.o.dropDWA && s.stall == nil {
+	if s.faults == nil {
 		return tc
 	}
-	return &faultConn{Conn: tc, dropDWA: s.o.dropDWA, stall: s.stall, done: make(chan struct{}), s: s}
+	return s.faults.Wrap(tc, nil)
 }
 
 // live returns the peers connected now, over every listener.
@@ -670,73 +673,6 @@ func (s *server) answerStart(req []byte, result uint32) *message.Builder {
 	return b.Uint32(message.ResultCode, 0, true, result).
 		String(message.OriginHost, 0, true, s.o.originHost).
 		String(message.OriginRealm, 0, true, s.o.originRealm)
-}
-
-// stallGate counts application requests read on every connection; once
-// after are in, reads stop until the connection closes (the kernel keeps
-// buffering; at shutdown the DPA is never read, so Close waits its bound).
-type stallGate struct {
-	after int64
-	n     atomic.Int64
-}
-
-// faultConn wraps an accepted connection for the fault knobs.
-type faultConn struct {
-	transport.Conn
-	dropDWA bool
-	stall   *stallGate
-	s       *server
-	once    sync.Once
-	done    chan struct{}
-}
-
-func (c *faultConn) ReadMessage() ([]byte, error) {
-	if g := c.stall; g != nil && g.n.Load() >= g.after {
-		<-c.done
-		return nil, net.ErrClosed
-	}
-	msg, err := c.Conn.ReadMessage()
-	if err == nil && c.stall != nil && isAppRequest(msg) {
-		if c.stall.n.Add(1) == c.stall.after {
-			c.s.log.Warn("--stall-after reached: no longer reading from any connection", "requests", c.stall.after)
-		}
-	}
-	return msg, err
-}
-
-func (c *faultConn) WriteMessages(msgs ...[]byte) error {
-	if !c.dropDWA {
-		return c.Conn.WriteMessages(msgs...)
-	}
-	keep := msgs[:0:0]
-	for _, m := range msgs {
-		if wire.CommandCode(m) == wire.CmdDeviceWatchdog && !wire.IsRequest(m) {
-			continue // --drop-dwa
-		}
-		keep = append(keep, m)
-	}
-	if len(keep) == 0 {
-		return nil
-	}
-	return c.Conn.WriteMessages(keep...)
-}
-
-func (c *faultConn) Close() error {
-	c.once.Do(func() { close(c.done) })
-	return c.Conn.Close()
-}
-
-// isAppRequest reports whether msg is a request other than the base
-// protocol's CER, DWR and DPR.
-func isAppRequest(msg []byte) bool {
-	if !wire.IsRequest(msg) {
-		return false
-	}
-	switch wire.CommandCode(msg) {
-	case wire.CmdCapabilitiesExchange, wire.CmdDeviceWatchdog, wire.CmdDisconnectPeer:
-		return false
-	}
-	return true
 }
 
 // peerConfig is the server's peer.Config, the one place it is built for
