@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aaatp/aaatp/internal/testhelp"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/wire"
@@ -62,7 +63,7 @@ func TestInbandSecurityOverTCP(t *testing.T) {
 // (RFC 6733 2.2), and so is one asking for TLS, which it already has.
 func TestInbandSecurityOverTLS(t *testing.T) {
 	dir := t.TempDir()
-	cert, key := selfSigned(t, dir)
+	cert, key := testhelp.SelfSigned(t, dir, "localhost")
 	srvTLS, err := transport.ServerTLSConfig(cert, key, "")
 	require.NoError(t, err)
 	s := startServer(t, "tls://127.0.0.1:0", func(c *Config) { c.Transport.TLS = srvTLS })

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aaatp/aaatp/internal/testhelp"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/wire"
@@ -60,7 +61,7 @@ func TestLoneMessagesWrittenInline(t *testing.T) {
 // goes through the writer goroutine as before.
 func TestTLSWritesThroughWriter(t *testing.T) {
 	dir := t.TempDir()
-	cert, key := selfSigned(t, dir)
+	cert, key := testhelp.SelfSigned(t, dir, "localhost")
 	srvTLS, err := transport.ServerTLSConfig(cert, key, "")
 	require.NoError(t, err)
 	s := startServer(t, "tls://127.0.0.1:0", func(c *Config) { c.Transport.TLS = srvTLS })

@@ -3,32 +3,20 @@
 package status
 
 import (
-	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aaatp/aaatp/internal/testhelp"
 )
 
-// browserBudget bounds the whole Chromium run.
+// browserBudget bounds one Chromium run (wall clock).
 const browserBudget = 25 * time.Second
-
-// findChromium returns the path of a Chromium binary, or "".
-func findChromium() string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
 
 // TestPageInChromium loads the status page in headless Chromium and checks
 // that the peer rows are there and that a state change made in the Source
@@ -40,13 +28,7 @@ func findChromium() string {
 // the DOM, so the test waits for no wall-clock second and needs no
 // DevTools client.
 func TestPageInChromium(t *testing.T) {
-	bin := findChromium()
-	if bin == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("chromium is not installed; CI must install Debian's chromium package")
-		}
-		t.Skip("chromium is not installed (Debian: apt-get install chromium); this test fails instead when CI=true")
-	}
+	bin := testhelp.Chromium(t)
 
 	src := newFake()
 	now := time.Now()
@@ -94,9 +76,9 @@ func TestPageInChromium(t *testing.T) {
 		}
 	}()
 
-	dom, stderr, err := dumpDOM(t, bin, srv.URL(), 4*time.Second)
+	dom, stderr, err := testhelp.DumpDOM(bin, t.TempDir(), srv.URL(), 4*time.Second, browserBudget)
 	if err != nil {
-		t.Fatalf("chromium: %v\nstderr:\n%s", err, tail(stderr, 3000))
+		t.Fatalf("chromium: %v\nstderr:\n%s", err, testhelp.Tail(stderr, 3000))
 	}
 
 	mu.Lock()
@@ -109,7 +91,7 @@ func TestPageInChromium(t *testing.T) {
 		t.Fatalf("the page as served should show s1 OKAY and only s2 SUSPECT:\n%s", pages[0])
 	}
 	if hits == 0 {
-		t.Fatalf("the script never fetched status.json\nDOM:\n%s\nstderr:\n%s", dom, tail(stderr, 3000))
+		t.Fatalf("the script never fetched status.json\nDOM:\n%s\nstderr:\n%s", dom, testhelp.Tail(stderr, 3000))
 	}
 
 	rows := map[string]string{}
@@ -131,55 +113,4 @@ func TestPageInChromium(t *testing.T) {
 	if !strings.Contains(dom, "(2 kept of 7)") || !strings.Contains(dom, "ALARM") {
 		t.Errorf("failover or queue tables missing from the DOM\nDOM:\n%s", dom)
 	}
-}
-
-// dumpDOM runs headless Chromium on url, lets the page run for budget of
-// virtual time, and returns the serialized DOM. The whole run is bounded by
-// browserBudget; Chromium and its children are killed as a process group.
-func dumpDOM(t *testing.T, bin, url string, budget time.Duration) (dom, stderr string, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), browserBudget)
-	defer cancel()
-	dir := t.TempDir()
-	cmd := exec.CommandContext(ctx, bin,
-		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--disable-dev-shm-usage", "--disable-extensions", "--disable-default-apps",
-		"--disable-breakpad", "--disable-crash-reporter",
-		"--user-data-dir="+dir,
-		"--virtual-time-budget="+itoa(budget.Milliseconds()),
-		"--dump-dom", url)
-	cmd.Env = append(os.Environ(), "HOME="+dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 2 * time.Second
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err = cmd.Run()
-	if cmd.Process != nil {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // leftovers (zygote, utility processes)
-	}
-	if ctx.Err() != nil {
-		err = ctx.Err()
-	}
-	return out.String(), errb.String(), err
-}
-
-func itoa(n int64) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-		if n == 0 {
-			return string(b[i:])
-		}
-	}
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "..." + s[len(s)-n:]
-	}
-	return s
 }

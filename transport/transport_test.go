@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aaatp/aaatp/internal/testhelp"
 	"github.com/aaatp/aaatp/wire"
 )
 
@@ -145,10 +146,10 @@ func TestTCPExchange(t *testing.T) {
 }
 
 func TestTLSExchange(t *testing.T) {
-	p := newPKI(t)
-	srvTLS, err := ServerTLSConfig(p.serverCert, p.serverKey, p.caFile)
+	p := testhelp.NewPKI(t)
+	srvTLS, err := ServerTLSConfig(p.ServerCert, p.ServerKey, p.CAFile)
 	require.NoError(t, err)
-	cliTLS, err := ClientTLSConfig(p.caFile, p.clientCert, p.clientKey, "")
+	cliTLS, err := ClientTLSConfig(p.CAFile, p.ClientCert, p.ClientKey, "")
 	require.NoError(t, err)
 	srv, cli := pair(t, "tls://127.0.0.1:0", Options{TLS: srvTLS}, Options{TLS: cliTLS})
 	assert.Equal(t, "tls", srv.Network())
@@ -162,10 +163,10 @@ func TestTLSExchange(t *testing.T) {
 }
 
 func TestTLSClientWithoutCertRejected(t *testing.T) {
-	p := newPKI(t)
-	srvTLS, err := ServerTLSConfig(p.serverCert, p.serverKey, p.caFile)
+	p := testhelp.NewPKI(t)
+	srvTLS, err := ServerTLSConfig(p.ServerCert, p.ServerKey, p.CAFile)
 	require.NoError(t, err)
-	cliTLS, err := ClientTLSConfig(p.caFile, "", "", "")
+	cliTLS, err := ClientTLSConfig(p.CAFile, "", "", "")
 	require.NoError(t, err)
 	ln, err := Listen("tls://127.0.0.1:0", Options{TLS: srvTLS})
 	require.NoError(t, err)
@@ -199,10 +200,10 @@ func TestTLSClientWithoutCertRejected(t *testing.T) {
 }
 
 func TestTLSWrongServerCA(t *testing.T) {
-	p := newPKI(t)
-	srvTLS, err := ServerTLSConfig(p.serverCert, p.serverKey, "")
+	p := testhelp.NewPKI(t)
+	srvTLS, err := ServerTLSConfig(p.ServerCert, p.ServerKey, "")
 	require.NoError(t, err)
-	cliTLS, err := ClientTLSConfig(p.otherCAFile, "", "", "")
+	cliTLS, err := ClientTLSConfig(p.OtherCAFile, "", "", "")
 	require.NoError(t, err)
 	ln, err := Listen("tls://127.0.0.1:0", Options{TLS: srvTLS})
 	require.NoError(t, err)
@@ -219,12 +220,12 @@ func TestTLSWrongServerCA(t *testing.T) {
 }
 
 func TestTLSConfigErrors(t *testing.T) {
-	p := newPKI(t)
-	_, err := ServerTLSConfig(p.dir+"/missing.pem", p.serverKey, "")
+	p := testhelp.NewPKI(t)
+	_, err := ServerTLSConfig(p.Dir+"/missing.pem", p.ServerKey, "")
 	assert.Error(t, err)
-	_, err = ServerTLSConfig(p.serverCert, p.serverKey, p.serverKey) // not a certificate
+	_, err = ServerTLSConfig(p.ServerCert, p.ServerKey, p.ServerKey) // not a certificate
 	assert.ErrorContains(t, err, "no PEM certificate")
-	_, err = ClientTLSConfig(p.dir+"/missing.pem", "", "", "")
+	_, err = ClientTLSConfig(p.Dir+"/missing.pem", "", "", "")
 	assert.Error(t, err)
 	cfg, err := ClientTLSConfig("", "", "", "peer.example.net")
 	require.NoError(t, err)
@@ -257,10 +258,10 @@ func TestNagleDefaultOn(t *testing.T) {
 	assert.Equal(t, 1, tcpNoDelay(t, cli))
 	assert.Equal(t, 1, tcpNoDelay(t, srv))
 
-	p := newPKI(t)
-	srvTLS, err := ServerTLSConfig(p.serverCert, p.serverKey, "")
+	p := testhelp.NewPKI(t)
+	srvTLS, err := ServerTLSConfig(p.ServerCert, p.ServerKey, "")
 	require.NoError(t, err)
-	cliTLS, err := ClientTLSConfig(p.caFile, "", "", "")
+	cliTLS, err := ClientTLSConfig(p.CAFile, "", "", "")
 	require.NoError(t, err)
 	srv, cli = pair(t, "tls://127.0.0.1:0", Options{TLS: srvTLS}, Options{TLS: cliTLS})
 	assert.Equal(t, 0, tcpNoDelay(t, cli), "TLS over TCP: Nagle on")

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/aaatp/aaatp/internal/testhelp"
 )
 
 // Plain TCP writes without waiting; TLS does not offer it.
@@ -20,10 +22,10 @@ func TestTryWriteOnlyOnPlainTCP(t *testing.T) {
 	_, ok = srv.(TryWriter)
 	assert.True(t, ok, "accepted TCP")
 
-	p := newPKI(t)
-	srvTLS, err := ServerTLSConfig(p.serverCert, p.serverKey, "")
+	p := testhelp.NewPKI(t)
+	srvTLS, err := ServerTLSConfig(p.ServerCert, p.ServerKey, "")
 	require.NoError(t, err)
-	cliTLS, err := ClientTLSConfig(p.caFile, "", "", "")
+	cliTLS, err := ClientTLSConfig(p.CAFile, "", "", "")
 	require.NoError(t, err)
 	srv, cli = pair(t, "tls://127.0.0.1:0", Options{TLS: srvTLS}, Options{TLS: cliTLS})
 	_, ok = cli.(TryWriter)

@@ -8,31 +8,18 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"os/exec"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/testhelp"
 	"github.com/aaatp/aaatp/status"
 )
 
 // browserBudget bounds one Chromium run (wall clock).
 const browserBudget = 25 * time.Second
-
-// findChromium returns the path of a Chromium binary, or "".
-func findChromium() string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
 
 func checkStateMetric(t *testing.T, u, peerName, state string) {
 	t.Helper()
@@ -54,13 +41,7 @@ func checkStateMetric(t *testing.T, u, peerName, state string) {
 // no wall-clock wait and no DevTools client. /status.json and /metrics of
 // both nodes are checked over plain HTTP before and after.
 func TestStatusPageInChromium(t *testing.T) {
-	bin := findChromium()
-	if bin == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("chromium is not installed; CI must install Debian's chromium package")
-		}
-		t.Skip("chromium is not installed (Debian: apt-get install chromium); this test fails instead when CI=true")
-	}
+	bin := testhelp.Chromium(t)
 	began := time.Now()
 	defer func() { t.Logf("took %v", time.Since(began).Round(10*time.Millisecond)) }()
 
@@ -187,7 +168,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	dir := t.TempDir()
 	go func() {
 		t0 := time.Now()
-		dom, stderr, err := dumpDOM(bin, dir, pweb.URL(), 3*time.Second)
+		dom, stderr, err := testhelp.DumpDOM(bin, dir, pweb.URL(), 3*time.Second, browserBudget)
 		res <- result{dom, stderr, err, time.Since(t0)}
 	}()
 
@@ -195,7 +176,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	select {
 	case <-pageOut:
 	case r := <-res:
-		t.Fatalf("chromium ended before the page was served: %v\n%s", r.err, tail(r.stderr, 3000))
+		t.Fatalf("chromium ended before the page was served: %v\n%s", r.err, testhelp.Tail(r.stderr, 3000))
 	}
 	changeAt := time.Now()
 	if code := srv.stop(t); code != 0 {
@@ -208,7 +189,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	r := <-res
 	t.Logf("chromium run took %v", r.took.Round(10*time.Millisecond))
 	if r.err != nil {
-		t.Fatalf("chromium: %v\nstderr:\n%s", r.err, tail(r.stderr, 3000))
+		t.Fatalf("chromium: %v\nstderr:\n%s", r.err, testhelp.Tail(r.stderr, 3000))
 	}
 	mu.Lock()
 	served, hits := pages, jsonHits
@@ -220,7 +201,7 @@ func TestStatusPageInChromium(t *testing.T) {
 		t.Fatalf("the page as served has no OKAY row for server1.example.net:\n%s", served[0])
 	}
 	if hits == 0 {
-		t.Fatalf("the page's script never fetched status.json\nDOM:\n%s\nstderr:\n%s", r.dom, tail(r.stderr, 3000))
+		t.Fatalf("the page's script never fetched status.json\nDOM:\n%s\nstderr:\n%s", r.dom, testhelp.Tail(r.stderr, 3000))
 	}
 	rows := map[string]string{}
 	for _, m := range regexp.MustCompile(`(?s)<tr[^>]*data-peer="([^"]+)"[^>]*>(.*?)</tr>`).FindAllStringSubmatch(r.dom, -1) {
@@ -261,41 +242,3 @@ func (r *recorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController (the proxy's flushes) reach the
 // connection.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-
-// dumpDOM runs headless Chromium on url with its profile in dir, lets the
-// page run for budget of virtual time, and returns the serialized DOM.
-// The run is bounded by browserBudget; Chromium and its children are
-// killed as a process group.
-func dumpDOM(bin, dir, url string, budget time.Duration) (dom, stderr string, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), browserBudget)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin,
-		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-		"--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--disable-dev-shm-usage", "--disable-extensions", "--disable-default-apps",
-		"--disable-breakpad", "--disable-crash-reporter",
-		"--user-data-dir="+dir,
-		"--virtual-time-budget="+strconv.FormatInt(budget.Milliseconds(), 10),
-		"--dump-dom", url)
-	cmd.Env = append(os.Environ(), "HOME="+dir)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 2 * time.Second
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err = cmd.Run()
-	if cmd.Process != nil {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // leftovers (zygote, utility processes)
-	}
-	if ctx.Err() != nil {
-		err = ctx.Err()
-	}
-	return out.String(), errb.String(), err
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "..." + s[len(s)-n:]
-	}
-	return s
-}
