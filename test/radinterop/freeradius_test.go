@@ -7,7 +7,6 @@
 package radinterop
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/aaatp/aaatp/internal/testhelp"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
@@ -94,23 +94,8 @@ server default {
 }
 `
 
-// syncBuffer collects a subprocess's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer: see testhelp.SyncBuffer.
+type syncBuffer = testhelp.SyncBuffer
 
 type freeradius struct {
 	cmd  *exec.Cmd
