@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/aaatp/aaatp/internal/fault"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/transport"
@@ -43,44 +44,20 @@ type fakeServer struct {
 
 	dupAnswers atomic.Bool // write every application answer twice
 
-	mu     sync.Mutex
-	frozen bool
-	thaw   chan struct{}
-	reqs   []seen
-	peers  []*peer.Peer
-	conns  []*freezeConn
+	faults fault.Switch // freeze, thaw and the RST of a crash
+
+	mu    sync.Mutex
+	reqs  []seen
+	peers []*peer.Peer
 }
 
 func newFakeServer(host string) *fakeServer {
-	return &fakeServer{host: host, thaw: make(chan struct{})}
+	return &fakeServer{host: host}
 }
 
-func (f *fakeServer) freeze() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.frozen {
-		f.frozen = true
-		f.thaw = make(chan struct{})
-	}
-}
+func (f *fakeServer) freeze() { f.faults.Freeze() }
 
-func (f *fakeServer) unfreeze() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.frozen {
-		f.frozen = false
-		close(f.thaw)
-	}
-}
-
-func (f *fakeServer) gate() <-chan struct{} {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.frozen {
-		return nil
-	}
-	return f.thaw
-}
+func (f *fakeServer) unfreeze() { f.faults.Thaw() }
 
 func (f *fakeServer) received() []seen {
 	f.mu.Lock()
@@ -97,7 +74,7 @@ func (f *fakeServer) handler(ctx context.Context, p *peer.Peer, req []byte) []by
 // accept returns the client end of a new connection to this server.
 func (f *fakeServer) accept() (transport.Conn, error) {
 	a, b := net.Pipe()
-	fc := newFreezeConn(transport.NewStreamConn(b, "pipe", transport.Options{}), f)
+	fc := &recordConn{Conn: f.faults.Wrap(transport.NewStreamConn(b, "pipe", transport.Options{}), nil), f: f}
 	h := f.handle
 	if h == nil {
 		h = f.handler
@@ -111,95 +88,46 @@ func (f *fakeServer) accept() (transport.Conn, error) {
 	}
 	f.mu.Lock()
 	f.peers = append(f.peers, p)
-	f.conns = append(f.conns, fc)
 	f.mu.Unlock()
 	return transport.NewStreamConn(a, "pipe", transport.Options{}), nil
 }
 
 // dropConnections closes every connection, as a crashed server's kernel
 // does (RST), without the DPR of a graceful close.
-func (f *fakeServer) dropConnections() {
-	f.mu.Lock()
-	cs := f.conns
-	f.mu.Unlock()
-	for _, c := range cs {
-		c.Close()
-	}
-}
+func (f *fakeServer) dropConnections() { f.faults.Reset() }
 
 func (f *fakeServer) close() {
 	f.unfreeze()
 	f.mu.Lock()
-	ps, cs := f.peers, f.conns
+	ps := f.peers
 	f.mu.Unlock()
-	for _, c := range cs {
-		c.Close()
-	}
+	f.faults.Reset()
 	for _, p := range ps {
 		p.Close(context.Background())
 	}
-	for _, c := range cs {
-		c.wg.Wait()
+	f.faults.Wait()
+}
+
+// recordConn records the application requests the server reads, in
+// arrival order (handlers run concurrently), and writes each application
+// answer twice while dupAnswers is set.
+type recordConn struct {
+	*fault.Conn
+	f *fakeServer
+}
+
+func (rc *recordConn) ReadMessage() ([]byte, error) {
+	m, err := rc.Conn.ReadMessage()
+	if err == nil && wire.IsRequest(m) && wire.AppID(m) != 0 {
+		rc.f.mu.Lock()
+		rc.f.reqs = append(rc.f.reqs, seen{e2e: wire.EndToEnd(m), tflag: wire.Flags(m)&wire.FlagRetransmit != 0, at: time.Now()})
+		rc.f.mu.Unlock()
 	}
+	return m, err
 }
 
-// freezeConn keeps reading the pipe into a queue (the kernel's buffer) and
-// hands messages on only while the server is not frozen.
-type freezeConn struct {
-	transport.Conn
-	f    *fakeServer
-	q    chan []byte
-	errc chan error
-	wg   sync.WaitGroup
-}
-
-func newFreezeConn(c transport.Conn, f *fakeServer) *freezeConn {
-	fc := &freezeConn{Conn: c, f: f, q: make(chan []byte, 1<<12), errc: make(chan error, 1)}
-	fc.wg.Add(1)
-	go func() {
-		defer fc.wg.Done()
-		for {
-			m, err := c.ReadMessage()
-			if err != nil {
-				fc.errc <- err
-				return
-			}
-			fc.q <- m
-		}
-	}()
-	return fc
-}
-
-func (fc *freezeConn) ReadMessage() ([]byte, error) {
-	for {
-		if g := fc.f.gate(); g != nil {
-			<-g
-			continue
-		}
-		select {
-		case m := <-fc.q:
-			if g := fc.f.gate(); g != nil { // froze meanwhile: hold it
-				<-g
-			}
-			// Record arrival order here: handlers run concurrently.
-			if wire.IsRequest(m) && wire.AppID(m) != 0 {
-				fc.f.mu.Lock()
-				fc.f.reqs = append(fc.f.reqs, seen{e2e: wire.EndToEnd(m), tflag: wire.Flags(m)&wire.FlagRetransmit != 0, at: time.Now()})
-				fc.f.mu.Unlock()
-			}
-			return m, nil
-		case err := <-fc.errc:
-			fc.errc <- err
-			return nil, err
-		}
-	}
-}
-
-func (fc *freezeConn) WriteMessages(msgs ...[]byte) error {
-	if g := fc.f.gate(); g != nil {
-		<-g
-	}
-	if fc.f.dupAnswers.Load() {
+func (rc *recordConn) WriteMessages(msgs ...[]byte) error {
+	if rc.f.dupAnswers.Load() {
 		var out [][]byte
 		for _, m := range msgs {
 			out = append(out, m)
@@ -209,7 +137,7 @@ func (fc *freezeConn) WriteMessages(msgs ...[]byte) error {
 		}
 		msgs = out
 	}
-	return fc.Conn.WriteMessages(msgs...)
+	return rc.Conn.WriteMessages(msgs...)
 }
 
 // network routes the client's dials to fake servers by URL.
