@@ -1,7 +1,6 @@
 package dedup
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/testhelp"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/wire"
@@ -25,7 +25,7 @@ import (
 func TestRedisStateLost(t *testing.T) {
 	srv := spawnRedis(t, "redis-server")
 	url := "redis://" + srv.addr() + "/0"
-	var logs syncBuf
+	var logs testhelp.SyncBuffer
 	var calls atomic.Int32
 	open := func() *Redis {
 		s, err := Open(url, WithLogger(slog.New(slog.NewTextHandler(&logs, nil))),
@@ -99,23 +99,6 @@ func TestRedisStateLost(t *testing.T) {
 	if c.StateLost() != 1 {
 		t.Fatal("FLUSHALL not noticed")
 	}
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestRedisCluster: the store's behaviour on a real 3-master Redis
