@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/aaatp/aaatp/internal/testhelp"
 )
 
 // aaa-peer client over radius:// with a dead first server (direct
@@ -150,11 +152,11 @@ func TestRadiusClientTCP(t *testing.T) {
 // server's radsec:// listener.
 func TestRadiusClientRadSec(t *testing.T) {
 	t.Parallel()
-	pki := newTestPKI(t)
+	pki := testhelp.NewPKI(t)
 	srv, u := radsecServer(t, pki)
 	var stdout, stderr bytes.Buffer
-	code := run(context.Background(), []string{"client", "--peer", u, "--tls-ca", pki.ca, "--tls-cert", pki.clientCert,
-		"--tls-key", pki.clientKey, "--app", "auth", "--requests", "50", "--rate", "1000", "--log-level", "error"}, &stdout, &stderr)
+	code := run(context.Background(), []string{"client", "--peer", u, "--tls-ca", pki.CAFile, "--tls-cert", pki.ClientCert,
+		"--tls-key", pki.ClientKey, "--app", "auth", "--requests", "50", "--rate", "1000", "--log-level", "error"}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}

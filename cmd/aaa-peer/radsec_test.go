@@ -3,16 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -21,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/testhelp"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/transport"
@@ -28,67 +21,9 @@ import (
 	lradius "layeh.com/radius"
 )
 
-// testPKI is a CA and two certificates it signed, for 127.0.0.1: one for
-// a server, one for a client, as PEM files.
-type testPKI struct {
-	ca, serverCert, serverKey, clientCert, clientKey string
-}
-
-func newTestPKI(t *testing.T) testPKI {
+func radsecServer(t *testing.T, pki testhelp.PKI) (*testServer, string) {
 	t.Helper()
-	dir := t.TempDir()
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	newKey := func() *ecdsa.PrivateKey {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
-	caKey := newKey()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "aaatp test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, IsCA: true, BasicConstraintsValid: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	leaf := func(serial int64, cn string, usage x509.ExtKeyUsage) (string, string) {
-		k := newKey()
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: cn},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &k.PublicKey, crypto.Signer(caKey))
-		if err != nil {
-			t.Fatal(err)
-		}
-		kder, err := x509.MarshalPKCS8PrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return write(cn+".pem", "CERTIFICATE", der), write(cn+".key", "PRIVATE KEY", kder)
-	}
-	p := testPKI{ca: write("ca.pem", "CERTIFICATE", caDER)}
-	p.serverCert, p.serverKey = leaf(2, "server", x509.ExtKeyUsageServerAuth)
-	p.clientCert, p.clientKey = leaf(3, "client", x509.ExtKeyUsageClientAuth)
-	return p
-}
-
-func radsecServer(t *testing.T, pki testPKI) (*testServer, string) {
-	t.Helper()
-	srv := startServer(t, "--listen", "radsec://127.0.0.1:0", "--tls-cert", pki.serverCert, "--tls-key", pki.serverKey, "--tls-client-ca", pki.ca)
+	srv := startServer(t, "--listen", "radsec://127.0.0.1:0", "--tls-cert", pki.ServerCert, "--tls-key", pki.ServerKey, "--tls-client-ca", pki.CAFile)
 	for _, u := range readLines(t, srv) {
 		if strings.HasPrefix(u, "radsec://") {
 			return srv, u
@@ -102,9 +37,9 @@ func radsecServer(t *testing.T, pki testPKI) (*testServer, string) {
 // server's radsec:// listener; a client without one is refused.
 func TestRadSecServer(t *testing.T) {
 	t.Parallel()
-	pki := newTestPKI(t)
+	pki := testhelp.NewPKI(t)
 	srv, u := radsecServer(t, pki)
-	tlsCfg, err := transport.ClientTLSConfig(pki.ca, pki.clientCert, pki.clientKey, "")
+	tlsCfg, err := transport.ClientTLSConfig(pki.CAFile, pki.ClientCert, pki.ClientKey, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +62,7 @@ func TestRadSecServer(t *testing.T) {
 	if _, err := radpeer.Dial(u, radpeer.Config{Transport: transport.Options{TLS: &tls.Config{MinVersion: tls.VersionTLS12}}}); err == nil {
 		t.Fatal("a radsec client without a certificate was configured")
 	}
-	noCert, _ := transport.ClientTLSConfig(pki.ca, "", "", "")
+	noCert, _ := transport.ClientTLSConfig(pki.CAFile, "", "", "")
 	tc, err := transport.Dial(ctx, "tls://"+strings.TrimPrefix(u, "radsec://"), transport.Options{TLS: noCert, ReadFrame: radius.ReadFrame})
 	if err == nil {
 		pkt, _, _ := radius.EncodeRequest(&radius.Request{Code: lradius.CodeStatusServer}, 0, radpeer.RadSecSecret)
@@ -148,7 +83,7 @@ func TestRadsecproxyInFront(t *testing.T) {
 	t.Parallel()
 	bin := needBinary(t, "radsecproxy")
 	rc := needBinary(t, "radclient")
-	pki := newTestPKI(t)
+	pki := testhelp.NewPKI(t)
 	srv, u := radsecServer(t, pki)
 	_, port, _ := net.SplitHostPort(strings.TrimPrefix(u, "radsec://"))
 	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
@@ -180,7 +115,7 @@ realm * {
 	server aaapeer
 	accountingServer aaapeer
 }
-`, udpAddr, pki.ca, pki.clientCert, pki.clientKey, testRadiusSecret, port)
+`, udpAddr, pki.CAFile, pki.ClientCert, pki.ClientKey, testRadiusSecret, port)
 	cf := filepath.Join(dir, "radsecproxy.conf")
 	if err := os.WriteFile(cf, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
