@@ -107,10 +107,8 @@ func ExampleNew_balance() {
 	defer c.Close(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for _, p := range c.Peers() { // both in service before the first request
-		if err := p.WaitState(ctx, watchdog.Okay); err != nil {
-			log.Fatal(err)
-		}
+	if err := c.WaitReady(ctx, 2); err != nil { // both in the table before the first request
+		log.Fatal(err)
 	}
 	for _, user := range []string{"alice@example.net", "bob@example.net", "carol@example.net", "alice@example.net"} {
 		ans, err := c.Send(ctx, acr(user, 0))
@@ -148,10 +146,8 @@ func ExampleNew_primarySecondary() {
 	defer c.Close(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	for _, p := range c.Peers() {
-		if err := p.WaitState(ctx, watchdog.Okay); err != nil {
-			log.Fatal(err)
-		}
+	if err := c.WaitReady(ctx, 2); err != nil {
+		log.Fatal(err)
 	}
 	ans, err := c.Send(ctx, acr("alice@example.net", 0))
 	if err != nil {
@@ -169,7 +165,12 @@ func ExampleNew_primarySecondary() {
 	}
 	fmt.Println("after:", answeredBy(ans))
 
+	// The record is written when the primary's hand-over has run, a
+	// moment after its DOWN.
 	records, total := c.FailoverLog()
+	for ; total == 0 && ctx.Err() == nil; records, total = c.FailoverLog() {
+		time.Sleep(time.Millisecond)
+	}
 	fmt.Println("failovers:", total)
 	for _, r := range records {
 		fmt.Printf("  from %s: %s (%d requests moved)\n", r.From, r.Outcome, r.Moved)
