@@ -74,7 +74,7 @@ func ExampleNew() {
 	}
 	defer c.Close(context.Background())
 
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // generous: a loaded machine
 	defer cancel()
 	ans, err := c.Send(ctx, acr("alice@example.net", 0))
 	if err != nil {
@@ -105,7 +105,7 @@ func ExampleNew_balance() {
 		log.Fatal(err)
 	}
 	defer c.Close(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // generous: a loaded machine
 	defer cancel()
 	if err := c.WaitReady(ctx, 2); err != nil { // both in the table before the first request
 		log.Fatal(err)
@@ -144,7 +144,7 @@ func ExampleNew_primarySecondary() {
 		log.Fatal(err)
 	}
 	defer c.Close(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // generous: a loaded machine
 	defer cancel()
 	if err := c.WaitReady(ctx, 2); err != nil {
 		log.Fatal(err)

@@ -246,6 +246,16 @@ func (tl *timeline) handle(it tlItem) {
 			return
 		case e.From == watchdog.Reopen:
 			tl.pollReopen(it.idx) // the last DWA came before this
+			// REOPEN -> OKAY means the machine counted every DWA it needs.
+			// The count base is read when the REOPEN event reaches us, a
+			// moment after the step, so a DWA answered at once may already
+			// be in it: show what the polls could not see.
+			if rs := tl.reopen[it.idx]; rs != nil && e.To == watchdog.Okay {
+				for rs.shown < watchdog.DefaultOkayDWAs {
+					rs.shown++
+					tl.say(e.Time, who, fmt.Sprintf("REOPEN %d/%d DWAs", rs.shown, watchdog.DefaultOkayDWAs))
+				}
+			}
 			delete(tl.reopen, it.idx)
 		}
 		tl.say(e.Time, who, fmt.Sprintf("%s -> %s (%s)", e.From, e.To, e.Reason))
