@@ -32,13 +32,18 @@ func FuzzParseValidate(f *testing.F) {
 			}
 			return
 		}
-		if err := Validate(h, DefaultMaxMessageLen); err != nil {
-			if !errors.Is(err, ErrBadFrame) {
-				t.Fatalf("Validate error %v does not match ErrBadFrame", err)
-			}
-		} else if h.Version != 1 || h.Length < HeaderLen || h.Length > DefaultMaxMessageLen || h.Length%4 != 0 ||
-			h.Flags&0x0f != 0 || (h.IsRequest() && h.IsError()) {
+		// Validate checks the framing only: reserved bits and the E bit of
+		// a request are the receiver's to ignore or answer (RFC 6733 3),
+		// not reasons to close the connection.
+		framed := h.Version == 1 && h.Length >= HeaderLen && h.Length <= DefaultMaxMessageLen && h.Length%4 == 0
+		err = Validate(h, DefaultMaxMessageLen)
+		switch {
+		case err != nil && !errors.Is(err, ErrBadFrame):
+			t.Fatalf("Validate error %v does not match ErrBadFrame", err)
+		case err == nil && !framed:
 			t.Fatalf("Validate accepted %+v", h)
+		case err != nil && framed:
+			t.Fatalf("Validate refused a well-framed header %+v: %v", h, err)
 		}
 		// The getters agree with ParseHeader, and FindAVP never panics.
 		if CommandCode(b) != h.CommandCode || HopByHop(b) != h.HopByHop || EndToEnd(b) != h.EndToEnd || Flags(b) != h.Flags || Length(b) != h.Length {
