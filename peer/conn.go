@@ -32,6 +32,8 @@ type conn struct {
 	remoteHost string // Origin-Host from the CER or CEA
 	hbh        *wire.HopByHopGen
 
+	downReported bool // its EventConnDown was published; under p.mu
+
 	// pending requests by Hop-by-Hop id (F1), and those moved off this
 	// connection, still matched for a late answer (bounded: goneMax). mu
 	// guards the fields below; once lost or draining is set, nothing new

@@ -168,3 +168,39 @@ func hasReason(t *testing.T, r *recorder, s string) {
 		t.Fatalf("no event with %q in %+v", s, r.events)
 	}
 }
+
+// Close reports its connection's end once: one EventConnDown for one
+// connection, whether the DPA came, did not come in time, or the DPR was
+// never answered because the connection went first.
+func TestCloseReportsOneConnectionDown(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		answer bool
+		dpa    bool
+	}{{"DPA received", true, true}, {"no DPA", false, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := newFakePeer("server.example.net")
+				defer f.close()
+				f.dropDPR.Store(!tc.answer)
+				cfg := clientConfig("client.example.net")
+				cfg.Dialer = f.dialer()
+				cfg.Events = NewBus()
+				rec, cancel := record(cfg.Events)
+				defer cancel()
+				p, err := Dial("tcp://x:1", cfg)
+				require.NoError(t, err)
+				synctest.Wait()
+				require.Equal(t, watchdog.Okay, p.State())
+
+				require.NoError(t, p.Close(context.Background()))
+				synctest.Wait()
+				down := rec.ofKind(EventConnDown)
+				require.Len(t, down, 1, "connection-down events: %+v", down)
+				assert.True(t, down[0].DPR)
+				assert.Equal(t, tc.dpa, down[0].DPA)
+				assert.Len(t, rec.ofKind(EventConnUp), 1)
+			})
+		})
+	}
+}

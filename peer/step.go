@@ -25,7 +25,7 @@ func (p *Peer) finish() {
 		// reported and pending requests fail over like any other loss.
 		c.close("peer closed")
 		if st := p.m.State(); st == watchdog.Okay || st == watchdog.Suspect || st == watchdog.Reopen {
-			p.publish(Event{Kind: EventConnDown, Reason: "connection closed: " + c.note()})
+			p.reportDown(c, Event{Reason: "connection closed: " + c.note()})
 			p.apply(p.m.Step(watchdog.ConnectionDown), p.mono())
 		}
 	}
@@ -35,6 +35,18 @@ func (p *Peer) finish() {
 	}
 	p.cancel()
 	close(p.done)
+}
+
+// reportDown publishes e as c's EventConnDown, once per connection: a
+// graceful close reports the DPR/DPA outcome, and the end of the Peer
+// that follows must not report the same connection again. p.mu is held.
+func (p *Peer) reportDown(c *conn, e Event) {
+	if c.downReported {
+		return
+	}
+	c.downReported = true
+	e.Kind = EventConnDown
+	p.publish(e)
 }
 
 // timerGrid is the resolution of Tw deadlines: each is moved to the
@@ -135,7 +147,7 @@ func (p *Peer) apply(o watchdog.Output, base int64) {
 				note := "closed by the watchdog: " + o.Transition.Reason
 				c.close(note)
 				p.failPending(c, ErrConnectionLost)
-				p.publish(Event{Kind: EventConnDown, Reason: note})
+				p.reportDown(c, Event{Reason: note})
 			}
 		case watchdog.ActionAttemptOpen:
 			p.attemptOpen()
@@ -265,7 +277,7 @@ func (p *Peer) stepLocked(e input) {
 			}
 		default:
 		}
-		p.publish(Event{Kind: EventConnDown, DPR: p.closing, DPA: dpa, Reason: "connection down: " + note})
+		p.reportDown(e.c, Event{DPR: p.closing, DPA: dpa, Reason: "connection down: " + note})
 		logLimited(p.cfg.Logger, slog.LevelInfo, logConnDown, "connection down", "peer", p.Name(), "reason", note)
 		// Step while the connection is still current, so that OKAY's
 		// Failover() hands its pending requests over with the machine's
@@ -385,7 +397,7 @@ func (p *Peer) stepLocked(e input) {
 		}()
 
 	case evCloseDone:
-		p.publish(Event{Kind: EventConnDown, DPR: true, DPA: e.dpa, Reason: e.note})
+		p.reportDown(e.c, Event{DPR: true, DPA: e.dpa, Reason: e.note})
 		p.ended = true
 	}
 }
