@@ -165,17 +165,7 @@ func (s *Server) Close(ctx context.Context) error {
 		c.tc.Close()
 	}
 	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		if errors.Is(err, net.ErrClosed) {
-			err = nil
-		}
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return awaitClosed(ctx, &s.wg, err)
 }
 
 // Stats returns the counters.
@@ -297,5 +287,22 @@ func (c *serverConn) answer(req []byte, code lradius.Code, attrs lradius.Attribu
 	c.s.answered.Add(1)
 	if !c.out.send(ans) {
 		c.s.answered.Add(^uint64(0))
+	}
+}
+
+// awaitClosed ends a server's Close: it waits for wg (the server's
+// goroutines) or ctx, and reports closeErr, the error of closing its
+// socket, unless that is only "already closed".
+func awaitClosed(ctx context.Context, wg *sync.WaitGroup, closeErr error) error {
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		if errors.Is(closeErr, net.ErrClosed) {
+			return nil
+		}
+		return closeErr
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

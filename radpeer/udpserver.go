@@ -222,15 +222,5 @@ func (s *UDPServer) Stats() UDPServerStats {
 func (s *UDPServer) Close(ctx context.Context) error {
 	s.cancel()
 	err := s.pc.Close()
-	done := make(chan struct{})
-	go func() { s.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		if errors.Is(err, net.ErrClosed) {
-			err = nil
-		}
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return awaitClosed(ctx, &s.wg, err)
 }
