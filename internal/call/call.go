@@ -1,0 +1,436 @@
+// Package call is the request lifecycle the Diameter and RADIUS peers
+// share, and what the dispatching layer (package client) drives: one
+// Call per request across all its sends, a state machine with its legal
+// transitions, exactly-once completion, the caller's wait, the
+// connections the request was sent on and the peers that refused it.
+//
+// The protocol packages (peer, radpeer) do their own work at send time
+// (Diameter: Hop-by-Hop id, T flag, a copy per resend; RADIUS: an
+// Identifier, encoding and signing with the connection's secret) under the
+// Call's lock, through Board, Leave and Finish. This package imports
+// neither: a connection is a Conn, a peer an opaque comparable value.
+package call
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// State is where a request is in its life. A Call is in exactly one
+// state; it changes only along the transitions of legal, each made under
+// the Call's mutex, so that the goroutines that can act on one request (a
+// connection's reader matching an answer, a failover moving it, the
+// caller's deadline, a dispatcher re-sending it) never both act.
+type State uint8
+
+const (
+	// Queued: created, not yet sent on any connection.
+	Queued State = iota
+	// InFlight: sent on one connection, pending there for its answer.
+	InFlight
+	// Moved: taken off the connection it was pending on (a failover, a
+	// graceful disconnect, a too-busy answer), on its way to another. It
+	// is pending nowhere; a late answer on an old connection still
+	// completes it.
+	Moved
+	// Parked: waiting for a connection in service that it was never sent
+	// on.
+	Parked
+	// Answered: an answer was delivered. Final.
+	Answered
+	// Failed: an error was delivered (deadline, close, unreachable). Final.
+	Failed
+)
+
+var stateNames = [...]string{"queued", "in-flight", "moved", "parked", "answered", "failed"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return fmt.Sprintf("State(%d)", s)
+}
+
+// legal[from][to]. The rules behind them:
+//   - a request is in flight on at most one connection at a time, and it
+//     leaves a connection (Moved) before it is sent on another;
+//   - it is never sent again on a connection it was sent on (Board checks
+//     the sent-on list), whatever state it comes from;
+//   - an answer can complete it in any state but the final ones, because
+//     an old connection may answer late while it is moved or parked.
+var legal = [6][6]bool{
+	Queued:   {InFlight: true, Parked: true, Failed: true},
+	InFlight: {Answered: true, Moved: true, Failed: true},
+	Moved:    {InFlight: true, Parked: true, Answered: true, Failed: true},
+	Parked:   {InFlight: true, Answered: true, Failed: true},
+}
+
+// Errors of Board and Wait.
+var (
+	// ErrTimeout: no answer before the request's deadline.
+	ErrTimeout = errors.New("no answer before the deadline")
+	// ErrAlreadySent: the call was sent on that connection before.
+	ErrAlreadySent = errors.New("request already sent on this connection")
+	// ErrComplete: the call has completed.
+	ErrComplete = errors.New("request complete")
+	// ErrInFlight: the call is pending on another connection; it must
+	// leave it first.
+	ErrInFlight = errors.New("request in flight on another connection")
+)
+
+// DefaultTimeout bounds a Wait given no timeout and no deadline.
+const DefaultTimeout = 10 * time.Second
+
+// Conn is a connection, as the protocol that owns it sees it. Values are
+// compared: use pointers.
+type Conn interface {
+	// Retire is told that a call in flight on the connection completed
+	// without its answer (an error, or the caller's deadline when
+	// timedOut): take it out of the pending map there. It runs without
+	// the call's lock.
+	Retire(c *Call, timedOut bool)
+}
+
+// Key is what a dispatcher routes a request on, filled in by its protocol
+// when the call is made. The byte slices alias the request: read only.
+type Key struct {
+	// NAI is the balancing key (User-Name), SessionID the conversation's
+	// (Session-Id, Acct-Session-Id); nil when absent.
+	NAI, SessionID []byte
+	// Dest names the one host the request may go to (Diameter's
+	// Destination-Host), "" when none.
+	Dest string
+	// Accounting: the request is accounting traffic (the throttle's
+	// class), not authentication or authorization.
+	Accounting bool
+}
+
+type result struct {
+	ans []byte
+	aux any
+	err error
+}
+
+// Call is one request and its lifecycle. It completes exactly once: the
+// first of an answer, an error, or the caller's deadline wins. Init it
+// before use; its methods are then safe for concurrent use.
+type Call struct {
+	// Key, Ref and Proto are set by the protocol before the call is shared
+	// and read only afterwards.
+	Key Key
+	// Ref names the request across its sends in failover records: the
+	// Diameter End-to-End id; 0 when the protocol has none.
+	Ref uint32
+	// Proto is the protocol's own record of the call.
+	Proto any
+
+	res  chan result // buffered 1; receives exactly once
+	done atomic.Bool // state is final; read without the mutex
+	tag  atomic.Pointer[any]
+
+	mu         sync.Mutex
+	state      State
+	owner      Conn    // InFlight: where it is pending
+	sentOn     []Conn  // every connection it boarded, oldest first
+	sentOn0    [2]Conn // sentOn's first array: most requests are sent once or twice
+	sends      int
+	refused    bool  // it left its last connection refused (too busy): see Boarding
+	refusedBy  []any // peers that refused it
+	lastAnswer []byte
+	first, by  any
+}
+
+// Init readies c for use.
+func (c *Call) Init() {
+	c.res = make(chan result, 1)
+	c.sentOn = c.sentOn0[:0]
+}
+
+// to changes the state; c.mu is held. An illegal transition is a bug: it
+// panics rather than lose or duplicate a request.
+func (c *Call) to(next State) {
+	if !legal[c.state][next] {
+		panic(fmt.Sprintf("call: request %d: illegal transition %s -> %s", c.Ref, c.state, next))
+	}
+	c.state = next
+	if next >= Answered {
+		c.done.Store(true)
+	}
+}
+
+func (c *Call) final() bool { return c.state >= Answered }
+
+// Lock and Unlock hold the call's mutex for the protocol's work at send
+// time (the *Locked methods). Lock order: a connection's mutex, then the
+// call's.
+func (c *Call) Lock()   { c.mu.Lock() }
+func (c *Call) Unlock() { c.mu.Unlock() }
+
+// Boarding is what BoardLocked tells the protocol about the send it
+// starts.
+type Boarding struct {
+	// Prev is the state the call left (Unboard goes back to it).
+	Prev State
+	// Sends counts the sends before this one.
+	Sends int
+	// AfterRefusal: the previous connection refused the call (answered it
+	// too busy): that request was not lost.
+	AfterRefusal bool
+}
+
+// BoardLocked makes c in flight on cn, sent there by peer by: the only way
+// a request reaches a connection. c's mutex is held (Lock). It fails
+// without changing anything with ErrComplete, ErrInFlight (pending
+// elsewhere: it must leave first) or ErrAlreadySent (sent on cn before).
+func (c *Call) BoardLocked(cn Conn, by any) (Boarding, error) {
+	b := Boarding{Prev: c.state, Sends: c.sends, AfterRefusal: c.refused}
+	switch {
+	case c.final():
+		return b, ErrComplete
+	case c.state == InFlight:
+		return b, ErrInFlight
+	case slices.Contains(c.sentOn, cn):
+		return b, ErrAlreadySent
+	}
+	c.owner = cn
+	c.sentOn = append(c.sentOn, cn)
+	c.sends++
+	c.refused = false
+	if c.first == nil {
+		c.first = by
+	}
+	c.to(InFlight)
+	return b, nil
+}
+
+// Unboard undoes BoardLocked when the request could not be queued on cn
+// after all. It takes c's mutex.
+func (c *Call) Unboard(cn Conn, b Boarding) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != InFlight || c.owner != cn {
+		return
+	}
+	c.owner = nil
+	c.sentOn = c.sentOn[:len(c.sentOn)-1]
+	c.sends--
+	if c.sends == 0 {
+		c.first = nil
+	}
+	c.refused = b.AfterRefusal
+	c.state = b.Prev // the one step back BoardLocked made
+}
+
+// Leave takes c off cn (a failover, a drain, a refusal): Moved, pending
+// nowhere. refuser, when not nil, is the peer that refused it with
+// answer: it is not offered to that peer again (RefusedBy) and answer is
+// what Conclude delivers. False if c is not in flight on cn.
+func (c *Call) Leave(cn Conn, refuser any, answer []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != InFlight || c.owner != cn {
+		return false
+	}
+	c.owner = nil
+	if refuser != nil {
+		c.refused = true
+		c.refusedBy = append(c.refusedBy, refuser)
+		c.lastAnswer = answer
+	}
+	c.to(Moved)
+	return true
+}
+
+// Finish completes c with an answer (ans, aux) from peer by or with err,
+// unless it is complete, counting it in cnt (when not nil) before the
+// caller can see the result. It returns whether it did and, when c was
+// still in flight on a connection other than from, that connection: the
+// caller takes it out of its pending map there.
+func (c *Call) Finish(ans []byte, aux any, err error, by any, from Conn, cnt *atomic.Uint64) (ok bool, owner Conn) {
+	c.mu.Lock()
+	if c.final() {
+		c.mu.Unlock()
+		return false, nil
+	}
+	if c.state == InFlight && c.owner != from {
+		owner = c.owner
+	}
+	c.owner = nil
+	if err != nil {
+		c.to(Failed)
+	} else {
+		c.by = by
+		c.to(Answered)
+	}
+	c.mu.Unlock()
+	if cnt != nil {
+		cnt.Add(1)
+	}
+	c.res <- result{ans, aux, err}
+	return true, owner
+}
+
+// Fail completes the call with err unless it is complete, and reports
+// whether it did.
+func (c *Call) Fail(err error) bool { return c.end(nil, err, nil, false) }
+
+// end is Finish from outside any connection (an error, a refusal, the
+// deadline): the connection the call was in flight on is told.
+func (c *Call) end(ans []byte, err error, by any, timedOut bool) bool {
+	ok, owner := c.Finish(ans, nil, err, by, nil, nil)
+	if ok && owner != nil {
+		owner.Retire(c, timedOut)
+	}
+	return ok
+}
+
+// Conclude completes a call that peers refused with the last refusal:
+// what the caller gets when no other peer is left to try. False if it has
+// none or is complete.
+func (c *Call) Conclude() bool {
+	c.mu.Lock()
+	ans, from := c.lastAnswer, any(nil)
+	if n := len(c.refusedBy); n > 0 {
+		from = c.refusedBy[n-1]
+	}
+	c.mu.Unlock()
+	if ans == nil {
+		return false
+	}
+	return c.end(ans, nil, from, false)
+}
+
+// Park records that the call waits for a connection in service; false if
+// it is complete (or in flight, which must not be parked).
+func (c *Call) Park() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != Queued && c.state != Moved {
+		return c.state == Parked
+	}
+	c.to(Parked)
+	return true
+}
+
+// Wait waits for the answer until ctx is done, or timeout when ctx has no
+// deadline (zero: DefaultTimeout). A call that ends without an answer
+// fails with an error matching ErrTimeout; the connection it was pending
+// on is told (Retire, timedOut).
+func (c *Call) Wait(ctx context.Context, timeout time.Duration) (ans []byte, aux any, err error) {
+	var expired <-chan time.Time
+	if _, ok := ctx.Deadline(); !ok {
+		if timeout <= 0 {
+			timeout = DefaultTimeout
+		}
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case r := <-c.res:
+		return r.ans, r.aux, r.err
+	case <-ctx.Done():
+		err = fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+	case <-expired:
+		err = fmt.Errorf("%w (%v)", ErrTimeout, timeout)
+	}
+	c.end(nil, err, nil, true)
+	r := <-c.res // ours, or the answer that won the race
+	return r.ans, r.aux, r.err
+}
+
+// State returns where the request is in its lifecycle.
+func (c *Call) State() State {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state
+}
+
+// IsDone reports whether the call has completed.
+func (c *Call) IsDone() bool { return c.done.Load() }
+
+// Sends returns how many times the request boarded a connection.
+func (c *Call) Sends() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sends
+}
+
+// First returns the peer the call was first sent by, nil before.
+func (c *Call) First() any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.first
+}
+
+// AnsweredBy returns the peer whose answer completed the call, nil when
+// it ended without one.
+func (c *Call) AnsweredBy() any {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.by
+}
+
+// SentOn reports whether the call boarded cn.
+func (c *Call) SentOn(cn Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Contains(c.sentOn, cn)
+}
+
+// SentOnAny reports whether the call boarded a connection for which f
+// is true; f runs under the call's lock.
+func (c *Call) SentOnAny(f func(Conn) bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.ContainsFunc(c.sentOn, f)
+}
+
+// AppendSentOn appends to dst the connections the call boarded for which
+// f is true, oldest first.
+func (c *Call) AppendSentOn(dst []Conn, f func(Conn) bool) []Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cn := range c.sentOn {
+		if f(cn) {
+			dst = append(dst, cn)
+		}
+	}
+	return dst
+}
+
+// RefusedBy reports whether peer refused the call (Leave).
+func (c *Call) RefusedBy(peer any) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Contains(c.refusedBy, peer)
+}
+
+// Avoids reports whether the call must not go to peer, whose current
+// connection is cn (nil when none): it was sent on cn, or peer refused
+// it. A call never sent avoids nothing.
+func (c *Call) Avoids(cn Conn, peer any) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sends == 0 {
+		return false
+	}
+	return (cn != nil && slices.Contains(c.sentOn, cn)) || slices.Contains(c.refusedBy, peer)
+}
+
+// Tag returns the value SetTag stored, nil if none.
+func (c *Call) Tag() any {
+	if t := c.tag.Load(); t != nil {
+		return *t
+	}
+	return nil
+}
+
+// SetTag stores a value for the layer that dispatches the call (the
+// client keeps its throttle bookkeeping there).
+func (c *Call) SetTag(v any) { c.tag.Store(&v) }
