@@ -25,13 +25,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/watchdog"
-	"github.com/aaatp/aaatp/wire"
 )
 
 // Mode chooses how new requests pick a peer.
@@ -151,7 +151,7 @@ func (m *member) okay() bool {
 type Client struct {
 	cfg     Config
 	members []*member
-	byPeer  sync.Map // *peer.Peer -> *member, every peer ever dialed; read on the hot path without c.mu
+	byPeer  sync.Map // *peer.Peer (as any) -> *member, every peer ever dialed; read on the hot path without c.mu
 	byName  map[string]*member
 	bal     *loadbalance.Balancer // Balance mode
 	rr      atomic.Uint64
@@ -160,7 +160,7 @@ type Client struct {
 	ready   readiness // wakes WaitReady
 
 	mu      sync.Mutex
-	parked  []*peer.Call // waiting for any peer in service (F3)
+	parked  []*call.Call // waiting for any peer in service (F3)
 	closed  bool
 	trimmer *time.Timer    // pending connection-limit check
 	closing sync.WaitGroup // peers closed to respect MaxConnections
@@ -267,7 +267,7 @@ func New(cfg Config) (*Client, error) {
 // dialLocked creates the member's peer. c.mu is held.
 func (c *Client) dialLocked(m *member) error {
 	pc := c.cfg.Peer
-	pc.OnFailover = c.onFailover
+	call.Diameter.WithFailover(&pc, c.onFailover)
 	pc.Events = peer.NewBus() // per peer, so we know whose event it is
 	self := new(atomic.Pointer[peer.Peer])
 	c.cancels = append(c.cancels, pc.Events.Subscribe(func(e peer.Event) { c.onPeerEvent(m, self, e) }))
@@ -304,8 +304,9 @@ func (c *Client) dialedLocked() int {
 	return n
 }
 
-// memberOf returns the member a peer belongs to (nil for nil).
-func (c *Client) memberOf(p *peer.Peer) *member {
+// memberOf returns the member a peer (a call's First or AnsweredBy)
+// belongs to (nil for nil).
+func (c *Client) memberOf(p any) *member {
 	if p == nil {
 		return nil
 	}
@@ -350,12 +351,9 @@ func (c *Client) Balancer() (snap loadbalance.Snapshot, ok bool) {
 // until ctx is done, or RequestTimeout when ctx has no deadline. Every
 // request gets exactly one answer or one error.
 func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
-	cl, err := peer.NewCall(req)
+	cl, err := call.Diameter.New(req, c.cfg.ForwardRetransmitFlag)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
-	}
-	if c.cfg.ForwardRetransmitFlag {
-		cl.KeepRetransmitFlag()
 	}
 	start := time.Now()
 	var it *item
@@ -367,7 +365,7 @@ func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
 		it = c.newItem(cl, dl)
 	}
 	c.dispatch(cl)
-	ans, err := cl.Wait(ctx, c.cfg.RequestTimeout)
+	ans, _, err := cl.Wait(ctx, c.cfg.RequestTimeout)
 	if it != nil {
 		c.release(it) // the answer arrived or the request timed out (Q2)
 	}
@@ -376,7 +374,7 @@ func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
 	}
 	// The outcome counts for the server the request was first sent to,
 	// wherever a failover took it (RFC 3539 3.4.3 [4] statistics).
-	if m := c.memberOf(cl.FirstPeer()); m != nil {
+	if m := c.memberOf(cl.First()); m != nil {
 		m.stats.done(err == nil, time.Since(start))
 	}
 	if err != nil {
@@ -388,25 +386,12 @@ func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
 	return ans, nil
 }
 
-// carrier is what dispatching needs of one connection object (a Diameter
-// peer.Peer today; a RADIUS peer can be adapted to it): whether it takes
-// new requests, a way to queue one, and whether a request must avoid it
-// (it was sent on its current connection, or it refused it).
-type carrier interface {
-	InService() bool
-	Submit(cl *peer.Call) error
-	Avoids(cl *peer.Call) bool
-}
-
-// peerCarrier adapts a *peer.Peer.
-type peerCarrier struct{ *peer.Peer }
-
-func (p peerCarrier) Avoids(cl *peer.Call) bool { return cl.Avoids(p.Peer) }
-
-// carrier returns the member's connection object, nil when not dialed.
-func (m *member) carrier() carrier {
+// carrier returns what dispatching needs of the member's peer (whether
+// it takes new requests, a way to queue one, whether a request must
+// avoid it), nil when not dialed.
+func (m *member) carrier() call.Carrier {
 	if p := m.p(); p != nil {
-		return peerCarrier{p}
+		return call.Diameter.Carrier(p)
 	}
 	return nil
 }
@@ -421,7 +406,7 @@ func (m *member) carrier() carrier {
 // when peers refused it as too busy, completed with the last refusal. It
 // returns the member the request went to; nil when it waits (parked or
 // queued in the throttle) or ended.
-func (c *Client) dispatch(cl *peer.Call) *member {
+func (c *Client) dispatch(cl *call.Call) *member {
 	if c.sched != nil {
 		if it, ok := cl.Tag().(*item); ok {
 			c.throttled(it)
@@ -448,7 +433,7 @@ func (c *Client) dispatch(cl *peer.Call) *member {
 // then each peer gets its share in one batch (one wake-up of its writer).
 // A request a peer refused at submit goes through dispatch on its own. It
 // returns where each went (nil: waiting or ended), in the order of calls.
-func (c *Client) dispatchAll(calls []*peer.Call) []*member {
+func (c *Client) dispatchAll(calls []*call.Call) []*member {
 	to := make([]*member, len(calls))
 	if c.sched != nil {
 		for i, cl := range calls {
@@ -456,7 +441,7 @@ func (c *Client) dispatchAll(calls []*peer.Call) []*member {
 		}
 		return to
 	}
-	groups := map[*member][]*peer.Call{}
+	groups := map[*member][]*call.Call{}
 	var order []*member
 	for i, cl := range calls {
 		if cl.IsDone() {
@@ -480,7 +465,7 @@ func (c *Client) dispatchAll(calls []*peer.Call) []*member {
 		groups[m] = append(groups[m], cl)
 		to[i] = m
 	}
-	var again []*peer.Call
+	var again []*call.Call
 	for _, m := range order {
 		g := groups[m]
 		firsts := 0
@@ -489,7 +474,7 @@ func (c *Client) dispatchAll(calls []*peer.Call) []*member {
 				firsts++
 			}
 		}
-		refused, err := m.p().SubmitAll(g)
+		refused, err := m.carrier().SubmitAll(g)
 		if err != nil {
 			refused = g // that peer just left service
 		} else {
@@ -508,7 +493,7 @@ func (c *Client) dispatchAll(calls []*peer.Call) []*member {
 }
 
 // place is admit and submit of cl on m; false if m refused it.
-func (c *Client) place(cl *peer.Call, m *member) bool {
+func (c *Client) place(cl *call.Call, m *member) bool {
 	if cl.IsDone() {
 		return true
 	}
@@ -516,9 +501,9 @@ func (c *Client) place(cl *peer.Call, m *member) bool {
 	if !ok {
 		return false
 	}
-	p := m.p()
+	k := m.carrier()
 	first := cl.Sends() == 0
-	if p == nil || p.Submit(cl) != nil {
+	if k == nil || k.Submit(cl) != nil {
 		if probe {
 			c.group.CancelProbe(m.index)
 		}
@@ -534,7 +519,7 @@ func (c *Client) place(cl *peer.Call, m *member) bool {
 // strand deals with a request no peer can take now: one that peers
 // refused as too busy gets the last refusal (no peer is left to try);
 // any other waits for a peer in service (F3).
-func (c *Client) strand(cl *peer.Call) {
+func (c *Client) strand(cl *call.Call) {
 	if cl.Conclude() {
 		return
 	}
@@ -543,9 +528,9 @@ func (c *Client) strand(cl *peer.Call) {
 
 // pinned returns the member a request's Destination-Host names, if it
 // names one of our peers (RFC 6733 6.1; DiameterIdentity ignores case).
-func (c *Client) pinned(cl *peer.Call) (*member, bool) {
-	dh, ok := cl.DestinationHost()
-	if !ok {
+func (c *Client) pinned(cl *call.Call) (*member, bool) {
+	dh := cl.Key.Dest
+	if dh == "" {
 		return nil, false
 	}
 	for _, m := range c.members {
@@ -561,7 +546,7 @@ func (c *Client) pinned(cl *peer.Call) (*member, bool) {
 // there or nowhere. With a policy, a server whose state takes no traffic
 // is passed over; a server waiting for a real request to probe it gets
 // this one (S4).
-func (c *Client) pick(cl *peer.Call, skip ...*member) *member {
+func (c *Client) pick(cl *call.Call, skip ...*member) *member {
 	open := func(m *member) bool { // the connection may take cl
 		k := m.carrier()
 		return k != nil && k.InService() && !slices.Contains(skip, m) && !k.Avoids(cl)
@@ -583,10 +568,7 @@ func (c *Client) pick(cl *peer.Call, skip ...*member) *member {
 		}
 	}
 	if c.bal != nil {
-		req := cl.Request()
-		nai, _ := wire.FindAVP(req, message.UserName, 0)
-		sid, _ := wire.FindAVP(req, message.SessionID, 0)
-		if s, err := c.bal.Pick(loadbalance.Request{NAI: string(nai), SessionID: string(sid)}); err == nil {
+		if s, err := c.bal.Pick(loadbalance.Request{NAI: string(cl.Key.NAI), SessionID: string(cl.Key.SessionID)}); err == nil {
 			if m := c.byName[s.Name]; usable(m) {
 				return m
 			}
@@ -616,7 +598,7 @@ func (c *Client) pick(cl *peer.Call, skip ...*member) *member {
 // variable for tests.
 var maxParked = 1 << 16
 
-func (c *Client) park(cl *peer.Call) {
+func (c *Client) park(cl *call.Call) {
 	if !cl.Park() {
 		return // complete meanwhile
 	}
@@ -629,9 +611,9 @@ func (c *Client) park(cl *peer.Call) {
 	if len(c.parked) >= 1024 && len(c.parked)%1024 == 0 {
 		// Drop calls whose callers gave up, so the queue stays bounded by
 		// the requests still waiting.
-		c.parked = slices.DeleteFunc(c.parked, (*peer.Call).IsDone)
+		c.parked = slices.DeleteFunc(c.parked, (*call.Call).IsDone)
 	}
-	var evicted *peer.Call
+	var evicted *call.Call
 	if len(c.parked) >= maxParked {
 		evicted = c.parked[0]
 		c.parked = slices.Delete(c.parked, 0, 1)
@@ -776,7 +758,7 @@ func (c *Client) trimLocked() {
 // in order, F2), still unanswered after a graceful disconnect's drain
 // (F8), or answered too busy / unable to deliver (premature failover,
 // F9). It runs on the peer's notifier, without the peer's mutex.
-func (c *Client) onFailover(from *peer.Peer, calls []*peer.Call, reason string) {
+func (c *Client) onFailover(from any, calls []*call.Call, reason string) {
 	c.mu.Lock() // also waits for New to finish filling the members
 	closed := c.closed
 	c.mu.Unlock()
@@ -805,18 +787,18 @@ func (c *Client) onFailover(from *peer.Peer, calls []*peer.Call, reason string) 
 	moved := map[*member][]uint32{}
 	var order []*member
 	var waiting, refused, concluded []uint32
-	live := make([]*peer.Call, 0, len(calls))
+	live := make([]*call.Call, 0, len(calls))
 	for _, cl := range calls {
 		if cl.IsDone() {
 			continue
 		}
 		if cl.RefusedBy(from) {
 			fm.stats.premature.Add(1)
-		} else if dh, ok := cl.DestinationHost(); ok && message.EqualIdentity(dh, from.Name()) {
+		} else if dh := cl.Key.Dest; dh != "" && message.EqualIdentity(dh, fm.p().Name()) {
 			// Addressed to the peer that failed: not moved to another host
 			// (RFC 6733 5.5.4).
 			cl.Fail(fmt.Errorf("%w: Destination-Host %s is not reachable (%s)", ErrUnableToDeliver, dh, reason))
-			refused = append(refused, cl.EndToEnd())
+			refused = append(refused, cl.Ref)
 			continue
 		}
 		live = append(live, cl)
@@ -828,13 +810,13 @@ func (c *Client) onFailover(from *peer.Peer, calls []*peer.Call, reason string) 
 			if _, ok := moved[to]; !ok {
 				order = append(order, to)
 			}
-			moved[to] = append(moved[to], cl.EndToEnd())
-		case cl.State() == peer.Parked:
-			waiting = append(waiting, cl.EndToEnd())
+			moved[to] = append(moved[to], cl.Ref)
+		case cl.State() == call.Parked:
+			waiting = append(waiting, cl.Ref)
 		case cl.IsDone():
-			concluded = append(concluded, cl.EndToEnd())
+			concluded = append(concluded, cl.Ref)
 		default: // queued in the throttle
-			waiting = append(waiting, cl.EndToEnd())
+			waiting = append(waiting, cl.Ref)
 		}
 	}
 	now := time.Now()

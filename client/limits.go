@@ -5,11 +5,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/watchdog"
-	"github.com/aaatp/aaatp/wire"
 )
 
 // Server policy (package policy, the Nokia 7750 SR states, S1-S5) and
@@ -48,7 +47,7 @@ func minTime(a, b time.Time) time.Time {
 
 // item is a request inside the throttle's queues.
 type item struct {
-	cl     *peer.Call
+	cl     *call.Call
 	dl     time.Time
 	class  throttle.Class
 	server int  // where it holds an outstanding place; -1 none (under tmu)
@@ -165,7 +164,7 @@ func (c *Client) sent(m *member) {
 	}
 }
 
-func (c *Client) replied(p *peer.Peer) {
+func (c *Client) replied(p any) {
 	if c.group == nil || p == nil {
 		return
 	}
@@ -177,9 +176,12 @@ func (c *Client) replied(p *peer.Peer) {
 
 // newItem makes the throttle's record of a request and tags the call
 // with it, so that every dispatch of the call goes through the throttle.
-func (c *Client) newItem(cl *peer.Call, dl time.Time) *item {
-	req := cl.Request()
-	it := &item{cl: cl, dl: dl, class: throttle.ClassOf(wire.AppID(req), wire.CommandCode(req)), server: -1}
+func (c *Client) newItem(cl *call.Call, dl time.Time) *item {
+	class := throttle.Auth
+	if cl.Key.Accounting {
+		class = throttle.Accounting
+	}
+	it := &item{cl: cl, dl: dl, class: class, server: -1}
 	cl.SetTag(it)
 	return it
 }
@@ -328,11 +330,11 @@ func (c *Client) sendTest(s policy.TestSend) {
 		}
 		return
 	}
-	cl, err := peer.NewCall(c.cfg.TestRequest(m.spec.Name))
+	cl, err := call.Diameter.New(c.cfg.TestRequest(m.spec.Name), false)
 	if err != nil {
 		return
 	}
-	if err := p.Submit(cl); err != nil {
+	if err := call.Diameter.Carrier(p).Submit(cl); err != nil {
 		if s.Kind == policy.SendProbe {
 			c.group.CancelProbe(s.Index)
 		}
@@ -346,7 +348,7 @@ func (c *Client) sendTest(s policy.TestSend) {
 		if timeout <= 0 {
 			timeout = c.cfg.RequestTimeout
 		}
-		if _, err := cl.Wait(c.ctx, timeout); err == nil {
+		if _, _, err := cl.Wait(c.ctx, timeout); err == nil {
 			c.replied(cl.AnsweredBy())
 		}
 	}()

@@ -424,7 +424,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		c.mu.Lock()
 		for _, cl := range c.parked { // complete ones are dropped at the next unpark
 			if !cl.IsDone() {
-				t.Errorf("seed %d: request %d still parked once quiet", seed, cl.EndToEnd())
+				t.Errorf("seed %d: request %d still parked once quiet", seed, cl.Ref)
 			}
 		}
 		c.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
@@ -155,23 +156,24 @@ type Config struct {
 	// MaxUnmatched bounds the answers in a row, on one connection, that
 	// match no request sent there (a wrong Hop-by-Hop id): when it is
 	// reached the connection is closed as broken, its pending requests
-	// leave it as after any lost connection (OnFailover replays them
+	// leave it as after any lost connection (a Client replays them
 	// elsewhere) and the peer reconnects as it does after a loss. An
 	// answer that matches resets the count. Default DefaultMaxUnmatched;
 	// negative: never close for this.
 	MaxUnmatched int
 
-	// OnFailover receives requests that left this peer's connection (state
-	// Moved), in their original send order: its pending requests when the
-	// watchdog calls Failover() (OKAY -> SUSPECT, OKAY -> DOWN) or the
+	// onFailover receives requests that left this peer's connection
+	// (Moved), in their original send order: its pending requests when
+	// the watchdog calls Failover() (OKAY -> SUSPECT, OKAY -> DOWN) or the
 	// connection drops, those still unanswered when a graceful disconnect
 	// has drained, and one request at a time answered DIAMETER_TOO_BUSY or
-	// DIAMETER_UNABLE_TO_DELIVER (Call.RefusedBy tells those apart). It
-	// runs on the peer's notifier, without its mutex: Submit each call to
-	// another peer, park it, or Fail it. A late answer here still completes
-	// a call once. Nil: pending requests keep waiting here and fail
-	// when the connection closes; error answers go to the caller.
-	OnFailover func(from *Peer, calls []*Call, reason string)
+	// DIAMETER_UNABLE_TO_DELIVER (the call's RefusedBy tells those apart).
+	// It runs on the peer's notifier, without its mutex. A late answer
+	// here still completes a call once. Nil: pending requests keep
+	// waiting here and fail when the connection closes; error answers go
+	// to the caller. Set by the dispatching layer (package client)
+	// through call.Diameter.WithFailover.
+	onFailover call.Failover
 
 	// Events receives every event of this peer. Default: a new Bus; share
 	// one Bus between peers to watch them all.

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/internal/testhook"
 	"github.com/aaatp/aaatp/internal/workpool"
 	"github.com/aaatp/aaatp/message"
@@ -37,10 +38,10 @@ type conn struct {
 	// pending requests by Hop-by-Hop id (F1), and those moved off this
 	// connection, still matched for a late answer (bounded: goneMax). mu
 	// guards the fields below; once lost or draining is set, nothing new
-	// is added. Lock order: mu, then a Call's mutex, then wmu.
+	// is added. Lock order: mu, then a call's mutex, then wmu.
 	mu       sync.Mutex
-	pending  map[uint32]*Call
-	gone     map[uint32]*Call
+	pending  map[uint32]*dcall
+	gone     map[uint32]*dcall
 	goneIDs  []uint32 // gone's ids: a ring of goneMax, oldest at goneNext once full
 	goneNext int
 	lost     bool
@@ -90,7 +91,7 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 	c := &conn{
 		p: p, tc: tc, remoteHost: remoteHost,
 		hbh:     wire.NewHopByHopGenRandom(),
-		pending: make(map[uint32]*Call),
+		pending: make(map[uint32]*dcall),
 		dpa:     make(chan struct{}),
 		closed:  make(chan struct{}),
 		ctx:     ctx, cancel: cancel,
@@ -274,10 +275,10 @@ func (c *conn) closeAfterFlush() {
 }
 
 // submit queues cl on this connection with a fresh Hop-by-Hop id (see
-// Call.board for the T flag). The pending entry and the queued bytes are
+// dcall.board for the T flag). The pending entry and the queued bytes are
 // made under one hold of c.mu, so that a failover or a loss of the
 // connection either sees the call pending here or the call never was.
-func (c *conn) submit(cl *Call) (resend bool, err error) {
+func (c *conn) submit(cl *dcall) (resend bool, err error) {
 	c.mu.Lock()
 	if c.lost || c.draining {
 		c.mu.Unlock()
@@ -286,7 +287,7 @@ func (c *conn) submit(cl *Call) (resend bool, err error) {
 		}
 		return false, ErrConnectionLost
 	}
-	raw, id, prev, err := cl.board(c)
+	raw, id, b, err := cl.board(c)
 	if err != nil {
 		c.mu.Unlock()
 		return false, err
@@ -296,18 +297,18 @@ func (c *conn) submit(cl *Call) (resend bool, err error) {
 	c.pending[id] = cl
 	if err := c.enqueue(raw); err != nil {
 		delete(c.pending, id)
-		cl.unboard(c, prev)
+		cl.Unboard(c, b)
 		c.mu.Unlock()
 		return false, err
 	}
 	if testhook.Queued != nil {
-		testhook.Queued(cl.e2e, c, raw, cl.afterRefusal)
+		testhook.Queued(cl.Ref, c, raw, cl.afterRefusal)
 	}
 	c.mu.Unlock()
 	if testhook.AfterQueue != nil {
-		testhook.AfterQueue(cl.e2e)
+		testhook.AfterQueue(cl.Ref)
 	}
-	return prev != Queued, nil
+	return b.Sends > 0, nil
 }
 
 // submitAll is submit for a batch, in order, under one hold of c.mu and
@@ -316,7 +317,7 @@ func (c *conn) submit(cl *Call) (resend bool, err error) {
 // call meets the same checks as in submit; it returns those refused (sent
 // here before, or in flight elsewhere), how many went out and how many of
 // those were resends. On a lost or draining connection none is sent.
-func (c *conn) submitAll(calls []*Call) (refused []*Call, n, resends int, err error) {
+func (c *conn) submitAll(calls []*call.Call) (refused []*call.Call, n, resends int, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.lost || c.draining {
@@ -326,28 +327,29 @@ func (c *conn) submitAll(calls []*Call) (refused []*Call, n, resends int, err er
 		return nil, 0, 0, ErrConnectionLost
 	}
 	type boarded struct {
-		cl   *Call
-		id   uint32
-		prev CallState
+		cl *dcall
+		id uint32
+		b  call.Boarding
 	}
 	raws := make([][]byte, 0, len(calls))
 	ok := make([]boarded, 0, len(calls))
 	for _, cl := range calls {
-		raw, id, prev, err := cl.board(c)
+		d := dcallOf(cl)
+		raw, id, b, err := d.board(c)
 		if err != nil {
-			if err != errComplete {
+			if err != call.ErrComplete {
 				refused = append(refused, cl)
 			}
 			continue
 		}
 		raws = append(raws, raw)
-		ok = append(ok, boarded{cl, id, prev})
+		ok = append(ok, boarded{d, id, b})
 	}
 	c.wmu.Lock()
 	if c.wclosed {
 		c.wmu.Unlock()
 		for _, b := range ok {
-			b.cl.unboard(c, b.prev)
+			b.cl.Unboard(c, b.b)
 		}
 		return nil, 0, 0, ErrConnectionLost
 	}
@@ -359,9 +361,9 @@ func (c *conn) submitAll(calls []*Call) (refused []*Call, n, resends int, err er
 		b.cl.seq = c.seq
 		c.pending[b.id] = b.cl
 		if testhook.Queued != nil {
-			testhook.Queued(b.cl.e2e, c, raws[i], b.cl.afterRefusal)
+			testhook.Queued(b.cl.Ref, c, raws[i], b.cl.afterRefusal)
 		}
-		if b.prev != Queued {
+		if b.b.Sends > 0 {
 			resends++
 		}
 	}
@@ -375,10 +377,10 @@ const goneMax = 4096
 
 // goLocked moves the entry id from pending to gone: no longer pending
 // here, still matched if its answer comes. c.mu is held.
-func (c *conn) goLocked(id uint32, cl *Call) {
+func (c *conn) goLocked(id uint32, cl *dcall) {
 	delete(c.pending, id)
 	if c.gone == nil {
-		c.gone = make(map[uint32]*Call)
+		c.gone = make(map[uint32]*dcall)
 	}
 	if len(c.goneIDs) < goneMax {
 		c.goneIDs = append(c.goneIDs, id)
@@ -395,7 +397,7 @@ func (c *conn) goLocked(id uint32, cl *Call) {
 // retire takes a call that completed elsewhere out of this connection's
 // pending map (its id here is hbh), keeping it matchable for a late
 // answer.
-func (c *conn) retire(cl *Call, hbh uint32) {
+func (c *conn) retire(cl *dcall, hbh uint32) {
 	c.mu.Lock()
 	if c.pending[hbh] == cl {
 		c.goLocked(hbh, cl)
@@ -407,7 +409,7 @@ func (c *conn) retire(cl *Call, hbh uint32) {
 // match finds the call an answer with Hop-by-Hop id hbh belongs to and
 // takes it out of the maps: pending (late false) or moved away (late
 // true); nil if none.
-func (c *conn) match(hbh uint32) (cl *Call, late bool) {
+func (c *conn) match(hbh uint32) (cl *dcall, late bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cl = c.pending[hbh]; cl != nil {
@@ -424,26 +426,32 @@ func (c *conn) match(hbh uint32) (cl *Call, late bool) {
 
 // takePending marks the connection lost and returns the calls still in
 // flight on it, in send order; every entry leaves the maps.
-func (c *conn) takePending() []*Call {
+func (c *conn) takePending() []*call.Call {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lost = true
-	var calls []*Call
+	var calls []*call.Call
 	for _, cl := range c.pending {
-		if cl.leave(c, nil, nil) {
-			calls = append(calls, cl)
+		if cl.Leave(c, nil, nil) {
+			calls = append(calls, &cl.Call)
 		}
 	}
 	clear(c.pending)
 	c.gone, c.goneIDs = nil, nil // nothing more arrives here
-	slices.SortFunc(calls, func(a, b *Call) int { return cmp.Compare(a.seq, b.seq) })
+	sortBySend(calls)
 	return calls
+}
+
+// sortBySend orders calls taken off one connection by their send order
+// there.
+func sortBySend(calls []*call.Call) {
+	slices.SortFunc(calls, func(a, b *call.Call) int { return cmp.Compare(dcallOf(a).seq, dcallOf(b).seq) })
 }
 
 // moveOut takes every call in flight here off the connection (Moved), in
 // send order, for a failover; a late answer here still completes them
 // (F4).
-func (c *conn) moveOut() []*Call {
+func (c *conn) moveOut() []*call.Call {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.leaveAllLocked(nil)
@@ -451,15 +459,15 @@ func (c *conn) moveOut() []*Call {
 
 // leaveAllLocked moves every pending entry to gone and returns the calls
 // that were in flight here, in send order. c.mu is held.
-func (c *conn) leaveAllLocked(calls []*Call) []*Call {
+func (c *conn) leaveAllLocked(calls []*call.Call) []*call.Call {
 	for id, cl := range c.pending {
-		if cl.leave(c, nil, nil) {
-			calls = append(calls, cl)
+		if cl.Leave(c, nil, nil) {
+			calls = append(calls, &cl.Call)
 		}
 		c.goLocked(id, cl)
 	}
 	c.drainedLocked()
-	slices.SortFunc(calls, func(a, b *Call) int { return cmp.Compare(a.seq, b.seq) })
+	sortBySend(calls)
 	return calls
 }
 

@@ -30,13 +30,13 @@
 // A step decides under the mutex and returns what must happen: writes
 // (DWR, DWA, DPR, DPA) and calls failed by a lost connection are carried
 // out by the goroutine that stepped once it has unlocked; events and the
-// hand-over of moved requests to Config.OnFailover are queued, in step
-// order, for a notifier goroutine that runs only while notices are queued.
+// hand-over of moved requests to a Client (package client, which replays
+// them elsewhere) are queued, in step order, for a notifier goroutine that runs only while notices are queued.
 //
 // # Requests
 //
-// Each request is a Call with one lifecycle (CallState: queued, in flight
-// on one connection, moved, parked, answered, failed). A request is in
+// Each request has one lifecycle (queued, in flight on one connection,
+// moved, parked, answered, failed). A request is in
 // flight on at most one connection, is never sent twice on one connection,
 // and leaves a connection's pending map as soon as it is moved off it
 // (failover, graceful disconnect, a DIAMETER_TOO_BUSY or
@@ -49,8 +49,8 @@
 // # Concurrency
 //
 // Peer's methods are safe for concurrent use. Request may be called from
-// any number of goroutines (pipelining). Event subscribers and
-// OnFailover run on the peer's notifier, never with its mutex held nor on
+// any number of goroutines (pipelining). Event subscribers run on the
+// peer's notifier, never with its mutex held nor on
 // a connection's reader: they may call any method of the peer, Close
 // included, but should be quick, since the peer's later events wait for
 // them.

@@ -30,7 +30,7 @@ const (
 	// Idle and is being brought down (Config.IdleTimeout).
 	EventIdle
 	// EventFailover: the peer left service with Pending requests on its
-	// connection and no Config.OnFailover to take them: they stay
+	// connection and no Client to replay them elsewhere: they stay
 	// matched there, answered late or failed at their deadline.
 	EventFailover
 	// EventFailback: the peer is back in service after a failover.

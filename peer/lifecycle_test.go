@@ -10,10 +10,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
 )
 
-// An event subscriber, and OnFailover, run without the peer's mutex and
+// An event subscriber, and the failover hook, run without the peer's mutex and
 // off its reader: one may Close the peer (here on the first failover
 // hand-over and on the SUSPECT transition) and Close returns.
 func TestCloseFromSubscriberAndOnFailover(t *testing.T) {
@@ -25,11 +27,11 @@ func TestCloseFromSubscriberAndOnFailover(t *testing.T) {
 		cfg.Events = NewBus()
 		closed := make(chan error, 2)
 		var p *Peer
-		cfg.OnFailover = func(from *Peer, calls []*Call, reason string) {
+		cfg.onFailover = func(from any, calls []*call.Call, reason string) {
 			for _, cl := range calls {
 				cl.Fail(errors.New("no alternate"))
 			}
-			closed <- from.Close(context.Background())
+			closed <- from.(*Peer).Close(context.Background())
 		}
 		cancel := cfg.Events.Subscribe(func(e Event) {
 			if e.Kind == EventWatchdog && e.To == watchdog.Suspect {
@@ -63,42 +65,69 @@ func TestCloseFromSubscriberAndOnFailover(t *testing.T) {
 // the pending map at once while its late answer is still matched.
 func TestCallLifecycleOnOneConnection(t *testing.T) {
 	cn := newConn(nil, nil, "x")
-	cl, err := NewCall(acr())
+	cl, err := newCall(acr(), false)
 	require.NoError(t, err)
-	assert.Equal(t, Queued, cl.State())
+	assert.Equal(t, call.Queued, cl.State())
 	cn.mu.Lock()
-	_, id, prev, err := cl.board(cn)
+	_, id, b, err := cl.board(cn)
 	cn.pending[id] = cl
 	cn.mu.Unlock()
 	require.NoError(t, err)
-	assert.Equal(t, Queued, prev)
-	assert.Equal(t, InFlight, cl.State())
+	assert.Equal(t, call.Queued, b.Prev)
+	assert.Equal(t, call.InFlight, cl.State())
 	assert.False(t, cl.Park(), "an in-flight call is not parked")
 
 	moved := cn.moveOut()
-	require.Equal(t, []*Call{cl}, moved)
-	assert.Equal(t, Moved, cl.State())
+	require.Equal(t, []*call.Call{&cl.Call}, moved)
+	assert.Equal(t, call.Moved, cl.State())
 	assert.Zero(t, cn.pendingLen(), "moved off: not pending here")
 	_, _, _, err = cl.board(cn)
 	assert.ErrorIs(t, err, ErrAlreadySent, "never twice on one connection")
 	assert.True(t, cl.Park())
-	assert.Equal(t, Parked, cl.State())
+	assert.Equal(t, call.Parked, cl.State())
 
 	got, late := cn.match(id)
 	assert.Same(t, cl, got, "a late answer is still matched")
 	assert.True(t, late)
-	ok, _, _ := cl.finish([]byte("answer"), nil, nil, cn, nil)
+	ok, _ := cl.Finish([]byte("answer"), nil, nil, nil, cn, nil)
 	assert.True(t, ok)
-	assert.Equal(t, Answered, cl.State())
+	assert.Equal(t, call.Answered, cl.State())
 	assert.False(t, cl.Fail(errors.New("too late")), "complete once")
-	assert.Panics(t, func() { cl.mu.Lock(); defer cl.mu.Unlock(); cl.to(InFlight) }, "no way out of a final state")
+}
+
+// Every send after the first works on a copy with a new Hop-by-Hop id
+// and the T flag; a resend after a refusal (too busy) clears it; the
+// first send's bytes are the caller's.
+func TestBoardSetsRetransmitFlagOnResends(t *testing.T) {
+	a, b, c := newConn(nil, nil, "a"), newConn(nil, nil, "b"), newConn(nil, nil, "c")
+	req := acr()
+	wire.SetRetransmit(req)
+	cl, err := newCall(req, false)
+	require.NoError(t, err)
+	raw1, id1, _, err := cl.board(a)
+	require.NoError(t, err)
+	assert.Same(t, &req[0], &raw1[0], "the first send writes into the caller's bytes")
+	assert.Zero(t, wire.Flags(raw1)&wire.FlagRetransmit, "an originator's first send clears T")
+	require.True(t, cl.Leave(a, nil, nil))
+	raw2, id2, _, err := cl.board(b)
+	require.NoError(t, err)
+	assert.NotSame(t, &raw1[0], &raw2[0], "a resend is a copy")
+	assert.NotZero(t, wire.Flags(raw2)&wire.FlagRetransmit, "a replay after a failover sets T")
+	assert.Equal(t, id1, wire.HopByHop(raw1), "the first send's bytes keep their id")
+	assert.Equal(t, id2, wire.HopByHop(raw2))
+	require.True(t, cl.Leave(b, "busy peer", []byte("too busy")))
+	raw3, _, bo, err := cl.board(c)
+	require.NoError(t, err)
+	assert.True(t, bo.AfterRefusal)
+	assert.Zero(t, wire.Flags(raw3)&wire.FlagRetransmit, "a resend after a refusal: that request was not lost")
+	assert.Equal(t, 3, cl.Sends())
 }
 
 // The calls moved off a connection stay matchable up to goneMax; past it
 // the oldest is forgotten.
 func TestMovedCallsBounded(t *testing.T) {
 	cn := newConn(nil, nil, "x")
-	cl, err := NewCall(acr())
+	cl, err := newCall(acr(), false)
 	require.NoError(t, err)
 	cn.mu.Lock()
 	for id := range uint32(goneMax + 10) {

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strconv"
 
+	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/wire"
 )
 
@@ -16,12 +17,12 @@ import (
 //   - p.out: writes (DWR, DWA, DPR, the held DPA) and calls failed by a
 //     lost connection, carried out by the goroutine that stepped, right
 //     after it unlocks;
-//   - the notice queue: events and hand-overs to OnFailover, in the order
+//   - the notice queue: events and hand-overs to the failover hook, in the order
 //     the steps made them, delivered by one notifier goroutine per peer
 //     that runs while notices are queued and exits when none are (an idle
 //     peer costs no goroutine for it).
 //
-// Subscribers and OnFailover therefore never run under p.mu, and never on
+// Subscribers and the failover hook therefore never run under p.mu, and never on
 // a connection's reader: they may call any method of the peer, Close
 // included.
 
@@ -30,16 +31,16 @@ type effect struct {
 	c    *conn
 	msg  []byte // write msg on c
 	hold bool   // msg is a DPA: hold it until the answers owed are out
-	fail []*Call
+	fail []*call.Call
 	err  error
 }
 
 // notice is one entry of the notice queue: an event, or a hand-over of
-// calls to OnFailover.
+// calls to the failover hook.
 type notice struct {
 	ev       Event
 	failover bool
-	calls    []*Call
+	calls    []*call.Call
 	reason   string
 }
 
@@ -65,8 +66,8 @@ func (p *Peer) run(out []effect) {
 			}
 		}
 		for _, cl := range e.fail {
-			if ok, owner, hbh := cl.finish(nil, fmt.Errorf("peer %s: %w", p.Name(), e.err), nil, e.c, &p.stats.lost); ok && owner != nil {
-				owner.retire(cl, hbh)
+			if ok, owner := cl.Finish(nil, nil, fmt.Errorf("peer %s: %w", p.Name(), e.err), nil, e.c, &p.stats.lost); ok && owner != nil {
+				owner.Retire(cl, false)
 			}
 		}
 	}
@@ -101,7 +102,7 @@ func (p *Peer) notifier(idle chan struct{}) {
 		p.nmu.Unlock()
 		for i, n := range q {
 			if n.failover {
-				p.cfg.OnFailover(p, n.calls, n.reason)
+				p.cfg.onFailover(p, n.calls, n.reason)
 			} else {
 				p.cfg.Events.Publish(n.ev)
 			}
@@ -112,7 +113,7 @@ func (p *Peer) notifier(idle chan struct{}) {
 
 // waitNotified waits until every notice queued so far is delivered,
 // unless it is called from the notifier itself (a subscriber or
-// OnFailover calling Close), which cannot wait for itself.
+// the failover hook calling Close), which cannot wait for itself.
 func (p *Peer) waitNotified() {
 	for {
 		p.nmu.Lock()

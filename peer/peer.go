@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
@@ -79,7 +80,7 @@ type Peer struct {
 	nidle chan struct{} // non-nil while a notifier runs; closed when it exits
 	ngid  atomic.Uint64
 
-	leaving atomic.Bool // a graceful disconnect is draining: Submit refuses
+	leaving atomic.Bool // a graceful disconnect is draining: submit refuses
 
 	// mu serialises every state decision: the events of the readers, the
 	// dials and Close, and the timer's fires. It guards the fields below.
@@ -118,9 +119,9 @@ type Stats struct {
 	State         string        `json:"state"`
 	Since         time.Time     `json:"since"`
 	Tw            time.Duration `json:"tw_ns"`
-	Sent          uint64        `json:"sent"`          // requests sent (Request, Submit), replays included
+	Sent          uint64        `json:"sent"`          // requests sent, replays included
 	Retransmitted uint64        `json:"retransmitted"` // replays received from a failover, sent with T
-	MovedOut      uint64        `json:"moved_out"`     // pending requests handed to OnFailover
+	MovedOut      uint64        `json:"moved_out"`     // pending requests handed to the failover hook
 	Premature     uint64        `json:"premature"`     // of those, answered too busy / unable to deliver
 	Answered      uint64        `json:"answered"`      // answers matched to them
 	Unmatched     uint64        `json:"unmatched"`
@@ -332,32 +333,34 @@ func (p *Peer) WaitState(ctx context.Context, want watchdog.State) error {
 // bytes the caller owns (read it with package message or wire.Decode).
 //
 // Request refuses at once with a *NotInServiceError (errors.Is
-// ErrNotInService) unless the watchdog is OKAY. It waits until ctx is done,
-// or RequestTimeout when ctx has no deadline. It is safe for concurrent use.
+// ErrNotInService) unless the watchdog is OKAY, and with ErrDisconnecting
+// while a graceful disconnect drains the connection. It waits until ctx
+// is done, or RequestTimeout when ctx has no deadline. It is safe for
+// concurrent use.
 func (p *Peer) Request(ctx context.Context, req []byte) ([]byte, error) {
-	cl, err := NewCall(req)
+	cl, err := newCall(req, false)
 	if err != nil {
 		return nil, fmt.Errorf("peer %s: %w", p.Name(), err)
 	}
-	if err := p.Submit(cl); err != nil {
+	if err := p.submit(cl); err != nil {
 		return nil, err
 	}
-	ans, err := cl.Wait(ctx, p.cfg.RequestTimeout)
+	ans, _, err := cl.Wait(ctx, p.cfg.RequestTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("peer %s: %w", p.Name(), err)
 	}
 	return ans, nil
 }
 
-// Submit sends cl on this peer's connection without waiting: the answer
-// completes cl (see Call.Wait). It refuses with a *NotInServiceError unless
-// the watchdog is OKAY, with ErrDisconnecting while a graceful disconnect
-// drains the connection, and with ErrAlreadySent if cl was sent on this
-// connection before (it is never sent twice on one connection). A call
-// sent before on another connection goes out as a copy with a new
-// Hop-by-Hop id and the T flag: the failover replay of RFC 3539 3.4.1 [3].
-// A call already complete is not sent and Submit returns nil.
-func (p *Peer) Submit(cl *Call) error {
+// submit sends cl on this peer's connection without waiting: the answer
+// completes cl. It refuses with a *NotInServiceError unless the watchdog
+// is OKAY, with ErrDisconnecting while a graceful disconnect drains the
+// connection, and with ErrAlreadySent if cl was sent on this connection
+// before (it is never sent twice on one connection). A call sent before
+// on another connection goes out as a copy with a new Hop-by-Hop id and
+// the T flag: the failover replay of RFC 3539 3.4.1 [3]. A call already
+// complete is not sent and submit returns nil.
+func (p *Peer) submit(cl *dcall) error {
 	c := p.cur.Load()
 	st := p.State()
 	if st != watchdog.Okay || c == nil {
@@ -365,7 +368,7 @@ func (p *Peer) Submit(cl *Call) error {
 	}
 	resend, err := c.submit(cl)
 	if err != nil {
-		if err == errComplete {
+		if err == call.ErrComplete {
 			return nil
 		}
 		return fmt.Errorf("peer %s: %w", p.Name(), err)
@@ -378,12 +381,12 @@ func (p *Peer) Submit(cl *Call) error {
 	return nil
 }
 
-// SubmitAll is Submit for a batch, in order, with one wake-up of the
+// submitAll is submit for a batch, in order, with one wake-up of the
 // writer: what a failover of many requests wants. Each call meets the same
-// checks as in Submit; those refused (sent on this connection before) are
+// checks as in submit; those refused (sent on this connection before) are
 // returned for the caller to send elsewhere. Calls already complete are
 // skipped. On error none was sent.
-func (p *Peer) SubmitAll(calls []*Call) (refused []*Call, err error) {
+func (p *Peer) submitAll(calls []*call.Call) (refused []*call.Call, err error) {
 	c := p.cur.Load()
 	st := p.State()
 	if st != watchdog.Okay || c == nil {
@@ -399,7 +402,7 @@ func (p *Peer) SubmitAll(calls []*Call) (refused []*Call, err error) {
 	return refused, nil
 }
 
-// InService reports whether Submit would take a new request now: the
+// InService reports whether Request would take a new request now: the
 // watchdog is OKAY, a connection is up and no graceful disconnect is
 // draining it.
 func (p *Peer) InService() bool {
@@ -577,14 +580,14 @@ func (p *Peer) received(c *conn, msg []byte) {
 			c.close(note)
 			return
 		}
-	case !late && p.cfg.OnFailover != nil && wire.Flags(msg)&wire.FlagError != 0 && p.premature(c, cl, msg):
+	case !late && p.cfg.onFailover != nil && wire.Flags(msg)&wire.FlagError != 0 && p.premature(c, cl, msg):
 	default:
-		ok, owner, ohbh := cl.finish(msg, nil, p, c, &p.stats.answered)
+		ok, owner := cl.Finish(msg, nil, nil, p, c, &p.stats.answered)
 		switch {
 		case !ok:
 			p.stats.late.Add(1)
 		case owner != nil:
-			owner.retire(cl, ohbh) // answered here while in flight elsewhere
+			owner.Retire(&cl.Call, false) // answered here while in flight elsewhere
 		}
 	}
 	p.notifyOther(c, now)
@@ -599,18 +602,18 @@ func (p *Peer) notifyOther(c *conn, at int64) {
 }
 
 // premature hands a call answered DIAMETER_TOO_BUSY or
-// DIAMETER_UNABLE_TO_DELIVER to OnFailover, to be tried at another peer
+// DIAMETER_UNABLE_TO_DELIVER to the failover hook, to be tried at another peer
 // (RFC 6733 7.1.3, RFC 3539 2.10), and reports whether it did.
-func (p *Peer) premature(c *conn, cl *Call, ans []byte) bool {
+func (p *Peer) premature(c *conn, cl *dcall, ans []byte) bool {
 	rc, _ := message.ResultCodeOf(ans)
 	if rc != message.TooBusy && rc != message.UnableToDeliver {
 		return false
 	}
-	if !cl.leave(c, p, ans) {
+	if !cl.Leave(c, p, ans) {
 		return false
 	}
 	p.stats.premature.Add(1)
-	p.notify(notice{failover: true, calls: []*Call{cl}, reason: fmt.Sprintf("premature failover: %d %s", rc, resultName(rc))})
+	p.notify(notice{failover: true, calls: []*call.Call{&cl.Call}, reason: fmt.Sprintf("premature failover: %d %s", rc, resultName(rc))})
 	return true
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/internal/testhook"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
@@ -402,7 +403,7 @@ func (p *Peer) stepLocked(e input) {
 	}
 }
 
-// failover carries out Failover(): with an OnFailover hook (the client
+// failover carries out Failover(): with a failover hook (the client
 // layer), the connection's pending requests leave it and go to the hook
 // in send order, still matched here for a late answer (F2, F4, F7). Without one they keep
 // waiting on this connection: a late answer still completes them, and they
@@ -413,7 +414,7 @@ func (p *Peer) failover(reason string) {
 	if c == nil {
 		return // its requests went with the connection (failPending)
 	}
-	if p.cfg.OnFailover == nil {
+	if p.cfg.onFailover == nil {
 		n := c.pendingLen()
 		p.publish(Event{Kind: EventFailover, Pending: n, Reason: fmt.Sprintf("%s: %d requests pending, no alternate configured", reason, n)})
 		return
@@ -421,8 +422,9 @@ func (p *Peer) failover(reason string) {
 	p.handOver(c.moveOut(), reason)
 }
 
-// handOver gives moved calls to OnFailover, after the lock, in order.
-func (p *Peer) handOver(calls []*Call, reason string) {
+// handOver gives moved calls to the failover hook, after the lock, in
+// order.
+func (p *Peer) handOver(calls []*call.Call, reason string) {
 	p.stats.movedOut.Add(uint64(len(calls)))
 	p.notify(notice{failover: true, calls: calls, reason: reason})
 }
@@ -451,7 +453,7 @@ func (p *Peer) failPending(c *conn, err error) {
 	if len(calls) == 0 {
 		return
 	}
-	if p.cfg.OnFailover != nil && err == ErrConnectionLost {
+	if p.cfg.onFailover != nil && err == ErrConnectionLost {
 		// The connection dropped without a Failover() first (SUSPECT or
 		// REOPEN closing): whatever it still owns moves too.
 		p.handOver(calls, "connection lost")

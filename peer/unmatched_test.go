@@ -11,25 +11,26 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/watchdog"
 )
 
 // A peer whose answers carry Hop-by-Hop ids we never sent is broken: after
 // MaxUnmatched of them in a row its connection closes and the requests
-// still pending there go to OnFailover. A matching answer resets the count.
+// still pending there go to the failover hook. A matching answer resets the count.
 func TestUnmatchedAnswersCloseTheConnection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakePeer("server.example.net")
 		defer f.close()
 		var mu sync.Mutex
-		var moved []*Call
+		var moved []*call.Call
 		cfg := clientConfig("client.example.net")
 		cfg.Dialer = f.dialer()
 		cfg.MaxUnmatched = 4
 		cfg.Events = NewBus()
 		rec, cancel := record(cfg.Events)
 		defer cancel()
-		cfg.OnFailover = func(_ *Peer, calls []*Call, _ string) {
+		cfg.onFailover = func(_ any, calls []*call.Call, _ string) {
 			mu.Lock()
 			moved = append(moved, calls...)
 			mu.Unlock()
@@ -46,9 +47,9 @@ func TestUnmatchedAnswersCloseTheConnection(t *testing.T) {
 		submit := func(wrong bool, n int) {
 			f.wrongHbH.Store(wrong)
 			for range n {
-				cl, err := NewCall(acr())
+				cl, err := newCall(acr(), false)
 				require.NoError(t, err)
-				require.NoError(t, p.Submit(cl))
+				require.NoError(t, p.submit(cl))
 				synctest.Wait()
 			}
 		}

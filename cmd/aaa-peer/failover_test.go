@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/dedup"
+	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
@@ -304,15 +305,16 @@ func sendDup(t *testing.T, first, second *peer.Peer, e2e uint32) {
 	}
 	dup := acr(e2e, 7)
 	wire.SetFlags(dup, wire.Flags(dup)|wire.FlagRetransmit)
-	cl, err := peer.NewCall(dup)
+	// A retransmission as an agent forwards it (keeping T); a first send
+	// clears T.
+	cl, err := call.Diameter.New(dup, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl.KeepRetransmitFlag() // a retransmission as an agent forwards it; a first send clears T
-	if err := second.Submit(cl); err != nil {
+	if err := call.Diameter.Carrier(second).Submit(cl); err != nil {
 		t.Fatal(err)
 	}
-	a2, err := cl.Wait(ctx, 0)
+	a2, _, err := cl.Wait(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
