@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/bus"
 	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
@@ -299,31 +300,23 @@ func (p *Peer) Stats() Stats {
 // WaitState waits until the peer is in state want, the peer ends, or ctx
 // is done.
 func (p *Peer) WaitState(ctx context.Context, want watchdog.State) error {
-	ch := make(chan struct{}, 1)
-	cancel := p.cfg.Events.Subscribe(func(e Event) {
+	err := bus.Await(ctx, p.onTransition, func() bool { return p.State() == want }, p.done)
+	switch {
+	case err == bus.ErrDone:
+		return fmt.Errorf("peer %s ended in %s: %w", p.Name(), p.State(), ErrClosed)
+	case err != nil:
+		return fmt.Errorf("peer %s is %s, waiting for %s: %w", p.Name(), p.State(), want, err)
+	}
+	return nil
+}
+
+// onTransition subscribes wake to the peer's watchdog transitions.
+func (p *Peer) onTransition(wake func()) (cancel func()) {
+	return p.cfg.Events.Subscribe(func(e Event) {
 		if e.Kind == EventWatchdog {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
+			wake()
 		}
 	})
-	defer cancel()
-	for {
-		if p.State() == want {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-p.done:
-			if p.State() == want {
-				return nil
-			}
-			return fmt.Errorf("peer %s ended in %s: %w", p.Name(), p.State(), ErrClosed)
-		case <-ctx.Done():
-			return fmt.Errorf("peer %s is %s, waiting for %s: %w", p.Name(), p.State(), want, ctx.Err())
-		}
-	}
 }
 
 // Request sends one request and waits for its answer. req must be a whole

@@ -36,13 +36,13 @@ func BenchmarkExchangeTCP(b *testing.B) {
 			}
 			cancel()
 			// Warm up with more calls than one connection carries.
-			warm := make([]*Call, conns*IDsPerConn)
+			warm := make([]*rcall, conns*IDsPerConn)
 			for i := range warm {
-				warm[i] = NewCall(acctReq("warm"))
-				_ = p.Submit(warm[i])
+				warm[i] = newCall(acctReq("warm"))
+				_ = p.submit(warm[i])
 			}
 			for _, cl := range warm {
-				if _, err := cl.Wait(context.Background(), 10*time.Second); err != nil {
+				if _, err := cl.wait(context.Background(), 10*time.Second); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -3,11 +3,9 @@ package radpeer
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
 	lradius "layeh.com/radius"
@@ -54,129 +52,83 @@ type Response struct {
 	Peer *Peer
 }
 
-type result struct {
-	resp *Response
-	err  error
+// rcall is a RADIUS request on its way to an answer: the shared
+// lifecycle (call.Call) and the request. It completes exactly once: the
+// first of a verified answer, an error or the caller's deadline wins, so
+// a caller never sees two answers even when a failover left the request
+// pending on two connections. Each send (the first, and a replay on
+// another server after a failover) gets an Identifier of its connection
+// and is encoded and signed afresh with that connection's secret: a new
+// Request Authenticator and Message-Authenticator, hidden attributes
+// re-encrypted.
+type rcall struct {
+	call.Call
+	req *radius.Request // read only
 }
 
-// Call is one RADIUS request on its way to an answer. It completes exactly
-// once: the first of a verified answer, an error or the caller's
-// deadline wins, so a caller never sees two answers even when a failover
-// left the request pending on two connections. Each send (the first, and
-// a replay on another server after a failover) gets an Identifier of its
-// connection and is encoded and signed afresh with that connection's
-// secret: a new Request Authenticator and Message-Authenticator, hidden
-// attributes re-encrypted.
-//
-// Its methods are safe for concurrent use.
-type Call struct {
-	req   *radius.Request
-	owner atomic.Pointer[conn] // where it waits now; nil while moved or queued
-	// sentOn lists the connections the request was sent on, each guarded
-	// by its Peer's mutex (appended by assign): it is never sent there
-	// again, nor to another connection of that server while one of them
-	// is OKAY.
-	sentMu sync.Mutex
-	sentOn []*conn
-	sends  atomic.Uint32
-	first  atomic.Pointer[Peer]
-	by     atomic.Pointer[Peer]
-	done   atomic.Bool
-	res    chan result
-}
-
-// NewCall wraps a request. The Call keeps r: do not change it afterwards.
-func NewCall(r *radius.Request) *Call {
-	return &Call{req: r, res: make(chan result, 1)}
-}
-
-// Request returns the request. Read only.
-func (c *Call) Request() *radius.Request { return c.req }
-
-// UserName returns the request's User-Name (the balancing key), if any.
-func (c *Call) UserName() (string, bool) {
-	for _, a := range c.req.Attributes {
-		if a.Type == radius.AttrUserName {
-			return string(a.Attribute), true
+// newCall wraps a request, its routing key (User-Name, Acct-Session-Id)
+// filled in. The call keeps r: do not change it afterwards.
+func newCall(r *radius.Request) *rcall {
+	c := &rcall{req: r}
+	c.Init()
+	c.Proto = c
+	for _, a := range r.Attributes {
+		switch a.Type {
+		case radius.AttrUserName:
+			c.Key.NAI = a.Attribute
+		case radius.AttrAcctSessionID:
+			c.Key.SessionID = a.Attribute
 		}
 	}
-	return "", false
+	c.Key.Accounting = r.Code == lradius.CodeAccountingRequest
+	return c
 }
 
-// Sends returns how many times the request was sent.
-func (c *Call) Sends() int { return int(c.sends.Load()) }
+func rcallOf(c *call.Call) *rcall { return c.Proto.(*rcall) }
 
-// FirstPeer returns the server the call was first sent to, nil before.
-func (c *Call) FirstPeer() *Peer { return c.first.Load() }
-
-// AnsweredBy returns the server whose answer completed the call.
-func (c *Call) AnsweredBy() *Peer { return c.by.Load() }
-
-// IsDone reports whether the call has completed.
-func (c *Call) IsDone() bool { return c.done.Load() }
-
-// Fail completes the call with err unless it is complete, and reports
-// whether it did.
-func (c *Call) Fail(err error) bool {
-	if !c.claim() {
-		return false
+// wait is call.Call.Wait with the answer as a *Response.
+func (c *rcall) wait(ctx context.Context, timeout time.Duration) (*Response, error) {
+	_, aux, err := c.Wait(ctx, timeout)
+	if err != nil {
+		return nil, err
 	}
-	c.deliver(nil, err)
-	return true
+	return aux.(*Response), nil
 }
 
-// Wait waits for the answer until ctx is done, or timeout when ctx has no
-// deadline (zero: DefaultRequestTimeout). A call ending without an answer
-// fails with an error matching ErrTimeout. Its Identifier stays reserved
-// until the answer comes or the connection closes: reusing it earlier
-// would make the late answer fail verification against the next request.
-func (c *Call) Wait(ctx context.Context, timeout time.Duration) (*Response, error) {
-	var expired <-chan time.Time
-	if _, ok := ctx.Deadline(); !ok {
-		if timeout <= 0 {
-			timeout = DefaultRequestTimeout
-		}
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		expired = t.C
+// Retire: a call in flight on c completed without its answer. Its
+// Identifier stays reserved until the answer comes or the connection
+// closes: reusing it earlier would make the late answer fail
+// verification against the next request (call.Conn).
+func (c *conn) Retire(_ *call.Call, timedOut bool) {
+	if timedOut {
+		c.l.p.stats.timedOut.Add(1)
 	}
-	var err error
-	select {
-	case r := <-c.res:
-		return r.resp, r.err
-	case <-ctx.Done():
-		err = fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
-	case <-expired:
-		err = fmt.Errorf("%w (%v)", ErrTimeout, timeout)
-	}
-	if c.Fail(err) {
-		if o := c.owner.Load(); o != nil {
-			o.l.p.stats.timedOut.Add(1)
+}
+
+// carrier is a Peer as the dispatching layer sees it (call.Carrier).
+type carrier struct{ p *Peer }
+
+func (k carrier) InService() bool           { return k.p.InService() }
+func (k carrier) Submit(c *call.Call) error { return k.p.submit(rcallOf(c)) }
+func (k carrier) Avoids(c *call.Call) bool  { return k.p.avoids(c) }
+func (k carrier) SubmitAll(calls []*call.Call) (refused []*call.Call, err error) {
+	for i, c := range calls {
+		switch err := k.p.submit(rcallOf(c)); {
+		case err == nil:
+		case errors.Is(err, ErrAlreadySent):
+			refused = append(refused, c)
+		case i == 0:
+			return nil, err
+		default:
+			refused = append(refused, calls[i:]...) // the peer left service meanwhile
+			return refused, nil
 		}
 	}
-	r := <-c.res
-	return r.resp, r.err
+	return refused, nil
 }
 
-// sentOnOf returns the connections of p the call was sent on.
-func (c *Call) sentOnOf(p *Peer) []*conn {
-	c.sentMu.Lock()
-	defer c.sentMu.Unlock()
-	var out []*conn
-	for _, cn := range c.sentOn {
-		if cn.l.p == p {
-			out = append(out, cn)
-		}
-	}
-	return out
+func init() {
+	call.RADIUS.New = func(r *radius.Request) *call.Call { return &newCall(r).Call }
+	call.RADIUS.Carrier = func(p any) call.Carrier { return carrier{p.(*Peer)} }
+	call.RADIUS.WithFailover = func(cfg any, f call.Failover) { cfg.(*Config).onFailover = f }
 }
-
-func (c *Call) addSentOn(cn *conn) {
-	c.sentMu.Lock()
-	c.sentOn = append(c.sentOn, cn)
-	c.sentMu.Unlock()
-}
-
-func (c *Call) claim() bool { return c.done.CompareAndSwap(false, true) }
-
-func (c *Call) deliver(resp *Response, err error) { c.res <- result{resp, err} }

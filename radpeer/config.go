@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
@@ -56,15 +57,15 @@ type Config struct {
 	// but are verified when they have one.
 	RequireMessageAuthenticator bool
 
-	// OnFailover receives the calls of a connection that leaves service
+	// onFailover receives the calls of a connection that leaves service
 	// (OKAY -> SUSPECT, OKAY -> DOWN, a connection lost), and those
 	// waiting for an Identifier when no connection is left in service,
-	// in send order. It runs after the Peer's lock is released, and must
-	// not block: Submit them to another server, or Fail them. They stay
+	// in send order. It runs after the Peer's lock is released. They stay
 	// matched on their old connection, so a late answer there still
 	// completes them once. Nil: they wait where they are (and fail when
-	// their connection closes or their deadline passes).
-	OnFailover func(from *Peer, calls []*Call, reason string)
+	// their connection closes or their deadline passes). Set by the
+	// dispatching layer through call.RADIUS.WithFailover.
+	onFailover call.Failover
 
 	// Events receives every event (watchdog transitions, connections,
 	// errors), typed as package peer's. Default: a new Bus.

@@ -25,10 +25,11 @@
 // authenticator; one that fails closes the connection (RFC 6613 2.6.4),
 // one on an unused Identifier is dropped and counted.
 //
-// A Call completes once, with a [Response] or an error. When a connection
-// leaves service (SUSPECT, DOWN) its calls go to Config.OnFailover, in
-// send order, for the caller to submit to another server; they stay
-// matched where they were, so a late answer still completes them once.
+// A request completes once, with a [Response] or an error. Behind a
+// Client that dispatches it, when a connection leaves service (SUSPECT,
+// DOWN) its requests go to another server, in send order, each with a new
+// Identifier and signed afresh for that server; they stay matched where
+// they were, so a late answer still completes them once.
 //
 // The client side of RADIUS over UDP is package radudp (retransmissions,
 // the Nokia 7750 SR server states, the ASR5K throttle); [ParseUDPURL]

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/bus"
+	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/transport"
@@ -45,7 +47,7 @@ type Peer struct {
 
 	mu      sync.Mutex
 	links   []*link
-	waiting []*Call // for an Identifier; bounded by MaxWaiting
+	waiting []*rcall // for an Identifier; bounded by MaxWaiting
 	closing bool
 	fx      []func() // effects of the decisions taken under mu
 }
@@ -144,19 +146,20 @@ func (p *Peer) State() watchdog.State {
 // Exchange sends r and waits for its verified answer, until ctx is done
 // or Config.RequestTimeout when ctx has no deadline.
 func (p *Peer) Exchange(ctx context.Context, r *radius.Request) (*Response, error) {
-	cl := NewCall(r)
-	if err := p.Submit(cl); err != nil {
+	cl := newCall(r)
+	if err := p.submit(cl); err != nil {
 		return nil, err
 	}
-	return cl.Wait(ctx, p.cfg.RequestTimeout)
+	return cl.wait(ctx, p.cfg.RequestTimeout)
 }
 
-// Submit sends cl without waiting: its answer completes it (Call.Wait).
-// It fails with a *NotInServiceError unless a connection is OKAY, and
+// submit sends cl without waiting: its answer completes it. It fails
+// with a *NotInServiceError unless a connection is OKAY, with
+// ErrAlreadySent when cl may not go to this server now (see avoids), and
 // with ErrBusy when no Identifier is free, no connection may be added and
 // MaxWaiting calls already wait. A call that waits is sent as soon as an
 // Identifier frees or a further connection comes up.
-func (p *Peer) Submit(cl *Call) error {
+func (p *Peer) submit(cl *rcall) error {
 	p.mu.Lock()
 	if p.closing {
 		p.mu.Unlock()
@@ -171,19 +174,18 @@ func (p *Peer) Submit(cl *Call) error {
 		p.mu.Unlock()
 		return nil
 	}
-	sent := cl.sentOnOf(p)
+	sent := p.sentOn(&cl.Call)
 	if p.avoidsLocked(sent) {
 		p.mu.Unlock()
 		return fmt.Errorf("RADIUS server %s: %w", p.url, ErrAlreadySent)
 	}
-	cl.first.CompareAndSwap(nil, p)
-	if c := p.pickConn(sent...); c != nil {
+	if c := p.pickConn(sent); c != nil {
 		p.assign(c, cl)
 		p.unlock()
 		return nil
 	}
 	if len(p.waiting) >= p.cfg.MaxWaiting {
-		p.waiting = slices.DeleteFunc(p.waiting, (*Call).IsDone)
+		p.waiting = slices.DeleteFunc(p.waiting, (*rcall).IsDone)
 	}
 	if len(p.waiting) >= p.cfg.MaxWaiting {
 		p.mu.Unlock()
@@ -195,21 +197,26 @@ func (p *Peer) Submit(cl *Call) error {
 	return nil
 }
 
-// Avoids reports whether cl must not be submitted here: it was sent on a
+// avoids reports whether cl must not be submitted here: it was sent on a
 // connection of this server that is still OKAY (it is pending there, or
 // was answered too late: RFC 6613 2.6.1 forbids sending it on another
 // connection of the same server meanwhile), or no OKAY connection is left
-// that it was not sent on. A failover layer asks this before it chooses
-// the server.
-func (p *Peer) Avoids(cl *Call) bool {
-	sent := cl.sentOnOf(p)
+// that it was not sent on. The dispatching layer asks this before it
+// chooses the server.
+func (p *Peer) avoids(cl *call.Call) bool {
+	sent := p.sentOn(cl)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.avoidsLocked(sent)
 }
 
-// avoidsLocked is Avoids for the connections sent; p.mu is held.
-func (p *Peer) avoidsLocked(sent []*conn) bool {
+// sentOn returns the connections of p that cl was sent on.
+func (p *Peer) sentOn(cl *call.Call) []call.Conn {
+	return cl.AppendSentOn(nil, func(cn call.Conn) bool { return cn.(*conn).l.p == p })
+}
+
+// avoidsLocked is avoids for the connections sent; p.mu is held.
+func (p *Peer) avoidsLocked(sent []call.Conn) bool {
 	if len(sent) == 0 {
 		return false
 	}
@@ -219,7 +226,7 @@ func (p *Peer) avoidsLocked(sent []*conn) bool {
 		if c == nil || l.m.State() != watchdog.Okay {
 			continue
 		}
-		if slices.Contains(sent, c) {
+		if slices.Contains(sent, call.Conn(c)) {
 			return true
 		}
 		other = true
@@ -227,41 +234,26 @@ func (p *Peer) avoidsLocked(sent []*conn) bool {
 	return !other
 }
 
-// TakeWaiting removes and returns the calls waiting for an Identifier, in
-// arrival order: what a failover layer moves to another server when it
-// prefers not to wait here.
-func (p *Peer) TakeWaiting() []*Call {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	w := slices.DeleteFunc(p.waiting, (*Call).IsDone)
-	p.waiting = nil
-	return w
-}
-
 // WaitState waits until State() is want, the Peer is closed, or ctx ends.
 func (p *Peer) WaitState(ctx context.Context, want watchdog.State) error {
-	ch := make(chan struct{}, 1)
-	cancel := p.cfg.Events.Subscribe(func(e peer.Event) {
+	err := bus.Await(ctx, p.onTransition, func() bool { return p.State() == want }, p.done)
+	switch {
+	case err == bus.ErrDone:
+		return fmt.Errorf("RADIUS server %s: %w", p.url, ErrClosed)
+	case err != nil:
+		return fmt.Errorf("RADIUS server %s is %s, waiting for %s: %w", p.url, p.State(), want, err)
+	}
+	return nil
+}
+
+// onTransition subscribes wake to the watchdog transitions of the
+// server's connections.
+func (p *Peer) onTransition(wake func()) (cancel func()) {
+	return p.cfg.Events.Subscribe(func(e peer.Event) {
 		if e.Kind == peer.EventWatchdog {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
+			wake()
 		}
 	})
-	defer cancel()
-	for {
-		if p.State() == want {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-p.done:
-			return fmt.Errorf("RADIUS server %s: %w", p.url, ErrClosed)
-		case <-ctx.Done():
-			return fmt.Errorf("RADIUS server %s is %s, waiting for %s: %w", p.url, p.State(), want, ctx.Err())
-		}
-	}
 }
 
 // Stats returns a snapshot of the counters.
@@ -288,8 +280,8 @@ func (p *Peer) Stats() Stats {
 }
 
 // Close closes every connection (RADIUS has no disconnect message). As on
-// any loss of an OKAY connection, its pending calls go to OnFailover when
-// there is one; the others, and waiting calls, fail with ErrClosed. It
+// any loss of an OKAY connection, its pending calls go to another server
+// when a Client dispatches them; the others, and waiting calls, fail with ErrClosed. It
 // waits for the Peer's goroutines, or ctx.
 func (p *Peer) Close(ctx context.Context) error {
 	p.mu.Lock()
@@ -387,25 +379,33 @@ func (p *Peer) maybeGrow() {
 // pickConn returns the OKAY connection with the most free Identifiers,
 // not one of skip (those a call was sent on), nil if none has one. p.mu
 // is held.
-func (p *Peer) pickConn(skip ...*conn) *conn {
+func (p *Peer) pickConn(skip []call.Conn) *conn {
 	var best *conn
 	for _, l := range p.links {
-		if c := l.cur; c != nil && l.m.State() == watchdog.Okay && c.free.n > 0 && (best == nil || c.free.n > best.free.n) && !slices.Contains(skip, c) {
+		if c := l.cur; c != nil && l.m.State() == watchdog.Okay && c.free.n > 0 && (best == nil || c.free.n > best.free.n) && !slices.Contains(skip, call.Conn(c)) {
 			best = c
 		}
 	}
 	return best
 }
 
-// assign gives cl an Identifier on c and schedules its encoding and send.
-// p.mu is held.
-func (p *Peer) assign(c *conn, cl *Call) {
-	id := c.free.pop()
+// assign boards cl on c with an Identifier of c and schedules its
+// encoding and send; false if cl completed meanwhile. p.mu is held.
+func (p *Peer) assign(c *conn, cl *rcall) bool {
+	cl.Lock()
+	_, err := cl.BoardLocked(c, p)
+	var id byte
+	if err == nil {
+		id = c.free.pop()
+	}
+	cl.Unlock()
+	if err != nil {
+		return false
+	}
 	c.seq++
 	c.slots[id] = slot{call: cl, seq: c.seq}
-	cl.owner.Store(c)
-	cl.addSentOn(c)
 	p.fx = append(p.fx, func() { c.sendRequest(id, cl) })
+	return true
 }
 
 // drain sends waiting calls while Identifiers are free. p.mu is held.
@@ -416,17 +416,17 @@ func (p *Peer) drain() {
 			p.waiting = p.waiting[1:]
 			continue
 		}
-		sent := cl.sentOnOf(p)
-		c := p.pickConn(sent...)
+		sent := p.sentOn(&cl.Call)
+		c := p.pickConn(sent)
 		if c == nil {
 			if len(sent) > 0 && p.avoidsLocked(sent) {
 				// It may not go on this server now: back to the failover
 				// layer rather than blocking the queue behind it.
 				p.waiting = p.waiting[1:]
-				if p.cfg.OnFailover == nil {
+				if p.cfg.onFailover == nil {
 					p.fx = append(p.fx, func() { cl.Fail(fmt.Errorf("RADIUS server %s: %w", p.url, ErrAlreadySent)) })
 				} else {
-					p.moveOut(p.links[0], []*Call{cl}, "no connection it may be sent on")
+					p.moveOut(p.links[0], []*rcall{cl}, "no connection it may be sent on")
 				}
 				continue
 			}
@@ -487,8 +487,10 @@ func (p *Peer) applyAt(l *link, o watchdog.Output, base int64) {
 				c.sendStatus()
 			}
 		case watchdog.ActionFailover:
-			if c := l.cur; c != nil {
-				p.moveOut(l, c.owned(), o.Transition.Reason)
+			if c := l.cur; c != nil && p.cfg.onFailover != nil {
+				p.moveOut(l, c.leaveAll(), o.Transition.Reason)
+			} else if c != nil {
+				p.moveOut(l, c.inFlight(), o.Transition.Reason) // an event only: they stay
 			}
 		case watchdog.ActionFailback:
 			p.publish(l.name, peer.Event{Kind: peer.EventFailback, Reason: "failback: back in service"})
@@ -523,20 +525,22 @@ func (p *Peer) serviceChanged() {
 	}
 }
 
-// moveOut hands calls to OnFailover (after the lock), or leaves them
-// where they are without one. p.mu is held.
-func (p *Peer) moveOut(l *link, calls []*Call, reason string) {
-	if p.cfg.OnFailover == nil || len(calls) == 0 {
+// moveOut hands calls that left their connection (or waited for one) to
+// the failover hook (after the lock); without one it only says so, and
+// they stay where they are. p.mu is held.
+func (p *Peer) moveOut(l *link, calls []*rcall, reason string) {
+	if p.cfg.onFailover == nil || len(calls) == 0 {
 		if len(calls) > 0 {
 			p.publish(l.name, peer.Event{Kind: peer.EventFailover, Pending: len(calls), Reason: fmt.Sprintf("%s: %d requests pending, no alternate configured", reason, len(calls))})
 		}
 		return
 	}
-	for _, cl := range calls {
-		cl.owner.Store(nil)
+	out := make([]*call.Call, len(calls))
+	for i, cl := range calls {
+		out[i] = &cl.Call
 	}
 	p.stats.movedOut.Add(uint64(len(calls)))
-	p.fx = append(p.fx, func() { p.cfg.OnFailover(p, calls, reason) })
+	p.fx = append(p.fx, func() { p.cfg.onFailover(p, out, reason) })
 }
 
 // dropConn closes c and moves (or fails with err) the calls it still
@@ -552,14 +556,13 @@ func (p *Peer) dropConn(l *link, c *conn, note string, err error) {
 	c.note = note
 	p.publish(l.name, peer.Event{Kind: peer.EventConnDown, Reason: note})
 	p.fx = append(p.fx, func() { c.tc.Close() })
-	calls := c.owned()
+	calls := c.leaveAll()
 	clear(c.slots[:])
-	if err == ErrConnectionLost && p.cfg.OnFailover != nil && !p.closing {
+	if err == ErrConnectionLost && p.cfg.onFailover != nil && !p.closing {
 		p.moveOut(l, calls, "connection lost")
 		return
 	}
 	for _, cl := range calls {
-		cl.owner.Store(nil)
 		p.fx = append(p.fx, func() {
 			if cl.Fail(fmt.Errorf("RADIUS server %s: %w", p.url, err)) {
 				p.stats.lost.Add(1)
@@ -610,7 +613,7 @@ func (p *Peer) attemptOpen(l *link) {
 
 // slot is one Identifier of a connection.
 type slot struct {
-	call  *Call
+	call  *rcall
 	auth  [radius.AuthenticatorLen]byte // of the send, once encoded
 	code  lradius.Code
 	ready bool   // encoded and queued: an answer can be matched
@@ -668,16 +671,30 @@ func newConn(l *link, tc transport.Conn) *conn {
 	return c
 }
 
-// owned returns the unanswered calls c owns, in send order. p.mu is held.
-func (c *conn) owned() []*Call {
+// leaveAll takes every call in flight on c off it (Moved) and returns
+// them in send order; their Identifiers stay reserved for a late answer.
+// p.mu is held.
+func (c *conn) leaveAll() []*rcall {
+	return c.calls(func(cl *rcall) bool { return cl.Leave(c, nil, nil) })
+}
+
+// inFlight returns the calls in flight on c, in send order, leaving them
+// there. p.mu is held.
+func (c *conn) inFlight() []*rcall {
+	return c.calls(func(cl *rcall) bool { return cl.InFlightOn(c) })
+}
+
+// calls returns the calls of c's Identifiers for which keep is true, in
+// send order. p.mu is held.
+func (c *conn) calls(keep func(*rcall) bool) []*rcall {
 	var ss []slot
 	for _, s := range c.slots[1:] {
-		if s.call != nil && !s.call.IsDone() && s.call.owner.Load() == c {
+		if s.call != nil && keep(s.call) {
 			ss = append(ss, s)
 		}
 	}
 	slices.SortFunc(ss, func(a, b slot) int { return cmp.Compare(a.seq, b.seq) })
-	calls := make([]*Call, len(ss))
+	calls := make([]*rcall, len(ss))
 	for i, s := range ss {
 		calls[i] = s.call
 	}
@@ -700,7 +717,7 @@ func (c *conn) sendStatus() {
 
 // sendRequest encodes cl for Identifier id and queues it. Called without
 // p.mu: encoding (MD5, HMAC, random bytes) is kept out of the lock.
-func (c *conn) sendRequest(id byte, cl *Call) {
+func (c *conn) sendRequest(id byte, cl *rcall) {
 	p := c.l.p
 	b, auth, err := radius.EncodeRequest(cl.req, id, p.secret)
 	p.mu.Lock()
@@ -712,14 +729,12 @@ func (c *conn) sendRequest(id byte, cl *Call) {
 	if err != nil {
 		*s = slot{}
 		c.free.push(id)
-		cl.owner.Store(nil)
 		p.fx = append(p.fx, func() { cl.Fail(fmt.Errorf("RADIUS server %s: %w", p.url, err)) })
 		p.drain()
 		p.unlock()
 		return
 	}
 	s.auth, s.code, s.ready = auth, cl.req.Code, true
-	cl.sends.Add(1)
 	p.stats.sent.Add(1)
 	p.unlock()
 	c.out.send(b)
@@ -810,9 +825,6 @@ func (c *conn) received(b []byte) {
 	c.slots[id] = slot{}
 	c.free.push(id)
 	cl := s.call
-	if cl.owner.Load() == c {
-		cl.owner.Store(nil)
-	}
 	if err != nil { // no Message-Authenticator although required
 		p.stats.noMA.Add(1)
 		p.publish(c.l.name, peer.Event{Kind: peer.EventError, Reason: err.Error()})
@@ -825,16 +837,19 @@ func (c *conn) received(b []byte) {
 	if c.l.cur == c && c.l.m.State() != watchdog.Okay {
 		p.applyAt(c.l, c.l.m.Step(watchdog.ReceiveOther), now)
 	}
-	if cl.claim() {
-		p.stats.answered.Add(1)
-		cl.by.Store(p)
+	if cl.IsDone() {
+		p.stats.late.Add(1)
+	} else {
 		resp := &Response{Raw: b, RequestAuthenticator: s.auth, Peer: p}
 		p.fx = append(p.fx, func() {
 			resp.Packet, _ = radius.Decode(b, p.secret) // validated by ReadFrame
-			cl.deliver(resp, nil)
+			switch ok, owner := cl.Finish(b, resp, nil, p, c, &p.stats.answered); {
+			case !ok:
+				p.stats.late.Add(1) // completed meanwhile
+			case owner != nil:
+				owner.Retire(&cl.Call, false) // answered here while in flight elsewhere
+			}
 		})
-	} else {
-		p.stats.late.Add(1)
 	}
 	p.drain()
 }

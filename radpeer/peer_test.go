@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
@@ -96,15 +97,15 @@ func TestIdentifierExhaustion(t *testing.T) {
 		}
 		synctest.Wait()
 		const n = 2*IDsPerConn + 10
-		calls := make([]*Call, n)
+		calls := make([]*rcall, n)
 		for i := range calls {
-			calls[i] = NewCall(accessReq(fmt.Sprint("u", i)))
-			if err := p.Submit(calls[i]); err != nil {
+			calls[i] = newCall(accessReq(fmt.Sprint("u", i)))
+			if err := p.submit(calls[i]); err != nil {
 				t.Fatalf("call %d: %v", i, err)
 			}
 			synctest.Wait()
 		}
-		if err := p.Submit(NewCall(accessReq("one too many"))); !errors.Is(err, ErrBusy) {
+		if err := p.submit(newCall(accessReq("one too many"))); !errors.Is(err, ErrBusy) {
 			t.Fatalf("beyond the bound: %v, want ErrBusy", err)
 		}
 		st := p.Stats()
@@ -116,7 +117,7 @@ func TestIdentifierExhaustion(t *testing.T) {
 		}
 		close(g.ch)
 		for i, cl := range calls {
-			r, err := cl.Wait(context.Background(), time.Minute)
+			r, err := cl.wait(context.Background(), time.Minute)
 			if err != nil || r.Packet.Code != lradius.CodeAccessAccept {
 				t.Fatalf("call %d: %v", i, err)
 			}
@@ -224,7 +225,7 @@ func TestWatchdogStatusServer(t *testing.T) {
 		if p.State() != watchdog.Suspect || p.InService() {
 			t.Fatalf("at 21 s: %s", p.State())
 		}
-		if err := p.Submit(NewCall(accessReq("b"))); !errors.Is(err, ErrNotInService) {
+		if err := p.submit(newCall(accessReq("b"))); !errors.Is(err, ErrNotInService) {
 			t.Fatalf("Submit while SUSPECT: %v", err)
 		}
 		s.mu.Lock()
@@ -331,7 +332,7 @@ func TestBadAnswers(t *testing.T) {
 	})
 }
 
-// Calls of a connection that goes SUSPECT are handed to OnFailover in
+// Calls of a connection that goes SUSPECT are handed to the failover hook in
 // send order, and a late answer on the old connection still completes
 // them only once.
 func TestFailoverHandsOverPending(t *testing.T) {
@@ -351,12 +352,12 @@ func TestFailoverHandsOverPending(t *testing.T) {
 		pb, _ := Dial("radius+tcp://b:1812", cfgB)
 		cfgA := testConfig(6 * time.Second)
 		cfgA.Dialer = lnA.dialer()
-		var moved []*Call
+		var moved []*call.Call
 		var reason string
-		cfgA.OnFailover = func(from *Peer, calls []*Call, why string) {
+		cfgA.onFailover = func(from any, calls []*call.Call, why string) {
 			moved, reason = append(moved, calls...), why
 			for _, cl := range calls {
-				if err := pb.Submit(cl); err != nil {
+				if err := pb.submit(rcallOf(cl)); err != nil {
 					cl.Fail(err)
 				}
 			}
@@ -366,22 +367,22 @@ func TestFailoverHandsOverPending(t *testing.T) {
 		a.mu.Lock()
 		a.answer = false
 		a.mu.Unlock()
-		calls := []*Call{NewCall(acctReq("1")), NewCall(acctReq("2")), NewCall(acctReq("3"))}
+		calls := []*rcall{newCall(acctReq("1")), newCall(acctReq("2")), newCall(acctReq("3"))}
 		for _, cl := range calls {
-			if err := pa.Submit(cl); err != nil {
+			if err := pa.submit(cl); err != nil {
 				t.Fatal(err)
 			}
 		}
 		for _, cl := range calls {
-			r, err := cl.Wait(context.Background(), time.Minute)
+			r, err := cl.wait(context.Background(), time.Minute)
 			if err != nil || r.Peer != pb {
 				t.Fatalf("after failover: %v, answered by %v", err, r)
 			}
-			if cl.Sends() != 2 || cl.FirstPeer() != pa {
-				t.Fatalf("sends %d, first %v", cl.Sends(), cl.FirstPeer())
+			if cl.Sends() != 2 || cl.First() != pa {
+				t.Fatalf("sends %d, first %v", cl.Sends(), cl.First())
 			}
 		}
-		if len(moved) != 3 || moved[0] != calls[0] || moved[2] != calls[2] || reason != watchdog.ReasonDWATimeout {
+		if len(moved) != 3 || moved[0] != &calls[0].Call || moved[2] != &calls[2].Call || reason != watchdog.ReasonDWATimeout {
 			t.Fatalf("moved %d calls, reason %q", len(moved), reason)
 		}
 		mustClose(t, pa, pb, srvB)
@@ -390,7 +391,7 @@ func TestFailoverHandsOverPending(t *testing.T) {
 }
 
 // A request pending on an OKAY connection is never submitted to that
-// server again (RFC 6613 2.6.1): Avoids says so and Submit refuses it
+// server again (RFC 6613 2.6.1): avoids says so and submit refuses it
 // with ErrAlreadySent, while a fresh request still goes.
 func TestNeverResentWhileItsConnectionIsOkay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -405,25 +406,25 @@ func TestNeverResentWhileItsConnectionIsOkay(t *testing.T) {
 		cfg.Dialer = ln.dialer()
 		p, _ := Dial("radius+tcp://a:1812", cfg)
 		synctest.Wait()
-		cl := NewCall(acctReq("1"))
-		if p.Avoids(cl) {
+		cl := newCall(acctReq("1"))
+		if p.avoids(&cl.Call) {
 			t.Fatal("a call never sent avoids the server")
 		}
-		if err := p.Submit(cl); err != nil {
+		if err := p.submit(cl); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		if !p.Avoids(cl) {
+		if !p.avoids(&cl.Call) {
 			t.Fatal("a call pending on an OKAY connection does not avoid its server")
 		}
-		if err := p.Submit(cl); !errors.Is(err, ErrAlreadySent) {
-			t.Fatalf("second Submit: %v, want ErrAlreadySent", err)
+		if err := p.submit(cl); !errors.Is(err, ErrAlreadySent) {
+			t.Fatalf("second submit: %v, want ErrAlreadySent", err)
 		}
 		if cl.Sends() != 1 {
 			t.Fatalf("sent %d times", cl.Sends())
 		}
-		other := NewCall(acctReq("2"))
-		if err := p.Submit(other); err != nil {
+		other := newCall(acctReq("2"))
+		if err := p.submit(other); err != nil {
 			t.Fatalf("another call: %v", err)
 		}
 		mustClose(t, p)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/client"
+	core "github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
@@ -194,8 +195,8 @@ type call struct {
 	res      chan callResult // cap 1
 
 	// Stream servers; guarded by Client.mu.
-	rc *radpeer.Call // the request across its sends, each re-signed
-	at int           // server holding its throttle place, -1: none
+	rc *core.Call // the request across its sends, each re-signed
+	at int        // server holding its throttle place, -1: none
 }
 
 type callResult struct {
@@ -262,12 +263,12 @@ type Client struct {
 	reasonsMu                   sync.Mutex
 	reasons                     map[string]uint64
 
-	stream  bool                    // the servers are radius+tcp:// or radsec://
-	byRC    map[*radpeer.Call]*call // stream calls not complete; under mu
-	parked  []*call                 // stream calls no server may take now; under mu
-	cancels []func()                // bus subscriptions
-	flog    failoverLog             // under mu
-	ready   chan struct{}           // closed when NewClient is done (or failed)
+	stream  bool                 // the servers are radius+tcp:// or radsec://
+	byRC    map[*core.Call]*call // stream calls not complete; under mu
+	parked  []*call              // stream calls no server may take now; under mu
+	cancels []func()             // bus subscriptions
+	flog    failoverLog          // under mu
+	ready   chan struct{}        // closed when NewClient is done (or failed)
 	readyMu sync.Once
 }
 
@@ -293,7 +294,7 @@ func NewClient(cfg Config) (*Client, error) {
 		cfg.Events = client.NewBus()
 	}
 	c := &Client{cfg: cfg, events: cfg.Events, maxQ: cfg.MaxQueued, wake: make(chan struct{}, 1),
-		done: make(chan struct{}), reasons: make(map[string]uint64), byRC: make(map[*radpeer.Call]*call),
+		done: make(chan struct{}), reasons: make(map[string]uint64), byRC: make(map[*core.Call]*call),
 		ready: make(chan struct{})}
 	if err := c.setupStream(); err != nil {
 		return nil, err
@@ -478,7 +479,7 @@ func (c *Client) Exchange(ctx context.Context, r *radius.Request) (*Response, er
 	if c.stream {
 		// The caller's goroutine waits for the call's one answer or
 		// error, wherever failovers take it.
-		cl.rc = radpeer.NewCall(r)
+		cl.rc = core.RADIUS.New(r)
 		c.byRC[cl.rc] = cl
 	}
 	c.sched.Enqueue(cl, cl.class)
@@ -691,7 +692,7 @@ func (c *Client) avoids(cl *call, i int) bool {
 		return false
 	}
 	s := c.servers[i]
-	return s.stream == nil || cl.rc == nil || s.stream.Avoids(cl.rc)
+	return s.stream == nil || cl.rc == nil || core.RADIUS.Carrier(s.stream).Avoids(cl.rc)
 }
 
 func (c *Client) index(name string) int {

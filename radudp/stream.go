@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/client"
+	core "github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radpeer"
@@ -128,16 +129,17 @@ func (c *Client) limits(l throttle.Limits) throttle.Limits {
 func (c *Client) dialStream(i int, s *server, secret []byte) error {
 	bus := peer.NewBus()
 	sc := c.cfg.Stream
-	p, err := radpeer.Dial(s.spec.URL, radpeer.Config{
+	pc := radpeer.Config{
 		Secret: secret, Watchdog: sc.Watchdog, Transport: sc.Transport, Dialer: sc.Dialer,
 		MaxConns: sc.MaxConns, RequestTimeout: c.cfg.RequestTimeout,
 		RequireMessageAuthenticator: c.cfg.RequireMessageAuthenticator,
-		OnFailover: func(_ *radpeer.Peer, calls []*radpeer.Call, reason string) {
-			<-c.ready
-			c.onStreamFailover(i, calls, reason)
-		},
-		Events: bus, Logger: sc.Logger,
+		Events:                      bus, Logger: sc.Logger,
+	}
+	core.RADIUS.WithFailover(&pc, func(_ any, calls []*core.Call, reason string) {
+		<-c.ready
+		c.onStreamFailover(i, calls, reason)
 	})
+	p, err := radpeer.Dial(s.spec.URL, pc)
 	if err != nil {
 		return err
 	}
@@ -198,7 +200,7 @@ func (c *Client) submitStream(cl *call, i int) {
 	cl.at = i
 	rc := cl.rc
 	c.mu.Unlock()
-	err := s.stream.Submit(rc)
+	err := core.RADIUS.Carrier(s.stream).Submit(rc)
 	if err == nil {
 		c.onSend(i)(time.Now())
 		return
@@ -219,7 +221,7 @@ func (c *Client) submitStream(cl *call, i int) {
 // await waits for a stream call's one answer or error, wherever
 // failovers take it, and completes it. It runs on the caller's goroutine.
 func (c *Client) await(cl *call) {
-	resp, err := cl.rc.Wait(cl.ctx, c.cfg.RequestTimeout)
+	_, aux, err := cl.rc.Wait(cl.ctx, c.cfg.RequestTimeout)
 	c.mu.Lock()
 	if cl.at >= 0 {
 		c.sched.Done(cl.at, cl.class) // the answer frees its place (Q2)
@@ -232,6 +234,7 @@ func (c *Client) await(cl *call) {
 		c.finish(cl, nil, err)
 		return
 	}
+	resp := aux.(*radpeer.Response)
 	i := c.indexOf(resp.Peer)
 	if i >= 0 {
 		c.onReply(i)(time.Now())
@@ -254,10 +257,10 @@ func (c *Client) indexOf(p *radpeer.Peer) int {
 // dispatch path (the throttle's instance queue) and from there to another
 // server, never to that connection, nor to another connection of that
 // server while one it was sent on is OKAY; with none in service, it waits.
-func (c *Client) onStreamFailover(i int, calls []*radpeer.Call, reason string) {
+func (c *Client) onStreamFailover(i int, calls []*core.Call, reason string) {
 	from := c.servers[i].name
 	var moved, parked int
-	var closed []*radpeer.Call
+	var closed []*core.Call
 	c.mu.Lock()
 	for _, rc := range calls {
 		cl := c.byRC[rc]

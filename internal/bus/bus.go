@@ -4,6 +4,8 @@
 package bus
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 )
@@ -67,4 +69,37 @@ func (b *Bus[E]) Count(kind uint8) uint64 {
 		return b.counts[kind].Load()
 	}
 	return 0
+}
+
+// ErrDone is Await's error when done closed before cond held.
+var ErrDone = errors.New("ended")
+
+// Await waits until cond is true, looking again each time the
+// subscription made by subscribe calls wake (a state change). It returns
+// ErrDone if done closes first with cond still false, ctx's error if ctx
+// ends first.
+func Await(ctx context.Context, subscribe func(wake func()) (cancel func()), cond func() bool, done <-chan struct{}) error {
+	ch := make(chan struct{}, 1)
+	cancel := subscribe(func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	})
+	defer cancel()
+	for {
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-done:
+			if cond() {
+				return nil
+			}
+			return ErrDone
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }

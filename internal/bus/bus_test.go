@@ -1,7 +1,9 @@
 package bus
 
 import (
+	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -67,5 +69,36 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 	if total < 100 { // each subscriber sees at least its own goroutine's 100
 		t.Errorf("total %d", total)
+	}
+}
+
+// Await returns once cond holds after a wake, ErrDone when done closes
+// with cond false (nil when it holds by then), ctx's error when it ends.
+func TestAwait(t *testing.T) {
+	var b Bus[int]
+	var state atomic.Int32
+	sub := func(wake func()) func() { return b.Subscribe(func(int) { wake() }) }
+	cond := func() bool { return state.Load() == 2 }
+	res := make(chan error, 1)
+	go func() { res <- Await(context.Background(), sub, cond, nil) }()
+	for state.Load() != 2 {
+		state.Add(1)
+		b.Publish(0, 0)
+	}
+	if err := <-res; err != nil {
+		t.Fatalf("cond held: %v", err)
+	}
+	done := make(chan struct{})
+	close(done)
+	if err := Await(context.Background(), sub, func() bool { return false }, done); err != ErrDone {
+		t.Fatalf("done: %v, want ErrDone", err)
+	}
+	if err := Await(context.Background(), sub, cond, done); err != nil {
+		t.Fatalf("done with cond true: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := Await(ctx, sub, func() bool { return false }, nil); err != context.Canceled {
+		t.Fatalf("ctx: %v", err)
 	}
 }

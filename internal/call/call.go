@@ -404,6 +404,13 @@ func (c *Call) AppendSentOn(dst []Conn, f func(Conn) bool) []Conn {
 	return dst
 }
 
+// InFlightOn reports whether the call is pending on cn.
+func (c *Call) InFlightOn(cn Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state == InFlight && c.owner == cn
+}
+
 // RefusedBy reports whether peer refused the call (Leave).
 func (c *Call) RefusedBy(peer any) bool {
 	c.mu.Lock()

@@ -1,5 +1,7 @@
 package call
 
+import "github.com/aaatp/aaatp/radius"
+
 // Carrier is the dispatching layer's view of one protocol peer (a server
 // and its connections).
 type Carrier interface {
@@ -30,5 +32,18 @@ var Diameter struct {
 	// Carrier returns the dispatch view of a *peer.Peer.
 	Carrier func(p any) Carrier
 	// WithFailover sets f as the failover hook of *cfg, a *peer.Config.
+	WithFailover func(cfg any, f Failover)
+}
+
+// RADIUS is what package radpeer registers at init, as Diameter is for
+// package peer.
+var RADIUS struct {
+	// New wraps a RADIUS request, its Key filled in; the answer is
+	// delivered as a *radpeer.Response (Wait's aux).
+	New func(r *radius.Request) *Call
+	// Carrier returns the dispatch view of a *radpeer.Peer.
+	Carrier func(p any) Carrier
+	// WithFailover sets f as the failover hook of *cfg, a
+	// *radpeer.Config.
 	WithFailover func(cfg any, f Failover)
 }

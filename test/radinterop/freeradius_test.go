@@ -365,8 +365,8 @@ func TestFreeRADIUSStopped(t *testing.T) {
 	}
 	// Tw <= 8 s: a Status-Server within one, SUSPECT within two.
 	tr.waitFor(t, "OKAY>SUSPECT", 17*time.Second)
-	if err := p.Submit(radpeer.NewCall(accessRequest())); !errors.Is(err, radpeer.ErrNotInService) {
-		t.Fatalf("Submit while SUSPECT: %v", err)
+	if _, err := p.Exchange(ctx, accessRequest()); !errors.Is(err, radpeer.ErrNotInService) {
+		t.Fatalf("Exchange while SUSPECT: %v", err)
 	}
 	tr.waitFor(t, "SUSPECT>DOWN", 9*time.Second)
 	tr.waitFor(t, "DOWN>REOPEN", 9*time.Second)
