@@ -494,3 +494,24 @@ func TestReleaseEmptiesQueues(t *testing.T) {
 	assert.Equal(t, 0, s.Depth(0))
 	assert.Empty(t, s.Poll(at(ms), nil))
 }
+
+// A failover's replays go to the head of the instance queue, in their
+// order, ahead of newer requests, and count as older than those when they
+// wait in a server queue.
+func TestEnqueueFrontBeforeNewer(t *testing.T) {
+	s := newSched(t, Config[*item]{
+		Servers: []Server{{Name: "only", Auth: Limits{MaxRate: 20}}}, // one per 50 ms slot
+		Pick:    func(*item, Class) int { return 0 },
+	})
+	for i := 10; i < 13; i++ {
+		s.Enqueue(&item{id: i}, Auth)
+	}
+	for i := 2; i >= 0; i-- { // a batch of replays 0, 1, 2: last first
+		s.EnqueueFront(&item{id: i}, Auth)
+	}
+	var got []int
+	for k := range 6 {
+		got = append(got, ids(s.Poll(at(time.Duration(k)*50*ms), nil))...)
+	}
+	assert.Equal(t, []int{0, 1, 2, 10, 11, 12}, got)
+}

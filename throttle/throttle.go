@@ -194,8 +194,9 @@ type Scheduler[T Item] struct {
 	slotNs int64
 	inst   deque[entry[T]]
 	srv    []server[T]
-	seq    uint64
-	queued int // entries in server queues
+	seq    uint64 // the last Enqueue's; counts up from seqBase
+	head   uint64 // the last EnqueueFront's; counts down from seqBase
+	queued int    // entries in server queues
 
 	minDL     int64 // no queued entry has an earlier deadline
 	nextSweep int64
@@ -218,7 +219,7 @@ func New[T Item](cfg Config[T]) (*Scheduler[T], error) {
 	if cfg.AlarmHigh < 0 || cfg.AlarmLow < 0 || (cfg.AlarmHigh > 0 && cfg.AlarmLow >= cfg.AlarmHigh) {
 		return nil, fmt.Errorf("%w: alarm thresholds high %d, low %d: need 0 <= low < high", ErrConfig, cfg.AlarmHigh, cfg.AlarmLow)
 	}
-	s := &Scheduler[T]{cfg: cfg, slotNs: int64(cfg.Slot), srv: make([]server[T], len(cfg.Servers)), minDL: math.MaxInt64}
+	s := &Scheduler[T]{cfg: cfg, slotNs: int64(cfg.Slot), srv: make([]server[T], len(cfg.Servers)), minDL: math.MaxInt64, seq: seqBase, head: seqBase}
 	for i, sc := range cfg.Servers {
 		sv := &s.srv[i]
 		sv.name, sv.avail = sc.Name, true
@@ -284,8 +285,26 @@ func (s *Scheduler[T]) room(b *bucket[T], now int64) int {
 	return r
 }
 
+// seqBase is where the age counters start: an entry put at the head
+// (EnqueueFront) counts as older than every entry enqueued before it.
+const seqBase = 1 << 62
+
 // Enqueue appends item to the instance queue. Poll decides its fate.
 func (s *Scheduler[T]) Enqueue(item T, class Class) {
+	s.seq++
+	s.inst.pushBack(s.entry(item, class, s.seq))
+}
+
+// EnqueueFront puts item at the head of the instance queue, ahead of
+// everything queued: a request coming back from a server (a failover's
+// replay) goes before newer ones. To keep a batch in its order, put it at
+// the head last item first.
+func (s *Scheduler[T]) EnqueueFront(item T, class Class) {
+	s.head--
+	s.inst.pushFront(s.entry(item, class, s.head))
+}
+
+func (s *Scheduler[T]) entry(item T, class Class, seq uint64) entry[T] {
 	if class >= numClasses {
 		class = Auth
 	}
@@ -296,8 +315,7 @@ func (s *Scheduler[T]) Enqueue(item T, class Class) {
 	if dl < s.minDL {
 		s.minDL = dl
 	}
-	s.seq++
-	s.inst.pushBack(entry[T]{item: item, dl: dl, seq: s.seq, server: -1, class: class})
+	return entry[T]{item: item, dl: dl, seq: seq, server: -1, class: class}
 }
 
 func (s *Scheduler[T]) fail(e *entry[T], now time.Time, nowNs int64, dst []Dispatch[T]) []Dispatch[T] {
