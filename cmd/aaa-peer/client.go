@@ -34,6 +34,7 @@ const clientSynopsis = `usage: aaa-peer client --peer URL [--peer URL...] --orig
        [--down-timeout D] [--hold-down D] [--test-user NAI] [--keepalive D]
        [--weight URL=N...] [--dpr-hold-off 5m] [--events FILE] [--report FILE]
        [--max-failed SHARE] [--status ADDR] [--log-level info] [--log-format text|json]
+       [--cpuprofile FILE]
 
 Connects to every --peer, waits until one (--wait-peers) is OKAY, then sends Accounting-
 Requests (--app acct) or freeDiameter test_app Test-Requests (--app test)
@@ -91,6 +92,7 @@ type clientOptions struct {
 	waitPeers      int
 	dprHoldOff     time.Duration
 	maxFailed      string
+	cpuProfile     string
 
 	// Server policy (7750 SR) and throttling (ASR5K): off unless set.
 	maxRate        int
@@ -134,6 +136,7 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key `FILE` of --tls-cert")
 	logFlags(fs, &o.logLevel, &o.logFormat, "info")
 	statusFlag(fs, &o.status, "logged at info")
+	cpuProfileFlag(fs, &o.cpuProfile)
 	fs.StringVar(&o.mode, "mode", "balance", "`MODE` choosing the peer of each new request: balance (spread with --algorithm) or failover (first peer in service, in --peer order)")
 	fs.StringVar(&o.algorithm, "algorithm", "pearson", "balance `ALG`: pearson (weighted RFC 3074 hash of the NAI), hash (unweighted), direct (first --peer in service) or round-robin")
 	fs.IntVar(&o.waitPeers, "wait-peers", 1, "before sending, wait until `N` peers are OKAY (0: all of them; the default with --mode failover, so the run starts on the primary), at most --connect-timeout; past it, go on with those OKAY (exit 1 if none)")
@@ -356,6 +359,16 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		topts.TLS = tc
 	}
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 1
+	}
+	defer func() {
+		if err := stopProfile(); err != nil {
+			log.Error("writing --cpuprofile", "err", err)
+		}
+	}()
 	bus := client.NewBus()
 	ccfg := o.clientConfig(log, topts, bus)
 	for _, u := range o.peers {

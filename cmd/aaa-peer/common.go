@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -253,4 +254,29 @@ func parseNameWeight(s string, needWeight bool) (name string, weight int, err er
 		return "", 0, fmt.Errorf("weight %q: want an integer >= 1", ws)
 	}
 	return name, n, nil
+}
+
+// cpuProfileFlag adds --cpuprofile to fs.
+func cpuProfileFlag(fs *flag.FlagSet, path *string) {
+	fs.StringVar(path, "cpuprofile", "", "write a CPU profile of the whole run to `FILE` (go tool pprof format), written at exit")
+}
+
+// startCPUProfile starts a CPU profile into path ("": none); stop ends
+// it and closes the file.
+func startCPUProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }

@@ -35,7 +35,7 @@ const serverSynopsis = `usage: aaa-peer server --listen URL [--listen URL...] --
        [--answer-delay D] [--drop-dwa] [--stall-after N]
        [--dedup memory|redis://host:port/db] [--dedup-max-bytes N] [--dedup-max-answer N]
        [--status ADDR] [--shutdown-cause rebooting|busy|do-not-want-to-talk-to-you]
-       [--log-level info] [--log-format text|json]
+       [--log-level info] [--log-format text|json] [--cpuprofile FILE]
 
 Accepts Diameter connections and answers Accounting-Requests (application 3)
 with DIAMETER_SUCCESS and freeDiameter test_app Test-Requests (application
@@ -93,6 +93,7 @@ type serverOptions struct {
 	maxOpenPerIP  int
 	cerTimeout    time.Duration
 	history       int
+	cpuProfile    string
 }
 
 func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
@@ -116,6 +117,7 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.tlsClientCA, "tls-client-ca", "", "PEM CA `FILE`: when set, tls:// clients must present a certificate it signed (mutual TLS)")
 	logFlags(fs, &o.logLevel, &o.logFormat, "info")
 	statusFlag(fs, &o.status, "logged at info")
+	cpuProfileFlag(fs, &o.cpuProfile)
 	fs.StringVar(&o.dedup, "dedup", "memory", "duplicate-request `STORE`: memory (this process only) or Redis, shared by every server using it: redis://[user:password@]host:port/db, Sentinel redis://sentinel:port/db?master_name=NAME&addr=sentinel2:port..., Cluster redis+cluster://node:port?addr=node2:port... (rediss for TLS)")
 	fs.Int64Var(&o.dedupBytes, "dedup-max-bytes", dedup.DefaultMaxBytes, "memory budget `N` of --dedup memory, in bytes: answers plus 80 per key; over it the oldest entries go first")
 	fs.IntVar(&o.dedupAnswer, "dedup-max-answer", dedup.DefaultMaxAnswerSize, "answers longer than `N` bytes are sent but not kept by the --dedup store; a duplicate of such a request is refused DIAMETER_UNABLE_TO_COMPLY (5012), never applied again")
@@ -260,6 +262,16 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
 		return 2
 	}
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
+		return 1
+	}
+	defer func() {
+		if err := stopProfile(); err != nil {
+			log.Error("writing --cpuprofile", "err", err)
+		}
+	}()
 	s := &server{
 		o: o, log: log, started: time.Now(), ended: history{max: o.history},
 	}
