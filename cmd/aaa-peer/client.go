@@ -128,7 +128,7 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.app, "app", "acct", "`APP` requests to send: acct (Accounting-Request, application 3) or test (test_app Test-Request, application 16777214)")
 	fs.StringVar(&o.events, "events", "", "write every peer event as a JSON line to `FILE` (\"-\" is stdout)")
 	fs.StringVar(&o.report, "report", "", "write a JSON report to `FILE` at the end (\"-\" is stdout)")
-	fs.DurationVar(&o.timeout, "timeout", 0, "per-request deadline `D`, including any wait for a peer in service and a failover (default: the failover detection of --tw, 2 x (tw + 2s), plus 10s for the answer: 74s at --tw 30s; a shorter one is logged as a warning)")
+	fs.DurationVar(&o.timeout, "timeout", 0, "per-request deadline `D` (a request may run up to 1% of it, at most 10ms, longer), including any wait for a peer in service and a failover (default: the failover detection of --tw, 2 x (tw + 2s), plus 10s for the answer: 74s at --tw 30s; a shorter one is logged as a warning)")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 10*time.Second, "wait at most `D` for the first peer to be OKAY, else exit 1")
 	fs.BoolVar(&o.noDelay, "no-delay", false, "disable Nagle on TCP and TLS sockets (RFC 3539 3.2 wants it on)")
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "PEM CA `FILE` that tls:// servers' certificates must chain to (default: system roots)")
@@ -594,6 +594,8 @@ func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
 		}
 	}()
 
+	dl := newDeadlines(ctx, c.o.timeout)
+	defer dl.close() // after wg.Wait: no request is in flight
 	var wg sync.WaitGroup
 	for range c.o.concurrency {
 		wg.Add(1)
@@ -612,7 +614,7 @@ func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
 				}
 				// In-flight requests finish when --duration ends; only
 				// ctx (a signal) interrupts them.
-				c.one(ctx, n)
+				c.one(ctx, dl, n)
 			}
 		}()
 	}
@@ -635,15 +637,14 @@ func (c *loadgen) progress(elapsed time.Duration) string {
 	return b.String()
 }
 
-// one sends request n through the Client and counts its outcome.
-func (c *loadgen) one(ctx context.Context, n int64) {
+// one sends request n through the Client and counts its outcome; dl,
+// under ctx, gives it its --timeout.
+func (c *loadgen) one(ctx context.Context, dl *deadlines, n int64) {
 	c.sent.Add(1)
 	req := c.build(n)
-	rctx, cancel := context.WithTimeout(ctx, c.o.timeout)
-	defer cancel()
 	c.metrics.ObserveWire(req, status.DirOut)
 	t0 := time.Now()
-	ans, err := c.cl.Send(rctx, req)
+	ans, err := c.cl.Send(dl.at(t0), req)
 	if err != nil {
 		kind := errorKind(err)
 		if ctx.Err() != nil {

@@ -300,6 +300,8 @@ func (d *demo) traffic(ctx, runCtx context.Context) {
 	g := d.gen
 	pace := newPacer(d.o.rate)
 	sem := make(chan struct{}, d.o.concurrency)
+	dl := newDeadlines(ctx, g.o.timeout)
+	defer dl.close() // after the requests in flight
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for pace.wait(runCtx) {
@@ -313,7 +315,7 @@ func (d *demo) traffic(ctx, runCtx context.Context) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			g.one(ctx, n)
+			g.one(ctx, dl, n)
 		}()
 	}
 }
