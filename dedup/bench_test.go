@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/wire"
 	"runtime"
 	"sync"
@@ -241,5 +242,33 @@ func BenchmarkRedisFirstComplete(b *testing.B) {
 		if o.First() {
 			_ = o.Complete(benchAnswer)
 		}
+	}
+}
+
+// benchACR is aaa-peer client's accounting request: Session-Id,
+// Origin-Host, Origin-Realm, Destination-Realm, Accounting-Record-Type and
+// -Number, User-Name.
+var benchACR = message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
+	String(message.SessionID, 0, true, "client.example.net;1764590000123456789;42").
+	String(message.OriginHost, 0, true, "client.example.net").
+	String(message.OriginRealm, 0, true, "example.net").
+	String(message.DestinationRealm, 0, true, "example.net").
+	Uint32(message.AccountingRecordType, 0, true, 1).
+	Uint32(message.AccountingRecordNumber, 0, true, 42).
+	String(message.UserName, 0, true, "user42@example.net").Bytes()
+
+// BenchmarkKeysOf: the keys of one ACR, one walk (KeysOf) against one
+// FindAVP per AVP (keysOfReference, the earlier KeysOf), side by side.
+func BenchmarkKeysOf(b *testing.B) {
+	for _, impl := range []struct {
+		name string
+		fn   func([]byte) []Key
+	}{{"walk", KeysOf}, {"findavp", keysOfReference}} {
+		b.Run(impl.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				_ = impl.fn(benchACR)
+			}
+		})
 	}
 }

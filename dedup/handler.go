@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -36,37 +37,105 @@ type Counters struct {
 // preferred to NAS-IP-Address as the NAS identity. An accounting request
 // without those AVPs gets only the request key.
 func KeysOf(req []byte) []Key {
-	oh, _ := wire.FindAVP(req, message.OriginHost, 0)
-	keys := make([]Key, 1, 2)
-	keys[0] = RequestKey(string(oh), wire.EndToEnd(req))
-	if wire.AppID(req) == message.AppAccounting && wire.CommandCode(req) == message.CmdAccounting {
-		if r, ok := recordOf(req, string(oh)); ok {
-			keys = append(keys, r.Key())
-		}
-	}
-	return keys
+	return appendKeys(make([]Key, 0, 2), req)
 }
 
-// recordOf reads the AccountingRecord of an accounting request.
-func recordOf(req []byte, originHost string) (AccountingRecord, bool) {
-	sid, ok := wire.FindAVP(req, message.SessionID, 0)
-	if !ok {
-		return AccountingRecord{}, false
+// appendKeys appends the keys of KeysOf to dst. One walk over the AVPs
+// finds what both keys need (the first AVP of each code, as wire.FindAVP
+// would), and the keys hash the request's bytes in place.
+func appendKeys(dst []Key, req []byte) []Key {
+	var f keyFields
+	acct := wire.AppID(req) == message.AppAccounting && wire.CommandCode(req) == message.CmdAccounting
+	_ = wire.WalkAVPs(req, func(a wire.AVP) bool { // a malformed AVP ends the walk, as it ends FindAVP's
+		return f.see(a, acct)
+	})
+	dst = append(dst, requestKey(f.originHost, wire.EndToEnd(req)))
+	if acct && f.has&hasRecord == hasRecord {
+		nas := f.nasID
+		if f.has&hasNASID == 0 {
+			nas = f.nasIP
+		}
+		dst = append(dst, recordKey(f.sessionID, f.recType, f.recNum, f.eventTS, f.originHost, nas))
 	}
-	typ, okType := message.Uint32Of(req, message.AccountingRecordType, 0)
-	num, okNum := message.Uint32Of(req, message.AccountingRecordNumber, 0)
-	if !okType || !okNum {
-		return AccountingRecord{}, false
+	return dst
+}
+
+// keyFields are the AVPs of a request that its keys read.
+type keyFields struct {
+	originHost, sessionID, eventTS, nasID, nasIP []byte
+	recType, recNum                              uint32
+	has, seen                                    uint8 // hasX bits: usable / met (the first of a code counts)
+}
+
+const (
+	hasOriginHost = 1 << iota
+	hasSessionID
+	hasType // Accounting-Record-Type of 4 octets
+	hasNumber
+	hasTimestamp
+	hasNASID
+	hasNASIP
+	hasRecord  = hasSessionID | hasType | hasNumber
+	allKeyAVPs = 1<<iota - 1
+)
+
+// see takes AVP a into f if it is the first of its code that the keys
+// read (Origin-Host only unless acct), and says whether any is left to find.
+func (f *keyFields) see(a wire.AVP, acct bool) bool {
+	if a.Vendor != 0 {
+		return true
 	}
-	ts, _ := wire.FindAVP(req, message.EventTimestamp, 0)
-	nas, found := wire.FindAVP(req, message.NASIdentifier, 0)
-	if !found {
-		nas, _ = wire.FindAVP(req, message.NASIPAddress, 0)
+	var bit uint8
+	switch a.Code {
+	case message.OriginHost:
+		bit = hasOriginHost
+	case message.SessionID:
+		bit = hasSessionID
+	case message.AccountingRecordType:
+		bit = hasType
+	case message.AccountingRecordNumber:
+		bit = hasNumber
+	case message.EventTimestamp:
+		bit = hasTimestamp
+	case message.NASIdentifier:
+		bit = hasNASID
+	case message.NASIPAddress:
+		bit = hasNASIP
+	default:
+		return true
 	}
-	return AccountingRecord{
-		SessionID: string(sid), RecordType: typ, RecordNumber: num,
-		EventTimestamp: ts, OriginHost: originHost, NASIdentity: string(nas),
-	}, true
+	if f.seen&bit != 0 || (!acct && bit != hasOriginHost) {
+		return true
+	}
+	f.seen |= bit
+	ok := true
+	switch bit {
+	case hasOriginHost:
+		f.originHost = a.Data
+	case hasSessionID:
+		f.sessionID = a.Data
+	case hasType, hasNumber:
+		if ok = len(a.Data) == 4; ok { // message.Uint32Of's rule
+			if bit == hasType {
+				f.recType = binary.BigEndian.Uint32(a.Data)
+			} else {
+				f.recNum = binary.BigEndian.Uint32(a.Data)
+			}
+		}
+	case hasTimestamp:
+		f.eventTS = a.Data
+	case hasNASID:
+		f.nasID = a.Data
+	case hasNASIP:
+		f.nasIP = a.Data
+	}
+	if ok {
+		f.has |= bit
+	}
+	if !acct {
+		return false // Origin-Host was all
+	}
+	return f.seen != allKeyAVPs
 }
 
 // Wrap returns a peer.Handler that runs h at most once per request key
@@ -103,23 +172,28 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 	// With a ReusingStore, each request's Outcome comes from a pool and
 	// goes back once the request is finished with it (its answer bytes,
 	// returned to the peer, are a copy and stay the peer's).
+	// Its keys too: a ReusingStore copies them into the Outcome.
 	rs, reuse := s.(ReusingStore)
-	outcomes := sync.Pool{New: func() any { return new(Outcome) }}
-	begin := func(ctx context.Context, keys []Key) (*Outcome, error) {
+	outcomes := sync.Pool{New: func() any { return new(pooledOutcome) }}
+	// begin returns the request's Outcome and keys, and po to put back
+	// in the pool when done (nil without a ReusingStore).
+	begin := func(ctx context.Context, req []byte) (o *Outcome, keys []Key, po *pooledOutcome, err error) {
 		if !reuse {
-			return s.Begin(ctx, keys...)
+			keys = KeysOf(req)
+			o, err = s.Begin(ctx, keys...)
+			return o, keys, nil, err
 		}
-		o := outcomes.Get().(*Outcome)
-		if err := rs.BeginInto(ctx, o, keys...); err != nil {
-			outcomes.Put(o)
-			return nil, err
+		po = outcomes.Get().(*pooledOutcome)
+		keys = appendKeys(po.keys[:0], req)
+		if err := rs.BeginInto(ctx, &po.o, keys...); err != nil {
+			outcomes.Put(po)
+			return nil, nil, nil, err
 		}
-		return o, nil
+		return &po.o, keys, po, nil
 	}
 	return func(ctx context.Context, p *peer.Peer, req []byte) []byte {
 		counters.Received.Add(1)
-		keys := KeysOf(req)
-		o, err := begin(ctx, keys)
+		o, keys, po, err := begin(ctx, req)
 		if err != nil {
 			if ctx.Err() != nil {
 				counters.Cancelled.Add(1)
@@ -132,8 +206,8 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 			counters.StoreErrs.Add(1)
 			return storeDown(p, req, err)
 		}
-		if reuse {
-			defer outcomes.Put(o) // after the Abandon below
+		if po != nil {
+			defer outcomes.Put(po) // after the Abandon below
 		}
 		if o.Duplicate() {
 			counters.Duplicates.Add(1)
@@ -185,6 +259,12 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 			return storeDown(p, req, err)
 		}
 	}
+}
+
+// pooledOutcome is a request's Outcome with room for its keys.
+type pooledOutcome struct {
+	o    Outcome
+	keys [2]Key
 }
 
 // storeDown is the answer to a request the store could not decide on:

@@ -36,6 +36,12 @@ const (
 // "NAS1.Example.NET" and "nas1.example.net" give the same key; ASCII
 // letters are folded, other bytes are kept as received.
 func RequestKey(originHost string, endToEnd uint32) Key {
+	return requestKey(originHost, endToEnd)
+}
+
+// requestKey is RequestKey for an Origin-Host in a string or in the
+// request's bytes (no copy).
+func requestKey[T string | []byte](originHost T, endToEnd uint32) Key {
 	var buf [128]byte
 	b := append(buf[:0], kindRequest)
 	b = appendFoldedField(b, originHost)
@@ -67,14 +73,20 @@ type AccountingRecord struct {
 // Key returns the record's key. Pass it to Begin together with the
 // request's RequestKey; either key matching makes the request a duplicate.
 func (r AccountingRecord) Key() Key {
+	return recordKey(r.SessionID, r.RecordType, r.RecordNumber, r.EventTimestamp, r.OriginHost, r.NASIdentity)
+}
+
+// recordKey is AccountingRecord.Key over fields in strings or in the
+// request's bytes (no copy).
+func recordKey[T string | []byte](sessionID T, recordType, recordNumber uint32, eventTimestamp []byte, originHost, nasIdentity T) Key {
 	var buf [256]byte
 	b := append(buf[:0], kindRecord)
-	b = appendField(b, r.SessionID)
-	b = binary.BigEndian.AppendUint32(b, r.RecordType)
-	b = binary.BigEndian.AppendUint32(b, r.RecordNumber)
-	b = appendField(b, string(r.EventTimestamp))
-	b = appendFoldedField(b, r.OriginHost)
-	b = appendField(b, r.NASIdentity)
+	b = appendField(b, sessionID)
+	b = binary.BigEndian.AppendUint32(b, recordType)
+	b = binary.BigEndian.AppendUint32(b, recordNumber)
+	b = appendField(b, eventTimestamp)
+	b = appendFoldedField(b, originHost)
+	b = appendField(b, nasIdentity)
 	return sum(b)
 }
 
@@ -172,19 +184,19 @@ func FoldCase(s string) string {
 
 // appendField appends a length-prefixed field so that field boundaries are
 // unambiguous ("ab"+"c" differs from "a"+"bc").
-func appendField(b []byte, s string) []byte {
+func appendField[T string | []byte](b []byte, s T) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
 	return append(b, s...)
 }
 
 // appendFoldedField is appendField with ASCII letters folded to lower
 // case.
-func appendFoldedField(b []byte, s string) []byte {
+func appendFoldedField[T string | []byte](b []byte, s T) []byte {
 	b = binary.BigEndian.AppendUint32(b, uint32(len(s)))
 	return appendFolded(b, s)
 }
 
-func appendFolded(b []byte, s string) []byte {
+func appendFolded[T string | []byte](b []byte, s T) []byte {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if 'A' <= c && c <= 'Z' {
