@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/aaatp/aaatp/message"
@@ -23,6 +24,8 @@ type aaatpEnv struct {
 	srv    *peer.Server
 	served chan error
 	p      *peer.Peer
+	// records numbers the requests' Accounting-Record-Number.
+	records atomic.Uint32
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -74,6 +77,7 @@ func (e *aaatpEnv) Caller() func() (Result, error) {
 	return func() (Result, error) {
 		req := make([]byte, len(acrBytes))
 		copy(req, acrBytes)
+		setRecordNumber(req, e.records.Add(1)) // Request sets the ids
 		ans, err := e.p.Request(ctx, req)
 		if err != nil {
 			return Result{}, err

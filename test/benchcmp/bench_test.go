@@ -79,7 +79,7 @@ func TestSanity(t *testing.T) {
 // TestSameRequestBytes proves go-diameter's ACR encodes to exactly the bytes
 // the raw and aaatp implementations send (ids apart).
 func TestSameRequestBytes(t *testing.T) {
-	got, err := gdRequest(0, 0).Serialize()
+	got, err := gdRequest(0, 0, recordNum).Serialize()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package benchcmp
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -28,7 +29,11 @@ const (
 
 // acrBytes is the request every implementation sends: an ACR (application
 // 3, command 271, P bit) of about 200 bytes, ids zero (each sender sets
-// them).
+// them). Every client also sets its Accounting-Record-Number, the last
+// AVP, to the request's End-to-End id (setRecordNumber), so that each
+// request is a record of its own, as from a real client: a server with a
+// duplicate store applies every one, not one and then answers of the
+// store.
 var acrBytes = message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
 	String(message.SessionID, 0, true, sessionID).
 	String(message.OriginHost, 0, true, clientHost).
@@ -38,6 +43,11 @@ var acrBytes = message.NewRequest(message.CmdAccounting, message.AppAccounting, 
 	Uint32(message.AccountingRecordType, 0, true, recordType).
 	Uint32(message.AccountingRecordNumber, 0, true, recordNum).
 	Bytes()
+
+// setRecordNumber sets the Accounting-Record-Number of a copy of acrBytes.
+func setRecordNumber(req []byte, n uint32) {
+	binary.BigEndian.PutUint32(req[len(req)-4:], n)
+}
 
 // acaBytes is the raw server's fixed answer: the same AVPs the aaatp and
 // go-diameter handlers add (Result-Code, Origin-Host, Origin-Realm).

@@ -134,8 +134,8 @@ func dialGoDiameter(addr string) (*gdEnv, error) {
 }
 
 // gdRequest builds the ACR the go-diameter way; its bytes equal acrBytes
-// but for the ids (TestSanity checks it).
-func gdRequest(hbh, e2e uint32) *diam.Message {
+// but for the ids and the record number (TestSanity checks it).
+func gdRequest(hbh, e2e, recNum uint32) *diam.Message {
 	m := diam.NewRequest(diam.Accounting, 3, dict.Default)
 	m.Header.CommandFlags |= diam.ProxiableFlag
 	m.Header.HopByHopID = hbh
@@ -146,7 +146,7 @@ func gdRequest(hbh, e2e uint32) *diam.Message {
 	m.NewAVP(avp.DestinationRealm, avp.Mbit, 0, datatype.DiameterIdentity(realm))
 	m.NewAVP(avp.UserName, avp.Mbit, 0, datatype.UTF8String(userName))
 	m.NewAVP(avp.AccountingRecordType, avp.Mbit, 0, datatype.Enumerated(recordType))
-	m.NewAVP(avp.AccountingRecordNumber, avp.Mbit, 0, datatype.Unsigned32(recordNum))
+	m.NewAVP(avp.AccountingRecordNumber, avp.Mbit, 0, datatype.Unsigned32(recNum))
 	return m
 }
 
@@ -154,7 +154,7 @@ func (e *gdEnv) Caller() func() (Result, error) {
 	ch := make(chan gdAnswer, 1)
 	return func() (Result, error) {
 		id := e.ids.Add(1)
-		m := gdRequest(id, id)
+		m := gdRequest(id, id, id)
 		e.mu.Lock()
 		e.pend[id] = ch
 		e.mu.Unlock()

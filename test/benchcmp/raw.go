@@ -359,12 +359,14 @@ func (rc *rawClient) Caller() func() (Result, error) {
 			copy(b, acrBytes)
 			wire.SetHopByHop(b, id)
 			wire.SetEndToEnd(b, id)
+			setRecordNumber(b, id)
 			if !rc.bw.write(b) {
 				err = errGone
 			}
 		} else {
 			wire.SetHopByHop(req, id)
 			wire.SetEndToEnd(req, id)
+			setRecordNumber(req, id)
 			rc.wmu.Lock()
 			_, err = rc.c.Write(req)
 			rc.wmu.Unlock()
@@ -452,6 +454,7 @@ func (pp *pingPong) roundTrip() (Result, error) {
 	id := pp.id
 	wire.SetHopByHop(pp.req, id)
 	wire.SetEndToEnd(pp.req, id)
+	setRecordNumber(pp.req, id)
 	if _, err := pp.c.Write(pp.req); err != nil {
 		return Result{}, err
 	}
