@@ -656,35 +656,12 @@ func (s *server) answer(req []byte) []byte {
 	app, cmd := wire.AppID(req), wire.CommandCode(req)
 	switch {
 	case app == message.AppAccounting && cmd == message.CmdAccounting:
-		b := s.answerStart(req, message.Success)
-		if v, ok := message.Uint32Of(req, message.AccountingRecordType, 0); ok {
-			b.Uint32(message.AccountingRecordType, 0, true, v)
-		}
-		if v, ok := message.Uint32Of(req, message.AccountingRecordNumber, 0); ok {
-			b.Uint32(message.AccountingRecordNumber, 0, true, v)
-		}
-		return b.Bytes()
+		return s.successAnswer(req, avpID{message.AccountingRecordType, 0}, avpID{message.AccountingRecordNumber, 0})
 	case app == message.AppTest && cmd == message.CmdTest:
-		b := s.answerStart(req, message.Success)
-		if v, ok := message.Uint32Of(req, message.AVPTestValue, message.VendorTest); ok {
-			b.Uint32(message.AVPTestValue, message.VendorTest, true, v)
-		}
-		return b.Bytes()
+		return s.successAnswer(req, avpID{message.AVPTestValue, message.VendorTest})
 	}
 	return message.ErrorAnswer(req, message.Identity{Host: s.o.originHost, Realm: s.o.originRealm},
 		message.CommandUnsupported, fmt.Sprintf("command %d of application %d is not supported", cmd, app)).Bytes()
-}
-
-// answerStart begins an answer: Session-Id copied, Result-Code, our
-// Origin-Host and Origin-Realm.
-func (s *server) answerStart(req []byte, result uint32) *message.Builder {
-	b := message.NewAnswer(req)
-	if sid, ok := wire.FindAVP(req, message.SessionID, 0); ok {
-		b.Octets(message.SessionID, 0, true, sid)
-	}
-	return b.Uint32(message.ResultCode, 0, true, result).
-		String(message.OriginHost, 0, true, s.o.originHost).
-		String(message.OriginRealm, 0, true, s.o.originRealm)
 }
 
 // peerConfig is the server's peer.Config, the one place it is built for
