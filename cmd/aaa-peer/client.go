@@ -56,6 +56,9 @@ permanent error, such as DIAMETER_UNKNOWN_PEER) or no request reached a
 peer; exit 3 if more than --max-failed of the requests failed (by default
 any: one failure is enough; requests cut short by a signal do not count).
 
+The garbage collector runs with GOGC=400 unless $GOGC is set: the
+client's live heap is small and it allocates every request anew.
+
 With --status, an HTTP server shows the run live: a page with each peer's
 watchdog state and time in state, policy state, pending, sent and answered,
 Tw and last DWA, the failover table and the queues (/), the same as JSON
@@ -359,6 +362,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		topts.TLS = tc
 	}
+	defer tuneClientGCFromEnv()()
 	stopProfile, err := startCPUProfile(o.cpuProfile)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
