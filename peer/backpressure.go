@@ -76,13 +76,22 @@ func (c *conn) unheld() {
 }
 
 // enqueueAnswer queues a Handler's answer: it stays in the backlog until
-// written.
+// written. The answer to the only request in a Handler, when nothing is
+// queued or being written, is written by the Handler's goroutine (as
+// enqueueLone writes a DWA): one caller's round trip then costs no writer
+// goroutine on this side either. Answers that have company go to the
+// writer, which batches them.
 func (c *conn) enqueueAnswer(ans []byte) error {
 	c.wmu.Lock()
 	c.bp.inHandler--
 	if c.wclosed {
 		c.wmu.Unlock()
 		return ErrConnectionLost
+	}
+	if c.bp.inHandler == 0 && c.inlineLocked() {
+		c.wmu.Unlock()
+		c.writeInline(ans)
+		return nil
 	}
 	c.wq = append(c.wq, ans)
 	c.bp.queued++

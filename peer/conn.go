@@ -152,6 +152,40 @@ func (c *conn) enqueue(msg []byte) error {
 	return nil
 }
 
+// enqueueRequest is enqueue for a request of ours; alone says no other
+// request is pending on the connection. A request alone, when nothing is
+// queued or being written, is for the caller to write inline (inline
+// true: call writeInline after letting go of c.mu), as enqueueLone does:
+// with one caller that saves a writer goroutine's start and wake-up on
+// every request, most of the round trip's scheduling. Requests that have
+// company go to the writer, which batches them. c.mu is held.
+func (c *conn) enqueueRequest(msg []byte, alone bool) (inline bool, err error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.wclosed {
+		return false, ErrConnectionLost
+	}
+	if alone && c.inlineLocked() {
+		return true, nil
+	}
+	c.wq = append(c.wq, msg)
+	c.kickLocked()
+	return false, nil
+}
+
+// inlineLocked reports whether the caller may write a message itself,
+// now: the transport writes without waiting, nothing is queued or being
+// written and no close is due after the queue. If so the connection is
+// marked writing, so that whatever comes meanwhile queues behind the
+// caller's message, and the caller must call writeInline. c.wmu is held.
+func (c *conn) inlineLocked() bool {
+	if c.tw == nil || c.writing || len(c.wq) > 0 || c.flushEnd {
+		return false
+	}
+	c.writing = true
+	return true
+}
+
 // enqueueLone is enqueue for a message that usually travels alone: a DWR,
 // the DWA or error answer the reader sends back, a DPR or DPA. When
 // nothing is queued or being written and the transport can write without
@@ -166,8 +200,7 @@ func (c *conn) enqueueLone(msg []byte) error {
 		c.wmu.Unlock()
 		return ErrConnectionLost
 	}
-	if c.tw != nil && !c.writing && len(c.wq) == 0 && !c.flushEnd {
-		c.writing = true // whatever comes meanwhile queues behind us
+	if c.inlineLocked() {
 		c.wmu.Unlock()
 		c.writeInline(msg)
 		return nil
@@ -206,6 +239,7 @@ func (c *conn) writeInline(msg []byte) {
 		c.inline++
 	}
 	c.writing = false
+	c.wakeLocked() // a Handler's answer written whole leaves the backlog
 	if !c.wclosed && (len(c.wq) > 0 || c.flushEnd) {
 		c.kickLocked()
 	}
@@ -295,7 +329,8 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 	c.seq++
 	cl.seq = c.seq
 	c.pending[id] = cl
-	if err := c.enqueue(raw); err != nil {
+	inline, err := c.enqueueRequest(raw, len(c.pending) == 1)
+	if err != nil {
 		delete(c.pending, id)
 		cl.Unboard(c, b)
 		c.mu.Unlock()
@@ -307,6 +342,9 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 	c.mu.Unlock()
 	if testhook.AfterQueue != nil {
 		testhook.AfterQueue(cl.Ref)
+	}
+	if inline {
+		c.writeInline(raw) // the connection is ours to write: see enqueueRequest
 	}
 	return b.Sends > 0, nil
 }

@@ -51,10 +51,125 @@ func TestLoneMessagesWrittenInline(t *testing.T) {
 	assert.Zero(t, writers, "server: writer goroutines started")
 	assert.Equal(t, int(s.Peers()[0].Stats().DWRReceived), inline, "server: DWAs written inline")
 
-	_, err := p.Request(bounded(t), acr())
-	require.NoError(t, err)
+	// One caller: each request is alone on the connection, and so is its
+	// answer in the server's Handlers: both written inline.
+	_, cliBefore := writeCounts(cc)
+	_, srvBefore := writeCounts(sc)
+	const n = 20
+	for range n {
+		_, err := p.Request(bounded(t), acr())
+		require.NoError(t, err)
+	}
+	writers, inline = writeCounts(cc)
+	assert.Zero(t, writers, "client: a lone request goes inline")
+	assert.GreaterOrEqual(t, inline-cliBefore, n, "client: requests written inline")
+	require.Eventually(t, func() bool { _, i := writeCounts(sc); return i-srvBefore >= n }, 5*time.Second, time.Millisecond,
+		"server: answers written inline")
+	writers, _ = writeCounts(sc)
+	assert.Zero(t, writers, "server: the answer to the only request in a Handler goes inline")
+
+	// Many callers: requests with company go through the writer, which
+	// batches them.
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for range 20 {
+				_, err := p.Request(bounded(t), acr())
+				assert.NoError(t, err)
+			}
+		})
+	}
+	wg.Wait()
 	writers, _ = writeCounts(cc)
-	assert.Equal(t, 1, writers, "a request goes through the writer")
+	assert.Positive(t, writers, "client: concurrent requests reach the writer")
+}
+
+// A request alone on the connection is the caller's to write only when
+// nothing is queued or being written: behind a busy writer it queues, and
+// every byte arrives in order; once the writer is done, the next lone
+// request is written inline again (and its bytes follow the others).
+func TestLoneRequestKeepsOrder(t *testing.T) {
+	a, far := tcpPair(t)
+	defer far.Close()
+	c := newConn(nil, a, "far")
+	defer func() {
+		c.close("test over")
+		c.wwg.Wait()
+	}()
+	var sent [][]byte
+	for i := range 200 { // about 3 MB: the inline write fills the buffers, a writer takes the rest
+		m := frame(16000, uint32(i), true)
+		sent = append(sent, m)
+		require.NoError(t, c.enqueueLone(m))
+	}
+	lone := frame(120, 1000, true)
+	inline, err := c.enqueueRequest(lone, true)
+	require.NoError(t, err)
+	assert.False(t, inline, "a lone request went inline past a busy writer")
+	sent = append(sent, lone)
+	for i, want := range sent {
+		got, err := far.ReadMessage()
+		require.NoError(t, err, "message %d", i)
+		require.True(t, bytes.Equal(want, got), "message %d differs", i)
+	}
+	require.Eventually(t, func() bool {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+		return !c.writing
+	}, 5*time.Second, time.Millisecond)
+	next := frame(120, 1001, true)
+	inline, err = c.enqueueRequest(next, true)
+	require.NoError(t, err)
+	require.True(t, inline, "a lone request on an idle connection")
+	c.writeInline(next)
+	with := frame(120, 1002, true)
+	inline, err = c.enqueueRequest(with, false)
+	require.NoError(t, err)
+	assert.False(t, inline, "a request with company goes to the writer")
+	for _, want := range [][]byte{next, with} {
+		got, err := far.ReadMessage()
+		require.NoError(t, err)
+		require.True(t, bytes.Equal(want, got))
+	}
+}
+
+// An answer written inline leaves the backlog at once: a reader paused at
+// the limit reads again.
+func TestInlineAnswerFreesBacklog(t *testing.T) {
+	a, far := tcpPair(t)
+	defer far.Close()
+	p, err := newPeer(clientConfig("client.example.net"), RoleServer, "x", "far")
+	require.NoError(t, err)
+	c := newConn(nil, a, "far")
+	c.p = p // for waitRoom's log and counter; no workers, no handler
+	c.bp.limit = 1
+	defer func() {
+		c.close("test over")
+		c.wwg.Wait()
+	}()
+	c.held() // the one request the limit allows, in a Handler
+	resumed := make(chan struct{})
+	go func() {
+		c.waitRoom()
+		close(resumed)
+	}()
+	require.Eventually(t, func() bool {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+		return c.bp.resume != nil
+	}, 5*time.Second, time.Millisecond, "the reader pauses at the limit")
+	ans := frame(100, 7, false)
+	require.NoError(t, c.enqueueAnswer(ans))
+	_, inline := writeCounts(c)
+	assert.Equal(t, 1, inline, "the only answer owed goes inline")
+	select {
+	case <-resumed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reader stayed paused after the answer was written")
+	}
+	got, err := far.ReadMessage()
+	require.NoError(t, err)
+	assert.Equal(t, ans, got)
 }
 
 // TLS cannot write part of a record and come back later: every message
