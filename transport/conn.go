@@ -60,14 +60,21 @@ type Listener interface {
 }
 
 // frameReader reads one validated message at a time from a byte stream.
+// Its buffer is allocated at the first read: a server closes connections
+// over its limits as soon as they are accepted, and a flood of those must
+// not cost a buffer (and the garbage collections it brings) each.
 type frameReader struct {
-	r      *bufio.Reader
+	src    io.Reader
+	r      *bufio.Reader // nil until the first read
 	maxLen uint32
 	hdr    [wire.HeaderLen]byte
 	custom func(*bufio.Reader) ([]byte, error) // Options.ReadFrame
 }
 
 func (f *frameReader) readMessage() ([]byte, error) {
+	if f.r == nil {
+		f.r = bufio.NewReaderSize(f.src, readBufferSize)
+	}
 	if f.custom != nil {
 		return f.custom(f.r)
 	}
@@ -121,7 +128,7 @@ func NewStreamConn(c net.Conn, network string, opts Options) Conn {
 		c:            c,
 		network:      network,
 		writeTimeout: opts.WriteTimeout,
-		fr:           frameReader{r: bufio.NewReaderSize(c, readBufferSize), maxLen: opts.MaxMessageLen, custom: opts.ReadFrame},
+		fr:           frameReader{src: c, maxLen: opts.MaxMessageLen, custom: opts.ReadFrame},
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		sc.vector = true

@@ -3,7 +3,6 @@
 package transport
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -173,7 +172,7 @@ func newSCTPConn(c *sctp.SCTPConn, opts Options) (Conn, error) {
 	// messages of all streams arrive whole and one after another, so the
 	// socket reads as a byte stream of back-to-back messages and the
 	// same validated framing applies.
-	s.fr = frameReader{r: bufio.NewReaderSize(sctpReader{s}, readBufferSize), maxLen: opts.MaxMessageLen}
+	s.fr = frameReader{src: sctpReader{s}, maxLen: opts.MaxMessageLen}
 	return s, nil
 }
 
