@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -12,11 +13,14 @@ import (
 	"github.com/aaatp/aaatp/wire"
 )
 
-// cerWithInband sends a CER offering the given Inband-Security-Ids on tc
-// and returns the CEA's Result-Code.
-func cerWithInband(t *testing.T, tc transport.Conn, ids ...uint32) uint32 {
+// cerWithInband sends a CER from host offering the given
+// Inband-Security-Ids on tc and returns the CEA's Result-Code. Each
+// connection of a test names a host of its own: the server refuses a
+// second connection from one identity (5012) until it has seen the
+// first one close, which a test closing it just before cannot wait for.
+func cerWithInband(t *testing.T, tc transport.Conn, host string, ids ...uint32) uint32 {
 	t.Helper()
-	cfg, err := clientConfig("client.example.net").validate()
+	cfg, err := clientConfig(host).validate()
 	require.NoError(t, err)
 	b := message.NewRequest(wire.CmdCapabilitiesExchange, message.AppCommon, 0)
 	cfg.addCapabilities(b, tc.LocalAddr())
@@ -37,20 +41,21 @@ func cerWithInband(t *testing.T, tc transport.Conn, ids ...uint32) uint32 {
 func TestInbandSecurityOverTCP(t *testing.T) {
 	s := startServer(t, "tcp://127.0.0.1:0", nil)
 	for name, tc := range map[string]struct {
+		host string
 		ids  []uint32
 		want uint32
 	}{
-		"TLS only":         {[]uint32{1}, message.NoCommonSecurity},
-		"NO_INBAND":        {[]uint32{0}, message.Success},
-		"NO_INBAND, TLS":   {[]uint32{1, 0}, message.Success},
-		"none offered":     {nil, message.Success},
-		"unknown (7) only": {[]uint32{7}, message.NoCommonSecurity},
+		"TLS only":         {"tls-only.example.net", []uint32{1}, message.NoCommonSecurity},
+		"NO_INBAND":        {"no-inband.example.net", []uint32{0}, message.Success},
+		"NO_INBAND, TLS":   {"both.example.net", []uint32{1, 0}, message.Success},
+		"none offered":     {"none.example.net", nil, message.Success},
+		"unknown (7) only": {"unknown.example.net", []uint32{7}, message.NoCommonSecurity},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, err := transport.Dial(bounded(t), "tcp://"+s.Addr().String(), transport.Options{})
 			require.NoError(t, err)
 			defer c.Close()
-			assert.Equal(t, tc.want, cerWithInband(t, c, tc.ids...))
+			assert.Equal(t, tc.want, cerWithInband(t, c, tc.host, tc.ids...))
 			if tc.want != message.Success {
 				_, err := c.ReadMessage()
 				assert.Error(t, err, "the connection is closed after the refusal")
@@ -69,10 +74,10 @@ func TestInbandSecurityOverTLS(t *testing.T) {
 	s := startServer(t, "tls://127.0.0.1:0", func(c *Config) { c.Transport.TLS = srvTLS })
 	cliTLS, err := transport.ClientTLSConfig(cert, "", "", "localhost")
 	require.NoError(t, err)
-	for _, ids := range [][]uint32{{0}, {1}} {
+	for i, ids := range [][]uint32{{0}, {1}} {
 		c, err := transport.Dial(bounded(t), "tls://"+s.Addr().String(), transport.Options{TLS: cliTLS})
 		require.NoError(t, err)
-		assert.Equal(t, uint32(message.Success), cerWithInband(t, c, ids...), "Inband-Security-Id %v over TLS", ids)
+		assert.Equal(t, uint32(message.Success), cerWithInband(t, c, fmt.Sprintf("client-%d.example.net", i), ids...), "Inband-Security-Id %v over TLS", ids)
 		c.Close()
 	}
 }
