@@ -114,10 +114,12 @@ func failedOf(a wire.AVP) *failedAVP {
 	return &failedAVP{code: a.Code, vendor: a.Vendor, data: a.Data}
 }
 
-// supportsApp reports whether we advertised app (or Relay).
+// supportsApp reports whether we advertised app (or Relay): whether one of
+// allApps is either, without building that list (this runs per request).
 func (c *Config) supportsApp(app uint32) bool {
-	apps := c.allApps()
-	return slices.Contains(apps, app) || slices.Contains(apps, message.AppRelay)
+	ok := func(a uint32) bool { return a == app || a == message.AppRelay }
+	return slices.ContainsFunc(c.AuthApps, ok) || slices.ContainsFunc(c.AcctApps, ok) ||
+		slices.ContainsFunc(c.VendorApps, func(v VendorApp) bool { return ok(v.AuthAppID + v.AcctAppID) })
 }
 
 // isAgent reports whether host matches AgentHosts.
