@@ -30,6 +30,8 @@ import (
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
+	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/watchdog"
 )
@@ -73,9 +75,14 @@ var (
 
 // PeerSpec is one configured peer.
 type PeerSpec struct {
-	URL    string // tcp://host:port, tls://..., sctp://...
+	// URL is a Diameter peer's (tcp://host:port, tls://..., sctp://...)
+	// or a RADIUS server's (radius+tcp://host:port, radsec://host[:port]).
+	URL    string
 	Name   string // label for the balancer and statistics; default URL
 	Weight int    // balance weight; default 1
+	// Secret is a radius+tcp:// server's shared secret; nil:
+	// Config.RADIUS.Secret. radsec:// servers use "radsec" (RFC 6614).
+	Secret []byte
 }
 
 // Config configures a Client.
@@ -85,9 +92,14 @@ type Config struct {
 	Algorithm loadbalance.Algorithm // Balance mode; default Pearson
 	// Balancer tunes the conversation memory of Balance mode.
 	Balancer loadbalance.Options
-	// Peer is the template for every peer (Origin-Host, Watchdog, ...).
-	// Its OnFailover and Events are set by the Client.
+	// Peer is the template for every Diameter peer (Origin-Host,
+	// Watchdog, ...). Its Events are set by the Client.
 	Peer peer.Config
+	// RADIUS is the template for every radius+tcp:// and radsec://
+	// server (Secret, Watchdog, Transport, MaxConns, ...). Its Events are
+	// set by the Client. A Client has Diameter peers or RADIUS servers,
+	// not both.
+	RADIUS radpeer.Config
 	// RequestTimeout bounds a Send whose context has no deadline. Default:
 	// FailoverDetection of the peers' Twinit plus peer.DefaultRequestTimeout
 	// for the alternate's answer (74 s with the default Twinit of 30 s), so
@@ -112,6 +124,9 @@ type Config struct {
 	// TestRequest builds the test user's request sent to a server as a
 	// probe or keep-alive (Policy.TestUser). Nil: real requests probe.
 	TestRequest func(server string) []byte
+	// RADIUSTestRequest is TestRequest for RADIUS servers (a test user's
+	// Access-Request, or a Status-Server).
+	RADIUSTestRequest func(server string) *radius.Request
 	// Throttle, when set, limits each server's rate and outstanding
 	// requests, with an instance queue and per-server queues.
 	Throttle *Throttle
@@ -131,7 +146,8 @@ type Config struct {
 type member struct {
 	spec  PeerSpec
 	index int
-	pp    atomic.Pointer[peer.Peer] // nil until dialed (MaxConnections)
+	pp    atomic.Pointer[peer.Peer]    // nil until dialed (MaxConnections)
+	rp    atomic.Pointer[radpeer.Peer] // a RADIUS server's; nil for a Diameter peer
 	stats serverStats
 
 	// Owned under Client.mu.
@@ -143,8 +159,8 @@ func (m *member) p() *peer.Peer { return m.pp.Load() }
 
 // okay reports whether the member's peer is dialed and in service.
 func (m *member) okay() bool {
-	p := m.pp.Load()
-	return p != nil && p.InService()
+	k := m.carrier()
+	return k != nil && k.InService()
 }
 
 // Client owns a set of peers. See the package documentation.
@@ -155,6 +171,7 @@ type Client struct {
 	byName  map[string]*member
 	bal     *loadbalance.Balancer // Balance mode
 	rr      atomic.Uint64
+	radius  bool // the members are RADIUS servers
 	events  *Bus
 	cancels []func()
 	ready   readiness // wakes WaitReady
@@ -195,8 +212,16 @@ func New(cfg Config) (*Client, error) {
 	if len(cfg.Peers) == 0 {
 		return nil, errors.New("client: no peers configured")
 	}
-	if detect := FailoverDetection(cfg.Peer.Watchdog.Twinit); cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = detect + peer.DefaultRequestTimeout
+	isRADIUS, err := radiusMembers(cfg)
+	if err != nil {
+		return nil, err
+	}
+	twinit, answerTime := cfg.Peer.Watchdog.Twinit, peer.DefaultRequestTimeout
+	if isRADIUS {
+		twinit, answerTime = cfg.RADIUS.Watchdog.Twinit, radpeer.DefaultRequestTimeout
+	}
+	if detect := FailoverDetection(twinit); cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = detect + answerTime
 	} else if cfg.RequestTimeout < detect {
 		log := cfg.Peer.Logger
 		if log == nil {
@@ -211,7 +236,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Events == nil {
 		cfg.Events = NewBus()
 	}
-	c := &Client{cfg: cfg, events: cfg.Events, byName: map[string]*member{}}
+	c := &Client{cfg: cfg, events: cfg.Events, byName: map[string]*member{}, radius: isRADIUS}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.log.init(cfg.FailoverLog)
 	var servers []loadbalance.Server
@@ -266,6 +291,9 @@ func New(cfg Config) (*Client, error) {
 
 // dialLocked creates the member's peer. c.mu is held.
 func (c *Client) dialLocked(m *member) error {
+	if c.radius {
+		return c.dialRADIUS(m)
+	}
 	pc := c.cfg.Peer
 	call.Diameter.WithFailover(&pc, c.onFailover)
 	pc.Events = peer.NewBus() // per peer, so we know whose event it is
@@ -320,7 +348,7 @@ func (c *Client) memberOf(p any) *member {
 func (c *Client) Events() *Bus { return c.events }
 
 // Peers returns the servers' peers in configured order, one entry per
-// PeerSpec. With MaxConnections, a server not dialed at the moment (it
+// PeerSpec (nil for RADIUS servers: see RADIUSPeers). With MaxConnections, a server not dialed at the moment (it
 // waits for a slot, or its connection was closed to respect the limit)
 // has a nil entry; take it again after a slot event (EventSlotFilled,
 // EventSlotReleased) for the current set. Without MaxConnections no
@@ -351,10 +379,20 @@ func (c *Client) Balancer() (snap loadbalance.Snapshot, ok bool) {
 // until ctx is done, or RequestTimeout when ctx has no deadline. Every
 // request gets exactly one answer or one error.
 func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
+	if c.radius {
+		return nil, errors.New("client: Send takes Diameter requests; these servers are RADIUS: use Exchange")
+	}
 	cl, err := call.Diameter.New(req, c.cfg.ForwardRetransmitFlag)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
+	ans, _, err := c.do(ctx, cl)
+	return ans, err
+}
+
+// do is Send and Exchange once the request is a call: dispatch it, wait
+// for its one answer or error, and account for it.
+func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, any, error) {
 	start := time.Now()
 	var it *item
 	if c.sched != nil {
@@ -365,7 +403,7 @@ func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
 		it = c.newItem(cl, dl)
 	}
 	c.dispatch(cl)
-	ans, _, err := cl.Wait(ctx, c.cfg.RequestTimeout)
+	ans, aux, err := cl.Wait(ctx, c.cfg.RequestTimeout)
 	if it != nil {
 		c.release(it) // the answer arrived or the request timed out (Q2)
 	}
@@ -379,11 +417,11 @@ func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
 	}
 	if err != nil {
 		if errors.Is(err, peer.ErrTimeout) && cl.Sends() == 0 {
-			return nil, fmt.Errorf("client: %w: %w", ErrNoPeer, err)
+			return nil, nil, fmt.Errorf("client: %w: %w", ErrNoPeer, err)
 		}
-		return nil, fmt.Errorf("client: %w", err)
+		return nil, nil, fmt.Errorf("client: %w", err)
 	}
-	return ans, nil
+	return ans, aux, nil
 }
 
 // carrier returns what dispatching needs of the member's peer (whether
@@ -392,6 +430,9 @@ func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
 func (m *member) carrier() call.Carrier {
 	if p := m.p(); p != nil {
 		return call.Diameter.Carrier(p)
+	}
+	if p := m.rp.Load(); p != nil {
+		return call.RADIUS.Carrier(p)
 	}
 	return nil
 }
@@ -436,9 +477,15 @@ func (c *Client) dispatch(cl *call.Call) *member {
 func (c *Client) dispatchAll(calls []*call.Call) []*member {
 	to := make([]*member, len(calls))
 	if c.sched != nil {
-		for i, cl := range calls {
-			to[i] = c.dispatch(cl)
+		// Every call waits in the throttle (to stays nil): replays go
+		// back to the head of its instance queue, in order.
+		its := make([]*item, 0, len(calls))
+		for _, cl := range calls {
+			if it, ok := cl.Tag().(*item); ok {
+				its = append(its, it)
+			}
 		}
+		c.throttled(its...)
 		return to
 	}
 	groups := map[*member][]*call.Call{}
@@ -644,7 +691,19 @@ func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.
 		return
 	}
 	defer c.ready.changed() // once everything below is applied
-	to := e.To
+	if c.cfg.MaxConnections > 0 {
+		c.balanceSlots(m, self, e.To)
+	}
+	c.serverState(m, e.To)
+	if e.To == watchdog.Okay {
+		c.unpark()
+	}
+}
+
+// serverState keeps the balancer, the policy and the throttle in step
+// with a server's watchdog state. c.mu must not be held by the caller
+// when to is OKAY and unpark follows.
+func (c *Client) serverState(m *member, to watchdog.State) {
 	if c.bal != nil {
 		st := loadbalance.Down
 		switch to {
@@ -659,17 +718,11 @@ func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.
 				Reason: fmt.Sprintf("balancer table rebuilt (generation %d)", gen)})
 		}
 	}
-	if c.cfg.MaxConnections > 0 {
-		c.balanceSlots(m, self, to)
-	}
 	if c.group != nil {
 		c.group.SetAvailable(m.index, to == watchdog.Okay)
 	}
 	if c.sched != nil {
 		c.refreshAvailability()
-	}
-	if to == watchdog.Okay {
-		c.unpark()
 	}
 }
 
@@ -785,9 +838,19 @@ func (c *Client) onFailover(from any, calls []*call.Call, reason string) {
 	}
 	fm.stats.failedOver.Add(uint64(len(calls)))
 	moved := map[*member][]uint32{}
+	counts := map[*member]int{}
+	nwaiting := 0
 	var order []*member
 	var waiting, refused, concluded []uint32
 	live := make([]*call.Call, 0, len(calls))
+	// refs names the requests in the records: Diameter's End-to-End ids
+	// (a RADIUS request has none: its Identifier changes with each send).
+	refs := func(ids []uint32, cl *call.Call) []uint32 {
+		if cl.Ref != 0 {
+			ids = append(ids, cl.Ref)
+		}
+		return ids
+	}
 	for _, cl := range calls {
 		if cl.IsDone() {
 			continue
@@ -798,7 +861,7 @@ func (c *Client) onFailover(from any, calls []*call.Call, reason string) {
 			// Addressed to the peer that failed: not moved to another host
 			// (RFC 6733 5.5.4).
 			cl.Fail(fmt.Errorf("%w: Destination-Host %s is not reachable (%s)", ErrUnableToDeliver, dh, reason))
-			refused = append(refused, cl.Ref)
+			refused = refs(refused, cl)
 			continue
 		}
 		live = append(live, cl)
@@ -810,22 +873,24 @@ func (c *Client) onFailover(from any, calls []*call.Call, reason string) {
 			if _, ok := moved[to]; !ok {
 				order = append(order, to)
 			}
-			moved[to] = append(moved[to], cl.Ref)
+			moved[to] = refs(moved[to], cl)
+			counts[to]++
 		case cl.State() == call.Parked:
-			waiting = append(waiting, cl.Ref)
+			waiting = refs(waiting, cl)
+			nwaiting++
 		case cl.IsDone():
-			concluded = append(concluded, cl.Ref)
+			concluded = refs(concluded, cl)
 		default: // queued in the throttle
-			waiting = append(waiting, cl.Ref)
+			waiting = refs(waiting, cl)
+			nwaiting++
 		}
 	}
 	now := time.Now()
 	for _, to := range order {
-		ids := moved[to]
-		c.record(FailoverRecord{Time: now, From: fm.spec.Name, To: to.spec.Name, Outcome: Moved, Reason: reason, Moved: len(ids), EndToEnd: ids})
+		c.record(FailoverRecord{Time: now, From: fm.spec.Name, To: to.spec.Name, Outcome: Moved, Reason: reason, Moved: counts[to], EndToEnd: moved[to]})
 	}
-	if len(waiting) > 0 {
-		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Parked, Reason: reason + "; no alternate in service: waiting", Moved: len(waiting), EndToEnd: waiting})
+	if nwaiting > 0 {
+		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Parked, Reason: reason + "; no alternate in service: waiting", Moved: nwaiting, EndToEnd: waiting})
 	}
 	if len(concluded) > 0 {
 		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Refused, Reason: reason + "; no other peer left: the last refusal is the answer", EndToEnd: concluded})
@@ -852,8 +917,12 @@ func (c *Client) Close(ctx context.Context) error {
 		<-c.dispatchDone
 	}
 	for _, m := range c.members {
-		p := m.p()
-		if p == nil {
+		var p interface{ Close(context.Context) error }
+		if dp := m.p(); dp != nil {
+			p = dp
+		} else if rp := m.rp.Load(); rp != nil {
+			p = rp
+		} else {
 			continue
 		}
 		wg.Add(1)

@@ -73,6 +73,9 @@ func (c *Client) setupLimits() error {
 		servers := make([]throttle.Server, len(c.members))
 		for i, n := range names {
 			servers[i] = throttle.Server{Name: n, Auth: t.Auth, Accounting: t.Accounting}
+			if c.radius {
+				servers[i].Auth, servers[i].Accounting = c.radiusLimits(t.Auth), c.radiusLimits(t.Accounting)
+			}
 		}
 		s, err := throttle.New(throttle.Config[*item]{
 			Servers: servers, Slot: t.Slot, AlarmHigh: t.AlarmHigh, AlarmLow: t.AlarmLow,
@@ -186,22 +189,39 @@ func (c *Client) newItem(cl *call.Call, dl time.Time) *item {
 	return it
 }
 
-// throttled is dispatch's admission through the throttle: the request
-// joins the scheduler's queues (a replay gives back the place it held on
-// the server it left) and whatever the scheduler releases now is placed.
-func (c *Client) throttled(it *item) {
-	if it.cl.IsDone() {
+// throttled is dispatch's admission through the throttle: each request
+// joins the scheduler's instance queue, a first send at its tail, a
+// replay (a failover's, in order) at its head, ahead of newer requests,
+// giving back the place it held on the server it left; whatever the
+// scheduler releases now is placed.
+func (c *Client) throttled(its ...*item) {
+	var front []*item
+	back := its[:0]
+	for _, it := range its {
+		switch {
+		case it.cl.IsDone():
+		case it.cl.Sends() == 0:
+			back = append(back, it)
+		case c.pick(it.cl) == nil && it.cl.Conclude(): // refused as too busy and no peer left to try
+		default:
+			front = append(front, it)
+		}
+	}
+	if len(front)+len(back) == 0 {
 		return
 	}
-	if it.cl.Sends() > 0 && c.pick(it.cl) == nil && it.cl.Conclude() {
-		return // refused as too busy and no peer left to try
-	}
 	c.tmu.Lock()
-	if it.server >= 0 {
-		c.sched.Done(it.server, it.class)
-		it.server = -1
+	for i := len(front) - 1; i >= 0; i-- { // the head, last first: in order
+		it := front[i]
+		if it.server >= 0 {
+			c.sched.Done(it.server, it.class)
+			it.server = -1
+		}
+		c.sched.EnqueueFront(it, it.class)
 	}
-	c.sched.Enqueue(it, it.class)
+	for _, it := range back {
+		c.sched.Enqueue(it, it.class)
+	}
 	ds := c.poll(time.Now())
 	c.tmu.Unlock()
 	c.execute(ds)
@@ -323,18 +343,16 @@ func (c *Client) dispatcher() {
 // to one server, outside the throttle: exactly one message, no retry.
 func (c *Client) sendTest(s policy.TestSend) {
 	m := c.members[s.Index]
-	p := m.p()
-	if c.cfg.TestRequest == nil || p == nil || p.State() != watchdog.Okay {
+	k := m.carrier()
+	_, st, _ := m.stateOf()
+	cl, ok := c.newTest(m)
+	if !ok || k == nil || st != watchdog.Okay {
 		if s.Kind == policy.SendProbe {
 			c.group.CancelProbe(s.Index)
 		}
 		return
 	}
-	cl, err := call.Diameter.New(c.cfg.TestRequest(m.spec.Name), false)
-	if err != nil {
-		return
-	}
-	if err := call.Diameter.Carrier(p).Submit(cl); err != nil {
+	if err := k.Submit(cl); err != nil {
 		if s.Kind == policy.SendProbe {
 			c.group.CancelProbe(s.Index)
 		}

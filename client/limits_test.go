@@ -264,3 +264,36 @@ func TestThrottleSeesPeerUpBeforeStored(t *testing.T) {
 		require.NoError(t, err, "request %d", i)
 	}
 }
+
+// Q3: a failover's replay re-enters the throttle's instance queue at its
+// head, ahead of newer requests that waited behind it: the alternate gets
+// it first.
+func TestThrottleReplayAheadOfNewer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+		n := network{"tcp://a:1": a, "tcp://b:1": b}
+		defer n.close()
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
+		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 1}}
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		a.freeze()
+		var wg sync.WaitGroup
+		for i := range 5 { // the first goes to a; the others wait for its place
+			wg.Go(func() {
+				_, err := c.Send(context.Background(), acr(i, "u@example.net"))
+				assert.NoError(t, err)
+			})
+			synctest.Wait()
+		}
+		wg.Wait() // a goes SUSPECT: all five go to b, one at a time
+		got := b.received()
+		require.Len(t, got, 5)
+		assert.True(t, got[0].tflag, "the replay went first")
+		for _, s := range got[1:] {
+			assert.False(t, s.tflag, "newer requests after the replay")
+		}
+	})
+}

@@ -122,8 +122,8 @@ func (c *Client) ServerStats() []ServerStats {
 			Failed: s.failed.Load(), FailedOver: s.failedOver.Load(), Premature: s.premature.Load(),
 			MeanUs: s.lat.Mean(), P99Us: float64(s.lat.Quantile(0.99)),
 		}
-		if p := m.p(); p != nil {
-			out[i].Peer, out[i].State = p.Name(), p.State().String()
+		if name, st, ok := m.stateOf(); ok {
+			out[i].Peer, out[i].State = name, st.String()
 		} else {
 			out[i].State = "not connected"
 		}

@@ -1,0 +1,282 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	lradius "layeh.com/radius"
+
+	"github.com/aaatp/aaatp/internal/fault"
+	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/radpeer"
+	"github.com/aaatp/aaatp/throttle"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/watchdog"
+)
+
+// radServer is a RADIUS/TCP server (radpeer.Server) reached over
+// net.Pipe, whose process can be frozen like fakeServer's.
+type radServer struct {
+	secret []byte
+	srv    *radpeer.Server
+	conns  chan transport.Conn
+	closed chan struct{}
+	faults fault.Switch
+
+	mu       sync.Mutex
+	users    []string // User-Name of each request handled, in order
+	badPass  int      // passwords that did not decrypt with this server's secret
+	answered atomic.Int32
+}
+
+func newRADServer(t *testing.T, secret string) *radServer {
+	s := &radServer{secret: []byte(secret), conns: make(chan transport.Conn), closed: make(chan struct{})}
+	srv, err := radpeer.NewServer(s, radpeer.SchemeTCP, radpeer.ServerConfig{Secret: s.secret, Handler: s.handle, Logger: quiet})
+	require.NoError(t, err)
+	s.srv = srv
+	go srv.Serve()
+	return s
+}
+
+func (s *radServer) handle(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+	if req.Code == lradius.CodeStatusServer {
+		return lradius.CodeAccessAccept, nil
+	}
+	user := string(req.Get(radius.AttrUserName))
+	s.mu.Lock()
+	s.users = append(s.users, user)
+	if a := req.Get(radius.AttrUserPassword); a != nil {
+		if pw, err := lradius.UserPassword(a, s.secret, req.Authenticator[:]); err != nil || string(pw) != "pw-"+user {
+			s.badPass++
+		}
+	}
+	s.mu.Unlock()
+	s.answered.Add(1)
+	return radpeer.AcceptAll(ctx, req, raw)
+}
+
+func (s *radServer) handled() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.users...)
+}
+
+// Accept, Close and Addr make s the server's transport.Listener.
+func (s *radServer) Accept() (transport.Conn, error) {
+	select {
+	case c := <-s.conns:
+		return c, nil
+	case <-s.closed:
+		return nil, net.ErrClosed
+	}
+}
+func (s *radServer) Close() error   { return nil }
+func (s *radServer) Addr() net.Addr { return &net.TCPAddr{} }
+
+func (s *radServer) dial(ctx context.Context) (transport.Conn, error) {
+	a, b := net.Pipe()
+	framed := func(c net.Conn) transport.Conn {
+		return transport.NewStreamConn(c, "tcp", transport.Options{ReadFrame: radius.ReadFrame})
+	}
+	select {
+	case s.conns <- s.faults.Wrap(framed(b), nil):
+		return framed(a), nil
+	case <-ctx.Done():
+		a.Close()
+		b.Close()
+		return nil, ctx.Err()
+	}
+}
+
+func (s *radServer) close() {
+	s.faults.Thaw()
+	close(s.closed)
+	s.srv.Close(context.Background())
+	s.faults.Reset()
+	s.faults.Wait()
+}
+
+// radNetwork routes the client's dials to RADIUS servers by URL.
+type radNetwork map[string]*radServer
+
+func (n radNetwork) close() {
+	for _, s := range n {
+		s.close()
+	}
+}
+
+func radClientConfig(n radNetwork, mode Mode, urls ...string) Config {
+	cfg := Config{
+		Mode: mode,
+		RADIUS: radpeer.Config{
+			Watchdog: watchdog.Config{Twinit: 6 * time.Second, Rand: noJitter{}},
+			Dialer: func(ctx context.Context, url string) (transport.Conn, error) {
+				return n[url].dial(ctx)
+			},
+			Logger: quiet,
+		},
+		RequestTimeout: time.Hour,
+	}
+	for _, u := range urls {
+		cfg.Peers = append(cfg.Peers, PeerSpec{URL: u, Secret: n[u].secret})
+	}
+	return cfg
+}
+
+func accessRequest(user string) *radius.Request {
+	r := &radius.Request{Code: lradius.CodeAccessRequest}
+	r.Attributes.Add(radius.AttrUserName, lradius.Attribute(user))
+	r.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("pw-"+user))
+	return r
+}
+
+// A RADIUS server that hangs: its pending requests are replayed, in
+// order, to the other server, each re-signed with that server's secret
+// (its password decrypts there) on a new Identifier; every caller gets
+// one answer, from the second server; the first server's late answers,
+// once it thaws, are dropped as late; the failover is recorded and the
+// requests counted for the server they were first sent to.
+func TestRADIUSFailoverResigned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newRADServer(t, "secret-a"), newRADServer(t, "secret-b")
+		n := radNetwork{"radius+tcp://a:1812": a, "radius+tcp://b:1812": b}
+		defer n.close()
+		c, err := New(radClientConfig(n, PrimarySecondary, "radius+tcp://a:1812", "radius+tcp://b:1812"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		require.NoError(t, c.WaitReady(context.Background(), 2))
+		a.faults.Freeze()
+		const k = 5
+		var wg sync.WaitGroup
+		answers := make([]*radpeer.Response, k)
+		for i := range k {
+			wg.Go(func() {
+				resp, err := c.Exchange(context.Background(), accessRequest(fmt.Sprint("u", i)))
+				if assert.NoError(t, err) {
+					answers[i] = resp
+				}
+			})
+			synctest.Wait() // in send order
+		}
+		wg.Wait()
+		pb := c.RADIUSPeers()[1]
+		for i, r := range answers {
+			require.NotNil(t, r, "call %d", i)
+			assert.Same(t, pb, r.Peer, "call %d answered by the alternate", i)
+			assert.Equal(t, lradius.CodeAccessAccept, r.Packet.Code)
+		}
+		assert.Equal(t, []string{"u0", "u1", "u2", "u3", "u4"}, b.handled(), "replayed in send order")
+		assert.Zero(t, b.badPass, "every replay re-signed with b's secret")
+
+		recs, _ := c.FailoverLog()
+		var moved int
+		for _, r := range recs {
+			if r.Outcome == Moved && r.From == "radius+tcp://a:1812" && r.To == "radius+tcp://b:1812" {
+				moved += r.Moved
+			}
+		}
+		assert.Equal(t, k, moved, "failover records: %+v", recs)
+		st := c.ServerStats()
+		assert.Equal(t, uint64(k), st[0].Sent)
+		assert.Equal(t, uint64(k), st[0].Answered, "counted for the server first sent to")
+		assert.Equal(t, uint64(k), st[0].FailedOver)
+		assert.Zero(t, st[1].Sent, "replays are not first sends")
+
+		a.faults.Thaw() // a answers the requests it held: too late
+		synctest.Wait()
+		assert.Equal(t, int32(k), a.answered.Load())
+		assert.Equal(t, uint64(k), c.RADIUSPeers()[0].Stats().Late, "one answer per caller")
+	})
+}
+
+// One RADIUS server whose connection goes SUSPECT: its request is not
+// resent on that connection nor elsewhere; it waits, and goes out on the
+// connection that replaces it, answered once.
+func TestRADIUSNeverResentOnItsConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newRADServer(t, "secret-a")
+		n := radNetwork{"radius+tcp://a:1812": a}
+		defer n.close()
+		c, err := New(radClientConfig(n, Balance, "radius+tcp://a:1812"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		require.NoError(t, c.WaitReady(context.Background(), 1))
+		a.faults.Freeze()
+		res := make(chan error, 1)
+		go func() {
+			_, err := c.Exchange(context.Background(), accessRequest("u0"))
+			res <- err
+		}()
+		time.Sleep(13 * time.Second) // two Tw: SUSPECT
+		synctest.Wait()
+		assert.Equal(t, watchdog.Suspect, c.RADIUSPeers()[0].State())
+		assert.Empty(t, a.handled())
+		recs, _ := c.FailoverLog()
+		require.NotEmpty(t, recs)
+		assert.Equal(t, Parked, recs[len(recs)-1].Outcome, "no alternate: it waits")
+		a.faults.Reset() // the hung process dies: the connection closes, a new one opens
+		a.faults.Thaw()
+		require.NoError(t, <-res)
+		assert.Equal(t, []string{"u0"}, a.handled(), "sent once more, on the new connection only")
+	})
+}
+
+// A RADIUS server's throttle place is capped at its Identifiers (255 a
+// connection), and a failover's replays go to the head of the throttle's
+// queue, ahead of newer requests.
+func TestRADIUSThrottleReplayAheadOfNewer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newRADServer(t, "secret-a"), newRADServer(t, "secret-b")
+		n := radNetwork{"radius+tcp://a:1812": a, "radius+tcp://b:1812": b}
+		defer n.close()
+		cfg := radClientConfig(n, PrimarySecondary, "radius+tcp://a:1812", "radius+tcp://b:1812")
+		cfg.Throttle = &Throttle{Auth: throttle.Limits{MaxOutstanding: 1}}
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		assert.Equal(t, radpeer.IDsPerConn, c.radiusLimits(throttle.Limits{MaxOutstanding: 1000}).MaxOutstanding)
+		require.NoError(t, c.WaitReady(context.Background(), 2))
+		a.faults.Freeze()
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				_, err := c.Exchange(context.Background(), accessRequest(fmt.Sprint("u", i)))
+				assert.NoError(t, err)
+			})
+			synctest.Wait()
+		}
+		wg.Wait()
+		assert.Equal(t, []string{"u0", "u1", "u2", "u3"}, b.handled(), "u0, replayed, before the newer ones")
+	})
+}
+
+// Diameter and RADIUS members are not mixed, RADIUS over UDP belongs to
+// package radudp, and each protocol has its own call.
+func TestRADIUSConfigRefused(t *testing.T) {
+	for _, peers := range [][]PeerSpec{
+		{{URL: "tcp://a:3868"}, {URL: "radius+tcp://b:1812"}},
+		{{URL: "radius://a:1812"}},
+		{{URL: "tcp://a:3868", Secret: []byte("x")}},
+	} {
+		_, err := New(Config{Peers: peers})
+		assert.Error(t, err, "%+v", peers)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		a := newRADServer(t, "secret-a")
+		n := radNetwork{"radius+tcp://a:1812": a}
+		defer n.close()
+		c, err := New(radClientConfig(n, Balance, "radius+tcp://a:1812"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		_, err = c.Send(context.Background(), acr(1, "u"))
+		assert.ErrorContains(t, err, "Exchange")
+	})
+}
