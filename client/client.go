@@ -839,7 +839,8 @@ func (c *Client) onFailover(from any, calls []*call.Call, reason string) {
 	fm.stats.failedOver.Add(uint64(len(calls)))
 	moved := map[*member][]uint32{}
 	counts := map[*member]int{}
-	nwaiting := 0
+	nwaiting, nqueued := 0, 0
+	var queued []uint32
 	var order []*member
 	var waiting, refused, concluded []uint32
 	live := make([]*call.Call, 0, len(calls))
@@ -880,14 +881,17 @@ func (c *Client) onFailover(from any, calls []*call.Call, reason string) {
 			nwaiting++
 		case cl.IsDone():
 			concluded = refs(concluded, cl)
-		default: // queued in the throttle
-			waiting = refs(waiting, cl)
-			nwaiting++
+		default: // queued in the throttle, for whichever server it releases it to
+			queued = refs(queued, cl)
+			nqueued++
 		}
 	}
 	now := time.Now()
 	for _, to := range order {
 		c.record(FailoverRecord{Time: now, From: fm.spec.Name, To: to.spec.Name, Outcome: Moved, Reason: reason, Moved: counts[to], EndToEnd: moved[to]})
+	}
+	if nqueued > 0 {
+		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Moved, Reason: reason + "; queued in the throttle for an alternate", Moved: nqueued, EndToEnd: queued})
 	}
 	if nwaiting > 0 {
 		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Parked, Reason: reason + "; no alternate in service: waiting", Moved: nwaiting, EndToEnd: waiting})

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	lradius "layeh.com/radius"
 
+	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/internal/fault"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
@@ -37,9 +38,17 @@ type radServer struct {
 	answered atomic.Int32
 }
 
-func newRADServer(t *testing.T, secret string) *radServer {
+func newRADServer(t *testing.T, secret string) *radServer { return newRADServerWith(t, secret, nil) }
+
+// newRADServerWith is newRADServer with its handler behind store's
+// duplicate detection (the accounting content key), when store is set.
+func newRADServerWith(t *testing.T, secret string, store dedup.Store) *radServer {
 	s := &radServer{secret: []byte(secret), conns: make(chan transport.Conn), closed: make(chan struct{})}
-	srv, err := radpeer.NewServer(s, radpeer.SchemeTCP, radpeer.ServerConfig{Secret: s.secret, Handler: s.handle, Logger: quiet})
+	h := radpeer.Handler(s.handle)
+	if store != nil {
+		h = radpeer.Dedup(store, h, nil)
+	}
+	srv, err := radpeer.NewServer(s, radpeer.SchemeTCP, radpeer.ServerConfig{Secret: s.secret, Handler: h, Logger: quiet})
 	require.NoError(t, err)
 	s.srv = srv
 	go srv.Serve()
@@ -131,6 +140,25 @@ func radClientConfig(n radNetwork, mode Mode, urls ...string) Config {
 	return cfg
 }
 
+// radPair starts servers a and b (behind store, when set) and a
+// primary/secondary Client over them, edited by with, once both are in
+// service. stop ends them all.
+func radPair(t *testing.T, store dedup.Store, with func(*Config)) (a, b *radServer, c *Client, stop func()) {
+	a, b = newRADServerWith(t, "secret-a", store), newRADServerWith(t, "secret-b", store)
+	n := radNetwork{"radius+tcp://a:1812": a, "radius+tcp://b:1812": b}
+	cfg := radClientConfig(n, PrimarySecondary, "radius+tcp://a:1812", "radius+tcp://b:1812")
+	if with != nil {
+		with(&cfg)
+	}
+	c, err := New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, c.WaitReady(context.Background(), 2))
+	return a, b, c, func() {
+		c.Close(context.Background())
+		n.close()
+	}
+}
+
 func accessRequest(user string) *radius.Request {
 	r := &radius.Request{Code: lradius.CodeAccessRequest}
 	r.Attributes.Add(radius.AttrUserName, lradius.Attribute(user))
@@ -146,13 +174,8 @@ func accessRequest(user string) *radius.Request {
 // requests counted for the server they were first sent to.
 func TestRADIUSFailoverResigned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b := newRADServer(t, "secret-a"), newRADServer(t, "secret-b")
-		n := radNetwork{"radius+tcp://a:1812": a, "radius+tcp://b:1812": b}
-		defer n.close()
-		c, err := New(radClientConfig(n, PrimarySecondary, "radius+tcp://a:1812", "radius+tcp://b:1812"))
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		require.NoError(t, c.WaitReady(context.Background(), 2))
+		a, b, c, stop := radPair(t, nil, nil)
+		defer stop()
 		a.faults.Freeze()
 		const k = 5
 		var wg sync.WaitGroup
@@ -197,6 +220,40 @@ func TestRADIUSFailoverResigned(t *testing.T) {
 	})
 }
 
+// Accounting records applied by a server whose answers stop (it read
+// them, then hung before answering) are replayed to the other server,
+// which finds them in the shared store: every caller gets one answer,
+// and each record is applied once in all.
+func TestRADIUSFailoverAppliedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, c, stop := radPair(t, dedup.NewMemory(), nil)
+		defer stop()
+		a.faults.Mute() // reads and applies, answers nothing
+		const k = 20
+		var wg sync.WaitGroup
+		for i := range k {
+			wg.Go(func() {
+				r := &radius.Request{Code: lradius.CodeAccountingRequest}
+				r.Attributes.Add(radius.AttrUserName, lradius.Attribute(fmt.Sprint("u", i)))
+				r.Attributes.Add(radius.AttrNASIdentifier, lradius.Attribute("nas1"))
+				r.Attributes.Add(radius.AttrAcctSessionID, lradius.Attribute(fmt.Sprint("s", i)))
+				r.Attributes.Add(radius.AttrAcctStatusType, lradius.Attribute([]byte{0, 0, 0, 2}))
+				r.Attributes.Add(radius.AttrEventTimestamp, lradius.Attribute([]byte{0x69, 0, 0, byte(i)}))
+				resp, err := c.Exchange(context.Background(), r)
+				if assert.NoError(t, err) {
+					assert.Equal(t, lradius.CodeAccountingResponse, resp.Packet.Code)
+				}
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, int32(k), a.answered.Load(), "a applied every record before it hung")
+		assert.Zero(t, b.answered.Load(), "b applied none again: answered from the shared store")
+		assert.Len(t, b.handled(), 0)
+		st := c.ServerStats()
+		assert.Equal(t, uint64(k), st[0].FailedOver)
+	})
+}
+
 // One RADIUS server whose connection goes SUSPECT: its request is not
 // resent on that connection nor elsewhere; it waits, and goes out on the
 // connection that replaces it, answered once.
@@ -234,16 +291,9 @@ func TestRADIUSNeverResentOnItsConnection(t *testing.T) {
 // queue, ahead of newer requests.
 func TestRADIUSThrottleReplayAheadOfNewer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b := newRADServer(t, "secret-a"), newRADServer(t, "secret-b")
-		n := radNetwork{"radius+tcp://a:1812": a, "radius+tcp://b:1812": b}
-		defer n.close()
-		cfg := radClientConfig(n, PrimarySecondary, "radius+tcp://a:1812", "radius+tcp://b:1812")
-		cfg.Throttle = &Throttle{Auth: throttle.Limits{MaxOutstanding: 1}}
-		c, err := New(cfg)
-		require.NoError(t, err)
-		defer c.Close(context.Background())
+		a, b, c, stop := radPair(t, nil, func(cfg *Config) { cfg.Throttle = &Throttle{Auth: throttle.Limits{MaxOutstanding: 1}} })
+		defer stop()
 		assert.Equal(t, radpeer.IDsPerConn, c.radiusLimits(throttle.Limits{MaxOutstanding: 1000}).MaxOutstanding)
-		require.NoError(t, c.WaitReady(context.Background(), 2))
 		a.faults.Freeze()
 		var wg sync.WaitGroup
 		for i := range 4 {

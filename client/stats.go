@@ -14,7 +14,7 @@ import (
 type FailoverRecord struct {
 	Time     time.Time       `json:"time"`
 	From     string          `json:"from_peer"`
-	To       string          `json:"to_peer"` // Moved: the alternate, when known
+	To       string          `json:"to_peer"` // Moved: the alternate; empty when the throttle chooses it later
 	Outcome  FailoverOutcome `json:"outcome"`
 	Reason   string          `json:"reason"`
 	Moved    int             `json:"moved"`      // requests moved (Moved) or waiting (Parked)
@@ -25,7 +25,9 @@ type FailoverRecord struct {
 type FailoverOutcome uint8
 
 const (
-	// Moved: the requests were resent, to To, with the T flag.
+	// Moved: the requests were resent, to To, with the T flag (Diameter)
+	// or re-signed with a new Identifier (RADIUS); with a throttle, they
+	// went back to its queue, ahead of newer requests, To empty.
 	Moved FailoverOutcome = iota + 1
 	// Parked: no alternate was in service; the requests wait for one,
 	// within their deadlines.

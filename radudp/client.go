@@ -12,13 +12,11 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/client"
-	core "github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/throttle"
-	"github.com/aaatp/aaatp/watchdog"
 	lradius "layeh.com/radius"
 )
 
@@ -61,21 +59,18 @@ func (e *FailedError) Unwrap() error { return e.Err }
 type ServerSpec struct {
 	// Name labels the server in events and stats; default: its URL.
 	Name string
-	// URL is radius://host[:port] (UDP): where every request goes, or
-	// only Access-Requests and Status-Server when AcctURL is set; or
-	// radius+tcp://host:port or radsec://host[:port] (RFC 6613, 6614),
-	// whose connections carry every code.
+	// URL is radius://host[:port]: where every request goes, or only
+	// Access-Requests and Status-Server when AcctURL is set.
 	URL string
 	// AcctURL, when set, is where Accounting-Requests go (the server's
-	// accounting port). UDP only.
+	// accounting port).
 	AcctURL string
 	// Weight is the server's share of the Pearson table (default 1).
 	Weight int
 	// Secret is the server's shared secret; default Config.Secret.
 	Secret []byte
 	// StatusServer makes the probe and the keep-alive a Status-Server
-	// (RFC 5997) instead of the test user's Access-Request. Stream
-	// servers always probe with Status-Server.
+	// (RFC 5997) instead of the test user's Access-Request.
 	StatusServer bool
 	// Auth and Accounting are the server's throttle limits (the ASR5K max
 	// rate and max outstanding, separately per class).
@@ -124,13 +119,8 @@ type Config struct {
 	UpdateAcctDelayTime         bool
 	RequireMessageAuthenticator bool
 	Dial                        func(ctx context.Context, addr string) (net.Conn, error)
-	// Stream configures the radius+tcp:// and radsec:// servers.
-	Stream StreamConfig
 	// RequestTimeout bounds an Exchange whose context has no deadline.
-	// Default with stream servers: client.FailoverDetection of the
-	// watchdog's Twinit plus radpeer.DefaultRequestTimeout, so that a hung
-	// server's requests are replayed, not timed out; over UDP none (each
-	// server tried takes at most Timeout x Retries).
+	// Default none: each server tried takes at most Timeout x Retries.
 	RequestTimeout time.Duration
 	// Events receives the server-state changes (client.EventPolicy),
 	// failovers (client.EventFailover) and queue alarms
@@ -147,9 +137,6 @@ type ClientServerStats struct {
 	Acct     *PeerStats     `json:"acct,omitempty"` // with an AcctURL
 	Throttle throttle.Stats `json:"throttle"`
 	Probes   uint64         `json:"probes"` // test-user or Status-Server probes and keep-alives sent
-	// Stream is the radpeer.Peer of a radius+tcp:// or radsec:// server
-	// (its connections, watchdog states, Identifiers in use).
-	Stream *radpeer.Stats `json:"stream,omitempty"`
 }
 
 // ClientStats are a Client's counters.
@@ -160,15 +147,13 @@ type ClientStats struct {
 	Failovers uint64              `json:"failovers"` // requests moved to the next server
 	Reasons   map[string]uint64   `json:"failed_by_reason"`
 	Queued    int                 `json:"queued"`
-	Parked    int                 `json:"parked"` // stream requests waiting for a server they may go to
 }
 
 type server struct {
 	name    string
 	spec    ServerSpec
-	auth    *Peer         // UDP
-	acct    *Peer         // UDP; nil: auth carries everything
-	stream  *radpeer.Peer // radius+tcp:// or radsec://; nil over UDP
+	auth    *Peer // UDP
+	acct    *Peer // UDP; nil: auth carries everything
 	avail   bool
 	lb      loadbalance.State // as last given to the balancer
 	probes  atomic.Uint64
@@ -193,10 +178,6 @@ type call struct {
 	names    []string
 	once     sync.Once
 	res      chan callResult // cap 1
-
-	// Stream servers; guarded by Client.mu.
-	rc *core.Call // the request across its sends, each re-signed
-	at int        // server holding its throttle place, -1: none
 }
 
 type callResult struct {
@@ -213,9 +194,6 @@ func (c *Client) finish(cl *call, resp *Response, err error) bool {
 	cl.once.Do(func() {
 		if err != nil {
 			c.count(err)
-			if cl.rc != nil {
-				cl.rc.Fail(err) // its waiter ends, wherever it is pending
-			}
 			err = &FailedError{Tried: cl.names, Err: err}
 		} else {
 			c.answered.Add(1)
@@ -263,13 +241,7 @@ type Client struct {
 	reasonsMu                   sync.Mutex
 	reasons                     map[string]uint64
 
-	stream  bool                 // the servers are radius+tcp:// or radsec://
-	byRC    map[*core.Call]*call // stream calls not complete; under mu
-	parked  []*call              // stream calls no server may take now; under mu
-	cancels []func()             // bus subscriptions
-	flog    failoverLog          // under mu
-	ready   chan struct{}        // closed when NewClient is done (or failed)
-	readyMu sync.Once
+	flog failoverLog // under mu
 }
 
 // NewClient returns a running Client. Close it.
@@ -294,10 +266,11 @@ func NewClient(cfg Config) (*Client, error) {
 		cfg.Events = client.NewBus()
 	}
 	c := &Client{cfg: cfg, events: cfg.Events, maxQ: cfg.MaxQueued, wake: make(chan struct{}, 1),
-		done: make(chan struct{}), reasons: make(map[string]uint64), byRC: make(map[*core.Call]*call),
-		ready: make(chan struct{})}
-	if err := c.setupStream(); err != nil {
-		return nil, err
+		done: make(chan struct{}), reasons: make(map[string]uint64)}
+	for i, sp := range cfg.Servers {
+		if _, err := radpeer.ParseURL(sp.URL); err == nil {
+			return nil, fmt.Errorf("%w: server %d: %s: RADIUS over TCP and TLS goes through client.Client", ErrConfig, i, sp.URL)
+		}
 	}
 	testMsgs := 0
 	names := make([]string, n)
@@ -316,12 +289,7 @@ func NewClient(cfg Config) (*Client, error) {
 			UpdateAcctDelayTime: cfg.UpdateAcctDelayTime, RequireMessageAuthenticator: cfg.RequireMessageAuthenticator,
 			Dial: cfg.Dial, OnSend: c.onSend(i), OnReply: c.onReply(i)}
 		var err error
-		if c.stream {
-			err = c.dialStream(i, s, secret)
-		} else {
-			s.auth, err = c.newPeer(sp.URL, pc)
-		}
-		if err != nil {
+		if s.auth, err = c.newPeer(sp.URL, pc); err != nil {
 			c.closePeers()
 			return nil, fmt.Errorf("server %d: %w", i, err)
 		}
@@ -333,7 +301,7 @@ func NewClient(cfg Config) (*Client, error) {
 			}
 		}
 		switch {
-		case sp.StatusServer || c.stream:
+		case sp.StatusServer:
 			s.testReq = &radius.Request{Code: lradius.CodeStatusServer}
 			testMsgs++
 		case cfg.TestUser != nil:
@@ -345,7 +313,7 @@ func NewClient(cfg Config) (*Client, error) {
 		}
 		names[i] = s.name
 		lbs[i] = loadbalance.Server{Name: s.name, Index: i, Weight: sp.Weight}
-		tsrv[i] = throttle.Server{Name: s.name, Auth: c.limits(sp.Auth), Accounting: c.limits(sp.Accounting)}
+		tsrv[i] = throttle.Server{Name: s.name, Auth: sp.Auth, Accounting: sp.Accounting}
 	}
 	if testMsgs != 0 && testMsgs != n {
 		c.closePeers()
@@ -369,9 +337,8 @@ func NewClient(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.mu.Lock()
-	c.syncLocked() // stream servers are not in service yet
+	c.syncLocked()
 	c.mu.Unlock()
-	c.setReady()
 	c.wg.Add(1)
 	go c.run()
 	return c, nil
@@ -385,23 +352,12 @@ func (c *Client) newPeer(rawURL string, pc PeerConfig) (*Peer, error) {
 	return NewPeer(addr, pc)
 }
 
-// setReady lets the servers' events in: they wait for NewClient.
-func (c *Client) setReady() { c.readyMu.Do(func() { close(c.ready) }) }
-
 func (c *Client) closePeers() {
-	c.setReady()
 	for _, s := range c.servers {
-		if s.stream != nil {
-			s.stream.Close(context.Background())
-			continue
-		}
 		s.auth.Close()
 		if s.acct != nil {
 			s.acct.Close()
 		}
-	}
-	for _, cancel := range c.cancels {
-		cancel()
 	}
 }
 
@@ -438,7 +394,7 @@ func (c *Client) Exchange(ctx context.Context, r *radius.Request) (*Response, er
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.RequestTimeout)
 		defer cancel()
 	}
-	cl := &call{ctx: ctx, req: r, class: classOf(r.Code), res: make(chan callResult, 1), at: -1}
+	cl := &call{ctx: ctx, req: r, class: classOf(r.Code), res: make(chan callResult, 1)}
 	if v, ok := r.Attributes.Lookup(radius.AttrUserName); ok {
 		cl.key.NAI = string(v)
 	}
@@ -470,27 +426,16 @@ func (c *Client) Exchange(ctx context.Context, r *radius.Request) (*Response, er
 			return c.probeWith(cl, i)
 		}
 	}
-	if c.sched.Len()+len(c.parked) >= c.maxQ {
+	if c.sched.Len() >= c.maxQ {
 		c.mu.Unlock()
 		c.publish(evs)
 		c.count(ErrBusy)
 		return nil, ErrBusy
 	}
-	if c.stream {
-		// The caller's goroutine waits for the call's one answer or
-		// error, wherever failovers take it.
-		cl.rc = core.RADIUS.New(r)
-		c.byRC[cl.rc] = cl
-	}
 	c.sched.Enqueue(cl, cl.class)
 	c.mu.Unlock()
 	c.publish(evs)
 	c.kick()
-	if c.stream {
-		c.await(cl)
-		res := <-cl.res
-		return res.resp, res.err
-	}
 	select {
 	case res := <-cl.res:
 		return res.resp, res.err
@@ -573,30 +518,16 @@ func (c *Client) onAlarm(a throttle.Alarm) {
 
 // syncLocked makes the throttle's and the balancer's view of which
 // servers take requests follow the policy states. c.mu is held.
-//
-// A stream server takes requests only while its watchdog is OKAY. One
-// that is SUSPECT is suspended in the balancer: its conversations go to
-// the next server meanwhile, without a new table (only a change in the
-// set of servers in service rebuilds it).
 func (c *Client) syncLocked() {
 	now := time.Now()
-	back := false
 	for i, s := range c.servers {
 		takes := c.group.State(i).Takes()
 		st := loadbalance.Down
-		if s.stream != nil {
-			ws := s.stream.State()
-			if takes && ws == watchdog.Suspect {
-				st = loadbalance.Suspended
-			}
-			takes = takes && ws == watchdog.Okay
-		}
 		if takes {
 			st = loadbalance.InService
 		}
 		if takes != s.avail {
 			s.avail = takes
-			back = back || takes
 			c.sched.SetAvailable(i, takes, now)
 		}
 		if st != s.lb {
@@ -609,9 +540,6 @@ func (c *Client) syncLocked() {
 				go func() { defer c.wg.Done(); c.events.Publish(e) }()
 			}
 		}
-	}
-	if back {
-		c.unparkLocked()
 	}
 }
 
@@ -684,16 +612,9 @@ func (c *Client) triedNames(cl *call) []string {
 	return out
 }
 
-// avoids reports whether cl must not go to server i: over UDP, it tried
-// it; over a stream, it was sent on a connection of it that is still
-// OKAY, or on all of them (RFC 6613 2.6.1). c.mu is held.
-func (c *Client) avoids(cl *call, i int) bool {
-	if cl.tried&(1<<i) == 0 {
-		return false
-	}
-	s := c.servers[i]
-	return s.stream == nil || cl.rc == nil || core.RADIUS.Carrier(s.stream).Avoids(cl.rc)
-}
+// avoids reports whether cl must not go to server i: it tried it. c.mu
+// is held.
+func (c *Client) avoids(cl *call, i int) bool { return cl.tried&(1<<i) != 0 }
 
 func (c *Client) index(name string) int {
 	for i, s := range c.servers {
@@ -743,11 +664,7 @@ func (c *Client) run() {
 				continue
 			}
 			c.wg.Add(1)
-			if c.stream {
-				c.attempt(d.Item, d.Server) // it never blocks: Submit queues
-			} else {
-				go c.attempt(d.Item, d.Server)
-			}
+			go c.attempt(d.Item, d.Server)
 		}
 		clear(ds)
 		wait := time.Hour
@@ -786,14 +703,8 @@ func (c *Client) attempt(cl *call, i int) {
 	}
 	if c.avoids(cl, i) {
 		// The throttle fell back to a server this request tried: no server
-		// in service is left for it. Over a stream it waits for one (a
-		// server back in service, a connection it was sent on closed).
+		// in service is left for it.
 		c.sched.Done(i, cl.class)
-		if c.stream {
-			c.parkLocked(cl)
-			c.mu.Unlock()
-			return
-		}
 		c.mu.Unlock()
 		c.finish(cl, nil, ErrTimeout)
 		return
@@ -806,9 +717,6 @@ func (c *Client) attempt(cl *call, i int) {
 		requeue := c.untriedInService(cl)
 		if requeue {
 			c.sched.Enqueue(cl, cl.class)
-		} else if c.stream {
-			c.parkLocked(cl)
-			requeue = true
 		}
 		c.mu.Unlock()
 		c.publish(evs)
@@ -821,10 +729,6 @@ func (c *Client) attempt(cl *call, i int) {
 	cl.names = append(cl.names, s.name)
 	c.mu.Unlock()
 	c.publish(evs)
-	if s.stream != nil {
-		c.submitStream(cl, i)
-		return
-	}
 	attempts := c.cfg.Retries
 	if o.Probe {
 		attempts = 1
@@ -873,10 +777,6 @@ func (c *Client) testSend(ts policy.TestSend) {
 		return
 	}
 	s.probes.Add(1)
-	if s.stream != nil {
-		c.testSendStream(ts.Index)
-		return
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -896,16 +796,10 @@ func (c *Client) Stats() ClientStats {
 		Reasons: make(map[string]uint64)}
 	c.mu.Lock()
 	st.Queued = c.sched.Len()
-	st.Parked = len(c.parked)
 	for i, s := range c.servers {
 		ss := ClientServerStats{Name: s.name, URL: s.spec.URL, State: c.group.State(i),
 			Throttle: c.sched.Stats(i), Probes: s.probes.Load()}
-		if s.stream != nil {
-			ps := s.stream.Stats()
-			ss.Stream = &ps
-		} else {
-			ss.Auth = s.auth.Stats()
-		}
+		ss.Auth = s.auth.Stats()
 		if s.acct != nil {
 			a := s.acct.Stats()
 			ss.Acct = &a
@@ -933,16 +827,6 @@ func (c *Client) Close() error {
 	close(c.done)
 	c.mu.Unlock()
 	c.closePeers()
-	c.mu.Lock()
-	waiting := make([]*call, 0, len(c.byRC))
-	for _, cl := range c.byRC {
-		waiting = append(waiting, cl)
-	}
-	c.parked = nil
-	c.mu.Unlock()
-	for _, cl := range waiting {
-		c.finish(cl, nil, ErrClosed) // their waiters end
-	}
 	c.wg.Wait()
 	c.mu.Lock()
 	rest := c.sched.Release(nil)

@@ -1,9 +1,9 @@
-// Package radudp is aaatp's RADIUS client, with one dispatch path for
-// servers over UDP (radius:// URLs: retransmissions as RFC 2865 and RFC
-// 5080 want them), TCP (radius+tcp://, RFC 6613) and TLS (radsec://, RFC
-// 6614): the server states of the Nokia 7750 SR radius-server-policy, its
-// access algorithms with failover, and the Cisco ASR5K throttling of
-// RADIUS records. (The package name predates the stream transports.)
+// Package radudp is aaatp's RADIUS client over UDP (radius:// URLs:
+// retransmissions as RFC 2865 and RFC 5080 want them), with the server
+// states of the Nokia 7750 SR radius-server-policy, its access algorithms
+// with failover, and the Cisco ASR5K throttling of RADIUS records. RADIUS
+// over TCP (radius+tcp://, RFC 6613) and TLS (radsec://, RFC 6614), with
+// the RFC 3539 watchdog, goes through package client, as Diameter does.
 //
 // A [Peer] talks to one server. A request goes out on an Identifier of one
 // of its sockets, the least recently used one, and is retransmitted byte
@@ -32,19 +32,6 @@
 // slot and a free outstanding place allow them, authentication and
 // accounting separately. A caller gets one answer or one error, a
 // [*FailedError] naming the servers tried.
-//
-// Over TCP and TLS ([Config.Stream]) each server is a radpeer.Peer whose
-// connections run the RFC 3539 watchdog with Status-Server, 255 requests
-// each. A server takes requests while one of its connections is OKAY;
-// SUSPECT suspends it in the balancer without a new table. When a
-// connection leaves service its pending requests come back to the start of
-// the same dispatch path and go to another server, re-signed with that
-// server's secret and a new Identifier, never to the connection they were
-// sent on nor to another connection of that server while one they were
-// sent on is OKAY (RFC 6613 2.6.1); with no server they may go to, they
-// wait within their deadline. A late answer on the old connection
-// completes the request once. A server's outstanding limit is at most 255
-// x its connections. UDP and stream servers are not mixed in one Client.
 //
 // Every state change, failover and queue alarm is published on the
 // Client's events bus (package client's Event kinds).

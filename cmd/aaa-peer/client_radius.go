@@ -19,7 +19,6 @@ import (
 	"github.com/aaatp/aaatp/radudp"
 	"github.com/aaatp/aaatp/status"
 	"github.com/aaatp/aaatp/throttle"
-	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 	lradius "layeh.com/radius"
 )
@@ -251,7 +250,7 @@ func (o *radiusClientOptions) validate() error {
 	return checkStatusAddr(o.status)
 }
 
-// radiusClientReport is the JSON report of a RADIUS/UDP run.
+// radiusClientReport is the JSON report of a RADIUS run.
 type radiusClientReport struct {
 	Protocol  string            `json:"protocol"`
 	Algorithm string            `json:"algorithm"`
@@ -263,10 +262,31 @@ type radiusClientReport struct {
 	Failovers uint64            `json:"failovers"`
 	// FailoverLog is the failover table (the last 256 records of
 	// FailoverRecords): from which server, how many requests, why.
-	FailoverLog     []client.FailoverRecord    `json:"failover_log"`
-	FailoverRecords uint64                     `json:"failover_records"`
-	Servers         []radudp.ClientServerStats `json:"servers"`
-	ElapsedMS       int64                      `json:"elapsed_ms"`
+	FailoverLog     []client.FailoverRecord `json:"failover_log"`
+	FailoverRecords uint64                  `json:"failover_records"`
+	Servers         []radiusServerReport    `json:"servers"`
+	ElapsedMS       int64                   `json:"elapsed_ms"`
+}
+
+// radiusServerReport is one server of the report: radudp's counters over
+// UDP; over TCP and TLS its name, URL and policy state, the Client's
+// per-server statistics and its connections'.
+type radiusServerReport struct {
+	radudp.ClientServerStats
+	Client *client.ServerStats `json:"client,omitempty"`
+	Stream *radpeer.Stats      `json:"stream,omitempty"`
+}
+
+// radiusDriver is what a run needs of the client behind it: RADIUS/UDP
+// (package radudp) or RADIUS over TCP and TLS (package client).
+type radiusDriver interface {
+	exchange(ctx context.Context, r *radius.Request) (*radpeer.Response, error)
+	// states is the progress line's view of the servers.
+	states() string
+	snapshot(sent uint64) status.Snapshot
+	// fill adds the servers, failovers and failover table to rep.
+	fill(rep *radiusClientReport)
+	close()
 }
 
 func (o *radiusClientOptions) request(n int64) *radius.Request {
@@ -293,69 +313,35 @@ func (o *radiusClientOptions) request(n int64) *radius.Request {
 }
 
 func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.Logger, stdout, stderr io.Writer) int {
-	specs := make([]radudp.ServerSpec, len(o.peers))
-	for i, u := range o.peers {
-		specs[i] = radudp.ServerSpec{Name: u, URL: u, StatusServer: o.statusServer, Weight: o.weightOf[u],
-			Auth:       throttle.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOut},
-			Accounting: throttle.Limits{MaxRate: o.maxRateAcct, MaxOutstanding: o.maxOut}}
-		if len(o.acctPeers) > 0 {
-			specs[i].AcctURL = o.acctPeers[i]
-		}
-	}
-	cfg := radudp.Config{Servers: specs, Secret: secret, Algorithm: o.alg, Timeout: o.timeout, Retries: o.retries,
-		DownTimeout: o.downTimeout, HoldDown: o.hold, KeepAlive: o.keepAlive, Slot: o.slot,
-		AlarmHigh: o.alarmHigh, AlarmLow: o.alarmLow, Events: client.NewBus()}
+	events := client.NewBus()
+	cancelLog := events.Subscribe(func(e client.Event) {
+		log.Info(e.Kind.String(), "server", e.Server, "reason", e.Reason)
+	})
+	defer cancelLog()
 	protocol := "RADIUS/UDP"
+	var d radiusDriver
+	var err error
 	if o.stream {
 		protocol = "RADIUS/TCP"
 		if o.radsec() {
 			protocol = "RADIUS/TLS"
 		}
-		cfg.Stream = radudp.StreamConfig{Watchdog: watchdog.Config{Twinit: o.tw}, MaxConns: o.maxConns, Logger: log}
-		cfg.RequestTimeout = o.requestTimeout
-		if o.tlsCA != "" || o.tlsCert != "" {
-			tc, err := transport.ClientTLSConfig(o.tlsCA, o.tlsCert, o.tlsKey, "")
-			if err != nil {
-				fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
-				return 2
-			}
-			cfg.Stream.Transport.TLS = tc
-		}
+		d, err = o.newStreamDriver(secret, events, log)
+	} else {
+		d, err = o.newUDPDriver(secret, events)
 	}
-	if o.testUser != "" {
-		cfg.TestUser = &radudp.TestUser{Name: o.testUser, Password: o.testPassword}
-	}
-	cancelLog := cfg.Events.Subscribe(func(e client.Event) {
-		log.Info(e.Kind.String(), "server", e.Server, "reason", e.Reason)
-	})
-	defer cancelLog()
-	c, err := radudp.NewClient(cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
-	defer c.Close()
+	defer d.close()
 	metrics := newMetrics(o.status)
-	defer metrics.WatchClient(cfg.Events)()
+	defer metrics.WatchClient(events)()
 	var sent, answered, rejected, failed atomic.Uint64
 	web, err := openStatus(o.status, status.SourceFunc(func() status.Snapshot {
-		st := c.Stats()
-		snap := status.Snapshot{Role: status.RoleClient, Identity: status.Identity{OriginHost: "aaa-peer client",
-			Info: map[string]string{"protocol": protocol, "access": o.alg.String()}}}
-		for _, s := range st.Servers {
-			ps := status.PeerStatus{Peer: s.URL, Server: s.Name, Policy: s.State.String(), Protocol: status.ProtocolRADIUS,
-				Pending: s.Auth.InFlight, Sent: s.Auth.Sent + s.Auth.Retransmissions, Answered: s.Auth.Answered}
-			if w := s.Stream; w != nil {
-				ps.State, ps.Pending, ps.Sent, ps.Answered, ps.MovedOut = w.State, w.Waiting, w.Sent, w.Answered, w.MovedOut
-				for _, cs := range w.Conns {
-					ps.Pending += cs.Pending
-					ps.Tw = cs.Tw
-				}
-			}
-			snap.Peers = append(snap.Peers, ps)
-			snap.Queues = append(snap.Queues, status.Queue{Server: s.Name, Depth: s.Throttle.Depth, Alarm: s.Throttle.Alarmed})
-		}
-		snap.Totals = status.Totals{Sent: sent.Load(), Answered: st.Answered, Failed: st.Failed, Pending: uint64(st.Queued), Moved: st.Failovers}
+		snap := d.snapshot(sent.Load())
+		snap.Role = status.RoleClient
+		snap.Identity = status.Identity{OriginHost: "aaa-peer client", Info: map[string]string{"protocol": protocol, "access": o.alg.String()}}
 		return snap
 	}), metrics, log)
 	if err != nil {
@@ -385,16 +371,8 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 			case <-done:
 				return
 			case <-tick.C:
-				var states []string
-				for i, n := range c.Names() {
-					st := n + ":" + c.State(i).String()
-					if ws, ok := c.StreamState(i); ok {
-						st += ":" + ws.String()
-					}
-					states = append(states, st)
-				}
 				fmt.Fprintf(stderr, "t=%ds sent=%d answered=%d failed=%d servers=%s\n", int(time.Since(start).Seconds()),
-					sent.Load(), answered.Load(), failed.Load(), strings.Join(states, ","))
+					sent.Load(), answered.Load(), failed.Load(), d.states())
 			}
 		}
 	}()
@@ -421,7 +399,7 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 				cctx, cancel = context.WithTimeout(ctx, o.timeout*time.Duration(o.retries*len(o.peers))+time.Second)
 			}
 			defer cancel()
-			resp, err := c.Exchange(cctx, o.request(n))
+			resp, err := d.exchange(cctx, o.request(n))
 			if err != nil {
 				failed.Add(1)
 				mu.Lock()
@@ -437,11 +415,10 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	}
 	wg.Wait()
 	close(done)
-	st := c.Stats()
-	recs, total := c.FailoverLog()
-	rep := radiusClientReport{Protocol: strings.ToLower(protocol), FailoverLog: recs, FailoverRecords: total, Algorithm: o.alg.String(), Sent: sent.Load(), Answered: answered.Load(),
-		Rejected: rejected.Load(), Failed: failed.Load(), FailedBy: failedBy, Failovers: st.Failovers,
-		Servers: st.Servers, ElapsedMS: time.Since(start).Milliseconds()}
+	rep := radiusClientReport{Protocol: strings.ToLower(protocol), Algorithm: o.alg.String(), Sent: sent.Load(), Answered: answered.Load(),
+		Rejected: rejected.Load(), Failed: failed.Load(), FailedBy: failedBy}
+	d.fill(&rep)
+	rep.ElapsedMS = time.Since(start).Milliseconds()
 	if err := writeJSONFile(o.report, rep, stdout); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: report: %v\n", err)
 		return 1
@@ -455,6 +432,71 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	}
 	return 0
 }
+
+// udpDriver runs RADIUS/UDP through radudp.Client.
+type udpDriver struct{ c *radudp.Client }
+
+func (o *radiusClientOptions) newUDPDriver(secret []byte, events *client.Bus) (*udpDriver, error) {
+	specs := make([]radudp.ServerSpec, len(o.peers))
+	for i, u := range o.peers {
+		specs[i] = radudp.ServerSpec{Name: u, URL: u, StatusServer: o.statusServer, Weight: o.weightOf[u],
+			Auth:       throttle.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOut},
+			Accounting: throttle.Limits{MaxRate: o.maxRateAcct, MaxOutstanding: o.maxOut}}
+		if len(o.acctPeers) > 0 {
+			specs[i].AcctURL = o.acctPeers[i]
+		}
+	}
+	cfg := radudp.Config{Servers: specs, Secret: secret, Algorithm: o.alg, Timeout: o.timeout, Retries: o.retries,
+		DownTimeout: o.downTimeout, HoldDown: o.hold, KeepAlive: o.keepAlive, Slot: o.slot,
+		AlarmHigh: o.alarmHigh, AlarmLow: o.alarmLow, Events: events}
+	if o.testUser != "" {
+		cfg.TestUser = &radudp.TestUser{Name: o.testUser, Password: o.testPassword}
+	}
+	c, err := radudp.NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &udpDriver{c}, nil
+}
+
+func (d *udpDriver) exchange(ctx context.Context, r *radius.Request) (*radpeer.Response, error) {
+	resp, err := d.c.Exchange(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return &radpeer.Response{Raw: resp.Raw, Packet: resp.Packet, RequestAuthenticator: resp.RequestAuthenticator}, nil
+}
+
+func (d *udpDriver) states() string {
+	var states []string
+	for i, n := range d.c.Names() {
+		states = append(states, n+":"+d.c.State(i).String())
+	}
+	return strings.Join(states, ",")
+}
+
+func (d *udpDriver) snapshot(sent uint64) status.Snapshot {
+	st := d.c.Stats()
+	var snap status.Snapshot
+	for _, s := range st.Servers {
+		snap.Peers = append(snap.Peers, status.PeerStatus{Peer: s.URL, Server: s.Name, Policy: s.State.String(), Protocol: status.ProtocolRADIUS,
+			Pending: s.Auth.InFlight, Sent: s.Auth.Sent + s.Auth.Retransmissions, Answered: s.Auth.Answered})
+		snap.Queues = append(snap.Queues, status.Queue{Server: s.Name, Depth: s.Throttle.Depth, Alarm: s.Throttle.Alarmed})
+	}
+	snap.Totals = status.Totals{Sent: sent, Answered: st.Answered, Failed: st.Failed, Pending: uint64(st.Queued), Moved: st.Failovers}
+	return snap
+}
+
+func (d *udpDriver) fill(rep *radiusClientReport) {
+	st := d.c.Stats()
+	rep.FailoverLog, rep.FailoverRecords = d.c.FailoverLog()
+	rep.Failovers = st.Failovers
+	for _, s := range st.Servers {
+		rep.Servers = append(rep.Servers, radiusServerReport{ClientServerStats: s})
+	}
+}
+
+func (d *udpDriver) close() { d.c.Close() }
 
 // errorReason is the report's key for a failed request: its cause without
 // the varying details.

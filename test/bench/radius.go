@@ -17,19 +17,18 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/latency"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
-	"github.com/aaatp/aaatp/radudp"
-	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 	lradius "layeh.com/radius"
 )
 
 // RadiusFigures are the RADIUS/TCP section: aaatp's RADIUS client (the
-// radudp.Client dispatch path over radpeer connections) sending
+// client.Client dispatch path over radpeer connections) sending
 // Access-Requests to aaatp's RADIUS server in this process, then to two
 // server processes under the same load: aaa-peer server and FreeRADIUS.
 type RadiusFigures struct {
@@ -55,30 +54,22 @@ type RadiusCell struct {
 const benchRadiusSecret = "bench-radius-secret"
 
 // radiusLoad runs callers loops of Access-Request over url for d after
-// warm, through one radudp.Client with maxConns connections.
+// warm, through one client.Client with maxConns connections.
 func radiusLoad(url string, maxConns, callers int, warm, d time.Duration) (RadiusCell, error) {
 	cell := RadiusCell{MaxConns: maxConns, Callers: callers}
-	unlimited := throttle.Limits{MaxOutstanding: -1} // capped at 255 x connections
-	c, err := radudp.NewClient(radudp.Config{
-		Servers: []radudp.ServerSpec{{URL: url, Auth: unlimited, Accounting: unlimited}},
-		Secret:  []byte(benchRadiusSecret), MaxQueued: 1 << 20,
-		Stream: radudp.StreamConfig{Watchdog: watchdog.Config{Twinit: 30 * time.Second}, MaxConns: maxConns,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+	c, err := client.New(client.Config{
+		Peers: []client.PeerSpec{{URL: url}},
+		RADIUS: radpeer.Config{Secret: []byte(benchRadiusSecret), Watchdog: watchdog.Config{Twinit: 30 * time.Second},
+			MaxConns: maxConns, MaxWaiting: 1 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
 	})
 	if err != nil {
 		return cell, err
 	}
-	defer c.Close()
+	defer c.Close(context.Background())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for {
-		if st, _ := c.StreamState(0); st == watchdog.Okay {
-			break
-		}
-		if ctx.Err() != nil {
-			return cell, fmt.Errorf("%s not in service in 10 s", url)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if err := c.WaitReady(ctx, 1); err != nil {
+		return cell, fmt.Errorf("%s not in service in 10 s: %w", url, err)
 	}
 	var measuring atomic.Bool
 	var answers, failed atomic.Uint64
@@ -125,13 +116,9 @@ func radiusLoad(url string, maxConns, callers int, warm, d time.Duration) (Radiu
 	sum := hist.Summary()
 	cell.AnswersPerS = float64(answers.Load()) / el.Seconds()
 	cell.P50us, cell.P99us, cell.Failed = float64(sum.P50), float64(sum.P99), failed.Load()
-	for _, s := range c.Stats().Servers {
-		if s.Stream != nil {
-			for _, cs := range s.Stream.Conns {
-				if cs.State == watchdog.Okay.String() {
-					cell.ConnsOpen++
-				}
-			}
+	for _, cs := range c.RADIUSPeers()[0].Stats().Conns {
+		if cs.State == watchdog.Okay.String() {
+			cell.ConnsOpen++
 		}
 	}
 	return cell, nil
@@ -344,7 +331,7 @@ func printRadius(w io.Writer, f *RadiusFigures) {
 		return
 	}
 	fmt.Fprintln(w, "\n## RADIUS/TCP (Access-Request -> Access-Accept, loopback)")
-	fmt.Fprintln(w, "\naaatp's RADIUS client (radudp.Client over radpeer connections, 255 Identifiers each).")
+	fmt.Fprintln(w, "\naaatp's RADIUS client (client.Client over radpeer connections, 255 Identifiers each).")
 	fmt.Fprintf(w, "Diameter, aaatp, 256 callers, same run: %.0f answers/s.\n\n", f.DiameterAt256)
 	fmt.Fprintln(w, "| server | max conns | conns open | callers | answers/s | p50 us | p99 us | failed | note |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|---|")
