@@ -1,6 +1,7 @@
 // Package client is the embedding API of aaatp: a Client owns a set of
 // peers and offers one call, Send, that returns the answer to a request or
-// a clear error. Behind it, the RFC 3539 failover of 3.4.1 [3] and 3.4.2:
+// a clear error (Exchange for RADIUS servers over radius+tcp:// and
+// radsec://, through the same path: see Client.Exchange). Behind it, the RFC 3539 failover of 3.4.1 [3] and 3.4.2:
 // when a peer's watchdog calls Failover() or its connection drops, the
 // requests pending on it are replayed, in their original order, to an
 // alternate peer in service, with a new Hop-by-Hop id, the same End-to-End

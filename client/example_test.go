@@ -10,8 +10,12 @@ import (
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/radpeer"
+	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 	"github.com/aaatp/aaatp/wire"
+	lradius "layeh.com/radius"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -222,4 +226,42 @@ func ExampleClient_Events() {
 	defer c.Close(context.Background())
 	fmt.Println(<-up)
 	// Output: s1: INITIAL -> OKAY
+}
+
+// A Client over RADIUS/TCP servers: Exchange takes a RADIUS request
+// through the same dispatch path as Send, each server with the
+// Status-Server watchdog on its connections.
+func ExampleClient_Exchange() {
+	secret := []byte("example-secret")
+	ln, err := radpeer.Listen("radius+tcp://127.0.0.1:0", transport.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv, err := radpeer.NewServer(ln, radpeer.SchemeTCP, radpeer.ServerConfig{Secret: secret, Logger: quiet})
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve()
+	defer srv.Close(context.Background())
+
+	c, err := client.New(client.Config{
+		Peers:  []client.PeerSpec{{URL: "radius+tcp://" + ln.Addr().String(), Name: "r1", Secret: secret}},
+		RADIUS: radpeer.Config{Logger: quiet},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close(context.Background())
+
+	r := &radius.Request{Code: lradius.CodeAccessRequest}
+	r.Attributes.Add(radius.AttrUserName, lradius.Attribute("alice@example.net"))
+	r.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("alice's password"))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := c.Exchange(ctx, r)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(resp.Packet.Code, c.ServerStats()[0].Answered)
+	// Output: Access-Accept 1
 }

@@ -14,8 +14,9 @@
 // answered Status-Servers. The server is in service while any of its
 // connections is OKAY.
 //
-// Requests are [Call]s holding a radius.Request (hidden attributes in the
-// clear). Each send encodes and signs the request afresh for the
+// A request is a radius.Request (hidden attributes in the clear), sent
+// with [Peer.Exchange], or over several servers with failover by
+// package client's Client.Exchange. Each send encodes and signs the request afresh for the
 // connection it goes to: an Identifier from 1 to 255, reused least
 // recently, a new Request Authenticator, a Message-Authenticator on
 // Access-Request, passwords hidden with that connection's secret. When
@@ -43,7 +44,7 @@
 // that each accounting record ([AccountingKey]) is applied once across
 // every server sharing a dedup.Store.
 //
-// Peer, Server, UDPServer and Call are safe for concurrent use.
+// Peer, Server and UDPServer are safe for concurrent use.
 // Events are package peer's, on a peer.Bus, so the status page and metrics
 // that watch Diameter peers watch these too.
 package radpeer
