@@ -159,6 +159,19 @@ func radPair(t *testing.T, store dedup.Store, with func(*Config)) (a, b *radServ
 	}
 }
 
+// radOne starts server a and a Client over it, once a is in service.
+func radOne(t *testing.T) (a *radServer, c *Client, stop func()) {
+	a = newRADServer(t, "secret-a")
+	n := radNetwork{"radius+tcp://a:1812": a}
+	c, err := New(radClientConfig(n, Balance, "radius+tcp://a:1812"))
+	require.NoError(t, err)
+	require.NoError(t, c.WaitReady(context.Background(), 1))
+	return a, c, func() {
+		c.Close(context.Background())
+		n.close()
+	}
+}
+
 func accessRequest(user string) *radius.Request {
 	r := &radius.Request{Code: lradius.CodeAccessRequest}
 	r.Attributes.Add(radius.AttrUserName, lradius.Attribute(user))
@@ -259,13 +272,8 @@ func TestRADIUSFailoverAppliedOnce(t *testing.T) {
 // connection that replaces it, answered once.
 func TestRADIUSNeverResentOnItsConnection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := newRADServer(t, "secret-a")
-		n := radNetwork{"radius+tcp://a:1812": a}
-		defer n.close()
-		c, err := New(radClientConfig(n, Balance, "radius+tcp://a:1812"))
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		require.NoError(t, c.WaitReady(context.Background(), 1))
+		a, c, stop := radOne(t)
+		defer stop()
 		a.faults.Freeze()
 		res := make(chan error, 1)
 		go func() {
@@ -320,13 +328,9 @@ func TestRADIUSConfigRefused(t *testing.T) {
 		assert.Error(t, err, "%+v", peers)
 	}
 	synctest.Test(t, func(t *testing.T) {
-		a := newRADServer(t, "secret-a")
-		n := radNetwork{"radius+tcp://a:1812": a}
-		defer n.close()
-		c, err := New(radClientConfig(n, Balance, "radius+tcp://a:1812"))
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		_, err = c.Send(context.Background(), acr(1, "u"))
+		_, c, stop := radOne(t)
+		defer stop()
+		_, err := c.Send(context.Background(), acr(1, "u"))
 		assert.ErrorContains(t, err, "Exchange")
 	})
 }
