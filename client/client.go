@@ -807,6 +807,14 @@ func (c *Client) trimLocked() {
 	}
 }
 
+// names reports whether Destination-Host dh names from, the peer a
+// failover took requests off. from, not the member's current peer: the
+// member may have let go of it (the connection limit) or dialed anew.
+func names(dh string, from any) bool {
+	p, ok := from.(*peer.Peer)
+	return ok && message.EqualIdentity(dh, p.Name())
+}
+
 // onFailover receives the requests that left a peer: pending when its
 // watchdog called Failover() or its connection dropped (replayed elsewhere
 // in order, F2), still unanswered after a graceful disconnect's drain
@@ -859,7 +867,7 @@ func (c *Client) onFailover(from any, calls []*call.Call, reason string) {
 		}
 		if cl.RefusedBy(from) {
 			fm.stats.premature.Add(1)
-		} else if dh := cl.Key.Dest; dh != "" && message.EqualIdentity(dh, fm.p().Name()) {
+		} else if dh := cl.Key.Dest; dh != "" && names(dh, from) {
 			// Addressed to the peer that failed: not moved to another host
 			// (RFC 6733 5.5.4).
 			cl.Fail(fmt.Errorf("%w: Destination-Host %s is not reachable (%s)", ErrUnableToDeliver, dh, reason))

@@ -309,3 +309,62 @@ func TestPrimarySecondaryConnectionLimit(t *testing.T) {
 		assert.Equal(t, watchdog.Okay, c.Peers()[1].State())
 	})
 }
+
+// A request pinned by Destination-Host to a peer that the connection
+// limit closes, still unanswered after the drain, fails as
+// DIAMETER_UNABLE_TO_DELIVER: the failover hook runs after the member
+// has let go of that peer, and must still know whom the request named.
+func TestDestinationHostPinnedToTrimmedPeer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, cc := newFakeServer("a.example.net"), newFakeServer("b.example.net"), newFakeServer("c.example.net")
+		cc.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			if _, ok := wire.FindAVP(req, message.DestinationHost, 0); ok {
+				return nil // never answered
+			}
+			return cc.handler(ctx, p, req)
+		}
+		n := network{"tcp://a:1": a, "tcp://b:1": b, "tcp://c:1": cc}
+		defer n.close()
+		var mu sync.Mutex
+		down := map[string]bool{}
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1", "tcp://c:1")
+		cfg.MaxConnections = 2
+		cfg.Peer.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
+			mu.Lock()
+			refused := down[url]
+			mu.Unlock()
+			if refused {
+				return nil, errors.New("connection refused")
+			}
+			return n[url].accept()
+		}
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		mu.Lock()
+		down["tcp://a:1"] = true
+		mu.Unlock()
+		a.dropConnections()
+		synctest.Wait()
+		require.NotNil(t, c.Peers()[2], "the third peer fills the slot")
+		require.Equal(t, watchdog.Okay, c.Peers()[2].State())
+
+		pinned := make(chan error, 1)
+		go func() {
+			_, err := c.Send(context.Background(), acrTo(1, "u@example.net", "c.example.net"))
+			pinned <- err
+		}()
+		synctest.Wait()
+
+		mu.Lock()
+		down["tcp://a:1"] = false
+		mu.Unlock()
+		time.Sleep(31*time.Second + 61*time.Second + 5*time.Minute)
+		synctest.Wait()
+		require.Nil(t, c.Peers()[2], "c was closed to respect the limit")
+		err = <-pinned
+		require.Error(t, err)
+		assert.ErrorIs(t, err, ErrUnableToDeliver)
+	})
+}
