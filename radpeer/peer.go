@@ -520,7 +520,9 @@ func (p *Peer) serviceChanged() {
 		p.drain()
 	case was && !p.closing && len(p.waiting) > 0:
 		w := p.waiting
-		p.waiting = nil
+		if p.cfg.onFailover != nil {
+			p.waiting = nil // they go to the hook; without one they keep waiting here
+		}
 		p.moveOut(p.links[0], w, "no connection in service")
 	}
 }

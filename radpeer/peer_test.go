@@ -431,3 +431,65 @@ func TestNeverResentWhileItsConnectionIsOkay(t *testing.T) {
 		ln.Close()
 	})
 }
+
+// Without a failover hook, a call waiting for an Identifier when the
+// server leaves service stays waiting (as moveOut says: "they stay where
+// they are"), and goes out once the server is back, instead of being
+// forgotten until its deadline.
+func TestWaitingCallKeptWhenServiceLostWithoutHook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		s := &scriptServer{answer: false}
+		go func() {
+			for {
+				tc, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go s.serve(t, tc)
+			}
+		}()
+		cfg := testConfig(6 * time.Second)
+		cfg.Dialer = ln.dialer()
+		cfg.MaxConns = 1
+		cfg.MaxWaiting = 10
+		p, err := Dial("radius+tcp://a:1812", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		for i := range IDsPerConn {
+			if err := p.submit(newCall(acctReq(fmt.Sprint(i)))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waiter := newCall(acctReq("waiter"))
+		if err := p.submit(waiter); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if st := p.Stats(); st.Waiting != 1 {
+			t.Fatalf("waiting %d, want 1", st.Waiting)
+		}
+		time.Sleep(12*time.Second + time.Millisecond) // SUSPECT
+		synctest.Wait()
+		if p.InService() {
+			t.Fatal("still in service")
+		}
+		if st := p.Stats(); st.Waiting != 1 {
+			t.Fatalf("SUSPECT without a failover hook: waiting %d, want 1", st.Waiting)
+		}
+		s.mu.Lock()
+		s.answer = true // the reopened connection is answered
+		s.mu.Unlock()
+		r, err := waiter.wait(context.Background(), 2*time.Minute)
+		if err != nil {
+			t.Fatalf("the waiting call: %v", err)
+		}
+		if r.Packet.Code != lradius.CodeAccountingResponse {
+			t.Fatalf("answer %v", r.Packet.Code)
+		}
+		mustClose(t, p)
+		ln.Close()
+	})
+}
