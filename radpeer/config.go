@@ -45,7 +45,7 @@ type Config struct {
 	// every Identifier of the open ones is in use.
 	MaxConns int
 	// MaxWaiting bounds the requests waiting for a free Identifier
-	// (default 4096); beyond it Submit fails with ErrBusy.
+	// (default 4096); beyond it a request fails with ErrBusy.
 	MaxWaiting int
 	// RequestTimeout bounds Exchange when its context has no deadline
 	// (default 10 s).

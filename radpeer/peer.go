@@ -71,7 +71,7 @@ type Stats struct {
 	NoMA           uint64      `json:"no_ma"`           // answers without a required Message-Authenticator: dropped
 	TimedOut       uint64      `json:"timed_out"`       // calls that ended without an answer
 	Lost           uint64      `json:"lost"`            // calls failed because their connection closed
-	MovedOut       uint64      `json:"moved_out"`       // calls handed to OnFailover
+	MovedOut       uint64      `json:"moved_out"`       // requests handed to another server by a Client
 	StatusSent     uint64      `json:"status_sent"`     // Status-Server watchdogs sent
 	StatusAnswered uint64      `json:"status_answered"` // and answered
 	BadFrames      uint64      `json:"bad_frames"`
