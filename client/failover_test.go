@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -239,38 +240,23 @@ func TestPrimarySecondaryConnectionLimit(t *testing.T) {
 		a, b, cc := newFakeServer("a.example.net"), newFakeServer("b.example.net"), newFakeServer("c.example.net")
 		n := network{"tcp://a:1": a, "tcp://b:1": b, "tcp://c:1": cc}
 		defer n.close()
-		var mu sync.Mutex
-		dials := map[string]int{}
-		down := map[string]bool{}
+		sw := newSwitchboard(n)
 		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1", "tcp://c:1")
 		cfg.MaxConnections = 2
 		var log eventLog
 		cfg.Events = NewBus()
 		defer cfg.Events.Subscribe(log.add)()
-		cfg.Peer.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
-			mu.Lock()
-			dials[url]++
-			refused := down[url]
-			mu.Unlock()
-			if refused {
-				return nil, errors.New("connection refused")
-			}
-			return n[url].accept()
-		}
+		cfg.Peer.Dialer = sw.dial
 		c, err := New(cfg)
 		require.NoError(t, err)
 		defer c.Close(context.Background())
 		synctest.Wait()
-		mu.Lock()
-		assert.Equal(t, map[string]int{"tcp://a:1": 1, "tcp://b:1": 1}, dials, "only two connections")
-		mu.Unlock()
+		assert.Equal(t, map[string]int{"tcp://a:1": 1, "tcp://b:1": 1}, sw.dialed(), "only two connections")
 		_, ok := c.Balancer()
 		assert.False(t, ok, "no balancer in primary/secondary mode")
 
 		// The primary dies: its server closes and refuses new connections.
-		mu.Lock()
-		down["tcp://a:1"] = true
-		mu.Unlock()
+		sw.setDown("tcp://a:1", true)
 		a.dropConnections()
 		synctest.Wait()
 		require.Equal(t, watchdog.Down, c.Peers()[0].State())
@@ -286,9 +272,7 @@ func TestPrimarySecondaryConnectionLimit(t *testing.T) {
 		assert.Equal(t, "b.example.net", host, "the secondary is promoted")
 
 		// The primary comes back on a later retry (once per Tw).
-		mu.Lock()
-		down["tcp://a:1"] = false
-		mu.Unlock()
+		sw.setDown("tcp://a:1", false)
 		time.Sleep(31 * time.Second)
 		synctest.Wait()
 		require.Equal(t, watchdog.Reopen, c.Peers()[0].State())
@@ -325,26 +309,15 @@ func TestDestinationHostPinnedToTrimmedPeer(t *testing.T) {
 		}
 		n := network{"tcp://a:1": a, "tcp://b:1": b, "tcp://c:1": cc}
 		defer n.close()
-		var mu sync.Mutex
-		down := map[string]bool{}
+		sw := newSwitchboard(n)
 		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1", "tcp://c:1")
 		cfg.MaxConnections = 2
-		cfg.Peer.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
-			mu.Lock()
-			refused := down[url]
-			mu.Unlock()
-			if refused {
-				return nil, errors.New("connection refused")
-			}
-			return n[url].accept()
-		}
+		cfg.Peer.Dialer = sw.dial
 		c, err := New(cfg)
 		require.NoError(t, err)
 		defer c.Close(context.Background())
 		synctest.Wait()
-		mu.Lock()
-		down["tcp://a:1"] = true
-		mu.Unlock()
+		sw.setDown("tcp://a:1", true)
 		a.dropConnections()
 		synctest.Wait()
 		require.NotNil(t, c.Peers()[2], "the third peer fills the slot")
@@ -357,9 +330,7 @@ func TestDestinationHostPinnedToTrimmedPeer(t *testing.T) {
 		}()
 		synctest.Wait()
 
-		mu.Lock()
-		down["tcp://a:1"] = false
-		mu.Unlock()
+		sw.setDown("tcp://a:1", false)
 		time.Sleep(31*time.Second + 61*time.Second + 5*time.Minute)
 		synctest.Wait()
 		require.Nil(t, c.Peers()[2], "c was closed to respect the limit")
@@ -367,4 +338,40 @@ func TestDestinationHostPinnedToTrimmedPeer(t *testing.T) {
 		require.Error(t, err)
 		assert.ErrorIs(t, err, ErrUnableToDeliver)
 	})
+}
+
+// switchboard dials a network's servers, refusing those set down, and
+// counts the dials.
+type switchboard struct {
+	n     network
+	mu    sync.Mutex
+	down  map[string]bool
+	dials map[string]int
+}
+
+func newSwitchboard(n network) *switchboard {
+	return &switchboard{n: n, down: map[string]bool{}, dials: map[string]int{}}
+}
+
+func (sw *switchboard) dial(ctx context.Context, url string) (transport.Conn, error) {
+	sw.mu.Lock()
+	sw.dials[url]++
+	refused := sw.down[url]
+	sw.mu.Unlock()
+	if refused {
+		return nil, errors.New("connection refused")
+	}
+	return sw.n[url].accept()
+}
+
+func (sw *switchboard) setDown(url string, down bool) {
+	sw.mu.Lock()
+	sw.down[url] = down
+	sw.mu.Unlock()
+}
+
+func (sw *switchboard) dialed() map[string]int {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	return maps.Clone(sw.dials)
 }

@@ -135,6 +135,17 @@ type scriptServer struct {
 	auths    [][16]byte
 }
 
+// serveAll serves every connection ln accepts, until ln is closed.
+func (s *scriptServer) serveAll(t *testing.T, ln *pipeListener) {
+	for {
+		tc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go s.serve(t, tc)
+	}
+}
+
 func (s *scriptServer) serve(t *testing.T, tc transport.Conn) {
 	defer tc.Close()
 	for {
@@ -173,15 +184,7 @@ func TestWatchdogStatusServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ln := newPipeListener()
 		s := &scriptServer{answer: true}
-		go func() {
-			for {
-				tc, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go s.serve(t, tc)
-			}
-		}()
+		go s.serveAll(t, ln)
 		cfg := testConfig(6 * time.Second)
 		cfg.Dialer = ln.dialer()
 		var rec recorder
@@ -440,15 +443,7 @@ func TestWaitingCallKeptWhenServiceLostWithoutHook(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ln := newPipeListener()
 		s := &scriptServer{answer: false}
-		go func() {
-			for {
-				tc, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go s.serve(t, tc)
-			}
-		}()
+		go s.serveAll(t, ln)
 		cfg := testConfig(6 * time.Second)
 		cfg.Dialer = ln.dialer()
 		cfg.MaxConns = 1
