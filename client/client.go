@@ -807,6 +807,32 @@ func (c *Client) trimLocked() {
 	}
 }
 
+// testCall tags the test user's requests (probes, keep-alives): each is
+// one message to one server, never replayed elsewhere.
+type testCall struct{}
+
+// endTests fails the test requests among calls that left a peer and
+// returns the others, in order.
+func endTests(calls []*call.Call, reason string) []*call.Call {
+	var rest []*call.Call
+	for i, cl := range calls {
+		if _, ok := cl.Tag().(testCall); !ok {
+			if rest != nil {
+				rest = append(rest, cl)
+			}
+			continue
+		}
+		if rest == nil {
+			rest = append(make([]*call.Call, 0, len(calls)), calls[:i]...)
+		}
+		cl.Fail(fmt.Errorf("client: test request not replayed to another server (%s)", reason))
+	}
+	if rest == nil {
+		return calls
+	}
+	return rest
+}
+
 // names reports whether Destination-Host dh names from, the peer a
 // failover took requests off. from, not the member's current peer: the
 // member may have let go of it (the connection limit) or dialed anew.
@@ -831,6 +857,7 @@ func (c *Client) onFailover(from any, calls []*call.Call, reason string) {
 		}
 		return
 	}
+	calls = endTests(calls, reason)
 	if len(calls) == 0 {
 		// Still a failover event for the table of 3.4.2 [5] (the peer left
 		// service), unless we are shutting down.

@@ -352,6 +352,7 @@ func (c *Client) sendTest(s policy.TestSend) {
 		}
 		return
 	}
+	cl.SetTag(testCall{}) // not replayed by a failover
 	if err := k.Submit(cl); err != nil {
 		if s.Kind == policy.SendProbe {
 			c.group.CancelProbe(s.Index)

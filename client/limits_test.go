@@ -16,6 +16,7 @@ import (
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
 )
 
 // Q1: a burst of requests against 100/s in 50 ms slots goes out at most 5
@@ -296,4 +297,61 @@ func TestThrottleReplayAheadOfNewer(t *testing.T) {
 			assert.False(t, s.tflag, "newer requests after the replay")
 		}
 	})
+}
+
+// A keep-alive is one message to one server, never retried: when the
+// server's watchdog fails over with keep-alives unanswered, they end
+// there; they are not replayed to the alternate, and the failover table
+// does not count them as requests moved or queued for one.
+func TestKeepAliveNotReplayedOnFailover(t *testing.T) {
+	for _, throttled := range []bool{false, true} {
+		t.Run(map[bool]string{false: "direct", true: "throttle"}[throttled], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+				a.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+					if sid, _ := message.StringOf(req, message.SessionID, 0); sid == "keep-alive" {
+						return nil // never answered
+					}
+					return a.handler(ctx, p, req)
+				}
+				n := network{"tcp://a:1": a, "tcp://b:1": b}
+				defer n.close()
+				cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
+				cfg.Policy = &policy.Config{TestUser: true, KeepAlive: 10 * time.Second, ProbeTimeout: 5 * time.Minute}
+				cfg.TestRequest = func(server string) []byte {
+					return message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
+						String(message.SessionID, 0, true, "keep-alive").
+						String(message.OriginHost, 0, true, "client.example.net").
+						String(message.OriginRealm, 0, true, "example.net").
+						String(message.DestinationRealm, 0, true, "example.net").
+						Uint32(message.AccountingRecordType, 0, true, 2).
+						Uint32(message.AccountingRecordNumber, 0, true, 1).Bytes()
+				}
+				if throttled {
+					cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 100}}
+				}
+				c, err := New(cfg)
+				require.NoError(t, err)
+				defer c.Close(context.Background())
+				time.Sleep(time.Second) // a keep-alive to each server
+				synctest.Wait()
+				a.freeze()
+				time.Sleep(2 * time.Minute) // a SUSPECT at 60 s: its keep-alives fail over
+				synctest.Wait()
+				require.NotEqual(t, watchdog.Okay, c.Peers()[0].State())
+				for _, s := range b.received() {
+					assert.False(t, s.tflag, "a keep-alive meant for a was replayed to b")
+				}
+				recs, _ := c.FailoverLog()
+				moved := 0
+				for _, r := range recs {
+					if r.From == "a.example.net" && (r.Outcome == Moved || r.Outcome == Parked) {
+						moved += r.Moved
+					}
+				}
+				assert.Zero(t, moved, "keep-alives counted as requests failed over: %+v", recs)
+				a.unfreeze()
+			})
+		})
+	}
 }
