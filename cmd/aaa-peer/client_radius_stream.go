@@ -120,4 +120,3 @@ func (d *streamDriver) fill(rep *radiusClientReport) {
 }
 
 func (d *streamDriver) close() { d.c.Close(context.Background()) }
-
