@@ -39,6 +39,16 @@ func (d *deque[E]) pushFront(e E) {
 	d.n++
 }
 
+// insert puts e at position i (0: the front, len: the back), moving the
+// entries from i on one place back.
+func (d *deque[E]) insert(i int, e E) {
+	d.pushBack(e)
+	for j := d.n - 1; j > i; j-- {
+		*d.at(j) = *d.at(j - 1)
+	}
+	*d.at(i) = e
+}
+
 // front returns a pointer to the first entry; the deque must not be empty.
 func (d *deque[E]) front() *E { return &d.buf[d.head] }
 

@@ -515,3 +515,23 @@ func TestEnqueueFrontBeforeNewer(t *testing.T) {
 	}
 	assert.Equal(t, []int{0, 1, 2, 10, 11, 12}, got)
 }
+
+// Replays put at the head while newer requests already wait in the
+// server's queue go ahead of all of them there too, in their order.
+func TestEnqueueFrontAheadOfServerQueue(t *testing.T) {
+	s := newSched(t, Config[*item]{
+		Servers: []Server{{Name: "only", Auth: Limits{MaxRate: 20}}}, // one per 50 ms slot
+		Pick:    func(*item, Class) int { return 0 },
+	})
+	for i := 10; i < 13; i++ {
+		s.Enqueue(&item{id: i}, Auth)
+	}
+	got := ids(s.Poll(at(0), nil)) // 10 goes; 11 and 12 wait in the server queue
+	for i := 2; i >= 0; i-- {      // a batch of replays 0, 1, 2: last first
+		s.EnqueueFront(&item{id: i}, Auth)
+	}
+	for k := range 6 {
+		got = append(got, ids(s.Poll(at(time.Duration(k)*50*ms), nil))...)
+	}
+	assert.Equal(t, []int{10, 0, 1, 2, 11, 12}, got)
+}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"sort"
 	"time"
 )
 
@@ -366,12 +367,17 @@ func (s *Scheduler[T]) Poll(now time.Time, dst []Dispatch[T]) []Dispatch[T] {
 			dst = append(dst, Dispatch[T]{Item: x.item, Server: srv, Class: x.class})
 			continue
 		}
-		// No quota or no free place: wait in the server's queue, in age order.
+		// No quota or no free place: wait in the server's queue, in age
+		// order (a replay put at the head is older than the requests
+		// already waiting there).
 		x.server = int32(srv)
-		if b.q.len() > 0 && x.seq < b.q.front().seq {
-			b.q.pushFront(x)
-		} else {
+		switch n := b.q.len(); {
+		case n == 0 || x.seq > b.q.back().seq:
 			b.q.pushBack(x)
+		case x.seq < b.q.front().seq:
+			b.q.pushFront(x)
+		default:
+			b.q.insert(sort.Search(n, func(i int) bool { return b.q.at(i).seq > x.seq }), x)
 		}
 		s.queued++
 		s.checkAlarm(srv, now)
