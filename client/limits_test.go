@@ -16,7 +16,6 @@ import (
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/watchdog"
-	"github.com/aaatp/aaatp/wire"
 )
 
 // Q1: a burst of requests against 100/s in 50 ms slots goes out at most 5
@@ -309,7 +308,7 @@ func TestKeepAliveNotReplayedOnFailover(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
 				a.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
-					if sid, _ := message.StringOf(req, message.SessionID, 0); sid == "keep-alive" {
+					if u, _ := message.StringOf(req, message.UserName, 0); u == "test-user@example.net" {
 						return nil // never answered
 					}
 					return a.handler(ctx, p, req)
@@ -318,15 +317,7 @@ func TestKeepAliveNotReplayedOnFailover(t *testing.T) {
 				defer n.close()
 				cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
 				cfg.Policy = &policy.Config{TestUser: true, KeepAlive: 10 * time.Second, ProbeTimeout: 5 * time.Minute}
-				cfg.TestRequest = func(server string) []byte {
-					return message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
-						String(message.SessionID, 0, true, "keep-alive").
-						String(message.OriginHost, 0, true, "client.example.net").
-						String(message.OriginRealm, 0, true, "example.net").
-						String(message.DestinationRealm, 0, true, "example.net").
-						Uint32(message.AccountingRecordType, 0, true, 2).
-						Uint32(message.AccountingRecordNumber, 0, true, 1).Bytes()
-				}
+				cfg.TestRequest = func(server string) []byte { return acr(0, "test-user@example.net") }
 				if throttled {
 					cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 100}}
 				}
