@@ -181,7 +181,7 @@ func (c *Client) replied(p any) {
 // with it, so that every dispatch of the call goes through the throttle.
 func (c *Client) newItem(cl *call.Call, dl time.Time) *item {
 	class := throttle.Auth
-	if cl.Key.Accounting {
+	if cl.Accounting {
 		class = throttle.Accounting
 	}
 	it := &item{cl: cl, dl: dl, class: class, server: -1}

@@ -80,7 +80,7 @@ func newCall(req []byte, withKey bool) (*dcall, error) {
 		if dh, ok := wire.FindAVP(req, message.DestinationHost, 0); ok {
 			d.Key.Dest = string(dh)
 		}
-		d.Key.Accounting = throttle.ClassOf(wire.AppID(req), wire.CommandCode(req)) == throttle.Accounting
+		d.Accounting = throttle.ClassOf(wire.AppID(req), wire.CommandCode(req)) == throttle.Accounting
 	}
 	return d, nil
 }
@@ -102,7 +102,7 @@ func dcallOf(c *call.Call) *dcall { return c.Proto.(*dcall) }
 func (d *dcall) board(cn *conn) (raw []byte, id uint32, b call.Boarding, err error) {
 	d.Lock()
 	defer d.Unlock()
-	b, err = d.BoardLocked(cn, cn.p)
+	b, err = d.BoardLocked(&cn.h, cn.p)
 	if err != nil {
 		return nil, 0, b, err
 	}
@@ -132,9 +132,9 @@ func (d *dcall) request() []byte {
 	return d.raw
 }
 
-// Retire takes a call that completed without its answer out of cn's
-// pending map (call.Conn).
-func (cn *conn) Retire(c *call.Call, timedOut bool) {
+// retireCall takes a call that completed without its answer out of cn's
+// pending map (cn.h's retire).
+func (cn *conn) retireCall(c *call.Call, timedOut bool) {
 	d := dcallOf(c)
 	cn.retire(d, d.hbh) // hbh: written by the board that made cn the owner, before Finish
 	if timedOut {
@@ -154,9 +154,9 @@ func (k carrier) SubmitAll(calls []*call.Call) ([]*call.Call, error) { return k.
 // Avoids: the call was sent on the peer's current connection, or the
 // peer refused it.
 func (k carrier) Avoids(c *call.Call) bool {
-	var cn call.Conn
+	var cn *call.Conn
 	if cur := k.p.cur.Load(); cur != nil {
-		cn = cur
+		cn = &cur.h
 	}
 	return c.Avoids(cn, k.p)
 }

@@ -83,6 +83,8 @@ type conn struct {
 	downNote string // why it closed, set before close by the closing side (under mu)
 
 	unmatchedRun int // answers in a row that matched nothing (reader goroutine only)
+
+	h call.Conn // this connection in the calls sent on it
 }
 
 func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
@@ -98,6 +100,7 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 		tw: tw,
 		bp: backlog{limit: DefaultMaxUnanswered},
 	}
+	c.h.Init(c, c.retireCall)
 	if p != nil {
 		c.bp.limit = p.cfg.MaxUnanswered
 		c.handlers = workpool.New(c.answerRequest, &p.wg)
@@ -332,7 +335,7 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 	inline, err := c.enqueueRequest(raw, len(c.pending) == 1)
 	if err != nil {
 		delete(c.pending, id)
-		cl.Unboard(c, b)
+		cl.Unboard(&c.h, b)
 		c.mu.Unlock()
 		return false, err
 	}
@@ -387,7 +390,7 @@ func (c *conn) submitAll(calls []*call.Call) (refused []*call.Call, n, resends i
 	if c.wclosed {
 		c.wmu.Unlock()
 		for _, b := range ok {
-			b.cl.Unboard(c, b.b)
+			b.cl.Unboard(&c.h, b.b)
 		}
 		return nil, 0, 0, ErrConnectionLost
 	}
@@ -470,7 +473,7 @@ func (c *conn) takePending() []*call.Call {
 	c.lost = true
 	var calls []*call.Call
 	for _, cl := range c.pending {
-		if cl.Leave(c, nil, nil) {
+		if cl.Leave(&c.h, nil, nil) {
 			calls = append(calls, &cl.Call)
 		}
 	}
@@ -499,7 +502,7 @@ func (c *conn) moveOut() []*call.Call {
 // that were in flight here, in send order. c.mu is held.
 func (c *conn) leaveAllLocked(calls []*call.Call) []*call.Call {
 	for id, cl := range c.pending {
-		if cl.Leave(c, nil, nil) {
+		if cl.Leave(&c.h, nil, nil) {
 			calls = append(calls, &cl.Call)
 		}
 		c.goLocked(id, cl)

@@ -65,8 +65,12 @@ func (p *Peer) run(out []effect) {
 				p.stats.dwrSent.Add(1)
 			}
 		}
+		var from *call.Conn // the connection the calls were failed for, if any
+		if e.c != nil {
+			from = &e.c.h
+		}
 		for _, cl := range e.fail {
-			if ok, owner := cl.Finish(nil, nil, fmt.Errorf("peer %s: %w", p.Name(), e.err), nil, e.c, &p.stats.lost); ok && owner != nil {
+			if ok, owner := cl.Finish(nil, nil, fmt.Errorf("peer %s: %w", p.Name(), e.err), nil, from, &p.stats.lost); ok && owner != nil {
 				owner.Retire(cl, false)
 			}
 		}

@@ -575,7 +575,7 @@ func (p *Peer) received(c *conn, msg []byte) {
 		}
 	case !late && p.cfg.onFailover != nil && wire.Flags(msg)&wire.FlagError != 0 && p.premature(c, cl, msg):
 	default:
-		ok, owner := cl.Finish(msg, nil, nil, p, c, &p.stats.answered)
+		ok, owner := cl.Finish(msg, nil, nil, p, &c.h, &p.stats.answered)
 		switch {
 		case !ok:
 			p.stats.late.Add(1)
@@ -602,7 +602,7 @@ func (p *Peer) premature(c *conn, cl *dcall, ans []byte) bool {
 	if rc != message.TooBusy && rc != message.UnableToDeliver {
 		return false
 	}
-	if !cl.Leave(c, p, ans) {
+	if !cl.Leave(&c.h, p, ans) {
 		return false
 	}
 	p.stats.premature.Add(1)

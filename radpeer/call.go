@@ -80,7 +80,7 @@ func newCall(r *radius.Request) *rcall {
 			c.Key.SessionID = a.Attribute
 		}
 	}
-	c.Key.Accounting = r.Code == lradius.CodeAccountingRequest
+	c.Accounting = r.Code == lradius.CodeAccountingRequest
 	return c
 }
 
@@ -95,11 +95,11 @@ func (c *rcall) wait(ctx context.Context, timeout time.Duration) (*Response, err
 	return aux.(*Response), nil
 }
 
-// Retire: a call in flight on c completed without its answer. Its
+// retireCall: a call in flight on c completed without its answer. Its
 // Identifier stays reserved until the answer comes or the connection
 // closes: reusing it earlier would make the late answer fail
-// verification against the next request (call.Conn).
-func (c *conn) Retire(_ *call.Call, timedOut bool) {
+// verification against the next request (c.h's retire).
+func (c *conn) retireCall(_ *call.Call, timedOut bool) {
 	if timedOut {
 		c.l.p.stats.timedOut.Add(1)
 	}

@@ -211,12 +211,12 @@ func (p *Peer) avoids(cl *call.Call) bool {
 }
 
 // sentOn returns the connections of p that cl was sent on.
-func (p *Peer) sentOn(cl *call.Call) []call.Conn {
-	return cl.AppendSentOn(nil, func(cn call.Conn) bool { return cn.(*conn).l.p == p })
+func (p *Peer) sentOn(cl *call.Call) []*call.Conn {
+	return cl.AppendSentOn(nil, func(cn *call.Conn) bool { return cn.Owner.(*conn).l.p == p })
 }
 
 // avoidsLocked is avoids for the connections sent; p.mu is held.
-func (p *Peer) avoidsLocked(sent []call.Conn) bool {
+func (p *Peer) avoidsLocked(sent []*call.Conn) bool {
 	if len(sent) == 0 {
 		return false
 	}
@@ -226,7 +226,7 @@ func (p *Peer) avoidsLocked(sent []call.Conn) bool {
 		if c == nil || l.m.State() != watchdog.Okay {
 			continue
 		}
-		if slices.Contains(sent, call.Conn(c)) {
+		if slices.Contains(sent, &c.h) {
 			return true
 		}
 		other = true
@@ -379,10 +379,10 @@ func (p *Peer) maybeGrow() {
 // pickConn returns the OKAY connection with the most free Identifiers,
 // not one of skip (those a call was sent on), nil if none has one. p.mu
 // is held.
-func (p *Peer) pickConn(skip []call.Conn) *conn {
+func (p *Peer) pickConn(skip []*call.Conn) *conn {
 	var best *conn
 	for _, l := range p.links {
-		if c := l.cur; c != nil && l.m.State() == watchdog.Okay && c.free.n > 0 && (best == nil || c.free.n > best.free.n) && !slices.Contains(skip, call.Conn(c)) {
+		if c := l.cur; c != nil && l.m.State() == watchdog.Okay && c.free.n > 0 && (best == nil || c.free.n > best.free.n) && !slices.Contains(skip, &c.h) {
 			best = c
 		}
 	}
@@ -393,7 +393,7 @@ func (p *Peer) pickConn(skip []call.Conn) *conn {
 // encoding and send; false if cl completed meanwhile. p.mu is held.
 func (p *Peer) assign(c *conn, cl *rcall) bool {
 	cl.Lock()
-	_, err := cl.BoardLocked(c, p)
+	_, err := cl.BoardLocked(&c.h, p)
 	var id byte
 	if err == nil {
 		id = c.free.pop()
@@ -654,6 +654,7 @@ func (r *idRing) push(id byte) {
 // conn is one open transport connection of a link. Its fields are
 // guarded by Peer.mu, except those set at creation.
 type conn struct {
+	h   call.Conn // this connection in the calls sent on it
 	l   *link
 	tc  transport.Conn
 	out *outbox
@@ -670,6 +671,7 @@ type conn struct {
 func newConn(l *link, tc transport.Conn) *conn {
 	c := &conn{l: l, tc: tc, free: newIDRing()}
 	c.out = &outbox{tc: tc, onError: func(error) { tc.Close() }}
+	c.h.Init(c, c.retireCall)
 	return c
 }
 
@@ -677,13 +679,13 @@ func newConn(l *link, tc transport.Conn) *conn {
 // them in send order; their Identifiers stay reserved for a late answer.
 // p.mu is held.
 func (c *conn) leaveAll() []*rcall {
-	return c.calls(func(cl *rcall) bool { return cl.Leave(c, nil, nil) })
+	return c.calls(func(cl *rcall) bool { return cl.Leave(&c.h, nil, nil) })
 }
 
 // inFlight returns the calls in flight on c, in send order, leaving them
 // there. p.mu is held.
 func (c *conn) inFlight() []*rcall {
-	return c.calls(func(cl *rcall) bool { return cl.InFlightOn(c) })
+	return c.calls(func(cl *rcall) bool { return cl.InFlightOn(&c.h) })
 }
 
 // calls returns the calls of c's Identifiers for which keep is true, in
@@ -845,7 +847,7 @@ func (c *conn) received(b []byte) {
 		resp := &Response{Raw: b, RequestAuthenticator: s.auth, Peer: p}
 		p.fx = append(p.fx, func() {
 			resp.Packet, _ = radius.Decode(b, p.secret) // validated by ReadFrame
-			switch ok, owner := cl.Finish(b, resp, nil, p, c, &p.stats.answered); {
+			switch ok, owner := cl.Finish(b, resp, nil, p, &c.h, &p.stats.answered); {
 			case !ok:
 				p.stats.late.Add(1) // completed meanwhile
 			case owner != nil:

@@ -8,7 +8,7 @@
 // (Diameter: Hop-by-Hop id, T flag, a copy per resend; RADIUS: an
 // Identifier, encoding and signing with the connection's secret) under the
 // Call's lock, through Board, Leave and Finish. This package imports
-// neither: a connection is a Conn, a peer an opaque comparable value.
+// neither: a connection is a Conn handle, a peer an opaque comparable value.
 package call
 
 import (
@@ -86,15 +86,26 @@ var (
 // DefaultTimeout bounds a Wait given no timeout and no deadline.
 const DefaultTimeout = 10 * time.Second
 
-// Conn is a connection, as the protocol that owns it sees it. Values are
-// compared: use pointers.
-type Conn interface {
-	// Retire is told that a call in flight on the connection completed
-	// without its answer (an error, or the caller's deadline when
-	// timedOut): take it out of the pending map there. It runs without
-	// the call's lock.
-	Retire(c *Call, timedOut bool)
+// Conn is a connection's handle in the calls sent on it: a protocol
+// embeds one in each of its connections, Inits it, and names the
+// connection by its address (one word in each call, however many
+// connections it was sent on).
+type Conn struct {
+	// Owner is the protocol's connection.
+	Owner  any
+	retire func(c *Call, timedOut bool)
 }
+
+// Init makes cn the handle of owner; retire is told that a call in
+// flight on the connection completed without its answer (an error, or
+// the caller's deadline when timedOut): take it out of the pending map
+// there. It runs without the call's lock.
+func (cn *Conn) Init(owner any, retire func(c *Call, timedOut bool)) {
+	cn.Owner, cn.retire = owner, retire
+}
+
+// Retire tells the connection that c completed without its answer.
+func (cn *Conn) Retire(c *Call, timedOut bool) { cn.retire(c, timedOut) }
 
 // Key is what a dispatcher routes a request on, filled in by its protocol
 // when the call is made. The byte slices alias the request: read only.
@@ -105,9 +116,6 @@ type Key struct {
 	// Dest names the one host the request may go to (Diameter's
 	// Destination-Host), "" when none.
 	Dest string
-	// Accounting: the request is accounting traffic (the throttle's
-	// class), not authentication or authorization.
-	Accounting bool
 }
 
 type result struct {
@@ -120,29 +128,37 @@ type result struct {
 // first of an answer, an error, or the caller's deadline wins. Init it
 // before use; its methods are then safe for concurrent use.
 type Call struct {
-	// Key, Ref and Proto are set by the protocol before the call is shared
-	// and read only afterwards.
+	// Key, Ref, Accounting and Proto are set by the protocol before the
+	// call is shared and read only afterwards.
 	Key Key
-	// Ref names the request across its sends in failover records: the
-	// Diameter End-to-End id; 0 when the protocol has none.
-	Ref uint32
 	// Proto is the protocol's own record of the call.
 	Proto any
 
-	res  chan result // buffered 1; receives exactly once
-	done atomic.Bool // state is final; read without the mutex
-	tag  atomic.Pointer[any]
+	res chan result // buffered 1; receives exactly once
+	tag atomic.Pointer[any]
 
-	mu         sync.Mutex
-	state      State
-	owner      Conn    // InFlight: where it is pending
-	sentOn     []Conn  // every connection it boarded, oldest first
-	sentOn0    [2]Conn // sentOn's first array: most requests are sent once or twice
-	sends      int
-	refused    bool  // it left its last connection refused (too busy): see Boarding
-	refusedBy  []any // peers that refused it
-	lastAnswer []byte
+	// Under mu (the fields are ordered for a small struct: one is made
+	// per request):
 	first, by  any
+	owner      *Conn    // InFlight: where it is pending
+	sentOn     []*Conn  // every connection it boarded, oldest first
+	sentOn0    [2]*Conn // sentOn's first array: most requests are sent once or twice
+	refusedBy  []any    // peers that refused it
+	lastAnswer []byte
+	mu         sync.Mutex
+
+	// Ref names the request across its sends in failover records: the
+	// Diameter End-to-End id; 0 when the protocol has none.
+	Ref   uint32
+	done  atomic.Bool // state is final; read without the mutex
+	sends int32       // under mu
+	state State       // under mu
+	// refused: it left its last connection refused (too busy), see
+	// Boarding. Under mu.
+	refused bool
+	// Accounting: the request is accounting traffic (the throttle's
+	// class), not authentication or authorization.
+	Accounting bool
 }
 
 // Init readies c for use.
@@ -187,8 +203,8 @@ type Boarding struct {
 // a request reaches a connection. c's mutex is held (Lock). It fails
 // without changing anything with ErrComplete, ErrInFlight (pending
 // elsewhere: it must leave first) or ErrAlreadySent (sent on cn before).
-func (c *Call) BoardLocked(cn Conn, by any) (Boarding, error) {
-	b := Boarding{Prev: c.state, Sends: c.sends, AfterRefusal: c.refused}
+func (c *Call) BoardLocked(cn *Conn, by any) (Boarding, error) {
+	b := Boarding{Prev: c.state, Sends: int(c.sends), AfterRefusal: c.refused}
 	switch {
 	case c.final():
 		return b, ErrComplete
@@ -210,7 +226,7 @@ func (c *Call) BoardLocked(cn Conn, by any) (Boarding, error) {
 
 // Unboard undoes BoardLocked when the request could not be queued on cn
 // after all. It takes c's mutex.
-func (c *Call) Unboard(cn Conn, b Boarding) {
+func (c *Call) Unboard(cn *Conn, b Boarding) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.state != InFlight || c.owner != cn {
@@ -230,7 +246,7 @@ func (c *Call) Unboard(cn Conn, b Boarding) {
 // nowhere. refuser, when not nil, is the peer that refused it with
 // answer: it is not offered to that peer again (RefusedBy) and answer is
 // what Conclude delivers. False if c is not in flight on cn.
-func (c *Call) Leave(cn Conn, refuser any, answer []byte) bool {
+func (c *Call) Leave(cn *Conn, refuser any, answer []byte) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.state != InFlight || c.owner != cn {
@@ -251,7 +267,7 @@ func (c *Call) Leave(cn Conn, refuser any, answer []byte) bool {
 // caller can see the result. It returns whether it did and, when c was
 // still in flight on a connection other than from, that connection: the
 // caller takes it out of its pending map there.
-func (c *Call) Finish(ans []byte, aux any, err error, by any, from Conn, cnt *atomic.Uint64) (ok bool, owner Conn) {
+func (c *Call) Finish(ans []byte, aux any, err error, by any, from *Conn, cnt *atomic.Uint64) (ok bool, owner *Conn) {
 	c.mu.Lock()
 	if c.final() {
 		c.mu.Unlock()
@@ -358,7 +374,7 @@ func (c *Call) IsDone() bool { return c.done.Load() }
 func (c *Call) Sends() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.sends
+	return int(c.sends)
 }
 
 // First returns the peer the call was first sent by, nil before.
@@ -377,7 +393,7 @@ func (c *Call) AnsweredBy() any {
 }
 
 // SentOn reports whether the call boarded cn.
-func (c *Call) SentOn(cn Conn) bool {
+func (c *Call) SentOn(cn *Conn) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Contains(c.sentOn, cn)
@@ -385,7 +401,7 @@ func (c *Call) SentOn(cn Conn) bool {
 
 // SentOnAny reports whether the call boarded a connection for which f
 // is true; f runs under the call's lock.
-func (c *Call) SentOnAny(f func(Conn) bool) bool {
+func (c *Call) SentOnAny(f func(*Conn) bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.ContainsFunc(c.sentOn, f)
@@ -393,7 +409,7 @@ func (c *Call) SentOnAny(f func(Conn) bool) bool {
 
 // AppendSentOn appends to dst the connections the call boarded for which
 // f is true, oldest first.
-func (c *Call) AppendSentOn(dst []Conn, f func(Conn) bool) []Conn {
+func (c *Call) AppendSentOn(dst []*Conn, f func(*Conn) bool) []*Conn {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, cn := range c.sentOn {
@@ -405,7 +421,7 @@ func (c *Call) AppendSentOn(dst []Conn, f func(Conn) bool) []Conn {
 }
 
 // InFlightOn reports whether the call is pending on cn.
-func (c *Call) InFlightOn(cn Conn) bool {
+func (c *Call) InFlightOn(cn *Conn) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.state == InFlight && c.owner == cn
@@ -421,7 +437,7 @@ func (c *Call) RefusedBy(peer any) bool {
 // Avoids reports whether the call must not go to peer, whose current
 // connection is cn (nil when none): it was sent on cn, or peer refused
 // it. A call never sent avoids nothing.
-func (c *Call) Avoids(cn Conn, peer any) bool {
+func (c *Call) Avoids(cn *Conn, peer any) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.sends == 0 {

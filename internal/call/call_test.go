@@ -18,23 +18,28 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // conn is a test connection that records what it is told.
 type conn struct {
+	Conn
 	name     string
 	retired  atomic.Int32
 	timedOut atomic.Int32
 }
 
-func (c *conn) Retire(_ *Call, timedOut bool) {
-	c.retired.Add(1)
-	if timedOut {
-		c.timedOut.Add(1)
-	}
+func newConn(name string) *conn {
+	c := &conn{name: name}
+	c.Init(c, func(_ *Call, timedOut bool) {
+		c.retired.Add(1)
+		if timedOut {
+			c.timedOut.Add(1)
+		}
+	})
+	return c
 }
 
 // boarded boards c on cn for peer by.
-func boarded(t *testing.T, c *Call, cn Conn, by any) Boarding {
+func boarded(t *testing.T, c *Call, cn *conn, by any) Boarding {
 	t.Helper()
 	c.Lock()
-	b, err := c.BoardLocked(cn, by)
+	b, err := c.BoardLocked(&cn.Conn, by)
 	c.Unlock()
 	require.NoError(t, err)
 	return b
@@ -50,7 +55,7 @@ func newCall() *Call {
 // into drives c into state s along legal transitions.
 func into(t *testing.T, c *Call, s State) {
 	t.Helper()
-	a := &conn{name: "a"}
+	a := newConn("a")
 	board := func(cn *conn) {
 		boarded(t, c, cn, cn.name)
 	}
@@ -60,7 +65,7 @@ func into(t *testing.T, c *Call, s State) {
 		board(a)
 	case Moved:
 		board(a)
-		require.True(t, c.Leave(a, nil, nil))
+		require.True(t, c.Leave(&a.Conn, nil, nil))
 	case Parked:
 		require.True(t, c.Park())
 	case Answered:
@@ -98,38 +103,38 @@ func TestTransitions(t *testing.T) {
 // it was sent on, without changing anything; Unboard steps back.
 func TestBoardRules(t *testing.T) {
 	c := newCall()
-	a, b := &conn{name: "a"}, &conn{name: "b"}
+	a, b := newConn("a"), newConn("b")
 	c.Lock()
-	bo, err := c.BoardLocked(a, "pa")
+	bo, err := c.BoardLocked(&a.Conn, "pa")
 	c.Unlock()
 	require.NoError(t, err)
 	assert.Equal(t, Boarding{Prev: Queued}, bo)
 	assert.Equal(t, "pa", c.First())
 	c.Lock()
-	_, err = c.BoardLocked(b, "pb")
+	_, err = c.BoardLocked(&b.Conn, "pb")
 	c.Unlock()
 	assert.ErrorIs(t, err, ErrInFlight)
-	require.True(t, c.Leave(a, "pa", []byte("busy")))
+	require.True(t, c.Leave(&a.Conn, "pa", []byte("busy")))
 	assert.True(t, c.RefusedBy("pa"))
 	assert.False(t, c.RefusedBy("pb"))
 	c.Lock()
-	_, err = c.BoardLocked(a, "pa")
+	_, err = c.BoardLocked(&a.Conn, "pa")
 	c.Unlock()
 	assert.ErrorIs(t, err, ErrAlreadySent)
 	c.Lock()
-	bo, err = c.BoardLocked(b, "pb")
+	bo, err = c.BoardLocked(&b.Conn, "pb")
 	c.Unlock()
 	require.NoError(t, err)
 	assert.Equal(t, Boarding{Prev: Moved, Sends: 1, AfterRefusal: true}, bo)
-	c.Unboard(b, bo)
+	c.Unboard(&b.Conn, bo)
 	assert.Equal(t, Moved, c.State())
 	assert.Equal(t, 1, c.Sends())
-	assert.False(t, c.SentOn(b), "an undone boarding leaves no trace")
-	assert.True(t, c.SentOn(a))
+	assert.False(t, c.SentOn(&b.Conn), "an undone boarding leaves no trace")
+	assert.True(t, c.SentOn(&a.Conn))
 	assert.Equal(t, "pa", c.First())
 	require.True(t, c.Fail(errors.New("gone")))
 	c.Lock()
-	_, err = c.BoardLocked(b, "pb")
+	_, err = c.BoardLocked(&b.Conn, "pb")
 	c.Unlock()
 	assert.ErrorIs(t, err, ErrComplete)
 }
@@ -138,17 +143,17 @@ func TestBoardRules(t *testing.T) {
 // on and the peers that refused it.
 func TestAvoids(t *testing.T) {
 	c := newCall()
-	a, b := &conn{name: "a"}, &conn{name: "b"}
-	assert.False(t, c.Avoids(a, "pa"))
+	a, b := newConn("a"), newConn("b")
+	assert.False(t, c.Avoids(&a.Conn, "pa"))
 	boarded(t, c, a, "pa")
-	assert.True(t, c.Avoids(a, "pa"))
-	assert.False(t, c.Avoids(b, "pa"), "a new connection of the same peer may take it")
+	assert.True(t, c.Avoids(&a.Conn, "pa"))
+	assert.False(t, c.Avoids(&b.Conn, "pa"), "a new connection of the same peer may take it")
 	assert.False(t, c.Avoids(nil, "pa"))
-	require.True(t, c.Leave(a, "pa", []byte("busy")))
-	assert.True(t, c.Avoids(b, "pa"), "a peer that refused it is not asked again")
-	assert.False(t, c.Avoids(b, "pb"))
-	assert.Equal(t, []Conn{a}, c.AppendSentOn(nil, func(Conn) bool { return true }))
-	assert.True(t, c.SentOnAny(func(cn Conn) bool { return cn.(*conn).name == "a" }))
+	require.True(t, c.Leave(&a.Conn, "pa", []byte("busy")))
+	assert.True(t, c.Avoids(&b.Conn, "pa"), "a peer that refused it is not asked again")
+	assert.False(t, c.Avoids(&b.Conn, "pb"))
+	assert.Equal(t, []*Conn{&a.Conn}, c.AppendSentOn(nil, func(*Conn) bool { return true }))
+	assert.True(t, c.SentOnAny(func(cn *Conn) bool { return cn.Owner.(*conn).name == "a" }))
 }
 
 // Many goroutines race to complete one call: exactly one wins, the
@@ -157,7 +162,7 @@ func TestAvoids(t *testing.T) {
 func TestCompletesExactlyOnce(t *testing.T) {
 	for range 50 {
 		c := newCall()
-		a := &conn{}
+		a := newConn("")
 		boarded(t, c, a, "pa")
 		var wins atomic.Int32
 		var winner atomic.Value
@@ -166,7 +171,7 @@ func TestCompletesExactlyOnce(t *testing.T) {
 			wg.Go(func() {
 				var ok bool
 				if i%2 == 0 {
-					ok, _ = c.Finish([]byte{byte(i)}, "aux", nil, "pa", a, nil)
+					ok, _ = c.Finish([]byte{byte(i)}, "aux", nil, "pa", &a.Conn, nil)
 				} else {
 					ok = c.Fail(errors.New("failed"))
 				}
@@ -198,7 +203,7 @@ func TestCompletesExactlyOnce(t *testing.T) {
 func TestWaitTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCall()
-		a := &conn{}
+		a := newConn("")
 		boarded(t, c, a, "pa")
 		start := time.Now()
 		_, _, err := c.Wait(context.Background(), 3*time.Second)
@@ -206,7 +211,7 @@ func TestWaitTimeout(t *testing.T) {
 		assert.Equal(t, 3*time.Second, time.Since(start))
 		assert.Equal(t, int32(1), a.timedOut.Load())
 		assert.Equal(t, Failed, c.State())
-		ok, _ := c.Finish([]byte("late"), nil, nil, "pa", a, nil)
+		ok, _ := c.Finish([]byte("late"), nil, nil, "pa", &a.Conn, nil)
 		assert.False(t, ok, "complete once")
 
 		c2 := newCall()
@@ -231,7 +236,7 @@ func TestWaitTimeout(t *testing.T) {
 func TestWaitAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCall()
-		boarded(t, c, &conn{}, "pb")
+		boarded(t, c, newConn(""), "pb")
 		var cnt atomic.Uint64
 		go func() {
 			time.Sleep(time.Second)
@@ -251,11 +256,11 @@ func TestWaitAnswer(t *testing.T) {
 func TestConcludeAndPark(t *testing.T) {
 	c := newCall()
 	assert.False(t, c.Conclude())
-	a, b := &conn{}, &conn{}
+	a, b := newConn(""), newConn("")
 	for i, cn := range []*conn{a, b} {
 		boarded(t, c, cn, i)
 		assert.False(t, c.Park(), "in flight: not parked")
-		require.True(t, c.Leave(cn, i, []byte{byte(i)}))
+		require.True(t, c.Leave(&cn.Conn, i, []byte{byte(i)}))
 	}
 	require.True(t, c.Park())
 	assert.True(t, c.Park(), "parked already")
