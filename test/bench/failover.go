@@ -82,6 +82,13 @@ func measureFailover(o Options) (*failoverResult, error) {
 
 	res := &failoverResult{pending: float64(pending)}
 	for range o.FailoverRuns {
+		// The servers refuse a second connection from the client's
+		// identity while they hold the first (RFC 6733 5.6), and the last
+		// run cut its connection to the primary rather than closing it
+		// with a DPR: wait until both have seen the last client go.
+		if err := awaitNoPeers(primary, alternate); err != nil {
+			return nil, err
+		}
 		d, err := failoverOnce(pending, primary.Addr().String(), alternate.Addr().String())
 		if err != nil {
 			return nil, err
@@ -96,6 +103,31 @@ func measureFailover(o Options) (*failoverResult, error) {
 	res.minMs = round(float64(slices.Min(res.runs))/1e6, 2)
 	res.maxMs = round(float64(slices.Max(res.runs))/1e6, 2)
 	return res, nil
+}
+
+// awaitNoPeers waits, up to 10 s, until no server holds a connected peer.
+func awaitNoPeers(servers ...*peer.Server) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for _, s := range servers {
+		for {
+			live := 0
+			for _, p := range s.Peers() {
+				select {
+				case <-p.Done():
+				default:
+					live++
+				}
+			}
+			if live == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("failover: server %s still holds %d peers of the last run", s.Addr(), live)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return nil
 }
 
 func failoverOnce(pending int, primary, alternate string) (time.Duration, error) {
