@@ -279,6 +279,10 @@ func TestOpeningConnectionsBounded(t *testing.T) {
 	})
 	_, err = p.Request(bounded(t), acr())
 	require.NoError(t, err)
+	// p's slot is given back by the goroutine that watched its CER, a
+	// moment after the exchange: wait for it, or the dials below meet a
+	// slot that is still taken.
+	require.Eventually(t, func() bool { return s.Stats().Opening == 3 }, 5*time.Second, time.Millisecond)
 	for range 3 {
 		dialFrom("127.0.0.3")
 	}
