@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -135,56 +136,64 @@ func waitParked(t *testing.T, q *Pool[int], n int) {
 }
 
 // A worker that ran out of jobs parks: the next job within Linger goes to
-// it, not to a new goroutine; once no job came for Linger, it ends.
+// it, not to a new goroutine; once no job came for Linger, it ends. In a
+// synctest bubble, as is TestCloseEndsWorkers, so that the Linger window
+// is exact whatever the load (under load a poller that slept past it saw
+// no parked worker, and a test goroutine late for the next job saw a
+// second worker started).
 func TestParkedWorkerReusedThenEnds(t *testing.T) {
-	var wg sync.WaitGroup
-	done := make(chan int, 1)
-	q := New(func(i int) { done <- i }, &wg)
-	for i := range 20 {
-		q.Submit(i)
-		if got := <-done; got != i {
-			t.Fatalf("ran %d, want %d", got, i)
+	synctest.Test(t, func(t *testing.T) {
+		var wg sync.WaitGroup
+		done := make(chan int, 1)
+		q := New(func(i int) { done <- i }, &wg)
+		for i := range 20 {
+			q.Submit(i)
+			if got := <-done; got != i {
+				t.Fatalf("ran %d, want %d", got, i)
+			}
+			waitParked(t, q, 1)
 		}
-		waitParked(t, q, 1)
-	}
-	if s := q.Started(); s != 1 {
-		t.Fatalf("%d workers started for 20 jobs one after the other", s)
-	}
-	wg.Wait() // the parked worker ends after Linger without Close
-	if w := q.Workers(); w != 0 {
-		t.Fatalf("%d workers after Linger", w)
-	}
-	q.Submit(99) // and a later job starts a new one
-	if got := <-done; got != 99 {
-		t.Fatalf("ran %d", got)
-	}
-	q.Close()
-	wg.Wait()
-	if s := q.Started(); s != 2 {
-		t.Fatalf("%d started", s)
-	}
+		if s := q.Started(); s != 1 {
+			t.Fatalf("%d workers started for 20 jobs one after the other", s)
+		}
+		wg.Wait() // the parked worker ends after Linger without Close
+		if w := q.Workers(); w != 0 {
+			t.Fatalf("%d workers after Linger", w)
+		}
+		q.Submit(99) // and a later job starts a new one
+		if got := <-done; got != 99 {
+			t.Fatalf("ran %d", got)
+		}
+		q.Close()
+		wg.Wait()
+		if s := q.Started(); s != 2 {
+			t.Fatalf("%d started", s)
+		}
+	})
 }
 
 // Close ends a parked worker at once, and a pool closed while a job runs
 // ends its worker once the job is done.
 func TestCloseEndsWorkers(t *testing.T) {
-	var wg sync.WaitGroup
-	gate := make(chan struct{})
-	q := New(func(i int) {
-		if i == 1 {
-			<-gate
+	synctest.Test(t, func(t *testing.T) {
+		var wg sync.WaitGroup
+		gate := make(chan struct{})
+		q := New(func(i int) {
+			if i == 1 {
+				<-gate
+			}
+		}, &wg)
+		q.Submit(0)
+		waitParked(t, q, 1)
+		q.Submit(1) // the parked worker takes it and blocks
+		q.Close()
+		close(gate)
+		ended := make(chan struct{})
+		go func() { wg.Wait(); close(ended) }()
+		select {
+		case <-ended:
+		case <-time.After(Linger / 2):
+			t.Fatal("workers outlived Close")
 		}
-	}, &wg)
-	q.Submit(0)
-	waitParked(t, q, 1)
-	q.Submit(1) // the parked worker takes it and blocks
-	q.Close()
-	close(gate)
-	ended := make(chan struct{})
-	go func() { wg.Wait(); close(ended) }()
-	select {
-	case <-ended:
-	case <-time.After(Linger / 2):
-		t.Fatal("workers outlived Close")
-	}
+	})
 }
