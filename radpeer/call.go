@@ -98,10 +98,17 @@ func (c *rcall) wait(ctx context.Context, timeout time.Duration) (*Response, err
 // retireCall: a call in flight on c completed without its answer. Its
 // Identifier stays reserved until the answer comes or the connection
 // closes: reusing it earlier would make the late answer fail
-// verification against the next request (c.h's retire).
+// verification against the next request (c.h's retire). On a recycled
+// connection, the last live call ending closes it.
 func (c *conn) retireCall(_ *call.Call, timedOut bool) {
+	p := c.l.p
 	if timedOut {
-		c.l.p.stats.timedOut.Add(1)
+		p.stats.timedOut.Add(1)
+	}
+	if c.recycling.Load() {
+		p.mu.Lock()
+		p.closeIfDrained(c.l, c)
+		p.unlock()
 	}
 }
 

@@ -55,7 +55,7 @@ type Peer struct {
 type counters struct {
 	sent, answered, late, unmatched, badAuth, noMA, timedOut, lost   atomic.Uint64
 	movedOut, statusSent, statusAnswered, badFrames, requestsDropped atomic.Uint64
-	openFailures, transitions                                        atomic.Uint64
+	openFailures, transitions, recycled                              atomic.Uint64
 }
 
 // Stats is a snapshot of a Peer's counters.
@@ -77,7 +77,8 @@ type Stats struct {
 	BadFrames      uint64      `json:"bad_frames"`
 	OpenFailed     uint64      `json:"open_failed"`
 	Transitions    uint64      `json:"transitions"`
-	Waiting        int         `json:"waiting"` // calls waiting for an Identifier
+	RecycledConns  uint64      `json:"recycled_conns"` // connections replaced because stale reservations filled their Identifiers
+	Waiting        int         `json:"waiting"`        // calls waiting for an Identifier
 	Conns          []ConnStats `json:"conns"`
 }
 
@@ -184,6 +185,7 @@ func (p *Peer) submit(cl *rcall) error {
 		p.unlock()
 		return nil
 	}
+	p.recycleStale()
 	if len(p.waiting) >= p.cfg.MaxWaiting {
 		p.waiting = slices.DeleteFunc(p.waiting, (*rcall).IsDone)
 	}
@@ -265,6 +267,7 @@ func (p *Peer) Stats() Stats {
 		BadAuth: s.badAuth.Load(), NoMA: s.noMA.Load(), TimedOut: s.timedOut.Load(), Lost: s.lost.Load(),
 		MovedOut: s.movedOut.Load(), StatusSent: s.statusSent.Load(), StatusAnswered: s.statusAnswered.Load(),
 		BadFrames: s.badFrames.Load(), OpenFailed: s.openFailures.Load(), Transitions: s.transitions.Load(),
+		RecycledConns: s.recycled.Load(),
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -293,6 +296,9 @@ func (p *Peer) Close(ctx context.Context) error {
 				if st := l.m.State(); st != watchdog.Down {
 					p.apply(l, l.m.Step(watchdog.ConnectionDown))
 				}
+				p.dropConn(l, c, "peer closed", ErrClosed)
+			}
+			for _, c := range slices.Clone(l.draining) {
 				p.dropConn(l, c, "peer closed", ErrClosed)
 			}
 			l.timer.Stop()
@@ -344,6 +350,7 @@ type link struct {
 	armedAt  int64
 	lastRx   int64 // receipt of the last verified answer (lazy Tw reset in OKAY)
 	cur      *conn
+	draining []*conn // recycled: closed when their live requests end
 	dialing  bool
 }
 
@@ -369,11 +376,69 @@ func (p *Peer) maybeGrow() {
 		return
 	}
 	for _, l := range p.links {
-		if l.m.State() != watchdog.Okay {
+		if l.m.State() != watchdog.Okay || l.dialing {
 			return // one is opening or reopening: it will take the waiters
 		}
 	}
 	p.addLink()
+}
+
+// recycleStale replaces each OKAY connection whose Identifiers are all
+// taken, more than half of them by requests that already ended (timed
+// out: their callers have their error). Such an Identifier stays reserved
+// until its late answer comes or the connection closes; from a server
+// that silently drops some requests while answering Status-Server the
+// answer never comes, and the Identifiers leak until none is left while
+// the watchdog keeps the connection OKAY. The connection takes no new
+// request, its slot dials a replacement (keeping its watchdog machine,
+// so the server stays in service), and it is closed once its live
+// requests are answered or end (at once when none is live), freeing its
+// Identifiers with it.
+//
+// Why a majority: a healthy loaded connection has all 255 Identifiers
+// held by live requests and is never recycled; a few stale ones on a busy
+// connection are ordinary late answers, freed within a round trip, and
+// closing for them would churn connections. When ended requests hold
+// more Identifiers than live ones, stale reservations are what fills the
+// connection, and every further timeout on it only adds to them. p.mu is
+// held.
+func (p *Peer) recycleStale() {
+	if p.closing {
+		return
+	}
+	for _, l := range p.links {
+		c := l.cur
+		if c == nil || c.free.n > 0 || l.dialing || l.m.State() != watchdog.Okay {
+			continue
+		}
+		if stale := c.count(true); 2*stale > IDsPerConn {
+			p.recycle(l, c, stale)
+		}
+	}
+}
+
+// recycle takes c off l for new requests, dials l a new connection, and
+// closes c when its live requests have ended. p.mu is held.
+func (p *Peer) recycle(l *link, c *conn, stale int) {
+	note := fmt.Sprintf("connection recycled: %d Identifiers held by requests that timed out", stale)
+	p.stats.recycled.Add(1)
+	p.publish(l.name, peer.Event{Kind: peer.EventError, Pending: IDsPerConn - stale, Reason: note})
+	p.cfg.Logger.Warn("recycling connection", "peer", l.name, "stale", stale, "live", IDsPerConn-stale,
+		"reason", fmt.Sprintf("%d Identifiers held by requests that timed out", stale))
+	l.cur = nil
+	c.recycling.Store(true)
+	c.note = note
+	l.draining = append(l.draining, c)
+	p.closeIfDrained(l, c)
+	p.attemptOpen(l)
+}
+
+// closeIfDrained closes c, a recycled connection of l, once no live
+// request is left on it. p.mu is held.
+func (p *Peer) closeIfDrained(l *link, c *conn) {
+	if !c.closed && c.count(false) == 0 {
+		p.dropConn(l, c, c.note, ErrConnectionLost)
+	}
 }
 
 // pickConn returns the OKAY connection with the most free Identifiers,
@@ -430,6 +495,7 @@ func (p *Peer) drain() {
 				}
 				continue
 			}
+			p.recycleStale()
 			p.maybeGrow() // calls still wait: one more connection may take them
 			return
 		}
@@ -487,6 +553,13 @@ func (p *Peer) applyAt(l *link, o watchdog.Output, base int64) {
 				c.sendStatus()
 			}
 		case watchdog.ActionFailover:
+			if p.cfg.onFailover != nil {
+				// Recycled connections go too: their calls move with the
+				// rest (without a hook they stay, closing at their end).
+				for _, c := range slices.Clone(l.draining) {
+					p.dropConn(l, c, "recycled connection closed: "+o.Transition.Reason, ErrConnectionLost)
+				}
+			}
 			if c := l.cur; c != nil && p.cfg.onFailover != nil {
 				p.moveOut(l, c.leaveAll(), o.Transition.Reason)
 			} else if c != nil {
@@ -551,6 +624,9 @@ func (p *Peer) dropConn(l *link, c *conn, note string, err error) {
 	if l.cur == c {
 		l.cur = nil
 	}
+	if len(l.draining) > 0 {
+		l.draining = slices.DeleteFunc(l.draining, func(d *conn) bool { return d == c })
+	}
 	if c.closed {
 		return
 	}
@@ -594,10 +670,16 @@ func (p *Peer) attemptOpen(l *link) {
 		}
 		p.mu.Lock()
 		l.dialing = false
+		// A link still OKAY was dialing the replacement of a recycled
+		// connection: its machine goes on over the new one.
+		replacing := l.m.State() == watchdog.Okay
 		switch {
 		case err != nil:
 			p.stats.openFailures.Add(1)
 			p.publish(l.name, peer.Event{Kind: peer.EventOpenFailed, Reason: "open failed: " + err.Error()})
+			if replacing && !p.closing {
+				p.apply(l, l.m.Step(watchdog.ConnectionDown))
+			}
 		case p.closing:
 			p.fx = append(p.fx, func() { tc.Close() })
 		default:
@@ -607,7 +689,14 @@ func (p *Peer) attemptOpen(l *link) {
 			p.publish(l.name, peer.Event{Kind: peer.EventConnUp, Network: network, Addr: addr, Reason: "connected over " + network + " to " + addr})
 			p.wg.Add(1)
 			p.fx = append(p.fx, func() { go c.reader() })
-			p.apply(l, l.m.Step(watchdog.ConnectionUp))
+			if !replacing {
+				p.apply(l, l.m.Step(watchdog.ConnectionUp))
+				break
+			}
+			if l.m.Pending() {
+				c.sendStatus() // the one awaited may have gone with the old connection
+			}
+			p.drain()
 		}
 		p.unlock()
 	}()
@@ -666,6 +755,9 @@ type conn struct {
 	seq        uint64
 	closed     bool
 	note       string
+	// recycling: taken off its link for new requests (recycleStale); set
+	// under Peer.mu, read without it by retireCall.
+	recycling atomic.Bool
 }
 
 func newConn(l *link, tc transport.Conn) *conn {
@@ -680,6 +772,18 @@ func newConn(l *link, tc transport.Conn) *conn {
 // p.mu is held.
 func (c *conn) leaveAll() []*rcall {
 	return c.calls(func(cl *rcall) bool { return cl.Leave(&c.h, nil, nil) })
+}
+
+// count returns how many Identifiers of c are held by requests that
+// ended (done) or by live ones (!done). p.mu is held.
+func (c *conn) count(done bool) int {
+	n := 0
+	for i := range c.slots[1:] {
+		if cl := c.slots[i+1].call; cl != nil && cl.IsDone() == done {
+			n++
+		}
+	}
+	return n
 }
 
 // inFlight returns the calls in flight on c, in send order, leaving them
@@ -809,7 +913,7 @@ func (c *conn) received(b []byte) {
 		}
 		c.statusOut = false
 		p.stats.statusAnswered.Add(1)
-		if c.l.cur == c {
+		if c.l.cur == c || c.recycling.Load() {
 			p.applyAt(c.l, c.l.m.Step(watchdog.ReceiveDWA), now)
 		}
 		return
@@ -854,6 +958,9 @@ func (c *conn) received(b []byte) {
 				owner.Retire(&cl.Call, false) // answered here while in flight elsewhere
 			}
 		})
+	}
+	if c.recycling.Load() {
+		p.closeIfDrained(c.l, c)
 	}
 	p.drain()
 }

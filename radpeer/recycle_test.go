@@ -1,0 +1,242 @@
+package radpeer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/watchdog"
+	lradius "layeh.com/radius"
+)
+
+// dropServer answers Status-Server and every request but those with
+// User-Name "drop", which it reads and never answers: the watchdog keeps
+// its connections OKAY while their Identifiers leak.
+type dropServer struct {
+	accepted, closed atomic.Int64
+}
+
+func (s *dropServer) serveAll(ln *pipeListener) {
+	for {
+		tc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s.accepted.Add(1)
+		go s.serve(tc)
+	}
+}
+
+func (s *dropServer) serve(tc transport.Conn) {
+	defer s.closed.Add(1)
+	defer tc.Close()
+	for {
+		b, err := tc.ReadMessage()
+		if err != nil {
+			return
+		}
+		if u, _ := radius.Attr(b, radius.AttrUserName); string(u) == "drop" {
+			continue
+		}
+		ans, _ := radius.EncodeResponse(b, lradius.CodeAccessAccept, nil, testSecret)
+		if tc.WriteMessages(ans) != nil {
+			return
+		}
+	}
+}
+
+// exchangeAll runs n Exchanges of User-Name user at once, each with
+// timeout, and returns their errors once all have ended.
+func exchangeAll(p *Peer, n int, user string, timeout time.Duration) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			_, errs[i] = p.Exchange(ctx, accessReq(user))
+		}()
+	}
+	wg.Wait()
+	return errs
+}
+
+// A server that drops some requests but answers Status-Server: after 255
+// timeouts every Identifier of the connection is held by a request nobody
+// waits for. The next request recycles the connection (counted, with a
+// warning event saying why): it is answered on a new connection within
+// its deadline, and the old one is closed at once since nothing live is
+// left on it. Without recycling that request waits until its deadline.
+func TestRecycleConnectionFilledByTimedOutRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		srv := &dropServer{}
+		go srv.serveAll(ln)
+		cfg := testConfig(6 * time.Second)
+		cfg.Dialer = ln.dialer()
+		p, err := Dial("radius+tcp://server:1812", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var reasons []string
+		defer p.Events().Subscribe(func(e peer.Event) {
+			if e.Kind == peer.EventError {
+				mu.Lock()
+				reasons = append(reasons, e.Reason)
+				mu.Unlock()
+			}
+		})()
+		synctest.Wait()
+		for i, err := range exchangeAll(p, IDsPerConn, "drop", 20*time.Second) {
+			if !errors.Is(err, ErrTimeout) {
+				t.Fatalf("dropped request %d: %v, want ErrTimeout", i, err)
+			}
+		}
+		st := p.Stats()
+		if st.TimedOut != IDsPerConn || len(st.Conns) != 1 || st.Conns[0].Pending != IDsPerConn || st.RecycledConns != 0 {
+			t.Fatalf("after the timeouts: %+v", st)
+		}
+		if st.StatusAnswered == 0 || p.State() != watchdog.Okay {
+			t.Fatalf("the watchdog should keep the connection OKAY: %s, %+v", p.State(), st)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := p.Exchange(ctx, accessReq("alice"))
+		if err != nil || r.Packet.Code != lradius.CodeAccessAccept {
+			t.Fatalf("request after the leak: %v", err)
+		}
+		synctest.Wait()
+		st = p.Stats()
+		if st.RecycledConns != 1 || len(st.Conns) != 1 || st.Conns[0].Pending != 0 || st.State != "OKAY" {
+			t.Fatalf("after the recycle: %+v", st)
+		}
+		if a, c := srv.accepted.Load(), srv.closed.Load(); a != 2 || c != 1 {
+			t.Fatalf("server saw %d connections, %d closed; want 2 and the old one closed", a, c)
+		}
+		mu.Lock()
+		want := fmt.Sprintf("%d Identifiers held by requests that timed out", IDsPerConn)
+		if len(reasons) != 1 || !strings.Contains(reasons[0], want) {
+			t.Fatalf("events %q, want one saying %q", reasons, want)
+		}
+		mu.Unlock()
+		mustClose(t, p)
+		ln.Close()
+	})
+}
+
+// 255 live requests in flight fill a connection without a recycle: a
+// further request waits for an Identifier and is answered when they are.
+func TestNoRecycleWhenLiveRequestsFillConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		g := &gate{ch: make(chan struct{})}
+		srv, _ := NewServer(ln, SchemeTCP, ServerConfig{Secret: testSecret, Handler: g.handler, MaxInFlight: 1000})
+		go srv.Serve()
+		cfg := testConfig(30 * time.Second)
+		cfg.Dialer = ln.dialer()
+		p, err := Dial("radius+tcp://server:1812", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		calls := make([]*rcall, IDsPerConn+1)
+		for i := range calls {
+			calls[i] = newCall(accessReq(fmt.Sprint("u", i)))
+			if err := p.submit(calls[i]); err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
+			synctest.Wait()
+		}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		st := p.Stats()
+		if st.RecycledConns != 0 || len(st.Conns) != 1 || st.Conns[0].Pending != IDsPerConn || st.Waiting != 1 {
+			t.Fatalf("a connection full of live requests: %+v", st)
+		}
+		close(g.ch)
+		for i, cl := range calls {
+			if _, err := cl.wait(context.Background(), time.Minute); err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
+		}
+		if st := p.Stats(); st.RecycledConns != 0 {
+			t.Fatalf("recycled: %+v", st)
+		}
+		mustClose(t, p, srv)
+	})
+}
+
+// At the threshold: with 127 ended requests and 128 live ones holding a
+// connection's Identifiers it is not recycled; once 128 have ended it is,
+// and it stays open for its live requests, closing when the last of them
+// times out.
+func TestRecycleThresholdAndDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		srv := &dropServer{}
+		go srv.serveAll(ln)
+		cfg := testConfig(6 * time.Second)
+		cfg.Dialer = ln.dialer()
+		p, err := Dial("radius+tcp://server:1812", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		var wg sync.WaitGroup
+		run := func(n int, timeout time.Duration) {
+			wg.Add(1)
+			go func() { defer wg.Done(); exchangeAll(p, n, "drop", timeout) }()
+			synctest.Wait()
+		}
+		run(127, 10*time.Second) // stale from 10 s
+		run(1, 20*time.Second)   // the 128th stale at 20 s
+		run(127, 40*time.Second) // live until 40 s
+		time.Sleep(15 * time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err = p.Exchange(ctx, accessReq("alice"))
+		cancel()
+		if !errors.Is(err, ErrTimeout) {
+			t.Fatalf("with 127 stale Identifiers: %v, want a wait ending in ErrTimeout", err)
+		}
+		if st := p.Stats(); st.RecycledConns != 0 {
+			t.Fatalf("recycled with 127 stale of 255: %+v", st)
+		}
+		time.Sleep(5 * time.Second) // 22 s: 128 stale
+		ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+		_, err = p.Exchange(ctx, accessReq("alice"))
+		cancel()
+		if err != nil {
+			t.Fatalf("with 128 stale Identifiers: %v", err)
+		}
+		synctest.Wait()
+		if st := p.Stats(); st.RecycledConns != 1 {
+			t.Fatalf("not recycled with 128 stale: %+v", st)
+		}
+		if a, c := srv.accepted.Load(), srv.closed.Load(); a != 2 || c != 0 {
+			t.Fatalf("server: %d connections, %d closed; want the old one open for its live requests", a, c)
+		}
+		wg.Wait() // the live ones time out at 40 s
+		synctest.Wait()
+		if c := srv.closed.Load(); c != 1 {
+			t.Fatalf("old connection not closed after its last live request: %d closed", c)
+		}
+		// 255 in flight timed out; the waiting request ended off any connection.
+		if st := p.Stats(); st.TimedOut != IDsPerConn || st.State != "OKAY" || len(st.Conns) != 1 {
+			t.Fatalf("%+v", st)
+		}
+		mustClose(t, p)
+		ln.Close()
+	})
+}
