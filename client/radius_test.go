@@ -33,7 +33,8 @@ type radServer struct {
 	faults fault.Switch
 
 	mu       sync.Mutex
-	users    []string // User-Name of each request handled, in order
+	users    []string // User-Name of each request handled, in the order its Handler ran
+	arrived  []string // User-Name of each request read, in the order of the wire
 	badPass  int      // passwords that did not decrypt with this server's secret
 	answered atomic.Int32
 }
@@ -72,6 +73,33 @@ func (s *radServer) handle(ctx context.Context, req *lradius.Packet, raw []byte)
 	return radpeer.AcceptAll(ctx, req, raw)
 }
 
+// arrivals returns the User-Names of the requests s read, in the order
+// they came on the wire. Handlers run on several workers, so the order in
+// which they ran (handled) may differ from it.
+func (s *radServer) arrivals() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.arrived...)
+}
+
+// wireLog records the User-Name of each request s reads from the wire.
+type wireLog struct {
+	transport.Conn
+	s *radServer
+}
+
+func (w wireLog) ReadMessage() ([]byte, error) {
+	b, err := w.Conn.ReadMessage()
+	if err == nil {
+		if pkt, perr := lradius.Parse(b, w.s.secret); perr == nil && pkt.Code != lradius.CodeStatusServer {
+			w.s.mu.Lock()
+			w.s.arrived = append(w.s.arrived, string(pkt.Get(radius.AttrUserName)))
+			w.s.mu.Unlock()
+		}
+	}
+	return b, err
+}
+
 func (s *radServer) handled() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -96,7 +124,7 @@ func (s *radServer) dial(ctx context.Context) (transport.Conn, error) {
 		return transport.NewStreamConn(c, "tcp", transport.Options{ReadFrame: radius.ReadFrame})
 	}
 	select {
-	case s.conns <- s.faults.Wrap(framed(b), nil):
+	case s.conns <- s.faults.Wrap(wireLog{framed(b), s}, nil):
 		return framed(a), nil
 	case <-ctx.Done():
 		a.Close()
@@ -209,7 +237,7 @@ func TestRADIUSFailoverResigned(t *testing.T) {
 			assert.Same(t, pb, r.Peer, "call %d answered by the alternate", i)
 			assert.Equal(t, lradius.CodeAccessAccept, r.Packet.Code)
 		}
-		assert.Equal(t, []string{"u0", "u1", "u2", "u3", "u4"}, b.handled(), "replayed in send order")
+		assert.Equal(t, []string{"u0", "u1", "u2", "u3", "u4"}, b.arrivals(), "replayed in send order")
 		assert.Zero(t, b.badPass, "every replay re-signed with b's secret")
 
 		recs, _ := c.FailoverLog()
