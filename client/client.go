@@ -695,7 +695,12 @@ func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.
 	if c.cfg.MaxConnections > 0 {
 		c.balanceSlots(m, self, e.To)
 	}
-	c.serverState(m, e.To)
+	// A peer leaving OKAY hands its pending requests to onFailover right
+	// after this event (Failover(), RFC 3539 3.4.1): the throttle is told
+	// now, but its dispatcher is woken by that hand-over, once the
+	// replays are at the head of the instance queue, so that the requests
+	// that waited in this server's queue do not overtake them.
+	c.serverStateAt(m, e.To, e.From == watchdog.Okay && e.To != watchdog.Okay)
 	if e.To == watchdog.Okay {
 		c.unpark()
 	}
@@ -704,7 +709,11 @@ func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.
 // serverState keeps the balancer, the policy and the throttle in step
 // with a server's watchdog state. c.mu must not be held by the caller
 // when to is OKAY and unpark follows.
-func (c *Client) serverState(m *member, to watchdog.State) {
+func (c *Client) serverState(m *member, to watchdog.State) { c.serverStateAt(m, to, false) }
+
+// serverStateAt is serverState; handOverNext says a failover hand-over
+// follows, which wakes the throttle's dispatcher (onFailover).
+func (c *Client) serverStateAt(m *member, to watchdog.State, handOverNext bool) {
 	if c.bal != nil {
 		st := loadbalance.Down
 		switch to {
@@ -723,9 +732,20 @@ func (c *Client) serverState(m *member, to watchdog.State) {
 		c.group.SetAvailable(m.index, to == watchdog.Okay)
 	}
 	if c.sched != nil {
-		c.refreshAvailability()
+		if handOverNext {
+			c.markAvailability()
+			// Should the hand-over not come (its connection was gone
+			// already), the dispatcher still wakes.
+			time.AfterFunc(handOverWait, c.poke)
+		} else {
+			c.refreshAvailability()
+		}
 	}
 }
+
+// handOverWait is how long the throttle's dispatcher may sleep after a
+// peer left OKAY when the failover hand-over that wakes it does not come.
+const handOverWait = 100 * time.Millisecond
 
 // balanceSlots keeps MaxConnections peers connected in primary/secondary
 // mode (F5): a peer going DOWN lets the next undialed one in; a peer back
@@ -856,6 +876,9 @@ func (c *Client) onFailover(from any, calls []*call.Call, reason string) {
 			cl.Fail(fmt.Errorf("client: %s: %w", reason, ErrNoPeer))
 		}
 		return
+	}
+	if c.sched != nil {
+		defer c.poke() // after the replays are queued: see onPeerEvent
 	}
 	calls = endTests(calls, reason)
 	if len(calls) == 0 {

@@ -128,6 +128,13 @@ func (c *Client) publishPolicy(evs []policy.Event) {
 
 // refreshAvailability tells the scheduler which servers may take requests.
 func (c *Client) refreshAvailability() {
+	c.markAvailability()
+	c.poke()
+}
+
+// markAvailability tells the throttle which servers are available,
+// without waking its dispatcher.
+func (c *Client) markAvailability() {
 	now := time.Now()
 	c.tmu.Lock()
 	for i, m := range c.members {
@@ -138,7 +145,6 @@ func (c *Client) refreshAvailability() {
 		c.sched.SetAvailable(i, ok, now)
 	}
 	c.tmu.Unlock()
-	c.poke()
 }
 
 func (c *Client) poke() {

@@ -86,7 +86,9 @@ func (c *Client) onRADIUSEvent(m *member, e peer.Event) {
 	case e.Kind == peer.EventWatchdog:
 		defer c.ready.changed()
 		st := p.State()
-		c.serverState(m, st)
+		// As for Diameter (onPeerEvent): the connection leaving OKAY hands
+		// its pending requests over next, and that wakes the throttle.
+		c.serverStateAt(m, st, e.From == watchdog.Okay && st != watchdog.Okay)
 		if st == watchdog.Okay {
 			c.unpark()
 		}
