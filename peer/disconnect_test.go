@@ -127,6 +127,13 @@ func TestDisconnectCauseOverTCP(t *testing.T) {
 	cliRec, cancel2 := record(cliBus)
 	defer cancel2()
 	p := dialOkay(t, "tcp://"+s.Addr().String(), func(c *Config) { c.Events = cliBus })
+	// The client is OKAY when the CEA arrives; the server's side of the
+	// connection a moment after it wrote it. A DPR goes only on an open
+	// connection: one still in its capabilities exchange is just closed.
+	require.Eventually(t, func() bool {
+		ps := s.Peers()
+		return len(ps) == 1 && ps[0].State() == watchdog.Okay
+	}, 5*time.Second, time.Millisecond)
 	require.NoError(t, s.Disconnect(bounded(t), message.DisconnectBusy))
 	require.NoError(t, p.WaitState(bounded(t), watchdog.Down))
 	// Events reach subscribers after the step that made them, so the state
