@@ -115,16 +115,8 @@ func TestLoneRequestKeepsOrder(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, inline, "a lone request went inline past a busy writer")
 	sent = append(sent, lone)
-	for i, want := range sent {
-		got, err := far.ReadMessage()
-		require.NoError(t, err, "message %d", i)
-		require.True(t, bytes.Equal(want, got), "message %d differs", i)
-	}
-	require.Eventually(t, func() bool {
-		c.wmu.Lock()
-		defer c.wmu.Unlock()
-		return !c.writing
-	}, 5*time.Second, time.Millisecond)
+	readInOrder(t, far, sent)
+	waitWriterIdle(t, c)
 	next := frame(120, 1001, true)
 	inline, err = c.enqueueRequest(next, true)
 	require.NoError(t, err)
@@ -292,19 +284,11 @@ func TestInlineWriteHandsRestToWriter(t *testing.T) {
 	assert.GreaterOrEqual(t, inline, 3, "the first small messages went inline")
 	assert.Less(t, inline, len(sent))
 
-	for i, want := range sent {
-		got, err := far.ReadMessage()
-		require.NoError(t, err, "message %d", i)
-		require.True(t, bytes.Equal(want, got), "message %d differs", i)
-	}
+	readInOrder(t, far, sent)
 
 	// The writer exits once the queue is empty; then a lone message goes
 	// inline again.
-	require.Eventually(t, func() bool {
-		c.wmu.Lock()
-		defer c.wmu.Unlock()
-		return !c.writing
-	}, 5*time.Second, time.Millisecond)
+	waitWriterIdle(t, c)
 	_, before := writeCounts(c)
 	last := frame(200, 999, true)
 	require.NoError(t, c.enqueueLone(last))
@@ -379,4 +363,25 @@ func TestNoDeadlockWhenBothSidesWrite(t *testing.T) {
 		c.close("test over")
 		c.wwg.Wait()
 	}
+}
+
+// readInOrder reads len(sent) messages from far: each must be the one
+// sent at its place.
+func readInOrder(t *testing.T, far transport.Conn, sent [][]byte) {
+	t.Helper()
+	for i, want := range sent {
+		got, err := far.ReadMessage()
+		require.NoError(t, err, "message %d", i)
+		require.True(t, bytes.Equal(want, got), "message %d differs", i)
+	}
+}
+
+// waitWriterIdle waits until no goroutine is writing on c.
+func waitWriterIdle(t *testing.T, c *conn) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+		return !c.writing
+	}, 5*time.Second, time.Millisecond)
 }

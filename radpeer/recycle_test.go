@@ -72,6 +72,22 @@ func exchangeAll(p *Peer, n int, user string, timeout time.Duration) []error {
 	return errs
 }
 
+// dialDropServer starts a dropServer on a pipe listener and dials it with
+// Tw 6 s.
+func dialDropServer(t *testing.T) (*Peer, *dropServer, *pipeListener) {
+	t.Helper()
+	ln := newPipeListener()
+	srv := &dropServer{}
+	go srv.serveAll(ln)
+	cfg := testConfig(6 * time.Second)
+	cfg.Dialer = ln.dialer()
+	p, err := Dial("radius+tcp://server:1812", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, srv, ln
+}
+
 // A server that drops some requests but answers Status-Server: after 255
 // timeouts every Identifier of the connection is held by a request nobody
 // waits for. The next request recycles the connection (counted, with a
@@ -80,15 +96,7 @@ func exchangeAll(p *Peer, n int, user string, timeout time.Duration) []error {
 // left on it. Without recycling that request waits until its deadline.
 func TestRecycleConnectionFilledByTimedOutRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ln := newPipeListener()
-		srv := &dropServer{}
-		go srv.serveAll(ln)
-		cfg := testConfig(6 * time.Second)
-		cfg.Dialer = ln.dialer()
-		p, err := Dial("radius+tcp://server:1812", cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, srv, ln := dialDropServer(t)
 		var mu sync.Mutex
 		var reasons []string
 		defer p.Events().Subscribe(func(e peer.Event) {
@@ -184,15 +192,7 @@ func TestNoRecycleWhenLiveRequestsFillConnection(t *testing.T) {
 // times out.
 func TestRecycleThresholdAndDrain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ln := newPipeListener()
-		srv := &dropServer{}
-		go srv.serveAll(ln)
-		cfg := testConfig(6 * time.Second)
-		cfg.Dialer = ln.dialer()
-		p, err := Dial("radius+tcp://server:1812", cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		p, srv, ln := dialDropServer(t)
 		synctest.Wait()
 		var wg sync.WaitGroup
 		run := func(n int, timeout time.Duration) {
@@ -205,7 +205,7 @@ func TestRecycleThresholdAndDrain(t *testing.T) {
 		run(127, 40*time.Second) // live until 40 s
 		time.Sleep(15 * time.Second)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_, err = p.Exchange(ctx, accessReq("alice"))
+		_, err := p.Exchange(ctx, accessReq("alice"))
 		cancel()
 		if !errors.Is(err, ErrTimeout) {
 			t.Fatalf("with 127 stale Identifiers: %v, want a wait ending in ErrTimeout", err)
