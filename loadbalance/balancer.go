@@ -174,6 +174,9 @@ type Balancer struct {
 	touch   int64          // ns: refresh a conversation's last use at most this often
 	now     func() time.Time
 	epoch   time.Time
+	// mono: now is time.Now, so clock reads only the monotonic clock
+	// (time.Since), half the cost of time.Now's wall and monotonic reads.
+	mono bool
 
 	// Shared with Pick, lock-free.
 	cur  atomic.Pointer[picker]
@@ -213,7 +216,8 @@ func New(alg Algorithm, servers []Server, opts Options) (*Balancer, error) {
 	if opts.MaxSessions == 0 {
 		opts.MaxSessions = 1 << 20
 	}
-	if opts.Now == nil {
+	mono := opts.Now == nil
+	if mono {
 		opts.Now = time.Now
 	}
 	if opts.InitialState == 0 {
@@ -229,6 +233,7 @@ func New(alg Algorithm, servers []Server, opts Options) (*Balancer, error) {
 		idle:    int64(opts.IdleTimeout),
 		touch:   min(int64(time.Second), int64(opts.IdleTimeout)/8),
 		now:     opts.Now,
+		mono:    mono,
 		state:   make([]State, len(servers)),
 		member:  make([]bool, len(servers)),
 	}
@@ -386,7 +391,14 @@ func (b *Balancer) publish(t *bucketTable, old []oldTable) {
 	b.cur.Store(p)
 }
 
-func (b *Balancer) clock() int64 { return int64(b.now().Sub(b.epoch)) }
+// clock is the time since the Balancer was made, in ns. It is read on
+// every Pick of a remembered conversation.
+func (b *Balancer) clock() int64 {
+	if b.mono {
+		return int64(time.Since(b.epoch))
+	}
+	return int64(b.now().Sub(b.epoch))
+}
 
 // SetState records a server's new state. It reports whether the bucket
 // table was rebuilt (a new generation), which happens only when the set of

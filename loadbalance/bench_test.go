@@ -125,3 +125,27 @@ func BenchmarkPickFirstSeenOneDown(b *testing.B) {
 		lb.Pick(Request{NAI: nais[i&(len(nais)-1)], SessionID: ids[j]})
 	}
 }
+
+// Known conversation with one of the 8 servers down, in a bucket that the
+// server's return would take (so it is remembered): a lookup in the
+// conversation memory on every Pick.
+func BenchmarkPickKnownSessionOneDown(b *testing.B) {
+	lb := benchBalancer(b)
+	lb.SetState("s7", Down)
+	var r Request
+	for i := 0; ; i++ {
+		if i == 10_000 {
+			b.Fatal("no NAI in a remembered bucket")
+		}
+		r = Request{NAI: fmt.Sprintf("subscriber-%07d@example.net", i), SessionID: fmt.Sprintf("nas1.example.net;1234567890;%d", i)}
+		before := lb.Snapshot().Sessions
+		mustPick(b, lb, r)
+		if lb.Snapshot().Sessions > before {
+			break
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		lb.Pick(r)
+	}
+}

@@ -221,3 +221,37 @@ func TestConversationsKeepTheirServerOverRandomHistories(t *testing.T) {
 		}
 	}
 }
+
+// Without an injected clock the Balancer ages conversations by the
+// monotonic clock: a remembered conversation is purged once IdleTimeout
+// has passed since its request, not before.
+func TestDefaultClockAgesConversations(t *testing.T) {
+	const idle = 100 * time.Millisecond
+	b := mustNew(t, Pearson, servers(8), Options{IdleTimeout: idle})
+	setState(t, b, "s7", Down, true)
+	var start time.Time
+	for i := 0; b.Snapshot().Sessions == 0; i++ {
+		if i == 10_000 {
+			t.Fatal("no Session-Id remembered with a server down")
+		}
+		start = time.Now()
+		mustPick(t, b, Request{NAI: fmt.Sprintf("user%d@example.net", i), SessionID: fmt.Sprintf("nas;1;%d", i)})
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n := b.Sweep()
+		if n > 0 {
+			if el := time.Since(start); el <= idle {
+				t.Fatalf("conversation purged %v after its request, IdleTimeout is %v", el, idle)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("conversation not purged 10 s after its request (IdleTimeout %v)", idle)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s := b.Snapshot(); s.Sessions != 0 {
+		t.Fatalf("%d conversations remembered after the purge, want 0", s.Sessions)
+	}
+}
