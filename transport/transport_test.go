@@ -322,30 +322,42 @@ func pipeConn(t *testing.T, opts Options, data []byte) Conn {
 	return c
 }
 
-func TestReadMessageBadFrames(t *testing.T) {
-	good := testMsg(64, 280, 7)
-	hdr := func(version byte, length uint32) []byte {
-		h := testMsg(20, 280, 1)
-		h[0] = version
-		h[1], h[2], h[3] = byte(length>>16), byte(length>>8), byte(length)
-		return h
-	}
-	tests := []struct {
-		name    string
-		data    []byte
-		maxLen  uint32
-		wantErr error
-		reason  string
-	}{
-		{"version 2", hdr(2, 64), 0, wire.ErrBadFrame, "version 2"},
-		{"length 12", hdr(1, 12), 0, wire.ErrBadFrame, "length 12 below the 20-byte header"},
-		{"length above max", hdr(1, 0xfffffc), 0, wire.ErrBadFrame, "length 16777212 above the maximum 65536"},
-		{"length above a small max", hdr(1, 128), 64, wire.ErrBadFrame, "above the maximum 64"},
-		{"truncated body then EOF", append(hdr(1, 64), make([]byte, 10)...), 0, io.ErrUnexpectedEOF, ""},
-		{"header only then EOF", hdr(1, 64), 0, io.ErrUnexpectedEOF, ""},
+// badFrame is a byte stream that ReadMessage must refuse with wantErr.
+type badFrame struct {
+	name    string
+	data    []byte
+	maxLen  uint32
+	wantErr error
+	reason  string
+}
+
+// badFrames returns the bad streams every frame reader is tested with, and
+// a good message.
+func badFrames() (good []byte, tests []badFrame) {
+	good = testMsg(64, 280, 7)
+	return good, []badFrame{
+		{"version 2", badHeader(2, 64), 0, wire.ErrBadFrame, "version 2"},
+		{"length 12", badHeader(1, 12), 0, wire.ErrBadFrame, "length 12 below the 20-byte header"},
+		{"length above max", badHeader(1, 0xfffffc), 0, wire.ErrBadFrame, "length 16777212 above the maximum 65536"},
+		{"length above a small max", badHeader(1, 128), 64, wire.ErrBadFrame, "above the maximum 64"},
+		{"truncated body then EOF", append(badHeader(1, 64), make([]byte, 10)...), 0, io.ErrUnexpectedEOF, ""},
+		{"truncated large body then EOF", append(badHeader(1, 60000), make([]byte, 20000)...), 0, io.ErrUnexpectedEOF, ""},
+		{"header only then EOF", badHeader(1, 64), 0, io.ErrUnexpectedEOF, ""},
 		{"truncated header then EOF", good[:11], 0, io.ErrUnexpectedEOF, ""},
 		{"clean EOF", nil, 0, io.EOF, ""},
 	}
+}
+
+// badHeader is a message header with the given version and length.
+func badHeader(version byte, length uint32) []byte {
+	h := testMsg(20, 280, 1)
+	h[0] = version
+	h[1], h[2], h[3] = byte(length>>16), byte(length>>8), byte(length)
+	return h
+}
+
+func TestReadMessageBadFrames(t *testing.T) {
+	good, tests := badFrames()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := pipeConn(t, Options{MaxMessageLen: tt.maxLen}, tt.data)
@@ -359,7 +371,7 @@ func TestReadMessageBadFrames(t *testing.T) {
 	}
 
 	// A good message followed by garbage: the good one is delivered.
-	c := pipeConn(t, Options{}, append(bytes.Clone(good), hdr(1, 12)...))
+	c := pipeConn(t, Options{}, append(bytes.Clone(good), badHeader(1, 12)...))
 	msg, err := c.ReadMessage()
 	require.NoError(t, err)
 	assert.Equal(t, good, msg)

@@ -14,6 +14,7 @@ import (
 type tcpConn struct {
 	*streamConn
 	rc syscall.RawConn
+	rf *rawFrames // nil with Options.ReadFrame: the streamConn's reader then
 
 	// TryWrite's arguments and results for write, which is kept as a
 	// method value so that a TryWrite does not allocate a closure.
@@ -76,5 +77,15 @@ func newTCPConn(sc *streamConn, tc *net.TCPConn) *tcpConn {
 	}
 	t := &tcpConn{streamConn: sc, rc: rc}
 	t.writeFn = t.write
+	if sc.fr.custom == nil {
+		t.rf = newRawFrames(rc, tc, sc.fr.maxLen)
+	}
 	return t
+}
+
+func (t *tcpConn) ReadMessage() ([]byte, error) {
+	if t.rf != nil {
+		return t.rf.readMessage()
+	}
+	return t.streamConn.ReadMessage()
 }

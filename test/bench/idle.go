@@ -88,6 +88,7 @@ type idleResult struct {
 	clientKiBPerPeer       float64
 	serverKiBPerPeer       float64
 	clientHeapStackPerPeer float64 // KiB of Go heap in use + stacks
+	clientStackPerPeer     float64 // KiB of goroutine stacks
 	goroutinesPerPeer      float64
 	connectTime            time.Duration
 	window                 time.Duration
@@ -250,6 +251,7 @@ func measureIdle(o Options, n int) (*idleResult, error) {
 	res.clientKiBPerPeer = round((rssKiB()-rss0)/fn, 2)
 	res.serverKiBPerPeer = round((s2.rssKiB-s0.rssKiB)/fn, 2)
 	res.clientHeapStackPerPeer = round((float64(m1.HeapInuse+m1.StackInuse)-float64(m0.HeapInuse+m0.StackInuse))/1024/fn, 2)
+	res.clientStackPerPeer = round((float64(m1.StackInuse)-float64(m0.StackInuse))/1024/fn, 2)
 	res.goroutinesPerPeer = round(float64(runtime.NumGoroutine()-g0)/fn, 2)
 
 	closePeers(peers)

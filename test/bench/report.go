@@ -93,9 +93,9 @@ func printReport(w io.Writer, o Options, rep *Report, pp Cell, fo *failoverResul
 		fmt.Fprintf(w, "Idle peers: %d, not 10k (%s mode).\n", idle.peers, o.Name)
 	}
 	fmt.Fprintf(w, "Idle peers: client peers (peer.Dial, Tw %.0f s) in this process, one aaatp server in a child process; connected in %v; "+
-		"client RSS %.2f KiB/peer (Go heap in use + stacks %.2f KiB/peer, %.2f goroutines/peer), server RSS %.2f KiB/peer; "+
+		"client RSS %.2f KiB/peer (Go heap in use + stacks %.2f KiB/peer, of which stacks %.2f; %.2f goroutines/peer), server RSS %.2f KiB/peer; "+
 		"CPU over %v idle: client %.3f%%, server %.3f%% of a core, %d DWRs sent in the window (about peers x window / Tw expected).\n",
-		o.IdleTw, idle.connectTime.Round(1e6), idle.clientKiBPerPeer, idle.clientHeapStackPerPeer, idle.goroutinesPerPeer, idle.serverKiBPerPeer,
+		o.IdleTw, idle.connectTime.Round(1e6), idle.clientKiBPerPeer, idle.clientHeapStackPerPeer, idle.clientStackPerPeer, idle.goroutinesPerPeer, idle.serverKiBPerPeer,
 		idle.window, idle.clientCPUPct, idle.serverCPUPct, idle.dwrExchanges)
 	if idleBig != nil {
 		fmt.Fprintf(w, "Idle peers, large run: %d client peers dialing from %d loopback source addresses (127.0.0.1 up, %d each), the same server child; connected in %v; client RSS %.2f KiB/peer (heap + stacks %.2f KiB/peer), server RSS %.2f KiB/peer; CPU over %v idle: client %.3f%%, server %.3f%% of a core, %d DWRs in the window.\n",

@@ -1,0 +1,221 @@
+//go:build unix
+
+package transport
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aaatp/aaatp/wire"
+)
+
+// rawPair returns a Conn over the accepted end of a loopback TCP
+// connection and the other end as a plain socket, to write arbitrary
+// bytes in arbitrary pieces.
+func rawPair(t testing.TB, ln net.Listener, opts Options) (Conn, *net.TCPConn) {
+	t.Helper()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	w, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	t.Cleanup(func() { w.Close() })
+	s := <-accepted
+	require.NotNil(t, s)
+	w.(*net.TCPConn).SetNoDelay(true) // each piece its own segment
+	c := NewStreamConn(s, SchemeTCP, opts)
+	t.Cleanup(func() { c.Close() })
+	return c, w.(*net.TCPConn)
+}
+
+func listenLoopback(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// The same bad frames and truncations as over a pipe give the same errors
+// over a TCP socket, whose reader is its own.
+func TestTCPReadMessageBadFrames(t *testing.T) {
+	ln := listenLoopback(t)
+	good, tests := badFrames()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, w := rawPair(t, ln, Options{MaxMessageLen: tt.maxLen})
+			_, err := w.Write(tt.data)
+			require.NoError(t, err)
+			require.NoError(t, w.CloseWrite())
+			msg, err := c.ReadMessage()
+			assert.Nil(t, msg)
+			require.ErrorIs(t, err, tt.wantErr)
+			if tt.reason != "" {
+				assert.Contains(t, err.Error(), tt.reason)
+			}
+		})
+	}
+
+	c, w := rawPair(t, ln, Options{})
+	_, err := w.Write(append(bytes.Clone(good), badHeader(1, 12)...))
+	require.NoError(t, err)
+	msg, err := c.ReadMessage()
+	require.NoError(t, err)
+	assert.Equal(t, good, msg, "the good message before the garbage is delivered")
+	_, err = c.ReadMessage()
+	assert.ErrorIs(t, err, wire.ErrBadFrame)
+}
+
+// Messages of every size, small ones and ones larger than the read buffer,
+// arrive whole and in order however the stream is cut into segments.
+func TestTCPReadMessageAcrossSegments(t *testing.T) {
+	c, w := rawPair(t, listenLoopback(t), Options{})
+	rng := rand.New(rand.NewPCG(1, 2))
+	var want [][]byte
+	var stream []byte
+	for i := range 300 {
+		n := 20 + 4*rng.IntN(100)
+		if i%25 == 0 {
+			n = 20 + 4*rng.IntN(16000) // up to 64 KiB
+		}
+		m := testMsg(n, 280, uint32(i))
+		want = append(want, m)
+		stream = append(stream, m...)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		for rest := stream; len(rest) > 0; {
+			k := min(len(rest), 1+rng.IntN(3000))
+			if _, err := w.Write(rest[:k]); err != nil {
+				errc <- err
+				return
+			}
+			rest = rest[k:]
+			if rng.IntN(8) == 0 {
+				time.Sleep(time.Millisecond) // let the reader drain and wait
+			}
+		}
+		errc <- w.CloseWrite()
+	}()
+	for i, m := range want {
+		got, err := c.ReadMessage()
+		require.NoError(t, err, "message %d", i)
+		require.Equal(t, m, got, "message %d", i)
+	}
+	_, err := c.ReadMessage()
+	require.ErrorIs(t, err, io.EOF)
+	require.NoError(t, <-errc)
+}
+
+// A connection waiting for its next message holds no read buffer; it
+// takes one again when data comes.
+func TestIdleTCPConnHoldsNoReadBuffer(t *testing.T) {
+	c, w := rawPair(t, listenLoopback(t), Options{})
+	rf := c.(*tcpConn).rf
+	require.NotNil(t, rf)
+	for i := range 3 {
+		got := make(chan []byte, 1)
+		go func() {
+			m, err := c.ReadMessage()
+			if err != nil {
+				close(got)
+				return
+			}
+			got <- m
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for rf.holding() {
+			require.False(t, time.Now().After(deadline), "waiting reader %d still holds its buffer", i)
+			time.Sleep(time.Millisecond)
+		}
+		m := testMsg(64, 280, uint32(i))
+		_, err := w.Write(m)
+		require.NoError(t, err)
+		require.Equal(t, m, <-got)
+	}
+}
+
+// Close unblocks a reader waiting without a buffer, with net.ErrClosed.
+func TestTCPCloseUnblocksIdleReader(t *testing.T) {
+	c, _ := rawPair(t, listenLoopback(t), Options{})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.ReadMessage()
+		errc <- err
+	}()
+	time.Sleep(10 * time.Millisecond) // most often the reader waits by now; either way Close must end it
+	require.NoError(t, c.Close())
+	select {
+	case err := <-errc:
+		require.True(t, errors.Is(err, net.ErrClosed), "got %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not unblock ReadMessage")
+	}
+}
+
+// With Options.ReadFrame the TCP connection reads through the buffered
+// reader the custom framing is given.
+func TestTCPCustomReadFrameKeepsBufferedReader(t *testing.T) {
+	c, _ := rawPair(t, listenLoopback(t), Options{ReadFrame: func(r *bufio.Reader) ([]byte, error) { return nil, io.EOF }})
+	assert.Nil(t, c.(*tcpConn).rf)
+}
+
+func FuzzTCPReadMessage(f *testing.F) {
+	good := testMsg(64, 280, 1)
+	f.Add(good, uint16(7))
+	f.Add(append(bytes.Clone(good), testMsg(20, 257, 2)...), uint16(1))
+	f.Add(good[:30], uint16(0))
+	huge := testMsg(20, 280, 1)
+	huge[1], huge[2], huge[3] = 0xff, 0xff, 0xfc
+	f.Add(huge, uint16(3))
+	f.Add([]byte{}, uint16(0))
+	ln := listenLoopback(f)
+	f.Fuzz(func(t *testing.T, data []byte, piece uint16) {
+		c, w := rawPair(t, ln, Options{MaxMessageLen: 4096})
+		go func() {
+			k := int(piece) + 1
+			for rest := data; len(rest) > 0; rest = rest[min(k, len(rest)):] {
+				if _, err := w.Write(rest[:min(k, len(rest))]); err != nil {
+					return
+				}
+			}
+			w.CloseWrite()
+		}()
+		total := 0
+		for {
+			msg, err := c.ReadMessage()
+			if err != nil {
+				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, wire.ErrBadFrame) {
+					t.Fatalf("unexpected error %v", err)
+				}
+				if errors.Is(err, io.EOF) && total != len(data) {
+					t.Fatalf("clean EOF after %d of %d bytes", total, len(data))
+				}
+				return
+			}
+			h, perr := wire.ParseHeader(msg)
+			if perr != nil || wire.Validate(h, 4096) != nil || int(h.Length) != len(msg) {
+				t.Fatalf("returned an invalid message %x", msg)
+			}
+			if !bytes.Equal(msg, data[total:total+len(msg)]) {
+				t.Fatal("message bytes differ from the input")
+			}
+			total += len(msg)
+		}
+	})
+}
