@@ -408,16 +408,17 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, any, error) {
 	if it != nil {
 		c.release(it) // the answer arrived or the request timed out (Q2)
 	}
+	first, by, sends := cl.Outcome()
 	if err == nil {
-		c.replied(cl.AnsweredBy())
+		c.replied(by)
 	}
 	// The outcome counts for the server the request was first sent to,
 	// wherever a failover took it (RFC 3539 3.4.3 [4] statistics).
-	if m := c.memberOf(cl.First()); m != nil {
+	if m := c.memberOf(first); m != nil {
 		m.stats.done(err == nil, time.Since(start))
 	}
 	if err != nil {
-		if errors.Is(err, peer.ErrTimeout) && cl.Sends() == 0 {
+		if errors.Is(err, peer.ErrTimeout) && sends == 0 {
 			return nil, nil, fmt.Errorf("client: %w: %w", ErrNoPeer, err)
 		}
 		return nil, nil, fmt.Errorf("client: %w", err)

@@ -118,6 +118,7 @@ type Key struct {
 	Dest string
 }
 
+// result is what completed a call: an answer (ans, aux) or err.
 type result struct {
 	ans []byte
 	aux any
@@ -134,8 +135,12 @@ type Call struct {
 	// Proto is the protocol's own record of the call.
 	Proto any
 
-	res chan result // buffered 1; receives exactly once
 	tag atomic.Pointer[any]
+	// wake wakes Wait once the state is final (its L is &mu).
+	wake sync.Cond
+	// wprev, wnext link the call into the list of its watch while it
+	// waits under a context that can end (under that watch's mu).
+	wprev, wnext *Call
 
 	// Under mu (the fields are ordered for a small struct: one is made
 	// per request):
@@ -145,6 +150,8 @@ type Call struct {
 	sentOn0    [2]*Conn // sentOn's first array: most requests are sent once or twice
 	refusedBy  []any    // peers that refused it
 	lastAnswer []byte
+	res        result // set once, with the final state
+	cut        error  // Wait is to end the call with it (cutShort)
 	mu         sync.Mutex
 
 	// Ref names the request across its sends in failover records: the
@@ -163,7 +170,7 @@ type Call struct {
 
 // Init readies c for use.
 func (c *Call) Init() {
-	c.res = make(chan result, 1)
+	c.wake.L = &c.mu
 	c.sentOn = c.sentOn0[:0]
 }
 
@@ -283,11 +290,12 @@ func (c *Call) Finish(ans []byte, aux any, err error, by any, from *Conn, cnt *a
 		c.by = by
 		c.to(Answered)
 	}
-	c.mu.Unlock()
+	c.res = result{ans, aux, err}
 	if cnt != nil {
-		cnt.Add(1)
+		cnt.Add(1) // before the caller can see the result: it waits for mu
 	}
-	c.res <- result{ans, aux, err}
+	c.mu.Unlock()
+	c.wake.Broadcast()
 	return true, owner
 }
 
@@ -336,28 +344,53 @@ func (c *Call) Park() bool {
 // Wait waits for the answer until ctx is done, or timeout when ctx has no
 // deadline (zero: DefaultTimeout). A call that ends without an answer
 // fails with an error matching ErrTimeout; the connection it was pending
-// on is told (Retire, timedOut).
+// on is told (Retire, timedOut). It may be called again: it returns the
+// same result.
+//
+// It waits without a channel of its own: the completion wakes it through
+// the call's mutex, and ctx's end through the watch of ctx's Done channel,
+// shared by every call waiting under that context (see watchFor).
 func (c *Call) Wait(ctx context.Context, timeout time.Duration) (ans []byte, aux any, err error) {
-	var expired <-chan time.Time
 	if _, ok := ctx.Deadline(); !ok {
 		if timeout <= 0 {
 			timeout = DefaultTimeout
 		}
-		t := time.NewTimer(timeout)
+		t := time.AfterFunc(timeout, func() { c.cutShort(fmt.Errorf("%w (%v)", ErrTimeout, timeout)) })
 		defer t.Stop()
-		expired = t.C
 	}
-	select {
-	case r := <-c.res:
-		return r.ans, r.aux, r.err
-	case <-ctx.Done():
-		err = fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
-	case <-expired:
-		err = fmt.Errorf("%w (%v)", ErrTimeout, timeout)
+	if done := ctx.Done(); done != nil && !c.done.Load() {
+		if w, err := watchFor(ctx, done, c); err != nil {
+			c.cutShort(err)
+		} else {
+			defer w.remove(c)
+		}
 	}
-	c.end(nil, err, nil, true)
-	r := <-c.res // ours, or the answer that won the race
+	c.mu.Lock()
+	for !c.final() && c.cut == nil {
+		c.wake.Wait()
+	}
+	if !c.final() {
+		// The waiter ends it, so that the connection is told before Wait
+		// returns.
+		err := c.cut
+		c.mu.Unlock()
+		c.end(nil, err, nil, true)
+		c.mu.Lock()
+	}
+	r := c.res // ours, or the answer that won the race
+	c.mu.Unlock()
 	return r.ans, r.aux, r.err
+}
+
+// cutShort wakes Wait to end the call with err (its deadline, its
+// context's end), unless it completes first.
+func (c *Call) cutShort(err error) {
+	c.mu.Lock()
+	if c.cut == nil {
+		c.cut = err
+	}
+	c.mu.Unlock()
+	c.wake.Broadcast()
 }
 
 // State returns where the request is in its lifecycle.
@@ -390,6 +423,16 @@ func (c *Call) AnsweredBy() any {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.by
+}
+
+// Outcome returns in one look what a dispatcher accounts for once the
+// call completed: the peer it was first sent by and the one whose answer
+// completed it (nil when none), and how many times it boarded a
+// connection.
+func (c *Call) Outcome() (first, by any, sends int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.first, c.by, int(c.sends)
 }
 
 // SentOn reports whether the call boarded cn.
