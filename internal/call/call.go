@@ -157,9 +157,9 @@ type Call struct {
 	// Ref names the request across its sends in failover records: the
 	// Diameter End-to-End id; 0 when the protocol has none.
 	Ref   uint32
-	done  atomic.Bool // state is final; read without the mutex
-	sends int32       // under mu
-	state State       // under mu
+	done  atomic.Bool  // state is final; read without the mutex
+	sends atomic.Int32 // written under mu; Sends and Avoids read it without
+	state State        // under mu
 	// refused: it left its last connection refused (too busy), see
 	// Boarding. Under mu.
 	refused bool
@@ -211,7 +211,7 @@ type Boarding struct {
 // without changing anything with ErrComplete, ErrInFlight (pending
 // elsewhere: it must leave first) or ErrAlreadySent (sent on cn before).
 func (c *Call) BoardLocked(cn *Conn, by any) (Boarding, error) {
-	b := Boarding{Prev: c.state, Sends: int(c.sends), AfterRefusal: c.refused}
+	b := Boarding{Prev: c.state, Sends: int(c.sends.Load()), AfterRefusal: c.refused}
 	switch {
 	case c.final():
 		return b, ErrComplete
@@ -222,7 +222,7 @@ func (c *Call) BoardLocked(cn *Conn, by any) (Boarding, error) {
 	}
 	c.owner = cn
 	c.sentOn = append(c.sentOn, cn)
-	c.sends++
+	c.sends.Add(1)
 	c.refused = false
 	if c.first == nil {
 		c.first = by
@@ -241,8 +241,7 @@ func (c *Call) Unboard(cn *Conn, b Boarding) {
 	}
 	c.owner = nil
 	c.sentOn = c.sentOn[:len(c.sentOn)-1]
-	c.sends--
-	if c.sends == 0 {
+	if c.sends.Add(-1) == 0 {
 		c.first = nil
 	}
 	c.refused = b.AfterRefusal
@@ -404,11 +403,7 @@ func (c *Call) State() State {
 func (c *Call) IsDone() bool { return c.done.Load() }
 
 // Sends returns how many times the request boarded a connection.
-func (c *Call) Sends() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return int(c.sends)
-}
+func (c *Call) Sends() int { return int(c.sends.Load()) }
 
 // First returns the peer the call was first sent by, nil before.
 func (c *Call) First() any {
@@ -432,7 +427,7 @@ func (c *Call) AnsweredBy() any {
 func (c *Call) Outcome() (first, by any, sends int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.first, c.by, int(c.sends)
+	return c.first, c.by, int(c.sends.Load())
 }
 
 // SentOn reports whether the call boarded cn.
@@ -481,11 +476,11 @@ func (c *Call) RefusedBy(peer any) bool {
 // connection is cn (nil when none): it was sent on cn, or peer refused
 // it. A call never sent avoids nothing.
 func (c *Call) Avoids(cn *Conn, peer any) bool {
+	if c.sends.Load() == 0 {
+		return false // without the lock: a first send avoids nothing
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.sends == 0 {
-		return false
-	}
 	return (cn != nil && slices.Contains(c.sentOn, cn)) || slices.Contains(c.refusedBy, peer)
 }
 
