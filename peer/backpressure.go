@@ -80,15 +80,16 @@ func (c *conn) unheld() {
 // queued or being written, is written by the Handler's goroutine (as
 // enqueueLone writes a DWA): one caller's round trip then costs no writer
 // goroutine on this side either. Answers that have company go to the
-// writer, which batches them.
-func (c *conn) enqueueAnswer(ans []byte) error {
+// writer, which batches them, as do those with more to follow (more: the
+// reader has the next requests buffered already).
+func (c *conn) enqueueAnswer(ans []byte, more bool) error {
 	c.wmu.Lock()
 	c.bp.inHandler--
 	if c.wclosed {
 		c.wmu.Unlock()
 		return ErrConnectionLost
 	}
-	if c.bp.inHandler == 0 && c.inlineLocked() {
+	if !more && c.bp.inHandler == 0 && c.inlineLocked() {
 		c.wmu.Unlock()
 		c.writeInline(ans)
 		return nil

@@ -61,6 +61,21 @@ type conn struct {
 	// parked for workpool.Linger after the last request.
 	handlers *workpool.Pool[[]byte]
 
+	// Handlers run on the reader (see Handler): inlineAt is 1 + the
+	// p.mono() at which the reader entered the Handler it is running, 0
+	// while it runs none. The guard hands the reading over to a new
+	// goroutine when the Handler has run for cfg.InlineHandlerTime: it
+	// takes inlineAt from that start to 0, and the reader, failing to do
+	// the same when its Handler returns, knows it is no longer the reader.
+	// guardArmed says the guard's timer is set (or running). After a slow
+	// Handler, the next slowLeft requests go to workers instead.
+	inlineAt   atomic.Int64
+	guardArmed atomic.Bool
+	guard      *time.Timer
+	slowLeft   atomic.Int32
+	handovers  atomic.Uint64            // readings moved off a slow Handler (for tests)
+	rbuf       transport.BufferedReader // nil unless the transport says what it holds unread
+
 	// write queue: callers append under wmu; the writer swaps it out.
 	wmu      sync.Mutex
 	wq       [][]byte
@@ -104,6 +119,11 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 	if p != nil {
 		c.bp.limit = p.cfg.MaxUnanswered
 		c.handlers = workpool.New(c.answerRequest, &p.wg)
+		if p.cfg.InlineHandlerTime > 0 {
+			c.guard = time.AfterFunc(time.Hour, c.checkInline)
+			c.guard.Stop() // set by the first request a reader runs
+			c.rbuf, _ = tc.(transport.BufferedReader)
+		}
 	}
 	return c
 }
@@ -572,24 +592,110 @@ func (c *conn) reader() {
 				note = err.Error()
 			}
 			c.close(note)
+			if c.guard != nil {
+				c.guard.Stop() // no Handler runs on a reader any more
+			}
 			c.handlers.Close() // no request comes after the reader: no worker waits for one
 			c.wwg.Wait()       // no writer outlives its connection
 			p.step(input{kind: evConnDown, c: c, note: note})
 			return
 		}
-		p.received(c, msg)
+		if p.received(c, msg) {
+			return // a Handler ran too long here: another goroutine reads now
+		}
 	}
 }
 
-// answerRequest runs the handler for one request and queues its answer.
+// slowRequests is how many requests after a slow Handler go to workers
+// rather than run on the reader: Handlers that wait (on a database, a
+// lock) then run side by side, as they need, and a connection whose
+// Handlers are all slow runs only one request in slowRequests on its
+// reader, and pays for a hand-over at most that often. Counted in
+// requests, not time, so that a Handler that looked slow only because
+// the reader waited for a processor (a busy machine, a garbage
+// collection) costs a busy connection a few milliseconds of workers.
+const slowRequests int32 = 256
+
+// slowRun is how long a Handler may run for the connection to go on
+// running the next ones on its reader: half the guard's limit, so
+// that Handlers that are slow but not slow enough for the guard (which
+// would each hold the reading up for nearly the limit) move to workers too.
+func (c *conn) slowRun() time.Duration { return c.p.cfg.InlineHandlerTime / 2 }
+
+// answerRequest runs the Handler for one request on a worker and queues
+// its answer. How long it ran says nothing: it includes the wait for a
+// processor among the other workers, which grows with the load.
 func (c *conn) answerRequest(req []byte) {
-	p := c.p
-	var ans []byte
-	if p.cfg.Handler != nil {
-		ans = p.cfg.Handler(c.ctx, p, req)
-	} else {
-		ans = message.ErrorAnswer(req, p.cfg.identity(), message.CommandUnsupported, "no handler").Bytes()
+	c.answered(req, c.handle(req), false)
+}
+
+// answerInline runs the Handler for req, read at now, on the reader, and
+// queues its answer; moved reports that the Handler ran so long that the
+// reading moved to another goroutine meanwhile (checkInline).
+func (c *conn) answerInline(req []byte, now int64) (moved bool) {
+	at := now + 1 // never 0, and later than the start of any Handler handed over
+	c.inlineAt.Store(at)
+	if !c.guardArmed.Load() && c.guardArmed.CompareAndSwap(false, true) {
+		c.guard.Reset(c.p.cfg.InlineHandlerTime)
 	}
+	ans := c.handle(req)
+	moved = !c.inlineAt.CompareAndSwap(at, 0)
+	if !moved && time.Duration(c.p.mono()-now) >= c.slowRun() {
+		c.slowLeft.Store(c.p.cfg.slowRequests)
+	}
+	// While more requests are buffered, their answers will follow this one:
+	// leave it to the writer, which writes them together. Only the reader
+	// may look at the read buffer.
+	c.answered(req, ans, !moved && c.rbuf != nil && c.rbuf.Buffered() > 0)
+	return moved
+}
+
+// checkInline is the guard's timer: it hands the reading over to a new
+// goroutine when the reader has been running a Handler for
+// InlineHandlerTime, sets the timer again while it is in a younger one,
+// and disarms itself when the reader runs none. A reader entering a
+// Handler stores inlineAt, then arms the timer unless armed; the guard
+// disarms, then looks at inlineAt again: one of them sees the other.
+func (c *conn) checkInline() {
+	limit := c.p.cfg.InlineHandlerTime
+	for {
+		at := c.inlineAt.Load()
+		if at == 0 {
+			c.guardArmed.Store(false)
+			if c.inlineAt.Load() == 0 || !c.guardArmed.CompareAndSwap(false, true) {
+				return
+			}
+			continue // a Handler started meanwhile and found the guard armed
+		}
+		now := c.p.mono()
+		if ran := time.Duration(now - (at - 1)); ran < limit {
+			c.guard.Reset(limit - ran)
+			return
+		}
+		if c.inlineAt.CompareAndSwap(at, 0) {
+			// The old reader is in its Handler, not reading, and will not
+			// touch the reader's state again: the new one takes it over.
+			c.handovers.Add(1)
+			c.slowLeft.Store(c.p.cfg.slowRequests)
+			c.p.wg.Add(1) // the old reader still counts: never from zero
+			go c.reader()
+		}
+	}
+}
+
+// handle runs the Handler (or answers 3001 without one).
+func (c *conn) handle(req []byte) []byte {
+	p := c.p
+	if p.cfg.Handler != nil {
+		return p.cfg.Handler(c.ctx, p, req)
+	}
+	return message.ErrorAnswer(req, p.cfg.identity(), message.CommandUnsupported, "no handler").Bytes()
+}
+
+// answered queues the Handler's answer ans to req (more: leave it to the
+// writer, see enqueueAnswer) and settles what the connection owed.
+func (c *conn) answered(req, ans []byte, more bool) {
+	p := c.p
 	if ans == nil {
 		c.unheld() // the handler chose not to answer
 	} else {
@@ -597,7 +703,7 @@ func (c *conn) answerRequest(req []byte) {
 		wire.SetHopByHop(ans, wire.HopByHop(req))
 		wire.SetEndToEnd(ans, wire.EndToEnd(req))
 		wire.SetFlags(ans, wire.Flags(ans)&^(wire.FlagRequest|wire.FlagRetransmit))
-		if c.enqueueAnswer(ans) == nil {
+		if c.enqueueAnswer(ans, more) == nil {
 			p.stats.answersSent.Add(1)
 		}
 	}

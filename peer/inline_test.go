@@ -159,7 +159,7 @@ func TestInlineAnswerFreesBacklog(t *testing.T) {
 		return c.bp.resume != nil
 	}, 5*time.Second, time.Millisecond, "the reader pauses at the limit")
 	ans := frame(100, 7, false)
-	require.NoError(t, c.enqueueAnswer(ans))
+	require.NoError(t, c.enqueueAnswer(ans, false))
 	_, inline := writeCounts(c)
 	assert.Equal(t, 1, inline, "the only answer owed goes inline")
 	select {

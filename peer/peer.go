@@ -23,13 +23,22 @@ import (
 // T. Returning nil sends no answer. ctx is cancelled when the connection
 // closes. req is the handler's to keep.
 //
-// Handlers run concurrently with one another and with the connection's
-// reader, on worker goroutines of the connection: a request that arrives
-// while every worker is busy starts one more, and a worker ends once no
-// request waits, so a busy connection reuses a few goroutines and an idle
-// one keeps none. A slow or blocked Handler holds only its own worker: the
-// other requests go on, up to Config.MaxUnanswered requests read and not
-// answered, after which the connection stops reading.
+// A Handler runs on the connection's reader, the goroutine that read its
+// request, as long as it is fast: the next request is read once it
+// returns, and one request costs no other goroutine. A Handler that runs
+// longer than Config.InlineHandlerTime (it waits on a database, a lock,
+// another request) never holds the connection up: a guard timer then
+// starts a new reader, which goes on reading (DWRs, DPRs, answers, the
+// next requests) while the Handler finishes on the old one, which then
+// ends. After a slow Handler (one that ran half that time or
+// more) the connection's next requests, a few hundred, no longer run on
+// the reader but on worker goroutines of the connection, concurrently with one
+// another and with the reader: a request that arrives while every worker
+// is busy starts one more, and a worker ends once no request waits. So
+// Handlers may run concurrently with one another, and a slow or blocked
+// Handler holds only its own goroutine: the other requests go on, up to
+// Config.MaxUnanswered requests read and not answered, after which the
+// connection stops reading.
 type Handler func(ctx context.Context, p *Peer, req []byte) []byte
 
 // Role says whether a Peer dials (client) or was accepted (server).
@@ -509,8 +518,10 @@ func (p *Peer) publish(e Event) {
 	p.notify(notice{ev: e})
 }
 
-// received is called by a connection's reader for every message.
-func (p *Peer) received(c *conn, msg []byte) {
+// received is called by a connection's reader for every message. moved
+// reports that the reader ran a Handler for too long and the reading has
+// moved to another goroutine: the caller is no longer the reader.
+func (p *Peer) received(c *conn, msg []byte) (moved bool) {
 	now := p.mono()
 	p.lastRx.Store(now) // before reading state: see onTimer
 	p.stats.received.Add(1)
@@ -532,25 +543,25 @@ func (p *Peer) received(c *conn, msg []byte) {
 			}
 			if r := p.cfg.checkRequest(msg, c.remoteHost); r != nil {
 				p.refuse(c, msg, r, now)
-				return
+				return false
 			}
 			if p.State() == watchdog.Okay {
-				p.serve(c, msg)
+				return p.serve(c, msg, now)
 			} else {
 				p.step(input{kind: evOther, c: c, msg: msg, at: now})
 			}
 		}
-		return
+		return false
 	}
 	switch cmd {
 	case wire.CmdDeviceWatchdog:
 		p.stats.dwaReceived.Add(1)
 		p.stats.lastDWA.Store(time.Now().UnixNano())
 		p.step(input{kind: evDWA, c: c, at: now})
-		return
+		return false
 	case wire.CmdDisconnectPeer:
 		c.dpaOnce.Do(func() { close(c.dpa) })
-		return
+		return false
 	}
 	if p.cfg.IdleTimeout > 0 {
 		p.lastApp.Store(now)
@@ -571,7 +582,7 @@ func (p *Peer) received(c *conn, msg []byte) {
 			p.publish(Event{Kind: EventError, Reason: note + ": closing the connection"})
 			p.cfg.Logger.Warn("closing connection: "+note, "peer", p.Name(), "remote", c.tc.RemoteAddr().String())
 			c.close(note)
-			return
+			return false
 		}
 	case !late && p.cfg.onFailover != nil && wire.Flags(msg)&wire.FlagError != 0 && p.premature(c, cl, msg):
 	default:
@@ -584,6 +595,7 @@ func (p *Peer) received(c *conn, msg []byte) {
 		}
 	}
 	p.notifyOther(c, now)
+	return false
 }
 
 // notifyOther steps a non-DWA message when the watchdog is
@@ -610,7 +622,20 @@ func (p *Peer) premature(c *conn, cl *dcall, ans []byte) bool {
 	return true
 }
 
-func (p *Peer) serve(c *conn, req []byte) {
+// serve runs the Handler for req, read at now: on the reader unless
+// Handlers run on workers (see Handler); moved as for received.
+func (p *Peer) serve(c *conn, req []byte, now int64) (moved bool) {
+	if p.cfg.InlineHandlerTime < 0 || c.slowLeft.Load() > 0 && c.slowLeft.Add(-1) >= 0 {
+		p.serveOnWorker(c, req)
+		return false
+	}
+	c.owed.Add(1)
+	c.held()
+	return c.answerInline(req, now)
+}
+
+// serveOnWorker runs the Handler for req on a worker of the connection.
+func (p *Peer) serveOnWorker(c *conn, req []byte) {
 	c.owed.Add(1)
 	c.held()
 	c.handlers.Submit(req) // the reader holds p.wg: its workers may Add

@@ -317,7 +317,7 @@ func (p *Peer) stepLocked(e input) {
 				p.stats.discarded.Add(1)
 				p.publish(Event{Kind: EventError, Reason: fmt.Sprintf("%s discarded: watchdog %s", message.CommandName(e.msg), p.m.State())})
 			} else {
-				p.serve(e.c, e.msg)
+				p.serveOnWorker(e.c, e.msg) // not on the reader: p.mu is held
 			}
 		}
 

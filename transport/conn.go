@@ -72,6 +72,13 @@ type frameReader struct {
 	custom func(*bufio.Reader) ([]byte, error) // Options.ReadFrame
 }
 
+func (f *frameReader) buffered() int {
+	if f.r == nil {
+		return 0
+	}
+	return f.r.Buffered()
+}
+
 func (f *frameReader) readMessage() ([]byte, error) {
 	if f.r == nil {
 		f.r = bufio.NewReaderSize(f.src, readBufferSize)
@@ -152,6 +159,19 @@ func tcpOf(c net.Conn) *net.TCPConn {
 }
 
 func (s *streamConn) ReadMessage() ([]byte, error) { return s.fr.readMessage() }
+
+// Buffered implements BufferedReader.
+func (s *streamConn) Buffered() int { return s.fr.buffered() }
+
+// BufferedReader is implemented by the Conns that read through a buffer.
+// Buffered returns how many bytes were received and not yet returned by
+// ReadMessage: more than zero means more of the peer's messages are
+// already here, so that a reader answering them may leave its answers
+// to be written together rather than one by one. Call it from the
+// goroutine that calls ReadMessage.
+type BufferedReader interface {
+	Buffered() int
+}
 
 func (s *streamConn) WriteMessages(msgs ...[]byte) error {
 	if len(msgs) == 0 {

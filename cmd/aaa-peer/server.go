@@ -89,6 +89,7 @@ type serverOptions struct {
 
 	agents        stringList
 	maxUnanswered int
+	inlineTime    time.Duration
 	maxOpening    int
 	maxOpenPerIP  int
 	cerTimeout    time.Duration
@@ -123,6 +124,7 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.dedupAnswer, "dedup-max-answer", dedup.DefaultMaxAnswerSize, "answers longer than `N` bytes are sent but not kept by the --dedup store; a duplicate of such a request is refused DIAMETER_UNABLE_TO_COMPLY (5012), never applied again")
 	fs.Var(&o.agents, "agent", "peers whose Origin-Host matches this `GLOB` are agents: their requests may carry another node's Origin-Host (from any other peer such a request is refused 5004); repeat for several")
 	fs.IntVar(&o.maxUnanswered, "max-unanswered", peer.DefaultMaxUnanswered, "per connection, stop reading once `N` requests are read and not yet answered on the wire, until answers drain")
+	fs.DurationVar(&o.inlineTime, "inline-handler-time", peer.DefaultInlineHandlerTime, "run each request on the connection's reader goroutine, and move the reading to a new goroutine once a request has taken `D` there (later requests then go to goroutines of their own for a while); negative: every request on a goroutine of its own")
 	fs.IntVar(&o.maxOpening, "max-opening", peer.DefaultMaxOpening, "at most `N` accepted connections without a finished CER/CEA, per listener; more are closed at once (-1: no limit)")
 	fs.IntVar(&o.maxOpenPerIP, "max-opening-per-addr", peer.DefaultMaxOpeningPerAddr, "at most `N` of those from one source address (-1: no limit)")
 	fs.DurationVar(&o.cerTimeout, "cer-timeout", peer.DefaultCEATimeout, "close an accepted connection that has not sent its CER within `D`")
@@ -163,6 +165,8 @@ func (o *serverOptions) validate() error {
 		return usagef("--dedup-max-answer must be positive")
 	case o.maxUnanswered < 1:
 		return usagef("--max-unanswered must be at least 1")
+	case o.inlineTime == 0:
+		return usagef("--inline-handler-time must not be 0 (negative: a goroutine per request)")
 	case o.maxOpening == 0 || o.maxOpenPerIP == 0:
 		return usagef("--max-opening and --max-opening-per-addr must be positive, or -1 for no limit")
 	case o.cerTimeout <= 0:
@@ -682,7 +686,8 @@ func (s *server) peerConfig(store dedup.Store, apply peer.Handler, bus *peer.Bus
 		Logger:     s.log,
 		DPATimeout: shutdownBudget,
 
-		MaxUnanswered: s.o.maxUnanswered,
-		CEATimeout:    s.o.cerTimeout,
+		MaxUnanswered:     s.o.maxUnanswered,
+		InlineHandlerTime: s.o.inlineTime,
+		CEATimeout:        s.o.cerTimeout,
 	}
 }

@@ -1,0 +1,305 @@
+package peer
+
+import (
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// dialPipe opens a client Peer with handler over a net.Pipe whose far end
+// the test drives: it has answered the CER, and the Peer is OKAY. Inside
+// a synctest bubble.
+func dialPipe(t *testing.T, handler Handler) (*Peer, transport.Conn) {
+	t.Helper()
+	fars := make(chan transport.Conn, 1)
+	cfg := clientConfig("client.example.net")
+	cfg.Handler = handler
+	cfg.Dialer = func(context.Context, string) (transport.Conn, error) {
+		a, b := net.Pipe()
+		fars <- transport.NewStreamConn(b, "pipe", transport.Options{})
+		return transport.NewStreamConn(a, "pipe", transport.Options{}), nil
+	}
+	p, err := Dial("tcp://x:1", cfg)
+	require.NoError(t, err)
+	far := <-fars
+	t.Cleanup(func() { far.Close() })
+	cer, err := far.ReadMessage()
+	require.NoError(t, err)
+	srv := Config{OriginHost: "server.example.net", OriginRealm: "example.net", OriginStateID: 1, ProductName: "fake", AcctApps: []uint32{message.AppAccounting}}
+	require.NoError(t, far.WriteMessages(srv.newCEA(cer, nil, message.Success, "", nil)))
+	synctest.Wait()
+	require.Equal(t, watchdog.Okay, p.State())
+	return p, far
+}
+
+// serverACR is a request from the far end (server.example.net) with
+// Hop-by-Hop id hbh.
+func serverACR(hbh uint32) []byte {
+	m := message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
+		String(message.SessionID, 0, true, "server;1;1").
+		String(message.OriginHost, 0, true, "server.example.net").
+		String(message.OriginRealm, 0, true, "example.net").
+		String(message.DestinationRealm, 0, true, "example.net").
+		Uint32(message.AccountingRecordType, 0, true, 2).
+		Uint32(message.AccountingRecordNumber, 0, true, 0).Bytes()
+	wire.SetHopByHop(m, hbh)
+	return m
+}
+
+func farDWR(hbh uint32) []byte {
+	srv := Config{OriginHost: "server.example.net", OriginRealm: "example.net", OriginStateID: 1}
+	m := srv.newDWR()
+	wire.SetHopByHop(m, hbh)
+	return m
+}
+
+func successAnswer(req []byte) []byte {
+	return message.NewAnswer(req).ResultCode(message.Success).Bytes()
+}
+
+// A Handler that blocks holds the reader up for InlineHandlerTime at most:
+// the reading then moves to a new goroutine, which answers the DWR and
+// the next requests while the Handler is still blocked; once it returns
+// its answer goes out, every request is answered once, and the old reader
+// ends.
+func TestSlowHandlerHandsReadingOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		p, far := dialPipe(t, func(ctx context.Context, p *Peer, req []byte) []byte {
+			if wire.HopByHop(req) == 1 {
+				<-release // ignores ctx: blocked until the test says
+			}
+			return successAnswer(req)
+		})
+		c := p.cur.Load()
+		start := time.Now()
+		require.NoError(t, far.WriteMessages(serverACR(1))) // the reader runs its Handler
+		require.NoError(t, far.WriteMessages(farDWR(100), serverACR(2), serverACR(3)))
+		got := map[uint32]int{}
+		for range 3 {
+			m, err := far.ReadMessage()
+			require.NoError(t, err)
+			require.False(t, wire.IsRequest(m))
+			got[wire.HopByHop(m)]++
+		}
+		assert.Equal(t, map[uint32]int{100: 1, 2: 1, 3: 1}, got, "the DWA and the next answers while the Handler is blocked")
+		assert.LessOrEqual(t, time.Since(start), DefaultInlineHandlerTime, "held up no longer than the guard's limit")
+		assert.Equal(t, uint64(1), c.handovers.Load())
+
+		close(release)
+		m, err := far.ReadMessage()
+		require.NoError(t, err)
+		assert.Equal(t, uint32(1), wire.HopByHop(m), "the slow Handler's answer, once")
+		synctest.Wait()
+		assert.Zero(t, c.owed.Load())
+
+		// One reader goes on: every later request answered exactly once.
+		go func() {
+			for i := range uint32(50) {
+				if far.WriteMessages(serverACR(1000+i)) != nil {
+					return
+				}
+			}
+		}()
+		for i := range uint32(50) {
+			m, err := far.ReadMessage()
+			require.NoError(t, err)
+			got[wire.HopByHop(m)]++
+			assert.Equal(t, 1, got[1000+i])
+		}
+		synctest.Wait()
+		assert.Equal(t, uint64(1), c.handovers.Load())
+
+		// After slowRequests requests on workers, Handlers run on the
+		// reader again.
+		sendAndRead(t, far, 2000, int(slowRequests))
+		synctest.Wait()
+		assert.Zero(t, c.slowLeft.Load())
+		workers := c.handlers.Started()
+		sendAndRead(t, far, 3000, 20)
+		assert.Equal(t, workers, c.handlers.Started(), "no worker after the slow Handler's aftermath")
+		closeAnswering(t, p, far)
+	})
+}
+
+// sendAndRead sends n requests from the far end, Hop-by-Hop ids from
+// first on, and reads their answers, each once.
+func sendAndRead(t *testing.T, far transport.Conn, first uint32, n int) {
+	t.Helper()
+	go func() {
+		for i := range uint32(n) {
+			if far.WriteMessages(serverACR(first+i)) != nil {
+				return
+			}
+		}
+	}()
+	got := map[uint32]bool{}
+	for range n {
+		m, err := far.ReadMessage()
+		require.NoError(t, err)
+		id := wire.HopByHop(m)
+		require.False(t, got[id], "answered twice")
+		require.True(t, id >= first && id < first+uint32(n))
+		got[id] = true
+	}
+}
+
+// Handlers that wait on each other (a duplicate waiting for its original
+// in flight, as dedup.Wrap does, here the other way round too) do not
+// deadlock the connection: the one on the reader is handed over.
+func TestHandlersWaitingOnEachOtherDoNotDeadlock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		secondIn, firstDone := make(chan struct{}), make(chan struct{})
+		p, far := dialPipe(t, func(ctx context.Context, p *Peer, req []byte) []byte {
+			switch wire.HopByHop(req) {
+			case 1:
+				<-secondIn // needs request 2 to be read and in its Handler
+				defer close(firstDone)
+			case 2:
+				close(secondIn)
+				<-firstDone
+			}
+			return successAnswer(req)
+		})
+		require.NoError(t, far.WriteMessages(serverACR(1), serverACR(2)))
+		got := map[uint32]int{}
+		for range 2 {
+			m, err := far.ReadMessage()
+			require.NoError(t, err)
+			got[wire.HopByHop(m)]++
+		}
+		assert.Equal(t, map[uint32]int{1: 1, 2: 1}, got)
+		assert.Equal(t, uint64(1), p.cur.Load().handovers.Load())
+		closeAnswering(t, p, far)
+	})
+}
+
+// closeAnswering closes p, the far end answering its DPR.
+func closeAnswering(t *testing.T, p *Peer, far transport.Conn) {
+	t.Helper()
+	go func() {
+		for {
+			m, err := far.ReadMessage()
+			if err != nil {
+				return
+			}
+			if wire.CommandCode(m) == wire.CmdDisconnectPeer && wire.IsRequest(m) {
+				srv := Config{OriginHost: "server.example.net", OriginRealm: "example.net"}
+				far.WriteMessages(srv.newDPA(m))
+			}
+		}
+	}()
+	require.NoError(t, p.Close(context.Background()))
+}
+
+// A Handler that does not return until its connection closes lets Close
+// end cleanly: Close waits for what the connection owes for its drain's
+// bound at most, sends the DPR, the reader that took over reads the DPA,
+// the connection closes, the Handler returns on its ctx and nothing is
+// left running (goleak, TestMain).
+func TestHandlerNeverReturningDoesNotHoldClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		in := make(chan struct{})
+		p, far := dialPipe(t, func(ctx context.Context, p *Peer, req []byte) []byte {
+			close(in)
+			<-ctx.Done()
+			return successAnswer(req)
+		})
+		c := p.cur.Load()
+		require.NoError(t, far.WriteMessages(serverACR(1)))
+		<-in
+		start := time.Now()
+		closeAnswering(t, p, far)
+		assert.LessOrEqual(t, time.Since(start), DefaultRequestTimeout, "Close waited for the drain's bound, not for DPATimeout too")
+		assert.Equal(t, uint64(1), c.handovers.Load())
+	})
+}
+
+// Fast Handlers run on the reader, one after the other: no worker
+// goroutine, no hand-over, answers in the order of the requests, each
+// once.
+func TestFastHandlersRunOnTheReaderInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var order []uint32
+		p, far := dialPipe(t, func(ctx context.Context, p *Peer, req []byte) []byte {
+			mu.Lock()
+			order = append(order, wire.HopByHop(req))
+			mu.Unlock()
+			return successAnswer(req)
+		})
+		c := p.cur.Load()
+		const n = 500
+		go func() {
+			for i := range uint32(n) {
+				if far.WriteMessages(serverACR(i)) != nil {
+					return
+				}
+			}
+		}()
+		for i := range uint32(n) {
+			m, err := far.ReadMessage()
+			require.NoError(t, err)
+			require.Equal(t, i, wire.HopByHop(m), "answers in request order, each once")
+		}
+		synctest.Wait()
+		assert.Len(t, order, n)
+		assert.Zero(t, c.handlers.Started(), "no worker ran a Handler")
+		assert.Zero(t, c.handovers.Load())
+		closeAnswering(t, p, far)
+	})
+}
+
+// Under -race: Handlers around the guard's limit, on a real socket, so
+// that hand-overs race with Handlers returning just in time; every
+// request is answered exactly once and the connection owes nothing after.
+func TestHandOverRacesHandlerReturn(t *testing.T) {
+	const limit = 100 * time.Microsecond
+	s := startServer(t, "tcp://127.0.0.1:0", func(c *Config) {
+		c.InlineHandlerTime = limit
+		c.slowRequests = -1 // every Handler on the reader: as many hand-overs as can be
+		c.Handler = func(ctx context.Context, p *Peer, req []byte) []byte {
+			if id := wire.HopByHop(req); id%4 == 0 {
+				time.Sleep(time.Duration(id%7) * limit / 3) // 0 to 2 limits
+			}
+			return successAnswer(req)
+		}
+	})
+	tc := rawPeer(t, s.Addr().String(), "raw.example.net")
+	req := withAVPs(bareACR(0), goodAVPs("raw.example.net")...)
+	const n = 3000
+	go func() {
+		for i := range uint32(n) {
+			m := append([]byte(nil), req...)
+			wire.SetHopByHop(m, i)
+			if tc.WriteMessages(m) != nil {
+				return
+			}
+		}
+	}()
+	got := make([]int, n)
+	for range n {
+		m, err := tc.ReadMessage()
+		require.NoError(t, err)
+		got[wire.HopByHop(m)]++
+	}
+	for id, k := range got {
+		require.Equal(t, 1, k, "request %d answered %d times", id, k)
+	}
+	c := s.Peers()[0].cur.Load()
+	require.Eventually(t, func() bool { return c.owed.Load() == 0 }, 10*time.Second, time.Millisecond)
+	assert.Zero(t, c.handlers.Started(), "no worker: every request ran on a reader")
+	assert.NotZero(t, c.handovers.Load(), "some Handlers outlived the limit")
+	t.Logf("%d hand-overs, %d workers started", c.handovers.Load(), c.handlers.Started())
+}
