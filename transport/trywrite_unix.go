@@ -89,3 +89,11 @@ func (t *tcpConn) ReadMessage() ([]byte, error) {
 	}
 	return t.streamConn.ReadMessage()
 }
+
+// Buffered implements BufferedReader.
+func (t *tcpConn) Buffered() int {
+	if t.rf != nil {
+		return t.rf.w - t.rf.r
+	}
+	return t.streamConn.Buffered()
+}
