@@ -25,11 +25,17 @@ import (
 // default clock is a coarse monotonic one read with an atomic load (see
 // coarseClock).
 //
-// An entry costs 48 bytes in the ring and 32 in the index, plus the answer
-// bytes; an in-flight mark refers to no other object, so the marks of
-// requests being handled cost the garbage collector nothing. Abandoned or
-// taken-over entries leave a dead slot that counts towards the bound until
-// it reaches the old end of the ring.
+// Answers are copied into a per-shard arena of byte chunks, written in
+// completion order and reused in place once their entries are gone (see
+// arena), so the ring, the index and the answers hold no pointer: the
+// garbage collector does not scan them, evicting an answer makes no
+// garbage, and a full store's memory stays as it is. A duplicate's answer
+// is copied out of the arena for its caller.
+//
+// An entry costs 40 bytes in the ring, 32 in the index and 8 of record
+// header in the arena, plus the answer bytes. Abandoned or taken-over
+// entries leave a dead slot that counts towards the bound until it reaches
+// the old end of the ring.
 type Memory struct {
 	cfg    config
 	base   time.Time // clock origin: times are nanoseconds since base
@@ -73,6 +79,7 @@ func NewMemory(opts ...Option) *Memory {
 			budget++
 		}
 		m.shards[i].budget = budget
+		m.shards[i].ar.init(budget, cfg.maxAnswer)
 	}
 	return m
 }
@@ -83,15 +90,19 @@ func NewMemory(opts ...Option) *Memory {
 const minShareEntries = 16
 
 // slot is one ring entry. A slot whose key is zero is dead. It refers to
-// nothing but its answer: an in-flight mark is the slFlight bit, expiring
-// at born + the mark TTL, and its waiters' channel, if any, is in the
-// shard's waits. The ring thus keeps no per-request object alive, and a
-// mark costs the collector nothing.
+// nothing: its answer is in the shard's arena, an in-flight mark is the
+// slFlight bit, expiring at born + the mark TTL, and its waiters' channel,
+// if any, is in the shard's waits. The ring thus keeps no object alive and
+// holds no pointer: the collector does not scan it.
 type slot struct {
-	key    Key
-	answer string // set when completed
-	born   int64  // Memory.now() at first arrival
-	state  uint8  // slFlight | slWaited
+	key  Key
+	born int64 // Memory.now() at first arrival
+	// The answer, once completed: alen bytes in the shard's arena, in
+	// the record at chunk, off (see arena). alen is 0 for a mark and
+	// for an answer not kept.
+	chunk, off int32
+	alen       uint32
+	state      uint8 // slFlight | slWaited | slNotKept
 }
 
 const (
@@ -104,7 +115,7 @@ const (
 	// it reads no more than the ring.
 	slWaited
 	// slNotKept: the request was answered, but its answer was over the
-	// per-entry limit and is not kept (answer is "").
+	// per-entry limit and is not kept (alen is 0).
 	slNotKept
 )
 
@@ -152,7 +163,8 @@ type shard struct {
 	// waits holds the channel of each waited slot (slWaited), by
 	// sequence number; nil until a duplicate first waits.
 	waits map[uint32]chan struct{}
-	_     [88]byte // keep shards on separate cache lines (see TestShardSize)
+	ar    arena    // the answers
+	_     [32]byte // keep shards on separate cache lines (see TestShardSize)
 }
 
 // touch loads k's first bucket and the ring's old end, the two cache lines
@@ -297,7 +309,7 @@ func (s *shard) land(seq uint32, sl *slot) {
 func (s *shard) kill(seq uint32) {
 	sl := s.at(seq)
 	s.land(seq, sl)
-	s.bytes -= EntryOverhead + int64(len(sl.answer))
+	s.bytes -= EntryOverhead + int64(sl.alen)
 	*sl = slot{}
 	s.live--
 }
@@ -338,9 +350,10 @@ func (s *shard) popHead() {
 	s.hpos = (s.hpos + 1) & (len(s.ring) - 1)
 }
 
-// insert appends a slot for k, which must not be held, with answer or, if
-// state is slFlight, as an in-flight mark; it returns its sequence number.
-func (s *shard) insert(k Key, answer string, state uint8, now, maxAge int64) uint32 {
+// insert appends a slot for k, which must not be held, with answer (none
+// if empty) or, if state is slFlight, as an in-flight mark; it returns its
+// sequence number.
+func (s *shard) insert(k Key, answer []byte, state uint8, now, maxAge int64) uint32 {
 	for i := 0; i < maxPopPerInsert && s.head != s.tail; i++ {
 		h := &s.ring[s.hpos]
 		if !h.key.IsZero() && now-h.born < maxAge {
@@ -361,10 +374,14 @@ func (s *shard) insert(k Key, answer string, state uint8, now, maxAge int64) uin
 		s.newEpoch(seq)
 	}
 	s.tail++
-	*s.at(seq) = slot{key: k, answer: answer, born: now, state: state}
+	sl := s.at(seq)
+	*sl = slot{key: k, born: now, state: state}
 	s.live++
 	s.bytes += EntryOverhead + int64(len(answer))
 	s.indexPut(k, seq)
+	if len(answer) > 0 {
+		s.put(seq, sl, answer)
+	}
 	if s.bytes > s.budget {
 		s.trim(seq)
 	}
@@ -594,7 +611,9 @@ func (m *Memory) try(keys []Key, now int64, op **Outcome) (<-chan struct{}, time
 			if sl.state&slNotKept != 0 {
 				o.kind = notKept
 			} else {
-				o.kind, o.answer = Duplicate, []byte(sl.answer)
+				// A copy: the arena's bytes are reused once the
+				// entry is evicted.
+				o.kind, o.answer = Duplicate, append([]byte(nil), s.answerOf(sl)...)
 			}
 			m.unlockAll(idx)
 			return nil, 0
@@ -606,7 +625,7 @@ func (m *Memory) try(keys []Key, now int64, op **Outcome) (<-chan struct{}, time
 	if busy == nil {
 		o.seq = o.seqBuf[:0]
 		for _, k := range keys {
-			seq := m.shards[m.shardOf(k)].insert(k, "", slFlight, now, m.maxAge)
+			seq := m.shards[m.shardOf(k)].insert(k, nil, slFlight, now, m.maxAge)
 			o.seq = append(o.seq, seq)
 		}
 		m.unlockAll(idx)
@@ -656,13 +675,12 @@ func (m *Memory) slotOf(o *Outcome, i int, k Key) (*slot, uint32) {
 }
 
 func (m *Memory) complete(o *Outcome, answer []byte) error {
-	var ans string
 	var state uint8
+	ans := answer
 	tooLarge := len(answer) > m.cfg.maxAnswer
 	if tooLarge {
 		state = slNotKept // a marker: answered, answer not kept
-	} else {
-		ans = string(answer)
+		ans = nil
 	}
 	var buf [4]int
 	idx := m.lockAll(o.keys, buf[:])
@@ -670,7 +688,9 @@ func (m *Memory) complete(o *Outcome, answer []byte) error {
 	for i, k := range o.keys {
 		s := &m.shards[m.shardOf(k)]
 		if sl, seq := m.slotOf(o, i, k); sl != nil {
-			sl.answer = ans
+			if len(ans) > 0 {
+				s.put(seq, sl, ans)
+			}
 			s.land(seq, sl)
 			sl.state = state
 			s.bytes += int64(len(ans))

@@ -36,7 +36,8 @@ type ReusingStore interface {
 }
 
 // EntryOverhead is what the in-memory store counts per key against its
-// memory budget besides the answer bytes: its ring slot and index entries.
+// memory budget besides the answer bytes: its ring slot, index entries and
+// the header of its answer's record.
 const EntryOverhead = 80
 
 // Kind tells what Begin found.
