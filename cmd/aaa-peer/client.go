@@ -648,7 +648,9 @@ func (c *loadgen) one(ctx context.Context, dl *deadlines, n int64) {
 	req := c.build(n)
 	c.metrics.ObserveWire(req, status.DirOut)
 	t0 := time.Now()
-	ans, err := c.cl.Send(dl.at(t0), req)
+	s := dl.at(t0)
+	ans, err := c.cl.Send(s.ctx, req)
+	s.release()
 	if err != nil {
 		kind := errorKind(err)
 		if ctx.Err() != nil {

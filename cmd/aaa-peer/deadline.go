@@ -18,8 +18,12 @@ const maxDeadlineSlice = 10 * time.Millisecond
 // a slice after its start, never earlier. So a request costs no context,
 // no timer and no registration with the parent of its own (a
 // context.WithTimeout per request was an eighth of the client's CPU at 256
-// callers); what is left is one context per slice, which ends by itself at
-// its deadline, or at close. Safe for concurrent use.
+// callers); what is left is one context per slice, cancelled once a later
+// slice replaced it and its last request is done (release), or at its
+// deadline, or at close. Kept to its deadline instead, every slice of the
+// last timeout (7,400 at the default 74 s) held its context, timer and
+// place in the parent's children: the client's heap grew for the whole
+// first timeout of a run. Safe for concurrent use.
 type deadlines struct {
 	parent  context.Context // cancelled by close: every slice's context ends
 	close   context.CancelFunc
@@ -31,9 +35,16 @@ type deadlines struct {
 // sliceCtx is the context of the requests started before end.
 type sliceCtx struct {
 	ctx    context.Context
-	cancel context.CancelFunc // unused: close cancels every slice at once
+	cancel context.CancelFunc
 	end    time.Time
+	// users counts the requests holding the slice, plus sealed once a
+	// later slice replaced it: the count reaching zero when sealed
+	// cancels ctx.
+	users atomic.Int64
 }
+
+// sealed is added to a slice's users when it is no longer current.
+const sealed = 1 << 40
 
 // newDeadlines returns the deadlines of requests of timeout under parent;
 // call close once every request is done.
@@ -46,21 +57,35 @@ func newDeadlines(parent context.Context, timeout time.Duration) *deadlines {
 	return &deadlines{parent: ctx, close: cancel, timeout: timeout, slice: slice}
 }
 
-// at returns the context of a request started at now.
-func (d *deadlines) at(now time.Time) context.Context {
+// at returns the slice of a request started at now: its context is
+// s.ctx; call s.release once the request is done.
+func (d *deadlines) at(now time.Time) *sliceCtx {
 	for {
 		cur := d.cur.Load()
 		if cur != nil && now.Before(cur.end) {
-			return cur.ctx
+			if cur.users.Add(1)&sealed == 0 {
+				return cur
+			}
+			cur.release() // replaced meanwhile: take the new one
+			continue
 		}
 		end := now.Truncate(d.slice).Add(d.slice)
-		// A slice's context ends at its deadline (its timer fires) or
-		// at close, when every request is done.
 		ctx, cancel := context.WithDeadline(d.parent, end.Add(d.timeout))
 		next := &sliceCtx{ctx: ctx, cancel: cancel, end: end}
+		next.users.Store(1)
 		if d.cur.CompareAndSwap(cur, next) {
-			return ctx
+			if cur != nil && cur.users.Add(sealed) == sealed {
+				cur.cancel() // none of its requests is left
+			}
+			return next
 		}
 		cancel() // another caller opened the slice first: use theirs
+	}
+}
+
+// release says a request of s is done.
+func (s *sliceCtx) release() {
+	if s.users.Add(-1) == sealed {
+		s.cancel()
 	}
 }

@@ -17,7 +17,7 @@ func TestDeadlinesBounds(t *testing.T) {
 		now := time.Now()
 		for i := range 2000 {
 			at := now.Add(time.Duration(i) * 37 * time.Microsecond)
-			d, ok := dl.at(at).Deadline()
+			d, ok := dl.at(at).ctx.Deadline()
 			if !ok {
 				t.Fatalf("timeout %v: no deadline", timeout)
 			}
@@ -35,18 +35,18 @@ func TestDeadlinesShared(t *testing.T) {
 	dl := newDeadlines(context.Background(), 74*time.Second) // 10ms slices
 	defer dl.close()
 	base := time.Now().Truncate(maxDeadlineSlice)
-	a, b := dl.at(base), dl.at(base.Add(maxDeadlineSlice-time.Nanosecond))
+	a, b := dl.at(base).ctx, dl.at(base.Add(maxDeadlineSlice-time.Nanosecond)).ctx
 	if a != b {
 		t.Fatal("two requests of one slice got different contexts")
 	}
-	if c := dl.at(base.Add(maxDeadlineSlice)); c == a {
+	if c := dl.at(base.Add(maxDeadlineSlice)).ctx; c == a {
 		t.Fatal("a request of the next slice got the previous slice's context")
 	}
 	var wg sync.WaitGroup
 	ctxs := make([]context.Context, 64)
 	late := base.Add(5 * maxDeadlineSlice)
 	for i := range ctxs {
-		wg.Go(func() { ctxs[i] = dl.at(late) })
+		wg.Go(func() { ctxs[i] = dl.at(late).ctx })
 	}
 	wg.Wait()
 	for _, c := range ctxs {
@@ -61,7 +61,7 @@ func TestDeadlinesShared(t *testing.T) {
 // parent is cancelled, and at close.
 func TestDeadlinesExpireAndCancel(t *testing.T) {
 	dl := newDeadlines(context.Background(), 20*time.Millisecond)
-	ctx := dl.at(time.Now())
+	ctx := dl.at(time.Now()).ctx
 	select {
 	case <-ctx.Done():
 	case <-time.After(5 * time.Second):
@@ -74,7 +74,7 @@ func TestDeadlinesExpireAndCancel(t *testing.T) {
 
 	parent, cancel := context.WithCancel(context.Background())
 	dl = newDeadlines(parent, time.Hour)
-	ctx = dl.at(time.Now())
+	ctx = dl.at(time.Now()).ctx
 	cancel()
 	<-ctx.Done()
 	if !errors.Is(ctx.Err(), context.Canceled) {
@@ -83,9 +83,71 @@ func TestDeadlinesExpireAndCancel(t *testing.T) {
 	dl.close()
 
 	dl = newDeadlines(context.Background(), time.Hour)
-	ctx = dl.at(time.Now())
+	ctx = dl.at(time.Now()).ctx
 	dl.close()
 	if ctx.Err() == nil {
 		t.Fatal("close left a slice's context running")
+	}
+}
+
+// TestDeadlinesReleased: a slice's context ends (its timer and its place
+// in the parent freed) once a later slice replaced it and the last of its
+// requests is done, and not before, whichever comes last; the current
+// slice's stays while requests come and go.
+func TestDeadlinesReleased(t *testing.T) {
+	dl := newDeadlines(context.Background(), 74*time.Second) // 10ms slices
+	defer dl.close()
+	base := time.Now().Truncate(maxDeadlineSlice)
+	a1, a2 := dl.at(base), dl.at(base)
+	if a1 != a2 {
+		t.Fatal("two requests of one slice got different slices")
+	}
+	a1.release()
+	if a1.ctx.Err() != nil {
+		t.Fatal("the current slice's context ended when one of its requests was done")
+	}
+	b := dl.at(base.Add(maxDeadlineSlice))
+	if a2.ctx.Err() != nil {
+		t.Fatal("a replaced slice's context ended while a request still held it")
+	}
+	a2.release()
+	if !errors.Is(a2.ctx.Err(), context.Canceled) {
+		t.Fatalf("replaced slice, its last request done: err %v, want Canceled", a2.ctx.Err())
+	}
+	b.release()
+	if b.ctx.Err() != nil {
+		t.Fatal("the current slice's context ended with no request left")
+	}
+	c := dl.at(base.Add(2 * maxDeadlineSlice)) // replaces b, which no request holds
+	if !errors.Is(b.ctx.Err(), context.Canceled) {
+		t.Fatalf("replaced with no request left: err %v, want Canceled", b.ctx.Err())
+	}
+	c.release()
+
+	// Many requests of several slices, concurrently: every replaced slice
+	// ends once its requests are done, none of them saw it end early.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seen := map[*sliceCtx]bool{}
+	for i := range 64 {
+		wg.Go(func() {
+			for j := range 50 {
+				s := dl.at(base.Add(time.Duration(3+(i+j)/20) * maxDeadlineSlice))
+				if s.ctx.Err() != nil {
+					t.Error("a request got a slice whose context had ended")
+				}
+				mu.Lock()
+				seen[s] = true
+				mu.Unlock()
+				s.release()
+			}
+		})
+	}
+	wg.Wait()
+	last := dl.cur.Load()
+	for s := range seen {
+		if s != last && s.ctx.Err() == nil {
+			t.Error("a replaced slice's context outlived its requests")
+		}
 	}
 }
