@@ -296,6 +296,7 @@ type loadgen struct {
 	tmpl    *requestTemplate
 	peers   []*peer.Peer // cl's, in --peer order
 	start   int64        // unix nanoseconds, the high part of Session-Ids: two runs started in one second must not reuse them
+	epoch   time.Time    // the origin of the requests' clock readings (one read each: time.Now reads two clocks)
 
 	issued   atomic.Int64  // request numbers handed out
 	sent     atomic.Uint64 // requests issued
@@ -452,7 +453,8 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // newLoadgen prepares a run of validated options o (its Client is set by
 // the caller).
 func newLoadgen(o clientOptions, log *slog.Logger, metrics *status.Metrics) *loadgen {
-	c := &loadgen{o: o, log: log, metrics: metrics, start: time.Now().UnixNano(), failedBy: make(map[string]uint64)}
+	now := time.Now()
+	c := &loadgen{o: o, log: log, metrics: metrics, start: now.UnixNano(), epoch: now, failedBy: make(map[string]uint64)}
 	c.tmpl = newRequestTemplate(&c.o, c.start)
 	return c
 }
@@ -647,8 +649,8 @@ func (c *loadgen) one(ctx context.Context, dl *deadlines, n int64) {
 	c.sent.Add(1)
 	req := c.build(n)
 	c.metrics.ObserveWire(req, status.DirOut)
-	t0 := time.Now()
-	s := dl.at(t0)
+	t0 := time.Since(c.epoch)
+	s := dl.at(c.epoch.Add(t0))
 	ans, err := c.cl.Send(s.ctx, req)
 	s.release()
 	if err != nil {
@@ -660,7 +662,7 @@ func (c *loadgen) one(ctx context.Context, dl *deadlines, n int64) {
 		c.log.Debug("request failed", "n", n, "kind", kind, "err", err)
 		return
 	}
-	took := time.Since(t0)
+	took := time.Since(c.epoch) - t0
 	c.lat.Record(took)
 	c.metrics.ObserveLatency(took)
 	c.metrics.ObserveWire(ans, status.DirIn)
