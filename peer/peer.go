@@ -534,9 +534,7 @@ func (p *Peer) received(c *conn, msg []byte) (moved bool) {
 		case wire.CmdDisconnectPeer:
 			p.step(input{kind: evDPR, c: c, msg: msg, at: now})
 		case wire.CmdCapabilitiesExchange:
-			p.publish(Event{Kind: EventError, Reason: "CER on an open connection: answered DIAMETER_UNABLE_TO_COMPLY"})
-			c.enqueueLone(message.ErrorAnswer(msg, p.cfg.identity(), message.UnableToComply, "capabilities already exchanged").Bytes())
-			p.notifyOther(c, now)
+			p.refuseCER(c, msg, now)
 		default:
 			if p.cfg.IdleTimeout > 0 {
 				p.lastApp.Store(now)
@@ -573,15 +571,7 @@ func (p *Peer) received(c *conn, msg []byte) (moved bool) {
 	}
 	switch {
 	case cl == nil:
-		p.stats.unmatched.Add(1)
-		logLimited(p.cfg.Logger, slog.LevelWarn, logUnmatched, "answer matches no pending request: dropped", "peer", p.Name(), "hop_by_hop", hbh, "command", message.CommandName(msg))
-		if c.unmatchedRun++; p.cfg.MaxUnmatched > 0 && c.unmatchedRun >= p.cfg.MaxUnmatched {
-			// Its answers cannot reach their callers: a broken peer, out of
-			// service like a lost connection (its requests fail over).
-			note := fmt.Sprintf("%d answers in a row matched no pending request", c.unmatchedRun)
-			p.publish(Event{Kind: EventError, Reason: note + ": closing the connection"})
-			p.cfg.Logger.Warn("closing connection: "+note, "peer", p.Name(), "remote", c.tc.RemoteAddr().String())
-			c.close(note)
+		if p.unmatched(c, hbh, msg) {
 			return false
 		}
 	case !late && p.cfg.onFailover != nil && wire.Flags(msg)&wire.FlagError != 0 && p.premature(c, cl, msg):
@@ -595,6 +585,36 @@ func (p *Peer) received(c *conn, msg []byte) (moved bool) {
 		}
 	}
 	p.notifyOther(c, now)
+	return false
+}
+
+// The rare cases of received are functions of their own, so that the
+// frequent ones (a DWA, a DWR, an answer) run on a small stack: see
+// transitioned.
+
+// refuseCER answers a CER on an open connection with
+// DIAMETER_UNABLE_TO_COMPLY.
+func (p *Peer) refuseCER(c *conn, msg []byte, now int64) {
+	p.publish(Event{Kind: EventError, Reason: "CER on an open connection: answered DIAMETER_UNABLE_TO_COMPLY"})
+	c.enqueueLone(message.ErrorAnswer(msg, p.cfg.identity(), message.UnableToComply, "capabilities already exchanged").Bytes())
+	p.notifyOther(c, now)
+}
+
+// unmatched counts and logs an answer that matches no pending request,
+// and closes the connection after MaxUnmatched in a row, reporting
+// whether it did.
+func (p *Peer) unmatched(c *conn, hbh uint32, msg []byte) (closed bool) {
+	p.stats.unmatched.Add(1)
+	logLimited(p.cfg.Logger, slog.LevelWarn, logUnmatched, "answer matches no pending request: dropped", "peer", p.Name(), "hop_by_hop", hbh, "command", message.CommandName(msg))
+	if c.unmatchedRun++; p.cfg.MaxUnmatched > 0 && c.unmatchedRun >= p.cfg.MaxUnmatched {
+		// Its answers cannot reach their callers: a broken peer, out of
+		// service like a lost connection (its requests fail over).
+		note := fmt.Sprintf("%d answers in a row matched no pending request", c.unmatchedRun)
+		p.publish(Event{Kind: EventError, Reason: note + ": closing the connection"})
+		p.cfg.Logger.Warn("closing connection: "+note, "peer", p.Name(), "remote", c.tc.RemoteAddr().String())
+		c.close(note)
+		return true
+	}
 	return false
 }
 

@@ -124,12 +124,7 @@ func (p *Peer) onTimer() {
 // counts from (now, or the last receipt for a lazy reset).
 func (p *Peer) apply(o watchdog.Output, base int64) {
 	if o.Changed {
-		tr := o.Transition
-		p.state.Store(uint32(o.State))
-		p.since.Store(time.Now().UnixNano())
-		p.stats.transitions.Add(1)
-		p.publish(Event{Kind: EventWatchdog, From: tr.From, To: tr.To, Trigger: tr.Event, NumDWA: p.m.NumDWA(), Reason: tr.Reason})
-		p.cfg.Logger.Info("watchdog", "peer", p.Name(), "from", tr.From.String(), "to", tr.To.String(), "reason", tr.Reason)
+		p.transitioned(o)
 	}
 	for _, a := range o.Actions() {
 		switch a.Kind {
@@ -142,20 +137,44 @@ func (p *Peer) apply(o watchdog.Output, base int64) {
 		case watchdog.ActionFailover:
 			p.failover(o.Transition.Reason)
 		case watchdog.ActionFailback:
-			p.publish(Event{Kind: EventFailback, Reason: "failback: back in service"})
+			p.failback()
 		case watchdog.ActionCloseConnection:
-			if c := p.cur.Swap(nil); c != nil {
-				note := "closed by the watchdog: " + o.Transition.Reason
-				c.close(note)
-				p.failPending(c, ErrConnectionLost)
-				p.reportDown(c, Event{Reason: note})
-			}
+			p.closeByWatchdog(o.Transition.Reason)
 		case watchdog.ActionAttemptOpen:
 			p.attemptOpen()
 		}
 	}
 	if p.role == RoleServer && o.State == watchdog.Down {
 		p.ended = true // an accepted connection is not reopened by us
+	}
+}
+
+// transitioned records and reports a change of the watchdog's state.
+// The rare steps of apply are functions of their own so that the frequent
+// ones (a DWA, a DWR, a timer) run on a small stack: a connection's
+// reader, whose stack the garbage collector shrinks while it waits, does
+// not have to grow it for each watchdog exchange. p.mu is held.
+func (p *Peer) transitioned(o watchdog.Output) {
+	tr := o.Transition
+	p.state.Store(uint32(o.State))
+	p.since.Store(time.Now().UnixNano())
+	p.stats.transitions.Add(1)
+	p.publish(Event{Kind: EventWatchdog, From: tr.From, To: tr.To, Trigger: tr.Event, NumDWA: p.m.NumDWA(), Reason: tr.Reason})
+	p.cfg.Logger.Info("watchdog", "peer", p.Name(), "from", tr.From.String(), "to", tr.To.String(), "reason", tr.Reason)
+}
+
+// failback carries out Failback(). p.mu is held.
+func (p *Peer) failback() {
+	p.publish(Event{Kind: EventFailback, Reason: "failback: back in service"})
+}
+
+// closeByWatchdog carries out CloseConnection(). p.mu is held.
+func (p *Peer) closeByWatchdog(reason string) {
+	if c := p.cur.Swap(nil); c != nil {
+		note := "closed by the watchdog: " + reason
+		c.close(note)
+		p.failPending(c, ErrConnectionLost)
+		p.reportDown(c, Event{Reason: note})
 	}
 }
 
@@ -220,82 +239,15 @@ func (p *Peer) stepLocked(e input) {
 	}
 	switch e.kind {
 	case evConnUp:
-		p.dialing = false
-		if p.closing {
-			e.c.close("peer closing")
-			return
-		}
-		if t := p.cfg.Table; cur != nil || (t != nil && !t.up(e.c)) {
-			// Not expected: the Table gave the identity to this
-			// connection when its CER or CEA was accepted.
-			note := fmt.Sprintf("%s: another connection is in service: closed this one (%s to %s)",
-				e.c.remoteHost, e.c.tc.Network(), e.c.tc.RemoteAddr())
-			p.publish(Event{Kind: EventError, Reason: note})
-			e.c.close(note)
-			if p.role == RoleServer && cur == nil {
-				p.ended = true
-			}
-			return
-		}
-		p.cur.Store(e.c)
-		if e.c.remoteHost != "" {
-			h := e.c.remoteHost
-			p.label.Store(&h)
-		}
-		p.lastApp.Store(p.mono())
-		e.c.start()
-		network, addr := e.c.tc.Network(), e.c.tc.RemoteAddr().String()
-		reason := "connected over " + network + " to " + addr
-		if e.note != "" {
-			reason += ": " + e.note // why a connection from the peer came to this Peer
-		}
-		p.publish(Event{Kind: EventConnUp, Network: network, Addr: addr, Reason: reason})
-		p.apply(p.m.Step(watchdog.ConnectionUp), p.mono())
-
+		p.onConnUp(e, cur)
 	case evOpenFailed:
-		p.dialing = false
-		if e.note == errElectionWon.Error() {
-			return // not a failure: the accepted connection replaces the dial
-		}
-		p.stats.openFailures.Add(1)
-		if p.role == RoleServer {
-			p.ended = true
-			p.closeErr = errors.New(e.note)
-			return
-		}
-		p.publish(Event{Kind: EventOpenFailed, ResultCode: e.cause, Reason: "open failed: " + e.note})
-		p.cfg.Logger.Warn("open failed", "peer", p.Name(), "err", e.note)
-
+		p.onOpenFailed(e)
 	case evConnDown:
-		if e.c != cur {
-			return // an older connection, already dealt with
-		}
-		note, dpa := e.note, false
-		select {
-		case <-e.c.dpa:
-			if p.closing {
-				note, dpa = "closed after DPA", true // the DPR receiver closes first (RFC 6733 5.6)
-			}
-		default:
-		}
-		p.reportDown(e.c, Event{DPR: p.closing, DPA: dpa, Reason: "connection down: " + note})
-		logLimited(p.cfg.Logger, slog.LevelInfo, logConnDown, "connection down", "peer", p.Name(), "reason", note)
-		// Step while the connection is still current, so that OKAY's
-		// Failover() hands its pending requests over with the machine's
-		// reason; whatever it still owns afterwards fails or moves below.
-		p.apply(p.m.Step(watchdog.ConnectionDown), p.mono())
-		if p.cur.CompareAndSwap(e.c, nil) {
-			p.failPending(e.c, ErrConnectionLost)
-		}
-		if p.closing {
-			p.ended = true
-		}
-
+		p.onConnDown(e, cur)
 	case evDWA:
 		if e.c == cur {
 			p.apply(p.m.Step(watchdog.ReceiveDWA), e.at)
 		}
-
 	case evDWR:
 		if e.c != cur {
 			return
@@ -305,102 +257,200 @@ func (p *Peer) stepLocked(e input) {
 			p.write(e.c, p.cfg.newDWA(e.msg))
 		}
 		p.apply(o, e.at)
-
 	case evOther:
-		if e.c != cur {
-			return
-		}
-		o := p.m.Step(watchdog.ReceiveOther)
-		p.apply(o, e.at)
-		if e.msg != nil { // a request received while not OKAY
-			if o.Has(watchdog.ActionDiscard) {
-				p.stats.discarded.Add(1)
-				p.publish(Event{Kind: EventError, Reason: fmt.Sprintf("%s discarded: watchdog %s", message.CommandName(e.msg), p.m.State())})
-			} else {
-				p.serveOnWorker(e.c, e.msg) // not on the reader: p.mu is held
-			}
-		}
-
+		p.onOther(e, cur)
 	case evDPR:
-		if e.c != cur {
-			return
-		}
-		cause, _ := message.Uint32Of(e.msg, message.DisconnectCause, 0)
-		note := fmt.Sprintf("DPR received (Disconnect-Cause %d %s)", cause, message.DisconnectCauseName(cause))
-		if p.role == RoleClient && p.cfg.DPRHoldOff > 0 && (cause == message.DisconnectBusy || cause == message.DisconnectDoNotWantToTalkToU) {
-			// RFC 6733 5.4.3: do not reconnect to a peer that is busy or
-			// does not want to talk to us; try again after the hold-off.
-			p.holdUntil = e.at + int64(p.cfg.DPRHoldOff)
-			note += fmt.Sprintf(": no reconnection for %v", p.cfg.DPRHoldOff)
-			p.cfg.Logger.Warn("peer disconnected and asked not to reconnect", "peer", p.Name(),
-				"cause", message.DisconnectCauseName(cause), "hold_off", p.cfg.DPRHoldOff)
-		}
-		e.c.mu.Lock()
-		e.c.downNote = note
-		e.c.mu.Unlock()
-		// The DPA waits for the answers this side still owes (F8).
-		p.out = append(p.out, effect{c: e.c, msg: p.cfg.newDPA(e.msg), hold: true})
-		// The DPR is traffic too.
-		p.apply(p.m.Step(watchdog.ReceiveOther), e.at)
-
+		p.onDPR(e, cur)
 	case evClose:
-		if p.closing {
-			return
-		}
-		p.closing = true
-		p.leaving.Store(true)
-		p.unregister() // a CER from the peer goes to a server Peer from now on
-		p.closeErr = nil
-		if cur == nil {
-			p.ended = true
-			return
-		}
-		// Graceful: no new requests here; the answers in flight get up to
-		// DrainTimeout, then DPR (F8).
-		drained := cur.startDrain()
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			t := time.NewTimer(p.cfg.drainTimeout())
-			defer t.Stop()
-			select {
-			case <-drained:
-			case <-t.C:
-			case <-cur.closed:
-			}
-			p.step(input{kind: evDrained, c: cur, cause: e.cause})
-		}()
-
+		p.onClose(e, cur)
 	case evDrained:
-		if e.c != cur {
-			return // the connection went down meanwhile: evConnDown did the rest
-		}
-		// What is still unanswered fails over like any Failover().
-		if calls := cur.moveOut(); len(calls) > 0 {
-			p.handOver(calls, fmt.Sprintf("disconnecting: no answer within %v", p.cfg.drainTimeout()))
-		}
-		p.write(cur, withIDs(p.cfg.newDPR(e.cause), cur.hbh))
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			t := time.NewTimer(p.cfg.DPATimeout)
-			defer t.Stop()
-			note, dpa := "closed after DPA", false
-			select {
-			case <-cur.dpa:
-				dpa = true
-			case <-t.C:
-				note = "closed: no DPA within " + p.cfg.DPATimeout.String()
-			case <-cur.closed:
-				note = "closed while waiting for DPA"
-			}
-			p.step(input{kind: evCloseDone, c: cur, note: note, dpa: dpa})
-		}()
-
+		p.onDrained(e, cur)
 	case evCloseDone:
-		p.reportDown(e.c, Event{DPR: true, DPA: e.dpa, Reason: e.note})
+		p.onCloseDone(e)
+	}
+}
+
+// onConnUp steps a connection whose capabilities exchange succeeded. p.mu is held.
+func (p *Peer) onConnUp(e input, cur *conn) {
+	p.dialing = false
+	if p.closing {
+		e.c.close("peer closing")
+		return
+	}
+	if t := p.cfg.Table; cur != nil || (t != nil && !t.up(e.c)) {
+		// Not expected: the Table gave the identity to this
+		// connection when its CER or CEA was accepted.
+		note := fmt.Sprintf("%s: another connection is in service: closed this one (%s to %s)",
+			e.c.remoteHost, e.c.tc.Network(), e.c.tc.RemoteAddr())
+		p.publish(Event{Kind: EventError, Reason: note})
+		e.c.close(note)
+		if p.role == RoleServer && cur == nil {
+			p.ended = true
+		}
+		return
+	}
+	p.cur.Store(e.c)
+	if e.c.remoteHost != "" {
+		h := e.c.remoteHost
+		p.label.Store(&h)
+	}
+	p.lastApp.Store(p.mono())
+	e.c.start()
+	network, addr := e.c.tc.Network(), e.c.tc.RemoteAddr().String()
+	reason := "connected over " + network + " to " + addr
+	if e.note != "" {
+		reason += ": " + e.note // why a connection from the peer came to this Peer
+	}
+	p.publish(Event{Kind: EventConnUp, Network: network, Addr: addr, Reason: reason})
+	p.apply(p.m.Step(watchdog.ConnectionUp), p.mono())
+}
+
+// onOpenFailed steps a failed dial or capabilities exchange. p.mu is held.
+func (p *Peer) onOpenFailed(e input) {
+	p.dialing = false
+	if e.note == errElectionWon.Error() {
+		return // not a failure: the accepted connection replaces the dial
+	}
+	p.stats.openFailures.Add(1)
+	if p.role == RoleServer {
+		p.ended = true
+		p.closeErr = errors.New(e.note)
+		return
+	}
+	p.publish(Event{Kind: EventOpenFailed, ResultCode: e.cause, Reason: "open failed: " + e.note})
+	p.cfg.Logger.Warn("open failed", "peer", p.Name(), "err", e.note)
+}
+
+// onConnDown steps the loss of a connection. p.mu is held.
+func (p *Peer) onConnDown(e input, cur *conn) {
+	if e.c != cur {
+		return // an older connection, already dealt with
+	}
+	note, dpa := e.note, false
+	select {
+	case <-e.c.dpa:
+		if p.closing {
+			note, dpa = "closed after DPA", true // the DPR receiver closes first (RFC 6733 5.6)
+		}
+	default:
+	}
+	p.reportDown(e.c, Event{DPR: p.closing, DPA: dpa, Reason: "connection down: " + note})
+	logLimited(p.cfg.Logger, slog.LevelInfo, logConnDown, "connection down", "peer", p.Name(), "reason", note)
+	// Step while the connection is still current, so that OKAY's
+	// Failover() hands its pending requests over with the machine's
+	// reason; whatever it still owns afterwards fails or moves below.
+	p.apply(p.m.Step(watchdog.ConnectionDown), p.mono())
+	if p.cur.CompareAndSwap(e.c, nil) {
+		p.failPending(e.c, ErrConnectionLost)
+	}
+	if p.closing {
 		p.ended = true
 	}
+}
+
+// onOther steps a message other than a DWA while not OKAY. p.mu is held.
+func (p *Peer) onOther(e input, cur *conn) {
+	if e.c != cur {
+		return
+	}
+	o := p.m.Step(watchdog.ReceiveOther)
+	p.apply(o, e.at)
+	if e.msg != nil { // a request received while not OKAY
+		if o.Has(watchdog.ActionDiscard) {
+			p.stats.discarded.Add(1)
+			p.publish(Event{Kind: EventError, Reason: fmt.Sprintf("%s discarded: watchdog %s", message.CommandName(e.msg), p.m.State())})
+		} else {
+			p.serveOnWorker(e.c, e.msg) // not on the reader: p.mu is held
+		}
+	}
+}
+
+// onDPR steps a DPR. p.mu is held.
+func (p *Peer) onDPR(e input, cur *conn) {
+	if e.c != cur {
+		return
+	}
+	cause, _ := message.Uint32Of(e.msg, message.DisconnectCause, 0)
+	note := fmt.Sprintf("DPR received (Disconnect-Cause %d %s)", cause, message.DisconnectCauseName(cause))
+	if p.role == RoleClient && p.cfg.DPRHoldOff > 0 && (cause == message.DisconnectBusy || cause == message.DisconnectDoNotWantToTalkToU) {
+		// RFC 6733 5.4.3: do not reconnect to a peer that is busy or
+		// does not want to talk to us; try again after the hold-off.
+		p.holdUntil = e.at + int64(p.cfg.DPRHoldOff)
+		note += fmt.Sprintf(": no reconnection for %v", p.cfg.DPRHoldOff)
+		p.cfg.Logger.Warn("peer disconnected and asked not to reconnect", "peer", p.Name(),
+			"cause", message.DisconnectCauseName(cause), "hold_off", p.cfg.DPRHoldOff)
+	}
+	e.c.mu.Lock()
+	e.c.downNote = note
+	e.c.mu.Unlock()
+	// The DPA waits for the answers this side still owes (F8).
+	p.out = append(p.out, effect{c: e.c, msg: p.cfg.newDPA(e.msg), hold: true})
+	// The DPR is traffic too.
+	p.apply(p.m.Step(watchdog.ReceiveOther), e.at)
+}
+
+// onClose steps Close or Disconnect: the start of a graceful disconnect. p.mu is held.
+func (p *Peer) onClose(e input, cur *conn) {
+	if p.closing {
+		return
+	}
+	p.closing = true
+	p.leaving.Store(true)
+	p.unregister() // a CER from the peer goes to a server Peer from now on
+	p.closeErr = nil
+	if cur == nil {
+		p.ended = true
+		return
+	}
+	// Graceful: no new requests here; the answers in flight get up to
+	// DrainTimeout, then DPR (F8).
+	drained := cur.startDrain()
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		t := time.NewTimer(p.cfg.drainTimeout())
+		defer t.Stop()
+		select {
+		case <-drained:
+		case <-t.C:
+		case <-cur.closed:
+		}
+		p.step(input{kind: evDrained, c: cur, cause: e.cause})
+	}()
+}
+
+// onDrained steps the end of a graceful disconnect's wait for answers. p.mu is held.
+func (p *Peer) onDrained(e input, cur *conn) {
+	if e.c != cur {
+		return // the connection went down meanwhile: evConnDown did the rest
+	}
+	// What is still unanswered fails over like any Failover().
+	if calls := cur.moveOut(); len(calls) > 0 {
+		p.handOver(calls, fmt.Sprintf("disconnecting: no answer within %v", p.cfg.drainTimeout()))
+	}
+	p.write(cur, withIDs(p.cfg.newDPR(e.cause), cur.hbh))
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		t := time.NewTimer(p.cfg.DPATimeout)
+		defer t.Stop()
+		note, dpa := "closed after DPA", false
+		select {
+		case <-cur.dpa:
+			dpa = true
+		case <-t.C:
+			note = "closed: no DPA within " + p.cfg.DPATimeout.String()
+		case <-cur.closed:
+			note = "closed while waiting for DPA"
+		}
+		p.step(input{kind: evCloseDone, c: cur, note: note, dpa: dpa})
+	}()
+}
+
+// onCloseDone steps the end of a graceful disconnect (DPA or its timeout). p.mu is held.
+func (p *Peer) onCloseDone(e input) {
+	p.reportDown(e.c, Event{DPR: true, DPA: e.dpa, Reason: e.note})
+	p.ended = true
 }
 
 // failover carries out Failover(): with a failover hook (the client
