@@ -407,21 +407,21 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, any, error) {
 		it = c.newItem(cl, dl)
 	}
 	c.dispatch(cl)
-	ans, aux, err := cl.Wait(ctx, c.cfg.RequestTimeout)
+	r := cl.Await(ctx, c.cfg.RequestTimeout)
+	ans, aux, err := r.Ans, r.Aux, r.Err
 	if it != nil {
 		c.release(it) // the answer arrived or the request timed out (Q2)
 	}
-	first, by, sends := cl.Outcome()
 	if err == nil {
-		c.replied(by)
+		c.replied(r.By)
 	}
 	// The outcome counts for the server the request was first sent to,
 	// wherever a failover took it (RFC 3539 3.4.3 [4] statistics).
-	if m := c.memberOf(first); m != nil {
+	if m := c.memberOf(r.First); m != nil {
 		m.stats.done(err == nil, time.Since(epoch)-start)
 	}
 	if err != nil {
-		if errors.Is(err, peer.ErrTimeout) && sends == 0 {
+		if errors.Is(err, peer.ErrTimeout) && r.Sends == 0 {
 			return nil, nil, fmt.Errorf("client: %w: %w", ErrNoPeer, err)
 		}
 		return nil, nil, fmt.Errorf("client: %w", err)

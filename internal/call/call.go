@@ -350,6 +350,26 @@ func (c *Call) Park() bool {
 // the call's mutex, and ctx's end through the watch of ctx's Done channel,
 // shared by every call waiting under that context (see watchFor).
 func (c *Call) Wait(ctx context.Context, timeout time.Duration) (ans []byte, aux any, err error) {
+	r := c.Await(ctx, timeout)
+	return r.Ans, r.Aux, r.Err
+}
+
+// Result is how a call completed, as Await returns it.
+type Result struct {
+	// Ans and Aux are the answer, Err the error (see Wait).
+	Ans []byte
+	Aux any
+	Err error
+	// First is the peer the call was first sent by, By the one whose
+	// answer completed it (nil when none); Sends counts the connections
+	// it boarded.
+	First, By any
+	Sends     int
+}
+
+// Await is Wait with what a dispatcher accounts for once the call
+// completed, read in the same look.
+func (c *Call) Await(ctx context.Context, timeout time.Duration) Result {
 	if _, ok := ctx.Deadline(); !ok {
 		if timeout <= 0 {
 			timeout = DefaultTimeout
@@ -376,9 +396,10 @@ func (c *Call) Wait(ctx context.Context, timeout time.Duration) (ans []byte, aux
 		c.end(nil, err, nil, true)
 		c.mu.Lock()
 	}
-	r := c.res // ours, or the answer that won the race
+	r := Result{Ans: c.res.ans, Aux: c.res.aux, Err: c.res.err, // ours, or the answer that won the race
+		First: c.first, By: c.by, Sends: int(c.sends.Load())}
 	c.mu.Unlock()
-	return r.ans, r.aux, r.err
+	return r
 }
 
 // cutShort wakes Wait to end the call with err (its deadline, its
@@ -418,16 +439,6 @@ func (c *Call) AnsweredBy() any {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.by
-}
-
-// Outcome returns in one look what a dispatcher accounts for once the
-// call completed: the peer it was first sent by and the one whose answer
-// completed it (nil when none), and how many times it boarded a
-// connection.
-func (c *Call) Outcome() (first, by any, sends int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.first, c.by, int(c.sends.Load())
 }
 
 // SentOn reports whether the call boarded cn.

@@ -279,3 +279,25 @@ func TestTag(t *testing.T) {
 	c.SetTag(42)
 	assert.Equal(t, 42, c.Tag())
 }
+
+// Await returns the result with the peers and the send count of the
+// call: the answer's, or none for a call that timed out unsent.
+func TestAwaitResult(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCall()
+		a, b := newConn("a"), newConn("b")
+		boarded(t, c, a, "pa")
+		require.True(t, c.Leave(&a.Conn, nil, nil))
+		boarded(t, c, b, "pb")
+		go c.Finish([]byte("ans"), "aux", nil, "pb", &b.Conn, nil)
+		r := c.Await(context.Background(), time.Minute)
+		assert.Equal(t, Result{Ans: []byte("ans"), Aux: "aux", First: "pa", By: "pb", Sends: 2}, r)
+
+		unsent := newCall()
+		r = unsent.Await(context.Background(), time.Second)
+		assert.ErrorIs(t, r.Err, ErrTimeout)
+		assert.Equal(t, 0, r.Sends)
+		assert.Nil(t, r.First)
+		assert.Nil(t, r.By)
+	})
+}
