@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -620,7 +621,7 @@ func (c *Client) pick(cl *call.Call, skip ...*member) *member {
 		}
 	}
 	if c.bal != nil {
-		if s, err := c.bal.Pick(loadbalance.Request{NAI: string(cl.Key.NAI), SessionID: string(cl.Key.SessionID)}); err == nil {
+		if s, err := c.bal.Pick(balanceKeys(cl.Key)); err == nil {
 			if m := c.byName[s.Name]; usable(m) {
 				return m
 			}
@@ -643,6 +644,18 @@ func (c *Client) pick(cl *call.Call, skip ...*member) *member {
 		}
 	}
 	return nil
+}
+
+// balanceKeys is the balancer's view of a request's keys: both strings
+// in one allocation (the balancer may keep the Session-Id, so they cannot
+// alias the request).
+func balanceKeys(k call.Key) loadbalance.Request {
+	var b strings.Builder
+	b.Grow(len(k.NAI) + len(k.SessionID))
+	b.Write(k.NAI)
+	b.Write(k.SessionID)
+	s := b.String()
+	return loadbalance.Request{NAI: s[:len(k.NAI)], SessionID: s[len(k.NAI):]}
 }
 
 // maxParked bounds the parked queue; past it the oldest parked request
