@@ -3,7 +3,13 @@ package dedup
 import (
 	"encoding/binary"
 	"math/bits"
+	"sync"
+	"sync/atomic"
 )
+
+// mappedBytes counts the bytes of the arena chunks that newChunk mapped
+// outside the Go heap and freeChunk has not returned, over all stores.
+var mappedBytes atomic.Int64
 
 // arena holds a shard's answers: a ring of byte chunks written in
 // completion order, each answer one record (recordHeader, then the answer
@@ -41,6 +47,31 @@ type arena struct {
 	minChunk, maxChunk int
 	hc, ho             int32 // head: chunk id and offset of the oldest record
 	tc, to             int32 // tail: chunk id and offset where the next record goes
+	owned              *chunkList
+}
+
+// chunkList is every chunk of a store's arenas, which it frees once the
+// store is unreachable (see NewMemory). It refers to nothing else, so
+// that it does not keep the store reachable.
+type chunkList struct {
+	mu     sync.Mutex
+	chunks [][]byte
+}
+
+func (l *chunkList) add(c []byte) {
+	l.mu.Lock()
+	l.chunks = append(l.chunks, c)
+	l.mu.Unlock()
+}
+
+// free returns the chunks to the operating system.
+func (l *chunkList) free() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.chunks {
+		freeChunk(c)
+	}
+	l.chunks = nil
 }
 
 // recordHeader is the size of a record's header: the sequence number of
@@ -53,8 +84,10 @@ const recordHeader = 8
 const maxArenaChunk = 64 << 10
 
 // init sets the arena's bounds for a shard of the given budget whose
-// answers are at most maxAnswer bytes. It allocates nothing.
-func (a *arena) init(budget int64, maxAnswer int) {
+// answers are at most maxAnswer bytes, its chunks to be listed in owned. It
+// allocates nothing.
+func (a *arena) init(budget int64, maxAnswer int, owned *chunkList) {
+	a.owned = owned
 	a.minChunk = max(1<<bits.Len(uint(maxAnswer+recordHeader-1)), 1<<10)
 	a.maxChunk = max(a.minChunk, min(maxArenaChunk, 1<<max(bits.Len64(uint64(budget/8))-1, 0)))
 	a.max = budget + int64(maxAnswer) + recordHeader
@@ -71,7 +104,9 @@ func (a *arena) addChunk() int32 {
 		n = max(n, a.minChunk)
 	}
 	id := int32(len(a.chunks))
-	a.chunks = append(a.chunks, make([]byte, n))
+	c := newChunk(n)
+	a.owned.add(c)
+	a.chunks = append(a.chunks, c)
 	a.end = append(a.end, 0)
 	a.size += int64(n)
 	if id == 0 {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -444,5 +445,31 @@ func TestMemoryArenaReclaimsAsItGoes(t *testing.T) {
 	seq, _ := sh.ar.record()
 	if k := sh.at(seq).key; k != RequestKey("new", 0) {
 		t.Fatalf("the arena's head is the answer of %v, not the oldest", k)
+	}
+}
+
+// TestMemoryArenaFreedWhenUnreachable: the arena chunks mapped outside the
+// Go heap are returned once the store is unreachable.
+func TestMemoryArenaFreedWhenUnreachable(t *testing.T) {
+	if processCPU() == 0 {
+		t.Skip("chunks come from the Go heap here")
+	}
+	before := mappedBytes.Load()
+	func() {
+		s := NewMemory(WithShards(4))
+		for i := range 1000 {
+			complete(t, s, RequestKey("c", uint32(i)), string(make([]byte, 100)))
+		}
+		if mappedBytes.Load() <= before {
+			t.Fatal("no arena memory mapped")
+		}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for mappedBytes.Load() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes still mapped after the store became unreachable", mappedBytes.Load()-before)
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -196,13 +196,15 @@ func appendFoldedField[T string | []byte](b []byte, s T) []byte {
 	return appendFolded(b, s)
 }
 
+// appendFolded appends s with ASCII letters folded to lower case: one copy,
+// then the letters folded in place.
 func appendFolded[T string | []byte](b []byte, s T) []byte {
-	for i := 0; i < len(s); i++ {
-		c := s[i]
+	n := len(b)
+	b = append(b, s...)
+	for i, c := range b[n:] {
 		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
+			b[n+i] = c + 'a' - 'A'
 		}
-		b = append(b, c)
 	}
 	return b
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math/bits"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -68,6 +69,11 @@ func NewMemory(opts ...Option) *Memory {
 	if !cfg.clockSet {
 		m.clk = newCoarseClock(m.base)
 	}
+	// The arenas' chunks are outside the Go heap (see newChunk): return
+	// them once the store is unreachable. Nothing else refers to them: a
+	// duplicate's answer is a copy.
+	chunks := new(chunkList)
+	runtime.AddCleanup(m, (*chunkList).free, chunks)
 	for i := range m.shards {
 		limit := cfg.maxEntries / n
 		if i < cfg.maxEntries%n {
@@ -79,7 +85,7 @@ func NewMemory(opts ...Option) *Memory {
 			budget++
 		}
 		m.shards[i].budget = budget
-		m.shards[i].ar.init(budget, cfg.maxAnswer)
+		m.shards[i].ar.init(budget, cfg.maxAnswer, chunks)
 	}
 	return m
 }
@@ -164,7 +170,7 @@ type shard struct {
 	// sequence number; nil until a duplicate first waits.
 	waits map[uint32]chan struct{}
 	ar    arena    // the answers
-	_     [32]byte // keep shards on separate cache lines (see TestShardSize)
+	_     [24]byte // keep shards on separate cache lines (see TestShardSize)
 }
 
 // touch loads k's first bucket and the ring's old end, the two cache lines
@@ -173,16 +179,31 @@ type shard struct {
 // also loads the line after the old end, which this shard's next insertion
 // will need: by then it sits in the cache, as the 64 shards' rings advance
 // too far apart for the hardware prefetcher to follow (3-5% faster at 1M
-// entries). The loaded value is stored in s.sink so that the loads are not
-// optimised away.
+// entries). And it loads the first lines at the arena's tail, where the
+// answer of the request will most likely be written when it completes: a
+// write to a line not in the cache stalls on reading it first, and the
+// arenas of 64 shards, like their rings, advance too far apart for the
+// prefetcher. The loaded value is stored in s.sink so that the loads are
+// not optimised away.
 func (s *shard) touch(k Key) {
 	if len(s.ring) == 0 {
 		return
 	}
 	_, i1, _ := s.hashes(k)
 	next := s.ring[(s.hpos+2)&(len(s.ring)-1)].born
-	s.sink = s.index[i1][0].seq ^ uint32(s.ring[s.hpos].born) ^ uint32(next)
+	sink := s.index[i1][0].seq ^ uint32(s.ring[s.hpos].born) ^ uint32(next)
+	if a := &s.ar; a.chunks != nil {
+		c := a.chunks[a.tc]
+		for off := int(a.to); off < min(len(c), int(a.to)+arenaTouch); off += 64 {
+			sink ^= uint32(c[off])
+		}
+	}
+	s.sink = sink
 }
+
+// arenaTouch is how many bytes at the arena's tail touch loads: about an
+// answer's worth.
+const arenaTouch = 192
 
 // maxPopPerInsert bounds the dead or expired slots dropped per insertion,
 // keeping every operation O(1).
@@ -468,10 +489,22 @@ func (m *Memory) shardOf(k Key) int {
 // lockAll locks the distinct shards of keys in ascending order (no
 // deadlock) and returns their indexes.
 func (m *Memory) lockAll(keys []Key, buf []int) []int {
-	if len(keys) == 1 { // the common case, without the search and sort
+	switch len(keys) { // the common cases, without the search and sort
+	case 1:
 		i := m.shardOf(keys[0])
 		m.shards[i].mu.Lock()
 		return append(buf[:0], i)
+	case 2:
+		i, j := m.shardOf(keys[0]), m.shardOf(keys[1])
+		if i > j {
+			i, j = j, i
+		}
+		m.shards[i].mu.Lock()
+		if i == j {
+			return append(buf[:0], i)
+		}
+		m.shards[j].mu.Lock()
+		return append(buf[:0], i, j)
 	}
 	idx := buf[:0]
 	for _, k := range keys {

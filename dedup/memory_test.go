@@ -736,3 +736,46 @@ func TestMemoryAnswerNotKeptCostsOverhead(t *testing.T) {
 		t.Fatalf("Bytes %d, want %d", b, EntryOverhead)
 	}
 }
+
+// TestMemoryLockOrder: requests whose two keys are in the same two shards,
+// given in either order, lock the shards in one order: run concurrently
+// they never deadlock. Keys of one shard lock it once.
+func TestMemoryLockOrder(t *testing.T) {
+	s := NewMemory(WithShards(2))
+	defer s.Close()
+	a, b := crafted(1), crafted(2)
+	a[0], b[0] = 0, 1
+	done, start := make(chan struct{}), make(chan struct{})
+	for _, keys := range [][2]Key{{a, b}, {b, a}} {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			<-start
+			for i := range 50_000 {
+				k1, k2 := keys[0], keys[1]
+				k1[8], k2[8] = byte(i), byte(i>>8) // new keys, same shards
+				k1[9], k2[9] = byte(i>>8), byte(i)
+				k1[10], k2[10] = byte(i>>16), byte(i>>16)
+				o, err := s.Begin(context.Background(), k1, k2)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_ = o.Complete(msg(1, 1, "x"))
+			}
+		}()
+	}
+	close(start)
+	for range 2 {
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			t.Fatal("deadlock: Begins of the same two shards in opposite orders")
+		}
+	}
+	same := crafted(3) // shard 0, as a
+	o := begin(t, s, a, same)
+	if err := o.Complete(msg(1, 1, "y")); err != nil {
+		t.Fatal(err)
+	}
+	wantKind(t, begin(t, s, same), Duplicate)
+}
