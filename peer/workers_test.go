@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/watchdog"
 	"github.com/aaatp/aaatp/wire"
 )
 
@@ -34,6 +35,10 @@ func TestSlowHandlerDoesNotBlockTheConnection(t *testing.T) {
 	require.Eventually(t, func() bool { return len(s.Peers()) == 1 }, 10*time.Second, time.Millisecond)
 	sp := s.Peers()[0]
 	require.Eventually(t, func() bool { return sp.cur.Load() != nil }, 10*time.Second, time.Millisecond)
+	// A request read before the server's side is OKAY goes to a worker
+	// (the Peer is OKAY a moment after writing the CEA): request 0 must
+	// run on the reader.
+	require.Eventually(t, func() bool { return sp.State() == watchdog.Okay }, 10*time.Second, time.Millisecond)
 	c := sp.cur.Load()
 	idle := runtime.NumGoroutine()
 	assert.Zero(t, c.handlers.Workers(), "no worker before any request")
@@ -58,6 +63,13 @@ func TestSlowHandlerDoesNotBlockTheConnection(t *testing.T) {
 
 	require.Eventually(t, func() bool { return c.handlers.Workers() == 0 }, 10*time.Second, time.Millisecond,
 		"workers end once no request waits")
+	// The old reader ends a moment after writing the blocked request's
+	// answer, the writer after its last batch: wait for them (counting
+	// here, not in a condition that Eventually runs on a goroutine of
+	// its own).
+	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > idle && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	assert.LessOrEqual(t, runtime.NumGoroutine(), idle, "the idle connection keeps no extra goroutine")
 	assert.Less(t, c.handlers.Started(), uint64(fast+1), "workers ran several requests each")
 	t.Logf("%d workers started for %d requests", c.handlers.Started(), fast+1)
