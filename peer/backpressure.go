@@ -45,6 +45,9 @@ func (c *conn) waitRoom() {
 		c.wmu.Unlock()
 		return
 	}
+	if len(c.wq) > 0 {
+		c.kickLocked() // answers the reader queued without a writer
+	}
 	c.bp.pauses++
 	ch := make(chan struct{})
 	c.bp.resume = ch
@@ -80,8 +83,9 @@ func (c *conn) unheld() {
 // queued or being written, is written by the Handler's goroutine (as
 // enqueueLone writes a DWA): one caller's round trip then costs no writer
 // goroutine on this side either. Answers that have company go to the
-// writer, which batches them, as do those with more to follow (more: the
-// reader has the next requests buffered already).
+// writer, which batches them. With more, the reader has the next requests
+// buffered already: the answer is queued without waking a writer, which
+// the reader does once their answers are queued too.
 func (c *conn) enqueueAnswer(ans []byte, more bool) error {
 	c.wmu.Lock()
 	c.bp.inHandler--
@@ -89,7 +93,13 @@ func (c *conn) enqueueAnswer(ans []byte, more bool) error {
 		c.wmu.Unlock()
 		return ErrConnectionLost
 	}
-	if !more && c.bp.inHandler == 0 && c.inlineLocked() {
+	if more {
+		c.wq = append(c.wq, ans)
+		c.bp.queued++
+		c.wmu.Unlock()
+		return nil
+	}
+	if c.bp.inHandler == 0 && c.inlineLocked() {
 		c.wmu.Unlock()
 		c.writeInline(ans)
 		return nil

@@ -75,6 +75,7 @@ type conn struct {
 	slowLeft   atomic.Int32
 	handovers  atomic.Uint64            // readings moved off a slow Handler (for tests)
 	rbuf       transport.BufferedReader // nil unless the transport says what it holds unread
+	deferred   bool                     // answers queued with no writer kicked (the reader's)
 
 	// write queue: callers append under wmu; the writer swaps it out.
 	wmu      sync.Mutex
@@ -318,6 +319,15 @@ func (c *conn) writer() {
 			return
 		}
 	}
+}
+
+// kick starts a writer for what is queued, unless one runs.
+func (c *conn) kick() {
+	c.wmu.Lock()
+	if !c.wclosed && len(c.wq) > 0 {
+		c.kickLocked()
+	}
+	c.wmu.Unlock()
 }
 
 // closeAfterFlush makes the writer close the connection once everything
@@ -603,6 +613,10 @@ func (c *conn) reader() {
 		if p.received(c, msg) {
 			return // a Handler ran too long here: another goroutine reads now
 		}
+		if c.deferred && !c.rbuf.MessageBuffered() {
+			c.deferred = false
+			c.kick() // before the next read may wait
+		}
 	}
 }
 
@@ -643,10 +657,15 @@ func (c *conn) answerInline(req []byte, now int64) (moved bool) {
 	if !moved && time.Duration(c.p.mono()-now) >= c.slowRun() {
 		c.slowLeft.Store(c.p.cfg.slowRequests)
 	}
-	// While more requests are buffered, their answers will follow this one:
-	// leave it to the writer, which writes them together. Only the reader
+	// While more requests are buffered, their answers will follow this
+	// one: queue it, and kick the writer once they are queued too (the
+	// reader's loop), so that they go out in one write. Only the reader
 	// may look at the read buffer.
-	c.answered(req, ans, !moved && c.rbuf != nil && c.rbuf.Buffered() > 0)
+	more := !moved && c.rbuf != nil && c.rbuf.MessageBuffered()
+	c.answered(req, ans, more)
+	if more { // then still the reader: moved is false
+		c.deferred = true
+	}
 	return moved
 }
 

@@ -27,6 +27,20 @@
 // not take then goes to the writer, so that goroutine, often the reader,
 // never blocks behind a full send buffer.
 //
+// The requests a peer sends us are answered by the Handler on the
+// connection's reader, one after the other, while the Handlers are fast:
+// no goroutine is woken per request. A slow Handler cannot block the
+// connection: the reader marks (atomically) when it enters a Handler, and
+// a per-connection runtime timer, armed only while Handlers run, hands the
+// reading over to a new goroutine once a Handler has run for
+// Config.InlineHandlerTime; the old goroutine finishes its Handler, sees
+// that it is no longer the reader, sends its answer and ends. The DWRs,
+// DPRs, answers and requests behind a slow Handler are so read at most
+// that late, and after a slow Handler the next requests run on worker
+// goroutines, side by side (see Handler). While the read buffer holds the
+// next request whole, the reader leaves its answer queued, and the writer
+// sends the answers of a burst in one write.
+//
 // A step decides under the mutex and returns what must happen: writes
 // (DWR, DWA, DPR, DPA) and calls failed by a lost connection are carried
 // out by the goroutine that stepped once it has unlocked; events and the

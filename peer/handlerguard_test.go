@@ -104,20 +104,9 @@ func TestSlowHandlerHandsReadingOver(t *testing.T) {
 		synctest.Wait()
 		assert.Zero(t, c.owed.Load())
 
-		// One reader goes on: every later request answered exactly once.
-		go func() {
-			for i := range uint32(50) {
-				if far.WriteMessages(serverACR(1000+i)) != nil {
-					return
-				}
-			}
-		}()
-		for i := range uint32(50) {
-			m, err := far.ReadMessage()
-			require.NoError(t, err)
-			got[wire.HopByHop(m)]++
-			assert.Equal(t, 1, got[1000+i])
-		}
+		// One reader goes on: every later request answered exactly once
+		// (by workers for a while: in any order).
+		sendAndRead(t, far, 1000, 50)
 		synctest.Wait()
 		assert.Equal(t, uint64(1), c.handovers.Load())
 
@@ -302,4 +291,31 @@ func TestHandOverRacesHandlerReturn(t *testing.T) {
 	assert.Zero(t, c.handlers.Started(), "no worker: every request ran on a reader")
 	assert.NotZero(t, c.handovers.Load(), "some Handlers outlived the limit")
 	t.Logf("%d hand-overs, %d workers started", c.handovers.Load(), c.handlers.Started())
+}
+
+// Requests that arrive together are answered together: while the read
+// buffer holds the next request whole, the reader queues its answer
+// without writing it, and the writer sends the lot; the answers are not
+// written one by one inline.
+func TestBufferedRequestsAnsweredTogether(t *testing.T) {
+	s := startServer(t, "tcp://127.0.0.1:0", nil)
+	tc := rawPeer(t, s.Addr().String(), "raw.example.net")
+	require.Eventually(t, func() bool { return len(s.Peers()) == 1 && s.Peers()[0].cur.Load() != nil }, 10*time.Second, time.Millisecond)
+	c := s.Peers()[0].cur.Load()
+	req := withAVPs(bareACR(0), goodAVPs("raw.example.net")...)
+	const n = 40
+	batch := make([][]byte, n)
+	for i := range batch {
+		batch[i] = append([]byte(nil), req...)
+		wire.SetHopByHop(batch[i], uint32(i))
+	}
+	require.NoError(t, tc.WriteMessages(batch...)) // one writev: one segment on loopback
+	for range n {
+		_, err := tc.ReadMessage()
+		require.NoError(t, err)
+	}
+	writers, inline := writeCounts(c)
+	assert.Zero(t, c.handlers.Started(), "every Handler ran on the reader")
+	assert.Less(t, inline, n/4, "answers written one by one: %d inline, %d writers", inline, writers)
+	t.Logf("%d answers: %d written inline, %d writer goroutines", n, inline, writers)
 }

@@ -72,11 +72,12 @@ type frameReader struct {
 	custom func(*bufio.Reader) ([]byte, error) // Options.ReadFrame
 }
 
-func (f *frameReader) buffered() int {
-	if f.r == nil {
-		return 0
+func (f *frameReader) messageBuffered() bool {
+	if f.r == nil || f.custom != nil || f.r.Buffered() < 4 {
+		return false
 	}
-	return f.r.Buffered()
+	b, _ := f.r.Peek(f.r.Buffered()) // never reads: all of it is buffered
+	return wholeMessage(b)
 }
 
 func (f *frameReader) readMessage() ([]byte, error) {
@@ -160,17 +161,27 @@ func tcpOf(c net.Conn) *net.TCPConn {
 
 func (s *streamConn) ReadMessage() ([]byte, error) { return s.fr.readMessage() }
 
-// Buffered implements BufferedReader.
-func (s *streamConn) Buffered() int { return s.fr.buffered() }
+// MessageBuffered implements BufferedReader.
+func (s *streamConn) MessageBuffered() bool { return s.fr.messageBuffered() }
 
 // BufferedReader is implemented by the Conns that read through a buffer.
-// Buffered returns how many bytes were received and not yet returned by
-// ReadMessage: more than zero means more of the peer's messages are
-// already here, so that a reader answering them may leave its answers
-// to be written together rather than one by one. Call it from the
-// goroutine that calls ReadMessage.
+// MessageBuffered reports whether the next ReadMessage has its whole
+// message received already, so that it returns without reading from the
+// network: a reader answering the peer's messages may then leave its
+// answers to be written together rather than one by one. Call it from
+// the goroutine that calls ReadMessage.
 type BufferedReader interface {
-	Buffered() int
+	MessageBuffered() bool
+}
+
+// wholeMessage reports whether b starts with a whole Diameter message
+// (or a header too bad for one, which ReadMessage reports without
+// reading further).
+func wholeMessage(b []byte) bool {
+	if len(b) < 4 {
+		return false
+	}
+	return len(b) >= int(b[1])<<16|int(b[2])<<8|int(b[3])
 }
 
 func (s *streamConn) WriteMessages(msgs ...[]byte) error {

@@ -90,10 +90,10 @@ func (t *tcpConn) ReadMessage() ([]byte, error) {
 	return t.streamConn.ReadMessage()
 }
 
-// Buffered implements BufferedReader.
-func (t *tcpConn) Buffered() int {
+// MessageBuffered implements BufferedReader.
+func (t *tcpConn) MessageBuffered() bool {
 	if t.rf != nil {
-		return t.rf.w - t.rf.r
+		return t.rf.buf != nil && wholeMessage(t.rf.buf[t.rf.r:t.rf.w])
 	}
-	return t.streamConn.Buffered()
+	return t.streamConn.MessageBuffered()
 }
