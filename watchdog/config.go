@@ -59,8 +59,10 @@ type Config struct {
 	// never retransmitted while the machine waits.
 	SuspectTimeouts int
 
-	// Rand draws the jitter. Nil means NewRand(): a PRNG seeded from
-	// crypto/rand, so that peers restarted together do not fire together.
+	// Rand draws the jitter. Nil means the process-wide generator of
+	// math/rand/v2, which the runtime seeds at random, so that peers
+	// restarted together do not fire together; it is safe for concurrent
+	// use and costs a Machine no state of its own.
 	Rand Rand
 }
 
@@ -85,13 +87,19 @@ func (c Config) validate() (Config, error) {
 		return c, fmt.Errorf("%w: SuspectTimeouts %d is outside 1..%d", ErrConfig, c.SuspectTimeouts, maxCount)
 	}
 	if c.Rand == nil {
-		c.Rand = NewRand()
+		c.Rand = processRand{}
 	}
 	return c, nil
 }
 
-// NewRand returns a ChaCha8 PRNG seeded from crypto/rand. It is what a
-// Machine uses when Config.Rand is nil. Like the Machine, it is not safe for
+// processRand is the process-wide generator of math/rand/v2: the default
+// Rand.
+type processRand struct{}
+
+func (processRand) Int64N(n int64) int64 { return rand.Int64N(n) }
+
+// NewRand returns a ChaCha8 PRNG seeded from crypto/rand, for an owner that
+// wants a generator of its own. Like the Machine, it is not safe for
 // concurrent use.
 func NewRand() *rand.Rand {
 	var seed [32]byte

@@ -12,9 +12,9 @@
 // event and comparing the output.
 //
 // What the machine guarantees: one timer, Tw, drawn from Twinit (at least
-// 6 s, default 30 s) with jitter uniform in [-2 s, +2 s] from a
-// crypto-seeded source ([NewRand]); any message received, and sending a
-// DWR, resets Tw; at most one DWR outstanding, never retransmitted; exactly
+// 6 s, default 30 s) with jitter uniform in [-2 s, +2 s] from a randomly
+// seeded source (math/rand/v2's, or [Config.Rand]); any message received,
+// and sending a DWR, resets Tw; at most one DWR outstanding, never retransmitted; exactly
 // the five states, SUSPECT taking no new requests ([State.InService]) and
 // closing only after the second expiry; no DWRs while DOWN, one attempt to
 // reopen per Tw; REOPEN needs [Config.OkayDWAs] answered DWRs while INITIAL

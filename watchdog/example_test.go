@@ -13,7 +13,7 @@ import (
 func Example() {
 	m, err := watchdog.New(watchdog.Config{
 		Twinit: 30 * time.Second,
-		Rand:   watchdog.NewSeededRand(1), // omit in production: crypto-seeded
+		Rand:   watchdog.NewSeededRand(1), // omit in production: randomly seeded
 	})
 	if err != nil {
 		panic(err)

@@ -232,7 +232,7 @@ func TestConfigValidation(t *testing.T) {
 
 // W2: every SetWatchdog draws Tw from [Twinit-2s, Twinit+2s], spread over it.
 func TestJitterBoundsAndSpread(t *testing.T) {
-	m, err := New(Config{Twinit: twinit}) // default crypto-seeded PRNG
+	m, err := New(Config{Twinit: twinit}) // default: the process-wide generator
 	require.NoError(t, err)
 	const draws = 100_000
 	const bins = 20
@@ -318,4 +318,32 @@ func BenchmarkStepReceive(b *testing.B) {
 	for b.Loop() {
 		_ = m.Step(ReceiveOther)
 	}
+}
+
+// The default jitter source is the process-wide generator: a Machine holds
+// no generator of its own (New allocates the Machine only), and two
+// machines do not draw the same jitters.
+func TestDefaultRandIsSharedAndRandom(t *testing.T) {
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := New(Config{}); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 1 {
+		t.Fatalf("New(Config{}) made %v allocations, want 1 (the Machine)", n)
+	}
+	a, err := New(Config{Twinit: twinit})
+	require.NoError(t, err)
+	b, err := New(Config{Twinit: twinit})
+	require.NoError(t, err)
+	a.state, b.state = Okay, Okay
+	same := 0
+	for range 8 {
+		oa, ob := a.Step(ReceiveOther), b.Step(ReceiveOther)
+		da, _ := oa.Timer()
+		db, _ := ob.Timer()
+		if da == db {
+			same++
+		}
+	}
+	assert.Less(t, same, 8, "two machines drew the same 8 jitters")
 }
