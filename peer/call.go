@@ -75,31 +75,16 @@ func newCall(req []byte, withKey bool) (*dcall, error) {
 	d.Init()
 	d.Ref, d.Proto = wire.EndToEnd(req), d
 	if withKey {
-		d.Key = keyOf(req)
+		// Three FindAVPs measured faster than one walk for the three
+		// (a walk visits every AVP, through a function call each).
+		d.Key.NAI, _ = wire.FindAVP(req, message.UserName, 0)
+		d.Key.SessionID, _ = wire.FindAVP(req, message.SessionID, 0)
+		if dh, ok := wire.FindAVP(req, message.DestinationHost, 0); ok {
+			d.Key.Dest = string(dh)
+		}
 		d.Accounting = throttle.ClassOf(wire.AppID(req), wire.CommandCode(req)) == throttle.Accounting
 	}
 	return d, nil
-}
-
-// keyOf reads a request's routing key in one walk over its AVPs: the
-// first User-Name, Session-Id and Destination-Host (vendor-less), up to
-// a malformed AVP.
-func keyOf(req []byte) (k call.Key) {
-	var nai, sid, dh bool
-	_ = wire.WalkAVPs(req, func(a wire.AVP) bool {
-		if a.Vendor == 0 {
-			switch {
-			case a.Code == message.UserName && !nai:
-				k.NAI, nai = a.Data, true
-			case a.Code == message.SessionID && !sid:
-				k.SessionID, sid = a.Data, true
-			case a.Code == message.DestinationHost && !dh:
-				k.Dest, dh = string(a.Data), true
-			}
-		}
-		return !(nai && sid && dh)
-	})
-	return k
 }
 
 // dcallOf returns the Diameter record of a shared call.
