@@ -473,3 +473,38 @@ func TestMemoryArenaFreedWhenUnreachable(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestMemoryFootprint: Footprint counts the rings, indexes and arenas:
+// what a full store holds per entry, its answers' bytes included. Once the
+// arenas have gone round (each grows to its live answers plus a chunk or
+// two while the oldest chunk still holds live answers), it stays put as
+// the full store goes on taking new entries.
+func TestMemoryFootprint(t *testing.T) {
+	const n, answer = 1 << 14, 200
+	s := NewMemory(WithShards(4), WithMaxEntries(n))
+	defer s.Close()
+	if f := s.Footprint(); f != 0 {
+		t.Fatalf("empty store: Footprint %d", f)
+	}
+	body := string(make([]byte, answer-20))
+	for i := range n {
+		complete(t, s, RequestKey("c", uint32(i)), body)
+	}
+	f := s.Footprint()
+	if per := f / n; per < 40+32+recordHeader+answer || per > 2*(EntryOverhead+answer) {
+		t.Fatalf("Footprint %d B per entry", per)
+	}
+	for i := range 2 * n {
+		complete(t, s, RequestKey("more", uint32(i)), body)
+	}
+	if g := s.Footprint(); g < f || g > f+4*2*maxArenaChunk {
+		t.Fatalf("Footprint went from %d to %d as the arenas went round", f, g)
+	}
+	f = s.Footprint()
+	for i := range 6 * n {
+		complete(t, s, RequestKey("yet more", uint32(i)), body)
+	}
+	if g := s.Footprint(); g != f {
+		t.Fatalf("Footprint of the full store moved from %d to %d", f, g)
+	}
+}

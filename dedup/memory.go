@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 )
 
 // Memory is the in-process Store: a power-of-two number of shards, each a
@@ -782,6 +783,23 @@ func (m *Memory) Bytes() int64 {
 		s := &m.shards[i]
 		s.mu.Lock()
 		n += s.bytes
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// Footprint returns the bytes of memory the store holds: its rings and
+// indexes, on the Go heap, and its answer arenas, mapped outside it where
+// the system allows (so that runtime.MemStats does not show them). It is
+// what a full store costs, whatever its entries; compare Bytes, what the
+// entries count against the budget.
+func (m *Memory) Footprint() int64 {
+	var n int64
+	for i := range m.shards {
+		s := &m.shards[i]
+		s.mu.Lock()
+		n += int64(len(s.ring))*int64(unsafe.Sizeof(slot{})) + int64(len(s.index))*int64(unsafe.Sizeof(bucket{})) +
+			int64(len(s.over))*8 + s.ar.size
 		s.mu.Unlock()
 	}
 	return n
