@@ -578,6 +578,12 @@ func (c *conn) pendingLen() int {
 func (c *conn) reader() {
 	defer c.p.wg.Done()
 	p := c.p
+	if c.deferred {
+		// Taking over from a slow Handler (checkInline): the answers the
+		// old reader queued for its burst must not wait for that Handler.
+		c.deferred = false
+		c.kick()
+	}
 	for {
 		c.waitRoom()
 		msg, err := c.tc.ReadMessage()
