@@ -266,6 +266,8 @@ func TestHandOverRacesHandlerReturn(t *testing.T) {
 		}
 	})
 	tc := rawPeer(t, s.Addr().String(), "raw.example.net")
+	// OKAY, not only connected: a request read before goes to a worker.
+	require.Eventually(t, func() bool { return len(s.Peers()) == 1 && s.Peers()[0].State() == watchdog.Okay }, 10*time.Second, time.Millisecond)
 	req := withAVPs(bareACR(0), goodAVPs("raw.example.net")...)
 	const n = 3000
 	go func() {
@@ -298,9 +300,15 @@ func TestHandOverRacesHandlerReturn(t *testing.T) {
 // without writing it, and the writer sends the lot; the answers are not
 // written one by one inline.
 func TestBufferedRequestsAnsweredTogether(t *testing.T) {
-	s := startServer(t, "tcp://127.0.0.1:0", nil)
+	s := startServer(t, "tcp://127.0.0.1:0", func(c *Config) {
+		// No Handler counts as slow (half the limit), however long the
+		// race detector and a busy machine make it: the requests after
+		// one would go to workers.
+		c.InlineHandlerTime = time.Hour
+	})
 	tc := rawPeer(t, s.Addr().String(), "raw.example.net")
-	require.Eventually(t, func() bool { return len(s.Peers()) == 1 && s.Peers()[0].cur.Load() != nil }, 10*time.Second, time.Millisecond)
+	// OKAY, not only connected: a request read before goes to a worker.
+	require.Eventually(t, func() bool { return len(s.Peers()) == 1 && s.Peers()[0].State() == watchdog.Okay }, 10*time.Second, time.Millisecond)
 	c := s.Peers()[0].cur.Load()
 	req := withAVPs(bareACR(0), goodAVPs("raw.example.net")...)
 	const n = 40
