@@ -175,10 +175,11 @@ type BufferedReader interface {
 }
 
 // wholeMessage reports whether b starts with a whole Diameter message
-// (or a header too bad for one, which ReadMessage reports without
-// reading further).
+// (or a whole header too bad for one, which ReadMessage reports without
+// reading further: with less than a header it reads the rest first,
+// whatever the length field says).
 func wholeMessage(b []byte) bool {
-	if len(b) < 4 {
+	if len(b) < wire.HeaderLen {
 		return false
 	}
 	return len(b) >= int(b[1])<<16|int(b[2])<<8|int(b[3])
