@@ -454,22 +454,39 @@ func TestMemoryArenaFreedWhenUnreachable(t *testing.T) {
 	if processCPU() == 0 {
 		t.Skip("chunks come from the Go heap here")
 	}
-	before := mappedBytes.Load()
+	var owned *chunkList
 	func() {
 		s := NewMemory(WithShards(4))
 		for i := range 1000 {
 			complete(t, s, RequestKey("c", uint32(i)), string(make([]byte, 100)))
 		}
-		if mappedBytes.Load() <= before {
-			t.Fatal("no arena memory mapped")
-		}
+		owned = s.shards[0].ar.owned
 	}()
+	waitFreed(t, owned)
+}
+
+// waitFreed waits until the chunks of l, a store's, are freed, the store
+// having become unreachable; it fails if l held none.
+func waitFreed(t *testing.T, l *chunkList) {
+	t.Helper()
+	l.mu.Lock()
+	n := len(l.chunks)
+	l.mu.Unlock()
+	if n == 0 {
+		t.Fatal("the store had no chunks")
+	}
 	deadline := time.Now().Add(10 * time.Second)
-	for mappedBytes.Load() > before {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes still mapped after the store became unreachable", mappedBytes.Load()-before)
-		}
+	for {
 		runtime.GC()
+		l.mu.Lock()
+		n = len(l.chunks)
+		l.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d chunks still mapped after the store became unreachable", n)
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
@@ -506,5 +523,65 @@ func TestMemoryFootprint(t *testing.T) {
 	}
 	if g := s.Footprint(); g != f {
 		t.Fatalf("Footprint of the full store moved from %d to %d", f, g)
+	}
+}
+
+// TestMemoryHugeIndexes: a store large enough to map its indexes together
+// (on huge pages, where the system has them) keeps finding every key as
+// its indexes grow into that memory and are rebuilt there, and returns the
+// memory once unreachable.
+func TestMemoryHugeIndexes(t *testing.T) {
+	const n = 1 << 18 // 4 shards of 65536 entries: 8 MiB of indexes
+	var owned *chunkList
+	func() {
+		s := NewMemory(WithShards(4), WithMaxEntries(n))
+		owned = s.shards[0].ar.owned
+		defer s.Close()
+		if runtime.GOOS == "linux" && cap(s.shards[0].indexMem) == 0 {
+			t.Fatal("indexes not mapped")
+		}
+		for i := range n + n/2 { // past the bound: evictions too
+			complete(t, s, RequestKey("c", uint32(i)), fmt.Sprint(i))
+		}
+		for i := n/2 + 8192; i < n+n/2; i += 97 { // past the shards' spread of eviction points
+			o := begin(t, s, RequestKey("c", uint32(i)))
+			if !o.Duplicate() || !bytes.Equal(o.Answer(), msg(1, 1, fmt.Sprint(i))) {
+				t.Fatalf("key %d: %v %q", i, o.Kind(), o.Answer())
+			}
+		}
+		for i := range s.shards {
+			sh := &s.shards[i]
+			sh.mu.Lock()
+			checkIndex(t, sh)
+			checkNoStaleEntries(t, sh)
+			if cap(sh.indexMem) > 0 && &sh.index[0] != &sh.indexMem[:1][0] {
+				t.Fatalf("shard %d's index is not in the mapped memory", i)
+			}
+			sh.mu.Unlock()
+		}
+	}()
+	waitFreed(t, owned)
+}
+
+// checkNoStaleEntries verifies that every index entry of a locked shard
+// that names a live slot is that slot's key's, in one of its two buckets:
+// a stale entry (left from a smaller index in the same memory, say) could
+// have the wrong slot evicted when both of a key's buckets are full.
+func checkNoStaleEntries(t *testing.T, s *shard) {
+	t.Helper()
+	for bi := range s.index {
+		for _, e := range s.index[bi] {
+			if e.tag == 0 || !s.inRing(e.seq) {
+				continue
+			}
+			sl := s.at(e.seq)
+			if sl.key.IsZero() {
+				continue
+			}
+			tag, i1, i2 := s.hashes(sl.key)
+			if e.tag != tag || (uint32(bi) != i1 && uint32(bi) != i2) {
+				t.Fatalf("bucket %d holds a stale entry for slot %d", bi, e.seq)
+			}
+		}
 	}
 }

@@ -32,7 +32,10 @@ import (
 // arena), so the ring, the index and the answers hold no pointer: the
 // garbage collector does not scan them, evicting an answer makes no
 // garbage, and a full store's memory stays as it is. A duplicate's answer
-// is copied out of the arena for its caller.
+// is copied out of the arena for its caller. The arenas are mapped outside
+// the Go heap, and so are the indexes of a large store, together, on huge
+// pages where the system has them: a lookup then waits on memory once, not
+// also on the translation of its address.
 //
 // An entry costs 40 bytes in the ring, 32 in the index and 8 of record
 // header in the arena, plus the answer bytes. Abandoned or taken-over
@@ -75,6 +78,7 @@ func NewMemory(opts ...Option) *Memory {
 	// duplicate's answer is a copy.
 	chunks := new(chunkList)
 	runtime.AddCleanup(m, (*chunkList).free, chunks)
+	defer m.mapIndexes(chunks)
 	for i := range m.shards {
 		limit := cfg.maxEntries / n
 		if i < cfg.maxEntries%n {
@@ -89,6 +93,39 @@ func NewMemory(opts ...Option) *Memory {
 		m.shards[i].ar.init(budget, cfg.maxAnswer, chunks)
 	}
 	return m
+}
+
+// hugeIndexes is the size of all the indexes of a store at their largest
+// from which they are mapped together on huge pages (see mapIndexes).
+const hugeIndexes = 8 << 20
+
+// mapIndexes gives the shards of a store whose indexes can grow to
+// hugeIndexes or more their indexes' memory at its largest in one mapping
+// backed by huge pages, listed in chunks to be freed with the arenas. A
+// new key's lookup misses the cache on its index bucket anyway; on a 4 KiB
+// page of an index of many megabytes it also misses the address
+// translation cache, a second wait for memory.
+func (m *Memory) mapIndexes(chunks *chunkList) {
+	sizes := make([]int, len(m.shards))
+	total := 0
+	for i := range m.shards {
+		ring := 1 << bits.Len(uint(m.shards[i].limit-1))
+		sizes[i] = max(ring/2, 1)
+		total += sizes[i]
+	}
+	const bucketSize = int(unsafe.Sizeof(bucket{}))
+	if total*bucketSize < hugeIndexes {
+		return
+	}
+	mem, mapping := mapHuge(total * bucketSize)
+	if mem == nil {
+		return
+	}
+	chunks.add(mapping)
+	all := unsafe.Slice((*bucket)(unsafe.Pointer(&mem[0])), total)
+	for i := range m.shards {
+		m.shards[i].indexMem, all = all[:0:sizes[i]], all[sizes[i]:]
+	}
 }
 
 // minShareEntries is how many entries of the per-entry limit a shard's
@@ -170,8 +207,11 @@ type shard struct {
 	// waits holds the channel of each waited slot (slWaited), by
 	// sequence number; nil until a duplicate first waits.
 	waits map[uint32]chan struct{}
-	ar    arena    // the answers
-	_     [24]byte // keep shards on separate cache lines (see TestShardSize)
+	ar    arena // the answers
+	// indexMem, if not nil, is the memory of the index at its largest,
+	// in the store's huge-page mapping (see mapIndexes); the index is a
+	// prefix of it.
+	indexMem []bucket
 }
 
 // touch loads k's first bucket and the ring's old end, the two cache lines
@@ -473,7 +513,12 @@ func (s *shard) grow() {
 	s.ring = r
 	s.hpos = 0
 	s.shift = uint8(bits.TrailingZeros(uint(size)))
-	s.index = make([]bucket, max(size/2, 1))
+	if want := max(size/2, 1); want <= cap(s.indexMem) {
+		s.index = s.indexMem[:want]
+		clear(s.index)
+	} else {
+		s.index = make([]bucket, want)
+	}
 	s.over = make([]uint64, 2*((len(s.index)+63)/64))
 	for i := 0; i < n; i++ {
 		seq := s.head + uint32(i)
