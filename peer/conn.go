@@ -702,7 +702,6 @@ func (c *conn) checkInline() {
 			// touch the reader's state again: the new one takes it over.
 			c.handovers.Add(1)
 			c.slowLeft.Store(c.p.cfg.slowRequests)
-			c.kick()      // what the old reader queued without a writer, before the new one may wait
 			c.p.wg.Add(1) // the old reader still counts: never from zero
 			go c.reader()
 		}

@@ -327,28 +327,3 @@ func TestBufferedRequestsAnsweredTogether(t *testing.T) {
 	assert.Less(t, inline, n/4, "answers written one by one: %d inline, %d writers", inline, writers)
 	t.Logf("%d answers: %d written inline, %d writer goroutines", n, inline, writers)
 }
-
-// An answer the reader queued while the rest of a burst was buffered goes
-// out when a later Handler of the burst is handed over, not once that
-// Handler returns: the new reader may wait for the network, and the peer
-// for that answer.
-func TestHandOverSendsQueuedAnswers(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		release := make(chan struct{})
-		p, far := dialPipe(t, func(ctx context.Context, p *Peer, req []byte) []byte {
-			if wire.HopByHop(req) == 2 {
-				<-release
-			}
-			return successAnswer(req)
-		})
-		require.NoError(t, far.WriteMessages(serverACR(1), serverACR(2))) // one write: read in one burst
-		m, err := far.ReadMessage()
-		require.NoError(t, err)
-		assert.Equal(t, uint32(1), wire.HopByHop(m), "the first answer, with the second Handler still blocked")
-		close(release)
-		m, err = far.ReadMessage()
-		require.NoError(t, err)
-		assert.Equal(t, uint32(2), wire.HopByHop(m))
-		closeAnswering(t, p, far)
-	})
-}
