@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -132,5 +133,62 @@ func TestElectionOverTCP(t *testing.T) {
 		rc, _ := message.ResultCodeOf(ans)
 		assert.Equal(t, uint32(message.Success), rc)
 		assert.Zero(t, n.cli.Stats().OpenFailed, "the election is not an open failure")
+	}
+}
+
+// A client that disconnected with a DPR may connect again at once: its
+// identity is released when the server receives the DPR, not when the
+// old connection finally closes, which waits for the answers it owes
+// (here a Handler still running) and for the DPA to be written.
+func TestReconnectAfterDPRAccepted(t *testing.T) {
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	var once sync.Once
+	defer once.Do(func() { close(release) })
+	s := startServer(t, "tcp://127.0.0.1:0", func(c *Config) {
+		c.Handler = func(ctx context.Context, p *Peer, req []byte) []byte {
+			entered <- struct{}{}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return message.ErrorAnswer(req, p.LocalIdentity(), message.Success, "").Bytes()
+		}
+	})
+	cfg, err := clientConfig("client.example.net").validate()
+	require.NoError(t, err)
+	ids := wire.NewHopByHopGenRandom()
+	open := func() (transport.Conn, uint32) {
+		tc, err := transport.Dial(bounded(t), "tcp://"+s.Addr().String(), transport.Options{})
+		require.NoError(t, err)
+		require.NoError(t, tc.WriteMessages(withIDs(cfg.newCER(tc.LocalAddr()), ids)))
+		cea, err := tc.ReadMessage()
+		require.NoError(t, err)
+		rc, _ := message.ResultCodeOf(cea)
+		return tc, rc
+	}
+	a, rc := open()
+	defer a.Close()
+	require.Equal(t, uint32(message.Success), rc)
+	require.NoError(t, a.WriteMessages(withIDs(acr(), ids)))
+	<-entered
+	require.NoError(t, a.WriteMessages(withIDs(cfg.newDPR(message.DisconnectRebooting), ids)))
+	require.Eventually(t, func() bool {
+		ps := s.Peers()
+		if len(ps) != 1 {
+			return false
+		}
+		c := ps[0].cur.Load()
+		return c != nil && strings.HasPrefix(c.note(), "DPR received")
+	}, 5*time.Second, time.Millisecond, "the server stepped the DPR")
+
+	b, rc := open()
+	defer b.Close()
+	assert.Equal(t, uint32(message.Success), rc, "the reconnection is accepted while the old connection still owes an answer")
+
+	once.Do(func() { close(release) })
+	for _, want := range []uint32{message.CmdAccounting, wire.CmdDisconnectPeer} {
+		m, err := a.ReadMessage()
+		require.NoError(t, err)
+		assert.Equal(t, want, wire.CommandCode(m), "the old connection still gets its answer, then the DPA")
 	}
 }

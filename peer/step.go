@@ -383,6 +383,12 @@ func (p *Peer) onDPR(e input, cur *conn) {
 	e.c.mu.Lock()
 	e.c.downNote = note
 	e.c.mu.Unlock()
+	if p.cfg.Table != nil {
+		// The peer is leaving this connection: a CER it sends on a new
+		// one (a restart) is accepted, not refused as a second
+		// connection while this one still owes answers and the DPA.
+		p.cfg.Table.down(e.c)
+	}
 	// The DPA waits for the answers this side still owes (F8).
 	p.out = append(p.out, effect{c: e.c, msg: p.cfg.newDPA(e.msg), hold: true})
 	// The DPR is traffic too.
