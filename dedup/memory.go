@@ -75,9 +75,12 @@ func NewMemory(opts ...Option) *Memory {
 	}
 	// The arenas' chunks are outside the Go heap (see newChunk): return
 	// them once the store is unreachable. Nothing else refers to them: a
-	// duplicate's answer is a copy.
+	// duplicate's answer is a copy. The cleanup is attached to the shards,
+	// not to m: arena bytes are only touched under a shard's lock, and the
+	// unlock that follows keeps the shards alive until then, even in a
+	// method that no longer uses m.
 	chunks := new(chunkList)
-	runtime.AddCleanup(m, (*chunkList).free, chunks)
+	runtime.AddCleanup(&m.shards[0], (*chunkList).free, chunks)
 	defer m.mapIndexes(chunks)
 	for i := range m.shards {
 		limit := cfg.maxEntries / n
