@@ -38,26 +38,35 @@ func FuzzReadMessage(f *testing.F) {
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c := NewStreamConn(readerConn{bytes.NewReader(data)}, "fuzz", Options{MaxMessageLen: 4096})
-		total := 0
-		for {
-			msg, err := c.ReadMessage()
-			if err != nil {
-				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, wire.ErrBadFrame) {
-					t.Fatalf("unexpected error %v", err)
-				}
-				if errors.Is(err, io.EOF) && total != len(data) {
-					t.Fatalf("clean EOF after %d of %d bytes", total, len(data))
-				}
-				return
-			}
-			h, perr := wire.ParseHeader(msg)
-			if perr != nil || wire.Validate(h, 4096) != nil || int(h.Length) != len(msg) {
-				t.Fatalf("returned an invalid message %x", msg)
-			}
-			if !bytes.Equal(msg, data[total:total+len(msg)]) {
-				t.Fatal("message bytes differ from the input")
-			}
-			total += len(msg)
-		}
+		checkReadsInput(t, c, data)
 	})
+}
+
+// checkReadsInput reads c, whose peer sent data, to its end: every message
+// returned is valid and is the next piece of data, the only errors are a
+// bad frame or the end of the input, and a clean end comes only after all
+// of data.
+func checkReadsInput(t *testing.T, c Conn, data []byte) {
+	t.Helper()
+	total := 0
+	for {
+		msg, err := c.ReadMessage()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, wire.ErrBadFrame) {
+				t.Fatalf("unexpected error %v", err)
+			}
+			if errors.Is(err, io.EOF) && total != len(data) {
+				t.Fatalf("clean EOF after %d of %d bytes", total, len(data))
+			}
+			return
+		}
+		h, perr := wire.ParseHeader(msg)
+		if perr != nil || wire.Validate(h, 4096) != nil || int(h.Length) != len(msg) {
+			t.Fatalf("returned an invalid message %x", msg)
+		}
+		if !bytes.Equal(msg, data[total:total+len(msg)]) {
+			t.Fatal("message bytes differ from the input")
+		}
+		total += len(msg)
+	}
 }

@@ -196,26 +196,6 @@ func FuzzTCPReadMessage(f *testing.F) {
 			}
 			w.CloseWrite()
 		}()
-		total := 0
-		for {
-			msg, err := c.ReadMessage()
-			if err != nil {
-				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, wire.ErrBadFrame) {
-					t.Fatalf("unexpected error %v", err)
-				}
-				if errors.Is(err, io.EOF) && total != len(data) {
-					t.Fatalf("clean EOF after %d of %d bytes", total, len(data))
-				}
-				return
-			}
-			h, perr := wire.ParseHeader(msg)
-			if perr != nil || wire.Validate(h, 4096) != nil || int(h.Length) != len(msg) {
-				t.Fatalf("returned an invalid message %x", msg)
-			}
-			if !bytes.Equal(msg, data[total:total+len(msg)]) {
-				t.Fatal("message bytes differ from the input")
-			}
-			total += len(msg)
-		}
+		checkReadsInput(t, c, data)
 	})
 }
