@@ -178,8 +178,12 @@ type Client struct {
 	cancels []func()
 	ready   readiness // wakes WaitReady
 
-	mu      sync.Mutex
-	parked  []*call.Call // waiting for any peer in service (F3)
+	mu     sync.Mutex
+	parked []*call.Call // waiting for any peer in service (F3)
+	// upGen counts peers coming into service; it is raised under mu as
+	// parked is taken. A request parks only if it has not changed since
+	// the request looked for a peer: one that came up in between takes it.
+	upGen   atomic.Uint64
 	closed  bool
 	trimmer *time.Timer    // pending connection-limit check
 	closing sync.WaitGroup // peers closed to respect MaxConnections
@@ -460,19 +464,24 @@ func (c *Client) dispatch(cl *call.Call) *member {
 			return nil
 		}
 	}
-	var refused []*member // by the policy or a connection lost just now
-	for range len(c.members) + 1 {
-		m := c.pick(cl, refused...)
-		if m == nil {
-			break
+	for {
+		gen := c.upGen.Load()
+		var refused []*member // by the policy or a connection lost just now
+		for range len(c.members) + 1 {
+			m := c.pick(cl, refused...)
+			if m == nil {
+				break
+			}
+			if c.place(cl, m) {
+				return m
+			}
+			refused = append(refused, m)
 		}
-		if c.place(cl, m) {
-			return m
+		if c.strand(cl, gen) {
+			return nil
 		}
-		refused = append(refused, m)
+		// A peer came into service while this request looked: again.
 	}
-	c.strand(cl)
-	return nil
 }
 
 // dispatchAll is dispatch for a batch (a failover's requests, the parked
@@ -496,13 +505,16 @@ func (c *Client) dispatchAll(calls []*call.Call) []*member {
 	}
 	groups := map[*member][]*call.Call{}
 	var order []*member
+	gen := c.upGen.Load()
 	for i, cl := range calls {
 		if cl.IsDone() {
 			continue
 		}
 		m := c.pick(cl)
 		if m == nil {
-			c.strand(cl)
+			if !c.strand(cl, gen) {
+				to[i] = c.dispatch(cl) // a peer came into service meanwhile
+			}
 			continue
 		}
 		if ok, probe := c.admit(m); !ok {
@@ -571,12 +583,15 @@ func (c *Client) place(cl *call.Call, m *member) bool {
 
 // strand deals with a request no peer can take now: one that peers
 // refused as too busy gets the last refusal (no peer is left to try);
-// any other waits for a peer in service (F3).
-func (c *Client) strand(cl *call.Call) {
+// any other waits for a peer in service (F3). gen is upGen as it was
+// before the request looked for a peer; strand returns false, queueing
+// nothing, when a peer has come into service since: the caller looks
+// again.
+func (c *Client) strand(cl *call.Call, gen uint64) bool {
 	if cl.Conclude() {
-		return
+		return true
 	}
-	c.park(cl)
+	return c.park(cl, gen)
 }
 
 // pinned returns the member a request's Destination-Host names, if it
@@ -663,15 +678,23 @@ func balanceKeys(k call.Key) loadbalance.Request {
 // variable for tests.
 var maxParked = 1 << 16
 
-func (c *Client) park(cl *call.Call) {
+// park reports false, queueing nothing, when upGen is no longer gen.
+func (c *Client) park(cl *call.Call, gen uint64) bool {
+	if beforePark != nil {
+		beforePark()
+	}
 	if !cl.Park() {
-		return // complete meanwhile
+		return true // complete meanwhile
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		cl.Fail(fmt.Errorf("client closed: %w", peer.ErrClosed))
-		return
+		return true
+	}
+	if c.upGen.Load() != gen {
+		c.mu.Unlock()
+		return false // Parked, not queued: the caller dispatches it
 	}
 	if len(c.parked) >= 1024 && len(c.parked)%1024 == 0 {
 		// Drop calls whose callers gave up, so the queue stays bounded by
@@ -688,13 +711,19 @@ func (c *Client) park(cl *call.Call) {
 	if evicted != nil {
 		evicted.Fail(fmt.Errorf("%w: %d requests already waiting", ErrNoPeer, maxParked))
 	}
+	return true
 }
+
+// beforePark, when set, runs as a request that found no peer is about to
+// park: a test can bring a peer into service inside that window.
+var beforePark func()
 
 // unpark dispatches parked calls now that a peer is in service, oldest
 // first; those that still find no peer (all they could go to are
 // connections they were sent on) are parked again, in order.
 func (c *Client) unpark() {
 	c.mu.Lock()
+	c.upGen.Add(1)
 	calls := c.parked
 	c.parked = nil
 	c.mu.Unlock()

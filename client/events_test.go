@@ -51,6 +51,7 @@ func TestEventsAreTyped(t *testing.T) {
 		require.NoError(t, err)
 		defer c.Close(context.Background())
 		waitOkay(t, c)
+		synctest.Wait() // the bus delivers on its own goroutine
 		gen0 := log.ofKind(EventBalancerRebuilt)
 		require.NotEmpty(t, gen0, "two servers came into service")
 		snap, ok := c.Balancer()

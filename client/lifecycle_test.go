@@ -56,6 +56,41 @@ func TestParkedQueueBounded(t *testing.T) {
 	})
 }
 
+// A request that finds no peer in service, and a peer that comes into
+// service before the request is parked: the request is sent to it, not
+// left parked until the next peer comes up (a lost wake-up the first
+// request after New could hit on a loaded machine).
+func TestPeerUpWhileRequestParks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := newFakeServer("a.example.net")
+		n := network{"tcp://a:3868": srv}
+		defer n.close()
+		srv.freeze() // the capabilities exchange waits
+		c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:3868"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		require.Zero(t, c.inService(), "not in service yet")
+		windows := 0
+		beforePark = func() {
+			windows++
+			if windows == 1 {
+				srv.unfreeze()
+				synctest.Wait() // in service, and its OKAY handled
+			}
+		}
+		defer func() { beforePark = nil }()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err = c.Send(ctx, acr(1, "u@example.net"))
+		require.NoError(t, err, "sent to the peer that came up")
+		assert.Equal(t, 1, windows, "the request looked once more and found it")
+		c.mu.Lock()
+		assert.Empty(t, c.parked)
+		c.mu.Unlock()
+	})
+}
+
 // A request deadline shorter than failover detection is logged at New,
 // naming both; the default covers it.
 func TestShortDeadlineWarned(t *testing.T) {

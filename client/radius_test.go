@@ -231,6 +231,7 @@ func TestRADIUSFailoverResigned(t *testing.T) {
 			synctest.Wait() // in send order
 		}
 		wg.Wait()
+		synctest.Wait() // the record follows the replays' hand-off (see FailoverLog)
 		pb := c.RADIUSPeers()[1]
 		for i, r := range answers {
 			require.NotNil(t, r, "call %d", i)
