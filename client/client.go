@@ -191,6 +191,7 @@ type Client struct {
 	log failoverLog
 
 	group        *policy.Group              // nil without Policy
+	policyOpened atomic.Bool                // a server's policy state lets traffic in again: unpark
 	sched        *throttle.Scheduler[*item] // nil without Throttle; guarded by tmu
 	tmu          sync.Mutex
 	wake         chan struct{}

@@ -117,6 +117,11 @@ func (c *Client) onAlarm(a throttle.Alarm) {
 func (c *Client) publishPolicy(evs []policy.Event) {
 	for _, e := range evs {
 		c.events.Publish(Event{Time: e.Time, Server: e.Server, Kind: EventPolicy, Policy: &e, Reason: e.Reason})
+		if e.To.Takes() || e.To == policy.Probing {
+			// Requests waiting for a server may go now: the dispatcher
+			// unparks them (not here: this may run inside a dispatch).
+			c.policyOpened.Store(true)
+		}
 	}
 	if len(evs) > 0 {
 		if c.sched != nil {
@@ -315,6 +320,9 @@ func (c *Client) dispatcher() {
 			c.publishPolicy(evs)
 			for _, s := range sends {
 				c.sendTest(s)
+			}
+			if c.policyOpened.Swap(false) {
+				c.unpark()
 			}
 		}
 		next := now.Add(time.Hour)

@@ -346,3 +346,42 @@ func TestKeepAliveNotReplayedOnFailover(t *testing.T) {
 		})
 	}
 }
+
+// A request that waits while the only server is held down (nothing else
+// to send it to) is sent when the hold-down ends, not left waiting until
+// its deadline.
+func TestPolicyHoldDownEndReleasesWaitingRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newFakeServer("a.example.net")
+		var mute atomic.Bool
+		base := a.handler
+		a.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			if mute.Load() {
+				return nil
+			}
+			return base(ctx, p, req)
+		}
+		n := network{"tcp://a:1": a}
+		defer n.close()
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1")
+		cfg.Policy = &policy.Config{RequestTimeout: time.Second, Retries: 2, HoldDown: 20 * time.Second}
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		mute.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_, err = c.Send(ctx, acr(1, "u@example.net")) // the down-timeout (2 s) expires
+		cancel()
+		require.Error(t, err)
+		synctest.Wait()
+		require.Equal(t, "out-of-service", c.PolicyStates()[0])
+		mute.Store(false)
+		start := time.Now()
+		ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err = c.Send(ctx, acr(2, "u@example.net"))
+		require.NoError(t, err)
+		assert.Less(t, time.Since(start), 20*time.Second, "sent when the hold-down ended")
+	})
+}
