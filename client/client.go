@@ -22,10 +22,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/loadbalance"
@@ -662,17 +662,17 @@ func (c *Client) pick(cl *call.Call, skip ...*member) *member {
 	return nil
 }
 
-// balanceKeys is the balancer's view of a request's keys: both strings
-// in one allocation (the balancer may keep the Session-Id, so they cannot
-// alias the request).
+// balanceKeys is the balancer's view of a request's keys: strings over the
+// request's own bytes, which do not change while it is dispatched. Pick
+// keeps neither (a conversation it remembers holds a copy), so nothing
+// is allocated per request.
 func balanceKeys(k call.Key) loadbalance.Request {
-	var b strings.Builder
-	b.Grow(len(k.NAI) + len(k.SessionID))
-	b.Write(k.NAI)
-	b.Write(k.SessionID)
-	s := b.String()
-	return loadbalance.Request{NAI: s[:len(k.NAI)], SessionID: s[len(k.NAI):]}
+	return loadbalance.Request{NAI: bytesView(k.NAI), SessionID: bytesView(k.SessionID)}
 }
+
+// bytesView is b as a string without a copy; b must not change while the
+// string is in use.
+func bytesView(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // maxParked bounds the parked queue; past it the oldest parked request
 // fails with ErrNoPeer rather than the queue growing without bound. A

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,7 +87,9 @@ type Server struct {
 
 // Request carries the keys of one request. The hash key is NAI (User-Name)
 // when present, else SessionID; SessionID also identifies the
-// conversation.
+// conversation. Pick keeps neither string: a conversation it remembers
+// holds a copy, so the strings may refer to memory the caller reuses once
+// Pick has returned.
 type Request struct {
 	NAI       string
 	SessionID string
@@ -570,7 +573,7 @@ func (b *Balancer) pickPearson(p *picker, r Request) int {
 		if gen == p.gen && !p.watch.has(bucket) {
 			return p.walk(p.table, bucket, nil) // no change could move it
 		}
-		c = &conv{key: r.SessionID, hash: h}
+		c = &conv{key: strings.Clone(r.SessionID), hash: h}
 		c.tag.Store(packTag(gen, bucket))
 		c.last.Store(now)
 		if c = b.sess.insert(c, now, b.idle); c == nil {

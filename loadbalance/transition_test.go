@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 type convo struct {
@@ -283,4 +284,42 @@ func TestConcurrentPicksWhileStateChanges(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// Pick copies the Session-Id of a conversation it remembers: a caller may
+// pass strings over a buffer it reuses once Pick returns, and the
+// conversation is still found under its own Session-Id afterwards.
+func TestRememberedSessionIDIsCopied(t *testing.T) {
+	clk := &fakeClock{}
+	b := mustNew(t, Pearson, servers(5), Options{Now: clk.Now, IdleTimeout: 5 * time.Minute})
+	setState(t, b, "s4", Down, true)
+	cs := startWatchedConversations(t, b, 50, "copied")
+	buf := make([]byte, 0, 64)
+	for i := range cs {
+		// Remember the conversation again through an aliasing string,
+		// then overwrite the bytes under it.
+		cs[i].sid += ";alias"
+		buf = append(buf[:0], cs[i].sid...)
+		alias := unsafe.String(unsafe.SliceData(buf), len(buf))
+		cs[i].server = mustPick(t, b, Request{NAI: cs[i].nai, SessionID: alias})
+		for j := range buf {
+			buf[j] = 'x'
+		}
+	}
+	before := b.Snapshot().Table
+	setState(t, b, "s4", InService, true) // a new table: the remembered ones stay
+	after := b.Snapshot().Table
+	moved := 0
+	for _, c := range cs {
+		if before[PearsonHashString(c.nai)] == after[PearsonHashString(c.nai)] {
+			continue
+		}
+		moved++
+		if got := mustPick(t, b, Request{SessionID: c.sid}); got != c.server {
+			t.Fatalf("conversation %s went to %s, want %s: its remembered key was not a copy", c.sid, got, c.server)
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no conversation in a moved bucket: the test checks nothing")
+	}
 }
