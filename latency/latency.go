@@ -94,6 +94,24 @@ func (h *Histogram) Quantile(q float64) uint64 {
 	return max
 }
 
+// Merge adds o's latencies to h. o may be recording meanwhile: what it
+// records during the Merge may or may not be added.
+func (h *Histogram) Merge(o *Histogram) {
+	for i := range o.counts {
+		if n := o.counts[i].Load(); n > 0 {
+			h.counts[i].Add(n)
+		}
+	}
+	h.total.Add(o.total.Load())
+	h.sum.Add(o.sum.Load())
+	for m := o.max.Load(); ; {
+		cur := h.max.Load()
+		if m <= cur || h.max.CompareAndSwap(cur, m) {
+			break
+		}
+	}
+}
+
 // Mean returns the mean latency in microseconds (0 without samples).
 func (h *Histogram) Mean() float64 {
 	n := h.total.Load()

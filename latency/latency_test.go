@@ -37,3 +37,32 @@ func TestMean(t *testing.T) {
 		t.Fatalf("mean %v count %d max %d", h.Mean(), h.Count(), h.Max())
 	}
 }
+
+// Merging histograms gives the histogram of all their samples.
+func TestMerge(t *testing.T) {
+	var a, b, all, merged Histogram
+	for i := 1; i <= 1000; i++ {
+		d := time.Duration(i*i) * time.Microsecond
+		if i%3 == 0 {
+			a.Record(d)
+		} else {
+			b.Record(d)
+		}
+		all.Record(d)
+	}
+	merged.Merge(&a)
+	merged.Merge(&b)
+	if merged.Summary() != all.Summary() || merged.Mean() != all.Mean() {
+		t.Fatalf("merged %+v mean %v, want %+v mean %v", merged.Summary(), merged.Mean(), all.Summary(), all.Mean())
+	}
+	for _, q := range []float64{0.1, 0.5, 0.9, 0.999} {
+		if merged.Quantile(q) != all.Quantile(q) {
+			t.Fatalf("quantile %v: %d, want %d", q, merged.Quantile(q), all.Quantile(q))
+		}
+	}
+	var empty Histogram
+	merged.Merge(&empty)
+	if merged.Summary() != all.Summary() {
+		t.Fatal("merging an empty histogram changed it")
+	}
+}

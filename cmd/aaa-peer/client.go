@@ -298,14 +298,48 @@ type loadgen struct {
 	start   int64        // unix nanoseconds, the high part of Session-Ids: two runs started in one second must not reuse them
 	epoch   time.Time    // the origin of the requests' clock readings (one read each: time.Now reads two clocks)
 
-	issued   atomic.Int64  // request numbers handed out
+	issued  atomic.Int64 // request numbers handed out
+	tallies []tally      // the callers' counts and latencies: caller i keeps tallies[i%len]
+
+	mu       sync.Mutex
+	failedBy map[string]uint64
+}
+
+// tally is one share of a run's counts and latencies. Callers are spread
+// over several, so that the bookkeeping of each request does not move one
+// cache line between cores: with one shared set, it cost about as much
+// as the balancer's pick.
+type tally struct {
 	sent     atomic.Uint64 // requests issued
 	answered atomic.Uint64
 	failed   atomic.Uint64
 	lat      latency.Histogram
+	_        [64]byte // the next tally's counters on a line of their own
+}
 
-	mu       sync.Mutex
-	failedBy map[string]uint64
+// maxTallies bounds the tallies of a run (a Histogram is about 30 KB).
+const maxTallies = 64
+
+// counts sums the tallies: outcomes before sent, and each caller counts
+// sent first, so sent >= answered + failed holds.
+func (c *loadgen) counts() (sent, answered, failed uint64) {
+	for i := range c.tallies {
+		answered += c.tallies[i].answered.Load()
+		failed += c.tallies[i].failed.Load()
+	}
+	for i := range c.tallies {
+		sent += c.tallies[i].sent.Load()
+	}
+	return sent, answered, failed
+}
+
+// latency merges the tallies' latencies.
+func (c *loadgen) latency() latency.Summary {
+	var all latency.Histogram
+	for i := range c.tallies {
+		all.Merge(&c.tallies[i].lat)
+	}
+	return all.Summary()
 }
 
 // clientReport is the --report document.
@@ -454,7 +488,8 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // the caller).
 func newLoadgen(o clientOptions, log *slog.Logger, metrics *status.Metrics) *loadgen {
 	now := time.Now()
-	c := &loadgen{o: o, log: log, metrics: metrics, start: now.UnixNano(), epoch: now, failedBy: make(map[string]uint64)}
+	c := &loadgen{o: o, log: log, metrics: metrics, start: now.UnixNano(), epoch: now, failedBy: make(map[string]uint64),
+		tallies: make([]tally, min(max(o.concurrency, 1), maxTallies))}
 	c.tmpl = newRequestTemplate(&c.o, c.start)
 	return c
 }
@@ -474,7 +509,8 @@ func (c *loadgen) failures() (failed, sent uint64) {
 	c.mu.Lock()
 	cut := c.failedBy["interrupted"]
 	c.mu.Unlock()
-	return c.failed.Load() - cut, c.sent.Load() - cut
+	sent, _, failed = c.counts()
+	return failed - cut, sent - cut
 }
 
 // permanentRefusal says whether a CEA's Result-Code refuses us for good:
@@ -603,7 +639,8 @@ func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
 	dl := newDeadlines(ctx, c.o.timeout)
 	defer dl.close() // after wg.Wait: no request is in flight
 	var wg sync.WaitGroup
-	for range c.o.concurrency {
+	for i := range c.o.concurrency {
+		t := &c.tallies[i%len(c.tallies)]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -620,7 +657,7 @@ func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
 				}
 				// In-flight requests finish when --duration ends; only
 				// ctx (a signal) interrupts them.
-				c.one(ctx, dl, n)
+				c.one(ctx, dl, n, t)
 			}
 		}()
 	}
@@ -630,7 +667,7 @@ func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
 }
 
 func (c *loadgen) progress(elapsed time.Duration) string {
-	sent, answered, failed := c.sent.Load(), c.answered.Load(), c.failed.Load()
+	sent, answered, failed := c.counts()
 	var b strings.Builder
 	fmt.Fprintf(&b, "t=%ds sent=%d answered=%d failed=%d pending=%d peers=",
 		int64(elapsed.Round(time.Second)/time.Second), sent, answered, failed, sent-answered-failed)
@@ -643,10 +680,10 @@ func (c *loadgen) progress(elapsed time.Duration) string {
 	return b.String()
 }
 
-// one sends request n through the Client and counts its outcome; dl,
-// under ctx, gives it its --timeout.
-func (c *loadgen) one(ctx context.Context, dl *deadlines, n int64) {
-	c.sent.Add(1)
+// one sends request n through the Client and counts its outcome in t;
+// dl, under ctx, gives it its --timeout.
+func (c *loadgen) one(ctx context.Context, dl *deadlines, n int64, t *tally) {
+	t.sent.Add(1)
 	req := c.build(n)
 	c.metrics.ObserveWire(req, status.DirOut)
 	t0 := time.Since(c.epoch)
@@ -658,28 +695,28 @@ func (c *loadgen) one(ctx context.Context, dl *deadlines, n int64) {
 		if ctx.Err() != nil {
 			kind = "interrupted"
 		}
-		c.fail(kind)
+		c.fail(t, kind)
 		c.log.Debug("request failed", "n", n, "kind", kind, "err", err)
 		return
 	}
 	took := time.Since(c.epoch) - t0
-	c.lat.Record(took)
+	t.lat.Record(took)
 	c.metrics.ObserveLatency(took)
 	c.metrics.ObserveWire(ans, status.DirIn)
 	rc, ok := message.ResultCodeOf(ans)
 	switch {
 	case !ok:
-		c.fail("no result code")
+		c.fail(t, "no result code")
 	case rc != message.Success:
-		c.fail(fmt.Sprintf("result %d", rc))
+		c.fail(t, fmt.Sprintf("result %d", rc))
 		c.log.Debug("request failed", "n", n, "result", rc)
 	default:
-		c.answered.Add(1)
+		t.answered.Add(1)
 	}
 }
 
-func (c *loadgen) fail(kind string) {
-	c.failed.Add(1)
+func (c *loadgen) fail(t *tally, kind string) {
+	t.failed.Add(1)
 	c.mu.Lock()
 	c.failedBy[kind]++
 	c.mu.Unlock()
@@ -708,9 +745,10 @@ func (c *loadgen) build(n int64) []byte { return c.tmpl.build(n, "") }
 func (c *loadgen) buildFor(n int64, user string) []byte { return c.tmpl.build(n, user) }
 
 func (c *loadgen) report(dropped uint64, elapsed time.Duration) clientReport {
+	sent, answered, failed := c.counts()
 	r := clientReport{
-		Sent: c.sent.Load(), Answered: c.answered.Load(), Failed: c.failed.Load(),
-		LatencyUS: c.lat.Summary(), FailedBy: make(map[string]uint64),
+		Sent: sent, Answered: answered, Failed: failed,
+		LatencyUS: c.latency(), FailedBy: make(map[string]uint64),
 		EventsDropped: dropped, ElapsedMS: elapsed.Milliseconds(),
 		Mode: c.o.clientMode.String(), Algorithm: c.o.alg.String(),
 		Servers: c.cl.ServerStats(), Failovers: []client.FailoverRecord{},

@@ -348,7 +348,7 @@ func (tl *timeline) traffic(now time.Time) {
 	if g == nil {
 		return
 	}
-	sent, answered, failed := g.sent.Load(), g.answered.Load(), g.failed.Load()
+	sent, answered, failed := g.counts()
 	var in []string
 	for i, p := range g.peers {
 		if p.State() == watchdog.Okay {

@@ -155,10 +155,7 @@ func (c *loadgen) clientSnapshot() status.Snapshot {
 		queues = append(queues, status.Queue{Server: q.Server, Depth: q.Depth, Alarm: q.Alarm})
 	}
 	fo, total := status.ClientFailovers(cl)
-	// Outcomes before sent: sent is counted first, so sent >= answered +
-	// failed holds.
-	answered, failed := c.answered.Load(), c.failed.Load()
-	sent := c.sent.Load()
+	sent, answered, failed := c.counts() // sent >= answered + failed
 	t := status.Totals{Sent: sent, Answered: answered, Failed: failed, Pending: sent - answered - failed}
 	for _, s := range cl.ServerStats() {
 		t.Moved += s.FailedOver
