@@ -175,6 +175,13 @@ type entry struct{ tag, seq uint32 }
 // bucket is one cache line of index entries.
 type bucket [8]entry
 
+// hasTag reports whether an entry of b has the given tag, unrolled: a
+// lookup of a new key finds none, and so costs no loop.
+func (b *bucket) hasTag(tag uint32) bool {
+	return b[0].tag == tag || b[1].tag == tag || b[2].tag == tag || b[3].tag == tag ||
+		b[4].tag == tag || b[5].tag == tag || b[6].tag == tag || b[7].tag == tag
+}
+
 // shard is a FIFO ring of slots ordered by insertion time, indexed by a
 // two-choice hash table of buckets sized for a load of at most 1/4: a key
 // goes to its first bucket, and to its second only when the first has no
@@ -229,25 +236,25 @@ type shard struct {
 // arenas of 64 shards, like their rings, advance too far apart for the
 // prefetcher. The loaded value is stored in s.sink so that the loads are
 // not optimised away.
-func (s *shard) touch(k Key) {
+func (s *shard) touch(p place) {
 	if len(s.ring) == 0 {
 		return
 	}
-	_, i1, _ := s.hashes(k)
+	i1 := p.i1
 	next := s.ring[(s.hpos+2)&(len(s.ring)-1)].born
 	sink := s.index[i1][0].seq ^ uint32(s.ring[s.hpos].born) ^ uint32(next)
 	if a := &s.ar; a.chunks != nil {
-		c := a.chunks[a.tc]
-		for off := int(a.to); off < min(len(c), int(a.to)+arenaTouch); off += 64 {
-			sink ^= uint32(c[off])
+		// Three lines, about an answer's worth; fewer at a chunk's end.
+		c := a.chunks[a.tc][a.to:]
+		switch {
+		case len(c) > 128:
+			sink ^= uint32(c[0]) ^ uint32(c[64]) ^ uint32(c[128])
+		case len(c) > 0:
+			sink ^= uint32(c[0])
 		}
 	}
 	s.sink = sink
 }
-
-// arenaTouch is how many bytes at the arena's tail touch loads: about an
-// answer's worth.
-const arenaTouch = 192
 
 // maxPopPerInsert bounds the dead or expired slots dropped per insertion,
 // keeping every operation O(1).
@@ -285,6 +292,17 @@ func (s *shard) hashes(k Key) (tag, i1, i2 uint32) {
 	return tag, i1, i2
 }
 
+// place is where a key goes in its shard's index: its tag and its two
+// buckets, as hashes returns them for an index of n buckets. It is
+// computed once per key and operation, and is valid until the index is
+// rebuilt with another size (see grow).
+type place struct{ tag, i1, i2, n uint32 }
+
+func (s *shard) placeOf(k Key) place {
+	tag, i1, i2 := s.hashes(k)
+	return place{tag, i1, i2, uint32(len(s.index))}
+}
+
 // overflowed reports whether a key of bucket i has been placed in its
 // second bucket and may still be in the ring.
 func (s *shard) overflowed(i uint32) bool {
@@ -309,6 +327,9 @@ func (s *shard) newEpoch(seq uint32) {
 
 // match returns the entry of b with k's tag whose slot holds k, or nil.
 func (s *shard) match(b *bucket, tag uint32, k Key) *entry {
+	if !b.hasTag(tag) { // the usual case for a new key, without a loop
+		return nil
+	}
 	for i := range b {
 		e := &b[i]
 		if e.tag == tag && s.inRing(e.seq) && s.at(e.seq).key == k {
@@ -319,21 +340,24 @@ func (s *shard) match(b *bucket, tag uint32, k Key) *entry {
 }
 
 // find returns the index entry of k, or nil.
-func (s *shard) find(k Key) *entry {
+func (s *shard) find(k Key) *entry { return s.findAt(k, s.placeOf(k)) }
+
+// findAt is find of k at its place p.
+func (s *shard) findAt(k Key, p place) *entry {
 	if len(s.index) == 0 {
 		return nil
 	}
-	tag, i1, i2 := s.hashes(k)
-	if e := s.match(&s.index[i1], tag, k); e != nil || !s.overflowed(i1) {
+	if e := s.match(&s.index[p.i1], p.tag, k); e != nil || !s.overflowed(p.i1) {
 		return e
 	}
-	return s.match(&s.index[i2], tag, k)
+	return s.match(&s.index[p.i2], p.tag, k)
 }
 
-// lookup returns the live slot of k and its sequence number, dropping it
-// if expired: past maxAge, or an in-flight mark past its TTL mark.
-func (s *shard) lookup(k Key, now, maxAge, mark int64) (*slot, uint32) {
-	e := s.find(k)
+// lookup returns the live slot of k, at its place p, and its sequence
+// number, dropping it if expired: past maxAge, or an in-flight mark past
+// its TTL mark.
+func (s *shard) lookup(k Key, p place, now, maxAge, mark int64) (*slot, uint32) {
+	e := s.findAt(k, p)
 	if e == nil {
 		return nil, 0
 	}
@@ -415,10 +439,10 @@ func (s *shard) popHead() {
 	s.hpos = (s.hpos + 1) & (len(s.ring) - 1)
 }
 
-// insert appends a slot for k, which must not be held, with answer (none
-// if empty) or, if state is slFlight, as an in-flight mark; it returns its
-// sequence number.
-func (s *shard) insert(k Key, answer []byte, state uint8, now, maxAge int64) uint32 {
+// insert appends a slot for k, at its place p, which must not be held,
+// with answer (none if empty) or, if state is slFlight, as an in-flight
+// mark; it returns its sequence number.
+func (s *shard) insert(k Key, p place, answer []byte, state uint8, now, maxAge int64) uint32 {
 	for i := 0; i < maxPopPerInsert && s.head != s.tail; i++ {
 		h := &s.ring[s.hpos]
 		if !h.key.IsZero() && now-h.born < maxAge {
@@ -434,6 +458,9 @@ func (s *shard) insert(k Key, answer []byte, state uint8, now, maxAge int64) uin
 	if n == len(s.ring) {
 		s.grow()
 	}
+	if p.n != uint32(len(s.index)) { // grown since p was computed
+		p = s.placeOf(k)
+	}
 	seq := s.tail
 	if seq&(uint32(len(s.ring))-1) == 0 {
 		s.newEpoch(seq)
@@ -443,7 +470,7 @@ func (s *shard) insert(k Key, answer []byte, state uint8, now, maxAge int64) uin
 	*sl = slot{key: k, born: now, state: state}
 	s.live++
 	s.bytes += EntryOverhead + int64(len(answer))
-	s.indexPut(k, seq)
+	s.indexPut(p, seq)
 	if len(answer) > 0 {
 		s.put(seq, sl, answer)
 	}
@@ -463,12 +490,12 @@ func (s *shard) free(b *bucket) *entry {
 	return nil
 }
 
-// indexPut adds (k, seq) to k's first bucket, or if it is full of live
-// entries to its second bucket, setting the first's overflow bit. If both
-// are full, which at load <= 1/4 does not happen in practice, the oldest of
-// their entries is evicted.
-func (s *shard) indexPut(k Key, seq uint32) {
-	tag, i1, i2 := s.hashes(k)
+// indexPut adds seq, the slot of a key at place p, to the key's first
+// bucket, or if it is full of live entries to its second bucket, setting
+// the first's overflow bit. If both are full, which at load <= 1/4 does not
+// happen in practice, the oldest of their entries is evicted.
+func (s *shard) indexPut(p place, seq uint32) {
+	tag, i1, i2 := p.tag, p.i1, p.i2
 	b1, b2 := &s.index[i1], &s.index[i2]
 	e := s.free(b1)
 	if e == nil {
@@ -526,7 +553,7 @@ func (s *shard) grow() {
 	for i := 0; i < n; i++ {
 		seq := s.head + uint32(i)
 		if sl := s.at(seq); !sl.key.IsZero() {
-			s.indexPut(sl.key, seq)
+			s.indexPut(s.placeOf(sl.key), seq)
 		}
 	}
 }
@@ -642,7 +669,13 @@ func (m *Memory) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 // BeginInto implements ReusingStore: Begin without allocating.
 func (m *Memory) BeginInto(ctx context.Context, o *Outcome, keys ...Key) error {
 	*o = Outcome{}
-	if err := o.setKeys(keys); err != nil {
+	if len(keys) == 1 { // setKeys, without its search for repeats
+		if keys[0].IsZero() {
+			return ErrZeroKey
+		}
+		o.keyBuf[0] = keys[0]
+		o.keys = o.keyBuf[:1]
+	} else if err := o.setKeys(keys); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -667,10 +700,18 @@ func (m *Memory) BeginInto(ctx context.Context, o *Outcome, keys ...Key) error {
 // when that flight ends and the time left until its mark expires. A nil
 // *op is given an Outcome from the slab, holding keys.
 func (m *Memory) try(keys []Key, now int64, op **Outcome) (<-chan struct{}, time.Duration) {
+	if len(keys) == 1 {
+		return m.tryOne(keys, now, op)
+	}
 	var buf [4]int
 	idx := m.lockAll(keys, buf[:])
+	var pbuf [2]place
+	ps := pbuf[:0]
 	for _, k := range keys {
-		m.shards[m.shardOf(k)].touch(k)
+		s := &m.shards[m.shardOf(k)]
+		p := s.placeOf(k)
+		ps = append(ps, p)
+		s.touch(p)
 	}
 	// The Outcome is taken after the index loads were started, so that
 	// it overlaps their cache misses.
@@ -683,9 +724,9 @@ func (m *Memory) try(keys []Key, now int64, op **Outcome) (<-chan struct{}, time
 	var busy *shard // holder of the first in-flight slot found
 	var busySeq uint32
 	var busyBorn int64
-	for _, k := range keys {
+	for i, k := range keys {
 		s := &m.shards[m.shardOf(k)]
-		sl, seq := s.lookup(k, now, m.maxAge, m.mark)
+		sl, seq := s.lookup(k, ps[i], now, m.maxAge, m.mark)
 		if sl == nil {
 			continue
 		}
@@ -706,8 +747,10 @@ func (m *Memory) try(keys []Key, now int64, op **Outcome) (<-chan struct{}, time
 	}
 	if busy == nil {
 		o.seq = o.seqBuf[:0]
-		for _, k := range keys {
-			seq := m.shards[m.shardOf(k)].insert(k, nil, slFlight, now, m.maxAge)
+		for i, k := range keys {
+			// A place computed before the shard grew is
+			// computed anew by insert.
+			seq := m.shards[m.shardOf(k)].insert(k, ps[i], nil, slFlight, now, m.maxAge)
 			o.seq = append(o.seq, seq)
 		}
 		m.unlockAll(idx)
@@ -717,6 +760,42 @@ func (m *Memory) try(keys []Key, now int64, op **Outcome) (<-chan struct{}, time
 	done := busy.waitOn(busySeq)
 	left := time.Duration(busyBorn + m.mark - now)
 	m.unlockAll(idx)
+	return done, left
+}
+
+// tryOne is try for one key.
+func (m *Memory) tryOne(keys []Key, now int64, op **Outcome) (<-chan struct{}, time.Duration) {
+	k := keys[0]
+	s := &m.shards[m.shardOf(k)]
+	s.mu.Lock()
+	p := s.placeOf(k)
+	s.touch(p)
+	o := *op
+	if o == nil {
+		o = s.newOutcome()
+		o.keys = append(o.keyBuf[:0], k)
+		*op = o
+	}
+	sl, seq := s.lookup(k, p, now, m.maxAge, m.mark)
+	switch {
+	case sl == nil:
+		seq = s.insert(k, p, nil, slFlight, now, m.maxAge)
+		s.mu.Unlock()
+		o.seq = append(o.seqBuf[:0], seq)
+		o.kind, o.fin = First, m
+		return nil, 0
+	case sl.state&slFlight == 0:
+		if sl.state&slNotKept != 0 {
+			o.kind = notKept
+		} else {
+			o.kind, o.answer = Duplicate, append([]byte(nil), s.answerOf(sl)...)
+		}
+		s.mu.Unlock()
+		return nil, 0
+	}
+	done := s.waitOn(seq)
+	left := time.Duration(sl.born + m.mark - now)
+	s.mu.Unlock()
 	return done, left
 }
 
@@ -786,7 +865,7 @@ func (m *Memory) complete(o *Outcome, answer []byte) error {
 			continue
 		}
 		// Evicted or expired (and dropped) while in flight: store anew.
-		s.insert(k, ans, state, m.now(), m.maxAge)
+		s.insert(k, s.placeOf(k), ans, state, m.now(), m.maxAge)
 	}
 	m.unlockAll(idx)
 	switch {

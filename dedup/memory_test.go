@@ -779,3 +779,53 @@ func TestMemoryLockOrder(t *testing.T) {
 	}
 	wantKind(t, begin(t, s, same), Duplicate)
 }
+
+// TestMemoryTwoKeysGrowShard: a request's keys are given their places in
+// the index before any is inserted; when the first key's insertion grows
+// the shard, whose index is then rebuilt twice as large, the second key is
+// placed in the new index, where later lookups find it.
+func TestMemoryTwoKeysGrowShard(t *testing.T) {
+	s := NewMemory(WithShards(1), WithMaxEntries(64))
+	for i := range 16 { // the ring's first size, full: the next insertion grows it
+		complete(t, s, benchKey(uint64(i)), "a")
+	}
+	sh := &s.shards[0]
+	if len(sh.ring) != 16 || len(sh.index) != 8 {
+		t.Fatalf("ring %d, index %d: want 16, 8", len(sh.ring), len(sh.index))
+	}
+	a := benchKey(100)
+	// b's first bucket in the grown index (16 buckets) is not the one it
+	// has in the old (8 buckets), nor is its second.
+	b := crafted(1)
+	b[8], b[12] = 0x0c, 0x0d
+	o := begin(t, s, a, b)
+	wantKind(t, o, First)
+	if len(sh.index) != 16 {
+		t.Fatalf("index %d buckets: the first insertion did not grow the shard", len(sh.index))
+	}
+	if err := o.Complete(msg(1, 1, "b")); err != nil {
+		t.Fatal(err)
+	}
+	wantKind(t, begin(t, s, b), Duplicate)
+	wantKind(t, begin(t, s, a), Duplicate)
+}
+
+// BenchmarkMemoryBeginIntoFirstSmall is BenchmarkMemoryBeginIntoFirst1M
+// with 16K entries, which fit in the CPU caches: the store's instructions
+// without the waits on memory (count them with valgrind --tool=cachegrind
+// and a fixed -test.benchtime Nx).
+func BenchmarkMemoryBeginIntoFirstSmall(b *testing.B) {
+	const n = 1 << 14
+	s := NewMemory(WithMaxEntries(n))
+	fill(b, s, 0, n, benchAnswer)
+	next := uint64(n)
+	ctx := context.Background()
+	var o Outcome
+	b.ReportAllocs()
+	for b.Loop() {
+		next++
+		if err := s.BeginInto(ctx, &o, benchKey(next)); err != nil || !o.First() {
+			b.Fatal(err, o.Kind())
+		}
+	}
+}
