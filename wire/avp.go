@@ -29,9 +29,9 @@ func FindAVP(msg []byte, code uint32, vendor uint32) ([]byte, bool) {
 	}
 	found := false
 	var data []byte
-	walkAVPs(msg[:end], HeaderLen, func(c, v uint32, d []byte) bool {
-		if c == code && v == vendor {
-			data, found = d, true
+	walkAVPs(msg[:end], HeaderLen, func(a AVP) bool {
+		if a.Code == code && a.Vendor == vendor {
+			data, found = a.Data, true
 			return false
 		}
 		return true
@@ -39,12 +39,12 @@ func FindAVP(msg []byte, code uint32, vendor uint32) ([]byte, bool) {
 	return data, found
 }
 
-// walkAVPs visits the AVPs of b starting at off, calling fn with each AVP's
-// code, vendor and data until fn returns false. It returns the offset where
+// walkAVPs visits the AVPs of b starting at off, calling fn with each AVP
+// until fn returns false. It returns the offset where
 // it stopped and a reason if it stopped on malformed input ("" otherwise).
 // All arithmetic is on int with values bounded by 2^24, so it cannot
 // overflow on 64- or 32-bit platforms.
-func walkAVPs(b []byte, off int, fn func(code, vendor uint32, data []byte) bool) (int, string) {
+func walkAVPs(b []byte, off int, fn func(a AVP) bool) (int, string) {
 	for off < len(b) {
 		if len(b)-off < avpHeaderLen {
 			return off, "AVP header truncated"
@@ -66,7 +66,7 @@ func walkAVPs(b []byte, off int, fn func(code, vendor uint32, data []byte) bool)
 		if hl == avpVendorHeaderLen {
 			vendor = binary.BigEndian.Uint32(b[off+8 : off+12])
 		}
-		if !fn(code, vendor, b[off+hl:off+l]) {
+		if !fn(AVP{Code: code, Vendor: vendor, Data: b[off+hl : off+l]}) {
 			return off, ""
 		}
 		// Padding to a 4-byte boundary; the last AVP's padding may be

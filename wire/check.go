@@ -29,7 +29,7 @@ func CheckAVPs(msg []byte) *BadAVP {
 		return &BadAVP{Offset: len(msg), Reason: "message shorter than its header"}
 	}
 	end := min(int(uint24(msg[1:4])), len(msg))
-	off, reason := walkAVPs(msg[:end], HeaderLen, func(uint32, uint32, []byte) bool { return true })
+	off, reason := walkAVPs(msg[:end], HeaderLen, func(AVP) bool { return true })
 	if reason == "" {
 		return nil
 	}

@@ -57,7 +57,7 @@ func Decode(msg []byte, d *dict.Parser) (m *diam.Message, err error) {
 		return nil, frameErr("header length %d but %d bytes given", h.Length, len(msg))
 	}
 	// Bounds-check all top-level AVPs before go-diameter sees them.
-	if off, reason := walkAVPs(msg, HeaderLen, func(uint32, uint32, []byte) bool { return true }); reason != "" {
+	if off, reason := walkAVPs(msg, HeaderLen, func(AVP) bool { return true }); reason != "" {
 		return nil, frameErr("%s at offset %d", reason, off)
 	}
 	if _, err := d.FindCommand(h.AppID, h.CommandCode); err != nil {

@@ -22,18 +22,16 @@ func WalkAVPs(msg []byte, fn func(a AVP) bool) error {
 	if end > len(msg) {
 		return frameErr("header length %d exceeds the %d bytes present", end, len(msg))
 	}
-	return walkWithFlags(msg[:end], HeaderLen, fn)
+	return walkChecked(msg[:end], HeaderLen, fn)
 }
 
 // WalkGrouped is WalkAVPs over the data of a Grouped AVP.
 func WalkGrouped(data []byte, fn func(a AVP) bool) error {
-	return walkWithFlags(data, 0, fn)
+	return walkChecked(data, 0, fn)
 }
 
-func walkWithFlags(b []byte, off int, fn func(a AVP) bool) error {
-	_, reason := walkAVPs(b, off, func(code, vendor uint32, data []byte) bool {
-		return fn(AVP{Code: code, Vendor: vendor, Data: data})
-	})
+func walkChecked(b []byte, off int, fn func(a AVP) bool) error {
+	_, reason := walkAVPs(b, off, fn)
 	if reason != "" {
 		return &FrameError{Reason: fmt.Sprintf("malformed AVP: %s", reason)}
 	}
