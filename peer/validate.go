@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path"
 	"slices"
+	"unsafe"
 
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/wire"
@@ -39,24 +40,14 @@ func (c *Config) checkRequest(req []byte, remoteHost string) *refusal {
 	if flags&wire.FlagError != 0 {
 		return &refusal{rc: message.InvalidHdrBits, why: "E bit set on a request"}
 	}
-	if b := wire.CheckAVPs(req); b != nil {
-		return &refusal{
-			rc:     message.InvalidAVPLength,
-			why:    fmt.Sprintf("AVP %d at offset %d, length %d: %s", b.Code, b.Offset, b.Length, b.Reason),
-			failed: &failedAVP{code: b.Code, vendor: b.Vendor, data: b.Data},
-		}
-	}
-	app := wire.AppID(req)
-	if app == message.AppCommon {
-		return &refusal{rc: message.CommandUnsupported, why: fmt.Sprintf("command %d is not a base protocol request", wire.CommandCode(req))}
-	}
-	if !c.supportsApp(app) {
-		return &refusal{rc: message.ApplicationNoSupport, why: fmt.Sprintf("application %d was not advertised", app)}
-	}
+	// One walk reads the AVPs the checks need. The refusals keep their
+	// order of precedence: a malformed AVP anywhere first (CheckAVPs finds
+	// it when the walk stopped, on it or on an earlier refusal), then the
+	// application, then the AVPs' contents.
 	var origin []byte
 	var seen [4]int // Origin-Host, Origin-Realm, Session-Id, Destination-Realm
 	var r *refusal
-	_ = wire.WalkAVPs(req, func(a wire.AVP) bool {
+	walkErr := wire.WalkAVPs(req, func(a wire.AVP) bool {
 		if a.Vendor != 0 {
 			return true
 		}
@@ -81,13 +72,33 @@ func (c *Config) checkRequest(req []byte, remoteHost string) *refusal {
 			}
 		}
 		if identity {
-			if err := message.CheckIdentity(string(a.Data)); err != nil {
+			// A view of the bytes: CheckIdentity keeps no reference.
+			if err := message.CheckIdentity(unsafe.String(unsafe.SliceData(a.Data), len(a.Data))); err != nil {
 				r = &refusal{rc: message.InvalidAVPValue, why: fmt.Sprintf("AVP %d: %v", a.Code, err), failed: failedOf(a)}
 				return false
 			}
 		}
 		return true
 	})
+	if walkErr != nil || r != nil {
+		if b := wire.CheckAVPs(req); b != nil {
+			return &refusal{
+				rc:     message.InvalidAVPLength,
+				why:    fmt.Sprintf("AVP %d at offset %d, length %d: %s", b.Code, b.Offset, b.Length, b.Reason),
+				failed: &failedAVP{code: b.Code, vendor: b.Vendor, data: b.Data},
+			}
+		}
+		if walkErr != nil { // a header length past the bytes read: not from our transport
+			return &refusal{rc: message.InvalidAVPLength, why: walkErr.Error()}
+		}
+	}
+	app := wire.AppID(req)
+	if app == message.AppCommon {
+		return &refusal{rc: message.CommandUnsupported, why: fmt.Sprintf("command %d is not a base protocol request", wire.CommandCode(req))}
+	}
+	if !c.supportsApp(app) {
+		return &refusal{rc: message.ApplicationNoSupport, why: fmt.Sprintf("application %d was not advertised", app)}
+	}
 	switch {
 	case r != nil:
 		return r
@@ -100,10 +111,10 @@ func (c *Config) checkRequest(req []byte, remoteHost string) *refusal {
 	// that peer is an agent forwarding others' requests: otherwise one peer
 	// could speak for another, and have its duplicate detection answer the
 	// other's next request (Origin-Host and End-to-End id are the key).
-	if o := string(origin); !message.EqualIdentity(o, remoteHost) && !c.isAgent(remoteHost) {
+	if o := unsafe.String(unsafe.SliceData(origin), len(origin)); !message.EqualIdentity(o, remoteHost) && !c.isAgent(remoteHost) {
 		return &refusal{
 			rc:     message.InvalidAVPValue,
-			why:    fmt.Sprintf("Origin-Host %s is not this connection's peer %s", o, remoteHost),
+			why:    fmt.Sprintf("Origin-Host %s is not this connection's peer %s", string(origin), remoteHost),
 			failed: &failedAVP{code: message.OriginHost, data: origin},
 		}
 	}
