@@ -61,3 +61,24 @@ func FuzzCheckRequest(f *testing.F) {
 		}
 	})
 }
+
+// routingKey finds what three FindAVPs find: the first User-Name,
+// Session-Id and Destination-Host before any malformed AVP.
+func FuzzRoutingKey(f *testing.F) {
+	f.Add(acr())
+	f.Add(withAVPs(bareACR(wire.FlagRequest), rawAVP(message.UserName, 0x40, 8+1, []byte("a")), rawAVP(message.UserName, 0x40, 8+1, []byte("b"))))
+	f.Add(withAVPs(bareACR(wire.FlagRequest), rawAVP(message.DestinationHost, 0x40, 8+1, []byte("h")), rawAVP(message.SessionID, 0x40, 7, nil)))
+	f.Add(withAVPs(bareACR(wire.FlagRequest), rawAVP(message.SessionID, 0xC0, 8+4+2, []byte{0, 0, 0, 9, 's', 'x'}), rawAVP(message.SessionID, 0x40, 8+1, []byte("s"))))
+	f.Fuzz(func(t *testing.T, req []byte) {
+		k := routingKey(req)
+		nai, _ := wire.FindAVP(req, message.UserName, 0)
+		sid, _ := wire.FindAVP(req, message.SessionID, 0)
+		dh, ok := wire.FindAVP(req, message.DestinationHost, 0)
+		if !bytes.Equal(k.NAI, nai) || (k.NAI == nil) != (nai == nil) || !bytes.Equal(k.SessionID, sid) || (k.SessionID == nil) != (sid == nil) {
+			t.Fatalf("routingKey %q %q, FindAVP %q %q", k.NAI, k.SessionID, nai, sid)
+		}
+		if want := map[bool]string{true: string(dh)}[ok]; k.Dest != want {
+			t.Fatalf("Destination-Host %q, FindAVP %q", k.Dest, want)
+		}
+	})
+}
