@@ -107,7 +107,7 @@ func printReport(w io.Writer, o Options, rep *Report, pp Cell, fo *failoverResul
 		}
 	}
 	printMemory(w, xp)
-	fmt.Fprintf(w, "Failover: client.Client PrimarySecondary, from the primary's connection close to the last pending request written on the alternate (as client.BenchmarkFailover10k).\n")
+	fmt.Fprintf(w, "Failover: client.Client PrimarySecondary, from the primary's connection close to the last pending request written on the alternate (as client.BenchmarkFailover10k), after a collection of the setup's garbage.\n")
 	fmt.Fprintf(w, "Pick: NAI only %.1f ns; NAI + remembered Session-Id (one server of 8 down, the NAI in a bucket its return takes) %.1f ns (%.0f allocs/op; the JSON figure); every server in service, NAI + a first-seen Session-Id each time (not remembered) %.1f ns.\n", pick.naiOnlyNs, pick.knownNs, pick.allocs, pick.firstSeenNs)
 	fmt.Fprintf(w, "Dedup: dedup.Memory; a new key in the full store (miss + insert + eviction) through BeginInto with a recycled Outcome, the path of dedup.Wrap, %.1f ns (the JSON figure); through Begin, which allocates the Outcome, %.1f ns, %.0f allocs/op (Outcomes come 16 to an allocation); Begin + Complete %.1f ns; memory per completed entry %.1f B with a %d-byte answer.\n",
 		dd.beginIntoNs, dd.beginNs, dd.beginAllocsPerOp, dd.beginCompleteNs, dd.bytesPerEntry, dd.answerLen)
