@@ -1,0 +1,77 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+)
+
+// refAVP is one AVP as refAVPs reads it.
+type refAVP struct {
+	code, vendor uint32
+	data         []byte
+}
+
+// refAVPs is a reference reading of msg's top-level AVPs, written apart
+// from wire's walker: the AVPs before the first malformed one, and whether
+// one ended the list.
+func refAVPs(msg []byte) (avps []refAVP, malformed bool) {
+	if len(msg) < HeaderLen {
+		return nil, true
+	}
+	end := int(msg[1])<<16 | int(msg[2])<<8 | int(msg[3])
+	if end > len(msg) {
+		return nil, true
+	}
+	rest := msg[min(HeaderLen, end):end]
+	for len(rest) > 0 {
+		if len(rest) < 8 {
+			return avps, true
+		}
+		l := int(rest[5])<<16 | int(rest[6])<<8 | int(rest[7])
+		hl := 8
+		if rest[4]&0x80 != 0 {
+			hl = 12
+		}
+		if l < hl || l > len(rest) {
+			return avps, true
+		}
+		a := refAVP{code: binary.BigEndian.Uint32(rest), data: rest[hl:l]}
+		if hl == 12 {
+			a.vendor = binary.BigEndian.Uint32(rest[8:])
+		}
+		avps = append(avps, a)
+		rest = rest[min(len(rest), (l+3)&^3):]
+	}
+	return avps, false
+}
+
+// WalkAVPs and FindAVP read what the reference reads, on any bytes: the
+// same AVPs in order, an error exactly when it finds a malformed AVP, the
+// first AVP of each code.
+func FuzzWalkAVPs(f *testing.F) {
+	fuzzSeeds(f)
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		want, malformed := refAVPs(msg)
+		n := 0
+		err := WalkAVPs(msg, func(a AVP) bool {
+			if n >= len(want) || a.Code != want[n].code || a.Vendor != want[n].vendor || !bytes.Equal(a.Data, want[n].data) {
+				t.Fatalf("WalkAVPs AVP %d differs from the reference", n)
+			}
+			n++
+			return true
+		})
+		if n != len(want) || (err != nil) != malformed {
+			t.Fatalf("WalkAVPs read %d AVPs, error %v; reference %d, malformed %v", n, err, len(want), malformed)
+		}
+		for i, a := range want {
+			first := true
+			for _, b := range want[:i] {
+				first = first && (b.code != a.code || b.vendor != a.vendor)
+			}
+			if d, ok := FindAVP(msg, a.code, a.vendor); first && (!ok || !bytes.Equal(d, a.data)) {
+				t.Fatalf("FindAVP(%d, %d) = %q, %v; want %q", a.code, a.vendor, d, ok, a.data)
+			}
+		}
+	})
+}
