@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -222,25 +221,6 @@ type shard struct {
 	// in the store's huge-page mapping (see mapIndexes); the index is a
 	// prefix of it.
 	indexMem []bucket
-	// pf is a copy of index, set when it is replaced, for prefetchKey,
-	// which reads it without the lock.
-	pf atomic.Pointer[[]bucket]
-	_  [56]byte // to whole cache lines (see TestShardSize)
-}
-
-// prefetchKey starts loading the first index bucket of k before its shard
-// is locked, so that the lookup's cache miss overlaps the work that comes
-// before it rather than following it. It reads only the shard's published
-// copy of the index (see shard.pf): an index replaced since then makes at
-// worst a useless prefetch.
-func (m *Memory) prefetchKey(k Key) {
-	p := m.shards[m.shardOf(k)].pf.Load()
-	if p == nil {
-		return
-	}
-	idx := *p
-	i1 := binary.LittleEndian.Uint32(k[8:12]) & uint32(len(idx)-1)
-	prefetch(uintptr(unsafe.Pointer(&idx[i1])))
 }
 
 // touch prefetches the cache lines that the lookup and the insertion of
@@ -574,8 +554,6 @@ func (s *shard) grow() {
 	} else {
 		s.index = make([]bucket, want)
 	}
-	pf := s.index
-	s.pf.Store(&pf)
 	s.over = make([]uint64, 2*((len(s.index)+63)/64))
 	for i := 0; i < n; i++ {
 		seq := s.head + uint32(i)
@@ -672,9 +650,6 @@ func (s *shard) newOutcome() *Outcome {
 
 // Begin implements Store.
 func (m *Memory) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
-	for _, k := range keys {
-		m.prefetchKey(k)
-	}
 	var kbuf [2]Key
 	keys, err := uniqueKeys(keys, kbuf[:0])
 	if err != nil {
@@ -698,9 +673,6 @@ func (m *Memory) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 
 // BeginInto implements ReusingStore: Begin without allocating.
 func (m *Memory) BeginInto(ctx context.Context, o *Outcome, keys ...Key) error {
-	for _, k := range keys {
-		m.prefetchKey(k)
-	}
 	*o = Outcome{}
 	if len(keys) == 1 { // setKeys, without its search for repeats
 		if keys[0].IsZero() {

@@ -829,29 +829,3 @@ func BenchmarkMemoryBeginIntoFirstSmall(b *testing.B) {
 		}
 	}
 }
-
-// TestMemoryPrefetchFollowsIndex: the copy of a shard's index that Begin
-// reads without the lock to prefetch a key's bucket is the index, after
-// every rebuild.
-func TestMemoryPrefetchFollowsIndex(t *testing.T) {
-	s := NewMemory(WithShards(1), WithMaxEntries(1000))
-	sh := &s.shards[0]
-	if sh.pf.Load() != nil {
-		t.Fatal("an empty shard has an index to prefetch from")
-	}
-	grown := 0
-	for i := range 1000 {
-		before := len(sh.index)
-		complete(t, s, benchKey(uint64(i)), "a")
-		if len(sh.index) != before {
-			grown++
-		}
-		pf := *sh.pf.Load()
-		if len(pf) != len(sh.index) || &pf[0] != &sh.index[0] {
-			t.Fatalf("after %d entries: prefetching from %d buckets at %p, index is %d at %p", i+1, len(pf), &pf[0], len(sh.index), &sh.index[0])
-		}
-	}
-	if grown < 5 {
-		t.Fatalf("the index grew %d times, want 5 or more", grown)
-	}
-}
