@@ -68,7 +68,9 @@ type conn struct {
 	// takes inlineAt from that start to 0, and the reader, failing to do
 	// the same when its Handler returns, knows it is no longer the reader.
 	// guardArmed says the guard's timer is set (or running). After a slow
-	// Handler, the next slowLeft requests go to workers instead.
+	// Handler, the next slowLeft requests go to workers instead. slowOnce
+	// says the last Handler the reader ran took half the limit or more
+	// (the reader's).
 	inlineAt   atomic.Int64
 	guardArmed atomic.Bool
 	guard      *time.Timer
@@ -76,6 +78,7 @@ type conn struct {
 	handovers  atomic.Uint64            // readings moved off a slow Handler (for tests)
 	rbuf       transport.BufferedReader // nil unless the transport says what it holds unread
 	deferred   bool                     // answers queued with no writer kicked (the reader's)
+	slowOnce   bool
 
 	// write queue: callers append under wmu; the writer swaps it out.
 	wmu      sync.Mutex
@@ -639,7 +642,8 @@ const slowRequests int32 = 256
 // slowRun is how long a Handler may run for the connection to go on
 // running the next ones on its reader: half the guard's limit, so
 // that Handlers that are slow but not slow enough for the guard (which
-// would each hold the reading up for nearly the limit) move to workers too.
+// would each hold the reading up for nearly the limit) move to workers too,
+// once two in a row took that long.
 func (c *conn) slowRun() time.Duration { return c.p.cfg.InlineHandlerTime / 2 }
 
 // answerRequest runs the Handler for one request on a worker and queues
@@ -660,8 +664,16 @@ func (c *conn) answerInline(req []byte, now int64) (moved bool) {
 	}
 	ans := c.handle(req)
 	moved = !c.inlineAt.CompareAndSwap(at, 0)
-	if !moved && time.Duration(c.p.mono()-now) >= c.slowRun() {
-		c.slowLeft.Store(c.p.cfg.slowRequests)
+	if !moved {
+		// Two slow Handlers in a row send the next requests to workers:
+		// one alone is as likely the reader waiting for a processor (a
+		// busy machine, a collection) as a slow Handler, and a slow one
+		// shows again at once (a blocked one is handed over at the limit).
+		slow := time.Duration(c.p.mono()-now) >= c.slowRun()
+		if slow && c.slowOnce {
+			c.slowLeft.Store(c.p.cfg.slowRequests)
+		}
+		c.slowOnce = slow && !c.slowOnce
 	}
 	// While more requests are buffered, their answers will follow this
 	// one: queue it, and kick the writer once they are queued too (the

@@ -327,3 +327,35 @@ func TestBufferedRequestsAnsweredTogether(t *testing.T) {
 	assert.Less(t, inline, n/4, "answers written one by one: %d inline, %d writers", inline, writers)
 	t.Logf("%d answers: %d written inline, %d writer goroutines", n, inline, writers)
 }
+
+// A single Handler that took half the guard's limit (as a reader that
+// waited for a processor looks) leaves the next requests on the reader;
+// two in a row send the next slowRequests to workers.
+func TestTwoSlowHandlersInARowMoveRequestsToWorkers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		slow := map[uint32]bool{1: true, 101: true, 102: true}
+		p, far := dialPipe(t, func(ctx context.Context, p *Peer, req []byte) []byte {
+			if slow[wire.HopByHop(req)] {
+				time.Sleep(DefaultInlineHandlerTime * 3 / 5) // slow, not handed over
+			}
+			return successAnswer(req)
+		})
+		c := p.cur.Load()
+		sendAndRead(t, far, 1, 1)
+		sendAndRead(t, far, 2, 20)
+		synctest.Wait()
+		assert.Zero(t, c.handlers.Started(), "one slow Handler: still on the reader")
+		assert.Zero(t, c.slowLeft.Load())
+
+		sendAndRead(t, far, 100, 1) // fast
+		sendAndRead(t, far, 101, 1)
+		sendAndRead(t, far, 102, 1)
+		synctest.Wait()
+		assert.Equal(t, slowRequests, c.slowLeft.Load(), "two in a row: the next requests go to workers")
+		sendAndRead(t, far, 200, 10)
+		synctest.Wait()
+		assert.NotZero(t, c.handlers.Started())
+		assert.Zero(t, c.handovers.Load(), "none ran as long as the limit")
+		closeAnswering(t, p, far)
+	})
+}

@@ -30,8 +30,8 @@ import (
 // another request) never holds the connection up: a guard timer then
 // starts a new reader, which goes on reading (DWRs, DPRs, answers, the
 // next requests) while the Handler finishes on the old one, which then
-// ends. After a slow Handler (one that ran half that time or
-// more) the connection's next requests, a few hundred, no longer run on
+// ends. After a slow Handler (one handed over, or two in a row that ran
+// half that time or more) the connection's next requests, a few hundred, no longer run on
 // the reader but on worker goroutines of the connection, concurrently with one
 // another and with the reader: a request that arrives while every worker
 // is busy starts one more, and a worker ends once no request waits. So
