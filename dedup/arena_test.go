@@ -508,7 +508,7 @@ func TestMemoryFootprint(t *testing.T) {
 		complete(t, s, RequestKey("c", uint32(i)), body)
 	}
 	f := s.Footprint()
-	if per := f / n; per < 40+32+recordHeader+answer || per > 2*(EntryOverhead+answer) {
+	if per := f / n; per < 40+16+recordHeader+answer || per > 2*(EntryOverhead+answer) {
 		t.Fatalf("Footprint %d B per entry", per)
 	}
 	for i := range 2 * n {
@@ -531,7 +531,7 @@ func TestMemoryFootprint(t *testing.T) {
 // its indexes grow into that memory and are rebuilt there, and returns the
 // memory once unreachable.
 func TestMemoryHugeIndexes(t *testing.T) {
-	const n = 1 << 18 // 4 shards of 65536 entries: 8 MiB of indexes
+	const n = 1 << 19 // 4 shards of 131072 entries: 8 MiB of indexes
 	var owned *chunkList
 	func() {
 		s := NewMemory(WithShards(4), WithMaxEntries(n))
@@ -571,16 +571,16 @@ func checkNoStaleEntries(t *testing.T, s *shard) {
 	t.Helper()
 	for bi := range s.index {
 		for _, e := range s.index[bi] {
-			if e.tag == 0 || !s.inRing(e.seq) {
+			if !s.inUse(e) {
 				continue
 			}
-			sl := s.at(e.seq)
+			sl := s.at(s.seqOf(e))
 			if sl.key.IsZero() {
 				continue
 			}
 			tag, i1, i2 := s.hashes(sl.key)
-			if e.tag != tag || (uint32(bi) != i1 && uint32(bi) != i2) {
-				t.Fatalf("bucket %d holds a stale entry for slot %d", bi, e.seq)
+			if uint32(e)>>s.sbits != s.tagBits(tag) || (uint32(bi) != i1 && uint32(bi) != i2) {
+				t.Fatalf("bucket %d holds a stale entry for slot %d", bi, s.seqOf(e))
 			}
 		}
 	}

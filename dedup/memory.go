@@ -37,7 +37,7 @@ import (
 // pages where the system has them: a lookup then waits on memory once, not
 // also on the translation of its address.
 //
-// An entry costs 40 bytes in the ring, 32 in the index and 8 of record
+// An entry costs 40 bytes in the ring, 16 in the index and 8 of record
 // header in the arena, plus the answer bytes. Abandoned or taken-over
 // entries leave a dead slot that counts towards the bound until it reaches
 // the old end of the ring.
@@ -113,7 +113,7 @@ func (m *Memory) mapIndexes(chunks *chunkList) {
 	total := 0
 	for i := range m.shards {
 		ring := 1 << bits.Len(uint(m.shards[i].limit-1))
-		sizes[i] = max(ring/2, 1)
+		sizes[i] = max(ring/4, 1)
 		total += sizes[i]
 	}
 	const bucketSize = int(unsafe.Sizeof(bucket{}))
@@ -166,20 +166,35 @@ const (
 	slNotKept
 )
 
-// entry is one index entry: a 32-bit tag of the key (0: empty) and the
-// sequence number of the key's ring slot. An entry whose slot has left the
-// ring (seq outside [head, tail)) is free: evicting from the old end of the
-// ring costs no index work.
-type entry struct{ tag, seq uint32 }
+// entry is one index entry, 0 if empty: the low shard.sbits bits of the
+// sequence number of a key's ring slot, and above them as many bits of the
+// key's tag as fit, never all zero (see shard.entryOf). An entry whose
+// slot has left the ring is free: evicting from the old end of the ring
+// costs no index work. The sequence number is that of the latest slot
+// with those low bits (see shard.seqOf), which is the entry's own as long
+// as it was written less than 2^sbits insertions ago: shard.sweep clears
+// every free entry well before that.
+type entry uint32
 
 // bucket is one cache line of index entries.
-type bucket [8]entry
+type bucket [16]entry
 
-// hasTag reports whether an entry of b has the given tag, unrolled: a
-// lookup of a new key finds none, and so costs no loop.
-func (b *bucket) hasTag(tag uint32) bool {
-	return b[0].tag == tag || b[1].tag == tag || b[2].tag == tag || b[3].tag == tag ||
-		b[4].tag == tag || b[5].tag == tag || b[6].tag == tag || b[7].tag == tag
+// hasTag reports whether an entry of b has the tag bits t (see
+// shard.tagBits) above its low sbits bits. It compares two entries at a
+// time, as the halves of a 64-bit word, without a branch: a lookup of a
+// new key finds no tag, and so costs no loop. (The zero-half test of each
+// word, (x - 1<<32|1) &^ x, sets the top bit of every half that is 0, and
+// may set it in a half above one that is: never a false "no".)
+func (b *bucket) hasTag(t uint32, sbits uint8) bool {
+	const ones, highs = 0x0000000100000001, 0x8000000080000000
+	w := (*[8]uint64)(unsafe.Pointer(b)) // a bucket is 8-byte aligned (see TestBucketAlignment)
+	pat := uint64(t<<sbits) * ones
+	low := uint64(1<<sbits-1) * ones
+	x0, x1, x2, x3 := (w[0]^pat)&^low, (w[1]^pat)&^low, (w[2]^pat)&^low, (w[3]^pat)&^low
+	x4, x5, x6, x7 := (w[4]^pat)&^low, (w[5]^pat)&^low, (w[6]^pat)&^low, (w[7]^pat)&^low
+	acc := (x0-ones)&^x0 | (x1-ones)&^x1 | (x2-ones)&^x2 | (x3-ones)&^x3 |
+		(x4-ones)&^x4 | (x5-ones)&^x5 | (x6-ones)&^x6 | (x7-ones)&^x7
+	return acc&highs != 0
 }
 
 // shard is a FIFO ring of slots ordered by insertion time, indexed by a
@@ -187,8 +202,8 @@ func (b *bucket) hasTag(tag uint32) bool {
 // goes to its first bucket, and to its second only when the first has no
 // free entry, which then gets its overflow bit set. A key is thus looked up
 // with one cache-line read (two if its first bucket has overflowed, which
-// at load 1/4 is about 1 bucket in 1000), and a tag match is confirmed by
-// comparing the full key in its slot.
+// with 16 entries a bucket at load 1/4 is fewer than 1 bucket in 10000),
+// and a tag match is confirmed by comparing the full key in its slot.
 //
 // Overflow bits cannot be cleared when an entry is freed, since entries
 // leave the index by falling out of the ring. Instead they are kept per ring
@@ -212,6 +227,7 @@ type shard struct {
 	bytes  int64
 	budget int64
 	shift  uint8     // log2(len(ring)): seq>>shift is seq's epoch
+	sbits  uint8     // low bits of sequence numbers in an entry: shift+2, at least 8
 	slab   []Outcome // see newOutcome
 	// waits holds the channel of each waited slot (slWaited), by
 	// sequence number; nil until a duplicate first waits.
@@ -326,18 +342,64 @@ func (s *shard) newEpoch(seq uint32) {
 	}
 }
 
+// tagBits returns the bits of tag that an entry keeps, above its sbits
+// low bits: never 0, so that an entry is never 0 (empty).
+func (s *shard) tagBits(tag uint32) uint32 { return tag>>s.sbits | 1 }
+
+// entryOf returns the entry of the slot seq of a key of the given tag.
+func (s *shard) entryOf(tag, seq uint32) entry {
+	return entry(s.tagBits(tag)<<s.sbits | seq&(1<<s.sbits-1))
+}
+
+// seqOf returns the sequence number of entry e: the latest at or before
+// the tail with e's low bits.
+func (s *shard) seqOf(e entry) uint32 {
+	return s.tail - (s.tail-uint32(e))&(1<<s.sbits-1)
+}
+
+// inUse reports whether e is an entry whose slot is in the ring.
+func (s *shard) inUse(e entry) bool { return e != 0 && s.inRing(s.seqOf(e)) }
+
 // match returns the entry of b with k's tag whose slot holds k, or nil.
 func (s *shard) match(b *bucket, tag uint32, k Key) *entry {
-	if !b.hasTag(tag) { // the usual case for a new key, without a loop
+	t := s.tagBits(tag)
+	if !b.hasTag(t, s.sbits) { // the usual case for a new key, without a loop
 		return nil
 	}
 	for i := range b {
 		e := &b[i]
-		if e.tag == tag && s.inRing(e.seq) && s.at(e.seq).key == k {
+		if uint32(*e)>>s.sbits != t {
+			continue
+		}
+		if seq := s.seqOf(*e); s.inRing(seq) && s.at(seq).key == k {
 			return e
 		}
 	}
 	return nil
+}
+
+// sweepEvery is how many insertions a shard makes per bucket it sweeps.
+const sweepEvery = 8
+
+// sweep clears the free entries of one bucket of the index, the next in
+// turn as the sequence numbers go: every bucket once per sweepEvery *
+// len(index) insertions, two rings' worth (len(index) is len(ring)/4). An
+// entry becomes free at the latest len(ring) insertions after its own
+// (its slot has left the ring), so it is cleared fewer than 3*len(ring)+8
+// insertions after it was written, before its low bits (sbits >= shift+2,
+// at least 8) could be taken for a later slot's (see seqOf). seq is the
+// sequence number being inserted, a multiple of sweepEvery.
+func (s *shard) sweep(seq uint32) {
+	mask := uint32(len(s.index) - 1)
+	b := &s.index[(seq/sweepEvery)&mask]
+	tail, low, n := s.tail, uint32(1)<<s.sbits-1, s.tail-s.head
+	for i := range b {
+		if e := uint32(b[i]); (tail-e)&low-1 >= n { // not in the ring (see free)
+			b[i] = 0
+		}
+	}
+	// The bucket of the next sweep, sweepEvery insertions from now.
+	prefetch(uintptr(unsafe.Pointer(&s.index[(seq/sweepEvery+1)&mask])))
 }
 
 // find returns the index entry of k, or nil.
@@ -362,13 +424,14 @@ func (s *shard) lookup(k Key, p place, now, maxAge, mark int64) (*slot, uint32) 
 	if e == nil {
 		return nil, 0
 	}
-	sl := s.at(e.seq)
+	seq := s.seqOf(*e)
+	sl := s.at(seq)
 	if now-sl.born >= maxAge || (sl.state&slFlight != 0 && now-sl.born >= mark) {
-		e.tag = 0
-		s.kill(e.seq)
+		*e = 0
+		s.kill(seq)
 		return nil, 0
 	}
-	return sl, e.seq
+	return sl, seq
 }
 
 // waitOn returns the channel that the end of the in-flight slot seq
@@ -421,10 +484,11 @@ func (s *shard) remove(k Key, seq uint32) {
 	if s.overflowed(i1) {
 		n = 2
 	}
+	want := s.entryOf(tag, seq)
 	for _, b := range bs[:n] {
 		for i := range b {
-			if e := &b[i]; e.tag == tag && e.seq == seq {
-				e.tag = 0
+			if b[i] == want {
+				b[i] = 0
 			}
 		}
 	}
@@ -466,6 +530,9 @@ func (s *shard) insert(k Key, p place, answer []byte, state uint8, now, maxAge i
 	if seq&(uint32(len(s.ring))-1) == 0 {
 		s.newEpoch(seq)
 	}
+	if seq%sweepEvery == 0 {
+		s.sweep(seq)
+	}
 	s.tail++
 	sl := s.at(seq)
 	// Field by field: a composite literal is built on the stack and
@@ -485,11 +552,14 @@ func (s *shard) insert(k Key, p place, answer []byte, state uint8, now, maxAge i
 	return seq
 }
 
-// free returns the first free entry of b, or nil.
+// free returns the first free entry of b, or nil: 0, or whose sequence
+// number is not in the ring (inUse, with the ring's bounds in registers:
+// the entry's distance back from the tail is not in [1, tail-head]).
 func (s *shard) free(b *bucket) *entry {
+	tail, mask, n := s.tail, uint32(1)<<s.sbits-1, s.tail-s.head
 	for i := range b {
-		if e := &b[i]; e.tag == 0 || !s.inRing(e.seq) {
-			return e
+		if e := uint32(b[i]); e == 0 || (tail-e)&mask-1 >= n {
+			return &b[i]
 		}
 	}
 	return nil
@@ -510,18 +580,18 @@ func (s *shard) indexPut(p place, seq uint32) {
 			e = &b1[0]
 			for _, b := range [2]*bucket{b1, b2} {
 				for i := range b {
-					if c := &b[i]; c.seq-s.head < e.seq-s.head {
+					if c := &b[i]; s.seqOf(*c)-s.head < s.seqOf(*e)-s.head {
 						e = c
 					}
 				}
 			}
-			s.kill(e.seq)
+			s.kill(s.seqOf(*e))
 		}
 		if !inBucket(b1, e) { // b2 may be b1 in a one-bucket index
 			s.setOverflow(i1, seq)
 		}
 	}
-	*e = entry{tag: tag, seq: seq}
+	*e = s.entryOf(tag, seq)
 }
 
 // inBucket reports whether e is one of b's entries.
@@ -548,7 +618,8 @@ func (s *shard) grow() {
 	s.ring = r
 	s.hpos = 0
 	s.shift = uint8(bits.TrailingZeros(uint(size)))
-	if want := max(size/2, 1); want <= cap(s.indexMem) {
+	s.sbits = max(s.shift+2, 8)
+	if want := max(size/4, 1); want <= cap(s.indexMem) {
 		s.index = s.indexMem[:want]
 		clear(s.index)
 	} else {

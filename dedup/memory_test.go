@@ -199,13 +199,14 @@ func crafted(i int) Key {
 // entries, the oldest of them is evicted.
 func TestMemoryIndexOverflow(t *testing.T) {
 	s := NewMemory(WithShards(1), WithMaxEntries(64))
-	for i := 0; i < 17; i++ {
+	const both = 2 * len(bucket{}) // the two buckets of every crafted key
+	for i := 0; i < both+1; i++ {
 		complete(t, s, crafted(i), "a")
 	}
-	if n := s.Len(); n != 16 {
-		t.Fatalf("Len %d, want 16", n)
+	if n := s.Len(); n != both {
+		t.Fatalf("Len %d, want %d", n, both)
 	}
-	for i := 1; i < 17; i++ {
+	for i := 1; i < both+1; i++ {
 		wantKind(t, begin(t, s, crafted(i)), Duplicate)
 	}
 	o := begin(t, s, crafted(0))
@@ -264,39 +265,40 @@ func TestMemoryManyKeys(t *testing.T) {
 func TestMemoryOverflowBit(t *testing.T) {
 	s := NewMemory(WithShards(1), WithMaxEntries(64))
 	sh := &s.shards[0]
-	for i := 0; i < 8; i++ { // fills bucket 0, the first bucket of every crafted key
+	const per = len(bucket{})
+	for i := 0; i < per; i++ { // fills bucket 0, the first bucket of every crafted key
 		complete(t, s, crafted(i), "a")
 	}
 	if sh.overflowed(0) {
 		t.Fatal("bucket 0 overflowed before it was full")
 	}
-	complete(t, s, crafted(8), "a") // goes to bucket 1
+	complete(t, s, crafted(per), "a") // goes to bucket 1
 	if !sh.overflowed(0) {
 		t.Fatal("bucket 0 not marked overflowed")
 	}
 	if sh.overflowed(1) {
 		t.Fatal("bucket 1 marked overflowed")
 	}
-	for i := 0; i < 9; i++ {
+	for i := 0; i < per+1; i++ {
 		wantKind(t, begin(t, s, crafted(i)), Duplicate)
 	}
 	// An in-flight key in the second bucket, abandoned: removed from there.
-	o := begin(t, s, crafted(9))
+	o := begin(t, s, crafted(per+1))
 	wantKind(t, o, First)
-	e := sh.find(crafted(9))
+	e := sh.find(crafted(per + 1))
 	if e == nil || !inBucket(&sh.index[1], e) {
-		t.Fatal("crafted(9) not found in its second bucket")
+		t.Fatal("crafted(per+1) not found in its second bucket")
 	}
 	_ = o.Abandon()
-	if sh.find(crafted(9)) != nil {
+	if sh.find(crafted(per+1)) != nil {
 		t.Fatal("abandoned key still indexed")
 	}
 	for _, e := range sh.index[1] {
-		if e.tag != 0 && sh.inRing(e.seq) && sh.at(e.seq).key == crafted(9) {
+		if sh.inUse(e) && sh.at(sh.seqOf(e)).key == crafted(per+1) {
 			t.Fatal("abandoned key's entry not freed")
 		}
 	}
-	o = begin(t, s, crafted(9))
+	o = begin(t, s, crafted(per+1))
 	wantKind(t, o, First)
 	_ = o.Abandon()
 	// Two epochs (2*64 insertions) later every crafted key has left the
@@ -307,8 +309,8 @@ func TestMemoryOverflowBit(t *testing.T) {
 	for i := 64; i < 2*64+8; i++ {
 		complete(t, s, RequestKey("later", uint32(i)), "a")
 	}
-	if sh.find(crafted(8)) != nil {
-		t.Fatal("crafted(8) still held")
+	if sh.find(crafted(per)) != nil {
+		t.Fatal("crafted(per) still held")
 	}
 	if sh.overflowed(0) {
 		t.Fatal("overflow bit of bucket 0 not cleared after two epochs")
@@ -322,7 +324,8 @@ func TestMemoryOverflowBit(t *testing.T) {
 // keeps overflowed keys findable.
 func TestMemoryOverflowBitSurvivesGrow(t *testing.T) {
 	s := NewMemory(WithShards(1), WithMaxEntries(1024))
-	for i := 0; i < 12; i++ {
+	n := len(bucket{}) + 4 // 4 in bucket 1
+	for i := 0; i < n; i++ {
 		complete(t, s, crafted(i), "a")
 	}
 	for i := 0; i < 600; i++ { // several doublings
@@ -331,7 +334,7 @@ func TestMemoryOverflowBitSurvivesGrow(t *testing.T) {
 	if !s.shards[0].overflowed(0) {
 		t.Fatal("bucket 0 not overflowed after rebuild")
 	}
-	for i := 0; i < 12; i++ {
+	for i := 0; i < n; i++ {
 		wantKind(t, begin(t, s, crafted(i)), Duplicate)
 	}
 }
@@ -493,8 +496,8 @@ func checkIndex(t *testing.T, sh *shard) {
 		if e == nil {
 			t.Fatalf("live slot %d not found in the index", seq)
 		}
-		if e.seq != seq {
-			t.Fatalf("key of slot %d found at slot %d", seq, e.seq)
+		if sh.seqOf(*e) != seq {
+			t.Fatalf("key of slot %d found at slot %d", seq, sh.seqOf(*e))
 		}
 	}
 }
@@ -790,17 +793,17 @@ func TestMemoryTwoKeysGrowShard(t *testing.T) {
 		complete(t, s, benchKey(uint64(i)), "a")
 	}
 	sh := &s.shards[0]
-	if len(sh.ring) != 16 || len(sh.index) != 8 {
-		t.Fatalf("ring %d, index %d: want 16, 8", len(sh.ring), len(sh.index))
+	if len(sh.ring) != 16 || len(sh.index) != 4 {
+		t.Fatalf("ring %d, index %d: want 16, 4", len(sh.ring), len(sh.index))
 	}
 	a := benchKey(100)
-	// b's first bucket in the grown index (16 buckets) is not the one it
-	// has in the old (8 buckets), nor is its second.
+	// b's first bucket in the grown index (8 buckets) is not the one it
+	// has in the old (4 buckets), nor is its second.
 	b := crafted(1)
 	b[8], b[12] = 0x0c, 0x0d
 	o := begin(t, s, a, b)
 	wantKind(t, o, First)
-	if len(sh.index) != 16 {
+	if len(sh.index) != 8 {
 		t.Fatalf("index %d buckets: the first insertion did not grow the shard", len(sh.index))
 	}
 	if err := o.Complete(msg(1, 1, "b")); err != nil {
@@ -826,6 +829,60 @@ func BenchmarkMemoryBeginIntoFirstSmall(b *testing.B) {
 		next++
 		if err := s.BeginInto(ctx, &o, benchKey(next)); err != nil || !o.First() {
 			b.Fatal(err, o.Kind())
+		}
+	}
+}
+
+// TestMemoryIndexEntriesSwept: an index entry keeps only the low bits of
+// its slot's sequence number, so a free entry (its slot has left the ring)
+// must be cleared before the sequence numbers come round to the same low
+// bits, or it would name a later slot. Over many rings' worth of
+// insertions, completions and abandons, no entry names a slot of another
+// key, and the free entries not yet cleared are only those written in the
+// last ring plus sweep period: the index does not fill up with them.
+func TestMemoryIndexEntriesSwept(t *testing.T) {
+	const limit = 64
+	s := NewMemory(WithShards(1), WithMaxEntries(limit))
+	sh := &s.shards[0]
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 40 << 8 {
+		o := begin(t, s, benchKey(rng.Uint64()))
+		if rng.IntN(4) == 0 {
+			_ = o.Abandon()
+		} else {
+			_ = o.Complete(msg(1, 1, "a"))
+		}
+		if i%16 != 0 {
+			continue
+		}
+		checkNoStaleEntries(t, sh)
+		stale := 0
+		for _, b := range sh.index {
+			for _, e := range b {
+				if e != 0 && !sh.inUse(e) {
+					stale++
+				}
+			}
+		}
+		if bound := len(sh.ring) + 1 + sweepEvery*len(sh.index); stale > bound {
+			t.Fatalf("after %d insertions: %d free entries not cleared, want at most %d", i+1, stale, bound)
+		}
+	}
+}
+
+// TestBucketAlignment: bucket.hasTag reads a bucket as 64-bit words, so
+// every bucket of an index, on the Go heap or in the huge-page mapping, is
+// 8-byte aligned, whatever the index's size.
+func TestBucketAlignment(t *testing.T) {
+	for _, n := range []int{1, 5, 64, 1000, 1 << 19} {
+		s := NewMemory(WithShards(4), WithMaxEntries(n))
+		for i := range min(n, 5000) {
+			complete(t, s, benchKey(uint64(i)), "a")
+			for j := range s.shards {
+				if idx := s.shards[j].index; len(idx) > 0 && uintptr(unsafe.Pointer(&idx[0]))%8 != 0 {
+					t.Fatalf("max entries %d, shard %d: index at %p", n, j, &idx[0])
+				}
+			}
 		}
 	}
 }
