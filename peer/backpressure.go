@@ -38,12 +38,12 @@ func (c *conn) wakeLocked() {
 }
 
 // waitRoom blocks the reader while the backlog is full, until answers
-// drain or the connection closes.
-func (c *conn) waitRoom() {
+// drain or the connection closes; it reports whether it blocked.
+func (c *conn) waitRoom() (waited bool) {
 	c.wmu.Lock()
 	if !c.bp.full() || c.wclosed {
 		c.wmu.Unlock()
-		return
+		return false
 	}
 	if len(c.wq) > 0 {
 		c.kickLocked() // answers the reader queued without a writer
@@ -61,6 +61,7 @@ func (c *conn) waitRoom() {
 	case <-ch:
 	case <-c.closed:
 	}
+	return true
 }
 
 // held marks one request handed to a Handler.

@@ -126,8 +126,8 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 		if p.cfg.InlineHandlerTime > 0 {
 			c.guard = time.AfterFunc(time.Hour, c.checkInline)
 			c.guard.Stop() // set by the first request a reader runs
-			c.rbuf, _ = tc.(transport.BufferedReader)
 		}
+		c.rbuf, _ = tc.(transport.BufferedReader)
 	}
 	return c
 }
@@ -587,8 +587,12 @@ func (c *conn) reader() {
 		c.deferred = false
 		c.kick()
 	}
+	var at int64 // when the bytes of the message read arrived (p.mono)
 	for {
-		c.waitRoom()
+		// Messages that one read of the socket brought arrived together:
+		// one clock reading serves them all (a reading costs about as
+		// much as matching an answer).
+		fresh := c.waitRoom() || at == 0 || c.rbuf == nil || !c.rbuf.MessageBuffered()
 		msg, err := c.tc.ReadMessage()
 		if err != nil {
 			note := c.note()
@@ -619,7 +623,10 @@ func (c *conn) reader() {
 			p.step(input{kind: evConnDown, c: c, note: note})
 			return
 		}
-		if p.received(c, msg) {
+		if fresh {
+			at = p.mono()
+		}
+		if p.received(c, msg, at) {
 			return // a Handler ran too long here: another goroutine reads now
 		}
 		if c.deferred && !c.rbuf.MessageBuffered() {

@@ -359,3 +359,32 @@ func TestTwoSlowHandlersInARowMoveRequestsToWorkers(t *testing.T) {
 		closeAnswering(t, p, far)
 	})
 }
+
+// Requests that arrive in one burst share one clock reading for their
+// arrival, but each Handler's time on the reader counts from its own
+// start: a burst of fast Handlers that together run past the limit is
+// neither handed over nor sent to workers.
+func TestBurstOfFastHandlersStaysOnTheReader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, far := dialPipe(t, func(ctx context.Context, p *Peer, req []byte) []byte {
+			time.Sleep(DefaultInlineHandlerTime / 5) // fast, but 20 of them run 4 limits
+			return successAnswer(req)
+		})
+		c := p.cur.Load()
+		const n = 20
+		batch := make([][]byte, n)
+		for i := range batch {
+			batch[i] = serverACR(uint32(i + 1))
+		}
+		go func() { _ = far.WriteMessages(batch...) }()
+		for range n {
+			m, err := far.ReadMessage()
+			require.NoError(t, err)
+			require.False(t, wire.IsRequest(m))
+		}
+		synctest.Wait()
+		assert.Zero(t, c.handovers.Load(), "no Handler ran as long as the limit")
+		assert.Zero(t, c.handlers.Started(), "no Handler counted as slow")
+		closeAnswering(t, p, far)
+	})
+}

@@ -518,11 +518,11 @@ func (p *Peer) publish(e Event) {
 	p.notify(notice{ev: e})
 }
 
-// received is called by a connection's reader for every message. moved
-// reports that the reader ran a Handler for too long and the reading has
-// moved to another goroutine: the caller is no longer the reader.
-func (p *Peer) received(c *conn, msg []byte) (moved bool) {
-	now := p.mono()
+// received is called by a connection's reader for every message, which
+// arrived at now (p.mono). moved reports that the reader ran a Handler for
+// too long and the reading has moved to another goroutine: the caller is
+// no longer the reader.
+func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 	p.lastRx.Store(now) // before reading state: see onTimer
 	p.stats.received.Add(1)
 	flags, cmd := wire.Flags(msg), wire.CommandCode(msg)
@@ -544,7 +544,7 @@ func (p *Peer) received(c *conn, msg []byte) (moved bool) {
 				return false
 			}
 			if p.State() == watchdog.Okay {
-				return p.serve(c, msg, now)
+				return p.serve(c, msg)
 			} else {
 				p.step(input{kind: evOther, c: c, msg: msg, at: now})
 			}
@@ -644,14 +644,16 @@ func (p *Peer) premature(c *conn, cl *dcall, ans []byte) bool {
 
 // serve runs the Handler for req, read at now: on the reader unless
 // Handlers run on workers (see Handler); moved as for received.
-func (p *Peer) serve(c *conn, req []byte, now int64) (moved bool) {
+func (p *Peer) serve(c *conn, req []byte) (moved bool) {
 	if p.cfg.InlineHandlerTime < 0 || c.slowLeft.Load() > 0 && c.slowLeft.Add(-1) >= 0 {
 		p.serveOnWorker(c, req)
 		return false
 	}
 	c.owed.Add(1)
 	c.held()
-	return c.answerInline(req, now)
+	// The Handler's time on the reader counts from now, not from the
+	// arrival of its bytes: those of a burst arrived together.
+	return c.answerInline(req, p.mono())
 }
 
 // serveOnWorker runs the Handler for req on a worker of the connection.
