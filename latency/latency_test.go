@@ -38,31 +38,26 @@ func TestMean(t *testing.T) {
 	}
 }
 
-// Merging histograms gives the histogram of all their samples.
-func TestMerge(t *testing.T) {
-	var a, b, all, merged Histogram
+// RecordAll records what as many Records would.
+func TestRecordAll(t *testing.T) {
+	var one, all Histogram
+	var batch []time.Duration
 	for i := 1; i <= 1000; i++ {
 		d := time.Duration(i*i) * time.Microsecond
-		if i%3 == 0 {
-			a.Record(d)
-		} else {
-			b.Record(d)
+		one.Record(d)
+		batch = append(batch, d)
+		if len(batch) == 64 || i == 1000 {
+			all.RecordAll(batch)
+			batch = batch[:0]
 		}
-		all.Record(d)
 	}
-	merged.Merge(&a)
-	merged.Merge(&b)
-	if merged.Summary() != all.Summary() || merged.Mean() != all.Mean() {
-		t.Fatalf("merged %+v mean %v, want %+v mean %v", merged.Summary(), merged.Mean(), all.Summary(), all.Mean())
+	all.RecordAll(nil)
+	if all.Summary() != one.Summary() || all.Mean() != one.Mean() {
+		t.Fatalf("RecordAll %+v mean %v, Record %+v mean %v", all.Summary(), all.Mean(), one.Summary(), one.Mean())
 	}
 	for _, q := range []float64{0.1, 0.5, 0.9, 0.999} {
-		if merged.Quantile(q) != all.Quantile(q) {
-			t.Fatalf("quantile %v: %d, want %d", q, merged.Quantile(q), all.Quantile(q))
+		if all.Quantile(q) != one.Quantile(q) {
+			t.Fatalf("quantile %v: %d, want %d", q, all.Quantile(q), one.Quantile(q))
 		}
-	}
-	var empty Histogram
-	merged.Merge(&empty)
-	if merged.Summary() != all.Summary() {
-		t.Fatal("merging an empty histogram changed it")
 	}
 }

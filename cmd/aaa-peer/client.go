@@ -299,26 +299,48 @@ type loadgen struct {
 	epoch   time.Time    // the origin of the requests' clock readings (one read each: time.Now reads two clocks)
 
 	issued  atomic.Int64 // request numbers handed out
-	tallies []tally      // the callers' counts and latencies: caller i keeps tallies[i%len]
+	tallies []tally      // the callers' counts: caller i keeps tallies[i%len]
+	lat     latency.Histogram
 
 	mu       sync.Mutex
 	failedBy map[string]uint64
 }
 
-// tally is one share of a run's counts and latencies. Callers are spread
-// over several, so that the bookkeeping of each request does not move one
-// cache line between cores: with one shared set, it cost about as much
-// as the balancer's pick.
+// tally is one share of a run's counts. Callers are spread over several,
+// so that the bookkeeping of each request does not move one cache line
+// between cores.
 type tally struct {
 	sent     atomic.Uint64 // requests issued
 	answered atomic.Uint64
 	failed   atomic.Uint64
-	lat      latency.Histogram
-	_        [64]byte // the next tally's counters on a line of their own
+	_        [64 - 24]byte // the next tally on a line of its own
 }
 
-// maxTallies bounds the tallies of a run (a Histogram is about 30 KB).
+// maxTallies bounds the tallies of a run.
 const maxTallies = 64
+
+// latencies is one caller's latest latencies, recorded into the run's
+// histogram together (latency.Histogram.RecordAll): per request, that
+// histogram cost about as much as the balancer's pick, its lines moving
+// between the cores or missing in the cache.
+type latencies struct {
+	n int
+	d [64]time.Duration
+}
+
+// add keeps d, and records the batch into h once full.
+func (l *latencies) add(d time.Duration, h *latency.Histogram) {
+	l.d[l.n] = d
+	if l.n++; l.n == len(l.d) {
+		l.flush(h)
+	}
+}
+
+// flush records what l keeps into h.
+func (l *latencies) flush(h *latency.Histogram) {
+	h.RecordAll(l.d[:l.n])
+	l.n = 0
+}
 
 // counts sums the tallies: outcomes before sent, and each caller counts
 // sent first, so sent >= answered + failed holds.
@@ -331,15 +353,6 @@ func (c *loadgen) counts() (sent, answered, failed uint64) {
 		sent += c.tallies[i].sent.Load()
 	}
 	return sent, answered, failed
-}
-
-// latency merges the tallies' latencies.
-func (c *loadgen) latency() latency.Summary {
-	var all latency.Histogram
-	for i := range c.tallies {
-		all.Merge(&c.tallies[i].lat)
-	}
-	return all.Summary()
 }
 
 // clientReport is the --report document.
@@ -644,6 +657,8 @@ func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			var lat latencies
+			defer lat.flush(&c.lat) // before wg.Done: the report sees them
 			for {
 				if c.o.requests > 0 && c.issued.Load() >= c.o.requests {
 					return
@@ -657,7 +672,7 @@ func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
 				}
 				// In-flight requests finish when --duration ends; only
 				// ctx (a signal) interrupts them.
-				c.one(ctx, dl, n, t)
+				c.one(ctx, dl, n, t, &lat)
 			}
 		}()
 	}
@@ -680,9 +695,10 @@ func (c *loadgen) progress(elapsed time.Duration) string {
 	return b.String()
 }
 
-// one sends request n through the Client and counts its outcome in t;
-// dl, under ctx, gives it its --timeout.
-func (c *loadgen) one(ctx context.Context, dl *deadlines, n int64, t *tally) {
+// one sends request n through the Client and counts its outcome in t,
+// its latency in lat (nil: straight into the run's histogram); dl, under
+// ctx, gives it its --timeout.
+func (c *loadgen) one(ctx context.Context, dl *deadlines, n int64, t *tally, lat *latencies) {
 	t.sent.Add(1)
 	req := c.build(n)
 	c.metrics.ObserveWire(req, status.DirOut)
@@ -700,7 +716,11 @@ func (c *loadgen) one(ctx context.Context, dl *deadlines, n int64, t *tally) {
 		return
 	}
 	took := time.Since(c.epoch) - t0
-	t.lat.Record(took)
+	if lat != nil {
+		lat.add(took, &c.lat)
+	} else {
+		c.lat.Record(took)
+	}
 	c.metrics.ObserveLatency(took)
 	c.metrics.ObserveWire(ans, status.DirIn)
 	rc, ok := message.ResultCodeOf(ans)
@@ -748,7 +768,7 @@ func (c *loadgen) report(dropped uint64, elapsed time.Duration) clientReport {
 	sent, answered, failed := c.counts()
 	r := clientReport{
 		Sent: sent, Answered: answered, Failed: failed,
-		LatencyUS: c.latency(), FailedBy: make(map[string]uint64),
+		LatencyUS: c.lat.Summary(), FailedBy: make(map[string]uint64),
 		EventsDropped: dropped, ElapsedMS: elapsed.Milliseconds(),
 		Mode: c.o.clientMode.String(), Algorithm: c.o.alg.String(),
 		Servers: c.cl.ServerStats(), Failovers: []client.FailoverRecord{},
