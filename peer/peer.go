@@ -31,14 +31,14 @@ import (
 // starts a new reader, which goes on reading (DWRs, DPRs, answers, the
 // next requests) while the Handler finishes on the old one, which then
 // ends. After a slow Handler (one handed over, or two in a row that ran
-// half that time or more) the connection's next requests, a few hundred, no longer run on
-// the reader but on worker goroutines of the connection, concurrently with one
-// another and with the reader: a request that arrives while every worker
-// is busy starts one more, and a worker ends once no request waits. So
-// Handlers may run concurrently with one another, and a slow or blocked
-// Handler holds only its own goroutine: the other requests go on, up to
-// Config.MaxUnanswered requests read and not answered, after which the
-// connection stops reading.
+// half that time or more) the connection's next requests, a few hundred,
+// no longer run on the reader but on worker goroutines of the connection,
+// concurrently with one another and with the reader: a request that
+// arrives while every worker is busy starts one more, and a worker ends
+// once no request waits. So Handlers may run concurrently with one
+// another, and a slow or blocked Handler holds only its own goroutine:
+// the other requests go on, up to Config.MaxUnanswered requests read and
+// not answered, after which the connection stops reading.
 type Handler func(ctx context.Context, p *Peer, req []byte) []byte
 
 // Role says whether a Peer dials (client) or was accepted (server).
