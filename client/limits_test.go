@@ -155,6 +155,19 @@ func TestThrottleQueueAlarm(t *testing.T) {
 	})
 }
 
+// muted makes f answer nothing while the returned flag is set.
+func muted(f *fakeServer) *atomic.Bool {
+	var mute atomic.Bool
+	base := f.handler
+	f.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+		if mute.Load() {
+			return nil
+		}
+		return base(ctx, p, req)
+	}
+	return &mute
+}
+
 // S1-S4 through the client: a server whose transport is fine (DWRs
 // answered) but which stops replying to requests is taken out of service
 // after the down-timeout, gets nothing during the hold-down, then exactly
@@ -162,14 +175,7 @@ func TestThrottleQueueAlarm(t *testing.T) {
 func TestPolicyHoldDownAndProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
-		var mute atomic.Bool
-		base := a.handler
-		a.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
-			if mute.Load() {
-				return nil
-			}
-			return base(ctx, p, req)
-		}
+		mute := muted(a)
 		n := network{"tcp://a:1": a, "tcp://b:1": b}
 		defer n.close()
 		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
@@ -353,14 +359,7 @@ func TestKeepAliveNotReplayedOnFailover(t *testing.T) {
 func TestPolicyHoldDownEndReleasesWaitingRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := newFakeServer("a.example.net")
-		var mute atomic.Bool
-		base := a.handler
-		a.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
-			if mute.Load() {
-				return nil
-			}
-			return base(ctx, p, req)
-		}
+		mute := muted(a)
 		n := network{"tcp://a:1": a}
 		defer n.close()
 		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1")
