@@ -638,7 +638,7 @@ func (c *Client) pick(cl *call.Call, skip ...*member) *member {
 	}
 	if c.bal != nil {
 		if s, err := c.bal.Pick(balanceKeys(cl.Key)); err == nil {
-			if m := c.byName[s.Name]; usable(m) {
+			if m := c.members[s.Index]; usable(m) { // Index: the member's, as New gave it
 				return m
 			}
 		}

@@ -163,7 +163,11 @@ type picker struct {
 	// and no old table lives, so Pick does not consult the memory at all.
 	watch bucketSet
 	quiet bool
-	state []State // by slot
+	// uniform: every bucket of table names one server (a single server
+	// in service), so a walk's answer does not depend on the key and
+	// Pick needs no hash.
+	uniform bool
+	state   []State // by slot
 	ready []int16 // in-service slots by (Index, slot): direct, round-robin
 }
 
@@ -372,7 +376,7 @@ func (b *Balancer) unsureBuckets(prev, nt *bucketTable, now int64) (*[NumBuckets
 
 // publish swaps in a new snapshot. Caller holds mu (or is New).
 func (b *Balancer) publish(t *bucketTable, old []oldTable) {
-	p := &picker{gen: b.gen, table: t, old: old, state: append([]State(nil), b.state...)}
+	p := &picker{gen: b.gen, table: t, old: old, state: append([]State(nil), b.state...), uniform: t.uniform()}
 	if b.alg == Pearson {
 		for h, since := range b.watchSince {
 			if since != unwatched {
@@ -534,7 +538,7 @@ func (b *Balancer) Pick(r Request) (Server, error) {
 		}
 		slot = int(p.ready[(b.rr.Add(1)-1)%uint64(len(p.ready))])
 	case Hash:
-		slot = p.walk(p.table, keyHash(r), nil)
+		slot = p.walk(p.table, p.hash(r), nil)
 	default:
 		slot = b.pickPearson(p, r)
 	}
@@ -551,9 +555,18 @@ func keyHash(r Request) uint8 {
 	return PearsonHashString(r.SessionID)
 }
 
+// hash is keyHash(r) where the bucket matters, 0 where it does not (a
+// uniform table: every bucket names the same server).
+func (p *picker) hash(r Request) uint8 {
+	if p.uniform {
+		return 0
+	}
+	return keyHash(r)
+}
+
 func (b *Balancer) pickPearson(p *picker, r Request) int {
 	if r.SessionID == "" || p.quiet {
-		return p.walk(p.table, keyHash(r), nil)
+		return p.walk(p.table, p.hash(r), nil)
 	}
 	now := b.clock()
 	h := b.sess.hash(r.SessionID)

@@ -355,3 +355,38 @@ func TestPickAllocations(t *testing.T) {
 		t.Fatalf("first-seen session: %v allocs, want at most 1", n)
 	}
 }
+
+// With one server holding every bucket, Pick skips the hash: the picker
+// must say so exactly when it is true, and Pick must still agree with
+// Route (which always hashes) for every combination of states.
+func TestUniformTableSkipsTheHash(t *testing.T) {
+	states := []State{InService, Suspended, Down}
+	for _, alg := range []Algorithm{Pearson, Hash} {
+		b := mustNew(t, alg, servers(3), Options{})
+		rng := rand.New(rand.NewPCG(1, 2))
+		for combo := range 27 {
+			st := []State{states[combo%3], states[combo/3%3], states[combo/9]}
+			for i, s := range st {
+				if _, err := b.SetState(fmt.Sprintf("s%d", i), s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			snap := b.Snapshot()
+			one := false
+			for _, s := range snap.Servers {
+				one = one || s.Buckets == NumBuckets
+			}
+			if got := b.cur.Load().uniform; got != one {
+				t.Fatalf("%v %v: uniform %v, but one server holds every bucket: %v", alg, st, got, one)
+			}
+			for range 200 {
+				nai := randomNAI(rng)
+				_, want, werr := b.Route(nai)
+				got, gerr := b.Pick(Request{NAI: nai})
+				if (werr == nil) != (gerr == nil) || werr == nil && got.Name != want {
+					t.Fatalf("%v %v: Pick(%q) = %q, %v; Route = %q, %v", alg, st, nai, got.Name, gerr, want, werr)
+				}
+			}
+		}
+	}
+}

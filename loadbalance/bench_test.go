@@ -149,3 +149,15 @@ func BenchmarkPickKnownSessionOneDown(b *testing.B) {
 		lb.Pick(r)
 	}
 }
+
+// One server (a client with a single agent): every bucket names it, and
+// Pick skips the hash.
+func BenchmarkPickOneServer(b *testing.B) {
+	lb := mustNew(b, Pearson, servers(1), Options{})
+	r := Request{NAI: benchNAI, SessionID: "nas1.example.net;1234567890;" + benchNAI}
+	mustPick(b, lb, r)
+	b.ReportAllocs()
+	for b.Loop() {
+		lb.Pick(r)
+	}
+}

@@ -13,6 +13,20 @@ const noSlot = -1
 // published.
 type bucketTable [NumBuckets]int16
 
+// uniform reports whether every bucket of t names the same server (nil:
+// no table, false).
+func (t *bucketTable) uniform() bool {
+	if t == nil || t[0] == noSlot {
+		return false
+	}
+	for _, s := range t {
+		if s != t[0] {
+			return false
+		}
+	}
+	return true
+}
+
 // member is a server taking part in a table build.
 type member struct {
 	slot   int // position in the configured server list
