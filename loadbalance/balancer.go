@@ -168,7 +168,7 @@ type picker struct {
 	// Pick needs no hash.
 	uniform bool
 	state   []State // by slot
-	ready []int16 // in-service slots by (Index, slot): direct, round-robin
+	ready   []int16 // in-service slots by (Index, slot): direct, round-robin
 }
 
 // Balancer picks servers for requests. Create it with New.
