@@ -78,6 +78,11 @@ type conn struct {
 	handovers  atomic.Uint64            // readings moved off a slow Handler (for tests)
 	rbuf       transport.BufferedReader // nil unless the transport says what it holds unread
 	deferred   bool                     // answers queued with no writer kicked (the reader's)
+	// clock is the reader's latest clock reading (p.mono): at the socket
+	// read that brought the message being handled, or at the end of the
+	// Handler it ran since, which the next one of a burst starts from
+	// (the reader's).
+	clock int64
 	slowOnce   bool
 
 	// write queue: callers append under wmu; the writer swaps it out.
@@ -625,6 +630,7 @@ func (c *conn) reader() {
 		}
 		if fresh {
 			at = p.mono()
+			c.clock = at
 		}
 		if p.received(c, msg, at) {
 			return // a Handler ran too long here: another goroutine reads now
@@ -672,11 +678,13 @@ func (c *conn) answerInline(req []byte, now int64) (moved bool) {
 	ans := c.handle(req)
 	moved = !c.inlineAt.CompareAndSwap(at, 0)
 	if !moved {
+		end := c.p.mono()
+		c.clock = end
 		// Two slow Handlers in a row send the next requests to workers:
 		// one alone is as likely the reader waiting for a processor (a
 		// busy machine, a collection) as a slow Handler, and a slow one
 		// shows again at once (a blocked one is handed over at the limit).
-		slow := time.Duration(c.p.mono()-now) >= c.slowRun()
+		slow := time.Duration(end-now) >= c.slowRun()
 		if slow && c.slowOnce {
 			c.slowLeft.Store(c.p.cfg.slowRequests)
 		}

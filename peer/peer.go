@@ -651,9 +651,11 @@ func (p *Peer) serve(c *conn, req []byte) (moved bool) {
 	}
 	c.owed.Add(1)
 	c.held()
-	// The Handler's time on the reader counts from now, not from the
-	// arrival of its bytes: those of a burst arrived together.
-	return c.answerInline(req, p.mono())
+	// The Handler's time on the reader counts from the reader's latest
+	// clock reading: the socket read that brought req, or the end of the
+	// Handler before it in the same burst (whose bytes arrived together).
+	// One reading per request, not two, and never the burst's wait.
+	return c.answerInline(req, c.clock)
 }
 
 // serveOnWorker runs the Handler for req on a worker of the connection.
