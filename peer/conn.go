@@ -82,8 +82,8 @@ type conn struct {
 	// read that brought the message being handled, or at the end of the
 	// Handler it ran since, which the next one of a burst starts from
 	// (the reader's).
-	clock int64
-	slowOnce   bool
+	clock    int64
+	slowOnce bool
 
 	// write queue: callers append under wmu; the writer swaps it out.
 	wmu      sync.Mutex
