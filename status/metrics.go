@@ -41,6 +41,7 @@ const (
 	MetricEvents      = "aaatp_events_total"
 	MetricNodeInfo    = "aaatp_node_info"
 	MetricPeerInfo    = "aaatp_peer_info"
+	MetricRecycled    = "aaatp_recycled_connections_total"
 )
 
 // Values of the "protocol" label of aaatp_peer_info.
@@ -85,8 +86,39 @@ type Metrics struct {
 	events      *prometheus.CounterVec // type
 	info        *prometheus.GaugeVec   // role, origin_host, origin_realm
 	peerInfo    *prometheus.GaugeVec   // peer, protocol
+	recycled    recycledCounts         // peer
 
 	mu sync.Mutex // serializes Sync with the scrape that follows it
+}
+
+// recycledCounts exports each RADIUS stream peer's count of recycled
+// connections, as of the last Sync, as a counter: the count is the peer's
+// own (radpeer.Stats.RecycledConns), so it is read, not incremented here.
+type recycledCounts struct {
+	desc *prometheus.Desc
+	mu   sync.Mutex
+	last []PeerStatus // the RADIUS rows of the last Sync
+}
+
+func (r *recycledCounts) Describe(ch chan<- *prometheus.Desc) { ch <- r.desc }
+
+func (r *recycledCounts) Collect(ch chan<- prometheus.Metric) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.last {
+		ch <- prometheus.MustNewConstMetric(r.desc, prometheus.CounterValue, float64(p.RecycledConns), label(p.Peer))
+	}
+}
+
+func (r *recycledCounts) set(ps []PeerStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last = r.last[:0]
+	for _, p := range ps {
+		if p.Protocol == ProtocolRADIUS {
+			r.last = append(r.last, p)
+		}
+	}
 }
 
 // NewMetrics returns Metrics registered on a new registry, together with
@@ -144,6 +176,9 @@ func NewMetrics() *Metrics {
 			Help: "Always 1 per peer or server; protocol is diameter or radius (join on peer to split the per-peer series by protocol).",
 		}, []string{"peer", "protocol"}),
 	}
+	m.recycled.desc = prometheus.NewDesc(MetricRecycled,
+		"RADIUS over TCP or TLS: connections replaced because requests that never got an answer held all their Identifiers.",
+		[]string{"peer"}, nil)
 	dedup := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: MetricDedupHits,
 		Help: "Duplicate requests answered from the dedup store instead of being applied again.",
@@ -155,7 +190,7 @@ func NewMetrics() *Metrics {
 		return float64(n)
 	})
 	m.reg.MustRegister(m.messages, m.latency, m.state, m.transitions, m.failovers,
-		m.moved, m.pending, dedup, m.queueDepth, m.queueAlarm, m.events, m.info, m.peerInfo,
+		m.moved, m.pending, dedup, m.queueDepth, m.queueAlarm, m.events, m.info, m.peerInfo, &m.recycled,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, k := range []peer.EventKind{peer.EventWatchdog, peer.EventConnUp, peer.EventConnDown, peer.EventFailover, peer.EventError} {
 		m.events.WithLabelValues(k.String()) // export zeros from the start
@@ -405,6 +440,7 @@ func (m *Metrics) sync(s Snapshot) {
 		}
 		m.peerInfo.WithLabelValues(label(p.Peer), label(proto)).Set(1)
 	}
+	m.recycled.set(s.Peers)
 	m.queueDepth.Reset()
 	m.queueAlarm.Reset()
 	for _, q := range s.Queues {

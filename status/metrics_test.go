@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -339,5 +340,41 @@ func TestRealPeers(t *testing.T) {
 	page := body(t, get(t, Handler(serverSrc), "/"))
 	if !strings.Contains(page, `data-peer="cli.example.net"`) {
 		t.Error("server page has no row for the client")
+	}
+}
+
+// A RADIUS stream peer's recycled connections reach the page, the JSON
+// and the metrics; a Diameter peer, which has none, shows an empty cell,
+// no JSON key and no series.
+func TestRecycledConnections(t *testing.T) {
+	f := newFake()
+	f.snap.Peers = append(f.snap.Peers, PeerStatus{Peer: "radius+tcp://127.0.0.1:2083", Protocol: ProtocolRADIUS, State: "OKAY",
+		Sent: 9, Answered: 7, RecycledConns: 2, Tw: 6 * time.Second})
+	page := body(t, get(t, Handler(f), "/"))
+	for _, want := range []string{
+		`<th class="n">moved out</th><th class="n">recycled</th><th class="n">Tw</th>`,
+		`<td class="n">0</td><td class="n">2</td><td class="n">6.0s</td>`, // the RADIUS peer
+		`<td class="n">10</td><td class="n"></td><td class="n">6.0s</td>`, // s2, Diameter
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %s", want)
+		}
+	}
+	var js struct {
+		Peers []map[string]any `json:"peers"`
+	}
+	if err := json.Unmarshal([]byte(body(t, get(t, Handler(f), "/status.json"))), &js); err != nil {
+		t.Fatal(err)
+	}
+	if v := js.Peers[2]["recycled_conns"]; v != 2.0 {
+		t.Errorf("RADIUS peer recycled_conns = %v, want 2", v)
+	}
+	if v, ok := js.Peers[0]["recycled_conns"]; ok {
+		t.Errorf("Diameter peer has recycled_conns %v", v)
+	}
+	fams, _ := families(t, f, NewMetrics())
+	expect(t, fams, 2, MetricRecycled, "peer", "radius+tcp://127.0.0.1:2083")
+	if _, ok := value(fams, MetricRecycled, "peer", "s1.example.net"); ok {
+		t.Errorf("%s has a series for a Diameter peer", MetricRecycled)
 	}
 }

@@ -76,13 +76,17 @@ type PeerStatus struct {
 	// balancer's "in-service", "suspended", "down" (balance mode), or
 	// "primary", "secondary" (primary/secondary mode). Empty when none
 	// applies.
-	Policy   string        `json:"policy"`
-	Pending  int           `json:"pending"`
-	Sent     uint64        `json:"sent"`
-	Answered uint64        `json:"answered"`
-	MovedOut uint64        `json:"moved_out"`
-	Tw       time.Duration `json:"tw_ns"`
-	LastDWA  time.Time     `json:"last_dwa,omitzero"` // zero: none yet
+	Policy   string `json:"policy"`
+	Pending  int    `json:"pending"`
+	Sent     uint64 `json:"sent"`
+	Answered uint64 `json:"answered"`
+	MovedOut uint64 `json:"moved_out"`
+	// RecycledConns counts the connections replaced because requests that
+	// never got an answer held all their Identifiers (RADIUS over TCP or
+	// TLS; zero otherwise).
+	RecycledConns uint64        `json:"recycled_conns,omitempty"`
+	Tw            time.Duration `json:"tw_ns"`
+	LastDWA       time.Time     `json:"last_dwa,omitzero"` // zero: none yet
 }
 
 // Queue is one server's queue depth and whether it is in alarm.

@@ -82,16 +82,12 @@ func (d *streamDriver) snapshot(sent uint64) status.Snapshot {
 	var answered, failed, moved uint64
 	pol, peers := d.c.PolicyStates(), d.c.RADIUSPeers()
 	for i, s := range d.c.ServerStats() {
-		ps := status.PeerStatus{Peer: s.Peer, Server: s.Server, Policy: pol[i], Protocol: status.ProtocolRADIUS, State: s.State}
+		var w *radpeer.Stats
 		if p := peers[i]; p != nil {
-			w := p.Stats()
-			ps.Pending, ps.Sent, ps.Answered, ps.MovedOut = w.Waiting, w.Sent, w.Answered, w.MovedOut
-			for _, cs := range w.Conns {
-				ps.Pending += cs.Pending
-				ps.Tw = cs.Tw
-			}
+			st := p.Stats()
+			w = &st
 		}
-		snap.Peers = append(snap.Peers, ps)
+		snap.Peers = append(snap.Peers, streamRow(s, pol[i], w))
 		answered, failed, moved = answered+s.Answered, failed+s.Failed, moved+s.FailedOver
 	}
 	var queued int
@@ -101,6 +97,21 @@ func (d *streamDriver) snapshot(sent uint64) status.Snapshot {
 	}
 	snap.Totals = status.Totals{Sent: sent, Answered: answered, Failed: failed, Pending: uint64(queued), Moved: moved}
 	return snap
+}
+
+// streamRow is the status row of a RADIUS stream server: the Client's
+// view of it (s, policy) and its peer's counters (w, nil while it has no
+// peer).
+func streamRow(s client.ServerStats, policy string, w *radpeer.Stats) status.PeerStatus {
+	ps := status.PeerStatus{Peer: s.Peer, Server: s.Server, Policy: policy, Protocol: status.ProtocolRADIUS, State: s.State}
+	if w != nil {
+		ps.Pending, ps.Sent, ps.Answered, ps.MovedOut, ps.RecycledConns = w.Waiting, w.Sent, w.Answered, w.MovedOut, w.RecycledConns
+		for _, cs := range w.Conns {
+			ps.Pending += cs.Pending
+			ps.Tw = cs.Tw
+		}
+	}
+	return ps
 }
 
 func (d *streamDriver) fill(rep *radiusClientReport) {
