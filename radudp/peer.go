@@ -440,7 +440,11 @@ func (p *Peer) acquire(ctx context.Context) (slot, error) {
 	}
 	limit := p.cfg.MaxWaiting
 	if p.dialing {
-		limit += IDsPerSocket // the socket being opened will take these
+		// The socket being opened will take these, and the sockets still
+		// allowed after it, which the dialer opens next for those left
+		// waiting: the bound does not depend on how far the first dial
+		// had got when a burst arrived.
+		limit += (p.cfg.MaxSockets - len(p.socks)) * IDsPerSocket
 	}
 	if len(p.waiters) >= limit {
 		p.mu.Unlock()

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -340,6 +342,55 @@ func TestCloseFailsExchanges(t *testing.T) {
 		p.Close()
 		if err := <-errc; !errors.Is(err, ErrClosed) {
 			t.Fatalf("err %v, want ErrClosed", err)
+		}
+	})
+}
+
+// A burst that arrives while the first socket is still being opened gets
+// the same bound as one that arrives after it: MaxSockets sockets of
+// Identifiers and MaxWaiting waiting, no ErrBusy before that. The waiting
+// bound once counted only the socket being opened, so that the requests
+// beyond one socket and MaxWaiting failed when the first dial was slow.
+func TestBurstDuringFirstDialGetsTheWholeBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		release := make(chan struct{})
+		var once sync.Once
+		f := startFake(n, "srv:1812", func(int, []byte) int { <-release; return 1 })
+		defer f.close()
+		defer once.Do(func() { close(release) })
+		gate := make(chan struct{})
+		var dials atomic.Int32
+		p, err := NewPeer("srv:1812", PeerConfig{Secret: testSecret, MaxSockets: 2, MaxWaiting: 10, Timeout: time.Minute, Retries: 1,
+			Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+				if dials.Add(1) == 1 {
+					<-gate // the first dial takes until every request has arrived
+				}
+				return n.Dial(ctx, addr)
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		const total = 2*IDsPerSocket + 10
+		errs := make(chan error, total)
+		for range total {
+			go func() { _, err := p.Exchange(context.Background(), accessRequest("u")); errs <- err }()
+		}
+		synctest.Wait()
+		if st := p.Stats(); st.Sockets != 0 || st.Waiting != total-1 {
+			t.Fatalf("while the first socket opens: %+v, want every request but the dialer's waiting", st)
+		}
+		close(gate)
+		synctest.Wait()
+		if st := p.Stats(); st.Sockets != 2 || st.InFlight != 2*IDsPerSocket || st.Waiting != 10 {
+			t.Fatalf("stats %+v, want 2 sockets, 512 in flight, 10 waiting", st)
+		}
+		once.Do(func() { close(release) })
+		for range total {
+			if err := <-errs; err != nil {
+				t.Errorf("exchange: %v", err)
+			}
 		}
 	})
 }
