@@ -75,6 +75,10 @@ type PeerConfig struct {
 	MaxSockets int
 	// MaxWaiting bounds the requests waiting for a free Identifier
 	// (default DefaultMaxWaiting); beyond it an exchange fails with ErrBusy.
+	// While a socket is being opened, the requests that the sockets still
+	// allowed will take wait too, on top of MaxWaiting: a burst gets the
+	// same bound, MaxSockets x 256 in flight plus MaxWaiting, however far
+	// the first socket's opening had got when it arrived.
 	MaxWaiting int
 	// RequireMessageAuthenticator drops replies to Access-Requests without
 	// a Message-Authenticator (BlastRADIUS, CVE-2024-3596). Replies to
