@@ -76,6 +76,15 @@ func startFake(n *memNet, addr string, answer func(n int, b []byte) int) *fakeSe
 	return f
 }
 
+// startHeldFake starts a fake server at addr that answers every request,
+// but only once release is called (release may be called again).
+func startHeldFake(n *memNet, addr string) (f *fakeServer, release func()) {
+	gate := make(chan struct{})
+	var once sync.Once
+	f = startFake(n, addr, func(int, []byte) int { <-gate; return 1 })
+	return f, func() { once.Do(func() { close(gate) }) }
+}
+
 func (f *fakeServer) arrivals() []arrival {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -111,7 +120,9 @@ func newTestPeer(t *testing.T, n *memNet, addr string, cfg PeerConfig) *Peer {
 	if cfg.Secret == nil {
 		cfg.Secret = testSecret
 	}
-	cfg.Dial = n.Dial
+	if cfg.Dial == nil {
+		cfg.Dial = n.Dial
+	}
 	p, err := NewPeer(addr, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -251,11 +262,9 @@ func TestIdentifiersReusedLeastRecently(t *testing.T) {
 func TestSocketPoolAndBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newMemNet()
-		release := make(chan struct{})
-		var once sync.Once
-		f := startFake(n, "srv:1812", func(int, []byte) int { <-release; return 1 })
+		f, release := startHeldFake(n, "srv:1812")
 		defer f.close()
-		defer once.Do(func() { close(release) })
+		defer release()
 		// The fake answers one at a time after release: hold them all first.
 		p := newTestPeer(t, n, "srv:1812", PeerConfig{MaxSockets: 2, MaxWaiting: 10, Timeout: time.Minute, Retries: 1})
 		const total = 2*IDsPerSocket + 10
@@ -271,7 +280,7 @@ func TestSocketPoolAndBound(t *testing.T) {
 		if _, err := p.Exchange(context.Background(), accessRequest("u")); !errors.Is(err, ErrBusy) {
 			t.Fatalf("one more: err %v, want ErrBusy", err)
 		}
-		once.Do(func() { close(release) })
+		release()
 		for range total {
 			if err := <-errs; err != nil {
 				t.Errorf("exchange: %v", err)
@@ -354,24 +363,18 @@ func TestCloseFailsExchanges(t *testing.T) {
 func TestBurstDuringFirstDialGetsTheWholeBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newMemNet()
-		release := make(chan struct{})
-		var once sync.Once
-		f := startFake(n, "srv:1812", func(int, []byte) int { <-release; return 1 })
+		f, release := startHeldFake(n, "srv:1812")
 		defer f.close()
-		defer once.Do(func() { close(release) })
+		defer release()
 		gate := make(chan struct{})
 		var dials atomic.Int32
-		p, err := NewPeer("srv:1812", PeerConfig{Secret: testSecret, MaxSockets: 2, MaxWaiting: 10, Timeout: time.Minute, Retries: 1,
+		p := newTestPeer(t, n, "srv:1812", PeerConfig{MaxSockets: 2, MaxWaiting: 10, Timeout: time.Minute, Retries: 1,
 			Dial: func(ctx context.Context, addr string) (net.Conn, error) {
 				if dials.Add(1) == 1 {
 					<-gate // the first dial takes until every request has arrived
 				}
 				return n.Dial(ctx, addr)
 			}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close()
 		const total = 2*IDsPerSocket + 10
 		errs := make(chan error, total)
 		for range total {
@@ -386,7 +389,7 @@ func TestBurstDuringFirstDialGetsTheWholeBound(t *testing.T) {
 		if st := p.Stats(); st.Sockets != 2 || st.InFlight != 2*IDsPerSocket || st.Waiting != 10 {
 			t.Fatalf("stats %+v, want 2 sockets, 512 in flight, 10 waiting", st)
 		}
-		once.Do(func() { close(release) })
+		release()
 		for range total {
 			if err := <-errs; err != nil {
 				t.Errorf("exchange: %v", err)
