@@ -25,9 +25,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/internal/view"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
@@ -169,8 +169,7 @@ func (m *member) okay() bool {
 type Client struct {
 	cfg     Config
 	members []*member
-	byPeer  sync.Map // *peer.Peer (as any) -> *member, every peer ever dialed; read on the hot path without c.mu
-	byName  map[string]*member
+	byPeer  sync.Map              // *peer.Peer (as any) -> *member, every peer ever dialed; read on the hot path without c.mu
 	bal     *loadbalance.Balancer // Balance mode
 	rr      atomic.Uint64
 	radius  bool // the members are RADIUS servers
@@ -243,13 +242,14 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Events == nil {
 		cfg.Events = NewBus()
 	}
-	c := &Client{cfg: cfg, events: cfg.Events, byName: map[string]*member{}, radius: isRADIUS}
+	c := &Client{cfg: cfg, events: cfg.Events, radius: isRADIUS}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.log.init(cfg.FailoverLog)
 	var servers []loadbalance.Server
 	if cfg.MaxConnections < 0 || (cfg.MaxConnections > 0 && cfg.Mode != PrimarySecondary) {
 		return nil, errors.New("client: MaxConnections applies to primary/secondary mode and must be positive")
 	}
+	names := make(map[string]bool, len(cfg.Peers))
 	for i, s := range cfg.Peers {
 		if s.Name == "" {
 			s.Name = s.URL
@@ -257,12 +257,12 @@ func New(cfg Config) (*Client, error) {
 		if s.Weight == 0 {
 			s.Weight = 1
 		}
-		if _, dup := c.byName[s.Name]; dup {
+		if _, dup := names[s.Name]; dup {
 			return nil, fmt.Errorf("client: peer %q configured twice", s.Name)
 		}
+		names[s.Name] = true
 		m := &member{spec: s, index: i}
 		c.members = append(c.members, m)
-		c.byName[s.Name] = m
 		servers = append(servers, loadbalance.Server{Name: s.Name, Weight: s.Weight, Index: i})
 	}
 	if cfg.Mode == Balance {
@@ -667,12 +667,8 @@ func (c *Client) pick(cl *call.Call, skip ...*member) *member {
 // keeps neither (a conversation it remembers holds a copy), so nothing
 // is allocated per request.
 func balanceKeys(k call.Key) loadbalance.Request {
-	return loadbalance.Request{NAI: bytesView(k.NAI), SessionID: bytesView(k.SessionID)}
+	return loadbalance.Request{NAI: view.String(k.NAI), SessionID: view.String(k.SessionID)}
 }
-
-// bytesView is b as a string without a copy; b must not change while the
-// string is in use.
-func bytesView(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // maxParked bounds the parked queue; past it the oldest parked request
 // fails with ErrNoPeer rather than the queue growing without bound. A

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -383,4 +384,22 @@ func TestPolicyHoldDownEndReleasesWaitingRequests(t *testing.T) {
 		require.NoError(t, err)
 		assert.Less(t, time.Since(start), 20*time.Second, "sent when the hold-down ended")
 	})
+}
+
+// Two servers under one name (given, or the URL by default) are refused
+// before anything is dialed.
+func TestPeerNamedTwiceRefused(t *testing.T) {
+	for _, peers := range [][]PeerSpec{
+		{{URL: "tcp://127.0.0.1:1", Name: "a"}, {URL: "tcp://127.0.0.1:2", Name: "a"}},
+		{{URL: "tcp://127.0.0.1:1"}, {URL: "tcp://127.0.0.1:1"}},
+	} {
+		c, err := New(Config{Peers: peers})
+		if err == nil {
+			c.Close(context.Background())
+			t.Fatalf("%v: no error", peers)
+		}
+		if !strings.Contains(err.Error(), "configured twice") {
+			t.Errorf("%v: %v, want \"configured twice\"", peers, err)
+		}
+	}
 }

@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"path"
 	"slices"
-	"unsafe"
 
+	"github.com/aaatp/aaatp/internal/view"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/wire"
 )
@@ -73,7 +73,7 @@ func (c *Config) checkRequest(req []byte, remoteHost string) *refusal {
 		}
 		if identity {
 			// A view of the bytes: CheckIdentity keeps no reference.
-			if err := message.CheckIdentity(unsafe.String(unsafe.SliceData(a.Data), len(a.Data))); err != nil {
+			if err := message.CheckIdentity(view.String(a.Data)); err != nil {
 				r = &refusal{rc: message.InvalidAVPValue, why: fmt.Sprintf("AVP %d: %v", a.Code, err), failed: failedOf(a)}
 				return false
 			}
@@ -111,7 +111,7 @@ func (c *Config) checkRequest(req []byte, remoteHost string) *refusal {
 	// that peer is an agent forwarding others' requests: otherwise one peer
 	// could speak for another, and have its duplicate detection answer the
 	// other's next request (Origin-Host and End-to-End id are the key).
-	if o := unsafe.String(unsafe.SliceData(origin), len(origin)); !message.EqualIdentity(o, remoteHost) && !c.isAgent(remoteHost) {
+	if o := view.String(origin); !message.EqualIdentity(o, remoteHost) && !c.isAgent(remoteHost) {
 		return &refusal{
 			rc:     message.InvalidAVPValue,
 			why:    fmt.Sprintf("Origin-Host %s is not this connection's peer %s", string(origin), remoteHost),
