@@ -75,6 +75,7 @@ type conn struct {
 	guardArmed atomic.Bool
 	guard      *time.Timer
 	slowLeft   atomic.Int32
+	slowOnce   bool
 	handovers  atomic.Uint64            // readings moved off a slow Handler (for tests)
 	rbuf       transport.BufferedReader // nil unless the transport says what it holds unread
 	deferred   bool                     // answers queued with no writer kicked (the reader's)
@@ -82,8 +83,7 @@ type conn struct {
 	// read that brought the message being handled, or at the end of the
 	// Handler it ran since, which the next one of a burst starts from
 	// (the reader's).
-	clock    int64
-	slowOnce bool
+	clock int64
 
 	// write queue: callers append under wmu; the writer swaps it out.
 	wmu      sync.Mutex
