@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -203,5 +204,36 @@ func TestDialFrom(t *testing.T) {
 	defer c.Close()
 	if ip := c.LocalAddr().(*net.TCPAddr).IP; !ip.Equal(net.IPv4(127, 0, 0, 3)) {
 		t.Fatalf("dialed from %v, want 127.0.0.3", ip)
+	}
+}
+
+// TestCPUBesideRaw: the context lines put the aaa-peer server's CPU over
+// the raw server's under the raw client, and the aaa-peer client's over
+// the raw client's against the raw server, round by round; they are left
+// out when a pair is missing and judge nothing.
+func TestCPUBesideRaw(t *testing.T) {
+	x := &xprocResult{runs: map[string][]PairResult{
+		pairKey(pairRaw):      {{ServerCPUus: 5, ClientCPUus: 6}, {ServerCPUus: 4, ClientCPUus: 4}, {ServerCPUus: 6, ClientCPUus: 5}},
+		pairKey(pairRawToAaa): {{ServerCPUus: 4}, {ServerCPUus: 4}, {ServerCPUus: 3}},
+		pairKey(pairAaaToRaw): {{ClientCPUus: 3}, {ClientCPUus: 5}, {ClientCPUus: 5}},
+	}}
+	var b strings.Builder
+	xTargets(&b, x)
+	want := []string{
+		// 4/5, 4/4, 3/6
+		"| xproc aaa-peer server CPU / raw server CPU, both under the raw client (context) | 0.80x (0.50x-1.00x) | (raw server: 5.00 (4.00-6.00) us) | |\n",
+		// 3/6, 5/4, 5/5
+		"| xproc aaa-peer client CPU / raw client CPU, both against the raw server (context) | 1.00x (0.50x-1.25x) | (raw client: 5.00 (4.00-6.00) us) | |\n",
+	}
+	for _, line := range want {
+		if !strings.Contains(b.String(), line) {
+			t.Errorf("no line\n%s in\n%s", line, b.String())
+		}
+	}
+	delete(x.runs, pairKey(pairRaw))
+	b.Reset()
+	xTargets(&b, x)
+	if strings.Contains(b.String(), "(context)") {
+		t.Errorf("context lines without the raw pair:\n%s", b.String())
 	}
 }
