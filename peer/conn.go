@@ -40,7 +40,7 @@ type conn struct {
 	// guards the fields below; once lost or draining is set, nothing new
 	// is added. Lock order: mu, then a call's mutex, then wmu.
 	mu       sync.Mutex
-	pending  map[uint32]*dcall
+	pending  pendingTable
 	gone     map[uint32]*dcall
 	goneIDs  []uint32 // gone's ids: a ring of goneMax, oldest at goneNext once full
 	goneNext int
@@ -116,11 +116,10 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 	tw, _ := tc.(transport.TryWriter)
 	c := &conn{
 		p: p, tc: tc, remoteHost: remoteHost,
-		hbh:     wire.NewHopByHopGenRandom(),
-		pending: make(map[uint32]*dcall),
-		dpa:     make(chan struct{}),
-		closed:  make(chan struct{}),
-		ctx:     ctx, cancel: cancel,
+		hbh:    wire.NewHopByHopGenRandom(),
+		dpa:    make(chan struct{}),
+		closed: make(chan struct{}),
+		ctx:    ctx, cancel: cancel,
 		tw: tw,
 		bp: backlog{limit: DefaultMaxUnanswered},
 	}
@@ -369,10 +368,10 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 	}
 	c.seq++
 	cl.seq = c.seq
-	c.pending[id] = cl
-	inline, err := c.enqueueRequest(raw, len(c.pending) == 1)
+	c.pending.put(id, cl)
+	inline, err := c.enqueueRequest(raw, c.pending.len() == 1)
 	if err != nil {
-		delete(c.pending, id)
+		c.pending.del(id)
 		cl.Unboard(&c.h, b)
 		c.mu.Unlock()
 		return false, err
@@ -438,7 +437,7 @@ func (c *conn) submitAll(calls []*call.Call) (refused []*call.Call, n, resends i
 	for i, b := range ok {
 		c.seq++
 		b.cl.seq = c.seq
-		c.pending[b.id] = b.cl
+		c.pending.put(b.id, b.cl)
 		if testhook.Queued != nil {
 			testhook.Queued(b.cl.Ref, c, raws[i], b.cl.afterRefusal)
 		}
@@ -457,7 +456,12 @@ const goneMax = 4096
 // goLocked moves the entry id from pending to gone: no longer pending
 // here, still matched if its answer comes. c.mu is held.
 func (c *conn) goLocked(id uint32, cl *dcall) {
-	delete(c.pending, id)
+	c.pending.del(id)
+	c.rememberGoneLocked(id, cl)
+}
+
+// rememberGoneLocked adds id to gone. c.mu is held.
+func (c *conn) rememberGoneLocked(id uint32, cl *dcall) {
 	if c.gone == nil {
 		c.gone = make(map[uint32]*dcall)
 	}
@@ -478,7 +482,7 @@ func (c *conn) goLocked(id uint32, cl *dcall) {
 // answer.
 func (c *conn) retire(cl *dcall, hbh uint32) {
 	c.mu.Lock()
-	if c.pending[hbh] == cl {
+	if c.pending.get(hbh) == cl {
 		c.goLocked(hbh, cl)
 		c.drainedLocked()
 	}
@@ -491,8 +495,8 @@ func (c *conn) retire(cl *dcall, hbh uint32) {
 func (c *conn) match(hbh uint32) (cl *dcall, late bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if cl = c.pending[hbh]; cl != nil {
-		delete(c.pending, hbh)
+	if cl = c.pending.get(hbh); cl != nil {
+		c.pending.del(hbh)
 		c.drainedLocked()
 		return cl, false
 	}
@@ -510,12 +514,12 @@ func (c *conn) takePending() []*call.Call {
 	defer c.mu.Unlock()
 	c.lost = true
 	var calls []*call.Call
-	for _, cl := range c.pending {
+	c.pending.each(func(_ uint32, cl *dcall) {
 		if cl.Leave(&c.h, nil, nil) {
 			calls = append(calls, &cl.Call)
 		}
-	}
-	clear(c.pending)
+	})
+	c.pending.clear()
 	c.gone, c.goneIDs = nil, nil // nothing more arrives here
 	sortBySend(calls)
 	return calls
@@ -539,12 +543,13 @@ func (c *conn) moveOut() []*call.Call {
 // leaveAllLocked moves every pending entry to gone and returns the calls
 // that were in flight here, in send order. c.mu is held.
 func (c *conn) leaveAllLocked(calls []*call.Call) []*call.Call {
-	for id, cl := range c.pending {
+	c.pending.each(func(id uint32, cl *dcall) {
 		if cl.Leave(&c.h, nil, nil) {
 			calls = append(calls, &cl.Call)
 		}
-		c.goLocked(id, cl)
-	}
+		c.rememberGoneLocked(id, cl)
+	})
+	c.pending.clear()
 	c.drainedLocked()
 	sortBySend(calls)
 	return calls
@@ -566,7 +571,7 @@ func (c *conn) startDrain() <-chan struct{} {
 // drainedLocked signals a drain once the pending map is empty. c.mu is
 // held.
 func (c *conn) drainedLocked() {
-	if c.draining && len(c.pending) == 0 && c.owed.Load() == 0 && c.drained != nil {
+	if c.draining && c.pending.len() == 0 && c.owed.Load() == 0 && c.drained != nil {
 		select {
 		case <-c.drained:
 		default:
@@ -578,7 +583,7 @@ func (c *conn) drainedLocked() {
 func (c *conn) pendingLen() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.pending)
+	return c.pending.len()
 }
 
 // reader reads until the connection fails. Bad bytes close only this

@@ -70,7 +70,7 @@ func TestCallLifecycleOnOneConnection(t *testing.T) {
 	assert.Equal(t, call.Queued, cl.State())
 	cn.mu.Lock()
 	_, id, b, err := cl.board(cn)
-	cn.pending[id] = cl
+	cn.pending.put(id, cl)
 	cn.mu.Unlock()
 	require.NoError(t, err)
 	assert.Equal(t, call.Queued, b.Prev)
