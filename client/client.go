@@ -177,6 +177,8 @@ type Client struct {
 	cancels []func()
 	ready   readiness // wakes WaitReady
 
+	rebuilds orderedEvents // the balancer's rebuild events, in generation order (setBalancerState)
+
 	mu     sync.Mutex
 	parked []*call.Call // waiting for any peer in service (F3)
 	// upGen counts peers coming into service; it is raised under mu as
@@ -765,11 +767,7 @@ func (c *Client) serverStateAt(m *member, to watchdog.State, handOverNext bool) 
 		case watchdog.Suspect:
 			st = loadbalance.Suspended
 		}
-		if rebuilt, err := c.bal.SetState(m.spec.Name, st); err == nil && rebuilt {
-			gen := c.bal.Generation()
-			c.events.Publish(Event{Time: time.Now(), Server: m.spec.Name, Kind: EventBalancerRebuilt, Generation: gen,
-				Reason: fmt.Sprintf("balancer table rebuilt (generation %d)", gen)})
-		}
+		c.setBalancerState(m, st)
 	}
 	if c.group != nil {
 		c.group.SetAvailable(m.index, to == watchdog.Okay)
@@ -784,6 +782,59 @@ func (c *Client) serverStateAt(m *member, to watchdog.State, handOverNext bool) 
 			c.refreshAvailability()
 		}
 	}
+}
+
+// setBalancerState gives the balancer m's state and publishes the rebuild
+// it caused, if any, with its generation. Each peer's events come on its
+// own goroutine, so two servers changing state at once call this side by
+// side: the state change and the event are queued under one lock, so that
+// the rebuilds are published in the order of their generations, each with
+// its own.
+func (c *Client) setBalancerState(m *member, st loadbalance.State) {
+	r := &c.rebuilds
+	r.mu.Lock()
+	if rebuilt, err := c.bal.SetState(m.spec.Name, st); err != nil || !rebuilt {
+		r.mu.Unlock()
+		return
+	}
+	gen := c.bal.Generation()
+	r.publishLocked(c.events, Event{Time: time.Now(), Server: m.spec.Name, Kind: EventBalancerRebuilt, Generation: gen,
+		Reason: fmt.Sprintf("balancer table rebuilt (generation %d)", gen)})
+}
+
+// orderedEvents publishes events in the order they were queued, without
+// holding its lock while subscribers run: a goroutine that finds another
+// publishing leaves its event to that one, which publishes until the queue
+// is empty. A subscriber may so cause another event on the same goroutine
+// without deadlock; it is published after the one being delivered. The
+// queue holds at most one event per goroutine publishing: for the
+// rebuilds, one per server (each peer's events come on one goroutine).
+type orderedEvents struct {
+	mu         sync.Mutex
+	queue      []Event
+	publishing bool
+}
+
+// publishLocked queues e and, unless another goroutine is publishing,
+// publishes the queue on b. r.mu is held; it is released on return.
+func (r *orderedEvents) publishLocked(b *Bus, e Event) {
+	r.queue = append(r.queue, e)
+	if r.publishing {
+		r.mu.Unlock()
+		return
+	}
+	r.publishing = true
+	for len(r.queue) > 0 {
+		q := r.queue
+		r.queue = nil
+		r.mu.Unlock()
+		for _, e := range q {
+			b.Publish(e)
+		}
+		r.mu.Lock()
+	}
+	r.publishing = false
+	r.mu.Unlock()
 }
 
 // handOverWait is how long the throttle's dispatcher may sleep after a

@@ -21,7 +21,9 @@ const (
 	// pending requests went (one row of FailoverLog).
 	EventFailover
 	// EventBalancerRebuilt: in Balance mode, the balancer's table was
-	// rebuilt; Generation is the new table's.
+	// rebuilt; Generation is the new table's. These events are published
+	// in the order of their generations, even when several servers change
+	// state at once.
 	EventBalancerRebuilt
 	// EventPolicy: a server's policy state changed (Config.Policy).
 	EventPolicy

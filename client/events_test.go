@@ -120,3 +120,78 @@ func acrFor(t *testing.T, c *Client, server string) []byte {
 	t.Fatalf("no NAI goes to %s", server)
 	return nil
 }
+
+// Servers changing state at once (each peer's events come on its own
+// goroutine): the balancer's rebuild events are published in the order
+// of their generations, each with its own, none twice or lost.
+func TestRebuildEventsInGenerationOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const servers, toggles = 8, 25
+		n := network{}
+		var urls []string
+		for i := range servers {
+			u := "tcp://s" + itoa(i) + ":1"
+			n[u] = newFakeServer("s" + itoa(i) + ".example.net")
+			urls = append(urls, u)
+		}
+		defer n.close()
+		cfg := clientConfig(n, Balance, urls...)
+		cfg.Events = NewBus()
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		snap, _ := c.Balancer()
+		from := snap.Generation
+
+		var log eventLog
+		defer cfg.Events.Subscribe(log.add)()
+		var wg sync.WaitGroup
+		for _, m := range c.members {
+			wg.Go(func() {
+				for range toggles {
+					c.serverState(m, watchdog.Down)
+					c.serverState(m, watchdog.Okay)
+				}
+			})
+		}
+		wg.Wait()
+		rb := log.ofKind(EventBalancerRebuilt)
+		require.Len(t, rb, 2*servers*toggles, "every toggle rebuilds the table")
+		for i, e := range rb {
+			require.Equal(t, from+uint64(i)+1, e.Generation, "event %d of %d (server %s)", i, len(rb), e.Server)
+		}
+		snap, _ = c.Balancer()
+		assert.Equal(t, rb[len(rb)-1].Generation, snap.Generation)
+	})
+}
+
+// A subscriber that changes a server's state on the goroutine delivering a
+// rebuild event does not deadlock; its rebuild is published right after.
+func TestRebuildEventFromASubscriber(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		defer n.close()
+		cfg := clientConfig(n, Balance, "tcp://a:1", "tcp://b:1")
+		cfg.Events = NewBus()
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		a, b := c.members[0], c.members[1]
+		var log eventLog
+		once := sync.Once{}
+		defer cfg.Events.Subscribe(func(e Event) {
+			log.add(e)
+			if e.Kind == EventBalancerRebuilt && e.Server == a.spec.Name {
+				once.Do(func() { c.serverState(b, watchdog.Down) })
+			}
+		})()
+		c.serverState(a, watchdog.Down)
+		rb := log.ofKind(EventBalancerRebuilt)
+		require.Len(t, rb, 2)
+		assert.Equal(t, a.spec.Name, rb[0].Server)
+		assert.Equal(t, b.spec.Name, rb[1].Server)
+		assert.Equal(t, rb[0].Generation+1, rb[1].Generation)
+	})
+}
