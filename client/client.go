@@ -806,18 +806,32 @@ func (c *Client) setBalancerState(m *member, st loadbalance.State) {
 // holding its lock while subscribers run: a goroutine that finds another
 // publishing leaves its event to that one, which publishes until the queue
 // is empty. A subscriber may so cause another event on the same goroutine
-// without deadlock; it is published after the one being delivered. The
-// queue holds at most one event per goroutine publishing: for the
-// rebuilds, one per server (each peer's events come on one goroutine).
+// without deadlock; it is published after the one being delivered.
+//
+// The queue grows only while a subscriber call runs, by the events that
+// come meanwhile (for the rebuilds, a few per server and Tw at most). A
+// subscriber that blocks, which Bus forbids, could let it grow without
+// end: past maxQueuedEvents a goroutine publishes its event itself, out of
+// order but not lost.
 type orderedEvents struct {
 	mu         sync.Mutex
 	queue      []Event
 	publishing bool
+	overflowed uint64 // events published past a full queue
 }
+
+// maxQueuedEvents bounds orderedEvents' queue.
+const maxQueuedEvents = 1024
 
 // publishLocked queues e and, unless another goroutine is publishing,
 // publishes the queue on b. r.mu is held; it is released on return.
 func (r *orderedEvents) publishLocked(b *Bus, e Event) {
+	if r.publishing && len(r.queue) >= maxQueuedEvents {
+		r.overflowed++
+		r.mu.Unlock()
+		b.Publish(e)
+		return
+	}
 	r.queue = append(r.queue, e)
 	if r.publishing {
 		r.mu.Unlock()

@@ -23,7 +23,8 @@ const (
 	// EventBalancerRebuilt: in Balance mode, the balancer's table was
 	// rebuilt; Generation is the new table's. These events are published
 	// in the order of their generations, even when several servers change
-	// state at once.
+	// state at once, as long as subscribers return quickly (a subscriber
+	// that blocks lets later ones through out of order, none lost).
 	EventBalancerRebuilt
 	// EventPolicy: a server's policy state changed (Config.Policy).
 	EventPolicy

@@ -195,3 +195,62 @@ func TestRebuildEventFromASubscriber(t *testing.T) {
 		assert.Equal(t, rb[0].Generation+1, rb[1].Generation)
 	})
 }
+
+// A subscriber that blocks (which Bus forbids) while servers keep changing
+// state: the rebuild events queue up to maxQueuedEvents, then each comes
+// out on its own goroutine, out of order but not lost; once the subscriber
+// returns, the queued ones follow, every generation exactly once.
+func TestRebuildEventsPastABlockedSubscriber(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		defer n.close()
+		cfg := clientConfig(n, Balance, "tcp://a:1", "tcp://b:1")
+		cfg.Events = NewBus()
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		snap, _ := c.Balancer()
+		from := snap.Generation
+		a, b := c.members[0], c.members[1]
+		release := make(chan struct{})
+		var log eventLog
+		var blocked sync.Once
+		defer cfg.Events.Subscribe(func(e Event) {
+			if e.Kind != EventBalancerRebuilt {
+				return
+			}
+			log.add(e)
+			if e.Server == a.spec.Name {
+				blocked.Do(func() { <-release })
+			}
+		})()
+		go c.serverState(a, watchdog.Down) // its subscriber call blocks
+		synctest.Wait()
+		const toggles = maxQueuedEvents
+		for range toggles {
+			c.serverState(b, watchdog.Down)
+			c.serverState(b, watchdog.Okay)
+		}
+		c.rebuilds.mu.Lock()
+		queued, over := len(c.rebuilds.queue), c.rebuilds.overflowed
+		c.rebuilds.mu.Unlock()
+		assert.Equal(t, maxQueuedEvents, queued, "the queue stops at its bound")
+		assert.Equal(t, uint64(2*toggles-maxQueuedEvents), over, "past it, published at once")
+		assert.Len(t, log.ofKind(EventBalancerRebuilt), 1+int(over))
+		close(release)
+		synctest.Wait()
+		rb := log.ofKind(EventBalancerRebuilt)
+		require.Len(t, rb, 1+2*toggles)
+		seen := map[uint64]bool{}
+		for _, e := range rb {
+			assert.False(t, seen[e.Generation], "generation %d twice", e.Generation)
+			seen[e.Generation] = true
+			assert.True(t, e.Generation > from && e.Generation <= from+1+2*toggles, "generation %d", e.Generation)
+		}
+		c.rebuilds.mu.Lock()
+		assert.Empty(t, c.rebuilds.queue)
+		assert.False(t, c.rebuilds.publishing)
+		c.rebuilds.mu.Unlock()
+	})
+}
