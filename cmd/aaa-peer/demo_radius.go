@@ -241,6 +241,17 @@ func waitPolicy(ctx context.Context, c *radudp.Client, i int, st policy.State) b
 	return waitFor(ctx, func() bool { return c.State(i) == st })
 }
 
+// waitSeen waits until the policy event of server from -> to has been
+// printed.
+func (d *radiusDemo) waitSeen(ctx context.Context, server string, from, to policy.State) bool {
+	key := server + " " + from.String() + ">" + to.String()
+	return waitFor(ctx, func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.seen[key]
+	})
+}
+
 func (d *radiusDemo) run(ctx context.Context, stdout io.Writer) (int, error) {
 	if err := d.startServers(); err != nil {
 		return 1, err
@@ -346,7 +357,10 @@ func (d *radiusDemo) run(ctx context.Context, stdout io.Writer) (int, error) {
 		if !waitPolicy(ctx, c, 0, policy.OutOfService) || !waitPolicy(ctx, c, 0, policy.Probing) {
 			return false
 		}
-		if !waitPolicy(ctx, c, 0, policy.OutOfService) {
+		// The failed probe's line, not just its state: the line is printed
+		// by the event's subscriber, which may run after the state is
+		// visible, and the recovery must come after it.
+		if !d.waitSeen(ctx, d.servers[0].name, policy.Probing, policy.OutOfService) {
 			return false
 		}
 		d.servers[0].conn.hung.Store(false)
