@@ -789,7 +789,9 @@ func (c *Client) serverStateAt(m *member, to watchdog.State, handOverNext bool) 
 // own goroutine, so two servers changing state at once call this side by
 // side: the state change and the event are queued under one lock, so that
 // the rebuilds are published in the order of their generations, each with
-// its own.
+// its own. The price: a rebuild left to another server's goroutine may
+// come after the later events that m's own goroutine publishes directly
+// (its failover record, its next watchdog change).
 func (c *Client) setBalancerState(m *member, st loadbalance.State) {
 	r := &c.rebuilds
 	r.mu.Lock()
@@ -809,7 +811,7 @@ func (c *Client) setBalancerState(m *member, st loadbalance.State) {
 // without deadlock; it is published after the one being delivered.
 //
 // The queue grows only while a subscriber call runs, by the events that
-// come meanwhile (for the rebuilds, a few per server and Tw at most). A
+// come meanwhile (for the rebuilds, each server's watchdog changes). A
 // subscriber that blocks, which Bus forbids, could let it grow without
 // end: past maxQueuedEvents a goroutine publishes its event itself, out of
 // order but not lost.
@@ -842,13 +844,31 @@ func (r *orderedEvents) publishLocked(b *Bus, e Event) {
 		q := r.queue
 		r.queue = nil
 		r.mu.Unlock()
-		for _, e := range q {
-			b.Publish(e)
-		}
+		r.deliver(b, q)
 		r.mu.Lock()
 	}
 	r.publishing = false
 	r.mu.Unlock()
+}
+
+// deliver publishes q on b, r.mu not held. Should a subscriber panic or
+// end its goroutine (runtime.Goexit, as t.FailNow does in a test), the
+// events after the one it was given go back to the head of the queue and
+// publishing ends, so that the next event's goroutine publishes them
+// rather than the queue filling behind a publisher that is gone.
+func (r *orderedEvents) deliver(b *Bus, q []Event) {
+	i := 0
+	defer func() {
+		if i < len(q) {
+			r.mu.Lock()
+			r.queue = append(q[i+1:len(q):len(q)], r.queue...)
+			r.publishing = false
+			r.mu.Unlock()
+		}
+	}()
+	for ; i < len(q); i++ {
+		b.Publish(q[i])
+	}
 }
 
 // handOverWait is how long the throttle's dispatcher may sleep after a

@@ -21,10 +21,12 @@ const (
 	// pending requests went (one row of FailoverLog).
 	EventFailover
 	// EventBalancerRebuilt: in Balance mode, the balancer's table was
-	// rebuilt; Generation is the new table's. These events are published
-	// in the order of their generations, even when several servers change
+	// rebuilt; Generation is the new table's. A Client publishes these in
+	// the order of their generations, even when several servers change
 	// state at once, as long as subscribers return quickly (a subscriber
 	// that blocks lets later ones through out of order, none lost).
+	// radudp.Client publishes its own from a goroutine each, in any order:
+	// Generation orders them.
 	EventBalancerRebuilt
 	// EventPolicy: a server's policy state changed (Config.Policy).
 	EventPolicy

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -167,7 +168,8 @@ func TestRebuildEventsInGenerationOrder(t *testing.T) {
 }
 
 // A subscriber that changes a server's state on the goroutine delivering a
-// rebuild event does not deadlock; its rebuild is published right after.
+// rebuild event does not deadlock; its rebuild is published right after,
+// to every subscriber (a second one sees the two in that order).
 func TestRebuildEventFromASubscriber(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
@@ -187,12 +189,16 @@ func TestRebuildEventFromASubscriber(t *testing.T) {
 				once.Do(func() { c.serverState(b, watchdog.Down) })
 			}
 		})()
+		var second eventLog
+		defer cfg.Events.Subscribe(second.add)()
 		c.serverState(a, watchdog.Down)
-		rb := log.ofKind(EventBalancerRebuilt)
-		require.Len(t, rb, 2)
-		assert.Equal(t, a.spec.Name, rb[0].Server)
-		assert.Equal(t, b.spec.Name, rb[1].Server)
-		assert.Equal(t, rb[0].Generation+1, rb[1].Generation)
+		for _, l := range []*eventLog{&log, &second} {
+			rb := l.ofKind(EventBalancerRebuilt)
+			require.Len(t, rb, 2)
+			assert.Equal(t, a.spec.Name, rb[0].Server)
+			assert.Equal(t, b.spec.Name, rb[1].Server)
+			assert.Equal(t, rb[0].Generation+1, rb[1].Generation)
+		}
 	})
 }
 
@@ -252,5 +258,58 @@ func TestRebuildEventsPastABlockedSubscriber(t *testing.T) {
 		assert.Empty(t, c.rebuilds.queue)
 		assert.False(t, c.rebuilds.publishing)
 		c.rebuilds.mu.Unlock()
+	})
+}
+
+// A subscriber that ends the publishing goroutine (runtime.Goexit, as
+// t.FailNow does) does not leave the rebuild events stuck: the ones after
+// it in its batch go to the next goroutine that publishes, in order, once.
+func TestRebuildEventsAfterAPublisherEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		defer n.close()
+		cfg := clientConfig(n, Balance, "tcp://a:1", "tcp://b:1")
+		cfg.Events = NewBus()
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		a, b := c.members[0], c.members[1]
+		release := make(chan struct{})
+		var log eventLog
+		var mu sync.Mutex
+		calls := 0
+		defer cfg.Events.Subscribe(func(e Event) {
+			if e.Kind != EventBalancerRebuilt {
+				return
+			}
+			log.add(e)
+			mu.Lock()
+			calls++
+			k := calls
+			mu.Unlock()
+			switch k {
+			case 1:
+				<-release // a's rebuild: its goroutine publishes b's two below
+			case 2:
+				runtime.Goexit() // on b's first rebuild: the publisher is gone
+			}
+		})()
+		go c.serverState(a, watchdog.Down)
+		synctest.Wait()
+		c.serverState(b, watchdog.Down) // queued behind a's
+		c.serverState(b, watchdog.Okay)
+		close(release)
+		synctest.Wait()
+		c.rebuilds.mu.Lock()
+		assert.False(t, c.rebuilds.publishing, "no publisher left")
+		assert.Len(t, c.rebuilds.queue, 1, "b's second rebuild waits for the next publisher")
+		c.rebuilds.mu.Unlock()
+		c.serverState(b, watchdog.Down)
+		rb := log.ofKind(EventBalancerRebuilt)
+		require.Len(t, rb, 4)
+		for i := 1; i < len(rb); i++ {
+			assert.Equal(t, rb[i-1].Generation+1, rb[i].Generation, "event %d", i)
+		}
 	})
 }

@@ -171,7 +171,7 @@ func (d *dcall) request() []byte {
 }
 
 // retireCall takes a call that completed without its answer out of cn's
-// pending map (cn.h's retire).
+// pending table (cn.h's retire).
 func (cn *conn) retireCall(c *call.Call, timedOut bool) {
 	d := dcallOf(c)
 	cn.retire(d, d.hbh) // hbh: written by the board that made cn the owner, before Finish

@@ -478,7 +478,7 @@ func (c *conn) rememberGoneLocked(id uint32, cl *dcall) {
 }
 
 // retire takes a call that completed elsewhere out of this connection's
-// pending map (its id here is hbh), keeping it matchable for a late
+// pending table (its id here is hbh), keeping it matchable for a late
 // answer.
 func (c *conn) retire(cl *dcall, hbh uint32) {
 	c.mu.Lock()
@@ -568,7 +568,7 @@ func (c *conn) startDrain() <-chan struct{} {
 	return c.drained
 }
 
-// drainedLocked signals a drain once the pending map is empty. c.mu is
+// drainedLocked signals a drain once the pending table is empty. c.mu is
 // held.
 func (c *conn) drainedLocked() {
 	if c.draining && c.pending.len() == 0 && c.owed.Load() == 0 && c.drained != nil {

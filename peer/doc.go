@@ -52,7 +52,7 @@
 // Each request has one lifecycle (queued, in flight on one connection,
 // moved, parked, answered, failed). A request is in
 // flight on at most one connection, is never sent twice on one connection,
-// and leaves a connection's pending map as soon as it is moved off it
+// and leaves a connection's pending table as soon as it is moved off it
 // (failover, graceful disconnect, a DIAMETER_TOO_BUSY or
 // DIAMETER_UNABLE_TO_DELIVER answer); a late answer there is still matched
 // and delivered only if the caller has none. Close, and the idle

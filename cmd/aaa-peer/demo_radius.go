@@ -241,7 +241,7 @@ func waitPolicy(ctx context.Context, c *radudp.Client, i int, st policy.State) b
 	return waitFor(ctx, func() bool { return c.State(i) == st })
 }
 
-// waitSeen waits until the policy event of server from -> to has been
+// waitSeen waits until the policy event of server from -> to has ever been
 // printed.
 func (d *radiusDemo) waitSeen(ctx context.Context, server string, from, to policy.State) bool {
 	key := server + " " + from.String() + ">" + to.String()
