@@ -172,14 +172,7 @@ func TestRebuildEventsInGenerationOrder(t *testing.T) {
 // to every subscriber (a second one sees the two in that order).
 func TestRebuildEventFromASubscriber(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
-		defer n.close()
-		cfg := clientConfig(n, Balance, "tcp://a:1", "tcp://b:1")
-		cfg.Events = NewBus()
-		c, err := New(cfg)
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		waitOkay(t, c)
+		c, cfg := twoServersInBalance(t)
 		a, b := c.members[0], c.members[1]
 		var log eventLog
 		once := sync.Once{}
@@ -208,14 +201,7 @@ func TestRebuildEventFromASubscriber(t *testing.T) {
 // returns, the queued ones follow, every generation exactly once.
 func TestRebuildEventsPastABlockedSubscriber(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
-		defer n.close()
-		cfg := clientConfig(n, Balance, "tcp://a:1", "tcp://b:1")
-		cfg.Events = NewBus()
-		c, err := New(cfg)
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		waitOkay(t, c)
+		c, cfg := twoServersInBalance(t)
 		snap, _ := c.Balancer()
 		from := snap.Generation
 		a, b := c.members[0], c.members[1]
@@ -266,14 +252,7 @@ func TestRebuildEventsPastABlockedSubscriber(t *testing.T) {
 // it in its batch go to the next goroutine that publishes, in order, once.
 func TestRebuildEventsAfterAPublisherEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
-		defer n.close()
-		cfg := clientConfig(n, Balance, "tcp://a:1", "tcp://b:1")
-		cfg.Events = NewBus()
-		c, err := New(cfg)
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		waitOkay(t, c)
+		c, cfg := twoServersInBalance(t)
 		a, b := c.members[0], c.members[1]
 		release := make(chan struct{})
 		var log eventLog
@@ -312,4 +291,19 @@ func TestRebuildEventsAfterAPublisherEnds(t *testing.T) {
 			assert.Equal(t, rb[i-1].Generation+1, rb[i].Generation, "event %d", i)
 		}
 	})
+}
+
+// twoServersInBalance returns a Client in Balance mode with a bus, both of
+// its servers OKAY; it and the servers are closed when the test ends.
+func twoServersInBalance(t *testing.T) (*Client, Config) {
+	t.Helper()
+	n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+	t.Cleanup(n.close)
+	cfg := clientConfig(n, Balance, "tcp://a:1", "tcp://b:1")
+	cfg.Events = NewBus()
+	c, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close(context.Background()) })
+	waitOkay(t, c)
+	return c, cfg
 }
