@@ -26,8 +26,9 @@ func freezeBetweenRequests(t *testing.T, c *client, s *server, minSent int, rate
 	p, _ := c.waitSent(t, minSent, 20*time.Second)
 	_, seen := c.waitTick(t, p.t, 5*time.Second)
 	time.Sleep(time.Until(seen.Add(time.Duration(float64(time.Second) / rate / 2))))
+	at := time.Now() // before the signal: the client may see its effect before we read the clock again
 	s.signal(syscall.SIGSTOP)
-	return time.Now()
+	return at
 }
 
 // checkFailover: the client moved requests from the primary to the
@@ -202,8 +203,11 @@ func TestStalledPrimary(t *testing.T) {
 // server.
 func killAndRestart(t *testing.T, sc *scenario, c *client, extra ...string) (fault time.Time, detect time.Duration, p2 *server) {
 	t.Helper()
-	sc.primary.signal(syscall.SIGKILL)
+	// The fault's time is read before the signal: the client sees a killed
+	// peer's connection close at once, and its event may carry a time
+	// earlier than a reading taken after kill returns (a busy machine).
 	fault = time.Now()
+	sc.primary.signal(syscall.SIGKILL)
 	<-sc.primary.done
 	down := c.waitEvent(t, fault, 5*time.Second, "primary OKAY -> DOWN", transition(sc.primary, "OKAY", "DOWN"))
 	detect = down.Time.Sub(fault)
@@ -356,8 +360,8 @@ func TestFrozenMidRequest(t *testing.T) {
 	const n = 60
 	c := sc.startClient("--requests", fmt.Sprint(n), "--rate", "5", "--concurrency", "8", "--timeout", "60s", "--tw", "12s")
 	c.waitSent(t, 15, 20*time.Second)
+	fault := time.Now() // before the signal, as in killAndRestart
 	sc.primary.signal(syscall.SIGSTOP)
-	fault := time.Now()
 	suspect := c.waitEvent(t, fault, 2*(12*time.Second+jitter)+5*time.Second, "primary OKAY -> SUSPECT", transition(sc.primary, "OKAY", "SUSPECT"))
 	time.Sleep(time.Until(suspect.Time.Add(time.Second)))
 	sc.primary.signal(syscall.SIGCONT)
