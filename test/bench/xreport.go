@@ -181,17 +181,11 @@ func (x *xprocResult) cells() []XCell {
 
 // ratios returns a/b per round (side by side), for the rounds both have.
 func (x *xprocResult) ratios(a, b Pair, f func(PairResult) float64) []float64 {
-	return x.ratiosOf(a, f, b, f)
-}
-
-// ratiosOf returns fa of a over fb of b per round, for the rounds both
-// have: a figure of one process against another's.
-func (x *xprocResult) ratiosOf(a Pair, fa func(PairResult) float64, b Pair, fb func(PairResult) float64) []float64 {
 	ra, rb := x.runs[pairKey(a)], x.runs[pairKey(b)]
 	var v []float64
 	for i := range min(len(ra), len(rb)) {
-		if fb(rb[i]) > 0 {
-			v = append(v, fa(ra[i])/fb(rb[i]))
+		if f(rb[i]) > 0 {
+			v = append(v, f(ra[i])/f(rb[i]))
 		}
 	}
 	return v
@@ -262,9 +256,9 @@ func xTargets(w io.Writer, x *xprocResult) {
 		fmt.Fprintf(w, "| %s | %s | (%s: %s us) | |\n", what, spread(v, "%.2fx"), rawWhat, spread(raw, "%.2f"))
 	}
 	beside("xproc aaa-peer server CPU / raw server CPU, both under the raw client (context)",
-		x.ratiosOf(pairRawToAaa, srvCPU, pairRaw, srvCPU), x.values(pairRaw, srvCPU), "raw server")
+		x.ratios(pairRawToAaa, pairRaw, srvCPU), x.values(pairRaw, srvCPU), "raw server")
 	beside("xproc aaa-peer client CPU / raw client CPU, both against the raw server (context)",
-		x.ratiosOf(pairAaaToRaw, cliCPU, pairRaw, cliCPU), x.values(pairRaw, cliCPU), "raw client")
+		x.ratios(pairAaaToRaw, pairRaw, cliCPU), x.values(pairRaw, cliCPU), "raw client")
 	row("xproc 1 caller: aaa-peer pair p50 / raw ping-pong p50", x.ratios(pairAaa1, pairPingPong, p50), "%.2fx", "<= 1.2x", func(v float64) bool { return v <= 1.2 })
 	if _, ok := x.runs[pairKey(pairAaaToFD)]; ok || len(x.skipped) > 0 {
 		row("xproc aaa-peer server / freeDiameter answers/s, aaa-peer client", x.ratios(pairAaa, pairAaaToFD, ans), "%.2fx", ">= 5x", func(v float64) bool { return v >= 5 })
