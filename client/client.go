@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/internal/ordered"
 	"github.com/aaatp/aaatp/internal/view"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"
@@ -177,7 +178,8 @@ type Client struct {
 	cancels []func()
 	ready   readiness // wakes WaitReady
 
-	rebuilds orderedEvents // the balancer's rebuild events, in generation order (setBalancerState)
+	rebuilds ordered.Queue[Event]        // the balancer's rebuild events, in generation order (setBalancerState)
+	policyQ  ordered.Queue[policy.Event] // the policy's events, in the order of its changes (publishPolicyLocked)
 
 	mu     sync.Mutex
 	parked []*call.Call // waiting for any peer in service (F3)
@@ -794,81 +796,14 @@ func (c *Client) serverStateAt(m *member, to watchdog.State, handOverNext bool) 
 // (its failover record, its next watchdog change).
 func (c *Client) setBalancerState(m *member, st loadbalance.State) {
 	r := &c.rebuilds
-	r.mu.Lock()
+	r.Lock()
 	if rebuilt, err := c.bal.SetState(m.spec.Name, st); err != nil || !rebuilt {
-		r.mu.Unlock()
+		r.Unlock()
 		return
 	}
 	gen := c.bal.Generation()
-	r.publishLocked(c.events, Event{Time: time.Now(), Server: m.spec.Name, Kind: EventBalancerRebuilt, Generation: gen,
+	r.PublishLocked(c.events.Publish, Event{Time: time.Now(), Server: m.spec.Name, Kind: EventBalancerRebuilt, Generation: gen,
 		Reason: fmt.Sprintf("balancer table rebuilt (generation %d)", gen)})
-}
-
-// orderedEvents publishes events in the order they were queued, without
-// holding its lock while subscribers run: a goroutine that finds another
-// publishing leaves its event to that one, which publishes until the queue
-// is empty. A subscriber may so cause another event on the same goroutine
-// without deadlock; it is published after the one being delivered.
-//
-// The queue grows only while a subscriber call runs, by the events that
-// come meanwhile (for the rebuilds, each server's watchdog changes). A
-// subscriber that blocks, which Bus forbids, could let it grow without
-// end: past maxQueuedEvents a goroutine publishes its event itself, out of
-// order but not lost.
-type orderedEvents struct {
-	mu         sync.Mutex
-	queue      []Event
-	publishing bool
-	overflowed uint64 // events published past a full queue
-}
-
-// maxQueuedEvents bounds orderedEvents' queue.
-const maxQueuedEvents = 1024
-
-// publishLocked queues e and, unless another goroutine is publishing,
-// publishes the queue on b. r.mu is held; it is released on return.
-func (r *orderedEvents) publishLocked(b *Bus, e Event) {
-	if r.publishing && len(r.queue) >= maxQueuedEvents {
-		r.overflowed++
-		r.mu.Unlock()
-		b.Publish(e)
-		return
-	}
-	r.queue = append(r.queue, e)
-	if r.publishing {
-		r.mu.Unlock()
-		return
-	}
-	r.publishing = true
-	for len(r.queue) > 0 {
-		q := r.queue
-		r.queue = nil
-		r.mu.Unlock()
-		r.deliver(b, q)
-		r.mu.Lock()
-	}
-	r.publishing = false
-	r.mu.Unlock()
-}
-
-// deliver publishes q on b, r.mu not held. Should a subscriber panic or
-// end its goroutine (runtime.Goexit, as t.FailNow does in a test), the
-// events after the one it was given go back to the head of the queue and
-// publishing ends, so that the next event's goroutine publishes them
-// rather than the queue filling behind a publisher that is gone.
-func (r *orderedEvents) deliver(b *Bus, q []Event) {
-	i := 0
-	defer func() {
-		if i < len(q) {
-			r.mu.Lock()
-			r.queue = append(q[i+1:len(q):len(q)], r.queue...)
-			r.publishing = false
-			r.mu.Unlock()
-		}
-	}()
-	for ; i < len(q); i++ {
-		b.Publish(q[i])
-	}
 }
 
 // handOverWait is how long the throttle's dispatcher may sleep after a

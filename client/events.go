@@ -21,14 +21,16 @@ const (
 	// pending requests went (one row of FailoverLog).
 	EventFailover
 	// EventBalancerRebuilt: in Balance mode, the balancer's table was
-	// rebuilt; Generation is the new table's. A Client publishes these in
-	// the order of their generations, even when several servers change
-	// state at once, as long as subscribers return quickly (a subscriber
-	// that blocks lets later ones through out of order, none lost).
-	// radudp.Client publishes its own from a goroutine each, in any order:
-	// Generation orders them.
+	// rebuilt; Generation is the new table's. A Client (and a
+	// radudp.Client) publishes these in the order of their generations,
+	// even when several servers change state at once, as long as
+	// subscribers return quickly (a subscriber that blocks lets later
+	// ones through out of order, none lost).
 	EventBalancerRebuilt
-	// EventPolicy: a server's policy state changed (Config.Policy).
+	// EventPolicy: a server's policy state changed (Config.Policy). They
+	// are published in the order of the changes, under the same proviso:
+	// each server's events chain, the From of one being the To of the
+	// one before.
 	EventPolicy
 	// EventQueueAlarm: a server's queue crossed its alarm threshold
 	// (Config.Throttle); Raised and Depth are set.

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aaatp/aaatp/internal/ordered"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/watchdog"
@@ -196,7 +197,7 @@ func TestRebuildEventFromASubscriber(t *testing.T) {
 }
 
 // A subscriber that blocks (which Bus forbids) while servers keep changing
-// state: the rebuild events queue up to maxQueuedEvents, then each comes
+// state: the rebuild events queue up to ordered.MaxQueued, then each comes
 // out on its own goroutine, out of order but not lost; once the subscriber
 // returns, the queued ones follow, every generation exactly once.
 func TestRebuildEventsPastABlockedSubscriber(t *testing.T) {
@@ -219,16 +220,14 @@ func TestRebuildEventsPastABlockedSubscriber(t *testing.T) {
 		})()
 		go c.serverState(a, watchdog.Down) // its subscriber call blocks
 		synctest.Wait()
-		const toggles = maxQueuedEvents
+		const toggles = ordered.MaxQueued
 		for range toggles {
 			c.serverState(b, watchdog.Down)
 			c.serverState(b, watchdog.Okay)
 		}
-		c.rebuilds.mu.Lock()
-		queued, over := len(c.rebuilds.queue), c.rebuilds.overflowed
-		c.rebuilds.mu.Unlock()
-		assert.Equal(t, maxQueuedEvents, queued, "the queue stops at its bound")
-		assert.Equal(t, uint64(2*toggles-maxQueuedEvents), over, "past it, published at once")
+		queued, _, over := c.rebuilds.Stats()
+		assert.Equal(t, ordered.MaxQueued, queued, "the queue stops at its bound")
+		assert.Equal(t, uint64(2*toggles-ordered.MaxQueued), over, "past it, published at once")
 		assert.Len(t, log.ofKind(EventBalancerRebuilt), 1+int(over))
 		close(release)
 		synctest.Wait()
@@ -240,10 +239,9 @@ func TestRebuildEventsPastABlockedSubscriber(t *testing.T) {
 			seen[e.Generation] = true
 			assert.True(t, e.Generation > from && e.Generation <= from+1+2*toggles, "generation %d", e.Generation)
 		}
-		c.rebuilds.mu.Lock()
-		assert.Empty(t, c.rebuilds.queue)
-		assert.False(t, c.rebuilds.publishing)
-		c.rebuilds.mu.Unlock()
+		queued, publishing, _ := c.rebuilds.Stats()
+		assert.Zero(t, queued)
+		assert.False(t, publishing)
 	})
 }
 
@@ -280,10 +278,9 @@ func TestRebuildEventsAfterAPublisherEnds(t *testing.T) {
 		c.serverState(b, watchdog.Okay)
 		close(release)
 		synctest.Wait()
-		c.rebuilds.mu.Lock()
-		assert.False(t, c.rebuilds.publishing, "no publisher left")
-		assert.Len(t, c.rebuilds.queue, 1, "b's second rebuild waits for the next publisher")
-		c.rebuilds.mu.Unlock()
+		queued, publishing, _ := c.rebuilds.Stats()
+		assert.False(t, publishing, "no publisher left")
+		assert.Equal(t, 1, queued, "b's second rebuild waits for the next publisher")
 		c.serverState(b, watchdog.Down)
 		rb := log.ofKind(EventBalancerRebuilt)
 		require.Len(t, rb, 4)

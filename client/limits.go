@@ -114,9 +114,13 @@ func (c *Client) onAlarm(a throttle.Alarm) {
 		Reason: fmt.Sprintf("queue alarm %s at depth %d", what, a.Depth)})
 }
 
-func (c *Client) publishPolicy(evs []policy.Event) {
+// publishPolicyLocked publishes the events of a change the policy group
+// just made, c.policyQ held (policyQ.Lock before the group's call, so that
+// the events of changes made side by side are published in the order of
+// the changes), and lets the requests and timers follow the new states.
+func (c *Client) publishPolicyLocked(evs []policy.Event) {
+	c.policyQ.PublishLocked(c.publishPolicy, evs...)
 	for _, e := range evs {
-		c.events.Publish(Event{Time: e.Time, Server: e.Server, Kind: EventPolicy, Policy: &e, Reason: e.Reason})
 		if e.To.Takes() || e.To == policy.Probing {
 			// Requests waiting for a server may go now: the dispatcher
 			// unparks them (not here: this may run inside a dispatch).
@@ -129,6 +133,11 @@ func (c *Client) publishPolicy(evs []policy.Event) {
 		}
 		c.poke() // a new state may mean a new timer
 	}
+}
+
+// publishPolicy publishes one policy event (c.policyQ's publisher).
+func (c *Client) publishPolicy(e policy.Event) {
+	c.events.Publish(Event{Time: e.Time, Server: e.Server, Kind: EventPolicy, Policy: &e, Reason: e.Reason})
 }
 
 // refreshAvailability tells the scheduler which servers may take requests.
@@ -165,16 +174,18 @@ func (c *Client) admit(m *member) (ok, probe bool) {
 	if c.group == nil {
 		return true, false
 	}
+	c.policyQ.Lock()
 	o := c.group.Allow(m.index, time.Now())
-	c.publishPolicy(o.Events())
+	c.publishPolicyLocked(o.Events())
 	return o.Allow, o.Probe
 }
 
 // sent and replied feed the policy's down-timeout (S2).
 func (c *Client) sent(m *member) {
 	if c.group != nil {
+		c.policyQ.Lock()
 		o := c.group.OnSent(m.index, time.Now())
-		c.publishPolicy(o.Events())
+		c.publishPolicyLocked(o.Events())
 	}
 }
 
@@ -183,8 +194,9 @@ func (c *Client) replied(p any) {
 		return
 	}
 	if m := c.memberOf(p); m != nil {
+		c.policyQ.Lock()
 		o := c.group.OnReply(m.index, time.Now())
-		c.publishPolicy(o.Events())
+		c.publishPolicyLocked(o.Events())
 	}
 }
 
@@ -316,8 +328,9 @@ func (c *Client) dispatcher() {
 	for {
 		now := time.Now()
 		if c.group != nil {
+			c.policyQ.Lock()
 			sends, evs = c.group.Tick(now, sends[:0], evs[:0])
-			c.publishPolicy(evs)
+			c.publishPolicyLocked(evs)
 			for _, s := range sends {
 				c.sendTest(s)
 			}

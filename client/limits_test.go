@@ -169,19 +169,40 @@ func muted(f *fakeServer) *atomic.Bool {
 	return &mute
 }
 
+// policyPair returns the configuration of a primary/secondary Client of
+// a.example.net and b.example.net with a policy (request timeout 1 s, 2
+// retries, hold-down 20 s) and a bus, server a, and the switch that
+// mutes a.
+func policyPair(t *testing.T) (Config, *fakeServer, *atomic.Bool) {
+	a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+	n := network{"tcp://a:1": a, "tcp://b:1": b}
+	t.Cleanup(n.close)
+	cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
+	cfg.Policy = &policy.Config{RequestTimeout: time.Second, Retries: 2, HoldDown: 20 * time.Second}
+	cfg.Events = NewBus()
+	return cfg, a, muted(a)
+}
+
+// sendWithin sends ACR i within timeout and returns the Origin-Host of
+// its answer.
+func sendWithin(c *Client, i int, timeout time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ans, err := c.Send(ctx, acr(i, "u@example.net"))
+	if err != nil {
+		return "", err
+	}
+	h, _ := message.StringOf(ans, message.OriginHost, 0)
+	return h, nil
+}
+
 // S1-S4 through the client: a server whose transport is fine (DWRs
 // answered) but which stops replying to requests is taken out of service
 // after the down-timeout, gets nothing during the hold-down, then exactly
 // one probe; its reply puts it back in service.
 func TestPolicyHoldDownAndProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
-		mute := muted(a)
-		n := network{"tcp://a:1": a, "tcp://b:1": b}
-		defer n.close()
-		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
-		cfg.Policy = &policy.Config{RequestTimeout: time.Second, Retries: 2, HoldDown: 20 * time.Second}
-		cfg.Events = NewBus()
+		cfg, a, mute := policyPair(t)
 		var mu sync.Mutex
 		var states []string
 		cfg.Events.Subscribe(func(e Event) {
@@ -195,16 +216,7 @@ func TestPolicyHoldDownAndProbe(t *testing.T) {
 		require.NoError(t, err)
 		defer c.Close(context.Background())
 		synctest.Wait()
-		send := func(i int, timeout time.Duration) (string, error) {
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			defer cancel()
-			ans, err := c.Send(ctx, acr(i, "u@example.net"))
-			if err != nil {
-				return "", err
-			}
-			h, _ := message.StringOf(ans, message.OriginHost, 0)
-			return h, nil
-		}
+		send := func(i int, timeout time.Duration) (string, error) { return sendWithin(c, i, timeout) }
 		h, err := send(1, time.Second)
 		require.NoError(t, err)
 		require.Equal(t, "a.example.net", h)
@@ -234,6 +246,56 @@ func TestPolicyHoldDownAndProbe(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		assert.Equal(t, []string{"unknown->in-service", "in-service->out-of-service", "out-of-service->probing", "probing->in-service"}, states)
+	})
+}
+
+// Policy events are published in the order of the changes, whichever
+// goroutines make them. The dispatcher publishes the end of server a's
+// hold-down (out-of-service -> probing); while a subscriber holds that
+// event, a probe goes out and its reply, on the connection's reader, puts
+// a in service. That later change must reach every subscriber after the
+// first: before, the reader published it at once, so the second
+// subscriber saw probing -> in-service before out-of-service -> probing.
+func TestPolicyEventsInTheOrderOfTheChanges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, _, mute := policyPair(t)
+		release := make(chan struct{})
+		var hold sync.Once
+		cfg.Events.Subscribe(func(e Event) {
+			if e.Kind == EventPolicy && e.Policy.To == policy.Probing {
+				hold.Do(func() { <-release })
+			}
+		})
+		var mu sync.Mutex
+		var seen []string // what the second subscriber sees of a
+		cfg.Events.Subscribe(func(e Event) {
+			if e.Kind == EventPolicy && e.Server == "a.example.net" {
+				mu.Lock()
+				seen = append(seen, e.Policy.From.String()+"->"+e.Policy.To.String())
+				mu.Unlock()
+			}
+		})
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		send := func(i int, timeout time.Duration) error { _, err := sendWithin(c, i, timeout); return err }
+		require.NoError(t, send(1, time.Second))
+		mute.Store(true)
+		require.Error(t, send(2, 3*time.Second)) // the down-timeout: out of service
+		require.NoError(t, send(3, time.Second)) // b in service: a may be probed
+		mute.Store(false)
+		time.Sleep(20 * time.Second) // the dispatcher ends the hold-down; the first subscriber holds its event
+		synctest.Wait()
+		require.Equal(t, "probing", c.PolicyStates()[0])
+		require.NoError(t, send(4, time.Second)) // the probe, answered
+		synctest.Wait()
+		assert.Equal(t, "in-service", c.PolicyStates()[0])
+		close(release)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, []string{"unknown->in-service", "in-service->out-of-service", "out-of-service->probing", "probing->in-service"}, seen)
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/internal/ordered"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
@@ -224,14 +225,16 @@ type Client struct {
 	cfg     Config
 	servers []*server
 	group   *policy.Group
+	eventQ  ordered.Queue[client.Event] // policy and rebuild events, in the order of the changes (unlockPublish)
 	bal     *loadbalance.Balancer
 	events  *client.Bus
 	maxQ    int
 
-	mu     sync.Mutex
-	sched  *throttle.Scheduler[*call]
-	closed bool
-	rr     int
+	mu      sync.Mutex
+	rebuilt []client.Event // rebuilds for unlockPublish; under mu
+	sched   *throttle.Scheduler[*call]
+	closed  bool
+	rr      int
 
 	wake chan struct{}
 	done chan struct{}
@@ -338,7 +341,7 @@ func NewClient(cfg Config) (*Client, error) {
 	}
 	c.mu.Lock()
 	c.syncLocked()
-	c.mu.Unlock()
+	c.unlockPublish(nil)
 	c.wg.Add(1)
 	go c.run()
 	return c, nil
@@ -421,20 +424,17 @@ func (c *Client) Exchange(ctx context.Context, r *radius.Request) (*Response, er
 		evs = append(evs, o.Events()...)
 		c.syncLocked()
 		if o.Probe {
-			c.mu.Unlock()
-			c.publish(evs)
+			c.unlockPublish(evs)
 			return c.probeWith(cl, i)
 		}
 	}
 	if c.sched.Len() >= c.maxQ {
-		c.mu.Unlock()
-		c.publish(evs)
+		c.unlockPublish(evs)
 		c.count(ErrBusy)
 		return nil, ErrBusy
 	}
 	c.sched.Enqueue(cl, cl.class)
-	c.mu.Unlock()
-	c.publish(evs)
+	c.unlockPublish(evs)
 	c.kick()
 	select {
 	case res := <-cl.res:
@@ -494,10 +494,27 @@ func (c *Client) kick() {
 	}
 }
 
-func (c *Client) publish(evs []policy.Event) {
-	for _, e := range evs {
-		c.events.Publish(client.Event{Time: e.Time, Server: e.Server, Kind: client.EventPolicy, Policy: &e, Reason: e.Reason})
+// unlockPublish lets go of c.mu and publishes evs, the policy events of
+// the changes made under it, then the balancer rebuilds they caused
+// (syncLocked). The event queue is taken before c.mu is let go, so that
+// the events of changes made one after the other by different goroutines
+// are published in the order of the changes, and the rebuilds in the
+// order of their generations.
+func (c *Client) unlockPublish(evs []policy.Event) {
+	if len(evs) == 0 && len(c.rebuilt) == 0 {
+		c.mu.Unlock()
+		return
 	}
+	out := make([]client.Event, 0, len(evs)+len(c.rebuilt))
+	for _, e := range evs {
+		out = append(out, client.Event{Time: e.Time, Server: e.Server, Kind: client.EventPolicy, Policy: &e, Reason: e.Reason})
+	}
+	out = append(out, c.rebuilt...)
+	clear(c.rebuilt)
+	c.rebuilt = c.rebuilt[:0]
+	c.eventQ.Lock()
+	c.mu.Unlock()
+	c.eventQ.PublishLocked(c.events.Publish, out...)
 }
 
 func (c *Client) onAlarm(a throttle.Alarm) {
@@ -517,7 +534,8 @@ func (c *Client) onAlarm(a throttle.Alarm) {
 }
 
 // syncLocked makes the throttle's and the balancer's view of which
-// servers take requests follow the policy states. c.mu is held.
+// servers take requests follow the policy states. c.mu is held, and the
+// caller lets go of it with unlockPublish, which publishes the rebuilds.
 func (c *Client) syncLocked() {
 	now := time.Now()
 	for i, s := range c.servers {
@@ -534,10 +552,8 @@ func (c *Client) syncLocked() {
 			s.lb = st
 			if rebuilt, err := c.bal.SetState(s.name, st); err == nil && rebuilt {
 				gen := c.bal.Generation()
-				e := client.Event{Time: now, Server: s.name, Kind: client.EventBalancerRebuilt, Generation: gen,
-					Reason: fmt.Sprintf("balancer table rebuilt (generation %d)", gen)}
-				c.wg.Add(1)
-				go func() { defer c.wg.Done(); c.events.Publish(e) }()
+				c.rebuilt = append(c.rebuilt, client.Event{Time: now, Server: s.name, Kind: client.EventBalancerRebuilt, Generation: gen,
+					Reason: fmt.Sprintf("balancer table rebuilt (generation %d)", gen)})
 			}
 		}
 	}
@@ -548,8 +564,7 @@ func (c *Client) onSend(i int) func(time.Time) {
 		c.mu.Lock()
 		o := c.group.OnSent(i, now)
 		c.syncLocked()
-		c.mu.Unlock()
-		c.publish(o.Events())
+		c.unlockPublish(o.Events())
 		c.kick() // the down-timeout may be a new timer
 	}
 }
@@ -559,8 +574,7 @@ func (c *Client) onReply(i int) func(time.Time) {
 		c.mu.Lock()
 		o := c.group.OnReply(i, now)
 		c.syncLocked()
-		c.mu.Unlock()
-		c.publish(o.Events())
+		c.unlockPublish(o.Events())
 		if o.Changed() {
 			c.kick()
 		}
@@ -656,8 +670,7 @@ func (c *Client) run() {
 		if at, sok := c.sched.NextWakeup(now); sok && (!ok || at.Before(next)) {
 			next, ok = at, true
 		}
-		c.mu.Unlock()
-		c.publish(evs)
+		c.unlockPublish(evs)
 		for _, d := range ds {
 			if d.Err != nil {
 				c.finish(d.Item, nil, d.Err)
@@ -718,8 +731,7 @@ func (c *Client) attempt(cl *call, i int) {
 		if requeue {
 			c.sched.Enqueue(cl, cl.class)
 		}
-		c.mu.Unlock()
-		c.publish(evs)
+		c.unlockPublish(evs)
 		if !requeue {
 			c.finish(cl, nil, ErrNoServer)
 		}
@@ -727,8 +739,7 @@ func (c *Client) attempt(cl *call, i int) {
 	}
 	cl.tried |= 1 << i
 	cl.names = append(cl.names, s.name)
-	c.mu.Unlock()
-	c.publish(evs)
+	c.unlockPublish(evs)
 	attempts := c.cfg.Retries
 	if o.Probe {
 		attempts = 1

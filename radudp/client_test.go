@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,6 +71,16 @@ func (l *eventLog) get() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]string(nil), l.lines...)
+}
+
+// twoHangables starts hangable servers a:1812 and b:1812 on a new memory
+// network, closed when the test ends.
+func twoHangables(t *testing.T) (*memNet, *hangable, *hangable) {
+	n := newMemNet()
+	a := startHangable(n, "a:1812", testSecret)
+	b := startHangable(n, "b:1812", testSecret)
+	t.Cleanup(func() { b.close(); a.close() })
+	return n, a, b
 }
 
 func newTestClient(t *testing.T, n *memNet, cfg Config) *Client {
@@ -224,11 +235,7 @@ func TestClientDownTimeoutResetByAnyReply(t *testing.T) {
 // server is held down again.
 func TestClientRealRequestProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newMemNet()
-		a := startHangable(n, "a:1812", testSecret)
-		b := startHangable(n, "b:1812", testSecret)
-		defer a.close()
-		defer b.close()
+		n, a, _ := twoHangables(t)
 		c := newTestClient(t, n, Config{
 			Servers:   []ServerSpec{{Name: "a", URL: "radius://a:1812"}, {Name: "b", URL: "radius://b:1812"}},
 			Algorithm: loadbalance.Direct, HoldDown: 10 * time.Second,
@@ -261,6 +268,68 @@ func TestClientRealRequestProbe(t *testing.T) {
 		}
 		if c.State(0) != policy.InService {
 			t.Errorf("a is %v, want in-service", c.State(0))
+		}
+	})
+}
+
+// Policy and rebuild events are published in the order of the changes,
+// whichever goroutines make them. The Client's timer goroutine publishes
+// the end of a's hold-down; while a subscriber holds that event, a real
+// request probes a and its reply puts a back in service. A second
+// subscriber must see that change, and its rebuild, after the first:
+// before, the reply's goroutine published them at once.
+func TestClientEventsInTheOrderOfTheChanges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n, a, _ := twoHangables(t)
+		bus := client.NewBus()
+		release := make(chan struct{})
+		var hold sync.Once
+		bus.Subscribe(func(e client.Event) {
+			if e.Kind == client.EventPolicy && e.Policy.To == policy.Probing {
+				hold.Do(func() { <-release })
+			}
+		})
+		var mu sync.Mutex
+		var seen []string
+		var gens []uint64
+		bus.Subscribe(func(e client.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case e.Kind == client.EventPolicy && e.Server == "a":
+				seen = append(seen, e.Policy.From.String()+"->"+e.Policy.To.String())
+			case e.Kind == client.EventBalancerRebuilt:
+				gens = append(gens, e.Generation)
+			}
+		})
+		c := newTestClient(t, n, Config{
+			Servers:   []ServerSpec{{Name: "a", URL: "radius://a:1812"}, {Name: "b", URL: "radius://b:1812"}},
+			Algorithm: loadbalance.Direct, HoldDown: 10 * time.Second, Events: bus,
+		})
+		a.hung.Store(true)
+		if _, err := c.Exchange(context.Background(), accessRequest("alice")); err != nil {
+			t.Fatal(err) // a times out, b answers and is in service
+		}
+		a.hung.Store(false)
+		time.Sleep(10 * time.Second) // hold-down over: the first subscriber holds its event
+		synctest.Wait()
+		if c.State(0) != policy.Probing {
+			t.Fatalf("a is %v, want probing", c.State(0))
+		}
+		if _, err := c.Exchange(context.Background(), accessRequest("probe")); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		close(release)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		want := []string{"unknown->out-of-service", "out-of-service->probing", "probing->in-service"}
+		if !slices.Equal(seen, want) {
+			t.Errorf("a's policy events %q, want %q", seen, want)
+		}
+		if len(gens) < 2 || !slices.IsSorted(gens) {
+			t.Errorf("rebuild generations %v, want two or more, in order", gens)
 		}
 	})
 }
@@ -465,11 +534,7 @@ func TestClientAccountingFailoverAppliedOnce(t *testing.T) {
 // server's down-timeout honest and an answering one in service.
 func TestClientStatusServerProbeAndKeepAlive(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		n := newMemNet()
-		a := startHangable(n, "a:1812", testSecret)
-		b := startHangable(n, "b:1812", testSecret)
-		defer a.close()
-		defer b.close()
+		n, a, _ := twoHangables(t)
 		c := newTestClient(t, n, Config{
 			Servers: []ServerSpec{
 				{Name: "a", URL: "radius://a:1812", StatusServer: true},
