@@ -85,7 +85,8 @@ type Event struct {
 // Bus fans a Client's events out to subscribers. Its methods are safe
 // for concurrent use. Publish calls each subscriber synchronously on the
 // publishing goroutine (often a peer's): subscribers must be quick and
-// must not block (hand off to a channel of your own for I/O).
+// must not block (hand off to a channel of your own for I/O, and call
+// Close, which waits, from a goroutine of your own).
 type Bus struct{ b bus.Bus[Event] }
 
 // NewBus returns an empty Bus.

@@ -231,7 +231,7 @@ type Client struct {
 	maxQ    int
 
 	mu      sync.Mutex
-	rebuilt []client.Event // rebuilds for unlockPublish; under mu
+	rebuilt []client.Event // rebuilds made by syncLocked; empty whenever mu is free, as every section that calls syncLocked ends in unlockPublish
 	sched   *throttle.Scheduler[*call]
 	closed  bool
 	rr      int

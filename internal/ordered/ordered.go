@@ -9,7 +9,9 @@
 // the change (or makes the change under the Queue's lock), and hands the
 // events to PublishLocked, which queues them in that order. Whichever
 // goroutine finds nobody publishing publishes the queue until it is
-// empty; the others leave their events to it and return at once.
+// empty; the others leave their events to it and return at once. That
+// goroutine (a connection's reader, a caller) does nothing else
+// meanwhile, for as long as a burst of events lasts.
 package ordered
 
 import "sync"
@@ -29,9 +31,9 @@ type Queue[E any] struct {
 	overflowed uint64 // events published at once past a full queue
 }
 
-// Lock takes the Queue's lock. Every change whose events the caller will
-// pass to PublishLocked must be made before this returns (under a lock of
-// the caller's held until now) or after (under the Queue's lock).
+// Lock takes the Queue's lock. Take it before letting go of the lock under
+// which the change was made, or make the change while holding it; then
+// hand the change's events to PublishLocked.
 func (q *Queue[E]) Lock() { q.mu.Lock() }
 
 // Unlock lets go of the Queue's lock when there is nothing to publish.
