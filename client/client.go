@@ -197,6 +197,8 @@ type Client struct {
 	policyOpened atomic.Bool                // a server's policy state lets traffic in again: unpark
 	sched        *throttle.Scheduler[*item] // nil without Throttle; guarded by tmu
 	tmu          sync.Mutex
+	alarms       []Event              // queue alarms made under tmu, for unlockThrottle; empty whenever tmu is free
+	alarmQ       ordered.Queue[Event] // the alarms, in the order they were raised and cleared
 	wake         chan struct{}
 	stopDispatch chan struct{}
 	dispatchDone chan struct{}

@@ -33,7 +33,8 @@ const (
 	// one before.
 	EventPolicy
 	// EventQueueAlarm: a server's queue crossed its alarm threshold
-	// (Config.Throttle); Raised and Depth are set.
+	// (Config.Throttle); Raised and Depth are set. An alarm's clearing is
+	// published after its raising.
 	EventQueueAlarm
 	// EventSlotFilled: with MaxConnections, Server was dialed to fill the
 	// slot of Because, which went DOWN.

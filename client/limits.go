@@ -105,13 +105,31 @@ func (c *Client) setupLimits() error {
 	return nil
 }
 
+// onAlarm is the throttle's alarm callback, called under c.tmu: the
+// event waits in c.alarms for unlockThrottle, so that no subscriber runs
+// under c.tmu (QueueDepths takes it).
 func (c *Client) onAlarm(a throttle.Alarm) {
 	what := "cleared"
 	if a.Raised {
 		what = "raised"
 	}
-	c.events.Publish(Event{Time: a.Time, Server: a.Server, Kind: EventQueueAlarm, Raised: a.Raised, Depth: a.Depth,
+	c.alarms = append(c.alarms, Event{Time: a.Time, Server: a.Server, Kind: EventQueueAlarm, Raised: a.Raised, Depth: a.Depth,
 		Reason: fmt.Sprintf("queue alarm %s at depth %d", what, a.Depth)})
+}
+
+// unlockThrottle lets go of c.tmu and publishes the alarms raised or
+// cleared under it, in the order they were, whichever goroutines held it.
+// Every unlock of c.tmu goes through here.
+func (c *Client) unlockThrottle() {
+	if len(c.alarms) == 0 {
+		c.tmu.Unlock()
+		return
+	}
+	evs := c.alarms
+	c.alarms = nil
+	c.alarmQ.Lock()
+	c.tmu.Unlock()
+	c.alarmQ.PublishLocked(c.events.Publish, evs...)
 }
 
 // publishPolicyLocked publishes the events of a change the policy group
@@ -158,7 +176,7 @@ func (c *Client) markAvailability() {
 		}
 		c.sched.SetAvailable(i, ok, now)
 	}
-	c.tmu.Unlock()
+	c.unlockThrottle()
 }
 
 func (c *Client) poke() {
@@ -246,7 +264,7 @@ func (c *Client) throttled(its ...*item) {
 		c.sched.Enqueue(it, it.class)
 	}
 	ds := c.poll(time.Now())
-	c.tmu.Unlock()
+	c.unlockThrottle()
 	c.execute(ds)
 	c.poke() // anything left waits for a slot: the dispatcher's timer
 }
@@ -256,11 +274,11 @@ func (c *Client) release(it *item) {
 	c.tmu.Lock()
 	it.ended = true // a place the scheduler gives it from now on is freed at once
 	if it.server < 0 || !c.sched.Done(it.server, it.class) {
-		c.tmu.Unlock()
+		c.unlockThrottle()
 		return
 	}
 	ds := c.poll(time.Now())
-	c.tmu.Unlock()
+	c.unlockThrottle()
 	c.execute(ds)
 }
 
@@ -313,7 +331,7 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 			it.server = -1
 		}
 		c.sched.Enqueue(it, it.class)
-		c.tmu.Unlock()
+		c.unlockThrottle()
 	}
 }
 
@@ -345,7 +363,7 @@ func (c *Client) dispatcher() {
 			if at, ok := c.sched.NextWakeup(now); ok && at.Before(next) {
 				next = at
 			}
-			c.tmu.Unlock()
+			c.unlockThrottle()
 			c.execute(ds)
 		}
 		if c.group != nil {
@@ -407,7 +425,7 @@ func (c *Client) QueueDepths() []QueueDepth {
 		return nil
 	}
 	c.tmu.Lock()
-	defer c.tmu.Unlock()
+	defer c.unlockThrottle()
 	out := make([]QueueDepth, len(c.members))
 	for i, m := range c.members {
 		st := c.sched.Stats(i)

@@ -156,6 +156,56 @@ func TestThrottleQueueAlarm(t *testing.T) {
 	})
 }
 
+// A subscriber may call the Client's read-only methods from a queue
+// alarm, QueueDepths included: the alarm is published once the throttle's
+// lock is let go. Before, it was published under that lock and
+// QueueDepths, which takes it, deadlocked. Real time, outside a bubble: a
+// goroutine blocked on a mutex is not durably blocked, and a bubble would
+// hang instead of failing.
+func TestQueueAlarmSubscriberReadsDepths(t *testing.T) {
+	srv := newFakeServer("a.example.net")
+	n := network{"tcp://a:1": srv}
+	defer n.close()
+	cfg := clientConfig(n, Balance, "tcp://a:1")
+	cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxRate: 50}, AlarmHigh: 3, AlarmLow: 1}
+	cfg.Events = NewBus()
+	var cp atomic.Pointer[Client]
+	var mu sync.Mutex
+	var depths []QueueDepth // what the subscriber read, alarm by alarm
+	cfg.Events.Subscribe(func(e Event) {
+		if e.Kind != EventQueueAlarm {
+			return
+		}
+		q := cp.Load().QueueDepths()
+		mu.Lock()
+		depths = append(depths, q[0])
+		mu.Unlock()
+	})
+	c, err := New(cfg)
+	require.NoError(t, err)
+	cp.Store(c)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, c.WaitReady(ctx, 1))
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Go(func() { c.Send(ctx, acr(i, "u@example.net")) })
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("requests stuck: a subscriber calling QueueDepths from an alarm deadlocked") // and so would Close
+	}
+	c.Close(context.Background())
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, depths, 2, "raised, then cleared")
+	assert.True(t, depths[0].Alarm, "the depths read after the raise show it")
+	assert.False(t, depths[1].Alarm, "and after the clear")
+}
+
 // muted makes f answer nothing while the returned flag is set.
 func muted(f *fakeServer) *atomic.Bool {
 	var mute atomic.Bool

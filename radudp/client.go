@@ -231,7 +231,7 @@ type Client struct {
 	maxQ    int
 
 	mu      sync.Mutex
-	rebuilt []client.Event // rebuilds made by syncLocked; empty whenever mu is free, as every section that calls syncLocked ends in unlockPublish
+	pending []client.Event // rebuilds (syncLocked) and queue alarms (onAlarm) made under mu; empty whenever mu is free, as every unlock of mu is unlockPublish
 	sched   *throttle.Scheduler[*call]
 	closed  bool
 	rr      int
@@ -409,7 +409,7 @@ func (c *Client) Exchange(ctx context.Context, r *radius.Request) (*Response, er
 	}
 	c.mu.Lock()
 	if c.closed {
-		c.mu.Unlock()
+		c.unlockPublish(nil)
 		return nil, ErrClosed
 	}
 	// Timers due now (a hold-down ending) first, so that the request sees
@@ -495,23 +495,24 @@ func (c *Client) kick() {
 }
 
 // unlockPublish lets go of c.mu and publishes evs, the policy events of
-// the changes made under it, then the balancer rebuilds they caused
-// (syncLocked). The event queue is taken before c.mu is let go, so that
-// the events of changes made one after the other by different goroutines
-// are published in the order of the changes, and the rebuilds in the
-// order of their generations.
+// the changes made under it, then the other events made under it (the
+// balancer rebuilds of syncLocked, the queue alarms). Every unlock of c.mu
+// goes through here. The event queue is taken before c.mu is let go, so
+// that the events of changes made one after the other by different
+// goroutines are published in the order of the changes: the rebuilds in
+// the order of their generations, an alarm's clearing after its raising.
 func (c *Client) unlockPublish(evs []policy.Event) {
-	if len(evs) == 0 && len(c.rebuilt) == 0 {
+	if len(evs) == 0 && len(c.pending) == 0 {
 		c.mu.Unlock()
 		return
 	}
-	out := make([]client.Event, 0, len(evs)+len(c.rebuilt))
+	out := make([]client.Event, 0, len(evs)+len(c.pending))
 	for _, e := range evs {
 		out = append(out, client.Event{Time: e.Time, Server: e.Server, Kind: client.EventPolicy, Policy: &e, Reason: e.Reason})
 	}
-	out = append(out, c.rebuilt...)
-	clear(c.rebuilt)
-	c.rebuilt = c.rebuilt[:0]
+	out = append(out, c.pending...)
+	clear(c.pending)
+	c.pending = c.pending[:0]
 	c.eventQ.Lock()
 	c.mu.Unlock()
 	c.eventQ.PublishLocked(c.events.Publish, out...)
@@ -522,15 +523,13 @@ func (c *Client) onAlarm(a throttle.Alarm) {
 	if a.Raised {
 		what = "raised"
 	}
-	// Called under c.mu by the scheduler: publish from another goroutine
-	// so that no subscriber runs under the lock; none after Close.
+	// Called under c.mu by the scheduler: unlockPublish publishes it once
+	// c.mu is let go, after the events made before it; none after Close.
 	if c.closed {
 		return
 	}
-	e := client.Event{Time: a.Time, Server: a.Server, Kind: client.EventQueueAlarm, Raised: a.Raised, Depth: a.Depth,
-		Reason: fmt.Sprintf("queue alarm %s at depth %d", what, a.Depth)}
-	c.wg.Add(1)
-	go func() { defer c.wg.Done(); c.events.Publish(e) }()
+	c.pending = append(c.pending, client.Event{Time: a.Time, Server: a.Server, Kind: client.EventQueueAlarm, Raised: a.Raised, Depth: a.Depth,
+		Reason: fmt.Sprintf("queue alarm %s at depth %d", what, a.Depth)})
 }
 
 // syncLocked makes the throttle's and the balancer's view of which
@@ -552,7 +551,7 @@ func (c *Client) syncLocked() {
 			s.lb = st
 			if rebuilt, err := c.bal.SetState(s.name, st); err == nil && rebuilt {
 				gen := c.bal.Generation()
-				c.rebuilt = append(c.rebuilt, client.Event{Time: now, Server: s.name, Kind: client.EventBalancerRebuilt, Generation: gen,
+				c.pending = append(c.pending, client.Event{Time: now, Server: s.name, Kind: client.EventBalancerRebuilt, Generation: gen,
 					Reason: fmt.Sprintf("balancer table rebuilt (generation %d)", gen)})
 			}
 		}
@@ -707,7 +706,7 @@ func (c *Client) attempt(cl *call, i int) {
 	c.mu.Lock()
 	if err := cl.ctx.Err(); err != nil || c.closed {
 		c.sched.Done(i, cl.class)
-		c.mu.Unlock()
+		c.unlockPublish(nil)
 		if err == nil {
 			err = ErrClosed
 		}
@@ -718,7 +717,7 @@ func (c *Client) attempt(cl *call, i int) {
 		// The throttle fell back to a server this request tried: no server
 		// in service is left for it.
 		c.sched.Done(i, cl.class)
-		c.mu.Unlock()
+		c.unlockPublish(nil)
 		c.finish(cl, nil, ErrTimeout)
 		return
 	}
@@ -748,19 +747,19 @@ func (c *Client) attempt(cl *call, i int) {
 	c.mu.Lock()
 	c.sched.Done(i, cl.class)
 	if err == nil {
-		c.mu.Unlock()
+		c.unlockPublish(nil)
 		c.finish(cl, resp, nil)
 		return
 	}
 	if errors.Is(err, ErrTimeout) && !o.Probe && cl.ctx.Err() == nil && !c.closed && c.untriedInService(cl) {
 		c.sched.Enqueue(cl, cl.class)
-		c.mu.Unlock()
+		c.unlockPublish(nil)
 		c.failovers.Add(1)
 		c.record(client.FailoverRecord{Time: time.Now(), From: s.name, Outcome: client.Moved, Moved: 1,
 			Reason: fmt.Sprintf("no reply to %d attempts: the request goes to the next server in service", attempts)})
 		return
 	}
-	c.mu.Unlock()
+	c.unlockPublish(nil)
 	if o.Probe && errors.Is(err, ErrTimeout) {
 		err = fmt.Errorf("%w (%v)", ErrProbeFailed, err)
 	}
@@ -784,7 +783,7 @@ func (c *Client) testSend(ts policy.TestSend) {
 	if s.testReq == nil {
 		c.mu.Lock()
 		c.group.CancelProbe(ts.Index)
-		c.mu.Unlock()
+		c.unlockPublish(nil)
 		return
 	}
 	s.probes.Add(1)
@@ -817,7 +816,7 @@ func (c *Client) Stats() ClientStats {
 		}
 		st.Servers = append(st.Servers, ss)
 	}
-	c.mu.Unlock()
+	c.unlockPublish(nil)
 	c.reasonsMu.Lock()
 	for k, v := range c.reasons {
 		st.Reasons[k] = v
@@ -831,17 +830,17 @@ func (c *Client) Stats() ClientStats {
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closed {
-		c.mu.Unlock()
+		c.unlockPublish(nil)
 		return nil
 	}
 	c.closed = true
 	close(c.done)
-	c.mu.Unlock()
+	c.unlockPublish(nil)
 	c.closePeers()
 	c.wg.Wait()
 	c.mu.Lock()
 	rest := c.sched.Release(nil)
-	c.mu.Unlock()
+	c.unlockPublish(nil)
 	for _, cl := range rest {
 		c.finish(cl, nil, ErrClosed)
 	}

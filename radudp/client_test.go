@@ -609,6 +609,60 @@ func TestClientCallerDeadlines(t *testing.T) {
 	})
 }
 
+// A queue alarm's clearing is published after its raising, whichever
+// goroutines make them: while a subscriber holds the raised alarm, the
+// queue drains; a second subscriber sees raised, then cleared. Before,
+// each alarm was published from a goroutine of its own, and the clearing
+// came first. A subscriber may read the Client's stats from an alarm.
+func TestClientQueueAlarmsInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		startServer(t, n, "a:1812", nil, nil)
+		bus := client.NewBus()
+		release := make(chan struct{})
+		var held atomic.Bool
+		var cp atomic.Pointer[Client]
+		bus.Subscribe(func(e client.Event) {
+			if e.Kind == client.EventQueueAlarm {
+				_ = cp.Load().Stats() // takes the Client's lock: none is held here
+				if held.CompareAndSwap(false, true) {
+					<-release
+				}
+			}
+		})
+		var mu sync.Mutex
+		var seen []bool
+		bus.Subscribe(func(e client.Event) {
+			if e.Kind == client.EventQueueAlarm {
+				mu.Lock()
+				seen = append(seen, e.Raised)
+				mu.Unlock()
+			}
+		})
+		c := newTestClient(t, n, Config{Servers: []ServerSpec{{Name: "a", URL: "radius://a:1812",
+			Accounting: throttle.Limits{MaxRate: 10}}}, Slot: 100 * time.Millisecond, AlarmHigh: 3, AlarmLow: 1, Events: bus})
+		cp.Store(c)
+		var wg sync.WaitGroup
+		for i := range 6 {
+			wg.Go(func() {
+				if _, err := c.Exchange(context.Background(), accountingStop(fmt.Sprintf("s%d", i))); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		time.Sleep(2 * time.Second) // the queue has drained, or waits for the held subscriber
+		synctest.Wait()
+		close(release)
+		wg.Wait()
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if want := []bool{true, false}; !slices.Equal(seen, want) {
+			t.Errorf("alarms seen raised=%v, want %v", seen, want)
+		}
+	})
+}
+
 // The throttle's queues hold at most MaxQueued requests: past it Exchange
 // fails at once with ErrBusy.
 func TestClientMaxQueued(t *testing.T) {
