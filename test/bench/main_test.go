@@ -179,6 +179,39 @@ func TestMedianAndSpread(t *testing.T) {
 	}
 }
 
+// A judged figure never reads as the other side of its target: 2.9954
+// against ">= 3" would round to 3.00 next to MISSED.
+func TestShownAgreesWithVerdict(t *testing.T) {
+	atLeast3 := func(v float64) bool { return v >= 3 }
+	atMost25 := func(v float64) bool { return v <= 2.5 }
+	for _, c := range []struct {
+		format string
+		v      float64
+		ok     func(float64) bool
+		want   string
+	}{
+		{"%.2fx", 2.9954, atLeast3, "2.995x"},
+		{"%.2fx", 2.99999, atLeast3, "2.99999x"},
+		{"%.2fx", 3.004, atLeast3, "3.00x"},
+		{"%.2fx", 3.41, atLeast3, "3.41x"},
+		{"%.2f", 2.5004, atMost25, "2.5004"},
+		{"%.2f", 2.496, atMost25, "2.50"}, // met either way
+		{"%.2f", 4.53, atMost25, "4.53"},
+	} {
+		if got := shown(c.format, c.v, c.ok); got != c.want {
+			t.Errorf("shown(%q, %v) = %q, want %q", c.format, c.v, got, c.want)
+		}
+	}
+	var b strings.Builder
+	targetRatio(&b, "x", 280351, 93592, ">= 3x", atLeast3)
+	if want := "| x | 2.995x | >= 3x | MISSED |\n"; b.String() != want {
+		t.Errorf("targetRatio printed %q, want %q", b.String(), want)
+	}
+	if s := judgedSpread([]float64{2.9954, 2.9, 3.2}, "%.2fx", atLeast3); s != "2.995x (2.90x-3.20x)" {
+		t.Errorf("judgedSpread %q", s)
+	}
+}
+
 // TestDialFrom: the large idle run's dialer connects from the loopback
 // address it is given.
 func TestDialFrom(t *testing.T) {

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/aaatp/aaatp/test/benchcmp"
 )
@@ -14,11 +16,37 @@ func ratio(a, b float64) string {
 	return fmt.Sprintf("%.2fx", a/b)
 }
 
+// shown formats v, a figure judged by ok, with format ("%.2f", "%.2fx").
+// Should the rounded figure and v itself fall on different sides of the
+// target (2.996 against ">= 3" shows as 3.00), decimals are added until
+// they agree, so that a missed target never shows a figure that meets it,
+// nor the reverse.
+func shown(format string, v float64, ok func(float64) bool) string {
+	s := fmt.Sprintf(format, v)
+	for digits := 3; digits <= 6; digits++ {
+		r, err := strconv.ParseFloat(strings.TrimSuffix(s, "x"), 64)
+		if err != nil || ok(r) == ok(v) {
+			return s
+		}
+		s = fmt.Sprintf(strings.Replace(format, ".2", "."+strconv.Itoa(digits), 1), v)
+	}
+	return s
+}
+
 func verdict(ok bool) string {
 	if ok {
 		return "met"
 	}
 	return "MISSED"
+}
+
+// targetRatio prints the target line of the ratio a/b, judged by ok.
+func targetRatio(w io.Writer, what string, a, b float64, target string, ok func(float64) bool) {
+	if b <= 0 {
+		fmt.Fprintf(w, "| %s | - | %s | not measured |\n", what, target)
+		return
+	}
+	fmt.Fprintf(w, "| %s | %s | %s | %s |\n", what, shown("%.2fx", a/b, ok), target, verdict(ok(a/b)))
 }
 
 func find(cells []Cell, impl string, callers int) (Cell, bool) {
@@ -70,11 +98,11 @@ func printReport(w io.Writer, o Options, rep *Report, pp Cell, fo *failoverResul
 	if a, ok := find(rep.Results, "aaatp", 256); ok {
 		g, _ := find(rep.Results, "go-diameter", 256)
 		r, _ := find(rep.Results, "raw", 256)
-		fmt.Fprintf(w, "| 256 callers: aaatp / go-diameter answers/s | %s | >= 3x | %s |\n", ratio(a.AnswersPerS, g.AnswersPerS), verdict(g.AnswersPerS > 0 && a.AnswersPerS >= 3*g.AnswersPerS))
-		fmt.Fprintf(w, "| 256 callers: aaatp / raw answers/s | %s | >= 0.75x | %s |\n", ratio(a.AnswersPerS, r.AnswersPerS), verdict(r.AnswersPerS > 0 && a.AnswersPerS >= 0.75*r.AnswersPerS))
+		targetRatio(w, "256 callers: aaatp / go-diameter answers/s", a.AnswersPerS, g.AnswersPerS, ">= 3x", func(v float64) bool { return v >= 3 })
+		targetRatio(w, "256 callers: aaatp / raw answers/s", a.AnswersPerS, r.AnswersPerS, ">= 0.75x", func(v float64) bool { return v >= 0.75 })
 	}
 	if a, ok := find(rep.Results, "aaatp", 1); ok {
-		fmt.Fprintf(w, "| 1 caller: aaatp p50 / raw ping-pong p50 | %s | <= 1.3x | %s |\n", ratio(a.P50us, pp.P50us), verdict(pp.P50us > 0 && a.P50us <= 1.3*pp.P50us))
+		targetRatio(w, "1 caller: aaatp p50 / raw ping-pong p50", a.P50us, pp.P50us, "<= 1.3x", func(v float64) bool { return v <= 1.3 })
 	}
 	xTargets(w, xp)
 	fmt.Fprintf(w, "| failover of %.0f pending (ms, mean of %d; min %.2f, max %.2f) | %.2f | <= 20 | %s |\n", fo.pending, len(fo.runs), fo.minMs, fo.maxMs, fo.meanMs, verdict(fo.meanMs <= 20))

@@ -161,6 +161,16 @@ func spread(v []float64, format string) string {
 	return fmt.Sprintf("%s ("+format+"-"+format+")", m, slices.Min(v), slices.Max(v))
 }
 
+// judgedSpread is spread for a figure judged by ok: its median as shown
+// shows it.
+func judgedSpread(v []float64, format string, ok func(float64) bool) string {
+	m := shown(format, median(v), ok)
+	if len(v) < 2 {
+		return m
+	}
+	return fmt.Sprintf("%s ("+format+"-"+format+")", m, slices.Min(v), slices.Max(v))
+}
+
 func (x *xprocResult) cells() []XCell {
 	var out []XCell
 	for _, p := range x.order {
@@ -238,7 +248,7 @@ func xTargets(w io.Writer, x *xprocResult) {
 			fmt.Fprintf(w, "| %s | - | %s | not measured |\n", what, target)
 			return
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", what, spread(v, format), target, verdict(ok(median(v))))
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", what, judgedSpread(v, format, ok), target, verdict(ok(median(v))))
 	}
 	row("xproc 256 callers: aaa-peer pair / go-diameter pair answers/s", x.ratios(pairAaa, pairGD, ans), "%.2fx", ">= 3x", func(v float64) bool { return v >= 3 })
 	row("xproc 256 callers: aaa-peer pair / raw pair answers/s", x.ratios(pairAaa, pairRaw, ans), "%.2fx", ">= 0.8x", func(v float64) bool { return v >= 0.8 })
