@@ -669,14 +669,19 @@ func (c *Client) run() {
 		if at, sok := c.sched.NextWakeup(now); sok && (!ok || at.Before(next)) {
 			next, ok = at, true
 		}
+		// The attempts start before the events are published (a queue
+		// alarm comes from Poll): they wait for c.mu, not for subscribers.
+		for _, d := range ds {
+			if d.Err == nil {
+				c.wg.Add(1)
+				go c.attempt(d.Item, d.Server)
+			}
+		}
 		c.unlockPublish(evs)
 		for _, d := range ds {
 			if d.Err != nil {
 				c.finish(d.Item, nil, d.Err)
-				continue
 			}
-			c.wg.Add(1)
-			go c.attempt(d.Item, d.Server)
 		}
 		clear(ds)
 		wait := time.Hour

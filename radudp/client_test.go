@@ -609,11 +609,12 @@ func TestClientCallerDeadlines(t *testing.T) {
 	})
 }
 
-// A queue alarm's clearing is published after its raising, whichever
-// goroutines make them: while a subscriber holds the raised alarm, the
-// queue drains; a second subscriber sees raised, then cleared. Before,
-// each alarm was published from a goroutine of its own, and the clearing
-// came first. A subscriber may read the Client's stats from an alarm.
+// A queue alarm's clearing is published after its raising: a subscriber
+// holds the raised alarm (and with it the Client's timer goroutine, which
+// publishes it) while the requests the throttle released go on; a second
+// subscriber sees raised, then cleared. Before, each alarm was published
+// from a goroutine of its own, and the clearing came first. A subscriber
+// may read the Client's stats from an alarm.
 func TestClientQueueAlarmsInOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newMemNet()
@@ -650,8 +651,13 @@ func TestClientQueueAlarmsInOrder(t *testing.T) {
 				}
 			})
 		}
-		time.Sleep(2 * time.Second) // the queue has drained, or waits for the held subscriber
+		time.Sleep(2 * time.Second)
 		synctest.Wait()
+		mu.Lock()
+		if len(seen) != 0 {
+			t.Errorf("alarms seen raised=%v while the first subscriber holds the raise", seen)
+		}
+		mu.Unlock()
 		close(release)
 		wg.Wait()
 		synctest.Wait()

@@ -197,6 +197,11 @@ func TestShownAgreesWithVerdict(t *testing.T) {
 		{"%.2f", 2.5004, atMost25, "2.5004"},
 		{"%.2f", 2.496, atMost25, "2.50"}, // met either way
 		{"%.2f", 4.53, atMost25, "4.53"},
+		{"%.2fx", 2.9999999, atLeast3, "2.9999999x"}, // past four more decimals: the shortest exact text
+		{"%.3f", 1.99996, func(v float64) bool { return v < 2 }, "1.99996"},
+		{"%.1f", 19.96, func(v float64) bool { return v <= 20 }, "20.0"}, // met either way
+		{"%.1f", 20.04, func(v float64) bool { return v <= 20 }, "20.04"},
+		{"%.0f ms", 20.4, func(v float64) bool { return v <= 20 }, "20.4 ms"},
 	} {
 		if got := shown(c.format, c.v, c.ok); got != c.want {
 			t.Errorf("shown(%q, %v) = %q, want %q", c.format, c.v, got, c.want)

@@ -3,8 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"regexp"
 	"strconv"
-	"strings"
 
 	"github.com/aaatp/aaatp/test/benchcmp"
 )
@@ -16,22 +16,30 @@ func ratio(a, b float64) string {
 	return fmt.Sprintf("%.2fx", a/b)
 }
 
-// shown formats v, a figure judged by ok, with format ("%.2f", "%.2fx").
-// Should the rounded figure and v itself fall on different sides of the
-// target (2.996 against ">= 3" shows as 3.00), decimals are added until
-// they agree, so that a missed target never shows a figure that meets it,
-// nor the reverse.
+// shown formats v, a figure judged by ok, with format (one %.Nf verb and
+// a suffix: "%.2f", "%.2fx"). Should the rounded figure and v itself fall
+// on different sides of the target (2.9954 against ">= 3" shows as
+// 3.00), decimals are added until they agree, up to the shortest text
+// that reads back as v exactly: a missed target never shows a figure that
+// meets it, nor the reverse.
 func shown(format string, v float64, ok func(float64) bool) string {
-	s := fmt.Sprintf(format, v)
-	for digits := 3; digits <= 6; digits++ {
-		r, err := strconv.ParseFloat(strings.TrimSuffix(s, "x"), 64)
-		if err != nil || ok(r) == ok(v) {
-			return s
-		}
-		s = fmt.Sprintf(strings.Replace(format, ".2", "."+strconv.Itoa(digits), 1), v)
+	m := precision.FindStringSubmatchIndex(format)
+	if m == nil {
+		return fmt.Sprintf(format, v)
 	}
-	return s
+	prefix, suffix := format[:m[0]], format[m[1]:]
+	digits, _ := strconv.Atoi(format[m[2]:m[3]])
+	for end := digits + 4; digits <= end; digits++ {
+		num := strconv.FormatFloat(v, 'f', digits, 64)
+		if r, err := strconv.ParseFloat(num, 64); err == nil && ok(r) == ok(v) {
+			return prefix + num + suffix
+		}
+	}
+	return prefix + strconv.FormatFloat(v, 'f', -1, 64) + suffix
 }
+
+// precision finds the %.Nf verb of a format.
+var precision = regexp.MustCompile(`%\.(\d+)f`)
 
 func verdict(ok bool) string {
 	if ok {
@@ -105,17 +113,20 @@ func printReport(w io.Writer, o Options, rep *Report, pp Cell, fo *failoverResul
 		targetRatio(w, "1 caller: aaatp p50 / raw ping-pong p50", a.P50us, pp.P50us, "<= 1.3x", func(v float64) bool { return v <= 1.3 })
 	}
 	xTargets(w, xp)
-	fmt.Fprintf(w, "| failover of %.0f pending (ms, mean of %d; min %.2f, max %.2f) | %.2f | <= 20 | %s |\n", fo.pending, len(fo.runs), fo.minMs, fo.maxMs, fo.meanMs, verdict(fo.meanMs <= 20))
-	fmt.Fprintf(w, "| %d idle client peers: RSS per peer (KiB) | %.2f | <= 16 | %s |\n", idle.peers, idle.clientKiBPerPeer, verdict(idle.clientKiBPerPeer <= 16))
-	fmt.Fprintf(w, "| %d idle peers: CPU, client + server (%% of a core) | %.3f | < 2 | %s |\n", idle.peers, idle.cpuPct, verdict(idle.cpuPct < 2))
+	judged := func(what, format string, v float64, target string, ok func(float64) bool) {
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", what, shown(format, v, ok), target, verdict(ok(v)))
+	}
+	judged(fmt.Sprintf("failover of %.0f pending (ms, mean of %d; min %.2f, max %.2f)", fo.pending, len(fo.runs), fo.minMs, fo.maxMs), "%.2f", fo.meanMs, "<= 20", func(v float64) bool { return v <= 20 })
+	judged(fmt.Sprintf("%d idle client peers: RSS per peer (KiB)", idle.peers), "%.2f", idle.clientKiBPerPeer, "<= 16", func(v float64) bool { return v <= 16 })
+	judged(fmt.Sprintf("%d idle peers: CPU, client + server (%% of a core)", idle.peers), "%.3f", idle.cpuPct, "< 2", func(v float64) bool { return v < 2 })
 	if idleBig != nil {
 		fmt.Fprintf(w, "| %d idle client peers: RSS per peer (KiB) | %.2f | (%d peers: %.2f) | |\n", idleBig.peers, idleBig.clientKiBPerPeer, idle.peers, idle.clientKiBPerPeer)
 		fmt.Fprintf(w, "| %d idle peers: server RSS per accepted peer (KiB) | %.2f | (%d peers: %.2f) | |\n", idleBig.peers, idleBig.serverKiBPerPeer, idle.peers, idle.serverKiBPerPeer)
 		fmt.Fprintf(w, "| %d idle peers: CPU, client + server (%% of a core) | %.3f | (%d peers: %.3f) | |\n", idleBig.peers, idleBig.cpuPct, idle.peers, idle.cpuPct)
 	}
-	fmt.Fprintf(w, "| Pick, 30-byte NAI + remembered Session-Id, 8 servers (ns) | %.1f | <= 100 | %s |\n", pick.knownNs, verdict(pick.knownNs <= 100))
-	fmt.Fprintf(w, "| dedup lookup + insert (BeginInto, as Wrap), %d entries (ns) | %.1f | <= 250 | %s |\n", dd.entries, dd.beginIntoNs, verdict(dd.beginIntoNs <= 250))
-	fmt.Fprintf(w, "| dedup bytes per entry, %d entries, %d-byte ACA stored | %.1f | <= 200 | %s |\n", dd.entries, dd.answerLen, dd.bytesPerEntry, verdict(dd.bytesPerEntry <= 200))
+	judged("Pick, 30-byte NAI + remembered Session-Id, 8 servers (ns)", "%.1f", pick.knownNs, "<= 100", func(v float64) bool { return v <= 100 })
+	judged(fmt.Sprintf("dedup lookup + insert (BeginInto, as Wrap), %d entries (ns)", dd.entries), "%.1f", dd.beginIntoNs, "<= 250", func(v float64) bool { return v <= 250 })
+	judged(fmt.Sprintf("dedup bytes per entry, %d entries, %d-byte ACA stored", dd.entries, dd.answerLen), "%.1f", dd.bytesPerEntry, "<= 200", func(v float64) bool { return v <= 200 })
 	fmt.Fprintln(w)
 	if idle.peers != 10_000 {
 		fmt.Fprintf(w, "Idle peers: %d, not 10k (%s mode).\n", idle.peers, o.Name)
