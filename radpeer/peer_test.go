@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
@@ -187,12 +188,13 @@ func TestWatchdogStatusServer(t *testing.T) {
 		go s.serveAll(t, ln)
 		cfg := testConfig(6 * time.Second)
 		cfg.Dialer = ln.dialer()
+		cfg.Events = peer.NewBus()
 		var rec recorder
+		defer rec.watch(cfg.Events)() // before Dial: the first connection's INITIAL > OKAY may come before Dial returns
 		p, err := Dial("radius+tcp://server:1812", cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer rec.watch(p.Events())()
 		synctest.Wait()
 		if !p.InService() {
 			t.Fatal("not in service after the first connection")
