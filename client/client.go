@@ -178,8 +178,11 @@ type Client struct {
 	cancels []func()
 	ready   readiness // wakes WaitReady
 
-	rebuilds ordered.Queue[Event]        // the balancer's rebuild events, in generation order (setBalancerState)
-	policyQ  ordered.Queue[policy.Event] // the policy's events, in the order of its changes (publishPolicyLocked)
+	// eventQ publishes the events of changes made under a lock, in the
+	// order of the changes: the balancer's rebuilds (setBalancerState), the
+	// policy's states (publishPolicyLocked), the queue alarms
+	// (unlockThrottle).
+	eventQ ordered.Queue[Event]
 
 	mu     sync.Mutex
 	parked []*call.Call // waiting for any peer in service (F3)
@@ -197,8 +200,7 @@ type Client struct {
 	policyOpened atomic.Bool                // a server's policy state lets traffic in again: unpark
 	sched        *throttle.Scheduler[*item] // nil without Throttle; guarded by tmu
 	tmu          sync.Mutex
-	alarms       []Event              // queue alarms made under tmu, for unlockThrottle; empty whenever tmu is free
-	alarmQ       ordered.Queue[Event] // the alarms, in the order they were raised and cleared
+	alarms       []Event // queue alarms made under tmu, for unlockThrottle; empty whenever tmu is free
 	wake         chan struct{}
 	stopDispatch chan struct{}
 	dispatchDone chan struct{}
@@ -797,14 +799,13 @@ func (c *Client) serverStateAt(m *member, to watchdog.State, handOverNext bool) 
 // come after the later events that m's own goroutine publishes directly
 // (its failover record, its next watchdog change).
 func (c *Client) setBalancerState(m *member, st loadbalance.State) {
-	r := &c.rebuilds
-	r.Lock()
+	c.eventQ.Lock()
 	if rebuilt, err := c.bal.SetState(m.spec.Name, st); err != nil || !rebuilt {
-		r.Unlock()
+		c.eventQ.Unlock()
 		return
 	}
 	gen := c.bal.Generation()
-	r.PublishLocked(c.events.Publish, Event{Time: time.Now(), Server: m.spec.Name, Kind: EventBalancerRebuilt, Generation: gen,
+	c.eventQ.PublishLocked(c.events.Publish, Event{Time: time.Now(), Server: m.spec.Name, Kind: EventBalancerRebuilt, Generation: gen,
 		Reason: fmt.Sprintf("balancer table rebuilt (generation %d)", gen)})
 }
 

@@ -225,7 +225,7 @@ func TestRebuildEventsPastABlockedSubscriber(t *testing.T) {
 			c.serverState(b, watchdog.Down)
 			c.serverState(b, watchdog.Okay)
 		}
-		queued, _, over := c.rebuilds.Stats()
+		queued, _, over := c.eventQ.Stats()
 		assert.Equal(t, ordered.MaxQueued, queued, "the queue stops at its bound")
 		assert.Equal(t, uint64(2*toggles-ordered.MaxQueued), over, "past it, published at once")
 		assert.Len(t, log.ofKind(EventBalancerRebuilt), 1+int(over))
@@ -239,7 +239,7 @@ func TestRebuildEventsPastABlockedSubscriber(t *testing.T) {
 			seen[e.Generation] = true
 			assert.True(t, e.Generation > from && e.Generation <= from+1+2*toggles, "generation %d", e.Generation)
 		}
-		queued, publishing, _ := c.rebuilds.Stats()
+		queued, publishing, _ := c.eventQ.Stats()
 		assert.Zero(t, queued)
 		assert.False(t, publishing)
 	})
@@ -278,7 +278,7 @@ func TestRebuildEventsAfterAPublisherEnds(t *testing.T) {
 		c.serverState(b, watchdog.Okay)
 		close(release)
 		synctest.Wait()
-		queued, publishing, _ := c.rebuilds.Stats()
+		queued, publishing, _ := c.eventQ.Stats()
 		assert.False(t, publishing, "no publisher left")
 		assert.Equal(t, 1, queued, "b's second rebuild waits for the next publisher")
 		c.serverState(b, watchdog.Down)

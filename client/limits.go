@@ -127,17 +127,25 @@ func (c *Client) unlockThrottle() {
 	}
 	evs := c.alarms
 	c.alarms = nil
-	c.alarmQ.Lock()
+	c.eventQ.Lock()
 	c.tmu.Unlock()
-	c.alarmQ.PublishLocked(c.events.Publish, evs...)
+	c.eventQ.PublishLocked(c.events.Publish, evs...)
 }
 
 // publishPolicyLocked publishes the events of a change the policy group
-// just made, c.policyQ held (policyQ.Lock before the group's call, so that
-// the events of changes made side by side are published in the order of
-// the changes), and lets the requests and timers follow the new states.
+// just made, c.eventQ held (taken before the group's call, so that the
+// events of changes made side by side are published in the order of the
+// changes), and lets the requests and timers follow the new states.
 func (c *Client) publishPolicyLocked(evs []policy.Event) {
-	c.policyQ.PublishLocked(c.publishPolicy, evs...)
+	if len(evs) == 0 {
+		c.eventQ.Unlock()
+		return
+	}
+	out := make([]Event, len(evs))
+	for i, e := range evs {
+		out[i] = Event{Time: e.Time, Server: e.Server, Kind: EventPolicy, Policy: &e, Reason: e.Reason}
+	}
+	c.eventQ.PublishLocked(c.events.Publish, out...)
 	for _, e := range evs {
 		if e.To.Takes() || e.To == policy.Probing {
 			// Requests waiting for a server may go now: the dispatcher
@@ -145,17 +153,10 @@ func (c *Client) publishPolicyLocked(evs []policy.Event) {
 			c.policyOpened.Store(true)
 		}
 	}
-	if len(evs) > 0 {
-		if c.sched != nil {
-			c.refreshAvailability()
-		}
-		c.poke() // a new state may mean a new timer
+	if c.sched != nil {
+		c.refreshAvailability()
 	}
-}
-
-// publishPolicy publishes one policy event (c.policyQ's publisher).
-func (c *Client) publishPolicy(e policy.Event) {
-	c.events.Publish(Event{Time: e.Time, Server: e.Server, Kind: EventPolicy, Policy: &e, Reason: e.Reason})
+	c.poke() // a new state may mean a new timer
 }
 
 // refreshAvailability tells the scheduler which servers may take requests.
@@ -192,7 +193,7 @@ func (c *Client) admit(m *member) (ok, probe bool) {
 	if c.group == nil {
 		return true, false
 	}
-	c.policyQ.Lock()
+	c.eventQ.Lock()
 	o := c.group.Allow(m.index, time.Now())
 	c.publishPolicyLocked(o.Events())
 	return o.Allow, o.Probe
@@ -201,7 +202,7 @@ func (c *Client) admit(m *member) (ok, probe bool) {
 // sent and replied feed the policy's down-timeout (S2).
 func (c *Client) sent(m *member) {
 	if c.group != nil {
-		c.policyQ.Lock()
+		c.eventQ.Lock()
 		o := c.group.OnSent(m.index, time.Now())
 		c.publishPolicyLocked(o.Events())
 	}
@@ -212,7 +213,7 @@ func (c *Client) replied(p any) {
 		return
 	}
 	if m := c.memberOf(p); m != nil {
-		c.policyQ.Lock()
+		c.eventQ.Lock()
 		o := c.group.OnReply(m.index, time.Now())
 		c.publishPolicyLocked(o.Events())
 	}
@@ -346,7 +347,7 @@ func (c *Client) dispatcher() {
 	for {
 		now := time.Now()
 		if c.group != nil {
-			c.policyQ.Lock()
+			c.eventQ.Lock()
 			sends, evs = c.group.Tick(now, sends[:0], evs[:0])
 			c.publishPolicyLocked(evs)
 			for _, s := range sends {

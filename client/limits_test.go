@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -233,6 +234,25 @@ func policyPair(t *testing.T) (Config, *fakeServer, *atomic.Bool) {
 	return cfg, a, muted(a)
 }
 
+// policyTransitions subscribes to server's policy events on bus and
+// returns a function giving those seen so far, "from->to" each.
+func policyTransitions(bus *Bus, server string) func() []string {
+	var mu sync.Mutex
+	var seen []string
+	bus.Subscribe(func(e Event) {
+		if e.Kind == EventPolicy && e.Server == server {
+			mu.Lock()
+			seen = append(seen, e.Policy.From.String()+"->"+e.Policy.To.String())
+			mu.Unlock()
+		}
+	})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
+
 // sendWithin sends ACR i within timeout and returns the Origin-Host of
 // its answer.
 func sendWithin(c *Client, i int, timeout time.Duration) (string, error) {
@@ -253,15 +273,7 @@ func sendWithin(c *Client, i int, timeout time.Duration) (string, error) {
 func TestPolicyHoldDownAndProbe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg, a, mute := policyPair(t)
-		var mu sync.Mutex
-		var states []string
-		cfg.Events.Subscribe(func(e Event) {
-			if e.Kind == EventPolicy && e.Server == "a.example.net" {
-				mu.Lock()
-				states = append(states, e.Policy.From.String()+"->"+e.Policy.To.String())
-				mu.Unlock()
-			}
-		})
+		states := policyTransitions(cfg.Events, "a.example.net")
 		c, err := New(cfg)
 		require.NoError(t, err)
 		defer c.Close(context.Background())
@@ -293,9 +305,7 @@ func TestPolicyHoldDownAndProbe(t *testing.T) {
 		assert.Equal(t, "a.example.net", h)
 		synctest.Wait()
 		assert.Equal(t, "in-service", c.PolicyStates()[0])
-		mu.Lock()
-		defer mu.Unlock()
-		assert.Equal(t, []string{"unknown->in-service", "in-service->out-of-service", "out-of-service->probing", "probing->in-service"}, states)
+		assert.Equal(t, []string{"unknown->in-service", "in-service->out-of-service", "out-of-service->probing", "probing->in-service"}, states())
 	})
 }
 
@@ -316,15 +326,7 @@ func TestPolicyEventsInTheOrderOfTheChanges(t *testing.T) {
 				hold.Do(func() { <-release })
 			}
 		})
-		var mu sync.Mutex
-		var seen []string // what the second subscriber sees of a
-		cfg.Events.Subscribe(func(e Event) {
-			if e.Kind == EventPolicy && e.Server == "a.example.net" {
-				mu.Lock()
-				seen = append(seen, e.Policy.From.String()+"->"+e.Policy.To.String())
-				mu.Unlock()
-			}
-		})
+		seen := policyTransitions(cfg.Events, "a.example.net") // what the second subscriber sees of a
 		c, err := New(cfg)
 		require.NoError(t, err)
 		defer c.Close(context.Background())
@@ -343,9 +345,7 @@ func TestPolicyEventsInTheOrderOfTheChanges(t *testing.T) {
 		assert.Equal(t, "in-service", c.PolicyStates()[0])
 		close(release)
 		synctest.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		assert.Equal(t, []string{"unknown->in-service", "in-service->out-of-service", "out-of-service->probing", "probing->in-service"}, seen)
+		assert.Equal(t, []string{"unknown->in-service", "in-service->out-of-service", "out-of-service->probing", "probing->in-service"}, seen())
 	})
 }
 

@@ -54,7 +54,12 @@ func targetRatio(w io.Writer, what string, a, b float64, target string, ok func(
 		fmt.Fprintf(w, "| %s | - | %s | not measured |\n", what, target)
 		return
 	}
-	fmt.Fprintf(w, "| %s | %s | %s | %s |\n", what, shown("%.2fx", a/b, ok), target, verdict(ok(a/b)))
+	judged(w, what, "%.2fx", a/b, target, ok)
+}
+
+// judged prints the target line of v, judged by ok.
+func judged(w io.Writer, what, format string, v float64, target string, ok func(float64) bool) {
+	fmt.Fprintf(w, "| %s | %s | %s | %s |\n", what, shown(format, v, ok), target, verdict(ok(v)))
 }
 
 func find(cells []Cell, impl string, callers int) (Cell, bool) {
@@ -113,20 +118,17 @@ func printReport(w io.Writer, o Options, rep *Report, pp Cell, fo *failoverResul
 		targetRatio(w, "1 caller: aaatp p50 / raw ping-pong p50", a.P50us, pp.P50us, "<= 1.3x", func(v float64) bool { return v <= 1.3 })
 	}
 	xTargets(w, xp)
-	judged := func(what, format string, v float64, target string, ok func(float64) bool) {
-		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", what, shown(format, v, ok), target, verdict(ok(v)))
-	}
-	judged(fmt.Sprintf("failover of %.0f pending (ms, mean of %d; min %.2f, max %.2f)", fo.pending, len(fo.runs), fo.minMs, fo.maxMs), "%.2f", fo.meanMs, "<= 20", func(v float64) bool { return v <= 20 })
-	judged(fmt.Sprintf("%d idle client peers: RSS per peer (KiB)", idle.peers), "%.2f", idle.clientKiBPerPeer, "<= 16", func(v float64) bool { return v <= 16 })
-	judged(fmt.Sprintf("%d idle peers: CPU, client + server (%% of a core)", idle.peers), "%.3f", idle.cpuPct, "< 2", func(v float64) bool { return v < 2 })
+	judged(w, fmt.Sprintf("failover of %.0f pending (ms, mean of %d; min %.2f, max %.2f)", fo.pending, len(fo.runs), fo.minMs, fo.maxMs), "%.2f", fo.meanMs, "<= 20", func(v float64) bool { return v <= 20 })
+	judged(w, fmt.Sprintf("%d idle client peers: RSS per peer (KiB)", idle.peers), "%.2f", idle.clientKiBPerPeer, "<= 16", func(v float64) bool { return v <= 16 })
+	judged(w, fmt.Sprintf("%d idle peers: CPU, client + server (%% of a core)", idle.peers), "%.3f", idle.cpuPct, "< 2", func(v float64) bool { return v < 2 })
 	if idleBig != nil {
 		fmt.Fprintf(w, "| %d idle client peers: RSS per peer (KiB) | %.2f | (%d peers: %.2f) | |\n", idleBig.peers, idleBig.clientKiBPerPeer, idle.peers, idle.clientKiBPerPeer)
 		fmt.Fprintf(w, "| %d idle peers: server RSS per accepted peer (KiB) | %.2f | (%d peers: %.2f) | |\n", idleBig.peers, idleBig.serverKiBPerPeer, idle.peers, idle.serverKiBPerPeer)
 		fmt.Fprintf(w, "| %d idle peers: CPU, client + server (%% of a core) | %.3f | (%d peers: %.3f) | |\n", idleBig.peers, idleBig.cpuPct, idle.peers, idle.cpuPct)
 	}
-	judged("Pick, 30-byte NAI + remembered Session-Id, 8 servers (ns)", "%.1f", pick.knownNs, "<= 100", func(v float64) bool { return v <= 100 })
-	judged(fmt.Sprintf("dedup lookup + insert (BeginInto, as Wrap), %d entries (ns)", dd.entries), "%.1f", dd.beginIntoNs, "<= 250", func(v float64) bool { return v <= 250 })
-	judged(fmt.Sprintf("dedup bytes per entry, %d entries, %d-byte ACA stored", dd.entries, dd.answerLen), "%.1f", dd.bytesPerEntry, "<= 200", func(v float64) bool { return v <= 200 })
+	judged(w, "Pick, 30-byte NAI + remembered Session-Id, 8 servers (ns)", "%.1f", pick.knownNs, "<= 100", func(v float64) bool { return v <= 100 })
+	judged(w, fmt.Sprintf("dedup lookup + insert (BeginInto, as Wrap), %d entries (ns)", dd.entries), "%.1f", dd.beginIntoNs, "<= 250", func(v float64) bool { return v <= 250 })
+	judged(w, fmt.Sprintf("dedup bytes per entry, %d entries, %d-byte ACA stored", dd.entries, dd.answerLen), "%.1f", dd.bytesPerEntry, "<= 200", func(v float64) bool { return v <= 200 })
 	fmt.Fprintln(w)
 	if idle.peers != 10_000 {
 		fmt.Fprintf(w, "Idle peers: %d, not 10k (%s mode).\n", idle.peers, o.Name)

@@ -154,17 +154,17 @@ func median(v []float64) float64 {
 
 // spread formats the median of v with its range.
 func spread(v []float64, format string) string {
-	m := fmt.Sprintf(format, median(v))
-	if len(v) < 2 {
-		return m
-	}
-	return fmt.Sprintf("%s ("+format+"-"+format+")", m, slices.Min(v), slices.Max(v))
+	return withRange(fmt.Sprintf(format, median(v)), v, format)
 }
 
 // judgedSpread is spread for a figure judged by ok: its median as shown
 // shows it.
 func judgedSpread(v []float64, format string, ok func(float64) bool) string {
-	m := shown(format, median(v), ok)
+	return withRange(shown(format, median(v), ok), v, format)
+}
+
+// withRange appends the range of v to its median m, when v has several.
+func withRange(m string, v []float64, format string) string {
 	if len(v) < 2 {
 		return m
 	}
