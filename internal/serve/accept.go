@@ -1,0 +1,60 @@
+package serve
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"time"
+)
+
+// Listener is what Accept accepts from: transport.Listener, or any
+// listener of connections of type C.
+type Listener[C any] interface {
+	Accept() (C, error)
+	Addr() net.Addr
+}
+
+// Backoff bounds of Accept: after a failed accept it waits MinBackoff,
+// doubling on each failure in a row up to MaxBackoff.
+const (
+	MinBackoff = 5 * time.Millisecond
+	MaxBackoff = time.Second
+)
+
+// Accept accepts from ln until it is closed or closed() reports true, and
+// returns nil then. Every other accept error (EMFILE when the process is
+// out of descriptors, a connection aborted before accept) is logged,
+// rate-limited, and retried after a back-off: a listener never stops
+// accepting while the process lives.
+//
+// Each accepted connection is counted by adm (nil admits all) and handed
+// to start with the release to call once it is admitted or gone, or,
+// over adm's limits, closed at once by closeConn. start runs on the
+// accepting goroutine: it must not block.
+func Accept[C any](ln Listener[C], adm *Admission, lg *slog.Logger, closed func() bool,
+	remote func(C) net.Addr, closeConn func(C), start func(c C, release func())) error {
+	var backoff time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if closed() || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			backoff = min(max(2*backoff, MinBackoff), MaxBackoff)
+			Log(lg, slog.LevelWarn, KindAcceptFailed, "accept failed; retrying", "addr", ln.Addr().String(), "err", err, "in", backoff)
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		release := func() {}
+		if adm != nil {
+			r, ok := adm.Admit(remote(c), lg)
+			if !ok {
+				closeConn(c)
+				continue
+			}
+			release = r
+		}
+		start(c, release)
+	}
+}

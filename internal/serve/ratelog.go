@@ -1,0 +1,114 @@
+package serve
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Log lines about what a remote party did (a refused connection, a bad
+// frame, a failed authenticator, a paused reader, a limit hit) are
+// rate-limited per kind, so that a flood of hostile connections or
+// packets cannot fill the disk: at most logBurst lines of one kind per
+// logWindow, then one line per window that says how many were suppressed.
+// Every occurrence is counted, written or not (Counts).
+const (
+	logBurst  = 20
+	logWindow = 10 * time.Second
+)
+
+// Kind is a kind of rate-limited log line.
+type Kind uint8
+
+// Kinds of rate-limited log lines.
+const (
+	KindRefused      Kind = iota // a connection closed at once: over a limit
+	KindBadOpening               // refused before it was admitted: a bad CER, no valid first packet
+	KindBadFrame                 // a frame that breaks the framing rules
+	KindBadRequest               // a well-framed request refused before its handler
+	KindBadAuth                  // a failed authenticator: a wrong shared secret, or forged
+	KindPaused                   // a reader paused: the peer's requests are not answered yet
+	KindWriteTimeout             // a write that did not finish in time
+	KindUnmatched                // an answer that matches no request
+	KindConnDown                 // a connection lost
+	KindAcceptFailed             // an accept that failed (out of descriptors)
+	KindTimeout                  // a connection idle or too slow, closed
+	KindOverload                 // a request dropped: its handler budget and queue are full
+	KindDropped                  // a request dropped for another reason
+	numKinds
+)
+
+var kindNames = [numKinds]string{
+	KindRefused: "refused", KindBadOpening: "bad_opening", KindBadFrame: "bad_frame",
+	KindBadRequest: "bad_request", KindBadAuth: "bad_auth", KindPaused: "paused",
+	KindWriteTimeout: "write_timeout", KindUnmatched: "unmatched", KindConnDown: "conn_down",
+	KindAcceptFailed: "accept_failed", KindTimeout: "timeout", KindOverload: "overload",
+	KindDropped: "dropped",
+}
+
+// String returns the kind's name, as Counts keys it.
+func (k Kind) String() string {
+	if k < numKinds {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// limiter is process-wide: every listener and peer shares it, whatever
+// Logger each was given, so that the bound holds for the process.
+var limiter rateLimiter
+
+type rateLimiter struct {
+	mu    sync.Mutex
+	start [numKinds]time.Time
+	n     [numKinds]int
+	total [numKinds]atomic.Uint64
+}
+
+// allow reports whether a line of kind k may be written now, and how many
+// of that kind were suppressed since the last one written.
+func (l *rateLimiter) allow(k Kind, now time.Time) (ok bool, suppressed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.start[k]) >= logWindow {
+		suppressed = max(l.n[k]-logBurst, 0)
+		l.start[k], l.n[k] = now, 0
+	}
+	l.n[k]++
+	return l.n[k] <= logBurst, suppressed
+}
+
+// Log counts one occurrence of kind k and writes msg at level unless that
+// kind is over its rate. A line written after some were suppressed says
+// how many ("suppressed").
+func Log(lg *slog.Logger, level slog.Level, k Kind, msg string, args ...any) {
+	limiter.total[k].Add(1)
+	if lg == nil || !lg.Enabled(context.Background(), level) {
+		return
+	}
+	ok, n := limiter.allow(k, time.Now())
+	if !ok {
+		return
+	}
+	if n > 0 {
+		args = append(args, "suppressed", n)
+	}
+	lg.Log(context.Background(), level, msg, args...)
+}
+
+// Counts returns how many times each kind was logged (or would have been,
+// past the rate) since the process started, by Kind.String. It is safe
+// for concurrent use.
+func Counts() map[string]uint64 {
+	m := make(map[string]uint64, numKinds)
+	for k := range numKinds {
+		m[k.String()] = limiter.total[k].Load()
+	}
+	return m
+}
+
+// Count returns how many times kind k was logged since the process
+// started, written or suppressed.
+func Count(k Kind) uint64 { return limiter.total[k].Load() }
