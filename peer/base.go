@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/wire"
 )
@@ -51,7 +52,7 @@ func (c *Config) addCapabilities(b *message.Builder, local net.Addr) {
 	c.addIdentity(b)
 	ips := c.HostIPAddresses
 	if len(ips) == 0 {
-		if a, ok := addrOf(local); ok {
+		if a, ok := serve.AddrOf(local); ok {
 			ips = []netip.Addr{a}
 		} else {
 			ips = []netip.Addr{netip.IPv4Unspecified()}
@@ -87,24 +88,6 @@ func (c *Config) addCapabilities(b *message.Builder, local net.Addr) {
 		}
 		b.End()
 	}
-}
-
-func addrOf(a net.Addr) (netip.Addr, bool) {
-	switch v := a.(type) {
-	case *net.TCPAddr:
-		ip, ok := netip.AddrFromSlice(v.IP)
-		return ip.Unmap(), ok
-	case interface{ AddrPort() netip.AddrPort }:
-		return v.AddrPort().Addr().Unmap(), true
-	}
-	if a == nil {
-		return netip.Addr{}, false
-	}
-	ap, err := netip.ParseAddrPort(a.String())
-	if err != nil {
-		return netip.Addr{}, false
-	}
-	return ap.Addr().Unmap(), true
 }
 
 // withIDs gives a base request its Hop-by-Hop id (from the connection's

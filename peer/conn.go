@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/internal/testhook"
 	"github.com/aaatp/aaatp/internal/workpool"
 	"github.com/aaatp/aaatp/message"
@@ -96,7 +97,7 @@ type conn struct {
 	tw       transport.TryWriter // nil unless the transport writes without waiting
 	writers  int                 // writer goroutines started (under wmu; for tests)
 	inline   int                 // messages written inline, whole (under wmu; for tests)
-	bp       backlog             // requests not answered on the wire yet (under wmu)
+	bp       serve.Backlog       // requests not answered on the wire yet (under wmu)
 
 	dpa      chan struct{} // closed when a DPA arrives
 	dpaOnce  sync.Once
@@ -121,11 +122,11 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 		closed: make(chan struct{}),
 		ctx:    ctx, cancel: cancel,
 		tw: tw,
-		bp: backlog{limit: DefaultMaxUnanswered},
+		bp: serve.Backlog{Limit: DefaultMaxUnanswered},
 	}
 	c.h.Init(c, c.retireCall)
 	if p != nil {
-		c.bp.limit = p.cfg.MaxUnanswered
+		c.bp.Limit = p.cfg.MaxUnanswered
 		c.handlers = workpool.New(c.answerRequest, &p.wg)
 		if p.cfg.InlineHandlerTime > 0 {
 			c.guard = time.AfterFunc(time.Hour, c.checkInline)
@@ -176,7 +177,7 @@ func (c *conn) enqueue(msg []byte) error {
 	}
 	c.wq = append(c.wq, msg)
 	if isAnswer(msg) {
-		c.bp.queued++
+		c.bp.Queued++
 	}
 	c.kickLocked()
 	c.wmu.Unlock()
@@ -238,7 +239,7 @@ func (c *conn) enqueueLone(msg []byte) error {
 	}
 	c.wq = append(c.wq, msg)
 	if isAnswer(msg) {
-		c.bp.queued++
+		c.bp.Queued++
 	}
 	c.kickLocked()
 	c.wmu.Unlock()
@@ -264,7 +265,7 @@ func (c *conn) writeInline(msg []byte) {
 	if n < len(msg) {
 		c.wq = slices.Insert(c.wq, 0, msg[n:])
 		if isAnswer(msg) {
-			c.bp.queued++
+			c.bp.Queued++
 		}
 	} else {
 		c.inline++
@@ -308,13 +309,13 @@ func (c *conn) writer() {
 		// The two buffers must never share an array, or callers would
 		// append into what we write.
 		c.wq, c.spare = c.spare[:0], nil
-		c.bp.writing, c.bp.queued = c.bp.queued, 0
+		c.bp.Writing, c.bp.Queued = c.bp.Queued, 0
 		c.wmu.Unlock()
 		err := c.tc.WriteMessages(batch...)
 		clear(batch)
 		c.wmu.Lock()
 		c.spare = batch[:0]
-		c.bp.writing = 0
+		c.bp.Writing = 0
 		c.wakeLocked()
 		c.wmu.Unlock()
 		if err != nil {

@@ -142,7 +142,7 @@ func TestInlineAnswerFreesBacklog(t *testing.T) {
 	require.NoError(t, err)
 	c := newConn(nil, a, "far")
 	c.p = p // for waitRoom's log and counter; no workers, no handler
-	c.bp.limit = 1
+	c.bp.Limit = 1
 	defer func() {
 		c.close("test over")
 		c.wwg.Wait()
@@ -156,7 +156,7 @@ func TestInlineAnswerFreesBacklog(t *testing.T) {
 	require.Eventually(t, func() bool {
 		c.wmu.Lock()
 		defer c.wmu.Unlock()
-		return c.bp.resume != nil
+		return c.bp.Waiting()
 	}, 5*time.Second, time.Millisecond, "the reader pauses at the limit")
 	ans := frame(100, 7, false)
 	require.NoError(t, c.enqueueAnswer(ans, false))

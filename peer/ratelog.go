@@ -1,69 +1,24 @@
 package peer
 
 import (
-	"context"
 	"log/slog"
-	"sync"
-	"time"
+
+	"github.com/aaatp/aaatp/internal/serve"
 )
 
-// Log lines a peer writes about what a remote peer did (a refused CER, a
-// bad frame, a paused reader, a limit hit) are rate-limited per kind, so
-// that a flood of hostile connections cannot fill the disk: at most
-// logBurst lines of one kind per logWindow, then one line per window that
-// says how many were suppressed.
+// The kinds of the rate-limited lines a peer writes about what a remote
+// peer did; serve.Log bounds them process-wide and counts them.
 const (
-	logBurst  = 20
-	logWindow = 10 * time.Second
+	logRefusedCER   = serve.KindBadOpening
+	logBadFrame     = serve.KindBadFrame
+	logBadRequest   = serve.KindBadRequest
+	logPaused       = serve.KindPaused
+	logWriteTimeout = serve.KindWriteTimeout
+	logUnmatched    = serve.KindUnmatched
+	logConnDown     = serve.KindConnDown
 )
-
-// Kinds of rate-limited log lines.
-const (
-	logRefusedCER = iota
-	logBadFrame
-	logBadRequest
-	logPaused
-	logLimit
-	logWriteTimeout
-	logUnmatched
-	logConnDown
-	logKinds
-)
-
-// rateLog is process-wide: every Peer and Server shares it, whatever Logger
-// each was given.
-var rateLog limiter
-
-type limiter struct {
-	mu    sync.Mutex
-	start [logKinds]time.Time
-	n     [logKinds]int
-}
-
-// allow reports whether a line of kind k may be written now, and how many
-// of that kind were suppressed since the last one written.
-func (l *limiter) allow(k int, now time.Time) (ok bool, suppressed int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now.Sub(l.start[k]) >= logWindow {
-		suppressed = max(l.n[k]-logBurst, 0)
-		l.start[k], l.n[k] = now, 0
-	}
-	l.n[k]++
-	return l.n[k] <= logBurst, suppressed
-}
 
 // logLimited writes one line at level unless its kind is over the rate.
-func logLimited(lg *slog.Logger, level slog.Level, k int, msg string, args ...any) {
-	if !lg.Enabled(context.Background(), level) {
-		return
-	}
-	ok, n := rateLog.allow(k, time.Now())
-	if !ok {
-		return
-	}
-	if n > 0 {
-		args = append(args, "suppressed", n)
-	}
-	lg.Log(context.Background(), level, msg, args...)
+func logLimited(lg *slog.Logger, level slog.Level, k serve.Kind, msg string, args ...any) {
+	serve.Log(lg, level, k, msg, args...)
 }

@@ -2,11 +2,10 @@ package peer
 
 import (
 	"context"
-	"errors"
 	"net"
 	"sync"
-	"time"
 
+	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
 )
@@ -38,7 +37,7 @@ type Server struct {
 	peers  map[*Peer]struct{}
 	closed bool
 	wg     sync.WaitGroup
-	open   opening
+	open   serve.Admission
 }
 
 // Listen listens on url (tcp://, tls://, sctp://) and returns a Server;
@@ -89,63 +88,56 @@ func (s *Server) Events() *Bus { return s.cfg.Events }
 // connection aborted before accept) is logged and retried with a backoff
 // of 5 ms doubling to 1 s: it must not end the service.
 func (s *Server) Serve() error {
-	var backoff time.Duration
-	for {
-		tc, err := s.ln.Accept()
-		if err != nil {
-			s.mu.Lock()
-			closed := s.closed
-			s.mu.Unlock()
-			if closed || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.cfg.Logger.Warn("accept failed; retrying", "addr", s.ln.Addr().String(), "err", err, "in", backoff)
-			time.Sleep(backoff)
-			continue
-		}
-		backoff = 0
-		release, ok := s.open.admit(tc.RemoteAddr(), s.MaxOpening, s.MaxOpeningPerAddr, s.cfg.Logger)
-		if !ok {
-			tc.Close()
-			continue
-		}
-		if s.Wrap != nil {
-			tc = s.Wrap(tc)
-		}
-		// Accept and register under the lock, so that Close either sees
-		// the peer or the peer is never started.
+	s.open.Max, s.open.PerAddr, s.open.What = s.MaxOpening, s.MaxOpeningPerAddr, "their CER"
+	closed := func() bool {
 		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			release()
-			tc.Close()
-			continue
-		}
-		p, err := Accept(tc, s.cfg)
-		if err != nil {
-			s.mu.Unlock()
-			release()
-			return err // a Config that validated once cannot fail here
-		}
-		s.peers[p] = struct{}{}
-		s.wg.Add(1)
-		s.mu.Unlock()
-		go func() {
-			defer s.wg.Done()
-			<-p.opened
-			release()
-			<-p.Done()
-			p.wg.Wait()
-			p.waitNotified() // its last events are out before OnPeerEnd: a subscriber's state for it can then be dropped
-			if s.OnPeerEnd != nil {
-				s.OnPeerEnd(p)
-			}
-			s.mu.Lock()
-			delete(s.peers, p)
-			s.mu.Unlock()
-		}()
+		defer s.mu.Unlock()
+		return s.closed
 	}
+	return serve.Accept(s.ln, &s.open, s.cfg.Logger, closed, transport.Conn.RemoteAddr, closeConn, s.start)
+}
+
+func closeConn(c transport.Conn) { c.Close() }
+
+// start runs a server Peer on an accepted connection; release ends its
+// count in s.open once its capabilities exchange is over.
+func (s *Server) start(tc transport.Conn, release func()) {
+	if s.Wrap != nil {
+		tc = s.Wrap(tc)
+	}
+	// Accept and register under the lock, so that Close either sees
+	// the peer or the peer is never started.
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		release()
+		tc.Close()
+		return
+	}
+	p, err := Accept(tc, s.cfg)
+	if err != nil { // a Config that validated once cannot fail here
+		s.mu.Unlock()
+		release()
+		tc.Close()
+		return
+	}
+	s.peers[p] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		<-p.opened
+		release()
+		<-p.Done()
+		p.wg.Wait()
+		p.waitNotified() // its last events are out before OnPeerEnd: a subscriber's state for it can then be dropped
+		if s.OnPeerEnd != nil {
+			s.OnPeerEnd(p)
+		}
+		s.mu.Lock()
+		delete(s.peers, p)
+		s.mu.Unlock()
+	}()
 }
 
 // Peers returns the peers connected now.

@@ -242,6 +242,18 @@ type TryWriter interface {
 	TryWrite(msg []byte) (n int, err error)
 }
 
+// ReadDeadliner is implemented by the Conns over a net.Conn (TCP, TLS,
+// pipes): a server sets a read deadline to close a connection that is
+// idle, or that sends its messages too slowly, without a timer of its
+// own. A ReadMessage that passes the deadline returns an error matching
+// os.ErrDeadlineExceeded, and the connection must then be closed.
+type ReadDeadliner interface {
+	SetReadDeadline(t time.Time) error
+}
+
+// SetReadDeadline implements ReadDeadliner.
+func (s *streamConn) SetReadDeadline(t time.Time) error { return s.c.SetReadDeadline(t) }
+
 func (s *streamConn) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.c.Close() })
 	return s.closeErr

@@ -49,3 +49,6 @@ func (b *Backlog) Wake() {
 
 // Pauses returns how many times the reader paused.
 func (b *Backlog) Pauses() uint64 { return b.pauses }
+
+// Waiting reports whether a reader is paused.
+func (b *Backlog) Waiting() bool { return b.resume != nil }
