@@ -3,6 +3,7 @@ package radpeer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -12,11 +13,44 @@ import (
 	lradius "layeh.com/radius"
 )
 
-// Defaults of the duplicate cache of RFC 5080 section 2.2.2.
+// Defaults of UDPLimits: the duplicate cache of RFC 5080 section 2.2.2.
 const (
 	DefaultDupTTL     = 30 * time.Second
 	DefaultDupEntries = 1 << 16
+	// DefaultDupBytes bounds the cache by size as well: answers copy the
+	// requests' Proxy-State, so 65,536 answers of 4 KB would hold 256 MB.
+	DefaultDupBytes = 32 << 20
 )
+
+// UDPLimits bounds what a UDPServer remembers. Zero fields take the
+// defaults.
+type UDPLimits struct {
+	// DupTTL is how long a request is remembered, so that a
+	// retransmission gets its answer again (default DefaultDupTTL).
+	DupTTL time.Duration
+	// DupEntries and DupBytes bound the duplicate cache: at most
+	// DupEntries requests, and DupBytes bytes counting each cached answer
+	// and about 320 bytes per request. Past either bound the oldest are
+	// forgotten first (defaults DefaultDupEntries, DefaultDupBytes).
+	DupEntries int
+	DupBytes   int64
+}
+
+func (l UDPLimits) withDefaults() (UDPLimits, error) {
+	if l.DupTTL < 0 || l.DupEntries < 0 || l.DupBytes < 0 {
+		return l, fmt.Errorf("%w: negative duplicate cache bound (TTL %v, %d entries, %d bytes)", ErrConfig, l.DupTTL, l.DupEntries, l.DupBytes)
+	}
+	if l.DupTTL == 0 {
+		l.DupTTL = DefaultDupTTL
+	}
+	if l.DupEntries == 0 {
+		l.DupEntries = DefaultDupEntries
+	}
+	if l.DupBytes == 0 {
+		l.DupBytes = DefaultDupBytes
+	}
+	return l, nil
+}
 
 // UDPServer answers RADIUS requests on one UDP socket, with the
 // duplicate cache of RFC 5080 2.2.2: a request with the source address
@@ -27,48 +61,44 @@ const (
 type UDPServer struct {
 	pc     net.PacketConn
 	cfg    ServerConfig
-	ttl    time.Duration
-	max    int
-	now    func() time.Time
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	sem    chan struct{}
 
-	mu    sync.Mutex
-	cache map[dupKey]*dupEntry
-	order []dupKey // insertion order, for expiry and the bound
+	mu  sync.Mutex
+	now func() time.Time
+	dup *dupCache
 
 	received, answered, resent, inProgress, badAuth, dropped atomic.Uint64
 }
 
-type dupKey struct {
-	src  string
-	id   byte
-	auth [radius.AuthenticatorLen]byte
-}
-
-type dupEntry struct {
-	at   time.Time
-	resp []byte // nil while in progress
-}
-
 // UDPServerStats are a UDPServer's counters.
 type UDPServerStats struct {
-	Received   uint64 `json:"received"`    // verified requests handled (duplicates not included)
-	Answered   uint64 `json:"answered"`    // answers sent, cached copies included
-	Resent     uint64 `json:"resent"`      // duplicates answered from the cache
-	InProgress uint64 `json:"in_progress"` // duplicates dropped while the first was handled
-	BadAuth    uint64 `json:"bad_auth"`    // dropped: failed verification
-	Dropped    uint64 `json:"dropped"`     // dropped: malformed, not a request, no Message-Authenticator, no answer
-	Cached     int    `json:"cached"`
+	Received    uint64 `json:"received"`     // verified requests handled (duplicates not included)
+	Answered    uint64 `json:"answered"`     // answers sent, cached copies included
+	Resent      uint64 `json:"resent"`       // duplicates answered from the cache
+	InProgress  uint64 `json:"in_progress"`  // duplicates dropped while the first was handled
+	BadAuth     uint64 `json:"bad_auth"`     // dropped: failed verification
+	Dropped     uint64 `json:"dropped"`      // dropped: malformed, not a request, no Message-Authenticator, no answer
+	Cached      int    `json:"cached"`       // requests in the duplicate cache
+	CachedBytes int64  `json:"cached_bytes"` // its size, as its byte bound counts it
 }
 
 // NewUDPServer returns a server for pc (a socket from net.ListenPacket).
 // cfg is as for Server (Secret required); MaxInFlight bounds the requests
-// handled at once (beyond it the socket is not read).
-func NewUDPServer(pc net.PacketConn, cfg ServerConfig) (*UDPServer, error) {
+// handled at once (beyond it the socket is not read). limits, when given,
+// bounds the duplicate cache.
+func NewUDPServer(pc net.PacketConn, cfg ServerConfig, limits ...UDPLimits) (*UDPServer, error) {
 	if _, err := (Endpoint{Scheme: SchemeTCP}).Secret(cfg.Secret); err != nil {
+		return nil, err
+	}
+	var lim UDPLimits
+	if len(limits) > 0 {
+		lim = limits[len(limits)-1]
+	}
+	lim, err := lim.withDefaults()
+	if err != nil {
 		return nil, err
 	}
 	if cfg.Handler == nil {
@@ -79,9 +109,9 @@ func NewUDPServer(pc net.PacketConn, cfg ServerConfig) (*UDPServer, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &UDPServer{
-		pc: pc, cfg: cfg, ttl: DefaultDupTTL, max: DefaultDupEntries, now: time.Now,
+		pc: pc, cfg: cfg, now: time.Now,
 		ctx: ctx, cancel: cancel, sem: make(chan struct{}, cfg.MaxInFlight),
-		cache: make(map[dupKey]*dupEntry),
+		dup: newDupCache(lim.DupTTL, lim.DupEntries, lim.DupBytes),
 	}, nil
 }
 
@@ -117,23 +147,19 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 		s.dropped.Add(1)
 		return
 	}
-	key := dupKey{src: from.String(), id: radius.Identifier(b), auth: radius.Authenticator(b)}
+	key := dupKeyOf(from, b)
 	s.mu.Lock()
-	s.expire()
-	if e, ok := s.cache[key]; ok {
-		resp := e.resp
-		s.mu.Unlock()
-		if resp == nil {
-			s.inProgress.Add(1)
-			return
-		}
+	resp, seen := s.dup.seen(key, s.now())
+	s.mu.Unlock()
+	switch {
+	case seen && resp == nil:
+		s.inProgress.Add(1)
+		return
+	case seen:
 		s.resent.Add(1)
 		s.send(resp, from)
 		return
 	}
-	s.cache[key] = &dupEntry{at: s.now()}
-	s.order = append(s.order, key)
-	s.mu.Unlock()
 	s.received.Add(1)
 	if radius.Code(b) == lradius.CodeStatusServer {
 		s.finish(key, b, from, lradius.CodeAccessAccept, nil) // RFC 5997: never a login
@@ -165,12 +191,10 @@ func (s *UDPServer) finish(key dupKey, req []byte, to net.Addr, code lradius.Cod
 		resp, _ = radius.EncodeResponse(req, code, attrs, s.cfg.Secret)
 	}
 	s.mu.Lock()
-	if e, ok := s.cache[key]; ok {
-		if resp == nil {
-			delete(s.cache, key)
-		} else {
-			e.resp = resp
-		}
+	if resp == nil {
+		s.dup.forget(key)
+	} else {
+		s.dup.answer(key, resp)
 	}
 	s.mu.Unlock()
 	if resp == nil {
@@ -187,34 +211,14 @@ func (s *UDPServer) send(resp []byte, to net.Addr) {
 	}
 }
 
-// expire drops entries older than the TTL, and the oldest beyond the
-// bound. s.mu held.
-func (s *UDPServer) expire() {
-	now := s.now()
-	i := 0
-	for ; i < len(s.order); i++ {
-		k := s.order[i]
-		e, ok := s.cache[k]
-		if ok && now.Sub(e.at) < s.ttl && len(s.order)-i <= s.max {
-			break
-		}
-		if ok && (now.Sub(e.at) >= s.ttl || len(s.order)-i > s.max) {
-			delete(s.cache, k)
-		}
-	}
-	if i > 0 {
-		s.order = append(s.order[:0], s.order[i:]...)
-	}
-}
-
 // Stats returns the counters.
 func (s *UDPServer) Stats() UDPServerStats {
 	s.mu.Lock()
-	n := len(s.cache)
+	n, size := s.dup.len(), s.dup.size
 	s.mu.Unlock()
 	return UDPServerStats{
 		Received: s.received.Load(), Answered: s.answered.Load(), Resent: s.resent.Load(), InProgress: s.inProgress.Load(),
-		BadAuth: s.badAuth.Load(), Dropped: s.dropped.Load(), Cached: n,
+		BadAuth: s.badAuth.Load(), Dropped: s.dropped.Load(), Cached: n, CachedBytes: size,
 	}
 }
 
