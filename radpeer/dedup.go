@@ -3,6 +3,7 @@ package radpeer
 import (
 	"context"
 	"errors"
+	"net/netip"
 	"strconv"
 
 	"github.com/aaatp/aaatp/dedup"
@@ -20,6 +21,12 @@ import (
 // ok is false for other requests, and for records without Acct-Session-Id
 // or Event-Timestamp (nothing then tells their records apart).
 func AccountingKey(req *lradius.Packet) (k dedup.Key, ok bool) {
+	return accountingKey(req, "")
+}
+
+// accountingKey is AccountingKey with the sender's address bound in (none
+// when from is empty).
+func accountingKey(req *lradius.Packet, from string) (k dedup.Key, ok bool) {
 	if req.Code != lradius.CodeAccountingRequest {
 		return k, false
 	}
@@ -37,23 +44,71 @@ func AccountingKey(req *lradius.Packet) (k dedup.Key, ok bool) {
 	// dedup.AccountingKey's Origin-Host field carries the record type with
 	// a prefix that no DiameterIdentity can have (it holds a space), so a
 	// RADIUS record never shares a key with a Diameter one.
-	return dedup.AccountingKey(string(sid), ts, "RADIUS Acct-Status-Type "+strconv.FormatUint(uint64(status), 10), string(nas)), true
+	// The sender, when bound, joins the NAS identity after a NUL, which
+	// neither NAS-Identifier text nor a 4-byte NAS-IP-Address confuses
+	// with another sender's.
+	nasID := string(nas)
+	if from != "" {
+		nasID += "\x00from " + from
+	}
+	return dedup.AccountingKey(string(sid), ts, "RADIUS Acct-Status-Type "+strconv.FormatUint(uint64(status), 10), nasID), true
+}
+
+// DedupOption changes what Dedup does.
+type DedupOption func(*dedupOptions)
+
+type dedupOptions struct {
+	proxies []netip.Prefix
+}
+
+// TrustNASIdentityFrom names the clients that are proxies (agents)
+// relaying the records of many NASes: their records are keyed by the NAS
+// identity they carry alone, so that a NAS's record re-sent through
+// another of them is still recognised. From every other client a record's
+// key also holds the client's address, so that a client holding the
+// shared secret cannot forge another NAS's record ahead of it and have
+// the real one answered as a duplicate and never applied.
+func TrustNASIdentityFrom(prefixes ...netip.Prefix) DedupOption {
+	return func(o *dedupOptions) { o.proxies = append(o.proxies, prefixes...) }
+}
+
+// keyFrom returns the address a record from ctx's sender is bound to, or
+// "" for a trusted proxy.
+func (o *dedupOptions) keyFrom(ctx context.Context) string {
+	s, ok := SenderOf(ctx)
+	if !ok {
+		return "" // not from a Server: a caller's own use
+	}
+	for _, p := range o.proxies {
+		if p.Contains(s.Addr) {
+			return ""
+		}
+	}
+	if s.Identity != "" {
+		return s.Identity
+	}
+	return s.Addr.String()
 }
 
 // Dedup returns a Handler that runs h at most once per accounting record
 // across every connection and, with a shared store, every server: a
-// record seen before (same AccountingKey) gets the first answer's code
+// record seen before from the same client (same AccountingKey and client
+// address, see TrustNASIdentityFrom) gets the first answer's code
 // and attributes again, re-signed for the new request. Other requests go
 // straight to h. If the store fails, the request gets no answer, so that
 // the client tries another server rather than risking a second
 // application. counters may be nil.
-func Dedup(store dedup.Store, h Handler, counters *dedup.Counters) Handler {
+func Dedup(store dedup.Store, h Handler, counters *dedup.Counters, opts ...DedupOption) Handler {
 	if counters == nil {
 		counters = &dedup.Counters{}
 	}
+	var o dedupOptions
+	for _, f := range opts {
+		f(&o)
+	}
 	return func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
 		counters.Received.Add(1)
-		key, ok := AccountingKey(req)
+		key, ok := accountingKey(req, o.keyFrom(ctx))
 		if !ok {
 			code, attrs := h(ctx, req, raw)
 			if code != 0 {

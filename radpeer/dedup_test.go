@@ -2,6 +2,7 @@ package radpeer
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -72,5 +73,58 @@ func TestDedupAppliesOnce(t *testing.T) {
 	s2(context.Background(), record(2, now, 0, ""), nil) // the Stop is a record of its own
 	if runs != 2 || c1.Applied.Load() != 1 || c2.Applied.Load() != 1 || c2.Duplicates.Load() != 1 {
 		t.Fatalf("runs %d, counters %d/%d applied, %d duplicates", runs, c1.Applied.Load(), c2.Applied.Load(), c2.Duplicates.Load())
+	}
+}
+
+// A client holding the secret cannot pre-empt another NAS's record by
+// forging it first: the victim's record, from another address, is still
+// applied. The old key held only the record's content.
+func TestDedupRecordBoundToSender(t *testing.T) {
+	store := dedup.NewMemory()
+	defer store.Close()
+	runs := 0
+	h := func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+		runs++
+		return lradius.CodeAccountingResponse, nil
+	}
+	var c dedup.Counters
+	d := Dedup(store, h, &c)
+	now := time.Unix(1_800_000_000, 0)
+	attacker := withSender(context.Background(), Sender{Addr: netip.MustParseAddr("127.0.0.2")})
+	victim := withSender(context.Background(), Sender{Addr: netip.MustParseAddr("127.0.0.1")})
+	d(attacker, record(1, now, 0, ""), nil)
+	d(victim, record(1, now, 0, ""), nil)
+	if runs != 2 || c.Duplicates.Load() != 0 {
+		t.Fatalf("the victim's record: %d runs, %d duplicates; want it applied", runs, c.Duplicates.Load())
+	}
+	d(victim, record(1, now, 7, "p"), nil)
+	if runs != 2 || c.Duplicates.Load() != 1 {
+		t.Fatalf("the victim's own retransmission: %d runs, %d duplicates; want a duplicate", runs, c.Duplicates.Load())
+	}
+}
+
+// Records through trusted proxies are keyed by their NAS identity alone:
+// a NAS's record re-sent through a second proxy is a duplicate.
+func TestDedupTrustedProxies(t *testing.T) {
+	store := dedup.NewMemory()
+	defer store.Close()
+	runs := 0
+	h := func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+		runs++
+		return lradius.CodeAccountingResponse, nil
+	}
+	d := Dedup(store, h, nil, TrustNASIdentityFrom(netip.MustParsePrefix("10.1.0.0/16")))
+	now := time.Unix(1_800_000_000, 0)
+	proxy1 := withSender(context.Background(), Sender{Addr: netip.MustParseAddr("10.1.0.1")})
+	proxy2 := withSender(context.Background(), Sender{Addr: netip.MustParseAddr("10.1.0.2")})
+	other := withSender(context.Background(), Sender{Addr: netip.MustParseAddr("10.2.0.1")})
+	d(proxy1, record(1, now, 0, ""), nil)
+	d(proxy2, record(1, now, 2, "x"), nil)
+	if runs != 1 {
+		t.Fatalf("%d runs: the same record through two trusted proxies applied twice", runs)
+	}
+	d(other, record(1, now, 0, ""), nil)
+	if runs != 2 {
+		t.Fatalf("%d runs: a client outside the proxies pre-empted by them", runs)
 	}
 }

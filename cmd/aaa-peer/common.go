@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -28,6 +29,31 @@ func (l *stringList) Set(s string) error {
 		return errors.New("empty value")
 	}
 	*l = append(*l, s)
+	return nil
+}
+
+// prefixList is a repeatable flag of IP prefixes (a bare address is a
+// prefix of its own).
+type prefixList []netip.Prefix
+
+func (l *prefixList) String() string {
+	s := make([]string, len(*l))
+	for i, p := range *l {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *prefixList) Set(s string) error {
+	if a, err := netip.ParseAddr(s); err == nil {
+		*l = append(*l, netip.PrefixFrom(a, a.BitLen()))
+		return nil
+	}
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		return fmt.Errorf("%q is neither an IP address nor a prefix such as 10.0.0.0/8", s)
+	}
+	*l = append(*l, p.Masked())
 	return nil
 }
 
