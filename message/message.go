@@ -65,6 +65,7 @@ const (
 const (
 	Success              = 2001
 	UnableToDeliver      = 3002
+	RealmNotServed       = 3003
 	TooBusy              = 3004
 	UnknownPeer          = 3010
 	InvalidAVPValue      = 5004

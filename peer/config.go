@@ -137,14 +137,36 @@ type Config struct {
 	// the Origin-Host in a Failed-AVP, and the Handler never sees it.
 	AgentHosts []string
 
+	// ServedRealms are the realms this node serves besides OriginRealm:
+	// exact names, not patterns, compared ignoring ASCII case. A request
+	// is for this node when its Destination-Host is OriginHost, or when it
+	// has no Destination-Host and its Destination-Realm, if it has one,
+	// is OriginRealm or one of ServedRealms (RFC 6733 6.1.4). Any other
+	// request is addressed to another node and, as a node that does not
+	// relay must, is answered before the Handler: a Destination-Realm not
+	// served here DIAMETER_REALM_NOT_SERVED (3003), otherwise (a
+	// Destination-Host that is another node) DIAMETER_UNABLE_TO_DELIVER
+	// (3002), with an Error-Message and the AVP in a Failed-AVP; such
+	// requests count in Stats.Refused. See HandleOtherDestinations.
+	ServedRealms []string
+
+	// HandleOtherDestinations hands the Handler the requests addressed to
+	// another node too, instead of answering them 3003 or 3002 (see
+	// ServedRealms): set it on a relay or proxy agent, whose Handler
+	// forwards them. Default false: the node serves only requests
+	// addressed to it.
+	HandleOtherDestinations bool
+
 	// Handler answers requests other than CER, DWR and DPR. Nil answers
 	// them with DIAMETER_COMMAND_UNSUPPORTED (3001). It sees only
 	// requests that passed the base protocol's checks: requests with the E
 	// bit (answered 3008), with a malformed AVP (5014), without Origin-Host
-	// or Origin-Realm (5005), with one of those, Session-Id or
-	// Destination-Realm twice (5009), with an identity AVP that is not a
-	// DiameterIdentity (5004), for an application we did not advertise
-	// (3007) or for the base application (3001) are answered before it.
+	// or Origin-Realm (5005), with one of those, Session-Id,
+	// Destination-Realm or Destination-Host twice (5009), with an
+	// identity AVP that is not a DiameterIdentity (5004), for an
+	// application we did not advertise (3007) or for the base
+	// application (3001), and requests addressed to another node (3003,
+	// 3002; see ServedRealms) are answered before it.
 	Handler Handler
 
 	// InlineHandlerTime is how long the Handler may run on the goroutine
@@ -244,6 +266,11 @@ func (c Config) validate() (Config, error) {
 	for _, g := range c.AgentHosts {
 		if _, err := path.Match(g, ""); err != nil {
 			return c, fmt.Errorf("%w: agent pattern %q: %v", ErrConfig, g, err)
+		}
+	}
+	for _, r := range c.ServedRealms {
+		if err := message.CheckIdentity(r); err != nil {
+			return c, fmt.Errorf("%w: served realm: %w", ErrConfig, err)
 		}
 	}
 	if c.MaxUnanswered < 0 {

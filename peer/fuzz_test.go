@@ -11,8 +11,8 @@ import (
 // FuzzCheckRequest: any request a connection's reader accepts (its header
 // passed wire.Validate) is either refused with an error answer that is a
 // valid message, echoes at most a bounded value and names the request's
-// ids, or passed on with well-formed AVPs and the connection's own
-// Origin-Host.
+// ids, or passed on with well-formed AVPs, the connection's own
+// Origin-Host and a destination that is this node.
 func FuzzCheckRequest(f *testing.F) {
 	const remote = "client.example.net"
 	cfg, err := Config{OriginHost: "server.example.net", OriginRealm: "example.net", AcctApps: []uint32{message.AppAccounting}, Logger: quiet}.validate()
@@ -24,6 +24,9 @@ func FuzzCheckRequest(f *testing.F) {
 	f.Add(bareACR(wire.FlagRequest))
 	f.Add(withAVPs(bareACR(wire.FlagRequest), rawAVP(message.OriginHost, 0x40, 7, nil)))
 	f.Add(withAVPs(bareACR(wire.FlagRequest), rawAVP(message.OriginHost, 0x40, 0xFFFFFF, []byte(remote))))
+	for i, d := range destinationCases {
+		f.Add(d.request(uint32(i)))
+	}
 	f.Fuzz(func(t *testing.T, req []byte) {
 		h, err := wire.ParseHeader(req)
 		if err != nil || wire.Validate(h, wire.DefaultMaxMessageLen) != nil || int(h.Length) != len(req) || !h.IsRequest() {
@@ -36,6 +39,11 @@ func FuzzCheckRequest(f *testing.F) {
 			}
 			if oh, _ := wire.FindAVP(req, message.OriginHost, 0); !message.EqualIdentity(string(oh), remote) && !cfg.isAgent(string(oh)) {
 				t.Fatalf("passed a request from Origin-Host %q on %s's connection", oh, remote)
+			}
+			dh, hasHost := wire.FindAVP(req, message.DestinationHost, 0)
+			dr, hasRealm := wire.FindAVP(req, message.DestinationRealm, 0)
+			if ours := hasHost && message.EqualIdentity(string(dh), cfg.OriginHost); !ours && (hasHost || hasRealm && !cfg.serves(string(dr))) {
+				t.Fatalf("passed a request for Destination-Host %q, Destination-Realm %q", dh, dr)
 			}
 			return
 		}

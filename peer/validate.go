@@ -12,8 +12,8 @@ import (
 )
 
 // Checks made on every request from a peer, other than CER, DWR and DPR,
-// before the Handler sees it (RFC 6733 3 and 7). A request that fails one
-// is answered with the error here, the connection stays up, and the
+// before the Handler sees it (RFC 6733 3, 6.1 and 7). A request that fails
+// one is answered with the error here, the connection stays up, and the
 // Handler (and so any duplicate store behind it) never sees it.
 
 // refusal is why a request is answered without the Handler.
@@ -43,9 +43,10 @@ func (c *Config) checkRequest(req []byte, remoteHost string) *refusal {
 	// One walk reads the AVPs the checks need. The refusals keep their
 	// order of precedence: a malformed AVP anywhere first (CheckAVPs finds
 	// it when the walk stopped, on it or on an earlier refusal), then the
-	// application, then the AVPs' contents.
-	var origin []byte
-	var seen [4]int // Origin-Host, Origin-Realm, Session-Id, Destination-Realm
+	// application, then the AVPs' contents, the originator and last the
+	// destination.
+	var origin, destRealm, destHost []byte
+	var seen [5]int // Origin-Host, Origin-Realm, Session-Id, Destination-Realm, Destination-Host
 	var r *refusal
 	walkErr := wire.WalkAVPs(req, func(a wire.AVP) bool {
 		if a.Vendor != 0 {
@@ -62,7 +63,11 @@ func (c *Config) checkRequest(req []byte, remoteHost string) *refusal {
 			i = 2
 		case message.DestinationRealm:
 			i, identity = 3, true
-		case message.DestinationHost, message.RouteRecord:
+			destRealm = a.Data
+		case message.DestinationHost:
+			i, identity = 4, true
+			destHost = a.Data
+		case message.RouteRecord:
 			identity = true
 		}
 		if i >= 0 {
@@ -118,7 +123,45 @@ func (c *Config) checkRequest(req []byte, remoteHost string) *refusal {
 			failed: &failedAVP{code: message.OriginHost, data: origin},
 		}
 	}
+	if c.HandleOtherDestinations {
+		return nil
+	}
+	return c.checkDestination(destHost, destRealm, seen[4] > 0, seen[3] > 0)
+}
+
+// checkDestination returns why a request whose Destination-Host and
+// Destination-Realm are host and realm (present: hasHost, hasRealm) is
+// not for this node, or nil (RFC 6733 6.1.4): a node that does not relay
+// answers a Destination-Realm it does not serve DIAMETER_REALM_NOT_SERVED
+// (6.1.6), and a Destination-Host that is another node, with or without a
+// Destination-Realm, DIAMETER_UNABLE_TO_DELIVER (7.1.3).
+func (c *Config) checkDestination(host, realm []byte, hasHost, hasRealm bool) *refusal {
+	// Views of the bytes: the comparisons keep no reference.
+	h, r := view.String(host), view.String(realm)
+	if hasHost && message.EqualIdentity(h, c.OriginHost) {
+		return nil // our own identity: ours, whatever the realm says
+	}
+	if hasRealm && !c.serves(r) {
+		return &refusal{
+			rc:     message.RealmNotServed,
+			why:    fmt.Sprintf("Destination-Realm %s is not served by %s", r, c.OriginHost),
+			failed: &failedAVP{code: message.DestinationRealm, data: realm},
+		}
+	}
+	if hasHost {
+		return &refusal{
+			rc:     message.UnableToDeliver,
+			why:    fmt.Sprintf("Destination-Host %s is not this node (%s), which does not relay", h, c.OriginHost),
+			failed: &failedAVP{code: message.DestinationHost, data: host},
+		}
+	}
 	return nil
+}
+
+// serves reports whether realm is OriginRealm or one of ServedRealms.
+func (c *Config) serves(realm string) bool {
+	return message.EqualIdentity(realm, c.OriginRealm) ||
+		slices.ContainsFunc(c.ServedRealms, func(s string) bool { return message.EqualIdentity(realm, s) })
 }
 
 func failedOf(a wire.AVP) *failedAVP {
