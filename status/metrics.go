@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/watchdog"
@@ -42,6 +43,11 @@ const (
 	MetricNodeInfo    = "aaatp_node_info"
 	MetricPeerInfo    = "aaatp_peer_info"
 	MetricRecycled    = "aaatp_recycled_connections_total"
+	// MetricListenerEvents counts, by kind, what the process's listeners
+	// log rate-limited about remote parties (refused connections, bad
+	// frames, failed authenticators, timeouts, overload), the lines
+	// suppressed by the rate included.
+	MetricListenerEvents = "aaatp_listener_events_total"
 )
 
 // Values of the "protocol" label of aaatp_peer_info.
@@ -189,6 +195,13 @@ func NewMetrics() *Metrics {
 		}
 		return float64(n)
 	})
+	for _, k := range serve.Kinds() {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        MetricListenerEvents,
+			Help:        "Events the listeners log rate-limited, by kind, suppressed lines included (the process's own counts).",
+			ConstLabels: prometheus.Labels{"kind": k.String()},
+		}, func() float64 { return float64(serve.Count(k)) }))
+	}
 	m.reg.MustRegister(m.messages, m.latency, m.state, m.transitions, m.failovers,
 		m.moved, m.pending, dedup, m.queueDepth, m.queueAlarm, m.events, m.info, m.peerInfo, &m.recycled,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

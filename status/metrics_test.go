@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/watchdog"
@@ -377,4 +379,21 @@ func TestRecycledConnections(t *testing.T) {
 	if _, ok := value(fams, MetricRecycled, "peer", "s1.example.net"); ok {
 		t.Errorf("%s has a series for a Diameter peer", MetricRecycled)
 	}
+}
+
+// What the listeners log rate-limited is counted in the metrics by kind,
+// every kind from zero on, suppressed lines included.
+func TestListenerEvents(t *testing.T) {
+	f := newFake()
+	m := NewMetrics()
+	fams, _ := families(t, f, m)
+	before, ok := value(fams, MetricListenerEvents, "kind", "bad_auth")
+	if !ok {
+		t.Fatalf("%s{kind=bad_auth} is absent before any event", MetricListenerEvents)
+	}
+	for range 100 {
+		serve.Log(nil, slog.LevelWarn, serve.KindBadAuth, "forged")
+	}
+	fams, _ = families(t, f, m)
+	expect(t, fams, before+100, MetricListenerEvents, "kind", "bad_auth")
 }

@@ -112,3 +112,12 @@ func Counts() map[string]uint64 {
 // Count returns how many times kind k was logged since the process
 // started, written or suppressed.
 func Count(k Kind) uint64 { return limiter.total[k].Load() }
+
+// Kinds returns every Kind, in order.
+func Kinds() []Kind {
+	ks := make([]Kind, numKinds)
+	for k := range numKinds {
+		ks[k] = k
+	}
+	return ks
+}
