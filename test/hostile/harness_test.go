@@ -38,8 +38,10 @@ const (
 type server struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	addr   string // host:port of its Diameter listener
-	status string // http://host:port/
+	addr   string            // host:port of its Diameter listener
+	urls   map[string]string // scheme -> host:port of every listener (--ready)
+	pki    *pki              // the radsec:// certificates (startRADIUS)
+	status string            // http://host:port/
 	stderr string
 	report string
 	done   chan struct{}
@@ -108,7 +110,9 @@ func tryServer(t *testing.T, fdLimit int, extra ...string) *server {
 		}
 		if t.Failed() {
 			b, _ := os.ReadFile(s.stderr)
-			t.Logf("server stderr (last 4 KB):\n%s", tail(b, 4096))
+			if _, ok := firstLine(b, "flag provided but not defined"); !ok { // else said already
+				t.Logf("server stderr (last 4 KB):\n%s", tail(b, 4096))
+			}
 		}
 	})
 	deadline := time.Now().Add(20 * time.Second)
@@ -116,6 +120,12 @@ func tryServer(t *testing.T, fdLimit int, extra ...string) *server {
 		b, err := os.ReadFile(ready)
 		if err == nil && strings.HasSuffix(string(b), "\n") {
 			s.addr = strings.TrimPrefix(strings.SplitN(string(b), "\n", 2)[0], "tcp://")
+			s.urls = map[string]string{}
+			for _, line := range strings.Fields(string(b)) {
+				if scheme, hp, ok := strings.Cut(line, "://"); ok {
+					s.urls[scheme] = hp
+				}
+			}
 			break
 		}
 		select {
@@ -123,7 +133,11 @@ func tryServer(t *testing.T, fdLimit int, extra ...string) *server {
 			if b, _ := os.ReadFile(s.stderr); strings.Contains(string(b), "address already in use") {
 				return nil
 			}
-			t.Fatalf("server exited before listening: %v", s.err)
+			b, _ := os.ReadFile(s.stderr)
+			if line, ok := firstLine(b, "flag provided but not defined"); ok {
+				t.Fatalf("this aaa-peer has no such flag: %s", line)
+			}
+			t.Fatalf("server exited before listening: %v\n%s", s.err, tail(b, 4096))
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
@@ -139,6 +153,16 @@ func tryServer(t *testing.T, fdLimit int, extra ...string) *server {
 	}
 	t.Fatal("status page not up within 20 s")
 	return nil
+}
+
+// firstLine returns the first line of b that holds sub.
+func firstLine(b []byte, sub string) (string, bool) {
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, sub) {
+			return line, true
+		}
+	}
+	return "", false
 }
 
 func tail(b []byte, n int) []byte {

@@ -7,12 +7,20 @@
 // grows without bound, or starves the good client.
 //
 // TestMain builds cmd/aaa-peer once, without -race (the figures are about
-// the production binary). AAATP_PEER_BIN runs the suite against another
-// binary instead (an older build, to see the attacks succeed).
-// AAATP_FUZZ_TIME sets how long the random-frame fuzzer runs (default 10s).
+// the production binary). AAATP_HOSTILE_PEER (or its older name
+// AAATP_PEER_BIN) runs the suite against a prebuilt binary instead (an
+// older build, to see the attacks succeed).
+// AAATP_FUZZ_TIME sets how long the random-frame fuzzer runs (default 10s;
+// the RADIUS fuzzer runs half of it on each of its three listeners).
+//
+// The RADIUS attacks (radius_*_test.go) run the same server with a
+// listener of each RADIUS transport beside the Diameter one: radius://,
+// radius+tcp:// and radsec://, with certificates made by the test.
+// README.md lists them with what the binary before their fixes did.
 package hostile
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -35,8 +43,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if bin := os.Getenv("AAATP_PEER_BIN"); bin != "" {
+	if bin := cmp.Or(os.Getenv("AAATP_HOSTILE_PEER"), os.Getenv("AAATP_PEER_BIN")); bin != "" {
 		aaaPeer = bin
+		if _, err := os.Stat(bin); err != nil {
+			buildErr = err
+		}
 	} else {
 		buildPeer(dir)
 	}

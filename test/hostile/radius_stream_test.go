@@ -1,0 +1,331 @@
+package hostile
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The attacks on the RADIUS stream listeners, radius+tcp:// (RFC 6613)
+// and radsec:// (RFC 6614), run against both.
+
+// RADIUS review, observation 1: once accept() failed with EMFILE, a RADIUS stream
+// listener's accept loop ended for good: its socket stayed open, so new
+// clients connected (the kernel completes the handshake) and then hung.
+// The server, at 256 descriptors and with no limit on connections not
+// admitted yet, is driven out of descriptors by idle connections to the
+// listener; once they are closed, a good client must be answered within
+// a few seconds.
+func TestRADIUSStreamListenerAcceptsAgainAfterEMFILE(t *testing.T) {
+	for _, scheme := range streamSchemes {
+		t.Run(scheme, func(t *testing.T) {
+			const limit = 256
+			s := startRADIUS(t, limit, "--max-opening", "-1", "--max-opening-per-addr", "-1", "--cer-timeout", "60s")
+			rc := s.mustDial(t, scheme, goodIP)
+			secret := secretOf(scheme)
+			if _, err := rc.ask(accessRequest(1, "before@example.net", secret), secret, radiusReadTimeout); err != nil {
+				t.Fatalf("no answer before the attack: %v", err)
+			}
+			rc.Close()
+			base := s.fds()
+			// Plain TCP connections: a radsec:// listener's accept takes a
+			// descriptor before any TLS handshake.
+			var conns []net.Conn
+			defer func() {
+				for _, c := range conns {
+					c.Close()
+				}
+			}()
+			exhausted := false
+			for i := 0; i < limit+128 && !exhausted; i++ {
+				c, err := net.DialTimeout("tcp", s.urls[scheme], time.Second)
+				if err != nil {
+					t.Logf("dial %d: %v", i, err)
+					break
+				}
+				conns = append(conns, c)
+				if i >= limit-base-8 && i%8 == 0 {
+					time.Sleep(20 * time.Millisecond) // let the server accept
+					exhausted = s.fds() >= limit
+				}
+			}
+			for end := time.Now().Add(3 * time.Second); !exhausted && time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+				exhausted = s.fds() >= limit
+			}
+			peakFDs := s.fds()
+			time.Sleep(300 * time.Millisecond) // a few accepts fail now
+			log, _ := os.ReadFile(s.stderr)
+			emfile := strings.Count(string(log), "too many open files")
+			t.Logf("FIGURES emfile %s: %d descriptors at rest, %d with %d idle connections (limit %d); %d log lines name EMFILE",
+				scheme, base, peakFDs, len(conns), limit, emfile)
+			if !exhausted {
+				t.Fatalf("the server never reached its %d descriptors (%d): the test proves nothing", limit, peakFDs)
+			}
+			for _, c := range conns {
+				c.Close()
+			}
+			conns = nil
+			closedAt := time.Now()
+			// The good client: a new connection and one request, within
+			// a few seconds of the descriptors coming back.
+			var lastErr error
+			ok := false
+			for time.Since(closedAt) < 8*time.Second && !ok {
+				rc, err := s.dialRadius(scheme, goodIP, "nas1.example.net")
+				if err != nil {
+					lastErr = err
+					time.Sleep(200 * time.Millisecond)
+					continue
+				}
+				_, err = rc.ask(accessRequest(2, "after@example.net", secret), secret, 2*time.Second)
+				rc.Close()
+				ok, lastErr = err == nil, err
+			}
+			s.alive()
+			t.Logf("FIGURES emfile %s: good client answered %v, %v after the idle connections closed (last error %v)",
+				scheme, ok, time.Since(closedAt).Round(time.Millisecond), lastErr)
+			if !ok {
+				t.Errorf("the %s listener did not answer a new client within 8 s after the descriptors came back: %v (it stopped accepting after EMFILE)", scheme, lastErr)
+			}
+		})
+	}
+}
+
+// RADIUS review, observation 2, connections not admitted yet: RADIUS stream connections
+// that never send a valid request (silent, or dribbling a frame a byte at
+// a time) stayed open forever and were not limited. They are now counted
+// like Diameter's before their CER: at most --max-opening per listener and
+// --max-opening-per-addr from one address, the ones over either limit
+// closed at once, and each closed after --cer-timeout without a valid
+// request (--first-request-timeout, where the binary has that flag for
+// RADIUS, is given the same value).
+func TestRADIUSStreamUnadmittedConnectionsLimitedAndTimedOut(t *testing.T) {
+	for _, scheme := range streamSchemes {
+		t.Run(scheme, func(t *testing.T) {
+			const perAddr, total, cerTimeout = 16, 48, 2 * time.Second
+			flags := []string{"--cer-timeout", cerTimeout.String(), "--max-opening", fmt.Sprint(total), "--max-opening-per-addr", fmt.Sprint(perAddr)}
+			if hasServerFlag(t, "first-request-timeout") {
+				// The RADIUS twin of --cer-timeout, where the binary has
+				// one.
+				flags = append(flags, "--first-request-timeout", cerTimeout.String())
+			}
+			s := startRADIUS(t, 0, flags...)
+			g := radiusGood(s, scheme, 100)
+			g.run(t)
+			time.Sleep(time.Second)
+			m0 := g.mark()
+			pk := s.sample()
+			type held struct {
+				kind   string
+				opened time.Time
+				closed atomic.Int64 // ns after opened; 0 while open
+			}
+			var hs []*held
+			var wg sync.WaitGroup
+			open := func(kind, local string, dribble bool) {
+				rc, err := s.dialRadius(scheme, local, "nas1.example.net")
+				if err != nil {
+					t.Fatalf("%s connection from %s: %v", kind, local, err)
+				}
+				t.Cleanup(func() { rc.Close() })
+				h := &held{kind: kind, opened: time.Now()}
+				hs = append(hs, h)
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					// A long Access-Request, a byte every 250 ms: it would
+					// take a minute to complete.
+					frame := radRequest(codeAccessRequest, 1, []attr{str(attrUserName, strings.Repeat("s", 240))}, secretOf(scheme), true)
+					for i := 0; time.Since(h.opened) < cerTimeout+5*time.Second; i++ {
+						if dribble && i < len(frame) {
+							if rc.write(frame[i:i+1]) != nil {
+								h.closed.Store(int64(time.Since(h.opened)))
+								return
+							}
+						}
+						if c, _ := closedWithin(rc, 250*time.Millisecond); c {
+							h.closed.Store(int64(time.Since(h.opened)))
+							return
+						}
+					}
+				}()
+			}
+			for range perAddr {
+				open("idle", "127.0.0.1", false)
+				open("slowloris", "127.0.0.2", true)
+				open("idle", "127.0.0.3", false)
+			}
+			time.Sleep(200 * time.Millisecond) // every one accepted and counted
+			// Over the per-address limit, then over the listener's.
+			refused := func(local string) (bool, time.Duration, error) {
+				t0 := time.Now()
+				rc, err := s.dialRadius(scheme, local, "nas1.example.net")
+				if err != nil { // radsec: the handshake met the close
+					return time.Since(t0) < radiusRefusedWithin, time.Since(t0), err
+				}
+				defer rc.Close()
+				c, err := closedWithin(rc, radiusRefusedWithin)
+				return c, time.Since(t0), err
+			}
+			overAddr, tAddr, errAddr := refused("127.0.0.1")
+			overAll, tAll, errAll := refused("127.0.0.4")
+			wg.Wait()
+			m1 := g.mark()
+			g.halt()
+			s.alive()
+			rss, gs := pk.end()
+			within(t, "unadmitted "+scheme, rss, gs)
+			var closedIdle, closedSlow int
+			var slowest time.Duration
+			for _, h := range hs {
+				d := time.Duration(h.closed.Load())
+				if d == 0 {
+					continue
+				}
+				slowest = max(slowest, d)
+				if h.kind == "idle" {
+					closedIdle++
+				} else {
+					closedSlow++
+				}
+			}
+			t.Logf("FIGURES unadmitted %s: %d idle and %d slowloris connections held, closed by the server: %d idle, %d slowloris, the last %v after opening (--cer-timeout %v); one over the per-address limit closed at once: %v (%v, %v); one over the listener's: %v (%v, %v)",
+				scheme, 2*perAddr, perAddr, closedIdle, closedSlow, slowest.Round(time.Millisecond), cerTimeout,
+				overAddr, tAddr.Round(time.Millisecond), errAddr, overAll, tAll.Round(time.Millisecond), errAll)
+			if closedIdle != 2*perAddr || closedSlow != perAddr {
+				t.Errorf("%d of %d idle and %d of %d slowloris connections closed within --cer-timeout + 5 s", closedIdle, 2*perAddr, closedSlow, perAddr)
+			}
+			if slowest > cerTimeout+3*time.Second {
+				t.Errorf("the last connection without a valid request closed %v after opening; --cer-timeout %v", slowest, cerTimeout)
+			}
+			if !overAddr {
+				t.Errorf("a connection over --max-opening-per-addr %d was not closed at once", perAddr)
+			}
+			if !overAll {
+				t.Errorf("a connection over --max-opening %d was not closed at once", total)
+			}
+			g.window(m0, m1).require(t, "unadmitted "+scheme, 0.9)
+		})
+	}
+}
+
+// RADIUS review, observation 2, admitted connections: a client that sent a valid
+// request and then nothing kept its connection forever. --idle-timeout
+// closes it; a client that keeps sending is not affected.
+func TestRADIUSStreamIdleTimeout(t *testing.T) {
+	for _, scheme := range streamSchemes {
+		t.Run(scheme, func(t *testing.T) {
+			const idle = 2 * time.Second
+			s := startRADIUS(t, 0, "--idle-timeout", idle.String())
+			g := radiusGood(s, scheme, 40)
+			g.run(t)
+			m0 := g.mark()
+			secret := secretOf(scheme)
+			var conns []*radConn
+			for i := range 8 {
+				rc := s.mustDial(t, scheme, "127.0.0.1")
+				if _, err := rc.ask(accessRequest(byte(i), "idle@example.net", secret), secret, radiusReadTimeout); err != nil {
+					t.Fatalf("connection %d: no answer to its first request: %v", i, err)
+				}
+				conns = append(conns, rc)
+			}
+			t0 := time.Now()
+			closed := 0
+			var slowest time.Duration
+			for _, rc := range conns {
+				if c, _ := closedWithin(rc, idle+5*time.Second-time.Since(t0)); c {
+					closed++
+					slowest = max(slowest, time.Since(t0))
+				}
+			}
+			m1 := g.mark()
+			g.halt()
+			s.alive()
+			t.Logf("FIGURES idle-timeout %s: %d of %d admitted idle connections closed, the last %v after its answer (--idle-timeout %v)",
+				scheme, closed, len(conns), slowest.Round(time.Millisecond), idle)
+			if closed != len(conns) {
+				t.Errorf("%d of %d admitted connections idle for %v were closed (--idle-timeout %v)", closed, len(conns), idle+5*time.Second, idle)
+			}
+			// The good client sends on each connection every 100 ms: never
+			// idle, never closed.
+			w := g.window(m0, m1)
+			w.require(t, "idle-timeout "+scheme, 0.9)
+			if w.errs > 0 {
+				t.Errorf("the busy good client failed %d times: were its connections closed as idle? (%v)", w.errs, w.lastError)
+			}
+		})
+	}
+}
+
+// RADIUS review, observation 3: a client holding the secret that pipelines requests and
+// never reads the answers made the server queue every answer (RSS 22 ->
+// 547 MB). --max-unanswered now bounds each RADIUS stream connection
+// too: the reader pauses, memory stays bounded, and a good client on
+// another connection keeps its answers.
+func TestRADIUSStreamPipelineWithoutReading(t *testing.T) {
+	for _, scheme := range streamSchemes {
+		t.Run(scheme, func(t *testing.T) {
+			const bound = 120 << 20
+			s := startRADIUS(t, 0, "--max-unanswered", "256")
+			g := radiusGood(s, scheme, 200)
+			g.run(t)
+			time.Sleep(2 * time.Second)
+			m0 := g.mark()
+			pk := s.sample()
+			secret := secretOf(scheme)
+			// Access-Requests of 4 KB: the answers echo the Proxy-State.
+			var batch []byte
+			for id := range 256 {
+				attrs := []attr{str(attrUserName, "greedy@example.net")}
+				for range 15 {
+					attrs = append(attrs, attr{attrProxyState, make([]byte, 253)})
+				}
+				batch = append(batch, radRequest(codeAccessRequest, byte(id), attrs, secret, true)...)
+			}
+			var sent atomic.Int64
+			var wg sync.WaitGroup
+			stop := time.Now().Add(8 * time.Second)
+			var tooBig atomic.Bool
+			for range 2 {
+				rc := s.mustDial(t, scheme, "127.0.0.1")
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for time.Now().Before(stop) && !tooBig.Load() {
+						rc.c.SetWriteDeadline(stop)
+						if _, err := rc.c.Write(batch); err != nil {
+							return // the server stopped reading and the deadline came, or it closed us
+						}
+						sent.Add(256)
+					}
+				}()
+			}
+			// Stop the attack past 1 GB: the point is made.
+			go func() {
+				for time.Now().Before(stop) {
+					if rss, _ := s.memory(); rss > 1<<30 {
+						tooBig.Store(true)
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}()
+			wg.Wait()
+			m1 := g.mark()
+			g.halt()
+			s.alive()
+			rss, gs := pk.end()
+			within(t, "pipeline-without-reading "+scheme, rss, gs)
+			t.Logf("FIGURES pipeline-without-reading %s: %d requests of 4 KB written by 2 connections that never read; peak RSS %.1f MB",
+				scheme, sent.Load(), float64(rss)/(1<<20))
+			if rss > bound {
+				t.Errorf("peak RSS %d MB, over %d MB: the answers to a client that does not read are not bounded", rss>>20, bound>>20)
+			}
+			g.window(m0, m1).require(t, "pipeline-without-reading "+scheme, 0.9)
+		})
+	}
+}
