@@ -19,7 +19,10 @@ type Counters struct {
 	Duplicates atomic.Uint64 // requests answered from the store
 	StoreErrs  atomic.Uint64 // requests refused because the store failed
 	Cancelled  atomic.Uint64 // requests dropped because their connection closed first
-	Superseded atomic.Uint64 // handler results discarded: another server owned the request by then
+	// Superseded counts handler results discarded: another request,
+	// here or at another server, took the request over meanwhile, and
+	// its answer was sent instead.
+	Superseded atomic.Uint64
 	// TooLarge counts answers sent but not kept, being over the store's
 	// per-entry limit (they are counted in Applied too).
 	TooLarge atomic.Uint64
@@ -144,11 +147,14 @@ func (f *keyFields) see(a wire.AVP, acct bool) bool {
 //
 // A request is applied when its answer is committed to the store
 // (Outcome.Complete succeeds). If this server stalled past the in-flight
-// mark's TTL while h ran (a GC pause, a frozen VM) and another server took
-// the request over meanwhile, this server's result is discarded and the
-// request is answered with the other server's answer: h must therefore
-// keep side effects that must happen once (billing records) until the
-// answer is committed, or be idempotent; OnCommit is where to put them.
+// mark's TTL while h ran (a GC pause, a frozen VM) and another request
+// took the request over meanwhile, here or at another server (a replay,
+// or the same accounting record re-sent under a new End-to-End id), this
+// server's result is discarded and the request is answered with the other
+// one's answer, once it is committed; if the other gives up instead, this
+// server's result is committed after all. h must therefore keep side
+// effects that must happen once (billing records) until the answer is
+// committed, or be idempotent; OnCommit is where to put them.
 //
 // If the store fails, the request is answered DIAMETER_TOO_BUSY (3004,
 // E bit) so that the client tries another server, rather than risking a
@@ -191,20 +197,24 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 		}
 		return &po.o, keys, po, nil
 	}
+	// refuse is the answer to a request whose Begin failed.
+	refuse := func(ctx context.Context, p *peer.Peer, req []byte, err error) []byte {
+		if ctx.Err() != nil {
+			counters.Cancelled.Add(1)
+			return nil
+		}
+		if errors.Is(err, ErrAnswerNotKept) {
+			counters.NotKept.Add(1)
+			return notKeptAnswer(p, req)
+		}
+		counters.StoreErrs.Add(1)
+		return storeDown(p, req, err)
+	}
 	return func(ctx context.Context, p *peer.Peer, req []byte) []byte {
 		counters.Received.Add(1)
 		o, keys, po, err := begin(ctx, req)
 		if err != nil {
-			if ctx.Err() != nil {
-				counters.Cancelled.Add(1)
-				return nil
-			}
-			if errors.Is(err, ErrAnswerNotKept) {
-				counters.NotKept.Add(1)
-				return notKeptAnswer(p, req)
-			}
-			counters.StoreErrs.Add(1)
-			return storeDown(p, req, err)
+			return refuse(ctx, p, req, err)
 		}
 		if po != nil {
 			defer outcomes.Put(po) // after the Abandon below
@@ -218,30 +228,9 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 		if ans == nil {
 			return nil
 		}
-		switch err := o.Complete(ans); {
-		case err == nil || errors.Is(err, ErrAnswerTooLarge):
-			counters.Applied.Add(1)
-			if err != nil {
-				counters.TooLarge.Add(1)
-			}
-			if onCommit != nil {
-				onCommit(req, ans)
-			}
-			return ans
-		case errors.Is(err, ErrMarkLost):
-			// Another server owns the request now: answer with its answer
-			// (waiting for it if it is still running), never ours.
-			counters.Superseded.Add(1)
-			o2, err := s.Begin(ctx, keys...)
-			if err != nil {
-				return nil
-			}
-			if o2.Duplicate() {
-				return o2.Answer()
-			}
-			// The other owner gave up: ours becomes the answer after all.
-			defer o2.Abandon()
-			if err := o2.Complete(ans); err == nil || errors.Is(err, ErrAnswerTooLarge) {
+		for {
+			switch err := o.Complete(ans); {
+			case err == nil || errors.Is(err, ErrAnswerTooLarge):
 				counters.Applied.Add(1)
 				if err != nil {
 					counters.TooLarge.Add(1)
@@ -250,13 +239,30 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 					onCommit(req, ans)
 				}
 				return ans
+			case !errors.Is(err, ErrMarkLost):
+				// The store failed at the commit: the result is not
+				// recorded, so do not claim it; the client will try
+				// elsewhere.
+				counters.StoreErrs.Add(1)
+				return storeDown(p, req, err)
 			}
-			return nil
-		default:
-			// The store failed at the commit: the result is not recorded,
-			// so do not claim it; the client will try elsewhere.
-			counters.StoreErrs.Add(1)
-			return storeDown(p, req, err)
+			// Another request, here or at another server, took one of
+			// the keys over (this request replayed, or its accounting
+			// record re-sent under a new End-to-End id): nothing was
+			// stored and our marks are gone. The request is the new
+			// owner's: answer with its answer (waiting for it if it is
+			// still running), never ours.
+			o2, err := s.Begin(ctx, keys...)
+			if err != nil {
+				return refuse(ctx, p, req, err)
+			}
+			if o2.Duplicate() {
+				counters.Superseded.Add(1)
+				return o2.Answer()
+			}
+			// The other owner gave up: ours becomes the answer after all.
+			defer o2.Abandon()
+			o = o2
 		}
 	}
 }

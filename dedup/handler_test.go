@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -172,6 +174,102 @@ func TestWrapStalledHandlerIsSuperseded(t *testing.T) {
 	}
 	if c1.Superseded.Load() != 1 {
 		t.Fatalf("superseded %d, want 1", c1.Superseded.Load())
+	}
+}
+
+// A request's handler outlives the mark's TTL, and its accounting record,
+// re-sent under a new End-to-End id, takes the record key over (not the
+// first request's own key). Whether the second request's handler commits
+// before the first ends, is still running then, or gives up, before or
+// after, the record is committed once, with onCommit, and every answer
+// sent is the one committed: never a success without onCommit.
+func TestWrapCommitPartialTakeover(t *testing.T) { testWrapCommitPartialTakeover(t, memoryMaker) }
+
+func TestRedisWrapCommitPartialTakeover(t *testing.T) {
+	needRedis(t)
+	testWrapCommitPartialTakeover(t, redisMaker)
+}
+
+func testWrapCommitPartialTakeover(t *testing.T, mk storeMaker) {
+	const ttl = 200 * time.Millisecond
+	for _, second := range []string{"commits", "runs", "gives up", "runs, gives up"} {
+		t.Run(second, func(t *testing.T) {
+			s := mk(t, WithMarkTTL(ttl))
+			var mu sync.Mutex
+			var committed []uint32 // the End-to-End ids of the requests committed
+			onCommit := func(req, _ []byte) {
+				mu.Lock()
+				committed = append(committed, wire.EndToEnd(req))
+				mu.Unlock()
+			}
+			entered, release := make(chan struct{}), make(chan struct{})
+			entered2, release2 := make(chan struct{}), make(chan struct{})
+			var c Counters
+			w := WrapCommit(s, func(_ context.Context, _ *peer.Peer, req []byte) []byte {
+				from := "first"
+				if wire.EndToEnd(req) == 1 {
+					close(entered)
+					<-release // frozen past the mark's TTL
+				} else {
+					from = "second"
+					if strings.HasPrefix(second, "runs") {
+						close(entered2)
+						<-release2
+					}
+					if strings.HasSuffix(second, "gives up") {
+						return nil
+					}
+				}
+				return message.NewAnswer(req).ResultCode(message.Success).String(message.OriginHost, 0, true, from).Bytes()
+			}, onCommit, &c)
+
+			got1, got2 := make(chan []byte, 1), make(chan []byte, 1)
+			go func() { got1 <- w(context.Background(), nil, acrFor(1, 1)) }()
+			<-entered
+			time.Sleep(ttl + 50*time.Millisecond) // the marks expire
+			// The same record under a new End-to-End id.
+			go func() { got2 <- w(context.Background(), nil, acrFor(2, 1)) }()
+			var ans2 []byte
+			if strings.HasPrefix(second, "runs") {
+				<-entered2
+			} else {
+				ans2 = <-got2
+			}
+			close(release)
+			if strings.HasPrefix(second, "runs") {
+				time.Sleep(30 * time.Millisecond) // the first waits for the second
+				close(release2)
+				ans2 = <-got2
+			}
+			ans1 := <-got1
+
+			from := func(ans []byte) string {
+				h, _ := message.StringOf(ans, message.OriginHost, 0)
+				return h
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(committed) != 1 {
+				t.Fatalf("committed %v, want one request", committed)
+			}
+			want := map[uint32]string{1: "first", 2: "second"}[committed[0]]
+			if from(ans1) != want || ans2 != nil && from(ans2) != want {
+				t.Fatalf("answers from %q and %q; committed: the %s's", from(ans1), from(ans2), want)
+			}
+			if gaveUp := strings.HasSuffix(second, "gives up"); gaveUp && (want != "first" || ans2 != nil) || !gaveUp && want != "second" {
+				t.Fatalf("committed the %s's, second answered %q", want, from(ans2))
+			}
+			if a := c.Applied.Load(); a != 1 {
+				t.Fatalf("applied %d times, want 1", a)
+			}
+			var wantSup uint64 // results discarded: the first's, if the second's was committed
+			if want == "second" {
+				wantSup = 1
+			}
+			if sup := c.Superseded.Load(); sup != wantSup {
+				t.Fatalf("superseded %d, want %d", sup, wantSup)
+			}
+		})
 	}
 }
 

@@ -911,6 +911,11 @@ func (m *Memory) slotOf(o *Outcome, i int, k Key) (*slot, uint32) {
 	return nil, 0
 }
 
+// complete stores answer under every key of o, or under none: if another
+// request has taken any of them over (its mark expired and a Begin took
+// the key, which it owns now, in flight or answered), nothing is stored
+// and o's marks still held are dropped, as Abandon drops them, so that the
+// request is answered by the one owner of its keys (see ErrMarkLost).
 func (m *Memory) complete(o *Outcome, answer []byte) error {
 	var state uint8
 	ans := answer
@@ -921,6 +926,11 @@ func (m *Memory) complete(o *Outcome, answer []byte) error {
 	}
 	var buf [4]int
 	idx := m.lockAll(o.keys, buf[:])
+	if len(o.keys) > 1 && m.takenOver(o) {
+		m.release(o)
+		m.unlockAll(idx)
+		return ErrMarkLost
+	}
 	lost := false
 	for i, k := range o.keys {
 		s := &m.shards[m.shardOf(k)]
@@ -937,7 +947,10 @@ func (m *Memory) complete(o *Outcome, answer []byte) error {
 			continue
 		}
 		if s.find(k) != nil {
-			lost = true // taken over by another request, which owns it now
+			// Taken over by another request, which owns it now. Only
+			// a lone key gets here (see takenOver): storing the keys
+			// before it evicts, at most, marks of o.
+			lost = true
 			continue
 		}
 		// Evicted or expired (and dropped) while in flight: store anew.
@@ -953,14 +966,31 @@ func (m *Memory) complete(o *Outcome, answer []byte) error {
 	return nil
 }
 
-func (m *Memory) abandon(o *Outcome) error {
-	var buf [4]int
-	idx := m.lockAll(o.keys, buf[:])
+// takenOver reports whether another request holds a key of o, whose mark
+// it has taken over. The shards of o's keys must be locked.
+func (m *Memory) takenOver(o *Outcome) bool {
+	for i, k := range o.keys {
+		if sl, _ := m.slotOf(o, i, k); sl == nil && m.shards[m.shardOf(k)].find(k) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// release drops the marks of o still held, waking their waiters. The
+// shards of o's keys must be locked.
+func (m *Memory) release(o *Outcome) {
 	for i, k := range o.keys {
 		if sl, seq := m.slotOf(o, i, k); sl != nil {
 			m.shards[m.shardOf(k)].remove(k, seq)
 		}
 	}
+}
+
+func (m *Memory) abandon(o *Outcome) error {
+	var buf [4]int
+	idx := m.lockAll(o.keys, buf[:])
+	m.release(o)
 	m.unlockAll(idx)
 	return nil
 }

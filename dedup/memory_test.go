@@ -63,6 +63,75 @@ func TestMemoryMarkExpiryFakeClock(t *testing.T) {
 	_ = o.Abandon()
 }
 
+// TestMemoryPartialTakeoverStoresNothing: an accounting request's marks
+// expire and its record, re-sent under a new End-to-End id, takes the
+// record key over. The first request's late Complete stores nothing under
+// either key and drops its mark on its request key, waking the request's
+// duplicate waiting on it, which then waits for the new owner and gets its
+// answer. If the new owner abandons instead, a late Complete stores the
+// answer under every key.
+func TestMemoryPartialTakeoverStoresNothing(t *testing.T) {
+	for _, owner := range []string{"completes", "abandons"} {
+		t.Run(owner, func(t *testing.T) {
+			clk := newFakeClock()
+			s := NewMemory(WithClock(clk.Now), WithMarkTTL(10*time.Second), WithShards(4))
+			defer s.Close()
+			a, b := RequestKey("nas", 1), RequestKey("nas", 2)
+			rec := AccountingRecord{SessionID: "nas;1", RecordType: 2, RecordNumber: 1}.Key()
+			first := begin(t, s, a, rec)
+			wantKind(t, first, First)
+			clk.Advance(10 * time.Second)
+			second := begin(t, s, b, rec) // takes rec over; a's mark stays
+			wantKind(t, second, First)
+			if owner == "abandons" {
+				_ = second.Abandon()
+				if err := first.Complete(msg(1, 1, "first")); err != nil {
+					t.Fatalf("late Complete, the record's owner gone: %v", err)
+				}
+				for _, k := range []Key{a, rec} {
+					if d := begin(t, s, k); !d.Duplicate() || !bytes.HasSuffix(d.Answer(), []byte("first")) {
+						t.Fatalf("%v: %v %q, want the first's answer", k, d.Kind(), d.Answer())
+					}
+				}
+				return
+			}
+			if err := first.Complete(msg(1, 1, "first")); err != ErrMarkLost {
+				t.Fatalf("late Complete: %v, want ErrMarkLost", err)
+			}
+			for i := range s.shards {
+				sh := &s.shards[i]
+				sh.mu.Lock()
+				checkArena(t, sh)
+				sh.mu.Unlock()
+			}
+			// A duplicate of the first request now waits for the new
+			// owner of the record, not for the first's dropped mark.
+			res := make(chan *Outcome, 1)
+			go func() {
+				o, err := s.Begin(context.Background(), a, rec)
+				if err != nil {
+					t.Error(err)
+				}
+				res <- o
+			}()
+			select {
+			case o := <-res:
+				t.Fatalf("duplicate of the first request: %v %q before the record's owner completed", o.Kind(), o.Answer())
+			case <-time.After(30 * time.Millisecond):
+			}
+			if err := second.Complete(msg(1, 2, "second")); err != nil {
+				t.Fatal(err)
+			}
+			if o := <-res; o == nil || !o.Duplicate() || !bytes.HasSuffix(o.Answer(), []byte("second")) {
+				t.Fatalf("duplicate of the first request: %v, want the second's answer", o)
+			}
+			o := begin(t, s, a)
+			wantKind(t, o, First) // nothing was ever stored under a
+			_ = o.Abandon()
+		})
+	}
+}
+
 // TestMemoryEvictionOrder: with one shard of 3 entries, the oldest entry goes
 // first.
 func TestMemoryEvictionOrder(t *testing.T) {

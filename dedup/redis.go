@@ -216,20 +216,31 @@ return {epoch, lost, 0}
 `)
 
 // completeScript: ARGV[1] token, ARGV[2] the value to store ("a" +
-// answer, or "t"), ARGV[3] TTL in ms. Stores the value where the key holds
-// our mark or nothing; returns how many keys were held by someone else.
+// answer, or "t"), ARGV[3] TTL in ms. Stores the value under every key if
+// each holds our mark or nothing; else, when some key is held by someone
+// else (taken over), stores nothing, deletes the keys holding our mark and
+// returns how many keys were held by someone else.
 var completeScript = redis.NewScript(`
 local lost = 0
 local mine = 'm' .. ARGV[1]
 for _, k in ipairs(KEYS) do
   local v = redis.call('GET', k)
-  if v == false or v == mine or v == ARGV[2] then -- the last: a retry
-    redis.call('SET', k, ARGV[2], 'PX', ARGV[3])
-  else
+  if v and v ~= mine and v ~= ARGV[2] then -- ARGV[2]: stored by an earlier try
     lost = lost + 1
   end
 end
-return lost
+if lost > 0 then
+  for _, k in ipairs(KEYS) do
+    if redis.call('GET', k) == mine then
+      redis.call('DEL', k)
+    end
+  end
+  return lost
+end
+for _, k in ipairs(KEYS) do
+  redis.call('SET', k, ARGV[2], 'PX', ARGV[3])
+end
+return 0
 `)
 
 // abandonScript: deletes the keys holding our mark (ARGV[1] token).

@@ -87,10 +87,14 @@ var (
 	// answer was too large to keep (see ErrAnswerTooLarge): it must not be
 	// applied again and its answer cannot be replayed, so refuse it.
 	ErrAnswerNotKept = errors.New("dedup: request already answered; its answer was too large to keep")
-	// ErrMarkLost: the in-flight mark expired and another request took the
-	// key over before Complete; the answer was not stored for that key.
-	// Send the answer anyway; this only reports that the mark TTL was too
-	// short for this handler.
+	// ErrMarkLost: the in-flight mark of one of the request's keys expired
+	// and another request took that key over before Complete: the other
+	// request owns it now. The answer was stored under none of the keys,
+	// and the outcome's other marks were dropped, as Abandon drops them:
+	// the result is not committed. The request's answer is now the new
+	// owner's: Begin the same keys again to get it (Begin waits while the
+	// owner runs, and is First if the owner abandoned it), as Wrap does.
+	// It means that the mark TTL was too short for this handler.
 	ErrMarkLost = errors.New("dedup: in-flight mark expired and was taken over; answer not stored")
 )
 
@@ -134,10 +138,13 @@ func (o *Outcome) Answer() []byte { return o.answer }
 
 // Complete stores answer (copied; the caller may reuse the slice) as the
 // answer to the request's keys, for at most the store's max age, and wakes
-// duplicates waiting for it. Call it after the handler, before or after
-// sending the answer. A failed Complete with ErrEmptyAnswer leaves the
-// outcome open (Abandon still works). After a store error the mark is left
-// to expire. The Redis store bounds Complete and Abandon by the mark TTL.
+// duplicates waiting for it. It stores it under all of the keys or none:
+// if another request has taken any of them over, it stores nothing, drops
+// the outcome's marks and returns ErrMarkLost. Call it after the handler,
+// before or after sending the answer. A failed Complete with
+// ErrEmptyAnswer leaves the outcome open (Abandon still works). After a
+// store error the mark is left to expire. The Redis store bounds Complete
+// and Abandon by the mark TTL.
 func (o *Outcome) Complete(answer []byte) error {
 	if o.kind != First {
 		return ErrNotFirst

@@ -37,6 +37,7 @@ func testStore(t *testing.T, mk storeMaker) {
 	t.Run("InFlightWaitComplete", func(t *testing.T) { testInFlightWait(t, mk, true) })
 	t.Run("InFlightWaitAbandon", func(t *testing.T) { testInFlightWait(t, mk, false) })
 	t.Run("InFlightMarkExpiry", func(t *testing.T) { testMarkExpiry(t, mk) })
+	t.Run("PartialTakeover", func(t *testing.T) { testPartialTakeover(t, mk) })
 	t.Run("WaitRespectsContext", func(t *testing.T) { testWaitContext(t, mk) })
 	t.Run("BothKeys", func(t *testing.T) { testBothKeys(t, mk) })
 	t.Run("AgeExpiryRealTime", func(t *testing.T) { testAgeExpiryRealTime(t, mk) })
@@ -230,6 +231,42 @@ func testMarkExpiry(t *testing.T, mk storeMaker) {
 	wantKind(t, d, Duplicate)
 	if !bytes.HasSuffix(d.Answer(), []byte("taker")) {
 		t.Fatalf("answer %q", d.Answer())
+	}
+}
+
+// testPartialTakeover: a request's marks expire, and its accounting record,
+// re-sent under a new End-to-End id, takes the record key over. The first
+// request's late Complete then stores nothing, under neither key, and
+// drops its mark on its request key (ErrMarkLost): a Begin of that key is
+// First, not a duplicate answered with a result never committed, and the
+// record's answer, by every key, is the new owner's.
+func testPartialTakeover(t *testing.T, mk storeMaker) {
+	const ttl = 150 * time.Millisecond
+	s := mk(t, WithMarkTTL(ttl))
+	a, b := RequestKey("c", 10), RequestKey("c", 11)
+	rec := AccountingRecord{SessionID: "c;10", RecordType: 2, RecordNumber: 1}.Key()
+	first := begin(t, s, a, rec)
+	wantKind(t, first, First)
+	time.Sleep(ttl + 50*time.Millisecond)
+	second := begin(t, s, b, rec) // the record re-sent: takes rec over
+	wantKind(t, second, First)
+	if err := first.Complete(msg(1, 10, "first")); !errors.Is(err, ErrMarkLost) {
+		t.Fatalf("late Complete: %v, want ErrMarkLost", err)
+	}
+	o := begin(t, s, a)
+	if o.Duplicate() {
+		t.Fatalf("the first request's key holds %q: an answer never committed", o.Answer())
+	}
+	_ = o.Abandon()
+	if err := second.Complete(msg(1, 11, "second")); err != nil {
+		t.Fatal(err)
+	}
+	for _, keys := range [][]Key{{a, rec}, {rec}, {b}} {
+		d := begin(t, s, keys...)
+		wantKind(t, d, Duplicate)
+		if !bytes.HasSuffix(d.Answer(), []byte("second")) {
+			t.Fatalf("answer %q, want the second's", d.Answer())
+		}
 	}
 }
 
