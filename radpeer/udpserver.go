@@ -2,13 +2,16 @@ package radpeer
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/radius"
 	lradius "layeh.com/radius"
 )
@@ -70,7 +73,7 @@ type UDPServer struct {
 	now func() time.Time
 	dup *dupCache
 
-	received, answered, resent, inProgress, badAuth, dropped atomic.Uint64
+	received, answered, resent, inProgress, badFrames, badAuth, unencodable, dropped atomic.Uint64
 }
 
 // UDPServerStats are a UDPServer's counters.
@@ -79,8 +82,10 @@ type UDPServerStats struct {
 	Answered    uint64 `json:"answered"`     // answers sent, cached copies included
 	Resent      uint64 `json:"resent"`       // duplicates answered from the cache
 	InProgress  uint64 `json:"in_progress"`  // duplicates dropped while the first was handled
-	BadAuth     uint64 `json:"bad_auth"`     // dropped: failed verification
-	Dropped     uint64 `json:"dropped"`      // dropped: malformed, not a request, no Message-Authenticator, no answer
+	BadFrames   uint64 `json:"bad_frames"`   // dropped: malformed (shorter than its Length, bad attributes)
+	BadAuth     uint64 `json:"bad_auth"`     // dropped: failed verification (a wrong shared secret, or forged)
+	Unencodable uint64 `json:"unencodable"`  // of the received, not answered: the answer could not be encoded (over 4096 bytes)
+	Dropped     uint64 `json:"dropped"`      // dropped: not a request, no Message-Authenticator, no answer from the handler
 	Cached      int    `json:"cached"`       // requests in the duplicate cache
 	CachedBytes int64  `json:"cached_bytes"` // its size, as its byte bound counts it
 }
@@ -106,6 +111,9 @@ func NewUDPServer(pc net.PacketConn, cfg ServerConfig, limits ...UDPLimits) (*UD
 	}
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &UDPServer{
@@ -135,16 +143,19 @@ func (s *UDPServer) Serve() error {
 }
 
 func (s *UDPServer) packet(b []byte, from net.Addr) {
-	if radius.Validate(b) != nil || !radius.IsRequest(radius.Code(b)) {
-		s.dropped.Add(1)
+	b = unpad(b)
+	if err := radius.Validate(b); err != nil {
+		s.badFrames.Add(1)
+		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadFrame, "RADIUS datagram dropped: malformed", "remote", from.String(), "err", err)
 		return
 	}
-	switch err := radius.VerifyRequest(b, s.cfg.Secret, s.cfg.RequireMessageAuthenticator); {
-	case errors.Is(err, radius.ErrAuthenticator):
-		s.badAuth.Add(1)
-		return
-	case err != nil:
+	code := radius.Code(b)
+	if !radius.IsRequest(code) {
 		s.dropped.Add(1)
+		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadRequest, "RADIUS datagram dropped: not a request", "remote", from.String(), "code", code.String())
+		return
+	}
+	if !s.verify(b, from) {
 		return
 	}
 	key := dupKeyOf(from, b)
@@ -161,7 +172,7 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 		return
 	}
 	s.received.Add(1)
-	if radius.Code(b) == lradius.CodeStatusServer {
+	if code == lradius.CodeStatusServer {
 		s.finish(key, b, from, lradius.CodeAccessAccept, nil) // RFC 5997: never a login
 		return
 	}
@@ -183,25 +194,61 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 	}()
 }
 
+// verify checks request b with the shared secret; it counts, and logs, a
+// request that fails.
+func (s *UDPServer) verify(b []byte, from net.Addr) bool {
+	switch err := radius.VerifyRequest(b, s.cfg.Secret, s.cfg.RequireMessageAuthenticator); {
+	case errors.Is(err, radius.ErrAuthenticator):
+		s.badAuth.Add(1)
+		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadAuth, "RADIUS request dropped: authenticator check failed",
+			"remote", from.String(), "hint", "shared secret mismatch?", "err", err)
+		return false
+	case err != nil:
+		s.dropped.Add(1)
+		return false
+	}
+	return true
+}
+
+// unpad returns the packet datagram b holds: RFC 2865 section 3 has the
+// octets past the Length field be padding, to be ignored. A datagram
+// shorter than its Length is returned whole, for Validate to refuse.
+func unpad(b []byte) []byte {
+	if len(b) < radius.HeaderLen {
+		return b
+	}
+	if n := int(binary.BigEndian.Uint16(b[2:4])); n >= radius.HeaderLen && n < len(b) {
+		return b[:n]
+	}
+	return b
+}
+
 // finish answers a request and caches the answer for its duplicates; no
 // answer forgets the entry, so a retransmission is handled afresh.
 func (s *UDPServer) finish(key dupKey, req []byte, to net.Addr, code lradius.Code, attrs lradius.Attributes) {
-	var resp []byte
-	if code != 0 {
-		resp, _ = radius.EncodeResponse(req, code, attrs, s.cfg.Secret)
-	}
-	s.mu.Lock()
-	if resp == nil {
-		s.dup.forget(key)
-	} else {
-		s.dup.answer(key, resp)
-	}
-	s.mu.Unlock()
-	if resp == nil {
+	if code == 0 {
+		s.forget(key)
 		s.dropped.Add(1)
 		return
 	}
+	resp, err := radius.EncodeResponse(req, code, attrs, s.cfg.Secret)
+	if err != nil {
+		s.forget(key)
+		s.unencodable.Add(1)
+		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindDropped, "RADIUS answer not sent: cannot encode it",
+			"remote", to.String(), "code", code.String(), "err", err)
+		return
+	}
+	s.mu.Lock()
+	s.dup.answer(key, resp)
+	s.mu.Unlock()
 	s.send(resp, to)
+}
+
+func (s *UDPServer) forget(key dupKey) {
+	s.mu.Lock()
+	s.dup.forget(key)
+	s.mu.Unlock()
 }
 
 func (s *UDPServer) send(resp []byte, to net.Addr) {
@@ -218,7 +265,8 @@ func (s *UDPServer) Stats() UDPServerStats {
 	s.mu.Unlock()
 	return UDPServerStats{
 		Received: s.received.Load(), Answered: s.answered.Load(), Resent: s.resent.Load(), InProgress: s.inProgress.Load(),
-		BadAuth: s.badAuth.Load(), Dropped: s.dropped.Load(), Cached: n, CachedBytes: size,
+		BadFrames: s.badFrames.Load(), BadAuth: s.badAuth.Load(),
+		Unencodable: s.unencodable.Load(), Dropped: s.dropped.Load(), Cached: n, CachedBytes: size,
 	}
 }
 

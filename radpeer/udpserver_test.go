@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/radius"
 	lradius "layeh.com/radius"
 )
@@ -67,6 +71,76 @@ func (c *recordConn) SetDeadline(time.Time) error      { return nil }
 func (c *recordConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *recordConn) SetWriteDeadline(time.Time) error { return nil }
 
+// lineBuffer collects log lines, safe for concurrent writes.
+type lineBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lineBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lineBuffer) lines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.FieldsFunc(l.b.String(), func(r rune) bool { return r == '\n' })
+}
+
+func (l *lineBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// startUDP serves a loopback socket with h and returns the server and a
+// client socket connected to it.
+func startUDP(t *testing.T, cfg ServerConfig) (*UDPServer, net.Conn) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Secret == nil {
+		cfg.Secret = testSecret
+	}
+	srv, err := NewUDPServer(pc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { srv.Serve(); close(done) }()
+	c, err := net.Dial("udp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		mustClose(t, srv)
+		<-done
+	})
+	return srv, c
+}
+
+// readAnswer reads one datagram from c within d.
+func readAnswer(c net.Conn, d time.Duration) ([]byte, error) {
+	c.SetReadDeadline(time.Now().Add(d))
+	buf := make([]byte, 8192)
+	n, err := c.Read(buf)
+	return buf[:n], err
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 5s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // keyN returns the n-th of distinct keys from one source.
 func keyN(n int) dupKey {
 	k := dupKey{addr: netip.MustParseAddrPort("192.0.2.1:40000"), id: byte(n)}
@@ -79,6 +153,7 @@ func keyN(n int) dupKey {
 // pushes over a bound or what expired. (The cache used to rebuild its
 // arrival order on every packet, moving every entry it held.)
 func TestDupCacheCostIsFlat(t *testing.T) {
+	const steady = 1 << 12 // requests measured, once the cache is full
 	for _, max := range []int{1 << 10, 1 << 16} {
 		c := newDupCache(time.Minute, max, 1<<40)
 		t0 := time.Unix(0, 0)
@@ -87,10 +162,10 @@ func TestDupCacheCostIsFlat(t *testing.T) {
 		}
 		// Steady state at the entry bound: each insert evicts the oldest.
 		before := c.examined
-		for i := max; i < 3*max; i++ {
+		for i := max; i < max+steady; i++ {
 			c.seen(keyN(i), t0)
 		}
-		if per := float64(c.examined-before) / float64(2*max); per > 2 {
+		if per := float64(c.examined-before) / steady; per > 2 {
 			t.Errorf("%d entries, bound by count: %.1f entries examined per request, want at most 2", max, per)
 		}
 		if c.len() != max {
@@ -104,10 +179,10 @@ func TestDupCacheCostIsFlat(t *testing.T) {
 			c.seen(keyN(i), at(i))
 		}
 		before = c.examined
-		for i := max; i < 3*max; i++ {
+		for i := max; i < max+steady; i++ {
 			c.seen(keyN(i), at(i))
 		}
-		if per := float64(c.examined-before) / float64(2*max); per > 2 {
+		if per := float64(c.examined-before) / steady; per > 2 {
 			t.Errorf("%d entries, bound by age: %.1f entries examined per request, want at most 2", max, per)
 		}
 		if c.len() != max {
@@ -213,6 +288,143 @@ func TestUDPServerDupCacheByteBound(t *testing.T) {
 	srv.packet(reqs[0], from) // the oldest: forgotten, handled afresh
 	if st := srv.Stats(); st.Resent != 1 || st.Received != 101 {
 		t.Fatalf("oldest retransmitted: stats %+v", st)
+	}
+}
+
+// Octets past the Length field are padding (RFC 2865 3): the request is
+// answered. A datagram shorter than its Length is not.
+func TestUDPServerIgnoresPadding(t *testing.T) {
+	srv, c := startUDP(t, ServerConfig{})
+	req, _, _ := radius.EncodeRequest(accessReq("alice"), 7, testSecret)
+	c.Write(append(append([]byte(nil), req...), make([]byte, 13)...))
+	ans, err := readAnswer(c, 5*time.Second)
+	if err != nil {
+		t.Fatalf("padded request not answered: %v (stats %+v)", err, srv.Stats())
+	}
+	if radius.VerifyResponse(ans, radius.Authenticator(req), testSecret, true) != nil || radius.Identifier(ans) != 7 {
+		t.Fatalf("answer %x", ans)
+	}
+	req2, _, _ := radius.EncodeRequest(accessReq("bob"), 8, testSecret)
+	c.Write(req2[:len(req2)-1])
+	waitFor(t, "short datagram counted", func() bool { return srv.Stats().BadFrames == 1 })
+	if _, err := readAnswer(c, 50*time.Millisecond); err == nil {
+		t.Fatal("a datagram shorter than its Length was answered")
+	}
+	if st := srv.Stats(); st.Received != 1 || st.Answered != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// An answer that cannot be encoded (over 4096 bytes) is not sent, and is
+// counted and logged with the remote; the request is forgotten, so that a
+// retransmission runs the handler again.
+func TestUDPServerLogsUnencodableAnswer(t *testing.T) {
+	var lines lineBuffer
+	var runs atomic.Int64
+	h := func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+		runs.Add(1)
+		var attrs lradius.Attributes
+		for range 20 {
+			attrs = append(attrs, &lradius.AVP{Type: 18, Attribute: bytes.Repeat([]byte{'m'}, 250)}) // Reply-Message
+		}
+		return lradius.CodeAccessAccept, attrs
+	}
+	srv, c := startUDP(t, ServerConfig{Handler: h, Logger: lines.logger()})
+	logged := serve.Count(serve.KindDropped)
+	req, _, _ := radius.EncodeRequest(accessReq("alice"), 7, testSecret)
+	c.Write(req)
+	waitFor(t, "answer counted", func() bool { return srv.Stats().Unencodable == 1 })
+	c.Write(req)
+	waitFor(t, "retransmission handled", func() bool { return srv.Stats().Unencodable == 2 })
+	if st := srv.Stats(); runs.Load() != 2 || st.Answered != 0 || st.Cached != 0 {
+		t.Fatalf("handler ran %d times; stats %+v", runs.Load(), st)
+	}
+	if n := serve.Count(serve.KindDropped) - logged; n != 2 {
+		t.Errorf("%d answers logged, want 2", n)
+	}
+	var found bool
+	for _, l := range lines.lines() {
+		found = found || strings.Contains(l, "RADIUS answer not sent") && strings.Contains(l, "remote="+c.LocalAddr().String()) &&
+			strings.Contains(l, "level=WARN") && strings.Contains(l, "err=")
+	}
+	// The limiter is the process's: another test in this window may have
+	// used up its burst.
+	if !found && logged == 0 {
+		t.Fatalf("no log line for the answer; log:\n%s", strings.Join(lines.lines(), "\n"))
+	}
+}
+
+// Malformed datagrams and requests failing verification are counted and
+// logged at WARN with their source, rate-limited: a flood of 10,000 of
+// each writes at most the limiter's burst, plus a line that says how many
+// were suppressed.
+func TestUDPServerBadPacketFloodLogsRateLimited(t *testing.T) {
+	var lines lineBuffer
+	srv, err := NewUDPServer(newRecordConn(false), ServerConfig{Secret: testSecret, Logger: lines.logger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mustClose(t, srv)
+	from := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 40000}
+	forged, _, _ := radius.EncodeRequest(accessReq("mallory"), 1, []byte("not the secret"))
+	malformed := append([]byte(nil), forged...)
+	malformed[radius.HeaderLen+1] = 1 // an attribute of length 1
+
+	const n = 10000
+	for _, tc := range []struct {
+		kind serve.Kind
+		b    []byte
+		want string
+	}{
+		{serve.KindBadAuth, forged, `hint="shared secret mismatch?"`},
+		{serve.KindBadFrame, malformed, "malformed"},
+	} {
+		before, count := len(lines.lines()), serve.Count(tc.kind)
+		for range n {
+			srv.packet(append([]byte(nil), tc.b...), from)
+		}
+		written := lines.lines()[before:]
+		if len(written) > 21 {
+			t.Errorf("%v: %d lines for %d packets", tc.kind, len(written), n)
+		}
+		if got := serve.Count(tc.kind) - count; got != n {
+			t.Errorf("%v: %d counted, want %d", tc.kind, got, n)
+		}
+		// The limiter is the process's: another test in this window may
+		// have used up its burst.
+		if count == 0 && len(written) == 0 {
+			t.Errorf("%v: nothing logged", tc.kind)
+		}
+		for _, l := range written {
+			if !strings.Contains(l, "level=WARN") || !strings.Contains(l, "remote=192.0.2.7:40000") || !strings.Contains(l, tc.want) {
+				t.Errorf("%v: line %s", tc.kind, l)
+			}
+		}
+	}
+	if st := srv.Stats(); st.BadAuth != n || st.BadFrames != n || st.Received != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// Status-Server is answered by the server itself, never by the Handler
+// (RFC 5997: it is not a login).
+func TestUDPServerAnswersStatusServer(t *testing.T) {
+	h := func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+		t.Errorf("Handler called for %v", req.Code)
+		return 0, nil
+	}
+	srv, c := startUDP(t, ServerConfig{Handler: h})
+	req, auth, _ := radius.EncodeRequest(&radius.Request{Code: lradius.CodeStatusServer}, 3, testSecret)
+	c.Write(req)
+	ans, err := readAnswer(c, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if radius.Code(ans) != lradius.CodeAccessAccept || radius.VerifyResponse(ans, auth, testSecret, true) != nil {
+		t.Fatalf("answer %x", ans)
+	}
+	if st := srv.Stats(); st.Received != 1 || st.Answered != 1 {
+		t.Fatalf("stats %+v", st)
 	}
 }
 
