@@ -18,8 +18,8 @@ import (
 var ErrAuthenticator = errors.New("radius: authenticator check failed")
 
 // ErrNoMessageAuthenticator is matched when a packet that the caller
-// requires to carry a Message-Authenticator has none (BlastRADIUS,
-// CVE-2024-3596). Drop the packet; the connection may stay up.
+// requires to carry a Message-Authenticator has none (BlastRADIUS:
+// see package radpeer). Drop the packet; the connection may stay up.
 var ErrNoMessageAuthenticator = errors.New("radius: Message-Authenticator required but absent")
 
 // maAttrLen is the length of a Message-Authenticator attribute.
@@ -277,9 +277,21 @@ func Resign(b []byte, id byte, secret []byte) ([AuthenticatorLen]byte, error) {
 // EncodeResponse encodes a response with the given code and attributes to
 // the request req (a validated packet): the request's Identifier, the
 // request's Proxy-State attributes appended in their order (RFC 2865 5.33),
-// a Message-Authenticator when the request is an Access-Request or
-// Status-Server or carried one (RFC 3579 3.2; BlastRADIUS wants one in
-// every answer to an Access-Request), and the Response Authenticator.
+// and the Response Authenticator.
+//
+// Every answer to an Access-Request or a Status-Server (Access-Accept,
+// Access-Reject, Access-Challenge, and Accounting-Response to a
+// Status-Server) carries a Message-Authenticator as its first attribute,
+// whether the request had one or not: a client that requires one
+// (BlastRADIUS) then accepts it, and first, before any attribute the
+// request's sender chose (Proxy-State), it leaves nothing an attacker
+// could place ahead of it. Answers to Accounting-Request, CoA-Request and
+// Disconnect-Request carry one (first too) only when the request did
+// (RFC 3579 3.2, RFC 5176 3.3): their Request Authenticator is an MD5
+// over the whole request with the secret, so nobody without it can add
+// the attributes a forgery needs, and clients that never expect one are
+// not surprised. A Message-Authenticator or Proxy-State in attrs is
+// ignored.
 func EncodeResponse(req []byte, code lradius.Code, attrs lradius.Attributes, secret []byte) ([]byte, error) {
 	if len(secret) == 0 {
 		return nil, errors.New("radius: empty shared secret")

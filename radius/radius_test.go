@@ -269,3 +269,76 @@ func TestAnswers(t *testing.T) {
 		t.Fatal("Answers")
 	}
 }
+
+// firstAttr returns the type of the first attribute of packet b, 0 if it
+// has none.
+func firstAttr(b []byte) lradius.Type {
+	if len(b) <= HeaderLen {
+		return 0
+	}
+	return lradius.Type(b[HeaderLen])
+}
+
+// Every answer to an Access-Request or a Status-Server carries a
+// Message-Authenticator as its first attribute, whether the request had
+// one or not, ahead of the handler's attributes and the Proxy-State
+// copied from the request; answers to the other requests have one (first)
+// only when the request had one.
+func TestMessageAuthenticatorFirstInAnswers(t *testing.T) {
+	attrs := lradius.Attributes{str(18, "welcome"), {Type: AttrMessageAuthenticator, Attribute: make([]byte, 16)}, str(25, "class")}
+	signed := accessRequest()
+	signed.Attributes = append(signed.Attributes, str(AttrProxyState, "ps1"))
+	withMA, _ := mustEncode(t, signed, 1)
+	p := lradius.New(lradius.CodeAccessRequest, secret) // no Message-Authenticator
+	p.Add(AttrProxyState, []byte("ps1"))
+	p.Add(AttrUserName, []byte("bob"))
+	withoutMA, err := p.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, _ := mustEncode(t, &Request{Code: lradius.CodeStatusServer}, 0)
+	acct, _ := mustEncode(t, accountingRequest(), 2)
+	acctMA := accountingRequest()
+	acctMA.Attributes = append(acctMA.Attributes, &lradius.AVP{Type: AttrMessageAuthenticator})
+	acctWithMA, _ := mustEncode(t, acctMA, 3)
+	coa := accountingRequest()
+	coa.Code = lradius.CodeCoARequest
+	coaReq, _ := mustEncode(t, coa, 4)
+	for _, tc := range []struct {
+		name  string
+		req   []byte
+		code  lradius.Code
+		first bool // Message-Authenticator first; false: none at all
+	}{
+		{"Access-Accept to a signed request", withMA, lradius.CodeAccessAccept, true},
+		{"Access-Reject to a signed request", withMA, lradius.CodeAccessReject, true},
+		{"Access-Challenge to a signed request", withMA, lradius.CodeAccessChallenge, true},
+		{"Access-Accept to an unsigned request", withoutMA, lradius.CodeAccessAccept, true},
+		{"Access-Reject to an unsigned request", withoutMA, lradius.CodeAccessReject, true},
+		{"Access-Accept to Status-Server", status, lradius.CodeAccessAccept, true},
+		{"Accounting-Response to Status-Server", status, lradius.CodeAccountingResponse, true},
+		{"Accounting-Response", acct, lradius.CodeAccountingResponse, false},
+		{"Accounting-Response to a signed request", acctWithMA, lradius.CodeAccountingResponse, true},
+		{"CoA-NAK", coaReq, lradius.CodeCoANAK, false},
+	} {
+		resp, err := EncodeResponse(tc.req, tc.code, attrs, secret)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		n := 0
+		for off := HeaderLen; off < len(resp); off += int(resp[off+1]) {
+			if lradius.Type(resp[off]) == AttrMessageAuthenticator {
+				n++
+			}
+		}
+		switch {
+		case tc.first && (firstAttr(resp) != AttrMessageAuthenticator || n != 1):
+			t.Errorf("%s: first attribute %d, %d Message-Authenticator(s); want it first, once", tc.name, firstAttr(resp), n)
+		case !tc.first && n != 0:
+			t.Errorf("%s: %d Message-Authenticator(s), want none", tc.name, n)
+		}
+		if err := VerifyResponse(resp, Authenticator(tc.req), secret, tc.first); err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+}

@@ -50,12 +50,18 @@ type Config struct {
 	// RequestTimeout bounds Exchange when its context has no deadline
 	// (default 10 s).
 	RequestTimeout time.Duration
-	// RequireMessageAuthenticator drops answers to Access-Requests that
-	// carry no Message-Authenticator (BlastRADIUS, CVE-2024-3596): their
-	// calls fail with radius.ErrNoMessageAuthenticator. Answers to
-	// Status-Server are exempt (FreeRADIUS 3.2 sends them without one)
-	// but are verified when they have one.
-	RequireMessageAuthenticator bool
+	// RequireMessageAuthenticator says which answers must carry a
+	// Message-Authenticator (BlastRADIUS). The zero value, RequireMAAuto,
+	// requires one in every answer to an Access-Request; answers to the
+	// watchdog's Status-Server are verified when they carry one but need
+	// not (FreeRADIUS before 3.2.5 sends none). RequireMAAlways requires
+	// one there too; RequireMANever nowhere, for servers that sign no
+	// answer. An answer to an Access-Request without a required one is
+	// dropped, counted (Stats.NoMA) and logged, and its call fails with
+	// an error matching radius.ErrNoMessageAuthenticator; a Status-Server
+	// answer without one is dropped and counted, so the watchdog sees no
+	// answer. See MessageAuthenticatorMode.
+	RequireMessageAuthenticator MessageAuthenticatorMode
 
 	// onFailover receives the calls of a connection that leaves service
 	// (OKAY -> SUSPECT, OKAY -> DOWN, a connection lost), and those
@@ -70,7 +76,9 @@ type Config struct {
 	// Events receives every event (watchdog transitions, connections,
 	// errors), typed as package peer's. Default: a new Bus.
 	Events *peer.Bus
-	// Logger gets one line per state change. Default slog.Default().
+	// Logger gets one line per state change, and warnings about answers
+	// dropped (no Message-Authenticator, matching no request) at a
+	// bounded rate. Default slog.Default().
 	Logger *slog.Logger
 }
 
@@ -92,6 +100,9 @@ func (c Config) validate() (Config, error) {
 	}
 	if _, err := watchdog.New(c.Watchdog); err != nil {
 		return c, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if c.RequireMessageAuthenticator > RequireMANever {
+		return c, fmt.Errorf("%w: RequireMessageAuthenticator %s", ErrConfig, c.RequireMessageAuthenticator)
 	}
 	if c.Events == nil {
 		c.Events = peer.NewBus()

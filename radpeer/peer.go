@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"slices"
 	"sync"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/aaatp/aaatp/internal/bus"
 	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/transport"
@@ -897,17 +899,30 @@ func (c *conn) received(b []byte) {
 	if c.closed {
 		return
 	}
+	// What the server sends that matches nothing is counted and logged at
+	// a bounded rate (never one line or event each: a server, or whoever
+	// forges its packets, must not fill the logs).
 	if radius.IsRequest(code) {
 		p.stats.requestsDropped.Add(1)
-		p.publish(c.l.name, peer.Event{Kind: peer.EventError, Reason: fmt.Sprintf("%s from the server dropped: a client connection takes no requests", code)})
+		p.logLimited(serve.KindBadRequest, "RADIUS request from the server dropped: a client connection takes no requests",
+			"peer", c.l.name, "code", code.String())
 		return
 	}
 	if id == 0 {
 		if !c.statusOut || !radius.Answers(lradius.CodeStatusServer, code) {
 			p.stats.unmatched.Add(1)
+			p.logLimited(serve.KindUnmatched, "RADIUS answer matches no request: dropped", "peer", c.l.name, "code", code.String(), "id", id)
 			return
 		}
-		if err := radius.VerifyResponse(b, c.statusAuth, p.secret, false); err != nil {
+		// Not required by default: FreeRADIUS before 3.2.5 answers
+		// Status-Server without one, and the watchdog must keep working
+		// against it; verified when present.
+		require := p.cfg.RequireMessageAuthenticator.AnswerNeedsMA(lradius.CodeStatusServer)
+		switch err := radius.VerifyResponse(b, c.statusAuth, p.secret, require); {
+		case errors.Is(err, radius.ErrNoMessageAuthenticator):
+			p.noMA(c, err)
+			return // no watchdog answer
+		case err != nil:
 			c.verifyFailed(err)
 			return
 		}
@@ -921,11 +936,10 @@ func (c *conn) received(b []byte) {
 	s := c.slots[id]
 	if s.call == nil || !s.ready || !radius.Answers(s.code, code) {
 		p.stats.unmatched.Add(1)
-		p.publish(c.l.name, peer.Event{Kind: peer.EventError, Reason: fmt.Sprintf("%s with Identifier %d matches no request: dropped", code, id)})
+		p.logLimited(serve.KindUnmatched, "RADIUS answer matches no request: dropped", "peer", c.l.name, "code", code.String(), "id", id)
 		return
 	}
-	require := p.cfg.RequireMessageAuthenticator && s.code == lradius.CodeAccessRequest
-	err := radius.VerifyResponse(b, s.auth, p.secret, require)
+	err := radius.VerifyResponse(b, s.auth, p.secret, p.cfg.RequireMessageAuthenticator.AnswerNeedsMA(s.code))
 	if errors.Is(err, radius.ErrAuthenticator) {
 		c.verifyFailed(err)
 		return
@@ -934,8 +948,7 @@ func (c *conn) received(b []byte) {
 	c.free.push(id)
 	cl := s.call
 	if err != nil { // no Message-Authenticator although required
-		p.stats.noMA.Add(1)
-		p.publish(c.l.name, peer.Event{Kind: peer.EventError, Reason: err.Error()})
+		p.noMA(c, err)
 		p.fx = append(p.fx, func() { cl.Fail(fmt.Errorf("RADIUS server %s: %w", p.url, err)) })
 		p.drain()
 		return
@@ -963,6 +976,20 @@ func (c *conn) received(b []byte) {
 		p.closeIfDrained(c.l, c)
 	}
 	p.drain()
+}
+
+// noMA counts and logs an answer dropped for want of a required
+// Message-Authenticator; the connection stays up. p.mu is held.
+func (p *Peer) noMA(c *conn, err error) {
+	p.stats.noMA.Add(1)
+	p.logLimited(serve.KindBadAuth, "RADIUS answer dropped: no Message-Authenticator (BlastRADIUS); a server that never sends one needs RequireMessageAuthenticator never",
+		"peer", c.l.name, "err", err)
+}
+
+// logLimited writes a warning of kind k after the lock, at the bounded
+// rate of serve.Log. p.mu is held.
+func (p *Peer) logLimited(k serve.Kind, msg string, args ...any) {
+	p.fx = append(p.fx, func() { serve.Log(p.cfg.Logger, slog.LevelWarn, k, msg, args...) })
 }
 
 // verifyFailed drops an answer that failed verification and closes the

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/internal/workpool"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
@@ -41,9 +42,16 @@ type ServerConfig struct {
 	// Handler answers requests. Nil answers Access-Request with
 	// Access-Accept and Accounting-Request with Accounting-Response.
 	Handler Handler
-	// RequireMessageAuthenticator drops Access-Requests without a
-	// Message-Authenticator (BlastRADIUS). Status-Server always needs one.
-	RequireMessageAuthenticator bool
+	// RequireMessageAuthenticator says which Access-Requests must carry a
+	// Message-Authenticator (BlastRADIUS): the zero value, RequireMAAuto,
+	// those of a client that has sent one before; RequireMAAlways every
+	// one; RequireMANever none. LimitProxyState (zero value:
+	// LimitProxyStateAlways) also refuses those with Proxy-State and no
+	// Message-Authenticator. Status-Server always needs one. A request
+	// refused is dropped, counted (Dropped, MAPolicyStats) and never
+	// answered. See MessageAuthenticatorMode.
+	RequireMessageAuthenticator MessageAuthenticatorMode
+	LimitProxyState             ProxyStateLimit
 	// MaxInFlight bounds requests handled at once per connection
 	// (default DefaultMaxInFlight).
 	MaxInFlight int
@@ -74,6 +82,8 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// maPolicy is the Message-Authenticator state (blast.go).
+	maPolicy maPolicy
 
 	mu    sync.Mutex
 	conns map[*serverConn]struct{}
@@ -236,13 +246,14 @@ func (c *serverConn) request(b []byte) string {
 		s.dropped.Add(1)
 		return ""
 	}
-	switch err := radius.VerifyRequest(b, s.secret, s.cfg.RequireMessageAuthenticator); {
+	switch err := s.maPolicy.verify(&s.cfg, b, s.secret, c.tc.RemoteAddr()); {
 	case errors.Is(err, radius.ErrAuthenticator):
 		s.badAuth.Add(1)
 		s.cfg.Logger.Warn("closing RADIUS connection", "remote", c.tc.RemoteAddr().String(), "err", err)
 		return "request failed verification: " + err.Error()
-	case err != nil:
+	case err != nil: // refused by the Message-Authenticator policy: never answered
 		s.dropped.Add(1)
+		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadRequest, "RADIUS request dropped", "remote", c.tc.RemoteAddr().String(), "err", err)
 		s.publish(c.tc.RemoteAddr().String(), peer.Event{Kind: peer.EventError, Reason: "dropped: " + err.Error()})
 		return ""
 	}

@@ -72,6 +72,8 @@ type UDPServer struct {
 	mu  sync.Mutex
 	now func() time.Time
 	dup *dupCache
+	// maPolicy is the Message-Authenticator state (blast.go).
+	maPolicy maPolicy
 
 	received, answered, resent, inProgress, badFrames, badAuth, unencodable, dropped atomic.Uint64
 }
@@ -197,14 +199,15 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 // verify checks request b with the shared secret; it counts, and logs, a
 // request that fails.
 func (s *UDPServer) verify(b []byte, from net.Addr) bool {
-	switch err := radius.VerifyRequest(b, s.cfg.Secret, s.cfg.RequireMessageAuthenticator); {
+	switch err := s.maPolicy.verify(&s.cfg, b, s.cfg.Secret, from); {
 	case errors.Is(err, radius.ErrAuthenticator):
 		s.badAuth.Add(1)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadAuth, "RADIUS request dropped: authenticator check failed",
 			"remote", from.String(), "hint", "shared secret mismatch?", "err", err)
 		return false
-	case err != nil:
+	case err != nil: // refused by the Message-Authenticator policy: never answered
 		s.dropped.Add(1)
+		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadRequest, "RADIUS request dropped", "remote", from.String(), "err", err)
 		return false
 	}
 	return true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/bits"
 	"net"
 	"strings"
@@ -115,11 +116,18 @@ type Config struct {
 	// MaxQueued bounds the requests waiting in the throttle's queues
 	// (default DefaultMaxQueued); beyond it Exchange fails with ErrBusy.
 	MaxQueued int
-	// Peer options applied to every server.
+	// Peer options applied to every server (see PeerConfig).
+	// RequireMessageAuthenticator's zero value requires a
+	// Message-Authenticator in every reply to an Access-Request,
+	// test-user probes included (BlastRADIUS); radpeer.RequireMANever is
+	// for servers that sign no reply.
 	MaxSockets                  int
 	UpdateAcctDelayTime         bool
-	RequireMessageAuthenticator bool
+	RequireMessageAuthenticator radpeer.MessageAuthenticatorMode
 	Dial                        func(ctx context.Context, addr string) (net.Conn, error)
+	// Logger gets the servers' rate-limited warnings about dropped
+	// replies. Default slog.Default().
+	Logger *slog.Logger
 	// RequestTimeout bounds an Exchange whose context has no deadline.
 	// Default none: each server tried takes at most Timeout x Retries.
 	RequestTimeout time.Duration
@@ -290,7 +298,7 @@ func NewClient(cfg Config) (*Client, error) {
 		}
 		pc := PeerConfig{Secret: secret, Timeout: cfg.Timeout, Retries: cfg.Retries, MaxSockets: cfg.MaxSockets,
 			UpdateAcctDelayTime: cfg.UpdateAcctDelayTime, RequireMessageAuthenticator: cfg.RequireMessageAuthenticator,
-			Dial: cfg.Dial, OnSend: c.onSend(i), OnReply: c.onReply(i)}
+			Logger: cfg.Logger, Dial: cfg.Dial, OnSend: c.onSend(i), OnReply: c.onReply(i)}
 		var err error
 		if s.auth, err = c.newPeer(sp.URL, pc); err != nil {
 			c.closePeers()

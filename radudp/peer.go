@@ -5,12 +5,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/radpeer"
 	lradius "layeh.com/radius"
 )
 
@@ -50,14 +53,25 @@ type TimeoutError struct {
 	Server   string
 	Attempts int
 	Timeout  time.Duration
+	// NoMessageAuthenticator counts the replies that came but were
+	// dropped for want of a required Message-Authenticator.
+	NoMessageAuthenticator int
 }
 
 func (e *TimeoutError) Error() string {
+	if e.NoMessageAuthenticator > 0 {
+		return fmt.Sprintf("RADIUS server %s: no reply with the required Message-Authenticator to %d attempt(s), %v apart (%d dropped without one)",
+			e.Server, e.Attempts, e.Timeout, e.NoMessageAuthenticator)
+	}
 	return fmt.Sprintf("RADIUS server %s: no reply to %d attempt(s), %v apart", e.Server, e.Attempts, e.Timeout)
 }
 
-// Is makes errors.Is(err, ErrTimeout) true.
-func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
+// Is makes errors.Is(err, ErrTimeout) true, and errors.Is(err,
+// radius.ErrNoMessageAuthenticator) when replies without one were
+// dropped.
+func (e *TimeoutError) Is(target error) bool {
+	return target == ErrTimeout || (e.NoMessageAuthenticator > 0 && target == radius.ErrNoMessageAuthenticator)
+}
 
 // PeerConfig configures a Peer.
 type PeerConfig struct {
@@ -80,10 +94,20 @@ type PeerConfig struct {
 	// same bound, MaxSockets x 256 in flight plus MaxWaiting, however far
 	// the first socket's opening had got when it arrived.
 	MaxWaiting int
-	// RequireMessageAuthenticator drops replies to Access-Requests without
-	// a Message-Authenticator (BlastRADIUS, CVE-2024-3596). Replies to
-	// Status-Server are exempt (FreeRADIUS 3.2 sends them without one).
-	RequireMessageAuthenticator bool
+	// RequireMessageAuthenticator says which replies must carry a
+	// Message-Authenticator (BlastRADIUS). The zero value,
+	// radpeer.RequireMAAuto, requires one in every reply to an
+	// Access-Request, and verifies one in a reply to Status-Server without
+	// requiring it (FreeRADIUS before 3.2.5 sends none there);
+	// radpeer.RequireMAAlways requires it there too; radpeer.RequireMANever
+	// nowhere, for servers that sign no reply. A reply without a required
+	// one is dropped, counted (PeerStats.NoMessageAuthenticator) and
+	// logged; the exchange goes on waiting, and if no other reply comes
+	// its TimeoutError also matches radius.ErrNoMessageAuthenticator.
+	RequireMessageAuthenticator radpeer.MessageAuthenticatorMode
+	// Logger gets the rate-limited warnings about dropped replies.
+	// Default slog.Default().
+	Logger *slog.Logger
 	// UpdateAcctDelayTime makes each retransmission of an
 	// Accounting-Request carry an Acct-Delay-Time updated to the seconds
 	// since the first send. The packet then changes, so each such
@@ -125,6 +149,12 @@ func (c PeerConfig) validate() (PeerConfig, error) {
 	if c.MaxWaiting == 0 {
 		c.MaxWaiting = DefaultMaxWaiting
 	}
+	if c.RequireMessageAuthenticator > radpeer.RequireMANever {
+		return c, fmt.Errorf("%w: RequireMessageAuthenticator %s", ErrConfig, c.RequireMessageAuthenticator)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
 	if c.Dial == nil {
 		c.Dial = func(ctx context.Context, addr string) (net.Conn, error) {
 			var d net.Dialer
@@ -155,13 +185,16 @@ type PeerStats struct {
 	Sent            uint64 `json:"sent"`            // first sends, new Identifiers
 	Retransmissions uint64 `json:"retransmissions"` // byte-identical copies sent again
 	Answered        uint64 `json:"answered"`
-	TimedOut        uint64 `json:"timed_out"`  // every attempt unanswered
-	Late            uint64 `json:"late"`       // verified replies to a request given up on
-	Duplicates      uint64 `json:"duplicates"` // verified replies to a request answered already
-	BadReplies      uint64 `json:"bad_replies"`
-	Sockets         int    `json:"sockets"`
-	InFlight        int    `json:"in_flight"`
-	Waiting         int    `json:"waiting"`
+	TimedOut        uint64 `json:"timed_out"`   // every attempt unanswered
+	Late            uint64 `json:"late"`        // verified replies to a request given up on
+	Duplicates      uint64 `json:"duplicates"`  // verified replies to a request answered already
+	BadReplies      uint64 `json:"bad_replies"` // dropped: malformed, unmatched or failing verification
+	// NoMessageAuthenticator counts replies dropped for want of a
+	// required Message-Authenticator (not in BadReplies).
+	NoMessageAuthenticator uint64 `json:"no_ma"`
+	Sockets                int    `json:"sockets"`
+	InFlight               int    `json:"in_flight"`
+	Waiting                int    `json:"waiting"`
 }
 
 // Peer is the client side of one RADIUS server over UDP: sockets from
@@ -186,7 +219,7 @@ type Peer struct {
 	done    chan struct{} // closed by Close
 	wg      sync.WaitGroup
 
-	sent, retrans, answered, timedOut, late, dups, bad atomic.Uint64
+	sent, retrans, answered, timedOut, late, dups, bad, noMA atomic.Uint64
 }
 
 type slot struct {
@@ -208,6 +241,7 @@ type pending struct {
 	auth [radius.AuthenticatorLen]byte
 	code lradius.Code
 	ch   chan *Response // cap 1
+	noMA atomic.Int32   // replies dropped for want of a Message-Authenticator
 }
 
 type socket struct {
@@ -329,7 +363,7 @@ func (p *Peer) ExchangeAttempts(ctx context.Context, r *radius.Request, attempts
 			}
 			p.release(sl, false)
 			p.timedOut.Add(1)
-			return nil, &TimeoutError{Server: p.addr, Attempts: attempt, Timeout: p.cfg.Timeout}
+			return nil, &TimeoutError{Server: p.addr, Attempts: attempt, Timeout: p.cfg.Timeout, NoMessageAuthenticator: int(pd.noMA.Load())}
 		}
 		if p.cfg.UpdateAcctDelayTime && r.Code == lradius.CodeAccountingRequest {
 			// A changed attribute is a new packet: new Identifier and
@@ -534,8 +568,22 @@ func (p *Peer) datagram(s *socket, b []byte) {
 	p.reply(s, b)
 }
 
-func (p *Peer) requireMA(reqCode lradius.Code) bool {
-	return p.cfg.RequireMessageAuthenticator && reqCode == lradius.CodeAccessRequest
+// verify checks reply b against a send of code req with authenticator
+// auth; a reply dropped for want of a Message-Authenticator is counted
+// (and returns false), any other failure is the caller's to count.
+func (p *Peer) verify(b []byte, req lradius.Code, auth [radius.AuthenticatorLen]byte) (ok, noMA bool) {
+	if !radius.Answers(req, radius.Code(b)) {
+		return false, false
+	}
+	err := radius.VerifyResponse(b, auth, p.cfg.Secret, p.cfg.RequireMessageAuthenticator.AnswerNeedsMA(req))
+	if errors.Is(err, radius.ErrNoMessageAuthenticator) {
+		p.noMA.Add(1)
+		serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindBadAuth,
+			"RADIUS reply dropped: no Message-Authenticator (BlastRADIUS); a server that never sends one needs RequireMessageAuthenticator never",
+			"server", p.addr, "code", radius.Code(b).String(), "id", radius.Identifier(b))
+		return false, true
+	}
+	return err == nil, false
 }
 
 // reply matches one reply to its pending request.
@@ -548,9 +596,14 @@ func (p *Peer) reply(s *socket, b []byte) {
 	if pd == nil {
 		// No request waits on this Identifier: a reply to a request given
 		// up on (late) or answered already (duplicate), or garbage.
-		if !last.used || !radius.Answers(last.code, radius.Code(b)) ||
-			radius.VerifyResponse(b, last.auth, p.cfg.Secret, p.requireMA(last.code)) != nil {
-			p.bad.Add(1)
+		if !last.used {
+			p.unmatched(b)
+			return
+		}
+		if ok, noMA := p.verify(b, last.code, last.auth); !ok {
+			if !noMA {
+				p.unmatched(b)
+			}
 			return
 		}
 		if last.answered {
@@ -561,8 +614,12 @@ func (p *Peer) reply(s *socket, b []byte) {
 		p.alive()
 		return
 	}
-	if !radius.Answers(pd.code, radius.Code(b)) || radius.VerifyResponse(b, pd.auth, p.cfg.Secret, p.requireMA(pd.code)) != nil {
-		p.bad.Add(1)
+	if ok, noMA := p.verify(b, pd.code, pd.auth); !ok {
+		if noMA {
+			pd.noMA.Add(1)
+		} else {
+			p.unmatched(b)
+		}
 		return
 	}
 	raw := append([]byte(nil), b...)
@@ -586,6 +643,14 @@ func (p *Peer) reply(s *socket, b []byte) {
 	pd.ch <- &Response{Raw: raw, Packet: pkt, RequestAuthenticator: pd.auth, Server: p.addr}
 }
 
+// unmatched counts and logs, at a bounded rate, a reply that matches no
+// send or fails its verification.
+func (p *Peer) unmatched(b []byte) {
+	p.bad.Add(1)
+	serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindUnmatched, "RADIUS reply dropped: it matches no request, or fails verification (shared secret mismatch?)",
+		"server", p.addr, "code", radius.Code(b).String(), "id", radius.Identifier(b))
+}
+
 func (p *Peer) alive() {
 	if p.cfg.OnReply != nil {
 		p.cfg.OnReply(time.Now())
@@ -602,6 +667,7 @@ func (p *Peer) Stats() PeerStats {
 	p.mu.Unlock()
 	st.Sent, st.Retransmissions, st.Answered = p.sent.Load(), p.retrans.Load(), p.answered.Load()
 	st.TimedOut, st.Late, st.Duplicates, st.BadReplies = p.timedOut.Load(), p.late.Load(), p.dups.Load(), p.bad.Load()
+	st.NoMessageAuthenticator = p.noMA.Load()
 	return st
 }
 

@@ -33,6 +33,7 @@ type fakeServer struct {
 	mu     sync.Mutex
 	got    []arrival
 	answer func(n int, b []byte) int
+	encode func(req []byte, code lradius.Code) []byte // nil: radius.EncodeResponse
 	wg     sync.WaitGroup
 }
 
@@ -51,7 +52,7 @@ func startFake(n *memNet, addr string, answer func(n int, b []byte) int) *fakeSe
 			f.mu.Lock()
 			f.got = append(f.got, arrival{at: time.Now(), from: from.String(), b: b})
 			i := len(f.got)
-			ans := f.answer
+			ans, encode := f.answer, f.encode
 			f.mu.Unlock()
 			copies := 1
 			if ans != nil {
@@ -64,8 +65,10 @@ func startFake(n *memNet, addr string, answer func(n int, b []byte) int) *fakeSe
 			if radius.Code(b) == lradius.CodeAccountingRequest {
 				code = lradius.CodeAccountingResponse
 			}
-			resp, err := radius.EncodeResponse(b, code, nil, f.secret)
-			if err != nil {
+			var resp []byte
+			if encode != nil {
+				resp = encode(b, code)
+			} else if resp, err = radius.EncodeResponse(b, code, nil, f.secret); err != nil {
 				panic(err)
 			}
 			for range copies {

@@ -27,6 +27,7 @@ const radiusClientSynopsis = `usage: aaa-peer client --peer radius://HOST:PORT [
        aaa-peer client --peer radius+tcp://HOST:PORT|radsec://HOST[:PORT] [--peer ...] [--tw 30s]
        [--max-conns 1] [--request-timeout D] [--tls-ca F --tls-cert F --tls-key F] [--weight URL=N ...]
        [--secret-file FILE] [--app auth|acct|status] [--algorithm direct|round-robin|hash|pearson]
+       [--require-message-authenticator auto|always|never]
        [--timeout 3s] [--retries 3] [--down-timeout D] [--hold-down 30s]
        [--test-user NAME --test-password PW | --status-server] [--keepalive D]
        [--max-rate N] [--max-rate-acct N] [--max-outstanding N] [--slot 50ms]
@@ -45,6 +46,12 @@ throttle limits each server, authentication (--max-rate) and accounting
 (--max-rate-acct) separately. --acct-peer, given once per --peer in the
 same order, is where that server's Accounting-Requests go (its accounting
 port). The shared secret comes from --secret-file or $AAATP_RADIUS_SECRET.
+
+Every reply to an Access-Request must carry a valid Message-Authenticator
+(BlastRADIUS); one without is dropped and counted, and its request fails
+(no_ma in the report). --require-message-authenticator always requires
+one in replies to Status-Server too; never requires none, for servers
+that sign no reply (FreeRADIUS before 3.2.5): their replies can be forged.
 
 Over TCP (radius+tcp://, RFC 6613) and TLS (radsec://, RFC 6614, mutual
 certificates from --tls-ca, --tls-cert, --tls-key; secret "radsec") the
@@ -70,6 +77,7 @@ type radiusClientOptions struct {
 	retries                      int
 	testUser, testPassword       string
 	statusServer                 bool
+	requireMA                    radpeer.MessageAuthenticatorMode
 	keepAlive, slot, duration    time.Duration
 	maxRate, maxRateAcct, maxOut int
 	alarm                        string
@@ -115,6 +123,7 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 	radiusFlags(fs, &o.secretFile)
 	fs.StringVar(&o.app, "app", "auth", "what to send: auth (Access-Request), acct (Accounting-Request Stop), status (Status-Server)")
 	fs.StringVar(&o.algorithm, "algorithm", "direct", "access algorithm: direct, round-robin, hash or pearson")
+	fs.TextVar(&o.requireMA, "require-message-authenticator", radpeer.RequireMAAuto, "which replies must carry a Message-Authenticator (BlastRADIUS): `MODE` auto (every reply to an Access-Request), always (replies to Status-Server too) or never (servers that sign no reply, such as FreeRADIUS before 3.2.5)")
 	fs.DurationVar(&o.timeout, "timeout", radudp.DefaultTimeout, "how long one attempt waits for a reply")
 	fs.IntVar(&o.retries, "retries", radudp.DefaultRetries, "attempts per request and server")
 	fs.DurationVar(&o.downTimeout, "down-timeout", 0, "no reply for this long while sending puts a server out of service (default timeout x retries)")
@@ -328,7 +337,7 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 		}
 		d, err = o.newStreamDriver(secret, events, log)
 	} else {
-		d, err = o.newUDPDriver(secret, events)
+		d, err = o.newUDPDriver(secret, events, log)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
@@ -436,7 +445,7 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 // udpDriver runs RADIUS/UDP through radudp.Client.
 type udpDriver struct{ c *radudp.Client }
 
-func (o *radiusClientOptions) newUDPDriver(secret []byte, events *client.Bus) (*udpDriver, error) {
+func (o *radiusClientOptions) newUDPDriver(secret []byte, events *client.Bus, log *slog.Logger) (*udpDriver, error) {
 	specs := make([]radudp.ServerSpec, len(o.peers))
 	for i, u := range o.peers {
 		specs[i] = radudp.ServerSpec{Name: u, URL: u, StatusServer: o.statusServer, Weight: o.weightOf[u],
@@ -448,7 +457,8 @@ func (o *radiusClientOptions) newUDPDriver(secret []byte, events *client.Bus) (*
 	}
 	cfg := radudp.Config{Servers: specs, Secret: secret, Algorithm: o.alg, Timeout: o.timeout, Retries: o.retries,
 		DownTimeout: o.downTimeout, HoldDown: o.hold, KeepAlive: o.keepAlive, Slot: o.slot,
-		AlarmHigh: o.alarmHigh, AlarmLow: o.alarmLow, Events: events}
+		AlarmHigh: o.alarmHigh, AlarmLow: o.alarmLow, Events: events,
+		RequireMessageAuthenticator: o.requireMA, Logger: log}
 	if o.testUser != "" {
 		cfg.TestUser = &radudp.TestUser{Name: o.testUser, Password: o.testPassword}
 	}

@@ -27,7 +27,8 @@ type streamDriver struct {
 func (o *radiusClientOptions) newStreamDriver(secret []byte, events *client.Bus, log *slog.Logger) (*streamDriver, error) {
 	cfg := client.Config{
 		Mode: client.Balance, Algorithm: o.alg, Events: events, RequestTimeout: o.requestTimeout,
-		RADIUS: radpeer.Config{Secret: secret, Watchdog: watchdog.Config{Twinit: o.tw}, MaxConns: o.maxConns, Logger: log},
+		RADIUS: radpeer.Config{Secret: secret, Watchdog: watchdog.Config{Twinit: o.tw}, MaxConns: o.maxConns, Logger: log,
+			RequireMessageAuthenticator: o.requireMA},
 		Policy: &policy.Config{RequestTimeout: o.timeout, Retries: o.retries, DownTimeout: o.downTimeout,
 			HoldDown: o.hold, TestUser: true, KeepAlive: o.keepAlive},
 		Throttle: &client.Throttle{Slot: o.slot, AlarmHigh: o.alarmHigh, AlarmLow: o.alarmLow,

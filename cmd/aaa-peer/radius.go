@@ -21,6 +21,14 @@ func radiusFlags(fs *flag.FlagSet, secretFile *string) {
 	fs.StringVar(secretFile, "secret-file", "", "`FILE` holding the RADIUS shared secret of radius+tcp:// listeners (else $"+secretEnv+"); radsec:// uses \"radsec\" (RFC 6614)")
 }
 
+// radiusServerFlags adds the RADIUS listeners' Message-Authenticator
+// policy (BlastRADIUS): radpeer.ServerConfig's RequireMessageAuthenticator
+// and LimitProxyState.
+func radiusServerFlags(fs *flag.FlagSet, o *serverOptions) {
+	fs.TextVar(&o.requireMA, "require-message-authenticator", radpeer.RequireMAAuto, "RADIUS: which Access-Requests must carry a Message-Authenticator (BlastRADIUS), `MODE` auto (those of a client, by source address, that has sent one), always or never; others are dropped, counted and never answered (Status-Server always needs one)")
+	fs.TextVar(&o.proxyState, "limit-proxy-state", radpeer.LimitProxyStateAlways, "RADIUS: `MODE` always drops an Access-Request with Proxy-State and no Message-Authenticator (BlastRADIUS), never accepts it")
+}
+
 // validateRADIUSListen checks a radius+tcp:// or radsec:// --listen URL.
 func (o *serverOptions) validateRADIUSListen(u string) error {
 	if _, err := radpeer.ParseUDPURL(u); err == nil {
@@ -62,6 +70,9 @@ func (s *server) listenRADIUS(u string, topts transport.Options, store dedup.Sto
 		Handler: radpeer.Dedup(store, radpeer.AcceptAll, &s.dd),
 		Events:  bus,
 		Logger:  s.log,
+
+		RequireMessageAuthenticator: s.o.requireMA,
+		LimitProxyState:             s.o.proxyState,
 	})
 	if err != nil {
 		ln.Close()
@@ -91,6 +102,7 @@ func (s *server) listenRADIUSUDP(addr string, store dedup.Store, bus *peer.Bus) 
 	}
 	srv, err := radpeer.NewUDPServer(pc, radpeer.ServerConfig{
 		Secret: secret, Handler: radpeer.Dedup(store, radpeer.AcceptAll, &s.dd), Events: bus, Logger: s.log,
+		RequireMessageAuthenticator: s.o.requireMA, LimitProxyState: s.o.proxyState,
 	})
 	if err != nil {
 		pc.Close()

@@ -43,7 +43,7 @@ func TestRadSecServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := radpeer.Dial(u, radpeer.Config{Transport: transport.Options{TLS: tlsCfg}, Watchdog: watchdog.Config{Twinit: 6 * time.Second}, RequireMessageAuthenticator: true})
+	p, err := radpeer.Dial(u, radpeer.Config{Transport: transport.Options{TLS: tlsCfg}, Watchdog: watchdog.Config{Twinit: 6 * time.Second}, RequireMessageAuthenticator: radpeer.RequireMAAlways})
 	if err != nil {
 		t.Fatal(err)
 	}

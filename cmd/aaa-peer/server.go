@@ -78,6 +78,8 @@ type serverOptions struct {
 	tlsKey      string
 	tlsClientCA string
 	secretFile  string
+	requireMA   radpeer.MessageAuthenticatorMode // RADIUS listeners, radius.go
+	proxyState  radpeer.ProxyStateLimit
 	logLevel    string
 	logFormat   string
 	dedup       string
@@ -101,6 +103,7 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs := newFlagSet("server", serverSynopsis, stderr)
 	fs.Var(&o.listen, "listen", "`URL` to listen on: tcp://host:port, tls://host:port or sctp://host:port for Diameter, radius+tcp://host:port, radsec://host:port or radius://host:port (UDP) for RADIUS (port 0: any free port); repeat for several listeners (required)")
 	radiusFlags(fs, &o.secretFile)
+	radiusServerFlags(fs, o)
 	fs.StringVar(&o.originHost, "origin-host", "", "our Origin-Host `H`, a DiameterIdentity such as server1.example.net (required)")
 	fs.StringVar(&o.originRealm, "origin-realm", "", "our Origin-Realm `R`, such as example.net (required)")
 	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "watchdog interval Twinit `D` (RFC 3539: at least 6s; jittered by +-2s)")
