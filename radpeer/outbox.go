@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/transport"
 )
 
@@ -11,11 +12,16 @@ import (
 // while something is queued, and writes whatever callers queued meanwhile
 // in one WriteMessages (one writev on TCP): an idle connection costs no
 // writer, a busy one batches.
+//
+// A server's outbox also keeps the connection's backlog (bp): the
+// requests read and not answered on the wire, which its reader waits on
+// at the bound. A client's has none (bp nil).
 type outbox struct {
 	tc      transport.Conn
 	onError func(error) // called once, by the writer, when a write fails
+	bp      *serve.Backlog
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards the fields below and *bp
 	q       [][]byte
 	spare   [][]byte
 	writing bool
@@ -27,6 +33,10 @@ type outbox struct {
 func (o *outbox) send(msgs ...[]byte) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	return o.queueLocked(msgs...)
+}
+
+func (o *outbox) queueLocked(msgs ...[]byte) bool {
 	if o.closed {
 		return false
 	}
@@ -37,6 +47,54 @@ func (o *outbox) send(msgs ...[]byte) bool {
 		go o.write()
 	}
 	return true
+}
+
+// held counts a request read and not answered yet.
+func (o *outbox) held() {
+	o.mu.Lock()
+	o.bp.InHandler++
+	o.mu.Unlock()
+}
+
+// unheld is for a request that gets no answer.
+func (o *outbox) unheld() {
+	o.mu.Lock()
+	o.bp.InHandler--
+	o.bp.Wake()
+	o.mu.Unlock()
+}
+
+// answer queues the answer to a request counted by held; false if the
+// outbox is closed.
+func (o *outbox) answer(ans []byte) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.bp.InHandler--
+	if !o.queueLocked(ans) {
+		o.bp.Wake()
+		return false
+	}
+	o.bp.Queued++
+	return true
+}
+
+// waitRoom blocks the reader while the backlog is full, until answers
+// drain or done closes; paused is called, without the lock, before it
+// waits.
+func (o *outbox) waitRoom(done <-chan struct{}, paused func(unanswered int)) {
+	o.mu.Lock()
+	if !o.bp.Full() || o.closed {
+		o.mu.Unlock()
+		return
+	}
+	ch := o.bp.Pause()
+	n := o.bp.Unanswered()
+	o.mu.Unlock()
+	paused(n)
+	select {
+	case <-ch:
+	case <-done:
+	}
 }
 
 func (o *outbox) write() {
@@ -51,11 +109,18 @@ func (o *outbox) write() {
 			return
 		}
 		o.q, o.spare = o.spare[:0], nil
+		if o.bp != nil {
+			o.bp.Writing, o.bp.Queued = o.bp.Queued, 0
+		}
 		o.mu.Unlock()
 		err := o.tc.WriteMessages(batch...)
 		clear(batch)
 		o.mu.Lock()
 		o.spare = batch[:0]
+		if o.bp != nil {
+			o.bp.Writing = 0
+			o.bp.Wake()
+		}
 		o.mu.Unlock()
 		if err != nil {
 			o.onError(err)
@@ -70,6 +135,10 @@ func (o *outbox) close() {
 	o.mu.Lock()
 	o.closed = true
 	o.q = nil
+	if o.bp != nil {
+		o.bp.Queued = 0
+		o.bp.Wake()
+	}
 	o.mu.Unlock()
 	o.wg.Wait()
 }

@@ -7,12 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/aaatp/aaatp/internal/serve"
-	"github.com/aaatp/aaatp/internal/workpool"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/transport"
@@ -29,12 +29,30 @@ import (
 // connection closes.
 type Handler func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes)
 
-// DefaultMaxInFlight bounds the requests of one connection being handled
-// at once (one RADIUS Identifier space and the watchdog's): beyond it the
-// connection is not read until one finishes.
-const DefaultMaxInFlight = 256
+// Defaults of a RADIUS server's limits.
+const (
+	// DefaultMaxInFlight bounds the handlers running at once for each
+	// kind of request (authentication, accounting), across the server.
+	DefaultMaxInFlight = 256
+	// DefaultMaxQueued bounds the requests of each kind waiting for a
+	// handler; beyond it a request is dropped and counted.
+	DefaultMaxQueued = 4096
+	// DefaultMaxUnanswered bounds, per connection, the requests read and
+	// not answered on the wire: one Identifier space.
+	DefaultMaxUnanswered = 256
+	// DefaultOpeningTimeout bounds how long a new connection may take
+	// (TLS handshake included) to send its first request that passes
+	// verification. A RADIUS client may open its connection before it has
+	// a request to send, and a watchdog's first Status-Server comes after
+	// Tw (30 s +- 2 s by default): the bound leaves room for that.
+	DefaultOpeningTimeout = time.Minute
+	// DefaultIdleTimeout closes a connection with no request for this
+	// long: four times a client watchdog's 30 s, whose Status-Server
+	// keeps a live connection busy.
+	DefaultIdleTimeout = 2 * time.Minute
+)
 
-// ServerConfig configures a Server.
+// ServerConfig configures a Server or a UDPServer.
 type ServerConfig struct {
 	// Secret is the shared secret for radius+tcp listeners; radsec
 	// listeners use RadSecSecret.
@@ -52,25 +70,88 @@ type ServerConfig struct {
 	// answered. See MessageAuthenticatorMode.
 	RequireMessageAuthenticator MessageAuthenticatorMode
 	LimitProxyState             ProxyStateLimit
-	// MaxInFlight bounds requests handled at once per connection
-	// (default DefaultMaxInFlight).
+	// MaxInFlight bounds the handlers running at once for each kind of
+	// request, across the server: Accounting-Requests have a budget of
+	// their own, Access-Requests (and CoA and Disconnect requests)
+	// another, so that a slow accounting store never delays
+	// authentication. Default DefaultMaxInFlight.
 	MaxInFlight int
+	// MaxQueued bounds the requests of each kind waiting for a handler
+	// while MaxInFlight run; beyond it a request is dropped, counted and
+	// logged (a client retransmits or fails over). Default
+	// DefaultMaxQueued; negative: none wait.
+	MaxQueued int
+	// MaxUnanswered bounds, per stream connection, the requests read and
+	// not yet answered on the wire (in a handler, waiting for one, or
+	// answers queued behind a client that does not read them). At the
+	// bound the connection is not read until answers drain, so that TCP
+	// flow control pushes back on the client. Default
+	// DefaultMaxUnanswered.
+	MaxUnanswered int
+	// MaxOpening and MaxOpeningPerAddr bound a stream listener's
+	// connections that have not sent a request passing verification yet,
+	// in all and from one address: those need no secret, so over either
+	// bound a new connection is closed at once. Zero means
+	// serve.DefaultMaxOpening (256) and serve.DefaultMaxOpeningPerAddr
+	// (64); negative means no limit.
+	MaxOpening, MaxOpeningPerAddr int
+	// OpeningTimeout closes a stream connection that has not sent a
+	// request passing verification within it. Default
+	// DefaultOpeningTimeout.
+	OpeningTimeout time.Duration
+	// IdleTimeout closes a stream connection that sent no whole request
+	// for that long, and so also one that sends a request too slowly.
+	// Default DefaultIdleTimeout; negative: never.
+	IdleTimeout time.Duration
 	// Events receives connection and error events. Default: a new Bus.
 	Events *peer.Bus
 	// Logger, default slog.Default().
 	Logger *slog.Logger
 }
 
+func (cfg ServerConfig) withDefaults() ServerConfig {
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	if cfg.MaxQueued == 0 {
+		cfg.MaxQueued = DefaultMaxQueued
+	}
+	if cfg.MaxUnanswered <= 0 {
+		cfg.MaxUnanswered = DefaultMaxUnanswered
+	}
+	if cfg.OpeningTimeout <= 0 {
+		cfg.OpeningTimeout = DefaultOpeningTimeout
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.Handler == nil {
+		cfg.Handler = AcceptAll
+	}
+	if cfg.Events == nil {
+		cfg.Events = peer.NewBus()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg
+}
+
 // ServerStats are a Server's counters.
 type ServerStats struct {
 	Connections  uint64 `json:"connections"` // accepted
 	Open         int    `json:"open"`
-	Received     uint64 `json:"received"` // verified requests, Status-Server included
+	Opening      int    `json:"opening"`   // open, no verified request yet
+	Refused      uint64 `json:"refused"`   // closed at once: over MaxOpening or MaxOpeningPerAddr
+	TimedOut     uint64 `json:"timed_out"` // closed: OpeningTimeout or IdleTimeout passed
+	Received     uint64 `json:"received"`  // verified requests, Status-Server included
 	StatusServer uint64 `json:"status_server"`
 	Answered     uint64 `json:"answered"`
 	BadFrames    uint64 `json:"bad_frames"` // connections closed on a framing error
 	BadAuth      uint64 `json:"bad_auth"`   // connections closed on a failed authenticator
 	Dropped      uint64 `json:"dropped"`    // requests dropped: no Message-Authenticator, not a request, no answer
+	Overload     uint64 `json:"overload"`   // requests dropped: their kind's handlers and queue were full
+	Paused       uint64 `json:"paused"`     // times a connection's reading paused at MaxUnanswered
 }
 
 // Server answers RADIUS requests on the connections of one listener. Its
@@ -81,14 +162,24 @@ type Server struct {
 	secret []byte
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // connections' readers, and handlers
+	open   serve.Admission
 	// maPolicy is the Message-Authenticator state (blast.go).
 	maPolicy maPolicy
+
+	// auth and acct run the Handler: accounting on a budget of its own.
+	auth, acct *serve.Lane[job]
 
 	mu    sync.Mutex
 	conns map[*serverConn]struct{}
 
-	connections, received, status, answered, badFrames, badAuth, dropped atomic.Uint64
+	connections, received, status, answered, badFrames, badAuth, dropped, overload, timedOut, paused atomic.Uint64
+}
+
+// job is one verified request waiting for its handler.
+type job struct {
+	c *serverConn
+	b []byte
 }
 
 // NewServer returns a Server for ln, a listener from Listen; scheme is
@@ -100,20 +191,13 @@ func NewServer(ln transport.Listener, scheme string, cfg ServerConfig) (*Server,
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = DefaultMaxInFlight
-	}
-	if cfg.Handler == nil {
-		cfg.Handler = AcceptAll
-	}
-	if cfg.Events == nil {
-		cfg.Events = peer.NewBus()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{ln: ln, cfg: cfg, secret: secret, ctx: ctx, cancel: cancel, conns: make(map[*serverConn]struct{})}, nil
+	s := &Server{ln: ln, cfg: cfg, secret: secret, ctx: ctx, cancel: cancel, conns: make(map[*serverConn]struct{})}
+	s.open = serve.Admission{Max: cfg.MaxOpening, PerAddr: cfg.MaxOpeningPerAddr, What: "a first valid request"}
+	s.auth = serve.NewLane(s.handle, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
+	s.acct = serve.NewLane(s.handle, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
+	return s, nil
 }
 
 // AcceptAll is the default Handler: Access-Accept for every
@@ -136,33 +220,39 @@ func AcceptAll(_ context.Context, req *lradius.Packet, _ []byte) (lradius.Code, 
 // Addr returns the listener's address.
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 
-// Serve accepts connections until Close; it returns nil after Close.
+// Serve accepts connections until Close; it returns nil after Close. A
+// failed accept (out of descriptors) is logged and retried after a
+// back-off: the listener never stops while the Server is open.
 func (s *Server) Serve() error {
-	for {
-		tc, err := s.ln.Accept()
-		if err != nil {
-			if s.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return err
-		}
-		s.connections.Add(1)
-		c := &serverConn{s: s, tc: tc, sem: make(chan struct{}, s.cfg.MaxInFlight)}
-		c.ctx, c.cancel = context.WithCancel(s.ctx)
-		c.handlers = workpool.New(c.handle, &c.hwg)
-		c.out = &outbox{tc: tc, onError: func(error) { tc.Close() }}
-		s.mu.Lock()
-		if s.ctx.Err() != nil {
-			s.mu.Unlock()
-			tc.Close()
-			return nil
-		}
-		s.conns[c] = struct{}{}
-		s.wg.Add(1)
+	closed := func() bool { return s.ctx.Err() != nil }
+	return serve.Accept(s.ln, &s.open, s.cfg.Logger, closed, transport.Conn.RemoteAddr,
+		func(tc transport.Conn) { tc.Close() }, s.start)
+}
+
+// start runs a connection's reader; release ends its count among the
+// connections not admitted yet.
+func (s *Server) start(tc transport.Conn, release func()) {
+	s.connections.Add(1)
+	addr, _ := serve.AddrOf(tc.RemoteAddr())
+	c := &serverConn{s: s, tc: tc, release: release, opened: time.Now()}
+	c.ctx, c.cancel = context.WithCancel(withSender(s.ctx, Sender{Addr: addr}))
+	c.out = &outbox{tc: tc, bp: &serve.Backlog{Limit: s.cfg.MaxUnanswered}, onError: func(error) {
+		tc.Close()
+		c.cancel()
+	}}
+	c.rd, _ = tc.(transport.ReadDeadliner)
+	s.mu.Lock()
+	if s.ctx.Err() != nil {
 		s.mu.Unlock()
-		s.publish(tc.RemoteAddr().String(), peer.Event{Kind: peer.EventConnUp, Network: tc.Network(), Addr: tc.RemoteAddr().String(), Reason: "accepted over " + tc.Network()})
-		go c.serve()
+		release()
+		tc.Close()
+		return
 	}
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.publish(tc.RemoteAddr().String(), peer.Event{Kind: peer.EventConnUp, Network: tc.Network(), Addr: tc.RemoteAddr().String(), Reason: "accepted over " + tc.Network()})
+	go c.serve()
 }
 
 // Close stops accepting, closes every connection and waits for their
@@ -184,8 +274,10 @@ func (s *Server) Stats() ServerStats {
 	open := len(s.conns)
 	s.mu.Unlock()
 	return ServerStats{
-		Connections: s.connections.Load(), Open: open, Received: s.received.Load(), StatusServer: s.status.Load(),
+		Connections: s.connections.Load(), Open: open, Opening: s.open.Opening(), Refused: s.open.Refused(),
+		TimedOut: s.timedOut.Load(), Received: s.received.Load(), StatusServer: s.status.Load(),
 		Answered: s.answered.Load(), BadFrames: s.badFrames.Load(), BadAuth: s.badAuth.Load(), Dropped: s.dropped.Load(),
+		Overload: s.overload.Load(), Paused: s.paused.Load(),
 	}
 }
 
@@ -195,17 +287,17 @@ func (s *Server) publish(from string, e peer.Event) {
 }
 
 type serverConn struct {
-	s      *Server
-	tc     transport.Conn
-	out    *outbox
-	sem    chan struct{}
-	ctx    context.Context
-	cancel context.CancelFunc
-	hwg    sync.WaitGroup
+	s       *Server
+	tc      transport.Conn
+	rd      transport.ReadDeadliner // nil if tc has no deadlines
+	out     *outbox
+	ctx     context.Context // carries the Sender; ends when the connection does
+	cancel  context.CancelFunc
+	opened  time.Time
+	release func() // ends the count among connections not admitted yet
 
-	// handlers runs the Handler on verified requests, on workers that
-	// live while there is work (at most MaxInFlight busy, sem's bound).
-	handlers *workpool.Pool[[]byte]
+	// Reader-goroutine state.
+	admitted bool // a request passed verification
 }
 
 func (c *serverConn) serve() {
@@ -214,11 +306,21 @@ func (c *serverConn) serve() {
 	name := c.tc.RemoteAddr().String()
 	note := ""
 	for note == "" {
+		c.out.waitRoom(c.ctx.Done(), c.paused)
+		c.setDeadline()
 		b, err := c.tc.ReadMessage()
 		switch {
 		case errors.Is(err, radius.ErrBadFrame):
 			s.badFrames.Add(1)
 			note = "bad frame: " + err.Error()
+			serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadFrame, "closing RADIUS connection on a bad frame", "remote", name, "err", err)
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			s.timedOut.Add(1)
+			note = "timed out: no valid request within the opening timeout"
+			if c.admitted {
+				note = "timed out: no request within the idle timeout"
+			}
+			serve.Log(s.cfg.Logger, slog.LevelInfo, serve.KindTimeout, "closing RADIUS connection: "+note[len("timed out: "):], "remote", name)
 		case errors.Is(err, io.EOF):
 			note = "closed by the client"
 		case err != nil:
@@ -229,13 +331,33 @@ func (c *serverConn) serve() {
 	}
 	c.tc.Close()
 	c.cancel()
-	c.handlers.Close() // no request comes after the reader: no worker waits for one
-	c.hwg.Wait()
+	c.release()
 	c.out.close()
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
 	s.publish(name, peer.Event{Kind: peer.EventConnDown, Reason: "connection closed: " + note})
+}
+
+func (c *serverConn) paused(unanswered int) {
+	c.s.paused.Add(1)
+	serve.Log(c.s.cfg.Logger, slog.LevelWarn, serve.KindPaused, "reading paused: the client's requests are not answered yet",
+		"remote", c.tc.RemoteAddr().String(), "unanswered", unanswered, "limit", c.s.cfg.MaxUnanswered)
+}
+
+// setDeadline bounds the next read: the opening timeout from the
+// connection's start until a request passes verification, then the idle
+// timeout from now.
+func (c *serverConn) setDeadline() {
+	if c.rd == nil {
+		return
+	}
+	switch {
+	case !c.admitted:
+		c.rd.SetReadDeadline(c.opened.Add(c.s.cfg.OpeningTimeout))
+	case c.s.cfg.IdleTimeout > 0:
+		c.rd.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+	}
 }
 
 // request handles one packet; a non-empty result closes the connection.
@@ -249,7 +371,8 @@ func (c *serverConn) request(b []byte) string {
 	switch err := s.maPolicy.verify(&s.cfg, b, s.secret, c.tc.RemoteAddr()); {
 	case errors.Is(err, radius.ErrAuthenticator):
 		s.badAuth.Add(1)
-		s.cfg.Logger.Warn("closing RADIUS connection", "remote", c.tc.RemoteAddr().String(), "err", err)
+		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadAuth, "closing RADIUS connection: request failed verification (shared secret mismatch?)",
+			"remote", c.tc.RemoteAddr().String(), "err", err)
 		return "request failed verification: " + err.Error()
 	case err != nil: // refused by the Message-Authenticator policy: never answered
 		s.dropped.Add(1)
@@ -257,46 +380,64 @@ func (c *serverConn) request(b []byte) string {
 		s.publish(c.tc.RemoteAddr().String(), peer.Event{Kind: peer.EventError, Reason: "dropped: " + err.Error()})
 		return ""
 	}
+	if !c.admitted {
+		c.admitted = true
+		c.release()
+	}
 	s.received.Add(1)
+	c.out.held()
 	if code == lradius.CodeStatusServer {
 		// RFC 5997: answered by the server itself, never a login.
 		s.status.Add(1)
 		c.answer(b, lradius.CodeAccessAccept, nil)
 		return ""
 	}
-	select {
-	case c.sem <- struct{}{}: // released when the request is handled
-	case <-c.ctx.Done():
-		return "closed"
+	lane := s.auth
+	if code == lradius.CodeAccountingRequest {
+		lane = s.acct
 	}
-	c.handlers.Submit(b)
+	if !lane.Submit(job{c, b}) {
+		c.out.unheld()
+		s.overload.Add(1)
+		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindOverload, "RADIUS request dropped: its handlers and their queue are full",
+			"remote", c.tc.RemoteAddr().String(), "code", code.String(), "max_in_flight", s.cfg.MaxInFlight, "max_queued", s.cfg.MaxQueued)
+	}
 	return ""
 }
 
-// handle answers one verified request and frees its place.
-func (c *serverConn) handle(b []byte) {
-	defer func() { <-c.sem }()
-	s := c.s
-	if p, err := radius.Decode(b, s.secret); err == nil { // ReadFrame validated it
-		if rc, attrs := s.cfg.Handler(c.ctx, p, b); rc != 0 {
-			c.answer(b, rc, attrs)
-		} else {
-			s.dropped.Add(1)
-		}
+// handle runs the Handler on one verified request and answers it.
+func (s *Server) handle(j job) {
+	c := j.c
+	if c.ctx.Err() != nil { // its connection is gone
+		c.out.unheld()
+		return
 	}
+	p, err := radius.Decode(j.b, s.secret) // ReadFrame validated it
+	if err != nil {
+		c.out.unheld()
+		return
+	}
+	if rc, attrs := s.cfg.Handler(c.ctx, p, j.b); rc != 0 {
+		c.answer(j.b, rc, attrs)
+		return
+	}
+	c.out.unheld()
+	s.dropped.Add(1)
 }
 
+// answer sends the answer to a request counted by held.
 func (c *serverConn) answer(req []byte, code lradius.Code, attrs lradius.Attributes) {
 	ans, err := radius.EncodeResponse(req, code, attrs, c.s.secret)
 	if err != nil {
+		c.out.unheld()
 		c.s.dropped.Add(1)
-		c.s.cfg.Logger.Warn("cannot encode RADIUS answer", "err", err)
+		serve.Log(c.s.cfg.Logger, slog.LevelWarn, serve.KindDropped, "cannot encode RADIUS answer; dropped", "remote", c.tc.RemoteAddr().String(), "err", err)
 		return
 	}
 	// Counted before it is queued, so that a client holding the answer
 	// sees it counted.
 	c.s.answered.Add(1)
-	if !c.out.send(ans) {
+	if !c.out.answer(ans) {
 		c.s.answered.Add(^uint64(0))
 	}
 }

@@ -66,10 +66,17 @@ func (s *server) listenRADIUS(u string, topts transport.Options, store dedup.Sto
 		return "", err
 	}
 	srv, err := radpeer.NewServer(ln, ep.Scheme, radpeer.ServerConfig{
-		Secret:  secret,
-		Handler: radpeer.Dedup(store, radpeer.AcceptAll, &s.dd),
-		Events:  bus,
-		Logger:  s.log,
+		Secret:            secret,
+		Handler:           radpeer.Dedup(store, radpeer.AcceptAll, &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...)),
+		MaxInFlight:       s.o.maxHandlers,
+		MaxQueued:         s.o.maxQueued,
+		MaxUnanswered:     s.o.maxUnanswered,
+		MaxOpening:        s.o.maxOpening,
+		MaxOpeningPerAddr: s.o.maxOpenPerIP,
+		OpeningTimeout:    s.o.firstTimeout,
+		IdleTimeout:       s.o.idleTimeout,
+		Events:            bus,
+		Logger:            s.log,
 
 		RequireMessageAuthenticator: s.o.requireMA,
 		LimitProxyState:             s.o.proxyState,
@@ -78,7 +85,12 @@ func (s *server) listenRADIUS(u string, topts transport.Options, store dedup.Sto
 		ln.Close()
 		return "", err
 	}
+	bound := fmt.Sprintf("%s://%s", ep.Scheme, ln.Addr())
 	s.rsrvs = append(s.rsrvs, srv)
+	s.rstats = append(s.rstats, func() radiusListenerReport {
+		st := srv.Stats()
+		return radiusListenerReport{URL: bound, Stream: &st}
+	})
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -86,7 +98,7 @@ func (s *server) listenRADIUS(u string, topts transport.Options, store dedup.Sto
 			s.log.Error("serve", "addr", srv.Addr().String(), "err", err)
 		}
 	}()
-	return fmt.Sprintf("%s://%s", ep.Scheme, ln.Addr()), nil
+	return bound, nil
 }
 
 // listenRADIUSUDP serves RADIUS over UDP on addr, with the RFC 5080
@@ -101,14 +113,20 @@ func (s *server) listenRADIUSUDP(addr string, store dedup.Store, bus *peer.Bus) 
 		return "", err
 	}
 	srv, err := radpeer.NewUDPServer(pc, radpeer.ServerConfig{
-		Secret: secret, Handler: radpeer.Dedup(store, radpeer.AcceptAll, &s.dd), Events: bus, Logger: s.log,
+		Secret: secret, Handler: radpeer.Dedup(store, radpeer.AcceptAll, &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...)), Events: bus, Logger: s.log,
+		MaxInFlight: s.o.maxHandlers, MaxQueued: s.o.maxQueued,
 		RequireMessageAuthenticator: s.o.requireMA, LimitProxyState: s.o.proxyState,
 	})
 	if err != nil {
 		pc.Close()
 		return "", err
 	}
+	bound := radpeer.SchemeUDP + "://" + pc.LocalAddr().String()
 	s.rsrvs = append(s.rsrvs, srv)
+	s.rstats = append(s.rstats, func() radiusListenerReport {
+		st := srv.Stats()
+		return radiusListenerReport{URL: bound, UDP: &st}
+	})
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -116,7 +134,15 @@ func (s *server) listenRADIUSUDP(addr string, store dedup.Store, bus *peer.Bus) 
 			s.log.Error("serve", "addr", srv.Addr().String(), "err", err)
 		}
 	}()
-	return radpeer.SchemeUDP + "://" + pc.LocalAddr().String(), nil
+	return bound, nil
+}
+
+// radiusListenerReport is one RADIUS listener's counters in the server's
+// report: Stream for radius+tcp:// and radsec://, UDP for radius://.
+type radiusListenerReport struct {
+	URL    string                  `json:"url"`
+	Stream *radpeer.ServerStats    `json:"stream,omitempty"`
+	UDP    *radpeer.UDPServerStats `json:"udp,omitempty"`
 }
 
 // radiusServer is a RADIUS server of any transport.

@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	servecore "github.com/aaatp/aaatp/internal/serve"
+
 	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/internal/fault"
 	"github.com/aaatp/aaatp/message"
@@ -90,11 +92,16 @@ type serverOptions struct {
 	cause       uint32 // parsed from shutdown by validate
 
 	agents        stringList
+	radiusProxies prefixList
 	maxUnanswered int
 	inlineTime    time.Duration
 	maxOpening    int
 	maxOpenPerIP  int
 	cerTimeout    time.Duration
+	idleTimeout   time.Duration
+	firstTimeout  time.Duration
+	maxHandlers   int
+	maxQueued     int
 	history       int
 	cpuProfile    string
 }
@@ -125,12 +132,17 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.dedup, "dedup", "memory", "duplicate-request `STORE`: memory (this process only) or Redis, shared by every server using it: redis://[user:password@]host:port/db, Sentinel redis://sentinel:port/db?master_name=NAME&addr=sentinel2:port..., Cluster redis+cluster://node:port?addr=node2:port... (rediss for TLS)")
 	fs.Int64Var(&o.dedupBytes, "dedup-max-bytes", dedup.DefaultMaxBytes, "memory budget `N` of --dedup memory, in bytes: answers plus 80 per key; over it the oldest entries go first")
 	fs.IntVar(&o.dedupAnswer, "dedup-max-answer", dedup.DefaultMaxAnswerSize, "answers longer than `N` bytes are sent but not kept by the --dedup store; a duplicate of such a request is refused DIAMETER_UNABLE_TO_COMPLY (5012), never applied again")
+	fs.Var(&o.radiusProxies, "radius-proxy", "RADIUS clients at this `ADDR` or prefix (10.0.0.0/8) are proxies relaying many NASes: their accounting records are recognised by NAS identity alone, so a record re-sent through another proxy is not applied twice; from any other client a record is bound to the client's address, so that no client can pre-empt another NAS's record by forging it; repeat for several")
 	fs.Var(&o.agents, "agent", "peers whose Origin-Host matches this `GLOB` are agents: their requests may carry another node's Origin-Host (from any other peer such a request is refused 5004); repeat for several")
 	fs.IntVar(&o.maxUnanswered, "max-unanswered", peer.DefaultMaxUnanswered, "per connection, stop reading once `N` requests are read and not yet answered on the wire, until answers drain")
 	fs.DurationVar(&o.inlineTime, "inline-handler-time", peer.DefaultInlineHandlerTime, "run each request on the connection's reader goroutine, and move the reading to a new goroutine once a request has taken `D` there (later requests then go to goroutines of their own for a while); negative: every request on a goroutine of its own")
-	fs.IntVar(&o.maxOpening, "max-opening", peer.DefaultMaxOpening, "at most `N` accepted connections without a finished CER/CEA, per listener; more are closed at once (-1: no limit)")
+	fs.IntVar(&o.maxOpening, "max-opening", peer.DefaultMaxOpening, "at most `N` accepted connections without a finished CER/CEA (Diameter) or a first request that passed verification (RADIUS/TCP and TLS), per listener; more are closed at once (-1: no limit)")
 	fs.IntVar(&o.maxOpenPerIP, "max-opening-per-addr", peer.DefaultMaxOpeningPerAddr, "at most `N` of those from one source address (-1: no limit)")
-	fs.DurationVar(&o.cerTimeout, "cer-timeout", peer.DefaultCEATimeout, "close an accepted connection that has not sent its CER within `D`")
+	fs.DurationVar(&o.cerTimeout, "cer-timeout", peer.DefaultCEATimeout, "close an accepted Diameter connection that has not sent its CER within `D`")
+	fs.DurationVar(&o.firstTimeout, "first-request-timeout", radpeer.DefaultOpeningTimeout, "close an accepted RADIUS/TCP or TLS connection that has not sent a request passing verification within `D` (TLS handshake included; a client's watchdog may send its first Status-Server only after its Tw)")
+	fs.DurationVar(&o.idleTimeout, "idle-timeout", radpeer.DefaultIdleTimeout, "close a RADIUS/TCP or TLS connection that sent no whole request for `D` (a client's Status-Server watchdog keeps a live one busy; negative: never)")
+	fs.IntVar(&o.maxHandlers, "max-handlers", radpeer.DefaultMaxInFlight, "RADIUS: at most `N` requests handled at once for each kind, authentication and accounting, each kind on its own budget so that a slow --dedup store delays accounting only")
+	fs.IntVar(&o.maxQueued, "max-queued", radpeer.DefaultMaxQueued, "RADIUS: at most `N` requests of each kind waiting for a handler; beyond, a request is dropped, counted and logged (-1: none wait)")
 	fs.IntVar(&o.history, "history", defaultHistory, "keep the final stats of the last `N` peers that ended, for --report and the status page")
 	return fs
 }
@@ -172,6 +184,14 @@ func (o *serverOptions) validate() error {
 		return usagef("--inline-handler-time must not be 0 (negative: a goroutine per request)")
 	case o.maxOpening == 0 || o.maxOpenPerIP == 0:
 		return usagef("--max-opening and --max-opening-per-addr must be positive, or -1 for no limit")
+	case o.maxHandlers < 1:
+		return usagef("--max-handlers %d: must be at least 1", o.maxHandlers)
+	case o.maxQueued == 0 || o.maxQueued < -1:
+		return usagef("--max-queued %d: must be at least 1, or -1 for none", o.maxQueued)
+	case o.firstTimeout <= 0:
+		return usagef("--first-request-timeout %s: must be positive", o.firstTimeout)
+	case o.idleTimeout == 0:
+		return usagef("--idle-timeout 0: give a duration such as 2m, or a negative one for never")
 	case o.cerTimeout <= 0:
 		return usagef("--cer-timeout must be positive")
 	case o.history < 0:
@@ -214,9 +234,10 @@ type server struct {
 	retransmitted atomic.Uint64  // application requests received with the T flag
 	dedupLost     atomic.Uint64  // losses of the --dedup store's state noticed
 
-	srvs  []*peer.Server // one per Diameter --listen; set before serving
-	rsrvs []radiusServer // one per RADIUS --listen
-	wg    sync.WaitGroup // their Serve loops
+	srvs   []*peer.Server                // one per Diameter --listen; set before serving
+	rsrvs  []radiusServer                // one per RADIUS --listen
+	rstats []func() radiusListenerReport // their counters, in the same order
+	wg     sync.WaitGroup                // their Serve loops
 
 	mu    sync.Mutex
 	ended history // last Stats of peers that ended
@@ -245,6 +266,12 @@ type serverReport struct {
 	// RefusedOverLimit counts connections closed at once over
 	// --max-opening or --max-opening-per-addr.
 	RefusedOverLimit uint64 `json:"refused_over_limit"`
+	// RADIUS has each RADIUS listener's counters.
+	RADIUS []radiusListenerReport `json:"radius,omitempty"`
+	// ListenerEvents counts, by kind, what every listener logs
+	// rate-limited (refused connections, bad frames, failed
+	// authenticators, timeouts, overload...), suppressed lines included.
+	ListenerEvents map[string]uint64 `json:"listener_events"`
 }
 
 func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -534,6 +561,10 @@ func (s *server) report(dropped uint64) serverReport {
 	for _, srv := range s.srvs {
 		r.RefusedOverLimit += srv.Stats().RefusedOverLimit
 	}
+	for _, st := range s.rstats {
+		r.RADIUS = append(r.RADIUS, st())
+	}
+	r.ListenerEvents = servecore.Counts()
 	for _, p := range s.live() { // none after a clean shutdown
 		r.Peers = append(r.Peers, p.Stats())
 	}

@@ -1,0 +1,308 @@
+package radpeer
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	lradius "layeh.com/radius"
+)
+
+// rawClient is one client connection to a Server, writing and reading
+// packets by hand.
+type rawClient struct {
+	t    *testing.T
+	conn net.Conn // the client's end
+	tc   transport.Conn
+}
+
+// connect hands the server end of a new pipe to ln and returns the client end.
+func connect(t *testing.T, ln *pipeListener) *rawClient {
+	t.Helper()
+	a, b := net.Pipe()
+	ln.ch <- framed(b)
+	return &rawClient{t: t, conn: a, tc: framed(a)}
+}
+
+func (c *rawClient) send(r *radius.Request, id byte) {
+	c.t.Helper()
+	b, _, err := radius.EncodeRequest(r, id, testSecret)
+	require.NoError(c.t, err)
+	require.NoError(c.t, c.tc.WriteMessages(b))
+}
+
+// closedByServer reports whether the server closed the connection: a
+// read returns EOF (or the pipe's closed error) rather than blocking.
+func (c *rawClient) closedByServer() bool {
+	c.conn.SetReadDeadline(time.Now().Add(time.Millisecond))
+	_, err := c.conn.Read(make([]byte, 1))
+	c.conn.SetReadDeadline(time.Time{})
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrClosedPipe)
+}
+
+func startServer(t *testing.T, cfg ServerConfig) (*Server, *pipeListener) {
+	t.Helper()
+	ln := newPipeListener()
+	if cfg.Secret == nil {
+		cfg.Secret = testSecret
+	}
+	s, err := NewServer(ln, SchemeTCP, cfg)
+	require.NoError(t, err)
+	go s.Serve()
+	return s, ln
+}
+
+// emfileListener fails its first accepts with EMFILE, as when the
+// process is out of descriptors, then accepts from its pipeListener.
+type emfileListener struct {
+	*pipeListener
+	fails atomic.Int32
+}
+
+func (l *emfileListener) Accept() (transport.Conn, error) {
+	if l.fails.Add(-1) >= 0 {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Err: syscall.EMFILE}
+	}
+	return l.pipeListener.Accept()
+}
+
+// A listener that runs out of descriptors goes on accepting once it has
+// some again: the old Serve returned on the first EMFILE and the
+// listening socket stayed open with nobody accepting.
+func TestServerAcceptsAfterEMFILE(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := &emfileListener{pipeListener: newPipeListener()}
+		ln.fails.Store(8)
+		s, err := NewServer(ln, SchemeTCP, ServerConfig{Secret: testSecret, Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		served := make(chan error, 1)
+		go func() { served <- s.Serve() }()
+		p := dialTo(t, ln.pipeListener)
+		time.Sleep(3 * time.Second) // the back-off: 5 ms doubling, 1.3 s in all
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err = p.Exchange(ctx, accessReq("alice"))
+		require.NoError(t, err, "answered after 8 failed accepts")
+		mustClose(t, p, s)
+		require.NoError(t, <-served)
+	})
+}
+
+func dialTo(t *testing.T, ln *pipeListener) *Peer {
+	t.Helper()
+	cfg := testConfig(30 * time.Second)
+	cfg.Dialer = ln.dialer()
+	p, err := Dial("radius+tcp://s:1812", cfg)
+	require.NoError(t, err)
+	synctest.Wait()
+	return p
+}
+
+// Connections that sent no request passing verification are bounded in
+// all and per address, and closed after OpeningTimeout; an admitted one
+// is closed after IdleTimeout without a request, and so is one that
+// dribbles a packet too slowly. The old server kept them all forever.
+func TestServerOpeningLimitsAndTimeouts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, ln := startServer(t, ServerConfig{MaxOpening: 3, MaxOpeningPerAddr: -1,
+			OpeningTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+		silent := []*rawClient{connect(t, ln), connect(t, ln), connect(t, ln)}
+		synctest.Wait()
+		over := connect(t, ln)
+		synctest.Wait()
+		assert.True(t, over.closedByServer(), "a fourth connection without a valid request is closed at once")
+		assert.Equal(t, uint64(1), s.Stats().Refused)
+		assert.Equal(t, 3, s.Stats().Opening)
+
+		// One of the three sends a valid request: admitted, it frees its
+		// place, and a new one is taken.
+		good := silent[0]
+		go io.Copy(io.Discard, good.conn)
+		good.send(accessReq("alice"), 1)
+		synctest.Wait()
+		assert.Equal(t, 2, s.Stats().Opening, "admitted by its first verified request")
+		slow := connect(t, ln)
+		synctest.Wait()
+		assert.False(t, slow.closedByServer(), "room for one more")
+		// slow dribbles the first bytes of a packet and stops.
+		_, err := slow.conn.Write([]byte{byte(lradius.CodeAccessRequest), 1, 0})
+		require.NoError(t, err)
+
+		time.Sleep(10*time.Second + time.Millisecond)
+		synctest.Wait()
+		for i, c := range []*rawClient{silent[1], silent[2], slow} {
+			assert.True(t, c.closedByServer(), "connection %d without a valid request closed after OpeningTimeout", i)
+		}
+		assert.False(t, good.closedByServer(), "the admitted one stays")
+		assert.Equal(t, 0, s.Stats().Opening)
+
+		// good sends half a packet and no more: the idle timeout, from its
+		// last whole request, closes it.
+		good.conn.SetWriteDeadline(time.Time{}) // WriteMessages' deadline has passed
+		_, err = good.conn.Write([]byte{byte(lradius.CodeAccessRequest), 2, 0})
+		require.NoError(t, err)
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		assert.True(t, good.closedByServer(), "no whole request for IdleTimeout: closed")
+		assert.Equal(t, uint64(4), s.Stats().TimedOut)
+		mustClose(t, s)
+	})
+}
+
+// A client that pipelines requests and never reads its answers stops
+// being read at MaxUnanswered: the server's memory for it is bounded. The
+// old server read and answered without bound, its answers piling up
+// behind the write deadline.
+func TestServerStopsReadingAtMaxUnanswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 8
+		s, ln := startServer(t, ServerConfig{MaxUnanswered: limit, Logger: slog.New(slog.DiscardHandler)})
+		c := connect(t, ln)
+		sent := make(chan int)
+		go func() {
+			n := 0
+			for i := 0; i < 200; i++ {
+				b, _, _ := radius.EncodeRequest(accessReq("alice"), byte(i), testSecret)
+				if c.tc.WriteMessages(b) != nil {
+					break
+				}
+				n++
+			}
+			sent <- n
+		}()
+		synctest.Wait()
+		st := s.Stats()
+		assert.LessOrEqual(t, st.Received, uint64(limit+1), "read at most MaxUnanswered (and the one it paused on)")
+		assert.GreaterOrEqual(t, st.Received, uint64(limit))
+		assert.Equal(t, uint64(1), st.Paused)
+		// Reading the answers lets it go on.
+		go io.Copy(io.Discard, c.conn)
+		n := <-sent
+		synctest.Wait()
+		assert.Equal(t, 200, n)
+		assert.Equal(t, uint64(200), s.Stats().Answered)
+		c.conn.Close()
+		mustClose(t, s)
+	})
+}
+
+// Accounting has a handler budget of its own: handlers stuck on a slow
+// store hold only accounting, and Access-Requests are still answered. The
+// old server had one budget per connection and its reader waited for it.
+func TestServerAccountingStuckAuthenticationGoesOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stuck := make(chan struct{})
+		var acctIn atomic.Int32
+		h := func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+			if req.Code == lradius.CodeAccountingRequest {
+				acctIn.Add(1)
+				select {
+				case <-stuck:
+				case <-ctx.Done():
+					return 0, nil
+				}
+			}
+			return AcceptAll(ctx, req, raw)
+		}
+		s, ln := startServer(t, ServerConfig{Handler: h, MaxInFlight: 2, MaxQueued: 2, Logger: slog.New(slog.DiscardHandler)})
+		p := dialTo(t, ln)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var wg sync.WaitGroup
+		for i := range 5 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.Exchange(ctx, acctReq(string(rune('a'+i))))
+			}()
+		}
+		synctest.Wait()
+		assert.Equal(t, int32(2), acctIn.Load(), "two accounting handlers run, stuck")
+		st := s.Stats()
+		assert.Equal(t, uint64(1), st.Overload, "2 run, 2 wait, the fifth is dropped")
+		for i := range 10 {
+			r, err := p.Exchange(ctx, accessReq("alice"))
+			require.NoError(t, err, "Access-Request %d answered while accounting is stuck", i)
+			assert.Equal(t, lradius.CodeAccessAccept, r.Packet.Code)
+		}
+		close(stuck)
+		cancel()
+		wg.Wait()
+		mustClose(t, p, s)
+	})
+}
+
+// A flood of connections failing their authenticator writes a bounded
+// number of log lines; the old server wrote one WARN line each.
+func TestServerBadAuthLogsRateLimited(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		var mu sync.Mutex
+		lg := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+		s, ln := startServer(t, ServerConfig{Logger: lg})
+		for i := range 500 {
+			c := connect(t, ln)
+			b, _, _ := radius.EncodeRequest(accessReq("mallory"), byte(i), []byte("wrong secret"))
+			c.tc.WriteMessages(b)
+			synctest.Wait()
+			c.conn.Close()
+		}
+		synctest.Wait()
+		assert.Equal(t, uint64(500), s.Stats().BadAuth)
+		mu.Lock()
+		out := buf.String()
+		mu.Unlock()
+		assert.LessOrEqual(t, strings.Count(out, "failed verification"), 20, "rate-limited")
+		assert.Contains(t, out, "shared secret mismatch?")
+		mustClose(t, s)
+	})
+}
+
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+// The Handler learns who sent the request.
+func TestServerHandlerSeesSender(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		got := make(chan Sender, 1)
+		h := func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+			s, ok := SenderOf(ctx)
+			if ok {
+				got <- s
+			}
+			return AcceptAll(ctx, req, raw)
+		}
+		s, ln := startServer(t, ServerConfig{Handler: h})
+		p := dialTo(t, ln)
+		_, err := p.Exchange(context.Background(), accessReq("alice"))
+		require.NoError(t, err)
+		select {
+		case <-got:
+		default:
+			t.Fatal("no Sender on the Handler's context")
+		}
+		mustClose(t, p, s)
+	})
+}
