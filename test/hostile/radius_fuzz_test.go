@@ -194,6 +194,7 @@ func TestRandomRADIUSFrames(t *testing.T) {
 			if lines > 200 {
 				t.Errorf("the server wrote %d log lines while the fuzzer ran %v: not rate-limited", lines, d)
 			}
+			g.window(g.startMark(), m0).log(t, "random-radius-frames "+scheme+" before")
 			w := g.window(m0, m1)
 			w.require(t, "random-radius-frames "+scheme, 0.99)
 			if w.errs > 0 {

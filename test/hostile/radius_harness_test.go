@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -117,8 +116,8 @@ func (s *server) mustDial(t *testing.T, scheme, local string) *radConn {
 // it starts an Access-Request with a Message-Authenticator every 1/rate
 // s, whatever became of the earlier ones, on one of conns connections (or
 // UDP sockets) of its own from goodIP, dialled before the attack so that
-// the attack's limits do not refuse them, and counts the answers and the
-// failures. Over UDP a request is sent up to 3 times, 1 s apart, the same
+// the attack's limits do not refuse them, and records what became of
+// each. Over UDP a request is sent up to 3 times, 1 s apart, the same
 // bytes each time (RFC 5080 2.2.1), and fails without a valid answer
 // after the third; over a stream it is sent once and fails after 3 s (a
 // broken connection is redialled).
@@ -130,15 +129,20 @@ type radGood struct {
 
 	pool     chan *radConn // nil: to redial
 	inflight atomic.Int64
-	ok, errs atomic.Int64
-	lastErr  atomic.Value
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	start    time.Time
-	end      time.Time
+	halted   bool
 
-	mu  sync.Mutex
-	lat []time.Duration // of the answered, in order
+	mu      sync.Mutex
+	results []goodResult
+}
+
+// goodResult is what became of one request of a good client.
+type goodResult struct {
+	start time.Time
+	took  time.Duration
+	err   error
 }
 
 // goodIP is the good clients' source address, apart from the attackers'
@@ -179,13 +183,14 @@ func (g *radGood) run(t *testing.T) {
 		tk := time.NewTicker(interval)
 		defer tk.Stop()
 		for n := 0; ; n++ {
+			var now time.Time
 			select {
 			case <-g.stop:
 				return
-			case <-tk.C:
+			case now = <-tk.C:
 			}
 			if g.inflight.Load() >= maxGoodInflight {
-				g.fail(errors.New("too many requests unanswered"))
+				g.record(goodResult{start: now, err: errors.New("too many requests unanswered")})
 				continue
 			}
 			g.inflight.Add(1)
@@ -193,20 +198,21 @@ func (g *radGood) run(t *testing.T) {
 			go func() {
 				defer g.wg.Done()
 				defer g.inflight.Add(-1)
-				g.one(n)
+				g.record(g.one(n, now))
 			}()
 		}
 	}()
 }
 
-func (g *radGood) fail(err error) {
-	g.errs.Add(1)
-	g.lastErr.Store(err.Error())
+func (g *radGood) record(r goodResult) {
+	g.mu.Lock()
+	g.results = append(g.results, r)
+	g.mu.Unlock()
 }
 
-// one sends request n and waits for its answer.
-func (g *radGood) one(n int) {
-	t0 := time.Now()
+// one sends request n, due at t0, and waits for its answer.
+func (g *radGood) one(n int, t0 time.Time) goodResult {
+	r := goodResult{start: t0}
 	stream := g.scheme != schemeUDP
 	attempts, timeout := 3, time.Second
 	if stream {
@@ -217,8 +223,8 @@ func (g *radGood) one(n int) {
 		select {
 		case rc = <-g.pool:
 		case <-time.After(time.Duration(attempts) * timeout):
-			g.fail(errors.New("no connection free"))
-			return
+			r.err = errors.New("no connection free")
+			return r
 		}
 		defer func() { g.pool <- rc }()
 	} else {
@@ -233,30 +239,23 @@ func (g *radGood) one(n int) {
 	if rc == nil {
 		var err error
 		if rc, err = g.s.dialRadius(g.scheme, goodIP, "nas1.example.net"); err != nil {
-			g.fail(fmt.Errorf("dial: %w", err))
-			return
+			r.err = fmt.Errorf("dial: %w", err)
+			return r
 		}
 	}
 	secret := secretOf(g.scheme)
 	req := accessRequest(byte(n), fmt.Sprintf("good%d@example.net", n), secret)
-	var err error
 	for range attempts {
-		if _, err = rc.ask(req, secret, timeout); err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+		if _, r.err = rc.ask(req, secret, timeout); r.err == nil || !errors.Is(r.err, os.ErrDeadlineExceeded) {
 			break
 		}
 	}
-	if err != nil {
-		g.fail(err)
-		if stream {
-			rc.Close()
-			rc = nil
-		}
-		return
+	r.took = time.Since(t0)
+	if r.err != nil && stream {
+		rc.Close()
+		rc = nil
 	}
-	g.ok.Add(1)
-	g.mu.Lock()
-	g.lat = append(g.lat, time.Since(t0))
-	g.mu.Unlock()
+	return r
 }
 
 // halt stops sending, waits for the requests in flight and closes the
@@ -264,7 +263,7 @@ func (g *radGood) one(n int) {
 func (g *radGood) halt() {
 	close(g.stop)
 	g.wg.Wait()
-	g.end = time.Now()
+	g.halted = true
 	for range g.conns {
 		if rc := <-g.pool; rc != nil {
 			rc.Close()
@@ -272,39 +271,48 @@ func (g *radGood) halt() {
 	}
 }
 
-// mark is a point in a good client's run: its counts so far.
-type mark struct {
-	ok, errs int64
-	nlat     int
-	at       time.Time
-}
+// mark is a point in a good client's run.
+type mark struct{ at time.Time }
 
-func (g *radGood) mark() mark {
-	g.mu.Lock()
-	n := len(g.lat)
-	g.mu.Unlock()
-	return mark{ok: g.ok.Load(), errs: g.errs.Load(), nlat: n, at: time.Now()}
-}
+func (g *radGood) mark() mark { return mark{time.Now()} }
 
 // startMark is the mark of the run's start.
-func (g *radGood) startMark() mark { return mark{at: g.start} }
+func (g *radGood) startMark() mark { return mark{g.start} }
 
-// window is what a good client saw between two marks: the requests that
-// ended in it.
+// window is what became of the requests a good client started between two
+// marks.
 type window struct {
-	ok, errs  int64
-	secs      float64
-	p50, p99  time.Duration
-	scheme    string
-	lastError any
+	sent, ok, errs int64
+	secs           float64
+	p50, p99       time.Duration
+	scheme         string
+	lastError      error
 }
 
+// window returns what became of the requests started between a and b;
+// after halt, so that every one of them has ended.
 func (g *radGood) window(a, b mark) window {
+	if !g.halted {
+		panic("window before halt")
+	}
+	w := window{secs: b.at.Sub(a.at).Seconds(), scheme: g.scheme}
+	var lat []time.Duration
 	g.mu.Lock()
-	lat := slices.Clone(g.lat[a.nlat:b.nlat])
+	for _, r := range g.results {
+		if r.start.Before(a.at) || !r.start.Before(b.at) {
+			continue
+		}
+		w.sent++
+		if r.err != nil {
+			w.errs++
+			w.lastError = r.err
+			continue
+		}
+		w.ok++
+		lat = append(lat, r.took)
+	}
 	g.mu.Unlock()
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	w := window{ok: b.ok - a.ok, errs: b.errs - a.errs, secs: b.at.Sub(a.at).Seconds(), scheme: g.scheme, lastError: g.lastErr.Load()}
+	slices.Sort(lat)
 	if len(lat) > 0 {
 		w.p50, w.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
 	}
@@ -315,14 +323,15 @@ func (w window) rate() float64 { return float64(w.ok) / w.secs }
 
 // share is the part of the requests answered.
 func (w window) share() float64 {
-	if w.ok+w.errs == 0 {
+	if w.sent == 0 {
 		return 0
 	}
-	return float64(w.ok) / float64(w.ok+w.errs)
+	return float64(w.ok) / float64(w.sent)
 }
 
 func (w window) String() string {
-	s := fmt.Sprintf("%d answered (%.1f/s, %.0f%%), %d failed, latency p50 %v p99 %v", w.ok, w.rate(), 100*w.share(), w.errs,
+	s := fmt.Sprintf("%d sent (%.1f/s), %d answered (%.1f/s, %.0f%%), %d failed, latency p50 %v p99 %v",
+		w.sent, float64(w.sent)/w.secs, w.ok, w.rate(), 100*w.share(), w.errs,
 		w.p50.Round(10*time.Microsecond), w.p99.Round(10*time.Microsecond))
 	if w.errs > 0 {
 		s += fmt.Sprintf(" (last error: %v)", w.lastError)
@@ -337,13 +346,13 @@ func (w window) log(t *testing.T, name string) {
 }
 
 // require fails the test unless the good client had at least share of
-// its requests answered in the window, and logs the window.
+// the requests it started in the window answered, and logs the window.
 func (w window) require(t *testing.T, name string, share float64) {
 	t.Helper()
-	t.Logf("FIGURES %s: good %s client %s", name, w.scheme, w)
+	w.log(t, name)
 	if w.share() < share || w.ok == 0 {
-		t.Errorf("%s: the good %s client had %.0f%% of its requests answered (%d answered, %d failed), want at least %.0f%%",
-			name, w.scheme, 100*w.share(), w.ok, w.errs, 100*share)
+		t.Errorf("%s: the good %s client had %.0f%% of its requests answered (%d of %d, %d failed), want at least %.0f%%",
+			name, w.scheme, 100*w.share(), w.ok, w.sent, w.errs, 100*share)
 	}
 }
 

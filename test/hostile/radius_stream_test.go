@@ -1,6 +1,7 @@
 package hostile
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -9,29 +10,30 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/transport"
 )
 
 // The attacks on the RADIUS stream listeners, radius+tcp:// (RFC 6613)
 // and radsec:// (RFC 6614), run against both.
 
-// RADIUS review, observation 1: once accept() failed with EMFILE, a RADIUS stream
-// listener's accept loop ended for good: its socket stayed open, so new
-// clients connected (the kernel completes the handshake) and then hung.
-// The server, at 256 descriptors and with no limit on connections not
-// admitted yet, is driven out of descriptors by idle connections to the
-// listener; once they are closed, a good client must be answered within
-// a few seconds.
-func TestRADIUSStreamListenerAcceptsAgainAfterEMFILE(t *testing.T) {
-	for _, scheme := range streamSchemes {
+// RADIUS review, observation 1: once accept() failed with EMFILE, a
+// RADIUS stream listener's accept loop ended for good: its socket stayed
+// open, so new clients connected (the kernel completes the handshake) and
+// then hung. The server, at 256 descriptors and with no limit on
+// connections not admitted yet, is driven out of descriptors by idle
+// connections to the listener; once they are closed, a good client must
+// be answered within a few seconds. The Diameter listener (tcp://), which
+// backed off already, is held to the same.
+func TestListenersAcceptAgainAfterEMFILE(t *testing.T) {
+	for _, scheme := range append([]string{"tcp"}, streamSchemes...) {
 		t.Run(scheme, func(t *testing.T) {
 			const limit = 256
 			s := startRADIUS(t, limit, "--max-opening", "-1", "--max-opening-per-addr", "-1", "--cer-timeout", "60s")
-			rc := s.mustDial(t, scheme, goodIP)
-			secret := secretOf(scheme)
-			if _, err := rc.ask(accessRequest(1, "before@example.net", secret), secret, radiusReadTimeout); err != nil {
+			if err := s.askOnce(scheme, 1); err != nil {
 				t.Fatalf("no answer before the attack: %v", err)
 			}
-			rc.Close()
 			base := s.fds()
 			// Plain TCP connections: a radsec:// listener's accept takes a
 			// descriptor before any TLS handshake.
@@ -76,15 +78,11 @@ func TestRADIUSStreamListenerAcceptsAgainAfterEMFILE(t *testing.T) {
 			var lastErr error
 			ok := false
 			for time.Since(closedAt) < 8*time.Second && !ok {
-				rc, err := s.dialRadius(scheme, goodIP, "nas1.example.net")
-				if err != nil {
-					lastErr = err
+				lastErr = s.askOnce(scheme, 2)
+				ok = lastErr == nil
+				if !ok {
 					time.Sleep(200 * time.Millisecond)
-					continue
 				}
-				_, err = rc.ask(accessRequest(2, "after@example.net", secret), secret, 2*time.Second)
-				rc.Close()
-				ok, lastErr = err == nil, err
 			}
 			s.alive()
 			t.Logf("FIGURES emfile %s: good client answered %v, %v after the idle connections closed (last error %v)",
@@ -96,9 +94,10 @@ func TestRADIUSStreamListenerAcceptsAgainAfterEMFILE(t *testing.T) {
 	}
 }
 
-// RADIUS review, observation 2, connections not admitted yet: RADIUS stream connections
-// that never send a valid request (silent, or dribbling a frame a byte at
-// a time) stayed open forever and were not limited. They are now counted
+// RADIUS review, observation 2, connections not admitted yet: RADIUS
+// stream connections that never send a valid request (silent, or
+// dribbling a frame a byte at a time) stayed open forever and were not
+// limited. They are now counted
 // like Diameter's before their CER: at most --max-opening per listener and
 // --max-opening-per-addr from one address, the ones over either limit
 // closed at once, and each closed after --cer-timeout without a valid
@@ -209,6 +208,7 @@ func TestRADIUSStreamUnadmittedConnectionsLimitedAndTimedOut(t *testing.T) {
 			if !overAll {
 				t.Errorf("a connection over --max-opening %d was not closed at once", total)
 			}
+			g.window(g.startMark(), m0).log(t, "unadmitted "+scheme+" before")
 			g.window(m0, m1).require(t, "unadmitted "+scheme, 0.9)
 		})
 	}
@@ -217,7 +217,7 @@ func TestRADIUSStreamUnadmittedConnectionsLimitedAndTimedOut(t *testing.T) {
 // RADIUS review, observation 2, admitted connections: a client that sent a valid
 // request and then nothing kept its connection forever. --idle-timeout
 // closes it; a client that keeps sending is not affected.
-func TestRADIUSStreamIdleTimeout(t *testing.T) {
+func TestRADIUSStreamIdleAdmittedConnectionsClosed(t *testing.T) {
 	for _, scheme := range streamSchemes {
 		t.Run(scheme, func(t *testing.T) {
 			const idle = 2 * time.Second
@@ -267,7 +267,7 @@ func TestRADIUSStreamIdleTimeout(t *testing.T) {
 // 547 MB). --max-unanswered now bounds each RADIUS stream connection
 // too: the reader pauses, memory stays bounded, and a good client on
 // another connection keeps its answers.
-func TestRADIUSStreamPipelineWithoutReading(t *testing.T) {
+func TestRADIUSStreamPipelineWithoutReadingBounded(t *testing.T) {
 	for _, scheme := range streamSchemes {
 		t.Run(scheme, func(t *testing.T) {
 			const bound = 120 << 20
@@ -325,7 +325,35 @@ func TestRADIUSStreamPipelineWithoutReading(t *testing.T) {
 			if rss > bound {
 				t.Errorf("peak RSS %d MB, over %d MB: the answers to a client that does not read are not bounded", rss>>20, bound>>20)
 			}
+			g.window(g.startMark(), m0).log(t, "pipeline-without-reading "+scheme+" before")
 			g.window(m0, m1).require(t, "pipeline-without-reading "+scheme, 0.9)
 		})
 	}
+}
+
+// askOnce opens a connection from goodIP to the listener of scheme (tcp:
+// Diameter, with its CER) and has one request answered on it, within
+// about 3 s.
+func (s *server) askOnce(scheme string, n byte) error {
+	if scheme == "tcp" {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(goodIP)}, Timeout: 2 * time.Second}
+		return tryClient(s, func(c *peer.Config) {
+			c.CEATimeout = 2 * time.Second
+			c.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
+				nc, err := d.DialContext(ctx, "tcp", s.addr)
+				if err != nil {
+					return nil, err
+				}
+				return transport.NewStreamConn(nc, transport.SchemeTCP, transport.Options{}), nil
+			}
+		})
+	}
+	rc, err := s.dialRadius(scheme, goodIP, "nas1.example.net")
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	secret := secretOf(scheme)
+	_, err = rc.ask(accessRequest(n, fmt.Sprintf("once%d@example.net", n), secret), secret, 2*time.Second)
+	return err
 }
