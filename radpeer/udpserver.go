@@ -60,41 +60,61 @@ func (l UDPLimits) withDefaults() (UDPLimits, error) {
 // and port, Identifier and Request Authenticator of one seen in the last
 // DupTTL is a retransmission; while the first is being handled it is
 // dropped, once answered it gets the same answer again, without running
-// the handler. Its methods are safe for concurrent use.
+// the handler.
+//
+// Accounting-Requests and the other requests have handler budgets of
+// their own (MaxInFlight running, MaxQueued waiting, each), so that
+// handlers stuck on a slow store (accounting waiting for Redis) never
+// delay a login. The socket is read by one goroutine that never waits for
+// a handler: a request finding its budget full is dropped, counted and
+// logged, and handled afresh when its client retransmits. Its methods are
+// safe for concurrent use.
 type UDPServer struct {
 	pc     net.PacketConn
 	cfg    ServerConfig
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	sem    chan struct{}
+	wg     sync.WaitGroup // the reader and the handlers
 
-	mu  sync.Mutex
-	now func() time.Time
-	dup *dupCache
+	// auth runs the handlers of Access-Requests, CoA and Disconnect
+	// requests; acct those of Accounting-Requests.
+	auth, acct *serve.Lane[udpRequest]
+
+	mu     sync.Mutex
+	closed bool
+	now    func() time.Time
+	dup    *dupCache
 	// maPolicy is the Message-Authenticator state (blast.go).
 	maPolicy maPolicy
 
-	received, answered, resent, inProgress, badFrames, badAuth, unencodable, dropped atomic.Uint64
+	received, answered, resent, inProgress, badFrames, badAuth, overload, unencodable, dropped atomic.Uint64
+}
+
+// udpRequest is a verified request waiting for, or in, its handler.
+type udpRequest struct {
+	key  dupKey
+	b    []byte
+	from net.Addr
 }
 
 // UDPServerStats are a UDPServer's counters.
 type UDPServerStats struct {
-	Received    uint64 `json:"received"`     // verified requests handled (duplicates not included)
+	Received    uint64 `json:"received"`     // verified requests, duplicates not included
 	Answered    uint64 `json:"answered"`     // answers sent, cached copies included
 	Resent      uint64 `json:"resent"`       // duplicates answered from the cache
 	InProgress  uint64 `json:"in_progress"`  // duplicates dropped while the first was handled
 	BadFrames   uint64 `json:"bad_frames"`   // dropped: malformed (shorter than its Length, bad attributes)
 	BadAuth     uint64 `json:"bad_auth"`     // dropped: failed verification (a wrong shared secret, or forged)
+	Overload    uint64 `json:"overload"`     // of the received, dropped: their kind's handlers and queue were full
 	Unencodable uint64 `json:"unencodable"`  // of the received, not answered: the answer could not be encoded (over 4096 bytes)
-	Dropped     uint64 `json:"dropped"`      // dropped: not a request, no Message-Authenticator, no answer from the handler
+	Dropped     uint64 `json:"dropped"`      // dropped: not a request, refused by the Message-Authenticator policy, no answer from the handler
 	Cached      int    `json:"cached"`       // requests in the duplicate cache
 	CachedBytes int64  `json:"cached_bytes"` // its size, as its byte bound counts it
 }
 
 // NewUDPServer returns a server for pc (a socket from net.ListenPacket).
-// cfg is as for Server (Secret required); MaxInFlight bounds the requests
-// handled at once (beyond it the socket is not read). limits, when given,
+// cfg is as for Server (Secret required; MaxInFlight and MaxQueued bound
+// each kind of request, accounting and the others). limits, when given,
 // bounds the duplicate cache.
 func NewUDPServer(pc net.PacketConn, cfg ServerConfig, limits ...UDPLimits) (*UDPServer, error) {
 	if _, err := (Endpoint{Scheme: SchemeTCP}).Secret(cfg.Secret); err != nil {
@@ -108,21 +128,15 @@ func NewUDPServer(pc net.PacketConn, cfg ServerConfig, limits ...UDPLimits) (*UD
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Handler == nil {
-		cfg.Handler = AcceptAll
-	}
-	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = DefaultMaxInFlight
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &UDPServer{
-		pc: pc, cfg: cfg, now: time.Now,
-		ctx: ctx, cancel: cancel, sem: make(chan struct{}, cfg.MaxInFlight),
+	s := &UDPServer{
+		pc: pc, cfg: cfg, now: time.Now, ctx: ctx, cancel: cancel,
 		dup: newDupCache(lim.DupTTL, lim.DupEntries, lim.DupBytes),
-	}, nil
+	}
+	s.auth = serve.NewLane(s.handle, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
+	s.acct = serve.NewLane(s.handle, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
+	return s, nil
 }
 
 // Addr returns the socket's address.
@@ -130,6 +144,17 @@ func (s *UDPServer) Addr() net.Addr { return s.pc.LocalAddr() }
 
 // Serve reads requests until Close; it returns nil after Close.
 func (s *UDPServer) Serve() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	// Counted so that Close waits for the reader, and so that the
+	// handlers it starts are never added to the WaitGroup at zero while
+	// Close waits on it.
+	s.wg.Add(1)
+	s.mu.Unlock()
+	defer s.wg.Done()
 	buf := make([]byte, radius.MaxLength+1)
 	for {
 		n, from, err := s.pc.ReadFrom(buf)
@@ -144,6 +169,8 @@ func (s *UDPServer) Serve() error {
 	}
 }
 
+// packet handles one datagram, on the reader: it never waits for a
+// handler.
 func (s *UDPServer) packet(b []byte, from net.Addr) {
 	b = unpad(b)
 	if err := radius.Validate(b); err != nil {
@@ -178,26 +205,20 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 		s.finish(key, b, from, lradius.CodeAccessAccept, nil) // RFC 5997: never a login
 		return
 	}
-	select {
-	case s.sem <- struct{}{}:
-	case <-s.ctx.Done():
-		return
+	lane := s.auth
+	if code == lradius.CodeAccountingRequest {
+		lane = s.acct
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer func() { <-s.sem }()
-		p, err := radius.Decode(b, s.cfg.Secret)
-		if err != nil {
-			return
-		}
-		code, attrs := s.cfg.Handler(s.ctx, p, b)
-		s.finish(key, b, from, code, attrs)
-	}()
+	if !lane.Submit(udpRequest{key: key, b: b, from: from}) {
+		s.forget(key) // so that its retransmission is handled afresh
+		s.overload.Add(1)
+		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindOverload, "RADIUS request dropped: its handlers and their queue are full; the client will retransmit",
+			"remote", from.String(), "code", code.String(), "max_in_flight", s.cfg.MaxInFlight, "max_queued", s.cfg.MaxQueued)
+	}
 }
 
-// verify checks request b with the shared secret; it counts, and logs, a
-// request that fails.
+// verify checks request b with the shared secret and the
+// Message-Authenticator policy; it counts, and logs, a request that fails.
 func (s *UDPServer) verify(b []byte, from net.Addr) bool {
 	switch err := s.maPolicy.verify(&s.cfg, b, s.cfg.Secret, from); {
 	case errors.Is(err, radius.ErrAuthenticator):
@@ -224,6 +245,22 @@ func unpad(b []byte) []byte {
 		return b[:n]
 	}
 	return b
+}
+
+// handle runs the Handler on a request, in its lane.
+func (s *UDPServer) handle(r udpRequest) {
+	if s.ctx.Err() != nil { // closing: what still waits is not handled
+		s.forget(r.key)
+		return
+	}
+	p, err := radius.Decode(r.b, s.cfg.Secret)
+	if err != nil { // packet validated it: cannot happen
+		s.forget(r.key)
+		return
+	}
+	addr, _ := serve.AddrOf(r.from)
+	code, attrs := s.cfg.Handler(withSender(s.ctx, Sender{Addr: addr}), p, r.b)
+	s.finish(r.key, r.b, r.from, code, attrs)
 }
 
 // finish answers a request and caches the answer for its duplicates; no
@@ -268,13 +305,17 @@ func (s *UDPServer) Stats() UDPServerStats {
 	s.mu.Unlock()
 	return UDPServerStats{
 		Received: s.received.Load(), Answered: s.answered.Load(), Resent: s.resent.Load(), InProgress: s.inProgress.Load(),
-		BadFrames: s.badFrames.Load(), BadAuth: s.badAuth.Load(),
+		BadFrames: s.badFrames.Load(), BadAuth: s.badAuth.Load(), Overload: s.overload.Load(),
 		Unencodable: s.unencodable.Load(), Dropped: s.dropped.Load(), Cached: n, CachedBytes: size,
 	}
 }
 
-// Close closes the socket and waits for the handlers, or ctx.
+// Close closes the socket and waits for the reader and the handlers, or
+// ctx. Requests still waiting for a handler are dropped.
 func (s *UDPServer) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	s.cancel()
 	err := s.pc.Close()
 	return awaitClosed(ctx, &s.wg, err)

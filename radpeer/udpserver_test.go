@@ -291,6 +291,88 @@ func TestUDPServerDupCacheByteBound(t *testing.T) {
 	}
 }
 
+// Accounting handlers stuck on a slow store fill their own lane: the
+// reader goes on reading, Access-Requests are answered at once, and
+// accounting requests beyond the lane's handlers and queue are dropped,
+// counted, logged and forgotten, so that their retransmissions are
+// handled afresh.
+func TestUDPServerSlowAccountingDoesNotDelayLogins(t *testing.T) {
+	var lines lineBuffer
+	var stuck atomic.Int64
+	h := func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+		if req.Code == lradius.CodeAccountingRequest {
+			stuck.Add(1)
+			<-ctx.Done() // a store that never answers
+			return 0, nil
+		}
+		return AcceptAll(ctx, req, raw)
+	}
+	srv, c := startUDP(t, ServerConfig{Handler: h, MaxInFlight: 2, MaxQueued: 2, Logger: lines.logger()})
+	overloads := serve.Count(serve.KindOverload)
+	var acct [][]byte
+	for i := range 10 {
+		b, _, _ := radius.EncodeRequest(acctReq(fmt.Sprint("s", i)), byte(i), testSecret)
+		acct = append(acct, b)
+		c.Write(b)
+	}
+	// The reader handles datagrams in order: once the Access-Request is
+	// answered, every accounting request before it was handled or dropped.
+	for i := range 3 {
+		req, _, _ := radius.EncodeRequest(accessReq("alice"), byte(100+i), testSecret)
+		start := time.Now()
+		c.Write(req)
+		ans, err := readAnswer(c, 2*time.Second)
+		if err != nil {
+			t.Fatalf("Access-Request %d not answered: %v (stats %+v)", i, err, srv.Stats())
+		}
+		if radius.Code(ans) != lradius.CodeAccessAccept || radius.Identifier(ans) != byte(100+i) {
+			t.Fatalf("answer %v ID %d", radius.Code(ans), radius.Identifier(ans))
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("Access-Request %d answered in %v", i, d)
+		}
+	}
+	waitFor(t, "2 stuck handlers", func() bool { return stuck.Load() == 2 })
+	if st := srv.Stats(); st.Overload != 6 || st.Received != 13 || st.Cached != 7 || st.Answered != 3 {
+		t.Fatalf("2 running and 2 waiting of 10 accounting requests: stats %+v", st)
+	}
+	if n := serve.Count(serve.KindOverload) - overloads; n != 6 {
+		t.Errorf("%d overloads logged, want 6", n)
+	}
+	// A dropped request was forgotten: its retransmission is handled (and
+	// dropped again), not taken for a duplicate in progress.
+	c.Write(acct[9])
+	waitFor(t, "retransmission dropped", func() bool { return srv.Stats().Overload == 7 })
+	if st := srv.Stats(); st.InProgress != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	for _, l := range lines.lines() {
+		if strings.Contains(l, "RADIUS request dropped: its handlers and their queue are full") &&
+			!strings.Contains(l, "remote="+c.LocalAddr().String()) {
+			t.Errorf("log line without the remote: %s", l)
+		}
+	}
+}
+
+// The Handler gets the request's source address on its context.
+func TestUDPServerSenderOnContext(t *testing.T) {
+	got := make(chan Sender, 1)
+	h := func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+		s, _ := SenderOf(ctx)
+		got <- s
+		return AcceptAll(ctx, req, raw)
+	}
+	_, c := startUDP(t, ServerConfig{Handler: h})
+	req, _, _ := radius.EncodeRequest(acctReq("s"), 1, testSecret)
+	c.Write(req)
+	if _, err := readAnswer(c, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if s := <-got; s.Addr != netip.MustParseAddr("127.0.0.1") || s.Identity != "" {
+		t.Fatalf("sender %+v", s)
+	}
+}
+
 // Octets past the Length field are padding (RFC 2865 3): the request is
 // answered. A datagram shorter than its Length is not.
 func TestUDPServerIgnoresPadding(t *testing.T) {
@@ -425,6 +507,44 @@ func TestUDPServerAnswersStatusServer(t *testing.T) {
 	}
 	if st := srv.Stats(); st.Received != 1 || st.Answered != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// Close ends the reader and the handlers, those of the requests still
+// queued included, which are not handled.
+func TestUDPServerCloseWithQueuedRequests(t *testing.T) {
+	var runs atomic.Int64
+	h := func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+		runs.Add(1)
+		<-ctx.Done()
+		return 0, nil
+	}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewUDPServer(pc, ServerConfig{Secret: testSecret, Handler: h, MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve() }()
+	c, err := net.Dial("udp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 5 {
+		b, _, _ := radius.EncodeRequest(acctReq("s"), byte(i), testSecret)
+		c.Write(b)
+	}
+	waitFor(t, "5 requests read, 1 handled", func() bool { return srv.Stats().Received == 5 && runs.Load() == 1 })
+	mustClose(t, srv)
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("handler ran %d times, want 1 (the others were queued at Close)", runs.Load())
 	}
 }
 
