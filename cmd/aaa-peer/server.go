@@ -102,6 +102,7 @@ type serverOptions struct {
 	firstTimeout  time.Duration
 	maxHandlers   int
 	maxQueued     int
+	udpDupBytes   int64
 	history       int
 	cpuProfile    string
 }
@@ -143,6 +144,7 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", radpeer.DefaultIdleTimeout, "close a RADIUS/TCP or TLS connection that sent no whole request for `D` (a client's Status-Server watchdog keeps a live one busy; negative: never)")
 	fs.IntVar(&o.maxHandlers, "max-handlers", radpeer.DefaultMaxInFlight, "RADIUS: at most `N` requests handled at once for each kind, authentication and accounting, each kind on its own budget so that a slow --dedup store delays accounting only")
 	fs.IntVar(&o.maxQueued, "max-queued", radpeer.DefaultMaxQueued, "RADIUS: at most `N` requests of each kind waiting for a handler; beyond, a request is dropped, counted and logged (-1: none wait)")
+	fs.Int64Var(&o.udpDupBytes, "udp-dup-max-bytes", radpeer.DefaultDupBytes, "RADIUS over UDP (radius://): memory budget `N` of the RFC 5080 duplicate cache, in bytes: cached answers plus about 320 per request; over it the oldest requests are forgotten first (it also holds at most 65,536, for 30 s)")
 	fs.IntVar(&o.history, "history", defaultHistory, "keep the final stats of the last `N` peers that ended, for --report and the status page")
 	return fs
 }
@@ -186,6 +188,8 @@ func (o *serverOptions) validate() error {
 		return usagef("--max-opening and --max-opening-per-addr must be positive, or -1 for no limit")
 	case o.maxHandlers < 1:
 		return usagef("--max-handlers %d: must be at least 1", o.maxHandlers)
+	case o.udpDupBytes < 1:
+		return usagef("--udp-dup-max-bytes must be positive")
 	case o.maxQueued == 0 || o.maxQueued < -1:
 		return usagef("--max-queued %d: must be at least 1, or -1 for none", o.maxQueued)
 	case o.firstTimeout <= 0:
