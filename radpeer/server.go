@@ -103,6 +103,16 @@ type ServerConfig struct {
 	// for that long, and so also one that sends a request too slowly.
 	// Default DefaultIdleTimeout; negative: never.
 	IdleTimeout time.Duration
+	// DupTTL is how long a UDPServer remembers a request, so that a
+	// retransmission gets its answer again (default DefaultDupTTL).
+	DupTTL time.Duration
+	// DupEntries and DupBytes bound a UDPServer's duplicate cache: at
+	// most DupEntries requests, and DupBytes bytes counting each cached
+	// answer and about 320 bytes per request. Past either bound the
+	// oldest are forgotten first (defaults DefaultDupEntries,
+	// DefaultDupBytes).
+	DupEntries int
+	DupBytes   int64
 	// Events receives connection and error events. Default: a new Bus.
 	Events *peer.Bus
 	// Logger, default slog.Default().
@@ -124,6 +134,15 @@ func (cfg ServerConfig) withDefaults() ServerConfig {
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.DupTTL <= 0 {
+		cfg.DupTTL = DefaultDupTTL
+	}
+	if cfg.DupEntries <= 0 {
+		cfg.DupEntries = DefaultDupEntries
+	}
+	if cfg.DupBytes <= 0 {
+		cfg.DupBytes = DefaultDupBytes
 	}
 	if cfg.Handler == nil {
 		cfg.Handler = AcceptAll

@@ -2,7 +2,10 @@ package radpeer
 
 import (
 	"bytes"
+	"log/slog"
 	"net"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,5 +78,51 @@ func TestUDPServerDuplicateCache(t *testing.T) {
 	srv.mu.Unlock()
 	if cached > 2 {
 		t.Fatalf("%d entries cached, bound 2", cached)
+	}
+}
+
+// failingPacketConn fails its first reads, as a socket with an error
+// queued or no memory for a buffer would.
+type failingPacketConn struct {
+	net.PacketConn
+	fails atomic.Int32
+}
+
+func (f *failingPacketConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	if f.fails.Add(-1) >= 0 {
+		return 0, nil, &net.OpError{Op: "read", Net: "udp", Err: syscall.ENOBUFS}
+	}
+	return f.PacketConn.ReadFrom(b)
+}
+
+// A failed read does not end the service: the old Serve returned on it
+// and nobody read the socket again.
+func TestUDPServerReadsOnAfterAFailedRead(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fpc := &failingPacketConn{PacketConn: pc}
+	fpc.fails.Store(5)
+	srv, err := NewUDPServer(fpc, ServerConfig{Secret: testSecret, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	c, err := net.Dial("udp", pc.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req, _, _ := radius.EncodeRequest(accessReq("alice"), 3, testSecret)
+	c.Write(req)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 4096)); err != nil {
+		t.Fatalf("no answer after 5 failed reads: %v", err)
+	}
+	mustClose(t, srv)
+	if err := <-served; err != nil {
+		t.Fatalf("Serve after Close: %v", err)
 	}
 }

@@ -16,7 +16,7 @@ import (
 	lradius "layeh.com/radius"
 )
 
-// Defaults of UDPLimits: the duplicate cache of RFC 5080 section 2.2.2.
+// Defaults of ServerConfig.DupTTL, DupEntries and DupBytes: the duplicate cache of RFC 5080 section 2.2.2.
 const (
 	DefaultDupTTL     = 30 * time.Second
 	DefaultDupEntries = 1 << 16
@@ -24,36 +24,6 @@ const (
 	// requests' Proxy-State, so 65,536 answers of 4 KB would hold 256 MB.
 	DefaultDupBytes = 32 << 20
 )
-
-// UDPLimits bounds what a UDPServer remembers. Zero fields take the
-// defaults.
-type UDPLimits struct {
-	// DupTTL is how long a request is remembered, so that a
-	// retransmission gets its answer again (default DefaultDupTTL).
-	DupTTL time.Duration
-	// DupEntries and DupBytes bound the duplicate cache: at most
-	// DupEntries requests, and DupBytes bytes counting each cached answer
-	// and about 320 bytes per request. Past either bound the oldest are
-	// forgotten first (defaults DefaultDupEntries, DefaultDupBytes).
-	DupEntries int
-	DupBytes   int64
-}
-
-func (l UDPLimits) withDefaults() (UDPLimits, error) {
-	if l.DupTTL < 0 || l.DupEntries < 0 || l.DupBytes < 0 {
-		return l, fmt.Errorf("%w: negative duplicate cache bound (TTL %v, %d entries, %d bytes)", ErrConfig, l.DupTTL, l.DupEntries, l.DupBytes)
-	}
-	if l.DupTTL == 0 {
-		l.DupTTL = DefaultDupTTL
-	}
-	if l.DupEntries == 0 {
-		l.DupEntries = DefaultDupEntries
-	}
-	if l.DupBytes == 0 {
-		l.DupBytes = DefaultDupBytes
-	}
-	return l, nil
-}
 
 // UDPServer answers RADIUS requests on one UDP socket, with the
 // duplicate cache of RFC 5080 2.2.2: a request with the source address
@@ -114,25 +84,20 @@ type UDPServerStats struct {
 
 // NewUDPServer returns a server for pc (a socket from net.ListenPacket).
 // cfg is as for Server (Secret required; MaxInFlight and MaxQueued bound
-// each kind of request, accounting and the others). limits, when given,
-// bounds the duplicate cache.
-func NewUDPServer(pc net.PacketConn, cfg ServerConfig, limits ...UDPLimits) (*UDPServer, error) {
+// each kind of request, accounting and the others; DupTTL, DupEntries
+// and DupBytes bound the duplicate cache).
+func NewUDPServer(pc net.PacketConn, cfg ServerConfig) (*UDPServer, error) {
 	if _, err := (Endpoint{Scheme: SchemeTCP}).Secret(cfg.Secret); err != nil {
 		return nil, err
 	}
-	var lim UDPLimits
-	if len(limits) > 0 {
-		lim = limits[len(limits)-1]
-	}
-	lim, err := lim.withDefaults()
-	if err != nil {
-		return nil, err
+	if cfg.DupTTL < 0 || cfg.DupEntries < 0 || cfg.DupBytes < 0 {
+		return nil, fmt.Errorf("%w: negative duplicate cache bound (TTL %v, %d entries, %d bytes)", ErrConfig, cfg.DupTTL, cfg.DupEntries, cfg.DupBytes)
 	}
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &UDPServer{
 		pc: pc, cfg: cfg, now: time.Now, ctx: ctx, cancel: cancel,
-		dup: newDupCache(lim.DupTTL, lim.DupEntries, lim.DupBytes),
+		dup: newDupCache(cfg.DupTTL, cfg.DupEntries, cfg.DupBytes),
 	}
 	s.auth = serve.NewLane(s.handle, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
 	s.acct = serve.NewLane(s.handle, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
@@ -142,7 +107,9 @@ func NewUDPServer(pc net.PacketConn, cfg ServerConfig, limits ...UDPLimits) (*UD
 // Addr returns the socket's address.
 func (s *UDPServer) Addr() net.Addr { return s.pc.LocalAddr() }
 
-// Serve reads requests until Close; it returns nil after Close.
+// Serve reads requests until Close; it returns nil after Close. A failed
+// read is logged and retried after a back-off: the socket is read while
+// the UDPServer is open.
 func (s *UDPServer) Serve() error {
 	s.mu.Lock()
 	if s.closed {
@@ -156,14 +123,19 @@ func (s *UDPServer) Serve() error {
 	s.mu.Unlock()
 	defer s.wg.Done()
 	buf := make([]byte, radius.MaxLength+1)
+	var backoff serve.Backoff
 	for {
 		n, from, err := s.pc.ReadFrom(buf)
 		if err != nil {
 			if s.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			return err
+			// A failed read (no memory for a buffer, an error queued on
+			// the socket) must not end the service.
+			backoff.Wait(s.cfg.Logger, "RADIUS/UDP read failed; retrying", "addr", s.pc.LocalAddr().String(), "err", err)
+			continue
 		}
+		backoff.Reset()
 		b := append([]byte(nil), buf[:n]...)
 		s.packet(b, from)
 	}

@@ -252,7 +252,7 @@ func TestDupCacheBounds(t *testing.T) {
 func TestUDPServerDupCacheByteBound(t *testing.T) {
 	pc := newRecordConn(true)
 	const bound = 64 << 10
-	srv, err := NewUDPServer(pc, ServerConfig{Secret: testSecret}, UDPLimits{DupBytes: bound})
+	srv, err := NewUDPServer(pc, ServerConfig{Secret: testSecret, DupBytes: bound})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -564,7 +564,7 @@ func BenchmarkDupCache(b *testing.B) {
 	from := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 40000}
 	for _, n := range []int{1 << 10, 1 << 16} {
 		b.Run(fmt.Sprintf("entries=%dk", n>>10), func(b *testing.B) {
-			srv, err := NewUDPServer(newRecordConn(false), ServerConfig{Secret: testSecret}, UDPLimits{DupEntries: n, DupBytes: 1 << 40})
+			srv, err := NewUDPServer(newRecordConn(false), ServerConfig{Secret: testSecret, DupEntries: n, DupBytes: 1 << 40})
 			if err != nil {
 				b.Fatal(err)
 			}

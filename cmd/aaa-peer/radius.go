@@ -116,7 +116,8 @@ func (s *server) listenRADIUSUDP(addr string, store dedup.Store, bus *peer.Bus) 
 		Secret: secret, Handler: radpeer.Dedup(store, radpeer.AcceptAll, &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...)), Events: bus, Logger: s.log,
 		MaxInFlight: s.o.maxHandlers, MaxQueued: s.o.maxQueued,
 		RequireMessageAuthenticator: s.o.requireMA, LimitProxyState: s.o.proxyState,
-	}, radpeer.UDPLimits{DupBytes: s.o.udpDupBytes})
+		DupBytes: s.o.udpDupBytes,
+	})
 	if err != nil {
 		pc.Close()
 		return "", err

@@ -33,19 +33,17 @@ const (
 // accepting goroutine: it must not block.
 func Accept[C any](ln Listener[C], adm *Admission, lg *slog.Logger, closed func() bool,
 	remote func(C) net.Addr, closeConn func(C), start func(c C, release func())) error {
-	var backoff time.Duration
+	var backoff Backoff
 	for {
 		c, err := ln.Accept()
 		if err != nil {
 			if closed() || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			backoff = min(max(2*backoff, MinBackoff), MaxBackoff)
-			Log(lg, slog.LevelWarn, KindAcceptFailed, "accept failed; retrying", "addr", ln.Addr().String(), "err", err, "in", backoff)
-			time.Sleep(backoff)
+			backoff.Wait(lg, "accept failed; retrying", "addr", ln.Addr().String(), "err", err)
 			continue
 		}
-		backoff = 0
+		backoff.Reset()
 		release := func() {}
 		if adm != nil {
 			r, ok := adm.Admit(remote(c), lg)
@@ -58,3 +56,20 @@ func Accept[C any](ln Listener[C], adm *Admission, lg *slog.Logger, closed func(
 		start(c, release)
 	}
 }
+
+// Backoff is the wait after a failed accept or read that must be
+// retried, not end the service: MinBackoff, doubling on each failure in a
+// row up to MaxBackoff. Its zero value is ready; it is not safe for
+// concurrent use.
+type Backoff struct{ d time.Duration }
+
+// Wait logs msg (rate-limited, KindAcceptFailed) with how long it will
+// wait, then waits.
+func (b *Backoff) Wait(lg *slog.Logger, msg string, args ...any) {
+	b.d = min(max(2*b.d, MinBackoff), MaxBackoff)
+	Log(lg, slog.LevelWarn, KindAcceptFailed, msg, append(args, "in", b.d)...)
+	time.Sleep(b.d)
+}
+
+// Reset starts the next failure from MinBackoff again.
+func (b *Backoff) Reset() { b.d = 0 }
