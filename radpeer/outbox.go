@@ -20,6 +20,9 @@ type outbox struct {
 	tc      transport.Conn
 	onError func(error) // called once, by the writer, when a write fails
 	bp      *serve.Backlog
+	// idle, when set, is called with mu held whenever the backlog
+	// empties: the server arms its idle timeout then.
+	idle func()
 
 	mu      sync.Mutex // guards the fields below and *bp
 	q       [][]byte
@@ -60,8 +63,17 @@ func (o *outbox) held() {
 func (o *outbox) unheld() {
 	o.mu.Lock()
 	o.bp.InHandler--
-	o.bp.Wake()
+	o.drainedLocked()
 	o.mu.Unlock()
+}
+
+// drainedLocked follows a fall of the backlog: a paused reader may go on,
+// and an empty backlog arms the idle timeout. o.mu is held.
+func (o *outbox) drainedLocked() {
+	o.bp.Wake()
+	if o.idle != nil && o.bp.Unanswered() == 0 {
+		o.idle()
+	}
 }
 
 // answer queues the answer to a request counted by held; false if the
@@ -71,7 +83,7 @@ func (o *outbox) answer(ans []byte) bool {
 	defer o.mu.Unlock()
 	o.bp.InHandler--
 	if !o.queueLocked(ans) {
-		o.bp.Wake()
+		o.drainedLocked()
 		return false
 	}
 	o.bp.Queued++
@@ -119,7 +131,7 @@ func (o *outbox) write() {
 		o.spare = batch[:0]
 		if o.bp != nil {
 			o.bp.Writing = 0
-			o.bp.Wake()
+			o.drainedLocked()
 		}
 		o.mu.Unlock()
 		if err != nil {

@@ -100,8 +100,8 @@ type ServerConfig struct {
 	// DefaultOpeningTimeout.
 	OpeningTimeout time.Duration
 	// IdleTimeout closes a stream connection that sent no whole request
-	// for that long, and so also one that sends a request too slowly.
-	// Default DefaultIdleTimeout; negative: never.
+	// for that long while owed no answer, and so also one that sends a
+	// request too slowly. Default DefaultIdleTimeout; negative: never.
 	IdleTimeout time.Duration
 	// DupTTL is how long a UDPServer remembers a request, so that a
 	// retransmission gets its answer again (default DefaultDupTTL).
@@ -259,7 +259,9 @@ func (s *Server) start(tc transport.Conn, release func()) {
 		tc.Close()
 		c.cancel()
 	}}
-	c.rd, _ = tc.(transport.ReadDeadliner)
+	if c.rd, _ = tc.(transport.ReadDeadliner); c.rd != nil {
+		c.out.idle = c.armIdleLocked
+	}
 	s.mu.Lock()
 	if s.ctx.Err() != nil {
 		s.mu.Unlock()
@@ -366,17 +368,30 @@ func (c *serverConn) paused(unanswered int) {
 
 // setDeadline bounds the next read: the opening timeout from the
 // connection's start until a request passes verification, then the idle
-// timeout from now.
+// timeout (see armIdleLocked).
 func (c *serverConn) setDeadline() {
 	if c.rd == nil {
 		return
 	}
-	switch {
-	case !c.admitted:
+	if !c.admitted {
 		c.rd.SetReadDeadline(c.opened.Add(c.s.cfg.OpeningTimeout))
-	case c.s.cfg.IdleTimeout > 0:
-		c.rd.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+		return
 	}
+	c.out.mu.Lock()
+	c.armIdleLocked()
+	c.out.mu.Unlock()
+}
+
+// armIdleLocked sets the idle timeout from now, or none while the
+// connection is owed answers: a client waiting for a slow handler is not
+// idle, and no answer it waits for is lost to the timeout. The outbox
+// calls it too, when the last answer owed is written. c.out.mu is held.
+func (c *serverConn) armIdleLocked() {
+	if c.s.cfg.IdleTimeout < 0 || c.out.bp.Unanswered() > 0 {
+		c.rd.SetReadDeadline(time.Time{})
+		return
+	}
+	c.rd.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
 }
 
 // request handles one packet; a non-empty result closes the connection.

@@ -312,3 +312,63 @@ func TestServerHandlerSeesSender(t *testing.T) {
 		mustClose(t, p, s)
 	})
 }
+
+// A negative IdleTimeout means never: an admitted connection outlives the
+// opening timeout (the opening deadline once closed it at 1 min).
+func TestServerIdleTimeoutNever(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, ln := startServer(t, ServerConfig{OpeningTimeout: 10 * time.Second, IdleTimeout: -1, Logger: slog.New(slog.DiscardHandler)})
+		c := connect(t, ln)
+		go io.Copy(io.Discard, c.conn)
+		c.send(accessReq("alice"), 1)
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		assert.False(t, c.closedByServer(), "admitted, never idle-closed")
+		assert.Equal(t, uint64(0), s.Stats().TimedOut)
+		c.conn.Close()
+		mustClose(t, s)
+	})
+}
+
+// A client waiting for a slow handler is not idle: its answer comes after
+// IdleTimeout and still reaches it; then the idle timeout runs from the
+// answer.
+func TestServerIdleTimeoutWaitsForOwedAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		h := func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return 0, nil
+			}
+			return AcceptAll(ctx, req, raw)
+		}
+		s, ln := startServer(t, ServerConfig{Handler: h, IdleTimeout: 30 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+		c := connect(t, ln)
+		answers := make(chan []byte, 1)
+		go func() {
+			b, err := c.tc.ReadMessage()
+			if err == nil {
+				answers <- b
+			}
+		}()
+		c.send(accessReq("alice"), 1)
+		time.Sleep(45 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, uint64(0), s.Stats().TimedOut, "owed an answer: not idle")
+		close(release)
+		synctest.Wait()
+		select {
+		case b := <-answers:
+			assert.Equal(t, lradius.CodeAccessAccept, radius.Code(b))
+		default:
+			t.Fatal("the slow answer was lost")
+		}
+		time.Sleep(30*time.Second + time.Millisecond)
+		synctest.Wait()
+		assert.True(t, c.closedByServer(), "idle from the answer on: closed")
+		assert.Equal(t, uint64(1), s.Stats().TimedOut)
+		mustClose(t, s)
+	})
+}
