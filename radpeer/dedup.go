@@ -84,9 +84,6 @@ func (o *dedupOptions) keyFrom(ctx context.Context) string {
 			return ""
 		}
 	}
-	if s.Identity != "" {
-		return s.Identity
-	}
 	return s.Addr.String()
 }
 

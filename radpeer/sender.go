@@ -5,14 +5,11 @@ import (
 	"net/netip"
 )
 
-// Sender is who sent the request a Handler is answering, as the server
-// authenticated it: the source address of its connection or datagram and,
-// over radsec://, the subject of the client's certificate.
+// Sender is who sent the request a Handler is answering: the source
+// address of its connection or datagram, the identity a RADIUS server
+// knows its clients by.
 type Sender struct {
 	Addr netip.Addr
-	// Identity names the client beyond its address: the TLS client
-	// certificate's subject over radsec://, empty otherwise.
-	Identity string
 }
 
 type senderKey struct{}

@@ -119,6 +119,19 @@ type ServerConfig struct {
 	Logger *slog.Logger
 }
 
+// check reports what NewServer and NewUDPServer refuse in cfg.
+func (cfg ServerConfig) check() error {
+	switch {
+	case cfg.RequireMessageAuthenticator > RequireMANever:
+		return fmt.Errorf("%w: RequireMessageAuthenticator %s", ErrConfig, cfg.RequireMessageAuthenticator)
+	case cfg.LimitProxyState > LimitProxyStateNever:
+		return fmt.Errorf("%w: LimitProxyState %s", ErrConfig, cfg.LimitProxyState)
+	case cfg.DupTTL < 0 || cfg.DupEntries < 0 || cfg.DupBytes < 0:
+		return fmt.Errorf("%w: negative duplicate cache bound (TTL %v, %d entries, %d bytes)", ErrConfig, cfg.DupTTL, cfg.DupEntries, cfg.DupBytes)
+	}
+	return nil
+}
+
 func (cfg ServerConfig) withDefaults() ServerConfig {
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = DefaultMaxInFlight
@@ -209,6 +222,9 @@ func NewServer(ln transport.Listener, scheme string, cfg ServerConfig) (*Server,
 	secret, err := ep.Secret(cfg.Secret)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())

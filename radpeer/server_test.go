@@ -372,3 +372,20 @@ func TestServerIdleTimeoutWaitsForOwedAnswers(t *testing.T) {
 		mustClose(t, s)
 	})
 }
+
+// A setting out of range is refused, not taken as the least safe one.
+func TestServerConfigRefused(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer pc.Close()
+	for _, cfg := range []ServerConfig{
+		{Secret: testSecret, RequireMessageAuthenticator: RequireMANever + 1},
+		{Secret: testSecret, LimitProxyState: LimitProxyStateNever + 1},
+		{Secret: testSecret, DupBytes: -1},
+	} {
+		_, err := NewServer(newPipeListener(), SchemeTCP, cfg)
+		assert.ErrorIs(t, err, ErrConfig, "stream %+v", cfg)
+		_, err = NewUDPServer(pc, cfg)
+		assert.ErrorIs(t, err, ErrConfig, "UDP %+v", cfg)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -90,8 +89,8 @@ func NewUDPServer(pc net.PacketConn, cfg ServerConfig) (*UDPServer, error) {
 	if _, err := (Endpoint{Scheme: SchemeTCP}).Secret(cfg.Secret); err != nil {
 		return nil, err
 	}
-	if cfg.DupTTL < 0 || cfg.DupEntries < 0 || cfg.DupBytes < 0 {
-		return nil, fmt.Errorf("%w: negative duplicate cache bound (TTL %v, %d entries, %d bytes)", ErrConfig, cfg.DupTTL, cfg.DupEntries, cfg.DupBytes)
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -132,7 +131,7 @@ func (s *UDPServer) Serve() error {
 			}
 			// A failed read (no memory for a buffer, an error queued on
 			// the socket) must not end the service.
-			backoff.Wait(s.cfg.Logger, "RADIUS/UDP read failed; retrying", "addr", s.pc.LocalAddr().String(), "err", err)
+			backoff.Wait(s.cfg.Logger, serve.KindReadFailed, "RADIUS/UDP read failed; retrying", "addr", s.pc.LocalAddr().String(), "err", err)
 			continue
 		}
 		backoff.Reset()

@@ -43,11 +43,12 @@ const (
 	MetricNodeInfo    = "aaatp_node_info"
 	MetricPeerInfo    = "aaatp_peer_info"
 	MetricRecycled    = "aaatp_recycled_connections_total"
-	// MetricListenerEvents counts, by kind, what the process's listeners
-	// log rate-limited about remote parties (refused connections, bad
-	// frames, failed authenticators, timeouts, overload), the lines
-	// suppressed by the rate included.
-	MetricListenerEvents = "aaatp_listener_events_total"
+	// MetricLogEvents counts, by kind, what the process logs
+	// rate-limited: what remote peers did to its listeners and its
+	// clients (refused connections, bad frames, failed authenticators,
+	// unmatched answers, timeouts, overload) and failed accepts and
+	// reads, the lines suppressed by the rate included.
+	MetricLogEvents = "aaatp_log_events_total"
 )
 
 // Values of the "protocol" label of aaatp_peer_info.
@@ -197,8 +198,8 @@ func NewMetrics() *Metrics {
 	})
 	for _, k := range serve.Kinds() {
 		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        MetricListenerEvents,
-			Help:        "Events the listeners log rate-limited, by kind, suppressed lines included (the process's own counts).",
+			Name:        MetricLogEvents,
+			Help:        "Events the process logs rate-limited (what remote peers did, failed accepts and reads), by kind, suppressed lines included.",
 			ConstLabels: prometheus.Labels{"kind": k.String()},
 		}, func() float64 { return float64(serve.Count(k)) }))
 	}

@@ -383,17 +383,17 @@ func TestRecycledConnections(t *testing.T) {
 
 // What the listeners log rate-limited is counted in the metrics by kind,
 // every kind from zero on, suppressed lines included.
-func TestListenerEvents(t *testing.T) {
+func TestLogEvents(t *testing.T) {
 	f := newFake()
 	m := NewMetrics()
 	fams, _ := families(t, f, m)
-	before, ok := value(fams, MetricListenerEvents, "kind", "bad_auth")
+	before, ok := value(fams, MetricLogEvents, "kind", "bad_auth")
 	if !ok {
-		t.Fatalf("%s{kind=bad_auth} is absent before any event", MetricListenerEvents)
+		t.Fatalf("%s{kind=bad_auth} is absent before any event", MetricLogEvents)
 	}
 	for range 100 {
 		serve.Log(nil, slog.LevelWarn, serve.KindBadAuth, "forged")
 	}
 	fams, _ = families(t, f, m)
-	expect(t, fams, before+100, MetricListenerEvents, "kind", "bad_auth")
+	expect(t, fams, before+100, MetricLogEvents, "kind", "bad_auth")
 }

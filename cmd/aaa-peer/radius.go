@@ -70,7 +70,7 @@ func (s *server) listenRADIUS(u string, topts transport.Options, store dedup.Sto
 		Handler:           radpeer.Dedup(store, radpeer.AcceptAll, &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...)),
 		MaxInFlight:       s.o.maxHandlers,
 		MaxQueued:         s.o.maxQueued,
-		MaxUnanswered:     s.o.maxUnanswered,
+		MaxUnanswered:     min(s.o.maxUnanswered, radpeer.DefaultMaxUnanswered), // one Identifier space
 		MaxOpening:        s.o.maxOpening,
 		MaxOpeningPerAddr: s.o.maxOpenPerIP,
 		OpeningTimeout:    s.o.firstTimeout,

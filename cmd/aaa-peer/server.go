@@ -135,7 +135,7 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.dedupAnswer, "dedup-max-answer", dedup.DefaultMaxAnswerSize, "answers longer than `N` bytes are sent but not kept by the --dedup store; a duplicate of such a request is refused DIAMETER_UNABLE_TO_COMPLY (5012), never applied again")
 	fs.Var(&o.radiusProxies, "radius-proxy", "RADIUS clients at this `ADDR` or prefix (10.0.0.0/8) are proxies relaying many NASes: their accounting records are recognised by NAS identity alone, so a record re-sent through another proxy is not applied twice; from any other client a record is bound to the client's address, so that no client can pre-empt another NAS's record by forging it; repeat for several")
 	fs.Var(&o.agents, "agent", "peers whose Origin-Host matches this `GLOB` are agents: their requests may carry another node's Origin-Host (from any other peer such a request is refused 5004); repeat for several")
-	fs.IntVar(&o.maxUnanswered, "max-unanswered", peer.DefaultMaxUnanswered, "per connection, stop reading once `N` requests are read and not yet answered on the wire, until answers drain")
+	fs.IntVar(&o.maxUnanswered, "max-unanswered", peer.DefaultMaxUnanswered, "per connection, stop reading once `N` requests are read and not yet answered on the wire, until answers drain (RADIUS/TCP and TLS: at most 256, one Identifier space)")
 	fs.DurationVar(&o.inlineTime, "inline-handler-time", peer.DefaultInlineHandlerTime, "run each request on the connection's reader goroutine, and move the reading to a new goroutine once a request has taken `D` there (later requests then go to goroutines of their own for a while); negative: every request on a goroutine of its own")
 	fs.IntVar(&o.maxOpening, "max-opening", peer.DefaultMaxOpening, "at most `N` accepted connections without a finished CER/CEA (Diameter) or a first request that passed verification (RADIUS/TCP and TLS), per listener; more are closed at once (-1: no limit)")
 	fs.IntVar(&o.maxOpenPerIP, "max-opening-per-addr", peer.DefaultMaxOpeningPerAddr, "at most `N` of those from one source address (-1: no limit)")
@@ -272,10 +272,10 @@ type serverReport struct {
 	RefusedOverLimit uint64 `json:"refused_over_limit"`
 	// RADIUS has each RADIUS listener's counters.
 	RADIUS []radiusListenerReport `json:"radius,omitempty"`
-	// ListenerEvents counts, by kind, what every listener logs
-	// rate-limited (refused connections, bad frames, failed
-	// authenticators, timeouts, overload...), suppressed lines included.
-	ListenerEvents map[string]uint64 `json:"listener_events"`
+	// LogEvents counts, by kind, what the process logs rate-limited
+	// (refused connections, bad frames, failed authenticators, timeouts,
+	// overload...), suppressed lines included.
+	LogEvents map[string]uint64 `json:"log_events"`
 }
 
 func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -568,7 +568,7 @@ func (s *server) report(dropped uint64) serverReport {
 	for _, st := range s.rstats {
 		r.RADIUS = append(r.RADIUS, st())
 	}
-	r.ListenerEvents = servecore.Counts()
+	r.LogEvents = servecore.Counts()
 	for _, p := range s.live() { // none after a clean shutdown
 		r.Peers = append(r.Peers, p.Stats())
 	}

@@ -40,7 +40,7 @@ func Accept[C any](ln Listener[C], adm *Admission, lg *slog.Logger, closed func(
 			if closed() || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
-			backoff.Wait(lg, "accept failed; retrying", "addr", ln.Addr().String(), "err", err)
+			backoff.Wait(lg, KindAcceptFailed, "accept failed; retrying", "addr", ln.Addr().String(), "err", err)
 			continue
 		}
 		backoff.Reset()
@@ -63,11 +63,11 @@ func Accept[C any](ln Listener[C], adm *Admission, lg *slog.Logger, closed func(
 // concurrent use.
 type Backoff struct{ d time.Duration }
 
-// Wait logs msg (rate-limited, KindAcceptFailed) with how long it will
-// wait, then waits.
-func (b *Backoff) Wait(lg *slog.Logger, msg string, args ...any) {
+// Wait logs msg as kind k (rate-limited) with how long it will wait,
+// then waits.
+func (b *Backoff) Wait(lg *slog.Logger, k Kind, msg string, args ...any) {
 	b.d = min(max(2*b.d, MinBackoff), MaxBackoff)
-	Log(lg, slog.LevelWarn, KindAcceptFailed, msg, append(args, "in", b.d)...)
+	Log(lg, slog.LevelWarn, k, msg, append(args, "in", b.d)...)
 	time.Sleep(b.d)
 }
 

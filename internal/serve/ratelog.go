@@ -34,6 +34,7 @@ const (
 	KindUnmatched                // an answer that matches no request
 	KindConnDown                 // a connection lost
 	KindAcceptFailed             // an accept that failed (out of descriptors)
+	KindReadFailed               // a read of a datagram socket that failed
 	KindTimeout                  // a connection idle or too slow, closed
 	KindOverload                 // a request dropped: its handler budget and queue are full
 	KindDropped                  // a request dropped for another reason
@@ -44,7 +45,7 @@ var kindNames = [numKinds]string{
 	KindRefused: "refused", KindBadOpening: "bad_opening", KindBadFrame: "bad_frame",
 	KindBadRequest: "bad_request", KindBadAuth: "bad_auth", KindPaused: "paused",
 	KindWriteTimeout: "write_timeout", KindUnmatched: "unmatched", KindConnDown: "conn_down",
-	KindAcceptFailed: "accept_failed", KindTimeout: "timeout", KindOverload: "overload",
+	KindAcceptFailed: "accept_failed", KindReadFailed: "read_failed", KindTimeout: "timeout", KindOverload: "overload",
 	KindDropped: "dropped",
 }
 
