@@ -74,13 +74,14 @@ func newDupCache(ttl time.Duration, maxEntries int, maxBytes int64) *dupCache {
 
 // seen looks k up at time now. A request seen in the last ttl returns
 // seen true and its answer, nil while it is being handled. Otherwise k is
-// remembered as being handled from now on, and seen is false.
-func (c *dupCache) seen(k dupKey, now time.Time) (resp []byte, seen bool) {
+// remembered as being handled from now on, by the entry returned (which
+// answer and forget take), and seen is false.
+func (c *dupCache) seen(k dupKey, now time.Time) (e *dupEntry, resp []byte, seen bool) {
 	c.expire(now)
 	if e, ok := c.index[k]; ok {
-		return e.resp, true
+		return nil, e.resp, true
 	}
-	e := &dupEntry{key: k, at: now, prev: c.last}
+	e = &dupEntry{key: k, at: now, prev: c.last}
 	if c.last != nil {
 		c.last.next = e
 	} else {
@@ -90,13 +91,17 @@ func (c *dupCache) seen(k dupKey, now time.Time) (resp []byte, seen bool) {
 	c.index[k] = e
 	c.size += e.bytes()
 	c.bound()
-	return nil, false
+	return e, nil, false
 }
 
-// answer remembers resp as the answer to k, if k is still remembered.
-func (c *dupCache) answer(k dupKey, resp []byte) {
-	e, ok := c.index[k]
-	if !ok || e.resp != nil {
+// has reports whether e is still in the cache: an entry that expired or
+// went over a bound while its request was handled may have been replaced
+// by a retransmission's, which is not e's to answer or forget.
+func (c *dupCache) has(e *dupEntry) bool { return c.index[e.key] == e }
+
+// answer remembers resp as the answer of e, if e is still remembered.
+func (c *dupCache) answer(e *dupEntry, resp []byte) {
+	if !c.has(e) || e.resp != nil {
 		return
 	}
 	e.resp = resp
@@ -104,10 +109,10 @@ func (c *dupCache) answer(k dupKey, resp []byte) {
 	c.bound()
 }
 
-// forget removes k, so that a retransmission of its request is handled
-// afresh.
-func (c *dupCache) forget(k dupKey) {
-	if e, ok := c.index[k]; ok {
+// forget removes e, if still remembered, so that a retransmission of its
+// request is handled afresh.
+func (c *dupCache) forget(e *dupEntry) {
+	if c.has(e) {
 		c.remove(e)
 	}
 }

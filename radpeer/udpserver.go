@@ -61,7 +61,7 @@ type UDPServer struct {
 
 // udpRequest is a verified request waiting for, or in, its handler.
 type udpRequest struct {
-	key  dupKey
+	dup  *dupEntry // its entry in the duplicate cache
 	b    []byte
 	from net.Addr
 }
@@ -160,7 +160,7 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 	}
 	key := dupKeyOf(from, b)
 	s.mu.Lock()
-	resp, seen := s.dup.seen(key, s.now())
+	e, resp, seen := s.dup.seen(key, s.now())
 	s.mu.Unlock()
 	switch {
 	case seen && resp == nil:
@@ -173,15 +173,15 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 	}
 	s.received.Add(1)
 	if code == lradius.CodeStatusServer {
-		s.finish(key, b, from, lradius.CodeAccessAccept, nil) // RFC 5997: never a login
+		s.finish(e, b, from, lradius.CodeAccessAccept, nil) // RFC 5997: never a login
 		return
 	}
 	lane := s.auth
 	if code == lradius.CodeAccountingRequest {
 		lane = s.acct
 	}
-	if !lane.Submit(udpRequest{key: key, b: b, from: from}) {
-		s.forget(key) // so that its retransmission is handled afresh
+	if !lane.Submit(udpRequest{dup: e, b: b, from: from}) {
+		s.forget(e) // so that its retransmission is handled afresh
 		s.overload.Add(1)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindOverload, "RADIUS request dropped: its handlers and their queue are full; the client will retransmit",
 			"remote", from.String(), "code", code.String(), "max_in_flight", s.cfg.MaxInFlight, "max_queued", s.cfg.MaxQueued)
@@ -221,44 +221,44 @@ func unpad(b []byte) []byte {
 // handle runs the Handler on a request, in its lane.
 func (s *UDPServer) handle(r udpRequest) {
 	if s.ctx.Err() != nil { // closing: what still waits is not handled
-		s.forget(r.key)
+		s.forget(r.dup)
 		return
 	}
 	p, err := radius.Decode(r.b, s.cfg.Secret)
 	if err != nil { // packet validated it: cannot happen
-		s.forget(r.key)
+		s.forget(r.dup)
 		return
 	}
 	addr, _ := serve.AddrOf(r.from)
 	code, attrs := s.cfg.Handler(withSender(s.ctx, Sender{Addr: addr}), p, r.b)
-	s.finish(r.key, r.b, r.from, code, attrs)
+	s.finish(r.dup, r.b, r.from, code, attrs)
 }
 
 // finish answers a request and caches the answer for its duplicates; no
 // answer forgets the entry, so a retransmission is handled afresh.
-func (s *UDPServer) finish(key dupKey, req []byte, to net.Addr, code lradius.Code, attrs lradius.Attributes) {
+func (s *UDPServer) finish(e *dupEntry, req []byte, to net.Addr, code lradius.Code, attrs lradius.Attributes) {
 	if code == 0 {
-		s.forget(key)
+		s.forget(e)
 		s.dropped.Add(1)
 		return
 	}
 	resp, err := radius.EncodeResponse(req, code, attrs, s.cfg.Secret)
 	if err != nil {
-		s.forget(key)
+		s.forget(e)
 		s.unencodable.Add(1)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindDropped, "RADIUS answer not sent: cannot encode it",
 			"remote", to.String(), "code", code.String(), "err", err)
 		return
 	}
 	s.mu.Lock()
-	s.dup.answer(key, resp)
+	s.dup.answer(e, resp)
 	s.mu.Unlock()
 	s.send(resp, to)
 }
 
-func (s *UDPServer) forget(key dupKey) {
+func (s *UDPServer) forget(e *dupEntry) {
 	s.mu.Lock()
-	s.dup.forget(key)
+	s.dup.forget(e)
 	s.mu.Unlock()
 }
 

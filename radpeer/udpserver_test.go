@@ -210,10 +210,11 @@ func TestDupCacheBounds(t *testing.T) {
 	answer := make([]byte, 1000)
 	c = newDupCache(time.Minute, 100, 2*(dupEntryBytes+1000))
 	for i := range 4 {
-		if _, seen := c.seen(keyN(i), t0); seen {
+		e, _, seen := c.seen(keyN(i), t0)
+		if seen {
 			t.Fatalf("request %d seen before", i)
 		}
-		c.answer(keyN(i), answer)
+		c.answer(e, answer)
 		if c.size > c.maxBytes {
 			t.Fatalf("after %d answers: %d bytes cached, bound %d", i+1, c.size, c.maxBytes)
 		}
@@ -221,19 +222,22 @@ func TestDupCacheBounds(t *testing.T) {
 	if c.len() != 2 || c.size != 2*(dupEntryBytes+1000) {
 		t.Fatalf("%d entries, %d bytes; want the last two, %d bytes", c.len(), c.size, 2*(dupEntryBytes+1000))
 	}
-	if resp, seen := c.seen(keyN(3), t0); !seen || len(resp) != 1000 {
+	if _, resp, seen := c.seen(keyN(3), t0); !seen || len(resp) != 1000 {
 		t.Fatalf("newest: seen %v, answer of %d bytes", seen, len(resp))
 	}
-	if _, seen := c.seen(keyN(0), t0); seen {
+	if _, _, seen := c.seen(keyN(0), t0); seen {
 		t.Fatal("oldest still cached past the byte bound")
 	}
 
 	// Forgetting one in the middle.
 	c = newDupCache(time.Minute, 100, 1<<40)
+	var middle *dupEntry
 	for i := range 3 {
-		c.seen(keyN(i), t0)
+		if e, _, _ := c.seen(keyN(i), t0); i == 1 {
+			middle = e
+		}
 	}
-	c.forget(keyN(1))
+	c.forget(middle)
 	var order []byte
 	for e := c.first; e != nil; e = e.next {
 		order = append(order, e.key.id)
@@ -241,8 +245,37 @@ func TestDupCacheBounds(t *testing.T) {
 	if !bytes.Equal(order, []byte{0, 2}) || c.last.key != keyN(2) || c.size != 2*dupEntryBytes {
 		t.Fatalf("after forgetting 1: order %v, %d bytes", order, c.size)
 	}
-	if _, seen := c.seen(keyN(1), t0); seen {
+	if _, _, seen := c.seen(keyN(1), t0); seen {
 		t.Fatal("a forgotten request is still seen")
+	}
+}
+
+// A request handled past its entry's life (the TTL, or a bound) answers
+// and forgets only its own entry, never the one a retransmission made
+// meanwhile: forgetting by key let that retransmission's handler run
+// again on the next copy, and answering by key cached the old answer for
+// the new one.
+func TestDupCacheStaleEntryTouchesOnlyItself(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	c := newDupCache(time.Second, 100, 1<<40)
+	old, _, _ := c.seen(keyN(1), t0)
+	// The handler outlives the TTL; the client's retransmission makes a
+	// new entry, in progress.
+	renewed, _, seen := c.seen(keyN(1), t0.Add(2*time.Second))
+	if seen || renewed == nil {
+		t.Fatal("an expired request still seen")
+	}
+	c.forget(old) // the first handler gave no answer
+	if _, resp, seen := c.seen(keyN(1), t0.Add(2*time.Second)); !seen || resp != nil {
+		t.Fatalf("the retransmission's entry forgotten by the stale one: seen %v", seen)
+	}
+	c.answer(old, []byte("old"))
+	if _, resp, _ := c.seen(keyN(1), t0.Add(2*time.Second)); resp != nil {
+		t.Fatalf("the stale handler's answer %q cached for the retransmission", resp)
+	}
+	c.answer(renewed, []byte("new"))
+	if _, resp, _ := c.seen(keyN(1), t0.Add(2*time.Second)); string(resp) != "new" {
+		t.Fatalf("cached %q, want the retransmission's own answer", resp)
 	}
 }
 
