@@ -41,7 +41,7 @@ func silence(rc *radConn, req []byte, d time.Duration) (bool, []byte) {
 	}
 }
 
-// RADIUS review, observation 6, the server: it answered an Access-Request without a
+// Before the change (the server): it answered an Access-Request without a
 // Message-Authenticator from anyone (no secret needed: a 20-byte request
 // got a 38-byte answer, a reflection). Its defaults now drop an
 // Access-Request with Proxy-State and no Message-Authenticator, and, once
@@ -243,7 +243,7 @@ func runRadiusClient(t *testing.T, limit time.Duration, args ...string) radiusCl
 	return r
 }
 
-// RADIUS review, observation 6, the client: "aaa-peer client" took an Access-Accept
+// Before the change (the client): "aaa-peer client" took an Access-Accept
 // without a Message-Authenticator (what a BlastRADIUS forgery is) as an
 // answer. By default it now refuses such answers: the requests fail.
 func TestRADIUSBlastRADIUSClientRefusesUnsignedAnswers(t *testing.T) {

@@ -189,7 +189,7 @@ func TestRandomRADIUSFrames(t *testing.T) {
 			t.Logf("FIGURES random-radius-frames %s: %d frames on %d connections (%d closed by the server); the server's log grew by %d lines",
 				scheme, frames.Load(), conns.Load(), closedByServer.Load(), lines)
 			// The log lines about what remote parties did are rate-limited
-			// (RADIUS review, observation 8): a flood of bad frames writes a
+			// (as before the change): a flood of bad frames writes a
 			// bounded log.
 			if lines > 200 {
 				t.Errorf("the server wrote %d log lines while the fuzzer ran %v: not rate-limited", lines, d)

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// RADIUS review, observation 8: every connection that failed its authenticator wrote a
+// Before the change: every connection that failed its authenticator wrote a
 // WARN line (no secret needed to send one): 159,648 lines in 20 s. The
 // lines are rate-limited now: 5,000 bad-authenticator connections (500
 // over TLS, whose handshakes cost more) or datagrams add at most 100
@@ -89,7 +89,7 @@ func TestRADIUSBadAuthenticatorLogRateLimited(t *testing.T) {
 	}
 }
 
-// RADIUS review, observation 9: a client holding the shared secret sent another NAS's
+// Before the change: a client holding the shared secret sent another NAS's
 // accounting record (its NAS-Identifier, Acct-Session-Id and
 // Event-Timestamp) first; the NAS's own record was then answered as a
 // duplicate and never applied. The content key is now bound to the

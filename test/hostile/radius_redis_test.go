@@ -191,7 +191,7 @@ func (l *nasLink) send(req []byte) (<-chan []byte, error) {
 	return ch, err
 }
 
-// RADIUS review, observation 7: with --dedup on a Redis that accepts and never replies,
+// Before the change: with --dedup on a Redis that accepts and never replies,
 // Accounting-Requests held every handler slot of the UDP socket (and of
 // a TCP connection), so the Access-Requests on it, which never touch the
 // store, got 0-2 answers a second. Authentication and accounting now have

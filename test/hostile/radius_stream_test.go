@@ -18,7 +18,7 @@ import (
 // The attacks on the RADIUS stream listeners, radius+tcp:// (RFC 6613)
 // and radsec:// (RFC 6614), run against both.
 
-// RADIUS review, observation 1: once accept() failed with EMFILE, a
+// Before the change: once accept() failed with EMFILE, a
 // RADIUS stream listener's accept loop ended for good: its socket stayed
 // open, so new clients connected (the kernel completes the handshake) and
 // then hung. The server, at 256 descriptors and with no limit on
@@ -94,7 +94,7 @@ func TestListenersAcceptAgainAfterEMFILE(t *testing.T) {
 	}
 }
 
-// RADIUS review, observation 2, connections not admitted yet: RADIUS
+// Before the change (connections not admitted yet): RADIUS
 // stream connections that never send a valid request (silent, or
 // dribbling a frame a byte at a time) stayed open forever and were not
 // limited. They are now counted
@@ -214,7 +214,7 @@ func TestRADIUSStreamUnadmittedConnectionsLimitedAndTimedOut(t *testing.T) {
 	}
 }
 
-// RADIUS review, observation 2, admitted connections: a client that sent a valid
+// Before the change (admitted connections): a client that sent a valid
 // request and then nothing kept its connection forever. --idle-timeout
 // closes it; a client that keeps sending is not affected.
 func TestRADIUSStreamIdleAdmittedConnectionsClosed(t *testing.T) {
@@ -262,7 +262,7 @@ func TestRADIUSStreamIdleAdmittedConnectionsClosed(t *testing.T) {
 	}
 }
 
-// RADIUS review, observation 3: a client holding the secret that pipelines requests and
+// Before the change: a client holding the secret that pipelines requests and
 // never reads the answers made the server queue every answer (RSS 22 ->
 // 547 MB). --max-unanswered now bounds each RADIUS stream connection
 // too: the reader pauses, memory stays bounded, and a good client on

@@ -105,7 +105,7 @@ func (f *udpFlood) String() string {
 		float64(f.sent.Load())/f.elapsed.Seconds(), f.answered.Load(), float64(f.answered.Load())/f.elapsed.Seconds())
 }
 
-// RADIUS review, observation 4: the duplicate cache of the UDP listener cost O(n) per
+// Before the change: the duplicate cache of the UDP listener cost O(n) per
 // packet once full (65,536 entries: every packet moved the whole
 // insertion order). A flood of valid Access-Requests, each new, from one
 // goroutine made a good client at 50 requests/s fall to about 15 answers/s
@@ -140,7 +140,7 @@ func TestRADIUSUDPFloodKeepsGoodClientAnswered(t *testing.T) {
 	g.window(mFull, m1).require(t, "udp-flood past 65,536 requests", 0.9)
 }
 
-// RADIUS review, observation 5: the UDP duplicate cache was bounded by its entries
+// Before the change: the UDP duplicate cache was bounded by its entries
 // (65,536), not their size: Access-Requests with about 4 KB of
 // Proxy-State, whose answers echo it, at 8,000 a second pushed the RSS to
 // 567 MB. A bound in bytes keeps it under 150 MB.
@@ -170,7 +170,7 @@ func TestRADIUSUDPCacheBoundedInBytes(t *testing.T) {
 	g.window(m0, m1).require(t, "udp-cache-bytes", 0.9)
 }
 
-// RADIUS review, observation 11, RADIUS: a datagram longer than its Length field was
+// Before the change (RADIUS): a datagram longer than its Length field was
 // dropped; RFC 2865 3 says the octets past Length are padding, to be
 // ignored. It is answered.
 func TestRADIUSUDPTrailingBytesIgnored(t *testing.T) {

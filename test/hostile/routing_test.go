@@ -26,7 +26,7 @@ func acrTo(host string, n uint32, destHost, destRealm string) []byte {
 	return m
 }
 
-// RADIUS review, observation 11, Diameter: a request whose Destination-Host names
+// Before the change (Diameter): a request whose Destination-Host names
 // another host was answered 2001 and applied, as was one for another
 // realm. A server that is not an agent answers DIAMETER_UNABLE_TO_DELIVER
 // (3002) for another host and DIAMETER_REALM_NOT_SERVED (3003) for another
