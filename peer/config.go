@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
@@ -32,6 +33,13 @@ const (
 // DefaultMaxUnanswered is Config.MaxUnanswered's default: four times the
 // 256 requests a client throttle keeps in flight per server.
 const DefaultMaxUnanswered = 1024
+
+// Defaults of Config.MaxHandlers and Config.MaxQueuedHandlers, as for
+// every listener.
+const (
+	DefaultMaxHandlers       = serve.DefaultLaneMax
+	DefaultMaxQueuedHandlers = serve.DefaultLaneQueue
+)
 
 // DefaultInlineHandlerTime is Config.InlineHandlerTime's default.
 const DefaultInlineHandlerTime = 500 * time.Microsecond
@@ -191,6 +199,23 @@ type Config struct {
 	// Default DefaultMaxUnanswered.
 	MaxUnanswered int
 
+	// MaxHandlers bounds the Handlers that run at once on workers for
+	// each kind of request, accounting (Accounting-Request) and the
+	// others, across the connections of a Server (or of one Peer dialed
+	// or accepted alone), and MaxQueuedHandlers those waiting for a
+	// worker. A request over both is answered DIAMETER_TOO_BUSY (3004),
+	// so that its client tries another server: Handlers stuck on a slow
+	// store hold only their own kind, never the others'. Handlers running
+	// on a connection's reader (InlineHandlerTime) are not counted.
+	// Defaults DefaultMaxHandlers and DefaultMaxQueuedHandlers; a
+	// negative MaxQueuedHandlers: none wait.
+	MaxHandlers, MaxQueuedHandlers int
+	// lanes runs the Handlers on workers; shared by a Server's peers.
+	// ownLanes: this Peer made them, and closes them when a connection
+	// ends (a Server closes its own when it closes).
+	lanes    *handlerLanes
+	ownLanes bool
+
 	// MaxUnmatched bounds the answers in a row, on one connection, that
 	// match no request sent there (a wrong Hop-by-Hop id): when it is
 	// reached the connection is closed as broken, its pending requests
@@ -278,6 +303,18 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.MaxUnanswered == 0 {
 		c.MaxUnanswered = DefaultMaxUnanswered
+	}
+	if c.MaxHandlers < 0 {
+		return c, fmt.Errorf("%w: MaxHandlers %d is negative", ErrConfig, c.MaxHandlers)
+	}
+	if c.MaxHandlers == 0 {
+		c.MaxHandlers = DefaultMaxHandlers
+	}
+	if c.MaxQueuedHandlers == 0 {
+		c.MaxQueuedHandlers = DefaultMaxQueuedHandlers
+	}
+	if c.lanes == nil {
+		c.lanes, c.ownLanes = newHandlerLanes(c.MaxHandlers, c.MaxQueuedHandlers), true
 	}
 	if c.InlineHandlerTime == 0 {
 		c.InlineHandlerTime = DefaultInlineHandlerTime

@@ -17,7 +17,6 @@ import (
 	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/internal/testhook"
-	"github.com/aaatp/aaatp/internal/workpool"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/wire"
@@ -55,12 +54,6 @@ type conn struct {
 	// out first.
 	owed    atomic.Int64
 	heldDPA atomic.Pointer[[]byte]
-
-	// handlers runs the Handler on the requests received, on workers that
-	// live while there is work. Its workers are at most the requests in a
-	// Handler, which the backlog (bp) bounds by MaxUnanswered, plus those
-	// parked for workpool.Linger after the last request.
-	handlers *workpool.Pool[[]byte]
 
 	// Handlers run on the reader (see Handler): inlineAt is 1 + the
 	// p.mono() at which the reader entered the Handler it is running, 0
@@ -127,7 +120,6 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 	c.h.Init(c, c.retireCall)
 	if p != nil {
 		c.bp.Limit = p.cfg.MaxUnanswered
-		c.handlers = workpool.New(c.answerRequest, &p.wg)
 		if p.cfg.InlineHandlerTime > 0 {
 			c.guard = time.AfterFunc(time.Hour, c.checkInline)
 			c.guard.Stop() // set by the first request a reader runs
@@ -629,8 +621,10 @@ func (c *conn) reader() {
 			if c.guard != nil {
 				c.guard.Stop() // no Handler runs on a reader any more
 			}
-			c.handlers.Close() // no request comes after the reader: no worker waits for one
-			c.wwg.Wait()       // no writer outlives its connection
+			if p.cfg.ownLanes {
+				p.cfg.lanes.close() // parked workers end now; a later request still gets one
+			}
+			c.wwg.Wait() // no writer outlives its connection
 			p.step(input{kind: evConnDown, c: c, note: note})
 			return
 		}

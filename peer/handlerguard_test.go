@@ -115,9 +115,9 @@ func TestSlowHandlerHandsReadingOver(t *testing.T) {
 		sendAndRead(t, far, 2000, int(slowRequests))
 		synctest.Wait()
 		assert.Zero(t, c.slowLeft.Load())
-		workers := c.handlers.Started()
+		workers := c.p.cfg.lanes.started()
 		sendAndRead(t, far, 3000, 20)
-		assert.Equal(t, workers, c.handlers.Started(), "no worker after the slow Handler's aftermath")
+		assert.Equal(t, workers, c.p.cfg.lanes.started(), "no worker after the slow Handler's aftermath")
 		closeAnswering(t, p, far)
 	})
 }
@@ -244,7 +244,7 @@ func TestFastHandlersRunOnTheReaderInOrder(t *testing.T) {
 		}
 		synctest.Wait()
 		assert.Len(t, order, n)
-		assert.Zero(t, c.handlers.Started(), "no worker ran a Handler")
+		assert.Zero(t, c.p.cfg.lanes.started(), "no worker ran a Handler")
 		assert.Zero(t, c.handovers.Load())
 		closeAnswering(t, p, far)
 	})
@@ -290,9 +290,9 @@ func TestHandOverRacesHandlerReturn(t *testing.T) {
 	}
 	c := s.Peers()[0].cur.Load()
 	require.Eventually(t, func() bool { return c.owed.Load() == 0 }, 10*time.Second, time.Millisecond)
-	assert.Zero(t, c.handlers.Started(), "no worker: every request ran on a reader")
+	assert.Zero(t, c.p.cfg.lanes.started(), "no worker: every request ran on a reader")
 	assert.NotZero(t, c.handovers.Load(), "some Handlers outlived the limit")
-	t.Logf("%d hand-overs, %d workers started", c.handovers.Load(), c.handlers.Started())
+	t.Logf("%d hand-overs, %d workers started", c.handovers.Load(), c.p.cfg.lanes.started())
 }
 
 // Requests that arrive together are answered together: while the read
@@ -323,7 +323,7 @@ func TestBufferedRequestsAnsweredTogether(t *testing.T) {
 		require.NoError(t, err)
 	}
 	writers, inline := writeCounts(c)
-	assert.Zero(t, c.handlers.Started(), "every Handler ran on the reader")
+	assert.Zero(t, c.p.cfg.lanes.started(), "every Handler ran on the reader")
 	assert.Less(t, inline, n/4, "answers written one by one: %d inline, %d writers", inline, writers)
 	t.Logf("%d answers: %d written inline, %d writer goroutines", n, inline, writers)
 }
@@ -344,7 +344,7 @@ func TestTwoSlowHandlersInARowMoveRequestsToWorkers(t *testing.T) {
 		sendAndRead(t, far, 1, 1)
 		sendAndRead(t, far, 2, 20)
 		synctest.Wait()
-		assert.Zero(t, c.handlers.Started(), "one slow Handler: still on the reader")
+		assert.Zero(t, c.p.cfg.lanes.started(), "one slow Handler: still on the reader")
 		assert.Zero(t, c.slowLeft.Load())
 
 		sendAndRead(t, far, 100, 1) // fast
@@ -354,7 +354,7 @@ func TestTwoSlowHandlersInARowMoveRequestsToWorkers(t *testing.T) {
 		assert.Equal(t, slowRequests, c.slowLeft.Load(), "two in a row: the next requests go to workers")
 		sendAndRead(t, far, 200, 10)
 		synctest.Wait()
-		assert.NotZero(t, c.handlers.Started())
+		assert.NotZero(t, c.p.cfg.lanes.started())
 		assert.Zero(t, c.handovers.Load(), "none ran as long as the limit")
 		closeAnswering(t, p, far)
 	})
@@ -384,7 +384,7 @@ func TestBurstOfFastHandlersStaysOnTheReader(t *testing.T) {
 		}
 		synctest.Wait()
 		assert.Zero(t, c.handovers.Load(), "no Handler ran as long as the limit")
-		assert.Zero(t, c.handlers.Started(), "no Handler counted as slow")
+		assert.Zero(t, c.p.cfg.lanes.started(), "no Handler counted as slow")
 		closeAnswering(t, p, far)
 	})
 }

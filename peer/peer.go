@@ -119,7 +119,7 @@ type counters struct {
 	dwrReceived, badFrames, discarded, transitions  atomic.Uint64
 	openFailures, failovers                         atomic.Uint64
 	retransmitted, movedOut, premature              atomic.Uint64
-	refused, paused                                 atomic.Uint64
+	refused, paused, overload                       atomic.Uint64
 	lastDWA                                         atomic.Int64 // unix ns
 }
 
@@ -150,8 +150,9 @@ type Stats struct {
 	Transitions   uint64        `json:"transitions"`
 	OpenFailed    uint64        `json:"open_failed"`
 	Failovers     uint64        `json:"failovers"`
-	Refused       uint64        `json:"refused"` // requests answered with an error before the Handler (malformed, wrong Origin-Host...)
-	Paused        uint64        `json:"paused"`  // times the reader stopped reading: too many requests unanswered
+	Refused       uint64        `json:"refused"`  // requests answered with an error before the Handler (malformed, wrong Origin-Host...)
+	Paused        uint64        `json:"paused"`   // times the reader stopped reading: too many requests unanswered
+	Overload      uint64        `json:"overload"` // requests answered DIAMETER_TOO_BUSY: their kind's handlers and queue were full
 }
 
 type evKind uint8
@@ -295,7 +296,7 @@ func (p *Peer) Stats() Stats {
 		BadFrames: s.badFrames.Load(), Discarded: s.discarded.Load(), Transitions: s.transitions.Load(),
 		OpenFailed: s.openFailures.Load(), Failovers: s.failovers.Load(),
 		Premature: s.premature.Load(),
-		Refused:   s.refused.Load(), Paused: s.paused.Load(),
+		Refused:   s.refused.Load(), Paused: s.paused.Load(), Overload: s.overload.Load(),
 	}
 	if t := s.lastDWA.Load(); t != 0 {
 		st.LastDWA = time.Unix(0, t)
@@ -656,11 +657,4 @@ func (p *Peer) serve(c *conn, req []byte) (moved bool) {
 	// Handler before it in the same burst (whose bytes arrived together).
 	// One reading per request, not two, and never the burst's wait.
 	return c.answerInline(req, c.clock)
-}
-
-// serveOnWorker runs the Handler for req on a worker of the connection.
-func (p *Peer) serveOnWorker(c *conn, req []byte) {
-	c.owed.Add(1)
-	c.held()
-	c.handlers.Submit(req) // the reader holds p.wg: its workers may Add
 }

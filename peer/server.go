@@ -54,6 +54,7 @@ func Listen(url string, cfg Config) (*Server, error) {
 	if cfg.Table == nil {
 		cfg.Table = NewTable()
 	}
+	cfg.ownLanes = false // the Server's, shared by its peers: closed by Close
 	return &Server{cfg: cfg, ln: ln, peers: make(map[*Peer]struct{})}, nil
 }
 
@@ -67,6 +68,7 @@ func NewServer(ln transport.Listener, cfg Config) (*Server, error) {
 	if cfg.Table == nil {
 		cfg.Table = NewTable()
 	}
+	cfg.ownLanes = false // the Server's, shared by its peers: closed by Close
 	return &Server{cfg: cfg, ln: ln, peers: make(map[*Peer]struct{})}, nil
 }
 
@@ -176,5 +178,6 @@ func (s *Server) Disconnect(ctx context.Context, cause uint32) error {
 	}
 	wg.Wait()
 	s.wg.Wait()
+	s.cfg.lanes.close() // their parked workers end now, not after a linger
 	return err
 }

@@ -33,10 +33,10 @@ type Handler func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius
 const (
 	// DefaultMaxInFlight bounds the handlers running at once for each
 	// kind of request (authentication, accounting), across the server.
-	DefaultMaxInFlight = 256
+	DefaultMaxInFlight = serve.DefaultLaneMax
 	// DefaultMaxQueued bounds the requests of each kind waiting for a
 	// handler; beyond it a request is dropped and counted.
-	DefaultMaxQueued = 4096
+	DefaultMaxQueued = serve.DefaultLaneQueue
 	// DefaultMaxUnanswered bounds, per connection, the requests read and
 	// not answered on the wire: one Identifier space.
 	DefaultMaxUnanswered = 256
@@ -302,6 +302,8 @@ func (s *Server) Close(ctx context.Context) error {
 		c.tc.Close()
 	}
 	s.mu.Unlock()
+	s.auth.Close() // parked workers end now, not after a linger
+	s.acct.Close()
 	return awaitClosed(ctx, &s.wg, err)
 }
 
@@ -332,6 +334,8 @@ type serverConn struct {
 	cancel  context.CancelFunc
 	opened  time.Time
 	release func() // ends the count among connections not admitted yet
+
+	acctHeld atomic.Int32 // Accounting-Requests read and not handled yet
 
 	// Reader-goroutine state.
 	admitted bool // a request passed verification
@@ -444,9 +448,24 @@ func (c *serverConn) request(b []byte) string {
 	}
 	lane := s.auth
 	if code == lradius.CodeAccountingRequest {
+		// Accounting may hold half of the connection's unanswered bound:
+		// records stuck on a slow store are dropped past it (the client
+		// fails them over) rather than stopping the reading of the
+		// Access-Requests behind them.
+		if c.acctHeld.Load() >= int32(max(s.cfg.MaxUnanswered/2, 1)) {
+			c.out.unheld()
+			s.overload.Add(1)
+			serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindOverload, "RADIUS Accounting-Request dropped: accounting holds half of the connection's unanswered bound",
+				"remote", c.tc.RemoteAddr().String(), "max_unanswered", s.cfg.MaxUnanswered)
+			return ""
+		}
+		c.acctHeld.Add(1)
 		lane = s.acct
 	}
 	if !lane.Submit(job{c, b}) {
+		if lane == s.acct {
+			c.acctHeld.Add(-1)
+		}
 		c.out.unheld()
 		s.overload.Add(1)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindOverload, "RADIUS request dropped: its handlers and their queue are full",
@@ -458,6 +477,9 @@ func (c *serverConn) request(b []byte) string {
 // handle runs the Handler on one verified request and answers it.
 func (s *Server) handle(j job) {
 	c := j.c
+	if radius.Code(j.b) == lradius.CodeAccountingRequest {
+		defer c.acctHeld.Add(-1)
+	}
 	if c.ctx.Err() != nil { // its connection is gone
 		c.out.unheld()
 		return

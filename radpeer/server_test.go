@@ -389,3 +389,50 @@ func TestServerConfigRefused(t *testing.T) {
 		assert.ErrorIs(t, err, ErrConfig, "UDP %+v", cfg)
 	}
 }
+
+// Accounting stuck on a slow store holds at most half of a connection's
+// unanswered bound: the records past it are dropped, and the reader goes
+// on reading the Access-Requests behind them. Before, the stuck records
+// filled the bound and the reader stopped for every request.
+func TestServerStuckAccountingLeavesRoomOnItsConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stuck := make(chan struct{})
+		h := func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+			if req.Code == lradius.CodeAccountingRequest {
+				select {
+				case <-stuck:
+				case <-ctx.Done():
+					return 0, nil
+				}
+			}
+			return AcceptAll(ctx, req, raw)
+		}
+		const limit = 8
+		s, ln := startServer(t, ServerConfig{Handler: h, MaxUnanswered: limit, Logger: slog.New(slog.DiscardHandler)})
+		c := connect(t, ln)
+		answers := make(chan lradius.Code, 100)
+		go func() {
+			for {
+				b, err := c.tc.ReadMessage()
+				if err != nil {
+					return
+				}
+				answers <- radius.Code(b)
+			}
+		}()
+		for i := range 20 {
+			c.send(acctReq(string(rune('a'+i))), byte(i))
+		}
+		for i := range 10 {
+			c.send(accessReq("alice"), byte(100+i))
+		}
+		synctest.Wait()
+		assert.Len(t, answers, 10, "every Access-Request answered while accounting is stuck")
+		assert.Equal(t, uint64(20-limit/2), s.Stats().Overload, "records past half the bound dropped")
+		close(stuck)
+		synctest.Wait()
+		assert.Len(t, answers, 10+limit/2, "the held records answered once released")
+		c.conn.Close()
+		mustClose(t, s)
+	})
+}

@@ -289,5 +289,7 @@ func (s *UDPServer) Close(ctx context.Context) error {
 	s.mu.Unlock()
 	s.cancel()
 	err := s.pc.Close()
+	s.auth.Close() // parked workers end now, not after a linger
+	s.acct.Close()
 	return awaitClosed(ctx, &s.wg, err)
 }

@@ -142,8 +142,8 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.cerTimeout, "cer-timeout", peer.DefaultCEATimeout, "close an accepted Diameter connection that has not sent its CER within `D`")
 	fs.DurationVar(&o.firstTimeout, "first-request-timeout", radpeer.DefaultOpeningTimeout, "close an accepted RADIUS/TCP or TLS connection that has not sent a request passing verification within `D` (TLS handshake included; a client's watchdog may send its first Status-Server only after its Tw)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", radpeer.DefaultIdleTimeout, "close a RADIUS/TCP or TLS connection that sent no whole request for `D` (a client's Status-Server watchdog keeps a live one busy; negative: never)")
-	fs.IntVar(&o.maxHandlers, "max-handlers", radpeer.DefaultMaxInFlight, "RADIUS: at most `N` requests handled at once for each kind, authentication and accounting, each kind on its own budget so that a slow --dedup store delays accounting only")
-	fs.IntVar(&o.maxQueued, "max-queued", radpeer.DefaultMaxQueued, "RADIUS: at most `N` requests of each kind waiting for a handler; beyond, a request is dropped, counted and logged (-1: none wait)")
+	fs.IntVar(&o.maxHandlers, "max-handlers", radpeer.DefaultMaxInFlight, "at most `N` requests handled at once on workers for each kind, accounting and the others, each kind on its own budget so that a slow --dedup store delays accounting only (Diameter: requests handled on a connection's reader are not counted)")
+	fs.IntVar(&o.maxQueued, "max-queued", radpeer.DefaultMaxQueued, "at most `N` requests of each kind waiting for a handler; beyond, a Diameter request is answered DIAMETER_TOO_BUSY (3004) and a RADIUS one dropped, each counted and logged (-1: none wait)")
 	fs.Int64Var(&o.udpDupBytes, "udp-dup-max-bytes", radpeer.DefaultDupBytes, "RADIUS over UDP (radius://): memory budget `N` of the RFC 5080 duplicate cache, in bytes: cached answers plus about 320 per request; over it the oldest requests are forgotten first (it also holds at most 65,536, for 30 s)")
 	fs.IntVar(&o.history, "history", defaultHistory, "keep the final stats of the last `N` peers that ended, for --report and the status page")
 	return fs
@@ -725,6 +725,8 @@ func (s *server) peerConfig(store dedup.Store, apply peer.Handler, bus *peer.Bus
 		DPATimeout: shutdownBudget,
 
 		MaxUnanswered:     s.o.maxUnanswered,
+		MaxHandlers:       s.o.maxHandlers,
+		MaxQueuedHandlers: s.o.maxQueued,
 		InlineHandlerTime: s.o.inlineTime,
 		CEATimeout:        s.o.cerTimeout,
 	}

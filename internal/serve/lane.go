@@ -1,6 +1,10 @@
 package serve
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/aaatp/aaatp/internal/workpool"
+)
 
 // Lane runs jobs with at most Max running at once; up to Queue more wait,
 // in the order submitted, for a running one to end; beyond that Submit
@@ -9,14 +13,16 @@ import "sync"
 // store fill their own lane and never the other's, and the reader that
 // submits never waits for a handler.
 //
-// A Lane starts a goroutine per running job, at most Max, and a goroutine
-// that ends a job takes the next queued one: a busy lane reuses them, an
-// idle one keeps none. Its methods are safe for concurrent use.
+// A Lane runs its jobs on a workpool.Pool, at most max at once, and a
+// worker that ends a job takes the next queued one: a busy lane reuses
+// its goroutines and their grown stacks, an idle one keeps none once
+// workpool.Linger has passed, or Close is called. Its methods are safe
+// for concurrent use.
 type Lane[T any] struct {
 	run   func(T)
 	max   int
 	queue int
-	wg    *sync.WaitGroup
+	pool  *workpool.Pool[T]
 
 	mu      sync.Mutex
 	busy    int // jobs running (goroutines)
@@ -35,8 +41,8 @@ const (
 // NewLane returns a lane running run on each job, at most max at once
 // (DefaultLaneMax if max <= 0) with at most queue waiting
 // (DefaultLaneQueue if queue == 0, none if queue < 0). When wg is not nil,
-// each running job's goroutine is counted in it, so that wg.Wait waits
-// for the jobs.
+// each worker goroutine is counted in it, so that wg.Wait waits for the
+// jobs, and for parked workers until Close.
 func NewLane[T any](run func(T), max, queue int, wg *sync.WaitGroup) *Lane[T] {
 	if max <= 0 {
 		max = DefaultLaneMax
@@ -47,8 +53,15 @@ func NewLane[T any](run func(T), max, queue int, wg *sync.WaitGroup) *Lane[T] {
 	case queue < 0:
 		queue = 0
 	}
-	return &Lane[T]{run: run, max: max, queue: queue, wg: wg}
+	l := &Lane[T]{run: run, max: max, queue: queue}
+	l.pool = workpool.New(l.work, wg)
+	return l
 }
+
+// Close ends the lane's parked workers now rather than after
+// workpool.Linger; jobs running or queued still run. Submit may still be
+// called: its jobs run on a worker that then ends.
+func (l *Lane[T]) Close() { l.pool.Close() }
 
 // Submit runs j now if fewer than Max jobs run, queues it if fewer than
 // Queue wait, and otherwise refuses it (false): the caller then drops it
@@ -58,10 +71,7 @@ func (l *Lane[T]) Submit(j T) bool {
 	if l.busy < l.max {
 		l.busy++
 		l.mu.Unlock()
-		if l.wg != nil {
-			l.wg.Add(1)
-		}
-		go l.work(j)
+		l.pool.Submit(j)
 		return true
 	}
 	if len(l.q)-l.head >= l.queue {
@@ -80,10 +90,8 @@ func (l *Lane[T]) Submit(j T) bool {
 	return true
 }
 
+// work runs j, then the queued jobs until none is left, on a worker.
 func (l *Lane[T]) work(j T) {
-	if l.wg != nil {
-		defer l.wg.Done()
-	}
 	for {
 		l.run(j)
 		l.mu.Lock()
@@ -117,3 +125,10 @@ func (l *Lane[T]) Stats() LaneStats {
 	defer l.mu.Unlock()
 	return LaneStats{Running: l.busy, Waiting: len(l.q) - l.head, Peak: l.peak, Refused: l.refused}
 }
+
+// Workers returns the lane's worker goroutines now: running a job,
+// taking one, or parked.
+func (l *Lane[T]) Workers() int { return l.pool.Workers() }
+
+// Started returns how many worker goroutines the lane started so far.
+func (l *Lane[T]) Started() uint64 { return l.pool.Started() }

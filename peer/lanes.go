@@ -1,0 +1,66 @@
+package peer
+
+import (
+	"log/slog"
+
+	"github.com/aaatp/aaatp/internal/serve"
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// handlerLanes runs Handlers on workers, accounting on a budget of its
+// own (see Config.MaxHandlers). A Server's peers share one.
+type handlerLanes struct {
+	acct, other *serve.Lane[workJob]
+}
+
+// workJob is a request for a worker, and its connection.
+type workJob struct {
+	c   *conn
+	req []byte
+}
+
+func newHandlerLanes(max, queue int) *handlerLanes {
+	return &handlerLanes{
+		acct:  serve.NewLane(runJob, max, queue, nil),
+		other: serve.NewLane(runJob, max, queue, nil),
+	}
+}
+
+// runJob answers one request on a worker; its Peer counted it in wg.
+func runJob(j workJob) {
+	defer j.c.p.wg.Done()
+	j.c.answerRequest(j.req)
+}
+
+// close ends the parked workers now.
+func (l *handlerLanes) close() {
+	l.acct.Close()
+	l.other.Close()
+}
+
+// serveOnWorker runs the Handler for req on a worker of its kind's lane,
+// or answers it DIAMETER_TOO_BUSY when that lane is full.
+func (p *Peer) serveOnWorker(c *conn, req []byte) {
+	c.owed.Add(1)
+	c.held()
+	lane := p.cfg.lanes.other
+	if wire.CommandCode(req) == message.CmdAccounting {
+		lane = p.cfg.lanes.acct
+	}
+	p.wg.Add(1) // the reader holds p.wg: never from zero
+	if lane.Submit(workJob{c, req}) {
+		return
+	}
+	p.wg.Done()
+	p.stats.overload.Add(1)
+	logLimited(p.cfg.Logger, slog.LevelWarn, serve.KindOverload, "request answered DIAMETER_TOO_BUSY: its handlers and their queue are full",
+		"peer", p.Name(), "command", message.CommandName(req), "max_handlers", p.cfg.MaxHandlers, "max_queued_handlers", p.cfg.MaxQueuedHandlers)
+	c.answered(req, message.ErrorAnswer(req, p.cfg.identity(), message.TooBusy, "handlers busy").Bytes(), false)
+}
+
+// workers returns the worker goroutines of both lanes now.
+func (l *handlerLanes) workers() int { return l.acct.Workers() + l.other.Workers() }
+
+// started returns how many worker goroutines both lanes started so far.
+func (l *handlerLanes) started() uint64 { return l.acct.Started() + l.other.Started() }
