@@ -23,6 +23,9 @@ type outbox struct {
 	// idle, when set, is called with mu held whenever the backlog
 	// empties: the server arms its idle timeout then.
 	idle func()
+	// acct counts the Accounting-Requests in the backlog not handled yet,
+	// and base is the backlog's own limit: see acctIn.
+	acct, base int
 
 	mu      sync.Mutex // guards the fields below and *bp
 	q       [][]byte
@@ -57,6 +60,34 @@ func (o *outbox) held() {
 	o.mu.Lock()
 	o.bp.InHandler++
 	o.mu.Unlock()
+}
+
+// acctIn counts an Accounting-Request handed to its handlers, which may
+// hold half of the backlog's bound: past that half, the records waiting
+// for a slow store do not count against it, so that they never stop the
+// reading of the Access-Requests behind them. Their own number is
+// bounded by their handlers' lane, which drops what it cannot queue.
+func (o *outbox) acctIn() {
+	o.mu.Lock()
+	o.acct++
+	o.relimitLocked()
+	o.mu.Unlock()
+}
+
+// acctOut is acctIn's end, once the record's handler is done.
+func (o *outbox) acctOut() {
+	o.mu.Lock()
+	o.acct--
+	o.relimitLocked()
+	o.drainedLocked()
+	o.mu.Unlock()
+}
+
+func (o *outbox) relimitLocked() {
+	if o.base == 0 {
+		o.base = o.bp.Limit
+	}
+	o.bp.Limit = o.base + max(0, o.acct-o.base/2)
 }
 
 // unheld is for a request that gets no answer.

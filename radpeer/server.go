@@ -335,8 +335,6 @@ type serverConn struct {
 	opened  time.Time
 	release func() // ends the count among connections not admitted yet
 
-	acctHeld atomic.Int32 // Accounting-Requests read and not handled yet
-
 	// Reader-goroutine state.
 	admitted bool // a request passed verification
 }
@@ -448,23 +446,12 @@ func (c *serverConn) request(b []byte) string {
 	}
 	lane := s.auth
 	if code == lradius.CodeAccountingRequest {
-		// Accounting may hold half of the connection's unanswered bound:
-		// records stuck on a slow store are dropped past it (the client
-		// fails them over) rather than stopping the reading of the
-		// Access-Requests behind them.
-		if c.acctHeld.Load() >= int32(max(s.cfg.MaxUnanswered/2, 1)) {
-			c.out.unheld()
-			s.overload.Add(1)
-			serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindOverload, "RADIUS Accounting-Request dropped: accounting holds half of the connection's unanswered bound",
-				"remote", c.tc.RemoteAddr().String(), "max_unanswered", s.cfg.MaxUnanswered)
-			return ""
-		}
-		c.acctHeld.Add(1)
+		c.out.acctIn()
 		lane = s.acct
 	}
 	if !lane.Submit(job{c, b}) {
 		if lane == s.acct {
-			c.acctHeld.Add(-1)
+			c.out.acctOut()
 		}
 		c.out.unheld()
 		s.overload.Add(1)
@@ -478,7 +465,7 @@ func (c *serverConn) request(b []byte) string {
 func (s *Server) handle(j job) {
 	c := j.c
 	if radius.Code(j.b) == lradius.CodeAccountingRequest {
-		defer c.acctHeld.Add(-1)
+		defer c.out.acctOut()
 	}
 	if c.ctx.Err() != nil { // its connection is gone
 		c.out.unheld()

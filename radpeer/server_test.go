@@ -391,9 +391,10 @@ func TestServerConfigRefused(t *testing.T) {
 }
 
 // Accounting stuck on a slow store holds at most half of a connection's
-// unanswered bound: the records past it are dropped, and the reader goes
-// on reading the Access-Requests behind them. Before, the stuck records
-// filled the bound and the reader stopped for every request.
+// unanswered bound: the records past it wait in their lane (dropped past
+// its bound) without counting against the connection, and the reader
+// goes on reading the Access-Requests behind them. Before, the stuck
+// records filled the bound and the reader stopped for every request.
 func TestServerStuckAccountingLeavesRoomOnItsConnection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		stuck := make(chan struct{})
@@ -408,7 +409,7 @@ func TestServerStuckAccountingLeavesRoomOnItsConnection(t *testing.T) {
 			return AcceptAll(ctx, req, raw)
 		}
 		const limit = 8
-		s, ln := startServer(t, ServerConfig{Handler: h, MaxUnanswered: limit, Logger: slog.New(slog.DiscardHandler)})
+		s, ln := startServer(t, ServerConfig{Handler: h, MaxUnanswered: limit, MaxInFlight: 4, MaxQueued: 12, Logger: slog.New(slog.DiscardHandler)})
 		c := connect(t, ln)
 		answers := make(chan lradius.Code, 100)
 		go func() {
@@ -428,10 +429,10 @@ func TestServerStuckAccountingLeavesRoomOnItsConnection(t *testing.T) {
 		}
 		synctest.Wait()
 		assert.Len(t, answers, 10, "every Access-Request answered while accounting is stuck")
-		assert.Equal(t, uint64(20-limit/2), s.Stats().Overload, "records past half the bound dropped")
+		assert.Equal(t, uint64(20-4-12), s.Stats().Overload, "records past their lane (4 running, 12 waiting) dropped")
 		close(stuck)
 		synctest.Wait()
-		assert.Len(t, answers, 10+limit/2, "the held records answered once released")
+		assert.Len(t, answers, 10+16, "the held records answered once released")
 		c.conn.Close()
 		mustClose(t, s)
 	})
