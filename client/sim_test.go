@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/dedup"
+	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/internal/testhook"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"
@@ -523,6 +524,8 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		}
 	}
 
+	stopWatch := w.watchParked()
+
 	results := make(chan simOutcome, 1<<14)
 	var wg sync.WaitGroup
 	nextID := (worker+1)<<24 | 1
@@ -653,7 +656,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 				send()
 			}
 			time.Sleep(time.Duration(w.rng.IntN(3)) * time.Millisecond)
-			switch w.rng.IntN(4) {
+			switch w.rng.IntN(5) {
 			case 0: // frozen together (each watchdog fails over into the others)
 				d := time.Duration(5+w.rng.IntN(150)) * time.Second
 				for _, s := range w.servers {
@@ -690,6 +693,25 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			case 3: // every server disconnects (DPR)
 				for _, s := range w.servers {
 					w.disconnect(s, &bg)
+				}
+			case 4: // every server flaps: SUSPECT everywhere (requests park), then OKAY again
+				for _, s := range w.servers {
+					s.f.freeze()
+				}
+				d := time.Duration(61+w.rng.IntN(25)) * time.Second // past 2 Tw, before the close at 3 Tw
+				bg.Add(1)
+				go func() {
+					defer bg.Done()
+					time.Sleep(d)
+					for _, s := range w.servers {
+						s.f.unfreeze()
+					}
+				}()
+				for range 1 + w.rng.IntN(3) {
+					time.Sleep(time.Duration(w.rng.Int64N(int64(d / 4))))
+					for range 1 + w.rng.IntN(4) {
+						send()
+					}
 				}
 			}
 		case k == 16 || k == 17: // a slow request left behind steady traffic, then a failover
@@ -790,6 +812,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			w.counts.Parked++
 		}
 	}
+	stopWatch()
 	c.Close(context.Background()) // with answers in flight when closedEarly
 	for _, s := range w.servers {
 		s.f.unfreeze()
@@ -799,6 +822,48 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	w.records = recordsOf(c)
 	w.check(results, closedEarly)
 	return w.counts
+}
+
+// watchParked looks at the parked requests every 5 s of the schedule: a
+// request still parked 10 s after a peer could take it was forgotten (a
+// peer came into service and did not release it). The returned function
+// stops it.
+func (w *simWorld) watchParked() (stop func()) {
+	c := w.c
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		tick := time.NewTicker(5 * time.Second)
+		defer tick.Stop()
+		since := map[*call.Call]int{}
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			c.mu.Lock()
+			parked, closed := slices.Clone(c.parked), c.closed
+			c.mu.Unlock()
+			if closed {
+				return
+			}
+			next := map[*call.Call]int{}
+			for _, cl := range parked {
+				if cl.State() != call.Parked {
+					continue
+				}
+				if m := c.pick(cl); m != nil {
+					next[cl] = since[cl] + 1
+					if next[cl] == 3 {
+						w.violation("request %d parked for 10 s while %s, in service, could take it", cl.Ref, m.spec.Name)
+					}
+				}
+			}
+			since = next
+		}
+	}()
+	return func() { close(done); <-ended }
 }
 
 // disconnect has server s send DPR on its connections, with one of the
@@ -888,7 +953,11 @@ func simRequest(n int, nai, host string, acct bool) []byte {
 //   - with the shared duplicate store, no request was applied twice
 //     across the servers, an answered one exactly once, and no handler
 //     ran for a request after its answer was committed;
-//   - a request naming a Destination-Host reached no other server;
+//   - a request naming a Destination-Host reached no other server, and
+//     was not replayed once its host's connection failed (it fails with
+//     DIAMETER_UNABLE_TO_DELIVER);
+//   - no request stays parked 10 s while a peer in service could take it
+//     (watchParked);
 //   - no request was queued twice on one connection, nor while in flight
 //     elsewhere (the sends of one request follow each other);
 //   - its first send has no T flag; every later send keeps the End-to-End
@@ -1022,6 +1091,12 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 				t.Errorf("seed %d: request %d: premature-failover resend %d with the T flag", seed, id, k+1)
 			case !s.afterRefusal && !s.tflag:
 				t.Errorf("seed %d: request %d: replay %d without the T flag", seed, id, k+1)
+			}
+			if rq := w.reqs[id]; rq != nil && rq.pinned != "" && !s.afterRefusal {
+				// RFC 6733 5.5.4: not moved to another host, nor
+				// replayed to its own once its connection failed: it
+				// fails with DIAMETER_UNABLE_TO_DELIVER.
+				t.Errorf("seed %d: request %d for Destination-Host %s replayed (send %d) after its connection failed", seed, id, rq.pinned, k+1)
 			}
 			if !s.afterRefusal {
 				h := hop{prev.conn, s.conn, s.at}
