@@ -1,7 +1,6 @@
 package radpeer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/internal/serve"
+	"github.com/aaatp/aaatp/internal/testhelp"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/stretchr/testify/assert"
@@ -251,9 +251,8 @@ func TestServerAccountingStuckAuthenticationGoesOn(t *testing.T) {
 // number of log lines; the old server wrote one WARN line each.
 func TestServerBadAuthLogsRateLimited(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var buf bytes.Buffer
-		var mu sync.Mutex
-		lg := slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+		var buf testhelp.SyncBuffer
+		lg := slog.New(slog.NewTextHandler(&buf, nil))
 		s, ln := startServer(t, ServerConfig{Logger: lg})
 		before := serve.Count(serve.KindBadAuth)
 		for i := range 500 {
@@ -265,9 +264,7 @@ func TestServerBadAuthLogsRateLimited(t *testing.T) {
 		}
 		synctest.Wait()
 		assert.Equal(t, uint64(500), s.Stats().BadAuth)
-		mu.Lock()
 		out := buf.String()
-		mu.Unlock()
 		// The limiter is the process's: an earlier test (or -count=2) may
 		// have spent this window, so the lines may be fewer, never more.
 		n := strings.Count(out, "failed verification")
@@ -276,17 +273,6 @@ func TestServerBadAuthLogsRateLimited(t *testing.T) {
 		assert.Equal(t, uint64(500), serve.Count(serve.KindBadAuth)-before, "each one counted, logged or not")
 		mustClose(t, s)
 	})
-}
-
-type lockedWriter struct {
-	w  io.Writer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
 }
 
 // The Handler learns who sent the request.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/internal/serve"
+	"github.com/aaatp/aaatp/internal/testhelp"
 	"github.com/aaatp/aaatp/radius"
 	lradius "layeh.com/radius"
 )
@@ -72,21 +73,10 @@ func (c *recordConn) SetReadDeadline(time.Time) error  { return nil }
 func (c *recordConn) SetWriteDeadline(time.Time) error { return nil }
 
 // lineBuffer collects log lines, safe for concurrent writes.
-type lineBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lineBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+type lineBuffer struct{ testhelp.SyncBuffer }
 
 func (l *lineBuffer) lines() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.FieldsFunc(l.b.String(), func(r rune) bool { return r == '\n' })
+	return strings.FieldsFunc(l.String(), func(r rune) bool { return r == '\n' })
 }
 
 func (l *lineBuffer) logger() *slog.Logger {
