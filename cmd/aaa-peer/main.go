@@ -8,6 +8,7 @@
 //	aaa-peer server --listen tcp://127.0.0.1:3868 --origin-host s1.example.net --origin-realm example.net --status 127.0.0.1:8080
 //	aaa-peer client --peer tcp://127.0.0.1:3868 --origin-host c1.example.net --origin-realm example.net --destination-realm example.net
 //	aaa-peer route --nai user@example.net --server a --server b
+//	aaa-peer version
 //
 // Run "aaa-peer <command> -h" for the flags of each command. Exit codes: 0
 // success, 1 runtime failure, 2 usage error.
@@ -62,6 +63,7 @@ commands:
   client   load generator: balanced or primary/secondary, with RFC 3539 failover
   route    prints the RFC 3074 hash of a NAI and the server it goes to
   demo     live failover demo: 3 servers and a client on loopback, under a minute
+  version  prints the version, VCS revision, build time and Go version (also --version)
 
 server, client and demo take --status ADDR (a live status page, /status.json
 and Prometheus /metrics), --log-level and --log-format text|json.
@@ -91,6 +93,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runRoute(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		return runVersion(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usageText)
 		return 0

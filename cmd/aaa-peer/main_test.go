@@ -231,7 +231,7 @@ func TestDispatch(t *testing.T) {
 			t.Errorf("run(%q) = %d, stderr %q; want %d and %q", tc.args, code, stderr.String(), tc.code, tc.want)
 		}
 		if tc.args == nil {
-			for _, cmd := range []string{"server", "client", "route", "demo"} {
+			for _, cmd := range []string{"server", "client", "route", "demo", "version"} {
 				if !strings.Contains(stderr.String(), "\n  "+cmd+" ") {
 					t.Errorf("usage does not list %s:\n%s", cmd, stderr.String())
 				}
