@@ -3,6 +3,8 @@ package status
 import (
 	"context"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +43,7 @@ const (
 	MetricQueueAlarm  = "aaatp_queue_alarm"
 	MetricEvents      = "aaatp_events_total"
 	MetricNodeInfo    = "aaatp_node_info"
+	MetricBuildInfo   = "aaatp_build_info"
 	MetricPeerInfo    = "aaatp_peer_info"
 	MetricRecycled    = "aaatp_recycled_connections_total"
 	// MetricLogEvents counts, by kind, what the process logs
@@ -203,13 +206,50 @@ func NewMetrics() *Metrics {
 			ConstLabels: prometheus.Labels{"kind": k.String()},
 		}, func() float64 { return float64(serve.Count(k)) }))
 	}
+	version, revision, goVersion := BuildLabels()
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        MetricBuildInfo,
+		Help:        "Always 1; the labels say which build of the binary this is: its main module's version, the VCS revision it was built from and the Go version (unknown: not stamped, as under go run).",
+		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion},
+	})
+	build.Set(1)
 	m.reg.MustRegister(m.messages, m.latency, m.state, m.transitions, m.failovers,
-		m.moved, m.pending, dedup, m.queueDepth, m.queueAlarm, m.events, m.info, m.peerInfo, &m.recycled,
+		m.moved, m.pending, dedup, m.queueDepth, m.queueAlarm, m.events, m.info, m.peerInfo, &m.recycled, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, k := range []peer.EventKind{peer.EventWatchdog, peer.EventConnUp, peer.EventConnDown, peer.EventFailover, peer.EventError} {
 		m.events.WithLabelValues(k.String()) // export zeros from the start
 	}
 	return m
+}
+
+// BuildLabels returns the labels of aaatp_build_info, read from the running
+// binary's build information (runtime/debug.ReadBuildInfo): the main
+// module's version (a tag or pseudo-version, "+dirty" when the work tree had
+// changes; "(devel)" when not stamped), the VCS revision it was built from
+// ("unknown" when not stamped: "go run", "go test", -buildvcs=false) and the
+// Go version.
+func BuildLabels() (version, revision, goVersion string) {
+	bi, ok := debug.ReadBuildInfo()
+	return buildLabels(bi, ok)
+}
+
+func buildLabels(bi *debug.BuildInfo, ok bool) (version, revision, goVersion string) {
+	version, revision, goVersion = "(devel)", "unknown", runtime.Version()
+	if !ok || bi == nil {
+		return version, revision, goVersion
+	}
+	if bi.Main.Version != "" {
+		version = bi.Main.Version
+	}
+	if bi.GoVersion != "" {
+		goVersion = bi.GoVersion
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && s.Value != "" {
+			revision = s.Value
+		}
+	}
+	return label(version), label(revision), label(goVersion)
 }
 
 // Registry returns the registry, to add the node's own collectors.

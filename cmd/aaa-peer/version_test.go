@@ -5,10 +5,13 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
+
+	"github.com/aaatp/aaatp/status"
 )
 
 // TestVersionCommand: "aaa-peer version", --version and -version print the
@@ -112,5 +115,18 @@ func TestVersionOfABuiltBinary(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "dirty        true") && !strings.Contains(string(out), "dirty        false") {
 		t.Errorf("no dirty flag in:\n%s", out)
+	}
+}
+
+// TestServerMetricsBuildInfo: a server's /metrics carries aaatp_build_info
+// with the version, revision and Go version that "aaa-peer version" prints.
+func TestServerMetricsBuildInfo(t *testing.T) {
+	srv := startServer(t, "--status", "127.0.0.1:0")
+	web := waitURL(t, srv.stderr, regexp.MustCompile(`msg="status page" url=(http://\S+/)`))
+	text := httpGet(t, web+"metrics")
+	v := readVersion()
+	labels := map[string]string{"version": v.version, "revision": v.revision, "goversion": v.goVersion}
+	if got, ok := metricValue(text, status.MetricBuildInfo, labels); !ok || got != 1 {
+		t.Errorf("no %s%v = 1 in /metrics:\n%s", status.MetricBuildInfo, labels, grepLines(text, status.MetricBuildInfo))
 	}
 }
