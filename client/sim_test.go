@@ -61,8 +61,9 @@ const simRecovery = 9 * time.Minute
 // or reset while frozen), SUSPECT -> OKAY flaps with late answers and
 // late DWAs, resets mid-burst, DPR from a server with each
 // Disconnect-Cause (its answers in flight drain first), 3004 and 3002 and
-// final 5012 answers, duplicate answers, answers after the caller's
-// deadline, every server out at once (frozen, reset or DPR) and back, a
+// final 5012 answers, requests lost in a server (no answer ever),
+// duplicate answers, answers after the caller's deadline, every server
+// out at once (frozen, reset or DPR) and back, a
 // slow request left behind steady traffic before a failover,
 // Client.Close with answers in flight and during a failover, and random
 // pauses inside the race windows (a failover's batch between pick and
@@ -286,6 +287,7 @@ type simWorld struct {
 	commits   map[uint32][]string // for a failure's report: who committed when
 	reqs      map[uint32]*simReq
 	slow      map[uint32]bool // requests made slow behind steady traffic
+	dropped   map[uint32]bool // requests a silent server lost
 	errs      []string        // violations seen while the schedule ran
 	counts    simCounts
 	quietFrom time.Time // every fault over, every server answering
@@ -386,6 +388,11 @@ func (w *simWorld) handler(s *simServer, app peer.Handler) peer.Handler {
 		kind := s.kind
 		s.mu.Unlock()
 		switch kind {
+		case "silent": // the request is lost in the server: no answer ever
+			w.mu.Lock()
+			w.dropped[wire.EndToEnd(req)] = true
+			w.mu.Unlock()
+			return nil
 		case "busy", "unable":
 			rc := map[string]uint32{"busy": message.TooBusy, "unable": message.UnableToDeliver}[kind]
 			return message.NewAnswer(req).ResultCode(rc).
@@ -464,7 +471,7 @@ func simQueued(e2e uint32, conn any, msg []byte, afterRefusal bool) {
 func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	w := &simWorld{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)),
 		sends: map[uint32][]simSend{}, refusals: map[[2]uint32]int{}, wrote: map[[2]uint32]string{}, applied: map[uint32]int{}, commits: map[uint32][]string{},
-		commitAt: map[uint32]time.Time{}, runs: map[uint32]int{}, reqs: map[uint32]*simReq{}, slow: map[uint32]bool{}}
+		commitAt: map[uint32]time.Time{}, runs: map[uint32]int{}, reqs: map[uint32]*simReq{}, slow: map[uint32]bool{}, dropped: map[uint32]bool{}}
 	simWorlds.Lock()
 	if simWorlds.m == nil {
 		simWorlds.m = map[uint32]*simWorld{}
@@ -651,7 +658,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			w.disconnect(srv(), &bg)
 		case k == 10: // a server refuses for a while
 			s := srv()
-			kind := []string{"busy", "unable", "reject"}[w.rng.IntN(3)]
+			kind := []string{"busy", "unable", "reject", "silent"}[w.rng.IntN(4)]
 			s.mu.Lock()
 			s.kind = kind
 			s.mu.Unlock()
@@ -973,8 +980,8 @@ func simRequest(n int, nai, host string, acct bool) []byte {
 //     context's, or RequestTimeout) plus simSlack;
 //   - an error only where the schedule made it unavoidable: a patient
 //     request (an hour: past every fault and the recovery after) is
-//     answered unless the Client was closed early, or it named in
-//     Destination-Host a server whose connection failed;
+//     answered unless the Client was closed early, a server lost it, or
+//     it named in Destination-Host a server whose connection failed;
 //   - a request applied before its Send returned gets neither 3004 nor
 //     3002 (another server refused it while it was being applied
 //     elsewhere), nor, when patient, an error;
@@ -1018,7 +1025,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 		rq := w.reqs[r.e2e]
 		n, commitAt, committed := w.applied[r.e2e], w.commitAt[r.e2e], !w.commitAt[r.e2e].IsZero()
 		sends := w.sends[r.e2e]
-		slow := w.slow[r.e2e]
+		slow, dropped := w.slow[r.e2e], w.dropped[r.e2e]
 		w.mu.Unlock()
 		if took := r.at.Sub(rq.start); took > rq.limit+simSlack {
 			t.Errorf("seed %d: request %d returned after %v, past its deadline of %v (err %v)", seed, r.e2e, took, rq.limit, r.err)
@@ -1029,6 +1036,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			switch {
 			case closedEarly:
 			case rq.pinned != "" && errors.Is(r.err, ErrUnableToDeliver):
+			case dropped: // a server lost it: it waits for its deadline
 			case rq.patient:
 				t.Errorf("seed %d: patient request %d (pinned %q, slow %v) failed after %v: %v; applied %d; sends %+v", seed, r.e2e, rq.pinned, slow, r.at.Sub(rq.start), r.err, n, sends)
 			}
