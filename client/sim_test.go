@@ -292,6 +292,7 @@ type simWorld struct {
 	counts    simCounts
 	quietFrom time.Time // every fault over, every server answering
 	records   []FailoverRecord
+	closedAt  time.Time // when Client.Close returned
 }
 
 // handedOverReversed finds the failover record (moved or parked) of the
@@ -849,6 +850,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	}
 	stopWatch()
 	c.Close(context.Background()) // with answers in flight when closedEarly
+	w.closedAt = time.Now()
 	for _, s := range w.servers {
 		s.f.unfreeze()
 	}
@@ -978,6 +980,8 @@ func simRequest(n int, nai, host string, acct bool) []byte {
 //     (2001, or the refusal a peer gave when no other was left, or a final
 //     error answer) or an error, and no later than its deadline (its
 //     context's, or RequestTimeout) plus simSlack;
+//   - none returns later than Client.Close (which fails what it has not
+//     answered);
 //   - an error only where the schedule made it unavoidable: a patient
 //     request (an hour: past every fault and the recovery after) is
 //     answered unless the Client was closed early, a server lost it, or
@@ -1029,6 +1033,9 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 		w.mu.Unlock()
 		if took := r.at.Sub(rq.start); took > rq.limit+simSlack {
 			t.Errorf("seed %d: request %d returned after %v, past its deadline of %v (err %v)", seed, r.e2e, took, rq.limit, r.err)
+		}
+		if r.at.After(w.closedAt.Add(simSlack)) {
+			t.Errorf("seed %d: request %d returned %v after Client.Close had returned (err %v)", seed, r.e2e, r.at.Sub(w.closedAt), r.err)
 		}
 		appliedBefore := committed && !commitAt.After(r.at)
 		if r.err != nil {
