@@ -131,6 +131,15 @@ func TestSim(t *testing.T) {
 			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 {
 			t.Errorf("the schedules exercised too little: %+v", s)
 		}
+		// The known-broken outcomes are rare races (a peer coming into
+		// service in the middle of a batch; an applied request's only
+		// alternate refusing it): more of them is a new defect.
+		if s.KnownOrder*100 > s.OrderPairs {
+			t.Errorf("%d of %d replays moved together left out of send order: more than the known race (-sim.strict shows them)", s.KnownOrder, s.OrderPairs)
+		}
+		if s.KnownRefusal*1000 > s.Answered {
+			t.Errorf("%d of %d answered requests got a refusal after being applied: more than the known race (-sim.strict shows them)", s.KnownRefusal, s.Answered)
+		}
 	}
 }
 
