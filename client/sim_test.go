@@ -30,8 +30,8 @@ var (
 	simSeed = flag.Uint64("sim.seed", 0, "TestSim: replay the schedule of this seed only")
 	simFrom = flag.Uint64("sim.from", 1, "TestSim with -sim.n: the first seed")
 	// simStrict fails the known-broken outcomes too: replays out of order
-	// across an unpark (see parkedTogether), and an applied request
-	// answered with another server's refusal (see check).
+	// when a peer comes into service in the middle of a batch, and an
+	// applied request answered with another server's refusal (see check).
 	simStrict = flag.Bool("sim.strict", false, "TestSim: fail the known-broken outcomes too")
 )
 
@@ -816,7 +816,15 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			}
 		}
 		w.mu.Unlock()
-		wg.Wait()
+		// Every deadline is an hour at most: a Send still waiting after
+		// two is stuck (Close below ends it, and check reports it).
+		returned := make(chan struct{})
+		go func() { wg.Wait(); close(returned) }()
+		select {
+		case <-returned:
+		case <-time.After(2 * time.Hour):
+			w.violation("Sends still waiting 2h after the schedule went quiet")
+		}
 		synctest.Wait()
 		for _, p := range c.Peers() {
 			if p == nil {
