@@ -290,6 +290,7 @@ type simWorld struct {
 	sends     map[uint32][]simSend
 	refusals  map[[2]uint32]int    // (e2e, hbh) of a 3004/3002 the client read -> seq
 	wrote     map[[2]uint32]string // (e2e, hbh) of a request written -> the server's host
+	answered  map[uint32]time.Time // when the client first read a final answer to the request
 	applied   map[uint32]int
 	commitAt  map[uint32]time.Time
 	runs      map[uint32]int      // handler runs (inside the duplicate store's wrapper)
@@ -383,6 +384,13 @@ func (r readLog) ReadMessage() ([]byte, error) {
 		}
 	}
 	if err == nil && !wire.IsRequest(m) && wire.AppID(m) != 0 {
+		if rc, _ := message.ResultCodeOf(m); rc != message.TooBusy && rc != message.UnableToDeliver {
+			r.w.mu.Lock()
+			if _, seen := r.w.answered[wire.EndToEnd(m)]; !seen {
+				r.w.answered[wire.EndToEnd(m)] = time.Now()
+			}
+			r.w.mu.Unlock()
+		}
 		simPause(5 * time.Millisecond)
 	}
 	return m, err
@@ -480,7 +488,7 @@ func simQueued(e2e uint32, conn any, msg []byte, afterRefusal bool) {
 
 func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	w := &simWorld{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)),
-		sends: map[uint32][]simSend{}, refusals: map[[2]uint32]int{}, wrote: map[[2]uint32]string{}, applied: map[uint32]int{}, commits: map[uint32][]string{},
+		sends: map[uint32][]simSend{}, refusals: map[[2]uint32]int{}, wrote: map[[2]uint32]string{}, answered: map[uint32]time.Time{}, applied: map[uint32]int{}, commits: map[uint32][]string{},
 		commitAt: map[uint32]time.Time{}, runs: map[uint32]int{}, reqs: map[uint32]*simReq{}, slow: map[uint32]bool{}, dropped: map[uint32]bool{}}
 	simWorlds.Lock()
 	if simWorlds.m == nil {
@@ -998,7 +1006,8 @@ func simRequest(n int, nai, host string, acct bool) []byte {
 //     error answer) or an error, and no later than its deadline (its
 //     context's, or RequestTimeout) plus simSlack;
 //   - none returns later than Client.Close (which fails what it has not
-//     answered);
+//     answered), nor later than its answer (2001 or 5012) came in, on
+//     whichever connection it was sent on;
 //   - an error only where the schedule made it unavoidable: a patient
 //     request (an hour: past every fault and the recovery after) is
 //     answered unless the Client was closed early, a server lost it, or
@@ -1050,6 +1059,12 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 		w.mu.Unlock()
 		if took := r.at.Sub(rq.start); took > rq.limit+simSlack {
 			t.Errorf("seed %d: request %d returned after %v, past its deadline of %v (err %v)", seed, r.e2e, took, rq.limit, r.err)
+		}
+		if at, ok := w.answered[r.e2e]; ok && r.at.After(at.Add(simSlack)) {
+			// Its answer came in, on the connection it was sent on or an
+			// older one (a late answer still completes a request that
+			// was moved or parked), but the request went on waiting.
+			t.Errorf("seed %d: request %d returned %v after the client read its answer (err %v); sends %+v", seed, r.e2e, r.at.Sub(at), r.err, sends)
 		}
 		if r.at.After(w.closedAt.Add(simSlack)) {
 			t.Errorf("seed %d: request %d returned %v after Client.Close had returned (err %v)", seed, r.e2e, r.at.Sub(w.closedAt), r.err)
