@@ -1008,7 +1008,9 @@ func simRequest(n int, nai, host string, acct bool) []byte {
 //   - none returns later than Client.Close (which fails what it has not
 //     answered), nor later than its answer (2001 or 5012) came in, on
 //     whichever connection it was sent on;
-//   - an error only where the schedule made it unavoidable: a patient
+//   - an error is one of Send's documented kinds (timeout, closed, no
+//     peer; unable to deliver only with a Destination-Host), and only
+//     where the schedule made it unavoidable: a patient
 //     request (an hour: past every fault and the recovery after) is
 //     answered unless the Client was closed early, a server lost it, or
 //     it named in Destination-Host a server whose connection failed;
@@ -1072,6 +1074,14 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 		appliedBefore := committed && !commitAt.After(r.at)
 		if r.err != nil {
 			w.counts.Failed++
+			// The documented errors of Send, each for its cause.
+			switch {
+			case errors.Is(r.err, ErrUnableToDeliver) && rq.pinned == "":
+				t.Errorf("seed %d: request %d, with no Destination-Host, failed as unable to deliver: %v", seed, r.e2e, r.err)
+			case !errors.Is(r.err, peer.ErrTimeout) && !errors.Is(r.err, peer.ErrClosed) && !errors.Is(r.err, ErrNoPeer) &&
+				!errors.Is(r.err, ErrUnableToDeliver):
+				t.Errorf("seed %d: request %d failed with an error of no documented kind: %v", seed, r.e2e, r.err)
+			}
 			switch {
 			case closedEarly:
 			case rq.pinned != "" && errors.Is(r.err, ErrUnableToDeliver):
