@@ -118,6 +118,17 @@ type clientOptions struct {
 
 func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs := newFlagSet("client", clientSynopsis, stderr)
+	fs.Usage = func() {
+		out := fs.Output()
+		fmt.Fprint(out, clientSynopsis)
+		fmt.Fprintln(out, "\nflags:")
+		fs.PrintDefaults()
+		// The RADIUS client's flags, whatever the order of -h and --peer.
+		fmt.Fprint(out, "\nWith a RADIUS --peer (radius://, radius+tcp:// or radsec://) the client sends\n"+
+			"RADIUS requests and takes these flags instead (run 'aaa-peer client --peer\n"+
+			"radius://HOST:PORT -h' for its description):\n\n")
+		radiusClientFlags(&radiusClientOptions{}, out).PrintDefaults()
+	}
 	fs.Var(&o.peers, "peer", "`URL` of a server: tcp://host:port, tls://host:port or sctp://host:port; repeat for several (required)")
 	fs.StringVar(&o.originHost, "origin-host", "", "our Origin-Host `H`, a DiameterIdentity such as client1.example.net (required)")
 	fs.StringVar(&o.originRealm, "origin-realm", "", "our Origin-Realm `R`, such as example.net (required)")
@@ -165,6 +176,8 @@ func (o *clientOptions) validate() error {
 		return usagef("--origin-host is required")
 	case o.originRealm == "":
 		return usagef("--origin-realm is required")
+	case message.CheckIdentity(o.originHost) != nil:
+		return usagef("--origin-host %q: want a DiameterIdentity such as client1.example.net: %v", o.originHost, message.CheckIdentity(o.originHost))
 	case o.destRealm == "":
 		return usagef("--destination-realm is required")
 	case o.tw < watchdog.MinTwinit:
@@ -197,6 +210,9 @@ func (o *clientOptions) validate() error {
 	}
 	seen := make(map[string]bool, len(o.peers))
 	for _, u := range o.peers {
+		if err := checkURLScheme("peer", u, clientSchemes); err != nil {
+			return err
+		}
 		if _, err := transport.ParseURL(u); err != nil {
 			return usagef("--peer %s: %v", u, err)
 		}
@@ -380,6 +396,14 @@ type clientReport struct {
 }
 
 func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// A --peer with no or an unknown scheme is neither client's: say so
+	// before either parses flags the other does not take.
+	for _, u := range peerArgs(args) {
+		if err := checkURLScheme("peer", u, clientSchemes); err != nil {
+			fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+			return 2
+		}
+	}
 	if hasRADIUSUDPPeer(args) {
 		return runRadiusClient(ctx, args, stdout, stderr)
 	}

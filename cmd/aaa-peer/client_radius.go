@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -115,8 +116,8 @@ func hasRADIUSUDPPeer(args []string) bool {
 	return false
 }
 
-func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var o radiusClientOptions
+// radiusClientFlags returns the flags of the RADIUS client, set into o.
+func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	fs := newFlagSet("client", radiusClientSynopsis, stderr)
 	fs.Var(&o.peers, "peer", "a RADIUS server, radius://host:port, radius+tcp://host:port or radsec://host[:port], in index order (repeat; one transport kind)")
 	fs.Var(&o.acctPeers, "acct-peer", "the accounting address of each --peer, in the same order (repeat; default: the --peer address)")
@@ -124,23 +125,23 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.StringVar(&o.app, "app", "auth", "what to send: auth (Access-Request), acct (Accounting-Request Stop), status (Status-Server)")
 	fs.StringVar(&o.algorithm, "algorithm", "direct", "access algorithm: direct, round-robin, hash or pearson")
 	fs.TextVar(&o.requireMA, "require-message-authenticator", radpeer.RequireMAAuto, "which replies must carry a Message-Authenticator (BlastRADIUS): `MODE` auto (every reply to an Access-Request), always (replies to Status-Server too) or never (servers that sign no reply, such as FreeRADIUS before 3.2.5)")
-	fs.DurationVar(&o.timeout, "timeout", radudp.DefaultTimeout, "how long one attempt waits for a reply")
+	fs.DurationVar(&o.timeout, "timeout", radudp.DefaultTimeout, "wait `D` for a reply to each attempt")
 	fs.IntVar(&o.retries, "retries", radudp.DefaultRetries, "attempts per request and server")
-	fs.DurationVar(&o.downTimeout, "down-timeout", 0, "no reply for this long while sending puts a server out of service (default timeout x retries)")
-	fs.DurationVar(&o.hold, "hold-down", radudp.DefaultHoldDown, "how long an out-of-service server gets nothing")
+	fs.DurationVar(&o.downTimeout, "down-timeout", 0, "no reply for `D` while sending puts a server out of service (default timeout x retries)")
+	fs.DurationVar(&o.hold, "hold-down", radudp.DefaultHoldDown, "an out-of-service server gets nothing for `D`")
 	fs.StringVar(&o.testUser, "test-user", "", "User-Name of the test user that probes (and with --keepalive keeps alive) servers")
 	fs.StringVar(&o.testPassword, "test-password", "", "the test user's User-Password (a test account's, not the shared secret)")
 	fs.BoolVar(&o.statusServer, "status-server", false, "probe and keep alive with Status-Server (RFC 5997) instead of a test user")
-	fs.DurationVar(&o.keepAlive, "keepalive", 0, "send the test message to each server at this interval (needs --test-user or --status-server)")
+	fs.DurationVar(&o.keepAlive, "keepalive", 0, "send the test message to each server every `D` (needs --test-user or --status-server)")
 	fs.IntVar(&o.maxRate, "max-rate", 0, "per-server max authentication requests per second (0: no limit)")
 	fs.IntVar(&o.maxRateAcct, "max-rate-acct", 0, "per-server max accounting requests per second (0: no limit)")
 	fs.IntVar(&o.maxOut, "max-outstanding", 0, "per-server and class max requests awaiting a reply (default 256)")
-	fs.DurationVar(&o.slot, "slot", throttle.DefaultSlot, "rate slot length (50ms..1s)")
+	fs.DurationVar(&o.slot, "slot", throttle.DefaultSlot, "rate slot length `D` (50ms..1s)")
 	fs.StringVar(&o.alarm, "queue-alarm", "", "HIGH,LOW: raise a server's queue alarm at depth HIGH, clear it at LOW")
 	fs.Float64Var(&o.rate, "rate", 100, "requests per second")
 	fs.IntVar(&o.concurrency, "concurrency", 256, "at most N requests in flight")
 	fs.Int64Var(&o.requests, "requests", 0, "stop after N requests (0: --duration)")
-	fs.DurationVar(&o.duration, "duration", 10*time.Second, "stop after D when --requests is 0")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "stop after `D` when --requests is 0")
 	fs.StringVar(&o.nai, "nai", "user%d@example.net", "User-Name format, %d the request number")
 	fs.StringVar(&o.maxFailed, "max-failed", "0", "exit 3 when more than this `SHARE` of the requests failed: a fraction (0.05) or a percentage (5%); 0: any failure; 1: never")
 	fs.StringVar(&o.report, "report", "-", "write the JSON report to `FILE` (- is stdout)")
@@ -148,11 +149,17 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 	logFlags(fs, &o.logLevel, &o.logFormat, "info")
 	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "stream: watchdog interval Twinit `D` of every connection (at least 6s)")
 	fs.IntVar(&o.maxConns, "max-conns", 1, "stream: connections per server, 255 requests each, opened as needed")
-	fs.DurationVar(&o.requestTimeout, "request-timeout", 0, "stream: a request's deadline, any failover included (0: two Tw plus 10s)")
+	fs.DurationVar(&o.requestTimeout, "request-timeout", 0, "stream: a request's deadline `D`, any failover included (0: two Tw plus 10s)")
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "radsec: PEM CA `FILE` the servers' certificates must chain to")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "radsec: PEM client certificate `FILE` (RFC 6614: mutual)")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "radsec: PEM private key `FILE` of --tls-cert")
 	fs.Var(&o.weights, "weight", "`URL=N`: pearson weight N >= 1 of the --peer URL (repeat)")
+	return fs
+}
+
+func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var o radiusClientOptions
+	fs := radiusClientFlags(&o, stderr)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}

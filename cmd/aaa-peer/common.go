@@ -81,6 +81,7 @@ func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
 
 // parseFlags parses args; ok is false when the caller must return code.
 func parseFlags(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	hintDurations(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0, false

@@ -317,6 +317,18 @@ func TestFlagValidation(t *testing.T) {
 		{"client bad log format", runClient, with(cli, "--log-format", "logfmt"), `--log-format "logfmt"`},
 		{"demo bad log format", runDemo, []string{"--log-format", "xml"}, `--log-format "xml"`},
 		{"demo bad status", runDemo, []string{"--status", "x"}, `--status "x"`},
+		// Messages that say what to do instead.
+		{"server scheme-less listen", runServer, with(srv, "--listen", "127.0.0.1:3868"), "--listen 127.0.0.1:3868: want a URL such as tcp://127.0.0.1:3868 (schemes: tcp, tls, sctp for Diameter; radius, radius+tcp, radsec for RADIUS)"},
+		{"server http listen", runServer, with(srv, "--listen", "http://127.0.0.1:80"), "unknown scheme http (schemes: tcp, tls, sctp for Diameter; radius, radius+tcp, radsec for RADIUS)"},
+		{"server radius+udp listen", runServer, with(srv, "--listen", "radius+udp://127.0.0.1:1812"), "unknown scheme radius+udp: RADIUS over UDP is radius://"},
+		{"server tw without unit", runServer, with(srv, "--tw", "30"), `invalid value "30" for flag -tw: want a duration with its unit, such as 30s`},
+		{"server bad duration", runServer, with(srv, "--cer-timeout", "ten"), "want a duration with its unit, such as 30s, 500ms or 2m"},
+		{"server origin-host with a space", runServer, with(srv, "--origin-host", "bad host"), `--origin-host "bad host": want a DiameterIdentity`},
+		{"client scheme-less peer", runClient, with(cli, "--peer", "localhost:3868"), "--peer localhost:3868: want a URL such as tcp://localhost:3868"},
+		{"client http peer", runClient, with(cli, "--peer", "http://x:1"), "unknown scheme http (schemes: tcp, tls, sctp for Diameter; radius, radius+tcp, radsec for RADIUS)"},
+		{"client radius+udp peer with RADIUS flags", runClient, with(cli, "--peer", "radius+udp://127.0.0.1:1812", "--secret-file", "x"), "unknown scheme radius+udp: RADIUS over UDP is radius://"},
+		{"client tw without unit", runClient, with(cli, "--tw", "30"), "want a duration with its unit, such as 30s"},
+		{"client origin-host not an identity", runClient, with(without(cli, "--origin-host"), "--origin-host", "c1.example.net/x"), `--origin-host "c1.example.net/x": want a DiameterIdentity`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -170,6 +170,8 @@ func (o *serverOptions) validate() error {
 		return usagef("--origin-host is required")
 	case o.originRealm == "":
 		return usagef("--origin-realm is required")
+	case message.CheckIdentity(o.originHost) != nil:
+		return usagef("--origin-host %q: want a DiameterIdentity such as server1.example.net: %v", o.originHost, message.CheckIdentity(o.originHost))
 	case o.tw < watchdog.MinTwinit:
 		return usagef("--tw %v is below the RFC 3539 minimum of %v", o.tw, watchdog.MinTwinit)
 	case o.answerDelay < 0:
@@ -208,6 +210,9 @@ func (o *serverOptions) validate() error {
 	}
 	needTLS := false
 	for _, u := range o.listen {
+		if err := checkURLScheme("listen", u, serverSchemes); err != nil {
+			return err
+		}
 		if radpeer.IsURL(u) {
 			if err := o.validateRADIUSListen(u); err != nil {
 				return err
