@@ -332,7 +332,11 @@ func TestFlagValidation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			if code := tc.run(context.Background(), tc.args, &stdout, &stderr); code != 2 {
+			// A case the command wrongly accepts runs until this ends,
+			// and fails rather than hangs.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if code := tc.run(ctx, tc.args, &stdout, &stderr); code != 2 {
 				t.Errorf("exit code %d, want 2; stderr:\n%s", code, stderr.String())
 			}
 			if !strings.Contains(stderr.String(), tc.want) {
