@@ -23,9 +23,9 @@ type outbox struct {
 	// idle, when set, is called with mu held whenever the backlog
 	// empties: the server arms its idle timeout then.
 	idle func()
-	// acct counts the Accounting-Requests in the backlog not handled yet,
-	// and base is the backlog's own limit: see acctIn.
-	acct, base int
+	// base is the backlog's own limit, and acct counts the
+	// Accounting-Requests held (see held); acct is guarded by mu.
+	base, acct int
 
 	mu      sync.Mutex // guards the fields below and *bp
 	q       [][]byte
@@ -55,45 +55,34 @@ func (o *outbox) queueLocked(msgs ...[]byte) bool {
 	return true
 }
 
-// held counts a request read and not answered yet.
-func (o *outbox) held() {
+// held counts a request read and not answered yet; acct says it is an
+// Accounting-Request. Accounting may hold half of the backlog's bound:
+// past that half, the records waiting for a slow store do not count
+// against it, so that they never stop the reading of the Access-Requests
+// behind them. Their own number is bounded by their handlers' lane,
+// which drops what it cannot queue.
+func (o *outbox) held(acct bool) {
 	o.mu.Lock()
 	o.bp.InHandler++
-	o.mu.Unlock()
-}
-
-// acctIn counts an Accounting-Request handed to its handlers, which may
-// hold half of the backlog's bound: past that half, the records waiting
-// for a slow store do not count against it, so that they never stop the
-// reading of the Access-Requests behind them. Their own number is
-// bounded by their handlers' lane, which drops what it cannot queue.
-func (o *outbox) acctIn() {
-	o.mu.Lock()
-	o.acct++
-	o.relimitLocked()
-	o.mu.Unlock()
-}
-
-// acctOut is acctIn's end, once the record's handler is done.
-func (o *outbox) acctOut() {
-	o.mu.Lock()
-	o.acct--
-	o.relimitLocked()
-	o.drainedLocked()
-	o.mu.Unlock()
-}
-
-func (o *outbox) relimitLocked() {
-	if o.base == 0 {
-		o.base = o.bp.Limit
+	if acct {
+		o.acctLocked(1)
 	}
+	o.mu.Unlock()
+}
+
+// acctLocked counts d more Accounting-Requests held. o.mu is held.
+func (o *outbox) acctLocked(d int) {
+	o.acct += d
 	o.bp.Limit = o.base + max(0, o.acct-o.base/2)
 }
 
-// unheld is for a request that gets no answer.
-func (o *outbox) unheld() {
+// unheld is for a request counted by held that gets no answer.
+func (o *outbox) unheld(acct bool) {
 	o.mu.Lock()
 	o.bp.InHandler--
+	if acct {
+		o.acctLocked(-1)
+	}
 	o.drainedLocked()
 	o.mu.Unlock()
 }
@@ -109,10 +98,13 @@ func (o *outbox) drainedLocked() {
 
 // answer queues the answer to a request counted by held; false if the
 // outbox is closed.
-func (o *outbox) answer(ans []byte) bool {
+func (o *outbox) answer(ans []byte, acct bool) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.bp.InHandler--
+	if acct {
+		o.acctLocked(-1)
+	}
 	if !o.queueLocked(ans) {
 		o.drainedLocked()
 		return false

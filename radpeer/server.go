@@ -271,7 +271,7 @@ func (s *Server) start(tc transport.Conn, release func()) {
 	addr, _ := serve.AddrOf(tc.RemoteAddr())
 	c := &serverConn{s: s, tc: tc, release: release, opened: time.Now()}
 	c.ctx, c.cancel = context.WithCancel(withSender(s.ctx, Sender{Addr: addr}))
-	c.out = &outbox{tc: tc, bp: &serve.Backlog{Limit: s.cfg.MaxUnanswered}, onError: func(error) {
+	c.out = &outbox{tc: tc, bp: &serve.Backlog{Limit: s.cfg.MaxUnanswered}, base: s.cfg.MaxUnanswered, onError: func(error) {
 		tc.Close()
 		c.cancel()
 	}}
@@ -335,6 +335,8 @@ type serverConn struct {
 	opened  time.Time
 	release func() // ends the count among connections not admitted yet
 
+	deadline time.Time // the read deadline set, zero for none; guarded by out.mu
+
 	// Reader-goroutine state.
 	admitted bool // a request passed verification
 }
@@ -391,25 +393,46 @@ func (c *serverConn) setDeadline() {
 	if c.rd == nil {
 		return
 	}
+	c.out.mu.Lock()
+	defer c.out.mu.Unlock()
 	if !c.admitted {
-		c.rd.SetReadDeadline(c.opened.Add(c.s.cfg.OpeningTimeout))
+		c.setDeadlineLocked(c.opened.Add(c.s.cfg.OpeningTimeout))
 		return
 	}
-	c.out.mu.Lock()
 	c.armIdleLocked()
-	c.out.mu.Unlock()
 }
 
 // armIdleLocked sets the idle timeout from now, or none while the
 // connection is owed answers: a client waiting for a slow handler is not
 // idle, and no answer it waits for is lost to the timeout. The outbox
-// calls it too, when the last answer owed is written. c.out.mu is held.
+// calls it too, when the last answer owed is written. A deadline set
+// less than idleSlack ago is left as it is: a busy connection does not
+// pay for a new one at every request. c.out.mu is held.
 func (c *serverConn) armIdleLocked() {
 	if c.s.cfg.IdleTimeout < 0 || c.out.bp.Unanswered() > 0 {
-		c.rd.SetReadDeadline(time.Time{})
+		c.setDeadlineLocked(time.Time{})
 		return
 	}
-	c.rd.SetReadDeadline(time.Now().Add(c.s.cfg.IdleTimeout))
+	at := time.Now().Add(c.s.cfg.IdleTimeout)
+	if !c.deadline.IsZero() && at.Sub(c.deadline) < idleSlack {
+		return
+	}
+	c.setDeadlineLocked(at)
+}
+
+// idleSlack is how much sooner than IdleTimeout after its last request
+// or answer an idle connection may be closed, in exchange for fewer
+// deadline updates.
+const idleSlack = time.Second
+
+// setDeadlineLocked sets the read deadline, unless it is set already.
+// c.out.mu is held.
+func (c *serverConn) setDeadlineLocked(t time.Time) {
+	if t.Equal(c.deadline) {
+		return
+	}
+	c.deadline = t
+	c.rd.SetReadDeadline(t)
 }
 
 // request handles one packet; a non-empty result closes the connection.
@@ -437,7 +460,8 @@ func (c *serverConn) request(b []byte) string {
 		c.release()
 	}
 	s.received.Add(1)
-	c.out.held()
+	acct := code == lradius.CodeAccountingRequest
+	c.out.held(acct)
 	if code == lradius.CodeStatusServer {
 		// RFC 5997: answered by the server itself, never a login.
 		s.status.Add(1)
@@ -445,15 +469,11 @@ func (c *serverConn) request(b []byte) string {
 		return ""
 	}
 	lane := s.auth
-	if code == lradius.CodeAccountingRequest {
-		c.out.acctIn()
+	if acct {
 		lane = s.acct
 	}
 	if !lane.Submit(job{c, b}) {
-		if lane == s.acct {
-			c.out.acctOut()
-		}
-		c.out.unheld()
+		c.out.unheld(acct)
 		s.overload.Add(1)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindOverload, "RADIUS request dropped: its handlers and their queue are full",
 			"remote", c.tc.RemoteAddr().String(), "code", code.String(), "max_in_flight", s.cfg.MaxInFlight, "max_queued", s.cfg.MaxQueued)
@@ -464,31 +484,30 @@ func (c *serverConn) request(b []byte) string {
 // handle runs the Handler on one verified request and answers it.
 func (s *Server) handle(j job) {
 	c := j.c
-	if radius.Code(j.b) == lradius.CodeAccountingRequest {
-		defer c.out.acctOut()
-	}
+	acct := radius.Code(j.b) == lradius.CodeAccountingRequest
 	if c.ctx.Err() != nil { // its connection is gone
-		c.out.unheld()
+		c.out.unheld(acct)
 		return
 	}
 	p, err := radius.Decode(j.b, s.secret) // ReadFrame validated it
 	if err != nil {
-		c.out.unheld()
+		c.out.unheld(acct)
 		return
 	}
 	if rc, attrs := s.cfg.Handler(c.ctx, p, j.b); rc != 0 {
 		c.answer(j.b, rc, attrs)
 		return
 	}
-	c.out.unheld()
+	c.out.unheld(acct)
 	s.dropped.Add(1)
 }
 
 // answer sends the answer to a request counted by held.
 func (c *serverConn) answer(req []byte, code lradius.Code, attrs lradius.Attributes) {
+	acct := radius.Code(req) == lradius.CodeAccountingRequest
 	ans, err := radius.EncodeResponse(req, code, attrs, c.s.secret)
 	if err != nil {
-		c.out.unheld()
+		c.out.unheld(acct)
 		c.s.dropped.Add(1)
 		serve.Log(c.s.cfg.Logger, slog.LevelWarn, serve.KindDropped, "cannot encode RADIUS answer; dropped", "remote", c.tc.RemoteAddr().String(), "err", err)
 		return
@@ -496,7 +515,7 @@ func (c *serverConn) answer(req []byte, code lradius.Code, attrs lradius.Attribu
 	// Counted before it is queued, so that a client holding the answer
 	// sees it counted.
 	c.s.answered.Add(1)
-	if !c.out.answer(ans) {
+	if !c.out.answer(ans, acct) {
 		c.s.answered.Add(^uint64(0))
 	}
 }
