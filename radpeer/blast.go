@@ -4,12 +4,10 @@ import (
 	"container/list"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
 
-	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/radius"
 	lradius "layeh.com/radius"
 )
@@ -207,12 +205,13 @@ type maPolicy struct {
 	refused, proxyState, forgotten atomic.Uint64
 }
 
-// verify checks request b (validated) from the client at from, with the
+// verify checks request b (validated) from client (its source's IP
+// address; the zero Addr for one without, such as a pipe), with the
 // shared secret and the settings of cfg. The error matches
 // radius.ErrAuthenticator when an authenticator fails (over a stream the
 // connection must be closed), ErrRefused when the policy refuses the
 // request (drop it, never answer it).
-func (p *maPolicy) verify(cfg *ServerConfig, b, secret []byte, from net.Addr) error {
+func (p *maPolicy) verify(cfg *ServerConfig, b, secret []byte, client netip.Addr) error {
 	if err := radius.VerifyRequest(b, secret, false); err != nil {
 		if errors.Is(err, radius.ErrNoMessageAuthenticator) { // Status-Server (RFC 5997 3)
 			p.refused.Add(1)
@@ -224,7 +223,6 @@ func (p *maPolicy) verify(cfg *ServerConfig, b, secret []byte, from net.Addr) er
 		return nil
 	}
 	mode := cfg.RequireMessageAuthenticator
-	client := clientAddr(from)
 	if _, ok := radius.Attr(b, radius.AttrMessageAuthenticator); ok { // verified above
 		if mode == RequireMAAuto {
 			p.seen(client)
@@ -244,21 +242,6 @@ func (p *maPolicy) verify(cfg *ServerConfig, b, secret []byte, from net.Addr) er
 		return &refusal{"Access-Request with Proxy-State and no Message-Authenticator"}
 	}
 	return nil
-}
-
-// clientAddr is the client a source address stands for: its IP address.
-// Addresses of other kinds (in-memory pipes) are all one client, the zero
-// Addr.
-func clientAddr(a net.Addr) netip.Addr {
-	if ip, ok := serve.AddrOf(a); ok {
-		return ip
-	}
-	if a != nil {
-		if ap, err := netip.ParseAddrPort(a.String()); err == nil {
-			return ap.Addr().Unmap()
-		}
-	}
-	return netip.Addr{}
 }
 
 // seen records that client sent a valid Message-Authenticator.

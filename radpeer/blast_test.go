@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -286,7 +287,7 @@ func TestMAPolicyClientTableBounded(t *testing.T) {
 	var p maPolicy
 	p.max = 3
 	cfg := &ServerConfig{}
-	addr := func(i int) net.Addr { return &net.UDPAddr{IP: net.IPv4(10, 0, 0, byte(i)), Port: 1812} }
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}) }
 	for _, i := range []int{1, 2, 3, 1, 4} { // 1 seen again before 4: 2 is the least recent
 		if err := p.verify(cfg, signedRequest(t, byte(i), "u"), testSecret, addr(i)); err != nil {
 			t.Fatal(err)
@@ -302,7 +303,7 @@ func TestMAPolicyClientTableBounded(t *testing.T) {
 		}
 	}
 	for i := range 1000 {
-		p.verify(cfg, signedRequest(t, 1, "u"), testSecret, &net.UDPAddr{IP: net.IPv4(10, 1, byte(i>>8), byte(i)), Port: 1})
+		p.verify(cfg, signedRequest(t, 1, "u"), testSecret, netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}))
 	}
 	if st := p.stats(); st.Clients != 3 || st.Forgotten != 1001 {
 		t.Fatalf("after 1000 more clients: %+v", st)

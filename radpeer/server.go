@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -269,7 +270,7 @@ func (s *Server) Serve() error {
 func (s *Server) start(tc transport.Conn, release func()) {
 	s.connections.Add(1)
 	addr, _ := serve.AddrOf(tc.RemoteAddr())
-	c := &serverConn{s: s, tc: tc, release: release, opened: time.Now()}
+	c := &serverConn{s: s, tc: tc, addr: addr, release: release, opened: time.Now()}
 	c.ctx, c.cancel = context.WithCancel(withSender(s.ctx, Sender{Addr: addr}))
 	c.out = &outbox{tc: tc, bp: &serve.Backlog{Limit: s.cfg.MaxUnanswered}, base: s.cfg.MaxUnanswered, onError: func(error) {
 		tc.Close()
@@ -328,6 +329,7 @@ func (s *Server) publish(from string, e peer.Event) {
 type serverConn struct {
 	s       *Server
 	tc      transport.Conn
+	addr    netip.Addr              // the client's IP address
 	rd      transport.ReadDeadliner // nil if tc has no deadlines
 	out     *outbox
 	ctx     context.Context // carries the Sender; ends when the connection does
@@ -443,7 +445,7 @@ func (c *serverConn) request(b []byte) string {
 		s.dropped.Add(1)
 		return ""
 	}
-	switch err := s.maPolicy.verify(&s.cfg, b, s.secret, c.tc.RemoteAddr()); {
+	switch err := s.maPolicy.verify(&s.cfg, b, s.secret, c.addr); {
 	case errors.Is(err, radius.ErrAuthenticator):
 		s.badAuth.Add(1)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadAuth, "closing RADIUS connection: request failed verification (shared secret mismatch?)",

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,9 +62,10 @@ type UDPServer struct {
 
 // udpRequest is a verified request waiting for, or in, its handler.
 type udpRequest struct {
-	dup  *dupEntry // its entry in the duplicate cache
-	b    []byte
-	from net.Addr
+	dup    *dupEntry // its entry in the duplicate cache
+	b      []byte
+	from   net.Addr
+	client netip.Addr // from's IP address
 }
 
 // UDPServerStats are a UDPServer's counters.
@@ -155,7 +157,8 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadRequest, "RADIUS datagram dropped: not a request", "remote", from.String(), "code", code.String())
 		return
 	}
-	if !s.verify(b, from) {
+	client, _ := serve.AddrOf(from)
+	if !s.verify(b, from, client) {
 		return
 	}
 	key := dupKeyOf(from, b)
@@ -180,7 +183,7 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 	if code == lradius.CodeAccountingRequest {
 		lane = s.acct
 	}
-	if !lane.Submit(udpRequest{dup: e, b: b, from: from}) {
+	if !lane.Submit(udpRequest{dup: e, b: b, from: from, client: client}) {
 		s.forget(e) // so that its retransmission is handled afresh
 		s.overload.Add(1)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindOverload, "RADIUS request dropped: its handlers and their queue are full; the client will retransmit",
@@ -190,8 +193,8 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 
 // verify checks request b with the shared secret and the
 // Message-Authenticator policy; it counts, and logs, a request that fails.
-func (s *UDPServer) verify(b []byte, from net.Addr) bool {
-	switch err := s.maPolicy.verify(&s.cfg, b, s.cfg.Secret, from); {
+func (s *UDPServer) verify(b []byte, from net.Addr, client netip.Addr) bool {
+	switch err := s.maPolicy.verify(&s.cfg, b, s.cfg.Secret, client); {
 	case errors.Is(err, radius.ErrAuthenticator):
 		s.badAuth.Add(1)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadAuth, "RADIUS request dropped: authenticator check failed",
@@ -229,8 +232,7 @@ func (s *UDPServer) handle(r udpRequest) {
 		s.forget(r.dup)
 		return
 	}
-	addr, _ := serve.AddrOf(r.from)
-	code, attrs := s.cfg.Handler(withSender(s.ctx, Sender{Addr: addr}), p, r.b)
+	code, attrs := s.cfg.Handler(withSender(s.ctx, Sender{Addr: r.client}), p, r.b)
 	s.finish(r.dup, r.b, r.from, code, attrs)
 }
 
