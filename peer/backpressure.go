@@ -3,6 +3,7 @@ package peer
 import (
 	"log/slog"
 
+	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/wire"
 )
 
@@ -27,7 +28,7 @@ func (c *conn) waitRoom() (waited bool) {
 	c.wmu.Unlock()
 	p := c.p
 	p.stats.paused.Add(1)
-	logLimited(p.cfg.Logger, slog.LevelWarn, logPaused, "reading paused: the peer's requests are not answered yet",
+	serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindPaused, "reading paused: the peer's requests are not answered yet",
 		"peer", p.Name(), "remote", c.tc.RemoteAddr().String(), "unanswered", n, "limit", c.bp.Limit)
 	select {
 	case <-ch:

@@ -603,13 +603,13 @@ func (c *conn) reader() {
 			case strings.HasPrefix(note, writeFailed):
 				// A peer that does not read its answers (the write deadline)
 				// or whose socket broke.
-				logLimited(p.cfg.Logger, slog.LevelWarn, logWriteTimeout, "closing connection: "+note, "peer", p.Name(), "remote", c.tc.RemoteAddr().String())
+				serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindWriteTimeout, "closing connection: "+note, "peer", p.Name(), "remote", c.tc.RemoteAddr().String())
 			case note != "":
 			case errors.Is(err, wire.ErrBadFrame):
 				p.stats.badFrames.Add(1)
 				note = "bad frame: " + err.Error()
 				p.publish(Event{Kind: EventError, Reason: note})
-				logLimited(p.cfg.Logger, slog.LevelWarn, logBadFrame, "closing connection on a bad frame", "peer", p.Name(), "remote", c.tc.RemoteAddr().String(), "err", err)
+				serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindBadFrame, "closing connection on a bad frame", "peer", p.Name(), "remote", c.tc.RemoteAddr().String(), "err", err)
 			case errors.Is(err, io.EOF):
 				note = "closed by peer"
 			case errors.Is(err, net.ErrClosed):

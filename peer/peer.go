@@ -11,6 +11,7 @@ import (
 
 	"github.com/aaatp/aaatp/internal/bus"
 	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
@@ -249,7 +250,7 @@ func Accept(tc transport.Conn, cfg Config) (*Peer, error) {
 		if err != nil {
 			tc.Close()
 			p.publish(Event{Kind: EventError, Reason: "capabilities exchange: " + err.Error()})
-			logLimited(p.cfg.Logger, slog.LevelInfo, logRefusedCER, "connection refused in the capabilities exchange", "remote", tc.RemoteAddr().String(), "reason", err.Error())
+			serve.Log(p.cfg.Logger, slog.LevelInfo, serve.KindBadOpening, "connection refused in the capabilities exchange", "remote", tc.RemoteAddr().String(), "reason", err.Error())
 			p.step(input{kind: evOpenFailed, note: err.Error()})
 			return
 		}
@@ -606,7 +607,7 @@ func (p *Peer) refuseCER(c *conn, msg []byte, now int64) {
 // whether it did.
 func (p *Peer) unmatched(c *conn, hbh uint32, msg []byte) (closed bool) {
 	p.stats.unmatched.Add(1)
-	logLimited(p.cfg.Logger, slog.LevelWarn, logUnmatched, "answer matches no pending request: dropped", "peer", p.Name(), "hop_by_hop", hbh, "command", message.CommandName(msg))
+	serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindUnmatched, "answer matches no pending request: dropped", "peer", p.Name(), "hop_by_hop", hbh, "command", message.CommandName(msg))
 	if c.unmatchedRun++; p.cfg.MaxUnmatched > 0 && c.unmatchedRun >= p.cfg.MaxUnmatched {
 		// Its answers cannot reach their callers: a broken peer, out of
 		// service like a lost connection (its requests fail over).

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/internal/testhook"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
@@ -335,7 +336,7 @@ func (p *Peer) onConnDown(e input, cur *conn) {
 	default:
 	}
 	p.reportDown(e.c, Event{DPR: p.closing, DPA: dpa, Reason: "connection down: " + note})
-	logLimited(p.cfg.Logger, slog.LevelInfo, logConnDown, "connection down", "peer", p.Name(), "reason", note)
+	serve.Log(p.cfg.Logger, slog.LevelInfo, serve.KindConnDown, "connection down", "peer", p.Name(), "reason", note)
 	// Step while the connection is still current, so that OKAY's
 	// Failover() hands its pending requests over with the machine's
 	// reason; whatever it still owns afterwards fails or moves below.

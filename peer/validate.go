@@ -6,6 +6,7 @@ import (
 	"path"
 	"slices"
 
+	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/internal/view"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/wire"
@@ -203,7 +204,7 @@ func (p *Peer) refuse(c *conn, req []byte, r *refusal, now int64) {
 	p.stats.refused.Add(1)
 	reason := fmt.Sprintf("%s refused with %d: %s", message.CommandName(req), r.rc, r.why)
 	p.publish(Event{Kind: EventError, Reason: reason})
-	logLimited(p.cfg.Logger, slog.LevelWarn, logBadRequest, "request refused before the handler",
+	serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindBadRequest, "request refused before the handler",
 		"peer", p.Name(), "command", message.CommandName(req), "result_code", r.rc, "reason", r.why)
 	c.enqueue(p.cfg.refusalAnswer(req, r))
 	p.notifyOther(c, now)
