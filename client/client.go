@@ -26,7 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/internal/ordered"
 	"github.com/aaatp/aaatp/internal/view"
 	"github.com/aaatp/aaatp/loadbalance"
@@ -170,7 +170,7 @@ func (m *member) okay() bool {
 type Client struct {
 	cfg     Config
 	members []*member
-	byPeer  sync.Map              // *peer.Peer (as any) -> *member, every peer ever dialed; read on the hot path without c.mu
+	byPeer  sync.Map              // call.Carrier -> *member, every peer ever dialed; read on the hot path without c.mu
 	bal     *loadbalance.Balancer // Balance mode
 	rr      atomic.Uint64
 	radius  bool // the members are RADIUS servers
@@ -310,7 +310,7 @@ func (c *Client) dialLocked(m *member) error {
 		return c.dialRADIUS(m)
 	}
 	pc := c.cfg.Peer
-	call.Diameter.WithFailover(&pc, c.onFailover)
+	pc.Failover = c.onFailover
 	pc.Events = peer.NewBus() // per peer, so we know whose event it is
 	self := new(atomic.Pointer[peer.Peer])
 	c.cancels = append(c.cancels, pc.Events.Subscribe(func(e peer.Event) { c.onPeerEvent(m, self, e) }))
@@ -349,7 +349,7 @@ func (c *Client) dialedLocked() int {
 
 // memberOf returns the member a peer (a call's First or AnsweredBy)
 // belongs to (nil for nil).
-func (c *Client) memberOf(p any) *member {
+func (c *Client) memberOf(p call.Carrier) *member {
 	if p == nil {
 		return nil
 	}
@@ -397,12 +397,11 @@ func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
 	if c.radius {
 		return nil, errors.New("client: Send takes Diameter requests; these servers are RADIUS: use Exchange")
 	}
-	cl, err := call.Diameter.New(req, c.cfg.ForwardRetransmitFlag)
+	cl, err := peer.NewCall(req, c.cfg.ForwardRetransmitFlag)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
-	ans, _, err := c.do(ctx, cl)
-	return ans, err
+	return c.do(ctx, cl)
 }
 
 // epoch is the origin of the monotonic clock readings of do.
@@ -410,7 +409,7 @@ var epoch = time.Now()
 
 // do is Send and Exchange once the request is a call: dispatch it, wait
 // for its one answer or error, and account for it.
-func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, any, error) {
+func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
 	start := time.Since(epoch) // one clock read: time.Now reads two
 	var it *item
 	if c.sched != nil {
@@ -422,7 +421,7 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, any, error) {
 	}
 	c.dispatch(cl)
 	r := cl.Await(ctx, c.cfg.RequestTimeout)
-	ans, aux, err := r.Ans, r.Aux, r.Err
+	ans, err := r.Ans, r.Err
 	if it != nil {
 		c.release(it) // the answer arrived or the request timed out (Q2)
 	}
@@ -436,11 +435,11 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, any, error) {
 	}
 	if err != nil {
 		if errors.Is(err, peer.ErrTimeout) && r.Sends == 0 {
-			return nil, nil, fmt.Errorf("client: %w: %w", ErrNoPeer, err)
+			return nil, fmt.Errorf("client: %w: %w", ErrNoPeer, err)
 		}
-		return nil, nil, fmt.Errorf("client: %w", err)
+		return nil, fmt.Errorf("client: %w", err)
 	}
-	return ans, aux, nil
+	return ans, nil
 }
 
 // carrier returns what dispatching needs of the member's peer (whether
@@ -448,10 +447,10 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, any, error) {
 // avoid it), nil when not dialed.
 func (m *member) carrier() call.Carrier {
 	if p := m.p(); p != nil {
-		return call.Diameter.Carrier(p)
+		return p
 	}
 	if p := m.rp.Load(); p != nil {
-		return call.RADIUS.Carrier(p)
+		return p
 	}
 	return nil
 }
@@ -922,9 +921,8 @@ func endTests(calls []*call.Call, reason string) []*call.Call {
 // names reports whether Destination-Host dh names from, the peer a
 // failover took requests off. from, not the member's current peer: the
 // member may have let go of it (the connection limit) or dialed anew.
-func names(dh string, from any) bool {
-	p, ok := from.(*peer.Peer)
-	return ok && message.EqualIdentity(dh, p.Name())
+func names(dh string, from call.Carrier) bool {
+	return message.EqualIdentity(dh, from.Name())
 }
 
 // onFailover receives the requests that left a peer: pending when its
@@ -932,7 +930,7 @@ func names(dh string, from any) bool {
 // in order, F2), still unanswered after a graceful disconnect's drain
 // (F8), or answered too busy / unable to deliver (premature failover,
 // F9). It runs on the peer's notifier, without the peer's mutex.
-func (c *Client) onFailover(from any, calls []*call.Call, reason string) {
+func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string) {
 	c.mu.Lock() // also waits for New to finish filling the members
 	closed := c.closed
 	c.mu.Unlock()

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/watchdog"
@@ -208,7 +208,7 @@ func (c *Client) sent(m *member) {
 	}
 }
 
-func (c *Client) replied(p any) {
+func (c *Client) replied(p call.Carrier) {
 	if c.group == nil || p == nil {
 		return
 	}
@@ -413,7 +413,7 @@ func (c *Client) sendTest(s policy.TestSend) {
 		if timeout <= 0 {
 			timeout = c.cfg.RequestTimeout
 		}
-		if _, _, err := cl.Wait(c.ctx, timeout); err == nil {
+		if _, err := cl.Wait(c.ctx, timeout); err == nil {
 			c.replied(cl.AnsweredBy())
 		}
 	}()

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
@@ -58,7 +58,7 @@ func (c *Client) dialRADIUS(m *member) error {
 		rc.RequestTimeout = c.cfg.RequestTimeout
 	}
 	rc.Events = peer.NewBus()
-	call.RADIUS.WithFailover(&rc, c.onFailover)
+	rc.Failover = c.onFailover
 	c.cancels = append(c.cancels, rc.Events.Subscribe(func(e peer.Event) { c.onRADIUSEvent(m, e) }))
 	p, err := radpeer.Dial(m.spec.URL, rc)
 	if err != nil {
@@ -130,11 +130,11 @@ func (c *Client) Exchange(ctx context.Context, r *radius.Request) (*radpeer.Resp
 	if !c.radius {
 		return nil, errors.New("client: Exchange takes RADIUS requests; these servers are Diameter peers: use Send")
 	}
-	_, aux, err := c.do(ctx, call.RADIUS.New(r))
-	if err != nil {
+	cl := radpeer.NewCall(r)
+	if _, err := c.do(ctx, cl); err != nil {
 		return nil, err
 	}
-	return aux.(*radpeer.Response), nil
+	return radpeer.ResponseOf(cl), nil
 }
 
 // RADIUSPeers returns the RADIUS servers' peers in configured order, one
@@ -154,12 +154,12 @@ func (c *Client) newTest(m *member) (*call.Call, bool) {
 		if c.cfg.RADIUSTestRequest == nil {
 			return nil, false
 		}
-		return call.RADIUS.New(c.cfg.RADIUSTestRequest(m.spec.Name)), true
+		return radpeer.NewCall(c.cfg.RADIUSTestRequest(m.spec.Name)), true
 	}
 	if c.cfg.TestRequest == nil {
 		return nil, false
 	}
-	cl, err := call.Diameter.New(c.cfg.TestRequest(m.spec.Name), false)
+	cl, err := peer.NewCall(c.cfg.TestRequest(m.spec.Name), false)
 	return cl, err == nil
 }
 

@@ -14,8 +14,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/dedup"
-	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/internal/testhook"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/watchdog"
@@ -123,8 +123,31 @@ func routingKey(req []byte) call.Key {
 	return k
 }
 
-// dcallOf returns the Diameter record of a shared call.
-func dcallOf(c *call.Call) *dcall { return c.Proto.(*dcall) }
+// Lifecycle returns the Call d embeds (call.Payload).
+func (d *dcall) Lifecycle() *call.Call { return &d.Call }
+
+// dcallOf returns the Diameter record of a call, nil when it is another
+// protocol's.
+func dcallOf(c *call.Call) *dcall {
+	d, _ := c.Proto.(*dcall)
+	return d
+}
+
+// ErrOtherProtocol: a call of another protocol was submitted to a peer.
+var ErrOtherProtocol = errors.New("request of another protocol")
+
+// NewCall makes a call of an encoded Diameter request for a dispatcher
+// (package client), its routing key filled in; the call takes req over.
+// keepT keeps a T flag req carries on its first send (an agent forwarding
+// a retransmitted request); otherwise the first send clears it.
+func NewCall(req []byte, keepT bool) (*call.Call, error) {
+	d, err := newCall(req, true)
+	if err != nil {
+		return nil, err
+	}
+	d.keepT = keepT
+	return &d.Call, nil
+}
 
 // board makes d in flight on cn: the only way a request reaches a
 // connection. cn.mu is held. It returns the bytes to queue and the
@@ -140,7 +163,7 @@ func dcallOf(c *call.Call) *dcall { return c.Proto.(*dcall) }
 func (d *dcall) board(cn *conn) (raw []byte, id uint32, b call.Boarding, err error) {
 	d.Lock()
 	defer d.Unlock()
-	b, err = d.BoardLocked(&cn.h, cn.p)
+	b, err = d.BoardLocked(&cn.h)
 	if err != nil {
 		return nil, 0, b, err
 	}
@@ -180,34 +203,35 @@ func (cn *conn) retireCall(c *call.Call, timedOut bool) {
 	}
 }
 
-// carrier is a Peer as the dispatching layer sees it (call.Carrier).
-type carrier struct{ p *Peer }
-
-func (k carrier) InService() bool { return k.p.InService() }
-
-func (k carrier) Submit(c *call.Call) error { return k.p.submit(dcallOf(c)) }
-
-func (k carrier) SubmitAll(calls []*call.Call) ([]*call.Call, error) { return k.p.submitAll(calls) }
-
-// Avoids: the call was sent on the peer's current connection, or the
-// peer refused it.
-func (k carrier) Avoids(c *call.Call) bool {
-	var cn *call.Conn
-	if cur := k.p.cur.Load(); cur != nil {
-		cn = &cur.h
+// Submit sends c, a call of NewCall, without waiting: its answer
+// completes it (call.Carrier). A call already complete is not sent.
+func (p *Peer) Submit(c *call.Call) error {
+	d := dcallOf(c)
+	if d == nil {
+		return fmt.Errorf("peer %s: %w", p.Name(), ErrOtherProtocol)
 	}
-	return c.Avoids(cn, k.p)
+	return p.submit(d)
 }
 
-func init() {
-	call.Diameter.New = func(req []byte, keepT bool) (*call.Call, error) {
-		d, err := newCall(req, true)
-		if err != nil {
-			return nil, err
+// SubmitAll is Submit for a batch, in order (call.Carrier): the calls
+// sent on this peer's connection before come back in refused; on error
+// none was sent.
+func (p *Peer) SubmitAll(calls []*call.Call) ([]*call.Call, error) {
+	for _, c := range calls {
+		if dcallOf(c) == nil {
+			return nil, fmt.Errorf("peer %s: %w", p.Name(), ErrOtherProtocol)
 		}
-		d.keepT = keepT
-		return &d.Call, nil
 	}
-	call.Diameter.Carrier = func(p any) call.Carrier { return carrier{p.(*Peer)} }
-	call.Diameter.WithFailover = func(cfg any, f call.Failover) { cfg.(*Config).onFailover = f }
+	return p.submitAll(calls)
+}
+
+// Avoids reports whether c must not be sent to this peer now
+// (call.Carrier): it was sent on the peer's current connection, or the
+// peer refused it.
+func (p *Peer) Avoids(c *call.Call) bool {
+	var cn *call.Conn
+	if cur := p.cur.Load(); cur != nil {
+		cn = &cur.h
+	}
+	return c.Avoids(cn, p)
 }

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
@@ -225,7 +225,7 @@ type Config struct {
 	// negative: never close for this.
 	MaxUnmatched int
 
-	// onFailover receives requests that left this peer's connection
+	// Failover receives requests that left this peer's connection
 	// (Moved), in their original send order: its pending requests when
 	// the watchdog calls Failover() (OKAY -> SUSPECT, OKAY -> DOWN) or the
 	// connection drops, those still unanswered when a graceful disconnect
@@ -234,9 +234,8 @@ type Config struct {
 	// It runs on the peer's notifier, without its mutex. A late answer
 	// here still completes a call once. Nil: pending requests keep
 	// waiting here and fail when the connection closes; error answers go
-	// to the caller. Set by the dispatching layer (package client)
-	// through call.Diameter.WithFailover.
-	onFailover call.Failover
+	// to the caller. Package client sets it for the peers it dials.
+	Failover call.Failover
 
 	// Events receives every event of this peer. Default: a new Bus; share
 	// one Bus between peers to watch them all.

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/internal/testhook"
 	"github.com/aaatp/aaatp/message"
@@ -117,7 +117,11 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 		tw: tw,
 		bp: serve.Backlog{Limit: DefaultMaxUnanswered},
 	}
-	c.h.Init(c, c.retireCall)
+	var carrier call.Carrier // a server's connection carries no calls of ours
+	if p != nil {
+		carrier = p
+	}
+	c.h.Init(carrier, c.retireCall)
 	if p != nil {
 		c.bp.Limit = p.cfg.MaxUnanswered
 		if p.cfg.InlineHandlerTime > 0 {
@@ -508,7 +512,7 @@ func (c *conn) takePending() []*call.Call {
 	c.lost = true
 	var calls []*call.Call
 	c.pending.each(func(_ uint32, cl *dcall) {
-		if cl.Leave(&c.h, nil, nil) {
+		if cl.Leave(&c.h) {
 			calls = append(calls, &cl.Call)
 		}
 	})
@@ -537,7 +541,7 @@ func (c *conn) moveOut() []*call.Call {
 // that were in flight here, in send order. c.mu is held.
 func (c *conn) leaveAllLocked(calls []*call.Call) []*call.Call {
 	c.pending.each(func(id uint32, cl *dcall) {
-		if cl.Leave(&c.h, nil, nil) {
+		if cl.Leave(&c.h) {
 			calls = append(calls, &cl.Call)
 		}
 		c.rememberGoneLocked(id, cl)

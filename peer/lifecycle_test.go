@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/watchdog"
 	"github.com/aaatp/aaatp/wire"
 )
@@ -27,7 +27,7 @@ func TestCloseFromSubscriberAndOnFailover(t *testing.T) {
 		cfg.Events = NewBus()
 		closed := make(chan error, 2)
 		var p *Peer
-		cfg.onFailover = func(from any, calls []*call.Call, reason string) {
+		cfg.Failover = func(from call.Carrier, calls []*call.Call, reason string) {
 			for _, cl := range calls {
 				cl.Fail(errors.New("no alternate"))
 			}
@@ -89,7 +89,7 @@ func TestCallLifecycleOnOneConnection(t *testing.T) {
 	got, late := cn.match(id)
 	assert.Same(t, cl, got, "a late answer is still matched")
 	assert.True(t, late)
-	ok, _ := cl.Finish([]byte("answer"), nil, nil, nil, &cn.h, nil)
+	ok, _ := cl.Finish([]byte("answer"), nil, &cn.h, nil)
 	assert.True(t, ok)
 	assert.Equal(t, call.Answered, cl.State())
 	assert.False(t, cl.Fail(errors.New("too late")), "complete once")
@@ -108,14 +108,14 @@ func TestBoardSetsRetransmitFlagOnResends(t *testing.T) {
 	require.NoError(t, err)
 	assert.Same(t, &req[0], &raw1[0], "the first send writes into the caller's bytes")
 	assert.Zero(t, wire.Flags(raw1)&wire.FlagRetransmit, "an originator's first send clears T")
-	require.True(t, cl.Leave(&a.h, nil, nil))
+	require.True(t, cl.Leave(&a.h))
 	raw2, id2, _, err := cl.board(b)
 	require.NoError(t, err)
 	assert.NotSame(t, &raw1[0], &raw2[0], "a resend is a copy")
 	assert.NotZero(t, wire.Flags(raw2)&wire.FlagRetransmit, "a replay after a failover sets T")
 	assert.Equal(t, id1, wire.HopByHop(raw1), "the first send's bytes keep their id")
 	assert.Equal(t, id2, wire.HopByHop(raw2))
-	require.True(t, cl.Leave(&b.h, "busy peer", []byte("too busy")))
+	require.True(t, cl.Refuse(&b.h, []byte("too busy"), nil))
 	raw3, _, bo, err := cl.board(c)
 	require.NoError(t, err)
 	assert.True(t, bo.AfterRefusal)

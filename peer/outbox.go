@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"strconv"
 
-	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/wire"
 )
 
@@ -70,7 +70,7 @@ func (p *Peer) run(out []effect) {
 			from = &e.c.h
 		}
 		for _, cl := range e.fail {
-			if ok, owner := cl.Finish(nil, nil, fmt.Errorf("peer %s: %w", p.Name(), e.err), nil, from, &p.stats.lost); ok && owner != nil {
+			if ok, owner := cl.Finish(nil, fmt.Errorf("peer %s: %w", p.Name(), e.err), from, &p.stats.lost); ok && owner != nil {
 				owner.Retire(cl, false)
 			}
 		}
@@ -106,7 +106,7 @@ func (p *Peer) notifier(idle chan struct{}) {
 		p.nmu.Unlock()
 		for i, n := range q {
 			if n.failover {
-				p.cfg.onFailover(p, n.calls, n.reason)
+				p.cfg.Failover(p, n.calls, n.reason)
 			} else {
 				p.cfg.Events.Publish(n.ev)
 			}

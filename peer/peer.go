@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/internal/bus"
-	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
@@ -349,7 +349,7 @@ func (p *Peer) Request(ctx context.Context, req []byte) ([]byte, error) {
 	if err := p.submit(cl); err != nil {
 		return nil, err
 	}
-	ans, _, err := cl.Wait(ctx, p.cfg.RequestTimeout)
+	ans, err := cl.Wait(ctx, p.cfg.RequestTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("peer %s: %w", p.Name(), err)
 	}
@@ -576,9 +576,9 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 		if p.unmatched(c, hbh, msg) {
 			return false
 		}
-	case !late && p.cfg.onFailover != nil && wire.Flags(msg)&wire.FlagError != 0 && p.premature(c, cl, msg):
+	case !late && p.cfg.Failover != nil && wire.Flags(msg)&wire.FlagError != 0 && p.premature(c, cl, msg):
 	default:
-		ok, owner := cl.Finish(msg, nil, nil, p, &c.h, &p.stats.answered)
+		ok, owner := cl.Finish(msg, nil, &c.h, &p.stats.answered)
 		switch {
 		case !ok:
 			p.stats.late.Add(1)
@@ -636,7 +636,7 @@ func (p *Peer) premature(c *conn, cl *dcall, ans []byte) bool {
 	if rc != message.TooBusy && rc != message.UnableToDeliver {
 		return false
 	}
-	if !cl.Leave(&c.h, p, ans) {
+	if !cl.Refuse(&c.h, ans, nil) {
 		return false
 	}
 	p.stats.premature.Add(1)

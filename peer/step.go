@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/internal/testhook"
 	"github.com/aaatp/aaatp/message"
@@ -471,7 +471,7 @@ func (p *Peer) failover(reason string) {
 	if c == nil {
 		return // its requests went with the connection (failPending)
 	}
-	if p.cfg.onFailover == nil {
+	if p.cfg.Failover == nil {
 		n := c.pendingLen()
 		p.publish(Event{Kind: EventFailover, Pending: n, Reason: fmt.Sprintf("%s: %d requests pending, no alternate configured", reason, n)})
 		return
@@ -510,7 +510,7 @@ func (p *Peer) failPending(c *conn, err error) {
 	if len(calls) == 0 {
 		return
 	}
-	if p.cfg.onFailover != nil && err == ErrConnectionLost {
+	if p.cfg.Failover != nil && err == ErrConnectionLost {
 		// The connection dropped without a Failover() first (SUSPECT or
 		// REOPEN closing): whatever it still owns moves too.
 		p.handOver(calls, "connection lost")

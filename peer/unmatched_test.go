@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/watchdog"
 )
 
@@ -30,7 +30,7 @@ func TestUnmatchedAnswersCloseTheConnection(t *testing.T) {
 		cfg.Events = NewBus()
 		rec, cancel := record(cfg.Events)
 		defer cancel()
-		cfg.onFailover = func(_ any, calls []*call.Call, _ string) {
+		cfg.Failover = func(_ call.Carrier, calls []*call.Call, _ string) {
 			mu.Lock()
 			moved = append(moved, calls...)
 			mu.Unlock()

@@ -3,9 +3,11 @@ package radpeer
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"time"
 
-	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
 	lradius "layeh.com/radius"
@@ -31,6 +33,8 @@ var (
 	// that is still OKAY, or on every OKAY one (RFC 6613 2.6.1): it goes
 	// to another server, or waits.
 	ErrAlreadySent = errors.New("request already sent on a connection of this server that is in service")
+	// ErrOtherProtocol: a call of another protocol was submitted.
+	ErrOtherProtocol = peer.ErrOtherProtocol
 	// ErrConfig is matched by configuration errors.
 	ErrConfig = errors.New("radpeer: invalid configuration")
 )
@@ -64,6 +68,9 @@ type Response struct {
 type rcall struct {
 	call.Call
 	req *radius.Request // read only
+	// resp is the answer that completes the call, set once by the first
+	// verified answer, before Finish.
+	resp atomic.Pointer[Response]
 }
 
 // newCall wraps a request, its routing key (User-Name, Acct-Session-Id)
@@ -84,15 +91,46 @@ func newCall(r *radius.Request) *rcall {
 	return c
 }
 
-func rcallOf(c *call.Call) *rcall { return c.Proto.(*rcall) }
+// Lifecycle returns the Call c embeds (call.Payload).
+func (c *rcall) Lifecycle() *call.Call { return &c.Call }
+
+// rcallOf returns the RADIUS record of a call, nil when it is another
+// protocol's.
+func rcallOf(c *call.Call) *rcall {
+	r, _ := c.Proto.(*rcall)
+	return r
+}
+
+// NewCall makes a call of a RADIUS request for a dispatcher (package
+// client), its routing key (User-Name, Acct-Session-Id) filled in. The
+// call keeps r: do not change it afterwards.
+func NewCall(r *radius.Request) *call.Call { return &newCall(r).Call }
+
+// ResponseOf returns the answer that completed c, a call of NewCall; nil
+// when c did not complete with an answer.
+func ResponseOf(c *call.Call) *Response {
+	if r := rcallOf(c); r != nil && c.State() == call.Answered {
+		return r.resp.Load()
+	}
+	return nil
+}
+
+// answer completes cl with resp, the answer that came on from, unless an
+// answer or an error completed it before; it counts it in cnt. See
+// call.Call.Finish.
+func (c *rcall) answer(resp *Response, from *call.Conn, cnt *atomic.Uint64) (ok bool, owner *call.Conn) {
+	if !c.resp.CompareAndSwap(nil, resp) {
+		return false, nil
+	}
+	return c.Finish(resp.Raw, nil, from, cnt)
+}
 
 // wait is call.Call.Wait with the answer as a *Response.
 func (c *rcall) wait(ctx context.Context, timeout time.Duration) (*Response, error) {
-	_, aux, err := c.Wait(ctx, timeout)
-	if err != nil {
+	if _, err := c.Wait(ctx, timeout); err != nil {
 		return nil, err
 	}
-	return aux.(*Response), nil
+	return c.resp.Load(), nil
 }
 
 // retireCall: a call in flight on c completed without its answer. Its
@@ -112,15 +150,22 @@ func (c *conn) retireCall(_ *call.Call, timedOut bool) {
 	}
 }
 
-// carrier is a Peer as the dispatching layer sees it (call.Carrier).
-type carrier struct{ p *Peer }
+// Submit sends c, a call of NewCall, without waiting: its answer
+// completes it (call.Carrier). See Exchange for the errors.
+func (p *Peer) Submit(c *call.Call) error {
+	rc := rcallOf(c)
+	if rc == nil {
+		return fmt.Errorf("RADIUS server %s: %w", p.url, ErrOtherProtocol)
+	}
+	return p.submit(rc)
+}
 
-func (k carrier) InService() bool           { return k.p.InService() }
-func (k carrier) Submit(c *call.Call) error { return k.p.submit(rcallOf(c)) }
-func (k carrier) Avoids(c *call.Call) bool  { return k.p.avoids(c) }
-func (k carrier) SubmitAll(calls []*call.Call) (refused []*call.Call, err error) {
+// SubmitAll is Submit for a batch, in order (call.Carrier): the calls
+// this server may not take now (ErrAlreadySent) come back in refused; on
+// error none was sent.
+func (p *Peer) SubmitAll(calls []*call.Call) (refused []*call.Call, err error) {
 	for i, c := range calls {
-		switch err := k.p.submit(rcallOf(c)); {
+		switch err := p.Submit(c); {
 		case err == nil:
 		case errors.Is(err, ErrAlreadySent):
 			refused = append(refused, c)
@@ -134,8 +179,9 @@ func (k carrier) SubmitAll(calls []*call.Call) (refused []*call.Call, err error)
 	return refused, nil
 }
 
-func init() {
-	call.RADIUS.New = func(r *radius.Request) *call.Call { return &newCall(r).Call }
-	call.RADIUS.Carrier = func(p any) call.Carrier { return carrier{p.(*Peer)} }
-	call.RADIUS.WithFailover = func(cfg any, f call.Failover) { cfg.(*Config).onFailover = f }
-}
+// Avoids reports whether c must not be submitted here now (call.Carrier):
+// it was sent on a connection of this server that is still OKAY (it is
+// pending there, or was answered too late: RFC 6613 2.6.1 forbids sending
+// it on another connection of the same server meanwhile), or no OKAY
+// connection is left that it was not sent on.
+func (p *Peer) Avoids(c *call.Call) bool { return p.avoids(c) }

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
@@ -63,15 +63,15 @@ type Config struct {
 	// answer. See MessageAuthenticatorMode.
 	RequireMessageAuthenticator MessageAuthenticatorMode
 
-	// onFailover receives the calls of a connection that leaves service
+	// Failover receives the calls of a connection that leaves service
 	// (OKAY -> SUSPECT, OKAY -> DOWN, a connection lost), and those
 	// waiting for an Identifier when no connection is left in service,
 	// in send order. It runs after the Peer's lock is released. They stay
 	// matched on their old connection, so a late answer there still
 	// completes them once. Nil: they wait where they are (and fail when
-	// their connection closes or their deadline passes). Set by the
-	// dispatching layer through call.RADIUS.WithFailover.
-	onFailover call.Failover
+	// their connection closes or their deadline passes). Package client
+	// sets it for the servers it dials.
+	Failover call.Failover
 
 	// Events receives every event (watchdog transitions, connections,
 	// errors), typed as package peer's. Default: a new Bus.

@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/internal/bus"
-	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
@@ -216,7 +216,7 @@ func (p *Peer) avoids(cl *call.Call) bool {
 
 // sentOn returns the connections of p that cl was sent on.
 func (p *Peer) sentOn(cl *call.Call) []*call.Conn {
-	return cl.AppendSentOn(nil, func(cn *call.Conn) bool { return cn.Owner.(*conn).l.p == p })
+	return cl.AppendSentOn(nil, func(cn *call.Conn) bool { return cn.Peer() == call.Carrier(p) })
 }
 
 // avoidsLocked is avoids for the connections sent; p.mu is held.
@@ -460,7 +460,7 @@ func (p *Peer) pickConn(skip []*call.Conn) *conn {
 // encoding and send; false if cl completed meanwhile. p.mu is held.
 func (p *Peer) assign(c *conn, cl *rcall) bool {
 	cl.Lock()
-	_, err := cl.BoardLocked(&c.h, p)
+	_, err := cl.BoardLocked(&c.h)
 	var id byte
 	if err == nil {
 		id = c.free.pop()
@@ -490,7 +490,7 @@ func (p *Peer) drain() {
 				// It may not go on this server now: back to the failover
 				// layer rather than blocking the queue behind it.
 				p.waiting = p.waiting[1:]
-				if p.cfg.onFailover == nil {
+				if p.cfg.Failover == nil {
 					p.fx = append(p.fx, func() { cl.Fail(fmt.Errorf("RADIUS server %s: %w", p.url, ErrAlreadySent)) })
 				} else {
 					p.moveOut(p.links[0], []*rcall{cl}, "no connection it may be sent on")
@@ -555,14 +555,14 @@ func (p *Peer) applyAt(l *link, o watchdog.Output, base int64) {
 				c.sendStatus()
 			}
 		case watchdog.ActionFailover:
-			if p.cfg.onFailover != nil {
+			if p.cfg.Failover != nil {
 				// Recycled connections go too: their calls move with the
 				// rest (without a hook they stay, closing at their end).
 				for _, c := range slices.Clone(l.draining) {
 					p.dropConn(l, c, "recycled connection closed: "+o.Transition.Reason, ErrConnectionLost)
 				}
 			}
-			if c := l.cur; c != nil && p.cfg.onFailover != nil {
+			if c := l.cur; c != nil && p.cfg.Failover != nil {
 				p.moveOut(l, c.leaveAll(), o.Transition.Reason)
 			} else if c != nil {
 				p.moveOut(l, c.inFlight(), o.Transition.Reason) // an event only: they stay
@@ -595,7 +595,7 @@ func (p *Peer) serviceChanged() {
 		p.drain()
 	case was && !p.closing && len(p.waiting) > 0:
 		w := p.waiting
-		if p.cfg.onFailover != nil {
+		if p.cfg.Failover != nil {
 			p.waiting = nil // they go to the hook; without one they keep waiting here
 		}
 		p.moveOut(p.links[0], w, "no connection in service")
@@ -606,7 +606,7 @@ func (p *Peer) serviceChanged() {
 // the failover hook (after the lock); without one it only says so, and
 // they stay where they are. p.mu is held.
 func (p *Peer) moveOut(l *link, calls []*rcall, reason string) {
-	if p.cfg.onFailover == nil || len(calls) == 0 {
+	if p.cfg.Failover == nil || len(calls) == 0 {
 		if len(calls) > 0 {
 			p.publish(l.name, peer.Event{Kind: peer.EventFailover, Pending: len(calls), Reason: fmt.Sprintf("%s: %d requests pending, no alternate configured", reason, len(calls))})
 		}
@@ -617,7 +617,7 @@ func (p *Peer) moveOut(l *link, calls []*rcall, reason string) {
 		out[i] = &cl.Call
 	}
 	p.stats.movedOut.Add(uint64(len(calls)))
-	p.fx = append(p.fx, func() { p.cfg.onFailover(p, out, reason) })
+	p.fx = append(p.fx, func() { p.cfg.Failover(p, out, reason) })
 }
 
 // dropConn closes c and moves (or fails with err) the calls it still
@@ -638,7 +638,7 @@ func (p *Peer) dropConn(l *link, c *conn, note string, err error) {
 	p.fx = append(p.fx, func() { c.tc.Close() })
 	calls := c.leaveAll()
 	clear(c.slots[:])
-	if err == ErrConnectionLost && p.cfg.onFailover != nil && !p.closing {
+	if err == ErrConnectionLost && p.cfg.Failover != nil && !p.closing {
 		p.moveOut(l, calls, "connection lost")
 		return
 	}
@@ -765,7 +765,7 @@ type conn struct {
 func newConn(l *link, tc transport.Conn) *conn {
 	c := &conn{l: l, tc: tc, free: newIDRing()}
 	c.out = &outbox{tc: tc, onError: func(error) { tc.Close() }}
-	c.h.Init(c, c.retireCall)
+	c.h.Init(l.p, c.retireCall)
 	return c
 }
 
@@ -773,7 +773,7 @@ func newConn(l *link, tc transport.Conn) *conn {
 // them in send order; their Identifiers stay reserved for a late answer.
 // p.mu is held.
 func (c *conn) leaveAll() []*rcall {
-	return c.calls(func(cl *rcall) bool { return cl.Leave(&c.h, nil, nil) })
+	return c.calls(func(cl *rcall) bool { return cl.Leave(&c.h) })
 }
 
 // count returns how many Identifiers of c are held by requests that
@@ -964,7 +964,7 @@ func (c *conn) received(b []byte) {
 		resp := &Response{Raw: b, RequestAuthenticator: s.auth, Peer: p}
 		p.fx = append(p.fx, func() {
 			resp.Packet, _ = radius.Decode(b, p.secret) // validated by ReadFrame
-			switch ok, owner := cl.Finish(b, resp, nil, p, &c.h, &p.stats.answered); {
+			switch ok, owner := cl.answer(resp, &c.h, &p.stats.answered); {
 			case !ok:
 				p.stats.late.Add(1) // completed meanwhile
 			case owner != nil:

@@ -10,7 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/aaatp/aaatp/internal/call"
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/transport"
@@ -359,7 +359,7 @@ func TestFailoverHandsOverPending(t *testing.T) {
 		cfgA.Dialer = lnA.dialer()
 		var moved []*call.Call
 		var reason string
-		cfgA.onFailover = func(from any, calls []*call.Call, why string) {
+		cfgA.Failover = func(from call.Carrier, calls []*call.Call, why string) {
 			moved, reason = append(moved, calls...), why
 			for _, cl := range calls {
 				if err := pb.submit(rcallOf(cl)); err != nil {

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/dedup"
-	"github.com/aaatp/aaatp/internal/call"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
@@ -307,14 +306,14 @@ func sendDup(t *testing.T, first, second *peer.Peer, e2e uint32) {
 	wire.SetFlags(dup, wire.Flags(dup)|wire.FlagRetransmit)
 	// A retransmission as an agent forwards it (keeping T); a first send
 	// clears T.
-	cl, err := call.Diameter.New(dup, true)
+	cl, err := peer.NewCall(dup, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := call.Diameter.Carrier(second).Submit(cl); err != nil {
+	if err := second.Submit(cl); err != nil {
 		t.Fatal(err)
 	}
-	a2, _, err := cl.Wait(ctx, 0)
+	a2, err := cl.Wait(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

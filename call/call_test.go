@@ -16,6 +16,15 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// tpeer is a test peer: peers of the same name are equal.
+type tpeer struct{ name string }
+
+func (p tpeer) Name() string                                 { return p.name }
+func (tpeer) InService() bool                                { return true }
+func (tpeer) Submit(*Call) error                             { return nil }
+func (tpeer) SubmitAll([]*Call) (refused []*Call, err error) { return nil, nil }
+func (tpeer) Avoids(*Call) bool                              { return false }
+
 // conn is a test connection that records what it is told.
 type conn struct {
 	Conn
@@ -24,9 +33,10 @@ type conn struct {
 	timedOut atomic.Int32
 }
 
+// newConn returns a connection of peer "p"+name.
 func newConn(name string) *conn {
 	c := &conn{name: name}
-	c.Init(c, func(_ *Call, timedOut bool) {
+	c.Init(tpeer{"p" + name}, func(_ *Call, timedOut bool) {
 		c.retired.Add(1)
 		if timedOut {
 			c.timedOut.Add(1)
@@ -35,11 +45,11 @@ func newConn(name string) *conn {
 	return c
 }
 
-// boarded boards c on cn for peer by.
-func boarded(t *testing.T, c *Call, cn *conn, by any) Boarding {
+// boarded boards c on cn.
+func boarded(t *testing.T, c *Call, cn *conn) Boarding {
 	t.Helper()
 	c.Lock()
-	b, err := c.BoardLocked(&cn.Conn, by)
+	b, err := c.BoardLocked(&cn.Conn)
 	c.Unlock()
 	require.NoError(t, err)
 	return b
@@ -57,7 +67,7 @@ func into(t *testing.T, c *Call, s State) {
 	t.Helper()
 	a := newConn("a")
 	board := func(cn *conn) {
-		boarded(t, c, cn, cn.name)
+		boarded(t, c, cn)
 	}
 	switch s {
 	case Queued:
@@ -65,12 +75,12 @@ func into(t *testing.T, c *Call, s State) {
 		board(a)
 	case Moved:
 		board(a)
-		require.True(t, c.Leave(&a.Conn, nil, nil))
+		require.True(t, c.Leave(&a.Conn))
 	case Parked:
 		require.True(t, c.Park())
 	case Answered:
 		board(a)
-		ok, _ := c.Finish([]byte("x"), nil, nil, "a", nil, nil)
+		ok, _ := c.Finish([]byte("x"), nil, &a.Conn, nil)
 		require.True(t, ok)
 	case Failed:
 		require.True(t, c.Fail(errors.New("x")))
@@ -105,24 +115,24 @@ func TestBoardRules(t *testing.T) {
 	c := newCall()
 	a, b := newConn("a"), newConn("b")
 	c.Lock()
-	bo, err := c.BoardLocked(&a.Conn, "pa")
+	bo, err := c.BoardLocked(&a.Conn)
 	c.Unlock()
 	require.NoError(t, err)
 	assert.Equal(t, Boarding{Prev: Queued}, bo)
-	assert.Equal(t, "pa", c.First())
+	assert.Equal(t, Carrier(tpeer{"pa"}), c.First())
 	c.Lock()
-	_, err = c.BoardLocked(&b.Conn, "pb")
+	_, err = c.BoardLocked(&b.Conn)
 	c.Unlock()
 	assert.ErrorIs(t, err, ErrInFlight)
-	require.True(t, c.Leave(&a.Conn, "pa", []byte("busy")))
-	assert.True(t, c.RefusedBy("pa"))
-	assert.False(t, c.RefusedBy("pb"))
+	require.True(t, c.Refuse(&a.Conn, []byte("busy"), nil))
+	assert.True(t, c.RefusedBy(tpeer{"pa"}))
+	assert.False(t, c.RefusedBy(tpeer{"pb"}))
 	c.Lock()
-	_, err = c.BoardLocked(&a.Conn, "pa")
+	_, err = c.BoardLocked(&a.Conn)
 	c.Unlock()
 	assert.ErrorIs(t, err, ErrAlreadySent)
 	c.Lock()
-	bo, err = c.BoardLocked(&b.Conn, "pb")
+	bo, err = c.BoardLocked(&b.Conn)
 	c.Unlock()
 	require.NoError(t, err)
 	assert.Equal(t, Boarding{Prev: Moved, Sends: 1, AfterRefusal: true}, bo)
@@ -131,10 +141,10 @@ func TestBoardRules(t *testing.T) {
 	assert.Equal(t, 1, c.Sends())
 	assert.False(t, c.SentOn(&b.Conn), "an undone boarding leaves no trace")
 	assert.True(t, c.SentOn(&a.Conn))
-	assert.Equal(t, "pa", c.First())
+	assert.Equal(t, Carrier(tpeer{"pa"}), c.First())
 	require.True(t, c.Fail(errors.New("gone")))
 	c.Lock()
-	_, err = c.BoardLocked(&b.Conn, "pb")
+	_, err = c.BoardLocked(&b.Conn)
 	c.Unlock()
 	assert.ErrorIs(t, err, ErrComplete)
 }
@@ -144,16 +154,16 @@ func TestBoardRules(t *testing.T) {
 func TestAvoids(t *testing.T) {
 	c := newCall()
 	a, b := newConn("a"), newConn("b")
-	assert.False(t, c.Avoids(&a.Conn, "pa"))
-	boarded(t, c, a, "pa")
-	assert.True(t, c.Avoids(&a.Conn, "pa"))
-	assert.False(t, c.Avoids(&b.Conn, "pa"), "a new connection of the same peer may take it")
-	assert.False(t, c.Avoids(nil, "pa"))
-	require.True(t, c.Leave(&a.Conn, "pa", []byte("busy")))
-	assert.True(t, c.Avoids(&b.Conn, "pa"), "a peer that refused it is not asked again")
-	assert.False(t, c.Avoids(&b.Conn, "pb"))
+	assert.False(t, c.Avoids(&a.Conn, tpeer{"pa"}))
+	boarded(t, c, a)
+	assert.True(t, c.Avoids(&a.Conn, tpeer{"pa"}))
+	assert.False(t, c.Avoids(&b.Conn, tpeer{"pa"}), "a new connection of the same peer may take it")
+	assert.False(t, c.Avoids(nil, tpeer{"pa"}))
+	require.True(t, c.Refuse(&a.Conn, []byte("busy"), nil))
+	assert.True(t, c.Avoids(&b.Conn, tpeer{"pa"}), "a peer that refused it is not asked again")
+	assert.False(t, c.Avoids(&b.Conn, tpeer{"pb"}))
 	assert.Equal(t, []*Conn{&a.Conn}, c.AppendSentOn(nil, func(*Conn) bool { return true }))
-	assert.True(t, c.SentOnAny(func(cn *Conn) bool { return cn.Owner.(*conn).name == "a" }))
+	assert.True(t, c.SentOnAny(func(cn *Conn) bool { return cn.Peer() == Carrier(tpeer{"pa"}) }))
 }
 
 // Many goroutines race to complete one call: exactly one wins, the
@@ -162,8 +172,8 @@ func TestAvoids(t *testing.T) {
 func TestCompletesExactlyOnce(t *testing.T) {
 	for range 50 {
 		c := newCall()
-		a := newConn("")
-		boarded(t, c, a, "pa")
+		a := newConn("a")
+		boarded(t, c, a)
 		var wins atomic.Int32
 		var winner atomic.Value
 		var wg sync.WaitGroup
@@ -171,7 +181,7 @@ func TestCompletesExactlyOnce(t *testing.T) {
 			wg.Go(func() {
 				var ok bool
 				if i%2 == 0 {
-					ok, _ = c.Finish([]byte{byte(i)}, "aux", nil, "pa", &a.Conn, nil)
+					ok, _ = c.Finish([]byte{byte(i)}, nil, &a.Conn, nil)
 				} else {
 					ok = c.Fail(errors.New("failed"))
 				}
@@ -183,12 +193,11 @@ func TestCompletesExactlyOnce(t *testing.T) {
 		}
 		wg.Wait()
 		assert.Equal(t, int32(1), wins.Load())
-		ans, aux, err := c.Wait(context.Background(), time.Second)
+		ans, err := c.Wait(context.Background(), time.Second)
 		if i := winner.Load().(int); i%2 == 0 {
 			require.NoError(t, err)
 			assert.Equal(t, []byte{byte(i)}, ans)
-			assert.Equal(t, "aux", aux)
-			assert.Equal(t, "pa", c.AnsweredBy())
+			assert.Equal(t, Carrier(tpeer{"pa"}), c.AnsweredBy())
 		} else {
 			assert.Error(t, err)
 			assert.Equal(t, int32(1), a.retired.Load(), "failed while in flight: its connection is told")
@@ -203,29 +212,29 @@ func TestCompletesExactlyOnce(t *testing.T) {
 func TestWaitTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCall()
-		a := newConn("")
-		boarded(t, c, a, "pa")
+		a := newConn("a")
+		boarded(t, c, a)
 		start := time.Now()
-		_, _, err := c.Wait(context.Background(), 3*time.Second)
+		_, err := c.Wait(context.Background(), 3*time.Second)
 		assert.ErrorIs(t, err, ErrTimeout)
 		assert.Equal(t, 3*time.Second, time.Since(start))
 		assert.Equal(t, int32(1), a.timedOut.Load())
 		assert.Equal(t, Failed, c.State())
-		ok, _ := c.Finish([]byte("late"), nil, nil, "pa", &a.Conn, nil)
+		ok, _ := c.Finish([]byte("late"), nil, &a.Conn, nil)
 		assert.False(t, ok, "complete once")
 
 		c2 := newCall()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		start = time.Now()
-		_, _, err = c2.Wait(ctx, time.Hour)
+		_, err = c2.Wait(ctx, time.Hour)
 		assert.ErrorIs(t, err, ErrTimeout)
 		assert.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Equal(t, time.Second, time.Since(start), "ctx's deadline wins over timeout")
 
 		c3 := newCall()
 		start = time.Now()
-		_, _, err = c3.Wait(context.Background(), 0)
+		_, err = c3.Wait(context.Background(), 0)
 		assert.ErrorIs(t, err, ErrTimeout)
 		assert.Equal(t, DefaultTimeout, time.Since(start))
 	})
@@ -236,17 +245,18 @@ func TestWaitTimeout(t *testing.T) {
 func TestWaitAnswer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCall()
-		boarded(t, c, newConn(""), "pb")
+		b := newConn("b")
+		boarded(t, c, b)
 		var cnt atomic.Uint64
 		go func() {
 			time.Sleep(time.Second)
-			c.Finish([]byte("ans"), nil, nil, "pb", nil, &cnt)
+			c.Finish([]byte("ans"), nil, &b.Conn, &cnt)
 		}()
-		ans, _, err := c.Wait(context.Background(), time.Minute)
+		ans, err := c.Wait(context.Background(), time.Minute)
 		require.NoError(t, err)
 		assert.Equal(t, []byte("ans"), ans)
 		assert.Equal(t, uint64(1), cnt.Load())
-		assert.Equal(t, "pb", c.AnsweredBy())
+		assert.Equal(t, Carrier(tpeer{"pb"}), c.AnsweredBy())
 	})
 }
 
@@ -256,19 +266,19 @@ func TestWaitAnswer(t *testing.T) {
 func TestConcludeAndPark(t *testing.T) {
 	c := newCall()
 	assert.False(t, c.Conclude())
-	a, b := newConn(""), newConn("")
+	a, b := newConn("a"), newConn("b")
 	for i, cn := range []*conn{a, b} {
-		boarded(t, c, cn, i)
+		boarded(t, c, cn)
 		assert.False(t, c.Park(), "in flight: not parked")
-		require.True(t, c.Leave(&cn.Conn, i, []byte{byte(i)}))
+		require.True(t, c.Refuse(&cn.Conn, []byte{byte(i)}, nil))
 	}
 	require.True(t, c.Park())
 	assert.True(t, c.Park(), "parked already")
 	require.True(t, c.Conclude())
-	ans, _, err := c.Wait(context.Background(), time.Second)
+	ans, err := c.Wait(context.Background(), time.Second)
 	require.NoError(t, err)
 	assert.Equal(t, []byte{1}, ans, "the last refusal")
-	assert.Equal(t, 1, c.AnsweredBy())
+	assert.Equal(t, Carrier(tpeer{"pb"}), c.AnsweredBy())
 	assert.False(t, c.Park(), "complete")
 	assert.False(t, c.Conclude(), "complete once")
 }
@@ -286,12 +296,12 @@ func TestAwaitResult(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCall()
 		a, b := newConn("a"), newConn("b")
-		boarded(t, c, a, "pa")
-		require.True(t, c.Leave(&a.Conn, nil, nil))
-		boarded(t, c, b, "pb")
-		go c.Finish([]byte("ans"), "aux", nil, "pb", &b.Conn, nil)
+		boarded(t, c, a)
+		require.True(t, c.Leave(&a.Conn))
+		boarded(t, c, b)
+		go c.Finish([]byte("ans"), nil, &b.Conn, nil)
 		r := c.Await(context.Background(), time.Minute)
-		assert.Equal(t, Result{Ans: []byte("ans"), Aux: "aux", First: "pa", By: "pb", Sends: 2}, r)
+		assert.Equal(t, Result{Ans: []byte("ans"), First: tpeer{"pa"}, By: tpeer{"pb"}, Sends: 2}, r)
 
 		unsent := newCall()
 		r = unsent.Await(context.Background(), time.Second)
@@ -300,4 +310,23 @@ func TestAwaitResult(t *testing.T) {
 		assert.Nil(t, r.First)
 		assert.Nil(t, r.By)
 	})
+}
+
+// A refusal without an answer (no reply to any attempt) concludes the
+// call with its error, and is not a refusal the next send may clear the
+// T flag after: that request may have been received.
+func TestRefuseWithError(t *testing.T) {
+	c := newCall()
+	a, b := newConn("a"), newConn("b")
+	boarded(t, c, a)
+	errNoReply := errors.New("no reply")
+	require.True(t, c.Refuse(&a.Conn, nil, errNoReply))
+	assert.True(t, c.RefusedBy(tpeer{"pa"}))
+	bo := boarded(t, c, b)
+	assert.False(t, bo.AfterRefusal, "no answer: the request may have been received")
+	require.True(t, c.Refuse(&b.Conn, nil, errNoReply))
+	require.True(t, c.Conclude())
+	_, err := c.Wait(context.Background(), time.Second)
+	assert.ErrorIs(t, err, errNoReply)
+	assert.Nil(t, c.AnsweredBy())
 }

@@ -1,14 +1,20 @@
-// Package call is the request lifecycle the Diameter and RADIUS peers
-// share, and what the dispatching layer (package client) drives: one
-// Call per request across all its sends, a state machine with its legal
+// Package call is the request lifecycle that every protocol peer
+// (Diameter's package peer, RADIUS's radpeer and radudp) shares with the
+// layer that dispatches requests over them (package client): one Call
+// per request across all its sends, a state machine with its legal
 // transitions, exactly-once completion, the caller's wait, the
 // connections the request was sent on and the peers that refused it.
 //
-// The protocol packages (peer, radpeer) do their own work at send time
-// (Diameter: Hop-by-Hop id, T flag, a copy per resend; RADIUS: an
-// Identifier, encoding and signing with the connection's secret) under the
-// Call's lock, through Board, Leave and Finish. This package imports
-// neither: a connection is a Conn handle, a peer an opaque comparable value.
+// A protocol peer is a [Carrier]: the dispatcher asks it whether it takes
+// requests, submits calls to it and is handed back, through a [Failover]
+// function, the calls that left it. The carrier does its own work at send
+// time (Diameter: Hop-by-Hop id, T flag, a copy per resend; RADIUS: an
+// Identifier, encoding and signing with the server's secret) under the
+// Call's lock, through BoardLocked, Leave and Finish. This package imports
+// no protocol package.
+//
+// Most programs use package client, which drives all of this. A Call's
+// methods are safe for concurrent use.
 package call
 
 import (
@@ -86,23 +92,56 @@ var (
 // DefaultTimeout bounds a Wait given no timeout and no deadline.
 const DefaultTimeout = 10 * time.Second
 
+// Carrier is a protocol peer (a server and its connections) as the
+// dispatcher sees it. Its values are compared: a peer is one pointer.
+type Carrier interface {
+	// Name names the peer: its Diameter identity or its URL.
+	Name() string
+	// InService reports whether the peer takes new requests now.
+	InService() bool
+	// Submit sends c without waiting: its answer completes it. A call
+	// already complete is not sent and Submit returns nil.
+	Submit(c *Call) error
+	// SubmitAll is Submit for a batch, in order; the calls the peer
+	// refused (sent there before) come back for another peer. On error
+	// none was sent.
+	SubmitAll(calls []*Call) (refused []*Call, err error)
+	// Avoids reports whether c must not be sent to this peer now.
+	Avoids(c *Call) bool
+}
+
+// Failover receives the calls that left a peer, in send order, with why:
+// its connection failed or its watchdog gave up on it, it answered them
+// too busy, or (RADIUS over UDP) it never replied to any attempt. It runs
+// without the peer's locks: send each call elsewhere, park it, or fail it.
+type Failover func(from Carrier, calls []*Call, reason string)
+
+// Payload is the protocol's own record of a call, which embeds the Call:
+// what its carrier encodes at each send.
+type Payload interface {
+	// Lifecycle returns the Call the record embeds.
+	Lifecycle() *Call
+}
+
 // Conn is a connection's handle in the calls sent on it: a protocol
 // embeds one in each of its connections, Inits it, and names the
 // connection by its address (one word in each call, however many
 // connections it was sent on).
 type Conn struct {
-	// Owner is the protocol's connection.
-	Owner  any
+	peer   Carrier
 	retire func(c *Call, timedOut bool)
 }
 
-// Init makes cn the handle of owner; retire is told that a call in
+// Init makes cn a connection of peer; retire is told that a call in
 // flight on the connection completed without its answer (an error, or
 // the caller's deadline when timedOut): take it out of the pending map
 // there. It runs without the call's lock.
-func (cn *Conn) Init(owner any, retire func(c *Call, timedOut bool)) {
-	cn.Owner, cn.retire = owner, retire
+func (cn *Conn) Init(peer Carrier, retire func(c *Call, timedOut bool)) {
+	cn.peer, cn.retire = peer, retire
 }
+
+// Peer returns the peer whose connection cn is.
+func (cn *Conn) Peer() Carrier { return cn.peer }
 
 // Retire tells the connection that c completed without its answer.
 func (cn *Conn) Retire(c *Call, timedOut bool) { cn.retire(c, timedOut) }
@@ -118,10 +157,9 @@ type Key struct {
 	Dest string
 }
 
-// result is what completed a call: an answer (ans, aux) or err.
+// result is what completed a call: an answer or err.
 type result struct {
 	ans []byte
-	aux any
 	err error
 }
 
@@ -133,7 +171,7 @@ type Call struct {
 	// call is shared and read only afterwards.
 	Key Key
 	// Proto is the protocol's own record of the call.
-	Proto any
+	Proto Payload
 
 	tag atomic.Pointer[any]
 	// wake wakes Wait once the state is final (its L is &mu).
@@ -144,12 +182,13 @@ type Call struct {
 
 	// Under mu (the fields are ordered for a small struct: one is made
 	// per request):
-	first, by  any
-	owner      *Conn    // InFlight: where it is pending
-	sentOn     []*Conn  // every connection it boarded, oldest first
-	sentOn0    [2]*Conn // sentOn's first array: most requests are sent once or twice
-	refusedBy  []any    // peers that refused it
+	first, by  Carrier
+	owner      *Conn     // InFlight: where it is pending
+	sentOn     []*Conn   // every connection it boarded, oldest first
+	sentOn0    [2]*Conn  // sentOn's first array: most requests are sent once or twice
+	refusedBy  []Carrier // peers that refused it
 	lastAnswer []byte
+	lastErr    error  // the last refusal's error when it had no answer
 	res        result // set once, with the final state
 	cut        error  // Wait is to end the call with it (cutShort)
 	mu         sync.Mutex
@@ -206,11 +245,11 @@ type Boarding struct {
 	AfterRefusal bool
 }
 
-// BoardLocked makes c in flight on cn, sent there by peer by: the only way
-// a request reaches a connection. c's mutex is held (Lock). It fails
-// without changing anything with ErrComplete, ErrInFlight (pending
-// elsewhere: it must leave first) or ErrAlreadySent (sent on cn before).
-func (c *Call) BoardLocked(cn *Conn, by any) (Boarding, error) {
+// BoardLocked makes c in flight on cn: the only way a request reaches a
+// connection. c's mutex is held (Lock). It fails without changing
+// anything with ErrComplete, ErrInFlight (pending elsewhere: it must
+// leave first) or ErrAlreadySent (sent on cn before).
+func (c *Call) BoardLocked(cn *Conn) (Boarding, error) {
 	b := Boarding{Prev: c.state, Sends: int(c.sends.Load()), AfterRefusal: c.refused}
 	switch {
 	case c.final():
@@ -225,7 +264,7 @@ func (c *Call) BoardLocked(cn *Conn, by any) (Boarding, error) {
 	c.sends.Add(1)
 	c.refused = false
 	if c.first == nil {
-		c.first = by
+		c.first = cn.peer
 	}
 	c.to(InFlight)
 	return b, nil
@@ -248,32 +287,49 @@ func (c *Call) Unboard(cn *Conn, b Boarding) {
 	c.state = b.Prev // the one step back BoardLocked made
 }
 
-// Leave takes c off cn (a failover, a drain, a refusal): Moved, pending
-// nowhere. refuser, when not nil, is the peer that refused it with
-// answer: it is not offered to that peer again (RefusedBy) and answer is
-// what Conclude delivers. False if c is not in flight on cn.
-func (c *Call) Leave(cn *Conn, refuser any, answer []byte) bool {
+// Leave takes c off cn (a failover, a drain): Moved, pending nowhere.
+// False if c is not in flight on cn.
+func (c *Call) Leave(cn *Conn) bool { return c.leave(cn, false, nil, nil) }
+
+// Refuse takes c off cn because cn's peer refused it: with answer (a
+// too-busy answer), or without one with err (no reply to any attempt).
+// It is not offered to that peer again (RefusedBy), and answer or err is
+// what Conclude delivers when no other peer is left. False if c is not in
+// flight on cn.
+func (c *Call) Refuse(cn *Conn, answer []byte, err error) bool {
+	return c.leave(cn, true, answer, err)
+}
+
+func (c *Call) leave(cn *Conn, refused bool, answer []byte, err error) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.state != InFlight || c.owner != cn {
 		return false
 	}
 	c.owner = nil
-	if refuser != nil {
-		c.refused = true
-		c.refusedBy = append(c.refusedBy, refuser)
-		c.lastAnswer = answer
+	if refused {
+		c.refused = answer != nil
+		c.refusedBy = append(c.refusedBy, cn.peer)
+		c.lastAnswer, c.lastErr = answer, err
 	}
 	c.to(Moved)
 	return true
 }
 
-// Finish completes c with an answer (ans, aux) from peer by or with err,
-// unless it is complete, counting it in cnt (when not nil) before the
-// caller can see the result. It returns whether it did and, when c was
-// still in flight on a connection other than from, that connection: the
-// caller takes it out of its pending map there.
-func (c *Call) Finish(ans []byte, aux any, err error, by any, from *Conn, cnt *atomic.Uint64) (ok bool, owner *Conn) {
+// Finish completes c with the answer ans that came on from, or with err
+// (from may then be nil), unless it is complete, counting it in cnt (when
+// not nil) before the caller can see the result. It returns whether it
+// did and, when c was still in flight on a connection other than from,
+// that connection: the caller takes it out of its pending map there.
+func (c *Call) Finish(ans []byte, err error, from *Conn, cnt *atomic.Uint64) (ok bool, owner *Conn) {
+	var by Carrier
+	if from != nil {
+		by = from.peer
+	}
+	return c.finish(ans, err, by, from, cnt)
+}
+
+func (c *Call) finish(ans []byte, err error, by Carrier, from *Conn, cnt *atomic.Uint64) (ok bool, owner *Conn) {
 	c.mu.Lock()
 	if c.final() {
 		c.mu.Unlock()
@@ -289,7 +345,7 @@ func (c *Call) Finish(ans []byte, aux any, err error, by any, from *Conn, cnt *a
 		c.by = by
 		c.to(Answered)
 	}
-	c.res = result{ans, aux, err}
+	c.res = result{ans, err}
 	if cnt != nil {
 		cnt.Add(1) // before the caller can see the result: it waits for mu
 	}
@@ -304,28 +360,31 @@ func (c *Call) Fail(err error) bool { return c.end(nil, err, nil, false) }
 
 // end is Finish from outside any connection (an error, a refusal, the
 // deadline): the connection the call was in flight on is told.
-func (c *Call) end(ans []byte, err error, by any, timedOut bool) bool {
-	ok, owner := c.Finish(ans, nil, err, by, nil, nil)
+func (c *Call) end(ans []byte, err error, by Carrier, timedOut bool) bool {
+	ok, owner := c.finish(ans, err, by, nil, nil)
 	if ok && owner != nil {
 		owner.Retire(c, timedOut)
 	}
 	return ok
 }
 
-// Conclude completes a call that peers refused with the last refusal:
-// what the caller gets when no other peer is left to try. False if it has
-// none or is complete.
+// Conclude completes a call that peers refused with the last refusal
+// (its answer, or its error): what the caller gets when no other peer is
+// left to try. False if it has none or is complete.
 func (c *Call) Conclude() bool {
 	c.mu.Lock()
-	ans, from := c.lastAnswer, any(nil)
+	ans, err, from := c.lastAnswer, c.lastErr, Carrier(nil)
 	if n := len(c.refusedBy); n > 0 {
 		from = c.refusedBy[n-1]
 	}
 	c.mu.Unlock()
-	if ans == nil {
-		return false
+	switch {
+	case ans != nil:
+		return c.end(ans, nil, from, false)
+	case err != nil:
+		return c.end(nil, err, nil, false)
 	}
-	return c.end(ans, nil, from, false)
+	return false
 }
 
 // Park records that the call waits for a connection in service; false if
@@ -349,21 +408,20 @@ func (c *Call) Park() bool {
 // It waits without a channel of its own: the completion wakes it through
 // the call's mutex, and ctx's end through the watch of ctx's Done channel,
 // shared by every call waiting under that context (see watchFor).
-func (c *Call) Wait(ctx context.Context, timeout time.Duration) (ans []byte, aux any, err error) {
+func (c *Call) Wait(ctx context.Context, timeout time.Duration) (ans []byte, err error) {
 	r := c.Await(ctx, timeout)
-	return r.Ans, r.Aux, r.Err
+	return r.Ans, r.Err
 }
 
 // Result is how a call completed, as Await returns it.
 type Result struct {
-	// Ans and Aux are the answer, Err the error (see Wait).
+	// Ans is the answer, Err the error (see Wait).
 	Ans []byte
-	Aux any
 	Err error
 	// First is the peer the call was first sent by, By the one whose
 	// answer completed it (nil when none); Sends counts the connections
 	// it boarded.
-	First, By any
+	First, By Carrier
 	Sends     int
 }
 
@@ -396,7 +454,7 @@ func (c *Call) Await(ctx context.Context, timeout time.Duration) Result {
 		c.end(nil, err, nil, true)
 		c.mu.Lock()
 	}
-	r := Result{Ans: c.res.ans, Aux: c.res.aux, Err: c.res.err, // ours, or the answer that won the race
+	r := Result{Ans: c.res.ans, Err: c.res.err, // ours, or the answer that won the race
 		First: c.first, By: c.by, Sends: int(c.sends.Load())}
 	c.mu.Unlock()
 	return r
@@ -427,7 +485,7 @@ func (c *Call) IsDone() bool { return c.done.Load() }
 func (c *Call) Sends() int { return int(c.sends.Load()) }
 
 // First returns the peer the call was first sent by, nil before.
-func (c *Call) First() any {
+func (c *Call) First() Carrier {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.first
@@ -435,7 +493,7 @@ func (c *Call) First() any {
 
 // AnsweredBy returns the peer whose answer completed the call, nil when
 // it ended without one.
-func (c *Call) AnsweredBy() any {
+func (c *Call) AnsweredBy() Carrier {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.by
@@ -477,7 +535,7 @@ func (c *Call) InFlightOn(cn *Conn) bool {
 }
 
 // RefusedBy reports whether peer refused the call (Leave).
-func (c *Call) RefusedBy(peer any) bool {
+func (c *Call) RefusedBy(peer Carrier) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Contains(c.refusedBy, peer)
@@ -486,7 +544,7 @@ func (c *Call) RefusedBy(peer any) bool {
 // Avoids reports whether the call must not go to peer, whose current
 // connection is cn (nil when none): it was sent on cn, or peer refused
 // it. A call never sent avoids nothing.
-func (c *Call) Avoids(cn *Conn, peer any) bool {
+func (c *Call) Avoids(cn *Conn, peer Carrier) bool {
 	if c.sends.Load() == 0 {
 		return false // without the lock: a first send avoids nothing
 	}

@@ -20,7 +20,7 @@ func waitAll(ctx context.Context, calls []*Call) func() []error {
 	errs := make([]error, len(calls))
 	var wg sync.WaitGroup
 	for i, c := range calls {
-		wg.Go(func() { _, _, errs[i] = c.Wait(ctx, time.Hour) })
+		wg.Go(func() { _, errs[i] = c.Wait(ctx, time.Hour) })
 	}
 	return func() []error { wg.Wait(); return errs }
 }
@@ -55,13 +55,13 @@ func TestWaitSharedContextCancelled(t *testing.T) {
 		calls := make([]*Call, 5)
 		for i := range calls {
 			calls[i] = newCall()
-			boarded(t, calls[i], a, "pa")
+			boarded(t, calls[i], a)
 		}
 		results := waitAll(ctx, calls)
 		synctest.Wait()
 		assert.Equal(t, 5, waiting(ctx))
 
-		ok, _ := calls[0].Finish([]byte("ans"), nil, nil, "pa", &a.Conn, nil)
+		ok, _ := calls[0].Finish([]byte("ans"), nil, &a.Conn, nil)
 		require.True(t, ok)
 		synctest.Wait()
 		assert.Equal(t, 4, waiting(ctx), "the answered call left the watch")
@@ -81,7 +81,7 @@ func TestWaitSharedContextCancelled(t *testing.T) {
 
 		// A Wait under the ended context fails at once.
 		late := newCall()
-		_, _, err := late.Wait(ctx, time.Hour)
+		_, err := late.Wait(ctx, time.Hour)
 		assert.ErrorIs(t, err, context.Canceled)
 	})
 }
@@ -95,21 +95,20 @@ func TestWaitSharedContextDeadline(t *testing.T) {
 		defer cancel()
 		calls := []*Call{newCall(), newCall(), newCall()}
 		for _, c := range calls {
-			boarded(t, c, newConn(""), "pb")
+			boarded(t, c, newConn(""))
 		}
 		start := time.Now()
 		results := waitAll(ctx, calls)
 		time.Sleep(time.Second)
-		calls[1].Finish([]byte("ans"), "aux", nil, "pb", nil, nil)
+		calls[1].Finish([]byte("ans"), nil, nil, nil)
 		errs := results()
 		assert.Equal(t, 2*time.Second, time.Since(start))
 		assert.ErrorIs(t, errs[0], context.DeadlineExceeded)
 		assert.NoError(t, errs[1])
 		assert.ErrorIs(t, errs[2], ErrTimeout)
-		ans, aux, err := calls[1].Wait(ctx, time.Hour)
+		ans, err := calls[1].Wait(ctx, time.Hour)
 		assert.NoError(t, err)
 		assert.Equal(t, []byte("ans"), ans)
-		assert.Equal(t, "aux", aux)
 	})
 }
 
@@ -121,7 +120,7 @@ func TestWatchEvictedStops(t *testing.T) {
 		long, cancelLong := context.WithCancel(context.Background())
 		defer cancelLong()
 		c1 := newCall()
-		boarded(t, c1, newConn(""), "p")
+		boarded(t, c1, newConn(""))
 		r1 := waitAll(long, []*Call{c1})
 		synctest.Wait()
 		w1 := recent.Load()
@@ -137,7 +136,7 @@ func TestWatchEvictedStops(t *testing.T) {
 		assert.Equal(t, 1, w1.n, "c1 still waits on it")
 		w1.mu.Unlock()
 
-		c1.Finish([]byte("a"), nil, nil, "p", nil, nil)
+		c1.Finish([]byte("a"), nil, nil, nil)
 		require.NoError(t, r1()[0])
 		assert.False(t, w1.stop(), "stopped when its last call left")
 
@@ -171,18 +170,18 @@ func TestWaitRaces(t *testing.T) {
 		a := newConn("a")
 		for i := range calls {
 			calls[i] = newCall()
-			boarded(t, calls[i], a, "pa")
+			boarded(t, calls[i], a)
 		}
 		var answered, failed atomic.Int32
 		errs := make([]error, n)
 		ans := make([][]byte, n)
 		var wg sync.WaitGroup
 		for i, c := range calls {
-			wg.Go(func() { ans[i], _, errs[i] = c.Wait(ctxs[i%3], time.Minute) })
+			wg.Go(func() { ans[i], errs[i] = c.Wait(ctxs[i%3], time.Minute) })
 			wg.Go(func() {
 				switch (i + round) % 4 {
 				case 0, 1:
-					if ok, _ := c.Finish([]byte{byte(i)}, nil, nil, "pa", &a.Conn, nil); ok {
+					if ok, _ := c.Finish([]byte{byte(i)}, nil, &a.Conn, nil); ok {
 						answered.Add(1)
 					}
 				case 2:
