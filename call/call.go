@@ -198,6 +198,9 @@ type Call struct {
 	Ref   uint32
 	done  atomic.Bool  // state is final; read without the mutex
 	sends atomic.Int32 // written under mu; Sends and Avoids read it without
+	// attempts bounds the sends of the request to its next peer over a
+	// datagram transport (see SetAttempts).
+	attempts atomic.Int32
 	state State        // under mu
 	// refused: it left its last connection refused (too busy), see
 	// Boarding. Under mu.
@@ -470,6 +473,15 @@ func (c *Call) cutShort(err error) {
 	c.mu.Unlock()
 	c.wake.Broadcast()
 }
+
+// SetAttempts bounds how many times the next peer the call is submitted
+// to may send it over a datagram transport (RADIUS over UDP retransmits):
+// 1 for a probe, which is never retransmitted; 0 for the peer's own
+// number. The dispatcher sets it before each Submit.
+func (c *Call) SetAttempts(n int) { c.attempts.Store(int32(n)) }
+
+// Attempts returns what SetAttempts set.
+func (c *Call) Attempts() int { return int(c.attempts.Load()) }
 
 // State returns where the request is in its lifecycle.
 func (c *Call) State() State {

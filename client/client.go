@@ -79,13 +79,17 @@ var (
 // PeerSpec is one configured peer.
 type PeerSpec struct {
 	// URL is a Diameter peer's (tcp://host:port, tls://..., sctp://...)
-	// or a RADIUS server's (radius+tcp://host:port, radsec://host[:port]).
+	// or a RADIUS server's (radius://host:port over UDP,
+	// radius+tcp://host:port, radsec://host[:port]).
 	URL    string
 	Name   string // label for the balancer and statistics; default URL
 	Weight int    // balance weight; default 1
-	// Secret is a radius+tcp:// server's shared secret; nil:
+	// Secret is a radius:// or radius+tcp:// server's shared secret; nil:
 	// Config.RADIUS.Secret. radsec:// servers use "radsec" (RFC 6614).
 	Secret []byte
+	// AccountingURL is where a radius:// server takes Accounting-Requests
+	// (radius://host:port, its accounting port); "": at URL.
+	AccountingURL string
 }
 
 // Config configures a Client.
@@ -103,6 +107,12 @@ type Config struct {
 	// set by the Client. A Client has Diameter peers or RADIUS servers,
 	// not both.
 	RADIUS radpeer.Config
+	// UDP is the template for every radius:// server (Timeout, Retries,
+	// MaxSockets, ...); its Secret, RequireMessageAuthenticator and
+	// Logger default to RADIUS's. Without a Policy, radius:// servers get
+	// package policy's states with UDP's Timeout and Retries: over UDP
+	// they are what tells a server that stopped answering.
+	UDP radpeer.UDPConfig
 	// RequestTimeout bounds a Send whose context has no deadline. Default:
 	// FailoverDetection of the peers' Twinit plus peer.DefaultRequestTimeout
 	// for the alternate's answer (74 s with the default Twinit of 30 s), so
@@ -150,7 +160,8 @@ type member struct {
 	spec  PeerSpec
 	index int
 	pp    atomic.Pointer[peer.Peer]    // nil until dialed (MaxConnections)
-	rp    atomic.Pointer[radpeer.Peer] // a RADIUS server's; nil for a Diameter peer
+	rp    atomic.Pointer[radpeer.Peer] // a radius+tcp:// or radsec:// server's
+	up    atomic.Pointer[radpeer.UDPPeer] // a radius:// server's
 	stats serverStats
 
 	// Owned under Client.mu.
@@ -234,7 +245,16 @@ func New(cfg Config) (*Client, error) {
 	if isRADIUS {
 		twinit, answerTime = cfg.RADIUS.Watchdog.Twinit, radpeer.DefaultRequestTimeout
 	}
-	if detect := FailoverDetection(twinit); cfg.RequestTimeout <= 0 {
+	detect := FailoverDetection(twinit)
+	if udp := udpMembers(cfg); udp > 0 {
+		cfg = udpDefaults(cfg)
+		if udp == len(cfg.Peers) {
+			// No watchdog: each server tried takes Timeout x Retries.
+			detect = cfg.UDP.Timeout * time.Duration(cfg.UDP.Retries)
+			answerTime = detect*time.Duration(len(cfg.Peers)-1) + cfg.UDP.Timeout
+		}
+	}
+	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = detect + answerTime
 	} else if cfg.RequestTimeout < detect {
 		log := cfg.Peer.Logger
@@ -452,6 +472,9 @@ func (m *member) carrier() call.Carrier {
 	if p := m.rp.Load(); p != nil {
 		return p
 	}
+	if p := m.up.Load(); p != nil {
+		return p
+	}
 	return nil
 }
 
@@ -535,6 +558,7 @@ func (c *Client) dispatchAll(calls []*call.Call) []*member {
 		if _, ok := groups[m]; !ok {
 			order = append(order, m)
 		}
+		cl.SetAttempts(0) // no probe here: the peer's own retransmissions
 		groups[m] = append(groups[m], cl)
 		to[i] = m
 	}
@@ -576,6 +600,11 @@ func (c *Client) place(cl *call.Call, m *member) bool {
 	}
 	k := m.carrier()
 	first := cl.Sends() == 0
+	if probe {
+		cl.SetAttempts(1) // a probe is one message, never retransmitted
+	} else {
+		cl.SetAttempts(0)
+	}
 	if k == nil || k.Submit(cl) != nil {
 		if probe {
 			c.group.CancelProbe(m.index)
@@ -1049,6 +1078,8 @@ func (c *Client) Close(ctx context.Context) error {
 			p = dp
 		} else if rp := m.rp.Load(); rp != nil {
 			p = rp
+		} else if up := m.up.Load(); up != nil {
+			p = up
 		} else {
 			continue
 		}

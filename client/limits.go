@@ -74,7 +74,7 @@ func (c *Client) setupLimits() error {
 		for i, n := range names {
 			servers[i] = throttle.Server{Name: n, Auth: t.Auth, Accounting: t.Accounting}
 			if c.radius {
-				servers[i].Auth, servers[i].Accounting = c.radiusLimits(t.Auth), c.radiusLimits(t.Accounting)
+				servers[i].Auth, servers[i].Accounting = c.radiusLimits(c.members[i], t.Auth), c.radiusLimits(c.members[i], t.Accounting)
 			}
 		}
 		s, err := throttle.New(throttle.Config[*item]{
@@ -399,6 +399,7 @@ func (c *Client) sendTest(s policy.TestSend) {
 		return
 	}
 	cl.SetTag(testCall{}) // not replayed by a failover
+	cl.SetAttempts(1)     // one message, never retransmitted
 	if err := k.Submit(cl); err != nil {
 		if s.Kind == policy.SendProbe {
 			c.group.CancelProbe(s.Index)

@@ -7,34 +7,45 @@ import (
 
 	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/watchdog"
 )
 
-// RADIUS servers over radius+tcp:// (RFC 6613) and radsec:// (RFC 6614)
-// are members like Diameter peers: each is a radpeer.Peer (a Status-Server
-// watchdog per connection, 255 requests per connection), and a RADIUS
-// request takes the same dispatch path as a Diameter one (pick, admit,
-// throttle, failover, records, statistics, events). What differs is the
-// send, done by radpeer: an Identifier of the connection, the request
+// RADIUS servers are members like Diameter peers: over radius+tcp://
+// (RFC 6613) and radsec:// (RFC 6614) each is a radpeer.Peer (a
+// Status-Server watchdog per connection, 255 requests per connection),
+// over radius:// a radpeer.UDPPeer (retransmissions, no watchdog: the
+// policy's states tell a server that stopped answering). A RADIUS request
+// takes the same dispatch path as a Diameter one (pick, admit, throttle,
+// failover, records, statistics, events). What differs is the send, done
+// by radpeer: an Identifier of the connection or socket, the request
 // encoded and signed with that server's secret, afresh for each replay;
 // and where a replay may not go: another connection of a server while one
-// it was sent on is OKAY (RFC 6613 2.6.1).
+// it was sent on is OKAY (RFC 6613 2.6.1), a UDP server it was sent to.
 
 // radiusMembers reports whether cfg's peers are RADIUS servers, and
-// refuses a mix, UDP servers and what does not apply to RADIUS.
+// refuses a mix and what does not apply to RADIUS.
 func radiusMembers(cfg Config) (bool, error) {
 	n := 0
 	for _, s := range cfg.Peers {
-		if _, err := radpeer.ParseUDPURL(s.URL); err == nil {
-			return false, fmt.Errorf("client: %s: RADIUS over UDP has its own client (package radudp)", s.URL)
-		}
-		if _, err := radpeer.ParseURL(s.URL); err == nil {
+		_, udpErr := radpeer.ParseUDPURL(s.URL)
+		_, streamErr := radpeer.ParseURL(s.URL)
+		switch {
+		case udpErr == nil || streamErr == nil:
 			n++
-		} else if s.Secret != nil {
-			return false, fmt.Errorf("client: peer %s: a Secret is for radius+tcp:// servers", s.URL)
+		case s.Secret != nil:
+			return false, fmt.Errorf("client: peer %s: a Secret is for RADIUS servers", s.URL)
+		}
+		if s.AccountingURL != "" {
+			if udpErr != nil {
+				return false, fmt.Errorf("client: peer %s: an AccountingURL is for radius:// servers", s.URL)
+			}
+			if _, err := radpeer.ParseUDPURL(s.AccountingURL); err != nil {
+				return false, fmt.Errorf("client: peer %s: AccountingURL: %w", s.URL, err)
+			}
 		}
 	}
 	switch {
@@ -48,8 +59,68 @@ func radiusMembers(cfg Config) (bool, error) {
 	return true, nil
 }
 
+// udpMembers counts cfg's radius:// servers.
+func udpMembers(cfg Config) int {
+	n := 0
+	for _, s := range cfg.Peers {
+		if _, err := radpeer.ParseUDPURL(s.URL); err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// udpDefaults fills in cfg.UDP's defaults and, without a Policy, the
+// policy the radius:// servers need.
+func udpDefaults(cfg Config) Config {
+	u := &cfg.UDP
+	if u.Timeout <= 0 {
+		u.Timeout = radpeer.DefaultUDPTimeout
+	}
+	if u.Retries <= 0 {
+		u.Retries = radpeer.DefaultUDPRetries
+	}
+	if u.Secret == nil {
+		u.Secret = cfg.RADIUS.Secret
+	}
+	if u.RequireMessageAuthenticator == radpeer.RequireMAAuto {
+		u.RequireMessageAuthenticator = cfg.RADIUS.RequireMessageAuthenticator
+	}
+	if u.Logger == nil {
+		u.Logger = cfg.RADIUS.Logger
+	}
+	if cfg.Policy == nil {
+		cfg.Policy = &policy.Config{RequestTimeout: u.Timeout, Retries: u.Retries}
+	}
+	return cfg
+}
+
+// dialUDP creates a radius:// member's radpeer.UDPPeer. c.mu is held.
+func (c *Client) dialUDP(m *member) error {
+	uc := c.cfg.UDP
+	if m.spec.Secret != nil {
+		uc.Secret = m.spec.Secret
+	}
+	if m.spec.AccountingURL != "" {
+		uc.AccountingAddr, _ = radpeer.ParseUDPURL(m.spec.AccountingURL) // checked by radiusMembers
+	}
+	uc.Failover = c.onFailover
+	p, err := radpeer.NewUDPPeer(m.spec.URL, uc)
+	if err != nil {
+		return fmt.Errorf("client: RADIUS server %s: %w", m.spec.Name, err)
+	}
+	m.up.Store(p)
+	c.byPeer.Store(call.Carrier(p), m)
+	c.serverState(m, watchdog.Okay) // no watchdog: the policy's states decide
+	c.ready.changed()
+	return nil
+}
+
 // dialRADIUS creates a RADIUS member's radpeer.Peer. c.mu is held.
 func (c *Client) dialRADIUS(m *member) error {
+	if _, err := radpeer.ParseUDPURL(m.spec.URL); err == nil {
+		return c.dialUDP(m)
+	}
 	rc := c.cfg.RADIUS
 	if m.spec.Secret != nil {
 		rc.Secret = m.spec.Secret
@@ -65,7 +136,7 @@ func (c *Client) dialRADIUS(m *member) error {
 		return fmt.Errorf("client: RADIUS server %s: %w", m.spec.Name, err)
 	}
 	m.rp.Store(p)
-	c.byPeer.Store(p, m)
+	c.byPeer.Store(call.Carrier(p), m)
 	// Its first connection may have come up before it was stored: look
 	// again at the state every part of the Client keeps (nothing is
 	// parked yet: New holds c.mu).
@@ -98,13 +169,21 @@ func (c *Client) onRADIUSEvent(m *member, e peer.Event) {
 }
 
 // radiusLimits caps a RADIUS server's outstanding requests at the
-// Identifiers of its connections, 255 each.
-func (c *Client) radiusLimits(l throttle.Limits) throttle.Limits {
+// Identifiers of its connections, 255 each, or of its UDP sockets, 256
+// each.
+func (c *Client) radiusLimits(m *member, l throttle.Limits) throttle.Limits {
 	conns := c.cfg.RADIUS.MaxConns
 	if conns <= 0 {
 		conns = radpeer.DefaultMaxConns
 	}
 	most := radpeer.IDsPerConn * conns
+	if _, err := radpeer.ParseUDPURL(m.spec.URL); err == nil {
+		socks := c.cfg.UDP.MaxSockets
+		if socks <= 0 {
+			socks = radpeer.DefaultUDPSockets
+		}
+		most = radpeer.IDsPerSocket * socks
+	}
 	if l.MaxOutstanding <= 0 {
 		l.MaxOutstanding = min(throttle.DefaultMaxOutstanding, most)
 	}
@@ -112,14 +191,17 @@ func (c *Client) radiusLimits(l throttle.Limits) throttle.Limits {
 	return l
 }
 
-// Exchange sends one RADIUS request to the Client's radius+tcp:// or
-// radsec:// servers and returns its verified answer; the Client keeps r
-// (do not change it afterwards). It takes Send's path: the server is
-// picked by the balancer on User-Name (Acct-Session-Id for conversation
-// memory) or in primary/secondary order, admitted by the policy and the
-// throttle, and when the connection it waits on goes SUSPECT or DOWN the
-// request is replayed to another server with a new Identifier, encoded
-// and signed with that server's secret. Exchange waits until ctx is done,
+// Exchange sends one RADIUS request to the Client's RADIUS servers and
+// returns its verified answer; the Client keeps r (do not change it
+// afterwards). It takes Send's path: the server is picked by the
+// balancer on User-Name (Acct-Session-Id for conversation memory) or in
+// primary/secondary order, admitted by the policy and the throttle. When
+// the connection it waits on goes SUSPECT or DOWN (radius+tcp://,
+// radsec://), or a radius:// server did not reply to any of its
+// retransmissions, the request goes to another server with a new
+// Identifier, encoded and signed with that server's secret, each UDP
+// server at most once; when no server is left, the error says which did
+// not reply. Exchange waits until ctx is done,
 // or RequestTimeout when ctx has no deadline; every request gets exactly
 // one answer or one error.
 //
@@ -137,8 +219,9 @@ func (c *Client) Exchange(ctx context.Context, r *radius.Request) (*radpeer.Resp
 	return radpeer.ResponseOf(cl), nil
 }
 
-// RADIUSPeers returns the RADIUS servers' peers in configured order, one
-// entry per PeerSpec (nil entries for Diameter peers: see Peers).
+// RADIUSPeers returns the radius+tcp:// and radsec:// servers' peers in
+// configured order, one entry per PeerSpec (nil entries for the others:
+// see Peers, UDPPeers).
 func (c *Client) RADIUSPeers() []*radpeer.Peer {
 	ps := make([]*radpeer.Peer, len(c.members))
 	for i, m := range c.members {
@@ -147,10 +230,20 @@ func (c *Client) RADIUSPeers() []*radpeer.Peer {
 	return ps
 }
 
+// UDPPeers returns the radius:// servers' peers in configured order, one
+// entry per PeerSpec (nil entries for the others).
+func (c *Client) UDPPeers() []*radpeer.UDPPeer {
+	ps := make([]*radpeer.UDPPeer, len(c.members))
+	for i, m := range c.members {
+		ps[i] = m.up.Load()
+	}
+	return ps
+}
+
 // newTest makes the test user's call for m (a probe or keep-alive), false
 // when none is configured for its protocol.
 func (c *Client) newTest(m *member) (*call.Call, bool) {
-	if m.rp.Load() != nil {
+	if m.rp.Load() != nil || m.up.Load() != nil {
 		if c.cfg.RADIUSTestRequest == nil {
 			return nil, false
 		}
@@ -171,6 +264,12 @@ func (m *member) stateOf() (name string, st watchdog.State, ok bool) {
 	}
 	if p := m.rp.Load(); p != nil {
 		return p.Name(), p.State(), true
+	}
+	if p := m.up.Load(); p != nil {
+		if !p.InService() {
+			return p.Name(), watchdog.Down, true
+		}
+		return p.Name(), watchdog.Okay, true
 	}
 	return "", 0, false
 }

@@ -54,6 +54,12 @@ type Response struct {
 	RequestAuthenticator [radius.AuthenticatorLen]byte
 	// Peer is the server that answered (nil over UDP).
 	Peer *Peer
+	// Server is the URL of the server that answered over UDP ("" over
+	// TCP and TLS: see Peer).
+	Server string
+	// Attempts is how many times the packet had been sent when the reply
+	// came (UDP; 1 over TCP and TLS).
+	Attempts int
 }
 
 // rcall is a RADIUS request on its way to an answer: the shared

@@ -961,7 +961,7 @@ func (c *conn) received(b []byte) {
 	if cl.IsDone() {
 		p.stats.late.Add(1)
 	} else {
-		resp := &Response{Raw: b, RequestAuthenticator: s.auth, Peer: p}
+		resp := &Response{Raw: b, RequestAuthenticator: s.auth, Peer: p, Attempts: 1}
 		p.fx = append(p.fx, func() {
 			resp.Packet, _ = radius.Decode(b, p.secret) // validated by ReadFrame
 			switch ok, owner := cl.answer(resp, &c.h, &p.stats.answered); {
