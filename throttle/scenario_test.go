@@ -535,3 +535,26 @@ func TestEnqueueFrontAheadOfServerQueue(t *testing.T) {
 	}
 	assert.Equal(t, []int{10, 0, 1, 2, 11, 12}, got)
 }
+
+// Callers read the clock before they take the scheduler's lock, so Poll
+// may see a reading from the previous slot after one from the current
+// slot: it counts in the current slot, and no slot sends more than its
+// quota.
+func TestStaleClockReadingGetsNoFreshQuota(t *testing.T) {
+	s := newSched(t, Config[*item]{Servers: []Server{{Name: "a", Auth: Limits{MaxRate: 100, MaxOutstanding: -1}}}})
+	for i := range 100 {
+		s.Enqueue(&item{id: i, dl: at(time.Hour)}, Auth)
+	}
+	sent := 0
+	var out []Dispatch[*item]
+	for slot := range 4 {
+		now := time.Duration(slot) * 50 * ms
+		out = s.Poll(at(now+10*ms), out[:0])
+		sent += len(out)
+		out = s.Poll(at(now-5*ms), out[:0]) // read before the slot began
+		sent += len(out)
+		out = s.Poll(at(now+20*ms), out[:0])
+		sent += len(out)
+		assert.Equal(t, 5*(slot+1), sent, "slot %d: 5 a slot, stale readings or not", slot)
+	}
+}

@@ -267,7 +267,15 @@ func (s *Scheduler[T]) room(b *bucket[T], now int64) int {
 		r = b.maxOut - b.out
 	}
 	if b.den != 0 {
-		if now >= b.slotEnd || now < b.slotStart {
+		// A reading older than the current slot (callers read the clock
+		// before they take the scheduler's lock, so readings arrive out
+		// of order) counts in the current slot: going back to its own
+		// slot would start a fresh quota there, and the next reading
+		// another one here.
+		if b.slotEnd != 0 && now < b.slotStart {
+			now = b.slotStart
+		}
+		if now >= b.slotEnd {
 			k := now / s.slotNs
 			if now < 0 && now%s.slotNs != 0 {
 				k--
