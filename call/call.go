@@ -1,6 +1,7 @@
 // Package call is the request lifecycle that every protocol peer
-// (Diameter's package peer, RADIUS's radpeer and radudp) shares with the
-// layer that dispatches requests over them (package client): one Call
+// (Diameter's package peer; RADIUS's radpeer, over streams and UDP)
+// shares with the layer that dispatches requests over them (package
+// client): one Call
 // per request across all its sends, a state machine with its legal
 // transitions, exactly-once completion, the caller's wait, the
 // connections the request was sent on and the peers that refused it.
@@ -201,7 +202,7 @@ type Call struct {
 	// attempts bounds the sends of the request to its next peer over a
 	// datagram transport (see SetAttempts).
 	attempts atomic.Int32
-	state State        // under mu
+	state    State // under mu
 	// refused: it left its last connection refused (too busy), see
 	// Boarding. Under mu.
 	refused bool

@@ -116,8 +116,10 @@ type Config struct {
 	// RequestTimeout bounds a Send whose context has no deadline. Default:
 	// FailoverDetection of the peers' Twinit plus peer.DefaultRequestTimeout
 	// for the alternate's answer (74 s with the default Twinit of 30 s), so
-	// that a hung peer's requests are replayed, not timed out. A shorter
-	// one is logged as a warning by New.
+	// that a hung peer's requests are replayed, not timed out; with only
+	// radius:// servers, the attempts of every server but one (UDP's
+	// Timeout x Retries each) plus radpeer.DefaultRequestTimeout. A
+	// shorter one is logged as a warning by New.
 	RequestTimeout time.Duration
 	// MaxConnections, in PrimarySecondary mode, bounds how many peers are
 	// connected at once (0: all). The first MaxConnections peers are dialed;
@@ -159,8 +161,8 @@ type Config struct {
 type member struct {
 	spec  PeerSpec
 	index int
-	pp    atomic.Pointer[peer.Peer]    // nil until dialed (MaxConnections)
-	rp    atomic.Pointer[radpeer.Peer] // a radius+tcp:// or radsec:// server's
+	pp    atomic.Pointer[peer.Peer]       // nil until dialed (MaxConnections)
+	rp    atomic.Pointer[radpeer.Peer]    // a radius+tcp:// or radsec:// server's
 	up    atomic.Pointer[radpeer.UDPPeer] // a radius:// server's
 	stats serverStats
 
@@ -249,9 +251,10 @@ func New(cfg Config) (*Client, error) {
 	if udp := udpMembers(cfg); udp > 0 {
 		cfg = udpDefaults(cfg)
 		if udp == len(cfg.Peers) {
-			// No watchdog: each server tried takes Timeout x Retries.
+			// No watchdog: each server tried takes Timeout x Retries, and
+			// the throttle's queues may hold a request before that.
 			detect = cfg.UDP.Timeout * time.Duration(cfg.UDP.Retries)
-			answerTime = detect*time.Duration(len(cfg.Peers)-1) + cfg.UDP.Timeout
+			answerTime = detect*time.Duration(len(cfg.Peers)-1) + radpeer.DefaultRequestTimeout
 		}
 	}
 	if cfg.RequestTimeout <= 0 {

@@ -21,8 +21,8 @@ const (
 	// pending requests went (one row of FailoverLog).
 	EventFailover
 	// EventBalancerRebuilt: in Balance mode, the balancer's table was
-	// rebuilt; Generation is the new table's. A Client (and a
-	// radudp.Client) publishes these in the order of their generations,
+	// rebuilt; Generation is the new table's. A Client publishes these
+	// in the order of their generations,
 	// even when several servers change state at once, as long as
 	// subscribers return quickly (a subscriber that blocks lets later
 	// ones through out of order, none lost).

@@ -407,6 +407,7 @@ func (c *Client) sendTest(s policy.TestSend) {
 		return
 	}
 	c.sent(m)
+	m.stats.probes.Add(1)
 	c.closing.Add(1)
 	go func() {
 		defer c.closing.Done()

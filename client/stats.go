@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/latency"
+	"github.com/aaatp/aaatp/throttle"
 )
 
 // FailoverRecord is one row of the failover-event table of RFC 3539
@@ -103,15 +104,18 @@ func (c *Client) FailoverLog() (records []FailoverRecord, total uint64) {
 // ServerStats are the per-server statistics of RFC 3539 3.4.3 [4].
 type ServerStats struct {
 	Server     string  `json:"server"`
-	Peer       string  `json:"peer"` // Origin-Host once known
-	State      string  `json:"state"`
+	Peer       string  `json:"peer"`        // Origin-Host once known
+	State      string  `json:"state"`       // the watchdog's; "" over UDP
 	Sent       uint64  `json:"sent"`        // requests first sent to this server (replays not counted)
 	Answered   uint64  `json:"answered"`    // of those, answered (here or after a failover)
 	Failed     uint64  `json:"failed"`      // of those, ended with an error
 	FailedOver uint64  `json:"failed_over"` // requests moved away from this server
-	Premature  uint64  `json:"premature"`   // of those, answered too busy / unable to deliver here
+	Premature  uint64  `json:"premature"`   // of those, answered too busy / unable to deliver here, or (UDP) never replied to
+	Probes     uint64  `json:"probes"`      // test requests sent: probes and keep-alives
 	MeanUs     float64 `json:"mean_latency_us"`
 	P99Us      float64 `json:"p99_latency_us"`
+	// Throttle is the server's throttle counters (nil without one).
+	Throttle *throttle.Stats `json:"throttle,omitempty"`
 }
 
 // ServerStats returns the statistics of every server in configured order.
@@ -124,7 +128,16 @@ func (c *Client) ServerStats() []ServerStats {
 			Failed: s.failed.Load(), FailedOver: s.failedOver.Load(), Premature: s.premature.Load(),
 			MeanUs: s.lat.Mean(), P99Us: float64(s.lat.Quantile(0.99)),
 		}
-		if name, st, ok := m.stateOf(); ok {
+		out[i].Probes = s.probes.Load()
+		if c.sched != nil {
+			c.tmu.Lock()
+			ts := c.sched.Stats(i)
+			c.unlockThrottle()
+			out[i].Throttle = &ts
+		}
+		if up := m.up.Load(); up != nil {
+			out[i].Peer = up.Name() // no watchdog over UDP: no State
+		} else if name, st, ok := m.stateOf(); ok {
 			out[i].Peer, out[i].State = name, st.String()
 		} else {
 			out[i].State = "not connected"
@@ -134,8 +147,8 @@ func (c *Client) ServerStats() []ServerStats {
 }
 
 type serverStats struct {
-	sent, answered, failed, failedOver, premature atomic.Uint64
-	lat                                           latency.Histogram
+	sent, answered, failed, failedOver, premature, probes atomic.Uint64
+	lat                                                   latency.Histogram
 }
 
 func (s *serverStats) done(ok bool, d time.Duration) {

@@ -34,8 +34,8 @@ import (
 //   - RequireMAAlways: required from every client, from the first request.
 //   - RequireMANever: not required (still verified when present).
 //
-// On a client (Config.RequireMessageAuthenticator here,
-// radudp.PeerConfig and radudp.Config) it applies to answers:
+// On a client (Config.RequireMessageAuthenticator, and
+// UDPConfig.RequireMessageAuthenticator) it applies to answers:
 //   - RequireMAAuto: required in every answer to an Access-Request
 //     (Access-Accept, Access-Reject, Access-Challenge). Answers to
 //     Status-Server are verified when they carry one but need not:

@@ -54,8 +54,9 @@ type Response struct {
 	RequestAuthenticator [radius.AuthenticatorLen]byte
 	// Peer is the server that answered (nil over UDP).
 	Peer *Peer
-	// Server is the URL of the server that answered over UDP ("" over
-	// TCP and TLS: see Peer).
+	// Server is the radius:// URL of the address that answered over UDP
+	// (a server's accounting address for Accounting-Requests when it has
+	// one); "" over TCP and TLS: see Peer.
 	Server string
 	// Attempts is how many times the packet had been sent when the reply
 	// came (UDP; 1 over TCP and TLS).

@@ -32,9 +32,12 @@
 // Identifier and signed afresh for that server; they stay matched where
 // they were, so a late answer still completes them once.
 //
-// The client side of RADIUS over UDP is package radudp (retransmissions,
-// the Nokia 7750 SR server states, the ASR5K throttle); [ParseUDPURL]
-// parses its radius:// URLs.
+// The client side of RADIUS over UDP is a [UDPPeer] per server
+// (radius://, [ParseUDPURL]): byte-identical retransmissions every
+// timeout up to the retries, then the request is handed on to another
+// server as a refusal, each server at most once. Package client
+// dispatches over Peers and UDPPeers alike, with the Nokia 7750 SR server
+// states and the ASR5K throttle.
 //
 // # Servers
 //
@@ -44,7 +47,7 @@
 // that each accounting record ([AccountingKey]) is applied once across
 // every server sharing a dedup.Store.
 //
-// Peer, Server and UDPServer are safe for concurrent use.
+// Peer, UDPPeer, Server and UDPServer are safe for concurrent use.
 // Events are package peer's, on a peer.Bus, so the status page and metrics
 // that watch Diameter peers watch these too.
 package radpeer

@@ -9,9 +9,8 @@ import (
 // SchemeUDP is the URL scheme of RADIUS over UDP (RFC 2865).
 const SchemeUDP = "radius"
 
-// ParseUDPURL parses radius://host:port and returns "host:port". The
-// client side of RADIUS over UDP is package radudp; this package serves it
-// (NewUDPServer).
+// ParseUDPURL parses radius://host:port and returns "host:port": a
+// server's address for NewUDPPeer and NewUDPServer.
 func ParseUDPURL(s string) (string, error) {
 	u, err := url.Parse(s)
 	if err != nil || !strings.EqualFold(u.Scheme, SchemeUDP) {

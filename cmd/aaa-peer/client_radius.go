@@ -15,9 +15,9 @@ import (
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/loadbalance"
+	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
-	"github.com/aaatp/aaatp/radudp"
 	"github.com/aaatp/aaatp/status"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/watchdog"
@@ -35,7 +35,8 @@ const radiusClientSynopsis = `usage: aaa-peer client --peer radius://HOST:PORT [
        [--queue-alarm HIGH,LOW] [--rate N] [--concurrency N] [--requests N | --duration D]
        [--nai FORMAT] [--report FILE] [--status ADDR] [--log-level info]
 
-RADIUS over UDP (radius://) through package radudp: each request is sent
+Every transport goes through package client, the path Diameter requests
+take. RADIUS over UDP (radius://): each request is sent
 up to --retries times, --timeout apart, byte for byte, to the server the
 access algorithm gives (direct: the in-service server of lowest --peer
 index; hash: of User-Name), then to the next server in service, each at
@@ -63,7 +64,7 @@ Identifier, never to the same connection nor another connection of that
 server while it is OKAY; with none in service they wait until their
 --request-timeout (default: two Tw plus 10s). Each server may open
 --max-conns connections of 255 requests each; --max-outstanding is at most
-255 x --max-conns. --weight sets a server's share of the pearson table.
+255 x --max-conns (over UDP 1024: four sockets of 256). --weight sets a server's share of the pearson table.
 Prints one progress line a second, then the report (JSON) with each
 server's state and counters. Exit 1 when no request was answered, 2 on a
 usage error, 3 when more than --max-failed of the requests failed (by
@@ -125,10 +126,10 @@ func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.app, "app", "auth", "what to send: auth (Access-Request), acct (Accounting-Request Stop), status (Status-Server)")
 	fs.StringVar(&o.algorithm, "algorithm", "direct", "access algorithm: direct, round-robin, hash or pearson")
 	fs.TextVar(&o.requireMA, "require-message-authenticator", radpeer.RequireMAAuto, "which replies must carry a Message-Authenticator (BlastRADIUS): `MODE` auto (every reply to an Access-Request), always (replies to Status-Server too) or never (servers that sign no reply, such as FreeRADIUS before 3.2.5)")
-	fs.DurationVar(&o.timeout, "timeout", radudp.DefaultTimeout, "wait `D` for a reply to each attempt")
-	fs.IntVar(&o.retries, "retries", radudp.DefaultRetries, "attempts per request and server")
+	fs.DurationVar(&o.timeout, "timeout", radpeer.DefaultUDPTimeout, "wait `D` for a reply to each attempt")
+	fs.IntVar(&o.retries, "retries", radpeer.DefaultUDPRetries, "attempts per request and server")
 	fs.DurationVar(&o.downTimeout, "down-timeout", 0, "no reply for `D` while sending puts a server out of service (default timeout x retries)")
-	fs.DurationVar(&o.hold, "hold-down", radudp.DefaultHoldDown, "an out-of-service server gets nothing for `D`")
+	fs.DurationVar(&o.hold, "hold-down", policy.DefaultHoldDown, "an out-of-service server gets nothing for `D`")
 	fs.StringVar(&o.testUser, "test-user", "", "User-Name of the test user that probes (and with --keepalive keeps alive) servers")
 	fs.StringVar(&o.testPassword, "test-password", "", "the test user's User-Password (a test account's, not the shared secret)")
 	fs.BoolVar(&o.statusServer, "status-server", false, "probe and keep alive with Status-Server (RFC 5997) instead of a test user")
@@ -149,7 +150,7 @@ func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	logFlags(fs, &o.logLevel, &o.logFormat, "info")
 	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "stream: watchdog interval Twinit `D` of every connection (at least 6s)")
 	fs.IntVar(&o.maxConns, "max-conns", 1, "stream: connections per server, 255 requests each, opened as needed")
-	fs.DurationVar(&o.requestTimeout, "request-timeout", 0, "stream: a request's deadline `D`, any failover included (0: two Tw plus 10s)")
+	fs.DurationVar(&o.requestTimeout, "request-timeout", 0, "a request's deadline `D`, any failover and throttle queue included (0: over a stream two Tw plus 10s; over UDP every server's attempts but one's, plus 10s)")
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "radsec: PEM CA `FILE` the servers' certificates must chain to")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "radsec: PEM client certificate `FILE` (RFC 6614: mutual)")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "radsec: PEM private key `FILE` of --tls-cert")
@@ -284,25 +285,16 @@ type radiusClientReport struct {
 	ElapsedMS       int64                   `json:"elapsed_ms"`
 }
 
-// radiusServerReport is one server of the report: radudp's counters over
-// UDP; over TCP and TLS its name, URL and policy state, the Client's
-// per-server statistics and its connections'.
+// radiusServerReport is one server of the report: its name, URL and
+// policy state, the Client's per-server statistics, and its peer's
+// counters: a UDP server's sockets, or a stream server's connections.
 type radiusServerReport struct {
-	radudp.ClientServerStats
+	Name   string              `json:"name"`
+	URL    string              `json:"url"`
+	State  policy.State        `json:"state"`
 	Client *client.ServerStats `json:"client,omitempty"`
+	UDP    *radpeer.UDPStats   `json:"udp,omitempty"`
 	Stream *radpeer.Stats      `json:"stream,omitempty"`
-}
-
-// radiusDriver is what a run needs of the client behind it: RADIUS/UDP
-// (package radudp) or RADIUS over TCP and TLS (package client).
-type radiusDriver interface {
-	exchange(ctx context.Context, r *radius.Request) (*radpeer.Response, error)
-	// states is the progress line's view of the servers.
-	states() string
-	snapshot(sent uint64) status.Snapshot
-	// fill adds the servers, failovers and failover table to rep.
-	fill(rep *radiusClientReport)
-	close()
 }
 
 func (o *radiusClientOptions) request(n int64) *radius.Request {
@@ -335,17 +327,13 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	})
 	defer cancelLog()
 	protocol := "RADIUS/UDP"
-	var d radiusDriver
-	var err error
 	if o.stream {
 		protocol = "RADIUS/TCP"
 		if o.radsec() {
 			protocol = "RADIUS/TLS"
 		}
-		d, err = o.newStreamDriver(secret, events, log)
-	} else {
-		d, err = o.newUDPDriver(secret, events, log)
 	}
+	d, err := o.newDriver(secret, events, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
@@ -408,14 +396,9 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 		go func(n int64) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			// A caller waits for every server's attempts at most; over a
-			// stream, the Client's request deadline applies.
-			cctx, cancel := context.WithCancel(ctx)
-			if !o.stream {
-				cctx, cancel = context.WithTimeout(ctx, o.timeout*time.Duration(o.retries*len(o.peers))+time.Second)
-			}
-			defer cancel()
-			resp, err := d.exchange(cctx, o.request(n))
+			// The Client's request deadline applies: over UDP every
+			// server's attempts, over a stream two Tw and an answer.
+			resp, err := d.exchange(ctx, o.request(n))
 			if err != nil {
 				failed.Add(1)
 				mu.Lock()
@@ -449,83 +432,10 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	return 0
 }
 
-// udpDriver runs RADIUS/UDP through radudp.Client.
-type udpDriver struct{ c *radudp.Client }
-
-func (o *radiusClientOptions) newUDPDriver(secret []byte, events *client.Bus, log *slog.Logger) (*udpDriver, error) {
-	specs := make([]radudp.ServerSpec, len(o.peers))
-	for i, u := range o.peers {
-		specs[i] = radudp.ServerSpec{Name: u, URL: u, StatusServer: o.statusServer, Weight: o.weightOf[u],
-			Auth:       throttle.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOut},
-			Accounting: throttle.Limits{MaxRate: o.maxRateAcct, MaxOutstanding: o.maxOut}}
-		if len(o.acctPeers) > 0 {
-			specs[i].AcctURL = o.acctPeers[i]
-		}
-	}
-	cfg := radudp.Config{Servers: specs, Secret: secret, Algorithm: o.alg, Timeout: o.timeout, Retries: o.retries,
-		DownTimeout: o.downTimeout, HoldDown: o.hold, KeepAlive: o.keepAlive, Slot: o.slot,
-		AlarmHigh: o.alarmHigh, AlarmLow: o.alarmLow, Events: events,
-		RequireMessageAuthenticator: o.requireMA, Logger: log}
-	if o.testUser != "" {
-		cfg.TestUser = &radudp.TestUser{Name: o.testUser, Password: o.testPassword}
-	}
-	c, err := radudp.NewClient(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &udpDriver{c}, nil
-}
-
-func (d *udpDriver) exchange(ctx context.Context, r *radius.Request) (*radpeer.Response, error) {
-	resp, err := d.c.Exchange(ctx, r)
-	if err != nil {
-		return nil, err
-	}
-	return &radpeer.Response{Raw: resp.Raw, Packet: resp.Packet, RequestAuthenticator: resp.RequestAuthenticator}, nil
-}
-
-func (d *udpDriver) states() string {
-	var states []string
-	for i, n := range d.c.Names() {
-		states = append(states, n+":"+d.c.State(i).String())
-	}
-	return strings.Join(states, ",")
-}
-
-func (d *udpDriver) snapshot(sent uint64) status.Snapshot {
-	st := d.c.Stats()
-	var snap status.Snapshot
-	for _, s := range st.Servers {
-		snap.Peers = append(snap.Peers, status.PeerStatus{Peer: s.URL, Server: s.Name, Policy: s.State.String(), Protocol: status.ProtocolRADIUS,
-			Pending: s.Auth.InFlight, Sent: s.Auth.Sent + s.Auth.Retransmissions, Answered: s.Auth.Answered})
-		snap.Queues = append(snap.Queues, status.Queue{Server: s.Name, Depth: s.Throttle.Depth, Alarm: s.Throttle.Alarmed})
-	}
-	snap.Totals = status.Totals{Sent: sent, Answered: st.Answered, Failed: st.Failed, Pending: uint64(st.Queued), Moved: st.Failovers}
-	return snap
-}
-
-func (d *udpDriver) fill(rep *radiusClientReport) {
-	st := d.c.Stats()
-	rep.FailoverLog, rep.FailoverRecords = d.c.FailoverLog()
-	rep.Failovers = st.Failovers
-	for _, s := range st.Servers {
-		rep.Servers = append(rep.Servers, radiusServerReport{ClientServerStats: s})
-	}
-}
-
-func (d *udpDriver) close() { d.c.Close() }
-
 // errorReason is the report's key for a failed request: its cause without
 // the varying details.
 func errorReason(err error) string {
-	var fe *radudp.FailedError
-	if e, ok := err.(*radudp.FailedError); ok {
-		fe = e
-	}
-	if fe != nil && fe.Err != nil {
-		err = fe.Err
-	}
-	s := err.Error()
+	s := strings.TrimPrefix(err.Error(), "client: ")
 	if i := strings.Index(s, " ("); i > 0 {
 		s = s[:i]
 	}

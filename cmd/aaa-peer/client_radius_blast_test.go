@@ -249,8 +249,8 @@ func TestClientRefusesAnswersWithoutMA(t *testing.T) {
 			if !s.Stream.InService {
 				t.Errorf("tcp: out of service: Status-Server answers without Message-Authenticator must keep the watchdog OKAY")
 			}
-		} else {
-			noMA = s.Auth.NoMessageAuthenticator
+		} else if s.UDP != nil {
+			noMA = s.UDP.NoMA
 		}
 		if noMA < 4 {
 			t.Errorf("%s: %d answers counted without Message-Authenticator, want 4 or more", tc.name, noMA)

@@ -16,21 +16,23 @@ import (
 	lradius "layeh.com/radius"
 )
 
-// streamDriver runs RADIUS over TCP and TLS through client.Client, the
-// dispatch path Diameter requests take: the access algorithm is the
+// radiusDriver runs RADIUS over UDP, TCP and TLS through client.Client,
+// the dispatch path Diameter requests take: the access algorithm is the
 // Client's balancer, the Nokia 7750 SR states its policy (probing with
-// Status-Server, or the test user), the ASR5K limits its throttle.
-type streamDriver struct {
+// Status-Server, or the test user; over UDP without either, one real
+// request), the ASR5K limits its throttle.
+type radiusDriver struct {
 	c *client.Client
 }
 
-func (o *radiusClientOptions) newStreamDriver(secret []byte, events *client.Bus, log *slog.Logger) (*streamDriver, error) {
+func (o *radiusClientOptions) newDriver(secret []byte, events *client.Bus, log *slog.Logger) (*radiusDriver, error) {
 	cfg := client.Config{
 		Mode: client.Balance, Algorithm: o.alg, Events: events, RequestTimeout: o.requestTimeout,
 		RADIUS: radpeer.Config{Secret: secret, Watchdog: watchdog.Config{Twinit: o.tw}, MaxConns: o.maxConns, Logger: log,
 			RequireMessageAuthenticator: o.requireMA},
+		UDP: radpeer.UDPConfig{Timeout: o.timeout, Retries: o.retries},
 		Policy: &policy.Config{RequestTimeout: o.timeout, Retries: o.retries, DownTimeout: o.downTimeout,
-			HoldDown: o.hold, TestUser: true, KeepAlive: o.keepAlive},
+			HoldDown: o.hold, TestUser: o.stream || o.testUser != "" || o.statusServer, KeepAlive: o.keepAlive},
 		Throttle: &client.Throttle{Slot: o.slot, AlarmHigh: o.alarmHigh, AlarmLow: o.alarmLow,
 			Auth:       throttle.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOut},
 			Accounting: throttle.Limits{MaxRate: o.maxRateAcct, MaxOutstanding: o.maxOut}},
@@ -43,14 +45,18 @@ func (o *radiusClientOptions) newStreamDriver(secret []byte, events *client.Bus,
 		}
 		cfg.RADIUS.Transport.TLS = tc
 	}
-	for _, u := range o.peers {
-		cfg.Peers = append(cfg.Peers, client.PeerSpec{URL: u, Name: u, Weight: o.weightOf[u]})
+	for i, u := range o.peers {
+		spec := client.PeerSpec{URL: u, Name: u, Weight: o.weightOf[u]}
+		if len(o.acctPeers) > 0 {
+			spec.AccountingURL = o.acctPeers[i]
+		}
+		cfg.Peers = append(cfg.Peers, spec)
 	}
 	c, err := client.New(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &streamDriver{c}, nil
+	return &radiusDriver{c}, nil
 }
 
 // testRequest is the probe and keep-alive: the test user's
@@ -65,11 +71,11 @@ func (o *radiusClientOptions) testRequest() *radius.Request {
 	return r
 }
 
-func (d *streamDriver) exchange(ctx context.Context, r *radius.Request) (*radpeer.Response, error) {
+func (d *radiusDriver) exchange(ctx context.Context, r *radius.Request) (*radpeer.Response, error) {
 	return d.c.Exchange(ctx, r)
 }
 
-func (d *streamDriver) states() string {
+func (d *radiusDriver) states() string {
 	pol := d.c.PolicyStates()
 	var states []string
 	for i, s := range d.c.ServerStats() {
@@ -78,17 +84,23 @@ func (d *streamDriver) states() string {
 	return strings.Join(states, ",")
 }
 
-func (d *streamDriver) snapshot(sent uint64) status.Snapshot {
+func (d *radiusDriver) snapshot(sent uint64) status.Snapshot {
 	var snap status.Snapshot
 	var answered, failed, moved uint64
-	pol, peers := d.c.PolicyStates(), d.c.RADIUSPeers()
+	pol, peers, udps := d.c.PolicyStates(), d.c.RADIUSPeers(), d.c.UDPPeers()
 	for i, s := range d.c.ServerStats() {
-		var w *radpeer.Stats
-		if p := peers[i]; p != nil {
-			st := p.Stats()
-			w = &st
+		var row status.PeerStatus
+		if u := udps[i]; u != nil {
+			row = udpRow(s, pol[i], u.Stats())
+		} else {
+			var w *radpeer.Stats
+			if p := peers[i]; p != nil {
+				st := p.Stats()
+				w = &st
+			}
+			row = streamRow(s, pol[i], w)
 		}
-		snap.Peers = append(snap.Peers, streamRow(s, pol[i], w))
+		snap.Peers = append(snap.Peers, row)
 		answered, failed, moved = answered+s.Answered, failed+s.Failed, moved+s.FailedOver
 	}
 	var queued int
@@ -115,9 +127,16 @@ func streamRow(s client.ServerStats, policy string, w *radpeer.Stats) status.Pee
 	return ps
 }
 
-func (d *streamDriver) fill(rep *radiusClientReport) {
+// udpRow is the status row of a RADIUS/UDP server: the Client's view of
+// it (s, policy) and its sockets' counters.
+func udpRow(s client.ServerStats, policy string, u radpeer.UDPStats) status.PeerStatus {
+	return status.PeerStatus{Peer: s.Peer, Server: s.Server, Policy: policy, Protocol: status.ProtocolRADIUS,
+		Pending: u.InFlight + u.Waiting, Sent: u.Sent + u.Retransmissions, Answered: u.Answered}
+}
+
+func (d *radiusDriver) fill(rep *radiusClientReport) {
 	rep.FailoverLog, rep.FailoverRecords = d.c.FailoverLog()
-	pol, peers := d.c.PolicyStates(), d.c.RADIUSPeers()
+	pol, peers, udps := d.c.PolicyStates(), d.c.RADIUSPeers(), d.c.UDPPeers()
 	for i, s := range d.c.ServerStats() {
 		r := radiusServerReport{Client: &s}
 		r.Name, r.URL = s.Server, s.Server
@@ -126,9 +145,13 @@ func (d *streamDriver) fill(rep *radiusClientReport) {
 			st := p.Stats()
 			r.Stream = &st
 		}
+		if u := udps[i]; u != nil {
+			st := u.Stats()
+			r.UDP = &st
+		}
 		rep.Failovers += s.FailedOver
 		rep.Servers = append(rep.Servers, r)
 	}
 }
 
-func (d *streamDriver) close() { d.c.Close(context.Background()) }
+func (d *radiusDriver) close() { d.c.Close(context.Background()) }

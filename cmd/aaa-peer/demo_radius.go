@@ -18,7 +18,6 @@ import (
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
-	"github.com/aaatp/aaatp/radudp"
 	"github.com/aaatp/aaatp/status"
 	"github.com/aaatp/aaatp/throttle"
 	lradius "layeh.com/radius"
@@ -237,8 +236,8 @@ func (d *radiusDemo) stopServers() {
 }
 
 // waitPolicy waits until server i is in state st, or ctx ends.
-func waitPolicy(ctx context.Context, c *radudp.Client, i int, st policy.State) bool {
-	return waitFor(ctx, func() bool { return c.State(i) == st })
+func waitPolicy(ctx context.Context, c *client.Client, i int, st policy.State) bool {
+	return waitFor(ctx, func() bool { return c.PolicyStates()[i] == st.String() })
 }
 
 // waitSeen waits until the policy event of server from -> to has ever been
@@ -257,10 +256,9 @@ func (d *radiusDemo) run(ctx context.Context, stdout io.Writer) (int, error) {
 		return 1, err
 	}
 	defer d.stopServers()
-	specs := make([]radudp.ServerSpec, len(d.servers))
+	specs := make([]client.PeerSpec, len(d.servers))
 	for i, s := range d.servers {
-		specs[i] = radudp.ServerSpec{Name: s.name, URL: "radius://" + s.srv.Addr().String(),
-			Accounting: throttle.Limits{MaxRate: d.o.burstRate}}
+		specs[i] = client.PeerSpec{Name: s.name, URL: "radius://" + s.srv.Addr().String()}
 		d.say(s.name, "listening on "+specs[i].URL)
 	}
 	bus := client.NewBus()
@@ -283,16 +281,23 @@ func (d *radiusDemo) run(ctx context.Context, stdout io.Writer) (int, error) {
 		}
 	})
 	defer cancelSub()
-	c, err := radudp.NewClient(radudp.Config{
-		Servers: specs, Secret: []byte(radiusDemoSecret), Algorithm: loadbalance.Direct,
-		Timeout: d.o.timeout, Retries: d.o.retries, HoldDown: d.o.holdDown,
-		TestUser:  &radudp.TestUser{Name: radiusDemoTestUser, Password: "probe-pw"},
-		AlarmHigh: 1000, AlarmLow: 100, Events: bus,
+	testUser := &radius.Request{Code: lradius.CodeAccessRequest}
+	testUser.Attributes.Add(radius.AttrUserName, lradius.Attribute(radiusDemoTestUser))
+	testUser.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("probe-pw"))
+	c, err := client.New(client.Config{
+		Peers: specs, Algorithm: loadbalance.Direct, Events: bus,
+		RADIUS: radpeer.Config{Secret: []byte(radiusDemoSecret)},
+		UDP:    radpeer.UDPConfig{Timeout: d.o.timeout, Retries: d.o.retries},
+		Policy: &policy.Config{RequestTimeout: d.o.timeout, Retries: d.o.retries, HoldDown: d.o.holdDown, TestUser: true},
+		RADIUSTestRequest: func(string) *radius.Request {
+			return &radius.Request{Code: testUser.Code, Attributes: testUser.Attributes}
+		},
+		Throttle: &client.Throttle{Accounting: throttle.Limits{MaxRate: d.o.burstRate}, AlarmHigh: 1000, AlarmLow: 100},
 	})
 	if err != nil {
 		return 1, err
 	}
-	defer c.Close()
+	defer c.Close(context.Background())
 	metrics := newMetrics(d.o.status)
 	defer metrics.WatchClient(bus)()
 	var sent, answered, failed atomic.Uint64
@@ -332,10 +337,9 @@ func (d *radiusDemo) run(ctx context.Context, stdout io.Writer) (int, error) {
 			twg.Add(1)
 			go func() {
 				defer twg.Done()
-				// Each caller waits at most for every server's retries.
-				cctx, cancel := context.WithTimeout(context.Background(), 3*d.o.timeout*time.Duration(d.o.retries)+time.Second)
-				defer cancel()
-				if _, err := c.Exchange(cctx, r); err != nil {
+				// Each caller waits at most for every server's retries:
+				// the Client's request deadline.
+				if _, err := c.Exchange(context.Background(), r); err != nil {
 					failed.Add(1)
 					rmu.Lock()
 					reasons[err.Error()]++
@@ -415,19 +419,26 @@ func (d *radiusDemo) run(ctx context.Context, stdout io.Writer) (int, error) {
 	return d.summary(stdout, c, sent.Load(), answered.Load(), failed.Load(), burstOK.Load(), burstFailed.Load(), reasons, interrupted), nil
 }
 
-func (d *radiusDemo) summary(w io.Writer, c *radudp.Client, sent, answered, failed, burstOK, burstFailed uint64, reasons map[string]uint64, interrupted bool) int {
-	st := c.Stats()
+func (d *radiusDemo) summary(w io.Writer, c *client.Client, sent, answered, failed, burstOK, burstFailed uint64, reasons map[string]uint64, interrupted bool) int {
+	stats, pol, udps := c.ServerStats(), c.PolicyStates(), c.UDPPeers()
+	var failovers uint64
+	for _, s := range stats {
+		failovers += s.FailedOver
+	}
 	fmt.Fprintf(w, "\nsummary after %v\n", time.Since(d.start).Round(100*time.Millisecond))
 	fmt.Fprintf(w, "  Access-Requests: %d sent, %d answered, %d failed; %d moved to the next server after %d attempts\n",
-		sent, answered, failed, st.Failovers, d.o.retries)
-	var retrans, probes, late, dups uint64
-	for _, s := range st.Servers {
-		retrans += s.Auth.Retransmissions
-		probes += s.Probes
-		late += s.Auth.Late
-		dups += s.Auth.Duplicates
+		sent, answered, failed, failovers, d.o.retries)
+	var late, dups uint64
+	for i, s := range stats {
+		u := udps[i].Stats()
+		late += u.Late
+		dups += u.Duplicates
+		var th throttle.Stats
+		if s.Throttle != nil {
+			th = *s.Throttle
+		}
 		fmt.Fprintf(w, "  %-8s %-15s sent %d, retransmitted %d, answered %d, probes %d, throttle sent auth %d acct %d\n",
-			s.Name, s.State, s.Auth.Sent, s.Auth.Retransmissions, s.Auth.Answered, s.Probes, s.Throttle.Sent[0], s.Throttle.Sent[1])
+			s.Server, pol[i], u.Sent, u.Retransmissions, u.Answered, s.Probes, th.Sent[0], th.Sent[1])
 	}
 	fmt.Fprintf(w, "  late replies dropped %d, duplicate replies dropped %d\n", late, dups)
 	keys := make([]string, 0, len(reasons))
@@ -486,7 +497,7 @@ func (d *radiusDemo) summary(w io.Writer, c *radudp.Client, sent, answered, fail
 		}
 	}
 	d.mu.Unlock()
-	if st.Failovers == 0 {
+	if failovers == 0 {
 		problems = append(problems, "no failover")
 	}
 	if len(problems) > 0 {
@@ -500,25 +511,30 @@ func (d *radiusDemo) summary(w io.Writer, c *radudp.Client, sent, answered, fail
 // snapshot is the status page's view of the RADIUS client: one row per
 // server with its 7750 SR state (RADIUS over UDP has no watchdog: the
 // watchdog column stays empty), the throttle's queues, and the totals.
-func (d *radiusDemo) snapshot(c *radudp.Client, sent, answered, failed uint64) status.Snapshot {
-	st := c.Stats()
+func (d *radiusDemo) snapshot(c *client.Client, sent, answered, failed uint64) status.Snapshot {
+	stats, pol, udps := c.ServerStats(), c.PolicyStates(), c.UDPPeers()
 	snap := status.Snapshot{Role: status.RoleDemo, Identity: status.Identity{
 		OriginHost: "radius-client", Started: d.start,
 		Info: map[string]string{"protocol": "RADIUS/UDP", "access": "direct", "test user": radiusDemoTestUser},
 	}}
 	d.mu.Lock()
-	for _, s := range st.Servers {
-		since := d.since[s.Name]
+	var moved uint64
+	var queued int
+	for i, s := range stats {
+		since := d.since[s.Server]
 		if since.IsZero() {
 			since = d.start
 		}
-		snap.Peers = append(snap.Peers, status.PeerStatus{
-			Peer: s.URL, Server: s.Name, Since: since, Policy: s.State.String(),
-			Pending: s.Auth.InFlight, Sent: s.Auth.Sent + s.Auth.Retransmissions, Answered: s.Auth.Answered,
-		})
-		snap.Queues = append(snap.Queues, status.Queue{Server: s.Name, Depth: s.Throttle.Depth, Alarm: s.Throttle.Alarmed})
+		row := udpRow(s, pol[i], udps[i].Stats())
+		row.Since = since
+		snap.Peers = append(snap.Peers, row)
+		if s.Throttle != nil {
+			snap.Queues = append(snap.Queues, status.Queue{Server: s.Server, Depth: s.Throttle.Depth, Alarm: s.Throttle.Alarmed})
+			queued += s.Throttle.Depth
+		}
+		moved += s.FailedOver
 	}
 	d.mu.Unlock()
-	snap.Totals = status.Totals{Sent: sent, Answered: st.Answered, Failed: st.Failed, Pending: uint64(st.Queued), Moved: st.Failovers}
+	snap.Totals = status.Totals{Sent: sent, Answered: answered, Failed: failed, Pending: uint64(queued), Moved: moved}
 	return snap
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
-	"github.com/aaatp/aaatp/radudp"
 	lradius "layeh.com/radius"
 )
 
@@ -110,18 +109,18 @@ func (l *policyLog) get() []string {
 	return append([]string(nil), l.seq...)
 }
 
-func waitPolicy(t *testing.T, c *radudp.Client, i int, st policy.State, within time.Duration) {
+func waitPolicy(t *testing.T, c *client.Client, i int, st policy.State, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
-	for c.State(i) != st {
+	for c.PolicyStates()[i] != st.String() {
 		if time.Now().After(deadline) {
-			t.Fatalf("server %d still %v after %v, want %v", i, c.State(i), within, st)
+			t.Fatalf("server %d still %v after %v, want %v", i, c.PolicyStates()[i], within, st)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-// FreeRADIUS 3.2 over UDP as the server of radudp.Client, with a second
+// FreeRADIUS 3.2 over UDP as the server of client.Client, with a second
 // (in-process) server beside it so that probing is allowed: auth and
 // accounting answered; SIGSTOP of freeradius drives in-service ->
 // out-of-service (down-timeout) with the requests failing over; after the
@@ -158,27 +157,33 @@ func TestFreeRADIUSUDPServerStates(t *testing.T) {
 		}
 	})
 	defer cancel()
-	c, err := radudp.NewClient(radudp.Config{
-		Servers: []radudp.ServerSpec{
-			{Name: "freeradius", URL: "radius://" + fr.addr, AcctURL: "radius://127.0.0.1:" + acctPort},
+	c, err := client.New(client.Config{
+		Peers: []client.PeerSpec{
+			{Name: "freeradius", URL: "radius://" + fr.addr, AccountingURL: "radius://127.0.0.1:" + acctPort},
 			{Name: "local", URL: "radius://" + local.Addr().String()},
 		},
-		Secret: []byte(secret), Algorithm: loadbalance.Direct,
-		Timeout: 500 * time.Millisecond, Retries: 2, HoldDown: 2 * time.Second,
-		TestUser: &radudp.TestUser{Name: "probe-user", Password: "probe-pw"},
-		Events:   bus,
+		Algorithm: loadbalance.Direct,
 		// FreeRADIUS 3.2.1 signs no Access-Accept: the default would drop
 		// them (BlastRADIUS).
-		RequireMessageAuthenticator: radpeer.RequireMANever,
+		RADIUS: radpeer.Config{Secret: []byte(secret), RequireMessageAuthenticator: radpeer.RequireMANever},
+		UDP:    radpeer.UDPConfig{Timeout: 500 * time.Millisecond, Retries: 2},
+		Policy: &policy.Config{RequestTimeout: 500 * time.Millisecond, Retries: 2, HoldDown: 2 * time.Second, TestUser: true},
+		RADIUSTestRequest: func(string) *radius.Request {
+			r := &radius.Request{Code: lradius.CodeAccessRequest}
+			r.Attributes.Add(radius.AttrUserName, lradius.Attribute("probe-user"))
+			r.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("probe-pw"))
+			return r
+		},
+		Events: bus,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	defer c.Close(context.Background())
 	ctx, stop := context.WithTimeout(context.Background(), 60*time.Second)
 	defer stop()
 
-	exchange := func(r *radius.Request) *radudp.Response {
+	exchange := func(r *radius.Request) *radpeer.Response {
 		t.Helper()
 		resp, err := c.Exchange(ctx, r)
 		if err != nil {
@@ -192,7 +197,7 @@ func TestFreeRADIUSUDPServerStates(t *testing.T) {
 		r.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("pw"))
 		return r
 	}
-	if resp := exchange(auth("alice")); resp.Server != fr.addr || resp.Packet.Code != lradius.CodeAccessAccept {
+	if resp := exchange(auth("alice")); resp.Server != "radius://"+fr.addr || resp.Packet.Code != lradius.CodeAccessAccept {
 		t.Fatalf("alice: %v from %s, want FreeRADIUS's Access-Accept", resp.Packet.Code, resp.Server)
 	}
 	if resp := exchange(auth("probe-user")); resp.Packet.Code != lradius.CodeAccessAccept {
@@ -215,7 +220,7 @@ func TestFreeRADIUSUDPServerStates(t *testing.T) {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	if resp := exchange(auth("bob")); resp.Server != local.Addr().String() {
+	if resp := exchange(auth("bob")); resp.Server != "radius://"+local.Addr().String() {
 		t.Fatalf("bob answered by %s, want the local server", resp.Server)
 	}
 	if took := time.Since(began); took < time.Second || took > 3*time.Second {
@@ -228,16 +233,16 @@ func TestFreeRADIUSUDPServerStates(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPolicy(t, c, 0, policy.InService, 5*time.Second)
-	if resp := exchange(auth("carol")); resp.Server != fr.addr {
+	if resp := exchange(auth("carol")); resp.Server != "radius://"+fr.addr {
 		t.Errorf("carol answered by %s, want FreeRADIUS back in service", resp.Server)
 	}
 	want := "unknown>in-service in-service>out-of-service out-of-service>probing probing>out-of-service out-of-service>probing probing>in-service"
 	if got := strings.Join(log.get(), " "); got != want {
 		t.Errorf("FreeRADIUS's states:\n got %s\nwant %s", got, want)
 	}
-	st := c.Stats().Servers[0]
-	t.Logf("freeradius peer: %+v (late and duplicate replies are FreeRADIUS answering the copies it queued while stopped)", st.Auth)
-	if st.Probes != 2 || st.Auth.Retransmissions == 0 {
-		t.Errorf("probes %d, retransmissions %d; want 2 probes and some retransmissions", st.Probes, st.Auth.Retransmissions)
+	st, u := c.ServerStats()[0], c.UDPPeers()[0].Stats()
+	t.Logf("freeradius peer: %+v (late and duplicate replies are FreeRADIUS answering the copies it queued while stopped)", u)
+	if st.Probes != 2 || u.Retransmissions == 0 {
+		t.Errorf("probes %d, retransmissions %d; want 2 probes and some retransmissions", st.Probes, u.Retransmissions)
 	}
 }
