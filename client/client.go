@@ -219,6 +219,8 @@ type Client struct {
 	dispatchDone chan struct{}
 	ctx          context.Context // cancelled by Close
 	cancel       context.CancelFunc
+	gone         chan struct{}   // closed when Close has ended every peer and their events are out (Done)
+	goneO        sync.Once
 }
 
 // FailoverDetection is the longest the watchdog takes to declare a silent
@@ -273,7 +275,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Events == nil {
 		cfg.Events = NewBus()
 	}
-	c := &Client{cfg: cfg, events: cfg.Events, radius: isRADIUS}
+	c := &Client{cfg: cfg, events: cfg.Events, radius: isRADIUS, gone: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.log.init(cfg.FailoverLog)
 	var servers []loadbalance.Server
@@ -683,6 +685,14 @@ func (c *Client) pick(cl *call.Call, skip ...*member) *member {
 		}
 		// The balancer's view lags a transition by a moment: fall back to
 		// round-robin over the peers in service.
+		if c.cfg.Algorithm == loadbalance.Direct {
+			// Direct is the first server in service in configured order
+			// (7750 SR "direct"), also when its pick is refused (the
+			// policy holds it down, the request must avoid it): before,
+			// the round-robin below sent the next requests to any other
+			// server, not to the next in order.
+			return c.firstUsable(usable)
+		}
 		n := uint64(len(c.members))
 		start := c.rr.Add(1)
 		for i := range n {
@@ -693,7 +703,13 @@ func (c *Client) pick(cl *call.Call, skip ...*member) *member {
 		}
 		return nil
 	}
-	for _, m := range c.members { // primary first, then secondaries in order
+	return c.firstUsable(usable) // primary first, then secondaries in order
+}
+
+// firstUsable returns the first member in configured order that usable
+// accepts, nil if none.
+func (c *Client) firstUsable(usable func(*member) bool) *member {
+	for _, m := range c.members {
 		if usable(m) {
 			return m
 		}
@@ -1064,9 +1080,17 @@ func (c *Client) record(r FailoverRecord) {
 	c.events.Publish(Event{Time: r.Time, Server: r.From, Kind: EventFailover, Failover: &r, Reason: r.Reason})
 }
 
-// Close closes every peer (DPR/DPA) and fails parked requests.
+// Done is closed once Close has ended every peer and the events they
+// queued have been delivered.
+func (c *Client) Done() <-chan struct{} { return c.gone }
+
+// Close closes every peer (DPR/DPA) and fails parked requests. It does
+// not wait for event subscribers and failover hand-overs still running on
+// the peers' notifiers (so a subscriber may call Close): Done is closed
+// once they are out.
 func (c *Client) Close(ctx context.Context) error {
 	var wg sync.WaitGroup
+	var dones []<-chan struct{}
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
@@ -1079,8 +1103,10 @@ func (c *Client) Close(ctx context.Context) error {
 		var p interface{ Close(context.Context) error }
 		if dp := m.p(); dp != nil {
 			p = dp
+			dones = append(dones, dp.Done())
 		} else if rp := m.rp.Load(); rp != nil {
 			p = rp
+			dones = append(dones, rp.Done())
 		} else if up := m.up.Load(); up != nil {
 			p = up
 		} else {
@@ -1110,5 +1136,11 @@ func (c *Client) Close(ctx context.Context) error {
 	for _, cl := range calls {
 		cl.Fail(fmt.Errorf("client closed: %w", peer.ErrClosed))
 	}
+	go func() {
+		for _, d := range dones {
+			<-d
+		}
+		c.goneO.Do(func() { close(c.gone) })
+	}()
 	return nil
 }

@@ -6,10 +6,13 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/watchdog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -133,4 +136,40 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// A subscriber may Close the Client: Close starts the shutdown and
+// returns (it does not wait for the notifier the subscriber runs on), and
+// Done is closed once every peer has ended.
+func TestCloseFromSubscriber(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := newFakeServer("a.example.net")
+		n := network{"tcp://a:1": srv}
+		defer n.close()
+		cfg := clientConfig(n, Balance, "tcp://a:1")
+		var c atomic.Pointer[Client]
+		closed := make(chan error, 1)
+		var once sync.Once
+		cfg.Events = NewBus()
+		cancel := cfg.Events.Subscribe(func(e Event) {
+			if e.Kind == EventPeer && e.Peer.Kind == peer.EventWatchdog && e.Peer.To == watchdog.Okay {
+				once.Do(func() { closed <- c.Load().Close(context.Background()) })
+			}
+		})
+		defer cancel()
+		cl, err := New(cfg)
+		require.NoError(t, err)
+		c.Store(cl)
+		require.NoError(t, <-closed, "Close from a subscriber returns")
+		<-cl.Done()
+		for _, p := range cl.Peers() {
+			select {
+			case <-p.Done():
+			default:
+				t.Error("Done before every peer ended")
+			}
+		}
+		_, err = cl.Send(context.Background(), acr(1, "u@example.net"))
+		assert.ErrorIs(t, err, peer.ErrClosed)
+	})
 }

@@ -878,6 +878,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	}
 	stopWatch()
 	c.Close(context.Background()) // with answers in flight when closedEarly
+	<-c.Done()
 	w.closedAt = time.Now()
 	for _, s := range w.servers {
 		s.f.unfreeze()

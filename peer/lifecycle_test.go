@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -57,6 +58,45 @@ func TestCloseFromSubscriberAndOnFailover(t *testing.T) {
 		assert.NoError(t, <-closed)
 		assert.Error(t, <-res)
 		<-p.Done()
+	})
+}
+
+// Close does not wait for subscribers: it returns while one still holds
+// an event, and Done is closed only once that subscriber returned and
+// the events queued behind it (the close's own) are delivered.
+func TestDoneWaitsForSubscribersCloseDoesNot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		cfg.Events = NewBus()
+		release := make(chan struct{})
+		var held, after atomic.Int32
+		cancel := cfg.Events.Subscribe(func(e Event) {
+			if e.Kind == EventWatchdog && e.To == watchdog.Okay && held.Add(1) == 1 {
+				<-release // a slow subscriber
+				return
+			}
+			if held.Load() > 0 {
+				after.Add(1)
+			}
+		})
+		defer cancel()
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		synctest.Wait()
+		require.Equal(t, int32(1), held.Load(), "the subscriber holds the OKAY event")
+		require.NoError(t, p.Close(context.Background()), "Close returns while a subscriber is busy")
+		select {
+		case <-p.Done():
+			t.Fatal("Done before the events are delivered")
+		default:
+		}
+		assert.Zero(t, after.Load())
+		close(release)
+		<-p.Done()
+		assert.Positive(t, after.Load(), "the close's events delivered before Done")
 	})
 }
 

@@ -1,10 +1,7 @@
 package peer
 
 import (
-	"bytes"
 	"fmt"
-	"runtime"
-	"strconv"
 
 	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/wire"
@@ -22,9 +19,9 @@ import (
 //     that runs while notices are queued and exits when none are (an idle
 //     peer costs no goroutine for it).
 //
-// Subscribers and the failover hook therefore never run under p.mu, and never on
-// a connection's reader: they may call any method of the peer, Close
-// included.
+// Subscribers and the failover hook therefore never run under p.mu, and
+// never on a connection's reader: they may call any method of the peer,
+// Close included, which does not wait for the notifier (Done does).
 
 // effect is one entry of p.out.
 type effect struct {
@@ -91,14 +88,15 @@ func (p *Peer) notify(n notice) {
 }
 
 func (p *Peer) notifier(idle chan struct{}) {
-	p.ngid.Store(goid())
 	var q []notice
 	for {
 		p.nmu.Lock()
 		q, p.nq = p.nq, q[:0]
 		if len(q) == 0 {
 			p.nidle = nil
-			p.ngid.Store(0)
+			if p.nended {
+				p.goneO.Do(func() { close(p.gone) })
+			}
 			p.nmu.Unlock()
 			close(idle)
 			return
@@ -113,36 +111,4 @@ func (p *Peer) notifier(idle chan struct{}) {
 			q[i] = notice{}
 		}
 	}
-}
-
-// waitNotified waits until every notice queued so far is delivered,
-// unless it is called from the notifier itself (a subscriber or
-// the failover hook calling Close), which cannot wait for itself.
-func (p *Peer) waitNotified() {
-	for {
-		p.nmu.Lock()
-		idle := p.nidle
-		p.nmu.Unlock()
-		if idle == nil {
-			return
-		}
-		if g := p.ngid.Load(); g != 0 && g == goid() {
-			return
-		}
-		<-idle
-	}
-}
-
-// goid returns the running goroutine's id, from the header of its stack
-// trace ("goroutine 42 [running]:"). Only waitNotified uses it, to tell
-// whether Close was called from this peer's notifier.
-func goid() uint64 {
-	var buf [40]byte
-	b := buf[:runtime.Stack(buf[:], false)]
-	b = bytes.TrimPrefix(b, []byte("goroutine "))
-	if i := bytes.IndexByte(b, ' '); i > 0 {
-		b = b[:i]
-	}
-	id, _ := strconv.ParseUint(string(b), 10, 64)
-	return id
 }

@@ -78,18 +78,19 @@ type Peer struct {
 	stats  counters
 
 	done   chan struct{} // closed when the Peer has ended
+	gone   chan struct{} // closed once done is and its notices are delivered (Done)
 	opened chan struct{} // server: closed when the capabilities exchange is over, either way
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine of this peer (readers, dials, the writer)
 	closeO sync.Once
 
-	// The notice queue (see outbox.go): nmu guards nq and nidle; ngid is
-	// the notifier's goroutine id while it runs.
-	nmu   sync.Mutex
-	nq    []notice
-	nidle chan struct{} // non-nil while a notifier runs; closed when it exits
-	ngid  atomic.Uint64
+	// The notice queue (see outbox.go): nmu guards nq, nidle and nended.
+	nmu    sync.Mutex
+	nq     []notice
+	nidle  chan struct{} // non-nil while a notifier runs; closed when it exits
+	nended bool          // done is closed: gone closes when the queue empties
+	goneO  sync.Once
 
 	leaving atomic.Bool // a graceful disconnect is draining: submit refuses
 
@@ -195,7 +196,7 @@ func newPeer(cfg Config, role Role, url, label string) (*Peer, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Peer{
 		cfg: cfg, role: role, url: url, epoch: time.Now(), m: m,
-		done: make(chan struct{}), opened: make(chan struct{}), ctx: ctx, cancel: cancel,
+		done: make(chan struct{}), gone: make(chan struct{}), opened: make(chan struct{}), ctx: ctx, cancel: cancel,
 	}
 	p.epochWall = p.epoch.UnixNano()
 	p.twinit = cmp.Or(cfg.Watchdog.Twinit, watchdog.DefaultTwinit)
@@ -281,8 +282,9 @@ func (p *Peer) State() watchdog.State { return watchdog.State(p.state.Load()) }
 func (p *Peer) Events() *Bus { return p.cfg.Events }
 
 // Done is closed when the Peer has ended (Close, or a server connection
-// gone DOWN).
-func (p *Peer) Done() <-chan struct{} { return p.done }
+// gone DOWN) and every event and failover hand-over it made has been
+// delivered.
+func (p *Peer) Done() <-chan struct{} { return p.gone }
 
 // Stats returns a snapshot of the counters.
 func (p *Peer) Stats() Stats {
@@ -433,9 +435,12 @@ func (p *Peer) Close(ctx context.Context) error {
 // (message.DisconnectRebooting when the process restarts and wants the
 // peer back soon, DisconnectBusy, DisconnectDoNotWantToTalkToU), waits
 // for the DPA up to DPATimeout or ctx, closes the connection and ends the
-// Peer. Requests still pending fail with ErrClosed. It waits for every
-// goroutine of the Peer to end. Only the first Close or Disconnect sends
-// a DPR; later calls wait for the same end.
+// Peer. Requests still pending fail with ErrClosed. It waits for the
+// Peer's connections and timers to end, not for its subscribers and
+// failover hook: the events and hand-overs queued for them are delivered
+// after, on the Peer's notifier, so a subscriber may call Disconnect
+// itself. Done is closed once they are out. Only the first Close or
+// Disconnect sends a DPR; later calls wait for the same end.
 func (p *Peer) Disconnect(ctx context.Context, cause uint32) error {
 	p.closeO.Do(func() { p.step(input{kind: evClose, cause: cause, note: "closed by the application"}) })
 	select {
@@ -444,7 +449,6 @@ func (p *Peer) Disconnect(ctx context.Context, cause uint32) error {
 		p.end(ErrClosed) // without waiting for the DPA
 	}
 	p.wg.Wait()
-	p.waitNotified()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.closeErr

@@ -130,9 +130,8 @@ func (s *Server) start(tc transport.Conn, release func()) {
 		defer s.wg.Done()
 		<-p.opened
 		release()
-		<-p.Done()
+		<-p.Done() // its last events are out before OnPeerEnd: a subscriber's state for it can then be dropped
 		p.wg.Wait()
-		p.waitNotified() // its last events are out before OnPeerEnd: a subscriber's state for it can then be dropped
 		if s.OnPeerEnd != nil {
 			s.OnPeerEnd(p)
 		}

@@ -37,6 +37,12 @@ func (p *Peer) finish() {
 	}
 	p.cancel()
 	close(p.done)
+	p.nmu.Lock()
+	p.nended = true
+	if p.nidle == nil && len(p.nq) == 0 {
+		p.goneO.Do(func() { close(p.gone) })
+	}
+	p.nmu.Unlock()
 }
 
 // reportDown publishes e as c's EventConnDown, once per connection: a
