@@ -187,10 +187,20 @@ type UDPPeer struct {
 	auth, acct *udpAddr // acct nil: auth takes everything
 
 	mu      sync.Mutex
-	closed  atomic.Bool // set under mu; InService reads it without
+	closed  atomic.Bool         // set under mu; InService reads it without
 	sending map[*rcall]*udpSend // requests boarded here and not yet ended
 	drained chan struct{}       // closed when sending empties after Close began; nil before
-	wg      sync.WaitGroup      // socket readers
+	// shut: Close's drain is over (or its ctx ended) and the sockets are
+	// being closed. Until then, while closed, the timers, the readers and
+	// the Identifiers freed go on working, so that what is in flight can
+	// finish. Under mu.
+	shut bool
+	// ending counts the requests taken out of sending whose completion
+	// or hand-over to Failover still runs, after mu: Close's drain waits
+	// for them too, or Close could return before a request it drained
+	// was handed over or answered. Added to under mu, see endDone.
+	ending atomic.Int64
+	wg     sync.WaitGroup // socket readers
 
 	sent, retrans, answered, timedOut, late, dups, bad, noMA atomic.Uint64
 }
@@ -389,6 +399,7 @@ func (p *UDPPeer) Submit(c *call.Call) error {
 	if err := p.place(snd, free, id); err != nil {
 		p.mu.Unlock()
 		rc.Fail(err) // no packet: no server can take it
+		p.endDone(1)
 		return nil
 	}
 	p.mu.Unlock()
@@ -434,7 +445,7 @@ func (p *UDPPeer) place(snd *udpSend, s *udpSocket, id byte) error {
 		snd.over = true
 		s.free.push(id)
 		delete(p.sending, snd.rc)
-		p.checkDrained()
+		p.ending.Add(1) // the caller fails it
 		return fmt.Errorf("RADIUS server %s: %w", p.url, err)
 	}
 	snd.s, snd.id = s, id
@@ -470,6 +481,9 @@ func (p *UDPPeer) run(pl placed) {
 	for i, snd := range pl.fail {
 		snd.rc.Fail(pl.errs[i])
 	}
+	if len(pl.fail) > 0 {
+		p.endDone(len(pl.fail))
+	}
 }
 
 // transmit sends snd's packet once more (its first send included).
@@ -498,7 +512,10 @@ func (p *UDPPeer) transmit(snd *udpSend) {
 // Identifier after one more Timeout for a late reply.
 func (p *UDPPeer) expire(snd *udpSend) {
 	p.mu.Lock()
-	if p.closed.Load() || snd.s == nil || snd.s.pend[snd.id] != snd {
+	// p.shut, not p.closed: during Close's drain a request goes on being
+	// retransmitted and given up on, or the drain could only end with
+	// replies (one lost reply held Close until its ctx ended).
+	if p.shut || snd.s == nil || snd.s.pend[snd.id] != snd {
 		p.mu.Unlock()
 		return // answered, released, or Close took it
 	}
@@ -517,11 +534,12 @@ func (p *UDPPeer) expire(snd *udpSend) {
 	snd.over = true
 	snd.timer.Reset(p.cfg.Timeout) // the late-reply reservation
 	delete(p.sending, snd.rc)
-	p.checkDrained()
+	p.ending.Add(1)
 	terr := &TimeoutError{Server: p.url, Attempts: snd.attempts, Timeout: p.cfg.Timeout, NoMessageAuthenticator: snd.noMA}
 	p.mu.Unlock()
 	p.timedOut.Add(1)
 	p.giveUp(snd.rc, terr, fmt.Sprintf("no reply to %d attempt(s), %v apart", snd.attempts, p.cfg.Timeout))
+	p.endDone(1)
 }
 
 // giveUp hands rc, which this server could not answer, to Failover as
@@ -550,7 +568,10 @@ func (p *UDPPeer) releaseLocked(snd *udpSend, answered bool) (pl placed) {
 	if snd.timer != nil {
 		snd.timer.Stop()
 	}
-	if p.closed.Load() {
+	// p.shut, not p.closed: during Close's drain the requests waiting for
+	// an Identifier still get the ones freed, or they would wait, and hold
+	// Close, until its ctx ended.
+	if p.shut {
 		return pl
 	}
 	at := snd.at
@@ -591,7 +612,7 @@ func (p *UDPPeer) openSocket(at *udpAddr) {
 				w.over = true
 				delete(p.sending, w.rc)
 			}
-			p.checkDrained()
+			p.ending.Add(int64(len(ws)))
 			p.mu.Unlock()
 			err = fmt.Errorf("RADIUS server %s: opening a socket to %s: %w", p.url, at.addr, err)
 			serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindReadFailed, "RADIUS client: cannot open a UDP socket", "server", p.url, "err", err)
@@ -600,9 +621,13 @@ func (p *UDPPeer) openSocket(at *udpAddr) {
 					p.giveUp(w.rc, err, err.Error())
 				}
 			}
+			p.endDone(len(ws))
 			return
 		}
-		if p.closed.Load() {
+		// p.shut, not p.closed: a socket opened during Close's drain
+		// serves the requests waiting for it; once Close collected the
+		// sockets to close, it would be left open.
+		if p.shut {
 			p.mu.Unlock()
 			conn.Close()
 			return
@@ -661,10 +686,12 @@ func (p *UDPPeer) read(s *udpSocket) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
+			// p.shut, not p.closed: a failed read during Close's drain
+			// must not stop the replies that end it.
 			p.mu.Lock()
-			closed := p.closed.Load()
+			shut := p.shut
 			p.mu.Unlock()
-			if closed {
+			if shut {
 				return
 			}
 			continue // ICMP errors on a connected socket: the timers decide
@@ -676,6 +703,10 @@ func (p *UDPPeer) read(s *udpSocket) {
 // datagram handles one datagram from the server: anything but a verified
 // reply to a request of ours is dropped and counted.
 func (p *UDPPeer) datagram(s *udpSocket, b []byte) {
+	// RFC 2865 section 3: the octets past the Length field are padding, to
+	// be ignored on reception (as UDPServer does); Validate alone dropped
+	// a padded reply as malformed.
+	b = unpad(b)
 	if radius.Validate(b) != nil || radius.IsRequest(radius.Code(b)) {
 		p.bad.Add(1)
 		return
@@ -732,15 +763,16 @@ func (p *UDPPeer) datagram(s *udpSocket, b []byte) {
 		return
 	}
 	over, attempts := snd.over, snd.attempts
-	if p.sending[snd.rc] == snd {
+	counted := p.sending[snd.rc] == snd // in ending until answered
+	if counted {
 		delete(p.sending, snd.rc)
+		p.ending.Add(1)
 	}
 	snd.over = true
 	pl := p.releaseLocked(snd, true)
-	p.checkDrained()
 	p.mu.Unlock()
 	p.run(pl)
-	resp := &Response{Raw: raw, Packet: pkt, RequestAuthenticator: auth, Server: p.url, Attempts: attempts}
+	resp := &Response{Raw: raw, Packet: pkt, RequestAuthenticator: auth, Server: SchemeUDP + "://" + snd.at.addr, Attempts: attempts}
 	ok, owner := snd.rc.answer(resp, &p.h, &p.answered)
 	switch {
 	case !ok && over:
@@ -752,6 +784,9 @@ func (p *UDPPeer) datagram(s *udpSocket, b []byte) {
 	}
 	if owner != nil && owner != &p.h {
 		owner.Retire(&snd.rc.Call, false) // answered here while in flight at another server
+	}
+	if counted {
+		p.endDone(1)
 	}
 }
 
@@ -781,9 +816,22 @@ func (p *UDPPeer) unmatched(b []byte) {
 		"server", p.url, "code", radius.Code(b).String(), "id", radius.Identifier(b))
 }
 
-// checkDrained signals Close once nothing is in flight. p.mu is held.
+// endDone: n requests counted in ending have been answered, failed or
+// handed over; the last one lets Close's drain end. It reads closed after
+// its decrement and Close sets closed before it reads ending: one of the
+// two sees the other. p.mu is not held.
+func (p *UDPPeer) endDone(n int) {
+	if p.ending.Add(-int64(n)) == 0 && p.closed.Load() {
+		p.mu.Lock()
+		p.checkDrained()
+		p.mu.Unlock()
+	}
+}
+
+// checkDrained signals Close once nothing is in flight, or still being
+// answered, failed or handed over (ending). p.mu is held.
 func (p *UDPPeer) checkDrained() {
-	if p.drained != nil && len(p.sending) == 0 {
+	if p.drained != nil && len(p.sending) == 0 && p.ending.Load() == 0 {
 		select {
 		case <-p.drained:
 		default:
@@ -835,6 +883,7 @@ func (p *UDPPeer) Close(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	p.mu.Lock()
+	p.shut = true
 	var rest []*rcall
 	for rc := range p.sending {
 		rest = append(rest, rc)
