@@ -547,7 +547,14 @@ func (c *Call) InFlightOn(cn *Conn) bool {
 	return c.state == InFlight && c.owner == cn
 }
 
-// RefusedBy reports whether peer refused the call (Leave).
+// Refusers returns the peers that refused the call, in order.
+func (c *Call) Refusers() []Carrier {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.refusedBy)
+}
+
+// RefusedBy reports whether peer refused the call (Refuse).
 func (c *Call) RefusedBy(peer Carrier) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -219,7 +220,7 @@ type Client struct {
 	dispatchDone chan struct{}
 	ctx          context.Context // cancelled by Close
 	cancel       context.CancelFunc
-	gone         chan struct{}   // closed when Close has ended every peer and their events are out (Done)
+	gone         chan struct{} // closed when Close has ended every peer and their events are out (Done)
 	goneO        sync.Once
 }
 
@@ -461,6 +462,13 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
 	if err != nil {
 		if errors.Is(err, peer.ErrTimeout) && r.Sends == 0 {
 			return nil, fmt.Errorf("client: %w: %w", ErrNoPeer, err)
+		}
+		if tried := cl.Refusers(); len(tried) > 1 {
+			names := make([]string, len(tried))
+			for i, p := range tried {
+				names[i] = p.Name()
+			}
+			return nil, fmt.Errorf("client: no answer from %s: %w", strings.Join(names, ", "), err)
 		}
 		return nil, fmt.Errorf("client: %w", err)
 	}
@@ -824,6 +832,7 @@ func (c *Client) serverStateAt(m *member, to watchdog.State, handOverNext bool) 
 	}
 	if c.group != nil {
 		c.group.SetAvailable(m.index, to == watchdog.Okay)
+		c.poke() // a keep-alive or probe held for want of a connection is due now
 	}
 	if c.sched != nil {
 		if handOverNext {

@@ -164,6 +164,9 @@ func TestUDPEveryServerOnceThenError(t *testing.T) {
 	var te *radpeer.TimeoutError
 	require.True(t, errors.As(err, &te))
 	assert.Equal(t, 2, te.Attempts)
+	assert.Contains(t, err.Error(), "no answer from ", "the servers tried")
+	assert.Contains(t, err.Error(), a.url())
+	assert.Contains(t, err.Error(), b.url())
 	assert.Less(t, time.Since(start), 2*time.Second, "fails once both were tried, not at the deadline")
 	assert.Len(t, a.datagrams(), 2, "each server tried once, Retries attempts")
 	assert.Len(t, b.datagrams(), 2)

@@ -33,7 +33,7 @@ const radiusClientSynopsis = `usage: aaa-peer client --peer radius://HOST:PORT [
        [--test-user NAME --test-password PW | --status-server] [--keepalive D]
        [--max-rate N] [--max-rate-acct N] [--max-outstanding N] [--slot 50ms]
        [--queue-alarm HIGH,LOW] [--rate N] [--concurrency N] [--requests N | --duration D]
-       [--nai FORMAT] [--report FILE] [--status ADDR] [--log-level info]
+       [--nai FORMAT] [--events FILE] [--report FILE] [--status ADDR] [--log-level info]
 
 Every transport goes through package client, the path Diameter requests
 take. RADIUS over UDP (radius://): each request is sent
@@ -86,7 +86,7 @@ type radiusClientOptions struct {
 	rate                         float64
 	concurrency                  int
 	requests                     int64
-	report, status               string
+	report, status, events       string
 	logLevel, logFormat          string
 	alg                          loadbalance.Algorithm
 	alarmHigh, alarmLow          int
@@ -146,6 +146,7 @@ func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.nai, "nai", "user%d@example.net", "User-Name format, %d the request number")
 	fs.StringVar(&o.maxFailed, "max-failed", "0", "exit 3 when more than this `SHARE` of the requests failed: a fraction (0.05) or a percentage (5%); 0: any failure; 1: never")
 	fs.StringVar(&o.report, "report", "-", "write the JSON report to `FILE` (- is stdout)")
+	fs.StringVar(&o.events, "events", "", "write every server event (watchdog, policy state, failover, balancer, queue alarm) as a JSON line to `FILE` (\"-\" is stdout)")
 	statusFlag(fs, &o.status, "logged at info")
 	logFlags(fs, &o.logLevel, &o.logFormat, "info")
 	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "stream: watchdog interval Twinit `D` of every connection (at least 6s)")
@@ -283,6 +284,7 @@ type radiusClientReport struct {
 	FailoverRecords uint64                  `json:"failover_records"`
 	Servers         []radiusServerReport    `json:"servers"`
 	ElapsedMS       int64                   `json:"elapsed_ms"`
+	EventsDropped   uint64                  `json:"events_dropped,omitempty"` // --events lines lost to a slow writer
 }
 
 // radiusServerReport is one server of the report: its name, URL and
@@ -333,8 +335,17 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 			protocol = "RADIUS/TLS"
 		}
 	}
+	var ew *eventWriter
+	if o.events != "" {
+		var err error
+		if ew, err = openEvents(clientLines(events), o.events, stdout); err != nil {
+			fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+			return 1
+		}
+	}
 	d, err := o.newDriver(secret, events, log)
 	if err != nil {
+		ew.Close()
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
@@ -418,6 +429,12 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 		Rejected: rejected.Load(), Failed: failed.Load(), FailedBy: failedBy}
 	d.fill(&rep)
 	rep.ElapsedMS = time.Since(start).Milliseconds()
+	d.close() // its last events (the servers closed) before the events file is
+	rep.EventsDropped = ew.Dropped()
+	if err := ew.Close(); err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: events: %v\n", err)
+		return 1
+	}
 	if err := writeJSONFile(o.report, rep, stdout); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: report: %v\n", err)
 		return 1

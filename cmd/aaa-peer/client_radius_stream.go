@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/policy"
@@ -22,7 +23,8 @@ import (
 // Status-Server, or the test user; over UDP without either, one real
 // request), the ASR5K limits its throttle.
 type radiusDriver struct {
-	c *client.Client
+	c    *client.Client
+	once sync.Once
 }
 
 func (o *radiusClientOptions) newDriver(secret []byte, events *client.Bus, log *slog.Logger) (*radiusDriver, error) {
@@ -56,7 +58,7 @@ func (o *radiusClientOptions) newDriver(secret []byte, events *client.Bus, log *
 	if err != nil {
 		return nil, err
 	}
-	return &radiusDriver{c}, nil
+	return &radiusDriver{c: c}, nil
 }
 
 // testRequest is the probe and keep-alive: the test user's
@@ -154,4 +156,11 @@ func (d *radiusDriver) fill(rep *radiusClientReport) {
 	}
 }
 
-func (d *radiusDriver) close() { d.c.Close(context.Background()) }
+// close closes the Client once and waits until its servers' last events
+// are out.
+func (d *radiusDriver) close() {
+	d.once.Do(func() {
+		d.c.Close(context.Background())
+		<-d.c.Done()
+	})
+}

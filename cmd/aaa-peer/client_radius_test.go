@@ -36,8 +36,10 @@ func TestRadiusClientFailover(t *testing.T) {
 	defer dead.Close()
 	deadURL := "radius://" + dead.LocalAddr().String()
 	var stdout, stderr bytes.Buffer
+	events := filepath.Join(t.TempDir(), "events.jsonl")
 	code := run(context.Background(), []string{"client", "--peer", deadURL, "--peer", live, "--secret-file", sf,
-		"--app", "acct", "--timeout", "200ms", "--retries", "2", "--requests", "30", "--rate", "50", "--log-level", "error"}, &stdout, &stderr)
+		"--app", "acct", "--timeout", "200ms", "--retries", "2", "--requests", "30", "--rate", "50", "--log-level", "error",
+		"--events", events}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}
@@ -50,6 +52,28 @@ func TestRadiusClientFailover(t *testing.T) {
 	}
 	if s := rep.Servers[0]; s.UDP == nil || s.State.String() != "out-of-service" || s.UDP.Retransmissions != s.UDP.Sent {
 		t.Errorf("dead server: %+v; want out-of-service, each request sent twice", s)
+	}
+	// --events: the dead server's policy states and the failovers, as
+	// for Diameter.
+	b, err := os.ReadFile(events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outOfService, failovers int
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var e eventLine
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("event line %q: %v", line, err)
+		}
+		switch {
+		case e.Type == "policy" && e.Peer == deadURL && e.To == "out-of-service":
+			outOfService++
+		case e.Type == "failover" && e.FromPeer == deadURL && e.Moved > 0: // to the throttle's queue, for the live one
+			failovers++
+		}
+	}
+	if outOfService == 0 || failovers == 0 {
+		t.Errorf("--events: %d out-of-service and %d failover lines for the dead server, want some of each:\n%s", outOfService, failovers, b)
 	}
 	if code := srv.stop(t); code != 0 {
 		t.Fatalf("server exit %d", code)
