@@ -196,9 +196,11 @@ type UDPPeer struct {
 	// finish. Under mu.
 	shut bool
 	// ending counts the requests taken out of sending whose completion
-	// or hand-over to Failover still runs, after mu: Close's drain waits
-	// for them too, or Close could return before a request it drained
-	// was handed over or answered. Added to under mu, see endDone.
+	// (an answer, an error, a refusal) still runs, after mu: Close's
+	// drain waits for them too, or Close could return before a request it
+	// drained was answered or refused. Not for the hand-over to Failover
+	// that follows a refusal (see giveUp). Added to under mu, see
+	// endDone.
 	ending atomic.Int64
 	wg     sync.WaitGroup // socket readers
 
@@ -539,18 +541,23 @@ func (p *UDPPeer) expire(snd *udpSend) {
 	p.mu.Unlock()
 	p.timedOut.Add(1)
 	p.giveUp(snd.rc, terr, fmt.Sprintf("no reply to %d attempt(s), %v apart", snd.attempts, p.cfg.Timeout))
-	p.endDone(1)
 }
 
 // giveUp hands rc, which this server could not answer, to Failover as
-// refused here with err, or fails it with err without one. p.mu is not
+// refused here with err, or fails it with err without one; rc counts in
+// ending, which it leaves once refused or failed, before Failover runs:
+// Close's drain does not wait for a hand-over, which may itself close
+// the peer (a subscriber of the dispatcher's events may). p.mu is not
 // held.
 func (p *UDPPeer) giveUp(rc *rcall, err error, reason string) {
 	if p.cfg.Failover == nil {
 		rc.Fail(err)
+		p.endDone(1)
 		return
 	}
-	if rc.Refuse(&p.h, nil, err) {
+	refused := rc.Refuse(&p.h, nil, err)
+	p.endDone(1)
+	if refused {
 		p.cfg.Failover(p, []*call.Call{&rc.Call}, reason)
 	}
 }
@@ -619,9 +626,10 @@ func (p *UDPPeer) openSocket(at *udpAddr) {
 			for _, w := range ws {
 				if !w.rc.IsDone() {
 					p.giveUp(w.rc, err, err.Error())
+				} else {
+					p.endDone(1)
 				}
 			}
-			p.endDone(len(ws))
 			return
 		}
 		// p.shut, not p.closed: a socket opened during Close's drain
@@ -817,7 +825,7 @@ func (p *UDPPeer) unmatched(b []byte) {
 }
 
 // endDone: n requests counted in ending have been answered, failed or
-// handed over; the last one lets Close's drain end. It reads closed after
+// refused; the last one lets Close's drain end. It reads closed after
 // its decrement and Close sets closed before it reads ending: one of the
 // two sees the other. p.mu is not held.
 func (p *UDPPeer) endDone(n int) {
@@ -829,7 +837,7 @@ func (p *UDPPeer) endDone(n int) {
 }
 
 // checkDrained signals Close once nothing is in flight, or still being
-// answered, failed or handed over (ending). p.mu is held.
+// answered, failed or refused (ending). p.mu is held.
 func (p *UDPPeer) checkDrained() {
 	if p.drained != nil && len(p.sending) == 0 && p.ending.Load() == 0 {
 		select {

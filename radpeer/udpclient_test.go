@@ -558,8 +558,8 @@ func TestUDPCloseFailsInFlightWhenCtxEnds(t *testing.T) {
 // Close drains: the requests in flight get their replies, those waiting
 // for an Identifier are sent as Identifiers come free, and one whose
 // replies are lost goes on being retransmitted until it is given up on
-// (handed to Failover); Close returns once none is left, the hand-over
-// done, before its ctx ends.
+// (refused, and handed to Failover); Close returns once none is left,
+// before its ctx ends.
 func TestUDPCloseDrains(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newMemNet()
@@ -574,7 +574,8 @@ func TestUDPCloseDrains(t *testing.T) {
 		})
 		defer f.close()
 		defer release()
-		// The hand-over takes a second: Close waits for it.
+		// The hand-over takes a second: Close does not wait for it (see
+		// TestUDPCloseFromFailover), only for the refusal.
 		fo := failoverLog{then: func(*call.Call) { time.Sleep(time.Second) }}
 		p := newTestUDPPeer(t, n, "srv:1812", UDPConfig{MaxSockets: 1, Failover: fo.hook})
 		lost := submit(t, p, accessReq("lost"))
@@ -602,9 +603,14 @@ func TestUDPCloseDrains(t *testing.T) {
 		if err := <-closed; err != nil {
 			t.Fatal(err)
 		}
-		if took, want := time.Since(start), 3*DefaultUDPTimeout+time.Second; took != want {
-			t.Errorf("Close took %v, want until the lost request was given up on and handed over (%v)", took, want)
+		if took, want := time.Since(start), 3*DefaultUDPTimeout; took != want {
+			t.Errorf("Close took %v, want until the lost request was given up on (%v)", took, want)
 		}
+		if !lost.RefusedBy(p) {
+			t.Error("Close returned before the lost request was refused")
+		}
+		time.Sleep(time.Second) // the hand-over
+		synctest.Wait()
 		for i, c := range calls {
 			if err := resultOf(t, c); err != nil || ResponseOf(c) == nil {
 				t.Fatalf("call %d: %v, want its answer", i, err)
@@ -623,6 +629,46 @@ func TestUDPCloseDrains(t *testing.T) {
 			t.Errorf("lost request sent %d times, stats %+v; want 3 attempts during the drain", sent, st)
 		}
 	})
+}
+
+// A Failover may close the peer that hands it a request, while that
+// peer's Close drains or as the first to close it: no deadlock, and the
+// request was refused first.
+func TestUDPCloseFromFailover(t *testing.T) {
+	for _, outer := range []bool{true, false} {
+		t.Run(fmt.Sprintf("closing already %v", outer), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := newMemNet()
+				f := startFake(n, "srv:1812", noAnswer)
+				defer f.close()
+				var p *UDPPeer
+				inner := make(chan error, 1)
+				fo := failoverLog{then: func(c *call.Call) {
+					if !c.RefusedBy(p) {
+						t.Error("handed over before it was refused")
+					}
+					inner <- p.Close(context.Background())
+				}}
+				p = newTestUDPPeer(t, n, "srv:1812", UDPConfig{Failover: fo.hook})
+				c := submit(t, p, accessReq("alice"))
+				start := time.Now()
+				if outer {
+					if err := p.Close(context.Background()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := <-inner; err != nil {
+					t.Fatal(err)
+				}
+				if took := time.Since(start); took != 3*DefaultUDPTimeout {
+					t.Errorf("closed after %v, want %v", took, 3*DefaultUDPTimeout)
+				}
+				if p.InService() || !c.RefusedBy(p) || c.IsDone() {
+					t.Errorf("in service %v, call %s", p.InService(), c.State())
+				}
+			})
+		})
+	}
 }
 
 // By default a reply to an Access-Request without a Message-Authenticator
