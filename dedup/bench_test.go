@@ -4,14 +4,15 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/aaatp/aaatp/message"
-	"github.com/aaatp/aaatp/peer"
-	"github.com/aaatp/aaatp/wire"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/wire"
 )
 
 const benchEntries = 1 << 20 // ~1M

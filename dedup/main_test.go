@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/aaatp/aaatp/wire"
 	"net"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aaatp/aaatp/wire"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"

@@ -5,12 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/aaatp/aaatp/wire"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aaatp/aaatp/wire"
 )
 
 // storeMaker builds a fresh, empty store for one test.
