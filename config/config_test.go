@@ -326,6 +326,18 @@ func TestLineIndexNestedTables(t *testing.T) {
 	checkProblems(t, err, []Problem{{File: "t.toml", Line: 5, Key: "peer.tls", Msg: `unknown key "tls"`}})
 }
 
+// TestLineIndexInlineValues: keys in inline tables and elements of nested
+// arrays have their lines too.
+func TestLineIndexInlineValues(t *testing.T) {
+	src := "dedup = {url = \"memory\"}\npeer = [\n  {url = \"tcp://a:1\"},\n  {url = \"tcp://b:1\", weight = 0},\n]\nx = [[1, 2], [3,\n 4]]\n"
+	lines := lineIndex([]byte(src))
+	for path, want := range map[string]int{"dedup": 1, "dedup.url": 1, "peer": 2, "peer.0": 3, "peer.0.url": 3, "peer.1.weight": 4, "x.0.1": 6, "x.1.1": 7} {
+		if lines[path] != want {
+			t.Errorf("line of %s = %d, want %d", path, lines[path], want)
+		}
+	}
+}
+
 func TestLoad(t *testing.T) {
 	d := dir(t)
 	p := filepath.Join(d, "aaa.toml")

@@ -302,6 +302,18 @@ weight = 3
 		t.Errorf("validate: %v", err)
 	}
 
+	// Roles make the access direct whatever the default, unless
+	// --algorithm is given.
+	for _, tc := range []struct {
+		set  map[string]bool
+		want string
+	}{{nil, "direct"}, {map[string]bool{"algorithm": true}, "round-robin"}} {
+		o := radiusClientOptions{algorithm: "round-robin"}
+		if _, err := o.applyConfig(cfg, tc.set); err != nil || o.algorithm != tc.want {
+			t.Errorf("flags given %v: algorithm %s, %v; want %s", tc.set, o.algorithm, err, tc.want)
+		}
+	}
+
 	// A Diameter file is refused.
 	cfg, err = config.Parse("d.toml", []byte("[[peer]]\nurl = \"tcp://a:1\"\n"))
 	if err != nil {
@@ -323,7 +335,7 @@ func TestServerAndClientFromConfig(t *testing.T) {
 		report: filepath.Join(dir, "server-report.json"), events: filepath.Join(dir, "events.jsonl"),
 		stderr: &syncBuffer{}, done: make(chan int, 1), ready: filepath.Join(dir, "ready"),
 	}
-	serverFile := writeConfig(t, "origin-host = \"fromfile.example.net\"\norigin-realm = \"example.net\"\nlisten = [\"tcp://127.0.0.1:0\"]\n")
+	serverFile := writeConfig(t, "origin-host = \"fromfile.example.net\"\norigin-realm = \"example.net\"\nlisten = [\"tcp://127.0.0.1:0\"]\ndestination-realm = \"example.net\"\n")
 	s.start(t, nil, []string{"--config", serverFile, "--report", s.report, "--events", s.events, "--ready", s.ready})
 	backup := startServer(t)
 
@@ -354,8 +366,8 @@ role = "primary"
 		rep.Servers[1].Server != "backup" || rep.Servers[1].Sent != 0 {
 		t.Errorf("servers %+v: want main (fromfile.example.net) first with all 20, backup none", rep.Servers)
 	}
-	if !strings.Contains(stdout.String(), "peers=main:OKAY") && !strings.Contains(stdout.String(), "main:") {
-		t.Logf("progress: %s", stdout.String())
+	if !strings.Contains(s.stderr.String(), "the server does not use this part of the file") || !strings.Contains(s.stderr.String(), "ignored=destination-realm") {
+		t.Errorf("the server did not log the part of its file it does not use: %s", s.stderr.String())
 	}
 }
 
@@ -383,5 +395,30 @@ func TestUnusedConfigLogged(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr.String(), "the client does not use this part of the file") ||
 		!strings.Contains(stderr.String(), "ignored=listen") || !strings.Contains(stderr.String(), "ignored=[dedup]") {
 		t.Errorf("exit %d, stderr %s", code, stderr.String())
+	}
+}
+
+// TestRefusedByEveryNamedPeer: with peers named by the file, the client
+// still sees that every peer refused it for good, and says which, by name.
+func TestRefusedByEveryNamedPeer(t *testing.T) {
+	t.Parallel()
+	a := startServer(t, "--allow", "other.example.net")
+	b := startServer(t, "--allow", "other.example.net")
+	file := writeConfig(t, `origin-host = "client1.example.net"
+origin-realm = "example.net"
+destination-realm = "example.net"
+[[peer]]
+name = "alpha"
+url = "`+a.url+`"
+[[peer]]
+name = "beta"
+url = "`+b.url+`"
+`)
+	t0 := time.Now()
+	var stdout, stderr syncBuffer
+	code := runClient(context.Background(), []string{"--config", file, "--connect-timeout", "60s"}, &stdout, &stderr)
+	if took := time.Since(t0); code != 1 || took > 20*time.Second || !strings.Contains(stderr.String(), "every peer refused us") ||
+		!strings.Contains(stderr.String(), "alpha: ") || !strings.Contains(stderr.String(), "beta: ") || strings.Count(stderr.String(), "3010") < 2 {
+		t.Errorf("exit %d after %v, stderr:\n%s", code, took, stderr.String())
 	}
 }
