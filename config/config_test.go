@@ -216,6 +216,8 @@ func TestProblems(t *testing.T) {
 		{"secret and secret-file", "secret = \"a\"\nsecret-file = \"secret\"\n", 2, "secret-file", "give secret or secret-file, not both"},
 		{"empty secret", "secret = \"\"\n", 1, "secret", "empty secret"},
 		{"missing secret file", "secret-file = \"nope\"\n", 1, "secret-file", "{dir}/nope: no such file"},
+		{"secret file too long", "secret-file = \"/dev/zero\"\n", 1, "secret-file", "/dev/zero is longer than 64 KiB: not a secret"},
+		{"secret file a directory", "secret-file = \".\"\n", 1, "secret-file", "{dir}: is a directory"},
 		{"empty secret file", "secret-file = \"empty\"\n", 1, "secret-file", "{dir}/empty is empty"},
 		{"negative max-rate", "max-rate = -1\n", 1, "max-rate", "-1: want 0 (no limit) or more"},
 		{"negative max-outstanding", "max-outstanding = -1\n", 1, "max-outstanding", "-1: want 0 (no limit) or more"},

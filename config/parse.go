@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -669,10 +670,25 @@ func (c *checker) fileName(path string, v any) string {
 	return p
 }
 
+// maxSecret bounds what is read of a secret or password file.
+const maxSecret = 64 << 10
+
+// readFile reads a secret or password file, at most maxSecret bytes (a
+// device such as /dev/zero named by mistake is refused, not read forever).
 func (c *checker) readFile(path, name string) ([]byte, bool) {
-	b, err := os.ReadFile(name)
+	f, err := os.Open(name)
 	if err != nil {
 		c.problem(path, "%s", fileErr(name, err))
+		return nil, false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSecret+1))
+	switch {
+	case err != nil:
+		c.problem(path, "%s", fileErr(name, err))
+		return nil, false
+	case len(b) > maxSecret:
+		c.problem(path, "%s is longer than %d KiB: not a secret", name, maxSecret>>10)
 		return nil, false
 	}
 	return b, true
