@@ -69,8 +69,9 @@ commands:
 
 server and client take --config FILE (TOML: identity, listeners, peers with
 their names, secrets, weights and roles, the dedup store); flags given on
-the command line override it. server, client and demo take --status ADDR (a live status page, /status.json
-and Prometheus /metrics), --log-level and --log-format text|json.
+the command line override it. server, client and demo take --status ADDR
+(a live status page, /status.json and Prometheus /metrics), --log-level
+and --log-format text|json.
 Run 'aaa-peer <command> -h' for the flags of a command. Exit codes: 0
 success, 1 runtime failure, 2 usage error.
 `
