@@ -96,6 +96,10 @@ type clientOptions struct {
 	dprHoldOff     time.Duration
 	maxFailed      string
 	cpuProfile     string
+	config         string
+	// specs are the --config file's peers by URL (names, weights,
+	// secrets); nil when the peers come from --peer.
+	specs map[string]client.PeerSpec
 
 	// Server policy (7750 SR) and throttling (ASR5K): off unless set.
 	maxRate        int
@@ -165,6 +169,7 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.dprHoldOff, "dpr-hold-off", peer.DefaultDPRHoldOff, "after a peer's DPR with Disconnect-Cause BUSY or DO_NOT_WANT_TO_TALK_TO_YOU, do not redial it for `D` (RFC 6733 5.4.3; 0: redial at the next Tw, as after REBOOTING)")
 	fs.StringVar(&o.maxFailed, "max-failed", "0", "exit 3 when more than this `SHARE` of the requests failed: a fraction (0.05) or a percentage (5%); 0: any failure; 1: never")
 	fs.Var(&o.weights, "weight", "`URL=N`: balance weight N >= 1 of the --peer URL (pearson); repeat for several; default 1")
+	configFlag(fs, &o.config)
 	return fs
 }
 
@@ -412,6 +417,15 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
+	cfg, err := loadConfig(o.config, stderr)
+	if err != nil {
+		return 2
+	}
+	unused, err := o.applyConfig(cfg, setFlags(fs))
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 2
+	}
 	if err := o.validate(); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
@@ -424,6 +438,9 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
+	}
+	for _, u := range unused {
+		log.Warn("--config: the client does not use this part of the file", "file", o.config, "ignored", u)
 	}
 	topts := transport.Options{NoDelay: o.noDelay}
 	if o.tlsCA != "" || o.tlsCert != "" {
@@ -447,9 +464,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}()
 	bus := client.NewBus()
 	ccfg := o.clientConfig(log, topts, bus)
-	for _, u := range o.peers {
-		ccfg.Peers = append(ccfg.Peers, client.PeerSpec{URL: u, Name: u, Weight: o.weightOf[u]})
-	}
+	ccfg.Peers = o.peerSpecs()
 
 	var ew *eventWriter
 	if o.events != "" {
@@ -464,7 +479,11 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		// Probes and keep-alives: one request of the test user (S4, S5).
 		ccfg.TestRequest = func(string) []byte { return c.buildFor(c.issued.Add(1), o.testUser) }
 	}
-	refused, cancelRefused := watchRefusals(bus, o.peers)
+	names := make([]string, len(ccfg.Peers))
+	for i, p := range ccfg.Peers {
+		names[i] = p.Name
+	}
+	refused, cancelRefused := watchRefusals(bus, names)
 	defer cancelRefused()
 	cancelLog := logClientEvents(bus, log)
 	defer cancelLog()
@@ -519,6 +538,22 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		code = 1
 	}
 	return code
+}
+
+// peerSpecs are the client's peers in --peer order: each named by its URL,
+// or as the --config file names it, with its weight (--weight, else the
+// file's) and the file's secret.
+func (o *clientOptions) peerSpecs() []client.PeerSpec {
+	specs := make([]client.PeerSpec, 0, len(o.peers))
+	for _, u := range o.peers {
+		s, ok := o.specs[u]
+		if !ok {
+			s = client.PeerSpec{URL: u, Name: u}
+		}
+		s.Weight = o.weightOf[u]
+		specs = append(specs, s)
+	}
+	return specs
 }
 
 // newLoadgen prepares a run of validated options o (its Client is set by

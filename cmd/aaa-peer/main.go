@@ -9,6 +9,7 @@
 //	aaa-peer client --peer tcp://127.0.0.1:3868 --origin-host c1.example.net --origin-realm example.net --destination-realm example.net
 //	aaa-peer route --nai user@example.net --server a --server b
 //	aaa-peer version
+//	aaa-peer config check aaa-peer.toml
 //
 // Run "aaa-peer <command> -h" for the flags of each command. Exit codes: 0
 // success, 1 runtime failure, 2 usage error.
@@ -64,9 +65,13 @@ commands:
   route    prints the RFC 3074 hash of a NAI and the server it goes to
   demo     live failover demo: 3 servers and a client on loopback, under a minute
   version  prints the version, VCS revision, build time and Go version (also --version)
+  config   config check FILE: checks a configuration file, printing every problem with its line
 
-server, client and demo take --status ADDR (a live status page, /status.json
-and Prometheus /metrics), --log-level and --log-format text|json.
+server and client take --config FILE (TOML: identity, listeners, peers with
+their names, secrets, weights and roles, the dedup store); flags given on
+the command line override it. server, client and demo take --status ADDR
+(a live status page, /status.json and Prometheus /metrics), --log-level
+and --log-format text|json.
 Run 'aaa-peer <command> -h' for the flags of a command. Exit codes: 0
 success, 1 runtime failure, 2 usage error.
 `
@@ -93,6 +98,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runRoute(ctx, args[1:], stdout, stderr)
 	case "demo":
 		return runDemo(ctx, args[1:], stdout, stderr)
+	case "config":
+		return runConfig(args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		return runVersion(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":

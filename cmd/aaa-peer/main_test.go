@@ -52,11 +52,18 @@ func startServerStore(t *testing.T, store dedup.Store, extra ...string) *testSer
 		events: filepath.Join(dir, "server-events.jsonl"),
 		stderr: &syncBuffer{}, done: make(chan int, 1), ready: filepath.Join(dir, "ready"),
 	}
-	ready := s.ready
 	args := append([]string{
 		"--listen", "tcp://127.0.0.1:0", "--origin-host", "server1.example.net", "--origin-realm", "example.net",
-		"--report", s.report, "--events", s.events, "--ready", ready,
+		"--report", s.report, "--events", s.events, "--ready", s.ready,
 	}, extra...)
+	return s.start(t, store, args)
+}
+
+// start runs serve with args (which must name s.ready as --ready) and
+// waits until it listens.
+func (s *testServer) start(t *testing.T, store dedup.Store, args []string) *testServer {
+	t.Helper()
+	ready := s.ready
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go func() { s.done <- serve(ctx, args, &syncBuffer{}, s.stderr, store) }()

@@ -29,6 +29,15 @@ func radiusServerFlags(fs *flag.FlagSet, o *serverOptions) {
 	fs.TextVar(&o.proxyState, "limit-proxy-state", radpeer.LimitProxyStateAlways, "RADIUS: `MODE` always drops an Access-Request with Proxy-State and no Message-Authenticator (BlastRADIUS), never accepts it")
 }
 
+// radiusSecret is the RADIUS listeners' shared secret: --secret-file's,
+// else the --config file's, else $AAATP_RADIUS_SECRET.
+func (o *serverOptions) radiusSecret() ([]byte, error) {
+	if o.secretFile == "" && o.secret != nil {
+		return o.secret, nil
+	}
+	return radpeer.ReadSecret(o.secretFile, secretEnv)
+}
+
 // validateRADIUSListen checks a radius+tcp:// or radsec:// --listen URL.
 func (o *serverOptions) validateRADIUSListen(u string) error {
 	if _, err := radpeer.ParseUDPURL(u); err == nil {
@@ -57,7 +66,7 @@ func (s *server) listenRADIUS(u string, topts transport.Options, store dedup.Sto
 	}
 	var secret []byte
 	if ep.Scheme == radpeer.SchemeTCP {
-		if secret, err = radpeer.ReadSecret(s.o.secretFile, secretEnv); err != nil {
+		if secret, err = s.o.radiusSecret(); err != nil {
 			return "", err
 		}
 	}
@@ -104,7 +113,7 @@ func (s *server) listenRADIUS(u string, topts transport.Options, store dedup.Sto
 // listenRADIUSUDP serves RADIUS over UDP on addr, with the RFC 5080
 // duplicate cache in front of the same handler.
 func (s *server) listenRADIUSUDP(addr string, store dedup.Store, bus *peer.Bus) (string, error) {
-	secret, err := radpeer.ReadSecret(s.o.secretFile, secretEnv)
+	secret, err := s.o.radiusSecret()
 	if err != nil {
 		return "", err
 	}

@@ -80,6 +80,7 @@ type serverOptions struct {
 	tlsKey      string
 	tlsClientCA string
 	secretFile  string
+	secret      []byte                           // from --config, when --secret-file is not given
 	requireMA   radpeer.MessageAuthenticatorMode // RADIUS listeners, radius.go
 	proxyState  radpeer.ProxyStateLimit
 	logLevel    string
@@ -105,6 +106,7 @@ type serverOptions struct {
 	udpDupBytes   int64
 	history       int
 	cpuProfile    string
+	config        string
 }
 
 func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
@@ -146,6 +148,7 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.maxQueued, "max-queued", radpeer.DefaultMaxQueued, "at most `N` requests of each kind waiting for a handler; beyond, a Diameter request is answered DIAMETER_TOO_BUSY (3004) and a RADIUS one dropped, each counted and logged (-1: none wait)")
 	fs.Int64Var(&o.udpDupBytes, "udp-dup-max-bytes", radpeer.DefaultDupBytes, "RADIUS over UDP (radius://): memory budget `N` of the RFC 5080 duplicate cache, in bytes: cached answers plus about 320 per request; over it the oldest requests are forgotten first (it also holds at most 65,536, for 30 s)")
 	fs.IntVar(&o.history, "history", defaultHistory, "keep the final stats of the last `N` peers that ended, for --report and the status page")
+	configFlag(fs, &o.config)
 	return fs
 }
 
@@ -296,6 +299,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
+	cfg, err := loadConfig(o.config, stderr)
+	if err != nil {
+		return 2
+	}
+	unused := o.applyConfig(cfg, setFlags(fs))
 	if err := o.validate(); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
 		return 2
@@ -304,6 +312,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
 		return 2
+	}
+	for _, u := range unused {
+		log.Warn("--config: the server does not use this part of the file", "file", o.config, "ignored", u)
 	}
 	stopProfile, err := startCPUProfile(o.cpuProfile)
 	if err != nil {

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/config"
+)
+
+const configUsage = `usage: aaa-peer config check FILE
+
+Checks the configuration file FILE (TOML, the file of server and client
+--config) and prints every problem found, each as FILE:LINE: KEY: MESSAGE:
+unknown keys, values of the wrong type, URLs, durations without a unit,
+weights below 1, two peers of one name, a secret given twice, files that
+cannot be read... Exit 0 with a one-line summary when the file is valid,
+2 when it is not (or cannot be read).
+`
+
+// runConfig is "aaa-peer config check FILE".
+func runConfig(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprint(stdout, configUsage)
+		return 0
+	}
+	if len(args) != 2 || args[0] != "check" {
+		fmt.Fprint(stderr, configUsage)
+		return 2
+	}
+	cfg, err := config.Load(args[1])
+	if err != nil {
+		printConfigError(stderr, err)
+		return 2
+	}
+	fmt.Fprintf(stdout, "%s: valid: %s\n", args[1], cfg.Summary())
+	return 0
+}
+
+// printConfigError prints err from config.Load: each problem on a line
+// of its own, then how many.
+func printConfigError(w io.Writer, err error) {
+	var ce *config.Error
+	if !errors.As(err, &ce) {
+		fmt.Fprintf(w, "aaa-peer: --config: %v\n", err)
+		return
+	}
+	fmt.Fprintln(w, ce.Error())
+	n := len(ce.Problems)
+	fmt.Fprintf(w, "%s: %d problem%s\n", ce.Problems[0].File, n, map[bool]string{true: "", false: "s"}[n == 1])
+}
+
+// configFlag adds --config to fs.
+func configFlag(fs *flag.FlagSet, path *string) {
+	fs.StringVar(path, "config", "", "read settings from this TOML `FILE` (see 'aaa-peer config check'); flags given on the command line override it")
+}
+
+// loadConfig loads the --config file (path "": none, nil); on failure it
+// prints every problem to stderr.
+func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
+	if path == "" {
+		return nil, nil
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		printConfigError(stderr, err)
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// setFlags returns the names of the flags given on the command line.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+// applyConfig turns the --config file into the server's options: each
+// setting the file has goes to the option of the flag of that name unless
+// that flag was given on the command line (set). Repeatable flags
+// (--listen) replace the file's list whole. It returns the parts of the
+// file the server does not use. This is the one place a file becomes
+// server options: a reload would load the file again, compare the new
+// config.Config with the running one, and apply the difference.
+func (o *serverOptions) applyConfig(cfg *config.Config, set map[string]bool) (unused []string) {
+	if cfg == nil {
+		return nil
+	}
+	setStr(&o.originHost, cfg.OriginHost, set["origin-host"])
+	setStr(&o.originRealm, cfg.OriginRealm, set["origin-realm"])
+	if cfg.Tw != 0 && !set["tw"] {
+		o.tw = cfg.Tw
+	}
+	if len(cfg.Listen) > 0 && !set["listen"] {
+		o.listen = append(stringList(nil), cfg.Listen...)
+	}
+	setStr(&o.tlsCert, cfg.TLS.Cert, set["tls-cert"])
+	setStr(&o.tlsKey, cfg.TLS.Key, set["tls-key"])
+	setStr(&o.tlsClientCA, cfg.TLS.ClientCA, set["tls-client-ca"])
+	if cfg.Secret != nil && !set["secret-file"] {
+		o.secret = cfg.Secret
+	}
+	if cfg.Dedup != nil && !set["dedup"] {
+		o.dedup = cfg.Dedup.URLWithPassword() // printed through redactURL
+	}
+	if cfg.DestinationRealm != "" {
+		unused = append(unused, "destination-realm")
+	}
+	if cfg.TLS.CA != "" {
+		unused = append(unused, "tls-ca (the server's is tls-client-ca)")
+	}
+	if cfg.Limits != (config.Limits{}) {
+		unused = append(unused, "max-rate, max-outstanding")
+	}
+	if len(cfg.Peers) > 0 {
+		unused = append(unused, "[[peer]]")
+	}
+	return unused
+}
+
+// setStr sets *dst to v when the file has it (v != "") and the flag was
+// not given.
+func setStr(dst *string, v string, flagGiven bool) {
+	if v != "" && !flagGiven {
+		*dst = v
+	}
+}
+
+// applyConfig turns the --config file into the Diameter client's options,
+// as serverOptions.applyConfig does for the server: a flag given on the
+// command line wins; --peer given replaces the file's peers whole (their
+// names and weights too). The file's peers keep their names and weights
+// (--weight given replaces every weight); with roles, the primaries come
+// first and --mode is failover unless given. The client takes one Tw, one
+// set of TLS files and one set of throttle limits for every peer: peers
+// that differ in these are refused. It returns the parts of the file the
+// client does not use.
+func (o *clientOptions) applyConfig(cfg *config.Config, set map[string]bool) (unused []string, err error) {
+	if cfg == nil {
+		return nil, nil
+	}
+	setStr(&o.originHost, cfg.OriginHost, set["origin-host"])
+	setStr(&o.originRealm, cfg.OriginRealm, set["origin-realm"])
+	setStr(&o.destRealm, cfg.DestinationRealm, set["destination-realm"])
+	tw, tls, lim := cfg.Tw, cfg.TLS, cfg.Limits
+	if len(cfg.Peers) > 0 && !set["peer"] {
+		if !cfg.Peers[0].Diameter() {
+			return nil, usagef("--config %s:%d: RADIUS servers from a configuration file are not supported by aaa-peer client yet: give them with --peer", cfg.File, cfg.Peers[0].Line)
+		}
+		peers := byRole(cfg.Peers)
+		if tw, err = uniform(cfg, peers, "tw", func(p config.Peer) time.Duration { return p.Tw }); err != nil {
+			return nil, err
+		}
+		if tls, err = uniform(cfg, peers, "tls-cert, tls-key and tls-ca", func(p config.Peer) config.TLS { return p.TLS }); err != nil {
+			return nil, err
+		}
+		if lim, err = uniform(cfg, peers, "max-rate and max-outstanding", func(p config.Peer) config.Limits { return p.Limits }); err != nil {
+			return nil, err
+		}
+		o.peers = nil
+		o.specs = make(map[string]client.PeerSpec, len(peers))
+		for _, p := range peers {
+			o.peers = append(o.peers, p.URL)
+			o.specs[p.URL] = client.PeerSpec{URL: p.URL, Name: p.Name, Weight: p.Weight, Secret: p.Secret}
+			if p.Weight > 0 && !set["weight"] {
+				o.weights = append(o.weights, fmt.Sprintf("%s=%d", p.URL, p.Weight))
+			}
+		}
+		if peers[0].Role != config.RoleNone && !set["mode"] {
+			o.mode = client.PrimarySecondary.String()
+		}
+	}
+	if tw != 0 && !set["tw"] {
+		o.tw = tw
+	}
+	setStr(&o.tlsCA, tls.CA, set["tls-ca"])
+	setStr(&o.tlsCert, tls.Cert, set["tls-cert"])
+	setStr(&o.tlsKey, tls.Key, set["tls-key"])
+	if lim.MaxRate != 0 && !set["max-rate"] {
+		o.maxRate = lim.MaxRate
+	}
+	if lim.MaxOutstanding != 0 && !set["max-outstanding"] {
+		o.maxOutstanding = lim.MaxOutstanding
+	}
+	if len(cfg.Listen) > 0 {
+		unused = append(unused, "listen")
+	}
+	if cfg.Dedup != nil {
+		unused = append(unused, "[dedup]")
+	}
+	if cfg.TLS.ClientCA != "" {
+		unused = append(unused, "tls-client-ca")
+	}
+	return unused, nil
+}
+
+// byRole returns peers with the primaries first, each group in file order.
+func byRole(peers []config.Peer) []config.Peer {
+	out := make([]config.Peer, 0, len(peers))
+	for _, r := range []config.Role{config.RoleNone, config.RolePrimary, config.RoleSecondary} {
+		for _, p := range peers {
+			if p.Role == r {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// uniform returns what of every peer, refusing peers that differ in it.
+func uniform[T comparable](cfg *config.Config, peers []config.Peer, what string, of func(config.Peer) T) (T, error) {
+	v := of(peers[0])
+	for _, p := range peers[1:] {
+		if of(p) != v {
+			var zero T
+			return zero, usagef("--config %s:%d: peer %s: %s not the same as for peer %s (line %d): aaa-peer client takes one for every peer", cfg.File, p.Line, p.Name, what, peers[0].Name, peers[0].Line)
+		}
+	}
+	return v, nil
+}

@@ -1,0 +1,424 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/config"
+)
+
+// writeConfig writes a configuration file (and a secret file beside it)
+// and returns its path.
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "radius.secret"), []byte("filesecret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "aaa-peer.toml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConfigCheck(t *testing.T) {
+	good := writeConfig(t, `origin-host = "s1.example.net"
+origin-realm = "example.net"
+listen = ["tcp://127.0.0.1:3868"]
+[[peer]]
+url = "tcp://10.0.0.1:3868"
+[[peer]]
+url = "tcp://10.0.0.2:3868"
+`)
+	bad := writeConfig(t, `origin-host = "bad host"
+tw = 30
+[[peer]]
+url = "10.0.0.1:3868"
+wieght = 2
+`)
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		code       int
+		out, err   []string
+		noOut      bool
+		errorLines int // lines on stderr, when not 0
+	}{
+		{"valid", []string{"config", "check", good}, 0,
+			[]string{good + ": valid: origin-host s1.example.net, 1 listener, 2 peers\n"}, nil, false, 0},
+		{"every problem with its line", []string{"config", "check", bad}, 2, nil, []string{
+			bad + ":1: origin-host: want a DiameterIdentity",
+			bad + ":2: tw: 30 has no unit",
+			bad + ":4: peer.url: \"10.0.0.1:3868\" has no scheme: write it as a URL such as tcp://10.0.0.1:3868",
+			bad + ":5: peer.wieght: unknown key \"wieght\" (did you mean \"weight\"?)",
+			bad + ": 4 problems\n",
+		}, true, 5},
+		{"missing file", []string{"config", "check", filepath.Join(t.TempDir(), "nope.toml")}, 2, nil, []string{"no such file"}, true, 0},
+		{"no file", []string{"config", "check"}, 2, nil, []string{"usage: aaa-peer config check FILE"}, true, 0},
+		{"no verb", []string{"config"}, 2, nil, []string{"usage: aaa-peer config check FILE"}, true, 0},
+		{"unknown verb", []string{"config", "lint", good}, 2, nil, []string{"usage: aaa-peer config check FILE"}, true, 0},
+		{"help", []string{"config", "-h"}, 0, []string{"usage: aaa-peer config check FILE"}, nil, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), tc.args, &stdout, &stderr)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d; stdout %q stderr %q", code, tc.code, stdout.String(), stderr.String())
+			}
+			for _, w := range tc.out {
+				if !strings.Contains(stdout.String(), w) {
+					t.Errorf("stdout %q lacks %q", stdout.String(), w)
+				}
+			}
+			for _, w := range tc.err {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr %q lacks %q", stderr.String(), w)
+				}
+			}
+			if tc.noOut && stdout.Len() > 0 {
+				t.Errorf("stdout %q: want nothing", stdout.String())
+			}
+			if n := strings.Count(stderr.String(), "\n"); tc.errorLines > 0 && n != tc.errorLines {
+				t.Errorf("%d lines on stderr, want %d:\n%s", n, tc.errorLines, stderr.String())
+			}
+		})
+	}
+}
+
+// parseServer parses server flags as serve does, applying the --config
+// file.
+func parseServer(t *testing.T, args ...string) (serverOptions, []string) {
+	t.Helper()
+	var o serverOptions
+	fs := serverFlags(&o, io.Discard)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(o.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unused := o.applyConfig(cfg, setFlags(fs))
+	return o, unused
+}
+
+func TestServerOptionsFromConfig(t *testing.T) {
+	t.Setenv("AAATP_TEST_REDIS_PASSWORD", "pw from env")
+	file := writeConfig(t, `origin-host = "s1.example.net"
+origin-realm = "example.net"
+tw = "12s"
+listen = ["tcp://127.0.0.1:3868", "radius+tcp://127.0.0.1:1812"]
+secret-file = "radius.secret"
+destination-realm = "example.net"
+[dedup]
+url = "redis://aaa@127.0.0.1:6379/0"
+password-env = "AAATP_TEST_REDIS_PASSWORD"
+[[peer]]
+url = "tcp://10.0.0.1:3868"
+`)
+	o, unused := parseServer(t, "--config", file)
+	if o.originHost != "s1.example.net" || o.originRealm != "example.net" || o.tw != 12*time.Second ||
+		!reflect.DeepEqual([]string(o.listen), []string{"tcp://127.0.0.1:3868", "radius+tcp://127.0.0.1:1812"}) {
+		t.Errorf("options from the file: %+v", o)
+	}
+	if o.dedup != "redis://aaa:pw%20from%20env@127.0.0.1:6379/0" || redactURL(o.dedup) != "redis://aaa:xxxxx@127.0.0.1:6379/0" {
+		t.Errorf("--dedup %q (shown as %q): want the file's URL with the password from the environment", o.dedup, redactURL(o.dedup))
+	}
+	if s, err := o.radiusSecret(); err != nil || string(s) != "filesecret" {
+		t.Errorf("RADIUS secret %q, %v: want the file's", s, err)
+	}
+	if !reflect.DeepEqual(unused, []string{"destination-realm", "[[peer]]"}) {
+		t.Errorf("unused parts %q", unused)
+	}
+
+	// Flags given on the command line win, lists whole.
+	other := filepath.Join(t.TempDir(), "other.secret")
+	if err := os.WriteFile(other, []byte("flagsecret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, _ = parseServer(t, "--config", file, "--origin-host", "flag.example.net", "--tw", "7s",
+		"--listen", "tcp://127.0.0.1:0", "--dedup", "memory", "--secret-file", other)
+	if o.originHost != "flag.example.net" || o.originRealm != "example.net" || o.tw != 7*time.Second ||
+		!reflect.DeepEqual([]string(o.listen), []string{"tcp://127.0.0.1:0"}) || o.dedup != "memory" {
+		t.Errorf("flags did not override the file: %+v", o)
+	}
+	if s, err := o.radiusSecret(); err != nil || string(s) != "flagsecret" {
+		t.Errorf("RADIUS secret %q, %v: want --secret-file's", s, err)
+	}
+}
+
+// parseClient parses client flags as runClient does, applying the
+// --config file.
+func parseClient(t *testing.T, args ...string) (clientOptions, error) {
+	t.Helper()
+	var o clientOptions
+	fs := clientFlags(&o, io.Discard)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Load(o.config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.applyConfig(cfg, setFlags(fs)); err != nil {
+		return o, err
+	}
+	return o, o.validate()
+}
+
+const clientFile = `origin-host = "c1.example.net"
+origin-realm = "example.net"
+destination-realm = "example.net"
+tw = "20s"
+max-outstanding = 32
+[[peer]]
+name = "second"
+url = "tcp://10.0.0.2:3868"
+role = "secondary"
+weight = 2
+[[peer]]
+name = "first"
+url = "tcp://10.0.0.1:3868"
+role = "primary"
+weight = 5
+[[peer]]
+name = "third"
+url = "tcp://10.0.0.3:3868"
+role = "secondary"
+`
+
+func TestClientOptionsFromConfig(t *testing.T) {
+	file := writeConfig(t, clientFile)
+	o, err := parseClient(t, "--config", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.originHost != "c1.example.net" || o.originRealm != "example.net" || o.destRealm != "example.net" ||
+		o.tw != 20*time.Second || o.maxOutstanding != 32 {
+		t.Errorf("options from the file: %+v", o)
+	}
+	if o.clientMode != client.PrimarySecondary {
+		t.Errorf("mode %v: roles in the file make it failover", o.clientMode)
+	}
+	want := []client.PeerSpec{
+		{URL: "tcp://10.0.0.1:3868", Name: "first", Weight: 5},
+		{URL: "tcp://10.0.0.2:3868", Name: "second", Weight: 2},
+		{URL: "tcp://10.0.0.3:3868", Name: "third"},
+	}
+	if got := o.peerSpecs(); !reflect.DeepEqual(got, want) {
+		t.Errorf("peers (primary first, names and weights from the file):\n got %+v\nwant %+v", got, want)
+	}
+
+	// Flags win: --mode, --weight (every weight), --tw.
+	o, err = parseClient(t, "--config", file, "--mode", "balance", "--weight", "tcp://10.0.0.3:3868=7", "--tw", "9s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []client.PeerSpec{
+		{URL: "tcp://10.0.0.1:3868", Name: "first"},
+		{URL: "tcp://10.0.0.2:3868", Name: "second"},
+		{URL: "tcp://10.0.0.3:3868", Name: "third", Weight: 7},
+	}
+	if got := o.peerSpecs(); !reflect.DeepEqual(got, want) || o.clientMode != client.Balance || o.tw != 9*time.Second {
+		t.Errorf("flags did not override: mode %v tw %v peers %+v", o.clientMode, o.tw, got)
+	}
+
+	// --peer replaces the file's peers whole.
+	o, err = parseClient(t, "--config", file, "--peer", "tcp://10.0.0.9:3868")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.peerSpecs(); !reflect.DeepEqual(got, []client.PeerSpec{{URL: "tcp://10.0.0.9:3868", Name: "tcp://10.0.0.9:3868"}}) || o.clientMode != client.Balance {
+		t.Errorf("--peer: mode %v peers %+v", o.clientMode, got)
+	}
+}
+
+func TestClientConfigRefused(t *testing.T) {
+	for _, tc := range []struct{ name, body, want string }{
+		{"peers of different tw", "[[peer]]\nurl = \"tcp://a:1\"\n[[peer]]\nname = \"b\"\nurl = \"tcp://b:1\"\ntw = \"10s\"\n",
+			":3: peer b: tw not the same as for peer tcp://a:1 (line 1): aaa-peer client takes one for every peer"},
+		{"peers of different limits", "[[peer]]\nurl = \"tcp://a:1\"\nmax-rate = 5\n[[peer]]\nurl = \"tcp://b:1\"\n",
+			":4: peer tcp://b:1: max-rate and max-outstanding not the same"},
+		{"RADIUS servers", "[[peer]]\nurl = \"radius://a:1812\"\nsecret = \"x\"\n",
+			":1: RADIUS servers from a configuration file are not supported by aaa-peer client yet"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := writeConfig(t, tc.body)
+			_, err := parseClient(t, "--config", file)
+			if err == nil || !strings.Contains(err.Error(), file+tc.want) {
+				t.Errorf("error %v, want %q", err, file+tc.want)
+			}
+		})
+	}
+}
+
+func TestRadiusClientOptionsFromConfig(t *testing.T) {
+	file := writeConfig(t, `secret-file = "radius.secret"
+tw = "15s"
+max-rate = 50
+[[peer]]
+url = "radius+tcp://10.0.0.2:1812"
+role = "secondary"
+secret = "own"
+[[peer]]
+url = "radius+tcp://10.0.0.1:1812"
+role = "primary"
+weight = 3
+`)
+	cfg, err := config.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o radiusClientOptions
+	fs := radiusClientFlags(&o, io.Discard)
+	if err := fs.Parse([]string{"--max-rate", "9"}); err != nil {
+		t.Fatal(err)
+	}
+	secrets, err := o.applyConfig(cfg, setFlags(fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual([]string(o.peers), []string{"radius+tcp://10.0.0.1:1812", "radius+tcp://10.0.0.2:1812"}) ||
+		!reflect.DeepEqual([]string(o.weights), []string{"radius+tcp://10.0.0.1:1812=3"}) ||
+		o.algorithm != "direct" || o.tw != 15*time.Second || o.maxRate != 9 {
+		t.Errorf("options: peers %v weights %v algorithm %s tw %v max-rate %d", o.peers, o.weights, o.algorithm, o.tw, o.maxRate)
+	}
+	if string(secrets["radius+tcp://10.0.0.1:1812"]) != "filesecret" || string(secrets["radius+tcp://10.0.0.2:1812"]) != "own" {
+		t.Errorf("secrets %q", secrets)
+	}
+	if o.secretFile != "" {
+		t.Errorf("--secret-file %q: the servers do not share one", o.secretFile)
+	}
+	if err := o.validate(); err != nil {
+		t.Errorf("validate: %v", err)
+	}
+
+	// Roles make the access direct whatever the default, unless
+	// --algorithm is given.
+	for _, tc := range []struct {
+		set  map[string]bool
+		want string
+	}{{nil, "direct"}, {map[string]bool{"algorithm": true}, "round-robin"}} {
+		o := radiusClientOptions{algorithm: "round-robin"}
+		if _, err := o.applyConfig(cfg, tc.set); err != nil || o.algorithm != tc.want {
+			t.Errorf("flags given %v: algorithm %s, %v; want %s", tc.set, o.algorithm, err, tc.want)
+		}
+	}
+
+	// A Diameter file is refused.
+	cfg, err = config.Parse("d.toml", []byte("[[peer]]\nurl = \"tcp://a:1\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (&radiusClientOptions{}).applyConfig(cfg, nil); err == nil || !strings.Contains(err.Error(), "d.toml:1: tcp://a:1 is a Diameter peer") {
+		t.Errorf("Diameter peers: %v", err)
+	}
+}
+
+// TestServerAndClientFromConfig runs a server whose identity and listener
+// come from a file, and a client whose peers (names, roles) come from a
+// file: the names reach the client's report, the primary gets every
+// request, the server's Origin-Host is the file's.
+func TestServerAndClientFromConfig(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := &testServer{
+		report: filepath.Join(dir, "server-report.json"), events: filepath.Join(dir, "events.jsonl"),
+		stderr: &syncBuffer{}, done: make(chan int, 1), ready: filepath.Join(dir, "ready"),
+	}
+	serverFile := writeConfig(t, "origin-host = \"fromfile.example.net\"\norigin-realm = \"example.net\"\nlisten = [\"tcp://127.0.0.1:0\"]\ndestination-realm = \"example.net\"\n")
+	s.start(t, nil, []string{"--config", serverFile, "--report", s.report, "--events", s.events, "--ready", s.ready})
+	backup := startServer(t)
+
+	clientConfig := writeConfig(t, `origin-host = "client1.example.net"
+origin-realm = "example.net"
+destination-realm = "example.net"
+[[peer]]
+name = "backup"
+url = "`+backup.url+`"
+role = "secondary"
+[[peer]]
+name = "main"
+url = "`+s.url+`"
+role = "primary"
+`)
+	report := filepath.Join(t.TempDir(), "report.json")
+	var stdout, stderr syncBuffer
+	code := runClient(context.Background(), []string{"--config", clientConfig, "--requests", "20", "--report", report, "--connect-timeout", "5s"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("client exit %d: %s", code, stderr.String())
+	}
+	var rep clientReport
+	readJSON(t, report, &rep)
+	if rep.Mode != "failover" || len(rep.Servers) != 2 {
+		t.Fatalf("mode %s, servers %+v: want failover over 2", rep.Mode, rep.Servers)
+	}
+	if rep.Servers[0].Server != "main" || rep.Servers[0].Peer != "fromfile.example.net" || rep.Servers[0].Sent != 20 ||
+		rep.Servers[1].Server != "backup" || rep.Servers[1].Sent != 0 {
+		t.Errorf("servers %+v: want main (fromfile.example.net) first with all 20, backup none", rep.Servers)
+	}
+	if !strings.Contains(s.stderr.String(), "the server does not use this part of the file") || !strings.Contains(s.stderr.String(), "ignored=destination-realm") {
+		t.Errorf("the server did not log the part of its file it does not use: %s", s.stderr.String())
+	}
+}
+
+// TestConfigProblemsExitTwo: server and client refuse a file with
+// problems, printing every one with its line.
+func TestConfigProblemsExitTwo(t *testing.T) {
+	file := writeConfig(t, "origin-host = \"s1.example.net\"\ntw = 30\ncolour = \"blue\"\n")
+	for _, cmd := range []string{"server", "client"} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), []string{cmd, "--config", file}, &stdout, &stderr)
+		if code != 2 || !strings.Contains(stderr.String(), file+":2: tw: 30 has no unit") || !strings.Contains(stderr.String(), file+":3: colour: unknown key") {
+			t.Errorf("%s: exit %d, stderr %q", cmd, code, stderr.String())
+		}
+	}
+}
+
+// TestUnusedConfigLogged: a part of the file a command does not use is
+// logged, not silently dropped.
+func TestUnusedConfigLogged(t *testing.T) {
+	file := writeConfig(t, "listen = [\"tcp://127.0.0.1:0\"]\n[dedup]\n")
+	var stdout, stderr bytes.Buffer
+	// No peer: the client stops at validation, after logging.
+	code := run(context.Background(), []string{"client", "--config", file, "--peer", "tcp://127.0.0.1:1", "--origin-host", "c.example.net",
+		"--origin-realm", "example.net", "--destination-realm", "example.net", "--connect-timeout", "100ms", "--requests", "1"}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "the client does not use this part of the file") ||
+		!strings.Contains(stderr.String(), "ignored=listen") || !strings.Contains(stderr.String(), "ignored=[dedup]") {
+		t.Errorf("exit %d, stderr %s", code, stderr.String())
+	}
+}
+
+// TestRefusedByEveryNamedPeer: with peers named by the file, the client
+// still sees that every peer refused it for good, and says which, by name.
+func TestRefusedByEveryNamedPeer(t *testing.T) {
+	t.Parallel()
+	a := startServer(t, "--allow", "other.example.net")
+	b := startServer(t, "--allow", "other.example.net")
+	file := writeConfig(t, `origin-host = "client1.example.net"
+origin-realm = "example.net"
+destination-realm = "example.net"
+[[peer]]
+name = "alpha"
+url = "`+a.url+`"
+[[peer]]
+name = "beta"
+url = "`+b.url+`"
+`)
+	t0 := time.Now()
+	var stdout, stderr syncBuffer
+	code := runClient(context.Background(), []string{"--config", file, "--connect-timeout", "60s"}, &stdout, &stderr)
+	if took := time.Since(t0); code != 1 || took > 20*time.Second || !strings.Contains(stderr.String(), "every peer refused us") ||
+		!strings.Contains(stderr.String(), "alpha: ") || !strings.Contains(stderr.String(), "beta: ") || strings.Count(stderr.String(), "3010") < 2 {
+		t.Errorf("exit %d after %v, stderr:\n%s", code, took, stderr.String())
+	}
+}

@@ -1,0 +1,361 @@
+// Package config reads the configuration file of an aaatp node: its
+// identity, the URLs it listens on, the peers (Diameter) or servers
+// (RADIUS) it talks to with their own settings, and its duplicate store.
+//
+// The file is TOML. Keys at the top are the node's own settings and the
+// defaults of every peer; each [[peer]] table is one peer; [dedup] is the
+// duplicate store:
+//
+//	origin-host = "client1.example.net"
+//	origin-realm = "example.net"
+//	destination-realm = "example.net"
+//	tw = "30s"                      # watchdog interval, with its unit
+//
+//	[[peer]]
+//	name = "hss1"
+//	url = "tcp://10.0.0.1:3868"
+//	role = "primary"
+//
+//	[[peer]]
+//	name = "hss2"
+//	url = "tcp://10.0.0.2:3868"
+//	role = "secondary"
+//
+// Load and Parse check the whole file and report every problem found,
+// each with its line: unknown keys (a misspelt key is never silently
+// ignored), values of the wrong type, URLs that are not URLs, durations
+// without a unit, weights below 1, two peers of one name, a secret given
+// both inline and as a file, files that cannot be read, and so on. Files
+// named in the configuration (secret files, certificates, the store's
+// password file) are read or opened at load, relative to the directory of
+// the configuration file unless absolute; the secrets and the store's
+// password are kept in the Config, so that two loads of a file compare
+// equal only when what they configure is the same.
+//
+// Every key is optional here: what a command needs and did not get from
+// the file it may get from its flags, and it reports what is still
+// missing.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/transport"
+)
+
+// MinTw is the shortest watchdog interval accepted: RFC 3539's minimum
+// Twinit.
+const MinTw = 6 * time.Second
+
+// Config is a checked configuration file. Its zero values mean "not set
+// in the file". It holds no pointers shared with anything else, so an old
+// and a new Config can be compared field by field, peers by Name.
+type Config struct {
+	// File is the name the configuration was read from.
+	File string
+
+	// OriginHost and OriginRealm are the node's Diameter identity.
+	OriginHost  string
+	OriginRealm string
+	// DestinationRealm is the Destination-Realm of a client's requests.
+	DestinationRealm string
+
+	// Tw is the watchdog interval Twinit: the listeners' and the default
+	// of every peer.
+	Tw time.Duration
+
+	// Listen are the URLs a server listens on.
+	Listen []string
+
+	// TLS holds the node's certificate and key, presented on tls:// and
+	// radsec:// listeners (and, by default, to every peer), the CA that
+	// peers' certificates must chain to (CA), and the CA that clients of
+	// a listener must present a certificate of (ClientCA, mutual TLS).
+	TLS TLS
+
+	// Secret is the RADIUS shared secret of radius:// and radius+tcp://
+	// listeners, and the default of every RADIUS peer; SecretFile the file
+	// it was read from ("" when given inline).
+	Secret     []byte
+	SecretFile string
+
+	// Limits are every peer's default throttle limits.
+	Limits Limits
+
+	// Dedup is the duplicate store; nil when the file has no [dedup].
+	Dedup *Dedup
+
+	// Peers are the peers (Diameter) or servers (RADIUS) in file order,
+	// each with the node's defaults filled in where the peer sets none.
+	Peers []Peer
+}
+
+// TLS names PEM files. Paths are absolute or relative to the working
+// directory once loaded.
+type TLS struct {
+	Cert, Key, CA string
+	ClientCA      string // listeners only
+}
+
+// Limits are throttle limits of one peer; 0 means no limit.
+type Limits struct {
+	// MaxRate is at most this many requests a second.
+	MaxRate int
+	// MaxOutstanding is at most this many requests awaiting an answer.
+	MaxOutstanding int
+}
+
+// Role is a peer's place in primary/secondary operation.
+type Role string
+
+// The roles. A file gives every peer a role, or none (the peers share
+// the load).
+const (
+	RoleNone      Role = ""
+	RolePrimary   Role = "primary"
+	RoleSecondary Role = "secondary"
+)
+
+// Peer is one [[peer]] table: a Diameter peer or a RADIUS server.
+type Peer struct {
+	// Name labels the peer in logs, events and metrics; default its URL.
+	Name string
+	// URL is tcp://, tls:// or sctp:// (Diameter), or radius:// (UDP),
+	// radius+tcp:// or radsec:// (RADIUS).
+	URL string
+	// Secret is a RADIUS server's shared secret (radius:// and
+	// radius+tcp://; radsec:// uses "radsec"); SecretFile is the file it
+	// came from, if any.
+	Secret     []byte
+	SecretFile string
+	// Weight is the peer's share of the load; 0: not set (1).
+	Weight int
+	// Role is primary, secondary or none.
+	Role Role
+	// Tw is the peer's watchdog interval; 0: not set.
+	Tw time.Duration
+	// TLS is the certificate presented to this peer and the CA its
+	// certificate must chain to.
+	TLS    TLS
+	Limits Limits
+	// Line is the line of the peer's [[peer]] header, for messages; it is
+	// not part of what the peer configures.
+	Line int
+}
+
+// Diameter reports whether the peer's URL is a Diameter one.
+func (p Peer) Diameter() bool { return protocolOf(p.URL) == protoDiameter }
+
+// Dedup is the duplicate store.
+type Dedup struct {
+	// URL is "memory" or a Redis URL, without a password.
+	URL string
+	// Password is the store's password, read from PasswordFile or from
+	// the environment variable PasswordEnv; "" when neither is set.
+	Password     string
+	PasswordFile string
+	PasswordEnv  string
+}
+
+// URLWithPassword returns URL with Password in it, for opening the store;
+// print URL, not this.
+func (d Dedup) URLWithPassword() string {
+	if d.Password == "" {
+		return d.URL
+	}
+	u, err := url.Parse(d.URL)
+	if err != nil {
+		return d.URL
+	}
+	name := ""
+	if u.User != nil {
+		name = u.User.Username()
+	}
+	u.User = url.UserPassword(name, d.Password)
+	return u.String()
+}
+
+// Problem is one thing wrong in a configuration file.
+type Problem struct {
+	File string
+	Line int    // 1-based; 0 when the problem has no one line
+	Key  string // the key concerned, dotted (peer.url), or ""
+	Msg  string
+}
+
+func (p Problem) String() string {
+	where := p.File
+	if p.Line > 0 {
+		where = fmt.Sprintf("%s:%d", p.File, p.Line)
+	}
+	if p.Key != "" {
+		return where + ": " + p.Key + ": " + p.Msg
+	}
+	return where + ": " + p.Msg
+}
+
+// Error lists every problem found in a configuration file, in line order.
+type Error struct {
+	Problems []Problem
+}
+
+// Error returns one problem a line, each as FILE:LINE: KEY: MESSAGE.
+func (e *Error) Error() string {
+	s := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		s[i] = p.String()
+	}
+	return strings.Join(s, "\n")
+}
+
+// Load reads and checks the configuration file at path. On failure the
+// error is an *Error listing every problem (or the error reading it).
+func Load(path string) (*Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, b)
+}
+
+// Parse checks a configuration read from the file name (used in
+// messages, and its directory for relative paths). On failure the error is
+// an *Error listing every problem.
+func Parse(name string, data []byte) (*Config, error) {
+	c := &checker{file: name, dir: filepath.Dir(name)}
+	cfg := c.parse(data)
+	if len(c.problems) > 0 {
+		slices.SortStableFunc(c.problems, func(a, b Problem) int { return a.Line - b.Line })
+		return nil, &Error{Problems: c.problems}
+	}
+	return cfg, nil
+}
+
+// Summary is one line saying what cfg configures.
+func (cfg *Config) Summary() string {
+	var parts []string
+	if cfg.OriginHost != "" {
+		parts = append(parts, "origin-host "+cfg.OriginHost)
+	}
+	parts = append(parts, plural(len(cfg.Listen), "listener"), plural(len(cfg.Peers), "peer"))
+	if cfg.Dedup != nil {
+		parts = append(parts, "dedup "+cfg.Dedup.URL)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func plural(n int, s string) string {
+	if n == 1 {
+		return "1 " + s
+	}
+	return fmt.Sprintf("%d %ss", n, s)
+}
+
+type protocol int
+
+const (
+	protoUnknown protocol = iota
+	protoDiameter
+	protoRADIUSUDP
+	protoRADIUSStream
+)
+
+// protocolOf tells a URL's protocol by its scheme.
+func protocolOf(u string) protocol {
+	scheme, _, _ := strings.Cut(u, "://")
+	switch strings.ToLower(scheme) {
+	case "tcp", "tls", "sctp":
+		return protoDiameter
+	case "radius":
+		return protoRADIUSUDP
+	case "radius+tcp", "radsec":
+		return protoRADIUSStream
+	}
+	return protoUnknown
+}
+
+const schemes = "tcp, tls, sctp (Diameter); radius (UDP), radius+tcp, radsec (RADIUS)"
+
+// checkURL checks a listener's or a peer's URL.
+func checkURL(s string) error {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		example := "tcp://127.0.0.1:3868"
+		if strings.Contains(s, ":") && !strings.ContainsAny(s, "/ ") {
+			example = "tcp://" + s
+		}
+		return fmt.Errorf("%q has no scheme: write it as a URL such as %s (schemes: %s)", s, example, schemes)
+	}
+	scheme = strings.ToLower(scheme)
+	switch scheme {
+	case "tcp", "tls", "sctp":
+	case "radius+tcp":
+		scheme = "tcp"
+	case "radsec":
+		scheme = "tls"
+		if u, err := url.Parse(s); err == nil && u.Port() == "" {
+			rest = strings.TrimSuffix(u.Host, ":") + ":2083"
+		}
+	case "radius":
+		u, err := url.Parse(s)
+		if err != nil || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Hostname() == "" || u.Port() == "" {
+			return fmt.Errorf("%q: want radius://host:port", s)
+		}
+		scheme = "tcp" // the same host and port rules
+	case "radius+udp", "udp":
+		return fmt.Errorf("%q: unknown scheme %s: RADIUS over UDP is radius://", s, scheme)
+	default:
+		return fmt.Errorf("%q: unknown scheme %s (schemes: %s)", s, scheme, schemes)
+	}
+	if _, err := transport.ParseURL(scheme + "://" + rest); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "transport: ")
+		if i := strings.Index(msg, ": "); i >= 0 && strings.HasPrefix(msg, "URL ") {
+			msg = msg[i+2:]
+		}
+		return fmt.Errorf("%q: %s", s, msg)
+	}
+	return nil
+}
+
+// checkDedupURL checks the store's URL, which must not hold a password.
+func checkDedupURL(s string) error {
+	if s == "memory" {
+		return nil
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a URL: %v", s, errors.Unwrap(err))
+	}
+	switch strings.ToLower(u.Scheme) {
+	case "redis", "rediss", "redis+cluster", "rediss+cluster":
+	default:
+		return fmt.Errorf("%q: want memory or a redis://, rediss://, redis+cluster:// or rediss+cluster:// URL", s)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("%q: no host", s)
+	}
+	if _, ok := u.User.Password(); ok {
+		return fmt.Errorf("%q holds a password: leave it out (anyone can read it in ps and logs) and give password-file or password-env", u.Redacted())
+	}
+	q := u.Query()
+	if q.Has("password") || q.Has("sentinel_password") {
+		return fmt.Errorf("%q holds a password in its query: leave it out and give password-file or password-env", u.Redacted())
+	}
+	return nil
+}
+
+// checkIdentity checks a DiameterIdentity.
+func checkIdentity(s string) error {
+	if err := message.CheckIdentity(s); err != nil {
+		return fmt.Errorf("want a DiameterIdentity such as aaa1.example.net: %v", err)
+	}
+	return nil
+}
