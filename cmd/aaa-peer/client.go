@@ -409,7 +409,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 2
 		}
 	}
-	if hasRADIUSUDPPeer(args) {
+	if hasRADIUSUDPPeer(args) || configNamesRADIUS(args) {
 		return runRadiusClient(ctx, args, stdout, stderr)
 	}
 	var o clientOptions

@@ -93,6 +93,9 @@ type radiusClientOptions struct {
 	maxFailed                    string
 	failShare                    float64
 
+	config  string
+	secrets map[string][]byte // per server, from --config
+
 	// radius+tcp:// and radsec://
 	stream                 bool
 	tw, requestTimeout     time.Duration
@@ -121,6 +124,7 @@ func hasRADIUSUDPPeer(args []string) bool {
 func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	fs := newFlagSet("client", radiusClientSynopsis, stderr)
 	fs.Var(&o.peers, "peer", "a RADIUS server, radius://host:port, radius+tcp://host:port or radsec://host[:port], in index order (repeat; one transport kind)")
+	configFlag(fs, &o.config)
 	fs.Var(&o.acctPeers, "acct-peer", "the accounting address of each --peer, in the same order (repeat; default: the --peer address)")
 	radiusFlags(fs, &o.secretFile)
 	fs.StringVar(&o.app, "app", "auth", "what to send: auth (Access-Request), acct (Accounting-Request Stop), status (Status-Server)")
@@ -165,6 +169,14 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
+	cfg, err := loadConfig(o.config, stderr)
+	if err != nil {
+		return 2
+	}
+	if o.secrets, err = o.applyConfig(cfg, setFlags(fs)); err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 2
+	}
 	if err := o.validate(); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
@@ -175,7 +187,7 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 		return 2
 	}
 	var secret []byte // radsec:// uses "radsec" (RFC 6614 2.3)
-	if !o.radsec() {
+	if !o.radsec() && len(o.secrets) < len(o.peers) { // some server has no secret of its own
 		if secret, err = radpeer.ReadSecret(o.secretFile, secretEnv); err != nil {
 			fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 			return 2

@@ -48,7 +48,7 @@ func (o *radiusClientOptions) newDriver(secret []byte, events *client.Bus, log *
 		cfg.RADIUS.Transport.TLS = tc
 	}
 	for i, u := range o.peers {
-		spec := client.PeerSpec{URL: u, Name: u, Weight: o.weightOf[u]}
+		spec := client.PeerSpec{URL: u, Name: u, Weight: o.weightOf[u], Secret: o.secrets[u]}
 		if len(o.acctPeers) > 0 {
 			spec.AccountingURL = o.acctPeers[i]
 		}

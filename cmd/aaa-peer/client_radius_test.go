@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -193,5 +194,52 @@ func TestRadiusClientRadSec(t *testing.T) {
 	}
 	if code := srv.stop(t); code != 0 {
 		t.Fatalf("server exit %d", code)
+	}
+}
+
+// aaa-peer client --config with RADIUS/UDP servers, each with its own
+// secret: the file alone chooses the RADIUS client, and each server is
+// signed for with its own secret (a wrong one would be dropped there).
+func TestRadiusClientConfigFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var urls []string
+	for i, secret := range []string{"secret-one", "secret-two"} {
+		sf := filepath.Join(dir, fmt.Sprint("s", i))
+		if err := os.WriteFile(sf, []byte(secret+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		srv := startServer(t, "--listen", "radius://127.0.0.1:0", "--secret-file", sf)
+		for _, u := range readLines(t, srv) {
+			if strings.HasPrefix(u, "radius://") {
+				urls = append(urls, u)
+			}
+		}
+	}
+	if len(urls) != 2 {
+		t.Fatalf("servers at %v", urls)
+	}
+	file := filepath.Join(dir, "client.toml")
+	body := fmt.Sprintf("[[peer]]\nname = \"one\"\nurl = %q\nsecret = \"secret-one\"\n[[peer]]\nname = \"two\"\nurl = %q\nsecret = \"secret-two\"\n", urls[0], urls[1])
+	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"client", "--config", file, "--algorithm", "round-robin",
+		"--app", "auth", "--timeout", "200ms", "--retries", "2", "--requests", "20", "--rate", "100", "--log-level", "error"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout.String(), stderr.String())
+	}
+	var rep radiusClientReport
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, stdout.String())
+	}
+	if rep.Answered != 20 || len(rep.Servers) != 2 {
+		t.Fatalf("report %+v: want 20 answered by two servers", rep)
+	}
+	for _, s := range rep.Servers {
+		if s.Client == nil || s.Client.Answered == 0 {
+			t.Errorf("server %s answered nothing: its secret from the file was not used? %+v", s.Name, s.Client)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/aaatp/aaatp/client"
@@ -70,6 +71,34 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// configArg returns the value of --config in args, "" when none.
+func configArg(args []string) string {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			break
+		}
+		if v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "config="); ok {
+			return v
+		} else if strings.TrimLeft(a, "-") == "config" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
+}
+
+// configNamesRADIUS reports whether the --config file in args lists
+// RADIUS servers (and no --peer overrides them): the RADIUS client then
+// runs. A file that does not load is the Diameter client's to report.
+func configNamesRADIUS(args []string) bool {
+	path := configArg(args)
+	if path == "" || len(peerArgs(args)) > 0 {
+		return false
+	}
+	cfg, err := config.Load(path)
+	return err == nil && len(cfg.Peers) > 0 && !cfg.Peers[0].Diameter()
 }
 
 // setFlags returns the names of the flags given on the command line.
@@ -149,7 +178,7 @@ func (o *clientOptions) applyConfig(cfg *config.Config, set map[string]bool) (un
 	tw, tls, lim := cfg.Tw, cfg.TLS, cfg.Limits
 	if len(cfg.Peers) > 0 && !set["peer"] {
 		if !cfg.Peers[0].Diameter() {
-			return nil, usagef("--config %s:%d: RADIUS servers from a configuration file are not supported by aaa-peer client yet: give them with --peer", cfg.File, cfg.Peers[0].Line)
+			return nil, usagef("--config %s:%d: %s is a RADIUS server, not a Diameter peer", cfg.File, cfg.Peers[0].Line, cfg.Peers[0].URL)
 		}
 		peers := byRole(cfg.Peers)
 		if tw, err = uniform(cfg, peers, "tw", func(p config.Peer) time.Duration { return p.Tw }); err != nil {

@@ -17,9 +17,6 @@ import (
 // refused. It returns each server's shared secret by URL (none for
 // radsec://, whose secret is "radsec"), and sets --secret-file when the
 // servers share one file.
-//
-// The RADIUS client does not call it yet: its options and secrets are
-// being reworked, and per-server secrets need that work.
 func (o *radiusClientOptions) applyConfig(cfg *config.Config, set map[string]bool) (secrets map[string][]byte, err error) {
 	if cfg == nil || len(cfg.Peers) == 0 || set["peer"] {
 		return nil, nil

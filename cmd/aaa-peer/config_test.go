@@ -249,7 +249,7 @@ func TestClientConfigRefused(t *testing.T) {
 		{"peers of different limits", "[[peer]]\nurl = \"tcp://a:1\"\nmax-rate = 5\n[[peer]]\nurl = \"tcp://b:1\"\n",
 			":4: peer tcp://b:1: max-rate and max-outstanding not the same"},
 		{"RADIUS servers", "[[peer]]\nurl = \"radius://a:1812\"\nsecret = \"x\"\n",
-			":1: RADIUS servers from a configuration file are not supported by aaa-peer client yet"},
+			":1: radius://a:1812 is a RADIUS server, not a Diameter peer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			file := writeConfig(t, tc.body)
