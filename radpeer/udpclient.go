@@ -607,7 +607,11 @@ func (p *UDPPeer) releaseLocked(snd *udpSend, answered bool) (pl placed) {
 // bound allows.
 func (p *UDPPeer) openSocket(at *udpAddr) {
 	for {
-		conn, err := p.cfg.Dial(context.Background(), at.addr)
+		// Bounded by one attempt's Timeout: a host name's lookup runs on
+		// the goroutine of the Submit that found every Identifier taken.
+		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Timeout)
+		conn, err := p.cfg.Dial(ctx, at.addr)
+		cancel()
 		p.mu.Lock()
 		at.dialing = false
 		if err != nil {
