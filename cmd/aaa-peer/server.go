@@ -112,8 +112,8 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&o.listen, "listen", "`URL` to listen on: tcp://host:port, tls://host:port or sctp://host:port for Diameter, radius+tcp://host:port, radsec://host:port or radius://host:port (UDP) for RADIUS (port 0: any free port); repeat for several listeners (required)")
 	radiusFlags(fs, &o.secretFile)
 	radiusServerFlags(fs, o)
-	fs.StringVar(&o.originHost, "origin-host", "", "our Origin-Host `H`, a DiameterIdentity such as server1.example.net (required)")
-	fs.StringVar(&o.originRealm, "origin-realm", "", "our Origin-Realm `R`, such as example.net (required)")
+	fs.StringVar(&o.originHost, "origin-host", "", "our Origin-Host `H`, a DiameterIdentity (an FQDN: letters, digits, '-', '_' and '.') such as server1.example.net (required)")
+	fs.StringVar(&o.originRealm, "origin-realm", "", "our Origin-Realm `R`, a DiameterIdentity such as example.net (required)")
 	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "watchdog interval Twinit `D` (RFC 3539: at least 6s; jittered by +-2s)")
 	fs.Var(&o.allow, "allow", "admit only peers whose Origin-Host matches this `GLOB` (path.Match syntax); repeat for several; none admits every host")
 	fs.StringVar(&o.events, "events", "", "write every peer event as a JSON line to `FILE` (\"-\" is stdout)")
@@ -170,8 +170,6 @@ func (o *serverOptions) validate() error {
 		return usagef("--origin-host is required")
 	case o.originRealm == "":
 		return usagef("--origin-realm is required")
-	case message.CheckIdentity(o.originHost) != nil:
-		return usagef("--origin-host %q: want a DiameterIdentity such as server1.example.net: %v", o.originHost, message.CheckIdentity(o.originHost))
 	case o.tw < watchdog.MinTwinit:
 		return usagef("--tw %v is below the RFC 3539 minimum of %v", o.tw, watchdog.MinTwinit)
 	case o.answerDelay < 0:
@@ -204,6 +202,12 @@ func (o *serverOptions) validate() error {
 		return usagef("--history must not be negative")
 	case o.dedup != "memory" && !strings.HasPrefix(o.dedup, "redis"):
 		return usagef("--dedup %q: want memory or a redis:// URL", o.dedup)
+	}
+	if err := checkIdentityFlag("origin-host", o.originHost, "server1.example.net"); err != nil {
+		return err
+	}
+	if err := checkIdentityFlag("origin-realm", o.originRealm, "example.net"); err != nil {
+		return err
 	}
 	if err := checkStatusAddr(o.status); err != nil {
 		return err
