@@ -26,8 +26,8 @@
 // authenticator; one that fails closes the connection (RFC 6613 2.6.4),
 // one on an unused Identifier is dropped and counted. A connection whose
 // first answer fails, or that the server closes after requests and before
-// any answer passed (as a server does with requests that fail its own
-// check), is named a likely shared secret mismatch: counted and explained
+// any answer passed (as aaatp's Server does with requests that fail its
+// own check), is named a likely shared secret mismatch: counted and explained
 // in [Stats] (SecretMismatch, SecretMismatchReason), logged, and the error
 // of the requests that fail with it matches [ErrSecretMismatch].
 //
