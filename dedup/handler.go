@@ -30,6 +30,16 @@ type Counters struct {
 	// because the first answer was too large to keep: it cannot be
 	// replayed, and applying the request again would apply it twice.
 	NotKept atomic.Uint64
+	// UnseenRetransmits counts requests with the T flag (possibly a
+	// retransmission: a client's replay after a failover) that the store
+	// had no entry for, so that the handler ran for them (they are
+	// counted in Applied too once committed). Either the first copy never
+	// arrived anywhere, or it went to a server that does not share this
+	// store, which may have applied it already: with a store of this
+	// process only (NewMemory), a replay from a client that failed over
+	// from another server is applied a second time. Wrap counts it; RADIUS
+	// has no T flag, so radpeer.Dedup never does.
+	UnseenRetransmits atomic.Uint64
 }
 
 // KeysOf returns the duplicate keys of a Diameter request: its
@@ -224,6 +234,9 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 			return o.Answer() // the peer writes this request's ids into it
 		}
 		defer o.Abandon() // no-op after Complete
+		if wire.Flags(req)&wire.FlagRetransmit != 0 {
+			counters.UnseenRetransmits.Add(1)
+		}
 		ans := h(ctx, p, req)
 		if ans == nil {
 			return nil

@@ -333,3 +333,34 @@ func TestWrapAnswerTooLarge(t *testing.T) {
 			c.Applied.Load(), c.TooLarge.Load(), c.NotKept.Load(), c.StoreErrs.Load(), c.Duplicates.Load())
 	}
 }
+
+// TestWrapCountsUnseenRetransmits: a request with the T flag that the
+// store has no entry for is counted (its first copy went to a server not
+// sharing the store, or nowhere); a T-flagged duplicate of a request seen
+// here, and a first copy without the T flag, are not.
+func TestWrapCountsUnseenRetransmits(t *testing.T) {
+	var runs atomic.Int32
+	h := func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+		runs.Add(1)
+		return message.NewAnswer(req).Uint32(message.ResultCode, 0, true, message.Success).Bytes()
+	}
+	var c Counters
+	w := Wrap(NewMemory(), h, &c)
+	ctx := context.Background()
+	retransmit := func(e2e, ts uint32) []byte {
+		r := acrFor(e2e, ts)
+		wire.SetRetransmit(r)
+		return r
+	}
+	w(ctx, nil, acrFor(1, 1))     // first copy, here
+	w(ctx, nil, retransmit(1, 1)) // its replay: a duplicate
+	w(ctx, nil, retransmit(2, 2)) // a replay of a request never seen here
+	w(ctx, nil, retransmit(2, 2)) // and its own duplicate
+	w(ctx, nil, retransmit(3, 3)) // another
+	if got := c.UnseenRetransmits.Load(); got != 2 {
+		t.Errorf("UnseenRetransmits %d, want 2", got)
+	}
+	if runs.Load() != 3 || c.Duplicates.Load() != 2 {
+		t.Errorf("handler ran %d times with %d duplicates, want 3 and 2", runs.Load(), c.Duplicates.Load())
+	}
+}

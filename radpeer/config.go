@@ -77,8 +77,10 @@ type Config struct {
 	// errors), typed as package peer's. Default: a new Bus.
 	Events *peer.Bus
 	// Logger gets one line per state change, and warnings about answers
-	// dropped (no Message-Authenticator, matching no request) at a
-	// bounded rate. Default slog.Default().
+	// dropped (no Message-Authenticator, matching no request, failing
+	// verification) and connections that look like a shared secret
+	// mismatch (see Stats.SecretMismatch) at a bounded rate. Default
+	// slog.Default().
 	Logger *slog.Logger
 }
 

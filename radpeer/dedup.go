@@ -94,7 +94,10 @@ func (o *dedupOptions) keyFrom(ctx context.Context) string {
 // and attributes again, re-signed for the new request. Other requests go
 // straight to h. If the store fails, the request gets no answer, so that
 // the client tries another server rather than risking a second
-// application. counters may be nil.
+// application. counters may be nil; counters.UnseenRetransmits stays 0:
+// RADIUS has no T flag, so a record re-sent to another server after a
+// failover cannot be told from a first send, and only a store shared by
+// the servers keeps it from being applied twice.
 func Dedup(store dedup.Store, h Handler, counters *dedup.Counters, opts ...DedupOption) Handler {
 	if counters == nil {
 		counters = &dedup.Counters{}

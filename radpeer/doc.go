@@ -24,7 +24,12 @@
 // opened (up to MaxConns) and the call waits (up to MaxWaiting). Answers
 // are matched by Identifier, then verified against that send's
 // authenticator; one that fails closes the connection (RFC 6613 2.6.4),
-// one on an unused Identifier is dropped and counted.
+// one on an unused Identifier is dropped and counted. A connection whose
+// first answer fails, or that the server closes after requests and before
+// any answer passed (as aaatp's Server does with requests that fail its
+// own check), is named a likely shared secret mismatch: counted and explained
+// in [Stats] (SecretMismatch, SecretMismatchReason), logged, and the error
+// of the requests that fail with it matches [ErrSecretMismatch].
 //
 // A request completes once, with a [Response] or an error. Behind a
 // Client that dispatches it, when a connection leaves service (SUSPECT,

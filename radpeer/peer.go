@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/aaatp/aaatp/call"
@@ -52,12 +53,14 @@ type Peer struct {
 	waiting []*rcall // for an Identifier; bounded by MaxWaiting
 	closing bool
 	fx      []func() // effects of the decisions taken under mu
+	// mismatch is the last sign of a wrong shared secret (Stats).
+	mismatch string
 }
 
 type counters struct {
 	sent, answered, late, unmatched, badAuth, noMA, timedOut, lost   atomic.Uint64
 	movedOut, statusSent, statusAnswered, badFrames, requestsDropped atomic.Uint64
-	openFailures, transitions, recycled                              atomic.Uint64
+	openFailures, transitions, recycled, secretMismatch              atomic.Uint64
 }
 
 // Stats is a snapshot of a Peer's counters.
@@ -82,6 +85,14 @@ type Stats struct {
 	RecycledConns  uint64      `json:"recycled_conns"` // connections replaced because stale reservations filled their Identifiers
 	Waiting        int         `json:"waiting"`        // calls waiting for an Identifier
 	Conns          []ConnStats `json:"conns"`
+	// SecretMismatch counts connections that showed the signs of a shared
+	// secret the server does not share: closed by the server after
+	// requests were sent on them and before any verified answer, or whose
+	// first answer failed verification. SecretMismatchReason is the last
+	// one, naming the server's address; it ends in "shared secret
+	// mismatch?".
+	SecretMismatch       uint64 `json:"secret_mismatch"`
+	SecretMismatchReason string `json:"secret_mismatch_reason,omitempty"`
 }
 
 // ConnStats describes one connection slot of a Peer.
@@ -269,10 +280,11 @@ func (p *Peer) Stats() Stats {
 		BadAuth: s.badAuth.Load(), NoMA: s.noMA.Load(), TimedOut: s.timedOut.Load(), Lost: s.lost.Load(),
 		MovedOut: s.movedOut.Load(), StatusSent: s.statusSent.Load(), StatusAnswered: s.statusAnswered.Load(),
 		BadFrames: s.badFrames.Load(), OpenFailed: s.openFailures.Load(), Transitions: s.transitions.Load(),
-		RecycledConns: s.recycled.Load(),
+		RecycledConns: s.recycled.Load(), SecretMismatch: s.secretMismatch.Load(),
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	st.SecretMismatchReason = p.mismatch
 	st.Waiting = len(p.waiting)
 	for _, l := range p.links {
 		cs := ConnStats{Name: l.name, State: l.m.State().String(), Tw: l.m.Tw()}
@@ -642,9 +654,13 @@ func (p *Peer) dropConn(l *link, c *conn, note string, err error) {
 		p.moveOut(l, calls, "connection lost")
 		return
 	}
+	failErr := fmt.Errorf("RADIUS server %s: %w", p.url, err)
+	if c.mismatch != "" && err == ErrConnectionLost {
+		failErr = fmt.Errorf("RADIUS server %s: %w: %s: %w", p.url, err, c.mismatch, ErrSecretMismatch)
+	}
 	for _, cl := range calls {
 		p.fx = append(p.fx, func() {
-			if cl.Fail(fmt.Errorf("RADIUS server %s: %w", p.url, err)) {
+			if cl.Fail(failErr) {
 				p.stats.lost.Add(1)
 			}
 		})
@@ -757,6 +773,14 @@ type conn struct {
 	seq        uint64
 	closed     bool
 	note       string
+	// sent counts the packets sent (requests and Status-Server); verified
+	// says whether any answer passed the Response Authenticator check;
+	// mismatch, when set, says why the connection looks like one to a
+	// server with another shared secret (see suspectSecret), without the
+	// question.
+	sent     int
+	verified bool
+	mismatch string
 	// recycling: taken off its link for new requests (recycleStale); set
 	// under Peer.mu, read without it by retireCall.
 	recycling atomic.Bool
@@ -821,6 +845,7 @@ func (c *conn) sendStatus() {
 		return
 	}
 	c.statusAuth, c.statusOut = auth, true
+	c.sent++
 	p.stats.statusSent.Add(1)
 	p.fx = append(p.fx, func() { c.out.send(b) })
 }
@@ -845,6 +870,7 @@ func (c *conn) sendRequest(id byte, cl *rcall) {
 		return
 	}
 	s.auth, s.code, s.ready = auth, cl.req.Code, true
+	c.sent++
 	p.stats.sent.Add(1)
 	p.unlock()
 	c.out.send(b)
@@ -859,6 +885,9 @@ func (c *conn) reader() {
 		b, err := c.tc.ReadMessage()
 		if err != nil {
 			note := ""
+			// byServer: the server closed the connection (FIN or RST),
+			// not we, nor a TLS alert, nor a bad frame.
+			byServer := errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)
 			switch {
 			case errors.Is(err, radius.ErrBadFrame):
 				p.stats.badFrames.Add(1)
@@ -873,7 +902,13 @@ func (c *conn) reader() {
 			c.tc.Close()
 			c.out.close()
 			p.mu.Lock()
-			if c.note != "" {
+			if byServer && c.note == "" && !c.closed && c.sent > 0 && !c.verified {
+				c.suspectSecret(fmt.Sprintf("the server at %s closed the connection after %d request(s) and no answer", c.addr(), c.sent))
+			}
+			switch {
+			case c.mismatch != "":
+				note = c.mismatch + ": " + ErrSecretMismatch.Error()
+			case c.note != "":
 				note = c.note
 			}
 			if !c.closed && c.l.cur == c {
@@ -920,12 +955,14 @@ func (c *conn) received(b []byte) {
 		require := p.cfg.RequireMessageAuthenticator.AnswerNeedsMA(lradius.CodeStatusServer)
 		switch err := radius.VerifyResponse(b, c.statusAuth, p.secret, require); {
 		case errors.Is(err, radius.ErrNoMessageAuthenticator):
+			c.verified = true // the Response Authenticator passed
 			p.noMA(c, err)
 			return // no watchdog answer
 		case err != nil:
 			c.verifyFailed(err)
 			return
 		}
+		c.verified = true
 		c.statusOut = false
 		p.stats.statusAnswered.Add(1)
 		if c.l.cur == c || c.recycling.Load() {
@@ -944,6 +981,7 @@ func (c *conn) received(b []byte) {
 		c.verifyFailed(err)
 		return
 	}
+	c.verified = true
 	c.slots[id] = slot{}
 	c.free.push(id)
 	cl := s.call
@@ -993,13 +1031,44 @@ func (p *Peer) logLimited(k serve.Kind, msg string, args ...any) {
 }
 
 // verifyFailed drops an answer that failed verification and closes the
-// connection (RFC 6613 2.6.4). p.mu is held.
+// connection (RFC 6613 2.6.4). The first answer of a connection failing
+// is the sign of a wrong shared secret; a later one, after answers that
+// passed, is not (a forged or corrupted packet). p.mu is held.
 func (c *conn) verifyFailed(err error) {
 	p := c.l.p
 	p.stats.badAuth.Add(1)
 	note := "answer failed verification: " + err.Error()
 	p.publish(c.l.name, peer.Event{Kind: peer.EventError, Reason: note})
-	p.cfg.Logger.Warn("closing connection", "peer", c.l.name, "err", err)
 	c.note = note
+	if !c.verified {
+		c.suspectSecret(fmt.Sprintf("the first answer from the server at %s failed verification (%v)", c.addr(), err))
+	} else {
+		p.logLimited(serve.KindBadAuth, "closing RADIUS connection: answer failed verification", "peer", c.l.name, "remote", c.addr(), "err", err)
+	}
 	p.fx = append(p.fx, func() { c.tc.Close() }) // the reader reports the loss
+}
+
+// ErrSecretMismatch is matched by the error of a call that failed on a
+// connection that looked like one to a server with another shared secret
+// (see Stats.SecretMismatch).
+var ErrSecretMismatch = errors.New("shared secret mismatch?")
+
+// suspectSecret records that c looks like a connection to a server that
+// does not share our secret, for why: counted, kept as the Peer's last
+// reason, logged at a bounded rate, and the error of the calls that fail
+// with the connection. p.mu is held.
+func (c *conn) suspectSecret(why string) {
+	p := c.l.p
+	c.mismatch = why
+	p.mismatch = why + ": " + ErrSecretMismatch.Error()
+	p.stats.secretMismatch.Add(1)
+	p.logLimited(serve.KindBadAuth, "closing RADIUS connection: "+p.mismatch, "peer", c.l.name, "remote", c.addr())
+}
+
+// addr is the server's address on c.
+func (c *conn) addr() string {
+	if a := c.tc.RemoteAddr(); a != nil {
+		return a.String()
+	}
+	return c.l.p.ep.Transport.Address()
 }

@@ -134,9 +134,9 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 		radiusClientFlags(&radiusClientOptions{}, out).PrintDefaults()
 	}
 	fs.Var(&o.peers, "peer", "`URL` of a server: tcp://host:port, tls://host:port or sctp://host:port; repeat for several (required)")
-	fs.StringVar(&o.originHost, "origin-host", "", "our Origin-Host `H`, a DiameterIdentity such as client1.example.net (required)")
-	fs.StringVar(&o.originRealm, "origin-realm", "", "our Origin-Realm `R`, such as example.net (required)")
-	fs.StringVar(&o.destRealm, "destination-realm", "", "Destination-Realm `R` of the requests, such as example.net (required)")
+	fs.StringVar(&o.originHost, "origin-host", "", "our Origin-Host `H`, a DiameterIdentity (an FQDN: letters, digits, '-', '_' and '.') such as client1.example.net (required)")
+	fs.StringVar(&o.originRealm, "origin-realm", "", "our Origin-Realm `R`, a DiameterIdentity such as example.net (required)")
+	fs.StringVar(&o.destRealm, "destination-realm", "", "Destination-Realm `R` of the requests, a DiameterIdentity such as example.net (required)")
 	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "watchdog interval Twinit `D` (RFC 3539: at least 6s; jittered by +-2s)")
 	fs.Float64Var(&o.rate, "rate", 0, "`N` requests per second across all callers, paced without bursts; may be fractional (0: as fast as the callers go)")
 	fs.IntVar(&o.concurrency, "concurrency", 1, "`N` concurrent callers (at most N requests in flight)")
@@ -181,8 +181,6 @@ func (o *clientOptions) validate() error {
 		return usagef("--origin-host is required")
 	case o.originRealm == "":
 		return usagef("--origin-realm is required")
-	case message.CheckIdentity(o.originHost) != nil:
-		return usagef("--origin-host %q: want a DiameterIdentity such as client1.example.net: %v", o.originHost, message.CheckIdentity(o.originHost))
 	case o.destRealm == "":
 		return usagef("--destination-realm is required")
 	case o.tw < watchdog.MinTwinit:
@@ -209,6 +207,15 @@ func (o *clientOptions) validate() error {
 		return usagef("--nai %q: want a format with at most one %%d", o.nai)
 	case (o.tlsCert == "") != (o.tlsKey == ""):
 		return usagef("--tls-cert and --tls-key go together")
+	}
+	for _, f := range []struct{ name, v, example string }{
+		{"origin-host", o.originHost, "client1.example.net"},
+		{"origin-realm", o.originRealm, "example.net"},
+		{"destination-realm", o.destRealm, "example.net"},
+	} {
+		if err := checkIdentityFlag(f.name, f.v, f.example); err != nil {
+			return err
+		}
 	}
 	if err := checkStatusAddr(o.status); err != nil {
 		return err

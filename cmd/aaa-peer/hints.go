@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/aaatp/aaatp/message"
 )
 
 // Schemes each URL flag takes, as its error messages list them.
@@ -104,4 +106,55 @@ func hintDurations(fs *flag.FlagSet) {
 			}
 		}
 	})
+}
+
+// maxLabelLen is the longest label of a DNS name (RFC 1035 2.3.4).
+const maxLabelLen = 63
+
+// checkIdentityFlag refuses a --origin-host, --origin-realm or
+// --destination-realm value that is not a DiameterIdentity (RFC 6733
+// 4.3.1: an FQDN or a realm), naming the flag, what is wrong and an
+// example. Besides message.CheckIdentity's rules (ASCII letters, digits,
+// '-', '_' and '.', at most 255 bytes), a name this node puts in its own
+// messages must be well formed as a DNS name: no empty label (a leading,
+// trailing or doubled '.'), no label over 63 bytes or beginning or ending
+// with '-'. A peer would otherwise refuse the CER or answers it appears
+// in, far from the flag that caused it.
+func checkIdentityFlag(name, v, example string) error {
+	if why := identityProblem(v); why != "" {
+		return usagef("--%s %s: want a DiameterIdentity (RFC 6733 4.3.1) such as %s: %s", name, message.Printable(v, 64), example, why)
+	}
+	return nil
+}
+
+// identityProblem says what makes v no DiameterIdentity, "" when it is one.
+func identityProblem(v string) string {
+	if v == "" {
+		return "empty"
+	}
+	if len(v) > message.MaxIdentityLen {
+		return fmt.Sprintf("%d bytes long, at most %d", len(v), message.MaxIdentityLen)
+	}
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
+		case c == ' ':
+			return fmt.Sprintf("a space at offset %d (letters, digits, '-', '_' and '.' only)", i)
+		case c >= 0x80:
+			return fmt.Sprintf("byte 0x%02x at offset %d is not ASCII (an internationalised name goes in its xn-- form)", c, i)
+		default:
+			return fmt.Sprintf("%q at offset %d (letters, digits, '-', '_' and '.' only)", c, i)
+		}
+	}
+	for l := range strings.SplitSeq(v, ".") {
+		switch {
+		case l == "":
+			return "an empty label (a leading, trailing or doubled '.')"
+		case len(l) > maxLabelLen:
+			return fmt.Sprintf("label %s is %d bytes long, at most %d", message.Printable(l, 16), len(l), maxLabelLen)
+		case l[0] == '-' || l[len(l)-1] == '-':
+			return fmt.Sprintf("label %q begins or ends with '-'", l)
+		}
+	}
+	return ""
 }

@@ -3,8 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"io"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/aaatp/aaatp/message"
 )
 
 // TestClientHelpListsRADIUSFlags: "aaa-peer client -h" lists the RADIUS
@@ -41,5 +47,55 @@ func TestDurationFlagsKeepTheirValues(t *testing.T) {
 	}
 	if o.cerTimeout.String() != "10s" {
 		t.Errorf("--cer-timeout default %v, want 10s", o.cerTimeout)
+	}
+}
+
+// TestIdentityFlagsRefused: every flag naming a DiameterIdentity, on the
+// server and the client, refuses a value that is none with a usage error
+// (exit 2) naming the flag and what is wrong, before anything is dialed
+// or listened on; well-formed names pass.
+func TestIdentityFlagsRefused(t *testing.T) {
+	srv := []string{"--listen", "tcp://127.0.0.1:0", "--origin-host", "s.example.net", "--origin-realm", "example.net"}
+	cli := []string{"--peer", "tcp://127.0.0.1:3868", "--origin-host", "c.example.net", "--origin-realm", "example.net", "--destination-realm", "example.net"}
+	bad := []struct{ v, why string }{
+		{"bad host", "a space at offset 3"},
+		{"host.example.net.", "an empty label"},
+		{".example.net", "an empty label"},
+		{"a..example.net", "an empty label"},
+		{"-a.example.net", `label "-a" begins or ends with '-'`},
+		{"h\u00e9.example.net", "is not ASCII"},
+		{"a/b.example.net", `'/' at offset 1`},
+		{strings.Repeat("x", 64) + ".net", "is 64 bytes long, at most 63"},
+		{strings.Repeat("a.", 128) + "net", "bytes long, at most 255"},
+	}
+	type run func(context.Context, []string, io.Writer, io.Writer) int
+	for _, cmd := range []struct {
+		name  string
+		run   run
+		base  []string
+		flags []string
+	}{
+		{"server", runServer, srv, []string{"origin-host", "origin-realm"}},
+		{"client", runClient, cli, []string{"origin-host", "origin-realm", "destination-realm"}},
+	} {
+		for _, f := range cmd.flags {
+			for _, b := range bad {
+				args := append(slices.Clone(cmd.base), "--"+f, b.v)
+				var stdout, stderr bytes.Buffer
+				// A value wrongly accepted runs the command until this ends.
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				code := cmd.run(ctx, args, &stdout, &stderr)
+				cancel()
+				want := fmt.Sprintf("--%s %s: want a DiameterIdentity (RFC 6733 4.3.1) such as ", f, message.Printable(b.v, 64))
+				if code != 2 || !strings.Contains(stderr.String(), want) || !strings.Contains(stderr.String(), b.why) {
+					t.Errorf("%s --%s %q: exit %d, stderr:\n%s\nwant exit 2 and %q ... %q", cmd.name, f, b.v, code, stderr.String(), want, b.why)
+				}
+			}
+		}
+	}
+	for _, v := range []string{"s.example.net", "example.net", "EXAMPLE.NET", "host_1.ex-ample.net", "localhost", "xn--bcher-kva.example", strings.Repeat("x", 63) + ".net"} {
+		if why := identityProblem(v); why != "" {
+			t.Errorf("%q refused: %s", v, why)
+		}
 	}
 }

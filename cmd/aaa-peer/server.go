@@ -49,7 +49,9 @@ Accounting-Record-Type and -Number, Event-Timestamp, NAS) gets the
 first answer again without being applied twice (RFC 3539 2.5, 3.5): the
 --dedup store remembers answers, in memory, or in Redis so that several
 servers share it and a request failed over to another server is not
-applied twice either. SIGTERM or SIGINT
+applied twice either (with memory, the default, the server warns at start
+and counts the requests with the T flag it had never seen: their client
+may have failed over from a server that applied them). SIGTERM or SIGINT
 disconnects every peer (DPR with --shutdown-cause, at most 5 s), writes the
 report and exits 0.
 
@@ -114,8 +116,8 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&o.listen, "listen", "`URL` to listen on: tcp://host:port, tls://host:port or sctp://host:port for Diameter, radius+tcp://host:port, radsec://host:port or radius://host:port (UDP) for RADIUS (port 0: any free port); repeat for several listeners (required)")
 	radiusFlags(fs, &o.secretFile)
 	radiusServerFlags(fs, o)
-	fs.StringVar(&o.originHost, "origin-host", "", "our Origin-Host `H`, a DiameterIdentity such as server1.example.net (required)")
-	fs.StringVar(&o.originRealm, "origin-realm", "", "our Origin-Realm `R`, such as example.net (required)")
+	fs.StringVar(&o.originHost, "origin-host", "", "our Origin-Host `H`, a DiameterIdentity (an FQDN: letters, digits, '-', '_' and '.') such as server1.example.net (required)")
+	fs.StringVar(&o.originRealm, "origin-realm", "", "our Origin-Realm `R`, a DiameterIdentity such as example.net (required)")
 	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "watchdog interval Twinit `D` (RFC 3539: at least 6s; jittered by +-2s)")
 	fs.Var(&o.allow, "allow", "admit only peers whose Origin-Host matches this `GLOB` (path.Match syntax); repeat for several; none admits every host")
 	fs.StringVar(&o.events, "events", "", "write every peer event as a JSON line to `FILE` (\"-\" is stdout)")
@@ -173,8 +175,6 @@ func (o *serverOptions) validate() error {
 		return usagef("--origin-host is required")
 	case o.originRealm == "":
 		return usagef("--origin-realm is required")
-	case message.CheckIdentity(o.originHost) != nil:
-		return usagef("--origin-host %q: want a DiameterIdentity such as server1.example.net: %v", o.originHost, message.CheckIdentity(o.originHost))
 	case o.tw < watchdog.MinTwinit:
 		return usagef("--tw %v is below the RFC 3539 minimum of %v", o.tw, watchdog.MinTwinit)
 	case o.answerDelay < 0:
@@ -207,6 +207,12 @@ func (o *serverOptions) validate() error {
 		return usagef("--history must not be negative")
 	case o.dedup != "memory" && !strings.HasPrefix(o.dedup, "redis"):
 		return usagef("--dedup %q: want memory or a redis:// URL", o.dedup)
+	}
+	if err := checkIdentityFlag("origin-host", o.originHost, "server1.example.net"); err != nil {
+		return err
+	}
+	if err := checkIdentityFlag("origin-realm", o.originRealm, "example.net"); err != nil {
+		return err
 	}
 	if err := checkStatusAddr(o.status); err != nil {
 		return err
@@ -242,9 +248,12 @@ type server struct {
 	faults  *fault.Switch // nil without --drop-dwa and --stall-after
 	started time.Time
 
-	dd            dedup.Counters // received, applied, duplicates, store errors
+	dd            dedup.Counters // received, applied, duplicates, store errors, unseen retransmissions
 	retransmitted atomic.Uint64  // application requests received with the T flag
 	dedupLost     atomic.Uint64  // losses of the --dedup store's state noticed
+	// privateStore: the --dedup store is this process's own (memory), so
+	// a request with the T flag it has not seen is logged (noteUnseen).
+	privateStore bool
 
 	srvs   []*peer.Server                // one per Diameter --listen; set before serving
 	rsrvs  []radiusServer                // one per RADIUS --listen
@@ -275,6 +284,11 @@ type serverReport struct {
 	// them no longer in Peers (beyond --history).
 	PeersEnded     uint64 `json:"peers_ended"`
 	PeersForgotten uint64 `json:"peers_forgotten"`
+	// UnseenReplays counts the retransmitted (T flag) that the --dedup
+	// store had never seen, applied here. With --dedup memory, the server
+	// their client failed over from may have applied them too. Diameter
+	// only: RADIUS has no T flag.
+	UnseenReplays uint64 `json:"unseen_replays"`
 	// RefusedOverLimit counts connections closed at once over
 	// --max-opening or --max-opening-per-addr.
 	RefusedOverLimit uint64 `json:"refused_over_limit"`
@@ -365,10 +379,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 			return 1
 		}
 		store = st
+		if o.dedup == "memory" {
+			s.privateStore = true
+			log.Warn("--dedup memory: duplicates are recognised within this process only; without a store shared by the servers of a realm (--dedup redis://...), a request replayed by a client that failed over from another server (Diameter, T flag) or an accounting record re-sent to this server (RADIUS) can be applied twice, there and here")
+		}
 	}
 	metrics := newMetrics(o.status)
 	metrics.CountDedupHitsFrom(s.dd.Duplicates.Load)
 	s.exportStoreLost(metrics)
+	s.exportUnseen(metrics)
 	defer metrics.Watch(bus)() // watchdog states, transitions
 	defer logPeerEvents(bus, log)()
 	s.cfg = s.peerConfig(store, s.handle, bus)
@@ -487,6 +506,42 @@ func (s *server) exportStoreLost(metrics *status.Metrics) {
 	}
 }
 
+// metricUnseen counts the requests with the T flag the --dedup store had
+// never seen.
+const metricUnseen = "aaatp_dedup_unseen_retransmissions_total"
+
+// exportUnseen adds the count of requests with the T flag that the
+// --dedup store had never seen to metrics (nil: none).
+func (s *server) exportUnseen(metrics *status.Metrics) {
+	if reg := metrics.Registry(); reg != nil {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: metricUnseen,
+			Help: "Diameter requests with the T flag (a client's replay after a failover) that the --dedup store had never seen, so they were applied here: with --dedup memory, the server the client failed over from may have applied them too. RADIUS has no T flag and is not counted.",
+		}, func() float64 { return float64(s.dd.UnseenRetransmits.Load()) }))
+	}
+}
+
+// noteUnseen logs, at a bounded rate, each request with the T flag that
+// reaches apply when the --dedup store is this process's own: dedup.Wrap
+// runs apply for a request the store had never seen, so if the client
+// failed over from another server, that server may have applied it too.
+func (s *server) noteUnseen(apply peer.Handler) peer.Handler {
+	if !s.privateStore {
+		return apply
+	}
+	return func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+		if wire.Flags(req)&wire.FlagRetransmit != 0 {
+			args := []any{"command", message.CommandName(req), "end_to_end", wire.EndToEnd(req)}
+			if p != nil {
+				args = append(args, "peer", p.Name())
+			}
+			servecore.Log(s.log, slog.LevelWarn, servecore.KindUnseenReplay,
+				"request with the T flag never seen by the --dedup memory store: applied here; if its client failed over from another server, it may have been applied there too (share a redis:// store)", args...)
+		}
+		return apply(ctx, p, req)
+	}
+}
+
 // checkConfig catches what peer's validation would refuse in the parts of
 // the Config that come from flags, naming the flag.
 func checkConfig(cfg peer.Config) error {
@@ -574,7 +629,7 @@ func (s *server) report(dropped uint64) serverReport {
 		Received: s.dd.Received.Load(), Retransmitted: s.retransmitted.Load(),
 		Applied: applied, Answered: applied + dups + serrs + sup + notKept, Duplicates: dups, StoreErrors: serrs,
 		Cancelled: s.dd.Cancelled.Load(), Superseded: sup, TooLarge: s.dd.TooLarge.Load(), NotKept: notKept,
-		DedupLost:     s.dedupLost.Load(),
+		DedupLost: s.dedupLost.Load(), UnseenReplays: s.dd.UnseenRetransmits.Load(),
 		Dedup:         redactURL(s.o.dedup),
 		EventsDropped: dropped, Peers: s.ended.list(), PeersEnded: s.ended.total, PeersForgotten: s.ended.total - uint64(s.ended.len()),
 	}
@@ -735,7 +790,7 @@ func (s *server) peerConfig(store dedup.Store, apply peer.Handler, bus *peer.Bus
 		Watchdog:   watchdog.Config{Twinit: s.o.tw},
 		AllowHosts: s.o.allow,
 		AgentHosts: s.o.agents,
-		Handler:    s.countT(dedup.Wrap(store, apply, &s.dd)),
+		Handler:    s.countT(dedup.Wrap(store, s.noteUnseen(apply), &s.dd)),
 		Events:     bus,
 		Logger:     s.log,
 		DPATimeout: shutdownBudget,

@@ -38,6 +38,7 @@ const (
 	KindTimeout                  // a connection idle or too slow, closed
 	KindOverload                 // a request dropped: its handler budget and queue are full
 	KindDropped                  // a request dropped for another reason
+	KindUnseenReplay             // a request with the T flag that a duplicate store of this process alone had never seen
 	numKinds
 )
 
@@ -46,7 +47,7 @@ var kindNames = [numKinds]string{
 	KindBadRequest: "bad_request", KindBadAuth: "bad_auth", KindPaused: "paused",
 	KindWriteTimeout: "write_timeout", KindUnmatched: "unmatched", KindConnDown: "conn_down",
 	KindAcceptFailed: "accept_failed", KindReadFailed: "read_failed", KindTimeout: "timeout", KindOverload: "overload",
-	KindDropped: "dropped",
+	KindDropped: "dropped", KindUnseenReplay: "unseen_replay",
 }
 
 // String returns the kind's name, as Counts keys it.
