@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -32,7 +33,15 @@ type Throttle struct {
 	// AlarmHigh and AlarmLow raise and clear a per-server queue alarm;
 	// zero AlarmHigh means no alarm.
 	AlarmHigh, AlarmLow int
+	// MaxQueued bounds the requests waiting in the throttle's queues
+	// (instance and servers'); past it a new request fails at once with
+	// ErrQueueFull (a replay after a failover always gets back in). Zero
+	// means no bound.
+	MaxQueued int
 }
+
+// ErrQueueFull: Throttle.MaxQueued requests wait in the throttle already.
+var ErrQueueFull = errors.New("throttle queue full")
 
 // policyTick bounds how late a policy timer (down-timeout, hold-down) is
 // noticed.
@@ -67,9 +76,21 @@ func (c *Client) setupLimits() error {
 		if err != nil {
 			return fmt.Errorf("client: %w", err)
 		}
+		// Unavailable until its peer is in service (serverState): the
+		// dispatcher starts before the peers are dialed or connected, and
+		// a keep-alive due then found no connection to carry it and was
+		// dropped while the policy counted it as sent, its down-timeout
+		// running: an idle, healthy server went out of service at the
+		// down-timeout after New.
+		for i := range names {
+			g.SetAvailable(i, false)
+		}
 		c.group = g
 	}
 	if t := c.cfg.Throttle; t != nil {
+		if t.MaxQueued < 0 {
+			return errors.New("client: Throttle.MaxQueued must not be negative")
+		}
 		servers := make([]throttle.Server, len(c.members))
 		for i, n := range names {
 			servers[i] = throttle.Server{Name: n, Auth: t.Auth, Accounting: t.Accounting}
@@ -261,11 +282,19 @@ func (c *Client) throttled(its ...*item) {
 		}
 		c.sched.EnqueueFront(it, it.class)
 	}
+	var full []*item
 	for _, it := range back {
+		if most := c.cfg.Throttle.MaxQueued; most > 0 && c.sched.Len() >= most {
+			full = append(full, it)
+			continue
+		}
 		c.sched.Enqueue(it, it.class)
 	}
 	ds := c.poll(time.Now())
 	c.unlockThrottle()
+	for _, it := range full {
+		it.cl.Fail(fmt.Errorf("%w: %d requests waiting", ErrQueueFull, c.cfg.Throttle.MaxQueued))
+	}
 	c.execute(ds)
 	c.poke() // anything left waits for a slot: the dispatcher's timer
 }
