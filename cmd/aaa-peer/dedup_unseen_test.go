@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/dedup"
-	"github.com/aaatp/aaatp/internal/call"
 	servecore "github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
@@ -29,14 +28,14 @@ func sendT(t *testing.T, p *peer.Peer, req []byte) uint32 {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	wire.SetFlags(req, wire.Flags(req)|wire.FlagRetransmit)
-	cl, err := call.Diameter.New(req, true) // keeps the T flag, as a replay
+	cl, err := peer.NewCall(req, true) // keeps the T flag, as a replay
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := call.Diameter.Carrier(p).Submit(cl); err != nil {
+	if err := p.Submit(cl); err != nil {
 		t.Fatal(err)
 	}
-	ans, _, err := cl.Wait(ctx, 0)
+	ans, err := cl.Wait(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,372 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	lradius "layeh.com/radius"
+
+	"github.com/aaatp/aaatp/call"
+	"github.com/aaatp/aaatp/dedup"
+	"github.com/aaatp/aaatp/internal/memudp"
+	"github.com/aaatp/aaatp/loadbalance"
+	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/radpeer"
+)
+
+var (
+	usimN    = flag.Int("usim.n", 0, "TestSimUDP: run seeds 1..n instead of the fixed set (a soak)")
+	usimSeed = flag.Uint64("usim.seed", 0, "TestSimUDP: replay the schedule of this seed only")
+)
+
+// usimFixedSeeds is the set every `go test` runs: a schedule costs a few
+// milliseconds of wall time.
+const usimFixedSeeds = 300
+
+// TestSimUDP is the fault-schedule simulator for the RADIUS/UDP carrier:
+// each seed draws a Client of 2-4 radius:// servers (balance with each
+// access algorithm, or primary/secondary), 1-3 attempts a server, and a
+// schedule of Access- and Accounting-Requests (patient, short or no
+// deadline) against faults on an in-memory datagram network in virtual
+// time: packet loss both ways at a random rate, servers dead for a while
+// (all of them at once, sometimes), frozen and thawed (their replies then
+// arrive late, after the request was given up on), and replies
+// duplicated. The servers apply accounting behind one shared duplicate
+// store. After every schedule it checks:
+//
+//   - every call returned once, within its deadline plus a second, with an
+//     answer of the right code or an error of the documented kinds;
+//   - each server got each request at most once: every datagram of a
+//     request at one server is byte-identical (a retransmission), and
+//     there are at most Retries of them (one for a probe);
+//   - no accounting record applied twice;
+//   - a patient request is answered whenever one server stayed healthy
+//     for the whole schedule.
+//
+// A failing schedule names its seed: go test ./client -run TestSimUDP
+// -usim.seed=N -v
+func TestSimUDP(t *testing.T) {
+	var seeds []uint64
+	switch {
+	case *usimSeed != 0:
+		seeds = []uint64{*usimSeed}
+	case *usimN > 0:
+		for i := range *usimN {
+			seeds = append(seeds, uint64(i+1))
+		}
+	default:
+		for i := range usimFixedSeeds {
+			seeds = append(seeds, uint64(i+1))
+		}
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(seeds))
+	start := time.Now()
+	var answered, failed, late, retrans uint64
+	var mu sync.Mutex
+	t.Run("schedules", func(t *testing.T) {
+		for w := range workers {
+			t.Run(fmt.Sprint("worker", w), func(t *testing.T) {
+				t.Parallel()
+				for i := w; i < len(seeds); i += workers {
+					seed := seeds[i]
+					var r usimResult
+					if !t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+						synctest.Test(t, func(t *testing.T) { r = runUSim(t, seed) })
+					}) {
+						t.Errorf("seed %d failed: replay with -run TestSimUDP -usim.seed=%d", seed, seed)
+						continue
+					}
+					mu.Lock()
+					answered, failed, late, retrans = answered+r.answered, failed+r.failed, late+r.late, retrans+r.retrans
+					mu.Unlock()
+				}
+			})
+		}
+	})
+	t.Logf("%d schedules in %v: %d answered, %d failed, %d late replies, %d retransmissions",
+		len(seeds), time.Since(start).Round(time.Millisecond), answered, failed, late, retrans)
+	if len(seeds) >= 100 && (answered == 0 || failed == 0 || late == 0 || retrans == 0) {
+		t.Errorf("the schedules never produced an answer, a failure, a late reply and a retransmission each: the faults do not bite")
+	}
+}
+
+type usimResult struct{ answered, failed, late, retrans uint64 }
+
+// usimServer is one simulated server's fault state, under usimNet.mu.
+type usimServer struct {
+	addr    string
+	loss    float64 // chance a datagram to or from it is lost
+	dead    bool    // everything to it is lost
+	healthy bool    // never lost, dead or frozen in this schedule
+}
+
+type usimNet struct {
+	*memudp.Net
+	mu      sync.Mutex
+	rng     *rand.Rand
+	servers map[string]*usimServer
+	dup     float64 // chance a reply is sent twice
+	// got records the datagrams each server received, by request: the
+	// User-Name (unique per request) and the server's address.
+	got map[string]map[string][][]byte
+}
+
+func (n *usimNet) drop(from, to string, b []byte) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s := n.servers[to]; s != nil {
+		if s.dead || n.rng.Float64() < s.loss {
+			return true
+		}
+		if radius.IsRequest(radius.Code(b)) {
+			u, _ := radius.Attr(b, radius.AttrUserName)
+			m := n.got[string(u)]
+			if m == nil {
+				m = map[string][][]byte{}
+				n.got[string(u)] = m
+			}
+			m[to] = append(m[to], bytes.Clone(b))
+		}
+		return false
+	}
+	if s := n.servers[from]; s != nil && n.rng.Float64() < s.loss {
+		return true
+	}
+	return false
+}
+
+func runUSim(t *testing.T, seed uint64) usimResult {
+	rng := rand.New(rand.NewPCG(seed, 0x75d5))
+	n := &usimNet{Net: memudp.New(), rng: rand.New(rand.NewPCG(seed, 0xd1ce)), servers: map[string]*usimServer{},
+		got: map[string]map[string][][]byte{}}
+	n.SetDrop(n.drop)
+	nServers := 2 + rng.IntN(3)
+	store := dedup.NewMemory()
+	defer store.Close()
+	var applyMu sync.Mutex
+	applied := map[string]int{}
+	handler := radpeer.Dedup(store, func(_ context.Context, req *lradius.Packet, _ []byte) (lradius.Code, lradius.Attributes) {
+		if req.Code == lradius.CodeAccountingRequest {
+			id, _ := req.Attributes.Lookup(radius.AttrAcctSessionID)
+			applyMu.Lock()
+			applied[string(id)]++
+			applyMu.Unlock()
+			return lradius.CodeAccountingResponse, nil
+		}
+		return lradius.CodeAccessAccept, nil
+	}, nil)
+	var specs []PeerSpec
+	var srvs []*radpeer.UDPServer
+	healthyOne := rng.IntN(2) == 0 // one server never suffers a fault
+	for i := range nServers {
+		addr := fmt.Sprintf("s%d:1812", i)
+		s := &usimServer{addr: addr, healthy: healthyOne && i == 0}
+		n.servers[addr] = s
+		pc, err := n.Listen(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := radpeer.NewUDPServer(pc, radpeer.ServerConfig{Secret: udpSecret, Logger: quiet, Handler: handler})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srv.Serve()
+		srvs = append(srvs, srv)
+		specs = append(specs, PeerSpec{URL: "radius://" + addr})
+	}
+	retries := 1 + rng.IntN(3)
+	timeout := time.Duration(1+rng.IntN(3)) * time.Second
+	cfg := Config{Peers: specs, RADIUS: radpeer.Config{Secret: udpSecret, Logger: quiet},
+		UDP: radpeer.UDPConfig{Timeout: timeout, Retries: retries, Dial: n.Dial, Logger: quiet}}
+	switch rng.IntN(5) {
+	case 0:
+		cfg.Mode = PrimarySecondary
+	case 1:
+		cfg.Algorithm = loadbalance.Direct
+	case 2:
+		cfg.Algorithm = loadbalance.RoundRobin
+	case 3:
+		cfg.Algorithm = loadbalance.Hash
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The faults, on their own goroutine: phases of a few seconds.
+	stopFaults := make(chan struct{})
+	var fwg sync.WaitGroup
+	fwg.Go(func() {
+		frng := rand.New(rand.NewPCG(seed, 0xfa17))
+		for {
+			select {
+			case <-stopFaults:
+				return
+			case <-time.After(time.Duration(1+frng.IntN(8)) * time.Second):
+			}
+			n.mu.Lock()
+			allOut := frng.IntN(10) == 0
+			for _, s := range n.servers {
+				if s.healthy {
+					continue
+				}
+				switch k := frng.IntN(6); {
+				case allOut:
+					s.dead = true
+				case k == 0:
+					s.dead = !s.dead
+				case k == 1:
+					s.loss = frng.Float64()
+				case k == 2:
+					s.loss = 0
+				case k == 3:
+					s.dead = false
+				}
+			}
+			n.mu.Unlock()
+			if frng.IntN(5) == 0 { // a frozen server: its replies come late
+				s := specs[frng.IntN(len(specs))].URL[len("radius://"):]
+				if !n.servers[s].healthy {
+					n.Freeze(s)
+					time.Sleep(time.Duration(1+frng.IntN(10)) * time.Second)
+					n.Thaw(s)
+				}
+			}
+		}
+	})
+
+	type outcome struct {
+		user     string
+		acct     bool
+		patient  bool
+		deadline time.Time
+		sent     time.Time
+		done     time.Time
+		resp     *radpeer.Response
+		err      error
+	}
+	nReq := 20 + rng.IntN(40)
+	outs := make([]outcome, nReq)
+	var wg sync.WaitGroup
+	for i := range nReq {
+		time.Sleep(time.Duration(rng.IntN(1500)) * time.Millisecond)
+		o := &outs[i]
+		o.user, o.acct, o.sent = fmt.Sprintf("u%d", i), rng.IntN(3) == 0, time.Now()
+		r := &radius.Request{Code: lradius.CodeAccessRequest}
+		r.Attributes.Add(radius.AttrUserName, lradius.Attribute(o.user))
+		if o.acct {
+			r.Code = lradius.CodeAccountingRequest
+			r.Attributes.Add(radius.AttrAcctSessionID, lradius.Attribute("sess-"+o.user))
+			r.Attributes.Add(radius.AttrAcctStatusType, lradius.Attribute([]byte{0, 0, 0, 2}))
+			// A record with its Event-Timestamp: what the content key
+			// needs (radpeer.AccountingKey).
+			r.Attributes.Add(radius.AttrNASIdentifier, lradius.Attribute("nas1"))
+			r.Attributes.Add(radius.AttrEventTimestamp, lradius.Attribute([]byte{0x67, 0, 0, byte(i)}))
+		} else {
+			r.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("pw"))
+		}
+		ctx, cancel := context.Background(), context.CancelFunc(func() {})
+		switch rng.IntN(3) {
+		case 0:
+			o.patient = true
+			ctx, cancel = context.WithTimeout(ctx, time.Hour)
+		case 1:
+			ctx, cancel = context.WithTimeout(ctx, time.Duration(1+rng.IntN(20))*time.Second)
+		}
+		o.deadline, _ = ctx.Deadline()
+		if o.deadline.IsZero() {
+			o.deadline = o.sent.Add(cfg.RequestTimeout)
+			if cfg.RequestTimeout == 0 {
+				o.deadline = o.sent.Add(c.cfg.RequestTimeout)
+			}
+		}
+		wg.Go(func() {
+			defer cancel()
+			o.resp, o.err = c.Exchange(ctx, r)
+			o.done = time.Now()
+		})
+	}
+	// The patient ones may wait for a server to come back: faults stop
+	// after a while, and every server is healed.
+	time.Sleep(30 * time.Second)
+	close(stopFaults)
+	fwg.Wait()
+	n.mu.Lock()
+	for _, s := range n.servers {
+		s.dead, s.loss = false, 0
+	}
+	n.mu.Unlock()
+	for _, s := range n.servers {
+		n.Thaw(s.addr)
+	}
+	wg.Wait()
+	var res usimResult
+	for _, u := range c.UDPPeers() {
+		st := u.Stats()
+		res.late += st.Late
+		res.retrans += st.Retransmissions
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	c.Close(ctx)
+	cancel()
+	<-c.Done()
+	for _, srv := range srvs {
+		srv.Close(context.Background())
+	}
+
+	// The invariants.
+	for _, o := range outs {
+		if o.done.IsZero() {
+			t.Errorf("%s: Exchange never returned", o.user)
+			continue
+		}
+		if o.done.After(o.deadline.Add(time.Second)) {
+			t.Errorf("%s: returned %v after its deadline", o.user, o.done.Sub(o.deadline))
+		}
+		switch {
+		case o.err == nil:
+			res.answered++
+			want := lradius.CodeAccessAccept
+			if o.acct {
+				want = lradius.CodeAccountingResponse
+			}
+			if o.resp == nil || o.resp.Packet == nil || o.resp.Packet.Code != want {
+				t.Errorf("%s: answer %+v, want %v", o.user, o.resp, want)
+			}
+		default:
+			res.failed++
+			if !errors.Is(o.err, radpeer.ErrNoReply) && !errors.Is(o.err, call.ErrTimeout) && !errors.Is(o.err, ErrNoPeer) {
+				t.Errorf("%s: error of no documented kind: %v", o.user, o.err)
+			}
+			if o.patient && healthyOne {
+				t.Errorf("%s: a patient request failed while server s0 stayed healthy: %v", o.user, o.err)
+			}
+		}
+		for addr, dgrams := range n.got[o.user] {
+			if len(dgrams) > retries {
+				t.Errorf("%s: %d datagrams at %s, more than the %d attempts a server gets", o.user, len(dgrams), addr, retries)
+			}
+			for _, d := range dgrams[1:] {
+				if !bytes.Equal(d, dgrams[0]) {
+					t.Errorf("%s: at %s a datagram differs from the first: a second send, not a retransmission", o.user, addr)
+					break
+				}
+			}
+		}
+	}
+	for id, k := range applied {
+		if k > 1 {
+			t.Errorf("accounting record %s applied %d times", id, k)
+		}
+	}
+	return res
+}
