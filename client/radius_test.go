@@ -345,16 +345,20 @@ func TestRADIUSThrottleReplayAheadOfNewer(t *testing.T) {
 	})
 }
 
-// Diameter and RADIUS members are not mixed, RADIUS over UDP belongs to
-// package radudp, and each protocol has its own call.
+// Diameter and RADIUS members are not mixed, a RADIUS server needs a
+// secret, and each protocol has its own call.
 func TestRADIUSConfigRefused(t *testing.T) {
-	for _, peers := range [][]PeerSpec{
-		{{URL: "tcp://a:3868"}, {URL: "radius+tcp://b:1812"}},
-		{{URL: "radius://a:1812"}},
-		{{URL: "tcp://a:3868", Secret: []byte("x")}},
+	for _, tc := range []struct {
+		peers []PeerSpec
+		want  string
+	}{
+		{[]PeerSpec{{URL: "tcp://a:3868"}, {URL: "radius+tcp://b:1812"}}, "one Client per protocol"},
+		{[]PeerSpec{{URL: "tcp://a:3868"}, {URL: "radius://b:1812"}}, "one Client per protocol"},
+		{[]PeerSpec{{URL: "radius://a:1812"}}, "no shared secret"},
+		{[]PeerSpec{{URL: "tcp://a:3868", Secret: []byte("x")}}, "a Secret is for RADIUS servers"},
 	} {
-		_, err := New(Config{Peers: peers})
-		assert.Error(t, err, "%+v", peers)
+		_, err := New(Config{Peers: tc.peers})
+		assert.ErrorContains(t, err, tc.want, "%+v", tc.peers)
 	}
 	synctest.Test(t, func(t *testing.T) {
 		_, c, stop := radOne(t)

@@ -13,12 +13,12 @@ import (
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
-	"github.com/aaatp/aaatp/radudp"
 )
 
 // BenchmarkUDPExchange: Access-Requests over loopback UDP to a
-// radpeer.UDPServer, through client.Client (radius://) and through
-// radudp.Client, side by side, at 1 and 32 callers.
+// radpeer.UDPServer, through client.Client (radius://), at 1 and 32
+// callers. Against radudp.Client before it went:
+// docs/figures/udp-client-vs-radudp-2026-12-03.txt.
 func BenchmarkUDPExchange(b *testing.B) {
 	secret := []byte("bench-secret")
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
@@ -63,17 +63,6 @@ func BenchmarkUDPExchange(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer c.Close(context.Background())
-			run(b, callers, func(ctx context.Context, r *radius.Request) error {
-				_, err := c.Exchange(ctx, r)
-				return err
-			})
-		})
-		b.Run(fmt.Sprintf("radudp/callers=%d", callers), func(b *testing.B) {
-			c, err := radudp.NewClient(radudp.Config{Servers: []radudp.ServerSpec{{URL: url}}, Secret: secret, Logger: quietLog})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
 			run(b, callers, func(ctx context.Context, r *radius.Request) error {
 				_, err := c.Exchange(ctx, r)
 				return err

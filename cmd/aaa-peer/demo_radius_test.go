@@ -49,7 +49,7 @@ func TestRadiusDemo(t *testing.T) {
 		`client +1000 Accounting-Stop records released at once`,
 		// Arrivals are timed at the servers, so a loaded machine moves some
 		// across slot boundaries: the exact 50 per slot is proven in
-		// virtual time by radudp's TestClientAccountingBurstThrottled; here the burst must span at
+		// virtual time by client's TestUDPAccountingBurstThrottled; here the burst must span at
 		// least the 19 slot lengths the rate allows (checked below).
 		`accounting burst: 1000 of 1000 answered, 0 failed, arriving over \d+ slots of 50 ms: median \d+ per slot \(quota 50\)`,
 		`applied twice: 0`,
