@@ -1,0 +1,265 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	lradius "layeh.com/radius"
+
+	"github.com/aaatp/aaatp/call"
+	"github.com/aaatp/aaatp/dedup"
+	"github.com/aaatp/aaatp/loadbalance"
+	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/radpeer"
+)
+
+var (
+	ssimN    = flag.Int("ssim.n", 0, "TestSimRADIUSStream: run seeds 1..n instead of the fixed set (a soak)")
+	ssimSeed = flag.Uint64("ssim.seed", 0, "TestSimRADIUSStream: replay the schedule of this seed only")
+)
+
+// ssimFixedSeeds is the set every `go test` runs.
+const ssimFixedSeeds = 200
+
+// TestSimRADIUSStream is the fault-schedule simulator for the RADIUS
+// stream carrier (radius+tcp://, radpeer.Peer with its Status-Server
+// watchdog): each seed draws a Client of 2-3 servers over net.Pipe in
+// virtual time (balance with each access algorithm, or primary/secondary;
+// 1-2 connections a server) and a schedule of Access- and
+// Accounting-Requests (patient, short or no deadline) against faults:
+// servers frozen and thawed (SUSPECT, failover, late answers), every
+// server frozen at once, connections reset mid-burst. The servers apply
+// accounting behind one shared duplicate store. After every schedule it
+// checks: every call returned once, within its deadline plus a second,
+// with an answer of the right code or an error of the documented kinds;
+// no accounting record applied twice; every password decrypted with the
+// secret of the server that got it (each replay re-signed); a patient
+// request answered whenever one server stayed healthy.
+//
+// A failing schedule names its seed: go test ./client -run
+// TestSimRADIUSStream -ssim.seed=N -v
+func TestSimRADIUSStream(t *testing.T) {
+	var seeds []uint64
+	switch {
+	case *ssimSeed != 0:
+		seeds = []uint64{*ssimSeed}
+	case *ssimN > 0:
+		for i := range *ssimN {
+			seeds = append(seeds, uint64(i+1))
+		}
+	default:
+		for i := range ssimFixedSeeds {
+			seeds = append(seeds, uint64(i+1))
+		}
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(seeds))
+	start := time.Now()
+	var answered, failed, moved uint64
+	var mu sync.Mutex
+	t.Run("schedules", func(t *testing.T) {
+		for w := range workers {
+			t.Run(fmt.Sprint("worker", w), func(t *testing.T) {
+				t.Parallel()
+				for i := w; i < len(seeds); i += workers {
+					seed := seeds[i]
+					var a, f, m uint64
+					if !t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+						synctest.Test(t, func(t *testing.T) { a, f, m = runSSim(t, seed) })
+					}) {
+						t.Errorf("seed %d failed: replay with -run TestSimRADIUSStream -ssim.seed=%d", seed, seed)
+						continue
+					}
+					mu.Lock()
+					answered, failed, moved = answered+a, failed+f, moved+m
+					mu.Unlock()
+				}
+			})
+		}
+	})
+	t.Logf("%d schedules in %v: %d answered, %d failed, %d moved by failovers",
+		len(seeds), time.Since(start).Round(time.Millisecond), answered, failed, moved)
+	if len(seeds) >= 100 && (answered == 0 || failed == 0 || moved == 0) {
+		t.Errorf("the schedules never produced an answer, a failure and a failover each: the faults do not bite")
+	}
+}
+
+func runSSim(t *testing.T, seed uint64) (answered, failed, moved uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0x5712))
+	store := dedup.NewMemory()
+	defer store.Close()
+	nServers := 2 + rng.IntN(2)
+	n := radNetwork{}
+	var urls []string
+	var servers []*radServer
+	for i := range nServers {
+		u := fmt.Sprintf("radius+tcp://s%d:1812", i)
+		s := newRADServerWith(t, fmt.Sprintf("secret-%d", i), store)
+		n[u], urls, servers = s, append(urls, u), append(servers, s)
+	}
+	healthyOne := rng.IntN(2) == 0 // server 0 never suffers a fault
+	mode := Balance
+	if rng.IntN(4) == 0 {
+		mode = PrimarySecondary
+	}
+	cfg := radClientConfig(n, mode, urls...)
+	cfg.RADIUS.MaxConns = 1 + rng.IntN(2)
+	cfg.RequestTimeout = 0 // the default: failover detection plus an answer
+	switch rng.IntN(4) {
+	case 1:
+		cfg.Algorithm = loadbalance.Direct
+	case 2:
+		cfg.Algorithm = loadbalance.RoundRobin
+	case 3:
+		cfg.Algorithm = loadbalance.Hash
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(context.Background(), nServers); err != nil {
+		t.Fatal(err)
+	}
+
+	stopFaults := make(chan struct{})
+	var fwg sync.WaitGroup
+	fwg.Go(func() {
+		frng := rand.New(rand.NewPCG(seed, 0xfa17))
+		for {
+			select {
+			case <-stopFaults:
+				return
+			case <-time.After(time.Duration(2+frng.IntN(15)) * time.Second):
+			}
+			first := 0
+			if healthyOne {
+				first = 1
+			}
+			switch k := frng.IntN(4); {
+			case k == 0 && frng.IntN(4) == 0: // every server out at once, then back
+				for _, s := range servers[first:] {
+					s.faults.Freeze()
+				}
+				time.Sleep(time.Duration(5+frng.IntN(20)) * time.Second)
+				for _, s := range servers[first:] {
+					s.faults.Thaw()
+				}
+			case k <= 1 && first < len(servers): // one frozen: SUSPECT, failover, late answers
+				s := servers[first+frng.IntN(len(servers)-first)]
+				s.faults.Freeze()
+				time.Sleep(time.Duration(1+frng.IntN(25)) * time.Second)
+				s.faults.Thaw()
+			case k == 2 && first < len(servers): // connections reset
+				servers[first+frng.IntN(len(servers)-first)].faults.Reset()
+			}
+		}
+	})
+
+	type outcome struct {
+		user     string
+		acct     bool
+		patient  bool
+		deadline time.Time
+		done     time.Time
+		resp     *radpeer.Response
+		err      error
+	}
+	nReq := 20 + rng.IntN(40)
+	outs := make([]outcome, nReq)
+	var wg sync.WaitGroup
+	for i := range nReq {
+		time.Sleep(time.Duration(rng.IntN(2000)) * time.Millisecond)
+		o := &outs[i]
+		o.user, o.acct = fmt.Sprintf("u%d", i), rng.IntN(3) == 0
+		r := &radius.Request{Code: lradius.CodeAccessRequest}
+		r.Attributes.Add(radius.AttrUserName, lradius.Attribute(o.user))
+		if o.acct {
+			r.Code = lradius.CodeAccountingRequest
+			r.Attributes.Add(radius.AttrAcctSessionID, lradius.Attribute("sess-"+o.user))
+			r.Attributes.Add(radius.AttrAcctStatusType, lradius.Attribute([]byte{0, 0, 0, 2}))
+			r.Attributes.Add(radius.AttrNASIdentifier, lradius.Attribute("nas1"))
+			r.Attributes.Add(radius.AttrEventTimestamp, lradius.Attribute([]byte{0x67, 0, 0, byte(i)}))
+		} else {
+			r.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("pw-"+o.user))
+		}
+		ctx, cancel := context.Background(), context.CancelFunc(func() {})
+		switch rng.IntN(3) {
+		case 0:
+			o.patient = true
+			ctx, cancel = context.WithTimeout(ctx, time.Hour)
+		case 1:
+			ctx, cancel = context.WithTimeout(ctx, time.Duration(1+rng.IntN(40))*time.Second)
+		}
+		o.deadline, _ = ctx.Deadline()
+		if o.deadline.IsZero() {
+			o.deadline = time.Now().Add(c.cfg.RequestTimeout)
+		}
+		wg.Go(func() {
+			defer cancel()
+			o.resp, o.err = c.Exchange(ctx, r)
+			o.done = time.Now()
+		})
+	}
+	time.Sleep(time.Minute)
+	close(stopFaults)
+	fwg.Wait()
+	for _, s := range servers {
+		s.faults.Thaw()
+	}
+	wg.Wait()
+	for _, s := range c.ServerStats() {
+		moved += s.FailedOver
+	}
+	c.Close(context.Background())
+	<-c.Done()
+	n.close()
+
+	for _, o := range outs {
+		if o.done.After(o.deadline.Add(time.Second)) {
+			t.Errorf("%s: returned %v after its deadline", o.user, o.done.Sub(o.deadline))
+		}
+		switch {
+		case o.err == nil:
+			answered++
+			want := lradius.CodeAccessAccept
+			if o.acct {
+				want = lradius.CodeAccountingResponse
+			}
+			if o.resp == nil || o.resp.Packet == nil || o.resp.Packet.Code != want {
+				t.Errorf("%s: answer %+v, want %v", o.user, o.resp, want)
+			}
+		default:
+			failed++
+			if !errors.Is(o.err, call.ErrTimeout) && !errors.Is(o.err, ErrNoPeer) && !errors.Is(o.err, radpeer.ErrClosed) {
+				t.Errorf("%s: error of no documented kind: %v", o.user, o.err)
+			}
+			if o.patient && healthyOne {
+				t.Errorf("%s: a patient request failed while server s0 stayed healthy: %v", o.user, o.err)
+			}
+		}
+	}
+	applied := map[string]int{}
+	for _, s := range servers {
+		for _, u := range s.handled() {
+			applied[u]++
+		}
+		s.mu.Lock()
+		if s.badPass > 0 {
+			t.Errorf("%d passwords did not decrypt with the secret of the server they reached", s.badPass)
+		}
+		s.mu.Unlock()
+	}
+	for _, o := range outs {
+		if o.acct && applied[o.user] > 1 {
+			t.Errorf("accounting record of %s applied %d times", o.user, applied[o.user])
+		}
+	}
+	return answered, failed, moved
+}
