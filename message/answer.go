@@ -1,6 +1,10 @@
 package message
 
-import "github.com/aaatp/aaatp/wire"
+import (
+	"encoding/binary"
+
+	"github.com/aaatp/aaatp/wire"
+)
 
 // Identity is the Origin-Host and Origin-Realm a node signs its messages
 // with.
@@ -34,6 +38,90 @@ func ErrorAnswer(req []byte, from Identity, result uint32, errMsg string) *Build
 	}
 	if errMsg != "" {
 		b.String(ErrorMessage, 0, false, errMsg)
+	}
+	return b
+}
+
+// AVPID names an AVP: its code and vendor (0 for the base protocol's).
+type AVPID struct{ Code, Vendor uint32 }
+
+// SuccessAnswer is the DIAMETER_SUCCESS answer to req, the fast path of a
+// server that answers every request: the bytes
+//
+//	ErrorAnswer(req, from, Success, "") then, for each of echo in order,
+//	Uint32(id.Code, id.Vendor, true, v) where Uint32Of(req, id.Code, id.Vendor) has v
+//
+// would produce, made in one walk over req and one allocation of the
+// answer's exact size. The first AVP of a code counts, as with
+// wire.FindAVP; an echoed AVP that does not hold 4 octets is left out, as
+// Uint32Of finds none.
+func SuccessAnswer(req []byte, from Identity, echo ...AVPID) []byte {
+	var (
+		sid    []byte
+		hasSID bool
+		valsA  [4]uint32
+		seenA  [4]byte // 1 seen, 2 seen and 4 octets
+		vals   = valsA[:]
+		seen   = seenA[:]
+		left   = 1 + len(echo)
+	)
+	if len(echo) > len(valsA) {
+		vals, seen = make([]uint32, len(echo)), make([]byte, len(echo))
+	}
+	_ = wire.WalkAVPs(req, func(a wire.AVP) bool { // a malformed AVP ends the walk, as it ends FindAVP's
+		if a.Code == SessionID && a.Vendor == 0 {
+			if !hasSID {
+				sid, hasSID = a.Data, true
+				left--
+			}
+			return left > 0
+		}
+		for i, id := range echo {
+			if a.Code == id.Code && a.Vendor == id.Vendor && seen[i] == 0 {
+				seen[i] = 1
+				left--
+				if len(a.Data) == 4 {
+					vals[i], seen[i] = binary.BigEndian.Uint32(a.Data), 2
+				}
+			}
+		}
+		return left > 0
+	})
+	n := wire.HeaderLen + 12
+	if hasSID {
+		n += avpLen(0, len(sid))
+	}
+	if from.Host != "" {
+		n += avpLen(0, len(from.Host))
+	}
+	if from.Realm != "" {
+		n += avpLen(0, len(from.Realm))
+	}
+	for i, id := range echo {
+		if seen[i] == 2 {
+			n += avpLen(id.Vendor, 4)
+		}
+	}
+	b := make([]byte, 0, n)
+	b = append(b, wire.Version, byte(n>>16), byte(n>>8), byte(n), wire.Flags(req)&wire.FlagProxiable)
+	b = append(b, req[5:8]...) // the command code
+	b = binary.BigEndian.AppendUint32(b, wire.AppID(req))
+	b = binary.BigEndian.AppendUint32(b, wire.HopByHop(req))
+	b = binary.BigEndian.AppendUint32(b, wire.EndToEnd(req))
+	if hasSID {
+		b = pad(append(appendHeader(b, SessionID, 0, true, len(sid)), sid...))
+	}
+	b = binary.BigEndian.AppendUint32(appendHeader(b, ResultCode, 0, true, 4), Success)
+	if from.Host != "" {
+		b = pad(append(appendHeader(b, OriginHost, 0, true, len(from.Host)), from.Host...))
+	}
+	if from.Realm != "" {
+		b = pad(append(appendHeader(b, OriginRealm, 0, true, len(from.Realm)), from.Realm...))
+	}
+	for i, id := range echo {
+		if seen[i] == 2 {
+			b = binary.BigEndian.AppendUint32(appendHeader(b, id.Code, id.Vendor, true, 4), vals[i])
+		}
 	}
 	return b
 }

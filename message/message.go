@@ -136,6 +136,14 @@ func start(b []byte, cmd, app uint32, flags uint8, hbh, e2e uint32) *Builder {
 }
 
 func (m *Builder) header(code, vendor uint32, mandatory bool, dataLen int) {
+	m.b = appendHeader(m.b, code, vendor, mandatory, dataLen)
+}
+
+func (m *Builder) pad() { m.b = pad(m.b) }
+
+// appendHeader appends an AVP's header: code, flags (M when mandatory, V
+// with a vendor), the length of a header and dataLen octets, the vendor.
+func appendHeader(b []byte, code, vendor uint32, mandatory bool, dataLen int) []byte {
 	var flags byte
 	if mandatory {
 		flags |= flagM
@@ -146,17 +154,28 @@ func (m *Builder) header(code, vendor uint32, mandatory bool, dataLen int) {
 		hl = 12
 	}
 	l := hl + dataLen
-	m.b = binary.BigEndian.AppendUint32(m.b, code)
-	m.b = append(m.b, flags, byte(l>>16), byte(l>>8), byte(l))
+	b = binary.BigEndian.AppendUint32(b, code)
+	b = append(b, flags, byte(l>>16), byte(l>>8), byte(l))
 	if vendor != 0 {
-		m.b = binary.BigEndian.AppendUint32(m.b, vendor)
+		b = binary.BigEndian.AppendUint32(b, vendor)
 	}
+	return b
 }
 
-func (m *Builder) pad() {
-	for len(m.b)%4 != 0 {
-		m.b = append(m.b, 0)
+// avpLen is the size of an AVP holding dataLen octets, padding included.
+func avpLen(vendor uint32, dataLen int) int {
+	if vendor != 0 {
+		return 12 + (dataLen+3)&^3
 	}
+	return 8 + (dataLen+3)&^3
+}
+
+// pad appends zeros up to a multiple of 4 octets.
+func pad(b []byte) []byte {
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	return b
 }
 
 // Octets appends an OctetString (or UTF8String, DiameterIdentity) AVP.

@@ -767,14 +767,14 @@ func (s *server) handle(ctx context.Context, _ *peer.Peer, req []byte) []byte {
 
 func (s *server) answer(req []byte) []byte {
 	app, cmd := wire.AppID(req), wire.CommandCode(req)
+	me := message.Identity{Host: s.o.originHost, Realm: s.o.originRealm}
 	switch {
 	case app == message.AppAccounting && cmd == message.CmdAccounting:
-		return s.successAnswer(req, avpID{message.AccountingRecordType, 0}, avpID{message.AccountingRecordNumber, 0})
+		return message.SuccessAnswer(req, me, message.AVPID{Code: message.AccountingRecordType}, message.AVPID{Code: message.AccountingRecordNumber})
 	case app == message.AppTest && cmd == message.CmdTest:
-		return s.successAnswer(req, avpID{message.AVPTestValue, message.VendorTest})
+		return message.SuccessAnswer(req, me, message.AVPID{Code: message.AVPTestValue, Vendor: message.VendorTest})
 	}
-	return message.ErrorAnswer(req, message.Identity{Host: s.o.originHost, Realm: s.o.originRealm},
-		message.CommandUnsupported, fmt.Sprintf("command %d of application %d is not supported", cmd, app)).Bytes()
+	return message.ErrorAnswer(req, me, message.CommandUnsupported, fmt.Sprintf("command %d of application %d is not supported", cmd, app)).Bytes()
 }
 
 // peerConfig is the server's peer.Config, the one place it is built for
