@@ -321,7 +321,7 @@ type loadgen struct {
 	log     *slog.Logger
 	metrics *status.Metrics // nil without --status
 	cl      *client.Client
-	tmpl    *requestTemplate
+	tmpl    *message.RequestTemplate
 	peers   []*peer.Peer // cl's, in --peer order
 	start   int64        // unix nanoseconds, the high part of Session-Ids: two runs started in one second must not reuse them
 	epoch   time.Time    // the origin of the requests' clock readings (one read each: time.Now reads two clocks)
@@ -484,7 +484,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	c := newLoadgen(o, log, metrics)
 	if o.testUser != "" {
 		// Probes and keep-alives: one request of the test user (S4, S5).
-		ccfg.TestRequest = func(string) []byte { return c.buildFor(c.issued.Add(1), o.testUser) }
+		ccfg.TestRequest = func(string) []byte { return c.tmpl.Build(c.issued.Add(1), o.testUser) }
 	}
 	names := make([]string, len(ccfg.Peers))
 	for i, p := range ccfg.Peers {
@@ -569,7 +569,12 @@ func newLoadgen(o clientOptions, log *slog.Logger, metrics *status.Metrics) *loa
 	now := time.Now()
 	c := &loadgen{o: o, log: log, metrics: metrics, start: now.UnixNano(), epoch: now, failedBy: make(map[string]uint64),
 		tallies: make([]tally, min(max(o.concurrency, 1), maxTallies))}
-	c.tmpl = newRequestTemplate(&c.o, c.start)
+	app := uint32(message.AppAccounting)
+	if o.app == "test" {
+		app = message.AppTest
+	}
+	c.tmpl, _ = message.NewRequestTemplate(message.Series{App: app, From: message.Identity{Host: o.originHost, Realm: o.originRealm},
+		DestinationRealm: o.destRealm, SessionPrefix: o.originHost + ";" + strconv.FormatInt(c.start, 10) + ";", UserName: o.nai}) // app is one of the two
 	return c
 }
 
@@ -766,7 +771,7 @@ func (c *loadgen) progress(elapsed time.Duration) string {
 // ctx, gives it its --timeout.
 func (c *loadgen) one(ctx context.Context, dl *deadlines, n int64, t *tally, lat *latencies) {
 	t.sent.Add(1)
-	req := c.build(n)
+	req := c.tmpl.Build(n, "")
 	c.metrics.ObserveWire(req, status.DirOut)
 	t0 := time.Since(c.epoch)
 	s := dl.at(c.epoch.Add(t0))
@@ -823,12 +828,6 @@ func errorKind(err error) string {
 	}
 	return "error"
 }
-
-// build encodes request n.
-func (c *loadgen) build(n int64) []byte { return c.tmpl.build(n, "") }
-
-// buildFor encodes request n for the given User-Name.
-func (c *loadgen) buildFor(n int64, user string) []byte { return c.tmpl.build(n, user) }
 
 func (c *loadgen) report(dropped uint64, elapsed time.Duration) clientReport {
 	sent, answered, failed := c.counts()

@@ -1,0 +1,120 @@
+package message
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/aaatp/aaatp/wire"
+)
+
+// Series describes the numbered requests of a RequestTemplate, a load
+// generator's. Request n carries Session-Id SessionPrefix followed by n
+// in decimal, Origin-Host and Origin-Realm (From), Destination-Realm,
+// User-Name, then, for AppAccounting, Accounting-Record-Type START_RECORD
+// (one session per request), Accounting-Record-Number n and
+// Acct-Application-Id 3, or, for AppTest, the test application's
+// Test-Value n.
+type Series struct {
+	App              uint32 // AppAccounting or AppTest
+	From             Identity
+	DestinationRealm string
+	SessionPrefix    string
+	// UserName is the User-Name: with one %d (and no other verb) n goes
+	// there; with other verbs it is a format for fmt.Sprintf(UserName, n);
+	// without any, the same User-Name for every request.
+	UserName string
+}
+
+// A RequestTemplate encodes the requests of a Series without a Builder or
+// fmt per request: what does not depend on n is encoded once, and each
+// request is the template's pieces copied into one new slice, n written
+// where it goes. A request is the bytes the Builder would make, its
+// Hop-by-Hop and End-to-End ids zero (the sender assigns them). A
+// RequestTemplate is safe for concurrent use.
+type RequestTemplate struct {
+	head      [wire.HeaderLen]byte // the length set per request
+	sidPrefix string
+	mid       []byte // Origin-Host, Origin-Realm, Destination-Realm
+	tail      []byte // the AVPs after User-Name
+	numOff    int    // offset in tail of the uint32 that holds n
+
+	// User-Name: userPrefix + n + userSuffix when numbered, else
+	// fmt.Sprintf(userFormat, n) when userFormat is set, else userFixed.
+	numbered               bool
+	userPrefix, userSuffix string
+	userFormat, userFixed  string
+}
+
+// NewRequestTemplate returns the template of s's requests; an error when
+// s.App is neither AppAccounting nor AppTest.
+func NewRequestTemplate(s Series) (*RequestTemplate, error) {
+	t := &RequestTemplate{sidPrefix: s.SessionPrefix}
+	var tail *Builder
+	switch s.App {
+	case AppAccounting:
+		copy(t.head[:], NewRequest(CmdAccounting, AppAccounting, wire.FlagProxiable).b)
+		tail = NewRequest(0, 0, 0).Uint32(AccountingRecordType, 0, true, 2).
+			Uint32(AccountingRecordNumber, 0, true, 0).Uint32(AcctApplicationID, 0, true, AppAccounting)
+		t.numOff = 12 + 8 // after Accounting-Record-Type and the number's AVP header
+	case AppTest:
+		copy(t.head[:], NewRequest(CmdTest, AppTest, wire.FlagProxiable).b)
+		tail = NewRequest(0, 0, 0).Uint32(AVPTestValue, VendorTest, true, 0)
+		t.numOff = 12 // after the vendor AVP's header
+	default:
+		return nil, errors.New("message: a request template is of AppAccounting or AppTest, not application " + strconv.FormatUint(uint64(s.App), 10))
+	}
+	t.tail = tail.b[wire.HeaderLen:]
+	t.mid = NewRequest(0, 0, 0).String(OriginHost, 0, true, s.From.Host).String(OriginRealm, 0, true, s.From.Realm).
+		String(DestinationRealm, 0, true, s.DestinationRealm).b[wire.HeaderLen:]
+	switch pre, suf, found := strings.Cut(s.UserName, "%d"); {
+	case !strings.Contains(s.UserName, "%"):
+		t.userFixed = s.UserName
+	case found && !strings.Contains(pre, "%") && !strings.Contains(suf, "%"):
+		t.numbered, t.userPrefix, t.userSuffix = true, pre, suf
+	default:
+		t.userFormat = s.UserName
+	}
+	return t, nil
+}
+
+// Build encodes request n, with userName as its User-Name instead of the
+// Series' when it is not empty. The slice is the caller's.
+func (t *RequestTemplate) Build(n int64, userName string) []byte {
+	var num [20]byte
+	digits := strconv.AppendInt(num[:0], n, 10)
+	numbered := false
+	if userName == "" {
+		switch {
+		case t.numbered:
+			numbered = true
+		case t.userFormat != "":
+			userName = fmt.Sprintf(t.userFormat, n)
+		default:
+			userName = t.userFixed
+		}
+	}
+	sidLen, userLen := len(t.sidPrefix)+len(digits), len(userName)
+	if numbered {
+		userLen = len(t.userPrefix) + len(digits) + len(t.userSuffix)
+	}
+	total := wire.HeaderLen + avpLen(0, sidLen) + len(t.mid) + avpLen(0, userLen) + len(t.tail)
+	b := append(make([]byte, 0, total), t.head[:]...)
+	b[1], b[2], b[3] = byte(total>>16), byte(total>>8), byte(total)
+	b = appendHeader(b, SessionID, 0, true, sidLen)
+	b = pad(append(append(b, t.sidPrefix...), digits...))
+	b = append(b, t.mid...)
+	b = appendHeader(b, UserName, 0, true, userLen)
+	if numbered {
+		b = append(append(append(b, t.userPrefix...), digits...), t.userSuffix...)
+	} else {
+		b = append(b, userName...)
+	}
+	b = pad(b)
+	off := len(b)
+	b = append(b, t.tail...)
+	binary.BigEndian.PutUint32(b[off+t.numOff:], uint32(n))
+	return b
+}
