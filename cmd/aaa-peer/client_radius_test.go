@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/internal/testhelp"
 )
 
@@ -62,7 +63,7 @@ func TestRadiusClientFailover(t *testing.T) {
 	}
 	var outOfService, failovers int
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		var e eventLine
+		var e client.EventLine
 		if err := json.Unmarshal([]byte(line), &e); err != nil {
 			t.Fatalf("event line %q: %v", line, err)
 		}

@@ -17,6 +17,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/peer"
 )
 
 // stringList is a repeatable string flag (--listen, --peer, --allow).
@@ -128,11 +131,11 @@ func (r redisLog) Printf(ctx context.Context, format string, v ...any) {
 	r.log.WarnContext(ctx, strings.TrimPrefix(fmt.Sprintf(format, v...), "redis: "), "component", "go-redis")
 }
 
-// eventWriter writes the events of a Bus as JSON lines (eventLine) from its own
-// goroutine. The subscriber never blocks: when the buffer is full the
+// eventWriter writes the events of a Bus as JSON lines (client.EventLine)
+// from its own goroutine. The subscriber never blocks: when the buffer is full the
 // event is dropped and counted.
 type eventWriter struct {
-	ch      chan eventLine
+	ch      chan client.EventLine
 	cancel  func()
 	done    chan struct{}
 	mu      sync.RWMutex // guards closed against the subscriber's send
@@ -145,10 +148,21 @@ type eventWriter struct {
 
 const eventBuffer = 8192
 
+// peerLines and clientLines adapt a bus to openEvents.
+func peerLines(b *peer.Bus) func(func(client.EventLine)) func() {
+	return func(fn func(client.EventLine)) func() {
+		return b.Subscribe(func(e peer.Event) { fn(client.PeerLine(e)) })
+	}
+}
+
+func clientLines(b *client.Bus) func(func(client.EventLine)) func() {
+	return func(fn func(client.EventLine)) func() { return b.Subscribe(func(e client.Event) { fn(e.Line()) }) }
+}
+
 // openEvents starts writing the events of a bus (peerLines, clientLines)
 // to path ("-" is stdout).
-func openEvents(subscribe func(func(eventLine)) func(), path string, stdout io.Writer) (*eventWriter, error) {
-	ew := &eventWriter{ch: make(chan eventLine, eventBuffer), done: make(chan struct{})}
+func openEvents(subscribe func(func(client.EventLine)) func(), path string, stdout io.Writer) (*eventWriter, error) {
+	ew := &eventWriter{ch: make(chan client.EventLine, eventBuffer), done: make(chan struct{})}
 	if path == "-" {
 		ew.w = bufio.NewWriter(stdout)
 	} else {
@@ -164,7 +178,7 @@ func openEvents(subscribe func(func(eventLine)) func(), path string, stdout io.W
 	return ew, nil
 }
 
-func (ew *eventWriter) publish(e eventLine) {
+func (ew *eventWriter) publish(e client.EventLine) {
 	ew.mu.RLock()
 	defer ew.mu.RUnlock()
 	if ew.closed {
