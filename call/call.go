@@ -206,6 +206,10 @@ type Call struct {
 	// refused: it left its last connection refused (too busy), see
 	// Boarding. Under mu.
 	refused bool
+	// lost: it left a connection it was in flight on without a refusal
+	// (a failover, a drain): a server may have applied it, so no other
+	// server's refusal may conclude it (Conclude). Under mu.
+	lost bool
 	// Accounting: the request is accounting traffic (the throttle's
 	// class), not authentication or authorization.
 	Accounting bool
@@ -315,6 +319,8 @@ func (c *Call) leave(cn *Conn, refused bool, answer []byte, err error) bool {
 		c.refused = answer != nil
 		c.refusedBy = append(c.refusedBy, cn.peer)
 		c.lastAnswer, c.lastErr = answer, err
+	} else {
+		c.lost = true
 	}
 	c.to(Moved)
 	return true
@@ -374,12 +380,20 @@ func (c *Call) end(ans []byte, err error, by Carrier, timedOut bool) bool {
 
 // Conclude completes a call that peers refused with the last refusal
 // (its answer, or its error): what the caller gets when no other peer is
-// left to try. False if it has none or is complete.
+// left to try. False if it has none or is complete, and false for an
+// answer when the call was lost on a connection before (a failover, a
+// drain): a server may have applied it, and a refusal would tell the
+// caller it was not (RFC 6733 7.1.3), so it waits for a server instead,
+// within its deadline. An error (no reply over UDP) claims nothing and
+// still concludes.
 func (c *Call) Conclude() bool {
 	c.mu.Lock()
 	ans, err, from := c.lastAnswer, c.lastErr, Carrier(nil)
 	if n := len(c.refusedBy); n > 0 {
 		from = c.refusedBy[n-1]
+	}
+	if c.lost {
+		ans = nil
 	}
 	c.mu.Unlock()
 	switch {

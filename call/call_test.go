@@ -330,3 +330,23 @@ func TestRefuseWithError(t *testing.T) {
 	assert.ErrorIs(t, err, errNoReply)
 	assert.Nil(t, c.AnsweredBy())
 }
+
+// A call lost on a connection (a failover) and then refused with an
+// answer is not concluded with that refusal: the first server may have
+// applied it. A refusal without an answer (an error) still concludes.
+func TestConcludeNotAfterLoss(t *testing.T) {
+	c := newCall()
+	a, b, d := newConn("a"), newConn("b"), newConn("d")
+	boarded(t, c, a)
+	require.True(t, c.Leave(&a.Conn), "lost with a's connection")
+	boarded(t, c, b)
+	require.True(t, c.Refuse(&b.Conn, []byte("busy"), nil))
+	assert.False(t, c.Conclude(), "b's refusal does not conclude a call a may have applied")
+	assert.False(t, c.IsDone())
+	errNoReply := errors.New("no reply")
+	boarded(t, c, d)
+	require.True(t, c.Refuse(&d.Conn, nil, errNoReply))
+	require.True(t, c.Conclude(), "an error claims nothing")
+	_, err := c.Wait(context.Background(), time.Second)
+	assert.ErrorIs(t, err, errNoReply)
+}

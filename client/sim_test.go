@@ -29,9 +29,8 @@ var (
 	simN    = flag.Int("sim.n", 0, "TestSim: run schedules for seeds 1..n instead of the fixed set (a soak)")
 	simSeed = flag.Uint64("sim.seed", 0, "TestSim: replay the schedule of this seed only")
 	simFrom = flag.Uint64("sim.from", 1, "TestSim with -sim.n: the first seed")
-	// simStrict fails the known-broken outcomes too: replays out of order
-	// when a peer comes into service in the middle of a batch, and an
-	// applied request answered with another server's refusal (see check).
+	// simStrict fails the known-broken outcome too: replays out of order
+	// when a peer comes into service in the middle of a batch (see check).
 	simStrict = flag.Bool("sim.strict", false, "TestSim: fail the known-broken outcomes too")
 )
 
@@ -140,16 +139,13 @@ func TestSim(t *testing.T) {
 		if s.KnownOrder*100 > s.OrderPairs {
 			t.Errorf("%d of %d replays moved together left out of send order: more than the known race (-sim.strict shows them)", s.KnownOrder, s.OrderPairs)
 		}
-		if s.KnownRefusal*300 > s.Answered {
-			t.Errorf("%d of %d answered requests got a refusal after being applied: more than the known race (-sim.strict shows them)", s.KnownRefusal, s.Answered)
-		}
 	}
 }
 
 type simCounts struct {
 	Requests, Answered, Failed, Replays, Premature, Late, Parked, Drained, Closes int
 	Patient, Pinned, NonAcct, AllOut, SlowBehind, OrderPairs, Drains, Pauses      int
-	KnownOrder, KnownRefusal                                                      int
+	KnownOrder                                                                    int
 }
 
 type simTotals struct {
@@ -179,7 +175,6 @@ func (s *simTotals) add(b simCounts) {
 	a.Drains += b.Drains
 	a.Pauses += b.Pauses
 	a.KnownOrder += b.KnownOrder
-	a.KnownRefusal += b.KnownRefusal
 }
 
 func (s *simTotals) snapshot() simCounts {
@@ -1106,13 +1101,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 				t.Errorf("seed %d: request %d answered 2001 but applied %d times; sends %+v; commits %v", seed, r.e2e, n, sends, w.commits[r.e2e])
 			}
 		case message.TooBusy, message.UnableToDeliver:
-			if appliedBefore && !*simStrict {
-				// Known broken (see TestAppliedRequestNotConcludedWithRefusal):
-				// a request applied by a server whose answer was lost,
-				// then refused by the only alternate, is concluded with
-				// that refusal instead of waiting for a server.
-				w.counts.KnownRefusal++
-			} else if appliedBefore {
+			if appliedBefore {
 				t.Errorf("seed %d: request %d applied (at %v) but answered %d at %v; sends %+v; commits %v; records %q", seed, r.e2e, commitAt.Format("04:05.000"), rc, r.at.Format("04:05.000"), sends, w.commits[r.e2e], w.recordsWith(r.e2e))
 			}
 		case message.UnableToComply:

@@ -581,6 +581,11 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 			return false
 		}
 	case !late && p.cfg.Failover != nil && wire.Flags(msg)&wire.FlagError != 0 && p.premature(c, cl, msg):
+	case late && p.cfg.Failover != nil && wire.Flags(msg)&wire.FlagError != 0 && refusesBeforeApplying(msg):
+		// A late refusal of a request that has moved on: it may have been
+		// applied where it went, and the refusal would tell its caller it
+		// was not (RFC 6733 7.1.3). Its current send answers it.
+		p.stats.late.Add(1)
 	default:
 		ok, owner := cl.Finish(msg, nil, &c.h, &p.stats.answered)
 		switch {
@@ -630,6 +635,13 @@ func (p *Peer) notifyOther(c *conn, at int64) {
 	if p.State() != watchdog.Okay {
 		p.step(input{kind: evOther, c: c, at: at})
 	}
+}
+
+// refusesBeforeApplying reports whether ans refuses its request:
+// DIAMETER_TOO_BUSY or DIAMETER_UNABLE_TO_DELIVER.
+func refusesBeforeApplying(ans []byte) bool {
+	rc, _ := message.ResultCodeOf(ans)
+	return rc == message.TooBusy || rc == message.UnableToDeliver
 }
 
 // premature hands a call answered DIAMETER_TOO_BUSY or

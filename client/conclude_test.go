@@ -11,32 +11,18 @@ import (
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/wire"
+	"github.com/stretchr/testify/assert"
 )
-
-// knownBroken ends a test of a defect not fixed yet: failure says how
-// the code fails the requirement ("" when it meets it). The test is
-// skipped, saying why, while the defect is there, and fails once it is
-// gone, so that it is turned into an ordinary test.
-func knownBroken(t *testing.T, why, failure string) {
-	t.Helper()
-	if failure == "" {
-		t.Errorf("passes now: make it an ordinary test (known broken: %s)", why)
-		return
-	}
-	t.Skipf("known broken (%s): %s", why, failure)
-}
 
 // TestAppliedRequestNotConcludedWithRefusal: a request applied by a
 // server whose answer was then lost (its connection reset), and refused
 // too busy by the only alternate, must not be answered with that
 // refusal: 3004 tells the caller the request was not applied, which is
 // false (RFC 6733 7.1.3), and a caller that sends it again under a new
-// End-to-End id applies it twice. It should wait for a server (the
-// first one reconnects) until its deadline. TestSim finds the same in
-// its schedules (seed 175 of 1..300 at the time of writing; counted as
-// KnownRefusal, failed with -sim.strict).
+// End-to-End id applies it twice. It waits for a server (the first one
+// reconnects, and its duplicate store answers the replay) until its
+// deadline (call.Call.Conclude). TestSim found it in its schedules.
 func TestAppliedRequestNotConcludedWithRefusal(t *testing.T) {
-	var failure string
 	synctest.Test(t, func(t *testing.T) {
 		store := dedup.NewMemory()
 		defer store.Close()
@@ -79,12 +65,51 @@ func TestAppliedRequestNotConcludedWithRefusal(t *testing.T) {
 		a.unfreeze()
 		<-done
 		rc, _ := message.ResultCodeOf(ans)
-		if applied.Load() == 1 && (sendErr != nil || rc != message.Success) {
-			failure = "applied once, yet Send returned result " + itoa(int(rc))
-			if sendErr != nil {
-				failure += " and error " + sendErr.Error()
-			}
+		if applied.Load() != 1 || sendErr != nil || rc != message.Success {
+			t.Errorf("applied %d times; Send returned result %d, error %v: want the first server's 2001", applied.Load(), rc, sendErr)
 		}
 	})
-	knownBroken(t, "an applied request is concluded with another server's refusal", failure)
+}
+
+// A refusal (3002 here) that arrives late, on the connection a request
+// left in a failover, does not complete it: the request went on to
+// another server, which may apply it; that server's answer completes it.
+func TestLateRefusalDoesNotComplete(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+		a.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte { // misrouted: refuses
+			return message.NewAnswer(req).ResultCode(message.UnableToDeliver).
+				String(message.OriginHost, 0, true, "a.example.net").
+				String(message.OriginRealm, 0, true, "example.net").Bytes()
+		}
+		var applied atomic.Int32
+		b.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			time.Sleep(20 * time.Second) // slow: a's refusal comes back first
+			applied.Add(1)
+			return b.handler(ctx, p, req)
+		}
+		n := network{"tcp://a:3868": a, "tcp://b:3868": b}
+		defer n.close()
+		c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:3868", "tcp://b:3868"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		synctest.Wait()
+		a.freeze() // a's refusal is held: a goes SUSPECT and its request moves to b
+		res := make(chan []byte, 1)
+		go func() {
+			ans, err := c.Send(context.Background(), acr(1, "user@example.net"))
+			if err != nil {
+				t.Error(err)
+			}
+			res <- ans
+		}()
+		time.Sleep(70 * time.Second) // two Tw: failover to b
+		a.unfreeze()                 // the late 3002 arrives, b still applying
+		ans := <-res
+		rc, _ := message.ResultCodeOf(ans)
+		assert.Equal(t, uint32(message.Success), rc, "b's answer, not a's late refusal")
+		assert.Equal(t, int32(1), applied.Load())
+	})
 }
