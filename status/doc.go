@@ -4,9 +4,10 @@
 // The node supplies a Source, a function returning a Snapshot: its role and
 // identity, one row per peer (watchdog state and time in state, policy
 // state, pending, sent, answered, Tw, last DWA), the failover-event table of
-// RFC 3539 3.4.2 [5], queue depths and alarms, and totals. PeerRow,
-// PeerRows and ClientPeers build the rows from what package peer and package
-// client already report.
+// RFC 3539 3.4.2 [5], queue depths and alarms, and totals. ClientSnapshot
+// builds a client's from a client.Client (Diameter and RADIUS servers
+// alike); PeerRow, PeerRows, ServerPeers and DedupTotals build a server's
+// rows and totals from what package peer and dedup.Wrap report.
 //
 // Metrics holds the Prometheus collectors on a registry of its own (never
 // the global one). Watch feeds it from a peer.Bus (watchdog states and

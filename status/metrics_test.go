@@ -255,7 +255,7 @@ func TestCommandName(t *testing.T) {
 
 // TestRealPeers runs a server and a client over loopback TCP and checks
 // what the helpers and the metrics make of them: the rows ClientPeers and
-// PeerRows build, and the state and message metrics fed by Watch and
+// PeerRows build, ClientSnapshot, and the state and message metrics fed by Watch and
 // WrapHandler.
 func TestRealPeers(t *testing.T) {
 	ms := NewMetrics()
@@ -312,10 +312,14 @@ func TestRealPeers(t *testing.T) {
 		r.Tw <= 0 || r.Since.IsZero() || !strings.HasPrefix(r.Policy, "in-service") {
 		t.Errorf("client row: %+v", r)
 	}
-	recs, total := ClientFailovers(c)
+	if s := ClientSnapshot(c); len(s.Peers) != 1 || s.Peers[0].Server != "s1" || s.Peers[0].Protocol != "" ||
+		s.Totals != (Totals{Answered: 2}) || s.FailoversTotal != 0 || len(s.Queues) != 0 {
+		t.Errorf("client snapshot: %+v", s)
+	}
 	clientSrc := SourceFunc(func() Snapshot {
-		return Snapshot{Role: RoleClient, Identity: Identity{OriginHost: "cli.example.net"}, Peers: ClientPeers(c),
-			Failovers: recs, FailoversTotal: total}
+		s := ClientSnapshot(c)
+		s.Role, s.Identity = RoleClient, Identity{OriginHost: "cli.example.net"}
+		return s
 	})
 	fams, _ := families(t, clientSrc, mc)
 	expect(t, fams, 1, MetricState, "peer", "srv.example.net", "state", "OKAY")
@@ -331,6 +335,11 @@ func TestRealPeers(t *testing.T) {
 	}
 	if len(srows) != 1 || srows[0].Peer != "cli.example.net" || srows[0].State != "OKAY" {
 		t.Errorf("server rows: %+v", srows)
+	}
+	// The ended peers follow the live ones, one row a name not live.
+	rows = ServerPeers(srv.Peers(), []peer.Stats{{Peer: "cli.example.net"}, {Peer: "old.example.net", State: "DOWN"}, {Peer: "old.example.net"}})
+	if len(rows) != 2 || rows[0].Peer != "cli.example.net" || rows[0].State != "OKAY" || rows[1].Peer != "old.example.net" || rows[1].State != "DOWN" {
+		t.Errorf("server rows with ended peers: %+v", rows)
 	}
 	serverSrc := SourceFunc(func() Snapshot {
 		return Snapshot{Role: RoleServer, Identity: Identity{OriginHost: "srv.example.net"}, Peers: PeerRows(srv.Peers())}

@@ -2,11 +2,15 @@ package status
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/watchdog"
 )
 
@@ -134,33 +138,84 @@ func PeerRows(ps []*peer.Peer) []PeerStatus {
 	return rows
 }
 
-// ClientPeers returns the rows of a client's peers in configured order,
-// with Server set to the configured name and Policy to the balancer's view
-// of the server (balance mode) or primary/secondary (primary/secondary
-// mode: the first peer OKAY is the primary, the other OKAY ones secondary).
+// ServerPeers returns a server's rows: its live peers sorted by name,
+// then the peers that ended, in the order given (latest first, say), one
+// row per name not live.
+func ServerPeers(live []*peer.Peer, ended []peer.Stats) []PeerStatus {
+	rows := PeerRows(live)
+	slices.SortFunc(rows, func(a, b PeerStatus) int { return strings.Compare(a.Peer, b.Peer) })
+	seen := make(map[string]bool, len(rows)+len(ended))
+	for _, r := range rows {
+		seen[r.Peer] = true
+	}
+	for _, st := range ended {
+		if !seen[st.Peer] {
+			seen[st.Peer] = true
+			rows = append(rows, PeerRow(st))
+		}
+	}
+	return rows
+}
+
+// DedupTotals returns the totals of a server whose handler is wrapped by
+// dedup.Wrap with counters dd: Received, Answered (applied once, from the
+// store, refused: every request it answered) and Duplicates.
+func DedupTotals(dd *dedup.Counters) Totals {
+	return Totals{
+		Received: dd.Received.Load(), Duplicates: dd.Duplicates.Load(),
+		Answered: dd.Applied.Load() + dd.Duplicates.Load() + dd.StoreErrs.Load() + dd.Superseded.Load() + dd.NotKept.Load(),
+	}
+}
+
+// ClientPeers returns the rows of a client's servers in configured order,
+// Server set to the configured name. A Diameter server's row is its
+// peer's (PeerRow), Policy the balancer's view of the server (balance
+// mode) or primary/secondary (primary/secondary mode: the first peer OKAY
+// is the primary, the other OKAY ones secondary), followed by
+// "; server " and the server policy's state when there is one. A RADIUS
+// server's row has the Client's view of it, Policy the server policy's
+// state, and its peer's counters: over TCP and TLS the Identifiers in use
+// and waiting, Tw and the recycled connections; over UDP the requests in
+// flight or waiting, every transmission counted as sent.
 func ClientPeers(c *client.Client) []PeerStatus {
-	ps := c.Peers()
-	ss := c.ServerStats()
-	rows := PeerRows(ps)
-	var policy map[string]string
+	ss, pol := c.ServerStats(), c.PolicyStates()
+	rows := PeerRows(c.Peers())
+	streams, udps := c.RADIUSPeers(), c.UDPPeers()
+	var balancer map[string]string
 	if snap, ok := c.Balancer(); ok {
-		policy = make(map[string]string, len(snap.Servers))
+		balancer = make(map[string]string, len(snap.Servers))
 		for _, s := range snap.Servers {
 			p := s.State.String()
 			if s.State == loadbalance.InService && s.Buckets > 0 {
 				p = fmt.Sprintf("%s (%d buckets)", p, s.Buckets)
 			}
-			policy[s.Name] = p
+			balancer[s.Name] = p
 		}
 	}
+	// Every server of a Client has one protocol, and at least one is
+	// dialed: one RADIUS peer says they are all RADIUS servers.
+	radius := slices.ContainsFunc(streams, func(p *radpeer.Peer) bool { return p != nil }) ||
+		slices.ContainsFunc(udps, func(p *radpeer.UDPPeer) bool { return p != nil })
 	primary := false
 	for i := range rows {
-		if i < len(ss) {
-			rows[i].Server = ss[i].Server
+		s := ss[i]
+		if u := udps[i]; u != nil {
+			st := u.Stats()
+			rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: pol[i], Protocol: ProtocolRADIUS,
+				Pending: st.InFlight + st.Waiting, Sent: st.Sent + st.Retransmissions, Answered: st.Answered}
+			continue
 		}
+		if radius {
+			rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: pol[i], Protocol: ProtocolRADIUS, State: s.State}
+			if p := streams[i]; p != nil {
+				rows[i].addStream(p.Stats())
+			}
+			continue
+		}
+		rows[i].Server = s.Server
 		switch {
-		case policy != nil:
-			rows[i].Policy = policy[rows[i].Server]
+		case balancer != nil:
+			rows[i].Policy = balancer[rows[i].Server]
 		case rows[i].State != watchdog.Okay.String():
 			rows[i].Policy = ""
 		case !primary:
@@ -168,14 +223,50 @@ func ClientPeers(c *client.Client) []PeerStatus {
 		default:
 			rows[i].Policy = "secondary"
 		}
+		if pol[i] != "" {
+			if rows[i].Policy == "" {
+				rows[i].Policy = pol[i]
+			} else {
+				rows[i].Policy += "; server " + pol[i]
+			}
+		}
 	}
 	return rows
 }
 
-// ClientFailovers returns the client's failover table and total, ready for
-// Snapshot.Failovers and Snapshot.FailoversTotal.
-func ClientFailovers(c *client.Client) ([]client.FailoverRecord, uint64) {
-	return c.FailoverLog()
+// addStream adds a RADIUS stream peer's counters to a row.
+func (ps *PeerStatus) addStream(w radpeer.Stats) {
+	ps.Pending, ps.Sent, ps.Answered, ps.MovedOut, ps.RecycledConns = w.Waiting, w.Sent, w.Answered, w.MovedOut, w.RecycledConns
+	for _, cs := range w.Conns {
+		ps.Pending += cs.Pending
+		ps.Tw = cs.Tw
+	}
+}
+
+// ClientSnapshot is the status of a client: its rows (ClientPeers), its
+// failover table, its queues, and the totals it keeps: Answered and Failed
+// by its servers, Moved by failover, Pending in its queues, and
+// Retransmitted, the replays its Diameter peers sent with the T flag. Role
+// and Identity, and Sent, are the caller's to set (and any total it counts
+// otherwise).
+func ClientSnapshot(c *client.Client) Snapshot {
+	s := Snapshot{Peers: ClientPeers(c)}
+	s.Failovers, s.FailoversTotal = c.FailoverLog()
+	for _, q := range c.QueueDepths() {
+		s.Queues = append(s.Queues, Queue{Server: q.Server, Depth: q.Depth, Alarm: q.Alarm})
+		s.Totals.Pending += uint64(q.Depth)
+	}
+	for _, st := range c.ServerStats() {
+		s.Totals.Answered += st.Answered
+		s.Totals.Failed += st.Failed
+		s.Totals.Moved += st.FailedOver
+	}
+	for _, p := range c.Peers() {
+		if p != nil {
+			s.Totals.Retransmitted += p.Stats().Retransmitted
+		}
+	}
+	return s
 }
 
 // complete fills what the handler computes: Time, InStateMS, and non-nil

@@ -366,8 +366,8 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	defer metrics.WatchClient(events)()
 	var sent, answered, rejected, failed atomic.Uint64
 	web, err := openStatus(o.status, status.SourceFunc(func() status.Snapshot {
-		snap := d.snapshot(sent.Load())
-		snap.Role = status.RoleClient
+		snap := status.ClientSnapshot(d.c)
+		snap.Role, snap.Totals.Sent = status.RoleClient, sent.Load()
 		snap.Identity = status.Identity{OriginHost: "aaa-peer client", Info: map[string]string{"protocol": protocol, "access": o.alg.String()}}
 		return snap
 	}), metrics, log)

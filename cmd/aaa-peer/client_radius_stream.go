@@ -10,7 +10,6 @@ import (
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
-	"github.com/aaatp/aaatp/status"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
@@ -84,56 +83,6 @@ func (d *radiusDriver) states() string {
 		states = append(states, s.Server+":"+pol[i]+":"+s.State)
 	}
 	return strings.Join(states, ",")
-}
-
-func (d *radiusDriver) snapshot(sent uint64) status.Snapshot {
-	var snap status.Snapshot
-	var answered, failed, moved uint64
-	pol, peers, udps := d.c.PolicyStates(), d.c.RADIUSPeers(), d.c.UDPPeers()
-	for i, s := range d.c.ServerStats() {
-		var row status.PeerStatus
-		if u := udps[i]; u != nil {
-			row = udpRow(s, pol[i], u.Stats())
-		} else {
-			var w *radpeer.Stats
-			if p := peers[i]; p != nil {
-				st := p.Stats()
-				w = &st
-			}
-			row = streamRow(s, pol[i], w)
-		}
-		snap.Peers = append(snap.Peers, row)
-		answered, failed, moved = answered+s.Answered, failed+s.Failed, moved+s.FailedOver
-	}
-	var queued int
-	for _, q := range d.c.QueueDepths() {
-		snap.Queues = append(snap.Queues, status.Queue{Server: q.Server, Depth: q.Depth, Alarm: q.Alarm})
-		queued += q.Depth
-	}
-	snap.Totals = status.Totals{Sent: sent, Answered: answered, Failed: failed, Pending: uint64(queued), Moved: moved}
-	return snap
-}
-
-// streamRow is the status row of a RADIUS stream server: the Client's
-// view of it (s, policy) and its peer's counters (w, nil while it has no
-// peer).
-func streamRow(s client.ServerStats, policy string, w *radpeer.Stats) status.PeerStatus {
-	ps := status.PeerStatus{Peer: s.Peer, Server: s.Server, Policy: policy, Protocol: status.ProtocolRADIUS, State: s.State}
-	if w != nil {
-		ps.Pending, ps.Sent, ps.Answered, ps.MovedOut, ps.RecycledConns = w.Waiting, w.Sent, w.Answered, w.MovedOut, w.RecycledConns
-		for _, cs := range w.Conns {
-			ps.Pending += cs.Pending
-			ps.Tw = cs.Tw
-		}
-	}
-	return ps
-}
-
-// udpRow is the status row of a RADIUS/UDP server: the Client's view of
-// it (s, policy) and its sockets' counters.
-func udpRow(s client.ServerStats, policy string, u radpeer.UDPStats) status.PeerStatus {
-	return status.PeerStatus{Peer: s.Peer, Server: s.Server, Policy: policy, Protocol: status.ProtocolRADIUS,
-		Pending: u.InFlight + u.Waiting, Sent: u.Sent + u.Retransmissions, Answered: u.Answered}
 }
 
 func (d *radiusDriver) fill(rep *radiusClientReport) {

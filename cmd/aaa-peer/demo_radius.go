@@ -508,33 +508,22 @@ func (d *radiusDemo) summary(w io.Writer, c *client.Client, sent, answered, fail
 	return 0
 }
 
-// snapshot is the status page's view of the RADIUS client: one row per
-// server with its 7750 SR state (RADIUS over UDP has no watchdog: the
-// watchdog column stays empty), the throttle's queues, and the totals.
+// snapshot is the status page's view of the RADIUS client: the Client's
+// (RADIUS over UDP has no watchdog: the watchdog column stays empty), each
+// server's row since its last policy state change, and the demo's counts.
 func (d *radiusDemo) snapshot(c *client.Client, sent, answered, failed uint64) status.Snapshot {
-	stats, pol, udps := c.ServerStats(), c.PolicyStates(), c.UDPPeers()
-	snap := status.Snapshot{Role: status.RoleDemo, Identity: status.Identity{
-		OriginHost: "radius-client", Started: d.start,
-		Info: map[string]string{"protocol": "RADIUS/UDP", "access": "direct", "test user": radiusDemoTestUser},
-	}}
+	snap := status.ClientSnapshot(c)
+	snap.Role = status.RoleDemo
+	snap.Identity = status.Identity{OriginHost: "radius-client", Started: d.start,
+		Info: map[string]string{"protocol": "RADIUS/UDP", "access": "direct", "test user": radiusDemoTestUser}}
+	snap.Totals.Sent, snap.Totals.Answered, snap.Totals.Failed = sent, answered, failed
 	d.mu.Lock()
-	var moved uint64
-	var queued int
-	for i, s := range stats {
-		since := d.since[s.Server]
-		if since.IsZero() {
-			since = d.start
+	defer d.mu.Unlock()
+	for i, row := range snap.Peers {
+		snap.Peers[i].Since = d.since[row.Server]
+		if snap.Peers[i].Since.IsZero() {
+			snap.Peers[i].Since = d.start
 		}
-		row := udpRow(s, pol[i], udps[i].Stats())
-		row.Since = since
-		snap.Peers = append(snap.Peers, row)
-		if s.Throttle != nil {
-			snap.Queues = append(snap.Queues, status.Queue{Server: s.Server, Depth: s.Throttle.Depth, Alarm: s.Throttle.Alarmed})
-			queued += s.Throttle.Depth
-		}
-		moved += s.FailedOver
 	}
-	d.mu.Unlock()
-	snap.Totals = status.Totals{Sent: sent, Answered: answered, Failed: failed, Pending: uint64(queued), Moved: moved}
 	return snap
 }

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/url"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -623,12 +622,11 @@ func (s *server) closePeers() {
 func (s *server) report(dropped uint64) serverReport {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	applied, dups, serrs := s.dd.Applied.Load(), s.dd.Duplicates.Load(), s.dd.StoreErrs.Load()
-	sup, notKept := s.dd.Superseded.Load(), s.dd.NotKept.Load()
+	t := status.DedupTotals(&s.dd)
 	r := serverReport{
-		Received: s.dd.Received.Load(), Retransmitted: s.retransmitted.Load(),
-		Applied: applied, Answered: applied + dups + serrs + sup + notKept, Duplicates: dups, StoreErrors: serrs,
-		Cancelled: s.dd.Cancelled.Load(), Superseded: sup, TooLarge: s.dd.TooLarge.Load(), NotKept: notKept,
+		Received: t.Received, Retransmitted: s.retransmitted.Load(),
+		Applied: s.dd.Applied.Load(), Answered: t.Answered, Duplicates: t.Duplicates, StoreErrors: s.dd.StoreErrs.Load(),
+		Cancelled: s.dd.Cancelled.Load(), Superseded: s.dd.Superseded.Load(), TooLarge: s.dd.TooLarge.Load(), NotKept: s.dd.NotKept.Load(),
 		DedupLost: s.dedupLost.Load(), UnseenReplays: s.dd.UnseenRetransmits.Load(),
 		Dedup:         redactURL(s.o.dedup),
 		EventsDropped: dropped, Peers: s.ended.list(), PeersEnded: s.ended.total, PeersForgotten: s.ended.total - uint64(s.ended.len()),
@@ -670,20 +668,9 @@ func (s *server) snapshot(bound []string) status.Snapshot {
 		ended = append(ended, s.ended.at(i))
 	}
 	s.mu.Unlock()
-	rows := status.PeerRows(live)
-	slices.SortFunc(rows, func(a, b status.PeerStatus) int { return strings.Compare(a.Peer, b.Peer) })
-	seen := make(map[string]bool, len(rows)+len(ended))
-	for _, r := range rows {
-		seen[r.Peer] = true
-	}
-	for _, st := range ended {
-		if !seen[st.Peer] {
-			seen[st.Peer] = true
-			rows = append(rows, status.PeerRow(st))
-		}
-	}
-	applied, dups, serrs, sup := s.dd.Applied.Load(), s.dd.Duplicates.Load(), s.dd.StoreErrs.Load(), s.dd.Superseded.Load()
-	info := map[string]string{"dedup": redactURL(s.o.dedup), "tw": s.o.tw.String(), "applied": strconv.FormatUint(applied, 10)}
+	t := status.DedupTotals(&s.dd)
+	t.Retransmitted = s.retransmitted.Load()
+	info := map[string]string{"dedup": redactURL(s.o.dedup), "tw": s.o.tw.String(), "applied": strconv.FormatUint(s.dd.Applied.Load(), 10)}
 	var faults []string
 	if s.o.answerDelay > 0 {
 		faults = append(faults, "answer-delay "+s.o.answerDelay.String())
@@ -698,12 +685,8 @@ func (s *server) snapshot(bound []string) status.Snapshot {
 		info["faults"] = strings.Join(faults, ", ")
 	}
 	return status.Snapshot{
-		Role: status.RoleServer, Peers: rows,
+		Role: status.RoleServer, Peers: status.ServerPeers(live, ended), Totals: t,
 		Identity: status.Identity{OriginHost: s.o.originHost, OriginRealm: s.o.originRealm, Listen: bound, Started: s.started, Info: info},
-		Totals: status.Totals{
-			Received: s.dd.Received.Load(), Answered: applied + dups + serrs + sup + s.dd.NotKept.Load(),
-			Retransmitted: s.retransmitted.Load(), Duplicates: dups,
-		},
 	}
 }
 

@@ -135,38 +135,15 @@ func logClientEvents(bus *client.Bus, log *slog.Logger) (cancel func()) {
 	})
 }
 
-// clientSnapshot is the status of a client: its peers (the balancer's and
-// the server policy's view in the policy column), failover table, queues
-// and totals.
+// clientSnapshot is the status of a client: the Client's, with the
+// requests counted by their callers.
 func (c *loadgen) clientSnapshot() status.Snapshot {
-	cl := c.cl
-	rows := status.ClientPeers(cl)
-	for i, ps := range cl.PolicyStates() {
-		if i < len(rows) && ps != "" {
-			if rows[i].Policy == "" {
-				rows[i].Policy = ps
-			} else {
-				rows[i].Policy += "; server " + ps
-			}
-		}
-	}
-	var queues []status.Queue
-	for _, q := range cl.QueueDepths() {
-		queues = append(queues, status.Queue{Server: q.Server, Depth: q.Depth, Alarm: q.Alarm})
-	}
-	fo, total := status.ClientFailovers(cl)
+	s := status.ClientSnapshot(c.cl)
+	s.Role = status.RoleClient
+	s.Identity = status.Identity{OriginHost: c.o.originHost, OriginRealm: c.o.originRealm, Started: time.Unix(0, c.start), Info: c.statusInfo()}
 	sent, answered, failed := c.counts() // sent >= answered + failed
-	t := status.Totals{Sent: sent, Answered: answered, Failed: failed, Pending: sent - answered - failed}
-	for _, s := range cl.ServerStats() {
-		t.Moved += s.FailedOver
-	}
-	for _, p := range c.peers {
-		t.Retransmitted += p.Stats().Retransmitted
-	}
-	return status.Snapshot{
-		Role: status.RoleClient, Peers: rows, Failovers: fo, FailoversTotal: total, Queues: queues, Totals: t,
-		Identity: status.Identity{OriginHost: c.o.originHost, OriginRealm: c.o.originRealm, Started: time.Unix(0, c.start), Info: c.statusInfo()},
-	}
+	s.Totals.Sent, s.Totals.Answered, s.Totals.Failed, s.Totals.Pending = sent, answered, failed, sent-answered-failed
+	return s
 }
 
 // statusInfo is the detail shown under the page's title.

@@ -1,0 +1,111 @@
+package status
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	lradius "layeh.com/radius"
+
+	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/dedup"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/radpeer"
+)
+
+// A RADIUS stream server's row carries its peer's counters, the recycled
+// connections included, and adds up the Identifiers in use on each
+// connection to the calls waiting for one.
+func TestStreamRow(t *testing.T) {
+	var got PeerStatus
+	got.addStream(radpeer.Stats{Sent: 9, Answered: 7, MovedOut: 1, RecycledConns: 3, Waiting: 2,
+		Conns: []radpeer.ConnStats{{Pending: 4, Tw: 6 * time.Second}, {Pending: 1, Tw: 6 * time.Second}}})
+	want := PeerStatus{Pending: 7, Sent: 9, Answered: 7, MovedOut: 1, RecycledConns: 3, Tw: 6 * time.Second}
+	if got != want {
+		t.Errorf("row\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// The snapshot of a client of radius:// servers: a RADIUS row per server
+// in configured order (no watchdog state, every transmission counted as
+// sent), the failover from the server that never replies, and the totals
+// of the Client's servers.
+func TestClientSnapshotRADIUS(t *testing.T) {
+	secret := []byte("s3cret")
+	silent, err := net.ListenPacket("udp", "127.0.0.1:0") // reads nothing, answers nothing
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := radpeer.NewUDPServer(pc, radpeer.ServerConfig{Secret: secret, Logger: quiet,
+		Handler: func(context.Context, *lradius.Packet, []byte) (lradius.Code, lradius.Attributes) {
+			return lradius.CodeAccessAccept, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	defer srv.Close(context.Background())
+	c, err := client.New(client.Config{Mode: client.PrimarySecondary,
+		Peers:  []client.PeerSpec{{URL: "radius://" + silent.LocalAddr().String(), Name: "a"}, {URL: "radius://" + srv.Addr().String(), Name: "b"}},
+		RADIUS: radpeer.Config{Secret: secret, Logger: quiet},
+		UDP:    radpeer.UDPConfig{Timeout: 50 * time.Millisecond, Retries: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	r := &radius.Request{Code: lradius.CodeAccessRequest}
+	r.Attributes.Add(radius.AttrUserName, lradius.Attribute("alice"))
+	r.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("pw"))
+	if _, err := c.Exchange(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+
+	s := ClientSnapshot(c)
+	if len(s.Peers) != 2 {
+		t.Fatalf("rows %+v", s.Peers)
+	}
+	a, b := s.Peers[0], s.Peers[1]
+	if a.Server != "a" || a.Protocol != ProtocolRADIUS || a.State != "" || a.Sent != 2 || a.Answered != 0 {
+		t.Errorf("the silent server's row: %+v", a)
+	}
+	if b.Server != "b" || b.Protocol != ProtocolRADIUS || b.Sent != 1 || b.Answered != 1 || b.Pending != 0 {
+		t.Errorf("the answering server's row: %+v", b)
+	}
+	if s.Totals.Answered != 1 || s.Totals.Failed != 0 || s.Totals.Moved != 1 || s.Totals.Retransmitted != 0 {
+		t.Errorf("totals %+v", s.Totals)
+	}
+	if s.FailoversTotal != 1 || len(s.Failovers) != 1 || s.Failovers[0].From != "a" || s.Failovers[0].To != "b" {
+		t.Errorf("failovers %d %+v", s.FailoversTotal, s.Failovers)
+	}
+}
+
+// The peers that ended keep the order given, one row a name.
+func TestServerPeersEnded(t *testing.T) {
+	rows := ServerPeers(nil, []peer.Stats{{Peer: "b"}, {Peer: "a"}, {Peer: "b", State: "OKAY"}})
+	if len(rows) != 2 || rows[0].Peer != "b" || rows[0].State != "" || rows[1].Peer != "a" {
+		t.Errorf("ended rows: %+v", rows)
+	}
+}
+
+// A server answers every request dedup.Wrap applied, answered from its
+// store or refused.
+func TestDedupTotals(t *testing.T) {
+	var dd dedup.Counters
+	dd.Received.Store(20)
+	dd.Applied.Store(10)
+	dd.Duplicates.Store(3)
+	dd.StoreErrs.Store(2)
+	dd.Superseded.Store(1)
+	dd.NotKept.Store(1)
+	dd.Cancelled.Store(3) // not answered
+	if got, want := DedupTotals(&dd), (Totals{Received: 20, Answered: 17, Duplicates: 3}); got != want {
+		t.Errorf("totals %+v, want %+v", got, want)
+	}
+}
