@@ -280,7 +280,6 @@ func (d *demo) snapshot() status.Snapshot {
 	s := d.gen.clientSnapshot()
 	s.Role = status.RoleDemo
 	s.Totals.Duplicates = d.duplicates()
-	s.Totals.Received = 0
 	for _, ds := range d.servers {
 		s.Totals.Received += ds.s.dd.Received.Load()
 	}

@@ -95,18 +95,7 @@ func (s *server) listenRADIUS(u string, topts transport.Options, store dedup.Sto
 		return "", err
 	}
 	bound := fmt.Sprintf("%s://%s", ep.Scheme, ln.Addr())
-	s.rsrvs = append(s.rsrvs, srv)
-	s.rstats = append(s.rstats, func() radiusListenerReport {
-		st := srv.Stats()
-		return radiusListenerReport{URL: bound, Stream: &st}
-	})
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := srv.Serve(); err != nil {
-			s.log.Error("serve", "addr", srv.Addr().String(), "err", err)
-		}
-	}()
+	s.serveRADIUS(srv, func() radiusListenerReport { st := srv.Stats(); return radiusListenerReport{URL: bound, Stream: &st} })
 	return bound, nil
 }
 
@@ -132,18 +121,7 @@ func (s *server) listenRADIUSUDP(addr string, store dedup.Store, bus *peer.Bus) 
 		return "", err
 	}
 	bound := radpeer.SchemeUDP + "://" + pc.LocalAddr().String()
-	s.rsrvs = append(s.rsrvs, srv)
-	s.rstats = append(s.rstats, func() radiusListenerReport {
-		st := srv.Stats()
-		return radiusListenerReport{URL: bound, UDP: &st}
-	})
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := srv.Serve(); err != nil {
-			s.log.Error("serve", "addr", srv.Addr().String(), "err", err)
-		}
-	}()
+	s.serveRADIUS(srv, func() radiusListenerReport { st := srv.Stats(); return radiusListenerReport{URL: bound, UDP: &st} })
 	return bound, nil
 }
 
@@ -158,7 +136,21 @@ type radiusListenerReport struct {
 // radiusServer is a RADIUS server of any transport.
 type radiusServer interface {
 	Addr() net.Addr
+	Serve() error
 	Close(context.Context) error
+}
+
+// serveRADIUS serves srv on a goroutine of s.wg, keeping it to close and
+// report for the server's report.
+func (s *server) serveRADIUS(srv radiusServer, report func() radiusListenerReport) {
+	s.rsrvs, s.rstats = append(s.rsrvs, srv), append(s.rstats, report)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := srv.Serve(); err != nil {
+			s.log.Error("serve", "addr", srv.Addr().String(), "err", err)
+		}
+	}()
 }
 
 // closeRADIUS closes the RADIUS servers.
