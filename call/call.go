@@ -101,7 +101,9 @@ type Carrier interface {
 	// InService reports whether the peer takes new requests now.
 	InService() bool
 	// Submit sends c without waiting: its answer completes it. A call
-	// already complete is not sent and Submit returns nil.
+	// already complete is not sent and Submit returns nil. Submit never
+	// calls the peer's Failover on its caller's goroutine: a dispatcher
+	// submits in the middle of a batch.
 	Submit(c *Call) error
 	// SubmitAll is Submit for a batch, in order; the calls the peer
 	// refused (sent there before) come back for another peer. On error

@@ -390,11 +390,16 @@ func (p *UDPPeer) Submit(c *call.Call) error {
 		dial := !at.dialing && len(at.socks) < p.cfg.MaxSockets
 		if dial {
 			at.dialing = true
+			// On a goroutine of its own: a failed dial hands the waiting
+			// requests to Failover, which must not run on Submit's caller
+			// (a dispatcher in the middle of a batch).
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				p.openSocket(at)
+			}()
 		}
 		p.mu.Unlock()
-		if dial {
-			p.openSocket(at)
-		}
 		return nil
 	}
 	id, _ := free.free.pop()
