@@ -6,10 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	lradius "layeh.com/radius"
@@ -47,51 +45,22 @@ const ssimFixedSeeds = 200
 // A failing schedule names its seed: go test ./client -run
 // TestSimRADIUSStream -ssim.seed=N -v
 func TestSimRADIUSStream(t *testing.T) {
-	var seeds []uint64
-	switch {
-	case *ssimSeed != 0:
-		seeds = []uint64{*ssimSeed}
-	case *ssimN > 0:
-		for i := range *ssimN {
-			seeds = append(seeds, uint64(i+1))
-		}
-	default:
-		for i := range ssimFixedSeeds {
-			seeds = append(seeds, uint64(i+1))
-		}
-	}
-	workers := min(runtime.GOMAXPROCS(0), len(seeds))
+	seeds := simSeeds(*ssimSeed, *ssimN, ssimFixedSeeds)
 	start := time.Now()
-	var answered, failed, moved uint64
-	var mu sync.Mutex
-	t.Run("schedules", func(t *testing.T) {
-		for w := range workers {
-			t.Run(fmt.Sprint("worker", w), func(t *testing.T) {
-				t.Parallel()
-				for i := w; i < len(seeds); i += workers {
-					seed := seeds[i]
-					var a, f, m uint64
-					if !t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-						synctest.Test(t, func(t *testing.T) { a, f, m = runSSim(t, seed) })
-					}) {
-						t.Errorf("seed %d failed: replay with -run TestSimRADIUSStream -ssim.seed=%d", seed, seed)
-						continue
-					}
-					mu.Lock()
-					answered, failed, moved = answered+a, failed+f, moved+m
-					mu.Unlock()
-				}
-			})
-		}
+	var total ssimResult
+	runSeeds(t, seeds, "-run TestSimRADIUSStream -ssim.seed", runSSim, func(r ssimResult) {
+		total.answered, total.failed, total.moved = total.answered+r.answered, total.failed+r.failed, total.moved+r.moved
 	})
 	t.Logf("%d schedules in %v: %d answered, %d failed, %d moved by failovers",
-		len(seeds), time.Since(start).Round(time.Millisecond), answered, failed, moved)
-	if len(seeds) >= 100 && (answered == 0 || failed == 0 || moved == 0) {
+		len(seeds), time.Since(start).Round(time.Millisecond), total.answered, total.failed, total.moved)
+	if len(seeds) >= 100 && (total.answered == 0 || total.failed == 0 || total.moved == 0) {
 		t.Errorf("the schedules never produced an answer, a failure and a failover each: the faults do not bite")
 	}
 }
 
-func runSSim(t *testing.T, seed uint64) (answered, failed, moved uint64) {
+type ssimResult struct{ answered, failed, moved uint64 }
+
+func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 	rng := rand.New(rand.NewPCG(seed, 0x5712))
 	store := dedup.NewMemory()
 	defer store.Close()
@@ -215,7 +184,7 @@ func runSSim(t *testing.T, seed uint64) (answered, failed, moved uint64) {
 	}
 	wg.Wait()
 	for _, s := range c.ServerStats() {
-		moved += s.FailedOver
+		r.moved += s.FailedOver
 	}
 	c.Close(context.Background())
 	<-c.Done()
@@ -227,7 +196,7 @@ func runSSim(t *testing.T, seed uint64) (answered, failed, moved uint64) {
 		}
 		switch {
 		case o.err == nil:
-			answered++
+			r.answered++
 			want := lradius.CodeAccessAccept
 			if o.acct {
 				want = lradius.CodeAccountingResponse
@@ -236,7 +205,7 @@ func runSSim(t *testing.T, seed uint64) (answered, failed, moved uint64) {
 				t.Errorf("%s: answer %+v, want %v", o.user, o.resp, want)
 			}
 		default:
-			failed++
+			r.failed++
 			if !errors.Is(o.err, call.ErrTimeout) && !errors.Is(o.err, ErrNoPeer) && !errors.Is(o.err, radpeer.ErrClosed) {
 				t.Errorf("%s: error of no documented kind: %v", o.user, o.err)
 			}
@@ -261,5 +230,5 @@ func runSSim(t *testing.T, seed uint64) (answered, failed, moved uint64) {
 			t.Errorf("accounting record of %s applied %d times", o.user, applied[o.user])
 		}
 	}
-	return answered, failed, moved
+	return r
 }

@@ -7,10 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	lradius "layeh.com/radius"
@@ -55,46 +53,16 @@ const usimFixedSeeds = 300
 // A failing schedule names its seed: go test ./client -run TestSimUDP
 // -usim.seed=N -v
 func TestSimUDP(t *testing.T) {
-	var seeds []uint64
-	switch {
-	case *usimSeed != 0:
-		seeds = []uint64{*usimSeed}
-	case *usimN > 0:
-		for i := range *usimN {
-			seeds = append(seeds, uint64(i+1))
-		}
-	default:
-		for i := range usimFixedSeeds {
-			seeds = append(seeds, uint64(i+1))
-		}
-	}
-	workers := min(runtime.GOMAXPROCS(0), len(seeds))
+	seeds := simSeeds(*usimSeed, *usimN, usimFixedSeeds)
 	start := time.Now()
-	var answered, failed, late, retrans uint64
-	var mu sync.Mutex
-	t.Run("schedules", func(t *testing.T) {
-		for w := range workers {
-			t.Run(fmt.Sprint("worker", w), func(t *testing.T) {
-				t.Parallel()
-				for i := w; i < len(seeds); i += workers {
-					seed := seeds[i]
-					var r usimResult
-					if !t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-						synctest.Test(t, func(t *testing.T) { r = runUSim(t, seed) })
-					}) {
-						t.Errorf("seed %d failed: replay with -run TestSimUDP -usim.seed=%d", seed, seed)
-						continue
-					}
-					mu.Lock()
-					answered, failed, late, retrans = answered+r.answered, failed+r.failed, late+r.late, retrans+r.retrans
-					mu.Unlock()
-				}
-			})
-		}
+	var total usimResult
+	runSeeds(t, seeds, "-run TestSimUDP -usim.seed", runUSim, func(r usimResult) {
+		total.answered, total.failed = total.answered+r.answered, total.failed+r.failed
+		total.late, total.retrans = total.late+r.late, total.retrans+r.retrans
 	})
 	t.Logf("%d schedules in %v: %d answered, %d failed, %d late replies, %d retransmissions",
-		len(seeds), time.Since(start).Round(time.Millisecond), answered, failed, late, retrans)
-	if len(seeds) >= 100 && (answered == 0 || failed == 0 || late == 0 || retrans == 0) {
+		len(seeds), time.Since(start).Round(time.Millisecond), total.answered, total.failed, total.late, total.retrans)
+	if len(seeds) >= 100 && (total.answered == 0 || total.failed == 0 || total.late == 0 || total.retrans == 0) {
 		t.Errorf("the schedules never produced an answer, a failure, a late reply and a retransmission each: the faults do not bite")
 	}
 }

@@ -171,15 +171,23 @@ func (p *Peer) Submit(c *call.Call) error {
 // this server may not take now (ErrAlreadySent) come back in refused; on
 // error none was sent.
 func (p *Peer) SubmitAll(calls []*call.Call) (refused []*call.Call, err error) {
+	return submitEach(p.Submit, calls)
+}
+
+// submitEach is SubmitAll for a peer that submits one call at a time: the
+// calls it may not take (ErrAlreadySent) come back in refused, and the
+// rest of the batch once it fails otherwise (it left service meanwhile);
+// an error on the first call is returned, none sent.
+func submitEach(submit func(*call.Call) error, calls []*call.Call) (refused []*call.Call, err error) {
 	for i, c := range calls {
-		switch err := p.Submit(c); {
+		switch err := submit(c); {
 		case err == nil:
 		case errors.Is(err, ErrAlreadySent):
 			refused = append(refused, c)
 		case i == 0:
 			return nil, err
 		default:
-			refused = append(refused, calls[i:]...) // the peer left service meanwhile
+			refused = append(refused, calls[i:]...)
 			return refused, nil
 		}
 	}

@@ -316,19 +316,7 @@ func (p *UDPPeer) Avoids(c *call.Call) bool { return c.Avoids(&p.h, p) }
 // SubmitAll is Submit for a batch, in order (call.Carrier): the calls
 // sent here before come back in refused; on error none was sent.
 func (p *UDPPeer) SubmitAll(calls []*call.Call) (refused []*call.Call, err error) {
-	for i, c := range calls {
-		switch err := p.Submit(c); {
-		case err == nil:
-		case errors.Is(err, ErrAlreadySent):
-			refused = append(refused, c)
-		case i == 0:
-			return nil, err
-		default:
-			refused = append(refused, calls[i:]...)
-			return refused, nil
-		}
-	}
-	return refused, nil
+	return submitEach(p.Submit, calls)
 }
 
 // Exchange sends r and waits for its verified reply: up to Retries
