@@ -1019,19 +1019,11 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 	fm.stats.failedOver.Add(uint64(len(calls)))
 	moved := map[*member][]uint32{}
 	counts := map[*member]int{}
-	nwaiting, nqueued := 0, 0
-	var queued []uint32
+	nwaiting := 0
 	var order []*member
 	var waiting, refused, concluded []uint32
 	live := make([]*call.Call, 0, len(calls))
-	// refs names the requests in the records: Diameter's End-to-End ids
-	// (a RADIUS request has none: its Identifier changes with each send).
-	refs := func(ids []uint32, cl *call.Call) []uint32 {
-		if cl.Ref != 0 {
-			ids = append(ids, cl.Ref)
-		}
-		return ids
-	}
+	refs := func(ids []uint32, cl *call.Call) []uint32 { return append(ids, refsOf(cl)...) }
 	for _, cl := range calls {
 		if cl.IsDone() {
 			continue
@@ -1047,6 +1039,16 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 		}
 		live = append(live, cl)
 	}
+	if c.sched != nil {
+		// Queued in the throttle: each is recorded where it goes (execute).
+		c.tmu.Lock()
+		for _, cl := range live {
+			if it, ok := cl.Tag().(*item); ok {
+				it.movedFrom, it.movedWhy = fm, reason
+			}
+		}
+		c.unlockThrottle()
+	}
 	for i, to := range c.dispatchAll(live) {
 		cl := live[i]
 		switch {
@@ -1061,17 +1063,12 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 			nwaiting++
 		case cl.IsDone():
 			concluded = refs(concluded, cl)
-		default: // queued in the throttle, for whichever server it releases it to
-			queued = refs(queued, cl)
-			nqueued++
+		default: // queued in the throttle: recorded when it leaves (execute)
 		}
 	}
 	now := time.Now()
 	for _, to := range order {
 		c.record(FailoverRecord{Time: now, From: fm.spec.Name, To: to.spec.Name, Outcome: Moved, Reason: reason, Moved: counts[to], EndToEnd: moved[to]})
-	}
-	if nqueued > 0 {
-		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Moved, Reason: reason + "; queued in the throttle for an alternate", Moved: nqueued, EndToEnd: queued})
 	}
 	if nwaiting > 0 {
 		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Parked, Reason: reason + "; no alternate in service: waiting", Moved: nwaiting, EndToEnd: waiting})
@@ -1082,6 +1079,15 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 	if len(refused) > 0 {
 		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Refused, Reason: reason + "; Destination-Host was the failed peer: DIAMETER_UNABLE_TO_DELIVER", EndToEnd: refused})
 	}
+}
+
+// refsOf names a request in the records: its Diameter End-to-End id (a
+// RADIUS request has none: its Identifier changes with each send).
+func refsOf(cl *call.Call) []uint32 {
+	if cl.Ref != 0 {
+		return []uint32{cl.Ref}
+	}
+	return nil
 }
 
 func (c *Client) record(r FailoverRecord) {

@@ -61,6 +61,11 @@ type item struct {
 	class  throttle.Class
 	server int  // where it holds an outstanding place; -1 none (under tmu)
 	ended  bool // its Send has returned (under tmu)
+	// movedFrom and movedWhy: a failover took it off movedFrom and queued
+	// it here; the record of where it went is written when the throttle
+	// sends it on (execute). Under tmu.
+	movedFrom *member
+	movedWhy  string
 }
 
 func (it *item) Deadline() time.Time { return it.dl }
@@ -349,7 +354,15 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 			it.cl.Fail(fmt.Errorf("client: %w", d.Err))
 			continue
 		}
-		if c.place(it.cl, c.members[d.Server]) {
+		if m := c.members[d.Server]; c.place(it.cl, m) {
+			c.tmu.Lock()
+			from, why := it.movedFrom, it.movedWhy
+			it.movedFrom = nil
+			c.unlockThrottle()
+			if from != nil {
+				c.record(FailoverRecord{Time: time.Now(), From: from.spec.Name, To: m.spec.Name, Outcome: Moved, Moved: 1,
+					Reason: why + "; sent from the throttle's queue", EndToEnd: refsOf(it.cl)})
+			}
 			continue
 		}
 		// Refused after all (policy, or a connection lost a moment ago):

@@ -236,3 +236,21 @@ func TestUDPConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// With a throttle, a request moved off a server that did not reply waits
+// in the throttle's queue; its failover record names the server it went
+// to once the throttle sends it on.
+func TestUDPThrottledFailoverRecordNamesDestination(t *testing.T) {
+	a, b := newSilentUDP(t), newAnsweringUDP(t)
+	c := udpClient(t, PrimarySecondary, []PeerSpec{{URL: a.url()}, {URL: b.url()}}, func(cfg *Config) {
+		cfg.Throttle = &Throttle{}
+	})
+	_, err := c.Exchange(context.Background(), udpAccess("dora"))
+	require.NoError(t, err)
+	var recs []FailoverRecord
+	require.Eventually(t, func() bool { recs, _ = c.FailoverLog(); return len(recs) > 0 }, 2*time.Second, 5*time.Millisecond)
+	last := recs[len(recs)-1]
+	assert.Equal(t, a.url(), last.From)
+	assert.Equal(t, b.url(), last.To, "the real destination, not the throttle's queue")
+	assert.Equal(t, 1, last.Moved)
+}

@@ -70,7 +70,7 @@ func TestRadiusClientFailover(t *testing.T) {
 		switch {
 		case e.Type == "policy" && e.Peer == deadURL && e.To == "out-of-service":
 			outOfService++
-		case e.Type == "failover" && e.FromPeer == deadURL && e.Moved > 0: // to the throttle's queue, for the live one
+		case e.Type == "failover" && e.FromPeer == deadURL && e.ToPeer == live:
 			failovers++
 		}
 	}
