@@ -38,8 +38,18 @@ const clientSynopsis = `usage: aaa-peer client --peer URL [--peer URL...] --orig
 
 Connects to every --peer, waits until one (--wait-peers) is OKAY, then sends Accounting-
 Requests (--app acct) or freeDiameter test_app Test-Requests (--app test)
-from --concurrency callers at --rate requests per second, through one
-aaatp client (package client): --mode balance spreads them over the peers
+through one aaatp client (package client). With --rate N the load is open
+loop: request n leaves at start + n/N whatever the earlier ones are doing,
+each on a goroutine of its own, and its latency is measured from that
+intended time, not from when it left (against coordinated omission, as
+wrk2 does); --concurrency bounds the requests in flight: a request whose
+time comes while that many are in flight is not sent, counted in the
+report (dropped_in_flight) and logged (a warning, at most once a second).
+With --rate 0 the load is closed loop: --concurrency callers, each sending
+its next request when its last is done, as fast as they go. Whenever
+requests sent to a peer are outstanding and none has been answered for N
+seconds, a warning says "no answer for Ns from PEER" (once a second).
+--mode balance spreads the requests over the peers
 in service with --algorithm (pearson: RFC 3074 hash of the User-Name, so
 one NAI always goes to one server); --mode failover sends everything to
 the first peer in service, in --peer order. When a peer's watchdog goes
@@ -138,8 +148,8 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.originRealm, "origin-realm", "", "our Origin-Realm `R`, a DiameterIdentity such as example.net (required)")
 	fs.StringVar(&o.destRealm, "destination-realm", "", "Destination-Realm `R` of the requests, a DiameterIdentity such as example.net (required)")
 	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "watchdog interval Twinit `D` (RFC 3539: at least 6s; jittered by +-2s)")
-	fs.Float64Var(&o.rate, "rate", 0, "`N` requests per second across all callers, paced without bursts; may be fractional (0: as fast as the callers go)")
-	fs.IntVar(&o.concurrency, "concurrency", 1, "`N` concurrent callers (at most N requests in flight)")
+	fs.Float64Var(&o.rate, "rate", 0, "`N` requests per second, open loop: each request leaves at its intended time (start + n/N) whatever the earlier ones are doing, and its latency is measured from that time, not from when it left (against coordinated omission, as wrk2); may be fractional (0: closed loop, --concurrency callers as fast as they go)")
+	fs.IntVar(&o.concurrency, "concurrency", 1, "in-flight bound `N`: at most N requests in flight; with --rate, a request whose time comes while N are in flight is not sent (dropped_in_flight in the report, a warning at most once a second); with --rate 0, N callers each sending its next request when its last is done")
 	fs.Int64Var(&o.requests, "requests", 0, "stop after `N` requests (0: no limit; with neither --requests nor --duration, 10)")
 	fs.DurationVar(&o.duration, "duration", 0, "stop issuing requests after `D` (0: no limit); with --requests, whichever comes first")
 	fs.StringVar(&o.nai, "nai", "user%d@example.net", "User-Name `FORMAT`; %d is the request number (without it, every request has the same NAI, so balance mode sends them all to one server)")
@@ -327,6 +337,7 @@ type loadgen struct {
 	epoch   time.Time    // the origin of the requests' clock readings (one read each: time.Now reads two clocks)
 
 	issued  atomic.Int64 // request numbers handed out
+	open    *openLoop    // the open-loop scheduler (--rate > 0), once run starts
 	tallies []tally      // the callers' counts: caller i keeps tallies[i%len]
 	lat     latency.Histogram
 
@@ -405,6 +416,12 @@ type clientReport struct {
 	Queues        []client.QueueDepth `json:"queues"`
 	EventsDropped uint64              `json:"events_dropped"`
 	ElapsedMS     int64               `json:"elapsed_ms"`
+	// Loop is "open" (--rate > 0: requests leave at their times, latency
+	// from those times) or "closed" (--rate 0: --concurrency callers).
+	// DroppedInFlight counts the requests of the open loop not sent
+	// because --concurrency requests were in flight at their time.
+	Loop            string `json:"loop"`
+	DroppedInFlight uint64 `json:"dropped_in_flight"`
 }
 
 func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -701,7 +718,6 @@ func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
 		runCtx, cancelT = context.WithTimeout(runCtx, c.o.duration)
 		defer cancelT()
 	}
-	pace := newPacer(c.o.rate)
 	began := time.Now()
 
 	progressDone := make(chan struct{})
@@ -719,9 +735,30 @@ func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
 			}
 		}
 	}()
+	stopWatch := newStallWatch(c.cl.ServerStats, c.log).start()
 
 	dl := newDeadlines(ctx, c.o.timeout)
-	defer dl.close() // after wg.Wait: no request is in flight
+	defer dl.close() // after the requests in flight
+	if c.o.rate > 0 {
+		// Open loop: each request leaves at its time, latency from that
+		// time. In-flight requests finish when --duration ends; only ctx
+		// (a signal) interrupts them.
+		c.open = newOpenLoop(c.o.rate, c.o.concurrency, c.o.requests, c.log)
+		c.open.run(runCtx, func(_ int64, intended time.Time) {
+			n := c.issued.Add(1)
+			c.one(ctx, dl, n, &c.tallies[int(n)%len(c.tallies)], nil, intended.Sub(c.epoch))
+		})
+	} else {
+		c.closedLoop(ctx, runCtx, dl)
+	}
+	stopWatch()
+	close(stopProgress)
+	<-progressDone
+}
+
+// closedLoop is --rate 0: --concurrency callers, each sending its next
+// request when its last one is done, as fast as they go.
+func (c *loadgen) closedLoop(ctx, runCtx context.Context, dl *deadlines) {
 	var wg sync.WaitGroup
 	for i := range c.o.concurrency {
 		t := &c.tallies[i%len(c.tallies)]
@@ -730,26 +767,18 @@ func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
 			defer wg.Done()
 			var lat latencies
 			defer lat.flush(&c.lat) // before wg.Done: the report sees them
-			for {
-				if c.o.requests > 0 && c.issued.Load() >= c.o.requests {
-					return
-				}
-				if !pace.wait(runCtx) {
-					return
-				}
+			for runCtx.Err() == nil {
 				n := c.issued.Add(1)
 				if c.o.requests > 0 && n > c.o.requests {
 					return
 				}
 				// In-flight requests finish when --duration ends; only
 				// ctx (a signal) interrupts them.
-				c.one(ctx, dl, n, t, &lat)
+				c.one(ctx, dl, n, t, &lat, -1)
 			}
 		}()
 	}
 	wg.Wait()
-	close(stopProgress)
-	<-progressDone
 }
 
 func (c *loadgen) progress(elapsed time.Duration) string {
@@ -768,13 +797,19 @@ func (c *loadgen) progress(elapsed time.Duration) string {
 
 // one sends request n through the Client and counts its outcome in t,
 // its latency in lat (nil: straight into the run's histogram); dl, under
-// ctx, gives it its --timeout.
-func (c *loadgen) one(ctx context.Context, dl *deadlines, n int64, t *tally, lat *latencies) {
+// ctx, gives it its --timeout. The latency runs from intended, the time
+// since c.epoch the request was meant to leave (open loop), or from now
+// when intended is negative (closed loop).
+func (c *loadgen) one(ctx context.Context, dl *deadlines, n int64, t *tally, lat *latencies, intended time.Duration) {
 	t.sent.Add(1)
 	req := c.tmpl.Build(n, "")
 	c.metrics.ObserveWire(req, status.DirOut)
-	t0 := time.Since(c.epoch)
-	s := dl.at(c.epoch.Add(t0))
+	now := time.Since(c.epoch)
+	t0 := intended
+	if t0 < 0 {
+		t0 = now
+	}
+	s := dl.at(c.epoch.Add(now))
 	ans, err := c.cl.Send(s.ctx, req)
 	s.release()
 	if err != nil {
@@ -837,6 +872,13 @@ func (c *loadgen) report(dropped uint64, elapsed time.Duration) clientReport {
 		EventsDropped: dropped, ElapsedMS: elapsed.Milliseconds(),
 		Mode: c.o.clientMode.String(), Algorithm: c.o.alg.String(),
 		Servers: c.cl.ServerStats(), Failovers: []client.FailoverRecord{},
+		Loop: "closed",
+	}
+	if c.o.rate > 0 {
+		r.Loop = "open"
+	}
+	if c.open != nil {
+		r.DroppedInFlight = c.open.dropped.Load()
 	}
 	for _, p := range c.peers {
 		st := p.Stats()

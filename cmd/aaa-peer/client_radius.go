@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/latency"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
@@ -65,6 +66,15 @@ server while it is OKAY; with none in service they wait until their
 --request-timeout (default: two Tw plus 10s). Each server may open
 --max-conns connections of 255 requests each; --max-outstanding is at most
 255 x --max-conns (over UDP 1024: four sockets of 256). --weight sets a server's share of the pearson table.
+The load is open loop: request n leaves at start + n/--rate whatever the
+earlier ones are doing, and its latency (latency_us in the report) is
+measured from that intended time, not from when it left (against
+coordinated omission, as wrk2 does). --concurrency bounds the requests in
+flight: a request whose time comes while that many are in flight is not
+sent, counted (dropped_in_flight) and logged (a warning, at most once a
+second). Whenever requests sent to a server are outstanding and none has
+been answered for N seconds, a warning says "no answer for Ns from
+SERVER" (once a second).
 Prints one progress line a second, then the report (JSON) with each
 server's state and counters. Exit 1 when no request was answered, 2 on a
 usage error, 3 when more than --max-failed of the requests failed (by
@@ -143,8 +153,8 @@ func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.maxOut, "max-outstanding", 0, "per-server and class max requests awaiting a reply (default 256)")
 	fs.DurationVar(&o.slot, "slot", throttle.DefaultSlot, "rate slot length `D` (50ms..1s)")
 	fs.StringVar(&o.alarm, "queue-alarm", "", "HIGH,LOW: raise a server's queue alarm at depth HIGH, clear it at LOW")
-	fs.Float64Var(&o.rate, "rate", 100, "requests per second")
-	fs.IntVar(&o.concurrency, "concurrency", 256, "at most N requests in flight")
+	fs.Float64Var(&o.rate, "rate", 100, "`N` requests per second, open loop: each request leaves at its intended time (start + n/N) whatever the earlier ones are doing, and its latency is measured from that time, not from when it left (against coordinated omission, as wrk2)")
+	fs.IntVar(&o.concurrency, "concurrency", 256, "in-flight bound `N`: a request whose time comes while N are in flight is not sent (dropped_in_flight in the report, a warning at most once a second)")
 	fs.Int64Var(&o.requests, "requests", 0, "stop after N requests (0: --duration)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "stop after `D` when --requests is 0")
 	fs.StringVar(&o.nai, "nai", "user%d@example.net", "User-Name format, %d the request number")
@@ -289,7 +299,13 @@ type radiusClientReport struct {
 	Rejected  uint64            `json:"rejected"` // answered with Access-Reject
 	Failed    uint64            `json:"failed"`
 	FailedBy  map[string]uint64 `json:"failed_by"`
-	Failovers uint64            `json:"failovers"`
+	// DroppedInFlight counts the requests not sent because --concurrency
+	// requests were in flight at their time (open loop).
+	DroppedInFlight uint64 `json:"dropped_in_flight"`
+	// LatencyUS is the answered requests' latency, each measured from
+	// its intended send time (open loop: against coordinated omission).
+	LatencyUS latency.Summary `json:"latency_us"`
+	Failovers uint64          `json:"failovers"`
 	// FailoverLog is the failover table (the last 256 records of
 	// FailoverRecords): from which server, how many requests, why.
 	FailoverLog     []client.FailoverRecord `json:"failover_log"`
@@ -386,9 +402,7 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	start := time.Now()
 	failedBy := map[string]uint64{}
 	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, o.concurrency)
-	pace := newPacer(o.rate)
+	var lat latency.Histogram
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	done := make(chan struct{})
@@ -403,42 +417,31 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 			}
 		}
 	}()
-	for n := int64(0); o.requests == 0 || n < o.requests; n++ {
-		if !pace.wait(runCtx) {
-			break
-		}
-		select {
-		case sem <- struct{}{}:
-		case <-runCtx.Done():
-		}
-		if runCtx.Err() != nil {
-			break
-		}
+	stopWatch := newStallWatch(d.c.ServerStats, log).start()
+	loop := newOpenLoop(o.rate, o.concurrency, o.requests, log)
+	loop.run(runCtx, func(n int64, intended time.Time) {
 		sent.Add(1)
-		wg.Add(1)
-		go func(n int64) {
-			defer wg.Done()
-			defer func() { <-sem }()
-			// The Client's request deadline applies: over UDP every
-			// server's attempts, over a stream two Tw and an answer.
-			resp, err := d.exchange(ctx, o.request(n))
-			if err != nil {
-				failed.Add(1)
-				mu.Lock()
-				failedBy[errorReason(err)]++
-				mu.Unlock()
-				return
-			}
-			answered.Add(1)
-			if resp.Packet.Code == lradius.CodeAccessReject {
-				rejected.Add(1)
-			}
-		}(n)
-	}
-	wg.Wait()
+		// The Client's request deadline applies: over UDP every
+		// server's attempts, over a stream two Tw and an answer.
+		resp, err := d.exchange(ctx, o.request(n))
+		if err != nil {
+			failed.Add(1)
+			mu.Lock()
+			failedBy[errorReason(err)]++
+			mu.Unlock()
+			return
+		}
+		lat.Record(time.Since(intended)) // from the intended time: open loop
+		answered.Add(1)
+		if resp.Packet.Code == lradius.CodeAccessReject {
+			rejected.Add(1)
+		}
+	})
+	stopWatch()
 	close(done)
 	rep := radiusClientReport{Protocol: strings.ToLower(protocol), Algorithm: o.alg.String(), Sent: sent.Load(), Answered: answered.Load(),
-		Rejected: rejected.Load(), Failed: failed.Load(), FailedBy: failedBy}
+		Rejected: rejected.Load(), Failed: failed.Load(), FailedBy: failedBy,
+		DroppedInFlight: loop.dropped.Load(), LatencyUS: lat.Summary()}
 	d.fill(&rep)
 	rep.ElapsedMS = time.Since(start).Milliseconds()
 	d.close() // its last events (the servers closed) before the events file is

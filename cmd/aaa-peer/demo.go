@@ -314,7 +314,7 @@ func (d *demo) traffic(ctx, runCtx context.Context) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			g.one(ctx, dl, n, &g.tallies[int(n)%len(g.tallies)], nil)
+			g.one(ctx, dl, n, &g.tallies[int(n)%len(g.tallies)], nil, -1)
 		}()
 	}
 }
