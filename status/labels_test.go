@@ -116,3 +116,32 @@ func TestPeerInfoProtocol(t *testing.T) {
 		t.Error("a RADIUS server gone from the snapshot keeps its series")
 	}
 }
+
+// A RADIUS/UDP server (no watchdog) has no aaatp_watchdog_state series;
+// every server with a policy state has aaatp_server_state, 1 for its
+// state.
+func TestServerStateGauge(t *testing.T) {
+	m := NewMetrics()
+	m.Sync(Snapshot{Peers: []PeerStatus{
+		{Peer: "hss1", State: "OKAY"},
+		{Peer: "radius://10.0.0.1:1812", Policy: "out-of-service", Protocol: ProtocolRADIUS},
+	}})
+	rec := httptest.NewRecorder()
+	m.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	if strings.Contains(body, MetricState+`{peer="radius://10.0.0.1:1812"`) {
+		t.Error("a UDP server has watchdog state series")
+	}
+	for _, want := range []string{
+		MetricServerState + `{peer="radius://10.0.0.1:1812",state="out-of-service"} 1`,
+		MetricServerState + `{peer="radius://10.0.0.1:1812",state="in-service"} 0`,
+		MetricState + `{peer="hss1",state="OKAY"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(body, MetricServerState+`{peer="hss1"`) {
+		t.Error("a peer without a policy has server state series")
+	}
+}

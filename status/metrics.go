@@ -34,6 +34,7 @@ const (
 	MetricMessages    = "aaatp_messages_total"
 	MetricLatency     = "aaatp_request_duration_seconds"
 	MetricState       = "aaatp_watchdog_state"
+	MetricServerState = "aaatp_server_state"
 	MetricTransitions = "aaatp_watchdog_transitions_total"
 	MetricFailovers   = "aaatp_failovers_total"
 	MetricMoved       = "aaatp_failover_requests_moved_total"
@@ -65,6 +66,9 @@ const (
 const noPeer = "none"
 
 // states are the watchdog states, each a value of the "state" label.
+// serverStates are the policy's states, as policy.State names them.
+var serverStates = [...]string{"unknown", "in-service", "out-of-service", "probing"}
+
 var states = [...]string{
 	watchdog.Initial.String(), watchdog.Okay.String(), watchdog.Suspect.String(),
 	watchdog.Down.String(), watchdog.Reopen.String(),
@@ -85,6 +89,7 @@ type Metrics struct {
 	messages    *prometheus.CounterVec // command, direction
 	latency     prometheus.Histogram
 	state       *prometheus.GaugeVec   // peer, state
+	serverState *prometheus.GaugeVec   // peer, state (the policy's)
 	transitions *prometheus.CounterVec // peer, from, to
 	failovers   *prometheus.CounterVec // from, to
 	moved       *prometheus.CounterVec // from, to
@@ -148,6 +153,10 @@ func NewMetrics() *Metrics {
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: MetricState,
 			Help: "RFC 3539 watchdog state per peer: 1 for the current state, 0 for the others.",
+		}, []string{"peer", "state"}),
+		serverState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricServerState,
+			Help: "Server state of the Nokia 7750 SR policy per peer (unknown, in-service, out-of-service, probing): 1 for the current state, 0 for the others; only with a policy (every RADIUS/UDP server has one).",
 		}, []string{"peer", "state"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricTransitions,
@@ -213,7 +222,7 @@ func NewMetrics() *Metrics {
 		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion},
 	})
 	build.Set(1)
-	m.reg.MustRegister(m.messages, m.latency, m.state, m.transitions, m.failovers,
+	m.reg.MustRegister(m.messages, m.latency, m.state, m.serverState, m.transitions, m.failovers,
 		m.moved, m.pending, dedup, m.queueDepth, m.queueAlarm, m.events, m.info, m.peerInfo, &m.recycled, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, k := range []peer.EventKind{peer.EventWatchdog, peer.EventConnUp, peer.EventConnDown, peer.EventFailover, peer.EventError} {
@@ -392,6 +401,7 @@ func (m *Metrics) ForgetPeer(peerName string) {
 	}
 	l := prometheus.Labels{"peer": label(peerName)}
 	m.state.DeletePartialMatch(l)
+	m.serverState.DeletePartialMatch(l)
 	m.pending.DeleteLabelValues(label(peerName))
 	m.transitions.DeletePartialMatch(l)
 }
@@ -483,10 +493,22 @@ func (m *Metrics) sync(s Snapshot) {
 	m.info.Reset()
 	m.info.WithLabelValues(label(s.Role), label(s.Identity.OriginHost), label(s.Identity.OriginRealm)).Set(1)
 	m.state.Reset()
+	m.serverState.Reset()
 	m.pending.Reset()
 	m.peerInfo.Reset()
 	for _, p := range s.Peers {
-		m.SetWatchdogState(p.Peer, p.State)
+		if p.State != "" { // a RADIUS/UDP server has no watchdog
+			m.SetWatchdogState(p.Peer, p.State)
+		}
+		if p.Policy != "" {
+			for _, st := range serverStates {
+				v := 0.0
+				if st == p.Policy {
+					v = 1
+				}
+				m.serverState.WithLabelValues(label(p.Peer), st).Set(v)
+			}
+		}
 		m.SetPending(p.Peer, p.Pending)
 		proto := p.Protocol
 		if proto == "" {
