@@ -46,9 +46,16 @@ type TimeoutError struct {
 	// NoMessageAuthenticator counts the replies that came but were
 	// dropped for want of a required Message-Authenticator.
 	NoMessageAuthenticator int
+	// FailedVerification counts the replies that came but failed
+	// verification: most likely the server has another shared secret.
+	FailedVerification int
 }
 
 func (e *TimeoutError) Error() string {
+	if e.FailedVerification > 0 {
+		return fmt.Sprintf("RADIUS server %s: no reply that verifies to %d attempt(s), %v apart (%d failed verification: %v)",
+			e.Server, e.Attempts, e.Timeout, e.FailedVerification, ErrSecretMismatch)
+	}
 	if e.NoMessageAuthenticator > 0 {
 		return fmt.Sprintf("RADIUS server %s: no reply with the required Message-Authenticator to %d attempt(s), %v apart (%d dropped without one)",
 			e.Server, e.Attempts, e.Timeout, e.NoMessageAuthenticator)
@@ -57,11 +64,13 @@ func (e *TimeoutError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrNoReply) and errors.Is(err, ErrTimeout)
-// true, and errors.Is(err, radius.ErrNoMessageAuthenticator) when replies
-// without one were dropped.
+// true, errors.Is(err, radius.ErrNoMessageAuthenticator) when replies
+// without one were dropped, and errors.Is(err, ErrSecretMismatch) when
+// replies failed verification.
 func (e *TimeoutError) Is(target error) bool {
 	return target == ErrNoReply || target == ErrTimeout ||
-		(e.NoMessageAuthenticator > 0 && target == radius.ErrNoMessageAuthenticator)
+		(e.NoMessageAuthenticator > 0 && target == radius.ErrNoMessageAuthenticator) ||
+		(e.FailedVerification > 0 && target == ErrSecretMismatch)
 }
 
 // UDPConfig configures a UDPPeer.
@@ -245,6 +254,7 @@ type udpSend struct {
 	attempts int // sends so far
 	max      int
 	noMA     int
+	badAuth  int // replies on its Identifier that failed verification
 	over     bool // retries exhausted or the call ended: no more sends
 	timer    *time.Timer
 }
@@ -530,7 +540,7 @@ func (p *UDPPeer) expire(snd *udpSend) {
 	snd.timer.Reset(p.cfg.Timeout) // the late-reply reservation
 	delete(p.sending, snd.rc)
 	p.ending.Add(1)
-	terr := &TimeoutError{Server: p.url, Attempts: snd.attempts, Timeout: p.cfg.Timeout, NoMessageAuthenticator: snd.noMA}
+	terr := &TimeoutError{Server: p.url, Attempts: snd.attempts, Timeout: p.cfg.Timeout, NoMessageAuthenticator: snd.noMA, FailedVerification: snd.badAuth}
 	p.mu.Unlock()
 	p.timedOut.Add(1)
 	p.giveUp(snd.rc, terr, fmt.Sprintf("no reply to %d attempt(s), %v apart", snd.attempts, p.cfg.Timeout))
@@ -746,11 +756,14 @@ func (p *UDPPeer) datagram(s *udpSocket, b []byte) {
 		return
 	}
 	if ok, noMA := p.verify(b, code, auth); !ok {
+		p.mu.Lock()
 		if noMA {
-			p.mu.Lock()
 			snd.noMA++
-			p.mu.Unlock()
 		} else {
+			snd.badAuth++
+		}
+		p.mu.Unlock()
+		if !noMA {
 			p.unmatched(b)
 		}
 		return

@@ -340,8 +340,13 @@ func TestUDPBadRepliesDropped(t *testing.T) {
 		f.setSecret([]byte("wrong"))
 		defer f.close()
 		p := newTestUDPPeer(t, n, "srv:1812", UDPConfig{Retries: 2})
-		if _, err := p.Exchange(context.Background(), accessReq("dave")); !errors.Is(err, ErrNoReply) {
+		_, err := p.Exchange(context.Background(), accessReq("dave"))
+		if !errors.Is(err, ErrNoReply) {
 			t.Fatalf("err %v, want ErrNoReply", err)
+		}
+		// Replies that fail verification name the likely cause.
+		if !errors.Is(err, ErrSecretMismatch) || !strings.Contains(err.Error(), "2 failed verification: shared secret mismatch?") {
+			t.Errorf("err %v, want a secret mismatch named", err)
 		}
 		if st := p.Stats(); st.BadReplies != 2 || st.Answered != 0 || st.Late != 0 || st.NoMA != 0 {
 			t.Errorf("stats %+v, want 2 bad replies", st)
