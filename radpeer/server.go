@@ -182,9 +182,13 @@ type ServerStats struct {
 	Answered     uint64 `json:"answered"`
 	BadFrames    uint64 `json:"bad_frames"` // connections closed on a framing error
 	BadAuth      uint64 `json:"bad_auth"`   // connections closed on a failed authenticator
-	Dropped      uint64 `json:"dropped"`    // requests dropped: no Message-Authenticator, not a request, no answer
-	Overload     uint64 `json:"overload"`   // requests dropped: their kind's handlers and queue were full
-	Paused       uint64 `json:"paused"`     // times a connection's reading paused at MaxUnanswered
+	// BadAuthBySource counts those by client address (at most 256
+	// addresses; the rest under "other"): a shared secret mismatch names
+	// its NAS.
+	BadAuthBySource map[string]uint64 `json:"bad_auth_by_source,omitempty"`
+	Dropped         uint64            `json:"dropped"`  // requests dropped: no Message-Authenticator, not a request, no answer
+	Overload        uint64            `json:"overload"` // requests dropped: their kind's handlers and queue were full
+	Paused          uint64            `json:"paused"`   // times a connection's reading paused at MaxUnanswered
 }
 
 // Server answers RADIUS requests on the connections of one listener. Its
@@ -207,6 +211,7 @@ type Server struct {
 	conns map[*serverConn]struct{}
 
 	connections, received, status, answered, badFrames, badAuth, dropped, overload, timedOut, paused atomic.Uint64
+	badAuthBy                                                                                        sourceCounts
 }
 
 // job is one verified request waiting for its handler.
@@ -317,7 +322,7 @@ func (s *Server) Stats() ServerStats {
 		Connections: s.connections.Load(), Open: open, Opening: s.open.Opening(), Refused: s.open.Refused(),
 		TimedOut: s.timedOut.Load(), Received: s.received.Load(), StatusServer: s.status.Load(),
 		Answered: s.answered.Load(), BadFrames: s.badFrames.Load(), BadAuth: s.badAuth.Load(), Dropped: s.dropped.Load(),
-		Overload: s.overload.Load(), Paused: s.paused.Load(),
+		Overload: s.overload.Load(), Paused: s.paused.Load(), BadAuthBySource: s.badAuthBy.snapshot(),
 	}
 }
 
@@ -448,6 +453,7 @@ func (c *serverConn) request(b []byte) string {
 	switch err := s.maPolicy.verify(&s.cfg, b, s.secret, c.addr); {
 	case errors.Is(err, radius.ErrAuthenticator):
 		s.badAuth.Add(1)
+		s.badAuthBy.add(c.addr)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadAuth, "closing RADIUS connection: request failed verification (shared secret mismatch?)",
 			"remote", c.tc.RemoteAddr().String(), "err", err)
 		return "request failed verification: " + err.Error()

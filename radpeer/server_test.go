@@ -264,6 +264,11 @@ func TestServerBadAuthLogsRateLimited(t *testing.T) {
 		}
 		synctest.Wait()
 		assert.Equal(t, uint64(500), s.Stats().BadAuth)
+		var bySource uint64
+		for _, n := range s.Stats().BadAuthBySource {
+			bySource += n
+		}
+		assert.Equal(t, uint64(500), bySource, "counted by source too: %v", s.Stats().BadAuthBySource)
 		out := buf.String()
 		// The limiter is the process's: an earlier test (or -count=2) may
 		// have spent this window, so the lines may be fewer, never more.

@@ -58,6 +58,7 @@ type UDPServer struct {
 	maPolicy maPolicy
 
 	received, answered, resent, inProgress, badFrames, badAuth, overload, unencodable, dropped atomic.Uint64
+	badAuthBy                                                                                  sourceCounts
 }
 
 // udpRequest is a verified request waiting for, or in, its handler.
@@ -70,17 +71,20 @@ type udpRequest struct {
 
 // UDPServerStats are a UDPServer's counters.
 type UDPServerStats struct {
-	Received    uint64 `json:"received"`     // verified requests, duplicates not included
-	Answered    uint64 `json:"answered"`     // answers sent, cached copies included
-	Resent      uint64 `json:"resent"`       // duplicates answered from the cache
-	InProgress  uint64 `json:"in_progress"`  // duplicates dropped while the first was handled
-	BadFrames   uint64 `json:"bad_frames"`   // dropped: malformed (shorter than its Length, bad attributes)
-	BadAuth     uint64 `json:"bad_auth"`     // dropped: failed verification (a wrong shared secret, or forged)
-	Overload    uint64 `json:"overload"`     // of the received, dropped: their kind's handlers and queue were full
-	Unencodable uint64 `json:"unencodable"`  // of the received, not answered: the answer could not be encoded (over 4096 bytes)
-	Dropped     uint64 `json:"dropped"`      // dropped: not a request, refused by the Message-Authenticator policy, no answer from the handler
-	Cached      int    `json:"cached"`       // requests in the duplicate cache
-	CachedBytes int64  `json:"cached_bytes"` // its size, as its byte bound counts it
+	Received   uint64 `json:"received"`    // verified requests, duplicates not included
+	Answered   uint64 `json:"answered"`    // answers sent, cached copies included
+	Resent     uint64 `json:"resent"`      // duplicates answered from the cache
+	InProgress uint64 `json:"in_progress"` // duplicates dropped while the first was handled
+	BadFrames  uint64 `json:"bad_frames"`  // dropped: malformed (shorter than its Length, bad attributes)
+	BadAuth    uint64 `json:"bad_auth"`    // dropped: failed verification (a wrong shared secret, or forged)
+	// BadAuthBySource counts those by client address (at most 256
+	// addresses; the rest under "other").
+	BadAuthBySource map[string]uint64 `json:"bad_auth_by_source,omitempty"`
+	Overload        uint64            `json:"overload"`     // of the received, dropped: their kind's handlers and queue were full
+	Unencodable     uint64            `json:"unencodable"`  // of the received, not answered: the answer could not be encoded (over 4096 bytes)
+	Dropped         uint64            `json:"dropped"`      // dropped: not a request, refused by the Message-Authenticator policy, no answer from the handler
+	Cached          int               `json:"cached"`       // requests in the duplicate cache
+	CachedBytes     int64             `json:"cached_bytes"` // its size, as its byte bound counts it
 }
 
 // NewUDPServer returns a server for pc (a socket from net.ListenPacket).
@@ -197,6 +201,7 @@ func (s *UDPServer) verify(b []byte, from net.Addr, client netip.Addr) bool {
 	switch err := s.maPolicy.verify(&s.cfg, b, s.cfg.Secret, client); {
 	case errors.Is(err, radius.ErrAuthenticator):
 		s.badAuth.Add(1)
+		s.badAuthBy.add(client)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadAuth, "RADIUS request dropped: authenticator check failed",
 			"remote", from.String(), "hint", "shared secret mismatch?", "err", err)
 		return false
@@ -280,6 +285,7 @@ func (s *UDPServer) Stats() UDPServerStats {
 		Received: s.received.Load(), Answered: s.answered.Load(), Resent: s.resent.Load(), InProgress: s.inProgress.Load(),
 		BadFrames: s.badFrames.Load(), BadAuth: s.badAuth.Load(), Overload: s.overload.Load(),
 		Unencodable: s.unencodable.Load(), Dropped: s.dropped.Load(), Cached: n, CachedBytes: size,
+		BadAuthBySource: s.badAuthBy.snapshot(),
 	}
 }
 

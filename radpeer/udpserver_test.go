@@ -509,6 +509,28 @@ func TestUDPServerBadPacketFloodLogsRateLimited(t *testing.T) {
 	if st := srv.Stats(); st.BadAuth != n || st.BadFrames != n || st.Received != 0 {
 		t.Fatalf("stats %+v", st)
 	}
+	if by := srv.Stats().BadAuthBySource; by["192.0.2.7"] != n || len(by) != 1 {
+		t.Errorf("failed authenticators by source %v, want %d from 192.0.2.7", by, n)
+	}
+}
+
+// Failed authenticators are counted by source for at most
+// maxCountedSources addresses; the rest under "other".
+func TestBadAuthBySourceBounded(t *testing.T) {
+	srv, err := NewUDPServer(newRecordConn(false), ServerConfig{Secret: testSecret, Logger: quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mustClose(t, srv)
+	forged, _, _ := radius.EncodeRequest(accessReq("mallory"), 1, []byte("not the secret"))
+	for i := range maxCountedSources + 10 {
+		from := &net.UDPAddr{IP: net.IPv4(10, 9, byte(i>>8), byte(i)), Port: 40000}
+		srv.packet(append([]byte(nil), forged...), from)
+	}
+	by := srv.Stats().BadAuthBySource
+	if len(by) != maxCountedSources+1 || by["other"] != 10 || by["10.9.0.0"] != 1 {
+		t.Errorf("%d sources, other %d; want %d sources and 10 other", len(by), by["other"], maxCountedSources)
+	}
 }
 
 // Status-Server is answered by the server itself, never by the Handler
