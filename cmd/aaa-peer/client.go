@@ -42,9 +42,11 @@ through one aaatp client (package client). With --rate N the load is open
 loop: request n leaves at start + n/N whatever the earlier ones are doing,
 each on a goroutine of its own, and its latency is measured from that
 intended time, not from when it left (against coordinated omission, as
-wrk2 does); --concurrency bounds the requests in flight: a request whose
-time comes while that many are in flight is not sent, counted in the
-report (dropped_in_flight) and logged (a warning, at most once a second).
+wrk2 does); --concurrency bounds the requests in flight (by default
+rate x --timeout: room for every request to run its whole timeout): a
+request whose time comes while that many are in flight is not sent,
+counted in the report (dropped_in_flight) and logged (a warning, at most
+once a second).
 With --rate 0 the load is closed loop: --concurrency callers, each sending
 its next request when its last is done, as fast as they go. Whenever
 requests sent to a peer are outstanding and none has been answered for N
@@ -149,7 +151,7 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.destRealm, "destination-realm", "", "Destination-Realm `R` of the requests, a DiameterIdentity such as example.net (required)")
 	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "watchdog interval Twinit `D` (RFC 3539: at least 6s; jittered by +-2s)")
 	fs.Float64Var(&o.rate, "rate", 0, "`N` requests per second, open loop: each request leaves at its intended time (start + n/N) whatever the earlier ones are doing, and its latency is measured from that time, not from when it left (against coordinated omission, as wrk2); may be fractional (0: closed loop, --concurrency callers as fast as they go)")
-	fs.IntVar(&o.concurrency, "concurrency", 1, "in-flight bound `N`: at most N requests in flight; with --rate, a request whose time comes while N are in flight is not sent (dropped_in_flight in the report, a warning at most once a second); with --rate 0, N callers each sending its next request when its last is done")
+	fs.IntVar(&o.concurrency, "concurrency", 1, "in-flight bound `N`: at most N requests in flight; with --rate, a request whose time comes while N are in flight is not sent (dropped_in_flight in the report, a warning at most once a second); with --rate 0, N callers each sending its next request when its last is done; default with --rate: rate x --timeout, room for every request to run its whole timeout, at most 100000)")
 	fs.Int64Var(&o.requests, "requests", 0, "stop after `N` requests (0: no limit; with neither --requests nor --duration, 10)")
 	fs.DurationVar(&o.duration, "duration", 0, "stop issuing requests after `D` (0: no limit); with --requests, whichever comes first")
 	fs.StringVar(&o.nai, "nai", "user%d@example.net", "User-Name `FORMAT`; %d is the request number (without it, every request has the same NAI, so balance mode sends them all to one server)")
@@ -453,6 +455,10 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := o.validate(); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
+	}
+	if o.rate > 0 && !flagSet(fs, "concurrency") {
+		// Open loop: room for every request to run its --timeout.
+		o.concurrency = openLoopBound(o.rate, o.timeout)
 	}
 	if o.clientMode == client.PrimarySecondary && !flagSet(fs, "wait-peers") {
 		// Start on the primary, not on whichever peer answered first.

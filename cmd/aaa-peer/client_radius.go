@@ -380,10 +380,10 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	defer d.close()
 	metrics := newMetrics(o.status)
 	defer metrics.WatchClient(events)()
-	var sent, answered, rejected, failed atomic.Uint64
+	tl := &radiusTally{failedBy: map[string]uint64{}}
 	web, err := openStatus(o.status, status.SourceFunc(func() status.Snapshot {
 		snap := status.ClientSnapshot(d.c)
-		snap.Role, snap.Totals.Sent = status.RoleClient, sent.Load()
+		snap.Role, snap.Totals.Sent = status.RoleClient, tl.sent.Load()
 		snap.Identity = status.Identity{OriginHost: "aaa-peer client", Info: map[string]string{"protocol": protocol, "access": o.alg.String()}}
 		return snap
 	}), metrics, log)
@@ -400,9 +400,6 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 		defer cancel()
 	}
 	start := time.Now()
-	failedBy := map[string]uint64{}
-	var mu sync.Mutex
-	var lat latency.Histogram
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	done := make(chan struct{})
@@ -413,35 +410,18 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 				return
 			case <-tick.C:
 				fmt.Fprintf(stderr, "t=%ds sent=%d answered=%d failed=%d servers=%s\n", int(time.Since(start).Seconds()),
-					sent.Load(), answered.Load(), failed.Load(), d.states())
+					tl.sent.Load(), tl.answered.Load(), tl.failed.Load(), d.states())
 			}
 		}
 	}()
 	stopWatch := newStallWatch(d.c.ServerStats, log).start()
 	loop := newOpenLoop(o.rate, o.concurrency, o.requests, log)
-	loop.run(runCtx, func(n int64, intended time.Time) {
-		sent.Add(1)
-		// The Client's request deadline applies: over UDP every
-		// server's attempts, over a stream two Tw and an answer.
-		resp, err := d.exchange(ctx, o.request(n))
-		if err != nil {
-			failed.Add(1)
-			mu.Lock()
-			failedBy[errorReason(err)]++
-			mu.Unlock()
-			return
-		}
-		lat.Record(time.Since(intended)) // from the intended time: open loop
-		answered.Add(1)
-		if resp.Packet.Code == lradius.CodeAccessReject {
-			rejected.Add(1)
-		}
-	})
+	loop.run(runCtx, func(n int64, intended time.Time) { tl.one(ctx, d, o.request(n), intended) })
 	stopWatch()
 	close(done)
-	rep := radiusClientReport{Protocol: strings.ToLower(protocol), Algorithm: o.alg.String(), Sent: sent.Load(), Answered: answered.Load(),
-		Rejected: rejected.Load(), Failed: failed.Load(), FailedBy: failedBy,
-		DroppedInFlight: loop.dropped.Load(), LatencyUS: lat.Summary()}
+	rep := radiusClientReport{Protocol: strings.ToLower(protocol), Algorithm: o.alg.String(), Sent: tl.sent.Load(), Answered: tl.answered.Load(),
+		Rejected: tl.rejected.Load(), Failed: tl.failed.Load(), FailedBy: tl.failedBy,
+		DroppedInFlight: loop.dropped.Load(), LatencyUS: tl.lat.Summary()}
 	d.fill(&rep)
 	rep.ElapsedMS = time.Since(start).Milliseconds()
 	d.close() // its last events (the servers closed) before the events file is
@@ -462,6 +442,36 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 		return 3
 	}
 	return 0
+}
+
+// radiusTally is a RADIUS run's counts and latencies.
+type radiusTally struct {
+	sent, answered, rejected, failed atomic.Uint64
+	lat                              latency.Histogram // from each request's intended time
+
+	mu       sync.Mutex
+	failedBy map[string]uint64
+}
+
+// one exchanges r through d and counts its outcome; its latency runs from
+// intended, the time the open loop meant it to leave.
+func (t *radiusTally) one(ctx context.Context, d *radiusDriver, r *radius.Request, intended time.Time) {
+	t.sent.Add(1)
+	// The Client's request deadline applies: over UDP every server's
+	// attempts, over a stream two Tw and an answer.
+	resp, err := d.exchange(ctx, r)
+	if err != nil {
+		t.failed.Add(1)
+		t.mu.Lock()
+		t.failedBy[errorReason(err)]++
+		t.mu.Unlock()
+		return
+	}
+	t.lat.Record(time.Since(intended)) // not from the actual send: against coordinated omission
+	t.answered.Add(1)
+	if resp.Packet.Code == lradius.CodeAccessReject {
+		t.rejected.Add(1)
+	}
 }
 
 // errorReason is the report's key for a failed request: its cause without

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,8 +34,26 @@ type openLoop struct {
 	dropped  atomic.Uint64 // requests not sent: the in-flight bound was reached
 	inFlight atomic.Int64
 
-	// warnEvery is the least time between two warnings (1s; tests shorten it).
+	// warnEvery is the least time between two warnings (1s).
 	warnEvery time.Duration
+	// start is when request 0 is due (zero: when run starts); a test sets
+	// it in the past to play a scheduler that woke up late.
+	start time.Time
+}
+
+// maxOpenLoopBound caps the in-flight bound openLoopBound picks.
+const maxOpenLoopBound = 100000
+
+// openLoopBound is the in-flight bound of an open loop at rate whose
+// requests end within timeout when --concurrency is not given: room for
+// every request to run its whole timeout, so that a server that stops
+// answering costs no request of the others (at most maxOpenLoopBound).
+func openLoopBound(rate float64, timeout time.Duration) int {
+	n := math.Ceil(rate*timeout.Seconds()) + 1
+	if n > maxOpenLoopBound {
+		return maxOpenLoopBound
+	}
+	return int(n)
 }
 
 func newOpenLoop(rate float64, bound int, requests int64, log *slog.Logger) *openLoop {
@@ -49,7 +68,10 @@ func (l *openLoop) run(runCtx context.Context, send func(n int64, intended time.
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	interval := float64(time.Second) / l.rate
-	start := time.Now()
+	start := l.start
+	if start.IsZero() {
+		start = time.Now()
+	}
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
