@@ -191,6 +191,8 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
+	// The log and the progress lines share stderr from two goroutines.
+	stderr = &lockedWriter{w: stderr}
 	log, err := newLogger(stderr, o.logLevel, o.logFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
@@ -402,8 +404,9 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	start := time.Now()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	done := make(chan struct{})
+	done, progressDone := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(progressDone)
 		for {
 			select {
 			case <-done:
@@ -419,6 +422,7 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	loop.run(runCtx, func(n int64, intended time.Time) { tl.one(ctx, d, o.request(n), intended) })
 	stopWatch()
 	close(done)
+	<-progressDone // no progress line after the report
 	rep := radiusClientReport{Protocol: strings.ToLower(protocol), Algorithm: o.alg.String(), Sent: tl.sent.Load(), Answered: tl.answered.Load(),
 		Rejected: tl.rejected.Load(), Failed: tl.failed.Load(), FailedBy: tl.failedBy,
 		DroppedInFlight: loop.dropped.Load(), LatencyUS: tl.lat.Summary()}
@@ -442,6 +446,18 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 		return 3
 	}
 	return 0
+}
+
+// lockedWriter serialises the writes of several goroutines to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
 
 // radiusTally is a RADIUS run's counts and latencies.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -358,13 +357,13 @@ func TestRadiusClientOpenLoop(t *testing.T) {
 	go io.Copy(io.Discard, packetReader{silent})
 	silentURL := "radius://" + silent.LocalAddr().String()
 	runRadius := func(extra ...string) (int, radiusClientReport, string) {
-		var stdout, stderr bytes.Buffer
+		var stdout, stderr syncBuffer
 		args := append([]string{"client", "--peer", live, "--peer", silentURL, "--secret-file", sf, "--app", "acct",
 			"--algorithm", "round-robin", "--timeout", "700ms", "--retries", "2", "--hold-down", "60s",
 			"--rate", "100", "--duration", "3s", "--max-failed", "1"}, extra...)
 		code := run(context.Background(), args, &stdout, &stderr)
 		var rep radiusClientReport
-		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		if err := json.Unmarshal([]byte(stdout.String()), &rep); err != nil {
 			t.Fatalf("report: %v\n%s\n%s", err, stdout.String(), stderr.String())
 		}
 		return code, rep, stderr.String()
