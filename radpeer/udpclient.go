@@ -254,7 +254,7 @@ type udpSend struct {
 	attempts int // sends so far
 	max      int
 	noMA     int
-	badAuth  int // replies on its Identifier that failed verification
+	badAuth  int  // replies on its Identifier that failed verification
 	over     bool // retries exhausted or the call ended: no more sends
 	timer    *time.Timer
 }
