@@ -80,6 +80,13 @@ func (l *openLoop) run(runCtx context.Context, send func(n int64, intended time.
 	}()
 	var lastWarn time.Time
 	var droppedAtWarn uint64
+	defer func() {
+		if total := l.dropped.Load(); total > droppedAtWarn {
+			// What the last rate-limited warning did not count.
+			l.log.Warn("requests not sent on schedule in all: the in-flight bound was reached",
+				"bound", l.bound, "dropped_total", total)
+		}
+	}()
 	for k := int64(0); ; k++ {
 		if l.requests > 0 && l.sent.Load() >= l.requests {
 			return
