@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/aaatp/aaatp/client"
@@ -264,4 +265,42 @@ func ExampleClient_Exchange() {
 	}
 	fmt.Println(resp.Packet.Code, c.ServerStats()[0].Answered)
 	// Output: Access-Accept 1
+}
+
+// A Client over RADIUS/UDP servers, each with its own secret and
+// accounting address: requests are retransmitted byte for byte, and one
+// a server never replies to goes to the next server, each at most once.
+func ExampleClient_Exchange_udp() {
+	secret := []byte("example-secret")
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv, err := radpeer.NewUDPServer(pc, radpeer.ServerConfig{Secret: secret, Logger: quiet})
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve()
+	defer srv.Close(context.Background())
+	url := "radius://" + srv.Addr().String()
+
+	c, err := client.New(client.Config{
+		Peers:  []client.PeerSpec{{URL: url, Name: "r1", Secret: secret, AccountingURL: url}},
+		RADIUS: radpeer.Config{Logger: quiet},
+		UDP:    radpeer.UDPConfig{Timeout: time.Second, Retries: 3},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close(context.Background())
+
+	r := &radius.Request{Code: lradius.CodeAccessRequest}
+	r.Attributes.Add(radius.AttrUserName, lradius.Attribute("alice@example.net"))
+	r.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("alice's password"))
+	resp, err := c.Exchange(context.Background(), r)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(resp.Packet.Code, resp.Attempts, c.UDPPeers()[0].Stats().Answered)
+	// Output: Access-Accept 1 1
 }
