@@ -223,20 +223,25 @@ func simYield() {
 	}
 }
 
-// inFailoverBatch reports whether the caller runs inside dispatchAll (a
-// failover's or an unpark's batch, between its picks and its submits),
-// where no lock is held: the balancer's clock pauses there.
-func inFailoverBatch() bool {
+// inDispatch reports whether the caller runs inside dispatchAll (2: a
+// failover's or an unpark's batch, between its picks and its submits) or
+// dispatch (1: a single send between its pick and its submit), where no
+// lock is held: the balancer's clock pauses there.
+func inDispatch() int {
 	var pcs [24]uintptr
 	n := runtime.Callers(3, pcs[:])
 	frames := runtime.CallersFrames(pcs[:n])
+	single := 0
 	for {
 		f, more := frames.Next()
 		if strings.HasSuffix(f.Function, ".(*Client).dispatchAll") {
-			return true
+			return 2
+		}
+		if strings.HasSuffix(f.Function, ".(*Client).dispatch") {
+			single = 1
 		}
 		if strings.Contains(f.Function, "SetState") || !more {
-			return false
+			return single
 		}
 	}
 }
@@ -550,8 +555,11 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	// picked: a pause there lets the alternates picked so far change
 	// state before the batch is submitted.
 	cfg.Balancer.Now = func() time.Time {
-		if inFailoverBatch() {
+		switch inDispatch() {
+		case 2:
 			simPause(50 * time.Millisecond)
+		case 1: // a single send between its pick and its submit
+			simPause(5 * time.Millisecond)
 		}
 		return time.Now()
 	}
