@@ -186,9 +186,11 @@ type ServerStats struct {
 	// addresses; the rest under "other"): a shared secret mismatch names
 	// its NAS.
 	BadAuthBySource map[string]uint64 `json:"bad_auth_by_source,omitempty"`
-	Dropped         uint64            `json:"dropped"`  // requests dropped: no Message-Authenticator, not a request, no answer
-	Overload        uint64            `json:"overload"` // requests dropped: their kind's handlers and queue were full
-	Paused          uint64            `json:"paused"`   // times a connection's reading paused at MaxUnanswered
+	// NAS are the counters by client address (at most 256 addresses).
+	NAS      []NASStats `json:"nas,omitempty"`
+	Dropped  uint64     `json:"dropped"`  // requests dropped: no Message-Authenticator, not a request, no answer
+	Overload uint64     `json:"overload"` // requests dropped: their kind's handlers and queue were full
+	Paused   uint64     `json:"paused"`   // times a connection's reading paused at MaxUnanswered
 }
 
 // Server answers RADIUS requests on the connections of one listener. Its
@@ -211,7 +213,7 @@ type Server struct {
 	conns map[*serverConn]struct{}
 
 	connections, received, status, answered, badFrames, badAuth, dropped, overload, timedOut, paused atomic.Uint64
-	badAuthBy                                                                                        sourceCounts
+	nas                                                                                              nasTable
 }
 
 // job is one verified request waiting for its handler.
@@ -322,7 +324,7 @@ func (s *Server) Stats() ServerStats {
 		Connections: s.connections.Load(), Open: open, Opening: s.open.Opening(), Refused: s.open.Refused(),
 		TimedOut: s.timedOut.Load(), Received: s.received.Load(), StatusServer: s.status.Load(),
 		Answered: s.answered.Load(), BadFrames: s.badFrames.Load(), BadAuth: s.badAuth.Load(), Dropped: s.dropped.Load(),
-		Overload: s.overload.Load(), Paused: s.paused.Load(), BadAuthBySource: s.badAuthBy.snapshot(),
+		Overload: s.overload.Load(), Paused: s.paused.Load(), BadAuthBySource: s.nas.badAuthBySource(), NAS: s.nas.snapshot(),
 	}
 }
 
@@ -453,7 +455,7 @@ func (c *serverConn) request(b []byte) string {
 	switch err := s.maPolicy.verify(&s.cfg, b, s.secret, c.addr); {
 	case errors.Is(err, radius.ErrAuthenticator):
 		s.badAuth.Add(1)
-		s.badAuthBy.add(c.addr)
+		s.nas.badAuth(c.addr)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadAuth, "closing RADIUS connection: request failed verification (shared secret mismatch?)",
 			"remote", c.tc.RemoteAddr().String(), "err", err)
 		return "request failed verification: " + err.Error()
@@ -468,6 +470,7 @@ func (c *serverConn) request(b []byte) string {
 		c.release()
 	}
 	s.received.Add(1)
+	s.nas.received(c.addr)
 	acct := code == lradius.CodeAccountingRequest
 	c.out.held(acct)
 	if code == lradius.CodeStatusServer {
@@ -525,7 +528,9 @@ func (c *serverConn) answer(req []byte, code lradius.Code, attrs lradius.Attribu
 	c.s.answered.Add(1)
 	if !c.out.answer(ans, acct) {
 		c.s.answered.Add(^uint64(0))
+		return
 	}
+	c.s.nas.answered(c.addr)
 }
 
 // awaitClosed ends a server's Close: it waits for wg (the server's

@@ -58,7 +58,7 @@ type UDPServer struct {
 	maPolicy maPolicy
 
 	received, answered, resent, inProgress, badFrames, badAuth, overload, unencodable, dropped atomic.Uint64
-	badAuthBy                                                                                  sourceCounts
+	nas                                                                                        nasTable
 }
 
 // udpRequest is a verified request waiting for, or in, its handler.
@@ -80,11 +80,13 @@ type UDPServerStats struct {
 	// BadAuthBySource counts those by client address (at most 256
 	// addresses; the rest under "other").
 	BadAuthBySource map[string]uint64 `json:"bad_auth_by_source,omitempty"`
-	Overload        uint64            `json:"overload"`     // of the received, dropped: their kind's handlers and queue were full
-	Unencodable     uint64            `json:"unencodable"`  // of the received, not answered: the answer could not be encoded (over 4096 bytes)
-	Dropped         uint64            `json:"dropped"`      // dropped: not a request, refused by the Message-Authenticator policy, no answer from the handler
-	Cached          int               `json:"cached"`       // requests in the duplicate cache
-	CachedBytes     int64             `json:"cached_bytes"` // its size, as its byte bound counts it
+	// NAS are the counters by client address (at most 256 addresses).
+	NAS         []NASStats `json:"nas,omitempty"`
+	Overload    uint64     `json:"overload"`     // of the received, dropped: their kind's handlers and queue were full
+	Unencodable uint64     `json:"unencodable"`  // of the received, not answered: the answer could not be encoded (over 4096 bytes)
+	Dropped     uint64     `json:"dropped"`      // dropped: not a request, refused by the Message-Authenticator policy, no answer from the handler
+	Cached      int        `json:"cached"`       // requests in the duplicate cache
+	CachedBytes int64      `json:"cached_bytes"` // its size, as its byte bound counts it
 }
 
 // NewUDPServer returns a server for pc (a socket from net.ListenPacket).
@@ -179,6 +181,7 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 		return
 	}
 	s.received.Add(1)
+	s.nas.received(client)
 	if code == lradius.CodeStatusServer {
 		s.finish(e, b, from, lradius.CodeAccessAccept, nil) // RFC 5997: never a login
 		return
@@ -201,7 +204,7 @@ func (s *UDPServer) verify(b []byte, from net.Addr, client netip.Addr) bool {
 	switch err := s.maPolicy.verify(&s.cfg, b, s.cfg.Secret, client); {
 	case errors.Is(err, radius.ErrAuthenticator):
 		s.badAuth.Add(1)
-		s.badAuthBy.add(client)
+		s.nas.badAuth(client)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadAuth, "RADIUS request dropped: authenticator check failed",
 			"remote", from.String(), "hint", "shared secret mismatch?", "err", err)
 		return false
@@ -273,6 +276,10 @@ func (s *UDPServer) send(resp []byte, to net.Addr) {
 	s.answered.Add(1) // before the write: a client holding the answer sees it counted
 	if _, err := s.pc.WriteTo(resp, to); err != nil {
 		s.answered.Add(^uint64(0))
+		return
+	}
+	if a, ok := serve.AddrOf(to); ok {
+		s.nas.answered(a)
 	}
 }
 
@@ -285,7 +292,7 @@ func (s *UDPServer) Stats() UDPServerStats {
 		Received: s.received.Load(), Answered: s.answered.Load(), Resent: s.resent.Load(), InProgress: s.inProgress.Load(),
 		BadFrames: s.badFrames.Load(), BadAuth: s.badAuth.Load(), Overload: s.overload.Load(),
 		Unencodable: s.unencodable.Load(), Dropped: s.dropped.Load(), Cached: n, CachedBytes: size,
-		BadAuthBySource: s.badAuthBy.snapshot(),
+		BadAuthBySource: s.nas.badAuthBySource(), NAS: s.nas.snapshot(),
 	}
 }
 

@@ -629,3 +629,26 @@ func BenchmarkDupCache(b *testing.B) {
 		})
 	}
 }
+
+// The server counts each client's requests, answers (a duplicate's
+// resent answer included) and failed authenticators by its address.
+func TestUDPServerCountsByNAS(t *testing.T) {
+	srv, c := startUDP(t, ServerConfig{})
+	req, _, _ := radius.EncodeRequest(accessReq("nas-user"), 1, testSecret)
+	for range 2 { // the second is a retransmission: answered from the cache
+		c.Write(req)
+		if _, err := readAnswer(c, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forged, _, _ := radius.EncodeRequest(accessReq("mallory"), 2, []byte("not the secret"))
+	c.Write(forged)
+	deadline := time.Now().Add(5 * time.Second)
+	for srv.Stats().BadAuth == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	nas := srv.Stats().NAS
+	if len(nas) != 1 || nas[0].Addr != "127.0.0.1" || nas[0].Received != 1 || nas[0].Answered != 2 || nas[0].BadAuth != 1 || nas[0].LastSeen.IsZero() {
+		t.Errorf("by NAS %+v, want 127.0.0.1 with 1 received, 2 answered, 1 failed", nas)
+	}
+}

@@ -3,6 +3,7 @@ package status
 import (
 	"context"
 	"net"
+	"reflect"
 	"testing"
 	"time"
 
@@ -107,5 +108,16 @@ func TestDedupTotals(t *testing.T) {
 	dd.Cancelled.Store(3) // not answered
 	if got, want := DedupTotals(&dd), (Totals{Received: 20, Answered: 17, Duplicates: 3}); got != want {
 		t.Errorf("totals %+v, want %+v", got, want)
+	}
+}
+
+// A RADIUS server's clients are rows of their own: protocol radius,
+// policy "nas", the answers sent to each, when it was last heard from.
+func TestNASRows(t *testing.T) {
+	seen := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	rows := NASRows([]radpeer.NASStats{{Addr: "192.0.2.1", Received: 3, Answered: 2, LastSeen: seen}})
+	want := []PeerStatus{{Peer: "192.0.2.1", Protocol: ProtocolRADIUS, Policy: "nas", Since: seen, Answered: 2}}
+	if !reflect.DeepEqual(rows, want) {
+		t.Errorf("rows %+v, want %+v", rows, want)
 	}
 }

@@ -157,6 +157,17 @@ func ServerPeers(live []*peer.Peer, ended []peer.Stats) []PeerStatus {
 	return rows
 }
 
+// NASRows returns a RADIUS server's rows for its clients (NAS addresses):
+// Protocol radius, Policy "nas", Answered the answers sent to it, Since
+// when it was last heard from. A NAS has no watchdog: State stays empty.
+func NASRows(nas []radpeer.NASStats) []PeerStatus {
+	rows := make([]PeerStatus, 0, len(nas))
+	for _, n := range nas {
+		rows = append(rows, PeerStatus{Peer: n.Addr, Protocol: ProtocolRADIUS, Policy: "nas", Since: n.LastSeen, Answered: n.Answered})
+	}
+	return rows
+}
+
 // DedupTotals returns the totals of a server whose handler is wrapped by
 // dedup.Wrap with counters dd: Received, Answered (applied once, from the
 // store, refused: every request it answered) and Duplicates.

@@ -80,8 +80,14 @@ func TestRadiusClientFailover(t *testing.T) {
 	if code := srv.stop(t); code != 0 {
 		t.Fatalf("server exit %d", code)
 	}
-	if r := srv.readReport(t); r.Applied != 30 || r.Duplicates != 0 {
+	r := srv.readReport(t)
+	if r.Applied != 30 || r.Duplicates != 0 {
 		t.Errorf("server applied %d (duplicates %d), want 30 once each", r.Applied, r.Duplicates)
+	}
+	// The server names its client (NAS) with its counters.
+	if len(r.RADIUS) != 1 || r.RADIUS[0].UDP == nil || len(r.RADIUS[0].UDP.NAS) != 1 ||
+		r.RADIUS[0].UDP.NAS[0].Addr != "127.0.0.1" || r.RADIUS[0].UDP.NAS[0].Received < 30 || r.RADIUS[0].UDP.NAS[0].Answered < 30 {
+		t.Errorf("server's RADIUS listeners %+v: want the client 127.0.0.1 with its 30 requests and answers", r.RADIUS)
 	}
 }
 

@@ -684,8 +684,18 @@ func (s *server) snapshot(bound []string) status.Snapshot {
 	if len(faults) > 0 {
 		info["faults"] = strings.Join(faults, ", ")
 	}
+	peers := status.ServerPeers(live, ended)
+	for _, st := range s.rstats { // the NAS clients of the RADIUS listeners
+		r := st()
+		switch {
+		case r.Stream != nil:
+			peers = append(peers, status.NASRows(r.Stream.NAS)...)
+		case r.UDP != nil:
+			peers = append(peers, status.NASRows(r.UDP.NAS)...)
+		}
+	}
 	return status.Snapshot{
-		Role: status.RoleServer, Peers: status.ServerPeers(live, ended), Totals: t,
+		Role: status.RoleServer, Peers: peers, Totals: t,
 		Identity: status.Identity{OriginHost: s.o.originHost, OriginRealm: s.o.originRealm, Listen: bound, Started: s.started, Info: info},
 	}
 }
