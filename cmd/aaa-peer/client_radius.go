@@ -155,7 +155,7 @@ func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.alarm, "queue-alarm", "", "HIGH,LOW: raise a server's queue alarm at depth HIGH, clear it at LOW")
 	fs.Float64Var(&o.rate, "rate", 100, "`N` requests per second, open loop: each request leaves at its intended time (start + n/N) whatever the earlier ones are doing, and its latency is measured from that time, not from when it left (against coordinated omission, as wrk2)")
 	fs.IntVar(&o.concurrency, "concurrency", 256, "in-flight bound `N`: a request whose time comes while N are in flight is not sent (dropped_in_flight in the report, a warning at most once a second)")
-	fs.Int64Var(&o.requests, "requests", 0, "stop after N requests (0: --duration)")
+	fs.Int64Var(&o.requests, "requests", 0, "stop after N requests sent (those not sent at the in-flight bound do not count; 0: --duration)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "stop after `D` when --requests is 0")
 	fs.StringVar(&o.nai, "nai", "user%d@example.net", "User-Name format, %d the request number")
 	fs.StringVar(&o.maxFailed, "max-failed", "0", "exit 3 when more than this `SHARE` of the requests failed: a fraction (0.05) or a percentage (5%); 0: any failure; 1: never")
