@@ -103,7 +103,8 @@ func (l *openLoop) run(runCtx context.Context, send func(n int64, intended time.
 			case <-runCtx.Done():
 				return
 			}
-		} else if runCtx.Err() != nil {
+		}
+		if runCtx.Err() != nil { // also when the timer won the select
 			return
 		}
 		if l.inFlight.Add(1) > int64(l.bound) {
