@@ -51,9 +51,10 @@ With --rate 0 the load is closed loop: --concurrency callers, each sending
 its next request when its last is done, as fast as they go. Whenever
 requests sent to a peer are outstanding and none has been answered for N
 seconds, a warning says "no answer for Ns from PEER" (once a second).
---mode balance spreads the requests over the peers
-in service with --algorithm (pearson: RFC 3074 hash of the User-Name, so
-one NAI always goes to one server); --mode failover sends everything to
+
+--mode balance spreads the requests over the peers in service with
+--algorithm (pearson: RFC 3074 hash of the User-Name, so one NAI always
+goes to one server); --mode failover sends everything to
 the first peer in service, in --peer order. When a peer's watchdog goes
 SUSPECT or its connection drops, its pending requests are replayed to
 another peer with the T flag (RFC 3539 3.4.1, 3.4.2); the report lists
@@ -151,7 +152,7 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.destRealm, "destination-realm", "", "Destination-Realm `R` of the requests, a DiameterIdentity such as example.net (required)")
 	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "watchdog interval Twinit `D` (RFC 3539: at least 6s; jittered by +-2s)")
 	fs.Float64Var(&o.rate, "rate", 0, "`N` requests per second, open loop: each request leaves at its intended time (start + n/N) whatever the earlier ones are doing, and its latency is measured from that time, not from when it left (against coordinated omission, as wrk2); may be fractional (0: closed loop, --concurrency callers as fast as they go)")
-	fs.IntVar(&o.concurrency, "concurrency", 1, "in-flight bound `N`: at most N requests in flight; with --rate, a request whose time comes while N are in flight is not sent (dropped_in_flight in the report, a warning at most once a second); with --rate 0, N callers each sending its next request when its last is done; default with --rate: rate x --timeout, room for every request to run its whole timeout, at most 100000)")
+	fs.IntVar(&o.concurrency, "concurrency", 1, "in-flight bound `N`: at most N requests in flight; with --rate, a request whose time comes while N are in flight is not sent (dropped_in_flight in the report, a warning at most once a second); with --rate 0, N callers each sending its next request when its last is done (not given with --rate: rate x --timeout, room for every request to run its whole timeout, at most 100000)")
 	fs.Int64Var(&o.requests, "requests", 0, "stop after `N` requests sent (those not sent at the in-flight bound do not count; 0: no limit; with neither --requests nor --duration, 10)")
 	fs.DurationVar(&o.duration, "duration", 0, "stop issuing requests after `D` (0: no limit); with --requests, whichever comes first")
 	fs.StringVar(&o.nai, "nai", "user%d@example.net", "User-Name `FORMAT`; %d is the request number (without it, every request has the same NAI, so balance mode sends them all to one server)")
