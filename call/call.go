@@ -190,6 +190,7 @@ type Call struct {
 	sentOn     []*Conn   // every connection it boarded, oldest first
 	sentOn0    [2]*Conn  // sentOn's first array: most requests are sent once or twice
 	refusedBy  []Carrier // peers that refused it
+	refusedOn  []*Conn   // connections whose send ended in a refusal
 	lastAnswer []byte
 	lastErr    error  // the last refusal's error when it had no answer
 	res        result // set once, with the final state
@@ -266,7 +267,7 @@ func (c *Call) BoardLocked(cn *Conn) (Boarding, error) {
 		return b, ErrComplete
 	case c.state == InFlight:
 		return b, ErrInFlight
-	case slices.Contains(c.sentOn, cn):
+	case slices.Contains(c.sentOn, cn) && !c.reusableLocked(cn):
 		return b, ErrAlreadySent
 	}
 	c.owner = cn
@@ -278,6 +279,13 @@ func (c *Call) BoardLocked(cn *Conn) (Boarding, error) {
 	}
 	c.to(InFlight)
 	return b, nil
+}
+
+// reusableLocked reports whether cn, a connection c was sent on, may carry
+// it again: its send there ended in a refusal its peer no longer stands
+// by (ForgetRefusals). c.mu is held.
+func (c *Call) reusableLocked(cn *Conn) bool {
+	return slices.Contains(c.refusedOn, cn) && !slices.Contains(c.refusedBy, cn.peer)
 }
 
 // Unboard undoes BoardLocked when the request could not be queued on cn
@@ -321,6 +329,9 @@ func (c *Call) leave(cn *Conn, refused bool, answer []byte, err error) bool {
 		c.refused = answer != nil
 		c.refusedBy = append(c.refusedBy, cn.peer)
 		c.lastAnswer, c.lastErr = answer, err
+		// Refused, it is pending there no more: that connection may carry
+		// it again once the peer's refusal is forgotten (ForgetRefusals).
+		c.refusedOn = append(c.refusedOn, cn)
 	} else {
 		c.lost = true
 	}
@@ -563,6 +574,26 @@ func (c *Call) InFlightOn(cn *Conn) bool {
 	return c.state == InFlight && c.owner == cn
 }
 
+// RefusedAfterLoss reports whether the call was lost on a connection (a
+// failover, a drain) and peers refused it since: Conclude will not end
+// it with their refusals, and it must not wait for ever on peers that
+// refused it while they are in service (see ForgetRefusals).
+func (c *Call) RefusedAfterLoss() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lost && len(c.refusedBy) > 0
+}
+
+// ForgetRefusals lets the peers that refused the call be offered it
+// again (their refusal said too busy, not never), on the connections
+// that refused it too.
+func (c *Call) ForgetRefusals() {
+	c.mu.Lock()
+	c.refusedBy = nil
+	c.lastAnswer, c.lastErr = nil, nil
+	c.mu.Unlock()
+}
+
 // Refusers returns the peers that refused the call, in order.
 func (c *Call) Refusers() []Carrier {
 	c.mu.Lock()
@@ -586,7 +617,7 @@ func (c *Call) Avoids(cn *Conn, peer Carrier) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return (cn != nil && slices.Contains(c.sentOn, cn)) || slices.Contains(c.refusedBy, peer)
+	return (cn != nil && slices.Contains(c.sentOn, cn) && !c.reusableLocked(cn)) || slices.Contains(c.refusedBy, peer)
 }
 
 // Tag returns the value SetTag stored, nil if none.

@@ -350,3 +350,25 @@ func TestConcludeNotAfterLoss(t *testing.T) {
 	_, err := c.Wait(context.Background(), time.Second)
 	assert.ErrorIs(t, err, errNoReply)
 }
+
+// A connection whose send ended in a refusal carries the call again only
+// once the refusal is forgotten; a connection it was lost on never does.
+func TestRefusedConnectionReusableAfterForget(t *testing.T) {
+	c := newCall()
+	a, b := newConn("a"), newConn("b")
+	boarded(t, c, a)
+	require.True(t, c.Leave(&a.Conn))
+	boarded(t, c, b)
+	require.True(t, c.Refuse(&b.Conn, []byte("busy"), nil))
+	assert.True(t, c.RefusedAfterLoss())
+	assert.True(t, c.Avoids(&b.Conn, tpeer{"pb"}))
+	c.Lock()
+	_, err := c.BoardLocked(&b.Conn)
+	c.Unlock()
+	assert.ErrorIs(t, err, ErrAlreadySent, "b still stands by its refusal")
+	c.ForgetRefusals()
+	assert.False(t, c.RefusedAfterLoss())
+	assert.False(t, c.Avoids(&b.Conn, tpeer{"pb"}))
+	assert.True(t, c.Avoids(&a.Conn, tpeer{"pa"}), "lost there: never again on that connection")
+	boarded(t, c, b)
+}

@@ -641,8 +641,27 @@ func (c *Client) strand(cl *call.Call, gen uint64) bool {
 	if cl.Conclude() {
 		return true
 	}
+	if cl.RefusedAfterLoss() {
+		// A request that may be applied where it was lost, refused (too
+		// busy) by every peer it could go to since: no refusal may end
+		// it, and its peers, in service, will not wake it. It asks them
+		// again in a while, within its deadline.
+		if !cl.Park() {
+			return true
+		}
+		time.AfterFunc(refusedRetry, func() {
+			cl.ForgetRefusals()
+			c.dispatch(cl)
+		})
+		return true
+	}
 	return c.park(cl, gen)
 }
+
+// refusedRetry is how long a request lost on a connection and then
+// refused everywhere waits before it asks the peers again. A variable
+// for tests.
+var refusedRetry = time.Second
 
 // pinned returns the member a request's Destination-Host names, if it
 // names one of our peers (RFC 6733 6.1; DiameterIdentity ignores case).

@@ -113,3 +113,56 @@ func TestLateRefusalDoesNotComplete(t *testing.T) {
 		assert.Equal(t, int32(1), applied.Load())
 	})
 }
+
+// A request lost with its connection and then refused too busy by every
+// peer is not left waiting for ever while they are in service: it asks
+// them again in a while (refusedRetry), and is answered once one takes it.
+func TestLostRequestRefusedEverywhereAsksAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+		var busy atomic.Bool
+		refuse := func(f *fakeServer) peer.Handler {
+			return func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+				if busy.Load() {
+					return message.NewAnswer(req).ResultCode(message.TooBusy).
+						String(message.OriginHost, 0, true, f.host).
+						String(message.OriginRealm, 0, true, "example.net").Bytes()
+				}
+				return f.handler(ctx, p, req)
+			}
+		}
+		a.handle, b.handle = refuse(a), refuse(b)
+		n := network{"tcp://a:3868": a, "tcp://b:3868": b}
+		defer n.close()
+		c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:3868", "tcp://b:3868"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		synctest.Wait()
+		a.freeze()
+		res := make(chan []byte, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			ans, err := c.Send(ctx, acr(1, "user@example.net"))
+			if err != nil {
+				t.Error(err)
+			}
+			res <- ans
+		}()
+		time.Sleep(time.Second)
+		busy.Store(true)
+		a.dropConnections() // lost with a's connection: b, then a again, refuse it
+		a.unfreeze()
+		time.Sleep(2 * time.Minute)
+		busy.Store(false) // the overload ends: the next ask is answered
+		select {
+		case ans := <-res:
+			rc, _ := message.ResultCodeOf(ans)
+			assert.Equal(t, uint32(message.Success), rc)
+		case <-time.After(time.Minute):
+			t.Fatal("still waiting a minute after the overload ended, every peer in service")
+		}
+	})
+}

@@ -1154,16 +1154,19 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 	}
 	moves := map[hop][]move{} // replays moved together
 	for id, ss := range w.sends {
-		conns := map[any]bool{}
+		conns := map[any]int{} // the last send on each connection
 		hbhs := map[uint32]bool{}
 		for k, s := range ss {
 			if s.e2e != id {
 				t.Errorf("seed %d: request %d sent with End-to-End %d", seed, id, s.e2e)
 			}
-			if conns[s.conn] {
+			// Again on a connection only after that connection refused it
+			// (the send that followed came after a refusal): never while
+			// it may still be pending there.
+			if j, ok := conns[s.conn]; ok && !ss[j+1].afterRefusal {
 				t.Errorf("seed %d: request %d sent twice on one connection (send %d)", seed, id, k+1)
 			}
-			conns[s.conn] = true
+			conns[s.conn] = k
 			if k == 0 {
 				if s.tflag {
 					t.Errorf("seed %d: request %d: first send with the T flag", seed, id)

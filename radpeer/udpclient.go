@@ -367,6 +367,10 @@ func (p *UDPPeer) Submit(c *call.Call) error {
 		p.mu.Unlock()
 		return fmt.Errorf("RADIUS server %s: %w (%d waiting)", p.url, ErrBusy, len(at.waiting))
 	}
+	if c.RefusedBy(p) { // each server at most once
+		p.mu.Unlock()
+		return fmt.Errorf("RADIUS server %s: %w", p.url, ErrAlreadySent)
+	}
 	rc.Lock()
 	_, err := rc.BoardLocked(&p.h)
 	rc.Unlock()
