@@ -72,6 +72,19 @@ func TestRADIUSStatusPagesInChromium(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
+	// The RADIUS client's metrics: latency, the 7750 SR state of each
+	// server, no watchdog series for UDP servers.
+	cm := httpGet(t, cliWeb+"metrics")
+	if v, ok := metricValue(cm, status.MetricLatency+"_count", map[string]string{}); !ok || v == 0 {
+		t.Errorf("client's metrics: %s_count %v (present %v), want the answered requests\n%s", status.MetricLatency, v, ok, grepLines(cm, "aaatp_request"))
+	}
+	if v, ok := metricValue(cm, status.MetricServerState, map[string]string{"peer": deadURL, "state": "out-of-service"}); !ok || v != 1 {
+		t.Errorf("client's metrics: the silent server not out of service:\n%s", grepLines(cm, "aaatp_server_state"))
+	}
+	if strings.Contains(cm, status.MetricState+"{peer=\""+deadURL) {
+		t.Errorf("client's metrics: a watchdog state for a UDP server")
+	}
+
 	dom, stderr, err := testhelp.DumpDOM(bin, t.TempDir(), cliWeb, 2*time.Second, browserBudget)
 	if err != nil {
 		t.Fatalf("chromium: %v\n%s", err, testhelp.Tail(stderr, 3000))

@@ -382,7 +382,7 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	defer d.close()
 	metrics := newMetrics(o.status)
 	defer metrics.WatchClient(events)()
-	tl := &radiusTally{failedBy: map[string]uint64{}}
+	tl := &radiusTally{failedBy: map[string]uint64{}, metrics: metrics}
 	web, err := openStatus(o.status, status.SourceFunc(func() status.Snapshot {
 		snap := status.ClientSnapshot(d.c)
 		snap.Role, snap.Totals.Sent = status.RoleClient, tl.sent.Load()
@@ -464,6 +464,7 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 type radiusTally struct {
 	sent, answered, rejected, failed atomic.Uint64
 	lat                              latency.Histogram // from each request's intended time
+	metrics                          *status.Metrics   // aaatp_request_duration_seconds; nil without --status
 
 	mu       sync.Mutex
 	failedBy map[string]uint64
@@ -483,7 +484,9 @@ func (t *radiusTally) one(ctx context.Context, d *radiusDriver, r *radius.Reques
 		t.mu.Unlock()
 		return
 	}
-	t.lat.Record(time.Since(intended)) // not from the actual send: against coordinated omission
+	took := time.Since(intended) // not from the actual send: against coordinated omission
+	t.lat.Record(took)
+	t.metrics.ObserveLatency(took)
 	t.answered.Add(1)
 	if resp.Packet.Code == lradius.CodeAccessReject {
 		t.rejected.Add(1)
