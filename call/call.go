@@ -271,6 +271,10 @@ func (c *Call) BoardLocked(cn *Conn) (Boarding, error) {
 		return b, ErrAlreadySent
 	}
 	c.owner = cn
+	if i := slices.Index(c.refusedOn, cn); i >= 0 {
+		// Sent there again: this send is pending there, not refused.
+		c.refusedOn = slices.Delete(c.refusedOn, i, i+1)
+	}
 	c.sentOn = append(c.sentOn, cn)
 	c.sends.Add(1)
 	c.refused = false

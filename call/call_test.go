@@ -372,3 +372,22 @@ func TestRefusedConnectionReusableAfterForget(t *testing.T) {
 	assert.True(t, c.Avoids(&a.Conn, tpeer{"pa"}), "lost there: never again on that connection")
 	boarded(t, c, b)
 }
+
+// Sent again on a connection that had refused it, then moved off it (a
+// failover): that connection does not take it a third time.
+func TestReusedConnectionNotReusedAfterLoss(t *testing.T) {
+	c := newCall()
+	a, b := newConn("a"), newConn("b")
+	boarded(t, c, a)
+	require.True(t, c.Leave(&a.Conn))
+	boarded(t, c, b)
+	require.True(t, c.Refuse(&b.Conn, []byte("busy"), nil))
+	c.ForgetRefusals()
+	boarded(t, c, b) // allowed: b's send had been refused
+	require.True(t, c.Leave(&b.Conn))
+	assert.True(t, c.Avoids(&b.Conn, tpeer{"pb"}), "lost there now: never again on b")
+	c.Lock()
+	_, err := c.BoardLocked(&b.Conn)
+	c.Unlock()
+	assert.ErrorIs(t, err, ErrAlreadySent)
+}
