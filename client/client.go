@@ -571,7 +571,9 @@ func (c *Client) dispatchAll(calls []*call.Call) []*member {
 		if _, ok := groups[m]; !ok {
 			order = append(order, m)
 		}
-		cl.SetAttempts(0) // no probe here: the peer's own retransmissions
+		if cl.Attempts() != 0 {
+			cl.SetAttempts(0) // no probe here: the peer's own retransmissions
+		}
 		groups[m] = append(groups[m], cl)
 		to[i] = m
 	}
@@ -615,8 +617,8 @@ func (c *Client) place(cl *call.Call, m *member) bool {
 	first := cl.Sends() == 0
 	if probe {
 		cl.SetAttempts(1) // a probe is one message, never retransmitted
-	} else {
-		cl.SetAttempts(0)
+	} else if cl.Attempts() != 0 {
+		cl.SetAttempts(0) // a load, not a store, on the usual send
 	}
 	if k == nil || k.Submit(cl) != nil {
 		if probe {
@@ -649,13 +651,21 @@ func (c *Client) strand(cl *call.Call, gen uint64) bool {
 		if !cl.Park() {
 			return true
 		}
-		time.AfterFunc(refusedRetry, func() {
-			cl.ForgetRefusals()
-			c.dispatch(cl)
-		})
+		c.askAgainLater(cl, func() { c.dispatch(cl) })
 		return true
 	}
 	return c.park(cl, gen)
+}
+
+// askAgainLater forgets the refusals of cl, a request lost on a
+// connection and refused since by every peer it could go to, after
+// refusedRetry, then runs then (a dispatch, or a poke of the throttle
+// whose queue holds it).
+func (c *Client) askAgainLater(cl *call.Call, then func()) {
+	time.AfterFunc(refusedRetry, func() {
+		cl.ForgetRefusals()
+		then()
+	})
 }
 
 // refusedRetry is how long a request lost on a connection and then
@@ -1042,7 +1052,6 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 	var order []*member
 	var waiting, refused, concluded []uint32
 	live := make([]*call.Call, 0, len(calls))
-	refs := func(ids []uint32, cl *call.Call) []uint32 { return append(ids, refsOf(cl)...) }
 	for _, cl := range calls {
 		if cl.IsDone() {
 			continue
@@ -1053,7 +1062,7 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 			// Addressed to the peer that failed: not moved to another host
 			// (RFC 6733 5.5.4).
 			cl.Fail(fmt.Errorf("%w: Destination-Host %s is not reachable (%s)", ErrUnableToDeliver, dh, reason))
-			refused = refs(refused, cl)
+			refused = appendRef(refused, cl)
 			continue
 		}
 		live = append(live, cl)
@@ -1075,13 +1084,13 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 			if _, ok := moved[to]; !ok {
 				order = append(order, to)
 			}
-			moved[to] = refs(moved[to], cl)
+			moved[to] = appendRef(moved[to], cl)
 			counts[to]++
 		case cl.State() == call.Parked:
-			waiting = refs(waiting, cl)
+			waiting = appendRef(waiting, cl)
 			nwaiting++
 		case cl.IsDone():
-			concluded = refs(concluded, cl)
+			concluded = appendRef(concluded, cl)
 		default: // queued in the throttle: recorded when it leaves (execute)
 		}
 	}
@@ -1100,13 +1109,14 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 	}
 }
 
-// refsOf names a request in the records: its Diameter End-to-End id (a
-// RADIUS request has none: its Identifier changes with each send).
-func refsOf(cl *call.Call) []uint32 {
+// appendRef appends the name of a request in the records: its Diameter
+// End-to-End id (a RADIUS request has none: its Identifier changes with
+// each send).
+func appendRef(ids []uint32, cl *call.Call) []uint32 {
 	if cl.Ref != 0 {
-		return []uint32{cl.Ref}
+		ids = append(ids, cl.Ref)
 	}
-	return nil
+	return ids
 }
 
 func (c *Client) record(r FailoverRecord) {

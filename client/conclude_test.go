@@ -118,6 +118,12 @@ func TestLateRefusalDoesNotComplete(t *testing.T) {
 // peer is not left waiting for ever while they are in service: it asks
 // them again in a while (refusedRetry), and is answered once one takes it.
 func TestLostRequestRefusedEverywhereAsksAgain(t *testing.T) {
+	for _, throttled := range []bool{false, true} {
+		t.Run(map[bool]string{false: "dispatch", true: "throttle"}[throttled], func(t *testing.T) { lostRefusedAsksAgain(t, throttled) })
+	}
+}
+
+func lostRefusedAsksAgain(t *testing.T, throttled bool) {
 	synctest.Test(t, func(t *testing.T) {
 		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
 		var busy atomic.Bool
@@ -134,7 +140,11 @@ func TestLostRequestRefusedEverywhereAsksAgain(t *testing.T) {
 		a.handle, b.handle = refuse(a), refuse(b)
 		n := network{"tcp://a:3868": a, "tcp://b:3868": b}
 		defer n.close()
-		c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:3868", "tcp://b:3868"))
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:3868", "tcp://b:3868")
+		if throttled {
+			cfg.Throttle = &Throttle{}
+		}
+		c, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -270,8 +270,15 @@ func (c *Client) throttled(its ...*item) {
 		case it.cl.IsDone():
 		case it.cl.Sends() == 0:
 			back = append(back, it)
-		case c.pick(it.cl) == nil && it.cl.Conclude(): // refused as too busy and no peer left to try
 		default:
+			if c.pick(it.cl) == nil {
+				if it.cl.Conclude() { // refused as too busy and no peer left to try
+					continue
+				}
+				if it.cl.RefusedAfterLoss() {
+					c.askAgainLater(it.cl, c.poke)
+				}
+			}
 			front = append(front, it)
 		}
 	}
@@ -361,7 +368,7 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 			c.unlockThrottle()
 			if from != nil {
 				c.record(FailoverRecord{Time: time.Now(), From: from.spec.Name, To: m.spec.Name, Outcome: Moved, Moved: 1,
-					Reason: why + "; sent from the throttle's queue", EndToEnd: refsOf(it.cl)})
+					Reason: why + "; sent from the throttle's queue", EndToEnd: appendRef(nil, it.cl)})
 			}
 			continue
 		}
