@@ -216,6 +216,9 @@ type Call struct {
 	// Accounting: the request is accounting traffic (the throttle's
 	// class), not authentication or authorization.
 	Accounting bool
+	// Deadline is when the caller stops waiting for the answer, as the
+	// dispatcher set it (zero: unknown).
+	Deadline time.Time
 }
 
 // Init readies c for use.

@@ -190,7 +190,10 @@ type Client struct {
 	radius  bool // the members are RADIUS servers
 	events  *Bus
 	cancels []func()
-	ready   readiness // wakes WaitReady
+	// av is the view of where requests may go (avail); refresh, under
+	// avMu, swaps it.
+	av   atomic.Pointer[avail]
+	avMu sync.Mutex
 
 	// eventQ publishes the events of changes made under a lock, in the
 	// order of the changes: the balancer's rebuilds (setBalancerState), the
@@ -199,19 +202,19 @@ type Client struct {
 	eventQ ordered.Queue[Event]
 
 	mu     sync.Mutex
-	parked []*call.Call // waiting for any peer in service (F3)
-	// upGen counts peers coming into service; it is raised under mu as
-	// parked is taken. A request parks only if it has not changed since
-	// the request looked for a peer: one that came up in between takes it.
-	upGen   atomic.Uint64
-	closed  bool
-	trimmer *time.Timer    // pending connection-limit check
-	closing sync.WaitGroup // peers closed to respect MaxConnections
+	closed bool
+	// waiting counts the requests waiting for a view change (strand),
+	// bounded by maxWaiting; waiters counts their goroutines (waitFor),
+	// which Close waits for. waiters is added to under mu, before closed.
+	waiting    atomic.Int64
+	waiters    sync.WaitGroup
+	lastWaiter *waiter        // the waiter started last (strand); under mu
+	trimmer    *time.Timer    // pending connection-limit check
+	closing    sync.WaitGroup // peers closed to respect MaxConnections
 
 	log failoverLog
 
 	group        *policy.Group              // nil without Policy
-	policyOpened atomic.Bool                // a server's policy state lets traffic in again: unpark
 	sched        *throttle.Scheduler[*item] // nil without Throttle; guarded by tmu
 	tmu          sync.Mutex
 	alarms       []Event // queue alarms made under tmu, for unlockThrottle; empty whenever tmu is free
@@ -308,8 +311,9 @@ func New(cfg Config) (*Client, error) {
 		}
 		c.bal = b
 	}
+	c.av.Store(newAvail(len(c.members)))
 	// Peer goroutines reach the Client only through paths that take c.mu
-	// first (onFailover, unpark): holding it while the members are filled
+	// first (onFailover, strand): holding it while the members are filled
 	// in keeps them from seeing a half-built Client.
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -350,11 +354,9 @@ func (c *Client) dialLocked(m *member) error {
 	self.Store(p)
 	m.pp.Store(p)
 	c.byPeer.Store(p, m)
-	if c.sched != nil {
-		// The peer may have come up before it was stored just now, and
-		// the throttle then saw it as unavailable: look again.
-		c.refreshAvailability()
-	}
+	// The peer may have come up before it was stored just now, unseen by
+	// the view: look again.
+	c.refresh()
 	return nil
 }
 
@@ -437,12 +439,13 @@ var epoch = time.Now()
 // for its one answer or error, and account for it.
 func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
 	start := time.Since(epoch) // one clock read: time.Now reads two
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = epoch.Add(start + c.cfg.RequestTimeout)
+	}
+	cl.Deadline = dl
 	var it *item
 	if c.sched != nil {
-		dl, ok := ctx.Deadline()
-		if !ok {
-			dl = time.Now().Add(c.cfg.RequestTimeout)
-		}
 		it = c.newItem(cl, dl)
 	}
 	c.dispatch(cl)
@@ -492,15 +495,16 @@ func (m *member) carrier() call.Carrier {
 }
 
 // dispatch is the one way a request reaches a peer. First sends, replays
-// after a failover, unparked requests, premature-failover resends and
-// throttled sends all come here and meet the same checks: pick (a peer in
-// service whose policy state takes traffic, that the request must not
-// avoid: never a connection it was sent on), admit (the policy's probe
-// rules; with a throttle, a rate and outstanding place first), submit. A
-// request no peer can take now is parked until one comes into service, or,
-// when peers refused it as too busy, completed with the last refusal. It
-// returns the member the request went to; nil when it waits (parked or
-// queued in the throttle) or ended.
+// after a failover, requests that waited for a peer, premature-failover
+// resends and throttled sends all come here (or to dispatchAll, for a
+// batch) and meet the same checks: pick (a peer in service in the view
+// whose policy state takes traffic, that the request must not avoid:
+// never a connection it was sent on), admit (the policy's probe rules;
+// with a throttle, a rate and outstanding place first), submit. A request
+// no peer can take in the view waits for the view to change, or, when
+// peers refused it as too busy, is completed with the last refusal
+// (strand). It returns the member the request went to; nil when it waits
+// (for a view change or in the throttle) or ended.
 func (c *Client) dispatch(cl *call.Call) *member {
 	if c.sched != nil {
 		if it, ok := cl.Tag().(*item); ok {
@@ -508,31 +512,39 @@ func (c *Client) dispatch(cl *call.Call) *member {
 			return nil
 		}
 	}
-	for {
-		gen := c.upGen.Load()
-		var refused []*member // by the policy or a connection lost just now
-		for range len(c.members) + 1 {
-			m := c.pick(cl, refused...)
-			if m == nil {
-				break
-			}
-			if c.place(cl, m) {
-				return m
-			}
-			refused = append(refused, m)
-		}
-		if c.strand(cl, gen) {
-			return nil
-		}
-		// A peer came into service while this request looked: again.
+	v := c.view()
+	m := c.placeOne(cl, v, nil)
+	if m == nil {
+		c.strand([]*call.Call{cl}, v)
 	}
+	return m
 }
 
-// dispatchAll is dispatch for a batch (a failover's requests, the parked
-// ones), in order: each request is picked and admitted as dispatch does,
-// then each peer gets its share in one batch (one wake-up of its writer).
-// A request a peer refused at submit goes through dispatch on its own. It
-// returns where each went (nil: waiting or ended), in the order of calls.
+// placeOne picks a member for cl in view v and places it there, trying
+// the next when one refuses (its policy, or its connection lost a moment
+// ago); nil when none took it. skip: members not to try.
+func (c *Client) placeOne(cl *call.Call, v *avail, skip []*member) *member {
+	for range len(c.members) + 1 {
+		m := c.pick(cl, v, skip...)
+		if m == nil {
+			return nil
+		}
+		if c.place(cl, m) {
+			return m
+		}
+		skip = append(skip, m)
+	}
+	return nil
+}
+
+// dispatchAll is dispatch for a batch (a failover's requests, requests
+// that waited for a view change), against one view and in order: a run
+// of consecutive requests picked for the same peer goes in one batch (one
+// wake-up of its writer), and a request a peer refused is placed again
+// before the next run, so that requests leave in the order given to
+// every peer. Those no peer can take in the view wait together, in
+// order. It returns where each went (nil: waiting or ended), in the
+// order of calls.
 func (c *Client) dispatchAll(calls []*call.Call) []*member {
 	to := make([]*member, len(calls))
 	if c.sched != nil {
@@ -547,61 +559,107 @@ func (c *Client) dispatchAll(calls []*call.Call) []*member {
 		c.throttled(its...)
 		return to
 	}
-	groups := map[*member][]*call.Call{}
-	var order []*member
-	gen := c.upGen.Load()
+	v := c.view()
+	if wait := c.placeAll(calls, v, to); len(wait) > 0 {
+		c.strand(wait, v)
+	}
+	return to
+}
+
+// placeAll places calls against view v, in order, and returns those no
+// peer can take in v, in order; to (if not nil) gets where each went. A
+// run of consecutive requests picked for the same peer goes in one batch
+// (one wake-up of its writer), and a request a peer refused is placed
+// again before the next run, so that requests leave in the order given
+// to every peer.
+func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*call.Call) {
+	went := func(i int, m *member) {
+		if to != nil {
+			to[i] = m
+		}
+	}
+	var run []*call.Call // picked for runTo, not submitted yet
+	var runAt []int      // their indexes in calls
+	var runTo *member
+	elsewhere := func(i int, cl *call.Call, not *member) {
+		if m := c.placeOne(cl, v, []*member{not}); m != nil {
+			went(i, m)
+		} else if !cl.IsDone() {
+			wait = append(wait, cl)
+		}
+	}
+	flush := func() {
+		if len(run) == 0 {
+			return
+		}
+		refused := c.submitRun(runTo, run)
+		for k, cl := range run {
+			if !slices.Contains(refused, cl) {
+				went(runAt[k], runTo)
+			} else {
+				elsewhere(runAt[k], cl, runTo)
+			}
+		}
+		run, runAt = run[:0], runAt[:0]
+	}
 	for i, cl := range calls {
 		if cl.IsDone() {
 			continue
 		}
-		m := c.pick(cl)
+		m := c.pick(cl, v)
 		if m == nil {
-			if !c.strand(cl, gen) {
-				to[i] = c.dispatch(cl) // a peer came into service meanwhile
+			flush() // those before it first, in case they end up waiting too
+			wait = append(wait, cl)
+			continue
+		}
+		if m != runTo {
+			flush()
+			runTo = m
+		}
+		ok, probe := c.admit(m)
+		switch {
+		case !ok: // refused by the policy: the others
+			flush()
+			elsewhere(i, cl, m)
+		case probe: // the one probe goes alone
+			flush()
+			if c.submit(cl, m, true) {
+				went(i, m)
+			} else {
+				elsewhere(i, cl, m)
 			}
-			continue
+		default:
+			run, runAt = append(run, cl), append(runAt, i)
 		}
-		if ok, probe := c.admit(m); !ok {
-			to[i] = c.dispatch(cl) // refused by the policy: try the others
-			continue
-		} else if probe {
-			to[i] = c.dispatch(cl) // the one probe goes alone
-			continue
-		}
-		if _, ok := groups[m]; !ok {
-			order = append(order, m)
+	}
+	flush()
+	return wait
+}
+
+// submitRun submits calls to m in one batch and returns those it refused.
+func (c *Client) submitRun(m *member, calls []*call.Call) (refused []*call.Call) {
+	firsts := 0
+	for _, cl := range calls {
+		if cl.Sends() == 0 {
+			firsts++
 		}
 		if cl.Attempts() != 0 {
 			cl.SetAttempts(0) // no probe here: the peer's own retransmissions
 		}
-		groups[m] = append(groups[m], cl)
-		to[i] = m
 	}
-	var again []*call.Call
-	for _, m := range order {
-		g := groups[m]
-		firsts := 0
-		for _, cl := range g {
-			if cl.Sends() == 0 {
-				firsts++
-			}
-		}
-		refused, err := m.carrier().SubmitAll(g)
-		if err != nil {
-			refused = g // that peer just left service
-		} else {
-			m.stats.sent.Add(uint64(firsts))
-			for range len(g) - len(refused) {
-				c.sent(m)
-			}
-		}
-		again = append(again, refused...)
+	k := m.carrier()
+	if k == nil {
+		return slices.Clone(calls)
 	}
-	for _, cl := range again {
-		i := slices.Index(calls, cl)
-		to[i] = c.dispatch(cl)
+	refused, err := k.SubmitAll(calls)
+	if err != nil {
+		return slices.Clone(calls) // that peer just left service
 	}
-	return to
+	m.stats.sent.Add(uint64(firsts))
+	for range len(calls) - len(refused) {
+		c.sent(m)
+	}
+	return refused
 }
 
 // place is admit and submit of cl on m; false if m refused it.
@@ -613,6 +671,12 @@ func (c *Client) place(cl *call.Call, m *member) bool {
 	if !ok {
 		return false
 	}
+	return c.submit(cl, m, probe)
+}
+
+// submit sends cl to m, which admitted it (a probe when probe); false if
+// m refused it.
+func (c *Client) submit(cl *call.Call, m *member, probe bool) bool {
 	k := m.carrier()
 	first := cl.Sends() == 0
 	if probe {
@@ -633,37 +697,15 @@ func (c *Client) place(cl *call.Call, m *member) bool {
 	return true
 }
 
-// strand deals with a request no peer can take now: one that peers
-// refused as too busy gets the last refusal (no peer is left to try);
-// any other waits for a peer in service (F3). gen is upGen as it was
-// before the request looked for a peer; strand returns false, queueing
-// nothing, when a peer has come into service since: the caller looks
-// again.
-func (c *Client) strand(cl *call.Call, gen uint64) bool {
-	if cl.Conclude() {
-		return true
-	}
-	if cl.RefusedAfterLoss() {
-		// A request that may be applied where it was lost, refused (too
-		// busy) by every peer it could go to since: no refusal may end
-		// it, and its peers, in service, will not wake it. It asks them
-		// again in a while, within its deadline.
-		if !cl.Park() {
-			return true
-		}
-		c.askAgainLater(cl, func() { c.dispatch(cl) })
-		return true
-	}
-	return c.park(cl, gen)
-}
-
-// askAgainLater forgets the refusals of cl, a request lost on a
-// connection and refused since by every peer it could go to, after
-// refusedRetry, then runs then (a dispatch, or a poke of the throttle
-// whose queue holds it).
-func (c *Client) askAgainLater(cl *call.Call, then func()) {
+// askAgainLater forgets the refusals of calls, requests lost on a
+// connection and refused since by every peer they could go to, after
+// refusedRetry, then runs then (a dispatch of them together, in order, or
+// a poke of the throttle whose queue holds them).
+func (c *Client) askAgainLater(calls []*call.Call, then func()) {
 	time.AfterFunc(refusedRetry, func() {
-		cl.ForgetRefusals()
+		for _, cl := range calls {
+			cl.ForgetRefusals()
+		}
 		then()
 	})
 }
@@ -688,18 +730,21 @@ func (c *Client) pinned(cl *call.Call) (*member, bool) {
 	return nil, false
 }
 
-// pick chooses a member in service for cl, never one of skip nor one cl
+// pick chooses a member for cl in view v, never one of skip nor one cl
 // must avoid. A request naming one of our peers in Destination-Host goes
 // there or nowhere. With a policy, a server whose state takes no traffic
 // is passed over; a server waiting for a real request to probe it gets
 // this one (S4).
-func (c *Client) pick(cl *call.Call, skip ...*member) *member {
+func (c *Client) pick(cl *call.Call, v *avail, skip ...*member) *member {
 	open := func(m *member) bool { // the connection may take cl
+		if !v.open[m.index] || slices.Contains(skip, m) {
+			return false
+		}
 		k := m.carrier()
-		return k != nil && k.InService() && !slices.Contains(skip, m) && !k.Avoids(cl)
+		return k != nil && !k.Avoids(cl)
 	}
 	usable := func(m *member) bool { // ...and the policy lets it
-		return open(m) && (c.group == nil || c.group.State(m.index).Takes())
+		return v.takes[m.index] && open(m)
 	}
 	if m, ok := c.pinned(cl); ok {
 		if usable(m) {
@@ -720,14 +765,13 @@ func (c *Client) pick(cl *call.Call, skip ...*member) *member {
 				return m
 			}
 		}
-		// The balancer's view lags a transition by a moment: fall back to
-		// round-robin over the peers in service.
+		// The balancer's choice is one the request must avoid (a
+		// connection it was sent on), or one the policy holds down, or
+		// the balancer's table is a view behind: the next in service.
 		if c.cfg.Algorithm == loadbalance.Direct {
 			// Direct is the first server in service in configured order
-			// (7750 SR "direct"), also when its pick is refused (the
-			// policy holds it down, the request must avoid it): before,
-			// the round-robin below sent the next requests to any other
-			// server, not to the next in order.
+			// (7750 SR "direct"), also when its pick is refused: the next
+			// requests go to the next in order, not to any other.
 			return c.firstUsable(usable)
 		}
 		n := uint64(len(c.members))
@@ -762,141 +806,36 @@ func balanceKeys(k call.Key) loadbalance.Request {
 	return loadbalance.Request{NAI: view.String(k.NAI), SessionID: view.String(k.SessionID)}
 }
 
-// maxParked bounds the parked queue; past it the oldest parked request
-// fails with ErrNoPeer rather than the queue growing without bound. A
-// variable for tests.
-var maxParked = 1 << 16
-
-// park reports false, queueing nothing, when upGen is no longer gen.
-func (c *Client) park(cl *call.Call, gen uint64) bool {
-	if beforePark != nil {
-		beforePark()
-	}
-	if !cl.Park() {
-		return true // complete meanwhile
-	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		cl.Fail(fmt.Errorf("client closed: %w", peer.ErrClosed))
-		return true
-	}
-	if c.upGen.Load() != gen {
-		c.mu.Unlock()
-		return false // Parked, not queued: the caller dispatches it
-	}
-	if len(c.parked) >= 1024 && len(c.parked)%1024 == 0 {
-		// Drop calls whose callers gave up, so the queue stays bounded by
-		// the requests still waiting.
-		c.parked = slices.DeleteFunc(c.parked, (*call.Call).IsDone)
-	}
-	var evicted *call.Call
-	if len(c.parked) >= maxParked {
-		evicted = c.parked[0]
-		c.parked = slices.Delete(c.parked, 0, 1)
-	}
-	c.parked = append(c.parked, cl)
-	c.mu.Unlock()
-	if evicted != nil {
-		evicted.Fail(fmt.Errorf("%w: %d requests already waiting", ErrNoPeer, maxParked))
-	}
-	return true
-}
-
-// beforePark, when set, runs as a request that found no peer is about to
-// park: a test can bring a peer into service inside that window.
-var beforePark func()
-
-// unpark dispatches parked calls now that a peer is in service, oldest
-// first; those that still find no peer (all they could go to are
-// connections they were sent on) are parked again, in order.
-func (c *Client) unpark() {
-	c.mu.Lock()
-	c.upGen.Add(1)
-	calls := c.parked
-	c.parked = nil
-	c.mu.Unlock()
-	c.dispatchAll(calls)
-}
-
-// onPeerEvent runs on the peer's goroutines: keep the balancer's view and
-// wake parked calls.
+// onPeerEvent runs on the peer's notifier: publish the event and, for a
+// watchdog change, keep the connection slots and the view.
 func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.Event) {
 	c.events.Publish(Event{Time: e.Time, Server: m.spec.Name, Kind: EventPeer, Peer: &e, Reason: e.Reason})
 	if e.Kind != peer.EventWatchdog {
 		return
 	}
-	defer c.ready.changed() // once everything below is applied
+	if beforeRefresh != nil {
+		beforeRefresh()
+	}
 	if c.cfg.MaxConnections > 0 {
 		c.balanceSlots(m, self, e.To)
 	}
-	// A peer leaving OKAY hands its pending requests to onFailover right
-	// after this event (Failover(), RFC 3539 3.4.1): the throttle is told
-	// now, but its dispatcher is woken by that hand-over, once the
-	// replays are at the head of the instance queue, so that the requests
-	// that waited in this server's queue do not overtake them.
-	c.serverStateAt(m, e.To, e.From == watchdog.Okay && e.To != watchdog.Okay)
-	if e.To == watchdog.Okay {
-		c.unpark()
-	}
+	c.refresh()
 }
 
-// serverState keeps the balancer, the policy and the throttle in step
-// with a server's watchdog state. c.mu must not be held by the caller
-// when to is OKAY and unpark follows.
-func (c *Client) serverState(m *member, to watchdog.State) { c.serverStateAt(m, to, false) }
-
-// serverStateAt is serverState; handOverNext says a failover hand-over
-// follows, which wakes the throttle's dispatcher (onFailover).
-func (c *Client) serverStateAt(m *member, to watchdog.State, handOverNext bool) {
-	if c.bal != nil {
-		st := loadbalance.Down
-		switch to {
-		case watchdog.Okay:
-			st = loadbalance.InService
-		case watchdog.Suspect:
-			st = loadbalance.Suspended
-		}
-		c.setBalancerState(m, st)
-	}
-	if c.group != nil {
-		c.group.SetAvailable(m.index, to == watchdog.Okay)
-		c.poke() // a keep-alive or probe held for want of a connection is due now
-	}
-	if c.sched != nil {
-		if handOverNext {
-			c.markAvailability()
-			// Should the hand-over not come (its connection was gone
-			// already), the dispatcher still wakes.
-			time.AfterFunc(handOverWait, c.poke)
-		} else {
-			c.refreshAvailability()
-		}
-	}
-}
-
-// setBalancerState gives the balancer m's state and publishes the rebuild
-// it caused, if any, with its generation. Each peer's events come on its
-// own goroutine, so two servers changing state at once call this side by
-// side: the state change and the event are queued under one lock, so that
-// the rebuilds are published in the order of their generations, each with
-// its own. The price: a rebuild left to another server's goroutine may
-// come after the later events that m's own goroutine publishes directly
-// (its failover record, its next watchdog change).
-func (c *Client) setBalancerState(m *member, st loadbalance.State) {
-	c.eventQ.Lock()
+// setBalancerStateLocked gives the balancer m's state and returns the
+// event of the rebuild it caused, if any, with its generation; c.eventQ
+// is held, so that the rebuilds are published in the order of their
+// generations. The price: a rebuild published from another server's
+// goroutine may come after the later events that m's own goroutine
+// publishes directly (its failover record, its next watchdog change).
+func (c *Client) setBalancerStateLocked(m *member, st loadbalance.State) (Event, bool) {
 	if rebuilt, err := c.bal.SetState(m.spec.Name, st); err != nil || !rebuilt {
-		c.eventQ.Unlock()
-		return
+		return Event{}, false
 	}
 	gen := c.bal.Generation()
-	c.eventQ.PublishLocked(c.events.Publish, Event{Time: time.Now(), Server: m.spec.Name, Kind: EventBalancerRebuilt, Generation: gen,
-		Reason: fmt.Sprintf("balancer table rebuilt (generation %d)", gen)})
+	return Event{Time: time.Now(), Server: m.spec.Name, Kind: EventBalancerRebuilt, Generation: gen,
+		Reason: fmt.Sprintf("balancer table rebuilt (generation %d)", gen)}, true
 }
-
-// handOverWait is how long the throttle's dispatcher may sleep after a
-// peer left OKAY when the failover hand-over that wakes it does not come.
-const handOverWait = 100 * time.Millisecond
 
 // balanceSlots keeps MaxConnections peers connected in primary/secondary
 // mode (F5): a peer going DOWN lets the next undialed one in; a peer back
@@ -967,6 +906,7 @@ func (c *Client) trimLocked() {
 		p := x.p()
 		x.pp.Store(nil)
 		x.okaySince = time.Time{}
+		c.refresh()
 		c.events.Publish(Event{Time: time.Now(), Server: x.spec.Name, Kind: EventSlotReleased, Age: age, Limit: c.cfg.MaxConnections,
 			Reason: fmt.Sprintf("closed to respect the limit of %d connections after %v in service", c.cfg.MaxConnections, age.Truncate(time.Second))})
 		c.closing.Add(1)
@@ -1128,7 +1068,7 @@ func (c *Client) record(r FailoverRecord) {
 // queued have been delivered.
 func (c *Client) Done() <-chan struct{} { return c.gone }
 
-// Close closes every peer (DPR/DPA) and fails parked requests. It does
+// Close closes every peer (DPR/DPA) and fails the requests waiting for one. It does
 // not wait for event subscribers and failover hand-overs still running on
 // the peers' notifiers (so a subscriber may call Close): Done is closed
 // once they are out.
@@ -1173,13 +1113,7 @@ func (c *Client) Close(ctx context.Context) error {
 	for _, cancel := range cancels {
 		cancel()
 	}
-	c.mu.Lock()
-	calls := c.parked
-	c.parked = nil
-	c.mu.Unlock()
-	for _, cl := range calls {
-		cl.Fail(fmt.Errorf("client closed: %w", peer.ErrClosed))
-	}
+	c.waiters.Wait() // requests waiting for a peer failed at c.cancel
 	go func() {
 		for _, d := range dones {
 			<-d

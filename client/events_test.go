@@ -304,3 +304,16 @@ func twoServersInBalance(t *testing.T) (*Client, Config) {
 	waitOkay(t, c)
 	return c, cfg
 }
+
+// serverState gives the balancer m's state as refresh does when m's peer
+// changes state, and publishes the rebuild the same way: the tests above
+// drive the ordering of rebuild events without real state changes.
+func (c *Client) serverState(m *member, st watchdog.State) {
+	c.eventQ.Lock()
+	e, ok := c.setBalancerStateLocked(m, balancerState(st))
+	if !ok {
+		c.eventQ.Unlock()
+		return
+	}
+	c.eventQ.PublishLocked(c.events.Publish, e)
+}

@@ -17,13 +17,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The parked queue is bounded: past maxParked the oldest waiting request
-// fails with ErrNoPeer, the others keep waiting and are answered once a
-// peer is back.
-func TestParkedQueueBounded(t *testing.T) {
+// The requests waiting for a peer are bounded: past maxWaiting a request
+// that finds none fails with ErrNoPeer at once (here the last of the
+// failover's four), the others keep waiting and are answered once a peer
+// is back.
+func TestWaitingBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		defer func(n int) { maxParked = n }(maxParked)
-		maxParked = 3
+		defer func(n int) { maxWaiting = n }(maxWaiting)
+		maxWaiting = 3
 		srv := newFakeServer("a.example.net")
 		n := network{"tcp://a:3868": srv}
 		defer n.close()
@@ -41,21 +42,25 @@ func TestParkedQueueBounded(t *testing.T) {
 			}()
 			time.Sleep(time.Millisecond) // a definite order
 		}
-		time.Sleep(61 * time.Second) // SUSPECT: all four are parked, the first falls out
+		time.Sleep(61 * time.Second) // SUSPECT: all four wait, the last is one too many
 		synctest.Wait()
 		select {
-		case err := <-errs[0]:
+		case err := <-errs[3]:
 			assert.ErrorIs(t, err, ErrNoPeer)
 		default:
-			t.Fatal("the oldest parked request did not fail at the bound")
+			t.Fatal("the request past the bound did not fail")
 		}
-		c.mu.Lock()
-		assert.Len(t, c.parked, 3)
-		c.mu.Unlock()
+		assert.EqualValues(t, 3, c.waiting.Load())
 		srv.unfreeze() // its answers come on the connection they were sent on
-		for _, ch := range errs[1:] {
+		for _, ch := range errs[:3] {
 			assert.NoError(t, <-ch)
 		}
+		// Answered on the connection they were lost on, which they may
+		// not be sent on again: their waiter lets them go by their
+		// deadline.
+		time.Sleep(c.cfg.RequestTimeout)
+		synctest.Wait()
+		assert.Zero(t, c.waiting.Load())
 	})
 }
 
@@ -75,22 +80,20 @@ func TestPeerUpWhileRequestParks(t *testing.T) {
 		synctest.Wait()
 		require.Zero(t, c.inService(), "not in service yet")
 		windows := 0
-		beforePark = func() {
+		beforeStrand = func() {
 			windows++
 			if windows == 1 {
 				srv.unfreeze()
 				synctest.Wait() // in service, and its OKAY handled
 			}
 		}
-		defer func() { beforePark = nil }()
+		defer func() { beforeStrand = nil }()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_, err = c.Send(ctx, acr(1, "u@example.net"))
 		require.NoError(t, err, "sent to the peer that came up")
 		assert.Equal(t, 1, windows, "the request looked once more and found it")
-		c.mu.Lock()
-		assert.Empty(t, c.parked)
-		c.mu.Unlock()
+		assert.Zero(t, c.waiting.Load())
 	})
 }
 

@@ -107,7 +107,7 @@ func (c *Client) setupLimits() error {
 			Servers: servers, Slot: t.Slot, AlarmHigh: t.AlarmHigh, AlarmLow: t.AlarmLow,
 			OnAlarm: c.onAlarm,
 			Pick: func(it *item, _ throttle.Class) int {
-				if m := c.pick(it.cl); m != nil {
+				if m := c.pick(it.cl, c.view()); m != nil {
 					return m.index
 				}
 				return -1
@@ -172,38 +172,11 @@ func (c *Client) publishPolicyLocked(evs []policy.Event) {
 		out[i] = Event{Time: e.Time, Server: e.Server, Kind: EventPolicy, Policy: &e, Reason: e.Reason}
 	}
 	c.eventQ.PublishLocked(c.events.Publish, out...)
-	for _, e := range evs {
-		if e.To.Takes() || e.To == policy.Probing {
-			// Requests waiting for a server may go now: the dispatcher
-			// unparks them (not here: this may run inside a dispatch).
-			c.policyOpened.Store(true)
-		}
-	}
-	if c.sched != nil {
-		c.refreshAvailability()
-	}
+	// Whether a server takes requests may have changed: the view follows
+	// (and wakes the requests waiting for a change, the throttle's
+	// dispatcher).
+	c.refresh()
 	c.poke() // a new state may mean a new timer
-}
-
-// refreshAvailability tells the scheduler which servers may take requests.
-func (c *Client) refreshAvailability() {
-	c.markAvailability()
-	c.poke()
-}
-
-// markAvailability tells the throttle which servers are available,
-// without waking its dispatcher.
-func (c *Client) markAvailability() {
-	now := time.Now()
-	c.tmu.Lock()
-	for i, m := range c.members {
-		ok := m.okay()
-		if c.group != nil {
-			ok = ok && c.group.State(i).Takes()
-		}
-		c.sched.SetAvailable(i, ok, now)
-	}
-	c.unlockThrottle()
 }
 
 func (c *Client) poke() {
@@ -271,12 +244,12 @@ func (c *Client) throttled(its ...*item) {
 		case it.cl.Sends() == 0:
 			back = append(back, it)
 		default:
-			if c.pick(it.cl) == nil {
+			if c.pick(it.cl, c.view()) == nil {
 				if it.cl.Conclude() { // refused as too busy and no peer left to try
 					continue
 				}
 				if it.cl.RefusedAfterLoss() {
-					c.askAgainLater(it.cl, c.poke)
+					c.askAgainLater([]*call.Call{it.cl}, c.poke)
 				}
 			}
 			front = append(front, it)
@@ -394,6 +367,7 @@ func (c *Client) dispatcher() {
 	var sends []policy.TestSend
 	var evs []policy.Event
 	for {
+		v := c.view() // before looking: a change after it wakes us
 		now := time.Now()
 		if c.group != nil {
 			c.eventQ.Lock()
@@ -401,9 +375,6 @@ func (c *Client) dispatcher() {
 			c.publishPolicyLocked(evs)
 			for _, s := range sends {
 				c.sendTest(s)
-			}
-			if c.policyOpened.Swap(false) {
-				c.unpark()
 			}
 		}
 		next := now.Add(time.Hour)
@@ -427,6 +398,7 @@ func (c *Client) dispatcher() {
 		t.Reset(max(time.Until(next), time.Millisecond))
 		select {
 		case <-t.C:
+		case <-v.changed: // a server came into service or left
 		case <-c.wake:
 		case <-c.stopDispatch:
 			return

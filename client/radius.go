@@ -111,8 +111,7 @@ func (c *Client) dialUDP(m *member) error {
 	}
 	m.up.Store(p)
 	c.byPeer.Store(call.Carrier(p), m)
-	c.serverState(m, watchdog.Okay) // no watchdog: the policy's states decide
-	c.ready.changed()
+	c.refresh() // no watchdog: the policy's states decide
 	return nil
 }
 
@@ -138,33 +137,27 @@ func (c *Client) dialRADIUS(m *member) error {
 	m.rp.Store(p)
 	c.byPeer.Store(call.Carrier(p), m)
 	// Its first connection may have come up before it was stored: look
-	// again at the state every part of the Client keeps (nothing is
-	// parked yet: New holds c.mu).
-	c.serverState(m, p.State())
-	c.ready.changed()
+	// again.
+	c.refresh()
 	return nil
 }
 
 // onRADIUSEvent is onPeerEvent for a RADIUS server: its state is the
 // server's (OKAY while any of its connections is), not the connection's
-// that changed; and a connection that closed may lift what a parked call
-// had to avoid.
+// that changed; and a connection that closed may lift what a waiting
+// request had to avoid.
 func (c *Client) onRADIUSEvent(m *member, e peer.Event) {
 	c.events.Publish(Event{Time: e.Time, Server: m.spec.Name, Kind: EventPeer, Peer: &e, Reason: e.Reason})
 	p := m.rp.Load()
 	switch {
 	case p == nil: // not stored yet: dialRADIUS looks at its state then
 	case e.Kind == peer.EventWatchdog:
-		defer c.ready.changed()
-		st := p.State()
-		// As for Diameter (onPeerEvent): the connection leaving OKAY hands
-		// its pending requests over next, and that wakes the throttle.
-		c.serverStateAt(m, st, e.From == watchdog.Okay && st != watchdog.Okay)
-		if st == watchdog.Okay {
-			c.unpark()
+		if beforeRefresh != nil {
+			beforeRefresh()
 		}
+		c.refresh()
 	case e.Kind == peer.EventConnDown && p.InService():
-		c.unpark()
+		c.bump()
 	}
 }
 

@@ -29,9 +29,6 @@ var (
 	simN    = flag.Int("sim.n", 0, "TestSim: run schedules for seeds 1..n instead of the fixed set (a soak)")
 	simSeed = flag.Uint64("sim.seed", 0, "TestSim: replay the schedule of this seed only")
 	simFrom = flag.Uint64("sim.from", 1, "TestSim with -sim.n: the first seed")
-	// simStrict fails the known-broken outcome too: replays out of order
-	// when a peer comes into service in the middle of a batch (see check).
-	simStrict = flag.Bool("sim.strict", false, "TestSim: fail the known-broken outcomes too")
 )
 
 // simFixedSeeds is the set every `go test` runs. With -race a schedule
@@ -94,8 +91,12 @@ func TestSim(t *testing.T) {
 	workers := min(runtime.GOMAXPROCS(0), len(seeds))
 	testhook.Queued = simQueued
 	testhook.AfterQueue = func(uint32) { simPause(20 * time.Millisecond) }
-	beforePark = func() { simPause(50 * time.Millisecond) }
-	defer func() { testhook.Queued, testhook.AfterQueue, beforePark = nil, nil, nil }()
+	beforeStrand = func() { simPause(50 * time.Millisecond) }
+	beforeRefresh = func() { simPause(20 * time.Millisecond) }
+	onStrand = simStranded
+	defer func() {
+		testhook.Queued, testhook.AfterQueue, beforeStrand, beforeRefresh, onStrand = nil, nil, nil, nil, nil
+	}()
 	var failed []uint64
 	var fmu sync.Mutex
 	t.Run("schedules", func(t *testing.T) {
@@ -133,19 +134,12 @@ func TestSim(t *testing.T) {
 			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 {
 			t.Errorf("the schedules exercised too little: %+v", s)
 		}
-		// The known-broken outcomes are rare races (a peer coming into
-		// service in the middle of a batch; an applied request's only
-		// alternate refusing it): more of them is a new defect.
-		if s.KnownOrder*100 > s.OrderPairs {
-			t.Errorf("%d of %d replays moved together left out of send order: more than the known race (-sim.strict shows them)", s.KnownOrder, s.OrderPairs)
-		}
 	}
 }
 
 type simCounts struct {
 	Requests, Answered, Failed, Replays, Premature, Late, Parked, Drained, Closes int
 	Patient, Pinned, NonAcct, AllOut, SlowBehind, OrderPairs, Drains, Pauses      int
-	KnownOrder                                                                    int
 }
 
 type simTotals struct {
@@ -174,7 +168,6 @@ func (s *simTotals) add(b simCounts) {
 	a.OrderPairs += b.OrderPairs
 	a.Drains += b.Drains
 	a.Pauses += b.Pauses
-	a.KnownOrder += b.KnownOrder
 }
 
 func (s *simTotals) snapshot() simCounts {
@@ -291,6 +284,7 @@ type simWorld struct {
 	mu        sync.Mutex
 	seq       int
 	sends     map[uint32][]simSend
+	stranded  map[*call.Call]bool  // every request that waited for a peer (onStrand)
 	refusals  map[[2]uint32]int    // (e2e, hbh) of a 3004/3002 the client read -> seq
 	wrote     map[[2]uint32]string // (e2e, hbh) of a request written -> the server's host
 	answered  map[uint32]time.Time // when the client first read a final answer to the request
@@ -489,8 +483,24 @@ func simQueued(e2e uint32, conn any, msg []byte, afterRefusal bool) {
 	simYield() // under the connection's lock: a moment for the others
 }
 
+// simStranded records requests that wait for a view change in their
+// world, for watchParked and checkRecovered.
+func simStranded(calls []*call.Call) {
+	for _, cl := range calls {
+		simWorlds.Lock()
+		w := simWorlds.m[cl.Ref>>24]
+		simWorlds.Unlock()
+		if w == nil {
+			continue
+		}
+		w.mu.Lock()
+		w.stranded[cl] = true
+		w.mu.Unlock()
+	}
+}
+
 func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
-	w := &simWorld{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)),
+	w := &simWorld{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), stranded: map[*call.Call]bool{},
 		sends: map[uint32][]simSend{}, refusals: map[[2]uint32]int{}, wrote: map[[2]uint32]string{}, answered: map[uint32]time.Time{}, applied: map[uint32]int{}, commits: map[uint32][]string{},
 		commitAt: map[uint32]time.Time{}, runs: map[uint32]int{}, reqs: map[uint32]*simReq{}, slow: map[uint32]bool{}, dropped: map[uint32]bool{}}
 	simWorlds.Lock()
@@ -912,17 +922,18 @@ func (w *simWorld) watchParked() (stop func()) {
 			case <-tick.C:
 			}
 			c.mu.Lock()
-			parked, closed := slices.Clone(c.parked), c.closed
+			closed := c.closed
 			c.mu.Unlock()
 			if closed {
 				return
 			}
+			parked := w.waitingCalls()
 			next := map[*call.Call]int{}
 			for _, cl := range parked {
 				if cl.State() != call.Parked {
 					continue
 				}
-				if m := c.pick(cl); m != nil {
+				if m := c.pick(cl, c.view()); m != nil {
 					next[cl] = since[cl] + 1
 					if next[cl] == 3 {
 						w.violation("request %d parked for 10 s while %s, in service, could take it", cl.Ref, m.spec.Name)
@@ -969,13 +980,27 @@ func (w *simWorld) checkRecovered() {
 			}
 		}
 	}
-	c.mu.Lock()
-	for _, cl := range c.parked {
-		if !cl.IsDone() {
-			w.errs = append(w.errs, fmt.Sprintf("request %d still parked after %v of quiet, every peer in service", cl.Ref, simRecovery))
+	for _, cl := range w.waitingCalls() {
+		w.errs = append(w.errs, fmt.Sprintf("request %d still waiting for a peer after %v of quiet, every peer in service", cl.Ref, simRecovery))
+	}
+	if n := c.waiting.Load(); n != 0 {
+		w.errs = append(w.errs, fmt.Sprintf("%d requests counted as waiting for a peer after %v of quiet, every peer in service", n, simRecovery))
+	}
+}
+
+// waitingCalls returns the requests that wait for a peer now.
+func (w *simWorld) waitingCalls() []*call.Call {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []*call.Call
+	for cl := range w.stranded {
+		if cl.State() == call.Parked {
+			out = append(out, cl)
+		} else if cl.IsDone() {
+			delete(w.stranded, cl)
 		}
 	}
-	c.mu.Unlock()
+	return out
 }
 
 func recordsOf(c *Client) []FailoverRecord {
@@ -1041,9 +1066,8 @@ func simRequest(n int, nai, host string, acct bool) []byte {
 //   - replays leave in send order: a failover hands the requests of a
 //     connection over in the order they were sent there (its records),
 //     and requests moved together from one connection to another are
-//     queued there in that order (known broken when a peer comes into
-//     service in the middle of the batch: counted, failed with
-//     -sim.strict);
+//     queued there in that order, also when they waited for a peer and
+//     when a peer came into service in the middle of the batch;
 //   - a graceful Close drains: the requests in flight to servers that
 //     answer within the drain are answered, and not replayed;
 //   - once quiet (checkRecovered): every peer back in service, nothing
@@ -1212,18 +1236,6 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 				continue
 			}
 			if m[i].yseq > m[i-1].yseq {
-				continue
-			}
-			if !*simStrict {
-				// Known broken (go test ./client -run TestSim -sim.strict
-				// -sim.n=1000 fails a few seeds): a failover's or an
-				// unpark's batch, in order as handed over, leaves out of
-				// order when a peer comes into service in the middle of
-				// it (dispatchAll): the requests that found no peer
-				// before that moment are sent on their own at once (or
-				// park and follow later), ahead of (or behind) the
-				// others, which wait for their group's submit.
-				w.counts.KnownOrder++
 				continue
 			}
 			t.Errorf("seed %d: replays out of send order: %d and %d moved together, sent at %d then %d, replayed at %d then %d; sends %+v and %+v; pinned %q %q", seed, a, b, m[i-1].xseq, m[i].xseq, m[i-1].yseq, m[i].yseq, w.sends[a], w.sends[b], w.reqs[a].pinned, w.reqs[b].pinned)

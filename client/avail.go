@@ -1,0 +1,371 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/aaatp/aaatp/call"
+	"github.com/aaatp/aaatp/loadbalance"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/watchdog"
+)
+
+// avail is the Client's one view of where requests may go: each member's
+// watchdog state, whether its peer takes new requests, and whether its
+// policy state lets them in. It is immutable: refresh builds the next one
+// whenever a peer's state or a policy state changes, swaps it in, and
+// closes the old one's changed channel, which wakes every request that
+// waited for a change (waitFor), WaitReady, and the throttle's
+// dispatcher. The balancer's table, the policy's availability and the
+// throttle's are derived from it, in the same step.
+type avail struct {
+	gen   uint64
+	state []watchdog.State // per member; Down when not dialed
+	open  []bool           // per member: dialed and in service
+	takes []bool           // per member: open, and the policy lets requests in
+	nopen int              // members open
+	// changed is closed when a newer view replaces this one.
+	changed chan struct{}
+}
+
+func newAvail(n int) *avail {
+	v := &avail{state: make([]watchdog.State, n), open: make([]bool, n), takes: make([]bool, n), changed: make(chan struct{})}
+	for i := range v.state {
+		v.state[i] = watchdog.Down
+	}
+	return v
+}
+
+func (v *avail) same(w *avail) bool {
+	return slices.Equal(v.state, w.state) && slices.Equal(v.open, w.open) && slices.Equal(v.takes, w.takes)
+}
+
+// view returns the current view.
+func (c *Client) view() *avail { return c.av.Load() }
+
+// refresh looks at every member's peer and policy state and, when
+// anything changed, swaps in a new view, tells the balancer, the policy
+// and the throttle, and wakes what waits for a change. Every change of
+// a peer's state, of a policy state, and of the dialed peers comes here.
+func (c *Client) refresh() { c.rebuild(false) }
+
+// bump is refresh for a change the view does not show (a connection of a
+// RADIUS server in service closed: requests that had to avoid it may go
+// to the server again): it swaps in a new view even if it looks the same.
+func (c *Client) bump() { c.rebuild(true) }
+
+func (c *Client) rebuild(force bool) {
+	c.avMu.Lock()
+	old := c.av.Load()
+	n := len(c.members)
+	v := &avail{gen: old.gen + 1, state: make([]watchdog.State, n), open: make([]bool, n), takes: make([]bool, n)}
+	for i, m := range c.members {
+		v.state[i] = watchdog.Down
+		if _, st, ok := m.stateOf(); ok {
+			v.state[i] = st
+		}
+		k := m.carrier()
+		v.open[i] = k != nil && k.InService()
+		if v.open[i] {
+			v.nopen++
+		}
+	}
+	// The policy learns availability first: whether its state takes
+	// requests may follow from it.
+	if c.group != nil {
+		for i := range c.members {
+			if v.open[i] != old.open[i] || old.gen == 0 {
+				c.group.SetAvailable(i, v.open[i])
+			}
+		}
+	}
+	for i := range c.members {
+		v.takes[i] = v.open[i] && (c.group == nil || c.group.State(i).Takes())
+	}
+	if !force && v.same(old) {
+		c.avMu.Unlock()
+		return
+	}
+	v.changed = make(chan struct{})
+	// The derived views change under avMu, so that they follow the views
+	// in order; their events are published after it, in that order
+	// (eventQ), so that no subscriber runs under avMu.
+	var evs []Event
+	if c.sched != nil {
+		now := time.Now()
+		c.tmu.Lock()
+		for i := range c.members {
+			c.sched.SetAvailable(i, v.takes[i], now)
+		}
+		evs, c.alarms = c.alarms, nil
+		c.tmu.Unlock()
+	}
+	c.eventQ.Lock()
+	if c.bal != nil {
+		for i, m := range c.members {
+			if v.state[i] != old.state[i] || old.gen == 0 {
+				if e, ok := c.setBalancerStateLocked(m, balancerState(v.state[i])); ok {
+					evs = append(evs, e)
+				}
+			}
+		}
+	}
+	c.av.Store(v)
+	close(old.changed)
+	c.avMu.Unlock()
+	c.eventQ.PublishLocked(c.events.Publish, evs...)
+}
+
+// balancerState is the balancer's state for a watchdog state.
+func balancerState(st watchdog.State) loadbalance.State {
+	switch st {
+	case watchdog.Okay:
+		return loadbalance.InService
+	case watchdog.Suspect:
+		return loadbalance.Suspended
+	}
+	return loadbalance.Down
+}
+
+// maxWaiting bounds the requests waiting for a peer to come into service;
+// past it a request that finds none fails at once with ErrNoPeer rather
+// than the waiting growing without bound. A variable for tests.
+var maxWaiting = 1 << 16
+
+// sort deals with requests no peer can take now and returns those that
+// are to wait for a view change, in order: one that peers refused as too
+// busy gets the last refusal (no peer is left to try); one lost on a
+// connection and refused since asks again later.
+func (c *Client) sort(calls []*call.Call) (wait []*call.Call) {
+	var later []*call.Call
+	for _, cl := range calls {
+		switch {
+		case cl.Conclude():
+		case cl.RefusedAfterLoss():
+			// A request that may be applied where it was lost, refused
+			// (too busy) by every peer it could go to since: no refusal
+			// may end it, and its peers, in service, will not change the
+			// view. It asks them again in a while, within its deadline.
+			if cl.Park() {
+				later = append(later, cl)
+			}
+		case cl.Park():
+			wait = append(wait, cl)
+		}
+	}
+	if len(later) > 0 {
+		c.askAgainLater(later, func() { c.dispatchAll(later) })
+	}
+	return wait
+}
+
+// strand has requests that no peer can take in view v wait, together and
+// in order, for v to change (F3); see sort for those that do not wait. If
+// v changed while they looked, their waiter places them again at once.
+func (c *Client) strand(calls []*call.Call, v *avail) {
+	if beforeStrand != nil {
+		beforeStrand()
+	}
+	wait := c.sort(calls)
+	if len(wait) == 0 {
+		return
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		failAll(wait, fmt.Errorf("client closed: %w", peer.ErrClosed))
+		return
+	}
+	if onStrand != nil {
+		onStrand(wait)
+	}
+	if n := c.waiting.Add(int64(len(wait))); n > int64(maxWaiting) {
+		over := min(int(n)-maxWaiting, len(wait))
+		c.waiting.Add(-int64(over))
+		failAll(wait[len(wait)-over:], fmt.Errorf("%w: %d requests already waiting", ErrNoPeer, maxWaiting))
+		wait = wait[:len(wait)-over]
+	}
+	if len(wait) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	// Its round for v was the one that found no peer for its requests.
+	w := &waiter{calls: wait, prev: c.lastWaiter, round: v.gen, tick: make(chan struct{})}
+	if w.prev != nil {
+		w.prev.next = w
+	}
+	c.lastWaiter = w
+	c.waiters.Add(1)
+	c.mu.Unlock()
+	go c.waitFor(w, v)
+}
+
+func failAll(calls []*call.Call, err error) {
+	for _, cl := range calls {
+		cl.Fail(err)
+	}
+}
+
+// beforeRefresh, when set, runs as a peer's state change is about to be
+// looked at (onPeerEvent, onRADIUSEvent, no lock held): a test can pause
+// between the change and the view's.
+var beforeRefresh func()
+
+// beforeStrand, when set, runs as requests that found no peer are about
+// to wait: a test can change a peer's state inside that window.
+var beforeStrand func()
+
+// onStrand, when set, is told of the requests that start waiting.
+var onStrand func([]*call.Call)
+
+// A waiter holds requests that found no peer, on its own goroutine
+// (waitFor), until the view changes; then it dispatches them again, in
+// order, in a round, and keeps those that still find none. Waiters go in
+// the order they started waiting: each round of one waits for the round
+// of the live waiters before it for the same view (after).
+type waiter struct {
+	calls []*call.Call // its goroutine's
+
+	// Under Client.mu: the live waiters, in the order they started
+	// waiting, and where each is.
+	prev, next *waiter
+	round      uint64        // the generation of the view of its last round
+	tick       chan struct{} // closed and replaced at each round
+}
+
+// roundDone records w's round in the view of generation gen; gone: it
+// has no request left, and leaves the line.
+func (c *Client) roundDone(w *waiter, gen uint64, gone bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	w.round = gen
+	close(w.tick)
+	w.tick = make(chan struct{})
+	if !gone {
+		return
+	}
+	if w.prev != nil {
+		w.prev.next = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	}
+	if c.lastWaiter == w {
+		c.lastWaiter = w.prev
+	}
+	w.prev, w.next = nil, nil
+}
+
+// after waits until the waiter before w has had its round for the view of
+// generation gen, or left; that one waited for the one before it. A
+// waiter's view is never newer than the current one, so that round comes
+// as soon as its turn does.
+func (c *Client) after(w *waiter, gen uint64) {
+	for {
+		c.mu.Lock()
+		p := w.prev
+		if p == nil || p.round >= gen {
+			c.mu.Unlock()
+			return
+		}
+		tick := p.tick
+		c.mu.Unlock()
+		<-tick
+	}
+}
+
+// waitFor runs waiter w, whose requests found no peer in view v. It ends
+// when none is left: dispatched, failed as the Client closes, or
+// completed (their callers gave up: looked at when their deadlines pass).
+func (c *Client) waitFor(w *waiter, v *avail) {
+	defer c.waiters.Done()
+	t := time.NewTimer(untilDeadline(w.calls, c.cfg.RequestTimeout))
+	defer t.Stop()
+	for {
+		select {
+		case <-v.changed:
+			v = c.round(w)
+			if v == nil {
+				return
+			}
+		case <-c.ctx.Done():
+			c.waiting.Add(-int64(len(w.calls)))
+			failAll(w.calls, fmt.Errorf("client closed: %w", peer.ErrClosed))
+			c.roundDone(w, c.view().gen, true)
+			return
+		case <-t.C:
+		}
+		left := slices.DeleteFunc(w.calls, (*call.Call).IsDone)
+		c.waiting.Add(-int64(len(w.calls) - len(left)))
+		if w.calls = left; len(left) == 0 {
+			c.roundDone(w, v.gen, true)
+			return
+		}
+		t.Reset(untilDeadline(w.calls, c.cfg.RequestTimeout))
+	}
+}
+
+// round dispatches w's requests again in the current view, after the
+// waiter before it; it returns that view, for those that found no peer in
+// it to wait on, or nil when none is left.
+func (c *Client) round(w *waiter) *avail {
+	v := c.view()
+	c.after(w, v.gen)
+	c.waiting.Add(-int64(len(w.calls)))
+	w.calls = c.sort(c.placeAll(w.calls, v, nil))
+	c.waiting.Add(int64(len(w.calls)))
+	gone := len(w.calls) == 0
+	c.roundDone(w, v.gen, gone)
+	if gone {
+		return nil
+	}
+	return v
+}
+
+// untilDeadline is how long until the last of the calls' deadlines, at
+// least a moment: by then their callers have given up.
+func untilDeadline(calls []*call.Call, dflt time.Duration) time.Duration {
+	var last time.Time
+	for _, cl := range calls {
+		last = maxTime(last, cl.Deadline)
+	}
+	if last.IsZero() {
+		return dflt
+	}
+	return max(time.Until(last), 10*time.Millisecond)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// WaitReady waits until at least n servers are in service (their watchdog
+// OKAY and, in Balance mode, in the balancer's table), or ctx is done; it
+// returns at once when they already are. Send does not need it (a request
+// waits for a server in service within its deadline); it is for starting
+// traffic only once the servers wanted are up. n larger than the servers
+// configured is an error, n <= 0 returns nil.
+func (c *Client) WaitReady(ctx context.Context, n int) error {
+	if n > len(c.members) {
+		return fmt.Errorf("client: WaitReady(%d) with %d servers configured", n, len(c.members))
+	}
+	for {
+		v := c.view()
+		if v.nopen >= n {
+			return nil
+		}
+		select {
+		case <-v.changed:
+		case <-ctx.Done():
+			return fmt.Errorf("client: %d of the %d servers wanted in service: %w", v.nopen, n, context.Cause(ctx))
+		}
+	}
+}
+
+// inService counts the servers that take new requests now.
+func (c *Client) inService() int { return c.view().nopen }
