@@ -213,6 +213,15 @@ func diameterClass(ans []byte) int {
 	return int(rc/1000) - 1
 }
 
+// DiameterClassOf returns the class of a Diameter answer, one of
+// DiameterClasses: its Result-Code's thousand ("2xxx"), or its
+// Experimental-Result-Code's when it has no Result-Code, else "other".
+func DiameterClassOf(ans []byte) string { return DiameterClasses[diameterClass(ans)] }
+
+// RADIUSClassOf returns the class of a RADIUS answer (a whole packet),
+// one of RADIUSClasses.
+func RADIUSClassOf(ans []byte) string { return RADIUSClasses[radiusClass(ans)] }
+
 // The Experimental-Result AVP (RFC 6733 7.6) and its code.
 const (
 	avpExperimentalResult     = 297
