@@ -151,10 +151,10 @@ func TestServerStateGauge(t *testing.T) {
 }
 
 // checkJoin checks that peer name has a series in aaatp_peer_info and
-// in every per-peer family (the watchdog state, pending requests,
-// requests, answers, latency, and the families of also), all under the
-// same "peer" (or failover "from") label value, and that no series names
-// a peer that aaatp_peer_info does not list ("none" aside: nowhere).
+// in the per-peer families given (pending requests, requests and answers
+// always), all under the same "peer" (or failover "from") label value,
+// and that no series names a peer that aaatp_peer_info does not list
+// ("none" aside: nowhere).
 func checkJoin(t *testing.T, fams map[string]*dto.MetricFamily, name string, also ...string) {
 	t.Helper()
 	info := map[string]bool{}
@@ -168,7 +168,7 @@ func checkJoin(t *testing.T, fams map[string]*dto.MetricFamily, name string, als
 	if !info[name] {
 		t.Errorf("%s has no series for %q: %v", MetricPeerInfo, name, info)
 	}
-	for _, fam := range append([]string{MetricState, MetricPending, MetricRequests, MetricAnswers, MetricLatency}, also...) {
+	for _, fam := range append([]string{MetricPending, MetricRequests, MetricAnswers}, also...) {
 		key := "peer"
 		if fam == MetricFailovers || fam == MetricMoved {
 			key = "from"

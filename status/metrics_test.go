@@ -334,7 +334,7 @@ func TestRealPeers(t *testing.T) {
 	expect(t, fams, 2, MetricRequests, "peer", "s1")
 	expect(t, fams, 2, MetricAnswers, "peer", "s1", "class", "2xxx")
 	expect(t, fams, 1, MetricPeerInfo, "peer", "s1", "url", "tcp://"+srv.Addr().String(), "protocol", "diameter", "origin_host", "srv.example.net")
-	checkJoin(t, fams, "s1", MetricErrors, MetricFailovers, MetricMoved)
+	checkJoin(t, fams, "s1", MetricState, MetricLatency, MetricErrors, MetricFailovers, MetricMoved)
 	if v, ok := value(fams, MetricTransitions, "peer", "s1", "to", "OKAY"); !ok || v < 1 {
 		t.Errorf("no transition to OKAY counted: %v %v", v, ok)
 	}
@@ -363,7 +363,7 @@ func TestRealPeers(t *testing.T) {
 	expect(t, fams, 2, MetricAnswers, "peer", "cli.example.net", "class", "2xxx")
 	expect(t, fams, 2, MetricLatency, "peer", "cli.example.net")
 	expect(t, fams, 1, MetricPeerInfo, "peer", "cli.example.net", "url", "", "protocol", "diameter", "origin_host", "cli.example.net")
-	checkJoin(t, fams, "cli.example.net")
+	checkJoin(t, fams, "cli.example.net", MetricState, MetricLatency)
 	page := body(t, get(t, Handler(serverSrc), "/"))
 	if !strings.Contains(page, `data-peer="cli.example.net"`) {
 		t.Error("server page has no row for the client")

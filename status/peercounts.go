@@ -16,7 +16,8 @@ import (
 // and aaatp_request_duration_seconds. A client's come from its own
 // counts, carried by the last Snapshot (PeerStatus.Counters, and
 // Snapshot.UnsentErrors under peer "none"): every configured server has
-// them, zeros included, from its first Sync. A server's are counted here
+// them, zeros included, from its first Sync. A RADIUS server's NAS rows
+// carry theirs the same way (no latency, no errors). A server's are counted here
 // by WrapHandler, per peer, and dropped with the peer (ForgetPeer, or a
 // Sync whose Snapshot no longer lists it), so that a server seeing peers
 // come and go keeps a bounded set.
@@ -75,6 +76,9 @@ func (c *peerCounts) Collect(ch chan<- prometheus.Metric) {
 		}
 		for reason, v := range k.Errors {
 			counter(c.errors, v, name, label(reason))
+		}
+		if k.Latency == nil {
+			continue
 		}
 		buckets := make(map[float64]uint64, len(LatencyBuckets))
 		for i, b := range LatencyBuckets {

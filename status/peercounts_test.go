@@ -53,7 +53,7 @@ func TestCountersAtZeroBeforeTraffic(t *testing.T) {
 	for _, reason := range client.ErrorReasons {
 		expect(t, fams, 0, MetricErrors, "peer", "none", "reason", reason)
 	}
-	checkJoin(t, fams, "a", MetricRequests, MetricErrors, MetricFailovers, MetricMoved)
+	checkJoin(t, fams, "a", MetricLatency, MetricErrors, MetricFailovers, MetricMoved)
 }
 
 // Answers are counted by Result-Code class on both sides: a server

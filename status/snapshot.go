@@ -105,20 +105,22 @@ type PeerStatus struct {
 	RecycledConns uint64        `json:"recycled_conns,omitempty"`
 	Tw            time.Duration `json:"tw_ns"`
 	LastDWA       time.Time     `json:"last_dwa,omitzero"` // zero: none yet
-	// Counters are a client's counters of this server for the metrics
-	// (nil on a server: its handler counts what it answers).
+	// Counters are the peer's counters for the metrics: a client's of
+	// its server, a RADIUS server's of its NAS client; nil for a Diameter
+	// server's peer (its handler counts what it answers: WrapHandler).
 	Counters *PeerCounters `json:"counters,omitempty"`
 }
 
-// PeerCounters are a client's per-server counters, as
-// client.ServerStats and client.Client.AnswerLatency keep them.
+// PeerCounters are a peer's counters: a client's of its server, as
+// client.ServerStats and client.Client.AnswerLatency keep them, or a
+// RADIUS server's of its NAS client (radpeer.NASStats).
 type PeerCounters struct {
-	Requests uint64            `json:"requests"` // requests first sent to the server
-	Answers  map[string]uint64 `json:"answers"`  // answers it returned, by class
-	Errors   map[string]uint64 `json:"errors"`   // requests first sent to it that failed, by reason
-	// Latency is the time from Send or Exchange to its answers, counted
-	// at or below each of LatencyBuckets.
-	Latency client.ServerLatency `json:"-"`
+	Requests uint64            `json:"requests"`         // requests first sent to the server, or received from the NAS
+	Answers  map[string]uint64 `json:"answers"`          // answers the server returned, or sent to the NAS, by class
+	Errors   map[string]uint64 `json:"errors,omitempty"` // requests first sent to the server that failed, by reason
+	// Latency is the time from Send or Exchange to the server's answers,
+	// counted at or below each of LatencyBuckets; nil for a NAS.
+	Latency *client.ServerLatency `json:"-"`
 }
 
 // Name is the row's value of the "peer" label in every series: a
@@ -213,11 +215,16 @@ func originHostOf(name string) string {
 
 // NASRows returns a RADIUS server's rows for its clients (NAS addresses):
 // Protocol radius, Policy "nas", Answered the answers sent to it, Since
-// when it was last heard from. A NAS has no watchdog: State stays empty.
+// when it was last heard from, and Counters: the requests received and the
+// answers sent by class. A NAS has no watchdog: State stays empty.
 func NASRows(nas []radpeer.NASStats) []PeerStatus {
 	rows := make([]PeerStatus, 0, len(nas))
 	for _, n := range nas {
-		rows = append(rows, PeerStatus{Peer: n.Addr, Protocol: ProtocolRADIUS, Policy: "nas", Since: n.LastSeen, Answered: n.Answered})
+		a := n.Answers
+		rows = append(rows, PeerStatus{Peer: n.Addr, Protocol: ProtocolRADIUS, Policy: "nas", Since: n.LastSeen, Answered: n.Answered,
+			Counters: &PeerCounters{Requests: n.Received, Answers: map[string]uint64{
+				"accept": a.Accept, "reject": a.Reject, "challenge": a.Challenge, "accounting-response": a.AccountingResponse, client.ClassOther: a.Other,
+			}}})
 	}
 	return rows
 }
@@ -249,7 +256,7 @@ func ClientPeers(c *client.Client) []PeerStatus {
 	for i := range rows {
 		s := ss[i]
 		rows[i].URL, rows[i].OriginHost, rows[i].Protocol = s.URL, s.OriginHost, s.Protocol
-		rows[i].Counters = &PeerCounters{Requests: s.Sent, Answers: s.Answers, Errors: s.Errors, Latency: lat[i]}
+		rows[i].Counters = &PeerCounters{Requests: s.Sent, Answers: s.Answers, Errors: s.Errors, Latency: &lat[i]}
 	}
 	return rows
 }

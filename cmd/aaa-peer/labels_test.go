@@ -169,13 +169,15 @@ func TestMetricsJoinOnPeer(t *testing.T) {
 
 // The RADIUS client's node_info carries its NAS-Identifier and no
 // Origin-Host; its server's row says radius and has no Origin-Host; its
-// answers are counted as accounting-response.
+// answers are counted as accounting-response, by the client for the
+// server and by the server for its NAS client (its address).
 func TestRADIUSClientMetricsLabels(t *testing.T) {
 	sf := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(sf, []byte(testRadiusSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv := startServer(t, "--listen", "radius://127.0.0.1:0", "--secret-file", sf)
+	srv := startServer(t, "--listen", "radius://127.0.0.1:0", "--secret-file", sf, "--status", "127.0.0.1:0")
+	srvWeb := waitURL(t, srv.stderr, regexp.MustCompile(`msg="status page" url=(http://\S+/)`))
 	var live string
 	for _, u := range readLines(t, srv) {
 		if strings.HasPrefix(u, "radius://") {
@@ -192,4 +194,6 @@ func TestRADIUSClientMetricsLabels(t *testing.T) {
 	if _, ok := find(cs, status.MetricPeerInfo, map[string]string{"peer": live, "url": live, "protocol": "radius", "origin_host": ""}); !ok {
 		t.Errorf("RADIUS client's peer info:\n%s", grepLines(cm, status.MetricPeerInfo))
 	}
+	sm := waitSeries(t, srvWeb, status.MetricAnswers, map[string]string{"peer": "127.0.0.1", "class": "accounting-response"}, 3)
+	checkJoins(t, "RADIUS server", sm, "127.0.0.1", status.MetricRequests, status.MetricAnswers)
 }
