@@ -90,7 +90,7 @@ func (t *nasTable) answered(a netip.Addr, ans []byte) {
 		}
 	})
 }
-func (t *nasTable) badAuth(a netip.Addr)  { t.count(a, func(s *NASStats) { s.BadAuth++ }) }
+func (t *nasTable) badAuth(a netip.Addr) { t.count(a, func(s *NASStats) { s.BadAuth++ }) }
 
 // snapshot returns the counters by address, sorted, "other" last when
 // any; nil when none.
