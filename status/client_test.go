@@ -132,4 +132,13 @@ func TestNASRows(t *testing.T) {
 		t.Error("a NAS has a latency histogram")
 	}
 	checkJoin(t, fams, "192.0.2.1")
+
+	// A NAS that uses two listeners (auth and accounting ports, UDP and
+	// TCP) is one peer: its rows' counts add up, in one series each.
+	rows = append(rows, NASRows([]radpeer.NASStats{{Addr: "192.0.2.1", Received: 4, Answered: 4,
+		Answers: radpeer.NASAnswers{AccountingResponse: 4}}})...)
+	fams, _ = families(t, SourceFunc(func() Snapshot { return Snapshot{Role: RoleServer, Peers: rows} }), NewMetrics())
+	expect(t, fams, 7, MetricRequests, "peer", "192.0.2.1")
+	expect(t, fams, 1, MetricAnswers, "peer", "192.0.2.1", "class", "reject")
+	expect(t, fams, 4, MetricAnswers, "peer", "192.0.2.1", "class", "accounting-response")
 }

@@ -113,11 +113,19 @@ func (c *peerCounts) set(s Snapshot) {
 	defer c.mu.Unlock()
 	c.rows = c.rows[:0]
 	names := make(map[string]bool, len(s.Peers))
+	at := make(map[string]int, len(s.Peers)) // index in c.rows by label value
 	for _, p := range s.Peers {
-		if p.Counters != nil {
-			c.rows = append(c.rows, p)
+		name := label(p.Name())
+		names[name] = true
+		if p.Counters == nil {
+			continue
 		}
-		names[label(p.Name())] = true
+		if i, ok := at[name]; ok { // one NAS on several listeners: one peer
+			c.rows[i].Counters = merged(c.rows[i].Counters, p.Counters)
+			continue
+		}
+		at[name] = len(c.rows)
+		c.rows = append(c.rows, p)
 	}
 	c.unsent = s.UnsentErrors
 	for name := range c.byPeer {
@@ -166,4 +174,41 @@ func (sc *servedCounts) answered(class string, took time.Duration) {
 	}
 	sc.count.Add(1)
 	sc.sumNs.Add(int64(took))
+}
+
+// merged returns the sum of a and b, a new PeerCounters.
+func merged(a, b *PeerCounters) *PeerCounters {
+	m := &PeerCounters{Requests: a.Requests + b.Requests, Answers: map[string]uint64{}}
+	for _, from := range []map[string]uint64{a.Answers, b.Answers} {
+		for k, v := range from {
+			m.Answers[k] += v
+		}
+	}
+	if a.Errors != nil || b.Errors != nil {
+		m.Errors = map[string]uint64{}
+		for _, from := range []map[string]uint64{a.Errors, b.Errors} {
+			for k, v := range from {
+				m.Errors[k] += v
+			}
+		}
+	}
+	switch {
+	case a.Latency == nil:
+		m.Latency = b.Latency
+	case b.Latency == nil:
+		m.Latency = a.Latency
+	default:
+		l := client.ServerLatency{Server: a.Latency.Server, Count: a.Latency.Count + b.Latency.Count, Sum: a.Latency.Sum + b.Latency.Sum,
+			AtMost: make([]uint64, max(len(a.Latency.AtMost), len(b.Latency.AtMost)))}
+		for i := range l.AtMost {
+			if i < len(a.Latency.AtMost) {
+				l.AtMost[i] += a.Latency.AtMost[i]
+			}
+			if i < len(b.Latency.AtMost) {
+				l.AtMost[i] += b.Latency.AtMost[i]
+			}
+		}
+		m.Latency = &l
+	}
+	return m
 }
