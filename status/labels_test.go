@@ -10,6 +10,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/watchdog"
 )
@@ -68,7 +69,8 @@ func TestLabel(t *testing.T) {
 }
 
 // A server that sees many peers come and go keeps a bounded set of
-// series: ForgetPeer drops a peer's transitions with its gauges.
+// series: ForgetPeer drops a peer's transitions and its handler's counts
+// with its gauges.
 func TestForgetPeerDropsEverySeriesOfThePeer(t *testing.T) {
 	m := NewMetrics()
 	bus := peer.NewBus()
@@ -84,6 +86,7 @@ func TestForgetPeerDropsEverySeriesOfThePeer(t *testing.T) {
 		bus.Publish(peer.Event{Time: time.Now(), Peer: n, Kind: peer.EventWatchdog, From: watchdog.Initial, To: watchdog.Okay})
 		bus.Publish(peer.Event{Time: time.Now(), Peer: n, Kind: peer.EventWatchdog, From: watchdog.Okay, To: watchdog.Down})
 		m.SetPending(n, 0)
+		m.counts.served(n).answered(client.DiameterClasses[1], time.Millisecond) // what WrapHandler counts for the peer
 		if c := count(); c <= base {
 			t.Fatalf("peer %d has no series before it is forgotten", i)
 		}
