@@ -132,3 +132,30 @@ func TestUnsentErrorCounted(t *testing.T) {
 		n["tcp://a:3868"].unfreeze()
 	})
 }
+
+// Every answer has a class of its protocol's list, the unknown ones
+// "other".
+func TestClassOf(t *testing.T) {
+	for _, c := range []struct {
+		ans  []byte
+		want string
+	}{
+		{message.NewAnswer(acr(1, "u")).Uint32(message.ResultCode, 0, true, 1001).Bytes(), "1xxx"},
+		{message.NewAnswer(acr(1, "u")).Uint32(message.ResultCode, 0, true, 4010).Bytes(), "4xxx"},
+		{message.NewAnswer(acr(1, "u")).Uint32(message.ResultCode, 0, true, 6000).Bytes(), "other"},
+		{message.NewAnswer(acr(1, "u")).Bytes(), "other"},
+		{[]byte{1, 2}, "other"},
+	} {
+		if got := DiameterClassOf(c.ans); got != c.want {
+			t.Errorf("Diameter class %q, want %q", got, c.want)
+		}
+	}
+	for code, want := range map[byte]string{2: "accept", 3: "reject", 11: "challenge", 5: "accounting-response", 44: "other"} {
+		if got := RADIUSClassOf([]byte{code, 0, 0, 20}); got != want {
+			t.Errorf("RADIUS code %d: class %q, want %q", code, got, want)
+		}
+	}
+	if got := RADIUSClassOf(nil); got != ClassOther {
+		t.Errorf("an empty RADIUS answer: class %q", got)
+	}
+}

@@ -182,12 +182,13 @@ var (
 // ClassOther is the class of an answer no other class names.
 const ClassOther = "other"
 
-// classes are the indexes of the answer counters of serverStats: the
-// Diameter classes 1xxx to 5xxx (0 to 4), or the RADIUS ones (0 to 3);
-// classOther for the rest.
+// The answer counters of serverStats are indexed by class: in
+// DiameterClasses (1xxx to 5xxx, 0 to 4, other 5) or in RADIUSClasses
+// (0 to 3, other 4).
 const (
-	nClasses   = 6
-	classOther = nClasses - 1
+	nClasses      = 6
+	diameterOther = 5
+	radiusOther   = 4
 )
 
 // diameterClass is the index in DiameterClasses of an answer's class.
@@ -208,7 +209,7 @@ func diameterClass(ans []byte) int {
 		})
 	}
 	if !ok || rc < 1000 || rc >= 6000 {
-		return classOther
+		return diameterOther
 	}
 	return int(rc/1000) - 1
 }
@@ -231,7 +232,7 @@ const (
 // radiusClass is the index in RADIUSClasses of a RADIUS answer's class.
 func radiusClass(ans []byte) int {
 	if len(ans) == 0 {
-		return classOther
+		return radiusOther
 	}
 	switch lradius.Code(ans[0]) {
 	case lradius.CodeAccessAccept:
@@ -243,7 +244,7 @@ func radiusClass(ans []byte) int {
 	case lradius.CodeAccountingResponse:
 		return 3
 	}
-	return classOther
+	return radiusOther
 }
 
 // ErrorReasons are the reasons of ServerStats.Errors and

@@ -73,9 +73,6 @@ const (
 // that reached no server.
 const NoPeer = "none"
 
-// noPeer is NoPeer.
-const noPeer = NoPeer
-
 // states are the watchdog states, each a value of the "state" label.
 // serverStates are the policy's states, as policy.State names them.
 var serverStates = [...]string{"unknown", "in-service", "out-of-service", "probing"}
@@ -107,8 +104,8 @@ type Metrics struct {
 	pending     *prometheus.GaugeVec   // peer
 	dedupHits   atomic.Uint64
 	dedupFrom   atomic.Pointer[func() uint64]
-	queueDepth  *prometheus.GaugeVec   // server
-	queueAlarm  *prometheus.GaugeVec   // server
+	queueDepth  *prometheus.GaugeVec   // peer
+	queueAlarm  *prometheus.GaugeVec   // peer
 	events      *prometheus.CounterVec // type
 	info        *prometheus.GaugeVec   // role, origin_host, origin_realm, nas_identifier
 	peerInfo    *prometheus.GaugeVec   // peer, url, protocol, origin_host
@@ -351,7 +348,7 @@ func (m *Metrics) IncFailover(from, to string, moved int) {
 		return
 	}
 	if to == "" {
-		to = noPeer
+		to = NoPeer
 	}
 	m.failovers.WithLabelValues(label(from), label(to)).Inc()
 	c := m.moved.WithLabelValues(label(from), label(to))
@@ -582,7 +579,7 @@ func (m *Metrics) seedFailovers(ps []PeerStatus) {
 	for from := range m.seeded {
 		for to := range m.seeded {
 			if to == from {
-				to = noPeer
+				to = NoPeer
 			}
 			m.failovers.WithLabelValues(label(from), label(to))
 			m.moved.WithLabelValues(label(from), label(to))
