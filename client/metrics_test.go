@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
+	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/transport"
 )
 
@@ -157,5 +160,35 @@ func TestClassOf(t *testing.T) {
 	}
 	if got := RADIUSClassOf(nil); got != ClassOther {
 		t.Errorf("an empty RADIUS answer: class %q", got)
+	}
+}
+
+// Each error a request can end with has its reason; a timeout before
+// any send is no_peer, as Send says.
+func TestReasonOf(t *testing.T) {
+	for _, c := range []struct {
+		err   error
+		sends int
+		want  string
+	}{
+		{fmt.Errorf("x: %w", peer.ErrTimeout), 1, "timeout"},
+		{fmt.Errorf("x: %w", peer.ErrTimeout), 0, "no_peer"},
+		{context.DeadlineExceeded, 1, "timeout"},
+		{throttle.ErrExpired, 0, "timeout"},
+		{context.Canceled, 1, "canceled"},
+		{fmt.Errorf("client closed: %w", peer.ErrClosed), 1, "closed"},
+		{peer.ErrConnectionLost, 1, "connection_lost"},
+		{radpeer.ErrNoReply, 2, "no_reply"},
+		{ErrUnableToDeliver, 1, "unable_to_deliver"},
+		{ErrQueueFull, 0, "queue_full"},
+		{radpeer.ErrBusy, 1, "busy"},
+		{errors.New("something else"), 1, "other"},
+	} {
+		if got := ErrorReasons[reasonOf(c.err, c.sends)]; got != c.want {
+			t.Errorf("%v after %d sends: %s, want %s", c.err, c.sends, got, c.want)
+		}
+	}
+	if len(ErrorReasons) != nReasons {
+		t.Errorf("%d reasons, nReasons %d", len(ErrorReasons), nReasons)
 	}
 }
