@@ -462,6 +462,7 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
 	if m := c.memberOf(r.First); m != nil {
 		m.stats.done(err == nil, time.Since(epoch)-start)
 	}
+	c.account(r, time.Since(epoch)-start) // the metrics' answers by class, errors by reason, latency per server
 	if err != nil {
 		if errors.Is(err, peer.ErrTimeout) && r.Sends == 0 {
 			return nil, fmt.Errorf("client: %w: %w", ErrNoPeer, err)

@@ -1,13 +1,23 @@
 package client
 
 import (
+	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/latency"
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/throttle"
+	"github.com/aaatp/aaatp/wire"
+	lradius "layeh.com/radius"
 )
 
 // FailoverRecord is one row of the failover-event table of RFC 3539
@@ -67,6 +77,11 @@ type failoverLog struct {
 	next  int
 	full  bool
 	total uint64
+
+	// unsent counts, by reason, the errors of requests that reached no
+	// server (UnsentErrors): kept here, beside the failover log, as the
+	// Client's statistics that belong to no server.
+	unsent [nReasons]atomic.Uint64
 }
 
 func (l *failoverLog) init(n int) {
@@ -116,6 +131,226 @@ type ServerStats struct {
 	P99Us      float64 `json:"p99_latency_us"`
 	// Throttle is the server's throttle counters (nil without one).
 	Throttle *throttle.Stats `json:"throttle,omitempty"`
+
+	// URL is the server's PeerSpec.URL, Protocol what it speaks: one of
+	// ProtocolDiameter, ProtocolRADIUS (UDP), ProtocolRADIUSTCP,
+	// ProtocolRadSec.
+	URL      string `json:"url"`
+	Protocol string `json:"protocol"`
+	// OriginHost is a Diameter server's Origin-Host as its CEA said,
+	// empty before the first CEA and for RADIUS servers.
+	OriginHost string `json:"origin_host"`
+	// Answers counts the answers this server returned (it answered the
+	// request, first sent here or moved here by a failover), by class:
+	// every class of its protocol (DiameterClasses, RADIUSClasses) is
+	// present, zeros included.
+	Answers map[string]uint64 `json:"answers"`
+	// Errors counts the requests first sent to this server that ended
+	// with an error, by reason: every one of ErrorReasons is present,
+	// zeros included. Client.UnsentErrors counts the requests that never
+	// reached a server.
+	Errors map[string]uint64 `json:"errors"`
+}
+
+// Values of ServerStats.Protocol.
+const (
+	ProtocolDiameter  = "diameter"   // tcp://, tls://, sctp://
+	ProtocolRADIUS    = "radius"     // radius:// (UDP)
+	ProtocolRADIUSTCP = "radius+tcp" // radius+tcp://
+	ProtocolRadSec    = "radsec"     // radsec:// (RADIUS over TLS)
+)
+
+// protocolOf names the protocol of a PeerSpec.URL by its scheme.
+func protocolOf(url string) string {
+	scheme, _, _ := strings.Cut(url, "://")
+	switch scheme {
+	case "radius", ProtocolRADIUSTCP, ProtocolRadSec:
+		return scheme
+	}
+	return ProtocolDiameter
+}
+
+// Answer classes, the keys of ServerStats.Answers: a Diameter answer's
+// Result-Code (or Experimental-Result-Code) by its thousand, a RADIUS
+// answer by its Code; "other" for the rest (no result code, a code out
+// of range, a RADIUS code that is none of these).
+var (
+	DiameterClasses = []string{"1xxx", "2xxx", "3xxx", "4xxx", "5xxx", ClassOther}
+	RADIUSClasses   = []string{"accept", "reject", "challenge", "accounting-response", ClassOther}
+)
+
+// ClassOther is the class of an answer no other class names.
+const ClassOther = "other"
+
+// The answer counters of serverStats are indexed by class: in
+// DiameterClasses (1xxx to 5xxx, 0 to 4, other 5) or in RADIUSClasses
+// (0 to 3, other 4).
+const (
+	nClasses      = 6
+	diameterOther = 5
+	radiusOther   = 4
+)
+
+// diameterClass is the index in DiameterClasses of an answer's class.
+func diameterClass(ans []byte) int {
+	rc, ok := message.ResultCodeOf(ans)
+	if !ok {
+		wire.WalkAVPs(ans, func(a wire.AVP) bool {
+			if a.Code != avpExperimentalResult || a.Vendor != 0 {
+				return true
+			}
+			wire.WalkGrouped(a.Data, func(g wire.AVP) bool {
+				if g.Code == avpExperimentalResultCode && g.Vendor == 0 && len(g.Data) == 4 {
+					rc, ok = binary.BigEndian.Uint32(g.Data), true
+				}
+				return !ok
+			})
+			return false
+		})
+	}
+	if !ok || rc < 1000 || rc >= 6000 {
+		return diameterOther
+	}
+	return int(rc/1000) - 1
+}
+
+// DiameterClassOf returns the class of a Diameter answer, one of
+// DiameterClasses: its Result-Code's thousand ("2xxx"), or its
+// Experimental-Result-Code's when it has no Result-Code, else "other".
+func DiameterClassOf(ans []byte) string { return DiameterClasses[diameterClass(ans)] }
+
+// RADIUSClassOf returns the class of a RADIUS answer (a whole packet),
+// one of RADIUSClasses.
+func RADIUSClassOf(ans []byte) string { return RADIUSClasses[radiusClass(ans)] }
+
+// The Experimental-Result AVP (RFC 6733 7.6) and its code.
+const (
+	avpExperimentalResult     = 297
+	avpExperimentalResultCode = 298
+)
+
+// radiusClass is the index in RADIUSClasses of a RADIUS answer's class.
+func radiusClass(ans []byte) int {
+	if len(ans) == 0 {
+		return radiusOther
+	}
+	switch lradius.Code(ans[0]) {
+	case lradius.CodeAccessAccept:
+		return 0
+	case lradius.CodeAccessReject:
+		return 1
+	case lradius.CodeAccessChallenge:
+		return 2
+	case lradius.CodeAccountingResponse:
+		return 3
+	}
+	return radiusOther
+}
+
+// ErrorReasons are the reasons of ServerStats.Errors and
+// Client.UnsentErrors: no answer before the deadline (timeout, the
+// deadline passing in a throttle queue included), no server in service
+// to send it to (no_peer), the caller's context cancelled (canceled),
+// the Client or the peer closed (closed), the connection lost and the
+// request not replayed (connection_lost), a RADIUS/UDP server never
+// replying (no_reply), a Destination-Host that failed
+// (unable_to_deliver), a full throttle queue (queue_full), a RADIUS
+// server out of Identifiers (busy), and other.
+var ErrorReasons = []string{"timeout", "no_peer", "canceled", "closed", "connection_lost", "no_reply",
+	"unable_to_deliver", "queue_full", "busy", "other"}
+
+// reasonOf is the index in ErrorReasons of a request's error; sends is
+// how many connections it boarded.
+func reasonOf(err error, sends int) int {
+	switch {
+	case errors.Is(err, peer.ErrTimeout) && sends == 0, errors.Is(err, ErrNoPeer):
+		return 1
+	case errors.Is(err, peer.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, throttle.ErrExpired):
+		return 0
+	case errors.Is(err, context.Canceled):
+		return 2
+	case errors.Is(err, peer.ErrClosed):
+		return 3
+	case errors.Is(err, peer.ErrConnectionLost):
+		return 4
+	case errors.Is(err, radpeer.ErrNoReply):
+		return 5
+	case errors.Is(err, ErrUnableToDeliver):
+		return 6
+	case errors.Is(err, ErrQueueFull):
+		return 7
+	case errors.Is(err, radpeer.ErrBusy):
+		return 8
+	}
+	return len(ErrorReasons) - 1
+}
+
+// nReasons is len(ErrorReasons).
+const nReasons = 10
+
+// account counts a completed request for the metrics of its servers:
+// an answer by class and latency for the server that answered it, an
+// error by reason for the server it was first sent to (or the Client's
+// unsent errors). took is the time from Send or Exchange to completion.
+func (c *Client) account(r call.Result, took time.Duration) {
+	if r.Err != nil {
+		i := reasonOf(r.Err, r.Sends)
+		if m := c.memberOf(r.First); m != nil {
+			m.stats.errors[i].Add(1)
+		} else {
+			c.log.unsent[i].Add(1)
+		}
+		return
+	}
+	m := c.memberOf(r.By)
+	if m == nil {
+		return
+	}
+	if c.radius {
+		m.stats.answers[radiusClass(r.Ans)].Add(1)
+	} else {
+		m.stats.answers[diameterClass(r.Ans)].Add(1)
+	}
+	m.stats.answerLat.Record(took)
+}
+
+// UnsentErrors counts the requests that ended with an error before
+// reaching any server, by reason: every one of ErrorReasons is present,
+// zeros included.
+func (c *Client) UnsentErrors() map[string]uint64 {
+	return countsOf(ErrorReasons, c.log.unsent[:])
+}
+
+func countsOf(names []string, cs []atomic.Uint64) map[string]uint64 {
+	out := make(map[string]uint64, len(names))
+	for i, n := range names {
+		out[n] = cs[i].Load()
+	}
+	return out
+}
+
+// ServerLatency is a server's answer latencies as a Prometheus
+// histogram counts them: the time from Send or Exchange to the answer of
+// the requests this server answered.
+type ServerLatency struct {
+	Server string
+	// AtMost are the counts at or below each of the bounds given to
+	// AnswerLatency; Count and Sum are of every answer.
+	AtMost []uint64
+	Count  uint64
+	Sum    time.Duration
+}
+
+// AnswerLatency returns each server's answer latencies in configured
+// order, counted at or below each of bounds (increasing), within 1/64
+// of a bound (see latency.Histogram.Cumulative).
+func (c *Client) AnswerLatency(bounds []time.Duration) []ServerLatency {
+	out := make([]ServerLatency, len(c.members))
+	for i, m := range c.members {
+		out[i].Server = m.spec.Name
+		out[i].AtMost, out[i].Count, out[i].Sum = m.stats.answerLat.Cumulative(bounds)
+	}
+	return out
 }
 
 // ServerStats returns the statistics of every server in configured order.
@@ -129,6 +364,12 @@ func (c *Client) ServerStats() []ServerStats {
 			MeanUs: s.lat.Mean(), P99Us: float64(s.lat.Quantile(0.99)),
 		}
 		out[i].Probes = s.probes.Load()
+		out[i].URL, out[i].Protocol = m.spec.URL, protocolOf(m.spec.URL)
+		classes := DiameterClasses
+		if c.radius {
+			classes = RADIUSClasses
+		}
+		out[i].Answers, out[i].Errors = countsOf(classes, s.answers[:]), countsOf(ErrorReasons, s.errors[:])
 		if c.sched != nil {
 			c.tmu.Lock()
 			ts := c.sched.Stats(i)
@@ -139,6 +380,9 @@ func (c *Client) ServerStats() []ServerStats {
 			out[i].Peer = up.Name() // no watchdog over UDP: no State
 		} else if name, st, ok := m.stateOf(); ok {
 			out[i].Peer, out[i].State = name, st.String()
+			if name != m.spec.URL && !c.radius { // a Diameter peer is named by its URL until its CEA
+				out[i].OriginHost = name
+			}
 		} else {
 			out[i].State = "not connected"
 		}
@@ -149,6 +393,12 @@ func (c *Client) ServerStats() []ServerStats {
 type serverStats struct {
 	sent, answered, failed, failedOver, premature, probes atomic.Uint64
 	lat                                                   latency.Histogram
+
+	// The metrics' counters (account): answers here by class, their
+	// latency, errors of requests first sent here by reason.
+	answers   [nClasses]atomic.Uint64
+	errors    [nReasons]atomic.Uint64
+	answerLat latency.Histogram
 }
 
 func (s *serverStats) done(ok bool, d time.Duration) {

@@ -148,3 +148,36 @@ type Summary struct {
 func (h *Histogram) Summary() Summary {
 	return Summary{P50: h.Quantile(0.50), P99: h.Quantile(0.99), Max: h.max.Load(), Count: h.total.Load()}
 }
+
+// Cumulative returns, for each bound in increasing order, how many
+// latencies were recorded at or below it, as the buckets of a Prometheus
+// histogram count them; count is the number of latencies and sum their
+// sum. A bucket counts at or below a bound when its highest value is: a
+// latency within 1/64 under a bound above 128 us can be counted above it.
+// Taken while latencies are recorded, count is the sum of the buckets
+// read, so the counts stay consistent with each other.
+func (h *Histogram) Cumulative(bounds []time.Duration) (atMost []uint64, count uint64, sum time.Duration) {
+	atMost = make([]uint64, len(bounds))
+	sum = time.Duration(h.sum.Load()) * time.Microsecond
+	b := 0
+	for i := range h.counts {
+		hi := highestOf(i)
+		for b < len(bounds) && hi > durationUs(bounds[b]) {
+			atMost[b] = count
+			b++
+		}
+		count += h.counts[i].Load()
+	}
+	for ; b < len(bounds); b++ {
+		atMost[b] = count
+	}
+	return atMost, count, sum
+}
+
+// durationUs is d in whole microseconds, 0 for a negative d.
+func durationUs(d time.Duration) uint64 {
+	if d <= 0 {
+		return 0
+	}
+	return uint64(d / time.Microsecond)
+}

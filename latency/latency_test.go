@@ -61,3 +61,23 @@ func TestRecordAll(t *testing.T) {
 		}
 	}
 }
+
+// Cumulative counts the latencies at or below each bound, as a Prometheus
+// histogram's buckets do, and their count and sum.
+func TestCumulative(t *testing.T) {
+	var h Histogram
+	for _, d := range []time.Duration{50 * time.Microsecond, 100 * time.Microsecond, 300 * time.Microsecond, 2 * time.Millisecond, 20 * time.Second} {
+		h.Record(d)
+	}
+	bounds := []time.Duration{100 * time.Microsecond, 250 * time.Microsecond, time.Millisecond, 10 * time.Millisecond}
+	at, n, sum := h.Cumulative(bounds)
+	want := []uint64{2, 2, 3, 4}
+	for i := range want {
+		if at[i] != want[i] {
+			t.Errorf("at or below %v: %d, want %d (all: %v)", bounds[i], at[i], want[i], at)
+		}
+	}
+	if n != 5 || sum != 20*time.Second+2450*time.Microsecond {
+		t.Errorf("count %d sum %v, want 5 and 20.00245s", n, sum)
+	}
+}

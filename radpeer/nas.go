@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	lradius "layeh.com/radius"
 )
 
 // maxCountedSources bounds the clients (NAS addresses) a server keeps
@@ -18,6 +20,33 @@ type NASStats struct {
 	Answered uint64    `json:"answered"` // answers sent, resent ones included
 	BadAuth  uint64    `json:"bad_auth"` // requests that failed verification
 	LastSeen time.Time `json:"last_seen"`
+	// Answers are the answers sent by Code.
+	Answers NASAnswers `json:"answers"`
+}
+
+// NASAnswers counts a server's answers to one client by Code.
+type NASAnswers struct {
+	Accept             uint64 `json:"accept"`
+	Reject             uint64 `json:"reject"`
+	Challenge          uint64 `json:"challenge"`
+	AccountingResponse uint64 `json:"accounting_response"`
+	Other              uint64 `json:"other"` // CoA and Disconnect answers, Status-Server's...
+}
+
+// count counts one answer of Code code.
+func (n *NASAnswers) count(code lradius.Code) {
+	switch code {
+	case lradius.CodeAccessAccept:
+		n.Accept++
+	case lradius.CodeAccessReject:
+		n.Reject++
+	case lradius.CodeAccessChallenge:
+		n.Challenge++
+	case lradius.CodeAccountingResponse:
+		n.AccountingResponse++
+	default:
+		n.Other++
+	}
 }
 
 // nasTable keeps NASStats by client address for at most
@@ -53,8 +82,15 @@ func (t *nasTable) count(a netip.Addr, f func(*NASStats)) {
 }
 
 func (t *nasTable) received(a netip.Addr) { t.count(a, func(s *NASStats) { s.Received++ }) }
-func (t *nasTable) answered(a netip.Addr) { t.count(a, func(s *NASStats) { s.Answered++ }) }
-func (t *nasTable) badAuth(a netip.Addr)  { t.count(a, func(s *NASStats) { s.BadAuth++ }) }
+func (t *nasTable) answered(a netip.Addr, ans []byte) {
+	t.count(a, func(s *NASStats) {
+		s.Answered++
+		if len(ans) > 0 {
+			s.Answers.count(lradius.Code(ans[0]))
+		}
+	})
+}
+func (t *nasTable) badAuth(a netip.Addr) { t.count(a, func(s *NASStats) { s.BadAuth++ }) }
 
 // snapshot returns the counters by address, sorted, "other" last when
 // any; nil when none.

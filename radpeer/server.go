@@ -530,7 +530,7 @@ func (c *serverConn) answer(req []byte, code lradius.Code, attrs lradius.Attribu
 		c.s.answered.Add(^uint64(0))
 		return
 	}
-	c.s.nas.answered(c.addr)
+	c.s.nas.answered(c.addr, ans)
 }
 
 // awaitClosed ends a server's Close: it waits for wg (the server's

@@ -279,7 +279,7 @@ func (s *UDPServer) send(resp []byte, to net.Addr) {
 		return
 	}
 	if a, ok := serve.AddrOf(to); ok {
-		s.nas.answered(a)
+		s.nas.answered(a, resp)
 	}
 }
 

@@ -631,7 +631,8 @@ func BenchmarkDupCache(b *testing.B) {
 }
 
 // The server counts each client's requests, answers (a duplicate's
-// resent answer included) and failed authenticators by its address.
+// resent answer included; by Code too) and failed authenticators by its
+// address.
 func TestUDPServerCountsByNAS(t *testing.T) {
 	srv, c := startUDP(t, ServerConfig{})
 	req, _, _ := radius.EncodeRequest(accessReq("nas-user"), 1, testSecret)
@@ -650,5 +651,8 @@ func TestUDPServerCountsByNAS(t *testing.T) {
 	nas := srv.Stats().NAS
 	if len(nas) != 1 || nas[0].Addr != "127.0.0.1" || nas[0].Received != 1 || nas[0].Answered != 2 || nas[0].BadAuth != 1 || nas[0].LastSeen.IsZero() {
 		t.Errorf("by NAS %+v, want 127.0.0.1 with 1 received, 2 answered, 1 failed", nas)
+	}
+	if len(nas) == 1 && nas[0].Answers != (NASAnswers{Accept: 2}) {
+		t.Errorf("answers by Code %+v, want the 2 Access-Accepts", nas[0].Answers)
 	}
 }

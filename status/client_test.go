@@ -112,12 +112,33 @@ func TestDedupTotals(t *testing.T) {
 }
 
 // A RADIUS server's clients are rows of their own: protocol radius,
-// policy "nas", the answers sent to each, when it was last heard from.
+// policy "nas", the answers sent to each, when it was last heard from,
+// and their counters: requests received, answers by class; the metrics
+// export them under the NAS's address.
 func TestNASRows(t *testing.T) {
 	seen := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	rows := NASRows([]radpeer.NASStats{{Addr: "192.0.2.1", Received: 3, Answered: 2, LastSeen: seen}})
-	want := []PeerStatus{{Peer: "192.0.2.1", Protocol: ProtocolRADIUS, Policy: "nas", Since: seen, Answered: 2}}
+	rows := NASRows([]radpeer.NASStats{{Addr: "192.0.2.1", Received: 3, Answered: 2, LastSeen: seen,
+		Answers: radpeer.NASAnswers{Accept: 1, Reject: 1}}})
+	want := []PeerStatus{{Peer: "192.0.2.1", Protocol: ProtocolRADIUS, Policy: "nas", Since: seen, Answered: 2,
+		Counters: &PeerCounters{Requests: 3, Answers: map[string]uint64{"accept": 1, "reject": 1, "challenge": 0, "accounting-response": 0, "other": 0}}}}
 	if !reflect.DeepEqual(rows, want) {
 		t.Errorf("rows %+v, want %+v", rows, want)
 	}
+	fams, _ := families(t, SourceFunc(func() Snapshot { return Snapshot{Role: RoleServer, Peers: rows} }), NewMetrics())
+	expect(t, fams, 3, MetricRequests, "peer", "192.0.2.1")
+	expect(t, fams, 1, MetricAnswers, "peer", "192.0.2.1", "class", "reject")
+	expect(t, fams, 0, MetricAnswers, "peer", "192.0.2.1", "class", "challenge")
+	if _, ok := value(fams, MetricLatency, "peer", "192.0.2.1"); ok {
+		t.Error("a NAS has a latency histogram")
+	}
+	checkJoin(t, fams, "192.0.2.1")
+
+	// A NAS that uses two listeners (auth and accounting ports, UDP and
+	// TCP) is one peer: its rows' counts add up, in one series each.
+	rows = append(rows, NASRows([]radpeer.NASStats{{Addr: "192.0.2.1", Received: 4, Answered: 4,
+		Answers: radpeer.NASAnswers{AccountingResponse: 4}}})...)
+	fams, _ = families(t, SourceFunc(func() Snapshot { return Snapshot{Role: RoleServer, Peers: rows} }), NewMetrics())
+	expect(t, fams, 7, MetricRequests, "peer", "192.0.2.1")
+	expect(t, fams, 1, MetricAnswers, "peer", "192.0.2.1", "class", "reject")
+	expect(t, fams, 4, MetricAnswers, "peer", "192.0.2.1", "class", "accounting-response")
 }

@@ -13,8 +13,19 @@
 // the global one). Watch feeds it from a peer.Bus (watchdog states and
 // transitions), WatchClient from a client.Bus (the same for a client's
 // peers, and its failovers and requests moved); WrapHandler counts the requests
-// a server answers and their latency; the remaining methods are for what
-// only the node knows. Every method of a nil *Metrics is a no-op, so a node
+// a server answers, by peer and Result-Code class, and their latency; the
+// remaining methods are for what only the node knows.
+//
+// Every series names a peer the same way, in its "peer" label (and a
+// failover's "from" and "to"): a client's server by its configured name
+// (client.PeerSpec.Name, by default its URL), the one thing an operator
+// chose and that stays the same across restarts and reconnections; a
+// server's client by its Origin-Host (a server has no configuration of its
+// clients), a RADIUS server's NAS by its address. aaatp_peer_info joins
+// that name with the peer's URL, protocol and Origin-Host. Label values
+// come only from configuration and fixed sets, but for a server's peers,
+// whose series are dropped when they go, and the Origin-Host of
+// aaatp_peer_info, cut to 255 bytes. Every method of a nil *Metrics is a no-op, so a node
 // running without --status can call them unconditionally.
 //
 // Handler serves:

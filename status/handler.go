@@ -200,12 +200,12 @@ const pageHTML = `<!DOCTYPE html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <noscript><meta http-equiv="refresh" content="{{.Refresh}}"></noscript>
-<title>aaatp {{.S.Role}} {{.S.Identity.OriginHost}}</title>
+<title>aaatp {{.S.Role}} {{or .S.Identity.OriginHost .S.Identity.NASIdentifier}}</title>
 <style>{{.Style}}</style>
 </head>
 <body data-poll-ms="{{.PollMS}}">
 <header>
-<h1>aaatp <span id="role">{{.S.Role}}</span> <span id="host">{{.S.Identity.OriginHost}}</span></h1>
+<h1>aaatp <span id="role">{{.S.Role}}</span> <span id="host">{{or .S.Identity.OriginHost .S.Identity.NASIdentifier}}</span></h1>
 <p class="meta">realm <b>{{.S.Identity.OriginRealm}}</b>
 {{- range .S.Identity.Listen}} &middot; listening on <b>{{.}}</b>{{end}}
 {{- range $k, $v := .S.Identity.Info}} &middot; {{$k}} <b>{{$v}}</b>{{end}}

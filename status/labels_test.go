@@ -8,6 +8,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/watchdog"
 )
@@ -66,7 +69,8 @@ func TestLabel(t *testing.T) {
 }
 
 // A server that sees many peers come and go keeps a bounded set of
-// series: ForgetPeer drops a peer's transitions with its gauges.
+// series: ForgetPeer drops a peer's transitions and its handler's counts
+// with its gauges.
 func TestForgetPeerDropsEverySeriesOfThePeer(t *testing.T) {
 	m := NewMetrics()
 	bus := peer.NewBus()
@@ -82,6 +86,7 @@ func TestForgetPeerDropsEverySeriesOfThePeer(t *testing.T) {
 		bus.Publish(peer.Event{Time: time.Now(), Peer: n, Kind: peer.EventWatchdog, From: watchdog.Initial, To: watchdog.Okay})
 		bus.Publish(peer.Event{Time: time.Now(), Peer: n, Kind: peer.EventWatchdog, From: watchdog.Okay, To: watchdog.Down})
 		m.SetPending(n, 0)
+		m.counts.served(n).answered(client.DiameterClasses[1], time.Millisecond) // what WrapHandler counts for the peer
 		if c := count(); c <= base {
 			t.Fatalf("peer %d has no series before it is forgotten", i)
 		}
@@ -92,8 +97,9 @@ func TestForgetPeerDropsEverySeriesOfThePeer(t *testing.T) {
 	}
 }
 
-// aaatp_peer_info names each peer's protocol: diameter by default, radius
-// for RADIUS servers; a peer gone from the snapshot loses its series.
+// aaatp_peer_info joins each peer's name (a client's configured name, else
+// the peer's own) with its URL, protocol (diameter by default) and
+// Origin-Host; a peer gone from the snapshot loses its series.
 func TestPeerInfoProtocol(t *testing.T) {
 	m := NewMetrics()
 	scrape := func() string {
@@ -101,18 +107,19 @@ func TestPeerInfoProtocol(t *testing.T) {
 		m.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 		return rec.Body.String()
 	}
-	m.Sync(Snapshot{Peers: []PeerStatus{{Peer: "hss1", State: "OKAY"}, {Peer: "radius+tcp://10.0.0.1:1812", State: "OKAY", Protocol: ProtocolRADIUS}}})
+	m.Sync(Snapshot{Peers: []PeerStatus{{Peer: "hss1.example.net", Server: "hss1", URL: "tcp://10.0.0.2:3868", OriginHost: "hss1.example.net", State: "OKAY"},
+		{Peer: "radius+tcp://10.0.0.1:1812", Server: "aaa1", URL: "radius+tcp://10.0.0.1:1812", State: "OKAY", Protocol: ProtocolRADIUSTCP}}})
 	body := scrape()
 	for _, want := range []string{
-		MetricPeerInfo + `{peer="hss1",protocol="diameter"} 1`,
-		MetricPeerInfo + `{peer="radius+tcp://10.0.0.1:1812",protocol="radius"} 1`,
+		MetricPeerInfo + `{origin_host="hss1.example.net",peer="hss1",protocol="diameter",url="tcp://10.0.0.2:3868"} 1`,
+		MetricPeerInfo + `{origin_host="",peer="aaa1",protocol="radius+tcp",url="radius+tcp://10.0.0.1:1812"} 1`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
-	m.Sync(Snapshot{Peers: []PeerStatus{{Peer: "hss1", State: "OKAY"}}})
-	if body := scrape(); strings.Contains(body, "protocol=\"radius\"") {
+	m.Sync(Snapshot{Peers: []PeerStatus{{Peer: "hss1.example.net", Server: "hss1", State: "OKAY"}}})
+	if body := scrape(); strings.Contains(body, `protocol="radius+tcp"`) {
 		t.Error("a RADIUS server gone from the snapshot keeps its series")
 	}
 }
@@ -143,5 +150,46 @@ func TestServerStateGauge(t *testing.T) {
 	}
 	if strings.Contains(body, MetricServerState+`{peer="hss1"`) {
 		t.Error("a peer without a policy has server state series")
+	}
+}
+
+// checkJoin checks that peer name has a series in aaatp_peer_info and
+// in the per-peer families given (pending requests, requests and answers
+// always), all under the same "peer" (or failover "from") label value,
+// and that no series names a peer that aaatp_peer_info does not list
+// ("none" aside: nowhere).
+func checkJoin(t *testing.T, fams map[string]*dto.MetricFamily, name string, also ...string) {
+	t.Helper()
+	info := map[string]bool{}
+	for _, m := range fams[MetricPeerInfo].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "peer" {
+				info[l.GetValue()] = true
+			}
+		}
+	}
+	if !info[name] {
+		t.Errorf("%s has no series for %q: %v", MetricPeerInfo, name, info)
+	}
+	for _, fam := range append([]string{MetricPending, MetricRequests, MetricAnswers}, also...) {
+		key := "peer"
+		if fam == MetricFailovers || fam == MetricMoved {
+			key = "from"
+		}
+		if _, ok := value(fams, fam, key, name); !ok {
+			t.Errorf("%s has no series with %s=%q", fam, key, name)
+		}
+	}
+	for fname, f := range fams {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				names := l.GetName() == "peer" || (fname == MetricFailovers || fname == MetricMoved) && (l.GetName() == "from" || l.GetName() == "to")
+				if names {
+					if v := l.GetValue(); v != NoPeer && !info[v] {
+						t.Errorf("%s{%s=%q} names a peer %s does not list", fname, l.GetName(), v, MetricPeerInfo)
+					}
+				}
+			}
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"runtime"
@@ -47,6 +48,10 @@ const (
 	MetricBuildInfo   = "aaatp_build_info"
 	MetricPeerInfo    = "aaatp_peer_info"
 	MetricRecycled    = "aaatp_recycled_connections_total"
+	MetricRequests    = "aaatp_requests_total"
+	MetricAnswers     = "aaatp_answers_total"
+	MetricErrors      = "aaatp_request_errors_total"
+	MetricLoadLatency = "aaatp_loadgen_request_duration_seconds"
 	// MetricLogEvents counts, by kind, what the process logs
 	// rate-limited: what remote peers did to its listeners and its
 	// clients (refused connections, bad frames, failed authenticators,
@@ -57,13 +62,16 @@ const (
 
 // Values of the "protocol" label of aaatp_peer_info.
 const (
-	ProtocolDiameter = "diameter"
-	ProtocolRADIUS   = "radius"
+	ProtocolDiameter  = client.ProtocolDiameter
+	ProtocolRADIUS    = client.ProtocolRADIUS // over UDP; a server's NAS clients
+	ProtocolRADIUSTCP = client.ProtocolRADIUSTCP
+	ProtocolRadSec    = client.ProtocolRadSec
 )
 
-// noPeer is the "to" label of a failover with no alternate in service (the
-// requests wait for one).
-const noPeer = "none"
+// NoPeer is the "to" label of a failover with no alternate in service (the
+// requests wait for one), and the "peer" label of the errors of requests
+// that reached no server.
+const NoPeer = "none"
 
 // states are the watchdog states, each a value of the "state" label.
 // serverStates are the policy's states, as policy.State names them.
@@ -87,7 +95,7 @@ type Metrics struct {
 	reg *prometheus.Registry
 
 	messages    *prometheus.CounterVec // command, direction
-	latency     prometheus.Histogram
+	loadLatency prometheus.Histogram
 	state       *prometheus.GaugeVec   // peer, state
 	serverState *prometheus.GaugeVec   // peer, state (the policy's)
 	transitions *prometheus.CounterVec // peer, from, to
@@ -96,14 +104,16 @@ type Metrics struct {
 	pending     *prometheus.GaugeVec   // peer
 	dedupHits   atomic.Uint64
 	dedupFrom   atomic.Pointer[func() uint64]
-	queueDepth  *prometheus.GaugeVec   // server
-	queueAlarm  *prometheus.GaugeVec   // server
+	queueDepth  *prometheus.GaugeVec   // peer
+	queueAlarm  *prometheus.GaugeVec   // peer
 	events      *prometheus.CounterVec // type
-	info        *prometheus.GaugeVec   // role, origin_host, origin_realm
-	peerInfo    *prometheus.GaugeVec   // peer, protocol
+	info        *prometheus.GaugeVec   // role, origin_host, origin_realm, nas_identifier
+	peerInfo    *prometheus.GaugeVec   // peer, url, protocol, origin_host
 	recycled    recycledCounts         // peer
+	counts      peerCounts             // requests, answers, errors, latency per peer
 
-	mu sync.Mutex // serializes Sync with the scrape that follows it
+	mu     sync.Mutex      // serializes Sync with the scrape that follows it
+	seeded map[string]bool // peers whose failover series exist (at zero from the start); under mu
 }
 
 // recycledCounts exports each RADIUS stream peer's count of recycled
@@ -121,7 +131,7 @@ func (r *recycledCounts) Collect(ch chan<- prometheus.Metric) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range r.last {
-		ch <- prometheus.MustNewConstMetric(r.desc, prometheus.CounterValue, float64(p.RecycledConns), label(p.Peer))
+		ch <- prometheus.MustNewConstMetric(r.desc, prometheus.CounterValue, float64(p.RecycledConns), label(p.Name()))
 	}
 }
 
@@ -130,7 +140,7 @@ func (r *recycledCounts) set(ps []PeerStatus) {
 	defer r.mu.Unlock()
 	r.last = r.last[:0]
 	for _, p := range ps {
-		if p.Protocol == ProtocolRADIUS {
+		if p.Protocol == ProtocolRADIUSTCP || p.Protocol == ProtocolRadSec {
 			r.last = append(r.last, p)
 		}
 	}
@@ -145,9 +155,9 @@ func NewMetrics() *Metrics {
 			Name: MetricMessages,
 			Help: "Diameter messages by command (ACR, ACA, DWR, ...; other-request, other-answer for the rest) and direction (in, out).",
 		}, []string{"command", "direction"}),
-		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    MetricLatency,
-			Help:    "Time from request to answer: a client's Send, or a server's handler.",
+		loadLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    MetricLoadLatency,
+			Help:    "A load generator's time from each request's intended send time to its answer (open loop: the wait for a sender counts).",
 			Buckets: LatencyBuckets,
 		}),
 		state: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -164,7 +174,7 @@ func NewMetrics() *Metrics {
 		}, []string{"peer", "from", "to"}),
 		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricFailovers,
-			Help: "Failover events (RFC 3539 3.4.2 [5]) from a peer to another (to=\"none\": no alternate in service, the requests wait).",
+			Help: "Failover events (RFC 3539 3.4.2 [5]) from a peer to another (to=\"none\": no alternate in service, the requests wait); every pair of configured peers from the start.",
 		}, []string{"from", "to"}),
 		moved: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricMoved,
@@ -176,12 +186,12 @@ func NewMetrics() *Metrics {
 		}, []string{"peer"}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: MetricQueueDepth,
-			Help: "Requests queued for a server.",
-		}, []string{"server"}),
+			Help: "Requests queued for a peer (a client's throttle).",
+		}, []string{"peer"}),
 		queueAlarm: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: MetricQueueAlarm,
-			Help: "1 when a server's queue is in alarm.",
-		}, []string{"server"}),
+			Help: "1 when a peer's queue is in alarm.",
+		}, []string{"peer"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: MetricEvents,
 			Help: "Events seen on the watched buses, by kind (watchdog, connection_up, connection_down, failover, error...).",
@@ -189,12 +199,14 @@ func NewMetrics() *Metrics {
 		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: MetricNodeInfo,
 			Help: "Always 1; the labels say which node this is.",
-		}, []string{"role", "origin_host", "origin_realm"}),
+		}, []string{"role", "origin_host", "origin_realm", "nas_identifier"}),
 		peerInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: MetricPeerInfo,
-			Help: "Always 1 per peer or server; protocol is diameter or radius (join on peer to split the per-peer series by protocol).",
-		}, []string{"peer", "protocol"}),
+			Help: "Always 1 per peer: its name (the peer label of every series), URL, protocol (diameter, radius, radius+tcp, radsec) and Origin-Host (Diameter, once its CER or CEA told it).",
+		}, []string{"peer", "url", "protocol", "origin_host"}),
+		seeded: map[string]bool{},
 	}
+	m.counts.init()
 	m.recycled.desc = prometheus.NewDesc(MetricRecycled,
 		"RADIUS over TCP or TLS: connections replaced because requests that never got an answer held all their Identifiers.",
 		[]string{"peer"}, nil)
@@ -222,7 +234,7 @@ func NewMetrics() *Metrics {
 		ConstLabels: prometheus.Labels{"version": version, "revision": revision, "goversion": goVersion},
 	})
 	build.Set(1)
-	m.reg.MustRegister(m.messages, m.latency, m.state, m.serverState, m.transitions, m.failovers,
+	m.reg.MustRegister(m.messages, m.loadLatency, &m.counts, m.state, m.serverState, m.transitions, m.failovers,
 		m.moved, m.pending, dedup, m.queueDepth, m.queueAlarm, m.events, m.info, m.peerInfo, &m.recycled, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, k := range []peer.EventKind{peer.EventWatchdog, peer.EventConnUp, peer.EventConnDown, peer.EventFailover, peer.EventError} {
@@ -296,12 +308,15 @@ func (m *Metrics) ObserveWire(msg []byte, dir string) {
 	m.messages.WithLabelValues(CommandName(msg), dir).Inc()
 }
 
-// ObserveLatency records one request's time to its answer.
+// ObserveLatency records one request's time to its answer as a load
+// generator measures it (aaatp_loadgen_request_duration_seconds), from its
+// intended send time. The per-peer aaatp_request_duration_seconds come from
+// the client's own counts (Snapshot) or WrapHandler.
 func (m *Metrics) ObserveLatency(d time.Duration) {
 	if m == nil {
 		return
 	}
-	m.latency.Observe(d.Seconds())
+	m.loadLatency.Observe(d.Seconds())
 }
 
 // SetWatchdogState sets peer's state gauge: 1 for state, 0 for the others.
@@ -333,7 +348,7 @@ func (m *Metrics) IncFailover(from, to string, moved int) {
 		return
 	}
 	if to == "" {
-		to = noPeer
+		to = NoPeer
 	}
 	m.failovers.WithLabelValues(label(from), label(to)).Inc()
 	c := m.moved.WithLabelValues(label(from), label(to))
@@ -404,6 +419,7 @@ func (m *Metrics) ForgetPeer(peerName string) {
 	m.serverState.DeletePartialMatch(l)
 	m.pending.DeleteLabelValues(label(peerName))
 	m.transitions.DeletePartialMatch(l)
+	m.counts.forget(label(peerName))
 }
 
 // ObserveEvent updates the metrics from one peer event: every event is
@@ -413,15 +429,21 @@ func (m *Metrics) ObserveEvent(e peer.Event) {
 	if m == nil {
 		return
 	}
+	m.observeEvent(e, e.Peer)
+}
+
+// observeEvent is ObserveEvent with the peer named name.
+func (m *Metrics) observeEvent(e peer.Event, name string) {
 	m.events.WithLabelValues(e.Kind.String()).Inc()
 	if e.Kind == peer.EventWatchdog {
-		m.IncTransition(e.Peer, e.From.String(), e.To.String())
-		m.SetWatchdogState(e.Peer, e.To.String())
+		m.IncTransition(name, e.From.String(), e.To.String())
+		m.SetWatchdogState(name, e.To.String())
 	}
 }
 
 // ObserveClientEvent updates the metrics from one event of a
-// client.Client: its peers' events as ObserveEvent does; a failover
+// client.Client: its peers' events as ObserveEvent does, the peer named
+// by its configured name (Event.Server) as in every series; a failover
 // record counts the failover and the requests it moved; the other kinds
 // are counted by kind.
 func (m *Metrics) ObserveClientEvent(e client.Event) {
@@ -430,7 +452,7 @@ func (m *Metrics) ObserveClientEvent(e client.Event) {
 	}
 	switch {
 	case e.Kind == client.EventPeer && e.Peer != nil:
-		m.ObserveEvent(*e.Peer)
+		m.observeEvent(*e.Peer, cmp.Or(e.Server, e.Peer.Peer))
 		return
 	case e.Kind == client.EventFailover && e.Failover != nil:
 		m.IncFailover(e.Failover.From, e.Failover.To, e.Failover.Moved)
@@ -457,18 +479,29 @@ func (m *Metrics) WatchClient(bus *client.Bus) (cancel func()) {
 }
 
 // WrapHandler returns h counting each request it receives and each answer
-// it returns (ObserveWire), and timing h (ObserveLatency).
+// it returns (ObserveWire), and, per peer (its Origin-Host), the requests,
+// the answers by Result-Code class and h's time (aaatp_requests_total,
+// aaatp_answers_total, aaatp_request_duration_seconds). A peer's series
+// go with it (ForgetPeer, or Sync without it).
 func (m *Metrics) WrapHandler(h peer.Handler) peer.Handler {
 	if m == nil {
 		return h
 	}
 	return func(ctx context.Context, p *peer.Peer, req []byte) []byte {
 		m.ObserveWire(req, DirIn)
+		var sc *servedCounts
+		if p != nil {
+			sc = m.counts.served(label(p.Name()))
+			sc.requests.Add(1)
+		}
 		t0 := time.Now()
 		ans := h(ctx, p, req)
-		m.ObserveLatency(time.Since(t0))
+		took := time.Since(t0)
 		if ans != nil {
 			m.ObserveWire(ans, DirOut)
+			if sc != nil {
+				sc.answered(client.DiameterClassOf(ans), took)
+			}
 		}
 		return ans
 	}
@@ -491,14 +524,15 @@ func (m *Metrics) Sync(s Snapshot) {
 
 func (m *Metrics) sync(s Snapshot) {
 	m.info.Reset()
-	m.info.WithLabelValues(label(s.Role), label(s.Identity.OriginHost), label(s.Identity.OriginRealm)).Set(1)
+	m.info.WithLabelValues(label(s.Role), label(s.Identity.OriginHost), label(s.Identity.OriginRealm), label(s.Identity.NASIdentifier)).Set(1)
 	m.state.Reset()
 	m.serverState.Reset()
 	m.pending.Reset()
 	m.peerInfo.Reset()
 	for _, p := range s.Peers {
+		name := p.Name()
 		if p.State != "" { // a RADIUS/UDP server has no watchdog
-			m.SetWatchdogState(p.Peer, p.State)
+			m.SetWatchdogState(name, p.State)
 		}
 		if p.Policy != "" {
 			for _, st := range serverStates {
@@ -506,22 +540,50 @@ func (m *Metrics) sync(s Snapshot) {
 				if st == p.Policy {
 					v = 1
 				}
-				m.serverState.WithLabelValues(label(p.Peer), st).Set(v)
+				m.serverState.WithLabelValues(label(name), st).Set(v)
 			}
 		}
-		m.SetPending(p.Peer, p.Pending)
+		m.SetPending(name, p.Pending)
 		proto := p.Protocol
 		if proto == "" {
 			proto = ProtocolDiameter
 		}
-		m.peerInfo.WithLabelValues(label(p.Peer), label(proto)).Set(1)
+		m.peerInfo.WithLabelValues(label(name), label(p.URL), label(proto), label(p.OriginHost)).Set(1)
 	}
+	m.seedFailovers(s.Peers)
+	m.counts.set(s)
 	m.recycled.set(s.Peers)
 	m.queueDepth.Reset()
 	m.queueAlarm.Reset()
 	for _, q := range s.Queues {
 		m.SetQueueDepth(q.Server, q.Depth)
 		m.SetQueueAlarm(q.Server, q.Alarm)
+	}
+}
+
+// seedFailovers makes the failover series of a client's servers (rows
+// with a configured name) exist at zero: from each to each other and to
+// "none", N*N series per metric for N servers, all from configuration.
+// A server's series once made stay, as its counters must not go back.
+func (m *Metrics) seedFailovers(ps []PeerStatus) {
+	fresh := false
+	for _, p := range ps {
+		if p.Server != "" && !m.seeded[p.Server] {
+			fresh = true
+			m.seeded[p.Server] = true
+		}
+	}
+	if !fresh {
+		return
+	}
+	for from := range m.seeded {
+		for to := range m.seeded {
+			if to == from {
+				to = NoPeer
+			}
+			m.failovers.WithLabelValues(label(from), label(to))
+			m.moved.WithLabelValues(label(from), label(to))
+		}
 	}
 }
 

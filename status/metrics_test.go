@@ -135,6 +135,9 @@ func TestMetricsFromBusAndHandlers(t *testing.T) {
 	}
 	m.ObserveMessage("DWR", DirOut)
 	m.ObserveWire([]byte{1, 2}, DirIn) // too short: "invalid"
+	for range 3 {
+		m.ObserveLatency(time.Millisecond)
+	}
 	m.IncDedupHit()
 	m.AddDedupHits(2)
 	var dd atomic.Uint64 // the node's own count, as dedup.Counters.Duplicates
@@ -150,7 +153,8 @@ func TestMetricsFromBusAndHandlers(t *testing.T) {
 	expect(t, fams, 0, MetricState, "peer", "s1.example.net", "state", "DOWN")
 	expect(t, fams, 1, MetricState, "peer", "s2.example.net", "state", "SUSPECT")
 	expect(t, fams, 0, MetricState, "peer", "s2.example.net", "state", "OKAY")
-	expect(t, fams, 1, MetricTransitions, "peer", "s2.example.net", "from", "OKAY", "to", "SUSPECT")
+	// A client's peer event names the peer by its configured name.
+	expect(t, fams, 1, MetricTransitions, "peer", "s2", "from", "OKAY", "to", "SUSPECT")
 	expect(t, fams, 1, MetricTransitions, "peer", "s1.example.net", "from", "INITIAL", "to", "OKAY")
 	if _, ok := value(fams, MetricTransitions, "peer", "s1.example.net", "to", "DOWN"); ok {
 		t.Error("an event after cancel was counted")
@@ -170,20 +174,20 @@ func TestMetricsFromBusAndHandlers(t *testing.T) {
 	expect(t, fams, 3, MetricMessages, "command", "ACA", "direction", "out")
 	expect(t, fams, 1, MetricMessages, "command", "DWR", "direction", "out")
 	expect(t, fams, 1, MetricMessages, "command", "invalid", "direction", "in")
-	expect(t, fams, 3, MetricLatency)
+	expect(t, fams, 3, MetricLoadLatency)
 	expect(t, fams, 8, MetricDedupHits)
 	// From the Source, at scrape time.
 	expect(t, fams, 4, MetricPending, "peer", "s1.example.net")
-	expect(t, fams, 4, MetricQueueDepth, "server", "s1.example.net")
-	expect(t, fams, 1, MetricQueueAlarm, "server", "s2.example.net")
+	expect(t, fams, 4, MetricQueueDepth, "peer", "s1.example.net")
+	expect(t, fams, 1, MetricQueueAlarm, "peer", "s2.example.net")
 	expect(t, fams, 1, MetricNodeInfo, "role", "client", "origin_host", "c1.example.net", "origin_realm", "example.net")
 	if fams["go_goroutines"] == nil || fams["process_start_time_seconds"] == nil {
 		t.Error("no Go runtime or process metrics")
 	}
-	if f := fams[MetricLatency]; f.GetType() != dto.MetricType_HISTOGRAM || len(f.Metric[0].Histogram.Bucket) != len(LatencyBuckets)+1 /* +Inf */ {
+	if f := fams[MetricLoadLatency]; f.GetType() != dto.MetricType_HISTOGRAM || len(f.Metric[0].Histogram.Bucket) != len(LatencyBuckets)+1 /* +Inf */ {
 		t.Errorf("latency is not the histogram expected: %v", f)
 	}
-	for _, name := range []string{MetricMessages, MetricLatency, MetricState, MetricTransitions, MetricFailovers,
+	for _, name := range []string{MetricMessages, MetricLoadLatency, MetricState, MetricTransitions, MetricFailovers,
 		MetricMoved, MetricPending, MetricDedupHits, MetricQueueDepth, MetricQueueAlarm} {
 		if !strings.Contains(text, "# HELP "+name+" ") || !strings.Contains(text, "# TYPE "+name+" ") {
 			t.Errorf("no HELP/TYPE for %s", name)
@@ -206,7 +210,7 @@ func TestMetricsFromBusAndHandlers(t *testing.T) {
 		t.Error("state of a peer absent from the Source is exported")
 	}
 	expect(t, fams, 1, MetricState, "peer", "s2.example.net", "state", "SUSPECT")
-	if _, ok := value(fams, MetricQueueDepth, "server", "s2.example.net"); ok {
+	if _, ok := value(fams, MetricQueueDepth, "peer", "s2.example.net"); ok {
 		t.Error("a queue gone is still exported")
 	}
 	expect(t, fams, 1, MetricTransitions, "peer", "s1.example.net", "from", "INITIAL", "to", "OKAY")
@@ -312,7 +316,7 @@ func TestRealPeers(t *testing.T) {
 		r.Tw <= 0 || r.Since.IsZero() || !strings.HasPrefix(r.Policy, "in-service") {
 		t.Errorf("client row: %+v", r)
 	}
-	if s := ClientSnapshot(c); len(s.Peers) != 1 || s.Peers[0].Server != "s1" || s.Peers[0].Protocol != "" ||
+	if s := ClientSnapshot(c); len(s.Peers) != 1 || s.Peers[0].Server != "s1" || s.Peers[0].Protocol != ProtocolDiameter || s.Peers[0].URL != "tcp://"+srv.Addr().String() || s.Peers[0].OriginHost != "srv.example.net" ||
 		s.Totals != (Totals{Answered: 2}) || s.FailoversTotal != 0 || len(s.Queues) != 0 {
 		t.Errorf("client snapshot: %+v", s)
 	}
@@ -322,10 +326,16 @@ func TestRealPeers(t *testing.T) {
 		return s
 	})
 	fams, _ := families(t, clientSrc, mc)
-	expect(t, fams, 1, MetricState, "peer", "srv.example.net", "state", "OKAY")
+	// A client names its server s1, as configured, in every series.
+	expect(t, fams, 1, MetricState, "peer", "s1", "state", "OKAY")
 	expect(t, fams, 2, MetricMessages, "command", "ACA", "direction", "in")
-	expect(t, fams, 2, MetricLatency)
-	if v, ok := value(fams, MetricTransitions, "peer", "srv.example.net", "to", "OKAY"); !ok || v < 1 {
+	expect(t, fams, 2, MetricLatency, "peer", "s1")
+	expect(t, fams, 2, MetricLoadLatency)
+	expect(t, fams, 2, MetricRequests, "peer", "s1")
+	expect(t, fams, 2, MetricAnswers, "peer", "s1", "class", "2xxx")
+	expect(t, fams, 1, MetricPeerInfo, "peer", "s1", "url", "tcp://"+srv.Addr().String(), "protocol", "diameter", "origin_host", "srv.example.net")
+	checkJoin(t, fams, "s1", MetricState, MetricLatency, MetricErrors, MetricFailovers, MetricMoved)
+	if v, ok := value(fams, MetricTransitions, "peer", "s1", "to", "OKAY"); !ok || v < 1 {
 		t.Errorf("no transition to OKAY counted: %v %v", v, ok)
 	}
 
@@ -342,12 +352,18 @@ func TestRealPeers(t *testing.T) {
 		t.Errorf("server rows with ended peers: %+v", rows)
 	}
 	serverSrc := SourceFunc(func() Snapshot {
-		return Snapshot{Role: RoleServer, Identity: Identity{OriginHost: "srv.example.net"}, Peers: PeerRows(srv.Peers())}
+		return Snapshot{Role: RoleServer, Identity: Identity{OriginHost: "srv.example.net"}, Peers: ServerPeers(srv.Peers(), nil)}
 	})
 	fams, _ = families(t, serverSrc, ms)
 	expect(t, fams, 2, MetricMessages, "command", "ACR", "direction", "in")
 	expect(t, fams, 2, MetricMessages, "command", "ACA", "direction", "out")
 	expect(t, fams, 1, MetricState, "peer", "cli.example.net", "state", "OKAY")
+	// A server names its client by its Origin-Host.
+	expect(t, fams, 2, MetricRequests, "peer", "cli.example.net")
+	expect(t, fams, 2, MetricAnswers, "peer", "cli.example.net", "class", "2xxx")
+	expect(t, fams, 2, MetricLatency, "peer", "cli.example.net")
+	expect(t, fams, 1, MetricPeerInfo, "peer", "cli.example.net", "url", "", "protocol", "diameter", "origin_host", "cli.example.net")
+	checkJoin(t, fams, "cli.example.net", MetricState, MetricLatency)
 	page := body(t, get(t, Handler(serverSrc), "/"))
 	if !strings.Contains(page, `data-peer="cli.example.net"`) {
 		t.Error("server page has no row for the client")
@@ -359,7 +375,7 @@ func TestRealPeers(t *testing.T) {
 // no JSON key and no series.
 func TestRecycledConnections(t *testing.T) {
 	f := newFake()
-	f.snap.Peers = append(f.snap.Peers, PeerStatus{Peer: "radius+tcp://127.0.0.1:2083", Protocol: ProtocolRADIUS, State: "OKAY",
+	f.snap.Peers = append(f.snap.Peers, PeerStatus{Peer: "radius+tcp://127.0.0.1:2083", Protocol: ProtocolRADIUSTCP, State: "OKAY",
 		Sent: 9, Answered: 7, RecycledConns: 2, Tw: 6 * time.Second})
 	page := body(t, get(t, Handler(f), "/"))
 	for _, want := range []string{

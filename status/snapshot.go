@@ -53,15 +53,23 @@ type Snapshot struct {
 	// Queues are per-server queue depths and their alarms; may be empty.
 	Queues []Queue `json:"queues"`
 
+	// UnsentErrors counts a client's requests that ended with an error
+	// before reaching any server, by reason (client.Client.UnsentErrors);
+	// nil on a server.
+	UnsentErrors map[string]uint64 `json:"unsent_errors,omitempty"`
+
 	Totals Totals `json:"totals"`
 }
 
 // Identity says which node this is.
 type Identity struct {
-	OriginHost  string    `json:"origin_host"`
-	OriginRealm string    `json:"origin_realm"`
-	Listen      []string  `json:"listen,omitempty"` // bound listener URLs (server)
-	Started     time.Time `json:"started,omitzero"`
+	OriginHost  string `json:"origin_host"`
+	OriginRealm string `json:"origin_realm"`
+	// NASIdentifier is a RADIUS client's NAS-Identifier: a RADIUS node
+	// has no Origin-Host.
+	NASIdentifier string    `json:"nas_identifier,omitempty"`
+	Listen        []string  `json:"listen,omitempty"` // bound listener URLs (server)
+	Started       time.Time `json:"started,omitzero"`
 	// Info is free-form key/value detail shown under the title (mode,
 	// algorithm, dedup store...). Keep it small.
 	Info map[string]string `json:"info,omitempty"`
@@ -71,7 +79,13 @@ type Identity struct {
 type PeerStatus struct {
 	Peer   string `json:"peer"`             // remote Origin-Host once known, else its address
 	Server string `json:"server,omitempty"` // configured name (client side)
-	// Protocol is "diameter" (the default when empty) or "radius".
+	// URL is a client's server's configured URL; empty on a server.
+	URL string `json:"url,omitempty"`
+	// OriginHost is the Diameter peer's Origin-Host once its CER or CEA
+	// told it; empty before, and for RADIUS.
+	OriginHost string `json:"origin_host,omitempty"`
+	// Protocol is "diameter" (the default when empty), "radius" (UDP, or
+	// a server's NAS client), "radius+tcp" or "radsec".
 	Protocol  string    `json:"protocol,omitempty"`
 	State     string    `json:"state"`       // watchdog state: INITIAL, OKAY, SUSPECT, DOWN, REOPEN
 	Since     time.Time `json:"since"`       // when State was entered
@@ -91,6 +105,33 @@ type PeerStatus struct {
 	RecycledConns uint64        `json:"recycled_conns,omitempty"`
 	Tw            time.Duration `json:"tw_ns"`
 	LastDWA       time.Time     `json:"last_dwa,omitzero"` // zero: none yet
+	// Counters are the peer's counters for the metrics: a client's of
+	// its server, a RADIUS server's of its NAS client; nil for a Diameter
+	// server's peer (its handler counts what it answers: WrapHandler).
+	Counters *PeerCounters `json:"counters,omitempty"`
+}
+
+// PeerCounters are a peer's counters: a client's of its server, as
+// client.ServerStats and client.Client.AnswerLatency keep them, or a
+// RADIUS server's of its NAS client (radpeer.NASStats).
+type PeerCounters struct {
+	Requests uint64            `json:"requests"`         // requests first sent to the server, or received from the NAS
+	Answers  map[string]uint64 `json:"answers"`          // answers the server returned, or sent to the NAS, by class
+	Errors   map[string]uint64 `json:"errors,omitempty"` // requests first sent to the server that failed, by reason
+	// Latency is the time from Send or Exchange to the server's answers,
+	// counted at or below each of LatencyBuckets; nil for a NAS.
+	Latency *client.ServerLatency `json:"-"`
+}
+
+// Name is the row's value of the "peer" label in every series: a
+// client's configured name of the server (client.PeerSpec.Name, by
+// default its URL), else the peer's own name (a server's client: its
+// Origin-Host, or a NAS's address).
+func (ps *PeerStatus) Name() string {
+	if ps.Server != "" {
+		return ps.Server
+	}
+	return ps.Peer
 }
 
 // Queue is one server's queue depth and whether it is in alarm.
@@ -144,6 +185,11 @@ func PeerRows(ps []*peer.Peer) []PeerStatus {
 func ServerPeers(live []*peer.Peer, ended []peer.Stats) []PeerStatus {
 	rows := PeerRows(live)
 	slices.SortFunc(rows, func(a, b PeerStatus) int { return strings.Compare(a.Peer, b.Peer) })
+	defer func() {
+		for i := range rows {
+			rows[i].OriginHost = originHostOf(rows[i].Peer)
+		}
+	}()
 	seen := make(map[string]bool, len(rows)+len(ended))
 	for _, r := range rows {
 		seen[r.Peer] = true
@@ -157,13 +203,28 @@ func ServerPeers(live []*peer.Peer, ended []peer.Stats) []PeerStatus {
 	return rows
 }
 
+// originHostOf is a server's peer's Origin-Host: its name once the CER
+// told it, "" while the peer is named by its address (host:port; a
+// DiameterIdentity has no colon).
+func originHostOf(name string) string {
+	if strings.Contains(name, ":") {
+		return ""
+	}
+	return name
+}
+
 // NASRows returns a RADIUS server's rows for its clients (NAS addresses):
 // Protocol radius, Policy "nas", Answered the answers sent to it, Since
-// when it was last heard from. A NAS has no watchdog: State stays empty.
+// when it was last heard from, and Counters: the requests received and the
+// answers sent by class. A NAS has no watchdog: State stays empty.
 func NASRows(nas []radpeer.NASStats) []PeerStatus {
 	rows := make([]PeerStatus, 0, len(nas))
 	for _, n := range nas {
-		rows = append(rows, PeerStatus{Peer: n.Addr, Protocol: ProtocolRADIUS, Policy: "nas", Since: n.LastSeen, Answered: n.Answered})
+		a := n.Answers
+		rows = append(rows, PeerStatus{Peer: n.Addr, Protocol: ProtocolRADIUS, Policy: "nas", Since: n.LastSeen, Answered: n.Answered,
+			Counters: &PeerCounters{Requests: n.Received, Answers: map[string]uint64{
+				"accept": a.Accept, "reject": a.Reject, "challenge": a.Challenge, "accounting-response": a.AccountingResponse, client.ClassOther: a.Other,
+			}}})
 	}
 	return rows
 }
@@ -179,7 +240,8 @@ func DedupTotals(dd *dedup.Counters) Totals {
 }
 
 // ClientPeers returns the rows of a client's servers in configured order,
-// Server set to the configured name. A Diameter server's row is its
+// Server set to the configured name, with their URL, protocol, Origin-Host
+// and Counters. A Diameter server's row is its
 // peer's (PeerRow), Policy the balancer's view of the server (balance
 // mode) or primary/secondary (primary/secondary mode: the first peer OKAY
 // is the primary, the other OKAY ones secondary), followed by
@@ -189,6 +251,26 @@ func DedupTotals(dd *dedup.Counters) Totals {
 // and waiting, Tw and the recycled connections; over UDP the requests in
 // flight or waiting, every transmission counted as sent.
 func ClientPeers(c *client.Client) []PeerStatus {
+	rows := clientPeers(c)
+	ss, lat := c.ServerStats(), c.AnswerLatency(latencyBounds)
+	for i := range rows {
+		s := ss[i]
+		rows[i].URL, rows[i].OriginHost, rows[i].Protocol = s.URL, s.OriginHost, s.Protocol
+		rows[i].Counters = &PeerCounters{Requests: s.Sent, Answers: s.Answers, Errors: s.Errors, Latency: &lat[i]}
+	}
+	return rows
+}
+
+// latencyBounds are LatencyBuckets as durations.
+var latencyBounds = func() []time.Duration {
+	ds := make([]time.Duration, len(LatencyBuckets))
+	for i, b := range LatencyBuckets {
+		ds[i] = time.Duration(b * float64(time.Second))
+	}
+	return ds
+}()
+
+func clientPeers(c *client.Client) []PeerStatus {
 	ss, pol := c.ServerStats(), c.PolicyStates()
 	rows := PeerRows(c.Peers())
 	streams, udps := c.RADIUSPeers(), c.UDPPeers()
@@ -263,6 +345,7 @@ func (ps *PeerStatus) addStream(w radpeer.Stats) {
 func ClientSnapshot(c *client.Client) Snapshot {
 	s := Snapshot{Peers: ClientPeers(c)}
 	s.Failovers, s.FailoversTotal = c.FailoverLog()
+	s.UnsentErrors = c.UnsentErrors()
 	for _, q := range c.QueueDepths() {
 		s.Queues = append(s.Queues, Queue{Server: q.Server, Depth: q.Depth, Alarm: q.Alarm})
 		s.Totals.Pending += uint64(q.Depth)

@@ -75,7 +75,7 @@ func TestRADIUSStatusPagesInChromium(t *testing.T) {
 	// The RADIUS client's metrics: latency, the 7750 SR state of each
 	// server, no watchdog series for UDP servers.
 	cm := httpGet(t, cliWeb+"metrics")
-	if v, ok := metricValue(cm, status.MetricLatency+"_count", map[string]string{}); !ok || v == 0 {
+	if v, ok := metricValue(cm, status.MetricLatency+"_count", map[string]string{"peer": live}); !ok || v == 0 {
 		t.Errorf("client's metrics: %s_count %v (present %v), want the answered requests\n%s", status.MetricLatency, v, ok, grepLines(cm, "aaatp_request"))
 	}
 	if v, ok := metricValue(cm, status.MetricServerState, map[string]string{"peer": deadURL, "state": "out-of-service"}); !ok || v != 1 {

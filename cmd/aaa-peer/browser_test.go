@@ -104,7 +104,7 @@ func TestStatusPageInChromium(t *testing.T) {
 		t.Errorf("client's status.json: role %q, peers %+v", cs.Role, cs.Peers)
 	}
 	checkStateMetric(t, srvWeb, "client1.example.net", "OKAY")
-	checkStateMetric(t, cliWeb, "server1.example.net", "OKAY")
+	checkStateMetric(t, cliWeb, srv.url, "OKAY") // a client names its server by its configured name, the URL by default
 	cm := httpGet(t, cliWeb+"metrics")
 	if v, _ := metricValue(cm, status.MetricMessages, map[string]string{"command": "ACR", "direction": "out"}); v == 0 {
 		t.Errorf("client's metrics count no ACR sent:\n%s", grepLines(cm, "aaatp_messages"))
@@ -220,7 +220,7 @@ func TestStatusPageInChromium(t *testing.T) {
 	if !strings.Contains(r.dom, "live, as of ") {
 		t.Errorf("the script did not mark the page live\nDOM:\n%s", r.dom)
 	}
-	checkStateMetric(t, cliWeb, "server1.example.net", "DOWN")
+	checkStateMetric(t, cliWeb, srv.url, "DOWN")
 
 	clientStopped = true
 	if code := stopClient(); code != 0 {

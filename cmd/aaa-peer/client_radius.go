@@ -338,7 +338,7 @@ func (o *radiusClientOptions) request(n int64) *radius.Request {
 	case "acct":
 		r = &radius.Request{Code: lradius.CodeAccountingRequest}
 		r.Attributes.Add(radius.AttrUserName, user)
-		r.Attributes.Add(radius.AttrNASIdentifier, lradius.Attribute("aaa-peer"))
+		r.Attributes.Add(radius.AttrNASIdentifier, lradius.Attribute(nasIdentifier))
 		r.Attributes.Add(radius.AttrAcctSessionID, lradius.Attribute(fmt.Sprintf("aaa-peer-%d-%d", time.Now().UnixNano(), n)))
 		r.Attributes.Add(radius.AttrAcctStatusType, lradius.Attribute([]byte{0, 0, 0, 2}))
 		ts := make([]byte, 4)
@@ -348,9 +348,14 @@ func (o *radiusClientOptions) request(n int64) *radius.Request {
 		r = &radius.Request{Code: lradius.CodeAccessRequest}
 		r.Attributes.Add(radius.AttrUserName, user)
 		r.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("aaa-peer"))
+		r.Attributes.Add(radius.AttrNASIdentifier, lradius.Attribute(nasIdentifier)) // RFC 2865 4.1: NAS-IP-Address or NAS-Identifier
 	}
 	return r
 }
+
+// nasIdentifier is the RADIUS client's NAS-Identifier: what names it to
+// its servers, and in aaatp_node_info, as a RADIUS node has no Origin-Host.
+const nasIdentifier = "aaa-peer"
 
 func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.Logger, stdout, stderr io.Writer) int {
 	events := client.NewBus()
@@ -386,7 +391,7 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	web, err := openStatus(o.status, status.SourceFunc(func() status.Snapshot {
 		snap := status.ClientSnapshot(d.c)
 		snap.Role, snap.Totals.Sent = status.RoleClient, tl.sent.Load()
-		snap.Identity = status.Identity{OriginHost: "aaa-peer client", Info: map[string]string{"protocol": protocol, "access": o.alg.String()}}
+		snap.Identity = status.Identity{NASIdentifier: nasIdentifier, Info: map[string]string{"protocol": protocol, "access": o.alg.String()}}
 		return snap
 	}), metrics, log)
 	if err != nil {

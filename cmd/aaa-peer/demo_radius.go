@@ -514,7 +514,7 @@ func (d *radiusDemo) summary(w io.Writer, c *client.Client, sent, answered, fail
 func (d *radiusDemo) snapshot(c *client.Client, sent, answered, failed uint64) status.Snapshot {
 	snap := status.ClientSnapshot(c)
 	snap.Role = status.RoleDemo
-	snap.Identity = status.Identity{OriginHost: "radius-client", Started: d.start,
+	snap.Identity = status.Identity{NASIdentifier: "nas1.example.net", Started: d.start,
 		Info: map[string]string{"protocol": "RADIUS/UDP", "access": "direct", "test user": radiusDemoTestUser}}
 	snap.Totals.Sent, snap.Totals.Answered, snap.Totals.Failed = sent, answered, failed
 	d.mu.Lock()
