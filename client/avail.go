@@ -42,6 +42,17 @@ func (v *avail) same(w *avail) bool {
 	return slices.Equal(v.state, w.state) && slices.Equal(v.open, w.open) && slices.Equal(v.takes, w.takes)
 }
 
+// gained reports whether a member takes requests in v that did not in
+// old.
+func (v *avail) gained(old *avail) bool {
+	for i, t := range v.takes {
+		if t && !old.takes[i] {
+			return true
+		}
+	}
+	return false
+}
+
 // view returns the current view.
 func (c *Client) view() *avail { return c.av.Load() }
 
@@ -134,41 +145,26 @@ func balancerState(st watchdog.State) loadbalance.State {
 // than the waiting growing without bound. A variable for tests.
 var maxWaiting = 1 << 16
 
-// sort deals with requests no peer can take now and returns those that
-// are to wait for a view change, in order: one that peers refused as too
-// busy gets the last refusal (no peer is left to try); one lost on a
-// connection and refused since asks again later.
-func (c *Client) sort(calls []*call.Call) (wait []*call.Call) {
-	var later []*call.Call
+// toWait deals with requests no peer can take now and returns those that
+// are to wait, in order: one that peers refused as too busy gets the last
+// refusal (no peer is left to try); the others wait.
+func toWait(calls []*call.Call) (wait []*call.Call) {
 	for _, cl := range calls {
-		switch {
-		case cl.Conclude():
-		case cl.RefusedAfterLoss():
-			// A request that may be applied where it was lost, refused
-			// (too busy) by every peer it could go to since: no refusal
-			// may end it, and its peers, in service, will not change the
-			// view. It asks them again in a while, within its deadline.
-			if cl.Park() {
-				later = append(later, cl)
-			}
-		case cl.Park():
+		if !cl.Conclude() && cl.Park() {
 			wait = append(wait, cl)
 		}
-	}
-	if len(later) > 0 {
-		c.askAgainLater(later, func() { c.dispatchAll(later) })
 	}
 	return wait
 }
 
 // strand has requests that no peer can take in view v wait, together and
-// in order, for v to change (F3); see sort for those that do not wait. If
+// in order, for v to change (F3); see toWait for those that do not wait. If
 // v changed while they looked, their waiter places them again at once.
 func (c *Client) strand(calls []*call.Call, v *avail) {
 	if beforeStrand != nil {
 		beforeStrand()
 	}
-	wait := c.sort(calls)
+	wait := toWait(calls)
 	if len(wait) == 0 {
 		return
 	}
@@ -279,16 +275,28 @@ func (c *Client) after(w *waiter, gen uint64) {
 // waitFor runs waiter w, whose requests found no peer in view v. It ends
 // when none is left: dispatched, failed as the Client closes, or
 // completed (their callers gave up: looked at when their deadlines pass).
+//
+// A request lost on a connection and refused (too busy) since by every
+// peer it could go to may have been applied where it was lost: no refusal
+// may end it, and its peers, in service, will not change the view. After
+// refusedRetry its refusals are forgotten and it is placed again, in a
+// round of its waiter, within its deadline.
 func (c *Client) waitFor(w *waiter, v *avail) {
 	defer c.waiters.Done()
 	t := time.NewTimer(untilDeadline(w.calls, c.cfg.RequestTimeout))
 	defer t.Stop()
 	for {
+		var retry <-chan time.Time
+		if slices.ContainsFunc(w.calls, (*call.Call).RefusedAfterLoss) {
+			retry = time.After(refusedRetry)
+		}
 		select {
 		case <-v.changed:
-			v = c.round(w)
-			if v == nil {
-				return
+		case <-retry:
+			for _, cl := range w.calls {
+				if cl.RefusedAfterLoss() {
+					cl.ForgetRefusals()
+				}
 			}
 		case <-c.ctx.Done():
 			c.waiting.Add(-int64(len(w.calls)))
@@ -296,14 +304,18 @@ func (c *Client) waitFor(w *waiter, v *avail) {
 			c.roundDone(w, c.view().gen, true)
 			return
 		case <-t.C:
+			left := slices.DeleteFunc(w.calls, (*call.Call).IsDone)
+			c.waiting.Add(-int64(len(w.calls) - len(left)))
+			if w.calls = left; len(left) == 0 {
+				c.roundDone(w, v.gen, true)
+				return
+			}
+			t.Reset(untilDeadline(w.calls, c.cfg.RequestTimeout))
+			continue
 		}
-		left := slices.DeleteFunc(w.calls, (*call.Call).IsDone)
-		c.waiting.Add(-int64(len(w.calls) - len(left)))
-		if w.calls = left; len(left) == 0 {
-			c.roundDone(w, v.gen, true)
+		if v = c.round(w); v == nil {
 			return
 		}
-		t.Reset(untilDeadline(w.calls, c.cfg.RequestTimeout))
 	}
 }
 
@@ -314,7 +326,7 @@ func (c *Client) round(w *waiter) *avail {
 	v := c.view()
 	c.after(w, v.gen)
 	c.waiting.Add(-int64(len(w.calls)))
-	w.calls = c.sort(c.placeAll(w.calls, v, nil))
+	w.calls = toWait(c.placeAll(w.calls, v, nil))
 	c.waiting.Add(int64(len(w.calls)))
 	gone := len(w.calls) == 0
 	c.roundDone(w, v.gen, gone)

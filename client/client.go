@@ -698,16 +698,13 @@ func (c *Client) submit(cl *call.Call, m *member, probe bool) bool {
 	return true
 }
 
-// askAgainLater forgets the refusals of calls, requests lost on a
-// connection and refused since by every peer they could go to, after
-// refusedRetry, then runs then (a dispatch of them together, in order, or
-// a poke of the throttle whose queue holds them).
-func (c *Client) askAgainLater(calls []*call.Call, then func()) {
+// askAgainLater forgets the refusals of cl, a request in the throttle's
+// queue lost on a connection and refused since by every peer it could go
+// to, after refusedRetry, and pokes the throttle (see waitFor).
+func (c *Client) askAgainLater(cl *call.Call) {
 	time.AfterFunc(refusedRetry, func() {
-		for _, cl := range calls {
-			cl.ForgetRefusals()
-		}
-		then()
+		cl.ForgetRefusals()
+		c.poke()
 	})
 }
 

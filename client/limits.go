@@ -249,7 +249,7 @@ func (c *Client) throttled(its ...*item) {
 					continue
 				}
 				if it.cl.RefusedAfterLoss() {
-					c.askAgainLater([]*call.Call{it.cl}, c.poke)
+					c.askAgainLater(it.cl)
 				}
 			}
 			front = append(front, it)
@@ -396,12 +396,25 @@ func (c *Client) dispatcher() {
 			next = minTime(next, now.Add(policyTick))
 		}
 		t.Reset(max(time.Until(next), time.Millisecond))
-		select {
-		case <-t.C:
-		case <-v.changed: // a server came into service or left
-		case <-c.wake:
-		case <-c.stopDispatch:
-			return
+		for wait := true; wait; {
+			select {
+			case <-t.C:
+				wait = false
+			case <-v.changed:
+				// A server that can take requests now wakes us. One that
+				// left does not: its requests waiting here went back to
+				// the instance queue, and the failover hand-over that
+				// follows (onFailover) puts its replays ahead of them and
+				// wakes us; without one (it held none), the next slot or
+				// deadline does.
+				nv := c.view()
+				wait = !nv.gained(v)
+				v = nv
+			case <-c.wake:
+				wait = false
+			case <-c.stopDispatch:
+				return
+			}
 		}
 	}
 }

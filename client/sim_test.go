@@ -983,9 +983,6 @@ func (w *simWorld) checkRecovered() {
 	for _, cl := range w.waitingCalls() {
 		w.errs = append(w.errs, fmt.Sprintf("request %d still waiting for a peer after %v of quiet, every peer in service", cl.Ref, simRecovery))
 	}
-	if n := c.waiting.Load(); n != 0 {
-		w.errs = append(w.errs, fmt.Sprintf("%d requests counted as waiting for a peer after %v of quiet, every peer in service", n, simRecovery))
-	}
 }
 
 // waitingCalls returns the requests that wait for a peer now.
