@@ -213,6 +213,14 @@ secret-file = "` + newSecret + `"
 	} else {
 		answered += rep.Answered
 	}
+	// What needs a restart is said, and the rest applied.
+	line = rs.reload(t, second+"tw = \"12s\"\n")
+	if !strings.Contains(line, `msg="configuration reloaded"`) || !strings.Contains(line, "needs a restart, not applied: tw") {
+		t.Errorf("tw changed: log line %q", line)
+	}
+	if v := rs.metric(t, metricReloads, map[string]string{"result": "ok"}); v != 2 {
+		t.Errorf("%s{result=ok} = %v, want 2", metricReloads, v)
+	}
 
 	if code := rs.stop(t); code != 0 {
 		t.Fatalf("server exit %d:\n%s", code, rs.stderr)
@@ -263,6 +271,28 @@ secret = "s3cret"
 	}
 	if !dpr {
 		t.Errorf("the client's peer got no DPR when its listener was removed:\n%s", rs.stderr)
+	}
+}
+
+// TestReloadWithoutConfig: SIGHUP to a server started without --config
+// is logged and changes nothing.
+func TestReloadWithoutConfig(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := &testServer{stderr: &syncBuffer{}, done: make(chan int, 1), ready: filepath.Join(dir, "ready")}
+	hup := make(chan os.Signal, 1)
+	s.startHooks(t, serveHooks{reload: hup}, []string{"--listen", "tcp://127.0.0.1:0", "--origin-host", "server1.example.net",
+		"--origin-realm", "example.net", "--ready", s.ready})
+	hup <- syscall.SIGHUP
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(s.stderr.String(), "SIGHUP: nothing to reload: the server was started without --config") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line for SIGHUP:\n%s", s.stderr)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if r := runTestClient(t, context.Background(), s.url, "--requests", "3"); r.code != 0 || r.report.Answered != 3 {
+		t.Errorf("after SIGHUP: exit %d, answered %d of 3", r.code, r.report.Answered)
 	}
 }
 
