@@ -429,3 +429,17 @@ func TestRemovedListenersBounded(t *testing.T) {
 		t.Errorf("kept %d, the first %q; want %d from 3", len(s.removedRADIUS), s.removedRADIUS[0].URL, maxRemovedReports)
 	}
 }
+
+// TestServerHelpSaysSIGHUP: "aaa-peer server -h" says what SIGHUP does.
+func TestServerHelpSaysSIGHUP(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"server", "-h"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	help := spaces.ReplaceAllString(stdout.String()+stderr.String(), " ")
+	for _, want := range []string{"SIGHUP re-reads --config", "is refused whole", "listeners added", "RADIUS shared secret", "need a restart", metricReloads} {
+		if !strings.Contains(help, want) {
+			t.Errorf("server -h: no %q", want)
+		}
+	}
+}
