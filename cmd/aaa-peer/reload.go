@@ -226,7 +226,7 @@ func (s *server) reloadConfig(base serverOptions, set map[string]bool) ([]string
 
 	// Open every new socket before changing anything: one that cannot be
 	// opened refuses the whole file.
-	running := s.o.secret
+	running, runningSecret := s.o.secret, s.secret
 	s.o.secret = o.secret // the new listeners' secret
 	var opened []*openedListener
 	for _, u := range added {
@@ -235,7 +235,7 @@ func (s *server) reloadConfig(base serverOptions, set map[string]bool) ([]string
 			for _, l := range opened {
 				l.abandon()
 			}
-			s.o.secret = running
+			s.o.secret, s.secret = running, runningSecret
 			return nil, fmt.Errorf("--listen %s: %w", u, err)
 		}
 		opened = append(opened, l)

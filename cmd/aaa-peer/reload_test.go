@@ -443,3 +443,47 @@ func TestServerHelpSaysSIGHUP(t *testing.T) {
 		}
 	}
 }
+
+// TestReloadRefusedWhenAListenerCannotOpen: a file whose new listener
+// cannot be opened (its port taken) is refused whole, the listener opened
+// for it closed and the secret kept; the same change without that
+// listener is applied next.
+func TestReloadRefusedWhenAListenerCannotOpen(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	oldSecret, newSecret := filepath.Join(dir, "old.secret"), filepath.Join(dir, "new.secret")
+	writeTestFile(t, oldSecret, "0ld-secret\n")
+	writeTestFile(t, newSecret, "n3w-secret\n")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	rs := startReloadServer(t, reloadBase+`listen = ["radius+tcp://127.0.0.1:0"]
+secret-file = "`+oldSecret+`"
+`)
+	tcpURL := rs.listener(t, "radius+tcp://")
+	line := rs.reload(t, reloadBase+`listen = ["radius+tcp://127.0.0.1:0", "radius://127.0.0.1:0", "radius+tcp://`+taken.Addr().String()+`"]
+secret-file = "`+newSecret+`"
+`)
+	if !strings.Contains(line, "configuration reload refused") || !strings.Contains(line, "--listen radius+tcp://"+taken.Addr().String()) {
+		t.Errorf("reload with a port taken: log line %q", line)
+	}
+	if got := rs.listeners(t); len(got) != 1 {
+		t.Errorf("listeners after the refused reload: %v, want the one running", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, rep, stderr := radiusRun(ctx, "--peer", tcpURL, "--secret-file", oldSecret, "--app", "auth", "--requests", "3"); rep.Answered != 3 {
+		t.Errorf("the old secret after the refused reload: %d of 3 answered\n%s", rep.Answered, stderr)
+	}
+	line = rs.reload(t, reloadBase+`listen = ["radius+tcp://127.0.0.1:0"]
+secret-file = "`+newSecret+`"
+`)
+	if !strings.Contains(line, "RADIUS shared secret changed on 1 listener(s)") {
+		t.Errorf("the secret change alone: log line %q", line)
+	}
+	if _, rep, stderr := radiusRun(ctx, "--peer", tcpURL, "--secret-file", newSecret, "--app", "auth", "--requests", "3"); rep.Answered != 3 {
+		t.Errorf("the new secret after it: %d of 3 answered\n%s", rep.Answered, stderr)
+	}
+}
