@@ -470,6 +470,7 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
+	defer logHangups(hangups, log)()
 	for _, u := range unused {
 		log.Warn("--config: the client does not use this part of the file", "file", o.config, "ignored", u)
 	}

@@ -198,6 +198,7 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
+	defer logHangups(hangups, log)()
 	var secret []byte                                 // radsec:// uses "radsec" (RFC 6614 2.3)
 	if !o.radsec() && len(o.secrets) < len(o.peers) { // some server has no secret of its own
 		if secret, err = radpeer.ReadSecret(o.secretFile, secretEnv); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -66,6 +67,20 @@ const (
 	radiusDemoHangAt   = 2 * time.Second
 	radiusDemoTestUser = "probe-user"
 )
+
+// radiusDemoFlags is the flag set of "aaa-peer demo --protocol radius".
+func radiusDemoFlags(o *radiusDemoOptions, stderr io.Writer) *flag.FlagSet {
+	fs := newFlagSet("demo", radiusDemoSynopsis, stderr)
+	fs.DurationVar(&o.timeout, "timeout", time.Second, "how long one attempt waits for a reply (`D`; 7750 SR default 3s)")
+	fs.IntVar(&o.retries, "retries", 3, "attempts per request and server (`N`; down-timeout = timeout x retries)")
+	fs.DurationVar(&o.holdDown, "hold-down", 10*time.Second, "how long an out-of-service server gets nothing (`D`; 7750 SR default 30s)")
+	fs.Float64Var(&o.rate, "rate", 20, "Access-Requests per second (`N`)")
+	fs.IntVar(&o.burst, "burst", 2000, "Accounting-Stop records released at once at the end (`N`)")
+	fs.IntVar(&o.burstRate, "burst-rate", 500, "the throttle's max rate for accounting, records per second (`N`)")
+	fs.BoolVar(&o.quiet, "quiet", false, "print only the summary")
+	statusFlag(fs, &o.status, "printed after the servers'")
+	return fs
+}
 
 // protocolArg removes --protocol P (or --protocol=P) from args.
 func protocolArg(args []string) (proto string, rest []string, err error) {
@@ -137,15 +152,7 @@ type radiusDemo struct {
 
 func runRadiusDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var o radiusDemoOptions
-	fs := newFlagSet("demo", radiusDemoSynopsis, stderr)
-	fs.DurationVar(&o.timeout, "timeout", time.Second, "how long one attempt waits for a reply (`D`; 7750 SR default 3s)")
-	fs.IntVar(&o.retries, "retries", 3, "attempts per request and server (`N`; down-timeout = timeout x retries)")
-	fs.DurationVar(&o.holdDown, "hold-down", 10*time.Second, "how long an out-of-service server gets nothing (`D`; 7750 SR default 30s)")
-	fs.Float64Var(&o.rate, "rate", 20, "Access-Requests per second (`N`)")
-	fs.IntVar(&o.burst, "burst", 2000, "Accounting-Stop records released at once at the end (`N`)")
-	fs.IntVar(&o.burstRate, "burst-rate", 500, "the throttle's max rate for accounting, records per second (`N`)")
-	fs.BoolVar(&o.quiet, "quiet", false, "print only the summary")
-	statusFlag(fs, &o.status, "printed after the servers'")
+	fs := radiusDemoFlags(&o, stderr)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}

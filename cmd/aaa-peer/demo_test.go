@@ -6,19 +6,25 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aaatp/aaatp/status"
 )
 
-// TestDemo runs the whole demo once, with its defaults (Tw is already the
-// RFC minimum, so this takes about 45 s), and checks the timeline and the
-// summary of that one run.
-func TestDemo(t *testing.T) {
-	if testing.Short() {
-		t.Skip("the demo takes about 45 s")
-	}
+// demoRun is the one run of the demo that TestDemo checks and
+// TestREADMEDemoTranscript compares with the README's.
+type demoRun struct {
+	stdout, stderr string
+	code           int
+	took           time.Duration
+	seen           demoSeen
+}
+
+// runDemoOnce runs the demo with its defaults and --status (its page
+// polled meanwhile) the first time it is called, and returns that run.
+var runDemoOnce = sync.OnceValue(func() demoRun {
 	var stdout, stderr syncBuffer
 	began := time.Now()
 	// With --status: the page's data follows the run (watchStatus).
@@ -28,7 +34,18 @@ func TestDemo(t *testing.T) {
 	code := runDemo(context.Background(), []string{"--status", "127.0.0.1:0"}, &stdout, &stderr)
 	took := time.Since(began)
 	close(stopWatch)
-	seen := <-watched
+	return demoRun{stdout: stdout.String(), stderr: stderr.String(), code: code, took: took, seen: <-watched}
+})
+
+// TestDemo runs the whole demo once, with its defaults (Tw is already the
+// RFC minimum, so this takes about 45 s), and checks the timeline and the
+// summary of that one run.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the demo takes about 45 s")
+	}
+	run := runDemoOnce()
+	stdout, stderr, code, took, seen := run.stdout, run.stderr, run.code, run.took, run.seen
 	t.Logf("status page: %+v", seen)
 	if seen.polls == 0 || seen.role != status.RoleDemo || seen.peers != 3 {
 		t.Errorf("status.json: %d polls, role %q, %d peers; want some, %q, 3", seen.polls, seen.role, seen.peers, status.RoleDemo)
@@ -39,10 +56,10 @@ func TestDemo(t *testing.T) {
 	if seen.dedupHits == 0 || seen.moved == 0 {
 		t.Errorf("/metrics never showed %s and %s above 0: %+v", status.MetricDedupHits, status.MetricMoved, seen)
 	}
-	out := stdout.String()
+	out := stdout
 	t.Logf("demo took %v; output:\n%s", took.Round(100*time.Millisecond), out)
 	if code != 0 {
-		t.Fatalf("exit code %d; stderr:\n%s", code, stderr.String())
+		t.Fatalf("exit code %d; stderr:\n%s", code, stderr)
 	}
 	if took > 60*time.Second {
 		t.Errorf("the demo took %v, want under 60 s", took)

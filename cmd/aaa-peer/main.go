@@ -76,7 +76,17 @@ Run 'aaa-peer <command> -h' for the flags of a command. Exit codes: 0
 success, 1 runtime failure, 2 usage error.
 `
 
+// hangups delivers SIGHUP to server (a reload of --config) and client
+// (logged: no reload yet), so that it does not end them; nil in tests and
+// for the other commands.
+var hangups <-chan os.Signal
+
 func main() {
+	if len(os.Args) > 1 && (os.Args[1] == "server" || os.Args[1] == "client") {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		hangups = hup
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

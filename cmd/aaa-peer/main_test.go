@@ -63,10 +63,16 @@ func startServerStore(t *testing.T, store dedup.Store, extra ...string) *testSer
 // waits until it listens.
 func (s *testServer) start(t *testing.T, store dedup.Store, args []string) *testServer {
 	t.Helper()
+	return s.startHooks(t, serveHooks{store: store}, args)
+}
+
+// startHooks is start with serveWith's hooks.
+func (s *testServer) startHooks(t *testing.T, hooks serveHooks, args []string) *testServer {
+	t.Helper()
 	ready := s.ready
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	go func() { s.done <- serve(ctx, args, &syncBuffer{}, s.stderr, store) }()
+	go func() { s.done <- serveWith(ctx, args, &syncBuffer{}, s.stderr, hooks) }()
 	t.Cleanup(func() { s.stop(t) })
 	deadline := time.Now().Add(5 * time.Second)
 	for {

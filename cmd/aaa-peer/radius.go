@@ -53,76 +53,69 @@ func (o *serverOptions) validateRADIUSListen(u string) error {
 	return nil
 }
 
-// listenRADIUS opens a RADIUS listener and serves it: Status-Server
-// answered, Access-Request accepted, Accounting-Request answered, each
-// accounting record applied once through store. It returns the bound URL.
-func (s *server) listenRADIUS(u string, topts transport.Options, store dedup.Store, bus *peer.Bus) (string, error) {
+// openRADIUS opens the socket of the RADIUS listener u; its generations
+// (one per secret) share the server's handler and limits.
+func (s *server) openRADIUS(u string, topts transport.Options, store dedup.Store, bus *peer.Bus) (*radiusListener, error) {
+	cfg := func(secret []byte) radpeer.ServerConfig {
+		return radpeer.ServerConfig{
+			Secret:            secret,
+			Handler:           radpeer.Dedup(store, radpeer.AcceptAll, &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...)),
+			MaxInFlight:       s.o.maxHandlers,
+			MaxQueued:         s.o.maxQueued,
+			MaxUnanswered:     min(s.o.maxUnanswered, radpeer.DefaultMaxUnanswered), // one Identifier space
+			MaxOpening:        s.o.maxOpening,
+			MaxOpeningPerAddr: s.o.maxOpenPerIP,
+			OpeningTimeout:    s.o.firstTimeout,
+			IdleTimeout:       s.o.idleTimeout,
+			DupBytes:          s.o.udpDupBytes,
+			Events:            bus,
+			Logger:            s.log,
+
+			RequireMessageAuthenticator: s.o.requireMA,
+			LimitProxyState:             s.o.proxyState,
+		}
+	}
+	rl := &radiusListener{url: u, log: s.log, quit: make(chan struct{})}
 	if addr, err := radpeer.ParseUDPURL(u); err == nil {
-		return s.listenRADIUSUDP(addr, store, bus)
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, err
+		}
+		rl.udp, rl.pc = true, pc
+		rl.bound = radpeer.SchemeUDP + "://" + pc.LocalAddr().String()
+		rl.newGen = func(secret []byte) (*radiusGen, error) {
+			g := &radiusGen{dgrams: make(chan datagram), done: make(chan struct{})}
+			srv, err := radpeer.NewUDPServer(handoffPacketConn{g: g, pc: pc}, cfg(secret))
+			if err != nil {
+				return nil, err
+			}
+			g.srv = srv
+			g.stats = func() radiusListenerReport { st := srv.Stats(); return radiusListenerReport{UDP: &st} }
+			return g, nil
+		}
+		return rl, nil
 	}
 	ep, err := radpeer.ParseURL(u)
 	if err != nil {
-		return "", err
-	}
-	var secret []byte
-	if ep.Scheme == radpeer.SchemeTCP {
-		if secret, err = s.o.radiusSecret(); err != nil {
-			return "", err
-		}
+		return nil, err
 	}
 	ln, err := radpeer.Listen(u, topts)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	srv, err := radpeer.NewServer(ln, ep.Scheme, radpeer.ServerConfig{
-		Secret:            secret,
-		Handler:           radpeer.Dedup(store, radpeer.AcceptAll, &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...)),
-		MaxInFlight:       s.o.maxHandlers,
-		MaxQueued:         s.o.maxQueued,
-		MaxUnanswered:     min(s.o.maxUnanswered, radpeer.DefaultMaxUnanswered), // one Identifier space
-		MaxOpening:        s.o.maxOpening,
-		MaxOpeningPerAddr: s.o.maxOpenPerIP,
-		OpeningTimeout:    s.o.firstTimeout,
-		IdleTimeout:       s.o.idleTimeout,
-		Events:            bus,
-		Logger:            s.log,
-
-		RequireMessageAuthenticator: s.o.requireMA,
-		LimitProxyState:             s.o.proxyState,
-	})
-	if err != nil {
-		ln.Close()
-		return "", err
+	rl.ln = ln
+	rl.bound = fmt.Sprintf("%s://%s", ep.Scheme, ln.Addr())
+	rl.newGen = func(secret []byte) (*radiusGen, error) {
+		g := &radiusGen{conns: make(chan transport.Conn), done: make(chan struct{})}
+		srv, err := radpeer.NewServer(handoffListener{g: g, addr: ln.Addr()}, ep.Scheme, cfg(secret))
+		if err != nil {
+			return nil, err
+		}
+		g.srv = srv
+		g.stats = func() radiusListenerReport { st := srv.Stats(); return radiusListenerReport{Stream: &st} }
+		return g, nil
 	}
-	bound := fmt.Sprintf("%s://%s", ep.Scheme, ln.Addr())
-	s.serveRADIUS(srv, func() radiusListenerReport { st := srv.Stats(); return radiusListenerReport{URL: bound, Stream: &st} })
-	return bound, nil
-}
-
-// listenRADIUSUDP serves RADIUS over UDP on addr, with the RFC 5080
-// duplicate cache in front of the same handler.
-func (s *server) listenRADIUSUDP(addr string, store dedup.Store, bus *peer.Bus) (string, error) {
-	secret, err := s.o.radiusSecret()
-	if err != nil {
-		return "", err
-	}
-	pc, err := net.ListenPacket("udp", addr)
-	if err != nil {
-		return "", err
-	}
-	srv, err := radpeer.NewUDPServer(pc, radpeer.ServerConfig{
-		Secret: secret, Handler: radpeer.Dedup(store, radpeer.AcceptAll, &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...)), Events: bus, Logger: s.log,
-		MaxInFlight: s.o.maxHandlers, MaxQueued: s.o.maxQueued,
-		RequireMessageAuthenticator: s.o.requireMA, LimitProxyState: s.o.proxyState,
-		DupBytes: s.o.udpDupBytes,
-	})
-	if err != nil {
-		pc.Close()
-		return "", err
-	}
-	bound := radpeer.SchemeUDP + "://" + pc.LocalAddr().String()
-	s.serveRADIUS(srv, func() radiusListenerReport { st := srv.Stats(); return radiusListenerReport{URL: bound, UDP: &st} })
-	return bound, nil
+	return rl, nil
 }
 
 // radiusListenerReport is one RADIUS listener's counters in the server's
@@ -140,24 +133,12 @@ type radiusServer interface {
 	Close(context.Context) error
 }
 
-// serveRADIUS serves srv on a goroutine of s.wg, keeping it to close and
-// report for the server's report.
-func (s *server) serveRADIUS(srv radiusServer, report func() radiusListenerReport) {
-	s.rsrvs, s.rstats = append(s.rsrvs, srv), append(s.rstats, report)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		if err := srv.Serve(); err != nil {
-			s.log.Error("serve", "addr", srv.Addr().String(), "err", err)
-		}
-	}()
-}
-
-// closeRADIUS closes the RADIUS servers.
+// closeRADIUS closes the RADIUS listeners.
 func (s *server) closeRADIUS(ctx context.Context) {
-	for _, srv := range s.rsrvs {
-		if err := srv.Close(ctx); err != nil {
-			s.log.Debug("close", "addr", srv.Addr().String(), "err", err)
-		}
+	s.lmu.Lock()
+	rls := append([]*radiusListener(nil), s.rls...)
+	s.lmu.Unlock()
+	for _, rl := range rls {
+		rl.close(ctx)
 	}
 }

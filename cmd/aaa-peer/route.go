@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 
@@ -33,13 +34,19 @@ type routeOptions struct {
 	algorithm string
 }
 
-func runRoute(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	var o routeOptions
+// routeFlags is the flag set of "aaa-peer route".
+func routeFlags(o *routeOptions, stderr io.Writer) *flag.FlagSet {
 	fs := newFlagSet("route", routeSynopsis, stderr)
 	fs.StringVar(&o.nai, "nai", "", "the `NAI` (User-Name) to route, such as user@example.net (required)")
 	fs.Var(&o.servers, "server", "`NAME[=WEIGHT]` of a server, weight >= 1 (default 1); repeat, in configured order (at least one)")
 	fs.Var(&o.down, "down", "`NAME` of a --server to treat as suspended; repeat for several")
 	fs.StringVar(&o.algorithm, "algorithm", "pearson", "`ALG`: pearson (weighted), hash (unweighted), direct (first server in service) or round-robin")
+	return fs
+}
+
+func runRoute(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	var o routeOptions
+	fs := routeFlags(&o, stderr)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"os"
 	"path"
 	"strconv"
 	"strings"
@@ -36,7 +37,7 @@ const serverSynopsis = `usage: aaa-peer server --listen URL [--listen URL...] --
        [--answer-delay D] [--drop-dwa] [--stall-after N]
        [--dedup memory|redis://host:port/db] [--dedup-max-bytes N] [--dedup-max-answer N]
        [--status ADDR] [--shutdown-cause rebooting|busy|do-not-want-to-talk-to-you]
-       [--log-level info] [--log-format text|json] [--cpuprofile FILE]
+       [--log-level info] [--log-format text|json] [--cpuprofile FILE] [--config FILE]
 
 Accepts Diameter connections and answers Accounting-Requests (application 3)
 with DIAMETER_SUCCESS and freeDiameter test_app Test-Requests (application
@@ -111,7 +112,7 @@ type serverOptions struct {
 }
 
 func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
-	fs := newFlagSet("server", serverSynopsis, stderr)
+	fs := newFlagSet("server", serverSynopsis+"\n"+reloadHelp, stderr)
 	fs.Var(&o.listen, "listen", "`URL` to listen on: tcp://host:port, tls://host:port or sctp://host:port for Diameter, radius+tcp://host:port, radsec://host:port or radius://host:port (UDP) for RADIUS (port 0: any free port); repeat for several listeners (required)")
 	radiusFlags(fs, &o.secretFile)
 	radiusServerFlags(fs, o)
@@ -254,10 +255,27 @@ type server struct {
 	// a request with the T flag it has not seen is logged (noteUnseen).
 	privateStore bool
 
-	srvs   []*peer.Server                // one per Diameter --listen; set before serving
-	rsrvs  []radiusServer                // one per RADIUS --listen
-	rstats []func() radiusListenerReport // their counters, in the same order
-	wg     sync.WaitGroup                // their Serve loops
+	// lmu guards the listeners, which a reload changes.
+	lmu     sync.Mutex
+	srvs    []*peer.Server    // one per Diameter --listen
+	rls     []*radiusListener // one per RADIUS --listen
+	bounds  map[string]string // each --listen URL's bound URL
+	wg      sync.WaitGroup    // the Diameter Serve loops
+	drains  sync.WaitGroup    // removed listeners draining
+	reloads reloadStats
+	// listenOrder are the --listen URLs running, in order.
+	listenOrder []string
+	// removedRADIUS are the last counters of RADIUS listeners a reload
+	// removed.
+	removedRADIUS []radiusListenerReport
+	// secret is the RADIUS listeners' shared secret running (nil: none).
+	secret []byte
+
+	// What a listener opened by a reload needs, as at start.
+	topts   transport.Options
+	store   dedup.Store
+	bus     *peer.Bus
+	metrics *status.Metrics
 
 	mu    sync.Mutex
 	ended history // last Stats of peers that ended
@@ -300,13 +318,26 @@ type serverReport struct {
 }
 
 func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return serve(ctx, args, stdout, stderr, nil)
+	return serveWith(ctx, args, stdout, stderr, serveHooks{reload: hangups})
 }
 
-// serve is runServer with, for tests, a duplicate store to use instead of
-// opening --dedup (so that in-process servers can share one memory store);
-// the caller owns it.
+// serveHooks are what serveWith takes besides the command line.
+type serveHooks struct {
+	// store, for tests, is a duplicate store to use instead of opening
+	// --dedup (so that in-process servers can share one memory store);
+	// the caller owns it.
+	store dedup.Store
+	// reload says when to re-read --config: SIGHUP.
+	reload <-chan os.Signal
+}
+
+// serve is runServer with a duplicate store of the test's (nil: the server
+// opens its --dedup) and no SIGHUP.
 func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store dedup.Store) int {
+	return serveWith(ctx, args, stdout, stderr, serveHooks{store: store})
+}
+
+func serveWith(ctx context.Context, args []string, stdout, stderr io.Writer, hooks serveHooks) int {
 	var o serverOptions
 	fs := serverFlags(&o, stderr)
 	if code, ok := parseFlags(fs, args); !ok {
@@ -316,7 +347,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 	if err != nil {
 		return 2
 	}
-	unused := o.applyConfig(cfg, setFlags(fs))
+	base, set := o, setFlags(fs) // what a reload applies the file to
+	store := hooks.store
+	unused := o.applyConfig(cfg, set)
 	if err := o.validate(); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
 		return 2
@@ -405,65 +438,47 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store d
 		}
 	}
 
-	var lns []transport.Listener
-	var bound []string
-	for _, u := range o.listen {
-		if radpeer.IsURL(u) {
-			b, err := s.listenRADIUS(u, topts, store, bus)
-			if err != nil {
-				log.Error("listen failed", "url", u, "err", err)
-				s.closeRADIUS(context.Background())
-				for _, l := range lns {
-					l.Close()
-				}
-				ew.Close()
-				return 1
-			}
-			log.Info("listening", "url", u, "addr", b)
-			bound = append(bound, b)
-			continue
-		}
-		ln, err := transport.Listen(u, topts)
-		if err != nil {
-			log.Error("listen failed", "url", u, "err", err)
-			for _, l := range lns {
-				l.Close()
-			}
-			ew.Close()
-			return 1
-		}
-		ep, _ := transport.ParseURL(u)
-		b := ep.Scheme + "://" + ln.Addr().String()
-		log.Info("listening", "url", u, "addr", b)
-		lns = append(lns, ln)
-		bound = append(bound, b)
-	}
-	web, err := openStatus(o.status, status.SourceFunc(func() status.Snapshot { return s.snapshot(bound) }), metrics, log)
-	if err != nil {
-		log.Error("status page", "err", err)
-		for _, l := range lns {
-			l.Close()
+	s.topts, s.store, s.bus, s.metrics = topts, store, bus, metrics
+	s.listenOrder = append([]string(nil), o.listen...)
+	var opened []*openedListener
+	abandon := func() {
+		for _, l := range opened {
+			l.abandon()
 		}
 		ew.Close()
-		return 1
 	}
-	for _, ln := range lns {
-		srv, err := peer.NewServer(ln, s.cfg)
-		if err != nil { // cannot happen: checkConfig passed
-			log.Error("server", "err", err)
+	for _, u := range o.listen {
+		l, err := s.openListener(u)
+		if err != nil {
+			log.Error("listen failed", "url", u, "err", err)
+			abandon()
 			return 1
 		}
-		srv.Wrap = s.wrap
-		srv.MaxOpening, srv.MaxOpeningPerAddr = o.maxOpening, o.maxOpenPerIP
-		s.start(srv, metrics)
+		opened = append(opened, l)
 	}
-	if o.ready != "" {
-		if err := writeFileAtomic(o.ready, []byte(strings.Join(bound, "\n")+"\n")); err != nil {
-			log.Error("writing --ready file", "err", err)
+	web, err := openStatus(o.status, status.SourceFunc(func() status.Snapshot { return s.snapshot(s.boundURLs()) }), metrics, log)
+	if err != nil {
+		log.Error("status page", "err", err)
+		abandon()
+		return 1
+	}
+	for _, l := range opened {
+		if err := s.serveListener(l); err != nil { // cannot happen: validated
+			log.Error("server", "url", l.url, "err", err)
+			return 1
 		}
 	}
+	s.writeReady()
+	s.reloads.exportTo(metrics, s.started)
 
-	<-ctx.Done()
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-hooks.reload:
+			s.reload(base, set)
+		}
+	}
 	log.Info("shutting down", "cause", context.Cause(ctx))
 	s.closePeers()
 	if err := web.Close(); err != nil {
@@ -572,7 +587,9 @@ func (s *server) start(srv *peer.Server, m *status.Metrics) {
 			m.ForgetPeer(st.Peer)
 		}
 	}
+	s.lmu.Lock()
 	s.srvs = append(s.srvs, srv)
+	s.lmu.Unlock()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -593,7 +610,7 @@ func (s *server) wrap(tc transport.Conn) transport.Conn {
 // live returns the peers connected now, over every listener.
 func (s *server) live() []*peer.Peer {
 	var ps []*peer.Peer
-	for _, srv := range s.srvs {
+	for _, srv := range s.diameterServers() {
 		ps = append(ps, srv.Peers()...)
 	}
 	return ps
@@ -605,7 +622,7 @@ func (s *server) closePeers() {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, srv := range s.srvs {
+	for _, srv := range s.diameterServers() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -616,7 +633,27 @@ func (s *server) closePeers() {
 	}
 	s.closeRADIUS(ctx)
 	wg.Wait()
+	s.drains.Wait()
 	s.wg.Wait()
+}
+
+// diameterServers returns the Diameter listeners' servers.
+func (s *server) diameterServers() []*peer.Server {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	return append([]*peer.Server(nil), s.srvs...)
+}
+
+// radiusReports returns the RADIUS listeners' counters.
+func (s *server) radiusReports() []radiusListenerReport {
+	s.lmu.Lock()
+	rls := append([]*radiusListener(nil), s.rls...)
+	out := append([]radiusListenerReport(nil), s.removedRADIUS...)
+	s.lmu.Unlock()
+	for _, rl := range rls {
+		out = append(out, rl.report())
+	}
+	return out
 }
 
 func (s *server) report(dropped uint64) serverReport {
@@ -631,12 +668,10 @@ func (s *server) report(dropped uint64) serverReport {
 		Dedup:         redactURL(s.o.dedup),
 		EventsDropped: dropped, Peers: s.ended.list(), PeersEnded: s.ended.total, PeersForgotten: s.ended.total - uint64(s.ended.len()),
 	}
-	for _, srv := range s.srvs {
+	for _, srv := range s.diameterServers() {
 		r.RefusedOverLimit += srv.Stats().RefusedOverLimit
 	}
-	for _, st := range s.rstats {
-		r.RADIUS = append(r.RADIUS, st())
-	}
+	r.RADIUS = append(r.RADIUS, s.radiusReports()...)
 	r.LogEvents = servecore.Counts()
 	for _, p := range s.live() { // none after a clean shutdown
 		r.Peers = append(r.Peers, p.Stats())
@@ -685,8 +720,7 @@ func (s *server) snapshot(bound []string) status.Snapshot {
 		info["faults"] = strings.Join(faults, ", ")
 	}
 	peers := status.ServerPeers(live, ended)
-	for _, st := range s.rstats { // the NAS clients of the RADIUS listeners
-		r := st()
+	for _, r := range s.radiusReports() { // the NAS clients of the RADIUS listeners
 		switch {
 		case r.Stream != nil:
 			peers = append(peers, status.NASRows(r.Stream.NAS)...)

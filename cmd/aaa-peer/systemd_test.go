@@ -59,6 +59,7 @@ func TestSystemdUnit(t *testing.T) {
 		"Service.Restart":                  "on-failure",
 		"Service.RestartPreventExitStatus": "2",
 		"Service.KillSignal":               "SIGTERM",
+		"Service.ExecReload":               "/bin/kill -HUP $MAINPID",
 		"Service.DynamicUser":              "yes",
 		"Service.NoNewPrivileges":          "yes",
 		"Service.ProtectSystem":            "strict",
