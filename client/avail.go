@@ -225,9 +225,11 @@ type waiter struct {
 	calls []*call.Call // its goroutine's
 
 	// Under Client.mu: the live waiters, in the order they started
-	// waiting, and where each is.
+	// waiting (a waiter that left keeps its prev, for after), and where
+	// each is.
 	prev, next *waiter
 	round      uint64        // the generation of the view of its last round
+	gone       bool          // it left the line
 	tick       chan struct{} // closed and replaced at each round
 }
 
@@ -242,6 +244,7 @@ func (c *Client) roundDone(w *waiter, gen uint64, gone bool) {
 	if !gone {
 		return
 	}
+	w.gone = true
 	if w.prev != nil {
 		w.prev.next = w.next
 	}
@@ -251,7 +254,7 @@ func (c *Client) roundDone(w *waiter, gen uint64, gone bool) {
 	if c.lastWaiter == w {
 		c.lastWaiter = w.prev
 	}
-	w.prev, w.next = nil, nil
+	w.next = nil
 }
 
 // after waits until the waiter before w has had its round for the view of
@@ -262,13 +265,30 @@ func (c *Client) after(w *waiter, gen uint64) {
 	for {
 		c.mu.Lock()
 		p := w.prev
-		if p == nil || p.round >= gen {
+		switch {
+		case p == nil || (p.round >= gen && !p.gone):
 			c.mu.Unlock()
 			return
+		case p.gone: // left since w looked: the ones before it
+			w = p
+			c.mu.Unlock()
+			continue
 		}
 		tick := p.tick
 		c.mu.Unlock()
 		<-tick
+	}
+}
+
+// joinLine waits, before requests handed over now are placed in view
+// v, until every waiter has had its round for v: requests that waited go
+// first, in the order they started waiting.
+func (c *Client) joinLine(v *avail) {
+	c.mu.Lock()
+	last := c.lastWaiter
+	c.mu.Unlock()
+	if last != nil {
+		c.after(&waiter{prev: last}, v.gen)
 	}
 }
 

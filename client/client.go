@@ -561,6 +561,7 @@ func (c *Client) dispatchAll(calls []*call.Call) []*member {
 		return to
 	}
 	v := c.view()
+	c.joinLine(v)
 	if wait := c.placeAll(calls, v, to); len(wait) > 0 {
 		c.strand(wait, v)
 	}
