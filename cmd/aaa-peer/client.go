@@ -906,52 +906,6 @@ func (c *loadgen) report(dropped uint64, elapsed time.Duration) clientReport {
 	return r
 }
 
-// pacer spaces calls to wait 1/rate apart across all callers. A caller
-// that is late takes the next slot from now, so a stall is not followed by
-// a burst to catch up.
-type pacer struct {
-	interval time.Duration
-	mu       sync.Mutex
-	next     time.Time
-}
-
-func newPacer(rate float64) *pacer {
-	if rate <= 0 {
-		return &pacer{}
-	}
-	return &pacer{interval: time.Duration(float64(time.Second) / rate)}
-}
-
-// wait blocks until the caller's slot; false when ctx ends first.
-func (p *pacer) wait(ctx context.Context) bool {
-	if ctx.Err() != nil {
-		return false
-	}
-	if p.interval <= 0 {
-		return true
-	}
-	p.mu.Lock()
-	now := time.Now()
-	slot := p.next
-	if slot.Before(now) {
-		slot = now
-	}
-	p.next = slot.Add(p.interval)
-	p.mu.Unlock()
-	d := time.Until(slot)
-	if d <= 0 {
-		return true
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // clientConfig is the client's client.Config but its Peers, the one place
 // it is built for both the client command and the demo's client.
 func (o *clientOptions) clientConfig(log *slog.Logger, topts transport.Options, bus *client.Bus) client.Config {

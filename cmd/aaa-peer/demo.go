@@ -91,7 +91,7 @@ func demoFlags(o *demoOptions, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.tw, "tw", watchdog.MinTwinit, "watchdog interval Twinit `D` of the client and the servers (RFC 3539: at least 6s; jittered by +-2s)")
 	fs.DurationVar(&o.freezeAt, "freeze-at", 4*time.Second, "freeze server2 `D` after the traffic starts")
 	fs.Float64Var(&o.rate, "rate", 200, "`N` requests per second, issued at that pace whatever the answers do (as many independent users would)")
-	fs.IntVar(&o.concurrency, "concurrency", 2000, "at most `N` requests in flight; past it, new requests wait (a frozen server holds its share until the failover)")
+	fs.IntVar(&o.concurrency, "concurrency", 2000, "at most `N` requests in flight; past it, a request due is not sent, and a warning counts it (a frozen server holds its share until the failover)")
 	fs.BoolVar(&o.quiet, "quiet", false, "print only the summary, not the timeline")
 	logFlags(fs, &o.logLevel, &o.logFormat, "error")
 	statusFlag(fs, &o.status, "printed after the servers', on stderr with --quiet")
@@ -292,31 +292,18 @@ func (d *demo) snapshot() status.Snapshot {
 	return s
 }
 
-// traffic issues requests at --rate until runCtx ends, at most
-// --concurrency in flight, and waits for those in flight. Only ctx (a
-// signal) interrupts a request in flight.
+// traffic issues requests at --rate until runCtx ends, open loop (each
+// at its time whatever the others are doing, at most --concurrency in
+// flight), and waits for those in flight. Only ctx (a signal) interrupts
+// a request in flight.
 func (d *demo) traffic(ctx, runCtx context.Context) {
 	g := d.gen
-	pace := newPacer(d.o.rate)
-	sem := make(chan struct{}, d.o.concurrency)
 	dl := newDeadlines(ctx, g.o.timeout)
 	defer dl.close() // after the requests in flight
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for pace.wait(runCtx) {
-		select {
-		case sem <- struct{}{}:
-		case <-runCtx.Done():
-			return
-		}
+	newOpenLoop(d.o.rate, d.o.concurrency, 0, g.log).run(runCtx, func(_ int64, intended time.Time) {
 		n := g.issued.Add(1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			g.one(ctx, dl, n, &g.tallies[int(n)%len(g.tallies)], nil, -1)
-		}()
-	}
+		g.one(ctx, dl, n, &g.tallies[int(n)%len(g.tallies)], nil, intended.Sub(g.epoch))
+	})
 }
 
 // countApplied counts the runs of h per End-to-End id: behind dedup.Wrap,

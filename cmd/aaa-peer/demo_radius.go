@@ -136,6 +136,7 @@ type radiusDemo struct {
 	o       radiusDemoOptions
 	start   time.Time
 	out     io.Writer
+	errOut  io.Writer // warnings (the open loop's)
 	outMu   sync.Mutex
 	servers []*radiusDemoServer
 	store   *dedup.Memory
@@ -173,7 +174,7 @@ func runRadiusDemo(ctx context.Context, args []string, stdout, stderr io.Writer)
 	case o.burstRate < 20 || o.burstRate > 100000:
 		return usage(stderr, "--burst-rate must be within 20..100000")
 	}
-	d := &radiusDemo{o: o, start: time.Now(), out: stdout, store: dedup.NewMemory(),
+	d := &radiusDemo{o: o, start: time.Now(), out: stdout, errOut: stderr, store: dedup.NewMemory(),
 		applied: make(map[dedup.Key]int), slotCount: make(map[int64]int), seen: make(map[string]bool), since: make(map[string]time.Time)}
 	defer d.store.Close()
 	if o.quiet {
@@ -329,33 +330,24 @@ func (d *radiusDemo) run(ctx context.Context, stdout io.Writer) (int, error) {
 	twg.Add(1)
 	go func() {
 		defer twg.Done()
-		tick := time.NewTicker(time.Duration(float64(time.Second) / d.o.rate))
-		defer tick.Stop()
-		for n := 0; ; n++ {
-			select {
-			case <-trafficCtx.Done():
-				return
-			case <-tick.C:
-			}
+		// Open loop, as aaa-peer client's: each request at its time, with
+		// room in flight for every one to run the Client's deadline (each
+		// server's retries).
+		deadline := time.Duration(len(d.servers)) * d.o.timeout * time.Duration(d.o.retries)
+		newOpenLoop(d.o.rate, openLoopBound(d.o.rate, deadline), 0, slog.New(slog.NewTextHandler(d.errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))).run(trafficCtx, func(n int64, _ time.Time) {
 			r := &radius.Request{Code: lradius.CodeAccessRequest}
 			r.Attributes.Add(radius.AttrUserName, lradius.Attribute(fmt.Sprintf("user%d@example.net", n%1000)))
 			r.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("pw"))
 			sent.Add(1)
-			twg.Add(1)
-			go func() {
-				defer twg.Done()
-				// Each caller waits at most for every server's retries:
-				// the Client's request deadline.
-				if _, err := c.Exchange(context.Background(), r); err != nil {
-					failed.Add(1)
-					rmu.Lock()
-					reasons[err.Error()]++
-					rmu.Unlock()
-					return
-				}
-				answered.Add(1)
-			}()
-		}
+			if _, err := c.Exchange(context.Background(), r); err != nil {
+				failed.Add(1)
+				rmu.Lock()
+				reasons[err.Error()]++
+				rmu.Unlock()
+				return
+			}
+			answered.Add(1)
+		})
 	}()
 
 	interrupted := false

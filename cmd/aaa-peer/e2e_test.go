@@ -310,24 +310,6 @@ func TestBinarySIGTERM(t *testing.T) {
 	}
 }
 
-func TestPacer(t *testing.T) {
-	p := newPacer(100)
-	start := time.Now()
-	for range 21 {
-		if !p.wait(context.Background()) {
-			t.Fatal("wait failed")
-		}
-	}
-	if d := time.Since(start); d < 190*time.Millisecond || d > 2*time.Second {
-		t.Errorf("21 slots at 100/s took %v, want about 200ms", d)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if p.wait(ctx) {
-		t.Error("wait succeeded on a cancelled context")
-	}
-}
-
 // TestTwoPeers: requests go round-robin over the peers in service.
 func TestTwoPeers(t *testing.T) {
 	t.Parallel()
