@@ -53,9 +53,6 @@ func (v *avail) gained(old *avail) bool {
 	return false
 }
 
-// view returns the current view.
-func (c *Client) view() *avail { return c.av.Load() }
-
 // refresh looks at every member's peer and policy state and, when
 // anything changed, swaps in a new view, tells the balancer, the policy
 // and the throttle, and wakes what waits for a change. Every change of

@@ -454,15 +454,10 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
 	if it != nil {
 		c.release(it) // the answer arrived or the request timed out (Q2)
 	}
-	if err == nil {
+	if err == nil && c.group != nil {
 		c.replied(r.By)
 	}
-	// The outcome counts for the server the request was first sent to,
-	// wherever a failover took it (RFC 3539 3.4.3 [4] statistics).
-	if m := c.memberOf(r.First); m != nil {
-		m.stats.done(err == nil, time.Since(epoch)-start)
-	}
-	c.account(r, time.Since(epoch)-start) // the metrics' answers by class, errors by reason, latency per server
+	c.account(r, time.Since(epoch)-start)
 	if err != nil {
 		if errors.Is(err, peer.ErrTimeout) && r.Sends == 0 {
 			return nil, fmt.Errorf("client: %w: %w", ErrNoPeer, err)
@@ -494,6 +489,9 @@ func (m *member) carrier() call.Carrier {
 	}
 	return nil
 }
+
+// view returns the current view of where requests may go (see avail).
+func (c *Client) view() *avail { return c.av.Load() }
 
 // dispatch is the one way a request reaches a peer. First sends, replays
 // after a failover, requests that waited for a peer, premature-failover
@@ -618,7 +616,10 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 			flush()
 			runTo = m
 		}
-		ok, probe := c.admit(m)
+		ok, probe := true, false
+		if c.group != nil {
+			ok, probe = c.admit(m)
+		}
 		switch {
 		case !ok: // refused by the policy: the others
 			flush()
@@ -659,7 +660,9 @@ func (c *Client) submitRun(m *member, calls []*call.Call) (refused []*call.Call)
 	}
 	m.stats.sent.Add(uint64(firsts))
 	for range len(calls) - len(refused) {
-		c.sent(m)
+		if c.group != nil {
+			c.sent(m)
+		}
 	}
 	return refused
 }
@@ -669,7 +672,10 @@ func (c *Client) place(cl *call.Call, m *member) bool {
 	if cl.IsDone() {
 		return true
 	}
-	ok, probe := c.admit(m)
+	ok, probe := true, false
+	if c.group != nil {
+		ok, probe = c.admit(m)
+	}
 	if !ok {
 		return false
 	}
@@ -695,7 +701,9 @@ func (c *Client) submit(cl *call.Call, m *member, probe bool) bool {
 	if first {
 		m.stats.sent.Add(1)
 	}
-	c.sent(m)
+	if c.group != nil {
+		c.sent(m)
+	}
 	return true
 }
 

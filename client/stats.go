@@ -288,11 +288,17 @@ func reasonOf(err error, sends int) int {
 // nReasons is len(ErrorReasons).
 const nReasons = 10
 
-// account counts a completed request for the metrics of its servers:
-// an answer by class and latency for the server that answered it, an
+// account counts a completed request: its outcome and latency for the
+// server it was first sent to (ServerStats); an answer by class and
+// latency for the server that answered it, an
 // error by reason for the server it was first sent to (or the Client's
 // unsent errors). took is the time from Send or Exchange to completion.
 func (c *Client) account(r call.Result, took time.Duration) {
+	// The outcome counts for the server the request was first sent to,
+	// wherever a failover took it (RFC 3539 3.4.3 [4] statistics).
+	if m := c.memberOf(r.First); m != nil {
+		m.stats.done(r.Err == nil, took)
+	}
 	if r.Err != nil {
 		i := reasonOf(r.Err, r.Sends)
 		if m := c.memberOf(r.First); m != nil {
