@@ -74,41 +74,16 @@ func (p *Peer) run(out []effect) {
 	}
 }
 
-// notify queues n for the notifier, starting it if it is not running.
-// Called with or without p.mu; notices queued under p.mu keep the order
-// of the steps.
-func (p *Peer) notify(n notice) {
-	p.nmu.Lock()
-	p.nq = append(p.nq, n)
-	if p.nidle == nil {
-		p.nidle = make(chan struct{})
-		go p.notifier(p.nidle)
-	}
-	p.nmu.Unlock()
-}
+// notify queues n for delivery after the lock, in order. Called with or
+// without p.mu; notices queued under p.mu keep the order of the steps.
+func (p *Peer) notify(n notice) { p.notes.Schedule(n) }
 
-func (p *Peer) notifier(idle chan struct{}) {
-	var q []notice
-	for {
-		p.nmu.Lock()
-		q, p.nq = p.nq, q[:0]
-		if len(q) == 0 {
-			p.nidle = nil
-			if p.nended {
-				p.goneO.Do(func() { close(p.gone) })
-			}
-			p.nmu.Unlock()
-			close(idle)
-			return
-		}
-		p.nmu.Unlock()
-		for i, n := range q {
-			if n.failover {
-				p.cfg.Failover(p, n.calls, n.reason)
-			} else {
-				p.cfg.Events.Publish(n.ev)
-			}
-			q[i] = notice{}
-		}
+// deliver hands n to the failover hook or the subscribers, on the notice
+// queue's goroutine.
+func (p *Peer) deliver(n notice) {
+	if n.failover {
+		p.cfg.Failover(p, n.calls, n.reason)
+	} else {
+		p.cfg.Events.Publish(n.ev)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/serial"
+
 	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/internal/bus"
 	"github.com/aaatp/aaatp/internal/serve"
@@ -78,19 +80,16 @@ type Peer struct {
 	stats  counters
 
 	done   chan struct{} // closed when the Peer has ended
-	gone   chan struct{} // closed once done is and its notices are delivered (Done)
 	opened chan struct{} // server: closed when the capabilities exchange is over, either way
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine of this peer (readers, dials, the writer)
 	closeO sync.Once
 
-	// The notice queue (see outbox.go): nmu guards nq, nidle and nended.
-	nmu    sync.Mutex
-	nq     []notice
-	nidle  chan struct{} // non-nil while a notifier runs; closed when it exits
-	nended bool          // done is closed: gone closes when the queue empties
-	goneO  sync.Once
+	// notes delivers events and failover hand-overs in order, off the
+	// goroutine and the lock that decided them (see outbox.go); its Done
+	// is the Peer's.
+	notes *serial.Queue[notice]
 
 	leaving atomic.Bool // a graceful disconnect is draining: submit refuses
 
@@ -196,8 +195,9 @@ func newPeer(cfg Config, role Role, url, label string) (*Peer, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Peer{
 		cfg: cfg, role: role, url: url, epoch: time.Now(), m: m,
-		done: make(chan struct{}), gone: make(chan struct{}), opened: make(chan struct{}), ctx: ctx, cancel: cancel,
+		done: make(chan struct{}), opened: make(chan struct{}), ctx: ctx, cancel: cancel,
 	}
+	p.notes = serial.New(p.deliver)
 	p.epochWall = p.epoch.UnixNano()
 	p.twinit = cmp.Or(cfg.Watchdog.Twinit, watchdog.DefaultTwinit)
 	p.label.Store(&label)
@@ -284,7 +284,7 @@ func (p *Peer) Events() *Bus { return p.cfg.Events }
 // Done is closed when the Peer has ended (Close, or a server connection
 // gone DOWN) and every event and failover hand-over it made has been
 // delivered.
-func (p *Peer) Done() <-chan struct{} { return p.gone }
+func (p *Peer) Done() <-chan struct{} { return p.notes.Done() }
 
 // Stats returns a snapshot of the counters.
 func (p *Peer) Stats() Stats {

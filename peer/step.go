@@ -37,12 +37,7 @@ func (p *Peer) finish() {
 	}
 	p.cancel()
 	close(p.done)
-	p.nmu.Lock()
-	p.nended = true
-	if p.nidle == nil && len(p.nq) == 0 {
-		p.goneO.Do(func() { close(p.gone) })
-	}
-	p.nmu.Unlock()
+	p.notes.End()
 }
 
 // reportDown publishes e as c's EventConnDown, once per connection: a

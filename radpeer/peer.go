@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/serial"
+
 	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/internal/bus"
 	"github.com/aaatp/aaatp/internal/serve"
@@ -35,7 +37,10 @@ import (
 // is taken under one lock; the I/O and callbacks it implies run after the
 // lock is released. Its methods are safe for concurrent use.
 type Peer struct {
-	cfg    Config
+	cfg Config
+	// notes delivers events and failover hand-overs in order, off the
+	// goroutine and the lock that decided them; its Done is the Peer's.
+	notes  *serial.Queue[func()]
 	url    string
 	ep     Endpoint
 	secret []byte
@@ -128,6 +133,7 @@ func Dial(rawURL string, cfg Config) (*Peer, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Peer{cfg: cfg, url: ep.String(), ep: ep, secret: secret, epoch: time.Now(), done: make(chan struct{}), ctx: ctx, cancel: cancel}
+	p.notes = serial.New(func(f func()) { f() })
 	p.mu.Lock()
 	p.addLink()
 	p.unlock()
@@ -140,8 +146,9 @@ func (p *Peer) Name() string { return p.url }
 // Events returns the bus the Peer publishes on.
 func (p *Peer) Events() *peer.Bus { return p.cfg.Events }
 
-// Done is closed when the Peer has been closed.
-func (p *Peer) Done() <-chan struct{} { return p.done }
+// Done is closed when the Peer has been closed and every event and
+// failover hand-over it made has been delivered.
+func (p *Peer) Done() <-chan struct{} { return p.notes.Done() }
 
 // InService reports whether any connection is OKAY.
 func (p *Peer) InService() bool { return p.inService.Load() }
@@ -324,6 +331,7 @@ func (p *Peer) Close(ctx context.Context) error {
 		p.inService.Store(false)
 		p.cancel()
 		p.fx = append(p.fx, func() { close(p.done) })
+		p.notes.End()
 	}
 	p.unlock()
 	waited := make(chan struct{})
@@ -350,7 +358,7 @@ func (p *Peer) mono() int64 { return int64(time.Since(p.epoch)) }
 
 func (p *Peer) publish(name string, e peer.Event) {
 	e.Time, e.Peer = time.Now(), name
-	p.fx = append(p.fx, func() { p.cfg.Events.Publish(e) })
+	p.notes.Schedule(func() { p.cfg.Events.Publish(e) })
 }
 
 // link is one connection slot of a Peer: a watchdog machine, its Tw
@@ -629,7 +637,7 @@ func (p *Peer) moveOut(l *link, calls []*rcall, reason string) {
 		out[i] = &cl.Call
 	}
 	p.stats.movedOut.Add(uint64(len(calls)))
-	p.fx = append(p.fx, func() { p.cfg.Failover(p, out, reason) })
+	p.notes.Schedule(func() { p.cfg.Failover(p, out, reason) })
 }
 
 // dropConn closes c and moves (or fails with err) the calls it still

@@ -490,3 +490,42 @@ func TestWaitingCallKeptWhenServiceLostWithoutHook(t *testing.T) {
 		ln.Close()
 	})
 }
+
+// A subscriber that blocks (which peer.Bus forbids, but a slow one is the
+// same for a moment) holds up only the delivery of the events after it:
+// events run on the Peer's own notice queue, not on its readers, dialers
+// or callers, so requests are still answered, and Done waits for the
+// events to be delivered.
+func TestBlockedSubscriberHoldsNoConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		s := &scriptServer{answer: true}
+		go s.serveAll(t, ln)
+		cfg := testConfig(6 * time.Second)
+		cfg.Dialer = ln.dialer()
+		cfg.Events = peer.NewBus()
+		release := make(chan struct{})
+		var once sync.Once
+		defer cfg.Events.Subscribe(func(peer.Event) { once.Do(func() { <-release }) })()
+		p, err := Dial("radius+tcp://server:1812", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := p.Exchange(ctx, accessReq("a")); err != nil {
+			t.Fatalf("with a subscriber blocked: %v", err)
+		}
+		p.Close(context.Background())
+		synctest.Wait()
+		select {
+		case <-p.Done():
+			t.Fatal("Done before the blocked event was delivered")
+		default:
+		}
+		close(release)
+		<-p.Done()
+		ln.Close()
+	})
+}
