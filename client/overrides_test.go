@@ -17,6 +17,7 @@ import (
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/wire"
@@ -290,4 +291,39 @@ func TestRequestTimeoutFollowsLongestTw(t *testing.T) {
 			<-c.Done()
 		}
 	})
+}
+
+// A radsec:// server's PeerSpec.TLS is used for it only, the client
+// certificate too: each server wants a certificate of its own CA (RFC
+// 6614 mutual TLS), a gets the template's, b its own.
+func TestPerPeerTLSRadSec(t *testing.T) {
+	pa, pb := testhelp.NewPKI(t), testhelp.NewPKI(t)
+	start := func(p testhelp.PKI) string {
+		tc, err := transport.ServerTLSConfig(p.ServerCert, p.ServerKey, p.CAFile)
+		require.NoError(t, err)
+		ln, err := radpeer.Listen("radsec://127.0.0.1:0", transport.Options{TLS: tc})
+		require.NoError(t, err)
+		s, err := radpeer.NewServer(ln, radpeer.SchemeRadSec, radpeer.ServerConfig{Secret: []byte("radsec"), Logger: quiet})
+		require.NoError(t, err)
+		go s.Serve()
+		t.Cleanup(func() { s.Close(context.Background()) })
+		return "radsec://" + ln.Addr().String()
+	}
+	ua, ub := start(pa), start(pb)
+	ca, err := transport.ClientTLSConfig(pa.CAFile, pa.ClientCert, pa.ClientKey, "")
+	require.NoError(t, err)
+	cb, err := transport.ClientTLSConfig(pb.CAFile, pb.ClientCert, pb.ClientKey, "")
+	require.NoError(t, err)
+	c, err := New(Config{
+		Peers:  []PeerSpec{{URL: ua, Name: "a"}, {URL: ub, Name: "b", TLS: cb}},
+		RADIUS: radpeer.Config{Transport: transport.Options{TLS: ca, DialTimeout: 2 * time.Second}, MaxConns: 1, Logger: quiet},
+	})
+	require.NoError(t, err)
+	defer func() {
+		c.Close(context.Background())
+		<-c.Done()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, c.WaitReady(ctx, 2), "both servers in service, each through its own CA and certificate")
 }

@@ -50,6 +50,14 @@ tw = 30
 url = "10.0.0.1:3868"
 wieght = 2
 `)
+	perPeer := writeConfig(t, `[[peer]]
+url = "tcp://10.0.0.1:3868"
+tls-ca = "ca.pem"
+[[peer]]
+url = "tls://10.0.0.2:3868"
+tw = "3s"
+tls-server-name = "a b"
+`)
 	for _, tc := range []struct {
 		name       string
 		args       []string
@@ -67,6 +75,12 @@ wieght = 2
 			bad + ":5: peer.wieght: unknown key \"wieght\" (did you mean \"weight\"?)",
 			bad + ": 4 problems\n",
 		}, true, 5},
+		{"a peer's own settings, each problem with its line", []string{"config", "check", perPeer}, 2, nil, []string{
+			perPeer + ":3: peer.tls-ca: tcp://10.0.0.1:3868 does not use TLS: tls-ca is for tls:// and radsec:// peers",
+			perPeer + ":6: peer.tw: 3s is below the RFC 3539 minimum of 6s",
+			perPeer + ":7: peer.tls-server-name: \"a b\": want the host name the peer's certificate names",
+			perPeer + ": 3 problems\n",
+		}, true, 4},
 		{"missing file", []string{"config", "check", filepath.Join(t.TempDir(), "nope.toml")}, 2, nil, []string{"no such file"}, true, 0},
 		{"no file", []string{"config", "check"}, 2, nil, []string{"usage: aaa-peer config check FILE"}, true, 0},
 		{"no verb", []string{"config"}, 2, nil, []string{"usage: aaa-peer config check FILE"}, true, 0},
