@@ -23,11 +23,12 @@ type ThrottleLimits struct {
 	Auth, Accounting throttle.Limits
 }
 
-// checkOverrides refuses the overrides that cannot apply: a Tw below the
-// RFC 3539 minimum or on a radius:// server (no watchdog: its Timeout and
-// Retries tell a server that stopped answering), TLS on a URL that does
-// not speak it, Throttle without Config.Throttle (the Client would have
-// no throttle to apply it in).
+// checkOverrides refuses the overrides that cannot apply: a negative Tw
+// (one below the RFC 3539 minimum fails the peer's Dial, as the
+// template's does), a Tw on a radius:// server (no watchdog: its Timeout
+// and Retries tell a server that stopped answering), TLS on a URL that
+// does not speak it, Throttle without Config.Throttle (the Client would
+// have no throttle to apply it in).
 func checkOverrides(cfg Config) error {
 	for _, s := range cfg.Peers {
 		_, udpErr := radpeer.ParseUDPURL(s.URL)
