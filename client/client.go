@@ -18,6 +18,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -91,6 +92,18 @@ type PeerSpec struct {
 	// AccountingURL is where a radius:// server takes Accounting-Requests
 	// (radius://host:port, its accounting port); "": at URL.
 	AccountingURL string
+	// Tw is this server's watchdog interval Twinit; 0: the template's
+	// (Config.Peer's or Config.RADIUS's Watchdog.Twinit). radius://
+	// servers have no watchdog.
+	Tw time.Duration
+	// TLS is how this tls:// or radsec:// server is connected to (client
+	// certificate, CAs, server name); nil: the template's Transport.TLS.
+	// A *tls.Config, as the templates take, so that it may come from
+	// files, memory or a rotating GetClientCertificate.
+	TLS *tls.Config
+	// Throttle replaces Config.Throttle's Auth and Accounting limits for
+	// this server; nil: Config.Throttle's. It needs Config.Throttle.
+	Throttle *ThrottleLimits
 }
 
 // Config configures a Client.
@@ -115,7 +128,7 @@ type Config struct {
 	// they are what tells a server that stopped answering.
 	UDP radpeer.UDPConfig
 	// RequestTimeout bounds a Send whose context has no deadline. Default:
-	// FailoverDetection of the peers' Twinit plus peer.DefaultRequestTimeout
+	// FailoverDetection of the peers' longest Twinit plus peer.DefaultRequestTimeout
 	// for the alternate's answer (74 s with the default Twinit of 30 s), so
 	// that a hung peer's requests are replayed, not timed out; with only
 	// radius:// servers, the attempts of every server but one (UDP's
@@ -249,10 +262,14 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkOverrides(cfg); err != nil {
+		return nil, err
+	}
 	twinit, answerTime := cfg.Peer.Watchdog.Twinit, peer.DefaultRequestTimeout
 	if isRADIUS {
 		twinit, answerTime = cfg.RADIUS.Watchdog.Twinit, radpeer.DefaultRequestTimeout
 	}
+	twinit = maxTw(cfg, twinit)
 	detect := FailoverDetection(twinit)
 	if udp := udpMembers(cfg); udp > 0 {
 		cfg = udpDefaults(cfg)
@@ -339,7 +356,7 @@ func (c *Client) dialLocked(m *member) error {
 	if c.radius {
 		return c.dialRADIUS(m)
 	}
-	pc := c.cfg.Peer
+	pc := m.spec.peerConfig(c.cfg.Peer)
 	pc.Failover = c.onFailover
 	pc.Events = peer.NewBus() // per peer, so we know whose event it is
 	self := new(atomic.Pointer[peer.Peer])

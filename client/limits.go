@@ -98,9 +98,10 @@ func (c *Client) setupLimits() error {
 		}
 		servers := make([]throttle.Server, len(c.members))
 		for i, n := range names {
-			servers[i] = throttle.Server{Name: n, Auth: t.Auth, Accounting: t.Accounting}
+			auth, acct := c.members[i].spec.limits(t)
+			servers[i] = throttle.Server{Name: n, Auth: auth, Accounting: acct}
 			if c.radius {
-				servers[i].Auth, servers[i].Accounting = c.radiusLimits(c.members[i], t.Auth), c.radiusLimits(c.members[i], t.Accounting)
+				servers[i].Auth, servers[i].Accounting = c.radiusLimits(c.members[i], auth), c.radiusLimits(c.members[i], acct)
 			}
 		}
 		s, err := throttle.New(throttle.Config[*item]{

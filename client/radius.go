@@ -120,10 +120,7 @@ func (c *Client) dialRADIUS(m *member) error {
 	if _, err := radpeer.ParseUDPURL(m.spec.URL); err == nil {
 		return c.dialUDP(m)
 	}
-	rc := c.cfg.RADIUS
-	if m.spec.Secret != nil {
-		rc.Secret = m.spec.Secret
-	}
+	rc := m.spec.radiusConfig(c.cfg.RADIUS)
 	if rc.RequestTimeout <= 0 {
 		rc.RequestTimeout = c.cfg.RequestTimeout
 	}

@@ -103,6 +103,9 @@ type Config struct {
 type TLS struct {
 	Cert, Key, CA string
 	ClientCA      string // listeners only
+	// ServerName is the name a peer's certificate must carry (peers only,
+	// tls-server-name); "": the host of its URL.
+	ServerName string
 }
 
 // Limits are throttle limits of one peer; 0 means no limit.
@@ -140,11 +143,15 @@ type Peer struct {
 	Weight int
 	// Role is primary, secondary or none.
 	Role Role
-	// Tw is the peer's watchdog interval; 0: not set.
+	// Tw is the peer's watchdog interval; 0: not set. radius:// servers
+	// have no watchdog: a tw of their own is a problem.
 	Tw time.Duration
-	// TLS is the certificate presented to this peer and the CA its
-	// certificate must chain to.
-	TLS    TLS
+	// TLS is the certificate presented to this peer, the CA its
+	// certificate must chain to and the name it must carry. Only tls://
+	// and radsec:// peers may set their own; the others carry the
+	// node's.
+	TLS TLS
+	// Limits are the peer's throttle limits, its own or the node's.
 	Limits Limits
 	// Line is the line of the peer's [[peer]] header, for messages; it is
 	// not part of what the peer configures.

@@ -65,7 +65,6 @@ url = "radius+tcp://10.0.0.2:1812"
 secret = "inline"
 role = "secondary"
 max-outstanding = 8
-tls-ca = "/dev/null"
 `
 	cfg, err := Parse(filepath.Join(d, "aaa.toml"), []byte(src))
 	if err != nil {
@@ -87,7 +86,7 @@ tls-ca = "/dev/null"
 				Limits: Limits{MaxRate: 100, MaxOutstanding: 64}, Line: 19},
 			{Name: "radius+tcp://10.0.0.2:1812", URL: "radius+tcp://10.0.0.2:1812", Secret: []byte("inline"),
 				Role: RoleSecondary, Tw: 20 * time.Second,
-				TLS:    TLS{Cert: filepath.Join(d, "cert.pem"), Key: filepath.Join(d, "key.pem"), CA: "/dev/null"},
+				TLS:    TLS{Cert: filepath.Join(d, "cert.pem"), Key: filepath.Join(d, "key.pem"), CA: filepath.Join(d, "ca.pem")},
 				Limits: Limits{MaxOutstanding: 8}, Line: 27},
 		},
 	}
@@ -249,6 +248,13 @@ func TestProblems(t *testing.T) {
 		{"peer tls-cert alone", "[[peer]]\nurl = \"tls://a:1\"\ntls-cert = \"cert.pem\"\n", 3, "peer.tls-cert", "tls-cert and tls-key go together"},
 		{"peer missing tls-key file", "[[peer]]\nurl = \"tls://a:1\"\ntls-cert = \"cert.pem\"\ntls-key = \"nope\"\n", 4, "peer.tls-key", "{dir}/nope: no such file"},
 		{"peer missing tls-ca file", "[[peer]]\nurl = \"tls://a:1\"\ntls-ca = \"nope\"\n", 3, "peer.tls-ca", "{dir}/nope: no such file"},
+		{"peer tw over UDP", "[[peer]]\nurl = \"radius://a:1\"\nsecret = \"x\"\ntw = \"10s\"\n", 4, "peer.tw", "radius:// servers have no watchdog"},
+		{"peer tls-ca without TLS", "[[peer]]\nurl = \"tcp://a:1\"\ntls-ca = \"ca.pem\"\n", 3, "peer.tls-ca", "tcp://a:1 does not use TLS: tls-ca is for tls:// and radsec:// peers"},
+		{"peer tls-cert without TLS", "[[peer]]\nurl = \"radius+tcp://a:1\"\nsecret = \"x\"\ntls-cert = \"cert.pem\"\n", 4, "peer.tls-cert", "radius+tcp://a:1 does not use TLS: tls-cert is for"},
+		{"peer tls-server-name without TLS", "[[peer]]\nurl = \"sctp://a:1\"\ntls-server-name = \"a\"\n", 3, "peer.tls-server-name", "sctp://a:1 does not use TLS"},
+		{"peer tls-server-name with a port", "[[peer]]\nurl = \"tls://a:1\"\ntls-server-name = \"a:1\"\n", 3, "peer.tls-server-name", `"a:1": want the host name the peer's certificate names`},
+		{"peer tls-server-name empty", "[[peer]]\nurl = \"radsec://a\"\ntls-server-name = \"\"\n", 3, "peer.tls-server-name", `"": want the host name`},
+		{"peer tls-server-name not a string", "[[peer]]\nurl = \"tls://a:1\"\ntls-server-name = 1\n", 3, "peer.tls-server-name", `1: want a string`},
 		{"peer negative max-outstanding", "[[peer]]\nurl = \"tcp://a:1\"\nmax-outstanding = -5\n", 3, "peer.max-outstanding", "-5: want 0 (no limit) or more"},
 		{"peer secret and secret-file", "[[peer]]\nurl = \"radius://a:1\"\nsecret = \"x\"\nsecret-file = \"secret\"\n", 4, "peer.secret-file", "give secret or secret-file, not both"},
 		{"peer missing secret file", "[[peer]]\nurl = \"radius://a:1\"\nsecret-file = \"nope\"\n", 3, "peer.secret-file", "{dir}/nope: no such file"},
@@ -264,6 +270,84 @@ func TestProblems(t *testing.T) {
 			checkProblems(t, err, []Problem{{File: filepath.Join(d, "t.toml"), Line: tc.line, Key: tc.key, Msg: msg}})
 		})
 	}
+}
+
+// TestPerPeerSettings: each peer's own tw, TLS files and server name and
+// limits replace the node's, key by key; a peer without its own keeps
+// the node's.
+func TestPerPeerSettings(t *testing.T) {
+	d := dir(t)
+	src := `tw = "30s"
+tls-cert = "cert.pem"
+tls-key = "key.pem"
+tls-ca = "ca.pem"
+max-rate = 100
+max-outstanding = 64
+
+[[peer]]
+name = "near"
+url = "tls://10.0.0.1:3868"
+tw = "10s"
+tls-ca = "client.pem"
+tls-server-name = "hss1.example.net"
+max-outstanding = 8
+
+[[peer]]
+name = "far"
+url = "tls://10.0.0.2:3868"
+tls-cert = "client.pem"
+tls-key = "key.pem"
+max-rate = 5
+
+[[peer]]
+name = "plain"
+url = "tls://10.0.0.3:3868"
+`
+	cfg, err := Parse(filepath.Join(d, "p.toml"), []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := TLS{Cert: filepath.Join(d, "cert.pem"), Key: filepath.Join(d, "key.pem"), CA: filepath.Join(d, "ca.pem")}
+	want := []Peer{
+		{Name: "near", URL: "tls://10.0.0.1:3868", Tw: 10 * time.Second,
+			TLS:    TLS{Cert: node.Cert, Key: node.Key, CA: filepath.Join(d, "client.pem"), ServerName: "hss1.example.net"},
+			Limits: Limits{MaxRate: 100, MaxOutstanding: 8}, Line: 8},
+		{Name: "far", URL: "tls://10.0.0.2:3868", Tw: 30 * time.Second,
+			TLS:    TLS{Cert: filepath.Join(d, "client.pem"), Key: filepath.Join(d, "key.pem"), CA: node.CA},
+			Limits: Limits{MaxRate: 5, MaxOutstanding: 64}, Line: 16},
+		{Name: "plain", URL: "tls://10.0.0.3:3868", Tw: 30 * time.Second, TLS: node, Limits: Limits{MaxRate: 100, MaxOutstanding: 64}, Line: 23},
+	}
+	if !reflect.DeepEqual(cfg.Peers, want) {
+		t.Errorf("peers\n got %+v\nwant %+v", cfg.Peers, want)
+	}
+}
+
+// TestPerPeerProblemsWithLines: problems of several peers' own settings
+// in one file, each at its line.
+func TestPerPeerProblemsWithLines(t *testing.T) {
+	src := `[[peer]]
+url = "radius://a:1812"
+secret = "x"
+tw = "10s"
+tls-ca = "ca.pem"
+max-outstanding = -1
+[[peer]]
+url = "radius://b:1812"
+secret = "y"
+tw = "2s"
+max-rate = "fast"
+tls-server-name = "b"
+`
+	_, err := Parse("t.toml", []byte(src))
+	checkProblems(t, err, []Problem{
+		{File: "t.toml", Line: 4, Key: "peer.tw", Msg: "radius:// servers have no watchdog"},
+		{File: "t.toml", Line: 5, Key: "peer.tls-ca", Msg: "radius://a:1812 does not use TLS"},
+		{File: "t.toml", Line: 6, Key: "peer.max-outstanding", Msg: "-1: want 0 (no limit) or more"},
+		{File: "t.toml", Line: 10, Key: "peer.tw", Msg: "2s is below the RFC 3539 minimum"},
+		{File: "t.toml", Line: 10, Key: "peer.tw", Msg: "radius:// servers have no watchdog"},
+		{File: "t.toml", Line: 11, Key: "peer.max-rate", Msg: `"fast": want an integer`},
+		{File: "t.toml", Line: 12, Key: "peer.tls-server-name", Msg: "radius://b:1812 does not use TLS"},
+	})
 }
 
 // TestRoleOnSomePeers: a file gives every peer a role or none; each peer

@@ -54,6 +54,7 @@ type filePeer struct {
 	TLSCert        any `toml:"tls-cert"`
 	TLSKey         any `toml:"tls-key"`
 	TLSCA          any `toml:"tls-ca"`
+	TLSServerName  any `toml:"tls-server-name"`
 	MaxRate        any `toml:"max-rate"`
 	MaxOutstanding any `toml:"max-outstanding"`
 }
@@ -62,7 +63,7 @@ type filePeer struct {
 var (
 	topKeys   = []string{"origin-host", "origin-realm", "destination-realm", "tw", "listen", "secret", "secret-file", "tls-cert", "tls-key", "tls-ca", "tls-client-ca", "max-rate", "max-outstanding", "dedup", "peer"}
 	dedupKeys = []string{"url", "password-file", "password-env"}
-	peerKeys  = []string{"name", "url", "secret", "secret-file", "weight", "role", "tw", "tls-cert", "tls-key", "tls-ca", "max-rate", "max-outstanding"}
+	peerKeys  = []string{"name", "url", "secret", "secret-file", "weight", "role", "tw", "tls-cert", "tls-key", "tls-ca", "tls-server-name", "max-rate", "max-outstanding"}
 )
 
 // checker collects the problems of one file.
@@ -412,17 +413,25 @@ func (c *checker) peers(cfg *Config, doc *fileDoc) {
 		}
 		p.Tw = cfg.Tw
 		if d, ok := c.tw(at("tw"), fp.Tw); ok {
+			if proto == protoRADIUSUDP {
+				c.problem(at("tw"), "radius:// servers have no watchdog (a server that stops replying is found by the timeout and retries of its requests): leave tw out")
+			}
 			p.Tw = d
 		}
 		p.TLS = TLS{Cert: cfg.TLS.Cert, Key: cfg.TLS.Key, CA: cfg.TLS.CA}
-		if fp.TLSCert != nil || fp.TLSKey != nil {
-			if (fp.TLSCert == nil) != (fp.TLSKey == nil) {
-				c.problem(pick(fp.TLSCert != nil, at("tls-cert"), at("tls-key")), "tls-cert and tls-key go together")
+		if p.URL != "" && !tlsScheme(p.URL) {
+			// Said once a key; the files of a setting that cannot apply
+			// are not looked at.
+			for _, k := range []struct {
+				key string
+				v   any
+			}{{"tls-cert", fp.TLSCert}, {"tls-key", fp.TLSKey}, {"tls-ca", fp.TLSCA}, {"tls-server-name", fp.TLSServerName}} {
+				if k.v != nil {
+					c.problem(at(k.key), "%s does not use TLS: %s is for tls:// and radsec:// peers", p.URL, k.key)
+				}
 			}
-			p.TLS.Cert, p.TLS.Key = c.fileName(at("tls-cert"), fp.TLSCert), c.fileName(at("tls-key"), fp.TLSKey)
-		}
-		if fp.TLSCA != nil {
-			p.TLS.CA = c.fileName(at("tls-ca"), fp.TLSCA)
+		} else {
+			c.peerTLS(&p.TLS, at, fp)
 		}
 		p.Limits = cfg.Limits
 		l := c.limits(base, fp.MaxRate, fp.MaxOutstanding)
@@ -444,6 +453,33 @@ func (c *checker) peers(cfg *Config, doc *fileDoc) {
 	if roles > 0 && primaries == 0 && badRoles == 0 {
 		c.problem("peer.0.role", "no peer is primary")
 	}
+}
+
+// peerTLS reads a TLS peer's own tls-* keys into t, which holds the
+// node's.
+func (c *checker) peerTLS(t *TLS, at func(string) string, fp filePeer) {
+	if s, ok := c.str(at("tls-server-name"), fp.TLSServerName); ok {
+		if s == "" || strings.ContainsAny(s, " \t\r\n/:@") {
+			c.problem(at("tls-server-name"), "%q: want the host name the peer's certificate names, such as aaa1.example.net", s)
+		}
+		t.ServerName = s
+	}
+	if fp.TLSCert != nil || fp.TLSKey != nil {
+		if (fp.TLSCert == nil) != (fp.TLSKey == nil) {
+			c.problem(pick(fp.TLSCert != nil, at("tls-cert"), at("tls-key")), "tls-cert and tls-key go together")
+		}
+		t.Cert, t.Key = c.fileName(at("tls-cert"), fp.TLSCert), c.fileName(at("tls-key"), fp.TLSKey)
+	}
+	if fp.TLSCA != nil {
+		t.CA = c.fileName(at("tls-ca"), fp.TLSCA)
+	}
+}
+
+// tlsScheme reports whether a peer's URL connects with TLS.
+func tlsScheme(u string) bool {
+	scheme, _, _ := strings.Cut(u, "://")
+	scheme = strings.ToLower(scheme)
+	return scheme == "tls" || scheme == "radsec"
 }
 
 func (p protocol) String() string {

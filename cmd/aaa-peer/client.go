@@ -113,6 +113,8 @@ type clientOptions struct {
 	// specs are the --config file's peers by URL (names, weights,
 	// secrets); nil when the peers come from --peer.
 	specs map[string]client.PeerSpec
+	// own are the --config file's peers' own tw, TLS and limits by URL.
+	own map[string]ownSetting
 
 	// Server policy (7750 SR) and throttling (ASR5K): off unless set.
 	maxRate        int
@@ -159,7 +161,7 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.app, "app", "acct", "`APP` requests to send: acct (Accounting-Request, application 3) or test (test_app Test-Request, application 16777214)")
 	fs.StringVar(&o.events, "events", "", "write every peer event as a JSON line to `FILE` (\"-\" is stdout)")
 	fs.StringVar(&o.report, "report", "", "write a JSON report to `FILE` at the end (\"-\" is stdout)")
-	fs.DurationVar(&o.timeout, "timeout", 0, "per-request deadline `D` (a request may run up to 1% of it, at most 10ms, longer), including any wait for a peer in service and a failover (default: the failover detection of --tw, 2 x (tw + 2s), plus 10s for the answer: 74s at --tw 30s; a shorter one is logged as a warning)")
+	fs.DurationVar(&o.timeout, "timeout", 0, "per-request deadline `D` (a request may run up to 1% of it, at most 10ms, longer), including any wait for a peer in service and a failover (default: the failover detection of --tw, or of the longest tw of the --config file's peers, 2 x (tw + 2s), plus 10s for the answer: 74s at --tw 30s; a shorter one is logged as a warning)")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 10*time.Second, "wait at most `D` for the first peer to be OKAY, else exit 1")
 	fs.BoolVar(&o.noDelay, "no-delay", false, "disable Nagle on TCP and TLS sockets (RFC 3539 3.2 wants it on)")
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "PEM CA `FILE` that tls:// servers' certificates must chain to (default: system roots)")
@@ -292,8 +294,13 @@ func (o *clientOptions) validate() error {
 		o.alarmHigh, o.alarmLow = h, l
 	}
 	if o.timeout == 0 {
-		// Long enough for a hung peer's requests to be replayed (F11).
-		o.timeout = client.FailoverDetection(o.tw) + peer.DefaultRequestTimeout
+		// Long enough for a hung peer's requests to be replayed (F11),
+		// whichever peer: the longest Tw.
+		tw := o.tw
+		for _, s := range o.own {
+			tw = max(tw, s.tw)
+		}
+		o.timeout = client.FailoverDetection(tw) + peer.DefaultRequestTimeout
 	}
 	return nil
 }
@@ -321,6 +328,11 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 
 // throttled and policed say whether any throttle or policy flag was given.
 func (o *clientOptions) throttled() bool {
+	for _, s := range o.own {
+		if s.limits != nil {
+			return true // a peer's own limits need the throttle
+		}
+	}
 	return o.maxRate > 0 || o.maxOutstanding > 0 || o.alarmHigh > 0
 }
 
@@ -496,7 +508,10 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}()
 	bus := client.NewBus()
 	ccfg := o.clientConfig(log, topts, bus)
-	ccfg.Peers = o.peerSpecs()
+	if ccfg.Peers, err = o.peerSpecs(); err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 2
+	}
 
 	var ew *eventWriter
 	if o.events != "" {
@@ -574,8 +589,9 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 // peerSpecs are the client's peers in --peer order: each named by its URL,
 // or as the --config file names it, with its weight (--weight, else the
-// file's) and the file's secret.
-func (o *clientOptions) peerSpecs() []client.PeerSpec {
+// file's), the file's secret and its own tw, TLS (its files read) and
+// limits.
+func (o *clientOptions) peerSpecs() ([]client.PeerSpec, error) {
 	specs := make([]client.PeerSpec, 0, len(o.peers))
 	for _, u := range o.peers {
 		s, ok := o.specs[u]
@@ -583,9 +599,12 @@ func (o *clientOptions) peerSpecs() []client.PeerSpec {
 			s = client.PeerSpec{URL: u, Name: u}
 		}
 		s.Weight = o.weightOf[u]
+		if err := o.own[u].apply(&s, nil); err != nil {
+			return nil, err
+		}
 		specs = append(specs, s)
 	}
-	return specs
+	return specs, nil
 }
 
 // newLoadgen prepares a run of validated options o (its Client is set by

@@ -104,7 +104,8 @@ type radiusClientOptions struct {
 	failShare                    float64
 
 	config  string
-	secrets map[string][]byte // per server, from --config
+	secrets map[string][]byte     // per server, from --config
+	own     map[string]ownSetting // per server, from --config
 
 	// radius+tcp:// and radsec://
 	stream                 bool

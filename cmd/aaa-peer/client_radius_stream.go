@@ -51,6 +51,9 @@ func (o *radiusClientOptions) newDriver(secret []byte, events *client.Bus, log *
 		if len(o.acctPeers) > 0 {
 			spec.AccountingURL = o.acctPeers[i]
 		}
+		if err := o.own[u].apply(&spec, &o.maxRateAcct); err != nil {
+			return nil, err
+		}
 		cfg.Peers = append(cfg.Peers, spec)
 	}
 	c, err := client.New(cfg)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/config"
+	"github.com/aaatp/aaatp/throttle"
+	"github.com/aaatp/aaatp/transport"
 )
 
 const configUsage = `usage: aaa-peer config check FILE
@@ -162,12 +164,13 @@ func setStr(dst *string, v string, flagGiven bool) {
 // applyConfig turns the --config file into the Diameter client's options,
 // as serverOptions.applyConfig does for the server: a flag given on the
 // command line wins; --peer given replaces the file's peers whole (their
-// names and weights too). The file's peers keep their names and weights
-// (--weight given replaces every weight); with roles, the primaries come
-// first and --mode is failover unless given. The client takes one Tw, one
-// set of TLS files and one set of throttle limits for every peer: peers
-// that differ in these are refused. It returns the parts of the file the
-// client does not use.
+// names, weights and own settings too). The file's peers keep their names
+// and weights (--weight given replaces every weight); with roles, the
+// primaries come first and --mode is failover unless given. The file's
+// top-level tw, TLS files and limits are every peer's; a peer's own
+// replace them for that peer, unless the flag is given (--tw, a --tls-*,
+// --max-rate, --max-outstanding), which sets them for every peer. It
+// returns the parts of the file the client does not use.
 func (o *clientOptions) applyConfig(cfg *config.Config, set map[string]bool) (unused []string, err error) {
 	if cfg == nil {
 		return nil, nil
@@ -175,23 +178,27 @@ func (o *clientOptions) applyConfig(cfg *config.Config, set map[string]bool) (un
 	setStr(&o.originHost, cfg.OriginHost, set["origin-host"])
 	setStr(&o.originRealm, cfg.OriginRealm, set["origin-realm"])
 	setStr(&o.destRealm, cfg.DestinationRealm, set["destination-realm"])
-	tw, tls, lim := cfg.Tw, cfg.TLS, cfg.Limits
+	if cfg.Tw != 0 && !set["tw"] {
+		o.tw = cfg.Tw
+	}
+	setStr(&o.tlsCA, cfg.TLS.CA, set["tls-ca"])
+	setStr(&o.tlsCert, cfg.TLS.Cert, set["tls-cert"])
+	setStr(&o.tlsKey, cfg.TLS.Key, set["tls-key"])
+	if cfg.Limits.MaxRate != 0 && !set["max-rate"] {
+		o.maxRate = cfg.Limits.MaxRate
+	}
+	if cfg.Limits.MaxOutstanding != 0 && !set["max-outstanding"] {
+		o.maxOutstanding = cfg.Limits.MaxOutstanding
+	}
 	if len(cfg.Peers) > 0 && !set["peer"] {
 		if !cfg.Peers[0].Diameter() {
 			return nil, usagef("--config %s:%d: %s is a RADIUS server, not a Diameter peer", cfg.File, cfg.Peers[0].Line, cfg.Peers[0].URL)
 		}
 		peers := byRole(cfg.Peers)
-		if tw, err = uniform(cfg, peers, "tw", func(p config.Peer) time.Duration { return p.Tw }); err != nil {
-			return nil, err
-		}
-		if tls, err = uniform(cfg, peers, "tls-cert, tls-key and tls-ca", func(p config.Peer) config.TLS { return p.TLS }); err != nil {
-			return nil, err
-		}
-		if lim, err = uniform(cfg, peers, "max-rate and max-outstanding", func(p config.Peer) config.Limits { return p.Limits }); err != nil {
-			return nil, err
-		}
 		o.peers = nil
 		o.specs = make(map[string]client.PeerSpec, len(peers))
+		own := ownSettings(peers, set, o.tw, config.TLS{CA: o.tlsCA, Cert: o.tlsCert, Key: o.tlsKey},
+			config.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOutstanding})
 		for _, p := range peers {
 			o.peers = append(o.peers, p.URL)
 			o.specs[p.URL] = client.PeerSpec{URL: p.URL, Name: p.Name, Weight: p.Weight, Secret: p.Secret}
@@ -199,21 +206,10 @@ func (o *clientOptions) applyConfig(cfg *config.Config, set map[string]bool) (un
 				o.weights = append(o.weights, fmt.Sprintf("%s=%d", p.URL, p.Weight))
 			}
 		}
+		o.own = own
 		if peers[0].Role != config.RoleNone && !set["mode"] {
 			o.mode = client.PrimarySecondary.String()
 		}
-	}
-	if tw != 0 && !set["tw"] {
-		o.tw = tw
-	}
-	setStr(&o.tlsCA, tls.CA, set["tls-ca"])
-	setStr(&o.tlsCert, tls.Cert, set["tls-cert"])
-	setStr(&o.tlsKey, tls.Key, set["tls-key"])
-	if lim.MaxRate != 0 && !set["max-rate"] {
-		o.maxRate = lim.MaxRate
-	}
-	if lim.MaxOutstanding != 0 && !set["max-outstanding"] {
-		o.maxOutstanding = lim.MaxOutstanding
 	}
 	if len(cfg.Listen) > 0 {
 		unused = append(unused, "listen")
@@ -227,6 +223,77 @@ func (o *clientOptions) applyConfig(cfg *config.Config, set map[string]bool) (un
 	return unused, nil
 }
 
+// ownSetting is what the --config file sets for one peer in place of
+// what every peer gets (the flags', else the file's top level): its
+// watchdog interval, TLS files and server name, throttle limits. Zero
+// values: none of its own.
+type ownSetting struct {
+	tw     time.Duration
+	tls    *config.TLS
+	limits *config.Limits
+}
+
+// ownSettings returns by URL the settings of peers that differ from
+// those of every peer (tw, tls, lim, after the flags). A flag given on
+// the command line sets its setting for every peer: --tw the watchdog
+// interval, any of --tls-ca, --tls-cert, --tls-key the three files (a
+// peer's tls-server-name stays), --max-rate and --max-outstanding their
+// limit.
+func ownSettings(peers []config.Peer, set map[string]bool, tw time.Duration, tls config.TLS, lim config.Limits) map[string]ownSetting {
+	own := make(map[string]ownSetting)
+	for _, p := range peers {
+		var s ownSetting
+		if !set["tw"] && p.Tw != 0 && p.Tw != tw {
+			s.tw = p.Tw
+		}
+		t := p.TLS
+		t.ClientCA = ""
+		if set["tls-ca"] || set["tls-cert"] || set["tls-key"] {
+			t.CA, t.Cert, t.Key = tls.CA, tls.Cert, tls.Key
+		}
+		if t != tls {
+			s.tls = &t
+		}
+		l := p.Limits
+		if set["max-rate"] {
+			l.MaxRate = lim.MaxRate
+		}
+		if set["max-outstanding"] {
+			l.MaxOutstanding = lim.MaxOutstanding
+		}
+		if l != lim {
+			s.limits = &l
+		}
+		if s != (ownSetting{}) {
+			own[p.URL] = s
+		}
+	}
+	return own
+}
+
+// apply sets the peer's own settings in spec, its TLS files read; the
+// accounting limits take acctRate as their rate when it is not nil (the
+// RADIUS client's --max-rate-acct).
+func (s ownSetting) apply(spec *client.PeerSpec, acctRate *int) error {
+	spec.Tw = s.tw
+	if t := s.tls; t != nil {
+		tc, err := transport.ClientTLSConfig(t.CA, t.Cert, t.Key, t.ServerName)
+		if err != nil {
+			return fmt.Errorf("peer %s: %w", spec.Name, err)
+		}
+		spec.TLS = tc
+	}
+	if l := s.limits; l != nil {
+		auth := throttle.Limits{MaxRate: l.MaxRate, MaxOutstanding: l.MaxOutstanding}
+		acct := auth
+		if acctRate != nil {
+			acct.MaxRate = *acctRate
+		}
+		spec.Throttle = &client.ThrottleLimits{Auth: auth, Accounting: acct}
+	}
+	return nil
+}
+
 // byRole returns peers with the primaries first, each group in file order.
 func byRole(peers []config.Peer) []config.Peer {
 	out := make([]config.Peer, 0, len(peers))
@@ -238,16 +305,4 @@ func byRole(peers []config.Peer) []config.Peer {
 		}
 	}
 	return out
-}
-
-// uniform returns what of every peer, refusing peers that differ in it.
-func uniform[T comparable](cfg *config.Config, peers []config.Peer, what string, of func(config.Peer) T) (T, error) {
-	v := of(peers[0])
-	for _, p := range peers[1:] {
-		if of(p) != v {
-			var zero T
-			return zero, usagef("--config %s:%d: peer %s: %s not the same as for peer %s (line %d): aaa-peer client takes one for every peer", cfg.File, p.Line, p.Name, what, peers[0].Name, peers[0].Line)
-		}
-	}
-	return v, nil
 }

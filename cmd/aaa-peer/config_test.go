@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,6 +14,10 @@ import (
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/config"
+	"github.com/aaatp/aaatp/internal/testhelp"
+	"github.com/aaatp/aaatp/throttle"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/watchdog"
 )
 
 // writeConfig writes a configuration file (and a secret file beside it)
@@ -45,6 +50,14 @@ tw = 30
 url = "10.0.0.1:3868"
 wieght = 2
 `)
+	perPeer := writeConfig(t, `[[peer]]
+url = "tcp://10.0.0.1:3868"
+tls-ca = "ca.pem"
+[[peer]]
+url = "tls://10.0.0.2:3868"
+tw = "3s"
+tls-server-name = "a b"
+`)
 	for _, tc := range []struct {
 		name       string
 		args       []string
@@ -62,6 +75,12 @@ wieght = 2
 			bad + ":5: peer.wieght: unknown key \"wieght\" (did you mean \"weight\"?)",
 			bad + ": 4 problems\n",
 		}, true, 5},
+		{"a peer's own settings, each problem with its line", []string{"config", "check", perPeer}, 2, nil, []string{
+			perPeer + ":3: peer.tls-ca: tcp://10.0.0.1:3868 does not use TLS: tls-ca is for tls:// and radsec:// peers",
+			perPeer + ":6: peer.tw: 3s is below the RFC 3539 minimum of 6s",
+			perPeer + ":7: peer.tls-server-name: \"a b\": want the host name the peer's certificate names",
+			perPeer + ": 3 problems\n",
+		}, true, 4},
 		{"missing file", []string{"config", "check", filepath.Join(t.TempDir(), "nope.toml")}, 2, nil, []string{"no such file"}, true, 0},
 		{"no file", []string{"config", "check"}, 2, nil, []string{"usage: aaa-peer config check FILE"}, true, 0},
 		{"no verb", []string{"config"}, 2, nil, []string{"usage: aaa-peer config check FILE"}, true, 0},
@@ -214,7 +233,7 @@ func TestClientOptionsFromConfig(t *testing.T) {
 		{URL: "tcp://10.0.0.2:3868", Name: "second", Weight: 2},
 		{URL: "tcp://10.0.0.3:3868", Name: "third"},
 	}
-	if got := o.peerSpecs(); !reflect.DeepEqual(got, want) {
+	if got := mustSpecs(t, o); !reflect.DeepEqual(got, want) {
 		t.Errorf("peers (primary first, names and weights from the file):\n got %+v\nwant %+v", got, want)
 	}
 
@@ -228,7 +247,7 @@ func TestClientOptionsFromConfig(t *testing.T) {
 		{URL: "tcp://10.0.0.2:3868", Name: "second"},
 		{URL: "tcp://10.0.0.3:3868", Name: "third", Weight: 7},
 	}
-	if got := o.peerSpecs(); !reflect.DeepEqual(got, want) || o.clientMode != client.Balance || o.tw != 9*time.Second {
+	if got := mustSpecs(t, o); !reflect.DeepEqual(got, want) || o.clientMode != client.Balance || o.tw != 9*time.Second {
 		t.Errorf("flags did not override: mode %v tw %v peers %+v", o.clientMode, o.tw, got)
 	}
 
@@ -237,27 +256,113 @@ func TestClientOptionsFromConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := o.peerSpecs(); !reflect.DeepEqual(got, []client.PeerSpec{{URL: "tcp://10.0.0.9:3868", Name: "tcp://10.0.0.9:3868"}}) || o.clientMode != client.Balance {
+	if got := mustSpecs(t, o); !reflect.DeepEqual(got, []client.PeerSpec{{URL: "tcp://10.0.0.9:3868", Name: "tcp://10.0.0.9:3868"}}) || o.clientMode != client.Balance {
 		t.Errorf("--peer: mode %v peers %+v", o.clientMode, got)
 	}
 }
 
+func mustSpecs(t *testing.T, o clientOptions) []client.PeerSpec {
+	t.Helper()
+	specs, err := o.peerSpecs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return specs
+}
+
 func TestClientConfigRefused(t *testing.T) {
-	for _, tc := range []struct{ name, body, want string }{
-		{"peers of different tw", "[[peer]]\nurl = \"tcp://a:1\"\n[[peer]]\nname = \"b\"\nurl = \"tcp://b:1\"\ntw = \"10s\"\n",
-			":3: peer b: tw not the same as for peer tcp://a:1 (line 1): aaa-peer client takes one for every peer"},
-		{"peers of different limits", "[[peer]]\nurl = \"tcp://a:1\"\nmax-rate = 5\n[[peer]]\nurl = \"tcp://b:1\"\n",
-			":4: peer tcp://b:1: max-rate and max-outstanding not the same"},
-		{"RADIUS servers", "[[peer]]\nurl = \"radius://a:1812\"\nsecret = \"x\"\n",
-			":1: radius://a:1812 is a RADIUS server, not a Diameter peer"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			file := writeConfig(t, tc.body)
-			_, err := parseClient(t, "--config", file)
-			if err == nil || !strings.Contains(err.Error(), file+tc.want) {
-				t.Errorf("error %v, want %q", err, file+tc.want)
-			}
-		})
+	file := writeConfig(t, "[[peer]]\nurl = \"radius://a:1812\"\nsecret = \"x\"\n")
+	_, err := parseClient(t, "--config", file)
+	if want := file + ":1: radius://a:1812 is a RADIUS server, not a Diameter peer"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("error %v, want %q", err, want)
+	}
+}
+
+// perPeerFile has peers of their own tw, limits and TLS files beside one
+// that takes the file's.
+const perPeerFile = `origin-host = "c1.example.net"
+origin-realm = "example.net"
+destination-realm = "example.net"
+tw = "20s"
+max-outstanding = 32
+[[peer]]
+name = "own"
+url = "tls://10.0.0.1:3868"
+tw = "10s"
+max-rate = 50
+max-outstanding = 4
+tls-ca = "ca.pem"
+tls-server-name = "hss1.example.net"
+[[peer]]
+name = "shared"
+url = "tls://10.0.0.2:3868"
+`
+
+// TestClientPerPeerSettings: a peer's own tw, limits and TLS in the file
+// reach its client.PeerSpec; the other peer takes the file's top level
+// (the Client's templates); a flag sets its setting for every peer.
+func TestClientPerPeerSettings(t *testing.T) {
+	file := writeConfig(t, perPeerFile)
+	pki := testhelp.NewPKI(t)
+	if err := os.Rename(pki.CAFile, filepath.Join(filepath.Dir(file), "ca.pem")); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseClient(t, "--config", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := mustSpecs(t, o)
+	own, shared := specs[0], specs[1]
+	if own.Name != "own" || own.Tw != 10*time.Second || own.TLS == nil || own.TLS.ServerName != "hss1.example.net" || own.TLS.RootCAs == nil ||
+		!reflect.DeepEqual(own.Throttle, &client.ThrottleLimits{Auth: throttle.Limits{MaxRate: 50, MaxOutstanding: 4}, Accounting: throttle.Limits{MaxRate: 50, MaxOutstanding: 4}}) {
+		t.Errorf("peer own: Tw %v TLS %v Throttle %+v: want the file's 10s, its CA and server name, 50/s and 4", own.Tw, own.TLS != nil, own.Throttle)
+	}
+	if shared.Name != "shared" || shared.Tw != 0 || shared.TLS != nil || shared.Throttle != nil {
+		t.Errorf("peer shared: Tw %v TLS %v Throttle %+v: want the templates'", shared.Tw, shared.TLS != nil, shared.Throttle)
+	}
+	ccfg := o.clientConfig(slog.New(slog.DiscardHandler), transport.Options{}, client.NewBus())
+	if ccfg.Peer.Watchdog.Twinit != 20*time.Second || ccfg.Throttle == nil || ccfg.Throttle.Accounting.MaxOutstanding != 32 {
+		t.Errorf("templates: Twinit %v Throttle %+v: want the file's 20s and 32", ccfg.Peer.Watchdog.Twinit, ccfg.Throttle)
+	}
+
+	// Flags set their setting for every peer.
+	o, err = parseClient(t, "--config", file, "--tw", "9s", "--max-outstanding", "7", "--tls-ca", pki.OtherCAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own = mustSpecs(t, o)[0]
+	if own.Tw != 0 || own.Throttle == nil || own.Throttle.Auth != (throttle.Limits{MaxRate: 50, MaxOutstanding: 7}) || own.TLS == nil || own.TLS.ServerName != "hss1.example.net" {
+		t.Errorf("with flags: Tw %v Throttle %+v TLS %v: want --tw's, its own rate and --max-outstanding's 7, its server name", own.Tw, own.Throttle, own.TLS != nil)
+	}
+
+	// A peer whose own limits are the only ones still gets a throttle; a
+	// peer's longer tw makes the default deadline longer.
+	file = writeConfig(t, "[[peer]]\nurl = \"tcp://a:1\"\nmax-outstanding = 3\ntw = \"60s\"\n[[peer]]\nurl = \"tcp://b:1\"\n")
+	o, err = parseClient(t, "--config", file, "--origin-host", "c.example.net", "--origin-realm", "example.net", "--destination-realm", "example.net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.throttled() {
+		t.Error("a peer's own max-outstanding: no throttle")
+	}
+	if want := client.FailoverDetection(60*time.Second) + 10*time.Second; o.timeout != want {
+		t.Errorf("--timeout %v, want %v: the failover detection of the longest tw", o.timeout, want)
+	}
+}
+
+// TestClientPerPeerTLSFileUnreadable: a peer's TLS file that loads but
+// is no certificate is refused at startup, naming the peer.
+func TestClientPerPeerTLSFileUnreadable(t *testing.T) {
+	file := writeConfig(t, perPeerFile)
+	if err := os.WriteFile(filepath.Join(filepath.Dir(file), "ca.pem"), []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o, err := parseClient(t, "--config", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.peerSpecs(); err == nil || !strings.Contains(err.Error(), "peer own: ") {
+		t.Errorf("error %v: want one naming the peer", err)
 	}
 }
 
@@ -420,5 +525,114 @@ url = "`+b.url+`"
 	if took := time.Since(t0); code != 1 || took > 20*time.Second || !strings.Contains(stderr.String(), "every peer refused us") ||
 		!strings.Contains(stderr.String(), "alpha: ") || !strings.Contains(stderr.String(), "beta: ") || strings.Count(stderr.String(), "3010") < 2 {
 		t.Errorf("exit %d after %v, stderr:\n%s", code, took, stderr.String())
+	}
+}
+
+// TestClientRunsPerPeerTw runs a client whose file gives one peer a tw of
+// its own: that peer's watchdog runs at it, the other's at the file's
+// top-level tw (the report's peers, each Tw within the jitter).
+func TestClientRunsPerPeerTw(t *testing.T) {
+	t.Parallel()
+	a, b := startServer(t), startServer(t)
+	file := writeConfig(t, `origin-host = "client1.example.net"
+origin-realm = "example.net"
+destination-realm = "example.net"
+tw = "40s"
+[[peer]]
+name = "quick"
+url = "`+a.url+`"
+tw = "8s"
+max-outstanding = 2
+[[peer]]
+name = "calm"
+url = "`+b.url+`"
+`)
+	report := filepath.Join(t.TempDir(), "report.json")
+	var stdout, stderr syncBuffer
+	if code := runClient(context.Background(), []string{"--config", file, "--requests", "4", "--report", report, "--connect-timeout", "5s"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("client exit %d: %s", code, stderr.String())
+	}
+	var rep clientReport
+	readJSON(t, report, &rep)
+	if len(rep.Peers) != 2 || len(rep.Servers) != 2 {
+		t.Fatalf("peers %+v servers %+v", rep.Peers, rep.Servers)
+	}
+	for i, want := range []time.Duration{8 * time.Second, 40 * time.Second} {
+		if got := rep.Peers[i].Tw; got < want-watchdog.MaxJitter || got > want+watchdog.MaxJitter {
+			t.Errorf("server %s: Tw %v, want %v +-%v", rep.Servers[i].Server, got, want, watchdog.MaxJitter)
+		}
+	}
+	if len(rep.Queues) != 2 {
+		t.Errorf("queues %+v: a peer's own max-outstanding turns the throttle on", rep.Queues)
+	}
+}
+
+// TestRadiusClientPerServerSettings: a RADIUS server's own tw, limits
+// and TLS reach its client.PeerSpec (accounting at --max-rate-acct); the
+// file's top level applies with --peer servers too, its secret theirs.
+func TestRadiusClientPerServerSettings(t *testing.T) {
+	file := writeConfig(t, `tw = "20s"
+max-outstanding = 30
+tls-server-name = "x"
+`)
+	if _, err := config.Load(file); err == nil || !strings.Contains(err.Error(), ":3: tls-server-name: unknown key") {
+		t.Fatalf("a top-level tls-server-name: %v (it is a peer's)", err)
+	}
+	file = writeConfig(t, `tw = "20s"
+max-outstanding = 30
+secret = "top"
+[[peer]]
+url = "radsec://10.0.0.1"
+tw = "7s"
+max-rate = 40
+tls-server-name = "radius1.example.net"
+[[peer]]
+url = "radsec://10.0.0.2"
+`)
+	cfg, err := config.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o radiusClientOptions
+	fs := radiusClientFlags(&o, io.Discard)
+	if err := fs.Parse([]string{"--max-rate-acct", "11"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.applyConfig(cfg, setFlags(fs)); err != nil {
+		t.Fatal(err)
+	}
+	if o.tw != 20*time.Second || o.maxOut != 30 {
+		t.Errorf("every server's: tw %v max-outstanding %d", o.tw, o.maxOut)
+	}
+	var specs []client.PeerSpec
+	for _, u := range o.peers {
+		s := client.PeerSpec{URL: u, Name: u}
+		if err := o.own[u].apply(&s, &o.maxRateAcct); err != nil {
+			t.Fatal(err)
+		}
+		specs = append(specs, s)
+	}
+	wantLim := &client.ThrottleLimits{Auth: throttle.Limits{MaxRate: 40, MaxOutstanding: 30}, Accounting: throttle.Limits{MaxRate: 11, MaxOutstanding: 30}}
+	if s := specs[0]; s.Tw != 7*time.Second || s.TLS == nil || s.TLS.ServerName != "radius1.example.net" || !reflect.DeepEqual(s.Throttle, wantLim) {
+		t.Errorf("first server: Tw %v TLS %v Throttle %+v", s.Tw, s.TLS != nil, s.Throttle)
+	}
+	if s := specs[1]; s.Tw != 0 || s.TLS != nil || s.Throttle != nil {
+		t.Errorf("second server: Tw %v TLS %v Throttle %+v: want the templates'", s.Tw, s.TLS != nil, s.Throttle)
+	}
+
+	// --peer given: the file's top level still applies, its secret the
+	// servers'.
+	cfg, err = config.Parse("r.toml", []byte("tw = \"25s\"\nsecret = \"top\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o = radiusClientOptions{}
+	fs = radiusClientFlags(&o, io.Discard)
+	if err := fs.Parse([]string{"--peer", "radius+tcp://10.0.0.3:1812"}); err != nil {
+		t.Fatal(err)
+	}
+	secrets, err := o.applyConfig(cfg, setFlags(fs))
+	if err != nil || o.tw != 25*time.Second || string(secrets["radius+tcp://10.0.0.3:1812"]) != "top" {
+		t.Errorf("--peer with a file: tw %v secrets %q, %v: want the file's 25s and secret", o.tw, secrets, err)
 	}
 }

@@ -426,8 +426,10 @@ func TestLatencyFromIntendedTime(t *testing.T) {
 		c := newLoadgen(o, log, nil)
 		c.epoch = c.epoch.Add(-time.Second) // so that the intended time is after it
 		ccfg := o.clientConfig(log, transport.Options{}, client.NewBus())
-		ccfg.Peers = o.peerSpecs()
 		var err error
+		if ccfg.Peers, err = o.peerSpecs(); err != nil {
+			t.Fatal(err)
+		}
 		if c.cl, err = client.New(ccfg); err != nil {
 			t.Fatal(err)
 		}
