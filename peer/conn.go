@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -103,6 +104,8 @@ type conn struct {
 	unmatchedRun int // answers in a row that matched nothing (reader goroutine only)
 
 	h call.Conn // this connection in the calls sent on it
+
+	bt baton // who reads: the reader goroutine or a caller (see baton)
 }
 
 func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
@@ -129,6 +132,7 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 			c.guard.Stop() // set by the first request a reader runs
 		}
 		c.rbuf, _ = tc.(transport.BufferedReader)
+		c.initBaton()
 	}
 	return c
 }
@@ -223,6 +227,7 @@ func (c *conn) inlineLocked() bool {
 // batches them: written inline one by one they cost more (a syscall each,
 // and the caller no longer runs alongside the writer).
 func (c *conn) enqueueLone(msg []byte) error {
+	c.wakeReader() // its answer (a DWA, a DPA) is for the reader to read
 	c.wmu.Lock()
 	if c.wclosed {
 		c.wmu.Unlock()
@@ -381,7 +386,16 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 		testhook.AfterQueue(cl.Ref)
 	}
 	if inline {
+		cl.via.Store(c.via())
 		c.writeInline(raw) // the connection is ours to write: see enqueueRequest
+		if c.bt.state.Load() == batonFree {
+			// Its caller reads the answer (ReadAnswer). One already
+			// waiting (this submit is a dispatcher's) is woken for it.
+			cl.Offer()
+		}
+	} else {
+		cl.via.Store(nil)
+		c.wakeReader()
 	}
 	return b.Sends > 0, nil
 }
@@ -431,7 +445,9 @@ func (c *conn) submitAll(calls []*call.Call) (refused []*call.Call, n, resends i
 	c.wq = append(c.wq, raws...)
 	c.kickLocked()
 	c.wmu.Unlock()
+	c.wakeReader()
 	for i, b := range ok {
+		b.cl.via.Store(nil)
 		c.seq++
 		b.cl.seq = c.seq
 		c.pending.put(b.id, b.cl)
@@ -600,7 +616,22 @@ func (c *conn) reader() {
 		// one clock reading serves them all (a reading costs about as
 		// much as matching an answer).
 		fresh := c.waitRoom() || at == 0 || c.rbuf == nil || !c.rbuf.MessageBuffered()
-		msg, err := c.tc.ReadMessage()
+		var msg []byte
+		var err error
+		switch {
+		case c.bt.carry != nil: // a request a caller read (see baton)
+			msg, c.bt.carry, fresh = c.bt.carry, nil, true
+		case c.bt.err != nil:
+			err, c.bt.err = c.bt.err, nil
+		default:
+			msg, err = c.tc.ReadMessage()
+		}
+		if err != nil && c.bt.rd != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			// A caller's Interrupt that came after it handed the baton
+			// on: nothing is lost (transport.ReadInterrupter).
+			c.bt.rd.SetReadDeadline(time.Time{})
+			continue
+		}
 		if err != nil {
 			note := c.note()
 			switch {
@@ -642,6 +673,12 @@ func (c *conn) reader() {
 		if c.deferred && !c.rbuf.MessageBuffered() {
 			c.deferred = false
 			c.kick() // before the next read may wait
+		}
+		if c.bt.hint {
+			c.bt.hint = false
+			if c.mayPark() {
+				c.parkReader()
+			}
 		}
 	}
 }
