@@ -215,6 +215,9 @@ type Config struct {
 	// ends (a Server closes its own when it closes).
 	lanes    *handlerLanes
 	ownLanes bool
+	// guard watches the Handlers that run on readers; shared by a
+	// Server's peers as lanes are.
+	guard *handlerGuard
 
 	// MaxUnmatched bounds the answers in a row, on one connection, that
 	// match no request sent there (a wrong Hop-by-Hop id): when it is
@@ -317,6 +320,9 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.InlineHandlerTime == 0 {
 		c.InlineHandlerTime = DefaultInlineHandlerTime
+	}
+	if c.guard == nil && c.InlineHandlerTime > 0 {
+		c.guard = newHandlerGuard(c.InlineHandlerTime)
 	}
 	if c.slowRequests == 0 {
 		c.slowRequests = slowRequests

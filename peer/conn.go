@@ -62,18 +62,22 @@ type conn struct {
 	// goroutine when the Handler has run for cfg.InlineHandlerTime: it
 	// takes inlineAt from that start to 0, and the reader, failing to do
 	// the same when its Handler returns, knows it is no longer the reader.
-	// guardArmed says the guard's timer is set (or running). After a slow
+	// The Config's handlerGuard ticks while readers run Handlers and sets
+	// guard for a Handler it finds running (watched: c is in its set, the
+	// reader's). guardArmed says the guard's timer is set (or running). After a slow
 	// Handler, the next slowLeft requests go to workers instead. slowOnce
 	// says the last Handler the reader ran took half the limit or more
 	// (the reader's).
-	inlineAt   atomic.Int64
-	guardArmed atomic.Bool
-	guard      *time.Timer
-	slowLeft   atomic.Int32
-	slowOnce   bool
-	handovers  atomic.Uint64            // readings moved off a slow Handler (for tests)
-	rbuf       transport.BufferedReader // nil unless the transport says what it holds unread
-	deferred   bool                     // answers queued with no writer kicked (the reader's)
+	inlineAt    atomic.Int64
+	watched     bool
+	guardArmed  atomic.Bool
+	guard       *time.Timer
+	slowLeft    atomic.Int32
+	slowOnce    bool
+	handovers   atomic.Uint64            // readings moved off a slow Handler (for tests)
+	guardChecks atomic.Uint64            // checkInline runs (for tests)
+	rbuf        transport.BufferedReader // nil unless the transport says what it holds unread
+	deferred    bool                     // answers queued with no writer kicked (the reader's)
 	// clock is the reader's latest clock reading (p.mono): at the socket
 	// read that brought the message being handled, or at the end of the
 	// Handler it ran since, which the next one of a burst starts from
@@ -656,6 +660,9 @@ func (c *conn) reader() {
 			if c.guard != nil {
 				c.guard.Stop() // no Handler runs on a reader any more
 			}
+			if c.watched {
+				p.cfg.guard.unwatch(c)
+			}
 			if p.cfg.ownLanes {
 				p.cfg.lanes.close() // parked workers end now; a later request still gets one
 			}
@@ -713,9 +720,11 @@ func (c *conn) answerRequest(req []byte) {
 func (c *conn) answerInline(req []byte, now int64) (moved bool) {
 	at := now + 1 // never 0, and later than the start of any Handler handed over
 	c.inlineAt.Store(at)
-	if !c.guardArmed.Load() && c.guardArmed.CompareAndSwap(false, true) {
-		c.guard.Reset(c.p.cfg.InlineHandlerTime)
+	if !c.watched {
+		c.watched = true
+		c.p.cfg.guard.watch(c)
 	}
+	c.p.cfg.guard.entering() // see handlerGuard: no timer per request
 	ans := c.handle(req)
 	moved = !c.inlineAt.CompareAndSwap(at, 0)
 	if !moved {
@@ -750,6 +759,7 @@ func (c *conn) answerInline(req []byte, now int64) (moved bool) {
 // Handler stores inlineAt, then arms the timer unless armed; the guard
 // disarms, then looks at inlineAt again: one of them sees the other.
 func (c *conn) checkInline() {
+	c.guardChecks.Add(1)
 	limit := c.p.cfg.InlineHandlerTime
 	for {
 		at := c.inlineAt.Load()

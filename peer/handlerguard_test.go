@@ -388,3 +388,32 @@ func TestBurstOfFastHandlersStaysOnTheReader(t *testing.T) {
 		closeAnswering(t, p, far)
 	})
 }
+
+// Fast Handlers set no timer of their connection: the guard's goroutine
+// (one per Config), started by the first request, ticks while requests
+// keep coming, finds no Handler running, and ends once they stop. A timer
+// set per request would have run checkInline about once per limit.
+func TestFastHandlersSetNoTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, far := dialPipe(t, func(ctx context.Context, p *Peer, req []byte) []byte { return successAnswer(req) })
+		c := p.cur.Load()
+		g := p.cfg.guard
+		for i := range uint32(200) {
+			require.NoError(t, far.WriteMessages(serverACR(i)))
+			m, err := far.ReadMessage()
+			require.NoError(t, err)
+			require.Equal(t, i, wire.HopByHop(m))
+			time.Sleep(DefaultInlineHandlerTime / 10) // 20 limits in all
+		}
+		synctest.Wait()
+		assert.Zero(t, c.guardChecks.Load(), "no timer ran for a fast Handler")
+		g.mu.Lock()
+		runs := g.runs
+		g.mu.Unlock()
+		assert.Equal(t, 1, runs, "started once for the run of requests")
+		time.Sleep(3 * DefaultInlineHandlerTime)
+		synctest.Wait()
+		assert.False(t, g.ticking.Load(), "ended once no Handler was entered")
+		closeAnswering(t, p, far)
+	})
+}
