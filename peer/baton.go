@@ -35,9 +35,9 @@ import (
 // the writer (a DWR, a DPR, a request that did not go out inline,
 // wakeReader), when the connection is closed from this side, and at the
 // latest 2*batonIdle after the baton was last left free with no caller
-// taking it since: a request from the peer or the loss of the connection
-// is noticed that much later on an idle connection, far below the
-// watchdog's Tw (seconds).
+// taking it since: a request from the peer, the loss of the connection
+// or the DWA to a DWR sent just as the reader parked is noticed that much
+// later on an idle connection, far below the watchdog's Tw (seconds).
 //
 // A caller's wait is cut short (its deadline, its context) while it reads
 // by the connection's read deadline: Interrupt sets it in the past, and
@@ -49,6 +49,10 @@ import (
 // it looks whether a caller took it since; it takes it back after two
 // such looks with none.
 const batonIdle = 5 * time.Millisecond
+
+// testBatonIdle, when not zero, replaces batonIdle for the connections
+// made from then on (tests that need the baton to stay free).
+var testBatonIdle atomic.Int64
 
 const (
 	batonReader int32 = iota // the reader goroutine reads (or runs a Handler)
@@ -68,6 +72,8 @@ type baton struct {
 	handed atomic.Pointer[dcall] // the caller the baton was handed to, not taken yet
 	inRead atomic.Pointer[dcall] // the holder, while it waits in a read
 	park   *time.Timer           // the parked reader's (reader's)
+	idle   time.Duration         // batonIdle
+	parks  atomic.Uint64         // times the reader parked (for tests)
 	hint   bool                  // the reader finished an inline caller's call (reader's)
 	carry  []byte                // a request a caller read, for the reader (holder's)
 	err    error                 // a read error a caller met, for the reader (holder's)
@@ -81,6 +87,10 @@ func (c *conn) initBaton() {
 		c.bt.rd = ri
 		c.bt.ch = make(chan struct{}, 1)
 		c.bt.lastRq = math.MinInt64 / 2 // no request yet
+		c.bt.idle = batonIdle
+		if d := testBatonIdle.Load(); d != 0 {
+			c.bt.idle = time.Duration(d)
+		}
 	}
 }
 
@@ -272,7 +282,7 @@ func (c *conn) wakeReader() {
 // its reader).
 func (c *conn) mayPark() bool {
 	return !c.deferred && !c.rbuf.MessageBuffered() && c.owed.Load() == 0 &&
-		c.clock-c.bt.lastRq > int64(batonIdle) && c.pendingLen() == 0
+		c.clock-c.bt.lastRq > int64(c.bt.idle) && c.pendingLen() == 0
 }
 
 // parkReader leaves the baton free and waits until it is handed back or
@@ -285,11 +295,12 @@ func (c *conn) parkReader() {
 		return
 	}
 	if b.park == nil {
-		b.park = time.NewTimer(batonIdle)
+		b.park = time.NewTimer(b.idle)
 	} else {
-		b.park.Reset(batonIdle)
+		b.park.Reset(b.idle)
 	}
 	defer b.park.Stop()
+	b.parks.Add(1)
 	gen, closed, handed := b.gen.Load(), c.closed, (*dcall)(nil)
 	for {
 		select {
@@ -318,7 +329,7 @@ func (c *conn) parkReader() {
 				return
 			}
 			gen, handed = g, b.handed.Load()
-			b.park.Reset(batonIdle)
+			b.park.Reset(b.idle)
 		}
 	}
 }

@@ -683,6 +683,11 @@ func (c *conn) reader() {
 		}
 		if c.bt.hint {
 			c.bt.hint = false
+			// A wish for the reader from before the look of mayPark is
+			// met by it (what it waits for is pending, so the reader
+			// stays) or can wait for the parked reader's look (a DWA);
+			// one from after it keeps the reader (parkReader).
+			c.bt.want.Store(false)
 			if c.mayPark() {
 				c.parkReader()
 			}
