@@ -40,11 +40,11 @@
 // connection's reader, one after the other, while the Handlers are fast:
 // no goroutine is woken per request. A slow Handler cannot block the
 // connection: the reader marks (atomically) when it enters a Handler, and
-// a goroutine shared by a Server's connections, which ticks every
-// Config.InlineHandlerTime only while Handlers are entered, arms a
-// connection's timer for a Handler it finds running, which hands the
-// reading over to a new goroutine once that Handler has run for
-// Config.InlineHandlerTime; the old goroutine finishes its Handler, sees
+// a goroutine shared by a Server's connections, which looks at them only
+// while Handlers are entered (every Config.InlineHandlerTime, or every
+// 5 ms when that is shorter), hands the reading over to a new goroutine
+// once a Handler it finds has run for Config.InlineHandlerTime (through
+// a timer of that connection when the Handler is younger); the old goroutine finishes its Handler, sees
 // that it is no longer the reader, sends its answer and ends. The DWRs,
 // DPRs, answers and requests behind a slow Handler are so read at most
 // that late, and after a slow Handler the next requests run on worker

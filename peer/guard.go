@@ -8,19 +8,19 @@ import (
 
 // handlerGuard watches the readers that run Handlers (InlineHandlerTime)
 // for the connections that share a Config: a Server's, or one Peer's. Its
-// goroutine ticks every InlineHandlerTime while readers enter Handlers,
-// and ends after a tick in which none did and none runs (the next one
-// starts it again), or when the last connection ends.
-// A reader entering a Handler only stores when it did (conn.inlineAt)
-// and, under load, loads a flag: no timer is set or fired per request,
-// which cost a busy connection a wake-up of the network poller and a
-// timer goroutine every InlineHandlerTime. A tick that finds a reader in
-// a Handler sets that connection's own timer (conn.guard) for the moment
-// the Handler reaches the limit, so the hand-over still comes then: a
-// Handler that started after one tick is seen by the next, before its
-// limit, or by the first tick of the goroutine it started. Requests
-// further apart than the limit start one goroutine each, as the timer
-// fired one; closer ones share its ticks.
+// goroutine, started by the first Handler after a quiet spell, looks at
+// the readers when that Handler reaches the limit and then every
+// max(InlineHandlerTime, guardTick) while readers enter Handlers, and
+// ends after a look at which none did and none runs (the next one starts
+// it again), or when the last connection ends. A reader entering a
+// Handler only stores when it did (conn.inlineAt) and, under load, loads
+// a flag: no timer is set or fired per request, which cost a busy
+// connection a wake-up of the network poller and a timer goroutine every
+// InlineHandlerTime. A look that finds a reader in a Handler hands the
+// reading over if the Handler has run for the limit, or sets that
+// connection's own timer (conn.guard) for the moment it does. A Handler
+// that blocks is so handed over at the limit, or at the first look after
+// it started if that is later: at most guardTick after it started.
 type handlerGuard struct {
 	limit   time.Duration
 	entered atomic.Bool // a reader entered a Handler since the last tick
@@ -31,6 +31,13 @@ type handlerGuard struct {
 	runs  int                // goroutines started (for tests)
 	empty chan struct{}      // the last connection left: the goroutine ends now
 }
+
+// guardTick is the guard's period when InlineHandlerTime is shorter: a
+// wake-up every 500 us while requests flow cost a one-request-at-a-time
+// connection several microseconds per request; one every 5 ms costs
+// little, and a Handler that blocks holds its connection up at most that
+// long, far below anything the peer times (Tw, its request timeouts).
+const guardTick = 5 * time.Millisecond
 
 func newHandlerGuard(limit time.Duration) *handlerGuard {
 	return &handlerGuard{limit: limit, conns: make(map[*conn]struct{}), empty: make(chan struct{}, 1)}
@@ -81,13 +88,14 @@ func (g *handlerGuard) entering() {
 // looks at the other's, as entering sets entered and then looks at idle
 // and ticking: one of the two sees the other.
 func (g *handlerGuard) run() {
-	t := time.NewTicker(g.limit)
+	t := time.NewTimer(g.limit) // the Handler that started it is seen at its limit
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
 		case <-g.empty:
 		}
+		t.Reset(max(g.limit, guardTick))
 		running := false
 		g.mu.Lock()
 		for c := range g.conns {
