@@ -126,6 +126,26 @@ type Payload interface {
 	Lifecycle() *Call
 }
 
+// Reader is a Payload whose caller may read its own answer. A carrier
+// that wrote the request on the caller's goroutine, with nothing else
+// pending on that connection, can let the caller read the connection too
+// while it waits: its answer then wakes it from the network directly,
+// rather than through another goroutine that read it.
+type Reader interface {
+	Payload
+	// ReadAnswer runs on the caller's goroutine in Await: before Await
+	// first parks, again each time Offer wakes it, and once more if an
+	// Offer came as the call completed. It may read the connection until
+	// the call completes or Interrupt is called; whatever it took for
+	// that (the right to read the connection) it must hand on before it
+	// returns.
+	ReadAnswer()
+	// Interrupt is called, on any goroutine, when the call completes or
+	// its wait is cut short while its caller is in ReadAnswer: a
+	// ReadAnswer waiting for the network must return soon.
+	Interrupt()
+}
+
 // Conn is a connection's handle in the calls sent on it: a protocol
 // embeds one in each of its connections, Inits it, and names the
 // connection by its address (one word in each call, however many
@@ -196,6 +216,12 @@ type Call struct {
 	res        result // set once, with the final state
 	cut        error  // Wait is to end the call with it (cutShort)
 	mu         sync.Mutex
+	// With a Reader (under mu): awaiting counts the Awaits running,
+	// offered says one of them is to run ReadAnswer (Offer), inRead that
+	// one does.
+	awaiting int32
+	offered  bool
+	inRead   bool
 
 	// Ref names the request across its sends in failover records: the
 	// Diameter End-to-End id; 0 when the protocol has none.
@@ -379,8 +405,12 @@ func (c *Call) finish(ans []byte, err error, by Carrier, from *Conn, cnt *atomic
 	if cnt != nil {
 		cnt.Add(1) // before the caller can see the result: it waits for mu
 	}
+	intr := c.inRead
 	c.mu.Unlock()
 	c.wake.Broadcast()
+	if intr {
+		c.Proto.(Reader).Interrupt()
+	}
 	return true, owner
 }
 
@@ -480,9 +510,26 @@ func (c *Call) Await(ctx context.Context, timeout time.Duration) Result {
 			defer w.remove(c)
 		}
 	}
+	rd, _ := c.Proto.(Reader)
 	c.mu.Lock()
+	if rd != nil {
+		c.awaiting++
+		if !c.final() && c.cut == nil {
+			c.offered = true
+		}
+	}
 	for !c.final() && c.cut == nil {
+		if c.offered {
+			c.readLocked(rd)
+			continue
+		}
 		c.wake.Wait()
+	}
+	for c.offered { // an Offer that came as the call completed: taken up all the same
+		c.readLocked(rd)
+	}
+	if rd != nil {
+		c.awaiting--
 	}
 	if !c.final() {
 		// The waiter ends it, so that the connection is told before Wait
@@ -498,6 +545,32 @@ func (c *Call) Await(ctx context.Context, timeout time.Duration) Result {
 	return r
 }
 
+// readLocked runs r's ReadAnswer for an Offer; c.mu is held, and let go
+// meanwhile.
+func (c *Call) readLocked(r Reader) {
+	c.offered, c.inRead = false, true
+	c.mu.Unlock()
+	r.ReadAnswer()
+	c.mu.Lock()
+	c.inRead = false
+}
+
+// Offer wakes the caller waiting for c in Await to run its Reader's
+// ReadAnswer again (the carrier has something for it: the connection to
+// read). False if no caller is in Await: then none runs for this Offer.
+func (c *Call) Offer() bool {
+	c.mu.Lock()
+	ok := c.awaiting > 0
+	if ok {
+		c.offered = true
+	}
+	c.mu.Unlock()
+	if ok {
+		c.wake.Broadcast()
+	}
+	return ok
+}
+
 // cutShort wakes Wait to end the call with err (its deadline, its
 // context's end), unless it completes first.
 func (c *Call) cutShort(err error) {
@@ -505,8 +578,12 @@ func (c *Call) cutShort(err error) {
 	if c.cut == nil {
 		c.cut = err
 	}
+	intr := c.inRead
 	c.mu.Unlock()
 	c.wake.Broadcast()
+	if intr {
+		c.Proto.(Reader).Interrupt()
+	}
 }
 
 // SetAttempts bounds how many times the next peer the call is submitted

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/message"
@@ -57,6 +58,12 @@ type dcall struct {
 	keepT        bool   // an agent's forwarded request keeps its T flag
 	afterRefusal bool   // the latest send followed a refusal (for testhook.Queued)
 	seq          uint64 // send order on its connection (under that conn's mu)
+
+	// via is the connection the caller may read for the answer (it wrote
+	// the request there inline), nil when none; stop says its wait ended
+	// or it completed (see baton).
+	via  atomic.Pointer[conn]
+	stop atomic.Bool
 }
 
 // newCall wraps an encoded request. It sets the R flag and, when the

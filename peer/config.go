@@ -179,7 +179,11 @@ type Config struct {
 
 	// InlineHandlerTime is how long the Handler may run on the goroutine
 	// that read its request, the connection's reader, before the reading
-	// moves to a new goroutine (see Handler). Running a fast Handler there
+	// moves to a new goroutine (see Handler). The guard that moves it
+	// looks every InlineHandlerTime, or every 5 ms when that is shorter,
+	// while Handlers run: a Handler that blocks is moved off after
+	// InlineHandlerTime, or at the guard's first look after it started,
+	// at most 5 ms. Running a fast Handler there
 	// saves the wake-up of another goroutine per request, a few
 	// microseconds of CPU and latency each. Default
 	// DefaultInlineHandlerTime; negative: every request is handed to a
@@ -215,6 +219,9 @@ type Config struct {
 	// ends (a Server closes its own when it closes).
 	lanes    *handlerLanes
 	ownLanes bool
+	// guard watches the Handlers that run on readers; shared by a
+	// Server's peers as lanes are.
+	guard *handlerGuard
 
 	// MaxUnmatched bounds the answers in a row, on one connection, that
 	// match no request sent there (a wrong Hop-by-Hop id): when it is
@@ -317,6 +324,9 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.InlineHandlerTime == 0 {
 		c.InlineHandlerTime = DefaultInlineHandlerTime
+	}
+	if c.guard == nil && c.InlineHandlerTime > 0 {
+		c.guard = newHandlerGuard(c.InlineHandlerTime)
 	}
 	if c.slowRequests == 0 {
 		c.slowRequests = slowRequests

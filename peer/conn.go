@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -61,18 +62,22 @@ type conn struct {
 	// goroutine when the Handler has run for cfg.InlineHandlerTime: it
 	// takes inlineAt from that start to 0, and the reader, failing to do
 	// the same when its Handler returns, knows it is no longer the reader.
-	// guardArmed says the guard's timer is set (or running). After a slow
+	// The Config's handlerGuard ticks while readers run Handlers and sets
+	// guard for a Handler it finds running (watched: c is in its set, the
+	// reader's). guardArmed says the guard's timer is set (or running). After a slow
 	// Handler, the next slowLeft requests go to workers instead. slowOnce
 	// says the last Handler the reader ran took half the limit or more
 	// (the reader's).
-	inlineAt   atomic.Int64
-	guardArmed atomic.Bool
-	guard      *time.Timer
-	slowLeft   atomic.Int32
-	slowOnce   bool
-	handovers  atomic.Uint64            // readings moved off a slow Handler (for tests)
-	rbuf       transport.BufferedReader // nil unless the transport says what it holds unread
-	deferred   bool                     // answers queued with no writer kicked (the reader's)
+	inlineAt    atomic.Int64
+	watched     bool
+	guardArmed  atomic.Bool
+	guard       *time.Timer
+	slowLeft    atomic.Int32
+	slowOnce    bool
+	handovers   atomic.Uint64            // readings moved off a slow Handler (for tests)
+	guardChecks atomic.Uint64            // checkInline runs (for tests)
+	rbuf        transport.BufferedReader // nil unless the transport says what it holds unread
+	deferred    bool                     // answers queued with no writer kicked (the reader's)
 	// clock is the reader's latest clock reading (p.mono): at the socket
 	// read that brought the message being handled, or at the end of the
 	// Handler it ran since, which the next one of a burst starts from
@@ -103,6 +108,8 @@ type conn struct {
 	unmatchedRun int // answers in a row that matched nothing (reader goroutine only)
 
 	h call.Conn // this connection in the calls sent on it
+
+	bt baton // who reads: the reader goroutine or a caller (see baton)
 }
 
 func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
@@ -129,6 +136,7 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 			c.guard.Stop() // set by the first request a reader runs
 		}
 		c.rbuf, _ = tc.(transport.BufferedReader)
+		c.initBaton()
 	}
 	return c
 }
@@ -223,6 +231,7 @@ func (c *conn) inlineLocked() bool {
 // batches them: written inline one by one they cost more (a syscall each,
 // and the caller no longer runs alongside the writer).
 func (c *conn) enqueueLone(msg []byte) error {
+	c.wakeReader() // its answer (a DWA, a DPA) is for the reader to read
 	c.wmu.Lock()
 	if c.wclosed {
 		c.wmu.Unlock()
@@ -381,7 +390,16 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 		testhook.AfterQueue(cl.Ref)
 	}
 	if inline {
+		cl.via.Store(c.via())
 		c.writeInline(raw) // the connection is ours to write: see enqueueRequest
+		if c.bt.state.Load() == batonFree {
+			// Its caller reads the answer (ReadAnswer). One already
+			// waiting (this submit is a dispatcher's) is woken for it.
+			cl.Offer()
+		}
+	} else {
+		cl.via.Store(nil)
+		c.wakeReader()
 	}
 	return b.Sends > 0, nil
 }
@@ -431,7 +449,9 @@ func (c *conn) submitAll(calls []*call.Call) (refused []*call.Call, n, resends i
 	c.wq = append(c.wq, raws...)
 	c.kickLocked()
 	c.wmu.Unlock()
+	c.wakeReader()
 	for i, b := range ok {
+		b.cl.via.Store(nil)
 		c.seq++
 		b.cl.seq = c.seq
 		c.pending.put(b.id, b.cl)
@@ -600,7 +620,22 @@ func (c *conn) reader() {
 		// one clock reading serves them all (a reading costs about as
 		// much as matching an answer).
 		fresh := c.waitRoom() || at == 0 || c.rbuf == nil || !c.rbuf.MessageBuffered()
-		msg, err := c.tc.ReadMessage()
+		var msg []byte
+		var err error
+		switch {
+		case c.bt.carry != nil: // a request a caller read (see baton)
+			msg, c.bt.carry, fresh = c.bt.carry, nil, true
+		case c.bt.err != nil:
+			err, c.bt.err = c.bt.err, nil
+		default:
+			msg, err = c.tc.ReadMessage()
+		}
+		if err != nil && c.bt.rd != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			// A caller's Interrupt that came after it handed the baton
+			// on: nothing is lost (transport.ReadInterrupter).
+			c.bt.rd.SetReadDeadline(time.Time{})
+			continue
+		}
 		if err != nil {
 			note := c.note()
 			switch {
@@ -625,6 +660,9 @@ func (c *conn) reader() {
 			if c.guard != nil {
 				c.guard.Stop() // no Handler runs on a reader any more
 			}
+			if c.watched {
+				p.cfg.guard.unwatch(c)
+			}
 			if p.cfg.ownLanes {
 				p.cfg.lanes.close() // parked workers end now; a later request still gets one
 			}
@@ -642,6 +680,17 @@ func (c *conn) reader() {
 		if c.deferred && !c.rbuf.MessageBuffered() {
 			c.deferred = false
 			c.kick() // before the next read may wait
+		}
+		if c.bt.hint {
+			c.bt.hint = false
+			// A wish for the reader from before the look of mayPark is
+			// met by it (what it waits for is pending, so the reader
+			// stays) or can wait for the parked reader's look (a DWA);
+			// one from after it keeps the reader (parkReader).
+			c.bt.want.Store(false)
+			if c.mayPark() {
+				c.parkReader()
+			}
 		}
 	}
 }
@@ -676,9 +725,11 @@ func (c *conn) answerRequest(req []byte) {
 func (c *conn) answerInline(req []byte, now int64) (moved bool) {
 	at := now + 1 // never 0, and later than the start of any Handler handed over
 	c.inlineAt.Store(at)
-	if !c.guardArmed.Load() && c.guardArmed.CompareAndSwap(false, true) {
-		c.guard.Reset(c.p.cfg.InlineHandlerTime)
+	if !c.watched {
+		c.watched = true
+		c.p.cfg.guard.watch(c)
 	}
+	c.p.cfg.guard.entering() // see handlerGuard: no timer per request
 	ans := c.handle(req)
 	moved = !c.inlineAt.CompareAndSwap(at, 0)
 	if !moved {
@@ -713,6 +764,7 @@ func (c *conn) answerInline(req []byte, now int64) (moved bool) {
 // Handler stores inlineAt, then arms the timer unless armed; the guard
 // disarms, then looks at inlineAt again: one of them sees the other.
 func (c *conn) checkInline() {
+	c.guardChecks.Add(1)
 	limit := c.p.cfg.InlineHandlerTime
 	for {
 		at := c.inlineAt.Load()

@@ -25,15 +25,26 @@
 // that sends them, when nothing is queued and the transport can write
 // without waiting (plain TCP: transport.TryWriter); what the socket does
 // not take then goes to the writer, so that goroutine, often the reader,
-// never blocks behind a full send buffer.
+// never blocks behind a full send buffer. A request alone on its
+// connection is written that way too, by its caller, and over plain TCP
+// the caller then reads the connection itself while it waits, until its
+// answer is in: one caller at a time wakes from the network with its
+// answer, not through the reader. The reader steps aside for that while
+// nothing is pending on the connection, and looks at it again at least
+// every 10 ms, at once when anything of the base protocol is sent; on an
+// idle connection a request from the peer, or its loss, is so noticed up
+// to 10 ms later, which the watchdog's Tw (seconds) does not feel. A
+// caller's deadline or cancellation reaches it while it reads.
 //
 // The requests a peer sends us are answered by the Handler on the
 // connection's reader, one after the other, while the Handlers are fast:
 // no goroutine is woken per request. A slow Handler cannot block the
 // connection: the reader marks (atomically) when it enters a Handler, and
-// a per-connection runtime timer, armed only while Handlers run, hands the
-// reading over to a new goroutine once a Handler has run for
-// Config.InlineHandlerTime; the old goroutine finishes its Handler, sees
+// a goroutine shared by a Server's connections, which looks at them only
+// while Handlers are entered (every Config.InlineHandlerTime, or every
+// 5 ms when that is shorter), hands the reading over to a new goroutine
+// once a Handler it finds has run for Config.InlineHandlerTime (through
+// a timer of that connection when the Handler is younger); the old goroutine finishes its Handler, sees
 // that it is no longer the reader, sends its answer and ends. The DWRs,
 // DPRs, answers and requests behind a slow Handler are so read at most
 // that late, and after a slow Handler the next requests run on worker

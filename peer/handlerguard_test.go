@@ -388,3 +388,69 @@ func TestBurstOfFastHandlersStaysOnTheReader(t *testing.T) {
 		closeAnswering(t, p, far)
 	})
 }
+
+// Fast Handlers set no timer of their connection: the guard's goroutine
+// (one per Config), started by the first request, ticks while requests
+// keep coming, finds no Handler running, and ends once they stop. A timer
+// set per request would have run checkInline about once per limit.
+func TestFastHandlersSetNoTimer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, far := dialPipe(t, func(ctx context.Context, p *Peer, req []byte) []byte { return successAnswer(req) })
+		c := p.cur.Load()
+		g := p.cfg.guard
+		for i := range uint32(200) {
+			require.NoError(t, far.WriteMessages(serverACR(i)))
+			m, err := far.ReadMessage()
+			require.NoError(t, err)
+			require.Equal(t, i, wire.HopByHop(m))
+			time.Sleep(DefaultInlineHandlerTime / 10) // 20 limits in all
+		}
+		synctest.Wait()
+		assert.Zero(t, c.guardChecks.Load(), "no timer ran for a fast Handler")
+		g.mu.Lock()
+		runs := g.runs
+		g.mu.Unlock()
+		assert.Equal(t, 1, runs, "started once for the run of requests")
+		time.Sleep(2 * guardTick)
+		synctest.Wait()
+		assert.False(t, g.ticking.Load(), "ended once no Handler was entered")
+		closeAnswering(t, p, far)
+	})
+}
+
+// A Handler that blocks while the guard already ticks (requests have
+// been flowing) is handed over no sooner than InlineHandlerTime and no
+// later than guardTick after it started: the DWR behind it is answered
+// meanwhile.
+func TestHandlerBlockingMidRunHandedOverWithinATick(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		p, far := dialPipe(t, func(ctx context.Context, p *Peer, req []byte) []byte {
+			if wire.HopByHop(req) == 1000 {
+				<-release
+			}
+			return successAnswer(req)
+		})
+		c := p.cur.Load()
+		for i := range uint32(37) { // the guard ticks, at some phase
+			require.NoError(t, far.WriteMessages(serverACR(i)))
+			_, err := far.ReadMessage()
+			require.NoError(t, err)
+			time.Sleep(DefaultInlineHandlerTime / 3)
+		}
+		require.True(t, p.cfg.guard.ticking.Load())
+		start := time.Now()
+		require.NoError(t, far.WriteMessages(serverACR(1000), farDWR(7)))
+		m, err := far.ReadMessage()
+		require.NoError(t, err)
+		assert.Equal(t, uint32(7), wire.HopByHop(m), "the DWA, while the Handler is blocked")
+		took := time.Since(start)
+		assert.GreaterOrEqual(t, took, DefaultInlineHandlerTime)
+		assert.LessOrEqual(t, took, guardTick)
+		assert.Equal(t, uint64(1), c.handovers.Load())
+		close(release)
+		_, err = far.ReadMessage()
+		require.NoError(t, err)
+		closeAnswering(t, p, far)
+	})
+}

@@ -545,6 +545,7 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 			if p.cfg.IdleTimeout > 0 {
 				p.lastApp.Store(now)
 			}
+			c.bt.lastRq = now // a connection serving requests keeps its reader
 			if r := p.cfg.checkRequest(msg, c.remoteHost); r != nil {
 				p.refuse(c, msg, r, now)
 				return false
@@ -588,6 +589,9 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 		p.stats.late.Add(1)
 	default:
 		ok, owner := cl.Finish(msg, nil, &c.h, &p.stats.answered)
+		if ok && cl.via.Load() == c {
+			c.bt.hint = true // its caller wrote inline: the next may read (see baton)
+		}
 		switch {
 		case !ok:
 			p.stats.late.Add(1)

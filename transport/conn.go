@@ -251,6 +251,19 @@ type ReadDeadliner interface {
 	SetReadDeadline(t time.Time) error
 }
 
+// ReadInterrupter is implemented by the Conns whose ReadMessage a read
+// deadline can interrupt without losing anything, when ReadResumes says
+// so (plain TCP read by the package's own framing): a ReadMessage that
+// returns an error matching os.ErrDeadlineExceeded has consumed no part
+// of a message it did not return, and once the deadline is moved the
+// next ReadMessage goes on where it stopped. The connection may then be
+// kept. A deadline set from another goroutine thus wakes a reader
+// without breaking the stream.
+type ReadInterrupter interface {
+	ReadDeadliner
+	ReadResumes() bool
+}
+
 // SetReadDeadline implements ReadDeadliner.
 func (s *streamConn) SetReadDeadline(t time.Time) error { return s.c.SetReadDeadline(t) }
 

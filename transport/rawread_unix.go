@@ -3,6 +3,7 @@
 package transport
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -33,6 +34,11 @@ type rawFrames struct {
 	buf  *[readBufferSize]byte // nil while none is held
 	r, w int                   // buf[r:w] is read and not consumed
 	held atomic.Bool           // buf != nil, for tests on other goroutines
+
+	// A message whose body a read deadline cut short: part[:partN] is
+	// read, and the next readMessage goes on with it.
+	part  []byte
+	partN int
 
 	// The arguments and results of read, kept here so that a read does
 	// not allocate a closure: direct is where to read (nil: into buf).
@@ -113,24 +119,30 @@ func (f *rawFrames) fill() error {
 }
 
 // readMessage is frameReader.readMessage for the socket: the same
-// framing, validation and errors.
+// framing, validation and errors. A read deadline that passes loses
+// nothing: a header is consumed only whole, and a body cut short is
+// kept for the next call (see tcpConn.ReadResumes).
 func (f *rawFrames) readMessage() ([]byte, error) {
-	for f.w-f.r < wire.HeaderLen {
-		if err := f.fill(); err != nil {
-			if err == io.EOF && f.w > f.r {
-				err = io.ErrUnexpectedEOF // part of a header
+	msg, n := f.part, f.partN
+	f.part, f.partN = nil, 0
+	if msg == nil {
+		for f.w-f.r < wire.HeaderLen {
+			if err := f.fill(); err != nil {
+				if err == io.EOF && f.w > f.r {
+					err = io.ErrUnexpectedEOF // part of a header
+				}
+				return nil, err
 			}
+		}
+		h, _ := wire.ParseHeader(f.buf[f.r : f.r+wire.HeaderLen]) // cannot fail on 20 bytes
+		// Validate before allocating: the length is 24 bits the peer chose.
+		if err := wire.Validate(h, f.maxLen); err != nil {
 			return nil, err
 		}
+		msg = make([]byte, h.Length)
+		n = copy(msg, f.buf[f.r:f.w])
+		f.r += n
 	}
-	h, _ := wire.ParseHeader(f.buf[f.r : f.r+wire.HeaderLen]) // cannot fail on 20 bytes
-	// Validate before allocating: the length is 24 bits the peer chose.
-	if err := wire.Validate(h, f.maxLen); err != nil {
-		return nil, err
-	}
-	msg := make([]byte, h.Length)
-	n := copy(msg, f.buf[f.r:f.w])
-	f.r += n
 	for n < len(msg) {
 		// The buffer is empty: a large rest goes straight into msg.
 		var err error
@@ -144,8 +156,11 @@ func (f *rawFrames) readMessage() ([]byte, error) {
 			n += m
 		}
 		if err != nil {
-			if err == io.EOF {
+			switch {
+			case err == io.EOF:
 				err = io.ErrUnexpectedEOF // the header promised a body
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				f.part, f.partN = msg, n
 			}
 			return nil, err
 		}

@@ -9,6 +9,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -197,5 +199,51 @@ func FuzzTCPReadMessage(f *testing.F) {
 			w.CloseWrite()
 		}()
 		checkReadsInput(t, c, data)
+	})
+}
+
+// A read deadline that passes in the middle of a message loses nothing
+// on plain TCP (ReadInterrupter): once it is lifted, the next ReadMessage
+// returns the message whole, wherever the deadline cut it (in the
+// header, in a body read through the buffer, in a large body read
+// straight into the message), and the one after it too.
+func TestTCPReadDeadlineResumes(t *testing.T) {
+	ln := listenLoopback(t)
+	for _, tt := range []struct {
+		name string
+		size int
+		cut  int
+	}{
+		{"in the header", 100, 7},
+		{"in the body", 100, wire.HeaderLen + 30},
+		{"in a large body", 3 * readBufferSize, wire.HeaderLen + readBufferSize + 100},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, w := rawPair(t, ln, Options{})
+			ri, ok := c.(ReadInterrupter)
+			require.True(t, ok)
+			require.True(t, ri.ReadResumes())
+			msg, next := testMsg(tt.size, 271, 1), testMsg(60, 271, 2)
+			_, err := w.Write(msg[:tt.cut])
+			require.NoError(t, err)
+			require.NoError(t, ri.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
+			_, err = c.ReadMessage()
+			require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+			require.NoError(t, ri.SetReadDeadline(time.Time{}))
+			_, err = w.Write(append(slices.Clone(msg[tt.cut:]), next...))
+			require.NoError(t, err)
+			got, err := c.ReadMessage()
+			require.NoError(t, err)
+			assert.Equal(t, msg, got)
+			got, err = c.ReadMessage()
+			require.NoError(t, err)
+			assert.Equal(t, next, got)
+		})
+	}
+	t.Run("a custom ReadFrame does not resume", func(t *testing.T) {
+		c, _ := rawPair(t, ln, Options{ReadFrame: func(r *bufio.Reader) ([]byte, error) { return nil, io.EOF }})
+		ri, ok := c.(ReadInterrupter)
+		require.True(t, ok)
+		assert.False(t, ri.ReadResumes())
 	})
 }

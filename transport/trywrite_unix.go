@@ -97,3 +97,7 @@ func (t *tcpConn) MessageBuffered() bool {
 	}
 	return t.streamConn.MessageBuffered()
 }
+
+// ReadResumes implements ReadInterrupter: true unless Options.ReadFrame
+// reads the socket.
+func (t *tcpConn) ReadResumes() bool { return t.rf != nil }
