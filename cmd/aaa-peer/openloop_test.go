@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/aaatp/aaatp/client"
@@ -62,33 +63,35 @@ func TestOpenLoopSchedule(t *testing.T) {
 
 // TestOpenLoopBound: past the in-flight bound, requests are not sent but
 // counted, and one warning a second says so with the bound and the count.
+// In a bubble: 300 ms of virtual time at 1,000/s is 300 requests due.
 func TestOpenLoopBound(t *testing.T) {
-	t.Parallel()
-	var logs syncBuffer
-	l := newOpenLoop(1000, 5, 0, slog.New(slog.NewTextHandler(&logs, nil)))
-	release := make(chan struct{})
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	go func() { <-ctx.Done(); close(release) }()
-	var peak, in atomic.Int64
-	l.run(ctx, func(int64, time.Time) {
-		if n := in.Add(1); n > peak.Load() {
-			peak.Store(n)
+	synctest.Test(t, func(t *testing.T) {
+		var logs syncBuffer
+		l := newOpenLoop(1000, 5, 0, slog.New(slog.NewTextHandler(&logs, nil)))
+		release := make(chan struct{})
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		go func() { <-ctx.Done(); close(release) }()
+		var peak, in atomic.Int64
+		l.run(ctx, func(int64, time.Time) {
+			if n := in.Add(1); n > peak.Load() {
+				peak.Store(n)
+			}
+			<-release
+			in.Add(-1)
+		})
+		sent, dropped := l.sent.Load(), l.dropped.Load()
+		if sent != 5 || peak.Load() > 5 {
+			t.Errorf("sent %d, at most %d at once; want 5 (the bound)", sent, peak.Load())
 		}
-		<-release
-		in.Add(-1)
+		if dropped < 294 || dropped > 296 {
+			t.Errorf("dropped %d, want 295: the schedule goes on", dropped)
+		}
+		warns := strings.Count(logs.String(), "in-flight bound reached")
+		if warns != 1 || !strings.Contains(logs.String(), "bound=5 dropped=1 dropped_total=1") {
+			t.Errorf("%d warnings, want 1 (at most one a second) naming the bound and the count:\n%s", warns, logs.String())
+		}
 	})
-	sent, dropped := l.sent.Load(), l.dropped.Load()
-	if sent != 5 || peak.Load() > 5 {
-		t.Errorf("sent %d, at most %d at once; want 5 (the bound)", sent, peak.Load())
-	}
-	if dropped < 150 || dropped > 305 {
-		t.Errorf("dropped %d, want about 295: the schedule goes on", dropped)
-	}
-	warns := strings.Count(logs.String(), "in-flight bound reached")
-	if warns != 1 || !strings.Contains(logs.String(), "bound=5 dropped=1 dropped_total=1") {
-		t.Errorf("%d warnings, want 1 (at most one a second) naming the bound and the count:\n%s", warns, logs.String())
-	}
 }
 
 // TestOpenLoopRequests: --requests counts the requests sent, not those

@@ -263,10 +263,19 @@ func (tr *transitions) get() []string {
 // them.
 func dial(t *testing.T, addr string, require radpeer.MessageAuthenticatorMode) *radpeer.Peer {
 	t.Helper()
+	return dialOn(t, addr, require, nil)
+}
+
+// dialOn is dial publishing on events (nil: a bus of the Peer's own): a
+// test that watches the first connection's INITIAL > OKAY subscribes
+// before Dial, which may see the connection up before it returns.
+func dialOn(t *testing.T, addr string, require radpeer.MessageAuthenticatorMode, events *peer.Bus) *radpeer.Peer {
+	t.Helper()
 	p, err := radpeer.Dial("radius+tcp://"+addr, radpeer.Config{
 		Secret:                      []byte(secret),
 		Watchdog:                    watchdog.Config{Twinit: 6 * time.Second},
 		RequireMessageAuthenticator: require,
+		Events:                      events,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -357,9 +366,10 @@ func TestFreeRADIUSExchange(t *testing.T) {
 func TestFreeRADIUSStopped(t *testing.T) {
 	t.Parallel()
 	fr := startFreeRADIUS(t)
-	p := dial(t, fr.addr, radpeer.RequireMANever)
-	tr, cancel := watch(p.Events())
+	events := peer.NewBus()
+	tr, cancel := watch(events)
 	defer cancel()
+	p := dialOn(t, fr.addr, radpeer.RequireMANever, events)
 	tr.waitFor(t, "INITIAL>OKAY", 10*time.Second)
 	ctx, cancelCtx := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelCtx()
