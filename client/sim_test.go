@@ -91,6 +91,10 @@ func TestSim(t *testing.T) {
 	workers := min(runtime.GOMAXPROCS(0), len(seeds))
 	testhook.Queued = simQueued
 	testhook.AfterQueue = func(uint32) { simPause(20 * time.Millisecond) }
+	// Not longer: strand runs on a Send's goroutine (its deadline is at
+	// stake) or on a peer's notifier, which delivers the peer's state
+	// changes after it (longer pauses, one per premature failover, hold
+	// the view back by seconds).
 	beforeStrand = func() { simPause(50 * time.Millisecond) }
 	beforeRefresh = func() { simPause(20 * time.Millisecond) }
 	onStrand = simStranded
@@ -107,7 +111,7 @@ func TestSim(t *testing.T) {
 					seed := seeds[i]
 					var st simCounts
 					ok := t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-						synctest.Test(t, func(t *testing.T) { st = runSim(t, seed, uint32(w)) })
+						runBubble(t, seed, func(t *testing.T) { st = runSim(t, seed, uint32(w)) })
 					})
 					if !ok {
 						fmu.Lock()
@@ -131,7 +135,7 @@ func TestSim(t *testing.T) {
 		s := total.snapshot()
 		if s.Replays == 0 || s.Premature == 0 || s.Late == 0 || s.Parked == 0 || s.Drained == 0 ||
 			s.Patient == 0 || s.Pinned == 0 || s.NonAcct == 0 || s.AllOut == 0 || s.SlowBehind == 0 ||
-			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 {
+			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 || s.BusyFailover == 0 {
 			t.Errorf("the schedules exercised too little: %+v", s)
 		}
 	}
@@ -140,6 +144,7 @@ func TestSim(t *testing.T) {
 type simCounts struct {
 	Requests, Answered, Failed, Replays, Premature, Late, Parked, Drained, Closes int
 	Patient, Pinned, NonAcct, AllOut, SlowBehind, OrderPairs, Drains, Pauses      int
+	BusyFailover, HandOverPairs                                                   int
 }
 
 type simTotals struct {
@@ -168,6 +173,8 @@ func (s *simTotals) add(b simCounts) {
 	a.OrderPairs += b.OrderPairs
 	a.Drains += b.Drains
 	a.Pauses += b.Pauses
+	a.BusyFailover += b.BusyFailover
+	a.HandOverPairs += b.HandOverPairs
 }
 
 func (s *simTotals) snapshot() simCounts {
@@ -216,18 +223,25 @@ func simYield() {
 	}
 }
 
-// inDispatch reports whether the caller runs inside dispatchAll (2: a
-// failover's or an unpark's batch, between its picks and its submits) or
-// dispatch (1: a single send between its pick and its submit), where no
-// lock is held: the balancer's clock pauses there.
+// inDispatch reports whether the caller runs inside placeAll (3: a
+// waiter's round, on the waiter's goroutine; 2: a failover's batch, on
+// the peer's notifier), between its picks and the submits of its runs,
+// or dispatch (1: a single send between its pick and its submit), where
+// no lock is held: the balancer's clock pauses there.
 func inDispatch() int {
-	var pcs [24]uintptr
+	var pcs [32]uintptr
 	n := runtime.Callers(3, pcs[:])
 	frames := runtime.CallersFrames(pcs[:n])
-	single := 0
+	single, batch := 0, false
 	for {
 		f, more := frames.Next()
-		if strings.HasSuffix(f.Function, ".(*Client).dispatchAll") {
+		if strings.HasSuffix(f.Function, ".(*Client).placeAll") {
+			batch = true
+		}
+		if batch && strings.HasSuffix(f.Function, ".(*Client).waitFor") {
+			return 3
+		}
+		if batch && !more {
 			return 2
 		}
 		if strings.HasSuffix(f.Function, ".(*Client).dispatch") {
@@ -325,6 +339,93 @@ func (w *simWorld) handedOverReversed(a, b uint32, from string, sent time.Time) 
 		return "", false
 	}
 	return "", false
+}
+
+// simHop is a request's move from one connection to the next (at: when
+// it was queued there, or zero).
+type simHop struct {
+	from, to any
+	at       time.Time
+}
+
+// simMove is one replay: the send on the connection it left and the send
+// on the next.
+type simMove struct {
+	xseq, yseq int // seq of the send on from, on to
+	id         uint32
+	xat, yat   time.Time
+	xhost      string // the server of from, when known
+}
+
+// handedOverOrder checks that requests handed over together (one
+// failover of a connection: records of one time) and replayed on one same
+// connection are queued there in their send order, also when some of
+// them waited for a view change and others did not: those that waited
+// could go nowhere, and whatever they could not go to, the others could
+// not either, unless a refusal (forgotten later) or a Destination-Host
+// set them apart, and those are left out. routes holds the replays of
+// each (from, to) pair of connections. w.mu is held.
+func (w *simWorld) handedOverOrder(routes map[simHop][]simMove) {
+	for _, m := range routes {
+		var ms []simMove
+		for _, x := range m {
+			if rq := w.reqs[x.id]; rq == nil || rq.pinned != "" || w.everRefused(x.id) {
+				continue
+			}
+			ms = append(ms, x)
+		}
+		slices.SortFunc(ms, func(a, b simMove) int { return a.xseq - b.xseq })
+		at := make([]time.Time, len(ms))
+		for i, x := range ms {
+			at[i], _ = w.handOverOf(x.id, x.xhost, x.xat)
+		}
+		for i := range ms {
+			for j := i + 1; j < len(ms); j++ {
+				if at[i].IsZero() || !at[i].Equal(at[j]) {
+					continue
+				}
+				w.counts.HandOverPairs++
+				if ms[j].yseq > ms[i].yseq {
+					continue
+				}
+				a, b := ms[i].id, ms[j].id
+				w.t.Errorf("seed %d: replays of one hand-over (at %v) out of send order: %d and %d sent at %d then %d, replayed on one connection at %d then %d (at %v then %v); sends %+v and %+v; records %q / %q",
+					w.seed, at[i].Format("04:05.000"), a, b, ms[i].xseq, ms[j].xseq, ms[i].yseq, ms[j].yseq, ms[i].yat.Format("04:05.000"), ms[j].yat.Format("04:05.000"), w.sends[a], w.sends[b], w.recordsWith(a), w.recordsWith(b))
+			}
+		}
+	}
+}
+
+// handOverOf returns the time of the failover record (moved or parked)
+// that took request id off the connection to server from where it was
+// sent at sent: the first record from that server since naming it.
+func (w *simWorld) handOverOf(id uint32, from string, sent time.Time) (time.Time, bool) {
+	if from == "" {
+		return time.Time{}, false
+	}
+	for _, r := range w.records {
+		if r.Time.Before(sent) || r.From != from || (r.Outcome != Moved && r.Outcome != Parked) {
+			continue
+		}
+		if slices.Contains(r.EndToEnd, id) {
+			return r.Time, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// everRefused reports whether a server refused request id (3004 or 3002
+// read, or a send after a refusal). w.mu is held.
+func (w *simWorld) everRefused(id uint32) bool {
+	for _, s := range w.sends[id] {
+		if s.afterRefusal {
+			return true
+		}
+		if _, ok := w.refusals[[2]uint32{id, s.hbh}]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // recordsWith returns the failover records that name request id, for a
@@ -566,7 +667,12 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	// state before the batch is submitted.
 	cfg.Balancer.Now = func() time.Time {
 		switch inDispatch() {
-		case 2:
+		case 3:
+			// A round: no pause. Its requests stay parked while it places
+			// them, and watchParked, which looks every 5 s, would find a
+			// request lost and refused (asked again every second) in the
+			// middle of a round too often.
+		case 2: // on the peer's notifier, which delivers its state changes after it
 			simPause(50 * time.Millisecond)
 		case 1: // a single send between its pick and its submit
 			simPause(5 * time.Millisecond)
@@ -776,9 +882,19 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 						s.f.unfreeze()
 					}
 				}()
+				began := time.Now()
 				for range 1 + w.rng.IntN(3) {
 					time.Sleep(time.Duration(w.rng.Int64N(int64(d / 4))))
 					for range 1 + w.rng.IntN(4) {
+						send()
+					}
+				}
+				if w.rng.IntN(2) == 0 {
+					// A burst as they come back: requests that find no peer
+					// start waiting while the peers' return changes the
+					// view (a change in between must not be lost).
+					time.Sleep(d - time.Since(began))
+					for range 1 + w.rng.IntN(6) {
 						send()
 					}
 				}
@@ -804,6 +920,39 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			case 2:
 				w.disconnect(s, &bg)
 			}
+		case k == 18: // the alternates refuse (3004) while a server fails over, then the server is back on its connection
+			// The requests moved off it are lost there and refused by every
+			// other peer; none of the peers leaves or comes back once the
+			// refusals end: nothing but the refusals being forgotten sends
+			// them again.
+			w.counts.BusyFailover++
+			x := srv()
+			for _, s := range w.servers {
+				if s != x {
+					s.mu.Lock()
+					s.kind = "busy"
+					s.mu.Unlock()
+				}
+			}
+			for range 2 + w.rng.IntN(8) {
+				send()
+			}
+			x.f.freeze()
+			busy := time.Duration(65+w.rng.IntN(30)) * time.Second // past x's failover at 2 Tw
+			thaw := time.Duration(61+w.rng.IntN(25)) * time.Second // a flap: before the close at 3 Tw
+			bg.Add(2)
+			go func() {
+				defer bg.Done()
+				time.Sleep(busy)
+				for _, s := range w.servers {
+					if s != x {
+						s.mu.Lock()
+						s.kind = "ok"
+						s.mu.Unlock()
+					}
+				}
+			}()
+			go func() { defer bg.Done(); time.Sleep(thaw); x.f.unfreeze() }()
 		}
 		if closedEarly {
 			break
@@ -849,7 +998,6 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		case <-time.After(2 * time.Hour):
 			w.violation("Sends still waiting 2h after the schedule went quiet")
 		}
-		synctest.Wait()
 		for _, p := range c.Peers() {
 			if p == nil {
 				continue
@@ -890,8 +1038,15 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		}
 	}
 	stopWatch()
-	c.Close(context.Background()) // with answers in flight when closedEarly
-	<-c.Done()
+	if !closeBounded(t, context.Background(), c) { // with answers in flight when closedEarly
+		w.violation("Client.Close has not returned after %v (waiters, line and count: %v)", simCloseBound, fmt.Sprint(waitersLeft(c)))
+		w.mu.Lock()
+		for _, e := range w.errs {
+			t.Errorf("seed %d: %s", seed, e)
+		}
+		w.mu.Unlock()
+		t.FailNow() // the goroutines left blocked: runBubble reports them too
+	}
 	w.closedAt = time.Now()
 	for _, s := range w.servers {
 		s.f.unfreeze()
@@ -1064,7 +1219,11 @@ func simRequest(n int, nai, host string, acct bool) []byte {
 //     connection over in the order they were sent there (its records),
 //     and requests moved together from one connection to another are
 //     queued there in that order, also when they waited for a peer and
-//     when a peer came into service in the middle of the batch;
+//     when a peer came into service in the middle of the batch, and also
+//     when some of one hand-over waited and others did not
+//     (handedOverOrder);
+//   - Client.Close returns (within simCloseBound), with no waiter left in
+//     line and no request counted waiting (closeBounded);
 //   - a graceful Close drains: the requests in flight to servers that
 //     answer within the drain are answered, and not replayed;
 //   - once quiet (checkRecovered): every peer back in service, nothing
@@ -1163,17 +1322,10 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			}
 		}
 	}
-	type hop struct {
-		from, to any
-		at       time.Time
-	}
-	type move struct {
-		xseq, yseq int // seq of the send on from, on to
-		id         uint32
-		xat, yat   time.Time
-		xhost      string // the server of from, when known
-	}
-	moves := map[hop][]move{} // replays moved together
+	type hop = simHop
+	type move = simMove
+	moves := map[hop][]move{}  // replays moved together
+	routes := map[hop][]move{} // replays by their connections alone (at zero), for handedOverOrder
 	for id, ss := range w.sends {
 		conns := map[any]int{} // the last send on each connection
 		hbhs := map[uint32]bool{}
@@ -1220,9 +1372,12 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			if !s.afterRefusal {
 				h := hop{prev.conn, s.conn, s.at}
 				moves[h] = append(moves[h], move{prev.seq, s.seq, id, prev.at, s.at, w.wrote[[2]uint32{id, prev.hbh}]})
+				r := hop{from: prev.conn, to: s.conn}
+				routes[r] = append(routes[r], move{prev.seq, s.seq, id, prev.at, s.at, w.wrote[[2]uint32{id, prev.hbh}]})
 			}
 		}
 	}
+	w.handedOverOrder(routes)
 	for _, m := range moves {
 		slices.SortFunc(m, func(a, b move) int { return a.xseq - b.xseq })
 		for i := 1; i < len(m); i++ {

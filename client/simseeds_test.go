@@ -1,11 +1,14 @@
 package client
 
 import (
+	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 // simSeeds returns the seeds a simulator runs: only seed when it is set,
@@ -39,7 +42,7 @@ func runSeeds[R any](t *testing.T, seeds []uint64, replay string, run func(t *te
 					seed := seeds[i]
 					var r R
 					if !t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-						synctest.Test(t, func(t *testing.T) { r = run(t, seed) })
+						runBubble(t, seed, func(t *testing.T) { r = run(t, seed) })
 					}) {
 						t.Errorf("seed %d failed: replay with %s=%d", seed, replay, seed)
 						continue
@@ -51,4 +54,62 @@ func runSeeds[R any](t *testing.T, seeds []uint64, replay string, run func(t *te
 			})
 		}
 	})
+}
+
+// runBubble runs f in a synctest bubble. A schedule whose goroutines end
+// up blocked for ever (a waiter stuck in line, a Close that cannot
+// finish) makes synctest panic once nothing else can run: that panic is
+// the seed's failure, reported with the seed, and the other seeds go on.
+func runBubble(t *testing.T, seed uint64, f func(t *testing.T)) {
+	defer func() {
+		if r := recover(); r != nil {
+			if e, ok := r.(error); ok && strings.HasPrefix(e.Error(), "deadlock") {
+				t.Errorf("seed %d: the schedule's goroutines are blocked for ever (%v)", seed, e)
+				return
+			}
+			panic(r)
+		}
+	}()
+	synctest.Test(t, f)
+}
+
+// simCloseBound is how long a simulator waits for Client.Close: its
+// graceful disconnects take seconds; one that has not returned after
+// this is stuck.
+const simCloseBound = 10 * time.Minute
+
+// closeBounded closes c and waits for Done, up to simCloseBound; false if
+// it did not return by then (the caller reports it: goroutines are left
+// blocked, which runBubble reports too). A Close that returns with a
+// waiter left in line, or requests counted waiting, is reported to t:
+// Close fails the waiting requests and waits for their waiters.
+func closeBounded(t *testing.T, ctx context.Context, c *Client) bool {
+	done := make(chan struct{})
+	go func() {
+		c.Close(ctx)
+		if line, n := waitersLeft(c); line > 0 || n != 0 {
+			t.Errorf("Client.Close returned with %d waiters in line and %d requests counted waiting", line, n)
+		}
+		<-c.Done()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-time.After(simCloseBound):
+		return false
+	}
+}
+
+// waitersLeft reports the waiters still in line and the requests counted
+// as waiting: once every request has returned and its deadline passed,
+// none may be left (a waiter ends when its requests are placed, fail at
+// Close, or pass their deadlines).
+func waitersLeft(c *Client) (line int, waiting int64) {
+	c.mu.Lock()
+	for x := c.lastWaiter; x != nil; x = x.prev {
+		line++
+	}
+	c.mu.Unlock()
+	return line, c.waiting.Load()
 }

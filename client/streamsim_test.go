@@ -93,8 +93,11 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.WaitReady(context.Background(), nServers); err != nil {
-		t.Fatal(err)
+	ready, cancelReady := context.WithTimeout(context.Background(), time.Minute)
+	defer cancelReady()
+	if err := c.WaitReady(ready, nServers); err != nil {
+		closeBounded(t, context.Background(), c)
+		t.Fatal(err) // each server's first connection is up within a second
 	}
 
 	stopFaults := make(chan struct{})
@@ -186,8 +189,9 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 	for _, s := range c.ServerStats() {
 		r.moved += s.FailedOver
 	}
-	c.Close(context.Background())
-	<-c.Done()
+	if !closeBounded(t, context.Background(), c) {
+		t.Fatalf("Client.Close has not returned after %v", simCloseBound)
+	}
 	n.close()
 
 	for _, o := range outs {

@@ -284,9 +284,10 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 		res.retrans += st.Retransmissions
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	c.Close(ctx)
+	if !closeBounded(t, ctx, c) {
+		t.Fatalf("Client.Close has not returned after %v", simCloseBound)
+	}
 	cancel()
-	<-c.Done()
 	for _, srv := range srvs {
 		srv.Close(context.Background())
 	}
