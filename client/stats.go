@@ -296,19 +296,23 @@ const nReasons = 10
 func (c *Client) account(r call.Result, took time.Duration) {
 	// The outcome counts for the server the request was first sent to,
 	// wherever a failover took it (RFC 3539 3.4.3 [4] statistics).
-	if m := c.memberOf(r.First); m != nil {
-		m.stats.done(r.Err == nil, took)
+	first := c.memberOf(r.First)
+	if first != nil {
+		first.stats.done(r.Err == nil, took)
 	}
 	if r.Err != nil {
 		i := reasonOf(r.Err, r.Sends)
-		if m := c.memberOf(r.First); m != nil {
-			m.stats.errors[i].Add(1)
+		if first != nil {
+			first.stats.errors[i].Add(1)
 		} else {
 			c.log.unsent[i].Add(1)
 		}
 		return
 	}
-	m := c.memberOf(r.By)
+	m := first // usually the server that answered
+	if r.By != r.First {
+		m = c.memberOf(r.By)
+	}
 	if m == nil {
 		return
 	}

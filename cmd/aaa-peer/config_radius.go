@@ -22,18 +22,7 @@ func (o *radiusClientOptions) applyConfig(cfg *config.Config, set map[string]boo
 	if cfg == nil {
 		return nil, nil
 	}
-	if cfg.Tw != 0 && !set["tw"] {
-		o.tw = cfg.Tw
-	}
-	setStr(&o.tlsCA, cfg.TLS.CA, set["tls-ca"])
-	setStr(&o.tlsCert, cfg.TLS.Cert, set["tls-cert"])
-	setStr(&o.tlsKey, cfg.TLS.Key, set["tls-key"])
-	if cfg.Limits.MaxRate != 0 && !set["max-rate"] {
-		o.maxRate = cfg.Limits.MaxRate
-	}
-	if cfg.Limits.MaxOutstanding != 0 && !set["max-outstanding"] {
-		o.maxOut = cfg.Limits.MaxOutstanding
-	}
+	fileDefaults(cfg, set, &o.tw, &o.tlsCA, &o.tlsCert, &o.tlsKey, &o.maxRate, &o.maxOut)
 	if len(cfg.Peers) == 0 || set["peer"] {
 		// The --peer servers: the file's secret is every one's default.
 		if cfg.Secret == nil || set["secret-file"] {
