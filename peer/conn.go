@@ -529,19 +529,22 @@ func (c *conn) match(hbh uint32) (cl *dcall, late bool) {
 }
 
 // takePending marks the connection lost and returns the calls still in
-// flight on it, in send order; every entry leaves the maps.
+// flight on it, in send order. They stay matchable as gone, with those
+// moved off before: answers the reader had already received when the
+// connection was lost (a write that failed while they sat in its buffer)
+// still complete their calls.
 func (c *conn) takePending() []*call.Call {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lost = true
 	var calls []*call.Call
-	c.pending.each(func(_ uint32, cl *dcall) {
+	c.pending.each(func(id uint32, cl *dcall) {
 		if cl.Leave(&c.h) {
 			calls = append(calls, &cl.Call)
 		}
+		c.rememberGoneLocked(id, cl)
 	})
 	c.pending.clear()
-	c.gone, c.goneIDs = nil, nil // nothing more arrives here
 	sortBySend(calls)
 	return calls
 }

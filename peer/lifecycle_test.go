@@ -182,6 +182,39 @@ func TestMovedCallsBounded(t *testing.T) {
 	assert.Same(t, cl, got)
 }
 
+// A lost connection keeps its calls matchable: the reader may still hand
+// on answers it had received before the loss (a write that failed while
+// they sat in its buffer), and those complete their calls, whether the
+// call was still pending there or had moved off before.
+func TestLostConnectionKeepsAnswersMatchable(t *testing.T) {
+	cn := newConn(nil, nil, "x")
+	board := func() (*dcall, uint32) {
+		cl, err := newCall(acr(), false)
+		require.NoError(t, err)
+		cn.mu.Lock()
+		_, id, _, err := cl.board(cn)
+		cn.pending.put(id, cl)
+		cn.mu.Unlock()
+		require.NoError(t, err)
+		return cl, id
+	}
+	movedCall, movedID := board()
+	require.Len(t, cn.moveOut(), 1)
+	pendingCall, pendingID := board()
+
+	taken := cn.takePending()
+	require.Equal(t, []*call.Call{&pendingCall.Call}, taken)
+	assert.Zero(t, cn.pendingLen())
+	for _, c := range []struct {
+		id uint32
+		cl *dcall
+	}{{movedID, movedCall}, {pendingID, pendingCall}} {
+		got, late := cn.match(c.id)
+		assert.Same(t, c.cl, got, "an answer read before the loss still finds its call")
+		assert.True(t, late)
+	}
+}
+
 // The allow-list compares DiameterIdentities ignoring case.
 func TestAllowHostsIgnoresCase(t *testing.T) {
 	c := Config{AllowHosts: []string{"*.Example.NET", "exact.example.org"}}
