@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -167,18 +168,19 @@ type picker struct {
 	// in service), so a walk's answer does not depend on the key and
 	// Pick needs no hash.
 	uniform bool
-	state   []State // by slot
-	ready   []int16 // in-service slots by (Index, slot): direct, round-robin
+	servers []Server // by slot, as of this snapshot (SetServers changes them)
+	removed []bool   // by slot: no longer configured
+	state   []State  // by slot
+	ready   []int16  // in-service slots by (Index, slot): direct, round-robin
 }
 
 // Balancer picks servers for requests. Create it with New.
 type Balancer struct {
 	// Immutable after New.
 	alg     Algorithm
-	servers []Server       // by slot, weights normalized
-	byName  map[string]int // name -> slot
-	idle    int64          // ns
-	touch   int64          // ns: refresh a conversation's last use at most this often
+	initial State // a new server's state (Options.InitialState)
+	idle    int64 // ns
+	touch   int64 // ns: refresh a conversation's last use at most this often
 	now     func() time.Time
 	epoch   time.Time
 	// mono: now is time.Now, so clock reads only the monotonic clock
@@ -190,11 +192,14 @@ type Balancer struct {
 	rr   atomic.Uint64 // round-robin counter
 	sess sessions      // conversation memory (pearson)
 
-	// Owned by writers (SetState, Sweep), guarded by mu.
-	mu     sync.Mutex
-	state  []State // by slot
-	member []bool  // by slot: holds buckets (in the in-service set)
-	gen    uint64
+	// Owned by writers (SetState, SetServers, Sweep), guarded by mu.
+	mu      sync.Mutex
+	servers []Server       // by slot, weights normalized; slots are never reused for another name
+	byName  map[string]int // name -> slot
+	removed []bool         // by slot: taken out of the configuration by SetServers
+	state   []State        // by slot
+	member  []bool         // by slot: holds buckets (in the in-service set)
+	gen     uint64
 	// watchSince[h] is the clock since which bucket h has been watched
 	// under its current owner without a break (every new conversation
 	// there remembered), or unwatched.
@@ -235,7 +240,9 @@ func New(alg Algorithm, servers []Server, opts Options) (*Balancer, error) {
 	}
 	b := &Balancer{
 		alg:     alg,
+		initial: opts.InitialState,
 		servers: make([]Server, len(servers)),
+		removed: make([]bool, len(servers)),
 		byName:  make(map[string]int, len(servers)),
 		idle:    int64(opts.IdleTimeout),
 		touch:   min(int64(time.Second), int64(opts.IdleTimeout)/8),
@@ -268,19 +275,31 @@ func New(alg Algorithm, servers []Server, opts Options) (*Balancer, error) {
 	for h := range b.watchSince {
 		b.watchSince[h] = unwatched
 	}
-	if alg == Pearson {
-		member := b.member
-		b.member = make([]bool, len(servers))
-		for i := range b.member {
-			b.member[i] = true
-		}
-		b.home = b.buildTable(nil)
-		b.member = member
-	}
+	b.buildHome()
 	t := b.buildTable(nil)
 	b.rewatch(nil, t, b.clock())
 	b.publish(t, nil)
 	return b, nil
+}
+
+// buildHome builds the table with every server the Balancer knows in
+// service (pearson): where buckets return to. A server removed by
+// SetServers keeps its home buckets, to take them back if it is named
+// again; a server added or reweighted moves as few buckets of the home as
+// it can, as a change of the servers in service does with the current
+// table, so that a server added takes back, after a stay down, the
+// buckets it took when it came. Caller holds mu (or is New).
+func (b *Balancer) buildHome() {
+	if b.alg != Pearson {
+		return
+	}
+	member := b.member
+	b.member = make([]bool, len(member))
+	for i := range b.member {
+		b.member[i] = true
+	}
+	b.home = b.buildTable(b.home)
+	b.member = member
 }
 
 // buildTable builds the next table from prev for the current members.
@@ -376,7 +395,7 @@ func (b *Balancer) unsureBuckets(prev, nt *bucketTable, now int64) (*[NumBuckets
 
 // publish swaps in a new snapshot. Caller holds mu (or is New).
 func (b *Balancer) publish(t *bucketTable, old []oldTable) {
-	p := &picker{gen: b.gen, table: t, old: old, state: append([]State(nil), b.state...), uniform: t.uniform()}
+	p := &picker{gen: b.gen, table: t, old: old, servers: slices.Clone(b.servers), removed: slices.Clone(b.removed), state: slices.Clone(b.state), uniform: t.uniform()}
 	if b.alg == Pearson {
 		for h, since := range b.watchSince {
 			if since != unwatched {
@@ -420,7 +439,7 @@ func (b *Balancer) SetState(name string, st State) (rebuilt bool, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	slot, ok := b.byName[name]
-	if !ok {
+	if !ok || b.removed[slot] {
 		return false, fmt.Errorf("loadbalance: unknown server %q", name)
 	}
 	if b.state[slot] == st {
@@ -434,11 +453,20 @@ func (b *Balancer) SetState(name string, st State) (rebuilt bool, err error) {
 	case Down:
 		b.member[slot] = false
 	}
-	cur := b.cur.Load()
 	if b.member[slot] == was {
+		cur := b.cur.Load()
 		b.publish(cur.table, cur.old)
 		return false, nil
 	}
+	b.rebuildLocked()
+	return true, nil
+}
+
+// rebuildLocked starts a new generation: the table for the current
+// members, the previous one kept for the conversations it routed.
+// Caller holds mu.
+func (b *Balancer) rebuildLocked() {
+	cur := b.cur.Load()
 	b.gen++
 	nt := b.buildTable(cur.table)
 	var old []oldTable
@@ -453,6 +481,85 @@ func (b *Balancer) SetState(name string, st State) (rebuilt bool, err error) {
 		b.forgetIfQuiet(old, now)
 	}
 	b.publish(nt, old)
+}
+
+// MaxSlots bounds how many distinct server names a Balancer knows over
+// its life (New's and every SetServers'): a removed server keeps its slot,
+// so that a conversation it started can be told from another's and the
+// server can come back to its buckets.
+const MaxSlots = 1024
+
+// SetServers replaces the configured servers, as a reload of the
+// configuration does: a server named before keeps its state and its
+// conversations and takes the new Weight and Index; a new name starts in
+// Options.InitialState; a name left out leaves the table as a server going
+// down does (its conversations move on, the others keep their servers
+// while the old table lives). Nothing changes on an error: an empty list,
+// a duplicate or empty name, a negative weight, or more than MaxSlots
+// names over the Balancer's life. It reports whether the table was
+// rebuilt (a new generation).
+func (b *Balancer) SetServers(servers []Server) (rebuilt bool, err error) {
+	if len(servers) == 0 || len(servers) > NumBuckets {
+		return false, fmt.Errorf("loadbalance: need 1 to %d servers, got %d", NumBuckets, len(servers))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	want := make(map[string]Server, len(servers))
+	added := 0
+	for i, s := range servers {
+		switch {
+		case s.Name == "":
+			return false, fmt.Errorf("loadbalance: server %d has no name", i)
+		case s.Weight < 0:
+			return false, fmt.Errorf("loadbalance: server %q has negative weight", s.Name)
+		}
+		if _, dup := want[s.Name]; dup {
+			return false, fmt.Errorf("loadbalance: duplicate server name %q", s.Name)
+		}
+		if s.Weight == 0 {
+			s.Weight = 1
+		}
+		want[s.Name] = s
+		if _, ok := b.byName[s.Name]; !ok {
+			added++
+		}
+	}
+	if len(b.servers)+added > MaxSlots {
+		return false, fmt.Errorf("loadbalance: more than %d server names over the balancer's life", MaxSlots)
+	}
+	changed := false // a change of the table's members or weights
+	for slot, srv := range b.servers {
+		s, keep := want[srv.Name]
+		switch {
+		case !keep && !b.removed[slot]:
+			b.removed[slot], b.state[slot] = true, Down
+			changed = changed || b.member[slot]
+			b.member[slot] = false
+		case keep:
+			changed = changed || s.Weight != srv.Weight || s.Index != srv.Index || b.removed[slot]
+			if b.removed[slot] {
+				b.removed[slot], b.state[slot] = false, b.initial
+				b.member[slot] = b.initial == InService
+			}
+			b.servers[slot] = s
+		}
+	}
+	for _, s := range servers {
+		if _, ok := b.byName[s.Name]; ok {
+			continue
+		}
+		b.byName[s.Name] = len(b.servers)
+		b.servers = append(b.servers, want[s.Name])
+		b.removed = append(b.removed, false)
+		b.state = append(b.state, b.initial)
+		b.member = append(b.member, b.initial == InService)
+		changed = true
+	}
+	if !changed {
+		return false, nil
+	}
+	b.buildHome()
+	b.rebuildLocked()
 	return true, nil
 }
 
@@ -545,7 +652,7 @@ func (b *Balancer) Pick(r Request) (Server, error) {
 	if slot == noSlot {
 		return Server{}, ErrNoServer
 	}
-	return b.servers[slot], nil
+	return p.servers[slot], nil
 }
 
 func keyHash(r Request) uint8 {

@@ -10,10 +10,10 @@ import "fmt"
 // ErrNoAffinity. Route does not touch the conversation memory.
 func (b *Balancer) Route(key string, suspended ...string) (hash uint8, server string, err error) {
 	p := b.cur.Load()
-	skip := make([]bool, len(b.servers))
+	skip := make([]bool, len(p.servers))
 	for _, n := range suspended {
-		slot, ok := b.byName[n]
-		if !ok {
+		slot := p.slot(n)
+		if slot == noSlot {
 			return 0, "", fmt.Errorf("loadbalance: unknown server %q", n)
 		}
 		skip[slot] = true
@@ -36,7 +36,17 @@ func (b *Balancer) Route(key string, suspended ...string) (hash uint8, server st
 	if slot == noSlot {
 		return hash, "", ErrNoServer
 	}
-	return hash, b.servers[slot].Name, nil
+	return hash, p.servers[slot].Name, nil
+}
+
+// slot returns the slot of the configured server name, noSlot if none.
+func (p *picker) slot(name string) int {
+	for i, s := range p.servers {
+		if s.Name == name && !p.removed[i] {
+			return i
+		}
+	}
+	return noSlot
 }
 
 // ServerStatus is one server in a Snapshot.
@@ -51,7 +61,7 @@ type ServerStatus struct {
 type Snapshot struct {
 	Algorithm  Algorithm
 	Generation uint64
-	Servers    []ServerStatus // in configured order
+	Servers    []ServerStatus // configured order; servers added by SetServers after
 	Table      Table          // current table (pearson, hash); zero otherwise
 	// OldGenerations are the previous tables still kept for conversations
 	// in progress, newest first. Empty when no transition is under way.
@@ -66,24 +76,28 @@ func (b *Balancer) Snapshot() Snapshot {
 	s := Snapshot{
 		Algorithm:  b.alg,
 		Generation: p.gen,
-		Servers:    make([]ServerStatus, len(b.servers)),
+		Servers:    make([]ServerStatus, 0, len(p.servers)),
 		Sessions:   b.sess.count(),
 		Untracked:  b.sess.untracked.Load(),
 	}
 	var counts []int
 	if p.table != nil {
-		counts = p.table.counts(len(b.servers))
+		counts = p.table.counts(len(p.servers))
 		for h, slot := range p.table {
 			if slot != noSlot {
-				s.Table[h] = b.servers[slot].Name
+				s.Table[h] = p.servers[slot].Name
 			}
 		}
 	}
-	for i, srv := range b.servers {
-		s.Servers[i] = ServerStatus{Server: srv, State: p.state[i]}
-		if counts != nil {
-			s.Servers[i].Buckets = counts[i]
+	for i, srv := range p.servers {
+		if p.removed[i] {
+			continue
 		}
+		st := ServerStatus{Server: srv, State: p.state[i]}
+		if counts != nil {
+			st.Buckets = counts[i]
+		}
+		s.Servers = append(s.Servers, st)
 	}
 	for _, o := range p.old {
 		s.OldGenerations = append(s.OldGenerations, o.gen)
