@@ -18,9 +18,11 @@ import (
 //
 // A Group is safe for concurrent use.
 type Group struct {
-	mu    sync.Mutex
-	t     []*Tracker
-	avail []bool
+	mu      sync.Mutex
+	t       []*Tracker
+	avail   []bool
+	removed []bool // by index: taken out by Remove
+	cfg     Config
 }
 
 // TestSend is a test-user request the owner must send to server Index.
@@ -35,7 +37,7 @@ func NewGroup(names []string, cfg Config) (*Group, error) {
 	if len(names) == 0 {
 		return nil, fmt.Errorf("%w: no server", ErrConfig)
 	}
-	g := &Group{t: make([]*Tracker, len(names)), avail: make([]bool, len(names))}
+	g := &Group{t: make([]*Tracker, len(names)), avail: make([]bool, len(names)), removed: make([]bool, len(names)), cfg: cfg}
 	for i, n := range names {
 		t, err := NewTracker(n, cfg)
 		if err != nil {
@@ -48,7 +50,31 @@ func NewGroup(names []string, cfg Config) (*Group, error) {
 	return g, nil
 }
 
-// Len returns the number of servers.
+// Add adds a server with the group's configuration, Unknown and
+// available, and returns its index.
+func (g *Group) Add(name string) (int, error) {
+	t, err := NewTracker(name, g.cfg)
+	if err != nil {
+		return 0, err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t.index = len(g.t)
+	g.t = append(g.t, t)
+	g.avail = append(g.avail, true)
+	g.removed = append(g.removed, false)
+	return t.index, nil
+}
+
+// Remove takes server i out for good: it is unavailable from now on, and
+// Tick no longer advances it. Its index is not reused.
+func (g *Group) Remove(i int) {
+	g.mu.Lock()
+	g.removed[i], g.avail[i] = true, false
+	g.mu.Unlock()
+}
+
+// Len returns the number of servers, removed ones included.
 func (g *Group) Len() int { return len(g.t) }
 
 // Name returns the name of server i.
@@ -75,7 +101,7 @@ func (g *Group) States(dst []State) []State {
 // (its watchdog is OKAY).
 func (g *Group) SetAvailable(i int, ok bool) {
 	g.mu.Lock()
-	g.avail[i] = ok
+	g.avail[i] = ok && !g.removed[i]
 	g.mu.Unlock()
 }
 
@@ -130,12 +156,18 @@ func (g *Group) CancelProbe(i int) {
 func (g *Group) Tick(now time.Time, sends []TestSend, evs []Event) ([]TestSend, []Event) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, t := range g.t {
+	for i, t := range g.t {
+		if g.removed[i] {
+			continue
+		}
 		var o Output
 		t.advance(now, &o)
 		evs = append(evs, o.Events()...)
 	}
 	for i, t := range g.t {
+		if g.removed[i] {
+			continue
+		}
 		if !g.avail[i] { // no test-user request on a connection that cannot carry it
 			o := t.hold(now, g.probeOK(i))
 			evs = append(evs, o.Events()...)
@@ -154,7 +186,10 @@ func (g *Group) Tick(now time.Time, sends []TestSend, evs []Event) ([]TestSend, 
 func (g *Group) NextWakeup() (at time.Time, ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, t := range g.t {
+	for i, t := range g.t {
+		if g.removed[i] {
+			continue
+		}
 		if x, tok := t.NextWakeup(); tok && (!ok || x.Before(at)) {
 			at, ok = x, true
 		}

@@ -309,3 +309,32 @@ func TestGroupConcurrent(t *testing.T) {
 	wg.Wait()
 	assert.Len(t, g.States(nil), 3)
 }
+
+// A server added to a group gets the group's configuration and takes part
+// in its decisions; a removed one takes no traffic, is not advanced, and
+// no longer counts as healthy for another's probe.
+func TestGroupAddAndRemove(t *testing.T) {
+	g := newGroup(t, Config{}, "a")
+	i, err := g.Add("b")
+	require.NoError(t, err)
+	assert.Equal(t, 1, i)
+	assert.Equal(t, "b", g.Name(1))
+	inService(t, g, 1, 0)
+	g.OnSent(0, at(0))
+	g.Tick(at(15*s), nil, nil) // a out until 45 s; b, healthy, lets it be probed
+	sends, evs := g.Tick(at(45*s), nil, nil)
+	assert.Equal(t, []rec{{45 * s, "a", OutOfService, Probing, ReasonHoldDownOver}}, recs(evs...))
+	assert.Empty(t, sends)
+
+	g.Remove(1)
+	g.SetAvailable(1, true)
+	assert.False(t, g.Allow(1, at(46*s)).Allow, "a removed server takes nothing")
+	assert.Equal(t, []int(nil), g.Eligible(nil))
+	g.OnSent(1, at(46*s)) // a request sent before the removal
+	_, evs = g.Tick(at(100*s), nil, nil)
+	for _, e := range recs(evs...) {
+		assert.NotEqual(t, "b", e.server, "a removed server is not advanced")
+	}
+	_, ok := g.NextWakeup()
+	assert.False(t, ok, "no wake-up for the removed server's unanswered request")
+}
