@@ -558,3 +558,29 @@ func TestStaleClockReadingGetsNoFreshQuota(t *testing.T) {
 		assert.Equal(t, 5*(slot+1), sent, "slot %d: 5 a slot, stale readings or not", slot)
 	}
 }
+
+// A server added to a running Scheduler takes requests with its own
+// limits; a bad limit adds nothing.
+func TestAddServer(t *testing.T) {
+	s := newSched(t, Config[*item]{Servers: []Server{{Name: "a", Auth: Limits{MaxOutstanding: 1}}}})
+	_, err := s.AddServer(Server{Name: "bad", Auth: Limits{MaxRate: -1}})
+	require.ErrorIs(t, err, ErrConfig)
+	i, err := s.AddServer(Server{Name: "b", Auth: Limits{MaxOutstanding: 2}})
+	require.NoError(t, err)
+	assert.Equal(t, 1, i, "the refused one took no index")
+	for n := range 4 {
+		s.Enqueue(&item{id: n, dl: at(time.Hour)}, Auth)
+	}
+	per := map[int]int{}
+	for _, d := range s.Poll(at(0), nil) {
+		require.NoError(t, d.Err)
+		per[d.Server]++
+	}
+	assert.Equal(t, map[int]int{0: 1, 1: 2}, per, "each server up to its own MaxOutstanding")
+	assert.Equal(t, 1, s.Len())
+	s.SetAvailable(1, false, at(0))
+	s.Done(0, Auth)
+	out := s.Poll(at(0), nil)
+	require.Len(t, out, 1)
+	assert.Equal(t, 0, out[0].Server, "an unavailable server gets nothing")
+}

@@ -220,30 +220,41 @@ func New[T Item](cfg Config[T]) (*Scheduler[T], error) {
 	if cfg.AlarmHigh < 0 || cfg.AlarmLow < 0 || (cfg.AlarmHigh > 0 && cfg.AlarmLow >= cfg.AlarmHigh) {
 		return nil, fmt.Errorf("%w: alarm thresholds high %d, low %d: need 0 <= low < high", ErrConfig, cfg.AlarmHigh, cfg.AlarmLow)
 	}
-	s := &Scheduler[T]{cfg: cfg, slotNs: int64(cfg.Slot), srv: make([]server[T], len(cfg.Servers)), minDL: math.MaxInt64, seq: seqBase, head: seqBase}
-	for i, sc := range cfg.Servers {
-		sv := &s.srv[i]
-		sv.name, sv.avail = sc.Name, true
-		if sv.name == "" {
-			sv.name = fmt.Sprintf("server%d", i)
-		}
-		for c, l := range [numClasses]Limits{sc.Auth, sc.Accounting} {
-			if l.MaxRate < 0 || l.MaxRate > MaxRate {
-				return nil, fmt.Errorf("%w: server %q %s MaxRate %d is outside 0..%d", ErrConfig, sv.name, Class(c), l.MaxRate, MaxRate)
-			}
-			b := &sv.b[c]
-			b.maxOut = l.MaxOutstanding
-			if b.maxOut == 0 {
-				b.maxOut = DefaultMaxOutstanding
-			}
-			if l.MaxRate > 0 {
-				num, den := uint64(l.MaxRate)*uint64(s.slotNs), uint64(time.Second)
-				g := gcd(num, den)
-				b.num, b.den = num/g, den/g
-			}
+	s := &Scheduler[T]{cfg: cfg, slotNs: int64(cfg.Slot), minDL: math.MaxInt64, seq: seqBase, head: seqBase}
+	for _, sc := range cfg.Servers {
+		if _, err := s.AddServer(sc); err != nil {
+			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// AddServer adds a server, available, and returns its index: for a
+// configuration reload. A server taken out of the configuration stays,
+// unavailable (SetAvailable), so that the indexes do not move.
+func (s *Scheduler[T]) AddServer(sc Server) (int, error) {
+	i := len(s.srv)
+	sv := server[T]{name: sc.Name, avail: true}
+	if sv.name == "" {
+		sv.name = fmt.Sprintf("server%d", i)
+	}
+	for c, l := range [numClasses]Limits{sc.Auth, sc.Accounting} {
+		if l.MaxRate < 0 || l.MaxRate > MaxRate {
+			return 0, fmt.Errorf("%w: server %q %s MaxRate %d is outside 0..%d", ErrConfig, sv.name, Class(c), l.MaxRate, MaxRate)
+		}
+		b := &sv.b[c]
+		b.maxOut = l.MaxOutstanding
+		if b.maxOut == 0 {
+			b.maxOut = DefaultMaxOutstanding
+		}
+		if l.MaxRate > 0 {
+			num, den := uint64(l.MaxRate)*uint64(s.slotNs), uint64(time.Second)
+			g := gcd(num, den)
+			b.num, b.den = num/g, den/g
+		}
+	}
+	s.srv = append(s.srv, sv)
+	return i, nil
 }
 
 func gcd(a, b uint64) uint64 {
