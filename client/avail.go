@@ -22,6 +22,7 @@ import (
 // throttle's are derived from it, in the same step.
 type avail struct {
 	gen   uint64
+	ros   *roster          // the members the view is of; its slices are by member index
 	state []watchdog.State // per member; Down when not dialed
 	open  []bool           // per member: dialed and in service
 	takes []bool           // per member: open, and the policy lets requests in
@@ -30,8 +31,9 @@ type avail struct {
 	changed chan struct{}
 }
 
-func newAvail(n int) *avail {
-	v := &avail{state: make([]watchdog.State, n), open: make([]bool, n), takes: make([]bool, n), changed: make(chan struct{})}
+func newAvail(ros *roster) *avail {
+	n := len(ros.all)
+	v := &avail{ros: ros, state: make([]watchdog.State, n), open: make([]bool, n), takes: make([]bool, n), changed: make(chan struct{})}
 	for i := range v.state {
 		v.state[i] = watchdog.Down
 	}
@@ -39,14 +41,14 @@ func newAvail(n int) *avail {
 }
 
 func (v *avail) same(w *avail) bool {
-	return slices.Equal(v.state, w.state) && slices.Equal(v.open, w.open) && slices.Equal(v.takes, w.takes)
+	return v.ros == w.ros && slices.Equal(v.state, w.state) && slices.Equal(v.open, w.open) && slices.Equal(v.takes, w.takes)
 }
 
 // gained reports whether a member takes requests in v that did not in
 // old.
 func (v *avail) gained(old *avail) bool {
 	for i, t := range v.takes {
-		if t && !old.takes[i] {
+		if t && (i >= len(old.takes) || !old.takes[i]) {
 			return true
 		}
 	}
@@ -67,15 +69,16 @@ func (c *Client) bump() { c.rebuild(true) }
 func (c *Client) rebuild(force bool) {
 	c.avMu.Lock()
 	old := c.av.Load()
-	n := len(c.members)
-	v := &avail{gen: old.gen + 1, state: make([]watchdog.State, n), open: make([]bool, n), takes: make([]bool, n)}
-	for i, m := range c.members {
+	ros := c.ros.Load()
+	n := len(ros.all)
+	v := &avail{gen: old.gen + 1, ros: ros, state: make([]watchdog.State, n), open: make([]bool, n), takes: make([]bool, n)}
+	for i, m := range ros.all {
 		v.state[i] = watchdog.Down
-		if _, st, ok := m.stateOf(); ok {
+		if _, st, ok := m.stateOf(); ok && !m.removed.Load() {
 			v.state[i] = st
 		}
 		k := m.carrier()
-		v.open[i] = k != nil && k.InService()
+		v.open[i] = k != nil && k.InService() && !m.removed.Load()
 		if v.open[i] {
 			v.nopen++
 		}
@@ -83,13 +86,13 @@ func (c *Client) rebuild(force bool) {
 	// The policy learns availability first: whether its state takes
 	// requests may follow from it.
 	if c.group != nil {
-		for i := range c.members {
-			if v.open[i] != old.open[i] || old.gen == 0 {
+		for i := range ros.all {
+			if i >= len(old.open) || v.open[i] != old.open[i] || old.gen == 0 {
 				c.group.SetAvailable(i, v.open[i])
 			}
 		}
 	}
-	for i := range c.members {
+	for i := range ros.all {
 		v.takes[i] = v.open[i] && (c.group == nil || c.group.State(i).Takes())
 	}
 	if !force && v.same(old) {
@@ -104,7 +107,7 @@ func (c *Client) rebuild(force bool) {
 	if c.sched != nil {
 		now := time.Now()
 		c.tmu.Lock()
-		for i := range c.members {
+		for i := range ros.all {
 			c.sched.SetAvailable(i, v.takes[i], now)
 		}
 		evs, c.alarms = c.alarms, nil
@@ -112,8 +115,11 @@ func (c *Client) rebuild(force bool) {
 	}
 	c.eventQ.Lock()
 	if c.bal != nil {
-		for i, m := range c.members {
-			if v.state[i] != old.state[i] || old.gen == 0 {
+		for i, m := range ros.all {
+			if m.removed.Load() {
+				continue // out of the balancer (SetPeers); its name may be another member's now
+			}
+			if i >= len(old.state) || v.state[i] != old.state[i] || old.gen == 0 {
 				if e, ok := c.setBalancerStateLocked(m, balancerState(v.state[i])); ok {
 					evs = append(evs, e)
 				}
@@ -380,8 +386,8 @@ func maxTime(a, b time.Time) time.Time {
 // traffic only once the servers wanted are up. n larger than the servers
 // configured is an error, n <= 0 returns nil.
 func (c *Client) WaitReady(ctx context.Context, n int) error {
-	if n > len(c.members) {
-		return fmt.Errorf("client: WaitReady(%d) with %d servers configured", n, len(c.members))
+	if k := len(c.ros.Load().order); n > k {
+		return fmt.Errorf("client: WaitReady(%d) with %d servers configured", n, k)
 	}
 	for {
 		v := c.view()

@@ -174,11 +174,14 @@ type Config struct {
 
 type member struct {
 	spec  PeerSpec
-	index int
-	pp    atomic.Pointer[peer.Peer]       // nil until dialed (MaxConnections)
-	rp    atomic.Pointer[radpeer.Peer]    // a radius+tcp:// or radsec:// server's
-	up    atomic.Pointer[radpeer.UDPPeer] // a radius:// server's
-	stats serverStats
+	index int // in roster.all, the policy group and the throttle, for good
+	// removed: SetPeers took the member out of the configuration; it
+	// takes no new request and its peer drains.
+	removed atomic.Bool
+	pp      atomic.Pointer[peer.Peer]       // nil until dialed (MaxConnections)
+	rp      atomic.Pointer[radpeer.Peer]    // a radius+tcp:// or radsec:// server's
+	up      atomic.Pointer[radpeer.UDPPeer] // a radius:// server's
+	stats   serverStats
 
 	// Owned under Client.mu.
 	okaySince time.Time // when the watchdog last went OKAY; zero when not OKAY
@@ -195,8 +198,10 @@ func (m *member) okay() bool {
 
 // Client owns a set of peers. See the package documentation.
 type Client struct {
-	cfg     Config
-	members []*member
+	cfg Config
+	// ros is the configured members (roster); SetPeers swaps it, under
+	// mu. The view (av) keeps the roster it was built from.
+	ros     atomic.Pointer[roster]
 	byPeer  sync.Map              // call.Carrier -> *member, every peer ever dialed; read on the hot path without c.mu
 	bal     *loadbalance.Balancer // Balance mode
 	rr      atomic.Uint64
@@ -304,6 +309,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, errors.New("client: MaxConnections applies to primary/secondary mode and must be positive")
 	}
 	names := make(map[string]bool, len(cfg.Peers))
+	ros := new(roster)
 	for i, s := range cfg.Peers {
 		if s.Name == "" {
 			s.Name = s.URL
@@ -316,7 +322,7 @@ func New(cfg Config) (*Client, error) {
 		}
 		names[s.Name] = true
 		m := &member{spec: s, index: i}
-		c.members = append(c.members, m)
+		ros.all = append(ros.all, m)
 		servers = append(servers, loadbalance.Server{Name: s.Name, Weight: s.Weight, Index: i})
 	}
 	if cfg.Mode == Balance {
@@ -328,7 +334,9 @@ func New(cfg Config) (*Client, error) {
 		}
 		c.bal = b
 	}
-	c.av.Store(newAvail(len(c.members)))
+	ros.order = ros.all
+	c.ros.Store(ros)
+	c.av.Store(newAvail(ros))
 	// Peer goroutines reach the Client only through paths that take c.mu
 	// first (onFailover, strand): holding it while the members are filled
 	// in keeps them from seeing a half-built Client.
@@ -337,7 +345,7 @@ func New(cfg Config) (*Client, error) {
 	if err := c.setupLimits(); err != nil {
 		return nil, err
 	}
-	for _, m := range c.members {
+	for _, m := range ros.order {
 		if c.cfg.Mode == PrimarySecondary && c.cfg.MaxConnections > 0 && c.dialedLocked() >= c.cfg.MaxConnections {
 			break // the rest wait for a slot (F5)
 		}
@@ -384,7 +392,7 @@ var testHookDialed func(*peer.Peer)
 // dialedLocked counts the members with a peer object.
 func (c *Client) dialedLocked() int {
 	n := 0
-	for _, m := range c.members {
+	for _, m := range c.ros.Load().order {
 		if m.p() != nil {
 			n++
 		}
@@ -414,8 +422,9 @@ func (c *Client) Events() *Bus { return c.events }
 // EventSlotReleased) for the current set. Without MaxConnections no
 // entry is ever nil. ServerStats says the same per server, without nil.
 func (c *Client) Peers() []*peer.Peer {
-	ps := make([]*peer.Peer, len(c.members))
-	for i, m := range c.members {
+	order := c.ros.Load().order
+	ps := make([]*peer.Peer, len(order))
+	for i, m := range order {
 		ps[i] = m.p()
 	}
 	return ps
@@ -540,7 +549,7 @@ func (c *Client) dispatch(cl *call.Call) *member {
 // the next when one refuses (its policy, or its connection lost a moment
 // ago); nil when none took it. skip: members not to try.
 func (c *Client) placeOne(cl *call.Call, v *avail, skip []*member) *member {
-	for range len(c.members) + 1 {
+	for range len(c.ros.Load().order) + 1 {
 		m := c.pick(cl, v, skip...)
 		if m == nil {
 			return nil
@@ -741,12 +750,12 @@ var refusedRetry = time.Second
 
 // pinned returns the member a request's Destination-Host names, if it
 // names one of our peers (RFC 6733 6.1; DiameterIdentity ignores case).
-func (c *Client) pinned(cl *call.Call) (*member, bool) {
+func (c *Client) pinned(cl *call.Call, v *avail) (*member, bool) {
 	dh := cl.Key.Dest
 	if dh == "" {
 		return nil, false
 	}
-	for _, m := range c.members {
+	for _, m := range v.ros.order {
 		if p := m.p(); p != nil && message.EqualIdentity(p.Name(), dh) {
 			return m, true
 		}
@@ -770,7 +779,7 @@ func (c *Client) pick(cl *call.Call, v *avail, skip ...*member) *member {
 	usable := func(m *member) bool { // ...and the policy lets it
 		return v.takes[m.index] && open(m)
 	}
-	if m, ok := c.pinned(cl); ok {
+	if m, ok := c.pinned(cl, v); ok {
 		if usable(m) {
 			return m
 		}
@@ -778,43 +787,41 @@ func (c *Client) pick(cl *call.Call, v *avail, skip ...*member) *member {
 	}
 	if c.group != nil {
 		if i, ok := c.group.ProbeWanted(); ok {
-			if m := c.members[i]; open(m) {
-				return m
+			if i < len(v.ros.all) && open(v.ros.all[i]) {
+				return v.ros.all[i]
 			}
 		}
 	}
-	if c.bal != nil {
-		if s, err := c.bal.Pick(balanceKeys(cl.Key)); err == nil {
-			if m := c.members[s.Index]; usable(m) { // Index: the member's, as New gave it
+	if c.bal != nil && c.cfg.Algorithm != loadbalance.Direct {
+		if s, err := c.bal.Pick(balanceKeys(cl.Key)); err == nil && s.Index < len(v.ros.all) {
+			if m := v.ros.all[s.Index]; usable(m) { // Index: the member's
 				return m
 			}
 		}
 		// The balancer's choice is one the request must avoid (a
 		// connection it was sent on), or one the policy holds down, or
 		// the balancer's table is a view behind: the next in service.
-		if c.cfg.Algorithm == loadbalance.Direct {
-			// Direct is the first server in service in configured order
-			// (7750 SR "direct"), also when its pick is refused: the next
-			// requests go to the next in order, not to any other.
-			return c.firstUsable(usable)
-		}
-		n := uint64(len(c.members))
+		n := uint64(len(v.ros.order))
 		start := c.rr.Add(1)
 		for i := range n {
-			m := c.members[(start+i)%n]
+			m := v.ros.order[(start+i)%n]
 			if usable(m) {
 				return m
 			}
 		}
 		return nil
 	}
-	return c.firstUsable(usable) // primary first, then secondaries in order
+	// Primary first, then secondaries in order; the balancer's direct is
+	// the same: the first in service in configured order (7750 SR
+	// "direct"), also when the first is refused: the next requests go to
+	// the next in order, not to any other.
+	return firstUsable(v.ros.order, usable)
 }
 
 // firstUsable returns the first member in configured order that usable
 // accepts, nil if none.
-func (c *Client) firstUsable(usable func(*member) bool) *member {
-	for _, m := range c.members {
+func firstUsable(order []*member, usable func(*member) bool) *member {
+	for _, m := range order {
 		if usable(m) {
 			return m
 		}
@@ -876,14 +883,15 @@ func (c *Client) balanceSlots(m *member, self *atomic.Pointer[peer.Peer], to wat
 	} else {
 		m.okaySince = time.Time{}
 	}
+	order := c.ros.Load().order
 	live := 0 // dialed and not DOWN: holding or about to hold a connection
-	for _, x := range c.members {
+	for _, x := range order {
 		if p := x.p(); p != nil && p.State() != watchdog.Down {
 			live++
 		}
 	}
 	if to == watchdog.Down && live < c.cfg.MaxConnections {
-		for _, x := range c.members {
+		for _, x := range order {
 			if x.p() == nil {
 				if err := c.dialLocked(x); err == nil {
 					c.events.Publish(Event{Time: time.Now(), Server: x.spec.Name, Kind: EventSlotFilled, Because: m.spec.Name,
@@ -899,8 +907,9 @@ func (c *Client) balanceSlots(m *member, self *atomic.Pointer[peer.Peer], to wat
 // trimLocked closes surplus connections, least preferred first, once they
 // are old enough; otherwise it schedules itself for when one will be.
 func (c *Client) trimLocked() {
+	order := c.ros.Load().order
 	okay := 0
-	for _, x := range c.members {
+	for _, x := range order {
 		if x.okay() {
 			okay++
 		}
@@ -908,8 +917,8 @@ func (c *Client) trimLocked() {
 	if okay <= c.cfg.MaxConnections {
 		return
 	}
-	for i := len(c.members) - 1; i >= 0; i-- {
-		x := c.members[i]
+	for i := len(order) - 1; i >= 0; i-- {
+		x := order[i]
 		if !x.okay() || x.okaySince.IsZero() {
 			continue
 		}
@@ -1107,7 +1116,7 @@ func (c *Client) Close(ctx context.Context) error {
 		close(c.stopDispatch)
 		<-c.dispatchDone
 	}
-	for _, m := range c.members {
+	for _, m := range c.ros.Load().all { // removed ones too: they may still drain
 		var p interface{ Close(context.Context) error }
 		if dp := m.p(); dp != nil {
 			p = dp

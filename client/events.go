@@ -42,6 +42,11 @@ const (
 	// EventSlotReleased: with MaxConnections, Server's connection was
 	// closed to respect the limit, after Age in service.
 	EventSlotReleased
+	// EventReconfigured: SetPeers changed Server; Change says how:
+	// "added", "removed" (it takes no new request and drains),
+	// "replaced" (its settings changed: a new peer replaces the old,
+	// which drains) or "reweighted".
+	EventReconfigured
 )
 
 var kindNames = [...]string{
@@ -52,6 +57,7 @@ var kindNames = [...]string{
 	EventQueueAlarm:      "queue_alarm",
 	EventSlotFilled:      "slot_filled",
 	EventSlotReleased:    "slot_released",
+	EventReconfigured:    "reconfigured",
 }
 
 // String returns the kind's name in snake case ("balancer_rebuilt").
@@ -78,6 +84,7 @@ type Event struct {
 	Because    string        // EventSlotFilled: the server that went DOWN
 	Age        time.Duration // EventSlotReleased: how long it had been in service
 	Limit      int           // EventSlotReleased: Config.MaxConnections
+	Change     string        // EventReconfigured: added, removed, replaced or reweighted
 
 	// Reason explains the event to a person.
 	Reason string

@@ -149,7 +149,7 @@ func TestRebuildEventsInGenerationOrder(t *testing.T) {
 		var log eventLog
 		defer cfg.Events.Subscribe(log.add)()
 		var wg sync.WaitGroup
-		for _, m := range c.members {
+		for _, m := range c.ros.Load().all {
 			wg.Go(func() {
 				for range toggles {
 					c.serverState(m, watchdog.Down)
@@ -174,7 +174,7 @@ func TestRebuildEventsInGenerationOrder(t *testing.T) {
 func TestRebuildEventFromASubscriber(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c, cfg := twoServersInBalance(t)
-		a, b := c.members[0], c.members[1]
+		a, b := c.ros.Load().all[0], c.ros.Load().all[1]
 		var log eventLog
 		once := sync.Once{}
 		defer cfg.Events.Subscribe(func(e Event) {
@@ -205,7 +205,7 @@ func TestRebuildEventsPastABlockedSubscriber(t *testing.T) {
 		c, cfg := twoServersInBalance(t)
 		snap, _ := c.Balancer()
 		from := snap.Generation
-		a, b := c.members[0], c.members[1]
+		a, b := c.ros.Load().all[0], c.ros.Load().all[1]
 		release := make(chan struct{})
 		var log eventLog
 		var blocked sync.Once
@@ -251,7 +251,7 @@ func TestRebuildEventsPastABlockedSubscriber(t *testing.T) {
 func TestRebuildEventsAfterAPublisherEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c, cfg := twoServersInBalance(t)
-		a, b := c.members[0], c.members[1]
+		a, b := c.ros.Load().all[0], c.ros.Load().all[1]
 		release := make(chan struct{})
 		var log eventLog
 		var mu sync.Mutex

@@ -72,8 +72,9 @@ func (it *item) Deadline() time.Time { return it.dl }
 
 // setupLimits builds the policy group and the scheduler. c.mu is held.
 func (c *Client) setupLimits() error {
-	names := make([]string, len(c.members))
-	for i, m := range c.members {
+	all := c.ros.Load().all
+	names := make([]string, len(all))
+	for i, m := range all {
 		names[i] = m.spec.Name
 	}
 	if c.cfg.Policy != nil {
@@ -96,13 +97,9 @@ func (c *Client) setupLimits() error {
 		if t.MaxQueued < 0 {
 			return errors.New("client: Throttle.MaxQueued must not be negative")
 		}
-		servers := make([]throttle.Server, len(c.members))
-		for i, n := range names {
-			auth, acct := c.members[i].spec.limits(t)
-			servers[i] = throttle.Server{Name: n, Auth: auth, Accounting: acct}
-			if c.radius {
-				servers[i].Auth, servers[i].Accounting = c.radiusLimits(c.members[i], auth), c.radiusLimits(c.members[i], acct)
-			}
+		servers := make([]throttle.Server, len(all))
+		for i, m := range all {
+			servers[i] = c.throttleServer(m)
 		}
 		s, err := throttle.New(throttle.Config[*item]{
 			Servers: servers, Slot: t.Slot, AlarmHigh: t.AlarmHigh, AlarmLow: t.AlarmLow,
@@ -118,7 +115,7 @@ func (c *Client) setupLimits() error {
 			return fmt.Errorf("client: %w", err)
 		}
 		now := time.Now()
-		for i := range c.members {
+		for i := range all {
 			s.SetAvailable(i, false, now) // until the watchdog says OKAY
 		}
 		c.sched = s
@@ -335,7 +332,7 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 			it.cl.Fail(fmt.Errorf("client: %w", d.Err))
 			continue
 		}
-		if m := c.members[d.Server]; c.place(it.cl, m) {
+		if m := c.ros.Load().all[d.Server]; c.place(it.cl, m) {
 			c.tmu.Lock()
 			from, why := it.movedFrom, it.movedWhy
 			it.movedFrom = nil
@@ -423,7 +420,7 @@ func (c *Client) dispatcher() {
 // sendTest sends the test user's request (a probe or a keep-alive, S4/S5)
 // to one server, outside the throttle: exactly one message, no retry.
 func (c *Client) sendTest(s policy.TestSend) {
-	m := c.members[s.Index]
+	m := c.ros.Load().all[s.Index]
 	k := m.carrier()
 	_, st, _ := m.stateOf()
 	cl, ok := c.newTest(m)
@@ -464,9 +461,10 @@ func (c *Client) QueueDepths() []QueueDepth {
 	}
 	c.tmu.Lock()
 	defer c.unlockThrottle()
-	out := make([]QueueDepth, len(c.members))
-	for i, m := range c.members {
-		st := c.sched.Stats(i)
+	order := c.ros.Load().order
+	out := make([]QueueDepth, len(order))
+	for i, m := range order {
+		st := c.sched.Stats(m.index)
 		out[i] = QueueDepth{Server: m.spec.Name, Depth: st.Depth, Alarm: st.Alarmed, MaxDepth: st.MaxDepth, Alarms: st.Alarms}
 	}
 	return out
@@ -483,10 +481,11 @@ type QueueDepth struct {
 
 // PolicyStates returns each server's policy state ("" without a policy).
 func (c *Client) PolicyStates() []string {
-	out := make([]string, len(c.members))
+	order := c.ros.Load().order
+	out := make([]string, len(order))
 	if c.group != nil {
-		for i := range c.members {
-			out[i] = c.group.State(i).String()
+		for i, m := range order {
+			out[i] = c.group.State(m.index).String()
 		}
 	}
 	return out

@@ -213,8 +213,9 @@ func (c *Client) Exchange(ctx context.Context, r *radius.Request) (*radpeer.Resp
 // configured order, one entry per PeerSpec (nil entries for the others:
 // see Peers, UDPPeers).
 func (c *Client) RADIUSPeers() []*radpeer.Peer {
-	ps := make([]*radpeer.Peer, len(c.members))
-	for i, m := range c.members {
+	order := c.ros.Load().order
+	ps := make([]*radpeer.Peer, len(order))
+	for i, m := range order {
 		ps[i] = m.rp.Load()
 	}
 	return ps
@@ -223,8 +224,9 @@ func (c *Client) RADIUSPeers() []*radpeer.Peer {
 // UDPPeers returns the radius:// servers' peers in configured order, one
 // entry per PeerSpec (nil entries for the others).
 func (c *Client) UDPPeers() []*radpeer.UDPPeer {
-	ps := make([]*radpeer.UDPPeer, len(c.members))
-	for i, m := range c.members {
+	order := c.ros.Load().order
+	ps := make([]*radpeer.UDPPeer, len(order))
+	for i, m := range order {
 		ps[i] = m.up.Load()
 	}
 	return ps

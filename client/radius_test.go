@@ -330,7 +330,7 @@ func TestRADIUSThrottleReplayAheadOfNewer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a, b, c, stop := radPair(t, nil, func(cfg *Config) { cfg.Throttle = &Throttle{Auth: throttle.Limits{MaxOutstanding: 1}} })
 		defer stop()
-		assert.Equal(t, radpeer.IDsPerConn, c.radiusLimits(c.members[0], throttle.Limits{MaxOutstanding: 1000}).MaxOutstanding)
+		assert.Equal(t, radpeer.IDsPerConn, c.radiusLimits(c.ros.Load().all[0], throttle.Limits{MaxOutstanding: 1000}).MaxOutstanding)
 		a.faults.Freeze()
 		var wg sync.WaitGroup
 		for i := range 4 {

@@ -355,8 +355,9 @@ type ServerLatency struct {
 // order, counted at or below each of bounds (increasing), within 1/64
 // of a bound (see latency.Histogram.Cumulative).
 func (c *Client) AnswerLatency(bounds []time.Duration) []ServerLatency {
-	out := make([]ServerLatency, len(c.members))
-	for i, m := range c.members {
+	order := c.ros.Load().order
+	out := make([]ServerLatency, len(order))
+	for i, m := range order {
 		out[i].Server = m.spec.Name
 		out[i].AtMost, out[i].Count, out[i].Sum = m.stats.answerLat.Cumulative(bounds)
 	}
@@ -365,8 +366,9 @@ func (c *Client) AnswerLatency(bounds []time.Duration) []ServerLatency {
 
 // ServerStats returns the statistics of every server in configured order.
 func (c *Client) ServerStats() []ServerStats {
-	out := make([]ServerStats, len(c.members))
-	for i, m := range c.members {
+	order := c.ros.Load().order
+	out := make([]ServerStats, len(order))
+	for i, m := range order {
 		s := &m.stats
 		out[i] = ServerStats{
 			Server: m.spec.Name, Sent: s.sent.Load(), Answered: s.answered.Load(),

@@ -1,0 +1,324 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"time"
+
+	"github.com/aaatp/aaatp/loadbalance"
+	"github.com/aaatp/aaatp/throttle"
+)
+
+// roster is the Client's configured members. It is immutable once
+// stored: SetPeers stores a new one.
+type roster struct {
+	// all is every member the Client has had, by member index: SetPeers
+	// only appends, and a member taken out stays (removed), so that an
+	// index means one member for good.
+	all []*member
+	// order is the configured members, in configured order.
+	order []*member
+}
+
+// maxMembers bounds the members a Client has over its life (New's and
+// every SetPeers' additions and replacements): each keeps its index.
+var maxMembers = 4096
+
+// PeersChange is what SetPeers changed, by configured name.
+type PeersChange struct {
+	Added      []string // dialed
+	Removed    []string // no new requests; their peers drain and close
+	Replaced   []string // settings other than the weight changed: a new peer, the old one drains
+	Reweighted []string // only the weight changed: the balancer's table follows
+	Unchanged  []string
+}
+
+// SetPeers replaces the configured peers, as a reload of the
+// configuration does; peers are matched by Name (the URL when Name is
+// empty). A peer named before with the same settings keeps its
+// connection; a weight change only rebuilds the balancer's table (the
+// conversations in progress keep their servers while the old table
+// lives, as on any change of the servers in service). A new name is
+// dialed. A name left out takes no new request at once: the requests
+// waiting or queued for it go elsewhere, those in flight are answered
+// on its connection, then it closes (DPR for Diameter). A peer whose
+// other settings changed (URL, secret, Tw, TLS, limits) is replaced: the
+// old one drains as a removed one does; a Diameter peer's replacement is
+// dialed once the old connection has closed, since a server takes one
+// connection per peer.
+//
+// The list is checked whole first and nothing changes on an error: the
+// same checks as New, and a list that changes the protocol (Diameter
+// peers and RADIUS servers stay apart). RequestTimeout, when New derived
+// it from the peers, is not derived again. SetPeers returns without
+// waiting for the drains; Close waits for them. ctx bounds nothing yet
+// but the call itself: it is there for the drains a later version may
+// wait for.
+func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, error) {
+	var ch PeersChange
+	if err := ctx.Err(); err != nil {
+		return ch, err
+	}
+	if len(specs) == 0 {
+		return ch, errors.New("client: no peers configured")
+	}
+	cfg := c.cfg
+	cfg.Peers = specs
+	isRADIUS, err := radiusMembers(cfg)
+	if err != nil {
+		return ch, err
+	}
+	if isRADIUS != c.radius {
+		return ch, errors.New("client: SetPeers cannot change between Diameter peers and RADIUS servers")
+	}
+	if err := checkOverrides(cfg); err != nil {
+		return ch, err
+	}
+	if udpMembers(cfg) > 0 && udpMembers(c.cfg) == 0 {
+		// New gave radius:// servers their defaults and their policy
+		// states: a Client made without them cannot take one.
+		return ch, errors.New("client: SetPeers cannot add radius:// servers to a Client created without any: create a new Client")
+	}
+	norm := make([]PeerSpec, len(specs))
+	seen := make(map[string]bool, len(specs))
+	for i, s := range specs {
+		if s.Name == "" {
+			s.Name = s.URL
+		}
+		if s.Weight == 0 {
+			s.Weight = 1
+		}
+		if seen[s.Name] {
+			return ch, fmt.Errorf("client: peer %q configured twice", s.Name)
+		}
+		seen[s.Name] = true
+		norm[i] = s
+	}
+
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ch, errors.New("client: closed")
+	}
+	old := c.ros.Load()
+	live := make(map[string]*member, len(old.order))
+	for _, m := range old.order {
+		live[m.spec.Name] = m
+	}
+	next := &roster{all: old.all}
+	var fresh, gone, reweigh []*member
+	replaces := map[*member]*member{} // new member -> the one it replaces
+	for _, s := range norm {
+		m := live[s.Name]
+		switch {
+		case m != nil && sameSettings(m.spec, s):
+			if m.spec.Weight != s.Weight {
+				ch.Reweighted = append(ch.Reweighted, s.Name)
+				reweigh = append(reweigh, m)
+			} else {
+				ch.Unchanged = append(ch.Unchanged, s.Name)
+			}
+			delete(live, s.Name)
+			next.order = append(next.order, m)
+			continue
+		case m != nil:
+			ch.Replaced = append(ch.Replaced, s.Name)
+			delete(live, s.Name)
+			gone = append(gone, m)
+		default:
+			ch.Added = append(ch.Added, s.Name)
+		}
+		nm := &member{spec: s, index: len(next.all)}
+		if m != nil {
+			replaces[nm] = m
+		}
+		next.all = append(next.all, nm)
+		next.order = append(next.order, nm)
+		fresh = append(fresh, nm)
+	}
+	for _, m := range old.order {
+		if _, left := live[m.spec.Name]; left {
+			ch.Removed = append(ch.Removed, m.spec.Name)
+			gone = append(gone, m)
+		}
+	}
+	if len(next.all) > maxMembers {
+		c.mu.Unlock()
+		return PeersChange{}, fmt.Errorf("client: more than %d peers over the Client's life: restart it", maxMembers)
+	}
+	// The parts that can refuse come first, so that a refusal changes
+	// nothing: the balancer's new table, the throttle's limits.
+	if c.bal != nil {
+		servers := make([]loadbalance.Server, len(next.order))
+		for i, m := range next.order {
+			servers[i] = loadbalance.Server{Name: m.spec.Name, Weight: m.spec.Weight, Index: m.index}
+		}
+		// Weight: the spec's; a reweighted member keeps its spec, so
+		// take the new one.
+		for i, s := range norm {
+			servers[i].Weight = s.Weight
+		}
+		if _, err := c.bal.SetServers(servers); err != nil {
+			c.mu.Unlock()
+			return PeersChange{}, fmt.Errorf("client: %w", err)
+		}
+	}
+	if c.sched != nil {
+		c.tmu.Lock()
+		for _, m := range fresh {
+			i, err := c.sched.AddServer(c.throttleServer(m))
+			if err == nil && i != m.index {
+				err = fmt.Errorf("throttle index %d for member %d", i, m.index)
+			}
+			if err != nil {
+				// Checked by checkOverrides' limits: not expected.
+				c.unlockThrottle()
+				c.mu.Unlock()
+				return PeersChange{}, fmt.Errorf("client: %w", err)
+			}
+			c.sched.SetAvailable(i, false, time.Now()) // until its watchdog says OKAY
+		}
+		c.unlockThrottle()
+	}
+	if c.group != nil {
+		for _, m := range fresh {
+			if i, err := c.group.Add(m.spec.Name); err != nil || i != m.index {
+				c.mu.Unlock()
+				return PeersChange{}, fmt.Errorf("client: policy index %d for member %d: %v", i, m.index, err)
+			}
+			c.group.SetAvailable(m.index, false)
+		}
+		for _, m := range gone {
+			c.group.Remove(m.index)
+		}
+	}
+	for _, m := range gone {
+		m.removed.Store(true)
+	}
+	for _, m := range reweigh {
+		// Every copy of a whole spec is made under c.mu: the Weight is
+		// written under it too.
+		m.spec.Weight = norm[slices.Index(next.order, m)].Weight
+	}
+	c.ros.Store(next)
+	var evs []Event
+	now := time.Now()
+	for _, m := range gone {
+		nm := findReplacement(replaces, m)
+		why := "removed"
+		if nm != nil {
+			why = "replaced"
+		}
+		evs = append(evs, Event{Time: now, Server: m.spec.Name, Kind: EventReconfigured, Change: why,
+			Reason: why + ": takes no new request; its requests in flight are answered, then it closes"})
+		evs = c.drain(m, nm, evs)
+	}
+	for _, m := range reweigh {
+		evs = append(evs, Event{Time: now, Server: m.spec.Name, Kind: EventReconfigured, Change: "reweighted",
+			Reason: fmt.Sprintf("weight changed to %d", m.spec.Weight)})
+	}
+	for _, m := range fresh {
+		if _, ok := replaces[m]; ok {
+			continue // dialed by drain
+		}
+		evs = append(evs, c.dialAdded(m, "added")...)
+	}
+	c.mu.Unlock()
+	for _, e := range evs {
+		c.events.Publish(e)
+	}
+	c.refresh()
+	return ch, nil
+}
+
+// findReplacement returns the member replacing m, nil if none.
+func findReplacement(replaces map[*member]*member, m *member) *member {
+	for nm, om := range replaces {
+		if om == m {
+			return nm
+		}
+	}
+	return nil
+}
+
+// drain closes a member SetPeers took out, in the background (Close
+// waits for it): its peer finishes what is in flight and closes. Its
+// replacement, if any, is dialed at once for RADIUS, once the old peer is
+// done for Diameter: a Diameter server takes one connection per peer.
+// It appends the events to publish after c.mu. c.mu is held.
+func (c *Client) drain(m, replacement *member, evs []Event) []Event {
+	var closer interface{ Close(context.Context) error }
+	var done <-chan struct{}
+	switch {
+	case m.p() != nil:
+		closer, done = m.p(), m.p().Done()
+	case m.rp.Load() != nil:
+		closer, done = m.rp.Load(), m.rp.Load().Done()
+	case m.up.Load() != nil:
+		closer = m.up.Load()
+	}
+	if replacement != nil && (c.radius || closer == nil) {
+		evs = append(evs, c.dialAdded(replacement, "replaced")...)
+		replacement = nil
+	}
+	if closer == nil {
+		return evs
+	}
+	c.closing.Add(1)
+	go func() {
+		defer c.closing.Done()
+		closer.Close(context.Background())
+		if done != nil {
+			<-done
+		}
+		if replacement == nil {
+			return
+		}
+		var evs []Event
+		c.mu.Lock()
+		if !c.closed && !replacement.removed.Load() {
+			evs = c.dialAdded(replacement, "replaced")
+		}
+		c.mu.Unlock()
+		for _, e := range evs {
+			c.events.Publish(e)
+		}
+	}()
+	return evs
+}
+
+// dialAdded dials a member SetPeers added (change "added") or that
+// replaces another ("replaced"), unless MaxConnections leaves it to
+// wait for a slot, and returns the events to publish after c.mu. c.mu
+// is held.
+func (c *Client) dialAdded(m *member, change string) []Event {
+	if c.cfg.MaxConnections > 0 && c.dialedLocked() >= c.cfg.MaxConnections {
+		return []Event{{Time: time.Now(), Server: m.spec.Name, Kind: EventReconfigured, Change: change,
+			Reason: change + ": waits for a connection slot"}}
+	}
+	e := Event{Time: time.Now(), Server: m.spec.Name, Kind: EventReconfigured, Change: change, Reason: change + ": dialing"}
+	if err := c.dialLocked(m); err != nil {
+		e.Reason = change + ": " + err.Error()
+	}
+	return []Event{e}
+}
+
+// sameSettings reports whether two specs of one name differ in nothing
+// but the weight.
+func sameSettings(a, b PeerSpec) bool {
+	a.Weight, b.Weight = 0, 0
+	return reflect.DeepEqual(a, b)
+}
+
+// throttleServer is m's throttle configuration.
+func (c *Client) throttleServer(m *member) throttle.Server {
+	auth, acct := m.spec.limits(c.cfg.Throttle)
+	s := throttle.Server{Name: m.spec.Name, Auth: auth, Accounting: acct}
+	if c.radius {
+		s.Auth, s.Accounting = c.radiusLimits(m, auth), c.radiusLimits(m, acct)
+	}
+	return s
+}

@@ -1,0 +1,226 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/watchdog"
+)
+
+// spec is the PeerSpec of one of n's fake servers.
+func spec(n network, url string) PeerSpec { return PeerSpec{URL: url, Name: n[url].host} }
+
+// A peer added while requests flow is dialed and takes its share; a peer
+// removed takes no new request, answers those in flight and closes with
+// a DPR. Every request is answered once, none sent twice.
+func TestSetPeersUnderTraffic(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net"), "tcp://c:1": newFakeServer("c.example.net")}
+		defer n.close()
+		slow := func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			time.Sleep(50 * time.Millisecond) // requests stay in flight across the change
+			return n["tcp://a:1"].handler(ctx, p, req)
+		}
+		n["tcp://a:1"].handle = slow
+		c, err := New(clientConfig(n, Balance, "tcp://a:1", "tcp://b:1"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		var events []Event
+		var emu sync.Mutex
+		defer c.Events().Subscribe(func(e Event) {
+			if e.Kind == EventReconfigured {
+				emu.Lock()
+				events = append(events, e)
+				emu.Unlock()
+			}
+		})()
+
+		const callers, each = 20, 20
+		var wg sync.WaitGroup
+		errs := make(chan error, callers*each)
+		for g := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range each {
+					id := g*each + i
+					_, err := c.Send(context.Background(), acr(id, "user"+itoa(id)+"@example.net"))
+					errs <- err
+					time.Sleep(10 * time.Millisecond)
+				}
+			}()
+		}
+		time.Sleep(100 * time.Millisecond)
+		ch, err := c.SetPeers(context.Background(), []PeerSpec{spec(n, "tcp://b:1"), spec(n, "tcp://c:1")})
+		require.NoError(t, err)
+		assert.Equal(t, PeersChange{Added: []string{"c.example.net"}, Removed: []string{"a.example.net"}, Unchanged: []string{"b.example.net"}}, ch)
+		changedAt := time.Now()
+		oldA := c.ros.Load().all[0].p()
+		v := c.view()
+		assert.False(t, v.open[0] || v.takes[0], "the removed peer takes nothing from the change on, while it drains")
+		select {
+		case <-oldA.Done():
+			t.Fatal("the removed peer closed before its requests in flight were answered")
+		default:
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			require.NoError(t, err, "nothing lost across the change")
+		}
+		synctest.Wait()
+
+		seen := map[uint32]int{}
+		for url, f := range n {
+			for _, s := range f.received() {
+				seen[s.e2e]++
+				assert.False(t, s.tflag, "nothing replayed")
+				if url == "tcp://a:1" {
+					assert.False(t, s.at.After(changedAt), "a request reached the removed peer after the change")
+				}
+			}
+		}
+		assert.Len(t, seen, callers*each)
+		for id, k := range seen {
+			require.Equal(t, 1, k, "request %d sent %d times", id, k)
+		}
+		assert.NotEmpty(t, n["tcp://a:1"].received(), "a had its share before")
+		assert.NotEmpty(t, n["tcp://c:1"].received(), "the added peer takes its share")
+		select {
+		case <-oldA.Done():
+		default:
+			t.Fatal("the removed peer did not close")
+		}
+		names := []string{}
+		for _, p := range c.Peers() {
+			names = append(names, p.Name())
+			assert.Equal(t, watchdog.Okay, p.State())
+		}
+		assert.Equal(t, []string{"b.example.net", "c.example.net"}, names)
+		snap, _ := c.Balancer()
+		require.Len(t, snap.Servers, 2)
+		emu.Lock()
+		defer emu.Unlock()
+		var got []string
+		for _, e := range events {
+			got = append(got, e.Server+" "+e.Change)
+		}
+		assert.ElementsMatch(t, []string{"a.example.net removed", "c.example.net added"}, got)
+	})
+}
+
+// A weight change keeps the connections and rebuilds the balancer's
+// table; a change of another setting replaces the peer: the old one
+// closes first, then the new one is dialed (a Diameter server takes one
+// connection per peer).
+func TestSetPeersReweightsAndReplaces(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		defer n.close()
+		sw := newSwitchboard(n)
+		cfg := clientConfig(n, Balance, "tcp://a:1", "tcp://b:1")
+		cfg.Peer.Dialer = sw.dial
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+
+		a, b := spec(n, "tcp://a:1"), spec(n, "tcp://b:1")
+		b.Weight = 3
+		ch, err := c.SetPeers(context.Background(), []PeerSpec{a, b})
+		require.NoError(t, err)
+		assert.Equal(t, []string{"b.example.net"}, ch.Reweighted)
+		synctest.Wait()
+		snap, _ := c.Balancer()
+		buckets := map[string]int{}
+		for _, s := range snap.Servers {
+			buckets[s.Name] = s.Buckets
+		}
+		assert.Equal(t, map[string]int{"a.example.net": 64, "b.example.net": 192}, buckets)
+		assert.Equal(t, map[string]int{"tcp://a:1": 1, "tcp://b:1": 1}, sw.dialed(), "a weight change redials nothing")
+		ch, err = c.SetPeers(context.Background(), []PeerSpec{a, b})
+		require.NoError(t, err)
+		assert.Empty(t, ch.Reweighted, "the new weight is the peer's now")
+
+		oldB := c.Peers()[1]
+		b.Tw = 6 * time.Second
+		ch, err = c.SetPeers(context.Background(), []PeerSpec{a, b})
+		require.NoError(t, err)
+		assert.Equal(t, []string{"b.example.net"}, ch.Replaced)
+		synctest.Wait()
+		select {
+		case <-oldB.Done():
+		default:
+			t.Fatal("the replaced peer is still open")
+		}
+		newB := c.Peers()[1]
+		require.NotSame(t, oldB, newB)
+		assert.Equal(t, watchdog.Okay, newB.State())
+		assert.Equal(t, 2, sw.dialed()["tcp://b:1"])
+		for i := range 40 {
+			_, err := c.Send(context.Background(), acr(i, "u"+itoa(i)))
+			require.NoError(t, err)
+		}
+	})
+}
+
+// A list SetPeers refuses changes nothing.
+func TestSetPeersRefusesAndChangesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		defer n.close()
+		c, err := New(clientConfig(n, Balance, "tcp://a:1"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		a := spec(n, "tcp://a:1")
+		for name, specs := range map[string][]PeerSpec{
+			"empty":     nil,
+			"duplicate": {a, a},
+			"protocol":  {{URL: "radius+tcp://r:1812", Name: "r"}},
+			"bad Tw":    {{URL: "tcp://b:1", Name: "b", Tw: -time.Second}},
+		} {
+			_, err := c.SetPeers(context.Background(), specs)
+			assert.Error(t, err, name)
+		}
+		require.Len(t, c.Peers(), 1)
+		assert.Equal(t, "a.example.net", c.Peers()[0].Name())
+		_, err = c.Send(context.Background(), acr(1, "u"))
+		require.NoError(t, err)
+	})
+}
+
+// The members a Client has over its life are bounded: past the bound,
+// SetPeers asks for a restart and changes nothing.
+func TestSetPeersBounded(t *testing.T) {
+	defer func(n int) { maxMembers = n }(maxMembers)
+	maxMembers = 2
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		defer n.close()
+		c, err := New(clientConfig(n, Balance, "tcp://a:1"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		a, b := spec(n, "tcp://a:1"), spec(n, "tcp://b:1")
+		_, err = c.SetPeers(context.Background(), []PeerSpec{a, b})
+		require.NoError(t, err)
+		synctest.Wait()
+		_, err = c.SetPeers(context.Background(), []PeerSpec{a})
+		require.NoError(t, err)
+		synctest.Wait()
+		_, err = c.SetPeers(context.Background(), []PeerSpec{a, b})
+		require.ErrorContains(t, err, "restart")
+		require.Len(t, c.Peers(), 1)
+		_, err = c.Send(context.Background(), acr(1, "u"))
+		require.NoError(t, err)
+	})
+}
