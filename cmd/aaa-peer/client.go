@@ -8,6 +8,8 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -136,10 +138,10 @@ type clientOptions struct {
 }
 
 func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
-	fs := newFlagSet("client", clientSynopsis, stderr)
+	fs := newFlagSet("client", clientSynopsis+"\n"+clientReloadHelp, stderr)
 	fs.Usage = func() {
 		out := fs.Output()
-		fmt.Fprint(out, clientSynopsis)
+		fmt.Fprint(out, clientSynopsis+"\n"+clientReloadHelp)
 		fmt.Fprintln(out, "\nflags:")
 		fs.PrintDefaults()
 		// The RADIUS client's flags, whatever the order of -h and --peer.
@@ -347,7 +349,8 @@ type loadgen struct {
 	metrics *status.Metrics // nil without --status
 	cl      *client.Client
 	tmpl    *message.RequestTemplate
-	peers   []*peer.Peer // cl's, in --peer order
+	pmu     sync.Mutex
+	peers   []*peer.Peer // every peer cl has had (a reload adds some), under pmu: see peersEver
 	start   int64        // unix nanoseconds, the high part of Session-Ids: two runs started in one second must not reuse them
 	epoch   time.Time    // the origin of the requests' clock readings (one read each: time.Now reads two clocks)
 
@@ -440,6 +443,12 @@ type clientReport struct {
 }
 
 func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runClientWith(ctx, args, stdout, stderr, hangups)
+}
+
+// runClientWith is runClient with hup in place of the process's SIGHUP
+// (a test's channel).
+func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-chan os.Signal) int {
 	// A --peer with no or an unknown scheme is neither client's: say so
 	// before either parses flags the other does not take.
 	for _, u := range peerArgs(args) {
@@ -449,18 +458,19 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 	}
 	if hasRADIUSUDPPeer(args) || configNamesRADIUS(args) {
-		return runRadiusClient(ctx, args, stdout, stderr)
+		return runRadiusClient(ctx, args, stdout, stderr, hup)
 	}
 	var o clientOptions
 	fs := clientFlags(&o, stderr)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
+	base, set := o, setFlags(fs) // the command line's alone: a reload starts from them
 	cfg, err := loadConfig(o.config, stderr)
 	if err != nil {
 		return 2
 	}
-	unused, err := o.applyConfig(cfg, setFlags(fs))
+	unused, err := o.applyConfig(cfg, set)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
@@ -482,7 +492,6 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
-	defer logHangups(hangups, log)()
 	for _, u := range unused {
 		log.Warn("--config: the client does not use this part of the file", "file", o.config, "ignored", u)
 	}
@@ -541,7 +550,9 @@ func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		ew.Close()
 		return 2
 	}
-	c.peers = c.cl.Peers()
+	var reloads reloadStats
+	reloads.exportTo(metrics, time.Now())
+	defer watchReload(hup, log, o.config, &reloads, func() ([]string, error) { return c.reloadPeers(base, set) })()
 	web, err := openStatus(o.status, status.SourceFunc(c.clientSnapshot), metrics, log)
 	if err != nil {
 		log.Error("status page", "err", err)
@@ -625,7 +636,7 @@ func newLoadgen(o clientOptions, log *slog.Logger, metrics *status.Metrics) *loa
 // onWire is how many requests (first sends and replays) the peers sent.
 func (c *loadgen) onWire() uint64 {
 	var n uint64
-	for _, p := range c.peers {
+	for _, p := range c.peersEver() {
 		n += p.Stats().Sent
 	}
 	return n
@@ -698,7 +709,7 @@ func watchRefusals(bus *client.Bus, peers []string) (<-chan string, func()) {
 func (c *loadgen) waitUp(ctx context.Context, refused <-chan string) error {
 	want := c.o.waitPeers
 	if want == 0 {
-		want = len(c.peers)
+		want = len(c.cl.Peers())
 	}
 	wctx, cancel := context.WithTimeout(ctx, c.o.connectTimeout)
 	defer cancel()
@@ -723,7 +734,7 @@ func (c *loadgen) waitUp(ctx context.Context, refused <-chan string) error {
 		c.log.Warn("not every peer wanted is in service; going on", "err", err, "wait_peers", want, "connect_timeout", c.o.connectTimeout)
 		return nil
 	}
-	return fmt.Errorf("none of %d peers OKAY within %v (--connect-timeout)", len(c.peers), c.o.connectTimeout)
+	return fmt.Errorf("none of %d peers OKAY within %v (--connect-timeout)", len(c.cl.Peers()), c.o.connectTimeout)
 }
 
 // closeClient disconnects every peer (DPR/DPA), bounded by shutdownBudget.
@@ -813,7 +824,10 @@ func (c *loadgen) progress(elapsed time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "t=%ds sent=%d answered=%d failed=%d pending=%d peers=",
 		int64(elapsed.Round(time.Second)/time.Second), sent, answered, failed, sent-answered-failed)
-	for i, p := range c.peers {
+	for i, p := range c.cl.Peers() {
+		if p == nil {
+			continue // waiting for a connection slot
+		}
 		if i > 0 {
 			b.WriteByte(',')
 		}
@@ -907,7 +921,7 @@ func (c *loadgen) report(dropped uint64, elapsed time.Duration) clientReport {
 	if c.open != nil {
 		r.DroppedInFlight = c.open.dropped.Load()
 	}
-	for _, p := range c.peers {
+	for _, p := range c.peersEver() {
 		st := p.Stats()
 		r.Retransmitted += st.Retransmitted
 		r.Peers = append(r.Peers, st)
@@ -958,4 +972,18 @@ func (o *clientOptions) clientConfig(log *slog.Logger, topts transport.Options, 
 			HoldDown: o.holdDown, TestUser: o.testUser != "", KeepAlive: o.keepAlive}
 	}
 	return ccfg
+}
+
+// peersEver returns every peer the client has had, in the order first
+// seen: those of the configuration now, and those a reload removed or
+// replaced (their counts still belong to the run).
+func (c *loadgen) peersEver() []*peer.Peer {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	for _, p := range c.cl.Peers() {
+		if p != nil && !slices.Contains(c.peers, p) {
+			c.peers = append(c.peers, p)
+		}
+	}
+	return slices.Clone(c.peers)
 }

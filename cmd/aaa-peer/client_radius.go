@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -82,6 +83,13 @@ default any), else 0.
 `
 
 type radiusClientOptions struct {
+	// base and set are the command line's options alone and the flags
+	// given there: a reload applies --config over them.
+	base *radiusClientOptions
+	set  map[string]bool
+	// names are the --config file's names of its servers, by URL.
+	names map[string]string
+
 	peers, acctPeers             stringList
 	secretFile                   string
 	app, algorithm, nai          string
@@ -133,7 +141,7 @@ func hasRADIUSUDPPeer(args []string) bool {
 
 // radiusClientFlags returns the flags of the RADIUS client, set into o.
 func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
-	fs := newFlagSet("client", radiusClientSynopsis, stderr)
+	fs := newFlagSet("client", radiusClientSynopsis+"\n"+clientReloadHelp, stderr)
 	fs.Var(&o.peers, "peer", "a RADIUS server, radius://host:port, radius+tcp://host:port or radsec://host[:port], in index order (repeat; one transport kind)")
 	configFlag(fs, &o.config)
 	fs.Var(&o.acctPeers, "acct-peer", "the accounting address of each --peer, in the same order (repeat; default: the --peer address)")
@@ -174,17 +182,19 @@ func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Writer, hup <-chan os.Signal) int {
 	var o radiusClientOptions
 	fs := radiusClientFlags(&o, stderr)
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
+	base, set := o, setFlags(fs) // the command line's alone: a reload starts from them
+	o.base, o.set = &base, set
 	cfg, err := loadConfig(o.config, stderr)
 	if err != nil {
 		return 2
 	}
-	if o.secrets, err = o.applyConfig(cfg, setFlags(fs)); err != nil {
+	if o.secrets, err = o.applyConfig(cfg, set); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
@@ -199,7 +209,6 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
-	defer logHangups(hangups, log)()
 	var secret []byte                                 // radsec:// uses "radsec" (RFC 6614 2.3)
 	if !o.radsec() && len(o.secrets) < len(o.peers) { // some server has no secret of its own
 		if secret, err = radpeer.ReadSecret(o.secretFile, secretEnv); err != nil {
@@ -207,7 +216,7 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 			return 2
 		}
 	}
-	return o.run(ctx, secret, log, stdout, stderr)
+	return o.run(ctx, secret, log, stdout, stderr, hup)
 }
 
 // radsec reports whether the peers are radsec:// (validated: all alike).
@@ -359,7 +368,7 @@ func (o *radiusClientOptions) request(n int64) *radius.Request {
 // its servers, and in aaatp_node_info, as a RADIUS node has no Origin-Host.
 const nasIdentifier = "aaa-peer"
 
-func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.Logger, stdout, stderr io.Writer) int {
+func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.Logger, stdout, stderr io.Writer, hup <-chan os.Signal) int {
 	events := client.NewBus()
 	cancelLog := events.Subscribe(func(e client.Event) {
 		log.Info(e.Kind.String(), "server", e.Server, "reason", e.Reason)
@@ -389,6 +398,9 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	defer d.close()
 	metrics := newMetrics(o.status)
 	defer metrics.WatchClient(events)()
+	var reloads reloadStats
+	reloads.exportTo(metrics, time.Now())
+	defer watchReload(hup, log, o.config, &reloads, func() ([]string, error) { return o.reloadPeers(d.c, metrics) })()
 	tl := &radiusTally{failedBy: map[string]uint64{}, metrics: metrics}
 	web, err := openStatus(o.status, status.SourceFunc(func() status.Snapshot {
 		snap := status.ClientSnapshot(d.c)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"log/slog"
 	"strings"
@@ -46,21 +47,32 @@ func (o *radiusClientOptions) newDriver(secret []byte, events *client.Bus, log *
 		}
 		cfg.RADIUS.Transport.TLS = tc
 	}
-	for i, u := range o.peers {
-		spec := client.PeerSpec{URL: u, Name: u, Weight: o.weightOf[u], Secret: o.secrets[u]}
-		if len(o.acctPeers) > 0 {
-			spec.AccountingURL = o.acctPeers[i]
-		}
-		if err := o.own[u].apply(&spec, &o.maxRateAcct); err != nil {
-			return nil, err
-		}
-		cfg.Peers = append(cfg.Peers, spec)
+	var err error
+	if cfg.Peers, err = o.peerSpecs(); err != nil {
+		return nil, err
 	}
 	c, err := client.New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	return &radiusDriver{c: c}, nil
+}
+
+// peerSpecs are the servers in --peer order, each named as the --config
+// file names it, else by its URL, with its weight, its own secret and its own tw, TLS and limits.
+func (o *radiusClientOptions) peerSpecs() ([]client.PeerSpec, error) {
+	var specs []client.PeerSpec
+	for i, u := range o.peers {
+		spec := client.PeerSpec{URL: u, Name: cmp.Or(o.names[u], u), Weight: o.weightOf[u], Secret: o.secrets[u]}
+		if len(o.acctPeers) > 0 {
+			spec.AccountingURL = o.acctPeers[i]
+		}
+		if err := o.own[u].apply(&spec, &o.maxRateAcct); err != nil {
+			return nil, err
+		}
+		specs = append(specs, spec)
+	}
+	return specs, nil
 }
 
 // testRequest is the probe and keep-alive: the test user's

@@ -40,9 +40,10 @@ func (o *radiusClientOptions) applyConfig(cfg *config.Config, set map[string]boo
 		return nil, usagef("--config %s:%d: %s is a Diameter peer, not a RADIUS server", cfg.File, cfg.Peers[0].Line, cfg.Peers[0].URL)
 	}
 	peers := byRole(cfg.Peers)
-	o.peers, secrets = nil, make(map[string][]byte, len(peers))
+	o.peers, secrets, o.names = nil, make(map[string][]byte, len(peers)), make(map[string]string, len(peers))
 	for _, p := range peers {
 		o.peers = append(o.peers, p.URL)
+		o.names[p.URL] = p.Name
 		if p.Secret != nil {
 			secrets[p.URL] = p.Secret
 		}

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -395,27 +393,4 @@ func (r *reloadStats) exportTo(m *status.Metrics, started time.Time) {
 		Name: metricLastReload,
 		Help: "When --config was last applied: at start, then at each reload applied (Unix time, seconds).",
 	}, func() float64 { return float64(r.last.Load()) / 1e9 }))
-}
-
-// logHangups logs each SIGHUP from ch until stop is called: the client
-// cannot reload its configuration yet, and must not die of one.
-func logHangups(ch <-chan os.Signal, log *slog.Logger) (stop func()) {
-	if ch == nil {
-		return func() {}
-	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-ch:
-				log.Warn("SIGHUP: reload not supported for the client yet; restart to apply a change to its configuration")
-			case <-done:
-				return
-			}
-		}
-	}()
-	return func() { close(done); wg.Wait() }
 }

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/config"
+	"github.com/aaatp/aaatp/status"
+)
+
+// clientReloadHelp is the client's -h text on SIGHUP, and the README's.
+const clientReloadHelp = `SIGHUP re-reads --config (flags given on the command line still win) and
+applies its peers while the requests flow: a peer added is dialed; a peer
+removed takes no new request at once, answers those in flight, then
+closes (DPR); a peer whose weight changed keeps its connection and the
+balancer's table follows (conversations in progress keep their servers);
+a peer whose other settings changed (URL, secret, tw, TLS files, limits)
+is replaced: the old one drains as a removed one does, then the new one is
+dialed. Peers are matched by name. A file that does not validate is
+refused whole with a log line naming every problem, and the client runs
+on as it was. What cannot change live (origin-host and realm, mode,
+algorithm, the top-level tw, TLS files and limits, the load: rate,
+duration...) is named in the log line and left as it runs. With --peer on
+the command line the file's peers are not used, and without --config
+SIGHUP is logged and ignored. Reloads are counted as the server's are.
+`
+
+// watchReload applies apply at each SIGHUP from ch until stop is called:
+// one log line says what changed, or why nothing did. file is --config.
+func watchReload(ch <-chan os.Signal, log *slog.Logger, file string, stats *reloadStats, apply func() ([]string, error)) (stop func()) {
+	if ch == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-ch:
+				if file == "" {
+					log.Warn("SIGHUP: nothing to reload: the client was started without --config; restart to change its flags")
+					continue
+				}
+				changed, err := apply()
+				if err != nil {
+					stats.refused.Add(1)
+					var ce *config.Error
+					if errors.As(err, &ce) {
+						log.Error("configuration reload refused: the file does not validate; running on as before",
+							"file", file, "problems", len(ce.Problems), "errors", strings.Join(problemLines(ce), "; "))
+						continue
+					}
+					log.Error("configuration reload refused; running on as before", "file", file, "err", err)
+					continue
+				}
+				stats.ok.Add(1)
+				stats.last.Store(time.Now().UnixNano())
+				if len(changed) == 0 {
+					changed = []string{"nothing"}
+				}
+				log.Info("configuration reloaded", "file", file, "changed", strings.Join(changed, "; "))
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// applyPeers hands specs to c and describes what changed, with the
+// settings that changed in the file but need a restart (restart), and
+// forgets the metrics of the peers removed.
+func applyPeers(c *client.Client, specs []client.PeerSpec, restart []string, metrics *status.Metrics) ([]string, error) {
+	ch, err := c.SetPeers(context.Background(), specs)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, part := range []struct {
+		what  string
+		names []string
+	}{{"added", ch.Added}, {"removed (draining)", ch.Removed}, {"replaced", ch.Replaced}, {"reweighted", ch.Reweighted}} {
+		if len(part.names) > 0 {
+			out = append(out, part.what+": "+strings.Join(part.names, ", "))
+		}
+	}
+	for _, name := range ch.Removed {
+		metrics.ForgetPeer(name)
+	}
+	if len(restart) > 0 {
+		out = append(out, "needs a restart, not applied: "+strings.Join(restart, ", "))
+	}
+	return out, nil
+}
+
+// differs names the settings of the pairs whose two values differ.
+func differs(pairs ...any) []string {
+	var out []string
+	for i := 0; i+2 < len(pairs); i += 3 {
+		if fmt.Sprint(pairs[i+1]) != fmt.Sprint(pairs[i+2]) {
+			out = append(out, pairs[i].(string))
+		}
+	}
+	return out
+}
+
+// reloadPeers is the Diameter client's reload: --config read again over
+// the command line's options (base, with the flags set there).
+func (c *loadgen) reloadPeers(base clientOptions, set map[string]bool) ([]string, error) {
+	if set["peer"] {
+		return []string{"nothing: the peers are the command line's --peer"}, nil
+	}
+	cfg, err := config.Load(c.o.config)
+	if err != nil {
+		return nil, err
+	}
+	o := base
+	o.peers, o.weights = slices.Clone(base.peers), slices.Clone(base.weights)
+	if _, err := o.applyConfig(cfg, set); err != nil {
+		return nil, err
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	specs, err := o.peerSpecs()
+	if err != nil {
+		return nil, err
+	}
+	restart := differs(
+		"origin-host", c.o.originHost, o.originHost,
+		"origin-realm", c.o.originRealm, o.originRealm,
+		"destination-realm", c.o.destRealm, o.destRealm,
+		"mode", c.o.mode, o.mode,
+		"algorithm", c.o.algorithm, o.algorithm,
+		"tw", c.o.tw, o.tw,
+		"tls-ca, tls-cert, tls-key", c.o.tlsCA+c.o.tlsCert+c.o.tlsKey, o.tlsCA+o.tlsCert+o.tlsKey,
+		"max-rate", c.o.maxRate, o.maxRate,
+		"max-outstanding", c.o.maxOutstanding, o.maxOutstanding,
+	)
+	return applyPeers(c.cl, specs, restart, c.metrics)
+}
+
+// reloadPeers is the RADIUS client's reload: --config read again over
+// the command line's options.
+func (o *radiusClientOptions) reloadPeers(c *client.Client, metrics *status.Metrics) ([]string, error) {
+	if o.set["peer"] {
+		return []string{"nothing: the servers are the command line's --peer"}, nil
+	}
+	cfg, err := config.Load(o.config)
+	if err != nil {
+		return nil, err
+	}
+	n := *o.base
+	n.peers, n.weights, n.acctPeers = slices.Clone(n.peers), slices.Clone(n.weights), slices.Clone(n.acctPeers)
+	if n.secrets, err = n.applyConfig(cfg, o.set); err != nil {
+		return nil, err
+	}
+	if err := n.validate(); err != nil {
+		return nil, err
+	}
+	if n.stream != o.stream || n.radsec() != o.radsec() {
+		return nil, fmt.Errorf("the servers' protocol changed (%s:// to %s://): restart to apply", scheme(o.peers[0]), scheme(n.peers[0]))
+	}
+	specs, err := n.peerSpecs()
+	if err != nil {
+		return nil, err
+	}
+	restart := differs(
+		"algorithm", o.algorithm, n.algorithm,
+		"tw", o.tw, n.tw,
+		"max-conns", o.maxConns, n.maxConns,
+		"timeout, retries", fmt.Sprint(o.timeout, o.retries), fmt.Sprint(n.timeout, n.retries),
+		"down-timeout, hold-down", fmt.Sprint(o.downTimeout, o.hold), fmt.Sprint(n.downTimeout, n.hold),
+		"tls-ca, tls-cert, tls-key", o.tlsCA+o.tlsCert+o.tlsKey, n.tlsCA+n.tlsCert+n.tlsKey,
+		"max-rate, max-rate-acct, max-outstanding", fmt.Sprint(o.maxRate, o.maxRateAcct, o.maxOut), fmt.Sprint(n.maxRate, n.maxRateAcct, n.maxOut),
+		"secret-file", o.secretFile, n.secretFile,
+	)
+	return applyPeers(c, specs, restart, metrics)
+}
+
+// scheme is a URL's scheme, "" if none.
+func scheme(u string) string {
+	s, _, _ := strings.Cut(u, "://")
+	return s
+}

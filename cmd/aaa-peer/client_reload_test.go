@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// clientReloader runs a client on a --config file with a SIGHUP channel
+// of the test's.
+type clientReloader struct {
+	config string
+	hup    chan os.Signal
+	stderr *syncBuffer
+}
+
+// reload rewrites the file, sends SIGHUP and returns the client's log
+// line saying what it did.
+func (cr *clientReloader) reload(t *testing.T, content string) string {
+	t.Helper()
+	writeTestFile(t, cr.config, content)
+	re := regexp.MustCompile(`(?m)^.*msg="configuration reload(ed| refused)[^\n]*$`)
+	before := len(re.FindAllString(cr.stderr.String(), -1))
+	cr.hup <- syscall.SIGHUP
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if lines := re.FindAllString(cr.stderr.String(), -1); len(lines) > before {
+			return lines[len(lines)-1]
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no reload log line within 10s:\n%s", cr.stderr)
+	return ""
+}
+
+const clientReloadBase = `origin-host = "client1.example.net"
+origin-realm = "example.net"
+destination-realm = "example.net"
+`
+
+func peerTable(name, url string, weight int) string {
+	return "\n[[peer]]\nname = \"" + name + "\"\nurl = \"" + url + "\"\nweight = " + strconv.Itoa(weight) + "\n"
+}
+
+// TestClientReloadUnderTraffic: "aaa-peer client --config" sends at 200/s
+// while SIGHUP applies files that add a server, then remove the first;
+// a file that does not validate is refused and the peers kept. Every
+// request is answered, none applied twice, and the added server takes its
+// share.
+func TestClientReloadUnderTraffic(t *testing.T) {
+	t.Parallel()
+	one := startReloadServer(t, reloadBase+`listen = ["tcp://127.0.0.1:0"]`+"\n")
+	two := startReloadServer(t, strings.Replace(reloadBase, "server1.", "server2.", 1)+`listen = ["tcp://127.0.0.1:0"]`+"\n")
+	urlOne, urlTwo := one.listener(t, "tcp://"), two.listener(t, "tcp://")
+
+	dir := t.TempDir()
+	cr := &clientReloader{config: filepath.Join(dir, "client.toml"), hup: make(chan os.Signal, 1), stderr: &syncBuffer{}}
+	report := filepath.Join(dir, "report.json")
+	writeTestFile(t, cr.config, clientReloadBase+peerTable("one", urlOne, 1))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	code := make(chan int, 1)
+	go func() {
+		var stdout syncBuffer
+		code <- runClientWith(ctx, []string{"--config", cr.config, "--rate", "200", "--duration", "4s", "--report", report,
+			"--connect-timeout", "5s"}, &stdout, cr.stderr, cr.hup)
+	}()
+	waitURL(t, cr.stderr, regexp.MustCompile(`msg=watchdog .*(to=OKAY)`))
+	time.Sleep(500 * time.Millisecond) // sending
+
+	line := cr.reload(t, clientReloadBase+peerTable("one", urlOne, 1)+peerTable("two", urlTwo, 1))
+	if !strings.Contains(line, `msg="configuration reloaded"`) || !strings.Contains(line, "added: two") {
+		t.Errorf("adding a peer: log line %q", line)
+	}
+	time.Sleep(time.Second)
+	line = cr.reload(t, clientReloadBase+peerTable("two", urlTwo, 1)+"tw = 30\n")
+	if !strings.Contains(line, `msg="configuration reload refused`) || !strings.Contains(line, "client.toml:") {
+		t.Errorf("a file that does not validate: log line %q", line)
+	}
+	line = cr.reload(t, strings.Replace(clientReloadBase, "client1.", "client9.", 1)+peerTable("two", urlTwo, 1))
+	for _, want := range []string{`msg="configuration reloaded"`, "removed (draining): one", "needs a restart, not applied: origin-host"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("removing a peer: log line %q: no %q", line, want)
+		}
+	}
+	if c := <-code; c != 0 {
+		t.Fatalf("client exit %d:\n%s", c, cr.stderr)
+	}
+	var rep clientReport
+	readJSON(t, report, &rep)
+	if rep.Sent < 600 || rep.Answered != rep.Sent || rep.Failed != 0 {
+		t.Errorf("client through the reloads: sent %d, answered %d, failed %d (want every one answered)", rep.Sent, rep.Answered, rep.Failed)
+	}
+	if c := one.stop(t); c != 0 {
+		t.Fatalf("server one exit %d", c)
+	}
+	if c := two.stop(t); c != 0 {
+		t.Fatalf("server two exit %d", c)
+	}
+	r1, r2 := one.readReport(t), two.readReport(t)
+	if r1.Applied+r2.Applied != rep.Answered || r1.Duplicates+r2.Duplicates != 0 {
+		t.Errorf("servers applied %d + %d (duplicates %d + %d); want the %d answered, each once", r1.Applied, r2.Applied, r1.Duplicates, r2.Duplicates, rep.Answered)
+	}
+	if r2.Applied == 0 || r1.Applied == 0 {
+		t.Errorf("applied by one %d, by two %d: want both to have taken requests", r1.Applied, r2.Applied)
+	}
+}
+
+// TestRADIUSClientReloadRotatesSecret: a RADIUS/TCP server and its
+// client rotate their shared secret under traffic, the server first (its
+// connections accepted before keep the old secret), then the client,
+// whose server is replaced by one with the new secret while the old
+// connection drains. Every record is answered, each applied once.
+func TestRADIUSClientReloadRotatesSecret(t *testing.T) {
+	t.Parallel()
+	srvDir := t.TempDir()
+	oldSecret, newSecret := filepath.Join(srvDir, "old.secret"), filepath.Join(srvDir, "new.secret")
+	writeTestFile(t, oldSecret, "0ld-secret\n")
+	writeTestFile(t, newSecret, "n3w-secret\n")
+	rs := startReloadServer(t, reloadBase+`listen = ["radius+tcp://127.0.0.1:0"]`+"\nsecret-file = \""+oldSecret+"\"\n")
+	u := rs.listener(t, "radius+tcp://")
+
+	dir := t.TempDir()
+	cr := &clientReloader{config: filepath.Join(dir, "client.toml"), hup: make(chan os.Signal, 1), stderr: &syncBuffer{}}
+	server := func(secretFile string) string {
+		return "[[peer]]\nname = \"r1\"\nurl = \"" + u + "\"\nsecret-file = \"" + secretFile + "\"\n"
+	}
+	writeTestFile(t, cr.config, server(oldSecret))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	type result struct {
+		code int
+		rep  radiusClientReport
+	}
+	done := make(chan result, 1)
+	go func() {
+		var stdout syncBuffer
+		c := runClientWith(ctx, []string{"--config", cr.config, "--app", "acct", "--rate", "200", "--duration", "3s", "--concurrency", "64"},
+			&stdout, cr.stderr, cr.hup)
+		var rep radiusClientReport
+		_ = json.Unmarshal([]byte(stdout.String()), &rep)
+		done <- result{c, rep}
+	}()
+	time.Sleep(time.Second)
+	if line := rs.reload(t, reloadBase+`listen = ["radius+tcp://127.0.0.1:0"]`+"\nsecret-file = \""+newSecret+"\"\n"); !strings.Contains(line, "RADIUS shared secret changed") {
+		t.Fatalf("server reload: %q", line)
+	}
+	line := cr.reload(t, server(newSecret))
+	if !strings.Contains(line, `msg="configuration reloaded"`) || !strings.Contains(line, "replaced: r1") {
+		t.Errorf("client reload: log line %q", line)
+	}
+	r := <-done
+	if r.code != 0 || r.rep.Sent < 400 || r.rep.Answered != r.rep.Sent || r.rep.Failed != 0 {
+		t.Errorf("through the rotation: exit %d, sent %d, answered %d, failed %d (want every one answered)\n%s",
+			r.code, r.rep.Sent, r.rep.Answered, r.rep.Failed, cr.stderr)
+	}
+	if c := rs.stop(t); c != 0 {
+		t.Fatalf("server exit %d", c)
+	}
+	if rep := rs.readReport(t); rep.Applied != r.rep.Answered || rep.Duplicates != 0 {
+		t.Errorf("server applied %d, duplicates %d; want the %d answered, each once", rep.Applied, rep.Duplicates, r.rep.Answered)
+	}
+}
