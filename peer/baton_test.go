@@ -18,7 +18,7 @@ import (
 	"github.com/aaatp/aaatp/wire"
 )
 
-// The reading baton (baton.go) over real loopback TCP, outside synctest
+// The reading baton (conn.go) over real loopback TCP, outside synctest
 // bubbles: only a socket's read can be interrupted by its deadline. Every
 // wait is bounded; none asserts a duration.
 

@@ -358,70 +358,11 @@ func (p *Peer) Request(ctx context.Context, req []byte) ([]byte, error) {
 	return ans, nil
 }
 
-// submit sends cl on this peer's connection without waiting: the answer
-// completes cl. It refuses with a *NotInServiceError unless the watchdog
-// is OKAY, with ErrDisconnecting while a graceful disconnect drains the
-// connection, and with ErrAlreadySent if cl was sent on this connection
-// before (it is never sent twice on one connection). A call sent before
-// on another connection goes out as a copy with a new Hop-by-Hop id and
-// the T flag: the failover replay of RFC 3539 3.4.1 [3]. A call already
-// complete is not sent and submit returns nil.
-func (p *Peer) submit(cl *dcall) error {
-	c := p.cur.Load()
-	st := p.State()
-	if st != watchdog.Okay || c == nil {
-		return &NotInServiceError{Peer: p.Name(), State: st}
-	}
-	resend, err := c.submit(cl)
-	if err != nil {
-		if err == call.ErrComplete {
-			return nil
-		}
-		return fmt.Errorf("peer %s: %w", p.Name(), err)
-	}
-	p.stats.sent.Add(1)
-	if resend {
-		p.stats.retransmitted.Add(1)
-	}
-	p.touch()
-	return nil
-}
-
-// submitAll is submit for a batch, in order, with one wake-up of the
-// writer: what a failover of many requests wants. Each call meets the same
-// checks as in submit; those refused (sent on this connection before) are
-// returned for the caller to send elsewhere. Calls already complete are
-// skipped. On error none was sent.
-func (p *Peer) submitAll(calls []*call.Call) (refused []*call.Call, err error) {
-	c := p.cur.Load()
-	st := p.State()
-	if st != watchdog.Okay || c == nil {
-		return nil, &NotInServiceError{Peer: p.Name(), State: st}
-	}
-	refused, n, resends, err := c.submitAll(calls)
-	if err != nil {
-		return nil, fmt.Errorf("peer %s: %w", p.Name(), err)
-	}
-	p.stats.sent.Add(uint64(n))
-	p.stats.retransmitted.Add(uint64(resends))
-	p.touch()
-	return refused, nil
-}
-
 // InService reports whether Request would take a new request now: the
 // watchdog is OKAY, a connection is up and no graceful disconnect is
 // draining it.
 func (p *Peer) InService() bool {
 	return p.State() == watchdog.Okay && p.cur.Load() != nil && !p.leaving.Load()
-}
-
-// touch records application activity for the idle bring-down (T4). Only
-// when IdleTimeout is set: a clock read and a shared cache line per
-// request are not free.
-func (p *Peer) touch() {
-	if p.cfg.IdleTimeout > 0 {
-		p.lastApp.Store(p.mono())
-	}
 }
 
 // Close disconnects gracefully with Disconnect-Cause
@@ -524,85 +465,6 @@ func (p *Peer) publish(e Event) {
 	p.notify(notice{ev: e})
 }
 
-// received is called by a connection's reader for every message, which
-// arrived at now (p.mono). moved reports that the reader ran a Handler for
-// too long and the reading has moved to another goroutine: the caller is
-// no longer the reader.
-func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
-	p.lastRx.Store(now) // before reading state: see onTimer
-	p.stats.received.Add(1)
-	flags, cmd := wire.Flags(msg), wire.CommandCode(msg)
-	if flags&wire.FlagRequest != 0 {
-		switch cmd {
-		case wire.CmdDeviceWatchdog:
-			p.stats.dwrReceived.Add(1)
-			p.step(input{kind: evDWR, c: c, msg: msg, at: now})
-		case wire.CmdDisconnectPeer:
-			p.step(input{kind: evDPR, c: c, msg: msg, at: now})
-		case wire.CmdCapabilitiesExchange:
-			p.refuseCER(c, msg, now)
-		default:
-			if p.cfg.IdleTimeout > 0 {
-				p.lastApp.Store(now)
-			}
-			c.bt.lastRq = now // a connection serving requests keeps its reader
-			if r := p.cfg.checkRequest(msg, c.remoteHost); r != nil {
-				p.refuse(c, msg, r, now)
-				return false
-			}
-			if p.State() == watchdog.Okay {
-				return p.serve(c, msg)
-			} else {
-				p.step(input{kind: evOther, c: c, msg: msg, at: now})
-			}
-		}
-		return false
-	}
-	switch cmd {
-	case wire.CmdDeviceWatchdog:
-		p.stats.dwaReceived.Add(1)
-		p.stats.lastDWA.Store(time.Now().UnixNano())
-		p.step(input{kind: evDWA, c: c, at: now})
-		return false
-	case wire.CmdDisconnectPeer:
-		c.dpaOnce.Do(func() { close(c.dpa) })
-		return false
-	}
-	if p.cfg.IdleTimeout > 0 {
-		p.lastApp.Store(now)
-	}
-	hbh := wire.HopByHop(msg)
-	cl, late := c.match(hbh)
-	if cl != nil {
-		c.unmatchedRun = 0
-	}
-	switch {
-	case cl == nil:
-		if p.unmatched(c, hbh, msg) {
-			return false
-		}
-	case !late && p.cfg.Failover != nil && wire.Flags(msg)&wire.FlagError != 0 && p.premature(c, cl, msg):
-	case late && p.cfg.Failover != nil && wire.Flags(msg)&wire.FlagError != 0 && refusesBeforeApplying(msg):
-		// A late refusal of a request that has moved on: it may have been
-		// applied where it went, and the refusal would tell its caller it
-		// was not (RFC 6733 7.1.3). Its current send answers it.
-		p.stats.late.Add(1)
-	default:
-		ok, owner := cl.Finish(msg, nil, &c.h, &p.stats.answered)
-		if ok && cl.via.Load() == c {
-			c.bt.hint = true // its caller wrote inline: the next may read (see baton)
-		}
-		switch {
-		case !ok:
-			p.stats.late.Add(1)
-		case owner != nil:
-			owner.Retire(&cl.Call, false) // answered here while in flight elsewhere
-		}
-	}
-	p.notifyOther(c, now)
-	return false
-}
-
 // The rare cases of received are functions of their own, so that the
 // frequent ones (a DWA, a DWR, an answer) run on a small stack: see
 // transitioned.
@@ -631,21 +493,6 @@ func (p *Peer) unmatched(c *conn, hbh uint32, msg []byte) (closed bool) {
 		return true
 	}
 	return false
-}
-
-// notifyOther steps a non-DWA message when the watchdog is
-// not OKAY (in OKAY the lastRx store is enough).
-func (p *Peer) notifyOther(c *conn, at int64) {
-	if p.State() != watchdog.Okay {
-		p.step(input{kind: evOther, c: c, at: at})
-	}
-}
-
-// refusesBeforeApplying reports whether ans refuses its request:
-// DIAMETER_TOO_BUSY or DIAMETER_UNABLE_TO_DELIVER.
-func refusesBeforeApplying(ans []byte) bool {
-	rc, _ := message.ResultCodeOf(ans)
-	return rc == message.TooBusy || rc == message.UnableToDeliver
 }
 
 // premature hands a call answered DIAMETER_TOO_BUSY or
