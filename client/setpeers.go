@@ -205,6 +205,7 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 	}
 	c.ros.Store(next)
 	var evs []Event
+	var drains []func()
 	now := time.Now()
 	for _, m := range gone {
 		nm := findReplacement(replaces, m)
@@ -214,7 +215,10 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 		}
 		evs = append(evs, Event{Time: now, Server: m.spec.Name, Kind: EventReconfigured, Change: why,
 			Reason: why + ": takes no new request; its requests in flight are answered, then it closes"})
-		evs = c.drain(m, nm, evs)
+		var start func()
+		if start, evs = c.drain(m, nm, evs); start != nil {
+			drains = append(drains, start)
+		}
 	}
 	for _, m := range reweigh {
 		evs = append(evs, Event{Time: now, Server: m.spec.Name, Kind: EventReconfigured, Change: "reweighted",
@@ -231,6 +235,9 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 		c.events.Publish(e)
 	}
 	c.refresh()
+	for _, start := range drains { // after the events that say why they end
+		start()
+	}
 	return ch, nil
 }
 
@@ -248,46 +255,57 @@ func findReplacement(replaces map[*member]*member, m *member) *member {
 // waits for it): its peer finishes what is in flight and closes. Its
 // replacement, if any, is dialed at once for RADIUS, once the old peer is
 // done for Diameter: a Diameter server takes one connection per peer.
-// It appends the events to publish after c.mu. c.mu is held.
-func (c *Client) drain(m, replacement *member, evs []Event) []Event {
-	var closer interface{ Close(context.Context) error }
+// It appends the events to publish after c.mu, and returns the function
+// that starts the drain, to call after them (nil: nothing to drain).
+// c.mu is held.
+func (c *Client) drain(m, replacement *member, evs []Event) (start func(), _ []Event) {
+	// Each carrier's graceful end: a Diameter peer's Close answers what
+	// is in flight, then DPR; a RADIUS server's Drain and a UDP
+	// server's Close let what is in flight finish, then close.
+	var closer func(context.Context) error
 	var done <-chan struct{}
 	switch {
 	case m.p() != nil:
-		closer, done = m.p(), m.p().Done()
+		closer, done = m.p().Close, m.p().Done()
 	case m.rp.Load() != nil:
-		closer, done = m.rp.Load(), m.rp.Load().Done()
+		closer, done = m.rp.Load().Drain, m.rp.Load().Done()
 	case m.up.Load() != nil:
-		closer = m.up.Load()
+		closer = m.up.Load().Close
 	}
 	if replacement != nil && (c.radius || closer == nil) {
 		evs = append(evs, c.dialAdded(replacement, "replaced")...)
 		replacement = nil
 	}
 	if closer == nil {
-		return evs
+		return nil, evs
 	}
-	c.closing.Add(1)
-	go func() {
-		defer c.closing.Done()
-		closer.Close(context.Background())
-		if done != nil {
-			<-done
-		}
-		if replacement == nil {
-			return
-		}
-		var evs []Event
-		c.mu.Lock()
-		if !c.closed && !replacement.removed.Load() {
-			evs = c.dialAdded(replacement, "replaced")
-		}
-		c.mu.Unlock()
-		for _, e := range evs {
-			c.events.Publish(e)
-		}
-	}()
-	return evs
+	c.closing.Add(1) // under c.mu, before Close could wait
+	return func() { go c.finishDrain(closer, done, replacement) }, evs
+}
+
+// finishDrain closes a removed member's peer and dials its replacement,
+// if any, once the peer is done (see drain).
+func (c *Client) finishDrain(closer func(context.Context) error, done <-chan struct{}, replacement *member) {
+	defer c.closing.Done()
+	// No request lives longer than RequestTimeout: nor does a drain.
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.RequestTimeout)
+	closer(ctx)
+	cancel()
+	if done != nil {
+		<-done
+	}
+	if replacement == nil {
+		return
+	}
+	var evs []Event
+	c.mu.Lock()
+	if !c.closed && !replacement.removed.Load() {
+		evs = c.dialAdded(replacement, "replaced")
+	}
+	c.mu.Unlock()
+	for _, e := range evs {
+		c.events.Publish(e)
+	}
 }
 
 // dialAdded dials a member SetPeers added (change "added") or that

@@ -57,6 +57,7 @@ type Peer struct {
 	links   []*link
 	waiting []*rcall // for an Identifier; bounded by MaxWaiting
 	closing bool
+	leaving bool // Drain: no new request; those in flight finish
 	fx      []func() // effects of the decisions taken under mu
 	// mismatch is the last sign of a wrong shared secret (Stats).
 	mismatch string
@@ -186,7 +187,7 @@ func (p *Peer) submit(cl *rcall) error {
 		p.mu.Unlock()
 		return fmt.Errorf("RADIUS server %s: %w", p.url, ErrClosed)
 	}
-	if !p.inService.Load() {
+	if !p.inService.Load() || p.leaving {
 		st := p.links[0].m.State()
 		p.mu.Unlock()
 		return &NotInServiceError{Peer: p.url, State: st}
@@ -301,6 +302,68 @@ func (p *Peer) Stats() Stats {
 		st.Conns = append(st.Conns, cs)
 	}
 	return st
+}
+
+// drainPoll is how often Drain looks whether the calls in flight are
+// done: answers complete calls on the connections' readers, which do not
+// look for a drain, and a drain is rare.
+const drainPoll = 10 * time.Millisecond
+
+// Drain takes the server out of service for good, as a graceful close:
+// no new request (Submit refuses it as not in service, and the calls
+// waiting for an Identifier go to the failover hook), the calls in flight
+// get their answers, then it closes (Close). RADIUS has no disconnect
+// message: this is what a server removed from a configuration gets.
+// It waits until the calls in flight are done or ctx ends, whichever is
+// first; those still in flight then fail over as on Close.
+func (p *Peer) Drain(ctx context.Context) error {
+	p.mu.Lock()
+	if !p.leaving && !p.closing {
+		p.leaving = true
+		if p.inService.Swap(false) && len(p.waiting) > 0 {
+			w := p.waiting
+			if p.cfg.Failover != nil {
+				p.waiting = nil
+			}
+			p.moveOut(p.links[0], w, "server leaving")
+		}
+	}
+	p.unlock()
+	t := time.NewTicker(drainPoll)
+	defer t.Stop()
+	for p.inFlight() > 0 {
+		select {
+		case <-ctx.Done():
+			return p.Close(context.WithoutCancel(ctx))
+		case <-t.C:
+		}
+	}
+	return p.Close(ctx)
+}
+
+// inFlight counts the calls sent and not done, and those waiting.
+func (p *Peer) inFlight() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, cl := range p.waiting {
+		if !cl.IsDone() {
+			n++
+		}
+	}
+	for _, l := range p.links {
+		for _, c := range append([]*conn{l.cur}, l.draining...) {
+			if c == nil {
+				continue
+			}
+			for i := range c.slots {
+				if cl := c.slots[i].call; cl != nil && !cl.IsDone() {
+					n++
+				}
+			}
+		}
+	}
+	return n
 }
 
 // Close closes every connection (RADIUS has no disconnect message). As on
@@ -609,6 +672,7 @@ func (p *Peer) serviceChanged() {
 	for _, l := range p.links {
 		in = in || l.m.State() == watchdog.Okay
 	}
+	in = in && !p.leaving
 	was := p.inService.Swap(in)
 	switch {
 	case in:

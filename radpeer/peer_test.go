@@ -15,6 +15,7 @@ import (
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
+	"github.com/stretchr/testify/require"
 	lradius "layeh.com/radius"
 )
 
@@ -527,5 +528,42 @@ func TestBlockedSubscriberHoldsNoConnection(t *testing.T) {
 		close(release)
 		<-p.Done()
 		ln.Close()
+	})
+}
+
+// Drain: the calls in flight get their answers; from the drain on the
+// server takes nothing new (not in service), and it closes once they are
+// done, not before.
+func TestDrainAnswersInFlightThenCloses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, ln := startServer(t, ServerConfig{Handler: func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+			time.Sleep(time.Second)
+			return lradius.CodeAccountingResponse, nil
+		}})
+		p := dialTo(t, ln)
+		synctest.Wait()
+		calls := []*rcall{newCall(acctReq("1")), newCall(acctReq("2"))}
+		for _, cl := range calls {
+			require.NoError(t, p.submit(cl))
+		}
+		drained := make(chan error, 1)
+		go func() { drained <- p.Drain(context.Background()) }()
+		synctest.Wait()
+		require.False(t, p.InService())
+		var nis *NotInServiceError
+		require.ErrorAs(t, p.submit(newCall(acctReq("3"))), &nis, "nothing new while draining")
+		select {
+		case <-p.Done():
+			t.Fatal("closed with calls in flight")
+		default:
+		}
+		for _, cl := range calls {
+			r, err := cl.wait(context.Background(), time.Minute)
+			require.NoError(t, err, "a call in flight is answered")
+			require.Equal(t, lradius.CodeAccountingResponse, r.Packet.Code)
+		}
+		require.NoError(t, <-drained)
+		<-p.Done()
+		mustClose(t, s)
 	})
 }

@@ -550,6 +550,7 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		ew.Close()
 		return 2
 	}
+	c.peersEver() // the first peers, before a reload may remove them
 	var reloads reloadStats
 	reloads.exportTo(metrics, time.Now())
 	defer watchReload(hup, log, o.config, &reloads, func() ([]string, error) { return c.reloadPeers(base, set) })()

@@ -147,6 +147,7 @@ func (c *loadgen) reloadPeers(base clientOptions, set map[string]bool) ([]string
 		"max-rate", c.o.maxRate, o.maxRate,
 		"max-outstanding", c.o.maxOutstanding, o.maxOutstanding,
 	)
+	c.peersEver() // those about to be removed keep their counts in the report
 	return applyPeers(c.cl, specs, restart, c.metrics)
 }
 

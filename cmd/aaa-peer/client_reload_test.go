@@ -95,6 +95,9 @@ func TestClientReloadUnderTraffic(t *testing.T) {
 	}
 	var rep clientReport
 	readJSON(t, report, &rep)
+	if len(rep.Peers) != 2 {
+		t.Errorf("the report lists %d peers, want both: the one removed keeps its counts", len(rep.Peers))
+	}
 	if rep.Sent < 600 || rep.Answered != rep.Sent || rep.Failed != 0 {
 		t.Errorf("client through the reloads: sent %d, answered %d, failed %d (want every one answered)", rep.Sent, rep.Answered, rep.Failed)
 	}
