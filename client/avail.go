@@ -101,8 +101,8 @@ func (c *Client) rebuild(force bool) {
 	}
 	v.changed = make(chan struct{})
 	// The derived views change under avMu, so that they follow the views
-	// in order; their events are published after it, in that order
-	// (eventQ), so that no subscriber runs under avMu.
+	// in order; their events are scheduled under it, in that order, and
+	// delivered off it (notes).
 	var evs []Event
 	if c.sched != nil {
 		now := time.Now()
@@ -113,7 +113,6 @@ func (c *Client) rebuild(force bool) {
 		evs, c.alarms = c.alarms, nil
 		c.tmu.Unlock()
 	}
-	c.eventQ.Lock()
 	if c.bal != nil {
 		for i, m := range ros.all {
 			if m.removed.Load() {
@@ -128,8 +127,8 @@ func (c *Client) rebuild(force bool) {
 	}
 	c.av.Store(v)
 	close(old.changed)
+	c.note(evs...)
 	c.avMu.Unlock()
-	c.eventQ.PublishLocked(c.events.Publish, evs...)
 }
 
 // balancerState is the balancer's state for a watchdog state.

@@ -29,7 +29,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/call"
-	"github.com/aaatp/aaatp/internal/ordered"
+	"github.com/aaatp/aaatp/internal/serial"
 	"github.com/aaatp/aaatp/internal/view"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"
@@ -213,11 +213,17 @@ type Client struct {
 	av   atomic.Pointer[avail]
 	avMu sync.Mutex
 
-	// eventQ publishes the events of changes made under a lock, in the
-	// order of the changes: the balancer's rebuilds (setBalancerState), the
-	// policy's states (publishPolicyLocked), the queue alarms
-	// (unlockThrottle).
-	eventQ ordered.Queue[Event]
+	// notes delivers the Client's events to its Bus, in the order
+	// scheduled, on a goroutine of its own: never under a lock nor on a
+	// peer's, a caller's or the dispatcher's goroutine. A change made
+	// under a lock schedules its events under that lock, so they keep the
+	// order of the changes: the balancer's rebuilds (avMu), the policy's
+	// states (pmu), the queue alarms (tmu). Bounded: past maxQueuedEvents
+	// (a subscriber that blocks) events are dropped and counted.
+	notes   *serial.Queue[Event]
+	dropped atomic.Uint64
+	// pmu orders the policy group's changes with their events.
+	pmu sync.Mutex
 
 	mu     sync.Mutex
 	closed bool
@@ -302,6 +308,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.Events = NewBus()
 	}
 	c := &Client{cfg: cfg, events: cfg.Events, radius: isRADIUS, gone: make(chan struct{})}
+	c.notes = serial.Bounded(c.events.Publish, maxQueuedEvents)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.log.init(cfg.FailoverLog)
 	var servers []loadbalance.Server
@@ -840,7 +847,7 @@ func balanceKeys(k call.Key) loadbalance.Request {
 // onPeerEvent runs on the peer's notifier: publish the event and, for a
 // watchdog change, keep the connection slots and the view.
 func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.Event) {
-	c.events.Publish(Event{Time: e.Time, Server: m.spec.Name, Kind: EventPeer, Peer: &e, Reason: e.Reason})
+	c.note(Event{Time: e.Time, Server: m.spec.Name, Kind: EventPeer, Peer: &e, Reason: e.Reason})
 	if e.Kind != peer.EventWatchdog {
 		return
 	}
@@ -854,11 +861,9 @@ func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.
 }
 
 // setBalancerStateLocked gives the balancer m's state and returns the
-// event of the rebuild it caused, if any, with its generation; c.eventQ
-// is held, so that the rebuilds are published in the order of their
-// generations. The price: a rebuild published from another server's
-// goroutine may come after the later events that m's own goroutine
-// publishes directly (its failover record, its next watchdog change).
+// event of the rebuild it caused, if any, with its generation; c.avMu
+// is held, so that the rebuilds are scheduled in the order of their
+// generations.
 func (c *Client) setBalancerStateLocked(m *member, st loadbalance.State) (Event, bool) {
 	if rebuilt, err := c.bal.SetState(m.spec.Name, st); err != nil || !rebuilt {
 		return Event{}, false
@@ -894,7 +899,7 @@ func (c *Client) balanceSlots(m *member, self *atomic.Pointer[peer.Peer], to wat
 		for _, x := range order {
 			if x.p() == nil {
 				if err := c.dialLocked(x); err == nil {
-					c.events.Publish(Event{Time: time.Now(), Server: x.spec.Name, Kind: EventSlotFilled, Because: m.spec.Name,
+					c.note(Event{Time: time.Now(), Server: x.spec.Name, Kind: EventSlotFilled, Because: m.spec.Name,
 						Reason: fmt.Sprintf("connection slot filled: %s is DOWN", m.spec.Name)})
 				}
 				break
@@ -940,7 +945,7 @@ func (c *Client) trimLocked() {
 		x.pp.Store(nil)
 		x.okaySince = time.Time{}
 		c.refresh()
-		c.events.Publish(Event{Time: time.Now(), Server: x.spec.Name, Kind: EventSlotReleased, Age: age, Limit: c.cfg.MaxConnections,
+		c.note(Event{Time: time.Now(), Server: x.spec.Name, Kind: EventSlotReleased, Age: age, Limit: c.cfg.MaxConnections,
 			Reason: fmt.Sprintf("closed to respect the limit of %d connections after %v in service", c.cfg.MaxConnections, age.Truncate(time.Second))})
 		c.closing.Add(1)
 		go func() {
@@ -1094,11 +1099,11 @@ func appendRef(ids []uint32, cl *call.Call) []uint32 {
 
 func (c *Client) record(r FailoverRecord) {
 	c.log.add(r)
-	c.events.Publish(Event{Time: r.Time, Server: r.From, Kind: EventFailover, Failover: &r, Reason: r.Reason})
+	c.note(Event{Time: r.Time, Server: r.From, Kind: EventFailover, Failover: &r, Reason: r.Reason})
 }
 
-// Done is closed once Close has ended every peer and the events they
-// queued have been delivered.
+// Done is closed once Close has ended every peer and every event, the
+// peers' and the Client's, has been delivered.
 func (c *Client) Done() <-chan struct{} { return c.gone }
 
 // Close closes every peer (DPR/DPA) and fails the requests waiting for one. It does
@@ -1149,9 +1154,28 @@ func (c *Client) Close(ctx context.Context) error {
 	c.waiters.Wait() // requests waiting for a peer failed at c.cancel
 	go func() {
 		for _, d := range dones {
-			<-d
+			<-d // the peers' last events are scheduled here before this
 		}
+		c.notes.End()
+		<-c.notes.Done()
 		c.goneO.Do(func() { close(c.gone) })
 	}()
 	return nil
 }
+
+// maxQueuedEvents bounds the events waiting for the Bus's subscribers.
+const maxQueuedEvents = 4096
+
+// note schedules e for the Bus (see notes), counting it dropped past the
+// bound.
+func (c *Client) note(evs ...Event) {
+	for _, e := range evs {
+		if !c.notes.Schedule(e) {
+			c.dropped.Add(1)
+		}
+	}
+}
+
+// EventsDropped returns how many events were dropped because the Bus's
+// subscribers fell behind by more than a few thousand events.
+func (c *Client) EventsDropped() uint64 { return c.dropped.Load() }

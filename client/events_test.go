@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/aaatp/aaatp/internal/ordered"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/watchdog"
@@ -158,6 +157,7 @@ func TestRebuildEventsInGenerationOrder(t *testing.T) {
 			})
 		}
 		wg.Wait()
+		synctest.Wait() // delivered off the goroutines that changed the states
 		rb := log.ofKind(EventBalancerRebuilt)
 		require.Len(t, rb, 2*servers*toggles, "every toggle rebuilds the table")
 		for i, e := range rb {
@@ -169,7 +169,7 @@ func TestRebuildEventsInGenerationOrder(t *testing.T) {
 }
 
 // A subscriber that changes a server's state on the goroutine delivering a
-// rebuild event does not deadlock; its rebuild is published right after,
+// rebuild event does not deadlock; its rebuild is delivered right after,
 // to every subscriber (a second one sees the two in that order).
 func TestRebuildEventFromASubscriber(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -186,6 +186,7 @@ func TestRebuildEventFromASubscriber(t *testing.T) {
 		var second eventLog
 		defer cfg.Events.Subscribe(second.add)()
 		c.serverState(a, watchdog.Down)
+		synctest.Wait()
 		for _, l := range []*eventLog{&log, &second} {
 			rb := l.ofKind(EventBalancerRebuilt)
 			require.Len(t, rb, 2)
@@ -197,14 +198,13 @@ func TestRebuildEventFromASubscriber(t *testing.T) {
 }
 
 // A subscriber that blocks (which Bus forbids) while servers keep changing
-// state: the rebuild events queue up to ordered.MaxQueued, then each comes
-// out on its own goroutine, out of order but not lost; once the subscriber
-// returns, the queued ones follow, every generation exactly once.
+// state: the events queue up to maxQueuedEvents, then are dropped and
+// counted (EventsDropped); once the subscriber returns, the queued ones
+// follow in order, each generation once; nothing ran on the goroutines
+// that changed the states.
 func TestRebuildEventsPastABlockedSubscriber(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c, cfg := twoServersInBalance(t)
-		snap, _ := c.Balancer()
-		from := snap.Generation
 		a, b := c.ros.Load().all[0], c.ros.Load().all[1]
 		release := make(chan struct{})
 		var log eventLog
@@ -218,41 +218,33 @@ func TestRebuildEventsPastABlockedSubscriber(t *testing.T) {
 				blocked.Do(func() { <-release })
 			}
 		})()
-		go c.serverState(a, watchdog.Down) // its subscriber call blocks
+		c.serverState(a, watchdog.Down) // its delivery blocks
 		synctest.Wait()
-		const toggles = ordered.MaxQueued
+		const extra = 100
+		toggles := (maxQueuedEvents + extra) / 2
 		for range toggles {
 			c.serverState(b, watchdog.Down)
 			c.serverState(b, watchdog.Okay)
 		}
-		queued, _, over := c.eventQ.Stats()
-		assert.Equal(t, ordered.MaxQueued, queued, "the queue stops at its bound")
-		assert.Equal(t, uint64(2*toggles-ordered.MaxQueued), over, "past it, published at once")
-		assert.Len(t, log.ofKind(EventBalancerRebuilt), 1+int(over))
+		assert.Equal(t, uint64(2*toggles-maxQueuedEvents), c.EventsDropped(), "past the bound, dropped and counted")
+		assert.Len(t, log.ofKind(EventBalancerRebuilt), 1, "nothing delivered on the changing goroutine")
 		close(release)
 		synctest.Wait()
 		rb := log.ofKind(EventBalancerRebuilt)
-		require.Len(t, rb, 1+2*toggles)
-		seen := map[uint64]bool{}
-		for _, e := range rb {
-			assert.False(t, seen[e.Generation], "generation %d twice", e.Generation)
-			seen[e.Generation] = true
-			assert.True(t, e.Generation > from && e.Generation <= from+1+2*toggles, "generation %d", e.Generation)
+		require.Len(t, rb, 1+maxQueuedEvents)
+		for i := 1; i < len(rb); i++ {
+			assert.Equal(t, rb[i-1].Generation+1, rb[i].Generation, "event %d in order", i)
 		}
-		queued, publishing, _ := c.eventQ.Stats()
-		assert.Zero(t, queued)
-		assert.False(t, publishing)
 	})
 }
 
-// A subscriber that ends the publishing goroutine (runtime.Goexit, as
-// t.FailNow does) does not leave the rebuild events stuck: the ones after
-// it in its batch go to the next goroutine that publishes, in order, once.
-func TestRebuildEventsAfterAPublisherEnds(t *testing.T) {
+// A subscriber that ends the delivering goroutine (runtime.Goexit, as
+// t.FailNow does) does not leave the events stuck: the ones after it
+// are delivered, in order, once each.
+func TestRebuildEventsAfterADeliveryEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c, cfg := twoServersInBalance(t)
 		a, b := c.ros.Load().all[0], c.ros.Load().all[1]
-		release := make(chan struct{})
 		var log eventLog
 		var mu sync.Mutex
 		calls := 0
@@ -265,23 +257,15 @@ func TestRebuildEventsAfterAPublisherEnds(t *testing.T) {
 			calls++
 			k := calls
 			mu.Unlock()
-			switch k {
-			case 1:
-				<-release // a's rebuild: its goroutine publishes b's two below
-			case 2:
-				runtime.Goexit() // on b's first rebuild: the publisher is gone
+			if k == 2 {
+				runtime.Goexit() // on b's first rebuild: the delivery is gone
 			}
 		})()
-		go c.serverState(a, watchdog.Down)
-		synctest.Wait()
-		c.serverState(b, watchdog.Down) // queued behind a's
-		c.serverState(b, watchdog.Okay)
-		close(release)
-		synctest.Wait()
-		queued, publishing, _ := c.eventQ.Stats()
-		assert.False(t, publishing, "no publisher left")
-		assert.Equal(t, 1, queued, "b's second rebuild waits for the next publisher")
+		c.serverState(a, watchdog.Down)
 		c.serverState(b, watchdog.Down)
+		c.serverState(b, watchdog.Okay)
+		c.serverState(a, watchdog.Okay)
+		synctest.Wait()
 		rb := log.ofKind(EventBalancerRebuilt)
 		require.Len(t, rb, 4)
 		for i := 1; i < len(rb); i++ {
@@ -306,14 +290,12 @@ func twoServersInBalance(t *testing.T) (*Client, Config) {
 }
 
 // serverState gives the balancer m's state as refresh does when m's peer
-// changes state, and publishes the rebuild the same way: the tests above
+// changes state, and schedules the rebuild the same way: the tests above
 // drive the ordering of rebuild events without real state changes.
 func (c *Client) serverState(m *member, st watchdog.State) {
-	c.eventQ.Lock()
-	e, ok := c.setBalancerStateLocked(m, balancerState(st))
-	if !ok {
-		c.eventQ.Unlock()
-		return
+	c.avMu.Lock()
+	if e, ok := c.setBalancerStateLocked(m, balancerState(st)); ok {
+		c.note(e)
 	}
-	c.eventQ.PublishLocked(c.events.Publish, e)
+	c.avMu.Unlock()
 }

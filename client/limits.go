@@ -141,35 +141,31 @@ func (c *Client) onAlarm(a throttle.Alarm) {
 		Reason: fmt.Sprintf("queue alarm %s at depth %d", what, a.Depth)})
 }
 
-// unlockThrottle lets go of c.tmu and publishes the alarms raised or
-// cleared under it, in the order they were, whichever goroutines held it.
-// Every unlock of c.tmu goes through here.
+// unlockThrottle schedules the alarms raised or cleared under c.tmu, in
+// the order they were, and lets go of it. Every unlock of c.tmu goes
+// through here.
 func (c *Client) unlockThrottle() {
-	if len(c.alarms) == 0 {
-		c.tmu.Unlock()
-		return
+	if len(c.alarms) > 0 {
+		c.note(c.alarms...)
+		c.alarms = c.alarms[:0]
 	}
-	evs := c.alarms
-	c.alarms = nil
-	c.eventQ.Lock()
 	c.tmu.Unlock()
-	c.eventQ.PublishLocked(c.events.Publish, evs...)
 }
 
-// publishPolicyLocked publishes the events of a change the policy group
-// just made, c.eventQ held (taken before the group's call, so that the
-// events of changes made side by side are published in the order of the
-// changes), and lets the requests and timers follow the new states.
+// publishPolicyLocked schedules the events of a change the policy group
+// just made, c.pmu held (taken before the group's call, so that the
+// events of changes made side by side keep the order of the changes),
+// lets go of c.pmu, and lets the requests and timers follow the new
+// states.
 func (c *Client) publishPolicyLocked(evs []policy.Event) {
 	if len(evs) == 0 {
-		c.eventQ.Unlock()
+		c.pmu.Unlock()
 		return
 	}
-	out := make([]Event, len(evs))
-	for i, e := range evs {
-		out[i] = Event{Time: e.Time, Server: e.Server, Kind: EventPolicy, Policy: &e, Reason: e.Reason}
+	for _, e := range evs {
+		c.note(Event{Time: e.Time, Server: e.Server, Kind: EventPolicy, Policy: &e, Reason: e.Reason})
 	}
-	c.eventQ.PublishLocked(c.events.Publish, out...)
+	c.pmu.Unlock()
 	// Whether a server takes requests may have changed: the view follows
 	// (and wakes the requests waiting for a change, the throttle's
 	// dispatcher).
@@ -190,7 +186,7 @@ func (c *Client) admit(m *member) (ok, probe bool) {
 	if c.group == nil {
 		return true, false
 	}
-	c.eventQ.Lock()
+	c.pmu.Lock()
 	o := c.group.Allow(m.index, time.Now())
 	c.publishPolicyLocked(o.Events())
 	return o.Allow, o.Probe
@@ -199,7 +195,7 @@ func (c *Client) admit(m *member) (ok, probe bool) {
 // sent and replied feed the policy's down-timeout (S2).
 func (c *Client) sent(m *member) {
 	if c.group != nil {
-		c.eventQ.Lock()
+		c.pmu.Lock()
 		o := c.group.OnSent(m.index, time.Now())
 		c.publishPolicyLocked(o.Events())
 	}
@@ -210,7 +206,7 @@ func (c *Client) replied(p call.Carrier) {
 		return
 	}
 	if m := c.memberOf(p); m != nil {
-		c.eventQ.Lock()
+		c.pmu.Lock()
 		o := c.group.OnReply(m.index, time.Now())
 		c.publishPolicyLocked(o.Events())
 	}
@@ -368,7 +364,7 @@ func (c *Client) dispatcher() {
 		v := c.view() // before looking: a change after it wakes us
 		now := time.Now()
 		if c.group != nil {
-			c.eventQ.Lock()
+			c.pmu.Lock()
 			sends, evs = c.group.Tick(now, sends[:0], evs[:0])
 			c.publishPolicyLocked(evs)
 			for _, s := range sends {

@@ -144,7 +144,7 @@ func (c *Client) dialRADIUS(m *member) error {
 // that changed; and a connection that closed may lift what a waiting
 // request had to avoid.
 func (c *Client) onRADIUSEvent(m *member, e peer.Event) {
-	c.events.Publish(Event{Time: e.Time, Server: m.spec.Name, Kind: EventPeer, Peer: &e, Reason: e.Reason})
+	c.note(Event{Time: e.Time, Server: m.spec.Name, Kind: EventPeer, Peer: &e, Reason: e.Reason})
 	p := m.rp.Load()
 	switch {
 	case p == nil: // not stored yet: dialRADIUS looks at its state then

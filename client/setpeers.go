@@ -230,10 +230,8 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 		}
 		evs = append(evs, c.dialAdded(m, "added")...)
 	}
+	c.note(evs...)
 	c.mu.Unlock()
-	for _, e := range evs {
-		c.events.Publish(e)
-	}
 	c.refresh()
 	for _, start := range drains { // after the events that say why they end
 		start()
@@ -302,10 +300,8 @@ func (c *Client) finishDrain(closer func(context.Context) error, done <-chan str
 	if !c.closed && !replacement.removed.Load() {
 		evs = c.dialAdded(replacement, "replaced")
 	}
+	c.note(evs...)
 	c.mu.Unlock()
-	for _, e := range evs {
-		c.events.Publish(e)
-	}
 }
 
 // dialAdded dials a member SetPeers added (change "added") or that

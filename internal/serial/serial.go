@@ -21,6 +21,7 @@ import "sync"
 // message.
 type Queue[T any] struct {
 	handle func(T)
+	max    int // values waiting at most; 0: no bound
 
 	mu      sync.Mutex
 	q       []T
@@ -35,15 +36,31 @@ func New[T any](handle func(T)) *Queue[T] {
 	return &Queue[T]{handle: handle, done: make(chan struct{})}
 }
 
-// Schedule queues v for the handler.
-func (s *Queue[T]) Schedule(v T) {
+// Bounded returns a Queue that hands values to handle and holds at most
+// max values waiting: past it, Schedule drops the value. For an owner
+// whose values may come faster than its handler takes them (a handler
+// that blocks), with the loss counted.
+func Bounded[T any](handle func(T), max int) *Queue[T] {
+	s := New(handle)
+	s.max = max
+	return s
+}
+
+// Schedule queues v for the handler; false when a Bounded queue is full
+// and v was dropped.
+func (s *Queue[T]) Schedule(v T) bool {
 	s.mu.Lock()
+	if s.max > 0 && len(s.q) >= s.max {
+		s.mu.Unlock()
+		return false
+	}
 	s.q = append(s.q, v)
 	if !s.running {
 		s.running = true
 		go s.run()
 	}
 	s.mu.Unlock()
+	return true
 }
 
 // End marks the owner's end: Done closes once the queue is empty.
@@ -63,20 +80,44 @@ func (s *Queue[T]) Done() <-chan struct{} { return s.done }
 func (s *Queue[T]) run() {
 	var q []T
 	var zero T
+	i, ok := 0, false
+	defer func() {
+		if ok {
+			return
+		}
+		// The handler panicked or ended its goroutine (runtime.Goexit, as
+		// t.FailNow does in a test): the values after the one it was
+		// handling go back to the head of the queue, to a new goroutine,
+		// rather than stay behind a handler that is gone.
+		s.mu.Lock()
+		if i < len(q) {
+			s.q = append(q[i+1:len(q):len(q)], s.q...)
+		}
+		if len(s.q) > 0 {
+			go s.run()
+		} else {
+			s.running = false
+			if s.ended {
+				s.doneO.Do(func() { close(s.done) })
+			}
+		}
+		s.mu.Unlock()
+	}()
 	for {
 		s.mu.Lock()
-		q, s.q = s.q, q[:0]
+		q, s.q, i = s.q, q[:0], 0
 		if len(q) == 0 {
 			s.running = false
 			if s.ended {
 				s.doneO.Do(func() { close(s.done) })
 			}
 			s.mu.Unlock()
+			ok = true
 			return
 		}
 		s.mu.Unlock()
-		for i, v := range q {
-			s.handle(v)
+		for ; i < len(q); i++ {
+			s.handle(q[i])
 			q[i] = zero
 		}
 	}

@@ -105,3 +105,50 @@ func goid() int {
 	}
 	return id
 }
+
+// A Bounded queue whose handler blocks holds at most its bound: the
+// values past it are dropped and Schedule says so; once the handler
+// returns, the values kept are handled in order.
+func TestBoundedDropsPastItsBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var got []int
+		q := Bounded(func(v int) {
+			if v == 0 {
+				<-release
+			}
+			got = append(got, v)
+		}, 3)
+		assert.True(t, q.Schedule(0))
+		synctest.Wait() // the handler blocks on 0; nothing waits
+		for v := 1; v <= 3; v++ {
+			assert.True(t, q.Schedule(v))
+		}
+		assert.False(t, q.Schedule(4), "past the bound")
+		close(release)
+		q.End()
+		<-q.Done()
+		assert.Equal(t, []int{0, 1, 2, 3}, got)
+	})
+}
+
+// A handler that ends its goroutine (runtime.Goexit, as t.FailNow does)
+// does not leave the queue stuck: the values after it are handled on a
+// new goroutine, in order, once each.
+func TestHandlerEndingItsGoroutine(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var got []int
+		q := New(func(v int) {
+			got = append(got, v)
+			if v == 1 {
+				runtime.Goexit()
+			}
+		})
+		for v := range 4 {
+			q.Schedule(v)
+		}
+		q.End()
+		<-q.Done()
+		assert.Equal(t, []int{0, 1, 2, 3}, got)
+	})
+}
