@@ -1,6 +1,7 @@
 package radpeer
 
 import (
+	"context"
 	"encoding/binary"
 	"io"
 	"net"
@@ -171,5 +172,43 @@ func TestServerClients(t *testing.T) {
 	}
 	if out := lines.String(); !strings.Contains(out, "closed at once: its source is no configured client") || !strings.Contains(out, "source="+srcUnknown.String()) {
 		t.Errorf("log does not name the unknown source:\n%s", out)
+	}
+}
+
+// Shutdown answers every request read, those waiting for a handler
+// included, before it returns; Close would drop the waiting ones.
+func TestUDPServerShutdownAnswersWhatItRead(t *testing.T) {
+	g := &gate{ch: make(chan struct{})}
+	srv, c := startUDP(t, ServerConfig{Handler: g.handler, MaxInFlight: 1, MaxQueued: 4})
+	var auths [][radius.AuthenticatorLen]byte
+	for id := range byte(3) {
+		req, auth, _ := radius.EncodeRequest(accessReq("alice"), id, testSecret)
+		auths = append(auths, auth)
+		c.Write(req)
+	}
+	waitFor(t, "a handler running, two waiting", func() bool { return g.waiting.Load() == 1 && srv.Stats().Received == 3 })
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		done <- srv.Shutdown(ctx)
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned %v with requests not answered", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(g.ch)
+	for range 3 {
+		ans, err := readAnswer(c, 5*time.Second)
+		if err != nil {
+			t.Fatalf("an answer missing after Shutdown: %v (stats %+v)", err, srv.Stats())
+		}
+		if err := radius.VerifyResponse(ans, auths[radius.Identifier(ans)], testSecret, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
 	}
 }

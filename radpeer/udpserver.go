@@ -50,10 +50,11 @@ type UDPServer struct {
 	// requests; acct those of Accounting-Requests.
 	auth, acct *serve.Lane[udpRequest]
 
-	mu     sync.Mutex
-	closed bool
-	now    func() time.Time
-	dup    *dupCache
+	mu       sync.Mutex
+	closed   bool
+	stopping atomic.Bool // Shutdown: the reader ends at its next error
+	now      func() time.Time
+	dup      *dupCache
 	// maPolicy is the Message-Authenticator state (blast.go).
 	maPolicy maPolicy
 
@@ -139,7 +140,7 @@ func (s *UDPServer) Serve() error {
 	for {
 		n, from, err := s.pc.ReadFrom(buf)
 		if err != nil {
-			if s.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+			if s.ctx.Err() != nil || s.stopping.Load() || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
 			// A failed read (no memory for a buffer, an error queued on
@@ -310,6 +311,28 @@ func (s *UDPServer) Stats() UDPServerStats {
 		Unencodable: s.unencodable.Load(), Dropped: s.dropped.Load(), Cached: n, CachedBytes: size,
 		BadAuthBySource: s.nas.badAuthBySource(), NAS: s.nas.snapshot(), UnknownClient: s.unknownClient.Load(),
 	}
+}
+
+// Shutdown stops reading the socket (a read deadline ends the read in
+// progress), waits for the requests already read to be handled and
+// answered, those waiting for a handler included, then closes the
+// socket; if ctx ends first, the handlers still running are cancelled
+// and ctx's error returned. A server whose socket another takes over (a
+// new secret, a new table of clients) ends so without losing a request
+// it had read.
+func (s *UDPServer) Shutdown(ctx context.Context) error {
+	s.stopping.Store(true)
+	_ = s.pc.SetReadDeadline(time.Now())
+	s.auth.Close() // queued requests still run; parked workers end now
+	s.acct.Close()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return s.Close(ctx)
+	}
+	return s.Close(ctx)
 }
 
 // Close closes the socket and waits for the reader and the handlers, or
