@@ -5,11 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/config"
+	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/transport"
 )
@@ -135,6 +137,10 @@ func (o *serverOptions) applyConfig(cfg *config.Config, set map[string]bool) (un
 	if cfg.Secret != nil && !set["secret-file"] {
 		o.secret = cfg.Secret
 	}
+	o.clients = cfg.Clients
+	if len(cfg.Clients) > 0 && !slices.ContainsFunc(o.listen, radpeer.IsURL) {
+		unused = append(unused, "[[client]] (no RADIUS listener)")
+	}
 	if cfg.Dedup != nil && !set["dedup"] {
 		o.dedup = cfg.Dedup.URLWithPassword() // printed through redactURL
 	}
@@ -225,6 +231,9 @@ func (o *clientOptions) applyConfig(cfg *config.Config, set map[string]bool) (un
 	}
 	if cfg.TLS.ClientCA != "" {
 		unused = append(unused, "tls-client-ca")
+	}
+	if len(cfg.Clients) > 0 {
+		unused = append(unused, "[[client]]")
 	}
 	return unused, nil
 }
