@@ -78,9 +78,11 @@ func TestUDPServerClients(t *testing.T) {
 	if _, err := readAnswer(b, 10*time.Millisecond); err == nil {
 		t.Fatal("client b was answered with client a's secret")
 	}
+	u.Write([]byte{1, 2, 3}) // not even a packet: refused for its source first
+	waitFor(t, "the unknown source's junk counted", func() bool { return srv.Stats().UnknownClient == 2 })
 	st := srv.Stats()
-	if st.Received != 1 || st.BadAuth != 1 || st.UnknownClient != 1 {
-		t.Fatalf("stats %+v: want 1 received, 1 bad auth, 1 unknown client", st)
+	if st.Received != 1 || st.BadAuth != 1 || st.UnknownClient != 2 || st.BadFrames != 0 {
+		t.Fatalf("stats %+v: want 1 received, 1 bad auth, 2 unknown client, no bad frame", st)
 	}
 	names := map[string]string{}
 	for _, n := range st.NAS {
@@ -89,8 +91,8 @@ func TestUDPServerClients(t *testing.T) {
 	if names[srcA.String()] != "a" || names[srcB.String()] != "b" || len(names) != 2 {
 		t.Errorf("NAS %+v: want a and b named, the unknown source not counted there", st.NAS)
 	}
-	if serve.Count(serve.KindUnknownClient)-logged != 1 {
-		t.Errorf("log events unknown_client +%d, want +1", serve.Count(serve.KindUnknownClient)-logged)
+	if serve.Count(serve.KindUnknownClient)-logged != 2 {
+		t.Errorf("log events unknown_client +%d, want +2", serve.Count(serve.KindUnknownClient)-logged)
 	}
 	if out := lines.String(); !strings.Contains(out, "no configured client") || !strings.Contains(out, "source="+srcUnknown.String()) {
 		t.Errorf("log does not name the unknown source:\n%s", out)

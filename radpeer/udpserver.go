@@ -157,18 +157,7 @@ func (s *UDPServer) Serve() error {
 // packet handles one datagram, on the reader: it never waits for a
 // handler.
 func (s *UDPServer) packet(b []byte, from net.Addr) {
-	b = unpad(b)
-	if err := radius.Validate(b); err != nil {
-		s.badFrames.Add(1)
-		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadFrame, "RADIUS datagram dropped: malformed", "remote", from.String(), "err", err)
-		return
-	}
-	code := radius.Code(b)
-	if !radius.IsRequest(code) {
-		s.dropped.Add(1)
-		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadRequest, "RADIUS datagram dropped: not a request", "remote", from.String(), "code", code.String())
-		return
-	}
+	// A source of no client is refused before its datagram is looked at.
 	client, _ := serve.AddrOf(from)
 	secret := s.cfg.Secret
 	if s.cfg.Clients != nil {
@@ -180,6 +169,18 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 			return
 		}
 		secret = cl.Secret
+	}
+	b = unpad(b)
+	if err := radius.Validate(b); err != nil {
+		s.badFrames.Add(1)
+		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadFrame, "RADIUS datagram dropped: malformed", "remote", from.String(), "err", err)
+		return
+	}
+	code := radius.Code(b)
+	if !radius.IsRequest(code) {
+		s.dropped.Add(1)
+		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadRequest, "RADIUS datagram dropped: not a request", "remote", from.String(), "code", code.String())
+		return
 	}
 	if !s.verify(b, secret, from, client) {
 		return
