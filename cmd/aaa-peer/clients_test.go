@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,6 +182,13 @@ func tcpAsk(c net.Conn, id byte, secret string) error {
 	return radius.VerifyResponse(b, auth, []byte(secret), true)
 }
 
+// closedByServer reports whether err says the server closed the
+// connection: at the read (EOF), or before the request reached it (a
+// reset, a broken pipe).
+func closedByServer(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
 // tcpAskOnce connects from src and asks once.
 func tcpAskOnce(src, addr, secret string) error {
 	c, err := tcpDial(src, addr)
@@ -233,7 +241,7 @@ func TestServerClientsFromConfig(t *testing.T) {
 			t.Errorf("UDP, %s: %v (want answered: %v)", tc.what, err, tc.answered)
 		}
 		err = tcpAskOnce(tc.src, tcp, tc.secret)
-		if tc.answered && err != nil || !tc.answered && !errors.Is(err, io.EOF) {
+		if tc.answered && err != nil || !tc.answered && !closedByServer(err) {
 			t.Errorf("TCP, %s: %v (want answered: %v, else the connection closed)", tc.what, err, tc.answered)
 		}
 	}
@@ -386,7 +394,7 @@ secret = "nas4-secret"
 				t.Errorf("%s: UDP from nas2 with %s: %v (want answered: %v)", when, tc.secret, err, tc.answered)
 			}
 			err = tcpAskOnce(srcNAS2, tcp, tc.secret)
-			if tc.answered && err != nil || !tc.answered && !errors.Is(err, io.EOF) {
+			if tc.answered && err != nil || !tc.answered && !closedByServer(err) {
 				t.Errorf("%s: new TCP connection of nas2 with %s: %v (want answered: %v)", when, tc.secret, err, tc.answered)
 			}
 		}
@@ -441,5 +449,58 @@ nastype = "other"
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("stderr lacks %q:\n%s", want, stderr.String())
 		}
+	}
+}
+
+// TestReloadAddsAndRemovesClients: a server started with the top-level
+// secret alone takes [[client]] tables on SIGHUP (the top-level secret
+// then answers no one), and goes back to the top-level secret for every
+// source when they are removed; a file that removes them and has no
+// secret to fall back on is refused whole.
+func TestReloadAddsAndRemovesClients(t *testing.T) {
+	checkLoopbackSources(t)
+	t.Setenv(secretEnv, "") // no fallback but the file's
+	plain := reloadBase + `listen = ["radius://127.0.0.1:0", "radius+tcp://127.0.0.1:0"]
+secret = "top-secret"
+`
+	rs := startReloadServer(t, plain)
+	udp, tcp := hostPort(rs.listener(t, "radius://")), hostPort(rs.listener(t, "radius+tcp://"))
+	ask := func(when, src, secret string, answered bool) {
+		t.Helper()
+		err := udpAskFrom(src, udp, secret, map[bool]time.Duration{true: 5 * time.Second, false: 300 * time.Millisecond}[answered])
+		if (err == nil) != answered {
+			t.Errorf("%s: UDP from %s with %s: %v (want answered: %v)", when, src, secret, err, answered)
+		}
+		err = tcpAskOnce(src, tcp, secret)
+		if answered && err != nil || !answered && !closedByServer(err) {
+			t.Errorf("%s: TCP from %s with %s: %v (want answered: %v)", when, src, secret, err, answered)
+		}
+	}
+	ask("no clients", srcUnknown, "top-secret", true)
+
+	line := rs.reload(t, clientsConfig(t, "nas2-secret", ""))
+	if !strings.Contains(line, "RADIUS clients changed on 2 listener(s): added lo30, nas2") {
+		t.Errorf("reload log line %q: want the clients added", line)
+	}
+	ask("clients added", srcNAS2, "nas2-secret", true)
+	ask("clients added", srcNAS2, "top-secret", false)
+	ask("clients added", srcUnknown, "top-secret", false)
+
+	line = rs.reload(t, reloadBase+`listen = ["radius://127.0.0.1:0", "radius+tcp://127.0.0.1:0"]
+`)
+	if !strings.Contains(line, "configuration reload refused") || !strings.Contains(line, "RADIUS shared secret") {
+		t.Errorf("clients removed, no secret left: log line %q; want it refused for the secret", line)
+	}
+	ask("refused removal", srcNAS2, "nas2-secret", true)
+
+	line = rs.reload(t, plain)
+	if !strings.Contains(line, "RADIUS clients changed on 2 listener(s): none left") {
+		t.Errorf("reload log line %q: want the clients removed", line)
+	}
+	ask("clients removed", srcNAS2, "top-secret", true)
+	ask("clients removed", srcUnknown, "top-secret", true)
+	ask("clients removed", srcNAS2, "nas2-secret", false)
+	if code := rs.stop(t); code != 0 {
+		t.Fatalf("server exit %d:\n%s", code, rs.stderr)
 	}
 }
