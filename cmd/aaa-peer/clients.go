@@ -94,11 +94,11 @@ func sameClients(a, b []config.Client) bool {
 	})
 }
 
-// clientChanges says what changed from the clients old to new, by name:
-// those added, removed, and changed (source, secret or protocol), or
-// "the top-level secret again" when new has none.
-func clientChanges(old, new []config.Client) string {
-	if len(new) == 0 {
+// clientChanges says what changed from the clients old to cur, by name:
+// those added, removed, and changed (source, secret or protocol), or that
+// none is left.
+func clientChanges(old, cur []config.Client) string {
+	if len(cur) == 0 {
 		return "none left: every source is verified with the shared secret"
 	}
 	byName := func(cs []config.Client) map[string]config.Client {
@@ -108,9 +108,9 @@ func clientChanges(old, new []config.Client) string {
 		}
 		return m
 	}
-	o, n := byName(old), byName(new)
+	o, n := byName(old), byName(cur)
 	var added, removed, changed []string
-	for _, c := range new {
+	for _, c := range cur {
 		if p, ok := o[c.Name]; !ok {
 			added = append(added, c.Name)
 		} else if !sameClients([]config.Client{p}, []config.Client{c}) {

@@ -427,6 +427,9 @@ func addNAS(a, b []radpeer.NASStats) []radpeer.NASStats {
 			continue
 		}
 		o := &out[i]
+		if n.Name != "" && n.Addr != "other" {
+			o.Name = n.Name // b is the newer generation's: its client's name
+		}
 		o.Received += n.Received
 		o.Answered += n.Answered
 		o.BadAuth += n.BadAuth
