@@ -21,9 +21,10 @@ const configUsage = `usage: aaa-peer config check FILE
 Checks the configuration file FILE (TOML, the file of server and client
 --config) and prints every problem found, each as FILE:LINE: KEY: MESSAGE:
 unknown keys, values of the wrong type, URLs, durations without a unit,
-weights below 1, two peers of one name, a secret given twice, files that
-cannot be read... Exit 0 with a one-line summary when the file is valid,
-2 when it is not (or cannot be read).
+weights below 1, two peers or clients of one name, a client's source
+that is no address or prefix, a secret given twice, files that cannot be
+read... Exit 0 with a one-line summary when the file is valid, 2 when it
+is not (or cannot be read).
 `
 
 // runConfig is "aaa-peer config check FILE".
