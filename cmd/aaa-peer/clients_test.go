@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -17,7 +18,10 @@ import (
 
 	"github.com/aaatp/aaatp/config"
 	servecore "github.com/aaatp/aaatp/internal/serve"
+	"github.com/aaatp/aaatp/internal/testhelp"
 	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/radpeer"
+	"github.com/aaatp/aaatp/transport"
 	lradius "layeh.com/radius"
 )
 
@@ -502,5 +506,60 @@ secret = "top-secret"
 	ask("clients removed", srcNAS2, "nas2-secret", false)
 	if code := rs.stop(t); code != 0 {
 		t.Fatalf("server exit %d:\n%s", code, rs.stderr)
+	}
+}
+
+// TestRadSecClients: on a radsec:// listener the [[client]] table is an
+// allow-list of sources (the secret stays "radsec"): a client of
+// protocol tls, certificate presented, is answered; another source is
+// closed at accept, before its handshake.
+func TestRadSecClients(t *testing.T) {
+	t.Parallel()
+	checkLoopbackSources(t)
+	pki := testhelp.NewPKI(t)
+	rs := startReloadServer(t, reloadBase+`listen = ["radsec://127.0.0.1:0"]
+tls-cert = "`+pki.ServerCert+`"
+tls-key = "`+pki.ServerKey+`"
+tls-client-ca = "`+pki.CAFile+`"
+[[client]]
+name = "tls2"
+source = "127.0.0.2"
+protocol = "tls"
+`)
+	addr := hostPort(rs.listener(t, "radsec://"))
+	tlsCfg, err := transport.ClientTLSConfig(pki.CAFile, pki.ClientCert, pki.ClientKey, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(src string) (net.Conn, error) {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+		c, err := tls.DialWithDialer(d, "tcp", addr, tlsCfg.Clone())
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	c, err := dial(srcNAS2)
+	if err != nil {
+		t.Fatalf("tls2 from %s: %v", srcNAS2, err)
+	}
+	if err := tcpAsk(c, 1, string(radpeer.RadSecSecret)); err != nil {
+		t.Errorf("tls2 over radsec: %v", err)
+	}
+	c.Close()
+	if c, err := dial(srcNAS3); err == nil {
+		err = tcpAsk(c, 1, string(radpeer.RadSecSecret))
+		c.Close()
+		if err == nil {
+			t.Errorf("%s, of no client, answered over radsec", srcNAS3)
+		}
+	}
+	if code := rs.stop(t); code != 0 {
+		t.Fatalf("server exit %d:\n%s", code, rs.stderr)
+	}
+	for _, r := range rs.readReport(t).RADIUS {
+		if r.Stream == nil || r.Stream.UnknownClient != 1 || r.Stream.Received != 1 {
+			t.Errorf("report of %s: %+v, want 1 received, 1 unknown client", r.URL, r.Stream)
+		}
 	}
 }
