@@ -3,8 +3,9 @@
 // (RADIUS) it talks to with their own settings, and its duplicate store.
 //
 // The file is TOML. Keys at the top are the node's own settings and the
-// defaults of every peer; each [[peer]] table is one peer; [dedup] is the
-// duplicate store:
+// defaults of every peer; each [[peer]] table is one peer; each
+// [[client]] table is one RADIUS client a server answers (see Client);
+// [dedup] is the duplicate store:
 //
 //	origin-host = "client1.example.net"
 //	origin-realm = "example.net"
@@ -24,8 +25,9 @@
 // Load and Parse check the whole file and report every problem found,
 // each with its line: unknown keys (a misspelt key is never silently
 // ignored), values of the wrong type, URLs that are not URLs, durations
-// without a unit, weights below 1, two peers of one name, a secret given
-// both inline and as a file, files that cannot be read, and so on. Files
+// without a unit, weights below 1, two peers or clients of one name, a
+// client's source that is no address or prefix, a secret given both
+// inline and as a file, files that cannot be read, and so on. Files
 // named in the configuration (secret files, certificates, the store's
 // password file) are read or opened at load, relative to the directory of
 // the configuration file unless absolute; the secrets and the store's
@@ -96,6 +98,10 @@ type Config struct {
 	// Peers are the peers (Diameter) or servers (RADIUS) in file order,
 	// each with the node's defaults filled in where the peer sets none.
 	Peers []Peer
+
+	// Clients are the RADIUS clients a server answers, in file order
+	// (see Client); none: every source, with Secret.
+	Clients []Client
 }
 
 // TLS names PEM files. Paths are absolute or relative to the working
@@ -253,6 +259,9 @@ func (cfg *Config) Summary() string {
 		parts = append(parts, "origin-host "+cfg.OriginHost)
 	}
 	parts = append(parts, plural(len(cfg.Listen), "listener"), plural(len(cfg.Peers), "peer"))
+	if len(cfg.Clients) > 0 {
+		parts = append(parts, plural(len(cfg.Clients), "client"))
+	}
 	if cfg.Dedup != nil {
 		parts = append(parts, "dedup "+cfg.Dedup.URL)
 	}

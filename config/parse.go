@@ -20,21 +20,30 @@ import (
 // key it does not know; values are any, so that a value of the wrong type
 // is reported here with the others instead of stopping the decoder.
 type fileDoc struct {
-	OriginHost       any        `toml:"origin-host"`
-	OriginRealm      any        `toml:"origin-realm"`
-	DestinationRealm any        `toml:"destination-realm"`
-	Tw               any        `toml:"tw"`
-	Listen           any        `toml:"listen"`
-	Secret           any        `toml:"secret"`
-	SecretFile       any        `toml:"secret-file"`
-	TLSCert          any        `toml:"tls-cert"`
-	TLSKey           any        `toml:"tls-key"`
-	TLSCA            any        `toml:"tls-ca"`
-	TLSClientCA      any        `toml:"tls-client-ca"`
-	MaxRate          any        `toml:"max-rate"`
-	MaxOutstanding   any        `toml:"max-outstanding"`
-	Dedup            *fileDedup `toml:"dedup"`
-	Peer             []filePeer `toml:"peer"`
+	OriginHost       any          `toml:"origin-host"`
+	OriginRealm      any          `toml:"origin-realm"`
+	DestinationRealm any          `toml:"destination-realm"`
+	Tw               any          `toml:"tw"`
+	Listen           any          `toml:"listen"`
+	Secret           any          `toml:"secret"`
+	SecretFile       any          `toml:"secret-file"`
+	TLSCert          any          `toml:"tls-cert"`
+	TLSKey           any          `toml:"tls-key"`
+	TLSCA            any          `toml:"tls-ca"`
+	TLSClientCA      any          `toml:"tls-client-ca"`
+	MaxRate          any          `toml:"max-rate"`
+	MaxOutstanding   any          `toml:"max-outstanding"`
+	Dedup            *fileDedup   `toml:"dedup"`
+	Peer             []filePeer   `toml:"peer"`
+	Client           []fileClient `toml:"client"`
+}
+
+type fileClient struct {
+	Name       any `toml:"name"`
+	Source     any `toml:"source"`
+	Secret     any `toml:"secret"`
+	SecretFile any `toml:"secret-file"`
+	Protocol   any `toml:"protocol"`
 }
 
 type fileDedup struct {
@@ -61,9 +70,10 @@ type filePeer struct {
 
 // Keys are the keys of each table, for suggestions.
 var (
-	topKeys   = []string{"origin-host", "origin-realm", "destination-realm", "tw", "listen", "secret", "secret-file", "tls-cert", "tls-key", "tls-ca", "tls-client-ca", "max-rate", "max-outstanding", "dedup", "peer"}
-	dedupKeys = []string{"url", "password-file", "password-env"}
-	peerKeys  = []string{"name", "url", "secret", "secret-file", "weight", "role", "tw", "tls-cert", "tls-key", "tls-ca", "tls-server-name", "max-rate", "max-outstanding"}
+	topKeys    = []string{"origin-host", "origin-realm", "destination-realm", "tw", "listen", "secret", "secret-file", "tls-cert", "tls-key", "tls-ca", "tls-client-ca", "max-rate", "max-outstanding", "dedup", "peer", "client"}
+	dedupKeys  = []string{"url", "password-file", "password-env"}
+	peerKeys   = []string{"name", "url", "secret", "secret-file", "weight", "role", "tw", "tls-cert", "tls-key", "tls-ca", "tls-server-name", "max-rate", "max-outstanding"}
+	clientKeys = []string{"name", "source", "secret", "secret-file", "protocol"}
 )
 
 // checker collects the problems of one file.
@@ -142,6 +152,8 @@ func unknownKey(key []string) string {
 			known = dedupKeys
 		case "peer":
 			known = peerKeys
+		case "client":
+			known = clientKeys
 		}
 	}
 	last := key[len(key)-1]
@@ -310,6 +322,7 @@ func (c *checker) check(doc *fileDoc) *Config {
 		cfg.Dedup = c.dedup(doc.Dedup)
 	}
 	c.peers(cfg, doc)
+	c.clients(cfg, doc)
 	return cfg
 }
 

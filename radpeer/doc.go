@@ -50,7 +50,11 @@
 // socket, with the RFC 5080 duplicate cache. Both answer Status-Server
 // themselves and give other requests to a [Handler]; [Dedup] wraps one so
 // that each accounting record ([AccountingKey]) is applied once across
-// every server sharing a dedup.Store.
+// every server sharing a dedup.Store. With ServerConfig.Clients, a server
+// knows its clients by source address, each with its own secret and name,
+// and refuses the other sources; [UDPServer.Shutdown] ends a UDP server
+// after answering what it had read, for a server handing its socket over
+// to another.
 //
 // Peer, UDPPeer, Server and UDPServer are safe for concurrent use.
 // Events are package peer's, on a peer.Bus, so the status page and metrics

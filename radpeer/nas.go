@@ -15,7 +15,10 @@ const maxCountedSources = 256
 
 // NASStats are a server's counters for one client address.
 type NASStats struct {
-	Addr     string    `json:"addr"`     // the client's address; "other" for those past the bound
+	Addr string `json:"addr"` // the client's address; "other" for those past the bound
+	// Name is the name of the client of ServerConfig.Clients at Addr; ""
+	// without Clients.
+	Name     string    `json:"name,omitempty"`
 	Received uint64    `json:"received"` // requests that passed verification
 	Answered uint64    `json:"answered"` // answers sent, resent ones included
 	BadAuth  uint64    `json:"bad_auth"` // requests that failed verification
@@ -55,6 +58,8 @@ type nasTable struct {
 	mu    sync.Mutex
 	by    map[netip.Addr]*NASStats
 	other NASStats
+	// names names a client by its address (nil: none); set before use.
+	names func(netip.Addr) string
 }
 
 // of returns a's counters; t.mu is held.
@@ -69,6 +74,9 @@ func (t *nasTable) of(a netip.Addr) *NASStats {
 		return &t.other
 	}
 	s := &NASStats{Addr: a.String()}
+	if t.names != nil {
+		s.Name = t.names(a)
+	}
 	t.by[a] = s
 	return s
 }

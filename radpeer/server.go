@@ -53,11 +53,33 @@ const (
 	DefaultIdleTimeout = 2 * time.Minute
 )
 
+// Client is a RADIUS client a server knows by the address its requests
+// come from (see ServerConfig.Clients).
+type Client struct {
+	// Name labels the client's counters (NASStats.Name); "": by address
+	// alone.
+	Name string
+	// Secret is the client's shared secret over UDP and radius+tcp; radsec
+	// listeners use RadSecSecret. A client of no secret there is refused
+	// as an unknown one.
+	Secret []byte
+}
+
 // ServerConfig configures a Server or a UDPServer.
 type ServerConfig struct {
 	// Secret is the shared secret for radius+tcp listeners; radsec
-	// listeners use RadSecSecret.
+	// listeners use RadSecSecret. Not needed when Clients is set.
 	Secret []byte
+	// Clients, when set, tells the clients the server answers by their
+	// source address, and each one's secret: a source it does not know
+	// (ok false) is refused, its datagram dropped or its connection
+	// closed as soon as it is accepted, each counted (UnknownClient) and
+	// logged; a client's requests are verified and answered with its own
+	// Secret, and its counters carry its Name. A stream connection keeps
+	// the client it was accepted as until it closes. Nil: every source
+	// is a client, of Secret. It is called for every datagram and
+	// connection, and must be safe for concurrent use.
+	Clients func(addr netip.Addr) (c Client, ok bool)
 	// Handler answers requests. Nil answers Access-Request with
 	// Access-Accept and Accounting-Request with Accounting-Response.
 	Handler Handler
@@ -187,10 +209,13 @@ type ServerStats struct {
 	// its NAS.
 	BadAuthBySource map[string]uint64 `json:"bad_auth_by_source,omitempty"`
 	// NAS are the counters by client address (at most 256 addresses).
-	NAS      []NASStats `json:"nas,omitempty"`
-	Dropped  uint64     `json:"dropped"`  // requests dropped: no Message-Authenticator, not a request, no answer
-	Overload uint64     `json:"overload"` // requests dropped: their kind's handlers and queue were full
-	Paused   uint64     `json:"paused"`   // times a connection's reading paused at MaxUnanswered
+	NAS []NASStats `json:"nas,omitempty"`
+	// UnknownClient counts the connections closed at once because their
+	// source is none of ServerConfig.Clients.
+	UnknownClient uint64 `json:"unknown_client"`
+	Dropped       uint64 `json:"dropped"`  // requests dropped: no Message-Authenticator, not a request, no answer
+	Overload      uint64 `json:"overload"` // requests dropped: their kind's handlers and queue were full
+	Paused        uint64 `json:"paused"`   // times a connection's reading paused at MaxUnanswered
 }
 
 // Server answers RADIUS requests on the connections of one listener. Its
@@ -198,7 +223,8 @@ type ServerStats struct {
 type Server struct {
 	ln     transport.Listener
 	cfg    ServerConfig
-	secret []byte
+	secret []byte // Secret, or RadSecSecret for radsec; nil with Clients over radius+tcp
+	radsec bool
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // connections' readers, and handlers
@@ -212,8 +238,8 @@ type Server struct {
 	mu    sync.Mutex
 	conns map[*serverConn]struct{}
 
-	connections, received, status, answered, badFrames, badAuth, dropped, overload, timedOut, paused atomic.Uint64
-	nas                                                                                              nasTable
+	connections, received, status, answered, badFrames, badAuth, dropped, overload, timedOut, paused, unknownClient atomic.Uint64
+	nas                                                                                                             nasTable
 }
 
 // job is one verified request waiting for its handler.
@@ -228,7 +254,7 @@ type job struct {
 func NewServer(ln transport.Listener, scheme string, cfg ServerConfig) (*Server, error) {
 	ep := Endpoint{Scheme: scheme}
 	secret, err := ep.Secret(cfg.Secret)
-	if err != nil {
+	if err != nil && cfg.Clients == nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if err := cfg.check(); err != nil {
@@ -236,7 +262,8 @@ func NewServer(ln transport.Listener, scheme string, cfg ServerConfig) (*Server,
 	}
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{ln: ln, cfg: cfg, secret: secret, ctx: ctx, cancel: cancel, conns: make(map[*serverConn]struct{})}
+	s := &Server{ln: ln, cfg: cfg, secret: secret, radsec: scheme == SchemeRadSec, ctx: ctx, cancel: cancel, conns: make(map[*serverConn]struct{})}
+	s.nas.names = cfg.names()
 	s.open = serve.Admission{Max: cfg.MaxOpening, PerAddr: cfg.MaxOpeningPerAddr, What: "a first valid request"}
 	s.auth = serve.NewLane(s.handle, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
 	s.acct = serve.NewLane(s.handle, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
@@ -275,9 +302,18 @@ func (s *Server) Serve() error {
 // start runs a connection's reader; release ends its count among the
 // connections not admitted yet.
 func (s *Server) start(tc transport.Conn, release func()) {
-	s.connections.Add(1)
 	addr, _ := serve.AddrOf(tc.RemoteAddr())
-	c := &serverConn{s: s, tc: tc, addr: addr, release: release, opened: time.Now()}
+	secret, ok := s.clientSecret(addr)
+	if !ok {
+		s.unknownClient.Add(1)
+		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindUnknownClient, "RADIUS connection closed at once: its source is no configured client",
+			"remote", tc.RemoteAddr().String(), "source", addr.String())
+		release()
+		tc.Close()
+		return
+	}
+	s.connections.Add(1)
+	c := &serverConn{s: s, tc: tc, addr: addr, secret: secret, release: release, opened: time.Now()}
 	c.ctx, c.cancel = context.WithCancel(withSender(s.ctx, Sender{Addr: addr}))
 	c.out = &outbox{tc: tc, bp: &serve.Backlog{Limit: s.cfg.MaxUnanswered}, base: s.cfg.MaxUnanswered, onError: func(error) {
 		tc.Close()
@@ -298,6 +334,31 @@ func (s *Server) start(tc transport.Conn, release func()) {
 	s.mu.Unlock()
 	s.publish(tc.RemoteAddr().String(), peer.Event{Kind: peer.EventConnUp, Network: tc.Network(), Addr: tc.RemoteAddr().String(), Reason: "accepted over " + tc.Network()})
 	go c.serve()
+}
+
+// clientSecret returns the secret of the client at addr; false when
+// Clients does not know it.
+func (s *Server) clientSecret(addr netip.Addr) ([]byte, bool) {
+	if s.cfg.Clients == nil {
+		return s.secret, true
+	}
+	cl, ok := s.cfg.Clients(addr)
+	switch {
+	case !ok:
+		return nil, false
+	case s.radsec:
+		return RadSecSecret, true
+	}
+	return cl.Secret, len(cl.Secret) > 0
+}
+
+// names returns the client names for the NAS counters, nil without
+// Clients.
+func (cfg *ServerConfig) names() func(netip.Addr) string {
+	if cfg.Clients == nil {
+		return nil
+	}
+	return func(a netip.Addr) string { cl, _ := cfg.Clients(a); return cl.Name }
 }
 
 // Close stops accepting, closes every connection and waits for their
@@ -325,6 +386,7 @@ func (s *Server) Stats() ServerStats {
 		TimedOut: s.timedOut.Load(), Received: s.received.Load(), StatusServer: s.status.Load(),
 		Answered: s.answered.Load(), BadFrames: s.badFrames.Load(), BadAuth: s.badAuth.Load(), Dropped: s.dropped.Load(),
 		Overload: s.overload.Load(), Paused: s.paused.Load(), BadAuthBySource: s.nas.badAuthBySource(), NAS: s.nas.snapshot(),
+		UnknownClient: s.unknownClient.Load(),
 	}
 }
 
@@ -337,6 +399,7 @@ type serverConn struct {
 	s       *Server
 	tc      transport.Conn
 	addr    netip.Addr              // the client's IP address
+	secret  []byte                  // the client's shared secret, chosen at accept
 	rd      transport.ReadDeadliner // nil if tc has no deadlines
 	out     *outbox
 	ctx     context.Context // carries the Sender; ends when the connection does
@@ -452,7 +515,7 @@ func (c *serverConn) request(b []byte) string {
 		s.dropped.Add(1)
 		return ""
 	}
-	switch err := s.maPolicy.verify(&s.cfg, b, s.secret, c.addr); {
+	switch err := s.maPolicy.verify(&s.cfg, b, c.secret, c.addr); {
 	case errors.Is(err, radius.ErrAuthenticator):
 		s.badAuth.Add(1)
 		s.nas.badAuth(c.addr)
@@ -500,7 +563,7 @@ func (s *Server) handle(j job) {
 		c.out.unheld(acct)
 		return
 	}
-	p, err := radius.Decode(j.b, s.secret) // ReadFrame validated it
+	p, err := radius.Decode(j.b, c.secret) // ReadFrame validated it
 	if err != nil {
 		c.out.unheld(acct)
 		return
@@ -516,7 +579,7 @@ func (s *Server) handle(j job) {
 // answer sends the answer to a request counted by held.
 func (c *serverConn) answer(req []byte, code lradius.Code, attrs lradius.Attributes) {
 	acct := radius.Code(req) == lradius.CodeAccountingRequest
-	ans, err := radius.EncodeResponse(req, code, attrs, c.s.secret)
+	ans, err := radius.EncodeResponse(req, code, attrs, c.secret)
 	if err != nil {
 		c.out.unheld(acct)
 		c.s.dropped.Add(1)

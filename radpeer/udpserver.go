@@ -50,21 +50,23 @@ type UDPServer struct {
 	// requests; acct those of Accounting-Requests.
 	auth, acct *serve.Lane[udpRequest]
 
-	mu     sync.Mutex
-	closed bool
-	now    func() time.Time
-	dup    *dupCache
+	mu       sync.Mutex
+	closed   bool
+	stopping atomic.Bool // Shutdown: the reader ends at its next error
+	now      func() time.Time
+	dup      *dupCache
 	// maPolicy is the Message-Authenticator state (blast.go).
 	maPolicy maPolicy
 
-	received, answered, resent, inProgress, badFrames, badAuth, overload, unencodable, dropped atomic.Uint64
-	nas                                                                                        nasTable
+	received, answered, resent, inProgress, badFrames, badAuth, overload, unencodable, dropped, unknownClient atomic.Uint64
+	nas                                                                                                       nasTable
 }
 
 // udpRequest is a verified request waiting for, or in, its handler.
 type udpRequest struct {
 	dup    *dupEntry // its entry in the duplicate cache
 	b      []byte
+	secret []byte // its client's
 	from   net.Addr
 	client netip.Addr // from's IP address
 }
@@ -81,20 +83,23 @@ type UDPServerStats struct {
 	// addresses; the rest under "other").
 	BadAuthBySource map[string]uint64 `json:"bad_auth_by_source,omitempty"`
 	// NAS are the counters by client address (at most 256 addresses).
-	NAS         []NASStats `json:"nas,omitempty"`
-	Overload    uint64     `json:"overload"`     // of the received, dropped: their kind's handlers and queue were full
-	Unencodable uint64     `json:"unencodable"`  // of the received, not answered: the answer could not be encoded (over 4096 bytes)
-	Dropped     uint64     `json:"dropped"`      // dropped: not a request, refused by the Message-Authenticator policy, no answer from the handler
-	Cached      int        `json:"cached"`       // requests in the duplicate cache
-	CachedBytes int64      `json:"cached_bytes"` // its size, as its byte bound counts it
+	NAS []NASStats `json:"nas,omitempty"`
+	// UnknownClient counts the datagrams dropped because their source is
+	// none of ServerConfig.Clients.
+	UnknownClient uint64 `json:"unknown_client"`
+	Overload      uint64 `json:"overload"`     // of the received, dropped: their kind's handlers and queue were full
+	Unencodable   uint64 `json:"unencodable"`  // of the received, not answered: the answer could not be encoded (over 4096 bytes)
+	Dropped       uint64 `json:"dropped"`      // dropped: not a request, refused by the Message-Authenticator policy, no answer from the handler
+	Cached        int    `json:"cached"`       // requests in the duplicate cache
+	CachedBytes   int64  `json:"cached_bytes"` // its size, as its byte bound counts it
 }
 
 // NewUDPServer returns a server for pc (a socket from net.ListenPacket).
-// cfg is as for Server (Secret required; MaxInFlight and MaxQueued bound
+// cfg is as for Server (Secret or Clients required; MaxInFlight and MaxQueued bound
 // each kind of request, accounting and the others; DupTTL, DupEntries
 // and DupBytes bound the duplicate cache).
 func NewUDPServer(pc net.PacketConn, cfg ServerConfig) (*UDPServer, error) {
-	if _, err := (Endpoint{Scheme: SchemeTCP}).Secret(cfg.Secret); err != nil {
+	if _, err := (Endpoint{Scheme: SchemeTCP}).Secret(cfg.Secret); err != nil && cfg.Clients == nil {
 		return nil, err
 	}
 	if err := cfg.check(); err != nil {
@@ -106,6 +111,7 @@ func NewUDPServer(pc net.PacketConn, cfg ServerConfig) (*UDPServer, error) {
 		pc: pc, cfg: cfg, now: time.Now, ctx: ctx, cancel: cancel,
 		dup: newDupCache(cfg.DupTTL, cfg.DupEntries, cfg.DupBytes),
 	}
+	s.nas.names = cfg.names()
 	s.auth = serve.NewLane(s.handle, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
 	s.acct = serve.NewLane(s.handle, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
 	return s, nil
@@ -134,7 +140,7 @@ func (s *UDPServer) Serve() error {
 	for {
 		n, from, err := s.pc.ReadFrom(buf)
 		if err != nil {
-			if s.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+			if s.ctx.Err() != nil || s.stopping.Load() || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
 			// A failed read (no memory for a buffer, an error queued on
@@ -151,6 +157,19 @@ func (s *UDPServer) Serve() error {
 // packet handles one datagram, on the reader: it never waits for a
 // handler.
 func (s *UDPServer) packet(b []byte, from net.Addr) {
+	// A source of no client is refused before its datagram is looked at.
+	client, _ := serve.AddrOf(from)
+	secret := s.cfg.Secret
+	if s.cfg.Clients != nil {
+		cl, ok := s.cfg.Clients(client)
+		if !ok || len(cl.Secret) == 0 {
+			s.unknownClient.Add(1)
+			serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindUnknownClient, "RADIUS datagram dropped: its source is no configured client",
+				"remote", from.String(), "source", client.String())
+			return
+		}
+		secret = cl.Secret
+	}
 	b = unpad(b)
 	if err := radius.Validate(b); err != nil {
 		s.badFrames.Add(1)
@@ -163,8 +182,7 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadRequest, "RADIUS datagram dropped: not a request", "remote", from.String(), "code", code.String())
 		return
 	}
-	client, _ := serve.AddrOf(from)
-	if !s.verify(b, from, client) {
+	if !s.verify(b, secret, from, client) {
 		return
 	}
 	key := dupKeyOf(from, b)
@@ -183,14 +201,14 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 	s.received.Add(1)
 	s.nas.received(client)
 	if code == lradius.CodeStatusServer {
-		s.finish(e, b, from, lradius.CodeAccessAccept, nil) // RFC 5997: never a login
+		s.finish(e, b, secret, from, lradius.CodeAccessAccept, nil) // RFC 5997: never a login
 		return
 	}
 	lane := s.auth
 	if code == lradius.CodeAccountingRequest {
 		lane = s.acct
 	}
-	if !lane.Submit(udpRequest{dup: e, b: b, from: from, client: client}) {
+	if !lane.Submit(udpRequest{dup: e, b: b, secret: secret, from: from, client: client}) {
 		s.forget(e) // so that its retransmission is handled afresh
 		s.overload.Add(1)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindOverload, "RADIUS request dropped: its handlers and their queue are full; the client will retransmit",
@@ -200,8 +218,8 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 
 // verify checks request b with the shared secret and the
 // Message-Authenticator policy; it counts, and logs, a request that fails.
-func (s *UDPServer) verify(b []byte, from net.Addr, client netip.Addr) bool {
-	switch err := s.maPolicy.verify(&s.cfg, b, s.cfg.Secret, client); {
+func (s *UDPServer) verify(b, secret []byte, from net.Addr, client netip.Addr) bool {
+	switch err := s.maPolicy.verify(&s.cfg, b, secret, client); {
 	case errors.Is(err, radius.ErrAuthenticator):
 		s.badAuth.Add(1)
 		s.nas.badAuth(client)
@@ -235,24 +253,24 @@ func (s *UDPServer) handle(r udpRequest) {
 		s.forget(r.dup)
 		return
 	}
-	p, err := radius.Decode(r.b, s.cfg.Secret)
+	p, err := radius.Decode(r.b, r.secret)
 	if err != nil { // packet validated it: cannot happen
 		s.forget(r.dup)
 		return
 	}
 	code, attrs := s.cfg.Handler(withSender(s.ctx, Sender{Addr: r.client}), p, r.b)
-	s.finish(r.dup, r.b, r.from, code, attrs)
+	s.finish(r.dup, r.b, r.secret, r.from, code, attrs)
 }
 
 // finish answers a request and caches the answer for its duplicates; no
 // answer forgets the entry, so a retransmission is handled afresh.
-func (s *UDPServer) finish(e *dupEntry, req []byte, to net.Addr, code lradius.Code, attrs lradius.Attributes) {
+func (s *UDPServer) finish(e *dupEntry, req, secret []byte, to net.Addr, code lradius.Code, attrs lradius.Attributes) {
 	if code == 0 {
 		s.forget(e)
 		s.dropped.Add(1)
 		return
 	}
-	resp, err := radius.EncodeResponse(req, code, attrs, s.cfg.Secret)
+	resp, err := radius.EncodeResponse(req, code, attrs, secret)
 	if err != nil {
 		s.forget(e)
 		s.unencodable.Add(1)
@@ -292,8 +310,30 @@ func (s *UDPServer) Stats() UDPServerStats {
 		Received: s.received.Load(), Answered: s.answered.Load(), Resent: s.resent.Load(), InProgress: s.inProgress.Load(),
 		BadFrames: s.badFrames.Load(), BadAuth: s.badAuth.Load(), Overload: s.overload.Load(),
 		Unencodable: s.unencodable.Load(), Dropped: s.dropped.Load(), Cached: n, CachedBytes: size,
-		BadAuthBySource: s.nas.badAuthBySource(), NAS: s.nas.snapshot(),
+		BadAuthBySource: s.nas.badAuthBySource(), NAS: s.nas.snapshot(), UnknownClient: s.unknownClient.Load(),
 	}
+}
+
+// Shutdown stops reading the socket (a read deadline ends the read in
+// progress), waits for the requests already read to be handled and
+// answered, those waiting for a handler included, then closes the
+// socket; if ctx ends first, the handlers still running are cancelled
+// and ctx's error returned. A server whose socket another takes over (a
+// new secret, a new table of clients) ends so without losing a request
+// it had read.
+func (s *UDPServer) Shutdown(ctx context.Context) error {
+	s.stopping.Store(true)
+	_ = s.pc.SetReadDeadline(time.Now())
+	s.auth.Close() // queued requests still run; parked workers end now
+	s.acct.Close()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return s.Close(ctx)
+	}
+	return s.Close(ctx)
 }
 
 // Close closes the socket and waits for the reader and the handlers, or

@@ -142,3 +142,28 @@ func TestNASRows(t *testing.T) {
 	expect(t, fams, 1, MetricAnswers, "peer", "192.0.2.1", "class", "reject")
 	expect(t, fams, 4, MetricAnswers, "peer", "192.0.2.1", "class", "accounting-response")
 }
+
+// A NAS named by the server's configured clients is labelled by its
+// name, and the addresses of one client are one row.
+func TestNASRowsByClientName(t *testing.T) {
+	early, late := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC), time.Date(2026, 12, 3, 11, 0, 0, 0, time.UTC)
+	rows := NASRows([]radpeer.NASStats{
+		{Addr: "192.0.2.1", Name: "pop-a", Received: 3, Answered: 3, LastSeen: late, Answers: radpeer.NASAnswers{Accept: 3}},
+		{Addr: "192.0.2.2", Name: "pop-a", Received: 2, Answered: 1, LastSeen: early, Answers: radpeer.NASAnswers{Reject: 1}},
+		{Addr: "198.51.100.9", Name: "nas9", Received: 1, Answered: 1, LastSeen: early, Answers: radpeer.NASAnswers{AccountingResponse: 1}},
+		{Addr: "other", Received: 5},
+	})
+	if len(rows) != 3 {
+		t.Fatalf("rows %+v: want pop-a, nas9 and other", rows)
+	}
+	if r := rows[0]; r.Peer != "pop-a" || r.Counters.Requests != 5 || r.Answered != 4 || !r.Since.Equal(late) ||
+		r.Counters.Answers["accept"] != 3 || r.Counters.Answers["reject"] != 1 {
+		t.Errorf("pop-a's row %+v (counters %+v): want its two addresses summed, last seen the latest", r, r.Counters)
+	}
+	if rows[1].Peer != "nas9" || rows[2].Peer != "other" {
+		t.Errorf("rows %q, %q: want nas9, other", rows[1].Peer, rows[2].Peer)
+	}
+	fams, _ := families(t, SourceFunc(func() Snapshot { return Snapshot{Role: RoleServer, Peers: rows} }), NewMetrics())
+	expect(t, fams, 5, MetricRequests, "peer", "pop-a")
+	expect(t, fams, 1, MetricAnswers, "peer", "nas9", "class", "accounting-response")
+}

@@ -21,7 +21,8 @@
 // (client.PeerSpec.Name, by default its URL), the one thing an operator
 // chose and that stays the same across restarts and reconnections; a
 // server's client by its Origin-Host (a server has no configuration of its
-// clients), a RADIUS server's NAS by its address. aaatp_peer_info joins
+// clients), a RADIUS server's NAS by the name of its configured client
+// (radpeer.NASStats.Name), else by its address. aaatp_peer_info joins
 // that name with the peer's URL, protocol and Origin-Host. Label values
 // come only from configuration and fixed sets, but for a server's peers,
 // whose series are dropped when they go, and the Origin-Host of

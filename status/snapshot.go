@@ -1,6 +1,7 @@
 package status
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -213,18 +214,35 @@ func originHostOf(name string) string {
 	return name
 }
 
-// NASRows returns a RADIUS server's rows for its clients (NAS addresses):
-// Protocol radius, Policy "nas", Answered the answers sent to it, Since
-// when it was last heard from, and Counters: the requests received and the
-// answers sent by class. A NAS has no watchdog: State stays empty.
+// NASRows returns a RADIUS server's rows for its clients: one row a
+// client name (the addresses of one configured client together, under its
+// name), else one a NAS address. Protocol radius, Policy "nas", Answered
+// the answers sent to it, Since when it was last heard from, and
+// Counters: the requests received and the answers sent by class. A NAS
+// has no watchdog: State stays empty.
 func NASRows(nas []radpeer.NASStats) []PeerStatus {
 	rows := make([]PeerStatus, 0, len(nas))
+	at := make(map[string]int, len(nas)) // row by client name
 	for _, n := range nas {
 		a := n.Answers
-		rows = append(rows, PeerStatus{Peer: n.Addr, Protocol: ProtocolRADIUS, Policy: "nas", Since: n.LastSeen, Answered: n.Answered,
-			Counters: &PeerCounters{Requests: n.Received, Answers: map[string]uint64{
-				"accept": a.Accept, "reject": a.Reject, "challenge": a.Challenge, "accounting-response": a.AccountingResponse, client.ClassOther: a.Other,
-			}}})
+		counts := map[string]uint64{
+			"accept": a.Accept, "reject": a.Reject, "challenge": a.Challenge, "accounting-response": a.AccountingResponse, client.ClassOther: a.Other,
+		}
+		if i, ok := at[n.Name]; ok && n.Name != "" {
+			r := &rows[i]
+			r.Answered += n.Answered
+			r.Counters.Requests += n.Received
+			for k, v := range counts {
+				r.Counters.Answers[k] += v
+			}
+			if n.LastSeen.After(r.Since) {
+				r.Since = n.LastSeen
+			}
+			continue
+		}
+		at[n.Name] = len(rows)
+		rows = append(rows, PeerStatus{Peer: cmp.Or(n.Name, n.Addr), Protocol: ProtocolRADIUS, Policy: "nas", Since: n.LastSeen, Answered: n.Answered,
+			Counters: &PeerCounters{Requests: n.Received, Answers: counts}})
 	}
 	return rows
 }

@@ -5,11 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/config"
+	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/transport"
 )
@@ -19,9 +21,10 @@ const configUsage = `usage: aaa-peer config check FILE
 Checks the configuration file FILE (TOML, the file of server and client
 --config) and prints every problem found, each as FILE:LINE: KEY: MESSAGE:
 unknown keys, values of the wrong type, URLs, durations without a unit,
-weights below 1, two peers of one name, a secret given twice, files that
-cannot be read... Exit 0 with a one-line summary when the file is valid,
-2 when it is not (or cannot be read).
+weights below 1, two peers or clients of one name, a client's source
+that is no address or prefix, a secret given twice, files that cannot be
+read... Exit 0 with a one-line summary when the file is valid, 2 when it
+is not (or cannot be read).
 `
 
 // runConfig is "aaa-peer config check FILE".
@@ -135,6 +138,10 @@ func (o *serverOptions) applyConfig(cfg *config.Config, set map[string]bool) (un
 	if cfg.Secret != nil && !set["secret-file"] {
 		o.secret = cfg.Secret
 	}
+	o.clients = cfg.Clients
+	if len(cfg.Clients) > 0 && !slices.ContainsFunc(o.listen, radpeer.IsURL) {
+		unused = append(unused, "[[client]] (no RADIUS listener)")
+	}
 	if cfg.Dedup != nil && !set["dedup"] {
 		o.dedup = cfg.Dedup.URLWithPassword() // printed through redactURL
 	}
@@ -225,6 +232,9 @@ func (o *clientOptions) applyConfig(cfg *config.Config, set map[string]bool) (un
 	}
 	if cfg.TLS.ClientCA != "" {
 		unused = append(unused, "tls-client-ca")
+	}
+	if len(cfg.Clients) > 0 {
+		unused = append(unused, "[[client]]")
 	}
 	return unused, nil
 }

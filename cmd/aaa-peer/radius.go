@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 
 	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/peer"
@@ -54,11 +55,18 @@ func (o *serverOptions) validateRADIUSListen(u string) error {
 }
 
 // openRADIUS opens the socket of the RADIUS listener u; its generations
-// (one per secret) share the server's handler and limits.
+// (one per secret, or table of clients) share the server's handler and
+// limits.
 func (s *server) openRADIUS(u string, topts transport.Options, store dedup.Store, bus *peer.Bus) (*radiusListener, error) {
-	cfg := func(secret []byte) radpeer.ServerConfig {
+	proto := clientProto(u)
+	cfg := func(sec radiusSecrets) radpeer.ServerConfig {
+		var clients func(netip.Addr) (radpeer.Client, bool)
+		if len(sec.clients) > 0 {
+			clients = newClientTable(sec.clients, proto).lookup
+		}
 		return radpeer.ServerConfig{
-			Secret:            secret,
+			Secret:            sec.secret,
+			Clients:           clients,
 			Handler:           radpeer.Dedup(store, radpeer.AcceptAll, &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...)),
 			MaxInFlight:       s.o.maxHandlers,
 			MaxQueued:         s.o.maxQueued,
@@ -83,9 +91,9 @@ func (s *server) openRADIUS(u string, topts transport.Options, store dedup.Store
 		}
 		rl.udp, rl.pc = true, pc
 		rl.bound = radpeer.SchemeUDP + "://" + pc.LocalAddr().String()
-		rl.newGen = func(secret []byte) (*radiusGen, error) {
+		rl.newGen = func(sec radiusSecrets) (*radiusGen, error) {
 			g := &radiusGen{dgrams: make(chan datagram), done: make(chan struct{})}
-			srv, err := radpeer.NewUDPServer(handoffPacketConn{g: g, pc: pc}, cfg(secret))
+			srv, err := radpeer.NewUDPServer(handoffPacketConn{g: g, pc: pc}, cfg(sec))
 			if err != nil {
 				return nil, err
 			}
@@ -105,9 +113,9 @@ func (s *server) openRADIUS(u string, topts transport.Options, store dedup.Store
 	}
 	rl.ln = ln
 	rl.bound = fmt.Sprintf("%s://%s", ep.Scheme, ln.Addr())
-	rl.newGen = func(secret []byte) (*radiusGen, error) {
+	rl.newGen = func(sec radiusSecrets) (*radiusGen, error) {
 		g := &radiusGen{conns: make(chan transport.Conn), done: make(chan struct{})}
-		srv, err := radpeer.NewServer(handoffListener{g: g, addr: ln.Addr()}, ep.Scheme, cfg(secret))
+		srv, err := radpeer.NewServer(handoffListener{g: g, addr: ln.Addr()}, ep.Scheme, cfg(sec))
 		if err != nil {
 			return nil, err
 		}

@@ -16,8 +16,8 @@ import (
 )
 
 // radiusListener is one RADIUS --listen URL of the server: its socket,
-// and a radpeer server for each shared secret it has served with since a
-// reload changed it (a generation). The socket is read here and what it
+// and a radpeer server for each shared secret, or table of [[client]]
+// secrets, it has served with since a reload changed it (a generation). The socket is read here and what it
 // yields goes to the newest generation: new connections (radius+tcp://,
 // radsec://) and every datagram (radius://). radpeer servers take their
 // secret once, at creation; a generation per secret changes it without
@@ -37,9 +37,9 @@ type radiusListener struct {
 	ln         transport.Listener // stream
 	pc         net.PacketConn     // UDP
 	log        *slog.Logger
-	// newGen makes a generation with secret, fed by a handoff listener
+	// newGen makes a generation with sec, fed by a handoff listener
 	// (stream) or packet conn (UDP).
-	newGen func(secret []byte) (*radiusGen, error)
+	newGen func(sec radiusSecrets) (*radiusGen, error)
 
 	mu       sync.Mutex
 	gens     []*radiusGen // oldest first; the last one takes what is new
@@ -70,8 +70,23 @@ func (g *radiusGen) retire() { g.once.Do(func() { close(g.done) }) }
 
 // close closes g's server (once: a reaper and the shutdown may both).
 func (g *radiusGen) close(ctx context.Context, log *slog.Logger, addr string) {
+	g.end(ctx, log, addr, g.srv.Close)
+}
+
+// shutdown ends retired generation g: a UDP server answers the datagrams
+// it had taken before it closes (a datagram handed over as it retired is
+// not lost); a stream server closes.
+func (g *radiusGen) shutdown(ctx context.Context, log *slog.Logger, addr string) {
+	end := g.srv.Close
+	if u, ok := g.srv.(interface{ Shutdown(context.Context) error }); ok {
+		end = u.Shutdown
+	}
+	g.end(ctx, log, addr, end)
+}
+
+func (g *radiusGen) end(ctx context.Context, log *slog.Logger, addr string, f func(context.Context) error) {
 	g.closed.Do(func() {
-		if err := g.srv.Close(ctx); err != nil {
+		if err := f(ctx); err != nil {
 			log.Debug("close", "addr", addr, "err", err)
 		}
 	})
@@ -85,9 +100,9 @@ func (g *radiusGen) open() int {
 	return 0
 }
 
-// start serves rl's socket with a first generation of secret.
-func (rl *radiusListener) start(secret []byte) error {
-	g, err := rl.newGen(secret)
+// start serves rl's socket with a first generation of sec.
+func (rl *radiusListener) start(sec radiusSecrets) error {
+	g, err := rl.newGen(sec)
 	if err != nil {
 		return err
 	}
@@ -191,10 +206,10 @@ func (rl *radiusListener) readLoop() {
 	}
 }
 
-// rotate serves what is new with a generation of secret; the one before
+// rotate serves what is new with a generation of sec; the one before
 // retires (see radiusListener).
-func (rl *radiusListener) rotate(secret []byte) error {
-	g, err := rl.newGen(secret)
+func (rl *radiusListener) rotate(sec radiusSecrets) error {
+	g, err := rl.newGen(sec)
 	if err != nil {
 		return err
 	}
@@ -231,7 +246,7 @@ func (rl *radiusListener) reap(g *radiusGen, deadline time.Time) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
 		defer cancel()
-		g.close(ctx, rl.log, rl.bound)
+		g.shutdown(ctx, rl.log, rl.bound)
 		rl.mu.Lock()
 		defer rl.mu.Unlock()
 		for i, x := range rl.gens {
@@ -412,6 +427,9 @@ func addNAS(a, b []radpeer.NASStats) []radpeer.NASStats {
 			continue
 		}
 		o := &out[i]
+		if n.Name != "" && n.Addr != "other" {
+			o.Name = n.Name // b is the newer generation's: its client's name
+		}
 		o.Received += n.Received
 		o.Answered += n.Answered
 		o.BadAuth += n.BadAuth

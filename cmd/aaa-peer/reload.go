@@ -28,9 +28,11 @@ server goes on as it was. Otherwise what a server can change live is
 applied, and one log line says what changed: listeners added (served at
 once) and removed (they stop accepting; their Diameter peers get a DPR,
 their RADIUS connections 5 s to finish; datagrams read are answered),
-and the RADIUS shared secret (new connections and every datagram are
-verified with the new one; a RADIUS/TCP connection accepted before keeps
-the old one until it closes). tw, the TLS files and [dedup] need a
+the RADIUS shared secret, and the [[client]] tables (clients added,
+removed, their sources or secrets changed): new connections and every
+datagram are verified with the new secrets; a RADIUS/TCP or TLS
+connection accepted before keeps the client and secret it was accepted
+with until it closes. tw, the TLS files and [dedup] need a
 restart: a change to them is logged and left as it runs. Reloads are
 counted in aaatp_config_reloads_total{result="ok"|"refused"}, the last one
 applied is aaatp_config_last_reload_success_timestamp_seconds. Without
@@ -42,16 +44,16 @@ type openedListener struct {
 	url, bound string
 	ln         transport.Listener // Diameter
 	rl         *radiusListener    // RADIUS
-	secret     []byte             // RADIUS: its shared secret (nil: radsec)
+	secrets    radiusSecrets      // RADIUS: its shared secret (nil: radsec) or clients
 }
 
 // openListener opens the socket of u.
 func (s *server) openListener(u string) (*openedListener, error) {
 	if radpeer.IsURL(u) {
-		var secret []byte
-		if takesSecret(u) {
+		sec := radiusSecrets{clients: s.o.clients}
+		if len(sec.clients) == 0 && takesSecret(u) {
 			var err error
-			if secret, err = s.o.radiusSecret(); err != nil {
+			if sec.secret, err = s.o.radiusSecret(); err != nil {
 				return nil, err
 			}
 		}
@@ -59,10 +61,10 @@ func (s *server) openListener(u string) (*openedListener, error) {
 		if err != nil {
 			return nil, err
 		}
-		if secret != nil {
-			s.secret = secret
+		if sec.secret != nil {
+			s.secret = sec.secret
 		}
-		return &openedListener{url: u, bound: rl.bound, rl: rl, secret: secret}, nil
+		return &openedListener{url: u, bound: rl.bound, rl: rl, secrets: sec}, nil
 	}
 	ln, err := transport.Listen(u, s.topts)
 	if err != nil {
@@ -84,7 +86,7 @@ func (l *openedListener) abandon() {
 // serveListener serves l and counts it among the server's listeners.
 func (s *server) serveListener(l *openedListener) error {
 	if l.rl != nil {
-		if err := l.rl.start(l.secret); err != nil {
+		if err := l.rl.start(l.secrets); err != nil {
 			l.abandon()
 			return err
 		}
@@ -215,17 +217,18 @@ func (s *server) reloadConfig(base serverOptions, set map[string]bool) ([]string
 		}
 	}
 	var secret []byte
-	if o.needsSecret() {
+	if len(o.clients) == 0 && o.needsSecret() {
 		if secret, err = o.radiusSecret(); err != nil {
 			return nil, fmt.Errorf("RADIUS shared secret: %w", err)
 		}
 	}
-	rotate := secret != nil && s.secret != nil && !bytes.Equal(secret, s.secret)
+	clientsChanged := !sameClients(o.clients, s.o.clients)
+	rotate := len(o.clients) == 0 && secret != nil && s.secret != nil && !bytes.Equal(secret, s.secret)
 
 	// Open every new socket before changing anything: one that cannot be
 	// opened refuses the whole file.
-	running, runningSecret := s.o.secret, s.secret
-	s.o.secret = o.secret // the new listeners' secret
+	running, runningSecret, runningClients := s.o.secret, s.secret, s.o.clients
+	s.o.secret, s.o.clients = o.secret, o.clients // the new listeners'
 	var opened []*openedListener
 	for _, u := range added {
 		l, err := s.openListener(u)
@@ -233,7 +236,7 @@ func (s *server) reloadConfig(base serverOptions, set map[string]bool) ([]string
 			for _, l := range opened {
 				l.abandon()
 			}
-			s.o.secret, s.secret = running, runningSecret
+			s.o.secret, s.secret, s.o.clients = running, runningSecret, runningClients
 			return nil, fmt.Errorf("--listen %s: %w", u, err)
 		}
 		opened = append(opened, l)
@@ -253,23 +256,35 @@ func (s *server) reloadConfig(base serverOptions, set map[string]bool) ([]string
 	for _, u := range removed {
 		changed = append(changed, "listener removed "+u+" ("+s.removeListener(u)+", draining)")
 	}
-	if rotate {
+	if rotate || clientsChanged {
 		n := 0
 		s.lmu.Lock()
 		rls := append([]*radiusListener(nil), s.rls...)
 		s.lmu.Unlock()
 		for _, rl := range rls {
-			if slices.Contains(added, rl.url) || !takesSecret(rl.url) {
+			// radsec:// has no secret of its own to change; its clients
+			// may.
+			if slices.Contains(added, rl.url) || (!takesSecret(rl.url) && !clientsChanged) {
 				continue
 			}
-			if err := rl.rotate(secret); err != nil {
+			sec := radiusSecrets{clients: o.clients}
+			if len(o.clients) == 0 && takesSecret(rl.url) {
+				sec.secret = secret
+			}
+			if err := rl.rotate(sec); err != nil {
 				s.log.Error("RADIUS listener kept its old shared secret", "url", rl.url, "err", err)
 				continue
 			}
 			n++
 		}
-		s.secret = secret
-		changed = append(changed, fmt.Sprintf("RADIUS shared secret changed on %d listener(s)", n))
+		if secret != nil {
+			s.secret = secret
+		}
+		if clientsChanged {
+			changed = append(changed, fmt.Sprintf("RADIUS clients changed on %d listener(s): %s", n, clientChanges(runningClients, o.clients)))
+		} else {
+			changed = append(changed, fmt.Sprintf("RADIUS shared secret changed on %d listener(s)", n))
+		}
 	}
 	s.o.listen = o.listen
 	s.writeReady()

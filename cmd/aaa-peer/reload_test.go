@@ -398,6 +398,14 @@ func TestMergeRADIUSReports(t *testing.T) {
 	if other != maxSources+10 {
 		t.Errorf("NAS rows past the bound under other: %d, want %d", other, maxSources+10)
 	}
+
+	// A client renamed by a reload: the newer generation's name.
+	old := radpeer.UDPServerStats{NAS: []radpeer.NASStats{{Addr: "192.0.2.1", Name: "nas-old", Received: 1}}}
+	cur := radpeer.UDPServerStats{NAS: []radpeer.NASStats{{Addr: "192.0.2.1", Name: "nas-new", Received: 2}}}
+	r = mergeRADIUSReports(mergeRADIUSReports(radiusListenerReport{}, radiusListenerReport{UDP: &old}), radiusListenerReport{UDP: &cur})
+	if n := r.UDP.NAS; len(n) != 1 || n[0].Name != "nas-new" || n[0].Received != 3 {
+		t.Errorf("merged NAS of a renamed client %+v, want one row named nas-new, 3 received", n)
+	}
 }
 
 // TestRemovedListenersBounded: the report keeps the counters of the last

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/config"
 	servecore "github.com/aaatp/aaatp/internal/serve"
 
 	"github.com/aaatp/aaatp/dedup"
@@ -83,6 +84,7 @@ type serverOptions struct {
 	tlsClientCA string
 	secretFile  string
 	secret      []byte                           // from --config, when --secret-file is not given
+	clients     []config.Client                  // from --config: the RADIUS clients, by source (none: every source, secret)
 	requireMA   radpeer.MessageAuthenticatorMode // RADIUS listeners, radius.go
 	proxyState  radpeer.ProxyStateLimit
 	logLevel    string

@@ -24,21 +24,22 @@ type Kind uint8
 
 // Kinds of rate-limited log lines.
 const (
-	KindRefused      Kind = iota // a connection closed at once: over a limit
-	KindBadOpening               // refused before it was admitted: a bad CER, no valid first packet
-	KindBadFrame                 // a frame that breaks the framing rules
-	KindBadRequest               // a well-framed request refused before its handler
-	KindBadAuth                  // a failed authenticator: a wrong shared secret, or forged
-	KindPaused                   // a reader paused: the peer's requests are not answered yet
-	KindWriteTimeout             // a write that did not finish in time
-	KindUnmatched                // an answer that matches no request
-	KindConnDown                 // a connection lost
-	KindAcceptFailed             // an accept that failed (out of descriptors)
-	KindReadFailed               // a read of a datagram socket that failed
-	KindTimeout                  // a connection idle or too slow, closed
-	KindOverload                 // a request dropped: its handler budget and queue are full
-	KindDropped                  // a request dropped for another reason
-	KindUnseenReplay             // a request with the T flag that a duplicate store of this process alone had never seen
+	KindRefused       Kind = iota // a connection closed at once: over a limit
+	KindBadOpening                // refused before it was admitted: a bad CER, no valid first packet
+	KindBadFrame                  // a frame that breaks the framing rules
+	KindBadRequest                // a well-framed request refused before its handler
+	KindBadAuth                   // a failed authenticator: a wrong shared secret, or forged
+	KindPaused                    // a reader paused: the peer's requests are not answered yet
+	KindWriteTimeout              // a write that did not finish in time
+	KindUnmatched                 // an answer that matches no request
+	KindConnDown                  // a connection lost
+	KindAcceptFailed              // an accept that failed (out of descriptors)
+	KindReadFailed                // a read of a datagram socket that failed
+	KindTimeout                   // a connection idle or too slow, closed
+	KindOverload                  // a request dropped: its handler budget and queue are full
+	KindDropped                   // a request dropped for another reason
+	KindUnseenReplay              // a request with the T flag that a duplicate store of this process alone had never seen
+	KindUnknownClient             // a RADIUS datagram or connection from a source that is no configured client
 	numKinds
 )
 
@@ -47,7 +48,7 @@ var kindNames = [numKinds]string{
 	KindBadRequest: "bad_request", KindBadAuth: "bad_auth", KindPaused: "paused",
 	KindWriteTimeout: "write_timeout", KindUnmatched: "unmatched", KindConnDown: "conn_down",
 	KindAcceptFailed: "accept_failed", KindReadFailed: "read_failed", KindTimeout: "timeout", KindOverload: "overload",
-	KindDropped: "dropped", KindUnseenReplay: "unseen_replay",
+	KindDropped: "dropped", KindUnseenReplay: "unseen_replay", KindUnknownClient: "unknown_client",
 }
 
 // String returns the kind's name, as Counts keys it.
