@@ -295,6 +295,9 @@ func New(cfg Config) (*Client, error) {
 		cfg.RequestTimeout = detect + answerTime
 	} else if cfg.RequestTimeout < detect {
 		log := cfg.Peer.Logger
+		if isRADIUS {
+			log = cfg.RADIUS.Logger
+		}
 		if log == nil {
 			log = slog.Default()
 		}

@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -127,6 +129,24 @@ func TestShortDeadlineWarned(t *testing.T) {
 		mu.Lock()
 		assert.False(t, strings.Contains(buf.String(), "shorter than"))
 		mu.Unlock()
+	})
+}
+
+// A RADIUS Client warns through its RADIUS logger, the one it was given.
+func TestShortDeadlineWarnedRADIUS(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var buf bytes.Buffer
+		cfg := Config{Peers: []PeerSpec{{URL: "radius+tcp://r:1812"}}, RequestTimeout: 2 * time.Second}
+		cfg.RADIUS.Secret = []byte("s")
+		cfg.RADIUS.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		cfg.RADIUS.Dialer = func(ctx context.Context, url string) (transport.Conn, error) { return nil, errors.New("refused") }
+		c, err := New(cfg)
+		require.NoError(t, err)
+		c.Close(context.Background())
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Contains(t, buf.String(), "shorter than failover detection")
 	})
 }
 
