@@ -399,13 +399,24 @@ func (c *Client) dialLocked(m *member) error {
 // storing in its member.
 var testHookDialed func(*peer.Peer)
 
-// dialedLocked counts the members with a peer object.
+// dialedLocked counts the members with a peer object: those configured,
+// and those SetPeers removed while their peer still drains (it holds its
+// connection until it is done).
 func (c *Client) dialedLocked() int {
 	n := 0
-	for _, m := range c.ros.Load().order {
-		if m.p() != nil {
-			n++
+	for _, m := range c.ros.Load().all {
+		p := m.p()
+		if p == nil {
+			continue
 		}
+		if m.removed.Load() {
+			select {
+			case <-p.Done():
+				continue
+			default:
+			}
+		}
+		n++
 	}
 	return n
 }

@@ -228,7 +228,30 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 		if _, ok := replaces[m]; ok {
 			continue // dialed by drain
 		}
+		if c.cfg.MaxConnections > 0 {
+			evs = append(evs, Event{Time: now, Server: m.spec.Name, Kind: EventReconfigured, Change: "added",
+				Reason: "added: connected when a connection slot is free, in configured order"})
+			continue
+		}
 		evs = append(evs, c.dialAdded(m, "added")...)
+	}
+	if c.cfg.MaxConnections > 0 {
+		// The free slots go to the first peers in the new order, kept or
+		// added, as at New.
+		for _, m := range next.order {
+			if c.dialedLocked() >= c.cfg.MaxConnections {
+				break
+			}
+			if _, ok := replaces[m]; ok || m.p() != nil {
+				continue
+			}
+			if slices.Contains(fresh, m) {
+				evs = append(evs, c.dialAdded(m, "added")...)
+			} else if err := c.dialLocked(m); err == nil {
+				evs = append(evs, Event{Time: now, Server: m.spec.Name, Kind: EventSlotFilled,
+					Reason: "connection slot filled: the configuration changed"})
+			}
+		}
 	}
 	c.note(evs...)
 	c.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/watchdog"
 )
@@ -222,5 +223,53 @@ func TestSetPeersBounded(t *testing.T) {
 		require.Len(t, c.Peers(), 1)
 		_, err = c.Send(context.Background(), acr(1, "u"))
 		require.NoError(t, err)
+	})
+}
+
+// In primary/secondary mode the new order is the new preference: a
+// reload that swaps the two sends the next requests to the new primary.
+// With MaxConnections, a peer added waits for a slot, and gets the one a
+// removed peer frees once it has drained.
+func TestSetPeersPrimarySecondary(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net"), "tcp://c:1": newFakeServer("c.example.net")}
+		defer n.close()
+		c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		host := func(i int) string {
+			ans, err := c.Send(context.Background(), acr(i, "u"))
+			require.NoError(t, err)
+			h, _ := message.StringOf(ans, message.OriginHost, 0)
+			return h
+		}
+		assert.Equal(t, "a.example.net", host(1))
+		_, err = c.SetPeers(context.Background(), []PeerSpec{spec(n, "tcp://b:1"), spec(n, "tcp://a:1")})
+		require.NoError(t, err)
+		assert.Equal(t, "b.example.net", host(2), "b is the primary now")
+
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
+		cfg.MaxConnections = 1
+		lim, err := New(cfg)
+		require.NoError(t, err)
+		defer lim.Close(context.Background())
+		synctest.Wait()
+		ch, err := lim.SetPeers(context.Background(), []PeerSpec{spec(n, "tcp://b:1"), spec(n, "tcp://c:1")})
+		require.NoError(t, err)
+		assert.Equal(t, []string{"a.example.net"}, ch.Removed)
+		synctest.Wait()
+		dialed := 0
+		for _, p := range lim.Peers() {
+			if p != nil {
+				dialed++
+				assert.Equal(t, "b.example.net", p.Name(), "the slot a freed goes to the first in order")
+			}
+		}
+		assert.Equal(t, 1, dialed, "one connection, as MaxConnections says")
+		ans, err := lim.Send(context.Background(), acr(3, "u"))
+		require.NoError(t, err)
+		h, _ := message.StringOf(ans, message.OriginHost, 0)
+		assert.Equal(t, "b.example.net", h)
 	})
 }
