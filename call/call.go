@@ -209,11 +209,8 @@ type Call struct {
 	owner      *Conn     // InFlight: where it is pending
 	sentOn     []*Conn   // every connection it boarded, oldest first
 	sentOn0    [2]*Conn  // sentOn's first array: most requests are sent once or twice
-	refusedBy  []Carrier // peers that refused it
-	refusedOn  []*Conn   // connections whose send ended in a refusal
-	lastAnswer []byte
-	lastErr    error  // the last refusal's error when it had no answer
-	res        result // set once, with the final state
+	rf         *refusals // nil until a peer refuses it: most calls are never refused
+	res        result    // set once, with the final state
 	cut        error  // Wait is to end the call with it (cutShort)
 	mu         sync.Mutex
 	// With a Reader (under mu): awaiting counts the Awaits running,
@@ -300,9 +297,11 @@ func (c *Call) BoardLocked(cn *Conn) (Boarding, error) {
 		return b, ErrAlreadySent
 	}
 	c.owner = cn
-	if i := slices.Index(c.refusedOn, cn); i >= 0 {
-		// Sent there again: this send is pending there, not refused.
-		c.refusedOn = slices.Delete(c.refusedOn, i, i+1)
+	if rf := c.rf; rf != nil {
+		if i := slices.Index(rf.on, cn); i >= 0 {
+			// Sent there again: this send is pending there, not refused.
+			rf.on = slices.Delete(rf.on, i, i+1)
+		}
 	}
 	c.sentOn = append(c.sentOn, cn)
 	c.sends.Add(1)
@@ -318,7 +317,16 @@ func (c *Call) BoardLocked(cn *Conn) (Boarding, error) {
 // it again: its send there ended in a refusal its peer no longer stands
 // by (ForgetRefusals). c.mu is held.
 func (c *Call) reusableLocked(cn *Conn) bool {
-	return slices.Contains(c.refusedOn, cn) && !slices.Contains(c.refusedBy, cn.peer)
+	return c.rf != nil && slices.Contains(c.rf.on, cn) && !slices.Contains(c.rf.by, cn.peer)
+}
+
+// refusals are what the peers that refused a call said; kept apart, as
+// most calls are never refused and one Call is made per request.
+type refusals struct {
+	by     []Carrier // peers that refused it
+	on     []*Conn   // connections whose send ended in a refusal
+	answer []byte    // the last refusal's answer
+	err    error     // the last refusal's error when it had no answer
 }
 
 // Unboard undoes BoardLocked when the request could not be queued on cn
@@ -360,11 +368,14 @@ func (c *Call) leave(cn *Conn, refused bool, answer []byte, err error) bool {
 	c.owner = nil
 	if refused {
 		c.refused = answer != nil
-		c.refusedBy = append(c.refusedBy, cn.peer)
-		c.lastAnswer, c.lastErr = answer, err
+		if c.rf == nil {
+			c.rf = new(refusals)
+		}
+		c.rf.by = append(c.rf.by, cn.peer)
+		c.rf.answer, c.rf.err = answer, err
 		// Refused, it is pending there no more: that connection may carry
 		// it again once the peer's refusal is forgotten (ForgetRefusals).
-		c.refusedOn = append(c.refusedOn, cn)
+		c.rf.on = append(c.rf.on, cn)
 	} else {
 		c.lost = true
 	}
@@ -438,9 +449,14 @@ func (c *Call) end(ans []byte, err error, by Carrier, timedOut bool) bool {
 // still concludes.
 func (c *Call) Conclude() bool {
 	c.mu.Lock()
-	ans, err, from := c.lastAnswer, c.lastErr, Carrier(nil)
-	if n := len(c.refusedBy); n > 0 {
-		from = c.refusedBy[n-1]
+	var ans []byte
+	var err error
+	var from Carrier
+	if rf := c.rf; rf != nil {
+		ans, err = rf.answer, rf.err
+		if n := len(rf.by); n > 0 {
+			from = rf.by[n-1]
+		}
 	}
 	if c.lost {
 		ans = nil
@@ -665,7 +681,7 @@ func (c *Call) InFlightOn(cn *Conn) bool {
 func (c *Call) RefusedAfterLoss() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.lost && len(c.refusedBy) > 0
+	return c.lost && c.rf != nil && len(c.rf.by) > 0
 }
 
 // ForgetRefusals lets the peers that refused the call be offered it
@@ -673,8 +689,9 @@ func (c *Call) RefusedAfterLoss() bool {
 // that refused it too.
 func (c *Call) ForgetRefusals() {
 	c.mu.Lock()
-	c.refusedBy = nil
-	c.lastAnswer, c.lastErr = nil, nil
+	if c.rf != nil {
+		c.rf.by, c.rf.answer, c.rf.err = nil, nil, nil
+	}
 	c.mu.Unlock()
 }
 
@@ -682,14 +699,17 @@ func (c *Call) ForgetRefusals() {
 func (c *Call) Refusers() []Carrier {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return slices.Clone(c.refusedBy)
+	if c.rf == nil {
+		return nil
+	}
+	return slices.Clone(c.rf.by)
 }
 
 // RefusedBy reports whether peer refused the call (Refuse).
 func (c *Call) RefusedBy(peer Carrier) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return slices.Contains(c.refusedBy, peer)
+	return c.rf != nil && slices.Contains(c.rf.by, peer)
 }
 
 // Avoids reports whether the call must not go to peer, whose current
@@ -701,7 +721,7 @@ func (c *Call) Avoids(cn *Conn, peer Carrier) bool {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return (cn != nil && slices.Contains(c.sentOn, cn) && !c.reusableLocked(cn)) || slices.Contains(c.refusedBy, peer)
+	return (cn != nil && slices.Contains(c.sentOn, cn) && !c.reusableLocked(cn)) || (c.rf != nil && slices.Contains(c.rf.by, peer))
 }
 
 // Tag returns the value SetTag stored, nil if none.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -222,5 +223,14 @@ func TestAllowHostsIgnoresCase(t *testing.T) {
 		"client.example.net": true, "CLIENT.EXAMPLE.NET": true, "Exact.Example.Org": true, "client.example.com": false,
 	} {
 		assert.Equal(t, want, c.allowed(host), host)
+	}
+}
+
+// One call record is made per request: it stays within the 448-byte
+// size class, so that a field added to it is a decision, not a drift
+// (a field too many took every request to the 512-byte class).
+func TestCallRecordSize(t *testing.T) {
+	if got := unsafe.Sizeof(dcall{}); got > 448 {
+		t.Errorf("dcall is %d bytes, past the 448-byte size class", got)
 	}
 }
