@@ -205,14 +205,14 @@ type Call struct {
 
 	// Under mu (the fields are ordered for a small struct: one is made
 	// per request):
-	first, by  Carrier
-	owner      *Conn     // InFlight: where it is pending
-	sentOn     []*Conn   // every connection it boarded, oldest first
-	sentOn0    [2]*Conn  // sentOn's first array: most requests are sent once or twice
-	rf         *refusals // nil until a peer refuses it: most calls are never refused
-	res        result    // set once, with the final state
-	cut        error  // Wait is to end the call with it (cutShort)
-	mu         sync.Mutex
+	first, by Carrier
+	owner     *Conn     // InFlight: where it is pending
+	sentOn    []*Conn   // every connection it boarded, oldest first
+	sentOn0   [2]*Conn  // sentOn's first array: most requests are sent once or twice
+	rf        *refusals // nil until a peer refuses it: most calls are never refused
+	res       result    // set once, with the final state
+	cut       error     // Wait is to end the call with it (cutShort)
+	mu        sync.Mutex
 	// With a Reader (under mu): awaiting counts the Awaits running,
 	// offered says one of them is to run ReadAnswer (Offer), inRead that
 	// one does.

@@ -57,7 +57,7 @@ type Peer struct {
 	links   []*link
 	waiting []*rcall // for an Identifier; bounded by MaxWaiting
 	closing bool
-	leaving bool // Drain: no new request; those in flight finish
+	leaving bool     // Drain: no new request; those in flight finish
 	fx      []func() // effects of the decisions taken under mu
 	// mismatch is the last sign of a wrong shared secret (Stats).
 	mismatch string
