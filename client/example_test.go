@@ -304,3 +304,44 @@ func ExampleClient_Exchange_udp() {
 	fmt.Println(resp.Packet.Code, resp.Attempts, c.UDPPeers()[0].Stats().Answered)
 	// Output: Access-Accept 1 1
 }
+
+// A reload of the configuration: SetPeers gives the Client its new peers
+// while requests flow. Here a second server is added and the first
+// removed: the removed one answers what it had in flight, then closes;
+// the next requests go to the new one.
+func ExampleClient_SetPeers() {
+	first, second := server("first.example.net"), server("second.example.net")
+	defer first.Close(context.Background())
+	defer second.Close(context.Background())
+	c, err := client.New(client.Config{
+		Peers: []client.PeerSpec{{URL: "tcp://" + first.Addr().String(), Name: "first"}},
+		Peer:  peerConfig(),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // generous: a loaded machine
+	defer cancel()
+	if err := c.WaitReady(ctx, 1); err != nil {
+		log.Fatal(err)
+	}
+
+	change, err := c.SetPeers(ctx, []client.PeerSpec{{URL: "tcp://" + second.Addr().String(), Name: "second"}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("added:", change.Added, "removed:", change.Removed)
+	ans, err := c.Send(ctx, acr("alice@example.net", 0)) // waits for second to be in service
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("answered by:", answeredBy(ans))
+	for _, s := range c.ServerStats() {
+		fmt.Printf("  %s %s: sent %d\n", s.Server, s.State, s.Sent)
+	}
+	// Output:
+	// added: [second] removed: [first]
+	// answered by: second.example.net
+	//   second OKAY: sent 1
+}
