@@ -1127,13 +1127,6 @@ func (d *dcall) board(cn *conn) (raw []byte, id uint32, b call.Boarding, err err
 	return raw, id, b, nil
 }
 
-// request returns the request bytes as last sent. Read only.
-func (d *dcall) request() []byte {
-	d.Lock()
-	defer d.Unlock()
-	return d.raw
-}
-
 // retireCall takes a call that completed without its answer out of cn's
 // pending table (cn.h's retire).
 func (cn *conn) retireCall(c *call.Call, timedOut bool) {

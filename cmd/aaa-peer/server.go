@@ -333,12 +333,6 @@ type serveHooks struct {
 	reload <-chan os.Signal
 }
 
-// serve is runServer with a duplicate store of the test's (nil: the server
-// opens its --dedup) and no SIGHUP.
-func serve(ctx context.Context, args []string, stdout, stderr io.Writer, store dedup.Store) int {
-	return serveWith(ctx, args, stdout, stderr, serveHooks{store: store})
-}
-
 func serveWith(ctx context.Context, args []string, stdout, stderr io.Writer, hooks serveHooks) int {
 	var o serverOptions
 	fs := serverFlags(&o, stderr)
