@@ -48,7 +48,9 @@ type PeersChange struct {
 // other settings changed (URL, secret, Tw, TLS, limits) is replaced: the
 // old one drains as a removed one does; a Diameter peer's replacement is
 // dialed once the old connection has closed, since a server takes one
-// connection per peer.
+// connection per peer; a request naming the replaced peer in
+// Destination-Host meanwhile waits for the replacement. A request naming
+// a removed peer names none of the Client's peers: it goes to any.
 //
 // The list is checked whole first and nothing changes on an error: the
 // same checks as New, and a list that changes the protocol (Diameter
@@ -134,6 +136,12 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 		nm := &member{spec: s, index: len(next.all)}
 		if m != nil {
 			replaces[nm] = m
+			// A Diameter replacement is dialed once the old peer is done:
+			// until then, the requests naming the old one wait for it.
+			nm.ident = m.ident
+			if p := m.p(); p != nil {
+				nm.ident = p.Name()
+			}
 		}
 		next.all = append(next.all, nm)
 		next.order = append(next.order, nm)

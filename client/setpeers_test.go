@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/watchdog"
 )
@@ -222,5 +223,46 @@ func TestSetPeersBounded(t *testing.T) {
 		require.Len(t, c.Peers(), 1)
 		_, err = c.Send(context.Background(), acr(1, "u"))
 		require.NoError(t, err)
+	})
+}
+
+// A request naming a replaced peer in Destination-Host while the old peer
+// drains and the new one is not dialed yet still names one of the
+// configured peers: it waits for the replacement, and goes nowhere else
+// (RFC 6733 6.1.5).
+func TestSetPeersReplacedKeepsDestinationHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		defer n.close()
+		n["tcp://a:1"].handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			time.Sleep(10 * time.Second) // the old peer drains for 10 s
+			return n["tcp://a:1"].handler(ctx, p, req)
+		}
+		c, err := New(clientConfig(n, Balance, "tcp://a:1", "tcp://b:1"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+
+		inFlight := make(chan error, 1)
+		go func() {
+			_, err := c.Send(context.Background(), acrTo(1, "u1", "a.example.net"))
+			inFlight <- err
+		}()
+		time.Sleep(time.Second)
+		a, b := spec(n, "tcp://a:1"), spec(n, "tcp://b:1")
+		a.Tw = 20 * time.Second
+		ch, err := c.SetPeers(context.Background(), []PeerSpec{a, b})
+		require.NoError(t, err)
+		require.Equal(t, []string{"a.example.net"}, ch.Replaced)
+		synctest.Wait()
+		require.Nil(t, c.Peers()[0], "the replacement waits for the old peer's drain")
+
+		ans, err := c.Send(context.Background(), acrTo(2, "u2", "a.example.net"))
+		require.NoError(t, err)
+		rc, _ := message.ResultCodeOf(ans)
+		assert.EqualValues(t, message.Success, rc)
+		require.NoError(t, <-inFlight)
+		assert.Empty(t, n["tcp://b:1"].received(), "a request for a.example.net reached b")
+		assert.Len(t, n["tcp://a:1"].received(), 2)
 	})
 }
