@@ -183,11 +183,12 @@ type member struct {
 	up      atomic.Pointer[radpeer.UDPPeer] // a radius:// server's
 	stats   serverStats
 
-	// ident is the identity of the peer this member replaced (SetPeers),
-	// set before the member is published: a request naming it in
-	// Destination-Host names this member, also before its own peer is
-	// dialed (after the old one's drain) and has learned the server's
-	// identity, and waits for it rather than go to another host.
+	// ident is the identity the members of its name before it learned
+	// (SetPeers: a replacement, a name added back), set before the member
+	// is published: a request naming it in Destination-Host names this
+	// member, also before its own peer is dialed (a replacement, after
+	// the old one's drain) and has learned its server's identity, and
+	// waits for it rather than go to another host.
 	ident string
 
 	// Owned under Client.mu.
@@ -767,7 +768,7 @@ func (c *Client) pinned(cl *call.Call, v *avail) (*member, bool) {
 			return m, true
 		}
 		if m.ident != "" && message.EqualIdentity(m.ident, dh) {
-			return m, true // a replacement, dialed or not
+			return m, true // its own peer may not know it yet
 		}
 	}
 	return nil, false

@@ -266,3 +266,34 @@ func TestSetPeersReplacedKeepsDestinationHost(t *testing.T) {
 		assert.Len(t, n["tcp://a:1"].received(), 2)
 	})
 }
+
+// A name added back is named in Destination-Host by the identity it had
+// before its new peer has learned it again (its CEA): a request for it
+// waits for that peer, and goes nowhere else.
+func TestSetPeersAddedBackKeepsDestinationHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		defer n.close()
+		c, err := New(clientConfig(n, Balance, "tcp://a:1", "tcp://b:1"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		a, b := spec(n, "tcp://a:1"), spec(n, "tcp://b:1")
+		_, err = c.SetPeers(context.Background(), []PeerSpec{b})
+		require.NoError(t, err)
+		synctest.Wait()
+
+		n["tcp://a:1"].freeze() // the new peer's CER waits
+		_, err = c.SetPeers(context.Background(), []PeerSpec{a, b})
+		require.NoError(t, err)
+		synctest.Wait()
+		require.Equal(t, "tcp://a:1", c.Peers()[0].Name(), "no CEA yet")
+		time.AfterFunc(2*time.Second, n["tcp://a:1"].unfreeze)
+		ans, err := c.Send(context.Background(), acrTo(1, "u1", "a.example.net"))
+		require.NoError(t, err)
+		rc, _ := message.ResultCodeOf(ans)
+		assert.EqualValues(t, message.Success, rc)
+		assert.Empty(t, n["tcp://b:1"].received(), "a request for a.example.net reached b")
+		assert.Len(t, n["tcp://a:1"].received(), 1)
+	})
+}
