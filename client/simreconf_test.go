@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/watchdog"
 )
 
@@ -39,8 +40,9 @@ import (
 //     service (checkRecovered passes over a member not dialed), and every
 //     removed or replaced member's peer is closed: its drain ended;
 //   - in half the reconfigured seeds, once quiet, a clean drain: with
-//     every server answering in 1-3 s, one configured server is removed or
-//     replaced with requests in flight on it; each of them is answered
+//     every server answering in 1-3 s, one configured server is removed,
+//     removed and added back at once, or replaced with requests in flight
+//     on it; each of them is answered
 //     there, sent once, applied once; the old peer closes (within
 //     RequestTimeout: a request the server lost keeps its drain waiting
 //     that long); the configuration's servers are then all in service
@@ -263,9 +265,15 @@ func (w *simWorld) reconfQuiet(send func(opts ...string) *simReq) {
 	victim := r.specs[i]
 	next := slices.Clone(r.specs)
 	what := "removed"
-	if r.rng.IntN(2) == 0 {
+	switch r.rng.IntN(3) {
+	case 0:
 		next = slices.Delete(next, i, i+1)
-	} else {
+	case 1:
+		// Removed, then added back at once: a new member of the same
+		// name is dialed while the old one drains. Whatever the old one
+		// does as it closes is no longer the name's.
+		what = "removed and added back"
+	default:
 		what = "replaced"
 		if next[i].Tw == 0 {
 			next[i].Tw = 20 * time.Second
@@ -294,6 +302,17 @@ func (w *simWorld) reconfQuiet(send func(opts ...string) *simReq) {
 		}
 	}
 	w.mu.Unlock()
+	if what == "removed and added back" {
+		if _, err := w.c.SetPeers(context.Background(), slices.Delete(slices.Clone(next), i, i+1)); err != nil {
+			w.violation("quiet SetPeers (%s %s): %v", what, victim.Name, err)
+			return
+		}
+		from := time.Now()
+		time.Sleep(time.Duration(r.rng.Int64N(int64(time.Second))))
+		r.omu.Lock()
+		r.out[victim.Name] = append(r.out[victim.Name], simGap{from: from, to: time.Now()})
+		r.omu.Unlock()
+	}
 	if _, err := w.c.SetPeers(context.Background(), next); err != nil {
 		w.violation("quiet SetPeers (%s %s): %v", what, victim.Name, err)
 		return
@@ -352,6 +371,24 @@ func (w *simWorld) checkConfigured(when string) {
 			w.violation("%s: configured server %s has no peer", when, r.specs[i].Name)
 		case p.State() != watchdog.Okay:
 			w.violation("%s: configured server %s is %s", when, r.specs[i].Name, p.State())
+		}
+	}
+	if snap, ok := w.c.Balancer(); ok {
+		var names []string
+		for _, s := range snap.Servers {
+			names = append(names, s.Name)
+			if s.State != loadbalance.InService {
+				w.violation("%s: balancer: %s is %v, its peer in service", when, s.Name, s.State)
+			}
+		}
+		var want []string
+		for _, s := range r.specs {
+			want = append(want, s.Name)
+		}
+		slices.Sort(names)
+		slices.Sort(want)
+		if !slices.Equal(names, want) {
+			w.violation("%s: balancer lists %v, configured %v", when, names, want)
 		}
 	}
 	for _, m := range w.c.ros.Load().all {
