@@ -188,11 +188,14 @@ func TestSetPeersRefusesAndChangesNothing(t *testing.T) {
 			"duplicate": {a, a},
 			"protocol":  {{URL: "radius+tcp://r:1812", Name: "r"}},
 			"bad Tw":    {{URL: "tcp://b:1", Name: "b", Tw: -time.Second}},
+			// The peer's Dial would refuse it, after the old a had drained.
+			"Tw below the minimum": {{URL: "tcp://a:1", Name: "a.example.net", Tw: 4 * time.Second}},
 		} {
 			_, err := c.SetPeers(context.Background(), specs)
 			assert.Error(t, err, name)
 		}
 		require.Len(t, c.Peers(), 1)
+		require.NotNil(t, c.Peers()[0], "a was replaced by a peer that could not be dialed")
 		assert.Equal(t, "a.example.net", c.Peers()[0].Name())
 		_, err = c.Send(context.Background(), acr(1, "u"))
 		require.NoError(t, err)
