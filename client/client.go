@@ -183,6 +183,14 @@ type member struct {
 	up      atomic.Pointer[radpeer.UDPPeer] // a radius:// server's
 	stats   serverStats
 
+	// ident is the identity the members of its name before it learned
+	// (SetPeers: a replacement, a name added back), set before the member
+	// is published: a request naming it in Destination-Host names this
+	// member, also before its own peer is dialed (a replacement, after
+	// the old one's drain) and has learned its server's identity, and
+	// waits for it rather than go to another host.
+	ident string
+
 	// Owned under Client.mu.
 	okaySince time.Time // when the watchdog last went OKAY; zero when not OKAY
 }
@@ -779,6 +787,9 @@ func (c *Client) pinned(cl *call.Call, v *avail) (*member, bool) {
 	for _, m := range v.ros.order {
 		if p := m.p(); p != nil && message.EqualIdentity(p.Name(), dh) {
 			return m, true
+		}
+		if m.ident != "" && message.EqualIdentity(m.ident, dh) {
+			return m, true // its own peer may not know it yet
 		}
 	}
 	return nil, false

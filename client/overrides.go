@@ -23,9 +23,10 @@ type ThrottleLimits struct {
 	Auth, Accounting throttle.Limits
 }
 
-// checkOverrides refuses the overrides that cannot apply: a negative Tw
-// (one below the RFC 3539 minimum fails the peer's Dial, as the
-// template's does), a Tw on a radius:// server (no watchdog: its Timeout
+// checkOverrides refuses the overrides that cannot apply: a negative Tw,
+// or one below the RFC 3539 minimum (the peer's Dial would refuse it:
+// SetPeers would have drained the peer it replaces by then), a Tw on a
+// radius:// server (no watchdog: its Timeout
 // and Retries tell a server that stopped answering), TLS on a URL that
 // does not speak it, Throttle without Config.Throttle (the Client would
 // have no throttle to apply it in).
@@ -35,6 +36,8 @@ func checkOverrides(cfg Config) error {
 		switch {
 		case s.Tw < 0:
 			return fmt.Errorf("client: peer %s: Tw %v is negative", s.URL, s.Tw)
+		case s.Tw != 0 && s.Tw < watchdog.MinTwinit:
+			return fmt.Errorf("client: peer %s: Tw %v is below the RFC 3539 minimum of %v", s.URL, s.Tw, watchdog.MinTwinit)
 		case s.Tw != 0 && udpErr == nil:
 			return fmt.Errorf("client: peer %s: a Tw is for servers with a watchdog; radius:// servers have none (UDP.Timeout and Retries)", s.URL)
 		case s.TLS != nil && !tlsURL(s.URL):

@@ -247,7 +247,7 @@ func TestPerPeerOverridesRefused(t *testing.T) {
 			"peer radius://127.0.0.1:1812: a Tw is for servers with a watchdog"},
 		{"Tw below the minimum", Config{Peers: []PeerSpec{{URL: "tcp://127.0.0.1:3868", Tw: time.Second}},
 			Peer: peer.Config{OriginHost: "c.example.net", OriginRealm: "example.net", Logger: quiet}},
-			"peer tcp://127.0.0.1:3868: peer: invalid configuration: watchdog: invalid configuration: Twinit 1s is below the RFC 3539 minimum"},
+			"peer tcp://127.0.0.1:3868: Tw 1s is below the RFC 3539 minimum of 6s"},
 		{"negative Tw", Config{Peers: []PeerSpec{{URL: "tcp://127.0.0.1:3868", Tw: -time.Second}}}, "peer tcp://127.0.0.1:3868: Tw -1s is negative"},
 		{"TLS over TCP", Config{Peers: []PeerSpec{{URL: "tcp://127.0.0.1:3868", TLS: tc}}},
 			"peer tcp://127.0.0.1:3868: a TLS configuration is for tls:// and radsec:// servers"},

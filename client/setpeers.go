@@ -48,7 +48,10 @@ type PeersChange struct {
 // other settings changed (URL, secret, Tw, TLS, limits) is replaced: the
 // old one drains as a removed one does; a Diameter peer's replacement is
 // dialed once the old connection has closed, since a server takes one
-// connection per peer.
+// connection per peer. A request naming in Destination-Host a replaced
+// peer, or a name added back, waits for the new peer until it is dialed
+// and has learned its server's identity; one naming a removed peer names
+// none of the Client's peers: it goes to any.
 //
 // The list is checked whole first and nothing changes on an error: the
 // same checks as New, and a list that changes the protocol (Diameter
@@ -109,6 +112,12 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 		live[m.spec.Name] = m
 	}
 	next := &roster{all: old.all}
+	known := map[string]string{} // name -> the identity its last member learned
+	for _, m := range old.all {
+		if id := m.identity(); id != "" {
+			known[m.spec.Name] = id
+		}
+	}
 	var fresh, gone, reweigh []*member
 	replaces := map[*member]*member{} // new member -> the one it replaces
 	for _, s := range norm {
@@ -131,7 +140,11 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 		default:
 			ch.Added = append(ch.Added, s.Name)
 		}
-		nm := &member{spec: s, index: len(next.all)}
+		// A Diameter replacement is dialed once the old peer is done, and
+		// a peer learns its server's identity from its CEA: until then,
+		// the requests naming the server by the identity its name had
+		// wait for the new member.
+		nm := &member{spec: s, index: len(next.all), ident: known[s.Name]}
 		if m != nil {
 			replaces[nm] = m
 		}
@@ -260,6 +273,16 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 		start()
 	}
 	return ch, nil
+}
+
+// identity returns the Diameter identity m's peer learned from its
+// server's CEA, else the one m took over from the members of its name
+// before it (ident); "" if none.
+func (m *member) identity() string {
+	if p := m.p(); p != nil && p.Name() != m.spec.URL {
+		return p.Name()
+	}
+	return m.ident
 }
 
 // findReplacement returns the member replacing m, nil if none.

@@ -188,11 +188,14 @@ func TestSetPeersRefusesAndChangesNothing(t *testing.T) {
 			"duplicate": {a, a},
 			"protocol":  {{URL: "radius+tcp://r:1812", Name: "r"}},
 			"bad Tw":    {{URL: "tcp://b:1", Name: "b", Tw: -time.Second}},
+			// The peer's Dial would refuse it, after the old a had drained.
+			"Tw below the minimum": {{URL: "tcp://a:1", Name: "a.example.net", Tw: 4 * time.Second}},
 		} {
 			_, err := c.SetPeers(context.Background(), specs)
 			assert.Error(t, err, name)
 		}
 		require.Len(t, c.Peers(), 1)
+		require.NotNil(t, c.Peers()[0], "a was replaced by a peer that could not be dialed")
 		assert.Equal(t, "a.example.net", c.Peers()[0].Name())
 		_, err = c.Send(context.Background(), acr(1, "u"))
 		require.NoError(t, err)
@@ -271,5 +274,77 @@ func TestSetPeersPrimarySecondary(t *testing.T) {
 		require.NoError(t, err)
 		h, _ := message.StringOf(ans, message.OriginHost, 0)
 		assert.Equal(t, "b.example.net", h)
+	})
+}
+
+// A request naming a replaced peer in Destination-Host while the old peer
+// drains and the new one is not dialed yet still names one of the
+// configured peers: it waits for the replacement, and goes nowhere else
+// (RFC 6733 6.1.5).
+func TestSetPeersReplacedKeepsDestinationHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		defer n.close()
+		n["tcp://a:1"].handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			time.Sleep(10 * time.Second) // the old peer drains for 10 s
+			return n["tcp://a:1"].handler(ctx, p, req)
+		}
+		c, err := New(clientConfig(n, Balance, "tcp://a:1", "tcp://b:1"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+
+		inFlight := make(chan error, 1)
+		go func() {
+			_, err := c.Send(context.Background(), acrTo(1, "u1", "a.example.net"))
+			inFlight <- err
+		}()
+		time.Sleep(time.Second)
+		a, b := spec(n, "tcp://a:1"), spec(n, "tcp://b:1")
+		a.Tw = 20 * time.Second
+		ch, err := c.SetPeers(context.Background(), []PeerSpec{a, b})
+		require.NoError(t, err)
+		require.Equal(t, []string{"a.example.net"}, ch.Replaced)
+		synctest.Wait()
+		require.Nil(t, c.Peers()[0], "the replacement waits for the old peer's drain")
+
+		ans, err := c.Send(context.Background(), acrTo(2, "u2", "a.example.net"))
+		require.NoError(t, err)
+		rc, _ := message.ResultCodeOf(ans)
+		assert.EqualValues(t, message.Success, rc)
+		require.NoError(t, <-inFlight)
+		assert.Empty(t, n["tcp://b:1"].received(), "a request for a.example.net reached b")
+		assert.Len(t, n["tcp://a:1"].received(), 2)
+	})
+}
+
+// A name added back is named in Destination-Host by the identity it had
+// before its new peer has learned it again (its CEA): a request for it
+// waits for that peer, and goes nowhere else.
+func TestSetPeersAddedBackKeepsDestinationHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		defer n.close()
+		c, err := New(clientConfig(n, Balance, "tcp://a:1", "tcp://b:1"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		a, b := spec(n, "tcp://a:1"), spec(n, "tcp://b:1")
+		_, err = c.SetPeers(context.Background(), []PeerSpec{b})
+		require.NoError(t, err)
+		synctest.Wait()
+
+		n["tcp://a:1"].freeze() // the new peer's CER waits
+		_, err = c.SetPeers(context.Background(), []PeerSpec{a, b})
+		require.NoError(t, err)
+		synctest.Wait()
+		require.Equal(t, "tcp://a:1", c.Peers()[0].Name(), "no CEA yet")
+		time.AfterFunc(2*time.Second, n["tcp://a:1"].unfreeze)
+		ans, err := c.Send(context.Background(), acrTo(1, "u1", "a.example.net"))
+		require.NoError(t, err)
+		rc, _ := message.ResultCodeOf(ans)
+		assert.EqualValues(t, message.Success, rc)
+		assert.Empty(t, n["tcp://b:1"].received(), "a request for a.example.net reached b")
+		assert.Len(t, n["tcp://a:1"].received(), 1)
 	})
 }

@@ -139,6 +139,7 @@ func TestSim(t *testing.T) {
 			t.Errorf("the schedules exercised too little: %+v", s)
 		}
 	}
+	simReconfExercised(t, len(seeds))
 }
 
 type simCounts struct {
@@ -314,6 +315,8 @@ type simWorld struct {
 	quietFrom time.Time // every fault over, every server answering
 	records   []FailoverRecord
 	closedAt  time.Time // when Client.Close returned
+
+	rc *simReconf // the reconfigure fault (simreconf_test.go); nil: off
 }
 
 // handedOverReversed finds the failover record (moved or parked) of the
@@ -699,6 +702,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		}
 	}
 
+	w.rc = newSimReconf(w, cfg.Peers)
 	stopWatch := w.watchParked()
 
 	results := make(chan simOutcome, 1<<14)
@@ -762,6 +766,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	closedEarly := false
 	steps := 15 + w.rng.IntN(25)
 	for range steps {
+		w.reconfigure(&bg)
 		switch k := w.rng.IntN(19); {
 		case k < 5: // a burst of requests
 			for range 1 + w.rng.IntN(12) {
@@ -975,6 +980,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		time.Sleep(simRecovery)
 		synctest.Wait()
 		w.checkRecovered()
+		w.reconfQuiet(send)
 		// A fresh burst is answered at once, everywhere.
 		var fresh []*simReq
 		for range 3 + w.rng.IntN(8) {
@@ -1136,6 +1142,9 @@ func (w *simWorld) checkRecovered() {
 		}
 	}
 	for _, cl := range w.waitingCalls() {
+		if w.reconfExcused(cl.Ref) {
+			continue
+		}
 		w.errs = append(w.errs, fmt.Sprintf("request %d still waiting for a peer after %v of quiet, every peer in service", cl.Ref, simRecovery))
 	}
 }
@@ -1273,6 +1282,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			case closedEarly:
 			case rq.pinned != "" && errors.Is(r.err, ErrUnableToDeliver):
 			case dropped: // a server lost it: it waits for its deadline
+			case w.reconfExcused(r.e2e):
 			case rq.patient:
 				t.Errorf("seed %d: patient request %d (pinned %q, slow %v) failed after %v: %v; applied %d; sends %+v", seed, r.e2e, rq.pinned, slow, r.at.Sub(rq.start), r.err, n, sends)
 			}
@@ -1317,7 +1327,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 	}
 	for _, s := range w.servers {
 		for _, r := range s.f.received() {
-			if rq := w.reqs[r.e2e]; rq != nil && rq.pinned != "" && !message.EqualIdentity(rq.pinned, s.host) {
+			if rq := w.reqs[r.e2e]; rq != nil && rq.pinned != "" && !message.EqualIdentity(rq.pinned, s.host) && !w.reconfUnpinned(rq) {
 				t.Errorf("seed %d: request %d for Destination-Host %s reached %s (at %v, T %v); sends %+v", seed, r.e2e, rq.pinned, s.host, r.at.Format("04:05.000"), r.tflag, w.sends[r.e2e])
 			}
 		}
@@ -1363,7 +1373,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			case !s.afterRefusal && !s.tflag:
 				t.Errorf("seed %d: request %d: replay %d without the T flag", seed, id, k+1)
 			}
-			if rq := w.reqs[id]; rq != nil && rq.pinned != "" && !s.afterRefusal {
+			if rq := w.reqs[id]; rq != nil && rq.pinned != "" && !s.afterRefusal && !w.reconfUnpinned(rq) {
 				// RFC 6733 5.5.4: not moved to another host, nor
 				// replayed to its own once its connection failed: it
 				// fails with DIAMETER_UNABLE_TO_DELIVER.

@@ -56,6 +56,7 @@ func TestSimRADIUSStream(t *testing.T) {
 	if len(seeds) >= 100 && (total.answered == 0 || total.failed == 0 || total.moved == 0) {
 		t.Errorf("the schedules never produced an answer, a failure and a failover each: the faults do not bite")
 	}
+	radReconfExercised(t, len(seeds))
 }
 
 type ssimResult struct{ answered, failed, moved uint64 }
@@ -134,6 +135,12 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 		}
 	})
 
+	keep := ""
+	if healthyOne {
+		keep = urls[0]
+	}
+	reconf := startRADReconf(t, seed, c, cfg.Peers, keep, n) // ssimreconf_test.go
+
 	type outcome struct {
 		user     string
 		acct     bool
@@ -182,10 +189,12 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 	time.Sleep(time.Minute)
 	close(stopFaults)
 	fwg.Wait()
+	reconf.stop()
 	for _, s := range servers {
 		s.faults.Thaw()
 	}
 	wg.Wait()
+	reconf.check()
 	for _, s := range c.ServerStats() {
 		r.moved += s.FailedOver
 	}

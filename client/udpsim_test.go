@@ -170,6 +170,12 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 		t.Fatal(err)
 	}
 
+	keep := ""
+	if healthyOne {
+		keep = specs[0].URL
+	}
+	reconf := startUDPReconf(t, seed, c, specs, keep) // ssimreconf_test.go
+
 	// The faults, on their own goroutine: phases of a few seconds.
 	stopFaults := make(chan struct{})
 	var fwg sync.WaitGroup
@@ -268,6 +274,7 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 	time.Sleep(30 * time.Second)
 	close(stopFaults)
 	fwg.Wait()
+	reconf.stop()
 	n.mu.Lock()
 	for _, s := range n.servers {
 		s.dead, s.loss = false, 0
@@ -277,6 +284,7 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 		n.Thaw(s.addr)
 	}
 	wg.Wait()
+	reconf.check()
 	var res usimResult
 	for _, u := range c.UDPPeers() {
 		st := u.Stats()

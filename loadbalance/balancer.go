@@ -528,10 +528,12 @@ func (b *Balancer) SetServers(servers []Server) (rebuilt bool, err error) {
 		return false, fmt.Errorf("loadbalance: more than %d server names over the balancer's life", MaxSlots)
 	}
 	changed := false // a change of the table's members or weights
+	listed := false  // a change of the servers listed only
 	for slot, srv := range b.servers {
 		s, keep := want[srv.Name]
 		switch {
 		case !keep && !b.removed[slot]:
+			listed = true
 			b.removed[slot], b.state[slot] = true, Down
 			changed = changed || b.member[slot]
 			b.member[slot] = false
@@ -556,6 +558,10 @@ func (b *Balancer) SetServers(servers []Server) (rebuilt bool, err error) {
 		changed = true
 	}
 	if !changed {
+		if listed { // a server down removed: the table stays, Snapshot lists it no more
+			cur := b.cur.Load()
+			b.publish(cur.table, cur.old)
+		}
 		return false, nil
 	}
 	b.buildHome()

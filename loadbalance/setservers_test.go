@@ -101,6 +101,25 @@ func TestSetServersRemovesAServer(t *testing.T) {
 	}
 }
 
+// A server removed while down holds no bucket, so the table stays: it is
+// no longer listed all the same.
+func TestSetServersRemovesAServerDown(t *testing.T) {
+	b := mustNew(t, Pearson, servers(3), Options{})
+	setState(t, b, "s2", Down, true)
+	t0 := b.Snapshot().Table
+	rebuilt, err := b.SetServers(servers(2))
+	if err != nil || rebuilt {
+		t.Fatalf("SetServers: rebuilt %v, %v; want no rebuild", rebuilt, err)
+	}
+	s := b.Snapshot()
+	if len(s.Servers) != 2 {
+		t.Fatalf("listed %+v, want s0 and s1", s.Servers)
+	}
+	if s.Table != t0 {
+		t.Fatal("the table changed")
+	}
+}
+
 // A weight change gives the new shares.
 func TestSetServersChangesWeights(t *testing.T) {
 	b := mustNew(t, Pearson, servers(2), Options{})
