@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/internal/fault"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
@@ -38,9 +39,12 @@ type seen struct {
 // frozen: while frozen it reads nothing (the kernel buffers, as a
 // SIGSTOPped process's socket does) and answers nothing.
 type fakeServer struct {
-	host    string
-	handle  peer.Handler   // default: answer 2001 (see handler)
-	applied map[uint32]int // End-to-End id -> application runs, when counting
+	host   string
+	handle peer.Handler // default: answer 2001 (see handler)
+	// failover, when set, is the failover hook of the server's peers (for
+	// the requests a server sends the client).
+	failover call.Failover
+	applied  map[uint32]int // End-to-End id -> application runs, when counting
 
 	dupAnswers atomic.Bool // write every application answer twice
 
@@ -80,7 +84,7 @@ func (f *fakeServer) accept() (transport.Conn, error) {
 		h = f.handler
 	}
 	p, err := peer.Accept(fc, peer.Config{
-		OriginHost: f.host, OriginRealm: "example.net", Handler: h, Logger: quiet,
+		OriginHost: f.host, OriginRealm: "example.net", Handler: h, Logger: quiet, Failover: f.failover,
 		Watchdog: watchdog.Config{Twinit: 30 * time.Second, Rand: noJitter{}},
 	})
 	if err != nil {

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -63,8 +65,11 @@ const simRecovery = 9 * time.Minute
 // final 5012 answers, requests lost in a server (no answer ever),
 // duplicate answers, answers after the caller's deadline, every server
 // out at once (frozen, reset or DPR) and back, a
-// slow request left behind steady traffic before a failover,
-// Client.Close with answers in flight and during a failover, and random
+// slow request left behind steady traffic before a failover, requests
+// from a server to the client (which answers them within
+// simHandlerDelay), the server sometimes disconnecting right after,
+// Client.Close with answers in flight and during a failover, hurried (its
+// context done) or as the view changes while requests wait, and random
 // pauses inside the race windows (a failover's batch between pick and
 // submit, before a request parks, right after a request is queued, in a
 // reader, and between a peer's state change and the Client's reaction to
@@ -129,13 +134,15 @@ func TestSim(t *testing.T) {
 	if len(failed) > 0 {
 		t.Logf("failed seeds: %v", failed)
 	}
+	t.Logf("a waiter still in line once every request returned, in %d schedules", simLingeredTake())
 	t.Logf("%d schedules in %v: %+v", len(seeds), time.Since(start).Round(time.Millisecond), total.snapshot())
 	if len(seeds) >= simFixedSeeds {
 		// The schedules must exercise what the invariants are about.
 		s := total.snapshot()
 		if s.Replays == 0 || s.Premature == 0 || s.Late == 0 || s.Parked == 0 || s.Drained == 0 ||
 			s.Patient == 0 || s.Pinned == 0 || s.NonAcct == 0 || s.AllOut == 0 || s.SlowBehind == 0 ||
-			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 || s.BusyFailover == 0 {
+			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 || s.BusyFailover == 0 ||
+			s.Hurried == 0 || s.CloseAtChange == 0 || s.ServerAsks == 0 {
 			t.Errorf("the schedules exercised too little: %+v", s)
 		}
 	}
@@ -145,7 +152,7 @@ func TestSim(t *testing.T) {
 type simCounts struct {
 	Requests, Answered, Failed, Replays, Premature, Late, Parked, Drained, Closes int
 	Patient, Pinned, NonAcct, AllOut, SlowBehind, OrderPairs, Drains, Pauses      int
-	BusyFailover, HandOverPairs                                                   int
+	BusyFailover, HandOverPairs, Hurried, CloseAtChange, ServerAsks               int
 }
 
 type simTotals struct {
@@ -176,6 +183,9 @@ func (s *simTotals) add(b simCounts) {
 	a.Pauses += b.Pauses
 	a.BusyFailover += b.BusyFailover
 	a.HandOverPairs += b.HandOverPairs
+	a.Hurried += b.Hurried
+	a.CloseAtChange += b.CloseAtChange
+	a.ServerAsks += b.ServerAsks
 }
 
 func (s *simTotals) snapshot() simCounts {
@@ -299,7 +309,11 @@ type simWorld struct {
 	mu        sync.Mutex
 	seq       int
 	sends     map[uint32][]simSend
-	stranded  map[*call.Call]bool  // every request that waited for a peer (onStrand)
+	stranded  map[*call.Call]bool // every request that waited for a peer (onStrand)
+	groups    []*simGroup         // the requests of each waiter started, while its deadlines run (onStrand)
+	groupOf   map[*call.Call]*simGroup
+	asked     map[[2]uint32]bool   // (e2e, hbh) of the servers' requests given to the client's handler
+	hrng      *rand.Rand           // the client handler's delays, under mu (rng is the schedule's goroutine's)
 	refusals  map[[2]uint32]int    // (e2e, hbh) of a 3004/3002 the client read -> seq
 	wrote     map[[2]uint32]string // (e2e, hbh) of a request written -> the server's host
 	answered  map[uint32]time.Time // when the client first read a final answer to the request
@@ -316,7 +330,8 @@ type simWorld struct {
 	records   []FailoverRecord
 	closedAt  time.Time // when Client.Close returned
 
-	rc *simReconf // the reconfigure fault (simreconf_test.go); nil: off
+	rc          *simReconf  // the reconfigure fault (simreconf_test.go); nil: off
+	roundPauses atomic.Bool // a waiter's round may pause (watchParked has stopped)
 }
 
 // handedOverReversed finds the failover record (moved or parked) of the
@@ -458,9 +473,24 @@ type readLog struct {
 	transport.Conn
 	w    *simWorld
 	host string
+	owed *simOwed
 }
 
-// WriteMessages records which server each request is written to.
+// simOwed is what the client owes the server on one connection: the
+// requests the server sent it (by End-to-End and Hop-by-Hop id) not
+// answered yet, and those of them received before the server's DPR.
+type simOwed struct {
+	mu        sync.Mutex
+	open      map[[2]uint32]bool
+	beforeDPR map[[2]uint32]bool
+	dprAt     time.Time
+}
+
+// WriteMessages records which server each request is written to, and
+// checks that the client answers a DPR only once it has answered the
+// requests the server sent before it (the peer that asks to disconnect
+// gets the answers it is owed first; the client's handler takes less
+// than the DPA's bound).
 func (r readLog) WriteMessages(msgs ...[]byte) error {
 	r.w.mu.Lock()
 	for _, m := range msgs {
@@ -469,11 +499,55 @@ func (r readLog) WriteMessages(msgs ...[]byte) error {
 		}
 	}
 	r.w.mu.Unlock()
+	o := r.owed
+	o.mu.Lock()
+	for _, m := range msgs {
+		switch {
+		case wire.IsRequest(m):
+		case wire.AppID(m) != 0:
+			delete(o.open, [2]uint32{wire.EndToEnd(m), wire.HopByHop(m)})
+			delete(o.beforeDPR, [2]uint32{wire.EndToEnd(m), wire.HopByHop(m)})
+		case wire.CommandCode(m) == wire.CmdDisconnectPeer && time.Since(o.dprAt) < simDPABound:
+			owed := 0
+			r.w.mu.Lock()
+			for k := range o.beforeDPR {
+				if r.w.asked[k] {
+					owed++
+				}
+			}
+			r.w.mu.Unlock()
+			if owed > 0 {
+				r.w.violation("client wrote its DPA to %s %v after the DPR with %d requests received before it, given to its handler, unanswered (its handler answers within %v)",
+					r.host, time.Since(o.dprAt), owed, simHandlerDelay)
+			}
+		}
+	}
+	o.mu.Unlock()
 	return r.Conn.WriteMessages(msgs...)
 }
 
+// simHandlerDelay bounds how long the client's handler takes to answer a
+// server's request; simDPABound is how long a DPR receiver may hold its
+// DPA for the answers it owes (peer.DefaultDPATimeout), well above it.
+const (
+	simHandlerDelay = 2 * time.Second
+	simDPABound     = peer.DefaultDPATimeout
+)
+
 func (r readLog) ReadMessage() ([]byte, error) {
 	m, err := r.Conn.ReadMessage()
+	if err == nil && wire.IsRequest(m) {
+		o := r.owed
+		o.mu.Lock()
+		switch {
+		case wire.AppID(m) != 0:
+			o.open[[2]uint32{wire.EndToEnd(m), wire.HopByHop(m)}] = true
+		case wire.CommandCode(m) == wire.CmdDisconnectPeer && o.dprAt.IsZero():
+			o.dprAt = time.Now()
+			o.beforeDPR = maps.Clone(o.open)
+		}
+		o.mu.Unlock()
+	}
 	if err == nil && !wire.IsRequest(m) && wire.AppID(m) != 0 && wire.Flags(m)&wire.FlagError != 0 {
 		if rc, _ := message.ResultCodeOf(m); rc == message.TooBusy || rc == message.UnableToDeliver {
 			r.w.mu.Lock()
@@ -587,26 +661,64 @@ func simQueued(e2e uint32, conn any, msg []byte, afterRefusal bool) {
 	simYield() // under the connection's lock: a moment for the others
 }
 
+// simGroup is the requests one waiter started with (a call of strand):
+// it may hold them until the last of their deadlines, and no longer.
+type simGroup struct {
+	calls []*call.Call
+	sends []int     // each one's Sends() when it started waiting
+	last  time.Time // the last of their deadlines
+}
+
 // simStranded records requests that wait for a view change in their
-// world, for watchParked and checkRecovered.
+// world, for watchParked and checkRecovered, and the group a waiter
+// starts with, for watchParked.
 func simStranded(calls []*call.Call) {
-	for _, cl := range calls {
-		simWorlds.Lock()
-		w := simWorlds.m[cl.Ref>>24]
-		simWorlds.Unlock()
-		if w == nil {
-			continue
-		}
-		w.mu.Lock()
-		w.stranded[cl] = true
-		w.mu.Unlock()
+	if len(calls) == 0 {
+		return
 	}
+	simWorlds.Lock()
+	w := simWorlds.m[calls[0].Ref>>24]
+	simWorlds.Unlock()
+	if w == nil {
+		return
+	}
+	g := &simGroup{calls: slices.Clone(calls)}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, cl := range calls {
+		w.stranded[cl] = true
+		w.groupOf[cl] = g
+		g.sends = append(g.sends, cl.Sends())
+		g.last = maxTime(g.last, cl.Deadline)
+	}
+	w.groups = append(w.groups, g)
+}
+
+// mayHoldWaiters counts the groups whose waiter may still be in line at
+// now: the last of its requests' deadlines not passed by more than
+// slack, and one of its requests still waiting there (parked, or done
+// without having been sent again: answered on its old connection, or
+// given up, which the waiter sees at its next round or its deadline).
+// It forgets the groups past their deadlines. w.mu is held.
+func (w *simWorld) mayHoldWaiters(now time.Time, slack time.Duration) int {
+	live := 0
+	w.groups = slices.DeleteFunc(w.groups, func(g *simGroup) bool { return now.After(g.last.Add(slack)) })
+	for _, g := range w.groups {
+		for i, cl := range g.calls {
+			if w.groupOf[cl] == g && (cl.State() == call.Parked || (cl.IsDone() && cl.Sends() == g.sends[i])) {
+				live++
+				break
+			}
+		}
+	}
+	return live
 }
 
 func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	w := &simWorld{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), stranded: map[*call.Call]bool{},
 		sends: map[uint32][]simSend{}, refusals: map[[2]uint32]int{}, wrote: map[[2]uint32]string{}, answered: map[uint32]time.Time{}, applied: map[uint32]int{}, commits: map[uint32][]string{},
-		commitAt: map[uint32]time.Time{}, runs: map[uint32]int{}, reqs: map[uint32]*simReq{}, slow: map[uint32]bool{}, dropped: map[uint32]bool{}}
+		commitAt: map[uint32]time.Time{}, runs: map[uint32]int{}, reqs: map[uint32]*simReq{}, slow: map[uint32]bool{}, dropped: map[uint32]bool{},
+		groupOf: map[*call.Call]*simGroup{}, asked: map[[2]uint32]bool{}, hrng: rand.New(rand.NewPCG(seed, 0x4a4d))}
 	simWorlds.Lock()
 	if simWorlds.m == nil {
 		simWorlds.m = map[uint32]*simWorld{}
@@ -630,6 +742,13 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	for i := range nServers {
 		s := &simServer{host: fmt.Sprintf("%c.example.net", 'a'+i), kind: "ok"}
 		s.f = newFakeServer(s.host)
+		// The requests a server sends the client (k == 19) are not sent
+		// again elsewhere: they fail where they leave a connection. (A
+		// peer without a failover hook whose graceful disconnect still
+		// has one unanswered after its drain calls the nil hook.)
+		s.f.failover = func(_ call.Carrier, calls []*call.Call, reason string) {
+			failAll(calls, errors.New(reason))
+		}
 		// A request is applied when its answer is committed to the shared
 		// store (dedup.WrapCommit): a handler may run twice when a stalled
 		// server is overtaken, but only one result commits.
@@ -663,7 +782,23 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		if err != nil {
 			return nil, err
 		}
-		return readLog{tc, w, w.n[url].host}, nil
+		return readLog{tc, w, w.n[url].host, &simOwed{open: map[[2]uint32]bool{}}}, nil
+	}
+	// The servers send the client requests too (a Re-Auth-Request, an
+	// Abort-Session-Request): it answers them within simHandlerDelay.
+	cfg.Peer.Handler = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+		w.mu.Lock()
+		d := time.Duration(w.hrng.Int64N(int64(simHandlerDelay)))
+		w.asked[[2]uint32{wire.EndToEnd(req), wire.HopByHop(req)}] = true
+		w.mu.Unlock()
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil
+		}
+		return message.NewAnswer(req).ResultCode(message.Success).
+			String(message.OriginHost, 0, true, "client.example.net").
+			String(message.OriginRealm, 0, true, "example.net").Bytes()
 	}
 	// The balancer's clock is read while a failover's batch is being
 	// picked: a pause there lets the alternates picked so far change
@@ -671,10 +806,15 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	cfg.Balancer.Now = func() time.Time {
 		switch inDispatch() {
 		case 3:
-			// A round: no pause. Its requests stay parked while it places
-			// them, and watchParked, which looks every 5 s, would find a
-			// request lost and refused (asked again every second) in the
-			// middle of a round too often.
+			// A round: no pause while watchParked looks. Its requests stay
+			// parked while it places them, and watchParked, which looks
+			// every 5 s, would find a request lost and refused (asked
+			// again every second) in the middle of a round too often.
+			// Once it has stopped (the schedule's end, Close), a round
+			// pauses like a failover's batch: Close must wait for it.
+			if w.roundPauses.Load() {
+				simPause(50 * time.Millisecond)
+			}
 		case 2: // on the peer's notifier, which delivers its state changes after it
 			simPause(50 * time.Millisecond)
 		case 1: // a single send between its pick and its submit
@@ -767,7 +907,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	steps := 15 + w.rng.IntN(25)
 	for range steps {
 		w.reconfigure(&bg)
-		switch k := w.rng.IntN(19); {
+		switch k := w.rng.IntN(20); {
 		case k < 5: // a burst of requests
 			for range 1 + w.rng.IntN(12) {
 				send()
@@ -958,6 +1098,36 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 				}
 			}()
 			go func() { defer bg.Done(); time.Sleep(thaw); x.f.unfreeze() }()
+		case k == 19: // a server sends the client requests, and sometimes disconnects right after
+			w.counts.ServerAsks++
+			s := srv()
+			s.f.mu.Lock()
+			ps := append([]*peer.Peer(nil), s.f.peers...)
+			s.f.mu.Unlock()
+			for _, p := range ps {
+				for range 1 + w.rng.IntN(5) {
+					req := message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
+						String(message.SessionID, 0, true, s.host+";asks").
+						String(message.OriginHost, 0, true, s.host).
+						String(message.OriginRealm, 0, true, "example.net").
+						String(message.DestinationRealm, 0, true, "example.net").Bytes()
+					// The server may give up on it before the client answers,
+					// and then disconnect with nothing of its own pending:
+					// the client still owes that answer before its DPA.
+					d := time.Duration(1 + w.rng.Int64N(int64(2*simHandlerDelay)))
+					bg.Add(1)
+					go func() {
+						defer bg.Done()
+						ctx, cancel := context.WithTimeout(context.Background(), d)
+						defer cancel()
+						p.Request(ctx, req) // refused when that connection is down; answered or lost otherwise
+					}()
+				}
+			}
+			if w.rng.IntN(2) == 0 {
+				time.Sleep(time.Duration(w.rng.Int64N(int64(simHandlerDelay))))
+				w.disconnect(s, &bg)
+			}
 		}
 		if closedEarly {
 			break
@@ -1001,6 +1171,13 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		go func() { wg.Wait(); close(returned) }()
 		select {
 		case <-returned:
+			var last time.Time
+			w.mu.Lock()
+			for _, r := range w.reqs {
+				last = maxTime(last, r.start.Add(r.limit))
+			}
+			w.mu.Unlock()
+			waitersEnd(t, c, last)
 		case <-time.After(2 * time.Hour):
 			w.violation("Sends still waiting 2h after the schedule went quiet")
 		}
@@ -1044,7 +1221,27 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		}
 	}
 	stopWatch()
-	if !closeBounded(t, context.Background(), c) { // with answers in flight when closedEarly
+	w.roundPauses.Store(true)
+	if line, _ := waitersLeft(c); closedEarly && line > 0 && w.rng.IntN(2) == 0 {
+		// Close as the view changes while requests wait for a peer: the
+		// waiters run their rounds while Close runs.
+		select {
+		case <-c.view().changed:
+			w.counts.CloseAtChange++
+		case <-time.After(simRecovery):
+		}
+	}
+	closeCtx := context.Background()
+	if closedEarly && w.rng.IntN(2) == 0 {
+		// A hurried Close (a process told to stop now): its context is
+		// done, so no peer waits for its DPA or drains; the requests
+		// waiting for a peer still fail before it returns.
+		ctx, cancel := context.WithCancel(closeCtx)
+		cancel()
+		closeCtx = ctx
+		w.counts.Hurried++
+	}
+	if !closeBounded(t, closeCtx, c) { // with answers in flight when closedEarly
 		w.violation("Client.Close has not returned after %v (waiters, line and count: %v)", simCloseBound, fmt.Sprint(waitersLeft(c)))
 		w.mu.Lock()
 		for _, e := range w.errs {
@@ -1076,6 +1273,7 @@ func (w *simWorld) watchParked() (stop func()) {
 		tick := time.NewTicker(5 * time.Second)
 		defer tick.Stop()
 		since := map[*call.Call]int{}
+		outlived := 0
 		for {
 			select {
 			case <-done:
@@ -1087,6 +1285,23 @@ func (w *simWorld) watchParked() (stop func()) {
 			c.mu.Unlock()
 			if closed {
 				return
+			}
+			// A waiter ends by the last deadline of its requests (plus a
+			// moment: its callers return at their deadlines, and it
+			// looks again): a waiter in line with none of its requests
+			// able to wait any more, twice 5 s apart, outlived them (it
+			// keeps them counted against maxWaiting, and its goroutine).
+			line, _ := waitersLeft(c)
+			w.mu.Lock()
+			live := w.mayHoldWaiters(time.Now(), 2*time.Second)
+			w.mu.Unlock()
+			if line > live {
+				outlived++
+				if outlived == 2 {
+					w.violation("%d waiters in line, of which at most %d hold a request whose deadline has not passed (twice 5 s apart): a waiter outlived its requests' deadlines", line, live)
+				}
+			} else {
+				outlived = 0
 			}
 			parked := w.waitingCalls()
 			next := map[*call.Call]int{}
@@ -1232,7 +1447,14 @@ func simRequest(n int, nai, host string, acct bool) []byte {
 //     when some of one hand-over waited and others did not
 //     (handedOverOrder);
 //   - Client.Close returns (within simCloseBound), with no waiter left in
-//     line and no request counted waiting (closeBounded);
+//     line and no request counted waiting (closeBounded), also hurried
+//     and while waiters run their rounds;
+//   - no waiter outlives the deadlines of its requests: in line with
+//     none of them able to wait any more, twice 5 s apart (watchParked),
+//     or once every request returned and the last deadline passed
+//     (waitersEnd);
+//   - the client answers a server's DPR only once it has answered the
+//     requests the server sent before it (readLog.WriteMessages);
 //   - a graceful Close drains: the requests in flight to servers that
 //     answer within the drain are answered, and not replayed;
 //   - once quiet (checkRecovered): every peer back in service, nothing

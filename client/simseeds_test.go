@@ -113,3 +113,42 @@ func waitersLeft(c *Client) (line int, waiting int64) {
 	c.mu.Unlock()
 	return line, c.waiting.Load()
 }
+
+// simLingered counts the schedules in which a waiter was still in line
+// once every request had returned, and so had to be looked at again
+// after the last deadline (waitersEnd): the cost of that check.
+var simLingered struct {
+	sync.Mutex
+	n int
+}
+
+// waitersEnd checks, once every request has returned, that no waiter
+// outlives the deadlines of its requests: a waiter keeps a request that
+// was answered elsewhere (its caller has returned) until that request's
+// deadline, and looks at its requests again when the last deadline
+// passes; by then none may be left in line nor counted waiting (they
+// count against the bound on waiting requests, maxWaiting). last is the
+// latest deadline of the schedule's requests. Virtual time is spent only
+// when a waiter is still in line.
+func waitersEnd(t *testing.T, c *Client, last time.Time) {
+	if line, n := waitersLeft(c); line == 0 && n == 0 {
+		return
+	}
+	simLingered.Lock()
+	simLingered.n++
+	simLingered.Unlock()
+	time.Sleep(time.Until(last) + time.Second)
+	synctest.Wait()
+	if line, n := waitersLeft(c); line > 0 || n != 0 {
+		t.Errorf("%d waiters in line and %d requests counted waiting %v after the last request's deadline, every request returned", line, n, time.Second)
+	}
+}
+
+// simLingeredTake returns simLingered's count and resets it.
+func simLingeredTake() int {
+	simLingered.Lock()
+	defer simLingered.Unlock()
+	n := simLingered.n
+	simLingered.n = 0
+	return n
+}

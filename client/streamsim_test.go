@@ -34,13 +34,19 @@ const ssimFixedSeeds = 200
 // 1-2 connections a server) and a schedule of Access- and
 // Accounting-Requests (patient, short or no deadline) against faults:
 // servers frozen and thawed (SUSPECT, failover, late answers), every
-// server frozen at once, connections reset mid-burst. The servers apply
+// server frozen at once, connections reset mid-burst, a crash (requests
+// read and applied, no answer, then the connections reset), and a flood
+// of requests at a hung server, more than its Identifiers, most given up
+// within the hang, the hang ending or the server dying within the
+// watchdog's detection or after it. The servers apply
 // accounting behind one shared duplicate store. After every schedule it
 // checks: every call returned once, within its deadline plus a second,
 // with an answer of the right code or an error of the documented kinds;
 // no accounting record applied twice; every password decrypted with the
 // secret of the server that got it (each replay re-signed); a patient
-// request answered whenever one server stayed healthy.
+// request, and one with the default deadline (failover detection plus an
+// answer), answered whenever one server stayed healthy; no waiter left
+// once every deadline passed.
 //
 // A failing schedule names its seed: go test ./client -run
 // TestSimRADIUSStream -ssim.seed=N -v
@@ -51,6 +57,7 @@ func TestSimRADIUSStream(t *testing.T) {
 	runSeeds(t, seeds, "-run TestSimRADIUSStream -ssim.seed", runSSim, func(r ssimResult) {
 		total.answered, total.failed, total.moved = total.answered+r.answered, total.failed+r.failed, total.moved+r.moved
 	})
+	t.Logf("a waiter still in line once every request returned, in %d schedules", simLingeredTake())
 	t.Logf("%d schedules in %v: %d answered, %d failed, %d moved by failovers",
 		len(seeds), time.Since(start).Round(time.Millisecond), total.answered, total.failed, total.moved)
 	if len(seeds) >= 100 && (total.answered == 0 || total.failed == 0 || total.moved == 0) {
@@ -60,6 +67,18 @@ func TestSimRADIUSStream(t *testing.T) {
 }
 
 type ssimResult struct{ answered, failed, moved uint64 }
+
+// ssimOutcome is one Exchange of TestSimRADIUSStream and how it ended.
+type ssimOutcome struct {
+	user       string
+	acct       bool
+	patient    bool
+	noDeadline bool // RequestTimeout's
+	deadline   time.Time
+	done       time.Time
+	resp       *radpeer.Response
+	err        error
+}
 
 func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 	rng := rand.New(rand.NewPCG(seed, 0x5712))
@@ -101,10 +120,29 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 		t.Fatal(err) // each server's first connection is up within a second
 	}
 
+	var wg sync.WaitGroup // the Exchanges
+	// A flood: more requests at once than a hung server's Identifiers
+	// (255 a connection), so that some wait for one there; their own
+	// outcomes, checked like the others'.
+	var floodMu sync.Mutex
+	var flood []*ssimOutcome
+	exchange := func(o *ssimOutcome, ctx context.Context, cancel context.CancelFunc, r *radius.Request) {
+		o.deadline, _ = ctx.Deadline()
+		o.noDeadline = o.deadline.IsZero()
+		if o.noDeadline {
+			o.deadline = time.Now().Add(c.cfg.RequestTimeout)
+		}
+		wg.Go(func() {
+			defer cancel()
+			o.resp, o.err = c.Exchange(ctx, r)
+			o.done = time.Now()
+		})
+	}
 	stopFaults := make(chan struct{})
 	var fwg sync.WaitGroup
 	fwg.Go(func() {
 		frng := rand.New(rand.NewPCG(seed, 0xfa17))
+		flooded := false
 		for {
 			select {
 			case <-stopFaults:
@@ -131,6 +169,51 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 				s.faults.Thaw()
 			case k == 2 && first < len(servers): // connections reset
 				servers[first+frng.IntN(len(servers)-first)].faults.Reset()
+			case k == 3 && first < len(servers) && !flooded && frng.IntN(2) == 0:
+				// A flood while a server hangs: it holds every Identifier
+				// of its connections, the requests past them wait for one;
+				// most have short deadlines and give theirs up (stale: the
+				// connection is recycled when they fill it, its live
+				// requests still on it). It comes back, or dies, within
+				// the watchdog's detection (2 Tw) or after it (SUSPECT:
+				// what waits there goes elsewhere).
+				flooded = true
+				s := servers[first+frng.IntN(len(servers)-first)]
+				s.faults.Freeze()
+				n := 300 * len(servers)
+				floodMu.Lock()
+				for i := range n {
+					o := &ssimOutcome{user: fmt.Sprintf("f%d", i)}
+					r := &radius.Request{Code: lradius.CodeAccessRequest}
+					r.Attributes.Add(radius.AttrUserName, lradius.Attribute(o.user))
+					r.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("pw-"+o.user))
+					ctx, cancel := context.Background(), context.CancelFunc(func() {})
+					switch frng.IntN(6) {
+					case 0:
+						o.patient = true
+						ctx, cancel = context.WithTimeout(ctx, time.Hour)
+					case 1: // RequestTimeout
+					default: // most give up within the hang: a majority of stale Identifiers
+						ctx, cancel = context.WithTimeout(ctx, time.Duration(1+frng.IntN(5))*time.Second)
+					}
+					flood = append(flood, o)
+					exchange(o, ctx, cancel, r)
+				}
+				floodMu.Unlock()
+				time.Sleep(time.Duration(6+frng.IntN(20)) * time.Second)
+				if frng.IntN(2) == 0 {
+					s.faults.Reset()
+				}
+				s.faults.Thaw()
+			case k == 3 && first < len(servers) && frng.IntN(2) == 0:
+				// A crash: the process reads and applies but answers
+				// nothing for a few seconds (within the watchdog's
+				// detection, 2 Tw), then dies: its connections close with
+				// requests in flight, which go to another server.
+				s := servers[first+frng.IntN(len(servers)-first)]
+				s.faults.Mute()
+				time.Sleep(time.Duration(1+frng.IntN(8)) * time.Second)
+				s.faults.Reset()
 			}
 		}
 	})
@@ -141,18 +224,8 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 	}
 	reconf := startRADReconf(t, seed, c, cfg.Peers, keep, n) // ssimreconf_test.go
 
-	type outcome struct {
-		user     string
-		acct     bool
-		patient  bool
-		deadline time.Time
-		done     time.Time
-		resp     *radpeer.Response
-		err      error
-	}
 	nReq := 20 + rng.IntN(40)
-	outs := make([]outcome, nReq)
-	var wg sync.WaitGroup
+	outs := make([]ssimOutcome, nReq)
 	for i := range nReq {
 		time.Sleep(time.Duration(rng.IntN(2000)) * time.Millisecond)
 		o := &outs[i]
@@ -176,15 +249,7 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 		case 1:
 			ctx, cancel = context.WithTimeout(ctx, time.Duration(1+rng.IntN(40))*time.Second)
 		}
-		o.deadline, _ = ctx.Deadline()
-		if o.deadline.IsZero() {
-			o.deadline = time.Now().Add(c.cfg.RequestTimeout)
-		}
-		wg.Go(func() {
-			defer cancel()
-			o.resp, o.err = c.Exchange(ctx, r)
-			o.done = time.Now()
-		})
+		exchange(o, ctx, cancel, r)
 	}
 	time.Sleep(time.Minute)
 	close(stopFaults)
@@ -195,6 +260,14 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 	}
 	wg.Wait()
 	reconf.check()
+	var last time.Time
+	for _, o := range outs {
+		last = maxTime(last, o.deadline)
+	}
+	for _, o := range flood {
+		last = maxTime(last, o.deadline)
+	}
+	waitersEnd(t, c, last)
 	for _, s := range c.ServerStats() {
 		r.moved += s.FailedOver
 	}
@@ -203,7 +276,12 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 	}
 	n.close()
 
-	for _, o := range outs {
+	all := make([]*ssimOutcome, 0, len(outs)+len(flood))
+	for i := range outs {
+		all = append(all, &outs[i])
+	}
+	all = append(all, flood...)
+	for _, o := range all {
 		if o.done.After(o.deadline.Add(time.Second)) {
 			t.Errorf("%s: returned %v after its deadline", o.user, o.done.Sub(o.deadline))
 		}
@@ -224,6 +302,11 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 			}
 			if o.patient && healthyOne {
 				t.Errorf("%s: a patient request failed while server s0 stayed healthy: %v", o.user, o.err)
+			}
+			if o.noDeadline && healthyOne {
+				// The default RequestTimeout is failover detection plus an
+				// answer: a request on a hung server goes to s0 in time.
+				t.Errorf("%s: a request with the default deadline failed while server s0 stayed healthy: %v", o.user, o.err)
 			}
 		}
 	}

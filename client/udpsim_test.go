@@ -17,6 +17,7 @@ import (
 	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/internal/memudp"
 	"github.com/aaatp/aaatp/loadbalance"
+	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
 )
@@ -48,7 +49,12 @@ const usimFixedSeeds = 300
 //     there are at most Retries of them (one for a probe);
 //   - no accounting record applied twice;
 //   - a patient request is answered whenever one server stayed healthy
-//     for the whole schedule.
+//     for the whole schedule;
+//   - once every server answers again, every request returns within a
+//     hold-down of the policy, a probe and its attempts on each server
+//     (usimHealedBound): none waits on for servers that are back (the
+//     policy's states are part of the view that wakes it);
+//   - no waiter left once every request's deadline passed (waitersEnd).
 //
 // A failing schedule names its seed: go test ./client -run TestSimUDP
 // -usim.seed=N -v
@@ -60,6 +66,8 @@ func TestSimUDP(t *testing.T) {
 		total.answered, total.failed = total.answered+r.answered, total.failed+r.failed
 		total.late, total.retrans = total.late+r.late, total.retrans+r.retrans
 	})
+	t.Logf("the latest return after every server answered again: %v", usimMaxLateTake())
+	t.Logf("a waiter still in line once every request returned, in %d schedules", simLingeredTake())
 	t.Logf("%d schedules in %v: %d answered, %d failed, %d late replies, %d retransmissions",
 		len(seeds), time.Since(start).Round(time.Millisecond), total.answered, total.failed, total.late, total.retrans)
 	if len(seeds) >= 100 && (total.answered == 0 || total.failed == 0 || total.late == 0 || total.retrans == 0) {
@@ -283,8 +291,14 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 	for _, s := range n.servers {
 		n.Thaw(s.addr)
 	}
+	healed := time.Now()
 	wg.Wait()
 	reconf.check()
+	var last time.Time
+	for _, o := range outs {
+		last = maxTime(last, o.deadline)
+	}
+	waitersEnd(t, c, last)
 	var res usimResult
 	for _, u := range c.UDPPeers() {
 		st := u.Stats()
@@ -308,6 +322,14 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 		}
 		if o.done.After(o.deadline.Add(time.Second)) {
 			t.Errorf("%s: returned %v after its deadline", o.user, o.done.Sub(o.deadline))
+		}
+		if late := o.done.Sub(healed); late > usimHealedBound(timeout, retries, nServers) {
+			t.Errorf("%s: returned %v after every server answered again (err %v): it waited for servers that were back", o.user, late, o.err)
+		}
+		if late := o.done.Sub(healed); late > 0 {
+			usimMaxLate.Lock()
+			usimMaxLate.d = max(usimMaxLate.d, late)
+			usimMaxLate.Unlock()
 		}
 		switch {
 		case o.err == nil:
@@ -346,4 +368,29 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 		}
 	}
 	return res
+}
+
+// usimMaxLate is the latest return after every server answered again,
+// over the schedules of a run (how far below usimHealedBound they stay).
+var usimMaxLate struct {
+	sync.Mutex
+	d time.Duration
+}
+
+// usimMaxLateTake is usimMaxLate's value, reset.
+func usimMaxLateTake() time.Duration {
+	usimMaxLate.Lock()
+	defer usimMaxLate.Unlock()
+	d := usimMaxLate.d
+	usimMaxLate.d = 0
+	return d
+}
+
+// usimHealedBound is how long after every server answers again a request
+// may still take: a server the policy put out of service just before is
+// held down (policy.DefaultHoldDown), then probed (one attempt) or back
+// to unknown, and the request's attempts on each server follow.
+func usimHealedBound(timeout time.Duration, retries, servers int) time.Duration {
+	attempts := timeout * time.Duration(retries)
+	return policy.DefaultHoldDown + attempts + timeout + time.Duration(servers)*attempts + time.Second
 }
