@@ -211,3 +211,29 @@ func TestCloseReportsOneConnectionDown(t *testing.T) {
 		})
 	}
 }
+
+// A Peer without a failover hook that closes gracefully while one of its
+// requests is still unanswered when the drain ends fails that request
+// with ErrClosed (the hand-over used to call the nil hook, and panic).
+func TestDrainEndsWithoutFailoverHook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		cfg.DrainTimeout = 2 * time.Second
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		synctest.Wait()
+		f.answerReqs.Store(false)
+		errc := make(chan error, 1)
+		go func() {
+			_, err := p.Request(context.Background(), acr())
+			errc <- err
+		}()
+		synctest.Wait()
+		require.NoError(t, p.Close(context.Background()))
+		err = <-errc
+		assert.ErrorIs(t, err, ErrClosed)
+	})
+}

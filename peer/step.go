@@ -432,9 +432,15 @@ func (p *Peer) onDrained(e input, cur *conn) {
 	if e.c != cur {
 		return // the connection went down meanwhile: evConnDown did the rest
 	}
-	// What is still unanswered fails over like any Failover().
+	// What is still unanswered fails over like any Failover(), or fails
+	// without a hook (as Close says: ErrClosed).
 	if calls := cur.moveOut(); len(calls) > 0 {
-		p.handOver(calls, fmt.Sprintf("disconnecting: no answer within %v", p.cfg.drainTimeout()))
+		why := fmt.Sprintf("disconnecting: no answer within %v", p.cfg.drainTimeout())
+		if p.cfg.Failover != nil {
+			p.handOver(calls, why)
+		} else {
+			p.out = append(p.out, effect{fail: calls, err: fmt.Errorf("%w (%s)", ErrClosed, why)})
+		}
 	}
 	p.write(cur, withIDs(p.cfg.newDPR(e.cause), cur.hbh))
 	p.wg.Add(1)
