@@ -509,8 +509,8 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
 	if it != nil {
 		c.release(it) // the answer arrived or the request timed out (Q2)
 	}
-	if err == nil && c.group != nil {
-		c.replied(r.By)
+	if _, udp := r.By.(*radpeer.UDPPeer); err == nil && c.group != nil && !udp {
+		c.replied(r.By) // a radius:// server's replies are told as they come (dialUDP)
 	}
 	c.account(r, time.Since(epoch)-start)
 	if err != nil {
@@ -709,14 +709,18 @@ func (c *Client) submitRun(m *member, calls []*call.Call) (refused []*call.Call)
 	if k == nil {
 		return slices.Clone(calls)
 	}
+	mark := c.replyMark(m)
 	refused, err := k.SubmitAll(calls)
 	if err != nil {
 		return slices.Clone(calls) // that peer just left service
 	}
+	if beforeSent != nil {
+		beforeSent(calls)
+	}
 	m.stats.sent.Add(uint64(firsts))
 	for range len(calls) - len(refused) {
 		if c.group != nil {
-			c.sent(m)
+			c.sent(m, mark)
 		}
 	}
 	return refused
@@ -747,20 +751,29 @@ func (c *Client) submit(cl *call.Call, m *member, probe bool) bool {
 	} else if cl.Attempts() != 0 {
 		cl.SetAttempts(0) // a load, not a store, on the usual send
 	}
+	mark := c.replyMark(m)
 	if k == nil || k.Submit(cl) != nil {
 		if probe {
 			c.group.CancelProbe(m.index)
 		}
 		return false
 	}
+	if beforeSent != nil {
+		beforeSent([]*call.Call{cl})
+	}
 	if first {
 		m.stats.sent.Add(1)
 	}
 	if c.group != nil {
-		c.sent(m)
+		c.sent(m, mark)
 	}
 	return true
 }
+
+// beforeSent, when set, runs after requests were submitted to a server
+// and before the policy is told they were sent: a test can let their
+// replies in first.
+var beforeSent func([]*call.Call)
 
 // askAgainLater forgets the refusals of cl, a request in the throttle's
 // queue lost on a connection and refused since by every peer it could go

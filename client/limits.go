@@ -192,13 +192,25 @@ func (c *Client) admit(m *member) (ok, probe bool) {
 	return o.Allow, o.Probe
 }
 
-// sent and replied feed the policy's down-timeout (S2).
-func (c *Client) sent(m *member) {
+// sent and replied feed the policy's down-timeout (S2). sent is told
+// after the request was submitted, with the mark replyMark gave before:
+// its reply may have been told already, on the reader's goroutine, and
+// must not be followed by a down-timeout that waits for it (the server,
+// idle then, would be held down at the down-timeout).
+func (c *Client) sent(m *member, mark uint64) {
 	if c.group != nil {
 		c.pmu.Lock()
-		o := c.group.OnSent(m.index, time.Now())
+		o := c.group.OnSentSince(m.index, time.Now(), mark)
 		c.publishPolicyLocked(o.Events())
 	}
+}
+
+// replyMark returns m's mark of the replies told so far, for sent.
+func (c *Client) replyMark(m *member) uint64 {
+	if c.group == nil {
+		return 0
+	}
+	return c.group.ReplyMark(m.index)
 }
 
 func (c *Client) replied(p call.Carrier) {
@@ -428,13 +440,14 @@ func (c *Client) sendTest(s policy.TestSend) {
 	}
 	cl.SetTag(testCall{}) // not replayed by a failover
 	cl.SetAttempts(1)     // one message, never retransmitted
+	mark := c.replyMark(m)
 	if err := k.Submit(cl); err != nil {
 		if s.Kind == policy.SendProbe {
 			c.group.CancelProbe(s.Index)
 		}
 		return
 	}
-	c.sent(m)
+	c.sent(m, mark)
 	m.stats.probes.Add(1)
 	c.closing.Add(1)
 	go func() {

@@ -105,6 +105,13 @@ func (c *Client) dialUDP(m *member) error {
 		uc.AccountingAddr, _ = radpeer.ParseUDPURL(m.spec.AccountingURL) // checked by radiusMembers
 	}
 	uc.Failover = c.onFailover
+	// Every reply the server sends tells the policy it is alive, as it
+	// comes: also one its request no longer waits for (the caller's
+	// deadline passed as the request was handed to it, or another server
+	// answered first). Told only through the answers callers got, a
+	// server whose one reply came late stayed under a down-timeout that
+	// nothing reset, and was held down while it answered everything.
+	uc.Replied = c.replied
 	p, err := radpeer.NewUDPPeer(m.spec.URL, uc)
 	if err != nil {
 		return fmt.Errorf("client: RADIUS server %s: %w", m.spec.Name, err)

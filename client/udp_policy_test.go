@@ -13,6 +13,7 @@ import (
 
 	lradius "layeh.com/radius"
 
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
@@ -189,6 +190,78 @@ func TestUDPDownTimeoutResetByAnyReply(t *testing.T) {
 		synctest.Wait()
 		if st := c.group.State(0); st != policy.InService {
 			t.Errorf("a is %v, want in-service: alice's replies reset the down-timeout", st)
+		}
+	})
+}
+
+// A reply that comes after its caller gave up still shows the server
+// alive: a, idle afterwards, stays in service past the down-timeout. Told
+// to the policy only through the answers callers got, the one reply a
+// sent (late, within its attempt's 3 s) left the down-timeout the request
+// started running, and a was held down at 9 s while it answered
+// everything (a RADIUS/UDP simulator schedule: a request handed to a
+// healthy server at its caller's deadline).
+func TestUDPLateReplyKeepsServerInService(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		a := startMemServer(t, n, addrA, nil, nil)
+		startMemServer(t, n, addrB, nil, nil)
+		a.gate = make(chan struct{})
+		c := memClient(t, n, memSpecs("a", "b"), func(cfg *Config) { cfg.Algorithm = loadbalance.Direct })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.Exchange(ctx, udpAccess("hasty"))
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("hasty: %v, want its deadline", err)
+		}
+		time.Sleep(time.Second)
+		close(a.gate) // a replies 2 s after the send, within the attempt's 3 s
+		synctest.Wait()
+		if late := c.UDPPeers()[0].Stats().Late; late != 1 {
+			t.Fatalf("a's late replies: %d, want 1", late)
+		}
+		time.Sleep(10 * time.Second) // past the down-timeout (9 s), no request
+		synctest.Wait()
+		if st := c.group.State(0); st != policy.InService {
+			t.Errorf("a is %v after its late reply, want in-service", st)
+		}
+	})
+}
+
+// The policy may hear of a request's reply, told on the reader's
+// goroutine, before the goroutine that submitted the request tells it
+// the request was sent (a failover's hand-over runs on the timer of the
+// server that did not reply). Sent after its reply, the request started
+// a down-timeout that waited for a reply come already: b, idle
+// afterwards, was held down at 9 s.
+func TestUDPSentToldAfterItsReply(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		startMemServer(t, n, addrA, nil, nil)
+		startMemServer(t, n, addrB, nil, nil)
+		n.setHung(addrA, true)
+		c := memClient(t, n, memSpecs("a", "b"), func(cfg *Config) { cfg.Algorithm = loadbalance.Direct })
+		answered := make(chan struct{})
+		held := 0
+		beforeSent = func(calls []*call.Call) {
+			if calls[0].Sends() > 1 { // the hand-over to b
+				held++
+				<-answered // b's reply first
+			}
+		}
+		defer func() { beforeSent = nil }()
+		if got := exchangeAt(t, c, udpAccess("alice")); got != urlB {
+			t.Fatalf("alice answered by %s, want b", got)
+		}
+		close(answered)
+		synctest.Wait()
+		if held != 1 {
+			t.Fatalf("the hand-over to b held %d times, want once", held)
+		}
+		time.Sleep(10 * time.Second) // past b's down-timeout (9 s), no request
+		synctest.Wait()
+		if st := c.group.State(1); st != policy.InService {
+			t.Errorf("b is %v after answering alice, want in-service", st)
 		}
 	})
 }

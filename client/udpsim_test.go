@@ -49,7 +49,9 @@ const usimFixedSeeds = 300
 //     there are at most Retries of them (one for a probe);
 //   - no accounting record applied twice;
 //   - a patient request is answered whenever one server stayed healthy
-//     for the whole schedule;
+//     for the whole schedule, and that server's policy state never
+//     leaves the states that take requests (it replied to everything,
+//     also when its reply came after its request had ended);
 //   - once every server answers again, every request returns within a
 //     hold-down of the policy, a probe and its attempts on each server
 //     (usimHealedBound): none waits on for servers that are back (the
@@ -177,6 +179,16 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The healthy server's policy states: it must never be held down.
+	var heldMu sync.Mutex
+	var held []string
+	unsubscribe := c.Events().Subscribe(func(e Event) {
+		if e.Kind == EventPolicy && healthyOne && e.Server == specs[0].URL && !e.Policy.To.Takes() {
+			heldMu.Lock()
+			held = append(held, e.Policy.String())
+			heldMu.Unlock()
+		}
+	})
 
 	keep := ""
 	if healthyOne {
@@ -313,6 +325,13 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 	for _, srv := range srvs {
 		srv.Close(context.Background())
 	}
+
+	unsubscribe()
+	heldMu.Lock()
+	for _, h := range held {
+		t.Errorf("server s0 stayed healthy and its policy held it down: %s", h)
+	}
+	heldMu.Unlock()
 
 	// The invariants.
 	for _, o := range outs {

@@ -134,6 +134,22 @@ func (g *Group) OnSent(i int, now time.Time) Output {
 	return g.t[i].OnSent(now)
 }
 
+// ReplyMark returns server i's mark of the replies recorded so far
+// (Tracker.ReplyMark), for OnSentSince.
+func (g *Group) ReplyMark(i int) uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.t[i].ReplyMark()
+}
+
+// OnSentSince records a request sent to server i after ReplyMark
+// returned mark (Tracker.OnSentSince).
+func (g *Group) OnSentSince(i int, now time.Time, mark uint64) Output {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.t[i].OnSentSince(now, mark)
+}
+
 // OnReply records a reply from server i (Tracker.OnReply).
 func (g *Group) OnReply(i int, now time.Time) Output {
 	g.mu.Lock()

@@ -121,6 +121,27 @@ func TestDownTimeoutNotRestartedBySends(t *testing.T) {
 	assert.Equal(t, []rec{{16 * s, "a", InService, OutOfService, ReasonDownTimeout}}, recs(evs...))
 }
 
+// A request told sent only after a reply recorded since its mark (its own
+// reply, told on another goroutine first) starts no down-timeout: the
+// reply came after it was sent. One told with the current mark does.
+func TestOnSentSinceAReply(t *testing.T) {
+	g := newGroup(t, Config{}, "a")
+	inService(t, g, 0, 0)
+	mark := g.ReplyMark(0)
+	g.OnReply(0, at(1*s)) // the request's reply, told first
+	g.OnSentSince(0, at(1*s), mark)
+	_, ok := g.t[0].NextWakeup()
+	assert.False(t, ok, "a reply since the mark: no down-timeout")
+	_, evs := g.Tick(at(30*s), nil, nil)
+	assert.Empty(t, evs)
+	assert.Equal(t, InService, g.State(0))
+
+	mark = g.ReplyMark(0)
+	g.OnSentSince(0, at(31*s), mark) // no reply since: never answered
+	_, evs = g.Tick(at(46*s), nil, nil)
+	assert.Equal(t, []rec{{46 * s, "a", InService, OutOfService, ReasonDownTimeout}}, recs(evs...))
+}
+
 func TestSeedHoldDownThenSingleProbe(t *testing.T) {
 	g := newGroup(t, Config{}, "a", "b")
 	inService(t, g, 1, 0)

@@ -162,6 +162,8 @@ type Tracker struct {
 
 	keepAliveSet  bool
 	nextKeepAlive time.Time
+
+	replies uint64 // OnReply calls: ReplyMark
 }
 
 // NewTracker returns the tracker of one server, in state Unknown.
@@ -310,9 +312,22 @@ func (t *Tracker) sent(now time.Time) {
 // starts the down-timeout unless it is running. A probe claimed by
 // Allow needs no OnSent; calling it anyway is harmless.
 func (t *Tracker) OnSent(now time.Time) Output {
+	return t.OnSentSince(now, t.replies)
+}
+
+// ReplyMark returns a mark of the replies recorded so far, for
+// OnSentSince: take it before the request is sent.
+func (t *Tracker) ReplyMark() uint64 { return t.replies }
+
+// OnSentSince is OnSent for a request sent after ReplyMark returned mark
+// and recorded only now: its reply, or any other, may have been recorded
+// (OnReply) in between. A reply since mark came after the request was
+// sent and reset the down-timeout the request would have started, so it
+// starts none; started now, it would wait for a reply that came already.
+func (t *Tracker) OnSentSince(now time.Time, mark uint64) Output {
 	var o Output
 	t.advance(now, &o)
-	if t.state.Takes() {
+	if t.state.Takes() && t.replies == mark {
 		t.sent(now)
 	}
 	o.State = t.state
@@ -325,6 +340,7 @@ func (t *Tracker) OnSent(now time.Time) Output {
 // OutOfService changes nothing: the hold-down runs its course.
 func (t *Tracker) OnReply(now time.Time) Output {
 	var o Output
+	t.replies++
 	t.advance(now, &o)
 	switch t.state {
 	case Unknown:

@@ -113,6 +113,14 @@ type UDPConfig struct {
 	// the peer's locks. Nil: the request fails with the *TimeoutError.
 	// Package client sets it for the servers it dials.
 	Failover call.Failover
+	// Replied, when set, is told of every verified reply from the server,
+	// before it completes its request: also of a late one, to a request
+	// already complete (its caller gave up, another server answered
+	// first) or given up on here, and of a duplicate. Each shows the
+	// server alive. It runs on the reader's goroutine, without the
+	// peer's locks. Package client sets it: any reply keeps a server in
+	// service (package policy's down-timeout).
+	Replied func(from call.Carrier)
 }
 
 func (c UDPConfig) validate() (UDPConfig, error) {
@@ -752,6 +760,9 @@ func (p *UDPPeer) datagram(s *udpSocket, b []byte) {
 			}
 			return
 		}
+		if p.cfg.Replied != nil {
+			p.cfg.Replied(p)
+		}
 		if last.answered {
 			p.dups.Add(1)
 		} else {
@@ -777,6 +788,9 @@ func (p *UDPPeer) datagram(s *udpSocket, b []byte) {
 	if err != nil {
 		p.bad.Add(1)
 		return
+	}
+	if p.cfg.Replied != nil {
+		p.cfg.Replied(p) // before the answer: its caller may look at what it changed
 	}
 	p.mu.Lock()
 	if s.pend[id] != snd {

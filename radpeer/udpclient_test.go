@@ -331,6 +331,96 @@ func TestUDPLateAndDuplicateRepliesDroppedAndCounted(t *testing.T) {
 	})
 }
 
+// Replied is told of every verified reply, each a sign the server is
+// alive: the answer, before it completes its call (whoever waits for the
+// call then sees what Replied did), its duplicates, and replies that come
+// after the call was complete or given up on; not of a reply that fails
+// verification.
+func TestUDPRepliedToldOfEveryVerifiedReply(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		f := startFake(n, "srv:1812", func(int, []byte) int { return 2 }) // the answer and a duplicate
+		defer f.close()
+		var mu sync.Mutex
+		var cur *call.Call
+		var told, doneBefore int
+		var p *UDPPeer
+		p = newTestUDPPeer(t, n, "srv:1812", UDPConfig{Replied: func(from call.Carrier) {
+			mu.Lock()
+			defer mu.Unlock()
+			if from != call.Carrier(p) {
+				t.Errorf("Replied from %v, want the peer", from)
+			}
+			told++
+			if cur != nil && cur.IsDone() {
+				doneBefore++
+			}
+			cur = nil // the duplicate and later ones: its call is complete
+		}})
+		c := NewCall(accessReq("bob"))
+		mu.Lock()
+		cur = c
+		mu.Unlock()
+		if err := p.Submit(c); err != nil {
+			t.Fatal(err)
+		}
+		if err := resultOfWait(c); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		mu.Lock()
+		if told != 2 || doneBefore != 0 {
+			t.Errorf("told %d times (%d after the call completed), want 2, the first before", told, doneBefore)
+		}
+		mu.Unlock()
+
+		// Late: inside the reservation and after it.
+		f.setAnswer(noAnswer)
+		for i, wait := range []time.Duration{time.Second, 2 * DefaultUDPTimeout} {
+			c := NewCall(accessReq("carol"))
+			c.SetAttempts(1)
+			if err := p.Submit(c); err != nil {
+				t.Fatal(err)
+			}
+			if err := resultOfWait(c); !errors.Is(err, ErrNoReply) {
+				t.Fatalf("err %v, want ErrNoReply", err)
+			}
+			time.Sleep(wait)
+			got := f.arrivals()
+			f.reply(got[len(got)-1])
+			synctest.Wait()
+			mu.Lock()
+			if told != 3+i {
+				t.Errorf("a reply %v after the timeout: told %d times, want %d", wait, told, 3+i)
+			}
+			mu.Unlock()
+		}
+
+		// Signed with another secret: dropped, not told.
+		f.setSecret([]byte("other"))
+		f.setAnswer(nil)
+		c = NewCall(accessReq("dave"))
+		c.SetAttempts(1)
+		if err := p.Submit(c); err != nil {
+			t.Fatal(err)
+		}
+		if err := resultOfWait(c); !errors.Is(err, ErrNoReply) {
+			t.Fatalf("err %v, want ErrNoReply", err)
+		}
+		synctest.Wait()
+		mu.Lock()
+		if told != 4 {
+			t.Errorf("told %d times after a reply that fails verification, want 4", told)
+		}
+		mu.Unlock()
+	})
+}
+
+func resultOfWait(c *call.Call) error {
+	_, err := c.Wait(context.Background(), time.Minute)
+	return err
+}
+
 // A reply signed with another secret, or to an Identifier never used, or
 // that is no RADIUS packet, is dropped: the exchange times out.
 func TestUDPBadRepliesDropped(t *testing.T) {
