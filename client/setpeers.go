@@ -45,7 +45,8 @@ type PeersChange struct {
 // dialed. A name left out takes no new request at once: the requests
 // waiting or queued for it go elsewhere, those in flight are answered
 // on its connection, then it closes (DPR for Diameter). A peer whose
-// other settings changed (URL, secret, Tw, TLS, limits) is replaced: the
+// other settings changed (URL, secret, Tw, TLS: another *tls.Config,
+// limits) is replaced: the
 // old one drains as a removed one does; a Diameter peer's replacement is
 // dialed once the old connection has closed, since a server takes one
 // connection per peer. A request naming in Destination-Host a replaced
@@ -367,9 +368,15 @@ func (c *Client) dialAdded(m *member, change string) []Event {
 }
 
 // sameSettings reports whether two specs of one name differ in nothing
-// but the weight.
+// but the weight. TLS configurations are the same when they are the same
+// *tls.Config: one cannot be compared by value (its CA pool holds
+// functions), so a caller passes the one it passed before for a peer
+// whose TLS did not change.
 func sameSettings(a, b PeerSpec) bool {
-	a.Weight, b.Weight = 0, 0
+	if a.TLS != b.TLS {
+		return false
+	}
+	a.Weight, b.Weight, a.TLS, b.TLS = 0, 0, nil, nil
 	return reflect.DeepEqual(a, b)
 }
 

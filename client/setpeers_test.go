@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -347,4 +348,18 @@ func TestSetPeersAddedBackKeepsDestinationHost(t *testing.T) {
 		assert.Empty(t, n["tcp://b:1"].received(), "a request for a.example.net reached b")
 		assert.Len(t, n["tcp://a:1"].received(), 1)
 	})
+}
+
+// Specs differ in their TLS settings when they hold other *tls.Configs,
+// not when they hold the same one: two configurations from the same files
+// never compare equal by value (their CA pools hold functions).
+func TestSameSettingsTLSByIdentity(t *testing.T) {
+	a, b := &tls.Config{ServerName: "x"}, &tls.Config{ServerName: "x"}
+	s := PeerSpec{URL: "tls://x:1", Name: "x", TLS: a}
+	same := s
+	same.Weight = 3
+	assert.True(t, sameSettings(s, same), "the same *tls.Config, another weight")
+	other := s
+	other.TLS = b
+	assert.False(t, sameSettings(s, other), "another *tls.Config")
 }

@@ -11,6 +11,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aaatp/aaatp/config"
+	"github.com/aaatp/aaatp/internal/testhelp"
 )
 
 // clientReloader runs a client on a --config file with a SIGHUP channel
@@ -169,5 +172,32 @@ func TestRADIUSClientReloadRotatesSecret(t *testing.T) {
 	}
 	if rep := rs.readReport(t); rep.Applied != r.rep.Answered || rep.Duplicates != 0 {
 		t.Errorf("server applied %d, duplicates %d; want the %d answered, each once", rep.Applied, rep.Duplicates, r.rep.Answered)
+	}
+}
+
+// A peer's own TLS configuration is the same *tls.Config while its files
+// do not change (so a reload keeps that peer's connection), and a new one
+// once a file's content changes.
+func TestPeerTLSSameWhileFilesUnchanged(t *testing.T) {
+	pki := testhelp.NewPKI(t)
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.pem")
+	b, err := os.ReadFile(pki.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeTestFile(t, ca, string(b))
+	tc := config.TLS{CA: ca, ServerName: "hss1.example.net"}
+	first, err := peerTLS(tc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := peerTLS(tc); again != first {
+		t.Error("the same files gave another *tls.Config: every reload would replace the peer")
+	}
+	other, _ := os.ReadFile(pki.OtherCAFile)
+	writeTestFile(t, ca, string(other))
+	if changed, _ := peerTLS(tc); changed == first {
+		t.Error("a CA file with another content gave the old *tls.Config")
 	}
 }

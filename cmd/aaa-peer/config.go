@@ -1,12 +1,16 @@
 package main
 
 import (
+	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aaatp/aaatp/client"
@@ -293,7 +297,7 @@ func ownSettings(peers []config.Peer, set map[string]bool, tw time.Duration, tls
 func (s ownSetting) apply(spec *client.PeerSpec, acctRate *int) error {
 	spec.Tw = s.tw
 	if t := s.tls; t != nil {
-		tc, err := transport.ClientTLSConfig(t.CA, t.Cert, t.Key, t.ServerName)
+		tc, err := peerTLS(*t)
 		if err != nil {
 			return fmt.Errorf("peer %s: %w", spec.Name, err)
 		}
@@ -308,6 +312,54 @@ func (s ownSetting) apply(spec *client.PeerSpec, acctRate *int) error {
 		spec.Throttle = &client.ThrottleLimits{Auth: auth, Accounting: acct}
 	}
 	return nil
+}
+
+// peerTLSCache holds the TLS configurations peerTLS built, by their
+// files' contents and server name. Bounded: past maxPeerTLS it starts
+// again (a config built before then is built anew, which only costs a
+// peer's reconnection at the next reload).
+var peerTLSCache struct {
+	sync.Mutex
+	m map[[sha256.Size]byte]*tls.Config
+}
+
+const maxPeerTLS = 256
+
+// peerTLS returns a peer's own TLS configuration, built from t's files;
+// the same *tls.Config while their contents and the server name do not
+// change. client.Client.SetPeers tells a peer's TLS settings apart by
+// that identity (a *tls.Config cannot be compared by value), so a reload
+// that changes nothing of a peer's TLS keeps its connection.
+func peerTLS(t config.TLS) (*tls.Config, error) {
+	h := sha256.New()
+	for _, f := range []string{t.CA, t.Cert, t.Key} {
+		var b []byte
+		if f != "" {
+			var err error
+			if b, err = os.ReadFile(f); err != nil {
+				return nil, err
+			}
+		}
+		fmt.Fprintf(h, "%d:%s|%d:", len(f), f, len(b))
+		h.Write(b)
+	}
+	fmt.Fprintf(h, "%s", t.ServerName)
+	var key [sha256.Size]byte
+	h.Sum(key[:0])
+	peerTLSCache.Lock()
+	defer peerTLSCache.Unlock()
+	if tc, ok := peerTLSCache.m[key]; ok {
+		return tc, nil
+	}
+	tc, err := transport.ClientTLSConfig(t.CA, t.Cert, t.Key, t.ServerName)
+	if err != nil {
+		return nil, err
+	}
+	if peerTLSCache.m == nil || len(peerTLSCache.m) >= maxPeerTLS {
+		peerTLSCache.m = make(map[[sha256.Size]byte]*tls.Config)
+	}
+	peerTLSCache.m[key] = tc
+	return tc, nil
 }
 
 // byRole returns peers with the primaries first, each group in file order.
