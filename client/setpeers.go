@@ -120,7 +120,8 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 		}
 	}
 	var fresh, gone, reweigh []*member
-	replaces := map[*member]*member{} // new member -> the one it replaces
+	replacedBy := map[*member]*member{} // old member -> the new one replacing it
+	replacing := map[*member]bool{}     // the new members that replace one
 	for _, s := range norm {
 		m := live[s.Name]
 		switch {
@@ -147,7 +148,7 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 		// wait for the new member.
 		nm := &member{spec: s, index: len(next.all), ident: known[s.Name]}
 		if m != nil {
-			replaces[nm] = m
+			replacedBy[m], replacing[nm] = nm, true
 		}
 		next.all = append(next.all, nm)
 		next.order = append(next.order, nm)
@@ -222,7 +223,7 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 	var drains []func()
 	now := time.Now()
 	for _, m := range gone {
-		nm := findReplacement(replaces, m)
+		nm := replacedBy[m]
 		why := "removed"
 		if nm != nil {
 			why = "replaced"
@@ -239,7 +240,7 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 			Reason: fmt.Sprintf("weight changed to %d", m.spec.Weight)})
 	}
 	for _, m := range fresh {
-		if _, ok := replaces[m]; ok {
+		if replacing[m] {
 			continue // dialed by drain
 		}
 		if c.cfg.MaxConnections > 0 {
@@ -256,7 +257,7 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 			if c.dialedLocked() >= c.cfg.MaxConnections {
 				break
 			}
-			if _, ok := replaces[m]; ok || m.p() != nil {
+			if replacing[m] || m.p() != nil {
 				continue
 			}
 			if slices.Contains(fresh, m) {
@@ -284,16 +285,6 @@ func (m *member) identity() string {
 		return p.Name()
 	}
 	return m.ident
-}
-
-// findReplacement returns the member replacing m, nil if none.
-func findReplacement(replaces map[*member]*member, m *member) *member {
-	for nm, om := range replaces {
-		if om == m {
-			return nm
-		}
-	}
-	return nil
 }
 
 // drain closes a member SetPeers took out, in the background (Close
