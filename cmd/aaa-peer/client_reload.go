@@ -103,12 +103,16 @@ func applyPeers(c *client.Client, specs []client.PeerSpec, restart []string, met
 	return out, nil
 }
 
-// differs names the settings of the pairs whose two values differ.
-func differs(pairs ...any) []string {
+// setting is one setting that needs a restart: its name, its value
+// running and its value in the file read again.
+type setting struct{ name, running, file string }
+
+// differs names the settings whose two values differ.
+func differs(settings []setting) []string {
 	var out []string
-	for i := 0; i+2 < len(pairs); i += 3 {
-		if fmt.Sprint(pairs[i+1]) != fmt.Sprint(pairs[i+2]) {
-			out = append(out, pairs[i].(string))
+	for _, s := range settings {
+		if s.running != s.file {
+			out = append(out, s.name)
 		}
 	}
 	return out
@@ -136,17 +140,17 @@ func (c *loadgen) reloadPeers(base clientOptions, set map[string]bool) ([]string
 	if err != nil {
 		return nil, err
 	}
-	restart := differs(
-		"origin-host", c.o.originHost, o.originHost,
-		"origin-realm", c.o.originRealm, o.originRealm,
-		"destination-realm", c.o.destRealm, o.destRealm,
-		"mode", c.o.mode, o.mode,
-		"algorithm", c.o.algorithm, o.algorithm,
-		"tw", c.o.tw, o.tw,
-		"tls-ca, tls-cert, tls-key", c.o.tlsCA+c.o.tlsCert+c.o.tlsKey, o.tlsCA+o.tlsCert+o.tlsKey,
-		"max-rate", c.o.maxRate, o.maxRate,
-		"max-outstanding", c.o.maxOutstanding, o.maxOutstanding,
-	)
+	restart := differs([]setting{
+		{"origin-host", c.o.originHost, o.originHost},
+		{"origin-realm", c.o.originRealm, o.originRealm},
+		{"destination-realm", c.o.destRealm, o.destRealm},
+		{"mode", c.o.mode, o.mode},
+		{"algorithm", c.o.algorithm, o.algorithm},
+		{"tw", fmt.Sprint(c.o.tw), fmt.Sprint(o.tw)},
+		{"tls-ca, tls-cert, tls-key", fmt.Sprintf("%q %q %q", c.o.tlsCA, c.o.tlsCert, c.o.tlsKey), fmt.Sprintf("%q %q %q", o.tlsCA, o.tlsCert, o.tlsKey)},
+		{"max-rate", fmt.Sprint(c.o.maxRate), fmt.Sprint(o.maxRate)},
+		{"max-outstanding", fmt.Sprint(c.o.maxOutstanding), fmt.Sprint(o.maxOutstanding)},
+	})
 	c.peersEver() // those about to be removed keep their counts in the report
 	return applyPeers(c.cl, specs, restart, c.metrics)
 }
@@ -176,16 +180,16 @@ func (o *radiusClientOptions) reloadPeers(c *client.Client, metrics *status.Metr
 	if err != nil {
 		return nil, err
 	}
-	restart := differs(
-		"algorithm", o.algorithm, n.algorithm,
-		"tw", o.tw, n.tw,
-		"max-conns", o.maxConns, n.maxConns,
-		"timeout, retries", fmt.Sprint(o.timeout, o.retries), fmt.Sprint(n.timeout, n.retries),
-		"down-timeout, hold-down", fmt.Sprint(o.downTimeout, o.hold), fmt.Sprint(n.downTimeout, n.hold),
-		"tls-ca, tls-cert, tls-key", o.tlsCA+o.tlsCert+o.tlsKey, n.tlsCA+n.tlsCert+n.tlsKey,
-		"max-rate, max-rate-acct, max-outstanding", fmt.Sprint(o.maxRate, o.maxRateAcct, o.maxOut), fmt.Sprint(n.maxRate, n.maxRateAcct, n.maxOut),
-		"secret-file", o.secretFile, n.secretFile,
-	)
+	restart := differs([]setting{
+		{"algorithm", o.algorithm, n.algorithm},
+		{"tw", fmt.Sprint(o.tw), fmt.Sprint(n.tw)},
+		{"max-conns", fmt.Sprint(o.maxConns), fmt.Sprint(n.maxConns)},
+		{"timeout, retries", fmt.Sprint(o.timeout, o.retries), fmt.Sprint(n.timeout, n.retries)},
+		{"down-timeout, hold-down", fmt.Sprint(o.downTimeout, o.hold), fmt.Sprint(n.downTimeout, n.hold)},
+		{"tls-ca, tls-cert, tls-key", fmt.Sprintf("%q %q %q", o.tlsCA, o.tlsCert, o.tlsKey), fmt.Sprintf("%q %q %q", n.tlsCA, n.tlsCert, n.tlsKey)},
+		{"max-rate, max-rate-acct, max-outstanding", fmt.Sprint(o.maxRate, o.maxRateAcct, o.maxOut), fmt.Sprint(n.maxRate, n.maxRateAcct, n.maxOut)},
+		{"secret-file", o.secretFile, n.secretFile},
+	})
 	return applyPeers(c, specs, restart, metrics)
 }
 
