@@ -383,6 +383,32 @@ func (c *Call) leave(cn *Conn, refused bool, answer []byte, err error) bool {
 	return true
 }
 
+// RefuseLate records a refusal (answer: too busy, unable to deliver)
+// that came on cn after the call left it: cn's peer did not apply the
+// request, so cn may carry it again once the refusal is forgotten
+// (ForgetRefusals), and until then the call avoids that peer as after any
+// refusal. It records nothing and returns false when the call is
+// complete, in flight (its current send will answer it) or never sent on
+// cn.
+func (c *Call) RefuseLate(cn *Conn, answer []byte) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.final() || c.state == InFlight || !slices.Contains(c.sentOn, cn) {
+		return false
+	}
+	if c.rf == nil {
+		c.rf = new(refusals)
+	}
+	if !slices.Contains(c.rf.by, cn.peer) {
+		c.rf.by = append(c.rf.by, cn.peer)
+	}
+	if !slices.Contains(c.rf.on, cn) {
+		c.rf.on = append(c.rf.on, cn)
+	}
+	c.rf.answer = answer
+	return true
+}
+
 // Finish completes c with the answer ans that came on from, or with err
 // (from may then be nil), unless it is complete, counting it in cnt (when
 // not nil) before the caller can see the result. It returns whether it

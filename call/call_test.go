@@ -391,3 +391,34 @@ func TestReusedConnectionNotReusedAfterLoss(t *testing.T) {
 	c.Unlock()
 	assert.ErrorIs(t, err, ErrAlreadySent)
 }
+
+// A refusal read on a connection after the call left it (a failover)
+// says that connection's peer did not apply it: the call avoids the peer
+// as after any refusal, and takes the connection again once the refusal
+// is forgotten. A call complete, in flight, or never sent there records
+// nothing.
+func TestRefuseLate(t *testing.T) {
+	c := newCall()
+	a, b := newConn("a"), newConn("b")
+	assert.False(t, c.RefuseLate(&a.Conn, []byte("busy")), "never sent on a")
+	boarded(t, c, a)
+	assert.False(t, c.RefuseLate(&a.Conn, []byte("busy")), "in flight: its send answers it")
+	require.True(t, c.Leave(&a.Conn))
+	assert.True(t, c.Avoids(&a.Conn, tpeer{"pa"}), "lost there")
+	require.True(t, c.RefuseLate(&a.Conn, []byte("busy")))
+	assert.True(t, c.RefuseLate(&a.Conn, []byte("busy")), "a duplicate records the same")
+	assert.True(t, c.RefusedAfterLoss(), "its waiter asks again later")
+	assert.True(t, c.Avoids(&a.Conn, tpeer{"pa"}), "until the refusal is forgotten")
+	assert.False(t, c.Conclude(), "lost there first: the refusal does not end it")
+	c.ForgetRefusals()
+	assert.False(t, c.Avoids(&a.Conn, tpeer{"pa"}))
+	boarded(t, c, a)
+	require.True(t, c.Leave(&a.Conn))
+	assert.True(t, c.Avoids(&a.Conn, tpeer{"pa"}), "lost there again: never a third time")
+
+	boarded(t, c, b)
+	assert.False(t, c.RefuseLate(&a.Conn, []byte("busy")), "in flight on b: b's answer ends it")
+	ok, _ := c.Finish([]byte("x"), nil, &b.Conn, nil)
+	require.True(t, ok)
+	assert.False(t, c.RefuseLate(&a.Conn, []byte("busy")), "complete")
+}

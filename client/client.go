@@ -886,6 +886,13 @@ func balanceKeys(k call.Key) loadbalance.Request {
 // watchdog change, keep the connection slots and the view.
 func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.Event) {
 	c.note(Event{Time: e.Time, Server: m.spec.Name, Kind: EventPeer, Peer: &e, Reason: e.Reason})
+	if e.Kind == peer.EventLateRefusal {
+		// A waiting request learned that m did not apply it: its waiter
+		// (or the throttle) asks again once the refusal is forgotten.
+		c.bump()
+		c.poke()
+		return
+	}
 	if e.Kind != peer.EventWatchdog {
 		return
 	}

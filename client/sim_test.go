@@ -1565,11 +1565,14 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			if s.e2e != id {
 				t.Errorf("seed %d: request %d sent with End-to-End %d", seed, id, s.e2e)
 			}
-			// Again on a connection only after that connection refused it
-			// (the send that followed came after a refusal): never while
-			// it may still be pending there.
-			if j, ok := conns[s.conn]; ok && !ss[j+1].afterRefusal {
-				t.Errorf("seed %d: request %d sent twice on one connection (send %d)", seed, id, k+1)
+			// Again on a connection only after that connection refused its
+			// last send there (a refusal read before this send, on time or
+			// late, after the request had moved on): never while it may
+			// still be pending there.
+			if j, ok := conns[s.conn]; ok {
+				if at, refused := w.refusals[[2]uint32{id, ss[j].hbh}]; !refused || at > s.seq {
+					t.Errorf("seed %d: request %d sent twice on one connection (send %d)", seed, id, k+1)
+				}
 			}
 			conns[s.conn] = k
 			if k == 0 {

@@ -764,8 +764,13 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 	case late && p.cfg.Failover != nil && wire.Flags(msg)&wire.FlagError != 0 && refusesBeforeApplying(msg):
 		// A late refusal of a request that has moved on: it may have been
 		// applied where it went, and the refusal would tell its caller it
-		// was not (RFC 6733 7.1.3). Its current send answers it.
+		// was not (RFC 6733 7.1.3). Its current send answers it; one that
+		// waits for a peer learns that this one did not apply it.
 		p.stats.late.Add(1)
+		if cl.RefuseLate(&c.h, msg) {
+			rc, _ := message.ResultCodeOf(msg)
+			p.publish(Event{Kind: EventLateRefusal, ResultCode: rc, Reason: fmt.Sprintf("late refusal of a request that moved on: %d %s", rc, resultName(rc))})
+		}
 	default:
 		ok, owner := cl.Finish(msg, nil, &c.h, &p.stats.answered)
 		if ok && cl.via.Load() == c {

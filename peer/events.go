@@ -39,17 +39,24 @@ const (
 	// connection, a request discarded in the wrong watchdog state...).
 	// The connection is closed when the error is fatal to it.
 	EventError
+	// EventLateRefusal: a request that had left this peer's connection (a
+	// failover) and waits for another peer was answered here, late, too
+	// busy or unable to deliver: this peer did not apply it, and may be
+	// offered it again. ResultCode is set. Package client wakes such
+	// requests with it.
+	EventLateRefusal
 )
 
 var kindNames = [...]string{
-	EventWatchdog:   "watchdog",
-	EventConnUp:     "connection_up",
-	EventConnDown:   "connection_down",
-	EventOpenFailed: "open_failed",
-	EventIdle:       "idle",
-	EventFailover:   "failover",
-	EventFailback:   "failback",
-	EventError:      "error",
+	EventWatchdog:    "watchdog",
+	EventConnUp:      "connection_up",
+	EventConnDown:    "connection_down",
+	EventOpenFailed:  "open_failed",
+	EventIdle:        "idle",
+	EventFailover:    "failover",
+	EventFailback:    "failback",
+	EventError:       "error",
+	EventLateRefusal: "late_refusal",
 }
 
 // String returns the kind's name in snake case ("connection_up").
@@ -81,7 +88,7 @@ type Event struct {
 
 	// EventOpenFailed: the Result-Code of the peer's CEA when it refused
 	// the capabilities exchange (DIAMETER_UNKNOWN_PEER...); 0 when the
-	// attempt failed before a CEA.
+	// attempt failed before a CEA. EventLateRefusal: the refusal's.
 	ResultCode uint32
 
 	// EventIdle.
