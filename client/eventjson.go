@@ -23,14 +23,15 @@ type EventLine struct {
 	To     string `json:"to,omitempty"` // watchdog and policy states
 	Reason string `json:"reason"`
 
-	Trigger    string   `json:"trigger,omitempty"`   // watchdog
-	NumDWA     *int     `json:"num_dwa,omitempty"`   // watchdog: set for every step
-	Network    string   `json:"network,omitempty"`   // connection up
-	Addr       string   `json:"addr,omitempty"`      // connection up
-	DPR        bool     `json:"dpr,omitempty"`       // connection down
-	DPA        bool     `json:"dpa,omitempty"`       // connection down
-	Pending    int      `json:"pending,omitempty"`   // a peer's failover
-	FromPeer   string   `json:"from_peer,omitempty"` // failover record
+	Trigger    string   `json:"trigger,omitempty"`     // watchdog
+	NumDWA     *int     `json:"num_dwa,omitempty"`     // watchdog: set for every step
+	Network    string   `json:"network,omitempty"`     // connection up
+	Addr       string   `json:"addr,omitempty"`        // connection up
+	DPR        bool     `json:"dpr,omitempty"`         // connection down
+	DPA        bool     `json:"dpa,omitempty"`         // connection down
+	Pending    int      `json:"pending,omitempty"`     // a peer's failover
+	ResultCode uint32   `json:"result_code,omitempty"` // open failed (the CEA's), late refusal
+	FromPeer   string   `json:"from_peer,omitempty"`   // failover record
 	ToPeer     string   `json:"to_peer,omitempty"`
 	Moved      int      `json:"moved,omitempty"`
 	EndToEnd   []uint32 `json:"end_to_end,omitempty"`
@@ -74,14 +75,14 @@ func (e Event) Line() EventLine {
 // PeerLine returns the JSON form of a peer's event.
 func PeerLine(e peer.Event) EventLine {
 	l := EventLine{Time: e.Time, Peer: e.Peer, Type: "error", Kind: e.Kind.String(), Reason: e.Reason,
-		Network: e.Network, Addr: e.Addr, DPR: e.DPR, DPA: e.DPA, Pending: e.Pending}
+		Network: e.Network, Addr: e.Addr, DPR: e.DPR, DPA: e.DPA, Pending: e.Pending, ResultCode: e.ResultCode}
 	switch e.Kind {
 	case peer.EventWatchdog:
 		n := e.NumDWA
 		l.Type, l.From, l.To, l.Trigger, l.NumDWA = "watchdog", e.From.String(), e.To.String(), e.Trigger.String(), &n
 	case peer.EventConnUp, peer.EventConnDown, peer.EventOpenFailed, peer.EventIdle:
 		l.Type = "connection"
-	case peer.EventFailover, peer.EventFailback:
+	case peer.EventFailover, peer.EventFailback, peer.EventLateRefusal:
 		l.Type = "failover"
 	}
 	return l
