@@ -336,14 +336,20 @@ type simWorld struct {
 
 // handedOverReversed finds the failover record (moved or parked) of the
 // hand-over that took a and b off the connection to server from where
-// they were sent, b last at sent (the first record from that server
-// naming both since): it names a after b, a having been sent before b:
-// the hand-over itself was out of send order.
-func (w *simWorld) handedOverReversed(a, b uint32, from string, sent time.Time) (string, bool) {
+// they were sent, b last at sent, and replayed them, the last at
+// replayed (the first record from that server naming both in between):
+// it names a after b, a having been sent before b: the hand-over itself
+// was out of send order.
+func (w *simWorld) handedOverReversed(a, b uint32, from string, sent, replayed time.Time) (string, bool) {
 	if from == "" {
 		return "", false
 	}
 	for _, r := range w.records { // oldest first
+		if r.Time.After(replayed) {
+			// A record made after both replays is of a later hand-over
+			// (from the connection they were replayed on).
+			continue
+		}
 		if r.Time.Before(sent) || r.From != from {
 			continue
 		}
@@ -1618,7 +1624,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 		for i := 1; i < len(m); i++ {
 			w.counts.OrderPairs++
 			a, b := m[i-1].id, m[i].id
-			if r, ok := w.handedOverReversed(a, b, m[i].xhost, m[i].xat); ok {
+			if r, ok := w.handedOverReversed(a, b, m[i].xhost, m[i].xat, maxTime(m[i-1].yat, m[i].yat)); ok {
 				t.Errorf("seed %d: failover handed %d and %d over out of send order (sent at %d then %d): %s; sends %+v and %+v", seed, a, b, m[i-1].xseq, m[i].xseq, r, w.sends[a], w.sends[b])
 				continue
 			}
