@@ -146,6 +146,16 @@ func (o *serverOptions) applyConfig(cfg *config.Config, set map[string]bool) (un
 	if len(cfg.Clients) > 0 && !slices.ContainsFunc(o.listen, radpeer.IsURL) {
 		unused = append(unused, "[[client]] (no RADIUS listener)")
 	}
+	if len(cfg.Clients) > 0 {
+		// Each client has its own secret, and a source not in the table
+		// is refused: the shared secret has no one to apply to.
+		switch {
+		case set["secret-file"]:
+			unused = append(unused, "[[client]] tables: --secret-file is not used (each client has its own secret)")
+		case cfg.Secret != nil:
+			unused = append(unused, "secret (each [[client]] has its own)")
+		}
+	}
 	if cfg.Dedup != nil && !set["dedup"] {
 		o.dedup = cfg.Dedup.URLWithPassword() // printed through redactURL
 	}

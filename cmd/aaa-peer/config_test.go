@@ -175,6 +175,33 @@ url = "tcp://10.0.0.1:3868"
 	}
 }
 
+// With [[client]] tables every client has its own secret and other
+// sources are refused: the shared secret, from the file or the command
+// line, is named as unused rather than dropped silently.
+func TestServerClientsLeaveTheSharedSecretUnused(t *testing.T) {
+	file := writeConfig(t, `origin-host = "s1.example.net"
+origin-realm = "example.net"
+listen = ["radius+tcp://127.0.0.1:1812"]
+secret-file = "radius.secret"
+[[client]]
+name = "nas1"
+source = "127.0.0.2"
+secret = "nas1secret"
+`)
+	_, unused := parseServer(t, "--config", file)
+	if !reflect.DeepEqual(unused, []string{"secret (each [[client]] has its own)"}) {
+		t.Errorf("unused parts %q", unused)
+	}
+	other := filepath.Join(t.TempDir(), "other.secret")
+	if err := os.WriteFile(other, []byte("flagsecret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, unused = parseServer(t, "--config", file, "--secret-file", other)
+	if !reflect.DeepEqual(unused, []string{"[[client]] tables: --secret-file is not used (each client has its own secret)"}) {
+		t.Errorf("unused parts with --secret-file %q", unused)
+	}
+}
+
 // parseClient parses client flags as runClient does, applying the
 // --config file.
 func parseClient(t *testing.T, args ...string) (clientOptions, error) {
