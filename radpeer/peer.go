@@ -40,7 +40,7 @@ type Peer struct {
 	cfg Config
 	// notes delivers events and failover hand-overs in order, off the
 	// goroutine and the lock that decided them; its Done is the Peer's.
-	notes  *serial.Queue[func()]
+	notes  *serial.Queue[notice]
 	url    string
 	ep     Endpoint
 	secret []byte
@@ -58,7 +58,7 @@ type Peer struct {
 	waiting []*rcall // for an Identifier; bounded by MaxWaiting
 	closing bool
 	leaving bool     // Drain: no new request; those in flight finish
-	fx      []func() // effects of the decisions taken under mu
+	fx      []effect // effects of the decisions taken under mu, run by unlock
 	// mismatch is the last sign of a wrong shared secret (Stats).
 	mismatch string
 }
@@ -134,7 +134,7 @@ func Dial(rawURL string, cfg Config) (*Peer, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Peer{cfg: cfg, url: ep.String(), ep: ep, secret: secret, epoch: time.Now(), done: make(chan struct{}), ctx: ctx, cancel: cancel}
-	p.notes = serial.New(func(f func()) { f() })
+	p.notes = serial.New(p.deliverNotice)
 	p.mu.Lock()
 	p.addLink()
 	p.unlock()
@@ -388,12 +388,12 @@ func (p *Peer) Close(ctx context.Context) error {
 			l.timer.Stop()
 		}
 		for _, cl := range p.waiting {
-			p.fx = append(p.fx, func() { cl.Fail(fmt.Errorf("RADIUS server %s: %w", p.url, ErrClosed)) })
+			p.fail(cl, ErrClosed)
 		}
 		p.waiting = nil
 		p.inService.Store(false)
 		p.cancel()
-		p.fx = append(p.fx, func() { close(p.done) })
+		p.fx = append(p.fx, effect{kind: fxDone})
 		p.notes.End()
 	}
 	p.unlock()
@@ -412,16 +412,112 @@ func (p *Peer) unlock() {
 	fx := p.fx
 	p.fx = nil
 	p.mu.Unlock()
-	for _, f := range fx {
-		f()
+	for i := range fx {
+		p.run(&fx[i])
 	}
+}
+
+// notice is one entry of the notice queue, as package peer's: an event,
+// or a hand-over of calls to the failover hook.
+type notice struct {
+	ev       peer.Event
+	failover bool
+	calls    []*call.Call
+	reason   string
+}
+
+// deliverNotice hands n to the failover hook or the subscribers, on the
+// notice queue's goroutine.
+func (p *Peer) deliverNotice(n notice) {
+	if n.failover {
+		p.cfg.Failover(p, n.calls, n.reason)
+	} else {
+		p.cfg.Events.Publish(n.ev)
+	}
+}
+
+// effect is one action decided under Peer.mu and carried out after it
+// (unlock), in the order decided: sockets are written and closed, calls
+// completed and goroutines started off the lock. Its kind says which of
+// the other fields it reads.
+type effect struct {
+	kind fxKind
+	id   byte      // fxSend: the Identifier
+	c    *conn     // fxSend, fxWrite, fxStart, fxAnswer
+	cl   *rcall    // fxSend, fxFail, fxAnswer
+	resp *Response // fxAnswer: its Raw is the answer read on c
+	rare *rareFx   // the other kinds' fields: kept out of the two of every request
+}
+
+// rareFx holds the fields of the effects that are not a request's send
+// or answer.
+type rareFx struct {
+	b    []byte         // fxWrite: the packet
+	err  error          // fxFail: the call's error
+	lost bool           // fxFail: counted as lost (Stats.Lost) when it ends the call
+	tc   transport.Conn // fxClose
+	log  logLine        // fxLog
+}
+
+type fxKind uint8
+
+const (
+	fxSend   fxKind = iota + 1 // encode cl for Identifier id on c and write it
+	fxWrite                    // write b on c
+	fxFail                     // end cl with err
+	fxAnswer                   // complete cl with resp, the answer b read on c
+	fxClose                    // close tc
+	fxStart                    // start c's reader
+	fxDone                     // close Done: the Peer is closed
+	fxLog                      // a rate-limited warning
+)
+
+// logLine is a warning decided under the lock (logLimited).
+type logLine struct {
+	kind serve.Kind
+	msg  string
+	args []any
+}
+
+// run carries out e; p.mu is not held.
+func (p *Peer) run(e *effect) {
+	switch e.kind {
+	case fxSend:
+		e.c.sendRequest(e.id, e.cl)
+	case fxWrite:
+		e.c.out.send(e.rare.b)
+	case fxFail:
+		if e.cl.Fail(e.rare.err) && e.rare.lost {
+			p.stats.lost.Add(1)
+		}
+	case fxAnswer:
+		e.c.deliver(e.cl, e.resp)
+	case fxClose:
+		e.rare.tc.Close()
+	case fxStart:
+		go e.c.reader()
+	case fxDone:
+		close(p.done)
+	case fxLog:
+		serve.Log(p.cfg.Logger, slog.LevelWarn, e.rare.log.kind, e.rare.log.msg, e.rare.log.args...)
+	}
+}
+
+// closeLater closes tc after the lock. p.mu is held.
+func (p *Peer) closeLater(tc transport.Conn) {
+	p.fx = append(p.fx, effect{kind: fxClose, rare: &rareFx{tc: tc}})
+}
+
+// fail ends cl with err after the lock. p.mu is held.
+func (p *Peer) fail(cl *rcall, err error) {
+	p.fx = append(p.fx, effect{kind: fxFail, cl: cl, rare: &rareFx{err: fmt.Errorf("RADIUS server %s: %w", p.url, err)}})
 }
 
 func (p *Peer) mono() int64 { return int64(time.Since(p.epoch)) }
 
 func (p *Peer) publish(name string, e peer.Event) {
 	e.Time, e.Peer = time.Now(), name
-	p.notes.Schedule(func() { p.cfg.Events.Publish(e) })
+	p.notes.Schedule(notice{ev: e})
 }
 
 // link is one connection slot of a Peer: a watchdog machine, its Tw
@@ -554,7 +650,7 @@ func (p *Peer) assign(c *conn, cl *rcall) bool {
 	}
 	c.seq++
 	c.slots[id] = slot{call: cl, seq: c.seq}
-	p.fx = append(p.fx, func() { c.sendRequest(id, cl) })
+	p.fx = append(p.fx, effect{kind: fxSend, c: c, id: id, cl: cl})
 	return true
 }
 
@@ -574,7 +670,7 @@ func (p *Peer) drain() {
 				// layer rather than blocking the queue behind it.
 				p.waiting = p.waiting[1:]
 				if p.cfg.Failover == nil {
-					p.fx = append(p.fx, func() { cl.Fail(fmt.Errorf("RADIUS server %s: %w", p.url, ErrAlreadySent)) })
+					p.fail(cl, ErrAlreadySent)
 				} else {
 					p.moveOut(p.links[0], []*rcall{cl}, "no connection it may be sent on")
 				}
@@ -701,7 +797,7 @@ func (p *Peer) moveOut(l *link, calls []*rcall, reason string) {
 		out[i] = &cl.Call
 	}
 	p.stats.movedOut.Add(uint64(len(calls)))
-	p.notes.Schedule(func() { p.cfg.Failover(p, out, reason) })
+	p.notes.Schedule(notice{failover: true, calls: out, reason: reason})
 }
 
 // dropConn closes c and moves (or fails with err) the calls it still
@@ -719,7 +815,7 @@ func (p *Peer) dropConn(l *link, c *conn, note string, err error) {
 	c.closed = true
 	c.note = note
 	p.publish(l.name, peer.Event{Kind: peer.EventConnDown, Reason: note})
-	p.fx = append(p.fx, func() { c.tc.Close() })
+	p.closeLater(c.tc)
 	calls := c.leaveAll()
 	clear(c.slots[:])
 	if err == ErrConnectionLost && p.cfg.Failover != nil && !p.closing {
@@ -731,11 +827,7 @@ func (p *Peer) dropConn(l *link, c *conn, note string, err error) {
 		failErr = fmt.Errorf("RADIUS server %s: %w: %s: %w", p.url, err, c.mismatch, ErrSecretMismatch)
 	}
 	for _, cl := range calls {
-		p.fx = append(p.fx, func() {
-			if cl.Fail(failErr) {
-				p.stats.lost.Add(1)
-			}
-		})
+		p.fx = append(p.fx, effect{kind: fxFail, cl: cl, rare: &rareFx{err: failErr, lost: true}})
 	}
 }
 
@@ -771,14 +863,14 @@ func (p *Peer) attemptOpen(l *link) {
 				p.apply(l, l.m.Step(watchdog.ConnectionDown))
 			}
 		case p.closing:
-			p.fx = append(p.fx, func() { tc.Close() })
+			p.closeLater(tc)
 		default:
 			c := newConn(l, tc)
 			l.cur = c
 			network, addr := tc.Network(), tc.RemoteAddr().String()
 			p.publish(l.name, peer.Event{Kind: peer.EventConnUp, Network: network, Addr: addr, Reason: "connected over " + network + " to " + addr})
 			p.wg.Add(1)
-			p.fx = append(p.fx, func() { go c.reader() })
+			p.fx = append(p.fx, effect{kind: fxStart, c: c})
 			if !replacing {
 				p.apply(l, l.m.Step(watchdog.ConnectionUp))
 				break
@@ -919,7 +1011,7 @@ func (c *conn) sendStatus() {
 	c.statusAuth, c.statusOut = auth, true
 	c.sent++
 	p.stats.statusSent.Add(1)
-	p.fx = append(p.fx, func() { c.out.send(b) })
+	p.fx = append(p.fx, effect{kind: fxWrite, c: c, rare: &rareFx{b: b}})
 }
 
 // sendRequest encodes cl for Identifier id and queues it. Called without
@@ -936,7 +1028,7 @@ func (c *conn) sendRequest(id byte, cl *rcall) {
 	if err != nil {
 		*s = slot{}
 		c.free.push(id)
-		p.fx = append(p.fx, func() { cl.Fail(fmt.Errorf("RADIUS server %s: %w", p.url, err)) })
+		p.fail(cl, err)
 		p.drain()
 		p.unlock()
 		return
@@ -946,6 +1038,19 @@ func (c *conn) sendRequest(id byte, cl *rcall) {
 	p.stats.sent.Add(1)
 	p.unlock()
 	c.out.send(b)
+}
+
+// deliver completes cl with resp, the verified answer read on c,
+// after the lock: decoding the attributes is kept out of it.
+func (c *conn) deliver(cl *rcall, resp *Response) {
+	p := c.l.p
+	resp.Packet, _ = radius.Decode(resp.Raw, p.secret) // validated by ReadFrame
+	switch ok, owner := cl.answer(resp, &c.h, &p.stats.answered); {
+	case !ok:
+		p.stats.late.Add(1) // completed meanwhile
+	case owner != nil:
+		owner.Retire(&cl.Call, false) // answered here while in flight elsewhere
+	}
 }
 
 // reader reads answers until the connection fails. A bad frame or an
@@ -1059,7 +1164,7 @@ func (c *conn) received(b []byte) {
 	cl := s.call
 	if err != nil { // no Message-Authenticator although required
 		p.noMA(c, err)
-		p.fx = append(p.fx, func() { cl.Fail(fmt.Errorf("RADIUS server %s: %w", p.url, err)) })
+		p.fail(cl, err)
 		p.drain()
 		return
 	}
@@ -1072,15 +1177,7 @@ func (c *conn) received(b []byte) {
 		p.stats.late.Add(1)
 	} else {
 		resp := &Response{Raw: b, RequestAuthenticator: s.auth, Peer: p, Attempts: 1}
-		p.fx = append(p.fx, func() {
-			resp.Packet, _ = radius.Decode(b, p.secret) // validated by ReadFrame
-			switch ok, owner := cl.answer(resp, &c.h, &p.stats.answered); {
-			case !ok:
-				p.stats.late.Add(1) // completed meanwhile
-			case owner != nil:
-				owner.Retire(&cl.Call, false) // answered here while in flight elsewhere
-			}
-		})
+		p.fx = append(p.fx, effect{kind: fxAnswer, c: c, cl: cl, resp: resp})
 	}
 	if c.recycling.Load() {
 		p.closeIfDrained(c.l, c)
@@ -1099,7 +1196,7 @@ func (p *Peer) noMA(c *conn, err error) {
 // logLimited writes a warning of kind k after the lock, at the bounded
 // rate of serve.Log. p.mu is held.
 func (p *Peer) logLimited(k serve.Kind, msg string, args ...any) {
-	p.fx = append(p.fx, func() { serve.Log(p.cfg.Logger, slog.LevelWarn, k, msg, args...) })
+	p.fx = append(p.fx, effect{kind: fxLog, rare: &rareFx{log: logLine{kind: k, msg: msg, args: args}}})
 }
 
 // verifyFailed drops an answer that failed verification and closes the
@@ -1117,7 +1214,7 @@ func (c *conn) verifyFailed(err error) {
 	} else {
 		p.logLimited(serve.KindBadAuth, "closing RADIUS connection: answer failed verification", "peer", c.l.name, "remote", c.addr(), "err", err)
 	}
-	p.fx = append(p.fx, func() { c.tc.Close() }) // the reader reports the loss
+	p.closeLater(c.tc) // the reader reports the loss
 }
 
 // ErrSecretMismatch is matched by the error of a call that failed on a
