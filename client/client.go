@@ -384,6 +384,9 @@ func (c *Client) dialLocked(m *member) error {
 	}
 	pc := m.spec.peerConfig(c.cfg.Peer)
 	pc.Failover = c.onFailover
+	if c.group != nil {
+		pc.Replied = c.replied // see dialUDP
+	}
 	pc.Events = peer.NewBus() // per peer, so we know whose event it is
 	self := new(atomic.Pointer[peer.Peer])
 	c.cancels = append(c.cancels, pc.Events.Subscribe(func(e peer.Event) { c.onPeerEvent(m, self, e) }))
@@ -508,9 +511,6 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
 	ans, err := r.Ans, r.Err
 	if it != nil {
 		c.release(it) // the answer arrived or the request timed out (Q2)
-	}
-	if _, udp := r.By.(*radpeer.UDPPeer); err == nil && c.group != nil && !udp {
-		c.replied(r.By) // a radius:// server's replies are told as they come (dialUDP)
 	}
 	c.account(r, time.Since(epoch)-start)
 	if err != nil {

@@ -515,3 +515,31 @@ func TestPeerNamedTwiceRefused(t *testing.T) {
 		}
 	}
 }
+
+// A Diameter server's late answer (its caller gave up first) shows it
+// alive: told only through the answers callers got, the policy kept the
+// down-timeout the send had started, and held a healthy server down.
+func TestLateAnswerKeepsServerInService(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, a, _ := policyPair(t)
+		gate := make(chan struct{})
+		base := a.handler
+		a.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			<-gate
+			return base(ctx, p, req)
+		}
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		_, err = sendWithin(c, 1, 500*time.Millisecond)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		time.Sleep(200 * time.Millisecond)
+		close(gate) // a answers, late, well within its down-timeout
+		synctest.Wait()
+		require.Equal(t, uint64(1), c.Peers()[0].Stats().Late, "a's late answers")
+		time.Sleep(10 * time.Second) // past the down-timeout, no request
+		synctest.Wait()
+		assert.Equal(t, policy.InService, c.group.State(0), "a after its late answer")
+	})
+}

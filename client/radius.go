@@ -133,6 +133,9 @@ func (c *Client) dialRADIUS(m *member) error {
 	}
 	rc.Events = peer.NewBus()
 	rc.Failover = c.onFailover
+	if c.group != nil {
+		rc.Replied = c.replied // see dialUDP
+	}
 	c.cancels = append(c.cancels, rc.Events.Subscribe(func(e peer.Event) { c.onRADIUSEvent(m, e) }))
 	p, err := radpeer.Dial(m.spec.URL, rc)
 	if err != nil {

@@ -244,6 +244,15 @@ type Config struct {
 	// to the caller. Package client sets it for the peers it dials.
 	Failover call.Failover
 
+	// Replied, when set, is told of every answer that matches a request
+	// sent on this peer's connection, before it completes the request:
+	// also of a late one (its caller gave up, the request moved on) and
+	// of a refusal. Each shows the peer alive. It runs on the reader's
+	// goroutine, without the peer's mutex. Package client sets it when it
+	// keeps server states (its Policy): any answer keeps a server in
+	// service.
+	Replied func(from call.Carrier)
+
 	// Events receives every event of this peer. Default: a new Bus; share
 	// one Bus between peers to watch them all.
 	Events *Bus

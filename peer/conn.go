@@ -754,6 +754,9 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 	cl, late := c.match(hbh)
 	if cl != nil {
 		c.unmatchedRun = 0
+		if p.cfg.Replied != nil {
+			p.cfg.Replied(p)
+		}
 	}
 	switch {
 	case cl == nil:

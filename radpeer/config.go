@@ -72,6 +72,14 @@ type Config struct {
 	// their connection closes or their deadline passes). Package client
 	// sets it for the servers it dials.
 	Failover call.Failover
+	// Replied, when set, is told of every verified answer to a request
+	// sent here, before it completes the request: also of a late one, to
+	// a request already complete (its caller gave up, another server
+	// answered first). Each shows the server alive. It runs after the
+	// Peer's lock is released, on the reader's goroutine. Package client
+	// sets it when it keeps server states (its Policy): any answer keeps
+	// a server in service.
+	Replied func(from call.Carrier)
 
 	// Events receives every event (watchdog transitions, connections,
 	// errors), typed as package peer's. Default: a new Bus.

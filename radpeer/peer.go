@@ -462,14 +462,15 @@ type rareFx struct {
 type fxKind uint8
 
 const (
-	fxSend   fxKind = iota + 1 // encode cl for Identifier id on c and write it
-	fxWrite                    // write b on c
-	fxFail                     // end cl with err
-	fxAnswer                   // complete cl with resp, the answer b read on c
-	fxClose                    // close tc
-	fxStart                    // start c's reader
-	fxDone                     // close Done: the Peer is closed
-	fxLog                      // a rate-limited warning
+	fxSend    fxKind = iota + 1 // encode cl for Identifier id on c and write it
+	fxWrite                     // write b on c
+	fxFail                      // end cl with err
+	fxAnswer                    // complete cl with resp, the answer b read on c
+	fxClose                     // close tc
+	fxStart                     // start c's reader
+	fxDone                      // close Done: the Peer is closed
+	fxLog                       // a rate-limited warning
+	fxReplied                   // tell Config.Replied of an answer
 )
 
 // logLine is a warning decided under the lock (logLimited).
@@ -498,6 +499,8 @@ func (p *Peer) run(e *effect) {
 		go e.c.reader()
 	case fxDone:
 		close(p.done)
+	case fxReplied:
+		p.cfg.Replied(p)
 	case fxLog:
 		serve.Log(p.cfg.Logger, slog.LevelWarn, e.rare.log.kind, e.rare.log.msg, e.rare.log.args...)
 	}
@@ -1168,8 +1171,12 @@ func (c *conn) received(b []byte) {
 		p.drain()
 		return
 	}
-	// A verified answer: traffic for the watchdog.
+	// A verified answer: traffic for the watchdog, and for the client's
+	// server states, told before the answer completes its call.
 	c.l.lastRx = now
+	if p.cfg.Replied != nil {
+		p.fx = append(p.fx, effect{kind: fxReplied})
+	}
 	if c.l.cur == c && c.l.m.State() != watchdog.Okay {
 		p.applyAt(c.l, c.l.m.Step(watchdog.ReceiveOther), now)
 	}

@@ -567,3 +567,65 @@ func TestDrainAnswersInFlightThenCloses(t *testing.T) {
 		mustClose(t, s)
 	})
 }
+
+// Replied is told of every verified answer before it completes its
+// call, and of a late one, whose caller gave up first: each shows the
+// server alive.
+func TestRepliedToldOfEveryVerifiedAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, ln := startServer(t, ServerConfig{Handler: func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+			if string(req.Get(radius.AttrAcctSessionID)) == "slow" {
+				time.Sleep(2 * time.Second)
+			}
+			return lradius.CodeAccountingResponse, nil
+		}})
+		var mu sync.Mutex
+		var told, doneBefore int
+		var cur *rcall
+		var p *Peer
+		cfg := testConfig(30 * time.Second)
+		cfg.Dialer = ln.dialer()
+		cfg.Replied = func(from call.Carrier) {
+			mu.Lock()
+			defer mu.Unlock()
+			if from != call.Carrier(p) {
+				t.Errorf("Replied from %v, want the peer", from)
+			}
+			told++
+			if cur != nil && cur.IsDone() {
+				doneBefore++
+			}
+		}
+		mu.Lock()
+		p, err := Dial("radius+tcp://s:1812", cfg)
+		mu.Unlock()
+		require.NoError(t, err)
+		defer p.Close(context.Background())
+		synctest.Wait()
+
+		cl := newCall(acctReq("1"))
+		mu.Lock()
+		cur = cl
+		mu.Unlock()
+		require.NoError(t, p.submit(cl))
+		_, err = cl.wait(context.Background(), time.Minute)
+		require.NoError(t, err)
+		mu.Lock()
+		require.Equal(t, 1, told, "told of the answer")
+		require.Equal(t, 0, doneBefore, "before it completed its call")
+		cur = nil
+		mu.Unlock()
+
+		slow := newCall(acctReq("slow"))
+		require.NoError(t, p.submit(slow))
+		_, err = slow.wait(context.Background(), time.Second)
+		require.Error(t, err, "its caller gives up before the answer")
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		mu.Lock()
+		require.Equal(t, 2, told, "told of the late answer too")
+		mu.Unlock()
+		require.Equal(t, uint64(1), p.Stats().Late)
+		mustClose(t, s)
+	})
+}
