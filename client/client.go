@@ -193,6 +193,32 @@ type member struct {
 
 	// Owned under Client.mu.
 	okaySince time.Time // when the watchdog last went OKAY; zero when not OKAY
+	// clear is closed once the member holds no connection to its server
+	// and never will: its drain ended, or it was removed before it was
+	// dialed (made when first asked for, see clearLocked). The next
+	// Diameter member of its name is dialed only then: a Diameter server
+	// takes one connection per peer (RFC 6733 5.6.4).
+	clear   chan struct{}
+	cleared bool
+	// after, while set, is the clear of the member of its name before it,
+	// which this one waits for to be dialed (dialAfter).
+	after <-chan struct{}
+}
+
+// clearLocked returns m's clear channel. c.mu is held.
+func (m *member) clearLocked() chan struct{} {
+	if m.clear == nil {
+		m.clear = make(chan struct{})
+	}
+	return m.clear
+}
+
+// markClearLocked closes m's clear channel, once. c.mu is held.
+func (m *member) markClearLocked() {
+	if !m.cleared {
+		m.cleared = true
+		close(m.clearLocked())
+	}
 }
 
 // p returns the member's peer, or nil when it was not dialed.
@@ -942,7 +968,7 @@ func (c *Client) balanceSlots(m *member, self *atomic.Pointer[peer.Peer], to wat
 	}
 	if to == watchdog.Down && live < c.cfg.MaxConnections {
 		for _, x := range order {
-			if x.p() == nil {
+			if x.p() == nil && x.after == nil { // one waiting for its name's old connection is not dialed
 				if err := c.dialLocked(x); err == nil {
 					c.note(Event{Time: time.Now(), Server: x.spec.Name, Kind: EventSlotFilled, Because: m.spec.Name,
 						Reason: fmt.Sprintf("connection slot filled: %s is DOWN", m.spec.Name)})

@@ -47,9 +47,11 @@ type PeersChange struct {
 // on its connection, then it closes (DPR for Diameter). A peer whose
 // other settings changed (URL, secret, Tw, TLS: another *tls.Config,
 // limits) is replaced: the
-// old one drains as a removed one does; a Diameter peer's replacement is
-// dialed once the old connection has closed, since a server takes one
-// connection per peer. A request naming in Destination-Host a replaced
+// old one drains as a removed one does. A Diameter peer's replacement,
+// and a name added back while its old peer still drains, is dialed once
+// the old connection has closed, since a server takes one connection per
+// peer; of a name replaced again before that, only the latest member is
+// dialed. A request naming in Destination-Host a replaced
 // peer, or a name added back, waits for the new peer until it is dialed
 // and has learned its server's identity; one naming a removed peer names
 // none of the Client's peers: it goes to any.
@@ -121,7 +123,10 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 	}
 	var fresh, gone, reweigh []*member
 	replacedBy := map[*member]*member{} // old member -> the new one replacing it
-	replacing := map[*member]bool{}     // the new members that replace one
+	lastOf := map[string]*member{}      // each name's latest member, removed ones too
+	for _, m := range old.all {
+		lastOf[m.spec.Name] = m
+	}
 	for _, s := range norm {
 		m := live[s.Name]
 		switch {
@@ -142,13 +147,17 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 		default:
 			ch.Added = append(ch.Added, s.Name)
 		}
-		// A Diameter replacement is dialed once the old peer is done, and
-		// a peer learns its server's identity from its CEA: until then,
-		// the requests naming the server by the identity its name had
-		// wait for the new member.
+		// A Diameter member is dialed once the member of its name before
+		// it (replaced now, or removed before and still draining) holds no
+		// connection, and a peer learns its server's identity from its
+		// CEA: until then, the requests naming the server by the identity
+		// its name had wait for the new member.
 		nm := &member{spec: s, index: len(next.all), ident: known[s.Name]}
 		if m != nil {
-			replacedBy[m], replacing[nm] = nm, true
+			replacedBy[m] = nm
+		}
+		if prev := lastOf[s.Name]; prev != nil && !c.radius && !prev.cleared {
+			nm.after = prev.clearLocked()
 		}
 		next.all = append(next.all, nm)
 		next.order = append(next.order, nm)
@@ -230,8 +239,7 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 		}
 		evs = append(evs, Event{Time: now, Server: m.spec.Name, Kind: EventReconfigured, Change: why,
 			Reason: why + ": takes no new request; its requests in flight are answered, then it closes"})
-		var start func()
-		if start, evs = c.drain(m, nm, evs); start != nil {
+		if start := c.drain(m); start != nil {
 			drains = append(drains, start)
 		}
 	}
@@ -239,16 +247,26 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 		evs = append(evs, Event{Time: now, Server: m.spec.Name, Kind: EventReconfigured, Change: "reweighted",
 			Reason: fmt.Sprintf("weight changed to %d", m.spec.Weight)})
 	}
+	changeOf := func(m *member) string {
+		if slices.Contains(ch.Replaced, m.spec.Name) {
+			return "replaced"
+		}
+		return "added"
+	}
 	for _, m := range fresh {
-		if replacing[m] {
-			continue // dialed by drain
+		change := changeOf(m)
+		switch {
+		case m.after != nil:
+			evs = append(evs, Event{Time: now, Server: m.spec.Name, Kind: EventReconfigured, Change: change,
+				Reason: change + ": dialed once the old connection of its name has closed"})
+			c.closing.Add(1) // under c.mu, before Close could wait
+			drains = append(drains, func() { go c.dialAfter(m, change) })
+		case c.cfg.MaxConnections > 0:
+			evs = append(evs, Event{Time: now, Server: m.spec.Name, Kind: EventReconfigured, Change: change,
+				Reason: change + ": connected when a connection slot is free, in configured order"})
+		default:
+			evs = append(evs, c.dialAdded(m, change)...)
 		}
-		if c.cfg.MaxConnections > 0 {
-			evs = append(evs, Event{Time: now, Server: m.spec.Name, Kind: EventReconfigured, Change: "added",
-				Reason: "added: connected when a connection slot is free, in configured order"})
-			continue
-		}
-		evs = append(evs, c.dialAdded(m, "added")...)
 	}
 	if c.cfg.MaxConnections > 0 {
 		// The free slots go to the first peers in the new order, kept or
@@ -257,11 +275,11 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 			if c.dialedLocked() >= c.cfg.MaxConnections {
 				break
 			}
-			if replacing[m] || m.p() != nil {
+			if m.after != nil || m.p() != nil {
 				continue
 			}
 			if slices.Contains(fresh, m) {
-				evs = append(evs, c.dialAdded(m, "added")...)
+				evs = append(evs, c.dialAdded(m, changeOf(m))...)
 			} else if err := c.dialLocked(m); err == nil {
 				evs = append(evs, Event{Time: now, Server: m.spec.Name, Kind: EventSlotFilled,
 					Reason: "connection slot filled: the configuration changed"})
@@ -288,13 +306,11 @@ func (m *member) identity() string {
 }
 
 // drain closes a member SetPeers took out, in the background (Close
-// waits for it): its peer finishes what is in flight and closes. Its
-// replacement, if any, is dialed at once for RADIUS, once the old peer is
-// done for Diameter: a Diameter server takes one connection per peer.
-// It appends the events to publish after c.mu, and returns the function
-// that starts the drain, to call after them (nil: nothing to drain).
-// c.mu is held.
-func (c *Client) drain(m, replacement *member, evs []Event) (start func(), _ []Event) {
+// waits for it): its peer finishes what is in flight and closes, and
+// then the member is clear (the next member of its name may connect).
+// It returns the function that starts the drain, to call after the
+// events that say why (nil: nothing to drain). c.mu is held.
+func (c *Client) drain(m *member) (start func()) {
 	// Each carrier's graceful end: a Diameter peer's Close answers what
 	// is in flight, then DPR; a RADIUS server's Drain and a UDP
 	// server's Close let what is in flight finish, then close.
@@ -308,20 +324,19 @@ func (c *Client) drain(m, replacement *member, evs []Event) (start func(), _ []E
 	case m.up.Load() != nil:
 		closer = m.up.Load().Close
 	}
-	if replacement != nil && (c.radius || closer == nil) {
-		evs = append(evs, c.dialAdded(replacement, "replaced")...)
-		replacement = nil
-	}
 	if closer == nil {
-		return nil, evs
+		if m.after == nil {
+			m.markClearLocked() // never dialed; else dialAfter clears it
+		}
+		return nil
 	}
 	c.closing.Add(1) // under c.mu, before Close could wait
-	return func() { go c.finishDrain(closer, done, replacement) }, evs
+	return func() { go c.finishDrain(m, closer, done) }
 }
 
-// finishDrain closes a removed member's peer and dials its replacement,
-// if any, once the peer is done (see drain).
-func (c *Client) finishDrain(closer func(context.Context) error, done <-chan struct{}, replacement *member) {
+// finishDrain closes a removed member's peer and marks the member clear
+// once the peer is done (see drain).
+func (c *Client) finishDrain(m *member, closer func(context.Context) error, done <-chan struct{}) {
 	defer c.closing.Done()
 	// No request lives longer than RequestTimeout: nor does a drain.
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.RequestTimeout)
@@ -330,13 +345,33 @@ func (c *Client) finishDrain(closer func(context.Context) error, done <-chan str
 	if done != nil {
 		<-done
 	}
-	if replacement == nil {
+	c.mu.Lock()
+	m.markClearLocked()
+	c.mu.Unlock()
+}
+
+// dialAfter dials m, which SetPeers added or made to replace another,
+// once the member of its name before it is clear (m.after), unless m was
+// taken out meanwhile: then m is clear in its turn, never dialed.
+func (c *Client) dialAfter(m *member, change string) {
+	defer c.closing.Done()
+	c.mu.Lock()
+	after := m.after
+	c.mu.Unlock()
+	select {
+	case <-after:
+	case <-c.ctx.Done():
 		return
 	}
 	var evs []Event
 	c.mu.Lock()
-	if !c.closed && !replacement.removed.Load() {
-		evs = c.dialAdded(replacement, "replaced")
+	m.after = nil
+	switch {
+	case c.closed:
+	case m.removed.Load():
+		m.markClearLocked()
+	default:
+		evs = c.dialAdded(m, change)
 	}
 	c.note(evs...)
 	c.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
 )
 
 // spec is the PeerSpec of one of n's fake servers.
@@ -362,4 +363,81 @@ func TestSameSettingsTLSByIdentity(t *testing.T) {
 	other := s
 	other.TLS = b
 	assert.False(t, sameSettings(s, other), "another *tls.Config")
+}
+
+// A Diameter server takes one connection per peer: a name added back
+// while its old peer still drains, or replaced twice before its first
+// replacement was dialed, is dialed once the old connection has closed,
+// and only the latest member of the name is.
+func TestSetPeersOneConnectionPerName(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		steps func(a, b PeerSpec) [][]PeerSpec
+	}{
+		{"added back while draining", func(a, b PeerSpec) [][]PeerSpec {
+			return [][]PeerSpec{{a}, {a, b}}
+		}},
+		{"replaced twice", func(a, b PeerSpec) [][]PeerSpec {
+			b1, b2 := b, b
+			b1.Tw, b2.Tw = 6*time.Second, 7*time.Second
+			return [][]PeerSpec{{a, b1}, {a, b2}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+				defer n.close()
+				gate := make(chan struct{})
+				b := n["tcp://b:1"]
+				b.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+					<-gate
+					return b.handler(ctx, p, req)
+				}
+				sw := newSwitchboard(n)
+				cfg := clientConfig(n, Balance, "tcp://a:1", "tcp://b:1")
+				cfg.Peer.Dialer = sw.dial
+				c, err := New(cfg)
+				require.NoError(t, err)
+				defer c.Close(context.Background())
+				waitOkay(t, c)
+				oldB := c.Peers()[1]
+
+				done := make(chan error, 1)
+				go func() {
+					req := message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
+						String(message.SessionID, 0, true, "client.example.net;1;pinned").
+						String(message.OriginHost, 0, true, "client.example.net").
+						String(message.OriginRealm, 0, true, "example.net").
+						String(message.DestinationRealm, 0, true, "example.net").
+						String(message.DestinationHost, 0, true, "b.example.net").
+						Uint32(message.AccountingRecordType, 0, true, 2).
+						Uint32(message.AccountingRecordNumber, 0, true, 1).Bytes()
+					_, err := c.Send(context.Background(), req)
+					done <- err
+				}()
+				synctest.Wait() // in flight on b, which holds it
+				for _, list := range tc.steps(spec(n, "tcp://a:1"), spec(n, "tcp://b:1")) {
+					_, err := c.SetPeers(context.Background(), list)
+					require.NoError(t, err)
+					synctest.Wait()
+				}
+				select {
+				case <-oldB.Done():
+					t.Fatal("the old peer closed with its request in flight")
+				default:
+				}
+				assert.Equal(t, 1, sw.dialed()["tcp://b:1"], "b is not dialed again while its old connection drains")
+
+				close(gate) // the old connection answers, sends its DPR and closes
+				require.NoError(t, <-done)
+				<-oldB.Done()
+				synctest.Wait()
+				assert.Equal(t, 2, sw.dialed()["tcp://b:1"], "then the latest member of the name alone is dialed")
+				waitOkay(t, c)
+				for _, p := range c.Peers() {
+					assert.Equal(t, watchdog.Okay, p.State(), p.Name())
+				}
+			})
+		})
+	}
 }
