@@ -417,7 +417,9 @@ func TestRefuseLate(t *testing.T) {
 	assert.True(t, c.Avoids(&a.Conn, tpeer{"pa"}), "lost there again: never a third time")
 
 	boarded(t, c, b)
-	assert.False(t, c.RefuseLate(&a.Conn, []byte("busy")), "in flight on b: b's answer ends it")
+	assert.True(t, c.RefuseLate(&a.Conn, []byte("busy")), "in flight on b: kept for when b's send is lost too")
+	assert.Equal(t, InFlight, c.State(), "still in flight on b")
+	assert.False(t, c.RefuseLate(&b.Conn, []byte("busy")), "in flight on b itself")
 	ok, _ := c.Finish([]byte("x"), nil, &b.Conn, nil)
 	require.True(t, ok)
 	assert.False(t, c.RefuseLate(&a.Conn, []byte("busy")), "complete")

@@ -801,12 +801,23 @@ func (c *Client) submit(cl *call.Call, m *member, probe bool) bool {
 // replies in first.
 var beforeSent func([]*call.Call)
 
-// askAgainLater forgets the refusals of cl, a request in the throttle's
+// askAgainLater forgets the refusals of it, a request in the throttle's
 // queue lost on a connection and refused since by every peer it could go
-// to, after refusedRetry, and pokes the throttle (see waitFor).
-func (c *Client) askAgainLater(cl *call.Call) {
+// to, after refusedRetry, and pokes the throttle (see waitFor). One timer
+// at a time per request.
+func (c *Client) askAgainLater(it *item) {
+	c.tmu.Lock()
+	armed := it.asking
+	it.asking = true
+	c.tmu.Unlock()
+	if armed {
+		return
+	}
 	time.AfterFunc(refusedRetry, func() {
-		cl.ForgetRefusals()
+		c.tmu.Lock()
+		it.asking = false
+		c.tmu.Unlock()
+		it.cl.ForgetRefusals()
 		c.poke()
 	})
 }
@@ -968,7 +979,10 @@ func (c *Client) balanceSlots(m *member, self *atomic.Pointer[peer.Peer], to wat
 	}
 	if to == watchdog.Down && live < c.cfg.MaxConnections {
 		for _, x := range order {
-			if x.p() == nil && x.after == nil { // one waiting for its name's old connection is not dialed
+			if x.p() == nil {
+				if x.after != nil {
+					break // its slot: dialed once its name's old connection has closed (dialAfter)
+				}
 				if err := c.dialLocked(x); err == nil {
 					c.note(Event{Time: time.Now(), Server: x.spec.Name, Kind: EventSlotFilled, Because: m.spec.Name,
 						Reason: fmt.Sprintf("connection slot filled: %s is DOWN", m.spec.Name)})

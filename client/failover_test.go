@@ -15,6 +15,7 @@ import (
 
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 	"github.com/aaatp/aaatp/wire"
@@ -383,60 +384,67 @@ func (sw *switchboard) dialed() map[string]int {
 // apply it and is sent there again once the refusal is forgotten, rather
 // than avoiding its only server until its deadline.
 func TestLateRefusalLetsTheRequestBack(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		n := network{"tcp://a:1": newFakeServer("a.example.net")}
-		defer n.close()
-		var busy atomic.Bool
-		var applied atomic.Int32
-		n["tcp://a:1"].handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
-			if busy.Load() {
-				return message.NewAnswer(req).ResultCode(message.TooBusy).
-					String(message.OriginHost, 0, true, "a.example.net").
-					String(message.OriginRealm, 0, true, "example.net").Bytes()
-			}
-			applied.Add(1)
-			return n["tcp://a:1"].handler(ctx, p, req)
-		}
-		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1")
-		var mu sync.Mutex
-		var late []peer.Event
-		cfg.Events = NewBus()
-		defer cfg.Events.Subscribe(func(e Event) {
-			if e.Peer != nil && e.Peer.Kind == peer.EventLateRefusal {
-				mu.Lock()
-				late = append(late, *e.Peer)
-				mu.Unlock()
-			}
-		})()
-		c, err := New(cfg)
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		waitOkay(t, c)
+	for _, throttled := range []bool{false, true} {
+		t.Run(map[bool]string{false: "waiting", true: "in the throttle's queue"}[throttled], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := network{"tcp://a:1": newFakeServer("a.example.net")}
+				defer n.close()
+				var busy atomic.Bool
+				var applied atomic.Int32
+				n["tcp://a:1"].handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+					if busy.Load() {
+						return message.NewAnswer(req).ResultCode(message.TooBusy).
+							String(message.OriginHost, 0, true, "a.example.net").
+							String(message.OriginRealm, 0, true, "example.net").Bytes()
+					}
+					applied.Add(1)
+					return n["tcp://a:1"].handler(ctx, p, req)
+				}
+				cfg := clientConfig(n, PrimarySecondary, "tcp://a:1")
+				if throttled {
+					cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 8}}
+				}
+				var mu sync.Mutex
+				var late []peer.Event
+				cfg.Events = NewBus()
+				defer cfg.Events.Subscribe(func(e Event) {
+					if e.Peer != nil && e.Peer.Kind == peer.EventLateRefusal {
+						mu.Lock()
+						late = append(late, *e.Peer)
+						mu.Unlock()
+					}
+				})()
+				c, err := New(cfg)
+				require.NoError(t, err)
+				defer c.Close(context.Background())
+				waitOkay(t, c)
 
-		n["tcp://a:1"].freeze()
-		done := make(chan error, 1)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-			defer cancel()
-			_, err := c.Send(ctx, acr(1, "u1"))
-			done <- err
-		}()
-		time.Sleep(70 * time.Second) // SUSPECT at 2 Tw: moved, no alternate: it waits
-		busy.Store(true)
-		n["tcp://a:1"].unfreeze() // the buffered request is refused, late
-		time.Sleep(time.Second)
-		busy.Store(false) // the server takes requests again
-		select {
-		case err := <-done:
-			require.NoError(t, err)
-		case <-time.After(time.Minute):
-			t.Fatalf("the request still waits a minute after its server came back (%s)", c.Peers()[0].State())
-		}
-		assert.Equal(t, int32(1), applied.Load(), "applied once, on its second send there")
-		synctest.Wait()
-		mu.Lock()
-		defer mu.Unlock()
-		require.Len(t, late, 1, "one late refusal event")
-		assert.Equal(t, uint32(message.TooBusy), late[0].ResultCode)
-	})
+				n["tcp://a:1"].freeze()
+				done := make(chan error, 1)
+				go func() {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+					defer cancel()
+					_, err := c.Send(ctx, acr(1, "u1"))
+					done <- err
+				}()
+				time.Sleep(70 * time.Second) // SUSPECT at 2 Tw: moved, no alternate: it waits
+				busy.Store(true)
+				n["tcp://a:1"].unfreeze() // the buffered request is refused, late
+				time.Sleep(time.Second)
+				busy.Store(false) // the server takes requests again
+				select {
+				case err := <-done:
+					require.NoError(t, err)
+				case <-time.After(time.Minute):
+					t.Fatalf("the request still waits a minute after its server came back (%s)", c.Peers()[0].State())
+				}
+				assert.Equal(t, int32(1), applied.Load(), "applied once, on its second send there")
+				synctest.Wait()
+				mu.Lock()
+				defer mu.Unlock()
+				require.Len(t, late, 1, "one late refusal event")
+				assert.Equal(t, uint32(message.TooBusy), late[0].ResultCode)
+			})
+		})
+	}
 }

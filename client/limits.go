@@ -66,6 +66,8 @@ type item struct {
 	// sends it on (execute). Under tmu.
 	movedFrom *member
 	movedWhy  string
+	// asking: askAgainLater's timer is armed for it (under tmu).
+	asking bool
 }
 
 func (it *item) Deadline() time.Time { return it.dl }
@@ -255,7 +257,7 @@ func (c *Client) throttled(its ...*item) {
 					continue
 				}
 				if it.cl.RefusedAfterLoss() {
-					c.askAgainLater(it.cl)
+					c.askAgainLater(it)
 				}
 			}
 			front = append(front, it)
@@ -361,6 +363,12 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 		}
 		c.sched.Enqueue(it, it.class)
 		c.unlockThrottle()
+		if it.cl.RefusedAfterLoss() {
+			// Lost on a connection and refused since (a late refusal
+			// among them): the peers are asked again later, as in
+			// throttled.
+			c.askAgainLater(it)
+		}
 	}
 }
 

@@ -156,8 +156,8 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 		if m != nil {
 			replacedBy[m] = nm
 		}
-		if prev := lastOf[s.Name]; prev != nil && !c.radius && !prev.cleared {
-			nm.after = prev.clearLocked()
+		if prev := lastOf[s.Name]; prev != nil && !c.radius && !prev.cleared && (prev.p() != nil || prev.after != nil) {
+			nm.after = prev.clearLocked() // it holds, or will hold, a connection
 		}
 		next.all = append(next.all, nm)
 		next.order = append(next.order, nm)
@@ -271,11 +271,16 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 	if c.cfg.MaxConnections > 0 {
 		// The free slots go to the first peers in the new order, kept or
 		// added, as at New.
+		waiting := 0 // members that hold their slot until their name's old connection closes
 		for _, m := range next.order {
-			if c.dialedLocked() >= c.cfg.MaxConnections {
+			if c.dialedLocked()+waiting >= c.cfg.MaxConnections {
 				break
 			}
-			if m.after != nil || m.p() != nil {
+			if m.after != nil {
+				waiting++
+				continue
+			}
+			if m.p() != nil {
 				continue
 			}
 			if slices.Contains(fresh, m) {

@@ -441,3 +441,28 @@ func TestSetPeersOneConnectionPerName(t *testing.T) {
 		})
 	}
 }
+
+// With MaxConnections, a replaced peer keeps its slot while its old
+// connection drains: the secondary is not dialed in its place, and the
+// primary's replacement is once the old connection has closed.
+func TestSetPeersReplacedPrimaryKeepsItsSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://c:1": newFakeServer("c.example.net")}
+		defer n.close()
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://c:1")
+		cfg.MaxConnections = 1
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		a := spec(n, "tcp://a:1")
+		a.Tw = 7 * time.Second
+		_, err = c.SetPeers(context.Background(), []PeerSpec{a, spec(n, "tcp://c:1")})
+		require.NoError(t, err)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		require.NotNil(t, c.Peers()[0], "the replaced primary is dialed")
+		assert.Equal(t, watchdog.Okay, c.Peers()[0].State())
+		assert.Nil(t, c.Peers()[1], "the secondary is not")
+	})
+}
