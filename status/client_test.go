@@ -68,7 +68,12 @@ func TestClientSnapshotRADIUS(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The failover's record is written once the hand-over has placed the
+	// request, which the answer can overtake: wait for it (bounded).
 	s := ClientSnapshot(c)
+	for deadline := time.Now().Add(5 * time.Second); s.FailoversTotal == 0 && time.Now().Before(deadline); s = ClientSnapshot(c) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if len(s.Peers) != 2 {
 		t.Fatalf("rows %+v", s.Peers)
 	}
