@@ -41,7 +41,17 @@ func TestAnswersCountedByClass(t *testing.T) {
 			return b.Bytes()
 		}
 		defer n.close()
-		c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:3868"))
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:3868")
+		dial := make(chan struct{}) // no connection until the counters before traffic are read
+		cfg.Peer.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
+			select {
+			case <-dial:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return n.dialer(ctx, url)
+		}
+		c, err := New(cfg)
 		require.NoError(t, err)
 		defer c.Close(context.Background())
 
@@ -58,6 +68,7 @@ func TestAnswersCountedByClass(t *testing.T) {
 		assert.Equal(t, ProtocolDiameter, st.Protocol)
 		assert.Empty(t, st.OriginHost, "no Origin-Host before the CEA")
 
+		close(dial)
 		waitOkay(t, c)
 		for i, u := range []string{"u1", "u2", "u3", "u4", "u5", "exp"} {
 			_, err := c.Send(context.Background(), acr(i, u))
