@@ -387,14 +387,14 @@ func (c *Call) leave(cn *Conn, refused bool, answer []byte, err error) bool {
 // that came on cn after the call left it: cn's peer did not apply the
 // request, so cn may carry it again once the refusal is forgotten
 // (ForgetRefusals), and until then the call avoids that peer as after any
-// refusal. In flight elsewhere, the call's current send answers it; the
-// record serves if that send is lost too. It records nothing and returns
-// false when the call is complete, in flight on cn itself (a later send
-// there) or never sent on cn.
+// refusal. It records nothing and returns false when the call is
+// complete, in flight (its current send answers it; a record then would
+// make a failover of that send take the request for refused by its peer)
+// or never sent on cn.
 func (c *Call) RefuseLate(cn *Conn, answer []byte) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.final() || c.state == InFlight && c.owner == cn || !slices.Contains(c.sentOn, cn) {
+	if c.final() || c.state == InFlight || !slices.Contains(c.sentOn, cn) {
 		return false
 	}
 	if c.rf == nil {

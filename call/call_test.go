@@ -417,9 +417,8 @@ func TestRefuseLate(t *testing.T) {
 	assert.True(t, c.Avoids(&a.Conn, tpeer{"pa"}), "lost there again: never a third time")
 
 	boarded(t, c, b)
-	assert.True(t, c.RefuseLate(&a.Conn, []byte("busy")), "in flight on b: kept for when b's send is lost too")
-	assert.Equal(t, InFlight, c.State(), "still in flight on b")
-	assert.False(t, c.RefuseLate(&b.Conn, []byte("busy")), "in flight on b itself")
+	assert.False(t, c.RefuseLate(&a.Conn, []byte("busy")), "in flight on b: b's send answers it")
+	assert.False(t, c.RefusedBy(tpeer{"pa"}), "a failover of b's send must not take it for refused by a")
 	ok, _ := c.Finish([]byte("x"), nil, &b.Conn, nil)
 	require.True(t, ok)
 	assert.False(t, c.RefuseLate(&a.Conn, []byte("busy")), "complete")
