@@ -1366,6 +1366,17 @@ func (w *simWorld) checkRecovered() {
 		if w.reconfExcused(cl.Ref) {
 			continue
 		}
+		w.mu.Lock()
+		dropped := w.dropped[cl.Ref]
+		w.mu.Unlock()
+		if dropped && c.pick(cl, c.view()) == nil {
+			// Lost in a silent server that stayed up: for all the client
+			// knows it is still pending there, so it may go to none of the
+			// connections it left (its only server's, when no other is
+			// configured) and waits for its deadline. One that could go
+			// somewhere is still a failure.
+			continue
+		}
 		w.errs = append(w.errs, fmt.Sprintf("request %d still waiting for a peer after %v of quiet, every peer in service", cl.Ref, simRecovery))
 	}
 }
