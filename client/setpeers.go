@@ -123,6 +123,7 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 	}
 	var fresh, gone, reweigh []*member
 	replacedBy := map[*member]*member{} // old member -> the new one replacing it
+	replacing := map[*member]bool{}     // the new members that replace one
 	lastOf := map[string]*member{}      // each name's latest member, removed ones too
 	for _, m := range old.all {
 		lastOf[m.spec.Name] = m
@@ -154,7 +155,7 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 		// its name had wait for the new member.
 		nm := &member{spec: s, index: len(next.all), ident: known[s.Name]}
 		if m != nil {
-			replacedBy[m] = nm
+			replacedBy[m], replacing[nm] = nm, true
 		}
 		if prev := lastOf[s.Name]; prev != nil && !c.radius && !prev.cleared && (prev.p() != nil || prev.after != nil) {
 			nm.after = prev.clearLocked() // it holds, or will hold, a connection
@@ -248,7 +249,7 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 			Reason: fmt.Sprintf("weight changed to %d", m.spec.Weight)})
 	}
 	changeOf := func(m *member) string {
-		if slices.Contains(ch.Replaced, m.spec.Name) {
+		if replacing[m] {
 			return "replaced"
 		}
 		return "added"
