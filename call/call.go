@@ -385,26 +385,32 @@ func (c *Call) leave(cn *Conn, refused bool, answer []byte, err error) bool {
 
 // RefuseLate records a refusal (answer: too busy, unable to deliver)
 // that came on cn after the call left it: cn's peer did not apply the
-// request, so cn may carry it again once the refusal is forgotten
+// request, so it is pending on cn no more. While the call waits for a
+// peer, cn may carry it again once the refusal is forgotten
 // (ForgetRefusals), and until then the call avoids that peer as after any
-// refusal. It records nothing and returns false when the call is
-// complete, in flight (its current send answers it; a record then would
-// make a failover of that send take the request for refused by its peer)
+// refusal. While it is in flight on another connection, cn may carry it
+// again at once, and the refusal is not the peer's on the call: that send
+// answers it, and a failover of that send must not take the request for
+// refused by this peer. It records nothing and returns false when the
+// call is complete, in flight on cn (a send of its own there answers it)
 // or never sent on cn.
 func (c *Call) RefuseLate(cn *Conn, answer []byte) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.final() || c.state == InFlight || !slices.Contains(c.sentOn, cn) {
+	if c.final() || c.owner == cn || !slices.Contains(c.sentOn, cn) {
 		return false
 	}
 	if c.rf == nil {
 		c.rf = new(refusals)
 	}
-	if !slices.Contains(c.rf.by, cn.peer) {
-		c.rf.by = append(c.rf.by, cn.peer)
-	}
 	if !slices.Contains(c.rf.on, cn) {
 		c.rf.on = append(c.rf.on, cn)
+	}
+	if c.state == InFlight {
+		return true
+	}
+	if !slices.Contains(c.rf.by, cn.peer) {
+		c.rf.by = append(c.rf.by, cn.peer)
 	}
 	c.rf.answer = answer
 	return true

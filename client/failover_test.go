@@ -448,3 +448,57 @@ func TestLateRefusalLetsTheRequestBack(t *testing.T) {
 		})
 	}
 }
+
+// A request moved off a's connection to c is refused by a, late, while it
+// is pending on c. When c then lets it go (c is removed, and its drain
+// ends without an answer), a is the only server left: the refusal read on
+// a's connection says a never applied it, so it goes to a again rather
+// than waiting for its deadline.
+func TestLateRefusalWhileInFlightElsewhere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://c:1": newFakeServer("c.example.net")}
+		defer n.close()
+		var busy atomic.Bool
+		var applied atomic.Int32
+		n["tcp://a:1"].handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			if busy.Load() {
+				return message.NewAnswer(req).ResultCode(message.TooBusy).
+					String(message.OriginHost, 0, true, "a.example.net").
+					String(message.OriginRealm, 0, true, "example.net").Bytes()
+			}
+			applied.Add(1)
+			return n["tcp://a:1"].handler(ctx, p, req)
+		}
+		n["tcp://c:1"].handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			<-ctx.Done() // c never answers
+			return nil
+		}
+		c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://c:1"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+
+		n["tcp://a:1"].freeze()
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			_, err := c.Send(ctx, acr(1, "u1"))
+			done <- err
+		}()
+		time.Sleep(70 * time.Second) // a SUSPECT at 2 Tw: the request moves to c
+		busy.Store(true)
+		n["tcp://a:1"].unfreeze() // a refuses the request, late, while it is pending on c
+		time.Sleep(time.Second)
+		busy.Store(false)
+		_, err = c.SetPeers(context.Background(), []PeerSpec{spec(n, "tcp://a:1")})
+		require.NoError(t, err)
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(2 * time.Minute):
+			t.Fatal("the request still waits two minutes after c let it go, with a in service")
+		}
+		assert.Equal(t, int32(1), applied.Load(), "applied once, on its third send, a's again")
+	})
+}

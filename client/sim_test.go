@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,9 +29,10 @@ import (
 )
 
 var (
-	simN    = flag.Int("sim.n", 0, "TestSim: run schedules for seeds 1..n instead of the fixed set (a soak)")
-	simSeed = flag.Uint64("sim.seed", 0, "TestSim: replay the schedule of this seed only")
-	simFrom = flag.Uint64("sim.from", 1, "TestSim with -sim.n: the first seed")
+	simN     = flag.Int("sim.n", 0, "TestSim: run schedules for seeds 1..n instead of the fixed set (a soak)")
+	simSeed  = flag.Uint64("sim.seed", 0, "TestSim: replay the schedule of this seed only")
+	simFrom  = flag.Uint64("sim.from", 1, "TestSim with -sim.n: the first seed")
+	simTrace = flag.Bool("sim.trace", false, "TestSim: log each step of the schedule and each event of the Client (with -sim.seed)")
 )
 
 // simFixedSeeds is the set every `go test` runs. With -race a schedule
@@ -466,6 +468,13 @@ func (w *simWorld) recordsWith(id uint32) []string {
 
 func (w *simWorld) next() int { w.seq++; return w.seq }
 
+// tracef logs what a server does, with -sim.trace.
+func (w *simWorld) tracef(format string, args ...any) {
+	if *simTrace {
+		w.t.Logf("%v %s", time.Now().Format("04:05.000"), fmt.Sprintf(format, args...))
+	}
+}
+
 func (w *simWorld) violation(format string, args ...any) {
 	w.mu.Lock()
 	w.errs = append(w.errs, fmt.Sprintf(format, args...))
@@ -586,6 +595,7 @@ func (w *simWorld) handler(s *simServer, app peer.Handler) peer.Handler {
 		s.mu.Lock()
 		kind := s.kind
 		s.mu.Unlock()
+		w.tracef("%s receives %d (hbh %d, T %v) as %s", s.host, wire.EndToEnd(req), wire.HopByHop(req), wire.Flags(req)&wire.FlagRetransmit != 0, kind)
 		switch kind {
 		case "silent": // the request is lost in the server: no answer ever
 			w.mu.Lock()
@@ -623,9 +633,11 @@ func (w *simWorld) apply(s *simServer) peer.Handler {
 		}
 		s.mu.Unlock()
 		if delay > 0 {
+			w.tracef("%s holds %d for %v", s.host, id, delay)
 			select {
 			case <-time.After(delay):
 			case <-ctx.Done():
+				w.tracef("%s gives up %d: %v", s.host, id, context.Cause(ctx))
 				return nil
 			}
 		}
@@ -836,6 +848,10 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	// A subscriber slow to take a peer's state change: the Client reacts
 	// to it (balancer, parked requests, failover) a little later.
 	cancelSub := c.Events().Subscribe(func(e Event) {
+		if *simTrace {
+			b, _ := json.Marshal(e.Line())
+			t.Logf("%v event %s", e.Time.Format("04:05.000"), b)
+		}
 		if e.Kind == EventPeer && e.Peer != nil && e.Peer.Kind == peer.EventWatchdog {
 			simPause(500 * time.Millisecond)
 		}
@@ -913,7 +929,9 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	steps := 15 + w.rng.IntN(25)
 	for range steps {
 		w.reconfigure(&bg)
-		switch k := w.rng.IntN(20); {
+		k := w.rng.IntN(20)
+		w.tracef("step %d", k)
+		switch {
 		case k < 5: // a burst of requests
 			for range 1 + w.rng.IntN(12) {
 				send()
