@@ -145,9 +145,9 @@ func TestCallerReadsItsOwnAnswer(t *testing.T) {
 	assert.GreaterOrEqual(t, c.bt.self.Load(), uint64(n-5), "answers read by their own caller")
 	assert.Equal(t, batonFree, c.bt.state.Load(), "the reader stays parked between callers")
 	assert.Equal(t, uint64(1), c.bt.parks.Load(), "the reader parked once, after the first answer, and read none after")
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	assert.Zero(t, c.writers, "every request went out inline")
+	c.out.Mu.Lock()
+	defer c.out.Mu.Unlock()
+	assert.Zero(t, c.out.Writers, "every request went out inline")
 }
 
 // A caller that wrote its request inline while another holds the baton

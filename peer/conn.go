@@ -9,7 +9,6 @@ import (
 	"math"
 	"net"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"fmt"
 
 	"github.com/aaatp/aaatp/call"
+	"github.com/aaatp/aaatp/internal/outbox"
 	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/internal/testhook"
 	"github.com/aaatp/aaatp/message"
@@ -44,7 +44,7 @@ type conn struct {
 	// pending requests by Hop-by-Hop id (F1), and those moved off this
 	// connection, still matched for a late answer (bounded: goneMax). mu
 	// guards the fields below; once lost or draining is set, nothing new
-	// is added. Lock order: mu, then a call's mutex, then wmu.
+	// is added.
 	mu       sync.Mutex
 	pending  pendingTable
 	gone     map[uint32]*dcall
@@ -89,18 +89,8 @@ type conn struct {
 	// (the reader's).
 	clock int64
 
-	// write queue: callers append under wmu; the writer swaps it out.
-	wmu      sync.Mutex
-	wq       [][]byte
-	wclosed  bool
-	spare    [][]byte            // the writer's other buffer, kept across writers
-	writing  bool                // a writer goroutine or an inline write is running
-	wwg      sync.WaitGroup      // writers; Add only under wmu while !wclosed
-	flushEnd bool                // after the queue drains, close (DPA sent)
-	tw       transport.TryWriter // nil unless the transport writes without waiting
-	writers  int                 // writer goroutines started (under wmu; for tests)
-	inline   int                 // messages written inline, whole (under wmu; for tests)
-	bp       serve.Backlog       // requests not answered on the wire yet (under wmu)
+	out outbox.Outbox // the write queue; lock order: mu, a call's mutex, out.Mu
+	bp  serve.Backlog // requests not answered on the wire yet (under out.Mu)
 
 	dpa      chan struct{} // closed when a DPA arrives
 	dpaOnce  sync.Once
@@ -119,14 +109,12 @@ type conn struct {
 
 func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
-	tw, _ := tc.(transport.TryWriter)
 	c := &conn{
 		p: p, tc: tc, remoteHost: remoteHost,
 		hbh:    wire.NewHopByHopGenRandom(),
 		dpa:    make(chan struct{}),
 		closed: make(chan struct{}),
 		ctx:    ctx, cancel: cancel,
-		tw: tw,
 		bp: serve.Backlog{Limit: DefaultMaxUnanswered},
 	}
 	var carrier call.Carrier // a server's connection carries no calls of ours
@@ -136,6 +124,10 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 	c.h.Init(carrier, c.retireCall)
 	if p != nil {
 		c.bp.Limit = p.cfg.MaxUnanswered
+	}
+	c.out.Init(tc, &c.bp, c.writeEnded)
+	c.out.IsAnswer = isAnswer // the answers the reader sends back (a DWA, a refusal) count too
+	if p != nil {
 		if p.cfg.InlineHandlerTime > 0 {
 			c.guard = time.AfterFunc(time.Hour, c.checkInline)
 			c.guard.Stop() // set by the first request a reader runs
@@ -162,9 +154,7 @@ func (c *conn) close(note string) {
 			c.downNote = note
 		}
 		c.mu.Unlock()
-		c.wmu.Lock()
-		c.wclosed = true
-		c.wmu.Unlock()
+		c.out.Close(false)
 		close(c.closed)
 		c.cancel()
 		c.tc.Close()
@@ -177,185 +167,30 @@ func (c *conn) note() string {
 	return c.downNote
 }
 
-// enqueue queues one message and makes sure a writer runs.
-func (c *conn) enqueue(msg []byte) error {
-	c.wmu.Lock()
-	if c.wclosed {
-		c.wmu.Unlock()
-		return ErrConnectionLost
-	}
-	c.wq = append(c.wq, msg)
-	if isAnswer(msg) {
-		c.bp.Queued++
-	}
-	c.kickLocked()
-	c.wmu.Unlock()
-	return nil
-}
-
-// enqueueRequest is enqueue for a request of ours; alone says no other
-// request is pending on the connection. A request alone, when nothing is
-// queued or being written, is for the caller to write inline (inline
-// true: call writeInline after letting go of c.mu), as enqueueLone does:
-// with one caller that saves a writer goroutine's start and wake-up on
-// every request, most of the round trip's scheduling. Requests that have
-// company go to the writer, which batches them. c.mu is held.
-func (c *conn) enqueueRequest(msg []byte, alone bool) (inline bool, err error) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if c.wclosed {
-		return false, ErrConnectionLost
-	}
-	if alone && c.inlineLocked() {
-		return true, nil
-	}
-	c.wq = append(c.wq, msg)
-	c.kickLocked()
-	return false, nil
-}
-
-// inlineLocked reports whether the caller may write a message itself,
-// now: the transport writes without waiting, nothing is queued or being
-// written and no close is due after the queue. If so the connection is
-// marked writing, so that whatever comes meanwhile queues behind the
-// caller's message, and the caller must call writeInline. c.wmu is held.
-func (c *conn) inlineLocked() bool {
-	if c.tw == nil || c.writing || len(c.wq) > 0 || c.flushEnd {
-		return false
-	}
-	c.writing = true
-	return true
-}
-
-// enqueueLone is enqueue for a message that usually travels alone: a DWR,
-// the DWA or error answer the reader sends back, a DPR or DPA. When
-// nothing is queued or being written and the transport can write without
-// waiting, the caller's goroutine writes it, so that it costs no writer
-// goroutine and no wake-up: that is most of what an idle connection
-// sends. Requests and their answers keep going through the writer, which
-// batches them: written inline one by one they cost more (a syscall each,
-// and the caller no longer runs alongside the writer).
+// enqueueLone queues a message that usually travels alone (a DWR, the
+// DWA or error answer the reader sends back, a DPR or DPA), or writes it
+// on the caller's goroutine when the connection is free: most of what an
+// idle connection sends then costs no writer goroutine and no wake-up.
 func (c *conn) enqueueLone(msg []byte) error {
 	c.wakeReader() // its answer (a DWA, a DPA) is for the reader to read
-	c.wmu.Lock()
-	if c.wclosed {
-		c.wmu.Unlock()
+	switch inline, ok := c.out.SendOrInline(msg, true); {
+	case !ok:
 		return ErrConnectionLost
+	case inline:
+		c.out.WriteInline(msg)
 	}
-	if c.inlineLocked() {
-		c.wmu.Unlock()
-		c.writeInline(msg)
-		return nil
-	}
-	c.wq = append(c.wq, msg)
-	if isAnswer(msg) {
-		c.bp.Queued++
-	}
-	c.kickLocked()
-	c.wmu.Unlock()
 	return nil
 }
 
-// writeInline writes msg with one write that never waits, c.writing set
-// by the caller. What the socket did not take goes to the head of the
-// queue for a writer, as does anything queued meanwhile; a write error
-// closes the connection as the writer's does. The caller is never blocked
-// behind a full send buffer: a reader answering a DWR must not wait for
-// its own peer to read, or two peers writing to each other could deadlock.
-func (c *conn) writeInline(msg []byte) {
-	n, err := c.tw.TryWrite(msg)
+func isAnswer(msg []byte) bool { return len(msg) > 4 && msg[4]&wire.FlagRequest == 0 }
+
+// writeEnded closes the connection after a failed write, or once the DPA
+// is written (err nil).
+func (c *conn) writeEnded(err error) {
 	if err != nil {
 		c.close(writeFailed + err.Error())
-		c.wmu.Lock()
-		c.writing = false
-		c.wmu.Unlock()
-		return
-	}
-	c.wmu.Lock()
-	if n < len(msg) {
-		c.wq = slices.Insert(c.wq, 0, msg[n:])
-		if isAnswer(msg) {
-			c.bp.Queued++
-		}
 	} else {
-		c.inline++
-	}
-	c.writing = false
-	c.wakeLocked() // a Handler's answer written whole leaves the backlog
-	if !c.wclosed && (len(c.wq) > 0 || c.flushEnd) {
-		c.kickLocked()
-	}
-	c.wmu.Unlock()
-}
-
-// kickLocked starts a writer unless one runs. The writer exits when the
-// queue is empty, so an idle connection costs no writer goroutine; under
-// load it keeps running and batches. c.wmu is held, and the connection is
-// not closed, so the Add cannot race with the reader's Wait.
-func (c *conn) kickLocked() {
-	if !c.writing {
-		c.writing = true
-		c.writers++
-		c.wwg.Add(1)
-		go c.writer()
-	}
-}
-
-// writer flushes the queue in batches: one writev for whatever callers
-// queued meanwhile. Yielding once before taking the batch lets callers that
-// are runnable right now add their message to it.
-func (c *conn) writer() {
-	defer c.wwg.Done()
-	for {
-		runtime.Gosched()
-		c.wmu.Lock()
-		batch := c.wq
-		end := c.flushEnd
-		if len(batch) == 0 && !end {
-			c.writing = false
-			c.wmu.Unlock()
-			return
-		}
-		// The two buffers must never share an array, or callers would
-		// append into what we write.
-		c.wq, c.spare = c.spare[:0], nil
-		c.bp.Writing, c.bp.Queued = c.bp.Queued, 0
-		c.wmu.Unlock()
-		err := c.tc.WriteMessages(batch...)
-		clear(batch)
-		c.wmu.Lock()
-		c.spare = batch[:0]
-		c.bp.Writing = 0
-		c.wakeLocked()
-		c.wmu.Unlock()
-		if err != nil {
-			c.close(writeFailed + err.Error())
-			return
-		}
-		if end {
-			c.close("disconnected by DPR")
-			return
-		}
-	}
-}
-
-// kick starts a writer for what is queued, unless one runs.
-func (c *conn) kick() {
-	c.wmu.Lock()
-	if !c.wclosed && len(c.wq) > 0 {
-		c.kickLocked()
-	}
-	c.wmu.Unlock()
-}
-
-// closeAfterFlush makes the writer close the connection once everything
-// queued so far is written (used after sending a DPA).
-func (c *conn) closeAfterFlush() {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.flushEnd = true
-	if !c.wclosed {
-		c.kickLocked()
+		c.close("disconnected by DPR")
 	}
 }
 
@@ -380,8 +215,12 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 	c.seq++
 	cl.seq = c.seq
 	c.pending.put(id, cl)
-	inline, err := c.enqueueRequest(raw, c.pending.len() == 1)
-	if err != nil {
+	// A request alone is for its caller to write (see outbox.Outbox):
+	// with one caller that saves a writer goroutine's start and wake-up
+	// on every request, most of the round trip's scheduling.
+	inline, ok := c.out.SendOrInline(raw, c.pending.len() == 1)
+	if !ok {
+		err = ErrConnectionLost
 		c.pending.del(id)
 		cl.Unboard(&c.h, b)
 		c.mu.Unlock()
@@ -396,7 +235,7 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 	}
 	if inline {
 		cl.via.Store(c.via())
-		c.writeInline(raw) // the connection is ours to write: see enqueueRequest
+		c.out.WriteInline(raw) // the connection is ours to write
 		if c.bt.state.Load() == batonFree {
 			// Its caller reads the answer (ReadAnswer). One already
 			// waiting (this submit is a dispatcher's) is woken for it.
@@ -443,17 +282,12 @@ func (c *conn) submitAll(calls []*call.Call) (refused []*call.Call, n, resends i
 		raws = append(raws, raw)
 		ok = append(ok, boarded{d, id, b})
 	}
-	c.wmu.Lock()
-	if c.wclosed {
-		c.wmu.Unlock()
+	if !c.out.Send(raws...) {
 		for _, b := range ok {
 			b.cl.Unboard(&c.h, b.b)
 		}
 		return nil, 0, 0, ErrConnectionLost
 	}
-	c.wq = append(c.wq, raws...)
-	c.kickLocked()
-	c.wmu.Unlock()
 	c.wakeReader()
 	for i, b := range ok {
 		b.cl.via.Store(nil)
@@ -620,7 +454,7 @@ func (c *conn) reader() {
 		// Taking over from a slow Handler (checkInline): the answers the
 		// old reader queued for its burst must not wait for that Handler.
 		c.deferred = false
-		c.kick()
+		c.out.Kick()
 	}
 	var at int64 // when the bytes of the message read arrived (p.mono)
 	for {
@@ -674,7 +508,7 @@ func (c *conn) reader() {
 			if p.cfg.ownLanes {
 				p.cfg.lanes.close() // parked workers end now; a later request still gets one
 			}
-			c.wwg.Wait() // no writer outlives its connection
+			c.out.Close(true) // no writer outlives its connection
 			p.step(input{kind: evConnDown, c: c, note: note})
 			return
 		}
@@ -687,7 +521,7 @@ func (c *conn) reader() {
 		}
 		if c.deferred && !c.rbuf.MessageBuffered() {
 			c.deferred = false
-			c.kick() // before the next read may wait
+			c.out.Kick() // before the next read may wait
 		}
 		if c.bt.hint {
 			c.bt.hint = false
@@ -915,13 +749,15 @@ func (c *conn) handle(req []byte) []byte {
 func (c *conn) answered(req, ans []byte, more bool) {
 	p := c.p
 	if ans == nil {
-		c.unheld() // the handler chose not to answer
+		c.out.Unheld(false) // the handler chose not to answer
 	} else {
 		// The answer carries the request's ids; R and T are never set on it.
 		wire.SetHopByHop(ans, wire.HopByHop(req))
 		wire.SetEndToEnd(ans, wire.EndToEnd(req))
 		wire.SetFlags(ans, wire.Flags(ans)&^(wire.FlagRequest|wire.FlagRetransmit))
-		if c.enqueueAnswer(ans, more) == nil {
+		// The answer to the only request in a Handler, when nothing is
+		// queued or being written, is written by the Handler's goroutine.
+		if c.out.Answer(ans, false, more, true) {
 			p.stats.answersSent.Add(1)
 		}
 	}
@@ -951,7 +787,7 @@ func (c *conn) holdDPA(dpa []byte, bound time.Duration) {
 func (c *conn) releaseDPA() {
 	if d := c.heldDPA.Swap(nil); d != nil {
 		c.enqueueLone(*d)
-		c.closeAfterFlush()
+		c.out.CloseAfterFlush()
 	}
 }
 
@@ -1309,7 +1145,7 @@ type baton struct {
 
 // initBaton gives c a baton when its transport can be read by callers.
 func (c *conn) initBaton() {
-	if ri, ok := c.tc.(transport.ReadInterrupter); ok && ri.ReadResumes() && c.tw != nil && c.rbuf != nil && !batonOff {
+	if ri, ok := c.tc.(transport.ReadInterrupter); ok && ri.ReadResumes() && c.out.Inlines() && c.rbuf != nil && !batonOff {
 		c.bt.rd = ri
 		c.bt.ch = make(chan struct{}, 1)
 		c.bt.lastRq = math.MinInt64 / 2 // no request yet

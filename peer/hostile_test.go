@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -304,4 +305,57 @@ func acrFrom(host string) []byte {
 		String(message.DestinationRealm, 0, true, "example.net").
 		Uint32(message.AccountingRecordType, 0, true, 2).
 		Uint32(message.AccountingRecordNumber, 0, true, 0).Bytes()
+}
+
+// A peer that pipelines requests the server refuses before its Handler
+// (here a spoofed Origin-Host) and never reads the refusals: the refusals
+// waiting to be written count against MaxUnanswered as answers do, so
+// the server stops reading and its queue stays bounded.
+func TestBackpressureCountsRefusals(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 8
+		ours, far := pipePair()
+		defer far.Close()
+		cfg := clientConfig("server.example.net")
+		cfg.MaxUnanswered = limit
+		cfg.Handler = acctHandler
+		s, err := Accept(ours, cfg)
+		require.NoError(t, err)
+		defer s.Close(context.Background())
+		ccfg, err := clientConfig("raw.example.net").validate()
+		require.NoError(t, err)
+		require.NoError(t, far.WriteMessages(withIDs(ccfg.newCER(far.LocalAddr()), wire.NewHopByHopGenRandom())))
+		_, err = far.ReadMessage()
+		require.NoError(t, err)
+
+		spoof := withAVPs(bareACR(0), goodAVPs("victim.example.net")...)
+		const total = 100
+		sent := make(chan int, 1)
+		go func() {
+			n := 0
+			for i := range total {
+				m := append([]byte(nil), spoof...)
+				wire.SetHopByHop(m, uint32(i))
+				if far.WriteMessages(m) != nil {
+					break
+				}
+				n++
+			}
+			sent <- n
+		}()
+		synctest.Wait()
+		st := s.Stats()
+		assert.LessOrEqual(t, st.Received, uint64(limit+2), "read at most MaxUnanswered refused requests (and those in hand)")
+		assert.Equal(t, uint64(1), st.Paused)
+		go func() {
+			for {
+				if _, err := far.ReadMessage(); err != nil {
+					return
+				}
+			}
+		}()
+		assert.Equal(t, total, <-sent, "reading the refusals lets it go on")
+		synctest.Wait()
+		assert.Equal(t, uint64(total), s.Stats().Refused)
+	})
 }

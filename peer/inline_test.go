@@ -22,9 +22,9 @@ import (
 // writeCounts returns how many writer goroutines c started and how many
 // messages it wrote whole from the caller's goroutine.
 func writeCounts(c *conn) (writers, inline int) {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	return c.writers, c.inline
+	c.out.Mu.Lock()
+	defer c.out.Mu.Unlock()
+	return c.out.Writers, c.out.Inlined
 }
 
 // Over TCP, a DWR is written by the timer's goroutine that decides to send
@@ -39,7 +39,7 @@ func TestLoneMessagesWrittenInline(t *testing.T) {
 	})
 	cc := p.cur.Load()
 	require.NotNil(t, cc)
-	require.NotNil(t, cc.tw, "plain TCP writes without waiting")
+	require.True(t, cc.out.Inlines(), "plain TCP writes without waiting")
 	require.Eventually(t, func() bool { return p.Stats().DWAReceived >= 1 }, 10*time.Second, 10*time.Millisecond)
 	require.Len(t, s.Peers(), 1)
 	sc := s.Peers()[0].cur.Load()
@@ -102,7 +102,7 @@ func TestLoneRequestKeepsOrder(t *testing.T) {
 	c := newConn(nil, a, "far")
 	defer func() {
 		c.close("test over")
-		c.wwg.Wait()
+		c.out.Close(true)
 	}()
 	var sent [][]byte
 	for i := range 200 { // about 3 MB: the inline write fills the buffers, a writer takes the rest
@@ -111,19 +111,19 @@ func TestLoneRequestKeepsOrder(t *testing.T) {
 		require.NoError(t, c.enqueueLone(m))
 	}
 	lone := frame(120, 1000, true)
-	inline, err := c.enqueueRequest(lone, true)
+	inline, err := enqueueRequest(c, lone, true)
 	require.NoError(t, err)
 	assert.False(t, inline, "a lone request went inline past a busy writer")
 	sent = append(sent, lone)
 	readInOrder(t, far, sent)
 	waitWriterIdle(t, c)
 	next := frame(120, 1001, true)
-	inline, err = c.enqueueRequest(next, true)
+	inline, err = enqueueRequest(c, next, true)
 	require.NoError(t, err)
 	require.True(t, inline, "a lone request on an idle connection")
-	c.writeInline(next)
+	c.out.WriteInline(next)
 	with := frame(120, 1002, true)
-	inline, err = c.enqueueRequest(with, false)
+	inline, err = enqueueRequest(c, with, false)
 	require.NoError(t, err)
 	assert.False(t, inline, "a request with company goes to the writer")
 	for _, want := range [][]byte{next, with} {
@@ -145,21 +145,21 @@ func TestInlineAnswerFreesBacklog(t *testing.T) {
 	c.bp.Limit = 1
 	defer func() {
 		c.close("test over")
-		c.wwg.Wait()
+		c.out.Close(true)
 	}()
-	c.held() // the one request the limit allows, in a Handler
+	c.out.Held(false) // the one request the limit allows, in a Handler
 	resumed := make(chan struct{})
 	go func() {
 		c.waitRoom()
 		close(resumed)
 	}()
 	require.Eventually(t, func() bool {
-		c.wmu.Lock()
-		defer c.wmu.Unlock()
+		c.out.Mu.Lock()
+		defer c.out.Mu.Unlock()
 		return c.bp.Waiting()
 	}, 5*time.Second, time.Millisecond, "the reader pauses at the limit")
 	ans := frame(100, 7, false)
-	require.NoError(t, c.enqueueAnswer(ans, false))
+	require.True(t, c.out.Answer(ans, false, false, true))
 	_, inline := writeCounts(c)
 	assert.Equal(t, 1, inline, "the only answer owed goes inline")
 	select {
@@ -191,7 +191,7 @@ func TestTLSWritesThroughWriter(t *testing.T) {
 	}
 	cc := p.cur.Load()
 	require.NotNil(t, cc)
-	assert.Nil(t, cc.tw)
+	assert.False(t, cc.out.Inlines())
 	writers, inline := writeCounts(cc)
 	assert.Zero(t, inline)
 	assert.GreaterOrEqual(t, writers, 1, "the writer sends the requests")
@@ -263,7 +263,7 @@ func TestInlineWriteHandsRestToWriter(t *testing.T) {
 	c := newConn(nil, a, "far")
 	defer func() {
 		c.close("test over")
-		c.wwg.Wait()
+		c.out.Close(true)
 	}()
 
 	var sent [][]byte
@@ -361,7 +361,7 @@ func TestNoDeadlockWhenBothSidesWrite(t *testing.T) {
 		writers, inline := writeCounts(c)
 		t.Logf("%d written inline, %d writers", inline, writers)
 		c.close("test over")
-		c.wwg.Wait()
+		c.out.Close(true)
 	}
 }
 
@@ -380,8 +380,17 @@ func readInOrder(t *testing.T, far transport.Conn, sent [][]byte) {
 func waitWriterIdle(t *testing.T, c *conn) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		c.wmu.Lock()
-		defer c.wmu.Unlock()
-		return !c.writing
+		c.out.Mu.Lock()
+		defer c.out.Mu.Unlock()
+		return !c.out.Writing()
 	}, 5*time.Second, time.Millisecond)
+}
+
+// enqueueRequest queues msg as conn.submit does.
+func enqueueRequest(c *conn, msg []byte, alone bool) (inline bool, err error) {
+	inline, ok := c.out.SendOrInline(msg, alone)
+	if !ok {
+		return false, ErrConnectionLost
+	}
+	return inline, nil
 }

@@ -43,7 +43,7 @@ func (l *handlerLanes) close() {
 // or answers it DIAMETER_TOO_BUSY when that lane is full.
 func (p *Peer) serveOnWorker(c *conn, req []byte) {
 	c.owed.Add(1)
-	c.held()
+	c.out.Held(false)
 	lane := p.cfg.lanes.other
 	if wire.CommandCode(req) == message.CmdAccounting {
 		lane = p.cfg.lanes.acct

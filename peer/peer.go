@@ -519,7 +519,7 @@ func (p *Peer) serve(c *conn, req []byte) (moved bool) {
 		return false
 	}
 	c.owed.Add(1)
-	c.held()
+	c.out.Held(false)
 	// The Handler's time on the reader counts from the reader's latest
 	// clock reading: the socket read that brought req, or the end of the
 	// Handler before it in the same burst (whose bytes arrived together).

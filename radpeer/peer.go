@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/outbox"
 	"github.com/aaatp/aaatp/internal/serial"
 
 	"github.com/aaatp/aaatp/call"
@@ -486,7 +487,7 @@ func (p *Peer) run(e *effect) {
 	case fxSend:
 		e.c.sendRequest(e.id, e.cl)
 	case fxWrite:
-		e.c.out.send(e.rare.b)
+		e.c.out.Send(e.rare.b)
 	case fxFail:
 		if e.cl.Fail(e.rare.err) && e.rare.lost {
 			p.stats.lost.Add(1)
@@ -931,7 +932,7 @@ type conn struct {
 	h   call.Conn // this connection in the calls sent on it
 	l   *link
 	tc  transport.Conn
-	out *outbox
+	out outbox.Outbox
 
 	slots      [256]slot // by Identifier; 0 is never used for requests
 	free       idRing
@@ -955,7 +956,7 @@ type conn struct {
 
 func newConn(l *link, tc transport.Conn) *conn {
 	c := &conn{l: l, tc: tc, free: newIDRing()}
-	c.out = &outbox{tc: tc, onError: func(error) { tc.Close() }}
+	c.out.Init(tc, nil, func(error) { tc.Close() })
 	c.h.Init(l.p, c.retireCall)
 	return c
 }
@@ -1040,7 +1041,7 @@ func (c *conn) sendRequest(id byte, cl *rcall) {
 	c.sent++
 	p.stats.sent.Add(1)
 	p.unlock()
-	c.out.send(b)
+	c.out.Send(b)
 }
 
 // deliver completes cl with resp, the verified answer read on c,
@@ -1080,7 +1081,7 @@ func (c *conn) reader() {
 				note = err.Error()
 			}
 			c.tc.Close()
-			c.out.close()
+			c.out.Close(true)
 			p.mu.Lock()
 			if byServer && c.note == "" && !c.closed && c.sent > 0 && !c.verified {
 				c.suspectSecret(fmt.Sprintf("the server at %s closed the connection after %d request(s) and no answer", c.addr(), c.sent))

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/outbox"
 	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
@@ -315,12 +316,12 @@ func (s *Server) start(tc transport.Conn, release func()) {
 	s.connections.Add(1)
 	c := &serverConn{s: s, tc: tc, addr: addr, secret: secret, release: release, opened: time.Now()}
 	c.ctx, c.cancel = context.WithCancel(withSender(s.ctx, Sender{Addr: addr}))
-	c.out = &outbox{tc: tc, bp: &serve.Backlog{Limit: s.cfg.MaxUnanswered}, base: s.cfg.MaxUnanswered, onError: func(error) {
+	c.out.Init(tc, &serve.Backlog{Limit: s.cfg.MaxUnanswered}, func(error) {
 		tc.Close()
 		c.cancel()
-	}}
+	})
 	if c.rd, _ = tc.(transport.ReadDeadliner); c.rd != nil {
-		c.out.idle = c.armIdleLocked
+		c.out.Idle = c.armIdleLocked
 	}
 	s.mu.Lock()
 	if s.ctx.Err() != nil {
@@ -401,13 +402,13 @@ type serverConn struct {
 	addr    netip.Addr              // the client's IP address
 	secret  []byte                  // the client's shared secret, chosen at accept
 	rd      transport.ReadDeadliner // nil if tc has no deadlines
-	out     *outbox
+	out     outbox.Outbox
 	ctx     context.Context // carries the Sender; ends when the connection does
 	cancel  context.CancelFunc
 	opened  time.Time
 	release func() // ends the count among connections not admitted yet
 
-	deadline time.Time // the read deadline set, zero for none; guarded by out.mu
+	deadline time.Time // the read deadline set, zero for none; guarded by out.Mu
 
 	// Reader-goroutine state.
 	admitted bool // a request passed verification
@@ -419,7 +420,7 @@ func (c *serverConn) serve() {
 	name := c.tc.RemoteAddr().String()
 	note := ""
 	for note == "" {
-		c.out.waitRoom(c.ctx.Done(), c.paused)
+		c.out.WaitRoom(c.ctx.Done(), c.paused)
 		c.setDeadline()
 		b, err := c.tc.ReadMessage()
 		switch {
@@ -445,7 +446,7 @@ func (c *serverConn) serve() {
 	c.tc.Close()
 	c.cancel()
 	c.release()
-	c.out.close()
+	c.out.Close(true)
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
@@ -465,8 +466,8 @@ func (c *serverConn) setDeadline() {
 	if c.rd == nil {
 		return
 	}
-	c.out.mu.Lock()
-	defer c.out.mu.Unlock()
+	c.out.Mu.Lock()
+	defer c.out.Mu.Unlock()
 	if !c.admitted {
 		c.setDeadlineLocked(c.opened.Add(c.s.cfg.OpeningTimeout))
 		return
@@ -479,9 +480,9 @@ func (c *serverConn) setDeadline() {
 // idle, and no answer it waits for is lost to the timeout. The outbox
 // calls it too, when the last answer owed is written. A deadline set
 // less than idleSlack ago is left as it is: a busy connection does not
-// pay for a new one at every request. c.out.mu is held.
+// pay for a new one at every request. c.out.Mu is held.
 func (c *serverConn) armIdleLocked() {
-	if c.s.cfg.IdleTimeout < 0 || c.out.bp.Unanswered() > 0 {
+	if c.s.cfg.IdleTimeout < 0 || c.out.BP.Unanswered() > 0 {
 		c.setDeadlineLocked(time.Time{})
 		return
 	}
@@ -498,7 +499,7 @@ func (c *serverConn) armIdleLocked() {
 const idleSlack = time.Second
 
 // setDeadlineLocked sets the read deadline, unless it is set already.
-// c.out.mu is held.
+// c.out.Mu is held.
 func (c *serverConn) setDeadlineLocked(t time.Time) {
 	if t.Equal(c.deadline) {
 		return
@@ -535,7 +536,7 @@ func (c *serverConn) request(b []byte) string {
 	s.received.Add(1)
 	s.nas.received(c.addr)
 	acct := code == lradius.CodeAccountingRequest
-	c.out.held(acct)
+	c.out.Held(acct)
 	if code == lradius.CodeStatusServer {
 		// RFC 5997: answered by the server itself, never a login.
 		s.status.Add(1)
@@ -547,7 +548,7 @@ func (c *serverConn) request(b []byte) string {
 		lane = s.acct
 	}
 	if !lane.Submit(job{c, b}) {
-		c.out.unheld(acct)
+		c.out.Unheld(acct)
 		s.overload.Add(1)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindOverload, "RADIUS request dropped: its handlers and their queue are full",
 			"remote", c.tc.RemoteAddr().String(), "code", code.String(), "max_in_flight", s.cfg.MaxInFlight, "max_queued", s.cfg.MaxQueued)
@@ -560,19 +561,19 @@ func (s *Server) handle(j job) {
 	c := j.c
 	acct := radius.Code(j.b) == lradius.CodeAccountingRequest
 	if c.ctx.Err() != nil { // its connection is gone
-		c.out.unheld(acct)
+		c.out.Unheld(acct)
 		return
 	}
 	p, err := radius.Decode(j.b, c.secret) // ReadFrame validated it
 	if err != nil {
-		c.out.unheld(acct)
+		c.out.Unheld(acct)
 		return
 	}
 	if rc, attrs := s.cfg.Handler(c.ctx, p, j.b); rc != 0 {
 		c.answer(j.b, rc, attrs)
 		return
 	}
-	c.out.unheld(acct)
+	c.out.Unheld(acct)
 	s.dropped.Add(1)
 }
 
@@ -581,7 +582,7 @@ func (c *serverConn) answer(req []byte, code lradius.Code, attrs lradius.Attribu
 	acct := radius.Code(req) == lradius.CodeAccountingRequest
 	ans, err := radius.EncodeResponse(req, code, attrs, c.secret)
 	if err != nil {
-		c.out.unheld(acct)
+		c.out.Unheld(acct)
 		c.s.dropped.Add(1)
 		serve.Log(c.s.cfg.Logger, slog.LevelWarn, serve.KindDropped, "cannot encode RADIUS answer; dropped", "remote", c.tc.RemoteAddr().String(), "err", err)
 		return
@@ -589,7 +590,7 @@ func (c *serverConn) answer(req []byte, code lradius.Code, attrs lradius.Attribu
 	// Counted before it is queued, so that a client holding the answer
 	// sees it counted.
 	c.s.answered.Add(1)
-	if !c.out.answer(ans, acct) {
+	if !c.out.Answer(ans, acct, false, false) {
 		c.s.answered.Add(^uint64(0))
 		return
 	}
