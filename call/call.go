@@ -236,6 +236,9 @@ type Call struct {
 	// (a failover, a drain): a server may have applied it, so no other
 	// server's refusal may conclude it (Conclude). Under mu.
 	lost bool
+	// leftRefused: its last leave was a refusal (Refuse), not a loss
+	// (Leave). Under mu.
+	leftRefused bool
 	// Accounting: the request is accounting traffic (the throttle's
 	// class), not authentication or authorization.
 	Accounting bool
@@ -366,6 +369,7 @@ func (c *Call) leave(cn *Conn, refused bool, answer []byte, err error) bool {
 		return false
 	}
 	c.owner = nil
+	c.leftRefused = refused
 	if refused {
 		c.refused = answer != nil
 		if c.rf == nil {
@@ -736,6 +740,16 @@ func (c *Call) Refusers() []Carrier {
 		return nil
 	}
 	return slices.Clone(c.rf.by)
+}
+
+// LeftRefused reports whether the call left its last connection refused
+// by its peer (Refuse), rather than lost there (Leave): a hand-over of it
+// is a premature failover. A refusal read after it was lost there
+// (RefuseLate) does not make it one.
+func (c *Call) LeftRefused() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.leftRefused
 }
 
 // RefusedBy reports whether peer refused the call (Refuse).

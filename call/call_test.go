@@ -428,3 +428,21 @@ func TestRefuseLate(t *testing.T) {
 	require.True(t, ok)
 	assert.False(t, c.RefuseLate(&a.Conn, []byte("busy")), "complete")
 }
+
+// LeftRefused tells a call refused off its connection from one lost
+// there: a refusal read after the loss does not turn the loss into a
+// refusal, so a failover of it is not taken for a premature one.
+func TestLeftRefused(t *testing.T) {
+	c := newCall()
+	a, b := newConn("a"), newConn("b")
+	assert.False(t, c.LeftRefused(), "never sent")
+	boarded(t, c, a)
+	require.True(t, c.Refuse(&a.Conn, []byte("busy"), nil))
+	assert.True(t, c.LeftRefused())
+	boarded(t, c, b)
+	require.True(t, c.Leave(&b.Conn))
+	assert.False(t, c.LeftRefused(), "lost on b")
+	require.True(t, c.RefuseLate(&b.Conn, []byte("busy")))
+	assert.True(t, c.RefusedBy(tpeer{"pb"}), "b refused it, late")
+	assert.False(t, c.LeftRefused(), "still lost on b: the refusal came after")
+}

@@ -652,7 +652,12 @@ func (c *Client) dispatchAll(calls []*call.Call) []*member {
 // run of consecutive requests picked for the same peer goes in one batch
 // (one wake-up of its writer), and a request a peer refused is placed
 // again before the next run, so that requests leave in the order given
-// to every peer.
+// to every peer. Once a request that nothing of its own kept from a peer
+// waits (holdsBack), the requests after it that go anywhere wait behind
+// it: what kept it (its peers leaving service as it was submitted, a
+// view a step behind them) may be gone a moment later, and the next
+// request placed then would leave before it on the peer it takes once it
+// is placed.
 func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*call.Call) {
 	went := func(i int, m *member) {
 		if to != nil {
@@ -662,11 +667,18 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 	var run []*call.Call // picked for runTo, not submitted yet
 	var runAt []int      // their indexes in calls
 	var runTo *member
+	holding := false // a request that holds back those after it waits
+	waits := func(cl *call.Call) {
+		wait = append(wait, cl)
+		holding = holding || c.holdsBack(cl, v)
+	}
 	elsewhere := func(i int, cl *call.Call, not *member) {
-		if m := c.placeOne(cl, v, []*member{not}); m != nil {
+		if holding && anywhere(cl) {
+			waits(cl)
+		} else if m := c.placeOne(cl, v, []*member{not}); m != nil {
 			went(i, m)
 		} else if !cl.IsDone() {
-			wait = append(wait, cl)
+			waits(cl)
 		}
 	}
 	flush := func() {
@@ -687,10 +699,13 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 		if cl.IsDone() {
 			continue
 		}
-		m := c.pick(cl, v)
+		var m *member
+		if !holding || !anywhere(cl) {
+			m = c.pick(cl, v)
+		}
 		if m == nil {
 			flush() // those before it first, in case they end up waiting too
-			wait = append(wait, cl)
+			waits(cl)
 			continue
 		}
 		if m != runTo {
@@ -719,6 +734,28 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 	flush()
 	return wait
 }
+
+// holdsBack reports whether cl, which found no peer in v, holds back the
+// requests after it in its batch: nothing of its own kept it from a peer
+// open in v (no Destination-Host, no refusal, no connection of such a
+// peer it was sent on). One that waits for its own reason does not: the
+// others need not wait for its host, its refusals to be forgotten, or a
+// connection it was never sent on.
+func (c *Client) holdsBack(cl *call.Call, v *avail) bool {
+	if !anywhere(cl) {
+		return false
+	}
+	for _, m := range v.ros.all {
+		if k := m.carrier(); v.open[m.index] && k != nil && k.Avoids(cl) {
+			return false
+		}
+	}
+	return true
+}
+
+// anywhere reports whether cl may go to any peer: it names no
+// Destination-Host and no peer refused it.
+func anywhere(cl *call.Call) bool { return cl.Key.Dest == "" && len(cl.Refusers()) == 0 }
 
 // submitRun submits calls to m in one batch and returns those it refused.
 func (c *Client) submitRun(m *member, calls []*call.Call) (refused []*call.Call) {
@@ -1119,7 +1156,7 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 		if cl.IsDone() {
 			continue
 		}
-		if cl.RefusedBy(from) {
+		if cl.LeftRefused() && cl.RefusedBy(from) {
 			fm.stats.premature.Add(1)
 		} else if dh := cl.Key.Dest; dh != "" && names(dh, from) {
 			// Addressed to the peer that failed: not moved to another host

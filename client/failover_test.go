@@ -502,3 +502,76 @@ func TestLateRefusalWhileInFlightElsewhere(t *testing.T) {
 		assert.Equal(t, int32(1), applied.Load(), "applied once, on its third send, a's again")
 	})
 }
+
+// A request addressed to a by Destination-Host is lost when a's watchdog
+// gives up on it, and a's refusal of it (3004, a thawed and too busy) is
+// read before the Client has taken the hand-over: the request was lost
+// first, so it still fails as DIAMETER_UNABLE_TO_DELIVER, as without the
+// refusal, and is not sent to a again once the refusal is forgotten.
+func TestLateRefusalBeforeHandOverOfPinnedRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		defer n.close()
+		var busy atomic.Bool
+		var seen atomic.Int32
+		n["tcp://a:1"].handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			seen.Add(1)
+			if busy.Load() {
+				return message.NewAnswer(req).ResultCode(message.TooBusy).
+					String(message.OriginHost, 0, true, "a.example.net").
+					String(message.OriginRealm, 0, true, "example.net").Bytes()
+			}
+			return n["tcp://a:1"].handler(ctx, p, req)
+		}
+		refusalRead := make(chan struct{})
+		var once sync.Once
+		var cp atomic.Pointer[Client]
+		beforeRefresh = func() {
+			if c := cp.Load(); c != nil && c.Peers()[0].State() == watchdog.Suspect {
+				// On a's notifier: its hand-over waits behind this state
+				// change. Thaw a now, and let its refusal in first.
+				once.Do(func() {
+					busy.Store(true)
+					n["tcp://a:1"].unfreeze()
+					<-refusalRead
+				})
+			}
+		}
+		defer func() { beforeRefresh = nil }()
+		c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1"))
+		require.NoError(t, err)
+		cp.Store(c)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+
+		n["tcp://a:1"].freeze()
+		done := make(chan error, 1)
+		go func() {
+			req := message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
+				String(message.SessionID, 0, true, "s;1").
+				String(message.OriginHost, 0, true, "client.example.net").
+				String(message.OriginRealm, 0, true, "example.net").
+				String(message.DestinationRealm, 0, true, "example.net").
+				String(message.DestinationHost, 0, true, "a.example.net").Bytes()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+			defer cancel()
+			_, err := c.Send(ctx, req)
+			done <- err
+		}()
+		time.Sleep(61 * time.Second) // a SUSPECT at 2 Tw, its refusal read meanwhile
+		synctest.Wait()
+		require.Equal(t, int32(1), seen.Load(), "a got the request once, and refused it")
+		close(refusalRead)
+		busy.Store(false)
+		select {
+		case err := <-done:
+			require.Error(t, err)
+			assert.ErrorIs(t, err, ErrUnableToDeliver)
+		case <-time.After(time.Minute):
+			t.Fatal("the request still waits a minute after its host's hand-over")
+		}
+		synctest.Wait()
+		assert.Equal(t, int32(1), seen.Load(), "not sent to a again")
+		assert.Empty(t, n["tcp://b:1"].received(), "never to another host")
+	})
+}
