@@ -522,12 +522,10 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return 2
 	}
 
-	var ew *eventWriter
-	if o.events != "" {
-		if ew, err = openEvents(clientLines(bus), o.events, stdout); err != nil {
-			fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
-			return 1
-		}
+	ew, err := openEvents(clientLines(bus), o.events, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 1
 	}
 	metrics := newMetrics(o.status)
 	c := newLoadgen(o, log, metrics)
@@ -759,21 +757,7 @@ func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
 	}
 	began := time.Now()
 
-	progressDone := make(chan struct{})
-	stopProgress := make(chan struct{})
-	go func() {
-		defer close(progressDone)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case now := <-t.C:
-				fmt.Fprintln(stdout, c.progress(now.Sub(began)))
-			case <-stopProgress:
-				return
-			}
-		}
-	}()
+	stopProgress := every(time.Second, func(now time.Time) { fmt.Fprintln(stdout, c.progress(now.Sub(began))) })
 	stopWatch := newStallWatch(c.cl.ServerStats, c.log).start()
 
 	dl := newDeadlines(ctx, c.o.timeout)
@@ -791,8 +775,7 @@ func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
 		c.closedLoop(ctx, runCtx, dl)
 	}
 	stopWatch()
-	close(stopProgress)
-	<-progressDone
+	stopProgress()
 }
 
 // closedLoop is --rate 0: --concurrency callers, each sending its next

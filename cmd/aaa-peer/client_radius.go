@@ -381,13 +381,10 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 			protocol = "RADIUS/TLS"
 		}
 	}
-	var ew *eventWriter
-	if o.events != "" {
-		var err error
-		if ew, err = openEvents(clientLines(events), o.events, stdout); err != nil {
-			fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
-			return 1
-		}
+	ew, err := openEvents(clientLines(events), o.events, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 1
 	}
 	d, err := o.newDriver(secret, events, log)
 	if err != nil {
@@ -421,27 +418,15 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 		defer cancel()
 	}
 	start := time.Now()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	done, progressDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(progressDone)
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				fmt.Fprintf(stderr, "t=%ds sent=%d answered=%d failed=%d servers=%s\n", int(time.Since(start).Seconds()),
-					tl.sent.Load(), tl.answered.Load(), tl.failed.Load(), d.states())
-			}
-		}
-	}()
+	stopProgress := every(time.Second, func(now time.Time) {
+		fmt.Fprintf(stderr, "t=%ds sent=%d answered=%d failed=%d servers=%s\n", int(now.Sub(start).Seconds()),
+			tl.sent.Load(), tl.answered.Load(), tl.failed.Load(), d.states())
+	})
 	stopWatch := newStallWatch(d.c.ServerStats, log).start()
 	loop := newOpenLoop(o.rate, o.concurrency, o.requests, log)
 	loop.run(runCtx, func(n int64, intended time.Time) { tl.one(ctx, d, o.request(n), intended) })
 	stopWatch()
-	close(done)
-	<-progressDone // no progress line after the report
+	stopProgress() // no progress line after the report
 	rep := radiusClientReport{Protocol: strings.ToLower(protocol), Algorithm: o.alg.String(), Sent: tl.sent.Load(), Answered: tl.answered.Load(),
 		Rejected: tl.rejected.Load(), Failed: tl.failed.Load(), FailedBy: tl.failedBy,
 		DroppedInFlight: loop.dropped.Load(), LatencyUS: tl.lat.Summary()}

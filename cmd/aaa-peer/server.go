@@ -426,12 +426,10 @@ func serveWith(ctx context.Context, args []string, stdout, stderr io.Writer, hoo
 		return 2
 	}
 
-	var ew *eventWriter
-	if o.events != "" {
-		if ew, err = openEvents(peerLines(bus), o.events, stdout); err != nil {
-			fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
-			return 1
-		}
+	ew, err := openEvents(peerLines(bus), o.events, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
+		return 1
 	}
 
 	s.topts, s.store, s.bus, s.metrics = topts, store, bus, metrics
