@@ -18,7 +18,6 @@ import (
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/latency"
-	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
@@ -81,60 +80,23 @@ Tw and last DWA, the failover table and the queues (/), the same as JSON
 ends.
 `
 
+// clientOptions are the Diameter client's: those of both clients
+// (server policy and throttling, off unless set, among them) and its own.
 type clientOptions struct {
-	peers          stringList
+	loadOptions
 	originHost     string
 	originRealm    string
 	destRealm      string
-	tw             time.Duration
-	rate           float64
-	concurrency    int
-	requests       int64
-	duration       time.Duration
-	nai            string
-	app            string
-	events         string
-	report         string
 	timeout        time.Duration
 	connectTimeout time.Duration
 	noDelay        bool
-	tlsCA          string
-	tlsCert        string
-	tlsKey         string
-	logLevel       string
-	logFormat      string
-	status         string
 	mode           string
-	algorithm      string
-	weights        stringList
 	waitPeers      int
 	dprHoldOff     time.Duration
-	maxFailed      string
 	cpuProfile     string
-	config         string
-	// specs are the --config file's peers by URL (names, weights,
-	// secrets); nil when the peers come from --peer.
-	specs map[string]client.PeerSpec
-	// own are the --config file's peers' own tw, TLS and limits by URL.
-	own map[string]ownSetting
-
-	// Server policy (7750 SR) and throttling (ASR5K): off unless set.
-	maxRate        int
-	maxOutstanding int
-	slot           time.Duration
-	queueAlarm     string
-	downTimeout    time.Duration
-	holdDown       time.Duration
-	testUser       string
-	keepAlive      time.Duration
 
 	// Parsed by validate.
 	clientMode client.Mode
-	alg        loadbalance.Algorithm
-	weightOf   map[string]int
-	alarmHigh  int
-	alarmLow   int
-	failShare  float64
 }
 
 func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
@@ -234,9 +196,6 @@ func (o *clientOptions) validate() error {
 			return err
 		}
 	}
-	if err := checkStatusAddr(o.status); err != nil {
-		return err
-	}
 	seen := make(map[string]bool, len(o.peers))
 	for _, u := range o.peers {
 		if err := checkURLScheme("peer", u, clientSchemes); err != nil {
@@ -254,19 +213,8 @@ func (o *clientOptions) validate() error {
 	if o.clientMode, err = client.ParseMode(o.mode); err != nil {
 		return usagef("--mode %q: want balance or failover", o.mode)
 	}
-	if o.alg, err = loadbalance.ParseAlgorithm(o.algorithm); err != nil {
-		return usagef("--algorithm %q: want pearson, hash, direct or round-robin", o.algorithm)
-	}
-	o.weightOf = make(map[string]int)
-	for _, w := range o.weights {
-		u, n, err := parseNameWeight(w, true)
-		if err != nil {
-			return usagef("--weight %q: %v", w, err)
-		}
-		if !seen[u] {
-			return usagef("--weight %q: %s is not a --peer", w, u)
-		}
-		o.weightOf[u] = n
+	if err := o.check(); err != nil {
+		return err
 	}
 	if o.requests == 0 && o.duration == 0 {
 		o.requests = 10
@@ -281,20 +229,6 @@ func (o *clientOptions) validate() error {
 	case o.keepAlive > 0 && o.testUser == "":
 		return usagef("--keepalive needs --test-user")
 	}
-	share, err := parseShare(o.maxFailed)
-	if err != nil {
-		return usagef("--max-failed %q: %v", o.maxFailed, err)
-	}
-	o.failShare = share
-	if o.queueAlarm != "" {
-		hi, lo, ok := strings.Cut(o.queueAlarm, ",")
-		h, err1 := strconv.Atoi(hi)
-		l, err2 := strconv.Atoi(lo)
-		if !ok || err1 != nil || err2 != nil || h <= 0 || l < 0 || l >= h {
-			return usagef("--queue-alarm %q: want HIGH,LOW with HIGH > LOW >= 0", o.queueAlarm)
-		}
-		o.alarmHigh, o.alarmLow = h, l
-	}
 	if o.timeout == 0 {
 		// Long enough for a hung peer's requests to be replayed (F11),
 		// whichever peer: the longest Tw.
@@ -305,20 +239,6 @@ func (o *clientOptions) validate() error {
 		o.timeout = client.FailoverDetection(tw) + peer.DefaultRequestTimeout
 	}
 	return nil
-}
-
-// parseShare parses a share of requests: a fraction in [0, 1] or a
-// percentage in [0%, 100%].
-func parseShare(s string) (float64, error) {
-	div := 1.0
-	if t, ok := strings.CutSuffix(s, "%"); ok {
-		s, div = t, 100
-	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil || math.IsNaN(f) || f < 0 || f/div > 1 {
-		return 0, errors.New("want a fraction from 0 to 1 or a percentage from 0% to 100%")
-	}
-	return f / div, nil
 }
 
 // flagSet reports whether the flag was given on the command line.
@@ -496,13 +416,9 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		log.Warn("--config: the client does not use this part of the file", "file", o.config, "ignored", u)
 	}
 	topts := transport.Options{NoDelay: o.noDelay}
-	if o.tlsCA != "" || o.tlsCert != "" {
-		tc, err := transport.ClientTLSConfig(o.tlsCA, o.tlsCert, o.tlsKey, "")
-		if err != nil {
-			fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
-			return 2
-		}
-		topts.TLS = tc
+	if topts.TLS, err = o.tlsConfig(); err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 2
 	}
 	defer tuneClientGCFromEnv()()
 	stopProfile, err := startCPUProfile(o.cpuProfile)
@@ -517,7 +433,7 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 	}()
 	bus := client.NewBus()
 	ccfg := o.clientConfig(log, topts, bus)
-	if ccfg.Peers, err = o.peerSpecs(); err != nil {
+	if ccfg.Peers, err = o.peerSpecs(nil, nil); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
@@ -570,7 +486,7 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		if c.onWire() == 0 {
 			log.Error("no request could be sent")
 			code = 1
-		} else if failed, sent := c.failures(); failed > 0 && float64(failed) > o.failShare*float64(sent) {
+		} else if failed, sent := c.failures(); o.tooManyFailed(failed, sent) {
 			log.Error("too many requests failed", "failed", failed, "sent", sent, "max_failed", o.maxFailed)
 			code = 3
 		}
@@ -595,26 +511,6 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		code = 1
 	}
 	return code
-}
-
-// peerSpecs are the client's peers in --peer order: each named by its URL,
-// or as the --config file names it, with its weight (--weight, else the
-// file's), the file's secret and its own tw, TLS (its files read) and
-// limits.
-func (o *clientOptions) peerSpecs() ([]client.PeerSpec, error) {
-	specs := make([]client.PeerSpec, 0, len(o.peers))
-	for _, u := range o.peers {
-		s, ok := o.specs[u]
-		if !ok {
-			s = client.PeerSpec{URL: u, Name: u}
-		}
-		s.Weight = o.weightOf[u]
-		if err := o.own[u].apply(&s, nil); err != nil {
-			return nil, err
-		}
-		specs = append(specs, s)
-	}
-	return specs, nil
 }
 
 // newLoadgen prepares a run of validated options o (its Client is set by

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/latency"
-	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
@@ -82,46 +80,26 @@ usage error, 3 when more than --max-failed of the requests failed (by
 default any), else 0.
 `
 
+// radiusClientOptions are the RADIUS client's: those of both clients
+// and its own.
 type radiusClientOptions struct {
+	loadOptions
 	// base and set are the command line's options alone and the flags
 	// given there: a reload applies --config over them.
 	base *radiusClientOptions
 	set  map[string]bool
-	// names are the --config file's names of its servers, by URL.
-	names map[string]string
 
-	peers, acctPeers             stringList
-	secretFile                   string
-	app, algorithm, nai          string
-	timeout, downTimeout, hold   time.Duration
-	retries                      int
-	testUser, testPassword       string
-	statusServer                 bool
-	requireMA                    radpeer.MessageAuthenticatorMode
-	keepAlive, slot, duration    time.Duration
-	maxRate, maxRateAcct, maxOut int
-	alarm                        string
-	rate                         float64
-	concurrency                  int
-	requests                     int64
-	report, status, events       string
-	logLevel, logFormat          string
-	alg                          loadbalance.Algorithm
-	alarmHigh, alarmLow          int
-	maxFailed                    string
-	failShare                    float64
-
-	config  string
-	secrets map[string][]byte     // per server, from --config
-	own     map[string]ownSetting // per server, from --config
-
-	// radius+tcp:// and radsec://
-	stream                 bool
-	tw, requestTimeout     time.Duration
-	maxConns               int
-	tlsCA, tlsCert, tlsKey string
-	weights                stringList
-	weightOf               map[string]int
+	acctPeers      stringList
+	secretFile     string
+	timeout        time.Duration // each attempt's
+	retries        int
+	testPassword   string
+	statusServer   bool
+	requireMA      radpeer.MessageAuthenticatorMode
+	maxRateAcct    int
+	stream         bool // radius+tcp:// and radsec://
+	requestTimeout time.Duration
+	maxConns       int
 }
 
 // hasRADIUSUDPPeer reports whether args name a RADIUS peer (radius://,
@@ -152,16 +130,16 @@ func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.timeout, "timeout", radpeer.DefaultUDPTimeout, "wait `D` for a reply to each attempt")
 	fs.IntVar(&o.retries, "retries", radpeer.DefaultUDPRetries, "attempts per request and server")
 	fs.DurationVar(&o.downTimeout, "down-timeout", 0, "no reply for `D` while sending puts a server out of service (default timeout x retries)")
-	fs.DurationVar(&o.hold, "hold-down", policy.DefaultHoldDown, "an out-of-service server gets nothing for `D`")
+	fs.DurationVar(&o.holdDown, "hold-down", policy.DefaultHoldDown, "an out-of-service server gets nothing for `D`")
 	fs.StringVar(&o.testUser, "test-user", "", "User-Name of the test user that probes (and with --keepalive keeps alive) servers")
 	fs.StringVar(&o.testPassword, "test-password", "", "the test user's User-Password (a test account's, not the shared secret)")
 	fs.BoolVar(&o.statusServer, "status-server", false, "probe and keep alive with Status-Server (RFC 5997) instead of a test user")
 	fs.DurationVar(&o.keepAlive, "keepalive", 0, "send the test message to each server every `D` (needs --test-user or --status-server)")
 	fs.IntVar(&o.maxRate, "max-rate", 0, "per-server max authentication requests per second (0: no limit)")
 	fs.IntVar(&o.maxRateAcct, "max-rate-acct", 0, "per-server max accounting requests per second (0: no limit)")
-	fs.IntVar(&o.maxOut, "max-outstanding", 0, "per-server and class max requests awaiting a reply (default 256)")
+	fs.IntVar(&o.maxOutstanding, "max-outstanding", 0, "per-server and class max requests awaiting a reply (default 256)")
 	fs.DurationVar(&o.slot, "slot", throttle.DefaultSlot, "rate slot length `D` (50ms..1s)")
-	fs.StringVar(&o.alarm, "queue-alarm", "", "HIGH,LOW: raise a server's queue alarm at depth HIGH, clear it at LOW")
+	fs.StringVar(&o.queueAlarm, "queue-alarm", "", "HIGH,LOW: raise a server's queue alarm at depth HIGH, clear it at LOW")
 	fs.Float64Var(&o.rate, "rate", 100, "`N` requests per second, open loop: each request leaves at its intended time (start + n/N) whatever the earlier ones are doing, and its latency is measured from that time, not from when it left (against coordinated omission, as wrk2)")
 	fs.IntVar(&o.concurrency, "concurrency", 256, "in-flight bound `N`: a request whose time comes while N are in flight is not sent (dropped_in_flight in the report, a warning at most once a second)")
 	fs.Int64Var(&o.requests, "requests", 0, "stop after N requests sent (those not sent at the in-flight bound do not count; 0: --duration)")
@@ -258,17 +236,6 @@ func (o *radiusClientOptions) validate() error {
 			return usagef("--tls-cert and --tls-key go together")
 		}
 	}
-	o.weightOf = map[string]int{}
-	for _, w := range o.weights {
-		u, n, err := parseNameWeight(w, true)
-		if err != nil {
-			return usagef("--weight %q: %v", w, err)
-		}
-		if !slices.Contains(o.peers, u) {
-			return usagef("--weight %q: %s is not a --peer", w, u)
-		}
-		o.weightOf[u] = n
-	}
 	if len(o.acctPeers) != 0 && len(o.acctPeers) != len(o.peers) {
 		return usagef("give one --acct-peer per --peer, or none")
 	}
@@ -277,13 +244,8 @@ func (o *radiusClientOptions) validate() error {
 	default:
 		return usagef("--app %q: want auth, acct or status", o.app)
 	}
-	alg, err := loadbalance.ParseAlgorithm(o.algorithm)
-	if err != nil {
-		return usagef("--algorithm: %v", err)
-	}
-	o.alg = alg
 	switch {
-	case o.timeout <= 0 || o.retries < 1 || o.hold <= 0 || o.downTimeout < 0:
+	case o.timeout <= 0 || o.retries < 1 || o.holdDown <= 0 || o.downTimeout < 0:
 		return usagef("--timeout, --retries and --hold-down must be positive, --down-timeout not negative")
 	case o.testUser != "" && o.statusServer:
 		return usagef("--test-user and --status-server are two kinds of probe: choose one")
@@ -292,15 +254,7 @@ func (o *radiusClientOptions) validate() error {
 	case !(o.rate > 0) || o.concurrency < 1 || o.requests < 0 || (o.requests == 0 && o.duration <= 0):
 		return usagef("--rate and --concurrency must be positive, with --requests or a positive --duration")
 	}
-	if o.failShare, err = parseShare(o.maxFailed); err != nil {
-		return usagef("--max-failed %q: %v", o.maxFailed, err)
-	}
-	if o.alarm != "" {
-		if _, err := fmt.Sscanf(o.alarm, "%d,%d", &o.alarmHigh, &o.alarmLow); err != nil || o.alarmLow >= o.alarmHigh || o.alarmLow < 0 {
-			return usagef("--queue-alarm %q: want HIGH,LOW with 0 <= LOW < HIGH", o.alarm)
-		}
-	}
-	return checkStatusAddr(o.status)
+	return o.check()
 }
 
 // radiusClientReport is the JSON report of a RADIUS run.
@@ -445,7 +399,7 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	if rep.Answered == 0 {
 		return 1
 	}
-	if rep.Failed > 0 && float64(rep.Failed) > o.failShare*float64(rep.Sent) {
+	if o.tooManyFailed(rep.Failed, rep.Sent) {
 		fmt.Fprintf(stderr, "aaa-peer client: %d of %d requests failed (--max-failed %s)\n", rep.Failed, rep.Sent, o.maxFailed)
 		return 3
 	}

@@ -136,7 +136,7 @@ func (c *loadgen) reloadPeers(base clientOptions, set map[string]bool) ([]string
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	specs, err := o.peerSpecs()
+	specs, err := o.peerSpecs(nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +176,7 @@ func (o *radiusClientOptions) reloadPeers(c *client.Client, metrics *status.Metr
 	if n.stream != o.stream || n.radsec() != o.radsec() {
 		return nil, fmt.Errorf("the servers' protocol changed (%s:// to %s://): restart to apply", scheme(o.peers[0]), scheme(n.peers[0]))
 	}
-	specs, err := n.peerSpecs()
+	specs, err := n.peerSpecs(n.acctPeers, &n.maxRateAcct)
 	if err != nil {
 		return nil, err
 	}
@@ -185,9 +185,9 @@ func (o *radiusClientOptions) reloadPeers(c *client.Client, metrics *status.Metr
 		{"tw", fmt.Sprint(o.tw), fmt.Sprint(n.tw)},
 		{"max-conns", fmt.Sprint(o.maxConns), fmt.Sprint(n.maxConns)},
 		{"timeout, retries", fmt.Sprint(o.timeout, o.retries), fmt.Sprint(n.timeout, n.retries)},
-		{"down-timeout, hold-down", fmt.Sprint(o.downTimeout, o.hold), fmt.Sprint(n.downTimeout, n.hold)},
+		{"down-timeout, hold-down", fmt.Sprint(o.downTimeout, o.holdDown), fmt.Sprint(n.downTimeout, n.holdDown)},
 		{"tls-ca, tls-cert, tls-key", fmt.Sprintf("%q %q %q", o.tlsCA, o.tlsCert, o.tlsKey), fmt.Sprintf("%q %q %q", n.tlsCA, n.tlsCert, n.tlsKey)},
-		{"max-rate, max-rate-acct, max-outstanding", fmt.Sprint(o.maxRate, o.maxRateAcct, o.maxOut), fmt.Sprint(n.maxRate, n.maxRateAcct, n.maxOut)},
+		{"max-rate, max-rate-acct, max-outstanding", fmt.Sprint(o.maxRate, o.maxRateAcct, o.maxOutstanding), fmt.Sprint(n.maxRate, n.maxRateAcct, n.maxOutstanding)},
 		{"secret-file", o.secretFile, n.secretFile},
 	})
 	return applyPeers(c, specs, restart, metrics)
