@@ -17,10 +17,12 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/config"
 	"github.com/aaatp/aaatp/latency"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
+	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/status"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/transport"
@@ -241,13 +243,6 @@ func (o *clientOptions) validate() error {
 	return nil
 }
 
-// flagSet reports whether the flag was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}
-
 // throttled and policed say whether any throttle or policy flag was given.
 func (o *clientOptions) throttled() bool {
 	for _, s := range o.own {
@@ -377,7 +372,7 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 			return 2
 		}
 	}
-	if hasRADIUSUDPPeer(args) || configNamesRADIUS(args) {
+	if slices.ContainsFunc(peerArgs(args), radpeer.IsURL) || configNamesRADIUS(args) {
 		return runRadiusClient(ctx, args, stdout, stderr, hup)
 	}
 	var o clientOptions
@@ -399,11 +394,11 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
-	if o.rate > 0 && !flagSet(fs, "concurrency") {
+	if o.rate > 0 && !set["concurrency"] {
 		// Open loop: room for every request to run its --timeout.
 		o.concurrency = openLoopBound(o.rate, o.timeout)
 	}
-	if o.clientMode == client.PrimarySecondary && !flagSet(fs, "wait-peers") {
+	if o.clientMode == client.PrimarySecondary && !set["wait-peers"] {
 		// Start on the primary, not on whichever peer answered first.
 		o.waitPeers = 0
 	}
@@ -467,7 +462,7 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 	c.peersEver() // the first peers, before a reload may remove them
 	var reloads reloadStats
 	reloads.exportTo(metrics, time.Now())
-	defer watchReload(hup, log, o.config, &reloads, func() ([]string, error) { return c.reloadPeers(base, set) })()
+	defer watchReload(hup, log, o.config, set["peer"], &reloads, func(cfg *config.Config) ([]string, error) { return c.reloadPeers(cfg, base, set) })()
 	web, err := openStatus(o.status, status.SourceFunc(c.clientSnapshot), metrics, log)
 	if err != nil {
 		log.Error("status page", "err", err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/config"
 	"github.com/aaatp/aaatp/latency"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
@@ -100,21 +101,6 @@ type radiusClientOptions struct {
 	stream         bool // radius+tcp:// and radsec://
 	requestTimeout time.Duration
 	maxConns       int
-}
-
-// hasRADIUSUDPPeer reports whether args name a RADIUS peer (radius://,
-// radius+tcp:// or radsec://), which the RADIUS client handles.
-func hasRADIUSUDPPeer(args []string) bool {
-	for i, a := range args {
-		v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "peer=")
-		if !ok && strings.TrimLeft(a, "-") == "peer" && i+1 < len(args) {
-			v, ok = args[i+1], true
-		}
-		if ok && radpeer.IsURL(v) {
-			return true
-		}
-	}
-	return false
 }
 
 // radiusClientFlags returns the flags of the RADIUS client, set into o.
@@ -351,7 +337,7 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	defer metrics.WatchClient(events)()
 	var reloads reloadStats
 	reloads.exportTo(metrics, time.Now())
-	defer watchReload(hup, log, o.config, &reloads, func() ([]string, error) { return o.reloadPeers(d.c, metrics) })()
+	defer watchReload(hup, log, o.config, o.set["peer"], &reloads, func(cfg *config.Config) ([]string, error) { return o.reloadPeers(cfg, d.c, metrics) })()
 	tl := &radiusTally{failedBy: map[string]uint64{}, metrics: metrics}
 	web, err := openStatus(o.status, status.SourceFunc(func() status.Snapshot {
 		snap := status.ClientSnapshot(d.c)
@@ -434,7 +420,7 @@ func (t *radiusTally) one(ctx context.Context, d *radiusDriver, r *radius.Reques
 	t.sent.Add(1)
 	// The Client's request deadline applies: over UDP every server's
 	// attempts, over a stream two Tw and an answer.
-	resp, err := d.exchange(ctx, r)
+	resp, err := d.c.Exchange(ctx, r)
 	if err != nil {
 		t.failed.Add(1)
 		t.mu.Lock()

@@ -64,10 +64,6 @@ func (o *radiusClientOptions) testRequest() *radius.Request {
 	return r
 }
 
-func (d *radiusDriver) exchange(ctx context.Context, r *radius.Request) (*radpeer.Response, error) {
-	return d.c.Exchange(ctx, r)
-}
-
 func (d *radiusDriver) states() string {
 	pol := d.c.PolicyStates()
 	var states []string

@@ -33,9 +33,11 @@ the command line the file's peers are not used, and without --config
 SIGHUP is logged and ignored. Reloads are counted as the server's are.
 `
 
-// watchReload applies apply at each SIGHUP from ch until stop is called:
-// one log line says what changed, or why nothing did. file is --config.
-func watchReload(ch <-chan os.Signal, log *slog.Logger, file string, stats *reloadStats, apply func() ([]string, error)) (stop func()) {
+// watchReload applies --config, file read again, with apply at each SIGHUP
+// from ch until stop is called: one log line says what changed, or why
+// nothing did. With --peer on the command line (fixedPeers), the file's
+// peers are not used: nothing changes.
+func watchReload(ch <-chan os.Signal, log *slog.Logger, file string, fixedPeers bool, stats *reloadStats, apply func(*config.Config) ([]string, error)) (stop func()) {
 	if ch == nil {
 		return func() {}
 	}
@@ -51,7 +53,13 @@ func watchReload(ch <-chan os.Signal, log *slog.Logger, file string, stats *relo
 					log.Warn("SIGHUP: nothing to reload: the client was started without --config; restart to change its flags")
 					continue
 				}
-				changed, err := apply()
+				changed, err := []string{"nothing: the peers are the command line's --peer"}, error(nil)
+				if !fixedPeers {
+					var cfg *config.Config
+					if cfg, err = config.Load(file); err == nil {
+						changed, err = apply(cfg)
+					}
+				}
 				if err != nil {
 					stats.refused.Add(1)
 					var ce *config.Error
@@ -120,14 +128,7 @@ func differs(settings []setting) []string {
 
 // reloadPeers is the Diameter client's reload: --config read again over
 // the command line's options (base, with the flags set there).
-func (c *loadgen) reloadPeers(base clientOptions, set map[string]bool) ([]string, error) {
-	if set["peer"] {
-		return []string{"nothing: the peers are the command line's --peer"}, nil
-	}
-	cfg, err := config.Load(c.o.config)
-	if err != nil {
-		return nil, err
-	}
+func (c *loadgen) reloadPeers(cfg *config.Config, base clientOptions, set map[string]bool) ([]string, error) {
 	o := base
 	o.peers, o.weights = slices.Clone(base.peers), slices.Clone(base.weights)
 	if _, err := o.applyConfig(cfg, set); err != nil {
@@ -157,16 +158,10 @@ func (c *loadgen) reloadPeers(base clientOptions, set map[string]bool) ([]string
 
 // reloadPeers is the RADIUS client's reload: --config read again over
 // the command line's options.
-func (o *radiusClientOptions) reloadPeers(c *client.Client, metrics *status.Metrics) ([]string, error) {
-	if o.set["peer"] {
-		return []string{"nothing: the servers are the command line's --peer"}, nil
-	}
-	cfg, err := config.Load(o.config)
-	if err != nil {
-		return nil, err
-	}
+func (o *radiusClientOptions) reloadPeers(cfg *config.Config, c *client.Client, metrics *status.Metrics) ([]string, error) {
 	n := *o.base
 	n.peers, n.weights, n.acctPeers = slices.Clone(n.peers), slices.Clone(n.weights), slices.Clone(n.acctPeers)
+	var err error
 	if n.secrets, err = n.applyConfig(cfg, o.set); err != nil {
 		return nil, err
 	}

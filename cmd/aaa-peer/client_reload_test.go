@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -199,5 +201,41 @@ func TestPeerTLSSameWhileFilesUnchanged(t *testing.T) {
 	writeTestFile(t, ca, string(other))
 	if changed, _ := peerTLS(tc); changed == first {
 		t.Error("a CA file with another content gave the old *tls.Config")
+	}
+}
+
+// TestWatchReload: at each SIGHUP both clients' reloads read --config
+// again and hand it to the client's apply, except with --peer on the
+// command line (nothing changes, the file is not read) or without
+// --config; a file that does not load is refused before apply.
+func TestWatchReload(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.toml")
+	for _, tc := range []struct {
+		name, file, content string
+		fixedPeers          bool
+		want                string
+		applied             bool
+	}{
+		{"applied", file, "tw = \"7s\"\n", false, `msg="configuration reloaded" file=` + file + ` changed="tw 7s"`, true},
+		{"refused", file, "tw = 7\n", false, `msg="configuration reload refused: the file does not validate; running on as before"`, false},
+		{"peers from the command line", file, "tw = 7\n", true, `changed="nothing: the peers are the command line's --peer"`, false},
+		{"no config", "", "", false, "nothing to reload: the client was started without --config", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			writeTestFile(t, file, tc.content)
+			var logs bytes.Buffer
+			var stats reloadStats
+			applied := false
+			hup := make(chan os.Signal)
+			stop := watchReload(hup, slog.New(slog.NewTextHandler(&logs, nil)), tc.file, tc.fixedPeers, &stats, func(cfg *config.Config) ([]string, error) {
+				applied = true
+				return []string{"tw " + cfg.Tw.String()}, nil
+			})
+			hup <- syscall.SIGHUP
+			stop()
+			if !strings.Contains(logs.String(), tc.want) || applied != tc.applied {
+				t.Errorf("log %q, applied %v; want %q, applied %v", logs.String(), applied, tc.want, tc.applied)
+			}
+		})
 	}
 }
