@@ -269,62 +269,9 @@ type loadgen struct {
 	start   int64        // unix nanoseconds, the high part of Session-Ids: two runs started in one second must not reuse them
 	epoch   time.Time    // the origin of the requests' clock readings (one read each: time.Now reads two clocks)
 
-	issued  atomic.Int64 // request numbers handed out
-	open    *openLoop    // the open-loop scheduler (--rate > 0), once run starts
-	tallies []tally      // the callers' counts: caller i keeps tallies[i%len]
-	lat     latency.Histogram
-
-	mu       sync.Mutex
-	failedBy map[string]uint64
-}
-
-// tally is one share of a run's counts. Callers are spread over several,
-// so that the bookkeeping of each request does not move one cache line
-// between cores.
-type tally struct {
-	sent     atomic.Uint64 // requests issued
-	answered atomic.Uint64
-	failed   atomic.Uint64
-	_        [64 - 24]byte // the next tally on a line of its own
-}
-
-// maxTallies bounds the tallies of a run.
-const maxTallies = 64
-
-// latencies is one caller's latest latencies, recorded into the run's
-// histogram together (latency.Histogram.RecordAll): per request, that
-// histogram cost about as much as the balancer's pick, its lines moving
-// between the cores or missing in the cache.
-type latencies struct {
-	n int
-	d [64]time.Duration
-}
-
-// add keeps d, and records the batch into h once full.
-func (l *latencies) add(d time.Duration, h *latency.Histogram) {
-	l.d[l.n] = d
-	if l.n++; l.n == len(l.d) {
-		l.flush(h)
-	}
-}
-
-// flush records what l keeps into h.
-func (l *latencies) flush(h *latency.Histogram) {
-	h.RecordAll(l.d[:l.n])
-	l.n = 0
-}
-
-// counts sums the tallies: outcomes before sent, and each caller counts
-// sent first, so sent >= answered + failed holds.
-func (c *loadgen) counts() (sent, answered, failed uint64) {
-	for i := range c.tallies {
-		answered += c.tallies[i].answered.Load()
-		failed += c.tallies[i].failed.Load()
-	}
-	for i := range c.tallies {
-		sent += c.tallies[i].sent.Load()
-	}
-	return sent, answered, failed
+	issued atomic.Int64 // request numbers handed out
+	open   *openLoop    // the open-loop scheduler (--rate > 0), once run starts
+	*counter
 }
 
 // clientReport is the --report document.
@@ -512,8 +459,7 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 // the caller).
 func newLoadgen(o clientOptions, log *slog.Logger, metrics *status.Metrics) *loadgen {
 	now := time.Now()
-	c := &loadgen{o: o, log: log, metrics: metrics, start: now.UnixNano(), epoch: now, failedBy: make(map[string]uint64),
-		tallies: make([]tally, min(max(o.concurrency, 1), maxTallies))}
+	c := &loadgen{o: o, log: log, metrics: metrics, start: now.UnixNano(), epoch: now, counter: newCounter(o.concurrency)}
 	app := uint32(message.AppAccounting)
 	if o.app == "test" {
 		app = message.AppTest
@@ -646,27 +592,26 @@ func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
 		runCtx, cancelT = context.WithTimeout(runCtx, c.o.duration)
 		defer cancelT()
 	}
-	began := time.Now()
+	drive(stdout, c.progress, c.cl, c.log, func() {
+		dl := newDeadlines(ctx, c.o.timeout)
+		defer dl.close() // after the requests in flight
+		if c.o.rate > 0 {
+			c.open = newOpenLoop(c.o.rate, c.o.concurrency, c.o.requests, c.log)
+			c.openLoop(ctx, runCtx, dl, c.open)
+		} else {
+			c.closedLoop(ctx, runCtx, dl)
+		}
+	})
+}
 
-	stopProgress := every(time.Second, func(now time.Time) { fmt.Fprintln(stdout, c.progress(now.Sub(began))) })
-	stopWatch := newStallWatch(c.cl.ServerStats, c.log).start()
-
-	dl := newDeadlines(ctx, c.o.timeout)
-	defer dl.close() // after the requests in flight
-	if c.o.rate > 0 {
-		// Open loop: each request leaves at its time, latency from that
-		// time. In-flight requests finish when --duration ends; only ctx
-		// (a signal) interrupts them.
-		c.open = newOpenLoop(c.o.rate, c.o.concurrency, c.o.requests, c.log)
-		c.open.run(runCtx, func(_ int64, intended time.Time) {
-			n := c.issued.Add(1)
-			c.one(ctx, dl, n, &c.tallies[int(n)%len(c.tallies)], nil, intended.Sub(c.epoch))
-		})
-	} else {
-		c.closedLoop(ctx, runCtx, dl)
-	}
-	stopWatch()
-	stopProgress()
+// openLoop runs l: each request leaves at its time, latency from that
+// time. In-flight requests finish when runCtx ends; only ctx (a signal)
+// interrupts them.
+func (c *loadgen) openLoop(ctx, runCtx context.Context, dl *deadlines, l *openLoop) {
+	l.run(runCtx, func(_ int64, intended time.Time) {
+		n := c.issued.Add(1)
+		c.one(ctx, dl, n, c.tally(n), nil, intended.Sub(c.epoch))
+	})
 }
 
 // closedLoop is --rate 0: --concurrency callers, each sending its next
@@ -674,7 +619,7 @@ func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
 func (c *loadgen) closedLoop(ctx, runCtx context.Context, dl *deadlines) {
 	var wg sync.WaitGroup
 	for i := range c.o.concurrency {
-		t := &c.tallies[i%len(c.tallies)]
+		t := c.tally(int64(i))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -757,13 +702,6 @@ func (c *loadgen) one(ctx context.Context, dl *deadlines, n int64, t *tally, lat
 	}
 }
 
-func (c *loadgen) fail(t *tally, kind string) {
-	t.failed.Add(1)
-	c.mu.Lock()
-	c.failedBy[kind]++
-	c.mu.Unlock()
-}
-
 func errorKind(err error) string {
 	switch {
 	case errors.Is(err, client.ErrNoPeer), errors.Is(err, peer.ErrNotInService):
@@ -784,7 +722,7 @@ func (c *loadgen) report(dropped uint64, elapsed time.Duration) clientReport {
 	sent, answered, failed := c.counts()
 	r := clientReport{
 		Sent: sent, Answered: answered, Failed: failed,
-		LatencyUS: c.lat.Summary(), FailedBy: make(map[string]uint64),
+		LatencyUS: c.lat.Summary(), FailedBy: c.failedKinds(),
 		EventsDropped: dropped, ElapsedMS: elapsed.Milliseconds(),
 		Mode: c.o.clientMode.String(), Algorithm: c.o.alg.String(),
 		Servers: c.cl.ServerStats(), Failovers: []client.FailoverRecord{},
@@ -806,11 +744,6 @@ func (c *loadgen) report(dropped uint64, elapsed time.Duration) clientReport {
 	recs, total := c.cl.FailoverLog()
 	r.Failovers = append(r.Failovers, recs...)
 	r.FailoversTotal = total
-	c.mu.Lock()
-	for k, v := range c.failedBy {
-		r.FailedBy[k] = v
-	}
-	c.mu.Unlock()
 	return r
 }
 

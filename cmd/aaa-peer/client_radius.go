@@ -338,10 +338,11 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	var reloads reloadStats
 	reloads.exportTo(metrics, time.Now())
 	defer watchReload(hup, log, o.config, o.set["peer"], &reloads, func(cfg *config.Config) ([]string, error) { return o.reloadPeers(cfg, d.c, metrics) })()
-	tl := &radiusTally{failedBy: map[string]uint64{}, metrics: metrics}
+	tl := &radiusTally{counter: newCounter(o.concurrency), metrics: metrics}
 	web, err := openStatus(o.status, status.SourceFunc(func() status.Snapshot {
 		snap := status.ClientSnapshot(d.c)
-		snap.Role, snap.Totals.Sent = status.RoleClient, tl.sent.Load()
+		snap.Role = status.RoleClient
+		snap.Totals.Sent, _, _ = tl.counts()
 		snap.Identity = status.Identity{NASIdentifier: nasIdentifier, Info: map[string]string{"protocol": protocol, "access": o.alg.String()}}
 		return snap
 	}), metrics, log)
@@ -358,18 +359,17 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 		defer cancel()
 	}
 	start := time.Now()
-	stopProgress := every(time.Second, func(now time.Time) {
-		fmt.Fprintf(stderr, "t=%ds sent=%d answered=%d failed=%d servers=%s\n", int(now.Sub(start).Seconds()),
-			tl.sent.Load(), tl.answered.Load(), tl.failed.Load(), d.states())
-	})
-	stopWatch := newStallWatch(d.c.ServerStats, log).start()
+	progress := func(elapsed time.Duration) string {
+		sent, answered, failed := tl.counts()
+		return fmt.Sprintf("t=%ds sent=%d answered=%d failed=%d servers=%s", int(elapsed.Seconds()), sent, answered, failed, d.states())
+	}
 	loop := newOpenLoop(o.rate, o.concurrency, o.requests, log)
-	loop.run(runCtx, func(n int64, intended time.Time) { tl.one(ctx, d, o.request(n), intended) })
-	stopWatch()
-	stopProgress() // no progress line after the report
-	rep := radiusClientReport{Protocol: strings.ToLower(protocol), Algorithm: o.alg.String(), Sent: tl.sent.Load(), Answered: tl.answered.Load(),
-		Rejected: tl.rejected.Load(), Failed: tl.failed.Load(), FailedBy: tl.failedBy,
-		DroppedInFlight: loop.dropped.Load(), LatencyUS: tl.lat.Summary()}
+	drive(stderr, progress, d.c, log, func() {
+		loop.run(runCtx, func(n int64, intended time.Time) { tl.one(ctx, d, n, o.request(n), intended) })
+	})
+	rep := radiusClientReport{Protocol: strings.ToLower(protocol), Algorithm: o.alg.String(), Rejected: tl.rejected.Load(),
+		FailedBy: tl.failedKinds(), DroppedInFlight: loop.dropped.Load(), LatencyUS: tl.lat.Summary()}
+	rep.Sent, rep.Answered, rep.Failed = tl.counts()
 	d.fill(&rep)
 	rep.ElapsedMS = time.Since(start).Milliseconds()
 	d.close() // its last events (the servers closed) before the events file is
@@ -404,34 +404,30 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	return l.w.Write(b)
 }
 
-// radiusTally is a RADIUS run's counts and latencies.
+// radiusTally is a RADIUS run's counts and latencies (each from its
+// request's intended time): both clients', and the Access-Rejects.
 type radiusTally struct {
-	sent, answered, rejected, failed atomic.Uint64
-	lat                              latency.Histogram // from each request's intended time
-	metrics                          *status.Metrics   // aaatp_request_duration_seconds; nil without --status
-
-	mu       sync.Mutex
-	failedBy map[string]uint64
+	*counter
+	rejected atomic.Uint64
+	metrics  *status.Metrics // aaatp_request_duration_seconds; nil without --status
 }
 
-// one exchanges r through d and counts its outcome; its latency runs from
-// intended, the time the open loop meant it to leave.
-func (t *radiusTally) one(ctx context.Context, d *radiusDriver, r *radius.Request, intended time.Time) {
-	t.sent.Add(1)
+// one exchanges request n, r, through d and counts its outcome; its
+// latency runs from intended, the time the open loop meant it to leave.
+func (t *radiusTally) one(ctx context.Context, d *radiusDriver, n int64, r *radius.Request, intended time.Time) {
+	tl := t.tally(n)
+	tl.sent.Add(1)
 	// The Client's request deadline applies: over UDP every server's
 	// attempts, over a stream two Tw and an answer.
 	resp, err := d.c.Exchange(ctx, r)
 	if err != nil {
-		t.failed.Add(1)
-		t.mu.Lock()
-		t.failedBy[errorReason(err)]++
-		t.mu.Unlock()
+		t.fail(tl, errorReason(err))
 		return
 	}
 	took := time.Since(intended) // not from the actual send: against coordinated omission
 	t.lat.Record(took)
 	t.metrics.ObserveLatency(took)
-	t.answered.Add(1)
+	tl.answered.Add(1)
 	if resp.Packet.Code == lradius.CodeAccessReject {
 		t.rejected.Add(1)
 	}

@@ -299,10 +299,7 @@ func (d *demo) traffic(ctx, runCtx context.Context) {
 	g := d.gen
 	dl := newDeadlines(ctx, g.o.timeout)
 	defer dl.close() // after the requests in flight
-	newOpenLoop(d.o.rate, d.o.concurrency, 0, g.log).run(runCtx, func(_ int64, intended time.Time) {
-		n := g.issued.Add(1)
-		g.one(ctx, dl, n, &g.tallies[int(n)%len(g.tallies)], nil, intended.Sub(g.epoch))
-	})
+	g.openLoop(ctx, runCtx, dl, newOpenLoop(d.o.rate, d.o.concurrency, 0, g.log))
 }
 
 // countApplied counts the runs of h per End-to-End id: behind dedup.Wrap,

@@ -10,14 +10,20 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/config"
+	"github.com/aaatp/aaatp/latency"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/transport"
 )
@@ -175,4 +181,98 @@ func (o *loadOptions) peerSpecs(acct []string, acctRate *int) ([]client.PeerSpec
 		specs = append(specs, spec)
 	}
 	return specs, nil
+}
+
+// tally is one share of a run's counts. Callers are spread over several,
+// so that the bookkeeping of each request does not move one cache line
+// between cores.
+type tally struct {
+	sent     atomic.Uint64 // requests issued
+	answered atomic.Uint64
+	failed   atomic.Uint64
+	_        [64 - 24]byte // the next tally on a line of its own
+}
+
+// maxTallies bounds the tallies of a run.
+const maxTallies = 64
+
+// latencies is one caller's latest latencies, recorded into the run's
+// histogram together (latency.Histogram.RecordAll): per request, that
+// histogram cost about as much as the balancer's pick, its lines moving
+// between the cores or missing in the cache.
+type latencies struct {
+	n int
+	d [64]time.Duration
+}
+
+// add keeps d, and records the batch into h once full.
+func (l *latencies) add(d time.Duration, h *latency.Histogram) {
+	l.d[l.n] = d
+	if l.n++; l.n == len(l.d) {
+		l.flush(h)
+	}
+}
+
+// flush records what l keeps into h.
+func (l *latencies) flush(h *latency.Histogram) {
+	h.RecordAll(l.d[:l.n])
+	l.n = 0
+}
+
+// counter is a run's counts and latencies, both clients': the callers'
+// tallies, the answered requests' latencies and the failures by kind.
+type counter struct {
+	tallies []tally // the callers' counts: caller i keeps tallies[i%len]
+	lat     latency.Histogram
+
+	mu       sync.Mutex
+	failedBy map[string]uint64
+}
+
+// newCounter returns the counter of a run of callers (in the open loop,
+// its in-flight bound).
+func newCounter(callers int) *counter {
+	return &counter{tallies: make([]tally, min(max(callers, 1), maxTallies)), failedBy: make(map[string]uint64)}
+}
+
+// tally is the share of request n (the open loop's callers) or caller n.
+func (c *counter) tally(n int64) *tally { return &c.tallies[int(n)%len(c.tallies)] }
+
+// counts sums the tallies: outcomes before sent, and each caller counts
+// sent first, so sent >= answered + failed holds.
+func (c *counter) counts() (sent, answered, failed uint64) {
+	for i := range c.tallies {
+		answered += c.tallies[i].answered.Load()
+		failed += c.tallies[i].failed.Load()
+	}
+	for i := range c.tallies {
+		sent += c.tallies[i].sent.Load()
+	}
+	return sent, answered, failed
+}
+
+// fail counts a failure of kind in t.
+func (c *counter) fail(t *tally, kind string) {
+	t.failed.Add(1)
+	c.mu.Lock()
+	c.failedBy[kind]++
+	c.mu.Unlock()
+}
+
+// failedKinds returns the failures by kind so far.
+func (c *counter) failedKinds() map[string]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.failedBy)
+}
+
+// drive runs load, printing progress(elapsed) on w once a second and
+// warning of the servers of cl that stop answering, until load returns.
+func drive(w io.Writer, progress func(elapsed time.Duration) string, cl *client.Client, log *slog.Logger, load func()) {
+	began := time.Now()
+	stopProgress := every(time.Second, func(now time.Time) { fmt.Fprintln(w, progress(now.Sub(began))) })
+	stopWatch := newStallWatch(cl.ServerStats, log).start()
+	load()
+	stopWatch()
+	stopProgress() // no progress line after the report
 }
