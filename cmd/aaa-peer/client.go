@@ -407,9 +407,7 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return 2
 	}
 	c.peersEver() // the first peers, before a reload may remove them
-	var reloads reloadStats
-	reloads.exportTo(metrics, time.Now())
-	defer watchReload(hup, log, o.config, set["peer"], &reloads, func(cfg *config.Config) ([]string, error) { return c.reloadPeers(cfg, base, set) })()
+	defer watchReload(hup, log, o.config, set["peer"], metrics, func(cfg *config.Config) ([]string, error) { return c.reloadPeers(cfg, base, set) })()
 	web, err := openStatus(o.status, status.SourceFunc(c.clientSnapshot), metrics, log)
 	if err != nil {
 		log.Error("status page", "err", err)
@@ -585,14 +583,7 @@ func (c *loadgen) closeClient() {
 // run sends requests until --requests, --duration or ctx, printing
 // progress every second.
 func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if c.o.duration > 0 {
-		var cancelT context.CancelFunc
-		runCtx, cancelT = context.WithTimeout(runCtx, c.o.duration)
-		defer cancelT()
-	}
-	drive(stdout, c.progress, c.cl, c.log, func() {
+	drive(ctx, c.o.duration, stdout, c.progress, c.cl, c.log, func(runCtx context.Context) {
 		dl := newDeadlines(ctx, c.o.timeout)
 		defer dl.close() // after the requests in flight
 		if c.o.rate > 0 {

@@ -1,12 +1,13 @@
 package main
 
-// This file: what the Diameter and the RADIUS client share of their
-// options, one meaning under one flag name (defaults and help texts may
+// This file: what the Diameter and the RADIUS client share: their
+// options of one meaning under one flag name (defaults and help texts may
 // differ, as the protocols' do), with what the --config file sets of them,
-// their checks and the peers they make.
+// their checks and the peers they make; and a run's counts and its drive.
 
 import (
 	"cmp"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -268,11 +269,18 @@ func (c *counter) failedKinds() map[string]uint64 {
 
 // drive runs load, printing progress(elapsed) on w once a second and
 // warning of the servers of cl that stop answering, until load returns.
-func drive(w io.Writer, progress func(elapsed time.Duration) string, cl *client.Client, log *slog.Logger, load func()) {
+// load issues requests until runCtx, a child of ctx, ends: after
+// duration (0: never) or with ctx.
+func drive(ctx context.Context, duration time.Duration, w io.Writer, progress func(elapsed time.Duration) string, cl *client.Client, log *slog.Logger, load func(runCtx context.Context)) {
+	runCtx, cancel := ctx, context.CancelFunc(func() {})
+	if duration > 0 {
+		runCtx, cancel = context.WithTimeout(ctx, duration)
+	}
+	defer cancel()
 	began := time.Now()
 	stopProgress := every(time.Second, func(now time.Time) { fmt.Fprintln(w, progress(now.Sub(began))) })
 	stopWatch := newStallWatch(cl.ServerStats, log).start()
-	load()
+	load(runCtx)
 	stopWatch()
 	stopProgress() // no progress line after the report
 }

@@ -335,9 +335,7 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	defer d.close()
 	metrics := newMetrics(o.status)
 	defer metrics.WatchClient(events)()
-	var reloads reloadStats
-	reloads.exportTo(metrics, time.Now())
-	defer watchReload(hup, log, o.config, o.set["peer"], &reloads, func(cfg *config.Config) ([]string, error) { return o.reloadPeers(cfg, d.c, metrics) })()
+	defer watchReload(hup, log, o.config, o.set["peer"], metrics, func(cfg *config.Config) ([]string, error) { return o.reloadPeers(cfg, d.c, metrics) })()
 	tl := &radiusTally{counter: newCounter(o.concurrency), metrics: metrics}
 	web, err := openStatus(o.status, status.SourceFunc(func() status.Snapshot {
 		snap := status.ClientSnapshot(d.c)
@@ -352,11 +350,9 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	}
 	defer web.Close()
 
-	runCtx := ctx
-	if o.requests == 0 {
-		var cancel context.CancelFunc
-		runCtx, cancel = context.WithTimeout(ctx, o.duration)
-		defer cancel()
+	duration := o.duration // with --requests, none
+	if o.requests > 0 {
+		duration = 0
 	}
 	start := time.Now()
 	progress := func(elapsed time.Duration) string {
@@ -364,7 +360,7 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 		return fmt.Sprintf("t=%ds sent=%d answered=%d failed=%d servers=%s", int(elapsed.Seconds()), sent, answered, failed, d.states())
 	}
 	loop := newOpenLoop(o.rate, o.concurrency, o.requests, log)
-	drive(stderr, progress, d.c, log, func() {
+	drive(ctx, duration, stderr, progress, d.c, log, func(runCtx context.Context) {
 		loop.run(runCtx, func(n int64, intended time.Time) { tl.one(ctx, d, n, o.request(n), intended) })
 	})
 	rep := radiusClientReport{Protocol: strings.ToLower(protocol), Algorithm: o.alg.String(), Rejected: tl.rejected.Load(),

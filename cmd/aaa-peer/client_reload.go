@@ -35,9 +35,12 @@ SIGHUP is logged and ignored. Reloads are counted as the server's are.
 
 // watchReload applies --config, file read again, with apply at each SIGHUP
 // from ch until stop is called: one log line says what changed, or why
-// nothing did. With --peer on the command line (fixedPeers), the file's
-// peers are not used: nothing changes.
-func watchReload(ch <-chan os.Signal, log *slog.Logger, file string, fixedPeers bool, stats *reloadStats, apply func(*config.Config) ([]string, error)) (stop func()) {
+// nothing did, and the reloads are counted in metrics. With --peer on the
+// command line (fixedPeers), the file's peers are not used: nothing
+// changes.
+func watchReload(ch <-chan os.Signal, log *slog.Logger, file string, fixedPeers bool, metrics *status.Metrics, apply func(*config.Config) ([]string, error)) (stop func()) {
+	stats := &reloadStats{}
+	stats.exportTo(metrics, time.Now())
 	if ch == nil {
 		return func() {}
 	}
