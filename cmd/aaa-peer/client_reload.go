@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -52,34 +51,16 @@ func watchReload(ch <-chan os.Signal, log *slog.Logger, file string, fixedPeers 
 		for {
 			select {
 			case <-ch:
-				if file == "" {
-					log.Warn("SIGHUP: nothing to reload: the client was started without --config; restart to change its flags")
-					continue
-				}
-				changed, err := []string{"nothing: the peers are the command line's --peer"}, error(nil)
-				if !fixedPeers {
-					var cfg *config.Config
-					if cfg, err = config.Load(file); err == nil {
-						changed, err = apply(cfg)
+				reload(log, "client", file, stats, func() ([]string, error) {
+					if fixedPeers {
+						return []string{"nothing: the peers are the command line's --peer"}, nil
 					}
-				}
-				if err != nil {
-					stats.refused.Add(1)
-					var ce *config.Error
-					if errors.As(err, &ce) {
-						log.Error("configuration reload refused: the file does not validate; running on as before",
-							"file", file, "problems", len(ce.Problems), "errors", strings.Join(problemLines(ce), "; "))
-						continue
+					cfg, err := config.Load(file)
+					if err != nil {
+						return nil, err
 					}
-					log.Error("configuration reload refused; running on as before", "file", file, "err", err)
-					continue
-				}
-				stats.ok.Add(1)
-				stats.last.Store(time.Now().UnixNano())
-				if len(changed) == 0 {
-					changed = []string{"nothing"}
-				}
-				log.Info("configuration reloaded", "file", file, "changed", strings.Join(changed, "; "))
+					return apply(cfg)
+				})
 			case <-done:
 				return
 			}

@@ -470,7 +470,7 @@ func serveWith(ctx context.Context, args []string, stdout, stderr io.Writer, hoo
 		case <-ctx.Done():
 			done = true
 		case <-hooks.reload:
-			s.reload(base, set)
+			reload(s.log, "server", s.o.config, &s.reloads, func() ([]string, error) { return s.reloadConfig(base, set) })
 		}
 	}
 	log.Info("shutting down", "cause", context.Cause(ctx))
