@@ -269,8 +269,8 @@ func (c *counter) failedKinds() map[string]uint64 {
 
 // drive runs load, printing progress(elapsed) on w once a second and
 // warning of the servers of cl that stop answering, until load returns.
-// load issues requests until runCtx, a child of ctx, ends: after
-// duration (0: never) or with ctx.
+// load issues requests until runCtx ends: with ctx, or after duration
+// (0: no limit).
 func drive(ctx context.Context, duration time.Duration, w io.Writer, progress func(elapsed time.Duration) string, cl *client.Client, log *slog.Logger, load func(runCtx context.Context)) {
 	runCtx, cancel := ctx, context.CancelFunc(func() {})
 	if duration > 0 {
