@@ -17,11 +17,12 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/config"
 	"github.com/aaatp/aaatp/latency"
-	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
+	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/status"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/transport"
@@ -81,60 +82,23 @@ Tw and last DWA, the failover table and the queues (/), the same as JSON
 ends.
 `
 
+// clientOptions are the Diameter client's: those of both clients
+// (server policy and throttling, off unless set, among them) and its own.
 type clientOptions struct {
-	peers          stringList
+	loadOptions
 	originHost     string
 	originRealm    string
 	destRealm      string
-	tw             time.Duration
-	rate           float64
-	concurrency    int
-	requests       int64
-	duration       time.Duration
-	nai            string
-	app            string
-	events         string
-	report         string
 	timeout        time.Duration
 	connectTimeout time.Duration
 	noDelay        bool
-	tlsCA          string
-	tlsCert        string
-	tlsKey         string
-	logLevel       string
-	logFormat      string
-	status         string
 	mode           string
-	algorithm      string
-	weights        stringList
 	waitPeers      int
 	dprHoldOff     time.Duration
-	maxFailed      string
 	cpuProfile     string
-	config         string
-	// specs are the --config file's peers by URL (names, weights,
-	// secrets); nil when the peers come from --peer.
-	specs map[string]client.PeerSpec
-	// own are the --config file's peers' own tw, TLS and limits by URL.
-	own map[string]ownSetting
-
-	// Server policy (7750 SR) and throttling (ASR5K): off unless set.
-	maxRate        int
-	maxOutstanding int
-	slot           time.Duration
-	queueAlarm     string
-	downTimeout    time.Duration
-	holdDown       time.Duration
-	testUser       string
-	keepAlive      time.Duration
 
 	// Parsed by validate.
 	clientMode client.Mode
-	alg        loadbalance.Algorithm
-	weightOf   map[string]int
-	alarmHigh  int
-	alarmLow   int
-	failShare  float64
 }
 
 func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
@@ -234,9 +198,6 @@ func (o *clientOptions) validate() error {
 			return err
 		}
 	}
-	if err := checkStatusAddr(o.status); err != nil {
-		return err
-	}
 	seen := make(map[string]bool, len(o.peers))
 	for _, u := range o.peers {
 		if err := checkURLScheme("peer", u, clientSchemes); err != nil {
@@ -254,19 +215,8 @@ func (o *clientOptions) validate() error {
 	if o.clientMode, err = client.ParseMode(o.mode); err != nil {
 		return usagef("--mode %q: want balance or failover", o.mode)
 	}
-	if o.alg, err = loadbalance.ParseAlgorithm(o.algorithm); err != nil {
-		return usagef("--algorithm %q: want pearson, hash, direct or round-robin", o.algorithm)
-	}
-	o.weightOf = make(map[string]int)
-	for _, w := range o.weights {
-		u, n, err := parseNameWeight(w, true)
-		if err != nil {
-			return usagef("--weight %q: %v", w, err)
-		}
-		if !seen[u] {
-			return usagef("--weight %q: %s is not a --peer", w, u)
-		}
-		o.weightOf[u] = n
+	if err := o.check(); err != nil {
+		return err
 	}
 	if o.requests == 0 && o.duration == 0 {
 		o.requests = 10
@@ -281,20 +231,6 @@ func (o *clientOptions) validate() error {
 	case o.keepAlive > 0 && o.testUser == "":
 		return usagef("--keepalive needs --test-user")
 	}
-	share, err := parseShare(o.maxFailed)
-	if err != nil {
-		return usagef("--max-failed %q: %v", o.maxFailed, err)
-	}
-	o.failShare = share
-	if o.queueAlarm != "" {
-		hi, lo, ok := strings.Cut(o.queueAlarm, ",")
-		h, err1 := strconv.Atoi(hi)
-		l, err2 := strconv.Atoi(lo)
-		if !ok || err1 != nil || err2 != nil || h <= 0 || l < 0 || l >= h {
-			return usagef("--queue-alarm %q: want HIGH,LOW with HIGH > LOW >= 0", o.queueAlarm)
-		}
-		o.alarmHigh, o.alarmLow = h, l
-	}
 	if o.timeout == 0 {
 		// Long enough for a hung peer's requests to be replayed (F11),
 		// whichever peer: the longest Tw.
@@ -305,27 +241,6 @@ func (o *clientOptions) validate() error {
 		o.timeout = client.FailoverDetection(tw) + peer.DefaultRequestTimeout
 	}
 	return nil
-}
-
-// parseShare parses a share of requests: a fraction in [0, 1] or a
-// percentage in [0%, 100%].
-func parseShare(s string) (float64, error) {
-	div := 1.0
-	if t, ok := strings.CutSuffix(s, "%"); ok {
-		s, div = t, 100
-	}
-	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil || math.IsNaN(f) || f < 0 || f/div > 1 {
-		return 0, errors.New("want a fraction from 0 to 1 or a percentage from 0% to 100%")
-	}
-	return f / div, nil
-}
-
-// flagSet reports whether the flag was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }
 
 // throttled and policed say whether any throttle or policy flag was given.
@@ -354,62 +269,9 @@ type loadgen struct {
 	start   int64        // unix nanoseconds, the high part of Session-Ids: two runs started in one second must not reuse them
 	epoch   time.Time    // the origin of the requests' clock readings (one read each: time.Now reads two clocks)
 
-	issued  atomic.Int64 // request numbers handed out
-	open    *openLoop    // the open-loop scheduler (--rate > 0), once run starts
-	tallies []tally      // the callers' counts: caller i keeps tallies[i%len]
-	lat     latency.Histogram
-
-	mu       sync.Mutex
-	failedBy map[string]uint64
-}
-
-// tally is one share of a run's counts. Callers are spread over several,
-// so that the bookkeeping of each request does not move one cache line
-// between cores.
-type tally struct {
-	sent     atomic.Uint64 // requests issued
-	answered atomic.Uint64
-	failed   atomic.Uint64
-	_        [64 - 24]byte // the next tally on a line of its own
-}
-
-// maxTallies bounds the tallies of a run.
-const maxTallies = 64
-
-// latencies is one caller's latest latencies, recorded into the run's
-// histogram together (latency.Histogram.RecordAll): per request, that
-// histogram cost about as much as the balancer's pick, its lines moving
-// between the cores or missing in the cache.
-type latencies struct {
-	n int
-	d [64]time.Duration
-}
-
-// add keeps d, and records the batch into h once full.
-func (l *latencies) add(d time.Duration, h *latency.Histogram) {
-	l.d[l.n] = d
-	if l.n++; l.n == len(l.d) {
-		l.flush(h)
-	}
-}
-
-// flush records what l keeps into h.
-func (l *latencies) flush(h *latency.Histogram) {
-	h.RecordAll(l.d[:l.n])
-	l.n = 0
-}
-
-// counts sums the tallies: outcomes before sent, and each caller counts
-// sent first, so sent >= answered + failed holds.
-func (c *loadgen) counts() (sent, answered, failed uint64) {
-	for i := range c.tallies {
-		answered += c.tallies[i].answered.Load()
-		failed += c.tallies[i].failed.Load()
-	}
-	for i := range c.tallies {
-		sent += c.tallies[i].sent.Load()
-	}
-	return sent, answered, failed
+	issued atomic.Int64 // request numbers handed out
+	open   *openLoop    // the open-loop scheduler (--rate > 0), once run starts
+	*counter
 }
 
 // clientReport is the --report document.
@@ -457,7 +319,7 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 			return 2
 		}
 	}
-	if hasRADIUSUDPPeer(args) || configNamesRADIUS(args) {
+	if slices.ContainsFunc(peerArgs(args), radpeer.IsURL) || configNamesRADIUS(args) {
 		return runRadiusClient(ctx, args, stdout, stderr, hup)
 	}
 	var o clientOptions
@@ -479,11 +341,11 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
-	if o.rate > 0 && !flagSet(fs, "concurrency") {
+	if o.rate > 0 && !set["concurrency"] {
 		// Open loop: room for every request to run its --timeout.
 		o.concurrency = openLoopBound(o.rate, o.timeout)
 	}
-	if o.clientMode == client.PrimarySecondary && !flagSet(fs, "wait-peers") {
+	if o.clientMode == client.PrimarySecondary && !set["wait-peers"] {
 		// Start on the primary, not on whichever peer answered first.
 		o.waitPeers = 0
 	}
@@ -496,13 +358,9 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		log.Warn("--config: the client does not use this part of the file", "file", o.config, "ignored", u)
 	}
 	topts := transport.Options{NoDelay: o.noDelay}
-	if o.tlsCA != "" || o.tlsCert != "" {
-		tc, err := transport.ClientTLSConfig(o.tlsCA, o.tlsCert, o.tlsKey, "")
-		if err != nil {
-			fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
-			return 2
-		}
-		topts.TLS = tc
+	if topts.TLS, err = o.tlsConfig(); err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 2
 	}
 	defer tuneClientGCFromEnv()()
 	stopProfile, err := startCPUProfile(o.cpuProfile)
@@ -517,17 +375,15 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 	}()
 	bus := client.NewBus()
 	ccfg := o.clientConfig(log, topts, bus)
-	if ccfg.Peers, err = o.peerSpecs(); err != nil {
+	if ccfg.Peers, err = o.peerSpecs(nil, nil); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
 
-	var ew *eventWriter
-	if o.events != "" {
-		if ew, err = openEvents(clientLines(bus), o.events, stdout); err != nil {
-			fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
-			return 1
-		}
+	ew, err := openEvents(clientLines(bus), o.events, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 1
 	}
 	metrics := newMetrics(o.status)
 	c := newLoadgen(o, log, metrics)
@@ -551,9 +407,7 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return 2
 	}
 	c.peersEver() // the first peers, before a reload may remove them
-	var reloads reloadStats
-	reloads.exportTo(metrics, time.Now())
-	defer watchReload(hup, log, o.config, &reloads, func() ([]string, error) { return c.reloadPeers(base, set) })()
+	defer watchReload(hup, log, o.config, set["peer"], metrics, func(cfg *config.Config) ([]string, error) { return c.reloadPeers(cfg, base, set) })()
 	web, err := openStatus(o.status, status.SourceFunc(c.clientSnapshot), metrics, log)
 	if err != nil {
 		log.Error("status page", "err", err)
@@ -572,7 +426,7 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		if c.onWire() == 0 {
 			log.Error("no request could be sent")
 			code = 1
-		} else if failed, sent := c.failures(); failed > 0 && float64(failed) > o.failShare*float64(sent) {
+		} else if failed, sent := c.failures(); o.tooManyFailed(failed, sent) {
 			log.Error("too many requests failed", "failed", failed, "sent", sent, "max_failed", o.maxFailed)
 			code = 3
 		}
@@ -599,32 +453,11 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 	return code
 }
 
-// peerSpecs are the client's peers in --peer order: each named by its URL,
-// or as the --config file names it, with its weight (--weight, else the
-// file's), the file's secret and its own tw, TLS (its files read) and
-// limits.
-func (o *clientOptions) peerSpecs() ([]client.PeerSpec, error) {
-	specs := make([]client.PeerSpec, 0, len(o.peers))
-	for _, u := range o.peers {
-		s, ok := o.specs[u]
-		if !ok {
-			s = client.PeerSpec{URL: u, Name: u}
-		}
-		s.Weight = o.weightOf[u]
-		if err := o.own[u].apply(&s, nil); err != nil {
-			return nil, err
-		}
-		specs = append(specs, s)
-	}
-	return specs, nil
-}
-
 // newLoadgen prepares a run of validated options o (its Client is set by
 // the caller).
 func newLoadgen(o clientOptions, log *slog.Logger, metrics *status.Metrics) *loadgen {
 	now := time.Now()
-	c := &loadgen{o: o, log: log, metrics: metrics, start: now.UnixNano(), epoch: now, failedBy: make(map[string]uint64),
-		tallies: make([]tally, min(max(o.concurrency, 1), maxTallies))}
+	c := &loadgen{o: o, log: log, metrics: metrics, start: now.UnixNano(), epoch: now, counter: newCounter(o.concurrency)}
 	app := uint32(message.AppAccounting)
 	if o.app == "test" {
 		app = message.AppTest
@@ -750,49 +583,26 @@ func (c *loadgen) closeClient() {
 // run sends requests until --requests, --duration or ctx, printing
 // progress every second.
 func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if c.o.duration > 0 {
-		var cancelT context.CancelFunc
-		runCtx, cancelT = context.WithTimeout(runCtx, c.o.duration)
-		defer cancelT()
-	}
-	began := time.Now()
-
-	progressDone := make(chan struct{})
-	stopProgress := make(chan struct{})
-	go func() {
-		defer close(progressDone)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case now := <-t.C:
-				fmt.Fprintln(stdout, c.progress(now.Sub(began)))
-			case <-stopProgress:
-				return
-			}
+	drive(ctx, c.o.duration, stdout, c.progress, c.cl, c.log, func(runCtx context.Context) {
+		dl := newDeadlines(ctx, c.o.timeout)
+		defer dl.close() // after the requests in flight
+		if c.o.rate > 0 {
+			c.open = newOpenLoop(c.o.rate, c.o.concurrency, c.o.requests, c.log)
+			c.openLoop(ctx, runCtx, dl, c.open)
+		} else {
+			c.closedLoop(ctx, runCtx, dl)
 		}
-	}()
-	stopWatch := newStallWatch(c.cl.ServerStats, c.log).start()
+	})
+}
 
-	dl := newDeadlines(ctx, c.o.timeout)
-	defer dl.close() // after the requests in flight
-	if c.o.rate > 0 {
-		// Open loop: each request leaves at its time, latency from that
-		// time. In-flight requests finish when --duration ends; only ctx
-		// (a signal) interrupts them.
-		c.open = newOpenLoop(c.o.rate, c.o.concurrency, c.o.requests, c.log)
-		c.open.run(runCtx, func(_ int64, intended time.Time) {
-			n := c.issued.Add(1)
-			c.one(ctx, dl, n, &c.tallies[int(n)%len(c.tallies)], nil, intended.Sub(c.epoch))
-		})
-	} else {
-		c.closedLoop(ctx, runCtx, dl)
-	}
-	stopWatch()
-	close(stopProgress)
-	<-progressDone
+// openLoop runs l: each request leaves at its time, latency from that
+// time. In-flight requests finish when runCtx ends; only ctx (a signal)
+// interrupts them.
+func (c *loadgen) openLoop(ctx, runCtx context.Context, dl *deadlines, l *openLoop) {
+	l.run(runCtx, func(_ int64, intended time.Time) {
+		n := c.issued.Add(1)
+		c.one(ctx, dl, n, c.tally(n), nil, intended.Sub(c.epoch))
+	})
 }
 
 // closedLoop is --rate 0: --concurrency callers, each sending its next
@@ -800,7 +610,7 @@ func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
 func (c *loadgen) closedLoop(ctx, runCtx context.Context, dl *deadlines) {
 	var wg sync.WaitGroup
 	for i := range c.o.concurrency {
-		t := &c.tallies[i%len(c.tallies)]
+		t := c.tally(int64(i))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -883,13 +693,6 @@ func (c *loadgen) one(ctx context.Context, dl *deadlines, n int64, t *tally, lat
 	}
 }
 
-func (c *loadgen) fail(t *tally, kind string) {
-	t.failed.Add(1)
-	c.mu.Lock()
-	c.failedBy[kind]++
-	c.mu.Unlock()
-}
-
 func errorKind(err error) string {
 	switch {
 	case errors.Is(err, client.ErrNoPeer), errors.Is(err, peer.ErrNotInService):
@@ -910,7 +713,7 @@ func (c *loadgen) report(dropped uint64, elapsed time.Duration) clientReport {
 	sent, answered, failed := c.counts()
 	r := clientReport{
 		Sent: sent, Answered: answered, Failed: failed,
-		LatencyUS: c.lat.Summary(), FailedBy: make(map[string]uint64),
+		LatencyUS: c.lat.Summary(), FailedBy: c.failedKinds(),
 		EventsDropped: dropped, ElapsedMS: elapsed.Milliseconds(),
 		Mode: c.o.clientMode.String(), Algorithm: c.o.alg.String(),
 		Servers: c.cl.ServerStats(), Failovers: []client.FailoverRecord{},
@@ -932,11 +735,6 @@ func (c *loadgen) report(dropped uint64, elapsed time.Duration) clientReport {
 	recs, total := c.cl.FailoverLog()
 	r.Failovers = append(r.Failovers, recs...)
 	r.FailoversTotal = total
-	c.mu.Lock()
-	for k, v := range c.failedBy {
-		r.FailedBy[k] = v
-	}
-	c.mu.Unlock()
 	return r
 }
 

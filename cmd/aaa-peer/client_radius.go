@@ -8,15 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/config"
 	"github.com/aaatp/aaatp/latency"
-	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
@@ -82,61 +81,26 @@ usage error, 3 when more than --max-failed of the requests failed (by
 default any), else 0.
 `
 
+// radiusClientOptions are the RADIUS client's: those of both clients
+// and its own.
 type radiusClientOptions struct {
+	loadOptions
 	// base and set are the command line's options alone and the flags
 	// given there: a reload applies --config over them.
 	base *radiusClientOptions
 	set  map[string]bool
-	// names are the --config file's names of its servers, by URL.
-	names map[string]string
 
-	peers, acctPeers             stringList
-	secretFile                   string
-	app, algorithm, nai          string
-	timeout, downTimeout, hold   time.Duration
-	retries                      int
-	testUser, testPassword       string
-	statusServer                 bool
-	requireMA                    radpeer.MessageAuthenticatorMode
-	keepAlive, slot, duration    time.Duration
-	maxRate, maxRateAcct, maxOut int
-	alarm                        string
-	rate                         float64
-	concurrency                  int
-	requests                     int64
-	report, status, events       string
-	logLevel, logFormat          string
-	alg                          loadbalance.Algorithm
-	alarmHigh, alarmLow          int
-	maxFailed                    string
-	failShare                    float64
-
-	config  string
-	secrets map[string][]byte     // per server, from --config
-	own     map[string]ownSetting // per server, from --config
-
-	// radius+tcp:// and radsec://
-	stream                 bool
-	tw, requestTimeout     time.Duration
-	maxConns               int
-	tlsCA, tlsCert, tlsKey string
-	weights                stringList
-	weightOf               map[string]int
-}
-
-// hasRADIUSUDPPeer reports whether args name a RADIUS peer (radius://,
-// radius+tcp:// or radsec://), which the RADIUS client handles.
-func hasRADIUSUDPPeer(args []string) bool {
-	for i, a := range args {
-		v, ok := strings.CutPrefix(strings.TrimLeft(a, "-"), "peer=")
-		if !ok && strings.TrimLeft(a, "-") == "peer" && i+1 < len(args) {
-			v, ok = args[i+1], true
-		}
-		if ok && radpeer.IsURL(v) {
-			return true
-		}
-	}
-	return false
+	acctPeers      stringList
+	secretFile     string
+	timeout        time.Duration // each attempt's
+	retries        int
+	testPassword   string
+	statusServer   bool
+	requireMA      radpeer.MessageAuthenticatorMode
+	maxRateAcct    int
+	stream         bool // radius+tcp:// and radsec://
+	requestTimeout time.Duration
+	maxConns       int
 }
 
 // radiusClientFlags returns the flags of the RADIUS client, set into o.
@@ -152,16 +116,16 @@ func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.timeout, "timeout", radpeer.DefaultUDPTimeout, "wait `D` for a reply to each attempt")
 	fs.IntVar(&o.retries, "retries", radpeer.DefaultUDPRetries, "attempts per request and server")
 	fs.DurationVar(&o.downTimeout, "down-timeout", 0, "no reply for `D` while sending puts a server out of service (default timeout x retries)")
-	fs.DurationVar(&o.hold, "hold-down", policy.DefaultHoldDown, "an out-of-service server gets nothing for `D`")
+	fs.DurationVar(&o.holdDown, "hold-down", policy.DefaultHoldDown, "an out-of-service server gets nothing for `D`")
 	fs.StringVar(&o.testUser, "test-user", "", "User-Name of the test user that probes (and with --keepalive keeps alive) servers")
 	fs.StringVar(&o.testPassword, "test-password", "", "the test user's User-Password (a test account's, not the shared secret)")
 	fs.BoolVar(&o.statusServer, "status-server", false, "probe and keep alive with Status-Server (RFC 5997) instead of a test user")
 	fs.DurationVar(&o.keepAlive, "keepalive", 0, "send the test message to each server every `D` (needs --test-user or --status-server)")
 	fs.IntVar(&o.maxRate, "max-rate", 0, "per-server max authentication requests per second (0: no limit)")
 	fs.IntVar(&o.maxRateAcct, "max-rate-acct", 0, "per-server max accounting requests per second (0: no limit)")
-	fs.IntVar(&o.maxOut, "max-outstanding", 0, "per-server and class max requests awaiting a reply (default 256)")
+	fs.IntVar(&o.maxOutstanding, "max-outstanding", 0, "per-server and class max requests awaiting a reply (default 256)")
 	fs.DurationVar(&o.slot, "slot", throttle.DefaultSlot, "rate slot length `D` (50ms..1s)")
-	fs.StringVar(&o.alarm, "queue-alarm", "", "HIGH,LOW: raise a server's queue alarm at depth HIGH, clear it at LOW")
+	fs.StringVar(&o.queueAlarm, "queue-alarm", "", "HIGH,LOW: raise a server's queue alarm at depth HIGH, clear it at LOW")
 	fs.Float64Var(&o.rate, "rate", 100, "`N` requests per second, open loop: each request leaves at its intended time (start + n/N) whatever the earlier ones are doing, and its latency is measured from that time, not from when it left (against coordinated omission, as wrk2)")
 	fs.IntVar(&o.concurrency, "concurrency", 256, "in-flight bound `N`: a request whose time comes while N are in flight is not sent (dropped_in_flight in the report, a warning at most once a second)")
 	fs.Int64Var(&o.requests, "requests", 0, "stop after N requests sent (those not sent at the in-flight bound do not count; 0: --duration)")
@@ -258,17 +222,6 @@ func (o *radiusClientOptions) validate() error {
 			return usagef("--tls-cert and --tls-key go together")
 		}
 	}
-	o.weightOf = map[string]int{}
-	for _, w := range o.weights {
-		u, n, err := parseNameWeight(w, true)
-		if err != nil {
-			return usagef("--weight %q: %v", w, err)
-		}
-		if !slices.Contains(o.peers, u) {
-			return usagef("--weight %q: %s is not a --peer", w, u)
-		}
-		o.weightOf[u] = n
-	}
 	if len(o.acctPeers) != 0 && len(o.acctPeers) != len(o.peers) {
 		return usagef("give one --acct-peer per --peer, or none")
 	}
@@ -277,13 +230,8 @@ func (o *radiusClientOptions) validate() error {
 	default:
 		return usagef("--app %q: want auth, acct or status", o.app)
 	}
-	alg, err := loadbalance.ParseAlgorithm(o.algorithm)
-	if err != nil {
-		return usagef("--algorithm: %v", err)
-	}
-	o.alg = alg
 	switch {
-	case o.timeout <= 0 || o.retries < 1 || o.hold <= 0 || o.downTimeout < 0:
+	case o.timeout <= 0 || o.retries < 1 || o.holdDown <= 0 || o.downTimeout < 0:
 		return usagef("--timeout, --retries and --hold-down must be positive, --down-timeout not negative")
 	case o.testUser != "" && o.statusServer:
 		return usagef("--test-user and --status-server are two kinds of probe: choose one")
@@ -292,15 +240,7 @@ func (o *radiusClientOptions) validate() error {
 	case !(o.rate > 0) || o.concurrency < 1 || o.requests < 0 || (o.requests == 0 && o.duration <= 0):
 		return usagef("--rate and --concurrency must be positive, with --requests or a positive --duration")
 	}
-	if o.failShare, err = parseShare(o.maxFailed); err != nil {
-		return usagef("--max-failed %q: %v", o.maxFailed, err)
-	}
-	if o.alarm != "" {
-		if _, err := fmt.Sscanf(o.alarm, "%d,%d", &o.alarmHigh, &o.alarmLow); err != nil || o.alarmLow >= o.alarmHigh || o.alarmLow < 0 {
-			return usagef("--queue-alarm %q: want HIGH,LOW with 0 <= LOW < HIGH", o.alarm)
-		}
-	}
-	return checkStatusAddr(o.status)
+	return o.check()
 }
 
 // radiusClientReport is the JSON report of a RADIUS run.
@@ -381,13 +321,10 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 			protocol = "RADIUS/TLS"
 		}
 	}
-	var ew *eventWriter
-	if o.events != "" {
-		var err error
-		if ew, err = openEvents(clientLines(events), o.events, stdout); err != nil {
-			fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
-			return 1
-		}
+	ew, err := openEvents(clientLines(events), o.events, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 1
 	}
 	d, err := o.newDriver(secret, events, log)
 	if err != nil {
@@ -398,13 +335,12 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	defer d.close()
 	metrics := newMetrics(o.status)
 	defer metrics.WatchClient(events)()
-	var reloads reloadStats
-	reloads.exportTo(metrics, time.Now())
-	defer watchReload(hup, log, o.config, &reloads, func() ([]string, error) { return o.reloadPeers(d.c, metrics) })()
-	tl := &radiusTally{failedBy: map[string]uint64{}, metrics: metrics}
+	defer watchReload(hup, log, o.config, o.set["peer"], metrics, func(cfg *config.Config) ([]string, error) { return o.reloadPeers(cfg, d.c, metrics) })()
+	tl := &radiusTally{counter: newCounter(o.concurrency), metrics: metrics}
 	web, err := openStatus(o.status, status.SourceFunc(func() status.Snapshot {
 		snap := status.ClientSnapshot(d.c)
-		snap.Role, snap.Totals.Sent = status.RoleClient, tl.sent.Load()
+		snap.Role = status.RoleClient
+		snap.Totals.Sent, _, _ = tl.counts()
 		snap.Identity = status.Identity{NASIdentifier: nasIdentifier, Info: map[string]string{"protocol": protocol, "access": o.alg.String()}}
 		return snap
 	}), metrics, log)
@@ -414,37 +350,22 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	}
 	defer web.Close()
 
-	runCtx := ctx
-	if o.requests == 0 {
-		var cancel context.CancelFunc
-		runCtx, cancel = context.WithTimeout(ctx, o.duration)
-		defer cancel()
+	duration := o.duration // with --requests, none
+	if o.requests > 0 {
+		duration = 0
 	}
 	start := time.Now()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	done, progressDone := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(progressDone)
-		for {
-			select {
-			case <-done:
-				return
-			case <-tick.C:
-				fmt.Fprintf(stderr, "t=%ds sent=%d answered=%d failed=%d servers=%s\n", int(time.Since(start).Seconds()),
-					tl.sent.Load(), tl.answered.Load(), tl.failed.Load(), d.states())
-			}
-		}
-	}()
-	stopWatch := newStallWatch(d.c.ServerStats, log).start()
+	progress := func(elapsed time.Duration) string {
+		sent, answered, failed := tl.counts()
+		return fmt.Sprintf("t=%ds sent=%d answered=%d failed=%d servers=%s", int(elapsed.Seconds()), sent, answered, failed, d.states())
+	}
 	loop := newOpenLoop(o.rate, o.concurrency, o.requests, log)
-	loop.run(runCtx, func(n int64, intended time.Time) { tl.one(ctx, d, o.request(n), intended) })
-	stopWatch()
-	close(done)
-	<-progressDone // no progress line after the report
-	rep := radiusClientReport{Protocol: strings.ToLower(protocol), Algorithm: o.alg.String(), Sent: tl.sent.Load(), Answered: tl.answered.Load(),
-		Rejected: tl.rejected.Load(), Failed: tl.failed.Load(), FailedBy: tl.failedBy,
-		DroppedInFlight: loop.dropped.Load(), LatencyUS: tl.lat.Summary()}
+	drive(ctx, duration, stderr, progress, d.c, log, func(runCtx context.Context) {
+		loop.run(runCtx, func(n int64, intended time.Time) { tl.one(ctx, d, n, o.request(n), intended) })
+	})
+	rep := radiusClientReport{Protocol: strings.ToLower(protocol), Algorithm: o.alg.String(), Rejected: tl.rejected.Load(),
+		FailedBy: tl.failedKinds(), DroppedInFlight: loop.dropped.Load(), LatencyUS: tl.lat.Summary()}
+	rep.Sent, rep.Answered, rep.Failed = tl.counts()
 	d.fill(&rep)
 	rep.ElapsedMS = time.Since(start).Milliseconds()
 	d.close() // its last events (the servers closed) before the events file is
@@ -460,7 +381,7 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	if rep.Answered == 0 {
 		return 1
 	}
-	if rep.Failed > 0 && float64(rep.Failed) > o.failShare*float64(rep.Sent) {
+	if o.tooManyFailed(rep.Failed, rep.Sent) {
 		fmt.Fprintf(stderr, "aaa-peer client: %d of %d requests failed (--max-failed %s)\n", rep.Failed, rep.Sent, o.maxFailed)
 		return 3
 	}
@@ -479,34 +400,30 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	return l.w.Write(b)
 }
 
-// radiusTally is a RADIUS run's counts and latencies.
+// radiusTally is a RADIUS run's counts and latencies (each from its
+// request's intended time): both clients', and the Access-Rejects.
 type radiusTally struct {
-	sent, answered, rejected, failed atomic.Uint64
-	lat                              latency.Histogram // from each request's intended time
-	metrics                          *status.Metrics   // aaatp_request_duration_seconds; nil without --status
-
-	mu       sync.Mutex
-	failedBy map[string]uint64
+	*counter
+	rejected atomic.Uint64
+	metrics  *status.Metrics // aaatp_request_duration_seconds; nil without --status
 }
 
-// one exchanges r through d and counts its outcome; its latency runs from
-// intended, the time the open loop meant it to leave.
-func (t *radiusTally) one(ctx context.Context, d *radiusDriver, r *radius.Request, intended time.Time) {
-	t.sent.Add(1)
+// one exchanges request n, r, through d and counts its outcome; its
+// latency runs from intended, the time the open loop meant it to leave.
+func (t *radiusTally) one(ctx context.Context, d *radiusDriver, n int64, r *radius.Request, intended time.Time) {
+	tl := t.tally(n)
+	tl.sent.Add(1)
 	// The Client's request deadline applies: over UDP every server's
 	// attempts, over a stream two Tw and an answer.
-	resp, err := d.exchange(ctx, r)
+	resp, err := d.c.Exchange(ctx, r)
 	if err != nil {
-		t.failed.Add(1)
-		t.mu.Lock()
-		t.failedBy[errorReason(err)]++
-		t.mu.Unlock()
+		t.fail(tl, errorReason(err))
 		return
 	}
 	took := time.Since(intended) // not from the actual send: against coordinated omission
 	t.lat.Record(took)
 	t.metrics.ObserveLatency(took)
-	t.answered.Add(1)
+	tl.answered.Add(1)
 	if resp.Packet.Code == lradius.CodeAccessReject {
 		t.rejected.Add(1)
 	}

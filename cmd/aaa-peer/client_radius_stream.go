@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"log/slog"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/throttle"
-	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 	lradius "layeh.com/radius"
 )
@@ -34,21 +32,17 @@ func (o *radiusClientOptions) newDriver(secret []byte, events *client.Bus, log *
 			RequireMessageAuthenticator: o.requireMA},
 		UDP: radpeer.UDPConfig{Timeout: o.timeout, Retries: o.retries},
 		Policy: &policy.Config{RequestTimeout: o.timeout, Retries: o.retries, DownTimeout: o.downTimeout,
-			HoldDown: o.hold, TestUser: o.stream || o.testUser != "" || o.statusServer, KeepAlive: o.keepAlive},
+			HoldDown: o.holdDown, TestUser: o.stream || o.testUser != "" || o.statusServer, KeepAlive: o.keepAlive},
 		Throttle: &client.Throttle{Slot: o.slot, AlarmHigh: o.alarmHigh, AlarmLow: o.alarmLow,
-			Auth:       throttle.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOut},
-			Accounting: throttle.Limits{MaxRate: o.maxRateAcct, MaxOutstanding: o.maxOut}},
+			Auth:       throttle.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOutstanding},
+			Accounting: throttle.Limits{MaxRate: o.maxRateAcct, MaxOutstanding: o.maxOutstanding}},
 		RADIUSTestRequest: func(string) *radius.Request { return o.testRequest() },
 	}
-	if o.tlsCA != "" || o.tlsCert != "" {
-		tc, err := transport.ClientTLSConfig(o.tlsCA, o.tlsCert, o.tlsKey, "")
-		if err != nil {
-			return nil, err
-		}
-		cfg.RADIUS.Transport.TLS = tc
-	}
 	var err error
-	if cfg.Peers, err = o.peerSpecs(); err != nil {
+	if cfg.RADIUS.Transport.TLS, err = o.tlsConfig(); err != nil {
+		return nil, err
+	}
+	if cfg.Peers, err = o.peerSpecs(o.acctPeers, &o.maxRateAcct); err != nil {
 		return nil, err
 	}
 	c, err := client.New(cfg)
@@ -56,23 +50,6 @@ func (o *radiusClientOptions) newDriver(secret []byte, events *client.Bus, log *
 		return nil, err
 	}
 	return &radiusDriver{c: c}, nil
-}
-
-// peerSpecs are the servers in --peer order, each named as the --config
-// file names it, else by its URL, with its weight, its own secret and its own tw, TLS and limits.
-func (o *radiusClientOptions) peerSpecs() ([]client.PeerSpec, error) {
-	var specs []client.PeerSpec
-	for i, u := range o.peers {
-		spec := client.PeerSpec{URL: u, Name: cmp.Or(o.names[u], u), Weight: o.weightOf[u], Secret: o.secrets[u]}
-		if len(o.acctPeers) > 0 {
-			spec.AccountingURL = o.acctPeers[i]
-		}
-		if err := o.own[u].apply(&spec, &o.maxRateAcct); err != nil {
-			return nil, err
-		}
-		specs = append(specs, spec)
-	}
-	return specs, nil
 }
 
 // testRequest is the probe and keep-alive: the test user's
@@ -85,10 +62,6 @@ func (o *radiusClientOptions) testRequest() *radius.Request {
 	r.Attributes.Add(radius.AttrUserName, lradius.Attribute(o.testUser))
 	r.Attributes.Add(radius.AttrUserPassword, lradius.Attribute(o.testPassword))
 	return r
-}
-
-func (d *radiusDriver) exchange(ctx context.Context, r *radius.Request) (*radpeer.Response, error) {
-	return d.c.Exchange(ctx, r)
 }
 
 func (d *radiusDriver) states() string {

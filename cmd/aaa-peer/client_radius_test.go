@@ -111,6 +111,30 @@ func TestRadiusClientUsage(t *testing.T) {
 	}
 }
 
+// TestClientSharedFlagChecks: a flag both clients take is checked alike,
+// with one message, whatever the protocol of the peers.
+func TestClientSharedFlagChecks(t *testing.T) {
+	for _, tc := range []struct{ flag, value, want string }{
+		{"--algorithm", "fastest", `--algorithm "fastest": want pearson, hash, direct or round-robin`},
+		{"--queue-alarm", "5,9", `--queue-alarm "5,9": want HIGH,LOW with HIGH > LOW >= 0`},
+		{"--queue-alarm", "9,5x", `--queue-alarm "9,5x": want HIGH,LOW`},
+		{"--max-failed", "150%", `--max-failed "150%": want a fraction from 0 to 1 or a percentage from 0% to 100%`},
+		{"--status", "localhost", `--status "localhost"`},
+	} {
+		for _, args := range [][]string{
+			{"client", "--peer", "tcp://127.0.0.1:3868", "--origin-host", "c1.example.net", "--origin-realm", "example.net", "--destination-realm", "example.net"},
+			{"client", "--peer", "radius://127.0.0.1:1812"},
+			{"client", "--peer", "radius+tcp://127.0.0.1:1812"},
+		} {
+			var stdout, stderr bytes.Buffer
+			args = append(args, tc.flag, tc.value)
+			if code := run(context.Background(), args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("%v: exit %d, %q; want 2 and %q", args, code, stderr.String(), tc.want)
+			}
+		}
+	}
+}
+
 // aaa-peer client over radius+tcp:// against two aaa-peer servers, for
 // each --app: every request answered through the one RADIUS dispatch
 // path, Pearson-balanced over both by User-Name with the --weight given,

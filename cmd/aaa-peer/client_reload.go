@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -33,9 +32,14 @@ the command line the file's peers are not used, and without --config
 SIGHUP is logged and ignored. Reloads are counted as the server's are.
 `
 
-// watchReload applies apply at each SIGHUP from ch until stop is called:
-// one log line says what changed, or why nothing did. file is --config.
-func watchReload(ch <-chan os.Signal, log *slog.Logger, file string, stats *reloadStats, apply func() ([]string, error)) (stop func()) {
+// watchReload applies --config, file read again, with apply at each SIGHUP
+// from ch until stop is called: one log line says what changed, or why
+// nothing did, and the reloads are counted in metrics. With --peer on the
+// command line (fixedPeers), the file's peers are not used: nothing
+// changes.
+func watchReload(ch <-chan os.Signal, log *slog.Logger, file string, fixedPeers bool, metrics *status.Metrics, apply func(*config.Config) ([]string, error)) (stop func()) {
+	stats := &reloadStats{}
+	stats.exportTo(metrics, time.Now())
 	if ch == nil {
 		return func() {}
 	}
@@ -47,28 +51,16 @@ func watchReload(ch <-chan os.Signal, log *slog.Logger, file string, stats *relo
 		for {
 			select {
 			case <-ch:
-				if file == "" {
-					log.Warn("SIGHUP: nothing to reload: the client was started without --config; restart to change its flags")
-					continue
-				}
-				changed, err := apply()
-				if err != nil {
-					stats.refused.Add(1)
-					var ce *config.Error
-					if errors.As(err, &ce) {
-						log.Error("configuration reload refused: the file does not validate; running on as before",
-							"file", file, "problems", len(ce.Problems), "errors", strings.Join(problemLines(ce), "; "))
-						continue
+				reload(log, "client", file, stats, func() ([]string, error) {
+					if fixedPeers {
+						return []string{"nothing: the peers are the command line's --peer"}, nil
 					}
-					log.Error("configuration reload refused; running on as before", "file", file, "err", err)
-					continue
-				}
-				stats.ok.Add(1)
-				stats.last.Store(time.Now().UnixNano())
-				if len(changed) == 0 {
-					changed = []string{"nothing"}
-				}
-				log.Info("configuration reloaded", "file", file, "changed", strings.Join(changed, "; "))
+					cfg, err := config.Load(file)
+					if err != nil {
+						return nil, err
+					}
+					return apply(cfg)
+				})
 			case <-done:
 				return
 			}
@@ -120,14 +112,7 @@ func differs(settings []setting) []string {
 
 // reloadPeers is the Diameter client's reload: --config read again over
 // the command line's options (base, with the flags set there).
-func (c *loadgen) reloadPeers(base clientOptions, set map[string]bool) ([]string, error) {
-	if set["peer"] {
-		return []string{"nothing: the peers are the command line's --peer"}, nil
-	}
-	cfg, err := config.Load(c.o.config)
-	if err != nil {
-		return nil, err
-	}
+func (c *loadgen) reloadPeers(cfg *config.Config, base clientOptions, set map[string]bool) ([]string, error) {
 	o := base
 	o.peers, o.weights = slices.Clone(base.peers), slices.Clone(base.weights)
 	if _, err := o.applyConfig(cfg, set); err != nil {
@@ -136,7 +121,7 @@ func (c *loadgen) reloadPeers(base clientOptions, set map[string]bool) ([]string
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	specs, err := o.peerSpecs()
+	specs, err := o.peerSpecs(nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -157,16 +142,10 @@ func (c *loadgen) reloadPeers(base clientOptions, set map[string]bool) ([]string
 
 // reloadPeers is the RADIUS client's reload: --config read again over
 // the command line's options.
-func (o *radiusClientOptions) reloadPeers(c *client.Client, metrics *status.Metrics) ([]string, error) {
-	if o.set["peer"] {
-		return []string{"nothing: the servers are the command line's --peer"}, nil
-	}
-	cfg, err := config.Load(o.config)
-	if err != nil {
-		return nil, err
-	}
+func (o *radiusClientOptions) reloadPeers(cfg *config.Config, c *client.Client, metrics *status.Metrics) ([]string, error) {
 	n := *o.base
 	n.peers, n.weights, n.acctPeers = slices.Clone(n.peers), slices.Clone(n.weights), slices.Clone(n.acctPeers)
+	var err error
 	if n.secrets, err = n.applyConfig(cfg, o.set); err != nil {
 		return nil, err
 	}
@@ -176,7 +155,7 @@ func (o *radiusClientOptions) reloadPeers(c *client.Client, metrics *status.Metr
 	if n.stream != o.stream || n.radsec() != o.radsec() {
 		return nil, fmt.Errorf("the servers' protocol changed (%s:// to %s://): restart to apply", scheme(o.peers[0]), scheme(n.peers[0]))
 	}
-	specs, err := n.peerSpecs()
+	specs, err := n.peerSpecs(n.acctPeers, &n.maxRateAcct)
 	if err != nil {
 		return nil, err
 	}
@@ -185,9 +164,9 @@ func (o *radiusClientOptions) reloadPeers(c *client.Client, metrics *status.Metr
 		{"tw", fmt.Sprint(o.tw), fmt.Sprint(n.tw)},
 		{"max-conns", fmt.Sprint(o.maxConns), fmt.Sprint(n.maxConns)},
 		{"timeout, retries", fmt.Sprint(o.timeout, o.retries), fmt.Sprint(n.timeout, n.retries)},
-		{"down-timeout, hold-down", fmt.Sprint(o.downTimeout, o.hold), fmt.Sprint(n.downTimeout, n.hold)},
+		{"down-timeout, hold-down", fmt.Sprint(o.downTimeout, o.holdDown), fmt.Sprint(n.downTimeout, n.holdDown)},
 		{"tls-ca, tls-cert, tls-key", fmt.Sprintf("%q %q %q", o.tlsCA, o.tlsCert, o.tlsKey), fmt.Sprintf("%q %q %q", n.tlsCA, n.tlsCert, n.tlsKey)},
-		{"max-rate, max-rate-acct, max-outstanding", fmt.Sprint(o.maxRate, o.maxRateAcct, o.maxOut), fmt.Sprint(n.maxRate, n.maxRateAcct, n.maxOut)},
+		{"max-rate, max-rate-acct, max-outstanding", fmt.Sprint(o.maxRate, o.maxRateAcct, o.maxOutstanding), fmt.Sprint(n.maxRate, n.maxRateAcct, n.maxOutstanding)},
 		{"secret-file", o.secretFile, n.secretFile},
 	})
 	return applyPeers(c, specs, restart, metrics)

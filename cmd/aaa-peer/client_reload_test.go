@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/aaatp/aaatp/config"
 	"github.com/aaatp/aaatp/internal/testhelp"
+	"github.com/aaatp/aaatp/status"
 )
 
 // clientReloader runs a client on a --config file with a SIGHUP channel
@@ -200,4 +203,62 @@ func TestPeerTLSSameWhileFilesUnchanged(t *testing.T) {
 	if changed, _ := peerTLS(tc); changed == first {
 		t.Error("a CA file with another content gave the old *tls.Config")
 	}
+}
+
+// TestWatchReload: at each SIGHUP both clients' reloads read --config
+// again and hand it to the client's apply, except with --peer on the
+// command line (nothing changes, the file is not read) or without
+// --config; a file that does not load is refused before apply.
+func TestWatchReload(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.toml")
+	for _, tc := range []struct {
+		name, file, content string
+		fixedPeers          bool
+		want                string
+		applied             bool
+		ok, refused         float64 // reloads counted
+	}{
+		{"applied", file, "tw = \"7s\"\n", false, `msg="configuration reloaded" file=` + file + ` changed="tw 7s"`, true, 1, 0},
+		{"refused", file, "tw = 7\n", false, `msg="configuration reload refused: the file does not validate; running on as before"`, false, 0, 1},
+		{"peers from the command line", file, "tw = 7\n", true, `changed="nothing: the peers are the command line's --peer"`, false, 1, 0},
+		{"no config", "", "", false, "nothing to reload: the client was started without --config", false, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			writeTestFile(t, file, tc.content)
+			var logs bytes.Buffer
+			applied := false
+			hup := make(chan os.Signal)
+			metrics := status.NewMetrics()
+			stop := watchReload(hup, slog.New(slog.NewTextHandler(&logs, nil)), tc.file, tc.fixedPeers, metrics, func(cfg *config.Config) ([]string, error) {
+				applied = true
+				return []string{"tw " + cfg.Tw.String()}, nil
+			})
+			hup <- syscall.SIGHUP
+			stop()
+			if !strings.Contains(logs.String(), tc.want) || applied != tc.applied {
+				t.Errorf("log %q, applied %v; want %q, applied %v", logs.String(), applied, tc.want, tc.applied)
+			}
+			if ok, refused := reloadCount(t, metrics, "ok"), reloadCount(t, metrics, "refused"); ok != tc.ok || refused != tc.refused {
+				t.Errorf("reloads counted: ok %v refused %v, want %v and %v", ok, refused, tc.ok, tc.refused)
+			}
+		})
+	}
+}
+
+// reloadCount is the value of aaatp_config_reloads_total{result} in m.
+func reloadCount(t *testing.T, m *status.Metrics, result string) float64 {
+	t.Helper()
+	mfs, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			if l := mt.GetLabel(); mf.GetName() == "aaatp_config_reloads_total" && len(l) == 1 && l[0].GetValue() == result {
+				return mt.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Fatalf("no aaatp_config_reloads_total{result=%q}", result)
+	return 0
 }

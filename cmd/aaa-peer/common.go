@@ -160,8 +160,11 @@ func clientLines(b *client.Bus) func(func(client.EventLine)) func() {
 }
 
 // openEvents starts writing the events of a bus (peerLines, clientLines)
-// to path ("-" is stdout).
+// to path ("-" is stdout; "": none, a nil writer whose methods do nothing).
 func openEvents(subscribe func(func(client.EventLine)) func(), path string, stdout io.Writer) (*eventWriter, error) {
+	if path == "" {
+		return nil, nil
+	}
 	ew := &eventWriter{ch: make(chan client.EventLine, eventBuffer), done: make(chan struct{})}
 	if path == "-" {
 		ew.w = bufio.NewWriter(stdout)

@@ -182,23 +182,6 @@ func setStr(dst *string, v string, flagGiven bool) {
 	}
 }
 
-// fileDefaults sets what both clients take from the file's top level
-// (tw, the TLS files, the limits) where its flag was not given.
-func fileDefaults(cfg *config.Config, set map[string]bool, tw *time.Duration, ca, cert, key *string, maxRate, maxOut *int) {
-	if cfg.Tw != 0 && !set["tw"] {
-		*tw = cfg.Tw
-	}
-	setStr(ca, cfg.TLS.CA, set["tls-ca"])
-	setStr(cert, cfg.TLS.Cert, set["tls-cert"])
-	setStr(key, cfg.TLS.Key, set["tls-key"])
-	if cfg.Limits.MaxRate != 0 && !set["max-rate"] {
-		*maxRate = cfg.Limits.MaxRate
-	}
-	if cfg.Limits.MaxOutstanding != 0 && !set["max-outstanding"] {
-		*maxOut = cfg.Limits.MaxOutstanding
-	}
-}
-
 // applyConfig turns the --config file into the Diameter client's options,
 // as serverOptions.applyConfig does for the server: a flag given on the
 // command line wins; --peer given replaces the file's peers whole (their
@@ -216,25 +199,12 @@ func (o *clientOptions) applyConfig(cfg *config.Config, set map[string]bool) (un
 	setStr(&o.originHost, cfg.OriginHost, set["origin-host"])
 	setStr(&o.originRealm, cfg.OriginRealm, set["origin-realm"])
 	setStr(&o.destRealm, cfg.DestinationRealm, set["destination-realm"])
-	fileDefaults(cfg, set, &o.tw, &o.tlsCA, &o.tlsCert, &o.tlsKey, &o.maxRate, &o.maxOutstanding)
+	o.fileDefaults(cfg, set)
 	if len(cfg.Peers) > 0 && !set["peer"] {
 		if !cfg.Peers[0].Diameter() {
 			return nil, usagef("--config %s:%d: %s is a RADIUS server, not a Diameter peer", cfg.File, cfg.Peers[0].Line, cfg.Peers[0].URL)
 		}
-		peers := byRole(cfg.Peers)
-		o.peers = nil
-		o.specs = make(map[string]client.PeerSpec, len(peers))
-		own := ownSettings(peers, set, o.tw, config.TLS{CA: o.tlsCA, Cert: o.tlsCert, Key: o.tlsKey},
-			config.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOutstanding})
-		for _, p := range peers {
-			o.peers = append(o.peers, p.URL)
-			o.specs[p.URL] = client.PeerSpec{URL: p.URL, Name: p.Name, Weight: p.Weight, Secret: p.Secret}
-			if p.Weight > 0 && !set["weight"] {
-				o.weights = append(o.weights, fmt.Sprintf("%s=%d", p.URL, p.Weight))
-			}
-		}
-		o.own = own
-		if peers[0].Role != config.RoleNone && !set["mode"] {
+		if peers := o.filePeers(cfg.Peers, set); peers[0].Role != config.RoleNone && !set["mode"] {
 			o.mode = client.PrimarySecondary.String()
 		}
 	}

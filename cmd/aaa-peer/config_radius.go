@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/aaatp/aaatp/config"
@@ -22,7 +21,7 @@ func (o *radiusClientOptions) applyConfig(cfg *config.Config, set map[string]boo
 	if cfg == nil {
 		return nil, nil
 	}
-	fileDefaults(cfg, set, &o.tw, &o.tlsCA, &o.tlsCert, &o.tlsKey, &o.maxRate, &o.maxOut)
+	o.fileDefaults(cfg, set)
 	if len(cfg.Peers) == 0 || set["peer"] {
 		// The --peer servers: the file's secret is every one's default.
 		if cfg.Secret == nil || set["secret-file"] {
@@ -39,20 +38,7 @@ func (o *radiusClientOptions) applyConfig(cfg *config.Config, set map[string]boo
 	if cfg.Peers[0].Diameter() {
 		return nil, usagef("--config %s:%d: %s is a Diameter peer, not a RADIUS server", cfg.File, cfg.Peers[0].Line, cfg.Peers[0].URL)
 	}
-	peers := byRole(cfg.Peers)
-	o.peers, secrets, o.names = nil, make(map[string][]byte, len(peers)), make(map[string]string, len(peers))
-	for _, p := range peers {
-		o.peers = append(o.peers, p.URL)
-		o.names[p.URL] = p.Name
-		if p.Secret != nil {
-			secrets[p.URL] = p.Secret
-		}
-		if p.Weight > 0 && !set["weight"] {
-			o.weights = append(o.weights, fmt.Sprintf("%s=%d", p.URL, p.Weight))
-		}
-	}
-	o.own = ownSettings(peers, set, o.tw, config.TLS{CA: o.tlsCA, Cert: o.tlsCert, Key: o.tlsKey},
-		config.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOut})
+	peers := o.filePeers(cfg.Peers, set)
 	if file := peers[0].SecretFile; file != "" && !set["secret-file"] {
 		shared := true
 		for _, p := range peers[1:] {
@@ -65,5 +51,5 @@ func (o *radiusClientOptions) applyConfig(cfg *config.Config, set map[string]boo
 	if peers[0].Role != config.RoleNone && !set["algorithm"] {
 		o.algorithm = "direct"
 	}
-	return secrets, nil
+	return o.secrets, nil
 }

@@ -290,7 +290,7 @@ func TestClientOptionsFromConfig(t *testing.T) {
 
 func mustSpecs(t *testing.T, o clientOptions) []client.PeerSpec {
 	t.Helper()
-	specs, err := o.peerSpecs()
+	specs, err := o.peerSpecs(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,7 +388,7 @@ func TestClientPerPeerTLSFileUnreadable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := o.peerSpecs(); err == nil || !strings.Contains(err.Error(), "peer own: ") {
+	if _, err := o.peerSpecs(nil, nil); err == nil || !strings.Contains(err.Error(), "peer own: ") {
 		t.Errorf("error %v: want one naming the peer", err)
 	}
 }
@@ -440,7 +440,7 @@ weight = 3
 		set  map[string]bool
 		want string
 	}{{nil, "direct"}, {map[string]bool{"algorithm": true}, "round-robin"}} {
-		o := radiusClientOptions{algorithm: "round-robin"}
+		o := radiusClientOptions{loadOptions: loadOptions{algorithm: "round-robin"}}
 		if _, err := o.applyConfig(cfg, tc.set); err != nil || o.algorithm != tc.want {
 			t.Errorf("flags given %v: algorithm %s, %v; want %s", tc.set, o.algorithm, err, tc.want)
 		}
@@ -628,8 +628,8 @@ url = "radsec://10.0.0.2"
 	if _, err := o.applyConfig(cfg, setFlags(fs)); err != nil {
 		t.Fatal(err)
 	}
-	if o.tw != 20*time.Second || o.maxOut != 30 {
-		t.Errorf("every server's: tw %v max-outstanding %d", o.tw, o.maxOut)
+	if o.tw != 20*time.Second || o.maxOutstanding != 30 {
+		t.Errorf("every server's: tw %v max-outstanding %d", o.tw, o.maxOutstanding)
 	}
 	var specs []client.PeerSpec
 	for _, u := range o.peers {

@@ -179,12 +179,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// Pearson), whose Send, counters and report we reuse.
 	timeout := max(30*time.Second, 5*o.tw) // longer than a freeze takes to detect (2 Tw + jitter)
 	co := clientOptions{
+		loadOptions: loadOptions{tw: o.tw, rate: o.rate, concurrency: o.concurrency, duration: o.duration,
+			nai: "user%d@example.net", app: "acct", alg: loadbalance.Pearson},
 		originHost: demoClientHost, originRealm: demoRealm, destRealm: demoRealm,
-		tw: o.tw, rate: o.rate, concurrency: o.concurrency, duration: o.duration,
-		nai: "user%d@example.net", app: "acct", timeout: timeout,
-		connectTimeout: 10 * time.Second, waitPeers: 0,
-		clientMode: client.Balance, alg: loadbalance.Pearson,
-		dprHoldOff: peer.DefaultDPRHoldOff,
+		timeout: timeout, connectTimeout: 10 * time.Second, waitPeers: 0,
+		clientMode: client.Balance, dprHoldOff: peer.DefaultDPRHoldOff,
 	}
 	bus := client.NewBus()
 	ccfg := co.clientConfig(log, transport.Options{}, bus)
@@ -300,10 +299,7 @@ func (d *demo) traffic(ctx, runCtx context.Context) {
 	g := d.gen
 	dl := newDeadlines(ctx, g.o.timeout)
 	defer dl.close() // after the requests in flight
-	newOpenLoop(d.o.rate, d.o.concurrency, 0, g.log).run(runCtx, func(_ int64, intended time.Time) {
-		n := g.issued.Add(1)
-		g.one(ctx, dl, n, &g.tallies[int(n)%len(g.tallies)], nil, intended.Sub(g.epoch))
-	})
+	g.openLoop(ctx, runCtx, dl, newOpenLoop(d.o.rate, d.o.concurrency, 0, g.log))
 }
 
 // countApplied counts the runs of h per End-to-End id: behind dedup.Wrap,

@@ -48,7 +48,7 @@ func checkURLScheme(name, u, schemes string) error {
 }
 
 // peerArgs returns the values of the --peer flags in args, before
-// parsing (as hasRADIUSUDPPeer finds them).
+// parsing (which client, Diameter or RADIUS, takes them).
 func peerArgs(args []string) []string {
 	var out []string
 	for i := 0; i < len(args); i++ {

@@ -154,26 +154,27 @@ func newStallWatch(stats func() []client.ServerStats, log *slog.Logger) *stallWa
 }
 
 // start samples until the function it returns is called.
-func (w *stallWatch) start() (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
+func (w *stallWatch) start() (stop func()) { return every(w.every, w.check) }
+
+// every calls tick with the time on a goroutine of its own each period
+// until the function it returns is called, which waits for a call under
+// way: the clients' progress lines and the stall watch.
+func every(period time.Duration, tick func(now time.Time)) (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
-		t := time.NewTicker(w.every)
+		t := time.NewTicker(period)
 		defer t.Stop()
 		for {
 			select {
 			case now := <-t.C:
-				w.check(now)
+				tick(now)
 			case <-done:
 				return
 			}
 		}
 	}()
-	return func() {
-		close(done)
-		<-finished
-	}
+	return func() { close(done); <-finished }
 }
 
 // check samples the statistics at now.

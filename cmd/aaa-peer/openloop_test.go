@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -383,6 +384,16 @@ func TestRadiusClientOpenLoop(t *testing.T) {
 	if !strings.Contains(stderr, `msg="no answer for 1s from `+silentURL+`"`) || strings.Contains(stderr, "no answer for 1s from "+live) {
 		t.Errorf("want 'no answer for 1s from %s', and none for the live server:\n%s", silentURL, stderr)
 	}
+	// A progress line a second on stderr, its counts within the report's.
+	lines := regexp.MustCompile(`(?m)^t=([0-9]+)s sent=([0-9]+) answered=([0-9]+) failed=([0-9]+) servers=\S+:(in-service|out-of-service|probing):\S*,\S+$`).FindAllStringSubmatch(stderr, -1)
+	if len(lines) < 2 || lines[0][1] != "1" {
+		t.Errorf("progress lines %q; want one a second from t=1s:\n%s", lines, stderr)
+	}
+	for _, l := range lines {
+		if sent, _ := strconv.ParseUint(l[2], 10, 64); sent > rep.Sent || sent == 0 {
+			t.Errorf("progress line %q: want 0 < sent <= %d", l[0], rep.Sent)
+		}
+	}
 	// The silent server's requests waited two attempts of 700 ms.
 	if rep.LatencyUS.Count != rep.Answered || rep.LatencyUS.Max < 1_300_000 {
 		t.Errorf("latency %+v; want every answer, the slowest after 1.4s", rep.LatencyUS)
@@ -430,7 +441,7 @@ func TestLatencyFromIntendedTime(t *testing.T) {
 		c.epoch = c.epoch.Add(-time.Second) // so that the intended time is after it
 		ccfg := o.clientConfig(log, transport.Options{}, client.NewBus())
 		var err error
-		if ccfg.Peers, err = o.peerSpecs(); err != nil {
+		if ccfg.Peers, err = o.peerSpecs(nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		if c.cl, err = client.New(ccfg); err != nil {
@@ -478,12 +489,13 @@ func TestLatencyFromIntendedTime(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer d.close()
-		tl := &radiusTally{failedBy: map[string]uint64{}}
+		tl := &radiusTally{counter: newCounter(1)}
 		began := time.Now()
-		tl.one(ctx, d, o.request(1), began.Add(-late))
+		tl.one(ctx, d, 1, o.request(1), began.Add(-late))
 		took := time.Since(began)
-		if s := tl.lat.Summary(); tl.answered.Load() != 1 || s.Max < uint64(late.Microseconds()) || s.Max > uint64((late+took).Microseconds())+1000 {
-			t.Errorf("latency %+v (the exchange took %v, failed %v); want 300ms more than the exchange", s, took, tl.failedBy)
+		s := tl.lat.Summary()
+		if _, answered, _ := tl.counts(); answered != 1 || s.Max < uint64(late.Microseconds()) || s.Max > uint64((late+took).Microseconds())+1000 {
+			t.Errorf("latency %+v (the exchange took %v, failed %v); want 300ms more than the exchange", s, took, tl.failedKinds())
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -136,32 +137,33 @@ func (s *server) writeReady() {
 	}
 }
 
-// reload re-reads --config and applies it (see reloadHelp): base are the
-// options from the command line alone and set the flags given there,
-// which win over the file as at start.
-func (s *server) reload(base serverOptions, set map[string]bool) {
-	if s.o.config == "" {
-		s.log.Warn("SIGHUP: nothing to reload: the server was started without --config; restart to change its flags")
+// reload is a SIGHUP's reload of the --config file of who (the server or
+// the client), the server's and both clients': apply reads the file again
+// and applies it, or refuses it whole; one log line says what changed, or
+// why nothing did, and stats count it.
+func reload(log *slog.Logger, who, file string, stats *reloadStats, apply func() ([]string, error)) {
+	if file == "" {
+		log.Warn("SIGHUP: nothing to reload: the " + who + " was started without --config; restart to change its flags")
 		return
 	}
-	changed, err := s.reloadConfig(base, set)
+	changed, err := apply()
 	if err != nil {
-		s.reloads.refused.Add(1)
+		stats.refused.Add(1)
 		var ce *config.Error
 		if errors.As(err, &ce) {
-			s.log.Error("configuration reload refused: the file does not validate; running on as before",
-				"file", s.o.config, "problems", len(ce.Problems), "errors", strings.Join(problemLines(ce), "; "))
+			log.Error("configuration reload refused: the file does not validate; running on as before",
+				"file", file, "problems", len(ce.Problems), "errors", strings.Join(problemLines(ce), "; "))
 			return
 		}
-		s.log.Error("configuration reload refused; running on as before", "file", s.o.config, "err", err)
+		log.Error("configuration reload refused; running on as before", "file", file, "err", err)
 		return
 	}
-	s.reloads.ok.Add(1)
-	s.reloads.last.Store(time.Now().UnixNano())
+	stats.ok.Add(1)
+	stats.last.Store(time.Now().UnixNano())
 	if len(changed) == 0 {
 		changed = []string{"nothing"}
 	}
-	s.log.Info("configuration reloaded", "file", s.o.config, "changed", strings.Join(changed, "; "))
+	log.Info("configuration reloaded", "file", file, "changed", strings.Join(changed, "; "))
 }
 
 func problemLines(ce *config.Error) []string {
@@ -172,9 +174,11 @@ func problemLines(ce *config.Error) []string {
 	return out
 }
 
-// reloadConfig loads --config, checks it and applies what changed; it
-// returns what it changed, or why it refused the whole file (nothing
-// changed then).
+// reloadConfig loads --config, checks it and applies what changed (see
+// reloadHelp): base are the options from the command line alone and set
+// the flags given there, which win over the file as at start. It returns
+// what it changed, or why it refused the whole file (nothing changed
+// then).
 func (s *server) reloadConfig(base serverOptions, set map[string]bool) ([]string, error) {
 	cfg, err := config.Load(s.o.config)
 	if err != nil {

@@ -426,12 +426,10 @@ func serveWith(ctx context.Context, args []string, stdout, stderr io.Writer, hoo
 		return 2
 	}
 
-	var ew *eventWriter
-	if o.events != "" {
-		if ew, err = openEvents(peerLines(bus), o.events, stdout); err != nil {
-			fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
-			return 1
-		}
+	ew, err := openEvents(peerLines(bus), o.events, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
+		return 1
 	}
 
 	s.topts, s.store, s.bus, s.metrics = topts, store, bus, metrics
@@ -472,7 +470,7 @@ func serveWith(ctx context.Context, args []string, stdout, stderr io.Writer, hoo
 		case <-ctx.Done():
 			done = true
 		case <-hooks.reload:
-			s.reload(base, set)
+			reload(s.log, "server", s.o.config, &s.reloads, func() ([]string, error) { return s.reloadConfig(base, set) })
 		}
 	}
 	log.Info("shutting down", "cause", context.Cause(ctx))

@@ -1,0 +1,286 @@
+package main
+
+// This file: what the Diameter and the RADIUS client share: their
+// options of one meaning under one flag name (defaults and help texts may
+// differ, as the protocols' do), with what the --config file sets of them,
+// their checks and the peers they make; and a run's counts and its drive.
+
+import (
+	"cmp"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/config"
+	"github.com/aaatp/aaatp/latency"
+	"github.com/aaatp/aaatp/loadbalance"
+	"github.com/aaatp/aaatp/transport"
+)
+
+// loadOptions are the options of both clients: the peers, the TLS files,
+// the throttle and policy settings, the load and where its results go.
+type loadOptions struct {
+	peers, weights                   stringList
+	tw                               time.Duration
+	tlsCA, tlsCert, tlsKey           string
+	maxRate, maxOutstanding          int
+	slot                             time.Duration
+	queueAlarm                       string
+	downTimeout, holdDown, keepAlive time.Duration
+	testUser                         string
+	rate                             float64
+	concurrency                      int
+	requests                         int64
+	duration                         time.Duration
+	app, algorithm, nai              string
+	events, report, status           string
+	logLevel, logFormat              string
+	maxFailed                        string
+	config                           string
+
+	// names and secrets are the --config file's names and secrets of
+	// its peers, by URL; own, their own tw, TLS and limits.
+	names   map[string]string
+	secrets map[string][]byte
+	own     map[string]ownSetting
+
+	// Parsed by check.
+	alg                 loadbalance.Algorithm
+	weightOf            map[string]int
+	alarmHigh, alarmLow int
+	failShare           float64
+}
+
+// check parses and checks what both clients take alike: --algorithm,
+// --weight, --max-failed, --queue-alarm and --status.
+func (o *loadOptions) check() error {
+	var err error
+	if o.alg, err = loadbalance.ParseAlgorithm(o.algorithm); err != nil {
+		return usagef("--algorithm %q: want pearson, hash, direct or round-robin", o.algorithm)
+	}
+	o.weightOf = make(map[string]int)
+	for _, w := range o.weights {
+		u, n, err := parseNameWeight(w, true)
+		if err != nil {
+			return usagef("--weight %q: %v", w, err)
+		}
+		if !slices.Contains(o.peers, u) {
+			return usagef("--weight %q: %s is not a --peer", w, u)
+		}
+		o.weightOf[u] = n
+	}
+	if o.failShare, err = parseShare(o.maxFailed); err != nil {
+		return usagef("--max-failed %q: %v", o.maxFailed, err)
+	}
+	if o.queueAlarm != "" {
+		hi, lo, ok := strings.Cut(o.queueAlarm, ",")
+		h, err1 := strconv.Atoi(hi)
+		l, err2 := strconv.Atoi(lo)
+		if !ok || err1 != nil || err2 != nil || h <= 0 || l < 0 || l >= h {
+			return usagef("--queue-alarm %q: want HIGH,LOW with HIGH > LOW >= 0", o.queueAlarm)
+		}
+		o.alarmHigh, o.alarmLow = h, l
+	}
+	return checkStatusAddr(o.status)
+}
+
+// parseShare parses a share of requests: a fraction in [0, 1] or a
+// percentage in [0%, 100%].
+func parseShare(s string) (float64, error) {
+	div := 1.0
+	if t, ok := strings.CutSuffix(s, "%"); ok {
+		s, div = t, 100
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || math.IsNaN(f) || f < 0 || f/div > 1 {
+		return 0, errors.New("want a fraction from 0 to 1 or a percentage from 0% to 100%")
+	}
+	return f / div, nil
+}
+
+// tooManyFailed says whether failed of sent requests are more than
+// --max-failed allows.
+func (o *loadOptions) tooManyFailed(failed, sent uint64) bool {
+	return failed > 0 && float64(failed) > o.failShare*float64(sent)
+}
+
+// tlsConfig is the TLS of every peer from --tls-ca, --tls-cert and
+// --tls-key; nil without --tls-ca and --tls-cert.
+func (o *loadOptions) tlsConfig() (*tls.Config, error) {
+	if o.tlsCA == "" && o.tlsCert == "" {
+		return nil, nil
+	}
+	return transport.ClientTLSConfig(o.tlsCA, o.tlsCert, o.tlsKey, "")
+}
+
+// fileDefaults sets what both clients take from the file's top level
+// (tw, the TLS files, the limits) where its flag was not given.
+func (o *loadOptions) fileDefaults(cfg *config.Config, set map[string]bool) {
+	if cfg.Tw != 0 && !set["tw"] {
+		o.tw = cfg.Tw
+	}
+	setStr(&o.tlsCA, cfg.TLS.CA, set["tls-ca"])
+	setStr(&o.tlsCert, cfg.TLS.Cert, set["tls-cert"])
+	setStr(&o.tlsKey, cfg.TLS.Key, set["tls-key"])
+	if cfg.Limits.MaxRate != 0 && !set["max-rate"] {
+		o.maxRate = cfg.Limits.MaxRate
+	}
+	if cfg.Limits.MaxOutstanding != 0 && !set["max-outstanding"] {
+		o.maxOutstanding = cfg.Limits.MaxOutstanding
+	}
+}
+
+// filePeers makes the file's peers the client's, the primaries first and
+// each group in file order, with their names, secrets and own settings,
+// and their weights unless --weight is given. It returns them in that
+// order.
+func (o *loadOptions) filePeers(peers []config.Peer, set map[string]bool) []config.Peer {
+	peers = byRole(peers)
+	o.peers, o.names, o.secrets = nil, make(map[string]string, len(peers)), make(map[string][]byte, len(peers))
+	for _, p := range peers {
+		o.peers = append(o.peers, p.URL)
+		o.names[p.URL] = p.Name
+		if p.Secret != nil {
+			o.secrets[p.URL] = p.Secret
+		}
+		if p.Weight > 0 && !set["weight"] {
+			o.weights = append(o.weights, fmt.Sprintf("%s=%d", p.URL, p.Weight))
+		}
+	}
+	o.own = ownSettings(peers, set, o.tw, config.TLS{CA: o.tlsCA, Cert: o.tlsCert, Key: o.tlsKey},
+		config.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOutstanding})
+	return peers
+}
+
+// peerSpecs are the client's peers in --peer order, each named as the
+// --config file names it, else by its URL, with its weight (--weight,
+// else the file's), its own secret and its own tw, TLS (its files read)
+// and limits; acct, when given, are their accounting URLs, and acctRate
+// the accounting rate of a peer's own limits (see ownSetting.apply).
+func (o *loadOptions) peerSpecs(acct []string, acctRate *int) ([]client.PeerSpec, error) {
+	specs := make([]client.PeerSpec, 0, len(o.peers))
+	for i, u := range o.peers {
+		spec := client.PeerSpec{URL: u, Name: cmp.Or(o.names[u], u), Weight: o.weightOf[u], Secret: o.secrets[u]}
+		if len(acct) > 0 {
+			spec.AccountingURL = acct[i]
+		}
+		if err := o.own[u].apply(&spec, acctRate); err != nil {
+			return nil, err
+		}
+		specs = append(specs, spec)
+	}
+	return specs, nil
+}
+
+// tally is one share of a run's counts. Callers are spread over several,
+// so that the bookkeeping of each request does not move one cache line
+// between cores.
+type tally struct {
+	sent     atomic.Uint64 // requests issued
+	answered atomic.Uint64
+	failed   atomic.Uint64
+	_        [64 - 24]byte // the next tally on a line of its own
+}
+
+// maxTallies bounds the tallies of a run.
+const maxTallies = 64
+
+// latencies is one caller's latest latencies, recorded into the run's
+// histogram together (latency.Histogram.RecordAll): per request, that
+// histogram cost about as much as the balancer's pick, its lines moving
+// between the cores or missing in the cache.
+type latencies struct {
+	n int
+	d [64]time.Duration
+}
+
+// add keeps d, and records the batch into h once full.
+func (l *latencies) add(d time.Duration, h *latency.Histogram) {
+	l.d[l.n] = d
+	if l.n++; l.n == len(l.d) {
+		l.flush(h)
+	}
+}
+
+// flush records what l keeps into h.
+func (l *latencies) flush(h *latency.Histogram) {
+	h.RecordAll(l.d[:l.n])
+	l.n = 0
+}
+
+// counter is a run's counts and latencies, both clients': the callers'
+// tallies, the answered requests' latencies and the failures by kind.
+type counter struct {
+	tallies []tally // the callers' counts: caller i keeps tallies[i%len]
+	lat     latency.Histogram
+
+	mu       sync.Mutex
+	failedBy map[string]uint64
+}
+
+// newCounter returns the counter of a run of callers (in the open loop,
+// its in-flight bound).
+func newCounter(callers int) *counter {
+	return &counter{tallies: make([]tally, min(max(callers, 1), maxTallies)), failedBy: make(map[string]uint64)}
+}
+
+// tally is the share of request n (the open loop's callers) or caller n.
+func (c *counter) tally(n int64) *tally { return &c.tallies[int(n)%len(c.tallies)] }
+
+// counts sums the tallies: outcomes before sent, and each caller counts
+// sent first, so sent >= answered + failed holds.
+func (c *counter) counts() (sent, answered, failed uint64) {
+	for i := range c.tallies {
+		answered += c.tallies[i].answered.Load()
+		failed += c.tallies[i].failed.Load()
+	}
+	for i := range c.tallies {
+		sent += c.tallies[i].sent.Load()
+	}
+	return sent, answered, failed
+}
+
+// fail counts a failure of kind in t.
+func (c *counter) fail(t *tally, kind string) {
+	t.failed.Add(1)
+	c.mu.Lock()
+	c.failedBy[kind]++
+	c.mu.Unlock()
+}
+
+// failedKinds returns the failures by kind so far.
+func (c *counter) failedKinds() map[string]uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.failedBy)
+}
+
+// drive runs load, printing progress(elapsed) on w once a second and
+// warning of the servers of cl that stop answering, until load returns.
+// load issues requests until runCtx ends: with ctx, or after duration
+// (0: no limit).
+func drive(ctx context.Context, duration time.Duration, w io.Writer, progress func(elapsed time.Duration) string, cl *client.Client, log *slog.Logger, load func(runCtx context.Context)) {
+	runCtx, cancel := ctx, context.CancelFunc(func() {})
+	if duration > 0 {
+		runCtx, cancel = context.WithTimeout(ctx, duration)
+	}
+	defer cancel()
+	began := time.Now()
+	stopProgress := every(time.Second, func(now time.Time) { fmt.Fprintln(w, progress(now.Sub(began))) })
+	stopWatch := newStallWatch(cl.ServerStats, log).start()
+	load(runCtx)
+	stopWatch()
+	stopProgress() // no progress line after the report
+}
