@@ -252,10 +252,21 @@ func (c *counter) counts() (sent, answered, failed uint64) {
 	return sent, answered, failed
 }
 
+// maxFailKinds bounds the failures by kind: a server chooses the result
+// codes it answers, and errors carry its words. Past the bound, new kinds
+// count together as otherFailKinds.
+const (
+	maxFailKinds   = 64
+	otherFailKinds = "other kinds"
+)
+
 // fail counts a failure of kind in t.
 func (c *counter) fail(t *tally, kind string) {
 	t.failed.Add(1)
 	c.mu.Lock()
+	if _, ok := c.failedBy[kind]; !ok && len(c.failedBy) >= maxFailKinds-1 {
+		kind = otherFailKinds
+	}
 	c.failedBy[kind]++
 	c.mu.Unlock()
 }
