@@ -126,7 +126,6 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 		c.bp.Limit = p.cfg.MaxUnanswered
 	}
 	c.out.Init(tc, &c.bp, c.writeEnded)
-	c.out.IsAnswer = isAnswer // the answers the reader sends back (a DWA, a refusal) count too
 	if p != nil {
 		if p.cfg.InlineHandlerTime > 0 {
 			c.guard = time.AfterFunc(time.Hour, c.checkInline)
@@ -173,11 +172,13 @@ func (c *conn) note() string {
 // idle connection sends then costs no writer goroutine and no wake-up.
 func (c *conn) enqueueLone(msg []byte) error {
 	c.wakeReader() // its answer (a DWA, a DPA) is for the reader to read
-	switch inline, ok := c.out.SendOrInline(msg, true); {
+	// A DWA, a DPA or an error answer counts in the backlog until written.
+	answer := isAnswer(msg)
+	switch inline, ok := c.out.SendOrInline(msg, true, answer); {
 	case !ok:
 		return ErrConnectionLost
 	case inline:
-		c.out.WriteInline(msg)
+		c.out.WriteInline(msg, answer)
 	}
 	return nil
 }
@@ -218,7 +219,7 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 	// A request alone is for its caller to write (see outbox.Outbox):
 	// with one caller that saves a writer goroutine's start and wake-up
 	// on every request, most of the round trip's scheduling.
-	inline, ok := c.out.SendOrInline(raw, c.pending.len() == 1)
+	inline, ok := c.out.SendOrInline(raw, c.pending.len() == 1, false)
 	if !ok {
 		err = ErrConnectionLost
 		c.pending.del(id)
@@ -235,7 +236,7 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 	}
 	if inline {
 		cl.via.Store(c.via())
-		c.out.WriteInline(raw) // the connection is ours to write
+		c.out.WriteInline(raw, false) // the connection is ours to write
 		if c.bt.state.Load() == batonFree {
 			// Its caller reads the answer (ReadAnswer). One already
 			// waiting (this submit is a dispatcher's) is woken for it.

@@ -28,10 +28,6 @@ type Outbox struct {
 	// (CloseAfterFlush, err nil).
 	onEnd func(err error)
 	BP    *serve.Backlog
-	// IsAnswer, on a server's outbox, tells the answers among the
-	// messages given to Send and SendOrInline: they count in the backlog
-	// until written. Answer's always count. Nil: none of them do.
-	IsAnswer func(msg []byte) bool
 	// Idle, when set, is called with Mu held whenever the backlog
 	// empties: a server arms its idle timeout then.
 	Idle func()
@@ -64,24 +60,12 @@ func (o *Outbox) Writing() bool { return o.writing }
 // Inlines reports whether the transport can be written without waiting.
 func (o *Outbox) Inlines() bool { return o.tw != nil }
 
-// Send queues msgs; false if the outbox is closed.
+// Send queues msgs, none of them an answer that counts in the backlog
+// (requests); false if the outbox is closed.
 func (o *Outbox) Send(msgs ...[]byte) bool {
 	o.Mu.Lock()
 	defer o.Mu.Unlock()
-	return o.queueLocked(o.answers(msgs...), msgs...)
-}
-
-// answers counts the answers among msgs that count in the backlog.
-func (o *Outbox) answers(msgs ...[]byte) int {
-	n := 0
-	if o.BP != nil && o.IsAnswer != nil {
-		for _, m := range msgs {
-			if o.IsAnswer(m) {
-				n++
-			}
-		}
-	}
-	return n
+	return o.queueLocked(0, msgs...)
 }
 
 // queueLocked queues msgs, of which answers count in the backlog, and
@@ -91,7 +75,7 @@ func (o *Outbox) queueLocked(answers int, msgs ...[]byte) bool {
 		return false
 	}
 	o.q = append(o.q, msgs...)
-	if answers > 0 {
+	if answers > 0 && o.BP != nil {
 		o.BP.Queued += answers
 	}
 	o.kickLocked()
@@ -120,9 +104,10 @@ func (o *Outbox) Kick() {
 // itself now (inline true: call WriteInline, after releasing any lock
 // it holds): when alone, the transport writes without waiting, nothing
 // is queued or being written and no end is due. It is then marked
-// writing, so that what comes meanwhile queues behind it. False if the
-// outbox is closed.
-func (o *Outbox) SendOrInline(msg []byte, alone bool) (inline, ok bool) {
+// writing, so that what comes meanwhile queues behind it. An answer (the
+// reader's DWA, a refusal) counts in a server's backlog until written.
+// False if the outbox is closed.
+func (o *Outbox) SendOrInline(msg []byte, alone, answer bool) (inline, ok bool) {
 	o.Mu.Lock()
 	defer o.Mu.Unlock()
 	if o.closed {
@@ -131,7 +116,15 @@ func (o *Outbox) SendOrInline(msg []byte, alone bool) (inline, ok bool) {
 	if alone && o.inlineLocked() {
 		return true, true
 	}
-	return false, o.queueLocked(o.answers(msg), msg)
+	return false, o.queueLocked(count(answer), msg)
+}
+
+// count is 1 for an answer that counts in the backlog, else 0.
+func count(answer bool) int {
+	if answer {
+		return 1
+	}
+	return 0
 }
 
 func (o *Outbox) inlineLocked() bool {
@@ -147,8 +140,8 @@ func (o *Outbox) inlineLocked() bool {
 // the queue for a writer, as does anything queued meanwhile; a failed
 // write ends the connection as the writer's does. The caller is never
 // blocked behind a full send buffer: two peers writing to each other must
-// not deadlock.
-func (o *Outbox) WriteInline(msg []byte) { o.writeInline(msg, o.answers(msg)) }
+// not deadlock. answer is SendOrInline's.
+func (o *Outbox) WriteInline(msg []byte, answer bool) { o.writeInline(msg, count(answer)) }
 
 // writeInline is WriteInline for msg, an answer that counts in the
 // backlog when answers is 1.
@@ -164,7 +157,7 @@ func (o *Outbox) writeInline(msg []byte, answers int) {
 	o.Mu.Lock()
 	if n < len(msg) {
 		o.q = slices.Insert(o.q, 0, msg[n:])
-		if answers > 0 {
+		if answers > 0 && o.BP != nil {
 			o.BP.Queued += answers
 		}
 	} else {
