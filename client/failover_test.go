@@ -391,15 +391,7 @@ func TestLateRefusalLetsTheRequestBack(t *testing.T) {
 				defer n.close()
 				var busy atomic.Bool
 				var applied atomic.Int32
-				n["tcp://a:1"].handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
-					if busy.Load() {
-						return message.NewAnswer(req).ResultCode(message.TooBusy).
-							String(message.OriginHost, 0, true, "a.example.net").
-							String(message.OriginRealm, 0, true, "example.net").Bytes()
-					}
-					applied.Add(1)
-					return n["tcp://a:1"].handler(ctx, p, req)
-				}
+				busyWhile(n["tcp://a:1"], &busy, nil, &applied)
 				cfg := clientConfig(n, PrimarySecondary, "tcp://a:1")
 				if throttled {
 					cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 8}}
@@ -460,15 +452,7 @@ func TestLateRefusalWhileInFlightElsewhere(t *testing.T) {
 		defer n.close()
 		var busy atomic.Bool
 		var applied atomic.Int32
-		n["tcp://a:1"].handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
-			if busy.Load() {
-				return message.NewAnswer(req).ResultCode(message.TooBusy).
-					String(message.OriginHost, 0, true, "a.example.net").
-					String(message.OriginRealm, 0, true, "example.net").Bytes()
-			}
-			applied.Add(1)
-			return n["tcp://a:1"].handler(ctx, p, req)
-		}
+		busyWhile(n["tcp://a:1"], &busy, nil, &applied)
 		n["tcp://c:1"].handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
 			<-ctx.Done() // c never answers
 			return nil
@@ -514,15 +498,7 @@ func TestLateRefusalBeforeHandOverOfPinnedRequest(t *testing.T) {
 		defer n.close()
 		var busy atomic.Bool
 		var seen atomic.Int32
-		n["tcp://a:1"].handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
-			seen.Add(1)
-			if busy.Load() {
-				return message.NewAnswer(req).ResultCode(message.TooBusy).
-					String(message.OriginHost, 0, true, "a.example.net").
-					String(message.OriginRealm, 0, true, "example.net").Bytes()
-			}
-			return n["tcp://a:1"].handler(ctx, p, req)
-		}
+		busyWhile(n["tcp://a:1"], &busy, &seen, nil)
 		refusalRead := make(chan struct{})
 		var once sync.Once
 		var cp atomic.Pointer[Client]
@@ -574,4 +550,24 @@ func TestLateRefusalBeforeHandOverOfPinnedRequest(t *testing.T) {
 		assert.Equal(t, int32(1), seen.Load(), "not sent to a again")
 		assert.Empty(t, n["tcp://b:1"].received(), "never to another host")
 	})
+}
+
+// busyWhile makes f answer DIAMETER_TOO_BUSY while busy is set, and
+// apply the request otherwise; seen counts every request it gets,
+// applied those it applies (either may be nil).
+func busyWhile(f *fakeServer, busy *atomic.Bool, seen, applied *atomic.Int32) {
+	f.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+		if seen != nil {
+			seen.Add(1)
+		}
+		if busy.Load() {
+			return message.NewAnswer(req).ResultCode(message.TooBusy).
+				String(message.OriginHost, 0, true, f.host).
+				String(message.OriginRealm, 0, true, "example.net").Bytes()
+		}
+		if applied != nil {
+			applied.Add(1)
+		}
+		return f.handler(ctx, p, req)
+	}
 }
