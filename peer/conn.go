@@ -51,6 +51,7 @@ type conn struct {
 	goneIDs  []uint32 // gone's ids: a ring of goneMax, oldest at goneNext once full
 	goneNext int
 	lost     bool
+	shut     bool          // close has begun: its outbox is closed
 	draining bool          // a graceful disconnect: no new requests
 	drained  chan struct{} // closed when draining and nothing is pending
 	seq      uint64        // send order
@@ -152,8 +153,11 @@ func (c *conn) close(note string) {
 		if c.downNote == "" {
 			c.downNote = note
 		}
-		c.mu.Unlock()
+		// Under c.mu, so that a submit that finds the connection open
+		// finds its outbox open too.
+		c.shut = true
 		c.out.Close(false)
+		c.mu.Unlock()
 		close(c.closed)
 		c.cancel()
 		c.tc.Close()
@@ -173,12 +177,8 @@ func (c *conn) note() string {
 func (c *conn) enqueueLone(msg []byte) error {
 	c.wakeReader() // its answer (a DWA, a DPA) is for the reader to read
 	// A DWA, a DPA or an error answer counts in the backlog until written.
-	answer := isAnswer(msg)
-	switch inline, ok := c.out.SendOrInline(msg, true, answer); {
-	case !ok:
+	if _, ok := c.out.Post(msg, true, isAnswer(msg), nil); !ok {
 		return ErrConnectionLost
-	case inline:
-		c.out.WriteInline(msg, answer)
 	}
 	return nil
 }
@@ -201,7 +201,7 @@ func (c *conn) writeEnded(err error) {
 // connection either sees the call pending here or the call never was.
 func (c *conn) submit(cl *dcall) (resend bool, err error) {
 	c.mu.Lock()
-	if c.lost || c.draining {
+	if c.lost || c.draining || c.shut {
 		c.mu.Unlock()
 		if c.draining {
 			return false, ErrDisconnecting
@@ -216,27 +216,20 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 	c.seq++
 	cl.seq = c.seq
 	c.pending.put(id, cl)
-	// A request alone is for its caller to write (see outbox.Outbox):
-	// with one caller that saves a writer goroutine's start and wake-up
-	// on every request, most of the round trip's scheduling.
-	inline, ok := c.out.SendOrInline(raw, c.pending.len() == 1, false)
-	if !ok {
-		err = ErrConnectionLost
-		c.pending.del(id)
-		cl.Unboard(&c.h, b)
-		c.mu.Unlock()
-		return false, err
-	}
 	if testhook.Queued != nil {
 		testhook.Queued(cl.Ref, c, raw, cl.afterRefusal)
 	}
-	c.mu.Unlock()
+	// A request alone is for its caller to write (see outbox.Outbox):
+	// with one caller that saves a writer goroutine's start and wake-up
+	// on every request, most of the round trip's scheduling. The
+	// connection is open (not shut), so its outbox is: Post takes it and
+	// releases c.mu.
+	inline, _ := c.out.Post(raw, c.pending.len() == 1, false, &c.mu)
 	if testhook.AfterQueue != nil {
 		testhook.AfterQueue(cl.Ref)
 	}
 	if inline {
 		cl.via.Store(c.via())
-		c.out.WriteInline(raw, false) // the connection is ours to write
 		if c.bt.state.Load() == batonFree {
 			// Its caller reads the answer (ReadAnswer). One already
 			// waiting (this submit is a dispatcher's) is woken for it.

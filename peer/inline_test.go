@@ -121,7 +121,6 @@ func TestLoneRequestKeepsOrder(t *testing.T) {
 	inline, err = enqueueRequest(c, next, true)
 	require.NoError(t, err)
 	require.True(t, inline, "a lone request on an idle connection")
-	c.out.WriteInline(next, false)
 	with := frame(120, 1002, true)
 	inline, err = enqueueRequest(c, with, false)
 	require.NoError(t, err)
@@ -388,7 +387,7 @@ func waitWriterIdle(t *testing.T, c *conn) {
 
 // enqueueRequest queues msg as conn.submit does.
 func enqueueRequest(c *conn, msg []byte, alone bool) (inline bool, err error) {
-	inline, ok := c.out.SendOrInline(msg, alone, false)
+	inline, ok := c.out.Post(msg, alone, false, nil)
 	if !ok {
 		return false, ErrConnectionLost
 	}

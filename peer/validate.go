@@ -206,6 +206,6 @@ func (p *Peer) refuse(c *conn, req []byte, r *refusal, now int64) {
 	p.publish(Event{Kind: EventError, Reason: reason})
 	serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindBadRequest, "request refused before the handler",
 		"peer", p.Name(), "command", message.CommandName(req), "result_code", r.rc, "reason", r.why)
-	c.out.SendOrInline(p.cfg.refusalAnswer(req, r), false, true) // queued, counted in the backlog
+	c.out.Post(p.cfg.refusalAnswer(req, r), false, true, nil) // queued, counted in the backlog
 	p.notifyOther(c, now)
 }

@@ -3,7 +3,7 @@
 // something is queued and writes whatever callers queued meanwhile in one
 // WriteMessages (one writev on TCP), so an idle connection costs no
 // writer and a busy one batches; a message that travels alone may be
-// written by its caller's goroutine instead (Inline).
+// written by its caller's goroutine instead (Post).
 //
 // A server's outbox also keeps the connection's backlog (BP): the
 // requests read and not answered on the wire, which its reader waits on
@@ -100,31 +100,36 @@ func (o *Outbox) Kick() {
 	o.Mu.Unlock()
 }
 
-// SendOrInline queues msg, or reports that the caller may write it
-// itself now (inline true: call WriteInline, after releasing any lock
-// it holds): when alone, the transport writes without waiting, nothing
-// is queued or being written and no end is due. It is then marked
-// writing, so that what comes meanwhile queues behind it. An answer (the
-// reader's DWA, a refusal) counts in a server's backlog until written.
-// False if the outbox is closed.
-func (o *Outbox) SendOrInline(msg []byte, alone, answer bool) (inline, ok bool) {
+// Post queues msg for the writer or, when alone and the connection is
+// free (the transport writes without waiting, nothing is queued or being
+// written, no end is due), writes it on the caller's goroutine; inline
+// reports which. The caller is never blocked behind a full send buffer:
+// what the socket did not take goes to the head of the queue for a
+// writer, so two peers writing to each other do not deadlock. held, when
+// not nil, is a lock the caller holds to keep msg's bookkeeping and its
+// queueing together: Post releases it once msg is queued or the
+// connection is taken for the write, so no write runs under it. An answer
+// (the reader's DWA, a refusal) counts in a server's backlog until
+// written. ok is false, held released too, if the outbox is closed.
+func (o *Outbox) Post(msg []byte, alone, answer bool, held sync.Locker) (inline, ok bool) {
 	o.Mu.Lock()
-	defer o.Mu.Unlock()
-	if o.closed {
-		return false, false
-	}
-	if alone && o.inlineLocked() {
-		return true, true
-	}
-	return false, o.queueLocked(count(answer), msg)
-}
-
-// count is 1 for an answer that counts in the backlog, else 0.
-func count(answer bool) int {
+	n := 0
 	if answer {
-		return 1
+		n = 1
 	}
-	return 0
+	if alone && !o.closed && o.inlineLocked() {
+		inline, ok = true, true
+	} else {
+		ok = o.queueLocked(n, msg)
+	}
+	o.Mu.Unlock()
+	if held != nil {
+		held.Unlock()
+	}
+	if inline {
+		o.writeInline(msg, n)
+	}
+	return inline, ok
 }
 
 func (o *Outbox) inlineLocked() bool {
@@ -135,16 +140,9 @@ func (o *Outbox) inlineLocked() bool {
 	return true
 }
 
-// WriteInline writes msg with one write that never waits, after
-// SendOrInline said so. What the socket did not take goes to the head of
-// the queue for a writer, as does anything queued meanwhile; a failed
-// write ends the connection as the writer's does. The caller is never
-// blocked behind a full send buffer: two peers writing to each other must
-// not deadlock. answer is SendOrInline's.
-func (o *Outbox) WriteInline(msg []byte, answer bool) { o.writeInline(msg, count(answer)) }
-
-// writeInline is WriteInline for msg, an answer that counts in the
-// backlog when answers is 1.
+// writeInline writes msg, taken for an inline write, with one write that
+// never waits; answers is 1 for an answer that counts in the backlog.
+// A failed write ends the connection as the writer's does.
 func (o *Outbox) writeInline(msg []byte, answers int) {
 	n, err := o.tw.TryWrite(msg)
 	if err != nil {
