@@ -400,6 +400,3 @@ func (c *Client) WaitReady(ctx context.Context, n int) error {
 		}
 	}
 }
-
-// inService counts the servers that take new requests now.
-func (c *Client) inService() int { return c.view().nopen }

@@ -56,3 +56,6 @@ func TestWaitReady(t *testing.T) {
 		}
 	})
 }
+
+// inService counts the servers that take new requests now.
+func (c *Client) inService() int { return c.view().nopen }

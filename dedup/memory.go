@@ -357,9 +357,6 @@ func (s *shard) seqOf(e entry) uint32 {
 	return s.tail - (s.tail-uint32(e))&(1<<s.sbits-1)
 }
 
-// inUse reports whether e is an entry whose slot is in the ring.
-func (s *shard) inUse(e entry) bool { return e != 0 && s.inRing(s.seqOf(e)) }
-
 // match returns the entry of b with k's tag whose slot holds k, or nil.
 func (s *shard) match(b *bucket, tag uint32, k Key) *entry {
 	t := s.tagBits(tag)

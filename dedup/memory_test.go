@@ -955,3 +955,6 @@ func TestBucketAlignment(t *testing.T) {
 		}
 	}
 }
+
+// inUse reports whether e is an entry whose slot is in the ring.
+func (s *shard) inUse(e entry) bool { return e != 0 && s.inRing(s.seqOf(e)) }

@@ -58,9 +58,3 @@ func (p *Peer) serveOnWorker(c *conn, req []byte) {
 		"peer", p.Name(), "command", message.CommandName(req), "max_handlers", p.cfg.MaxHandlers, "max_queued_handlers", p.cfg.MaxQueuedHandlers)
 	c.answered(req, message.ErrorAnswer(req, p.cfg.identity(), message.TooBusy, "handlers busy").Bytes(), false)
 }
-
-// workers returns the worker goroutines of both lanes now.
-func (l *handlerLanes) workers() int { return l.acct.Workers() + l.other.Workers() }
-
-// started returns how many worker goroutines both lanes started so far.
-func (l *handlerLanes) started() uint64 { return l.acct.Started() + l.other.Started() }

@@ -77,3 +77,9 @@ func TestSlowHandlerDoesNotBlockTheConnection(t *testing.T) {
 	assert.Less(t, c.p.cfg.lanes.started(), uint64(fast+1), "workers ran several requests each")
 	t.Logf("%d workers started for %d requests", c.p.cfg.lanes.started(), fast+1)
 }
+
+// workers returns the worker goroutines of both lanes now.
+func (l *handlerLanes) workers() int { return l.acct.Workers() + l.other.Workers() }
+
+// started returns how many worker goroutines both lanes started so far.
+func (l *handlerLanes) started() uint64 { return l.acct.Started() + l.other.Started() }

@@ -54,10 +54,6 @@ func newRawFrames(rc syscall.RawConn, tc *net.TCPConn, maxLen uint32) *rawFrames
 	return f
 }
 
-// holding reports whether f holds a read buffer. Safe on any goroutine
-// (for tests).
-func (f *rawFrames) holding() bool { return f.held.Load() }
-
 // read is the callback of rc.Read: one read(2) on the non-blocking socket.
 // It returns false (wait for the socket to be readable, then call again)
 // when the read would block, after giving the buffer back if it holds

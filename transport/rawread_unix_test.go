@@ -247,3 +247,6 @@ func TestTCPReadDeadlineResumes(t *testing.T) {
 		assert.False(t, ri.ReadResumes())
 	})
 }
+
+// holding reports whether f holds a read buffer. Safe on any goroutine.
+func (f *rawFrames) holding() bool { return f.held.Load() }
