@@ -223,20 +223,25 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 	// with one caller that saves a writer goroutine's start and wake-up
 	// on every request, most of the round trip's scheduling. The
 	// connection is open (not shut), so its outbox is: Post takes it and
-	// releases c.mu.
+	// releases c.mu. via is set before the write, so that the reader,
+	// should it read the answer first, knows it was written inline (see
+	// baton); it is cleared if Post queued the request instead.
+	via := c.via()
+	cl.via.Store(via)
 	inline, _ := c.out.Post(raw, c.pending.len() == 1, false, &c.mu)
 	if testhook.AfterQueue != nil {
 		testhook.AfterQueue(cl.Ref)
 	}
 	if inline {
-		cl.via.Store(c.via())
 		if c.bt.state.Load() == batonFree {
 			// Its caller reads the answer (ReadAnswer). One already
 			// waiting (this submit is a dispatcher's) is woken for it.
 			cl.Offer()
 		}
 	} else {
-		cl.via.Store(nil)
+		if via != nil {
+			cl.via.Store(nil)
+		}
 		c.wakeReader()
 	}
 	return b.Sends > 0, nil
