@@ -2,8 +2,10 @@ package client
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,6 +52,14 @@ type fakeServer struct {
 
 	faults fault.Switch // freeze, thaw and the RST of a crash
 
+	// tryWrite: the client's end of each connection can write without
+	// waiting, as a TCP socket can (tryPipe), so that requests go out
+	// inline on their caller's goroutine; tryLimit, when set, says how
+	// much of a message of n bytes the socket has room for. Set before
+	// the first accept.
+	tryWrite bool
+	tryLimit func(n int) int
+
 	mu    sync.Mutex
 	reqs  []seen
 	peers []*peer.Peer
@@ -93,7 +103,37 @@ func (f *fakeServer) accept() (transport.Conn, error) {
 	f.mu.Lock()
 	f.peers = append(f.peers, p)
 	f.mu.Unlock()
-	return transport.NewStreamConn(a, "pipe", transport.Options{}), nil
+	cc := transport.NewStreamConn(a, "pipe", transport.Options{})
+	if f.tryWrite {
+		return tryPipe{cc, a, f.tryLimit}, nil
+	}
+	return cc, nil
+}
+
+// tryPipe is a connection over net.Pipe that can write without waiting
+// (transport.TryWriter), as a TCP socket with room in its send buffer
+// can: TryWrite gives the far end's reader a nanosecond to take msg and
+// reports what it took. Inside a synctest bubble that nanosecond passes
+// only once every goroutine waits, so what a reader ready now would take
+// is taken. limit, when set, offers only part of msg, as a send buffer
+// with little room takes only part.
+type tryPipe struct {
+	transport.Conn
+	raw   net.Conn
+	limit func(n int) int
+}
+
+func (t tryPipe) TryWrite(msg []byte) (int, error) {
+	if t.limit != nil {
+		msg = msg[:t.limit(len(msg))]
+	}
+	t.raw.SetWriteDeadline(time.Now().Add(time.Nanosecond))
+	n, err := t.raw.Write(msg)
+	t.raw.SetWriteDeadline(time.Time{})
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		err = nil
+	}
+	return n, err
 }
 
 // dropConnections closes every connection, as a crashed server's kernel

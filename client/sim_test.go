@@ -159,7 +159,7 @@ func TestSim(t *testing.T) {
 		if s.Replays == 0 || s.Premature == 0 || s.Late == 0 || s.Parked == 0 || s.Drained == 0 ||
 			s.Patient == 0 || s.Pinned == 0 || s.NonAcct == 0 || s.AllOut == 0 || s.SlowBehind == 0 ||
 			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 || s.BusyFailover == 0 ||
-			s.Hurried == 0 || s.CloseAtChange == 0 || s.ServerAsks == 0 {
+			s.Hurried == 0 || s.CloseAtChange == 0 || s.ServerAsks == 0 || s.Inline == 0 || s.InlinePart == 0 {
 			t.Errorf("the schedules exercised too little: %+v", s)
 		}
 	}
@@ -170,6 +170,9 @@ type simCounts struct {
 	Requests, Answered, Failed, Replays, Premature, Late, Parked, Drained, Closes int
 	Patient, Pinned, NonAcct, AllOut, SlowBehind, OrderPairs, Drains, Pauses      int
 	BusyFailover, HandOverPairs, Hurried, CloseAtChange, ServerAsks               int
+	// Inline: messages a TryWrite wrote whole on its caller's goroutine;
+	// InlinePart: those it wrote in part, the rest left to the writer.
+	Inline, InlinePart int
 }
 
 type simTotals struct {
@@ -203,6 +206,8 @@ func (s *simTotals) add(b simCounts) {
 	a.Hurried += b.Hurried
 	a.CloseAtChange += b.CloseAtChange
 	a.ServerAsks += b.ServerAsks
+	a.Inline += b.Inline
+	a.InlinePart += b.InlinePart
 }
 
 func (s *simTotals) snapshot() simCounts {
@@ -331,6 +336,7 @@ type simWorld struct {
 	groupOf   map[*call.Call]*simGroup
 	asked     map[[2]uint32]bool   // (e2e, hbh) of the servers' requests given to the client's handler
 	hrng      *rand.Rand           // the client handler's delays, under mu (rng is the schedule's goroutine's)
+	trng      *rand.Rand           // the room of inline writes (sendRoom), under mu
 	refusals  map[[2]uint32]int    // (e2e, hbh) of a 3004/3002 the client read -> seq
 	wrote     map[[2]uint32]string // (e2e, hbh) of a request written -> the server's host
 	answered  map[uint32]time.Time // when the client first read a final answer to the request
@@ -514,6 +520,7 @@ type simOwed struct {
 	open      map[[2]uint32]bool
 	beforeDPR map[[2]uint32]bool
 	dprAt     time.Time
+	tail      bool // the next write starts with the rest of a TryWrite's message
 }
 
 // WriteMessages records which server each request is written to, and
@@ -522,6 +529,44 @@ type simOwed struct {
 // gets the answers it is owed first; the client's handler takes less
 // than the DPA's bound).
 func (r readLog) WriteMessages(msgs ...[]byte) error {
+	whole := msgs
+	r.owed.mu.Lock()
+	if r.owed.tail && len(msgs) > 0 {
+		whole, r.owed.tail = msgs[1:], false
+	}
+	r.owed.mu.Unlock()
+	r.logWrites(whole)
+	return r.Conn.WriteMessages(msgs...)
+}
+
+// readLogTry is readLog over a connection that writes without waiting:
+// a message written inline is logged whole when TryWrite is called, and
+// what the socket did not take comes first in the next WriteMessages.
+type readLogTry struct{ readLog }
+
+func (r readLogTry) TryWrite(msg []byte) (int, error) {
+	r.logWrites([][]byte{msg})
+	n, err := r.Conn.(transport.TryWriter).TryWrite(msg)
+	if err == nil && n < len(msg) {
+		r.owed.mu.Lock()
+		r.owed.tail = true
+		r.owed.mu.Unlock()
+	}
+	r.w.mu.Lock()
+	switch {
+	case err != nil:
+	case n == len(msg):
+		r.w.counts.Inline++
+	case n > 0:
+		r.w.counts.InlinePart++
+	}
+	r.w.mu.Unlock()
+	return n, err
+}
+
+// logWrites records which server each request in msgs is written to and
+// checks the DPA (see WriteMessages).
+func (r readLog) logWrites(msgs [][]byte) {
 	r.w.mu.Lock()
 	for _, m := range msgs {
 		if wire.IsRequest(m) && wire.AppID(m) != 0 {
@@ -553,7 +598,6 @@ func (r readLog) WriteMessages(msgs ...[]byte) error {
 		}
 	}
 	o.mu.Unlock()
-	return r.Conn.WriteMessages(msgs...)
 }
 
 // simHandlerDelay bounds how long the client's handler takes to answer a
@@ -758,11 +802,30 @@ func (w *simWorld) mayHoldWaiters(now time.Time, slack time.Duration) int {
 	return live
 }
 
+// simInline tells whether a schedule's connections write without waiting
+// (tryPipe), so that a request alone goes out on its caller's goroutine,
+// as over TCP: a third of them. The soak seeds replay the interleavings
+// they failed with, over plain pipes.
+func simInline(seed uint64) bool {
+	return seed%3 == 2 && !slices.Contains(simSoakSeeds, seed) && !slices.Contains(simRaceSeeds, seed)
+}
+
+// sendRoom is how much of a message of n bytes the client's socket takes
+// at once on an inline write: one in eight finds room for part only.
+func (w *simWorld) sendRoom(n int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if n > 1 && w.trng.IntN(8) == 0 {
+		return 1 + w.trng.IntN(n-1)
+	}
+	return n
+}
+
 func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	w := &simWorld{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), stranded: map[*call.Call]bool{},
 		sends: map[uint32][]simSend{}, refusals: map[[2]uint32]int{}, wrote: map[[2]uint32]string{}, answered: map[uint32]time.Time{}, applied: map[uint32]int{}, commits: map[uint32][]string{},
 		commitAt: map[uint32]time.Time{}, runs: map[uint32]int{}, reqs: map[uint32]*simReq{}, slow: map[uint32]bool{}, dropped: map[uint32]bool{},
-		groupOf: map[*call.Call]*simGroup{}, asked: map[[2]uint32]bool{}, hrng: rand.New(rand.NewPCG(seed, 0x4a4d))}
+		groupOf: map[*call.Call]*simGroup{}, asked: map[[2]uint32]bool{}, hrng: rand.New(rand.NewPCG(seed, 0x4a4d)), trng: rand.New(rand.NewPCG(seed, 0x7472))}
 	simWorlds.Lock()
 	if simWorlds.m == nil {
 		simWorlds.m = map[uint32]*simWorld{}
@@ -786,6 +849,8 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	for i := range nServers {
 		s := &simServer{host: fmt.Sprintf("%c.example.net", 'a'+i), kind: "ok"}
 		s.f = newFakeServer(s.host)
+		s.f.tryWrite = simInline(seed)
+		s.f.tryLimit = w.sendRoom
 		// The requests a server sends the client (k == 19) are not sent
 		// again elsewhere: they fail where they leave a connection. (A
 		// peer without a failover hook whose graceful disconnect still
@@ -826,7 +891,11 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		if err != nil {
 			return nil, err
 		}
-		return readLog{tc, w, w.n[url].host, &simOwed{open: map[[2]uint32]bool{}}}, nil
+		rl := readLog{tc, w, w.n[url].host, &simOwed{open: map[[2]uint32]bool{}}}
+		if _, ok := tc.(transport.TryWriter); ok {
+			return readLogTry{rl}, nil
+		}
+		return rl, nil
 	}
 	// The servers send the client requests too (a Re-Auth-Request, an
 	// Abort-Session-Request): it answers them within simHandlerDelay.
