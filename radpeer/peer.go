@@ -721,9 +721,13 @@ func (p *Peer) apply(l *link, o watchdog.Output) { p.applyAt(l, o, p.mono()) }
 // applyAt carries out a watchdog step's actions; base is the instant Tw
 // counts from. p.mu is held.
 func (p *Peer) applyAt(l *link, o watchdog.Output, base int64) {
+	was := false
 	if o.Changed {
 		tr := o.Transition
 		p.stats.transitions.Add(1)
+		// InService first: a subscriber told of the transition (the
+		// Client rebuilds its view on it) must read the new state.
+		was = p.updateInService()
 		p.publish(l.name, peer.Event{Kind: peer.EventWatchdog, From: tr.From, To: tr.To, Trigger: tr.Event, NumDWA: l.m.NumDWA(), Reason: tr.Reason})
 		p.cfg.Logger.Info("watchdog", "peer", l.name, "from", tr.From.String(), "to", tr.To.String(), "reason", tr.Reason)
 	}
@@ -761,19 +765,25 @@ func (p *Peer) applyAt(l *link, o watchdog.Output, base int64) {
 		}
 	}
 	if o.Changed {
-		p.serviceChanged()
+		p.serviceChanged(was)
 	}
 }
 
-// serviceChanged recomputes InService after a transition: on entering
-// service the waiting calls go out; on leaving it they fail over.
-func (p *Peer) serviceChanged() {
+// updateInService recomputes InService after a transition and returns
+// whether the peer was in service before. p.mu is held.
+func (p *Peer) updateInService() (was bool) {
 	in := false
 	for _, l := range p.links {
 		in = in || l.m.State() == watchdog.Okay
 	}
-	in = in && !p.leaving
-	was := p.inService.Swap(in)
+	return p.inService.Swap(in && !p.leaving)
+}
+
+// serviceChanged carries out a transition's change of InService (see
+// updateInService; was is the state before): on entering service the
+// waiting calls go out; on leaving it they fail over.
+func (p *Peer) serviceChanged(was bool) {
+	in := p.inService.Load()
 	switch {
 	case in:
 		p.drain()

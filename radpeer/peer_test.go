@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -628,4 +629,80 @@ func TestRepliedToldOfEveryVerifiedAnswer(t *testing.T) {
 		require.Equal(t, uint64(1), p.Stats().Late)
 		mustClose(t, s)
 	})
+}
+
+// A subscriber told of a watchdog transition reads the new InService:
+// the Client rebuilds its view on the event and reads it then. The log
+// line of the transition, written after the event is queued, is held
+// until the subscriber has looked (or a second has passed), so that a
+// state changed only after the event is seen stale.
+func TestInServiceChangedBeforeTheTransitionIsPublished(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		defer ln.Close()
+		s := &scriptServer{answer: true}
+		go s.serveAll(t, ln)
+		cfg := testConfig(6 * time.Second)
+		cfg.Dialer = ln.dialer()
+		cfg.Events = peer.NewBus()
+		looked := make(chan struct{}, 1)
+		cfg.Logger = slog.New(holdHandler{msg: "watchdog", to: "SUSPECT", until: looked})
+		var mu sync.Mutex
+		var seen []string
+		p, err := Dial("radius+tcp://server:1812", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cfg.Events.Subscribe(func(e peer.Event) {
+			if e.Kind != peer.EventWatchdog {
+				return
+			}
+			mu.Lock()
+			seen = append(seen, fmt.Sprintf("%s:%v", e.To, p.InService()))
+			mu.Unlock()
+			if e.To == watchdog.Suspect {
+				looked <- struct{}{}
+			}
+		})()
+		synctest.Wait()
+		s.mu.Lock()
+		s.answer = false
+		s.mu.Unlock()
+		time.Sleep(13 * time.Second) // silent: SUSPECT after 2 Tw
+		synctest.Wait()
+		p.Close(context.Background())
+		mu.Lock()
+		defer mu.Unlock()
+		if !slices.Contains(seen, "SUSPECT:false") {
+			t.Fatalf("a subscriber told of the move to SUSPECT read InService %v, want false", seen)
+		}
+	})
+}
+
+// holdHandler is a slog handler that holds the log line msg whose "to"
+// is to until something is received from until, or a second has passed.
+type holdHandler struct {
+	msg, to string
+	until   <-chan struct{}
+}
+
+func (h holdHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h holdHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h holdHandler) WithGroup(string) slog.Handler            { return h }
+func (h holdHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != h.msg {
+		return nil
+	}
+	hold := false
+	r.Attrs(func(a slog.Attr) bool {
+		hold = hold || a.Key == "to" && a.Value.String() == h.to
+		return true
+	})
+	if hold {
+		select {
+		case <-h.until:
+		case <-time.After(time.Second):
+		}
+	}
+	return nil
 }
