@@ -215,6 +215,26 @@ func TestDeadlineReachesACallerReading(t *testing.T) {
 	assert.Equal(t, uint64(1), st.Late, "A's answer, whole, after its deadline")
 }
 
+// A caller reads the connection its request was written on (A) when a
+// failover sends the request on to another peer (B), which changes the
+// call's inline connection: its deadline still reaches its read on A.
+func TestDeadlineReachesACallerReadingAConnectionItsCallLeft(t *testing.T) {
+	pA, cA, farA := dialTCP(t, nil)
+	pB, _, farB := dialTCP(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	a := requestAsync(pA, ctx)
+	readRequest(t, farA)
+	holding(t, cA)
+	moved := cA.moveOut()
+	require.Len(t, moved, 1)
+	require.NoError(t, pB.Submit(moved[0]))
+	readRequest(t, farB) // sent again on B; neither server answers
+	rA := await(t, a)
+	require.ErrorIs(t, rA.err, ErrTimeout)
+	eventually(t, "A's baton left free", func() bool { return cA.bt.state.Load() == batonFree })
+}
+
 // A caller's context cancelled while it reads ends its wait too.
 func TestCancelReachesACallerReading(t *testing.T) {
 	p, c, far := dialTCP(t, nil)

@@ -841,6 +841,11 @@ type dcall struct {
 	// or it completed (see baton).
 	via  atomic.Pointer[conn]
 	stop atomic.Bool
+	// reading is the connection whose baton the caller took last
+	// (readFor): the one its read waits on, which Interrupt wakes. Not
+	// via, which a later send of the call (a failover's) changes while
+	// the caller still reads the first connection.
+	reading atomic.Pointer[conn]
 }
 
 // newCall wraps an encoded request. It sets the R flag and, when the
@@ -1212,7 +1217,7 @@ func (d *dcall) ReadAnswer() {
 // short; a holder waiting in a read for it is woken by the read deadline.
 func (d *dcall) Interrupt() {
 	d.stop.Store(true)
-	if c := d.via.Load(); c != nil && c.bt.inRead.Load() == d {
+	if c := d.reading.Load(); c != nil && c.bt.inRead.Load() == d {
 		c.bt.rd.SetReadDeadline(time.Unix(1, 0))
 	}
 }
@@ -1223,6 +1228,7 @@ func (d *dcall) Interrupt() {
 func (c *conn) readFor(d *dcall) {
 	p, b := c.p, &c.bt
 	b.waiter.CompareAndSwap(d, nil)
+	d.reading.Store(c) // before inRead: an Interrupt that misses the stop below finds it
 	for {
 		b.inRead.Store(d)
 		if d.IsDone() || d.stop.Load() {
@@ -1249,6 +1255,9 @@ func (c *conn) readFor(d *dcall) {
 		b.hint = false
 		if d.IsDone() {
 			b.self.Add(1) // its answer, read by its caller (or a completion that raced it)
+			if testhook.CallerRead != nil {
+				testhook.CallerRead(d.Ref)
+			}
 		}
 		if holderHook != nil {
 			holderHook(d)
