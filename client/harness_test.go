@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -59,6 +60,9 @@ type fakeServer struct {
 	// the first accept.
 	tryWrite bool
 	tryLimit func(n int) int
+	// baton: the client's end can also be read by callers, as a TCP
+	// socket's (resumePipe): a caller reads its own answer.
+	baton bool
 
 	mu    sync.Mutex
 	reqs  []seen
@@ -104,7 +108,10 @@ func (f *fakeServer) accept() (transport.Conn, error) {
 	f.peers = append(f.peers, p)
 	f.mu.Unlock()
 	cc := transport.NewStreamConn(a, "pipe", transport.Options{})
-	if f.tryWrite {
+	switch {
+	case f.baton:
+		return &resumePipe{tryPipe: tryPipe{cc, a, f.tryLimit}}, nil
+	case f.tryWrite:
 		return tryPipe{cc, a, f.tryLimit}, nil
 	}
 	return cc, nil
@@ -235,3 +242,48 @@ func itoa(n int) string {
 	}
 	return string(b)
 }
+
+// resumePipe is a tryPipe whose reads a read deadline interrupts without
+// losing a byte (transport.ReadInterrupter), as the raw reader of a TCP
+// socket: the bytes read so far of a message stay for the next
+// ReadMessage. Its reads are one goroutine's at a time (the reading
+// baton); SetReadDeadline may come from any.
+type resumePipe struct {
+	tryPipe
+	buf []byte
+}
+
+func (r *resumePipe) ReadMessage() ([]byte, error) {
+	for {
+		if n, ok := r.whole(); ok {
+			msg := slices.Clone(r.buf[:n])
+			r.buf = r.buf[n:]
+			return msg, nil
+		} else if n < 0 {
+			return nil, wire.ErrBadFrame
+		}
+		var b [4096]byte
+		k, err := r.raw.Read(b[:])
+		r.buf = append(r.buf, b[:k]...)
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// whole returns the length of the message at the head of buf and whether
+// it is all there; a length below a header's is -1.
+func (r *resumePipe) whole() (int, bool) {
+	if len(r.buf) < 4 {
+		return 0, false
+	}
+	n := int(r.buf[1])<<16 | int(r.buf[2])<<8 | int(r.buf[3])
+	if n < wire.HeaderLen {
+		return -1, false
+	}
+	return n, len(r.buf) >= n
+}
+
+func (r *resumePipe) MessageBuffered() bool             { _, ok := r.whole(); return ok }
+func (r *resumePipe) SetReadDeadline(t time.Time) error { return r.raw.SetReadDeadline(t) }
+func (r *resumePipe) ReadResumes() bool                 { return true }

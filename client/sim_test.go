@@ -113,6 +113,7 @@ func TestSim(t *testing.T) {
 	workers := min(runtime.GOMAXPROCS(0), len(seeds))
 	testhook.Queued = simQueued
 	testhook.AfterQueue = func(uint32) { simPause(20 * time.Millisecond) }
+	testhook.CallerRead = simCallerRead
 	// Not longer: strand runs on a Send's goroutine (its deadline is at
 	// stake) or on a peer's notifier, which delivers the peer's state
 	// changes after it (longer pauses, one per premature failover, hold
@@ -122,6 +123,7 @@ func TestSim(t *testing.T) {
 	onStrand = simStranded
 	defer func() {
 		testhook.Queued, testhook.AfterQueue, beforeStrand, beforeRefresh, onStrand = nil, nil, nil, nil, nil
+		testhook.CallerRead = nil
 	}()
 	var failed []uint64
 	var fmu sync.Mutex
@@ -159,7 +161,7 @@ func TestSim(t *testing.T) {
 		if s.Replays == 0 || s.Premature == 0 || s.Late == 0 || s.Parked == 0 || s.Drained == 0 ||
 			s.Patient == 0 || s.Pinned == 0 || s.NonAcct == 0 || s.AllOut == 0 || s.SlowBehind == 0 ||
 			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 || s.BusyFailover == 0 ||
-			s.Hurried == 0 || s.CloseAtChange == 0 || s.ServerAsks == 0 || s.Inline == 0 || s.InlinePart == 0 {
+			s.Hurried == 0 || s.CloseAtChange == 0 || s.ServerAsks == 0 || s.Inline == 0 || s.InlinePart == 0 || s.CallerRead == 0 {
 			t.Errorf("the schedules exercised too little: %+v", s)
 		}
 	}
@@ -171,8 +173,9 @@ type simCounts struct {
 	Patient, Pinned, NonAcct, AllOut, SlowBehind, OrderPairs, Drains, Pauses      int
 	BusyFailover, HandOverPairs, Hurried, CloseAtChange, ServerAsks               int
 	// Inline: messages a TryWrite wrote whole on its caller's goroutine;
-	// InlinePart: those it wrote in part, the rest left to the writer.
-	Inline, InlinePart int
+	// InlinePart: those it wrote in part, the rest left to the writer;
+	// CallerRead: answers read by their own caller (the reading baton).
+	Inline, InlinePart, CallerRead int
 }
 
 type simTotals struct {
@@ -208,6 +211,7 @@ func (s *simTotals) add(b simCounts) {
 	a.ServerAsks += b.ServerAsks
 	a.Inline += b.Inline
 	a.InlinePart += b.InlinePart
+	a.CallerRead += b.CallerRead
 }
 
 func (s *simTotals) snapshot() simCounts {
@@ -564,6 +568,20 @@ func (r readLogTry) TryWrite(msg []byte) (int, error) {
 	return n, err
 }
 
+// readLogBaton is readLogTry over a connection that callers may read
+// (resumePipe): the reading baton passes between the reader and them.
+type readLogBaton struct{ readLogTry }
+
+func (r readLogBaton) MessageBuffered() bool {
+	return r.Conn.(transport.BufferedReader).MessageBuffered()
+}
+
+func (r readLogBaton) SetReadDeadline(t time.Time) error {
+	return r.Conn.(transport.ReadInterrupter).SetReadDeadline(t)
+}
+
+func (r readLogBaton) ReadResumes() bool { return true }
+
 // logWrites records which server each request in msgs is written to and
 // checks the DPA (see WriteMessages).
 func (r readLog) logWrites(msgs [][]byte) {
@@ -724,6 +742,19 @@ var simWorlds struct {
 	m map[uint32]*simWorld
 }
 
+// simCallerRead counts an answer read by its own caller.
+func simCallerRead(e2e uint32) {
+	simWorlds.Lock()
+	w := simWorlds.m[e2e>>24]
+	simWorlds.Unlock()
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.counts.CallerRead++
+	w.mu.Unlock()
+}
+
 func simQueued(e2e uint32, conn any, msg []byte, afterRefusal bool) {
 	simWorlds.Lock()
 	w := simWorlds.m[e2e>>24]
@@ -804,8 +835,9 @@ func (w *simWorld) mayHoldWaiters(now time.Time, slack time.Duration) int {
 
 // simInline tells whether a schedule's connections write without waiting
 // (tryPipe), so that a request alone goes out on its caller's goroutine,
-// as over TCP: a third of them. The soak seeds replay the interleavings
-// they failed with, over plain pipes.
+// as over TCP: a third of them; the odd ones among those can also be read
+// by callers (resumePipe), so that a caller may read its own answer. The
+// soak seeds replay the interleavings they failed with, over plain pipes.
 func simInline(seed uint64) bool {
 	return seed%3 == 2 && !slices.Contains(simSoakSeeds, seed) && !slices.Contains(simRaceSeeds, seed)
 }
@@ -850,6 +882,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		s := &simServer{host: fmt.Sprintf("%c.example.net", 'a'+i), kind: "ok"}
 		s.f = newFakeServer(s.host)
 		s.f.tryWrite = simInline(seed)
+		s.f.baton = s.f.tryWrite && seed%2 == 1
 		s.f.tryLimit = w.sendRoom
 		// The requests a server sends the client (k == 19) are not sent
 		// again elsewhere: they fail where they leave a connection. (A
@@ -892,6 +925,9 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			return nil, err
 		}
 		rl := readLog{tc, w, w.n[url].host, &simOwed{open: map[[2]uint32]bool{}}}
+		if _, ok := tc.(transport.ReadInterrupter); ok {
+			return readLogBaton{readLogTry{rl}}, nil
+		}
 		if _, ok := tc.(transport.TryWriter); ok {
 			return readLogTry{rl}, nil
 		}

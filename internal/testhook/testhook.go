@@ -20,3 +20,7 @@ var Queued func(endToEnd uint32, conn any, msg []byte, afterRefusal bool)
 // exchange has succeeded, before the Peer takes the connection: a test
 // can let a CER from the same peer arrive inside that window.
 var Exchanged func(remoteHost string)
+
+// CallerRead, when set, runs on a caller that read its own request's
+// answer from the connection (the reading baton), after it completed it.
+var CallerRead func(endToEnd uint32)
