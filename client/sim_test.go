@@ -742,11 +742,17 @@ var simWorlds struct {
 	m map[uint32]*simWorld
 }
 
+// simWorldOf returns the world of a request's End-to-End id, nil once it
+// has ended.
+func simWorldOf(e2e uint32) *simWorld {
+	simWorlds.Lock()
+	defer simWorlds.Unlock()
+	return simWorlds.m[e2e>>24]
+}
+
 // simCallerRead counts an answer read by its own caller.
 func simCallerRead(e2e uint32) {
-	simWorlds.Lock()
-	w := simWorlds.m[e2e>>24]
-	simWorlds.Unlock()
+	w := simWorldOf(e2e)
 	if w == nil {
 		return
 	}
@@ -756,9 +762,7 @@ func simCallerRead(e2e uint32) {
 }
 
 func simQueued(e2e uint32, conn any, msg []byte, afterRefusal bool) {
-	simWorlds.Lock()
-	w := simWorlds.m[e2e>>24]
-	simWorlds.Unlock()
+	w := simWorldOf(e2e)
 	if w == nil {
 		return
 	}
@@ -784,9 +788,7 @@ func simStranded(calls []*call.Call) {
 	if len(calls) == 0 {
 		return
 	}
-	simWorlds.Lock()
-	w := simWorlds.m[calls[0].Ref>>24]
-	simWorlds.Unlock()
+	w := simWorldOf(calls[0].Ref)
 	if w == nil {
 		return
 	}
