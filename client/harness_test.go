@@ -53,16 +53,20 @@ type fakeServer struct {
 
 	faults fault.Switch // freeze, thaw and the RST of a crash
 
-	// tryWrite: the client's end of each connection can write without
-	// waiting, as a TCP socket can (tryPipe), so that requests go out
-	// inline on their caller's goroutine; tryLimit, when set, says how
-	// much of a message of n bytes the socket has room for. Set before
-	// the first accept.
+	// tryWrite: both ends of each connection can write without waiting,
+	// as a TCP socket can (tryPipe, tryRecordConn), so that requests go
+	// out inline on their caller's goroutine and answers on their
+	// handler's; tryLimit, when set, says how much of a message of n
+	// bytes the client's socket has room for. Set before the first
+	// accept.
 	tryWrite bool
 	tryLimit func(n int) int
 	// baton: the client's end can also be read by callers, as a TCP
 	// socket's (resumePipe): a caller reads its own answer.
 	baton bool
+	// inlined counts the application answers the server wrote whole on
+	// its handlers' goroutines (with tryWrite).
+	inlined atomic.Int64
 
 	mu    sync.Mutex
 	reqs  []seen
@@ -92,7 +96,10 @@ func (f *fakeServer) handler(ctx context.Context, p *peer.Peer, req []byte) []by
 // accept returns the client end of a new connection to this server.
 func (f *fakeServer) accept() (transport.Conn, error) {
 	a, b := net.Pipe()
-	fc := &recordConn{Conn: f.faults.Wrap(transport.NewStreamConn(b, "pipe", transport.Options{}), nil), f: f}
+	var fc transport.Conn = &recordConn{Conn: f.faults.Wrap(transport.NewStreamConn(b, "pipe", transport.Options{}), nil), f: f}
+	if f.tryWrite {
+		fc = tryRecordConn{fc.(*recordConn), b}
+	}
 	h := f.handle
 	if h == nil {
 		h = f.handler
@@ -165,6 +172,9 @@ func (f *fakeServer) close() {
 type recordConn struct {
 	*fault.Conn
 	f *fakeServer
+	// tail: an inline write left part of a message to the writer, which
+	// writes that part first (not a message: never doubled).
+	tail atomic.Bool
 }
 
 func (rc *recordConn) ReadMessage() ([]byte, error) {
@@ -178,17 +188,46 @@ func (rc *recordConn) ReadMessage() ([]byte, error) {
 }
 
 func (rc *recordConn) WriteMessages(msgs ...[]byte) error {
+	tail := rc.tail.Swap(false)
 	if rc.f.dupAnswers.Load() {
 		var out [][]byte
-		for _, m := range msgs {
+		for i, m := range msgs {
 			out = append(out, m)
-			if !wire.IsRequest(m) && wire.AppID(m) != 0 {
+			if !(tail && i == 0) && !wire.IsRequest(m) && wire.AppID(m) != 0 {
 				out = append(out, m)
 			}
 		}
 		msgs = out
 	}
 	return rc.Conn.WriteMessages(msgs...)
+}
+
+// tryRecordConn is the server's end of a connection that writes without
+// waiting, as a TCP socket can: the answer to the only request in a
+// handler goes out on the handler's goroutine (the peer's inline
+// answer). The Switch's faults hold it as they hold WriteMessages:
+// nothing leaves a frozen or muted process inline (the writer then waits
+// in WriteMessages), and while answers are doubled or DWAs dropped the
+// writer takes every message, so that it alone applies the fault.
+type tryRecordConn struct {
+	*recordConn
+	raw net.Conn
+}
+
+func (t tryRecordConn) TryWrite(msg []byte) (int, error) {
+	f := t.f
+	if f.faults.Frozen() || f.faults.Muted() || f.faults.DropDWA || f.dupAnswers.Load() {
+		return 0, nil
+	}
+	n, err := tryPipe{raw: t.raw}.TryWrite(msg)
+	switch {
+	case err != nil:
+	case n < len(msg):
+		t.tail.Store(true)
+	case !wire.IsRequest(msg) && wire.AppID(msg) != 0:
+		f.inlined.Add(1)
+	}
+	return n, err
 }
 
 // network routes the client's dials to fake servers by URL.

@@ -161,7 +161,7 @@ func TestSim(t *testing.T) {
 		if s.Replays == 0 || s.Premature == 0 || s.Late == 0 || s.Parked == 0 || s.Drained == 0 ||
 			s.Patient == 0 || s.Pinned == 0 || s.NonAcct == 0 || s.AllOut == 0 || s.SlowBehind == 0 ||
 			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 || s.BusyFailover == 0 ||
-			s.Hurried == 0 || s.CloseAtChange == 0 || s.ServerAsks == 0 || s.Inline == 0 || s.InlinePart == 0 || s.CallerRead == 0 {
+			s.Hurried == 0 || s.CloseAtChange == 0 || s.ServerAsks == 0 || s.Inline == 0 || s.InlinePart == 0 || s.CallerRead == 0 || s.ServerInline == 0 {
 			t.Errorf("the schedules exercised too little: %+v", s)
 		}
 	}
@@ -174,8 +174,10 @@ type simCounts struct {
 	BusyFailover, HandOverPairs, Hurried, CloseAtChange, ServerAsks               int
 	// Inline: messages a TryWrite wrote whole on its caller's goroutine;
 	// InlinePart: those it wrote in part, the rest left to the writer;
-	// CallerRead: answers read by their own caller (the reading baton).
-	Inline, InlinePart, CallerRead int
+	// CallerRead: answers read by their own caller (the reading baton);
+	// ServerInline: answers a server wrote whole on its handler's
+	// goroutine.
+	Inline, InlinePart, CallerRead, ServerInline int
 }
 
 type simTotals struct {
@@ -212,6 +214,7 @@ func (s *simTotals) add(b simCounts) {
 	a.Inline += b.Inline
 	a.InlinePart += b.InlinePart
 	a.CallerRead += b.CallerRead
+	a.ServerInline += b.ServerInline
 }
 
 func (s *simTotals) snapshot() simCounts {
@@ -836,8 +839,9 @@ func (w *simWorld) mayHoldWaiters(now time.Time, slack time.Duration) int {
 }
 
 // simInline tells whether a schedule's connections write without waiting
-// (tryPipe), so that a request alone goes out on its caller's goroutine,
-// as over TCP: a third of them; the odd ones among those can also be read
+// (tryPipe, tryRecordConn), so that a request alone goes out on its
+// caller's goroutine and an answer alone on its handler's, as over TCP:
+// a third of them; the odd ones among those can also be read
 // by callers (resumePipe), so that a caller may read its own answer. The
 // soak seeds replay the interleavings they failed with, over plain pipes.
 func simInline(seed uint64) bool {
@@ -1412,6 +1416,9 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		s.f.unfreeze()
 	}
 	wg.Wait()
+	for _, s := range w.servers {
+		w.counts.ServerInline += int(s.f.inlined.Load())
+	}
 	close(results)
 	w.records = recordsOf(c)
 	w.check(results, closedEarly)

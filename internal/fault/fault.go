@@ -105,6 +105,13 @@ func (s *Switch) Frozen() bool {
 	return s.frozen
 }
 
+// Muted reports whether the Switch is muted (a crash in progress).
+func (s *Switch) Muted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.muted
+}
+
 // Thaw undoes Freeze. It returns how many application requests were
 // buffered meanwhile, and how many of those are dropped because their
 // connection was closed during the freeze (the close is carried out now).
