@@ -67,6 +67,9 @@ type fakeServer struct {
 	// inlined counts the application answers the server wrote whole on
 	// its handlers' goroutines (with tryWrite).
 	inlined atomic.Int64
+	// overlaps counts writes begun on a connection's end while another
+	// write was still under way there (oneWriter), at either end.
+	overlaps atomic.Int64
 
 	mu    sync.Mutex
 	reqs  []seen
@@ -95,7 +98,8 @@ func (f *fakeServer) handler(ctx context.Context, p *peer.Peer, req []byte) []by
 
 // accept returns the client end of a new connection to this server.
 func (f *fakeServer) accept() (transport.Conn, error) {
-	a, b := net.Pipe()
+	pa, pb := net.Pipe()
+	var a, b net.Conn = &oneWriter{Conn: pa, n: &f.overlaps}, &oneWriter{Conn: pb, n: &f.overlaps}
 	var fc transport.Conn = &recordConn{Conn: f.faults.Wrap(transport.NewStreamConn(b, "pipe", transport.Options{}), nil), f: f}
 	if f.tryWrite {
 		fc = tryRecordConn{fc.(*recordConn), b}
@@ -148,6 +152,30 @@ func (t tryPipe) TryWrite(msg []byte) (int, error) {
 		err = nil
 	}
 	return n, err
+}
+
+// oneWriter is an end of a pipe on which a write begun while another is
+// under way fails, and is counted: a stream's messages must leave one
+// writer at a time (the outbox hands the connection to one), or two
+// frames can interleave on a socket. Over net.Pipe the second write would
+// instead wait for the first, which inside the bubble can wait forever
+// (an inline write's deadline cannot pass while a goroutine waits on the
+// pipe's mutex), so a schedule with the bug would hang, not fail.
+type oneWriter struct {
+	net.Conn
+	busy atomic.Bool
+	n    *atomic.Int64
+}
+
+var errTwoWriters = errors.New("sim: a write began while another was under way on this connection")
+
+func (o *oneWriter) Write(b []byte) (int, error) {
+	if !o.busy.CompareAndSwap(false, true) {
+		o.n.Add(1)
+		return 0, errTwoWriters
+	}
+	defer o.busy.Store(false)
+	return o.Conn.Write(b)
 }
 
 // dropConnections closes every connection, as a crashed server's kernel

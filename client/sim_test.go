@@ -1418,6 +1418,9 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	wg.Wait()
 	for _, s := range w.servers {
 		w.counts.ServerInline += int(s.f.inlined.Load())
+		if n := s.f.overlaps.Load(); n > 0 {
+			w.violation("%d writes to %s's connections began while another was under way on the same end", n, s.host)
+		}
 	}
 	close(results)
 	w.records = recordsOf(c)
