@@ -40,8 +40,10 @@ func CheckIdentity(s string) error {
 }
 
 // EqualIdentity compares two DiameterIdentities as RFC 6733 does: ignoring
-// ASCII case.
-func EqualIdentity(a, b string) bool { return strings.EqualFold(a, b) }
+// ASCII case. Peers almost always send an identity as it was configured,
+// so the exact comparison, a memory compare, is tried before the folding
+// one, which goes rune by rune.
+func EqualIdentity(a, b string) bool { return a == b || strings.EqualFold(a, b) }
 
 // Printable returns s quoted with Go escapes for every byte that is not
 // printable ASCII (strconv.QuoteToASCII: control bytes, NUL and invalid
