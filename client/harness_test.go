@@ -61,6 +61,10 @@ type fakeServer struct {
 	// accept.
 	tryWrite bool
 	tryLimit func(n int) int
+	// tryPause, when set, is how long the client's goroutine stays away
+	// after an inline write before it comes back to the outbox (it was
+	// descheduled): other goroutines queue meanwhile.
+	tryPause func() time.Duration
 	// baton: the client's end can also be read by callers, as a TCP
 	// socket's (resumePipe): a caller reads its own answer.
 	baton bool
@@ -70,6 +74,10 @@ type fakeServer struct {
 	// overlaps counts writes begun on a connection's end while another
 	// write was still under way there (oneWriter), at either end.
 	overlaps atomic.Int64
+	// badFrames counts the reads, at either end, that found bytes that
+	// are not a Diameter message. No fault corrupts bytes, so each is a
+	// writer that cut or interleaved a message.
+	badFrames atomic.Int64
 
 	mu    sync.Mutex
 	reqs  []seen
@@ -118,12 +126,12 @@ func (f *fakeServer) accept() (transport.Conn, error) {
 	f.mu.Lock()
 	f.peers = append(f.peers, p)
 	f.mu.Unlock()
-	cc := transport.NewStreamConn(a, "pipe", transport.Options{})
+	var cc transport.Conn = frameCount{transport.NewStreamConn(a, "pipe", transport.Options{}), &f.badFrames}
 	switch {
 	case f.baton:
-		return &resumePipe{tryPipe: tryPipe{cc, a, f.tryLimit}}, nil
+		return &resumePipe{tryPipe: tryPipe{cc, a, f.tryLimit, f.tryPause}, bad: &f.badFrames}, nil
 	case f.tryWrite:
-		return tryPipe{cc, a, f.tryLimit}, nil
+		return tryPipe{cc, a, f.tryLimit, f.tryPause}, nil
 	}
 	return cc, nil
 }
@@ -139,6 +147,7 @@ type tryPipe struct {
 	transport.Conn
 	raw   net.Conn
 	limit func(n int) int
+	pause func() time.Duration
 }
 
 func (t tryPipe) TryWrite(msg []byte) (int, error) {
@@ -150,6 +159,9 @@ func (t tryPipe) TryWrite(msg []byte) (int, error) {
 	t.raw.SetWriteDeadline(time.Time{})
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		err = nil
+	}
+	if t.pause != nil {
+		time.Sleep(t.pause())
 	}
 	return n, err
 }
@@ -176,6 +188,21 @@ func (o *oneWriter) Write(b []byte) (int, error) {
 	}
 	defer o.busy.Store(false)
 	return o.Conn.Write(b)
+}
+
+// frameCount is the client's end of a connection, counting in n the
+// reads that found no Diameter message.
+type frameCount struct {
+	transport.Conn
+	n *atomic.Int64
+}
+
+func (c frameCount) ReadMessage() ([]byte, error) {
+	m, err := c.Conn.ReadMessage()
+	if errors.Is(err, wire.ErrBadFrame) {
+		c.n.Add(1)
+	}
+	return m, err
 }
 
 // dropConnections closes every connection, as a crashed server's kernel
@@ -207,6 +234,9 @@ type recordConn struct {
 
 func (rc *recordConn) ReadMessage() ([]byte, error) {
 	m, err := rc.Conn.ReadMessage()
+	if errors.Is(err, wire.ErrBadFrame) {
+		rc.f.badFrames.Add(1)
+	}
 	if err == nil && wire.IsRequest(m) && wire.AppID(m) != 0 {
 		rc.f.mu.Lock()
 		rc.f.reqs = append(rc.f.reqs, seen{e2e: wire.EndToEnd(m), tflag: wire.Flags(m)&wire.FlagRetransmit != 0, at: time.Now()})
@@ -318,6 +348,7 @@ func itoa(n int) string {
 type resumePipe struct {
 	tryPipe
 	buf []byte
+	bad *atomic.Int64 // reads that found no Diameter message
 }
 
 func (r *resumePipe) ReadMessage() ([]byte, error) {
@@ -327,6 +358,7 @@ func (r *resumePipe) ReadMessage() ([]byte, error) {
 			r.buf = r.buf[n:]
 			return msg, nil
 		} else if n < 0 {
+			r.bad.Add(1)
 			return nil, wire.ErrBadFrame
 		}
 		var b [4096]byte
