@@ -1367,6 +1367,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			}
 			w.counts.Late += int(p.Stats().Late)
 		}
+		w.checkAnsweredAll(c)
 		// A graceful Close drains: the answers in flight come in (the
 		// servers take 1-3 s, well within the drain), nothing is lost,
 		// nothing replayed.
@@ -1445,6 +1446,33 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	w.records = recordsOf(c)
 	w.check(results, closedEarly)
 	return w.counts
+}
+
+// checkAnsweredAll, once quiet, waits up to two minutes for every
+// connection at both ends to owe no answer to what it read (its backlog
+// empty): a write, inline or batched, that forgot its accounting leaves
+// it above zero, and the reader of that connection would pause early.
+func (w *simWorld) checkAnsweredAll(c *Client) {
+	var ps []*peer.Peer
+	for _, p := range c.Peers() {
+		if p != nil {
+			ps = append(ps, p)
+		}
+	}
+	for _, s := range w.servers {
+		s.f.mu.Lock()
+		ps = append(ps, s.f.peers...)
+		s.f.mu.Unlock()
+	}
+	until := time.Now().Add(2 * time.Minute)
+	for _, p := range ps {
+		for p.Stats().Unanswered != 0 && time.Now().Before(until) {
+			time.Sleep(time.Second)
+		}
+		if n := p.Stats().Unanswered; n != 0 {
+			w.violation("peer %s (%s) still owes answers to %d requests it read, 2 min after the schedule went quiet and every Send returned", p.Name(), p.State(), n)
+		}
+	}
 }
 
 // watchParked looks at the parked requests every 5 s of the schedule: a

@@ -225,6 +225,7 @@ func TestBackpressureBoundsUnansweredRequests(t *testing.T) {
 	assert.Less(t, recv, uint64(total), "the server stopped reading")
 	assert.LessOrEqual(t, runtime.NumGoroutine()-before, limit+10, "goroutines bounded by the limit")
 	assert.LessOrEqual(t, peak.Load(), int64(limit))
+	assert.GreaterOrEqual(t, sp.Stats().Unanswered, limit, "paused at the bound of unanswered requests")
 
 	// Now read: everything is answered, nothing dropped.
 	for i := range total {
@@ -237,6 +238,8 @@ func TestBackpressureBoundsUnansweredRequests(t *testing.T) {
 	// Counted once the write returns: the last answer can be read first.
 	assert.Eventually(t, func() bool { return sp.Stats().AnswersSent == total }, 5*time.Second, time.Millisecond,
 		"answers sent: %d of %d", sp.Stats().AnswersSent, total)
+	assert.Eventually(t, func() bool { return sp.Stats().Unanswered == 0 }, 5*time.Second, time.Millisecond,
+		"unanswered once all is answered: %d", sp.Stats().Unanswered)
 }
 
 // Silent connections (no CER) are bounded in total and per source

@@ -140,7 +140,8 @@ type Stats struct {
 	TimedOut      uint64        `json:"timed_out"` // calls that ended without an answer
 	Lost          uint64        `json:"lost"`      // calls failed because their connection closed
 	Pending       int           `json:"pending"`
-	Received      uint64        `json:"received"` // messages of any kind
+	Unanswered    int           `json:"unanswered"` // requests read on the current connection, not answered on the wire yet (in a Handler, queued, being written)
+	Received      uint64        `json:"received"`   // messages of any kind
 	AnswersSent   uint64        `json:"answers_sent"`
 	DWRSent       uint64        `json:"dwr_sent"`
 	DWAReceived   uint64        `json:"dwa_received"`
@@ -306,6 +307,9 @@ func (p *Peer) Stats() Stats {
 	}
 	if c := p.cur.Load(); c != nil {
 		st.Pending = c.pendingLen()
+		c.out.Mu.Lock()
+		st.Unanswered = c.bp.Unanswered()
+		c.out.Mu.Unlock()
 	}
 	return st
 }
