@@ -434,6 +434,11 @@ func (p *Peer) fire() {
 		p.mu.Unlock()
 		return
 	}
+	// Counted until its effects are carried out (a DWR written, calls
+	// failed): Close waits for the Peer's timers. Added under p.mu while
+	// the Peer has not finished, so before Close's Wait.
+	p.wg.Add(1)
+	defer p.wg.Done()
 	p.onTimer()
 	p.settle()
 	out := p.takeOut()
