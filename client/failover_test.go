@@ -517,7 +517,10 @@ func TestLateRefusalBeforeHandOverOfPinnedRequest(t *testing.T) {
 		c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1"))
 		require.NoError(t, err)
 		cp.Store(c)
-		defer c.Close(context.Background())
+		defer func() {
+			c.Close(context.Background())
+			<-c.Done() // the peers' last events, which call the hook, are delivered
+		}()
 		waitOkay(t, c)
 
 		n["tcp://a:1"].freeze()
