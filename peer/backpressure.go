@@ -12,7 +12,7 @@ func (c *conn) waitRoom() (waited bool) {
 	return c.out.WaitRoom(c.closed, func(n int) {
 		p := c.p
 		p.stats.paused.Add(1)
-		serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindPaused, "reading paused: the peer's requests are not answered yet",
+		p.logLimited(slog.LevelWarn, serve.KindPaused, "reading paused: the peer's requests are not answered yet",
 			"peer", p.Name(), "remote", c.tc.RemoteAddr().String(), "unanswered", n, "limit", c.bp.Limit)
 	})
 }

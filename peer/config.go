@@ -257,7 +257,10 @@ type Config struct {
 	// one Bus between peers to watch them all.
 	Events *Bus
 
-	// Logger gets one line per state change. Default slog.Default().
+	// Logger gets one line per state change, and rate-limited warnings of
+	// what the remote peer did. Lines are written on the goroutine that
+	// delivers the events, in order with them: a slow Logger delays the
+	// events, never the connection. Default slog.Default().
 	Logger *slog.Logger
 }
 

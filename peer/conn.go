@@ -483,13 +483,13 @@ func (c *conn) reader() {
 			case strings.HasPrefix(note, writeFailed):
 				// A peer that does not read its answers (the write deadline)
 				// or whose socket broke.
-				serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindWriteTimeout, "closing connection: "+note, "peer", p.Name(), "remote", c.tc.RemoteAddr().String())
+				p.logLimited(slog.LevelWarn, serve.KindWriteTimeout, "closing connection: "+note, "peer", p.Name(), "remote", c.tc.RemoteAddr().String())
 			case note != "":
 			case errors.Is(err, wire.ErrBadFrame):
 				p.stats.badFrames.Add(1)
 				note = "bad frame: " + err.Error()
 				p.publish(Event{Kind: EventError, Reason: note})
-				serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindBadFrame, "closing connection on a bad frame", "peer", p.Name(), "remote", c.tc.RemoteAddr().String(), "err", err)
+				p.logLimited(slog.LevelWarn, serve.KindBadFrame, "closing connection on a bad frame", "peer", p.Name(), "remote", c.tc.RemoteAddr().String(), "err", err)
 			case errors.Is(err, io.EOF):
 				note = "closed by peer"
 			case errors.Is(err, net.ErrClosed):

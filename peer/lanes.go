@@ -54,7 +54,7 @@ func (p *Peer) serveOnWorker(c *conn, req []byte) {
 	}
 	p.wg.Done()
 	p.stats.overload.Add(1)
-	serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindOverload, "request answered DIAMETER_TOO_BUSY: its handlers and their queue are full",
+	p.logLimited(slog.LevelWarn, serve.KindOverload, "request answered DIAMETER_TOO_BUSY: its handlers and their queue are full",
 		"peer", p.Name(), "command", message.CommandName(req), "max_handlers", p.cfg.MaxHandlers, "max_queued_handlers", p.cfg.MaxQueuedHandlers)
 	c.answered(req, message.ErrorAnswer(req, p.cfg.identity(), message.TooBusy, "handlers busy").Bytes(), false)
 }

@@ -252,7 +252,7 @@ func Accept(tc transport.Conn, cfg Config) (*Peer, error) {
 		if err != nil {
 			tc.Close()
 			p.publish(Event{Kind: EventError, Reason: "capabilities exchange: " + err.Error()})
-			serve.Log(p.cfg.Logger, slog.LevelInfo, serve.KindBadOpening, "connection refused in the capabilities exchange", "remote", tc.RemoteAddr().String(), "reason", err.Error())
+			p.logLimited(slog.LevelInfo, serve.KindBadOpening, "connection refused in the capabilities exchange", "remote", tc.RemoteAddr().String(), "reason", err.Error())
 			p.step(input{kind: evOpenFailed, note: err.Error()})
 			return
 		}
@@ -499,13 +499,14 @@ type effect struct {
 	err  error
 }
 
-// notice is one entry of the notice queue: an event, or a hand-over of
-// calls to the failover hook.
+// notice is one entry of the notice queue: an event, a hand-over of
+// calls to the failover hook, or a log line.
 type notice struct {
 	ev       Event
 	failover bool
 	calls    []*call.Call
 	reason   string
+	line     *serve.Line
 }
 
 // write records a write for after the lock. p.mu is held.
@@ -548,10 +549,30 @@ func (p *Peer) notify(n notice) { p.notes.Schedule(n) }
 // deliver hands n to the failover hook or the subscribers, on the notice
 // queue's goroutine.
 func (p *Peer) deliver(n notice) {
-	if n.failover {
+	switch {
+	case n.line != nil:
+		n.line.Write(p.cfg.Logger)
+	case n.failover:
 		p.cfg.Failover(p, n.calls, n.reason)
-	} else {
+	default:
 		p.cfg.Events.Publish(n.ev)
+	}
+}
+
+// log queues a line for the notice queue: the Peer's lines are written
+// there, in order with its events, so that a slow Logger holds neither
+// p.mu nor a reader. Called with or without p.mu.
+func (p *Peer) log(level slog.Level, msg string, args ...any) {
+	if l := serve.NewLine(p.cfg.Logger, level, msg, args...); l != nil {
+		p.notify(notice{line: l})
+	}
+}
+
+// logLimited counts one line of kind k and queues it as log does, unless
+// that kind is over its rate (serve.Log).
+func (p *Peer) logLimited(level slog.Level, k serve.Kind, msg string, args ...any) {
+	if l := serve.Limited(p.cfg.Logger, level, k, msg, args...); l != nil {
+		p.notify(notice{line: l})
 	}
 }
 
@@ -572,13 +593,13 @@ func (p *Peer) refuseCER(c *conn, msg []byte, now int64) {
 // whether it did.
 func (p *Peer) unmatched(c *conn, hbh uint32, msg []byte) (closed bool) {
 	p.stats.unmatched.Add(1)
-	serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindUnmatched, "answer matches no pending request: dropped", "peer", p.Name(), "hop_by_hop", hbh, "command", message.CommandName(msg))
+	p.logLimited(slog.LevelWarn, serve.KindUnmatched, "answer matches no pending request: dropped", "peer", p.Name(), "hop_by_hop", hbh, "command", message.CommandName(msg))
 	if c.unmatchedRun++; p.cfg.MaxUnmatched > 0 && c.unmatchedRun >= p.cfg.MaxUnmatched {
 		// Its answers cannot reach their callers: a broken peer, out of
 		// service like a lost connection (its requests fail over).
 		note := fmt.Sprintf("%d answers in a row matched no pending request", c.unmatchedRun)
 		p.publish(Event{Kind: EventError, Reason: note + ": closing the connection"})
-		p.cfg.Logger.Warn("closing connection: "+note, "peer", p.Name(), "remote", c.tc.RemoteAddr().String())
+		p.log(slog.LevelWarn, "closing connection: "+note, "peer", p.Name(), "remote", c.tc.RemoteAddr().String())
 		c.close(note)
 		return true
 	}

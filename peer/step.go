@@ -162,7 +162,7 @@ func (p *Peer) transitioned(o watchdog.Output) {
 	p.since.Store(time.Now().UnixNano())
 	p.stats.transitions.Add(1)
 	p.publish(Event{Kind: EventWatchdog, From: tr.From, To: tr.To, Trigger: tr.Event, NumDWA: p.m.NumDWA(), Reason: tr.Reason})
-	p.cfg.Logger.Info("watchdog", "peer", p.Name(), "from", tr.From.String(), "to", tr.To.String(), "reason", tr.Reason)
+	p.log(slog.LevelInfo, "watchdog", "peer", p.Name(), "from", tr.From.String(), "to", tr.To.String(), "reason", tr.Reason)
 }
 
 // failback carries out Failback(). p.mu is held.
@@ -187,7 +187,7 @@ func (p *Peer) attemptOpen() {
 		return
 	}
 	if now := p.mono(); now < p.holdUntil {
-		p.cfg.Logger.Debug("reconnection held off after DPR", "peer", p.Name(), "for", time.Duration(p.holdUntil-now))
+		p.log(slog.LevelDebug, "reconnection held off after DPR", "peer", p.Name(), "for", time.Duration(p.holdUntil-now))
 		return
 	}
 	p.dialing = true
@@ -320,7 +320,7 @@ func (p *Peer) onOpenFailed(e input) {
 		return
 	}
 	p.publish(Event{Kind: EventOpenFailed, ResultCode: e.cause, Reason: "open failed: " + e.note})
-	p.cfg.Logger.Warn("open failed", "peer", p.Name(), "err", e.note)
+	p.log(slog.LevelWarn, "open failed", "peer", p.Name(), "err", e.note)
 }
 
 // onConnDown steps the loss of a connection. p.mu is held.
@@ -337,7 +337,7 @@ func (p *Peer) onConnDown(e input, cur *conn) {
 	default:
 	}
 	p.reportDown(e.c, Event{DPR: p.closing, DPA: dpa, Reason: "connection down: " + note})
-	serve.Log(p.cfg.Logger, slog.LevelInfo, serve.KindConnDown, "connection down", "peer", p.Name(), "reason", note)
+	p.logLimited(slog.LevelInfo, serve.KindConnDown, "connection down", "peer", p.Name(), "reason", note)
 	// Step while the connection is still current, so that OKAY's
 	// Failover() hands its pending requests over with the machine's
 	// reason; whatever it still owns afterwards fails or moves below.
@@ -379,7 +379,7 @@ func (p *Peer) onDPR(e input, cur *conn) {
 		// does not want to talk to us; try again after the hold-off.
 		p.holdUntil = e.at + int64(p.cfg.DPRHoldOff)
 		note += fmt.Sprintf(": no reconnection for %v", p.cfg.DPRHoldOff)
-		p.cfg.Logger.Warn("peer disconnected and asked not to reconnect", "peer", p.Name(),
+		p.log(slog.LevelWarn, "peer disconnected and asked not to reconnect", "peer", p.Name(),
 			"cause", message.DisconnectCauseName(cause), "hold_off", p.cfg.DPRHoldOff)
 	}
 	e.c.mu.Lock()

@@ -87,8 +87,10 @@ type Config struct {
 	// Logger gets one line per state change, and warnings about answers
 	// dropped (no Message-Authenticator, matching no request, failing
 	// verification) and connections that look like a shared secret
-	// mismatch (see Stats.SecretMismatch) at a bounded rate. Default
-	// slog.Default().
+	// mismatch (see Stats.SecretMismatch) at a bounded rate. Lines are
+	// written on the goroutine that delivers the events, in order with
+	// them: a slow Logger delays the events, never the connection.
+	// Default slog.Default().
 	Logger *slog.Logger
 }
 

@@ -425,14 +425,18 @@ type notice struct {
 	failover bool
 	calls    []*call.Call
 	reason   string
+	line     *serve.Line
 }
 
 // deliverNotice hands n to the failover hook or the subscribers, on the
 // notice queue's goroutine.
 func (p *Peer) deliverNotice(n notice) {
-	if n.failover {
+	switch {
+	case n.line != nil:
+		n.line.Write(p.cfg.Logger)
+	case n.failover:
 		p.cfg.Failover(p, n.calls, n.reason)
-	} else {
+	default:
 		p.cfg.Events.Publish(n.ev)
 	}
 }
@@ -457,7 +461,6 @@ type rareFx struct {
 	err  error          // fxFail: the call's error
 	lost bool           // fxFail: counted as lost (Stats.Lost) when it ends the call
 	tc   transport.Conn // fxClose
-	log  logLine        // fxLog
 }
 
 type fxKind uint8
@@ -470,16 +473,8 @@ const (
 	fxClose                     // close tc
 	fxStart                     // start c's reader
 	fxDone                      // close Done: the Peer is closed
-	fxLog                       // a rate-limited warning
 	fxReplied                   // tell Config.Replied of an answer
 )
-
-// logLine is a warning decided under the lock (logLimited).
-type logLine struct {
-	kind serve.Kind
-	msg  string
-	args []any
-}
 
 // run carries out e; p.mu is not held.
 func (p *Peer) run(e *effect) {
@@ -502,8 +497,6 @@ func (p *Peer) run(e *effect) {
 		close(p.done)
 	case fxReplied:
 		p.cfg.Replied(p)
-	case fxLog:
-		serve.Log(p.cfg.Logger, slog.LevelWarn, e.rare.log.kind, e.rare.log.msg, e.rare.log.args...)
 	}
 }
 
@@ -608,7 +601,7 @@ func (p *Peer) recycle(l *link, c *conn, stale int) {
 	note := fmt.Sprintf("connection recycled: %d Identifiers held by requests that timed out", stale)
 	p.stats.recycled.Add(1)
 	p.publish(l.name, peer.Event{Kind: peer.EventError, Pending: IDsPerConn - stale, Reason: note})
-	p.cfg.Logger.Warn("recycling connection", "peer", l.name, "stale", stale, "live", IDsPerConn-stale,
+	p.log(slog.LevelWarn, "recycling connection", "peer", l.name, "stale", stale, "live", IDsPerConn-stale,
 		"reason", fmt.Sprintf("%d Identifiers held by requests that timed out", stale))
 	l.cur = nil
 	c.recycling.Store(true)
@@ -729,7 +722,7 @@ func (p *Peer) applyAt(l *link, o watchdog.Output, base int64) {
 		// Client rebuilds its view on it) must read the new state.
 		was = p.updateInService()
 		p.publish(l.name, peer.Event{Kind: peer.EventWatchdog, From: tr.From, To: tr.To, Trigger: tr.Event, NumDWA: l.m.NumDWA(), Reason: tr.Reason})
-		p.cfg.Logger.Info("watchdog", "peer", l.name, "from", tr.From.String(), "to", tr.To.String(), "reason", tr.Reason)
+		p.log(slog.LevelInfo, "watchdog", "peer", l.name, "from", tr.From.String(), "to", tr.To.String(), "reason", tr.Reason)
 	}
 	for _, a := range o.Actions() {
 		switch a.Kind {
@@ -1211,10 +1204,21 @@ func (p *Peer) noMA(c *conn, err error) {
 		"peer", c.l.name, "err", err)
 }
 
-// logLimited writes a warning of kind k after the lock, at the bounded
-// rate of serve.Log. p.mu is held.
+// log queues a line for the notice queue, as package peer's: written in
+// order with the events, so that a slow Logger holds neither p.mu nor a
+// reader.
+func (p *Peer) log(level slog.Level, msg string, args ...any) {
+	if l := serve.NewLine(p.cfg.Logger, level, msg, args...); l != nil {
+		p.notes.Schedule(notice{line: l})
+	}
+}
+
+// logLimited counts a warning of kind k and queues it as log does, unless
+// that kind is over its rate (serve.Log).
 func (p *Peer) logLimited(k serve.Kind, msg string, args ...any) {
-	p.fx = append(p.fx, effect{kind: fxLog, rare: &rareFx{log: logLine{kind: k, msg: msg, args: args}}})
+	if l := serve.Limited(p.cfg.Logger, slog.LevelWarn, k, msg, args...); l != nil {
+		p.notes.Schedule(notice{line: l})
+	}
 }
 
 // verifyFailed drops an answer that failed verification and closes the

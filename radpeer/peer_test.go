@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/call"
+	"github.com/aaatp/aaatp/internal/testhelp"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/transport"
@@ -705,4 +706,48 @@ func (h holdHandler) Handle(_ context.Context, r slog.Record) error {
 		}
 	}
 	return nil
+}
+
+// A Logger that does not return holds no lock of the Peer: its lines wait
+// on the notice queue while requests are answered and the watchdog goes
+// on.
+func TestSlowLoggerHoldsNoLock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		defer ln.Close()
+		go (&scriptServer{answer: true}).serveAll(t, ln)
+		var h testhelp.HeldLog
+		h.Hold()
+		defer h.Release()
+		cfg := testConfig(6 * time.Second)
+		cfg.Dialer = ln.dialer()
+		cfg.Logger = slog.New(&h)
+		p, err := Dial("radius+tcp://server:1812", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if h.Waiting() == 0 {
+			t.Fatal("the INITIAL > OKAY line is not held")
+		}
+		// A goroutine waiting on a mutex would keep the bubble from ever
+		// being idle: look at the lock itself.
+		if !p.mu.TryLock() {
+			t.Fatal("the Peer's lock is held while the Logger holds a line")
+		}
+		p.mu.Unlock()
+		if _, err := p.Exchange(context.Background(), accessReq("a")); err != nil {
+			t.Fatalf("while the Logger held a line: %v", err)
+		}
+		time.Sleep(6*time.Second + time.Millisecond)
+		synctest.Wait()
+		if st := p.Stats(); st.StatusSent != 1 || st.StatusAnswered != 1 {
+			t.Fatalf("at Tw while the Logger held a line: %+v", st)
+		}
+		h.Release()
+		mustClose(t, p)
+		if !slices.Contains(h.Msgs(), "watchdog") {
+			t.Fatalf("lines written: %q", h.Msgs())
+		}
+	})
 }

@@ -87,18 +87,50 @@ func (l *rateLimiter) allow(k Kind, now time.Time) (ok bool, suppressed int) {
 // kind is over its rate. A line written after some were suppressed says
 // how many ("suppressed").
 func Log(lg *slog.Logger, level slog.Level, k Kind, msg string, args ...any) {
+	Limited(lg, level, k, msg, args...).Write(lg)
+}
+
+// Line is a log line decided now and written later: a peer decides its
+// lines under its lock or on a connection's reader and writes them on its
+// notice queue, so that a slow Logger holds neither.
+type Line struct {
+	level slog.Level
+	msg   string
+	args  []any
+}
+
+// NewLine returns the line msg at level, or nil when lg would not write
+// it.
+func NewLine(lg *slog.Logger, level slog.Level, msg string, args ...any) *Line {
+	if lg == nil || !lg.Enabled(context.Background(), level) {
+		return nil
+	}
+	return &Line{level, msg, args}
+}
+
+// Limited counts one occurrence of kind k, as Log does, and returns the
+// line to write, or nil when lg would not write it or the kind is over
+// its rate.
+func Limited(lg *slog.Logger, level slog.Level, k Kind, msg string, args ...any) *Line {
 	limiter.total[k].Add(1)
 	if lg == nil || !lg.Enabled(context.Background(), level) {
-		return
+		return nil
 	}
 	ok, n := limiter.allow(k, time.Now())
 	if !ok {
-		return
+		return nil
 	}
 	if n > 0 {
 		args = append(args, "suppressed", n)
 	}
-	lg.Log(context.Background(), level, msg, args...)
+	return &Line{level, msg, args}
+}
+
+// Write writes l to lg; a nil Line writes nothing.
+func (l *Line) Write(lg *slog.Logger) {
+	if l != nil {
+		lg.Log(context.Background(), l.level, l.msg, l.args...)
+	}
 }
 
 // Counts returns how many times each kind was logged (or would have been,
