@@ -40,6 +40,7 @@ const (
 	MetricFailovers   = "aaatp_failovers_total"
 	MetricMoved       = "aaatp_failover_requests_moved_total"
 	MetricPending     = "aaatp_pending_requests"
+	MetricUnanswered  = "aaatp_unanswered_requests"
 	MetricDedupHits   = "aaatp_dedup_hits_total"
 	MetricQueueDepth  = "aaatp_queue_depth"
 	MetricQueueAlarm  = "aaatp_queue_alarm"
@@ -102,6 +103,7 @@ type Metrics struct {
 	failovers   *prometheus.CounterVec // from, to
 	moved       *prometheus.CounterVec // from, to
 	pending     *prometheus.GaugeVec   // peer
+	unanswered  *prometheus.GaugeVec   // peer
 	dedupHits   atomic.Uint64
 	dedupFrom   atomic.Pointer[func() uint64]
 	queueDepth  *prometheus.GaugeVec   // peer
@@ -184,6 +186,10 @@ func NewMetrics() *Metrics {
 			Name: MetricPending,
 			Help: "Requests sent to a peer and not answered yet.",
 		}, []string{"peer"}),
+		unanswered: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: MetricUnanswered,
+			Help: "Requests read from a Diameter peer on its current connection and not answered on the wire yet (a server's backlog; reading pauses at its limit).",
+		}, []string{"peer"}),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: MetricQueueDepth,
 			Help: "Requests queued for a peer (a client's throttle).",
@@ -235,7 +241,7 @@ func NewMetrics() *Metrics {
 	})
 	build.Set(1)
 	m.reg.MustRegister(m.messages, m.loadLatency, &m.counts, m.state, m.serverState, m.transitions, m.failovers,
-		m.moved, m.pending, dedup, m.queueDepth, m.queueAlarm, m.events, m.info, m.peerInfo, &m.recycled, build,
+		m.moved, m.pending, m.unanswered, dedup, m.queueDepth, m.queueAlarm, m.events, m.info, m.peerInfo, &m.recycled, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, k := range []peer.EventKind{peer.EventWatchdog, peer.EventConnUp, peer.EventConnDown, peer.EventFailover, peer.EventError} {
 		m.events.WithLabelValues(k.String()) // export zeros from the start
@@ -418,6 +424,7 @@ func (m *Metrics) ForgetPeer(peerName string) {
 	m.state.DeletePartialMatch(l)
 	m.serverState.DeletePartialMatch(l)
 	m.pending.DeleteLabelValues(label(peerName))
+	m.unanswered.DeleteLabelValues(label(peerName))
 	m.transitions.DeletePartialMatch(l)
 	m.counts.forget(label(peerName))
 }
@@ -528,6 +535,7 @@ func (m *Metrics) sync(s Snapshot) {
 	m.state.Reset()
 	m.serverState.Reset()
 	m.pending.Reset()
+	m.unanswered.Reset()
 	m.peerInfo.Reset()
 	for _, p := range s.Peers {
 		name := p.Name()
@@ -547,6 +555,7 @@ func (m *Metrics) sync(s Snapshot) {
 		proto := p.Protocol
 		if proto == "" {
 			proto = ProtocolDiameter
+			m.unanswered.WithLabelValues(label(name)).Set(float64(p.Unanswered))
 		}
 		m.peerInfo.WithLabelValues(label(name), label(p.URL), label(proto), label(p.OriginHost)).Set(1)
 	}

@@ -95,11 +95,16 @@ type PeerStatus struct {
 	// balancer's "in-service", "suspended", "down" (balance mode), or
 	// "primary", "secondary" (primary/secondary mode). Empty when none
 	// applies.
-	Policy   string `json:"policy"`
-	Pending  int    `json:"pending"`
-	Sent     uint64 `json:"sent"`
-	Answered uint64 `json:"answered"`
-	MovedOut uint64 `json:"moved_out"`
+	Policy  string `json:"policy"`
+	Pending int    `json:"pending"`
+	// Unanswered counts the requests read from the peer on its current
+	// connection and not answered on the wire yet: a Diameter server's
+	// backlog for that client (peer.Stats.Unanswered). Reading from it
+	// pauses at the server's MaxUnanswered.
+	Unanswered int    `json:"unanswered,omitempty"`
+	Sent       uint64 `json:"sent"`
+	Answered   uint64 `json:"answered"`
+	MovedOut   uint64 `json:"moved_out"`
 	// RecycledConns counts the connections replaced because requests that
 	// never got an answer held all their Identifiers (RADIUS over TCP or
 	// TLS; zero otherwise).
@@ -161,7 +166,7 @@ type Totals struct {
 func PeerRow(st peer.Stats) PeerStatus {
 	return PeerStatus{
 		Peer: st.Peer, State: st.State, Since: st.Since,
-		Pending: st.Pending, Sent: st.Sent, Answered: st.Answered, MovedOut: st.MovedOut,
+		Pending: st.Pending, Unanswered: st.Unanswered, Sent: st.Sent, Answered: st.Answered, MovedOut: st.MovedOut,
 		Tw: st.Tw, LastDWA: st.LastDWA,
 	}
 }
