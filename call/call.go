@@ -90,6 +90,10 @@ var (
 	ErrInFlight = errors.New("request in flight on another connection")
 )
 
+// ErrConfig is matched by every configuration error of the peers, of
+// either protocol, and of the Client over them.
+var ErrConfig = errors.New("invalid configuration")
+
 // DefaultTimeout bounds a Wait given no timeout and no deadline.
 const DefaultTimeout = 10 * time.Second
 

@@ -76,7 +76,18 @@ var (
 	ErrUnableToDeliver = errors.New("DIAMETER_UNABLE_TO_DELIVER (3002)")
 	// ErrNoPeer: no peer in service before the request's deadline.
 	ErrNoPeer = errors.New("no peer in service")
+	// ErrConfig is matched by every error of New and by SetPeers' errors
+	// about the peers given: a configuration the Client cannot take. It is
+	// package peer's and package radpeer's ErrConfig too.
+	ErrConfig = call.ErrConfig
 )
+
+// configError marks err as a configuration the Client cannot take: it
+// reads as err and matches ErrConfig, and whatever err matches.
+type configError struct{ error }
+
+func (e configError) Is(target error) bool { return target == ErrConfig }
+func (e configError) Unwrap() error        { return e.error }
 
 // PeerSpec is one configured peer.
 type PeerSpec struct {
@@ -298,8 +309,16 @@ func FailoverDetection(twinit time.Duration) time.Duration {
 
 // New dials every peer and returns at once; peers come into service in
 // the background. Send before any is OKAY waits for one (bounded by its
-// deadline).
+// deadline). Its errors match ErrConfig.
 func New(cfg Config) (*Client, error) {
+	c, err := newClient(cfg)
+	if err != nil {
+		return nil, configError{err}
+	}
+	return c, nil
+}
+
+func newClient(cfg Config) (*Client, error) {
 	if len(cfg.Peers) == 0 {
 		return nil, errors.New("client: no peers configured")
 	}

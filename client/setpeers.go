@@ -58,7 +58,8 @@ type PeersChange struct {
 //
 // The list is checked whole first and nothing changes on an error: the
 // same checks as New, and a list that changes the protocol (Diameter
-// peers and RADIUS servers stay apart). RequestTimeout, when New derived
+// peers and RADIUS servers stay apart); such an error matches ErrConfig.
+// RequestTimeout, when New derived
 // it from the peers, is not derived again. SetPeers returns without
 // waiting for the drains; Close waits for them. ctx bounds nothing yet
 // but the call itself: it is there for the drains a later version may
@@ -69,24 +70,24 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 		return ch, err
 	}
 	if len(specs) == 0 {
-		return ch, errors.New("client: no peers configured")
+		return ch, configError{errors.New("client: no peers configured")}
 	}
 	cfg := c.cfg
 	cfg.Peers = specs
 	isRADIUS, err := radiusMembers(cfg)
 	if err != nil {
-		return ch, err
+		return ch, configError{err}
 	}
 	if isRADIUS != c.radius {
-		return ch, errors.New("client: SetPeers cannot change between Diameter peers and RADIUS servers")
+		return ch, configError{errors.New("client: SetPeers cannot change between Diameter peers and RADIUS servers")}
 	}
 	if err := checkOverrides(cfg); err != nil {
-		return ch, err
+		return ch, configError{err}
 	}
 	if udpMembers(cfg) > 0 && udpMembers(c.cfg) == 0 {
 		// New gave radius:// servers their defaults and their policy
 		// states: a Client made without them cannot take one.
-		return ch, errors.New("client: SetPeers cannot add radius:// servers to a Client created without any: create a new Client")
+		return ch, configError{errors.New("client: SetPeers cannot add radius:// servers to a Client created without any: create a new Client")}
 	}
 	norm := make([]PeerSpec, len(specs))
 	seen := make(map[string]bool, len(specs))
@@ -98,7 +99,7 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 			s.Weight = 1
 		}
 		if seen[s.Name] {
-			return ch, fmt.Errorf("client: peer %q configured twice", s.Name)
+			return ch, configError{fmt.Errorf("client: peer %q configured twice", s.Name)}
 		}
 		seen[s.Name] = true
 		norm[i] = s

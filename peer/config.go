@@ -3,7 +3,6 @@ package peer
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -47,8 +46,9 @@ const DefaultInlineHandlerTime = 500 * time.Microsecond
 // DefaultMaxUnmatched is Config.MaxUnmatched's default.
 const DefaultMaxUnmatched = 16
 
-// ErrConfig is matched by every configuration error.
-var ErrConfig = errors.New("peer: invalid configuration")
+// ErrConfig is matched by every configuration error, as is the same
+// error of package radpeer and of package client.
+var ErrConfig = call.ErrConfig
 
 // VendorApp is one Vendor-Specific-Application-Id advertised in CER/CEA.
 // Exactly one of AuthAppID and AcctAppID is set.
@@ -268,7 +268,7 @@ var processStart = uint32(time.Now().Unix())
 
 func (c Config) validate() (Config, error) {
 	if c.OriginHost == "" || c.OriginRealm == "" {
-		return c, fmt.Errorf("%w: OriginHost and OriginRealm are required", ErrConfig)
+		return c, fmt.Errorf("peer: %w: OriginHost and OriginRealm are required", ErrConfig)
 	}
 	if c.ProductName == "" {
 		c.ProductName = "aaatp"
@@ -281,7 +281,7 @@ func (c Config) validate() (Config, error) {
 	}
 	for _, v := range c.VendorApps {
 		if (v.AuthAppID == 0) == (v.AcctAppID == 0) {
-			return c, fmt.Errorf("%w: vendor application %+v needs exactly one of AuthAppID and AcctAppID", ErrConfig, v)
+			return c, fmt.Errorf("peer: %w: vendor application %+v needs exactly one of AuthAppID and AcctAppID", ErrConfig, v)
 		}
 	}
 	if c.CEATimeout <= 0 {
@@ -299,31 +299,31 @@ func (c Config) validate() (Config, error) {
 		c.DPRHoldOff = 0
 	}
 	if c.IdleTimeout < 0 || (c.IdleTimeout > 0 && c.IdleTimeout < BringDownInterval) {
-		return c, fmt.Errorf("%w: IdleTimeout %v is below RFC 3539's BRINGDOWN_INTERVAL of %v", ErrConfig, c.IdleTimeout, BringDownInterval)
+		return c, fmt.Errorf("peer: %w: IdleTimeout %v is below RFC 3539's BRINGDOWN_INTERVAL of %v", ErrConfig, c.IdleTimeout, BringDownInterval)
 	}
 	for _, g := range c.AllowHosts {
 		if _, err := path.Match(g, ""); err != nil {
-			return c, fmt.Errorf("%w: allow pattern %q: %v", ErrConfig, g, err)
+			return c, fmt.Errorf("peer: %w: allow pattern %q: %v", ErrConfig, g, err)
 		}
 	}
 	for _, g := range c.AgentHosts {
 		if _, err := path.Match(g, ""); err != nil {
-			return c, fmt.Errorf("%w: agent pattern %q: %v", ErrConfig, g, err)
+			return c, fmt.Errorf("peer: %w: agent pattern %q: %v", ErrConfig, g, err)
 		}
 	}
 	for _, r := range c.ServedRealms {
 		if err := message.CheckIdentity(r); err != nil {
-			return c, fmt.Errorf("%w: served realm: %w", ErrConfig, err)
+			return c, fmt.Errorf("peer: %w: served realm: %w", ErrConfig, err)
 		}
 	}
 	if c.MaxUnanswered < 0 {
-		return c, fmt.Errorf("%w: MaxUnanswered %d is negative", ErrConfig, c.MaxUnanswered)
+		return c, fmt.Errorf("peer: %w: MaxUnanswered %d is negative", ErrConfig, c.MaxUnanswered)
 	}
 	if c.MaxUnanswered == 0 {
 		c.MaxUnanswered = DefaultMaxUnanswered
 	}
 	if c.MaxHandlers < 0 {
-		return c, fmt.Errorf("%w: MaxHandlers %d is negative", ErrConfig, c.MaxHandlers)
+		return c, fmt.Errorf("peer: %w: MaxHandlers %d is negative", ErrConfig, c.MaxHandlers)
 	}
 	if c.MaxHandlers == 0 {
 		c.MaxHandlers = DefaultMaxHandlers
@@ -356,7 +356,7 @@ func (c Config) validate() (Config, error) {
 	// its first step. Each Peer builds its own Machine from
 	// c.Watchdog so that a nil Rand gives each its own seeded PRNG.
 	if _, err := watchdog.New(c.Watchdog); err != nil {
-		return c, fmt.Errorf("%w: %w", ErrConfig, err)
+		return c, fmt.Errorf("peer: %w: %w", ErrConfig, err)
 	}
 	return c, nil
 }

@@ -191,7 +191,7 @@ func newPeer(cfg Config, role Role, url, label string) (*Peer, error) {
 	}
 	m, err := watchdog.New(cfg.Watchdog)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, fmt.Errorf("peer: %w: %w", ErrConfig, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Peer{
@@ -216,7 +216,7 @@ func newPeer(cfg Config, role Role, url, label string) (*Peer, error) {
 // OKAY. Configuration errors are returned here.
 func Dial(url string, cfg Config) (*Peer, error) {
 	if _, err := transport.ParseURL(url); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, fmt.Errorf("peer: %w: %w", ErrConfig, err)
 	}
 	p, err := newPeer(cfg, RoleClient, url, url)
 	if err != nil {
@@ -224,7 +224,7 @@ func Dial(url string, cfg Config) (*Peer, error) {
 	}
 	if t, host := p.cfg.Table, p.cfg.RemoteHost; t != nil && host != "" && !t.register(p, host) {
 		p.cancel()
-		return nil, fmt.Errorf("%w: another client Peer of this Table dials %s", ErrConfig, host)
+		return nil, fmt.Errorf("peer: %w: another client Peer of this Table dials %s", ErrConfig, host)
 	}
 	p.mu.Lock()
 	p.apply(p.m.Start(), p.mono()) // INITIAL: AttemptOpen(), SetWatchdog()

@@ -238,6 +238,7 @@ func TestCloseSendsDPR(t *testing.T) {
 		t0 := time.Now()
 		require.NoError(t, p.Close(context.Background()))
 		assert.Zero(t, time.Since(t0), "the DPA came at once; no wait for DPATimeout")
+		<-p.Done() // Close does not wait for the events to be delivered
 		// Closing always ends in DOWN through the machine, reported once.
 		assert.Equal(t, watchdog.Down, p.State())
 		wd := rec.watchdog()

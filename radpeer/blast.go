@@ -88,7 +88,7 @@ func (m *MessageAuthenticatorMode) UnmarshalText(b []byte) error {
 	case "never", "no":
 		*m = RequireMANever
 	default:
-		return fmt.Errorf("%w: %q: want auto, always or never", ErrConfig, b)
+		return fmt.Errorf("radpeer: %w: %q: want auto, always or never", ErrConfig, b)
 	}
 	return nil
 }
@@ -149,7 +149,7 @@ func (l *ProxyStateLimit) UnmarshalText(b []byte) error {
 	case "never", "no":
 		*l = LimitProxyStateNever
 	default:
-		return fmt.Errorf("%w: %q: want always or never", ErrConfig, b)
+		return fmt.Errorf("radpeer: %w: %q: want always or never", ErrConfig, b)
 	}
 	return nil
 }

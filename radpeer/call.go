@@ -32,11 +32,11 @@ var (
 	// ErrAlreadySent: the request was sent on a connection of this server
 	// that is still OKAY, or on every OKAY one (RFC 6613 2.6.1): it goes
 	// to another server, or waits.
-	ErrAlreadySent = errors.New("request already sent on a connection of this server that is in service")
+	ErrAlreadySent = peer.ErrAlreadySent
 	// ErrOtherProtocol: a call of another protocol was submitted.
 	ErrOtherProtocol = peer.ErrOtherProtocol
-	// ErrConfig is matched by configuration errors.
-	ErrConfig = errors.New("radpeer: invalid configuration")
+	// ErrConfig is matched by configuration errors; it is package peer's.
+	ErrConfig = peer.ErrConfig
 )
 
 // NotInServiceError says in which watchdog state the server was; it

@@ -99,22 +99,22 @@ func (c Config) validate() (Config, error) {
 		c.MaxConns = DefaultMaxConns
 	}
 	if c.MaxConns < 1 || c.MaxConns > MaxConnsLimit {
-		return c, fmt.Errorf("%w: MaxConns %d outside 1..%d", ErrConfig, c.MaxConns, MaxConnsLimit)
+		return c, fmt.Errorf("radpeer: %w: MaxConns %d outside 1..%d", ErrConfig, c.MaxConns, MaxConnsLimit)
 	}
 	if c.MaxWaiting == 0 {
 		c.MaxWaiting = DefaultMaxWaiting
 	}
 	if c.MaxWaiting < 0 {
-		return c, fmt.Errorf("%w: MaxWaiting %d is negative", ErrConfig, c.MaxWaiting)
+		return c, fmt.Errorf("radpeer: %w: MaxWaiting %d is negative", ErrConfig, c.MaxWaiting)
 	}
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = DefaultRequestTimeout
 	}
 	if _, err := watchdog.New(c.Watchdog); err != nil {
-		return c, fmt.Errorf("%w: %w", ErrConfig, err)
+		return c, fmt.Errorf("radpeer: %w: %w", ErrConfig, err)
 	}
 	if c.RequireMessageAuthenticator > RequireMANever {
-		return c, fmt.Errorf("%w: RequireMessageAuthenticator %s", ErrConfig, c.RequireMessageAuthenticator)
+		return c, fmt.Errorf("radpeer: %w: RequireMessageAuthenticator %s", ErrConfig, c.RequireMessageAuthenticator)
 	}
 	if c.Events == nil {
 		c.Events = peer.NewBus()

@@ -116,7 +116,7 @@ type ConnStats struct {
 func Dial(rawURL string, cfg Config) (*Peer, error) {
 	ep, err := ParseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, fmt.Errorf("radpeer: %w: %w", ErrConfig, err)
 	}
 	cfg, err = cfg.validate()
 	if err != nil {
@@ -124,12 +124,12 @@ func Dial(rawURL string, cfg Config) (*Peer, error) {
 	}
 	secret, err := ep.Secret(cfg.Secret)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, fmt.Errorf("radpeer: %w: %w", ErrConfig, err)
 	}
 	if cfg.Dialer == nil {
 		topts, err := streamOptions(ep, cfg.Transport, false)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+			return nil, fmt.Errorf("radpeer: %w: %w", ErrConfig, err)
 		}
 		cfg.Transport = topts
 	}

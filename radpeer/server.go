@@ -147,11 +147,11 @@ type ServerConfig struct {
 func (cfg ServerConfig) check() error {
 	switch {
 	case cfg.RequireMessageAuthenticator > RequireMANever:
-		return fmt.Errorf("%w: RequireMessageAuthenticator %s", ErrConfig, cfg.RequireMessageAuthenticator)
+		return fmt.Errorf("radpeer: %w: RequireMessageAuthenticator %s", ErrConfig, cfg.RequireMessageAuthenticator)
 	case cfg.LimitProxyState > LimitProxyStateNever:
-		return fmt.Errorf("%w: LimitProxyState %s", ErrConfig, cfg.LimitProxyState)
+		return fmt.Errorf("radpeer: %w: LimitProxyState %s", ErrConfig, cfg.LimitProxyState)
 	case cfg.DupTTL < 0 || cfg.DupEntries < 0 || cfg.DupBytes < 0:
-		return fmt.Errorf("%w: negative duplicate cache bound (TTL %v, %d entries, %d bytes)", ErrConfig, cfg.DupTTL, cfg.DupEntries, cfg.DupBytes)
+		return fmt.Errorf("radpeer: %w: negative duplicate cache bound (TTL %v, %d entries, %d bytes)", ErrConfig, cfg.DupTTL, cfg.DupEntries, cfg.DupBytes)
 	}
 	return nil
 }
@@ -256,7 +256,7 @@ func NewServer(ln transport.Listener, scheme string, cfg ServerConfig) (*Server,
 	ep := Endpoint{Scheme: scheme}
 	secret, err := ep.Secret(cfg.Secret)
 	if err != nil && cfg.Clients == nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, fmt.Errorf("radpeer: %w: %w", ErrConfig, err)
 	}
 	if err := cfg.check(); err != nil {
 		return nil, err

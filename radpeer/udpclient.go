@@ -125,10 +125,10 @@ type UDPConfig struct {
 
 func (c UDPConfig) validate() (UDPConfig, error) {
 	if len(c.Secret) == 0 {
-		return c, fmt.Errorf("%w: no shared secret", ErrConfig)
+		return c, fmt.Errorf("radpeer: %w: no shared secret", ErrConfig)
 	}
 	if c.Timeout < 0 || c.Retries < 0 || c.MaxSockets < 0 || c.MaxWaiting < 0 {
-		return c, fmt.Errorf("%w: negative timeout, retries, sockets or waiting bound", ErrConfig)
+		return c, fmt.Errorf("radpeer: %w: negative timeout, retries, sockets or waiting bound", ErrConfig)
 	}
 	if c.Timeout == 0 {
 		c.Timeout = DefaultUDPTimeout
@@ -140,13 +140,13 @@ func (c UDPConfig) validate() (UDPConfig, error) {
 		c.MaxSockets = DefaultUDPSockets
 	}
 	if c.MaxSockets > MaxUDPSocketsLimit {
-		return c, fmt.Errorf("%w: MaxSockets %d above %d", ErrConfig, c.MaxSockets, MaxUDPSocketsLimit)
+		return c, fmt.Errorf("radpeer: %w: MaxSockets %d above %d", ErrConfig, c.MaxSockets, MaxUDPSocketsLimit)
 	}
 	if c.MaxWaiting == 0 {
 		c.MaxWaiting = DefaultMaxWaiting
 	}
 	if c.RequireMessageAuthenticator > RequireMANever {
-		return c, fmt.Errorf("%w: RequireMessageAuthenticator %s", ErrConfig, c.RequireMessageAuthenticator)
+		return c, fmt.Errorf("radpeer: %w: RequireMessageAuthenticator %s", ErrConfig, c.RequireMessageAuthenticator)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -303,7 +303,7 @@ func (r *idRing256) push(id byte) {
 func NewUDPPeer(rawURL string, cfg UDPConfig) (*UDPPeer, error) {
 	addr, err := ParseUDPURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		return nil, fmt.Errorf("radpeer: %w: %w", ErrConfig, err)
 	}
 	c, err := cfg.validate()
 	if err != nil {
