@@ -37,6 +37,9 @@
 // Every key is optional here: what a command needs and did not get from
 // the file it may get from its flags, and it reports what is still
 // missing.
+//
+// Load and Parse share no state: they may run on several goroutines at
+// once. A Config they return is plain data owned by the caller.
 package config
 
 import (

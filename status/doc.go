@@ -42,4 +42,8 @@
 //
 // ListenAndServe runs the handler on an address (port 0 picks a free one)
 // until a context is done.
+//
+// The Handler, the Metrics' methods and the snapshot builders are safe for
+// concurrent use; a Source must be too, as the Handler calls it from the
+// HTTP server's goroutines.
 package status

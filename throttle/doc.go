@@ -70,7 +70,6 @@
 // # Concurrency
 //
 // A Scheduler is not safe for concurrent use: one goroutine owns it (the
-// owner's dispatch loop), or the owner guards it with a mutex. Its cost per
-// request when no limit is reached is tens of nanoseconds and no allocation
-// (BenchmarkNoLimit).
+// owner's dispatch loop), or the owner guards it with a mutex. A request
+// that reaches no limit costs no allocation.
 package throttle
