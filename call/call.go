@@ -200,7 +200,7 @@ type Call struct {
 	// Proto is the protocol's own record of the call.
 	Proto Payload
 
-	tag atomic.Pointer[any]
+	holder atomic.Pointer[Holder]
 	// wake wakes Wait once the state is final (its L is &mu).
 	wake sync.Cond
 	// wprev, wnext link the call into the list of its watch while it
@@ -775,17 +775,25 @@ func (c *Call) Avoids(cn *Conn, peer Carrier) bool {
 	return (cn != nil && slices.Contains(c.sentOn, cn) && !c.reusableLocked(cn)) || (c.rf != nil && slices.Contains(c.rf.by, peer))
 }
 
-// Tag returns the value SetTag stored, nil if none.
-func (c *Call) Tag() any {
-	if t := c.tag.Load(); t != nil {
-		return *t
+// Holder is the record a dispatching layer keeps of a call it holds (a
+// Client's throttle queue entry, or its mark of a probe), stored on the
+// call so that every dispatch of the call finds it. The core only stores
+// it.
+type Holder interface {
+	// Held returns the call the record is of.
+	Held() *Call
+}
+
+// Holder returns the record SetHolder stored, nil if none.
+func (c *Call) Holder() Holder {
+	if h := c.holder.Load(); h != nil {
+		return *h
 	}
 	return nil
 }
 
-// SetTag stores a value for the layer that dispatches the call (the
-// client keeps its throttle bookkeeping there).
-func (c *Call) SetTag(v any) { c.tag.Store(&v) }
+// SetHolder stores the dispatching layer's record of the call.
+func (c *Call) SetHolder(h Holder) { c.holder.Store(&h) }
 
 // A watch ends the calls waiting under one context when it is done. The
 // calls of a context share it: a dispatcher gives many requests the same

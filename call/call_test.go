@@ -283,11 +283,17 @@ func TestConcludeAndPark(t *testing.T) {
 	assert.False(t, c.Conclude(), "complete once")
 }
 
-func TestTag(t *testing.T) {
+type record struct{ c *Call }
+
+func (r *record) Held() *Call { return r.c }
+
+func TestHolder(t *testing.T) {
 	c := newCall()
-	assert.Nil(t, c.Tag())
-	c.SetTag(42)
-	assert.Equal(t, 42, c.Tag())
+	assert.Nil(t, c.Holder())
+	r := &record{c}
+	c.SetHolder(r)
+	assert.Same(t, r, c.Holder())
+	assert.Same(t, c, c.Holder().Held())
 }
 
 // Await returns the result with the peers and the send count of the

@@ -606,7 +606,7 @@ func (c *Client) view() *avail { return c.av.Load() }
 // (for a view change or in the throttle) or ended.
 func (c *Client) dispatch(cl *call.Call) *member {
 	if c.sched != nil {
-		if it, ok := cl.Tag().(*item); ok {
+		if it, ok := cl.Holder().(*item); ok {
 			c.throttled(it)
 			return nil
 		}
@@ -651,7 +651,7 @@ func (c *Client) dispatchAll(calls []*call.Call) []*member {
 		// back to the head of its instance queue, in order.
 		its := make([]*item, 0, len(calls))
 		for _, cl := range calls {
-			if it, ok := cl.Tag().(*item); ok {
+			if it, ok := cl.Holder().(*item); ok {
 				its = append(its, it)
 			}
 		}
@@ -1099,14 +1099,16 @@ func (c *Client) trimLocked() {
 
 // testCall tags the test user's requests (probes, keep-alives): each is
 // one message to one server, never replayed elsewhere.
-type testCall struct{}
+type testCall struct{ cl *call.Call }
+
+func (t *testCall) Held() *call.Call { return t.cl }
 
 // endTests fails the test requests among calls that left a peer and
 // returns the others, in order.
 func endTests(calls []*call.Call, reason string) []*call.Call {
 	var rest []*call.Call
 	for i, cl := range calls {
-		if _, ok := cl.Tag().(testCall); !ok {
+		if _, ok := cl.Holder().(*testCall); !ok {
 			if rest != nil {
 				rest = append(rest, cl)
 			}
@@ -1190,7 +1192,7 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 		// Queued in the throttle: each is recorded where it goes (execute).
 		c.tmu.Lock()
 		for _, cl := range live {
-			if it, ok := cl.Tag().(*item); ok {
+			if it, ok := cl.Holder().(*item); ok {
 				it.movedFrom, it.movedWhy = fm, reason
 			}
 		}

@@ -56,7 +56,7 @@ func minTime(a, b time.Time) time.Time {
 
 // item is a request inside the throttle's queues.
 type item struct {
-	cl     *call.Call
+	cl     *call.Call // Held
 	dl     time.Time
 	class  throttle.Class
 	server int  // where it holds an outstanding place; -1 none (under tmu)
@@ -69,6 +69,8 @@ type item struct {
 	// asking: askAgainLater's timer is armed for it (under tmu).
 	asking bool
 }
+
+func (it *item) Held() *call.Call { return it.cl }
 
 func (it *item) Deadline() time.Time { return it.dl }
 
@@ -234,7 +236,7 @@ func (c *Client) newItem(cl *call.Call, dl time.Time) *item {
 		class = throttle.Accounting
 	}
 	it := &item{cl: cl, dl: dl, class: class, server: -1}
-	cl.SetTag(it)
+	cl.SetHolder(it)
 	return it
 }
 
@@ -446,8 +448,8 @@ func (c *Client) sendTest(s policy.TestSend) {
 		}
 		return
 	}
-	cl.SetTag(testCall{}) // not replayed by a failover
-	cl.SetAttempts(1)     // one message, never retransmitted
+	cl.SetHolder(&testCall{cl}) // not replayed by a failover
+	cl.SetAttempts(1)           // one message, never retransmitted
 	mark := c.replyMark(m)
 	if err := k.Submit(cl); err != nil {
 		if s.Kind == policy.SendProbe {
