@@ -27,6 +27,10 @@ type avail struct {
 	open  []bool           // per member: dialed and in service
 	takes []bool           // per member: open, and the policy lets requests in
 	nopen int              // members open
+	// pick is the balancer's routing snapshot taken with this view: it
+	// picks among the members the view has in service (zero without a
+	// balancer).
+	pick loadbalance.Picker
 	// changed is closed when a newer view replaces this one.
 	changed chan struct{}
 }
@@ -41,7 +45,7 @@ func newAvail(ros *roster) *avail {
 }
 
 func (v *avail) same(w *avail) bool {
-	return v.ros == w.ros && slices.Equal(v.state, w.state) && slices.Equal(v.open, w.open) && slices.Equal(v.takes, w.takes)
+	return v.ros == w.ros && slices.Equal(v.state, w.state) && slices.Equal(v.open, w.open) && slices.Equal(v.takes, w.takes) && v.pick.Same(w.pick)
 }
 
 // gained reports whether a member takes requests in v that did not in
@@ -95,6 +99,9 @@ func (c *Client) rebuild(force bool) {
 	for i := range ros.all {
 		v.takes[i] = v.open[i] && (c.group == nil || c.group.State(i).Takes())
 	}
+	if c.bal != nil {
+		v.pick = c.bal.Picker() // a change of the servers (SetPeers) makes a new view
+	}
 	if !force && v.same(old) {
 		c.avMu.Unlock()
 		return
@@ -124,6 +131,9 @@ func (c *Client) rebuild(force bool) {
 				}
 			}
 		}
+	}
+	if c.bal != nil {
+		v.pick = c.bal.Picker() // with the states just set
 	}
 	c.av.Store(v)
 	close(old.changed)

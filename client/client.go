@@ -931,14 +931,14 @@ func (c *Client) pick(cl *call.Call, v *avail, skip ...*member) *member {
 		}
 	}
 	if c.bal != nil && c.cfg.Algorithm != loadbalance.Direct {
-		if s, err := c.bal.Pick(balanceKeys(cl.Key)); err == nil && s.Index < len(v.ros.all) {
+		if s, err := v.pick.Pick(balanceKeys(cl.Key)); err == nil && s.Index < len(v.ros.all) {
 			if m := v.ros.all[s.Index]; usable(m) { // Index: the member's
 				return m
 			}
 		}
 		// The balancer's choice is one the request must avoid (a
-		// connection it was sent on), or one the policy holds down, or
-		// the balancer's table is a view behind: the next in service.
+		// connection it was sent on), or one the policy holds down: the
+		// next in service.
 		n := uint64(len(v.ros.order))
 		start := c.rr.Add(1)
 		for i := range n {

@@ -96,11 +96,6 @@ type Request struct {
 	SessionID string
 }
 
-// Picker is what the peer layer needs: choose a server for a request.
-type Picker interface {
-	Pick(r Request) (Server, error)
-}
-
 // ErrNoServer is returned when no server is in service.
 var ErrNoServer = errors.New("loadbalance: no server in service")
 
@@ -208,8 +203,6 @@ type Balancer struct {
 	// go back to their home server when it returns (see buildTable).
 	home *bucketTable
 }
-
-var _ Picker = (*Balancer)(nil)
 
 // New builds a Balancer over servers with the given algorithm.
 func New(alg Algorithm, servers []Server, opts Options) (*Balancer, error) {
@@ -636,8 +629,32 @@ func (b *Balancer) Generation() uint64 { return b.cur.Load().gen }
 // table is gone, the conversation moves to the current table for good.
 // Requests of a remembered conversation keep the bucket of its first
 // request, even if later ones lack the NAI.
-func (b *Balancer) Pick(r Request) (Server, error) {
-	p := b.cur.Load()
+func (b *Balancer) Pick(r Request) (Server, error) { return b.Picker().Pick(r) }
+
+// Picker is one routing snapshot of a Balancer: its table and its
+// servers' states as of one change, immutable. An owner that keeps its
+// own view of the servers takes a Picker in the same step as the view, so
+// that what the view says is in service and what the Picker picks from
+// are one. The memory of conversations is the Balancer's, shared by its
+// Pickers. The zero Picker picks nothing. A Picker is safe for concurrent
+// use.
+type Picker struct {
+	b *Balancer
+	p *picker
+}
+
+// Picker returns the current routing snapshot.
+func (b *Balancer) Picker() Picker { return Picker{b, b.cur.Load()} }
+
+// Same reports whether k and o are one snapshot.
+func (k Picker) Same(o Picker) bool { return k.p == o.p }
+
+// Pick chooses the server for r as Balancer.Pick did when k was current.
+func (k Picker) Pick(r Request) (Server, error) {
+	b, p := k.b, k.p
+	if p == nil {
+		return Server{}, ErrNoServer
+	}
 	var slot int
 	switch b.alg {
 	case Direct:
