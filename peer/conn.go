@@ -143,9 +143,28 @@ func (c *conn) start() {
 	go c.reader()
 }
 
-// close closes the transport once; the reader then reports the loss.
+// close closes the connection once; the reader then reports the loss.
 func (c *conn) close(note string) {
+	if c.stop(note) {
+		c.tc.Close()
+	}
+}
+
+// closeLater is close for a step under p.mu: the connection takes nothing
+// more at once, and its socket is closed right after the lock, with the
+// step's writes (a TLS socket's close may write). p.mu is held.
+func (p *Peer) closeLater(c *conn, note string) {
+	if c.stop(note) {
+		p.out = append(p.out, effect{c: c, closeConn: true})
+	}
+}
+
+// stop marks the connection closed, once: nothing more is submitted to
+// it or written on it, and its reader and waiters are told; the first
+// call reports true, its caller then closes the socket.
+func (c *conn) stop(note string) (first bool) {
 	c.closeMu.Do(func() {
+		first = true
 		if c.p != nil && c.p.cfg.Table != nil {
 			c.p.cfg.Table.down(c) // a test conn may have no Peer
 		}
@@ -160,8 +179,8 @@ func (c *conn) close(note string) {
 		c.mu.Unlock()
 		close(c.closed)
 		c.cancel()
-		c.tc.Close()
 	})
+	return first
 }
 
 func (c *conn) note() string {

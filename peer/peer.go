@@ -495,8 +495,10 @@ type effect struct {
 	c    *conn
 	msg  []byte // write msg on c
 	hold bool   // msg is a DPA: hold it until the answers owed are out
-	fail []*call.Call
-	err  error
+	// closeConn: close c's socket (closeLater)
+	closeConn bool
+	fail      []*call.Call
+	err       error
 }
 
 // notice is one entry of the notice queue: an event, a hand-over of
@@ -523,6 +525,8 @@ func (p *Peer) takeOut() []effect {
 func (p *Peer) run(out []effect) {
 	for _, e := range out {
 		switch {
+		case e.closeConn:
+			e.c.tc.Close()
 		case e.hold:
 			e.c.holdDPA(e.msg, p.cfg.DPATimeout)
 		case e.msg != nil:

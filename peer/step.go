@@ -25,7 +25,7 @@ func (p *Peer) finish() {
 		// However the peer ends (Close, DPR, context), a connected
 		// watchdog goes DOWN through the machine, so the transition is
 		// reported and pending requests fail over like any other loss.
-		c.close("peer closed")
+		p.closeLater(c, "peer closed")
 		if st := p.m.State(); st == watchdog.Okay || st == watchdog.Suspect || st == watchdog.Reopen {
 			p.reportDown(c, Event{Reason: "connection closed: " + c.note()})
 			p.apply(p.m.Step(watchdog.ConnectionDown), p.mono())
@@ -174,7 +174,7 @@ func (p *Peer) failback() {
 func (p *Peer) closeByWatchdog(reason string) {
 	if c := p.cur.Swap(nil); c != nil {
 		note := "closed by the watchdog: " + reason
-		c.close(note)
+		p.closeLater(c, note)
 		p.failPending(c, ErrConnectionLost)
 		p.reportDown(c, Event{Reason: note})
 	}
@@ -276,7 +276,7 @@ func (p *Peer) stepLocked(e input) {
 func (p *Peer) onConnUp(e input, cur *conn) {
 	p.dialing = false
 	if p.closing {
-		e.c.close("peer closing")
+		p.closeLater(e.c, "peer closing")
 		return
 	}
 	if t := p.cfg.Table; cur != nil || (t != nil && !t.up(e.c)) {
@@ -285,7 +285,7 @@ func (p *Peer) onConnUp(e input, cur *conn) {
 		note := fmt.Sprintf("%s: another connection is in service: closed this one (%s to %s)",
 			e.c.remoteHost, e.c.tc.Network(), e.c.tc.RemoteAddr())
 		p.publish(Event{Kind: EventError, Reason: note})
-		e.c.close(note)
+		p.closeLater(e.c, note)
 		if p.role == RoleServer && cur == nil {
 			p.ended = true
 		}
