@@ -128,6 +128,7 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.events, "events", "", "write every peer event as a JSON line to `FILE` (\"-\" is stdout)")
 	fs.StringVar(&o.report, "report", "", "write a JSON report to `FILE` at the end (\"-\" is stdout)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "per-request deadline `D` (a request may run up to 1% of it, at most 10ms, longer), including any wait for a peer in service and a failover (default: the failover detection of --tw, or of the longest tw of the --config file's peers, 2 x (tw + 2s), plus 10s for the answer: 74s at --tw 30s; a shorter one is logged as a warning)")
+	fs.DurationVar(&o.timeout, "request-timeout", 0, "the same as --timeout: a request's deadline `D` (the RADIUS client's name for it)")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 10*time.Second, "wait at most `D` for the first peer to be OKAY, else exit 1")
 	fs.BoolVar(&o.noDelay, "no-delay", false, "disable Nagle on TCP and TLS sockets (RFC 3539 3.2 wants it on)")
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "PEM CA `FILE` that tls:// servers' certificates must chain to (default: system roots)")

@@ -101,6 +101,8 @@ type radiusClientOptions struct {
 	stream         bool // radius+tcp:// and radsec://
 	requestTimeout time.Duration
 	maxConns       int
+	noDelay        bool   // stream: Nagle off
+	cpuProfile     string // --cpuprofile
 }
 
 // radiusClientFlags returns the flags of the RADIUS client, set into o.
@@ -139,6 +141,8 @@ func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "stream: watchdog interval Twinit `D` of every connection (at least 6s)")
 	fs.IntVar(&o.maxConns, "max-conns", 1, "stream: connections per server, 255 requests each, opened as needed")
 	fs.DurationVar(&o.requestTimeout, "request-timeout", 0, "a request's deadline `D`, any failover and throttle queue included (0: over a stream two Tw plus 10s; over UDP every server's attempts but one's, plus 10s)")
+	fs.BoolVar(&o.noDelay, "no-delay", false, "stream: disable Nagle on TCP and TLS sockets")
+	cpuProfileFlag(fs, &o.cpuProfile)
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "radsec: PEM CA `FILE` the servers' certificates must chain to")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "radsec: PEM client certificate `FILE` (RFC 6614: mutual)")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "radsec: PEM private key `FILE` of --tls-cert")
@@ -333,6 +337,16 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 		return 2
 	}
 	defer d.close()
+	stopProfile, err := startCPUProfile(o.cpuProfile)
+	if err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 1
+	}
+	defer func() {
+		if err := stopProfile(); err != nil {
+			log.Error("writing --cpuprofile", "err", err)
+		}
+	}()
 	metrics := newMetrics(o.status)
 	defer metrics.WatchClient(events)()
 	defer watchReload(hup, log, o.config, o.set["peer"], metrics, func(cfg *config.Config) ([]string, error) { return o.reloadPeers(cfg, d.c, metrics) })()

@@ -39,6 +39,7 @@ func (o *radiusClientOptions) newDriver(secret []byte, events *client.Bus, log *
 		RADIUSTestRequest: func(string) *radius.Request { return o.testRequest() },
 	}
 	var err error
+	cfg.RADIUS.Transport.NoDelay = o.noDelay
 	if cfg.RADIUS.Transport.TLS, err = o.tlsConfig(); err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -36,6 +37,47 @@ func TestCPUProfile(t *testing.T) {
 			}
 			checkProfile(t, prof)
 		})
+	}
+}
+
+// The RADIUS client writes its profile as the Diameter client does, over a
+// stream with Nagle off.
+func TestCPUProfileRADIUSClient(t *testing.T) {
+	sf := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(sf, []byte("s3cr3t\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServer(t, "--listen", "radius+tcp://127.0.0.1:0", "--secret-file", sf)
+	var u string
+	for _, l := range readLines(t, srv) {
+		if strings.HasPrefix(l, "radius+tcp://") {
+			u = l
+		}
+	}
+	prof := filepath.Join(t.TempDir(), "radius-client.prof")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code, rep, stderr := radiusRun(ctx, "--peer", u, "--secret-file", sf, "--app", "auth", "--requests", "200", "--rate", "2000",
+		"--no-delay", "--cpuprofile", prof)
+	if code != 0 || rep.Answered != 200 {
+		t.Fatalf("client exit %d, %d answered: %s", code, rep.Answered, stderr)
+	}
+	if code := srv.stop(t); code != 0 {
+		t.Fatalf("server exit %d: %s", code, srv.stderr)
+	}
+	checkProfile(t, prof)
+}
+
+// A Diameter client's --request-timeout is its --timeout, as the RADIUS
+// client names the request's deadline.
+func TestRequestTimeoutNamesTheDeadline(t *testing.T) {
+	var o clientOptions
+	fs := clientFlags(&o, io.Discard)
+	if err := fs.Parse([]string{"--request-timeout", "42s"}); err != nil {
+		t.Fatal(err)
+	}
+	if o.timeout != 42*time.Second {
+		t.Fatalf("--request-timeout 42s gave a deadline of %v", o.timeout)
 	}
 }
 
