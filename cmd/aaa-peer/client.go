@@ -364,16 +364,12 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return 2
 	}
 	defer tuneClientGCFromEnv()()
-	stopProfile, err := startCPUProfile(o.cpuProfile)
+	stopProfile, err := startCPUProfile(o.cpuProfile, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 1
 	}
-	defer func() {
-		if err := stopProfile(); err != nil {
-			log.Error("writing --cpuprofile", "err", err)
-		}
-	}()
+	defer stopProfile()
 	bus := client.NewBus()
 	ccfg := o.clientConfig(log, topts, bus)
 	if ccfg.Peers, err = o.peerSpecs(nil, nil); err != nil {

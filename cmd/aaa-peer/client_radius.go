@@ -337,16 +337,12 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 		return 2
 	}
 	defer d.close()
-	stopProfile, err := startCPUProfile(o.cpuProfile)
+	stopProfile, err := startCPUProfile(o.cpuProfile, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 1
 	}
-	defer func() {
-		if err := stopProfile(); err != nil {
-			log.Error("writing --cpuprofile", "err", err)
-		}
-	}()
+	defer stopProfile()
 	metrics := newMetrics(o.status)
 	defer metrics.WatchClient(events)()
 	defer watchReload(hup, log, o.config, o.set["peer"], metrics, func(cfg *config.Config) ([]string, error) { return o.reloadPeers(cfg, d.c, metrics) })()

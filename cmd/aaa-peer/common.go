@@ -306,10 +306,10 @@ func cpuProfileFlag(fs *flag.FlagSet, path *string) {
 }
 
 // startCPUProfile starts a CPU profile into path ("": none); stop ends
-// it and closes the file.
-func startCPUProfile(path string) (stop func() error, err error) {
+// it and closes the file, logging a failure to write it.
+func startCPUProfile(path string, log *slog.Logger) (stop func(), err error) {
 	if path == "" {
-		return func() error { return nil }, nil
+		return func() {}, nil
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -319,8 +319,10 @@ func startCPUProfile(path string) (stop func() error, err error) {
 		f.Close()
 		return nil, fmt.Errorf("--cpuprofile: %w", err)
 	}
-	return func() error {
+	return func() {
 		pprof.StopCPUProfile()
-		return f.Close()
+		if err := f.Close(); err != nil {
+			log.Error("writing --cpuprofile", "err", err)
+		}
 	}, nil
 }

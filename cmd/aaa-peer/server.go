@@ -358,16 +358,12 @@ func serveWith(ctx context.Context, args []string, stdout, stderr io.Writer, hoo
 	for _, u := range unused {
 		log.Warn("--config: the server does not use this part of the file", "file", o.config, "ignored", u)
 	}
-	stopProfile, err := startCPUProfile(o.cpuProfile)
+	stopProfile, err := startCPUProfile(o.cpuProfile, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
 		return 1
 	}
-	defer func() {
-		if err := stopProfile(); err != nil {
-			log.Error("writing --cpuprofile", "err", err)
-		}
-	}()
+	defer stopProfile()
 	s := &server{
 		o: o, log: log, started: time.Now(), ended: history{max: o.history},
 	}
