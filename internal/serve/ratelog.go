@@ -87,6 +87,10 @@ func (l *rateLimiter) allow(k Kind, now time.Time) (ok bool, suppressed int) {
 // kind is over its rate. A line written after some were suppressed says
 // how many ("suppressed").
 func Log(lg *slog.Logger, level slog.Level, k Kind, msg string, args ...any) {
+	if lg == nil || !lg.Enabled(context.Background(), level) {
+		limiter.total[k].Add(1) // counted, and the rate's budget kept
+		return
+	}
 	Limited(lg, level, k, msg, args...).Write(lg)
 }
 
@@ -99,21 +103,22 @@ type Line struct {
 	args  []any
 }
 
-// NewLine returns the line msg at level, or nil when lg would not write
-// it.
+// NewLine returns the line msg at level, or nil without a Logger. It does
+// not ask the Logger whether it writes that level (its handler's code
+// does not run under the caller's lock): Write does.
 func NewLine(lg *slog.Logger, level slog.Level, msg string, args ...any) *Line {
-	if lg == nil || !lg.Enabled(context.Background(), level) {
+	if lg == nil {
 		return nil
 	}
 	return &Line{level, msg, args}
 }
 
 // Limited counts one occurrence of kind k, as Log does, and returns the
-// line to write, or nil when lg would not write it or the kind is over
-// its rate.
+// line to write, or nil without a Logger or when the kind is over its
+// rate. Like NewLine, it leaves the Logger's level to Write.
 func Limited(lg *slog.Logger, level slog.Level, k Kind, msg string, args ...any) *Line {
 	limiter.total[k].Add(1)
-	if lg == nil || !lg.Enabled(context.Background(), level) {
+	if lg == nil {
 		return nil
 	}
 	ok, n := limiter.allow(k, time.Now())
