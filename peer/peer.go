@@ -550,8 +550,8 @@ func (p *Peer) run(out []effect) {
 // without p.mu; notices queued under p.mu keep the order of the steps.
 func (p *Peer) notify(n notice) { p.notes.Schedule(n) }
 
-// deliver hands n to the failover hook or the subscribers, on the notice
-// queue's goroutine.
+// deliver writes n's log line or hands n to the failover hook or the
+// subscribers, on the notice queue's goroutine.
 func (p *Peer) deliver(n notice) {
 	switch {
 	case n.line != nil:

@@ -428,8 +428,8 @@ type notice struct {
 	line     *serve.Line
 }
 
-// deliverNotice hands n to the failover hook or the subscribers, on the
-// notice queue's goroutine.
+// deliverNotice writes n's log line or hands n to the failover hook or
+// the subscribers, on the notice queue's goroutine.
 func (p *Peer) deliverNotice(n notice) {
 	switch {
 	case n.line != nil:
