@@ -6,9 +6,9 @@ import (
 	"sync"
 )
 
-// HeldLog is a slog.Handler whose Handle waits while the log is held: a
-// Logger as slow as a full disk or a stalled collector. It is safe for
-// concurrent use.
+// HeldLog is a slog.Handler whose Enabled and Handle wait while the log is
+// held: a Logger as slow as a full disk or a stalled collector. It is safe
+// for concurrent use.
 type HeldLog struct {
 	mu      sync.Mutex
 	held    chan struct{} // closed by Release; nil while not held
@@ -49,9 +49,23 @@ func (h *HeldLog) Msgs() []string {
 	return append([]string(nil), h.msgs...)
 }
 
-func (h *HeldLog) Enabled(context.Context, slog.Level) bool { return true }
+// Enabled waits while the log is held too: a handler's code, as slow as
+// its Handle.
+func (h *HeldLog) Enabled(context.Context, slog.Level) bool {
+	h.wait()
+	return true
+}
 
 func (h *HeldLog) Handle(_ context.Context, r slog.Record) error {
+	h.wait()
+	h.mu.Lock()
+	h.msgs = append(h.msgs, r.Message)
+	h.mu.Unlock()
+	return nil
+}
+
+// wait waits while the log is held, counted in Waiting.
+func (h *HeldLog) wait() {
 	h.mu.Lock()
 	held := h.held
 	h.waiting++
@@ -61,9 +75,7 @@ func (h *HeldLog) Handle(_ context.Context, r slog.Record) error {
 	}
 	h.mu.Lock()
 	h.waiting--
-	h.msgs = append(h.msgs, r.Message)
 	h.mu.Unlock()
-	return nil
 }
 
 func (h *HeldLog) WithAttrs([]slog.Attr) slog.Handler { return h }
