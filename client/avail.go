@@ -45,7 +45,7 @@ func newAvail(ros *roster) *avail {
 }
 
 func (v *avail) same(w *avail) bool {
-	return v.ros == w.ros && slices.Equal(v.state, w.state) && slices.Equal(v.open, w.open) && slices.Equal(v.takes, w.takes) && v.pick.Same(w.pick)
+	return v.ros == w.ros && slices.Equal(v.state, w.state) && slices.Equal(v.open, w.open) && slices.Equal(v.takes, w.takes)
 }
 
 // gained reports whether a member takes requests in v that did not in
@@ -99,9 +99,6 @@ func (c *Client) rebuild(force bool) {
 	for i := range ros.all {
 		v.takes[i] = v.open[i] && (c.group == nil || c.group.State(i).Takes())
 	}
-	if c.bal != nil {
-		v.pick = c.bal.Picker() // a change of the servers (SetPeers) makes a new view
-	}
 	if !force && v.same(old) {
 		c.avMu.Unlock()
 		return
@@ -133,7 +130,9 @@ func (c *Client) rebuild(force bool) {
 		}
 	}
 	if c.bal != nil {
-		v.pick = c.bal.Picker() // with the states just set
+		// With the states just set. The balancer changes otherwise only
+		// in SetPeers, whose new roster makes a new view.
+		v.pick = c.bal.Picker()
 	}
 	c.av.Store(v)
 	close(old.changed)

@@ -646,9 +646,6 @@ type Picker struct {
 // Picker returns the current routing snapshot.
 func (b *Balancer) Picker() Picker { return Picker{b, b.cur.Load()} }
 
-// Same reports whether k and o are one snapshot.
-func (k Picker) Same(o Picker) bool { return k.p == o.p }
-
 // Pick chooses the server for r as Balancer.Pick did when k was current.
 func (k Picker) Pick(r Request) (Server, error) {
 	b, p := k.b, k.p
