@@ -347,6 +347,9 @@ func (c *Client) waitFor(w *waiter, v *avail) {
 		if v = c.round(w); v == nil {
 			return
 		}
+		// The requests the round placed may have held the last deadline:
+		// look again by the last of those left.
+		t.Reset(untilDeadline(w.calls, c.cfg.RequestTimeout))
 	}
 }
 

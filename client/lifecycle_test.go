@@ -12,9 +12,12 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/aaatp/aaatp/call"
+	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -96,6 +99,73 @@ func TestPeerUpWhileRequestParks(t *testing.T) {
 		require.NoError(t, err, "sent to the peer that came up")
 		assert.Equal(t, 1, windows, "the request looked once more and found it")
 		assert.Zero(t, c.waiting.Load())
+	})
+}
+
+// A waiter whose round places the request with the latest deadline and
+// keeps one with an earlier deadline ends once that one's caller has given
+// up, not at the deadline of the request that left: it would keep the
+// request counted against the waiting bound, and its goroutine, for
+// nothing. Here a request pinned by Destination-Host to b, which went
+// down, and an unpinned one wait together; a comes up and takes the
+// unpinned one.
+func TestWaiterEndsByTheDeadlinesItStillHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+		n := network{"tcp://a:3868": a, "tcp://b:3868": b}
+		defer n.close()
+		a.freeze() // the capabilities exchange waits
+		var bDown atomic.Bool
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:3868", "tcp://b:3868")
+		cfg.Peer.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
+			if url == "tcp://b:3868" && bDown.Load() {
+				return nil, errors.New("connection refused")
+			}
+			return n.dialer(ctx, url)
+		}
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		require.Equal(t, 1, c.inService(), "b, whose identity the Client learns")
+		bDown.Store(true)
+		b.dropConnections()
+		synctest.Wait()
+		require.Zero(t, c.inService())
+
+		pinned := message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
+			String(message.SessionID, 0, true, "s;1").
+			String(message.OriginHost, 0, true, "client.example.net").
+			String(message.OriginRealm, 0, true, "example.net").
+			String(message.DestinationRealm, 0, true, "example.net").
+			String(message.DestinationHost, 0, true, "b.example.net").Bytes()
+		later, err := peer.NewCall(acr(1, "u@example.net"), false)
+		require.NoError(t, err)
+		sooner, err := peer.NewCall(pinned, false)
+		require.NoError(t, err)
+		later.Deadline = time.Now().Add(10 * time.Minute)
+		sooner.Deadline = time.Now().Add(time.Minute)
+		errs := make(chan error, 2)
+		for _, cl := range []*call.Call{later, sooner} {
+			go func() {
+				ctx, cancel := context.WithDeadline(context.Background(), cl.Deadline)
+				defer cancel()
+				errs <- cl.Await(ctx, 0).Err
+			}()
+		}
+		c.strand([]*call.Call{later, sooner}, c.view()) // one waiter, as a failover's batch
+		line, waiting := waitersLeft(c)
+		require.Equal(t, 1, line)
+		require.EqualValues(t, 2, waiting)
+
+		a.unfreeze()
+		require.NoError(t, <-errs, "the unpinned request went to a")
+		assert.ErrorIs(t, <-errs, call.ErrTimeout, "b never came up")
+		time.Sleep(time.Second)
+		synctest.Wait()
+		line, waiting = waitersLeft(c)
+		assert.Zero(t, line, "the waiter ended once its last request's caller gave up")
+		assert.Zero(t, waiting)
 	})
 }
 
