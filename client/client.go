@@ -292,8 +292,9 @@ type Client struct {
 	dispatchDone chan struct{}
 	ctx          context.Context // cancelled by Close
 	cancel       context.CancelFunc
+	closeO       sync.Once     // the first Close shuts down
+	shut         chan struct{} // closed when the first Close has ended every peer
 	gone         chan struct{} // closed when Close has ended every peer and their events are out (Done)
-	goneO        sync.Once
 }
 
 // FailoverDetection is the longest the watchdog takes to declare a silent
@@ -363,7 +364,7 @@ func newClient(cfg Config) (*Client, error) {
 	if cfg.Events == nil {
 		cfg.Events = NewBus()
 	}
-	c := &Client{cfg: cfg, events: cfg.Events, radius: isRADIUS, gone: make(chan struct{})}
+	c := &Client{cfg: cfg, events: cfg.Events, radius: isRADIUS, gone: make(chan struct{}), shut: make(chan struct{})}
 	c.notes = serial.Bounded(c.events.Publish, maxQueuedEvents)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.log.init(cfg.FailoverLog)
@@ -1249,17 +1250,40 @@ func (c *Client) record(r FailoverRecord) {
 // peers' and the Client's, has been delivered.
 func (c *Client) Done() <-chan struct{} { return c.gone }
 
-// Close closes every peer (DPR/DPA) and fails the requests waiting for one. It does
-// not wait for event subscribers and failover hand-overs still running on
-// the peers' notifiers (so a subscriber may call Close): Done is closed
-// once they are out.
+// Close closes every peer (DPR/DPA, each waiting for its DPA until ctx
+// is done) and fails the requests waiting for one. It does not wait for
+// event subscribers and failover hand-overs still running on the peers'
+// notifiers (so a subscriber may call Close): Done is closed once they
+// are out. Only the first Close shuts the Client down; later calls wait
+// for that shutdown, or for their own ctx.
 func (c *Client) Close(ctx context.Context) error {
+	first := false
+	c.closeO.Do(func() {
+		first = true
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
+		c.cancel()
+	})
+	if first {
+		c.shutdown(ctx)
+		close(c.shut)
+		return nil
+	}
+	select {
+	case <-c.shut:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// shutdown is the first Close's: it closes the peers with ctx and waits
+// for them and for what the Client runs, then delivers the last events
+// and closes Done on a goroutine of its own.
+func (c *Client) shutdown(ctx context.Context) {
 	var wg sync.WaitGroup
 	var dones []<-chan struct{}
-	c.mu.Lock()
-	c.closed = true
-	c.mu.Unlock()
-	c.cancel()
 	if c.stopDispatch != nil {
 		close(c.stopDispatch)
 		<-c.dispatchDone
@@ -1301,9 +1325,8 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 		c.notes.End()
 		<-c.notes.Done()
-		c.goneO.Do(func() { close(c.gone) })
+		close(c.gone)
 	}()
-	return nil
 }
 
 // maxQueuedEvents bounds the events waiting for the Bus's subscribers.

@@ -231,6 +231,37 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// Close may be called more than once, from several goroutines at once:
+// the first shuts the Client down, the others wait for that shutdown (a
+// throttled Client's dispatcher is stopped once), or for their own ctx.
+func TestCloseTwice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net")}
+		defer n.close()
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1")
+		cfg.Throttle = &Throttle{}
+		c, err := New(cfg)
+		require.NoError(t, err)
+		waitOkay(t, c)
+		errs := make(chan error, 2)
+		for range 2 {
+			go func() { errs <- c.Close(context.Background()) }()
+		}
+		for range 2 {
+			require.NoError(t, <-errs)
+			for _, p := range c.Peers() {
+				select {
+				case <-p.Done():
+				default:
+					t.Error("a Close returned before its peer ended")
+				}
+			}
+		}
+		<-c.Done()
+		assert.NoError(t, c.Close(context.Background()))
+	})
+}
+
 // A subscriber may Close the Client: Close starts the shutdown and
 // returns (it does not wait for the notifier the subscriber runs on), and
 // Done is closed once every peer has ended.
