@@ -365,8 +365,9 @@ func newClient(cfg Config) (*Client, error) {
 		cfg.Events = NewBus()
 	}
 	c := &Client{cfg: cfg, events: cfg.Events, radius: isRADIUS, gone: make(chan struct{}), shut: make(chan struct{})}
-	c.notes = serial.Bounded(c.events.Publish, maxQueuedEvents)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
+	noteCtx := context.WithValue(c.ctx, notifierKey{}, c)
+	c.notes = serial.Bounded(func(e Event) { c.events.Publish(noteCtx, e) }, maxQueuedEvents)
 	c.log.init(cfg.FailoverLog)
 	var servers []loadbalance.Server
 	if cfg.MaxConnections < 0 || (cfg.MaxConnections > 0 && cfg.Mode != PrimarySecondary) {
@@ -435,7 +436,7 @@ func (c *Client) dialLocked(m *member) error {
 	}
 	pc.Events = peer.NewBus() // per peer, so we know whose event it is
 	self := new(atomic.Pointer[peer.Peer])
-	c.cancels = append(c.cancels, pc.Events.Subscribe(func(e peer.Event) { c.onPeerEvent(m, self, e) }))
+	c.cancels = append(c.cancels, pc.Events.Subscribe(func(_ context.Context, e peer.Event) { c.onPeerEvent(m, self, e) }))
 	p, err := peer.Dial(m.spec.URL, pc)
 	if err != nil {
 		return fmt.Errorf("client: peer %s: %w", m.spec.Name, err)
@@ -1256,6 +1257,12 @@ func (c *Client) Done() <-chan struct{} { return c.gone }
 // notifiers (so a subscriber may call Close): Done is closed once they
 // are out. Only the first Close shuts the Client down; later calls wait
 // for that shutdown, or for their own ctx.
+//
+// Called with the context a subscriber got with one of the Client's
+// events, Close starts the shutdown and returns nil at once: requests
+// fail with ErrClosed from then on, and the peers' DPR/DPA, each bounded
+// by its DPATimeout, and the events that tell of them follow (waiting
+// there would hold those events). Done says when it has ended.
 func (c *Client) Close(ctx context.Context) error {
 	first := false
 	c.closeO.Do(func() {
@@ -1265,6 +1272,15 @@ func (c *Client) Close(ctx context.Context) error {
 		c.mu.Unlock()
 		c.cancel()
 	})
+	if v, _ := ctx.Value(notifierKey{}).(*Client); v == c {
+		if first {
+			go func() {
+				c.shutdown(context.WithoutCancel(ctx)) // its ctx is done now: the DPAs get their time
+				close(c.shut)
+			}()
+		}
+		return nil
+	}
 	if first {
 		c.shutdown(ctx)
 		close(c.shut)
@@ -1277,6 +1293,10 @@ func (c *Client) Close(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// notifierKey marks the context of a Client's subscribers: its value is
+// the Client.
+type notifierKey struct{}
 
 // shutdown is the first Close's: it closes the peers with ctx and waits
 // for them and for what the Client runs, then delivers the last events

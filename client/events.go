@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"time"
 
 	"github.com/aaatp/aaatp/internal/bus"
@@ -92,19 +93,25 @@ type Event struct {
 
 // Bus fans a Client's events out to subscribers. Its methods are safe
 // for concurrent use. Publish calls each subscriber synchronously on the
-// publishing goroutine (often a peer's): subscribers must be quick and
-// must not block (hand off to a channel of your own for I/O, and call
-// Close, which waits, from a goroutine of your own).
+// publishing goroutine (the Client's notifier, which delivers its events
+// one at a time and in order): subscribers must be quick and must not
+// block (hand off to a channel of your own for I/O).
 type Bus struct{ b bus.Bus[Event] }
 
 // NewBus returns an empty Bus.
 func NewBus() *Bus { return &Bus{} }
 
-// Subscribe registers fn and returns a function that unregisters it.
-func (b *Bus) Subscribe(fn func(Event)) (cancel func()) { return b.b.Subscribe(fn) }
+// Subscribe registers fn and returns a function that unregisters it. fn
+// gets the context the event was published with: a Client's is done once
+// the Client is closing, and given to that Client's Close it has Close
+// start the shutdown and return at once (waiting there would hold the
+// Client's later events; wait on Done from a goroutine of your own).
+func (b *Bus) Subscribe(fn func(ctx context.Context, e Event)) (cancel func()) {
+	return b.b.Subscribe(fn)
+}
 
-// Publish delivers e to every subscriber and counts it.
-func (b *Bus) Publish(e Event) { b.b.Publish(uint8(e.Kind), e) }
+// Publish delivers e to every subscriber, with ctx, and counts it.
+func (b *Bus) Publish(ctx context.Context, e Event) { b.b.Publish(ctx, uint8(e.Kind), e) }
 
 // Count returns how many events of kind k were published.
 func (b *Bus) Count(k EventKind) uint64 { return b.b.Count(uint8(k)) }

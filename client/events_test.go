@@ -21,7 +21,11 @@ type eventLog struct {
 	evs []Event
 }
 
-func (l *eventLog) add(e Event) { l.mu.Lock(); l.evs = append(l.evs, e); l.mu.Unlock() }
+func (l *eventLog) add(_ context.Context, e Event) {
+	l.mu.Lock()
+	l.evs = append(l.evs, e)
+	l.mu.Unlock()
+}
 
 func (l *eventLog) ofKind(k EventKind) []Event {
 	l.mu.Lock()
@@ -177,8 +181,8 @@ func TestRebuildEventFromASubscriber(t *testing.T) {
 		a, b := c.ros.Load().all[0], c.ros.Load().all[1]
 		var log eventLog
 		once := sync.Once{}
-		defer cfg.Events.Subscribe(func(e Event) {
-			log.add(e)
+		defer cfg.Events.Subscribe(func(ctx context.Context, e Event) {
+			log.add(ctx, e)
 			if e.Kind == EventBalancerRebuilt && e.Server == a.spec.Name {
 				once.Do(func() { c.serverState(b, watchdog.Down) })
 			}
@@ -209,11 +213,11 @@ func TestRebuildEventsPastABlockedSubscriber(t *testing.T) {
 		release := make(chan struct{})
 		var log eventLog
 		var blocked sync.Once
-		defer cfg.Events.Subscribe(func(e Event) {
+		defer cfg.Events.Subscribe(func(ctx context.Context, e Event) {
 			if e.Kind != EventBalancerRebuilt {
 				return
 			}
-			log.add(e)
+			log.add(ctx, e)
 			if e.Server == a.spec.Name {
 				blocked.Do(func() { <-release })
 			}
@@ -248,11 +252,11 @@ func TestRebuildEventsAfterADeliveryEnds(t *testing.T) {
 		var log eventLog
 		var mu sync.Mutex
 		calls := 0
-		defer cfg.Events.Subscribe(func(e Event) {
+		defer cfg.Events.Subscribe(func(ctx context.Context, e Event) {
 			if e.Kind != EventBalancerRebuilt {
 				return
 			}
-			log.add(e)
+			log.add(ctx, e)
 			mu.Lock()
 			calls++
 			k := calls

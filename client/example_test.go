@@ -200,7 +200,7 @@ func ExampleClient_Events() {
 
 	bus := client.NewBus()
 	up := make(chan string, 1)
-	cancel := bus.Subscribe(func(e client.Event) {
+	cancel := bus.Subscribe(func(_ context.Context, e client.Event) {
 		// Runs on the publishing goroutine: be quick, never block.
 		switch e.Kind {
 		case client.EventPeer:

@@ -399,7 +399,7 @@ func TestLateRefusalLetsTheRequestBack(t *testing.T) {
 				var mu sync.Mutex
 				var late []peer.Event
 				cfg.Events = NewBus()
-				defer cfg.Events.Subscribe(func(e Event) {
+				defer cfg.Events.Subscribe(func(_ context.Context, e Event) {
 					if e.Peer != nil && e.Peer.Kind == peer.EventLateRefusal {
 						mu.Lock()
 						late = append(late, *e.Peer)

@@ -262,9 +262,10 @@ func TestCloseTwice(t *testing.T) {
 	})
 }
 
-// A subscriber may Close the Client: Close starts the shutdown and
-// returns (it does not wait for the notifier the subscriber runs on), and
-// Done is closed once every peer has ended.
+// A subscriber may Close the Client with the context it got: Close starts
+// the shutdown and returns at once (here while the server, frozen, leaves
+// the DPR unanswered), requests fail with ErrClosed from then on, and Done
+// is closed once every peer has ended, after its DPA timeout.
 func TestCloseFromSubscriber(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := newFakeServer("a.example.net")
@@ -272,20 +273,35 @@ func TestCloseFromSubscriber(t *testing.T) {
 		defer n.close()
 		cfg := clientConfig(n, Balance, "tcp://a:1")
 		var c atomic.Pointer[Client]
+		ready := make(chan struct{})
 		closed := make(chan error, 1)
+		var took time.Duration
 		var once sync.Once
 		cfg.Events = NewBus()
-		cancel := cfg.Events.Subscribe(func(e Event) {
+		cancel := cfg.Events.Subscribe(func(ctx context.Context, e Event) {
 			if e.Kind == EventPeer && e.Peer.Kind == peer.EventWatchdog && e.Peer.To == watchdog.Okay {
-				once.Do(func() { closed <- c.Load().Close(context.Background()) })
+				once.Do(func() {
+					<-ready
+					srv.freeze()
+					start := time.Now()
+					err := c.Load().Close(ctx)
+					took = time.Since(start)
+					closed <- err
+				})
 			}
 		})
 		defer cancel()
 		cl, err := New(cfg)
 		require.NoError(t, err)
 		c.Store(cl)
+		close(ready)
 		require.NoError(t, <-closed, "Close from a subscriber returns")
+		assert.Zero(t, took, "without waiting for the DPA")
+		_, err = cl.Send(context.Background(), acr(1, "u@example.net"))
+		assert.ErrorIs(t, err, peer.ErrClosed)
+		start := time.Now()
 		<-cl.Done()
+		assert.Equal(t, peer.DefaultDPATimeout, time.Since(start), "the DPA had its time")
 		for _, p := range cl.Peers() {
 			select {
 			case <-p.Done():
@@ -293,7 +309,5 @@ func TestCloseFromSubscriber(t *testing.T) {
 				t.Error("Done before every peer ended")
 			}
 		}
-		_, err = cl.Send(context.Background(), acr(1, "u@example.net"))
-		assert.ErrorIs(t, err, peer.ErrClosed)
 	})
 }

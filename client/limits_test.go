@@ -119,7 +119,7 @@ func TestThrottleQueueAlarm(t *testing.T) {
 		cfg.Events = NewBus()
 		var mu sync.Mutex
 		var alarms []Event
-		cfg.Events.Subscribe(func(e Event) {
+		cfg.Events.Subscribe(func(_ context.Context, e Event) {
 			if e.Kind == EventQueueAlarm {
 				mu.Lock()
 				alarms = append(alarms, e)
@@ -173,7 +173,7 @@ func TestQueueAlarmSubscriberReadsDepths(t *testing.T) {
 	var cp atomic.Pointer[Client]
 	var mu sync.Mutex
 	var depths []QueueDepth // what the subscriber read, alarm by alarm
-	cfg.Events.Subscribe(func(e Event) {
+	cfg.Events.Subscribe(func(_ context.Context, e Event) {
 		if e.Kind != EventQueueAlarm {
 			return
 		}
@@ -239,7 +239,7 @@ func policyPair(t *testing.T) (Config, *fakeServer, *atomic.Bool) {
 func policyTransitions(bus *Bus, server string) func() []string {
 	var mu sync.Mutex
 	var seen []string
-	bus.Subscribe(func(e Event) {
+	bus.Subscribe(func(_ context.Context, e Event) {
 		if e.Kind == EventPolicy && e.Server == server {
 			mu.Lock()
 			seen = append(seen, e.Policy.From.String()+"->"+e.Policy.To.String())
@@ -321,7 +321,7 @@ func TestPolicyEventsInTheOrderOfTheChanges(t *testing.T) {
 		cfg, _, mute := policyPair(t)
 		release := make(chan struct{})
 		var hold sync.Once
-		cfg.Events.Subscribe(func(e Event) {
+		cfg.Events.Subscribe(func(_ context.Context, e Event) {
 			if e.Kind == EventPolicy && e.Policy.To == policy.Probing {
 				hold.Do(func() { <-release })
 			}

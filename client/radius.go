@@ -136,7 +136,7 @@ func (c *Client) dialRADIUS(m *member) error {
 	if c.group != nil {
 		rc.Replied = c.replied // see dialUDP
 	}
-	c.cancels = append(c.cancels, rc.Events.Subscribe(func(e peer.Event) { c.onRADIUSEvent(m, e) }))
+	c.cancels = append(c.cancels, rc.Events.Subscribe(func(_ context.Context, e peer.Event) { c.onRADIUSEvent(m, e) }))
 	p, err := radpeer.Dial(m.spec.URL, rc)
 	if err != nil {
 		return fmt.Errorf("client: RADIUS server %s: %w", m.spec.Name, err)

@@ -38,7 +38,7 @@ func TestSetPeersUnderTraffic(t *testing.T) {
 		waitOkay(t, c)
 		var events []Event
 		var emu sync.Mutex
-		defer c.Events().Subscribe(func(e Event) {
+		defer c.Events().Subscribe(func(_ context.Context, e Event) {
 			if e.Kind == EventReconfigured {
 				emu.Lock()
 				events = append(events, e)

@@ -1005,7 +1005,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	w.c = c
 	// A subscriber slow to take a peer's state change: the Client reacts
 	// to it (balancer, parked requests, failover) a little later.
-	cancelSub := c.Events().Subscribe(func(e Event) {
+	cancelSub := c.Events().Subscribe(func(_ context.Context, e Event) {
 		if *simTrace {
 			b, _ := json.Marshal(e.Line())
 			t.Logf("%v event %s", e.Time.Format("04:05.000"), b)

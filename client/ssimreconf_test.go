@@ -69,7 +69,7 @@ func startRADReconf(t *testing.T, seed uint64, c *Client, specs []PeerSpec, keep
 	}
 	r := &radReconf{t: t, c: c, rng: rng, all: slices.Clone(specs), specs: slices.Clone(specs), keep: keep, stopc: make(chan struct{}),
 		servers: servers, drains: &radReconfDrains}
-	cancel := c.Events().Subscribe(func(e Event) {
+	cancel := c.Events().Subscribe(func(_ context.Context, e Event) {
 		if e.Kind == EventReconfigured {
 			t.Logf("%v event %s %s: %s", e.Time.Format("04:05.000"), e.Server, e.Change, e.Reason)
 		}
@@ -254,7 +254,7 @@ func (r *radReconf) drainCheck() {
 	// then, drain or not, and the check has nothing to say.
 	// So does a connection lost before the change.
 	var watchdogFired, changed atomic.Bool
-	defer c.Events().Subscribe(func(e Event) {
+	defer c.Events().Subscribe(func(_ context.Context, e Event) {
 		if e.Server != victim.Name {
 			return
 		}

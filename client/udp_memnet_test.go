@@ -200,7 +200,7 @@ type policyLog struct {
 
 func watchPolicy(c *Client, start time.Time) (*policyLog, func()) {
 	l := &policyLog{start: start}
-	cancel := c.Events().Subscribe(func(e Event) {
+	cancel := c.Events().Subscribe(func(_ context.Context, e Event) {
 		if e.Kind != EventPolicy {
 			return
 		}

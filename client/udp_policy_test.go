@@ -330,14 +330,14 @@ func TestUDPPolicyEventsInTheOrderOfTheChanges(t *testing.T) {
 		bus := NewBus()
 		release := make(chan struct{})
 		var hold sync.Once
-		bus.Subscribe(func(e Event) {
+		bus.Subscribe(func(_ context.Context, e Event) {
 			if e.Kind == EventPolicy && e.Policy.To == policy.Probing {
 				hold.Do(func() { <-release })
 			}
 		})
 		var mu sync.Mutex
 		var seen []string // what the second subscriber sees of a
-		bus.Subscribe(func(e Event) {
+		bus.Subscribe(func(_ context.Context, e Event) {
 			if e.Kind == EventPolicy && e.Server == "a" {
 				mu.Lock()
 				seen = append(seen, e.Policy.From.String()+"->"+e.Policy.To.String())

@@ -184,7 +184,7 @@ func TestUDPQueueAlarmsInOrder(t *testing.T) {
 		release := make(chan struct{})
 		var held atomic.Bool
 		var cp atomic.Pointer[Client]
-		bus.Subscribe(func(e Event) {
+		bus.Subscribe(func(_ context.Context, e Event) {
 			if e.Kind == EventQueueAlarm {
 				_ = cp.Load().ServerStats() // take the throttle's lock: none is held here
 				_ = cp.Load().QueueDepths()
@@ -195,7 +195,7 @@ func TestUDPQueueAlarmsInOrder(t *testing.T) {
 		})
 		var mu sync.Mutex
 		var seen []bool
-		bus.Subscribe(func(e Event) {
+		bus.Subscribe(func(_ context.Context, e Event) {
 			if e.Kind == EventQueueAlarm {
 				mu.Lock()
 				seen = append(seen, e.Raised)

@@ -182,7 +182,7 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 	// The healthy server's policy states: it must never be held down.
 	var heldMu sync.Mutex
 	var held []string
-	unsubscribe := c.Events().Subscribe(func(e Event) {
+	unsubscribe := c.Events().Subscribe(func(_ context.Context, e Event) {
 		if e.Kind == EventPolicy && healthyOne && e.Server == specs[0].URL && !e.Policy.To.Takes() {
 			heldMu.Lock()
 			held = append(held, e.Policy.String())

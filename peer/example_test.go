@@ -153,7 +153,7 @@ func ExampleBus_Subscribe() {
 		default:
 		}
 	}
-	defer bus.Subscribe(func(e peer.Event) {
+	defer bus.Subscribe(func(_ context.Context, e peer.Event) {
 		switch e.Kind {
 		case peer.EventConnUp:
 			say(fmt.Sprintf("%s over %s", e.Kind, e.Network))

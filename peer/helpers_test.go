@@ -178,7 +178,7 @@ type recorder struct {
 
 func record(b *Bus) (*recorder, func()) {
 	r := &recorder{}
-	cancel := b.Subscribe(func(e Event) {
+	cancel := b.Subscribe(func(_ context.Context, e Event) {
 		r.mu.Lock()
 		r.events = append(r.events, e)
 		r.mu.Unlock()

@@ -35,7 +35,7 @@ func TestCloseFromSubscriberAndOnFailover(t *testing.T) {
 			}
 			closed <- from.(*Peer).Close(context.Background())
 		}
-		cancel := cfg.Events.Subscribe(func(e Event) {
+		cancel := cfg.Events.Subscribe(func(_ context.Context, e Event) {
 			if e.Kind == EventWatchdog && e.To == watchdog.Suspect {
 				closed <- p.Close(context.Background())
 			}
@@ -62,6 +62,59 @@ func TestCloseFromSubscriberAndOnFailover(t *testing.T) {
 	})
 }
 
+// Close called by a subscriber with the context it got starts the
+// shutdown and returns at once, without waiting for the DPA (here one
+// that never comes): the events of the close that follow reach the same
+// subscriber, and Done closes once the DPA timeout has passed. Called
+// with any other context, Close waits for the DPA as always.
+func TestCloseWithTheSubscribersContextDoesNotWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		f.dropDPR.Store(true)
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		cfg.Events = NewBus()
+		var pp atomic.Pointer[Peer]
+		ready := make(chan struct{})
+		took := make(chan time.Duration, 1)
+		var down atomic.Int32
+		cancel := cfg.Events.Subscribe(func(ctx context.Context, e Event) {
+			switch {
+			case e.Kind == EventWatchdog && e.To == watchdog.Okay:
+				<-ready
+				start := time.Now()
+				if err := pp.Load().Close(ctx); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+				took <- time.Since(start)
+			case e.Kind == EventConnDown:
+				down.Add(1)
+			}
+		})
+		defer cancel()
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		pp.Store(p)
+		close(ready)
+		assert.Zero(t, <-took, "Close returned as the DPR left")
+		start := time.Now()
+		<-p.Done()
+		assert.Equal(t, DefaultDPATimeout, time.Since(start), "the DPA was waited for after Close returned")
+		assert.EqualValues(t, 1, down.Load(), "the close's own event reached the subscriber")
+
+		// Another context: Close waits for the DPA.
+		cfg2 := clientConfig("client.example.net")
+		cfg2.Dialer = f.dialer()
+		q, err := Dial("tcp://x:1", cfg2)
+		require.NoError(t, err)
+		require.NoError(t, q.WaitState(context.Background(), watchdog.Okay))
+		start = time.Now()
+		q.Close(context.Background())
+		assert.Equal(t, DefaultDPATimeout, time.Since(start))
+	})
+}
+
 // Close does not wait for subscribers: it returns while one still holds
 // an event, and Done is closed only once that subscriber returned and
 // the events queued behind it (the close's own) are delivered.
@@ -74,7 +127,7 @@ func TestDoneWaitsForSubscribersCloseDoesNot(t *testing.T) {
 		cfg.Events = NewBus()
 		release := make(chan struct{})
 		var held, after atomic.Int32
-		cancel := cfg.Events.Subscribe(func(e Event) {
+		cancel := cfg.Events.Subscribe(func(_ context.Context, e Event) {
 			if e.Kind == EventWatchdog && e.To == watchdog.Okay && held.Add(1) == 1 {
 				<-release // a slow subscriber
 				return

@@ -90,6 +90,9 @@ type Peer struct {
 	// goroutine and the lock that decided them (see run and notify); its Done
 	// is the Peer's.
 	notes *serial.Queue[notice]
+	// noteCtx is the context its subscribers get: done once the Peer has
+	// ended, and marking a Close called from one of them (onNotifier).
+	noteCtx context.Context
 
 	leaving atomic.Bool // a graceful disconnect is draining: submit refuses
 
@@ -199,6 +202,7 @@ func newPeer(cfg Config, role Role, url, label string) (*Peer, error) {
 		done: make(chan struct{}), opened: make(chan struct{}), ctx: ctx, cancel: cancel,
 	}
 	p.notes = serial.New(p.deliver)
+	p.noteCtx = context.WithValue(ctx, notifierKey{}, p)
 	p.epochWall = p.epoch.UnixNano()
 	p.twinit = cmp.Or(cfg.Watchdog.Twinit, watchdog.DefaultTwinit)
 	p.label.Store(&label)
@@ -329,7 +333,7 @@ func (p *Peer) WaitState(ctx context.Context, want watchdog.State) error {
 
 // onTransition subscribes wake to the peer's watchdog transitions.
 func (p *Peer) onTransition(wake func()) (cancel func()) {
-	return p.cfg.Events.Subscribe(func(e Event) {
+	return p.cfg.Events.Subscribe(func(_ context.Context, e Event) {
 		if e.Kind == EventWatchdog {
 			wake()
 		}
@@ -386,8 +390,16 @@ func (p *Peer) Close(ctx context.Context) error {
 // after, on the Peer's notifier, so a subscriber may call Disconnect
 // itself. Done is closed once they are out. Only the first Close or
 // Disconnect sends a DPR; later calls wait for the same end.
+//
+// Called with the context a subscriber got with one of this Peer's events,
+// it starts the shutdown and returns nil at once: the DPR is sent, and the
+// rest (the DPA, the end of the connection, the events that tell of them)
+// follows on the Peer's goroutines.
 func (p *Peer) Disconnect(ctx context.Context, cause uint32) error {
 	p.closeO.Do(func() { p.step(input{kind: evClose, cause: cause, note: "closed by the application"}) })
+	if onNotifier(ctx, p) {
+		return nil
+	}
 	select {
 	case <-p.done:
 	case <-ctx.Done():
@@ -397,6 +409,18 @@ func (p *Peer) Disconnect(ctx context.Context, cause uint32) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.closeErr
+}
+
+// notifierKey marks the context of a Peer's subscribers: its value is the
+// Peer.
+type notifierKey struct{}
+
+// onNotifier reports whether ctx is the one p's subscribers get: the
+// caller runs on p's notifier, and waiting for p's end would hold the
+// events that tell of it.
+func onNotifier(ctx context.Context, p *Peer) bool {
+	q, _ := ctx.Value(notifierKey{}).(*Peer)
+	return q == p
 }
 
 func (p *Peer) mono() int64 { return int64(time.Since(p.epoch)) }
@@ -559,7 +583,7 @@ func (p *Peer) deliver(n notice) {
 	case n.failover:
 		p.cfg.Failover(p, n.calls, n.reason)
 	default:
-		p.cfg.Events.Publish(n.ev)
+		p.cfg.Events.Publish(p.noteCtx, n.ev)
 	}
 }
 

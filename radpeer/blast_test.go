@@ -462,7 +462,7 @@ func TestUnmatchedAnswersRateLimited(t *testing.T) {
 	cfg.Logger = slog.New(h)
 	cfg.Events = peer.NewBus()
 	var events atomic.Int64
-	defer cfg.Events.Subscribe(func(e peer.Event) {
+	defer cfg.Events.Subscribe(func(_ context.Context, e peer.Event) {
 		if e.Kind == peer.EventError {
 			events.Add(1)
 		}

@@ -77,7 +77,7 @@ type recorder struct {
 }
 
 func (r *recorder) watch(b *peer.Bus) func() {
-	return b.Subscribe(func(e peer.Event) {
+	return b.Subscribe(func(_ context.Context, e peer.Event) {
 		if e.Kind == peer.EventWatchdog {
 			r.mu.Lock()
 			r.seq = append(r.seq, e.From.String()+">"+e.To.String())

@@ -53,6 +53,9 @@ type Peer struct {
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
+	// noteCtx is the context its subscribers get: done once the Peer is
+	// closed, and marking a Close called from one of them.
+	noteCtx context.Context
 
 	mu      sync.Mutex
 	links   []*link
@@ -136,6 +139,7 @@ func Dial(rawURL string, cfg Config) (*Peer, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Peer{cfg: cfg, url: ep.String(), ep: ep, secret: secret, epoch: time.Now(), done: make(chan struct{}), ctx: ctx, cancel: cancel}
 	p.notes = serial.New(p.deliverNotice)
+	p.noteCtx = context.WithValue(ctx, notifierKey{}, p)
 	p.mu.Lock()
 	p.addLink()
 	p.unlock()
@@ -273,7 +277,7 @@ func (p *Peer) WaitState(ctx context.Context, want watchdog.State) error {
 // onTransition subscribes wake to the watchdog transitions of the
 // server's connections.
 func (p *Peer) onTransition(wake func()) (cancel func()) {
-	return p.cfg.Events.Subscribe(func(e peer.Event) {
+	return p.cfg.Events.Subscribe(func(_ context.Context, e peer.Event) {
 		if e.Kind == peer.EventWatchdog {
 			wake()
 		}
@@ -369,8 +373,11 @@ func (p *Peer) inFlight() int {
 
 // Close closes every connection (RADIUS has no disconnect message). As on
 // any loss of an OKAY connection, its pending calls go to another server
-// when a Client dispatches them; the others, and waiting calls, fail with ErrClosed. It
-// waits for the Peer's goroutines, or ctx.
+// when a Client dispatches them; the others, and waiting calls, fail
+// with ErrClosed. It waits for the Peer's goroutines, or ctx. Called with
+// the context a subscriber got with one of this Peer's events, it closes
+// and returns without waiting (waiting there would hold the Peer's later
+// events; wait on Done from a goroutine of your own).
 func (p *Peer) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if !p.closing {
@@ -398,6 +405,9 @@ func (p *Peer) Close(ctx context.Context) error {
 		p.notes.End()
 	}
 	p.unlock()
+	if v, _ := ctx.Value(notifierKey{}).(*Peer); v == p {
+		return nil // on p's notifier: see Close
+	}
 	waited := make(chan struct{})
 	go func() { p.wg.Wait(); close(waited) }()
 	select {
@@ -407,6 +417,10 @@ func (p *Peer) Close(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// notifierKey marks the context of a Peer's or a Server's subscribers:
+// its value is the one that published the event.
+type notifierKey struct{}
 
 // unlock releases mu and carries out the effects decided under it.
 func (p *Peer) unlock() {
@@ -437,7 +451,7 @@ func (p *Peer) deliverNotice(n notice) {
 	case n.failover:
 		p.cfg.Failover(p, n.calls, n.reason)
 	default:
-		p.cfg.Events.Publish(n.ev)
+		p.cfg.Events.Publish(p.noteCtx, n.ev)
 	}
 }
 

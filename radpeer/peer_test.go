@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -509,7 +510,7 @@ func TestBlockedSubscriberHoldsNoConnection(t *testing.T) {
 		cfg.Events = peer.NewBus()
 		release := make(chan struct{})
 		var once sync.Once
-		defer cfg.Events.Subscribe(func(peer.Event) { once.Do(func() { <-release }) })()
+		defer cfg.Events.Subscribe(func(context.Context, peer.Event) { once.Do(func() { <-release }) })()
 		p, err := Dial("radius+tcp://server:1812", cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -654,7 +655,7 @@ func TestInServiceChangedBeforeTheTransitionIsPublished(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer cfg.Events.Subscribe(func(e peer.Event) {
+		defer cfg.Events.Subscribe(func(_ context.Context, e peer.Event) {
 			if e.Kind != peer.EventWatchdog {
 				return
 			}
@@ -749,5 +750,94 @@ func TestSlowLoggerHoldsNoLock(t *testing.T) {
 		if !slices.Contains(h.Msgs(), "watchdog") {
 			t.Fatalf("lines written: %q", h.Msgs())
 		}
+	})
+}
+
+// lateClose is a connection whose reader notices its Close only after a
+// while (a socket whose close waits on the kernel): the Peer's Close
+// waits for that reader.
+type lateClose struct {
+	transport.Conn
+	after time.Duration
+}
+
+func (c lateClose) Close() error {
+	time.AfterFunc(c.after, func() { c.Conn.Close() })
+	return nil
+}
+
+// Close called by a subscriber with the context it got closes the Peer
+// and returns without waiting for its goroutines (here a reader that takes
+// 3 s to end); a Close from another goroutine waits for them.
+func TestCloseWithTheSubscribersContextDoesNotWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		s := &scriptServer{answer: true}
+		go s.serveAll(t, ln)
+		defer ln.Close()
+		cfg := testConfig(6 * time.Second)
+		dial := ln.dialer()
+		cfg.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
+			c, err := dial(ctx, url)
+			if err != nil {
+				return nil, err
+			}
+			return lateClose{c, 3 * time.Second}, nil
+		}
+		cfg.Events = peer.NewBus()
+		var pp atomic.Pointer[Peer]
+		ready := make(chan struct{})
+		took := make(chan time.Duration, 1)
+		var once sync.Once
+		defer cfg.Events.Subscribe(func(ctx context.Context, e peer.Event) {
+			if e.Kind == peer.EventWatchdog && e.To == watchdog.Okay {
+				once.Do(func() {
+					<-ready
+					start := time.Now()
+					if err := pp.Load().Close(ctx); err != nil {
+						t.Errorf("Close: %v", err)
+					}
+					took <- time.Since(start)
+				})
+			}
+		})()
+		p, err := Dial("radius+tcp://server:1812", cfg)
+		require.NoError(t, err)
+		pp.Store(p)
+		close(ready)
+		require.Zero(t, <-took, "Close returned without waiting for the reader")
+		start := time.Now()
+		require.NoError(t, p.Close(context.Background()))
+		require.Equal(t, 3*time.Second, time.Since(start), "Close from another goroutine waits for it")
+		<-p.Done()
+	})
+}
+
+// A Server's subscribers run on its connections' goroutines, which its
+// Close waits for: Close called by one with the context it got closes the
+// Server and returns.
+func TestServerCloseFromSubscriber(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		bus := peer.NewBus()
+		srv, err := NewServer(ln, SchemeTCP, ServerConfig{Secret: testSecret, Handler: AcceptAll, Events: bus})
+		require.NoError(t, err)
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve() }()
+		closed := make(chan error, 1)
+		defer bus.Subscribe(func(ctx context.Context, e peer.Event) {
+			if e.Kind == peer.EventConnUp {
+				closed <- srv.Close(ctx)
+			}
+		})()
+		cfg := testConfig(6 * time.Second)
+		cfg.Dialer = ln.dialer()
+		p, err := Dial("radius+tcp://server:1812", cfg)
+		require.NoError(t, err)
+		defer p.Close(context.Background())
+		require.NoError(t, <-closed)
+		<-served
+		synctest.Wait()
+		require.Zero(t, srv.Stats().Open, "its connection closed")
 	})
 }

@@ -99,7 +99,7 @@ func TestRecycleConnectionFilledByTimedOutRequests(t *testing.T) {
 		p, srv, ln := dialDropServer(t)
 		var mu sync.Mutex
 		var reasons []string
-		defer p.Events().Subscribe(func(e peer.Event) {
+		defer p.Events().Subscribe(func(_ context.Context, e peer.Event) {
 			if e.Kind == peer.EventError {
 				mu.Lock()
 				reasons = append(reasons, e.Reason)

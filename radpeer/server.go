@@ -363,7 +363,9 @@ func (cfg *ServerConfig) names() func(netip.Addr) string {
 }
 
 // Close stops accepting, closes every connection and waits for their
-// handlers, or for ctx.
+// handlers, or for ctx. Called with the context a subscriber got with one
+// of this Server's events (on the goroutine of a connection it would wait
+// for), it does all but the waiting and returns.
 func (s *Server) Close(ctx context.Context) error {
 	s.cancel()
 	err := s.ln.Close()
@@ -374,6 +376,9 @@ func (s *Server) Close(ctx context.Context) error {
 	s.mu.Unlock()
 	s.auth.Close() // parked workers end now, not after a linger
 	s.acct.Close()
+	if v, _ := ctx.Value(notifierKey{}).(*Server); v == s {
+		return err
+	}
 	return awaitClosed(ctx, &s.wg, err)
 }
 
@@ -391,9 +396,11 @@ func (s *Server) Stats() ServerStats {
 	}
 }
 
+// publish delivers e to the subscribers on the calling goroutine (a
+// connection's), with a context that marks a Close called from them.
 func (s *Server) publish(from string, e peer.Event) {
 	e.Time, e.Peer = time.Now(), from
-	s.cfg.Events.Publish(e)
+	s.cfg.Events.Publish(context.WithValue(s.ctx, notifierKey{}, s), e)
 }
 
 type serverConn struct {

@@ -1,6 +1,7 @@
 package status
 
 import (
+	"context"
 	"fmt"
 	"net/http/httptest"
 	"strings"
@@ -31,8 +32,8 @@ func TestMetricsNeverPanicOnLabels(t *testing.T) {
 		m.SetPending(n, 2)
 		m.SetQueueDepth(n, 1)
 		m.SetQueueAlarm(n, true)
-		bus.Publish(peer.Event{Time: time.Now(), Peer: n, Kind: peer.EventWatchdog, From: watchdog.Okay, To: watchdog.State(200), Reason: n})
-		bus.Publish(peer.Event{Time: time.Now(), Peer: n, Kind: peer.EventKind(200)})
+		bus.Publish(context.Background(), peer.Event{Time: time.Now(), Peer: n, Kind: peer.EventWatchdog, From: watchdog.Okay, To: watchdog.State(200), Reason: n})
+		bus.Publish(context.Background(), peer.Event{Time: time.Now(), Peer: n, Kind: peer.EventKind(200)})
 		m.ForgetPeer(n)
 	}
 	m.Sync(Snapshot{Role: "server\xff", Identity: Identity{OriginHost: names[0], OriginRealm: names[3]},
@@ -83,8 +84,8 @@ func TestForgetPeerDropsEverySeriesOfThePeer(t *testing.T) {
 	base := count()
 	for i := range 500 {
 		n := fmt.Sprintf("p%d.example.net", i)
-		bus.Publish(peer.Event{Time: time.Now(), Peer: n, Kind: peer.EventWatchdog, From: watchdog.Initial, To: watchdog.Okay})
-		bus.Publish(peer.Event{Time: time.Now(), Peer: n, Kind: peer.EventWatchdog, From: watchdog.Okay, To: watchdog.Down})
+		bus.Publish(context.Background(), peer.Event{Time: time.Now(), Peer: n, Kind: peer.EventWatchdog, From: watchdog.Initial, To: watchdog.Okay})
+		bus.Publish(context.Background(), peer.Event{Time: time.Now(), Peer: n, Kind: peer.EventWatchdog, From: watchdog.Okay, To: watchdog.Down})
 		m.SetPending(n, 0)
 		m.counts.served(n).answered(client.DiameterClasses[1], time.Millisecond) // what WrapHandler counts for the peer
 		if c := count(); c <= base {

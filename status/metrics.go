@@ -473,7 +473,7 @@ func (m *Metrics) Watch(bus *peer.Bus) (cancel func()) {
 	if m == nil || bus == nil {
 		return func() {}
 	}
-	return bus.Subscribe(m.ObserveEvent)
+	return bus.Subscribe(func(_ context.Context, e peer.Event) { m.ObserveEvent(e) })
 }
 
 // WatchClient subscribes ObserveClientEvent to a client's bus and returns
@@ -482,7 +482,7 @@ func (m *Metrics) WatchClient(bus *client.Bus) (cancel func()) {
 	if m == nil || bus == nil {
 		return func() {}
 	}
-	return bus.Subscribe(m.ObserveClientEvent)
+	return bus.Subscribe(func(_ context.Context, e client.Event) { m.ObserveClientEvent(e) })
 }
 
 // WrapHandler returns h counting each request it receives and each answer

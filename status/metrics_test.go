@@ -104,8 +104,8 @@ func TestMetricsFromBusAndHandlers(t *testing.T) {
 	now := time.Now()
 	cbus := client.NewBus()
 	cancelClient := m.WatchClient(cbus)
-	pub := func(e peer.Event) { e.Time = now; bus.Publish(e) }
-	pubClient := func(e client.Event) { e.Time = now; cbus.Publish(e) }
+	pub := func(e peer.Event) { e.Time = now; bus.Publish(context.Background(), e) }
+	pubClient := func(e client.Event) { e.Time = now; cbus.Publish(context.Background(), e) }
 	pub(peer.Event{Peer: "s1.example.net", Kind: peer.EventConnUp, Reason: "connected"})
 	pub(peer.Event{Peer: "s1.example.net", Kind: peer.EventWatchdog, From: watchdog.Initial, To: watchdog.Okay})
 	pub(peer.Event{Peer: "s2.example.net", Kind: peer.EventWatchdog, From: watchdog.Initial, To: watchdog.Okay})

@@ -504,7 +504,7 @@ func watchRefusals(bus *client.Bus, peers []string) (<-chan string, func()) {
 	all := make(chan string, 1)
 	var mu sync.Mutex
 	last := make(map[string]string, len(peers)) // peer -> its permanent refusal
-	cancel := bus.Subscribe(func(e client.Event) {
+	cancel := bus.Subscribe(func(_ context.Context, e client.Event) {
 		if e.Kind != client.EventPeer {
 			return
 		}

@@ -314,7 +314,7 @@ const nasIdentifier = "aaa-peer"
 
 func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.Logger, stdout, stderr io.Writer, hup <-chan os.Signal) int {
 	events := client.NewBus()
-	cancelLog := events.Subscribe(func(e client.Event) {
+	cancelLog := events.Subscribe(func(_ context.Context, e client.Event) {
 		log.Info(e.Kind.String(), "server", e.Server, "reason", e.Reason)
 	})
 	defer cancelLog()

@@ -151,12 +151,14 @@ const eventBuffer = 8192
 // peerLines and clientLines adapt a bus to openEvents.
 func peerLines(b *peer.Bus) func(func(client.EventLine)) func() {
 	return func(fn func(client.EventLine)) func() {
-		return b.Subscribe(func(e peer.Event) { fn(client.PeerLine(e)) })
+		return b.Subscribe(func(_ context.Context, e peer.Event) { fn(client.PeerLine(e)) })
 	}
 }
 
 func clientLines(b *client.Bus) func(func(client.EventLine)) func() {
-	return func(fn func(client.EventLine)) func() { return b.Subscribe(func(e client.Event) { fn(e.Line()) }) }
+	return func(fn func(client.EventLine)) func() {
+		return b.Subscribe(func(_ context.Context, e client.Event) { fn(e.Line()) })
+	}
 }
 
 // openEvents starts writing the events of a bus (peerLines, clientLines)

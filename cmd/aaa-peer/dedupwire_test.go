@@ -44,7 +44,7 @@ func TestStoreLostReported(t *testing.T) {
 	s.exportStoreLost(nil) // no --status: nothing to export to
 	bus := peer.NewBus()
 	var got []peer.Event
-	defer bus.Subscribe(func(e peer.Event) { got = append(got, e) })()
+	defer bus.Subscribe(func(_ context.Context, e peer.Event) { got = append(got, e) })()
 	s.storeLost(bus)
 	if s.dedupLost.Load() != 1 || s.report(0).DedupLost != 1 {
 		t.Fatalf("loss not counted: %d", s.dedupLost.Load())

@@ -271,7 +271,7 @@ func (d *radiusDemo) run(ctx context.Context, stdout io.Writer) (int, error) {
 	}
 	bus := client.NewBus()
 	var failoverLines atomic.Int64
-	cancelSub := bus.Subscribe(func(e client.Event) {
+	cancelSub := bus.Subscribe(func(_ context.Context, e client.Event) {
 		switch e.Kind {
 		case client.EventPolicy:
 			from, to := e.Policy.From.String(), e.Policy.To.String()

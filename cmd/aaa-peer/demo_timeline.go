@@ -3,6 +3,7 @@ package main
 // This file: the demo's timeline: one aligned line per happening, from the events.
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"slices"
@@ -126,7 +127,7 @@ func (tl *timeline) watchServer(bus *peer.Bus, ds *demoServer) {
 	tl.index[ds.name] = len(tl.servers) - 1
 	tl.index[ds.url] = len(tl.servers) - 1
 	tl.index[strings.TrimPrefix(ds.url, "tcp://")] = len(tl.servers) - 1
-	tl.subscribe(bus.Subscribe(func(e peer.Event) {
+	tl.subscribe(bus.Subscribe(func(_ context.Context, e peer.Event) {
 		if e.Kind == peer.EventWatchdog || e.Kind == peer.EventFailover || e.Kind == peer.EventFailback || ds.frozen() {
 			return
 		}
@@ -137,7 +138,7 @@ func (tl *timeline) watchServer(bus *peer.Bus, ds *demoServer) {
 // watchClient prints the client's events: its peers' and its own
 // (failover records, balancer rebuilds).
 func (tl *timeline) watchClient(bus *client.Bus, servers []*demoServer) {
-	tl.subscribe(bus.Subscribe(func(e client.Event) {
+	tl.subscribe(bus.Subscribe(func(_ context.Context, e client.Event) {
 		idx, ok := tl.index[e.Server]
 		if !ok {
 			idx = -1

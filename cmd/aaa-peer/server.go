@@ -496,7 +496,7 @@ const metricDedupLost = "aaatp_dedup_store_lost_total"
 // has logged it): counted, and an error event on bus.
 func (s *server) storeLost(bus *peer.Bus) {
 	s.dedupLost.Add(1)
-	bus.Publish(peer.Event{Time: time.Now(), Peer: "dedup", Kind: peer.EventError,
+	bus.Publish(context.Background(), peer.Event{Time: time.Now(), Peer: "dedup", Kind: peer.EventError,
 		Reason: "the --dedup store lost its entries (Redis restarted empty, flushed, failed over or evicted): duplicates of requests answered before may be applied again"})
 }
 

@@ -84,7 +84,7 @@ func newMetrics(addr string) *status.Metrics {
 // Info, and those follow every connection up and down). It returns the
 // function that stops it.
 func logPeerEvents(bus *peer.Bus, log *slog.Logger) (cancel func()) {
-	return bus.Subscribe(func(e peer.Event) { logPeerEvent(log, e) })
+	return bus.Subscribe(func(_ context.Context, e peer.Event) { logPeerEvent(log, e) })
 }
 
 func logPeerEvent(log *slog.Logger, e peer.Event) {
@@ -106,7 +106,7 @@ func logPeerEvent(log *slog.Logger, e peer.Event) {
 // slots at Info, queue alarms at Warn when raised and Info when cleared.
 func logClientEvents(bus *client.Bus, log *slog.Logger) (cancel func()) {
 	ctx := context.Background()
-	return bus.Subscribe(func(e client.Event) {
+	return bus.Subscribe(func(_ context.Context, e client.Event) {
 		switch e.Kind {
 		case client.EventPeer:
 			if e.Peer != nil {

@@ -1,6 +1,7 @@
 // Package bus is the fan-out behind peer.Bus and client.Bus: subscribers
-// are called synchronously on the publishing goroutine, from a
-// copy-on-write list, so that Publish never takes a lock.
+// are called synchronously on the publishing goroutine, with the
+// publisher's context, from a copy-on-write list, so that Publish never
+// takes a lock.
 package bus
 
 import (
@@ -22,11 +23,11 @@ type Bus[E any] struct {
 	counts [MaxKinds]atomic.Uint64
 }
 
-type sub[E any] struct{ fn func(E) }
+type sub[E any] struct{ fn func(context.Context, E) }
 
 // Subscribe registers fn and returns a function that unregisters it.
 // Calling that function more than once is harmless.
-func (b *Bus[E]) Subscribe(fn func(E)) (cancel func()) {
+func (b *Bus[E]) Subscribe(fn func(context.Context, E)) (cancel func()) {
 	s := &sub[E]{fn: fn}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -51,14 +52,14 @@ func (b *Bus[E]) Subscribe(fn func(E)) (cancel func()) {
 }
 
 // Publish counts e under kind (ignored from MaxKinds on) and calls every
-// subscriber with it, in subscription order.
-func (b *Bus[E]) Publish(kind uint8, e E) {
+// subscriber with ctx and e, in subscription order.
+func (b *Bus[E]) Publish(ctx context.Context, kind uint8, e E) {
 	if int(kind) < MaxKinds {
 		b.counts[kind].Add(1)
 	}
 	if p := b.subs.Load(); p != nil {
 		for _, s := range *p {
-			s.fn(e)
+			s.fn(ctx, e)
 		}
 	}
 }

@@ -8,17 +8,18 @@ import (
 )
 
 func TestSubscribePublishCancel(t *testing.T) {
+	ctx := context.Background()
 	var b Bus[int]
-	b.Publish(0, 0) // no subscriber: nothing happens
+	b.Publish(ctx, 0, 0) // no subscriber: nothing happens
 	var got1, got2 []int
-	c1 := b.Subscribe(func(v int) { got1 = append(got1, v) })
-	c2 := b.Subscribe(func(v int) { got2 = append(got2, v) })
-	b.Publish(1, 1)
+	c1 := b.Subscribe(func(_ context.Context, v int) { got1 = append(got1, v) })
+	c2 := b.Subscribe(func(_ context.Context, v int) { got2 = append(got2, v) })
+	b.Publish(ctx, 1, 1)
 	c1()
 	c1() // twice is harmless
-	b.Publish(2, 2)
+	b.Publish(ctx, 2, 2)
 	c2()
-	b.Publish(MaxKinds, 3) // counted nowhere
+	b.Publish(ctx, MaxKinds, 3) // counted nowhere
 	if b.Count(0) != 1 || b.Count(1) != 1 || b.Count(2) != 1 || b.Count(MaxKinds) != 0 {
 		t.Errorf("counts %d %d %d %d", b.Count(0), b.Count(1), b.Count(2), b.Count(MaxKinds))
 	}
@@ -33,18 +34,20 @@ func TestSubscribePublishCancel(t *testing.T) {
 // A subscriber may cancel itself, or subscribe another, from its callback:
 // Publish walks the list it loaded.
 func TestCancelFromCallback(t *testing.T) {
+	ctx := context.Background()
 	var b Bus[int]
 	n := 0
 	var cancel func()
-	cancel = b.Subscribe(func(int) { n++; cancel() })
-	b.Publish(0, 1)
-	b.Publish(0, 2)
+	cancel = b.Subscribe(func(context.Context, int) { n++; cancel() })
+	b.Publish(ctx, 0, 1)
+	b.Publish(ctx, 0, 2)
 	if n != 1 {
 		t.Errorf("called %d times, want 1", n)
 	}
 }
 
 func TestConcurrent(t *testing.T) {
+	ctx := context.Background()
 	var b Bus[int]
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -53,16 +56,16 @@ func TestConcurrent(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			cancel := b.Subscribe(func(int) { mu.Lock(); total++; mu.Unlock() })
+			cancel := b.Subscribe(func(context.Context, int) { mu.Lock(); total++; mu.Unlock() })
 			defer cancel()
 			for range 100 {
-				b.Publish(0, 1)
+				b.Publish(ctx, 0, 1)
 			}
 		}()
 		go func() {
 			defer wg.Done()
 			for range 100 {
-				b.Publish(0, 1)
+				b.Publish(ctx, 0, 1)
 			}
 		}()
 	}
@@ -77,13 +80,13 @@ func TestConcurrent(t *testing.T) {
 func TestAwait(t *testing.T) {
 	var b Bus[int]
 	var state atomic.Int32
-	sub := func(wake func()) func() { return b.Subscribe(func(int) { wake() }) }
+	sub := func(wake func()) func() { return b.Subscribe(func(context.Context, int) { wake() }) }
 	cond := func() bool { return state.Load() == 2 }
 	res := make(chan error, 1)
 	go func() { res <- Await(context.Background(), sub, cond, nil) }()
 	for state.Load() != 2 {
 		state.Add(1)
-		b.Publish(0, 0)
+		b.Publish(context.Background(), 0, 0)
 	}
 	if err := <-res; err != nil {
 		t.Fatalf("cond held: %v", err)
@@ -100,5 +103,18 @@ func TestAwait(t *testing.T) {
 	cancel()
 	if err := Await(ctx, sub, func() bool { return false }, nil); err != context.Canceled {
 		t.Fatalf("ctx: %v", err)
+	}
+}
+
+// Each subscriber gets the context its event was published with.
+func TestPublishersContext(t *testing.T) {
+	type key struct{}
+	var b Bus[int]
+	var got []any
+	defer b.Subscribe(func(ctx context.Context, v int) { got = append(got, ctx.Value(key{})) })()
+	b.Publish(context.WithValue(context.Background(), key{}, "first"), 0, 1)
+	b.Publish(context.WithValue(context.Background(), key{}, "second"), 0, 2)
+	if len(got) != 2 || got[0] != "first" || got[1] != "second" {
+		t.Errorf("subscriber saw contexts %v, want [first second]", got)
 	}
 }

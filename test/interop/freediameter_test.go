@@ -419,7 +419,7 @@ type recorder struct {
 
 func record(t *testing.T, b *peer.Bus) *recorder {
 	r := &recorder{}
-	t.Cleanup(b.Subscribe(func(e peer.Event) {
+	t.Cleanup(b.Subscribe(func(_ context.Context, e peer.Event) {
 		r.mu.Lock()
 		r.events = append(r.events, e)
 		r.mu.Unlock()

@@ -213,7 +213,7 @@ type transitions struct {
 
 func watch(b *peer.Bus) (*transitions, func()) {
 	tr := &transitions{wake: make(chan struct{}, 1)}
-	cancel := b.Subscribe(func(e peer.Event) {
+	cancel := b.Subscribe(func(_ context.Context, e peer.Event) {
 		if e.Kind != peer.EventWatchdog {
 			return
 		}

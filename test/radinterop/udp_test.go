@@ -149,7 +149,7 @@ func TestFreeRADIUSUDPServerStates(t *testing.T) {
 
 	bus := client.NewBus()
 	log := &policyLog{}
-	cancel := bus.Subscribe(func(e client.Event) {
+	cancel := bus.Subscribe(func(_ context.Context, e client.Event) {
 		if e.Kind == client.EventPolicy && e.Server == "freeradius" {
 			log.mu.Lock()
 			log.seq = append(log.seq, e.Policy.From.String()+">"+e.Policy.To.String())
