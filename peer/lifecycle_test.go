@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aaatp/aaatp/call"
+	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 	"github.com/aaatp/aaatp/wire"
 )
@@ -286,4 +288,66 @@ func TestCallRecordSize(t *testing.T) {
 	if got := unsafe.Sizeof(dcall{}); got > 448 {
 		t.Errorf("dcall is %d bytes, past the 448-byte size class", got)
 	}
+}
+
+// Close called from two goroutines at once, the DPR unanswered, one with a
+// deadline that ends the Peer without its DPA: neither returns before
+// every request pending on the connection has been failed. The socket's
+// close takes a second after the reader has seen it (a TLS close_notify):
+// the Peer must not be marked ended until its requests are failed, after
+// that close, or the other Close would return in between.
+func TestConcurrentCloseReturnsAfterPendingFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		f.answerReqs.Store(false)
+		f.dropDPR.Store(true)
+		cfg := clientConfig("client.example.net")
+		dial := f.dialer()
+		cfg.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
+			c, err := dial(ctx, url)
+			return slowClose{c}, err
+		}
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		synctest.Wait()
+		require.Equal(t, watchdog.Okay, p.State())
+		calls := make([]*dcall, 100)
+		for i := range calls {
+			calls[i], err = newCall(acr(), false)
+			require.NoError(t, err)
+			require.NoError(t, p.submit(calls[i]))
+		}
+		synctest.Wait()
+		var wg sync.WaitGroup
+		for k := range 2 {
+			wg.Go(func() {
+				ctx := context.Background()
+				if k == 0 { // this one ends the Peer, at its deadline
+					c, cancel := context.WithTimeout(ctx, time.Second)
+					defer cancel()
+					ctx = c
+				}
+				p.Close(ctx)
+				left := 0
+				for _, cl := range calls {
+					if !cl.IsDone() {
+						left++
+					}
+				}
+				assert.Zero(t, left, "requests not failed yet when Close returned")
+			})
+		}
+		wg.Wait()
+	})
+}
+
+// slowClose is a connection whose Close returns a second after the
+// socket is closed.
+type slowClose struct{ transport.Conn }
+
+func (c slowClose) Close() error {
+	err := c.Conn.Close()
+	time.Sleep(time.Second)
+	return err
 }

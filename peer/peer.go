@@ -523,6 +523,7 @@ type effect struct {
 	closeConn bool
 	fail      []*call.Call
 	err       error
+	ended     bool // the Peer has ended: close p.done (the last effect of finish)
 }
 
 // notice is one entry of the notice queue: an event, a hand-over of
@@ -549,6 +550,8 @@ func (p *Peer) takeOut() []effect {
 func (p *Peer) run(out []effect) {
 	for _, e := range out {
 		switch {
+		case e.ended:
+			close(p.done)
 		case e.closeConn:
 			e.c.tc.Close()
 		case e.hold:

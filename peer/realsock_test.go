@@ -405,3 +405,18 @@ func TestServerWrapOnPeerEndAndAcceptRetry(t *testing.T) {
 	assert.Equal(t, uint64(1), ended[0].AnswersSent)
 	assert.Equal(t, "DOWN", ended[0].State)
 }
+
+// A Server's Close may be called again: a later call waits for the same
+// end and returns nil, not the listener's "use of closed network
+// connection".
+func TestServerCloseTwice(t *testing.T) {
+	s, err := Listen("tcp://127.0.0.1:0", clientConfig("server.example.net"))
+	require.NoError(t, err)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, s.Close(ctx))
+	require.NoError(t, s.Close(ctx), "the second Close")
+	require.NoError(t, <-served)
+}

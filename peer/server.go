@@ -164,9 +164,13 @@ func (s *Server) Close(ctx context.Context) error {
 // should come back as soon as it does.
 func (s *Server) Disconnect(ctx context.Context, cause uint32) error {
 	s.mu.Lock()
+	first := !s.closed
 	s.closed = true
 	s.mu.Unlock()
-	err := s.ln.Close()
+	var err error
+	if first { // a later call waits for the same end, without an error of its own
+		err = s.ln.Close()
+	}
 	var wg sync.WaitGroup
 	for _, p := range s.Peers() {
 		wg.Add(1)

@@ -36,7 +36,9 @@ func (p *Peer) finish() {
 		p.failPending(c, ErrClosed)
 	}
 	p.cancel()
-	close(p.done)
+	// Done once the calls above are failed, after the lock: a Close
+	// waiting for it must not return before.
+	p.out = append(p.out, effect{ended: true})
 	p.notes.End()
 }
 

@@ -409,7 +409,11 @@ func (p *Peer) Close(ctx context.Context) error {
 		return nil // on p's notifier: see Close
 	}
 	waited := make(chan struct{})
-	go func() { p.wg.Wait(); close(waited) }()
+	go func() {
+		<-p.done // the first Close's last effect: its calls are failed
+		p.wg.Wait()
+		close(waited)
+	}()
 	select {
 	case <-waited:
 		return nil

@@ -841,3 +841,60 @@ func TestServerCloseFromSubscriber(t *testing.T) {
 		require.Zero(t, srv.Stats().Open, "its connection closed")
 	})
 }
+
+// slowClose is a connection whose Close returns a second after the
+// socket is closed (a TLS close_notify): its reader has ended by then.
+type slowClose struct{ transport.Conn }
+
+func (c slowClose) Close() error {
+	err := c.Conn.Close()
+	time.Sleep(time.Second)
+	return err
+}
+
+// A Close called while another is closing the socket does not return
+// before every request pending on the connection has been failed,
+// although the connection's reader, whose end a later Close once waited
+// for alone, ended as the socket closed, before the requests were failed.
+func TestConcurrentCloseReturnsAfterPendingFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		s := &scriptServer{}
+		go s.serveAll(t, ln)
+		defer ln.Close()
+		cfg := testConfig(30 * time.Second)
+		dial := ln.dialer()
+		cfg.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
+			c, err := dial(ctx, url)
+			if err != nil {
+				return nil, err
+			}
+			return slowClose{c}, nil
+		}
+		p, err := Dial("radius+tcp://server:1812", cfg)
+		require.NoError(t, err)
+		require.NoError(t, p.WaitState(context.Background(), watchdog.Okay))
+		calls := make([]*rcall, 50)
+		for i := range calls {
+			calls[i] = newCall(accessReq(fmt.Sprint("u", i)))
+			require.NoError(t, p.submit(calls[i]))
+		}
+		synctest.Wait()
+		check := func(who string) {
+			left := 0
+			for _, cl := range calls {
+				if !cl.IsDone() {
+					left++
+				}
+			}
+			require.Zero(t, left, "requests not failed yet when the %s Close returned", who)
+		}
+		first := make(chan error, 1)
+		go func() { first <- p.Close(context.Background()) }()
+		synctest.Wait() // the first is closing the socket
+		require.NoError(t, p.Close(context.Background()))
+		check("second")
+		require.NoError(t, <-first)
+		check("first")
+	})
+}

@@ -899,13 +899,22 @@ func (p *UDPPeer) Stats() UDPStats {
 
 // Close stops taking requests, lets those in flight finish until ctx
 // ends, then closes the sockets: the requests still in flight fail with
-// ErrClosed.
+// ErrClosed. A later Close waits for the first one's drain, or returns
+// ctx's error when ctx ends first.
 func (p *UDPPeer) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.drained != nil {
 		d := p.drained
 		p.mu.Unlock()
-		<-d
+		select {
+		case <-d: // drained already: a done ctx does not matter
+		default:
+			select {
+			case <-d:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		p.wg.Wait()
 		return nil
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/radius"
+	"github.com/stretchr/testify/require"
 	lradius "layeh.com/radius"
 )
 
@@ -1339,4 +1340,34 @@ func TestUDPPeerLoopback(t *testing.T) {
 			t.Fatalf("%s: %+v %v", r.Code, resp, err)
 		}
 	}
+}
+
+// A second Close while the first drains the requests in flight waits for
+// that drain, or returns its own ctx's error at its deadline, the drain
+// going on.
+func TestUDPSecondCloseHonoursItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		gate := make(chan struct{})
+		release := sync.OnceFunc(func() { close(gate) })
+		f := startFake(n, "srv:1812", func(_ int, b []byte) int { <-gate; return 1 })
+		defer f.close()
+		defer release()
+		p := newTestUDPPeer(t, n, "srv:1812", UDPConfig{})
+		cl := submit(t, p, accessReq("u"))
+		synctest.Wait()
+		first := make(chan error, 1)
+		go func() { first <- p.Close(context.Background()) }()
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		require.ErrorIs(t, p.Close(ctx), context.DeadlineExceeded)
+		require.Equal(t, 200*time.Millisecond, time.Since(start))
+		require.False(t, cl.IsDone(), "the drain goes on")
+		release()
+		require.NoError(t, <-first)
+		require.True(t, cl.IsDone())
+		require.NoError(t, p.Close(context.Background()), "a Close after the end returns at once")
+	})
 }
