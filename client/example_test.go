@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"log/slog"
@@ -344,4 +345,44 @@ func ExampleClient_SetPeers() {
 	// added: [second] removed: [first]
 	// answered by: second.example.net
 	//   second OKAY: sent 1
+}
+
+// A subscriber may close the Client, here once its only server has left
+// service: given the context the subscriber got, Close starts the
+// shutdown and returns at once (waiting there would hold the events of
+// the shutdown), and Done says when it has ended.
+func ExampleClient_Close_fromASubscriber() {
+	s1 := server("s1.example.net")
+	bus := client.NewBus()
+	ready := make(chan *client.Client)
+	var c *client.Client
+	cancel := bus.Subscribe(func(ctx context.Context, e client.Event) {
+		if e.Kind == client.EventPeer && e.Peer.Kind == peer.EventWatchdog && e.Peer.To == watchdog.Down && c == nil {
+			c = <-ready
+			fmt.Println(e.Server, "went", e.Peer.To, "- closing")
+			c.Close(ctx)
+		}
+	})
+	defer cancel()
+	cl, err := client.New(client.Config{
+		Peers:  []client.PeerSpec{{URL: "tcp://" + s1.Addr().String(), Name: "s1"}},
+		Peer:   peerConfig(),
+		Events: bus,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	if err := cl.WaitReady(ctx, 1); err != nil {
+		log.Fatal(err)
+	}
+	s1.Close(ctx) // the server goes away
+	ready <- cl
+	<-cl.Done()
+	_, err = cl.Send(ctx, acr("alice@example.net", 1))
+	fmt.Println("closed:", errors.Is(err, peer.ErrClosed))
+	// Output:
+	// s1 went DOWN - closing
+	// closed: true
 }
