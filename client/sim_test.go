@@ -166,7 +166,7 @@ func TestSim(t *testing.T) {
 		if s.Replays == 0 || s.Premature == 0 || s.Late == 0 || s.Parked == 0 || s.Drained == 0 ||
 			s.Patient == 0 || s.Pinned == 0 || s.NonAcct == 0 || s.AllOut == 0 || s.SlowBehind == 0 ||
 			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 || s.BusyFailover == 0 ||
-			s.Hurried == 0 || s.CloseAtChange == 0 || s.ServerAsks == 0 || s.Inline == 0 || s.InlinePart == 0 || s.CallerRead == 0 || s.ServerInline == 0 {
+			s.Hurried == 0 || s.CloseAtChange == 0 || s.SubscriberClose == 0 || s.ServerAsks == 0 || s.Inline == 0 || s.InlinePart == 0 || s.CallerRead == 0 || s.ServerInline == 0 {
 			t.Errorf("the schedules exercised too little: %+v", s)
 		}
 	}
@@ -177,6 +177,8 @@ type simCounts struct {
 	Requests, Answered, Failed, Replays, Premature, Late, Parked, Drained, Closes int
 	Patient, Pinned, NonAcct, AllOut, SlowBehind, OrderPairs, Drains, Pauses      int
 	BusyFailover, HandOverPairs, Hurried, CloseAtChange, ServerAsks               int
+	// SubscriberClose: schedules closed by a subscriber, with its context.
+	SubscriberClose int
 	// Inline: messages a TryWrite wrote whole on its caller's goroutine;
 	// InlinePart: those it wrote in part, the rest left to the writer;
 	// CallerRead: answers read by their own caller (the reading baton);
@@ -215,6 +217,7 @@ func (s *simTotals) add(b simCounts) {
 	a.HandOverPairs += b.HandOverPairs
 	a.Hurried += b.Hurried
 	a.CloseAtChange += b.CloseAtChange
+	a.SubscriberClose += b.SubscriberClose
 	a.ServerAsks += b.ServerAsks
 	a.Inline += b.Inline
 	a.InlinePart += b.InlinePart
@@ -1423,6 +1426,18 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		cancel()
 		closeCtx = ctx
 		w.counts.Hurried++
+	}
+	if closedEarly && closeCtx.Err() == nil && w.rng.IntN(2) == 0 {
+		// Closed by a subscriber at the next event, with the context it
+		// got: that Close starts the shutdown and returns at once; the
+		// Close below waits for the same end.
+		fired, stuck := closeFromSubscriber(c, simRecovery)
+		if stuck {
+			w.violation("Client.Close called by a subscriber with its context has not returned after %v", simCloseBound)
+		}
+		if fired {
+			w.counts.SubscriberClose++
+		}
 	}
 	if !closeBounded(t, closeCtx, c) { // with answers in flight when closedEarly
 		w.violation("Client.Close has not returned after %v (waiters, line and count: %v)", simCloseBound, fmt.Sprint(waitersLeft(c)))

@@ -101,6 +101,35 @@ func closeBounded(t *testing.T, ctx context.Context, c *Client) bool {
 	}
 }
 
+// closeFromSubscriber has a subscriber close c, with the context it got,
+// at the next event published within wait: fired, it did; stuck, its
+// Close did not return within simCloseBound (it must return at once,
+// without waiting for the shutdown it starts).
+func closeFromSubscriber(c *Client, wait time.Duration) (fired, stuck bool) {
+	started, returned := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	cancel := c.Events().Subscribe(func(ctx context.Context, e Event) {
+		once.Do(func() {
+			close(started)
+			c.Close(ctx)
+			close(returned)
+		})
+	})
+	defer cancel()
+	select {
+	case <-started:
+	case <-time.After(wait):
+		once.Do(func() {}) // too late for this one
+		return false, false
+	}
+	select {
+	case <-returned:
+		return true, false
+	case <-time.After(simCloseBound):
+		return true, true
+	}
+}
+
 // waitersLeft reports the waiters still in line and the requests counted
 // as waiting: once every request has returned and its deadline passed,
 // none may be left (a waiter ends when its requests are placed, fail at
