@@ -420,3 +420,48 @@ func TestServerCloseTwice(t *testing.T) {
 	require.NoError(t, s.Close(ctx), "the second Close")
 	require.NoError(t, <-served)
 }
+
+// A Server's subscribers run on its peers' notifiers: Close called by one
+// with the context it got sends the DPRs and returns, without waiting for
+// the DPA (here one that never comes); a Close from another goroutine
+// waits for the same end.
+func TestServerCloseFromSubscriber(t *testing.T) {
+	bus := NewBus()
+	took := make(chan time.Duration, 1)
+	var once sync.Once
+	var srv atomic.Pointer[Server]
+	defer bus.Subscribe(func(ctx context.Context, e Event) {
+		if e.Kind == EventWatchdog && e.To == watchdog.Okay {
+			once.Do(func() {
+				start := time.Now()
+				if err := srv.Load().Close(ctx); err != nil {
+					t.Errorf("Close: %v", err)
+				}
+				took <- time.Since(start)
+			})
+		}
+	})()
+	ln, err := transport.Listen("tcp://127.0.0.1:0", transport.Options{})
+	require.NoError(t, err)
+	cfg := clientConfig("server.example.net")
+	cfg.Handler, cfg.Events, cfg.DPATimeout = acctHandler, bus, 2*time.Second
+	s, err := NewServer(ln, cfg)
+	require.NoError(t, err)
+	srv.Store(s)
+	served := make(chan error, 1)
+	go func() { served <- s.Serve() }()
+	tc := rawPeer(t, s.Addr().String(), "raw.example.net") // never answers the DPR
+	select {
+	case d := <-took:
+		assert.Less(t, d, time.Second, "Close from the subscriber waited for the DPA")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close from the subscriber has not returned")
+	}
+	dpr, err := tc.ReadMessage()
+	require.NoError(t, err)
+	assert.Equal(t, uint32(wire.CmdDisconnectPeer), wire.CommandCode(dpr), "the DPR was sent")
+	start := time.Now()
+	require.NoError(t, s.Close(context.Background()))
+	assert.GreaterOrEqual(t, time.Since(start), time.Second, "a Close from another goroutine waits for the DPA timeout")
+	require.NoError(t, <-served)
+}

@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"net"
+	"slices"
 	"sync"
 
 	"github.com/aaatp/aaatp/internal/serve"
@@ -154,7 +155,8 @@ func (s *Server) Peers() []*Peer {
 
 // Close stops accepting, disconnects every peer with DPR/DPA (bounded by
 // ctx and DPATimeout; Disconnect-Cause DO_NOT_WANT_TO_TALK_TO_YOU) and
-// waits for them.
+// waits for them. Called with the context a subscriber got with an event
+// of one of its peers, it sends the DPRs and returns without waiting.
 func (s *Server) Close(ctx context.Context) error {
 	return s.Disconnect(ctx, message.DisconnectDoNotWantToTalkToU)
 }
@@ -171,16 +173,33 @@ func (s *Server) Disconnect(ctx context.Context, cause uint32) error {
 	if first { // a later call waits for the same end, without an error of its own
 		err = s.ln.Close()
 	}
+	peers := s.Peers()
+	q, _ := ctx.Value(notifierKey{}).(*Peer)
+	onPeer := q != nil && slices.Contains(peers, q)
+	if onPeer {
+		// That context is done once q has ended: the others' DPAs get
+		// their time all the same.
+		ctx = context.WithoutCancel(ctx)
+	}
 	var wg sync.WaitGroup
-	for _, p := range s.Peers() {
+	for _, p := range peers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			p.Disconnect(ctx, cause)
 		}()
 	}
-	wg.Wait()
-	s.wg.Wait()
-	s.cfg.lanes.close() // their parked workers end now, not after a linger
+	wait := func() {
+		wg.Wait()
+		s.wg.Wait()
+		s.cfg.lanes.close() // their parked workers end now, not after a linger
+	}
+	if onPeer {
+		// On the notifier of one of its peers: the DPRs are sent, the
+		// rest follows (waiting here would hold that peer's events).
+		go wait()
+		return err
+	}
+	wait()
 	return err
 }
