@@ -249,15 +249,20 @@ func TestCloseTwice(t *testing.T) {
 		}
 		for range 2 {
 			require.NoError(t, <-errs)
-			for _, p := range c.Peers() {
-				select {
-				case <-p.Done():
-				default:
-					t.Error("a Close returned before its peer ended")
-				}
+			select {
+			case <-c.shut: // every peer closed (their events may still be on their way)
+			default:
+				t.Error("a Close returned before the shutdown ended")
 			}
 		}
 		<-c.Done()
+		for _, p := range c.Peers() {
+			select {
+			case <-p.Done():
+			default:
+				t.Error("Done before every peer ended")
+			}
+		}
 		assert.NoError(t, c.Close(context.Background()))
 	})
 }

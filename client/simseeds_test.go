@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -107,20 +108,22 @@ func closeBounded(t *testing.T, ctx context.Context, c *Client) bool {
 // without waiting for the shutdown it starts).
 func closeFromSubscriber(c *Client, wait time.Duration) (fired, stuck bool) {
 	started, returned := make(chan struct{}), make(chan struct{})
-	var once sync.Once
+	var taken atomic.Bool // the one event it closes at, or the time-out's
 	cancel := c.Events().Subscribe(func(ctx context.Context, e Event) {
-		once.Do(func() {
+		if taken.CompareAndSwap(false, true) {
 			close(started)
 			c.Close(ctx)
 			close(returned)
-		})
+		}
 	})
 	defer cancel()
 	select {
 	case <-started:
 	case <-time.After(wait):
-		once.Do(func() {}) // too late for this one
-		return false, false
+		if taken.CompareAndSwap(false, true) {
+			return false, false
+		}
+		<-started
 	}
 	select {
 	case <-returned:

@@ -105,9 +105,11 @@ type Event struct {
 
 // Bus fans events out to subscribers. Its methods are safe for concurrent
 // use. Publish calls each subscriber synchronously on the publishing
-// goroutine (a Peer's notifier, which delivers its events one at a time
-// and in order): subscribers must be quick and must not block (hand off
-// to a channel of your own if you need to do I/O).
+// goroutine (a Peer's notifier, which delivers that Peer's events one at
+// a time and in order; a Bus shared by several Peers, or a radpeer.Server's,
+// is called from several goroutines at once): subscribers must be quick,
+// must not block (hand off to a channel of your own if you need to do
+// I/O) and, on a shared Bus, must be safe for concurrent use.
 type Bus struct{ b bus.Bus[Event] }
 
 // NewBus returns an empty Bus.

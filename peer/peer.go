@@ -389,7 +389,8 @@ func (p *Peer) Close(ctx context.Context) error {
 // failover hook: the events and hand-overs queued for them are delivered
 // after, on the Peer's notifier, so a subscriber may call Disconnect
 // itself. Done is closed once they are out. Only the first Close or
-// Disconnect sends a DPR; later calls wait for the same end.
+// Disconnect sends a DPR; later calls wait for the same end, and any
+// call whose ctx ends first ends the Peer without waiting for the DPA.
 //
 // Called with the context a subscriber got with one of this Peer's events,
 // it starts the shutdown and returns nil at once: the DPR is sent, and the

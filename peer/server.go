@@ -156,7 +156,8 @@ func (s *Server) Peers() []*Peer {
 // Close stops accepting, disconnects every peer with DPR/DPA (bounded by
 // ctx and DPATimeout; Disconnect-Cause DO_NOT_WANT_TO_TALK_TO_YOU) and
 // waits for them. Called with the context a subscriber got with an event
-// of one of its peers, it sends the DPRs and returns without waiting.
+// of one of its peers, it starts the disconnects and returns without
+// waiting for them.
 func (s *Server) Close(ctx context.Context) error {
 	return s.Disconnect(ctx, message.DisconnectDoNotWantToTalkToU)
 }

@@ -43,7 +43,16 @@ func (l *pipeListener) Accept() (transport.Conn, error) {
 		return nil, net.ErrClosed
 	}
 }
-func (l *pipeListener) Close() error   { l.once.Do(func() { close(l.closed) }); return nil }
+
+// Close closes l; again, it fails as a net.Listener's does.
+func (l *pipeListener) Close() error {
+	first := false
+	l.once.Do(func() { close(l.closed); first = true })
+	if !first {
+		return &net.OpError{Op: "close", Net: "pipe", Err: net.ErrClosed}
+	}
+	return nil
+}
 func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
 
 type pipeAddr struct{}

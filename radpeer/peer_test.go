@@ -825,9 +825,11 @@ func TestServerCloseFromSubscriber(t *testing.T) {
 		served := make(chan error, 1)
 		go func() { served <- srv.Serve() }()
 		closed := make(chan error, 1)
+		subCtx := make(chan context.Context, 1)
 		defer bus.Subscribe(func(ctx context.Context, e peer.Event) {
 			if e.Kind == peer.EventConnUp {
 				closed <- srv.Close(ctx)
+				subCtx <- ctx
 			}
 		})()
 		cfg := testConfig(6 * time.Second)
@@ -836,6 +838,7 @@ func TestServerCloseFromSubscriber(t *testing.T) {
 		require.NoError(t, err)
 		defer p.Close(context.Background())
 		require.NoError(t, <-closed)
+		require.NoError(t, srv.Close(<-subCtx), "again, with that context")
 		<-served
 		synctest.Wait()
 		require.Zero(t, srv.Stats().Open, "its connection closed")

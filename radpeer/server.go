@@ -377,6 +377,9 @@ func (s *Server) Close(ctx context.Context) error {
 	s.auth.Close() // parked workers end now, not after a linger
 	s.acct.Close()
 	if v, _ := ctx.Value(notifierKey{}).(*Server); v == s {
+		if errors.Is(err, net.ErrClosed) { // closed before: as awaitClosed says
+			return nil
+		}
 		return err
 	}
 	return awaitClosed(ctx, &s.wg, err)
