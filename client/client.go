@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/call"
+	"github.com/aaatp/aaatp/internal/bus"
 	"github.com/aaatp/aaatp/internal/serial"
 	"github.com/aaatp/aaatp/internal/view"
 	"github.com/aaatp/aaatp/loadbalance"
@@ -320,16 +321,11 @@ func New(cfg Config) (*Client, error) {
 }
 
 func newClient(cfg Config) (*Client, error) {
-	if len(cfg.Peers) == 0 {
-		return nil, errors.New("client: no peers configured")
-	}
-	isRADIUS, err := radiusMembers(cfg)
+	specs, isRADIUS, err := checkPeers(cfg)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkOverrides(cfg); err != nil {
-		return nil, err
-	}
+	cfg.Peers = specs
 	twinit, answerTime := cfg.Peer.Watchdog.Twinit, peer.DefaultRequestTimeout
 	if isRADIUS {
 		twinit, answerTime = cfg.RADIUS.Watchdog.Twinit, radpeer.DefaultRequestTimeout
@@ -366,26 +362,15 @@ func newClient(cfg Config) (*Client, error) {
 	}
 	c := &Client{cfg: cfg, events: cfg.Events, radius: isRADIUS, gone: make(chan struct{}), shut: make(chan struct{})}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	noteCtx := context.WithValue(c.ctx, notifierKey{}, c)
+	noteCtx := bus.WithPublisher(c.ctx, c)
 	c.notes = serial.Bounded(func(e Event) { c.events.Publish(noteCtx, e) }, maxQueuedEvents)
 	c.log.init(cfg.FailoverLog)
 	var servers []loadbalance.Server
 	if cfg.MaxConnections < 0 || (cfg.MaxConnections > 0 && cfg.Mode != PrimarySecondary) {
 		return nil, errors.New("client: MaxConnections applies to primary/secondary mode and must be positive")
 	}
-	names := make(map[string]bool, len(cfg.Peers))
 	ros := new(roster)
 	for i, s := range cfg.Peers {
-		if s.Name == "" {
-			s.Name = s.URL
-		}
-		if s.Weight == 0 {
-			s.Weight = 1
-		}
-		if _, dup := names[s.Name]; dup {
-			return nil, fmt.Errorf("client: peer %q configured twice", s.Name)
-		}
-		names[s.Name] = true
 		m := &member{spec: s, index: i}
 		ros.all = append(ros.all, m)
 		servers = append(servers, loadbalance.Server{Name: s.Name, Weight: s.Weight, Index: i})
@@ -535,6 +520,37 @@ func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	return c.do(ctx, cl)
+}
+
+// checkPeers checks the peers of cfg as New and SetPeers take them, and
+// returns them with their defaults (Name: the URL, Weight 1), and whether
+// they are RADIUS servers.
+func checkPeers(cfg Config) (specs []PeerSpec, isRADIUS bool, err error) {
+	if len(cfg.Peers) == 0 {
+		return nil, false, errors.New("client: no peers configured")
+	}
+	if isRADIUS, err = radiusMembers(cfg); err != nil {
+		return nil, false, err
+	}
+	if err := checkOverrides(cfg); err != nil {
+		return nil, false, err
+	}
+	specs = make([]PeerSpec, len(cfg.Peers))
+	seen := make(map[string]bool, len(cfg.Peers))
+	for i, s := range cfg.Peers {
+		if s.Name == "" {
+			s.Name = s.URL
+		}
+		if s.Weight == 0 {
+			s.Weight = 1
+		}
+		if seen[s.Name] {
+			return nil, false, fmt.Errorf("client: peer %q configured twice", s.Name)
+		}
+		seen[s.Name] = true
+		specs[i] = s
+	}
+	return specs, isRADIUS, nil
 }
 
 // epoch is the origin of the monotonic clock readings of do.
@@ -1272,7 +1288,7 @@ func (c *Client) Close(ctx context.Context) error {
 		c.mu.Unlock()
 		c.cancel()
 	})
-	if v, _ := ctx.Value(notifierKey{}).(*Client); v == c {
+	if bus.PublishedBy(ctx, c) {
 		if first {
 			go func() {
 				c.shutdown(context.WithoutCancel(ctx)) // its ctx is done now: the DPAs get their time
@@ -1293,10 +1309,6 @@ func (c *Client) Close(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
-
-// notifierKey marks the context of a Client's subscribers: its value is
-// the Client.
-type notifierKey struct{}
 
 // shutdown is the first Close's: it closes the peers with ctx and waits
 // for them and for what the Client runs, then delivers the last events

@@ -36,6 +36,27 @@ type PeersChange struct {
 	Unchanged  []string
 }
 
+// checkNewPeers checks specs as SetPeers takes them: as New would, and
+// without changing the protocol, nor adding radius:// servers to a Client
+// made without any. It returns them with their defaults.
+func (c *Client) checkNewPeers(specs []PeerSpec) ([]PeerSpec, error) {
+	cfg := c.cfg
+	cfg.Peers = specs
+	norm, isRADIUS, err := checkPeers(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if isRADIUS != c.radius {
+		return nil, errors.New("client: SetPeers cannot change between Diameter peers and RADIUS servers")
+	}
+	if udpMembers(cfg) > 0 && udpMembers(c.cfg) == 0 {
+		// New gave radius:// servers their defaults and their policy
+		// states: a Client made without them cannot take one.
+		return nil, errors.New("client: SetPeers cannot add radius:// servers to a Client created without any: create a new Client")
+	}
+	return norm, nil
+}
+
 // SetPeers replaces the configured peers, as a reload of the
 // configuration does; peers are matched by Name (the URL when Name is
 // empty). A peer named before with the same settings keeps its
@@ -69,40 +90,9 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 	if err := ctx.Err(); err != nil {
 		return ch, err
 	}
-	if len(specs) == 0 {
-		return ch, configError{errors.New("client: no peers configured")}
-	}
-	cfg := c.cfg
-	cfg.Peers = specs
-	isRADIUS, err := radiusMembers(cfg)
+	norm, err := c.checkNewPeers(specs)
 	if err != nil {
 		return ch, configError{err}
-	}
-	if isRADIUS != c.radius {
-		return ch, configError{errors.New("client: SetPeers cannot change between Diameter peers and RADIUS servers")}
-	}
-	if err := checkOverrides(cfg); err != nil {
-		return ch, configError{err}
-	}
-	if udpMembers(cfg) > 0 && udpMembers(c.cfg) == 0 {
-		// New gave radius:// servers their defaults and their policy
-		// states: a Client made without them cannot take one.
-		return ch, configError{errors.New("client: SetPeers cannot add radius:// servers to a Client created without any: create a new Client")}
-	}
-	norm := make([]PeerSpec, len(specs))
-	seen := make(map[string]bool, len(specs))
-	for i, s := range specs {
-		if s.Name == "" {
-			s.Name = s.URL
-		}
-		if s.Weight == 0 {
-			s.Weight = 1
-		}
-		if seen[s.Name] {
-			return ch, configError{fmt.Errorf("client: peer %q configured twice", s.Name)}
-		}
-		seen[s.Name] = true
-		norm[i] = s
 	}
 
 	c.mu.Lock()

@@ -91,7 +91,7 @@ type Peer struct {
 	// is the Peer's.
 	notes *serial.Queue[notice]
 	// noteCtx is the context its subscribers get: done once the Peer has
-	// ended, and marking a Close called from one of them (onNotifier).
+	// ended, and carrying it as the publisher (Disconnect).
 	noteCtx context.Context
 
 	leaving atomic.Bool // a graceful disconnect is draining: submit refuses
@@ -202,7 +202,7 @@ func newPeer(cfg Config, role Role, url, label string) (*Peer, error) {
 		done: make(chan struct{}), opened: make(chan struct{}), ctx: ctx, cancel: cancel,
 	}
 	p.notes = serial.New(p.deliver)
-	p.noteCtx = context.WithValue(ctx, notifierKey{}, p)
+	p.noteCtx = bus.WithPublisher(ctx, p)
 	p.epochWall = p.epoch.UnixNano()
 	p.twinit = cmp.Or(cfg.Watchdog.Twinit, watchdog.DefaultTwinit)
 	p.label.Store(&label)
@@ -398,7 +398,7 @@ func (p *Peer) Close(ctx context.Context) error {
 // follows on the Peer's goroutines.
 func (p *Peer) Disconnect(ctx context.Context, cause uint32) error {
 	p.closeO.Do(func() { p.step(input{kind: evClose, cause: cause, note: "closed by the application"}) })
-	if onNotifier(ctx, p) {
+	if bus.PublishedBy(ctx, p) { // on p's notifier
 		return nil
 	}
 	select {
@@ -410,18 +410,6 @@ func (p *Peer) Disconnect(ctx context.Context, cause uint32) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.closeErr
-}
-
-// notifierKey marks the context of a Peer's subscribers: its value is the
-// Peer.
-type notifierKey struct{}
-
-// onNotifier reports whether ctx is the one p's subscribers get: the
-// caller runs on p's notifier, and waiting for p's end would hold the
-// events that tell of it.
-func onNotifier(ctx context.Context, p *Peer) bool {
-	q, _ := ctx.Value(notifierKey{}).(*Peer)
-	return q == p
 }
 
 func (p *Peer) mono() int64 { return int64(time.Since(p.epoch)) }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/aaatp/aaatp/internal/bus"
 	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
@@ -175,7 +176,7 @@ func (s *Server) Disconnect(ctx context.Context, cause uint32) error {
 		err = s.ln.Close()
 	}
 	peers := s.Peers()
-	q, _ := ctx.Value(notifierKey{}).(*Peer)
+	q, _ := bus.Publisher[*Peer](ctx)
 	onPeer := q != nil && slices.Contains(peers, q)
 	if onPeer {
 		// That context is done once q has ended: the others' DPAs get

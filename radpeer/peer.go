@@ -54,7 +54,7 @@ type Peer struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	// noteCtx is the context its subscribers get: done once the Peer is
-	// closed, and marking a Close called from one of them.
+	// closed, and carrying it as the publisher (Close).
 	noteCtx context.Context
 
 	mu      sync.Mutex
@@ -139,7 +139,7 @@ func Dial(rawURL string, cfg Config) (*Peer, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Peer{cfg: cfg, url: ep.String(), ep: ep, secret: secret, epoch: time.Now(), done: make(chan struct{}), ctx: ctx, cancel: cancel}
 	p.notes = serial.New(p.deliverNotice)
-	p.noteCtx = context.WithValue(ctx, notifierKey{}, p)
+	p.noteCtx = bus.WithPublisher(ctx, p)
 	p.mu.Lock()
 	p.addLink()
 	p.unlock()
@@ -405,7 +405,7 @@ func (p *Peer) Close(ctx context.Context) error {
 		p.notes.End()
 	}
 	p.unlock()
-	if v, _ := ctx.Value(notifierKey{}).(*Peer); v == p {
+	if bus.PublishedBy(ctx, p) {
 		return nil // on p's notifier: see Close
 	}
 	waited := make(chan struct{})
@@ -421,10 +421,6 @@ func (p *Peer) Close(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
-
-// notifierKey marks the context of a Peer's or a Server's subscribers:
-// its value is the one that published the event.
-type notifierKey struct{}
 
 // unlock releases mu and carries out the effects decided under it.
 func (p *Peer) unlock() {

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/bus"
 	"github.com/aaatp/aaatp/internal/outbox"
 	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/peer"
@@ -376,7 +377,7 @@ func (s *Server) Close(ctx context.Context) error {
 	s.mu.Unlock()
 	s.auth.Close() // parked workers end now, not after a linger
 	s.acct.Close()
-	if v, _ := ctx.Value(notifierKey{}).(*Server); v == s {
+	if bus.PublishedBy(ctx, s) {
 		if errors.Is(err, net.ErrClosed) { // closed before: as awaitClosed says
 			return nil
 		}
@@ -403,7 +404,7 @@ func (s *Server) Stats() ServerStats {
 // connection's), with a context that marks a Close called from them.
 func (s *Server) publish(from string, e peer.Event) {
 	e.Time, e.Peer = time.Now(), from
-	s.cfg.Events.Publish(context.WithValue(s.ctx, notifierKey{}, s), e)
+	s.cfg.Events.Publish(bus.WithPublisher(s.ctx, s), e)
 }
 
 type serverConn struct {

@@ -72,6 +72,29 @@ func (b *Bus[E]) Count(kind uint8) uint64 {
 	return 0
 }
 
+// publisherKey is the context key of a publisher of type T.
+type publisherKey[T any] struct{}
+
+// WithPublisher returns parent carrying publisher: the context its
+// events are published with, so that a subscriber given it can tell whose
+// delivery goroutine it runs on (a Close called there must not wait for
+// the events that come after).
+func WithPublisher[T comparable](parent context.Context, publisher T) context.Context {
+	return context.WithValue(parent, publisherKey[T]{}, publisher)
+}
+
+// PublishedBy reports whether ctx carries publisher (WithPublisher).
+func PublishedBy[T comparable](ctx context.Context, publisher T) bool {
+	v, ok := ctx.Value(publisherKey[T]{}).(T)
+	return ok && v == publisher
+}
+
+// Publisher returns the publisher of type T ctx carries, if any.
+func Publisher[T any](ctx context.Context) (T, bool) {
+	v, ok := ctx.Value(publisherKey[T]{}).(T)
+	return v, ok
+}
+
 // ErrDone is Await's error when done closed before cond held.
 var ErrDone = errors.New("ended")
 

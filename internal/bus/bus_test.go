@@ -118,3 +118,21 @@ func TestPublishersContext(t *testing.T) {
 		t.Errorf("subscriber saw contexts %v, want [first second]", got)
 	}
 }
+
+// A context carries one publisher per type: a subscriber tells its
+// publisher from another of the same type, and from one of another type.
+func TestPublisher(t *testing.T) {
+	type peer struct{ int }
+	type server struct{ int }
+	a, b, s := &peer{1}, &peer{2}, &server{1}
+	ctx := WithPublisher(WithPublisher(context.Background(), a), s)
+	if !PublishedBy(ctx, a) || PublishedBy(ctx, b) || !PublishedBy(ctx, s) {
+		t.Errorf("PublishedBy: a %v, b %v, s %v; want true, false, true", PublishedBy(ctx, a), PublishedBy(ctx, b), PublishedBy(ctx, s))
+	}
+	if got, ok := Publisher[*peer](ctx); !ok || got != a {
+		t.Errorf("Publisher[*peer] = %v, %v; want a", got, ok)
+	}
+	if _, ok := Publisher[*peer](context.Background()); ok {
+		t.Error("a publisher in a context that carries none")
+	}
+}
