@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,12 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/config"
-	"github.com/aaatp/aaatp/latency"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
@@ -61,8 +58,9 @@ goes to one server); --mode failover sends everything to
 the first peer in service, in --peer order. When a peer's watchdog goes
 SUSPECT or its connection drops, its pending requests are replayed to
 another peer with the T flag (RFC 3539 3.4.1, 3.4.2); the report lists
-these failovers. Prints one progress line a second:
-  t=3s sent=1200 answered=1198 failed=0 pending=2 peers=host1:OKAY,host2:SUSPECT
+these failovers. Prints one progress line a second (on stderr while the
+report or the events go to stdout):
+  t=3s sent=1200 answered=1198 failed=0 pending=2 servers=host1:OKAY,host2:SUSPECT
 sent counts requests issued (sent = answered + failed + pending); an answer
 with Result-Code 2001 is answered, anything else failed. At the end, or on
 SIGTERM or SIGINT, disconnects (DPR with DO_NOT_WANT_TO_TALK_TO_YOU), writes
@@ -258,51 +256,50 @@ func (o *clientOptions) policed() bool {
 	return o.downTimeout > 0 || o.holdDown > 0 || o.testUser != "" || o.keepAlive > 0
 }
 
-// loadgen is one run of "aaa-peer client".
-type loadgen struct {
-	o       clientOptions
-	log     *slog.Logger
-	metrics *status.Metrics // nil without --status
-	cl      *client.Client
+// diameterRequests are the Diameter client's requests: Accounting-
+// Requests or test_app Test-Requests of one template.
+type diameterRequests struct {
+	o       *clientOptions
 	tmpl    *message.RequestTemplate
-	pmu     sync.Mutex
-	peers   []*peer.Peer // every peer cl has had (a reload adds some), under pmu: see peersEver
-	start   int64        // unix nanoseconds, the high part of Session-Ids: two runs started in one second must not reuse them
-	epoch   time.Time    // the origin of the requests' clock readings (one read each: time.Now reads two clocks)
-
-	issued atomic.Int64 // request numbers handed out
-	open   *openLoop    // the open-loop scheduler (--rate > 0), once run starts
-	*counter
+	metrics *status.Metrics // nil without --status
 }
 
-// clientReport is the --report document.
-type clientReport struct {
-	Sent          uint64 `json:"sent"`
-	Answered      uint64 `json:"answered"`
-	Failed        uint64 `json:"failed"`
-	Retransmitted uint64 `json:"retransmitted"` // replays sent with T after a failover, over every peer
-	// Mode and Algorithm are the --mode and --algorithm in effect.
-	Mode           string                  `json:"mode"`
-	Algorithm      string                  `json:"algorithm"`
-	LatencyUS      latency.Summary         `json:"latency_us"`
-	Peers          []peer.Stats            `json:"peers"`
-	Servers        []client.ServerStats    `json:"servers"`
-	Failovers      []client.FailoverRecord `json:"failovers"`
-	FailoversTotal uint64                  `json:"failovers_total"` // records ever made; "failovers" keeps the last 256
-	FailedBy       map[string]uint64       `json:"failed_by"`
-	// Policy is each server's policy state ("" without --down-timeout,
-	// --hold-down, --test-user or --keepalive); Queues each server's
-	// throttle queue (deepest depth, alarms raised), without a throttle none.
-	Policy        []string            `json:"policy"`
-	Queues        []client.QueueDepth `json:"queues"`
-	EventsDropped uint64              `json:"events_dropped"`
-	ElapsedMS     int64               `json:"elapsed_ms"`
-	// Loop is "open" (--rate > 0: requests leave at their times, latency
-	// from those times) or "closed" (--rate 0: --concurrency callers).
-	// DroppedInFlight counts the requests of the open loop not sent
-	// because --concurrency requests were in flight at their time.
-	Loop            string `json:"loop"`
-	DroppedInFlight uint64 `json:"dropped_in_flight"`
+// exchange sends request n; an answer with a Result-Code other than
+// DIAMETER_SUCCESS is a failure of the kind "result CODE".
+func (r *diameterRequests) exchange(ctx context.Context, cl *client.Client, n int64) (string, bool, error) {
+	req := r.tmpl.Build(n, "")
+	r.metrics.ObserveWire(req, status.DirOut)
+	ans, err := cl.Send(ctx, req)
+	if err != nil {
+		return "", false, err
+	}
+	r.metrics.ObserveWire(ans, status.DirIn)
+	switch rc, ok := message.ResultCodeOf(ans); {
+	case !ok:
+		return "no result code", false, nil
+	case rc != message.Success:
+		return fmt.Sprintf("result %d", rc), false, nil
+	}
+	return "", false, nil
+}
+
+// identity is the status page's: the Origin-Host and the run's settings.
+func (r *diameterRequests) identity() status.Identity {
+	o := r.o
+	info := map[string]string{"mode": o.clientMode.String(), "tw": o.tw.String(), "app": o.app}
+	if o.clientMode == client.Balance {
+		info["algorithm"] = o.alg.String()
+	}
+	if o.rate > 0 {
+		info["rate"] = fmt.Sprintf("%g/s", o.rate)
+	}
+	if o.throttled() {
+		info["throttle"] = fmt.Sprintf("max-rate %d, max-outstanding %d", o.maxRate, o.maxOutstanding)
+	}
+	if o.policed() {
+		info["policy"] = "on"
+	}
+	return status.Identity{OriginHost: o.originHost, OriginRealm: o.originRealm, Info: info}
 }
 
 func runClient(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -350,6 +347,8 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		// Start on the primary, not on whichever peer answered first.
 		o.waitPeers = 0
 	}
+	// The log and the progress lines may share stderr (progressWriter).
+	stderr = &lockedWriter{w: stderr}
 	log, err := newLogger(stderr, o.logLevel, o.logFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
@@ -383,10 +382,10 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return 1
 	}
 	metrics := newMetrics(o.status)
-	c := newLoadgen(o, log, metrics)
+	c, reqs := newDiameterLoad(o, log, metrics)
 	if o.testUser != "" {
 		// Probes and keep-alives: one request of the test user (S4, S5).
-		ccfg.TestRequest = func(string) []byte { return c.tmpl.Build(c.issued.Add(1), o.testUser) }
+		ccfg.TestRequest = func(string) []byte { return reqs.tmpl.Build(c.issued.Add(1), o.testUser) }
 	}
 	names := make([]string, len(ccfg.Peers))
 	for i, p := range ccfg.Peers {
@@ -404,7 +403,7 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return 2
 	}
 	c.peersEver() // the first peers, before a reload may remove them
-	defer watchReload(hup, log, o.config, set["peer"], metrics, func(cfg *config.Config) ([]string, error) { return c.reloadPeers(cfg, base, set) })()
+	defer watchReload(hup, log, o.config, set["peer"], metrics, func(cfg *config.Config) ([]string, error) { return reqs.reloadPeers(c, cfg, base, set) })()
 	web, err := openStatus(o.status, status.SourceFunc(c.clientSnapshot), metrics, log)
 	if err != nil {
 		log.Error("status page", "err", err)
@@ -415,72 +414,33 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 
 	code := 0
 	began := time.Now()
-	if err := c.waitUp(ctx, refused); err != nil {
+	if err := c.waitUp(ctx, refused, o.waitPeers, o.connectTimeout); err != nil {
 		log.Error("no peer in service", "err", err)
 		code = 1
 	} else {
-		c.run(ctx, stdout)
-		if c.onWire() == 0 {
-			log.Error("no request could be sent")
-			code = 1
-		} else if failed, sent := c.failures(); o.tooManyFailed(failed, sent) {
-			log.Error("too many requests failed", "failed", failed, "sent", sent, "max_failed", o.maxFailed)
-			code = 3
-		}
+		c.run(ctx, progressWriter(&o.loadOptions, stdout, stderr))
 	}
 	elapsed := time.Since(began) // the run, not the disconnect
-
 	if err := web.Close(); err != nil {
 		log.Error("status page", "err", err)
 	}
-	// The report comes after the disconnect, so that it shows the states
-	// and counters the peers ended with (DOWN, the last DWR and DPR).
-	c.closeClient()
-	if o.report != "" {
-		r := c.report(ew.Dropped(), elapsed)
-		if err := writeJSONFile(o.report, r, stdout); err != nil {
-			log.Error("writing report", "err", err)
-			code = 1
-		}
-	}
-	if err := ew.Close(); err != nil {
-		log.Error("writing events", "err", err)
-		code = 1
-	}
-	return code
+	return c.finish(code, elapsed, ew, stdout)
 }
 
-// newLoadgen prepares a run of validated options o (its Client is set by
-// the caller).
-func newLoadgen(o clientOptions, log *slog.Logger, metrics *status.Metrics) *loadgen {
-	now := time.Now()
-	c := &loadgen{o: o, log: log, metrics: metrics, start: now.UnixNano(), epoch: now, counter: newCounter(o.concurrency)}
+// newDiameterLoad prepares a Diameter run of validated options o (its
+// Client is set by the caller).
+func newDiameterLoad(o clientOptions, log *slog.Logger, metrics *status.Metrics) (*loadgen, *diameterRequests) {
+	r := &diameterRequests{o: &o, metrics: metrics}
+	g := newLoadgen(&o.loadOptions, o.timeout, o.clientMode, "diameter", r, log, metrics)
 	app := uint32(message.AppAccounting)
 	if o.app == "test" {
 		app = message.AppTest
 	}
-	c.tmpl, _ = message.NewRequestTemplate(message.Series{App: app, From: message.Identity{Host: o.originHost, Realm: o.originRealm},
-		DestinationRealm: o.destRealm, SessionPrefix: o.originHost + ";" + strconv.FormatInt(c.start, 10) + ";", UserName: o.nai}) // app is one of the two
-	return c
-}
-
-// onWire is how many requests (first sends and replays) the peers sent.
-func (c *loadgen) onWire() uint64 {
-	var n uint64
-	for _, p := range c.peersEver() {
-		n += p.Stats().Sent
-	}
-	return n
-}
-
-// failures returns the requests that failed and those sent, leaving out
-// those a signal interrupted.
-func (c *loadgen) failures() (failed, sent uint64) {
-	c.mu.Lock()
-	cut := c.failedBy["interrupted"]
-	c.mu.Unlock()
-	sent, _, failed = c.counts()
-	return failed - cut, sent - cut
+	// The run's start in nanoseconds is the high part of the Session-Ids:
+	// two runs started in one second must not reuse them.
+	r.tmpl, _ = message.NewRequestTemplate(message.Series{App: app, From: message.Identity{Host: o.originHost, Realm: o.originRealm},
+		DestinationRealm: o.destRealm, SessionPrefix: o.originHost + ";" + strconv.FormatInt(g.epoch.UnixNano(), 10) + ";", UserName: o.nai}) // app is one of the two
+	return g, r
 }
 
 // permanentRefusal says whether a CEA's Result-Code refuses us for good:
@@ -534,207 +494,6 @@ func watchRefusals(bus *client.Bus, peers []string) (<-chan string, func()) {
 	return all, cancel
 }
 
-// waitUp waits until --wait-peers peers are in service, --connect-timeout
-// or ctx. Past --connect-timeout, one peer in service is enough. When every
-// peer refused us for good (refused), it returns at once.
-func (c *loadgen) waitUp(ctx context.Context, refused <-chan string) error {
-	want := c.o.waitPeers
-	if want == 0 {
-		want = len(c.cl.Peers())
-	}
-	wctx, cancel := context.WithTimeout(ctx, c.o.connectTimeout)
-	defer cancel()
-	rctx, stop := context.WithCancelCause(wctx)
-	defer stop(nil)
-	go func() {
-		select {
-		case why := <-refused:
-			stop(fmt.Errorf("every peer refused us with a permanent error: %s", why))
-		case <-rctx.Done():
-		}
-	}()
-	err := c.cl.WaitReady(rctx, want)
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
-		return fmt.Errorf("interrupted while connecting: %w", context.Cause(ctx))
-	case wctx.Err() == nil: // refused by every peer: waiting changes nothing
-		return context.Cause(rctx)
-	case c.cl.WaitReady(wctx, 1) == nil: // wctx is done: this only counts
-		c.log.Warn("not every peer wanted is in service; going on", "err", err, "wait_peers", want, "connect_timeout", c.o.connectTimeout)
-		return nil
-	}
-	return fmt.Errorf("none of %d peers OKAY within %v (--connect-timeout)", len(c.cl.Peers()), c.o.connectTimeout)
-}
-
-// closeClient disconnects every peer (DPR/DPA), bounded by shutdownBudget.
-func (c *loadgen) closeClient() {
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
-	defer cancel()
-	if err := c.cl.Close(ctx); err != nil {
-		c.log.Debug("close", "err", err)
-	}
-}
-
-// run sends requests until --requests, --duration or ctx, printing
-// progress every second.
-func (c *loadgen) run(ctx context.Context, stdout io.Writer) {
-	drive(ctx, c.o.duration, stdout, c.progress, c.cl, c.log, func(runCtx context.Context) {
-		dl := newDeadlines(ctx, c.o.timeout)
-		defer dl.close() // after the requests in flight
-		if c.o.rate > 0 {
-			c.open = newOpenLoop(c.o.rate, c.o.concurrency, c.o.requests, c.log)
-			c.openLoop(ctx, runCtx, dl, c.open)
-		} else {
-			c.closedLoop(ctx, runCtx, dl)
-		}
-	})
-}
-
-// openLoop runs l: each request leaves at its time, latency from that
-// time. In-flight requests finish when runCtx ends; only ctx (a signal)
-// interrupts them.
-func (c *loadgen) openLoop(ctx, runCtx context.Context, dl *deadlines, l *openLoop) {
-	l.run(runCtx, func(_ int64, intended time.Time) {
-		n := c.issued.Add(1)
-		c.one(ctx, dl, n, c.tally(n), nil, intended.Sub(c.epoch))
-	})
-}
-
-// closedLoop is --rate 0: --concurrency callers, each sending its next
-// request when its last one is done, as fast as they go.
-func (c *loadgen) closedLoop(ctx, runCtx context.Context, dl *deadlines) {
-	var wg sync.WaitGroup
-	for i := range c.o.concurrency {
-		t := c.tally(int64(i))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var lat latencies
-			defer lat.flush(&c.lat) // before wg.Done: the report sees them
-			for runCtx.Err() == nil {
-				n := c.issued.Add(1)
-				if c.o.requests > 0 && n > c.o.requests {
-					return
-				}
-				// In-flight requests finish when --duration ends; only
-				// ctx (a signal) interrupts them.
-				c.one(ctx, dl, n, t, &lat, -1)
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-func (c *loadgen) progress(elapsed time.Duration) string {
-	sent, answered, failed := c.counts()
-	var b strings.Builder
-	fmt.Fprintf(&b, "t=%ds sent=%d answered=%d failed=%d pending=%d peers=",
-		int64(elapsed.Round(time.Second)/time.Second), sent, answered, failed, sent-answered-failed)
-	for i, p := range c.cl.Peers() {
-		if p == nil {
-			continue // waiting for a connection slot
-		}
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(p.Name() + ":" + p.State().String())
-	}
-	return b.String()
-}
-
-// one sends request n through the Client and counts its outcome in t,
-// its latency in lat (nil: straight into the run's histogram); dl, under
-// ctx, gives it its --timeout. The latency runs from intended, the time
-// since c.epoch the request was meant to leave (open loop), or from now
-// when intended is negative (closed loop).
-func (c *loadgen) one(ctx context.Context, dl *deadlines, n int64, t *tally, lat *latencies, intended time.Duration) {
-	t.sent.Add(1)
-	req := c.tmpl.Build(n, "")
-	c.metrics.ObserveWire(req, status.DirOut)
-	now := time.Since(c.epoch)
-	t0 := intended
-	if t0 < 0 {
-		t0 = now
-	}
-	s := dl.at(c.epoch.Add(now))
-	ans, err := c.cl.Send(s.ctx, req)
-	s.release()
-	if err != nil {
-		kind := errorKind(err)
-		if ctx.Err() != nil {
-			kind = "interrupted"
-		}
-		c.fail(t, kind)
-		c.log.Debug("request failed", "n", n, "kind", kind, "err", err)
-		return
-	}
-	took := time.Since(c.epoch) - t0
-	if lat != nil {
-		lat.add(took, &c.lat)
-	} else {
-		c.lat.Record(took)
-	}
-	c.metrics.ObserveLatency(took)
-	c.metrics.ObserveWire(ans, status.DirIn)
-	rc, ok := message.ResultCodeOf(ans)
-	switch {
-	case !ok:
-		c.fail(t, "no result code")
-	case rc != message.Success:
-		c.fail(t, fmt.Sprintf("result %d", rc))
-		c.log.Debug("request failed", "n", n, "result", rc)
-	default:
-		t.answered.Add(1)
-	}
-}
-
-func errorKind(err error) string {
-	switch {
-	case errors.Is(err, client.ErrNoPeer), errors.Is(err, peer.ErrNotInService):
-		return "not in service"
-	case errors.Is(err, peer.ErrTimeout):
-		return "timeout"
-	case errors.Is(err, peer.ErrConnectionLost):
-		return "connection lost"
-	case errors.Is(err, peer.ErrClosed):
-		return "peer closed"
-	case errors.Is(err, client.ErrUnableToDeliver):
-		return "unable to deliver"
-	}
-	return "error"
-}
-
-func (c *loadgen) report(dropped uint64, elapsed time.Duration) clientReport {
-	sent, answered, failed := c.counts()
-	r := clientReport{
-		Sent: sent, Answered: answered, Failed: failed,
-		LatencyUS: c.lat.Summary(), FailedBy: c.failedKinds(),
-		EventsDropped: dropped, ElapsedMS: elapsed.Milliseconds(),
-		Mode: c.o.clientMode.String(), Algorithm: c.o.alg.String(),
-		Servers: c.cl.ServerStats(), Failovers: []client.FailoverRecord{},
-		Loop: "closed",
-	}
-	if c.o.rate > 0 {
-		r.Loop = "open"
-	}
-	if c.open != nil {
-		r.DroppedInFlight = c.open.dropped.Load()
-	}
-	for _, p := range c.peersEver() {
-		st := p.Stats()
-		r.Retransmitted += st.Retransmitted
-		r.Peers = append(r.Peers, st)
-	}
-	r.Policy = c.cl.PolicyStates()
-	r.Queues = append([]client.QueueDepth{}, c.cl.QueueDepths()...)
-	recs, total := c.cl.FailoverLog()
-	r.Failovers = append(r.Failovers, recs...)
-	r.FailoversTotal = total
-	return r
-}
-
 // clientConfig is the client's client.Config but its Peers, the one place
 // it is built for both the client command and the demo's client.
 func (o *clientOptions) clientConfig(log *slog.Logger, topts transport.Options, bus *client.Bus) client.Config {
@@ -768,18 +527,4 @@ func (o *clientOptions) clientConfig(log *slog.Logger, topts transport.Options, 
 			HoldDown: o.holdDown, TestUser: o.testUser != "", KeepAlive: o.keepAlive}
 	}
 	return ccfg
-}
-
-// peersEver returns every peer the client has had, in the order first
-// seen: those of the configuration now, and those a reload removed or
-// replaced (their counts still belong to the run).
-func (c *loadgen) peersEver() []*peer.Peer {
-	c.pmu.Lock()
-	defer c.pmu.Unlock()
-	for _, p := range c.cl.Peers() {
-		if p != nil && !slices.Contains(c.peers, p) {
-			c.peers = append(c.peers, p)
-		}
-	}
-	return slices.Clone(c.peers)
 }

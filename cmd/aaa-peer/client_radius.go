@@ -7,15 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/config"
-	"github.com/aaatp/aaatp/latency"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
@@ -72,13 +71,17 @@ measured from that intended time, not from when it left (against
 coordinated omission, as wrk2 does). --concurrency bounds the requests in
 flight: a request whose time comes while that many are in flight is not
 sent, counted (dropped_in_flight) and logged (a warning, at most once a
-second). Whenever requests sent to a server are outstanding and none has
+second). With --rate 0 the load is closed loop, as the Diameter client's:
+--concurrency callers, each sending its next request when its last is done. Whenever requests sent to a server are outstanding and none has
 been answered for N seconds, a warning says "no answer for Ns from
 SERVER" (once a second).
-Prints one progress line a second, then the report (JSON) with each
-server's state and counters. Exit 1 when no request was answered, 2 on a
-usage error, 3 when more than --max-failed of the requests failed (by
-default any), else 0.
+Prints one progress line a second (on stderr while the report or the
+events go to stdout), then the report (JSON), the Diameter client's
+document: each server's state and counters, and each peer's under
+"stream" or "udp". An answer is any reply, an Access-Reject included
+(counted apart as rejected). Exit 1 when no request reached a server, 2
+on a usage error, 3 when more than --max-failed of the requests failed
+(by default any), else 0.
 `
 
 // radiusClientOptions are the RADIUS client's: those of both clients
@@ -128,8 +131,8 @@ func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.maxOutstanding, "max-outstanding", 0, "per-server and class max requests awaiting a reply (default 256)")
 	fs.DurationVar(&o.slot, "slot", throttle.DefaultSlot, "rate slot length `D` (50ms..1s)")
 	fs.StringVar(&o.queueAlarm, "queue-alarm", "", "HIGH,LOW: raise a server's queue alarm at depth HIGH, clear it at LOW")
-	fs.Float64Var(&o.rate, "rate", 100, "`N` requests per second, open loop: each request leaves at its intended time (start + n/N) whatever the earlier ones are doing, and its latency is measured from that time, not from when it left (against coordinated omission, as wrk2)")
-	fs.IntVar(&o.concurrency, "concurrency", 256, "in-flight bound `N`: a request whose time comes while N are in flight is not sent (dropped_in_flight in the report, a warning at most once a second)")
+	fs.Float64Var(&o.rate, "rate", 100, "`N` requests per second, open loop: each request leaves at its intended time (start + n/N) whatever the earlier ones are doing, and its latency is measured from that time, not from when it left (against coordinated omission, as wrk2); may be fractional (0: closed loop, --concurrency callers as fast as they go)")
+	fs.IntVar(&o.concurrency, "concurrency", 256, "in-flight bound `N`: at most N requests in flight; with --rate, a request whose time comes while N are in flight is not sent (dropped_in_flight in the report, a warning at most once a second); with --rate 0, N callers each sending its next request when its last is done")
 	fs.Int64Var(&o.requests, "requests", 0, "stop after N requests sent (those not sent at the in-flight bound do not count; 0: --duration)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "stop after `D` when --requests is 0")
 	fs.StringVar(&o.nai, "nai", "user%d@example.net", "User-Name format, %d the request number")
@@ -241,47 +244,15 @@ func (o *radiusClientOptions) validate() error {
 		return usagef("--test-user and --status-server are two kinds of probe: choose one")
 	case o.keepAlive > 0 && o.testUser == "" && !o.statusServer:
 		return usagef("--keepalive needs --test-user or --status-server")
-	case !(o.rate > 0) || o.concurrency < 1 || o.requests < 0 || (o.requests == 0 && o.duration <= 0):
-		return usagef("--rate and --concurrency must be positive, with --requests or a positive --duration")
+	case o.rate < 0 || math.IsNaN(o.rate) || math.IsInf(o.rate, 0):
+		return usagef("--rate must be a finite number >= 0")
+	case o.concurrency < 1 || o.requests < 0 || (o.requests == 0 && o.duration <= 0):
+		return usagef("--concurrency must be positive, with --requests or a positive --duration")
+	}
+	if o.requests > 0 {
+		o.duration = 0 // --duration is for runs without --requests
 	}
 	return o.check()
-}
-
-// radiusClientReport is the JSON report of a RADIUS run.
-type radiusClientReport struct {
-	Protocol  string            `json:"protocol"`
-	Algorithm string            `json:"algorithm"`
-	Sent      uint64            `json:"sent"`
-	Answered  uint64            `json:"answered"`
-	Rejected  uint64            `json:"rejected"` // answered with Access-Reject
-	Failed    uint64            `json:"failed"`
-	FailedBy  map[string]uint64 `json:"failed_by"`
-	// DroppedInFlight counts the requests not sent because --concurrency
-	// requests were in flight at their time (open loop).
-	DroppedInFlight uint64 `json:"dropped_in_flight"`
-	// LatencyUS is the answered requests' latency, each measured from
-	// its intended send time (open loop: against coordinated omission).
-	LatencyUS latency.Summary `json:"latency_us"`
-	Failovers uint64          `json:"failovers"`
-	// FailoverLog is the failover table (the last 256 records of
-	// FailoverRecords): from which server, how many requests, why.
-	FailoverLog     []client.FailoverRecord `json:"failover_log"`
-	FailoverRecords uint64                  `json:"failover_records"`
-	Servers         []radiusServerReport    `json:"servers"`
-	ElapsedMS       int64                   `json:"elapsed_ms"`
-	EventsDropped   uint64                  `json:"events_dropped,omitempty"` // --events lines lost to a slow writer
-}
-
-// radiusServerReport is one server of the report: its name, URL and
-// policy state, the Client's per-server statistics, and its peer's
-// counters: a UDP server's sockets, or a stream server's connections.
-type radiusServerReport struct {
-	Name   string              `json:"name"`
-	URL    string              `json:"url"`
-	State  policy.State        `json:"state"`
-	Client *client.ServerStats `json:"client,omitempty"`
-	UDP    *radpeer.UDPStats   `json:"udp,omitempty"`
-	Stream *radpeer.Stats      `json:"stream,omitempty"`
 }
 
 func (o *radiusClientOptions) request(n int64) *radius.Request {
@@ -314,10 +285,7 @@ const nasIdentifier = "aaa-peer"
 
 func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.Logger, stdout, stderr io.Writer, hup <-chan os.Signal) int {
 	events := client.NewBus()
-	cancelLog := events.Subscribe(func(_ context.Context, e client.Event) {
-		log.Info(e.Kind.String(), "server", e.Server, "reason", e.Reason)
-	})
-	defer cancelLog()
+	defer logClientEvents(events, log)()
 	protocol := "RADIUS/UDP"
 	if o.stream {
 		protocol = "RADIUS/TCP"
@@ -330,72 +298,70 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 1
 	}
-	d, err := o.newDriver(secret, events, log)
+	cfg, err := o.clientConfig(secret, events, log)
 	if err != nil {
 		ew.Close()
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
-	defer d.close()
+	metrics := newMetrics(o.status)
+	defer metrics.WatchClient(events)()
+	g := newLoadgen(&o.loadOptions, o.requestTimeout, client.Balance, strings.ToLower(protocol), &radiusRequests{o: o, protocol: protocol}, log, metrics)
+	if g.cl, err = client.New(cfg); err != nil {
+		ew.Close()
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 2
+	}
+	g.peersEver() // the first peers, before a reload may remove them
 	stopProfile, err := startCPUProfile(o.cpuProfile, log)
 	if err != nil {
+		g.closeClient()
+		ew.Close()
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 1
 	}
 	defer stopProfile()
-	metrics := newMetrics(o.status)
-	defer metrics.WatchClient(events)()
-	defer watchReload(hup, log, o.config, o.set["peer"], metrics, func(cfg *config.Config) ([]string, error) { return o.reloadPeers(cfg, d.c, metrics) })()
-	tl := &radiusTally{counter: newCounter(o.concurrency), metrics: metrics}
-	web, err := openStatus(o.status, status.SourceFunc(func() status.Snapshot {
-		snap := status.ClientSnapshot(d.c)
-		snap.Role = status.RoleClient
-		snap.Totals.Sent, _, _ = tl.counts()
-		snap.Identity = status.Identity{NASIdentifier: nasIdentifier, Info: map[string]string{"protocol": protocol, "access": o.alg.String()}}
-		return snap
-	}), metrics, log)
+	defer watchReload(hup, log, o.config, o.set["peer"], metrics, func(cfg *config.Config) ([]string, error) {
+		g.peersEver() // those about to be removed keep their counts in the report
+		return o.reloadPeers(cfg, g.cl, metrics)
+	})()
+	web, err := openStatus(o.status, status.SourceFunc(g.clientSnapshot), metrics, log)
 	if err != nil {
+		g.closeClient()
+		ew.Close()
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 1
 	}
-	defer web.Close()
+	began := time.Now()
+	g.run(ctx, progressWriter(&o.loadOptions, stdout, stderr))
+	elapsed := time.Since(began) // the run, not the disconnect
+	if err := web.Close(); err != nil {
+		log.Error("status page", "err", err)
+	}
+	return g.finish(0, elapsed, ew, stdout)
+}
 
-	duration := o.duration // with --requests, none
-	if o.requests > 0 {
-		duration = 0
+// radiusRequests are the RADIUS client's requests: Access-Requests,
+// Accounting-Requests or Status-Server.
+type radiusRequests struct {
+	o        *radiusClientOptions
+	protocol string // RADIUS/UDP, RADIUS/TCP or RADIUS/TLS
+}
+
+// exchange sends request n; any reply is an answer, an Access-Reject
+// among them.
+func (r *radiusRequests) exchange(ctx context.Context, cl *client.Client, n int64) (string, bool, error) {
+	resp, err := cl.Exchange(ctx, r.o.request(n))
+	if err != nil {
+		return "", false, err
 	}
-	start := time.Now()
-	progress := func(elapsed time.Duration) string {
-		sent, answered, failed := tl.counts()
-		return fmt.Sprintf("t=%ds sent=%d answered=%d failed=%d servers=%s", int(elapsed.Seconds()), sent, answered, failed, d.states())
-	}
-	loop := newOpenLoop(o.rate, o.concurrency, o.requests, log)
-	drive(ctx, duration, stderr, progress, d.c, log, func(runCtx context.Context) {
-		loop.run(runCtx, func(n int64, intended time.Time) { tl.one(ctx, d, n, o.request(n), intended) })
-	})
-	rep := radiusClientReport{Protocol: strings.ToLower(protocol), Algorithm: o.alg.String(), Rejected: tl.rejected.Load(),
-		FailedBy: tl.failedKinds(), DroppedInFlight: loop.dropped.Load(), LatencyUS: tl.lat.Summary()}
-	rep.Sent, rep.Answered, rep.Failed = tl.counts()
-	d.fill(&rep)
-	rep.ElapsedMS = time.Since(start).Milliseconds()
-	d.close() // its last events (the servers closed) before the events file is
-	rep.EventsDropped = ew.Dropped()
-	if err := ew.Close(); err != nil {
-		fmt.Fprintf(stderr, "aaa-peer client: events: %v\n", err)
-		return 1
-	}
-	if err := writeJSONFile(o.report, rep, stdout); err != nil {
-		fmt.Fprintf(stderr, "aaa-peer client: report: %v\n", err)
-		return 1
-	}
-	if rep.Answered == 0 {
-		return 1
-	}
-	if o.tooManyFailed(rep.Failed, rep.Sent) {
-		fmt.Fprintf(stderr, "aaa-peer client: %d of %d requests failed (--max-failed %s)\n", rep.Failed, rep.Sent, o.maxFailed)
-		return 3
-	}
-	return 0
+	return "", resp.Packet.Code == lradius.CodeAccessReject, nil
+}
+
+// identity is the status page's: a RADIUS client has no Origin-Host, so
+// its NAS-Identifier.
+func (r *radiusRequests) identity() status.Identity {
+	return status.Identity{NASIdentifier: nasIdentifier, Info: map[string]string{"protocol": r.protocol, "access": r.o.alg.String()}}
 }
 
 // lockedWriter serialises the writes of several goroutines to w.
@@ -408,43 +374,4 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(b)
-}
-
-// radiusTally is a RADIUS run's counts and latencies (each from its
-// request's intended time): both clients', and the Access-Rejects.
-type radiusTally struct {
-	*counter
-	rejected atomic.Uint64
-	metrics  *status.Metrics // aaatp_request_duration_seconds; nil without --status
-}
-
-// one exchanges request n, r, through d and counts its outcome; its
-// latency runs from intended, the time the open loop meant it to leave.
-func (t *radiusTally) one(ctx context.Context, d *radiusDriver, n int64, r *radius.Request, intended time.Time) {
-	tl := t.tally(n)
-	tl.sent.Add(1)
-	// The Client's request deadline applies: over UDP every server's
-	// attempts, over a stream two Tw and an answer.
-	resp, err := d.c.Exchange(ctx, r)
-	if err != nil {
-		t.fail(tl, errorReason(err))
-		return
-	}
-	took := time.Since(intended) // not from the actual send: against coordinated omission
-	t.lat.Record(took)
-	t.metrics.ObserveLatency(took)
-	tl.answered.Add(1)
-	if resp.Packet.Code == lradius.CodeAccessReject {
-		t.rejected.Add(1)
-	}
-}
-
-// errorReason is the report's key for a failed request: its cause without
-// the varying details.
-func errorReason(err error) string {
-	s := strings.TrimPrefix(err.Error(), "client: ")
-	if i := strings.Index(s, " ("); i > 0 {
-		s = s[:i]
-	}
-	return s
 }

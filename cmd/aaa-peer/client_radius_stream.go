@@ -1,10 +1,7 @@
 package main
 
 import (
-	"context"
 	"log/slog"
-	"strings"
-	"sync"
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/policy"
@@ -15,17 +12,13 @@ import (
 	lradius "layeh.com/radius"
 )
 
-// radiusDriver runs RADIUS over UDP, TCP and TLS through client.Client,
-// the dispatch path Diameter requests take: the access algorithm is the
-// Client's balancer, the Nokia 7750 SR states its policy (probing with
-// Status-Server, or the test user; over UDP without either, one real
-// request), the ASR5K limits its throttle.
-type radiusDriver struct {
-	c    *client.Client
-	once sync.Once
-}
-
-func (o *radiusClientOptions) newDriver(secret []byte, events *client.Bus, log *slog.Logger) (*radiusDriver, error) {
+// clientConfig is the RADIUS client's client.Config: RADIUS over UDP,
+// TCP and TLS goes through client.Client, the dispatch path Diameter
+// requests take: the access algorithm is the Client's balancer, the
+// Nokia 7750 SR states its policy (probing with Status-Server, or the
+// test user; over UDP without either, one real request), the ASR5K
+// limits its throttle.
+func (o *radiusClientOptions) clientConfig(secret []byte, events *client.Bus, log *slog.Logger) (client.Config, error) {
 	cfg := client.Config{
 		Mode: client.Balance, Algorithm: o.alg, Events: events, RequestTimeout: o.requestTimeout,
 		RADIUS: radpeer.Config{Secret: secret, Watchdog: watchdog.Config{Twinit: o.tw}, MaxConns: o.maxConns, Logger: log,
@@ -41,16 +34,10 @@ func (o *radiusClientOptions) newDriver(secret []byte, events *client.Bus, log *
 	var err error
 	cfg.RADIUS.Transport.NoDelay = o.noDelay
 	if cfg.RADIUS.Transport.TLS, err = o.tlsConfig(); err != nil {
-		return nil, err
+		return cfg, err
 	}
-	if cfg.Peers, err = o.peerSpecs(o.acctPeers, &o.maxRateAcct); err != nil {
-		return nil, err
-	}
-	c, err := client.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &radiusDriver{c: c}, nil
+	cfg.Peers, err = o.peerSpecs(o.acctPeers, &o.maxRateAcct)
+	return cfg, err
 }
 
 // testRequest is the probe and keep-alive: the test user's
@@ -63,42 +50,4 @@ func (o *radiusClientOptions) testRequest() *radius.Request {
 	r.Attributes.Add(radius.AttrUserName, lradius.Attribute(o.testUser))
 	r.Attributes.Add(radius.AttrUserPassword, lradius.Attribute(o.testPassword))
 	return r
-}
-
-func (d *radiusDriver) states() string {
-	pol := d.c.PolicyStates()
-	var states []string
-	for i, s := range d.c.ServerStats() {
-		states = append(states, s.Server+":"+pol[i]+":"+s.State)
-	}
-	return strings.Join(states, ",")
-}
-
-func (d *radiusDriver) fill(rep *radiusClientReport) {
-	rep.FailoverLog, rep.FailoverRecords = d.c.FailoverLog()
-	pol, peers, udps := d.c.PolicyStates(), d.c.RADIUSPeers(), d.c.UDPPeers()
-	for i, s := range d.c.ServerStats() {
-		r := radiusServerReport{Client: &s}
-		r.Name, r.URL = s.Server, s.Server
-		_ = r.State.UnmarshalText([]byte(pol[i]))
-		if p := peers[i]; p != nil {
-			st := p.Stats()
-			r.Stream = &st
-		}
-		if u := udps[i]; u != nil {
-			st := u.Stats()
-			r.UDP = &st
-		}
-		rep.Failovers += s.FailedOver
-		rep.Servers = append(rep.Servers, r)
-	}
-}
-
-// close closes the Client once and waits until its servers' last events
-// are out.
-func (d *radiusDriver) close() {
-	d.once.Do(func() {
-		d.c.Close(context.Background())
-		<-d.c.Done()
-	})
 }

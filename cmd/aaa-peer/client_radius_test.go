@@ -45,15 +45,15 @@ func TestRadiusClientFailover(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}
-	var rep radiusClientReport
+	var rep clientReport
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("report: %v\n%s", err, stdout.String())
 	}
-	if rep.Sent != 30 || rep.Answered != 30 || rep.Failed != 0 || rep.Failovers == 0 {
+	if rep.Sent != 30 || rep.Answered != 30 || rep.Failed != 0 || rep.FailoversTotal == 0 {
 		t.Fatalf("report %+v: want 30 answered, some failovers", rep)
 	}
-	if s := rep.Servers[0]; s.UDP == nil || s.State.String() != "out-of-service" || s.UDP.Retransmissions != s.UDP.Sent {
-		t.Errorf("dead server: %+v; want out-of-service, each request sent twice", s)
+	if len(rep.UDP) != 2 || rep.Policy[0] != "out-of-service" || rep.UDP[0].Retransmissions != rep.UDP[0].Sent || rep.Retransmitted < rep.UDP[0].Sent {
+		t.Errorf("dead server: %+v, policy %v, retransmitted %d; want out-of-service, each request sent twice", rep.UDP, rep.Policy, rep.Retransmitted)
 	}
 	// --events: the dead server's policy states and the failovers, as
 	// for Diameter.
@@ -168,19 +168,22 @@ func TestRadiusClientTCP(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%s: exit %d\n%s", app, code, stderr.String())
 		}
-		var rep radiusClientReport
+		var rep clientReport
 		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 			t.Fatalf("report: %v\n%s", err, stdout.String())
 		}
 		if rep.Protocol != "radius/tcp" || rep.Sent != 200 || rep.Answered != 200 || rep.Failed != 0 || len(rep.Servers) != 2 {
 			t.Fatalf("%s: report %+v", app, rep)
 		}
+		if len(rep.Stream) != 2 {
+			t.Fatalf("%s: stream stats %+v, want both servers'", app, rep.Stream)
+		}
 		var per [2]uint64
-		for i, s := range rep.Servers {
-			if s.Stream == nil || s.Stream.State != "OKAY" {
-				t.Fatalf("%s: server %d stream stats %+v", app, i, s.Stream)
+		for i, s := range rep.Stream {
+			if s.Answered == 0 && app != "status" { // Status-Server has no User-Name: one server takes all
+				t.Errorf("%s: server %d answered nothing: %+v", app, i, s)
 			}
-			per[i] = s.Stream.Answered
+			per[i] = s.Answered
 		}
 		if app != "status" && (per[1] < 2*per[0] || per[0] == 0) {
 			// Status-Server has no User-Name: no Pearson key.
@@ -216,7 +219,7 @@ func TestRadiusClientRadSec(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}
-	var rep radiusClientReport
+	var rep clientReport
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("report: %v\n%s", err, stdout.String())
 	}
@@ -261,7 +264,7 @@ func TestRadiusClientConfigFile(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout.String(), stderr.String())
 	}
-	var rep radiusClientReport
+	var rep clientReport
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("report: %v\n%s", err, stdout.String())
 	}
@@ -269,8 +272,44 @@ func TestRadiusClientConfigFile(t *testing.T) {
 		t.Fatalf("report %+v: want 20 answered by two servers", rep)
 	}
 	for _, s := range rep.Servers {
-		if s.Client == nil || s.Client.Answered == 0 {
-			t.Errorf("server %s answered nothing: its secret from the file was not used? %+v", s.Name, s.Client)
+		if s.Answered == 0 {
+			t.Errorf("server %s answered nothing: its secret from the file was not used? %+v", s.Server, s)
 		}
+	}
+}
+
+// The RADIUS client runs the Diameter client's load: with --rate 0 a
+// closed loop of --concurrency callers, and its report is the Diameter
+// client's document (protocol, loop, servers, policy, each server's
+// peer counters under "udp").
+func TestRadiusClientClosedLoop(t *testing.T) {
+	t.Parallel()
+	sf := secretFile(t)
+	srv := startServer(t, "--listen", "radius://127.0.0.1:0", "--secret-file", sf)
+	var live string
+	for _, u := range readLines(t, srv) {
+		if strings.HasPrefix(u, "radius://") {
+			live = u
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"client", "--peer", live, "--secret-file", sf, "--app", "acct",
+		"--rate", "0", "--concurrency", "4", "--requests", "40", "--log-level", "error"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	var rep clientReport
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, stdout.String())
+	}
+	if rep.Loop != "closed" || rep.Protocol != "radius/udp" || rep.Sent != 40 || rep.Answered != 40 || rep.DroppedInFlight != 0 {
+		t.Errorf("report %+v: want a closed loop over radius/udp, 40 sent and answered", rep)
+	}
+	if len(rep.Servers) != 1 || rep.Servers[0].Answered != 40 || len(rep.UDP) != 1 || rep.UDP[0].Sent != 40 ||
+		len(rep.Policy) != 1 || rep.Policy[0] != "in-service" || len(rep.Peers) != 0 || len(rep.Stream) != 0 {
+		t.Errorf("servers %+v, udp %+v, policy %v: want one server's counts under udp", rep.Servers, rep.UDP, rep.Policy)
+	}
+	if code := srv.stop(t); code != 0 {
+		t.Fatalf("server exit %d", code)
 	}
 }

@@ -110,9 +110,9 @@ func differs(settings []setting) []string {
 	return out
 }
 
-// reloadPeers is the Diameter client's reload: --config read again over
-// the command line's options (base, with the flags set there).
-func (c *loadgen) reloadPeers(cfg *config.Config, base clientOptions, set map[string]bool) ([]string, error) {
+// reloadPeers is the Diameter client's reload of run c: --config read
+// again over the command line's options (base, with the flags set there).
+func (r *diameterRequests) reloadPeers(c *loadgen, cfg *config.Config, base clientOptions, set map[string]bool) ([]string, error) {
 	o := base
 	o.peers, o.weights = slices.Clone(base.peers), slices.Clone(base.weights)
 	if _, err := o.applyConfig(cfg, set); err != nil {
@@ -126,15 +126,15 @@ func (c *loadgen) reloadPeers(cfg *config.Config, base clientOptions, set map[st
 		return nil, err
 	}
 	restart := differs([]setting{
-		{"origin-host", c.o.originHost, o.originHost},
-		{"origin-realm", c.o.originRealm, o.originRealm},
-		{"destination-realm", c.o.destRealm, o.destRealm},
-		{"mode", c.o.mode, o.mode},
-		{"algorithm", c.o.algorithm, o.algorithm},
-		{"tw", fmt.Sprint(c.o.tw), fmt.Sprint(o.tw)},
-		{"tls-ca, tls-cert, tls-key", fmt.Sprintf("%q %q %q", c.o.tlsCA, c.o.tlsCert, c.o.tlsKey), fmt.Sprintf("%q %q %q", o.tlsCA, o.tlsCert, o.tlsKey)},
-		{"max-rate", fmt.Sprint(c.o.maxRate), fmt.Sprint(o.maxRate)},
-		{"max-outstanding", fmt.Sprint(c.o.maxOutstanding), fmt.Sprint(o.maxOutstanding)},
+		{"origin-host", r.o.originHost, o.originHost},
+		{"origin-realm", r.o.originRealm, o.originRealm},
+		{"destination-realm", r.o.destRealm, o.destRealm},
+		{"mode", r.o.mode, o.mode},
+		{"algorithm", r.o.algorithm, o.algorithm},
+		{"tw", fmt.Sprint(r.o.tw), fmt.Sprint(o.tw)},
+		{"tls-ca, tls-cert, tls-key", fmt.Sprintf("%q %q %q", r.o.tlsCA, r.o.tlsCert, r.o.tlsKey), fmt.Sprintf("%q %q %q", o.tlsCA, o.tlsCert, o.tlsKey)},
+		{"max-rate", fmt.Sprint(r.o.maxRate), fmt.Sprint(o.maxRate)},
+		{"max-outstanding", fmt.Sprint(r.o.maxOutstanding), fmt.Sprint(o.maxOutstanding)},
 	})
 	c.peersEver() // those about to be removed keep their counts in the report
 	return applyPeers(c.cl, specs, restart, c.metrics)

@@ -146,14 +146,14 @@ func TestRADIUSClientReloadRotatesSecret(t *testing.T) {
 	defer cancel()
 	type result struct {
 		code int
-		rep  radiusClientReport
+		rep  clientReport
 	}
 	done := make(chan result, 1)
 	go func() {
 		var stdout syncBuffer
 		c := runClientWith(ctx, []string{"--config", cr.config, "--app", "acct", "--rate", "200", "--duration", "3s", "--concurrency", "64"},
 			&stdout, cr.stderr, cr.hup)
-		var rep radiusClientReport
+		var rep clientReport
 		_ = json.Unmarshal([]byte(stdout.String()), &rep)
 		done <- result{c, rep}
 	}()

@@ -197,7 +197,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	metrics.CountDedupHitsFrom(d.duplicates)
 	defer metrics.WatchClient(bus)() // the client's peers: states, transitions, failovers
 	defer logClientEvents(bus, log)()
-	g := newLoadgen(co, log, metrics)
+	g, _ := newDiameterLoad(co, log, metrics)
 	d.tl.watchClient(bus, d.servers)
 	g.cl, err = client.New(ccfg)
 	if err != nil {
@@ -229,7 +229,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else if web != nil {
 		fmt.Fprintf(stderr, "aaa-peer demo: status page %s\n", web.URL())
 	}
-	if err := g.waitUp(ctx, nil); err != nil {
+	if err := g.waitUp(ctx, nil, co.waitPeers, co.connectTimeout); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer demo: %v\n", err)
 		return 1
 	}
@@ -297,7 +297,7 @@ func (d *demo) snapshot() status.Snapshot {
 // a request in flight.
 func (d *demo) traffic(ctx, runCtx context.Context) {
 	g := d.gen
-	dl := newDeadlines(ctx, g.o.timeout)
+	dl := newDeadlines(ctx, g.timeout)
 	defer dl.close() // after the requests in flight
 	g.openLoop(ctx, runCtx, dl, newOpenLoop(d.o.rate, d.o.concurrency, 0, g.log))
 }

@@ -79,7 +79,7 @@ func TestServerAndClient(t *testing.T) {
 	}
 }
 
-var progressLine = regexp.MustCompile(`^t=\d+s sent=\d+ answered=\d+ failed=\d+ pending=\d+ peers=[^:,]+:[A-Z]+(,[^:,]+:[A-Z]+)*$`)
+var progressLine = regexp.MustCompile(`^t=\d+s sent=\d+ answered=\d+ failed=\d+ pending=\d+ servers=[^:,]+:[A-Z]+(,[^:,]+:[A-Z]+)*$`)
 
 // TestDropDWA: a server that swallows its DWAs makes the client's
 // watchdog go SUSPECT after two Tw (6 s +- 2 s each) of silence.

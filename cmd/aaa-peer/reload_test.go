@@ -94,7 +94,7 @@ func (rs *reloadServer) metric(t *testing.T, name string, labels map[string]stri
 
 // radiusRun runs the RADIUS client with args; it never calls t.Fatal, so
 // that it may run on a goroutine of the test.
-func radiusRun(ctx context.Context, args ...string) (code int, rep radiusClientReport, stderr string) {
+func radiusRun(ctx context.Context, args ...string) (code int, rep clientReport, stderr string) {
 	var out, errb bytes.Buffer
 	code = run(ctx, append([]string{"client", "--log-level", "error"}, args...), &out, &errb)
 	_ = json.Unmarshal(out.Bytes(), &rep)
@@ -131,7 +131,7 @@ secret-file = "` + oldSecret + `"
 	defer cancel()
 	type result struct {
 		code   int
-		rep    radiusClientReport
+		rep    clientReport
 		stderr string
 	}
 	traffic := make(chan result, 1)
@@ -159,7 +159,7 @@ secret-file = "` + newSecret + `"
 	answered := tr.rep.Answered
 
 	// New requests: the new secret over both transports, not the old one.
-	probe := func(u, secret string) radiusClientReport {
+	probe := func(u, secret string) clientReport {
 		ctx, cancel := context.WithTimeout(ctx, 8*time.Second) // a stream client refused keeps trying
 		defer cancel()
 		_, rep, _ := radiusRun(ctx, "--peer", u, "--secret-file", secret, "--app", "auth", "--requests", "3",

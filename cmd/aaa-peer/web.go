@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"time"
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/peer"
@@ -133,34 +132,4 @@ func logClientEvents(bus *client.Bus, log *slog.Logger) (cancel func()) {
 			log.Info(e.Kind.String(), "server", e.Server, "reason", e.Reason)
 		}
 	})
-}
-
-// clientSnapshot is the status of a client: the Client's, with the
-// requests counted by their callers.
-func (c *loadgen) clientSnapshot() status.Snapshot {
-	s := status.ClientSnapshot(c.cl)
-	s.Role = status.RoleClient
-	s.Identity = status.Identity{OriginHost: c.o.originHost, OriginRealm: c.o.originRealm, Started: time.Unix(0, c.start), Info: c.statusInfo()}
-	sent, answered, failed := c.counts() // sent >= answered + failed
-	s.Totals.Sent, s.Totals.Answered, s.Totals.Failed, s.Totals.Pending = sent, answered, failed, sent-answered-failed
-	return s
-}
-
-// statusInfo is the detail shown under the page's title.
-func (c *loadgen) statusInfo() map[string]string {
-	o := &c.o
-	info := map[string]string{"mode": o.clientMode.String(), "tw": o.tw.String(), "app": o.app}
-	if o.clientMode == client.Balance {
-		info["algorithm"] = o.alg.String()
-	}
-	if o.rate > 0 {
-		info["rate"] = fmt.Sprintf("%g/s", o.rate)
-	}
-	if o.throttled() {
-		info["throttle"] = fmt.Sprintf("max-rate %d, max-outstanding %d", o.maxRate, o.maxOutstanding)
-	}
-	if o.policed() {
-		info["policy"] = "on"
-	}
-	return info
 }
