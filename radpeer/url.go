@@ -1,7 +1,6 @@
 package radpeer
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -120,21 +119,6 @@ func streamOptions(ep Endpoint, opts transport.Options, server bool) (transport.
 	}
 	opts.TLS = cfg
 	return opts, nil
-}
-
-// DialConn opens one RADIUS stream connection to rawURL: TCP, or TLS with the
-// handshake done before it returns. Its ReadMessage returns whole,
-// validated RADIUS packets (errors match radius.ErrBadFrame).
-func DialConn(ctx context.Context, rawURL string, opts transport.Options) (transport.Conn, error) {
-	ep, err := ParseURL(rawURL)
-	if err != nil {
-		return nil, err
-	}
-	if opts, err = streamOptions(ep, opts, false); err != nil {
-		return nil, err
-	}
-	// For radsec, transport.Dial's tls.Dialer completes the handshake.
-	return transport.Dial(ctx, ep.Transport.String(), opts)
 }
 
 // Listen listens on rawURL (port 0 for any free port). A radsec listener

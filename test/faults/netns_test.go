@@ -38,12 +38,6 @@ func must(t testing.TB, name string, args ...string) string {
 	return out
 }
 
-// nsExec runs a command inside namespace ns.
-func nsExec(t testing.TB, ns string, args ...string) string {
-	t.Helper()
-	return must(t, "ip", append([]string{"netns", "exec", ns}, args...)...)
-}
-
 // killNamespace kills every process still in ns and deletes it.
 func killNamespace(ns string) {
 	if out, err := sh("ip", "netns", "pids", ns); err == nil {
