@@ -313,3 +313,44 @@ func TestRadiusClientClosedLoop(t *testing.T) {
 		t.Fatalf("server exit %d", code)
 	}
 }
+
+// With --events - and the report on stdout (the RADIUS client's default),
+// stdout holds the event lines, then the report, whole and last: the
+// events end before the report is written.
+func TestEventsThenReportOnStdout(t *testing.T) {
+	t.Parallel()
+	srv, url := startRADIUSServer(t)
+	var stdout, stderr bytes.Buffer // not safe for concurrent use: -race sees two writers
+	code := run(context.Background(), []string{"client", "--peer", url, "--secret-file", secretFile(t), "--app", "acct",
+		"--rate", "400", "--requests", "40", "--events", "-", "--log-level", "error"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr.String())
+	}
+	dec := json.NewDecoder(&stdout)
+	var docs []map[string]any
+	for {
+		var v map[string]any
+		if err := dec.Decode(&v); err != nil {
+			if err.Error() != "EOF" {
+				t.Fatalf("stdout after %d documents: %v", len(docs), err)
+			}
+			break
+		}
+		docs = append(docs, v)
+	}
+	if len(docs) < 2 {
+		t.Fatalf("%d documents on stdout, want events and the report", len(docs))
+	}
+	for i, d := range docs {
+		_, report := d["protocol"]
+		if report != (i == len(docs)-1) {
+			t.Errorf("document %d of %d: %v; want the events first, the report last", i+1, len(docs), d)
+		}
+	}
+	if rep := docs[len(docs)-1]; rep["answered"] != float64(40) {
+		t.Errorf("report %v: want 40 answered", rep)
+	}
+	if code := srv.stop(t); code != 0 {
+		t.Fatalf("server exit %d", code)
+	}
+}

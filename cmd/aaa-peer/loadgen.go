@@ -24,6 +24,7 @@ import (
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/status"
+	"github.com/aaatp/aaatp/throttle"
 )
 
 // requester makes and sends the requests of a run in one protocol.
@@ -136,15 +137,17 @@ func (c *loadgen) finish(code int, elapsed time.Duration, ew *eventWriter, stdou
 		}
 	}
 	c.closeClient()
+	// The events end before the report is written: both may go to
+	// stdout, the report last.
+	if err := ew.Close(); err != nil {
+		c.log.Error("writing events", "err", err)
+		code = 1
+	}
 	if c.o.report != "" {
 		if err := writeJSONFile(c.o.report, c.report(ew.Dropped(), elapsed), stdout); err != nil {
 			c.log.Error("writing report", "err", err)
 			code = 1
 		}
-	}
-	if err := ew.Close(); err != nil {
-		c.log.Error("writing events", "err", err)
-		code = 1
 	}
 	return code
 }
@@ -355,14 +358,18 @@ func errorKind(err error) string {
 		return "no reply"
 	case errors.Is(err, client.ErrNoPeer), errors.Is(err, peer.ErrNotInService):
 		return "not in service"
-	case errors.Is(err, peer.ErrTimeout):
+	case errors.Is(err, peer.ErrTimeout), errors.Is(err, throttle.ErrExpired):
 		return "timeout"
 	case errors.Is(err, peer.ErrConnectionLost):
 		return "connection lost"
-	case errors.Is(err, peer.ErrClosed):
+	case errors.Is(err, peer.ErrClosed), errors.Is(err, peer.ErrDisconnecting):
 		return "peer closed"
 	case errors.Is(err, client.ErrUnableToDeliver):
 		return "unable to deliver"
+	case errors.Is(err, client.ErrQueueFull):
+		return "queue full"
+	case errors.Is(err, radpeer.ErrBusy):
+		return "busy"
 	}
 	s := strings.TrimPrefix(err.Error(), "client: ")
 	if i := strings.Index(s, " ("); i > 0 {
