@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -167,14 +166,6 @@ func (o *clientOptions) validate() error {
 		return usagef("--tw %v is below the RFC 3539 minimum of %v", o.tw, watchdog.MinTwinit)
 	case o.dprHoldOff < 0:
 		return usagef("--dpr-hold-off must not be negative")
-	case o.rate < 0 || math.IsNaN(o.rate) || math.IsInf(o.rate, 0):
-		return usagef("--rate must be a finite number >= 0")
-	case o.concurrency < 1:
-		return usagef("--concurrency must be at least 1")
-	case o.requests < 0:
-		return usagef("--requests must not be negative")
-	case o.duration < 0:
-		return usagef("--duration must not be negative")
 	case o.timeout < 0:
 		return usagef("--timeout must be positive")
 	case o.connectTimeout <= 0:

@@ -63,9 +63,20 @@ type loadOptions struct {
 	failShare           float64
 }
 
-// check parses and checks what both clients take alike: --algorithm,
+// check parses and checks what both clients take alike: the load
+// (--rate, --concurrency, --requests, --duration), --algorithm,
 // --weight, --max-failed, --queue-alarm and --status.
 func (o *loadOptions) check() error {
+	switch {
+	case o.rate < 0 || math.IsNaN(o.rate) || math.IsInf(o.rate, 0):
+		return usagef("--rate must be a finite number >= 0")
+	case o.concurrency < 1:
+		return usagef("--concurrency must be at least 1")
+	case o.requests < 0:
+		return usagef("--requests must not be negative")
+	case o.duration < 0:
+		return usagef("--duration must not be negative")
+	}
 	var err error
 	if o.alg, err = loadbalance.ParseAlgorithm(o.algorithm); err != nil {
 		return usagef("--algorithm %q: want pearson, hash, direct or round-robin", o.algorithm)

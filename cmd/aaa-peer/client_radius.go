@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"strings"
 	"sync"
@@ -133,8 +132,8 @@ func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.queueAlarm, "queue-alarm", "", "HIGH,LOW: raise a server's queue alarm at depth HIGH, clear it at LOW")
 	fs.Float64Var(&o.rate, "rate", 100, "`N` requests per second, open loop: each request leaves at its intended time (start + n/N) whatever the earlier ones are doing, and its latency is measured from that time, not from when it left (against coordinated omission, as wrk2); may be fractional (0: closed loop, --concurrency callers as fast as they go)")
 	fs.IntVar(&o.concurrency, "concurrency", 256, "in-flight bound `N`: at most N requests in flight; with --rate, a request whose time comes while N are in flight is not sent (dropped_in_flight in the report, a warning at most once a second); with --rate 0, N callers each sending its next request when its last is done")
-	fs.Int64Var(&o.requests, "requests", 0, "stop after N requests sent (those not sent at the in-flight bound do not count; 0: --duration)")
-	fs.DurationVar(&o.duration, "duration", 10*time.Second, "stop after `D` when --requests is 0")
+	fs.Int64Var(&o.requests, "requests", 0, "stop after `N` requests sent (those not sent at the in-flight bound do not count; 0: no limit)")
+	fs.DurationVar(&o.duration, "duration", 0, "stop issuing requests after `D` (0: no limit); with --requests, whichever comes first; with neither, 10s")
 	fs.StringVar(&o.nai, "nai", "user%d@example.net", "User-Name format, %d the request number")
 	fs.StringVar(&o.maxFailed, "max-failed", "0", "exit 3 when more than this `SHARE` of the requests failed: a fraction (0.05) or a percentage (5%); 0: any failure; 1: never")
 	fs.StringVar(&o.report, "report", "-", "write the JSON report to `FILE` (- is stdout)")
@@ -244,15 +243,14 @@ func (o *radiusClientOptions) validate() error {
 		return usagef("--test-user and --status-server are two kinds of probe: choose one")
 	case o.keepAlive > 0 && o.testUser == "" && !o.statusServer:
 		return usagef("--keepalive needs --test-user or --status-server")
-	case o.rate < 0 || math.IsNaN(o.rate) || math.IsInf(o.rate, 0):
-		return usagef("--rate must be a finite number >= 0")
-	case o.concurrency < 1 || o.requests < 0 || (o.requests == 0 && o.duration <= 0):
-		return usagef("--concurrency must be positive, with --requests or a positive --duration")
 	}
-	if o.requests > 0 {
-		o.duration = 0 // --duration is for runs without --requests
+	if err := o.check(); err != nil {
+		return err
 	}
-	return o.check()
+	if o.requests == 0 && o.duration == 0 {
+		o.duration = defaultRADIUSDuration
+	}
+	return nil
 }
 
 func (o *radiusClientOptions) request(n int64) *radius.Request {
@@ -278,6 +276,10 @@ func (o *radiusClientOptions) request(n int64) *radius.Request {
 	}
 	return r
 }
+
+// defaultRADIUSDuration is the RADIUS client's run without --requests or
+// --duration (the Diameter client's is 10 requests).
+const defaultRADIUSDuration = 10 * time.Second
 
 // nasIdentifier is the RADIUS client's NAS-Identifier: what names it to
 // its servers, and in aaatp_node_info, as a RADIUS node has no Origin-Host.

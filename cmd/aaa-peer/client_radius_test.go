@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/internal/testhelp"
@@ -120,6 +121,10 @@ func TestClientSharedFlagChecks(t *testing.T) {
 		{"--queue-alarm", "9,5x", `--queue-alarm "9,5x": want HIGH,LOW`},
 		{"--max-failed", "150%", `--max-failed "150%": want a fraction from 0 to 1 or a percentage from 0% to 100%`},
 		{"--status", "localhost", `--status "localhost"`},
+		{"--rate", "-1", "--rate must be a finite number >= 0"},
+		{"--concurrency", "0", "--concurrency must be at least 1"},
+		{"--requests", "-1", "--requests must not be negative"},
+		{"--duration", "-1s", "--duration must not be negative"},
 	} {
 		for _, args := range [][]string{
 			{"client", "--peer", "tcp://127.0.0.1:3868", "--origin-host", "c1.example.net", "--origin-realm", "example.net", "--destination-realm", "example.net"},
@@ -349,6 +354,37 @@ func TestEventsThenReportOnStdout(t *testing.T) {
 	}
 	if rep := docs[len(docs)-1]; rep["answered"] != float64(40) {
 		t.Errorf("report %v: want 40 answered", rep)
+	}
+	if code := srv.stop(t); code != 0 {
+		t.Fatalf("server exit %d", code)
+	}
+}
+
+// --requests and --duration mean for the RADIUS client what they mean for
+// the Diameter client: given both, the run stops at whichever comes first.
+func TestRadiusClientRequestsOrDuration(t *testing.T) {
+	t.Parallel()
+	sf := secretFile(t)
+	srv := startServer(t, "--listen", "radius://127.0.0.1:0", "--secret-file", sf)
+	var live string
+	for _, u := range readLines(t, srv) {
+		if strings.HasPrefix(u, "radius://") {
+			live = u
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // without the duration: 500 s
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	began := time.Now()
+	code := run(ctx, []string{"client", "--peer", live, "--secret-file", sf, "--app", "acct",
+		"--rate", "200", "--requests", "100000", "--duration", "1s", "--log-level", "error"}, &stdout, &stderr)
+	took := time.Since(began)
+	var rep clientReport
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("exit %d, report: %v\n%s", code, err, stderr.String())
+	}
+	if code != 0 || rep.Sent < 150 || rep.Sent > 260 || rep.Answered != rep.Sent || took > 10*time.Second {
+		t.Errorf("exit %d after %v: sent %d, answered %d; want about 200 sent in the second of --duration", code, took, rep.Sent, rep.Answered)
 	}
 	if code := srv.stop(t); code != 0 {
 		t.Fatalf("server exit %d", code)
