@@ -120,9 +120,7 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.concurrency, "concurrency", 1, "in-flight bound `N`: at most N requests in flight; with --rate, a request whose time comes while N are in flight is not sent (dropped_in_flight in the report, a warning at most once a second); with --rate 0, N callers each sending its next request when its last is done (not given with --rate: rate x --timeout, room for every request to run its whole timeout, at most 100000)")
 	fs.Int64Var(&o.requests, "requests", 0, "stop after `N` requests sent (those not sent at the in-flight bound do not count; 0: no limit; with neither --requests nor --duration, 10)")
 	fs.DurationVar(&o.duration, "duration", 0, "stop issuing requests after `D` (0: no limit); with --requests, whichever comes first")
-	fs.StringVar(&o.nai, "nai", "user%d@example.net", "User-Name `FORMAT`; %d is the request number (without it, every request has the same NAI, so balance mode sends them all to one server)")
 	fs.StringVar(&o.app, "app", "acct", "`APP` requests to send: acct (Accounting-Request, application 3) or test (test_app Test-Request, application 16777214)")
-	fs.StringVar(&o.events, "events", "", "write every peer event as a JSON line to `FILE` (\"-\" is stdout)")
 	fs.StringVar(&o.report, "report", "", "write a JSON report to `FILE` at the end (\"-\" is stdout)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "per-request deadline `D` (a request may run up to 1% of it, at most 10ms, longer), including any wait for a peer in service and a failover (default: the failover detection of --tw, or of the longest tw of the --config file's peers, 2 x (tw + 2s), plus 10s for the answer: 74s at --tw 30s; a shorter one is logged as a warning)")
 	fs.DurationVar(&o.timeout, "request-timeout", 0, "the same as --timeout: a request's deadline `D` (the RADIUS client's name for it)")
@@ -139,16 +137,13 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.waitPeers, "wait-peers", 1, "before sending, wait until `N` peers are OKAY (0: all of them; the default with --mode failover, so the run starts on the primary), at most --connect-timeout; past it, go on with those OKAY (exit 1 if none)")
 	fs.IntVar(&o.maxRate, "max-rate", 0, "throttle: at most `N` requests per second to each server, spread evenly over --slot slots (0: no rate limit)")
 	fs.IntVar(&o.maxOutstanding, "max-outstanding", 0, "throttle: at most `N` requests outstanding per server; a place frees when the answer arrives or the request times out (0: 256 when throttling is on)")
-	fs.DurationVar(&o.slot, "slot", 50*time.Millisecond, "throttle: rate slot length `D` (at least 50ms)")
-	fs.StringVar(&o.queueAlarm, "queue-alarm", "", "throttle: raise a server's queue alarm at depth HIGH and clear it at LOW (`HIGH,LOW`)")
 	fs.DurationVar(&o.downTimeout, "down-timeout", 0, "policy: a server with requests sent and no reply for `D` goes out of service (default: --timeout)")
 	fs.DurationVar(&o.holdDown, "hold-down", 0, "policy: an out-of-service server gets nothing for `D`, then one probe (default 30s)")
 	fs.StringVar(&o.testUser, "test-user", "", "policy: probe (and keep alive) servers with a request for this `NAI` instead of a real one")
 	fs.DurationVar(&o.keepAlive, "keepalive", 0, "policy: send the --test-user request to each server every `D` (0: never)")
 	fs.DurationVar(&o.dprHoldOff, "dpr-hold-off", peer.DefaultDPRHoldOff, "after a peer's DPR with Disconnect-Cause BUSY or DO_NOT_WANT_TO_TALK_TO_YOU, do not redial it for `D` (RFC 6733 5.4.3; 0: redial at the next Tw, as after REBOOTING)")
-	fs.StringVar(&o.maxFailed, "max-failed", "0", "exit 3 when more than this `SHARE` of the requests failed: a fraction (0.05) or a percentage (5%); 0: any failure; 1: never")
-	fs.Var(&o.weights, "weight", "`URL=N`: balance weight N >= 1 of the --peer URL (pearson); repeat for several; default 1")
 	configFlag(fs, &o.config)
+	loadFlags(fs, &o.loadOptions)
 	return fs
 }
 
@@ -212,10 +207,6 @@ func (o *clientOptions) validate() error {
 		o.requests = 10
 	}
 	switch {
-	case o.maxRate < 0 || o.maxOutstanding < 0:
-		return usagef("--max-rate and --max-outstanding must not be negative")
-	case o.slot < 50*time.Millisecond || o.slot > time.Second:
-		return usagef("--slot %v: want 50ms to 1s", o.slot)
 	case o.downTimeout < 0 || o.holdDown < 0 || o.keepAlive < 0:
 		return usagef("--down-timeout, --hold-down and --keepalive must not be negative")
 	case o.keepAlive > 0 && o.testUser == "":

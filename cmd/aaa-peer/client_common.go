@@ -10,6 +10,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,6 +27,7 @@ import (
 	"github.com/aaatp/aaatp/config"
 	"github.com/aaatp/aaatp/latency"
 	"github.com/aaatp/aaatp/loadbalance"
+	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/transport"
 )
 
@@ -63,6 +65,17 @@ type loadOptions struct {
 	failShare           float64
 }
 
+// loadFlags defines the flags of both clients that are alike in name,
+// default and help.
+func loadFlags(fs *flag.FlagSet, o *loadOptions) {
+	fs.StringVar(&o.nai, "nai", "user%d@example.net", "User-Name `FORMAT`; %d is the request number (without it, every request has the same NAI, so hash and pearson send them all to one server)")
+	fs.Var(&o.weights, "weight", "`URL=N`: balance weight N >= 1 of the --peer URL (pearson); repeat for several; default 1")
+	fs.StringVar(&o.events, "events", "", "write every event of the servers (watchdog, policy state, failover, balancer, queue alarm) as a JSON line to `FILE` (\"-\" is stdout)")
+	fs.StringVar(&o.maxFailed, "max-failed", "0", "exit 3 when more than this `SHARE` of the requests failed: a fraction (0.05) or a percentage (5%); 0: any failure; 1: never")
+	fs.DurationVar(&o.slot, "slot", throttle.DefaultSlot, "throttle: rate slot length `D` (50ms to 1s)")
+	fs.StringVar(&o.queueAlarm, "queue-alarm", "", "throttle: raise a server's queue alarm at depth HIGH and clear it at LOW (`HIGH,LOW`)")
+}
+
 // check parses and checks what both clients take alike: the load
 // (--rate, --concurrency, --requests, --duration), --algorithm,
 // --weight, --max-failed, --queue-alarm and --status.
@@ -76,6 +89,10 @@ func (o *loadOptions) check() error {
 		return usagef("--requests must not be negative")
 	case o.duration < 0:
 		return usagef("--duration must not be negative")
+	case o.maxRate < 0 || o.maxOutstanding < 0:
+		return usagef("--max-rate and --max-outstanding must not be negative")
+	case o.slot < 50*time.Millisecond || o.slot > time.Second:
+		return usagef("--slot %v: want 50ms to 1s", o.slot)
 	}
 	var err error
 	if o.alg, err = loadbalance.ParseAlgorithm(o.algorithm); err != nil {

@@ -18,7 +18,6 @@ import (
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/status"
-	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/watchdog"
 	lradius "layeh.com/radius"
 )
@@ -128,16 +127,11 @@ func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.maxRate, "max-rate", 0, "per-server max authentication requests per second (0: no limit)")
 	fs.IntVar(&o.maxRateAcct, "max-rate-acct", 0, "per-server max accounting requests per second (0: no limit)")
 	fs.IntVar(&o.maxOutstanding, "max-outstanding", 0, "per-server and class max requests awaiting a reply (default 256)")
-	fs.DurationVar(&o.slot, "slot", throttle.DefaultSlot, "rate slot length `D` (50ms..1s)")
-	fs.StringVar(&o.queueAlarm, "queue-alarm", "", "HIGH,LOW: raise a server's queue alarm at depth HIGH, clear it at LOW")
 	fs.Float64Var(&o.rate, "rate", 100, "`N` requests per second, open loop: each request leaves at its intended time (start + n/N) whatever the earlier ones are doing, and its latency is measured from that time, not from when it left (against coordinated omission, as wrk2); may be fractional (0: closed loop, --concurrency callers as fast as they go)")
 	fs.IntVar(&o.concurrency, "concurrency", 256, "in-flight bound `N`: at most N requests in flight; with --rate, a request whose time comes while N are in flight is not sent (dropped_in_flight in the report, a warning at most once a second); with --rate 0, N callers each sending its next request when its last is done")
 	fs.Int64Var(&o.requests, "requests", 0, "stop after `N` requests sent (those not sent at the in-flight bound do not count; 0: no limit)")
 	fs.DurationVar(&o.duration, "duration", 0, "stop issuing requests after `D` (0: no limit); with --requests, whichever comes first; with neither, 10s")
-	fs.StringVar(&o.nai, "nai", "user%d@example.net", "User-Name format, %d the request number")
-	fs.StringVar(&o.maxFailed, "max-failed", "0", "exit 3 when more than this `SHARE` of the requests failed: a fraction (0.05) or a percentage (5%); 0: any failure; 1: never")
 	fs.StringVar(&o.report, "report", "-", "write the JSON report to `FILE` (- is stdout)")
-	fs.StringVar(&o.events, "events", "", "write every server event (watchdog, policy state, failover, balancer, queue alarm) as a JSON line to `FILE` (\"-\" is stdout)")
 	statusFlag(fs, &o.status, "logged at info")
 	logFlags(fs, &o.logLevel, &o.logFormat, "info")
 	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "stream: watchdog interval Twinit `D` of every connection (at least 6s)")
@@ -148,7 +142,7 @@ func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "radsec: PEM CA `FILE` the servers' certificates must chain to")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "radsec: PEM client certificate `FILE` (RFC 6614: mutual)")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "radsec: PEM private key `FILE` of --tls-cert")
-	fs.Var(&o.weights, "weight", "`URL=N`: pearson weight N >= 1 of the --peer URL (repeat)")
+	loadFlags(fs, &o.loadOptions)
 	return fs
 }
 

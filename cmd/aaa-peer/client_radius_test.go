@@ -125,6 +125,8 @@ func TestClientSharedFlagChecks(t *testing.T) {
 		{"--concurrency", "0", "--concurrency must be at least 1"},
 		{"--requests", "-1", "--requests must not be negative"},
 		{"--duration", "-1s", "--duration must not be negative"},
+		{"--slot", "20ms", "--slot 20ms: want 50ms to 1s"},
+		{"--max-outstanding", "-1", "--max-rate and --max-outstanding must not be negative"},
 	} {
 		for _, args := range [][]string{
 			{"client", "--peer", "tcp://127.0.0.1:3868", "--origin-host", "c1.example.net", "--origin-realm", "example.net", "--destination-realm", "example.net"},
