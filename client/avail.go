@@ -227,6 +227,10 @@ var beforeStrand func()
 // onStrand, when set, is told of the requests that start waiting.
 var onStrand func([]*call.Call)
 
+// onWait, when set, is told why placeAll left a request waiting in view
+// v: a test's failure can then say which path kept it back.
+var onWait func(cl *call.Call, v *avail, why string)
+
 // A waiter holds requests that found no peer, on its own goroutine
 // (waitFor), until the view changes; then it dispatches them again, in
 // order, in a round, and keeps those that still find none. Waiters go in

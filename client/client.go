@@ -705,17 +705,23 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 	var runAt []int      // their indexes in calls
 	var runTo *member
 	holding := false // a request that holds back those after it waits
-	waits := func(cl *call.Call) {
+	waits := func(cl *call.Call, why string, not *member) {
 		wait = append(wait, cl)
 		holding = holding || c.holdsBack(cl, v)
+		if onWait != nil {
+			if not != nil {
+				why += " (refused by " + not.spec.Name + ")"
+			}
+			onWait(cl, v, why)
+		}
 	}
 	elsewhere := func(i int, cl *call.Call, not *member) {
 		if holding && anywhere(cl) {
-			waits(cl)
+			waits(cl, "held back", not)
 		} else if m := c.placeOne(cl, v, []*member{not}); m != nil {
 			went(i, m)
 		} else if !cl.IsDone() {
-			waits(cl)
+			waits(cl, "no other peer took it", not)
 		}
 	}
 	flush := func() {
@@ -742,7 +748,11 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 		}
 		if m == nil {
 			flush() // those before it first, in case they end up waiting too
-			waits(cl)
+			why := "no peer in the view"
+			if holding && anywhere(cl) {
+				why = "held back"
+			}
+			waits(cl, why, nil)
 			continue
 		}
 		if m != runTo {

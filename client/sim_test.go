@@ -126,8 +126,9 @@ func TestSim(t *testing.T) {
 	beforeStrand = func() { simPause(50 * time.Millisecond) }
 	beforeRefresh = func() { simPause(20 * time.Millisecond) }
 	onStrand = simStranded
+	onWait = simWaited
 	defer func() {
-		testhook.Queued, testhook.AfterQueue, beforeStrand, beforeRefresh, onStrand = nil, nil, nil, nil, nil
+		testhook.Queued, testhook.AfterQueue, beforeStrand, beforeRefresh, onStrand, onWait = nil, nil, nil, nil, nil, nil
 		testhook.CallerRead = nil
 	}()
 	var failed []uint64
@@ -347,6 +348,7 @@ type simWorld struct {
 	seq       int
 	sends     map[uint32][]simSend
 	stranded  map[*call.Call]bool // every request that waited for a peer (onStrand)
+	waitWhy   map[uint32][]string // why placeAll left each request waiting, with its view (onWait)
 	groups    []*simGroup         // the requests of each waiter started, while its deadlines run (onStrand)
 	groupOf   map[*call.Call]*simGroup
 	asked     map[[2]uint32]bool   // (e2e, hbh) of the servers' requests given to the client's handler
@@ -451,8 +453,8 @@ func (w *simWorld) handedOverOrder(routes map[simHop][]simMove) {
 					continue
 				}
 				a, b := ms[i].id, ms[j].id
-				w.t.Errorf("seed %d: replays of one hand-over (at %v) out of send order: %d and %d sent at %d then %d, replayed on one connection at %d then %d (at %v then %v); sends %+v and %+v; records %q / %q",
-					w.seed, at[i].Format("04:05.000"), a, b, ms[i].xseq, ms[j].xseq, ms[i].yseq, ms[j].yseq, ms[i].yat.Format("04:05.000"), ms[j].yat.Format("04:05.000"), w.sends[a], w.sends[b], w.recordsWith(a), w.recordsWith(b))
+				w.t.Errorf("seed %d: replays of one hand-over (at %v) out of send order: %d and %d sent at %d then %d, replayed on one connection at %d then %d (at %v then %v); sends %+v and %+v; records %q / %q; waited %q / %q",
+					w.seed, at[i].Format("04:05.000"), a, b, ms[i].xseq, ms[j].xseq, ms[i].yseq, ms[j].yseq, ms[i].yat.Format("04:05.000"), ms[j].yat.Format("04:05.000"), w.sends[a], w.sends[b], w.recordsWith(a), w.recordsWith(b), w.waitWhy[a], w.waitWhy[b])
 			}
 		}
 	}
@@ -798,6 +800,27 @@ type simGroup struct {
 // simStranded records requests that wait for a view change in their
 // world, for watchParked and checkRecovered, and the group a waiter
 // starts with, for watchParked.
+// simWaited keeps why placeAll left a request waiting, with the view it
+// was placed against: the members open, taking requests and avoided by
+// it, and whether it held back the requests after it.
+func simWaited(cl *call.Call, v *avail, why string) {
+	w := simWorldOf(cl.Ref)
+	if w == nil {
+		return
+	}
+	var ms []string
+	for _, m := range v.ros.all {
+		k := m.carrier()
+		ms = append(ms, fmt.Sprintf("%s open %v takes %v avoids %v", m.spec.Name, v.open[m.index], v.takes[m.index], k != nil && k.Avoids(cl)))
+	}
+	note := fmt.Sprintf("%v %s in gen %d, holds back %v: %s", time.Now().Format("04:05.000"), why, v.gen, w.c.holdsBack(cl, v), strings.Join(ms, "; "))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.waitWhy[cl.Ref]) < 8 {
+		w.waitWhy[cl.Ref] = append(w.waitWhy[cl.Ref], note)
+	}
+}
+
 func simStranded(calls []*call.Call) {
 	if len(calls) == 0 {
 		return
@@ -884,7 +907,7 @@ func (w *simWorld) tryPause() time.Duration {
 
 func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	w := &simWorld{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), stranded: map[*call.Call]bool{},
-		sends: map[uint32][]simSend{}, refusals: map[[2]uint32]int{}, wrote: map[[2]uint32]string{}, answered: map[uint32]time.Time{}, applied: map[uint32]int{}, commits: map[uint32][]string{},
+		waitWhy: map[uint32][]string{}, sends: map[uint32][]simSend{}, refusals: map[[2]uint32]int{}, wrote: map[[2]uint32]string{}, answered: map[uint32]time.Time{}, applied: map[uint32]int{}, commits: map[uint32][]string{},
 		commitAt: map[uint32]time.Time{}, runs: map[uint32]int{}, reqs: map[uint32]*simReq{}, slow: map[uint32]bool{}, dropped: map[uint32]bool{},
 		groupOf: map[*call.Call]*simGroup{}, asked: map[[2]uint32]bool{}, hrng: rand.New(rand.NewPCG(seed, 0x4a4d)), trng: rand.New(rand.NewPCG(seed, 0x7472))}
 	simWorlds.Lock()
