@@ -758,6 +758,12 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 		if m != runTo {
 			flush()
 			runTo = m
+			if holding && anywhere(cl) {
+				// The flush left a request before this one waiting: cl
+				// was picked before, and now waits behind it.
+				waits(cl, "held back", nil)
+				continue
+			}
 		}
 		ok, probe := true, false
 		if c.group != nil {
