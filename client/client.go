@@ -775,7 +775,11 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 			elsewhere(i, cl, m)
 		case probe: // the one probe goes alone
 			flush()
-			if c.submit(cl, m, true) {
+			if holding && anywhere(cl) {
+				// As above: the flush left a request before it waiting.
+				c.group.CancelProbe(m.index)
+				waits(cl, "held back", nil)
+			} else if c.submit(cl, m, true) {
 				went(i, m)
 			} else {
 				elsewhere(i, cl, m)

@@ -70,7 +70,8 @@ coordinated omission, as wrk2 does). --concurrency bounds the requests in
 flight: a request whose time comes while that many are in flight is not
 sent, counted (dropped_in_flight) and logged (a warning, at most once a
 second). With --rate 0 the load is closed loop, as the Diameter client's:
---concurrency callers, each sending its next request when its last is done. Whenever requests sent to a server are outstanding and none has
+--concurrency callers, each sending its next request when its last is
+done. Whenever requests sent to a server are outstanding and none has
 been answered for N seconds, a warning says "no answer for Ns from
 SERVER" (once a second).
 Prints one progress line a second (on stderr while the report or the

@@ -25,13 +25,7 @@ func TestRadiusClientFailover(t *testing.T) {
 	if err := os.WriteFile(sf, []byte(testRadiusSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv := startServer(t, "--listen", "radius://127.0.0.1:0", "--secret-file", sf)
-	var live string
-	for _, u := range readLines(t, srv) {
-		if strings.HasPrefix(u, "radius://") {
-			live = u
-		}
-	}
+	srv, live := startRADIUSUDPServer(t, sf)
 	dead, err := net.ListenPacket("udp", "127.0.0.1:0") // reads nothing, answers nothing
 	if err != nil {
 		t.Fatal(err)
@@ -292,13 +286,7 @@ func TestRadiusClientConfigFile(t *testing.T) {
 func TestRadiusClientClosedLoop(t *testing.T) {
 	t.Parallel()
 	sf := secretFile(t)
-	srv := startServer(t, "--listen", "radius://127.0.0.1:0", "--secret-file", sf)
-	var live string
-	for _, u := range readLines(t, srv) {
-		if strings.HasPrefix(u, "radius://") {
-			live = u
-		}
-	}
+	srv, live := startRADIUSUDPServer(t, sf)
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{"client", "--peer", live, "--secret-file", sf, "--app", "acct",
 		"--rate", "0", "--concurrency", "4", "--requests", "40", "--log-level", "error"}, &stdout, &stderr)
@@ -367,13 +355,7 @@ func TestEventsThenReportOnStdout(t *testing.T) {
 func TestRadiusClientRequestsOrDuration(t *testing.T) {
 	t.Parallel()
 	sf := secretFile(t)
-	srv := startServer(t, "--listen", "radius://127.0.0.1:0", "--secret-file", sf)
-	var live string
-	for _, u := range readLines(t, srv) {
-		if strings.HasPrefix(u, "radius://") {
-			live = u
-		}
-	}
+	srv, live := startRADIUSUDPServer(t, sf)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // without the duration: 500 s
 	defer cancel()
 	var stdout, stderr bytes.Buffer

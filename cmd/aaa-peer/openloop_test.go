@@ -346,13 +346,7 @@ func TestRadiusClientOpenLoop(t *testing.T) {
 	if err := os.WriteFile(sf, []byte(testRadiusSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv := startServer(t, "--listen", "radius://127.0.0.1:0", "--secret-file", sf)
-	var live string
-	for _, u := range readLines(t, srv) {
-		if strings.HasPrefix(u, "radius://") {
-			live = u
-		}
-	}
+	_, live := startRADIUSUDPServer(t, sf)
 	silent, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

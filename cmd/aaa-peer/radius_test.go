@@ -36,6 +36,20 @@ func startRADIUSServer(t *testing.T, extra ...string) (*testServer, string) {
 	return nil, ""
 }
 
+// startRADIUSUDPServer starts aaa-peer server with a radius:// listener
+// and the shared secret of file sf, and returns it with the RADIUS URL.
+func startRADIUSUDPServer(t *testing.T, sf string) (*testServer, string) {
+	t.Helper()
+	srv := startServer(t, "--listen", "radius://127.0.0.1:0", "--secret-file", sf)
+	for _, u := range readLines(t, srv) {
+		if strings.HasPrefix(u, "radius://") {
+			return srv, u
+		}
+	}
+	t.Fatalf("no radius:// URL in the ready file: %q", readLines(t, srv))
+	return nil, ""
+}
+
 func acctRecord(status uint32, delay uint32) *radius.Request {
 	ts, _ := lradius.NewDate(time.Unix(1_800_000_000, 0))
 	return &radius.Request{Code: lradius.CodeAccountingRequest, Attributes: lradius.Attributes{
