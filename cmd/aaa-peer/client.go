@@ -83,19 +83,13 @@ ends.
 // (server policy and throttling, off unless set, among them) and its own.
 type clientOptions struct {
 	loadOptions
-	originHost     string
-	originRealm    string
-	destRealm      string
-	timeout        time.Duration
-	connectTimeout time.Duration
-	noDelay        bool
-	mode           string
-	waitPeers      int
-	dprHoldOff     time.Duration
-	cpuProfile     string
-
-	// Parsed by validate.
-	clientMode client.Mode
+	originHost  string
+	originRealm string
+	destRealm   string
+	timeout     time.Duration
+	noDelay     bool
+	dprHoldOff  time.Duration
+	cpuProfile  string
 }
 
 func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
@@ -124,7 +118,6 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.report, "report", "", "write a JSON report to `FILE` at the end (\"-\" is stdout)")
 	fs.DurationVar(&o.timeout, "timeout", 0, "per-request deadline `D` (a request may run up to 1% of it, at most 10ms, longer), including any wait for a peer in service and a failover (default: the failover detection of --tw, or of the longest tw of the --config file's peers, 2 x (tw + 2s), plus 10s for the answer: 74s at --tw 30s; a shorter one is logged as a warning)")
 	fs.DurationVar(&o.timeout, "request-timeout", 0, "the same as --timeout: a request's deadline `D` (the RADIUS client's name for it)")
-	fs.DurationVar(&o.connectTimeout, "connect-timeout", 10*time.Second, "wait at most `D` for the first peer to be OKAY, else exit 1")
 	fs.BoolVar(&o.noDelay, "no-delay", false, "disable Nagle on TCP and TLS sockets (RFC 3539 3.2 wants it on)")
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "PEM CA `FILE` that tls:// servers' certificates must chain to (default: system roots)")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM client certificate `FILE` presented to tls:// servers (mutual TLS)")
@@ -132,9 +125,7 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	logFlags(fs, &o.logLevel, &o.logFormat, "info")
 	statusFlag(fs, &o.status, "logged at info")
 	cpuProfileFlag(fs, &o.cpuProfile)
-	fs.StringVar(&o.mode, "mode", "balance", "`MODE` choosing the peer of each new request: balance (spread with --algorithm) or failover (first peer in service, in --peer order)")
 	fs.StringVar(&o.algorithm, "algorithm", "pearson", "balance `ALG`: pearson (weighted RFC 3074 hash of the NAI), hash (unweighted), direct (first --peer in service) or round-robin")
-	fs.IntVar(&o.waitPeers, "wait-peers", 1, "before sending, wait until `N` peers are OKAY (0: all of them; the default with --mode failover, so the run starts on the primary), at most --connect-timeout; past it, go on with those OKAY (exit 1 if none)")
 	fs.IntVar(&o.maxRate, "max-rate", 0, "throttle: at most `N` requests per second to each server, spread evenly over --slot slots (0: no rate limit)")
 	fs.IntVar(&o.maxOutstanding, "max-outstanding", 0, "throttle: at most `N` requests outstanding per server; a place frees when the answer arrives or the request times out (0: 256 when throttling is on)")
 	fs.DurationVar(&o.downTimeout, "down-timeout", 0, "policy: a server with requests sent and no reply for `D` goes out of service (default: --timeout)")
@@ -163,10 +154,6 @@ func (o *clientOptions) validate() error {
 		return usagef("--dpr-hold-off must not be negative")
 	case o.timeout < 0:
 		return usagef("--timeout must be positive")
-	case o.connectTimeout <= 0:
-		return usagef("--connect-timeout must be positive")
-	case o.waitPeers < 0 || o.waitPeers > len(o.peers):
-		return usagef("--wait-peers %d: want 0 (all) to %d (the number of --peer)", o.waitPeers, len(o.peers))
 	case o.app != "acct" && o.app != "test":
 		return usagef("--app %q: want acct or test", o.app)
 	case strings.Contains(o.nai, "%") && strings.Contains(fmt.Sprintf(o.nai, 1), "%!"):
@@ -195,10 +182,6 @@ func (o *clientOptions) validate() error {
 			return usagef("--peer %s given twice", u)
 		}
 		seen[u] = true
-	}
-	var err error
-	if o.clientMode, err = client.ParseMode(o.mode); err != nil {
-		return usagef("--mode %q: want balance or failover", o.mode)
 	}
 	if err := o.check(); err != nil {
 		return err
@@ -325,10 +308,7 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		// Open loop: room for every request to run its --timeout.
 		o.concurrency = openLoopBound(o.rate, o.timeout)
 	}
-	if o.clientMode == client.PrimarySecondary && !set["wait-peers"] {
-		// Start on the primary, not on whichever peer answered first.
-		o.waitPeers = 0
-	}
+	o.startOnPrimary(set)
 	// The log and the progress lines may share stderr (progressWriter).
 	stderr = &lockedWriter{w: stderr}
 	log, err := newLogger(stderr, o.logLevel, o.logFormat)
@@ -413,7 +393,7 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 // Client is set by the caller).
 func newDiameterLoad(o clientOptions, log *slog.Logger, metrics *status.Metrics) (*loadgen, *diameterRequests) {
 	r := &diameterRequests{o: &o, metrics: metrics}
-	g := newLoadgen(&o.loadOptions, o.timeout, o.clientMode, "diameter", r, log, metrics)
+	g := newLoadgen(&o.loadOptions, o.timeout, "diameter", r, log, metrics)
 	app := uint32(message.AppAccounting)
 	if o.app == "test" {
 		app = message.AppTest

@@ -51,6 +51,9 @@ type loadOptions struct {
 	logLevel, logFormat              string
 	maxFailed                        string
 	config                           string
+	mode                             string
+	waitPeers                        int
+	connectTimeout                   time.Duration
 
 	// names and secrets are the --config file's names and secrets of
 	// its peers, by URL; own, their own tw, TLS and limits.
@@ -59,6 +62,7 @@ type loadOptions struct {
 	own     map[string]ownSetting
 
 	// Parsed by check.
+	clientMode          client.Mode
 	alg                 loadbalance.Algorithm
 	weightOf            map[string]int
 	alarmHigh, alarmLow int
@@ -74,6 +78,9 @@ func loadFlags(fs *flag.FlagSet, o *loadOptions) {
 	fs.StringVar(&o.maxFailed, "max-failed", "0", "exit 3 when more than this `SHARE` of the requests failed: a fraction (0.05) or a percentage (5%); 0: any failure; 1: never")
 	fs.DurationVar(&o.slot, "slot", throttle.DefaultSlot, "throttle: rate slot length `D` (50ms to 1s)")
 	fs.StringVar(&o.queueAlarm, "queue-alarm", "", "throttle: raise a server's queue alarm at depth HIGH and clear it at LOW (`HIGH,LOW`)")
+	fs.StringVar(&o.mode, "mode", "balance", "`MODE` choosing the server of each new request: balance (spread with --algorithm) or failover (first server in service, in --peer order)")
+	fs.IntVar(&o.waitPeers, "wait-peers", 1, "before sending, wait until `N` servers are in service (0: all of them; the default with --mode failover, so the run starts on the primary), at most --connect-timeout; past it, go on with those in service (exit 1 if none)")
+	fs.DurationVar(&o.connectTimeout, "connect-timeout", 10*time.Second, "wait at most `D` for the first server in service (its connection OKAY; a RADIUS/UDP server at once), else exit 1")
 }
 
 // check parses and checks what both clients take alike: the load
@@ -93,8 +100,15 @@ func (o *loadOptions) check() error {
 		return usagef("--max-rate and --max-outstanding must not be negative")
 	case o.slot < 50*time.Millisecond || o.slot > time.Second:
 		return usagef("--slot %v: want 50ms to 1s", o.slot)
+	case o.connectTimeout <= 0:
+		return usagef("--connect-timeout must be positive")
+	case o.waitPeers < 0 || o.waitPeers > len(o.peers):
+		return usagef("--wait-peers %d: want 0 (all) to %d (the number of --peer)", o.waitPeers, len(o.peers))
 	}
 	var err error
+	if o.clientMode, err = client.ParseMode(o.mode); err != nil {
+		return usagef("--mode %q: want balance or failover", o.mode)
+	}
 	if o.alg, err = loadbalance.ParseAlgorithm(o.algorithm); err != nil {
 		return usagef("--algorithm %q: want pearson, hash, direct or round-robin", o.algorithm)
 	}
@@ -122,6 +136,15 @@ func (o *loadOptions) check() error {
 		o.alarmHigh, o.alarmLow = h, l
 	}
 	return checkStatusAddr(o.status)
+}
+
+// startOnPrimary makes a failover-mode run wait for every server before
+// it starts (unless --wait-peers is given), so that it starts on the
+// primary, not on whichever server came up first.
+func (o *loadOptions) startOnPrimary(set map[string]bool) {
+	if o.clientMode == client.PrimarySecondary && !set["wait-peers"] {
+		o.waitPeers = 0
+	}
 }
 
 // parseShare parses a share of requests: a fraction in [0, 1] or a
@@ -172,10 +195,13 @@ func (o *loadOptions) fileDefaults(cfg *config.Config, set map[string]bool) {
 
 // filePeers makes the file's peers the client's, the primaries first and
 // each group in file order, with their names, secrets and own settings,
-// and their weights unless --weight is given. It returns them in that
-// order.
+// and their weights unless --weight is given; with roles, --mode is
+// failover unless given. It returns them in that order.
 func (o *loadOptions) filePeers(peers []config.Peer, set map[string]bool) []config.Peer {
 	peers = byRole(peers)
+	if peers[0].Role != config.RoleNone && !set["mode"] {
+		o.mode = client.PrimarySecondary.String()
+	}
 	o.peers, o.names, o.secrets = nil, make(map[string]string, len(peers)), make(map[string][]byte, len(peers))
 	for _, p := range peers {
 		o.peers = append(o.peers, p.URL)

@@ -25,7 +25,8 @@ import (
 const radiusClientSynopsis = `usage: aaa-peer client --peer radius://HOST:PORT [--peer ...] [--acct-peer radius://HOST:PORT ...]
        aaa-peer client --peer radius+tcp://HOST:PORT|radsec://HOST[:PORT] [--peer ...] [--tw 30s]
        [--max-conns 1] [--request-timeout D] [--tls-ca F --tls-cert F --tls-key F] [--weight URL=N ...]
-       [--secret-file FILE] [--app auth|acct|status] [--algorithm direct|round-robin|hash|pearson]
+       [--secret-file FILE] [--app auth|acct|status] [--mode balance|failover]
+       [--algorithm direct|round-robin|hash|pearson] [--wait-peers N] [--connect-timeout 10s]
        [--require-message-authenticator auto|always|never]
        [--timeout 3s] [--retries 3] [--down-timeout D] [--hold-down 30s]
        [--test-user NAME --test-password PW | --status-server] [--keepalive D]
@@ -34,7 +35,9 @@ const radiusClientSynopsis = `usage: aaa-peer client --peer radius://HOST:PORT [
        [--nai FORMAT] [--events FILE] [--report FILE] [--status ADDR] [--log-level info]
 
 Every transport goes through package client, the path Diameter requests
-take. RADIUS over UDP (radius://): each request is sent
+take. As the Diameter client does, it waits for --wait-peers servers in
+service (a connection OKAY; a UDP server at once), at most
+--connect-timeout, before sending. RADIUS over UDP (radius://): each request is sent
 up to --retries times, --timeout apart, byte for byte, to the server the
 access algorithm gives (direct: the in-service server of lowest --peer
 index; hash: of User-Name), then to the next server in service, each at
@@ -167,6 +170,7 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
+	o.startOnPrimary(set)
 	// The log and the progress lines share stderr from two goroutines.
 	stderr = &lockedWriter{w: stderr}
 	log, err := newLogger(stderr, o.logLevel, o.logFormat)
@@ -303,7 +307,7 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	}
 	metrics := newMetrics(o.status)
 	defer metrics.WatchClient(events)()
-	g := newLoadgen(&o.loadOptions, o.requestTimeout, client.Balance, strings.ToLower(protocol), &radiusRequests{o: o, protocol: protocol}, log, metrics)
+	g := newLoadgen(&o.loadOptions, o.requestTimeout, strings.ToLower(protocol), &radiusRequests{o: o, protocol: protocol}, log, metrics)
 	if g.cl, err = client.New(cfg); err != nil {
 		ew.Close()
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
@@ -329,13 +333,19 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 1
 	}
+	code := 0
 	began := time.Now()
-	g.run(ctx, progressWriter(&o.loadOptions, stdout, stderr))
+	if err := g.waitUp(ctx, nil, o.waitPeers, o.connectTimeout); err != nil {
+		log.Error("no server in service", "err", err)
+		code = 1
+	} else {
+		g.run(ctx, progressWriter(&o.loadOptions, stdout, stderr))
+	}
 	elapsed := time.Since(began) // the run, not the disconnect
 	if err := web.Close(); err != nil {
 		log.Error("status page", "err", err)
 	}
-	return g.finish(0, elapsed, ew, stdout)
+	return g.finish(code, elapsed, ew, stdout)
 }
 
 // radiusRequests are the RADIUS client's requests: Access-Requests,

@@ -20,7 +20,7 @@ import (
 // limits its throttle.
 func (o *radiusClientOptions) clientConfig(secret []byte, events *client.Bus, log *slog.Logger) (client.Config, error) {
 	cfg := client.Config{
-		Mode: client.Balance, Algorithm: o.alg, Events: events, RequestTimeout: o.requestTimeout,
+		Mode: o.clientMode, Algorithm: o.alg, Events: events, RequestTimeout: o.requestTimeout,
 		RADIUS: radpeer.Config{Secret: secret, Watchdog: watchdog.Config{Twinit: o.tw}, MaxConns: o.maxConns, Logger: log,
 			RequireMessageAuthenticator: o.requireMA},
 		UDP: radpeer.UDPConfig{Timeout: o.timeout, Retries: o.retries},

@@ -121,6 +121,9 @@ func TestClientSharedFlagChecks(t *testing.T) {
 		{"--duration", "-1s", "--duration must not be negative"},
 		{"--slot", "20ms", "--slot 20ms: want 50ms to 1s"},
 		{"--max-outstanding", "-1", "--max-rate and --max-outstanding must not be negative"},
+		{"--mode", "spread", `--mode "spread": want balance or failover`},
+		{"--wait-peers", "2", "--wait-peers 2: want 0 (all) to 1 (the number of --peer)"},
+		{"--connect-timeout", "0s", "--connect-timeout must be positive"},
 	} {
 		for _, args := range [][]string{
 			{"client", "--peer", "tcp://127.0.0.1:3868", "--origin-host", "c1.example.net", "--origin-realm", "example.net", "--destination-realm", "example.net"},
@@ -372,5 +375,84 @@ func TestRadiusClientRequestsOrDuration(t *testing.T) {
 	}
 	if code := srv.stop(t); code != 0 {
 		t.Fatalf("server exit %d", code)
+	}
+}
+
+// The RADIUS client waits for its servers as the Diameter client waits
+// for its peers: with none in service within --connect-timeout it exits 1
+// before sending anything; with fewer in service than --wait-peers wants,
+// it says so and goes on with those in service.
+func TestRadiusClientWaitsForServers(t *testing.T) {
+	t.Parallel()
+	srv, live := startRADIUSServer(t)
+	sf := secretFile(t)
+	const dead = "radius+tcp://127.0.0.1:1" // nothing listens on port 1
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"client", "--peer", dead, "--secret-file", sf, "--app", "acct",
+		"--connect-timeout", "300ms", "--request-timeout", "1s", "--requests", "5"}, &stdout, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "none of 1 servers in service within 300ms (--connect-timeout)") {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and none in service within --connect-timeout", code, stderr.String())
+	}
+	var rep clientReport
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, stdout.String())
+	}
+	if rep.Sent != 0 {
+		t.Errorf("%d requests sent before a server was in service", rep.Sent)
+	}
+
+	stdout.Reset()
+	stderr.Reset()
+	code = run(context.Background(), []string{"client", "--peer", live, "--peer", dead, "--secret-file", sf, "--app", "acct",
+		"--wait-peers", "0", "--connect-timeout", "500ms", "--rate", "0", "--requests", "20"}, &stdout, &stderr)
+	if code != 0 || !strings.Contains(stderr.String(), "not every server wanted is in service; going on") {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 0 and a warning that not every server is in service", code, stderr.String())
+	}
+	rep = clientReport{}
+	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+		t.Fatalf("report: %v\n%s", err, stdout.String())
+	}
+	if rep.Answered != 20 {
+		t.Errorf("%d of 20 answered by the server in service", rep.Answered)
+	}
+	if code := srv.stop(t); code != 0 {
+		t.Fatalf("server exit %d", code)
+	}
+}
+
+// --mode failover sends every new request to the first server in service,
+// in --peer order, whatever --algorithm says; --mode balance spreads them
+// with it.
+func TestRadiusClientFailoverMode(t *testing.T) {
+	t.Parallel()
+	sf := secretFile(t)
+	srvA, a := startRADIUSUDPServer(t, sf)
+	srvB, b := startRADIUSUDPServer(t, sf)
+	for _, mode := range []string{"failover", "balance"} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), []string{"client", "--peer", a, "--peer", b, "--secret-file", sf, "--app", "acct",
+			"--mode", mode, "--algorithm", "pearson", "--rate", "0", "--concurrency", "4", "--requests", "40", "--log-level", "error"}, &stdout, &stderr)
+		if code != 0 {
+			t.Fatalf("--mode %s: exit %d\n%s", mode, code, stderr.String())
+		}
+		var rep clientReport
+		if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+			t.Fatalf("report: %v\n%s", err, stdout.String())
+		}
+		if len(rep.Servers) != 2 || rep.Answered != 40 {
+			t.Fatalf("--mode %s: %d answered, servers %+v: want 40 over two servers", mode, rep.Answered, rep.Servers)
+		}
+		first, second := rep.Servers[0].Answered, rep.Servers[1].Answered
+		switch {
+		case mode == "failover" && (rep.Mode != "failover" || first != 40):
+			t.Errorf("--mode failover: mode %q, %d and %d answered: want all 40 by the first server", rep.Mode, first, second)
+		case mode == "balance" && (rep.Mode != "balance" || first == 0 || second == 0):
+			t.Errorf("--mode balance --algorithm pearson: mode %q, %d and %d answered: want both servers used", rep.Mode, first, second)
+		}
+	}
+	for _, s := range []*testServer{srvA, srvB} {
+		if code := s.stop(t); code != 0 {
+			t.Fatalf("server exit %d", code)
+		}
 	}
 }

@@ -204,9 +204,7 @@ func (o *clientOptions) applyConfig(cfg *config.Config, set map[string]bool) (un
 		if !cfg.Peers[0].Diameter() {
 			return nil, usagef("--config %s:%d: %s is a RADIUS server, not a Diameter peer", cfg.File, cfg.Peers[0].Line, cfg.Peers[0].URL)
 		}
-		if peers := o.filePeers(cfg.Peers, set); peers[0].Role != config.RoleNone && !set["mode"] {
-			o.mode = client.PrimarySecondary.String()
-		}
+		o.filePeers(cfg.Peers, set)
 	}
 	if len(cfg.Listen) > 0 {
 		unused = append(unused, "listen")

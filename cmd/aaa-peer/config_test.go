@@ -421,8 +421,8 @@ weight = 3
 	}
 	if !reflect.DeepEqual([]string(o.peers), []string{"radius+tcp://10.0.0.1:1812", "radius+tcp://10.0.0.2:1812"}) ||
 		!reflect.DeepEqual([]string(o.weights), []string{"radius+tcp://10.0.0.1:1812=3"}) ||
-		o.algorithm != "direct" || o.tw != 15*time.Second || o.maxRate != 9 {
-		t.Errorf("options: peers %v weights %v algorithm %s tw %v max-rate %d", o.peers, o.weights, o.algorithm, o.tw, o.maxRate)
+		o.mode != "failover" || o.tw != 15*time.Second || o.maxRate != 9 {
+		t.Errorf("options: peers %v weights %v mode %s tw %v max-rate %d", o.peers, o.weights, o.mode, o.tw, o.maxRate)
 	}
 	if string(secrets["radius+tcp://10.0.0.1:1812"]) != "filesecret" || string(secrets["radius+tcp://10.0.0.2:1812"]) != "own" {
 		t.Errorf("secrets %q", secrets)
@@ -434,15 +434,15 @@ weight = 3
 		t.Errorf("validate: %v", err)
 	}
 
-	// Roles make the access direct whatever the default, unless
-	// --algorithm is given.
+	// Roles make the client primary/secondary (--mode failover), as the
+	// Diameter client's, unless --mode is given.
 	for _, tc := range []struct {
 		set  map[string]bool
 		want string
-	}{{nil, "direct"}, {map[string]bool{"algorithm": true}, "round-robin"}} {
-		o := radiusClientOptions{loadOptions: loadOptions{algorithm: "round-robin"}}
-		if _, err := o.applyConfig(cfg, tc.set); err != nil || o.algorithm != tc.want {
-			t.Errorf("flags given %v: algorithm %s, %v; want %s", tc.set, o.algorithm, err, tc.want)
+	}{{nil, "failover"}, {map[string]bool{"mode": true}, "balance"}} {
+		o := radiusClientOptions{loadOptions: loadOptions{mode: "balance"}}
+		if _, err := o.applyConfig(cfg, tc.set); err != nil || o.mode != tc.want {
+			t.Errorf("flags given %v: mode %s, %v; want %s", tc.set, o.mode, err, tc.want)
 		}
 	}
 

@@ -180,10 +180,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	timeout := max(30*time.Second, 5*o.tw) // longer than a freeze takes to detect (2 Tw + jitter)
 	co := clientOptions{
 		loadOptions: loadOptions{tw: o.tw, rate: o.rate, concurrency: o.concurrency, duration: o.duration,
-			nai: "user%d@example.net", app: "acct", alg: loadbalance.Pearson},
+			nai: "user%d@example.net", app: "acct", alg: loadbalance.Pearson,
+			connectTimeout: 10 * time.Second, waitPeers: 0, clientMode: client.Balance},
 		originHost: demoClientHost, originRealm: demoRealm, destRealm: demoRealm,
-		timeout: timeout, connectTimeout: 10 * time.Second, waitPeers: 0,
-		clientMode: client.Balance, dprHoldOff: peer.DefaultDPRHoldOff,
+		timeout: timeout, dprHoldOff: peer.DefaultDPRHoldOff,
 	}
 	bus := client.NewBus()
 	ccfg := co.clientConfig(log, transport.Options{}, bus)

@@ -44,8 +44,7 @@ type requester interface {
 type loadgen struct {
 	o        *loadOptions
 	timeout  time.Duration // a request's deadline; 0: the Client's RequestTimeout (unless the run's ctx has a deadline)
-	mode     client.Mode
-	protocol string // the report's: diameter, radius/udp, radius/tcp or radius/tls
+	protocol string        // the report's: diameter, radius/udp, radius/tcp or radius/tls
 	req      requester
 	log      *slog.Logger
 	metrics  *status.Metrics // nil without --status
@@ -68,8 +67,8 @@ type loadgen struct {
 
 // newLoadgen prepares a run of req under the checked options o (its
 // Client is set by the caller).
-func newLoadgen(o *loadOptions, timeout time.Duration, mode client.Mode, protocol string, req requester, log *slog.Logger, metrics *status.Metrics) *loadgen {
-	return &loadgen{o: o, timeout: timeout, mode: mode, protocol: protocol, req: req, log: log, metrics: metrics,
+func newLoadgen(o *loadOptions, timeout time.Duration, protocol string, req requester, log *slog.Logger, metrics *status.Metrics) *loadgen {
+	return &loadgen{o: o, timeout: timeout, protocol: protocol, req: req, log: log, metrics: metrics,
 		epoch: time.Now(), counter: newCounter(o.concurrency)}
 }
 
@@ -206,10 +205,10 @@ func (c *loadgen) waitUp(ctx context.Context, refused <-chan string, want int, c
 	case wctx.Err() == nil: // refused by every peer: waiting changes nothing
 		return context.Cause(rctx)
 	case c.cl.WaitReady(wctx, 1) == nil: // wctx is done: this only counts
-		c.log.Warn("not every peer wanted is in service; going on", "err", err, "wait_peers", want, "connect_timeout", connect)
+		c.log.Warn("not every server wanted is in service; going on", "err", err, "wait_peers", want, "connect_timeout", connect)
 		return nil
 	}
-	return fmt.Errorf("none of %d peers OKAY within %v (--connect-timeout)", len(c.cl.Peers()), connect)
+	return fmt.Errorf("none of %d servers in service within %v (--connect-timeout)", len(c.cl.Peers()), connect)
 }
 
 // closeClient disconnects every peer (DPR/DPA over Diameter), bounded by
@@ -383,7 +382,7 @@ func errorKind(err error) string {
 func (c *loadgen) report(dropped uint64, elapsed time.Duration) clientReport {
 	sent, answered, failed := c.counts()
 	r := clientReport{
-		Protocol: c.protocol, Mode: c.mode.String(), Algorithm: c.o.alg.String(),
+		Protocol: c.protocol, Mode: c.o.clientMode.String(), Algorithm: c.o.alg.String(),
 		Sent: sent, Answered: answered, Failed: failed, Rejected: c.rejected.Load(),
 		LatencyUS: c.lat.Summary(), FailedBy: c.failedKinds(),
 		EventsDropped: dropped, ElapsedMS: elapsed.Milliseconds(),

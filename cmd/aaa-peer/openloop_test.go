@@ -482,7 +482,7 @@ func TestLatencyFromIntendedTime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := newLoadgen(&o.loadOptions, 0, client.Balance, "radius/udp", &radiusRequests{o: &o}, log, nil)
+		g := newLoadgen(&o.loadOptions, 0, "radius/udp", &radiusRequests{o: &o}, log, nil)
 		if g.cl, err = client.New(cfg); err != nil {
 			t.Fatal(err)
 		}
