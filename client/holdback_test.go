@@ -1,0 +1,96 @@
+package client
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aaatp/aaatp/call"
+	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// A request picked before a flush that left an earlier request of its
+// batch waiting waits behind it, even when its own peer takes requests
+// again a moment later. In one batch x is picked for a and y for b; a
+// refuses x (a is SUSPECT, the view not yet), and so does b, so x waits;
+// b is OKAY again before y is placed. y must not leave ahead of x: both
+// wait, and go to b in batch order once the view changes.
+func TestBatchHoldsBackAfterFlush(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		defer n.close()
+		stale := make(chan struct{}) // open: the view does not follow the peers
+		var holdView atomic.Bool
+		beforeRefresh = func() {
+			if holdView.Load() {
+				<-stale
+			}
+		}
+		defer func() { beforeRefresh = nil }()
+		c, err := New(clientConfig(n, Balance, "tcp://a:1", "tcp://b:1"))
+		require.NoError(t, err)
+		defer func() {
+			c.Close(context.Background())
+			<-c.Done()
+		}()
+		waitOkay(t, c)
+		var b *peer.Peer
+		for _, p := range c.Peers() {
+			if p.Name() == "b.example.net" {
+				b = p
+			}
+		}
+		x, y := acrFor(t, c, "a.example.net"), acrFor(t, c, "b.example.net")
+		wire.SetEndToEnd(x, 1)
+		wire.SetEndToEnd(y, 2)
+
+		holdView.Store(true)
+		n["tcp://a:1"].freeze()
+		n["tcp://b:1"].freeze()
+		time.Sleep(70 * time.Second) // both SUSPECT at 2 Tw, both still open in the view
+		synctest.Wait()
+		for _, p := range c.Peers() {
+			require.Equal(t, watchdog.Suspect, p.State(), p.Name())
+		}
+		var whys []string
+		onWait = func(_ *call.Call, _ *avail, why string) {
+			whys = append(whys, why)
+			if len(whys) == 1 { // x, refused by a and by b: b comes back now
+				n["tcp://b:1"].unfreeze()
+				for b.State() != watchdog.Okay {
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}
+		defer func() { onWait = nil }()
+		xc, err := peer.NewCall(x, false)
+		require.NoError(t, err)
+		yc, err := peer.NewCall(y, false)
+		require.NoError(t, err)
+		xc.Deadline = time.Now().Add(time.Hour)
+		yc.Deadline = xc.Deadline
+		to := c.dispatchAll([]*call.Call{xc, yc})
+		assert.Equal(t, []string{"no other peer took it (refused by a.example.net)", "held back"}, whys)
+		assert.Nil(t, to[1], "y went ahead of x, which waits")
+
+		holdView.Store(false)
+		close(stale)
+		for _, cl := range []*call.Call{xc, yc} {
+			r := cl.Await(context.Background(), time.Hour)
+			require.NoError(t, r.Err)
+			assert.Equal(t, "b.example.net", r.By.Name())
+		}
+		var order []uint32
+		for _, s := range n["tcp://b:1"].received() {
+			order = append(order, s.e2e)
+		}
+		assert.Equal(t, []uint32{1, 2}, order, "b got the batch in its order")
+	})
+}
