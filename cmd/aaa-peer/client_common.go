@@ -84,8 +84,9 @@ func loadFlags(fs *flag.FlagSet, o *loadOptions) {
 }
 
 // check parses and checks what both clients take alike: the load
-// (--rate, --concurrency, --requests, --duration), --algorithm,
-// --weight, --max-failed, --queue-alarm and --status.
+// (--rate, --concurrency, --requests, --duration), the start (--mode,
+// --wait-peers, --connect-timeout), --algorithm, --weight, --max-failed,
+// --queue-alarm and --status.
 func (o *loadOptions) check() error {
 	switch {
 	case o.rate < 0 || math.IsNaN(o.rate) || math.IsInf(o.rate, 0):

@@ -368,7 +368,11 @@ func (r *radiusRequests) exchange(ctx context.Context, cl *client.Client, n int6
 // identity is the status page's: a RADIUS client has no Origin-Host, so
 // its NAS-Identifier.
 func (r *radiusRequests) identity() status.Identity {
-	return status.Identity{NASIdentifier: nasIdentifier, Info: map[string]string{"protocol": r.protocol, "access": r.o.alg.String()}}
+	info := map[string]string{"protocol": r.protocol, "mode": r.o.clientMode.String()}
+	if r.o.clientMode == client.Balance {
+		info["access"] = r.o.alg.String()
+	}
+	return status.Identity{NASIdentifier: nasIdentifier, Info: info}
 }
 
 // lockedWriter serialises the writes of several goroutines to w.

@@ -386,7 +386,12 @@ func TestRadiusClientWaitsForServers(t *testing.T) {
 	t.Parallel()
 	srv, live := startRADIUSServer(t)
 	sf := secretFile(t)
-	const dead = "radius+tcp://127.0.0.1:1" // nothing listens on port 1
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "radius+tcp://" + l.Addr().String() // nothing listens here once closed
+	l.Close()
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{"client", "--peer", dead, "--secret-file", sf, "--app", "acct",
 		"--connect-timeout", "300ms", "--request-timeout", "1s", "--requests", "5"}, &stdout, &stderr)
@@ -414,6 +419,22 @@ func TestRadiusClientWaitsForServers(t *testing.T) {
 	}
 	if rep.Answered != 20 {
 		t.Errorf("%d of 20 answered by the server in service", rep.Answered)
+	}
+
+	// --mode failover waits for every server (to start on the primary)
+	// unless --wait-peers is given.
+	for _, tc := range []struct {
+		extra []string
+		warns bool
+	}{{nil, true}, {[]string{"--wait-peers", "1"}, false}} {
+		stdout.Reset()
+		stderr.Reset()
+		args := append([]string{"client", "--peer", live, "--peer", dead, "--secret-file", sf, "--app", "acct",
+			"--mode", "failover", "--connect-timeout", "500ms", "--rate", "0", "--requests", "5"}, tc.extra...)
+		code = run(context.Background(), args, &stdout, &stderr)
+		if warned := strings.Contains(stderr.String(), "not every server wanted is in service"); code != 0 || warned != tc.warns {
+			t.Errorf("--mode failover %v: exit %d, stderr:\n%s\nwant exit 0, a warning that not every server is in service: %v", tc.extra, code, stderr.String(), tc.warns)
+		}
 	}
 	if code := srv.stop(t); code != 0 {
 		t.Fatalf("server exit %d", code)
@@ -453,6 +474,24 @@ func TestRadiusClientFailoverMode(t *testing.T) {
 	for _, s := range []*testServer{srvA, srvB} {
 		if code := s.stop(t); code != 0 {
 			t.Fatalf("server exit %d", code)
+		}
+	}
+}
+
+// The status page names the mode of both clients, and the access
+// algorithm only where it chooses (balance mode).
+func TestClientStatusNamesMode(t *testing.T) {
+	for _, mode := range []client.Mode{client.Balance, client.PrimarySecondary} {
+		ro := &radiusClientOptions{loadOptions: loadOptions{clientMode: mode}}
+		do := &clientOptions{loadOptions: loadOptions{clientMode: mode}}
+		for _, info := range []map[string]string{
+			(&radiusRequests{o: ro, protocol: "RADIUS/UDP"}).identity().Info,
+			(&diameterRequests{o: do}).identity().Info,
+		} {
+			alg := info["access"] + info["algorithm"]
+			if info["mode"] != mode.String() || (alg != "") != (mode == client.Balance) {
+				t.Errorf("mode %v: status page info %v; want the mode, and the algorithm only in balance mode", mode, info)
+			}
 		}
 	}
 }

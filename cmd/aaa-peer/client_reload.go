@@ -115,6 +115,7 @@ func differs(settings []setting) []string {
 func (r *diameterRequests) reloadPeers(c *loadgen, cfg *config.Config, base clientOptions, set map[string]bool) ([]string, error) {
 	o := base
 	o.peers, o.weights = slices.Clone(base.peers), slices.Clone(base.weights)
+	o.waitPeers = 0 // the start's: the file may now have fewer peers
 	if _, err := o.applyConfig(cfg, set); err != nil {
 		return nil, err
 	}
@@ -149,6 +150,7 @@ func (o *radiusClientOptions) reloadPeers(cfg *config.Config, c *client.Client, 
 	if n.secrets, err = n.applyConfig(cfg, o.set); err != nil {
 		return nil, err
 	}
+	n.waitPeers = 0 // the start's: the file may now have fewer servers
 	if err := n.validate(); err != nil {
 		return nil, err
 	}
@@ -160,6 +162,7 @@ func (o *radiusClientOptions) reloadPeers(cfg *config.Config, c *client.Client, 
 		return nil, err
 	}
 	restart := differs([]setting{
+		{"mode", o.mode, n.mode},
 		{"algorithm", o.algorithm, n.algorithm},
 		{"tw", fmt.Sprint(o.tw), fmt.Sprint(n.tw)},
 		{"max-conns", fmt.Sprint(o.maxConns), fmt.Sprint(n.maxConns)},

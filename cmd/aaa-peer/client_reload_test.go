@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/config"
 	"github.com/aaatp/aaatp/internal/testhelp"
 	"github.com/aaatp/aaatp/status"
@@ -261,4 +263,66 @@ func reloadCount(t *testing.T, m *status.Metrics, result string) float64 {
 	}
 	t.Fatalf("no aaatp_config_reloads_total{result=%q}", result)
 	return 0
+}
+
+// A reload that would change the RADIUS client's --mode (roles added to
+// the file) applies the servers and names the mode as needing a restart,
+// as the Diameter client's reload does; a file with fewer servers than
+// --wait-peers is not refused: the wait is the start's.
+func TestRadiusClientReloadModeNeedsRestart(t *testing.T) {
+	sf := secretFile(t)
+	servers := func(roles ...string) string {
+		s := "secret-file = \"" + sf + "\"\n"
+		for i, r := range roles {
+			s += "[[peer]]\nurl = \"radius://127.0.0.1:" + strconv.Itoa(18120+i) + "\"\n"
+			if r != "" {
+				s += "role = \"" + r + "\"\n"
+			}
+		}
+		return s
+	}
+	file := writeConfig(t, servers("", ""))
+	var o radiusClientOptions
+	fs := radiusClientFlags(&o, io.Discard)
+	if err := fs.Parse([]string{"--config", file, "--wait-peers", "2"}); err != nil {
+		t.Fatal(err)
+	}
+	base, set := o, setFlags(fs)
+	o.base, o.set = &base, set
+	cfg, err := config.Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.secrets, err = o.applyConfig(cfg, set); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.validate(); err != nil {
+		t.Fatal(err)
+	}
+	ccfg, err := o.clientConfig([]byte(testRadiusSecret), client.NewBus(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+
+	for _, tc := range []struct {
+		file, want string
+	}{
+		{servers("secondary", "primary"), "needs a restart, not applied: mode"},
+		{servers(""), "removed (draining)"},
+	} {
+		writeTestFile(t, file, tc.file)
+		cfg, err := config.Load(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines, err := o.reloadPeers(cfg, c, status.NewMetrics())
+		if err != nil || !strings.Contains(strings.Join(lines, "; "), tc.want) {
+			t.Errorf("reload of\n%s: %q, %v; want %q", tc.file, lines, err, tc.want)
+		}
+	}
 }

@@ -435,14 +435,14 @@ weight = 3
 	}
 
 	// Roles make the client primary/secondary (--mode failover), as the
-	// Diameter client's, unless --mode is given.
+	// Diameter client's, unless --mode is given; --algorithm stays.
 	for _, tc := range []struct {
 		set  map[string]bool
 		want string
 	}{{nil, "failover"}, {map[string]bool{"mode": true}, "balance"}} {
-		o := radiusClientOptions{loadOptions: loadOptions{mode: "balance"}}
-		if _, err := o.applyConfig(cfg, tc.set); err != nil || o.mode != tc.want {
-			t.Errorf("flags given %v: mode %s, %v; want %s", tc.set, o.mode, err, tc.want)
+		o := radiusClientOptions{loadOptions: loadOptions{mode: "balance", algorithm: "round-robin"}}
+		if _, err := o.applyConfig(cfg, tc.set); err != nil || o.mode != tc.want || o.algorithm != "round-robin" {
+			t.Errorf("flags given %v: mode %s, algorithm %s, %v; want %s and round-robin", tc.set, o.mode, o.algorithm, err, tc.want)
 		}
 	}
 
