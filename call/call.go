@@ -240,6 +240,9 @@ type Call struct {
 	// (a failover, a drain): a server may have applied it, so no other
 	// server's refusal may conclude it (Conclude). Under mu.
 	lost bool
+	// lostWith: what the carrier knew of why its last connection was
+	// lost (LeaveLost), nil if nothing. Under mu.
+	lostWith error
 	// leftRefused: its last leave was a refusal (Refuse), not a loss
 	// (Leave). Under mu.
 	leftRefused bool
@@ -357,6 +360,12 @@ func (c *Call) Unboard(cn *Conn, b Boarding) {
 // False if c is not in flight on cn.
 func (c *Call) Leave(cn *Conn) bool { return c.leave(cn, false, nil, nil) }
 
+// LeaveLost is Leave for a connection lost for a known cause (a server
+// that looked as if it does not share the secret): should c then fail
+// (its deadline, its caller's, a throttle's expiry), its error wraps
+// cause too, so that the caller learns more than that time ran out.
+func (c *Call) LeaveLost(cn *Conn, cause error) bool { return c.leave(cn, false, nil, cause) }
+
 // Refuse takes c off cn because cn's peer refused it: with answer (a
 // too-busy answer), or without one with err (no reply to any attempt).
 // It is not offered to that peer again (RefusedBy), and answer or err is
@@ -385,7 +394,7 @@ func (c *Call) leave(cn *Conn, refused bool, answer []byte, err error) bool {
 		// it again once the peer's refusal is forgotten (ForgetRefusals).
 		c.rf.on = append(c.rf.on, cn)
 	} else {
-		c.lost = true
+		c.lost, c.lostWith = true, err
 	}
 	c.to(Moved)
 	return true
@@ -448,6 +457,11 @@ func (c *Call) finish(ans []byte, err error, by Carrier, from *Conn, cnt *atomic
 	}
 	c.owner = nil
 	if err != nil {
+		if c.lostWith != nil && !errors.Is(err, c.lostWith) {
+			// A deadline, a throttle's expiry: say what became of the
+			// connection it was last sent on as well.
+			err = fmt.Errorf("%w, after a lost connection: %w", err, c.lostWith)
+		}
 		c.to(Failed)
 	} else {
 		c.by = by

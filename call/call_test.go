@@ -3,6 +3,8 @@ package call
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -451,4 +453,37 @@ func TestLeftRefused(t *testing.T) {
 	require.True(t, c.RefuseLate(&b.Conn, []byte("busy")))
 	assert.True(t, c.RefusedBy(tpeer{"pb"}), "b refused it, late")
 	assert.False(t, c.LeftRefused(), "still lost on b: the refusal came after")
+}
+
+// A call lost with a connection for a known cause (LeaveLost) that then
+// fails, at its deadline or by any error, fails with the cause wrapped
+// too, once; a later loss without a cause forgets it.
+func TestFailAfterLossNamesItsCause(t *testing.T) {
+	errMismatch := errors.New("shared secret mismatch?")
+	cause := fmt.Errorf("server closed the connection: %w", errMismatch)
+
+	c := newCall()
+	a := newConn("a")
+	boarded(t, c, a)
+	require.True(t, c.LeaveLost(&a.Conn, cause))
+	_, err := c.Wait(context.Background(), time.Millisecond)
+	assert.ErrorIs(t, err, ErrTimeout)
+	assert.ErrorIs(t, err, errMismatch)
+
+	c = newCall()
+	boarded(t, c, a)
+	require.True(t, c.LeaveLost(&a.Conn, cause))
+	require.True(t, c.Fail(fmt.Errorf("RADIUS server a: connection lost: %w", cause)))
+	_, err = c.Wait(context.Background(), time.Second)
+	assert.Equal(t, 1, strings.Count(err.Error(), "shared secret mismatch?"), "the cause once: %v", err)
+
+	c = newCall()
+	b := newConn("b")
+	boarded(t, c, a)
+	require.True(t, c.LeaveLost(&a.Conn, cause))
+	boarded(t, c, b)
+	require.True(t, c.Leave(&b.Conn))
+	_, err = c.Wait(context.Background(), time.Millisecond)
+	assert.ErrorIs(t, err, ErrTimeout)
+	assert.NotErrorIs(t, err, errMismatch, "lost since for no known cause")
 }

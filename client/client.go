@@ -1182,7 +1182,7 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 	fm := c.memberOf(from)
 	if fm == nil {
 		for _, cl := range calls {
-			cl.Fail(fmt.Errorf("client: %s: %w", reason, ErrNoPeer))
+			cl.Fail(fmt.Errorf("%s: %w", reason, ErrNoPeer)) // do says "client: "
 		}
 		return
 	}

@@ -341,7 +341,7 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 	for _, d := range *buf {
 		it := d.Item
 		if d.Err != nil {
-			it.cl.Fail(fmt.Errorf("client: %w", d.Err))
+			it.cl.Fail(d.Err) // do says "client: "
 			continue
 		}
 		if m := c.ros.Load().all[d.Server]; c.place(it.cl, m) {

@@ -29,7 +29,9 @@
 // any answer passed (as aaatp's Server does with requests that fail its
 // own check), is named a likely shared secret mismatch: counted and explained
 // in [Stats] (SecretMismatch, SecretMismatchReason), logged, and the error
-// of the requests that fail with it matches [ErrSecretMismatch].
+// of the requests that fail with it matches [ErrSecretMismatch]; so does
+// the error of one handed on to a [Config.Failover] that fails later (its
+// deadline).
 //
 // A request completes once, with a [Response] or an error. Behind a
 // Client that dispatches it, when a connection leaves service (SUSPECT,

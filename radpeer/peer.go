@@ -757,7 +757,7 @@ func (p *Peer) applyAt(l *link, o watchdog.Output, base int64) {
 				}
 			}
 			if c := l.cur; c != nil && p.cfg.Failover != nil {
-				p.moveOut(l, c.leaveAll(), o.Transition.Reason)
+				p.moveOut(l, c.leaveAll(p.lossCause(c)), o.Transition.Reason)
 			} else if c != nil {
 				p.moveOut(l, c.inFlight(), o.Transition.Reason) // an event only: they stay
 			}
@@ -837,15 +837,16 @@ func (p *Peer) dropConn(l *link, c *conn, note string, err error) {
 	c.note = note
 	p.publish(l.name, peer.Event{Kind: peer.EventConnDown, Reason: note})
 	p.closeLater(c.tc)
-	calls := c.leaveAll()
+	cause := p.lossCause(c)
+	calls := c.leaveAll(cause)
 	clear(c.slots[:])
 	if err == ErrConnectionLost && p.cfg.Failover != nil && !p.closing {
 		p.moveOut(l, calls, "connection lost")
 		return
 	}
 	failErr := fmt.Errorf("RADIUS server %s: %w", p.url, err)
-	if c.mismatch != "" && err == ErrConnectionLost {
-		failErr = fmt.Errorf("RADIUS server %s: %w: %s: %w", p.url, err, c.mismatch, ErrSecretMismatch)
+	if cause != nil && err == ErrConnectionLost {
+		failErr = fmt.Errorf("%w: %w", failErr, cause)
 	}
 	for _, cl := range calls {
 		p.fx = append(p.fx, effect{kind: fxFail, cl: cl, rare: &rareFx{err: failErr, lost: true}})
@@ -981,8 +982,18 @@ func newConn(l *link, tc transport.Conn) *conn {
 // leaveAll takes every call in flight on c off it (Moved) and returns
 // them in send order; their Identifiers stay reserved for a late answer.
 // p.mu is held.
-func (c *conn) leaveAll() []*rcall {
-	return c.calls(func(cl *rcall) bool { return cl.Leave(&c.h) })
+func (c *conn) leaveAll(cause error) []*rcall {
+	return c.calls(func(cl *rcall) bool { return cl.LeaveLost(&c.h, cause) })
+}
+
+// lossCause is what is known of why c is lost: that it looked like a
+// connection to a server with another shared secret; nil if nothing.
+// p.mu is held.
+func (p *Peer) lossCause(c *conn) error {
+	if c.mismatch == "" {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", c.mismatch, ErrSecretMismatch)
 }
 
 // count returns how many Identifiers of c are held by requests that

@@ -41,6 +41,12 @@ func TestRadiusClientNamesSecretMismatch(t *testing.T) {
 	if rep.Failed != 2 || len(rep.Servers) != 1 || len(rep.Stream) != 1 {
 		t.Fatalf("report %s", stdout.String())
 	}
+	// A request sent on the connection is named by what became of it,
+	// also when it fails later, at its deadline; one that came while
+	// the server was out of service was never sent.
+	if named := rep.FailedBy["no reply that verifies: shared secret mismatch?"]; named < 1 || named+rep.FailedBy["not in service"] != 2 {
+		t.Errorf("failed_by %v: want those sent named a secret mismatch, the others not in service", rep.FailedBy)
+	}
 	st := rep.Stream[0]
 	if st.SecretMismatch < 1 || !strings.Contains(st.SecretMismatchReason, "shared secret mismatch?") || !strings.Contains(st.SecretMismatchReason, addr) {
 		t.Errorf("report: secret_mismatch %d, secret_mismatch_reason %q; want counted, naming %s", st.SecretMismatch, st.SecretMismatchReason, addr)
