@@ -331,12 +331,19 @@ func (c *Client) poll(now time.Time) *[]throttle.Dispatch[*item] {
 	return buf
 }
 
-// execute sends what the scheduler released and recycles buf.
+// execute sends what the scheduler released and recycles buf. The
+// replays among them that went to the same server for the same failover
+// are one failover record, as a failover's replays are without a
+// throttle.
 func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
+	var moves []FailoverRecord
 	defer func() {
 		clear(*buf)
 		*buf = (*buf)[:0]
 		dispatchBufs.Put(buf)
+		for _, r := range moves {
+			c.record(r)
+		}
 	}()
 	for _, d := range *buf {
 		it := d.Item
@@ -350,8 +357,7 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 			it.movedFrom = nil
 			c.unlockThrottle()
 			if from != nil {
-				c.record(FailoverRecord{Time: time.Now(), From: from.spec.Name, To: m.spec.Name, Outcome: Moved, Moved: 1,
-					Reason: why + "; sent from the throttle's queue", EndToEnd: appendRef(nil, it.cl)})
+				moves = addMove(moves, from, m, why, it.cl)
 			}
 			continue
 		}
@@ -372,6 +378,21 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 			c.askAgainLater(it)
 		}
 	}
+}
+
+// addMove adds cl, moved from one member to another for why, to moves:
+// to the record of the same move if there is one.
+func addMove(moves []FailoverRecord, from, to *member, why string, cl *call.Call) []FailoverRecord {
+	why += "; sent from the throttle's queue"
+	for i := range moves {
+		if r := &moves[i]; r.From == from.spec.Name && r.To == to.spec.Name && r.Reason == why {
+			r.Moved++
+			r.EndToEnd = appendRef(r.EndToEnd, cl)
+			return moves
+		}
+	}
+	return append(moves, FailoverRecord{Time: time.Now(), From: from.spec.Name, To: to.spec.Name, Outcome: Moved, Moved: 1,
+		Reason: why, EndToEnd: appendRef(nil, cl)})
 }
 
 // dispatcher wakes for the policy's timers and the throttle's next slot or

@@ -367,3 +367,23 @@ func TestRADIUSConfigRefused(t *testing.T) {
 		assert.ErrorContains(t, err, "Exchange")
 	})
 }
+
+// A RADIUS server that hangs with nothing pending is still a failover in
+// the table (RFC 3539 3.4.2 [5]), "nothing pending", as a Diameter peer's
+// is.
+func TestRADIUSFailoverNothingPendingRecorded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, _, c, stop := radPair(t, nil, nil)
+		defer stop()
+		a.faults.Freeze()
+		time.Sleep(2 * time.Minute) // SUSPECT within 2 Tw of silence
+		synctest.Wait()
+		recs, _ := c.FailoverLog()
+		var found bool
+		for _, r := range recs {
+			found = found || (r.From == "radius+tcp://a:1812" && r.Outcome == NothingPending)
+		}
+		assert.True(t, found, "no nothing-pending failover of a: %+v", recs)
+		a.faults.Thaw()
+	})
+}

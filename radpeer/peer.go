@@ -757,7 +757,10 @@ func (p *Peer) applyAt(l *link, o watchdog.Output, base int64) {
 				}
 			}
 			if c := l.cur; c != nil && p.cfg.Failover != nil {
-				p.moveOut(l, c.leaveAll(p.lossCause(c)), o.Transition.Reason)
+				// Handed over with nothing pending too: the hook records
+				// every failover (RFC 3539 3.4.2 [5]), as a Diameter
+				// peer's does.
+				p.handOver(c.leaveAll(p.lossCause(c)), o.Transition.Reason)
 			} else if c != nil {
 				p.moveOut(l, c.inFlight(), o.Transition.Reason) // an event only: they stay
 			}
@@ -813,6 +816,12 @@ func (p *Peer) moveOut(l *link, calls []*rcall, reason string) {
 		}
 		return
 	}
+	p.handOver(calls, reason)
+}
+
+// handOver gives calls, moved out, to the failover hook after the lock,
+// in order. p.mu is held.
+func (p *Peer) handOver(calls []*rcall, reason string) {
 	out := make([]*call.Call, len(calls))
 	for i, cl := range calls {
 		out[i] = &cl.Call
