@@ -725,9 +725,42 @@ func (l *link) fire() {
 
 func (p *Peer) apply(l *link, o watchdog.Output) { p.applyAt(l, o, p.mono()) }
 
+// Reasons of a RADIUS connection's watchdog transitions, where the
+// watchdog's own (package watchdog) speak of DWRs and DWAs: a RADIUS
+// connection's watchdog message is Status-Server (RFC 5997). Its other
+// reasons are the watchdog's. Stable strings, as the watchdog's are.
+const (
+	ReasonReopened      = "connection reopened; validating with Status-Server"
+	ReasonStatusTimeout = "no Status-Server reply within Tw"
+	ReasonSecondTimeout = "no Status-Server reply after a second Tw; closing"
+	ReasonReopenTimeout = "Status-Server reply missed twice while reopening; closing"
+	ReasonStatusReplied = "Status-Server reply received"
+	ReasonReopenDone    = "enough Status-Server replies received after reopen"
+)
+
+// radiusReason is a watchdog transition's reason in RADIUS's words.
+func radiusReason(r string) string {
+	switch r {
+	case watchdog.ReasonReopened:
+		return ReasonReopened
+	case watchdog.ReasonDWATimeout:
+		return ReasonStatusTimeout
+	case watchdog.ReasonSecondTimeout:
+		return ReasonSecondTimeout
+	case watchdog.ReasonReopenTimeout:
+		return ReasonReopenTimeout
+	case watchdog.ReasonDWAReceived:
+		return ReasonStatusReplied
+	case watchdog.ReasonReopenDone:
+		return ReasonReopenDone
+	}
+	return r
+}
+
 // applyAt carries out a watchdog step's actions; base is the instant Tw
 // counts from. p.mu is held.
 func (p *Peer) applyAt(l *link, o watchdog.Output, base int64) {
+	o.Transition.Reason = radiusReason(o.Transition.Reason)
 	was := false
 	if o.Changed {
 		tr := o.Transition
@@ -889,7 +922,13 @@ func (p *Peer) attemptOpen(l *link) {
 		switch {
 		case err != nil:
 			p.stats.openFailures.Add(1)
+			if inner := errors.Unwrap(err); inner != nil && p.cfg.Dialer == nil {
+				// The transport names the tcp:// or tls:// it dialed: name
+				// the server as the user gave it.
+				err = fmt.Errorf("%s: %w", p.url, inner)
+			}
 			p.publish(l.name, peer.Event{Kind: peer.EventOpenFailed, Reason: "open failed: " + err.Error()})
+			p.log(slog.LevelWarn, "open failed", "peer", l.name, "err", err.Error())
 			if replacing && !p.closing {
 				p.apply(l, l.m.Step(watchdog.ConnectionDown))
 			}

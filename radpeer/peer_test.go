@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -391,7 +393,7 @@ func TestFailoverHandsOverPending(t *testing.T) {
 				t.Fatalf("sends %d, first %v", cl.Sends(), cl.First())
 			}
 		}
-		if len(moved) != 3 || moved[0] != &calls[0].Call || moved[2] != &calls[2].Call || reason != watchdog.ReasonDWATimeout {
+		if len(moved) != 3 || moved[0] != &calls[0].Call || moved[2] != &calls[2].Call || reason != ReasonStatusTimeout {
 			t.Fatalf("moved %d calls, reason %q", len(moved), reason)
 		}
 		mustClose(t, pa, pb, srvB)
@@ -900,4 +902,35 @@ func TestConcurrentCloseReturnsAfterPendingFailed(t *testing.T) {
 		require.NoError(t, <-first)
 		check("first")
 	})
+}
+
+// A connection that cannot be opened is logged at warn, as a Diameter
+// peer's is, naming the server by its RADIUS URL (not the tcp:// the
+// transport dialed) and the reason.
+func TestOpenFailedLoggedWithURL(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	url := "radius+tcp://" + l.Addr().String()
+	l.Close() // nothing listens there now
+	var out testhelp.SyncBuffer
+	cfg := testConfig(6 * time.Second)
+	cfg.Logger = slog.New(slog.NewTextHandler(&out, nil))
+	p, err := Dial(url, cfg)
+	require.NoError(t, err)
+	defer p.Close(context.Background())
+	for i := 0; !strings.Contains(out.String(), "open failed"); i++ {
+		if i == 500 {
+			t.Fatalf("no open failed line in 5 s:\n%s", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var line string
+	for _, s := range strings.Split(out.String(), "\n") {
+		if strings.Contains(s, "open failed") {
+			line = s
+		}
+	}
+	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "err=\""+url+": ") || !strings.Contains(line, "refused") {
+		t.Errorf("open failed line %q: want a warning naming %s and the refusal", line, url)
+	}
 }
