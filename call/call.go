@@ -240,9 +240,6 @@ type Call struct {
 	// (a failover, a drain): a server may have applied it, so no other
 	// server's refusal may conclude it (Conclude). Under mu.
 	lost bool
-	// lostWith: what the carrier knew of why its last connection was
-	// lost (LeaveLost), nil if nothing. Under mu.
-	lostWith error
 	// leftRefused: its last leave was a refusal (Refuse), not a loss
 	// (Leave). Under mu.
 	leftRefused bool
@@ -330,13 +327,16 @@ func (c *Call) reusableLocked(cn *Conn) bool {
 	return c.rf != nil && slices.Contains(c.rf.on, cn) && !slices.Contains(c.rf.by, cn.peer)
 }
 
-// refusals are what the peers that refused a call said; kept apart, as
-// most calls are never refused and one Call is made per request.
+// refusals are what the peers that refused a call said, and what was
+// known of the loss of the last connection it was lost on; kept apart,
+// as most calls are never refused nor lost, and one Call is made per
+// request.
 type refusals struct {
-	by     []Carrier // peers that refused it
-	on     []*Conn   // connections whose send ended in a refusal
-	answer []byte    // the last refusal's answer
-	err    error     // the last refusal's error when it had no answer
+	by       []Carrier // peers that refused it
+	on       []*Conn   // connections whose send ended in a refusal
+	answer   []byte    // the last refusal's answer
+	err      error     // the last refusal's error when it had no answer
+	lostWith error     // why its last connection was lost (LeaveLost); nil: unknown
 }
 
 // Unboard undoes BoardLocked when the request could not be queued on cn
@@ -394,7 +394,13 @@ func (c *Call) leave(cn *Conn, refused bool, answer []byte, err error) bool {
 		// it again once the peer's refusal is forgotten (ForgetRefusals).
 		c.rf.on = append(c.rf.on, cn)
 	} else {
-		c.lost, c.lostWith = true, err
+		c.lost = true
+		if err != nil && c.rf == nil {
+			c.rf = new(refusals)
+		}
+		if c.rf != nil {
+			c.rf.lostWith = err
+		}
 	}
 	c.to(Moved)
 	return true
@@ -457,10 +463,10 @@ func (c *Call) finish(ans []byte, err error, by Carrier, from *Conn, cnt *atomic
 	}
 	c.owner = nil
 	if err != nil {
-		if c.lostWith != nil && !errors.Is(err, c.lostWith) {
+		if rf := c.rf; rf != nil && rf.lostWith != nil && !errors.Is(err, rf.lostWith) {
 			// A deadline, a throttle's expiry: say what became of the
 			// connection it was last sent on as well.
-			err = fmt.Errorf("%w, after a lost connection: %w", err, c.lostWith)
+			err = fmt.Errorf("%w, after a lost connection: %w", err, rf.lostWith)
 		}
 		c.to(Failed)
 	} else {

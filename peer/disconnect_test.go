@@ -76,7 +76,8 @@ func TestDPRHoldOffDisabled(t *testing.T) {
 }
 
 // Our DPRs carry the true cause: Close says DO_NOT_WANT_TO_TALK_TO_YOU,
-// as does the idle bring-down; Disconnect sends the cause asked for.
+// as does the idle bring-down; Disconnect sends the cause asked for. None
+// of them, with nothing pending, counts as a failover.
 func TestOwnDPRCauses(t *testing.T) {
 	for name, tc := range map[string]struct {
 		close func(p *Peer)
@@ -109,6 +110,7 @@ func TestOwnDPRCauses(t *testing.T) {
 				f.mu.Lock()
 				defer f.mu.Unlock()
 				assert.Equal(t, []uint32{tc.want}, f.causes)
+				assert.Zero(t, p.Stats().Failovers, "our own disconnect, nothing pending, counted as a failover")
 			})
 		})
 	}

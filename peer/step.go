@@ -475,8 +475,12 @@ func (p *Peer) onCloseDone(e input) {
 // waiting on this connection: a late answer still completes them, and they
 // fail when it closes or their deadline passes.
 func (p *Peer) failover(reason string) {
-	p.stats.failovers.Add(1)
 	c := p.cur.Load()
+	if !p.closing || (c != nil && c.pendingLen() > 0) {
+		// Our own disconnect, with nothing pending, moves nothing: it is
+		// no failover to count.
+		p.stats.failovers.Add(1)
+	}
 	if c == nil {
 		return // its requests went with the connection (failPending)
 	}
