@@ -91,8 +91,8 @@ func (o *loadOptions) check() error {
 	switch {
 	case o.rate < 0 || math.IsNaN(o.rate) || math.IsInf(o.rate, 0):
 		return usagef("--rate must be a finite number >= 0")
-	case o.concurrency < 1:
-		return usagef("--concurrency must be at least 1")
+	case o.concurrency < 1 || o.concurrency > maxConcurrency:
+		return usagef("--concurrency %d: want 1 to %d", o.concurrency, maxConcurrency)
 	case o.requests < 0:
 		return usagef("--requests must not be negative")
 	case o.duration < 0:

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 
+	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/status"
 	"github.com/stretchr/testify/assert"
 )
 
@@ -28,4 +32,28 @@ func TestFailKindsBounded(t *testing.T) {
 	assert.Equal(t, uint64(n+1), total)
 	_, _, failed := c.counts()
 	assert.Equal(t, uint64(n+1), failed)
+}
+
+// answerAll answers every request at once, without a server.
+type answerAll struct{}
+
+func (answerAll) exchange(context.Context, *client.Client, int64) (string, bool, error) {
+	return "", false, nil
+}
+
+func (answerAll) identity() status.Identity { return status.Identity{} }
+
+// The closed loop starts no more callers than --requests: --requests 3
+// --concurrency 1000 starts 3 (a billion took minutes to start). Each
+// caller takes one request number past --requests to learn that it is
+// done, so the numbers handed out count the callers started.
+func TestClosedLoopCallersAtMostRequests(t *testing.T) {
+	o := loadOptions{concurrency: 1000, requests: 3}
+	g := newLoadgen(&o, 0, "test", answerAll{}, slog.New(slog.DiscardHandler), nil)
+	ctx := context.Background()
+	g.closedLoop(ctx, ctx, nil)
+	sent, answered, _ := g.counts()
+	assert.Equal(t, uint64(3), sent)
+	assert.Equal(t, uint64(3), answered)
+	assert.LessOrEqual(t, g.issued.Load(), int64(3+3), "request numbers handed out: 3 sent, one each for at most 3 callers to stop")
 }

@@ -91,7 +91,7 @@ func demoFlags(o *demoOptions, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.tw, "tw", watchdog.MinTwinit, "watchdog interval Twinit `D` of the client and the servers (RFC 3539: at least 6s; jittered by +-2s)")
 	fs.DurationVar(&o.freezeAt, "freeze-at", 4*time.Second, "freeze server2 `D` after the traffic starts")
 	fs.Float64Var(&o.rate, "rate", 200, "`N` requests per second, issued at that pace whatever the answers do (as many independent users would)")
-	fs.IntVar(&o.concurrency, "concurrency", 2000, "at most `N` requests in flight; past it, a request due is not sent, and a warning counts it (a frozen server holds its share until the failover)")
+	fs.IntVar(&o.concurrency, "concurrency", 2000, "at most `N` requests in flight (1 to 100000); past it, a request due is not sent, and a warning counts it (a frozen server holds its share until the failover)")
 	fs.BoolVar(&o.quiet, "quiet", false, "print only the summary, not the timeline")
 	logFlags(fs, &o.logLevel, &o.logFormat, "error")
 	statusFlag(fs, &o.status, "printed after the servers', on stderr with --quiet")
@@ -108,8 +108,8 @@ func (o *demoOptions) validate() error {
 		return usagef("--freeze-at must be at least 0 and below --duration")
 	case !(o.rate > 0) || math.IsInf(o.rate, 0):
 		return usagef("--rate must be a finite number > 0")
-	case o.concurrency < 1:
-		return usagef("--concurrency must be at least 1")
+	case o.concurrency < 1 || o.concurrency > maxConcurrency:
+		return usagef("--concurrency %d: want 1 to %d", o.concurrency, maxConcurrency)
 	}
 	return checkStatusAddr(o.status)
 }

@@ -163,7 +163,7 @@ func TestDemoFlags(t *testing.T) {
 	}{
 		{[]string{"--tw", "5s"}, "--tw 5s is below the RFC 3539 minimum of 6s"},
 		{[]string{"--rate", "0"}, "--rate must be"},
-		{[]string{"--concurrency", "0"}, "--concurrency must be"},
+		{[]string{"--concurrency", "0"}, "--concurrency 0: want 1 to 100000"},
 		{[]string{"--duration", "0s"}, "--duration must be"},
 		{[]string{"--freeze-at", "1m"}, "--freeze-at must be"},
 		{[]string{"--bogus"}, "flag provided but not defined"},

@@ -251,10 +251,15 @@ func (c *loadgen) openLoop(ctx, runCtx context.Context, dl *deadlines, l *openLo
 }
 
 // closedLoop is --rate 0: --concurrency callers, each sending its next
-// request when its last one is done, as fast as they go.
+// request when its last one is done, as fast as they go; no more callers
+// than --requests, as the others would have nothing to send.
 func (c *loadgen) closedLoop(ctx, runCtx context.Context, dl *deadlines) {
+	callers := c.o.concurrency
+	if c.o.requests > 0 && c.o.requests < int64(callers) {
+		callers = int(c.o.requests)
+	}
 	var wg sync.WaitGroup
-	for i := range c.o.concurrency {
+	for i := range callers {
 		t := c.tally(int64(i))
 		wg.Add(1)
 		go func() {

@@ -308,7 +308,7 @@ func TestFlagValidation(t *testing.T) {
 		{"client tw 5s", runClient, with(cli, "--tw", "5s"), "--tw 5s is below the RFC 3539 minimum of 6s"},
 		{"client bad app", runClient, with(cli, "--app", "auth"), `--app "auth"`},
 		{"client bad nai", runClient, with(cli, "--nai", "%d%d"), `--nai "%d%d"`},
-		{"client concurrency 0", runClient, with(cli, "--concurrency", "0"), "--concurrency must be at least 1"},
+		{"client concurrency 0", runClient, with(cli, "--concurrency", "0"), "--concurrency 0: want 1 to 100000"},
 		{"client bad mode", runClient, with(cli, "--mode", "random"), `--mode "random"`},
 		{"client bad algorithm", runClient, with(cli, "--algorithm", "fastest"), `--algorithm "fastest"`},
 		{"client weight not a peer", runClient, with(cli, "--weight", "tcp://127.0.0.1:9=2"), "is not a --peer"},

@@ -41,17 +41,20 @@ type openLoop struct {
 	start time.Time
 }
 
-// maxOpenLoopBound caps the in-flight bound openLoopBound picks.
-const maxOpenLoopBound = 100000
+// maxConcurrency bounds --concurrency of both clients, and the in-flight
+// bound openLoopBound picks: each caller or request in flight is a
+// goroutine, and a run of a billion of them spends minutes starting them
+// and seconds stopping them on a signal before it sends anything.
+const maxConcurrency = 100000
 
 // openLoopBound is the in-flight bound of an open loop at rate whose
 // requests end within timeout when --concurrency is not given: room for
 // every request to run its whole timeout, so that a server that stops
-// answering costs no request of the others (at most maxOpenLoopBound).
+// answering costs no request of the others (at most maxConcurrency).
 func openLoopBound(rate float64, timeout time.Duration) int {
 	n := math.Ceil(rate*timeout.Seconds()) + 1
-	if n > maxOpenLoopBound {
-		return maxOpenLoopBound
+	if n > maxConcurrency {
+		return maxConcurrency
 	}
 	return int(n)
 }
