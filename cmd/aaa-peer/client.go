@@ -338,6 +338,10 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		return 2
 	}
 
+	if err := checkReport(o.report); err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 1
+	}
 	ew, err := openEvents(clientLines(bus), o.events, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)

@@ -294,6 +294,10 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 			protocol = "RADIUS/TLS"
 		}
 	}
+	if err := checkReport(o.report); err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 1
+	}
 	ew, err := openEvents(clientLines(events), o.events, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)

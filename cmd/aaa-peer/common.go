@@ -258,7 +258,7 @@ func writeJSONFile(path string, v any, stdout io.Writer) error {
 }
 
 func writeFileAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	tmp, err := createTempBeside(path)
 	if err != nil {
 		return err
 	}
@@ -275,6 +275,42 @@ func writeFileAtomic(path string, b []byte) error {
 		os.Remove(tmp.Name())
 		return err
 	}
+	return nil
+}
+
+// createTempBeside creates the temporary file writeFileAtomic renames to
+// path, in path's directory. Its error names path, the user's, rather
+// than the temporary file's random name.
+func createTempBeside(path string) (*os.File, error) {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return nil, &os.PathError{Op: "open", Path: path, Err: errors.New("is a directory")}
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return tmp, nil
+}
+
+// checkReport checks at the start that --report path can be written at
+// the end (writeJSONFile), so that a mistyped directory does not cost a
+// whole run: it creates and removes the temporary file the report would
+// be written through. Like --events, a refusal is a runtime failure
+// (exit 1).
+func checkReport(path string) error {
+	if path == "" || path == "-" {
+		return nil
+	}
+	tmp, err := createTempBeside(path)
+	if err != nil {
+		return fmt.Errorf("--report: %w", err)
+	}
+	tmp.Close()
+	os.Remove(tmp.Name())
 	return nil
 }
 

@@ -391,3 +391,46 @@ func TestServerRedisLogsStayJSON(t *testing.T) {
 		t.Fatalf("no go-redis line in stderr (want its dial failures logged):\n%s", stderr.String())
 	}
 }
+
+// An unwritable --report is refused at the start, as --events is (exit
+// 1), naming the user's path, not the temporary file it is written
+// through; before, it was found after the whole run. The server has
+// not listened (no ready line on stdout).
+func TestReportPathCheckedAtStart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	sf := filepath.Join(dir, "secret")
+	if err := os.WriteFile(sf, []byte(testRadiusSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{filepath.Join(dir, "missing", "r.json"), dir} {
+		for _, args := range [][]string{
+			{"server", "--listen", "tcp://127.0.0.1:0", "--origin-host", "s.example.net", "--origin-realm", "example.net"},
+			{"client", "--peer", "tcp://127.0.0.1:3868", "--origin-host", "c.example.net", "--origin-realm", "example.net", "--destination-realm", "example.net"},
+			{"client", "--peer", "radius+tcp://127.0.0.1:1812", "--secret-file", sf},
+		} {
+			args = append(args, "--report", path)
+			// A command that does not check runs until this ends.
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			var stdout, stderr bytes.Buffer
+			code := run(ctx, args, &stdout, &stderr)
+			cancel()
+			if want := "aaa-peer " + args[0] + ": --report: open " + path + ": "; code != 1 || !strings.Contains(stderr.String(), want) {
+				t.Errorf("%v: exit %d, stderr %q; want 1 and %q", args, code, stderr.String(), want)
+			}
+			if stdout.Len() > 0 {
+				t.Errorf("%v: stdout %q, want nothing", args, stdout.String())
+			}
+		}
+	}
+}
+
+// A report that cannot be written at the end (its directory removed
+// during the run) names the user's path, not the temporary file's.
+func TestWriteJSONFileNamesPath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gone", "r.json")
+	err := writeJSONFile(path, struct{}{}, io.Discard)
+	if want := "open " + path + ": "; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error %v, want %q...", err, want)
+	}
+}

@@ -358,6 +358,10 @@ func serveWith(ctx context.Context, args []string, stdout, stderr io.Writer, hoo
 	for _, u := range unused {
 		log.Warn("--config: the server does not use this part of the file", "file", o.config, "ignored", u)
 	}
+	if err := checkReport(o.report); err != nil {
+		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
+		return 1
+	}
 	stopProfile, err := startCPUProfile(o.cpuProfile, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
