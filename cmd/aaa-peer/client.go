@@ -175,6 +175,9 @@ func (o *clientOptions) validate() error {
 		if err := checkURLScheme("peer", u, clientSchemes); err != nil {
 			return err
 		}
+		if err := checkPeerAddr("peer", u); err != nil {
+			return err
+		}
 		if _, err := transport.ParseURL(u); err != nil {
 			return usagef("--peer %s: %v", u, err)
 		}

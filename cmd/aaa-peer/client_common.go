@@ -16,6 +16,8 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +29,7 @@ import (
 	"github.com/aaatp/aaatp/config"
 	"github.com/aaatp/aaatp/latency"
 	"github.com/aaatp/aaatp/loadbalance"
+	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/transport"
 )
@@ -137,6 +140,35 @@ func (o *loadOptions) check() error {
 		o.alarmHigh, o.alarmLow = h, l
 	}
 	return checkStatusAddr(o.status)
+}
+
+// checkPeerAddr checks that the server u of --NAME (peer, acct-peer)
+// can be reached: it has a host and a port, and the port is not 0 (which
+// a listener takes as any port, but a client cannot dial). radsec:// may
+// leave the port out (2083). What else a URL needs, its protocol's parse
+// checks afterwards.
+func checkPeerAddr(name, u string) error {
+	pu, err := url.Parse(u)
+	if err != nil {
+		return nil // the protocol's parse says what is wrong
+	}
+	scheme := strings.ToLower(pu.Scheme)
+	example := "3868"
+	if radpeer.IsURL(u) {
+		example = "1812"
+	}
+	host := cmp.Or(pu.Hostname(), "127.0.0.1")
+	switch port := pu.Port(); {
+	case pu.Opaque != "":
+		return nil
+	case pu.Hostname() == "":
+		return usagef("--%s %s: the server's host is missing (e.g. %s://%s:%s)", name, u, scheme, host, cmp.Or(port, example))
+	case port == "" && scheme != radpeer.SchemeRadSec:
+		return usagef("--%s %s: the server's port is missing (e.g. %s://%s)", name, u, scheme, net.JoinHostPort(host, example))
+	case port != "" && strings.Trim(port, "0") == "":
+		return usagef("--%s %s: port 0: a client needs the server's port (e.g. %s://%s)", name, u, scheme, net.JoinHostPort(host, example))
+	}
+	return nil
 }
 
 // startOnPrimary makes a failover-mode run wait for every server before

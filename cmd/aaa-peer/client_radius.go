@@ -200,6 +200,15 @@ func (o *radiusClientOptions) validate() error {
 	}
 	_, err := radpeer.ParseURL(o.peers[0])
 	o.stream = err == nil
+	for i, p := range append(append(stringList{}, o.peers...), o.acctPeers...) {
+		name := "peer"
+		if i >= len(o.peers) {
+			name = "acct-peer"
+		}
+		if err := checkPeerAddr(name, p); err != nil {
+			return err
+		}
+	}
 	for _, p := range append(append(stringList{}, o.peers...), o.acctPeers...) {
 		if o.stream {
 			ep, err := radpeer.ParseURL(p)

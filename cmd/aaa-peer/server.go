@@ -350,6 +350,15 @@ func serveWith(ctx context.Context, args []string, stdout, stderr io.Writer, hoo
 		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
 		return 2
 	}
+	// A RADIUS listener's missing or unreadable secret is a mistake on
+	// the command line, as it is the client's (exit 2): found here, before
+	// anything listens, though openListener reads it again.
+	if len(o.clients) == 0 && o.needsSecret() {
+		if _, err := o.radiusSecret(); err != nil {
+			fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)
+			return 2
+		}
+	}
 	log, err := newLogger(stderr, o.logLevel, o.logFormat)
 	if err != nil {
 		fmt.Fprintf(stderr, "aaa-peer server: %v\n", err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/peer"
@@ -22,8 +23,14 @@ func checkStatusAddr(addr string) error {
 	if addr == "" {
 		return nil
 	}
-	if _, _, err := net.SplitHostPort(addr); err != nil {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
 		return usagef("--status %q: want host:port, such as 127.0.0.1:8080", addr)
+	}
+	// A port out of range would fail only when listening, as a runtime
+	// failure (exit 1); a service name (http) is the listener's to look up.
+	if n, err := strconv.ParseInt(port, 10, 64); err == nil && (n < 0 || n > 65535) {
+		return usagef("--status %q: port %d: want 0 to 65535", addr, n)
 	}
 	return nil
 }
