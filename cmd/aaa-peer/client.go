@@ -285,7 +285,18 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 			return 2
 		}
 	}
-	if slices.ContainsFunc(peerArgs(args), radpeer.IsURL) || configNamesRADIUS(args) {
+	// Each client's flags are its own: a mix of Diameter and RADIUS
+	// --peer would reach one of them and fail on the other's flags or
+	// URLs, naming neither the mix nor the --peer at fault.
+	peers := peerArgs(args)
+	if r := slices.IndexFunc(peers, radpeer.IsURL); r >= 0 {
+		if d := slices.IndexFunc(peers, func(u string) bool { return !radpeer.IsURL(u) }); d >= 0 {
+			fmt.Fprintf(stderr, "aaa-peer client: --peer %s and --peer %s: one run speaks one protocol: give Diameter servers (tcp://, tls://, sctp://) or RADIUS servers (radius://, radius+tcp://, radsec://), not both\n",
+				peers[min(d, r)], peers[max(d, r)])
+			return 2
+		}
+	}
+	if slices.ContainsFunc(peers, radpeer.IsURL) || configNamesRADIUS(args) {
 		return runRadiusClient(ctx, args, stdout, stderr, hup)
 	}
 	var o clientOptions

@@ -198,8 +198,8 @@ func (o *radiusClientOptions) validate() error {
 	if len(o.peers) == 0 {
 		return usagef("at least one --peer is required")
 	}
-	_, err := radpeer.ParseURL(o.peers[0])
-	o.stream = err == nil
+	first, _, _ := strings.Cut(strings.ToLower(o.peers[0]), "://")
+	o.stream = first != radpeer.SchemeUDP
 	for i, p := range append(append(stringList{}, o.peers...), o.acctPeers...) {
 		name := "peer"
 		if i >= len(o.peers) {
@@ -208,18 +208,19 @@ func (o *radiusClientOptions) validate() error {
 		if err := checkPeerAddr(name, p); err != nil {
 			return err
 		}
-	}
-	for _, p := range append(append(stringList{}, o.peers...), o.acctPeers...) {
+		// One run, one transport: say so before a parse of the first's
+		// transport finds the URL wrong for its own reasons.
+		if scheme, _, _ := strings.Cut(strings.ToLower(p), "://"); scheme != first {
+			return usagef("--%s %s: every --peer and --acct-peer must have the scheme of the first --peer, %s:// (one run, one transport)", name, p, first)
+		}
+		var err error
 		if o.stream {
-			ep, err := radpeer.ParseURL(p)
-			if err != nil {
-				return usagef("%v (every --peer must be radius+tcp:// or radsec:// like the first)", err)
-			}
-			if first, _ := radpeer.ParseURL(o.peers[0]); ep.Scheme != first.Scheme {
-				return usagef("--peer %s: every --peer must have the scheme of the first, %s://", p, first.Scheme)
-			}
-		} else if _, err := radpeer.ParseUDPURL(p); err != nil {
-			return usagef("%v (one client speaks one protocol: every --peer must be radius:// like the first)", err)
+			_, err = radpeer.ParseURL(p)
+		} else {
+			_, err = radpeer.ParseUDPURL(p)
+		}
+		if err != nil {
+			return usagef("--%s %s: %v", name, p, err)
 		}
 	}
 	if o.stream {

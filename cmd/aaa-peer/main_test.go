@@ -337,6 +337,12 @@ func TestFlagValidation(t *testing.T) {
 		{"client radius peer port 0", runClient, []string{"--peer", "radius://127.0.0.1:0"}, "--peer radius://127.0.0.1:0: port 0: a client needs the server's port (e.g. radius://127.0.0.1:1812)"},
 		{"client radius+tcp peer port 0", runClient, []string{"--peer", "radius+tcp://127.0.0.1:0"}, "--peer radius+tcp://127.0.0.1:0: port 0"},
 		{"client radius acct-peer port 0", runClient, []string{"--peer", "radius://127.0.0.1:1812", "--acct-peer", "radius://127.0.0.1:0"}, "--acct-peer radius://127.0.0.1:0: port 0"},
+		{"client Diameter and RADIUS peers", runClient, with(cli, "--peer", "radius://127.0.0.1:11812"), "--peer tcp://127.0.0.1:3868 and --peer radius://127.0.0.1:11812: one run speaks one protocol"},
+		{"client RADIUS and Diameter peers", runClient, []string{"--peer", "radius://127.0.0.1:11812", "--peer", "tcp://127.0.0.1:3868"}, "--peer radius://127.0.0.1:11812 and --peer tcp://127.0.0.1:3868: one run speaks one protocol"},
+		{"client radius peer without port", runClient, []string{"--peer", "radius://127.0.0.1"}, "--peer radius://127.0.0.1: the server's port is missing (e.g. radius://127.0.0.1:1812)"},
+		{"client radius then radius+tcp", runClient, []string{"--peer", "radius://127.0.0.1:1812", "--peer", "radius+tcp://127.0.0.1:1812"}, "--peer radius+tcp://127.0.0.1:1812: every --peer and --acct-peer must have the scheme of the first --peer, radius://"},
+		{"client radius+tcp then radius", runClient, []string{"--peer", "radius+tcp://127.0.0.1:1812", "--peer", "radius://127.0.0.1:1812"}, "--peer radius://127.0.0.1:1812: every --peer and --acct-peer must have the scheme of the first --peer, radius+tcp://"},
+		{"server radius listener without port", runServer, with(without(srv, "--listen"), "--listen", "radius://127.0.0.1"), "--listen radius://127.0.0.1: the port is missing (e.g. radius://127.0.0.1:1812; port 0 picks a free one)"},
 		{"server radius listener secret unreadable", runServer, with(without(srv, "--listen"), "--listen", "radius://127.0.0.1:0", "--secret-file", "no-such-secret-file"), "reading the shared secret: open no-such-secret-file"},
 		// Messages that say what to do instead.
 		{"server scheme-less listen", runServer, with(srv, "--listen", "127.0.0.1:3868"), "--listen 127.0.0.1:3868: want a URL such as tcp://127.0.0.1:3868 (schemes: tcp, tls, sctp for Diameter; radius, radius+tcp, radsec for RADIUS)"},

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
+	"strings"
 
 	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/peer"
@@ -43,6 +45,12 @@ func (o *serverOptions) radiusSecret() ([]byte, error) {
 func (o *serverOptions) validateRADIUSListen(u string) error {
 	if _, err := radpeer.ParseUDPURL(u); err == nil {
 		return nil
+	} else if scheme, _, _ := strings.Cut(strings.ToLower(u), "://"); scheme == radpeer.SchemeUDP {
+		// radpeer.ParseURL would say what a stream listener wants.
+		if pu, perr := url.Parse(u); perr == nil && pu.Hostname() != "" && pu.Port() == "" {
+			return usagef("--listen %s: the port is missing (e.g. %s; port 0 picks a free one)", u, strings.TrimSuffix(u, ":")+":1812")
+		}
+		return usagef("--listen %s: %v", u, err)
 	}
 	ep, err := radpeer.ParseURL(u)
 	if err != nil {
