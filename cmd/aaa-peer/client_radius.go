@@ -231,11 +231,12 @@ func (o *radiusClientOptions) validate() error {
 			return usagef("--tw %v is below the RFC 3539 minimum of %v", o.tw, watchdog.MinTwinit)
 		case o.maxConns < 1 || o.maxConns > radpeer.MaxConnsLimit:
 			return usagef("--max-conns %d: want 1..%d", o.maxConns, radpeer.MaxConnsLimit)
-		case o.requestTimeout < 0:
-			return usagef("--request-timeout must not be negative")
 		case (o.tlsCert == "") != (o.tlsKey == ""):
 			return usagef("--tls-cert and --tls-key go together")
 		}
+	}
+	if o.requestTimeout < 0 { // every transport's: 0 is the default
+		return usagef("--request-timeout must not be negative")
 	}
 	if len(o.acctPeers) != 0 && len(o.acctPeers) != len(o.peers) {
 		return usagef("give one --acct-peer per --peer, or none")

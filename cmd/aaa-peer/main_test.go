@@ -343,6 +343,8 @@ func TestFlagValidation(t *testing.T) {
 		{"client radius then radius+tcp", runClient, []string{"--peer", "radius://127.0.0.1:1812", "--peer", "radius+tcp://127.0.0.1:1812"}, "--peer radius+tcp://127.0.0.1:1812: every --peer and --acct-peer must have the scheme of the first --peer, radius://"},
 		{"client radius+tcp then radius", runClient, []string{"--peer", "radius+tcp://127.0.0.1:1812", "--peer", "radius://127.0.0.1:1812"}, "--peer radius://127.0.0.1:1812: every --peer and --acct-peer must have the scheme of the first --peer, radius+tcp://"},
 		{"server radius listener without port", runServer, with(without(srv, "--listen"), "--listen", "radius://127.0.0.1"), "--listen radius://127.0.0.1: the port is missing (e.g. radius://127.0.0.1:1812; port 0 picks a free one)"},
+		{"client radius request-timeout negative", runClient, []string{"--peer", "radius://127.0.0.1:1812", "--request-timeout", "-1s"}, "--request-timeout must not be negative"},
+		{"client radius+tcp request-timeout negative", runClient, []string{"--peer", "radius+tcp://127.0.0.1:1812", "--request-timeout", "-1s"}, "--request-timeout must not be negative"},
 		{"server radius listener secret unreadable", runServer, with(without(srv, "--listen"), "--listen", "radius://127.0.0.1:0", "--secret-file", "no-such-secret-file"), "reading the shared secret: open no-such-secret-file"},
 		// Messages that say what to do instead.
 		{"server scheme-less listen", runServer, with(srv, "--listen", "127.0.0.1:3868"), "--listen 127.0.0.1:3868: want a URL such as tcp://127.0.0.1:3868 (schemes: tcp, tls, sctp for Diameter; radius, radius+tcp, radsec for RADIUS)"},
