@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -66,7 +67,10 @@ func newOpenLoop(rate float64, bound int, requests int64, log *slog.Logger) *ope
 // run calls send(n, intended) on a goroutine of its own for each request,
 // n counting the requests sent from 0, until runCtx ends or --requests
 // were sent, then waits for the requests in flight. send measures the
-// request's latency from intended.
+// request's latency from intended. With a deadline (--duration), runCtx
+// ends the run at its deadline by the requests' intended times: those
+// due before it are sent, even late, and none due at or after it, however
+// the loop's timer and the context's, both due then, happen to wake.
 func (l *openLoop) run(runCtx context.Context, send func(n int64, intended time.Time)) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -81,6 +85,13 @@ func (l *openLoop) run(runCtx context.Context, send func(n int64, intended time.
 			timer.Stop()
 		}
 	}()
+	end, bounded := runCtx.Deadline()
+	// stopped says whether the run ends before its deadline (a signal):
+	// at the deadline, the intended times decide.
+	stopped := func() bool {
+		err := runCtx.Err()
+		return err != nil && !(bounded && errors.Is(err, context.DeadlineExceeded))
+	}
 	var lastWarn time.Time
 	var droppedAtWarn uint64
 	defer func() {
@@ -95,6 +106,12 @@ func (l *openLoop) run(runCtx context.Context, send func(n int64, intended time.
 			return
 		}
 		due := start.Add(time.Duration(float64(k) * interval))
+		if bounded && !due.Before(end) {
+			// Nothing more to send, but the run lasts until its end (a
+			// --rate 0.1 --duration 9s run watches its peers for 9s).
+			<-runCtx.Done()
+			return
+		}
 		if d := time.Until(due); d > 0 {
 			if timer == nil {
 				timer = time.NewTimer(d)
@@ -104,10 +121,14 @@ func (l *openLoop) run(runCtx context.Context, send func(n int64, intended time.
 			select {
 			case <-timer.C:
 			case <-runCtx.Done():
-				return
+				// At the deadline, the request is due before it (above):
+				// its time has come.
+				if stopped() {
+					return
+				}
 			}
 		}
-		if runCtx.Err() != nil { // also when the timer won the select
+		if stopped() { // also when the timer won the select
 			return
 		}
 		if l.inFlight.Add(1) > int64(l.bound) {

@@ -85,7 +85,7 @@ func TestOpenLoopBound(t *testing.T) {
 		if sent != 5 || peak.Load() > 5 {
 			t.Errorf("sent %d, at most %d at once; want 5 (the bound)", sent, peak.Load())
 		}
-		if dropped < 294 || dropped > 296 {
+		if dropped != 295 {
 			t.Errorf("dropped %d, want 295: the schedule goes on", dropped)
 		}
 		warns := strings.Count(logs.String(), "in-flight bound reached")
@@ -497,3 +497,40 @@ func TestLatencyFromIntendedTime(t *testing.T) {
 		}
 	})
 }
+
+// TestOpenLoopDuration: with --duration, the open loop sends the
+// requests whose intended time is before the run's end, not one more:
+// --rate 50 --duration 2s is 100 requests. It sent 101 when the timer of
+// the request due at the end woke the loop before the run's context was
+// cancelled (its timer's function runs on a goroutine of its own);
+// lateCtx plays that cancel coming late, 500ms after its deadline. In a
+// bubble, the request due at 2s is due exactly at the end.
+func TestOpenLoopDuration(t *testing.T) {
+	for _, late := range []time.Duration{0, 500 * time.Millisecond} {
+		synctest.Test(t, func(t *testing.T) {
+			l := newOpenLoop(50, 1000, 0, slog.New(slog.DiscardHandler))
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second+late)
+			defer cancel()
+			var calls atomic.Int64
+			began := time.Now()
+			l.run(lateCtx{ctx, time.Now().Add(2 * time.Second)}, func(int64, time.Time) { calls.Add(1) })
+			if n := calls.Load(); n != 100 {
+				t.Errorf("context cancelled %v after its deadline: %d requests, want 100 (50/s for 2s)", late, n)
+			}
+			// The run lasts until its context ends, not until its last
+			// request: at --rate 0.1 --duration 9s it watches its peers
+			// for 9s.
+			if took := time.Since(began); took != 2*time.Second+late {
+				t.Errorf("the run took %v, want %v (until its context ended)", took, 2*time.Second+late)
+			}
+		})
+	}
+}
+
+// lateCtx is a context whose deadline comes before it is done.
+type lateCtx struct {
+	context.Context
+	deadline time.Time
+}
+
+func (c lateCtx) Deadline() (time.Time, bool) { return c.deadline, true }
