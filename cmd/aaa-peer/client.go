@@ -375,6 +375,9 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 	defer cancelRefused()
 	cancelLog := logClientEvents(bus, log)
 	defer cancelLog()
+	var cancelOpens func()
+	c.opens, cancelOpens = watchOpenFailures(bus)
+	defer cancelOpens()
 	defer metrics.WatchClient(bus)() // watchdog states, transitions, failovers
 	c.cl, err = client.New(ccfg)
 	if err != nil {

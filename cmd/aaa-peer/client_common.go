@@ -83,7 +83,7 @@ func loadFlags(fs *flag.FlagSet, o *loadOptions) {
 	fs.StringVar(&o.queueAlarm, "queue-alarm", "", "throttle: raise a server's queue alarm at depth HIGH and clear it at LOW (`HIGH,LOW`)")
 	fs.StringVar(&o.mode, "mode", "balance", "`MODE` choosing the server of each new request: balance (spread with --algorithm) or failover (first server in service, in --peer order)")
 	fs.IntVar(&o.waitPeers, "wait-peers", 1, "before sending, wait until `N` servers are in service (0: all of them; the default with --mode failover, so the run starts on the primary), at most --connect-timeout; past it, go on with those in service (exit 1 if none)")
-	fs.DurationVar(&o.connectTimeout, "connect-timeout", 10*time.Second, "wait at most `D` for the first server in service (its connection OKAY; a RADIUS/UDP server at once), else exit 1")
+	fs.DurationVar(&o.connectTimeout, "connect-timeout", 10*time.Second, "wait at most `D` for the first server in service (its connection OKAY; a RADIUS/UDP server at once), else exit 1; a server that refused the connection is dialled again every --tw (RFC 3539)")
 }
 
 // check parses and checks what both clients take alike: the load

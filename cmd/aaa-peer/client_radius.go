@@ -323,6 +323,9 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	metrics := newMetrics(o.status)
 	defer metrics.WatchClient(events)()
 	g := newLoadgen(&o.loadOptions, o.requestTimeout, strings.ToLower(protocol), &radiusRequests{o: o, protocol: protocol}, log, metrics)
+	var cancelOpens func()
+	g.opens, cancelOpens = watchOpenFailures(events)
+	defer cancelOpens()
 	if g.cl, err = client.New(cfg); err != nil {
 		ew.Close()
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)

@@ -396,8 +396,11 @@ func TestRadiusClientWaitsForServers(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run(context.Background(), []string{"client", "--peer", dead, "--secret-file", sf, "--app", "acct",
 		"--connect-timeout", "300ms", "--request-timeout", "1s", "--requests", "5"}, &stdout, &stderr)
-	if code != 1 || !strings.Contains(stderr.String(), "none of 1 servers in service within 300ms (--connect-timeout)") {
-		t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and none in service within --connect-timeout", code, stderr.String())
+	// The server not in service is named, with why and when it is tried
+	// again.
+	if code != 1 || !strings.Contains(stderr.String(), "none of 1 servers in service within 300ms (--connect-timeout): "+dead+" ") ||
+		!strings.Contains(stderr.String(), "(open failed: ") || !strings.Contains(stderr.String(), "redialled every Tw") {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and none in service within --connect-timeout, naming %s, why and when it is redialled", code, stderr.String(), dead)
 	}
 	var rep clientReport
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
@@ -411,8 +414,9 @@ func TestRadiusClientWaitsForServers(t *testing.T) {
 	stderr.Reset()
 	code = run(context.Background(), []string{"client", "--peer", live, "--peer", dead, "--secret-file", sf, "--app", "acct",
 		"--wait-peers", "0", "--connect-timeout", "500ms", "--rate", "0", "--requests", "20"}, &stdout, &stderr)
-	if code != 0 || !strings.Contains(stderr.String(), "not every server wanted is in service; going on") {
-		t.Errorf("exit %d, stderr:\n%s\nwant exit 0 and a warning that not every server is in service", code, stderr.String())
+	if code != 0 || !strings.Contains(stderr.String(), "not every server wanted is in service; going on") ||
+		!strings.Contains(stderr.String(), `not_in_service="`+dead+" ") || !strings.Contains(stderr.String(), "redialled every Tw") {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 0 and a warning that %s is not in service, why and when it is redialled", code, stderr.String(), dead)
 	}
 	rep = clientReport{}
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {

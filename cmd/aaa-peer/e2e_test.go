@@ -224,12 +224,20 @@ func TestAnswerDelayAndStall(t *testing.T) {
 	})
 }
 
-// TestNoPeer: nothing listening: exit 1 after --connect-timeout.
+// TestNoPeer: nothing listening: exit 1 after --connect-timeout, naming
+// the server, why it is not in service, and when it is tried again (a
+// server started after the client is reached only at the next Tw).
 func TestNoPeer(t *testing.T) {
 	t.Parallel()
 	r := runTestClient(t, context.Background(), "tcp://127.0.0.1:1", "--connect-timeout", "300ms")
 	if r.code != 1 || !strings.Contains(r.stderr, "no peer in service") {
 		t.Errorf("exit %d, stderr:\n%s", r.code, r.stderr)
+	}
+	for _, want := range []string{"none of 1 servers in service within 300ms (--connect-timeout): tcp://127.0.0.1:1 ",
+		"(open failed: ", "connection refused", "redialled every Tw (RFC 3539; --tw 30s)"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, r.stderr)
+		}
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/status"
 	"github.com/aaatp/aaatp/throttle"
+	"github.com/aaatp/aaatp/watchdog"
 )
 
 // requester makes and sends the requests of a run in one protocol.
@@ -58,6 +59,10 @@ type loadgen struct {
 	peers  []*peer.Peer
 	stream []*radpeer.Peer
 	udp    []*radpeer.UDPPeer
+
+	// opens are the servers' last failures to connect, for waitUp's
+	// messages (nil: none known).
+	opens *openFailures
 
 	issued   atomic.Int64  // request numbers handed out
 	rejected atomic.Uint64 // answered with an Access-Reject
@@ -205,10 +210,89 @@ func (c *loadgen) waitUp(ctx context.Context, refused <-chan string, want int, c
 	case wctx.Err() == nil: // refused by every peer: waiting changes nothing
 		return context.Cause(rctx)
 	case c.cl.WaitReady(wctx, 1) == nil: // wctx is done: this only counts
-		c.log.Warn("not every server wanted is in service; going on", "err", err, "wait_peers", want, "connect_timeout", connect)
+		down, failed := c.notInService()
+		args := []any{"wait_peers", want, "connect_timeout", connect, "not_in_service", down}
+		if failed {
+			args = append(args, "redial", c.redialHint())
+		}
+		c.log.Warn("not every server wanted is in service; going on", args...)
 		return nil
 	}
-	return fmt.Errorf("none of %d servers in service within %v (--connect-timeout)", len(c.cl.Peers()), connect)
+	msg := fmt.Sprintf("none of %d servers in service within %v (--connect-timeout)", len(c.cl.ServerStats()), connect)
+	down, failed := c.notInService()
+	if down != "" {
+		msg += ": " + down
+	}
+	if failed {
+		msg += ". " + c.redialHint()
+	}
+	return errors.New(msg)
+}
+
+// notInService names the servers whose connection is not OKAY, each with
+// its watchdog state and, where known, its last failure to connect;
+// failed says whether any failed to connect. (A RADIUS/UDP server has no
+// watchdog: it is in service at once.)
+func (c *loadgen) notInService() (names string, failed bool) {
+	var parts []string
+	for _, s := range c.cl.ServerStats() {
+		if s.State == "" || s.State == watchdog.Okay.String() {
+			continue
+		}
+		part := s.Server + " " + s.State
+		if why := c.opens.of(s.Server); why != "" {
+			part += " (" + why + ")"
+			failed = true
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, "; "), failed
+}
+
+// redialHint says when a server that could not be reached is tried
+// again: a client that starts before its server does reaches it only
+// then, which a --connect-timeout shorter than Tw does not wait for.
+func (c *loadgen) redialHint() string {
+	return fmt.Sprintf("A server that refused the connection is redialled every Tw (RFC 3539; --tw %v): "+
+		"one started after the client is reached at the next Tw, not before", c.o.tw)
+}
+
+// openFailures remembers why each server's last attempt to connect
+// failed (its open_failed event), until it connects.
+type openFailures struct {
+	mu   sync.Mutex
+	last map[string]string // server name -> reason
+}
+
+// watchOpenFailures follows the open failures of bus's servers until the
+// function it returns is called.
+func watchOpenFailures(bus *client.Bus) (*openFailures, func()) {
+	f := &openFailures{last: make(map[string]string)}
+	cancel := bus.Subscribe(func(_ context.Context, e client.Event) {
+		if e.Kind != client.EventPeer || e.Peer == nil {
+			return
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		switch e.Peer.Kind {
+		case peer.EventOpenFailed:
+			f.last[e.Server] = e.Peer.Reason
+		case peer.EventConnUp:
+			delete(f.last, e.Server)
+		}
+	})
+	return f, cancel
+}
+
+// of returns why server's last attempt to connect failed ("": it did
+// not, or it connected since).
+func (f *openFailures) of(server string) string {
+	if f == nil {
+		return ""
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last[server]
 }
 
 // closeClient disconnects every peer (DPR/DPA over Diameter), bounded by
