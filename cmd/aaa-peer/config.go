@@ -43,7 +43,7 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := config.Load(args[1])
 	if err != nil {
-		printConfigError(stderr, err)
+		printConfigError(stderr, "aaa-peer config check", err)
 		return 2
 	}
 	fmt.Fprintf(stdout, "%s: valid: %s\n", args[1], cfg.Summary())
@@ -51,11 +51,12 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 }
 
 // printConfigError prints err from config.Load: each problem on a line
-// of its own, then how many.
-func printConfigError(w io.Writer, err error) {
+// of its own, then how many; an error that is no problem of the file's
+// lines (it cannot be read) after who (the command, or its flag) read it.
+func printConfigError(w io.Writer, who string, err error) {
 	var ce *config.Error
 	if !errors.As(err, &ce) {
-		fmt.Fprintf(w, "aaa-peer: --config: %v\n", err)
+		fmt.Fprintf(w, "%s: %v\n", who, err)
 		return
 	}
 	fmt.Fprintln(w, ce.Error())
@@ -76,7 +77,7 @@ func loadConfig(path string, stderr io.Writer) (*config.Config, error) {
 	}
 	cfg, err := config.Load(path)
 	if err != nil {
-		printConfigError(stderr, err)
+		printConfigError(stderr, "aaa-peer: --config", err)
 		return nil, err
 	}
 	return cfg, nil

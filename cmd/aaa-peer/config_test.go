@@ -81,7 +81,7 @@ tls-server-name = "a b"
 			perPeer + ":7: peer.tls-server-name: \"a b\": want the host name the peer's certificate names",
 			perPeer + ": 3 problems\n",
 		}, true, 4},
-		{"missing file", []string{"config", "check", filepath.Join(t.TempDir(), "nope.toml")}, 2, nil, []string{"no such file"}, true, 0},
+		{"missing file", []string{"config", "check", filepath.Join(t.TempDir(), "nope.toml")}, 2, nil, []string{"aaa-peer config check: open ", "no such file"}, true, 0},
 		{"no file", []string{"config", "check"}, 2, nil, []string{"usage: aaa-peer config check FILE"}, true, 0},
 		{"no verb", []string{"config"}, 2, nil, []string{"usage: aaa-peer config check FILE"}, true, 0},
 		{"unknown verb", []string{"config", "lint", good}, 2, nil, []string{"usage: aaa-peer config check FILE"}, true, 0},
