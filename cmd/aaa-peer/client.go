@@ -29,11 +29,13 @@ const clientSynopsis = `usage: aaa-peer client --peer URL [--peer URL...] --orig
        --destination-realm R [--tw 30s] [--rate N] [--concurrency N]
        [--requests N | --duration D] [--nai FORMAT] [--app acct|test]
        [--mode balance|failover] [--algorithm pearson|hash|direct|round-robin]
+       [--wait-peers N] [--connect-timeout 10s] [--timeout D] [--no-delay]
+       [--tls-ca F] [--tls-cert F --tls-key F]
        [--max-rate N] [--slot D] [--max-outstanding N] [--queue-alarm HIGH,LOW]
        [--down-timeout D] [--hold-down D] [--test-user NAI] [--keepalive D]
        [--weight URL=N...] [--dpr-hold-off 5m] [--events FILE] [--report FILE]
        [--max-failed SHARE] [--status ADDR] [--log-level info] [--log-format text|json]
-       [--cpuprofile FILE]
+       [--cpuprofile FILE] [--config FILE]
 
 Connects to every --peer, waits until one (--wait-peers) is OKAY, then sends Accounting-
 Requests (--app acct) or freeDiameter test_app Test-Requests (--app test)

@@ -33,6 +33,7 @@ const radiusClientSynopsis = `usage: aaa-peer client --peer radius://HOST:PORT [
        [--max-rate N] [--max-rate-acct N] [--max-outstanding N] [--slot 50ms]
        [--queue-alarm HIGH,LOW] [--rate N] [--concurrency N] [--requests N | --duration D]
        [--nai FORMAT] [--events FILE] [--report FILE] [--status ADDR] [--log-level info]
+       [--log-format text|json] [--no-delay] [--cpuprofile FILE] [--config FILE]
 
 Every transport goes through package client, the path Diameter requests
 take. As the Diameter client does, it waits for --wait-peers servers in

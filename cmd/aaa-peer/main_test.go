@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -448,5 +450,28 @@ func TestWriteJSONFileNamesPath(t *testing.T) {
 	err := writeJSONFile(path, struct{}{}, io.Discard)
 	if want := "open " + path + ": "; err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Errorf("error %v, want %q...", err, want)
+	}
+}
+
+// Each client's synopsis names every flag it takes (the Diameter
+// client's --request-timeout is --timeout's other name); it left out
+// --wait-peers and --connect-timeout once they were added.
+func TestClientSynopsisNamesEveryFlag(t *testing.T) {
+	for _, c := range []struct {
+		synopsis string
+		fs       *flag.FlagSet
+		alias    string
+	}{
+		{clientSynopsis, clientFlags(&clientOptions{}, io.Discard), "request-timeout"},
+		{radiusClientSynopsis, radiusClientFlags(&radiusClientOptions{}, io.Discard), ""},
+	} {
+		c.fs.VisitAll(func(f *flag.Flag) {
+			if f.Name == c.alias {
+				return
+			}
+			if !regexp.MustCompile(`--` + regexp.QuoteMeta(f.Name) + `[] \n]`).MatchString(c.synopsis) {
+				t.Errorf("the synopsis of %s does not name --%s:\n%s", c.fs.Name(), f.Name, c.synopsis)
+			}
+		})
 	}
 }
