@@ -181,7 +181,7 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	var secret []byte                                 // radsec:// uses "radsec" (RFC 6614 2.3)
 	if !o.radsec() && len(o.secrets) < len(o.peers) { // some server has no secret of its own
-		if secret, err = radpeer.ReadSecret(o.secretFile, secretEnv); err != nil {
+		if secret, err = readSecret(o.secretFile); err != nil {
 			fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 			return 2
 		}

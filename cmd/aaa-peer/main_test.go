@@ -475,3 +475,20 @@ func TestClientSynopsisNamesEveryFlag(t *testing.T) {
 		})
 	}
 }
+
+// Without a secret file or $AAATP_RADIUS_SECRET, the RADIUS client and
+// server say which flag to give (radpeer's words were "give a secret
+// file").
+func TestNoSecretNamesFlag(t *testing.T) {
+	t.Setenv(secretEnv, "")
+	for _, args := range [][]string{
+		{"client", "--peer", "radius://127.0.0.1:1812"},
+		{"server", "--listen", "radius://127.0.0.1:0", "--origin-host", "s.example.net", "--origin-realm", "example.net"},
+	} {
+		var stdout, stderr bytes.Buffer
+		want := "aaa-peer " + args[0] + ": no RADIUS shared secret: give --secret-file FILE or set $AAATP_RADIUS_SECRET\n"
+		if code := run(context.Background(), args, &stdout, &stderr); code != 2 || stderr.String() != want {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", args, code, stderr.String(), want)
+		}
+	}
+}

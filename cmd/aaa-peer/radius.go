@@ -38,7 +38,18 @@ func (o *serverOptions) radiusSecret() ([]byte, error) {
 	if o.secretFile == "" && o.secret != nil {
 		return o.secret, nil
 	}
-	return radpeer.ReadSecret(o.secretFile, secretEnv)
+	return readSecret(o.secretFile)
+}
+
+// readSecret is radpeer.ReadSecret of file, else $AAATP_RADIUS_SECRET,
+// whose error without either names the flag to give, not "a secret
+// file".
+func readSecret(file string) ([]byte, error) {
+	b, err := radpeer.ReadSecret(file, secretEnv)
+	if err != nil && file == "" {
+		return nil, fmt.Errorf("no RADIUS shared secret: give --secret-file FILE or set $%s", secretEnv)
+	}
+	return b, err
 }
 
 // validateRADIUSListen checks a radius+tcp:// or radsec:// --listen URL.
