@@ -314,8 +314,9 @@ func TestRadiusClientClosedLoop(t *testing.T) {
 }
 
 // With --events - and the report on stdout (the RADIUS client's default),
-// stdout holds the event lines, then the report, whole and last: the
-// events end before the report is written.
+// stdout holds the event lines, then the report, whole and last (the
+// events end before the report is written), each on one line: stdout is
+// JSON Lines.
 func TestEventsThenReportOnStdout(t *testing.T) {
 	t.Parallel()
 	srv, url := startRADIUSServer(t)
@@ -325,7 +326,8 @@ func TestEventsThenReportOnStdout(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr.String())
 	}
-	dec := json.NewDecoder(&stdout)
+	out := stdout.String()
+	dec := json.NewDecoder(strings.NewReader(out))
 	var docs []map[string]any
 	for {
 		var v map[string]any
@@ -348,6 +350,9 @@ func TestEventsThenReportOnStdout(t *testing.T) {
 	}
 	if rep := docs[len(docs)-1]; rep["answered"] != float64(40) {
 		t.Errorf("report %v: want 40 answered", rep)
+	}
+	if lines := strings.Count(out, "\n"); lines != len(docs) {
+		t.Errorf("%d lines for %d documents: want JSON Lines, the report on one line too", lines, len(docs))
 	}
 	if code := srv.stop(t); code != 0 {
 		t.Fatalf("server exit %d", code)

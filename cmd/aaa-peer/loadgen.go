@@ -8,6 +8,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -147,8 +148,15 @@ func (c *loadgen) finish(code int, elapsed time.Duration, ew *eventWriter, stdou
 		c.log.Error("writing events", "err", err)
 		code = 1
 	}
-	if c.o.report != "" {
-		if err := writeJSONFile(c.o.report, c.report(ew.Dropped(), elapsed), stdout); err != nil {
+	switch rep := c.report(ew.Dropped(), elapsed); {
+	case c.o.report == "-" && c.o.events == "-":
+		// One line, as the events are: stdout stays JSON Lines.
+		if err := json.NewEncoder(stdout).Encode(rep); err != nil {
+			c.log.Error("writing report", "err", err)
+			code = 1
+		}
+	case c.o.report != "":
+		if err := writeJSONFile(c.o.report, rep, stdout); err != nil {
 			c.log.Error("writing report", "err", err)
 			code = 1
 		}
