@@ -76,7 +76,7 @@ type loadOptions struct {
 // default and help.
 func loadFlags(fs *flag.FlagSet, o *loadOptions) {
 	fs.StringVar(&o.nai, "nai", "user%d@example.net", "User-Name `FORMAT`; %d is the request number (without it, every request has the same NAI, so hash and pearson send them all to one server)")
-	fs.Var(&o.weights, "weight", "`URL=N`: balance weight N >= 1 of the --peer URL (pearson); repeat for several; default 1")
+	fs.Var(&o.weights, "weight", "`URL=N`: balance weight N >= 1 of the --peer URL, or of a --config peer by its name (pearson); repeat for several; default 1")
 	fs.StringVar(&o.events, "events", "", "write every event of the servers (watchdog, policy state, failover, balancer, queue alarm) as a JSON line to `FILE` (\"-\" is stdout)")
 	fs.StringVar(&o.maxFailed, "max-failed", "0", "exit 3 when more than this `SHARE` of the requests failed: a fraction (0.05) or a percentage (5%); 0: any failure; 1: never")
 	fs.DurationVar(&o.slot, "slot", throttle.DefaultSlot, "throttle: rate slot length `D` (50ms to 1s)")
@@ -123,7 +123,12 @@ func (o *loadOptions) check() error {
 			return usagef("--weight %q: %v", w, err)
 		}
 		if !slices.Contains(o.peers, u) {
-			return usagef("--weight %q: %s is not a --peer", w, u)
+			// A --config file's peer may be named by its name.
+			named := slices.IndexFunc(o.peers, func(p string) bool { return o.names[p] == u })
+			if named < 0 {
+				return usagef("--weight %q: %s is neither a --peer nor the name of a --config peer", w, u)
+			}
+			u = o.peers[named]
 		}
 		o.weightOf[u] = n
 	}

@@ -663,3 +663,23 @@ url = "radsec://10.0.0.2"
 		t.Errorf("--peer with a file: tw %v secrets %q, %v: want the file's 25s and secret", o.tw, secrets, err)
 	}
 }
+
+// --weight names a --config file's peer by its URL or by its name.
+func TestWeightByConfigName(t *testing.T) {
+	file := writeConfig(t, clientFile)
+	for _, w := range []string{"first=7", "tcp://10.0.0.1:3868=7"} {
+		o, err := parseClient(t, "--config", file, "--weight", w)
+		if err != nil {
+			t.Fatalf("--weight %s: %v", w, err)
+		}
+		specs, err := o.peerSpecs(nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range specs {
+			if want := map[string]int{"first": 7}[s.Name]; s.Weight != want {
+				t.Errorf("--weight %s: %s has weight %d, want %d", w, s.Name, s.Weight, want)
+			}
+		}
+	}
+}

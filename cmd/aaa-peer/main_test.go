@@ -313,7 +313,7 @@ func TestFlagValidation(t *testing.T) {
 		{"client concurrency 0", runClient, with(cli, "--concurrency", "0"), "--concurrency 0: want 1 to 100000"},
 		{"client bad mode", runClient, with(cli, "--mode", "random"), `--mode "random"`},
 		{"client bad algorithm", runClient, with(cli, "--algorithm", "fastest"), `--algorithm "fastest"`},
-		{"client weight not a peer", runClient, with(cli, "--weight", "tcp://127.0.0.1:9=2"), "is not a --peer"},
+		{"client weight not a peer", runClient, with(cli, "--weight", "tcp://127.0.0.1:9=2"), "is neither a --peer nor the name of a --config peer"},
 		{"client weight zero", runClient, with(cli, "--weight", "tcp://127.0.0.1:3868=0"), "want an integer >= 1"},
 		{"client weight no number", runClient, with(cli, "--weight", "tcp://127.0.0.1:3868"), "want NAME=N"},
 		{"client wait-peers too many", runClient, with(cli, "--wait-peers", "2"), "--wait-peers 2"},
