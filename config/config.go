@@ -271,6 +271,30 @@ func (cfg *Config) Summary() string {
 	return strings.Join(parts, ", ")
 }
 
+// WithoutSecret returns the RADIUS listeners and peers (radsec:// aside,
+// whose secret is "radsec") that the file gives no shared secret: valid,
+// but the program needs one from elsewhere for them (a flag, the
+// environment). A listener needs none when the file has clients, each
+// with its own.
+func (cfg *Config) WithoutSecret() []string {
+	var out []string
+	if cfg.Secret == nil && len(cfg.Clients) == 0 {
+		for _, u := range cfg.Listen {
+			if p := protocolOf(u); (p == protoRADIUSUDP || p == protoRADIUSStream) && !isRadSec(u) {
+				out = append(out, u)
+			}
+		}
+	}
+	for _, p := range cfg.Peers {
+		if pr := protocolOf(p.URL); (pr == protoRADIUSUDP || pr == protoRADIUSStream) && !isRadSec(p.URL) && p.Secret == nil && cfg.Secret == nil {
+			out = append(out, p.URL)
+		}
+	}
+	return out
+}
+
+func isRadSec(u string) bool { return strings.HasPrefix(strings.ToLower(u), "radsec://") }
+
 func plural(n int, s string) string {
 	if n == 1 {
 		return "1 " + s

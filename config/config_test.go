@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -471,6 +472,45 @@ func TestEditDistance(t *testing.T) {
 	}{{"", "", 0}, {"a", "", 1}, {"rol", "role", 1}, {"wieght", "weight", 2}, {"kitten", "sitting", 3}} {
 		if got := editDistance(tc.a, tc.b); got != tc.d {
 			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.d)
+		}
+	}
+}
+
+// WithoutSecret names the RADIUS listeners and peers the file gives no
+// shared secret, radsec:// aside, and none once the file has a default
+// secret (or, for listeners, clients of their own).
+func TestWithoutSecret(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		want       []string
+	}{
+		{"none", `listen = ["radius://127.0.0.1:1812", "tcp://127.0.0.1:3868"]
+[[peer]]
+url = "radius+tcp://10.0.0.1:1812"
+[[peer]]
+url = "radius+tcp://10.0.0.2:1812"
+secret = "own"
+[[peer]]
+url = "radsec://10.0.0.3:2083"
+`, []string{"radius://127.0.0.1:1812", "radius+tcp://10.0.0.1:1812"}},
+		{"default", `secret = "s"
+listen = ["radius://127.0.0.1:1812"]
+[[peer]]
+url = "radius://10.0.0.1:1812"
+`, nil},
+		{"clients", `listen = ["radius+tcp://127.0.0.1:1812"]
+[[client]]
+name = "nas1"
+source = "192.0.2.7"
+secret = "c"
+`, nil},
+	} {
+		cfg, err := Parse(tc.name+".toml", []byte(tc.file))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := cfg.WithoutSecret(); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }

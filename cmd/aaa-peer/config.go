@@ -27,8 +27,10 @@ Checks the configuration file FILE (TOML, the file of server and client
 unknown keys, values of the wrong type, URLs, durations without a unit,
 weights below 1, two peers or clients of one name, a client's source
 that is no address or prefix, a secret given twice, files that cannot be
-read... Exit 0 with a one-line summary when the file is valid, 2 when it
-is not (or cannot be read).
+read... Exit 0 with a one-line summary when the file is valid (and a
+note naming the RADIUS listeners and peers it gives no shared secret,
+which need --secret-file or $AAATP_RADIUS_SECRET at start), 2 when it is
+not (or cannot be read).
 `
 
 // runConfig is "aaa-peer config check FILE".
@@ -47,6 +49,9 @@ func runConfig(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	fmt.Fprintf(stdout, "%s: valid: %s\n", args[1], cfg.Summary())
+	if no := cfg.WithoutSecret(); len(no) > 0 {
+		fmt.Fprintf(stdout, "%s: note: no RADIUS shared secret for %s: give --secret-file FILE or set $%s when starting\n", args[1], strings.Join(no, ", "), secretEnv)
+	}
 	return 0
 }
 

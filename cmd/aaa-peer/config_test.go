@@ -58,6 +58,9 @@ url = "tls://10.0.0.2:3868"
 tw = "3s"
 tls-server-name = "a b"
 `)
+	noSecret := writeConfig(t, `[[peer]]
+url = "radius+tcp://10.0.0.1:1812"
+`)
 	for _, tc := range []struct {
 		name       string
 		args       []string
@@ -81,6 +84,10 @@ tls-server-name = "a b"
 			perPeer + ":7: peer.tls-server-name: \"a b\": want the host name the peer's certificate names",
 			perPeer + ": 3 problems\n",
 		}, true, 4},
+		{"valid, but no secret", []string{"config", "check", noSecret}, 0, []string{
+			noSecret + ": valid: 0 listeners, 1 peer\n",
+			noSecret + ": note: no RADIUS shared secret for radius+tcp://10.0.0.1:1812: give --secret-file FILE or set $AAATP_RADIUS_SECRET when starting\n",
+		}, nil, false, 0},
 		{"missing file", []string{"config", "check", filepath.Join(t.TempDir(), "nope.toml")}, 2, nil, []string{"aaa-peer config check: open ", "no such file"}, true, 0},
 		{"no file", []string{"config", "check"}, 2, nil, []string{"usage: aaa-peer config check FILE"}, true, 0},
 		{"no verb", []string{"config"}, 2, nil, []string{"usage: aaa-peer config check FILE"}, true, 0},
