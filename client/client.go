@@ -1367,13 +1367,15 @@ func (c *Client) shutdown(ctx context.Context) {
 	}
 	cancels := c.cancels
 	c.mu.Unlock()
-	for _, cancel := range cancels {
-		cancel()
-	}
 	c.waiters.Wait() // requests waiting for a peer failed at c.cancel
 	go func() {
 		for _, d := range dones {
 			<-d // the peers' last events are scheduled here before this
+		}
+		// Only now: a peer's Close returns before its notifier has
+		// delivered its last events (its connection down, its DOWN).
+		for _, cancel := range cancels {
+			cancel()
 		}
 		c.notes.End()
 		<-c.notes.Done()
