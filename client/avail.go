@@ -395,11 +395,13 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // WaitReady waits until at least n servers are in service (their watchdog
-// OKAY and, in Balance mode, in the balancer's table), or ctx is done; it
+// OKAY and, in Balance mode, in the balancer's table; a radius:// server,
+// which has no watchdog, is in service at once), or ctx is done; it
 // returns at once when they already are. Send does not need it (a request
 // waits for a server in service within its deadline); it is for starting
 // traffic only once the servers wanted are up. n larger than the servers
-// configured is an error, n <= 0 returns nil.
+// configured is an error, n <= 0 returns nil; once the Client is closed it
+// returns an error matching ErrClosed.
 func (c *Client) WaitReady(ctx context.Context, n int) error {
 	if k := len(c.ros.Load().order); n > k {
 		return fmt.Errorf("client: WaitReady(%d) with %d servers configured", n, k)
@@ -411,6 +413,8 @@ func (c *Client) WaitReady(ctx context.Context, n int) error {
 		}
 		select {
 		case <-v.changed:
+		case <-c.ctx.Done():
+			return fmt.Errorf("client: %d of the %d servers wanted in service: %w", v.nopen, n, ErrClosed)
 		case <-ctx.Done():
 			return fmt.Errorf("client: %d of the %d servers wanted in service: %w", v.nopen, n, context.Cause(ctx))
 		}

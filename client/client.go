@@ -39,6 +39,7 @@ import (
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/throttle"
+	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 )
 
@@ -70,8 +71,17 @@ func (m Mode) String() string {
 	return "balance"
 }
 
-// Errors of Send, beyond those of package peer.
+// Errors of Send and Exchange. They are the same values for every
+// protocol: package peer's and package radpeer's errors of the same name
+// are these, so errors.Is works whatever the servers speak.
 var (
+	// ErrTimeout: no answer before the request's deadline (its
+	// context's, or RequestTimeout). (peer.ErrTimeout, radpeer.ErrTimeout.)
+	ErrTimeout = peer.ErrTimeout
+	// ErrClosed: the Client was closed before the request was answered,
+	// or before a call to it (SetPeers, WaitReady). (peer.ErrClosed,
+	// radpeer.ErrClosed.)
+	ErrClosed = peer.ErrClosed
 	// ErrUnableToDeliver: the request names a Destination-Host whose
 	// connection failed; it is not moved to another host (RFC 6733 5.5.4).
 	ErrUnableToDeliver = errors.New("DIAMETER_UNABLE_TO_DELIVER (3002)")
@@ -531,6 +541,18 @@ func checkPeers(cfg Config) (specs []PeerSpec, isRADIUS bool, err error) {
 	}
 	if isRADIUS, err = radiusMembers(cfg); err != nil {
 		return nil, false, err
+	}
+	if !isRADIUS {
+		// As New's dials would: SetPeers dials after its answer.
+		for _, s := range cfg.Peers {
+			ep, err := transport.ParseURL(s.URL)
+			if err == nil && (ep.Host == "" || ep.Port == 0) {
+				err = errors.New("host and non-zero port needed")
+			}
+			if err != nil {
+				return nil, false, fmt.Errorf("client: peer %s: %w", s.URL, err)
+			}
+		}
 	}
 	if err := checkOverrides(cfg); err != nil {
 		return nil, false, err

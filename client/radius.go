@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/peer"
@@ -36,6 +37,11 @@ func radiusMembers(cfg Config) (bool, error) {
 		switch {
 		case udpErr == nil || streamErr == nil:
 			n++
+		case radpeer.IsURL(s.URL): // a RADIUS scheme, the rest wrong
+			if strings.HasPrefix(strings.ToLower(s.URL), radpeer.SchemeUDP+"://") {
+				return false, fmt.Errorf("client: peer %s: %w", s.URL, udpErr)
+			}
+			return false, fmt.Errorf("client: peer %s: %w", s.URL, streamErr)
 		case s.Secret != nil:
 			return false, fmt.Errorf("client: peer %s: a Secret is for RADIUS servers", s.URL)
 		}
@@ -211,6 +217,9 @@ func (c *Client) radiusLimits(m *member, l throttle.Limits) throttle.Limits {
 func (c *Client) Exchange(ctx context.Context, r *radius.Request) (*radpeer.Response, error) {
 	if !c.radius {
 		return nil, errors.New("client: Exchange takes RADIUS requests; these servers are Diameter peers: use Send")
+	}
+	if r == nil {
+		return nil, errors.New("client: Exchange of a nil request")
 	}
 	cl := radpeer.NewCall(r)
 	if _, err := c.do(ctx, cl); err != nil {

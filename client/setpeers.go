@@ -98,7 +98,7 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return ch, errors.New("client: closed")
+		return ch, fmt.Errorf("client: %w", ErrClosed)
 	}
 	old := c.ros.Load()
 	live := make(map[string]*member, len(old.order))
