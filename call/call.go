@@ -546,7 +546,8 @@ func (c *Call) Park() bool {
 
 // Wait waits for the answer until ctx is done, or timeout when ctx has no
 // deadline (zero: DefaultTimeout). A call that ends without an answer
-// fails with an error matching ErrTimeout; the connection it was pending
+// fails with an error matching ErrTimeout, or only ctx's error when ctx
+// was cancelled before its deadline; the connection it was pending
 // on is told (Retire, timedOut). It may be called again: it returns the
 // same result.
 //
@@ -925,12 +926,17 @@ func (w *watch) retire() {
 }
 
 // fire runs when the context ends: every call still waiting fails with
-// ErrTimeout and the context's error (each Wait ends its call), and so
-// does every later add.
+// the context's error, and ErrTimeout when its deadline passed (a
+// cancelled request did not time out: the caller gave up), each Wait
+// ending its call; so does every later add.
 func (w *watch) fire() {
 	recent.CompareAndSwap(w, nil) // so that an ended context is not kept
 	w.mu.Lock()
-	w.err = fmt.Errorf("%w: %w", ErrTimeout, w.ctx.Err())
+	if err := w.ctx.Err(); errors.Is(err, context.DeadlineExceeded) {
+		w.err = fmt.Errorf("%w: %w", ErrTimeout, err)
+	} else {
+		w.err = fmt.Errorf("request canceled: %w", err)
+	}
 	var calls []*Call
 	for w.head != nil {
 		c := w.head

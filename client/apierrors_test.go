@@ -73,3 +73,27 @@ func TestCallsAfterCloseAndNil(t *testing.T) {
 	}
 	assert.True(t, errors.Is(radpeer.ErrTimeout, ErrTimeout) && errors.Is(radpeer.ErrClosed, ErrClosed), "one error vocabulary")
 }
+
+// A request whose caller cancels it did not time out: its error matches
+// context.Canceled and not ErrTimeout, and the statistics count it as
+// canceled.
+func TestCanceledIsNoTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net")}
+		defer n.close()
+		c, err := New(clientConfig(n, Balance, "tcp://a:1"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		n["tcp://a:1"].freeze()
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(time.Second, cancel)
+		_, err = c.Send(ctx, acr(1, "u"))
+		assert.ErrorIs(t, err, context.Canceled)
+		assert.NotErrorIs(t, err, ErrTimeout, "the caller gave up: no deadline passed")
+		st := c.ServerStats()[0]
+		assert.Equal(t, uint64(1), st.Errors["canceled"], "errors %v", st.Errors)
+		assert.Zero(t, st.Errors["timeout"])
+		n["tcp://a:1"].unfreeze()
+	})
+}

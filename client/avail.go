@@ -408,6 +408,9 @@ func (c *Client) WaitReady(ctx context.Context, n int) error {
 	}
 	for {
 		v := c.view()
+		if c.ctx.Err() != nil { // closed: its view may not have caught up yet
+			return fmt.Errorf("client: %w", ErrClosed)
+		}
 		if v.nopen >= n {
 			return nil
 		}
