@@ -97,3 +97,31 @@ func TestCanceledIsNoTimeout(t *testing.T) {
 		n["tcp://a:1"].unfreeze()
 	})
 }
+
+// Close returns its context's error when the context ended before every
+// peer's DPR/DPA did (a frozen server sends no DPA), and nil when it did
+// not.
+func TestCloseReturnsContextError(t *testing.T) {
+	for _, frozen := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			n := network{"tcp://a:1": newFakeServer("a.example.net")}
+			defer n.close()
+			c, err := New(clientConfig(n, Balance, "tcp://a:1"))
+			require.NoError(t, err)
+			waitOkay(t, c)
+			if frozen {
+				n["tcp://a:1"].freeze()
+				defer n["tcp://a:1"].unfreeze()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			err = c.Close(ctx)
+			if frozen {
+				assert.ErrorIs(t, err, context.DeadlineExceeded, "no DPA before ctx ended")
+			} else {
+				assert.NoError(t, err)
+			}
+			<-c.Done()
+		})
+	}
+}

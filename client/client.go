@@ -136,12 +136,14 @@ type Config struct {
 	// Balancer tunes the conversation memory of Balance mode.
 	Balancer loadbalance.Options
 	// Peer is the template for every Diameter peer (Origin-Host,
-	// Watchdog, ...). Its Events are set by the Client.
+	// Watchdog, ...). Its Events are set by the Client, and its
+	// RequestTimeout is not used: a request's deadline is its context's,
+	// else the Client's RequestTimeout.
 	Peer peer.Config
 	// RADIUS is the template for every radius+tcp:// and radsec://
 	// server (Secret, Watchdog, Transport, MaxConns, ...). Its Events are
-	// set by the Client. A Client has Diameter peers or RADIUS servers,
-	// not both.
+	// set by the Client, and its RequestTimeout is not used, as Peer's.
+	// A Client has Diameter peers or RADIUS servers, not both.
 	RADIUS radpeer.Config
 	// UDP is the template for every radius:// server (Timeout, Retries,
 	// MaxSockets, ...); its Secret, RequireMessageAuthenticator and
@@ -1309,12 +1311,17 @@ func (c *Client) record(r FailoverRecord) {
 // peers' and the Client's, has been delivered.
 func (c *Client) Done() <-chan struct{} { return c.gone }
 
-// Close closes every peer (DPR/DPA, each waiting for its DPA until ctx
-// is done) and fails the requests waiting for one. It does not wait for
-// event subscribers and failover hand-overs still running on the peers'
-// notifiers (so a subscriber may call Close): Done is closed once they
-// are out. Only the first Close shuts the Client down; later calls wait
-// for that shutdown, or for their own ctx.
+// Close closes every peer and fails the requests waiting for one, and
+// those in flight, with ErrClosed: a Diameter peer sends its DPR and
+// waits for the DPA (bounded by its DPATimeout and ctx), a radius+tcp://
+// or radsec:// server's connections close at once, a radius:// server
+// waits for the retransmissions under way. It returns ctx's error when
+// ctx ended before that was done (as http.Server.Shutdown does), else
+// nil. It does not wait for event subscribers and failover hand-overs
+// still running on the peers' notifiers (so a subscriber may call
+// Close): Done is closed once they are out. Only the first Close shuts
+// the Client down; later calls wait for that shutdown, or for their own
+// ctx.
 //
 // Called with the context a subscriber got with one of the Client's
 // events, Close starts the shutdown and returns nil at once: requests
@@ -1342,7 +1349,7 @@ func (c *Client) Close(ctx context.Context) error {
 	if first {
 		c.shutdown(ctx)
 		close(c.shut)
-		return nil
+		return ctx.Err()
 	}
 	select {
 	case <-c.shut:
