@@ -78,8 +78,10 @@ func (c *Client) checkNewPeers(specs []PeerSpec) ([]PeerSpec, error) {
 // none of the Client's peers: it goes to any.
 //
 // The list is checked whole first and nothing changes on an error: the
-// same checks as New, and a list that changes the protocol (Diameter
-// peers and RADIUS servers stay apart); such an error matches ErrConfig.
+// same checks as New, a list that changes the protocol (Diameter
+// peers and RADIUS servers stay apart), and radius:// servers given to a
+// Client created without any (New sets up their defaults and policy
+// states); such an error matches ErrConfig.
 // RequestTimeout, when New derived
 // it from the peers, is not derived again. SetPeers returns without
 // waiting for the drains; Close waits for them. ctx bounds nothing yet

@@ -1,5 +1,5 @@
 // Package policy is the per-server policy state of the Nokia 7750 SR
-// radius-server-policy, applied to Diameter servers.
+// radius-server-policy, applied to RADIUS and Diameter servers alike.
 //
 // A server is in one of four states: Unknown (no reply yet), InService,
 // OutOfService and Probing. The request path tells a [Tracker] what it does

@@ -1314,7 +1314,11 @@ func (c *conn) verifyFailed(err error) {
 
 // ErrSecretMismatch is matched by the error of a call that failed on a
 // connection that looked like one to a server with another shared secret
-// (see Stats.SecretMismatch).
+// (see Stats.SecretMismatch), and by a radius:// request's *TimeoutError
+// when replies came that failed verification. A server that drops what
+// fails its own check without a word (RFC 2865 says to; aaatp's UDP
+// server, FreeRADIUS) gives no such sign over UDP: the request ends with
+// ErrNoReply only.
 var ErrSecretMismatch = errors.New("shared secret mismatch?")
 
 // suspectSecret records that c looks like a connection to a server that
