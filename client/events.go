@@ -46,7 +46,11 @@ const (
 	// EventReconfigured: SetPeers changed Server; Change says how:
 	// "added", "removed" (it takes no new request and drains),
 	// "replaced" (its settings changed: a new peer replaces the old,
-	// which drains) or "reweighted".
+	// which drains) or "reweighted". A replacement is two events of
+	// Change "replaced", the old peer's as it starts draining and the new
+	// one's as it is dialed; a name added back while its old peer drains
+	// is two of Change "added", one at SetPeers and one when it is dialed,
+	// once the old connection has closed. Reason says which.
 	EventReconfigured
 )
 
