@@ -29,7 +29,7 @@ type FailoverRecord struct {
 	Outcome  FailoverOutcome `json:"outcome"`
 	Reason   string          `json:"reason"`
 	Moved    int             `json:"moved"`      // requests moved (Moved) or waiting (Parked)
-	EndToEnd []uint32        `json:"end_to_end"` // the requests' End-to-End Identifiers
+	EndToEnd []uint32        `json:"end_to_end"` // the requests' End-to-End Identifiers (Diameter; RADIUS has none: empty)
 }
 
 // FailoverOutcome says what became of the requests of a FailoverRecord.
@@ -120,7 +120,7 @@ func (c *Client) FailoverLog() (records []FailoverRecord, total uint64) {
 type ServerStats struct {
 	Server     string  `json:"server"`
 	Peer       string  `json:"peer"`        // Origin-Host once known
-	State      string  `json:"state"`       // the watchdog's; "" over UDP
+	State      string  `json:"state"`       // the watchdog's; "" over UDP; "not connected" while it has no peer (MaxConnections, a drain)
 	Sent       uint64  `json:"sent"`        // requests first sent to this server (replays not counted)
 	Answered   uint64  `json:"answered"`    // of those, answered (here or after a failover)
 	Failed     uint64  `json:"failed"`      // of those, ended with an error
