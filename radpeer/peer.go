@@ -920,6 +920,12 @@ func (p *Peer) attemptOpen(l *link) {
 		// connection: its machine goes on over the new one.
 		replacing := l.m.State() == watchdog.Okay
 		switch {
+		case p.closing:
+			// Close cut the dial short or came during it: nothing to
+			// report (the notice queue has ended) and nothing to keep.
+			if err == nil {
+				p.closeLater(tc)
+			}
 		case err != nil:
 			p.stats.openFailures.Add(1)
 			if inner := errors.Unwrap(err); inner != nil && p.cfg.Dialer == nil {
@@ -929,11 +935,9 @@ func (p *Peer) attemptOpen(l *link) {
 			}
 			p.publish(l.name, peer.Event{Kind: peer.EventOpenFailed, Reason: "open failed: " + err.Error()})
 			p.log(slog.LevelWarn, "open failed", "peer", l.name, "err", err.Error())
-			if replacing && !p.closing {
+			if replacing {
 				p.apply(l, l.m.Step(watchdog.ConnectionDown))
 			}
-		case p.closing:
-			p.closeLater(tc)
 		default:
 			c := newConn(l, tc)
 			l.cur = c

@@ -934,3 +934,34 @@ func TestOpenFailedLoggedWithURL(t *testing.T) {
 		t.Errorf("open failed line %q: want a warning naming %s and the refusal", line, url)
 	}
 }
+
+// A dial that Close cuts short is no failure to report: nothing is
+// logged or published after Close, whose notice queue has ended (a line
+// delivered then would come after Done).
+func TestCloseDuringDialReportsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var out testhelp.SyncBuffer
+		cfg := testConfig(6 * time.Second)
+		cfg.Logger = slog.New(slog.NewTextHandler(&out, nil))
+		cfg.Dialer = func(ctx context.Context, _ string) (transport.Conn, error) {
+			<-ctx.Done() // a server that never answers the SYN
+			return nil, ctx.Err()
+		}
+		var opens atomic.Int32
+		cfg.Events = peer.NewBus()
+		defer cfg.Events.Subscribe(func(_ context.Context, e peer.Event) {
+			if e.Kind == peer.EventOpenFailed {
+				opens.Add(1)
+			}
+		})()
+		p, err := Dial("radius+tcp://server:1812", cfg)
+		require.NoError(t, err)
+		synctest.Wait() // dialing
+		require.NoError(t, p.Close(context.Background()))
+		<-p.Done()
+		synctest.Wait()
+		if strings.Contains(out.String(), "open failed") || opens.Load() != 0 {
+			t.Errorf("a dial cut short by Close reported: %d events, log:\n%s", opens.Load(), out.String())
+		}
+	})
+}
