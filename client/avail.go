@@ -416,8 +416,7 @@ func (c *Client) WaitReady(ctx context.Context, n int) error {
 		}
 		select {
 		case <-v.changed:
-		case <-c.ctx.Done():
-			return fmt.Errorf("client: %d of the %d servers wanted in service: %w", v.nopen, n, ErrClosed)
+		case <-c.ctx.Done(): // closed: the check above returns
 		case <-ctx.Done():
 			return fmt.Errorf("client: %d of the %d servers wanted in service: %w", v.nopen, n, context.Cause(ctx))
 		}

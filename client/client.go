@@ -547,11 +547,7 @@ func checkPeers(cfg Config) (specs []PeerSpec, isRADIUS bool, err error) {
 	if !isRADIUS {
 		// As New's dials would: SetPeers dials after its answer.
 		for _, s := range cfg.Peers {
-			ep, err := transport.ParseURL(s.URL)
-			if err == nil && (ep.Host == "" || ep.Port == 0) {
-				err = errors.New("host and non-zero port needed")
-			}
-			if err != nil {
+			if _, err := transport.ParseDialURL(s.URL); err != nil {
 				return nil, false, fmt.Errorf("client: peer %s: %w", s.URL, err)
 			}
 		}

@@ -280,20 +280,25 @@ func (cfg *Config) WithoutSecret() []string {
 	var out []string
 	if cfg.Secret == nil && len(cfg.Clients) == 0 {
 		for _, u := range cfg.Listen {
-			if p := protocolOf(u); (p == protoRADIUSUDP || p == protoRADIUSStream) && !isRadSec(u) {
+			if needsSecret(u) {
 				out = append(out, u)
 			}
 		}
 	}
 	for _, p := range cfg.Peers {
-		if pr := protocolOf(p.URL); (pr == protoRADIUSUDP || pr == protoRADIUSStream) && !isRadSec(p.URL) && p.Secret == nil && cfg.Secret == nil {
+		if needsSecret(p.URL) && p.Secret == nil { // the file's default is a peer's Secret already
 			out = append(out, p.URL)
 		}
 	}
 	return out
 }
 
-func isRadSec(u string) bool { return strings.HasPrefix(strings.ToLower(u), "radsec://") }
+// needsSecret reports whether u is a RADIUS URL that needs a shared
+// secret: radius:// and radius+tcp://, not radsec:// ("radsec", RFC 6614).
+func needsSecret(u string) bool {
+	p := protocolOf(u)
+	return p == protoRADIUSUDP || (p == protoRADIUSStream && !strings.HasPrefix(strings.ToLower(u), "radsec://"))
+}
 
 func plural(n int, s string) string {
 	if n == 1 {

@@ -403,7 +403,7 @@ func (c *checker) peers(cfg *Config, doc *fileDoc) {
 		} else if p.Secret != nil && strings.HasPrefix(strings.ToLower(p.URL), "radsec://") {
 			c.problem(pick(fp.Secret != nil, at("secret"), at("secret-file")), "radsec:// servers use the secret \"radsec\" (RFC 6614): leave it out")
 		}
-		if p.Secret == nil && (proto == protoRADIUSUDP || (proto == protoRADIUSStream && !strings.HasPrefix(strings.ToLower(p.URL), "radsec://"))) {
+		if p.Secret == nil && needsSecret(p.URL) {
 			p.Secret, p.SecretFile = cfg.Secret, cfg.SecretFile
 		}
 		if n, ok := c.int(at("weight"), fp.Weight); ok {

@@ -219,7 +219,7 @@ func newPeer(cfg Config, role Role, url, label string) (*Peer, error) {
 // as the watchdog says (once per Tw while DOWN). Use WaitState to wait for
 // OKAY. Configuration errors are returned here.
 func Dial(url string, cfg Config) (*Peer, error) {
-	if _, err := transport.ParseURL(url); err != nil {
+	if _, err := transport.ParseDialURL(url); err != nil {
 		return nil, fmt.Errorf("peer: %w: %w", ErrConfig, err)
 	}
 	p, err := newPeer(cfg, RoleClient, url, url)

@@ -760,9 +760,9 @@ func radiusReason(r string) string {
 // applyAt carries out a watchdog step's actions; base is the instant Tw
 // counts from. p.mu is held.
 func (p *Peer) applyAt(l *link, o watchdog.Output, base int64) {
-	o.Transition.Reason = radiusReason(o.Transition.Reason)
 	was := false
 	if o.Changed {
+		o.Transition.Reason = radiusReason(o.Transition.Reason)
 		tr := o.Transition
 		p.stats.transitions.Add(1)
 		// InService first: a subscriber told of the transition (the

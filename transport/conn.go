@@ -279,12 +279,9 @@ func (s *streamConn) Network() string      { return s.network }
 // Dial connects to rawURL. ctx bounds the whole dial, including the TLS
 // handshake, together with Options.DialTimeout.
 func Dial(ctx context.Context, rawURL string, opts Options) (Conn, error) {
-	ep, err := ParseURL(rawURL)
+	ep, err := ParseDialURL(rawURL)
 	if err != nil {
 		return nil, err
-	}
-	if ep.Port == 0 || ep.Host == "" {
-		return nil, fmt.Errorf("transport: cannot dial %s: host and non-zero port needed", rawURL)
 	}
 	opts = opts.withDefaults()
 	ctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)

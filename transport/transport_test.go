@@ -552,3 +552,16 @@ func TestSCTP(t *testing.T) {
 		assert.Equal(t, hbh, wire.HopByHop(m))
 	}
 }
+
+// ParseDialURL takes what ParseURL takes, but a peer to dial needs a host
+// and a port other than 0.
+func TestParseDialURL(t *testing.T) {
+	if ep, err := ParseDialURL("tcp://10.0.0.1:3868"); err != nil || ep != (Endpoint{"tcp", "10.0.0.1", 3868}) {
+		t.Errorf("tcp://10.0.0.1:3868: %v, %v", ep, err)
+	}
+	for _, u := range []string{"tcp://:3868", "tcp://10.0.0.1:0", "tls://[::]:0", "bogus://x"} {
+		if _, err := ParseDialURL(u); err == nil {
+			t.Errorf("%s: no error", u)
+		}
+	}
+}

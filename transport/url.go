@@ -28,6 +28,16 @@ func (e Endpoint) Address() string { return net.JoinHostPort(e.Host, strconv.Ito
 // String returns the endpoint as a URL.
 func (e Endpoint) String() string { return e.Scheme + "://" + e.Address() }
 
+// ParseDialURL is ParseURL for a peer to dial: it also needs a host
+// and a port that is not 0 (which a listener takes as any port).
+func ParseDialURL(s string) (Endpoint, error) {
+	ep, err := ParseURL(s)
+	if err == nil && (ep.Port == 0 || ep.Host == "") {
+		err = fmt.Errorf("transport: cannot dial %s: host and non-zero port needed", s)
+	}
+	return ep, err
+}
+
 // ParseURL parses "tcp://host:port", "tls://host:port" or "sctp://host:port"
 // (IPv6 literals in brackets). The scheme is case-insensitive; a port is
 // required (Diameter has two well-known ports, 3868 and 5658 for TLS, so

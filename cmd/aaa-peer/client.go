@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aaatp/aaatp/client"
@@ -369,16 +368,10 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 		// Probes and keep-alives: one request of the test user (S4, S5).
 		ccfg.TestRequest = func(string) []byte { return reqs.tmpl.Build(c.issued.Add(1), o.testUser) }
 	}
-	names := make([]string, len(ccfg.Peers))
-	for i, p := range ccfg.Peers {
-		names[i] = p.Name
-	}
-	refused, cancelRefused := watchRefusals(bus, names)
-	defer cancelRefused()
 	cancelLog := logClientEvents(bus, log)
 	defer cancelLog()
 	var cancelOpens func()
-	c.opens, cancelOpens = watchOpenFailures(bus)
+	c.opens, cancelOpens = watchOpenFailures(bus, ccfg.Peers)
 	defer cancelOpens()
 	defer metrics.WatchClient(bus)() // watchdog states, transitions, failovers
 	c.cl, err = client.New(ccfg)
@@ -399,7 +392,7 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 
 	code := 0
 	began := time.Now()
-	if err := c.waitUp(ctx, refused, o.waitPeers, o.connectTimeout); err != nil {
+	if err := c.waitUp(ctx, o.waitPeers, o.connectTimeout); err != nil {
 		log.Error("no peer in service", "err", err)
 		code = 1
 	} else {
@@ -440,43 +433,6 @@ func permanentRefusal(rc uint32) bool {
 		return true
 	}
 	return false
-}
-
-// watchRefusals reports, once, on the channel it returns when every one
-// of peers has refused us with a permanent error at its last attempt and
-// none is connected: nothing will come up by waiting.
-func watchRefusals(bus *client.Bus, peers []string) (<-chan string, func()) {
-	all := make(chan string, 1)
-	var mu sync.Mutex
-	last := make(map[string]string, len(peers)) // peer -> its permanent refusal
-	cancel := bus.Subscribe(func(_ context.Context, e client.Event) {
-		if e.Kind != client.EventPeer {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		switch e.Peer.Kind {
-		case peer.EventOpenFailed:
-			if !permanentRefusal(e.Peer.ResultCode) {
-				delete(last, e.Server)
-				return
-			}
-			last[e.Server] = e.Peer.Reason
-			if len(last) == len(peers) {
-				reasons := make([]string, 0, len(peers))
-				for _, p := range peers {
-					reasons = append(reasons, p+": "+last[p])
-				}
-				select {
-				case all <- strings.Join(reasons, "; "):
-				default:
-				}
-			}
-		case peer.EventConnUp:
-			delete(last, e.Server)
-		}
-	})
-	return all, cancel
 }
 
 // clientConfig is the client's client.Config but its Peers, the one place

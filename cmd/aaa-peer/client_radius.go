@@ -325,7 +325,7 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	defer metrics.WatchClient(events)()
 	g := newLoadgen(&o.loadOptions, o.requestTimeout, strings.ToLower(protocol), &radiusRequests{o: o, protocol: protocol}, log, metrics)
 	var cancelOpens func()
-	g.opens, cancelOpens = watchOpenFailures(events)
+	g.opens, cancelOpens = watchOpenFailures(events, cfg.Peers)
 	defer cancelOpens()
 	if g.cl, err = client.New(cfg); err != nil {
 		ew.Close()
@@ -354,7 +354,7 @@ func (o *radiusClientOptions) run(ctx context.Context, secret []byte, log *slog.
 	}
 	code := 0
 	began := time.Now()
-	if err := g.waitUp(ctx, nil, o.waitPeers, o.connectTimeout); err != nil {
+	if err := g.waitUp(ctx, o.waitPeers, o.connectTimeout); err != nil {
 		log.Error("no server in service", "err", err)
 		code = 1
 	} else {

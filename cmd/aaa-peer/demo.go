@@ -229,7 +229,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else if web != nil {
 		fmt.Fprintf(stderr, "aaa-peer demo: status page %s\n", web.URL())
 	}
-	if err := g.waitUp(ctx, nil, co.waitPeers, co.connectTimeout); err != nil {
+	if err := g.waitUp(ctx, co.waitPeers, co.connectTimeout); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer demo: %v\n", err)
 		return 1
 	}

@@ -193,8 +193,8 @@ func (c *loadgen) failures() (failed, sent uint64) {
 
 // waitUp waits until want peers are in service (0: all), connect or
 // ctx. Past connect, one peer in service is enough. When every peer
-// refused us for good (refused), it returns at once.
-func (c *loadgen) waitUp(ctx context.Context, refused <-chan string, want int, connect time.Duration) error {
+// refused us for good (c.opens), it returns at once.
+func (c *loadgen) waitUp(ctx context.Context, want int, connect time.Duration) error {
 	if want == 0 {
 		want = len(c.cl.Peers())
 	}
@@ -204,7 +204,7 @@ func (c *loadgen) waitUp(ctx context.Context, refused <-chan string, want int, c
 	defer stop(nil)
 	go func() {
 		select {
-		case why := <-refused:
+		case why := <-c.opens.allRefused():
 			stop(fmt.Errorf("every peer refused us with a permanent error: %s", why))
 		case <-rctx.Done():
 		}
@@ -266,16 +266,24 @@ func (c *loadgen) redialHint() string {
 }
 
 // openFailures remembers why each server's last attempt to connect
-// failed (its open_failed event), until it connects.
+// failed (its open_failed event), until it connects, and says once
+// (allRefused) when every one of the servers refused us with a permanent
+// error at its last attempt: nothing will come up by waiting.
 type openFailures struct {
-	mu   sync.Mutex
-	last map[string]string // server name -> reason
+	mu        sync.Mutex
+	last      map[string]string // server name -> reason
+	permanent map[string]bool   // those whose last failure was a permanent refusal (a CEA's)
+	servers   []string
+	all       chan string
 }
 
-// watchOpenFailures follows the open failures of bus's servers until the
+// watchOpenFailures follows the open failures of servers on bus until the
 // function it returns is called.
-func watchOpenFailures(bus *client.Bus) (*openFailures, func()) {
-	f := &openFailures{last: make(map[string]string)}
+func watchOpenFailures(bus *client.Bus, servers []client.PeerSpec) (*openFailures, func()) {
+	f := &openFailures{last: make(map[string]string), permanent: make(map[string]bool), all: make(chan string, 1)}
+	for _, s := range servers {
+		f.servers = append(f.servers, s.Name)
+	}
 	cancel := bus.Subscribe(func(_ context.Context, e client.Event) {
 		if e.Kind != client.EventPeer || e.Peer == nil {
 			return
@@ -285,11 +293,36 @@ func watchOpenFailures(bus *client.Bus) (*openFailures, func()) {
 		switch e.Peer.Kind {
 		case peer.EventOpenFailed:
 			f.last[e.Server] = e.Peer.Reason
+			if !permanentRefusal(e.Peer.ResultCode) {
+				delete(f.permanent, e.Server)
+				return
+			}
+			f.permanent[e.Server] = true
+			if len(f.permanent) == len(f.servers) {
+				reasons := make([]string, 0, len(f.servers))
+				for _, s := range f.servers {
+					reasons = append(reasons, s+": "+f.last[s])
+				}
+				select {
+				case f.all <- strings.Join(reasons, "; "):
+				default:
+				}
+			}
 		case peer.EventConnUp:
 			delete(f.last, e.Server)
+			delete(f.permanent, e.Server)
 		}
 	})
 	return f, cancel
+}
+
+// allRefused is where the reasons come when every server refused us for
+// good (nil f: never).
+func (f *openFailures) allRefused() <-chan string {
+	if f == nil {
+		return nil
+	}
+	return f.all
 }
 
 // of returns why server's last attempt to connect failed ("": it did
