@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -153,24 +154,52 @@ func TestNoAlternateRequestsWait(t *testing.T) {
 }
 
 // A request addressed to the failed peer by Destination-Host is not moved:
-// it fails as DIAMETER_UNABLE_TO_DELIVER (RFC 6733 5.5.4).
+// it fails as DIAMETER_UNABLE_TO_DELIVER (RFC 6733 5.5.4). One sent while
+// its host is down waits for it and never goes to another host. Both hold
+// behind a throttle too, whose queue may send a request to any server in
+// service but never a pinned one elsewhere.
 func TestDestinationHostNotMoved(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		n := network{"tcp://a:3868": newFakeServer("a.example.net"), "tcp://b:3868": newFakeServer("b.example.net")}
-		defer n.close()
-		c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:3868", "tcp://b:3868"))
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		waitOkay(t, c)
-		n["tcp://a:3868"].freeze()
-		req := message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
-			String(message.SessionID, 0, true, "s;1").
-			String(message.DestinationHost, 0, true, "a.example.net").Bytes()
-		_, err = c.Send(context.Background(), req)
-		require.Error(t, err)
-		assert.True(t, errors.Is(err, ErrUnableToDeliver), err.Error())
-		assert.Empty(t, n["tcp://b:3868"].received())
-	})
+	pinned := message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
+		String(message.SessionID, 0, true, "s;1").
+		String(message.DestinationHost, 0, true, "a.example.net").Bytes()
+	for _, throttled := range []bool{false, true} {
+		for _, whenDown := range []bool{false, true} {
+			name := map[bool]string{false: "pending when its host fails", true: "sent while its host is down"}[whenDown]
+			if throttled {
+				name += ", throttled"
+			}
+			t.Run(name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					n := network{"tcp://a:3868": newFakeServer("a.example.net"), "tcp://b:3868": newFakeServer("b.example.net")}
+					defer n.close()
+					cfg := clientConfig(n, PrimarySecondary, "tcp://a:3868", "tcp://b:3868")
+					if throttled {
+						cfg.Throttle = &Throttle{}
+					}
+					c, err := New(cfg)
+					require.NoError(t, err)
+					defer c.Close(context.Background())
+					waitOkay(t, c)
+					n["tcp://a:3868"].freeze()
+					ctx := context.Background()
+					if whenDown {
+						time.Sleep(time.Minute) // a is DOWN, its redials frozen too
+						synctest.Wait()
+						require.NotEqual(t, watchdog.Okay, c.Peers()[0].State())
+						var cancel context.CancelFunc
+						ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+						defer cancel()
+					}
+					_, err = c.Send(ctx, slices.Clone(pinned))
+					require.Error(t, err)
+					if !whenDown {
+						assert.True(t, errors.Is(err, ErrUnableToDeliver), err.Error())
+					}
+					assert.Empty(t, n["tcp://b:3868"].received(), "sent to b: %v", err)
+				})
+			})
+		}
+	}
 }
 
 // Balance mode spreads conversations over the peers in service, one NAI

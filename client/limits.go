@@ -108,11 +108,15 @@ func (c *Client) setupLimits() error {
 		s, err := throttle.New(throttle.Config[*item]{
 			Servers: servers, Slot: t.Slot, AlarmHigh: t.AlarmHigh, AlarmLow: t.AlarmLow,
 			OnAlarm: c.onAlarm,
-			Pick: func(it *item, _ throttle.Class) int {
-				if m := c.pick(it.cl, c.view()); m != nil {
-					return m.index
+			Pick: func(it *item, _ throttle.Class) (int, bool) {
+				v := c.view()
+				if m, ok := c.pinned(it.cl, v); ok {
+					return m.index, true // there or nowhere, as pick says
 				}
-				return -1
+				if m := c.pick(it.cl, v); m != nil {
+					return m.index, false
+				}
+				return -1, false
 			},
 		})
 		if err != nil {

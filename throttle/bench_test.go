@@ -24,7 +24,7 @@ func BenchmarkNoLimit(b *testing.B) {
 			{Name: "c"},
 		},
 		AlarmHigh: 100, AlarmLow: 10,
-		Pick: func(r benchItem, _ Class) int { return r.id % 3 },
+		Pick: func(r benchItem, _ Class) (int, bool) { return r.id % 3, false },
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -167,7 +167,7 @@ func TestOutstandingNeverExceeded(t *testing.T) {
 func TestServerQueueBeforeNewer(t *testing.T) {
 	s := newSched(t, Config[*item]{
 		Servers: []Server{{Name: "slow", Auth: Limits{MaxRate: 20}}, {Name: "fast"}}, // slow: one per slot
-		Pick:    func(r *item, _ Class) int { return r.id % 2 },                      // even -> slow, odd -> fast
+		Pick:    func(r *item, _ Class) (int, bool) { return r.id % 2, false },       // even -> slow, odd -> fast
 	})
 	for i := range 6 {
 		s.Enqueue(&item{id: i}, Auth)
@@ -188,7 +188,7 @@ func TestServerQueueBeforeNewer(t *testing.T) {
 func TestReturnsFromSeveralQueuesInAgeOrder(t *testing.T) {
 	s := newSched(t, Config[*item]{
 		Servers: []Server{{Auth: Limits{MaxOutstanding: 1}}, {Auth: Limits{MaxOutstanding: 1}}},
-		Pick:    func(r *item, _ Class) int { return r.id % 2 },
+		Pick:    func(r *item, _ Class) (int, bool) { return r.id % 2, false },
 	})
 	for i := range 6 {
 		s.Enqueue(&item{id: i}, Auth)
@@ -328,7 +328,7 @@ func TestPickFallbackAndRelease(t *testing.T) {
 	pick := 0
 	s := newSched(t, Config[*item]{
 		Servers: []Server{{Name: "a", Auth: Limits{MaxOutstanding: 2}}, {Name: "b"}, {Name: "c"}},
-		Pick:    func(*item, Class) int { return pick },
+		Pick:    func(*item, Class) (int, bool) { return pick, false },
 	})
 	for i := range 5 {
 		s.Enqueue(&item{id: i}, Auth)
@@ -347,10 +347,46 @@ func TestPickFallbackAndRelease(t *testing.T) {
 	assert.Equal(t, 2, out[0].Server)
 }
 
+// A request Pick gives only one server (a Destination-Host) goes there or
+// waits in its queue: not round-robin while the server is unavailable,
+// not spilled while it has no room, and not ahead of the requests behind
+// it, which go on; it leaves when its server is available again, and
+// fails at its deadline if that does not come.
+func TestPickOnly(t *testing.T) {
+	s := newSched(t, Config[*item]{
+		Servers: []Server{{Name: "a", Auth: Limits{MaxOutstanding: 1}}, {Name: "b"}},
+		Pick: func(r *item, _ Class) (int, bool) {
+			if r.id < 10 {
+				return 0, true
+			}
+			return -1, false
+		},
+		Spill: true,
+	})
+	s.SetAvailable(0, false, at(0))
+	s.Enqueue(&item{id: 0, dl: at(time.Second)}, Auth)
+	s.Enqueue(&item{id: 10}, Auth)
+	out := s.Poll(at(0), nil)
+	assert.Equal(t, []int{10}, ids(out), "the pinned request waits, the next one goes")
+	assert.Equal(t, 1, out[0].Server)
+	assert.Equal(t, 1, s.Depth(0), "waiting in its server's queue")
+	s.SetAvailable(0, true, at(ms))
+	s.Enqueue(&item{id: 1, dl: at(time.Second)}, Auth)
+	out = s.Poll(at(ms), nil)
+	assert.Equal(t, []int{0}, ids(out), "its server is back; the next pinned one waits for room there, not spilled")
+	assert.Equal(t, 0, out[0].Server)
+	assert.Equal(t, 1, s.Depth(0))
+	s.SetAvailable(0, false, at(2*ms))
+	out = s.Poll(at(time.Second), nil)
+	require.Len(t, out, 1)
+	assert.Equal(t, 1, out[0].Item.id)
+	assert.ErrorIs(t, out[0].Err, ErrExpired, "its server never came back")
+}
+
 func TestSpill(t *testing.T) {
 	s := newSched(t, Config[*item]{
 		Servers: []Server{{Name: "a", Auth: Limits{MaxOutstanding: 1}}, {Name: "b"}},
-		Pick:    func(*item, Class) int { return 0 },
+		Pick:    func(*item, Class) (int, bool) { return 0, false },
 		Spill:   true,
 	})
 	s.Enqueue(&item{id: 0}, Auth)
@@ -404,7 +440,7 @@ func TestConservationRandom(t *testing.T) {
 				{Name: "a", Auth: Limits{MaxRate: 1 + rng.IntN(200), MaxOutstanding: 1 + rng.IntN(10)}, Accounting: Limits{MaxRate: rng.IntN(100)}},
 				{Name: "b", Auth: Limits{MaxOutstanding: 1 + rng.IntN(5)}, Accounting: Limits{MaxRate: 1 + rng.IntN(50), MaxOutstanding: 3}},
 			},
-			Pick:      func(r *item, _ Class) int { return r.id%3 - 1 },
+			Pick:      func(r *item, _ Class) (int, bool) { return r.id%3 - 1, false },
 			AlarmHigh: 20, AlarmLow: 5,
 			Spill: seed%2 == 0,
 		})
@@ -501,7 +537,7 @@ func TestReleaseEmptiesQueues(t *testing.T) {
 func TestEnqueueFrontBeforeNewer(t *testing.T) {
 	s := newSched(t, Config[*item]{
 		Servers: []Server{{Name: "only", Auth: Limits{MaxRate: 20}}}, // one per 50 ms slot
-		Pick:    func(*item, Class) int { return 0 },
+		Pick:    func(*item, Class) (int, bool) { return 0, false },
 	})
 	for i := 10; i < 13; i++ {
 		s.Enqueue(&item{id: i}, Auth)
@@ -521,7 +557,7 @@ func TestEnqueueFrontBeforeNewer(t *testing.T) {
 func TestEnqueueFrontAheadOfServerQueue(t *testing.T) {
 	s := newSched(t, Config[*item]{
 		Servers: []Server{{Name: "only", Auth: Limits{MaxRate: 20}}}, // one per 50 ms slot
-		Pick:    func(*item, Class) int { return 0 },
+		Pick:    func(*item, Class) (int, bool) { return 0, false },
 	})
 	for i := 10; i < 13; i++ {
 		s.Enqueue(&item{id: i}, Auth)

@@ -129,8 +129,11 @@ type Config[T Item] struct {
 	// Pick is the balancer: the index of the server a new request should
 	// go to, or -1 for no preference. Nil, -1, an index out of range or an
 	// unavailable server fall back to round-robin over the available
-	// servers, preferring one with room.
-	Pick func(item T, class Class) int
+	// servers, preferring one with room; unless only is true: the request
+	// may go to that server and no other (a Diameter Destination-Host), so
+	// it waits in that server's queue while the server is unavailable or
+	// has no room, and is never spilled.
+	Pick func(item T, class Class) (server int, only bool)
 	// Spill lets a new request whose picked server has no room go to
 	// another available server that has room instead of waiting in the
 	// picked server's queue. Off by default: the ASR5K keeps a request with
@@ -366,20 +369,20 @@ func (s *Scheduler[T]) Poll(now time.Time, dst []Dispatch[T]) []Dispatch[T] {
 			dst = s.fail(&x, now, nowNs, dst)
 			continue
 		}
-		srv := int(e.server)
+		srv, only := int(e.server), false
 		if srv < 0 {
-			if srv = s.choose(e, nowNs); srv < 0 {
+			if srv, only = s.choose(e, nowNs); srv < 0 {
 				break // no server available: the queue waits
 			}
 		}
 		b := &s.srv[srv].b[e.class]
-		if s.room(b, nowNs) <= 0 && e.server < 0 && s.cfg.Spill {
+		if s.room(b, nowNs) <= 0 && e.server < 0 && !only && s.cfg.Spill {
 			if alt := s.spill(e.class, srv, nowNs); alt >= 0 {
 				srv, b = alt, &s.srv[alt].b[e.class]
 			}
 		}
 		x := s.inst.popFront()
-		if s.room(b, nowNs) > 0 {
+		if s.srv[srv].avail && s.room(b, nowNs) > 0 {
 			b.used++
 			b.out++
 			b.sent++
@@ -404,13 +407,14 @@ func (s *Scheduler[T]) Poll(now time.Time, dst []Dispatch[T]) []Dispatch[T] {
 	return dst
 }
 
-// choose picks the server for a new request: Pick's choice if available,
-// else round-robin over the available servers, preferring one with room.
-func (s *Scheduler[T]) choose(e *entry[T], nowNs int64) int {
+// choose picks the server for a new request: Pick's choice if available
+// (or if it is the only one the request may go to), else round-robin over
+// the available servers, preferring one with room.
+func (s *Scheduler[T]) choose(e *entry[T], nowNs int64) (server int, only bool) {
 	n := len(s.srv)
 	if s.cfg.Pick != nil {
-		if p := s.cfg.Pick(e.item, e.class); p >= 0 && p < n && s.srv[p].avail {
-			return p
+		if p, only := s.cfg.Pick(e.item, e.class); p >= 0 && p < n && (only || s.srv[p].avail) {
+			return p, only
 		}
 	}
 	first := -1
@@ -421,7 +425,7 @@ func (s *Scheduler[T]) choose(e *entry[T], nowNs int64) int {
 		}
 		if s.room(&s.srv[j].b[e.class], nowNs) > 0 {
 			s.rr = j + 1
-			return j
+			return j, false
 		}
 		if first < 0 {
 			first = j
@@ -430,7 +434,7 @@ func (s *Scheduler[T]) choose(e *entry[T], nowNs int64) int {
 	if first >= 0 {
 		s.rr = first + 1
 	}
-	return first
+	return first, false
 }
 
 // spill finds another available server with room for class c.
