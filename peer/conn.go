@@ -678,7 +678,8 @@ func (c *conn) slowRun() time.Duration { return c.p.cfg.InlineHandlerTime / 2 }
 // its answer. How long it ran says nothing: it includes the wait for a
 // processor among the other workers, which grows with the load.
 func (c *conn) answerRequest(req []byte) {
-	c.answered(req, c.handle(req), false)
+	hbh, e2e := wire.HopByHop(req), wire.EndToEnd(req)
+	c.answered(hbh, e2e, c.handle(req), false)
 }
 
 // answerInline runs the Handler for req, read at now, on the reader, and
@@ -692,6 +693,7 @@ func (c *conn) answerInline(req []byte, now int64) (moved bool) {
 		c.p.cfg.guard.watch(c)
 	}
 	c.p.cfg.guard.entering() // see handlerGuard: no timer per request
+	hbh, e2e := wire.HopByHop(req), wire.EndToEnd(req)
 	ans := c.handle(req)
 	moved = !c.inlineAt.CompareAndSwap(at, 0)
 	if !moved {
@@ -712,7 +714,7 @@ func (c *conn) answerInline(req []byte, now int64) (moved bool) {
 	// reader's loop), so that they go out in one write. Only the reader
 	// may look at the read buffer.
 	more := !moved && c.rbuf != nil && c.rbuf.MessageBuffered()
-	c.answered(req, ans, more)
+	c.answered(hbh, e2e, ans, more)
 	if more { // then still the reader: moved is false
 		c.deferred = true
 	}
@@ -762,16 +764,19 @@ func (c *conn) handle(req []byte) []byte {
 	return message.ErrorAnswer(req, p.cfg.identity(), message.CommandUnsupported, "no handler").Bytes()
 }
 
-// answered queues the Handler's answer ans to req (more: leave it to the
-// writer, see enqueueAnswer) and settles what the connection owed.
-func (c *conn) answered(req, ans []byte, more bool) {
+// answered queues the Handler's answer ans to the request whose
+// Hop-by-Hop and End-to-End ids were hbh and e2e (more: leave it to the
+// writer, see enqueueAnswer) and settles what the connection owed. The
+// ids are read before the Handler runs: it owns the request and may
+// change it (a relay's Client.Send writes its own Hop-by-Hop id).
+func (c *conn) answered(hbh, e2e uint32, ans []byte, more bool) {
 	p := c.p
 	if ans == nil {
 		c.out.Unheld(false) // the handler chose not to answer
 	} else {
 		// The answer carries the request's ids; R and T are never set on it.
-		wire.SetHopByHop(ans, wire.HopByHop(req))
-		wire.SetEndToEnd(ans, wire.EndToEnd(req))
+		wire.SetHopByHop(ans, hbh)
+		wire.SetEndToEnd(ans, e2e)
 		wire.SetFlags(ans, wire.Flags(ans)&^(wire.FlagRequest|wire.FlagRetransmit))
 		// The answer to the only request in a Handler, when nothing is
 		// queued or being written, is written by the Handler's goroutine.

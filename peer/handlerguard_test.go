@@ -454,3 +454,50 @@ func TestHandlerBlockingMidRunHandedOverWithinATick(t *testing.T) {
 		closeAnswering(t, p, far)
 	})
 }
+
+// A Handler owns its request and may change it (a relay's Client.Send
+// writes its own Hop-by-Hop id into the bytes it forwards): the answer
+// still carries the ids the request came with, on the reader, after a
+// hand-over and on a worker.
+func TestAnswerKeepsIdsOfRequestHandlerChanged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		slow := 2
+		p, far := dialPipe(t, func(ctx context.Context, p *Peer, req []byte) []byte {
+			ans := successAnswer(req)
+			wire.SetHopByHop(req, 0xdead)
+			wire.SetEndToEnd(req, 0xbeef)
+			mu.Lock()
+			s := slow > 0
+			slow--
+			mu.Unlock()
+			if s { // the first two: handed over, and the next ones to workers
+				time.Sleep(2 * p.cfg.InlineHandlerTime)
+			}
+			return ans
+		})
+		c := p.cur.Load()
+		const n = 6
+		go func() {
+			for i := range uint32(n) {
+				m := serverACR(i + 1)
+				wire.SetEndToEnd(m, 100+i)
+				if far.WriteMessages(m) != nil {
+					return
+				}
+			}
+		}()
+		got := map[uint32]uint32{}
+		for range n {
+			m, err := far.ReadMessage()
+			require.NoError(t, err)
+			got[wire.HopByHop(m)] = wire.EndToEnd(m)
+		}
+		for i := range uint32(n) {
+			assert.Equal(t, 100+i, got[i+1], "the answer to Hop-by-Hop %d", i+1)
+		}
+		assert.NotZero(t, c.handovers.Load(), "a Handler was handed over")
+		assert.NotZero(t, c.p.cfg.lanes.started(), "a worker ran a Handler")
+		closeAnswering(t, p, far)
+	})
+}

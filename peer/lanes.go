@@ -56,5 +56,5 @@ func (p *Peer) serveOnWorker(c *conn, req []byte) {
 	p.stats.overload.Add(1)
 	p.logLimited(slog.LevelWarn, serve.KindOverload, "request answered DIAMETER_TOO_BUSY: its handlers and their queue are full",
 		"peer", p.Name(), "command", message.CommandName(req), "max_handlers", p.cfg.MaxHandlers, "max_queued_handlers", p.cfg.MaxQueuedHandlers)
-	c.answered(req, message.ErrorAnswer(req, p.cfg.identity(), message.TooBusy, "handlers busy").Bytes(), false)
+	c.answered(wire.HopByHop(req), wire.EndToEnd(req), message.ErrorAnswer(req, p.cfg.identity(), message.TooBusy, "handlers busy").Bytes(), false)
 }

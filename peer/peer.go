@@ -24,7 +24,8 @@ import (
 // bytes (build them with message.NewAnswer(req)); the Peer copies the
 // request's Hop-by-Hop and End-to-End ids into the answer and clears R and
 // T. Returning nil sends no answer. ctx is cancelled when the connection
-// closes. req is the handler's to keep.
+// closes. req is the handler's to keep and change (an agent forwards it):
+// the answer gets the ids req arrived with.
 //
 // A Handler runs on the connection's reader, the goroutine that read its
 // request, as long as it is fast: the next request is read once it

@@ -25,7 +25,8 @@ import (
 // Handler answers one request a server received: Access-Request,
 // Accounting-Request, CoA-Request or Disconnect-Request (Status-Server is
 // answered by the Server itself). req is the verified packet, decoded with
-// the connection's secret, and raw its bytes. It returns the response code
+// the connection's secret, and raw its bytes, which the Handler must not
+// change: the response is signed from them. It returns the response code
 // and attributes; the Server adds the Identifier, Proxy-State,
 // Message-Authenticator and Response Authenticator. A zero code sends no
 // answer. Handlers run on their own goroutine; ctx ends when the
