@@ -184,9 +184,11 @@ type Config struct {
 	// requests, with an instance queue and per-server queues.
 	Throttle *Throttle
 	// ForwardRetransmitFlag keeps the T flag a request already carries on
-	// its first send: for an agent forwarding a retransmitted request.
-	// Off, the first send of a request clears it (the Client is its
-	// originator, RFC 6733 3); replays after a failover always set it.
+	// every send, a resend after a refusal included: for an agent
+	// forwarding a request its origin retransmitted. Off, the first send
+	// of a request clears it (the Client is its originator, RFC 6733 3);
+	// either way replays after a lost connection set it, and a request
+	// that came without it is resent without it after a refusal.
 	ForwardRetransmitFlag bool
 	// FailoverLog is how many failover records the Client keeps. Default 256.
 	FailoverLog int

@@ -856,7 +856,7 @@ type dcall struct {
 	// Under the Call's lock:
 	raw          []byte // bytes of the latest send; each resend works on a copy
 	hbh          uint32 // Hop-by-Hop id on the connection it boarded last
-	keepT        bool   // an agent's forwarded request keeps its T flag
+	keepT        bool   // an agent's forwarded request came with the T flag: it keeps it
 	afterRefusal bool   // the latest send followed a refusal (for testhook.Queued)
 	seq          uint64 // send order on its connection (under that conn's mu)
 
@@ -951,14 +951,14 @@ var ErrOtherProtocol = errors.New("request of another protocol")
 
 // NewCall makes a call of an encoded Diameter request for a dispatcher
 // (package client), its routing key filled in; the call takes req over.
-// keepT keeps a T flag req carries on its first send (an agent forwarding
-// a retransmitted request); otherwise the first send clears it.
+// keepT keeps a T flag req carries on every send (an agent forwarding a
+// request its origin retransmitted); otherwise the first send clears it.
 func NewCall(req []byte, keepT bool) (*call.Call, error) {
 	d, err := newCall(req, true)
 	if err != nil {
 		return nil, err
 	}
-	d.keepT = keepT
+	d.keepT = keepT && wire.Flags(req)&wire.FlagRetransmit != 0
 	return &d.Call, nil
 }
 
@@ -972,7 +972,8 @@ func NewCall(req []byte, keepT bool) (*call.Call, error) {
 // request); every later send works on a copy, because the writer of a
 // previous connection may still be reading the old bytes, and sets the T
 // flag unless the last connection refused it with an error answer (a
-// premature failover: that request was not lost, RFC 6733 3).
+// premature failover: that request was not lost, RFC 6733 3); a request
+// an agent forwards with its T flag keeps it on every send.
 func (d *dcall) board(cn *conn) (raw []byte, id uint32, b call.Boarding, err error) {
 	d.Lock()
 	defer d.Unlock()
@@ -982,7 +983,10 @@ func (d *dcall) board(cn *conn) (raw []byte, id uint32, b call.Boarding, err err
 	}
 	raw = d.raw
 	switch {
-	case b.Sends == 0 && d.keepT:
+	case d.keepT: // T as it came, on a copy after the first send
+		if b.Sends > 0 {
+			raw = slices.Clone(raw)
+		}
 	case b.Sends == 0 || b.AfterRefusal:
 		if b.Sends > 0 {
 			raw = slices.Clone(raw)
