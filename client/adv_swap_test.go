@@ -1,0 +1,79 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// A server (or a broken agent in front of it) that crosses its answers:
+// the answer to request A goes out with B's Hop-by-Hop id and the other
+// way round. Each answer still carries the End-to-End id (and the
+// Session-Id) of the request it answers, so the client can tell that it
+// is not the answer to the request its Hop-by-Hop id names (RFC 6733 3:
+// an answer carries its request's End-to-End id). The callers must not
+// be handed each other's answers.
+func TestAnswerWithAnotherRequestsEndToEndNotDelivered(t *testing.T) {
+	s := &advServer{}
+	var mu sync.Mutex
+	var held []byte
+	s.on = func(c *advConn, m []byte) bool {
+		if !wire.IsRequest(m) || wire.CommandCode(m) != message.CmdAccounting {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if held == nil {
+			held = m
+			return true
+		}
+		a, b := sessionAnswer(s, held), sessionAnswer(s, m)
+		wire.SetHopByHop(a, wire.HopByHop(m))
+		wire.SetHopByHop(b, wire.HopByHop(held))
+		held = nil
+		c.write(a, b)
+		return true
+	}
+	startAdv(t, s)
+	c := advClient(t, s.url())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			req := advACR(i)
+			e2e := uint32(0x5eed0000 + i)
+			wire.SetEndToEnd(req, e2e)
+			want, _ := message.StringOf(req, message.SessionID, 0)
+			ans, err := c.Send(ctx, req) // req is the Client's from here
+			if err != nil {
+				return // not answered: acceptable
+			}
+			got, _ := message.StringOf(ans, message.SessionID, 0)
+			if wire.EndToEnd(ans) != e2e || got != want {
+				t.Errorf("request %d (End-to-End %#x, Session-Id %q) was handed the answer to another request (End-to-End %#x, Session-Id %q)",
+					i, e2e, want, wire.EndToEnd(ans), got)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// sessionAnswer is s's success answer to req, echoing its Session-Id.
+func sessionAnswer(s *advServer, req []byte) []byte {
+	sid, _ := message.StringOf(req, message.SessionID, 0)
+	return message.NewAnswer(req).String(message.SessionID, 0, true, sid).ResultCode(message.Success).
+		String(message.OriginHost, 0, true, s.host).
+		String(message.OriginRealm, 0, true, "example.net").Bytes()
+}
