@@ -616,6 +616,13 @@ func (p *Peer) unmatched(c *conn, hbh uint32, msg []byte) (closed bool) {
 	p.stats.unmatched.Add(1)
 	p.logLimited(slog.LevelWarn, serve.KindUnmatched, "answer matches no pending request: dropped", "peer", p.Name(), "hop_by_hop", hbh, "command", message.CommandName(msg))
 	if c.unmatchedRun++; p.cfg.MaxUnmatched > 0 && c.unmatchedRun >= p.cfg.MaxUnmatched {
+		select {
+		case <-c.closed:
+			// Closed already: the answers its read buffer still held
+			// are no new reason to report.
+			return true
+		default:
+		}
 		// Its answers cannot reach their callers: a broken peer, out of
 		// service like a lost connection (its requests fail over).
 		note := fmt.Sprintf("%d answers in a row matched no pending request", c.unmatchedRun)
