@@ -1019,6 +1019,9 @@ type conn struct {
 	sent     int
 	verified bool
 	mismatch string
+	// rejected: an answer failed verification and the connection is
+	// closing (verifyFailed).
+	rejected bool
 	// recycling: taken off its link for new requests (recycleStale); set
 	// under Peer.mu, read without it by retireCall.
 	recycling atomic.Bool
@@ -1305,6 +1308,12 @@ func (p *Peer) logLimited(k serve.Kind, msg string, args ...any) {
 func (c *conn) verifyFailed(err error) {
 	p := c.l.p
 	p.stats.badAuth.Add(1)
+	if c.rejected {
+		// Closing already: the answers its read buffer still held are
+		// dropped, and no new sign of a mismatch.
+		return
+	}
+	c.rejected = true
 	note := "answer failed verification: " + err.Error()
 	p.publish(c.l.name, peer.Event{Kind: peer.EventError, Reason: note})
 	c.note = note
