@@ -366,19 +366,38 @@ func (c *conn) retire(cl *dcall, hbh uint32) {
 // match finds the call an answer with Hop-by-Hop id hbh belongs to and
 // takes it out of the maps: pending (late false) or moved away (late
 // true); nil if none.
-func (c *conn) match(hbh uint32) (cl *dcall, late bool) {
+func (c *conn) match(hbh uint32) (cl *dcall, late bool) { return c.matchAnswer(hbh, nil) }
+
+// matchAnswer is match for the answer ans (nil: no check). An answer must
+// carry its request's End-to-End id and Command Code (RFC 6733 3): one
+// that carries another's answers a request its Hop-by-Hop id does not
+// name (a peer that crossed its answers), and is matched to none, the
+// call left waiting for its own.
+func (c *conn) matchAnswer(hbh uint32, ans []byte) (cl *dcall, late bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cl = c.pending.get(hbh); cl != nil {
+		if !cl.answeredBy(ans) {
+			return nil, false
+		}
 		c.pending.del(hbh)
 		c.drainedLocked()
 		return cl, false
 	}
 	if cl = c.gone[hbh]; cl != nil {
+		if !cl.answeredBy(ans) {
+			return nil, false
+		}
 		delete(c.gone, hbh) // its id stays in goneIDs until evicted: harmless
 		return cl, true
 	}
 	return nil, false
+}
+
+// answeredBy reports whether ans carries d's End-to-End id and Command
+// Code, as its answer must (true for nil: not checked).
+func (d *dcall) answeredBy(ans []byte) bool {
+	return ans == nil || wire.EndToEnd(ans) == d.Ref && wire.CommandCode(ans) == d.cmd
 }
 
 // takePending marks the connection lost and returns the calls still in
@@ -603,7 +622,7 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 		p.lastApp.Store(now)
 	}
 	hbh := wire.HopByHop(msg)
-	cl, late := c.match(hbh)
+	cl, late := c.matchAnswer(hbh, msg)
 	if cl != nil {
 		c.unmatchedRun = 0
 		if p.cfg.Replied != nil {
@@ -859,6 +878,7 @@ type dcall struct {
 	keepT        bool   // an agent's forwarded request came with the T flag: it keeps it
 	afterRefusal bool   // the latest send followed a refusal (for testhook.Queued)
 	seq          uint64 // send order on its connection (under that conn's mu)
+	cmd          uint32 // the request's Command Code (set once, by newCall)
 
 	// via is the connection the caller may read for the answer (it wrote
 	// the request there inline), nil when none; stop says its wait ended
@@ -884,7 +904,7 @@ func newCall(req []byte, withKey bool) (*dcall, error) {
 	if wire.EndToEnd(req) == 0 {
 		wire.SetEndToEnd(req, e2e.Next())
 	}
-	d := &dcall{raw: req}
+	d := &dcall{raw: req, cmd: wire.CommandCode(req)}
 	d.Init()
 	d.Ref, d.Proto = wire.EndToEnd(req), d
 	if withKey {
