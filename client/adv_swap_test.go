@@ -77,3 +77,30 @@ func sessionAnswer(s *advServer, req []byte) []byte {
 		String(message.OriginHost, 0, true, s.host).
 		String(message.OriginRealm, 0, true, "example.net").Bytes()
 }
+
+// An answer with the request's Hop-by-Hop and End-to-End ids but another
+// Command Code (a CCA to an ACR) is not the request's answer either.
+func TestAnswerWithAnotherCommandCodeNotDelivered(t *testing.T) {
+	s := &advServer{}
+	s.on = func(c *advConn, m []byte) bool {
+		if !wire.IsRequest(m) || wire.CommandCode(m) != message.CmdAccounting {
+			return false
+		}
+		a := sessionAnswer(s, m)
+		a[5], a[6], a[7] = 0, 1, 16 // Command Code 272
+		c.write(a)
+		return true
+	}
+	startAdv(t, s)
+	c := advClient(t, s.url())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), time.Second)
+	defer scancel()
+	if ans, err := c.Send(sctx, advACR(1)); err == nil {
+		t.Errorf("an Accounting-Request was answered with Command Code %d", wire.CommandCode(ans))
+	}
+}
