@@ -363,17 +363,14 @@ func (c *conn) retire(cl *dcall, hbh uint32) {
 	c.mu.Unlock()
 }
 
-// match finds the call an answer with Hop-by-Hop id hbh belongs to and
-// takes it out of the maps: pending (late false) or moved away (late
-// true); nil if none.
-func (c *conn) match(hbh uint32) (cl *dcall, late bool) { return c.matchAnswer(hbh, nil) }
-
-// matchAnswer is match for the answer ans (nil: no check). An answer must
-// carry its request's End-to-End id and Command Code (RFC 6733 3): one
-// that carries another's answers a request its Hop-by-Hop id does not
-// name (a peer that crossed its answers), and is matched to none, the
-// call left waiting for its own.
-func (c *conn) matchAnswer(hbh uint32, ans []byte) (cl *dcall, late bool) {
+// match finds the call the answer ans with Hop-by-Hop id hbh belongs to
+// and takes it out of the maps: pending (late false) or moved away (late
+// true); nil if none. An answer must carry its request's End-to-End id
+// and Command Code (RFC 6733 3): one that carries another's answers a
+// request its Hop-by-Hop id does not name (a peer that crossed its
+// answers), and is matched to none, the call left waiting for its own.
+// ans nil: not checked.
+func (c *conn) match(hbh uint32, ans []byte) (cl *dcall, late bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cl = c.pending.get(hbh); cl != nil {
@@ -622,7 +619,7 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 		p.lastApp.Store(now)
 	}
 	hbh := wire.HopByHop(msg)
-	cl, late := c.matchAnswer(hbh, msg)
+	cl, late := c.match(hbh, msg)
 	if cl != nil {
 		c.unmatchedRun = 0
 		if p.cfg.Replied != nil {
