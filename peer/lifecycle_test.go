@@ -233,7 +233,7 @@ func TestMovedCallsBounded(t *testing.T) {
 	assert.Len(t, cn.gone, goneMax)
 	_, late := cn.match(1, nil)
 	assert.False(t, late, "the oldest was forgotten")
-	got, late := cn.match(goneMax + 10, nil)
+	got, late := cn.match(goneMax+10, nil)
 	assert.True(t, late)
 	assert.Same(t, cl, got)
 }
