@@ -1367,6 +1367,9 @@ func (c *Client) shutdown(ctx context.Context) {
 		close(c.stopDispatch)
 		<-c.dispatchDone
 	}
+	if c.sched != nil {
+		c.failQueued()
+	}
 	for _, m := range c.ros.Load().all { // removed ones too: they may still drain
 		var p interface{ Close(context.Context) error }
 		if dp := m.p(); dp != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/call"
+	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/watchdog"
@@ -273,6 +274,14 @@ func (c *Client) throttled(its ...*item) {
 		return
 	}
 	c.tmu.Lock()
+	if c.ctx.Err() != nil {
+		// Closed: Close released the queues (failQueued) before or
+		// after this; what comes now is not queued for nobody to send.
+		c.unlockThrottle()
+		failAll(heldCalls(front), errClientClosed)
+		failAll(heldCalls(back), errClientClosed)
+		return
+	}
 	for i := len(front) - 1; i >= 0; i-- { // the head, last first: in order
 		it := front[i]
 		if it.server >= 0 {
@@ -296,6 +305,30 @@ func (c *Client) throttled(its ...*item) {
 	}
 	c.execute(ds)
 	c.poke() // anything left waits for a slot: the dispatcher's timer
+}
+
+// errClientClosed fails the requests the throttle held when the Client
+// closed, as strand fails those waiting for a peer.
+var errClientClosed = fmt.Errorf("client closed: %w", peer.ErrClosed)
+
+// heldCalls returns the calls of its.
+func heldCalls(its []*item) []*call.Call {
+	calls := make([]*call.Call, len(its))
+	for i, it := range its {
+		calls[i] = it.cl
+	}
+	return calls
+}
+
+// failQueued fails every request waiting in the throttle's queues with
+// ErrClosed, once the Client is closing (c.ctx is done): Close fails the
+// requests waiting for a peer, and nothing sends these any more (the
+// dispatcher has stopped). throttled and execute queue nothing after it.
+func (c *Client) failQueued() {
+	c.tmu.Lock()
+	its := c.sched.Release(nil)
+	c.unlockThrottle()
+	failAll(heldCalls(its), errClientClosed)
 }
 
 // release frees the outstanding place of a finished throttled request.
@@ -372,6 +405,11 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 		if it.server == d.Server {
 			c.sched.Done(d.Server, it.class)
 			it.server = -1
+		}
+		if c.ctx.Err() != nil { // closed: see throttled
+			c.unlockThrottle()
+			it.cl.Fail(errClientClosed)
+			continue
 		}
 		c.sched.Enqueue(it, it.class)
 		c.unlockThrottle()
