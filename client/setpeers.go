@@ -346,7 +346,41 @@ func (c *Client) finishDrain(m *member, closer func(context.Context) error, done
 	}
 	c.mu.Lock()
 	m.markClearLocked()
+	var evs []Event
+	if c.cfg.MaxConnections > 0 && !c.closed {
+		// Its slot is free now. A peer that drained from service said so
+		// with its DOWN (balanceSlots); one that was DOWN already when it
+		// was removed changes no state as it closes: fill the slot here.
+		evs = c.fillSlotsLocked(m.spec.Name)
+	}
+	c.note(evs...)
 	c.mu.Unlock()
+}
+
+// fillSlotsLocked dials the first configured members not dialed while
+// MaxConnections leaves slots free, as SetPeers does, once a removed
+// member's peer has closed; it returns the events to publish. c.mu is
+// held.
+func (c *Client) fillSlotsLocked(freedBy string) []Event {
+	var evs []Event
+	waiting := 0
+	for _, x := range c.ros.Load().order {
+		if c.dialedLocked()+waiting >= c.cfg.MaxConnections {
+			break
+		}
+		if x.after != nil {
+			waiting++
+			continue
+		}
+		if x.p() != nil {
+			continue
+		}
+		if err := c.dialLocked(x); err == nil {
+			evs = append(evs, Event{Time: time.Now(), Server: x.spec.Name, Kind: EventSlotFilled, Because: freedBy,
+				Reason: fmt.Sprintf("connection slot filled: removed peer %s closed", freedBy)})
+		}
+	}
+	return evs
 }
 
 // dialAfter dials m, which SetPeers added or made to replace another,
