@@ -403,13 +403,14 @@ func maxTime(a, b time.Time) time.Time {
 // configured is an error, n <= 0 returns nil; once the Client is closed it
 // returns an error matching ErrClosed.
 func (c *Client) WaitReady(ctx context.Context, n int) error {
-	if k := len(c.ros.Load().order); n > k {
-		return fmt.Errorf("client: WaitReady(%d) with %d servers configured", n, k)
-	}
 	for {
 		v := c.view()
 		if c.ctx.Err() != nil { // closed: its view may not have caught up yet
 			return fmt.Errorf("client: %w", ErrClosed)
+		}
+		// Looked at again at each change: SetPeers may leave fewer.
+		if k := len(c.ros.Load().order); n > k {
+			return fmt.Errorf("client: WaitReady(%d) with %d servers configured", n, k)
 		}
 		if v.nopen >= n {
 			return nil
