@@ -219,6 +219,9 @@ type member struct {
 
 	// Owned under Client.mu.
 	okaySince time.Time // when the watchdog last went OKAY; zero when not OKAY
+	// neverUp: its peer's opens failed and it never was up (INITIAL):
+	// it holds no connection slot (balanceSlots).
+	neverUp bool
 	// clear is closed once the member holds no connection to its server
 	// and never will: its drain ended, or it was removed before it was
 	// dialed (made when first asked for, see clearLocked). The next
@@ -1046,6 +1049,12 @@ func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.
 		c.poke()
 		return
 	}
+	if e.Kind == peer.EventOpenFailed && c.cfg.MaxConnections > 0 {
+		// A peer that never came up stays INITIAL as its opens fail: its
+		// slot goes to the next in order, as a DOWN one's does.
+		c.balanceSlots(m, self, watchdog.Initial, true)
+		return
+	}
 	if e.Kind != peer.EventWatchdog {
 		return
 	}
@@ -1053,7 +1062,7 @@ func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.
 		beforeRefresh()
 	}
 	if c.cfg.MaxConnections > 0 {
-		c.balanceSlots(m, self, e.To)
+		c.balanceSlots(m, self, e.To, false)
 	}
 	c.refresh()
 }
@@ -1075,25 +1084,33 @@ func (c *Client) setBalancerStateLocked(m *member, st loadbalance.State) (Event,
 // mode (F5): a peer going DOWN lets the next undialed one in; a peer back
 // in service makes the least preferred connected one surplus, closed once
 // it has worked for MinConnectionAge.
-func (c *Client) balanceSlots(m *member, self *atomic.Pointer[peer.Peer], to watchdog.State) {
+func (c *Client) balanceSlots(m *member, self *atomic.Pointer[peer.Peer], to watchdog.State, openFailed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || m.p() == nil || m.p() != self.Load() {
 		return // a peer closed to respect the limit: its DOWN frees no slot
 	}
-	if to == watchdog.Okay {
-		m.okaySince = time.Now()
+	if openFailed {
+		if m.p().State() != watchdog.Initial {
+			return // it was up once: its DOWN said so
+		}
+		m.neverUp = true
 	} else {
-		m.okaySince = time.Time{}
+		m.neverUp = false
+		if to == watchdog.Okay {
+			m.okaySince = time.Now()
+		} else {
+			m.okaySince = time.Time{}
+		}
 	}
 	order := c.ros.Load().order
 	live := 0 // dialed and not DOWN: holding or about to hold a connection
 	for _, x := range order {
-		if p := x.p(); p != nil && p.State() != watchdog.Down {
+		if p := x.p(); p != nil && p.State() != watchdog.Down && !(x.neverUp && p.State() == watchdog.Initial) {
 			live++
 		}
 	}
-	if to == watchdog.Down && live < c.cfg.MaxConnections {
+	if (to == watchdog.Down || openFailed) && live < c.cfg.MaxConnections {
 		for _, x := range order {
 			if x.p() == nil {
 				if x.after != nil {
