@@ -298,6 +298,7 @@ type Client struct {
 	lastWaiter *waiter        // the waiter started last (strand); under mu
 	trimmer    *time.Timer    // pending connection-limit check
 	closing    sync.WaitGroup // peers closed to respect MaxConnections
+	trimmed    []*peer.Peer   // those peers; under mu
 
 	log failoverLog
 
@@ -1166,6 +1167,15 @@ func (c *Client) trimLocked() {
 		c.note(Event{Time: time.Now(), Server: x.spec.Name, Kind: EventSlotReleased, Age: age, Limit: c.cfg.MaxConnections,
 			Reason: fmt.Sprintf("closed to respect the limit of %d connections after %v in service", c.cfg.MaxConnections, age.Truncate(time.Second))})
 		c.closing.Add(1)
+		// Close bounds its drain by its ctx; those ended are let go.
+		c.trimmed = append(slices.DeleteFunc(c.trimmed, func(q *peer.Peer) bool {
+			select {
+			case <-q.Done():
+				return true
+			default:
+				return false
+			}
+		}), p)
 		go func() {
 			defer c.closing.Done()
 			p.Close(context.Background())
@@ -1400,6 +1410,19 @@ func (c *Client) shutdown(ctx context.Context) {
 		} else {
 			continue
 		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.Close(ctx)
+		}()
+	}
+	c.mu.Lock()
+	trimmed := c.trimmed
+	c.mu.Unlock()
+	for _, p := range trimmed {
+		// Draining in the background (trimLocked): ended by ctx, as the
+		// others are, rather than waited for past it.
+		dones = append(dones, p.Done())
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
