@@ -1438,6 +1438,12 @@ func (c *Client) shutdown(ctx context.Context) {
 	cancels := c.cancels
 	c.mu.Unlock()
 	c.waiters.Wait() // requests waiting for a peer failed at c.cancel
+	// The last view: every peer closed. A Diameter or stream peer's DOWN
+	// would refresh it on its notifier; a radius:// server has no watchdog
+	// to say it closed, and a request after Close would still pick it (and
+	// the policy admit it, publishing after Done). Its events are
+	// scheduled here, before the queue ends.
+	c.refresh()
 	go func() {
 		for _, d := range dones {
 			<-d // the peers' last events are scheduled here before this
