@@ -1118,8 +1118,12 @@ func (c *Client) balanceSlots(m *member, self *atomic.Pointer[peer.Peer], to wat
 					break // its slot: dialed once its name's old connection has closed (dialAfter)
 				}
 				if err := c.dialLocked(x); err == nil {
+					why := "is DOWN"
+					if openFailed {
+						why = "could not be opened"
+					}
 					c.note(Event{Time: time.Now(), Server: x.spec.Name, Kind: EventSlotFilled, Because: m.spec.Name,
-						Reason: fmt.Sprintf("connection slot filled: %s is DOWN", m.spec.Name)})
+						Reason: fmt.Sprintf("connection slot filled: %s %s", m.spec.Name, why)})
 				}
 				break
 			}

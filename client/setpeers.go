@@ -265,25 +265,16 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 	if c.cfg.MaxConnections > 0 {
 		// The free slots go to the first peers in the new order, kept or
 		// added, as at New.
-		waiting := 0 // members that hold their slot until their name's old connection closes
-		for _, m := range next.order {
-			if c.dialedLocked()+waiting >= c.cfg.MaxConnections {
-				break
-			}
-			if m.after != nil {
-				waiting++
-				continue
-			}
-			if m.p() != nil {
-				continue
-			}
+		evs = c.fillSlotsLocked(next.order, evs, func(m *member) []Event {
 			if slices.Contains(fresh, m) {
-				evs = append(evs, c.dialAdded(m, changeOf(m))...)
-			} else if err := c.dialLocked(m); err == nil {
-				evs = append(evs, Event{Time: now, Server: m.spec.Name, Kind: EventSlotFilled,
-					Reason: "connection slot filled: the configuration changed"})
+				return c.dialAdded(m, changeOf(m))
 			}
-		}
+			if err := c.dialLocked(m); err != nil {
+				return nil
+			}
+			return []Event{{Time: now, Server: m.spec.Name, Kind: EventSlotFilled,
+				Reason: "connection slot filled: the configuration changed"}}
+		})
 	}
 	c.note(evs...)
 	c.mu.Unlock()
@@ -346,38 +337,37 @@ func (c *Client) finishDrain(m *member, closer func(context.Context) error, done
 	}
 	c.mu.Lock()
 	m.markClearLocked()
-	var evs []Event
 	if c.cfg.MaxConnections > 0 && !c.closed {
 		// Its slot is free now. A peer that drained from service said so
 		// with its DOWN (balanceSlots); one that was DOWN already when it
 		// was removed changes no state as it closes: fill the slot here.
-		evs = c.fillSlotsLocked(m.spec.Name)
+		c.note(c.fillSlotsLocked(c.ros.Load().order, nil, func(x *member) []Event {
+			if err := c.dialLocked(x); err != nil {
+				return nil
+			}
+			return []Event{{Time: time.Now(), Server: x.spec.Name, Kind: EventSlotFilled, Because: m.spec.Name,
+				Reason: fmt.Sprintf("connection slot filled: removed peer %s closed", m.spec.Name)}}
+		})...)
 	}
-	c.note(evs...)
 	c.mu.Unlock()
 }
 
-// fillSlotsLocked dials the first configured members not dialed while
-// MaxConnections leaves slots free, as SetPeers does, once a removed
-// member's peer has closed; it returns the events to publish. c.mu is
-// held.
-func (c *Client) fillSlotsLocked(freedBy string) []Event {
-	var evs []Event
+// fillSlotsLocked dials, with dial, the first members of order not dialed
+// while MaxConnections leaves slots free, and returns evs with the events
+// of the dials. A member that will take its slot once the old connection
+// of its name has closed holds it. c.mu is held.
+func (c *Client) fillSlotsLocked(order []*member, evs []Event, dial func(*member) []Event) []Event {
 	waiting := 0
-	for _, x := range c.ros.Load().order {
+	for _, m := range order {
 		if c.dialedLocked()+waiting >= c.cfg.MaxConnections {
 			break
 		}
-		if x.after != nil {
+		if m.after != nil {
 			waiting++
 			continue
 		}
-		if x.p() != nil {
-			continue
-		}
-		if err := c.dialLocked(x); err == nil {
-			evs = append(evs, Event{Time: time.Now(), Server: x.spec.Name, Kind: EventSlotFilled, Because: freedBy,
-				Reason: fmt.Sprintf("connection slot filled: removed peer %s closed", freedBy)})
+		if m.p() == nil {
+			evs = append(evs, dial(m)...)
 		}
 	}
 	return evs

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -27,6 +28,16 @@ func TestConnectionLimitPrimaryUnreachableAtStart(t *testing.T) {
 		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
 		cfg.Peer.Dialer = sw.dial
 		cfg.MaxConnections = 1
+		var mu sync.Mutex
+		var filled []string
+		cfg.Events = NewBus()
+		cfg.Events.Subscribe(func(_ context.Context, e Event) {
+			if e.Kind == EventSlotFilled {
+				mu.Lock()
+				filled = append(filled, e.Server+": "+e.Reason)
+				mu.Unlock()
+			}
+		})
 		c, err := New(cfg)
 		require.NoError(t, err)
 		defer c.Close(context.Background())
@@ -36,5 +47,9 @@ func TestConnectionLimitPrimaryUnreachableAtStart(t *testing.T) {
 		require.NoError(t, err, "the secondary never got the slot: primary %v, dials %v", c.Peers()[0].State(), sw.dialed())
 		h, _ := message.StringOf(ans, message.OriginHost, 0)
 		assert.Equal(t, "b.example.net", h)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, []string{"b.example.net: connection slot filled: a.example.net could not be opened"}, filled)
 	})
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -169,12 +168,11 @@ func probeUDPStress(t *testing.T, seed uint64, throttled bool) {
 	t.Logf("seed %d: Close took %v", seed, closedAt.Sub(closeStart))
 }
 
-func TestProbeUDPStress(t *testing.T) {
-	if os.Getenv("PROBE_SEEDS") == "" {
-		t.Skip("a lifecycle stress probe: PROBE_SEEDS=n (and PROBE_VARIANT) to run it")
-	}
+// TestLifecycleStressUDP is TestLifecycleStress for radius:// servers,
+// with and without a throttle.
+func TestLifecycleStressUDP(t *testing.T) {
 	for _, throttled := range []bool{false, true} {
-		for _, seed := range probeSeeds() {
+		for _, seed := range stressSeeds() {
 			t.Run(fmt.Sprintf("%v/%d", throttled, seed), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) { probeUDPStress(t, seed, throttled) })
 			})

@@ -336,9 +336,11 @@ func probeStress(t *testing.T, seed uint64, o probeOpts) {
 	t.Logf("seed %d: %d requests %v; Close took %v", seed, len(results), kinds, closedAt.Sub(closeStart))
 }
 
-func probeSeeds() []uint64 {
-	k := 8
-	if s := os.Getenv("PROBE_SEEDS"); s != "" {
+// stressSeeds are the seeds the lifecycle stress tests run: one by
+// default, STRESS_SEEDS=n for n.
+func stressSeeds() []uint64 {
+	k := 1
+	if s := os.Getenv("STRESS_SEEDS"); s != "" {
 		k, _ = strconv.Atoi(s)
 	}
 	var out []uint64
@@ -348,10 +350,16 @@ func probeSeeds() []uint64 {
 	return out
 }
 
-func TestProbeStress(t *testing.T) {
-	if os.Getenv("PROBE_SEEDS") == "" {
-		t.Skip("a lifecycle stress probe: PROBE_SEEDS=n (and PROBE_VARIANT) to run it")
-	}
+// TestLifecycleStress runs callers with random deadlines and cancels
+// against SetPeers churn (remove, add back, reorder, reweight, replace),
+// freezes and resets, subscriber churn and a slow subscriber, and
+// WaitReady, then Close in its variants (a cancelled ctx, twice, from a
+// subscriber, with the chaos still running), with a throttle, a policy
+// and MaxConnections. Every call returns once, within its deadline and
+// never after Close returned; after Close, ErrClosed; Done closes, no
+// event comes after it, removed peers end. STRESS_SEEDS=n runs n seeds,
+// STRESS_VARIANT=name one variant.
+func TestLifecycleStress(t *testing.T) {
 	variants := map[string]probeOpts{
 		"plain":      {},
 		"ps":         {mode: PrimarySecondary},
@@ -374,13 +382,13 @@ func TestProbeStress(t *testing.T) {
 			}
 		}
 	})
-	only := os.Getenv("PROBE_VARIANT")
+	only := os.Getenv("STRESS_VARIANT")
 	for _, name := range names {
 		if only != "" && only != name {
 			continue
 		}
 		o := variants[name]
-		for _, seed := range probeSeeds() {
+		for _, seed := range stressSeeds() {
 			t.Run(fmt.Sprintf("%s/%d", name, seed), func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) { probeStress(t, seed, o) })
 			})
