@@ -385,7 +385,9 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 	for _, d := range *buf {
 		it := d.Item
 		if d.Err != nil {
-			it.cl.Fail(d.Err) // do says "client: "
+			// Its deadline passed in a queue: a timeout to its caller,
+			// as one that passes anywhere else. do says "client: ".
+			it.cl.Fail(fmt.Errorf("%w: %w", ErrTimeout, d.Err))
 			continue
 		}
 		if m := c.ros.Load().all[d.Server]; c.place(it.cl, m) {

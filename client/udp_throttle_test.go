@@ -121,8 +121,9 @@ func TestUDPMaxOutstanding(t *testing.T) {
 }
 
 // A caller that gives up gets its context's error, once; requests whose
-// deadline passes while the throttle holds them fail with
-// throttle.ErrExpired, each with one error, none silently dropped.
+// deadline passes while the throttle holds them fail with an error
+// matching ErrTimeout and throttle.ErrExpired, each with one error, none
+// silently dropped.
 func TestUDPCallerDeadlines(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := newMemNet()
@@ -145,6 +146,9 @@ func TestUDPCallerDeadlines(t *testing.T) {
 			case err == nil:
 				ok++
 			case errors.Is(err, throttle.ErrExpired):
+				if !errors.Is(err, ErrTimeout) {
+					t.Errorf("expired in the queue, yet not a timeout: %v", err)
+				}
 				expired++
 			case errors.Is(err, context.DeadlineExceeded):
 				gaveUp++
