@@ -397,25 +397,16 @@ func (d *dcall) answeredBy(ans []byte) bool {
 	return ans == nil || wire.EndToEnd(ans) == d.Ref && wire.CommandCode(ans) == d.cmd
 }
 
-// takePending marks the connection lost and returns the calls still in
-// flight on it, in send order. They stay matchable as gone, with those
-// moved off before: answers the reader had already received when the
-// connection was lost (a write that failed while they sat in its buffer)
-// still complete their calls.
-func (c *conn) takePending() []*call.Call {
+// takePending marks the connection lost (for cause, as in moveOut) and
+// returns the calls still in flight on it, in send order. They stay
+// matchable as gone, with those moved off before: answers the reader had
+// already received when the connection was lost (a write that failed
+// while they sat in its buffer) still complete their calls.
+func (c *conn) takePending(cause error) []*call.Call {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lost = true
-	var calls []*call.Call
-	c.pending.each(func(id uint32, cl *dcall) {
-		if cl.Leave(&c.h) {
-			calls = append(calls, &cl.Call)
-		}
-		c.rememberGoneLocked(id, cl)
-	})
-	c.pending.clear()
-	sortBySend(calls)
-	return calls
+	return c.leaveAllLocked(cause)
 }
 
 // sortBySend orders calls taken off one connection by their send order
@@ -426,18 +417,20 @@ func sortBySend(calls []*call.Call) {
 
 // moveOut takes every call in flight here off the connection (Moved), in
 // send order, for a failover; a late answer here still completes them
-// (F4).
-func (c *conn) moveOut() []*call.Call {
+// (F4). cause, if not nil, says why the connection was given up: a call
+// that then fails says so (call.Call.LeaveLost).
+func (c *conn) moveOut(cause error) []*call.Call {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.leaveAllLocked(nil)
+	return c.leaveAllLocked(cause)
 }
 
 // leaveAllLocked moves every pending entry to gone and returns the calls
 // that were in flight here, in send order. c.mu is held.
-func (c *conn) leaveAllLocked(calls []*call.Call) []*call.Call {
+func (c *conn) leaveAllLocked(cause error) []*call.Call {
+	var calls []*call.Call
 	c.pending.each(func(id uint32, cl *dcall) {
-		if cl.Leave(&c.h) {
+		if cl.LeaveLost(&c.h, cause) {
 			calls = append(calls, &cl.Call)
 		}
 		c.rememberGoneLocked(id, cl)

@@ -114,7 +114,10 @@ type Peer struct {
 	// that asked us not to reconnect.
 	holdUntil int64
 	ended     bool
-	lastApp   atomic.Int64 // ns since epoch of the last application message (T4); written by any goroutine
+	// downNote: why the connection being stepped down was lost, while
+	// onConnDown steps the machine, for the calls it moves (failover).
+	downNote string
+	lastApp  atomic.Int64 // ns since epoch of the last application message (T4); written by any goroutine
 	closeErr  error
 }
 
@@ -556,7 +559,7 @@ func (p *Peer) run(out []effect) {
 			from = &e.c.h
 		}
 		for _, cl := range e.fail {
-			if ok, owner := cl.Finish(nil, fmt.Errorf("peer %s: %w", p.Name(), e.err), from, &p.stats.lost); ok && owner != nil {
+			if ok, owner := cl.Finish(nil, e.err, from, &p.stats.lost); ok && owner != nil {
 				owner.Retire(cl, false)
 			}
 		}

@@ -33,7 +33,7 @@ func (p *Peer) finish() {
 	}
 	p.timer.Stop()
 	if c := p.cur.Swap(nil); c != nil {
-		p.failPending(c, ErrClosed)
+		p.failPending(c, ErrClosed, "")
 	}
 	p.cancel()
 	// Done once the calls above are failed, after the lock: a Close
@@ -177,7 +177,7 @@ func (p *Peer) closeByWatchdog(reason string) {
 	if c := p.cur.Swap(nil); c != nil {
 		note := "closed by the watchdog: " + reason
 		p.closeLater(c, note)
-		p.failPending(c, ErrConnectionLost)
+		p.failPending(c, ErrConnectionLost, note)
 		p.reportDown(c, Event{Reason: note})
 	}
 }
@@ -343,9 +343,11 @@ func (p *Peer) onConnDown(e input, cur *conn) {
 	// Step while the connection is still current, so that OKAY's
 	// Failover() hands its pending requests over with the machine's
 	// reason; whatever it still owns afterwards fails or moves below.
+	p.downNote = note
 	p.apply(p.m.Step(watchdog.ConnectionDown), p.mono())
+	p.downNote = ""
 	if p.cur.CompareAndSwap(e.c, nil) {
-		p.failPending(e.c, ErrConnectionLost)
+		p.failPending(e.c, ErrConnectionLost, "connection down ("+note+")")
 	}
 	if p.closing {
 		p.ended = true
@@ -436,8 +438,8 @@ func (p *Peer) onDrained(e input, cur *conn) {
 	}
 	// What is still unanswered fails over like any Failover(), or fails
 	// without a hook (as Close says: ErrClosed).
-	if calls := cur.moveOut(); len(calls) > 0 {
-		why := fmt.Sprintf("disconnecting: no answer within %v", p.cfg.drainTimeout())
+	why := fmt.Sprintf("disconnecting: no answer within %v", p.cfg.drainTimeout())
+	if calls := cur.moveOut(errors.New(why)); len(calls) > 0 {
 		if p.cfg.Failover != nil {
 			p.handOver(calls, why)
 		} else {
@@ -489,7 +491,11 @@ func (p *Peer) failover(reason string) {
 		p.publish(Event{Kind: EventFailover, Pending: n, Reason: fmt.Sprintf("%s: %d requests pending, no alternate configured", reason, n)})
 		return
 	}
-	p.handOver(c.moveOut(), reason)
+	cause := reason
+	if p.downNote != "" {
+		cause += " (" + p.downNote + ")"
+	}
+	p.handOver(c.moveOut(errors.New(cause)), reason)
 }
 
 // handOver gives moved calls to the failover hook, after the lock, in
@@ -518,8 +524,14 @@ func (p *Peer) checkIdle() {
 }
 
 // failPending completes every call still pending on c with err.
-func (p *Peer) failPending(c *conn, err error) {
-	calls := c.takePending()
+// why, if not empty, says what became of the connection: a call handed
+// over says so should it fail later.
+func (p *Peer) failPending(c *conn, err error, why string) {
+	var cause error
+	if why != "" {
+		cause = errors.New(why)
+	}
+	calls := c.takePending(cause)
 	if len(calls) == 0 {
 		return
 	}
@@ -528,6 +540,9 @@ func (p *Peer) failPending(c *conn, err error) {
 		// REOPEN closing): whatever it still owns moves too.
 		p.handOver(calls, "connection lost")
 		return
+	}
+	if cause != nil {
+		err = fmt.Errorf("%w: %w", err, cause)
 	}
 	p.out = append(p.out, effect{fail: calls, err: err})
 }

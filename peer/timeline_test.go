@@ -157,6 +157,7 @@ func TestRequestRefusedUnlessOkay(t *testing.T) {
 		require.Equal(t, watchdog.Down, p.State())
 		err = <-res
 		assert.ErrorIs(t, err, ErrConnectionLost)
+		assert.EqualError(t, err, "peer server.example.net: "+ErrConnectionLost.Error()+": closed by the watchdog: "+watchdog.ReasonSecondTimeout, "it says why, once, named once")
 		assert.Equal(t, uint64(1), p.Stats().Lost)
 		require.NoError(t, p.Close(context.Background()))
 	})
