@@ -118,7 +118,7 @@ type Peer struct {
 	// onConnDown steps the machine, for the calls it moves (failover).
 	downNote string
 	lastApp  atomic.Int64 // ns since epoch of the last application message (T4); written by any goroutine
-	closeErr  error
+	closeErr error
 }
 
 type counters struct {
