@@ -326,7 +326,7 @@ func heldCalls(its []*item) []*call.Call {
 // dispatcher has stopped). throttled and execute queue nothing after it.
 func (c *Client) failQueued() {
 	c.tmu.Lock()
-	its := c.sched.Release(nil)
+	its := c.sched.Release(time.Now(), nil)
 	c.unlockThrottle()
 	failAll(heldCalls(its), errClientClosed)
 }

@@ -510,9 +510,12 @@ func TestDequeGrowAndWrap(t *testing.T) {
 }
 
 // Release hands every queued request back, oldest first, from the
-// instance queue and the server queues, and leaves the scheduler empty.
+// instance queue and the server queues, and leaves the scheduler empty;
+// a queue alarm it clears says when.
 func TestReleaseEmptiesQueues(t *testing.T) {
-	s := newSched(t, Config[*item]{Servers: []Server{{Name: "a", Auth: Limits{MaxOutstanding: 1}}}})
+	var alarms []Alarm
+	s := newSched(t, Config[*item]{Servers: []Server{{Name: "a", Auth: Limits{MaxOutstanding: 1}}},
+		AlarmHigh: 2, AlarmLow: 1, OnAlarm: func(a Alarm) { alarms = append(alarms, a) }})
 	for i := range 4 {
 		s.Enqueue(&item{id: i}, Auth)
 	}
@@ -520,7 +523,7 @@ func TestReleaseEmptiesQueues(t *testing.T) {
 	assert.Equal(t, []int{0}, ids(out))
 	assert.Equal(t, 3, s.Depth(0))
 	s.Enqueue(&item{id: 4}, Auth)
-	rel := s.Release(nil)
+	rel := s.Release(at(2*ms), nil)
 	got := make([]int, len(rel))
 	for i, it := range rel {
 		got[i] = it.id
@@ -528,7 +531,10 @@ func TestReleaseEmptiesQueues(t *testing.T) {
 	assert.Equal(t, []int{1, 2, 3, 4}, got)
 	assert.Equal(t, 0, s.Len())
 	assert.Equal(t, 0, s.Depth(0))
-	assert.Empty(t, s.Poll(at(ms), nil))
+	assert.Empty(t, s.Poll(at(3*ms), nil))
+	require.Len(t, alarms, 2)
+	assert.True(t, alarms[0].Raised)
+	assert.Equal(t, Alarm{Time: at(2 * ms), Server: "a", Index: 0, Raised: false, Depth: 0}, alarms[1])
 }
 
 // A failover's replays go to the head of the instance queue, in their

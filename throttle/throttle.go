@@ -672,11 +672,11 @@ func (s *Scheduler[T]) Stats(server int) Stats {
 // Expired returns how many requests ever failed with ErrExpired.
 func (s *Scheduler[T]) Expired() uint64 { return s.expired }
 
-// Release empties the instance and server queues and appends their
-// requests to dst, oldest first, so that the owner can fail them (when it
-// shuts down). The outstanding counts are unchanged: Done the requests
-// already dispatched as usual.
-func (s *Scheduler[T]) Release(dst []T) []T {
+// Release empties the instance and server queues at now and appends
+// their requests to dst, oldest first, so that the owner can fail them
+// (when it shuts down). The outstanding counts are unchanged: Done the
+// requests already dispatched as usual.
+func (s *Scheduler[T]) Release(now time.Time, dst []T) []T {
 	sc := s.scratch[:0]
 	for s.inst.len() > 0 {
 		sc = append(sc, s.inst.popFront())
@@ -697,7 +697,7 @@ func (s *Scheduler[T]) Release(dst []T) []T {
 	s.scratch = sc[:0]
 	s.queued = 0
 	for i := range s.srv {
-		s.checkAlarm(i, time.Time{})
+		s.checkAlarm(i, now)
 	}
 	s.minDL = math.MaxInt64
 	return dst
