@@ -1467,15 +1467,17 @@ func (c *Client) shutdown(ctx context.Context) {
 const maxQueuedEvents = 4096
 
 // note schedules e for the Bus (see notes), counting it dropped past the
-// bound.
+// bound, or once Close has delivered the last events (a request racing
+// Close): nothing is delivered after Done.
 func (c *Client) note(evs ...Event) {
 	for _, e := range evs {
-		if !c.notes.Schedule(e) {
+		if !c.notes.ScheduleBeforeEnd(e) {
 			c.dropped.Add(1)
 		}
 	}
 }
 
 // EventsDropped returns how many events were dropped because the Bus's
-// subscribers fell behind by more than a few thousand events.
+// subscribers fell behind by more than a few thousand events, or because
+// they came after Done (a request racing Close).
 func (c *Client) EventsDropped() uint64 { return c.dropped.Load() }

@@ -55,3 +55,40 @@ func TestNoEventAfterDoneUDP(t *testing.T) {
 		}
 	})
 }
+
+// An event the Client notes after Close delivered its last (a request
+// that raced Close, its policy's admission) is dropped and counted, never
+// delivered after Done.
+func TestEventAfterDoneDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		startMemServer(t, n, addrA, nil, nil)
+		c := memClient(t, n, memSpecs("a"), nil)
+		var mu sync.Mutex
+		var late []string
+		c.Events().Subscribe(func(_ context.Context, e Event) {
+			select {
+			case <-c.Done():
+				mu.Lock()
+				late = append(late, e.Server+": "+e.Reason)
+				mu.Unlock()
+			default:
+			}
+		})
+		if err := c.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		<-c.Done()
+		before := c.EventsDropped()
+		c.note(Event{Time: time.Now(), Server: "a", Kind: EventPolicy, Reason: "after Done"})
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(late) > 0 {
+			t.Errorf("%d events delivered after Done: %q", len(late), late)
+		}
+		if got := c.EventsDropped() - before; got != 1 {
+			t.Errorf("EventsDropped grew by %d, want 1", got)
+		}
+	})
+}

@@ -13,8 +13,8 @@ import "sync"
 // under the caller's locks, and values scheduled under one lock keep the
 // order of the changes they report. End says the owner has ended; Done is
 // closed once every value scheduled before End has been handled. Values
-// scheduled after End are still handled. A Queue is safe for concurrent
-// use.
+// scheduled after End are still handled (ScheduleBeforeEnd drops them).
+// A Queue is safe for concurrent use.
 //
 // The queue grows with what its owner schedules faster than the handler
 // runs; owners schedule per state change and per hand-over, never per
@@ -48,9 +48,16 @@ func Bounded[T any](handle func(T), max int) *Queue[T] {
 
 // Schedule queues v for the handler; false when a Bounded queue is full
 // and v was dropped.
-func (s *Queue[T]) Schedule(v T) bool {
+func (s *Queue[T]) Schedule(v T) bool { return s.schedule(v, false) }
+
+// ScheduleBeforeEnd is Schedule for an owner whose values mean nothing
+// once it has ended (events after a Done that promised the last one):
+// after End, v is dropped and it returns false.
+func (s *Queue[T]) ScheduleBeforeEnd(v T) bool { return s.schedule(v, true) }
+
+func (s *Queue[T]) schedule(v T, beforeEnd bool) bool {
 	s.mu.Lock()
-	if s.max > 0 && len(s.q) >= s.max {
+	if (s.max > 0 && len(s.q) >= s.max) || (beforeEnd && s.ended) {
 		s.mu.Unlock()
 		return false
 	}

@@ -84,6 +84,21 @@ func TestDoneAfterQueued(t *testing.T) {
 	})
 }
 
+// ScheduleBeforeEnd queues as Schedule does until End, and drops what
+// comes after it: nothing is handled once Done is closed.
+func TestScheduleBeforeEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var handled []int
+		q := New(func(v int) { handled = append(handled, v) })
+		assert.True(t, q.ScheduleBeforeEnd(1))
+		q.End()
+		assert.False(t, q.ScheduleBeforeEnd(2), "after End")
+		<-q.Done()
+		synctest.Wait()
+		assert.Equal(t, []int{1}, handled)
+	})
+}
+
 // End on an idle Queue closes Done at once.
 func TestEndIdle(t *testing.T) {
 	q := New(func(int) {})
