@@ -434,10 +434,8 @@ func (c *Client) dialLocked(m *member) error {
 	}
 	pc := m.spec.peerConfig(c.cfg.Peer)
 	pc.Failover = c.onFailover
-	if c.group != nil {
-		pc.Replied = c.replied // see dialUDP
-	}
-	pc.Events = peer.NewBus() // per peer, so we know whose event it is
+	pc.Replied = c.repliedHook(pc.Replied) // see dialUDP
+	pc.Events = peer.NewBus()              // per peer, so we know whose event it is
 	self := new(atomic.Pointer[peer.Peer])
 	c.cancels = append(c.cancels, pc.Events.Subscribe(func(_ context.Context, e peer.Event) { c.onPeerEvent(m, self, e) }))
 	p, err := peer.Dial(m.spec.URL, pc)

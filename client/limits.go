@@ -222,6 +222,21 @@ func (c *Client) replyMark(m *member) uint64 {
 	return c.group.ReplyMark(m.index)
 }
 
+// repliedHook is the Replied hook of a peer whose template has user's:
+// the policy's, when there is one, then user's.
+func (c *Client) repliedHook(user func(call.Carrier)) func(call.Carrier) {
+	switch {
+	case c.group == nil:
+		return user
+	case user == nil:
+		return c.replied
+	}
+	return func(p call.Carrier) {
+		c.replied(p)
+		user(p)
+	}
+}
+
 func (c *Client) replied(p call.Carrier) {
 	if c.group == nil || p == nil {
 		return

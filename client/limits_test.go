@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
@@ -542,4 +544,30 @@ func TestLateAnswerKeepsServerInService(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, policy.InService, c.group.State(0), "a after its late answer")
 	})
+}
+
+// A Replied hook in the peers' template is kept when the Client has a
+// policy, which needs one of its own: both are told of every answer.
+func TestTemplateRepliedKeptWithPolicy(t *testing.T) {
+	for _, withPolicy := range []bool{false, true} {
+		t.Run(fmt.Sprint(withPolicy), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg, _, _ := policyPair(t)
+				if !withPolicy {
+					cfg.Policy = nil
+				}
+				var told atomic.Int64
+				cfg.Peer.Replied = func(call.Carrier) { told.Add(1) }
+				c, err := New(cfg)
+				require.NoError(t, err)
+				defer c.Close(context.Background())
+				synctest.Wait()
+				for i := range 3 {
+					_, err := sendWithin(c, i, time.Second)
+					require.NoError(t, err)
+				}
+				assert.Equal(t, int64(3), told.Load())
+			})
+		})
+	}
 }

@@ -117,7 +117,7 @@ func (c *Client) dialUDP(m *member) error {
 	// answered first). Told only through the answers callers got, a
 	// server whose one reply came late stayed under a down-timeout that
 	// nothing reset, and was held down while it answered everything.
-	uc.Replied = c.replied
+	uc.Replied = c.repliedHook(uc.Replied)
 	p, err := radpeer.NewUDPPeer(m.spec.URL, uc)
 	if err != nil {
 		return fmt.Errorf("client: RADIUS server %s: %w", m.spec.Name, err)
@@ -139,9 +139,7 @@ func (c *Client) dialRADIUS(m *member) error {
 	}
 	rc.Events = peer.NewBus()
 	rc.Failover = c.onFailover
-	if c.group != nil {
-		rc.Replied = c.replied // see dialUDP
-	}
+	rc.Replied = c.repliedHook(rc.Replied) // see dialUDP
 	c.cancels = append(c.cancels, rc.Events.Subscribe(func(_ context.Context, e peer.Event) { c.onRADIUSEvent(m, e) }))
 	p, err := radpeer.Dial(m.spec.URL, rc)
 	if err != nil {

@@ -248,9 +248,9 @@ type Config struct {
 	// sent on this peer's connection, before it completes the request:
 	// also of a late one (its caller gave up, the request moved on) and
 	// of a refusal. Each shows the peer alive. It runs on the reader's
-	// goroutine, without the peer's mutex. Package client sets it when it
-	// keeps server states (its Policy): any answer keeps a server in
-	// service.
+	// goroutine, without the peer's mutex. When package client keeps
+	// server states (its Policy) it sets its own, which calls the one its
+	// template has after it: any answer keeps a server in service.
 	Replied func(from call.Carrier)
 
 	// Events receives every event of this peer. Default: a new Bus; share

@@ -76,9 +76,10 @@ type Config struct {
 	// sent here, before it completes the request: also of a late one, to
 	// a request already complete (its caller gave up, another server
 	// answered first). Each shows the server alive. It runs after the
-	// Peer's lock is released, on the reader's goroutine. Package client
-	// sets it when it keeps server states (its Policy): any answer keeps
-	// a server in service.
+	// Peer's lock is released, on the reader's goroutine. When package
+	// client keeps server states (its Policy) it sets its own, which calls
+	// the one its template has after it: any answer keeps a server in
+	// service.
 	Replied func(from call.Carrier)
 
 	// Events receives every event (watchdog transitions, connections,

@@ -118,8 +118,9 @@ type UDPConfig struct {
 	// already complete (its caller gave up, another server answered
 	// first) or given up on here, and of a duplicate. Each shows the
 	// server alive. It runs on the reader's goroutine, without the
-	// peer's locks. Package client sets it: any reply keeps a server in
-	// service (package policy's down-timeout).
+	// peer's locks. Package client sets its own, which calls the one its
+	// template has after it: any reply keeps a server in service (package
+	// policy's down-timeout).
 	Replied func(from call.Carrier)
 }
 
