@@ -208,6 +208,9 @@ type member struct {
 	rp      atomic.Pointer[radpeer.Peer]    // a radius+tcp:// or radsec:// server's
 	up      atomic.Pointer[radpeer.UDPPeer] // a radius:// server's
 	stats   serverStats
+	// openErr is why its peer's last attempt to connect failed; nil once
+	// it connected (openNoted).
+	openErr atomic.Pointer[string]
 
 	// ident is the identity the members of its name before it learned
 	// (SetPeers: a replacement, a name added back), set before the member
@@ -602,6 +605,9 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
 	c.account(r, time.Since(epoch)-start)
 	if err != nil {
 		if errors.Is(err, peer.ErrTimeout) && r.Sends == 0 {
+			if down := c.notInService(); down != "" {
+				return nil, fmt.Errorf("client: %w (%s): %w", ErrNoPeer, down, err)
+			}
 			return nil, fmt.Errorf("client: %w: %w", ErrNoPeer, err)
 		}
 		if tried := cl.Refusers(); len(tried) > 1 {
@@ -1041,6 +1047,7 @@ func balanceKeys(k call.Key) loadbalance.Request {
 // watchdog change, keep the connection slots and the view.
 func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.Event) {
 	c.note(Event{Time: e.Time, Server: m.spec.Name, Kind: EventPeer, Peer: &e, Reason: e.Reason})
+	m.openNoted(e)
 	if e.Kind == peer.EventLateRefusal {
 		// A waiting request learned that m did not apply it: its waiter
 		// (or the throttle) asks again once the refusal is forgotten.
@@ -1128,6 +1135,36 @@ func (c *Client) balanceSlots(m *member, self *atomic.Pointer[peer.Peer], to wat
 		}
 	}
 	c.trimLocked()
+}
+
+// openNoted keeps what e says of m's attempts to connect: why the last
+// failed, until one succeeds.
+func (m *member) openNoted(e peer.Event) {
+	switch e.Kind {
+	case peer.EventOpenFailed:
+		why := strings.TrimPrefix(e.Reason, "open failed: ")
+		m.openErr.Store(&why)
+	case peer.EventConnUp:
+		m.openErr.Store(nil)
+	}
+}
+
+// notInService names the servers whose connection is not in service,
+// each with its state and why its last attempt to connect failed, if it
+// did: for the errors of a request or a wait that found none.
+func (c *Client) notInService() string {
+	var parts []string
+	for _, s := range c.ServerStats() {
+		if s.State == "" || s.State == watchdog.Okay.String() {
+			continue // a radius:// server has no watchdog: in service
+		}
+		part := s.Server + " " + s.State
+		if s.OpenError != "" {
+			part += ", open failed: " + s.OpenError
+		}
+		parts = append(parts, part)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // trimLocked closes surplus connections, least preferred first, once they

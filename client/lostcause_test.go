@@ -33,3 +33,33 @@ func TestFailAfterLostConnectionNamesTheLoss(t *testing.T) {
 		assert.Contains(t, err.Error(), "after a lost connection: connection down", err.Error())
 	})
 }
+
+// A server the Client cannot connect to is named, with why, in the error
+// of a wait for it and of a request that found no server, and in its
+// statistics until it connects.
+func TestNotInServiceSaysWhy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net")}
+		defer n.close()
+		sw := newSwitchboard(n)
+		sw.setDown("tcp://a:1", true)
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1")
+		cfg.Peer.Dialer = sw.dial
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		err = c.WaitReady(ctx, 1)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.ErrorContains(t, err, "a.example.net INITIAL, open failed: connection refused")
+		_, err = c.Send(ctx, acr(1, "u"))
+		require.ErrorIs(t, err, ErrNoPeer)
+		assert.ErrorContains(t, err, "a.example.net INITIAL, open failed: connection refused")
+		assert.Equal(t, "connection refused", c.ServerStats()[0].OpenError)
+
+		sw.setDown("tcp://a:1", false)
+		require.NoError(t, c.WaitReady(context.Background(), 1))
+		assert.Empty(t, c.ServerStats()[0].OpenError, "connected since")
+	})
+}

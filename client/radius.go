@@ -159,6 +159,7 @@ func (c *Client) dialRADIUS(m *member) error {
 // request had to avoid.
 func (c *Client) onRADIUSEvent(m *member, e peer.Event) {
 	c.note(Event{Time: e.Time, Server: m.spec.Name, Kind: EventPeer, Peer: &e, Reason: e.Reason})
+	m.openNoted(e)
 	p := m.rp.Load()
 	switch {
 	case p == nil: // not stored yet: dialRADIUS looks at its state then

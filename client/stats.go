@@ -140,6 +140,10 @@ type ServerStats struct {
 	// OriginHost is a Diameter server's Origin-Host as its CEA said,
 	// empty before the first CEA and for RADIUS servers.
 	OriginHost string `json:"origin_host"`
+	// OpenError is why the last attempt to connect to the server failed
+	// (it refused the connection, its CEA refused us), until one
+	// succeeds; empty if none failed, and for radius:// servers.
+	OpenError string `json:"open_error,omitempty"`
 	// Answers counts the answers this server returned (it answered the
 	// request, first sent here or moved here by a failover), by class:
 	// every class of its protocol (DiameterClasses, RADIUSClasses) is
@@ -376,6 +380,9 @@ func (c *Client) ServerStats() []ServerStats {
 			MeanUs: s.lat.Mean(), P99Us: float64(s.lat.Quantile(0.99)),
 		}
 		out[i].Probes = s.probes.Load()
+		if why := m.openErr.Load(); why != nil {
+			out[i].OpenError = *why
+		}
 		out[i].URL, out[i].Protocol = m.spec.URL, protocolOf(m.spec.URL)
 		classes := DiameterClasses
 		if c.radius {

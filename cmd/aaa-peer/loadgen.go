@@ -248,8 +248,8 @@ func (c *loadgen) notInService() (names string, failed bool) {
 			continue
 		}
 		part := s.Server + " " + s.State
-		if why := c.opens.of(s.Server); why != "" {
-			part += " (" + why + ")"
+		if s.OpenError != "" {
+			part += " (open failed: " + s.OpenError + ")"
 			failed = true
 		}
 		parts = append(parts, part)
@@ -323,17 +323,6 @@ func (f *openFailures) allRefused() <-chan string {
 		return nil
 	}
 	return f.all
-}
-
-// of returns why server's last attempt to connect failed ("": it did
-// not, or it connected since).
-func (f *openFailures) of(server string) string {
-	if f == nil {
-		return ""
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.last[server]
 }
 
 // closeClient disconnects every peer (DPR/DPA over Diameter), bounded by
