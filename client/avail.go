@@ -8,7 +8,6 @@ import (
 
 	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/loadbalance"
-	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/watchdog"
 )
 
@@ -182,7 +181,7 @@ func (c *Client) strand(calls []*call.Call, v *avail) {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		failAll(wait, fmt.Errorf("client closed: %w", peer.ErrClosed))
+		failAll(wait, errClientClosed)
 		return
 	}
 	if onStrand != nil {
@@ -335,7 +334,7 @@ func (c *Client) waitFor(w *waiter, v *avail) {
 			}
 		case <-c.ctx.Done():
 			c.waiting.Add(-int64(len(w.calls)))
-			failAll(w.calls, fmt.Errorf("client closed: %w", peer.ErrClosed))
+			failAll(w.calls, errClientClosed)
 			c.roundDone(w, c.view().gen, true)
 			return
 		case <-t.C:

@@ -1287,9 +1287,8 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 		return
 	}
 	if closed {
-		for _, cl := range calls {
-			cl.Fail(fmt.Errorf("client closed (%s): %w", reason, peer.ErrClosed))
-		}
+		// Each says why its connection was lost (call.Call.LeaveLost).
+		failAll(calls, errClientClosed)
 		return
 	}
 	fm.stats.failedOver.Add(uint64(len(calls)))

@@ -322,8 +322,8 @@ func (c *Client) throttled(its ...*item) {
 	c.poke() // anything left waits for a slot: the dispatcher's timer
 }
 
-// errClientClosed fails the requests the throttle held when the Client
-// closed, as strand fails those waiting for a peer.
+// errClientClosed fails the requests the Client held when it closed:
+// waiting for a peer, in the throttle's queues, or handed over by a peer.
 var errClientClosed = fmt.Errorf("client closed: %w", peer.ErrClosed)
 
 // heldCalls returns the calls of its.

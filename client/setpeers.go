@@ -328,8 +328,10 @@ func (c *Client) drain(m *member) (start func()) {
 // once the peer is done (see drain).
 func (c *Client) finishDrain(m *member, closer func(context.Context) error, done <-chan struct{}) {
 	defer c.closing.Done()
-	// No request lives longer than RequestTimeout: nor does a drain.
-	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.RequestTimeout)
+	// No request lives longer than RequestTimeout: nor does a drain. Not
+	// cut short when the Client closes: Close closes this peer too, with
+	// its own ctx, which bounds the drain as it does the others'.
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
 	closer(ctx)
 	cancel()
 	if done != nil {

@@ -466,3 +466,48 @@ func TestSetPeersReplacedPrimaryKeepsItsSlot(t *testing.T) {
 		assert.Nil(t, c.Peers()[1], "the secondary is not")
 	})
 }
+
+// A peer SetPeers removed drains gracefully. A Close that gives it time
+// (Close(context.Background())) leaves that drain alone: its request in
+// flight is answered, as the requests in flight on the configured peers
+// are, not failed as the Client closes. A Close with a short ctx ends it
+// within that ctx, as it ends the others.
+func TestCloseLetsRemovedPeerDrain(t *testing.T) {
+	for _, short := range []bool{false, true} {
+		t.Run(map[bool]string{false: "graceful", true: "short"}[short], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+				defer n.close()
+				n["tcp://a:1"].handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+					time.Sleep(2 * time.Second)
+					return n["tcp://a:1"].handler(ctx, p, req)
+				}
+				c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1"))
+				require.NoError(t, err)
+				waitOkay(t, c)
+				res := make(chan error, 1)
+				go func() {
+					_, err := c.Send(context.Background(), acr(1, "u"))
+					res <- err
+				}()
+				synctest.Wait()
+				_, err = c.SetPeers(context.Background(), []PeerSpec{{URL: "tcp://b:1", Name: "b.example.net"}})
+				require.NoError(t, err)
+				synctest.Wait()
+				ctx, cancel := context.WithCancel(context.Background())
+				if short {
+					ctx, cancel = context.WithTimeout(ctx, 100*time.Millisecond)
+				}
+				defer cancel()
+				start := time.Now()
+				c.Close(ctx)
+				if !short {
+					assert.NoError(t, <-res, "the request in flight on the removed peer")
+					return
+				}
+				assert.LessOrEqual(t, time.Since(start), 100*time.Millisecond)
+				assert.ErrorIs(t, <-res, ErrClosed)
+			})
+		})
+	}
+}
