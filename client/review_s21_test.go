@@ -1,0 +1,58 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aaatp/aaatp/throttle"
+)
+
+// Review s21: a request whose deadline passes in the throttle's queue
+// while its server is in service (held by a rate limit) is a timeout, not
+// "no peer in service": errors.Is(err, ErrNoPeer) must be false, and the
+// metrics count it as "timeout" (ErrorReasons' doc: "the deadline passing
+// in a throttle queue included"), not "no_peer".
+func TestReviewThrottleExpiryIsNotNoPeer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net")}
+		defer n.close()
+		cfg := clientConfig(n, Balance, "tcp://a:1")
+		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxRate: 20}, Slot: 50 * time.Millisecond} // 1 a slot
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		const N = 20
+		errs := make(chan error, N)
+		for i := range N {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				_, err := c.Send(ctx, acr(i, "u@example.net"))
+				errs <- err
+			}()
+		}
+		expired := 0
+		for range N {
+			err := <-errs
+			if err == nil || !errors.Is(err, throttle.ErrExpired) {
+				continue
+			}
+			expired++
+			if expired == 1 {
+				t.Logf("expired in the queue: %v", err)
+			}
+			assert.False(t, errors.Is(err, ErrNoPeer), "its server was in service all along: %v", err)
+		}
+		require.NotZero(t, expired, "no request expired in the throttle's queue")
+		u := c.UnsentErrors()
+		assert.Zero(t, u["no_peer"], "counted as no_peer: %v", u)
+		assert.NotZero(t, u["timeout"], "not counted as timeout: %v", u)
+	})
+}
