@@ -56,3 +56,43 @@ func TestReviewThrottleExpiryIsNotNoPeer(t *testing.T) {
 		assert.NotZero(t, u["timeout"], "not counted as timeout: %v", u)
 	})
 }
+
+// Review s21: a request moved off a connection that went SUSPECT (no DWA
+// within Tw) was not lost with it: the connection is still open and a
+// late answer there still completes the call (F4). Its timeout must not
+// say "after a lost connection" (cabef16 gives every moveOut a lost
+// cause).
+func TestReviewSuspectIsNoLostConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:3868": newFakeServer("a.example.net")}
+		defer n.close()
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:3868")
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		n["tcp://a:3868"].freeze()
+		suspect := make(chan struct{})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		go func() {
+			for c.Peers()[0].State().String() != "SUSPECT" {
+				time.Sleep(100 * time.Millisecond)
+			}
+			close(suspect)
+			// A deadline after SUSPECT and before DOWN: the connection
+			// is still there.
+			time.Sleep(time.Second)
+			cancel()
+		}()
+		_, err = c.Send(ctx, acr(1, "u"))
+		require.Error(t, err)
+		select {
+		case <-suspect:
+		default:
+			t.Fatalf("never SUSPECT: %v", err)
+		}
+		t.Logf("error: %v (peer %v)", err, c.Peers()[0].State())
+		assert.NotContains(t, err.Error(), "after a lost connection", "its connection was not lost: %v", err)
+	})
+}
