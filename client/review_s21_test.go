@@ -96,3 +96,26 @@ func TestReviewSuspectIsNoLostConnection(t *testing.T) {
 		assert.NotContains(t, err.Error(), "after a lost connection", "its connection was not lost: %v", err)
 	})
 }
+
+// Review s21 (pre-existing, not from f8ea78e..HEAD): ServerStats reads a
+// server's throttle figures by its position in the configured order, the
+// scheduler by member index; after SetPeers they differ.
+func TestReviewServerStatsThrottleOfItsServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		defer n.close()
+		cfg := clientConfig(n, Balance, "tcp://a:1", "tcp://b:1")
+		cfg.Throttle = &Throttle{}
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		_, err = c.SetPeers(context.Background(), []PeerSpec{spec(n, "tcp://b:1")})
+		require.NoError(t, err)
+		synctest.Wait()
+		st := c.ServerStats()
+		require.Len(t, st, 1)
+		require.NotNil(t, st[0].Throttle)
+		assert.Equal(t, st[0].Server, st[0].Throttle.Server, "the throttle figures of another server")
+	})
+}
