@@ -327,16 +327,15 @@ func (c *Call) reusableLocked(cn *Conn) bool {
 	return c.rf != nil && slices.Contains(c.rf.on, cn) && !slices.Contains(c.rf.by, cn.peer)
 }
 
-// refusals are what the peers that refused a call said, and what was
-// known of the loss of the last connection it was lost on; kept apart,
-// as most calls are never refused nor lost, and one Call is made per
-// request.
+// refusals are what the peers that refused a call said, and why it left
+// the last connection it left; kept apart, as most calls are never
+// refused nor moved, and one Call is made per request.
 type refusals struct {
-	by       []Carrier // peers that refused it
-	on       []*Conn   // connections whose send ended in a refusal
-	answer   []byte    // the last refusal's answer
-	err      error     // the last refusal's error when it had no answer
-	lostWith error     // why its last connection was lost (LeaveLost); nil: unknown
+	by      []Carrier // peers that refused it
+	on      []*Conn   // connections whose send ended in a refusal
+	answer  []byte    // the last refusal's answer
+	err     error     // the last refusal's error when it had no answer
+	leftFor error     // why it left its last connection (Leave); nil: unknown
 }
 
 // Unboard undoes BoardLocked when the request could not be queued on cn
@@ -357,14 +356,12 @@ func (c *Call) Unboard(cn *Conn, b Boarding) {
 }
 
 // Leave takes c off cn (a failover, a drain): Moved, pending nowhere.
-// False if c is not in flight on cn.
-func (c *Call) Leave(cn *Conn) bool { return c.leave(cn, false, nil, nil) }
-
-// LeaveLost is Leave for a connection lost for a known cause (a server
-// that looked as if it does not share the secret): should c then fail
-// (its deadline, its caller's, a throttle's expiry), its error wraps
-// cause too, so that the caller learns more than that time ran out.
-func (c *Call) LeaveLost(cn *Conn, cause error) bool { return c.leave(cn, false, nil, cause) }
+// False if c is not in flight on cn. cause, if not nil, is why cn was
+// given up (no DWA within Tw, the connection down, a server that looked
+// as if it does not share the secret): should c then fail (its deadline,
+// its caller's, a throttle's expiry), its error wraps cause too, so that
+// the caller learns more than that time ran out.
+func (c *Call) Leave(cn *Conn, cause error) bool { return c.leave(cn, false, nil, cause) }
 
 // Refuse takes c off cn because cn's peer refused it: with answer (a
 // too-busy answer), or without one with err (no reply to any attempt).
@@ -399,7 +396,7 @@ func (c *Call) leave(cn *Conn, refused bool, answer []byte, err error) bool {
 			c.rf = new(refusals)
 		}
 		if c.rf != nil {
-			c.rf.lostWith = err
+			c.rf.leftFor = err
 		}
 	}
 	c.to(Moved)
@@ -463,10 +460,10 @@ func (c *Call) finish(ans []byte, err error, by Carrier, from *Conn, cnt *atomic
 	}
 	c.owner = nil
 	if err != nil {
-		if rf := c.rf; rf != nil && rf.lostWith != nil && !errors.Is(err, rf.lostWith) {
-			// A deadline, a throttle's expiry: say what became of the
+		if rf := c.rf; rf != nil && rf.leftFor != nil && !errors.Is(err, rf.leftFor) {
+			// A deadline, a throttle's expiry: say why it left the
 			// connection it was last sent on as well.
-			err = fmt.Errorf("%w, after a lost connection: %w", err, rf.lostWith)
+			err = fmt.Errorf("%w, after a failover: %w", err, rf.leftFor)
 		}
 		c.to(Failed)
 	} else {

@@ -77,7 +77,7 @@ func into(t *testing.T, c *Call, s State) {
 		board(a)
 	case Moved:
 		board(a)
-		require.True(t, c.Leave(&a.Conn))
+		require.True(t, c.Leave(&a.Conn, nil))
 	case Parked:
 		require.True(t, c.Park())
 	case Answered:
@@ -305,7 +305,7 @@ func TestAwaitResult(t *testing.T) {
 		c := newCall()
 		a, b := newConn("a"), newConn("b")
 		boarded(t, c, a)
-		require.True(t, c.Leave(&a.Conn))
+		require.True(t, c.Leave(&a.Conn, nil))
 		boarded(t, c, b)
 		go c.Finish([]byte("ans"), nil, &b.Conn, nil)
 		r := c.Await(context.Background(), time.Minute)
@@ -346,7 +346,7 @@ func TestConcludeNotAfterLoss(t *testing.T) {
 	c := newCall()
 	a, b, d := newConn("a"), newConn("b"), newConn("d")
 	boarded(t, c, a)
-	require.True(t, c.Leave(&a.Conn), "lost with a's connection")
+	require.True(t, c.Leave(&a.Conn, nil), "lost with a's connection")
 	boarded(t, c, b)
 	require.True(t, c.Refuse(&b.Conn, []byte("busy"), nil))
 	assert.False(t, c.Conclude(), "b's refusal does not conclude a call a may have applied")
@@ -365,7 +365,7 @@ func TestRefusedConnectionReusableAfterForget(t *testing.T) {
 	c := newCall()
 	a, b := newConn("a"), newConn("b")
 	boarded(t, c, a)
-	require.True(t, c.Leave(&a.Conn))
+	require.True(t, c.Leave(&a.Conn, nil))
 	boarded(t, c, b)
 	require.True(t, c.Refuse(&b.Conn, []byte("busy"), nil))
 	assert.True(t, c.RefusedAfterLoss())
@@ -387,12 +387,12 @@ func TestReusedConnectionNotReusedAfterLoss(t *testing.T) {
 	c := newCall()
 	a, b := newConn("a"), newConn("b")
 	boarded(t, c, a)
-	require.True(t, c.Leave(&a.Conn))
+	require.True(t, c.Leave(&a.Conn, nil))
 	boarded(t, c, b)
 	require.True(t, c.Refuse(&b.Conn, []byte("busy"), nil))
 	c.ForgetRefusals()
 	boarded(t, c, b) // allowed: b's send had been refused
-	require.True(t, c.Leave(&b.Conn))
+	require.True(t, c.Leave(&b.Conn, nil))
 	assert.True(t, c.Avoids(&b.Conn, tpeer{"pb"}), "lost there now: never again on b")
 	c.Lock()
 	_, err := c.BoardLocked(&b.Conn)
@@ -411,7 +411,7 @@ func TestRefuseLate(t *testing.T) {
 	assert.False(t, c.RefuseLate(&a.Conn, []byte("busy")), "never sent on a")
 	boarded(t, c, a)
 	assert.False(t, c.RefuseLate(&a.Conn, []byte("busy")), "in flight: its send answers it")
-	require.True(t, c.Leave(&a.Conn))
+	require.True(t, c.Leave(&a.Conn, nil))
 	assert.True(t, c.Avoids(&a.Conn, tpeer{"pa"}), "lost there")
 	require.True(t, c.RefuseLate(&a.Conn, []byte("busy")))
 	assert.True(t, c.RefuseLate(&a.Conn, []byte("busy")), "a duplicate records the same")
@@ -421,7 +421,7 @@ func TestRefuseLate(t *testing.T) {
 	c.ForgetRefusals()
 	assert.False(t, c.Avoids(&a.Conn, tpeer{"pa"}))
 	boarded(t, c, a)
-	require.True(t, c.Leave(&a.Conn))
+	require.True(t, c.Leave(&a.Conn, nil))
 	assert.True(t, c.Avoids(&a.Conn, tpeer{"pa"}), "lost there again: never a third time")
 
 	boarded(t, c, b)
@@ -429,7 +429,7 @@ func TestRefuseLate(t *testing.T) {
 	assert.True(t, c.RefuseLate(&a.Conn, []byte("busy")), "in flight on b, refused late on a")
 	assert.False(t, c.RefusedBy(tpeer{"pa"}), "a failover of b's send must not take it for refused by a")
 	assert.False(t, c.Avoids(&a.Conn, tpeer{"pa"}), "pending on a no more: a may carry it again")
-	require.True(t, c.Leave(&b.Conn))
+	require.True(t, c.Leave(&b.Conn, nil))
 	assert.False(t, c.Conclude(), "the late refusal is not the answer")
 	boarded(t, c, a)
 	ok, _ := c.Finish([]byte("x"), nil, &b.Conn, nil)
@@ -448,14 +448,14 @@ func TestLeftRefused(t *testing.T) {
 	require.True(t, c.Refuse(&a.Conn, []byte("busy"), nil))
 	assert.True(t, c.LeftRefused())
 	boarded(t, c, b)
-	require.True(t, c.Leave(&b.Conn))
+	require.True(t, c.Leave(&b.Conn, nil))
 	assert.False(t, c.LeftRefused(), "lost on b")
 	require.True(t, c.RefuseLate(&b.Conn, []byte("busy")))
 	assert.True(t, c.RefusedBy(tpeer{"pb"}), "b refused it, late")
 	assert.False(t, c.LeftRefused(), "still lost on b: the refusal came after")
 }
 
-// A call lost with a connection for a known cause (LeaveLost) that then
+// A call that left a connection for a known cause (Leave) and then
 // fails, at its deadline or by any error, fails with the cause wrapped
 // too, once; a later loss without a cause forgets it.
 func TestFailAfterLossNamesItsCause(t *testing.T) {
@@ -465,14 +465,14 @@ func TestFailAfterLossNamesItsCause(t *testing.T) {
 	c := newCall()
 	a := newConn("a")
 	boarded(t, c, a)
-	require.True(t, c.LeaveLost(&a.Conn, cause))
+	require.True(t, c.Leave(&a.Conn, cause))
 	_, err := c.Wait(context.Background(), time.Millisecond)
 	assert.ErrorIs(t, err, ErrTimeout)
 	assert.ErrorIs(t, err, errMismatch)
 
 	c = newCall()
 	boarded(t, c, a)
-	require.True(t, c.LeaveLost(&a.Conn, cause))
+	require.True(t, c.Leave(&a.Conn, cause))
 	require.True(t, c.Fail(fmt.Errorf("RADIUS server a: connection lost: %w", cause)))
 	_, err = c.Wait(context.Background(), time.Second)
 	assert.Equal(t, 1, strings.Count(err.Error(), "shared secret mismatch?"), "the cause once: %v", err)
@@ -480,9 +480,9 @@ func TestFailAfterLossNamesItsCause(t *testing.T) {
 	c = newCall()
 	b := newConn("b")
 	boarded(t, c, a)
-	require.True(t, c.LeaveLost(&a.Conn, cause))
+	require.True(t, c.Leave(&a.Conn, cause))
 	boarded(t, c, b)
-	require.True(t, c.Leave(&b.Conn))
+	require.True(t, c.Leave(&b.Conn, nil))
 	_, err = c.Wait(context.Background(), time.Millisecond)
 	assert.ErrorIs(t, err, ErrTimeout)
 	assert.NotErrorIs(t, err, errMismatch, "lost since for no known cause")

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -16,11 +17,13 @@ import (
 // Session-Id) of the request it answers, so the client can tell that it
 // is not the answer to the request its Hop-by-Hop id names (RFC 6733 3:
 // an answer carries its request's End-to-End id). The callers must not
-// be handed each other's answers.
+// be handed each other's answers: both answers are counted unmatched and
+// each caller, left waiting for its own, times out.
 func TestAnswerWithAnotherRequestsEndToEndNotDelivered(t *testing.T) {
 	s := &advServer{}
 	var mu sync.Mutex
 	var held []byte
+	crossed := 0
 	s.on = func(c *advConn, m []byte) bool {
 		if !wire.IsRequest(m) || wire.CommandCode(m) != message.CmdAccounting {
 			return false
@@ -35,6 +38,7 @@ func TestAnswerWithAnotherRequestsEndToEndNotDelivered(t *testing.T) {
 		wire.SetHopByHop(a, wire.HopByHop(m))
 		wire.SetHopByHop(b, wire.HopByHop(held))
 		held = nil
+		crossed++
 		c.write(a, b)
 		return true
 	}
@@ -46,6 +50,7 @@ func TestAnswerWithAnotherRequestsEndToEndNotDelivered(t *testing.T) {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
+	errs := make(chan error, 2)
 	for i := range 2 {
 		wg.Add(1)
 		go func() {
@@ -57,8 +62,9 @@ func TestAnswerWithAnotherRequestsEndToEndNotDelivered(t *testing.T) {
 			wire.SetEndToEnd(req, e2e)
 			want, _ := message.StringOf(req, message.SessionID, 0)
 			ans, err := c.Send(ctx, req) // req is the Client's from here
+			errs <- err
 			if err != nil {
-				return // not answered: acceptable
+				return
 			}
 			got, _ := message.StringOf(ans, message.SessionID, 0)
 			if wire.EndToEnd(ans) != e2e || got != want {
@@ -68,6 +74,20 @@ func TestAnswerWithAnotherRequestsEndToEndNotDelivered(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	close(errs)
+	mu.Lock()
+	defer mu.Unlock()
+	if crossed != 1 {
+		t.Fatalf("the server crossed %d pairs of answers, want 1", crossed)
+	}
+	for err := range errs {
+		if !errors.Is(err, ErrTimeout) {
+			t.Errorf("a caller got %v, want a timeout", err)
+		}
+	}
+	if u := c.Peers()[0].Stats().Unmatched; u != 2 {
+		t.Errorf("%d answers counted unmatched, want 2", u)
+	}
 }
 
 // sessionAnswer is s's success answer to req, echoing its Session-Id.

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -9,28 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/testhelp"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/wire"
 )
-
-// syncBuf is a log sink safe for concurrent use.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A server that answers a request with a burst of answers matching
 // nothing, in one write: past MaxUnmatched in a row the connection is
@@ -55,7 +37,7 @@ func TestUnmatchedBurstClosesOnce(t *testing.T) {
 		return true
 	}
 	startAdv(t, s)
-	var logs syncBuf
+	var logs testhelp.SyncBuffer
 	cfg := advPeerConfig()
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	bus := NewBus()

@@ -602,9 +602,10 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
 	if it != nil {
 		c.release(it) // the answer arrived or the request timed out (Q2)
 	}
-	c.account(r, time.Since(epoch)-start)
+	noPeer := err != nil && c.foundNoPeer(cl, r)
+	c.account(r, time.Since(epoch)-start, noPeer)
 	if err != nil {
-		if errors.Is(err, peer.ErrTimeout) && r.Sends == 0 {
+		if noPeer {
 			if down := c.notInService(); down != "" {
 				return nil, fmt.Errorf("client: %w (%s): %w", ErrNoPeer, down, err)
 			}
@@ -620,6 +621,17 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	return ans, nil
+}
+
+// foundNoPeer reports whether cl, which failed with r, did so because
+// it found no server to go to before its deadline: it never left, and
+// not because a throttle held it while a server it could go to was in
+// service (its limits: that is a timeout).
+func (c *Client) foundNoPeer(cl *call.Call, r call.Result) bool {
+	if r.Sends > 0 || !errors.Is(r.Err, ErrTimeout) {
+		return false
+	}
+	return c.sched == nil || c.pick(cl, c.view()) == nil
 }
 
 // carrier returns what dispatching needs of the member's peer (whether
@@ -1151,16 +1163,18 @@ func (m *member) openNoted(e peer.Event) {
 
 // notInService names the servers whose connection is not in service,
 // each with its state and why its last attempt to connect failed, if it
-// did: for the errors of a request or a wait that found none.
+// did: for the errors of a request or a wait that found none. A server
+// not dialed on purpose (MaxConnections) is left out.
 func (c *Client) notInService() string {
 	var parts []string
-	for _, s := range c.ServerStats() {
-		if s.State == "" || s.State == watchdog.Okay.String() {
-			continue // a radius:// server has no watchdog: in service
+	for _, m := range c.ros.Load().order {
+		_, st, ok := m.stateOf()
+		if !ok || st == watchdog.Okay {
+			continue
 		}
-		part := s.Server + " " + s.State
-		if s.OpenError != "" {
-			part += ", open failed: " + s.OpenError
+		part := m.spec.Name + " " + st.String()
+		if why := m.openErr.Load(); why != nil {
+			part += ", open failed: " + *why
 		}
 		parts = append(parts, part)
 	}
@@ -1287,7 +1301,7 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 		return
 	}
 	if closed {
-		// Each says why its connection was lost (call.Call.LeaveLost).
+		// Each says why its connection was lost (call.Call.Leave).
 		failAll(calls, errClientClosed)
 		return
 	}

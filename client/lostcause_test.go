@@ -30,7 +30,7 @@ func TestFailAfterLostConnectionNamesTheLoss(t *testing.T) {
 		}()
 		_, err = c.Send(ctx, acr(1, "u"))
 		require.ErrorIs(t, err, ErrTimeout)
-		assert.Contains(t, err.Error(), "after a lost connection: connection down", err.Error())
+		assert.Contains(t, err.Error(), "after a failover: connection down (closed by peer)", err.Error())
 	})
 }
 

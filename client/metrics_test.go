@@ -174,29 +174,30 @@ func TestClassOf(t *testing.T) {
 	}
 }
 
-// Each error a request can end with has its reason; a timeout before
-// any send is no_peer, as Send says.
+// Each error a request can end with has its reason; a timeout of a
+// request that found no server is no_peer, as Send says.
 func TestReasonOf(t *testing.T) {
 	for _, c := range []struct {
-		err   error
-		sends int
-		want  string
+		err    error
+		noPeer bool
+		want   string
 	}{
-		{fmt.Errorf("x: %w", peer.ErrTimeout), 1, "timeout"},
-		{fmt.Errorf("x: %w", peer.ErrTimeout), 0, "no_peer"},
-		{context.DeadlineExceeded, 1, "timeout"},
-		{throttle.ErrExpired, 0, "timeout"},
-		{context.Canceled, 1, "canceled"},
-		{fmt.Errorf("client closed: %w", peer.ErrClosed), 1, "closed"},
-		{peer.ErrConnectionLost, 1, "connection_lost"},
-		{radpeer.ErrNoReply, 2, "no_reply"},
-		{ErrUnableToDeliver, 1, "unable_to_deliver"},
-		{ErrQueueFull, 0, "queue_full"},
-		{radpeer.ErrBusy, 1, "busy"},
-		{errors.New("something else"), 1, "other"},
+		{fmt.Errorf("x: %w", peer.ErrTimeout), false, "timeout"},
+		{fmt.Errorf("x: %w", peer.ErrTimeout), true, "no_peer"},
+		{context.DeadlineExceeded, false, "timeout"},
+		{throttle.ErrExpired, false, "timeout"},
+		{fmt.Errorf("%w: %w", peer.ErrTimeout, &throttle.ExpiredError{Server: "a"}), false, "timeout"},
+		{context.Canceled, false, "canceled"},
+		{fmt.Errorf("client closed: %w", peer.ErrClosed), false, "closed"},
+		{peer.ErrConnectionLost, false, "connection_lost"},
+		{radpeer.ErrNoReply, false, "no_reply"},
+		{ErrUnableToDeliver, false, "unable_to_deliver"},
+		{ErrQueueFull, false, "queue_full"},
+		{radpeer.ErrBusy, false, "busy"},
+		{errors.New("something else"), false, "other"},
 	} {
-		if got := ErrorReasons[reasonOf(c.err, c.sends)]; got != c.want {
-			t.Errorf("%v after %d sends: %s, want %s", c.err, c.sends, got, c.want)
+		if got := ErrorReasons[reasonOf(c.err, c.noPeer)]; got != c.want {
+			t.Errorf("%v (found no peer: %v): %s, want %s", c.err, c.noPeer, got, c.want)
 		}
 	}
 	if len(ErrorReasons) != nReasons {

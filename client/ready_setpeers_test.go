@@ -36,11 +36,11 @@ func TestWaitReadyAcrossSetPeers(t *testing.T) {
 		start := time.Now()
 		select {
 		case err := <-done:
-			assert.Error(t, err)
+			assert.ErrorContains(t, err, "WaitReady(2) with 1 servers configured")
 		case <-time.After(time.Minute):
 			t.Fatal("WaitReady(2) still waiting a minute after SetPeers left one server configured")
 		}
 		assert.Less(t, time.Since(start), time.Second)
-		assert.Error(t, c.WaitReady(ctx, 2), "called after the change: an error at once")
+		assert.ErrorContains(t, c.WaitReady(ctx, 2), "WaitReady(2) with 1 servers configured", "called after the change: an error at once")
 	})
 }

@@ -265,9 +265,9 @@ var ErrorReasons = []string{"timeout", "no_peer", "canceled", "closed", "connect
 
 // reasonOf is the index in ErrorReasons of a request's error; sends is
 // how many connections it boarded.
-func reasonOf(err error, sends int) int {
+func reasonOf(err error, noPeer bool) int {
 	switch {
-	case errors.Is(err, peer.ErrTimeout) && sends == 0, errors.Is(err, ErrNoPeer):
+	case noPeer, errors.Is(err, ErrNoPeer):
 		return 1
 	case errors.Is(err, peer.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, throttle.ErrExpired):
 		return 0
@@ -297,7 +297,7 @@ const nReasons = 10
 // latency for the server that answered it, an
 // error by reason for the server it was first sent to (or the Client's
 // unsent errors). took is the time from Send or Exchange to completion.
-func (c *Client) account(r call.Result, took time.Duration) {
+func (c *Client) account(r call.Result, took time.Duration, noPeer bool) {
 	// The outcome counts for the server the request was first sent to,
 	// wherever a failover took it (RFC 3539 3.4.3 [4] statistics).
 	first := c.memberOf(r.First)
@@ -305,7 +305,7 @@ func (c *Client) account(r call.Result, took time.Duration) {
 		first.stats.done(r.Err == nil, took)
 	}
 	if r.Err != nil {
-		i := reasonOf(r.Err, r.Sends)
+		i := reasonOf(r.Err, noPeer)
 		if first != nil {
 			first.stats.errors[i].Add(1)
 		} else {
@@ -391,7 +391,7 @@ func (c *Client) ServerStats() []ServerStats {
 		out[i].Answers, out[i].Errors = countsOf(classes, s.answers[:]), countsOf(ErrorReasons, s.errors[:])
 		if c.sched != nil {
 			c.tmu.Lock()
-			ts := c.sched.Stats(i)
+			ts := c.sched.Stats(m.index) // the scheduler knows it by its member, not its place
 			c.unlockThrottle()
 			out[i].Throttle = &ts
 		}

@@ -366,29 +366,29 @@ func (c *conn) retire(cl *dcall, hbh uint32) {
 // match finds the call the answer ans with Hop-by-Hop id hbh belongs to
 // and takes it out of the maps: pending (late false) or moved away (late
 // true); nil if none. An answer must carry its request's End-to-End id
-// and Command Code (RFC 6733 3): one that carries another's answers a
-// request its Hop-by-Hop id does not name (a peer that crossed its
-// answers), and is matched to none, the call left waiting for its own.
-// ans nil: not checked.
-func (c *conn) match(hbh uint32, ans []byte) (cl *dcall, late bool) {
+// and Command Code (RFC 6733 3): one that carries another's (crossed: a
+// peer that crossed its answers) answers a request its Hop-by-Hop id
+// does not name, and is matched to none, the call left waiting for its
+// own. ans nil: not checked.
+func (c *conn) match(hbh uint32, ans []byte) (cl *dcall, late, crossed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if cl = c.pending.get(hbh); cl != nil {
 		if !cl.answeredBy(ans) {
-			return nil, false
+			return nil, false, true
 		}
 		c.pending.del(hbh)
 		c.drainedLocked()
-		return cl, false
+		return cl, false, false
 	}
 	if cl = c.gone[hbh]; cl != nil {
 		if !cl.answeredBy(ans) {
-			return nil, false
+			return nil, false, true
 		}
 		delete(c.gone, hbh) // its id stays in goneIDs until evicted: harmless
-		return cl, true
+		return cl, true, false
 	}
-	return nil, false
+	return nil, false, false
 }
 
 // answeredBy reports whether ans carries d's End-to-End id and Command
@@ -418,7 +418,7 @@ func sortBySend(calls []*call.Call) {
 // moveOut takes every call in flight here off the connection (Moved), in
 // send order, for a failover; a late answer here still completes them
 // (F4). cause, if not nil, says why the connection was given up: a call
-// that then fails says so (call.Call.LeaveLost).
+// that then fails says so (call.Call.Leave).
 func (c *conn) moveOut(cause error) []*call.Call {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -430,7 +430,7 @@ func (c *conn) moveOut(cause error) []*call.Call {
 func (c *conn) leaveAllLocked(cause error) []*call.Call {
 	var calls []*call.Call
 	c.pending.each(func(id uint32, cl *dcall) {
-		if cl.LeaveLost(&c.h, cause) {
+		if cl.Leave(&c.h, cause) {
 			calls = append(calls, &cl.Call)
 		}
 		c.rememberGoneLocked(id, cl)
@@ -612,7 +612,7 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 		p.lastApp.Store(now)
 	}
 	hbh := wire.HopByHop(msg)
-	cl, late := c.match(hbh, msg)
+	cl, late, crossed := c.match(hbh, msg)
 	if cl != nil {
 		c.unmatchedRun = 0
 		if p.cfg.Replied != nil {
@@ -621,7 +621,7 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 	}
 	switch {
 	case cl == nil:
-		if p.unmatched(c, hbh, msg) {
+		if p.unmatched(c, hbh, msg, crossed) {
 			return false
 		}
 	case !late && p.cfg.Failover != nil && wire.Flags(msg)&wire.FlagError != 0 && p.premature(c, cl, msg):

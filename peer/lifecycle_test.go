@@ -182,7 +182,7 @@ func TestCallLifecycleOnOneConnection(t *testing.T) {
 	assert.True(t, cl.Park())
 	assert.Equal(t, call.Parked, cl.State())
 
-	got, late := cn.match(id, nil)
+	got, late, _ := cn.match(id, nil)
 	assert.Same(t, cl, got, "a late answer is still matched")
 	assert.True(t, late)
 	ok, _ := cl.Finish([]byte("answer"), nil, &cn.h, nil)
@@ -204,7 +204,7 @@ func TestBoardSetsRetransmitFlagOnResends(t *testing.T) {
 	require.NoError(t, err)
 	assert.Same(t, &req[0], &raw1[0], "the first send writes into the caller's bytes")
 	assert.Zero(t, wire.Flags(raw1)&wire.FlagRetransmit, "an originator's first send clears T")
-	require.True(t, cl.Leave(&a.h))
+	require.True(t, cl.Leave(&a.h, nil))
 	raw2, id2, _, err := cl.board(b)
 	require.NoError(t, err)
 	assert.NotSame(t, &raw1[0], &raw2[0], "a resend is a copy")
@@ -231,9 +231,9 @@ func TestMovedCallsBounded(t *testing.T) {
 	}
 	cn.mu.Unlock()
 	assert.Len(t, cn.gone, goneMax)
-	_, late := cn.match(1, nil)
+	_, late, _ := cn.match(1, nil)
 	assert.False(t, late, "the oldest was forgotten")
-	got, late := cn.match(goneMax+10, nil)
+	got, late, _ := cn.match(goneMax+10, nil)
 	assert.True(t, late)
 	assert.Same(t, cl, got)
 }
@@ -265,7 +265,7 @@ func TestLostConnectionKeepsAnswersMatchable(t *testing.T) {
 		id uint32
 		cl *dcall
 	}{{movedID, movedCall}, {pendingID, pendingCall}} {
-		got, late := cn.match(c.id, nil)
+		got, late, _ := cn.match(c.id, nil)
 		assert.Same(t, c.cl, got, "an answer read before the loss still finds its call")
 		assert.True(t, late)
 	}

@@ -615,9 +615,13 @@ func (p *Peer) refuseCER(c *conn, msg []byte, now int64) {
 // unmatched counts and logs an answer that matches no pending request,
 // and closes the connection after MaxUnmatched in a row, reporting
 // whether it did.
-func (p *Peer) unmatched(c *conn, hbh uint32, msg []byte) (closed bool) {
+func (p *Peer) unmatched(c *conn, hbh uint32, msg []byte, crossed bool) (closed bool) {
 	p.stats.unmatched.Add(1)
-	p.logLimited(slog.LevelWarn, serve.KindUnmatched, "answer matches no pending request: dropped", "peer", p.Name(), "hop_by_hop", hbh, "command", message.CommandName(msg))
+	what := "answer matches no pending request: dropped"
+	if crossed {
+		what = "answer carries another End-to-End id or Command Code than the request its Hop-by-Hop id names: dropped"
+	}
+	p.logLimited(slog.LevelWarn, serve.KindUnmatched, what, "peer", p.Name(), "hop_by_hop", hbh, "end_to_end", wire.EndToEnd(msg), "command", message.CommandName(msg))
 	if c.unmatchedRun++; p.cfg.MaxUnmatched > 0 && c.unmatchedRun >= p.cfg.MaxUnmatched {
 		select {
 		case <-c.closed:
@@ -628,7 +632,7 @@ func (p *Peer) unmatched(c *conn, hbh uint32, msg []byte) (closed bool) {
 		}
 		// Its answers cannot reach their callers: a broken peer, out of
 		// service like a lost connection (its requests fail over).
-		note := fmt.Sprintf("%d answers in a row matched no pending request", c.unmatchedRun)
+		note := fmt.Sprintf("%d answers in a row matched no pending request (or carried another's ids)", c.unmatchedRun)
 		p.publish(Event{Kind: EventError, Reason: note + ": closing the connection"})
 		p.log(slog.LevelWarn, "closing connection: "+note, "peer", p.Name(), "remote", c.tc.RemoteAddr().String())
 		c.close(note)

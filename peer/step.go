@@ -439,11 +439,12 @@ func (p *Peer) onDrained(e input, cur *conn) {
 	// What is still unanswered fails over like any Failover(), or fails
 	// without a hook (as Close says: ErrClosed).
 	why := fmt.Sprintf("disconnecting: no answer within %v", p.cfg.drainTimeout())
-	if calls := cur.moveOut(errors.New(why)); len(calls) > 0 {
+	cause := errors.New(why)
+	if calls := cur.moveOut(cause); len(calls) > 0 {
 		if p.cfg.Failover != nil {
 			p.handOver(calls, why)
 		} else {
-			p.out = append(p.out, effect{fail: calls, err: fmt.Errorf("%w (%s)", ErrClosed, why)})
+			p.out = append(p.out, effect{fail: calls, err: fmt.Errorf("%w (%w)", ErrClosed, cause)})
 		}
 	}
 	p.write(cur, withIDs(p.cfg.newDPR(e.cause), cur.hbh))

@@ -22,9 +22,9 @@ import (
 // requests in one write: every answer fails verification, the first one
 // closes the connection. That is one connection that looked like a
 // secret mismatch (Stats.SecretMismatch counts connections), one error
-// event for it, and nothing read after the decision to close is acted
-// on. The answers already in the connection's read buffer were each
-// taken as a new sign: SecretMismatch counted every answer.
+// event for it; the answers already in the connection's read buffer add
+// to BadAuth only (they were each taken as a new sign: SecretMismatch
+// counted every answer).
 func TestBurstOfBadAnswersCountsOneMismatchedConnection(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -1038,7 +1038,7 @@ func newConn(l *link, tc transport.Conn) *conn {
 // them in send order; their Identifiers stay reserved for a late answer.
 // p.mu is held.
 func (c *conn) leaveAll(cause error) []*rcall {
-	return c.calls(func(cl *rcall) bool { return cl.LeaveLost(&c.h, cause) })
+	return c.calls(func(cl *rcall) bool { return cl.Leave(&c.h, cause) })
 }
 
 // lossCause is what is known of why c is lost: that it looked like a

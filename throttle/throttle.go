@@ -132,7 +132,8 @@ type Config[T Item] struct {
 	// servers, preferring one with room; unless only is true: the request
 	// may go to that server and no other (a Diameter Destination-Host), so
 	// it waits in that server's queue while the server is unavailable or
-	// has no room, and is never spilled.
+	// has no room, and is never spilled (an index out of range is still
+	// no preference).
 	Pick func(item T, class Class) (server int, only bool)
 	// Spill lets a new request whose picked server has no room go to
 	// another available server that has room instead of waiting in the
