@@ -418,10 +418,7 @@ func (c *Client) WaitReady(ctx context.Context, n int) error {
 		case <-v.changed:
 		case <-c.ctx.Done(): // closed: the check above returns
 		case <-ctx.Done():
-			if down := c.notInService(); down != "" {
-				return fmt.Errorf("client: %d of the %d servers wanted in service (%s): %w", v.nopen, n, down, context.Cause(ctx))
-			}
-			return fmt.Errorf("client: %d of the %d servers wanted in service: %w", v.nopen, n, context.Cause(ctx))
+			return fmt.Errorf("client: %d of the %d servers wanted in service%s: %w", v.nopen, n, c.notInService(), context.Cause(ctx))
 		}
 	}
 }

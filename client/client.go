@@ -222,9 +222,6 @@ type member struct {
 
 	// Owned under Client.mu.
 	okaySince time.Time // when the watchdog last went OKAY; zero when not OKAY
-	// neverUp: its peer's opens failed and it never was up (INITIAL):
-	// it holds no connection slot (balanceSlots).
-	neverUp bool
 	// clear is closed once the member holds no connection to its server
 	// and never will: its drain ended, or it was removed before it was
 	// dialed (made when first asked for, see clearLocked). The next
@@ -606,10 +603,7 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
 	c.account(r, time.Since(epoch)-start, noPeer)
 	if err != nil {
 		if noPeer {
-			if down := c.notInService(); down != "" {
-				return nil, fmt.Errorf("client: %w (%s): %w", ErrNoPeer, down, err)
-			}
-			return nil, fmt.Errorf("client: %w: %w", ErrNoPeer, err)
+			return nil, fmt.Errorf("client: %w%s: %w", ErrNoPeer, c.notInService(), err)
 		}
 		if tried := cl.Refusers(); len(tried) > 1 {
 			names := make([]string, len(tried))
@@ -1108,23 +1102,19 @@ func (c *Client) balanceSlots(m *member, self *atomic.Pointer[peer.Peer], to wat
 	if c.closed || m.p() == nil || m.p() != self.Load() {
 		return // a peer closed to respect the limit: its DOWN frees no slot
 	}
-	if openFailed {
-		if m.p().State() != watchdog.Initial {
-			return // it was up once: its DOWN said so
-		}
-		m.neverUp = true
-	} else {
-		m.neverUp = false
-		if to == watchdog.Okay {
-			m.okaySince = time.Now()
-		} else {
-			m.okaySince = time.Time{}
-		}
+	switch {
+	case openFailed && m.p().State() != watchdog.Initial:
+		return // it was up once: its DOWN said so
+	case openFailed:
+	case to == watchdog.Okay:
+		m.okaySince = time.Now()
+	default:
+		m.okaySince = time.Time{}
 	}
 	order := c.ros.Load().order
 	live := 0 // dialed and not DOWN: holding or about to hold a connection
 	for _, x := range order {
-		if p := x.p(); p != nil && p.State() != watchdog.Down && !(x.neverUp && p.State() == watchdog.Initial) {
+		if p := x.p(); p != nil && p.State() != watchdog.Down && !x.neverUp(p.State()) {
 			live++
 		}
 	}
@@ -1161,10 +1151,17 @@ func (m *member) openNoted(e peer.Event) {
 	}
 }
 
-// notInService names the servers whose connection is not in service,
-// each with its state and why its last attempt to connect failed, if it
-// did: for the errors of a request or a wait that found none. A server
-// not dialed on purpose (MaxConnections) is left out.
+// neverUp reports whether m's peer, in state st, never was up and its
+// opens fail: it holds no connection slot (balanceSlots).
+func (m *member) neverUp(st watchdog.State) bool {
+	return st == watchdog.Initial && m.openErr.Load() != nil
+}
+
+// notInService names, in parentheses after a space, the servers whose
+// connection is not in service, each with its state and why its last
+// attempt to connect failed, if it did: for the errors of a request or a
+// wait that found none; "" when there is none to name. A server not
+// dialed on purpose (MaxConnections) is left out.
 func (c *Client) notInService() string {
 	var parts []string
 	for _, m := range c.ros.Load().order {
@@ -1178,7 +1175,10 @@ func (c *Client) notInService() string {
 		}
 		parts = append(parts, part)
 	}
-	return strings.Join(parts, "; ")
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
 }
 
 // trimLocked closes surplus connections, least preferred first, once they

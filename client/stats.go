@@ -263,8 +263,8 @@ func radiusClass(ans []byte) int {
 var ErrorReasons = []string{"timeout", "no_peer", "canceled", "closed", "connection_lost", "no_reply",
 	"unable_to_deliver", "queue_full", "busy", "other"}
 
-// reasonOf is the index in ErrorReasons of a request's error; sends is
-// how many connections it boarded.
+// reasonOf is the index in ErrorReasons of a request's error; noPeer:
+// it found no server to go to (Client.foundNoPeer).
 func reasonOf(err error, noPeer bool) int {
 	switch {
 	case noPeer, errors.Is(err, ErrNoPeer):
