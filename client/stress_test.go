@@ -60,41 +60,11 @@ func probeStress(t *testing.T, seed uint64, o probeOpts) {
 	}
 	synctest.Wait()
 
-	var rmu sync.Mutex
-	var results []probeResult
 	stop := make(chan struct{})
-	var callers sync.WaitGroup
-	var nextID atomic.Int64
-	for g := range 6 {
-		callers.Add(1)
-		r := rand.New(rand.NewPCG(seed, uint64(g)))
-		go func() {
-			defer callers.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				id := int(nextID.Add(1))
-				timeout := time.Duration(100+r.IntN(20000)) * time.Millisecond
-				ctx, cancel := context.WithTimeout(context.Background(), timeout)
-				dl, _ := ctx.Deadline()
-				canceled := false
-				if r.IntN(5) == 0 {
-					canceled = true
-					time.AfterFunc(time.Duration(r.IntN(3000))*time.Millisecond, cancel)
-				}
-				start := time.Now()
-				_, err := c.Send(ctx, acr(id, "u"+strconv.Itoa(r.IntN(50))+"@example.net"))
-				cancel()
-				rmu.Lock()
-				results = append(results, probeResult{id: id, start: start, deadline: dl, at: time.Now(), err: err, canceled: canceled})
-				rmu.Unlock()
-				time.Sleep(time.Duration(r.IntN(200)) * time.Millisecond)
-			}
-		}()
-	}
+	waitCallers := stressCallers(seed, stop, func(ctx context.Context, id int, r *rand.Rand) error {
+		_, err := c.Send(ctx, acr(id, "u"+strconv.Itoa(r.IntN(50))+"@example.net"))
+		return err
+	})
 
 	// No event is delivered once Done is closed.
 	var lateEvents atomic.Int64
@@ -269,7 +239,7 @@ func probeStress(t *testing.T, seed uint64, o probeOpts) {
 		<-chaosDone
 	}
 	readyWG.Wait()
-	callers.Wait()
+	results := waitCallers()
 	subs.Wait()
 	for u := range frozen {
 		n[u].unfreeze()
@@ -296,8 +266,6 @@ func probeStress(t *testing.T, seed uint64, o probeOpts) {
 		t.Logf("seed %d: %d events dropped", seed, d)
 	}
 
-	rmu.Lock()
-	defer rmu.Unlock()
 	kinds := map[string]int{}
 	const slack = 10 * time.Millisecond
 	for _, r := range results {
@@ -393,5 +361,52 @@ func TestLifecycleStress(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) { probeStress(t, seed, o) })
 			})
 		}
+	}
+}
+
+// stressCallers starts six callers that call send until stop is closed,
+// each request with a random deadline (100 ms to 20 s), one in five
+// cancelled by its caller before that; wait waits for them and returns
+// what each call gave.
+func stressCallers(seed uint64, stop <-chan struct{}, send func(ctx context.Context, id int, r *rand.Rand) error) (wait func() []probeResult) {
+	var mu sync.Mutex
+	var results []probeResult
+	var callers sync.WaitGroup
+	var nextID atomic.Int64
+	for g := range 6 {
+		callers.Add(1)
+		r := rand.New(rand.NewPCG(seed, uint64(g)))
+		go func() {
+			defer callers.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := int(nextID.Add(1))
+				timeout := time.Duration(100+r.IntN(20000)) * time.Millisecond
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				dl, _ := ctx.Deadline()
+				canceled := false
+				if r.IntN(5) == 0 {
+					canceled = true
+					time.AfterFunc(time.Duration(r.IntN(3000))*time.Millisecond, cancel)
+				}
+				start := time.Now()
+				err := send(ctx, id, r)
+				cancel()
+				mu.Lock()
+				results = append(results, probeResult{id: id, start: start, deadline: dl, at: time.Now(), err: err, canceled: canceled})
+				mu.Unlock()
+				time.Sleep(time.Duration(r.IntN(200)) * time.Millisecond)
+			}
+		}()
+	}
+	return func() []probeResult {
+		callers.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		return results
 	}
 }

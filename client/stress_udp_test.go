@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -40,41 +39,11 @@ func probeUDPStress(t *testing.T, seed uint64, throttled bool) {
 		default:
 		}
 	})
-	var rmu sync.Mutex
-	var results []probeResult
 	stop := make(chan struct{})
-	var callers sync.WaitGroup
-	var nextID atomic.Int64
-	for g := range 6 {
-		callers.Add(1)
-		r := rand.New(rand.NewPCG(seed, uint64(g)))
-		go func() {
-			defer callers.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				id := int(nextID.Add(1))
-				timeout := time.Duration(100+r.IntN(20000)) * time.Millisecond
-				ctx, cancel := context.WithTimeout(context.Background(), timeout)
-				dl, _ := ctx.Deadline()
-				canceled := false
-				if r.IntN(5) == 0 {
-					canceled = true
-					time.AfterFunc(time.Duration(r.IntN(3000))*time.Millisecond, cancel)
-				}
-				start := time.Now()
-				_, err := c.Exchange(ctx, udpAcctStop("s"+strconv.Itoa(id)))
-				cancel()
-				rmu.Lock()
-				results = append(results, probeResult{id: id, start: start, deadline: dl, at: time.Now(), err: err, canceled: canceled})
-				rmu.Unlock()
-				time.Sleep(time.Duration(r.IntN(200)) * time.Millisecond)
-			}
-		}()
-	}
+	waitCallers := stressCallers(seed, stop, func(ctx context.Context, id int, r *rand.Rand) error {
+		_, err := c.Exchange(ctx, udpAcctStop("s"+strconv.Itoa(id)))
+		return err
+	})
 	hung := map[string]bool{}
 	end := time.Now().Add(time.Duration(20+rng.IntN(40)) * time.Second)
 	for time.Now().Before(end) {
@@ -106,7 +75,7 @@ func probeUDPStress(t *testing.T, seed uint64, throttled bool) {
 	go func() { <-c.Done(); t.Logf("Done at %v", time.Now().Format("15:04:05.000")) }()
 	t.Logf("Close from %v to %v", closeStart.Format("15:04:05.000"), closedAt.Format("15:04:05.000"))
 	close(stop)
-	callers.Wait()
+	results := waitCallers()
 	select {
 	case <-c.Done():
 	case <-time.After(time.Minute):
@@ -120,8 +89,6 @@ func probeUDPStress(t *testing.T, seed uint64, throttled bool) {
 	if k := lateEvents.Load(); k > 0 {
 		t.Errorf("seed %d: %d events after Done", seed, k)
 	}
-	rmu.Lock()
-	defer rmu.Unlock()
 	kinds := map[string]int{}
 	const slack = 10 * time.Millisecond
 	for _, r := range results {
