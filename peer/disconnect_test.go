@@ -216,7 +216,8 @@ func TestCloseReportsOneConnectionDown(t *testing.T) {
 
 // A Peer without a failover hook that closes gracefully while one of its
 // requests is still unanswered when the drain ends fails that request
-// with ErrClosed (the hand-over used to call the nil hook, and panic).
+// with ErrClosed (the hand-over used to call the nil hook, and panic),
+// saying why once.
 func TestDrainEndsWithoutFailoverHook(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFakePeer("server.example.net")
@@ -237,5 +238,6 @@ func TestDrainEndsWithoutFailoverHook(t *testing.T) {
 		require.NoError(t, p.Close(context.Background()))
 		err = <-errc
 		assert.ErrorIs(t, err, ErrClosed)
+		assert.Equal(t, 1, strings.Count(err.Error(), "no answer within"), "the reason repeated: %v", err)
 	})
 }
