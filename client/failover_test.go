@@ -110,6 +110,8 @@ func TestFailoverReplaysPendingInOrder(t *testing.T) {
 		assert.Equal(t, uint64(N+1), st[0].Sent)
 		assert.Equal(t, uint64(N+1), st[0].Answered, "answered after failover count for the first server")
 		assert.Zero(t, st[1].Sent, "replays are not first sends")
+		assert.InDelta(t, 60e6, st[1].MeanUs, 0.2e6, "the latency of the replays' answers counts for the server that gave them")
+		assert.Less(t, st[0].P99Us, 1e3, "the primary answered one request, at once")
 	})
 }
 

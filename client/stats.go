@@ -118,17 +118,20 @@ func (c *Client) FailoverLog() (records []FailoverRecord, total uint64) {
 
 // ServerStats are the per-server statistics of RFC 3539 3.4.3 [4].
 type ServerStats struct {
-	Server     string  `json:"server"`
-	Peer       string  `json:"peer"`        // Origin-Host once known
-	State      string  `json:"state"`       // the watchdog's; "" over UDP; "not connected" while it has no peer (MaxConnections, a drain)
-	Sent       uint64  `json:"sent"`        // requests first sent to this server (replays not counted)
-	Answered   uint64  `json:"answered"`    // of those, answered (here or after a failover)
-	Failed     uint64  `json:"failed"`      // of those, ended with an error
-	FailedOver uint64  `json:"failed_over"` // requests moved away from this server
-	Premature  uint64  `json:"premature"`   // of those, answered too busy / unable to deliver here, or (UDP) never replied to
-	Probes     uint64  `json:"probes"`      // test requests sent: probes and keep-alives
-	MeanUs     float64 `json:"mean_latency_us"`
-	P99Us      float64 `json:"p99_latency_us"`
+	Server     string `json:"server"`
+	Peer       string `json:"peer"`        // Origin-Host once known
+	State      string `json:"state"`       // the watchdog's; "" over UDP; "not connected" while it has no peer (MaxConnections, a drain)
+	Sent       uint64 `json:"sent"`        // requests first sent to this server (replays not counted)
+	Answered   uint64 `json:"answered"`    // of those, answered (here or after a failover)
+	Failed     uint64 `json:"failed"`      // of those, ended with an error
+	FailedOver uint64 `json:"failed_over"` // requests moved away from this server
+	Premature  uint64 `json:"premature"`   // of those, answered too busy / unable to deliver here, or (UDP) never replied to
+	Probes     uint64 `json:"probes"`      // test requests sent: probes and keep-alives
+	// MeanUs and P99Us are the latency of the answers this server gave
+	// (AnswerLatency's), from Send or Exchange to the answer: a request
+	// answered after a failover counts for the server that answered it.
+	MeanUs float64 `json:"mean_latency_us"`
+	P99Us  float64 `json:"p99_latency_us"`
 	// Throttle is the server's throttle counters (nil without one).
 	Throttle *throttle.Stats `json:"throttle,omitempty"`
 
@@ -292,17 +295,17 @@ func reasonOf(err error, noPeer bool) int {
 // nReasons is len(ErrorReasons).
 const nReasons = 10
 
-// account counts a completed request: its outcome and latency for the
-// server it was first sent to (ServerStats); an answer by class and
-// latency for the server that answered it, an
-// error by reason for the server it was first sent to (or the Client's
-// unsent errors). took is the time from Send or Exchange to completion.
+// account counts a completed request: its outcome for the server it was
+// first sent to (ServerStats); an answer by class and latency for the
+// server that answered it; an error by reason for the server it was first
+// sent to (or the Client's unsent errors). took is the time from Send or
+// Exchange to completion.
 func (c *Client) account(r call.Result, took time.Duration, noPeer bool) {
 	// The outcome counts for the server the request was first sent to,
 	// wherever a failover took it (RFC 3539 3.4.3 [4] statistics).
 	first := c.memberOf(r.First)
 	if first != nil {
-		first.stats.done(r.Err == nil, took)
+		first.stats.done(r.Err == nil)
 	}
 	if r.Err != nil {
 		i := reasonOf(r.Err, noPeer)
@@ -377,7 +380,7 @@ func (c *Client) ServerStats() []ServerStats {
 		out[i] = ServerStats{
 			Server: m.spec.Name, Sent: s.sent.Load(), Answered: s.answered.Load(),
 			Failed: s.failed.Load(), FailedOver: s.failedOver.Load(), Premature: s.premature.Load(),
-			MeanUs: s.lat.Mean(), P99Us: float64(s.lat.Quantile(0.99)),
+			MeanUs: s.answerLat.Mean(), P99Us: float64(s.answerLat.Quantile(0.99)),
 		}
 		out[i].Probes = s.probes.Load()
 		if why := m.openErr.Load(); why != nil {
@@ -411,19 +414,19 @@ func (c *Client) ServerStats() []ServerStats {
 
 type serverStats struct {
 	sent, answered, failed, failedOver, premature, probes atomic.Uint64
-	lat                                                   latency.Histogram
 
 	// The metrics' counters (account): answers here by class, their
-	// latency, errors of requests first sent here by reason.
+	// latency (one histogram, recorded once per answer: it is shared by
+	// every caller, and each record costs them its cache lines), errors
+	// of requests first sent here by reason.
 	answers   [nClasses]atomic.Uint64
 	errors    [nReasons]atomic.Uint64
 	answerLat latency.Histogram
 }
 
-func (s *serverStats) done(ok bool, d time.Duration) {
+func (s *serverStats) done(ok bool) {
 	if ok {
 		s.answered.Add(1)
-		s.lat.Record(d)
 	} else {
 		s.failed.Add(1)
 	}
