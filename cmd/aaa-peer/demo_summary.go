@@ -55,8 +55,8 @@ func (d *demo) summary(w io.Writer, r clientReport, elapsed time.Duration, inter
 			d.servers[i].name, st.State, st.Sent, st.Answered, st.Failed, st.FailedOver,
 			fmtUs(st.MeanUs), fmtUs(st.P99Us), sr.Received, sr.Retransmitted, sr.Applied, sr.Duplicates)
 	}
-	fmt.Fprintln(w, "  (left, the client: requests first sent to the server, their outcome, how many it moved away")
-	fmt.Fprintln(w, "   and their latency; right, the server: requests it read, of those with the T flag, applied, duplicates)")
+	fmt.Fprintln(w, "  (left, the client: requests first sent to the server, their outcome, how many it moved away,")
+	fmt.Fprintln(w, "   the latency of the answers the server gave; right, the server: requests it read, of those with the T flag, applied, duplicates)")
 
 	var problems []string
 	if r.Failed > 0 || pending > 0 {
