@@ -244,10 +244,18 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 	// connection is open (not shut), so its outbox is: Post takes it and
 	// releases c.mu. via is set before the write, so that the reader,
 	// should it read the answer first, knows it was written inline (see
-	// baton); it is cleared if Post queued the request instead.
-	via := c.via()
-	cl.via.Store(via)
-	inline, _ := c.out.Post(raw, c.pending.len() == 1, false, &c.mu)
+	// baton); it is cleared if Post queued the request instead. Only a
+	// request alone may be written inline: for the others via stays nil,
+	// and they save the store (a full barrier) and its undoing.
+	alone := c.pending.len() == 1
+	var via *conn
+	if alone {
+		via = c.via()
+	}
+	if cl.via.Load() != via {
+		cl.via.Store(via)
+	}
+	inline, _ := c.out.Post(raw, alone, false, &c.mu)
 	if testhook.AfterQueue != nil {
 		testhook.AfterQueue(cl.Ref)
 	}
@@ -308,7 +316,9 @@ func (c *conn) submitAll(calls []*call.Call) (refused []*call.Call, n, resends i
 	}
 	c.wakeReader()
 	for i, b := range ok {
-		b.cl.via.Store(nil)
+		if b.cl.via.Load() != nil {
+			b.cl.via.Store(nil)
+		}
 		c.seq++
 		b.cl.seq = c.seq
 		c.pending.put(b.id, b.cl)
