@@ -91,6 +91,9 @@ func TestUDPServerClients(t *testing.T) {
 	if names[srcA.String()] != "a" || names[srcB.String()] != "b" || len(names) != 2 {
 		t.Errorf("NAS %+v: want a and b named, the unknown source not counted there", st.NAS)
 	}
+	// The datagram is counted in Stats before its log event is: wait for
+	// the second.
+	waitFor(t, "the unknown source's two log events", func() bool { return serve.Count(serve.KindUnknownClient)-logged >= 2 })
 	if serve.Count(serve.KindUnknownClient)-logged != 2 {
 		t.Errorf("log events unknown_client +%d, want +2", serve.Count(serve.KindUnknownClient)-logged)
 	}
