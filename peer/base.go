@@ -31,6 +31,10 @@ type capabilities struct {
 	// bad is the first identity AVP that failed CheckIdentity, for the
 	// Failed-AVP of the refusal.
 	bad *wire.AVP
+	// dup is the first Origin-Host or Origin-Realm AVP that repeats one
+	// before it (RFC 6733 5.3.1 has exactly one of each): a server
+	// refuses the CER with DIAMETER_AVP_OCCURS_TOO_MANY_TIMES, naming it.
+	dup *wire.AVP
 }
 
 // identityError is a CER or CEA whose Origin-Host or Origin-Realm is not a
@@ -157,9 +161,23 @@ func (p *Peer) LocalIdentity() message.Identity { return p.cfg.identity() }
 func parseCapabilities(msg []byte) (capabilities, error) {
 	var cp capabilities
 	var inner error
+	var hosts, realms int
 	err := wire.WalkAVPs(msg, func(a wire.AVP) bool {
 		if a.Vendor != 0 {
 			return true
+		}
+		switch a.Code {
+		case message.OriginHost, message.OriginRealm:
+			n := &hosts
+			if a.Code == message.OriginRealm {
+				n = &realms
+			}
+			if *n++; *n > 1 {
+				if cp.dup == nil {
+					cp.dup = &a
+				}
+				return true // the first one is the identity
+			}
 		}
 		switch a.Code {
 		case message.OriginHost:

@@ -653,6 +653,9 @@ func (p *Peer) exchangeServer(tc transport.Conn) (capabilities, error) {
 		return refuse(message.InvalidAVPValue, "bad CER: "+err.Error())
 	case err != nil:
 		return refuse(message.UnableToComply, "bad CER: "+err.Error())
+	case cp.dup != nil:
+		cp.bad = cp.dup
+		return refuse(message.AVPOccursTooManyTimes, fmt.Sprintf("bad CER: AVP %d occurs more than once", cp.dup.Code))
 	case !p.cfg.allowed(cp.OriginHost):
 		return refuse(message.UnknownPeer, "Origin-Host "+cp.OriginHost+" is not in the allow-list")
 	case !p.cfg.commonApps(cp):
