@@ -816,9 +816,12 @@ func (c *conn) answered(hbh, e2e uint32, ans []byte, more bool) {
 // holdDPA answers a DPR once every request received before it is
 // answered (at most DPATimeout later), then closes the connection when
 // the DPA is written: the peer that asked to disconnect gets the answers
-// it is owed first.
+// it is owed first. A DPR while a DPA is held already replaces it and
+// keeps its timer: a peer that repeats its DPR cannot pile up timers.
 func (c *conn) holdDPA(dpa []byte, bound time.Duration) {
-	c.heldDPA.Store(&dpa)
+	if c.heldDPA.Swap(&dpa) != nil {
+		return // held already, its timer set (releaseDPA sends the latest)
+	}
 	if c.owed.Load() == 0 {
 		c.releaseDPA()
 		return
