@@ -431,10 +431,17 @@ func (c *serverConn) serve() {
 	defer s.wg.Done()
 	name := c.tc.RemoteAddr().String()
 	note := ""
+	// rearm: the last packet was a request (or there was none yet), so the
+	// read deadline moves on; a packet that is not a request is dropped
+	// and leaves it as it was: it is no whole request for IdleTimeout.
+	rearm := true
 	for note == "" {
 		c.out.WaitRoom(c.ctx.Done(), c.paused)
-		c.setDeadline()
+		if rearm {
+			c.setDeadline()
+		}
 		b, err := c.tc.ReadMessage()
+		rearm = err != nil || radius.IsRequest(radius.Code(b))
 		switch {
 		case errors.Is(err, radius.ErrBadFrame):
 			s.badFrames.Add(1)
