@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"html/template"
+	"maps"
 	"net/http"
 	"strconv"
 	"time"
@@ -81,13 +82,32 @@ func (h *handler) json(w http.ResponseWriter, r *http.Request) {
 	w.Write(append(b, '\n'))
 }
 
+// scrape syncs the gauges and renders the registry under the Metrics
+// lock, into a buffer, and writes it to the client after: a client that
+// does not read its answer blocks only its own write, never the scrapes
+// of others (the lock was once held across the write).
 func (h *handler) scrape(w http.ResponseWriter, r *http.Request) {
 	m := h.metrics
+	rec := &bufferedResponse{header: make(http.Header), code: http.StatusOK}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.sync(h.snapshot())
-	h.prom.ServeHTTP(w, r)
+	h.prom.ServeHTTP(rec, r)
+	m.mu.Unlock()
+	maps.Copy(w.Header(), rec.header)
+	w.WriteHeader(rec.code)
+	w.Write(rec.body.Bytes())
 }
+
+// bufferedResponse is an http.ResponseWriter that keeps the answer.
+type bufferedResponse struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header         { return b.header }
+func (b *bufferedResponse) WriteHeader(code int)        { b.code = code }
+func (b *bufferedResponse) Write(p []byte) (int, error) { return b.body.Write(p) }
 
 // pageData is what the template renders.
 type pageData struct {
