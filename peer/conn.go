@@ -643,7 +643,7 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 		p.stats.late.Add(1)
 		if cl.RefuseLate(&c.h, msg) {
 			rc, _ := message.ResultCodeOf(msg)
-			p.publish(Event{Kind: EventLateRefusal, ResultCode: rc, Reason: fmt.Sprintf("late refusal of a request that moved on: %d %s", rc, resultName(rc))})
+			p.publishPerMessage(Event{Kind: EventLateRefusal, ResultCode: rc, Reason: fmt.Sprintf("late refusal of a request that moved on: %d %s", rc, resultName(rc))})
 		}
 	default:
 		ok, owner := cl.Finish(msg, nil, &c.h, &p.stats.answered)

@@ -127,7 +127,7 @@ type counters struct {
 	dwrReceived, badFrames, discarded, transitions  atomic.Uint64
 	openFailures, failovers                         atomic.Uint64
 	retransmitted, movedOut, premature              atomic.Uint64
-	refused, paused, overload                       atomic.Uint64
+	refused, paused, overload, eventsDropped        atomic.Uint64
 	lastDWA                                         atomic.Int64 // unix ns
 }
 
@@ -162,6 +162,11 @@ type Stats struct {
 	Refused       uint64        `json:"refused"`  // requests answered with an error before the Handler (malformed, wrong Origin-Host...)
 	Paused        uint64        `json:"paused"`   // times the reader stopped reading: too many requests unanswered
 	Overload      uint64        `json:"overload"` // requests answered DIAMETER_TOO_BUSY: their kind's handlers and queue were full
+	// EventsDropped counts the events about one message (a request
+	// refused or discarded, a late refusal) not published because the
+	// Bus's subscribers were more than maxMessageEvents behind. Events
+	// about the peer's state, connections and failovers are never dropped.
+	EventsDropped uint64 `json:"events_dropped"`
 }
 
 type evKind uint8
@@ -309,6 +314,7 @@ func (p *Peer) Stats() Stats {
 		OpenFailed: s.openFailures.Load(), Failovers: s.failovers.Load(),
 		Premature: s.premature.Load(),
 		Refused:   s.refused.Load(), Paused: s.paused.Load(), Overload: s.overload.Load(),
+		EventsDropped: s.eventsDropped.Load(),
 	}
 	if t := s.lastDWA.Load(); t != 0 {
 		st.LastDWA = time.Unix(0, t)
@@ -491,6 +497,22 @@ func (p *Peer) publish(e Event) {
 	p.notify(notice{ev: e})
 }
 
+// maxMessageEvents bounds the notices waiting for the notifier past which
+// an event about one message (publishPerMessage) is dropped: a peer that
+// sends what is refused as fast as it can must not make the queue grow
+// behind a subscriber that lags.
+const maxMessageEvents = 4096
+
+// publishPerMessage publishes e, an event about one message, unless the
+// notice queue holds maxMessageEvents or more: then it is counted in
+// Stats.EventsDropped instead.
+func (p *Peer) publishPerMessage(e Event) {
+	e.Time, e.Peer = time.Now(), p.Name()
+	if !p.notes.ScheduleUnder(notice{ev: e}, maxMessageEvents) {
+		p.stats.eventsDropped.Add(1)
+	}
+}
+
 // Effects after the lock. A step decides under p.mu and records what must
 // happen in two places, both run once p.mu is released (as etcd-io/raft
 // hands back a Ready instead of acting inside Step):
@@ -607,7 +629,7 @@ func (p *Peer) logLimited(level slog.Level, k serve.Kind, msg string, args ...an
 // refuseCER answers a CER on an open connection with
 // DIAMETER_UNABLE_TO_COMPLY.
 func (p *Peer) refuseCER(c *conn, msg []byte, now int64) {
-	p.publish(Event{Kind: EventError, Reason: "CER on an open connection: answered DIAMETER_UNABLE_TO_COMPLY"})
+	p.publishPerMessage(Event{Kind: EventError, Reason: "CER on an open connection: answered DIAMETER_UNABLE_TO_COMPLY"})
 	c.enqueueLone(message.ErrorAnswer(msg, p.cfg.identity(), message.UnableToComply, "capabilities already exchanged").Bytes())
 	p.notifyOther(c, now)
 }

@@ -364,7 +364,7 @@ func (p *Peer) onOther(e input, cur *conn) {
 	if e.msg != nil { // a request received while not OKAY
 		if o.Has(watchdog.ActionDiscard) {
 			p.stats.discarded.Add(1)
-			p.publish(Event{Kind: EventError, Reason: fmt.Sprintf("%s discarded: watchdog %s", message.CommandName(e.msg), p.m.State())})
+			p.publishPerMessage(Event{Kind: EventError, Reason: fmt.Sprintf("%s discarded: watchdog %s", message.CommandName(e.msg), p.m.State())})
 		} else {
 			p.serveOnWorker(e.c, e.msg) // not on the reader: p.mu is held
 		}

@@ -203,7 +203,7 @@ func (c *Config) refusalAnswer(req []byte, r *refusal) []byte {
 func (p *Peer) refuse(c *conn, req []byte, r *refusal, now int64) {
 	p.stats.refused.Add(1)
 	reason := fmt.Sprintf("%s refused with %d: %s", message.CommandName(req), r.rc, r.why)
-	p.publish(Event{Kind: EventError, Reason: reason})
+	p.publishPerMessage(Event{Kind: EventError, Reason: reason})
 	p.logLimited(slog.LevelWarn, serve.KindBadRequest, "request refused before the handler",
 		"peer", p.Name(), "command", message.CommandName(req), "result_code", r.rc, "reason", r.why)
 	c.out.Post(p.cfg.refusalAnswer(req, r), false, true, nil) // queued, counted in the backlog

@@ -17,8 +17,8 @@ import "sync"
 // A Queue is safe for concurrent use.
 //
 // The queue grows with what its owner schedules faster than the handler
-// runs; owners schedule per state change and per hand-over, never per
-// message.
+// runs; owners schedule per state change and per hand-over, and what they
+// schedule per message goes through ScheduleUnder, which a bound keeps.
 type Queue[T any] struct {
 	handle func(T)
 	max    int // values waiting at most; 0: no bound
@@ -48,16 +48,23 @@ func Bounded[T any](handle func(T), max int) *Queue[T] {
 
 // Schedule queues v for the handler; false when a Bounded queue is full
 // and v was dropped.
-func (s *Queue[T]) Schedule(v T) bool { return s.schedule(v, false) }
+func (s *Queue[T]) Schedule(v T) bool { return s.schedule(v, false, 0) }
+
+// ScheduleUnder is Schedule for a value that may be dropped when the
+// queue already holds max values or more (it returns false then): what an
+// owner schedules per message, so that a handler that lags cannot make
+// the queue grow with the traffic, while the values it must never drop
+// (Schedule) still go in.
+func (s *Queue[T]) ScheduleUnder(v T, max int) bool { return s.schedule(v, false, max) }
 
 // ScheduleBeforeEnd is Schedule for an owner whose values mean nothing
 // once it has ended (events after a Done that promised the last one):
 // after End, v is dropped and it returns false.
-func (s *Queue[T]) ScheduleBeforeEnd(v T) bool { return s.schedule(v, true) }
+func (s *Queue[T]) ScheduleBeforeEnd(v T) bool { return s.schedule(v, true, 0) }
 
-func (s *Queue[T]) schedule(v T, beforeEnd bool) bool {
+func (s *Queue[T]) schedule(v T, beforeEnd bool, under int) bool {
 	s.mu.Lock()
-	if (s.max > 0 && len(s.q) >= s.max) || (beforeEnd && s.ended) {
+	if (s.max > 0 && len(s.q) >= s.max) || (under > 0 && len(s.q) >= under) || (beforeEnd && s.ended) {
 		s.mu.Unlock()
 		return false
 	}

@@ -147,6 +147,33 @@ func TestBoundedDropsPastItsBound(t *testing.T) {
 	})
 }
 
+// ScheduleUnder drops a value once the queue holds its max, while
+// Schedule still queues past it: what must not be lost is not.
+func TestScheduleUnderDropsPastItsMax(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var got []int
+		q := New(func(v int) {
+			if v == 0 {
+				<-release
+			}
+			got = append(got, v)
+		})
+		assert.True(t, q.Schedule(0))
+		synctest.Wait() // the handler blocks on 0, taken off the queue
+		assert.True(t, q.ScheduleUnder(1, 2))
+		assert.True(t, q.ScheduleUnder(2, 2))
+		assert.False(t, q.ScheduleUnder(3, 2), "two waiting: at its max")
+		assert.True(t, q.Schedule(4), "Schedule is not bound by it")
+		assert.False(t, q.ScheduleUnder(5, 3), "three waiting")
+		assert.True(t, q.ScheduleUnder(6, 4))
+		close(release)
+		q.End()
+		<-q.Done()
+		assert.Equal(t, []int{0, 1, 2, 4, 6}, got)
+	})
+}
+
 // A handler that ends its goroutine (runtime.Goexit, as t.FailNow does)
 // does not leave the queue stuck: the values after it are handled on a
 // new goroutine, in order, once each.
