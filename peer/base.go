@@ -35,6 +35,10 @@ type capabilities struct {
 	// before it (RFC 6733 5.3.1 has exactly one of each): a server
 	// refuses the CER with DIAMETER_AVP_OCCURS_TOO_MANY_TIMES, naming it.
 	dup *wire.AVP
+	// missing is the code of Origin-Host or Origin-Realm when the message
+	// has none (0: both present, or the AVPs did not parse): a server
+	// refuses such a CER with DIAMETER_MISSING_AVP.
+	missing uint32
 }
 
 // identityError is a CER or CEA whose Origin-Host or Origin-Realm is not a
@@ -224,6 +228,12 @@ func parseCapabilities(msg []byte) (capabilities, error) {
 	}
 	if err != nil {
 		return cp, err
+	}
+	switch {
+	case hosts == 0:
+		cp.missing = message.OriginHost
+	case realms == 0:
+		cp.missing = message.OriginRealm
 	}
 	if cp.OriginHost == "" {
 		return cp, fmt.Errorf("%s without Origin-Host", message.CommandName(msg))

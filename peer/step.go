@@ -649,6 +649,13 @@ func (p *Peer) exchangeServer(tc transport.Conn) (capabilities, error) {
 	}
 	var idErr *identityError
 	switch {
+	case cp.missing != 0: // RFC 6733 5.3.1: { Origin-Host } { Origin-Realm }
+		cp.bad = &wire.AVP{Code: cp.missing}
+		name := "Origin-Host"
+		if cp.missing == message.OriginRealm {
+			name = "Origin-Realm"
+		}
+		return refuse(message.MissingAVP, "bad CER: no "+name)
 	case errors.As(err, &idErr):
 		return refuse(message.InvalidAVPValue, "bad CER: "+err.Error())
 	case err != nil:
