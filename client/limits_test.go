@@ -170,7 +170,10 @@ func TestQueueAlarmSubscriberReadsDepths(t *testing.T) {
 	n := network{"tcp://a:1": srv}
 	defer n.close()
 	cfg := clientConfig(n, Balance, "tcp://a:1")
-	cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxRate: 50}, AlarmHigh: 3, AlarmLow: 1}
+	// One request outstanding at a time, the server frozen: the other
+	// nine queue (one raise), and drain once it thaws (one clear), however
+	// slowly the machine starts the callers.
+	cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 1}, AlarmHigh: 3, AlarmLow: 1}
 	cfg.Events = NewBus()
 	var cp atomic.Pointer[Client]
 	var mu sync.Mutex
@@ -190,10 +193,24 @@ func TestQueueAlarmSubscriberReadsDepths(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	require.NoError(t, c.WaitReady(ctx, 1))
+	srv.freeze()
 	var wg sync.WaitGroup
-	for i := range 10 { // at 50/s some stay queued across any two 50 ms slots
+	for i := range 10 {
 		wg.Go(func() { c.Send(ctx, acr(i, "u@example.net")) })
 	}
+	queued := make(chan struct{})
+	go func() {
+		for ctx.Err() == nil && c.QueueDepths()[0].Depth < 9 {
+			time.Sleep(time.Millisecond)
+		}
+		close(queued)
+	}()
+	select {
+	case <-queued:
+	case <-time.After(5 * time.Second):
+		t.Fatal("nine requests not queued behind the outstanding one: a subscriber calling QueueDepths from an alarm deadlocked")
+	}
+	srv.unfreeze()
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {
