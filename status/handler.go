@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"html/template"
-	"maps"
 	"net/http"
 	"strconv"
 	"time"
@@ -40,7 +39,6 @@ type handler struct {
 	metrics *Metrics
 	poll    time.Duration
 	mux     *http.ServeMux
-	prom    http.Handler
 }
 
 // Handler returns the handler of the status page (/), /status.json and,
@@ -57,8 +55,7 @@ func Handler(src Source, opts ...Option) http.Handler {
 	h.mux.HandleFunc("GET /{$}", h.page)
 	h.mux.HandleFunc("GET /status.json", h.json)
 	if h.metrics != nil {
-		h.prom = h.metrics.HTTPHandler()
-		h.mux.HandleFunc("GET /metrics", h.scrape)
+		h.mux.Handle("GET /metrics", h.metrics.syncingHandler(h.snapshot))
 	}
 	return h.mux
 }
@@ -81,33 +78,6 @@ func (h *handler) json(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Content-Type-Options", "nosniff")
 	w.Write(append(b, '\n'))
 }
-
-// scrape syncs the gauges and renders the registry under the Metrics
-// lock, into a buffer, and writes it to the client after: a client that
-// does not read its answer blocks only its own write, never the scrapes
-// of others (the lock was once held across the write).
-func (h *handler) scrape(w http.ResponseWriter, r *http.Request) {
-	m := h.metrics
-	rec := &bufferedResponse{header: make(http.Header), code: http.StatusOK}
-	m.mu.Lock()
-	m.sync(h.snapshot())
-	h.prom.ServeHTTP(rec, r)
-	m.mu.Unlock()
-	maps.Copy(w.Header(), rec.header)
-	w.WriteHeader(rec.code)
-	w.Write(rec.body.Bytes())
-}
-
-// bufferedResponse is an http.ResponseWriter that keeps the answer.
-type bufferedResponse struct {
-	header http.Header
-	code   int
-	body   bytes.Buffer
-}
-
-func (b *bufferedResponse) Header() http.Header         { return b.header }
-func (b *bufferedResponse) WriteHeader(code int)        { b.code = code }
-func (b *bufferedResponse) Write(p []byte) (int, error) { return b.body.Write(p) }
 
 // pageData is what the template renders.
 type pageData struct {

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/internal/serve"
@@ -295,6 +296,21 @@ func (m *Metrics) HTTPHandler() http.Handler {
 		return http.NotFoundHandler()
 	}
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// syncingHandler is HTTPHandler with the gauges synced from snapshot
+// before each gathering. The sync and the gathering hold m.mu together
+// (another scrape must not sync between them); the encoding and the write
+// to the client do not, so a client that does not read its answer holds
+// up only its own scrape.
+func (m *Metrics) syncingHandler(snapshot func() Snapshot) http.Handler {
+	g := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.sync(snapshot())
+		return m.reg.Gather()
+	})
+	return promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
 // ObserveMessage counts one message of command cmd ("ACR", "DWA"...) in

@@ -242,14 +242,7 @@ func TestProbeSlowSenderAfterCER(t *testing.T) {
 	g.halt()
 	s.alive()
 	rss, gs := pk.end()
-	var closed int
-	var last time.Duration
-	for _, d := range closedAt {
-		if d > 0 {
-			closed++
-			last = max(last, d)
-		}
-	}
+	closed, last := closedCount(closedAt)
 	t.Logf("FIGURES slow-sender-after-CER: %d of %d trickling connections closed by the server, the last after %v (--tw %v)", closed, conns, last.Round(time.Millisecond), tw)
 	within(t, "slow-sender-after-CER", rss, gs)
 	g.check(t)
@@ -533,14 +526,7 @@ func TestProbeRadSecStalledHandshake(t *testing.T) {
 	g.halt()
 	s.alive()
 	rss, gs := pk.end()
-	var closed int
-	var last time.Duration
-	for _, d := range closedAt {
-		if d > 0 {
-			closed++
-			last = max(last, d)
-		}
-	}
+	closed, last := closedCount(closedAt)
 	t.Logf("FIGURES radsec-stalled-handshake: %d of %d closed, the last after %v", closed, conns, last.Round(time.Millisecond))
 	within(t, "radsec-stalled-handshake", rss, gs)
 	g.window(m0, m1).require(t, "radsec-stalled-handshake", 0.99)
@@ -696,4 +682,16 @@ func TestProbeRADIUSAdmittedDribbleAndNonRequests(t *testing.T) {
 			}
 		})
 	}
+}
+
+// closedCount returns how many of closedAt (the time each connection was
+// seen closed, 0 if never) closed, and the latest of those times.
+func closedCount(closedAt []time.Duration) (closed int, last time.Duration) {
+	for _, d := range closedAt {
+		if d > 0 {
+			closed++
+			last = max(last, d)
+		}
+	}
+	return closed, last
 }
