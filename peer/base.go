@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"net/netip"
@@ -171,26 +172,21 @@ func parseCapabilities(msg []byte) (capabilities, error) {
 			return true
 		}
 		switch a.Code {
-		case message.OriginHost, message.OriginRealm:
-			n := &hosts
-			if a.Code == message.OriginRealm {
-				n = &realms
-			}
-			if *n++; *n > 1 {
-				if cp.dup == nil {
-					cp.dup = &a
-				}
+		case message.OriginHost:
+			if hosts++; hosts > 1 {
+				cp.dup = cmp.Or(cp.dup, &a)
 				return true // the first one is the identity
 			}
-		}
-		switch a.Code {
-		case message.OriginHost:
 			cp.OriginHost = string(a.Data)
 			if err := message.CheckIdentity(cp.OriginHost); err != nil && inner == nil {
 				inner, cp.bad = &identityError{"Origin-Host", err}, &a
 				cp.OriginHost = ""
 			}
 		case message.OriginRealm:
+			if realms++; realms > 1 {
+				cp.dup = cmp.Or(cp.dup, &a)
+				return true
+			}
 			cp.OriginRealm = string(a.Data)
 			if err := message.CheckIdentity(cp.OriginRealm); err != nil && inner == nil {
 				inner, cp.bad = &identityError{"Origin-Realm", err}, &a

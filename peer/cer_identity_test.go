@@ -1,0 +1,100 @@
+package peer
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/transport"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// A CER with its Origin-Host or Origin-Realm more than once (RFC 6733
+// 5.3.1: exactly one of each) is refused with
+// DIAMETER_AVP_OCCURS_TOO_MANY_TIMES and a Failed-AVP naming the second
+// one, as a request with either twice is (checkRequest): the connection is
+// closed, and no identity is taken from it. Before, the last Origin-Host
+// won silently.
+func TestCERWithDuplicateIdentityRefused(t *testing.T) {
+	s := startServer(t, "tcp://127.0.0.1:0", nil)
+	good := dialOkay(t, "tcp://"+s.Addr().String(), nil)
+	host := func(h string) []byte { return rawAVP(message.OriginHost, 0x40, 8+len(h), []byte(h)) }
+	realm := func(r string) []byte { return rawAVP(message.OriginRealm, 0x40, 8+len(r), []byte(r)) }
+	cases := map[string]struct {
+		extra []byte
+		code  uint32
+	}{
+		"Origin-Host twice, same value":   {host("raw.example.net"), message.OriginHost},
+		"Origin-Host twice, other value":  {host("other.example.net"), message.OriginHost},
+		"Origin-Realm twice, other value": {realm("other.net"), message.OriginRealm},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			cerRefused(t, s, func(cer []byte) []byte { return withAVPs(cer, c.extra) }, message.AVPOccursTooManyTimes, c.code)
+		})
+	}
+	_, err := good.Request(bounded(t), acr())
+	require.NoError(t, err)
+	for _, p := range s.Peers() {
+		assert.NotEqual(t, "other.example.net", p.Name())
+	}
+}
+
+// A CER without Origin-Host or without Origin-Realm (RFC 6733 5.3.1: one
+// of each is required) is refused DIAMETER_MISSING_AVP with a Failed-AVP
+// naming the missing AVP, and its connection closed; a peer on another
+// connection is still served.
+func TestCERWithoutIdentityRefused(t *testing.T) {
+	s := startServer(t, "tcp://127.0.0.1:0", nil)
+	good := dialOkay(t, "tcp://"+s.Addr().String(), nil)
+	for name, code := range map[string]uint32{"no Origin-Host": message.OriginHost, "no Origin-Realm": message.OriginRealm} {
+		t.Run(name, func(t *testing.T) {
+			cerRefused(t, s, func(cer []byte) []byte { return withoutAVP(t, cer, code) }, message.MissingAVP, code)
+		})
+	}
+	_, err := good.Request(bounded(t), acr())
+	require.NoError(t, err)
+	for _, p := range s.Peers() {
+		assert.NotEqual(t, "raw.example.net", p.Name(), "no peer admitted for the refused CERs")
+	}
+}
+
+// cerRefused sends raw.example.net's CER, changed by edit, to s and
+// checks the CEA: Result-Code rc, a Failed-AVP whose AVP has code failed,
+// and the connection closed after it.
+func cerRefused(t *testing.T, s *Server, edit func(cer []byte) []byte, rc, failed uint32) {
+	t.Helper()
+	tc, err := transport.Dial(bounded(t), "tcp://"+s.Addr().String(), transport.Options{})
+	require.NoError(t, err)
+	defer tc.Close()
+	cfg := clientConfig("raw.example.net")
+	cfg.AcctApps = []uint32{message.AppAccounting}
+	require.NoError(t, tc.WriteMessages(edit(cfg.newCER(tc.LocalAddr()))))
+	cea, err := tc.ReadMessage()
+	require.NoError(t, err)
+	got, _ := message.ResultCodeOf(cea)
+	assert.Equal(t, rc, got)
+	f, ok := wire.FindAVP(cea, message.FailedAVP, 0)
+	require.True(t, ok, "Failed-AVP present")
+	var inner uint32
+	require.NoError(t, wire.WalkGrouped(f, func(a wire.AVP) bool { inner = a.Code; return false }))
+	assert.Equal(t, failed, inner, "Failed-AVP names the AVP")
+	_, err = tc.ReadMessage()
+	assert.Error(t, err, "the server closes the refused connection")
+}
+
+// withoutAVP returns msg without its top-level AVPs of code (the others
+// copied with the M bit set, vendor 0 only: enough for a CER).
+func withoutAVP(t *testing.T, msg []byte, code uint32) []byte {
+	var avps [][]byte
+	require.NoError(t, wire.WalkAVPs(msg, func(a wire.AVP) bool {
+		require.Zero(t, a.Vendor)
+		if a.Code != code {
+			avps = append(avps, rawAVP(a.Code, 0x40, 8+len(a.Data), a.Data))
+		}
+		return true
+	}))
+	return withAVPs(append([]byte(nil), msg[:wire.HeaderLen]...), avps...)
+}
