@@ -2,7 +2,6 @@ package peer
 
 import (
 	"context"
-	"runtime"
 	"testing"
 	"time"
 
@@ -39,9 +38,7 @@ func TestRefusalEventsBoundedBehindSlowSubscriber(t *testing.T) {
 	require.NoError(t, tc.WriteMessages(cfg.newCER(tc.LocalAddr())))
 	_, err = tc.ReadMessage()
 	require.NoError(t, err)
-	runtime.GC()
-	var before runtime.MemStats
-	runtime.ReadMemStats(&before)
+	before := liveHeap()
 	const n = 50_000
 	done := make(chan int)
 	go func() {
@@ -72,10 +69,7 @@ func TestRefusalEventsBoundedBehindSlowSubscriber(t *testing.T) {
 		t.Fatal("the refusals did not come back within 30 s")
 	}
 	require.Equal(t, n, got, "every request refused and answered")
-	runtime.GC()
-	var after runtime.MemStats
-	runtime.ReadMemStats(&after)
-	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	grew := liveHeap() - before
 	t.Logf("heap grew %.1f MB over %d refusals behind a blocked subscriber", float64(grew)/(1<<20), n)
 	assert.Less(t, grew, int64(4<<20), "the events waiting for a slow subscriber are bounded")
 	st := s.Peers()[0].Stats()
