@@ -207,10 +207,16 @@ type Config struct {
 	// each kind of request, accounting (Accounting-Request) and the
 	// others, across the connections of a Server (or of one Peer dialed
 	// or accepted alone), and MaxQueuedHandlers those waiting for a
-	// worker. A request over both is answered DIAMETER_TOO_BUSY (3004),
-	// so that its client tries another server: Handlers stuck on a slow
-	// store hold only their own kind, never the others'. Handlers running
-	// on a connection's reader (InlineHandlerTime) are not counted.
+	// worker. The connections take turns for the next free worker; when
+	// MaxQueuedHandlers wait, a request pushes out the newest waiting one
+	// of the connection with the most waiting, or is itself refused if
+	// its own connection has about as many. A refused request is answered
+	// DIAMETER_TOO_BUSY (3004), so that its client tries another server.
+	// So Handlers stuck on a slow store hold only their own kind, never
+	// the others', and a connection that pipelines more than the workers
+	// keep up with delays the others' requests by about one of its own
+	// each. Handlers running on a connection's reader (InlineHandlerTime)
+	// are not counted.
 	// Defaults DefaultMaxHandlers and DefaultMaxQueuedHandlers; a
 	// negative MaxQueuedHandlers: none wait.
 	MaxHandlers, MaxQueuedHandlers int

@@ -69,3 +69,73 @@ func TestAccountingStuckOtherRequestsAnswered(t *testing.T) {
 		assert.Equal(t, uint32(message.Success), rc, "ACR %d answered once released", wire.HopByHop(ans))
 	}
 }
+
+// The Server's connections take turns on its handler lanes: one that
+// pipelines more than the lane holds gets the refusals, and another
+// connection's request is answered, not refused, nor kept waiting behind
+// the first one's backlog. Before, the lanes were one queue in arrival
+// order: the second connection's request found the queue full of the
+// first one's and was answered DIAMETER_TOO_BUSY.
+func TestHandlerLanesConnectionsTakeTurns(t *testing.T) {
+	release := make(chan struct{})
+	s := startServer(t, "tcp://127.0.0.1:0", func(c *Config) {
+		c.AcctApps = []uint32{message.AppAccounting}
+		c.InlineHandlerTime = -1 // every Handler on a worker
+		c.MaxHandlers, c.MaxQueuedHandlers = 1, 4
+		c.Handler = func(ctx context.Context, p *Peer, req []byte) []byte {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil
+			}
+			return message.NewAnswer(req).ResultCode(message.Success).Bytes()
+		}
+	})
+	greedy := rawPeer(t, s.Addr().String(), "greedy.example.net")
+	good := rawPeer(t, s.Addr().String(), "good.example.net")
+	for _, tc := range []transport.Conn{greedy, good} {
+		tc.(transport.ReadDeadliner).SetReadDeadline(time.Now().Add(10 * time.Second))
+	}
+	answer := func(tc transport.Conn) (hbh, rc uint32) {
+		t.Helper()
+		ans, err := tc.ReadMessage()
+		require.NoError(t, err)
+		rc, _ = message.ResultCodeOf(ans)
+		return wire.HopByHop(ans), rc
+	}
+	send := func(tc transport.Conn, host string, hbh uint32) {
+		t.Helper()
+		m := withAVPs(bareACR(wire.FlagProxiable), goodAVPs(host)...)
+		wire.SetHopByHop(m, hbh)
+		wire.SetEndToEnd(m, hbh)
+		require.NoError(t, tc.WriteMessages(m))
+	}
+	for i := range 8 { // 100 runs, 101-104 wait, 105-107 refused
+		send(greedy, "greedy.example.net", uint32(100+i))
+	}
+	busy := map[uint32]bool{}
+	for range 3 {
+		hbh, rc := answer(greedy)
+		require.Equal(t, uint32(message.TooBusy), rc)
+		busy[hbh] = true
+	}
+	assert.Equal(t, map[uint32]bool{105: true, 106: true, 107: true}, busy)
+	send(good, "good.example.net", 200)
+	hbh, rc := answer(greedy)
+	assert.Equal(t, uint32(104), hbh, "the greedy connection's newest waiting request made room")
+	assert.Equal(t, uint32(message.TooBusy), rc)
+	close(release)
+	hbh, rc = answer(good)
+	assert.Equal(t, uint32(200), hbh)
+	assert.Equal(t, uint32(message.Success), rc, "the other connection's request is answered")
+	for _, want := range []uint32{100, 101, 102, 103} {
+		hbh, rc := answer(greedy)
+		assert.Equal(t, want, hbh, "the greedy connection's requests answered in order")
+		assert.Equal(t, uint32(message.Success), rc)
+	}
+	var overload uint64
+	for _, p := range s.Peers() {
+		overload += p.Stats().Overload
+	}
+	assert.Equal(t, uint64(4), overload, "each refusal counted")
+}

@@ -103,9 +103,13 @@ type ServerConfig struct {
 	// authentication. Default DefaultMaxInFlight.
 	MaxInFlight int
 	// MaxQueued bounds the requests of each kind waiting for a handler
-	// while MaxInFlight run; beyond it a request is dropped, counted and
-	// logged (a client retransmits or fails over). Default
-	// DefaultMaxQueued; negative: none wait.
+	// while MaxInFlight run. The connections (over UDP, the clients'
+	// addresses) take turns for the next free handler; when MaxQueued
+	// wait, a request pushes out the newest waiting one of the connection
+	// with the most waiting, or is itself dropped if its own connection
+	// has about as many. A dropped request is counted and logged (a
+	// client retransmits or fails over). Default DefaultMaxQueued;
+	// negative: none wait.
 	MaxQueued int
 	// MaxUnanswered bounds, per stream connection, the requests read and
 	// not yet answered on the wire (in a handler, waiting for one, or
@@ -235,8 +239,9 @@ type Server struct {
 	// maPolicy is the Message-Authenticator state (blast.go).
 	maPolicy maPolicy
 
-	// auth and acct run the Handler: accounting on a budget of its own.
-	auth, acct *serve.Lane[job]
+	// auth and acct run the Handler: accounting on a budget of its own,
+	// the connections taking turns.
+	auth, acct *serve.Lane[*serverConn, job]
 
 	mu    sync.Mutex
 	conns map[*serverConn]struct{}
@@ -268,8 +273,8 @@ func NewServer(ln transport.Listener, scheme string, cfg ServerConfig) (*Server,
 	s := &Server{ln: ln, cfg: cfg, secret: secret, radsec: scheme == SchemeRadSec, ctx: ctx, cancel: cancel, conns: make(map[*serverConn]struct{})}
 	s.nas.names = cfg.names()
 	s.open = serve.Admission{Max: cfg.MaxOpening, PerAddr: cfg.MaxOpeningPerAddr, What: "a first valid request"}
-	s.auth = serve.NewLane(s.handle, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
-	s.acct = serve.NewLane(s.handle, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
+	s.auth = serve.NewLane[*serverConn](s.handle, s.refuse, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
+	s.acct = serve.NewLane[*serverConn](s.handle, s.refuse, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
 	return s, nil
 }
 
@@ -566,13 +571,18 @@ func (c *serverConn) request(b []byte) string {
 	if acct {
 		lane = s.acct
 	}
-	if !lane.Submit(job{c, b}) {
-		c.out.Unheld(acct)
-		s.overload.Add(1)
-		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindOverload, "RADIUS request dropped: its handlers and their queue are full",
-			"remote", c.tc.RemoteAddr().String(), "code", code.String(), "max_in_flight", s.cfg.MaxInFlight, "max_queued", s.cfg.MaxQueued)
-	}
+	lane.Submit(c, job{c, b})
 	return ""
+}
+
+// refuse drops a request its lane will not run: the lane was full when
+// it came, or another connection's request took its place.
+func (s *Server) refuse(j job) {
+	code := radius.Code(j.b)
+	j.c.out.Unheld(code == lradius.CodeAccountingRequest)
+	s.overload.Add(1)
+	serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindOverload, "RADIUS request dropped: its handlers and their queue are full",
+		"remote", j.c.tc.RemoteAddr().String(), "code", code.String(), "max_in_flight", s.cfg.MaxInFlight, "max_queued", s.cfg.MaxQueued)
 }
 
 // handle runs the Handler on one verified request and answers it.

@@ -48,7 +48,8 @@ type UDPServer struct {
 
 	// auth runs the handlers of Access-Requests, CoA and Disconnect
 	// requests; acct those of Accounting-Requests.
-	auth, acct *serve.Lane[udpRequest]
+	// Each client's address takes its turn.
+	auth, acct *serve.Lane[netip.Addr, udpRequest]
 
 	mu       sync.Mutex
 	closed   bool
@@ -112,8 +113,8 @@ func NewUDPServer(pc net.PacketConn, cfg ServerConfig) (*UDPServer, error) {
 		dup: newDupCache(cfg.DupTTL, cfg.DupEntries, cfg.DupBytes),
 	}
 	s.nas.names = cfg.names()
-	s.auth = serve.NewLane(s.handle, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
-	s.acct = serve.NewLane(s.handle, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
+	s.auth = serve.NewLane[netip.Addr](s.handle, s.refuse, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
+	s.acct = serve.NewLane[netip.Addr](s.handle, s.refuse, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
 	return s, nil
 }
 
@@ -208,12 +209,16 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 	if code == lradius.CodeAccountingRequest {
 		lane = s.acct
 	}
-	if !lane.Submit(udpRequest{dup: e, b: b, secret: secret, from: from, client: client}) {
-		s.forget(e) // so that its retransmission is handled afresh
-		s.overload.Add(1)
-		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindOverload, "RADIUS request dropped: its handlers and their queue are full; the client will retransmit",
-			"remote", from.String(), "code", code.String(), "max_in_flight", s.cfg.MaxInFlight, "max_queued", s.cfg.MaxQueued)
-	}
+	lane.Submit(client, udpRequest{dup: e, b: b, secret: secret, from: from, client: client})
+}
+
+// refuse drops a request its lane will not run: the lane was full when
+// it came, or another client's request took its place.
+func (s *UDPServer) refuse(r udpRequest) {
+	s.forget(r.dup) // so that its retransmission is handled afresh
+	s.overload.Add(1)
+	serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindOverload, "RADIUS request dropped: its handlers and their queue are full; the client will retransmit",
+		"remote", r.from.String(), "code", radius.Code(r.b).String(), "max_in_flight", s.cfg.MaxInFlight, "max_queued", s.cfg.MaxQueued)
 }
 
 // verify checks request b with the shared secret and the

@@ -6,31 +6,57 @@ import (
 	"github.com/aaatp/aaatp/internal/workpool"
 )
 
-// Lane runs jobs with at most Max running at once; up to Queue more wait,
-// in the order submitted, for a running one to end; beyond that Submit
-// refuses. A listener gives each kind of work a Lane of its own
-// (authentication and accounting, say), so that handlers stuck on a slow
-// store fill their own lane and never the other's, and the reader that
-// submits never waits for a handler.
+// Lane runs jobs with at most Max running at once; up to Queue more wait
+// for a running one to end; beyond that a job is refused. A listener
+// gives each kind of work a Lane of its own (authentication and
+// accounting, say), so that handlers stuck on a slow store fill their own
+// lane and never the other's, and the reader that submits never waits for
+// a handler.
+//
+// Every job comes from a source (a connection, a client's address), and
+// the sources take turns: the waiting jobs of one source run in the order
+// submitted, and a worker that ends a job takes the oldest job of the next
+// source in turn. When Queue jobs wait, a new job pushes out the newest
+// waiting job of the source with the most waiting, if that source has at
+// least two more than the new job's source; otherwise the new job is
+// refused. So
+// a source that pipelines more than the lane can run (a greedy or broken
+// peer, or one whose handlers wait on a slow store) delays the other
+// sources' jobs by about one job each, not by its whole backlog, and the
+// refusals fall on it, not on them. The lane is work-conserving: one
+// source alone may use every worker and the whole queue.
 //
 // A Lane runs its jobs on a workpool.Pool, at most max at once, and a
 // worker that ends a job takes the next queued one: a busy lane reuses
 // its goroutines and their grown stacks, an idle one keeps none once
 // workpool.Linger has passed, or Close is called. Its methods are safe
 // for concurrent use.
-type Lane[T any] struct {
-	run   func(T)
-	max   int
-	queue int
-	pool  *workpool.Pool[T]
+type Lane[K comparable, T any] struct {
+	run, refuse func(T)
+	max, queue  int
+	pool        *workpool.Pool[T]
 
 	mu      sync.Mutex
 	busy    int // jobs running (goroutines)
-	q       []T // waiting jobs: q[head:]
-	head    int
+	waiting int // jobs waiting, of every source
+	sources map[K]*source[K, T]
+	turn    *source[K, T]   // the source whose job runs next; the ring of sources with jobs waiting
+	most    *source[K, T]   // a source with the most jobs waiting, as far as known; nil: look
+	spare   []*source[K, T] // sources to reuse
 	refused uint64
 	peak    int // most jobs waiting at once
 }
+
+// source is the jobs of one source waiting in a Lane, on its ring of
+// sources that have some.
+type source[K comparable, T any] struct {
+	key        K
+	q          []T // waiting jobs: q[head:]
+	head       int
+	prev, next *source[K, T]
+}
+
+func (s *source[K, T]) len() int { return len(s.q) - s.head }
 
 // Defaults of a Lane's bounds.
 const (
@@ -38,12 +64,21 @@ const (
 	DefaultLaneQueue = 4096
 )
 
+// keepJobs and keepSources bound what an idle lane keeps for reuse.
+const (
+	keepJobs    = 64
+	keepSources = 64
+)
+
 // NewLane returns a lane running run on each job, at most max at once
 // (DefaultLaneMax if max <= 0) with at most queue waiting
-// (DefaultLaneQueue if queue == 0, none if queue < 0). When wg is not nil,
-// each worker goroutine is counted in it, so that wg.Wait waits for the
-// jobs, and for parked workers until Close.
-func NewLane[T any](run func(T), max, queue int, wg *sync.WaitGroup) *Lane[T] {
+// (DefaultLaneQueue if queue == 0, none if queue < 0). refuse is called,
+// once, for each job the lane will not run: refused when it came, or
+// pushed out of the queue later by another source's job; it runs on the
+// goroutine of the Submit that decided it, after the lane's lock, and must
+// not block. When wg is not nil, each worker goroutine is counted in it,
+// so that wg.Wait waits for the jobs, and for parked workers until Close.
+func NewLane[K comparable, T any](run, refuse func(T), max, queue int, wg *sync.WaitGroup) *Lane[K, T] {
 	if max <= 0 {
 		max = DefaultLaneMax
 	}
@@ -53,7 +88,7 @@ func NewLane[T any](run func(T), max, queue int, wg *sync.WaitGroup) *Lane[T] {
 	case queue < 0:
 		queue = 0
 	}
-	l := &Lane[T]{run: run, max: max, queue: queue}
+	l := &Lane[K, T]{run: run, refuse: refuse, max: max, queue: queue, sources: make(map[K]*source[K, T])}
 	l.pool = workpool.New(l.work, wg)
 	return l
 }
@@ -61,52 +96,147 @@ func NewLane[T any](run func(T), max, queue int, wg *sync.WaitGroup) *Lane[T] {
 // Close ends the lane's parked workers now rather than after
 // workpool.Linger; jobs running or queued still run. Submit may still be
 // called: its jobs run on a worker that then ends.
-func (l *Lane[T]) Close() { l.pool.Close() }
+func (l *Lane[K, T]) Close() { l.pool.Close() }
 
-// Submit runs j now if fewer than Max jobs run, queues it if fewer than
-// Queue wait, and otherwise refuses it (false): the caller then drops it
-// and says so, or answers that it is busy.
-func (l *Lane[T]) Submit(j T) bool {
+// Submit runs j, from source k, now if fewer than Max jobs run, and
+// otherwise queues it behind k's other waiting jobs. When Queue jobs wait
+// already, either j is refused or it takes the place of another source's
+// newest job, which is refused; refuse is called for the refused one
+// before Submit returns. Submit never waits for a job to end.
+func (l *Lane[K, T]) Submit(k K, j T) {
 	l.mu.Lock()
 	if l.busy < l.max {
 		l.busy++
 		l.mu.Unlock()
 		l.pool.Submit(j)
-		return true
+		return
 	}
-	if len(l.q)-l.head >= l.queue {
+	s := l.sources[k]
+	if l.waiting >= l.queue {
+		v := l.victim(s)
+		if v == nil {
+			l.refused++
+			l.mu.Unlock()
+			l.refuse(j)
+			return
+		}
+		out := v.q[len(v.q)-1]
+		var zero T
+		v.q[len(v.q)-1] = zero
+		v.q = v.q[:len(v.q)-1]
+		l.waiting--
 		l.refused++
-		l.mu.Unlock()
-		return false
+		defer l.refuse(out) // after the unlock below
 	}
-	if l.head > 0 && len(l.q) == cap(l.q) {
-		n := copy(l.q, l.q[l.head:])
-		clear(l.q[n:])
-		l.q, l.head = l.q[:n], 0
+	if s == nil {
+		s = l.join(k)
 	}
-	l.q = append(l.q, j)
-	l.peak = max(l.peak, len(l.q)-l.head)
+	if s.head > 0 && len(s.q) == cap(s.q) {
+		n := copy(s.q, s.q[s.head:])
+		clear(s.q[n:])
+		s.q, s.head = s.q[:n], 0
+	}
+	s.q = append(s.q, j)
+	l.waiting++
+	if l.most != nil && s.len() > l.most.len() {
+		l.most = s
+	}
+	l.peak = max(l.peak, l.waiting)
 	l.mu.Unlock()
-	return true
 }
 
-// work runs j, then the queued jobs until none is left, on a worker.
-func (l *Lane[T]) work(j T) {
+// victim returns the source whose newest job a job from s (nil: none
+// waiting) may push out of a full queue: one with the most jobs waiting,
+// if it has at least two more than s. l.mu is held.
+func (l *Lane[K, T]) victim(s *source[K, T]) *source[K, T] {
+	if l.turn == nil {
+		return nil // no job waits: the lane has no queue
+	}
+	n := 0
+	if s != nil {
+		n = s.len()
+	}
+	if l.most == nil || l.most.len() < n+2 {
+		// Look for the most: the hint is lost (its source left the
+		// ring) or may be stale (it was drained since).
+		l.most = l.turn
+		for r := l.turn.next; r != l.turn; r = r.next {
+			if r.len() > l.most.len() {
+				l.most = r
+			}
+		}
+	}
+	if l.most.len() < n+2 {
+		return nil
+	}
+	return l.most
+}
+
+// join puts a source with no job waiting on the ring, last in turn.
+// l.mu is held.
+func (l *Lane[K, T]) join(k K) *source[K, T] {
+	var s *source[K, T]
+	if n := len(l.spare); n > 0 {
+		s, l.spare = l.spare[n-1], l.spare[:n-1]
+	} else {
+		s = new(source[K, T])
+	}
+	s.key = k
+	l.sources[k] = s
+	if l.turn == nil {
+		s.prev, s.next, l.turn = s, s, s
+	} else {
+		s.prev, s.next = l.turn.prev, l.turn
+		s.prev.next, s.next.prev = s, s
+	}
+	return s
+}
+
+// leave takes a source with no job waiting off the ring. l.mu is held.
+func (l *Lane[K, T]) leave(s *source[K, T]) {
+	if s.next == s {
+		l.turn = nil
+	} else {
+		s.prev.next, s.next.prev = s.next, s.prev
+		if l.turn == s {
+			l.turn = s.next
+		}
+	}
+	if l.most == s {
+		l.most = nil
+	}
+	delete(l.sources, s.key)
+	var zero K
+	s.key, s.prev, s.next = zero, nil, nil
+	s.q, s.head = s.q[:0], 0
+	if cap(s.q) > keepJobs {
+		s.q = nil // an idle lane keeps no large buffer
+	}
+	if len(l.spare) < keepSources {
+		l.spare = append(l.spare, s)
+	}
+}
+
+// work runs j, then waiting jobs, a source at a time in turn, until none
+// is left, on a worker.
+func (l *Lane[K, T]) work(j T) {
 	for {
 		l.run(j)
 		l.mu.Lock()
-		if l.head == len(l.q) {
+		if l.waiting == 0 {
 			l.busy--
-			l.q, l.head = l.q[:0], 0
-			if cap(l.q) > 64 {
-				l.q = nil // an idle lane keeps no large buffer
-			}
 			l.mu.Unlock()
 			return
 		}
+		s := l.turn
 		var zero T
-		j, l.q[l.head] = l.q[l.head], zero
-		l.head++
+		j, s.q[s.head] = s.q[s.head], zero
+		s.head++
+		l.waiting--
+		l.turn = s.next
+		if s.len() == 0 {
+			l.leave(s)
+		}
 		l.mu.Unlock()
 	}
 }
@@ -116,19 +246,19 @@ type LaneStats struct {
 	Running int    `json:"running"`
 	Waiting int    `json:"waiting"`
 	Peak    int    `json:"peak_waiting"`
-	Refused uint64 `json:"refused"` // jobs refused: Max running and Queue waiting
+	Refused uint64 `json:"refused"` // jobs refused, when they came or pushed out later
 }
 
 // Stats returns the lane's counters.
-func (l *Lane[T]) Stats() LaneStats {
+func (l *Lane[K, T]) Stats() LaneStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return LaneStats{Running: l.busy, Waiting: len(l.q) - l.head, Peak: l.peak, Refused: l.refused}
+	return LaneStats{Running: l.busy, Waiting: l.waiting, Peak: l.peak, Refused: l.refused}
 }
 
 // Workers returns the lane's worker goroutines now: running a job,
 // taking one, or parked.
-func (l *Lane[T]) Workers() int { return l.pool.Workers() }
+func (l *Lane[K, T]) Workers() int { return l.pool.Workers() }
 
 // Started returns how many worker goroutines the lane started so far.
-func (l *Lane[T]) Started() uint64 { return l.pool.Started() }
+func (l *Lane[K, T]) Started() uint64 { return l.pool.Started() }

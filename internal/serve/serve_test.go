@@ -2,8 +2,10 @@ package serve
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -52,55 +54,185 @@ func TestLogBoundsOutputAndCountsEverything(t *testing.T) {
 func TestLaneBoundsRunningAndWaiting(t *testing.T) {
 	release := make(chan struct{})
 	var ran atomic.Int32
+	var refused []int
 	var wg sync.WaitGroup
-	l := NewLane(func(int) { <-release; ran.Add(1) }, 2, 3, &wg)
+	l := NewLane[int](func(int) { <-release; ran.Add(1) }, func(i int) { refused = append(refused, i) }, 2, 3, &wg)
 	for i := range 5 {
-		require.True(t, l.Submit(i), "job %d: 2 run and 3 wait", i)
+		l.Submit(0, i)
 	}
-	assert.False(t, l.Submit(5), "a sixth is refused: Submit never blocks")
+	assert.Empty(t, refused, "one source alone may use every worker and the whole queue: 2 run and 3 wait")
+	l.Submit(0, 5)
+	assert.Equal(t, []int{5}, refused, "a sixth is refused: Submit never blocks")
 	st := l.Stats()
 	assert.Equal(t, LaneStats{Running: 2, Waiting: 3, Peak: 3, Refused: 1}, st)
 	close(release)
 	wg.Wait()
 	assert.Equal(t, int32(5), ran.Load(), "every accepted job ran")
 	assert.Equal(t, 0, l.Stats().Running)
-	assert.True(t, l.Submit(6), "room again once drained")
+	l.Submit(0, 6)
 	wg.Wait()
+	assert.Equal(t, []int{5}, refused, "room again once drained")
 }
 
-func TestLaneRunsInOrderOnFewGoroutines(t *testing.T) {
+// runOrder returns a lane of one worker whose first job waits for gate,
+// and the order its jobs ran and were refused in, read once wg is done.
+func runOrder(queue int, gate chan struct{}, wg *sync.WaitGroup) (l *Lane[string, string], ran, refused *[]string) {
 	var mu sync.Mutex
-	var order []int
-	gate := make(chan struct{})
-	var wg sync.WaitGroup
-	l := NewLane(func(i int) {
-		if i == 0 {
+	ran, refused = new([]string), new([]string)
+	first := true
+	l = NewLane[string](func(j string) {
+		mu.Lock()
+		wait := first
+		first = false
+		mu.Unlock()
+		if wait {
 			<-gate
 		}
 		mu.Lock()
-		order = append(order, i)
+		*ran = append(*ran, j)
 		mu.Unlock()
-	}, 1, 100, &wg)
+	}, func(j string) {
+		mu.Lock()
+		*refused = append(*refused, j)
+		mu.Unlock()
+	}, 1, queue, wg)
+	return l, ran, refused
+}
+
+func TestLaneRunsInOrderOnFewGoroutines(t *testing.T) {
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	l, ran, _ := runOrder(100, gate, &wg)
+	var want []string
 	for i := range 50 {
-		require.True(t, l.Submit(i))
+		j := fmt.Sprint(i)
+		want = append(want, j)
+		l.Submit("one source", j)
 	}
 	close(gate)
 	wg.Wait()
-	want := make([]int, 50)
-	for i := range want {
-		want[i] = i
+	assert.Equal(t, want, *ran, "one running at a time: one source's jobs run in submission order")
+	assert.Equal(t, uint64(1), l.Started(), "one worker ran them all")
+}
+
+// Sources take turns: a source that queued many jobs delays another's by
+// one job, not by its whole backlog; each source's jobs keep their order.
+func TestLaneSourcesTakeTurns(t *testing.T) {
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	l, ran, refused := runOrder(100, gate, &wg)
+	for i := range 10 {
+		l.Submit("a", fmt.Sprint("a", i))
 	}
-	assert.Equal(t, want, order, "one running at a time: the queue runs in submission order")
+	l.Submit("b", "b0")
+	l.Submit("b", "b1")
+	l.Submit("c", "c0")
+	close(gate)
+	wg.Wait()
+	assert.Equal(t, []string{"a0", "a1", "b0", "c0", "a2", "b1", "a3", "a4", "a5", "a6", "a7", "a8", "a9"}, *ran)
+	assert.Empty(t, *refused)
+	assert.Equal(t, 0, l.Stats().Waiting)
+}
+
+// A full queue: a job from a source with fewer waiting pushes out the
+// newest job of the source with the most; a job from the source with the
+// most, or about as many, is refused itself.
+func TestLanePushesOutTheGreediest(t *testing.T) {
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	l, ran, refused := runOrder(4, gate, &wg)
+	for i := range 6 {
+		l.Submit("a", fmt.Sprint("a", i)) // a0 runs, a1-a4 wait, a5 refused
+	}
+	l.Submit("b", "b0") // a: 4 waiting, b: 0: a4 pushed out
+	l.Submit("b", "b1") // a: 3, b: 1: a3 pushed out
+	l.Submit("b", "b2") // a: 2, b: 2: b2 refused
+	l.Submit("a", "a6") // a is not under b: refused
+	l.Submit("c", "c0") // a: 2, b: 2, c: 0: the newest of one of them pushed out
+	assert.Equal(t, []string{"a5", "a4", "a3", "b2", "a6"}, (*refused)[:5])
+	require.Len(t, *refused, 6)
+	assert.Contains(t, []string{"a2", "b1"}, (*refused)[5])
+	st := l.Stats()
+	assert.Equal(t, 4, st.Waiting, "never more than the queue waiting")
+	assert.Equal(t, uint64(6), st.Refused, "pushed out jobs are counted as refused")
+	close(gate)
+	wg.Wait()
+	assert.Len(t, *ran, 5)
+	assert.Equal(t, "a0", (*ran)[0])
+	assert.Contains(t, *ran, "c0", "the source with none waiting got its job in")
 }
 
 func TestLaneNoQueue(t *testing.T) {
 	block := make(chan struct{})
 	var wg sync.WaitGroup
-	l := NewLane(func(int) { <-block }, 1, -1, &wg)
-	assert.True(t, l.Submit(1))
-	assert.False(t, l.Submit(2), "negative queue: none wait")
+	var refused []int
+	l := NewLane[int](func(int) { <-block }, func(i int) { refused = append(refused, i) }, 1, -1, &wg)
+	l.Submit(1, 1)
+	l.Submit(2, 2)
+	assert.Equal(t, []int{2}, refused, "negative queue: none wait, whatever the source")
 	close(block)
 	wg.Wait()
+}
+
+// Many sources submitting at once, jobs of different lengths: every job
+// runs or is refused, once; each source's jobs that run keep their order
+// (one worker, so that the order they run in is the order they left the
+// queue in); the queue never holds more than its bound; an idle lane keeps
+// few sources.
+func TestLaneConcurrentSources(t *testing.T) {
+	const sources, perSource, queue = 8, 400, 16
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seen := make(map[[2]int]int)
+	last := make([]int, sources)
+	for i := range last {
+		last[i] = -1
+	}
+	var l *Lane[int, [2]int]
+	l = NewLane[int](func(j [2]int) {
+		if w := l.Stats().Waiting; w > queue {
+			t.Errorf("%d waiting, over the queue's %d", w, queue)
+		}
+		if j[1]%7 == 0 {
+			time.Sleep(50 * time.Microsecond)
+		}
+		mu.Lock()
+		seen[j]++
+		if j[1] <= last[j[0]] {
+			t.Errorf("source %d ran job %d after job %d", j[0], j[1], last[j[0]])
+		}
+		last[j[0]] = j[1]
+		mu.Unlock()
+	}, func(j [2]int) {
+		mu.Lock()
+		seen[j]++
+		mu.Unlock()
+	}, 1, queue, &wg)
+	var subs sync.WaitGroup
+	for src := range sources {
+		subs.Add(1)
+		go func() {
+			defer subs.Done()
+			for i := range perSource {
+				l.Submit(src, [2]int{src, i})
+				if i%50 == 0 {
+					runtime.Gosched()
+				}
+			}
+		}()
+	}
+	subs.Wait()
+	wg.Wait()
+	require.Len(t, seen, sources*perSource, "every job ran or was refused")
+	for j, n := range seen {
+		if n != 1 {
+			t.Fatalf("job %v ran or was refused %d times", j, n)
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	assert.Empty(t, l.sources, "no source left once nothing waits")
+	assert.LessOrEqual(t, len(l.spare), keepSources)
 }
 
 func TestAdmissionLimits(t *testing.T) {
