@@ -2,23 +2,27 @@ package peer
 
 import "github.com/aaatp/aaatp/internal/serve"
 
-// Defaults of Server.MaxOpening and Server.MaxOpeningPerAddr.
+// Defaults of Server.MaxOpening, Server.MaxOpeningPerAddr and
+// Server.MaxConnections.
 const (
 	DefaultMaxOpening        = serve.DefaultMaxOpening
 	DefaultMaxOpeningPerAddr = serve.DefaultMaxOpeningPerAddr
+	DefaultMaxConnections    = serve.DefaultMaxConns
 )
 
 // ServerStats are a Server's counters.
 type ServerStats struct {
-	// Opening is how many accepted connections have not finished their
-	// capabilities exchange now.
+	// Open is how many accepted connections are open now, admitted or
+	// not; Opening how many of them have not finished their
+	// capabilities exchange.
+	Open    int `json:"open"`
 	Opening int `json:"opening"`
 	// RefusedOverLimit counts connections closed at once because
-	// MaxOpening or MaxOpeningPerAddr was reached.
+	// MaxConnections, MaxOpening or MaxOpeningPerAddr was reached.
 	RefusedOverLimit uint64 `json:"refused_over_limit"`
 }
 
 // Stats returns the Server's counters. It is safe for concurrent use.
 func (s *Server) Stats() ServerStats {
-	return ServerStats{Opening: s.open.Opening(), RefusedOverLimit: s.open.Refused()}
+	return ServerStats{Open: s.open.Open(), Opening: s.open.Opening(), RefusedOverLimit: s.open.Refused()}
 }

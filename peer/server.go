@@ -31,6 +31,14 @@ type Server struct {
 	// they wait for CEATimeout. Zero means DefaultMaxOpening and
 	// DefaultMaxOpeningPerAddr; negative means no limit.
 	MaxOpening, MaxOpeningPerAddr int
+	// MaxConnections, when set before Serve, bounds the connections open
+	// at once, admitted or not: a new connection over it is closed at
+	// once, counted and logged, so that peers that each pass the
+	// capabilities exchange (under as many identities as they like, unless
+	// Config.AllowHosts says which) cannot hold unbounded readers, buffers
+	// and backlogs. Zero means DefaultMaxConnections; negative means no
+	// limit.
+	MaxConnections int
 
 	cfg Config
 	ln  transport.Listener
@@ -92,7 +100,7 @@ func (s *Server) Events() *Bus { return s.cfg.Events }
 // connection aborted before accept) is logged and retried with a backoff
 // of 5 ms doubling to 1 s: it must not end the service.
 func (s *Server) Serve() error {
-	s.open.Max, s.open.PerAddr, s.open.What = s.MaxOpening, s.MaxOpeningPerAddr, "their CER"
+	s.open.Max, s.open.PerAddr, s.open.MaxConns, s.open.What = s.MaxOpening, s.MaxOpeningPerAddr, s.MaxConnections, "their CER"
 	closed := func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -103,9 +111,9 @@ func (s *Server) Serve() error {
 
 func closeConn(c transport.Conn) { c.Close() }
 
-// start runs a server Peer on an accepted connection; release ends its
-// count in s.open once its capabilities exchange is over.
-func (s *Server) start(tc transport.Conn, release func()) {
+// start runs a server Peer on an accepted connection; t is its place in
+// s.open: admitted once its capabilities exchange is over, ended with it.
+func (s *Server) start(tc transport.Conn, t *serve.Ticket) {
 	if s.Wrap != nil {
 		tc = s.Wrap(tc)
 	}
@@ -114,14 +122,14 @@ func (s *Server) start(tc transport.Conn, release func()) {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		release()
+		t.Ended()
 		tc.Close()
 		return
 	}
 	p, err := Accept(tc, s.cfg)
 	if err != nil { // a Config that validated once cannot fail here
 		s.mu.Unlock()
-		release()
+		t.Ended()
 		tc.Close()
 		return
 	}
@@ -131,9 +139,10 @@ func (s *Server) start(tc transport.Conn, release func()) {
 	go func() {
 		defer s.wg.Done()
 		<-p.opened
-		release()
+		t.Admitted()
 		<-p.Done() // its last events are out before OnPeerEnd: a subscriber's state for it can then be dropped
 		p.wg.Wait()
+		t.Ended()
 		if s.OnPeerEnd != nil {
 			s.OnPeerEnd(p)
 		}

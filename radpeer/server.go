@@ -41,6 +41,9 @@ const (
 	// DefaultMaxQueued bounds the requests of each kind waiting for a
 	// handler; beyond it a request is dropped and counted.
 	DefaultMaxQueued = serve.DefaultLaneQueue
+	// DefaultMaxConnections bounds a stream listener's connections
+	// open at once.
+	DefaultMaxConnections = serve.DefaultMaxConns
 	// DefaultMaxUnanswered bounds, per connection, the requests read and
 	// not answered on the wire: one Identifier space.
 	DefaultMaxUnanswered = 256
@@ -125,6 +128,11 @@ type ServerConfig struct {
 	// serve.DefaultMaxOpening (256) and serve.DefaultMaxOpeningPerAddr
 	// (64); negative means no limit.
 	MaxOpening, MaxOpeningPerAddr int
+	// MaxConnections bounds a stream listener's connections open at
+	// once, admitted or not: over it a new connection is closed at once,
+	// counted and logged. Zero means DefaultMaxConnections; negative
+	// means no limit.
+	MaxConnections int
 	// OpeningTimeout closes a stream connection that has not sent a
 	// request passing verification within it. Default
 	// DefaultOpeningTimeout.
@@ -204,7 +212,7 @@ type ServerStats struct {
 	Connections  uint64 `json:"connections"` // accepted
 	Open         int    `json:"open"`
 	Opening      int    `json:"opening"`   // open, no verified request yet
-	Refused      uint64 `json:"refused"`   // closed at once: over MaxOpening or MaxOpeningPerAddr
+	Refused      uint64 `json:"refused"`   // closed at once: over MaxConnections, MaxOpening or MaxOpeningPerAddr
 	TimedOut     uint64 `json:"timed_out"` // closed: OpeningTimeout or IdleTimeout passed
 	Received     uint64 `json:"received"`  // verified requests, Status-Server included
 	StatusServer uint64 `json:"status_server"`
@@ -272,7 +280,7 @@ func NewServer(ln transport.Listener, scheme string, cfg ServerConfig) (*Server,
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{ln: ln, cfg: cfg, secret: secret, radsec: scheme == SchemeRadSec, ctx: ctx, cancel: cancel, conns: make(map[*serverConn]struct{})}
 	s.nas.names = cfg.names()
-	s.open = serve.Admission{Max: cfg.MaxOpening, PerAddr: cfg.MaxOpeningPerAddr, What: "a first valid request"}
+	s.open = serve.Admission{Max: cfg.MaxOpening, PerAddr: cfg.MaxOpeningPerAddr, MaxConns: cfg.MaxConnections, What: "a first valid request"}
 	s.auth = serve.NewLane[*serverConn](s.handle, s.refuse, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
 	s.acct = serve.NewLane[*serverConn](s.handle, s.refuse, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
 	return s, nil
@@ -307,21 +315,20 @@ func (s *Server) Serve() error {
 		func(tc transport.Conn) { tc.Close() }, s.start)
 }
 
-// start runs a connection's reader; release ends its count among the
-// connections not admitted yet.
-func (s *Server) start(tc transport.Conn, release func()) {
+// start runs a connection's reader; t is its place in s.open.
+func (s *Server) start(tc transport.Conn, t *serve.Ticket) {
 	addr, _ := serve.AddrOf(tc.RemoteAddr())
 	secret, ok := s.clientSecret(addr)
 	if !ok {
 		s.unknownClient.Add(1)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindUnknownClient, "RADIUS connection closed at once: its source is no configured client",
 			"remote", tc.RemoteAddr().String(), "source", addr.String())
-		release()
+		t.Ended()
 		tc.Close()
 		return
 	}
 	s.connections.Add(1)
-	c := &serverConn{s: s, tc: tc, addr: addr, secret: secret, release: release, opened: time.Now()}
+	c := &serverConn{s: s, tc: tc, addr: addr, secret: secret, ticket: t, opened: time.Now()}
 	c.ctx, c.cancel = context.WithCancel(withSender(s.ctx, Sender{Addr: addr}))
 	c.out.Init(tc, &serve.Backlog{Limit: s.cfg.MaxUnanswered}, func(error) {
 		tc.Close()
@@ -333,7 +340,7 @@ func (s *Server) start(tc transport.Conn, release func()) {
 	s.mu.Lock()
 	if s.ctx.Err() != nil {
 		s.mu.Unlock()
-		release()
+		t.Ended()
 		tc.Close()
 		return
 	}
@@ -414,16 +421,16 @@ func (s *Server) publish(from string, e peer.Event) {
 }
 
 type serverConn struct {
-	s       *Server
-	tc      transport.Conn
-	addr    netip.Addr              // the client's IP address
-	secret  []byte                  // the client's shared secret, chosen at accept
-	rd      transport.ReadDeadliner // nil if tc has no deadlines
-	out     outbox.Outbox
-	ctx     context.Context // carries the Sender; ends when the connection does
-	cancel  context.CancelFunc
-	opened  time.Time
-	release func() // ends the count among connections not admitted yet
+	s      *Server
+	tc     transport.Conn
+	addr   netip.Addr              // the client's IP address
+	secret []byte                  // the client's shared secret, chosen at accept
+	rd     transport.ReadDeadliner // nil if tc has no deadlines
+	out    outbox.Outbox
+	ctx    context.Context // carries the Sender; ends when the connection does
+	cancel context.CancelFunc
+	opened time.Time
+	ticket *serve.Ticket // its place among the listener's connections
 
 	deadline time.Time // the read deadline set, zero for none; guarded by out.Mu
 
@@ -469,7 +476,7 @@ func (c *serverConn) serve() {
 	}
 	c.tc.Close()
 	c.cancel()
-	c.release()
+	c.ticket.Ended()
 	c.out.Close(true)
 	s.mu.Lock()
 	delete(s.conns, c)
@@ -555,7 +562,7 @@ func (c *serverConn) request(b []byte) string {
 	}
 	if !c.admitted {
 		c.admitted = true
-		c.release()
+		c.ticket.Admitted()
 	}
 	s.received.Add(1)
 	s.nas.received(c.addr)

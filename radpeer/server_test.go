@@ -428,3 +428,34 @@ func TestServerStuckAccountingLeavesRoomOnItsConnection(t *testing.T) {
 		mustClose(t, s)
 	})
 }
+
+// MaxConnections bounds the connections open, admitted ones included:
+// past it a new connection is closed at once and counted, and one that
+// ends makes room.
+func TestServerMaxConnections(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, ln := startServer(t, ServerConfig{MaxConnections: 2, Logger: slog.New(slog.DiscardHandler)})
+		var admitted []*rawClient
+		for i := range 2 {
+			c := connect(t, ln)
+			go io.Copy(io.Discard, c.conn)
+			c.send(accessReq("alice"), byte(i))
+			admitted = append(admitted, c)
+		}
+		synctest.Wait()
+		assert.Equal(t, 0, s.Stats().Opening, "both admitted")
+		over := connect(t, ln)
+		synctest.Wait()
+		assert.True(t, over.closedByServer(), "a third connection is closed at once")
+		assert.Equal(t, uint64(1), s.Stats().Refused)
+		admitted[0].conn.Close()
+		synctest.Wait()
+		again := connect(t, ln)
+		synctest.Wait()
+		assert.False(t, again.closedByServer(), "room once one ended")
+		assert.Equal(t, 2, s.Stats().Open)
+		again.conn.Close()
+		admitted[1].conn.Close()
+		mustClose(t, s)
+	})
+}

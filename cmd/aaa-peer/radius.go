@@ -92,6 +92,7 @@ func (s *server) openRADIUS(u string, topts transport.Options, store dedup.Store
 			MaxUnanswered:     min(s.o.maxUnanswered, radpeer.DefaultMaxUnanswered), // one Identifier space
 			MaxOpening:        s.o.maxOpening,
 			MaxOpeningPerAddr: s.o.maxOpenPerIP,
+			MaxConnections:    s.o.maxConns,
 			OpeningTimeout:    s.o.firstTimeout,
 			IdleTimeout:       s.o.idleTimeout,
 			DupBytes:          s.o.udpDupBytes,

@@ -101,7 +101,7 @@ func (s *server) serveListener(l *openedListener) error {
 			return err
 		}
 		srv.Wrap = s.wrap
-		srv.MaxOpening, srv.MaxOpeningPerAddr = s.o.maxOpening, s.o.maxOpenPerIP
+		srv.MaxOpening, srv.MaxOpeningPerAddr, srv.MaxConnections = s.o.maxOpening, s.o.maxOpenPerIP, s.o.maxConns
 		s.start(srv, s.metrics)
 	}
 	s.lmu.Lock()

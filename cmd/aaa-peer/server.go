@@ -102,6 +102,7 @@ type serverOptions struct {
 	inlineTime    time.Duration
 	maxOpening    int
 	maxOpenPerIP  int
+	maxConns      int
 	cerTimeout    time.Duration
 	idleTimeout   time.Duration
 	firstTimeout  time.Duration
@@ -145,6 +146,7 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.inlineTime, "inline-handler-time", peer.DefaultInlineHandlerTime, "run each request on the connection's reader goroutine, and move the reading to a new goroutine once a request has taken `D` there (later requests then go to goroutines of their own for a while); negative: every request on a goroutine of its own")
 	fs.IntVar(&o.maxOpening, "max-opening", peer.DefaultMaxOpening, "at most `N` accepted connections without a finished CER/CEA (Diameter) or a first request that passed verification (RADIUS/TCP and TLS), per listener; more are closed at once (-1: no limit)")
 	fs.IntVar(&o.maxOpenPerIP, "max-opening-per-addr", peer.DefaultMaxOpeningPerAddr, "at most `N` of those from one source address (-1: no limit)")
+	fs.IntVar(&o.maxConns, "max-connections", peer.DefaultMaxConnections, "at most `N` connections open at once per Diameter or RADIUS/TCP and TLS listener, admitted or not; more are closed at once (-1: no limit)")
 	fs.DurationVar(&o.cerTimeout, "cer-timeout", peer.DefaultCEATimeout, "close an accepted Diameter connection that has not sent its CER within `D`")
 	fs.DurationVar(&o.firstTimeout, "first-request-timeout", radpeer.DefaultOpeningTimeout, "close an accepted RADIUS/TCP or TLS connection that has not sent a request passing verification within `D` (TLS handshake included; a client's watchdog may send its first Status-Server only after its Tw)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", radpeer.DefaultIdleTimeout, "close a RADIUS/TCP or TLS connection that sent no whole request for `D` (a client's Status-Server watchdog keeps a live one busy; negative: never)")
@@ -191,8 +193,10 @@ func (o *serverOptions) validate() error {
 		return usagef("--max-unanswered must be at least 1")
 	case o.inlineTime == 0:
 		return usagef("--inline-handler-time must not be 0 (negative: a goroutine per request)")
-	case o.maxOpening == 0 || o.maxOpenPerIP == 0:
+	case o.maxOpening == 0 || o.maxOpenPerIP == 0 || o.maxOpening < -1 || o.maxOpenPerIP < -1:
 		return usagef("--max-opening and --max-opening-per-addr must be positive, or -1 for no limit")
+	case o.maxConns == 0 || o.maxConns < -1:
+		return usagef("--max-connections %d: must be positive, or -1 for no limit", o.maxConns)
 	case o.maxHandlers < 1:
 		return usagef("--max-handlers %d: must be at least 1", o.maxHandlers)
 	case o.udpDupBytes < 1:
@@ -309,7 +313,7 @@ type serverReport struct {
 	// only: RADIUS has no T flag.
 	UnseenReplays uint64 `json:"unseen_replays"`
 	// RefusedOverLimit counts connections closed at once over
-	// --max-opening or --max-opening-per-addr.
+	// --max-connections, --max-opening or --max-opening-per-addr.
 	RefusedOverLimit uint64 `json:"refused_over_limit"`
 	// RADIUS has each RADIUS listener's counters.
 	RADIUS []radiusListenerReport `json:"radius,omitempty"`

@@ -28,11 +28,12 @@ const (
 // accepting while the process lives.
 //
 // Each accepted connection is counted by adm (nil admits all) and handed
-// to start with the release to call once it is admitted or gone, or,
-// over adm's limits, closed at once by closeConn. start runs on the
-// accepting goroutine: it must not block.
+// to start with its Ticket (nil when adm is), which start's connection
+// must tell when it is admitted and when it ends, or, over adm's limits,
+// closed at once by closeConn. start runs on the accepting goroutine: it
+// must not block.
 func Accept[C any](ln Listener[C], adm *Admission, lg *slog.Logger, closed func() bool,
-	remote func(C) net.Addr, closeConn func(C), start func(c C, release func())) error {
+	remote func(C) net.Addr, closeConn func(C), start func(c C, t *Ticket)) error {
 	var backoff Backoff
 	for {
 		c, err := ln.Accept()
@@ -44,16 +45,15 @@ func Accept[C any](ln Listener[C], adm *Admission, lg *slog.Logger, closed func(
 			continue
 		}
 		backoff.Reset()
-		release := func() {}
+		var t *Ticket
 		if adm != nil {
-			r, ok := adm.Admit(remote(c), lg)
-			if !ok {
+			var ok bool
+			if t, ok = adm.Admit(remote(c), lg); !ok {
 				closeConn(c)
 				continue
 			}
-			release = r
 		}
-		start(c, release)
+		start(c, t)
 	}
 }
 

@@ -12,28 +12,41 @@ import (
 const (
 	DefaultMaxOpening        = 256
 	DefaultMaxOpeningPerAddr = 64
+	DefaultMaxConns          = 1024
 )
 
-// Admission counts a listener's connections that are not admitted yet
-// (Diameter: no CER answered; RADIUS: no request verified with the
-// shared secret), in total and by source address, and refuses a new one
-// over either limit: silent or hostile connections, which need no
-// credentials, then cannot use up the process's descriptors while they
-// wait for their first message. Its methods are safe for concurrent use.
+// Admission counts a listener's connections: those open, and those not
+// admitted yet (Diameter: no CER answered; RADIUS: no request verified
+// with the shared secret), in total and by source address. It refuses a
+// new connection over any of its limits: silent or hostile connections,
+// which need no credentials, then cannot use up the process's descriptors
+// while they wait for their first message, and admitted ones, which each
+// hold a reader, buffers and a backlog of unanswered requests, are bounded
+// in all. Its methods are safe for concurrent use.
 type Admission struct {
 	// Max and PerAddr bound the connections not admitted yet, in all and
-	// from one source address. Zero means DefaultMaxOpening and
-	// DefaultMaxOpeningPerAddr; negative means no limit. Set them before
-	// the first Admit.
-	Max, PerAddr int
+	// from one source address; MaxConns the connections open, admitted
+	// or not. Zero means DefaultMaxOpening, DefaultMaxOpeningPerAddr and
+	// DefaultMaxConns; negative means no limit. Set them before the first
+	// Admit.
+	Max, PerAddr, MaxConns int
 	// What names, in the log line of a refusal, what the connections
 	// wait for ("their CER", "a first valid request").
 	What string
 
 	mu      sync.Mutex
-	n       int
+	n       int // not admitted yet
+	open    int // open, admitted or not
 	byAddr  map[netip.Addr]int
 	refused atomic.Uint64
+}
+
+// A Ticket is one connection's place in its Admission. Its methods are
+// safe for concurrent use, and do nothing on a nil Ticket.
+type Ticket struct {
+	o                 *Admission
+	a                 netip.Addr
+	admitted, stopped bool // guarded by o.mu
 }
 
 func limitOf(v, def int) int {
@@ -44,11 +57,11 @@ func limitOf(v, def int) int {
 }
 
 // Admit counts a new connection from remote, or refuses it when a limit
-// is reached (the caller closes it). release must be called once the
-// connection is admitted or ends, whichever comes first; calling it again
-// does nothing.
-func (o *Admission) Admit(remote net.Addr, lg *slog.Logger) (release func(), ok bool) {
+// is reached (the caller closes it). The connection's Ticket must be told
+// when it is admitted (Admitted) and when it ends (Ended).
+func (o *Admission) Admit(remote net.Addr, lg *slog.Logger) (*Ticket, bool) {
 	max, perAddr := limitOf(o.Max, DefaultMaxOpening), limitOf(o.PerAddr, DefaultMaxOpeningPerAddr)
+	maxConns := limitOf(o.MaxConns, DefaultMaxConns)
 	a, _ := AddrOf(remote)
 	o.mu.Lock()
 	if o.byAddr == nil {
@@ -56,44 +69,86 @@ func (o *Admission) Admit(remote net.Addr, lg *slog.Logger) (release func(), ok 
 	}
 	var why string
 	switch {
+	case maxConns > 0 && o.open >= maxConns:
+		why = "too many connections open"
 	case max > 0 && o.n >= max:
 		why = "too many connections waiting for "
 	case perAddr > 0 && o.byAddr[a] >= perAddr:
 		why = "too many connections from one address waiting for "
 	}
 	if why != "" {
-		n, na := o.n, o.byAddr[a]
+		open, n, na := o.open, o.n, o.byAddr[a]
 		o.mu.Unlock()
 		o.refused.Add(1)
-		what := o.What
-		if what == "" {
-			what = "their first message"
+		if why[len(why)-1] == ' ' {
+			what := o.What
+			if what == "" {
+				what = "their first message"
+			}
+			why += what
 		}
-		Log(lg, slog.LevelWarn, KindRefused, "connection closed at once: "+why+what,
-			"remote", remote.String(), "opening", n, "from_addr", na, "max", max, "max_per_addr", perAddr)
+		Log(lg, slog.LevelWarn, KindRefused, "connection closed at once: "+why,
+			"remote", remote.String(), "open", open, "max_connections", maxConns,
+			"opening", n, "from_addr", na, "max", max, "max_per_addr", perAddr)
 		return nil, false
 	}
+	o.open++
 	o.n++
 	o.byAddr[a]++
 	o.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			o.mu.Lock()
-			o.n--
-			if o.byAddr[a]--; o.byAddr[a] <= 0 {
-				delete(o.byAddr, a)
-			}
-			o.mu.Unlock()
-		})
-	}, true
+	return &Ticket{o: o, a: a}, true
 }
 
-// Opening returns how many connections are counted now.
+// Admitted ends the connection's count among those not admitted yet; it
+// stays counted as open until Ended. Calling it again does nothing.
+func (t *Ticket) Admitted() {
+	if t == nil {
+		return
+	}
+	t.o.mu.Lock()
+	t.admittedLocked()
+	t.o.mu.Unlock()
+}
+
+func (t *Ticket) admittedLocked() {
+	if t.admitted {
+		return
+	}
+	t.admitted = true
+	o := t.o
+	o.n--
+	if o.byAddr[t.a]--; o.byAddr[t.a] <= 0 {
+		delete(o.byAddr, t.a)
+	}
+}
+
+// Ended ends every count of the connection, admitted or not. Calling it
+// again does nothing.
+func (t *Ticket) Ended() {
+	if t == nil {
+		return
+	}
+	t.o.mu.Lock()
+	t.admittedLocked()
+	if !t.stopped {
+		t.stopped = true
+		t.o.open--
+	}
+	t.o.mu.Unlock()
+}
+
+// Opening returns how many connections not admitted yet are counted now.
 func (o *Admission) Opening() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.n
+}
+
+// Open returns how many connections, admitted or not, are counted now.
+func (o *Admission) Open() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.open
 }
 
 // Refused returns how many connections were refused over a limit.

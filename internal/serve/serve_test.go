@@ -236,28 +236,69 @@ func TestLaneConcurrentSources(t *testing.T) {
 }
 
 func TestAdmissionLimits(t *testing.T) {
-	a := &Admission{Max: 3, PerAddr: 2}
+	a := &Admission{Max: 3, PerAddr: 2, MaxConns: -1}
 	x := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 1}
 	y := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 2), Port: 2}
-	r1, ok := a.Admit(x, nil)
+	t1, ok := a.Admit(x, nil)
 	require.True(t, ok)
-	r2, ok := a.Admit(x, nil)
+	t2, ok := a.Admit(x, nil)
 	require.True(t, ok)
 	_, ok = a.Admit(x, nil)
 	assert.False(t, ok, "a third from one address is over PerAddr")
-	r3, ok := a.Admit(y, nil)
+	t3, ok := a.Admit(y, nil)
 	require.True(t, ok)
 	_, ok = a.Admit(&net.TCPAddr{IP: net.IPv4(10, 0, 0, 3)}, nil)
 	assert.False(t, ok, "a fourth in all is over Max")
 	assert.Equal(t, uint64(2), a.Refused())
 	assert.Equal(t, 3, a.Opening())
-	r1()
-	r1() // once only
+	t1.Admitted()
+	t1.Admitted() // once only
 	assert.Equal(t, 2, a.Opening())
+	assert.Equal(t, 3, a.Open(), "admitted, still open")
 	_, ok = a.Admit(x, nil)
 	assert.True(t, ok, "room from x again")
-	r2()
-	r3()
+	t2.Ended()
+	t3.Ended()
+	t1.Ended()
+	t1.Ended() // once only
+	assert.Equal(t, 1, a.Opening())
+	assert.Equal(t, 1, a.Open())
+	var none *Ticket
+	none.Admitted() // a listener without an Admission has nil Tickets
+	none.Ended()
+}
+
+// MaxConns bounds the connections open, admitted ones included: a
+// connection admitted leaves room among those opening, not among those
+// open, until it ends.
+func TestAdmissionBoundsOpenConnections(t *testing.T) {
+	var buf bytes.Buffer
+	lg := slog.New(slog.NewTextHandler(&buf, nil))
+	a := &Admission{MaxConns: 3}
+	var tickets []*Ticket
+	for i := range 3 {
+		tk, ok := a.Admit(&net.TCPAddr{IP: net.IPv4(10, 0, 0, byte(i))}, lg)
+		require.True(t, ok)
+		tk.Admitted()
+		tickets = append(tickets, tk)
+	}
+	assert.Equal(t, 0, a.Opening())
+	_, ok := a.Admit(&net.TCPAddr{IP: net.IPv4(10, 0, 1, 0)}, lg)
+	assert.False(t, ok, "three admitted connections open: a fourth is over MaxConns")
+	assert.Contains(t, buf.String(), "too many connections open")
+	assert.Contains(t, buf.String(), "max_connections=3")
+	tickets[0].Ended()
+	_, ok = a.Admit(&net.TCPAddr{IP: net.IPv4(10, 0, 1, 0)}, lg)
+	assert.True(t, ok, "room once one ended")
+	assert.Equal(t, uint64(1), a.Refused())
+	b := &Admission{}
+	for i := range DefaultMaxConns {
+		tk, ok := b.Admit(&net.TCPAddr{IP: net.IPv4(10, 1, byte(i>>8), byte(i))}, nil)
+		require.True(t, ok)
+		tk.Admitted()
+	}
+	_, ok = b.Admit(&net.TCPAddr{IP: net.IPv4(10, 2, 0, 0)}, nil)
+	assert.False(t, ok, "zero is DefaultMaxConns")
 }
 
 // failingListener fails its first n accepts with EMFILE, then returns
@@ -294,7 +335,7 @@ func TestAcceptBacksOffAndGoesOn(t *testing.T) {
 	go func() {
 		done <- Accept[net.Conn](ln, &Admission{}, lg, func() bool { return false },
 			net.Conn.RemoteAddr, func(c net.Conn) { c.Close() },
-			func(c net.Conn, release func()) { release(); got <- c })
+			func(c net.Conn, tk *Ticket) { tk.Ended(); got <- c })
 	}()
 	a, b := net.Pipe()
 	defer a.Close()
@@ -323,7 +364,7 @@ func TestAcceptClosesOverAdmission(t *testing.T) {
 		done <- Accept[net.Conn](ln, adm, nil, func() bool { return false },
 			func(net.Conn) net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} },
 			func(c net.Conn) { closedConns <- c; c.Close() },
-			func(c net.Conn, release func()) { started.Add(1) })
+			func(c net.Conn, _ *Ticket) { started.Add(1) })
 	}()
 	a1, b1 := net.Pipe()
 	a2, b2 := net.Pipe()

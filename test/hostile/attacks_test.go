@@ -17,6 +17,8 @@ import (
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/wire"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Bounds the attacks must stay under. A server at rest is about 15 MB and
@@ -473,4 +475,55 @@ func TestRefusalsLoggedAndRateLimited(t *testing.T) {
 	if n := strings.Count(log, "\n"); n > 150 {
 		t.Errorf("%d log lines for 300 hostile connections: not rate-limited", n)
 	}
+}
+
+// Peers that each pass the capabilities exchange, under identities of
+// their own choosing, are bounded in all by --max-connections: past it a
+// new connection is closed at once (no CEA), the admitted ones and the
+// good client go on, and a connection that ends makes room. Before the
+// bound, every admitted connection was kept, each with its reader,
+// buffers and backlog.
+func TestAdmittedConnectionsBounded(t *testing.T) {
+	const max = 6
+	s := startServer(t, 0, "--max-connections", fmt.Sprint(max))
+	g := goodClient(t, s, nil) // one of the six
+	g.run()
+	var conns []transport.Conn
+	for i := range max - 1 {
+		conns = append(conns, raw(t, s, fmt.Sprintf("admitted%d.example.net", i)))
+	}
+	over := raw(t, s, "")
+	over.(transport.ReadDeadliner).SetReadDeadline(time.Now().Add(5 * time.Second))
+	over.WriteMessages(cer("over.example.net"))
+	if m, err := over.ReadMessage(); err == nil {
+		t.Fatalf("a connection past --max-connections got %s, want it closed at once", message.CommandName(m))
+	} else if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("a connection past --max-connections was kept open")
+	}
+	conns[0].Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		// The room comes back once the server saw the connection end.
+		tc, err := transport.Dial(context.Background(), "tcp://"+s.addr, transport.Options{})
+		require.NoError(t, err)
+		tc.(transport.ReadDeadliner).SetReadDeadline(time.Now().Add(5 * time.Second))
+		tc.WriteMessages(cer("again.example.net"))
+		cea, err := tc.ReadMessage()
+		if err == nil {
+			rc, _ := message.ResultCodeOf(cea)
+			assert.Equal(t, uint32(message.Success), rc, "room again once a connection ended")
+			tc.Close()
+			break
+		}
+		tc.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("no room within 5 s of a connection's end")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	g.halt()
+	s.alive()
+	g.check(t)
+	r := s.stopReport()
+	assert.GreaterOrEqual(t, r["refused_over_limit"], float64(1), "counted in the report")
 }
