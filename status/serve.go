@@ -12,6 +12,21 @@ import (
 // once its context is done; past it, connections are closed.
 const ShutdownTimeout = 2 * time.Second
 
+// Bounds of a Server's connections, so that clients that do not read
+// their answers, or open connections and send nothing, hold a bounded
+// number of goroutines and buffers: a request's headers must come within
+// ReadHeaderTimeout, its answer be written within WriteTimeout, an idle
+// keep-alive connection is closed after IdleTimeout, and at most MaxConns
+// connections are open at once: a new one past it takes the place of the
+// connection idle the longest, else of the oldest that has sent no
+// request yet, or, every one being busy, is closed at once.
+const (
+	ReadHeaderTimeout = 5 * time.Second
+	WriteTimeout      = 30 * time.Second
+	IdleTimeout       = time.Minute
+	MaxConns          = 64
+)
+
 // Server is an HTTP server started by ListenAndServe.
 type Server struct {
 	addr net.Addr
@@ -35,13 +50,21 @@ func ListenAndServe(ctx context.Context, addr string, h http.Handler) (*Server, 
 // Serve is ListenAndServe on a listener the caller opened; the Server
 // closes it.
 func Serve(ctx context.Context, ln net.Listener, h http.Handler) *Server {
+	return serveLimited(ctx, ln, h, WriteTimeout, MaxConns)
+}
+
+func serveLimited(ctx context.Context, ln net.Listener, h http.Handler, writeTimeout time.Duration, maxConns int) *Server {
+	lim := newConnLimit(ln, maxConns)
 	hs := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
-		IdleTimeout:       time.Minute,
+		ConnState:         lim.track,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       IdleTimeout,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
 	s := &Server{addr: ln.Addr(), done: make(chan struct{})}
+	ln = lim
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	go func() {

@@ -2,10 +2,14 @@ package status
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -66,5 +70,165 @@ func TestURLUnspecifiedHost(t *testing.T) {
 		if got := (&Server{addr: a}).URL(); got != want {
 			t.Errorf("URL of %s = %q, want %q", addr, got, want)
 		}
+	}
+}
+
+// startLimited serves h with the given bounds until the test ends.
+func startLimited(t *testing.T, h http.Handler, writeTimeout time.Duration, maxConns int) *Server {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	srv := serveLimited(ctx, ln, h, writeTimeout, maxConns)
+	t.Cleanup(func() { cancel(); srv.Wait() })
+	return srv
+}
+
+// A client that asks for answers and never reads them holds its
+// connection only until WriteTimeout: its write fails, the connection is
+// closed, and its place is free for the next.
+func TestWriteTimeoutFreesNonReaders(t *testing.T) {
+	big := strings.Repeat("x", 4<<20) // more than the socket buffers hold
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, big) })
+	srv := startLimited(t, h, 300*time.Millisecond, 2)
+	for range 2 {
+		nc, err := net.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		if _, err := io.WriteString(nc, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Both places are taken by clients that do not read: a reader is
+	// turned away until the write timeout has closed one of them, then
+	// answered.
+	cl := &http.Client{Timeout: 5 * time.Second}
+	defer cl.CloseIdleConnections()
+	start := time.Now()
+	var r *http.Response
+	var err error
+	for time.Since(start) < 5*time.Second {
+		if r, err = cl.Get(srv.URL()); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("no answer within 5 s while two clients did not read theirs: %v", err)
+	}
+	n, _ := io.Copy(io.Discard, r.Body)
+	r.Body.Close()
+	if n != int64(len(big)) {
+		t.Errorf("read %d bytes, want %d", n, len(big))
+	}
+	t.Logf("answered after %v", time.Since(start).Round(time.Millisecond))
+}
+
+// At most maxConns connections are open at once. Past it, a new
+// connection takes the place of the one idle the longest (keep-alive
+// clients cannot lock others out), or, when every connection is busy, is
+// closed at once.
+func TestMaxConnsBoundsConnections(t *testing.T) {
+	release := make(chan struct{})
+	var in atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		in.Add(1)
+		<-release
+		io.WriteString(w, "ok")
+	})
+	srv := startLimited(t, h, 5*time.Second, 2)
+	get := func(cl *http.Client) error {
+		r, err := cl.Get(srv.URL())
+		if err != nil {
+			return err
+		}
+		defer r.Body.Close()
+		if b, _ := io.ReadAll(r.Body); string(b) != "ok" {
+			return fmt.Errorf("answer %q", b)
+		}
+		return nil
+	}
+	client := func() *http.Client { // a pool of its own: connections of its own
+		return &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
+	}
+	busy := []*http.Client{client(), client()}
+	errs := make(chan error, 2)
+	for _, cl := range busy {
+		defer cl.CloseIdleConnections()
+		go func() { errs <- get(cl) }()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for in.Load() < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := in.Load(); n != 2 {
+		t.Fatalf("%d requests in the handler, want 2", n)
+	}
+
+	// Both connections busy: a third is closed at once.
+	nc, err := net.Dial("tcp", srv.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	io.WriteString(nc, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	nc.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := nc.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a connection past the bound with every place busy: read %v, want it closed at once", err)
+	}
+	if n := in.Load(); n != 2 {
+		t.Fatalf("%d requests in the handler, want 2", n)
+	}
+
+	// Both answered, their connections kept alive and idle: a new
+	// client takes the place of one of them.
+	close(release)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := client()
+	defer other.CloseIdleConnections()
+	if err := get(other); err != nil {
+		t.Fatalf("a client with two idle keep-alive connections open: %v", err)
+	}
+	for _, cl := range busy {
+		if err := get(cl); err != nil {
+			t.Errorf("a client whose idle connection was closed to make room: %v", err)
+		}
+	}
+}
+
+// Connections that send nothing hold no place from a client with a
+// request: at the bound, a new connection takes the place of the oldest
+// of them.
+func TestSilentConnectionsMakeRoom(t *testing.T) {
+	srv := startLimited(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }), 5*time.Second, 2)
+	var silent []net.Conn
+	for range 2 {
+		nc, err := net.Dial("tcp", srv.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		io.WriteString(nc, "GET / HTTP/1.1\r\nHo") // a request begun and never ended
+		silent = append(silent, nc)
+		time.Sleep(10 * time.Millisecond) // distinct ages
+	}
+	cl := &http.Client{Transport: &http.Transport{}, Timeout: 3 * time.Second}
+	defer cl.CloseIdleConnections()
+	r, err := cl.Get(srv.URL())
+	if err != nil {
+		t.Fatalf("two connections that sent no whole request held both places: %v", err)
+	}
+	r.Body.Close()
+	silent[0].SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := silent[0].Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("the oldest silent connection: read %v, want it closed to make room", err)
 	}
 }

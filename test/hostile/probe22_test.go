@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/status"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/wire"
 )
@@ -377,8 +378,9 @@ func TestProbeCERDuplicateIdentity(t *testing.T) {
 }
 
 // 600 connections that each complete a CER under a name of their own and
-// then stay silent (never answer a DWR): there is no bound on admitted
-// connections; the watchdog closes them after about 3 Tw.
+// then stay silent (never answer a DWR): under --max-connections (1,024),
+// so all are admitted; the watchdog closes them after about 3 Tw. Past
+// the bound a connection is closed at once (TestAdmittedConnectionsBounded).
 func TestProbeManyIdleAdmitted(t *testing.T) {
 	const tw = 6 * time.Second
 	s := startServer(t, 0, "--tw", tw.String())
@@ -588,11 +590,9 @@ func TestProbeHandlerLaneShare(t *testing.T) {
 // 50 connections to the --status page that pipeline 3,000 requests for
 // /metrics each and never read: the server's writes block once the
 // socket buffers are full. Before status's fix a blocked scrape held the
-// Metrics lock, and every other scrape timed out. The page has no write
-// timeout (only ReadHeaderTimeout 5 s and IdleTimeout 1 min, neither of
-// which applies to a blocked write), so each such connection still holds
-// its goroutine as long as the client keeps it open (logged, not
-// checked).
+// Metrics lock, and every other scrape timed out. Before the page had a
+// write timeout, each such connection held its goroutine for as long as
+// the client kept it open; now status.WriteTimeout (30 s) closes them.
 func TestProbeStatusPageNonReaders(t *testing.T) {
 	s := startServer(t, 0)
 	host := strings.TrimSuffix(strings.TrimPrefix(s.status, "http://"), "/")
@@ -609,8 +609,18 @@ func TestProbeStatusPageNonReaders(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	g1, err1 := s.goroutines()
 	rss1, _ := s.memory()
-	time.Sleep(20 * time.Second)
-	g2, err2 := s.goroutines()
+	// Each blocked write ends WriteTimeout after its request's header was
+	// read; the server reads pipelined requests for a while before the
+	// socket buffers fill, so look until about twice that.
+	var g2 int
+	var err2 error
+	var closedAfter time.Duration
+	for t1 := time.Now(); time.Since(t1) < 3*status.WriteTimeout; time.Sleep(2 * time.Second) {
+		if g2, err2 = s.goroutines(); err2 != nil || g2 <= g0+10 {
+			closedAfter = 5*time.Second + time.Since(t1)
+			break
+		}
+	}
 	rss2, _ := s.memory()
 	s.alive()
 	for _, err := range []error{err1, err2} {
@@ -618,8 +628,14 @@ func TestProbeStatusPageNonReaders(t *testing.T) {
 			t.Errorf("a scrape of /metrics failed while clients did not read theirs: %v", err)
 		}
 	}
-	t.Logf("FIGURES status-non-readers: goroutines %d before, %d after 5 s, %d after 25 s; RSS %.1f, %.1f, %.1f MB",
-		g0, g1, g2, float64(rss0)/(1<<20), float64(rss1)/(1<<20), float64(rss2)/(1<<20))
+	t.Logf("FIGURES status-non-readers: goroutines %d before, %d after 5 s, %d after %v; RSS %.1f, %.1f, %.1f MB",
+		g0, g1, g2, closedAfter.Round(time.Second), float64(rss0)/(1<<20), float64(rss1)/(1<<20), float64(rss2)/(1<<20))
+	if g1 < g0+40 {
+		t.Errorf("goroutines %d with 50 blocked scrapes, %d before: the clients did not block the page's writes", g1, g0)
+	}
+	if g2 > g0+10 {
+		t.Errorf("goroutines %d, %d before: the connections that do not read were not closed by the write timeout", g2, g0)
+	}
 }
 
 // After a request that passed verification (admitted), a client trickles
