@@ -138,7 +138,7 @@ func (l *Lane[K, T]) Submit(k K, j T) {
 	}
 	s.q = append(s.q, j)
 	l.waiting++
-	if l.most != nil && s.len() > l.most.len() {
+	if l.most == nil || s.len() > l.most.len() {
 		l.most = s
 	}
 	l.peak = max(l.peak, l.waiting)
