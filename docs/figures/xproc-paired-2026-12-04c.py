@@ -12,8 +12,11 @@ def load(d):
 def ci(pr):
     random.seed(1); bs=sorted(st.median(random.choices(pr,k=len(pr))) for _ in range(4000))
     return st.median(pr),bs[100],bs[3899]
-sets={'xp4':load('xp4')}
-sets['pool']=load('xp')+load('xp3')+sets['xp4']
+if len(sys.argv)>1: # other sittings: their directories under /work/notes
+    sets={d:load(d) for d in sys.argv[1:]}
+else:
+    sets={'xp4':load('xp4')}
+    sets['pool']=load('xp')+load('xp3')+sets['xp4']
 for name,rs in sets.items():
     print(name,'rounds',len(rs))
     for callers in (256,1):
