@@ -37,7 +37,8 @@ type Server struct {
 	// capabilities exchange (under as many identities as they like, unless
 	// Config.AllowHosts says which) cannot hold unbounded readers, buffers
 	// and backlogs. Zero means DefaultMaxConnections; negative means no
-	// limit.
+	// limit. A connection that an election hands to a client Peer of the
+	// Table stops counting here (one at most per client Peer).
 	MaxConnections int
 
 	cfg Config

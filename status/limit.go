@@ -11,13 +11,17 @@ import (
 // bound, a new connection takes the place of one that holds it for
 // nothing: the connection idle the longest (a keep-alive connection
 // between requests, which its client reopens at no cost), else the oldest
-// that has not sent its first request yet (a slow or silent client).
-// When every connection is busy (a request's headers read in part, or
-// being answered, within WriteTimeout), the new connection is closed at
-// once, so that its client fails fast instead of waiting unseen in the
-// listen backlog. So clients that keep connections open idle, or open
-// them and send nothing, cannot lock others out, and the goroutines and
-// buffers of the page are bounded.
+// that has not sent a whole request yet (a slow or silent client). When
+// every connection is being answered (within WriteTimeout), the new
+// connection is closed at once, so that its client fails fast instead of
+// waiting unseen in the listen backlog. So clients that keep connections
+// open idle, or open them and send nothing, cannot lock others out, and
+// the goroutines and buffers of the page are bounded.
+//
+// The states are the http.Server's (ConnState), which marks a connection
+// active once a request's header is whole: a request still arriving, on
+// a new connection or a kept-alive one, can be cut to make room, and its
+// client sees the connection closed (HTTP clients retry a GET then).
 type connLimit struct {
 	net.Listener
 	max int

@@ -18,8 +18,8 @@ const ShutdownTimeout = 2 * time.Second
 // ReadHeaderTimeout, its answer be written within WriteTimeout, an idle
 // keep-alive connection is closed after IdleTimeout, and at most MaxConns
 // connections are open at once: a new one past it takes the place of the
-// connection idle the longest, else of the oldest that has sent no
-// request yet, or, every one being busy, is closed at once.
+// connection idle the longest, else of the oldest that has not sent a
+// whole request yet, or, every one being answered, is closed at once.
 const (
 	ReadHeaderTimeout = 5 * time.Second
 	WriteTimeout      = 30 * time.Second

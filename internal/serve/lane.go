@@ -41,19 +41,21 @@ type Lane[K comparable, T any] struct {
 	waiting int // jobs waiting, of every source
 	sources map[K]*source[K, T]
 	turn    *source[K, T]   // the source whose job runs next; the ring of sources with jobs waiting
-	most    *source[K, T]   // a source with the most jobs waiting, as far as known; nil: look
+	byLen   []*source[K, T] // byLen[n]: the sources with n jobs waiting (n >= 1), a list
+	top     int             // the most jobs a source has waiting
 	spare   []*source[K, T] // sources to reuse
 	refused uint64
 	peak    int // most jobs waiting at once
 }
 
 // source is the jobs of one source waiting in a Lane, on its ring of
-// sources that have some.
+// sources that have some and on the list of those with as many.
 type source[K comparable, T any] struct {
-	key        K
-	q          []T // waiting jobs: q[head:]
-	head       int
-	prev, next *source[K, T]
+	key          K
+	q            []T // waiting jobs: q[head:]
+	head         int
+	prev, next   *source[K, T] // the ring
+	lprev, lnext *source[K, T] // the list of byLen[len()]
 }
 
 func (s *source[K, T]) len() int { return len(s.q) - s.head }
@@ -124,6 +126,7 @@ func (l *Lane[K, T]) Submit(k K, j T) {
 		var zero T
 		v.q[len(v.q)-1] = zero
 		v.q = v.q[:len(v.q)-1]
+		l.moved(v, v.len()+1)
 		l.waiting--
 		l.refused++
 		defer l.refuse(out) // after the unlock below
@@ -137,10 +140,8 @@ func (l *Lane[K, T]) Submit(k K, j T) {
 		s.q, s.head = s.q[:n], 0
 	}
 	s.q = append(s.q, j)
+	l.moved(s, s.len()-1)
 	l.waiting++
-	if l.most == nil || s.len() > l.most.len() {
-		l.most = s
-	}
 	l.peak = max(l.peak, l.waiting)
 	l.mu.Unlock()
 }
@@ -149,27 +150,50 @@ func (l *Lane[K, T]) Submit(k K, j T) {
 // waiting) may push out of a full queue: one with the most jobs waiting,
 // if it has at least two more than s. l.mu is held.
 func (l *Lane[K, T]) victim(s *source[K, T]) *source[K, T] {
-	if l.turn == nil {
-		return nil // no job waits: the lane has no queue
-	}
 	n := 0
 	if s != nil {
 		n = s.len()
 	}
-	if l.most == nil || l.most.len() < n+2 {
-		// Look for the most: the hint is lost (its source left the
-		// ring) or may be stale (it was drained since).
-		l.most = l.turn
-		for r := l.turn.next; r != l.turn; r = r.next {
-			if r.len() > l.most.len() {
-				l.most = r
-			}
-		}
-	}
-	if l.most.len() < n+2 {
+	if l.top < n+2 {
 		return nil
 	}
-	return l.most
+	return l.byLen[l.top]
+}
+
+// moved puts s, which had from jobs waiting, on the list of those with as
+// many as it has now (one more or one less), and keeps top. l.mu is held.
+func (l *Lane[K, T]) moved(s *source[K, T], from int) {
+	to := s.len()
+	if from > 0 { // off its list
+		if s.lprev != nil {
+			s.lprev.lnext = s.lnext
+		} else {
+			l.byLen[from] = s.lnext
+		}
+		if s.lnext != nil {
+			s.lnext.lprev = s.lprev
+		}
+		s.lprev, s.lnext = nil, nil
+	}
+	if to > 0 {
+		if to >= len(l.byLen) {
+			l.byLen = append(l.byLen, make([]*source[K, T], to+1-len(l.byLen))...)
+		}
+		s.lnext = l.byLen[to]
+		if s.lnext != nil {
+			s.lnext.lprev = s
+		}
+		l.byLen[to] = s
+	}
+	switch {
+	case to > l.top:
+		l.top = to
+	case from == l.top && l.byLen[from] == nil:
+		l.top = to // one less: s has the most now, or none waits
+	}
+	if l.top == 0 && len(l.byLen) > keepJobs {
+		l.byLen = nil // an idle lane keeps no large index
+	}
 }
 
 // join puts a source with no job waiting on the ring, last in turn.
@@ -202,9 +226,6 @@ func (l *Lane[K, T]) leave(s *source[K, T]) {
 			l.turn = s.next
 		}
 	}
-	if l.most == s {
-		l.most = nil
-	}
 	delete(l.sources, s.key)
 	var zero K
 	s.key, s.prev, s.next = zero, nil, nil
@@ -232,6 +253,7 @@ func (l *Lane[K, T]) work(j T) {
 		var zero T
 		j, s.q[s.head] = s.q[s.head], zero
 		s.head++
+		l.moved(s, s.len()+1)
 		l.waiting--
 		l.turn = s.next
 		if s.len() == 0 {

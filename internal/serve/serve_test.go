@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"math/rand"
 	"net"
 	"runtime"
 	"strings"
@@ -162,6 +163,96 @@ func TestLanePushesOutTheGreediest(t *testing.T) {
 	assert.Contains(t, *ran, "c0", "the source with none waiting got its job in")
 }
 
+// The job pushed out is the newest of the source with the most waiting,
+// also after a tie: a and b have 3 waiting each, c's job pushes one of
+// them down to 2, and d's must push out of the one still at 3.
+func TestLanePushesOutTheMostAfterATie(t *testing.T) {
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	l, _, refused := runOrder(6, gate, &wg)
+	l.Submit("x", "x0") // runs, waits for gate
+	for i := 1; i <= 3; i++ {
+		l.Submit("a", fmt.Sprint("a", i))
+	}
+	for i := 1; i <= 3; i++ {
+		l.Submit("b", fmt.Sprint("b", i))
+	}
+	l.Submit("c", "c1")
+	l.Submit("d", "d1")
+	require.Len(t, *refused, 2)
+	assert.ElementsMatch(t, []string{"a3", "b3"}, *refused, "the second push-out falls on the source with 3 waiting, not on the one down to 2")
+	close(gate)
+	wg.Wait()
+}
+
+// checkLane checks a Lane's index against its sources: each source on the
+// list of its length, top the longest, the lengths adding up to waiting.
+func checkLane[K comparable, T any](t *testing.T, l *Lane[K, T]) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	total, most := 0, 0
+	for _, s := range l.sources {
+		n := s.len()
+		total += n
+		most = max(most, n)
+		on := false
+		for r := l.byLen[n]; r != nil; r = r.lnext {
+			on = on || r == s
+		}
+		if !on {
+			t.Fatalf("source %v with %d waiting is not on that list", s.key, n)
+		}
+	}
+	require.Equal(t, l.waiting, total, "waiting")
+	require.Equal(t, most, l.top, "top")
+	require.LessOrEqual(t, l.waiting, l.queue)
+}
+
+// Random submissions from a few sources to a lane whose one worker is
+// held: after each, the index is right, and every push-out took from a
+// source with the most waiting, at least two more than the submitter's.
+func TestLanePushOutsRandom(t *testing.T) {
+	for seed := range int64(200) {
+		r := rand.New(rand.NewSource(seed))
+		gate := make(chan struct{})
+		var wg sync.WaitGroup
+		var l *Lane[int, [2]int]
+		var lens map[int]int // each source's waiting jobs before the Submit
+		var cur [2]int       // the job submitted
+		refusals := 0
+		l = NewLane[int](func([2]int) { <-gate }, func(j [2]int) {
+			refusals++
+			most := 0
+			for _, n := range lens {
+				most = max(most, n)
+			}
+			switch {
+			case j == cur && most >= lens[cur[0]]+2:
+				t.Fatalf("seed %d: job %v refused while source with %d waiting could make room (the submitter's %d)", seed, j, most, lens[cur[0]])
+			case j != cur && (lens[j[0]] != most || most < lens[cur[0]]+2):
+				t.Fatalf("seed %d: pushed out job %v of a source with %d waiting; the most %d, the submitter's %d", seed, j, lens[j[0]], most, lens[cur[0]])
+			}
+		}, 1, 1+r.Intn(12), &wg)
+		l.Submit(-1, [2]int{-1, 0}) // holds the worker
+		for i := range 200 {
+			cur = [2]int{r.Intn(5), i}
+			lens = map[int]int{}
+			l.mu.Lock()
+			for k, s := range l.sources {
+				lens[k] = s.len()
+			}
+			l.mu.Unlock()
+			l.Submit(cur[0], cur)
+			checkLane(t, l)
+		}
+		require.Positive(t, refusals, "seed %d: the queue was never full", seed)
+		close(gate)
+		wg.Wait()
+		checkLane(t, l)
+	}
+}
+
 func TestLaneNoQueue(t *testing.T) {
 	block := make(chan struct{})
 	var wg sync.WaitGroup
@@ -232,6 +323,7 @@ func TestLaneConcurrentSources(t *testing.T) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	assert.Empty(t, l.sources, "no source left once nothing waits")
+	assert.Zero(t, l.top)
 	assert.LessOrEqual(t, len(l.spare), keepSources)
 }
 
