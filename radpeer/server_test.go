@@ -389,16 +389,7 @@ func TestServerConfigRefused(t *testing.T) {
 func TestServerStuckAccountingLeavesRoomOnItsConnection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		stuck := make(chan struct{})
-		h := func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
-			if req.Code == lradius.CodeAccountingRequest {
-				select {
-				case <-stuck:
-				case <-ctx.Done():
-					return 0, nil
-				}
-			}
-			return AcceptAll(ctx, req, raw)
-		}
+		h := releasedHandler(stuck)
 		const limit = 8
 		s, ln := startServer(t, ServerConfig{Handler: h, MaxUnanswered: limit, MaxInFlight: 4, MaxQueued: 12, Logger: slog.New(slog.DiscardHandler)})
 		c := connect(t, ln)
