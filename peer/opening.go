@@ -2,12 +2,13 @@ package peer
 
 import "github.com/aaatp/aaatp/internal/serve"
 
-// Defaults of Server.MaxOpening, Server.MaxOpeningPerAddr and
-// Server.MaxConnections.
+// Defaults of Server.MaxOpening, Server.MaxOpeningPerAddr,
+// Server.MaxConnections and Server.MaxConnectionsPerAddr.
 const (
-	DefaultMaxOpening        = serve.DefaultMaxOpening
-	DefaultMaxOpeningPerAddr = serve.DefaultMaxOpeningPerAddr
-	DefaultMaxConnections    = serve.DefaultMaxConns
+	DefaultMaxOpening            = serve.DefaultMaxOpening
+	DefaultMaxOpeningPerAddr     = serve.DefaultMaxOpeningPerAddr
+	DefaultMaxConnections        = serve.DefaultMaxConns
+	DefaultMaxConnectionsPerAddr = serve.DefaultMaxConnsPerAddr
 )
 
 // ServerStats are a Server's counters.
@@ -18,7 +19,8 @@ type ServerStats struct {
 	Open    int `json:"open"`
 	Opening int `json:"opening"`
 	// RefusedOverLimit counts connections closed at once because
-	// MaxConnections, MaxOpening or MaxOpeningPerAddr was reached.
+	// MaxConnections, MaxConnectionsPerAddr, MaxOpening or
+	// MaxOpeningPerAddr was reached.
 	RefusedOverLimit uint64 `json:"refused_over_limit"`
 }
 

@@ -39,7 +39,10 @@ type Server struct {
 	// and backlogs. Zero means DefaultMaxConnections; negative means no
 	// limit. A connection that an election hands to a client Peer of the
 	// Table stops counting here (one at most per client Peer).
-	MaxConnections int
+	// MaxConnectionsPerAddr bounds those from one source address, so that
+	// one host cannot take every place: zero means
+	// DefaultMaxConnectionsPerAddr, negative no limit.
+	MaxConnections, MaxConnectionsPerAddr int
 
 	cfg Config
 	ln  transport.Listener
@@ -101,7 +104,8 @@ func (s *Server) Events() *Bus { return s.cfg.Events }
 // connection aborted before accept) is logged and retried with a backoff
 // of 5 ms doubling to 1 s: it must not end the service.
 func (s *Server) Serve() error {
-	s.open.Max, s.open.PerAddr, s.open.MaxConns, s.open.What = s.MaxOpening, s.MaxOpeningPerAddr, s.MaxConnections, "their CER"
+	s.open.Max, s.open.PerAddr, s.open.What = s.MaxOpening, s.MaxOpeningPerAddr, "their CER"
+	s.open.MaxConns, s.open.MaxConnsPerAddr = s.MaxConnections, s.MaxConnectionsPerAddr
 	closed := func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()

@@ -44,6 +44,8 @@ const (
 	// DefaultMaxConnections bounds a stream listener's connections
 	// open at once.
 	DefaultMaxConnections = serve.DefaultMaxConns
+	// DefaultMaxConnectionsPerAddr bounds those from one address.
+	DefaultMaxConnectionsPerAddr = serve.DefaultMaxConnsPerAddr
 	// DefaultMaxUnanswered bounds, per connection, the requests read and
 	// not answered on the wire: one Identifier space.
 	DefaultMaxUnanswered = 256
@@ -131,8 +133,10 @@ type ServerConfig struct {
 	// MaxConnections bounds a stream listener's connections open at
 	// once, admitted or not: over it a new connection is closed at once,
 	// counted and logged. Zero means DefaultMaxConnections; negative
-	// means no limit.
-	MaxConnections int
+	// means no limit. MaxConnectionsPerAddr bounds those from one source
+	// address, so that one host cannot take every place: zero means
+	// DefaultMaxConnectionsPerAddr, negative no limit.
+	MaxConnections, MaxConnectionsPerAddr int
 	// OpeningTimeout closes a stream connection that has not sent a
 	// request passing verification within it. Default
 	// DefaultOpeningTimeout.
@@ -212,7 +216,7 @@ type ServerStats struct {
 	Connections  uint64 `json:"connections"` // accepted
 	Open         int    `json:"open"`
 	Opening      int    `json:"opening"`   // open, no verified request yet
-	Refused      uint64 `json:"refused"`   // closed at once: over MaxConnections, MaxOpening or MaxOpeningPerAddr
+	Refused      uint64 `json:"refused"`   // closed at once: over a MaxConnections or MaxOpening bound
 	TimedOut     uint64 `json:"timed_out"` // closed: OpeningTimeout or IdleTimeout passed
 	Received     uint64 `json:"received"`  // verified requests, Status-Server included
 	StatusServer uint64 `json:"status_server"`
@@ -280,7 +284,8 @@ func NewServer(ln transport.Listener, scheme string, cfg ServerConfig) (*Server,
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{ln: ln, cfg: cfg, secret: secret, radsec: scheme == SchemeRadSec, ctx: ctx, cancel: cancel, conns: make(map[*serverConn]struct{})}
 	s.nas.names = cfg.names()
-	s.open = serve.Admission{Max: cfg.MaxOpening, PerAddr: cfg.MaxOpeningPerAddr, MaxConns: cfg.MaxConnections, What: "a first valid request"}
+	s.open = serve.Admission{Max: cfg.MaxOpening, PerAddr: cfg.MaxOpeningPerAddr, MaxConns: cfg.MaxConnections,
+		MaxConnsPerAddr: cfg.MaxConnectionsPerAddr, What: "a first valid request"}
 	s.auth = serve.NewLane[*serverConn](s.handle, s.refuse, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
 	s.acct = serve.NewLane[*serverConn](s.handle, s.refuse, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
 	return s, nil

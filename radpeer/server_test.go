@@ -450,3 +450,20 @@ func TestServerMaxConnections(t *testing.T) {
 		mustClose(t, s)
 	})
 }
+
+// MaxConnectionsPerAddr bounds the connections open from one address.
+func TestServerMaxConnectionsPerAddr(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, ln := startServer(t, ServerConfig{MaxConnectionsPerAddr: 1, Logger: slog.New(slog.DiscardHandler)})
+		first := connect(t, ln) // every pipe connection comes from one address
+		go io.Copy(io.Discard, first.conn)
+		first.send(accessReq("alice"), 1)
+		synctest.Wait()
+		second := connect(t, ln)
+		synctest.Wait()
+		assert.True(t, second.closedByServer(), "a second connection from the address is closed at once")
+		assert.Equal(t, uint64(1), s.Stats().Refused)
+		first.conn.Close()
+		mustClose(t, s)
+	})
+}

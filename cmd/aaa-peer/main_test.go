@@ -325,6 +325,7 @@ func TestFlagValidation(t *testing.T) {
 		{"server bad dedup answer limit", runServer, with(srv, "--dedup-max-answer", "-1"), "--dedup-max-answer must be positive"},
 		{"server max-connections zero", runServer, with(srv, "--max-connections", "0"), "--max-connections 0: must be positive, or -1"},
 		{"server max-connections below -1", runServer, with(srv, "--max-connections", "-2"), "--max-connections -2: must be positive, or -1"},
+		{"server max-connections-per-addr zero", runServer, with(srv, "--max-connections-per-addr", "0"), "--max-connections-per-addr 0: must be positive, or -1"},
 		{"server max-opening below -1", runServer, with(srv, "--max-opening", "-5"), "--max-opening and --max-opening-per-addr must be positive, or -1"},
 		{"client slot too short", runClient, with(cli, "--max-rate", "10", "--slot", "10ms"), "--slot 10ms"},
 		{"client bad queue alarm", runClient, with(cli, "--queue-alarm", "5,9"), `--queue-alarm "5,9"`},

@@ -84,20 +84,21 @@ func (s *server) openRADIUS(u string, topts transport.Options, store dedup.Store
 			clients = newClientTable(sec.clients, proto).lookup
 		}
 		return radpeer.ServerConfig{
-			Secret:            sec.secret,
-			Clients:           clients,
-			Handler:           radpeer.Dedup(store, radpeer.AcceptAll, &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...)),
-			MaxInFlight:       s.o.maxHandlers,
-			MaxQueued:         s.o.maxQueued,
-			MaxUnanswered:     min(s.o.maxUnanswered, radpeer.DefaultMaxUnanswered), // one Identifier space
-			MaxOpening:        s.o.maxOpening,
-			MaxOpeningPerAddr: s.o.maxOpenPerIP,
-			MaxConnections:    s.o.maxConns,
-			OpeningTimeout:    s.o.firstTimeout,
-			IdleTimeout:       s.o.idleTimeout,
-			DupBytes:          s.o.udpDupBytes,
-			Events:            bus,
-			Logger:            s.log,
+			Secret:                sec.secret,
+			Clients:               clients,
+			Handler:               radpeer.Dedup(store, radpeer.AcceptAll, &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...)),
+			MaxInFlight:           s.o.maxHandlers,
+			MaxQueued:             s.o.maxQueued,
+			MaxUnanswered:         min(s.o.maxUnanswered, radpeer.DefaultMaxUnanswered), // one Identifier space
+			MaxOpening:            s.o.maxOpening,
+			MaxOpeningPerAddr:     s.o.maxOpenPerIP,
+			MaxConnections:        s.o.maxConns,
+			MaxConnectionsPerAddr: s.o.maxConnsPerIP,
+			OpeningTimeout:        s.o.firstTimeout,
+			IdleTimeout:           s.o.idleTimeout,
+			DupBytes:              s.o.udpDupBytes,
+			Events:                bus,
+			Logger:                s.log,
 
 			RequireMessageAuthenticator: s.o.requireMA,
 			LimitProxyState:             s.o.proxyState,

@@ -101,7 +101,8 @@ func (s *server) serveListener(l *openedListener) error {
 			return err
 		}
 		srv.Wrap = s.wrap
-		srv.MaxOpening, srv.MaxOpeningPerAddr, srv.MaxConnections = s.o.maxOpening, s.o.maxOpenPerIP, s.o.maxConns
+		srv.MaxOpening, srv.MaxOpeningPerAddr = s.o.maxOpening, s.o.maxOpenPerIP
+		srv.MaxConnections, srv.MaxConnectionsPerAddr = s.o.maxConns, s.o.maxConnsPerIP
 		s.start(srv, s.metrics)
 	}
 	s.lmu.Lock()

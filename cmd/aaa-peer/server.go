@@ -103,6 +103,7 @@ type serverOptions struct {
 	maxOpening    int
 	maxOpenPerIP  int
 	maxConns      int
+	maxConnsPerIP int
 	cerTimeout    time.Duration
 	idleTimeout   time.Duration
 	firstTimeout  time.Duration
@@ -147,6 +148,7 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.maxOpening, "max-opening", peer.DefaultMaxOpening, "at most `N` accepted connections without a finished CER/CEA (Diameter) or a first request that passed verification (RADIUS/TCP and TLS), per listener; more are closed at once (-1: no limit)")
 	fs.IntVar(&o.maxOpenPerIP, "max-opening-per-addr", peer.DefaultMaxOpeningPerAddr, "at most `N` of those from one source address (-1: no limit)")
 	fs.IntVar(&o.maxConns, "max-connections", peer.DefaultMaxConnections, "at most `N` connections open at once per Diameter or RADIUS/TCP and TLS listener, admitted or not; more are closed at once (-1: no limit)")
+	fs.IntVar(&o.maxConnsPerIP, "max-connections-per-addr", peer.DefaultMaxConnectionsPerAddr, "at most `N` of those from one source address, so that one host cannot take every place (-1: no limit)")
 	fs.DurationVar(&o.cerTimeout, "cer-timeout", peer.DefaultCEATimeout, "close an accepted Diameter connection that has not sent its CER within `D`")
 	fs.DurationVar(&o.firstTimeout, "first-request-timeout", radpeer.DefaultOpeningTimeout, "close an accepted RADIUS/TCP or TLS connection that has not sent a request passing verification within `D` (TLS handshake included; a client's watchdog may send its first Status-Server only after its Tw)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", radpeer.DefaultIdleTimeout, "close a RADIUS/TCP or TLS connection that sent no whole request for `D` (a client's Status-Server watchdog keeps a live one busy; negative: never)")
@@ -197,6 +199,8 @@ func (o *serverOptions) validate() error {
 		return usagef("--max-opening and --max-opening-per-addr must be positive, or -1 for no limit")
 	case o.maxConns == 0 || o.maxConns < -1:
 		return usagef("--max-connections %d: must be positive, or -1 for no limit", o.maxConns)
+	case o.maxConnsPerIP == 0 || o.maxConnsPerIP < -1:
+		return usagef("--max-connections-per-addr %d: must be positive, or -1 for no limit", o.maxConnsPerIP)
 	case o.maxHandlers < 1:
 		return usagef("--max-handlers %d: must be at least 1", o.maxHandlers)
 	case o.udpDupBytes < 1:
@@ -313,7 +317,7 @@ type serverReport struct {
 	// only: RADIUS has no T flag.
 	UnseenReplays uint64 `json:"unseen_replays"`
 	// RefusedOverLimit counts connections closed at once over
-	// --max-connections, --max-opening or --max-opening-per-addr.
+	// --max-connections(-per-addr) or --max-opening(-per-addr).
 	RefusedOverLimit uint64 `json:"refused_over_limit"`
 	// RADIUS has each RADIUS listener's counters.
 	RADIUS []radiusListenerReport `json:"radius,omitempty"`

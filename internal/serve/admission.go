@@ -13,6 +13,7 @@ const (
 	DefaultMaxOpening        = 256
 	DefaultMaxOpeningPerAddr = 64
 	DefaultMaxConns          = 1024
+	DefaultMaxConnsPerAddr   = 256
 )
 
 // Admission counts a listener's connections: those open, and those not
@@ -25,19 +26,22 @@ const (
 // in all. Its methods are safe for concurrent use.
 type Admission struct {
 	// Max and PerAddr bound the connections not admitted yet, in all and
-	// from one source address; MaxConns the connections open, admitted
-	// or not. Zero means DefaultMaxOpening, DefaultMaxOpeningPerAddr and
-	// DefaultMaxConns; negative means no limit. Set them before the first
-	// Admit.
-	Max, PerAddr, MaxConns int
+	// from one source address; MaxConns and MaxConnsPerAddr the
+	// connections open, admitted or not, in all and from one source
+	// address (so that one host cannot take every place). Zero means
+	// DefaultMaxOpening, DefaultMaxOpeningPerAddr, DefaultMaxConns and
+	// DefaultMaxConnsPerAddr; negative means no limit. Set them before the
+	// first Admit.
+	Max, PerAddr, MaxConns, MaxConnsPerAddr int
 	// What names, in the log line of a refusal, what the connections
 	// wait for ("their CER", "a first valid request").
 	What string
 
 	mu      sync.Mutex
-	n       int // not admitted yet
-	open    int // open, admitted or not
-	byAddr  map[netip.Addr]int
+	n       int                // not admitted yet
+	open    int                // open, admitted or not
+	byAddr  map[netip.Addr]int // not admitted yet, by source address
+	openBy  map[netip.Addr]int // open, by source address
 	refused atomic.Uint64
 }
 
@@ -61,23 +65,25 @@ func limitOf(v, def int) int {
 // when it is admitted (Admitted) and when it ends (Ended).
 func (o *Admission) Admit(remote net.Addr, lg *slog.Logger) (*Ticket, bool) {
 	max, perAddr := limitOf(o.Max, DefaultMaxOpening), limitOf(o.PerAddr, DefaultMaxOpeningPerAddr)
-	maxConns := limitOf(o.MaxConns, DefaultMaxConns)
+	maxConns, connsPerAddr := limitOf(o.MaxConns, DefaultMaxConns), limitOf(o.MaxConnsPerAddr, DefaultMaxConnsPerAddr)
 	a, _ := AddrOf(remote)
 	o.mu.Lock()
 	if o.byAddr == nil {
-		o.byAddr = make(map[netip.Addr]int)
+		o.byAddr, o.openBy = make(map[netip.Addr]int), make(map[netip.Addr]int)
 	}
 	var why string
 	switch {
 	case maxConns > 0 && o.open >= maxConns:
 		why = "too many connections open"
+	case connsPerAddr > 0 && o.openBy[a] >= connsPerAddr:
+		why = "too many connections open from one address"
 	case max > 0 && o.n >= max:
 		why = "too many connections waiting for "
 	case perAddr > 0 && o.byAddr[a] >= perAddr:
 		why = "too many connections from one address waiting for "
 	}
 	if why != "" {
-		open, n, na := o.open, o.n, o.byAddr[a]
+		open, openFrom, n, na := o.open, o.openBy[a], o.n, o.byAddr[a]
 		o.mu.Unlock()
 		o.refused.Add(1)
 		if why[len(why)-1] == ' ' {
@@ -88,11 +94,12 @@ func (o *Admission) Admit(remote net.Addr, lg *slog.Logger) (*Ticket, bool) {
 			why += what
 		}
 		Log(lg, slog.LevelWarn, KindRefused, "connection closed at once: "+why,
-			"remote", remote.String(), "open", open, "max_connections", maxConns,
+			"remote", remote.String(), "open", open, "max_connections", maxConns, "open_from_addr", openFrom, "max_connections_per_addr", connsPerAddr,
 			"opening", n, "from_addr", na, "max", max, "max_per_addr", perAddr)
 		return nil, false
 	}
 	o.open++
+	o.openBy[a]++
 	o.n++
 	o.byAddr[a]++
 	o.mu.Unlock()
@@ -132,7 +139,11 @@ func (t *Ticket) Ended() {
 	t.admittedLocked()
 	if !t.stopped {
 		t.stopped = true
-		t.o.open--
+		o := t.o
+		o.open--
+		if o.openBy[t.a]--; o.openBy[t.a] <= 0 {
+			delete(o.openBy, t.a)
+		}
 	}
 	t.o.mu.Unlock()
 }

@@ -366,7 +366,7 @@ func TestAdmissionLimits(t *testing.T) {
 func TestAdmissionBoundsOpenConnections(t *testing.T) {
 	var buf bytes.Buffer
 	lg := slog.New(slog.NewTextHandler(&buf, nil))
-	a := &Admission{MaxConns: 3}
+	a := &Admission{MaxConns: 3, MaxConnsPerAddr: -1}
 	var tickets []*Ticket
 	for i := range 3 {
 		tk, ok := a.Admit(&net.TCPAddr{IP: net.IPv4(10, 0, 0, byte(i))}, lg)
@@ -383,7 +383,26 @@ func TestAdmissionBoundsOpenConnections(t *testing.T) {
 	_, ok = a.Admit(&net.TCPAddr{IP: net.IPv4(10, 0, 1, 0)}, lg)
 	assert.True(t, ok, "room once one ended")
 	assert.Equal(t, uint64(1), a.Refused())
-	b := &Admission{}
+	// MaxConnsPerAddr: one host cannot take every place.
+	c := &Admission{MaxConns: 10, MaxConnsPerAddr: 2}
+	x := &net.TCPAddr{IP: net.IPv4(10, 3, 0, 1)}
+	var fromX []*Ticket
+	for range 2 {
+		tk, ok := c.Admit(x, lg)
+		require.True(t, ok)
+		tk.Admitted()
+		fromX = append(fromX, tk)
+	}
+	_, ok = c.Admit(x, lg)
+	assert.False(t, ok, "a third admitted connection from one address is over MaxConnsPerAddr")
+	assert.Contains(t, buf.String(), "too many connections open from one address")
+	_, ok = c.Admit(&net.TCPAddr{IP: net.IPv4(10, 3, 0, 2)}, lg)
+	assert.True(t, ok, "another address has room")
+	fromX[0].Ended()
+	_, ok = c.Admit(x, lg)
+	assert.True(t, ok, "room from x once one of its connections ended")
+
+	b := &Admission{MaxConnsPerAddr: -1}
 	for i := range DefaultMaxConns {
 		tk, ok := b.Admit(&net.TCPAddr{IP: net.IPv4(10, 1, byte(i>>8), byte(i))}, nil)
 		require.True(t, ok)
@@ -391,6 +410,14 @@ func TestAdmissionBoundsOpenConnections(t *testing.T) {
 	}
 	_, ok = b.Admit(&net.TCPAddr{IP: net.IPv4(10, 2, 0, 0)}, nil)
 	assert.False(t, ok, "zero is DefaultMaxConns")
+	d := &Admission{}
+	for range DefaultMaxConnsPerAddr {
+		tk, ok := d.Admit(x, nil)
+		require.True(t, ok)
+		tk.Admitted()
+	}
+	_, ok = d.Admit(x, nil)
+	assert.False(t, ok, "zero is DefaultMaxConnsPerAddr")
 }
 
 // failingListener fails its first n accepts with EMFILE, then returns

@@ -46,7 +46,7 @@ func idleServer(in io.Reader, out io.Writer) error {
 	// The harness dials waves of 500 peers at once from one address, up
 	// to tens of thousands: no limit on connections waiting for their CER
 	// nor on those open.
-	s.MaxOpening, s.MaxOpeningPerAddr, s.MaxConnections = -1, -1, -1
+	s.MaxOpening, s.MaxOpeningPerAddr, s.MaxConnections, s.MaxConnectionsPerAddr = -1, -1, -1, -1
 	served := make(chan error, 1)
 	go func() { served <- s.Serve() }()
 	fmt.Fprintf(out, "ADDR %s\n", s.Addr())

@@ -478,7 +478,8 @@ func TestRefusalsLoggedAndRateLimited(t *testing.T) {
 }
 
 // Peers that each pass the capabilities exchange, under identities of
-// their own choosing, are bounded in all by --max-connections: past it a
+// their own choosing, are bounded in all by --max-connections, and from
+// one address by --max-connections-per-addr: past either a
 // new connection is closed at once (no CEA), the admitted ones and the
 // good client go on, and a connection that ends makes room. Before the
 // bound, every admitted connection was kept, each with its reader,
@@ -526,4 +527,18 @@ func TestAdmittedConnectionsBounded(t *testing.T) {
 	g.check(t)
 	r := s.stopReport()
 	assert.GreaterOrEqual(t, r["refused_over_limit"], float64(1), "counted in the report")
+
+	// One address may hold --max-connections-per-addr of them.
+	s2 := startServer(t, 0, "--max-connections-per-addr", "2")
+	raw(t, s2, "one.example.net")
+	raw(t, s2, "two.example.net")
+	third := raw(t, s2, "")
+	third.(transport.ReadDeadliner).SetReadDeadline(time.Now().Add(5 * time.Second))
+	third.WriteMessages(cer("three.example.net"))
+	if m, err := third.ReadMessage(); err == nil {
+		t.Fatalf("a third connection from one address past --max-connections-per-addr 2 got %s", message.CommandName(m))
+	} else if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("a third connection from one address past --max-connections-per-addr 2 was kept open")
+	}
+	s2.alive()
 }

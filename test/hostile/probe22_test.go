@@ -377,13 +377,14 @@ func TestProbeCERDuplicateIdentity(t *testing.T) {
 	s.alive()
 }
 
-// 600 connections that each complete a CER under a name of their own and
-// then stay silent (never answer a DWR): under --max-connections (1,024),
-// so all are admitted; the watchdog closes them after about 3 Tw. Past
-// the bound a connection is closed at once (TestAdmittedConnectionsBounded).
+// 600 connections from one address that each complete a CER under a name
+// of their own and then stay silent (never answer a DWR): under
+// --max-connections (1,024) and with --max-connections-per-addr lifted,
+// all are admitted; the watchdog closes them after about 3 Tw. Past the
+// bounds a connection is closed at once (TestAdmittedConnectionsBounded).
 func TestProbeManyIdleAdmitted(t *testing.T) {
 	const tw = 6 * time.Second
-	s := startServer(t, 0, "--tw", tw.String())
+	s := startServer(t, 0, "--tw", tw.String(), "--max-connections-per-addr", "-1")
 	g := goodClient(t, s, nil)
 	pk := s.sample()
 	g.run()
