@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"cmp"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -71,6 +72,7 @@ func (o *Admission) Admit(remote net.Addr, lg *slog.Logger) (*Ticket, bool) {
 	if o.byAddr == nil {
 		o.byAddr, o.openBy = make(map[netip.Addr]int), make(map[netip.Addr]int)
 	}
+	waiting := " waiting for " + cmp.Or(o.What, "their first message")
 	var why string
 	switch {
 	case maxConns > 0 && o.open >= maxConns:
@@ -78,21 +80,14 @@ func (o *Admission) Admit(remote net.Addr, lg *slog.Logger) (*Ticket, bool) {
 	case connsPerAddr > 0 && o.openBy[a] >= connsPerAddr:
 		why = "too many connections open from one address"
 	case max > 0 && o.n >= max:
-		why = "too many connections waiting for "
+		why = "too many connections" + waiting
 	case perAddr > 0 && o.byAddr[a] >= perAddr:
-		why = "too many connections from one address waiting for "
+		why = "too many connections from one address" + waiting
 	}
 	if why != "" {
 		open, openFrom, n, na := o.open, o.openBy[a], o.n, o.byAddr[a]
 		o.mu.Unlock()
 		o.refused.Add(1)
-		if why[len(why)-1] == ' ' {
-			what := o.What
-			if what == "" {
-				what = "their first message"
-			}
-			why += what
-		}
 		Log(lg, slog.LevelWarn, KindRefused, "connection closed at once: "+why,
 			"remote", remote.String(), "open", open, "max_connections", maxConns, "open_from_addr", openFrom, "max_connections_per_addr", connsPerAddr,
 			"opening", n, "from_addr", na, "max", max, "max_per_addr", perAddr)
