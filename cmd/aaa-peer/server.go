@@ -467,6 +467,9 @@ func serveWith(ctx context.Context, args []string, stdout, stderr io.Writer, hoo
 		}
 		opened = append(opened, l)
 	}
+	// Every metric is registered before the page is up: a scrape that
+	// follows the page's log line or the --ready file sees them all.
+	s.reloads.exportTo(metrics, s.started)
 	web, err := openStatus(o.status, status.SourceFunc(func() status.Snapshot { return s.snapshot(s.boundURLs()) }), metrics, log)
 	if err != nil {
 		log.Error("status page", "err", err)
@@ -480,7 +483,6 @@ func serveWith(ctx context.Context, args []string, stdout, stderr io.Writer, hoo
 		}
 	}
 	s.writeReady()
-	s.reloads.exportTo(metrics, s.started)
 
 	for done := false; !done; {
 		select {
