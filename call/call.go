@@ -115,6 +115,11 @@ type Carrier interface {
 	SubmitAll(calls []*Call) (refused []*Call, err error)
 	// Avoids reports whether c must not be sent to this peer now.
 	Avoids(c *Call) bool
+	// HandOver gives up on the calls pending on the peer: they go to its
+	// Failover with reason, in send order, as when its watchdog gives up,
+	// while its connection stays. A dispatcher calls it when it decided
+	// that the peer does not answer (a server policy's down-timeout).
+	HandOver(reason string)
 }
 
 // Failover receives the calls that left a peer, in send order, with why:

@@ -171,14 +171,31 @@ func (c *Client) publishPolicyLocked(evs []policy.Event) {
 		c.pmu.Unlock()
 		return
 	}
+	var silent []policy.Event
 	for _, e := range evs {
 		c.note(Event{Time: e.Time, Server: e.Server, Kind: EventPolicy, Policy: &e, Reason: e.Reason})
+		if e.To == policy.OutOfService && (e.Reason == policy.ReasonDownTimeout || e.Reason == policy.ReasonNoFirstReply) {
+			silent = append(silent, e)
+		}
 	}
 	c.pmu.Unlock()
 	// Whether a server takes requests may have changed: the view follows
 	// (and wakes the requests waiting for a change, the throttle's
 	// dispatcher).
 	c.refresh()
+	// A server that replied to nothing for the down-timeout will not
+	// answer what is pending there either, though its watchdog may say
+	// OKAY (it answers DWRs, or sends its own): those requests go to
+	// another server now, against the view that no longer has it, rather
+	// than wait out their deadlines. A probe's timeout is not one of
+	// these: the probe is a single message, never sent again.
+	for _, e := range silent {
+		if all := c.ros.Load().all; e.Index < len(all) {
+			if k := all[e.Index].carrier(); k != nil {
+				k.HandOver("out of service: " + e.Reason)
+			}
+		}
+	}
 	c.poke() // a new state may mean a new timer
 }
 

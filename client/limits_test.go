@@ -303,10 +303,21 @@ func TestPolicyHoldDownAndProbe(t *testing.T) {
 		require.Equal(t, "a.example.net", h)
 
 		mute.Store(true)
-		_, err = send(2, 3*time.Second) // no reply: the down-timeout (2 s) expires
-		require.Error(t, err)
+		// No reply: the down-timeout (2 s) expires, and the request
+		// pending on a, whose watchdog still says OKAY, goes to b then.
+		start := time.Now()
+		h, err = send(2, 3*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, "b.example.net", h)
+		took := time.Since(start)
+		assert.GreaterOrEqual(t, took, 2*time.Second)
+		assert.Less(t, took, 2*time.Second+2*policyTick)
 		synctest.Wait()
 		assert.Equal(t, "out-of-service", c.PolicyStates()[0])
+		recs, _ := c.FailoverLog()
+		require.Len(t, recs, 1)
+		assert.Equal(t, FailoverRecord{Time: recs[0].Time, From: "a.example.net", To: "b.example.net", Outcome: Moved,
+			Reason: "out of service: " + policy.ReasonDownTimeout, Moved: 1, EndToEnd: recs[0].EndToEnd}, recs[0])
 		before := len(a.received())
 		for i := range 5 { // hold-down: everything goes to the secondary
 			h, err := send(10+i, time.Second)
@@ -325,6 +336,30 @@ func TestPolicyHoldDownAndProbe(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, "in-service", c.PolicyStates()[0])
 		assert.Equal(t, []string{"unknown->in-service", "in-service->out-of-service", "out-of-service->probing", "probing->in-service"}, states())
+	})
+}
+
+// A server that never replied is taken out of service when its first
+// request gets no reply within the down-timeout, and that request goes to
+// the other server then.
+func TestPolicyNoFirstReplyHandsOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, _, mute := policyPair(t)
+		mute.Store(true)
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		start := time.Now()
+		h, err := sendWithin(c, 1, 3*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, "b.example.net", h)
+		assert.GreaterOrEqual(t, time.Since(start), 2*time.Second)
+		synctest.Wait()
+		assert.Equal(t, "out-of-service", c.PolicyStates()[0])
+		recs, _ := c.FailoverLog()
+		require.Len(t, recs, 1)
+		assert.Equal(t, "out of service: "+policy.ReasonNoFirstReply, recs[0].Reason)
 	})
 }
 
@@ -353,8 +388,8 @@ func TestPolicyEventsInTheOrderOfTheChanges(t *testing.T) {
 		send := func(i int, timeout time.Duration) error { _, err := sendWithin(c, i, timeout); return err }
 		require.NoError(t, send(1, time.Second))
 		mute.Store(true)
-		require.Error(t, send(2, 3*time.Second)) // the down-timeout: out of service
-		require.NoError(t, send(3, time.Second)) // b in service: a may be probed
+		require.NoError(t, send(2, 3*time.Second)) // the down-timeout: out of service, and b answers it
+		require.NoError(t, send(3, time.Second))   // b in service: a may be probed
 		mute.Store(false)
 		time.Sleep(20 * time.Second) // the dispatcher ends the hold-down; the first subscriber holds its event
 		synctest.Wait()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/internal/fault"
+	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/throttle"
@@ -37,6 +38,7 @@ type radServer struct {
 	arrived  []string // User-Name of each request read, in the order of the wire
 	badPass  int      // passwords that did not decrypt with this server's secret
 	answered atomic.Int32
+	silent   atomic.Bool // requests other than Status-Server are held unanswered
 }
 
 func newRADServer(t *testing.T, secret string) *radServer { return newRADServerWith(t, secret, nil) }
@@ -59,6 +61,10 @@ func newRADServerWith(t *testing.T, secret string, store dedup.Store) *radServer
 func (s *radServer) handle(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
 	if req.Code == lradius.CodeStatusServer {
 		return lradius.CodeAccessAccept, nil
+	}
+	if s.silent.Load() {
+		<-ctx.Done() // the connection's end
+		return 0, nil
 	}
 	user := string(req.Get(radius.AttrUserName))
 	s.mu.Lock()
@@ -259,6 +265,40 @@ func TestRADIUSFailoverResigned(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, int32(k), a.answered.Load())
 		assert.Equal(t, uint64(k), c.RADIUSPeers()[0].Stats().Late, "one answer per caller")
+	})
+}
+
+// A RADIUS/TCP server that answers Status-Server, so that its watchdog
+// stays OKAY, but none of the requests is taken out of service by the
+// policy's down-timeout, and the request pending there goes to the other
+// server then, long before its deadline; the connection stays.
+func TestRADIUSPolicyDownTimeoutHandsOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, _, c, stop := radPair(t, nil, func(cfg *Config) {
+			cfg.Policy = &policy.Config{RequestTimeout: time.Second, Retries: 2, HoldDown: 20 * time.Second}
+		})
+		defer stop()
+		_, err := c.Exchange(context.Background(), accessRequest("u0")) // a in service
+		require.NoError(t, err)
+		a.silent.Store(true)
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err := c.Exchange(ctx, accessRequest("u1"))
+		require.NoError(t, err)
+		took := time.Since(start)
+		assert.Same(t, c.RADIUSPeers()[1], resp.Peer, "answered by b")
+		assert.GreaterOrEqual(t, took, 2*time.Second, "the down-timeout: 1 s x 2 retries")
+		assert.Less(t, took, 2*time.Second+2*policyTick)
+		synctest.Wait()
+		assert.Equal(t, "out-of-service", c.PolicyStates()[0])
+		recs, _ := c.FailoverLog()
+		require.Len(t, recs, 1)
+		assert.Equal(t, "out of service: "+policy.ReasonDownTimeout, recs[0].Reason)
+		assert.Equal(t, 1, recs[0].Moved)
+		st := c.RADIUSPeers()[0].Stats()
+		assert.Equal(t, uint64(1), st.MovedOut)
+		assert.Equal(t, "OKAY", st.State, "its watchdog still says OKAY: its connection stays")
 	})
 }
 

@@ -1117,6 +1117,18 @@ func (p *Peer) touch() {
 	}
 }
 
+// HandOver moves every request pending on the peer's connection to
+// Config.Failover, in send order, with reason, as a watchdog failover
+// does, and keeps the connection and its watchdog (call.Carrier). It is
+// for a dispatcher that decided, above the watchdog, that the peer does
+// not answer: a server that sends its own DWRs and answers ours, but not
+// the requests, stays OKAY (any message resets Tw, RFC 3539 3.4.1). An
+// answer that comes later is still taken, unless the request was
+// answered elsewhere first. Without a Failover, it does nothing.
+func (p *Peer) HandOver(reason string) {
+	p.step(input{kind: evHandOver, note: reason})
+}
+
 // Avoids reports whether c must not be sent to this peer now
 // (call.Carrier): it was sent on the peer's current connection, or the
 // peer refused it.

@@ -182,6 +182,7 @@ const (
 	evClose
 	evDrained // a graceful disconnect's wait for answers is over
 	evCloseDone
+	evHandOver // the application gave up on the pending requests (HandOver)
 )
 
 type input struct {

@@ -271,6 +271,20 @@ func (p *Peer) stepLocked(e input) {
 		p.onDrained(e, cur)
 	case evCloseDone:
 		p.onCloseDone(e)
+	case evHandOver:
+		p.onHandOver(e, cur)
+	}
+}
+
+// onHandOver moves the requests pending on the connection to the
+// failover hook, as a watchdog failover does, and keeps the connection
+// and its watchdog: see HandOver. p.mu is held.
+func (p *Peer) onHandOver(e input, cur *conn) {
+	if cur == nil || p.cfg.Failover == nil {
+		return // nothing pending, or nowhere to hand it: the requests wait for their answers
+	}
+	if calls := cur.moveOut(errors.New(e.note)); len(calls) > 0 {
+		p.handOver(calls, e.note)
 	}
 }
 

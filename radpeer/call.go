@@ -200,3 +200,29 @@ func submitEach(submit func(*call.Call) error, calls []*call.Call) (refused []*c
 // it on another connection of the same server meanwhile), or no OKAY
 // connection is left that it was not sent on.
 func (p *Peer) Avoids(c *call.Call) bool { return p.avoids(c) }
+
+// HandOver moves every request in flight on the server's connections,
+// and those waiting for one, to Config.Failover with reason, as a
+// watchdog failover does, and keeps the connections and their watchdogs
+// (call.Carrier): for a dispatcher that decided, above the watchdog,
+// that the server does not answer (a server policy's down-timeout). A
+// reply that comes later is still taken, unless the request was
+// answered elsewhere first. Without a Failover, it does nothing.
+func (p *Peer) HandOver(reason string) {
+	p.mu.Lock()
+	if p.cfg.Failover != nil && !p.closing {
+		cause := errors.New(reason)
+		for _, l := range p.links {
+			for _, c := range l.draining {
+				p.moveOut(l, c.leaveAll(cause), reason)
+			}
+			if l.cur != nil {
+				p.moveOut(l, l.cur.leaveAll(cause), reason)
+			}
+		}
+		w := p.waiting
+		p.waiting = nil
+		p.moveOut(p.links[0], w, reason)
+	}
+	p.unlock()
+}

@@ -332,6 +332,12 @@ func (p *UDPPeer) InService() bool { return !p.closed.Load() }
 // server before (each server at most once).
 func (p *UDPPeer) Avoids(c *call.Call) bool { return c.Avoids(&p.h, p) }
 
+// HandOver does nothing (call.Carrier): over UDP each request is handed
+// to Config.Failover on its own once its retransmissions go unanswered
+// (Timeout x Retries, which is also a server policy's default
+// down-timeout), as a RADIUS client retries a server before the next.
+func (p *UDPPeer) HandOver(string) {}
+
 // SubmitAll is Submit for a batch, in order (call.Carrier): the calls
 // sent here before come back in refused; on error none was sent.
 func (p *UDPPeer) SubmitAll(calls []*call.Call) (refused []*call.Call, err error) {

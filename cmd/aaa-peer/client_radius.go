@@ -123,7 +123,7 @@ func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.TextVar(&o.requireMA, "require-message-authenticator", radpeer.RequireMAAuto, "which replies must carry a Message-Authenticator (BlastRADIUS): `MODE` auto (every reply to an Access-Request), always (replies to Status-Server too) or never (servers that sign no reply, such as FreeRADIUS before 3.2.5)")
 	fs.DurationVar(&o.timeout, "timeout", radpeer.DefaultUDPTimeout, "wait `D` for a reply to each attempt")
 	fs.IntVar(&o.retries, "retries", radpeer.DefaultUDPRetries, "attempts per request and server")
-	fs.DurationVar(&o.downTimeout, "down-timeout", 0, "no reply for `D` while sending puts a server out of service (default timeout x retries)")
+	fs.DurationVar(&o.downTimeout, "down-timeout", 0, "no reply for `D` while sending puts a server out of service; over TCP and TLS the requests pending there go to another server then (over UDP each goes on once its retries are spent) (default timeout x retries)")
 	fs.DurationVar(&o.holdDown, "hold-down", policy.DefaultHoldDown, "an out-of-service server gets nothing for `D`")
 	fs.StringVar(&o.testUser, "test-user", "", "User-Name of the test user that probes (and with --keepalive keeps alive) servers")
 	fs.StringVar(&o.testPassword, "test-password", "", "the test user's User-Password (a test account's, not the shared secret)")
