@@ -646,7 +646,11 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 			p.publishPerMessage(Event{Kind: EventLateRefusal, ResultCode: rc, Reason: fmt.Sprintf("late refusal of a request that moved on: %d %s", rc, resultName(rc))})
 		}
 	default:
-		ok, owner := cl.Finish(msg, nil, &c.h, &p.stats.answered)
+		ans, err, cnt := msg, error(nil), &p.stats.answered
+		if bad := wire.CheckAVPs(msg); bad != nil {
+			ans, err, cnt = nil, p.malformedAnswer(msg, bad), nil
+		}
+		ok, owner := cl.Finish(ans, err, &c.h, cnt)
 		if ok && cl.via.Load() == c {
 			c.bt.hint = true // its caller wrote inline: the next may read (see baton)
 		}
@@ -853,6 +857,10 @@ var (
 	// ErrDisconnecting: the peer is closing its connection gracefully and
 	// takes no new request.
 	ErrDisconnecting = errors.New("peer disconnecting")
+	// ErrMalformedAnswer: the answer's AVPs do not fit the message (one
+	// runs past its end, or is shorter than its own header), so nothing
+	// in it can be read; the error names the first such AVP.
+	ErrMalformedAnswer = errors.New("malformed answer")
 )
 
 // NotInServiceError says which state refused the request.

@@ -42,6 +42,7 @@ type fakePeer struct {
 	answerReqs atomic.Bool
 	dropDPR    atomic.Bool // never answer a DPR
 	wrongHbH   atomic.Bool // answer requests with a Hop-by-Hop id nobody sent
+	badAVP     atomic.Bool // answer requests with a last AVP that runs past the message
 	host       string
 	dwaDelay   time.Duration // set before dialing
 
@@ -124,6 +125,12 @@ func (f *fakePeer) serve(c transport.Conn) {
 				ans = message.NewAnswer(msg).Uint32(message.ResultCode, 0, true, message.Success).Bytes()
 				if f.wrongHbH.Load() {
 					wire.SetHopByHop(ans, ^wire.HopByHop(msg))
+				}
+				if f.badAVP.Load() {
+					// An AVP header announcing 255 bytes, with none of them.
+					ans = append(ans, 0, 0, 0, 1, 0x40, 0, 0, 0xff)
+					n := len(ans)
+					ans[1], ans[2], ans[3] = byte(n>>16), byte(n>>8), byte(n)
 				}
 			}
 		}

@@ -125,6 +125,7 @@ type counters struct {
 	sent, answered, unmatched, late, timedOut, lost atomic.Uint64
 	received, answersSent, dwrSent, dwaReceived     atomic.Uint64
 	dwrReceived, badFrames, discarded, transitions  atomic.Uint64
+	badAnswers                                      atomic.Uint64
 	openFailures, failovers                         atomic.Uint64
 	retransmitted, movedOut, premature              atomic.Uint64
 	refused, paused, overload, eventsDropped        atomic.Uint64
@@ -143,9 +144,10 @@ type Stats struct {
 	Premature     uint64        `json:"premature"`     // of those, answered too busy / unable to deliver
 	Answered      uint64        `json:"answered"`      // answers matched to them
 	Unmatched     uint64        `json:"unmatched"`
-	Late          uint64        `json:"late"`      // answers for calls already complete
-	TimedOut      uint64        `json:"timed_out"` // calls that ended without an answer
-	Lost          uint64        `json:"lost"`      // calls failed because their connection closed
+	BadAnswers    uint64        `json:"bad_answers"` // answers whose AVPs do not fit the message: their requests failed with ErrMalformedAnswer
+	Late          uint64        `json:"late"`        // answers for calls already complete
+	TimedOut      uint64        `json:"timed_out"`   // calls that ended without an answer
+	Lost          uint64        `json:"lost"`        // calls failed because their connection closed
 	Pending       int           `json:"pending"`
 	Unanswered    int           `json:"unanswered"` // requests read on the current connection, not answered on the wire yet (in a Handler, queued, being written)
 	Received      uint64        `json:"received"`   // messages of any kind
@@ -308,7 +310,7 @@ func (p *Peer) Stats() Stats {
 		Peer: p.Name(), State: p.State().String(), Since: time.Unix(0, p.since.Load()),
 		Tw:   time.Duration(p.tw.Load()),
 		Sent: s.sent.Load(), Retransmitted: s.retransmitted.Load(), MovedOut: s.movedOut.Load(), Answered: s.answered.Load(), Unmatched: s.unmatched.Load(),
-		Late: s.late.Load(), TimedOut: s.timedOut.Load(), Lost: s.lost.Load(),
+		Late: s.late.Load(), TimedOut: s.timedOut.Load(), Lost: s.lost.Load(), BadAnswers: s.badAnswers.Load(),
 		Received: s.received.Load(), AnswersSent: s.answersSent.Load(),
 		DWRSent: s.dwrSent.Load(), DWAReceived: s.dwaReceived.Load(), DWRReceived: s.dwrReceived.Load(),
 		BadFrames: s.badFrames.Load(), Discarded: s.discarded.Load(), Transitions: s.transitions.Load(),
@@ -662,6 +664,17 @@ func (p *Peer) unmatched(c *conn, hbh uint32, msg []byte, crossed bool) (closed 
 		return true
 	}
 	return false
+}
+
+// malformedAnswer counts and logs an answer whose AVPs do not fit it,
+// and returns the error its request fails with. The connection stays:
+// its framing is intact, and the other answers on it are whole.
+func (p *Peer) malformedAnswer(ans []byte, bad *wire.BadAVP) error {
+	p.stats.badAnswers.Add(1)
+	err := fmt.Errorf("%w from %s: AVP %d at offset %d: %s", ErrMalformedAnswer, p.Name(), bad.Code, bad.Offset, bad.Reason)
+	p.logLimited(slog.LevelWarn, serve.KindBadFrame, "malformed answer: its request fails", "peer", p.Name(),
+		"end_to_end", wire.EndToEnd(ans), "command", message.CommandName(ans), "avp", bad.Code, "offset", bad.Offset, "reason", bad.Reason)
+	return err
 }
 
 // premature hands a call answered DIAMETER_TOO_BUSY or

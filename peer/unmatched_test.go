@@ -73,3 +73,37 @@ func TestUnmatchedAnswersCloseTheConnection(t *testing.T) {
 		assert.Equal(t, 2, f.dials())
 	})
 }
+
+// An answer whose AVPs do not fit the message fails its request with
+// ErrMalformedAnswer, naming the AVP, and is counted; the connection
+// stays in service and the next answer is taken.
+func TestMalformedAnswerFailsItsRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		defer p.Close(context.Background())
+		synctest.Wait()
+		send := func() call.Result {
+			cl, err := newCall(acr(), false)
+			require.NoError(t, err)
+			require.NoError(t, p.submit(cl))
+			return cl.Await(context.Background(), time.Second)
+		}
+		f.badAVP.Store(true)
+		r := send()
+		require.ErrorIs(t, r.Err, ErrMalformedAnswer)
+		assert.Nil(t, r.Ans)
+		assert.Contains(t, r.Err.Error(), "AVP 1 at offset")
+		assert.Equal(t, uint64(1), p.Stats().BadAnswers)
+		assert.Zero(t, p.Stats().Answered)
+		f.badAVP.Store(false)
+		r = send()
+		require.NoError(t, r.Err)
+		assert.Equal(t, watchdog.Okay, p.State())
+		assert.Equal(t, 1, f.dials(), "the connection stays")
+	})
+}
