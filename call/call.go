@@ -115,11 +115,15 @@ type Carrier interface {
 	SubmitAll(calls []*Call) (refused []*Call, err error)
 	// Avoids reports whether c must not be sent to this peer now.
 	Avoids(c *Call) bool
-	// HandOver gives up on the calls pending on the peer: they go to its
-	// Failover with reason, in send order, as when its watchdog gives up,
-	// while its connection stays. A dispatcher calls it when it decided
-	// that the peer does not answer (a server policy's down-timeout).
-	HandOver(reason string)
+	// HandOver gives up on the calls pending on the peer, but those keep
+	// reports true for (keep may be nil): they go to its Failover with
+	// reason, as when its watchdog gives up (in send order for each of its
+	// connections), while its connections stay. A dispatcher calls it
+	// when it decided that the peer does not answer (a server policy's
+	// down-timeout). keep runs under the peer's locks: it must not call
+	// the peer. A carrier whose calls go on by themselves when
+	// unanswered (RADIUS over UDP) may do nothing.
+	HandOver(reason string, keep func(*Call) bool)
 }
 
 // Failover receives the calls that left a peer, in send order, with why:
@@ -451,12 +455,22 @@ func (c *Call) Finish(ans []byte, err error, from *Conn, cnt *atomic.Uint64) (ok
 	if from != nil {
 		by = from.peer
 	}
-	return c.finish(ans, err, by, from, cnt)
+	return c.finish(ans, err, by, from, cnt, false)
 }
 
-func (c *Call) finish(ans []byte, err error, by Carrier, from *Conn, cnt *atomic.Uint64) (ok bool, owner *Conn) {
+// FailOn completes c with err if it is in flight on cn, and reports
+// whether it did: an answer there that cannot be read ends the request,
+// but one on a connection it left does not end a request that went on
+// elsewhere.
+func (c *Call) FailOn(cn *Conn, err error) bool {
+	ok, _ := c.finish(nil, err, cn.peer, cn, nil, true)
+	return ok
+}
+
+// finish completes c; onlyOn: only if it is in flight on from.
+func (c *Call) finish(ans []byte, err error, by Carrier, from *Conn, cnt *atomic.Uint64, onlyOn bool) (ok bool, owner *Conn) {
 	c.mu.Lock()
-	if c.final() {
+	if c.final() || onlyOn && (c.state != InFlight || c.owner != from) {
 		c.mu.Unlock()
 		return false, nil
 	}
@@ -495,7 +509,7 @@ func (c *Call) Fail(err error) bool { return c.end(nil, err, nil, false) }
 // end is Finish from outside any connection (an error, a refusal, the
 // deadline): the connection the call was in flight on is told.
 func (c *Call) end(ans []byte, err error, by Carrier, timedOut bool) bool {
-	ok, owner := c.finish(ans, err, by, nil, nil)
+	ok, owner := c.finish(ans, err, by, nil, nil, false)
 	if ok && owner != nil {
 		owner.Retire(c, timedOut)
 	}

@@ -187,12 +187,23 @@ func (c *Client) publishPolicyLocked(evs []policy.Event) {
 	// answer what is pending there either, though its watchdog may say
 	// OKAY (it answers DWRs, or sends its own): those requests go to
 	// another server now, against the view that no longer has it, rather
-	// than wait out their deadlines. A probe's timeout is not one of
-	// these: the probe is a single message, never sent again.
-	for _, e := range silent {
-		if all := c.ros.Load().all; e.Index < len(all) {
-			if k := all[e.Index].carrier(); k != nil {
-				k.HandOver("out of service: " + e.Reason)
+	// than wait out their deadlines. Not a probe's timeout: the probe is
+	// a single message, never sent again. Not the requests whose
+	// Destination-Host names that server: they may go nowhere else, and
+	// its connection is up. Not while closing: the drain gives the
+	// requests in flight their time.
+	if len(silent) > 0 && c.ctx.Err() == nil {
+		v := c.view()
+		for _, e := range silent {
+			if e.Index >= len(v.ros.all) {
+				continue
+			}
+			m := v.ros.all[e.Index]
+			if k := m.carrier(); k != nil {
+				k.HandOver("out of service: "+e.Reason, func(cl *call.Call) bool {
+					to, ok := c.pinned(cl, v)
+					return ok && to == m
+				})
 			}
 		}
 	}

@@ -363,6 +363,62 @@ func TestPolicyNoFirstReplyHandsOver(t *testing.T) {
 	})
 }
 
+// A request whose Destination-Host names the server the down-timeout
+// takes out of service stays pending there: it may go nowhere else, and
+// the connection is up. It ends at its deadline (a timeout), not at the
+// down-timeout as unable to deliver.
+func TestPolicyDownTimeoutKeepsPinnedRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, _, mute := policyPair(t)
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		mute.Store(true)
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = c.Send(ctx, acrTo(1, "u@example.net", "a.example.net"))
+		require.Error(t, err)
+		assert.ErrorIs(t, err, ErrTimeout)
+		assert.NotErrorIs(t, err, ErrUnableToDeliver)
+		assert.GreaterOrEqual(t, time.Since(start), 5*time.Second, "waited for its answer until its deadline")
+		synctest.Wait()
+		assert.Equal(t, "out-of-service", c.PolicyStates()[0])
+	})
+}
+
+// A probe is one message, never sent again: a real request used as the
+// probe of a server that does not reply is not handed to another server
+// when the probe's timeout puts that server out of service again.
+func TestPolicyProbeTimeoutHandsNothingOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+		n := network{"tcp://a:1": a, "tcp://b:1": b}
+		defer n.close()
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
+		cfg.Policy = &policy.Config{RequestTimeout: time.Second, Retries: 2, HoldDown: 20 * time.Second}
+		mute := muted(a)
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		mute.Store(true)
+		h, err := sendWithin(c, 1, 3*time.Second) // the down-timeout: handed to b
+		require.NoError(t, err)
+		require.Equal(t, "b.example.net", h)
+		time.Sleep(20 * time.Second) // the hold-down ends: probing
+		synctest.Wait()
+		require.Equal(t, "probing", c.PolicyStates()[0])
+		before := len(b.received())
+		_, err = sendWithin(c, 2, 5*time.Second) // the probe, never answered
+		require.Error(t, err)
+		synctest.Wait()
+		assert.Equal(t, "out-of-service", c.PolicyStates()[0])
+		assert.Equal(t, before, len(b.received()), "the probe was sent again to b")
+	})
+}
+
 // Policy events are published in the order of the changes, whichever
 // goroutines make them. The dispatcher publishes the end of server a's
 // hold-down (out-of-service -> probing); while a subscriber holds that

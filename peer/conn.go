@@ -435,6 +435,34 @@ func (c *conn) moveOut(cause error) []*call.Call {
 	return c.leaveAllLocked(cause)
 }
 
+// moveOutBut is moveOut of the calls keep reports false for; the others
+// stay pending here.
+func (c *conn) moveOutBut(cause error, keep func(*call.Call) bool) []*call.Call {
+	if keep == nil {
+		return c.moveOut(cause)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var calls []*call.Call
+	var ids []uint32
+	c.pending.each(func(id uint32, cl *dcall) {
+		if keep(&cl.Call) {
+			return
+		}
+		if cl.Leave(&c.h, cause) {
+			calls = append(calls, &cl.Call)
+		}
+		c.rememberGoneLocked(id, cl)
+		ids = append(ids, id)
+	})
+	for _, id := range ids {
+		c.pending.del(id)
+	}
+	c.drainedLocked()
+	sortBySend(calls)
+	return calls
+}
+
 // leaveAllLocked moves every pending entry to gone and returns the calls
 // that were in flight here, in send order. c.mu is held.
 func (c *conn) leaveAllLocked(cause error) []*call.Call {
@@ -645,12 +673,10 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 			rc, _ := message.ResultCodeOf(msg)
 			p.publishPerMessage(Event{Kind: EventLateRefusal, ResultCode: rc, Reason: fmt.Sprintf("late refusal of a request that moved on: %d %s", rc, resultName(rc))})
 		}
+	case wire.CheckAVPs(msg) != nil:
+		p.malformedAnswer(c, cl, msg)
 	default:
-		ans, err, cnt := msg, error(nil), &p.stats.answered
-		if bad := wire.CheckAVPs(msg); bad != nil {
-			ans, err, cnt = nil, p.malformedAnswer(msg, bad), nil
-		}
-		ok, owner := cl.Finish(ans, err, &c.h, cnt)
+		ok, owner := cl.Finish(msg, nil, &c.h, &p.stats.answered)
 		if ok && cl.via.Load() == c {
 			c.bt.hint = true // its caller wrote inline: the next may read (see baton)
 		}
@@ -859,7 +885,9 @@ var (
 	ErrDisconnecting = errors.New("peer disconnecting")
 	// ErrMalformedAnswer: the answer's AVPs do not fit the message (one
 	// runs past its end, or is shorter than its own header), so nothing
-	// in it can be read; the error names the first such AVP.
+	// in it can be read; the error names the first such AVP. The answer
+	// still shows the server alive and answering, to the watchdog and to
+	// a server policy.
 	ErrMalformedAnswer = errors.New("malformed answer")
 )
 
@@ -1125,16 +1153,17 @@ func (p *Peer) touch() {
 	}
 }
 
-// HandOver moves every request pending on the peer's connection to
-// Config.Failover, in send order, with reason, as a watchdog failover
-// does, and keeps the connection and its watchdog (call.Carrier). It is
+// HandOver moves every request pending on the peer's connection but
+// those keep reports true for (keep may be nil) to Config.Failover, in
+// send order, with reason, as a watchdog failover does, and keeps the
+// connection and its watchdog (call.Carrier). It is
 // for a dispatcher that decided, above the watchdog, that the peer does
 // not answer: a server that sends its own DWRs and answers ours, but not
 // the requests, stays OKAY (any message resets Tw, RFC 3539 3.4.1). An
 // answer that comes later is still taken, unless the request was
 // answered elsewhere first. Without a Failover, it does nothing.
-func (p *Peer) HandOver(reason string) {
-	p.step(input{kind: evHandOver, note: reason})
+func (p *Peer) HandOver(reason string, keep func(*call.Call) bool) {
+	p.step(input{kind: evHandOver, note: reason, keep: keep})
 }
 
 // Avoids reports whether c must not be sent to this peer now

@@ -53,6 +53,7 @@ type fakePeer struct {
 	causes []uint32 // their Disconnect-Causes
 	dwrs   []time.Time
 	reqs   int
+	held   [][]byte // requests read while answerReqs was off (answerHeld answers them)
 	conns  []transport.Conn
 	wg     sync.WaitGroup
 }
@@ -121,7 +122,11 @@ func (f *fakePeer) serve(c transport.Conn) {
 			f.mu.Lock()
 			f.reqs++
 			f.mu.Unlock()
-			if f.answerReqs.Load() {
+			if !f.answerReqs.Load() {
+				f.mu.Lock()
+				f.held = append(f.held, msg)
+				f.mu.Unlock()
+			} else {
 				ans = message.NewAnswer(msg).Uint32(message.ResultCode, 0, true, message.Success).Bytes()
 				if f.wrongHbH.Load() {
 					wire.SetHopByHop(ans, ^wire.HopByHop(msg))
@@ -143,6 +148,30 @@ func (f *fakePeer) serve(c transport.Conn) {
 			}
 		}
 	}
+}
+
+// answerHeld answers the requests held while answerReqs was off, on the
+// newest connection: 2001, or with a last AVP that runs past the message
+// when malformed.
+func (f *fakePeer) answerHeld(malformed bool) error {
+	f.mu.Lock()
+	c, held := f.conns[len(f.conns)-1], f.held
+	f.held = nil
+	f.mu.Unlock()
+	f.wmu.Lock()
+	defer f.wmu.Unlock()
+	for _, req := range held {
+		ans := message.NewAnswer(req).Uint32(message.ResultCode, 0, true, message.Success).Bytes()
+		if malformed {
+			ans = append(ans, 0, 0, 0, 1, 0x40, 0, 0, 0xff)
+			n := len(ans)
+			ans[1], ans[2], ans[3] = byte(n>>16), byte(n>>8), byte(n)
+		}
+		if err := c.WriteMessages(ans); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sendDPR sends a DPR on the newest connection.

@@ -144,7 +144,7 @@ type Stats struct {
 	Premature     uint64        `json:"premature"`     // of those, answered too busy / unable to deliver
 	Answered      uint64        `json:"answered"`      // answers matched to them
 	Unmatched     uint64        `json:"unmatched"`
-	BadAnswers    uint64        `json:"bad_answers"` // answers whose AVPs do not fit the message: their requests failed with ErrMalformedAnswer
+	BadAnswers    uint64        `json:"bad_answers"` // answers whose AVPs do not fit the message: the request failed with ErrMalformedAnswer, or (one that moved on) the answer was dropped
 	Late          uint64        `json:"late"`        // answers for calls already complete
 	TimedOut      uint64        `json:"timed_out"`   // calls that ended without an answer
 	Lost          uint64        `json:"lost"`        // calls failed because their connection closed
@@ -197,6 +197,7 @@ type input struct {
 	// cause: evClose's Disconnect-Cause; evOpenFailed's CEA Result-Code
 	// (0: the attempt failed before a CEA).
 	cause uint32
+	keep  func(*call.Call) bool // evHandOver: the calls that stay
 }
 
 func newPeer(cfg Config, role Role, url, label string) (*Peer, error) {
@@ -666,15 +667,22 @@ func (p *Peer) unmatched(c *conn, hbh uint32, msg []byte, crossed bool) (closed 
 	return false
 }
 
-// malformedAnswer counts and logs an answer whose AVPs do not fit it,
-// and returns the error its request fails with. The connection stays:
-// its framing is intact, and the other answers on it are whole.
-func (p *Peer) malformedAnswer(ans []byte, bad *wire.BadAVP) error {
+// malformedAnswer takes an answer to cl on c whose AVPs do not fit it: it
+// fails cl with ErrMalformedAnswer if cl is in flight on c, and drops it
+// otherwise (a request that moved on is answered where it went), counted
+// and logged either way. The connection stays: its framing is intact, and
+// the other answers on it are whole.
+func (p *Peer) malformedAnswer(c *conn, cl *dcall, ans []byte) {
 	p.stats.badAnswers.Add(1)
+	bad := wire.CheckAVPs(ans)
 	err := fmt.Errorf("%w from %s: AVP %d at offset %d: %s", ErrMalformedAnswer, p.Name(), bad.Code, bad.Offset, bad.Reason)
-	p.logLimited(slog.LevelWarn, serve.KindBadFrame, "malformed answer: its request fails", "peer", p.Name(),
+	what := "malformed answer: its request fails"
+	if !cl.FailOn(&c.h, err) {
+		p.stats.late.Add(1)
+		what = "malformed answer to a request answered or sent elsewhere: dropped"
+	}
+	p.logLimited(slog.LevelWarn, serve.KindBadFrame, what, "peer", p.Name(),
 		"end_to_end", wire.EndToEnd(ans), "command", message.CommandName(ans), "avp", bad.Code, "offset", bad.Offset, "reason", bad.Reason)
-	return err
 }
 
 // premature hands a call answered DIAMETER_TOO_BUSY or

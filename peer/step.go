@@ -280,10 +280,12 @@ func (p *Peer) stepLocked(e input) {
 // failover hook, as a watchdog failover does, and keeps the connection
 // and its watchdog: see HandOver. p.mu is held.
 func (p *Peer) onHandOver(e input, cur *conn) {
-	if cur == nil || p.cfg.Failover == nil {
-		return // nothing pending, or nowhere to hand it: the requests wait for their answers
+	if cur == nil || p.cfg.Failover == nil || p.closing {
+		// Nothing pending, nowhere to hand it, or a graceful close whose
+		// drain gives the requests their time: they wait for answers.
+		return
 	}
-	if calls := cur.moveOut(errors.New(e.note)); len(calls) > 0 {
+	if calls := cur.moveOutBut(errors.New(e.note), e.keep); len(calls) > 0 {
 		p.handOver(calls, e.note)
 	}
 }

@@ -202,27 +202,40 @@ func submitEach(submit func(*call.Call) error, calls []*call.Call) (refused []*c
 func (p *Peer) Avoids(c *call.Call) bool { return p.avoids(c) }
 
 // HandOver moves every request in flight on the server's connections,
-// and those waiting for one, to Config.Failover with reason, as a
-// watchdog failover does, and keeps the connections and their watchdogs
-// (call.Carrier): for a dispatcher that decided, above the watchdog,
-// that the server does not answer (a server policy's down-timeout). A
-// reply that comes later is still taken, unless the request was
-// answered elsewhere first. Without a Failover, it does nothing.
-func (p *Peer) HandOver(reason string) {
+// and those waiting for one, but those keep reports true for (keep may
+// be nil), to Config.Failover with reason, as a watchdog failover does
+// (in send order for each connection), and keeps the connections and
+// their watchdogs (call.Carrier): for a dispatcher that decided, above
+// the watchdog, that the server does not answer (a server policy's
+// down-timeout). A reply that comes later is still taken, unless the
+// request was answered elsewhere first. Without a Failover, or once
+// closing, it does nothing.
+func (p *Peer) HandOver(reason string, keep func(*call.Call) bool) {
 	p.mu.Lock()
 	if p.cfg.Failover != nil && !p.closing {
 		cause := errors.New(reason)
+		moves := func(cl *rcall) bool { return keep == nil || !keep(&cl.Call) }
+		leave := func(c *conn) []*rcall {
+			return c.calls(func(cl *rcall) bool { return moves(cl) && cl.Leave(&c.h, cause) })
+		}
 		for _, l := range p.links {
 			for _, c := range l.draining {
-				p.moveOut(l, c.leaveAll(cause), reason)
+				p.moveOut(l, leave(c), reason)
 			}
 			if l.cur != nil {
-				p.moveOut(l, l.cur.leaveAll(cause), reason)
+				p.moveOut(l, leave(l.cur), reason)
 			}
 		}
-		w := p.waiting
-		p.waiting = nil
-		p.moveOut(p.links[0], w, reason)
+		var stay, moved []*rcall
+		for _, cl := range p.waiting {
+			if moves(cl) {
+				moved = append(moved, cl)
+			} else {
+				stay = append(stay, cl)
+			}
+		}
+		p.waiting = stay
+		p.moveOut(p.links[0], moved, reason)
 	}
 	p.unlock()
 }

@@ -336,7 +336,7 @@ func (p *UDPPeer) Avoids(c *call.Call) bool { return c.Avoids(&p.h, p) }
 // to Config.Failover on its own once its retransmissions go unanswered
 // (Timeout x Retries, which is also a server policy's default
 // down-timeout), as a RADIUS client retries a server before the next.
-func (p *UDPPeer) HandOver(string) {}
+func (p *UDPPeer) HandOver(string, func(*call.Call) bool) {}
 
 // SubmitAll is Submit for a batch, in order (call.Carrier): the calls
 // sent here before come back in refused; on error none was sent.

@@ -129,7 +129,7 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.algorithm, "algorithm", "pearson", "balance `ALG`: pearson (weighted RFC 3074 hash of the NAI), hash (unweighted), direct (first --peer in service) or round-robin")
 	fs.IntVar(&o.maxRate, "max-rate", 0, "throttle: at most `N` requests per second to each server, spread evenly over --slot slots (0: no rate limit)")
 	fs.IntVar(&o.maxOutstanding, "max-outstanding", 0, "throttle: at most `N` requests outstanding per server; a place frees when the answer arrives or the request times out (0: 256 when throttling is on)")
-	fs.DurationVar(&o.downTimeout, "down-timeout", 0, "policy: a server with requests sent and no reply for `D` goes out of service, and the requests pending there go to another server (default: --timeout)")
+	fs.DurationVar(&o.downTimeout, "down-timeout", 0, "policy: a server with requests sent and no reply for `D` goes out of service, and the requests pending there go to another server (but those whose Destination-Host names it) (default: --timeout)")
 	fs.DurationVar(&o.holdDown, "hold-down", 0, "policy: an out-of-service server gets nothing for `D`, then one probe (default 30s)")
 	fs.StringVar(&o.testUser, "test-user", "", "policy: probe (and keep alive) servers with a request for this `NAI` instead of a real one")
 	fs.DurationVar(&o.keepAlive, "keepalive", 0, "policy: send the --test-user request to each server every `D` (0: never)")
