@@ -516,6 +516,20 @@ func watchPeer(c *client.Client, t0 time.Time, until time.Duration, subs ...stri
 	return m
 }
 
+// muteSendingDWRs reads nothing after the CEA and sends a DWR every 2 s.
+func muteSendingDWRs(s *rawSrv, _ int, _ net.Conn, tc transport.Conn, _ []byte) {
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-time.After(2 * time.Second):
+		}
+		if tc.WriteMessages(rawDWR(s.host)) != nil {
+			return
+		}
+	}
+}
+
 // Probe 1b: the same mute server (never reads), but it sends a DWR every
 // 2 s. RFC 3539's watchdog resets its timer on every message received, so
 // the client never sends a DWR of its own and the server stays OKAY; the
@@ -527,18 +541,7 @@ func watchPeer(c *client.Client, t0 time.Time, until time.Duration, subs ...stri
 // server: none fails.
 func TestProbeClientMuteServerSendsDWRs(t *testing.T) {
 	good := startRaw(t, "good.example.net", serveGood)
-	mute := startRaw(t, "mute.example.net", func(s *rawSrv, _ int, _ net.Conn, tc transport.Conn, _ []byte) {
-		for {
-			select {
-			case <-s.quit:
-				return
-			case <-time.After(2 * time.Second):
-			}
-			if tc.WriteMessages(rawDWR(s.host)) != nil {
-				return
-			}
-		}
-	})
+	mute := startRaw(t, "mute.example.net", muteSendingDWRs)
 	lc := newLogCount()
 	c := newProbeClient(t, client.Balance, lc, func(cfg *client.Config) {
 		cfg.Policy = &policy.Config{RequestTimeout: time.Second, Retries: 2}
@@ -1503,18 +1506,7 @@ func io_discard(nc net.Conn) {
 // timed out: about half the requests hash to the mute server and each
 // held a caller for the whole --timeout.)
 func TestProbeClientBinaryMuteServerSendsDWRs(t *testing.T) {
-	mute := startRaw(t, "mute.example.net", func(s *rawSrv, _ int, _ net.Conn, tc transport.Conn, _ []byte) {
-		for {
-			select {
-			case <-s.quit:
-				return
-			case <-time.After(2 * time.Second):
-			}
-			if tc.WriteMessages(rawDWR(s.host)) != nil {
-				return
-			}
-		}
-	})
+	mute := startRaw(t, "mute.example.net", muteSendingDWRs)
 	good := startRaw(t, "good.example.net", serveGood)
 	const n = 48
 	dir := t.TempDir()
@@ -1568,18 +1560,7 @@ func runClientKill(t *testing.T, limit time.Duration, args ...string) (clientRun
 // test dumps the stacks of the Sends still running.)
 func TestProbeClientMuteServerSendsDWRsShortDeadline(t *testing.T) {
 	good := startRaw(t, "good.example.net", serveGood)
-	mute := startRaw(t, "mute.example.net", func(s *rawSrv, _ int, _ net.Conn, tc transport.Conn, _ []byte) {
-		for {
-			select {
-			case <-s.quit:
-				return
-			case <-time.After(2 * time.Second):
-			}
-			if tc.WriteMessages(rawDWR(s.host)) != nil {
-				return
-			}
-		}
-	})
+	mute := startRaw(t, "mute.example.net", muteSendingDWRs)
 	lc := newLogCount()
 	c := newProbeClient(t, client.Balance, lc, func(cfg *client.Config) {
 		cfg.RequestTimeout = 5 * time.Second
