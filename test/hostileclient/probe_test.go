@@ -1,33 +1,28 @@
-package hostile
-
-// Probes of the CLIENT side against hostile or broken servers: an
-// in-process client.Client (two or more Diameter peers) facing raw
-// servers written here, which complete the capabilities exchange by hand
-// and then misbehave. Each probe logs a "FIGURES probe-client ..." line
-// and fails when the client does not hold: callers answered or failed
-// with a clear error by their deadlines, only the bad connection closed,
-// no redial storm, memory and goroutines bounded. Two of them found
-// defects, since fixed: an answer with malformed AVPs was a success, and
-// the requests pending on a server that answers DWRs but no request
-// waited out their deadlines even with a server policy.
+// Package hostileclient turns the adversarial suite around: the client
+// side (client.Client, the Diameter peer, the RADIUS stream peer) in
+// front of hostile or broken servers. Each server here is raw: written
+// in the test, it completes the capabilities exchange by hand and then
+// misbehaves. Each probe logs a "FIGURES probe-client ..." line and fails
+// when the client does not hold: callers answered or failed with a clear
+// error by their deadlines, only the bad connection closed, no redial
+// storm, memory and goroutines bounded. Two of them found defects, since
+// fixed: an answer with malformed AVPs was a success, and the requests
+// pending on a server that answers DWRs but no request waited out their
+// deadlines even with a server policy. The suite has its own package so
+// that its time (about five minutes) is not added to test/hostile's.
+package hostileclient
 
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,6 +37,12 @@ import (
 	"github.com/aaatp/aaatp/wire"
 
 	lradius "layeh.com/radius"
+)
+
+// clientHost and realm are the client's identity in every probe.
+const (
+	clientHost = "client.example.net"
+	realm      = "example.net"
 )
 
 // rawSrv is a Diameter server written by hand: it accepts, answers the
@@ -1497,60 +1498,6 @@ func io_discard(nc net.Conn) {
 			return
 		}
 	}
-}
-
-// Probe 1c: the "aaa-peer client" binary against the server of probe 1b
-// (reads nothing, sends a DWR every 2 s) beside a good server, balance
-// mode, --timeout 5s, --down-timeout 2s: every request answered through
-// the good server. (Without --down-timeout the probe found 24 of 48
-// timed out: about half the requests hash to the mute server and each
-// held a caller for the whole --timeout.)
-func TestProbeClientBinaryMuteServerSendsDWRs(t *testing.T) {
-	mute := startRaw(t, "mute.example.net", muteSendingDWRs)
-	good := startRaw(t, "good.example.net", serveGood)
-	const n = 48
-	dir := t.TempDir()
-	report := filepath.Join(dir, "report.json")
-	// With --down-timeout the server that answers nothing goes out of
-	// service and its pending requests go to the good one.
-	r, killed := runClientKill(t, 50*time.Second, "--report", report, "--peer", mute.url(), "--peer", good.url(), "--wait-peers", "2",
-		"--requests", fmt.Sprint(n), "--concurrency", "8", "--timeout", "5s", "--tw", "6s", "--down-timeout", "2s")
-	if killed {
-		t.Fatalf("aaa-peer client still running after %v (killed); good server answered %d\n%s", r.took.Round(time.Millisecond), good.reqs.Load(), tail([]byte(r.stderr), 4096))
-	}
-	if b, err := os.ReadFile(report); err == nil {
-		if err := json.Unmarshal(b, &r.report); err != nil {
-			t.Fatalf("client report: %v\n%s", err, b)
-		}
-	}
-	t.Logf("FIGURES probe-client binary mute-with-DWRs --down-timeout 2s: exit %d in %v: %d sent, %d answered, %d failed %v; good server answered %d",
-		r.code, r.took.Round(time.Millisecond), r.report.Sent, r.report.Answered, r.report.Failed, r.report.FailedBy, good.reqs.Load())
-	if r.code != 0 || r.report.Answered != n {
-		t.Errorf("exit %d, %d of %d answered\n%s", r.code, r.report.Answered, n, tail([]byte(r.stderr), 4096))
-	}
-}
-
-// runClientKill is runClient that reports a client it had to kill
-// instead of failing the test.
-func runClientKill(t *testing.T, limit time.Duration, args ...string) (clientRun, bool) {
-	t.Helper()
-	needPeer(t)
-	args = append([]string{"client", "--origin-host", clientHost, "--origin-realm", realm, "--destination-realm", realm,
-		"--log-level", "info"}, args...)
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, aaaPeer, args...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	t0 := time.Now()
-	err := cmd.Run()
-	r := clientRun{took: time.Since(t0), stderr: stderr.String()}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		r.code = ee.ExitCode()
-	}
-	return r, ctx.Err() != nil
 }
 
 // Probe 1d: probe 1b in process with the binary's settings (deadline 5
