@@ -302,6 +302,47 @@ func TestRADIUSPolicyDownTimeoutHandsOver(t *testing.T) {
 	})
 }
 
+// The hand-over takes the requests waiting for an Identifier too: with
+// one connection to a silent server and its 255 Identifiers held, the
+// requests beyond them wait in its peer, and go to the other server with
+// those in flight when the down-timeout expires.
+func TestRADIUSPolicyDownTimeoutHandsOverWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, _, c, stop := radPair(t, nil, func(cfg *Config) {
+			cfg.Policy = &policy.Config{RequestTimeout: time.Second, Retries: 2, HoldDown: 20 * time.Second}
+			cfg.RADIUS.MaxConns = 1
+		})
+		defer stop()
+		_, err := c.Exchange(context.Background(), accessRequest("u0")) // a in service
+		require.NoError(t, err)
+		a.silent.Store(true)
+		const n = 260
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		var failed, byB atomic.Int32
+		for i := range n {
+			wg.Go(func() {
+				resp, err := c.Exchange(ctx, accessRequest(fmt.Sprint("w", i)))
+				switch {
+				case err != nil:
+					failed.Add(1)
+				case resp.Peer == c.RADIUSPeers()[1]:
+					byB.Add(1)
+				}
+			})
+		}
+		synctest.Wait()
+		require.Positive(t, c.RADIUSPeers()[0].Stats().Waiting, "no request waits for an Identifier")
+		wg.Wait()
+		assert.Zero(t, failed.Load())
+		assert.Equal(t, int32(n), byB.Load(), "answered by b")
+		st := c.RADIUSPeers()[0].Stats()
+		assert.Zero(t, st.Waiting)
+		assert.Equal(t, uint64(n), st.MovedOut)
+	})
+}
+
 // Accounting records applied by a server whose answers stop (it read
 // them, then hung before answering) are replayed to the other server,
 // which finds them in the shared store: every caller gets one answer,
