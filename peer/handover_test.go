@@ -110,3 +110,41 @@ func TestHandOverWithoutFailoverDoesNothing(t *testing.T) {
 		assert.NoError(t, r.Err)
 	})
 }
+
+// While the peer disconnects gracefully, HandOver leaves the requests
+// to the drain, which gives them their time to be answered.
+func TestHandOverWhileDisconnectingDoesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		var mu sync.Mutex
+		var moved int
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		cfg.Failover = func(_ call.Carrier, calls []*call.Call, _ string) {
+			mu.Lock()
+			moved += len(calls)
+			mu.Unlock()
+		}
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		synctest.Wait()
+		f.answerReqs.Store(false)
+		cl, err := newCall(acr(), false)
+		require.NoError(t, err)
+		require.NoError(t, p.submit(cl))
+		synctest.Wait()
+		closed := make(chan error, 1)
+		go func() { closed <- p.Close(context.Background()) }()
+		synctest.Wait() // draining: the answer in flight gets its time
+		p.HandOver("out of service: test", nil)
+		synctest.Wait()
+		mu.Lock()
+		assert.Zero(t, moved, "handed over during the drain")
+		mu.Unlock()
+		require.NoError(t, f.answerHeld(false))
+		r := cl.Await(context.Background(), time.Second)
+		assert.NoError(t, r.Err)
+		<-closed
+	})
+}
