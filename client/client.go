@@ -894,8 +894,15 @@ func (c *Client) place(cl *call.Call, m *member) bool {
 	if !ok {
 		return false
 	}
+	if f := afterAdmit.Load(); f != nil {
+		(*f)(c, cl)
+	}
 	return c.submit(cl, m, probe)
 }
+
+// afterAdmit, when set, runs between the policy's admission of a request
+// and its submit: a test can let the server leave service in between.
+var afterAdmit atomic.Pointer[func(*Client, *call.Call)]
 
 // submit sends cl to m, which admitted it (a probe when probe); false if
 // m refused it.

@@ -192,22 +192,27 @@ func (c *Client) publishPolicyLocked(evs []policy.Event) {
 	// Destination-Host names that server: they may go nowhere else, and
 	// its connection is up. Not while closing: the drain gives the
 	// requests in flight their time.
-	if len(silent) > 0 && c.ctx.Err() == nil {
-		v := c.view()
-		for _, e := range silent {
-			if e.Index >= len(v.ros.all) {
-				continue
-			}
-			m := v.ros.all[e.Index]
-			if k := m.carrier(); k != nil {
-				k.HandOver("out of service: "+e.Reason, func(cl *call.Call) bool {
-					to, ok := c.pinned(cl, v)
-					return ok && to == m
-				})
-			}
-		}
+	for _, e := range silent {
+		c.handOver(e.Index, "out of service: "+e.Reason)
 	}
 	c.poke() // a new state may mean a new timer
+}
+
+// handOver hands the requests pending on member i but those whose
+// Destination-Host names it to another server (see publishPolicyLocked);
+// nothing while closing.
+func (c *Client) handOver(i int, reason string) {
+	v := c.view()
+	if c.ctx.Err() != nil || i >= len(v.ros.all) {
+		return
+	}
+	m := v.ros.all[i]
+	if k := m.carrier(); k != nil {
+		k.HandOver(reason, func(cl *call.Call) bool {
+			to, ok := c.pinned(cl, v)
+			return ok && to == m
+		})
+	}
 }
 
 func (c *Client) poke() {
@@ -238,7 +243,14 @@ func (c *Client) sent(m *member, mark uint64) {
 	if c.group != nil {
 		c.pmu.Lock()
 		o := c.group.OnSentSince(m.index, time.Now(), mark)
+		out := c.group.State(m.index) == policy.OutOfService
 		c.publishPolicyLocked(o.Events())
+		if out {
+			// Admitted while m was in service, sent after the
+			// down-timeout put it out and handed its requests over: it
+			// follows them rather than wait there for its deadline.
+			c.handOver(m.index, "out of service: sent as the server left service")
+		}
 	}
 }
 

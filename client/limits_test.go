@@ -388,6 +388,44 @@ func TestPolicyDownTimeoutKeepsPinnedRequests(t *testing.T) {
 	})
 }
 
+// A request admitted while its server was in service, and submitted
+// after the down-timeout put the server out of service and handed its
+// requests over, follows them: it does not wait on the silent server for
+// its deadline.
+func TestPolicyRequestSentAsTheServerLeavesFollowsTheHandOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, _, mute := policyPair(t)
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		h, err := sendWithin(c, 1, time.Second)
+		require.NoError(t, err)
+		require.Equal(t, "a.example.net", h)
+		mute.Store(true)
+		first := make(chan error, 1)
+		go func() { _, err := sendWithin(c, 2, 10*time.Second); first <- err }() // starts a's down-timeout (2 s)
+		time.Sleep(1900 * time.Millisecond)
+		var once sync.Once
+		hook := func(cc *Client, _ *call.Call) {
+			if cc == c {
+				once.Do(func() { time.Sleep(500 * time.Millisecond) }) // the down-timeout expires meanwhile
+			}
+		}
+		afterAdmit.Store(&hook)
+		defer afterAdmit.Store(nil)
+		start := time.Now()
+		h, err = sendWithin(c, 3, 10*time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, "b.example.net", h)
+		assert.Less(t, time.Since(start), time.Second, "waited on the silent server")
+		require.NoError(t, <-first)
+		recs, _ := c.FailoverLog()
+		require.Len(t, recs, 2)
+		assert.Equal(t, "out of service: sent as the server left service", recs[1].Reason)
+	})
+}
+
 // A probe is one message, never sent again: a real request used as the
 // probe of a server that does not reply is not handed to another server
 // when the probe's timeout puts that server out of service again.
