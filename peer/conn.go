@@ -416,7 +416,7 @@ func (c *conn) takePending(cause error) []*call.Call {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lost = true
-	return c.leaveAllLocked(cause)
+	return c.leaveLocked(cause, nil)
 }
 
 // sortBySend orders calls taken off one connection by their send order
@@ -425,55 +425,41 @@ func sortBySend(calls []*call.Call) {
 	slices.SortFunc(calls, func(a, b *call.Call) int { return cmp.Compare(dcallOf(a).seq, dcallOf(b).seq) })
 }
 
-// moveOut takes every call in flight here off the connection (Moved), in
-// send order, for a failover; a late answer here still completes them
-// (F4). cause, if not nil, says why the connection was given up: a call
-// that then fails says so (call.Call.Leave).
-func (c *conn) moveOut(cause error) []*call.Call {
+// moveOut takes every call in flight here but those keep reports true
+// for (keep may be nil) off the connection (Moved), in send order, for a
+// failover; a late answer here still completes them (F4). cause, if not
+// nil, says why the connection was given up: a call that then fails says
+// so (call.Call.Leave).
+func (c *conn) moveOut(cause error, keep func(*call.Call) bool) []*call.Call {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.leaveAllLocked(cause)
+	return c.leaveLocked(cause, keep)
 }
 
-// moveOutBut is moveOut of the calls keep reports false for; the others
-// stay pending here.
-func (c *conn) moveOutBut(cause error, keep func(*call.Call) bool) []*call.Call {
-	if keep == nil {
-		return c.moveOut(cause)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// leaveLocked moves every pending entry but those keep reports true for
+// (keep may be nil) to gone and returns the calls that were in flight
+// here, in send order. c.mu is held.
+func (c *conn) leaveLocked(cause error, keep func(*call.Call) bool) []*call.Call {
 	var calls []*call.Call
-	var ids []uint32
+	var left []uint32 // with keep: the entries to delete once the walk is over
 	c.pending.each(func(id uint32, cl *dcall) {
-		if keep(&cl.Call) {
-			return
+		if keep != nil {
+			if keep(&cl.Call) {
+				return
+			}
+			left = append(left, id)
 		}
 		if cl.Leave(&c.h, cause) {
 			calls = append(calls, &cl.Call)
 		}
 		c.rememberGoneLocked(id, cl)
-		ids = append(ids, id)
 	})
-	for _, id := range ids {
+	if keep == nil {
+		c.pending.clear()
+	}
+	for _, id := range left {
 		c.pending.del(id)
 	}
-	c.drainedLocked()
-	sortBySend(calls)
-	return calls
-}
-
-// leaveAllLocked moves every pending entry to gone and returns the calls
-// that were in flight here, in send order. c.mu is held.
-func (c *conn) leaveAllLocked(cause error) []*call.Call {
-	var calls []*call.Call
-	c.pending.each(func(id uint32, cl *dcall) {
-		if cl.Leave(&c.h, cause) {
-			calls = append(calls, &cl.Call)
-		}
-		c.rememberGoneLocked(id, cl)
-	})
-	c.pending.clear()
 	c.drainedLocked()
 	sortBySend(calls)
 	return calls
@@ -651,11 +637,13 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 	}
 	hbh := wire.HopByHop(msg)
 	cl, late, crossed := c.match(hbh, msg)
+	var bad *wire.BadAVP
 	if cl != nil {
 		c.unmatchedRun = 0
 		if p.cfg.Replied != nil {
 			p.cfg.Replied(p)
 		}
+		bad = wire.CheckAVPs(msg)
 	}
 	switch {
 	case cl == nil:
@@ -673,8 +661,8 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 			rc, _ := message.ResultCodeOf(msg)
 			p.publishPerMessage(Event{Kind: EventLateRefusal, ResultCode: rc, Reason: fmt.Sprintf("late refusal of a request that moved on: %d %s", rc, resultName(rc))})
 		}
-	case wire.CheckAVPs(msg) != nil:
-		p.malformedAnswer(c, cl, msg)
+	case bad != nil:
+		p.malformedAnswer(c, cl, msg, bad)
 	default:
 		ok, owner := cl.Finish(msg, nil, &c.h, &p.stats.answered)
 		if ok && cl.via.Load() == c {

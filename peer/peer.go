@@ -667,14 +667,13 @@ func (p *Peer) unmatched(c *conn, hbh uint32, msg []byte, crossed bool) (closed 
 	return false
 }
 
-// malformedAnswer takes an answer to cl on c whose AVPs do not fit it: it
-// fails cl with ErrMalformedAnswer if cl is in flight on c, and drops it
-// otherwise (a request that moved on is answered where it went), counted
-// and logged either way. The connection stays: its framing is intact, and
+// malformedAnswer takes an answer to cl on c whose AVPs do not fit it
+// (bad, the first such AVP): it fails cl with ErrMalformedAnswer if cl is
+// in flight on c, and drops it otherwise (a request that moved on is
+// answered where it went), counted and logged either way. The connection stays: its framing is intact, and
 // the other answers on it are whole.
-func (p *Peer) malformedAnswer(c *conn, cl *dcall, ans []byte) {
+func (p *Peer) malformedAnswer(c *conn, cl *dcall, ans []byte, bad *wire.BadAVP) {
 	p.stats.badAnswers.Add(1)
-	bad := wire.CheckAVPs(ans)
 	err := fmt.Errorf("%w from %s: AVP %d at offset %d: %s", ErrMalformedAnswer, p.Name(), bad.Code, bad.Offset, bad.Reason)
 	what := "malformed answer: its request fails"
 	if !cl.FailOn(&c.h, err) {

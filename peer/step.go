@@ -285,7 +285,7 @@ func (p *Peer) onHandOver(e input, cur *conn) {
 		// drain gives the requests their time: they wait for answers.
 		return
 	}
-	if calls := cur.moveOutBut(errors.New(e.note), e.keep); len(calls) > 0 {
+	if calls := cur.moveOut(errors.New(e.note), e.keep); len(calls) > 0 {
 		p.handOver(calls, e.note)
 	}
 }
@@ -456,7 +456,7 @@ func (p *Peer) onDrained(e input, cur *conn) {
 	// without a hook (as Close says: ErrClosed).
 	why := fmt.Sprintf("disconnecting: no answer within %v", p.cfg.drainTimeout())
 	cause := errors.New(why)
-	if calls := cur.moveOut(cause); len(calls) > 0 {
+	if calls := cur.moveOut(cause, nil); len(calls) > 0 {
 		if p.cfg.Failover != nil {
 			p.handOver(calls, why)
 		} else {
@@ -512,7 +512,7 @@ func (p *Peer) failover(reason string) {
 	if p.downNote != "" {
 		cause += " (" + p.downNote + ")"
 	}
-	p.handOver(c.moveOut(errors.New(cause)), reason)
+	p.handOver(c.moveOut(errors.New(cause), nil), reason)
 }
 
 // handOver gives moved calls to the failover hook, after the lock, in
