@@ -46,3 +46,30 @@ func TestServerIdleTimeoutIgnoresNonRequests(t *testing.T) {
 		mustClose(t, s)
 	})
 }
+
+// The idle timeout replaces the opening timeout as soon as a request is
+// admitted, whichever comes first: the reader re-arming after the request
+// or the writer after its answer. With MaxUnanswered 1 the reader waits
+// for the answer to be written, so the writer arms first; before, the
+// opening deadline (a minute away, later than the idle one) was taken for
+// a recent idle deadline and kept, and a client dribbling its second
+// request kept its connection for that minute.
+func TestServerIdleTimeoutReplacesTheOpeningTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const idle = 2 * time.Second
+		s, ln := startServer(t, ServerConfig{MaxUnanswered: 1, OpeningTimeout: time.Minute, IdleTimeout: idle,
+			Logger: slog.New(slog.DiscardHandler)})
+		c := connect(t, ln)
+		go io.Copy(io.Discard, c.conn)
+		c.send(accessReq("alice"), 1)
+		synctest.Wait()
+		require.Equal(t, uint64(1), s.Stats().Answered)
+		_, err := c.conn.Write([]byte{byte(lradius.CodeAccessRequest), 2, 0})
+		require.NoError(t, err)
+		time.Sleep(idle + time.Millisecond)
+		synctest.Wait()
+		assert.True(t, c.closedByServer(), "no whole request for IdleTimeout after the first answer: closed")
+		assert.Equal(t, uint64(1), s.Stats().TimedOut)
+		mustClose(t, s)
+	})
+}

@@ -516,14 +516,16 @@ func (c *serverConn) setDeadline() {
 // idle, and no answer it waits for is lost to the timeout. The outbox
 // calls it too, when the last answer owed is written. A deadline set
 // less than idleSlack ago is left as it is: a busy connection does not
-// pay for a new one at every request. c.out.Mu is held.
+// pay for a new one at every request. A later one is the opening
+// timeout's, which the idle timeout replaces whichever of the reader or
+// the writer arms it first. c.out.Mu is held.
 func (c *serverConn) armIdleLocked() {
 	if c.s.cfg.IdleTimeout < 0 || c.out.BP.Unanswered() > 0 {
 		c.setDeadlineLocked(time.Time{})
 		return
 	}
 	at := time.Now().Add(c.s.cfg.IdleTimeout)
-	if !c.deadline.IsZero() && at.Sub(c.deadline) < idleSlack {
+	if !c.deadline.IsZero() && !c.deadline.After(at) && at.Sub(c.deadline) < idleSlack {
 		return
 	}
 	c.setDeadlineLocked(at)
