@@ -26,6 +26,11 @@ type avail struct {
 	open  []bool           // per member: dialed and in service
 	takes []bool           // per member: open, and the policy lets requests in
 	nopen int              // members open
+	// retries: the retry ticks so far (Client.retries): a round in a view
+	// with more than its waiter saw forgets the refusals of its requests
+	// lost and refused everywhere, so that every waiter does at the same
+	// tick, in line order.
+	retries uint64
 	// pick is the balancer's routing snapshot taken with this view: it
 	// picks among the members the view has in service (zero without a
 	// balancer).
@@ -74,7 +79,7 @@ func (c *Client) rebuild(force bool) {
 	old := c.av.Load()
 	ros := c.ros.Load()
 	n := len(ros.all)
-	v := &avail{gen: old.gen + 1, ros: ros, state: make([]watchdog.State, n), open: make([]bool, n), takes: make([]bool, n)}
+	v := &avail{gen: old.gen + 1, ros: ros, state: make([]watchdog.State, n), open: make([]bool, n), takes: make([]bool, n), retries: c.retries}
 	for i, m := range ros.all {
 		v.state[i] = watchdog.Down
 		if _, st, ok := m.stateOf(); ok && !m.removed.Load() {
@@ -98,7 +103,7 @@ func (c *Client) rebuild(force bool) {
 	for i := range ros.all {
 		v.takes[i] = v.open[i] && (c.group == nil || c.group.State(i).Takes())
 	}
-	if !force && v.same(old) {
+	if !force && v.same(old) && v.retries == old.retries {
 		c.avMu.Unlock()
 		return
 	}
@@ -198,7 +203,7 @@ func (c *Client) strand(calls []*call.Call, v *avail) {
 		return
 	}
 	// Its round for v was the one that found no peer for its requests.
-	w := &waiter{calls: wait, prev: c.lastWaiter, round: v.gen, tick: make(chan struct{})}
+	w := &waiter{calls: wait, prev: c.lastWaiter, round: v.gen, retries: v.retries, tick: make(chan struct{})}
 	if w.prev != nil {
 		w.prev.next = w
 	}
@@ -236,7 +241,8 @@ var onWait func(cl *call.Call, v *avail, why string)
 // the order they started waiting: each round of one waits for the round
 // of the live waiters before it for the same view (after).
 type waiter struct {
-	calls []*call.Call // its goroutine's
+	calls   []*call.Call // its goroutine's
+	retries uint64       // the retry ticks it has seen (avail.retries); its goroutine's
 
 	// Under Client.mu: the live waiters, in the order they started
 	// waiting (a waiter that left keeps its prev, for after), and where
@@ -312,26 +318,22 @@ func (c *Client) joinLine(v *avail) {
 //
 // A request lost on a connection and refused (too busy) since by every
 // peer it could go to may have been applied where it was lost: no refusal
-// may end it, and its peers, in service, will not change the view. After
-// refusedRetry its refusals are forgotten and it is placed again, in a
-// round of its waiter, within its deadline.
+// may end it, and its peers, in service, will not change the view. Within
+// refusedRetry a retry tick, one for the whole line, forgets its
+// refusals, and it is placed again in a round of its waiter, within its
+// deadline: the waiters' rounds for that tick go in line order, so
+// requests that waited in different waiters leave in the order they
+// started waiting, as for any view change.
 func (c *Client) waitFor(w *waiter, v *avail) {
 	defer c.waiters.Done()
 	t := time.NewTimer(untilDeadline(w.calls, c.cfg.RequestTimeout))
 	defer t.Stop()
 	for {
-		var retry <-chan time.Time
 		if slices.ContainsFunc(w.calls, (*call.Call).RefusedAfterLoss) {
-			retry = time.After(refusedRetry)
+			c.retryLater()
 		}
 		select {
 		case <-v.changed:
-		case <-retry:
-			for _, cl := range w.calls {
-				if cl.RefusedAfterLoss() {
-					cl.ForgetRefusals()
-				}
-			}
 		case <-c.ctx.Done():
 			c.waiting.Add(-int64(len(w.calls)))
 			failAll(w.calls, errClientClosed)
@@ -356,12 +358,39 @@ func (c *Client) waitFor(w *waiter, v *avail) {
 	}
 }
 
+// retryLater sets the retry tick (see waitFor) unless it is set: after
+// refusedRetry a new view with one more tick wakes every waiter.
+func (c *Client) retryLater() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.retry != nil || c.closed {
+		return
+	}
+	c.retry = time.AfterFunc(refusedRetry, func() {
+		c.mu.Lock()
+		c.retry = nil
+		c.mu.Unlock()
+		c.avMu.Lock()
+		c.retries++
+		c.avMu.Unlock()
+		c.refresh()
+	})
+}
+
 // round dispatches w's requests again in the current view, after the
 // waiter before it; it returns that view, for those that found no peer in
 // it to wait on, or nil when none is left.
 func (c *Client) round(w *waiter) *avail {
 	v := c.view()
 	c.after(w, v.gen)
+	if v.retries != w.retries {
+		w.retries = v.retries
+		for _, cl := range w.calls {
+			if cl.RefusedAfterLoss() {
+				cl.ForgetRefusals()
+			}
+		}
+	}
 	c.waiting.Add(-int64(len(w.calls)))
 	w.calls = toWait(c.placeAll(w.calls, v, nil))
 	c.waiting.Add(int64(len(w.calls)))

@@ -275,6 +275,10 @@ type Client struct {
 	// avMu, swaps it.
 	av   atomic.Pointer[avail]
 	avMu sync.Mutex
+	// retries counts the ticks at which the waiting requests lost and
+	// refused everywhere are asked for again (see waitFor); under avMu,
+	// copied into each view.
+	retries uint64
 
 	// notes delivers the Client's events to its Bus, in the order
 	// scheduled, on a goroutine of its own: never under a lock nor on a
@@ -296,6 +300,7 @@ type Client struct {
 	waiting    atomic.Int64
 	waiters    sync.WaitGroup
 	lastWaiter *waiter        // the waiter started last (strand); under mu
+	retry      *time.Timer    // the retry tick's, while set (retryLater); under mu
 	trimmer    *time.Timer    // pending connection-limit check
 	closing    sync.WaitGroup // peers closed to respect MaxConnections
 	trimmed    []*peer.Peer   // those peers; under mu
@@ -986,7 +991,7 @@ func (c *Client) pinned(cl *call.Call, v *avail) (*member, bool) {
 // must avoid. A request naming one of our peers in Destination-Host goes
 // there or nowhere. With a policy, a server whose state takes no traffic
 // is passed over; a server waiting for a real request to probe it gets
-// this one (S4).
+// this one (S4), and so does a probing server that the request names.
 func (c *Client) pick(cl *call.Call, v *avail, skip ...*member) *member {
 	open := func(m *member) bool { // the connection may take cl
 		if !v.open[m.index] || slices.Contains(skip, m) {
@@ -999,7 +1004,10 @@ func (c *Client) pick(cl *call.Call, v *avail, skip ...*member) *member {
 		return v.takes[m.index] && open(m)
 	}
 	if m, ok := c.pinned(cl, v); ok {
-		if usable(m) {
+		// A server waiting for a request to probe it takes this one: a
+		// request for it alone would otherwise wait, out of the view,
+		// until some other request happened to probe it.
+		if usable(m) || c.group != nil && open(m) && c.group.State(m.index) == policy.Probing {
 			return m
 		}
 		return nil
@@ -1418,6 +1426,9 @@ func (c *Client) Close(ctx context.Context) error {
 		first = true
 		c.mu.Lock()
 		c.closed = true
+		if c.retry != nil {
+			c.retry.Stop()
+		}
 		c.mu.Unlock()
 		c.cancel()
 	})

@@ -717,3 +717,37 @@ func TestTemplateRepliedKeptWithPolicy(t *testing.T) {
 		})
 	}
 }
+
+// A request whose Destination-Host names a server out of service waits
+// for it, and is that server's probe once its hold-down ends: before, it
+// waited for its deadline, unless some other request happened to probe
+// the server (the end of the hold-down did not wake it, and a pinned
+// request never probed).
+func TestPolicyPinnedRequestProbesItsServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, _, mute := policyPair(t)
+		states := policyTransitions(cfg.Events, "a.example.net")
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		mute.Store(true)
+		h, err := sendWithin(c, 1, 10*time.Second) // handed over at a's down-timeout
+		require.NoError(t, err)
+		require.Equal(t, "b.example.net", h)
+		synctest.Wait()
+		require.Equal(t, "out-of-service", c.PolicyStates()[0])
+		mute.Store(false)
+
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		ans, err := c.Send(ctx, acrTo(2, "u@example.net", "a.example.net"))
+		require.NoError(t, err)
+		h, _ = message.StringOf(ans, message.OriginHost, 0)
+		assert.Equal(t, "a.example.net", h)
+		assert.LessOrEqual(t, time.Since(start), 20*time.Second, "answered when a's hold-down (20 s) ended")
+		synctest.Wait()
+		assert.Equal(t, []string{"unknown->out-of-service", "out-of-service->probing", "probing->in-service"}, states())
+	})
+}
