@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -219,8 +220,9 @@ func (p *Peer) HandOver(reason string, keep func(*call.Call) bool) {
 			return c.calls(func(cl *rcall) bool { return moves(cl) && cl.Leave(&c.h, cause) })
 		}
 		for _, l := range p.links {
-			for _, c := range l.draining {
+			for _, c := range slices.Clone(l.draining) {
 				p.moveOut(l, leave(c), reason)
+				p.closeIfDrained(l, c) // recycled: nothing live left, it goes
 			}
 			if l.cur != nil {
 				p.moveOut(l, leave(l.cur), reason)

@@ -626,9 +626,11 @@ func (p *Peer) recycle(l *link, c *conn, stale int) {
 }
 
 // closeIfDrained closes c, a recycled connection of l, once no live
-// request is left on it. p.mu is held.
+// request is left on it: none in flight there. A request that left it
+// (refused, or handed over) and is not done yet goes on elsewhere, and
+// its completion would not come back here to close it. p.mu is held.
 func (p *Peer) closeIfDrained(l *link, c *conn) {
-	if !c.closed && c.count(false) == 0 {
+	if !c.closed && c.live() == 0 {
 		p.dropConn(l, c, c.note, ErrConnectionLost)
 	}
 }
@@ -1057,6 +1059,17 @@ func (c *conn) count(done bool) int {
 	n := 0
 	for i := range c.slots[1:] {
 		if cl := c.slots[i+1].call; cl != nil && cl.IsDone() == done {
+			n++
+		}
+	}
+	return n
+}
+
+// live counts the calls in flight on c. p.mu is held.
+func (c *conn) live() int {
+	n := 0
+	for _, s := range c.slots[1:] {
+		if s.call != nil && s.call.InFlightOn(&c.h) {
 			n++
 		}
 	}

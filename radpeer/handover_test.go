@@ -1,0 +1,83 @@
+package radpeer
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aaatp/aaatp/call"
+)
+
+// The server policy's hand-over takes the requests still live on a
+// connection being recycled (its Identifiers held by requests that timed
+// out; it closes once its live requests end) as well as those on the
+// current one: they end at the hand-over, not at their deadlines, and the
+// recycled connection, with nothing live left, closes.
+func TestHandOverTakesTheRecycledConnectionsRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		srv := &dropServer{}
+		go srv.serveAll(ln)
+		cfg := testConfig(6 * time.Second)
+		cfg.Dialer = ln.dialer()
+		errHanded := errors.New("handed over")
+		var mu sync.Mutex
+		handed := 0
+		cfg.Failover = func(_ call.Carrier, calls []*call.Call, _ string) {
+			mu.Lock()
+			handed += len(calls)
+			mu.Unlock()
+			for _, cl := range calls {
+				cl.Fail(errHanded)
+			}
+		}
+		p, err := Dial("radius+tcp://server:1812", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		var wg sync.WaitGroup
+		var live []error
+		wg.Add(2)
+		go func() { defer wg.Done(); exchangeAll(p, 128, "drop", 10*time.Second) }() // stale from 10 s
+		synctest.Wait()
+		go func() { defer wg.Done(); live = exchangeAll(p, 127, "drop", 40*time.Second) }()
+		synctest.Wait()
+		time.Sleep(15 * time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err = p.Exchange(ctx, accessReq("alice")) // recycles the connection
+		cancel()
+		if err != nil {
+			t.Fatalf("request after 128 stale Identifiers: %v", err)
+		}
+		synctest.Wait()
+		if st := p.Stats(); st.RecycledConns != 1 || srv.closed.Load() != 0 {
+			t.Fatalf("want the old connection recycled and open for its 127 live requests: %+v, %d closed", st, srv.closed.Load())
+		}
+		start := time.Now()
+		p.HandOver("out of service: no reply within the down-timeout", nil)
+		wg.Wait()
+		synctest.Wait()
+		if d := time.Since(start); d != 0 {
+			t.Errorf("the live requests ended %v after the hand-over, want at once", d)
+		}
+		for i, err := range live {
+			if !errors.Is(err, errHanded) {
+				t.Fatalf("live request %d: %v, want it handed over", i, err)
+			}
+		}
+		mu.Lock()
+		if handed != 127 {
+			t.Errorf("%d requests handed over, want the 127 live ones", handed)
+		}
+		mu.Unlock()
+		if c := srv.closed.Load(); c != 1 {
+			t.Errorf("%d connections closed, want the recycled one, nothing live left on it", c)
+		}
+		mustClose(t, p)
+		ln.Close()
+	})
+}
