@@ -307,10 +307,16 @@ type Client struct {
 
 	log failoverLog
 
-	group        *policy.Group              // nil without Policy
-	sched        *throttle.Scheduler[*item] // nil without Throttle; guarded by tmu
-	tmu          sync.Mutex
-	alarms       []Event // queue alarms made under tmu, for unlockThrottle; empty whenever tmu is free
+	group  *policy.Group              // nil without Policy
+	sched  *throttle.Scheduler[*item] // nil without Throttle; guarded by tmu
+	tmu    sync.Mutex
+	alarms []Event // queue alarms made under tmu, for unlockThrottle; empty whenever tmu is free
+	// released: what the scheduler released, batch after batch in the
+	// order it did, waiting for the goroutine placing it (placing). One
+	// goroutine at a time places them: two side by side would let a
+	// later release leave first. Under tmu.
+	released     [](*[]throttle.Dispatch[*item])
+	placing      bool
 	wake         chan struct{}
 	stopDispatch chan struct{}
 	dispatchDone chan struct{}

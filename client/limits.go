@@ -362,12 +362,14 @@ func (c *Client) throttled(its ...*item) {
 		}
 		c.sched.Enqueue(it, it.class)
 	}
-	ds := c.poll(time.Now())
+	place := c.pollLocked(time.Now())
 	c.unlockThrottle()
 	for _, it := range full {
 		it.cl.Fail(fmt.Errorf("%w: %d requests waiting", ErrQueueFull, c.cfg.Throttle.MaxQueued))
 	}
-	c.execute(ds)
+	if place {
+		c.placeReleased()
+	}
 	c.poke() // anything left waits for a slot: the dispatcher's timer
 }
 
@@ -403,9 +405,50 @@ func (c *Client) release(it *item) {
 		c.unlockThrottle()
 		return
 	}
-	ds := c.poll(time.Now())
+	place := c.pollLocked(time.Now())
 	c.unlockThrottle()
-	c.execute(ds)
+	if place {
+		c.placeReleased()
+	}
+}
+
+// pollLocked takes what the scheduler releases now, after what it
+// released before, for placing (see Client.released); it reports whether
+// the caller is to place them, after unlocking tmu (placeReleased): no
+// other goroutine is placing. c.tmu is held.
+func (c *Client) pollLocked(now time.Time) bool {
+	ds := c.poll(now)
+	if len(*ds) == 0 {
+		dispatchBufs.Put(ds)
+		return false
+	}
+	c.released = append(c.released, ds)
+	if c.placing {
+		return false
+	}
+	c.placing = true
+	return true
+}
+
+// placeReleased places what the scheduler released, batch after batch in
+// the order released, until none is left; one goroutine at a time
+// (pollLocked). Another goroutine's release meanwhile is placed here too,
+// after this one's: it does not wait for its turn.
+func (c *Client) placeReleased() {
+	for {
+		c.tmu.Lock()
+		if len(c.released) == 0 {
+			c.placing = false
+			c.unlockThrottle()
+			return
+		}
+		ds := c.released[0]
+		n := copy(c.released, c.released[1:])
+		c.released[n] = nil
+		c.released = c.released[:n]
+		c.unlockThrottle()
+		c.execute(ds)
+	}
 }
 
 // dispatchBufs recycles Poll's result slices: the throttle's per-request
@@ -525,12 +568,14 @@ func (c *Client) dispatcher() {
 		next := now.Add(time.Hour)
 		if c.sched != nil {
 			c.tmu.Lock()
-			ds := c.poll(now)
+			place := c.pollLocked(now)
 			if at, ok := c.sched.NextWakeup(now); ok && at.Before(next) {
 				next = at
 			}
 			c.unlockThrottle()
-			c.execute(ds)
+			if place {
+				c.placeReleased()
+			}
 		}
 		if c.group != nil {
 			if at, ok := c.group.NextWakeup(); ok && at.Before(next) {
