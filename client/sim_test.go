@@ -24,6 +24,7 @@ import (
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
+	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 	"github.com/aaatp/aaatp/wire"
@@ -34,6 +35,10 @@ var (
 	simSeed  = flag.Uint64("sim.seed", 0, "TestSim: replay the schedule of this seed only")
 	simFrom  = flag.Uint64("sim.from", 1, "TestSim with -sim.n: the first seed")
 	simTrace = flag.Bool("sim.trace", false, "TestSim: log each step of the schedule and each event of the Client (with -sim.seed)")
+	// Off by default: with the throttle, schedules still break
+	// invariants (requests never sent from its queues, some replays out
+	// of order): work in progress, not yet a net CI can hold.
+	simThrottle = flag.Bool("sim.throttle", false, "TestSim: put the ASR5K throttle in a third of the schedules")
 )
 
 // simFixedSeeds is the set every `go test` runs. With -race a schedule
@@ -171,7 +176,7 @@ func TestSim(t *testing.T) {
 		if s.Replays == 0 || s.Premature == 0 || s.Late == 0 || s.Parked == 0 || s.Drained == 0 ||
 			s.Patient == 0 || s.Pinned == 0 || s.NonAcct == 0 || s.AllOut == 0 || s.SlowBehind == 0 ||
 			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 || s.BusyFailover == 0 ||
-			s.Hurried == 0 || s.CloseAtChange == 0 || s.SubscriberClose == 0 || s.ServerAsks == 0 || s.PolicyOut == 0 || s.HandedOver == 0 || s.Inline == 0 || s.InlinePart == 0 || s.CallerRead == 0 || s.ServerInline == 0 {
+			s.Hurried == 0 || s.CloseAtChange == 0 || s.SubscriberClose == 0 || s.ServerAsks == 0 || s.PolicyOut == 0 || s.HandedOver == 0 || (*simThrottle && s.Throttle == 0) || s.Inline == 0 || s.InlinePart == 0 || s.CallerRead == 0 || s.ServerInline == 0 {
 			t.Errorf("the schedules exercised too little: %+v", s)
 		}
 	}
@@ -186,6 +191,8 @@ type simCounts struct {
 	// out of service at the down-timeout (each a hand-over); HandedOver:
 	// requests lost in such a server before, and still there then.
 	Policy, PolicyOut, HandedOver int
+	// Throttle: schedules with the ASR5K throttle.
+	Throttle int
 	// SubscriberClose: schedules closed by a subscriber, with its context.
 	SubscriberClose int
 	// Inline: messages a TryWrite wrote whole on its caller's goroutine;
@@ -231,6 +238,7 @@ func (s *simTotals) add(b simCounts) {
 	a.Policy += b.Policy
 	a.PolicyOut += b.PolicyOut
 	a.HandedOver += b.HandedOver
+	a.Throttle += b.Throttle
 	a.Inline += b.Inline
 	a.InlinePart += b.InlinePart
 	a.CallerRead += b.CallerRead
@@ -295,6 +303,12 @@ func inDispatch() int {
 	single, batch := 0, false
 	for {
 		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, ".(*Client).poll") {
+			// The throttle's scheduler picks under its lock: a pause there
+			// would hold the goroutines waiting for it, which synctest
+			// does not count as blocked, and the bubble's clock with them.
+			return 0
+		}
 		if strings.HasSuffix(f.Function, ".(*Client).placeAll") {
 			batch = true
 		}
@@ -355,28 +369,29 @@ type simWorld struct {
 	n       network
 	c       *Client
 
-	mu       sync.Mutex
-	seq      int
-	sends    map[uint32][]simSend
-	stranded map[*call.Call]bool // every request that waited for a peer (onStrand)
-	waitWhy  map[uint32][]string // why placeAll left each request waiting, with its view (onWait)
-	groups   []*simGroup         // the requests of each waiter started, while its deadlines run (onStrand)
-	groupOf  map[*call.Call]*simGroup
-	asked    map[[2]uint32]bool   // (e2e, hbh) of the servers' requests given to the client's handler
-	hrng     *rand.Rand           // the client handler's delays, under mu (rng is the schedule's goroutine's)
-	trng     *rand.Rand           // the room of inline writes (sendRoom), under mu
-	refusals map[[2]uint32]int    // (e2e, hbh) of a 3004/3002 the client read -> seq
-	wrote    map[[2]uint32]string // (e2e, hbh) of a request written -> the server's host
-	answered map[uint32]time.Time // when the client first read a final answer to the request
-	applied  map[uint32]int
-	commitAt map[uint32]time.Time
-	runs     map[uint32]int      // handler runs (inside the duplicate store's wrapper)
-	commits  map[uint32][]string // for a failure's report: who committed when
-	reqs     map[uint32]*simReq
-	slow     map[uint32]bool // requests made slow behind steady traffic
-	dropped  map[uint32]bool // requests a silent server lost
-	lastDrop map[uint32]simDrop
-	waitedAt map[uint32][]time.Time // when each request began waiting for a peer
+	mu        sync.Mutex
+	seq       int
+	sends     map[uint32][]simSend
+	stranded  map[*call.Call]bool // every request that waited for a peer (onStrand)
+	waitWhy   map[uint32][]string // why placeAll left each request waiting, with its view (onWait)
+	groups    []*simGroup         // the requests of each waiter started, while its deadlines run (onStrand)
+	groupOf   map[*call.Call]*simGroup
+	asked     map[[2]uint32]bool   // (e2e, hbh) of the servers' requests given to the client's handler
+	hrng      *rand.Rand           // the client handler's delays, under mu (rng is the schedule's goroutine's)
+	trng      *rand.Rand           // the room of inline writes (sendRoom), under mu
+	refusals  map[[2]uint32]int    // (e2e, hbh) of a 3004/3002 the client read -> seq
+	wrote     map[[2]uint32]string // (e2e, hbh) of a request written -> the server's host
+	answered  map[uint32]time.Time // when the client first read a final answer to the request
+	applied   map[uint32]int
+	commitAt  map[uint32]time.Time
+	runs      map[uint32]int      // handler runs (inside the duplicate store's wrapper)
+	commits   map[uint32][]string // for a failure's report: who committed when
+	reqs      map[uint32]*simReq
+	slow      map[uint32]bool // requests made slow behind steady traffic
+	dropped   map[uint32]bool // requests a silent server lost
+	lastDrop  map[uint32]simDrop
+	throttled bool                   // the Client has a throttle
+	waitedAt  map[uint32][]time.Time // when each request began waiting for a peer
 	// outAt: when the server policy took each server out of service at
 	// its down-timeout (the hand-overs), from its events.
 	outAt     map[string][]time.Time
@@ -461,7 +476,7 @@ func (w *simWorld) handedOverOrder(routes map[simHop][]simMove) {
 		}
 		for i := range ms {
 			for j := i + 1; j < len(ms); j++ {
-				if at[i].IsZero() || !at[i].Equal(at[j]) {
+				if at[i].IsZero() || !at[i].Equal(at[j]) || w.apart(ms[i].id, ms[j].id) {
 					continue
 				}
 				w.counts.HandOverPairs++
@@ -474,6 +489,15 @@ func (w *simWorld) handedOverOrder(routes map[simHop][]simMove) {
 			}
 		}
 	}
+}
+
+// apart reports whether requests a and b are in separate throttle
+// queues: the throttle queues accounting and the other requests apart,
+// each class with its own rate and outstanding limits, and keeps the
+// order within each. w.mu is held.
+func (w *simWorld) apart(a, b uint32) bool {
+	ra, rb := w.reqs[a], w.reqs[b]
+	return w.throttled && ra != nil && rb != nil && ra.acct != rb.acct
 }
 
 // handOverOf returns the time of the failover record (moved or parked)
@@ -1043,6 +1067,19 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		cfg.Policy = &policy.Config{RequestTimeout: time.Duration(4+prng.IntN(6)) * time.Second, Retries: 1 + prng.IntN(3),
 			HoldDown: time.Duration(5+prng.IntN(60)) * time.Second}
 		w.counts.Policy++
+	}
+	// With -sim.throttle, the ASR5K throttle in a third of the schedules,
+	// from a source of its own too: its queues, replays at their head and
+	// rate slots on the request's path. Its bounds leave room for the
+	// quiet end's bursts and drains, and for the requests lost in silent
+	// servers, which hold their outstanding places until their deadlines.
+	if trng := rand.New(rand.NewPCG(seed, 0x746872)); *simThrottle && trng.IntN(3) == 0 {
+		lim := func() throttle.Limits {
+			return throttle.Limits{MaxRate: 100 + trng.IntN(900), MaxOutstanding: 64 + trng.IntN(192)}
+		}
+		cfg.Throttle = &Throttle{Auth: lim(), Accounting: lim()}
+		w.throttled = true
+		w.counts.Throttle++
 	}
 	cfg.Peer.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
 		tc, err := w.n.dialer(ctx, url)
@@ -1983,8 +2020,11 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 	for _, m := range moves {
 		slices.SortFunc(m, func(a, b move) int { return a.xseq - b.xseq })
 		for i := 1; i < len(m); i++ {
-			w.counts.OrderPairs++
 			a, b := m[i-1].id, m[i].id
+			if w.apart(a, b) {
+				continue
+			}
+			w.counts.OrderPairs++
 			if r, ok := w.handedOverReversed(a, b, m[i].xhost, m[i].xat, maxTime(m[i-1].yat, m[i].yat)); ok {
 				t.Errorf("seed %d: failover handed %d and %d over out of send order (sent at %d then %d): %s; sends %+v and %+v", seed, a, b, m[i-1].xseq, m[i].xseq, r, w.sends[a], w.sends[b])
 				continue
