@@ -25,7 +25,10 @@ type avail struct {
 	state []watchdog.State // per member; Down when not dialed
 	open  []bool           // per member: dialed and in service
 	takes []bool           // per member: open, and the policy lets requests in
-	nopen int              // members open
+	// probes: per member, open, and its policy waits for a real request
+	// to probe it (policy.Group.WantsProbe): the throttle may send it one.
+	probes []bool
+	nopen  int // members open
 	// retries: the retry ticks so far (Client.retries): a round in a view
 	// with more than its waiter saw forgets the refusals of its requests
 	// lost and refused everywhere, so that every waiter does at the same
@@ -41,7 +44,7 @@ type avail struct {
 
 func newAvail(ros *roster) *avail {
 	n := len(ros.all)
-	v := &avail{ros: ros, state: make([]watchdog.State, n), open: make([]bool, n), takes: make([]bool, n), changed: make(chan struct{})}
+	v := &avail{ros: ros, state: make([]watchdog.State, n), open: make([]bool, n), takes: make([]bool, n), probes: make([]bool, n), changed: make(chan struct{})}
 	for i := range v.state {
 		v.state[i] = watchdog.Down
 	}
@@ -49,7 +52,8 @@ func newAvail(ros *roster) *avail {
 }
 
 func (v *avail) same(w *avail) bool {
-	return v.ros == w.ros && slices.Equal(v.state, w.state) && slices.Equal(v.open, w.open) && slices.Equal(v.takes, w.takes)
+	return v.ros == w.ros && slices.Equal(v.state, w.state) && slices.Equal(v.open, w.open) && slices.Equal(v.takes, w.takes) &&
+		slices.Equal(v.probes, w.probes)
 }
 
 // gained reports whether a member takes requests in v that did not in
@@ -79,7 +83,7 @@ func (c *Client) rebuild(force bool) {
 	old := c.av.Load()
 	ros := c.ros.Load()
 	n := len(ros.all)
-	v := &avail{gen: old.gen + 1, ros: ros, state: make([]watchdog.State, n), open: make([]bool, n), takes: make([]bool, n), retries: c.retries}
+	v := &avail{gen: old.gen + 1, ros: ros, state: make([]watchdog.State, n), open: make([]bool, n), takes: make([]bool, n), probes: make([]bool, n), retries: c.retries}
 	for i, m := range ros.all {
 		v.state[i] = watchdog.Down
 		if _, st, ok := m.stateOf(); ok && !m.removed.Load() {
@@ -102,6 +106,7 @@ func (c *Client) rebuild(force bool) {
 	}
 	for i := range ros.all {
 		v.takes[i] = v.open[i] && (c.group == nil || c.group.State(i).Takes())
+		v.probes[i] = v.open[i] && c.group != nil && c.group.WantsProbe(i)
 	}
 	if !force && v.same(old) && v.retries == old.retries {
 		c.avMu.Unlock()
@@ -116,7 +121,10 @@ func (c *Client) rebuild(force bool) {
 		now := time.Now()
 		c.tmu.Lock()
 		for i := range ros.all {
-			c.sched.SetAvailable(i, v.takes[i], now)
+			// A server waiting for its probe takes that one request: the
+			// scheduler would otherwise never send it there, and it would
+			// stay probing for good (pinned requests with it).
+			c.sched.SetAvailable(i, v.takes[i] || v.probes[i], now)
 		}
 		evs, c.alarms = c.alarms, nil
 		c.tmu.Unlock()

@@ -751,3 +751,76 @@ func TestPolicyPinnedRequestProbesItsServer(t *testing.T) {
 		assert.Equal(t, []string{"unknown->out-of-service", "out-of-service->probing", "probing->in-service"}, states())
 	})
 }
+
+// With the throttle, a server probing after its hold-down gets its probe,
+// a real request, and is back in service when it answers: the scheduler
+// counted only the servers taking requests as available and never sent
+// it one, so it stayed probing for good (and the requests whose
+// Destination-Host named it waited in its queue for their deadlines).
+func TestPolicyProbeThroughTheThrottle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, _, mute := policyPair(t)
+		cfg.Throttle = &Throttle{}
+		states := policyTransitions(cfg.Events, "a.example.net")
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		mute.Store(true)
+		h, err := sendWithin(c, 1, 10*time.Second) // handed over at a's down-timeout
+		require.NoError(t, err)
+		require.Equal(t, "b.example.net", h)
+		mute.Store(false)
+		time.Sleep(20 * time.Second) // the hold-down
+		synctest.Wait()
+		require.Equal(t, "probing", c.PolicyStates()[0])
+		h, err = sendWithin(c, 2, time.Second) // the probe
+		require.NoError(t, err)
+		assert.Equal(t, "a.example.net", h)
+		synctest.Wait()
+		assert.Equal(t, "in-service", c.PolicyStates()[0])
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		ans, err := c.Send(ctx, acrTo(3, "u@example.net", "a.example.net"))
+		require.NoError(t, err, "a request for a, in service again")
+		h, _ = message.StringOf(ans, message.OriginHost, 0)
+		assert.Equal(t, "a.example.net", h)
+		assert.Equal(t, []string{"unknown->out-of-service", "out-of-service->probing", "probing->in-service"}, states())
+	})
+}
+
+// While a probe is in flight through the throttle, the server takes
+// nothing more (the throttle may release a request to it, as it still
+// waited for its probe when the view was built; the policy refuses it and
+// it is queued again): a request whose Destination-Host names it waits.
+// Here the probe goes unanswered: the server is held down again and the
+// request ends at its deadline.
+func TestPolicyProbeInFlightThroughTheThrottle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, a, mute := policyPair(t)
+		cfg.Throttle = &Throttle{}
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		mute.Store(true)
+		_, err = sendWithin(c, 1, 10*time.Second)
+		require.NoError(t, err)
+		time.Sleep(20 * time.Second) // the hold-down; a still mute
+		synctest.Wait()
+		require.Equal(t, "probing", c.PolicyStates()[0])
+		before := len(a.received())
+		go sendWithin(c, 2, 10*time.Second) // the probe, never answered
+		synctest.Wait()
+		require.Equal(t, before+1, len(a.received()), "the probe reached a")
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err = c.Send(ctx, acrTo(3, "u@example.net", "a.example.net"))
+		assert.ErrorIs(t, err, ErrTimeout)
+		assert.Equal(t, 3*time.Second, time.Since(start))
+		assert.Equal(t, before+1, len(a.received()), "nothing but the probe reached a")
+		synctest.Wait()
+		assert.Equal(t, "out-of-service", c.PolicyStates()[0], "the probe timed out")
+	})
+}

@@ -35,9 +35,9 @@ var (
 	simSeed  = flag.Uint64("sim.seed", 0, "TestSim: replay the schedule of this seed only")
 	simFrom  = flag.Uint64("sim.from", 1, "TestSim with -sim.n: the first seed")
 	simTrace = flag.Bool("sim.trace", false, "TestSim: log each step of the schedule and each event of the Client (with -sim.seed)")
-	// Off by default: with the throttle, schedules still break
-	// invariants (requests never sent from its queues, some replays out
-	// of order): work in progress, not yet a net CI can hold.
+	// Off by default: with the throttle, some schedules still break an
+	// invariant (replays of one class out of send order): work in
+	// progress, not yet a net CI can hold.
 	simThrottle = flag.Bool("sim.throttle", false, "TestSim: put the ASR5K throttle in a third of the schedules")
 )
 

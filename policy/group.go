@@ -227,6 +227,16 @@ func (g *Group) Eligible(dst []int) []int {
 	return dst
 }
 
+// WantsProbe reports whether server i is probing without a test user and
+// waits for a real request to probe it: available, and its probe not
+// claimed yet (see ProbeWanted).
+func (g *Group) WantsProbe(i int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.t[i]
+	return g.avail[i] && !g.removed[i] && t.state == Probing && !t.cfg.TestUser && !t.probeOut
+}
+
 // ProbeWanted returns a server, the lowest index, that is probing without a
 // test user and waits for a real request to probe it. The owner may send
 // the next request there through Allow, which claims the probe.

@@ -359,3 +359,34 @@ func TestGroupAddAndRemove(t *testing.T) {
 	_, ok := g.NextWakeup()
 	assert.False(t, ok, "no wake-up for the removed server's unanswered request")
 }
+
+// WantsProbe says which probing server waits for a real request: until
+// one is claimed (Allow), and again once it is given back; never for an
+// unavailable server, nor with a test user (whose request probes).
+func TestWantsProbe(t *testing.T) {
+	g := newGroup(t, Config{}, "a", "b")
+	inService(t, g, 1, 0)
+	g.OnSent(0, at(0))
+	g.Tick(at(15*s), nil, nil) // a out until 45 s
+	assert.False(t, g.WantsProbe(0), "held down")
+	g.Tick(at(45*s), nil, nil)
+	require.Equal(t, Probing, g.State(0))
+	assert.True(t, g.WantsProbe(0))
+	assert.False(t, g.WantsProbe(1), "in service")
+	g.SetAvailable(0, false)
+	assert.False(t, g.WantsProbe(0), "unavailable")
+	g.SetAvailable(0, true)
+	o := g.Allow(0, at(46*s))
+	require.True(t, o.Probe)
+	assert.False(t, g.WantsProbe(0), "its probe is claimed")
+	g.CancelProbe(0)
+	assert.True(t, g.WantsProbe(0), "its probe given back")
+
+	tu := newGroup(t, Config{TestUser: true}, "a", "b")
+	inService(t, tu, 1, 0)
+	tu.OnSent(0, at(0))
+	tu.Tick(at(15*s), nil, nil)
+	tu.Tick(at(45*s), nil, nil)
+	require.Equal(t, Probing, tu.State(0))
+	assert.False(t, tu.WantsProbe(0), "the test user's request probes")
+}
