@@ -26,7 +26,9 @@ type avail struct {
 	open  []bool           // per member: dialed and in service
 	takes []bool           // per member: open, and the policy lets requests in
 	// probes: per member, open, and its policy waits for a real request
-	// to probe it (policy.Group.WantsProbe): the throttle may send it one.
+	// to probe it (policy.Group.WantsProbe): the throttle may send it one,
+	// and a request waiting for a server may be that one (a server whose
+	// hold-down ends changes the view, though it takes nothing else yet).
 	probes []bool
 	nopen  int // members open
 	// retries: the retry ticks so far (Client.retries): a round in a view

@@ -172,26 +172,17 @@ func (c *Client) publishPolicyLocked(evs []policy.Event) {
 		return
 	}
 	var silent []policy.Event
-	probing := false
 	for _, e := range evs {
 		c.note(Event{Time: e.Time, Server: e.Server, Kind: EventPolicy, Policy: &e, Reason: e.Reason})
 		if e.To == policy.OutOfService && (e.Reason == policy.ReasonDownTimeout || e.Reason == policy.ReasonNoFirstReply) {
 			silent = append(silent, e)
 		}
-		probing = probing || e.To == policy.Probing
 	}
 	c.pmu.Unlock()
-	// Whether a server takes requests may have changed: the view follows
-	// (and wakes the requests waiting for a change, the throttle's
-	// dispatcher). A server whose hold-down ended takes one request, its
-	// probe, though the view shows it taking none, as out of service:
-	// the requests waiting for a server are woken all the same, or one
-	// waiting for it alone would wait for its deadline.
-	if probing {
-		c.bump()
-	} else {
-		c.refresh()
-	}
+	// Whether a server takes requests, or waits for its probe, may have
+	// changed: the view follows (and wakes the requests waiting for a
+	// change, the throttle's dispatcher).
+	c.refresh()
 	// A server that replied to nothing for the down-timeout will not
 	// answer what is pending there either, though its watchdog may say
 	// OKAY (it answers DWRs, or sends its own): those requests go to

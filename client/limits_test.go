@@ -253,6 +253,24 @@ func policyPair(t *testing.T) (Config, *fakeServer, *atomic.Bool) {
 	return cfg, a, muted(a)
 }
 
+// heldDown starts a Client on cfg (from policyPair), mutes a, and sends a
+// request that a's down-timeout hands over to b: a is out of service, held
+// down for 20 s from then. The Client closes with the test.
+func heldDown(t *testing.T, cfg Config, mute *atomic.Bool) *Client {
+	t.Helper()
+	c, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close(context.Background()) })
+	synctest.Wait()
+	mute.Store(true)
+	h, err := sendWithin(c, 1, 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, "b.example.net", h, "handed over at a's down-timeout")
+	synctest.Wait()
+	require.Equal(t, "out-of-service", c.PolicyStates()[0])
+	return c
+}
+
 // policyTransitions subscribes to server's policy events on bus and
 // returns a function giving those seen so far, "from->to" each.
 func policyTransitions(bus *Bus, server string) func() []string {
@@ -727,16 +745,7 @@ func TestPolicyPinnedRequestProbesItsServer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg, _, mute := policyPair(t)
 		states := policyTransitions(cfg.Events, "a.example.net")
-		c, err := New(cfg)
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		synctest.Wait()
-		mute.Store(true)
-		h, err := sendWithin(c, 1, 10*time.Second) // handed over at a's down-timeout
-		require.NoError(t, err)
-		require.Equal(t, "b.example.net", h)
-		synctest.Wait()
-		require.Equal(t, "out-of-service", c.PolicyStates()[0])
+		c := heldDown(t, cfg, mute)
 		mute.Store(false)
 
 		start := time.Now()
@@ -744,7 +753,7 @@ func TestPolicyPinnedRequestProbesItsServer(t *testing.T) {
 		defer cancel()
 		ans, err := c.Send(ctx, acrTo(2, "u@example.net", "a.example.net"))
 		require.NoError(t, err)
-		h, _ = message.StringOf(ans, message.OriginHost, 0)
+		h, _ := message.StringOf(ans, message.OriginHost, 0)
 		assert.Equal(t, "a.example.net", h)
 		assert.LessOrEqual(t, time.Since(start), 20*time.Second, "answered when a's hold-down (20 s) ended")
 		synctest.Wait()
@@ -762,19 +771,12 @@ func TestPolicyProbeThroughTheThrottle(t *testing.T) {
 		cfg, _, mute := policyPair(t)
 		cfg.Throttle = &Throttle{}
 		states := policyTransitions(cfg.Events, "a.example.net")
-		c, err := New(cfg)
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		synctest.Wait()
-		mute.Store(true)
-		h, err := sendWithin(c, 1, 10*time.Second) // handed over at a's down-timeout
-		require.NoError(t, err)
-		require.Equal(t, "b.example.net", h)
+		c := heldDown(t, cfg, mute)
 		mute.Store(false)
 		time.Sleep(20 * time.Second) // the hold-down
 		synctest.Wait()
 		require.Equal(t, "probing", c.PolicyStates()[0])
-		h, err = sendWithin(c, 2, time.Second) // the probe
+		h, err := sendWithin(c, 2, time.Second) // the probe
 		require.NoError(t, err)
 		assert.Equal(t, "a.example.net", h)
 		synctest.Wait()
@@ -799,13 +801,7 @@ func TestPolicyProbeInFlightThroughTheThrottle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg, a, mute := policyPair(t)
 		cfg.Throttle = &Throttle{}
-		c, err := New(cfg)
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		synctest.Wait()
-		mute.Store(true)
-		_, err = sendWithin(c, 1, 10*time.Second)
-		require.NoError(t, err)
+		c := heldDown(t, cfg, mute)
 		time.Sleep(20 * time.Second) // the hold-down; a still mute
 		synctest.Wait()
 		require.Equal(t, "probing", c.PolicyStates()[0])
@@ -816,7 +812,7 @@ func TestPolicyProbeInFlightThroughTheThrottle(t *testing.T) {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
-		_, err = c.Send(ctx, acrTo(3, "u@example.net", "a.example.net"))
+		_, err := c.Send(ctx, acrTo(3, "u@example.net", "a.example.net"))
 		assert.ErrorIs(t, err, ErrTimeout)
 		assert.Equal(t, 3*time.Second, time.Since(start))
 		assert.Equal(t, before+1, len(a.received()), "nothing but the probe reached a")
