@@ -1011,9 +1011,9 @@ func (c *Client) pick(cl *call.Call, v *avail, skip ...*member) *member {
 	}
 	if m, ok := c.pinned(cl, v); ok {
 		// A server waiting for a request to probe it takes this one: a
-		// request for it alone would otherwise wait, out of the view,
-		// until some other request happened to probe it.
-		if usable(m) || c.group != nil && open(m) && c.group.State(m.index) == policy.Probing {
+		// request for it alone would otherwise wait until some other
+		// request happened to probe it.
+		if usable(m) || v.probes[m.index] && open(m) {
 			return m
 		}
 		return nil

@@ -243,9 +243,8 @@ func (c *Client) sent(m *member, mark uint64) {
 	if c.group != nil {
 		c.pmu.Lock()
 		o := c.group.OnSentSince(m.index, time.Now(), mark)
-		out := c.group.State(m.index) == policy.OutOfService
 		c.publishPolicyLocked(o.Events())
-		if out {
+		if o.State == policy.OutOfService {
 			// Admitted while m was in service, sent after the
 			// down-timeout put it out and handed its requests over: it
 			// follows them rather than wait there for its deadline.

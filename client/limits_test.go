@@ -253,15 +253,23 @@ func policyPair(t *testing.T) (Config, *fakeServer, *atomic.Bool) {
 	return cfg, a, muted(a)
 }
 
-// heldDown starts a Client on cfg (from policyPair), mutes a, and sends a
-// request that a's down-timeout hands over to b: a is out of service, held
-// down for 20 s from then. The Client closes with the test.
-func heldDown(t *testing.T, cfg Config, mute *atomic.Bool) *Client {
+// started starts a Client on cfg, closed with the test, and lets it
+// dial its peers (synctest).
+func started(t *testing.T, cfg Config) *Client {
 	t.Helper()
 	c, err := New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close(context.Background()) })
 	synctest.Wait()
+	return c
+}
+
+// heldDown starts a Client on cfg (from policyPair), mutes a, and sends a
+// request that a's down-timeout hands over to b: a is out of service, held
+// down for 20 s from then. The Client closes with the test.
+func heldDown(t *testing.T, cfg Config, mute *atomic.Bool) *Client {
+	t.Helper()
+	c := started(t, cfg)
 	mute.Store(true)
 	h, err := sendWithin(c, 1, 10*time.Second)
 	require.NoError(t, err)
@@ -364,10 +372,7 @@ func TestPolicyNoFirstReplyHandsOver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg, _, mute := policyPair(t)
 		mute.Store(true)
-		c, err := New(cfg)
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		synctest.Wait()
+		c := started(t, cfg)
 		start := time.Now()
 		h, err := sendWithin(c, 1, 3*time.Second)
 		require.NoError(t, err)
@@ -388,15 +393,12 @@ func TestPolicyNoFirstReplyHandsOver(t *testing.T) {
 func TestPolicyDownTimeoutKeepsPinnedRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg, _, mute := policyPair(t)
-		c, err := New(cfg)
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		synctest.Wait()
+		c := started(t, cfg)
 		mute.Store(true)
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, err = c.Send(ctx, acrTo(1, "u@example.net", "a.example.net"))
+		_, err := c.Send(ctx, acrTo(1, "u@example.net", "a.example.net"))
 		require.Error(t, err)
 		assert.ErrorIs(t, err, ErrTimeout)
 		assert.NotErrorIs(t, err, ErrUnableToDeliver)
@@ -413,10 +415,7 @@ func TestPolicyDownTimeoutKeepsPinnedRequests(t *testing.T) {
 func TestPolicyRequestSentAsTheServerLeavesFollowsTheHandOver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg, _, mute := policyPair(t)
-		c, err := New(cfg)
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		synctest.Wait()
+		c := started(t, cfg)
 		h, err := sendWithin(c, 1, time.Second)
 		require.NoError(t, err)
 		require.Equal(t, "a.example.net", h)

@@ -132,10 +132,7 @@ func (f *fakePeer) serve(c transport.Conn) {
 					wire.SetHopByHop(ans, ^wire.HopByHop(msg))
 				}
 				if f.badAVP.Load() {
-					// An AVP header announcing 255 bytes, with none of them.
-					ans = append(ans, 0, 0, 0, 1, 0x40, 0, 0, 0xff)
-					n := len(ans)
-					ans[1], ans[2], ans[3] = byte(n>>16), byte(n>>8), byte(n)
+					ans = malformed(ans)
 				}
 			}
 		}
@@ -150,10 +147,19 @@ func (f *fakePeer) serve(c transport.Conn) {
 	}
 }
 
+// malformed appends to ans an AVP header announcing 255 bytes, with none
+// of them, and sets the message's length to match: a last AVP that runs
+// past the message.
+func malformed(ans []byte) []byte {
+	ans = append(ans, 0, 0, 0, 1, 0x40, 0, 0, 0xff)
+	n := len(ans)
+	ans[1], ans[2], ans[3] = byte(n>>16), byte(n>>8), byte(n)
+	return ans
+}
+
 // answerHeld answers the requests held while answerReqs was off, on the
-// newest connection: 2001, or with a last AVP that runs past the message
-// when malformed.
-func (f *fakePeer) answerHeld(malformed bool) error {
+// newest connection: 2001, or malformed when bad.
+func (f *fakePeer) answerHeld(bad bool) error {
 	f.mu.Lock()
 	c, held := f.conns[len(f.conns)-1], f.held
 	f.held = nil
@@ -162,10 +168,8 @@ func (f *fakePeer) answerHeld(malformed bool) error {
 	defer f.wmu.Unlock()
 	for _, req := range held {
 		ans := message.NewAnswer(req).Uint32(message.ResultCode, 0, true, message.Success).Bytes()
-		if malformed {
-			ans = append(ans, 0, 0, 0, 1, 0x40, 0, 0, 0xff)
-			n := len(ans)
-			ans[1], ans[2], ans[3] = byte(n>>16), byte(n>>8), byte(n)
+		if bad {
+			ans = malformed(ans)
 		}
 		if err := c.WriteMessages(ans); err != nil {
 			return err
