@@ -242,7 +242,8 @@ var beforeStrand func()
 var onStrand func([]*call.Call)
 
 // onWait, when set, is told why placeAll left a request waiting in view
-// v: a test's failure can then say which path kept it back.
+// v, and of each replay that joins the throttle's queue: a test's failure
+// can then say which path kept it back.
 var onWait func(cl *call.Call, v *avail, why string)
 
 // A waiter holds requests that found no peer, on its own goroutine

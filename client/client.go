@@ -315,8 +315,13 @@ type Client struct {
 	// order it did, waiting for the goroutine placing it (placing). One
 	// goroutine at a time places them: two side by side would let a
 	// later release leave first. Under tmu.
-	released     [](*[]throttle.Dispatch[*item])
-	placing      bool
+	released [](*[]throttle.Dispatch[*item])
+	placing  bool
+	// held: the replays lost on a connection and refused since by every
+	// peer they could go to, kept out of the scheduler until the retry
+	// tick forgets their refusals or the view gives them a peer
+	// (holdLocked, unholdLocked). Under tmu.
+	held         []*item
 	wake         chan struct{}
 	stopDispatch chan struct{}
 	dispatchDone chan struct{}
@@ -948,27 +953,6 @@ func (c *Client) submit(cl *call.Call, m *member, probe bool) bool {
 // and before the policy is told they were sent: a test can let their
 // replies in first.
 var beforeSent func([]*call.Call)
-
-// askAgainLater forgets the refusals of it, a request in the throttle's
-// queue lost on a connection and refused since by every peer it could go
-// to, after refusedRetry, and pokes the throttle (see waitFor). One timer
-// at a time per request.
-func (c *Client) askAgainLater(it *item) {
-	c.tmu.Lock()
-	armed := it.asking
-	it.asking = true
-	c.tmu.Unlock()
-	if armed {
-		return
-	}
-	time.AfterFunc(refusedRetry, func() {
-		c.tmu.Lock()
-		it.asking = false
-		c.tmu.Unlock()
-		it.cl.ForgetRefusals()
-		c.poke()
-	})
-}
 
 // refusedRetry is how long a request lost on a connection and then
 // refused everywhere waits before it asks the peers again. A variable

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -174,5 +175,79 @@ func lostRefusedAsksAgain(t *testing.T, throttled bool) {
 		case <-time.After(time.Minute):
 			t.Fatal("still waiting a minute after the overload ended, every peer in service")
 		}
+	})
+}
+
+// Requests lost with their connection and then refused too busy by every
+// peer, all at once, ask again together once the overload is over: one
+// retry tick for all of them, so they leave in their order, through the
+// throttle as without it, not in the order of timers of their own.
+func TestLostRequestsRefusedEverywhereAskAgainInOrder(t *testing.T) {
+	for _, throttled := range []bool{false, true} {
+		t.Run(map[bool]string{false: "dispatch", true: "throttle"}[throttled], func(t *testing.T) {
+			for range 10 {
+				lostRefusedAskAgainInOrder(t, throttled)
+			}
+		})
+	}
+}
+
+func lostRefusedAskAgainInOrder(t *testing.T, throttled bool) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+		var busy atomic.Bool
+		var mu sync.Mutex
+		var order []uint32 // the record numbers answered 2001, in order
+		serve := func(f *fakeServer) peer.Handler {
+			return func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+				if busy.Load() {
+					return message.NewAnswer(req).ResultCode(message.TooBusy).
+						String(message.OriginHost, 0, true, f.host).
+						String(message.OriginRealm, 0, true, "example.net").Bytes()
+				}
+				n, _ := message.Uint32Of(req, message.AccountingRecordNumber, 0)
+				mu.Lock()
+				order = append(order, n)
+				mu.Unlock()
+				return f.handler(ctx, p, req)
+			}
+		}
+		a.handle, b.handle = serve(a), serve(b)
+		n := network{"tcp://a:3868": a, "tcp://b:3868": b}
+		defer n.close()
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:3868", "tcp://b:3868")
+		if throttled {
+			cfg.Throttle = &Throttle{}
+		}
+		c, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		synctest.Wait()
+		a.freeze()
+		const reqs = 6
+		var wg sync.WaitGroup
+		for i := range reqs {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+				defer cancel()
+				if _, err := c.Send(ctx, acr(i, "user@example.net")); err != nil {
+					t.Error(err)
+				}
+			})
+			synctest.Wait() // sent in this order
+		}
+		busy.Store(true)
+		a.dropConnections() // lost with a's connection: b, then a again, refuse them
+		a.unfreeze()
+		time.Sleep(time.Minute)
+		busy.Store(false)
+		wg.Wait()
+		want := make([]uint32, reqs)
+		for i := range want {
+			want[i] = uint32(i)
+		}
+		assert.Equal(t, want, order, "asked again in their order")
 	})
 }

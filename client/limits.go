@@ -67,8 +67,10 @@ type item struct {
 	// sends it on (execute). Under tmu.
 	movedFrom *member
 	movedWhy  string
-	// asking: askAgainLater's timer is armed for it (under tmu).
-	asking bool
+	// age: its place in the scheduler's line (throttle.Dispatch.Age,
+	// Scheduler.ReplayAge), for putting it back there when it cannot be
+	// sent after all or was held (under tmu).
+	age uint64
 }
 
 func (it *item) Held() *call.Call { return it.cl }
@@ -301,11 +303,12 @@ func (c *Client) newItem(cl *call.Call, dl time.Time) *item {
 
 // throttled is dispatch's admission through the throttle: each request
 // joins the scheduler's instance queue, a first send at its tail, a
-// replay (a failover's, in order) at its head, ahead of newer requests,
-// giving back the place it held on the server it left; whatever the
-// scheduler releases now is placed.
+// replay (a failover's, in order) ahead of every new request and behind
+// the replays before it, giving back the place it held on the server it
+// left; whatever the scheduler releases now is placed. A replay that can
+// go nowhere until the retry tick is held until then (holdLocked).
 func (c *Client) throttled(its ...*item) {
-	var front []*item
+	var replays []*item
 	back := its[:0]
 	for _, it := range its {
 		switch {
@@ -313,18 +316,13 @@ func (c *Client) throttled(its ...*item) {
 		case it.cl.Sends() == 0:
 			back = append(back, it)
 		default:
-			if c.pick(it.cl, c.view()) == nil {
-				if it.cl.Conclude() { // refused as too busy and no peer left to try
-					continue
-				}
-				if it.cl.RefusedAfterLoss() {
-					c.askAgainLater(it)
-				}
+			if c.pick(it.cl, c.view()) == nil && it.cl.Conclude() {
+				continue // refused as too busy and no peer left to try
 			}
-			front = append(front, it)
+			replays = append(replays, it)
 		}
 	}
-	if len(front)+len(back) == 0 {
+	if len(replays)+len(back) == 0 {
 		return
 	}
 	c.tmu.Lock()
@@ -332,17 +330,22 @@ func (c *Client) throttled(its ...*item) {
 		// Closed: Close released the queues (failQueued) before or
 		// after this; what comes now is not queued for nobody to send.
 		c.unlockThrottle()
-		failAll(heldCalls(front), errClientClosed)
+		failAll(heldCalls(replays), errClientClosed)
 		failAll(heldCalls(back), errClientClosed)
 		return
 	}
-	for i := len(front) - 1; i >= 0; i-- { // the head, last first: in order
-		it := front[i]
+	held := false
+	for _, it := range replays {
 		if it.server >= 0 {
 			c.sched.Done(it.server, it.class)
 			it.server = -1
 		}
-		c.sched.EnqueueFront(it, it.class)
+		it.age = c.sched.ReplayAge()
+		if c.holdLocked(it) {
+			held = true
+			continue
+		}
+		c.sched.Requeue(it, it.class, it.age)
 	}
 	var full []*item
 	for _, it := range back {
@@ -354,6 +357,14 @@ func (c *Client) throttled(its ...*item) {
 	}
 	place := c.pollLocked(time.Now())
 	c.unlockThrottle()
+	if held {
+		c.retryLater()
+	}
+	if onWait != nil {
+		for _, it := range replays {
+			onWait(it.cl, c.view(), "replayed through the throttle's queue")
+		}
+	}
 	for _, it := range full {
 		it.cl.Fail(fmt.Errorf("%w: %d requests waiting", ErrQueueFull, c.cfg.Throttle.MaxQueued))
 	}
@@ -383,6 +394,9 @@ func heldCalls(its []*item) []*call.Call {
 func (c *Client) failQueued() {
 	c.tmu.Lock()
 	its := c.sched.Release(time.Now(), nil)
+	its = append(its, c.held...)
+	clear(c.held)
+	c.held = c.held[:0]
 	c.unlockThrottle()
 	failAll(heldCalls(its), errClientClosed)
 }
@@ -460,6 +474,7 @@ func (c *Client) poll(now time.Time) *[]throttle.Dispatch[*item] {
 			c.sched.Done(d.Server, d.Item.class)
 		default:
 			d.Item.server = d.Server // it holds a place there now
+			d.Item.age = d.Age
 		}
 	}
 	return buf
@@ -498,8 +513,9 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 			continue
 		}
 		// Refused after all (policy, or a connection lost a moment ago):
-		// give the place back and queue it again; the scheduler tries it
-		// at its next wake-up, with the same checks.
+		// give the place back and queue it again where it stood, ahead of
+		// newer requests and in order with the rest of its batch; the
+		// scheduler tries it at its next wake-up, with the same checks.
 		c.tmu.Lock()
 		if it.server == d.Server {
 			c.sched.Done(d.Server, it.class)
@@ -510,15 +526,52 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 			it.cl.Fail(errClientClosed)
 			continue
 		}
-		c.sched.Enqueue(it, it.class)
+		held := c.holdLocked(it)
+		if !held {
+			c.sched.Requeue(it, it.class, it.age)
+		}
 		c.unlockThrottle()
-		if it.cl.RefusedAfterLoss() {
-			// Lost on a connection and refused since (a late refusal
-			// among them): the peers are asked again later, as in
-			// throttled.
-			c.askAgainLater(it)
+		if held {
+			c.retryLater()
 		}
 	}
+}
+
+// holdLocked holds it, a replay, out of the scheduler if it was lost on
+// a connection and refused since by every peer it could go to (a late
+// refusal among them): released to one of those, it would be refused
+// again, at every wake-up of the scheduler. The retry tick, one for the
+// held requests and the waiting line alike, forgets their refusals and
+// puts them back in the scheduler where they stood (unholdLocked), in one go:
+// they leave in their order. The caller sets the tick (retryLater) after
+// unlocking c.tmu. c.tmu is held.
+func (c *Client) holdLocked(it *item) bool {
+	if !it.cl.RefusedAfterLoss() || c.pick(it.cl, c.view()) != nil {
+		return false
+	}
+	c.held = append(c.held, it)
+	return true
+}
+
+// unholdLocked puts the held requests that may go now back in the scheduler,
+// where they stood, after forgetting the refusals of every one when
+// forget (the retry tick). c.tmu is held.
+func (c *Client) unholdLocked(forget bool) {
+	keep := c.held[:0]
+	for _, it := range c.held {
+		switch {
+		case it.cl.IsDone(): // its caller gave up
+		case forget:
+			it.cl.ForgetRefusals()
+			fallthrough
+		case c.pick(it.cl, c.view()) != nil:
+			c.sched.Requeue(it, it.class, it.age)
+		default:
+			keep = append(keep, it)
+		}
+	}
+	clear(c.held[len(keep):])
+	c.held = keep
 }
 
 // addMove adds cl, moved from one member to another for why, to moves:
@@ -544,6 +597,7 @@ func (c *Client) dispatcher() {
 	defer t.Stop()
 	var sends []policy.TestSend
 	var evs []policy.Event
+	var ticks uint64 // the retry ticks the held requests have seen
 	for {
 		v := c.view() // before looking: a change after it wakes us
 		now := time.Now()
@@ -558,6 +612,10 @@ func (c *Client) dispatcher() {
 		next := now.Add(time.Hour)
 		if c.sched != nil {
 			c.tmu.Lock()
+			if len(c.held) > 0 {
+				c.unholdLocked(v.retries != ticks)
+			}
+			ticks = v.retries
 			place := c.pollLocked(now)
 			if at, ok := c.sched.NextWakeup(now); ok && at.Before(next) {
 				next = at
@@ -588,7 +646,7 @@ func (c *Client) dispatcher() {
 				// wakes us; without one (it held none), the next slot or
 				// deadline does.
 				nv := c.view()
-				wait = !nv.gained(v)
+				wait = !nv.gained(v) && nv.retries == v.retries // or a retry tick: the held requests
 				v = nv
 			case <-c.wake:
 				wait = false

@@ -17,11 +17,13 @@
 //
 // # How a request moves
 //
-// Enqueue appends it to the instance queue. Poll first takes, from every
-// server queue, as many requests as the server can send now (quota left in
-// the current slot and free outstanding places) and puts them at the head
-// of the instance queue, oldest first: they are older than anything behind
-// them. Then it serves the instance queue from the head: a request
+// Enqueue appends it to the instance queue, which is in age order: a
+// failover's replays (EnqueueReplay) count as older than every new
+// request and leave in the order they came back, and a request the owner
+// could not send after all goes back where it stood (Requeue). Poll first takes, from every server
+// queue, as many requests as the server can send now (quota left in the
+// current slot and free outstanding places) and puts them back in the
+// instance queue at their age's place, mostly its head. Then it serves the instance queue from the head: a request
 // that came from a server queue goes to that server; a new one goes to the
 // server the owner's Pick function (its balancer) names, or when Pick
 // names none, or an unavailable one, to an available server chosen round-robin.

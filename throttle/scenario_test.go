@@ -537,10 +537,9 @@ func TestReleaseEmptiesQueues(t *testing.T) {
 	assert.Equal(t, Alarm{Time: at(2 * ms), Server: "a", Index: 0, Raised: false, Depth: 0}, alarms[1])
 }
 
-// A failover's replays go to the head of the instance queue, in their
-// order, ahead of newer requests, and count as older than those when they
-// wait in a server queue.
-func TestEnqueueFrontBeforeNewer(t *testing.T) {
+// A failover's replays go ahead of newer requests, in their order, and
+// count as older than those when they wait in a server queue.
+func TestEnqueueReplayBeforeNewer(t *testing.T) {
 	s := newSched(t, Config[*item]{
 		Servers: []Server{{Name: "only", Auth: Limits{MaxRate: 20}}}, // one per 50 ms slot
 		Pick:    func(*item, Class) (int, bool) { return 0, false },
@@ -548,8 +547,8 @@ func TestEnqueueFrontBeforeNewer(t *testing.T) {
 	for i := 10; i < 13; i++ {
 		s.Enqueue(&item{id: i}, Auth)
 	}
-	for i := 2; i >= 0; i-- { // a batch of replays 0, 1, 2: last first
-		s.EnqueueFront(&item{id: i}, Auth)
+	for i := range 3 { // a batch of replays 0, 1, 2
+		s.EnqueueReplay(&item{id: i}, Auth)
 	}
 	var got []int
 	for k := range 6 {
@@ -558,9 +557,9 @@ func TestEnqueueFrontBeforeNewer(t *testing.T) {
 	assert.Equal(t, []int{0, 1, 2, 10, 11, 12}, got)
 }
 
-// Replays put at the head while newer requests already wait in the
-// server's queue go ahead of all of them there too, in their order.
-func TestEnqueueFrontAheadOfServerQueue(t *testing.T) {
+// Replays queued while newer requests already wait in the server's queue
+// go ahead of all of them there too, in their order.
+func TestEnqueueReplayAheadOfServerQueue(t *testing.T) {
 	s := newSched(t, Config[*item]{
 		Servers: []Server{{Name: "only", Auth: Limits{MaxRate: 20}}}, // one per 50 ms slot
 		Pick:    func(*item, Class) (int, bool) { return 0, false },
@@ -569,13 +568,86 @@ func TestEnqueueFrontAheadOfServerQueue(t *testing.T) {
 		s.Enqueue(&item{id: i}, Auth)
 	}
 	got := ids(s.Poll(at(0), nil)) // 10 goes; 11 and 12 wait in the server queue
-	for i := 2; i >= 0; i-- {      // a batch of replays 0, 1, 2: last first
-		s.EnqueueFront(&item{id: i}, Auth)
+	for i := range 3 {
+		s.EnqueueReplay(&item{id: i}, Auth)
 	}
 	for k := range 6 {
 		got = append(got, ids(s.Poll(at(time.Duration(k)*50*ms), nil))...)
 	}
 	assert.Equal(t, []int{10, 0, 1, 2, 11, 12}, got)
+}
+
+// The replays of a second failover, coming back while the first one's
+// still wait, go behind them: replays leave in the order they came back,
+// in the instance queue and in the server queue alike.
+func TestReplaysLeaveInTheOrderTheyCameBack(t *testing.T) {
+	s := newSched(t, Config[*item]{
+		Servers: []Server{{Name: "only", Auth: Limits{MaxRate: 20}}}, // one per 50 ms slot
+		Pick:    func(*item, Class) (int, bool) { return 0, false },
+	})
+	s.Enqueue(&item{id: 10}, Auth)
+	for i := range 3 { // the first failover's
+		s.EnqueueReplay(&item{id: i}, Auth)
+	}
+	got := ids(s.Poll(at(0), nil)) // 0 goes; 1, 2 and 10 wait in the server queue
+	for i := 3; i < 5; i++ {       // the second's, while they wait
+		s.EnqueueReplay(&item{id: i}, Auth)
+	}
+	s.EnqueueReplay(&item{id: 5}, Auth) // a third's, before the next poll
+	for k := 1; k < 8; k++ {
+		got = append(got, ids(s.Poll(at(time.Duration(k)*50*ms), nil))...)
+	}
+	assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 10}, got)
+}
+
+// A batch the owner could not send after all goes back where it stood
+// (Requeue with the Dispatch's Age), in whatever order it is put back:
+// ahead of the requests enqueued since, in its own order.
+func TestRequeueKeepsItsPlace(t *testing.T) {
+	s := newSched(t, Config[*item]{Servers: []Server{{Name: "only", Auth: Limits{MaxOutstanding: 3}}}})
+	for i := range 3 {
+		s.Enqueue(&item{id: i}, Auth)
+	}
+	batch := s.Poll(at(0), nil)
+	require.Equal(t, []int{0, 1, 2}, ids(batch))
+	for i := 3; i < 5; i++ {
+		s.Enqueue(&item{id: i}, Auth)
+	}
+	assert.Empty(t, s.Poll(at(0), nil), "no free place")
+	for _, k := range []int{1, 2, 0} { // refused, put back out of order
+		d := batch[k]
+		s.Done(d.Server, d.Class)
+		s.Requeue(d.Item, d.Class, d.Age)
+	}
+	got := ids(s.Poll(at(ms), nil))
+	for range 2 {
+		s.Done(0, Auth)
+		s.Done(0, Auth)
+		s.Done(0, Auth)
+		got = append(got, ids(s.Poll(at(ms), nil))...)
+	}
+	assert.Equal(t, []int{0, 1, 2, 3, 4}, got)
+}
+
+// A request put back (Requeue) is older than the newer ones waiting in a
+// server queue: when that server has room again, Poll sends the older
+// one first rather than put the server-queued ones at the head.
+func TestRequeueAheadOfTheServerQueue(t *testing.T) {
+	s := newSched(t, Config[*item]{
+		Servers: []Server{{Name: "only", Auth: Limits{MaxRate: 20, MaxOutstanding: -1}}}, // one per 50 ms slot
+		Pick:    func(*item, Class) (int, bool) { return 0, false },
+	})
+	for i := range 3 {
+		s.Enqueue(&item{id: i}, Auth)
+	}
+	first := s.Poll(at(0), nil) // 0 goes; 1 and 2 wait in the server queue
+	require.Equal(t, []int{0}, ids(first))
+	s.Requeue(first[0].Item, first[0].Class, first[0].Age) // refused after all
+	var got []int
+	for k := 1; k < 5; k++ {
+		got = append(got, ids(s.Poll(at(time.Duration(k)*50*ms), nil))...)
+	}
+	assert.Equal(t, []int{0, 1, 2}, got)
 }
 
 // Callers read the clock before they take the scheduler's lock, so Poll

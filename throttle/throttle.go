@@ -158,6 +158,9 @@ type Dispatch[T Item] struct {
 	Server int // -1 when failed in the instance queue
 	Class  Class
 	Err    error
+	// Age is the request's place in line: Requeue with it puts a request
+	// the owner could not send after all back where it stood.
+	Age uint64
 }
 
 type entry[T Item] struct {
@@ -197,10 +200,10 @@ func (s *server[T]) depth() int { return s.b[Auth].q.len() + s.b[Accounting].q.l
 type Scheduler[T Item] struct {
 	cfg    Config[T]
 	slotNs int64
-	inst   deque[entry[T]]
+	inst   line[T]
 	srv    []server[T]
 	seq    uint64 // the last Enqueue's; counts up from seqBase
-	head   uint64 // the last EnqueueFront's; counts down from seqBase
+	replay uint64 // the last EnqueueReplay's; counts up to seqBase
 	queued int    // entries in server queues
 
 	minDL     int64 // no queued entry has an earlier deadline
@@ -224,7 +227,7 @@ func New[T Item](cfg Config[T]) (*Scheduler[T], error) {
 	if cfg.AlarmHigh < 0 || cfg.AlarmLow < 0 || (cfg.AlarmHigh > 0 && cfg.AlarmLow >= cfg.AlarmHigh) {
 		return nil, fmt.Errorf("%w: alarm thresholds high %d, low %d: need 0 <= low < high", ErrConfig, cfg.AlarmHigh, cfg.AlarmLow)
 	}
-	s := &Scheduler[T]{cfg: cfg, slotNs: int64(cfg.Slot), minDL: math.MaxInt64, seq: seqBase, head: seqBase}
+	s := &Scheduler[T]{cfg: cfg, slotNs: int64(cfg.Slot), minDL: math.MaxInt64, seq: seqBase}
 	for _, sc := range cfg.Servers {
 		if _, err := s.AddServer(sc); err != nil {
 			return nil, err
@@ -309,23 +312,87 @@ func (s *Scheduler[T]) room(b *bucket[T], now int64) int {
 	return r
 }
 
-// seqBase is where the age counters start: an entry put at the head
-// (EnqueueFront) counts as older than every entry enqueued before it.
+// seqBase is where the age of new requests (Enqueue) starts: a replay
+// (EnqueueReplay), whose age counts up from zero, is older than every new
+// request.
 const seqBase = 1 << 62
 
 // Enqueue appends item to the instance queue. Poll decides its fate.
 func (s *Scheduler[T]) Enqueue(item T, class Class) {
 	s.seq++
-	s.inst.pushBack(s.entry(item, class, s.seq))
+	s.inst.fresh.pushBack(s.entry(item, class, s.seq))
 }
 
-// EnqueueFront puts item at the head of the instance queue, ahead of
-// everything queued: a request coming back from a server (a failover's
-// replay) goes before newer ones. To keep a batch in its order, put it at
-// the head last item first.
-func (s *Scheduler[T]) EnqueueFront(item T, class Class) {
-	s.head--
-	s.inst.pushFront(s.entry(item, class, s.head))
+// EnqueueReplay queues item, a request coming back from a server (a
+// failover's replay), ahead of every new request (Enqueue), here and in
+// the server queues, and behind the replays queued before it: replays
+// leave in the order they came back.
+func (s *Scheduler[T]) EnqueueReplay(item T, class Class) {
+	s.inst.replays.pushBack(s.entry(item, class, s.ReplayAge()))
+}
+
+// ReplayAge returns the age of a replay coming back now, for one the
+// owner holds back before queuing it (Requeue): it takes the place
+// EnqueueReplay would have given it.
+func (s *Scheduler[T]) ReplayAge() uint64 {
+	s.replay++
+	return s.replay
+}
+
+// Requeue puts item, which Poll released with age (Dispatch.Age) and the
+// owner could not send after all (the server refused it, its connection
+// went down a moment ago), or a replay the owner held back (ReplayAge),
+// back in the instance queue where it stood:
+// behind the requests older than it, ahead of the newer ones, so that a
+// batch sent back this way keeps its order. Release its outstanding
+// place first (Done).
+func (s *Scheduler[T]) Requeue(item T, class Class, age uint64) {
+	s.inst.insert(s.entry(item, class, age))
+}
+
+// line is the instance queue: the replays, then the new requests, each
+// in age order. Apart, so that a replay queued behind the replays before
+// it does not move the new requests waiting behind them.
+type line[T Item] struct {
+	replays, fresh deque[entry[T]]
+}
+
+func (l *line[T]) len() int { return l.replays.len() + l.fresh.len() }
+
+// front returns the oldest entry; the line must not be empty.
+func (l *line[T]) front() *entry[T] {
+	if l.replays.len() > 0 {
+		return l.replays.front()
+	}
+	return l.fresh.front()
+}
+
+func (l *line[T]) popFront() entry[T] {
+	if l.replays.len() > 0 {
+		return l.replays.popFront()
+	}
+	return l.fresh.popFront()
+}
+
+// insert puts x at its age's place.
+func (l *line[T]) insert(x entry[T]) {
+	if x.seq < seqBase {
+		insertByAge(&l.replays, x)
+	} else {
+		insertByAge(&l.fresh, x)
+	}
+}
+
+// insertByAge puts x into q, which is in age order, at its age's place.
+func insertByAge[T Item](q *deque[entry[T]], x entry[T]) {
+	switch n := q.len(); {
+	case n == 0 || x.seq > q.back().seq:
+		q.pushBack(x)
+	case x.seq < q.front().seq:
+		q.pushFront(x)
+	default:
+		q.insert(sort.Search(n, func(i int) bool { return q.at(i).seq > x.seq }), x)
+	}
 }
 
 func (s *Scheduler[T]) entry(item T, class Class, seq uint64) entry[T] {
@@ -387,21 +454,14 @@ func (s *Scheduler[T]) Poll(now time.Time, dst []Dispatch[T]) []Dispatch[T] {
 			b.used++
 			b.out++
 			b.sent++
-			dst = append(dst, Dispatch[T]{Item: x.item, Server: srv, Class: x.class})
+			dst = append(dst, Dispatch[T]{Item: x.item, Server: srv, Class: x.class, Age: x.seq})
 			continue
 		}
 		// No quota or no free place: wait in the server's queue, in age
 		// order (a replay put at the head is older than the requests
 		// already waiting there).
 		x.server = int32(srv)
-		switch n := b.q.len(); {
-		case n == 0 || x.seq > b.q.back().seq:
-			b.q.pushBack(x)
-		case x.seq < b.q.front().seq:
-			b.q.pushFront(x)
-		default:
-			b.q.insert(sort.Search(n, func(i int) bool { return b.q.at(i).seq > x.seq }), x)
-		}
+		insertByAge(&b.q, x)
 		s.queued++
 		s.checkAlarm(srv, now)
 	}
@@ -450,8 +510,9 @@ func (s *Scheduler[T]) spill(c Class, not int, nowNs int64) int {
 	return -1
 }
 
-// promote moves the server-queued requests that can go now to the head of
-// the instance queue, oldest first (Q3).
+// promote moves the server-queued requests that can go now to the
+// instance queue, at their age's place: ahead of every newer request (Q3),
+// behind an older request put back (Requeue) or replayed (EnqueueReplay).
 func (s *Scheduler[T]) promote(now time.Time, nowNs int64, dst []Dispatch[T]) []Dispatch[T] {
 	sc := s.scratch[:0]
 	sources := 0
@@ -486,19 +547,20 @@ func (s *Scheduler[T]) promote(now time.Time, nowNs int64, dst []Dispatch[T]) []
 			s.checkAlarm(i, now)
 		}
 	}
-	s.requeueFront(sc, sources > 1)
+	s.requeue(sc, sources > 1)
 	return dst
 }
 
-// requeueFront puts sc at the head of the instance queue, oldest first
-// (Q3), sorting by age when the entries came from several queues, and
-// recycles sc as the scratch buffer.
-func (s *Scheduler[T]) requeueFront(sc []entry[T], sortByAge bool) {
+// requeue puts the entries of sc back in the instance queue, each at its
+// age's place, sorting them first when they came from several queues, and
+// recycles sc as the scratch buffer. Youngest first: when they are older
+// than everything queued, as they mostly are, each goes at the head.
+func (s *Scheduler[T]) requeue(sc []entry[T], sortByAge bool) {
 	if sortByAge {
 		slices.SortFunc(sc, func(a, b entry[T]) int { return cmp.Compare(a.seq, b.seq) })
 	}
 	for i := len(sc) - 1; i >= 0; i-- {
-		s.inst.pushFront(sc[i])
+		s.inst.insert(sc[i])
 	}
 	clear(sc)
 	s.scratch = sc[:0]
@@ -515,7 +577,8 @@ func (s *Scheduler[T]) sweep(now time.Time, nowNs int64, dst []Dispatch[T]) []Di
 		minDL = min(minDL, e.dl)
 		return true
 	}
-	s.inst.filter(keep)
+	s.inst.replays.filter(keep)
+	s.inst.fresh.filter(keep)
 	for i := range s.srv {
 		sv := &s.srv[i]
 		before := sv.depth()
@@ -570,8 +633,8 @@ func (s *Scheduler[T]) Done(server int, class Class) bool {
 
 // SetAvailable records whether server can take requests (its watchdog is
 // OKAY and its policy allows it). A server made unavailable gets no new
-// request, and its queued requests go back to the head of the instance
-// queue, oldest first, to be picked again. Poll afterwards.
+// request, and its queued requests go back to the instance queue, each at
+// its age's place, to be picked again. Poll afterwards.
 func (s *Scheduler[T]) SetAvailable(server int, ok bool, now time.Time) {
 	sv := &s.srv[server]
 	sv.avail = ok
@@ -587,7 +650,7 @@ func (s *Scheduler[T]) SetAvailable(server int, ok bool, now time.Time) {
 			s.queued--
 		}
 	}
-	s.requeueFront(sc, true)
+	s.requeue(sc, true)
 	s.checkAlarm(server, now)
 }
 
