@@ -35,10 +35,9 @@ var (
 	simSeed  = flag.Uint64("sim.seed", 0, "TestSim: replay the schedule of this seed only")
 	simFrom  = flag.Uint64("sim.from", 1, "TestSim with -sim.n: the first seed")
 	simTrace = flag.Bool("sim.trace", false, "TestSim: log each step of the schedule and each event of the Client (with -sim.seed)")
-	// Off by default: with the throttle, some schedules still break an
-	// invariant (replays of one class out of send order): work in
-	// progress, not yet a net CI can hold.
-	simThrottle = flag.Bool("sim.throttle", false, "TestSim: put the ASR5K throttle in a third of the schedules")
+	// -sim.throttle=false: the schedules as they were before the
+	// throttle joined them (a soak seed found then replays as it did).
+	simThrottle = flag.Bool("sim.throttle", true, "TestSim: put the ASR5K throttle in a third of the schedules")
 )
 
 // simFixedSeeds is the set every `go test` runs. With -race a schedule
@@ -79,7 +78,9 @@ const simRecovery = 9 * time.Minute
 
 // TestSim is the fault-schedule simulator: each seed draws a Client with
 // 2-4 peers (balance or primary/secondary; in a third of the seeds with
-// a server policy: down-timeout, hold-down, probes) in front of servers
+// a server policy: down-timeout, hold-down, probes; in a third, drawn
+// apart, with the ASR5K throttle: rate and outstanding limits, queues) in
+// front of servers
 // sharing a duplicate store, and a random schedule of requests and faults, run in
 // virtual time over net.Pipe. The requests: accounting and non-accounting
 // (the (Origin-Host, End-to-End) key alone), some pinned by
@@ -733,7 +734,13 @@ func (w *simWorld) handler(s *simServer, app peer.Handler) peer.Handler {
 		case "silent": // the request is lost in the server: no answer ever
 			w.mu.Lock()
 			w.dropped[wire.EndToEnd(req)] = true
-			w.lastDrop[wire.EndToEnd(req)] = simDrop{s.host, time.Now()}
+			d := simDrop{host: s.host, at: time.Now(), sent: time.Now()}
+			for _, x := range w.sends[wire.EndToEnd(req)] {
+				if x.hbh == wire.HopByHop(req) {
+					d.sent = x.at
+				}
+			}
+			w.lastDrop[wire.EndToEnd(req)] = d
 			w.mu.Unlock()
 			return nil
 		case "busy", "unable":
@@ -784,17 +791,20 @@ func (w *simWorld) apply(s *simServer) peer.Handler {
 	}
 }
 
-// simDrop is where and when a silent server lost a request last.
+// simDrop is where and when a silent server lost a request last, and
+// when the client sent the copy it lost: a server whose connection was
+// frozen reads it later, and the client may have handed it over since.
 type simDrop struct {
-	host string
-	at   time.Time
+	host     string
+	at, sent time.Time
 }
 
 // handOver looks at a request a silent server lost (the last time one
 // did), which returned at returned: needed when the server policy took
-// that server out of service at its down-timeout afterwards, the request
-// still unanswered then; missed when it had not moved on by then (sent
-// to another server, or waiting for one) nor returned. The hand-over
+// that server out of service at its down-timeout after the request was
+// sent there, the request still unanswered then; missed when it had not
+// moved on by then (sent to another server, or waiting for one, in the
+// waiting line or the throttle's queue) nor returned. The hand-over
 // moves it at once; without it, only the end of its deadline or another
 // fault of that server's connection would. w.mu is held.
 func (w *simWorld) handOver(id uint32, returned time.Time) (out time.Time, needed, missed bool) {
@@ -803,7 +813,7 @@ func (w *simWorld) handOver(id uint32, returned time.Time) (out time.Time, neede
 		return out, false, false
 	}
 	for _, at := range w.outAt[d.host] { // in the order of the events
-		if at.After(d.at) {
+		if at.After(d.sent) {
 			out = at
 			break
 		}
@@ -813,12 +823,12 @@ func (w *simWorld) handOver(id uint32, returned time.Time) (out time.Time, neede
 		return out, false, false
 	}
 	for _, s := range w.sends[id] {
-		if s.at.After(d.at) && !s.at.After(by) {
+		if s.at.After(d.sent) && !s.at.After(by) {
 			return out, true, false
 		}
 	}
 	for _, at := range w.waitedAt[id] {
-		if !at.Before(d.at) && !at.After(by) {
+		if !at.Before(d.sent) && !at.After(by) {
 			return out, true, false
 		}
 	}
@@ -1068,7 +1078,8 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			HoldDown: time.Duration(5+prng.IntN(60)) * time.Second}
 		w.counts.Policy++
 	}
-	// With -sim.throttle, the ASR5K throttle in a third of the schedules,
+	// The ASR5K throttle in a third of the schedules (unless
+	// -sim.throttle=false),
 	// from a source of its own too: its queues, replays at their head and
 	// rate slots on the request's path. Its bounds leave room for the
 	// quiet end's bursts and drains, and for the requests lost in silent
@@ -1879,7 +1890,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 		if needed && !closedEarly && rq.pinned == "" {
 			w.counts.HandedOver++
 			if missed {
-				t.Errorf("seed %d: request %d, lost in %s at %v, still there when the policy took it out of service at %v (down-timeout): not handed over; returned at %v (err %v); sends %+v", seed, r.e2e, lost.host, lost.at.Format("04:05.000"), out.Format("04:05.000"), r.at.Format("04:05.000"), r.err, sends)
+				t.Errorf("seed %d: request %d, sent at %v, lost in %s at %v, still there when the policy took it out of service at %v (down-timeout): not handed over; returned at %v (err %v); sends %+v", seed, r.e2e, lost.sent.Format("04:05.000"), lost.host, lost.at.Format("04:05.000"), out.Format("04:05.000"), r.at.Format("04:05.000"), r.err, sends)
 			}
 		}
 		if r.err != nil {
