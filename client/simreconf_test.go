@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/loadbalance"
+	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/watchdog"
 )
 
@@ -261,6 +262,12 @@ func (w *simWorld) reconfQuiet(send func(opts ...string) *simReq) {
 		reqs = append(reqs, send("patient", "unpinned"))
 	}
 	time.Sleep(100 * time.Millisecond)
+	// The throttle's rate slots may keep some of them for a few slots
+	// (the other requests of the schedule used their quota): they have
+	// that long to leave.
+	for wait := 0; w.throttled && wait < 40 && !w.allSent(reqs); wait++ {
+		time.Sleep(throttle.MinSlot)
+	}
 	i := r.rng.IntN(len(r.specs))
 	victim := r.specs[i]
 	next := slices.Clone(r.specs)
@@ -412,4 +419,16 @@ func simReconfExercised(t *testing.T, seeds int) {
 	if seeds >= simFixedSeeds && (rm == 0 || ad == 0 || rw == 0 || rp == 0 || dr == 0) {
 		t.Errorf("the schedules reconfigured too little")
 	}
+}
+
+// allSent reports whether every one of reqs was sent at least once.
+func (w *simWorld) allSent(reqs []*simReq) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, rq := range reqs {
+		if len(w.sends[rq.id]) == 0 {
+			return false
+		}
+	}
+	return true
 }
