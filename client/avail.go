@@ -151,6 +151,11 @@ func (c *Client) rebuild(force bool) {
 	c.av.Store(v)
 	close(old.changed)
 	c.note(evs...)
+	if c.sched != nil {
+		// After the store: a request held against the view before this
+		// one is looked at again here, whatever its holder read.
+		c.unhold(v, v.retries != old.retries)
+	}
 	c.avMu.Unlock()
 }
 
@@ -371,16 +376,17 @@ func (c *Client) waitFor(w *waiter, v *avail) {
 
 // retryLater sets the retry tick (see waitFor) unless it is set: after
 // refusedRetry a new view with one more tick wakes every waiter.
+// Its own lock, a leaf: it is set from under c.mu and avMu alike.
 func (c *Client) retryLater() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.retry != nil || c.closed {
+	c.retryMu.Lock()
+	defer c.retryMu.Unlock()
+	if c.retry != nil || c.retryOff {
 		return
 	}
 	c.retry = time.AfterFunc(refusedRetry, func() {
-		c.mu.Lock()
+		c.retryMu.Lock()
 		c.retry = nil
-		c.mu.Unlock()
+		c.retryMu.Unlock()
 		c.avMu.Lock()
 		c.retries++
 		c.avMu.Unlock()

@@ -299,8 +299,10 @@ type Client struct {
 	// which Close waits for. waiters is added to under mu, before closed.
 	waiting    atomic.Int64
 	waiters    sync.WaitGroup
-	lastWaiter *waiter        // the waiter started last (strand); under mu
-	retry      *time.Timer    // the retry tick's, while set (retryLater); under mu
+	lastWaiter *waiter // the waiter started last (strand); under mu
+	retryMu    sync.Mutex
+	retry      *time.Timer    // the retry tick's, while set (retryLater); under retryMu
+	retryOff   bool           // closed: no more retry ticks; under retryMu
 	trimmer    *time.Timer    // pending connection-limit check
 	closing    sync.WaitGroup // peers closed to respect MaxConnections
 	trimmed    []*peer.Peer   // those peers; under mu
@@ -317,10 +319,9 @@ type Client struct {
 	// later release leave first. Under tmu.
 	released [](*[]throttle.Dispatch[*item])
 	placing  bool
-	// held: the replays lost on a connection and refused since by every
-	// peer they could go to, kept out of the scheduler until the retry
-	// tick forgets their refusals or the view gives them a peer
-	// (holdLocked, unholdLocked). Under tmu.
+	// held: the requests coming back to the scheduler that no peer could
+	// take, kept out of it until a view gives them one (holdLocked,
+	// unhold). Under tmu.
 	held         []*item
 	wake         chan struct{}
 	stopDispatch chan struct{}
@@ -1416,10 +1417,13 @@ func (c *Client) Close(ctx context.Context) error {
 		first = true
 		c.mu.Lock()
 		c.closed = true
+		c.mu.Unlock()
+		c.retryMu.Lock()
+		c.retryOff = true
 		if c.retry != nil {
 			c.retry.Stop()
 		}
-		c.mu.Unlock()
+		c.retryMu.Unlock()
 		c.cancel()
 	})
 	if bus.PublishedBy(ctx, c) {

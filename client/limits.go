@@ -3,6 +3,7 @@ package client
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -71,6 +72,8 @@ type item struct {
 	// Scheduler.ReplayAge), for putting it back there when it cannot be
 	// sent after all or was held (under tmu).
 	age uint64
+	// held: it is in Client.held (under tmu).
+	held bool
 }
 
 func (it *item) Held() *call.Call { return it.cl }
@@ -305,8 +308,8 @@ func (c *Client) newItem(cl *call.Call, dl time.Time) *item {
 // joins the scheduler's instance queue, a first send at its tail, a
 // replay (a failover's, in order) ahead of every new request and behind
 // the replays before it, giving back the place it held on the server it
-// left; whatever the scheduler releases now is placed. A replay that can
-// go nowhere until the retry tick is held until then (holdLocked).
+// left; whatever the scheduler releases now is placed. A replay no peer
+// can take now is held out of the scheduler (holdLocked).
 func (c *Client) throttled(its ...*item) {
 	var replays []*item
 	back := its[:0]
@@ -334,15 +337,16 @@ func (c *Client) throttled(its ...*item) {
 		failAll(heldCalls(back), errClientClosed)
 		return
 	}
-	held := false
+	tick := false
+	v := c.view()
 	for _, it := range replays {
 		if it.server >= 0 {
 			c.sched.Done(it.server, it.class)
 			it.server = -1
 		}
 		it.age = c.sched.ReplayAge()
-		if c.holdLocked(it) {
-			held = true
+		if held, asks := c.holdLocked(it, v); held {
+			tick = tick || asks
 			continue
 		}
 		c.sched.Requeue(it, it.class, it.age)
@@ -357,7 +361,7 @@ func (c *Client) throttled(its ...*item) {
 	}
 	place := c.pollLocked(time.Now())
 	c.unlockThrottle()
-	if held {
+	if tick {
 		c.retryLater()
 	}
 	if onWait != nil {
@@ -405,6 +409,10 @@ func (c *Client) failQueued() {
 func (c *Client) release(it *item) {
 	c.tmu.Lock()
 	it.ended = true // a place the scheduler gives it from now on is freed at once
+	if it.held {
+		c.held = slices.DeleteFunc(c.held, func(x *item) bool { return x == it })
+		it.held = false
+	}
 	if it.server < 0 || !c.sched.Done(it.server, it.class) {
 		c.unlockThrottle()
 		return
@@ -512,10 +520,13 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 			}
 			continue
 		}
-		// Refused after all (policy, or a connection lost a moment ago):
-		// give the place back and queue it again where it stood, ahead of
-		// newer requests and in order with the rest of its batch; the
-		// scheduler tries it at its next wake-up, with the same checks.
+		// Refused after all (policy, a connection lost a moment ago, a
+		// server that must not get it again): give the place back and
+		// queue it again where it stood, ahead of newer requests and in
+		// order with the rest of its batch; the scheduler tries it at its
+		// next wake-up, with the same checks. Or, when no peer can take it
+		// now, hold it (holdLocked), or end it with its refusal when it
+		// has one (no peer left to try, as in throttled).
 		c.tmu.Lock()
 		if it.server == d.Server {
 			c.sched.Done(d.Server, it.class)
@@ -526,52 +537,72 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 			it.cl.Fail(errClientClosed)
 			continue
 		}
-		held := c.holdLocked(it)
+		held, tick := c.holdLocked(it, c.view())
 		if !held {
 			c.sched.Requeue(it, it.class, it.age)
 		}
 		c.unlockThrottle()
-		if held {
+		if held && !it.cl.Conclude() && tick {
 			c.retryLater()
 		}
 	}
 }
 
-// holdLocked holds it, a replay, out of the scheduler if it was lost on
-// a connection and refused since by every peer it could go to (a late
-// refusal among them): released to one of those, it would be refused
-// again, at every wake-up of the scheduler. The retry tick, one for the
-// held requests and the waiting line alike, forgets their refusals and
-// puts them back in the scheduler where they stood (unholdLocked), in one go:
-// they leave in their order. The caller sets the tick (retryLater) after
-// unlocking c.tmu. c.tmu is held.
-func (c *Client) holdLocked(it *item) bool {
-	if !it.cl.RefusedAfterLoss() || c.pick(it.cl, c.view()) != nil {
-		return false
+// holdLocked holds it, a request coming back to the scheduler (a replay,
+// or one refused as it was placed), out of the scheduler when no peer in
+// view v can take it: the peers it must avoid (the connection it was
+// sent on, the servers that refused it, each RADIUS/UDP server once) are
+// the scheduler's available servers still, and released to one of those
+// it would be refused again at every wake-up of the scheduler. The next
+// view puts it back where it stood (unhold): a peer in service again, a
+// new connection, or the retry tick, which forgets the refusals of a
+// request lost and refused since by every peer (asks: the caller sets the
+// tick, retryLater, after unlocking c.tmu); held requests go back
+// together, in their order. The Client's callers give up on them at
+// their deadlines (release lets go of them). c.tmu is held.
+func (c *Client) holdLocked(it *item, v *avail) (held, asks bool) {
+	if c.pick(it.cl, v) != nil {
+		return false, false
 	}
+	it.held = true
 	c.held = append(c.held, it)
-	return true
+	return true, it.cl.RefusedAfterLoss()
 }
 
-// unholdLocked puts the held requests that may go now back in the scheduler,
-// where they stood, after forgetting the refusals of every one when
-// forget (the retry tick). c.tmu is held.
-func (c *Client) unholdLocked(forget bool) {
-	keep := c.held[:0]
+// unhold puts the held requests that a peer in view v can take back in
+// the scheduler, where they stood, after forgetting the refusals of those
+// lost and refused everywhere when forget (the retry tick), and wakes the
+// dispatcher to send them.
+func (c *Client) unhold(v *avail, forget bool) {
+	c.tmu.Lock()
+	if len(c.held) == 0 {
+		c.unlockThrottle()
+		return
+	}
+	keep, moved, tick := c.held[:0], false, false
 	for _, it := range c.held {
-		switch {
-		case it.cl.IsDone(): // its caller gave up
-		case forget:
+		if forget && it.cl.RefusedAfterLoss() {
 			it.cl.ForgetRefusals()
-			fallthrough
-		case c.pick(it.cl, c.view()) != nil:
-			c.sched.Requeue(it, it.class, it.age)
-		default:
-			keep = append(keep, it)
 		}
+		if c.pick(it.cl, v) == nil {
+			// Refused everywhere since it was held (a late refusal of
+			// the connection it was lost on): the tick forgets it.
+			tick = tick || it.cl.RefusedAfterLoss()
+			keep = append(keep, it)
+			continue
+		}
+		it.held, moved = false, true
+		c.sched.Requeue(it, it.class, it.age)
 	}
 	clear(c.held[len(keep):])
 	c.held = keep
+	c.unlockThrottle()
+	if tick {
+		c.retryLater()
+	}
+	if moved {
+		c.poke()
+	}
 }
 
 // addMove adds cl, moved from one member to another for why, to moves:
@@ -597,7 +628,6 @@ func (c *Client) dispatcher() {
 	defer t.Stop()
 	var sends []policy.TestSend
 	var evs []policy.Event
-	var ticks uint64 // the retry ticks the held requests have seen
 	for {
 		v := c.view() // before looking: a change after it wakes us
 		now := time.Now()
@@ -612,10 +642,6 @@ func (c *Client) dispatcher() {
 		next := now.Add(time.Hour)
 		if c.sched != nil {
 			c.tmu.Lock()
-			if len(c.held) > 0 {
-				c.unholdLocked(v.retries != ticks)
-			}
-			ticks = v.retries
 			place := c.pollLocked(now)
 			if at, ok := c.sched.NextWakeup(now); ok && at.Before(next) {
 				next = at
@@ -646,7 +672,7 @@ func (c *Client) dispatcher() {
 				// wakes us; without one (it held none), the next slot or
 				// deadline does.
 				nv := c.view()
-				wait = !nv.gained(v) && nv.retries == v.retries // or a retry tick: the held requests
+				wait = !nv.gained(v)
 				v = nv
 			case <-c.wake:
 				wait = false

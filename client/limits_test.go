@@ -819,3 +819,45 @@ func TestPolicyProbeInFlightThroughTheThrottle(t *testing.T) {
 		assert.Equal(t, "out-of-service", c.PolicyStates()[0], "the probe timed out")
 	})
 }
+
+// A replay that no peer can take (moved off its server's connection,
+// which came back: it must not go there again, and there is no other)
+// waits out of the throttle's scheduler until its deadline: it is not
+// released to that server, to be refused there and queued again.
+func TestThrottleHoldsARequestNoPeerCanTake(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net")}
+		defer n.close()
+		n["tcp://a:1"].handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			<-ctx.Done() // the request is lost in the server: never answered
+			return nil
+		}
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1")
+		cfg.Throttle = &Throttle{}
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+
+		n["tcp://a:1"].freeze()
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			_, err := c.Send(ctx, acr(1, "u1"))
+			done <- err
+		}()
+		time.Sleep(70 * time.Second) // SUSPECT at 2 Tw: moved, no alternate
+		n["tcp://a:1"].unfreeze()    // OKAY again, on the connection it was sent on
+		time.Sleep(30 * time.Second)
+		sent := c.ServerStats()[0].Throttle.Sent[throttle.Accounting]
+		assert.Equal(t, uint64(1), sent, "released once, its first send: not to the connection it must avoid")
+		select {
+		case err := <-done:
+			t.Fatalf("returned before its deadline: %v", err)
+		default:
+		}
+		err = <-done
+		require.ErrorIs(t, err, ErrTimeout, "it waited for a peer until its deadline")
+	})
+}

@@ -304,10 +304,13 @@ func inDispatch() int {
 	single, batch := 0, false
 	for {
 		f, more := frames.Next()
-		if strings.HasSuffix(f.Function, ".(*Client).poll") {
-			// The throttle's scheduler picks under its lock: a pause there
-			// would hold the goroutines waiting for it, which synctest
-			// does not count as blocked, and the bubble's clock with them.
+		if fn := f.Function; strings.HasSuffix(fn, ".(*Client).poll") || strings.HasSuffix(fn, ".(*Client).holdLocked") ||
+			strings.HasSuffix(fn, ".(*Client).unhold") {
+			// The throttle's scheduler picks under its lock, and so do
+			// the Client's looks at the requests held out of it: a pause
+			// there would hold the goroutines waiting for it, which
+			// synctest does not count as blocked, and the bubble's clock
+			// with them.
 			return 0
 		}
 		if strings.HasSuffix(f.Function, ".(*Client).placeAll") {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
+	"github.com/aaatp/aaatp/throttle"
 )
 
 var (
@@ -31,7 +33,8 @@ const ssimFixedSeeds = 200
 // stream carrier (radius+tcp://, radpeer.Peer with its Status-Server
 // watchdog): each seed draws a Client of 2-3 servers over net.Pipe in
 // virtual time (balance with each access algorithm, or primary/secondary;
-// 1-2 connections a server) and a schedule of Access- and
+// 1-2 connections a server; in a third of the seeds with the ASR5K
+// throttle) and a schedule of Access- and
 // Accounting-Requests (patient, short or no deadline) against faults:
 // servers frozen and thawed (SUSPECT, failover, late answers), every
 // server frozen at once, connections reset mid-burst, a crash (requests
@@ -56,17 +59,18 @@ func TestSimRADIUSStream(t *testing.T) {
 	var total ssimResult
 	runSeeds(t, seeds, "-run TestSimRADIUSStream -ssim.seed", runSSim, func(r ssimResult) {
 		total.answered, total.failed, total.moved = total.answered+r.answered, total.failed+r.failed, total.moved+r.moved
+		total.throttled, total.queued = total.throttled+r.throttled, total.queued+r.queued
 	})
 	t.Logf("a waiter still in line once every request returned, in %d schedules", simLingeredTake())
-	t.Logf("%d schedules in %v: %d answered, %d failed, %d moved by failovers",
-		len(seeds), time.Since(start).Round(time.Millisecond), total.answered, total.failed, total.moved)
-	if len(seeds) >= 100 && (total.answered == 0 || total.failed == 0 || total.moved == 0) {
-		t.Errorf("the schedules never produced an answer, a failure and a failover each: the faults do not bite")
+	t.Logf("%d schedules in %v (%d with the throttle, %d of them queueing requests for a server): %d answered, %d failed, %d moved by failovers",
+		len(seeds), time.Since(start).Round(time.Millisecond), total.throttled, total.queued, total.answered, total.failed, total.moved)
+	if len(seeds) >= 100 && (total.answered == 0 || total.failed == 0 || total.moved == 0 || total.queued == 0) {
+		t.Errorf("the schedules never produced an answer, a failure, a failover and a throttle's server queue each: the faults do not bite")
 	}
 	radReconfExercised(t, len(seeds))
 }
 
-type ssimResult struct{ answered, failed, moved uint64 }
+type ssimResult struct{ answered, failed, moved, throttled, queued uint64 }
 
 // ssimOutcome is one Exchange of TestSimRADIUSStream and how it ended.
 type ssimOutcome struct {
@@ -108,6 +112,16 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 		cfg.Algorithm = loadbalance.RoundRobin
 	case 3:
 		cfg.Algorithm = loadbalance.Hash
+	}
+	// The ASR5K throttle in a third of the schedules, drawn from a source
+	// of its own (the other schedules stay as they were): the flood and
+	// the failovers' replays go through its queues.
+	if trng := rand.New(rand.NewPCG(seed, 0x746872)); trng.IntN(3) == 0 {
+		lim := func() throttle.Limits {
+			return throttle.Limits{MaxRate: 100 + trng.IntN(900), MaxOutstanding: 64 + trng.IntN(192)}
+		}
+		cfg.Throttle = &Throttle{Auth: lim(), Accounting: lim()}
+		r.throttled = 1
 	}
 	c, err := New(cfg)
 	if err != nil {
@@ -270,6 +284,9 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 	waitersEnd(t, c, last)
 	for _, s := range c.ServerStats() {
 		r.moved += s.FailedOver
+	}
+	if r.throttled > 0 && slices.ContainsFunc(c.QueueDepths(), func(q QueueDepth) bool { return q.MaxDepth > 0 }) {
+		r.queued = 1
 	}
 	if !closeBounded(t, context.Background(), c) {
 		t.Fatalf("Client.Close has not returned after %v", simCloseBound)

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
+	"github.com/aaatp/aaatp/throttle"
 )
 
 var (
@@ -33,7 +35,8 @@ const usimFixedSeeds = 300
 
 // TestSimUDP is the fault-schedule simulator for the RADIUS/UDP carrier:
 // each seed draws a Client of 2-4 radius:// servers (balance with each
-// access algorithm, or primary/secondary), 1-3 attempts a server, and a
+// access algorithm, or primary/secondary; in a third of the seeds with
+// the ASR5K throttle), 1-3 attempts a server, and a
 // schedule of Access- and Accounting-Requests (patient, short or no
 // deadline) against faults on an in-memory datagram network in virtual
 // time: packet loss both ways at a random rate, servers dead for a while
@@ -67,17 +70,18 @@ func TestSimUDP(t *testing.T) {
 	runSeeds(t, seeds, "-run TestSimUDP -usim.seed", runUSim, func(r usimResult) {
 		total.answered, total.failed = total.answered+r.answered, total.failed+r.failed
 		total.late, total.retrans = total.late+r.late, total.retrans+r.retrans
+		total.throttled, total.queued = total.throttled+r.throttled, total.queued+r.queued
 	})
 	t.Logf("the latest return after every server answered again: %v", usimMaxLateTake())
 	t.Logf("a waiter still in line once every request returned, in %d schedules", simLingeredTake())
-	t.Logf("%d schedules in %v: %d answered, %d failed, %d late replies, %d retransmissions",
-		len(seeds), time.Since(start).Round(time.Millisecond), total.answered, total.failed, total.late, total.retrans)
-	if len(seeds) >= 100 && (total.answered == 0 || total.failed == 0 || total.late == 0 || total.retrans == 0) {
-		t.Errorf("the schedules never produced an answer, a failure, a late reply and a retransmission each: the faults do not bite")
+	t.Logf("%d schedules in %v (%d with the throttle, %d of them queueing requests for a server): %d answered, %d failed, %d late replies, %d retransmissions",
+		len(seeds), time.Since(start).Round(time.Millisecond), total.throttled, total.queued, total.answered, total.failed, total.late, total.retrans)
+	if len(seeds) >= 100 && (total.answered == 0 || total.failed == 0 || total.late == 0 || total.retrans == 0 || total.queued == 0) {
+		t.Errorf("the schedules never produced an answer, a failure, a late reply, a retransmission and a throttle's server queue each: the faults do not bite")
 	}
 }
 
-type usimResult struct{ answered, failed, late, retrans uint64 }
+type usimResult struct{ answered, failed, late, retrans, throttled, queued uint64 }
 
 // usimServer is one simulated server's fault state, under usimNet.mu.
 type usimServer struct {
@@ -174,6 +178,18 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 		cfg.Algorithm = loadbalance.RoundRobin
 	case 3:
 		cfg.Algorithm = loadbalance.Hash
+	}
+	// The ASR5K throttle in a third of the schedules, drawn from a source
+	// of its own (the other schedules stay as they were): requests wait
+	// for their rate slot and a free place, and what a server did not
+	// answer is handed on through its queues.
+	throttled := false
+	if trng := rand.New(rand.NewPCG(seed, 0x746872)); trng.IntN(3) == 0 {
+		lim := func() throttle.Limits {
+			return throttle.Limits{MaxRate: 2 + trng.IntN(38), MaxOutstanding: 1 + trng.IntN(8)}
+		}
+		cfg.Throttle = &Throttle{Auth: lim(), Accounting: lim()}
+		throttled = true
 	}
 	c, err := New(cfg)
 	if err != nil {
@@ -312,6 +328,12 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 	}
 	waitersEnd(t, c, last)
 	var res usimResult
+	if throttled {
+		res.throttled = 1
+		if slices.ContainsFunc(c.QueueDepths(), func(q QueueDepth) bool { return q.MaxDepth > 0 }) {
+			res.queued = 1
+		}
+	}
 	for _, u := range c.UDPPeers() {
 		st := u.Stats()
 		res.late += st.Late
