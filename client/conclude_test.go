@@ -126,31 +126,9 @@ func TestLostRequestRefusedEverywhereAsksAgain(t *testing.T) {
 
 func lostRefusedAsksAgain(t *testing.T, throttled bool) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
 		var busy atomic.Bool
-		refuse := func(f *fakeServer) peer.Handler {
-			return func(ctx context.Context, p *peer.Peer, req []byte) []byte {
-				if busy.Load() {
-					return message.NewAnswer(req).ResultCode(message.TooBusy).
-						String(message.OriginHost, 0, true, f.host).
-						String(message.OriginRealm, 0, true, "example.net").Bytes()
-				}
-				return f.handler(ctx, p, req)
-			}
-		}
-		a.handle, b.handle = refuse(a), refuse(b)
-		n := network{"tcp://a:3868": a, "tcp://b:3868": b}
-		defer n.close()
-		cfg := clientConfig(n, PrimarySecondary, "tcp://a:3868", "tcp://b:3868")
-		if throttled {
-			cfg.Throttle = &Throttle{}
-		}
-		c, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(context.Background())
-		synctest.Wait()
+		c, a, stop := busyPair(t, throttled, &busy, nil)
+		defer stop()
 		a.freeze()
 		res := make(chan []byte, 1)
 		go func() {
@@ -194,37 +172,15 @@ func TestLostRequestsRefusedEverywhereAskAgainInOrder(t *testing.T) {
 
 func lostRefusedAskAgainInOrder(t *testing.T, throttled bool) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
 		var busy atomic.Bool
 		var mu sync.Mutex
 		var order []uint32 // the record numbers answered 2001, in order
-		serve := func(f *fakeServer) peer.Handler {
-			return func(ctx context.Context, p *peer.Peer, req []byte) []byte {
-				if busy.Load() {
-					return message.NewAnswer(req).ResultCode(message.TooBusy).
-						String(message.OriginHost, 0, true, f.host).
-						String(message.OriginRealm, 0, true, "example.net").Bytes()
-				}
-				n, _ := message.Uint32Of(req, message.AccountingRecordNumber, 0)
-				mu.Lock()
-				order = append(order, n)
-				mu.Unlock()
-				return f.handler(ctx, p, req)
-			}
-		}
-		a.handle, b.handle = serve(a), serve(b)
-		n := network{"tcp://a:3868": a, "tcp://b:3868": b}
-		defer n.close()
-		cfg := clientConfig(n, PrimarySecondary, "tcp://a:3868", "tcp://b:3868")
-		if throttled {
-			cfg.Throttle = &Throttle{}
-		}
-		c, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close(context.Background())
-		synctest.Wait()
+		c, a, stop := busyPair(t, throttled, &busy, func(n uint32) {
+			mu.Lock()
+			order = append(order, n)
+			mu.Unlock()
+		})
+		defer stop()
 		a.freeze()
 		const reqs = 6
 		var wg sync.WaitGroup
@@ -250,4 +206,42 @@ func lostRefusedAskAgainInOrder(t *testing.T, throttled bool) {
 		}
 		assert.Equal(t, want, order, "asked again in their order")
 	})
+}
+
+// busyPair starts a Client, primary/secondary and throttled or not, in
+// front of a and b, which refuse every request too busy while busy is
+// set and answer it otherwise, telling answered (when set) its
+// Accounting-Record-Number. stop closes the Client and the network.
+func busyPair(t *testing.T, throttled bool, busy *atomic.Bool, answered func(uint32)) (c *Client, a *fakeServer, stop func()) {
+	a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+	serve := func(f *fakeServer) peer.Handler {
+		return func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			if busy.Load() {
+				return message.NewAnswer(req).ResultCode(message.TooBusy).
+					String(message.OriginHost, 0, true, f.host).
+					String(message.OriginRealm, 0, true, "example.net").Bytes()
+			}
+			if answered != nil {
+				n, _ := message.Uint32Of(req, message.AccountingRecordNumber, 0)
+				answered(n)
+			}
+			return f.handler(ctx, p, req)
+		}
+	}
+	a.handle, b.handle = serve(a), serve(b)
+	n := network{"tcp://a:3868": a, "tcp://b:3868": b}
+	cfg := clientConfig(n, PrimarySecondary, "tcp://a:3868", "tcp://b:3868")
+	if throttled {
+		cfg.Throttle = &Throttle{}
+	}
+	c, err := New(cfg)
+	if err != nil {
+		n.close()
+		t.Fatal(err)
+	}
+	synctest.Wait()
+	return c, a, func() {
+		c.Close(context.Background())
+		n.close()
+	}
 }
