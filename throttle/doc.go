@@ -27,9 +27,9 @@
 // that came from a server queue goes to that server; a new one goes to the
 // server the owner's Pick function (its balancer) names, or when Pick
 // names none, or an unavailable one, to an available server chosen round-robin.
-// If that server has room the request is dispatched; if not, it moves to the
-// tail of that server's queue (or, with Config.Spill, to another available
-// server that has room). When no server is available, the instance queue
+// If that server has room the request is dispatched; if not, it waits in
+// that server's queue, in age order too (or, with Config.Spill, goes to
+// another available server that has room). When no server is available, the instance queue
 // waits.
 //
 // # Rate slots
@@ -54,7 +54,8 @@
 // Requests keep their deadlines while queued: one whose deadline passes
 // comes back from Poll as a Dispatch with Err matching [ErrExpired] and
 // saying which queue it waited in. No request is ever dropped silently:
-// each Enqueue is matched by exactly one Dispatch, with or without Err
+// each Enqueue, EnqueueReplay or Requeue is matched by exactly one
+// Dispatch, with or without Err
 // (Release aside, which hands the requests back to the owner).
 //
 // # Alarm
