@@ -73,3 +73,35 @@ func ExampleScheduler_Poll_expired() {
 	// 0s 1 <nil>
 	// 50ms 2 throttle: deadline passed while queued in the auth queue of server "aaa1" (found 20ms after the deadline)
 }
+
+// A failover's replays go ahead of the new requests; a batch the owner
+// could not send after all (its server refused it as it was placed) goes
+// back where it stood, with the ages Poll gave it.
+func ExampleScheduler_Requeue() {
+	s, _ := throttle.New(throttle.Config[*req]{
+		Servers: []throttle.Server{{Name: "aaa1", Auth: throttle.Limits{MaxOutstanding: -1}}},
+	})
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	s.Enqueue(&req{id: 10}, throttle.Auth)
+	s.EnqueueReplay(&req{id: 1}, throttle.Auth) // came back from a failed server
+	s.EnqueueReplay(&req{id: 2}, throttle.Auth)
+	batch := s.Poll(t0, nil)
+	for _, d := range batch {
+		fmt.Println("send", d.Item.id)
+	}
+	s.Enqueue(&req{id: 11}, throttle.Auth)
+	for _, d := range batch[:2] { // 1 and 2 refused as they were placed
+		s.Done(d.Server, d.Class)
+		s.Requeue(d.Item, d.Class, d.Age)
+	}
+	for _, d := range s.Poll(t0, nil) {
+		fmt.Println("send", d.Item.id)
+	}
+	// Output:
+	// send 1
+	// send 2
+	// send 10
+	// send 1
+	// send 2
+	// send 11
+}
