@@ -309,7 +309,8 @@ func (c *Client) newItem(cl *call.Call, dl time.Time) *item {
 // replay (a failover's, in order) ahead of every new request and behind
 // the replays before it, giving back the place it held on the server it
 // left; whatever the scheduler releases now is placed. A replay no peer
-// can take now is held out of the scheduler (holdLocked).
+// can take now is held out of the scheduler (holdLocked), or ends with
+// its refusal (settle).
 func (c *Client) throttled(its ...*item) {
 	var replays []*item
 	back := its[:0]
@@ -319,9 +320,6 @@ func (c *Client) throttled(its ...*item) {
 		case it.cl.Sends() == 0:
 			back = append(back, it)
 		default:
-			if c.pick(it.cl, c.view()) == nil && it.cl.Conclude() {
-				continue // refused as too busy and no peer left to try
-			}
 			replays = append(replays, it)
 		}
 	}
@@ -337,7 +335,7 @@ func (c *Client) throttled(its ...*item) {
 		failAll(heldCalls(back), errClientClosed)
 		return
 	}
-	tick := false
+	var held []*item
 	v := c.view()
 	for _, it := range replays {
 		if it.server >= 0 {
@@ -345,8 +343,8 @@ func (c *Client) throttled(its ...*item) {
 			it.server = -1
 		}
 		it.age = c.sched.ReplayAge()
-		if held, asks := c.holdLocked(it, v); held {
-			tick = tick || asks
+		if c.holdLocked(it, v) {
+			held = append(held, it)
 			continue
 		}
 		c.sched.Requeue(it, it.class, it.age)
@@ -361,8 +359,8 @@ func (c *Client) throttled(its ...*item) {
 	}
 	place := c.pollLocked(time.Now())
 	c.unlockThrottle()
-	if tick {
-		c.retryLater()
+	for _, it := range held {
+		c.settle(it)
 	}
 	if onWait != nil {
 		for _, it := range replays {
@@ -537,13 +535,13 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 			it.cl.Fail(errClientClosed)
 			continue
 		}
-		held, tick := c.holdLocked(it, c.view())
+		held := c.holdLocked(it, c.view())
 		if !held {
 			c.sched.Requeue(it, it.class, it.age)
 		}
 		c.unlockThrottle()
-		if held && !it.cl.Conclude() && tick {
-			c.retryLater()
+		if held {
+			c.settle(it)
 		}
 	}
 }
@@ -556,17 +554,28 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 // it would be refused again at every wake-up of the scheduler. The next
 // view puts it back where it stood (unhold): a peer in service again, a
 // new connection, or the retry tick, which forgets the refusals of a
-// request lost and refused since by every peer (asks: the caller sets the
-// tick, retryLater, after unlocking c.tmu); held requests go back
-// together, in their order. The Client's callers give up on them at
-// their deadlines (release lets go of them). c.tmu is held.
-func (c *Client) holdLocked(it *item, v *avail) (held, asks bool) {
+// request lost and refused since by every peer; held requests go back
+// together, in their order. The caller settles it after unlocking c.tmu.
+// The Client's callers give up on held requests at their deadlines
+// (release lets go of them). c.tmu is held.
+func (c *Client) holdLocked(it *item, v *avail) bool {
 	if c.pick(it.cl, v) != nil {
-		return false, false
+		return false
 	}
 	it.held = true
 	c.held = append(c.held, it)
-	return true, it.cl.RefusedAfterLoss()
+	return true
+}
+
+// settle ends it, just held, with its refusal when it has one: no peer is
+// left to try (refused too busy, or no reply from each RADIUS/UDP
+// server). One lost on a connection and refused since by every peer may
+// have been applied where it was lost: no refusal ends it, and it asks
+// for the retry tick instead. Called without c.tmu.
+func (c *Client) settle(it *item) {
+	if !it.cl.Conclude() && it.cl.RefusedAfterLoss() {
+		c.retryLater()
+	}
 }
 
 // unhold puts the held requests that a peer in view v can take back in

@@ -603,7 +603,7 @@ func (p *Peer) recycleStale() {
 		if c == nil || c.free.n > 0 || l.dialing || l.m.State() != watchdog.Okay {
 			continue
 		}
-		if stale := c.count(true); 2*stale > IDsPerConn {
+		if stale := c.count((*rcall).IsDone); 2*stale > IDsPerConn {
 			p.recycle(l, c, stale)
 		}
 	}
@@ -630,7 +630,7 @@ func (p *Peer) recycle(l *link, c *conn, stale int) {
 // (refused, or handed over) and is not done yet goes on elsewhere, and
 // its completion would not come back here to close it. p.mu is held.
 func (p *Peer) closeIfDrained(l *link, c *conn) {
-	if !c.closed && c.live() == 0 {
+	if !c.closed && c.count(func(cl *rcall) bool { return cl.InFlightOn(&c.h) }) == 0 {
 		p.dropConn(l, c, c.note, ErrConnectionLost)
 	}
 }
@@ -1053,23 +1053,12 @@ func (p *Peer) lossCause(c *conn) error {
 	return fmt.Errorf("%s: %w", c.mismatch, ErrSecretMismatch)
 }
 
-// count returns how many Identifiers of c are held by requests that
-// ended (done) or by live ones (!done). p.mu is held.
-func (c *conn) count(done bool) int {
-	n := 0
-	for i := range c.slots[1:] {
-		if cl := c.slots[i+1].call; cl != nil && cl.IsDone() == done {
-			n++
-		}
-	}
-	return n
-}
-
-// live counts the calls in flight on c. p.mu is held.
-func (c *conn) live() int {
+// count returns how many Identifiers of c are held by calls that match
+// f: those that ended (stale), those in flight on c (live). p.mu is held.
+func (c *conn) count(f func(*rcall) bool) int {
 	n := 0
 	for _, s := range c.slots[1:] {
-		if s.call != nil && s.call.InFlightOn(&c.h) {
+		if s.call != nil && f(s.call) {
 			n++
 		}
 	}
