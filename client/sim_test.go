@@ -1539,10 +1539,18 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 				s.delay = time.Duration(1+w.rng.IntN(3)) * time.Second
 				s.mu.Unlock()
 			}
+			var drain []*simReq
 			for range 1 + w.rng.IntN(10) {
-				send("patient", "drain", "unpinned")
+				drain = append(drain, send("patient", "drain", "unpinned"))
 			}
+			// In flight means on the wire: the simulator's pauses on a
+			// request's way there can add up past 100 ms, and the
+			// throttle's rate slots may hold some for a few slots. Close
+			// fails what has not left, as it documents.
 			time.Sleep(100 * time.Millisecond)
+			for wait := 0; wait < 40 && !w.allSent(drain); wait++ {
+				time.Sleep(throttle.MinSlot)
+			}
 		}
 	} else {
 		for _, p := range c.Peers() {
