@@ -493,14 +493,12 @@ func (c *Client) poll(now time.Time) *[]throttle.Dispatch[*item] {
 func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 	var moves []FailoverRecord
 	defer func() {
-		clear(*buf)
-		*buf = (*buf)[:0]
-		dispatchBufs.Put(buf)
+		recycle(buf)
 		for _, r := range moves {
 			c.record(r)
 		}
 	}()
-	for _, d := range *buf {
+	for i, d := range *buf {
 		it := d.Item
 		if d.Err != nil {
 			// Its deadline passed in a queue: a timeout to its caller,
@@ -519,31 +517,75 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 			continue
 		}
 		// Refused after all (policy, a connection lost a moment ago, a
-		// server that must not get it again): give the place back and
-		// queue it again where it stood, ahead of newer requests and in
-		// order with the rest of its batch; the scheduler tries it at its
-		// next wake-up, with the same checks. Or, when no peer can take it
-		// now, hold it (holdLocked), or end it with its refusal when it
-		// has one (no peer left to try, as in throttled).
-		c.tmu.Lock()
-		if it.server == d.Server {
-			c.sched.Done(d.Server, it.class)
-			it.server = -1
-		}
-		if c.ctx.Err() != nil { // closed: see throttled
-			c.unlockThrottle()
-			it.cl.Fail(errClientClosed)
-			continue
-		}
-		held := c.holdLocked(it, c.view())
-		if !held {
-			c.sched.Requeue(it, it.class, it.age)
-		}
-		c.unlockThrottle()
-		if held {
-			c.settle(it)
+		// server that must not get it again).
+		c.giveBack((*buf)[i:])
+		return
+	}
+}
+
+// giveBack puts back in the scheduler ds, released requests the first
+// of which was just refused as it was placed, with every batch released
+// after them and not placed yet, in one step under c.tmu: each gives
+// back its place and goes where it stood, ahead of newer requests and in
+// order with the rest; the scheduler tries them again at its next
+// wake-up, with the same checks. The scheduler chose for all of them
+// from the picture that has just proved stale, and placed now they would
+// leave ahead of the refused one, older than they are. A request no peer
+// can take now is held (holdLocked), or ends with its refusal when it
+// has one (no peer left to try, as in throttled).
+func (c *Client) giveBack(ds []throttle.Dispatch[*item]) {
+	var held, shut []*item
+	var expired []throttle.Dispatch[*item]
+	c.tmu.Lock()
+	later := c.released
+	c.released = nil
+	closed, v := c.ctx.Err() != nil, c.view()
+	back := func(ds []throttle.Dispatch[*item]) {
+		for _, d := range ds {
+			it := d.Item
+			switch {
+			case d.Err != nil:
+				expired = append(expired, d)
+				continue
+			case it.ended: // its Send returned; poll gave its place back
+				continue
+			}
+			if it.server == d.Server {
+				c.sched.Done(d.Server, it.class)
+				it.server = -1
+			}
+			switch {
+			case closed: // see throttled
+				shut = append(shut, it)
+			case c.holdLocked(it, v):
+				held = append(held, it)
+			default:
+				c.sched.Requeue(it, it.class, it.age)
+			}
 		}
 	}
+	back(ds)
+	for _, b := range later {
+		back(*b)
+	}
+	c.unlockThrottle()
+	for _, b := range later {
+		recycle(b)
+	}
+	for _, d := range expired {
+		d.Item.cl.Fail(fmt.Errorf("%w: %w", ErrTimeout, d.Err)) // as in execute
+	}
+	failAll(heldCalls(shut), errClientClosed)
+	for _, it := range held {
+		c.settle(it)
+	}
+}
+
+// recycle empties a result of poll and gives it back to dispatchBufs.
+func recycle(buf *[]throttle.Dispatch[*item]) {
+	clear(*buf)
+	*buf = (*buf)[:0]
+	dispatchBufs.Put(buf)
 }
 
 // holdLocked holds it, a request coming back to the scheduler (a replay,

@@ -861,3 +861,60 @@ func TestThrottleHoldsARequestNoPeerCanTake(t *testing.T) {
 		require.ErrorIs(t, err, ErrTimeout, "it waited for a peer until its deadline")
 	})
 }
+
+// A request of a batch the throttle released that is refused as it is
+// placed (its server left service between the release and the place)
+// goes back to the scheduler with every request released after it: those
+// were chosen from the same stale picture, and placed now they would
+// leave ahead of it. The next pass sends them all to the server left, in
+// the order they came.
+func TestThrottleRefusalInABatchKeepsItsOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		defer n.close()
+		cfg := clientConfig(n, Balance, "tcp://a:1", "tcp://b:1")
+		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxRate: 200}, Slot: 50 * time.Millisecond} // 10 a slot each
+		c := started(t, cfg)
+		waitOkay(t, c)
+		synctest.Wait()
+		time.Sleep(time.Until(time.Now().Truncate(50 * time.Millisecond).Add(50*time.Millisecond + time.Millisecond)))
+
+		// 60 in one slot: 20 leave now, the rest wait in their servers'
+		// queues for the next slots, released there in batches.
+		const N = 60
+		errs := make(chan error, N)
+		for i := range N {
+			go func() {
+				_, err := c.Send(context.Background(), acr(i, fmt.Sprintf("u%d@example.net", i)))
+				errs <- err
+			}()
+			synctest.Wait() // queued in order: End-to-End ids in age order
+		}
+		var once sync.Once
+		var dropped time.Time
+		hook := func(cc *Client, _ *call.Call) {
+			if cc == c {
+				once.Do(func() {
+					dropped = time.Now()
+					n["tcp://a:1"].dropConnections()
+					time.Sleep(time.Millisecond) // the peer sees it: a refuses what comes now
+				})
+			}
+		}
+		afterAdmit.Store(&hook)
+		defer afterAdmit.Store(nil)
+		for range N {
+			require.NoError(t, <-errs)
+		}
+		require.False(t, dropped.IsZero(), "a batch was placed")
+		var ids []uint32 // b's since a left
+		for _, s := range n["tcp://b:1"].received() {
+			if !s.at.Before(dropped) {
+				ids = append(ids, s.e2e)
+			}
+		}
+		assert.NotEmpty(t, n["tcp://a:1"].received(), "a took some before it left")
+		assert.Greater(t, len(ids), 20, "b took what was left")
+		assert.True(t, slices.IsSorted(ids), "b took them in the order they came: %v", ids)
+	})
+}
