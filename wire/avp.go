@@ -1,6 +1,12 @@
+// The AVPs of a message: walking them, finding one, checking them all,
+// in one pass each, without decoding the message.
+
 package wire
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"fmt"
+)
 
 // AVP header layout (RFC 6733 section 4.1).
 const (
@@ -75,4 +81,134 @@ func walkAVPs(b []byte, off int, fn func(a AVP) bool) (int, string) {
 		off += (l + 3) &^ 3
 	}
 	return off, ""
+}
+
+// AVP is one AVP as WalkAVPs sees it. Data aliases the message.
+type AVP struct {
+	Code   uint32
+	Vendor uint32 // 0 for IETF AVPs (no V bit)
+	Data   []byte
+}
+
+// WalkAVPs calls fn for each top-level AVP of msg (a whole message, header
+// included), or, with grouped set, for each AVP inside the Grouped AVP data
+// b. It stops early when fn returns false. Malformed AVPs end the walk with
+// an error matching ErrBadFrame; it never panics and never allocates on
+// well-formed input.
+func WalkAVPs(msg []byte, fn func(a AVP) bool) error {
+	if len(msg) < HeaderLen {
+		return frameErr("message of %d bytes is shorter than the header", len(msg))
+	}
+	end := int(uint24(msg[1:4]))
+	if end > len(msg) {
+		return frameErr("header length %d exceeds the %d bytes present", end, len(msg))
+	}
+	return walkChecked(msg[:end], HeaderLen, fn)
+}
+
+// WalkGrouped is WalkAVPs over the data of a Grouped AVP.
+func WalkGrouped(data []byte, fn func(a AVP) bool) error {
+	return walkChecked(data, 0, fn)
+}
+
+func walkChecked(b []byte, off int, fn func(a AVP) bool) error {
+	_, reason := walkAVPs(b, off, fn)
+	if reason != "" {
+		return &FrameError{Reason: fmt.Sprintf("malformed AVP: %s", reason)}
+	}
+	return nil
+}
+
+// BadAVP describes the first malformed top-level AVP of a correctly framed
+// message: what a receiver needs to answer DIAMETER_INVALID_AVP_LENGTH
+// (RFC 6733 7.1.5) with a Failed-AVP rather than close the connection.
+type BadAVP struct {
+	Offset int    // of the AVP header in the message
+	Code   uint32 // 0 when fewer than 4 bytes were left
+	Flags  uint8
+	Vendor uint32 // 0 unless the V bit is set and the Vendor-ID is present
+	Length int    // the AVP Length field, as the peer wrote it
+	Reason string
+	// Data is what the message holds after the AVP's header, cut at the
+	// message's end: the offending value, for a Failed-AVP.
+	Data []byte
+}
+
+// CheckAVPs walks the top-level AVPs of msg (a whole message whose header
+// passed Validate and whose Length is len(msg)) and returns the first
+// malformed one, or nil: an AVP header cut by the end of the message, a
+// length below the AVP's own header (8 bytes, 12 with the V bit) or
+// running past the message. It does not look inside Grouped AVPs (that
+// takes a dictionary). It never panics and never allocates on well-formed
+// input; BadAVP.Data aliases msg.
+func CheckAVPs(msg []byte) *BadAVP {
+	return checkAVPs(msg, func(AVP) {})
+}
+
+// The AVPs that say how a request went (RFC 6733 7.1, 7.6).
+const (
+	avpResultCode             = 268
+	avpExperimentalResult     = 297
+	avpExperimentalResultCode = 298
+)
+
+// CheckAnswer is CheckAVPs for an answer, reading in the same walk the
+// code that says how its request went: its Result-Code, or, when it has
+// none, the Experimental-Result-Code inside its Experimental-Result
+// (RFC 6733 7.6); 0 when it has neither. As with message.ResultCodeOf,
+// the first of each AVP counts, and only with a 4-byte value.
+func CheckAnswer(msg []byte) (code uint32, bad *BadAVP) {
+	var rc, exp uint32
+	var seenRC, seenExp bool
+	bad = checkAVPs(msg, func(a AVP) {
+		switch {
+		case a.Vendor != 0:
+		case a.Code == avpResultCode && !seenRC:
+			seenRC = true
+			if len(a.Data) == 4 {
+				rc = binary.BigEndian.Uint32(a.Data)
+			}
+		case a.Code == avpExperimentalResult && !seenExp:
+			seenExp = true
+			walkAVPs(a.Data, 0, func(g AVP) bool {
+				if g.Code == avpExperimentalResultCode && g.Vendor == 0 && len(g.Data) == 4 {
+					exp = binary.BigEndian.Uint32(g.Data)
+					return false
+				}
+				return true
+			})
+		}
+	})
+	if seenRC {
+		return rc, bad
+	}
+	return exp, bad
+}
+
+// checkAVPs is CheckAVPs calling visit with each well-formed AVP.
+func checkAVPs(msg []byte, visit func(AVP)) *BadAVP {
+	if len(msg) < HeaderLen {
+		return &BadAVP{Offset: len(msg), Reason: "message shorter than its header"}
+	}
+	end := min(int(uint24(msg[1:4])), len(msg))
+	off, reason := walkAVPs(msg[:end], HeaderLen, func(a AVP) bool { visit(a); return true })
+	if reason == "" {
+		return nil
+	}
+	b := &BadAVP{Offset: off, Reason: reason}
+	rest := msg[off:end]
+	if len(rest) >= 4 {
+		b.Code = binary.BigEndian.Uint32(rest)
+	}
+	if len(rest) >= avpHeaderLen {
+		b.Flags = rest[4]
+		b.Length = int(uint24(rest[5:8]))
+		hl := avpHeaderLen
+		if b.Flags&avpFlagVendor != 0 && len(rest) >= avpVendorHeaderLen {
+			b.Vendor = binary.BigEndian.Uint32(rest[8:12])
+			hl = avpVendorHeaderLen
+		}
+		b.Data = rest[hl:]
+	}
+	return b
 }
