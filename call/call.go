@@ -195,8 +195,9 @@ type Key struct {
 
 // result is what completed a call: an answer or err.
 type result struct {
-	ans []byte
-	err error
+	ans  []byte
+	code uint32
+	err  error
 }
 
 // Call is one request and its lifecycle. It completes exactly once: the
@@ -445,17 +446,18 @@ func (c *Call) RefuseLate(cn *Conn, answer []byte) bool {
 	return true
 }
 
-// Finish completes c with the answer ans that came on from, or with err
-// (from may then be nil), unless it is complete, counting it in cnt (when
-// not nil) before the caller can see the result. It returns whether it
-// did and, when c was still in flight on a connection other than from,
-// that connection: the caller takes it out of its pending map there.
-func (c *Call) Finish(ans []byte, err error, from *Conn, cnt *atomic.Uint64) (ok bool, owner *Conn) {
+// Finish completes c with the answer ans that came on from, with the
+// code its carrier read from it (Result.Code), or with err (from may then
+// be nil), unless it is complete, counting it in cnt (when not nil)
+// before the caller can see the result. It returns whether it did and,
+// when c was still in flight on a connection other than from, that
+// connection: the caller takes it out of its pending map there.
+func (c *Call) Finish(ans []byte, code uint32, err error, from *Conn, cnt *atomic.Uint64) (ok bool, owner *Conn) {
 	var by Carrier
 	if from != nil {
 		by = from.peer
 	}
-	return c.finish(ans, err, by, from, cnt, false)
+	return c.finish(ans, code, err, by, from, cnt, false)
 }
 
 // FailOn completes c with err if it is in flight on cn, and reports
@@ -463,12 +465,12 @@ func (c *Call) Finish(ans []byte, err error, from *Conn, cnt *atomic.Uint64) (ok
 // but one on a connection it left does not end a request that went on
 // elsewhere.
 func (c *Call) FailOn(cn *Conn, err error) bool {
-	ok, _ := c.finish(nil, err, cn.peer, cn, nil, true)
+	ok, _ := c.finish(nil, 0, err, cn.peer, cn, nil, true)
 	return ok
 }
 
 // finish completes c; onlyOn: only if it is in flight on from.
-func (c *Call) finish(ans []byte, err error, by Carrier, from *Conn, cnt *atomic.Uint64, onlyOn bool) (ok bool, owner *Conn) {
+func (c *Call) finish(ans []byte, code uint32, err error, by Carrier, from *Conn, cnt *atomic.Uint64, onlyOn bool) (ok bool, owner *Conn) {
 	c.mu.Lock()
 	if c.final() || onlyOn && (c.state != InFlight || c.owner != from) {
 		c.mu.Unlock()
@@ -489,7 +491,7 @@ func (c *Call) finish(ans []byte, err error, by Carrier, from *Conn, cnt *atomic
 		c.by = by
 		c.to(Answered)
 	}
-	c.res = result{ans, err}
+	c.res = result{ans, code, err}
 	if cnt != nil {
 		cnt.Add(1) // before the caller can see the result: it waits for mu
 	}
@@ -507,9 +509,10 @@ func (c *Call) finish(ans []byte, err error, by Carrier, from *Conn, cnt *atomic
 func (c *Call) Fail(err error) bool { return c.end(nil, err, nil, false) }
 
 // end is Finish from outside any connection (an error, a refusal, the
-// deadline): the connection the call was in flight on is told.
+// deadline): the connection the call was in flight on is told. A refusal
+// that concludes the call completes it without a Code.
 func (c *Call) end(ans []byte, err error, by Carrier, timedOut bool) bool {
-	ok, owner := c.finish(ans, err, by, nil, nil, false)
+	ok, owner := c.finish(ans, 0, err, by, nil, nil, false)
 	if ok && owner != nil {
 		owner.Retire(c, timedOut)
 	}
@@ -580,6 +583,12 @@ type Result struct {
 	// Ans is the answer, Err the error (see Wait).
 	Ans []byte
 	Err error
+	// Code says how the request went, as the answer's carrier read it
+	// while checking the answer: a Diameter answer's Result-Code, or its
+	// Experimental-Result-Code when it has none (0 when it has neither);
+	// a RADIUS response's Code. 0 without an answer, and with the
+	// refusal that concluded a call no peer was left to try (Conclude).
+	Code uint32
 	// First is the peer the call was first sent by, By the one whose
 	// answer completed it (nil when none); Sends counts the connections
 	// it boarded.
@@ -633,7 +642,7 @@ func (c *Call) Await(ctx context.Context, timeout time.Duration) Result {
 		c.end(nil, err, nil, true)
 		c.mu.Lock()
 	}
-	r := Result{Ans: c.res.ans, Err: c.res.err, // ours, or the answer that won the race
+	r := Result{Ans: c.res.ans, Code: c.res.code, Err: c.res.err, // ours, or the answer that won the race
 		First: c.first, By: c.by, Sends: int(c.sends.Load())}
 	c.mu.Unlock()
 	return r

@@ -83,7 +83,7 @@ func into(t *testing.T, c *Call, s State) {
 		require.True(t, c.Park())
 	case Answered:
 		board(a)
-		ok, _ := c.Finish([]byte("x"), nil, &a.Conn, nil)
+		ok, _ := c.Finish([]byte("x"), 0, nil, &a.Conn, nil)
 		require.True(t, ok)
 	case Failed:
 		require.True(t, c.Fail(errors.New("x")))
@@ -184,7 +184,7 @@ func TestCompletesExactlyOnce(t *testing.T) {
 			wg.Go(func() {
 				var ok bool
 				if i%2 == 0 {
-					ok, _ = c.Finish([]byte{byte(i)}, nil, &a.Conn, nil)
+					ok, _ = c.Finish([]byte{byte(i)}, 0, nil, &a.Conn, nil)
 				} else {
 					ok = c.Fail(errors.New("failed"))
 				}
@@ -223,7 +223,7 @@ func TestWaitTimeout(t *testing.T) {
 		assert.Equal(t, 3*time.Second, time.Since(start))
 		assert.Equal(t, int32(1), a.timedOut.Load())
 		assert.Equal(t, Failed, c.State())
-		ok, _ := c.Finish([]byte("late"), nil, &a.Conn, nil)
+		ok, _ := c.Finish([]byte("late"), 0, nil, &a.Conn, nil)
 		assert.False(t, ok, "complete once")
 
 		c2 := newCall()
@@ -253,7 +253,7 @@ func TestWaitAnswer(t *testing.T) {
 		var cnt atomic.Uint64
 		go func() {
 			time.Sleep(time.Second)
-			c.Finish([]byte("ans"), nil, &b.Conn, &cnt)
+			c.Finish([]byte("ans"), 0, nil, &b.Conn, &cnt)
 		}()
 		ans, err := c.Wait(context.Background(), time.Minute)
 		require.NoError(t, err)
@@ -308,7 +308,7 @@ func TestAwaitResult(t *testing.T) {
 		boarded(t, c, a)
 		require.True(t, c.Leave(&a.Conn, nil))
 		boarded(t, c, b)
-		go c.Finish([]byte("ans"), nil, &b.Conn, nil)
+		go c.Finish([]byte("ans"), 0, nil, &b.Conn, nil)
 		r := c.Await(context.Background(), time.Minute)
 		assert.Equal(t, Result{Ans: []byte("ans"), First: tpeer{"pa"}, By: tpeer{"pb"}, Sends: 2}, r)
 
@@ -433,7 +433,7 @@ func TestRefuseLate(t *testing.T) {
 	require.True(t, c.Leave(&b.Conn, nil))
 	assert.False(t, c.Conclude(), "the late refusal is not the answer")
 	boarded(t, c, a)
-	ok, _ := c.Finish([]byte("x"), nil, &b.Conn, nil)
+	ok, _ := c.Finish([]byte("x"), 0, nil, &b.Conn, nil)
 	require.True(t, ok)
 	assert.False(t, c.RefuseLate(&a.Conn, []byte("busy")), "complete")
 }

@@ -41,7 +41,7 @@ func newReaderCall(read func(r *treader)) (*Call, *treader) {
 // needs, but the call cannot tell, so the carrier gets one.
 func TestAwaitRunsReadAnswerBeforeParking(t *testing.T) {
 	cn := newConn("a")
-	c, r := newReaderCall(func(r *treader) { r.c.Finish([]byte("ans"), nil, &cn.Conn, nil) })
+	c, r := newReaderCall(func(r *treader) { r.c.Finish([]byte("ans"), 0, nil, &cn.Conn, nil) })
 	boarded(t, c, cn)
 	res := c.Await(context.Background(), time.Second)
 	require.NoError(t, res.Err)
@@ -62,7 +62,7 @@ func TestOfferWakesAwaitToReadAgain(t *testing.T) {
 		cn := newConn("a")
 		c, r := newReaderCall(func(r *treader) {
 			if r.reads.Load() == 2 {
-				r.c.Finish([]byte("ans"), nil, &cn.Conn, nil)
+				r.c.Finish([]byte("ans"), 0, nil, &cn.Conn, nil)
 			}
 		})
 		boarded(t, c, cn)
@@ -104,7 +104,7 @@ func TestInterruptReachesACallerInReadAnswer(t *testing.T) {
 		boarded(t, c2, cn)
 		go func() { done <- c2.Await(context.Background(), time.Minute) }()
 		synctest.Wait()
-		c2.Finish([]byte("ans"), nil, &cn.Conn, nil)
+		c2.Finish([]byte("ans"), 0, nil, &cn.Conn, nil)
 		assert.Equal(t, int32(1), r2.interrupts.Load(), "completed elsewhere")
 		close(stop2)
 		res = <-done
@@ -114,7 +114,7 @@ func TestInterruptReachesACallerInReadAnswer(t *testing.T) {
 		boarded(t, c3, cn)
 		go func() { done <- c3.Await(context.Background(), time.Minute) }()
 		synctest.Wait()
-		c3.Finish([]byte("ans"), nil, &cn.Conn, nil)
+		c3.Finish([]byte("ans"), 0, nil, &cn.Conn, nil)
 		<-done
 		assert.Zero(t, r3.interrupts.Load())
 	})

@@ -62,7 +62,7 @@ func TestWaitSharedContextCancelled(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, 5, waiting(ctx))
 
-		ok, _ := calls[0].Finish([]byte("ans"), nil, &a.Conn, nil)
+		ok, _ := calls[0].Finish([]byte("ans"), 0, nil, &a.Conn, nil)
 		require.True(t, ok)
 		synctest.Wait()
 		assert.Equal(t, 4, waiting(ctx), "the answered call left the watch")
@@ -101,7 +101,7 @@ func TestWaitSharedContextDeadline(t *testing.T) {
 		start := time.Now()
 		results := waitAll(ctx, calls)
 		time.Sleep(time.Second)
-		calls[1].Finish([]byte("ans"), nil, nil, nil)
+		calls[1].Finish([]byte("ans"), 0, nil, nil, nil)
 		errs := results()
 		assert.Equal(t, 2*time.Second, time.Since(start))
 		assert.ErrorIs(t, errs[0], context.DeadlineExceeded)
@@ -137,7 +137,7 @@ func TestWatchEvictedStops(t *testing.T) {
 		assert.Equal(t, 1, w1.n, "c1 still waits on it")
 		w1.mu.Unlock()
 
-		c1.Finish([]byte("a"), nil, nil, nil)
+		c1.Finish([]byte("a"), 0, nil, nil, nil)
 		require.NoError(t, r1()[0])
 		assert.False(t, w1.stop(), "stopped when its last call left")
 
@@ -182,7 +182,7 @@ func TestWaitRaces(t *testing.T) {
 			wg.Go(func() {
 				switch (i + round) % 4 {
 				case 0, 1:
-					if ok, _ := c.Finish([]byte{byte(i)}, nil, &a.Conn, nil); ok {
+					if ok, _ := c.Finish([]byte{byte(i)}, 0, nil, &a.Conn, nil); ok {
 						answered.Add(1)
 					}
 				case 2:

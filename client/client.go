@@ -634,6 +634,46 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
 	return ans, nil
 }
 
+// account counts a completed request: its outcome for the server it was
+// first sent to (ServerStats); an answer by class and latency for the
+// server that answered it; an error by reason for the server it was first
+// sent to (or the Client's unsent errors). took is the time from Send or
+// Exchange to completion.
+func (c *Client) account(r call.Result, took time.Duration, noPeer bool) {
+	// The outcome counts for the server the request was first sent to,
+	// wherever a failover took it (RFC 3539 3.4.3 [4] statistics).
+	first := c.memberOf(r.First)
+	if first != nil {
+		first.stats.done(r.Err == nil)
+	}
+	if r.Err != nil {
+		i := reasonOf(r.Err, noPeer)
+		if first != nil {
+			first.stats.errors[i].Add(1)
+		} else {
+			c.log.unsent[i].Add(1)
+		}
+		return
+	}
+	m := first // usually the server that answered
+	if r.By != r.First {
+		m = c.memberOf(r.By)
+	}
+	if m == nil {
+		return
+	}
+	switch {
+	case c.radius:
+		m.stats.answers[radiusClass(r.Code)].Add(1)
+	case r.Code == 0 && len(r.Ans) > 0:
+		// A refusal that concluded it: read by no carrier.
+		m.stats.answers[diameterAnswerClass(r.Ans)].Add(1)
+	default:
+		m.stats.answers[diameterClass(r.Code)].Add(1)
+	}
+	m.stats.answerLat.Record(took)
+}
+
 // foundNoPeer reports whether cl, which failed with r, did so because
 // it found no server to go to before its deadline: it never left, and
 // not because a throttle held it while a server it could go to was in

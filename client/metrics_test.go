@@ -204,3 +204,33 @@ func TestReasonOf(t *testing.T) {
 		t.Errorf("%d reasons, nReasons %d", len(ErrorReasons), nReasons)
 	}
 }
+
+// A request every server refused too busy ends with the last refusal,
+// counted as the answer of the server that sent it, by its Result-Code.
+func TestConcludedRefusalCountedByClass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		defer n.close()
+		for _, f := range n {
+			f.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+				// ResultCode sets the E bit of a 3xxx answer: a refusal.
+				return message.NewAnswer(req).ResultCode(message.TooBusy).
+					String(message.OriginHost, 0, true, f.host).
+					String(message.OriginRealm, 0, true, "example.net").Bytes()
+			}
+		}
+		c := started(t, clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1"))
+		waitOkay(t, c)
+		ans, err := c.Send(context.Background(), acr(1, "u1"))
+		require.NoError(t, err)
+		rc, _ := message.ResultCodeOf(ans)
+		require.Equal(t, uint32(message.TooBusy), rc, "the last refusal is the answer")
+		got := map[string]uint64{}
+		for _, st := range c.ServerStats() {
+			for k, v := range st.Answers {
+				got[k] += v
+			}
+		}
+		assert.Equal(t, map[string]uint64{"1xxx": 0, "2xxx": 0, "3xxx": 1, "4xxx": 0, "5xxx": 0, "other": 0}, got)
+	})
+}

@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,9 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/latency"
-	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/throttle"
@@ -198,50 +195,39 @@ const (
 	radiusOther   = 4
 )
 
-// diameterClass is the index in DiameterClasses of an answer's class.
-func diameterClass(ans []byte) int {
-	rc, ok := message.ResultCodeOf(ans)
-	if !ok {
-		wire.WalkAVPs(ans, func(a wire.AVP) bool {
-			if a.Code != avpExperimentalResult || a.Vendor != 0 {
-				return true
-			}
-			wire.WalkGrouped(a.Data, func(g wire.AVP) bool {
-				if g.Code == avpExperimentalResultCode && g.Vendor == 0 && len(g.Data) == 4 {
-					rc, ok = binary.BigEndian.Uint32(g.Data), true
-				}
-				return !ok
-			})
-			return false
-		})
-	}
-	if !ok || rc < 1000 || rc >= 6000 {
+// diameterClass is the index in DiameterClasses of the class of an
+// answer whose Result-Code (or Experimental-Result-Code) is code.
+func diameterClass(code uint32) int {
+	if code < 1000 || code >= 6000 {
 		return diameterOther
 	}
-	return int(rc/1000) - 1
+	return int(code/1000) - 1
 }
 
 // DiameterClassOf returns the class of a Diameter answer, one of
 // DiameterClasses: its Result-Code's thousand ("2xxx"), or its
 // Experimental-Result-Code's when it has no Result-Code, else "other".
-func DiameterClassOf(ans []byte) string { return DiameterClasses[diameterClass(ans)] }
+func DiameterClassOf(ans []byte) string { return DiameterClasses[diameterAnswerClass(ans)] }
+
+// diameterAnswerClass is diameterClass of an answer no carrier read.
+func diameterAnswerClass(ans []byte) int {
+	code, _ := wire.CheckAnswer(ans)
+	return diameterClass(code)
+}
 
 // RADIUSClassOf returns the class of a RADIUS answer (a whole packet),
 // one of RADIUSClasses.
-func RADIUSClassOf(ans []byte) string { return RADIUSClasses[radiusClass(ans)] }
-
-// The Experimental-Result AVP (RFC 6733 7.6) and its code.
-const (
-	avpExperimentalResult     = 297
-	avpExperimentalResultCode = 298
-)
-
-// radiusClass is the index in RADIUSClasses of a RADIUS answer's class.
-func radiusClass(ans []byte) int {
+func RADIUSClassOf(ans []byte) string {
 	if len(ans) == 0 {
-		return radiusOther
+		return ClassOther
 	}
-	switch lradius.Code(ans[0]) {
+	return RADIUSClasses[radiusClass(uint32(ans[0]))]
+}
+
+// radiusClass is the index in RADIUSClasses of the class of a RADIUS
+// answer whose Code is code.
+func radiusClass(code uint32) int {
+	switch lradius.Code(code) {
 	case lradius.CodeAccessAccept:
 		return 0
 	case lradius.CodeAccessReject:
@@ -294,42 +280,6 @@ func reasonOf(err error, noPeer bool) int {
 
 // nReasons is len(ErrorReasons).
 const nReasons = 10
-
-// account counts a completed request: its outcome for the server it was
-// first sent to (ServerStats); an answer by class and latency for the
-// server that answered it; an error by reason for the server it was first
-// sent to (or the Client's unsent errors). took is the time from Send or
-// Exchange to completion.
-func (c *Client) account(r call.Result, took time.Duration, noPeer bool) {
-	// The outcome counts for the server the request was first sent to,
-	// wherever a failover took it (RFC 3539 3.4.3 [4] statistics).
-	first := c.memberOf(r.First)
-	if first != nil {
-		first.stats.done(r.Err == nil)
-	}
-	if r.Err != nil {
-		i := reasonOf(r.Err, noPeer)
-		if first != nil {
-			first.stats.errors[i].Add(1)
-		} else {
-			c.log.unsent[i].Add(1)
-		}
-		return
-	}
-	m := first // usually the server that answered
-	if r.By != r.First {
-		m = c.memberOf(r.By)
-	}
-	if m == nil {
-		return
-	}
-	if c.radius {
-		m.stats.answers[radiusClass(r.Ans)].Add(1)
-	} else {
-		m.stats.answers[diameterClass(r.Ans)].Add(1)
-	}
-	m.stats.answerLat.Record(took)
-}
 
 // UnsentErrors counts the requests that ended with an error before
 // reaching any server, by reason: every one of ErrorReasons is present,

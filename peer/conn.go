@@ -638,12 +638,13 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 	hbh := wire.HopByHop(msg)
 	cl, late, crossed := c.match(hbh, msg)
 	var bad *wire.BadAVP
+	var code uint32
 	if cl != nil {
 		c.unmatchedRun = 0
 		if p.cfg.Replied != nil {
 			p.cfg.Replied(p)
 		}
-		bad = wire.CheckAVPs(msg)
+		code, bad = wire.CheckAnswer(msg)
 	}
 	switch {
 	case cl == nil:
@@ -664,7 +665,7 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 	case bad != nil:
 		p.malformedAnswer(c, cl, msg, bad)
 	default:
-		ok, owner := cl.Finish(msg, nil, &c.h, &p.stats.answered)
+		ok, owner := cl.Finish(msg, code, nil, &c.h, &p.stats.answered)
 		if ok && cl.via.Load() == c {
 			c.bt.hint = true // its caller wrote inline: the next may read (see baton)
 		}

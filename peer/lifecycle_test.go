@@ -185,7 +185,7 @@ func TestCallLifecycleOnOneConnection(t *testing.T) {
 	got, late, _ := cn.match(id, nil)
 	assert.Same(t, cl, got, "a late answer is still matched")
 	assert.True(t, late)
-	ok, _ := cl.Finish([]byte("answer"), nil, &cn.h, nil)
+	ok, _ := cl.Finish([]byte("answer"), 0, nil, &cn.h, nil)
 	assert.True(t, ok)
 	assert.Equal(t, call.Answered, cl.State())
 	assert.False(t, cl.Fail(errors.New("too late")), "complete once")

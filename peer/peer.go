@@ -585,7 +585,7 @@ func (p *Peer) run(out []effect) {
 			from = &e.c.h
 		}
 		for _, cl := range e.fail {
-			if ok, owner := cl.Finish(nil, e.err, from, &p.stats.lost); ok && owner != nil {
+			if ok, owner := cl.Finish(nil, 0, e.err, from, &p.stats.lost); ok && owner != nil {
 				owner.Retire(cl, false)
 			}
 		}

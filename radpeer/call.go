@@ -130,7 +130,11 @@ func (c *rcall) answer(resp *Response, from *call.Conn, cnt *atomic.Uint64) (ok 
 	if !c.resp.CompareAndSwap(nil, resp) {
 		return false, nil
 	}
-	return c.Finish(resp.Raw, nil, from, cnt)
+	var code uint32
+	if len(resp.Raw) > 0 {
+		code = uint32(resp.Raw[0]) // the packet's Code
+	}
+	return c.Finish(resp.Raw, code, nil, from, cnt)
 }
 
 // wait is call.Call.Wait with the answer as a *Response.

@@ -959,7 +959,7 @@ func (p *UDPPeer) Close(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 	for _, rc := range rest {
-		rc.Finish(nil, fmt.Errorf("RADIUS server %s: %w", p.url, ErrClosed), &p.h, nil)
+		rc.Finish(nil, 0, fmt.Errorf("RADIUS server %s: %w", p.url, ErrClosed), &p.h, nil)
 	}
 	for _, s := range socks {
 		s.c.Close()
