@@ -944,45 +944,19 @@ func newCall(req []byte, withKey bool) (*dcall, error) {
 
 // routingKey reads a request's User-Name, Session-Id and Destination-Host
 // (the first of each, as FindAVP finds them) in one walk, which ends once
-// all three are found; one walk measured faster than three FindAVPs
-// (49.6 against 88.8 ns on the harness's ACR).
+// all three are found: one walk measured faster than three FindAVPs.
 func routingKey(req []byte) call.Key {
-	var k call.Key
-	var dest []byte
-	var seen uint8
-	_ = wire.WalkAVPs(req, func(a wire.AVP) bool { // a malformed AVP ends the walk, as it ends FindAVP's
-		if a.Vendor != 0 {
-			return true
-		}
-		var bit uint8
-		switch a.Code {
-		case message.UserName:
-			bit = 1
-		case message.SessionID:
-			bit = 2
-		case message.DestinationHost:
-			bit = 4
-		default:
-			return true
-		}
-		if seen&bit == 0 {
-			seen |= bit
-			switch bit {
-			case 1:
-				k.NAI = a.Data
-			case 2:
-				k.SessionID = a.Data
-			default:
-				dest = a.Data
-			}
-		}
-		return seen != 7
-	})
-	if seen&4 != 0 {
-		k.Dest = string(dest)
+	var d [3][]byte
+	found := wire.FindAVPs(req, routingAVPs[:], d[:])
+	k := call.Key{NAI: d[0], SessionID: d[1]}
+	if found&4 != 0 {
+		k.Dest = string(d[2])
 	}
 	return k
 }
+
+// routingAVPs are the AVPs routingKey reads, in the order of its data.
+var routingAVPs = [3]uint32{message.UserName, message.SessionID, message.DestinationHost}
 
 // Lifecycle returns the Call d embeds (call.Payload).
 func (d *dcall) Lifecycle() *call.Call { return &d.Call }

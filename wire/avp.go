@@ -45,6 +45,36 @@ func FindAVP(msg []byte, code uint32, vendor uint32) ([]byte, bool) {
 	return data, found
 }
 
+// FindAVPs is FindAVP for several IETF AVPs (vendor 0) in one walk: for
+// each codes[i] (at most 32) found, data[i] is the data of its first AVP
+// and bit i of found is set. The walk ends once every code is found, or
+// at a malformed AVP (what it found before is returned). data must be as
+// long as codes; its slices alias msg.
+func FindAVPs(msg []byte, codes []uint32, data [][]byte) (found uint32) {
+	if len(msg) < HeaderLen || len(codes) > 32 {
+		return 0
+	}
+	end := int(uint24(msg[1:4]))
+	if end > len(msg) {
+		return 0
+	}
+	all := uint32(1)<<len(codes) - 1
+	walkAVPs(msg[:end], HeaderLen, func(a AVP) bool {
+		if a.Vendor != 0 {
+			return true
+		}
+		for i, c := range codes {
+			if c == a.Code && found&(1<<i) == 0 {
+				found |= 1 << i
+				data[i] = a.Data
+				break
+			}
+		}
+		return found != all
+	})
+	return found
+}
+
 // walkAVPs visits the AVPs of b starting at off, calling fn with each AVP
 // until fn returns false. It returns the offset where
 // it stopped and a reason if it stopped on malformed input ("" otherwise).

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"testing"
 )
 
@@ -48,7 +49,7 @@ func refAVPs(msg []byte) (avps []refAVP, malformed bool) {
 
 // WalkAVPs and FindAVP read what the reference reads, on any bytes: the
 // same AVPs in order, an error exactly when it finds a malformed AVP, the
-// first AVP of each code.
+// first AVP of each code; FindAVPs finds what FindAVP finds.
 func FuzzWalkAVPs(f *testing.F) {
 	fuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, msg []byte) {
@@ -71,6 +72,20 @@ func FuzzWalkAVPs(f *testing.F) {
 			}
 			if d, ok := FindAVP(msg, a.code, a.vendor); first && (!ok || !bytes.Equal(d, a.data)) {
 				t.Fatalf("FindAVP(%d, %d) = %q, %v; want %q", a.code, a.vendor, d, ok, a.data)
+			}
+		}
+		codes := []uint32{1, 263, 293}
+		for _, a := range want {
+			if a.vendor == 0 && !slices.Contains(codes, a.code) && len(codes) < 5 {
+				codes = append(codes, a.code)
+			}
+		}
+		data := make([][]byte, len(codes))
+		found := FindAVPs(msg, codes, data)
+		for i, c := range codes {
+			d, ok := FindAVP(msg, c, 0)
+			if ok != (found&(1<<i) != 0) || ok && !bytes.Equal(d, data[i]) {
+				t.Fatalf("FindAVPs found %v, %q for %d where FindAVP finds %v, %q", found&(1<<i) != 0, data[i], c, ok, d)
 			}
 		}
 	})
