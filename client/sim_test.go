@@ -497,6 +497,28 @@ func (w *simWorld) handedOverOrder(routes map[simHop][]simMove) {
 	}
 }
 
+// waitedApart reports whether request a, older than b, waited for a
+// view change when the hand-over from server from moved b on at once
+// (records of that hand-over, between a's send there, sent, and the
+// replays, replayed) because a server had refused it: it had to avoid
+// where b went, and followed when its wait ended, at the same instant at
+// the soonest. Not moved together: b does not wait behind it. w.mu is
+// held.
+func (w *simWorld) waitedApart(a, b uint32, from string, sent, replayed time.Time) bool {
+	if from == "" || !w.everRefused(a) {
+		return false // nothing set it apart: it could go wherever b went
+	}
+	for _, r := range w.records {
+		if r.Time.Before(sent) || r.Time.After(replayed) || r.From != from {
+			continue
+		}
+		if r.Outcome == Parked && slices.Contains(r.EndToEnd, a) && !slices.Contains(r.EndToEnd, b) {
+			return true
+		}
+	}
+	return false
+}
+
 // apart reports whether requests a and b are in separate throttle
 // queues: the throttle queues accounting and the other requests apart,
 // each class with its own rate and outstanding limits, and keeps the
@@ -2045,7 +2067,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 		slices.SortFunc(m, func(a, b move) int { return a.xseq - b.xseq })
 		for i := 1; i < len(m); i++ {
 			a, b := m[i-1].id, m[i].id
-			if w.apart(a, b) {
+			if w.apart(a, b) || w.waitedApart(a, b, m[i].xhost, m[i-1].xat, maxTime(m[i-1].yat, m[i].yat)) {
 				continue
 			}
 			w.counts.OrderPairs++
