@@ -359,8 +359,8 @@ func (c Config) validate() (Config, error) {
 		c.Logger = slog.Default()
 	}
 	// Validate the watchdog settings now, so a bad Twinit fails Dial, not
-	// its first step. Each Peer builds its own Machine from
-	// c.Watchdog so that a nil Rand gives each its own seeded PRNG.
+	// its first step. Each Peer builds its own Machine from c.Watchdog
+	// (a nil Rand draws from the process-wide generator).
 	if _, err := watchdog.New(c.Watchdog); err != nil {
 		return c, fmt.Errorf("peer: %w: %w", ErrConfig, err)
 	}
