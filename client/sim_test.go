@@ -59,12 +59,12 @@ const simFixedSeeds = 600
 // simRaceReplays times. simInlineRaceSeeds are the same for schedules
 // whose connections write without waiting (simInline), which they keep:
 // 61082 ended with a Peer's timer still writing a DWR after Close had
-// returned (1 replay in 3 before its fix). 571, 1849 and 47247 (1 to 3
-// replays in 40) placed requests the throttle released after one that
-// was refused as it was placed, ahead of it.
+// returned (1 replay in 3 before its fix). 571, 1849, 47247 (1 to 3
+// replays in 40) and 51635 (17 in 40) placed requests the throttle
+// released after one that was refused as it was placed, ahead of it.
 var (
 	simSoakSeeds       = []uint64{2740, 23485, 32089, 43487, 62932, 68316, 73893, 81288}
-	simRaceSeeds       = []uint64{1743, 83890, 571, 1849, 47247}
+	simRaceSeeds       = []uint64{1743, 83890, 571, 1849, 47247, 51635}
 	simInlineRaceSeeds = []uint64{61082}
 	simRaceReplays     = 40
 )
