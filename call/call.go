@@ -344,6 +344,7 @@ type refusals struct {
 	by      []Carrier // peers that refused it
 	on      []*Conn   // connections whose send ended in a refusal
 	answer  []byte    // the last refusal's answer
+	code    uint32    // its code, as its carrier read it (Result.Code)
 	err     error     // the last refusal's error when it had no answer
 	leftFor error     // why it left its last connection (Leave); nil: unknown
 }
@@ -371,18 +372,19 @@ func (c *Call) Unboard(cn *Conn, b Boarding) {
 // as if it does not share the secret): should c then fail (its deadline,
 // its caller's, a throttle's expiry), its error wraps cause too, so that
 // the caller learns more than that time ran out.
-func (c *Call) Leave(cn *Conn, cause error) bool { return c.leave(cn, false, nil, cause) }
+func (c *Call) Leave(cn *Conn, cause error) bool { return c.leave(cn, false, nil, 0, cause) }
 
 // Refuse takes c off cn because cn's peer refused it: with answer (a
-// too-busy answer), or without one with err (no reply to any attempt).
-// It is not offered to that peer again (RefusedBy), and answer or err is
-// what Conclude delivers when no other peer is left. False if c is not in
-// flight on cn.
-func (c *Call) Refuse(cn *Conn, answer []byte, err error) bool {
-	return c.leave(cn, true, answer, err)
+// too-busy answer) and the code its carrier read from it (Result.Code),
+// or without one with err (no reply to any attempt). It is not offered
+// to that peer again (RefusedBy), and answer or err is what Conclude
+// delivers when no other peer is left. False if c is not in flight on
+// cn.
+func (c *Call) Refuse(cn *Conn, answer []byte, code uint32, err error) bool {
+	return c.leave(cn, true, answer, code, err)
 }
 
-func (c *Call) leave(cn *Conn, refused bool, answer []byte, err error) bool {
+func (c *Call) leave(cn *Conn, refused bool, answer []byte, code uint32, err error) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.state != InFlight || c.owner != cn {
@@ -396,7 +398,7 @@ func (c *Call) leave(cn *Conn, refused bool, answer []byte, err error) bool {
 			c.rf = new(refusals)
 		}
 		c.rf.by = append(c.rf.by, cn.peer)
-		c.rf.answer, c.rf.err = answer, err
+		c.rf.answer, c.rf.code, c.rf.err = answer, code, err
 		// Refused, it is pending there no more: that connection may carry
 		// it again once the peer's refusal is forgotten (ForgetRefusals).
 		c.rf.on = append(c.rf.on, cn)
@@ -413,8 +415,8 @@ func (c *Call) leave(cn *Conn, refused bool, answer []byte, err error) bool {
 	return true
 }
 
-// RefuseLate records a refusal (answer: too busy, unable to deliver)
-// that came on cn after the call left it: cn's peer did not apply the
+// RefuseLate records a refusal (answer: too busy, unable to deliver;
+// code: its code, as for Refuse) that came on cn after the call left it: cn's peer did not apply the
 // request, so it is pending on cn no more. While the call waits for a
 // peer, cn may carry it again once the refusal is forgotten
 // (ForgetRefusals), and until then the call avoids that peer as after any
@@ -424,7 +426,7 @@ func (c *Call) leave(cn *Conn, refused bool, answer []byte, err error) bool {
 // refused by this peer. It records nothing and returns false when the
 // call is complete, in flight on cn (a send of its own there answers it)
 // or never sent on cn.
-func (c *Call) RefuseLate(cn *Conn, answer []byte) bool {
+func (c *Call) RefuseLate(cn *Conn, answer []byte, code uint32) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.final() || c.owner == cn || !slices.Contains(c.sentOn, cn) {
@@ -442,7 +444,7 @@ func (c *Call) RefuseLate(cn *Conn, answer []byte) bool {
 	if !slices.Contains(c.rf.by, cn.peer) {
 		c.rf.by = append(c.rf.by, cn.peer)
 	}
-	c.rf.answer = answer
+	c.rf.answer, c.rf.code = answer, code
 	return true
 }
 
@@ -506,13 +508,12 @@ func (c *Call) finish(ans []byte, code uint32, err error, by Carrier, from *Conn
 
 // Fail completes the call with err unless it is complete, and reports
 // whether it did.
-func (c *Call) Fail(err error) bool { return c.end(nil, err, nil, false) }
+func (c *Call) Fail(err error) bool { return c.end(nil, 0, err, nil, false) }
 
 // end is Finish from outside any connection (an error, a refusal, the
-// deadline): the connection the call was in flight on is told. A refusal
-// that concludes the call completes it without a Code.
-func (c *Call) end(ans []byte, err error, by Carrier, timedOut bool) bool {
-	ok, owner := c.finish(ans, 0, err, by, nil, nil, false)
+// deadline): the connection the call was in flight on is told.
+func (c *Call) end(ans []byte, code uint32, err error, by Carrier, timedOut bool) bool {
+	ok, owner := c.finish(ans, code, err, by, nil, nil, false)
 	if ok && owner != nil {
 		owner.Retire(c, timedOut)
 	}
@@ -530,10 +531,11 @@ func (c *Call) end(ans []byte, err error, by Carrier, timedOut bool) bool {
 func (c *Call) Conclude() bool {
 	c.mu.Lock()
 	var ans []byte
+	var code uint32
 	var err error
 	var from Carrier
 	if rf := c.rf; rf != nil {
-		ans, err = rf.answer, rf.err
+		ans, code, err = rf.answer, rf.code, rf.err
 		if n := len(rf.by); n > 0 {
 			from = rf.by[n-1]
 		}
@@ -544,9 +546,9 @@ func (c *Call) Conclude() bool {
 	c.mu.Unlock()
 	switch {
 	case ans != nil:
-		return c.end(ans, nil, from, false)
+		return c.end(ans, code, nil, from, false)
 	case err != nil:
-		return c.end(nil, err, nil, false)
+		return c.end(nil, 0, err, nil, false)
 	}
 	return false
 }
@@ -586,8 +588,7 @@ type Result struct {
 	// Code says how the request went, as the answer's carrier read it
 	// while checking the answer: a Diameter answer's Result-Code, or its
 	// Experimental-Result-Code when it has none (0 when it has neither);
-	// a RADIUS response's Code. 0 without an answer, and with the
-	// refusal that concluded a call no peer was left to try (Conclude).
+	// a RADIUS response's Code. 0 without an answer.
 	Code uint32
 	// First is the peer the call was first sent by, By the one whose
 	// answer completed it (nil when none); Sends counts the connections
@@ -639,7 +640,7 @@ func (c *Call) Await(ctx context.Context, timeout time.Duration) Result {
 		// returns.
 		err := c.cut
 		c.mu.Unlock()
-		c.end(nil, err, nil, true)
+		c.end(nil, 0, err, nil, true)
 		c.mu.Lock()
 	}
 	r := Result{Ans: c.res.ans, Code: c.res.code, Err: c.res.err, // ours, or the answer that won the race
@@ -777,7 +778,7 @@ func (c *Call) RefusedAfterLoss() bool {
 func (c *Call) ForgetRefusals() {
 	c.mu.Lock()
 	if c.rf != nil {
-		c.rf.by, c.rf.answer, c.rf.err = nil, nil, nil
+		c.rf.by, c.rf.answer, c.rf.code, c.rf.err = nil, nil, 0, nil
 	}
 	c.mu.Unlock()
 }

@@ -662,13 +662,9 @@ func (c *Client) account(r call.Result, took time.Duration, noPeer bool) {
 	if m == nil {
 		return
 	}
-	switch {
-	case c.radius:
+	if c.radius {
 		m.stats.answers[radiusClass(r.Code)].Add(1)
-	case r.Code == 0 && len(r.Ans) > 0:
-		// A refusal that concluded it: read by no carrier.
-		m.stats.answers[diameterAnswerClass(r.Ans)].Add(1)
-	default:
+	} else {
 		m.stats.answers[diameterClass(r.Code)].Add(1)
 	}
 	m.stats.answerLat.Record(took)

@@ -207,12 +207,9 @@ func diameterClass(code uint32) int {
 // DiameterClassOf returns the class of a Diameter answer, one of
 // DiameterClasses: its Result-Code's thousand ("2xxx"), or its
 // Experimental-Result-Code's when it has no Result-Code, else "other".
-func DiameterClassOf(ans []byte) string { return DiameterClasses[diameterAnswerClass(ans)] }
-
-// diameterAnswerClass is diameterClass of an answer no carrier read.
-func diameterAnswerClass(ans []byte) int {
+func DiameterClassOf(ans []byte) string {
 	code, _ := wire.CheckAnswer(ans)
-	return diameterClass(code)
+	return DiameterClasses[diameterClass(code)]
 }
 
 // RADIUSClassOf returns the class of a RADIUS answer (a whole packet),

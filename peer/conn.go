@@ -658,8 +658,7 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 		// was not (RFC 6733 7.1.3). Its current send answers it; one that
 		// waits for a peer learns that this one did not apply it.
 		p.stats.late.Add(1)
-		if cl.RefuseLate(&c.h, msg) {
-			rc, _ := message.ResultCodeOf(msg)
+		if rc, _ := message.ResultCodeOf(msg); cl.RefuseLate(&c.h, msg, rc) {
 			p.publishPerMessage(Event{Kind: EventLateRefusal, ResultCode: rc, Reason: fmt.Sprintf("late refusal of a request that moved on: %d %s", rc, resultName(rc))})
 		}
 	case bad != nil:

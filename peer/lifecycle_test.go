@@ -211,7 +211,7 @@ func TestBoardSetsRetransmitFlagOnResends(t *testing.T) {
 	assert.NotZero(t, wire.Flags(raw2)&wire.FlagRetransmit, "a replay after a failover sets T")
 	assert.Equal(t, id1, wire.HopByHop(raw1), "the first send's bytes keep their id")
 	assert.Equal(t, id2, wire.HopByHop(raw2))
-	require.True(t, cl.Refuse(&b.h, []byte("too busy"), nil))
+	require.True(t, cl.Refuse(&b.h, []byte("too busy"), 0, nil))
 	raw3, _, bo, err := cl.board(c)
 	require.NoError(t, err)
 	assert.True(t, bo.AfterRefusal)

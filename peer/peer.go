@@ -692,7 +692,7 @@ func (p *Peer) premature(c *conn, cl *dcall, ans []byte) bool {
 	if rc != message.TooBusy && rc != message.UnableToDeliver {
 		return false
 	}
-	if !cl.Refuse(&c.h, ans, nil) {
+	if !cl.Refuse(&c.h, ans, rc, nil) {
 		return false
 	}
 	p.stats.premature.Add(1)

@@ -577,7 +577,7 @@ func (p *UDPPeer) giveUp(rc *rcall, err error, reason string) {
 		p.endDone(1)
 		return
 	}
-	refused := rc.Refuse(&p.h, nil, err)
+	refused := rc.Refuse(&p.h, nil, 0, err)
 	p.endDone(1)
 	if refused {
 		p.cfg.Failover(p, []*call.Call{&rc.Call}, reason)
