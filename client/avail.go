@@ -129,7 +129,11 @@ func (c *Client) rebuild(force bool) {
 			c.sched.SetAvailable(i, v.takes[i] || v.probes[i], now)
 		}
 		evs, c.alarms = c.alarms, nil
+		wake := c.dueSoonerLocked(now) // a server gone sent its queue back
 		c.tmu.Unlock()
+		if wake {
+			c.poke()
+		}
 	}
 	if c.bal != nil {
 		for i, m := range ros.all {

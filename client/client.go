@@ -313,6 +313,10 @@ type Client struct {
 	sched  *throttle.Scheduler[*item] // nil without Throttle; guarded by tmu
 	tmu    sync.Mutex
 	alarms []Event // queue alarms made under tmu, for unlockThrottle; empty whenever tmu is free
+	// wakeAt: when the dispatcher's timer wakes it for the scheduler at
+	// the latest (the dispatcher sets it as it polls; see
+	// dueSoonerLocked). Under tmu.
+	wakeAt time.Time
 	// released: what the scheduler released, batch after batch in the
 	// order it did, waiting for the goroutine placing it (placing). One
 	// goroutine at a time places them: two side by side would let a

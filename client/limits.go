@@ -415,11 +415,34 @@ func (c *Client) release(it *item) {
 		c.unlockThrottle()
 		return
 	}
-	place := c.pollLocked(time.Now())
+	now := time.Now()
+	place := c.pollLocked(now)
+	wake := c.dueSoonerLocked(now) // freed past the slot's quota: the next slot
 	c.unlockThrottle()
 	if place {
 		c.placeReleased()
 	}
+	if wake {
+		c.poke()
+	}
+}
+
+// dueSoonerLocked reports whether the scheduler is due before the
+// dispatcher's timer after a change that can make it so without a poll
+// releasing anything now: places freed (Done) past the current slot's
+// quota, whose requests wait for the next slot, or a server's queue sent
+// back to the instance queue (SetAvailable). The dispatcher set its
+// timer while neither could move; the caller pokes it after unlocking
+// c.tmu. A request given back after a refusal (giveBack) does not come
+// here: it waits for a new view or the timer, not a busy retry. c.tmu is
+// held.
+func (c *Client) dueSoonerLocked(now time.Time) bool {
+	at, ok := c.sched.NextWakeup(now)
+	if !ok || !at.Before(c.wakeAt) {
+		return false
+	}
+	c.wakeAt = at // one poke: the dispatcher sets it again
+	return true
 }
 
 // pollLocked takes what the scheduler releases now, after what it
@@ -697,6 +720,7 @@ func (c *Client) dispatcher() {
 			if at, ok := c.sched.NextWakeup(now); ok && at.Before(next) {
 				next = at
 			}
+			c.wakeAt = next
 			c.unlockThrottle()
 			if place {
 				c.placeReleased()
@@ -717,11 +741,9 @@ func (c *Client) dispatcher() {
 				wait = false
 			case <-v.changed:
 				// A server that can take requests now wakes us. One that
-				// left does not: its requests waiting here went back to
-				// the instance queue, and the failover hand-over that
-				// follows (onFailover) puts its replays ahead of them and
-				// wakes us; without one (it held none), the next slot or
-				// deadline does.
+				// left does not: the requests it had queued went back to
+				// the instance queue, and that pokes us (refresh, see
+				// dueSoonerLocked).
 				nv := c.view()
 				wait = !nv.gained(v)
 				v = nv

@@ -918,3 +918,99 @@ func TestThrottleRefusalInABatchKeepsItsOrder(t *testing.T) {
 		assert.True(t, slices.IsSorted(ids), "b took them in the order they came: %v", ids)
 	})
 }
+
+// Places freed together, more than the current slot's quota: what waits
+// in the server's queue leaves at the next slot, not at its deadline (the
+// dispatcher's timer was set while the server had no free place).
+func TestThrottleFreedPlacesPastTheSlotQuota(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := newFakeServer("a.example.net")
+		gate := make(chan struct{})
+		base := srv.handler
+		srv.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			<-gate // hung until every place is taken, then answers all at once
+			return base(ctx, p, req)
+		}
+		n := network{"tcp://a:1": srv}
+		defer n.close()
+		cfg := clientConfig(n, Balance, "tcp://a:1")
+		// 5 a slot, 10 places: two slots fill the places.
+		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxRate: 100, MaxOutstanding: 10}, Slot: 50 * time.Millisecond}
+		c := started(t, cfg)
+		waitOkay(t, c)
+		start := time.Now()
+		const N = 20
+		done := make(chan time.Duration, N)
+		for i := range N {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				_, err := c.Send(ctx, acr(i, fmt.Sprintf("u%d@example.net", i)))
+				assert.NoError(t, err)
+				done <- time.Since(start)
+			}()
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		require.Len(t, srv.received(), 10, "the places are taken")
+		close(gate) // 10 places free in one slot, 5 of its quota left
+		var last time.Duration
+		for range N {
+			last = max(last, <-done)
+		}
+		assert.Less(t, last, 3*time.Second, "the last answered at the slots after the places were freed, not at the deadline")
+	})
+}
+
+// A server taken out while requests wait in its throttle queue (for a
+// place its hung requests hold): they go back to the instance queue and
+// leave for the other server at once, not at their deadlines.
+func TestThrottleQueueOfARemovedServerMovesOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+		hang := make(chan struct{})
+		defer close(hang)
+		base := a.handler
+		a.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			select {
+			case <-hang:
+			case <-ctx.Done():
+			}
+			return base(ctx, p, req)
+		}
+		n := network{"tcp://a:1": a, "tcp://b:1": b}
+		defer n.close()
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
+		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 2}}
+		c := started(t, cfg)
+		waitOkay(t, c)
+		const N = 5
+		done := make(chan time.Time, N)
+		for i := range N {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				c.Send(ctx, acr(i, fmt.Sprintf("u%d@example.net", i)))
+				done <- time.Now()
+			}()
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Len(t, a.received(), 2, "a's places are taken")
+		require.Equal(t, N-2, c.QueueDepths()[0].Depth, "the rest wait in a's queue")
+		_, err := c.SetPeers(context.Background(), []PeerSpec{spec(n, "tcp://b:1")})
+		require.NoError(t, err)
+		removed := time.Now()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		assert.Len(t, b.received(), N-2, "what waited in a's queue went to b")
+		for range N - 2 {
+			select {
+			case at := <-done:
+				assert.Less(t, at.Sub(removed), time.Second)
+			default:
+				t.Fatal("a request that waited in a's queue is still waiting")
+			}
+		}
+	})
+}
