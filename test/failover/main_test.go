@@ -64,7 +64,9 @@ func TestMain(m *testing.M) {
 		buildPeer(dir)
 		startRedis()
 	}
+	startStallMeter()
 	code := m.Run()
+	stopStallMeter()
 	stopRedis()
 	printTable()
 	os.RemoveAll(dir)
