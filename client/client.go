@@ -1044,9 +1044,15 @@ func (c *Client) pick(cl *call.Call, v *avail, skip ...*member) *member {
 		return nil
 	}
 	if c.group != nil {
-		if i, ok := c.group.ProbeWanted(); ok {
-			if i < len(v.ros.all) && open(v.ros.all[i]) {
-				return v.ros.all[i]
+		// A server waiting for a request to probe it takes the first
+		// request that may go there: the lowest index of those, for this
+		// request. Asking only for the lowest probing server would pass
+		// over a request that must avoid it (sent there before) and give
+		// the next server's probe to a younger request of the same
+		// hand-over, which would then leave ahead of it.
+		for i, m := range v.ros.all {
+			if v.probes[i] && open(m) && c.group.WantsProbe(i) {
+				return m
 			}
 		}
 	}

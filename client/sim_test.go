@@ -62,9 +62,12 @@ const simFixedSeeds = 600
 // returned (1 replay in 3 before its fix). 571, 1849, 47247 (1 to 3
 // replays in 40) and 51635 (17 in 40) placed requests the throttle
 // released after one that was refused as it was placed, ahead of it.
+// 65960 (6 in 10) gave the probe of a server to a younger request of a
+// hand-over while an older one, which had to avoid the lowest-index
+// probing server, waited.
 var (
 	simSoakSeeds       = []uint64{2740, 23485, 32089, 43487, 62932, 68316, 73893, 81288}
-	simRaceSeeds       = []uint64{1743, 83890, 571, 1849, 47247, 51635}
+	simRaceSeeds       = []uint64{1743, 83890, 571, 1849, 47247, 51635, 65960}
 	simInlineRaceSeeds = []uint64{61082}
 	simRaceReplays     = 40
 )
