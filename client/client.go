@@ -133,7 +133,8 @@ type Config struct {
 	Peers     []PeerSpec
 	Mode      Mode
 	Algorithm loadbalance.Algorithm // Balance mode; default Pearson
-	// Balancer tunes the conversation memory of Balance mode.
+	// Balancer tunes the conversation memory of Balance mode. The Client
+	// sweeps it every half IdleTimeout (at least every second).
 	Balancer loadbalance.Options
 	// Peer is the template for every Diameter peer (Origin-Host,
 	// Watchdog, ...). Its Events are set by the Client, and its
@@ -304,6 +305,7 @@ type Client struct {
 	retry      *time.Timer    // the retry tick's, while set (retryLater); under retryMu
 	retryOff   bool           // closed: no more retry ticks; under retryMu
 	trimmer    *time.Timer    // pending connection-limit check
+	sweeper    *time.Timer    // the balancer's sweep (Pearson); reset under mu
 	closing    sync.WaitGroup // peers closed to respect MaxConnections
 	trimmed    []*peer.Peer   // those peers; under mu
 
@@ -422,6 +424,13 @@ func newClient(cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("client: %w", err)
 		}
 		c.bal = b
+		if cfg.Algorithm == loadbalance.Pearson {
+			// The balancer forgets idle conversations only when asked (and
+			// at each rebuild): with a server down for long it would
+			// remember every new one up to MaxSessions.
+			every := max(b.IdleTimeout()/2, time.Second)
+			c.sweeper = time.AfterFunc(every, func() { c.sweepBalancer(every) })
+		}
 	}
 	ros.order = ros.all
 	c.ros.Store(ros)
@@ -1463,6 +1472,9 @@ func (c *Client) Close(ctx context.Context) error {
 		first = true
 		c.mu.Lock()
 		c.closed = true
+		if c.sweeper != nil {
+			c.sweeper.Stop()
+		}
 		c.mu.Unlock()
 		c.retryMu.Lock()
 		c.retryOff = true
@@ -1491,6 +1503,18 @@ func (c *Client) Close(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// sweepBalancer has the balancer forget the conversations idle past its
+// IdleTimeout and end a transition none is left in, every half of it
+// until the Client closes.
+func (c *Client) sweepBalancer(every time.Duration) {
+	c.bal.Sweep()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.sweeper.Reset(every)
 	}
 }
 

@@ -613,6 +613,10 @@ func (b *Balancer) Sweep() (purged int) {
 	return purged
 }
 
+// IdleTimeout is the time after which an idle conversation is forgotten
+// (Options.IdleTimeout, or its default): Sweep at least every half of it.
+func (b *Balancer) IdleTimeout() time.Duration { return time.Duration(b.idle) }
+
 // Generation is the current table generation. It starts at 1 and grows by
 // one at each rebuild.
 func (b *Balancer) Generation() uint64 { return b.cur.Load().gen }
