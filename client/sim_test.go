@@ -507,9 +507,22 @@ func (w *simWorld) handedOverOrder(routes map[simHop][]simMove) {
 // where b went, and followed when its wait ended, at the same instant at
 // the soonest. Not moved together: b does not wait behind it. w.mu is
 // held.
-func (w *simWorld) waitedApart(a, b uint32, from string, sent, replayed time.Time) bool {
+//
+// Through the throttle a hand-over records no such wait: a request no
+// peer can take is held out of the scheduler. There a was set apart when
+// it had been sent on the very connection b went to, and refused there,
+// before b went (seq): it avoids that connection until its refusal is
+// forgotten (the retry tick), while b, never sent there, goes at once.
+func (w *simWorld) waitedApart(a, b uint32, from string, sent, replayed time.Time, to any, seq int) bool {
 	if from == "" || !w.everRefused(a) {
 		return false // nothing set it apart: it could go wherever b went
+	}
+	if w.throttled {
+		for _, s := range w.sends[a] {
+			if at, ok := w.refusals[[2]uint32{a, s.hbh}]; ok && s.conn == to && s.seq < seq && at < seq {
+				return true
+			}
+		}
 	}
 	for _, r := range w.records {
 		if r.Time.Before(sent) || r.Time.After(replayed) || r.From != from {
@@ -2066,11 +2079,11 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 		}
 	}
 	w.handedOverOrder(routes)
-	for _, m := range moves {
+	for h, m := range moves {
 		slices.SortFunc(m, func(a, b move) int { return a.xseq - b.xseq })
 		for i := 1; i < len(m); i++ {
 			a, b := m[i-1].id, m[i].id
-			if w.apart(a, b) || w.waitedApart(a, b, m[i].xhost, m[i-1].xat, maxTime(m[i-1].yat, m[i].yat)) {
+			if w.apart(a, b) || w.waitedApart(a, b, m[i].xhost, m[i-1].xat, maxTime(m[i-1].yat, m[i].yat), h.to, m[i].yseq) {
 				continue
 			}
 			w.counts.OrderPairs++
@@ -2081,7 +2094,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			if m[i].yseq > m[i-1].yseq {
 				continue
 			}
-			t.Errorf("seed %d: replays out of send order: %d and %d moved together, sent at %d then %d, replayed at %d then %d; sends %+v and %+v; pinned %q %q", seed, a, b, m[i-1].xseq, m[i].xseq, m[i-1].yseq, m[i].yseq, w.sends[a], w.sends[b], w.reqs[a].pinned, w.reqs[b].pinned)
+			t.Errorf("seed %d: replays out of send order: %d and %d moved together, sent at %d then %d, replayed at %d then %d; sends %+v and %+v; pinned %q %q; waited %q / %q", seed, a, b, m[i-1].xseq, m[i].xseq, m[i-1].yseq, m[i].yseq, w.sends[a], w.sends[b], w.reqs[a].pinned, w.reqs[b].pinned, w.waitWhy[a], w.waitWhy[b])
 			t.Logf("records: %q / %q", w.recordsWith(a), w.recordsWith(b))
 		}
 	}
