@@ -424,13 +424,6 @@ func newClient(cfg Config) (*Client, error) {
 			return nil, fmt.Errorf("client: %w", err)
 		}
 		c.bal = b
-		if cfg.Algorithm == loadbalance.Pearson {
-			// The balancer forgets idle conversations only when asked (and
-			// at each rebuild): with a server down for long it would
-			// remember every new one up to MaxSessions.
-			every := max(b.IdleTimeout()/2, time.Second)
-			c.sweeper = time.AfterFunc(every, func() { c.sweepBalancer(every) })
-		}
 	}
 	ros.order = ros.all
 	c.ros.Store(ros)
@@ -453,6 +446,14 @@ func newClient(cfg Config) (*Client, error) {
 			c.mu.Lock()
 			return nil, err
 		}
+	}
+	if c.bal != nil && cfg.Algorithm == loadbalance.Pearson {
+		// The balancer forgets idle conversations only when asked (and at
+		// each rebuild): with a server down for long it would remember
+		// every new one up to MaxSessions. Set once New cannot fail: Close
+		// stops it.
+		every := max(c.bal.IdleTimeout()/2, time.Second)
+		c.sweeper = time.AfterFunc(every, func() { c.sweepBalancer(every) })
 	}
 	return c, nil
 }
