@@ -502,8 +502,8 @@ func (w *simWorld) handedOverOrder(routes map[simHop][]simMove) {
 
 // waitedApart reports whether request a, older than b, waited for a
 // view change when the hand-over from server from moved b on at once
-// (records of that hand-over, between a's send there, sent, and the
-// replays, replayed) because a server had refused it: it had to avoid
+// (the hand-over's record of a, the first since a's send there, sent,
+// says it parked) because a server had refused it: it had to avoid
 // where b went, and followed when its wait ended, at the same instant at
 // the soonest. Not moved together: b does not wait behind it. w.mu is
 // held.
@@ -513,7 +513,7 @@ func (w *simWorld) handedOverOrder(routes map[simHop][]simMove) {
 // it had been sent on the very connection b went to, and refused there,
 // before b went (seq): it avoids that connection until its refusal is
 // forgotten (the retry tick), while b, never sent there, goes at once.
-func (w *simWorld) waitedApart(a, b uint32, from string, sent, replayed time.Time, to any, seq int) bool {
+func (w *simWorld) waitedApart(a, b uint32, from string, sent time.Time, to any, seq int) bool {
 	if from == "" || !w.everRefused(a) {
 		return false // nothing set it apart: it could go wherever b went
 	}
@@ -524,13 +524,16 @@ func (w *simWorld) waitedApart(a, b uint32, from string, sent, replayed time.Tim
 			}
 		}
 	}
+	// The hand-over's record of a: the first from that server since a's
+	// send there that names it. Not bounded by the replays' instant: the
+	// record is made after the hand-over placed what it could, and a
+	// pause there (simPause) can stamp it after a's wait had already
+	// ended.
 	for _, r := range w.records {
-		if r.Time.Before(sent) || r.Time.After(replayed) || r.From != from {
+		if r.Time.Before(sent) || r.From != from || (r.Outcome != Moved && r.Outcome != Parked) || !slices.Contains(r.EndToEnd, a) {
 			continue
 		}
-		if r.Outcome == Parked && slices.Contains(r.EndToEnd, a) && !slices.Contains(r.EndToEnd, b) {
-			return true
-		}
+		return r.Outcome == Parked && !slices.Contains(r.EndToEnd, b)
 	}
 	return false
 }
@@ -2083,7 +2086,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 		slices.SortFunc(m, func(a, b move) int { return a.xseq - b.xseq })
 		for i := 1; i < len(m); i++ {
 			a, b := m[i-1].id, m[i].id
-			if w.apart(a, b) || w.waitedApart(a, b, m[i].xhost, m[i-1].xat, maxTime(m[i-1].yat, m[i].yat), h.to, m[i].yseq) {
+			if w.apart(a, b) || w.waitedApart(a, b, m[i].xhost, m[i-1].xat, h.to, m[i].yseq) {
 				continue
 			}
 			w.counts.OrderPairs++
