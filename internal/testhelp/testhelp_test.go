@@ -69,3 +69,15 @@ func TestTail(t *testing.T) {
 		t.Errorf("Tail short = %q", got)
 	}
 }
+
+// RecordBuildInputs reads the module's non-test sources, go.mod among
+// them, from a package directory below the module root.
+func TestRecordBuildInputs(t *testing.T) {
+	n, err := RecordBuildInputs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 100 { // this module has hundreds of non-test Go files
+		t.Errorf("read %d files, want the module's non-test sources", n)
+	}
+}

@@ -28,6 +28,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aaatp/aaatp/internal/testhelp"
 )
 
 var (
@@ -156,6 +158,12 @@ func freePort() (int, error) {
 // need skips or fails t when the binary or Redis is missing.
 func need(t *testing.T) {
 	t.Helper()
+	// The outcome depends on aaa-peer as built from the working tree,
+	// which go test's result cache cannot see: its sources are read here
+	// as the test's inputs, so that a changed source reruns the suite.
+	if _, err := testhelp.RecordBuildInputs(); err != nil {
+		t.Fatalf("recording aaa-peer's sources for the test cache: %v", err)
+	}
 	if testing.Short() {
 		t.Skip("multi-process failover scenarios take about a minute; not in -short")
 	}

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/aaatp/aaatp/internal/testhelp"
 )
 
 // suite is what TestMain found and built.
@@ -115,6 +117,12 @@ func setup() int {
 // requireSuite skips t when the suite cannot run here.
 func requireSuite(t *testing.T) {
 	t.Helper()
+	// The outcome depends on aaa-peer as built from the working tree,
+	// which go test's result cache cannot see: its sources are read here
+	// as the test's inputs, so that a changed source reruns the suite.
+	if _, err := testhelp.RecordBuildInputs(); err != nil {
+		t.Fatalf("recording aaa-peer's sources for the test cache: %v", err)
+	}
 	if suite.skip != "" {
 		t.Skip("fault suite skipped: " + suite.skip)
 	}

@@ -29,6 +29,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aaatp/aaatp/internal/testhelp"
 )
 
 var (
@@ -73,6 +75,12 @@ func buildPeer(dir string) {
 
 func needPeer(t *testing.T) {
 	t.Helper()
+	// The outcome depends on aaa-peer as built from the working tree,
+	// which go test's result cache cannot see: its sources are read here
+	// as the test's inputs, so that a changed source reruns the suite.
+	if _, err := testhelp.RecordBuildInputs(); err != nil {
+		t.Fatalf("recording aaa-peer's sources for the test cache: %v", err)
+	}
 	if buildErr != nil {
 		t.Fatalf("go build ./cmd/aaa-peer: %v\n%s", buildErr, buildOut)
 	}
