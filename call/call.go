@@ -416,11 +416,11 @@ func (c *Call) leave(cn *Conn, refused bool, answer []byte, code uint32, err err
 }
 
 // RefuseLate records a refusal (answer: too busy, unable to deliver;
-// code: its code, as for Refuse) that came on cn after the call left it: cn's peer did not apply the
-// request, so it is pending on cn no more. While the call waits for a
-// peer, cn may carry it again once the refusal is forgotten
-// (ForgetRefusals), and until then the call avoids that peer as after any
-// refusal. While it is in flight on another connection, cn may carry it
+// code: its code, as for Refuse) that came on cn after the call left it:
+// cn's peer did not apply the request, so it is pending on cn no more.
+// While the call waits for a peer, cn may carry it again once the
+// refusal is forgotten (ForgetRefusals), and until then the call avoids
+// that peer as after any refusal. While it is in flight on another connection, cn may carry it
 // again at once, and the refusal is not the peer's on the call: that send
 // answers it, and a failover of that send must not take the request for
 // refused by this peer. It records nothing and returns false when the

@@ -638,27 +638,31 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 	hbh := wire.HopByHop(msg)
 	cl, late, crossed := c.match(hbh, msg)
 	var bad *wire.BadAVP
-	var code uint32
+	var code, rc uint32
+	refused := false
 	if cl != nil {
 		c.unmatchedRun = 0
 		if p.cfg.Replied != nil {
 			p.cfg.Replied(p)
 		}
 		code, bad = wire.CheckAnswer(msg)
+		if p.cfg.Failover != nil && wire.Flags(msg)&wire.FlagError != 0 {
+			rc, refused = refusalOf(msg)
+		}
 	}
 	switch {
 	case cl == nil:
 		if p.unmatched(c, hbh, msg, crossed) {
 			return false
 		}
-	case !late && p.cfg.Failover != nil && wire.Flags(msg)&wire.FlagError != 0 && p.premature(c, cl, msg):
-	case late && p.cfg.Failover != nil && wire.Flags(msg)&wire.FlagError != 0 && refusesBeforeApplying(msg):
+	case !late && refused && p.premature(c, cl, msg, rc):
+	case late && refused:
 		// A late refusal of a request that has moved on: it may have been
 		// applied where it went, and the refusal would tell its caller it
 		// was not (RFC 6733 7.1.3). Its current send answers it; one that
 		// waits for a peer learns that this one did not apply it.
 		p.stats.late.Add(1)
-		if rc, _ := message.ResultCodeOf(msg); cl.RefuseLate(&c.h, msg, rc) {
+		if cl.RefuseLate(&c.h, msg, rc) {
 			p.publishPerMessage(Event{Kind: EventLateRefusal, ResultCode: rc, Reason: fmt.Sprintf("late refusal of a request that moved on: %d %s", rc, resultName(rc))})
 		}
 	case bad != nil:
@@ -687,11 +691,13 @@ func (p *Peer) notifyOther(c *conn, at int64) {
 	}
 }
 
-// refusesBeforeApplying reports whether ans refuses its request:
-// DIAMETER_TOO_BUSY or DIAMETER_UNABLE_TO_DELIVER.
-func refusesBeforeApplying(ans []byte) bool {
-	rc, _ := message.ResultCodeOf(ans)
-	return rc == message.TooBusy || rc == message.UnableToDeliver
+// refusalOf returns the Result-Code of ans and whether it refuses its
+// request before applying it: DIAMETER_TOO_BUSY or
+// DIAMETER_UNABLE_TO_DELIVER (RFC 6733 7.1.3), which the request may be
+// tried elsewhere after.
+func refusalOf(ans []byte) (rc uint32, refused bool) {
+	rc, _ = message.ResultCodeOf(ans)
+	return rc, rc == message.TooBusy || rc == message.UnableToDeliver
 }
 
 // slowRequests is how many requests after a slow Handler go to workers

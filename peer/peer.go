@@ -685,13 +685,10 @@ func (p *Peer) malformedAnswer(c *conn, cl *dcall, ans []byte, bad *wire.BadAVP)
 }
 
 // premature hands a call answered DIAMETER_TOO_BUSY or
-// DIAMETER_UNABLE_TO_DELIVER to the failover hook, to be tried at another peer
-// (RFC 6733 7.1.3, RFC 3539 2.10), and reports whether it did.
-func (p *Peer) premature(c *conn, cl *dcall, ans []byte) bool {
-	rc, _ := message.ResultCodeOf(ans)
-	if rc != message.TooBusy && rc != message.UnableToDeliver {
-		return false
-	}
+// DIAMETER_UNABLE_TO_DELIVER (ans, with that Result-Code rc: refusalOf)
+// to the failover hook, to be tried at another peer (RFC 6733 7.1.3, RFC
+// 3539 2.10), and reports whether it did.
+func (p *Peer) premature(c *conn, cl *dcall, ans []byte, rc uint32) bool {
 	if !cl.Refuse(&c.h, ans, rc, nil) {
 		return false
 	}
