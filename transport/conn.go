@@ -44,6 +44,8 @@ type Conn interface {
 	WriteMessages(msgs ...[]byte) error
 	// Close closes the connection; it is idempotent.
 	Close() error
+	// LocalAddr and RemoteAddr are never nil, before or after Close:
+	// callers log them when a connection is lost.
 	LocalAddr() net.Addr
 	RemoteAddr() net.Addr
 	// Network returns SchemeTCP, SchemeTLS or SchemeSCTP (or whatever

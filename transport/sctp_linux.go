@@ -142,7 +142,34 @@ type sctpConn struct {
 	closed       atomic.Bool
 	once         sync.Once
 	err          error
+	// The addresses, read once when the connection is made: the sctp
+	// package asks the socket each time, and gets nothing (a nil
+	// net.Addr) once the association is aborted or the socket closed,
+	// which is when a log line about the lost connection asks.
+	laddr, raddr net.Addr
 }
+
+// sctpAddrs returns c's addresses, each a placeholder where the socket
+// gives none, so that a connection's addresses are never nil.
+func sctpAddrs(c interface {
+	LocalAddr() net.Addr
+	RemoteAddr() net.Addr
+}) (local, remote net.Addr) {
+	local, remote = c.LocalAddr(), c.RemoteAddr()
+	if local == nil {
+		local = unknownSCTPAddr{}
+	}
+	if remote == nil {
+		remote = unknownSCTPAddr{}
+	}
+	return local, remote
+}
+
+// unknownSCTPAddr stands for an address the socket no longer reports.
+type unknownSCTPAddr struct{}
+
+func (unknownSCTPAddr) Network() string { return "sctp" }
+func (unknownSCTPAddr) String() string  { return "sctp:unknown-address" }
 
 func newSCTPConn(c *sctp.SCTPConn, opts Options) (Conn, error) {
 	streams := opts.SCTPStreams
@@ -168,6 +195,7 @@ func newSCTPConn(c *sctp.SCTPConn, opts Options) (Conn, error) {
 		}
 	}
 	s := &sctpConn{c: c, writeTimeout: opts.WriteTimeout, streams: streams, next: 1}
+	s.laddr, s.raddr = sctpAddrs(c)
 	// With the kernel's default fragment interleave level (0), the
 	// messages of all streams arrive whole and one after another, so the
 	// socket reads as a byte stream of back-to-back messages and the
@@ -237,6 +265,6 @@ func (s *sctpConn) Close() error {
 	return s.err
 }
 
-func (s *sctpConn) LocalAddr() net.Addr  { return s.c.LocalAddr() }
-func (s *sctpConn) RemoteAddr() net.Addr { return s.c.RemoteAddr() }
+func (s *sctpConn) LocalAddr() net.Addr  { return s.laddr }
+func (s *sctpConn) RemoteAddr() net.Addr { return s.raddr }
 func (s *sctpConn) Network() string      { return SchemeSCTP }

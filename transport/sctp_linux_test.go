@@ -8,6 +8,7 @@ import (
 
 	"github.com/ishidawataru/sctp"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // Stream choice needs no kernel SCTP, so it is tested even where TestSCTP
@@ -83,4 +84,17 @@ func TestSCTPNoDelay(t *testing.T) {
 		}
 		assert.Equal(t, 1, v, "%s: SCTP_NODELAY", name)
 	}
+}
+
+// A socket that reports no addresses (an aborted association, a closed
+// socket: the sctp package returns a nil net.Addr then) still gives the
+// connection addresses a log line can print.
+func TestSCTPAddrsNeverNil(t *testing.T) {
+	c := sctp.NewSCTPConn(-1, nil) // every getsockopt fails, as after an abort
+	require.Nil(t, c.RemoteAddr(), "the sctp package gives no address for a dead socket")
+	local, remote := sctpAddrs(c)
+	require.NotNil(t, local)
+	require.NotNil(t, remote)
+	assert.Equal(t, "sctp:unknown-address", remote.String())
+	assert.Equal(t, "sctp", local.Network())
 }
