@@ -210,38 +210,43 @@ type maPolicy struct {
 // shared secret and the settings of cfg. The error matches
 // radius.ErrAuthenticator when an authenticator fails (over a stream the
 // connection must be closed), ErrRefused when the policy refuses the
-// request (drop it, never answer it).
-func (p *maPolicy) verify(cfg *ServerConfig, b, secret []byte, client netip.Addr) error {
+// request (drop it, never answer it). signed reports that the request
+// proved its sender holds the secret: a keyed Request Authenticator
+// (Accounting-Request, CoA, Disconnect) or a Message-Authenticator. An
+// Access-Request without one passes where the policy allows it, but
+// proves nothing: its authenticator is a nonce anyone can make.
+func (p *maPolicy) verify(cfg *ServerConfig, b, secret []byte, client netip.Addr) (signed bool, err error) {
 	if err := radius.VerifyRequest(b, secret, false); err != nil {
 		if errors.Is(err, radius.ErrNoMessageAuthenticator) { // Status-Server (RFC 5997 3)
 			p.refused.Add(1)
-			return &refusal{err.Error()}
+			return false, &refusal{err.Error()}
 		}
-		return err
+		return false, err
 	}
+	_, hasMA := radius.Attr(b, radius.AttrMessageAuthenticator) // verified above
 	if radius.Code(b) != lradius.CodeAccessRequest {
-		return nil
+		return true, nil // Status-Server has one; the others a keyed authenticator
 	}
 	mode := cfg.RequireMessageAuthenticator
-	if _, ok := radius.Attr(b, radius.AttrMessageAuthenticator); ok { // verified above
+	if hasMA {
 		if mode == RequireMAAuto {
 			p.seen(client)
 		}
-		return nil
+		return true, nil
 	}
 	switch {
 	case mode == RequireMAAlways:
 		p.refused.Add(1)
-		return &refusal{"Access-Request without Message-Authenticator: required from every client"}
+		return false, &refusal{"Access-Request without Message-Authenticator: required from every client"}
 	case mode == RequireMAAuto && p.known(client):
 		p.refused.Add(1)
-		return &refusal{"Access-Request without Message-Authenticator: required from this client, which sent one before"}
+		return false, &refusal{"Access-Request without Message-Authenticator: required from this client, which sent one before"}
 	}
 	if _, ok := radius.Attr(b, radius.AttrProxyState); ok && cfg.LimitProxyState == LimitProxyStateAlways {
 		p.proxyState.Add(1)
-		return &refusal{"Access-Request with Proxy-State and no Message-Authenticator"}
+		return false, &refusal{"Access-Request with Proxy-State and no Message-Authenticator"}
 	}
-	return nil
+	return false, nil
 }
 
 // seen records that client sent a valid Message-Authenticator.

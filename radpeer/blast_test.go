@@ -289,15 +289,18 @@ func TestMAPolicyClientTableBounded(t *testing.T) {
 	cfg := &ServerConfig{}
 	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}) }
 	for _, i := range []int{1, 2, 3, 1, 4} { // 1 seen again before 4: 2 is the least recent
-		if err := p.verify(cfg, signedRequest(t, byte(i), "u"), testSecret, addr(i)); err != nil {
-			t.Fatal(err)
+		if signed, err := p.verify(cfg, signedRequest(t, byte(i), "u"), testSecret, addr(i)); err != nil || !signed {
+			t.Fatal(signed, err)
 		}
 	}
 	if st := p.stats(); st.Clients != 3 || st.Forgotten != 1 {
 		t.Fatalf("policy %+v, want 3 clients, 1 forgotten", st)
 	}
 	for i, want := range map[int]bool{1: true, 2: false, 3: true, 4: true, 5: false} {
-		err := p.verify(cfg, unsignedRequest(t, lradius.CodeAccessRequest, 9), testSecret, addr(i))
+		signed, err := p.verify(cfg, unsignedRequest(t, lradius.CodeAccessRequest, 9), testSecret, addr(i))
+		if signed {
+			t.Errorf("client %d: an Access-Request without Message-Authenticator counted as signed", i)
+		}
 		if refused := errors.Is(err, ErrRefused); refused != want || (err != nil && !refused) {
 			t.Errorf("client %d: %v, want refused %v", i, err, want)
 		}

@@ -124,9 +124,11 @@ type ServerConfig struct {
 	// DefaultMaxUnanswered.
 	MaxUnanswered int
 	// MaxOpening and MaxOpeningPerAddr bound a stream listener's
-	// connections that have not sent a request passing verification yet,
-	// in all and from one address: those need no secret, so over either
-	// bound a new connection is closed at once. Zero means
+	// connections that have not sent a request signed with the shared
+	// secret yet (an Accounting-Request, or any request with a
+	// Message-Authenticator: an Access-Request without one is answered
+	// but proves nothing), in all and from one address: those need no
+	// secret, so over either bound a new connection is closed at once. Zero means
 	// serve.DefaultMaxOpening (256) and serve.DefaultMaxOpeningPerAddr
 	// (64); negative means no limit.
 	MaxOpening, MaxOpeningPerAddr int
@@ -138,7 +140,7 @@ type ServerConfig struct {
 	// DefaultMaxConnectionsPerAddr, negative no limit.
 	MaxConnections, MaxConnectionsPerAddr int
 	// OpeningTimeout closes a stream connection that has not sent a
-	// request passing verification within it. Default
+	// request signed with the shared secret within it (see MaxOpening). Default
 	// DefaultOpeningTimeout.
 	OpeningTimeout time.Duration
 	// IdleTimeout closes a stream connection that sent no whole request
@@ -340,7 +342,7 @@ func (s *Server) start(tc transport.Conn, t *serve.Ticket) {
 		c.cancel()
 	})
 	if c.rd, _ = tc.(transport.ReadDeadliner); c.rd != nil {
-		c.out.Idle = c.armIdleLocked
+		c.out.Idle = c.armDeadlineLocked
 	}
 	s.mu.Lock()
 	if s.ctx.Err() != nil {
@@ -439,8 +441,10 @@ type serverConn struct {
 
 	deadline time.Time // the read deadline set, zero for none; guarded by out.Mu
 
-	// Reader-goroutine state.
-	admitted bool // a request passed verification
+	// admitted: a request signed with the shared secret passed
+	// verification. Set by the reader under out.Mu; read by the reader,
+	// and by the writer under out.Mu.
+	admitted bool
 }
 
 func (c *serverConn) serve() {
@@ -466,7 +470,7 @@ func (c *serverConn) serve() {
 			serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadFrame, "closing RADIUS connection on a bad frame", "remote", name, "err", err)
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			s.timedOut.Add(1)
-			note = "timed out: no valid request within the opening timeout"
+			note = "timed out: no request signed with the shared secret within the opening timeout"
 			if c.admitted {
 				note = "timed out: no request within the idle timeout"
 			}
@@ -495,31 +499,31 @@ func (c *serverConn) paused(unanswered int) {
 		"remote", c.tc.RemoteAddr().String(), "unanswered", unanswered, "limit", c.s.cfg.MaxUnanswered)
 }
 
-// setDeadline bounds the next read: the opening timeout from the
-// connection's start until a request passes verification, then the idle
-// timeout (see armIdleLocked).
+// setDeadline bounds the next read (see armDeadlineLocked).
 func (c *serverConn) setDeadline() {
 	if c.rd == nil {
 		return
 	}
 	c.out.Mu.Lock()
 	defer c.out.Mu.Unlock()
+	c.armDeadlineLocked()
+}
+
+// armDeadlineLocked sets the read deadline. Until a signed request
+// admits the connection, it is the opening timeout from the connection's
+// start, whatever the connection is owed: answers to unsigned requests
+// do not extend it. Then it is the idle timeout from now, or none while
+// the connection is owed answers: a client waiting for a slow handler is
+// not idle, and no answer it waits for is lost to the timeout. The
+// outbox calls it too, when the last answer owed is written. An idle
+// deadline set less than idleSlack ago is left as it is: a busy
+// connection does not pay for a new one at every request. c.out.Mu is
+// held.
+func (c *serverConn) armDeadlineLocked() {
 	if !c.admitted {
 		c.setDeadlineLocked(c.opened.Add(c.s.cfg.OpeningTimeout))
 		return
 	}
-	c.armIdleLocked()
-}
-
-// armIdleLocked sets the idle timeout from now, or none while the
-// connection is owed answers: a client waiting for a slow handler is not
-// idle, and no answer it waits for is lost to the timeout. The outbox
-// calls it too, when the last answer owed is written. A deadline set
-// less than idleSlack ago is left as it is: a busy connection does not
-// pay for a new one at every request. A later one is the opening
-// timeout's, which the idle timeout replaces whichever of the reader or
-// the writer arms it first. c.out.Mu is held.
-func (c *serverConn) armIdleLocked() {
 	if c.s.cfg.IdleTimeout < 0 || c.out.BP.Unanswered() > 0 {
 		c.setDeadlineLocked(time.Time{})
 		return
@@ -554,7 +558,8 @@ func (c *serverConn) request(b []byte) string {
 		s.dropped.Add(1)
 		return ""
 	}
-	switch err := s.maPolicy.verify(&s.cfg, b, c.secret, c.addr); {
+	signed, err := s.maPolicy.verify(&s.cfg, b, c.secret, c.addr)
+	switch {
 	case errors.Is(err, radius.ErrAuthenticator):
 		s.badAuth.Add(1)
 		s.nas.badAuth(c.addr)
@@ -567,8 +572,14 @@ func (c *serverConn) request(b []byte) string {
 		s.publish(c.tc.RemoteAddr().String(), peer.Event{Kind: peer.EventError, Reason: "dropped: " + err.Error()})
 		return ""
 	}
-	if !c.admitted {
+	if signed && !c.admitted {
+		// Only a request signed with the secret admits a connection: an
+		// Access-Request without Message-Authenticator is answered, but
+		// anyone can send one, and admitted connections are the places
+		// the opening limits keep for clients that hold the secret.
+		c.out.Mu.Lock()
 		c.admitted = true
+		c.out.Mu.Unlock()
 		c.ticket.Admitted()
 	}
 	s.received.Add(1)

@@ -164,6 +164,45 @@ func TestServerOpeningLimitsAndTimeouts(t *testing.T) {
 	})
 }
 
+// An Access-Request without Message-Authenticator is answered (the
+// policy lets a client that never signed send one) but admits no
+// connection: anyone can make one without the secret, so a connection
+// that sends only those stays within the opening limits and is closed at
+// OpeningTimeout, and cannot take the places kept for clients that hold
+// the secret. A signed request (an Accounting-Request) admits it.
+func TestServerUnsignedAccessRequestAdmitsNoConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, ln := startServer(t, ServerConfig{MaxOpening: 2, MaxOpeningPerAddr: -1,
+			OpeningTimeout: 10 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+		var unsigned []*rawClient
+		for i := range 2 {
+			c := connect(t, ln)
+			go io.Copy(io.Discard, c.conn)
+			require.NoError(t, c.tc.WriteMessages(unsignedRequest(t, lradius.CodeAccessRequest, byte(i+1),
+				&lradius.AVP{Type: radius.AttrUserName, Attribute: []byte("mallory")})))
+			unsigned = append(unsigned, c)
+		}
+		synctest.Wait()
+		assert.Equal(t, uint64(2), s.Stats().Answered, "unsigned Access-Requests are answered")
+		assert.Equal(t, 2, s.Stats().Opening, "but admit no connection")
+		over := connect(t, ln)
+		synctest.Wait()
+		assert.True(t, over.closedByServer(), "a third connection finds the opening places taken")
+
+		// A signed request admits its connection and frees its place.
+		acct := unsigned[1]
+		acct.send(acctReq("s1"), 9)
+		synctest.Wait()
+		assert.Equal(t, 1, s.Stats().Opening, "admitted by its Accounting-Request")
+
+		time.Sleep(10*time.Second + time.Millisecond)
+		synctest.Wait()
+		assert.True(t, unsigned[0].closedByServer(), "only unsigned requests: closed at OpeningTimeout")
+		assert.False(t, acct.closedByServer(), "the admitted one stays")
+		mustClose(t, s)
+	})
+}
+
 // A client that pipelines requests and never reads its answers stops
 // being read at MaxUnanswered: the server's memory for it is bounded. The
 // old server read and answered without bound, its answers piling up

@@ -224,7 +224,8 @@ func (s *UDPServer) refuse(r udpRequest) {
 // verify checks request b with the shared secret and the
 // Message-Authenticator policy; it counts, and logs, a request that fails.
 func (s *UDPServer) verify(b, secret []byte, from net.Addr, client netip.Addr) bool {
-	switch err := s.maPolicy.verify(&s.cfg, b, secret, client); {
+	_, err := s.maPolicy.verify(&s.cfg, b, secret, client)
+	switch {
 	case errors.Is(err, radius.ErrAuthenticator):
 		s.badAuth.Add(1)
 		s.nas.badAuth(client)
