@@ -319,6 +319,10 @@ type Client struct {
 	// the latest (the dispatcher sets it as it polls; see
 	// dueSoonerLocked). Under tmu.
 	wakeAt time.Time
+	// retryPoll pokes the dispatcher giveBackRetry after requests were
+	// given back (giveBack), while retryPollArmed; under tmu.
+	retryPoll      *time.Timer
+	retryPollArmed bool
 	// released: what the scheduler released, batch after batch in the
 	// order it did, waiting for the goroutine placing it (placing). One
 	// goroutine at a time places them: two side by side would let a
@@ -1483,6 +1487,11 @@ func (c *Client) Close(ctx context.Context) error {
 			c.retry.Stop()
 		}
 		c.retryMu.Unlock()
+		c.tmu.Lock()
+		if c.retryPoll != nil {
+			c.retryPoll.Stop()
+		}
+		c.tmu.Unlock()
 		c.cancel()
 	})
 	if bus.PublishedBy(ctx, c) {

@@ -49,6 +49,13 @@ var ErrQueueFull = errors.New("throttle queue full")
 // noticed.
 const policyTick = 100 * time.Millisecond
 
+// giveBackRetry is how soon the scheduler is polled again after requests
+// refused as they were placed went back into it (giveBack): the view
+// that refused them may have changed before they were back, so no change
+// is left to wake the dispatcher, and its timer was set while they were
+// out of the scheduler.
+const giveBackRetry = policyTick
+
 func minTime(a, b time.Time) time.Time {
 	if b.Before(a) {
 		return b
@@ -337,6 +344,11 @@ func (c *Client) throttled(its ...*item) {
 	}
 	var held []*item
 	v := c.view()
+	// A request whose Send returned since the IsDone check above has
+	// given its place back (release): it is neither freed twice nor
+	// queued nor held.
+	replays = slices.DeleteFunc(replays, func(it *item) bool { return it.ended })
+	back = slices.DeleteFunc(back, func(it *item) bool { return it.ended })
 	for _, it := range replays {
 		if it.server >= 0 {
 			c.sched.Done(it.server, it.class)
@@ -411,7 +423,9 @@ func (c *Client) release(it *item) {
 		c.held = slices.DeleteFunc(c.held, func(x *item) bool { return x == it })
 		it.held = false
 	}
-	if it.server < 0 || !c.sched.Done(it.server, it.class) {
+	server := it.server
+	it.server = -1
+	if server < 0 || !c.sched.Done(server, it.class) {
 		c.unlockThrottle()
 		return
 	}
@@ -434,8 +448,9 @@ func (c *Client) release(it *item) {
 // back to the instance queue (SetAvailable). The dispatcher set its
 // timer while neither could move; the caller pokes it after unlocking
 // c.tmu. A request given back after a refusal (giveBack) does not come
-// here: it waits for a new view or the timer, not a busy retry. c.tmu is
-// held.
+// here: released again at once it could be refused again at once, so it
+// waits for a new view or giveBackRetry (retryPollLocked), not a busy
+// retry. c.tmu is held.
 func (c *Client) dueSoonerLocked(now time.Time) bool {
 	at, ok := c.sched.NextWakeup(now)
 	if !ok || !at.Before(c.wakeAt) {
@@ -559,6 +574,7 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 func (c *Client) giveBack(ds []throttle.Dispatch[*item]) {
 	var held, shut []*item
 	var expired []throttle.Dispatch[*item]
+	requeued := false
 	c.tmu.Lock()
 	later := c.released
 	c.released = nil
@@ -584,12 +600,16 @@ func (c *Client) giveBack(ds []throttle.Dispatch[*item]) {
 				held = append(held, it)
 			default:
 				c.sched.Requeue(it, it.class, it.age)
+				requeued = true
 			}
 		}
 	}
 	back(ds)
 	for _, b := range later {
 		back(*b)
+	}
+	if requeued {
+		c.retryPollLocked()
 	}
 	c.unlockThrottle()
 	for _, b := range later {
@@ -602,6 +622,27 @@ func (c *Client) giveBack(ds []throttle.Dispatch[*item]) {
 	for _, it := range held {
 		c.settle(it)
 	}
+}
+
+// retryPollLocked has the dispatcher poll the scheduler again
+// giveBackRetry from now, unless that is asked for already: requests
+// given back are released again then, or at a view change or the
+// dispatcher's own timer, whichever comes first. c.tmu is held.
+func (c *Client) retryPollLocked() {
+	if c.retryPollArmed || c.ctx.Err() != nil {
+		return
+	}
+	c.retryPollArmed = true
+	if c.retryPoll != nil {
+		c.retryPoll.Reset(giveBackRetry)
+		return
+	}
+	c.retryPoll = time.AfterFunc(giveBackRetry, func() {
+		c.tmu.Lock()
+		c.retryPollArmed = false
+		c.tmu.Unlock()
+		c.poke()
+	})
 }
 
 // recycle empties a result of poll and gives it back to dispatchBufs.

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/throttle"
+	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 )
 
@@ -1012,5 +1014,138 @@ func TestThrottleQueueOfARemovedServerMovesOn(t *testing.T) {
 				t.Fatal("a request that waited in a's queue is still waiting")
 			}
 		}
+	})
+}
+
+// A request refused as it was placed goes back into the scheduler and is
+// released again soon, though nothing else wakes the dispatcher: here the
+// server it was released to left the view before the refusal gave it
+// back, so that change came and went while it was out of the scheduler,
+// and the dispatcher's timer was set while its queue was empty. Without
+// the retry it waited in the queue until its deadline, b in service all
+// along.
+func TestThrottleGivenBackRequestIsReleasedAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+		gate := make(chan struct{})
+		var first atomic.Bool
+		base := a.handler
+		a.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			if first.CompareAndSwap(false, true) {
+				<-gate
+			}
+			return base(ctx, p, req)
+		}
+		n := network{"tcp://a:1": a, "tcp://b:1": b}
+		defer n.close()
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
+		var aDown atomic.Bool
+		cfg.Peer.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
+			if url == "tcp://a:1" && aDown.Load() {
+				return nil, errors.New("refused")
+			}
+			return n.dialer(ctx, url)
+		}
+		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 1}}
+		c := started(t, cfg)
+		waitOkay(t, c)
+
+		xdone := make(chan error, 1)
+		go func() { _, err := c.Send(context.Background(), acr(1, "u1")); xdone <- err }()
+		synctest.Wait()
+		rdone := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := c.Send(ctx, acr(2, "u2"))
+			rdone <- err
+		}()
+		synctest.Wait()
+		require.Equal(t, 1, c.QueueDepths()[0].Depth, "the second request waits for a's one place")
+		// X's answer frees the place and X's caller places R on a; a's
+		// connection drops between R's admission and its submit.
+		var fired atomic.Bool
+		hook := func(cc *Client, _ *call.Call) {
+			if cc == c && fired.CompareAndSwap(false, true) {
+				aDown.Store(true)
+				a.dropConnections()
+				time.Sleep(time.Millisecond)
+			}
+		}
+		afterAdmit.Store(&hook)
+		defer afterAdmit.Store(nil)
+		close(gate)
+		require.NoError(t, <-xdone)
+		start := time.Now()
+		require.NoError(t, <-rdone, "b was in service all along")
+		require.True(t, fired.Load())
+		assert.LessOrEqual(t, time.Since(start), time.Second, "released again within the retry, not at its deadline")
+		assert.Len(t, b.received(), 1)
+	})
+}
+
+// A failover's replay whose Send returned between throttled's first look
+// (not done yet) and its lock: release gave its place back already, so
+// throttled neither frees it again (which freed another request's place)
+// nor queues or holds it.
+func TestThrottleReplayEndedBeforeItsLockKeepsTheCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newFakeServer("a.example.net")
+		hang := make(chan struct{})
+		base := a.handler
+		a.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			select {
+			case <-hang:
+			case <-ctx.Done():
+			}
+			return base(ctx, p, req)
+		}
+		n := network{"tcp://a:1": a}
+		defer n.close()
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1")
+		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 5}}
+		var mu sync.Mutex
+		var calls []*call.Call
+		hook := func(_ *Client, cl *call.Call) {
+			mu.Lock()
+			calls = append(calls, cl)
+			mu.Unlock()
+		}
+		afterAdmit.Store(&hook)
+		defer afterAdmit.Store(nil)
+		c := started(t, cfg)
+		waitOkay(t, c)
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				c.Send(ctx, acr(i, fmt.Sprintf("u%d", i)))
+			}()
+		}
+		synctest.Wait()
+		mu.Lock()
+		require.Len(t, calls, 2)
+		it := calls[0].Holder().(*item)
+		mu.Unlock()
+		outstanding := func() (int, int, int) {
+			c.tmu.Lock()
+			defer c.unlockThrottle()
+			return c.sched.Outstanding(0, throttle.Accounting), len(c.held), c.sched.Len()
+		}
+		o, _, _ := outstanding()
+		require.Equal(t, 2, o)
+		// The interleaving: the replay passed throttled's IsDone check,
+		// then its caller's release ran to the end.
+		c.release(it)
+		c.throttled(it)
+		o, held, queued := outstanding()
+		assert.Equal(t, 1, o, "the other request's place is still counted")
+		assert.Zero(t, held, "an ended request is not held")
+		assert.Zero(t, queued, "nor queued")
+		close(hang)
+		wg.Wait()
 	})
 }
