@@ -367,7 +367,7 @@ func (c *Client) throttled(its ...*item) {
 			full = append(full, it)
 			continue
 		}
-		c.sched.Enqueue(it, it.class)
+		it.age = c.sched.Enqueue(it, it.class)
 	}
 	place := c.pollLocked(time.Now())
 	c.unlockThrottle()
@@ -415,17 +415,29 @@ func (c *Client) failQueued() {
 	failAll(heldCalls(its), errClientClosed)
 }
 
-// release frees the outstanding place of a finished throttled request.
+// release frees the outstanding place of a finished throttled request,
+// or takes it out of the scheduler if it still waits there.
 func (c *Client) release(it *item) {
 	c.tmu.Lock()
 	it.ended = true // a place the scheduler gives it from now on is freed at once
+	wasHeld := it.held
 	if it.held {
 		c.held = slices.DeleteFunc(c.held, func(x *item) bool { return x == it })
 		it.held = false
 	}
 	server := it.server
 	it.server = -1
-	if server < 0 || !c.sched.Done(server, it.class) {
+	if server < 0 {
+		if !wasHeld {
+			// It may wait in the scheduler still (its caller gave up):
+			// taken out, it no longer counts against MaxQueued nor
+			// takes a rate slot from the requests behind it.
+			c.sched.Cancel(it.class, it.age, time.Now())
+		}
+		c.unlockThrottle()
+		return
+	}
+	if !c.sched.Done(server, it.class) {
 		c.unlockThrottle()
 		return
 	}

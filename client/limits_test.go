@@ -1149,3 +1149,49 @@ func TestThrottleReplayEndedBeforeItsLockKeepsTheCount(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// A request whose caller gives up while it waits in the throttle leaves
+// the queue at once: it no longer counts against MaxQueued, and the rate
+// slot it would have taken goes to the request behind it. It stayed
+// until its own deadline (an hour here), refusing newer requests as the
+// queue's one place.
+func TestThrottleAbandonedRequestLeavesTheQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newFakeServer("a.example.net")
+		gate := make(chan struct{})
+		base := a.handler
+		a.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			<-gate
+			return base(ctx, p, req)
+		}
+		n := network{"tcp://a:1": a}
+		defer n.close()
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1")
+		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 1}, MaxQueued: 1}
+		c := started(t, cfg)
+		waitOkay(t, c)
+		x := make(chan error, 1)
+		go func() { _, err := c.Send(context.Background(), acr(1, "x")); x <- err }() // holds a's one place
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		r1 := make(chan error, 1)
+		go func() { _, err := c.Send(ctx, acr(2, "r1")); r1 <- err }()
+		synctest.Wait()
+		require.Equal(t, 1, throttleLen(c), "r1 waits for a's place")
+		cancel()
+		require.ErrorIs(t, <-r1, context.Canceled)
+		assert.Zero(t, throttleLen(c), "r1 left the queue with its caller")
+		r2 := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, err := c.Send(ctx, acr(3, "r2"))
+			r2 <- err
+		}()
+		synctest.Wait()
+		close(gate)
+		require.NoError(t, <-x)
+		require.NoError(t, <-r2, "r2 took the queue's place r1 left")
+		assert.Len(t, a.received(), 2, "r1 never went")
+	})
+}

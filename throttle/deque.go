@@ -49,6 +49,17 @@ func (d *deque[E]) insert(i int, e E) {
 	*d.at(i) = e
 }
 
+// remove takes out the entry at position i, moving the entries after it
+// one place forward.
+func (d *deque[E]) remove(i int) {
+	for j := i; j < d.n-1; j++ {
+		*d.at(j) = *d.at(j + 1)
+	}
+	var zero E
+	*d.at(d.n - 1) = zero // let go of what it refers to
+	d.n--
+}
+
 // front returns a pointer to the first entry; the deque must not be empty.
 func (d *deque[E]) front() *E { return &d.buf[d.head] }
 

@@ -55,8 +55,9 @@
 // comes back from Poll as a Dispatch with Err matching [ErrExpired] and
 // saying which queue it waited in. No request is ever dropped silently:
 // each Enqueue, EnqueueReplay or Requeue is matched by exactly one
-// Dispatch, with or without Err
-// (Release aside, which hands the requests back to the owner).
+// Dispatch, with or without Err, or by a Cancel that reports true (the
+// owner gave up on it), Release aside, which hands the requests back to
+// the owner.
 //
 // # Alarm
 //

@@ -698,3 +698,40 @@ func TestAddServer(t *testing.T) {
 	require.Len(t, out, 1)
 	assert.Equal(t, 0, out[0].Server, "an unavailable server gets nothing")
 }
+
+// A request its owner gave up on while it waited is taken out wherever it
+// waits (the instance queue, a server's queue, a replay): it leaves Len,
+// never comes out of Poll, and takes no rate slot from those behind it.
+func TestCancelTakesAQueuedRequestOut(t *testing.T) {
+	s := newSched(t, Config[*item]{
+		Servers:   []Server{{Name: "a", Auth: Limits{MaxRate: 20}}}, // one per 50 ms slot
+		AlarmHigh: 3, AlarmLow: 2,
+	})
+	ages := make([]uint64, 5)
+	for i := range ages {
+		ages[i] = s.Enqueue(&item{id: i}, Auth)
+	}
+	assert.Equal(t, []int{0}, ids(s.Poll(at(0), nil)))
+	assert.Equal(t, 4, s.Depth(0), "1 to 4 wait in a's queue")
+	assert.True(t, s.Stats(0).Alarmed, "raised at depth 3")
+	require.True(t, s.Cancel(Auth, ages[1], at(ms)), "the next in a's queue")
+	require.True(t, s.Cancel(Auth, ages[3], at(ms)))
+	assert.Equal(t, 2, s.Len())
+	assert.False(t, s.Stats(0).Alarmed, "cleared at depth 2")
+	assert.False(t, s.Cancel(Auth, ages[1], at(ms)), "no longer queued")
+	assert.False(t, s.Cancel(Auth, ages[0], at(ms)), "released: Done frees its place")
+
+	// In the instance queue, and a replay.
+	late := s.Enqueue(&item{id: 5}, Auth)
+	r := s.ReplayAge()
+	s.Requeue(&item{id: 6}, Auth, r)
+	assert.True(t, s.Cancel(Auth, late, at(ms)))
+	assert.True(t, s.Cancel(Auth, r, at(ms)))
+	assert.Equal(t, 2, s.Len())
+
+	// The slot of the next 50 ms goes to 2, the one after to 4.
+	assert.Equal(t, []int{2}, ids(s.Poll(at(50*ms), nil)))
+	assert.Equal(t, []int{4}, ids(s.Poll(at(100*ms), nil)))
+	assert.Empty(t, ids(s.Poll(at(150*ms), nil)))
+	assert.Equal(t, 0, s.Len())
+}

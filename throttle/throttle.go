@@ -317,10 +317,50 @@ func (s *Scheduler[T]) room(b *bucket[T], now int64) int {
 // request.
 const seqBase = 1 << 62
 
-// Enqueue appends item to the instance queue. Poll decides its fate.
-func (s *Scheduler[T]) Enqueue(item T, class Class) {
+// Enqueue appends item to the instance queue. Poll decides its fate. It
+// returns item's age, its place in line, for Cancel.
+func (s *Scheduler[T]) Enqueue(item T, class Class) (age uint64) {
 	s.seq++
 	s.inst.fresh.pushBack(s.entry(item, class, s.seq))
+	return s.seq
+}
+
+// Cancel takes out the queued request of class with age (from Enqueue,
+// ReplayAge or Dispatch.Age), one whose owner gave up on it while it
+// waited, wherever it waits: it no longer counts in Len nor takes a
+// rate slot or an outstanding place when its turn comes. It reports
+// whether the request was queued; one released by Poll is not (Done
+// frees its place).
+func (s *Scheduler[T]) Cancel(class Class, age uint64, now time.Time) bool {
+	if class >= numClasses {
+		class = Auth
+	}
+	q := &s.inst.fresh
+	if age < seqBase {
+		q = &s.inst.replays
+	}
+	if removeAge(q, age) {
+		return true
+	}
+	for i := range s.srv {
+		if removeAge(&s.srv[i].b[class].q, age) {
+			s.queued--
+			s.checkAlarm(i, now)
+			return true
+		}
+	}
+	return false
+}
+
+// removeAge removes the entry with age from q, which is in age order.
+func removeAge[T Item](q *deque[entry[T]], age uint64) bool {
+	n := q.len()
+	i := sort.Search(n, func(i int) bool { return q.at(i).seq >= age })
+	if i == n || q.at(i).seq != age {
+		return false
+	}
+	q.remove(i)
+	return true
 }
 
 // EnqueueReplay queues item, a request coming back from a server (a
