@@ -10,7 +10,9 @@ import (
 )
 
 // maxCountedSources bounds the clients (NAS addresses) a server keeps
-// counters for; those beyond it are counted together as "other".
+// counters for; those beyond it are counted together as "other", but a
+// client that signs its requests with the secret takes the place of one
+// that never did (see nasTable).
 const maxCountedSources = 256
 
 // NASStats are a server's counters for one client address.
@@ -53,52 +55,103 @@ func (n *NASAnswers) count(code lradius.Code) {
 }
 
 // nasTable keeps NASStats by client address for at most
-// maxCountedSources addresses. Safe for concurrent use.
+// maxCountedSources addresses. Anyone can send a request that fails its
+// check, or an Access-Request without Message-Authenticator, from many
+// addresses (spoofed, over UDP): such a source does not keep its place
+// from a client that signs with the secret. When the table is full, a
+// new source that signed takes the place of the least recently seen
+// source that never did, whose counters go to "other"; any other new
+// source is counted as "other". Safe for concurrent use.
 type nasTable struct {
 	mu    sync.Mutex
-	by    map[netip.Addr]*NASStats
+	by    map[netip.Addr]*nasEntry
 	other NASStats
 	// names names a client by its address (nil: none); set before use.
 	names func(netip.Addr) string
 }
 
-// of returns a's counters; t.mu is held.
-func (t *nasTable) of(a netip.Addr) *NASStats {
-	if t.by == nil {
-		t.by = make(map[netip.Addr]*NASStats)
-	}
-	if s, ok := t.by[a]; ok {
-		return s
-	}
-	if len(t.by) >= maxCountedSources {
-		return &t.other
-	}
-	s := &NASStats{Addr: a.String()}
-	if t.names != nil {
-		s.Name = t.names(a)
-	}
-	t.by[a] = s
-	return s
+type nasEntry struct {
+	stats  NASStats
+	signed bool // a request signed with the secret came from it
 }
 
-func (t *nasTable) count(a netip.Addr, f func(*NASStats)) {
+// of returns a's counters, signed telling that a's request was signed;
+// t.mu is held.
+func (t *nasTable) of(a netip.Addr, signed bool) *NASStats {
+	if t.by == nil {
+		t.by = make(map[netip.Addr]*nasEntry)
+	}
+	if e, ok := t.by[a]; ok {
+		e.signed = e.signed || signed
+		return &e.stats
+	}
+	if len(t.by) >= maxCountedSources && (!signed || !t.evictUnsigned()) {
+		return &t.other
+	}
+	e := &nasEntry{stats: NASStats{Addr: a.String()}, signed: signed}
+	if t.names != nil {
+		e.stats.Name = t.names(a)
+	}
+	t.by[a] = e
+	return &e.stats
+}
+
+// evictUnsigned moves the least recently seen source that never signed
+// into "other", and reports whether there was one; t.mu is held.
+func (t *nasTable) evictUnsigned() bool {
+	var oldest netip.Addr
+	var at time.Time
+	found := false
+	for a, e := range t.by {
+		if !e.signed && (!found || e.stats.LastSeen.Before(at)) {
+			oldest, at, found = a, e.stats.LastSeen, true
+		}
+	}
+	if !found {
+		return false
+	}
+	t.other.add(t.by[oldest].stats)
+	delete(t.by, oldest)
+	return true
+}
+
+// add adds the counters of o to n.
+func (n *NASStats) add(o NASStats) {
+	n.Received += o.Received
+	n.Answered += o.Answered
+	n.BadAuth += o.BadAuth
+	n.Answers.Accept += o.Answers.Accept
+	n.Answers.Reject += o.Answers.Reject
+	n.Answers.Challenge += o.Answers.Challenge
+	n.Answers.AccountingResponse += o.Answers.AccountingResponse
+	n.Answers.Other += o.Answers.Other
+	if o.LastSeen.After(n.LastSeen) {
+		n.LastSeen = o.LastSeen
+	}
+}
+
+func (t *nasTable) count(a netip.Addr, signed bool, f func(*NASStats)) {
 	t.mu.Lock()
-	s := t.of(a)
+	s := t.of(a, signed)
 	f(s)
 	s.LastSeen = time.Now()
 	t.mu.Unlock()
 }
 
-func (t *nasTable) received(a netip.Addr) { t.count(a, func(s *NASStats) { s.Received++ }) }
+// received counts a request that passed verification; signed: with the
+// secret (see maPolicy.verify).
+func (t *nasTable) received(a netip.Addr, signed bool) {
+	t.count(a, signed, func(s *NASStats) { s.Received++ })
+}
 func (t *nasTable) answered(a netip.Addr, ans []byte) {
-	t.count(a, func(s *NASStats) {
+	t.count(a, false, func(s *NASStats) {
 		s.Answered++
 		if len(ans) > 0 {
 			s.Answers.count(lradius.Code(ans[0]))
 		}
 	})
 }
-func (t *nasTable) badAuth(a netip.Addr) { t.count(a, func(s *NASStats) { s.BadAuth++ }) }
+func (t *nasTable) badAuth(a netip.Addr) { t.count(a, false, func(s *NASStats) { s.BadAuth++ }) }
 
 // snapshot returns the counters by address, sorted, "other" last when
 // any; nil when none.
@@ -109,8 +162,8 @@ func (t *nasTable) snapshot() []NASStats {
 		return nil
 	}
 	out := make([]NASStats, 0, len(t.by)+1)
-	for _, s := range t.by {
-		out = append(out, *s)
+	for _, e := range t.by {
+		out = append(out, e.stats)
 	}
 	slices.SortFunc(out, func(a, b NASStats) int {
 		switch {

@@ -583,7 +583,7 @@ func (c *serverConn) request(b []byte) string {
 		c.ticket.Admitted()
 	}
 	s.received.Add(1)
-	s.nas.received(c.addr)
+	s.nas.received(c.addr, signed)
 	acct := code == lradius.CodeAccountingRequest
 	c.out.Held(acct)
 	if code == lradius.CodeStatusServer {

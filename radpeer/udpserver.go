@@ -183,7 +183,8 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadRequest, "RADIUS datagram dropped: not a request", "remote", from.String(), "code", code.String())
 		return
 	}
-	if !s.verify(b, secret, from, client) {
+	signed, ok := s.verify(b, secret, from, client)
+	if !ok {
 		return
 	}
 	key := dupKeyOf(from, b)
@@ -200,7 +201,7 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 		return
 	}
 	s.received.Add(1)
-	s.nas.received(client)
+	s.nas.received(client, signed)
 	if code == lradius.CodeStatusServer {
 		s.finish(e, b, secret, from, lradius.CodeAccessAccept, nil) // RFC 5997: never a login
 		return
@@ -222,22 +223,23 @@ func (s *UDPServer) refuse(r udpRequest) {
 }
 
 // verify checks request b with the shared secret and the
-// Message-Authenticator policy; it counts, and logs, a request that fails.
-func (s *UDPServer) verify(b, secret []byte, from net.Addr, client netip.Addr) bool {
-	_, err := s.maPolicy.verify(&s.cfg, b, secret, client)
+// Message-Authenticator policy; it counts, and logs, a request that fails
+// (ok false). signed: see maPolicy.verify.
+func (s *UDPServer) verify(b, secret []byte, from net.Addr, client netip.Addr) (signed, ok bool) {
+	signed, err := s.maPolicy.verify(&s.cfg, b, secret, client)
 	switch {
 	case errors.Is(err, radius.ErrAuthenticator):
 		s.badAuth.Add(1)
 		s.nas.badAuth(client)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadAuth, "RADIUS request dropped: authenticator check failed",
 			"remote", from.String(), "hint", "shared secret mismatch?", "err", err)
-		return false
+		return false, false
 	case err != nil: // refused by the Message-Authenticator policy: never answered
 		s.dropped.Add(1)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadRequest, "RADIUS request dropped", "remote", from.String(), "err", err)
-		return false
+		return false, false
 	}
-	return true
+	return signed, true
 }
 
 // unpad returns the packet datagram b holds: RFC 2865 section 3 has the
