@@ -36,12 +36,15 @@ func dupKeyOf(src net.Addr, b []byte) dupKey {
 	return k
 }
 
-// dupEntry is one remembered request, linked in arrival order.
+// dupEntry is one remembered request, linked in arrival order, and an
+// unsigned one also in the arrival order of the unsigned.
 type dupEntry struct {
-	key        dupKey
-	at         time.Time
-	resp       []byte // nil while the request is being handled
-	prev, next *dupEntry
+	key          dupKey
+	at           time.Time
+	resp         []byte // nil while the request is being handled
+	prev, next   *dupEntry
+	signed       bool      // signed with the secret (see maPolicy.verify)
+	uprev, unext *dupEntry // unsigned: the unsigned list's links
 }
 
 func (e *dupEntry) bytes() int64 {
@@ -53,15 +56,26 @@ func (e *dupEntry) bytes() int64 {
 // is also the order in which they expire: expiry and the bounds take from
 // the front only what must go, and forgetting an entry anywhere (a request
 // that got no answer) unlinks it, so that every operation costs O(1)
-// whatever the cache holds. It has no lock: its owner guards it.
+// whatever the cache holds.
+//
+// Requests not signed with the secret (Access-Requests without
+// Message-Authenticator) hold at most half of either bound: anyone can
+// send those, from any source port, and past their half the oldest of
+// them goes, never a signed request's entry, so a sender without the
+// secret cannot flush the answers of the clients that hold it (an
+// Accounting-Request's retransmission then handled twice). It has no
+// lock: its owner guards it.
 type dupCache struct {
 	ttl        time.Duration
 	maxEntries int
 	maxBytes   int64
 
-	index       map[dupKey]*dupEntry
-	first, last *dupEntry // oldest, newest
-	size        int64     // bytes of every entry, as bytes counts them
+	index         map[dupKey]*dupEntry
+	first, last   *dupEntry // oldest, newest
+	size          int64     // bytes of every entry, as bytes counts them
+	firstU, lastU *dupEntry // the unsigned entries, oldest and newest
+	nU            int       // unsigned entries
+	sizeU         int64     // their bytes
 
 	// examined counts the entries expiry looked at, removed or kept: the
 	// cost of keeping the bounds, which the tests check stays flat.
@@ -76,18 +90,29 @@ func newDupCache(ttl time.Duration, maxEntries int, maxBytes int64) *dupCache {
 // seen true and its answer, nil while it is being handled. Otherwise k is
 // remembered as being handled from now on, by the entry returned (which
 // answer and forget take), and seen is false.
-func (c *dupCache) seen(k dupKey, now time.Time) (e *dupEntry, resp []byte, seen bool) {
+func (c *dupCache) seen(k dupKey, now time.Time, signed bool) (e *dupEntry, resp []byte, seen bool) {
 	c.expire(now)
 	if e, ok := c.index[k]; ok {
 		return nil, e.resp, true
 	}
-	e = &dupEntry{key: k, at: now, prev: c.last}
+	e = &dupEntry{key: k, at: now, prev: c.last, signed: signed}
 	if c.last != nil {
 		c.last.next = e
 	} else {
 		c.first = e
 	}
 	c.last = e
+	if !signed {
+		e.uprev = c.lastU
+		if c.lastU != nil {
+			c.lastU.unext = e
+		} else {
+			c.firstU = e
+		}
+		c.lastU = e
+		c.nU++
+		c.sizeU += e.bytes()
+	}
 	c.index[k] = e
 	c.size += e.bytes()
 	c.bound()
@@ -106,6 +131,9 @@ func (c *dupCache) answer(e *dupEntry, resp []byte) {
 	}
 	e.resp = resp
 	c.size += int64(len(resp))
+	if !e.signed {
+		c.sizeU += int64(len(resp))
+	}
 	c.bound()
 }
 
@@ -128,8 +156,14 @@ func (c *dupCache) expire(now time.Time) {
 	}
 }
 
-// bound removes the oldest entries while the cache is over either bound.
+// bound removes the oldest unsigned entries while they hold more than
+// their half of either bound, then the oldest entries while the cache is
+// over either bound.
 func (c *dupCache) bound() {
+	for c.firstU != nil && (c.nU > max(c.maxEntries/2, 1) || c.sizeU > c.maxBytes/2) {
+		c.examined++
+		c.remove(c.firstU)
+	}
 	for c.first != nil && (len(c.index) > c.maxEntries || c.size > c.maxBytes) {
 		c.examined++
 		c.remove(c.first)
@@ -148,6 +182,21 @@ func (c *dupCache) remove(e *dupEntry) {
 		c.last = e.prev
 	}
 	e.prev, e.next = nil, nil
+	if !e.signed {
+		if e.uprev != nil {
+			e.uprev.unext = e.unext
+		} else {
+			c.firstU = e.unext
+		}
+		if e.unext != nil {
+			e.unext.uprev = e.uprev
+		} else {
+			c.lastU = e.uprev
+		}
+		e.uprev, e.unext = nil, nil
+		c.nU--
+		c.sizeU -= e.bytes()
+	}
 	delete(c.index, e.key)
 	c.size -= e.bytes()
 }

@@ -154,7 +154,10 @@ type ServerConfig struct {
 	// most DupEntries requests, and DupBytes bytes counting each cached
 	// answer and about 320 bytes per request. Past either bound the
 	// oldest are forgotten first (defaults DefaultDupEntries,
-	// DefaultDupBytes).
+	// DefaultDupBytes). Requests not signed with the secret
+	// (Access-Requests without Message-Authenticator, which anyone can
+	// send) hold at most half of each, so that they cannot push out the
+	// answers of clients that sign.
 	DupEntries int
 	DupBytes   int64
 	// Events receives connection and error events. Default: a new Bus.

@@ -189,7 +189,7 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 	}
 	key := dupKeyOf(from, b)
 	s.mu.Lock()
-	e, resp, seen := s.dup.seen(key, s.now())
+	e, resp, seen := s.dup.seen(key, s.now(), signed)
 	s.mu.Unlock()
 	switch {
 	case seen && resp == nil:

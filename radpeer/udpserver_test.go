@@ -16,6 +16,8 @@ import (
 	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/internal/testhelp"
 	"github.com/aaatp/aaatp/radius"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	lradius "layeh.com/radius"
 )
 
@@ -148,12 +150,12 @@ func TestDupCacheCostIsFlat(t *testing.T) {
 		c := newDupCache(time.Minute, max, 1<<40)
 		t0 := time.Unix(0, 0)
 		for i := range max {
-			c.seen(keyN(i), t0)
+			c.seen(keyN(i), t0, true)
 		}
 		// Steady state at the entry bound: each insert evicts the oldest.
 		before := c.examined
 		for i := max; i < max+steady; i++ {
-			c.seen(keyN(i), t0)
+			c.seen(keyN(i), t0, true)
 		}
 		if per := float64(c.examined-before) / steady; per > 2 {
 			t.Errorf("%d entries, bound by count: %.1f entries examined per request, want at most 2", max, per)
@@ -166,11 +168,11 @@ func TestDupCacheCostIsFlat(t *testing.T) {
 		c = newDupCache(time.Duration(max)*time.Millisecond, 1<<30, 1<<40)
 		at := func(i int) time.Time { return t0.Add(time.Duration(i) * time.Millisecond) }
 		for i := range max {
-			c.seen(keyN(i), at(i))
+			c.seen(keyN(i), at(i), true)
 		}
 		before = c.examined
 		for i := max; i < max+steady; i++ {
-			c.seen(keyN(i), at(i))
+			c.seen(keyN(i), at(i), true)
 		}
 		if per := float64(c.examined-before) / steady; per > 2 {
 			t.Errorf("%d entries, bound by age: %.1f entries examined per request, want at most 2", max, per)
@@ -187,7 +189,7 @@ func TestDupCacheBounds(t *testing.T) {
 	t0 := time.Unix(0, 0)
 	c := newDupCache(time.Minute, 3, 1<<40)
 	for i := range 5 {
-		c.seen(keyN(i), t0)
+		c.seen(keyN(i), t0, true)
 	}
 	for i := range 5 {
 		_, ok := c.index[keyN(i)]
@@ -200,7 +202,7 @@ func TestDupCacheBounds(t *testing.T) {
 	answer := make([]byte, 1000)
 	c = newDupCache(time.Minute, 100, 2*(dupEntryBytes+1000))
 	for i := range 4 {
-		e, _, seen := c.seen(keyN(i), t0)
+		e, _, seen := c.seen(keyN(i), t0, true)
 		if seen {
 			t.Fatalf("request %d seen before", i)
 		}
@@ -212,10 +214,10 @@ func TestDupCacheBounds(t *testing.T) {
 	if c.len() != 2 || c.size != 2*(dupEntryBytes+1000) {
 		t.Fatalf("%d entries, %d bytes; want the last two, %d bytes", c.len(), c.size, 2*(dupEntryBytes+1000))
 	}
-	if _, resp, seen := c.seen(keyN(3), t0); !seen || len(resp) != 1000 {
+	if _, resp, seen := c.seen(keyN(3), t0, true); !seen || len(resp) != 1000 {
 		t.Fatalf("newest: seen %v, answer of %d bytes", seen, len(resp))
 	}
-	if _, _, seen := c.seen(keyN(0), t0); seen {
+	if _, _, seen := c.seen(keyN(0), t0, true); seen {
 		t.Fatal("oldest still cached past the byte bound")
 	}
 
@@ -223,7 +225,7 @@ func TestDupCacheBounds(t *testing.T) {
 	c = newDupCache(time.Minute, 100, 1<<40)
 	var middle *dupEntry
 	for i := range 3 {
-		if e, _, _ := c.seen(keyN(i), t0); i == 1 {
+		if e, _, _ := c.seen(keyN(i), t0, true); i == 1 {
 			middle = e
 		}
 	}
@@ -235,7 +237,7 @@ func TestDupCacheBounds(t *testing.T) {
 	if !bytes.Equal(order, []byte{0, 2}) || c.last.key != keyN(2) || c.size != 2*dupEntryBytes {
 		t.Fatalf("after forgetting 1: order %v, %d bytes", order, c.size)
 	}
-	if _, _, seen := c.seen(keyN(1), t0); seen {
+	if _, _, seen := c.seen(keyN(1), t0, true); seen {
 		t.Fatal("a forgotten request is still seen")
 	}
 }
@@ -248,23 +250,23 @@ func TestDupCacheBounds(t *testing.T) {
 func TestDupCacheStaleEntryTouchesOnlyItself(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	c := newDupCache(time.Second, 100, 1<<40)
-	old, _, _ := c.seen(keyN(1), t0)
+	old, _, _ := c.seen(keyN(1), t0, true)
 	// The handler outlives the TTL; the client's retransmission makes a
 	// new entry, in progress.
-	renewed, _, seen := c.seen(keyN(1), t0.Add(2*time.Second))
+	renewed, _, seen := c.seen(keyN(1), t0.Add(2*time.Second), true)
 	if seen || renewed == nil {
 		t.Fatal("an expired request still seen")
 	}
 	c.forget(old) // the first handler gave no answer
-	if _, resp, seen := c.seen(keyN(1), t0.Add(2*time.Second)); !seen || resp != nil {
+	if _, resp, seen := c.seen(keyN(1), t0.Add(2*time.Second), true); !seen || resp != nil {
 		t.Fatalf("the retransmission's entry forgotten by the stale one: seen %v", seen)
 	}
 	c.answer(old, []byte("old"))
-	if _, resp, _ := c.seen(keyN(1), t0.Add(2*time.Second)); resp != nil {
+	if _, resp, _ := c.seen(keyN(1), t0.Add(2*time.Second), true); resp != nil {
 		t.Fatalf("the stale handler's answer %q cached for the retransmission", resp)
 	}
 	c.answer(renewed, []byte("new"))
-	if _, resp, _ := c.seen(keyN(1), t0.Add(2*time.Second)); string(resp) != "new" {
+	if _, resp, _ := c.seen(keyN(1), t0.Add(2*time.Second), true); string(resp) != "new" {
 		t.Fatalf("cached %q, want the retransmission's own answer", resp)
 	}
 }
@@ -654,5 +656,83 @@ func TestUDPServerCountsByNAS(t *testing.T) {
 	}
 	if len(nas) == 1 && nas[0].Answers != (NASAnswers{Accept: 2}) {
 		t.Errorf("answers by Code %+v, want the 2 Access-Accepts", nas[0].Answers)
+	}
+}
+
+// A sender without the secret cannot flush the duplicate cache: its
+// Access-Requests without Message-Authenticator, each a new entry, hold
+// at most half of it, oldest out first among them, so an Accounting-
+// Request's answer stays cached and its retransmission is not handled
+// twice. Before, they pushed every entry out, oldest first, signed or
+// not.
+func TestUDPServerUnsignedFloodKeepsSignedDuplicates(t *testing.T) {
+	var acct atomic.Int32
+	srv := startMAUDP(t, ServerConfig{DupEntries: 100, Handler: func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+		if req.Code == lradius.CodeAccountingRequest {
+			acct.Add(1)
+		}
+		return AcceptAll(ctx, req, raw)
+	}})
+	nas := dialUDP(t, "127.0.0.1", srv)
+	b, _, err := radius.EncodeRequest(acctReq("s1"), 7, testSecret)
+	require.NoError(t, err)
+	first := udpExchange(t, nas, b, 5*time.Second)
+	require.NotNil(t, first, "the Accounting-Request is answered")
+
+	flood := dialUDP(t, "127.0.0.2", srv)
+	for i := range 300 {
+		require.NotNil(t, udpExchange(t, flood, unsignedRequest(t, lradius.CodeAccessRequest, byte(i)), 5*time.Second),
+			"unsigned Access-Request %d is answered (the policy allows it from a client never seen signing)", i)
+	}
+	again := udpExchange(t, nas, b, 5*time.Second)
+	assert.Equal(t, first, again, "the retransmission gets the cached answer")
+	assert.Equal(t, int32(1), acct.Load(), "the accounting handler ran once")
+	assert.Equal(t, uint64(1), srv.Stats().Resent)
+	assert.LessOrEqual(t, srv.Stats().Cached, 100)
+}
+
+// The unsigned requests' half of the cache: they are deduplicated as any
+// request, the oldest of them goes first past the half, the signed ones
+// stay, and the cost per request stays flat.
+func TestDupCacheUnsignedHalf(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	c := newDupCache(time.Minute, 100, 1<<40)
+	for i := range 10 {
+		c.seen(keyN(i), t0, true)
+	}
+	before := c.examined
+	for i := 10; i < 10+1000; i++ {
+		if _, _, seen := c.seen(keyN(i), t0, false); seen {
+			t.Fatalf("request %d seen before", i)
+		}
+	}
+	if per := float64(c.examined-before) / 1000; per > 2 {
+		t.Errorf("%.1f entries examined per unsigned request, want at most 2", per)
+	}
+	for i := range 10 {
+		if _, _, seen := c.seen(keyN(i), t0, true); !seen {
+			t.Errorf("signed request %d pushed out by unsigned ones", i)
+		}
+	}
+	if c.nU != 50 || c.len() != 60 {
+		t.Errorf("%d unsigned of %d entries, want the newest 50 of 60", c.nU, c.len())
+	}
+	if _, _, seen := c.seen(keyN(1009), t0, false); !seen {
+		t.Error("the newest unsigned request is not deduplicated")
+	}
+	if _, _, seen := c.seen(keyN(959), t0, false); seen {
+		t.Error("an unsigned request older than the newest 50 is still cached")
+	}
+
+	// Bytes: their answers count against half of the byte bound.
+	c = newDupCache(time.Minute, 100, 4*(dupEntryBytes+1000))
+	s, _, _ := c.seen(keyN(0), t0, true)
+	c.answer(s, make([]byte, 1000))
+	for i := 1; i < 10; i++ {
+		e, _, _ := c.seen(keyN(i), t0, false)
+		c.answer(e, make([]byte, 1000))
+	}
+	if c.sizeU > c.maxBytes/2 || c.index[keyN(0)] != s {
+		t.Errorf("unsigned bytes %d over half of %d, or the signed entry went", c.sizeU, c.maxBytes)
 	}
 }
