@@ -30,7 +30,7 @@ const clientSynopsis = `usage: aaa-peer client --peer URL [--peer URL...] --orig
        [--mode balance|failover] [--algorithm pearson|hash|direct|round-robin]
        [--wait-peers N] [--connect-timeout 10s] [--timeout D] [--no-delay]
        [--tls-ca F] [--tls-cert F --tls-key F]
-       [--max-rate N] [--slot D] [--max-outstanding N] [--queue-alarm HIGH,LOW]
+       [--max-rate N] [--max-rate-acct N] [--slot D] [--max-outstanding N] [--queue-alarm HIGH,LOW]
        [--down-timeout D] [--hold-down D] [--test-user NAI] [--keepalive D]
        [--weight URL=N...] [--dpr-hold-off 5m] [--events FILE] [--report FILE]
        [--max-failed SHARE] [--status ADDR] [--log-level info] [--log-format text|json]
@@ -127,7 +127,7 @@ func clientFlags(o *clientOptions, stderr io.Writer) *flag.FlagSet {
 	statusFlag(fs, &o.status, "logged at info")
 	cpuProfileFlag(fs, &o.cpuProfile)
 	fs.StringVar(&o.algorithm, "algorithm", "pearson", "balance `ALG`: pearson (weighted RFC 3074 hash of the NAI), hash (unweighted), direct (first --peer in service) or round-robin")
-	fs.IntVar(&o.maxRate, "max-rate", 0, "throttle: at most `N` requests per second to each server, spread evenly over --slot slots (0: no rate limit)")
+	fs.IntVar(&o.maxRate, "max-rate", 0, "throttle: at most `N` requests per second of each class (accounting, the others) to each server, spread evenly over --slot slots (0: no rate limit)")
 	fs.IntVar(&o.maxOutstanding, "max-outstanding", 0, "throttle: at most `N` requests outstanding per server; a place frees when the answer arrives or the request times out (0: 256 when throttling is on)")
 	fs.DurationVar(&o.downTimeout, "down-timeout", 0, "policy: a server with requests sent and no reply for `D` goes out of service, and the requests pending there go to another server (but those whose Destination-Host names it) (default: --timeout)")
 	fs.DurationVar(&o.holdDown, "hold-down", 0, "policy: an out-of-service server gets nothing for `D`, then one probe (default 30s)")
@@ -218,7 +218,7 @@ func (o *clientOptions) throttled() bool {
 			return true // a peer's own limits need the throttle
 		}
 	}
-	return o.maxRate > 0 || o.maxOutstanding > 0 || o.alarmHigh > 0
+	return o.maxRate > 0 || o.maxRateAcct.n > 0 || o.maxOutstanding > 0 || o.alarmHigh > 0
 }
 
 func (o *clientOptions) policed() bool {
@@ -263,7 +263,7 @@ func (r *diameterRequests) identity() status.Identity {
 		info["rate"] = fmt.Sprintf("%g/s", o.rate)
 	}
 	if o.throttled() {
-		info["throttle"] = fmt.Sprintf("max-rate %d, max-outstanding %d", o.maxRate, o.maxOutstanding)
+		info["throttle"] = fmt.Sprintf("max-rate %d, max-rate-acct %d, max-outstanding %d", o.maxRate, o.maxRateAcct.of(o.maxRate), o.maxOutstanding)
 	}
 	if o.policed() {
 		info["policy"] = "on"
@@ -348,7 +348,7 @@ func runClientWith(ctx context.Context, args []string, stdout, stderr io.Writer,
 	defer stopProfile()
 	bus := client.NewBus()
 	ccfg := o.clientConfig(log, topts, bus)
-	if ccfg.Peers, err = o.peerSpecs(nil, nil); err != nil {
+	if ccfg.Peers, err = o.peerSpecs(nil); err != nil {
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
@@ -461,7 +461,8 @@ func (o *clientOptions) clientConfig(log *slog.Logger, topts transport.Options, 
 	}
 	if o.throttled() {
 		lim := throttle.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOutstanding}
-		ccfg.Throttle = &client.Throttle{Auth: lim, Accounting: lim, Slot: o.slot, AlarmHigh: o.alarmHigh, AlarmLow: o.alarmLow}
+		acct := throttle.Limits{MaxRate: o.maxRateAcct.of(o.maxRate), MaxOutstanding: o.maxOutstanding}
+		ccfg.Throttle = &client.Throttle{Auth: lim, Accounting: acct, Slot: o.slot, AlarmHigh: o.alarmHigh, AlarmLow: o.alarmLow}
 	}
 	if o.policed() {
 		ccfg.Policy = &policy.Config{RequestTimeout: o.timeout, Retries: 1, DownTimeout: o.downTimeout,

@@ -41,6 +41,7 @@ type loadOptions struct {
 	tw                               time.Duration
 	tlsCA, tlsCert, tlsKey           string
 	maxRate, maxOutstanding          int
+	maxRateAcct                      acctRate
 	slot                             time.Duration
 	queueAlarm                       string
 	downTimeout, holdDown, keepAlive time.Duration
@@ -79,6 +80,7 @@ func loadFlags(fs *flag.FlagSet, o *loadOptions) {
 	fs.Var(&o.weights, "weight", "`URL=N`: balance weight N >= 1 of the --peer URL, or of a --config peer by its name (pearson); repeat for several; default 1")
 	fs.StringVar(&o.events, "events", "", "write every event of the servers (watchdog, policy state, failover, balancer, queue alarm) as a JSON line to `FILE` (\"-\" is stdout)")
 	fs.StringVar(&o.maxFailed, "max-failed", "0", "exit 3 when more than this `SHARE` of the requests failed: a fraction (0.05) or a percentage (5%); 0: any failure; 1: never")
+	fs.Var(&o.maxRateAcct, "max-rate-acct", "throttle: at most `N` accounting requests per second to each server, where they differ from the others' (default: --max-rate; 0: no rate limit)")
 	fs.DurationVar(&o.slot, "slot", throttle.DefaultSlot, "throttle: rate slot length `D` (50ms to 1s)")
 	fs.StringVar(&o.queueAlarm, "queue-alarm", "", "throttle: raise a server's queue alarm at depth HIGH and clear it at LOW (`HIGH,LOW`)")
 	fs.StringVar(&o.mode, "mode", "balance", "`MODE` choosing the server of each new request: balance (spread with --algorithm) or failover (first server in service, in --peer order)")
@@ -261,19 +263,51 @@ func (o *loadOptions) filePeers(peers []config.Peer, set map[string]bool) []conf
 // else the file's), its own secret and its own tw, TLS (its files read)
 // and limits; acct, when given, are their accounting URLs, and acctRate
 // the accounting rate of a peer's own limits (see ownSetting.apply).
-func (o *loadOptions) peerSpecs(acct []string, acctRate *int) ([]client.PeerSpec, error) {
+func (o *loadOptions) peerSpecs(acct []string) ([]client.PeerSpec, error) {
 	specs := make([]client.PeerSpec, 0, len(o.peers))
 	for i, u := range o.peers {
 		spec := client.PeerSpec{URL: u, Name: cmp.Or(o.names[u], u), Weight: o.weightOf[u], Secret: o.secrets[u]}
 		if len(acct) > 0 {
 			spec.AccountingURL = acct[i]
 		}
-		if err := o.own[u].apply(&spec, acctRate); err != nil {
+		if err := o.own[u].apply(&spec, o.maxRateAcct); err != nil {
 			return nil, err
 		}
 		specs = append(specs, spec)
 	}
 	return specs, nil
+}
+
+// acctRate is --max-rate-acct: the accounting requests' own rate to each
+// server, where it differs from --max-rate, which is every class's
+// otherwise, over every protocol.
+type acctRate struct {
+	n     int
+	given bool
+}
+
+func (r *acctRate) String() string {
+	if r == nil || !r.given {
+		return ""
+	}
+	return strconv.Itoa(r.n)
+}
+
+func (r *acctRate) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q: want a whole number of requests per second, 0 or more", s)
+	}
+	r.n, r.given = n, true
+	return nil
+}
+
+// of returns the accounting requests' rate where the others' is rate.
+func (r acctRate) of(rate int) int {
+	if r.given {
+		return r.n
+	}
+	return rate
 }
 
 // tally is one share of a run's counts. Callers are spread over several,

@@ -46,8 +46,8 @@ most once. The Nokia 7750 SR server states decide which servers are in
 service (down-timeout, default timeout x retries, reset by any reply;
 --hold-down; one probe, never retried: the test user's Access-Request,
 Status-Server with --status-server, else one real request). The Cisco ASR5K
-throttle limits each server, authentication (--max-rate) and accounting
-(--max-rate-acct) separately. --acct-peer, given once per --peer in the
+throttle limits each server, each class apart (--max-rate; --max-rate-acct
+where accounting's differs). --acct-peer, given once per --peer in the
 same order, is where that server's Accounting-Requests go (its accounting
 port). The shared secret comes from --secret-file or $AAATP_RADIUS_SECRET.
 
@@ -103,7 +103,6 @@ type radiusClientOptions struct {
 	testPassword   string
 	statusServer   bool
 	requireMA      radpeer.MessageAuthenticatorMode
-	maxRateAcct    int
 	stream         bool // radius+tcp:// and radsec://
 	requestTimeout time.Duration
 	maxConns       int
@@ -129,8 +128,7 @@ func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.testPassword, "test-password", "", "the test user's User-Password (a test account's, not the shared secret)")
 	fs.BoolVar(&o.statusServer, "status-server", false, "probe and keep alive with Status-Server (RFC 5997) instead of a test user")
 	fs.DurationVar(&o.keepAlive, "keepalive", 0, "send the test message to each server every `D` (needs --test-user or --status-server)")
-	fs.IntVar(&o.maxRate, "max-rate", 0, "per-server max authentication requests per second (0: no limit)")
-	fs.IntVar(&o.maxRateAcct, "max-rate-acct", 0, "per-server max accounting requests per second (0: no limit)")
+	fs.IntVar(&o.maxRate, "max-rate", 0, "throttle: at most `N` requests per second of each class (Accounting-Requests, the others) to each server, spread evenly over --slot slots (0: no rate limit)")
 	fs.IntVar(&o.maxOutstanding, "max-outstanding", 0, "per-server and class max requests awaiting a reply (default 256)")
 	fs.Float64Var(&o.rate, "rate", 100, "`N` requests per second, open loop: each request leaves at its intended time (start + n/N) whatever the earlier ones are doing, and its latency is measured from that time, not from when it left (against coordinated omission, as wrk2); may be fractional (0: closed loop, --concurrency callers as fast as they go)")
 	fs.IntVar(&o.concurrency, "concurrency", 256, "in-flight bound `N`, 1 to 100000: at most N requests in flight; with --rate, a request whose time comes while N are in flight is not sent (dropped_in_flight in the report, a warning at most once a second); with --rate 0, N callers (no more than --requests) each sending its next request when its last is done")

@@ -28,7 +28,7 @@ func (o *radiusClientOptions) clientConfig(secret []byte, events *client.Bus, lo
 			HoldDown: o.holdDown, TestUser: o.stream || o.testUser != "" || o.statusServer, KeepAlive: o.keepAlive},
 		Throttle: &client.Throttle{Slot: o.slot, AlarmHigh: o.alarmHigh, AlarmLow: o.alarmLow,
 			Auth:       throttle.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOutstanding},
-			Accounting: throttle.Limits{MaxRate: o.maxRateAcct, MaxOutstanding: o.maxOutstanding}},
+			Accounting: throttle.Limits{MaxRate: o.maxRateAcct.of(o.maxRate), MaxOutstanding: o.maxOutstanding}},
 		RADIUSTestRequest: func(string) *radius.Request { return o.testRequest() },
 	}
 	var err error
@@ -36,7 +36,7 @@ func (o *radiusClientOptions) clientConfig(secret []byte, events *client.Bus, lo
 	if cfg.RADIUS.Transport.TLS, err = o.tlsConfig(); err != nil {
 		return cfg, err
 	}
-	cfg.Peers, err = o.peerSpecs(o.acctPeers, &o.maxRateAcct)
+	cfg.Peers, err = o.peerSpecs(o.acctPeers)
 	return cfg, err
 }
 

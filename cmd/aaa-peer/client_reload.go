@@ -122,7 +122,7 @@ func (r *diameterRequests) reloadPeers(c *loadgen, cfg *config.Config, base clie
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	specs, err := o.peerSpecs(nil, nil)
+	specs, err := o.peerSpecs(nil)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +157,7 @@ func (o *radiusClientOptions) reloadPeers(cfg *config.Config, c *client.Client, 
 	if n.stream != o.stream || n.radsec() != o.radsec() {
 		return nil, fmt.Errorf("the servers' protocol changed (%s:// to %s://): restart to apply", scheme(o.peers[0]), scheme(n.peers[0]))
 	}
-	specs, err := n.peerSpecs(n.acctPeers, &n.maxRateAcct)
+	specs, err := n.peerSpecs(n.acctPeers)
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +169,7 @@ func (o *radiusClientOptions) reloadPeers(cfg *config.Config, c *client.Client, 
 		{"timeout, retries", fmt.Sprint(o.timeout, o.retries), fmt.Sprint(n.timeout, n.retries)},
 		{"down-timeout, hold-down", fmt.Sprint(o.downTimeout, o.holdDown), fmt.Sprint(n.downTimeout, n.holdDown)},
 		{"tls-ca, tls-cert, tls-key", fmt.Sprintf("%q %q %q", o.tlsCA, o.tlsCert, o.tlsKey), fmt.Sprintf("%q %q %q", n.tlsCA, n.tlsCert, n.tlsKey)},
-		{"max-rate, max-rate-acct, max-outstanding", fmt.Sprint(o.maxRate, o.maxRateAcct, o.maxOutstanding), fmt.Sprint(n.maxRate, n.maxRateAcct, n.maxOutstanding)},
+		{"max-rate, max-rate-acct, max-outstanding", fmt.Sprint(o.maxRate, o.maxRateAcct.of(o.maxRate), o.maxOutstanding), fmt.Sprint(n.maxRate, n.maxRateAcct.of(n.maxRate), n.maxOutstanding)},
 		{"secret-file", o.secretFile, n.secretFile},
 	})
 	return applyPeers(c, specs, restart, metrics)

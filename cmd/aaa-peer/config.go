@@ -278,7 +278,7 @@ func ownSettings(peers []config.Peer, set map[string]bool, tw time.Duration, tls
 // apply sets the peer's own settings in spec, its TLS files read; the
 // accounting limits take acctRate as their rate when it is not nil (the
 // RADIUS client's --max-rate-acct).
-func (s ownSetting) apply(spec *client.PeerSpec, acctRate *int) error {
+func (s ownSetting) apply(spec *client.PeerSpec, acct acctRate) error {
 	spec.Tw = s.tw
 	if t := s.tls; t != nil {
 		tc, err := peerTLS(*t)
@@ -289,11 +289,9 @@ func (s ownSetting) apply(spec *client.PeerSpec, acctRate *int) error {
 	}
 	if l := s.limits; l != nil {
 		auth := throttle.Limits{MaxRate: l.MaxRate, MaxOutstanding: l.MaxOutstanding}
-		acct := auth
-		if acctRate != nil {
-			acct.MaxRate = *acctRate
-		}
-		spec.Throttle = &client.ThrottleLimits{Auth: auth, Accounting: acct}
+		accounting := auth
+		accounting.MaxRate = acct.of(l.MaxRate)
+		spec.Throttle = &client.ThrottleLimits{Auth: auth, Accounting: accounting}
 	}
 	return nil
 }

@@ -12,8 +12,9 @@ import (
 // The file's servers keep their order, weights and names; with roles the
 // primaries come first and --mode is failover unless given. The file's
 // top-level tw, TLS files and limits are every server's; a server's own
-// replace them for that server unless the flag is given (max-rate is the
-// Access-Requests' rate; --max-rate-acct stays every server's). It returns each server's shared secret by URL
+// replace them for that server unless the flag is given (--max-rate-acct,
+// given, stays every server's accounting rate). It returns each server's
+// shared secret by URL
 // (none for radsec://, whose secret is "radsec"), and sets --secret-file
 // when the servers share one file.
 func (o *radiusClientOptions) applyConfig(cfg *config.Config, set map[string]bool) (secrets map[string][]byte, err error) {

@@ -18,6 +18,8 @@ import (
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // writeConfig writes a configuration file (and a secret file beside it)
@@ -297,7 +299,7 @@ func TestClientOptionsFromConfig(t *testing.T) {
 
 func mustSpecs(t *testing.T, o clientOptions) []client.PeerSpec {
 	t.Helper()
-	specs, err := o.peerSpecs(nil, nil)
+	specs, err := o.peerSpecs(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +397,7 @@ func TestClientPerPeerTLSFileUnreadable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := o.peerSpecs(nil, nil); err == nil || !strings.Contains(err.Error(), "peer own: ") {
+	if _, err := o.peerSpecs(nil); err == nil || !strings.Contains(err.Error(), "peer own: ") {
 		t.Errorf("error %v: want one naming the peer", err)
 	}
 }
@@ -641,7 +643,7 @@ url = "radsec://10.0.0.2"
 	var specs []client.PeerSpec
 	for _, u := range o.peers {
 		s := client.PeerSpec{URL: u, Name: u}
-		if err := o.own[u].apply(&s, &o.maxRateAcct); err != nil {
+		if err := o.own[u].apply(&s, o.maxRateAcct); err != nil {
 			t.Fatal(err)
 		}
 		specs = append(specs, s)
@@ -679,7 +681,7 @@ func TestWeightByConfigName(t *testing.T) {
 		if err != nil {
 			t.Fatalf("--weight %s: %v", w, err)
 		}
-		specs, err := o.peerSpecs(nil, nil)
+		specs, err := o.peerSpecs(nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -689,4 +691,43 @@ func TestWeightByConfigName(t *testing.T) {
 			}
 		}
 	}
+}
+
+// --max-rate means the same over every protocol: every class's rate to
+// each server, accounting's too unless --max-rate-acct gives it its own.
+// The RADIUS client's --max-rate used to limit Access-Requests alone, so
+// a RADIUS accounting run with --max-rate went unthrottled.
+func TestMaxRateIsEveryClassesOverEveryProtocol(t *testing.T) {
+	for _, c := range []struct {
+		args       []string
+		auth, acct int
+	}{
+		{[]string{"--max-rate", "5"}, 5, 5},
+		{[]string{"--max-rate", "5", "--max-rate-acct", "7"}, 5, 7},
+		{[]string{"--max-rate", "5", "--max-rate-acct", "0"}, 5, 0},
+		{[]string{"--max-rate-acct", "7"}, 0, 7},
+	} {
+		var r radiusClientOptions
+		fs := radiusClientFlags(&r, io.Discard)
+		require.NoError(t, fs.Parse(append([]string{"--peer", "radius+tcp://127.0.0.1:1812"}, c.args...)))
+		require.NoError(t, r.validate())
+		rcfg, err := r.clientConfig([]byte("s"), client.NewBus(), slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+		assert.Equal(t, c.auth, rcfg.Throttle.Auth.MaxRate, "RADIUS %v: Access-Requests", c.args)
+		assert.Equal(t, c.acct, rcfg.Throttle.Accounting.MaxRate, "RADIUS %v: Accounting-Requests", c.args)
+
+		var d clientOptions
+		fs = clientFlags(&d, io.Discard)
+		require.NoError(t, fs.Parse(append([]string{"--peer", "tcp://127.0.0.1:3868", "--origin-host", "c.example.net",
+			"--origin-realm", "example.net", "--destination-realm", "example.net"}, c.args...)))
+		require.NoError(t, d.validate())
+		dcfg := d.clientConfig(slog.New(slog.DiscardHandler), transport.Options{}, client.NewBus())
+		require.NotNil(t, dcfg.Throttle, "Diameter %v: throttled", c.args)
+		assert.Equal(t, c.auth, dcfg.Throttle.Auth.MaxRate, "Diameter %v: the others", c.args)
+		assert.Equal(t, c.acct, dcfg.Throttle.Accounting.MaxRate, "Diameter %v: accounting", c.args)
+	}
+	var r radiusClientOptions
+	fs := radiusClientFlags(&r, io.Discard)
+	fs.SetOutput(io.Discard)
+	assert.Error(t, fs.Parse([]string{"--max-rate-acct", "-1"}), "a negative rate is refused")
 }

@@ -435,7 +435,7 @@ func TestLatencyFromIntendedTime(t *testing.T) {
 		c.epoch = c.epoch.Add(-time.Second) // so that the intended time is after it
 		ccfg := o.clientConfig(log, transport.Options{}, client.NewBus())
 		var err error
-		if ccfg.Peers, err = o.peerSpecs(nil, nil); err != nil {
+		if ccfg.Peers, err = o.peerSpecs(nil); err != nil {
 			t.Fatal(err)
 		}
 		if c.cl, err = client.New(ccfg); err != nil {
