@@ -8,11 +8,13 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radpeer"
 	"github.com/aaatp/aaatp/transport"
+	lradius "layeh.com/radius"
 )
 
 // secretEnv is the environment variable holding the RADIUS shared secret
@@ -21,7 +23,7 @@ const secretEnv = "AAATP_RADIUS_SECRET"
 
 // radiusFlags adds the RADIUS server flags.
 func radiusFlags(fs *flag.FlagSet, secretFile *string) {
-	fs.StringVar(secretFile, "secret-file", "", "`FILE` holding the RADIUS shared secret of radius+tcp:// listeners (else $"+secretEnv+"); radsec:// uses \"radsec\" (RFC 6614)")
+	fs.StringVar(secretFile, "secret-file", "", "`FILE` holding the RADIUS shared secret for radius:// and radius+tcp:// (else $"+secretEnv+"); radsec:// uses \"radsec\" (RFC 6614)")
 }
 
 // radiusServerFlags adds the RADIUS listeners' Message-Authenticator
@@ -73,6 +75,25 @@ func (o *serverOptions) validateRADIUSListen(u string) error {
 	return nil
 }
 
+// radiusHandler answers the RADIUS listeners' requests: accepted, after
+// --answer-delay.
+func (s *server) radiusHandler() radpeer.Handler {
+	d := s.o.answerDelay
+	if d <= 0 {
+		return radpeer.AcceptAll
+	}
+	return func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return 0, nil // the connection is gone: no answer
+		}
+		return radpeer.AcceptAll(ctx, req, raw)
+	}
+}
+
 // openRADIUS opens the socket of the RADIUS listener u; its generations
 // (one per secret, or table of clients) share the server's handler and
 // limits.
@@ -86,7 +107,7 @@ func (s *server) openRADIUS(u string, topts transport.Options, store dedup.Store
 		return radpeer.ServerConfig{
 			Secret:                sec.secret,
 			Clients:               clients,
-			Handler:               radpeer.Dedup(store, radpeer.AcceptAll, &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...)),
+			Handler:               radpeer.Dedup(store, s.radiusHandler(), &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...)),
 			MaxInFlight:           s.o.maxHandlers,
 			MaxQueued:             s.o.maxQueued,
 			MaxUnanswered:         min(s.o.maxUnanswered, radpeer.DefaultMaxUnanswered), // one Identifier space

@@ -220,3 +220,46 @@ func TestRadclientUDP(t *testing.T) {
 		t.Fatalf("server report: received %d applied %d duplicates %d, want 3 2 1", rep.Received, rep.Applied, rep.Duplicates)
 	}
 }
+
+// A server with RADIUS listeners alone needs no Diameter identity, and
+// --answer-delay slows its answers as it slows Diameter's (the Status-
+// Servers of the watchdog are answered at once); --drop-dwa and
+// --stall-after, which act on Diameter listeners, are refused there
+// rather than shown as active on the status page while doing nothing.
+func TestRADIUSOnlyServerFaults(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	sf := filepath.Join(dir, "secret")
+	if err := os.WriteFile(sf, []byte(testRadiusSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	if code := runServer(context.Background(), []string{"--listen", "radius://127.0.0.1:0", "--secret-file", sf, "--drop-dwa"}, &bytes.Buffer{}, &stderr); code != 2 ||
+		!strings.Contains(stderr.String(), "--drop-dwa and --stall-after act on Diameter listeners") {
+		t.Fatalf("--drop-dwa with RADIUS listeners alone: exit %d, %q", code, stderr.String())
+	}
+
+	const delay = 400 * time.Millisecond
+	srv := (&testServer{stderr: &syncBuffer{}, done: make(chan int, 1), ready: filepath.Join(dir, "ready")}).start(t, nil,
+		[]string{"--listen", "radius+tcp://127.0.0.1:0", "--secret-file", sf, "--answer-delay", delay.String(), "--ready", filepath.Join(dir, "ready")})
+	u := readLines(t, srv)[0]
+	p, err := radpeer.Dial(u, radpeer.Config{Secret: []byte(testRadiusSecret), Watchdog: watchdog.Config{Twinit: 6 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := p.WaitState(ctx, watchdog.Okay); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r, err := p.Exchange(ctx, &radius.Request{Code: lradius.CodeAccessRequest, Attributes: lradius.Attributes{
+		{Type: radius.AttrUserName, Attribute: []byte("alice")}, {Type: radius.AttrUserPassword, Attribute: []byte("pw")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); r.Packet.Code != lradius.CodeAccessAccept || took < delay {
+		t.Fatalf("%v after %v: want Access-Accept after --answer-delay %v", r.Packet.Code, took, delay)
+	}
+}

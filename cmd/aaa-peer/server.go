@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -127,9 +128,9 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.events, "events", "", "write every peer event as a JSON line to `FILE` (\"-\" is stdout)")
 	fs.StringVar(&o.report, "report", "", "write a JSON report to `FILE` on exit (\"-\" is stdout)")
 	fs.StringVar(&o.ready, "ready", "", "once listening, write the bound listen URLs (one per line) to `FILE`; useful with port 0")
-	fs.DurationVar(&o.answerDelay, "answer-delay", 0, "fault: wait `D` before answering each application request")
-	fs.BoolVar(&o.dropDWA, "drop-dwa", false, "fault: answer DWRs but never send the DWAs (everything else is answered)")
-	fs.Int64Var(&o.stallAfter, "stall-after", 0, "fault: after `N` application requests received in total, stop reading every connection (0: never)")
+	fs.DurationVar(&o.answerDelay, "answer-delay", 0, "fault: wait `D` before answering each application request (Diameter and RADIUS; not a DWR nor a Status-Server)")
+	fs.BoolVar(&o.dropDWA, "drop-dwa", false, "fault, Diameter listeners: answer DWRs but never send the DWAs (everything else is answered)")
+	fs.Int64Var(&o.stallAfter, "stall-after", 0, "fault, Diameter listeners: after `N` application requests received in total, stop reading every connection (0: never)")
 	fs.BoolVar(&o.noDelay, "no-delay", false, "disable Nagle on TCP and TLS sockets (RFC 3539 3.2 wants it on)")
 	fs.StringVar(&o.shutdown, "shutdown-cause", "rebooting", "Disconnect-Cause `C` of the DPRs sent on SIGTERM or SIGINT: rebooting (clients redial at once), busy or do-not-want-to-talk-to-you (clients hold off, RFC 6733 5.4.3)")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate `FILE` presented on tls:// listeners")
@@ -174,13 +175,16 @@ func (o *serverOptions) validate() error {
 	default:
 		return usagef("--shutdown-cause %q: want rebooting, busy or do-not-want-to-talk-to-you", o.shutdown)
 	}
+	diameter := slices.ContainsFunc(o.listen, func(u string) bool { return !radpeer.IsURL(u) })
 	switch {
 	case len(o.listen) == 0:
 		return usagef("--listen is required")
-	case o.originHost == "":
-		return usagef("--origin-host is required")
-	case o.originRealm == "":
-		return usagef("--origin-realm is required")
+	case o.originHost == "" && diameter:
+		return usagef("--origin-host is required with a Diameter --listen")
+	case o.originRealm == "" && diameter:
+		return usagef("--origin-realm is required with a Diameter --listen")
+	case !diameter && (o.dropDWA || o.stallAfter > 0):
+		return usagef("--drop-dwa and --stall-after act on Diameter listeners, and every --listen is RADIUS")
 	case o.tw < watchdog.MinTwinit:
 		return usagef("--tw %v is below the RFC 3539 minimum of %v", o.tw, watchdog.MinTwinit)
 	case o.answerDelay < 0:
@@ -218,11 +222,17 @@ func (o *serverOptions) validate() error {
 	case o.dedup != "memory" && !strings.HasPrefix(o.dedup, "redis"):
 		return usagef("--dedup %q: want memory or a redis:// URL", o.dedup)
 	}
-	if err := checkIdentityFlag("origin-host", o.originHost, "server1.example.net"); err != nil {
-		return err
+	// A RADIUS-only server has no Diameter identity to check, but one
+	// given is checked all the same.
+	if diameter || o.originHost != "" {
+		if err := checkIdentityFlag("origin-host", o.originHost, "server1.example.net"); err != nil {
+			return err
+		}
 	}
-	if err := checkIdentityFlag("origin-realm", o.originRealm, "example.net"); err != nil {
-		return err
+	if diameter || o.originRealm != "" {
+		if err := checkIdentityFlag("origin-realm", o.originRealm, "example.net"); err != nil {
+			return err
+		}
 	}
 	if err := checkStatusAddr(o.status); err != nil {
 		return err
@@ -724,10 +734,10 @@ func (s *server) snapshot(bound []string) status.Snapshot {
 		faults = append(faults, "answer-delay "+s.o.answerDelay.String())
 	}
 	if s.o.dropDWA {
-		faults = append(faults, "drop-dwa")
+		faults = append(faults, "drop-dwa (Diameter listeners)")
 	}
 	if s.o.stallAfter > 0 {
-		faults = append(faults, fmt.Sprintf("stall-after %d", s.o.stallAfter))
+		faults = append(faults, fmt.Sprintf("stall-after %d (Diameter listeners)", s.o.stallAfter))
 	}
 	if len(faults) > 0 {
 		info["faults"] = strings.Join(faults, ", ")
