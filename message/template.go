@@ -80,6 +80,21 @@ func NewRequestTemplate(s Series) (*RequestTemplate, error) {
 	return t, nil
 }
 
+// UserNameOf returns the User-Name of request n for format, as a
+// RequestTemplate of a Series with that UserName builds it: n in place
+// of a lone %d, fmt.Sprintf(format, n) with other verbs, format itself
+// without any.
+func UserNameOf(format string, n int64) string {
+	switch pre, suf, found := strings.Cut(format, "%d"); {
+	case !strings.Contains(format, "%"):
+		return format
+	case found && !strings.Contains(pre, "%") && !strings.Contains(suf, "%"):
+		return pre + strconv.FormatInt(n, 10) + suf
+	default:
+		return fmt.Sprintf(format, n)
+	}
+}
+
 // Build encodes request n, with userName as its User-Name instead of the
 // Series' when it is not empty. The slice is the caller's.
 func (t *RequestTemplate) Build(n int64, userName string) []byte {

@@ -102,3 +102,27 @@ func BenchmarkRequestTemplate(b *testing.B) {
 		}
 	})
 }
+
+// UserNameOf gives the User-Name a template builds, for the RADIUS
+// client, which builds its requests otherwise.
+func TestUserNameOfMatchesTheTemplate(t *testing.T) {
+	for _, user := range []string{"user%d@example.net", "%d", "fixed@example.net", "u%05d@example.net", "100%%-%d@x.net", "a@%d"} {
+		tm, err := NewRequestTemplate(Series{App: AppAccounting, From: Identity{"c.example.net", "example.net"},
+			DestinationRealm: "example.net", SessionPrefix: "s;", UserName: user})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []int64{0, 7, 123456} {
+			a, ok := wire.FindAVP(tm.Build(n, ""), UserName, 0)
+			if !ok {
+				t.Fatal("no User-Name")
+			}
+			if got := UserNameOf(user, n); got != string(a) {
+				t.Errorf("UserNameOf(%q, %d) = %q, the template's %q", user, n, got, a)
+			}
+		}
+	}
+	if got := UserNameOf("u%06d", 42); got != "u000042" {
+		t.Errorf("a padded format: %q", got)
+	}
+}

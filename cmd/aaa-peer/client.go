@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/aaatp/aaatp/client"
@@ -157,8 +156,6 @@ func (o *clientOptions) validate() error {
 		return usagef("--timeout must be positive")
 	case o.app != "acct" && o.app != "test":
 		return usagef("--app %q: want acct or test", o.app)
-	case strings.Contains(o.nai, "%") && strings.Contains(fmt.Sprintf(o.nai, 1), "%!"):
-		return usagef("--nai %q: want a format with at most one %%d", o.nai)
 	case (o.tlsCert == "") != (o.tlsKey == ""):
 		return usagef("--tls-cert and --tls-key go together")
 	}

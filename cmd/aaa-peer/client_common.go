@@ -102,6 +102,8 @@ func (o *loadOptions) check() error {
 		return usagef("--requests must not be negative")
 	case o.duration < 0:
 		return usagef("--duration must not be negative")
+	case strings.Contains(o.nai, "%") && strings.Contains(fmt.Sprintf(o.nai, 1), "%!"):
+		return usagef("--nai %q: want a format with at most one %%d", o.nai)
 	case o.maxRate < 0 || o.maxOutstanding < 0:
 		return usagef("--max-rate and --max-outstanding must not be negative")
 	case o.slot < 50*time.Millisecond || o.slot > time.Second:

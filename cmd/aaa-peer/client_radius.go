@@ -14,6 +14,7 @@ import (
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/config"
+	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
@@ -263,7 +264,7 @@ func (o *radiusClientOptions) validate() error {
 }
 
 func (o *radiusClientOptions) request(n int64) *radius.Request {
-	user := lradius.Attribute(strings.ReplaceAll(o.nai, "%d", fmt.Sprint(n)))
+	user := lradius.Attribute(message.UserNameOf(o.nai, n))
 	var r *radius.Request
 	switch o.app {
 	case "status":

@@ -15,6 +15,7 @@ import (
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/config"
 	"github.com/aaatp/aaatp/internal/testhelp"
+	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
@@ -730,4 +731,23 @@ func TestMaxRateIsEveryClassesOverEveryProtocol(t *testing.T) {
 	fs := radiusClientFlags(&r, io.Discard)
 	fs.SetOutput(io.Discard)
 	assert.Error(t, fs.Parse([]string{"--max-rate-acct", "-1"}), "a negative rate is refused")
+}
+
+// --nai is the same format over every protocol: the RADIUS client used
+// to put n in place of a literal %d alone, sending "u%06d" unchanged, so
+// every request had one User-Name, and hash and pearson sent them all to
+// one server.
+func TestNAIFormatOverRADIUS(t *testing.T) {
+	var o radiusClientOptions
+	fs := radiusClientFlags(&o, io.Discard)
+	require.NoError(t, fs.Parse([]string{"--peer", "radius://127.0.0.1:1812", "--nai", "u%06d@example.net"}))
+	require.NoError(t, o.validate())
+	user, ok := o.request(42).Attributes.Lookup(radius.AttrUserName)
+	require.True(t, ok)
+	assert.Equal(t, "u000042@example.net", string(user))
+
+	o = radiusClientOptions{}
+	fs = radiusClientFlags(&o, io.Discard)
+	require.NoError(t, fs.Parse([]string{"--peer", "radius://127.0.0.1:1812", "--nai", "u%s"}))
+	assert.ErrorContains(t, o.validate(), "want a format with at most one %d")
 }
