@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -35,6 +36,11 @@ func TestServerAndClient(t *testing.T) {
 
 	for name, r := range map[string]clientRun{"acct": acct, "test": test} {
 		rep := r.report
+		// The result is on stderr whatever --report says: the Diameter
+		// client used to print nothing by default.
+		if want := fmt.Sprintf(`msg="run finished" sent=%d answered=%d failed=0`, rep.Sent, rep.Answered); !strings.Contains(r.stderr, want) {
+			t.Errorf("%s: no %q on stderr:\n%s", name, want, r.stderr)
+		}
 		if rep.Failed != 0 || rep.Sent != rep.Answered || len(rep.FailedBy) != 0 {
 			t.Errorf("%s: sent %d answered %d failed %d %v", name, rep.Sent, rep.Answered, rep.Failed, rep.FailedBy)
 		}

@@ -148,7 +148,12 @@ func (c *loadgen) finish(code int, elapsed time.Duration, ew *eventWriter, stdou
 		c.log.Error("writing events", "err", err)
 		code = 1
 	}
-	switch rep := c.report(ew.Dropped(), elapsed); {
+	rep := c.report(ew.Dropped(), elapsed)
+	// Every run ends with its result on stderr, --report or not.
+	c.log.Info("run finished", "sent", rep.Sent, "answered", rep.Answered, "failed", rep.Failed,
+		"retransmitted", rep.Retransmitted, "elapsed", elapsed.Round(time.Millisecond),
+		"p50_us", rep.LatencyUS.P50, "p99_us", rep.LatencyUS.P99)
+	switch {
 	case c.o.report == "-" && c.o.events == "-":
 		// One line, as the events are: stdout stays JSON Lines.
 		if err := json.NewEncoder(stdout).Encode(rep); err != nil {
