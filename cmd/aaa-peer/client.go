@@ -191,8 +191,12 @@ func (o *clientOptions) validate() error {
 		o.requests = 10
 	}
 	switch {
-	case o.downTimeout < 0 || o.holdDown < 0 || o.keepAlive < 0:
-		return usagef("--down-timeout, --hold-down and --keepalive must not be negative")
+	case o.downTimeout < 0:
+		return usagef("--down-timeout %v: must not be negative", o.downTimeout)
+	case o.holdDown < 0:
+		return usagef("--hold-down %v: must not be negative", o.holdDown)
+	case o.keepAlive < 0:
+		return usagef("--keepalive %v: must not be negative", o.keepAlive)
 	case o.keepAlive > 0 && o.testUser == "":
 		return usagef("--keepalive needs --test-user")
 	}

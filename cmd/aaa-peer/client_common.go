@@ -104,8 +104,10 @@ func (o *loadOptions) check() error {
 		return usagef("--duration must not be negative")
 	case strings.Contains(o.nai, "%") && strings.Contains(fmt.Sprintf(o.nai, 1), "%!"):
 		return usagef("--nai %q: want a format with at most one %%d", o.nai)
-	case o.maxRate < 0 || o.maxOutstanding < 0:
-		return usagef("--max-rate and --max-outstanding must not be negative")
+	case o.maxRate < 0:
+		return usagef("--max-rate %d: must not be negative", o.maxRate)
+	case o.maxOutstanding < 0:
+		return usagef("--max-outstanding %d: must not be negative", o.maxOutstanding)
 	case o.slot < 50*time.Millisecond || o.slot > time.Second:
 		return usagef("--slot %v: want 50ms to 1s", o.slot)
 	case o.connectTimeout <= 0:

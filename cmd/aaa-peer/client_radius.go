@@ -130,7 +130,7 @@ func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.BoolVar(&o.statusServer, "status-server", false, "probe and keep alive with Status-Server (RFC 5997) instead of a test user")
 	fs.DurationVar(&o.keepAlive, "keepalive", 0, "send the test message to each server every `D` (needs --test-user or --status-server)")
 	fs.IntVar(&o.maxRate, "max-rate", 0, "throttle: at most `N` requests per second of each class (Accounting-Requests, the others) to each server, spread evenly over --slot slots (0: no rate limit)")
-	fs.IntVar(&o.maxOutstanding, "max-outstanding", 0, "per-server and class max requests awaiting a reply (default 256)")
+	fs.IntVar(&o.maxOutstanding, "max-outstanding", 0, "throttle: at most `N` requests of each class awaiting a reply per server, up to the server's Identifiers: 255 a connection over TCP and TLS (--max-conns), 256 a socket over UDP (default 256, or those)")
 	fs.Float64Var(&o.rate, "rate", 100, "`N` requests per second, open loop: each request leaves at its intended time (start + n/N) whatever the earlier ones are doing, and its latency is measured from that time, not from when it left (against coordinated omission, as wrk2); may be fractional (0: closed loop, --concurrency callers as fast as they go)")
 	fs.IntVar(&o.concurrency, "concurrency", 256, "in-flight bound `N`, 1 to 100000: at most N requests in flight; with --rate, a request whose time comes while N are in flight is not sent (dropped_in_flight in the report, a warning at most once a second); with --rate 0, N callers (no more than --requests) each sending its next request when its last is done")
 	fs.Int64Var(&o.requests, "requests", 0, "stop after `N` requests sent (those not sent at the in-flight bound do not count; 0: no limit)")
@@ -178,6 +178,9 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
+	for _, u := range radiusUnused(cfg) {
+		log.Warn("--config: the client does not use this part of the file", "file", o.config, "ignored", u)
+	}
 	var secret []byte                                 // radsec:// uses "radsec" (RFC 6614 2.3)
 	if !o.radsec() && len(o.secrets) < len(o.peers) { // some server has no secret of its own
 		if secret, err = readSecret(o.secretFile); err != nil {
@@ -186,6 +189,15 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 		}
 	}
 	return o.run(ctx, secret, log, stdout, stderr, hup)
+}
+
+// identifiers is how many requests a server can have in flight: one per
+// Identifier of its connections, or of the Client's UDP sockets to it.
+func (o *radiusClientOptions) identifiers() int {
+	if o.stream {
+		return radpeer.IDsPerConn * o.maxConns
+	}
+	return radpeer.IDsPerSocket * radpeer.DefaultUDPSockets
 }
 
 // radsec reports whether the peers are radsec:// (validated: all alike).
@@ -234,6 +246,17 @@ func (o *radiusClientOptions) validate() error {
 		case (o.tlsCert == "") != (o.tlsKey == ""):
 			return usagef("--tls-cert and --tls-key go together")
 		}
+	} else {
+		// Given on the command line for UDP, these would be taken and do
+		// nothing: there is no connection, and no watchdog.
+		for _, f := range []string{"tw", "max-conns", "no-delay", "tls-ca", "tls-cert", "tls-key"} {
+			if o.set[f] {
+				return usagef("--%s is for radius+tcp:// and radsec:// servers; over radius:// (UDP) there is no connection: each request is sent up to --retries times, --timeout apart", f)
+			}
+		}
+	}
+	if most := o.identifiers(); o.maxOutstanding > most {
+		return usagef("--max-outstanding %d: a server takes at most %d requests in flight here, one per Identifier (raise --max-conns over TCP and TLS)", o.maxOutstanding, most)
 	}
 	if o.requestTimeout < 0 { // every transport's: 0 is the default
 		return usagef("--request-timeout must not be negative")
@@ -247,8 +270,14 @@ func (o *radiusClientOptions) validate() error {
 		return usagef("--app %q: want auth, acct or status", o.app)
 	}
 	switch {
-	case o.timeout <= 0 || o.retries < 1 || o.holdDown <= 0 || o.downTimeout < 0:
-		return usagef("--timeout, --retries and --hold-down must be positive, --down-timeout not negative")
+	case o.timeout <= 0:
+		return usagef("--timeout %v: must be positive (each attempt's wait for a reply)", o.timeout)
+	case o.retries < 1:
+		return usagef("--retries %d: must be at least 1", o.retries)
+	case o.holdDown <= 0:
+		return usagef("--hold-down %v: must be positive", o.holdDown)
+	case o.downTimeout < 0:
+		return usagef("--down-timeout %v: must not be negative", o.downTimeout)
 	case o.testUser != "" && o.statusServer:
 		return usagef("--test-user and --status-server are two kinds of probe: choose one")
 	case o.keepAlive > 0 && o.testUser == "" && !o.statusServer:

@@ -121,7 +121,8 @@ func TestClientSharedFlagChecks(t *testing.T) {
 		{"--requests", "-1", "--requests must not be negative"},
 		{"--duration", "-1s", "--duration must not be negative"},
 		{"--slot", "20ms", "--slot 20ms: want 50ms to 1s"},
-		{"--max-outstanding", "-1", "--max-rate and --max-outstanding must not be negative"},
+		{"--max-outstanding", "-1", "--max-outstanding -1: must not be negative"},
+		{"--max-rate", "-1", "--max-rate -1: must not be negative"},
 		{"--mode", "spread", `--mode "spread": want balance or failover`},
 		{"--wait-peers", "2", "--wait-peers 2: want 0 (all) to 1 (the number of --peer)"},
 		{"--connect-timeout", "0s", "--connect-timeout must be positive"},
@@ -137,6 +138,36 @@ func TestClientSharedFlagChecks(t *testing.T) {
 				t.Errorf("%v: exit %d, %q; want 2 and %q", args, code, stderr.String(), tc.want)
 			}
 		}
+	}
+}
+
+// Flags of connections and of the watchdog given for radius:// (UDP),
+// which has neither, are refused rather than taken and ignored; each bad
+// value is named alone.
+func TestRadiusUDPClientRefusesStreamFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tw", "1s"}, "--tw is for radius+tcp:// and radsec:// servers"},
+		{[]string{"--max-conns", "2"}, "--max-conns is for radius+tcp://"},
+		{[]string{"--no-delay"}, "--no-delay is for radius+tcp://"},
+		{[]string{"--tls-ca", "/nonexistent"}, "--tls-ca is for radius+tcp://"},
+		{[]string{"--retries", "0"}, "--retries 0: must be at least 1"},
+		{[]string{"--timeout", "0s"}, "--timeout 0s: must be positive"},
+		{[]string{"--max-outstanding", "2000"}, "--max-outstanding 2000: a server takes at most 1024 requests in flight here"},
+	} {
+		var stdout, stderr bytes.Buffer
+		args := append([]string{"client", "--peer", "radius://127.0.0.1:1812"}, tc.args...)
+		if code := run(context.Background(), args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tc.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", args, code, stderr.String(), tc.want)
+		}
+	}
+	// Over TCP, 255 a connection: more needs more connections.
+	var stdout, stderr bytes.Buffer
+	args := []string{"client", "--peer", "radius+tcp://127.0.0.1:1812", "--max-outstanding", "300"}
+	if code := run(context.Background(), args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "at most 255 requests in flight here") {
+		t.Errorf("%v: exit %d, %q", args, code, stderr.String())
 	}
 }
 

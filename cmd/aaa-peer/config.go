@@ -212,19 +212,28 @@ func (o *clientOptions) applyConfig(cfg *config.Config, set map[string]bool) (un
 		}
 		o.filePeers(cfg.Peers, set)
 	}
+	if cfg.Secret != nil {
+		unused = append(unused, "secret")
+	}
+	return append(unused, serverParts(cfg)...), nil
+}
+
+// serverParts names the parts of cfg that only a server uses.
+func serverParts(cfg *config.Config) []string {
+	var parts []string
 	if len(cfg.Listen) > 0 {
-		unused = append(unused, "listen")
+		parts = append(parts, "listen")
 	}
 	if cfg.Dedup != nil {
-		unused = append(unused, "[dedup]")
+		parts = append(parts, "[dedup]")
 	}
 	if cfg.TLS.ClientCA != "" {
-		unused = append(unused, "tls-client-ca")
+		parts = append(parts, "tls-client-ca")
 	}
 	if len(cfg.Clients) > 0 {
-		unused = append(unused, "[[client]]")
+		parts = append(parts, "[[client]]")
 	}
-	return unused, nil
+	return parts
 }
 
 // ownSetting is what the --config file sets for one peer in place of

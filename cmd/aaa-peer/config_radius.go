@@ -17,6 +17,22 @@ import (
 // shared secret by URL
 // (none for radsec://, whose secret is "radsec"), and sets --secret-file
 // when the servers share one file.
+// radiusUnused names the parts of cfg the RADIUS client does not use: the
+// Diameter identity and the server's parts.
+func radiusUnused(cfg *config.Config) []string {
+	if cfg == nil {
+		return nil
+	}
+	var unused []string
+	for _, k := range []struct{ key, v string }{{"origin-host", cfg.OriginHost}, {"origin-realm", cfg.OriginRealm},
+		{"destination-realm", cfg.DestinationRealm}} {
+		if k.v != "" {
+			unused = append(unused, k.key)
+		}
+	}
+	return append(unused, serverParts(cfg)...)
+}
+
 func (o *radiusClientOptions) applyConfig(cfg *config.Config, set map[string]bool) (secrets map[string][]byte, err error) {
 	if cfg == nil {
 		return nil, nil

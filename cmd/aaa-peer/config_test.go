@@ -751,3 +751,25 @@ func TestNAIFormatOverRADIUS(t *testing.T) {
 	require.NoError(t, fs.Parse([]string{"--peer", "radius://127.0.0.1:1812", "--nai", "u%s"}))
 	assert.ErrorContains(t, o.validate(), "want a format with at most one %d")
 }
+
+// Each client names the parts of a --config file it does not use, so
+// that a key meant for it but read by nothing is not taken in silence:
+// the RADIUS client used to name none, the Diameter client not secret.
+func TestClientsNameWhatTheyIgnore(t *testing.T) {
+	cfg, err := config.Parse("c.toml", []byte(`origin-host = "c.example.net"
+origin-realm = "example.net"
+destination-realm = "example.net"
+secret = "s"
+listen = ["tcp://127.0.0.1:3868"]
+[dedup]
+url = "memory"
+`))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"origin-host", "origin-realm", "destination-realm", "listen", "[dedup]"}, radiusUnused(cfg))
+	var o clientOptions
+	fs := clientFlags(&o, io.Discard)
+	require.NoError(t, fs.Parse(nil))
+	unused, err := o.applyConfig(cfg, setFlags(fs))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"secret", "listen", "[dedup]"}, unused)
+}

@@ -162,8 +162,12 @@ secret-file = "` + newSecret + `"
 	probe := func(u, secret string) clientReport {
 		ctx, cancel := context.WithTimeout(ctx, 8*time.Second) // a stream client refused keeps trying
 		defer cancel()
-		_, rep, _ := radiusRun(ctx, "--peer", u, "--secret-file", secret, "--app", "auth", "--requests", "3",
-			"--timeout", "300ms", "--retries", "1", "--request-timeout", "2s", "--tw", "6s")
+		args := []string{"--peer", u, "--secret-file", secret, "--app", "auth", "--requests", "3",
+			"--timeout", "300ms", "--retries", "1", "--request-timeout", "2s"}
+		if strings.HasPrefix(u, "radius+tcp://") {
+			args = append(args, "--tw", "6s") // UDP has no watchdog, and refuses it
+		}
+		_, rep, _ := radiusRun(ctx, args...)
 		return rep
 	}
 	for _, u := range []string{tcpURL, udpURL} {
