@@ -26,6 +26,7 @@ import (
 
 const radiusDemoSynopsis = `usage: aaa-peer demo --protocol radius [--timeout 1s] [--retries 3]
        [--hold-down 10s] [--rate 20] [--burst 2000] [--burst-rate 500] [--quiet]
+       [--status ADDR]
 
 The Nokia 7750 SR server states and the Cisco ASR5K throttle, over RADIUS
 on UDP, in this process, on 127.0.0.1 (nothing else to install): three

@@ -60,8 +60,10 @@ import (
 const usageText = `usage: aaa-peer <command> [flags]
 
 commands:
-  server   Diameter server: answers ACRs and test requests, each applied once
-  client   load generator: balanced or primary/secondary, with RFC 3539 failover
+  server   Diameter and RADIUS server: answers ACRs, test requests and RADIUS
+           requests, each accounting record applied once
+  client   load generator, Diameter or RADIUS: balanced or primary/secondary,
+           with RFC 3539 failover
   route    prints the RFC 3074 hash of a NAI and the server it goes to
   demo     live failover demo: 3 servers and a client on loopback, under a minute
   version  prints the version, VCS revision, build time and Go version (also --version)
@@ -70,8 +72,8 @@ commands:
 server and client take --config FILE (TOML: identity, listeners, peers with
 their names, secrets, weights and roles, the dedup store); flags given on
 the command line override it. server, client and demo take --status ADDR
-(a live status page, /status.json and Prometheus /metrics), --log-level
-and --log-format text|json.
+(a live status page, /status.json and Prometheus /metrics); server, client
+and the Diameter demo take --log-level and --log-format text|json.
 Run 'aaa-peer <command> -h' for the flags of a command. Exit codes: 0
 success, 1 runtime failure, 2 usage error.
 `
