@@ -29,7 +29,8 @@ type Server struct {
 	// over either limit is closed at once, counted and logged, so that
 	// silent connections cannot use up the process's descriptors while
 	// they wait for CEATimeout. Zero means DefaultMaxOpening and
-	// DefaultMaxOpeningPerAddr; negative means no limit.
+	// DefaultMaxOpeningPerAddr; negative means no limit. An IPv6 /64
+	// counts as one source address, here and for MaxConnectionsPerAddr.
 	MaxOpening, MaxOpeningPerAddr int
 	// MaxConnections, when set before Serve, bounds the connections open
 	// at once, admitted or not: a new connection over it is closed at

@@ -135,7 +135,8 @@ type ServerConfig struct {
 	// MaxConnections bounds a stream listener's connections open at
 	// once, admitted or not: over it a new connection is closed at once,
 	// counted and logged. Zero means DefaultMaxConnections; negative
-	// means no limit. MaxConnectionsPerAddr bounds those from one source
+	// means no limit (an IPv6 /64 counts as one source address for the
+	// per-address bounds). MaxConnectionsPerAddr bounds those from one source
 	// address, so that one host cannot take every place: zero means
 	// DefaultMaxConnectionsPerAddr, negative no limit.
 	MaxConnections, MaxConnectionsPerAddr int

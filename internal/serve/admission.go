@@ -29,7 +29,8 @@ type Admission struct {
 	// Max and PerAddr bound the connections not admitted yet, in all and
 	// from one source address; MaxConns and MaxConnsPerAddr the
 	// connections open, admitted or not, in all and from one source
-	// address (so that one host cannot take every place). Zero means
+	// address (so that one host cannot take every place; an IPv6 /64
+	// counts as one address, see SourceOf). Zero means
 	// DefaultMaxOpening, DefaultMaxOpeningPerAddr, DefaultMaxConns and
 	// DefaultMaxConnsPerAddr; negative means no limit. Set them before the
 	// first Admit.
@@ -68,6 +69,7 @@ func (o *Admission) Admit(remote net.Addr, lg *slog.Logger) (*Ticket, bool) {
 	max, perAddr := limitOf(o.Max, DefaultMaxOpening), limitOf(o.PerAddr, DefaultMaxOpeningPerAddr)
 	maxConns, connsPerAddr := limitOf(o.MaxConns, DefaultMaxConns), limitOf(o.MaxConnsPerAddr, DefaultMaxConnsPerAddr)
 	a, _ := AddrOf(remote)
+	a = SourceOf(a)
 	o.mu.Lock()
 	if o.byAddr == nil {
 		o.byAddr, o.openBy = make(map[netip.Addr]int), make(map[netip.Addr]int)
@@ -99,6 +101,19 @@ func (o *Admission) Admit(remote net.Addr, lg *slog.Logger) (*Ticket, bool) {
 	o.byAddr[a]++
 	o.mu.Unlock()
 	return &Ticket{o: o, a: a}, true
+}
+
+// SourceOf returns the source the per-address limits count a connection
+// from address a by: a itself, or for IPv6 its /64. A host or site is
+// given a /64 whole (RFC 6177), so counted by its /128 addresses one
+// host could open as many connections as it likes.
+func SourceOf(a netip.Addr) netip.Addr {
+	if a.Is6() && !a.Is4In6() {
+		if p, err := a.Prefix(64); err == nil {
+			return p.Addr()
+		}
+	}
+	return a
 }
 
 // Admitted ends the connection's count among those not admitted yet; it

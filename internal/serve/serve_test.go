@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand"
 	"net"
+	"net/netip"
 	"runtime"
 	"strings"
 	"sync"
@@ -358,6 +359,37 @@ func TestAdmissionLimits(t *testing.T) {
 	var none *Ticket
 	none.Admitted() // a listener without an Admission has nil Tickets
 	none.Ended()
+}
+
+// An IPv6 /64 is one source for the per-address limits: a host has a
+// /64 to itself, and counted by its addresses it would pass every
+// per-address limit at will. Another /64 has its own count; IPv4 and
+// IPv4-mapped addresses count alone.
+func TestAdmissionCountsAnIPv6SlashSixtyFourAsOneSource(t *testing.T) {
+	a := &Admission{Max: -1, PerAddr: 2, MaxConns: -1, MaxConnsPerAddr: 3}
+	at := func(s string) net.Addr { return &net.TCPAddr{IP: net.ParseIP(s), Port: 1} }
+	var tickets []*Ticket
+	for _, s := range []string{"2001:db8::1", "2001:db8::ffff:2"} {
+		tk, ok := a.Admit(at(s), nil)
+		require.True(t, ok, s)
+		tickets = append(tickets, tk)
+	}
+	_, ok := a.Admit(at("2001:db8::3"), nil)
+	assert.False(t, ok, "a third opening from the same /64 is over PerAddr")
+	_, ok = a.Admit(at("2001:db8:0:1::1"), nil)
+	assert.True(t, ok, "another /64 counts apart")
+	tickets[0].Admitted()
+	tickets[1].Admitted()
+	tk, ok := a.Admit(at("2001:db8::4"), nil)
+	require.True(t, ok)
+	tk.Admitted()
+	_, ok = a.Admit(at("2001:db8::5"), nil)
+	assert.False(t, ok, "a fourth open from the /64 is over MaxConnsPerAddr")
+	for _, s := range []string{"10.0.0.1", "10.0.0.2", "::ffff:10.0.0.3"} {
+		_, ok = a.Admit(at(s), nil)
+		assert.True(t, ok, "%s: IPv4 addresses count alone", s)
+	}
+	assert.Equal(t, netip.MustParseAddr("2001:db8::"), SourceOf(netip.MustParseAddr("2001:db8::abcd:1")))
 }
 
 // MaxConns bounds the connections open, admitted ones included: a
