@@ -572,8 +572,13 @@ func (c *serverConn) request(b []byte) string {
 		return "request failed verification: " + err.Error()
 	case err != nil: // refused by the Message-Authenticator policy: never answered
 		s.dropped.Add(1)
-		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadRequest, "RADIUS request dropped", "remote", c.tc.RemoteAddr().String(), "err", err)
-		s.publish(c.tc.RemoteAddr().String(), peer.Event{Kind: peer.EventError, Reason: "dropped: " + err.Error()})
+		// An event at the log's rate: a client that sends thousands of
+		// these (it needs no secret to) gets neither a line nor an event
+		// each.
+		if line := serve.Limited(s.cfg.Logger, slog.LevelWarn, serve.KindBadRequest, "RADIUS request dropped", "remote", c.tc.RemoteAddr().String(), "err", err); line != nil {
+			line.Write(s.cfg.Logger)
+			s.publish(c.tc.RemoteAddr().String(), peer.Event{Kind: peer.EventError, Reason: "dropped: " + err.Error()})
+		}
 		return ""
 	}
 	if signed && !c.admitted {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/internal/testhelp"
+	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/stretchr/testify/assert"
@@ -503,6 +504,33 @@ func TestServerMaxConnectionsPerAddr(t *testing.T) {
 		assert.True(t, second.closedByServer(), "a second connection from the address is closed at once")
 		assert.Equal(t, uint64(1), s.Stats().Refused)
 		first.conn.Close()
+		mustClose(t, s)
+	})
+}
+
+// Requests the Message-Authenticator policy refuses (here Status-Server
+// without one, which anyone can send, on a connection never admitted)
+// are each counted, but logged and published as events at the log's
+// bounded rate: before, each one was an event, so one connection could
+// flood every subscriber and an --events file.
+func TestServerPolicyRefusalsRateLimited(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bus := peer.NewBus()
+		var events atomic.Int64
+		defer bus.Subscribe(func(_ context.Context, e peer.Event) {
+			if e.Kind == peer.EventError {
+				events.Add(1)
+			}
+		})()
+		s, ln := startServer(t, ServerConfig{Events: bus, Logger: slog.New(slog.DiscardHandler)})
+		c := connect(t, ln)
+		for i := range 500 {
+			require.NoError(t, c.tc.WriteMessages(unsignedRequest(t, lradius.CodeStatusServer, byte(i))))
+		}
+		synctest.Wait()
+		assert.Equal(t, uint64(500), s.Stats().Dropped, "every refusal counted")
+		assert.LessOrEqual(t, events.Load(), int64(20), "events at the log's rate (20 a window)")
+		c.conn.Close()
 		mustClose(t, s)
 	})
 }
