@@ -126,7 +126,7 @@ func (s *UDPServer) Addr() net.Addr { return s.pc.LocalAddr() }
 // the UDPServer is open.
 func (s *UDPServer) Serve() error {
 	s.mu.Lock()
-	if s.closed {
+	if s.closed || s.stopping.Load() {
 		s.mu.Unlock()
 		return nil
 	}
@@ -330,7 +330,11 @@ func (s *UDPServer) Stats() UDPServerStats {
 // new secret, a new table of clients) ends so without losing a request
 // it had read.
 func (s *UDPServer) Shutdown(ctx context.Context) error {
+	// Under mu, as Serve's check: a Serve that comes after it returns at
+	// once rather than add to the WaitGroup Shutdown waits on.
+	s.mu.Lock()
 	s.stopping.Store(true)
+	s.mu.Unlock()
 	_ = s.pc.SetReadDeadline(time.Now())
 	s.auth.Close() // queued requests still run; parked workers end now
 	s.acct.Close()

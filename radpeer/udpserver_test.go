@@ -736,3 +736,23 @@ func TestDupCacheUnsignedHalf(t *testing.T) {
 		t.Errorf("unsigned bytes %d over half of %d, or the signed entry went", c.sizeU, c.maxBytes)
 	}
 }
+
+// A Serve that comes after Shutdown returns at once: it does not start
+// reading a socket being shut down, nor add to what Shutdown waits for.
+func TestUDPServerServeAfterShutdownReturns(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	srv, err := NewUDPServer(pc, ServerConfig{Secret: testSecret, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, srv.Shutdown(ctx))
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve() }()
+	select {
+	case err := <-served:
+		assert.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve after Shutdown is still running")
+	}
+}
