@@ -127,8 +127,11 @@ type ServerConfig struct {
 	// connections that have not sent a request signed with the shared
 	// secret yet (an Accounting-Request, or any request with a
 	// Message-Authenticator: an Access-Request without one is answered
-	// but proves nothing), in all and from one address: those need no
-	// secret, so over either bound a new connection is closed at once. Zero means
+	// but proves nothing, and its connection, kept while it sends, stays
+	// counted here; over radsec:// the handshake's certificate is the
+	// proof and any request passing verification admits), in all and
+	// from one address: those need no secret, so over either bound a new
+	// connection is closed at once. Zero means
 	// serve.DefaultMaxOpening (256) and serve.DefaultMaxOpeningPerAddr
 	// (64); negative means no limit.
 	MaxOpening, MaxOpeningPerAddr int
@@ -141,7 +144,8 @@ type ServerConfig struct {
 	// DefaultMaxConnectionsPerAddr, negative no limit.
 	MaxConnections, MaxConnectionsPerAddr int
 	// OpeningTimeout closes a stream connection that has not sent a
-	// request signed with the shared secret within it (see MaxOpening). Default
+	// request passing verification within it (signed or not; see
+	// MaxOpening for which admit it). Default
 	// DefaultOpeningTimeout.
 	OpeningTimeout time.Duration
 	// IdleTimeout closes a stream connection that sent no whole request
@@ -446,9 +450,10 @@ type serverConn struct {
 	deadline time.Time // the read deadline set, zero for none; guarded by out.Mu
 
 	// admitted: a request signed with the shared secret passed
-	// verification. Set by the reader under out.Mu; read by the reader,
-	// and by the writer under out.Mu.
-	admitted bool
+	// verification; live: a request passed verification, signed or not.
+	// Set by the reader under out.Mu; read by the reader, and by the
+	// writer under out.Mu.
+	admitted, live bool
 }
 
 func (c *serverConn) serve() {
@@ -475,7 +480,7 @@ func (c *serverConn) serve() {
 		case errors.Is(err, os.ErrDeadlineExceeded):
 			s.timedOut.Add(1)
 			note = "timed out: no request signed with the shared secret within the opening timeout"
-			if c.admitted {
+			if c.live {
 				note = "timed out: no request within the idle timeout"
 			}
 			serve.Log(s.cfg.Logger, slog.LevelInfo, serve.KindTimeout, "closing RADIUS connection: "+note[len("timed out: "):], "remote", name)
@@ -513,18 +518,17 @@ func (c *serverConn) setDeadline() {
 	c.armDeadlineLocked()
 }
 
-// armDeadlineLocked sets the read deadline. Until a signed request
-// admits the connection, it is the opening timeout from the connection's
-// start, whatever the connection is owed: answers to unsigned requests
-// do not extend it. Then it is the idle timeout from now, or none while
-// the connection is owed answers: a client waiting for a slow handler is
-// not idle, and no answer it waits for is lost to the timeout. The
-// outbox calls it too, when the last answer owed is written. An idle
-// deadline set less than idleSlack ago is left as it is: a busy
-// connection does not pay for a new one at every request. c.out.Mu is
-// held.
+// armDeadlineLocked sets the read deadline. Until a request passes
+// verification, it is the opening timeout from the connection's start.
+// Then (admitted, or live with unsigned requests) it is the idle timeout
+// from now, or none while the connection is owed answers: a client
+// waiting for a slow handler is not idle, and no answer it waits for is
+// lost to the timeout. The outbox calls it too, when the last answer
+// owed is written. An idle deadline set less than idleSlack ago is left
+// as it is: a busy connection does not pay for a new one at every
+// request. c.out.Mu is held.
 func (c *serverConn) armDeadlineLocked() {
-	if !c.admitted {
+	if !c.live {
 		c.setDeadlineLocked(c.opened.Add(c.s.cfg.OpeningTimeout))
 		return
 	}
@@ -581,15 +585,27 @@ func (c *serverConn) request(b []byte) string {
 		}
 		return ""
 	}
-	if signed && !c.admitted {
-		// Only a request signed with the secret admits a connection: an
-		// Access-Request without Message-Authenticator is answered, but
-		// anyone can send one, and admitted connections are the places
-		// the opening limits keep for clients that hold the secret.
+	switch {
+	case c.admitted:
+	case signed || s.radsec:
+		// Only a request signed with the secret admits a connection
+		// (over radsec:// the secret is public, and the certificate the
+		// handshake checked is the proof): an Access-Request without
+		// Message-Authenticator is answered, but anyone can send one,
+		// and admitted connections are the places the opening limits
+		// keep for clients that hold the secret.
 		c.out.Mu.Lock()
-		c.admitted = true
+		c.admitted, c.live = true, true
 		c.out.Mu.Unlock()
 		c.ticket.Admitted()
+	case !c.live:
+		// Live, not admitted: it keeps its place among the opening
+		// connections, bounded by MaxOpening, but is read until idle, as
+		// a NAS that never signs (RequireMANever, or auto for a client
+		// never seen signing) must not be cut while it sends.
+		c.out.Mu.Lock()
+		c.live = true
+		c.out.Mu.Unlock()
 	}
 	s.received.Add(1)
 	s.nas.received(c.addr, signed)

@@ -168,13 +168,14 @@ func TestServerOpeningLimitsAndTimeouts(t *testing.T) {
 // An Access-Request without Message-Authenticator is answered (the
 // policy lets a client that never signed send one) but admits no
 // connection: anyone can make one without the secret, so a connection
-// that sends only those stays within the opening limits and is closed at
-// OpeningTimeout, and cannot take the places kept for clients that hold
-// the secret. A signed request (an Accounting-Request) admits it.
+// that sends only those stays within the opening limits (MaxOpening),
+// and cannot take the places kept for clients that hold the secret. It
+// is not cut while it sends, as a NAS that never signs must not be, but
+// closed once idle. A signed request (an Accounting-Request) admits it.
 func TestServerUnsignedAccessRequestAdmitsNoConnection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, ln := startServer(t, ServerConfig{MaxOpening: 2, MaxOpeningPerAddr: -1,
-			OpeningTimeout: 10 * time.Second, Logger: slog.New(slog.DiscardHandler)})
+			OpeningTimeout: 10 * time.Second, IdleTimeout: 20 * time.Second, Logger: slog.New(slog.DiscardHandler)})
 		var unsigned []*rawClient
 		for i := range 2 {
 			c := connect(t, ln)
@@ -196,10 +197,21 @@ func TestServerUnsignedAccessRequestAdmitsNoConnection(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, 1, s.Stats().Opening, "admitted by its Accounting-Request")
 
-		time.Sleep(10*time.Second + time.Millisecond)
+		// A connection that sends only unsigned requests is not cut
+		// while it sends (a NAS that never signs): it is read until idle,
+		// in its opening place.
+		for i := range 3 {
+			time.Sleep(8 * time.Second)
+			require.NoError(t, unsigned[0].tc.WriteMessages(unsignedRequest(t, lradius.CodeAccessRequest, byte(10+i),
+				&lradius.AVP{Type: radius.AttrUserName, Attribute: []byte("nas")})))
+		}
 		synctest.Wait()
-		assert.True(t, unsigned[0].closedByServer(), "only unsigned requests: closed at OpeningTimeout")
-		assert.False(t, acct.closedByServer(), "the admitted one stays")
+		assert.False(t, unsigned[0].closedByServer(), "still sending, 24 s after it opened: kept")
+		assert.Equal(t, uint64(6), s.Stats().Answered, "and answered")
+		assert.Equal(t, 1, s.Stats().Opening, "still in its opening place")
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		assert.True(t, unsigned[0].closedByServer(), "idle for IdleTimeout: closed")
 		mustClose(t, s)
 	})
 }

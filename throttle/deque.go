@@ -49,14 +49,24 @@ func (d *deque[E]) insert(i int, e E) {
 	*d.at(i) = e
 }
 
-// remove takes out the entry at position i, moving the entries after it
-// one place forward.
+// remove takes out the entry at position i, moving the entries on its
+// shorter side one place towards it: taking out one near either end (the
+// oldest, as callers give up in age order) costs little however long
+// the deque.
 func (d *deque[E]) remove(i int) {
-	for j := i; j < d.n-1; j++ {
-		*d.at(j) = *d.at(j + 1)
-	}
 	var zero E
-	*d.at(d.n - 1) = zero // let go of what it refers to
+	if i < d.n/2 {
+		for j := i; j > 0; j-- {
+			*d.at(j) = *d.at(j - 1)
+		}
+		*d.at(0) = zero // let go of what it refers to
+		d.head = (d.head + 1) & (len(d.buf) - 1)
+	} else {
+		for j := i; j < d.n-1; j++ {
+			*d.at(j) = *d.at(j + 1)
+		}
+		*d.at(d.n - 1) = zero
+	}
 	d.n--
 }
 

@@ -34,7 +34,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-const serverSynopsis = `usage: aaa-peer server --listen URL [--listen URL...] --origin-host H --origin-realm R
+const serverSynopsis = `usage: aaa-peer server --listen URL [--listen URL...] [--origin-host H --origin-realm R]
        [--tw 30s] [--allow GLOB...] [--events FILE] [--report FILE]
        [--answer-delay D] [--drop-dwa] [--stall-after N]
        [--dedup memory|redis://host:port/db] [--dedup-max-bytes N] [--dedup-max-answer N]
@@ -121,8 +121,8 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&o.listen, "listen", "`URL` to listen on: tcp://host:port, tls://host:port or sctp://host:port for Diameter, radius+tcp://host:port, radsec://host:port or radius://host:port (UDP) for RADIUS (port 0: any free port); repeat for several listeners (required)")
 	radiusFlags(fs, &o.secretFile)
 	radiusServerFlags(fs, o)
-	fs.StringVar(&o.originHost, "origin-host", "", "our Origin-Host `H`, a DiameterIdentity (an FQDN: letters, digits, '-', '_' and '.') such as server1.example.net (required)")
-	fs.StringVar(&o.originRealm, "origin-realm", "", "our Origin-Realm `R`, a DiameterIdentity such as example.net (required)")
+	fs.StringVar(&o.originHost, "origin-host", "", "our Origin-Host `H`, a DiameterIdentity (an FQDN: letters, digits, '-', '_' and '.') such as server1.example.net (required with a Diameter --listen)")
+	fs.StringVar(&o.originRealm, "origin-realm", "", "our Origin-Realm `R`, a DiameterIdentity such as example.net (required with a Diameter --listen)")
 	fs.DurationVar(&o.tw, "tw", watchdog.DefaultTwinit, "watchdog interval Twinit `D` (RFC 3539: at least 6s; jittered by +-2s)")
 	fs.Var(&o.allow, "allow", "admit only peers whose Origin-Host matches this `GLOB` (path.Match syntax); repeat for several; none admits every host")
 	fs.StringVar(&o.events, "events", "", "write every peer event as a JSON line to `FILE` (\"-\" is stdout)")
@@ -146,12 +146,12 @@ func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs.Var(&o.agents, "agent", "peers whose Origin-Host matches this `GLOB` are agents: their requests may carry another node's Origin-Host (from any other peer such a request is refused 5004); repeat for several")
 	fs.IntVar(&o.maxUnanswered, "max-unanswered", peer.DefaultMaxUnanswered, "per connection, stop reading once `N` requests are read and not yet answered on the wire, until answers drain (RADIUS/TCP and TLS: at most 256, one Identifier space)")
 	fs.DurationVar(&o.inlineTime, "inline-handler-time", peer.DefaultInlineHandlerTime, "run each request on the connection's reader goroutine, and move the reading to a new goroutine once a request has taken `D` there (later requests then go to goroutines of their own for a while); negative: every request on a goroutine of its own")
-	fs.IntVar(&o.maxOpening, "max-opening", peer.DefaultMaxOpening, "at most `N` accepted connections without a finished CER/CEA (Diameter) or a first request signed with the shared secret (RADIUS/TCP and TLS: an Access-Request without Message-Authenticator does not count), per listener; more are closed at once (-1: no limit)")
+	fs.IntVar(&o.maxOpening, "max-opening", peer.DefaultMaxOpening, "at most `N` accepted connections without a finished CER/CEA (Diameter) or a first request signed with the shared secret (RADIUS/TCP: an Access-Request without Message-Authenticator does not count, though its connection is kept while it sends; RADIUS/TLS: a first request passing verification), per listener; more are closed at once (-1: no limit)")
 	fs.IntVar(&o.maxOpenPerIP, "max-opening-per-addr", peer.DefaultMaxOpeningPerAddr, "at most `N` of those from one source address, an IPv6 /64 counting as one (-1: no limit)")
 	fs.IntVar(&o.maxConns, "max-connections", peer.DefaultMaxConnections, "at most `N` connections open at once per Diameter or RADIUS/TCP and TLS listener, admitted or not; more are closed at once (-1: no limit)")
 	fs.IntVar(&o.maxConnsPerIP, "max-connections-per-addr", peer.DefaultMaxConnectionsPerAddr, "at most `N` of those from one source address, an IPv6 /64 counting as one, so that one host cannot take every place (-1: no limit)")
 	fs.DurationVar(&o.cerTimeout, "cer-timeout", peer.DefaultCEATimeout, "close an accepted Diameter connection that has not sent its CER within `D`")
-	fs.DurationVar(&o.firstTimeout, "first-request-timeout", radpeer.DefaultOpeningTimeout, "close an accepted RADIUS/TCP or TLS connection that has not sent a request signed with the shared secret within `D` (an Accounting-Request or a request with Message-Authenticator; TLS handshake included; a client's watchdog may send its first Status-Server only after its Tw)")
+	fs.DurationVar(&o.firstTimeout, "first-request-timeout", radpeer.DefaultOpeningTimeout, "close an accepted RADIUS/TCP or TLS connection that has not sent a request passing verification within `D` (TLS handshake included; a client's watchdog may send its first Status-Server only after its Tw)")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", radpeer.DefaultIdleTimeout, "close a RADIUS/TCP or TLS connection that sent no whole request for `D` (a client's Status-Server watchdog keeps a live one busy; negative: never)")
 	fs.IntVar(&o.maxHandlers, "max-handlers", radpeer.DefaultMaxInFlight, "at most `N` requests handled at once on workers for each kind, accounting and the others, each kind on its own budget so that a slow --dedup store delays accounting only (Diameter: requests handled on a connection's reader are not counted)")
 	fs.IntVar(&o.maxQueued, "max-queued", radpeer.DefaultMaxQueued, "at most `N` requests of each kind waiting for a handler, the connections (over UDP, the clients' addresses) taking turns; when full, a request pushes out the newest waiting one of the connection with the most waiting, or is itself refused if its own has about as many: a refused Diameter request is answered DIAMETER_TOO_BUSY (3004) and a RADIUS one dropped, each counted and logged (-1: none wait)")

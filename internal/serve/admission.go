@@ -104,11 +104,12 @@ func (o *Admission) Admit(remote net.Addr, lg *slog.Logger) (*Ticket, bool) {
 }
 
 // SourceOf returns the source the per-address limits count a connection
-// from address a by: a itself, or for IPv6 its /64. A host or site is
-// given a /64 whole (RFC 6177), so counted by its /128 addresses one
-// host could open as many connections as it likes.
+// from address a by: a itself, or for a global IPv6 address its /64. A
+// host or site is given a /64 whole (RFC 6177), so counted by its /128
+// addresses one host could open as many connections as it likes. A
+// link-local address counts alone: every link's hosts share fe80::/64.
 func SourceOf(a netip.Addr) netip.Addr {
-	if a.Is6() && !a.Is4In6() {
+	if a.Is6() && !a.Is4In6() && !a.IsLinkLocalUnicast() {
 		if p, err := a.Prefix(64); err == nil {
 			return p.Addr()
 		}

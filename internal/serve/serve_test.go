@@ -390,6 +390,8 @@ func TestAdmissionCountsAnIPv6SlashSixtyFourAsOneSource(t *testing.T) {
 		assert.True(t, ok, "%s: IPv4 addresses count alone", s)
 	}
 	assert.Equal(t, netip.MustParseAddr("2001:db8::"), SourceOf(netip.MustParseAddr("2001:db8::abcd:1")))
+	ll := netip.MustParseAddr("fe80::1%eth0")
+	assert.Equal(t, ll, SourceOf(ll), "link-local: every link's hosts share fe80::/64, so each counts alone")
 }
 
 // MaxConns bounds the connections open, admitted ones included: a
