@@ -970,16 +970,7 @@ func TestThrottleFreedPlacesPastTheSlotQuota(t *testing.T) {
 func TestThrottleQueueOfARemovedServerMovesOn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
-		hang := make(chan struct{})
-		defer close(hang)
-		base := a.handler
-		a.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
-			select {
-			case <-hang:
-			case <-ctx.Done():
-			}
-			return base(ctx, p, req)
-		}
+		defer holdAnswers(a)()
 		n := network{"tcp://a:1": a, "tcp://b:1": b}
 		defer n.close()
 		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
@@ -1091,15 +1082,7 @@ func TestThrottleGivenBackRequestIsReleasedAgain(t *testing.T) {
 func TestThrottleReplayEndedBeforeItsLockKeepsTheCount(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := newFakeServer("a.example.net")
-		hang := make(chan struct{})
-		base := a.handler
-		a.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
-			select {
-			case <-hang:
-			case <-ctx.Done():
-			}
-			return base(ctx, p, req)
-		}
+		answer := holdAnswers(a)
 		n := network{"tcp://a:1": a}
 		defer n.close()
 		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1")
@@ -1145,7 +1128,7 @@ func TestThrottleReplayEndedBeforeItsLockKeepsTheCount(t *testing.T) {
 		assert.Equal(t, 1, o, "the other request's place is still counted")
 		assert.Zero(t, held, "an ended request is not held")
 		assert.Zero(t, queued, "nor queued")
-		close(hang)
+		answer()
 		wg.Wait()
 	})
 }
@@ -1194,4 +1177,19 @@ func TestThrottleAbandonedRequestLeavesTheQueue(t *testing.T) {
 		require.NoError(t, <-r2, "r2 took the queue's place r1 left")
 		assert.Len(t, a.received(), 2, "r1 never went")
 	})
+}
+
+// holdAnswers makes s hold every request's answer until the returned
+// function is called (or the request's connection ends).
+func holdAnswers(s *fakeServer) (release func()) {
+	hang := make(chan struct{})
+	base := s.handler
+	s.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+		select {
+		case <-hang:
+		case <-ctx.Done():
+		}
+		return base(ctx, p, req)
+	}
+	return sync.OnceFunc(func() { close(hang) })
 }
