@@ -121,7 +121,7 @@ func radiusClientFlags(o *radiusClientOptions, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.app, "app", "auth", "`APP` to send: auth (Access-Request), acct (Accounting-Request Stop), status (Status-Server)")
 	fs.StringVar(&o.algorithm, "algorithm", "direct", "access algorithm `ALG`: direct, round-robin, hash or pearson")
 	fs.TextVar(&o.requireMA, "require-message-authenticator", radpeer.RequireMAAuto, "which replies must carry a Message-Authenticator (BlastRADIUS): `MODE` auto (every reply to an Access-Request), always (replies to Status-Server too) or never (servers that sign no reply, such as FreeRADIUS before 3.2.5)")
-	fs.DurationVar(&o.timeout, "timeout", radpeer.DefaultUDPTimeout, "wait `D` for a reply to each attempt")
+	fs.DurationVar(&o.timeout, "timeout", radpeer.DefaultUDPTimeout, "wait `D` for a reply to each attempt, as radclient's -t (over TCP and TLS, with --retries, the down-timeout's default); a request's deadline is --request-timeout, in both clients")
 	fs.IntVar(&o.retries, "retries", radpeer.DefaultUDPRetries, "`N` attempts per request and server (UDP)")
 	fs.DurationVar(&o.downTimeout, "down-timeout", 0, "no reply for `D` while sending puts a server out of service; over TCP and TLS the requests pending there go to another server then (over UDP each goes on once its retries are spent) (default timeout x retries)")
 	fs.DurationVar(&o.holdDown, "hold-down", policy.DefaultHoldDown, "an out-of-service server gets nothing for `D`")
