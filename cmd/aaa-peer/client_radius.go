@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"flag"
@@ -255,8 +256,14 @@ func (o *radiusClientOptions) validate() error {
 			}
 		}
 	}
-	if most := o.identifiers(); o.maxOutstanding > most {
+	most := o.identifiers()
+	if o.maxOutstanding > most {
 		return usagef("--max-outstanding %d: a server takes at most %d requests in flight here, one per Identifier (raise --max-conns over TCP and TLS)", o.maxOutstanding, most)
+	}
+	for _, u := range o.peers { // a --config server's own, in --peer order
+		if l := o.own[u].limits; l != nil && l.MaxOutstanding > most {
+			return usagef("--config: server %s: max-outstanding %d: a server takes at most %d requests in flight here, one per Identifier (raise max-conns over TCP and TLS)", cmp.Or(o.names[u], u), l.MaxOutstanding, most)
+		}
 	}
 	if o.requestTimeout < 0 { // every transport's: 0 is the default
 		return usagef("--request-timeout must not be negative")

@@ -773,3 +773,23 @@ url = "memory"
 	require.NoError(t, err)
 	assert.Equal(t, []string{"secret", "listen", "[dedup]"}, unused)
 }
+
+// A --config server's own max-outstanding above its Identifiers is
+// refused as the flag is, naming the server: the library would cut it
+// without a word.
+func TestRadiusPeerOwnMaxOutstandingBounded(t *testing.T) {
+	file := writeConfig(t, `secret = "s"
+[[peer]]
+url = "radius+tcp://10.0.0.1:1812"
+name = "r1"
+max-outstanding = 300
+`)
+	cfg, err := config.Load(file)
+	require.NoError(t, err)
+	var o radiusClientOptions
+	fs := radiusClientFlags(&o, io.Discard)
+	require.NoError(t, fs.Parse(nil))
+	_, err = o.applyConfig(cfg, setFlags(fs))
+	require.NoError(t, err)
+	assert.ErrorContains(t, o.validate(), "--config: server r1: max-outstanding 300: a server takes at most 255 requests in flight here")
+}
