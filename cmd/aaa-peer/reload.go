@@ -190,7 +190,11 @@ func (s *server) reloadConfig(base serverOptions, set map[string]bool) ([]string
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	if o.originHost != s.o.originHost || o.originRealm != s.o.originRealm {
+	switch {
+	case s.o.originHost == "" && o.originHost != "":
+		// Started with RADIUS listeners alone, and no Diameter identity.
+		return nil, fmt.Errorf("origin-host and origin-realm cannot be set while the server runs: it started without a Diameter identity (RADIUS listeners alone); restart to apply")
+	case o.originHost != s.o.originHost || o.originRealm != s.o.originRealm:
 		return nil, fmt.Errorf("origin-host and origin-realm cannot change while the server runs (its peers know it by them): %s %s in the file, %s %s running; restart to apply",
 			o.originHost, o.originRealm, s.o.originHost, s.o.originRealm)
 	}

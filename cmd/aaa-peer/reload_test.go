@@ -481,3 +481,23 @@ secret-file = "`+newSecret+`"
 		t.Errorf("the new secret after it: %d of 3 answered\n%s", rep.Answered, stderr)
 	}
 }
+
+// A server started with RADIUS listeners alone has no Diameter identity:
+// a reload that adds one (with a Diameter listener) is refused with that
+// reason, not as a change of an identity its peers know.
+func TestReloadRADIUSOnlyServerRefusesAnIdentity(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "r.secret")
+	writeTestFile(t, secret, "s3cret\n")
+	first := `listen = ["radius://127.0.0.1:0"]
+secret-file = "` + secret + `"
+`
+	rs := startReloadServer(t, first)
+	line := rs.reload(t, reloadBase+`listen = ["radius://127.0.0.1:0", "tcp://127.0.0.1:0"]
+secret-file = "`+secret+`"
+`)
+	if !strings.Contains(line, "started without a Diameter identity (RADIUS listeners alone)") {
+		t.Errorf("reload adding an identity: log line %q", line)
+	}
+}
