@@ -838,6 +838,13 @@ func TestProbeClientUnsolicitedFlood(t *testing.T) {
 	srv := startRaw(t, "flood.example.net", func(s *rawSrv, _ int, _ net.Conn, tc transport.Conn, _ []byte) {
 		lc := &lockedConn{tc: tc}
 		done := make(chan struct{})
+		// The answers to the client's requests go out with the flood's
+		// batches: written here, they would wait for the connection's
+		// lock while the flood's write waits for the client to read, and
+		// this reader, stopped, would leave the client's answers unread,
+		// which stops the client reading: a deadlock of the test's own,
+		// which only the client's write timeout ends.
+		owed := make(chan []byte, 4096)
 		go func() {
 			defer close(done)
 			for {
@@ -854,9 +861,7 @@ func TestProbeClientUnsolicitedFlood(t *testing.T) {
 					default:
 						s.reqs.Add(1)
 					}
-					if lc.write(rawAnswer(msg, s.host, message.Success)) != nil {
-						return
-					}
+					owed <- rawAnswer(msg, s.host, message.Success)
 					continue
 				}
 				rc, _ := message.ResultCodeOf(msg)
@@ -884,6 +889,9 @@ func TestProbeClientUnsolicitedFlood(t *testing.T) {
 			default:
 			}
 			batch = batch[:0]
+			for len(owed) > 0 {
+				batch = append(batch, <-owed)
+			}
 			for range 100 {
 				n++
 				batch = append(batch, rawDWR(s.host))
