@@ -41,11 +41,38 @@ type RequestTemplate struct {
 	tail      []byte // the AVPs after User-Name
 	numOff    int    // offset in tail of the uint32 that holds n
 
-	// User-Name: userPrefix + n + userSuffix when numbered, else
-	// fmt.Sprintf(userFormat, n) when userFormat is set, else userFixed.
-	numbered               bool
-	userPrefix, userSuffix string
-	userFormat, userFixed  string
+	user userNames
+}
+
+// userNames is a User-Name format taken apart: prefix + n + suffix when
+// numbered (a lone %d), else fmt.Sprintf(format, n) when format is set
+// (other verbs), else fixed (no verb).
+type userNames struct {
+	numbered       bool
+	prefix, suffix string
+	format, fixed  string
+}
+
+func parseUserNames(format string) userNames {
+	switch pre, suf, found := strings.Cut(format, "%d"); {
+	case !strings.Contains(format, "%"):
+		return userNames{fixed: format}
+	case found && !strings.Contains(pre, "%") && !strings.Contains(suf, "%"):
+		return userNames{numbered: true, prefix: pre, suffix: suf}
+	default:
+		return userNames{format: format}
+	}
+}
+
+// of returns request n's User-Name.
+func (u *userNames) of(n int64) string {
+	switch {
+	case u.numbered:
+		return u.prefix + strconv.FormatInt(n, 10) + u.suffix
+	case u.format != "":
+		return fmt.Sprintf(u.format, n)
+	}
+	return u.fixed
 }
 
 // NewRequestTemplate returns the template of s's requests; an error when
@@ -69,14 +96,7 @@ func NewRequestTemplate(s Series) (*RequestTemplate, error) {
 	t.tail = tail.b[wire.HeaderLen:]
 	t.mid = NewRequest(0, 0, 0).String(OriginHost, 0, true, s.From.Host).String(OriginRealm, 0, true, s.From.Realm).
 		String(DestinationRealm, 0, true, s.DestinationRealm).b[wire.HeaderLen:]
-	switch pre, suf, found := strings.Cut(s.UserName, "%d"); {
-	case !strings.Contains(s.UserName, "%"):
-		t.userFixed = s.UserName
-	case found && !strings.Contains(pre, "%") && !strings.Contains(suf, "%"):
-		t.numbered, t.userPrefix, t.userSuffix = true, pre, suf
-	default:
-		t.userFormat = s.UserName
-	}
+	t.user = parseUserNames(s.UserName)
 	return t, nil
 }
 
@@ -85,14 +105,8 @@ func NewRequestTemplate(s Series) (*RequestTemplate, error) {
 // of a lone %d, fmt.Sprintf(format, n) with other verbs, format itself
 // without any.
 func UserNameOf(format string, n int64) string {
-	switch pre, suf, found := strings.Cut(format, "%d"); {
-	case !strings.Contains(format, "%"):
-		return format
-	case found && !strings.Contains(pre, "%") && !strings.Contains(suf, "%"):
-		return pre + strconv.FormatInt(n, 10) + suf
-	default:
-		return fmt.Sprintf(format, n)
-	}
+	u := parseUserNames(format)
+	return u.of(n)
 }
 
 // Build encodes request n, with userName as its User-Name instead of the
@@ -102,18 +116,14 @@ func (t *RequestTemplate) Build(n int64, userName string) []byte {
 	digits := strconv.AppendInt(num[:0], n, 10)
 	numbered := false
 	if userName == "" {
-		switch {
-		case t.numbered:
-			numbered = true
-		case t.userFormat != "":
-			userName = fmt.Sprintf(t.userFormat, n)
-		default:
-			userName = t.userFixed
+		// Numbered, the digits are written in place below: no string.
+		if numbered = t.user.numbered; !numbered {
+			userName = t.user.of(n)
 		}
 	}
 	sidLen, userLen := len(t.sidPrefix)+len(digits), len(userName)
 	if numbered {
-		userLen = len(t.userPrefix) + len(digits) + len(t.userSuffix)
+		userLen = len(t.user.prefix) + len(digits) + len(t.user.suffix)
 	}
 	total := wire.HeaderLen + avpLen(0, sidLen) + len(t.mid) + avpLen(0, userLen) + len(t.tail)
 	b := append(make([]byte, 0, total), t.head[:]...)
@@ -123,7 +133,7 @@ func (t *RequestTemplate) Build(n int64, userName string) []byte {
 	b = append(b, t.mid...)
 	b = appendHeader(b, UserName, 0, true, userLen)
 	if numbered {
-		b = append(append(append(b, t.userPrefix...), digits...), t.userSuffix...)
+		b = append(append(append(b, t.user.prefix...), digits...), t.user.suffix...)
 	} else {
 		b = append(b, userName...)
 	}
