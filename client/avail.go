@@ -255,6 +255,10 @@ var onStrand func([]*call.Call)
 // can then say which path kept it back.
 var onWait func(cl *call.Call, v *avail, why string)
 
+// onThrottled, when set, is told of each request the throttle admits: a
+// test can then count the requests in flight on each server.
+var onThrottled func(cl *call.Call)
+
 // A waiter holds requests that found no peer, on its own goroutine
 // (waitFor), until the view changes; then it dispatches them again, in
 // order, in a round, and keeps those that still find none. Waiters go in

@@ -308,6 +308,9 @@ func (c *Client) newItem(cl *call.Call, dl time.Time) *item {
 	}
 	it := &item{cl: cl, dl: dl, class: class, server: -1}
 	cl.SetHolder(it)
+	if onThrottled != nil {
+		onThrottled(cl)
+	}
 	return it
 }
 

@@ -142,8 +142,10 @@ func TestSim(t *testing.T) {
 	beforeRefresh = func() { simPause(20 * time.Millisecond) }
 	onStrand = simStranded
 	onWait = simWaited
+	onThrottled = simThrottled
 	defer func() {
 		testhook.Queued, testhook.AfterQueue, beforeStrand, beforeRefresh, onStrand, onWait = nil, nil, nil, nil, nil, nil
+		onThrottled = nil
 		testhook.CallerRead = nil
 	}()
 	var failed []uint64
@@ -197,8 +199,11 @@ type simCounts struct {
 	// out of service at the down-timeout (each a hand-over); HandedOver:
 	// requests lost in such a server before, and still there then.
 	Policy, PolicyOut, HandedOver int
-	// Throttle: schedules with the ASR5K throttle.
-	Throttle int
+	// Throttle: schedules with the ASR5K throttle; TightOutstanding: those
+	// of them whose MaxOutstanding is a handful; AtOutstanding: the
+	// snapshots that found a server with that many requests of a class
+	// in flight.
+	Throttle, TightOutstanding, AtOutstanding int
 	// SubscriberClose: schedules closed by a subscriber, with its context.
 	SubscriberClose int
 	// Inline: messages a TryWrite wrote whole on its caller's goroutine;
@@ -245,6 +250,8 @@ func (s *simTotals) add(b simCounts) {
 	a.PolicyOut += b.PolicyOut
 	a.HandedOver += b.HandedOver
 	a.Throttle += b.Throttle
+	a.TightOutstanding += b.TightOutstanding
+	a.AtOutstanding += b.AtOutstanding
 	a.Inline += b.Inline
 	a.InlinePart += b.InlinePart
 	a.CallerRead += b.CallerRead
@@ -399,8 +406,16 @@ type simWorld struct {
 	slow      map[uint32]bool // requests made slow behind steady traffic
 	dropped   map[uint32]bool // requests a silent server lost
 	lastDrop  map[uint32]simDrop
-	throttled bool                   // the Client has a throttle
-	waitedAt  map[uint32][]time.Time // when each request began waiting for a peer
+	throttled bool // the Client has a throttle
+	// maxOut: the throttle's MaxOutstanding by class (Auth, Accounting);
+	// calls: every request the throttle admitted.
+	maxOut [2]int
+	calls  []*call.Call
+	// tight: MaxOutstanding is a handful, so a request a silent server
+	// lost holds one of its server's few places until its deadline, and
+	// the requests of the quiet end may wait behind it.
+	tight    bool
+	waitedAt map[uint32][]time.Time // when each request began waiting for a peer
 	// outAt: when the server policy took each server out of service at
 	// its down-timeout (the hand-overs), from its events.
 	outAt     map[string][]time.Time
@@ -536,6 +551,65 @@ func (w *simWorld) waitedApart(a, b uint32, from string, sent time.Time, to any,
 		return r.Outcome == Parked && !slices.Contains(r.EndToEnd, b)
 	}
 	return false
+}
+
+// simThrottled records a request the throttle admitted in its world.
+func simThrottled(cl *call.Call) {
+	w := simWorldOf(cl.Ref)
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.calls = append(w.calls, cl)
+	w.mu.Unlock()
+}
+
+// checkOutstanding checks, once every goroutine of the schedule is
+// blocked (so that the count is of one moment), that no server has more
+// requests of a class in flight than the throttle's MaxOutstanding: a
+// request in flight on a peer holds a place there from its dispatch until
+// after it left the connection (an answer, a failover, its deadline).
+func (w *simWorld) checkOutstanding() {
+	if !w.throttled {
+		return
+	}
+	synctest.Wait()
+	w.mu.Lock()
+	calls := slices.Clone(w.calls)
+	w.mu.Unlock()
+	type key struct {
+		p    call.Carrier
+		acct bool
+	}
+	n := map[key]int{}
+	all := func(*call.Conn) bool { return true }
+	for _, cl := range calls {
+		if cl.State() != call.InFlight {
+			continue
+		}
+		on := cl.AppendSentOn(nil, all)
+		n[key{on[len(on)-1].Peer(), cl.Accounting}]++
+	}
+	at := false
+	for k, v := range n {
+		class := 0
+		if k.acct {
+			class = 1
+		}
+		most := w.maxOut[class]
+		if most == 0 {
+			most = throttle.DefaultMaxOutstanding
+		}
+		if v > most {
+			w.violation("%d requests (accounting %v) in flight on %s, over the throttle's MaxOutstanding %d", v, k.acct, k.p.Name(), most)
+		}
+		at = at || v == most
+	}
+	if at {
+		w.mu.Lock()
+		w.counts.AtOutstanding++
+		w.mu.Unlock()
+	}
 }
 
 // apart reports whether requests a and b are in separate throttle
@@ -1135,6 +1209,19 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			return throttle.Limits{MaxRate: 100 + trng.IntN(900), MaxOutstanding: 64 + trng.IntN(192)}
 		}
 		cfg.Throttle = &Throttle{Auth: lim(), Accounting: lim()}
+		// In half of them (a source of its own again, so that the other
+		// schedules stay as they were), a server takes only a handful of
+		// each class at once: the requests after them wait for places
+		// freed by answers, failovers and deadlines, and a place freed
+		// twice or never shows (checkOutstanding, and the deadlines of
+		// the patient requests).
+		if orng := rand.New(rand.NewPCG(seed, 0x6f7574)); orng.IntN(2) == 0 {
+			cfg.Throttle.Auth.MaxOutstanding = 1 + orng.IntN(8)
+			cfg.Throttle.Accounting.MaxOutstanding = 1 + orng.IntN(8)
+			w.counts.TightOutstanding++
+			w.tight = true
+		}
+		w.maxOut = [2]int{cfg.Throttle.Auth.MaxOutstanding, cfg.Throttle.Accounting.MaxOutstanding}
 		w.throttled = true
 		w.counts.Throttle++
 	}
@@ -1514,6 +1601,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			break
 		}
 		sleep(40 * time.Second)
+		w.checkOutstanding()
 	}
 	if !closedEarly {
 		// Quiet: every fault ends, every server answers at once.
@@ -1541,7 +1629,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		synctest.Wait()
 		w.mu.Lock()
 		for _, r := range fresh {
-			if w.applied[r.id] != 1 {
+			if w.applied[r.id] != 1 && !w.tight {
 				w.errs = append(w.errs, fmt.Sprintf("request %d sent once quiet: applied %d times after 5s (sends %+v; policy %v; waits %q)", r.id, w.applied[r.id], w.sends[r.id], c.PolicyStates(), w.waitWhy[r.id]))
 			}
 		}
@@ -1570,6 +1658,14 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 				t.Errorf("seed %d: peer %s has %d pending once quiet", seed, p.Name(), st.Pending)
 			}
 			w.counts.Late += int(p.Stats().Late)
+		}
+		// Every Send returned: the throttle holds no place and queues
+		// nothing (a place never freed would stop the server's queue
+		// for good once MaxOutstanding were reached).
+		for _, st := range c.ServerStats() {
+			if ts := st.Throttle; ts != nil && (ts.Outstanding != [2]int{} || ts.Depth != 0) {
+				w.violation("throttle of %s holds %v places and queues %d once every Send returned", st.Server, ts.Outstanding, ts.Depth)
+			}
 		}
 		w.checkAnsweredAll(c)
 		// A graceful Close drains: the answers in flight come in (the
@@ -1962,6 +2058,9 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			case rq.pinned != "" && errors.Is(r.err, ErrUnableToDeliver):
 			case dropped: // a server lost it: it waits for its deadline
 			case w.reconfExcused(r.e2e):
+			case w.tight && rq.drain && len(sends) == 0 && errors.Is(r.err, peer.ErrClosed):
+				// Still in the throttle's queue at Close, behind places
+				// that lost requests hold: Close fails what has not left.
 			case rq.patient:
 				t.Errorf("seed %d: patient request %d (pinned %q, slow %v) failed after %v: %v; applied %d; sends %+v", seed, r.e2e, rq.pinned, slow, r.at.Sub(rq.start), r.err, n, sends)
 			}
