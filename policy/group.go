@@ -98,7 +98,8 @@ func (g *Group) States(dst []State) []State {
 }
 
 // SetAvailable records whether server i's transport can carry requests
-// (its watchdog is OKAY).
+// (its watchdog is OKAY). A server made available may have a probe or a
+// keep-alive due at once: the owner looks at NextWakeup again.
 func (g *Group) SetAvailable(i int, ok bool) {
 	g.mu.Lock()
 	g.avail[i] = ok && !g.removed[i]
@@ -198,7 +199,11 @@ func (g *Group) Tick(now time.Time, sends []TestSend, evs []Event) ([]TestSend, 
 	return sends, evs
 }
 
-// NextWakeup returns the earliest NextWakeup of the trackers.
+// NextWakeup returns the earliest NextWakeup of the trackers. For a
+// server that is not available only its down-timeout, probe timeout and
+// hold-down end count: it is sent no probe or keep-alive meanwhile, so
+// those wait until SetAvailable makes it available again, when they are
+// due at once (the owner should look at NextWakeup again then).
 func (g *Group) NextWakeup() (at time.Time, ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -206,7 +211,7 @@ func (g *Group) NextWakeup() (at time.Time, ok bool) {
 		if g.removed[i] {
 			continue
 		}
-		if x, tok := t.NextWakeup(); tok && (!ok || x.Before(at)) {
+		if x, tok := t.nextWakeup(g.avail[i]); tok && (!ok || x.Before(at)) {
 			at, ok = x, true
 		}
 	}

@@ -390,3 +390,74 @@ func TestWantsProbe(t *testing.T) {
 	require.Equal(t, Probing, tu.State(0))
 	assert.False(t, tu.WantsProbe(0), "the test user's request probes")
 }
+
+// While a server's connection is unavailable the group sends it no test
+// user's request, so its next wake-up must not be the probe or keep-alive
+// it cannot send: an owner sleeping until NextWakeup would otherwise spin
+// for the whole outage. Its down-timeout, probe deadline and hold-down
+// end still count.
+func TestUnavailableServerDoesNotWakeForTestRequests(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"probe", Config{TestUser: true}},
+		{"keep-alive", Config{TestUser: true, KeepAlive: 10 * s}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newGroup(t, tc.cfg, "a", "b")
+			inService(t, g, 1, 0)
+			g.OnSent(0, at(0))
+			g.Tick(at(15*s), nil, nil) // a out of service until 45 s
+			g.SetAvailable(0, false)
+			wakes := 0
+			for now := at(45 * s); now.Before(at(46 * s)); {
+				g.Tick(now, nil, nil)
+				w, ok := g.NextWakeup()
+				if !ok {
+					break
+				}
+				wakes++
+				now = now.Add(max(w.Sub(now), time.Millisecond))
+			}
+			assert.LessOrEqual(t, wakes, 2, "wake-ups in one second of outage")
+
+			// Back: its test request (the probe, or a keep-alive once
+			// the hold-down gave up probing) is due at once.
+			g.SetAvailable(0, true)
+			w, ok := g.NextWakeup()
+			require.True(t, ok)
+			assert.False(t, w.After(at(46*s)), "due when the server is available again")
+			sends, _ := g.Tick(at(46*s), nil, nil)
+			var mine []TestSend
+			for _, x := range sends {
+				if x.Index == 0 {
+					mine = append(mine, x)
+				}
+			}
+			assert.Len(t, mine, 1, "a's test request on its return")
+		})
+	}
+}
+
+// An unavailable server's own timers still wake the owner: the
+// down-timeout of a request sent before the connection went, and the
+// hold-down's end.
+func TestUnavailableServerKeepsItsTimers(t *testing.T) {
+	g := newGroup(t, Config{TestUser: true, KeepAlive: 10 * s}, "a", "b")
+	inService(t, g, 1, 0)
+	g.Tick(at(0), nil, nil)
+	g.OnReply(0, at(0))
+	g.OnReply(1, at(0))
+	g.OnSent(0, at(1*s))
+	g.SetAvailable(0, false)
+	g.SetAvailable(1, false)
+	w, ok := g.NextWakeup()
+	require.True(t, ok)
+	assert.Equal(t, at(16*s), w, "a's down-timeout")
+	_, evs := g.Tick(w, nil, nil)
+	assert.Equal(t, []rec{{16 * s, "a", InService, OutOfService, ReasonDownTimeout}}, recs(evs...))
+	w, ok = g.NextWakeup()
+	require.True(t, ok)
+	assert.Equal(t, at(46*s), w, "a's hold-down end")
+}

@@ -369,7 +369,14 @@ func (t *Tracker) CancelProbe() {
 // down-timeout's expiry, the hold-down's end, the probe's timeout and the
 // next keep-alive. A time in the past means now. ok is false when no timer
 // is running.
-func (t *Tracker) NextWakeup() (at time.Time, ok bool) {
+func (t *Tracker) NextWakeup() (at time.Time, ok bool) { return t.nextWakeup(true) }
+
+// nextWakeup is NextWakeup for a server whose connection can carry
+// requests (avail) or not. An unavailable server is only held (see
+// Group.Tick): it is sent no probe and no keep-alive, so those are no
+// reason to wake; they become due at once when it is available again.
+// Its down-timeout, probe deadline and hold-down end still are.
+func (t *Tracker) nextWakeup(avail bool) (at time.Time, ok bool) {
 	consider := func(x time.Time) {
 		if !ok || x.Before(at) {
 			at, ok = x, true
@@ -380,7 +387,7 @@ func (t *Tracker) NextWakeup() (at time.Time, ok bool) {
 		if t.downRunning {
 			consider(t.downStart.Add(t.cfg.DownTimeout))
 		}
-		if t.cfg.TestUser && t.cfg.KeepAlive > 0 {
+		if avail && t.cfg.TestUser && t.cfg.KeepAlive > 0 {
 			consider(t.nextKeepAlive) // zero before the first keep-alive: now
 		}
 	case OutOfService:
@@ -388,7 +395,7 @@ func (t *Tracker) NextWakeup() (at time.Time, ok bool) {
 	case Probing:
 		if t.probeOut {
 			consider(t.probeDeadline)
-		} else if t.cfg.TestUser {
+		} else if avail && t.cfg.TestUser {
 			consider(t.probingSince)
 		}
 	}
