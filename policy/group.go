@@ -75,10 +75,18 @@ func (g *Group) Remove(i int) {
 }
 
 // Len returns the number of servers, removed ones included.
-func (g *Group) Len() int { return len(g.t) }
+func (g *Group) Len() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.t)
+}
 
 // Name returns the name of server i.
-func (g *Group) Name(i int) string { return g.t[i].name }
+func (g *Group) Name(i int) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.t[i].name
+}
 
 // State returns the state of server i as of the last call.
 func (g *Group) State(i int) State {

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -460,4 +461,29 @@ func TestUnavailableServerKeepsItsTimers(t *testing.T) {
 	w, ok = g.NextWakeup()
 	require.True(t, ok)
 	assert.Equal(t, at(46*s), w, "a's hold-down end")
+}
+
+// Len and Name may be called while another goroutine adds servers: run
+// under -race.
+func TestGroupLenAndNameWhileAdding(t *testing.T) {
+	g := newGroup(t, Config{}, "a")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for k := range 200 {
+			_, err := g.Add(fmt.Sprintf("n%d", k))
+			assert.NoError(t, err)
+		}
+	}()
+	for {
+		n := g.Len()
+		assert.Equal(t, "a", g.Name(0))
+		assert.NotEmpty(t, g.Name(n-1))
+		select {
+		case <-done:
+			assert.Equal(t, 201, g.Len())
+			return
+		default:
+		}
+	}
 }
