@@ -82,8 +82,27 @@ func (s State) String() string {
 // Server is a configured server (one connection).
 type Server struct {
 	Name   string // unique, non-empty
-	Weight int    // share of the buckets (pearson); 0 means 1
+	Weight int    // share of the buckets (pearson); 0 means 1; at most MaxWeight
 	Index  int    // configured order: direct picks the lowest in service
+}
+
+// MaxWeight is the largest Server.Weight that New and SetServers accept.
+// The table has NumBuckets buckets, so a weight ratio above NumBuckets to
+// one already gives the lighter server no bucket of its own; the bound
+// keeps the arithmetic of sharing the buckets exact.
+const MaxWeight = 1 << 20
+
+// checkWeight validates s.Weight and returns it with 0 read as 1.
+func checkWeight(s Server) (int, error) {
+	switch {
+	case s.Weight < 0:
+		return 0, fmt.Errorf("loadbalance: server %q has negative weight", s.Name)
+	case s.Weight > MaxWeight:
+		return 0, fmt.Errorf("loadbalance: server %q has weight %d, above the maximum %d", s.Name, s.Weight, MaxWeight)
+	case s.Weight == 0:
+		return 1, nil
+	}
+	return s.Weight, nil
 }
 
 // Request carries the keys of one request. The hash key is NAI (User-Name)
@@ -252,12 +271,11 @@ func New(alg Algorithm, servers []Server, opts Options) (*Balancer, error) {
 		if _, dup := b.byName[s.Name]; dup {
 			return nil, fmt.Errorf("loadbalance: duplicate server name %q", s.Name)
 		}
-		if s.Weight < 0 {
-			return nil, fmt.Errorf("loadbalance: server %q has negative weight", s.Name)
+		w, err := checkWeight(s)
+		if err != nil {
+			return nil, err
 		}
-		if s.Weight == 0 {
-			s.Weight = 1
-		}
+		s.Weight = w
 		b.servers[i] = s
 		b.byName[s.Name] = i
 		b.state[i] = opts.InitialState
@@ -488,8 +506,8 @@ const MaxSlots = 1024
 // Options.InitialState; a name left out leaves the table as a server going
 // down does (its conversations move on, the others keep their servers
 // while the old table lives). Nothing changes on an error: an empty list,
-// a duplicate or empty name, a negative weight, or more than MaxSlots
-// names over the Balancer's life. It reports whether the table was
+// a duplicate or empty name, a negative weight or one above MaxWeight,
+// or more than MaxSlots names over the Balancer's life. It reports whether the table was
 // rebuilt (a new generation).
 func (b *Balancer) SetServers(servers []Server) (rebuilt bool, err error) {
 	if len(servers) == 0 || len(servers) > NumBuckets {
@@ -500,18 +518,17 @@ func (b *Balancer) SetServers(servers []Server) (rebuilt bool, err error) {
 	want := make(map[string]Server, len(servers))
 	added := 0
 	for i, s := range servers {
-		switch {
-		case s.Name == "":
+		if s.Name == "" {
 			return false, fmt.Errorf("loadbalance: server %d has no name", i)
-		case s.Weight < 0:
-			return false, fmt.Errorf("loadbalance: server %q has negative weight", s.Name)
+		}
+		w, err := checkWeight(s)
+		if err != nil {
+			return false, err
 		}
 		if _, dup := want[s.Name]; dup {
 			return false, fmt.Errorf("loadbalance: duplicate server name %q", s.Name)
 		}
-		if s.Weight == 0 {
-			s.Weight = 1
-		}
+		s.Weight = w
 		want[s.Name] = s
 		if _, ok := b.byName[s.Name]; !ok {
 			added++

@@ -2,6 +2,7 @@ package loadbalance
 
 import (
 	"fmt"
+	"math"
 	"testing"
 )
 
@@ -180,5 +181,44 @@ func TestSetServersValidatesAndIsBounded(t *testing.T) {
 	}
 	if _, err := b.SetServers([]Server{{Name: "n8"}}); err != nil {
 		t.Fatalf("a known name refused at the bound: %v", err)
+	}
+}
+
+// Weights are bounded by MaxWeight: the bound itself is accepted (by New
+// and SetServers, beside servers of weight 1, over the most names a
+// Balancer may know) and shares the table by weight; one more is refused
+// with an error, never a panic.
+func TestWeightAboveMaxWeightIsRefused(t *testing.T) {
+	for _, w := range []int{MaxWeight + 1, 1 << 56, math.MaxInt} {
+		srv := []Server{{Name: "big", Weight: w}, {Name: "small", Weight: 1}}
+		if _, err := New(Pearson, srv, Options{}); err == nil {
+			t.Fatalf("New accepted weight %d", w)
+		}
+		b := mustNew(t, Pearson, servers(2), Options{})
+		if _, err := b.SetServers(srv); err == nil {
+			t.Fatalf("SetServers accepted weight %d", w)
+		}
+	}
+	srv := []Server{{Name: "big", Weight: MaxWeight}, {Name: "small", Weight: 1}}
+	b := mustNew(t, Pearson, srv, Options{})
+	if got := bucketsOf(b.Snapshot()); got["big"]+got["small"] != NumBuckets || got["big"] < NumBuckets-1 {
+		t.Fatalf("buckets with weights %d and 1: %v", MaxWeight, got)
+	}
+	// The most names a Balancer may know, every one at the bound: the
+	// home table sums their weights.
+	all := make([]Server, 0, MaxSlots)
+	for i := range MaxSlots {
+		all = append(all, Server{Name: fmt.Sprintf("n%d", i), Weight: MaxWeight, Index: i})
+	}
+	b = mustNew(t, Pearson, all[:NumBuckets], Options{})
+	for k := NumBuckets; k < MaxSlots; k += NumBuckets {
+		if _, err := b.SetServers(all[k : k+NumBuckets]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range b.Snapshot().Servers {
+		if s.Buckets != 1 {
+			t.Fatalf("%s holds %d buckets, want 1 each", s.Name, s.Buckets)
+		}
 	}
 }

@@ -54,15 +54,17 @@ func apportion(ms []member) []int {
 	if len(ms) == 0 {
 		return q
 	}
-	total := 0
+	// In int64: at most MaxSlots members of at most MaxWeight each, times
+	// NumBuckets, fits whatever the size of int.
+	var total int64
 	for _, m := range ms {
-		total += m.weight
+		total += int64(m.weight)
 	}
-	rem := make([]int, len(ms))
+	rem := make([]int64, len(ms))
 	given := 0
 	for i, m := range ms {
-		q[i] = NumBuckets * m.weight / total
-		rem[i] = NumBuckets * m.weight % total
+		q[i] = int(NumBuckets * int64(m.weight) / total)
+		rem[i] = NumBuckets * int64(m.weight) % total
 		given += q[i]
 	}
 	order := make([]int, len(ms))
