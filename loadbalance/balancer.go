@@ -337,13 +337,21 @@ func (b *Balancer) buildTable(prev *bucketTable) *bucketTable {
 // set (any one non-member joining, any one member leaving) would give to
 // another server while their current owner stays in the table: the only
 // buckets whose conversations a rebuild must know about (those of a
-// leaving server move whatever the memory holds). Caller holds mu.
+// leaving server move whatever the memory holds). A server removed by
+// SetServers cannot join until it is named again, which is a new
+// configuration and a rebuild of its own (the buckets it then takes back
+// are covered as any unwatched bucket a rebuild moves), so it is not
+// counted: otherwise its home buckets would stay watched for good.
+// Caller holds mu.
 func (b *Balancer) movable(t *bucketTable) bucketSet {
 	var set bucketSet
 	if b.alg != Pearson {
 		return set
 	}
 	for slot := range b.member {
+		if b.removed[slot] {
+			continue
+		}
 		b.member[slot] = !b.member[slot]
 		alt := b.buildTable(t)
 		b.member[slot] = !b.member[slot]

@@ -255,3 +255,44 @@ func TestDefaultClockAgesConversations(t *testing.T) {
 		t.Fatalf("%d conversations remembered after the purge, want 0", s.Sessions)
 	}
 }
+
+// A server removed by SetServers cannot return unless it is named again,
+// which is a new configuration: its home buckets are not watched, so once
+// every configured server is in service and the old table has aged out
+// nothing is watched and nothing remembered, as in any steady state.
+func TestRemovedServerLeavesNothingWatched(t *testing.T) {
+	clk := &fakeClock{}
+	b := mustNew(t, Pearson, servers(5), Options{Now: clk.Now})
+	if _, err := b.SetServers(servers(4)); err != nil { // s4 removed
+		t.Fatal(err)
+	}
+	for minute := range 30 {
+		startConversations(t, b, 100, fmt.Sprintf("m%d", minute))
+		clk.Advance(time.Minute)
+		b.Sweep()
+	}
+	if w := b.cur.Load().watch; !w.empty() {
+		n := 0
+		for h := range NumBuckets {
+			if w.has(uint8(h)) {
+				n++
+			}
+		}
+		t.Errorf("%d buckets watched with every configured server in service", n)
+	}
+	if s := b.Snapshot(); s.Sessions != 0 || len(s.OldGenerations) != 0 {
+		t.Errorf("after 30 minutes with every configured server in service: %d remembered, old tables %v", s.Sessions, s.OldGenerations)
+	}
+	// Named again, it takes back its buckets; the conversations there,
+	// unknown to the memory, keep their servers until they could have
+	// aged out.
+	cs := startConversations(t, b, 2000, "before")
+	if _, err := b.SetServers(servers(5)); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		if got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}); got != c.server {
+			t.Fatalf("%s moved from %s to %s when s4 was named again", c.sid, c.server, got)
+		}
+	}
+}
