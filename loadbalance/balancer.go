@@ -665,8 +665,13 @@ func (b *Balancer) Pick(r Request) (Server, error) { return b.Picker().Pick(r) }
 // own view of the servers takes a Picker in the same step as the view, so
 // that what the view says is in service and what the Picker picks from
 // are one. The memory of conversations is the Balancer's, shared by its
-// Pickers. The zero Picker picks nothing. A Picker is safe for concurrent
-// use.
+// Pickers; the tables it binds conversations to are the newest
+// snapshot's: a Picker older than the current one routes a conversation
+// as its own view allows but never binds it to its older table, so that a
+// conversation started under a newer table keeps its server. (The first
+// request of a new conversation through an older Picker goes where that
+// Picker's view allows; its next ones follow the current table.) The zero
+// Picker picks nothing. A Picker is safe for concurrent use.
 type Picker struct {
 	b *Balancer
 	p *picker
@@ -729,46 +734,78 @@ func (b *Balancer) pickPearson(p *picker, r Request) int {
 	c := b.sess.lookup(h, r.SessionID)
 	if c == nil {
 		bucket := keyHash(r)
-		gen := p.gen
+		// Which table an unknown Session-Id belongs to, and whether to
+		// remember it, is the newest snapshot's call: a newer Picker may
+		// have started this conversation without remembering it (nothing
+		// could move it there), and an older Picker still in use must not
+		// bind it to its own older table. It only routes it, below.
+		q := p
+		if cur := b.cur.Load(); cur.gen > p.gen {
+			q = cur
+		}
+		gen := q.gen
 		// The oldest table that may claim it: while its window lasts,
 		// every unknown Session-Id of the bucket went to its server and
 		// was remembered, so the newer tables' servers got none unseen.
-		for i := len(p.old) - 1; i >= 0; i-- {
-			if p.old[i].unsure(bucket, now) {
-				gen = p.old[i].gen // may be a conversation of that table
+		for i := len(q.old) - 1; i >= 0; i-- {
+			if q.old[i].unsure(bucket, now) {
+				gen = q.old[i].gen // may be a conversation of that table
 				break
 			}
 		}
-		if gen == p.gen && !p.watch.has(bucket) {
-			return p.walk(p.table, bucket, nil) // no change could move it
+		if gen == q.gen && !q.watch.has(bucket) {
+			if q == p {
+				return p.walk(p.table, bucket, nil) // no change could move it
+			}
+			return b.route(p, packTag(gen, bucket), nil)
 		}
 		c = &conv{key: strings.Clone(r.SessionID), hash: h}
 		c.tag.Store(packTag(gen, bucket))
 		c.last.Store(now)
 		if c = b.sess.insert(c, now, b.idle); c == nil {
-			return p.route(packTag(gen, bucket), nil) // not remembered
+			return b.route(p, packTag(gen, bucket), nil) // not remembered
 		}
 	}
 	last := c.last.Load()
 	tag := c.tag.Load()
 	if now-last > b.idle {
-		// Aged out: a new conversation under the current table.
-		tag = packTag(p.gen, keyHash(r))
-		c.tag.Store(tag)
+		// Aged out: a new conversation under the newest table (this
+		// Picker's, unless it is an older one still in use: tags only
+		// move forward). A CAS, so that of two Picks retagging at once
+		// the first wins and the other follows it.
+		nt := packTag(max(tag>>8, b.cur.Load().gen), keyHash(r))
+		if !c.tag.CompareAndSwap(tag, nt) {
+			nt = c.tag.Load()
+		}
+		tag = nt
 		c.last.Store(now)
 	} else if now-last >= b.touch {
 		c.last.Store(now)
 	}
-	return p.route(tag, c)
+	return b.route(p, tag, c)
 }
 
-// route returns the slot for a conversation tagged tag: its starting
-// table's server while that is in service (the current table's walk
-// meanwhile if it is suspended); the current table once that server is
-// down or its table gone, moving c (when not nil) there for good.
-func (p *picker) route(tag uint64, c *conv) int {
+// route returns the slot for a conversation tagged tag, as p sees it: its
+// starting table's server while that is in service (the current table's
+// walk meanwhile if it is suspended); the current table once that server
+// is down or its table gone, moving c (when not nil) there for good.
+//
+// A tag newer than p was written through a newer Picker; p, taken
+// before, is still in use. The conversation keeps its tag (it would
+// otherwise be bound to p's older table for good) and goes to the server
+// its table gives it if p has that one in service, else where p sends a
+// new conversation.
+func (b *Balancer) route(p *picker, tag uint64, c *conv) int {
 	gen, bucket := tag>>8, uint8(tag)
 	if gen == p.gen {
+		return p.walk(p.table, bucket, nil)
+	}
+	if gen > p.gen {
+		if t := b.tableOf(gen); t != nil {
+			if s := t[bucket]; s != noSlot && int(s) < len(p.state) && p.state[s] == InService {
+				return int(s)
+			}
+		}
 		return p.walk(p.table, bucket, nil)
 	}
 	for _, o := range p.old {
@@ -785,11 +822,27 @@ func (p *picker) route(tag uint64, c *conv) int {
 		}
 		break
 	}
-	// Old server down or old table gone: move to the current table.
+	// Old server down or old table gone: move to the current table. The
+	// CAS fails if a newer Picker retagged it meanwhile.
 	if c != nil {
 		c.tag.CompareAndSwap(tag, packTag(p.gen, bucket))
 	}
 	return p.walk(p.table, bucket, nil)
+}
+
+// tableOf returns the table of generation gen if the current snapshot
+// still has it, else nil.
+func (b *Balancer) tableOf(gen uint64) *bucketTable {
+	cur := b.cur.Load()
+	if cur.gen == gen {
+		return cur.table
+	}
+	for _, o := range cur.old {
+		if o.gen == gen {
+			return o.table
+		}
+	}
+	return nil
 }
 
 // walk returns the owner of bucket h in t if it is in service, else the

@@ -3,7 +3,9 @@ package loadbalance
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // A Picker keeps the table of its moment: a change makes a new one and
@@ -41,5 +43,58 @@ func TestPickerIsASnapshot(t *testing.T) {
 	}
 	if _, err := (Picker{}).Pick(Request{NAI: "x"}); !errors.Is(err, ErrNoServer) {
 		t.Fatalf("zero Picker: %v", err)
+	}
+}
+
+// A Picker taken before a rebuild may still be used (the owner's view of
+// that moment) while a newer one remembers conversations. A conversation
+// the newer table started must not be bound back to the older table by
+// the stale Picker: through the current Picker it keeps the server it
+// started on.
+func TestStalePickerDoesNotRebindNewerConversations(t *testing.T) {
+	clk := &fakeClock{}
+	b := mustNew(t, Pearson, servers(5), Options{Now: clk.Now})
+	setState(t, b, "s4", Down, true)           // gen 2
+	setState(t, b, "s3", Down, true)           // gen 3
+	startWatchedConversations(t, b, 500, "g3") // keep table 3 alive
+	stale := b.Picker()
+	setState(t, b, "s3", InService, true) // gen 4, table 3 kept
+	if got := b.Snapshot().OldGenerations; len(got) == 0 || got[0] != 3 {
+		t.Fatalf("old generations %v, want table 3 kept", got)
+	}
+	rng := rand.New(rand.NewPCG(4, 4))
+	differs := 0
+	for i := range 5000 {
+		r := Request{NAI: randomNAI(rng), SessionID: fmt.Sprintf("g4;%d", i)}
+		first := mustPick(t, b, r)
+		if s, err := stale.Pick(r); err == nil && s.Name != first {
+			differs++
+		}
+		if got := mustPick(t, b, r); got != first {
+			t.Fatalf("%s started on %s, went to %s after a pick through an older Picker", r.SessionID, first, got)
+		}
+	}
+	if differs == 0 {
+		t.Fatal("the older Picker never disagreed: the test checks nothing")
+	}
+	t.Logf("the older Picker routed %d of 5000 elsewhere", differs)
+
+	// The same after the conversations aged out: one seen again first
+	// through the older Picker is a new conversation of the current
+	// table, not of the older one.
+	var cs []convo
+	for i := range 5000 {
+		c := convo{nai: randomNAI(rng), sid: fmt.Sprintf("aged;%d", i)}
+		c.server = mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid})
+		cs = append(cs, c)
+	}
+	clk.Advance(6 * time.Minute)
+	for _, c := range cs {
+		r := Request{NAI: c.nai, SessionID: c.sid}
+		stale.Pick(r)
+		_, want, _ := b.Route(c.nai)
+		if got := mustPick(t, b, r); got != want {
+			t.Fatalf("%s, aged out and seen again through an older Picker, went to %s; the current table says %s", c.sid, got, want)
+		}
 	}
 }
