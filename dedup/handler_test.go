@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -174,6 +175,57 @@ func TestWrapStalledHandlerIsSuperseded(t *testing.T) {
 	}
 	if c1.Superseded.Load() != 1 {
 		t.Fatalf("superseded %d, want 1", c1.Superseded.Load())
+	}
+}
+
+// TestWrapCommitOnceWhenTakenOverWithSameAnswer: a server stalls past the
+// mark's TTL while its handler runs; a replay at another server takes the
+// request over and commits an answer byte for byte the stalled one's (a
+// deterministic handler), or, with both answers too large to keep, the
+// same not-kept marker. The stalled server's commit must still fail, so
+// that onCommit runs once.
+func TestWrapCommitOnceWhenTakenOverWithSameAnswer(t *testing.T) {
+	testWrapCommitOnceWhenTakenOver(t, memoryMaker)
+}
+
+func TestRedisWrapCommitOnceWhenTakenOverWithSameAnswer(t *testing.T) {
+	needRedis(t)
+	testWrapCommitOnceWhenTakenOver(t, redisMaker)
+}
+
+func testWrapCommitOnceWhenTakenOver(t *testing.T, mk storeMaker) {
+	const ttl = 100 * time.Millisecond
+	for _, size := range []int{0, 500} {
+		t.Run(fmt.Sprintf("answer over limit %v", size > 0), func(t *testing.T) {
+			s := mk(t, WithMarkTTL(ttl), WithMaxAnswerSize(300))
+			var commits atomic.Int32
+			onCommit := func([]byte, []byte) { commits.Add(1) }
+			answer := func([]byte) []byte { // the same bytes for the request and its replay
+				return message.NewAnswer(acrFor(1, 1)).ResultCode(message.Success).
+					String(message.ErrorMessage, 0, false, strings.Repeat("x", size)).Bytes()
+			}
+			release, entered := make(chan struct{}), make(chan struct{})
+			stalled := WrapCommit(s, func(_ context.Context, _ *peer.Peer, req []byte) []byte {
+				close(entered)
+				<-release // frozen past the mark's TTL
+				return answer(req)
+			}, onCommit, nil)
+			other := WrapCommit(s, func(_ context.Context, _ *peer.Peer, req []byte) []byte {
+				return answer(req)
+			}, onCommit, nil)
+			done := make(chan struct{})
+			go func() { stalled(context.Background(), nil, acrFor(1, 1)); close(done) }()
+			<-entered
+			time.Sleep(ttl + 30*time.Millisecond)
+			replay := acrFor(1, 1)
+			wire.SetRetransmit(replay)
+			other(context.Background(), nil, replay)
+			close(release)
+			<-done
+			if n := commits.Load(); n != 1 {
+				t.Fatalf("onCommit ran %d times, want 1", n)
+			}
+		})
 	}
 }
 

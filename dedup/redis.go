@@ -20,7 +20,10 @@ import (
 // "m" + owner token while in flight (SET NX with PX = mark TTL), then
 // "a" + answer bytes (PX = what remains of the max age), or "t" alone for
 // a request whose answer was over the per-entry limit (see
-// WithMaxAnswerSize). Multi-key steps run
+// WithMaxAnswerSize). Complete also names the owner that stored the answer
+// under the key's name + ":o" for two mark TTLs, so that a Complete tried
+// again (its reply lost, or not acknowledged by the replicas) can tell its
+// own earlier write from another owner's same bytes. Multi-key steps run
 // as Lua scripts, so they are atomic. Every key of a store shares one hash
 // tag, so on Redis Cluster they all live in one hash slot, where the
 // scripts can run (no CROSSSLOT): the store then gets the cluster's
@@ -216,16 +219,22 @@ return {epoch, lost, 0}
 `)
 
 // completeScript: ARGV[1] token, ARGV[2] the value to store ("a" +
-// answer, or "t"), ARGV[3] TTL in ms. Stores the value under every key if
-// each holds our mark or nothing; else, when some key is held by someone
-// else (taken over), stores nothing, deletes the keys holding our mark and
-// returns how many keys were held by someone else.
+// answer, or "t"), ARGV[3] TTL in ms, ARGV[4] twice the mark TTL in ms
+// (Complete's tries end within one, see finishContext). Stores
+// the value under every key if each holds our mark, nothing, or the value
+// stored by an earlier try of ours (its reply lost), which the key's owner
+// name (key + ":o", kept for two mark TTLs) tells from another owner's same
+// answer (byte-identical answers, or two not kept, would otherwise let a
+// stalled owner commit a request taken over and committed by another).
+// When some key is held by someone else (taken over), it stores nothing,
+// deletes the keys holding our mark and returns how many keys were held by
+// someone else.
 var completeScript = redis.NewScript(`
 local lost = 0
 local mine = 'm' .. ARGV[1]
 for _, k in ipairs(KEYS) do
   local v = redis.call('GET', k)
-  if v and v ~= mine and v ~= ARGV[2] then -- ARGV[2]: stored by an earlier try
+  if v and v ~= mine and not (v == ARGV[2] and redis.call('GET', k .. ':o') == ARGV[1]) then
     lost = lost + 1
   end
 end
@@ -239,6 +248,7 @@ if lost > 0 then
 end
 for _, k in ipairs(KEYS) do
   redis.call('SET', k, ARGV[2], 'PX', ARGV[3])
+  redis.call('SET', k .. ':o', ARGV[1], 'PX', ARGV[4]) -- our retries end well within it
 end
 return 0
 `)
@@ -368,7 +378,7 @@ func (mk *redisMark) complete(_ *Outcome, answer []byte) error {
 	var lost int
 	var err error
 	for tries := 1; ; tries++ {
-		cmd, acked := r.run(ctx, completeScript, mk.keys, mk.owner, value, ms(ttl))
+		cmd, acked := r.run(ctx, completeScript, mk.keys, mk.owner, value, ms(ttl), ms(2*r.cfg.markTTL))
 		lost, err = cmd.Int()
 		if err == nil && !acked && tries < r.ackTries() {
 			continue // store it again, on whichever master is current, until a replica has it

@@ -45,7 +45,8 @@ func TestRedisTwoServers(t *testing.T) {
 }
 
 // TestRedisLayout checks the stored values and TTLs: the in-flight mark
-// with the mark TTL, the answer with the age TTL.
+// with the mark TTL, the answer with the age TTL, and the name of the
+// owner that stored it with two mark TTLs.
 func TestRedisLayout(t *testing.T) {
 	url := needRedis(t)
 	opt, err := redis.ParseURL(url)
@@ -61,9 +62,9 @@ func TestRedisLayout(t *testing.T) {
 	rk := "{layout:}" + k.String() // the prefix made a hash tag
 
 	o := begin(t, s, k)
-	v, err := c.Get(ctx, rk).Result()
-	if err != nil || !strings.HasPrefix(v, "m") {
-		t.Fatalf("mark = %q, %v", v, err)
+	mark, err := c.Get(ctx, rk).Result()
+	if err != nil || !strings.HasPrefix(mark, "m") {
+		t.Fatalf("mark = %q, %v", mark, err)
 	}
 	if ttl := c.PTTL(ctx, rk).Val(); ttl <= 0 || ttl > 5*time.Second {
 		t.Fatalf("mark TTL %v", ttl)
@@ -74,12 +75,18 @@ func TestRedisLayout(t *testing.T) {
 	if err := o.Complete(msg(1, 1, "x")); err != nil {
 		t.Fatal(err)
 	}
-	v, _ = c.Get(ctx, rk).Result()
+	v, _ := c.Get(ctx, rk).Result()
 	if want := "a" + string(msg(1, 1, "x")); v != want {
 		t.Fatalf("answer = %q, want %q", v, want)
 	}
 	if ttl := c.PTTL(ctx, rk).Val(); ttl <= 5*time.Second || ttl > time.Minute {
 		t.Fatalf("answer TTL %v", ttl)
+	}
+	if v, err := c.Get(ctx, rk+":o").Result(); err != nil || "m"+v != mark {
+		t.Fatalf("owner = %q, %v; want the mark's token", v, err)
+	}
+	if ttl := c.PTTL(ctx, rk+":o").Val(); ttl <= 5*time.Second || ttl > 10*time.Second {
+		t.Fatalf("owner TTL %v, want two mark TTLs", ttl)
 	}
 	// NewRedis's Close leaves the caller's client open.
 	if err := s.Close(); err != nil {
@@ -87,6 +94,25 @@ func TestRedisLayout(t *testing.T) {
 	}
 	if err := c.Ping(ctx).Err(); err != nil {
 		t.Fatalf("client closed by Store.Close: %v", err)
+	}
+}
+
+// TestRedisCompleteRetryRecognisesItsOwnWrite: a Complete tried again
+// (its first reply lost, or not acknowledged by the replicas) finds its
+// own earlier write and succeeds, answer kept or not.
+func TestRedisCompleteRetryRecognisesItsOwnWrite(t *testing.T) {
+	s := newRedisStore(t, "", WithMaxAnswerSize(100)).(*Redis)
+	for i, ans := range [][]byte{msg(1, 1, "x"), msg(1, 1, strings.Repeat("y", 200))} {
+		o := begin(t, s, RequestKey("c", uint32(i)), RequestKey("d", uint32(i)))
+		want := error(nil)
+		if len(ans) > 100 {
+			want = ErrAnswerTooLarge
+		}
+		for try := 1; try <= 2; try++ {
+			if err := o.fin.complete(o, ans); err != want {
+				t.Fatalf("answer of %d bytes, try %d: %v, want %v", len(ans), try, err, want)
+			}
+		}
 	}
 }
 

@@ -45,6 +45,44 @@ func testStore(t *testing.T, mk storeMaker) {
 	t.Run("Misuse", func(t *testing.T) { testMisuse(t, mk) })
 	t.Run("ExactlyOneFirst", func(t *testing.T) { testExactlyOneFirst(t, mk) })
 	t.Run("AnswerSizeLimit", func(t *testing.T) { testAnswerSizeLimit(t, mk) })
+	t.Run("TakenOverSameAnswer", func(t *testing.T) { testTakenOverSameAnswer(t, mk) })
+}
+
+// testTakenOverSameAnswer: a request's owner stalls past its mark TTL and
+// another request takes the key over and commits. The stalled owner's late
+// Complete reports ErrMarkLost even when what it would store is what the
+// new owner stored: byte-identical answers, or two answers too large to
+// keep (both recorded by the same kind of marker). Otherwise the request
+// would be committed twice, and WrapCommit's hook run twice.
+func testTakenOverSameAnswer(t *testing.T, mk storeMaker) {
+	const ttl = 100 * time.Millisecond
+	big1 := msg(1, 30, string(bytes.Repeat([]byte("x"), 200)))
+	big2 := msg(1, 30, string(bytes.Repeat([]byte("y"), 300)))
+	for i, tc := range []struct {
+		name         string
+		stalled, new []byte
+		newErr       error
+	}{
+		{"identical", msg(1, 30, "same"), msg(1, 30, "same"), nil},
+		{"both too large", big1, big2, ErrAnswerTooLarge},
+		{"identical too large", big1, big1, ErrAnswerTooLarge},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := mk(t, WithMarkTTL(ttl), WithMaxAnswerSize(100))
+			k := RequestKey("c", 30+uint32(i))
+			stalled := begin(t, s, k)
+			wantKind(t, stalled, First)
+			time.Sleep(ttl + 30*time.Millisecond)
+			taker := begin(t, s, k)
+			wantKind(t, taker, First)
+			if err := taker.Complete(tc.new); !errors.Is(err, tc.newErr) {
+				t.Fatalf("new owner's Complete: %v, want %v", err, tc.newErr)
+			}
+			if err := stalled.Complete(tc.stalled); !errors.Is(err, ErrMarkLost) {
+				t.Fatalf("stalled owner's late Complete: %v, want ErrMarkLost", err)
+			}
+		})
+	}
 }
 
 // testAnswerSizeLimit: an answer at the per-entry limit is kept; one byte
