@@ -100,7 +100,8 @@ type Config struct {
 	RequestTimeout time.Duration
 	// DPATimeout bounds how long Close waits for the DPA, and how long a
 	// peer that received a DPR holds its DPA back for the answers it still
-	// owes. Default 5 s.
+	// owes and keeps the connection open for the answers to its own
+	// requests on it (it sends no new ones there). Default 5 s.
 	DPATimeout time.Duration
 	// DPRHoldOff is how long a client waits before it redials a peer
 	// that disconnected with Disconnect-Cause BUSY or

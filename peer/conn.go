@@ -61,6 +61,14 @@ type conn struct {
 	// out first.
 	owed    atomic.Int64
 	heldDPA atomic.Pointer[[]byte]
+	// dprIn: the peer sent a DPR (onDPR). The connection takes no new
+	// request from then on (draining), and once the DPA is queued
+	// (dpaOut) it closes as soon as nothing is pending or owed on it, or
+	// when grace, set once with the first DPR, fires (DPATimeout): the
+	// answers to our requests still come in meanwhile (see holdDPA).
+	dprIn  atomic.Bool
+	dpaOut atomic.Bool
+	grace  atomic.Pointer[time.Timer]
 
 	// Handlers run on the reader (see Handler): inlineAt is 1 + the
 	// p.mono() at which the reader entered the Handler it is running, 0
@@ -179,6 +187,9 @@ func (c *conn) stop(note string) (first bool) {
 		c.mu.Unlock()
 		close(c.closed)
 		c.cancel()
+		if t := c.grace.Load(); t != nil {
+			t.Stop()
+		}
 	})
 	return first
 }
@@ -478,15 +489,22 @@ func (c *conn) startDrain() <-chan struct{} {
 	return c.drained
 }
 
-// drainedLocked signals a drain once the pending table is empty. c.mu is
-// held.
+// drainedLocked signals a drain once nothing is pending or owed on the
+// connection; after the peer's DPR, once its DPA is queued, it closes the
+// connection then (see holdDPA). c.mu is held.
 func (c *conn) drainedLocked() {
-	if c.draining && c.pending.len() == 0 && c.owed.Load() == 0 && c.drained != nil {
+	if !c.draining || c.pending.len() != 0 || c.owed.Load() != 0 {
+		return
+	}
+	if c.drained != nil {
 		select {
 		case <-c.drained:
 		default:
 			close(c.drained)
 		}
+	}
+	if c.dpaOut.Load() {
+		c.out.CloseAfterFlush() // lock order: c.mu, then out.Mu
 	}
 }
 
@@ -837,27 +855,60 @@ func (c *conn) answered(hbh, e2e uint32, ans []byte, more bool) {
 	}
 }
 
-// holdDPA answers a DPR once every request received before it is
-// answered (at most DPATimeout later), then closes the connection when
-// the DPA is written: the peer that asked to disconnect gets the answers
-// it is owed first. A DPR while a DPA is held already replaces it and
-// keeps its timer: a peer that repeats its DPR cannot pile up timers.
+// holdDPA answers a DPR from the peer (onDPR has stopped new requests
+// here). The DPA waits until every request received before it is
+// answered: the peer that asked to disconnect gets the answers it is owed
+// first. The connection then stays open, still read, until the answers
+// to our own requests on it are in too, or the requests have left it (a
+// deadline, a failover): the peer, leaving, still sends them, and RFC
+// 6733 5.4 has the receiver of the DPA, not its sender, close the
+// transport. Both waits end at the latest bound after the first DPR,
+// when the DPA goes if it is still held and the connection closes once
+// it is written. A DPR while a DPA is held replaces it, and the bound's
+// timer is set once per connection: a peer that repeats its DPR cannot
+// pile up timers.
 func (c *conn) holdDPA(dpa []byte, bound time.Duration) {
-	if c.heldDPA.Swap(&dpa) != nil {
-		return // held already, its timer set (releaseDPA sends the latest)
+	c.heldDPA.Store(&dpa)
+	if c.grace.Load() == nil {
+		t := time.AfterFunc(bound, c.graceOver)
+		if !c.grace.CompareAndSwap(nil, t) {
+			t.Stop()
+		}
+		select {
+		case <-c.closed:
+			t.Stop() // closed meanwhile: stop missed it
+		default:
+		}
 	}
 	if c.owed.Load() == 0 {
 		c.releaseDPA()
-		return
 	}
-	time.AfterFunc(bound, c.releaseDPA)
 }
 
+// releaseDPA queues the held DPA, if any, and closes the connection once
+// it is written if nothing is pending or owed on it.
 func (c *conn) releaseDPA() {
 	if d := c.heldDPA.Swap(nil); d != nil {
 		c.enqueueLone(*d)
-		c.out.CloseAfterFlush()
+		c.dpaOut.Store(true)
+		c.mu.Lock()
+		c.drainedLocked()
+		c.mu.Unlock()
 	}
+}
+
+// graceOver ends the wait that follows a DPR from the peer (holdDPA): the
+// DPA goes now if it is still held, and the connection closes once it is
+// written, whatever is still pending (those requests then fail over, or
+// fail, as on any lost connection) or owed.
+func (c *conn) graceOver() {
+	c.releaseDPA()
+	c.mu.Lock()
+	if n := c.pending.len(); n > 0 && !c.shut {
+		c.downNote += fmt.Sprintf("; closed %v after it with %d of our requests unanswered", c.p.cfg.DPATimeout, n)
+	}
+	c.out.CloseAfterFlush()
+	c.mu.Unlock()
 }
 
 // Errors a Request can return. Match them with errors.Is.
@@ -874,8 +925,8 @@ var (
 	// ErrAlreadySent: the request was sent on this peer's connection
 	// before; it is never sent twice on one connection (RFC 3539 2.10).
 	ErrAlreadySent = call.ErrAlreadySent
-	// ErrDisconnecting: the peer is closing its connection gracefully and
-	// takes no new request.
+	// ErrDisconnecting: the connection is closing gracefully (Close, or
+	// a DPR the remote peer sent) and takes no new request.
 	ErrDisconnecting = errors.New("peer disconnecting")
 	// ErrMalformedAnswer: the answer's AVPs do not fit the message (one
 	// runs past its end, or is shorter than its own header), so nothing
@@ -1064,8 +1115,8 @@ func (p *Peer) SubmitAll(calls []*call.Call) ([]*call.Call, error) {
 
 // submit sends cl on this peer's connection without waiting: the answer
 // completes cl. It refuses with a *NotInServiceError unless the watchdog
-// is OKAY, with ErrDisconnecting while a graceful disconnect drains the
-// connection, and with ErrAlreadySent if cl was sent on this connection
+// is OKAY, with ErrDisconnecting while a graceful disconnect (ours, or
+// the peer's DPR) drains the connection, and with ErrAlreadySent if cl was sent on this connection
 // before (it is never sent twice on one connection). A call sent before
 // on another connection goes out as a copy with a new Hop-by-Hop id and
 // the T flag: the failover replay of RFC 3539 3.4.1 [3]. A call already

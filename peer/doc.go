@@ -68,8 +68,11 @@
 // DIAMETER_UNABLE_TO_DELIVER answer); a late answer there is still matched
 // and delivered only if the caller has none. Close, and the idle
 // bring-down, drain: no new requests, the answers in flight get up to
-// Config.DrainTimeout, then DPR. A peer that receives a DPR holds its DPA
-// until the answers it owes are out (at most DPATimeout).
+// Config.DrainTimeout, then DPR. A peer that receives a DPR takes no new
+// request on that connection, holds its DPA until the answers it owes are
+// out, and closes the connection once the answers to its own requests
+// there are in too, or they have left it: at most DPATimeout after the
+// DPR.
 //
 // # Concurrency
 //

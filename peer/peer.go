@@ -362,9 +362,9 @@ func (p *Peer) onTransition(wake func()) (cancel func()) {
 //
 // Request refuses at once with a *NotInServiceError (errors.Is
 // ErrNotInService) unless the watchdog is OKAY, and with ErrDisconnecting
-// while a graceful disconnect drains the connection. It waits until ctx
-// is done, or RequestTimeout when ctx has no deadline. It is safe for
-// concurrent use.
+// while a graceful disconnect drains the connection: ours, or the peer's
+// after it sent a DPR. It waits until ctx is done, or RequestTimeout when
+// ctx has no deadline. It is safe for concurrent use.
 func (p *Peer) Request(ctx context.Context, req []byte) ([]byte, error) {
 	cl, err := newCall(req, false)
 	if err != nil {
@@ -382,9 +382,11 @@ func (p *Peer) Request(ctx context.Context, req []byte) ([]byte, error) {
 
 // InService reports whether Request would take a new request now: the
 // watchdog is OKAY, a connection is up and no graceful disconnect is
-// draining it.
+// draining it, neither ours (Close) nor the peer's (a DPR it sent, after
+// which its connection only waits for the answers still due).
 func (p *Peer) InService() bool {
-	return p.State() == watchdog.Okay && p.cur.Load() != nil && !p.leaving.Load()
+	c := p.cur.Load()
+	return p.State() == watchdog.Okay && c != nil && !p.leaving.Load() && !c.dprIn.Load()
 }
 
 // Close disconnects gracefully with Disconnect-Cause

@@ -92,9 +92,11 @@ func (p *Peer) onGrid(base int64, d time.Duration) int64 {
 // the timer was armed, Tw was reset then (RFC 3539 3.4.1 [2]): step
 // "receive non-DWA" and re-arm from that instant instead of expiring.
 func (p *Peer) onTimer() {
-	if p.closing {
-		// A DPR is out: the connection ends with its DPA or DPATimeout,
-		// and a DWR now would only confuse the peer (RFC 6733 5.4).
+	if c := p.cur.Load(); p.closing || c != nil && c.dprIn.Load() {
+		// A DPR is out, or the peer's came in: the connection ends with
+		// the DPA and the answers still due, or DPATimeout, and a DWR now
+		// would only confuse the peer (RFC 6733 5.4). The watchdog steps
+		// again once the connection is down.
 		return
 	}
 	for {
@@ -405,13 +407,19 @@ func (p *Peer) onDPR(e input, cur *conn) {
 	e.c.mu.Lock()
 	e.c.downNote = note
 	e.c.mu.Unlock()
+	// The peer is leaving this connection: no new request goes on it (a
+	// Client sends it elsewhere, InService says so), while the answers to
+	// those pending still come in (holdDPA closes it after them).
+	e.c.dprIn.Store(true)
+	e.c.startDrain()
 	if p.cfg.Table != nil {
 		// The peer is leaving this connection: a CER it sends on a new
 		// one (a restart) is accepted, not refused as a second
 		// connection while this one still owes answers and the DPA.
 		p.cfg.Table.down(e.c)
 	}
-	// The DPA waits for the answers this side still owes (F8).
+	// The DPA waits for the answers this side still owes (F8), the
+	// close for the answers to our requests too.
 	p.out = append(p.out, effect{c: e.c, msg: p.cfg.newDPA(e.msg), hold: true})
 	// The DPR is traffic too.
 	p.apply(p.m.Step(watchdog.ReceiveOther), e.at)

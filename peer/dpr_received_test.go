@@ -1,0 +1,171 @@
+package peer
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
+)
+
+// farDPR is a DPR from the far end (server.example.net) with Hop-by-Hop
+// id hbh.
+func farDPR(cause, hbh uint32) []byte {
+	srv := Config{OriginHost: "server.example.net", OriginRealm: "example.net"}
+	m := srv.newDPR(cause)
+	wire.SetHopByHop(m, hbh)
+	return m
+}
+
+// readAll reads far until it fails and hands every message on; the
+// channel closes when the read fails (the connection closed).
+func readAll(far interface{ ReadMessage() ([]byte, error) }) <-chan []byte {
+	ch := make(chan []byte, 64)
+	go func() {
+		defer close(ch)
+		for {
+			m, err := far.ReadMessage()
+			if err != nil {
+				return
+			}
+			ch <- m
+		}
+	}()
+	return ch
+}
+
+// The peer sends a DPR while a request of ours is pending on the
+// connection, and answers that request 10 ms after: the answer is
+// delivered. We answer the DPR at once (we owe nothing), keep reading
+// until our request is answered, and only then close. Before, the
+// connection closed as soon as the DPA was written, and the request
+// failed with ErrConnectionLost (a Client would have replayed it
+// elsewhere, with the T flag, though the peer had applied it).
+func TestAnswerAfterPeersDPRIsDelivered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, far := dialPipe(t, nil)
+		res := requestAsync(p, context.Background())
+		req := readRequest(t, far)
+		require.NoError(t, far.WriteMessages(farDPR(message.DisconnectRebooting, 77)))
+		got := readAll(far)
+		time.Sleep(10 * time.Millisecond)
+		require.NoError(t, far.WriteMessages(successAnswer(req)), "the connection is still open")
+		r := <-res
+		require.NoError(t, r.err)
+		assert.Equal(t, wire.EndToEnd(req), wire.EndToEnd(r.ans))
+
+		var dpa []byte
+		for m := range got { // ends when we close the connection
+			if wire.CommandCode(m) == wire.CmdDisconnectPeer && !wire.IsRequest(m) {
+				dpa = m
+			}
+		}
+		require.NotNil(t, dpa, "the DPR was answered")
+		assert.Equal(t, uint32(77), wire.HopByHop(dpa))
+		synctest.Wait()
+		assert.Equal(t, watchdog.Down, p.State(), "closed once nothing was pending")
+		require.NoError(t, p.Close(context.Background()))
+	})
+}
+
+// After the peer's DPR the connection takes no new request, though it
+// stays open for the answers to ours: Request is refused with
+// ErrDisconnecting and InService is false, so a Client sends elsewhere.
+// Once our request is answered the connection closes, its end reported as
+// the DPR's, and the peer is redialled at Tw as after any DPR with
+// REBOOTING. Before, the Peer stayed in service and put new requests on
+// the connection the DPA was about to close.
+func TestPeersDPRTakesNoNewRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		cfg.Events = NewBus()
+		rec, cancel := record(cfg.Events)
+		defer cancel()
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		synctest.Wait()
+		require.True(t, p.InService())
+		f.answerReqs.Store(false)
+		res := requestAsync(p, context.Background())
+		synctest.Wait()
+		require.NoError(t, f.sendDPR(message.DisconnectRebooting))
+		synctest.Wait()
+		f.mu.Lock()
+		assert.Equal(t, 1, f.dpas, "the DPR is answered at once: we owe nothing")
+		f.mu.Unlock()
+
+		assert.False(t, p.InService(), "in service after the peer's DPR")
+		_, err = p.Request(context.Background(), acr())
+		assert.ErrorIs(t, err, ErrDisconnecting)
+		f.mu.Lock()
+		assert.Equal(t, 1, f.reqs, "a request went out after the DPR")
+		f.mu.Unlock()
+		assert.Empty(t, rec.ofKind(EventConnDown), "closed with our request pending")
+
+		require.NoError(t, f.answerHeld(false))
+		require.NoError(t, (<-res).err)
+		synctest.Wait()
+		assert.Equal(t, watchdog.Down, p.State())
+		down := rec.ofKind(EventConnDown)
+		require.Len(t, down, 1)
+		assert.Contains(t, down[0].Reason, "DPR received (Disconnect-Cause 0 REBOOTING)")
+		assert.False(t, down[0].DPR, "not our DPR")
+
+		time.Sleep(31 * time.Second) // Tw
+		synctest.Wait()
+		assert.Equal(t, 2, f.dials(), "redialled at Tw")
+		f.answerReqs.Store(true)
+		ctx, cancel2 := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel2()
+		require.NoError(t, p.WaitState(ctx, watchdog.Okay)) // REOPEN counts its DWAs
+		require.True(t, p.InService(), "back in service on the new connection")
+		_, err = p.Request(context.Background(), acr())
+		require.NoError(t, err)
+		require.NoError(t, p.Close(context.Background()))
+	})
+}
+
+// A peer that sent a DPR and never answers our pending request does not
+// hold the connection open: it closes DPATimeout after the DPR, the DPA
+// sent first, and the request fails as on any lost connection, the
+// event saying why.
+func TestPeersDPRWaitsForOurAnswersAtMostDPATimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		cfg.DPATimeout = 3 * time.Second
+		cfg.Events = NewBus()
+		rec, cancel := record(cfg.Events)
+		defer cancel()
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		synctest.Wait()
+		f.answerReqs.Store(false)
+		res := requestAsync(p, context.Background())
+		synctest.Wait()
+		t0 := time.Now()
+		require.NoError(t, f.sendDPR(message.DisconnectRebooting))
+		r := <-res
+		assert.Equal(t, cfg.DPATimeout, time.Since(t0), "closed DPATimeout after the DPR")
+		assert.ErrorIs(t, r.err, ErrConnectionLost)
+		synctest.Wait()
+		f.mu.Lock()
+		assert.Equal(t, 1, f.dpas)
+		f.mu.Unlock()
+		down := rec.ofKind(EventConnDown)
+		require.Len(t, down, 1)
+		assert.Contains(t, down[0].Reason, "DPR received (Disconnect-Cause 0 REBOOTING); closed 3s after it with 1 of our requests unanswered")
+		require.NoError(t, p.Close(context.Background()))
+	})
+}
