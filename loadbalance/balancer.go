@@ -58,7 +58,9 @@ const (
 	InService State = iota + 1
 	// Suspended: watchdog SUSPECT. No rebuild; the server keeps its buckets
 	// but picks skip it and go to the next bucket (h+1, h+2, ...) whose
-	// server is in service. A server that goes from Down to Suspended (a
+	// server is in service; a conversation that starts there meanwhile
+	// stays on the server it was sent to (see the package documentation).
+	// A server that goes from Down to Suspended (a
 	// reopened connection not yet returned to service) stays out of the
 	// table.
 	Suspended
@@ -177,7 +179,11 @@ type picker struct {
 	// only new conversations there are remembered. quiet: watch is empty
 	// and no old table lives, so Pick does not consult the memory at all.
 	watch bucketSet
-	quiet bool
+	// divert (pearson) holds the buckets whose owner is suspended: a new
+	// conversation there goes where the walk sends it and is remembered
+	// there, so that it stays when the owner comes back or goes down.
+	divert bucketSet
+	quiet  bool
 	// uniform: every bucket of table names one server (a single server
 	// in service), so a walk's answer does not depend on the key and
 	// Pick needs no hash.
@@ -221,6 +227,11 @@ type Balancer struct {
 	// home (pearson) is the table with every server in service: buckets
 	// go back to their home server when it returns (see buildTable).
 	home *bucketTable
+	// diverting: conversations diverted from a suspended server may be
+	// remembered (some bucket's owner is suspended, or was within the
+	// last sweep that found a diverted conversation alive), so Pick must
+	// consult the memory and the memory must be kept.
+	diverting bool
 }
 
 // New builds a Balancer over servers with the given algorithm.
@@ -421,7 +432,13 @@ func (b *Balancer) publish(t *bucketTable, old []oldTable) {
 				p.watch.add(h)
 			}
 		}
-		p.quiet = p.watch.empty() && len(old) == 0
+		for h, s := range t {
+			if s != noSlot && b.state[s] == Suspended {
+				p.divert.add(h)
+			}
+		}
+		b.diverting = b.diverting || !p.divert.empty()
+		p.quiet = p.watch.empty() && len(old) == 0 && !b.diverting
 	}
 	var ms []member
 	for slot, st := range b.state {
@@ -494,8 +511,9 @@ func (b *Balancer) rebuildLocked() {
 		until, end := b.unsureBuckets(cur.table, nt, now)
 		old = append(old, oldTable{gen: cur.gen, table: cur.table, unsureUntil: until, unsureEnd: end})
 		old = append(old, cur.old...)
-		_, perGen := b.sess.sweep(now, b.idle)
+		_, perGen, diverted := b.sess.sweep(now, b.idle)
 		old = keepReferenced(old, perGen, now)
+		b.diverting = diverted > 0
 		b.rewatch(cur.table, nt, now)
 		b.forgetIfQuiet(old, now)
 	}
@@ -602,6 +620,9 @@ func keepReferenced(old []oldTable, perGen map[uint64]int, now int64) []oldTable
 // forgetIfQuiet empties the conversation memory when nothing in it can
 // matter any more: no bucket watched and no old table. Caller holds mu.
 func (b *Balancer) forgetIfQuiet(old []oldTable, now int64) {
+	if b.diverting {
+		return
+	}
 	for _, since := range b.watchSince {
 		if since != unwatched {
 			return
@@ -624,11 +645,13 @@ func (b *Balancer) Sweep() (purged int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.clock()
-	purged, perGen := b.sess.sweep(now, b.idle)
+	purged, perGen, diverted := b.sess.sweep(now, b.idle)
 	cur := b.cur.Load()
 	old := keepReferenced(cur.old, perGen, now)
-	if len(old) != len(cur.old) {
-		b.publish(cur.table, old)
+	was := b.diverting
+	b.diverting = diverted > 0
+	if len(old) != len(cur.old) || b.diverting != was {
+		b.publish(cur.table, old) // diverting again if a bucket's owner is suspended
 	}
 	if b.alg == Pearson {
 		n := b.sess.count()
@@ -652,10 +675,12 @@ func (b *Balancer) Generation() uint64 { return b.cur.Load().gen }
 // take the request.
 //
 // With pearson, a request of a known conversation goes to the server its
-// starting table gave it, while that server is in service; if that server
-// is suspended, the request goes where a new conversation would (the
-// conversation returns to its server afterwards); if it is down or its
-// table is gone, the conversation moves to the current table for good.
+// starting table gave it (or, for one that started while that server was
+// suspended, the server it was sent to instead), while that server is in
+// service; if that server is suspended, the request goes where a new
+// conversation would (the conversation returns to its server
+// afterwards); if it is down or its table is gone, the conversation moves
+// to the current table for good.
 // Requests of a remembered conversation keep the bucket of its first
 // request, even if later ones lack the NAI.
 func (b *Balancer) Pick(r Request) (Server, error) { return b.Picker().Pick(r) }
@@ -753,17 +778,26 @@ func (b *Balancer) pickPearson(p *picker, r Request) int {
 				break
 			}
 		}
-		if gen == q.gen && !q.watch.has(bucket) {
+		tag := packTag(gen, bucket)
+		switch {
+		case gen == p.gen && p.divert.has(bucket):
+			// Its server is suspended: remembered where the walk sends
+			// it, to stay there (see route).
+			var s int
+			if s, tag = p.place(bucket); s == noSlot {
+				return noSlot
+			}
+		case gen == q.gen && !q.watch.has(bucket):
 			if q == p {
 				return p.walk(p.table, bucket, nil) // no change could move it
 			}
-			return b.route(p, packTag(gen, bucket), nil)
+			return b.route(p, tag, nil)
 		}
 		c = &conv{key: strings.Clone(r.SessionID), hash: h}
-		c.tag.Store(packTag(gen, bucket))
+		c.tag.Store(tag)
 		c.last.Store(now)
 		if c = b.sess.insert(c, now, b.idle); c == nil {
-			return b.route(p, packTag(gen, bucket), nil) // not remembered
+			return b.route(p, tag, nil) // not remembered
 		}
 	}
 	last := c.last.Load()
@@ -773,7 +807,10 @@ func (b *Balancer) pickPearson(p *picker, r Request) int {
 		// Picker's, unless it is an older one still in use: tags only
 		// move forward). A CAS, so that of two Picks retagging at once
 		// the first wins and the other follows it.
-		nt := packTag(max(tag>>8, b.cur.Load().gen), keyHash(r))
+		nt := packTag(max(tagGen(tag), b.cur.Load().gen), keyHash(r))
+		if tagGen(nt) == p.gen {
+			_, nt = p.place(uint8(nt))
+		}
 		if !c.tag.CompareAndSwap(tag, nt) {
 			nt = c.tag.Load()
 		}
@@ -788,7 +825,10 @@ func (b *Balancer) pickPearson(p *picker, r Request) int {
 // route returns the slot for a conversation tagged tag, as p sees it: its
 // starting table's server while that is in service (the current table's
 // walk meanwhile if it is suspended); the current table once that server
-// is down or its table gone, moving c (when not nil) there for good.
+// is down or its table gone, moving c (when not nil) there for good. A
+// diverted conversation (started while its bucket's server was
+// suspended) is routed likewise by the server the walk gave it, whatever
+// the tables say.
 //
 // A tag newer than p was written through a newer Picker; p, taken
 // before, is still in use. The conversation keeps its tag (it would
@@ -796,7 +836,21 @@ func (b *Balancer) pickPearson(p *picker, r Request) int {
 // its table gives it if p has that one in service, else where p sends a
 // new conversation.
 func (b *Balancer) route(p *picker, tag uint64, c *conv) int {
-	gen, bucket := tag>>8, uint8(tag)
+	gen, bucket := tagGen(tag), uint8(tag)
+	if d := tagDiverted(tag); d != noSlot {
+		switch {
+		case d < len(p.state) && p.state[d] == InService:
+			return d
+		case d < len(p.state) && p.state[d] == Suspended, gen > p.gen:
+			return p.walk(p.table, bucket, nil) // stays bound to d
+		}
+		// d down: the current table for good.
+		s, nt := p.place(bucket)
+		if c != nil {
+			c.tag.CompareAndSwap(tag, nt)
+		}
+		return s
+	}
 	if gen == p.gen {
 		return p.walk(p.table, bucket, nil)
 	}
@@ -824,10 +878,22 @@ func (b *Balancer) route(p *picker, tag uint64, c *conv) int {
 	}
 	// Old server down or old table gone: move to the current table. The
 	// CAS fails if a newer Picker retagged it meanwhile.
+	s, nt := p.place(bucket)
 	if c != nil {
-		c.tag.CompareAndSwap(tag, packTag(p.gen, bucket))
+		c.tag.CompareAndSwap(tag, nt)
 	}
-	return p.walk(p.table, bucket, nil)
+	return s
+}
+
+// place returns where p sends a new conversation of bucket, and the tag
+// it starts with under p's table: diverted to that server when the
+// bucket's owner is suspended.
+func (p *picker) place(bucket uint8) (int, uint64) {
+	s := p.walk(p.table, bucket, nil)
+	if s != noSlot && p.divert.has(bucket) {
+		return s, packDiverted(p.gen, s, bucket)
+	}
+	return s, packTag(p.gen, bucket)
 }
 
 // tableOf returns the table of generation gen if the current snapshot

@@ -43,11 +43,27 @@
 //     advance; they are the watched buckets. With every server in service
 //     none is watched (a leaver's conversations move whatever the memory
 //     says) and the memory stays empty: Pick consults it only when some
-//     bucket is watched or an old table lives.
+//     bucket is watched, an old table lives, or a server is suspended
+//     or the conversations that started while it was have not all aged
+//     out.
 //   - A new conversation in a watched bucket is remembered with the
 //     generation of its table and its bucket. After a rebuild the old and
 //     new tables live side by side: a remembered conversation keeps its
 //     server until it ages out; new conversations use the new table.
+//   - While a server is suspended, a new conversation in one of its
+//     buckets goes where the walk sends it (the next buckets' server in
+//     service) and is remembered there: it stays on that server while it
+//     is in service, when the suspended server comes back (and takes
+//     new conversations in its buckets again) as when it goes down (and
+//     the rebuild gives its buckets to others). A conversation the memory
+//     did not know that the suspended server had started before is
+//     indistinguishable from a new one: if it speaks during the
+//     suspension it stays where the walk sent it then; if it does not,
+//     it returns to its server. A conversation the memory knew goes,
+//     while its server is suspended, where a new one would, and returns
+//     to its server afterwards. If the server a conversation was sent to
+//     is itself suspended it goes where a new one would meanwhile; if
+//     that server goes down it moves to the current table for good.
 //   - When a rebuild moves a bucket that had not been watched for a whole
 //     IdleTimeout (uneven weights can make a rebuild move a bucket whose
 //     owner stays), the memory cannot tell the conversations of its old
@@ -62,8 +78,8 @@
 // Entries idle for longer than Options.IdleTimeout (default 5 minutes) are
 // purged lazily: on every table rebuild, by Sweep (which the owner should
 // call periodically, e.g. every IdleTimeout/2), and when the memory grows;
-// the whole memory is dropped once nothing is watched and no old table
-// lives. An old table is dropped as soon as no live conversation refers to
+// the whole memory is dropped once nothing is watched, no old table
+// lives and no conversation diverted from a suspended server is left. An old table is dropped as soon as no live conversation refers to
 // it. The memory never holds more than Options.MaxSessions entries; past
 // that, new conversations are routed normally but not remembered (counted
 // in Snapshot.Untracked), which only matters if a rebuild happens before

@@ -11,13 +11,30 @@ import (
 type conv struct {
 	key  string // the Session-Id, retained as given (strings are immutable)
 	hash uint64 // maphash of key
-	// tag is generation<<8 | bucket: the table generation under which the
-	// conversation started and the hash bucket of its first request.
+	// tag is generation<<tagGenShift | (slot+1)<<8 | bucket: the table
+	// generation under which the conversation started, the slot it was
+	// diverted to if it started while its bucket's server was suspended
+	// (0 if not), and the hash bucket of its first request.
 	tag  atomic.Uint64
 	last atomic.Int64 // last use, ns since the Balancer's epoch
 }
 
-func packTag(gen uint64, bucket uint8) uint64 { return gen<<8 | uint64(bucket) }
+// tagGenShift leaves room for a diverted slot + 1 (at most MaxSlots).
+const tagGenShift = 19
+
+var _ [1<<(tagGenShift-8) - 1 - MaxSlots]struct{} // MaxSlots fits
+
+func packTag(gen uint64, bucket uint8) uint64 { return gen<<tagGenShift | uint64(bucket) }
+
+// packDiverted is packTag for a conversation diverted to slot.
+func packDiverted(gen uint64, slot int, bucket uint8) uint64 {
+	return gen<<tagGenShift | uint64(slot+1)<<8 | uint64(bucket)
+}
+
+func tagGen(tag uint64) uint64 { return tag >> tagGenShift }
+
+// tagDiverted returns the slot a conversation was diverted to, or noSlot.
+func tagDiverted(tag uint64) int { return int(tag>>8&(1<<(tagGenShift-8)-1)) - 1 }
 
 // sealed fills the empty slots of a session table that is being replaced, so
 // that no insert can land in it after the copy (see rehash).
@@ -164,12 +181,21 @@ func (s *sessions) rehash(now, idle int64, grow bool) (live []*conv, dropped int
 }
 
 // sweep purges entries idle longer than idle and returns how many it
-// removed and how many live entries each generation has. It rehashes only
-// when something is to be removed. Caller must not hold s.mu.
-func (s *sessions) sweep(now, idle int64) (removed int, perGen map[uint64]int) {
+// removed, how many live entries each generation has (diverted ones
+// apart: they need no table) and how many live entries are diverted. It
+// rehashes only when something is to be removed. Caller must not hold
+// s.mu.
+func (s *sessions) sweep(now, idle int64) (removed int, perGen map[uint64]int, diverted int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	perGen = make(map[uint64]int)
+	count := func(p *conv) {
+		if tag := p.tag.Load(); tagDiverted(tag) != noSlot {
+			diverted++
+		} else {
+			perGen[tagGen(tag)]++
+		}
+	}
 	t := s.tab.Load()
 	stale := 0
 	for i := range t.slots {
@@ -181,17 +207,18 @@ func (s *sessions) sweep(now, idle int64) (removed int, perGen map[uint64]int) {
 			stale++
 			continue
 		}
-		perGen[p.tag.Load()>>8]++
+		count(p)
 	}
 	if stale == 0 {
-		return 0, perGen
+		return 0, perGen, diverted
 	}
 	live, removed := s.rehash(now, idle, false)
 	clear(perGen)
+	diverted = 0
 	for _, p := range live {
-		perGen[p.tag.Load()>>8]++
+		count(p)
 	}
-	return removed, perGen
+	return removed, perGen, diverted
 }
 
 func (s *sessions) count() int { return int(s.tab.Load().n.Load()) }

@@ -1,0 +1,124 @@
+package loadbalance
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// Conversations that start while a server is suspended go where the walk
+// sends them (the next buckets' servers, in service). They stay there
+// while that server is in service, whether the suspended one then goes
+// down (its buckets go to others by the rebuild) or comes back (its
+// buckets are its own again): no conversation moves from a server in
+// service.
+func TestConversationsStartedWhileSuspendedKeepTheirServer(t *testing.T) {
+	for _, then := range []State{Down, InService} {
+		t.Run(then.String(), func(t *testing.T) {
+			clk := &fakeClock{}
+			b := mustNew(t, Pearson, servers(5), Options{Now: clk.Now})
+			setState(t, b, "s2", Suspended, false)
+			cs := startConversations(t, b, 2000, "susp")
+			clk.Advance(time.Minute)
+			setState(t, b, "s2", then, then == Down)
+			moved := 0
+			for _, c := range cs {
+				if got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}); got != c.server {
+					moved++
+				}
+			}
+			if moved != 0 {
+				t.Fatalf("s2 suspended then %v: %d of %d conversations moved from servers in service", then, moved, len(cs))
+			}
+			// New conversations follow the table.
+			for i := range 500 {
+				nai := fmt.Sprintf("new%d@example.net", i)
+				_, want, _ := b.Route(nai)
+				if got := mustPick(t, b, Request{NAI: nai, SessionID: "new;" + nai}); got != want {
+					t.Fatalf("new conversation went to %s, the table says %s", got, want)
+				}
+			}
+			// Once they have aged out, nothing is remembered.
+			clk.Advance(6 * time.Minute)
+			b.Sweep()
+			if then == Down {
+				setState(t, b, "s2", InService, true)
+				clk.Advance(6 * time.Minute)
+				b.Sweep()
+			}
+			if s := b.Snapshot(); s.Sessions != 0 || len(s.OldGenerations) != 0 || !b.cur.Load().quiet {
+				t.Fatalf("after ageing out: %d remembered, old tables %v, quiet %v", s.Sessions, s.OldGenerations, b.cur.Load().quiet)
+			}
+		})
+	}
+}
+
+// A conversation of the suspended server from before its suspension, that
+// does not speak meanwhile, returns to it; one that the walk sent
+// elsewhere meanwhile is remembered there like a new one and stays there
+// (a second move would gain nothing). A diverted conversation whose
+// server goes down moves to the table; one whose server is suspended goes
+// where a new one would and comes back afterwards.
+func TestSuspensionAndConversationsFromBefore(t *testing.T) {
+	clk := &fakeClock{}
+	b := mustNew(t, Pearson, servers(5), Options{Now: clk.Now})
+	before := startConversations(t, b, 3000, "before")
+	setState(t, b, "s2", Suspended, false)
+	var quiet, spoke []convo
+	for i, c := range before {
+		if c.server != "s2" {
+			continue
+		}
+		if i%2 == 0 {
+			quiet = append(quiet, c)
+			continue
+		}
+		c.server = mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid})
+		if c.server == "s2" {
+			t.Fatal("a suspended server picked")
+		}
+		spoke = append(spoke, c)
+	}
+	if len(quiet) == 0 || len(spoke) == 0 {
+		t.Fatal("no conversation of s2: the test checks nothing")
+	}
+	setState(t, b, "s2", InService, false)
+	for _, c := range quiet {
+		if got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}); got != "s2" {
+			t.Fatalf("%s, silent during the suspension, went to %s, want s2", c.sid, got)
+		}
+	}
+	for _, c := range spoke {
+		if got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}); got != c.server {
+			t.Fatalf("%s, sent to %s during the suspension, went to %s", c.sid, c.server, got)
+		}
+	}
+	// Their new server suspended: where a new one goes, then back.
+	c := spoke[0]
+	setState(t, b, c.server, Suspended, false)
+	if got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}); got == c.server {
+		t.Fatal("a suspended server picked")
+	} else if _, want, _ := b.Route(c.nai); got != want {
+		t.Fatalf("with its server suspended, went to %s; the table routes to %s", got, want)
+	}
+	setState(t, b, c.server, InService, false)
+	if got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}); got != c.server {
+		t.Fatalf("after its server resumed went to %s, want %s", got, c.server)
+	}
+	// Their new server down: they move to the table for good.
+	setState(t, b, c.server, Down, true)
+	_, want, _ := b.Route(c.nai)
+	if got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}); got != want {
+		t.Fatalf("with its server down went to %s, the table says %s", got, want)
+	}
+}
+
+// What a suspension remembers is bounded by MaxSessions like the rest.
+func TestSuspensionMemoryIsBounded(t *testing.T) {
+	b := mustNew(t, Pearson, servers(2), Options{MaxSessions: 100})
+	setState(t, b, "s0", Suspended, false)
+	startConversations(t, b, 1000, "many")
+	if s := b.Snapshot(); s.Sessions > 100 || s.Untracked == 0 {
+		t.Fatalf("sessions %d (max 100), untracked %d", s.Sessions, s.Untracked)
+	}
+}
