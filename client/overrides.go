@@ -2,6 +2,7 @@ package client
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -29,8 +30,16 @@ type ThrottleLimits struct {
 // radius:// server (no watchdog: its Timeout
 // and Retries tell a server that stopped answering), TLS on a URL that
 // does not speak it, Throttle without Config.Throttle (the Client would
-// have no throttle to apply it in).
+// have no throttle to apply it in), and throttle limits the throttle
+// would refuse, a server's own or Config.Throttle's (SetPeers adds its
+// servers to the throttle after it has changed the balancer: refused
+// there, it could not undo what it had done).
 func checkOverrides(cfg Config) error {
+	if t := cfg.Throttle; t != nil {
+		if err := checkLimits(t.Auth, t.Accounting); err != nil {
+			return fmt.Errorf("client: Config.Throttle: %w", err)
+		}
+	}
 	for _, s := range cfg.Peers {
 		_, udpErr := radpeer.ParseUDPURL(s.URL)
 		switch {
@@ -45,6 +54,22 @@ func checkOverrides(cfg Config) error {
 		case s.Throttle != nil && cfg.Throttle == nil:
 			return fmt.Errorf("client: peer %s: Throttle limits need Config.Throttle (the Client's throttle)", s.URL)
 		}
+		if s.Throttle != nil {
+			if err := checkLimits(s.Throttle.Auth, s.Throttle.Accounting); err != nil {
+				return fmt.Errorf("client: peer %s: %w", s.URL, err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkLimits checks one server's limits with the throttle's own checks:
+// a throttle of that server alone is made and thrown away.
+func checkLimits(auth, acct throttle.Limits) error {
+	_, err := throttle.New(throttle.Config[*item]{Servers: []throttle.Server{{Name: "limits", Auth: auth, Accounting: acct}}})
+	if err != nil {
+		// The server named is the caller's to name.
+		return errors.New(strings.Replace(strings.TrimPrefix(err.Error(), "throttle: invalid configuration: "), `server "limits" `, "", 1))
 	}
 	return nil
 }

@@ -167,8 +167,21 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 		c.mu.Unlock()
 		return PeersChange{}, fmt.Errorf("client: more than %d peers over the Client's life: restart it", maxMembers)
 	}
-	// The parts that can refuse come first, so that a refusal changes
-	// nothing: the balancer's new table, the throttle's limits.
+	// What can refuse comes first, so that a refusal changes nothing:
+	// the new members' throttle limits (checkOverrides checked them; the
+	// throttle takes its servers one by one and keeps those it took, so
+	// they are checked again here, whole, before anything changes), then
+	// the balancer's new table, which is replaced whole or not at all.
+	// Past these nothing refuses.
+	if c.sched != nil {
+		for _, m := range fresh {
+			ts := c.throttleServer(m)
+			if err := checkLimits(ts.Auth, ts.Accounting); err != nil {
+				c.mu.Unlock()
+				return PeersChange{}, configError{fmt.Errorf("client: peer %s: %w", m.spec.URL, err)}
+			}
+		}
+	}
 	if c.bal != nil {
 		servers := make([]loadbalance.Server, len(next.order))
 		for i, m := range next.order {
@@ -192,7 +205,8 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 				err = fmt.Errorf("throttle index %d for member %d", i, m.index)
 			}
 			if err != nil {
-				// Checked by checkOverrides' limits: not expected.
+				// Checked above: a throttle whose servers and members
+				// disagree, which nothing here can mend.
 				c.unlockThrottle()
 				c.mu.Unlock()
 				return PeersChange{}, fmt.Errorf("client: %w", err)
