@@ -219,7 +219,7 @@ func TestProblems(t *testing.T) {
 		{"secret file too long", "secret-file = \"/dev/zero\"\n", 1, "secret-file", "/dev/zero is longer than 64 KiB: not a secret"},
 		{"secret file a directory", "secret-file = \".\"\n", 1, "secret-file", "{dir}: is a directory"},
 		{"empty secret file", "secret-file = \"empty\"\n", 1, "secret-file", "{dir}/empty is empty"},
-		{"negative max-rate", "max-rate = -1\n", 1, "max-rate", "-1: want 0 (no limit) or more"},
+		{"negative max-rate", "max-rate = -1\n", 1, "max-rate", "-1: want 0 (no limit) to 100000000"},
 		{"negative max-outstanding", "max-outstanding = -1\n", 1, "max-outstanding", "-1: want 0 (no limit) or more"},
 		{"max-rate not an integer", "max-rate = 1.5\n", 1, "max-rate", "1.5: want an integer"},
 		{"max-rate out of range", "max-rate = 99999999999\n", 1, "max-rate", "99999999999 is out of range"},

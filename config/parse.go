@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aaatp/aaatp/throttle"
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
 )
@@ -586,8 +587,10 @@ func (c *checker) int(path string, v any) (int, bool) {
 func (c *checker) limits(base string, rate, out any) Limits {
 	var l Limits
 	if n, ok := c.int(join(base, "max-rate"), rate); ok {
-		if n < 0 {
-			c.problem(join(base, "max-rate"), "%d: want 0 (no limit) or more requests a second", n)
+		// The throttle's own bound: a file past it would pass the check
+		// and then stop the client at start, or refuse its reload.
+		if n < 0 || n > throttle.MaxRate {
+			c.problem(join(base, "max-rate"), "%d: want 0 (no limit) to %d requests a second", n, throttle.MaxRate)
 		}
 		l.MaxRate = n
 	}

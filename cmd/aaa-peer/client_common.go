@@ -104,8 +104,8 @@ func (o *loadOptions) check() error {
 		return usagef("--duration must not be negative")
 	case strings.Contains(o.nai, "%") && strings.Contains(fmt.Sprintf(o.nai, 1), "%!"):
 		return usagef("--nai %q: want a format with at most one %%d", o.nai)
-	case o.maxRate < 0:
-		return usagef("--max-rate %d: must not be negative", o.maxRate)
+	case o.maxRate < 0 || o.maxRate > throttle.MaxRate:
+		return usagef("--max-rate %d: want 0 (no limit) to %d requests a second", o.maxRate, throttle.MaxRate)
 	case o.maxOutstanding < 0:
 		return usagef("--max-outstanding %d: must not be negative", o.maxOutstanding)
 	case o.slot < 50*time.Millisecond || o.slot > time.Second:
@@ -299,8 +299,8 @@ func (r *acctRate) String() string {
 
 func (r *acctRate) Set(s string) error {
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		return fmt.Errorf("%q: want a whole number of requests per second, 0 or more", s)
+	if err != nil || n < 0 || n > throttle.MaxRate {
+		return fmt.Errorf("%q: want a whole number of requests per second, 0 (no limit) to %d", s, throttle.MaxRate)
 	}
 	r.n, r.given = n, true
 	return nil

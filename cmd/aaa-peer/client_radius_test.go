@@ -122,7 +122,7 @@ func TestClientSharedFlagChecks(t *testing.T) {
 		{"--duration", "-1s", "--duration must not be negative"},
 		{"--slot", "20ms", "--slot 20ms: want 50ms to 1s"},
 		{"--max-outstanding", "-1", "--max-outstanding -1: must not be negative"},
-		{"--max-rate", "-1", "--max-rate -1: must not be negative"},
+		{"--max-rate", "-1", "--max-rate -1: want 0 (no limit) to 100000000"},
 		{"--mode", "spread", `--mode "spread": want balance or failover`},
 		{"--wait-peers", "2", "--wait-peers 2: want 0 (all) to 1 (the number of --peer)"},
 		{"--connect-timeout", "0s", "--connect-timeout must be positive"},
