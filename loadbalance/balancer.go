@@ -185,8 +185,9 @@ type picker struct {
 	divert bucketSet
 	quiet  bool
 	// uniform: every bucket of table names one server (a single server
-	// in service), so a walk's answer does not depend on the key and
-	// Pick needs no hash.
+	// in service), and that one is in service or no more than one other
+	// is, so a walk's answer does not depend on the key and Pick needs no
+	// hash.
 	uniform bool
 	servers []Server // by slot, as of this snapshot (SetServers changes them)
 	removed []bool   // by slot: no longer configured
@@ -450,6 +451,9 @@ func (b *Balancer) publish(t *bucketTable, old []oldTable) {
 	for _, m := range ms {
 		p.ready = append(p.ready, int16(m.slot))
 	}
+	// A walk past a table whose one server is not in service chooses
+	// among the others by the key.
+	p.uniform = p.uniform && (b.state[t[0]] == InService || len(p.ready) <= 1)
 	b.cur.Store(p)
 }
 
@@ -912,8 +916,11 @@ func (b *Balancer) tableOf(gen uint64) *bucketTable {
 }
 
 // walk returns the owner of bucket h in t if it is in service, else the
-// owner of the first of h+1, h+2, ... (wrapping) that is; noSlot if none.
-// skip, when non-nil, marks slots to treat as suspended.
+// owner of the first of h+1, h+2, ... (wrapping) that is. If no bucket's
+// owner is in service, a server in service may still hold no bucket (its
+// weight too small a share for one): then one of those, chosen by h so
+// that a key keeps its server and the keys spread over them; noSlot if
+// none. skip, when non-nil, marks slots to treat as suspended.
 func (p *picker) walk(t *bucketTable, h uint8, skip []bool) int {
 	for i := 0; i < NumBuckets; i++ {
 		s := t[h]
@@ -921,6 +928,12 @@ func (p *picker) walk(t *bucketTable, h uint8, skip []bool) int {
 			return int(s)
 		}
 		h++
+	}
+	for k := range p.ready {
+		s := int(p.ready[(int(h)+k)%len(p.ready)])
+		if skip == nil || !skip[s] {
+			return s
+		}
 	}
 	return noSlot
 }

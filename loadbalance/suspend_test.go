@@ -122,3 +122,40 @@ func TestSuspensionMemoryIsBounded(t *testing.T) {
 		t.Fatalf("sessions %d (max 100), untracked %d", s.Sessions, s.Untracked)
 	}
 }
+
+// A server in service that holds no bucket (its weight is too small a
+// share for one) still takes the requests when every bucket's owner is
+// suspended, one server per key while the states hold; Route agrees.
+func TestServerWithoutBucketsTakesOverWhenTheOthersAreSuspended(t *testing.T) {
+	srv := []Server{{Name: "big", Weight: 1000, Index: 0}, {Name: "tiny1", Weight: 1, Index: 1}, {Name: "tiny2", Weight: 1, Index: 2}}
+	for _, alg := range []Algorithm{Pearson, Hash} {
+		b := mustNew(t, alg, srv, Options{})
+		if alg == Pearson {
+			if got := bucketsOf(b.Snapshot()); got["tiny1"] != 0 || got["tiny2"] != 0 {
+				t.Fatalf("buckets %v: want the tiny ones to hold none", got)
+			}
+		}
+		setState(t, b, "big", Suspended, false)
+		if alg == Hash {
+			setState(t, b, "tiny1", Suspended, false)
+			setState(t, b, "tiny2", Suspended, false)
+			setState(t, b, "tiny2", InService, false)
+		}
+		seen := map[string]int{}
+		for i := range 300 {
+			nai := fmt.Sprintf("u%d@example.net", i)
+			r := Request{NAI: nai, SessionID: "s;" + nai}
+			got := mustPick(t, b, r)
+			if again := mustPick(t, b, r); again != got {
+				t.Fatalf("%v: %s went to %s then %s", alg, nai, got, again)
+			}
+			if _, want, err := b.Route(nai); err != nil || want != got {
+				t.Fatalf("%v: Pick %s, Route %s, %v", alg, got, want, err)
+			}
+			seen[got]++
+		}
+		if seen["big"] != 0 || (alg == Pearson && (seen["tiny1"] == 0 || seen["tiny2"] == 0)) || (alg == Hash && seen["tiny2"] != 300) {
+			t.Fatalf("%v: picks %v", alg, seen)
+		}
+	}
+}
