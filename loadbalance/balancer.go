@@ -124,10 +124,19 @@ var ErrNoServer = errors.New("loadbalance: no server in service")
 // route per key.
 var ErrNoAffinity = errors.New("loadbalance: round-robin has no per-key route")
 
+// DefaultIdleTimeout is Options.IdleTimeout's default. It exceeds the
+// usual RADIUS accounting interim interval (Acct-Interim-Interval, often
+// 300 seconds) with room for late updates, so that a session that sends
+// nothing but interims is not forgotten between two of them.
+const DefaultIdleTimeout = 10 * time.Minute
+
 // Options tunes a Balancer. The zero value gives the defaults.
 type Options struct {
-	// IdleTimeout after which a conversation is forgotten and, with it, its
-	// claim on an old table. Default 5 minutes.
+	// IdleTimeout after which a silent conversation is forgotten and,
+	// with it, its claim on an old table. It must exceed the longest gap
+	// between two requests of a conversation that should keep its server
+	// (for RADIUS accounting, the interim interval). Default
+	// DefaultIdleTimeout.
 	IdleTimeout time.Duration
 	// MaxSessions bounds the conversation memory. Default 1<<20.
 	MaxSessions int
@@ -202,8 +211,12 @@ type Balancer struct {
 	initial State // a new server's state (Options.InitialState)
 	idle    int64 // ns
 	touch   int64 // ns: refresh a conversation's last use at most this often
-	now     func() time.Time
-	epoch   time.Time
+	// forget (ns): a conversation is forgotten once its recorded last use
+	// is older than this, idle + touch, since the record may lag its real
+	// last use by up to touch.
+	forget int64
+	now    func() time.Time
+	epoch  time.Time
 	// mono: now is time.Now, so clock reads only the monotonic clock
 	// (time.Since), half the cost of time.Now's wall and monotonic reads.
 	mono bool
@@ -247,7 +260,7 @@ func New(alg Algorithm, servers []Server, opts Options) (*Balancer, error) {
 		return nil, errors.New("loadbalance: negative IdleTimeout or MaxSessions")
 	}
 	if opts.IdleTimeout == 0 {
-		opts.IdleTimeout = 5 * time.Minute
+		opts.IdleTimeout = DefaultIdleTimeout
 	}
 	if opts.MaxSessions == 0 {
 		opts.MaxSessions = 1 << 20
@@ -270,6 +283,7 @@ func New(alg Algorithm, servers []Server, opts Options) (*Balancer, error) {
 		byName:  make(map[string]int, len(servers)),
 		idle:    int64(opts.IdleTimeout),
 		touch:   min(int64(time.Second), int64(opts.IdleTimeout)/8),
+		forget:  int64(opts.IdleTimeout) + min(int64(time.Second), int64(opts.IdleTimeout)/8),
 		now:     opts.Now,
 		mono:    mono,
 		state:   make([]State, len(servers)),
@@ -515,7 +529,7 @@ func (b *Balancer) rebuildLocked() {
 		until, end := b.unsureBuckets(cur.table, nt, now)
 		old = append(old, oldTable{gen: cur.gen, table: cur.table, unsureUntil: until, unsureEnd: end})
 		old = append(old, cur.old...)
-		_, perGen, diverted := b.sess.sweep(now, b.idle)
+		_, perGen, diverted := b.sess.sweep(now, b.forget)
 		old = keepReferenced(old, perGen, now)
 		b.diverting = diverted > 0
 		b.rewatch(cur.table, nt, now)
@@ -649,7 +663,7 @@ func (b *Balancer) Sweep() (purged int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.clock()
-	purged, perGen, diverted := b.sess.sweep(now, b.idle)
+	purged, perGen, diverted := b.sess.sweep(now, b.forget)
 	cur := b.cur.Load()
 	old := keepReferenced(cur.old, perGen, now)
 	was := b.diverting
@@ -800,13 +814,13 @@ func (b *Balancer) pickPearson(p *picker, r Request) int {
 		c = &conv{key: strings.Clone(r.SessionID), hash: h}
 		c.tag.Store(tag)
 		c.last.Store(now)
-		if c = b.sess.insert(c, now, b.idle); c == nil {
+		if c = b.sess.insert(c, now, b.forget); c == nil {
 			return b.route(p, tag, nil) // not remembered
 		}
 	}
 	last := c.last.Load()
 	tag := c.tag.Load()
-	if now-last > b.idle {
+	if now-last > b.forget {
 		// Aged out: a new conversation under the newest table (this
 		// Picker's, unless it is an older one still in use: tags only
 		// move forward). A CAS, so that of two Picks retagging at once

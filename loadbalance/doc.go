@@ -75,8 +75,10 @@
 // Session-Id unless the conversation is remembered, in which case it
 // keeps the bucket of its first request.
 //
-// Entries idle for longer than Options.IdleTimeout (default 5 minutes) are
-// purged lazily: on every table rebuild, by Sweep (which the owner should
+// Entries idle for longer than Options.IdleTimeout (default 10 minutes,
+// DefaultIdleTimeout; it must exceed the longest silence of a
+// conversation that should keep its server, such as the RADIUS accounting
+// interim interval) are purged lazily: on every table rebuild, by Sweep (which the owner should
 // call periodically, e.g. every IdleTimeout/2), and when the memory grows;
 // the whole memory is dropped once nothing is watched, no old table
 // lives and no conversation diverted from a suspended server is left. An old table is dropped as soon as no live conversation refers to

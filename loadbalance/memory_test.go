@@ -71,7 +71,7 @@ func TestOnlyTheReturningServersBucketsAreWatched(t *testing.T) {
 			t.Fatalf("%s moved from %s to %s", c.sid, c.server, got)
 		}
 	}
-	clk.Advance(6 * time.Minute)
+	clk.Advance(b.IdleTimeout() + time.Minute)
 	b.Sweep()
 	if s := b.Snapshot(); s.Sessions != 0 || len(s.OldGenerations) != 0 {
 		t.Fatalf("after the transition: %d remembered, old tables %v", s.Sessions, s.OldGenerations)
@@ -194,9 +194,8 @@ func TestConversationsKeepTheirServerOverRandomHistories(t *testing.T) {
 						continue
 					}
 					got := slotOf(s.Name)
-					// The memory refreshes a conversation's last use at
-					// most every IdleTimeout/8: stay clear of the edge.
-					if c.server >= 0 && up[c.server] && epoch[c.server] == c.epoch && now-c.last < idle-idle/8-time.Second && got != c.server {
+					// Up to the edge: silent for at most IdleTimeout.
+					if c.server >= 0 && up[c.server] && epoch[c.server] == c.epoch && now-c.last <= idle && got != c.server {
 						t.Fatalf("seed %d step %d: %s moved from s%d to s%d (last spoke %v ago)", seed, step, c.sid, c.server, got, now-c.last)
 					}
 					c.server, c.epoch, c.last = got, epoch[got], now
@@ -207,7 +206,7 @@ func TestConversationsKeepTheirServerOverRandomHistories(t *testing.T) {
 		for k := range up {
 			b.SetState(fmt.Sprintf("s%d", k), InService)
 		}
-		clk.Advance(idle + time.Second)
+		clk.Advance(idle + 2*time.Second)
 		b.Sweep()
 		if s := b.Snapshot(); s.Sessions != 0 || len(s.OldGenerations) != 0 {
 			t.Fatalf("seed %d: all in service and idle: %d remembered, old tables %v", seed, s.Sessions, s.OldGenerations)
@@ -293,6 +292,54 @@ func TestRemovedServerLeavesNothingWatched(t *testing.T) {
 	for _, c := range cs {
 		if got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}); got != c.server {
 			t.Fatalf("%s moved from %s to %s when s4 was named again", c.sid, c.server, got)
+		}
+	}
+}
+
+// A conversation is forgotten only once it has been silent for longer
+// than IdleTimeout, although the memory refreshes its last use at most
+// once a second: one that spoke twice within that second and then once
+// more exactly IdleTimeout after its last request still keeps its server
+// during a transition.
+func TestConversationKeptUntilSilentForIdleTimeout(t *testing.T) {
+	const idle = 5 * time.Minute
+	clk := &fakeClock{}
+	b := mustNew(t, Pearson, servers(5), Options{Now: clk.Now, IdleTimeout: idle})
+	setState(t, b, "s4", Down, true)
+	cs := startWatchedConversations(t, b, 300, "edge")
+	clk.Advance(900 * time.Millisecond)
+	for _, c := range cs {
+		mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}) // last request
+	}
+	setState(t, b, "s4", InService, true) // a transition: s4 takes back its buckets
+	clk.Advance(idle)
+	b.Sweep()
+	for _, c := range cs {
+		if got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}); got != c.server {
+			t.Fatalf("%s, silent for exactly IdleTimeout, went to %s, want %s", c.sid, got, c.server)
+		}
+	}
+}
+
+// RADIUS accounting sessions commonly send an interim update every 300
+// seconds: with the default IdleTimeout such a conversation, whose
+// interims come a little late, keeps its server across a transition.
+func TestDefaultIdleTimeoutOutlastsInterimUpdates(t *testing.T) {
+	clk := &fakeClock{}
+	b := mustNew(t, Pearson, servers(5), Options{Now: clk.Now})
+	if b.IdleTimeout() <= 300*time.Second+time.Minute {
+		t.Fatalf("default IdleTimeout %v: an interim update every 300 s with some delay is forgotten", b.IdleTimeout())
+	}
+	setState(t, b, "s4", Down, true)
+	cs := startWatchedConversations(t, b, 300, "acct")
+	setState(t, b, "s4", InService, true)
+	for range 4 {
+		clk.Advance(330 * time.Second)
+		b.Sweep()
+		for _, c := range cs {
+			if got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}); got != c.server {
+				t.Fatalf("%s, an interim every 330 s, went to %s, want %s", c.sid, got, c.server)
+			}
 		}
 	}
 }

@@ -88,7 +88,7 @@ func TestStalePickerDoesNotRebindNewerConversations(t *testing.T) {
 		c.server = mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid})
 		cs = append(cs, c)
 	}
-	clk.Advance(6 * time.Minute)
+	clk.Advance(b.IdleTimeout() + time.Minute)
 	for _, c := range cs {
 		r := Request{NAI: c.nai, SessionID: c.sid}
 		stale.Pick(r)

@@ -39,11 +39,11 @@ func TestConversationsStartedWhileSuspendedKeepTheirServer(t *testing.T) {
 				}
 			}
 			// Once they have aged out, nothing is remembered.
-			clk.Advance(6 * time.Minute)
+			clk.Advance(b.IdleTimeout() + time.Minute)
 			b.Sweep()
 			if then == Down {
 				setState(t, b, "s2", InService, true)
-				clk.Advance(6 * time.Minute)
+				clk.Advance(b.IdleTimeout() + time.Minute)
 				b.Sweep()
 			}
 			if s := b.Snapshot(); s.Sessions != 0 || len(s.OldGenerations) != 0 || !b.cur.Load().quiet {

@@ -142,7 +142,7 @@ func TestTransitionKeepsConversationsUntilTheyAgeOut(t *testing.T) {
 		}
 	}
 	// Now the last one ages out too: the old table is dropped.
-	clk.Advance(5*time.Minute + time.Second)
+	clk.Advance(5*time.Minute + 2*time.Second)
 	b.Sweep()
 	if s := b.Snapshot(); len(s.OldGenerations) != 0 || s.Generation != 3 || s.Sessions != 0 {
 		t.Fatalf("after ageing out: generation %d, old %v, sessions %d", s.Generation, s.OldGenerations, s.Sessions)
@@ -160,7 +160,7 @@ func TestTransitionIdleConversationFoundBeforeSweepUsesNewTable(t *testing.T) {
 	cs := startConversations(t, b, 500, "idle")
 	b.SetState("s2", InService) // transition from here
 	tab := b.Snapshot().Table
-	clk.Advance(5*time.Minute + time.Second)
+	clk.Advance(b.IdleTimeout() + 2*time.Second)
 	for _, c := range cs {
 		if got, want := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}), tab[PearsonHashString(c.nai)]; got != want {
 			t.Fatalf("idle conversation went to %s, new table says %s", got, want)
@@ -234,7 +234,7 @@ func TestSessionMemoryGrowsAndIsBounded(t *testing.T) {
 	if s := b.Snapshot(); s.Sessions > 3000 || s.Untracked == 0 {
 		t.Fatalf("bound not enforced: sessions %d, untracked %d", s.Sessions, s.Untracked)
 	}
-	clk.Advance(6 * time.Minute)
+	clk.Advance(b.IdleTimeout() + time.Minute)
 	if purged := b.Sweep(); purged < 2900 {
 		t.Fatalf("purged %d", purged)
 	}
