@@ -98,10 +98,11 @@ type Config struct {
 	// RequestTimeout bounds a Request whose context has no deadline.
 	// Default 10 s.
 	RequestTimeout time.Duration
-	// DPATimeout bounds how long Close waits for the DPA, and how long a
-	// peer that received a DPR holds its DPA back for the answers it still
-	// owes and keeps the connection open for the answers to its own
-	// requests on it (it sends no new ones there). Default 5 s.
+	// DPATimeout bounds how long Close waits for the DPA, then for the
+	// answers still owed once it came (requests that crossed our DPR);
+	// and how long a peer that received a DPR holds its DPA back for the
+	// answers it still owes and keeps the connection open for the answers
+	// to its own requests on it (it sends no new ones there). Default 5 s.
 	DPATimeout time.Duration
 	// DPRHoldOff is how long a client waits before it redials a peer
 	// that disconnected with Disconnect-Cause BUSY or

@@ -69,6 +69,10 @@ type conn struct {
 	dprIn  atomic.Bool
 	dpaOut atomic.Bool
 	grace  atomic.Pointer[time.Timer]
+	// flushOwed: the peer answered our DPR; the connection closes once
+	// the answers still owed (requests that crossed our DPR) are written
+	// (see flushOwedThenClose).
+	flushOwed atomic.Bool
 
 	// Handlers run on the reader (see Handler): inlineAt is 1 + the
 	// p.mono() at which the reader entered the Handler it is running, 0
@@ -849,6 +853,9 @@ func (c *conn) answered(hbh, e2e uint32, ans []byte, more bool) {
 		if c.heldDPA.Load() != nil {
 			c.releaseDPA()
 		}
+		if c.flushOwed.Load() {
+			c.out.CloseAfterFlush() // the last answer owed after our DPA
+		}
 		c.mu.Lock()
 		c.drainedLocked() // a server's graceful disconnect waits for what it owes
 		c.mu.Unlock()
@@ -894,6 +901,19 @@ func (c *conn) releaseDPA() {
 		c.mu.Lock()
 		c.drainedLocked()
 		c.mu.Unlock()
+	}
+}
+
+// flushOwedThenClose closes the connection, after the DPA answered our
+// DPR, once the answers it still owes are written: the requests the peer
+// sent before it read our DPR are answered, as we want ours answered
+// after a DPR of the peer's. The caller bounds the wait (DPATimeout).
+func (c *conn) flushOwedThenClose() {
+	c.flushOwed.Store(true)
+	// answered looks at flushOwed after owed falls to zero, we at owed
+	// after setting flushOwed: one of us sees the other.
+	if c.owed.Load() == 0 {
+		c.out.CloseAfterFlush() // what is queued still goes (an answer just made)
 	}
 }
 

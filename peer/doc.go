@@ -68,7 +68,9 @@
 // DIAMETER_UNABLE_TO_DELIVER answer); a late answer there is still matched
 // and delivered only if the caller has none. Close, and the idle
 // bring-down, drain: no new requests, the answers in flight get up to
-// Config.DrainTimeout, then DPR. A peer that receives a DPR takes no new
+// Config.DrainTimeout, then DPR; after the DPA, the answers still owed
+// (requests that crossed the DPR) are written before the connection
+// closes, for DPATimeout at most. A peer that receives a DPR takes no new
 // request on that connection, holds its DPA until the answers it owes are
 // out, and closes the connection once the answers to its own requests
 // there are in too, or they have left it: at most DPATimeout after the

@@ -169,3 +169,43 @@ func TestPeersDPRWaitsForOurAnswersAtMostDPATimeout(t *testing.T) {
 		require.NoError(t, p.Close(context.Background()))
 	})
 }
+
+// Our DPR crosses a request from the peer: the peer answers the DPR
+// while our Handler still runs for that request. The answer goes out
+// before the connection closes. Before, the DPA closed the connection at
+// once, dropping the answer we owed.
+func TestAnswerOwedWhenOurDPRIsAnsweredIsSent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := clientConfig("server.example.net")
+		cfg.Handler = func(ctx context.Context, p *Peer, req []byte) []byte {
+			time.Sleep(100 * time.Millisecond)
+			return successAnswer(req)
+		}
+		ours, far := pipePair()
+		defer far.Close()
+		p, err := Accept(ours, cfg)
+		require.NoError(t, err)
+		sendCER(t, far, "client.example.net")
+		require.Equal(t, uint32(message.Success), readRC(t, far))
+		synctest.Wait()
+		require.Equal(t, watchdog.Okay, p.State())
+
+		closed := make(chan error, 1)
+		go func() { closed <- p.Close(context.Background()) }()
+		dpr := readRequest(t, far)
+		require.Equal(t, uint32(wire.CmdDisconnectPeer), wire.CommandCode(dpr))
+		req := acr()
+		wire.SetHopByHop(req, 42)
+		cli := Config{OriginHost: "client.example.net", OriginRealm: "example.net"}
+		require.NoError(t, far.WriteMessages(req, cli.newDPA(dpr)))
+		got := readAll(far)
+		var answered bool
+		for m := range got {
+			if !wire.IsRequest(m) && wire.HopByHop(m) == 42 {
+				answered = true
+			}
+		}
+		assert.True(t, answered, "the answer to the request that crossed our DPR")
+		require.NoError(t, <-closed)
+	})
+}

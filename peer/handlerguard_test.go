@@ -195,8 +195,9 @@ func closeAnswering(t *testing.T, p *Peer, far transport.Conn) {
 // A Handler that does not return until its connection closes lets Close
 // end cleanly: Close waits for what the connection owes for its drain's
 // bound at most, sends the DPR, the reader that took over reads the DPA,
-// the connection closes, the Handler returns on its ctx and nothing is
-// left running (goleak, TestMain).
+// the answer still owed gets DPATimeout more (one that crossed our DPR
+// would be answered then), the connection closes, the Handler returns on
+// its ctx and nothing is left running (goleak, TestMain).
 func TestHandlerNeverReturningDoesNotHoldClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		in := make(chan struct{})
@@ -210,7 +211,12 @@ func TestHandlerNeverReturningDoesNotHoldClose(t *testing.T) {
 		<-in
 		start := time.Now()
 		closeAnswering(t, p, far)
-		assert.LessOrEqual(t, time.Since(start), DefaultRequestTimeout, "Close waited for the drain's bound, not for DPATimeout too")
+		assert.Equal(t, DefaultRequestTimeout+DefaultDPATimeout, time.Since(start), "Close waited for the drain's bound, then DPATimeout after the DPA")
+		select {
+		case <-c.dpa:
+		default:
+			t.Error("the DPA was not read")
+		}
 		assert.Equal(t, uint64(1), c.handovers.Load())
 	})
 }

@@ -399,12 +399,13 @@ func (p *Peer) Close(ctx context.Context) error {
 // Disconnect disconnects gracefully: DPR with the given Disconnect-Cause
 // (message.DisconnectRebooting when the process restarts and wants the
 // peer back soon, DisconnectBusy, DisconnectDoNotWantToTalkToU), waits
-// for the DPA up to DPATimeout or ctx, closes the connection and ends the
-// Peer. Requests still pending fail with ErrClosed. It waits for the
-// Peer's connections and timers to end, not for its subscribers and
-// failover hook: the events and hand-overs queued for them are delivered
-// after, on the Peer's notifier, so a subscriber may call Disconnect
-// itself. Done is closed once they are out. Only the first Close or
+// for the DPA up to DPATimeout or ctx, then for the answers still owed to
+// requests of the peer's that crossed the DPR (DPATimeout more at most),
+// closes the connection and ends the Peer. Requests still pending fail
+// with ErrClosed. It waits for the Peer's connections and timers to end,
+// not for its subscribers and failover hook: the events and hand-overs
+// queued for them are delivered after, on the Peer's notifier, so a
+// subscriber may call Disconnect itself. Done is closed once they are out. Only the first Close or
 // Disconnect sends a DPR; later calls wait for the same end, and any
 // call whose ctx ends first ends the Peer without waiting for the DPA.
 //

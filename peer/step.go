@@ -481,6 +481,16 @@ func (p *Peer) onDrained(e input, cur *conn) {
 		select {
 		case <-cur.dpa:
 			dpa = true
+			// The answers we still owe, to requests that crossed our DPR,
+			// go out before the connection closes, for DPATimeout more
+			// at most.
+			cur.flushOwedThenClose()
+			t.Reset(p.cfg.DPATimeout)
+			select {
+			case <-cur.closed:
+			case <-t.C:
+				note = fmt.Sprintf("closed %v after DPA, %d answers still owed", p.cfg.DPATimeout, cur.owed.Load())
+			}
 		case <-t.C:
 			note = "closed: no DPA within " + p.cfg.DPATimeout.String()
 		case <-cur.closed:
