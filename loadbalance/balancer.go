@@ -667,9 +667,9 @@ func (b *Balancer) Sweep() (purged int) {
 	cur := b.cur.Load()
 	old := keepReferenced(cur.old, perGen, now)
 	was := b.diverting
-	b.diverting = diverted > 0
+	b.diverting = diverted > 0 || !cur.divert.empty()
 	if len(old) != len(cur.old) || b.diverting != was {
-		b.publish(cur.table, old) // diverting again if a bucket's owner is suspended
+		b.publish(cur.table, old)
 	}
 	if b.alg == Pearson {
 		n := b.sess.count()

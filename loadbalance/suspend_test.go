@@ -159,3 +159,15 @@ func TestServerWithoutBucketsTakesOverWhenTheOthersAreSuspended(t *testing.T) {
 		}
 	}
 }
+
+// Sweeping during a suspension that has diverted nothing yet keeps the
+// snapshot: Pickers taken before and after are one.
+func TestSweepDuringSuspensionKeepsTheSnapshot(t *testing.T) {
+	b := mustNew(t, Pearson, servers(3), Options{})
+	setState(t, b, "s1", Suspended, false)
+	before := b.Picker()
+	b.Sweep()
+	if b.Picker().p != before.p {
+		t.Fatal("a sweep that changed nothing published a new snapshot")
+	}
+}
