@@ -102,7 +102,7 @@ func (c *Config) addCapabilities(b *message.Builder, local net.Addr) {
 // withIDs gives a base request its Hop-by-Hop id (from the connection's
 // counter) and a fresh End-to-End id: RFC 6733 3 wants both unique on
 // every request, CER, DWR and DPR included.
-func withIDs(req []byte, hbh *wire.HopByHopGen) []byte {
+func withIDs(req []byte, hbh interface{ Next() uint32 }) []byte {
 	wire.SetHopByHop(req, hbh.Next())
 	wire.SetEndToEnd(req, e2e.Next())
 	return req

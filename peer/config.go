@@ -236,8 +236,11 @@ type Config struct {
 	// reached the connection is closed as broken, its pending requests
 	// leave it as after any lost connection (a Client replays them
 	// elsewhere) and the peer reconnects as it does after a loss. An
-	// answer that matches resets the count. Default DefaultMaxUnmatched;
-	// negative: never close for this.
+	// answer that matches resets the count. An answer with an id sent
+	// there whose request the connection has forgotten (more than 4096
+	// requests left it unanswered: a slow server catching up) is counted
+	// late, not unmatched. Default DefaultMaxUnmatched; negative: never
+	// close for this.
 	MaxUnmatched int
 
 	// Failover receives requests that left this peer's connection

@@ -37,7 +37,7 @@ type conn struct {
 	p          *Peer
 	tc         transport.Conn
 	remoteHost string // Origin-Host from the CER or CEA
-	hbh        *wire.HopByHopGen
+	hbh        *hopIDs
 
 	downReported bool // its EventConnDown was published; under p.mu
 
@@ -124,7 +124,7 @@ func newConn(p *Peer, tc transport.Conn, remoteHost string) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &conn{
 		p: p, tc: tc, remoteHost: remoteHost,
-		hbh:    wire.NewHopByHopGenRandom(),
+		hbh:    newHopIDs(),
 		dpa:    make(chan struct{}),
 		closed: make(chan struct{}),
 		ctx:    ctx, cancel: cancel,
@@ -349,8 +349,46 @@ func (c *conn) submitAll(calls []*call.Call) (refused []*call.Call, n, resends i
 
 // goneMax bounds how many calls moved off a connection stay matchable
 // there for a late answer; past it the oldest is forgotten (its late
-// answer is then counted unmatched).
+// answer then matches nothing, and counts as late: its id was issued
+// here, see hopIDs).
 const goneMax = 4096
+
+// hopIDs issues a connection's Hop-by-Hop ids, in sequence from a random
+// start (wire.HopByHopGen), and knows which ids it has issued: an answer
+// that matches nothing but carries one of them answers a request this
+// connection forgot (more than goneMax left it unanswered), as a slow
+// server that recovers sends them, not a broken peer's id.
+type hopIDs struct {
+	gen   *wire.HopByHopGen
+	first uint32
+	n     atomic.Uint64 // ids issued so far, counted before each is made
+}
+
+func newHopIDs() *hopIDs {
+	first := wire.NewHopByHopGenRandom().Next()
+	return &hopIDs{gen: wire.NewHopByHopGen(first), first: first}
+}
+
+// Next returns the next id.
+func (h *hopIDs) Next() uint32 {
+	h.n.Add(1) // before the id exists: an answer that carries it sees it counted
+	return h.gen.Next()
+}
+
+// issued reports whether id was issued here: it lies within the ids made
+// so far, [first, first+n) modulo 2^32, one further when the counter
+// passed 0, which it skips.
+func (h *hopIDs) issued(id uint32) bool {
+	if id == 0 {
+		return false // never issued (wire.HopByHopGen skips it)
+	}
+	n := h.n.Load()
+	if n >= 1<<32-1 {
+		return true
+	}
+	d := uint64(id - h.first)
+	return d < n || d == n && uint64(-h.first) < n
+}
 
 // goLocked moves the entry id from pending to gone: no longer pending
 // here, still matched if its answer comes. c.mu is held.

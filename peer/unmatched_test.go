@@ -13,6 +13,7 @@ import (
 
 	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/watchdog"
+	"github.com/aaatp/aaatp/wire"
 )
 
 // A peer whose answers carry Hop-by-Hop ids we never sent is broken: after
@@ -106,4 +107,65 @@ func TestMalformedAnswerFailsItsRequest(t *testing.T) {
 		assert.Equal(t, watchdog.Okay, p.State())
 		assert.Equal(t, 1, f.dials(), "the connection stays")
 	})
+}
+
+// A slow server that recovers answers, oldest first, more requests than
+// a connection remembers once they have timed out (goneMax): the answers
+// to the forgotten ones carry ids this connection issued, so they count
+// as late, not as unmatched, and the healthy connection stays in
+// service. Before, the first MaxUnmatched of them closed it as broken.
+func TestForgottenAnswersOfASlowServerAreLateNotUnmatched(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		defer p.Close(context.Background())
+		synctest.Wait()
+		c := p.cur.Load()
+		f.answerReqs.Store(false)
+		const n = goneMax + 20
+		var wg sync.WaitGroup
+		for i := range n {
+			// They time out one after the other, the oldest first: the
+			// connection forgets the oldest 20.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second+time.Duration(i)*time.Millisecond)
+			wg.Go(func() {
+				defer cancel()
+				_, err := p.Request(ctx, acr())
+				assert.ErrorIs(t, err, ErrTimeout)
+			})
+			synctest.Wait() // sent in this order
+		}
+		wg.Wait()
+		synctest.Wait()
+		f.mu.Lock()
+		require.Len(t, f.held, n)
+		f.mu.Unlock()
+
+		require.NoError(t, f.answerHeld(false)) // oldest first
+		synctest.Wait()
+		assert.Equal(t, watchdog.Okay, p.State())
+		assert.Same(t, c, p.cur.Load(), "the connection stays")
+		st := p.Stats()
+		assert.Zero(t, st.Unmatched)
+		assert.Equal(t, uint64(n), st.Late)
+		f.answerReqs.Store(true)
+		_, err = p.Request(context.Background(), acr())
+		require.NoError(t, err)
+	})
+}
+
+// hopIDs knows the ids it issued, across the wrap of the counter, which
+// skips 0.
+func TestHopIDsIssued(t *testing.T) {
+	const first = 0xFFFFFFFE
+	h := &hopIDs{gen: wire.NewHopByHopGen(first), first: first}
+	assert.False(t, h.issued(first), "nothing issued yet")
+	assert.Equal(t, []uint32{first, first + 1, 1}, []uint32{h.Next(), h.Next(), h.Next()})
+	for id, want := range map[uint32]bool{first - 1: false, first: true, first + 1: true, 0: false, 1: true, 2: false} {
+		assert.Equal(t, want, h.issued(id), "id %#x", id)
+	}
 }
