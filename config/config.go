@@ -162,9 +162,25 @@ type Peer struct {
 	TLS TLS
 	// Limits are the peer's throttle limits, its own or the node's.
 	Limits Limits
+	// Own tells which of Tw, TLS and Limits the [[peer]] sets itself;
+	// the others are the node's, from the top of the file. A program
+	// that keeps the node's settings it started with across reloads
+	// gives the peer those in place of the file's new ones, and keeps
+	// the peer's own.
+	Own Own
 	// Line is the line of the peer's [[peer]] header, for messages; it is
 	// not part of what the peer configures.
 	Line int
+}
+
+// Own names the settings a [[peer]] sets itself rather than taking the
+// node's. A peer's tls-server-name is always its own.
+type Own struct {
+	Tw             bool
+	TLSCert        bool // tls-cert and tls-key, which go together
+	TLSCA          bool
+	MaxRate        bool
+	MaxOutstanding bool
 }
 
 // Diameter reports whether the peer's URL is a Diameter one.

@@ -84,11 +84,11 @@ max-outstanding = 8
 			{Name: "r1", URL: "radius+tcp://10.0.0.1:1812", Secret: []byte("s3cret"), SecretFile: filepath.Join(d, "secret"),
 				Weight: 3, Role: RolePrimary, Tw: time.Minute,
 				TLS:    TLS{Cert: filepath.Join(d, "cert.pem"), Key: filepath.Join(d, "key.pem"), CA: filepath.Join(d, "ca.pem")},
-				Limits: Limits{MaxRate: 100, MaxOutstanding: 64}, Line: 19},
+				Limits: Limits{MaxRate: 100, MaxOutstanding: 64}, Own: Own{Tw: true, MaxRate: true}, Line: 19},
 			{Name: "radius+tcp://10.0.0.2:1812", URL: "radius+tcp://10.0.0.2:1812", Secret: []byte("inline"),
 				Role: RoleSecondary, Tw: 20 * time.Second,
 				TLS:    TLS{Cert: filepath.Join(d, "cert.pem"), Key: filepath.Join(d, "key.pem"), CA: filepath.Join(d, "ca.pem")},
-				Limits: Limits{MaxOutstanding: 8}, Line: 27},
+				Limits: Limits{MaxOutstanding: 8}, Own: Own{MaxOutstanding: true}, Line: 27},
 		},
 	}
 	if !reflect.DeepEqual(cfg, want) {
@@ -312,10 +312,10 @@ url = "tls://10.0.0.3:3868"
 	want := []Peer{
 		{Name: "near", URL: "tls://10.0.0.1:3868", Tw: 10 * time.Second,
 			TLS:    TLS{Cert: node.Cert, Key: node.Key, CA: filepath.Join(d, "client.pem"), ServerName: "hss1.example.net"},
-			Limits: Limits{MaxRate: 100, MaxOutstanding: 8}, Line: 8},
+			Limits: Limits{MaxRate: 100, MaxOutstanding: 8}, Own: Own{Tw: true, TLSCA: true, MaxOutstanding: true}, Line: 8},
 		{Name: "far", URL: "tls://10.0.0.2:3868", Tw: 30 * time.Second,
 			TLS:    TLS{Cert: filepath.Join(d, "client.pem"), Key: filepath.Join(d, "key.pem"), CA: node.CA},
-			Limits: Limits{MaxRate: 5, MaxOutstanding: 64}, Line: 16},
+			Limits: Limits{MaxRate: 5, MaxOutstanding: 64}, Own: Own{TLSCert: true, MaxRate: true}, Line: 16},
 		{Name: "plain", URL: "tls://10.0.0.3:3868", Tw: 30 * time.Second, TLS: node, Limits: Limits{MaxRate: 100, MaxOutstanding: 64}, Line: 23},
 	}
 	if !reflect.DeepEqual(cfg.Peers, want) {

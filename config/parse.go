@@ -430,7 +430,7 @@ func (c *checker) peers(cfg *Config, doc *fileDoc) {
 			if proto == protoRADIUSUDP {
 				c.problem(at("tw"), "radius:// servers have no watchdog (a server that stops replying is found by the timeout and retries of its requests): leave tw out")
 			}
-			p.Tw = d
+			p.Tw, p.Own.Tw = d, true
 		}
 		p.TLS = TLS{Cert: cfg.TLS.Cert, Key: cfg.TLS.Key, CA: cfg.TLS.CA}
 		if p.URL != "" && !tlsScheme(p.URL) {
@@ -446,14 +446,15 @@ func (c *checker) peers(cfg *Config, doc *fileDoc) {
 			}
 		} else {
 			c.peerTLS(&p.TLS, at, fp)
+			p.Own.TLSCert, p.Own.TLSCA = fp.TLSCert != nil || fp.TLSKey != nil, fp.TLSCA != nil
 		}
 		p.Limits = cfg.Limits
 		l := c.limits(base, fp.MaxRate, fp.MaxOutstanding)
 		if fp.MaxRate != nil {
-			p.Limits.MaxRate = l.MaxRate
+			p.Limits.MaxRate, p.Own.MaxRate = l.MaxRate, true
 		}
 		if fp.MaxOutstanding != nil {
-			p.Limits.MaxOutstanding = l.MaxOutstanding
+			p.Limits.MaxOutstanding, p.Own.MaxOutstanding = l.MaxOutstanding, true
 		}
 		cfg.Peers = append(cfg.Peers, p)
 	}

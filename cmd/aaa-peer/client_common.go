@@ -257,9 +257,33 @@ func (o *loadOptions) filePeers(peers []config.Peer, set map[string]bool) []conf
 			o.weights = append(o.weights, fmt.Sprintf("%s=%d", p.URL, p.Weight))
 		}
 	}
-	o.own = ownSettings(peers, set, o.tw, config.TLS{CA: o.tlsCA, Cert: o.tlsCert, Key: o.tlsKey},
-		config.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOutstanding})
+	o.own = ownSettings(peers, set, o.template())
 	return peers
+}
+
+// peerTemplate is what every peer gets but for its own settings: the
+// watchdog interval, the TLS files and the limits.
+type peerTemplate struct {
+	tw  time.Duration
+	tls config.TLS
+	lim config.Limits
+}
+
+// template is o's peerTemplate.
+func (o *loadOptions) template() peerTemplate {
+	return peerTemplate{o.tw, config.TLS{CA: o.tlsCA, Cert: o.tlsCert, Key: o.tlsKey}, config.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOutstanding}}
+}
+
+// ownOverRunning makes the peers' own settings of the file read again
+// (cfg, its peers used: no --peer given) those that differ from the
+// running client's template (running): the file's new top level needs a
+// restart and is not applied, so a peer that takes it takes the running
+// one, and a peer's own setting stays its own even where the new top
+// level is now the same.
+func (o *loadOptions) ownOverRunning(cfg *config.Config, set map[string]bool, running *loadOptions) {
+	if len(cfg.Peers) > 0 && !set["peer"] {
+		o.own = ownSettings(byRole(cfg.Peers), set, running.template())
+	}
 }
 
 // peerSpecs are the client's peers in --peer order, each named as the

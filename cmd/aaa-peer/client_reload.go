@@ -113,18 +113,31 @@ func differs(settings []setting) []string {
 // reloadPeers is the Diameter client's reload of run c: --config read
 // again over the command line's options (base, with the flags set there).
 func (r *diameterRequests) reloadPeers(c *loadgen, cfg *config.Config, base clientOptions, set map[string]bool) ([]string, error) {
+	specs, restart, err := r.reloadSpecs(cfg, base, set)
+	if err != nil {
+		return nil, err
+	}
+	c.peersEver() // those about to be removed keep their counts in the report
+	return applyPeers(c.cl, specs, restart, c.metrics)
+}
+
+// reloadSpecs are the Diameter client's peers from cfg, read over the
+// command line's options (base, with the flags set there), and the
+// settings that changed but need a restart.
+func (r *diameterRequests) reloadSpecs(cfg *config.Config, base clientOptions, set map[string]bool) ([]client.PeerSpec, []string, error) {
 	o := base
 	o.peers, o.weights = slices.Clone(base.peers), slices.Clone(base.weights)
 	o.waitPeers = 0 // the start's: the file may now have fewer peers
 	if _, err := o.applyConfig(cfg, set); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	o.ownOverRunning(cfg, set, &r.o.loadOptions)
 	if err := o.validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	specs, err := o.peerSpecs(nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	restart := differs([]setting{
 		{"origin-host", r.o.originHost, o.originHost},
@@ -137,8 +150,7 @@ func (r *diameterRequests) reloadPeers(c *loadgen, cfg *config.Config, base clie
 		{"max-rate", fmt.Sprint(r.o.maxRate), fmt.Sprint(o.maxRate)},
 		{"max-outstanding", fmt.Sprint(r.o.maxOutstanding), fmt.Sprint(o.maxOutstanding)},
 	})
-	c.peersEver() // those about to be removed keep their counts in the report
-	return applyPeers(c.cl, specs, restart, c.metrics)
+	return specs, restart, nil
 }
 
 // reloadPeers is the RADIUS client's reload: --config read again over
@@ -150,6 +162,7 @@ func (o *radiusClientOptions) reloadPeers(cfg *config.Config, c *client.Client, 
 	if n.secrets, err = n.applyConfig(cfg, o.set); err != nil {
 		return nil, err
 	}
+	n.ownOverRunning(cfg, o.set, &o.loadOptions)
 	n.waitPeers = 0 // the start's: the file may now have fewer servers
 	if err := n.validate(); err != nil {
 		return nil, err

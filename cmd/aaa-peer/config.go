@@ -246,33 +246,43 @@ type ownSetting struct {
 	limits *config.Limits
 }
 
-// ownSettings returns by URL the settings of peers that differ from
-// those of every peer (tw, tls, lim, after the flags). A flag given on
-// the command line sets its setting for every peer: --tw the watchdog
+// ownSettings returns by URL the settings peers set themselves that
+// differ from those of every peer (the template, after the flags). What a peer takes from the top of the file is the template's,
+// not its own: at a reload the template is the running one (a change of
+// the top level needs a restart), so a peer's own setting is told by
+// config.Peer.Own, not by comparing its value with the file's new top
+// level, which a reload may have moved to it. A flag given on the
+// command line sets its setting for every peer: --tw the watchdog
 // interval, any of --tls-ca, --tls-cert, --tls-key the three files (a
 // peer's tls-server-name stays), --max-rate and --max-outstanding their
 // limit.
-func ownSettings(peers []config.Peer, set map[string]bool, tw time.Duration, tls config.TLS, lim config.Limits) map[string]ownSetting {
+func ownSettings(peers []config.Peer, set map[string]bool, tmpl peerTemplate) map[string]ownSetting {
+	tw, tls, lim := tmpl.tw, tmpl.tls, tmpl.lim
 	own := make(map[string]ownSetting)
 	for _, p := range peers {
 		var s ownSetting
-		if !set["tw"] && p.Tw != 0 && p.Tw != tw {
+		if !set["tw"] && p.Own.Tw && p.Tw != tw {
 			s.tw = p.Tw
 		}
-		t := p.TLS
-		t.ClientCA = ""
-		if set["tls-ca"] || set["tls-cert"] || set["tls-key"] {
-			t.CA, t.Cert, t.Key = tls.CA, tls.Cert, tls.Key
+		t := tls
+		t.ClientCA, t.ServerName = "", p.TLS.ServerName
+		if !set["tls-ca"] && !set["tls-cert"] && !set["tls-key"] {
+			if p.Own.TLSCert {
+				t.Cert, t.Key = p.TLS.Cert, p.TLS.Key
+			}
+			if p.Own.TLSCA {
+				t.CA = p.TLS.CA
+			}
 		}
 		if t != tls {
 			s.tls = &t
 		}
-		l := p.Limits
-		if set["max-rate"] {
-			l.MaxRate = lim.MaxRate
+		l := lim
+		if p.Own.MaxRate && !set["max-rate"] {
+			l.MaxRate = p.Limits.MaxRate
 		}
-		if set["max-outstanding"] {
-			l.MaxOutstanding = lim.MaxOutstanding
+		if p.Own.MaxOutstanding && !set["max-outstanding"] {
+			l.MaxOutstanding = p.Limits.MaxOutstanding
 		}
 		if l != lim {
 			s.limits = &l
