@@ -54,7 +54,13 @@
 // first arrival. The in-memory store also keeps at most [WithMaxEntries]
 // entries (default 1<<20) and at most [WithMaxBytes] bytes (default 512
 // MiB, counting the answers and [EntryOverhead] per key), evicting the
-// oldest first in O(1). Both stores keep answers of at most
+// oldest first in O(1) (amortised, while most entries are not requests
+// still running). It never evicts the in-flight mark of a
+// request still running (within its mark TTL), which would let the
+// request's duplicates run it again: such marks may take the byte count
+// over its budget by their overhead, never the entries over their bound,
+// and when a request's shard holds nothing but them, Begin refuses the
+// request with [ErrFull]. Both stores keep answers of at most
 // [WithMaxAnswerSize] bytes (default 16 KiB): a longer answer is sent but
 // not kept, its request recorded as answered so that it is never applied
 // twice, and a duplicate of it gets [ErrAnswerNotKept] (which [Wrap]

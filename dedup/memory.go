@@ -23,6 +23,17 @@ import (
 // EntryOverhead per entry plus its answer bytes: past it, the oldest
 // entries are evicted the same way.
 //
+// An in-flight mark of a request still running (within its mark TTL) is
+// not evicted: its duplicates would then run the request a second time.
+// Eviction moves such a mark from the old end of the ring to the new one
+// and evicts the next entry; a mark moves once per round of the ring, so
+// eviction stays O(1) amortised while running requests hold a minority of
+// the shard's entries. A shard thus holds at most its
+// share of max entries, marks included; if all of them are marks of running
+// requests, Begin refuses a new request with ErrFull until one ends or
+// expires. The budget in bytes may be exceeded by marks alone (EntryOverhead
+// each), which take no arena space.
+//
 // A lookup of a new key reads one cache line of the index (see shard); the
 // default clock is a coarse monotonic one read with an atomic load (see
 // coarseClock).
@@ -226,9 +237,11 @@ type shard struct {
 	// share of the memory budget: EntryOverhead each plus their answers.
 	bytes  int64
 	budget int64
-	shift  uint8     // log2(len(ring)): seq>>shift is seq's epoch
-	sbits  uint8     // low bits of sequence numbers in an entry: shift+2, at least 8
-	slab   []Outcome // see newOutcome
+	shift  uint8 // log2(len(ring)): seq>>shift is seq's epoch
+	sbits  uint8 // low bits of sequence numbers in an entry: shift+2, at least 8
+	// flights counts the in-flight slots (slFlight), expired or not.
+	flights uint32
+	slab    []Outcome // see newOutcome
 	// waits holds the channel of each waited slot (slWaited), by
 	// sequence number; nil until a duplicate first waits.
 	waits map[uint32]chan struct{}
@@ -451,6 +464,9 @@ func (s *shard) land(seq uint32, sl *slot) {
 		close(s.waits[seq])
 		delete(s.waits, seq)
 	}
+	if sl.state&slFlight != 0 {
+		s.flights--
+	}
 	sl.state = 0
 }
 
@@ -466,11 +482,78 @@ func (s *shard) kill(seq uint32) {
 
 // trim evicts the oldest slots while the shard is over its memory budget,
 // but never the slot keep (the one just stored): the shard exceeds its
-// budget by at most that entry.
-func (s *shard) trim(keep uint32) {
+// budget by at most that entry, and by the marks of running requests,
+// which it does not evict (see evictOldest): it moves those it meets to
+// the new end of the ring, and stops if all the slots are marks.
+func (s *shard) trim(keep uint32, now, mark int64) {
 	for s.bytes > s.budget && s.head != keep && s.head != s.tail {
-		s.popHead()
+		if !s.running(now, mark) {
+			s.popHead()
+		} else if s.flights < s.tail-s.head {
+			s.moveHead()
+		} else {
+			return
+		}
 	}
+}
+
+// evictOldest drops the oldest slot that is not the in-flight mark of a
+// running request, moving the marks it meets on the way to the new end of
+// the ring; it reports false, evicting nothing, if every slot is such a
+// mark. Evicting a mark would end its flight: a duplicate waiting for it,
+// or arriving later, would be First while the request still runs, and the
+// handler would run twice at once. A mark moves once per round of the
+// ring, so this is O(1) amortised while marks are a minority of the
+// shard. When they are all the shard holds, it looks at the oldest alone
+// (O(1)), and evicts it once its mark TTL is past.
+func (s *shard) evictOldest(now, mark int64) bool {
+	for s.running(now, mark) {
+		if s.flights >= s.tail-s.head {
+			return false
+		}
+		s.moveHead()
+	}
+	s.popHead()
+	return true
+}
+
+// running reports whether the oldest slot is the in-flight mark of a
+// request that may still be running: its mark TTL is not past.
+func (s *shard) running(now, mark int64) bool {
+	h := &s.ring[s.hpos]
+	return h.state&slFlight != 0 && now-h.born < mark
+}
+
+// moveHead moves the oldest slot, an in-flight mark, to the new end of the
+// ring under the next sequence number. Its waiters' channel moves with it;
+// its owner finds it by key and birth time (see Memory.slotOf). Its index
+// entry for the old sequence number is free once the head has passed it.
+func (s *shard) moveHead() {
+	old, sl := s.head, s.ring[s.hpos]
+	s.ring[s.hpos] = slot{} // as popHead leaves it; the tail may be here
+	s.head++
+	s.hpos = (s.hpos + 1) & (len(s.ring) - 1)
+	seq := s.nextSeq()
+	*s.at(seq) = sl
+	if sl.state&slWaited != 0 {
+		s.waits[seq] = s.waits[old]
+		delete(s.waits, old)
+	}
+	s.indexPut(s.placeOf(sl.key), seq)
+}
+
+// nextSeq takes the sequence number of a new slot at the tail, with the
+// upkeep of the index that each sequence number brings.
+func (s *shard) nextSeq() uint32 {
+	seq := s.tail
+	if seq&(uint32(len(s.ring))-1) == 0 {
+		s.newEpoch(seq)
+	}
+	if seq%sweepEvery == 0 {
+		s.sweep(seq)
+	}
+	s.tail++
+	return seq
 }
 
 // remove kills the live slot seq holding k and frees its index entry.
@@ -503,8 +586,9 @@ func (s *shard) popHead() {
 
 // insert appends a slot for k, at its place p, which must not be held,
 // with answer (none if empty) or, if state is slFlight, as an in-flight
-// mark; it returns its sequence number.
-func (s *shard) insert(k Key, p place, answer []byte, state uint8, now, maxAge int64) uint32 {
+// mark; it returns its sequence number, or false if the shard is full of
+// running requests' marks (see evictOldest).
+func (s *shard) insert(k Key, p place, answer []byte, state uint8, now, maxAge, mark int64) (uint32, bool) {
 	for i := 0; i < maxPopPerInsert && s.head != s.tail; i++ {
 		h := &s.ring[s.hpos]
 		if !h.key.IsZero() && now-h.born < maxAge {
@@ -514,7 +598,9 @@ func (s *shard) insert(k Key, p place, answer []byte, state uint8, now, maxAge i
 	}
 	n := int(s.tail - s.head)
 	if n >= s.limit {
-		s.popHead()
+		if !s.evictOldest(now, mark) {
+			return 0, false
+		}
 		n--
 	}
 	if n == len(s.ring) {
@@ -523,14 +609,7 @@ func (s *shard) insert(k Key, p place, answer []byte, state uint8, now, maxAge i
 	if p.n != uint32(len(s.index)) { // grown since p was computed
 		p = s.placeOf(k)
 	}
-	seq := s.tail
-	if seq&(uint32(len(s.ring))-1) == 0 {
-		s.newEpoch(seq)
-	}
-	if seq%sweepEvery == 0 {
-		s.sweep(seq)
-	}
-	s.tail++
+	seq := s.nextSeq()
 	sl := s.at(seq)
 	// Field by field: a composite literal is built on the stack and
 	// copied, whose reads of its partial writes the processor cannot
@@ -538,15 +617,18 @@ func (s *shard) insert(k Key, p place, answer []byte, state uint8, now, maxAge i
 	sl.key, sl.born, sl.state = k, now, state
 	sl.chunk, sl.off, sl.alen = 0, 0, 0
 	s.live++
+	if state&slFlight != 0 {
+		s.flights++
+	}
 	s.bytes += EntryOverhead + int64(len(answer))
 	s.indexPut(p, seq)
 	if len(answer) > 0 {
 		s.put(seq, sl, answer)
 	}
 	if s.bytes > s.budget {
-		s.trim(seq)
+		s.trim(seq, now, mark)
 	}
-	return seq
+	return seq, true
 }
 
 // free returns the first free entry of b, or nil: 0, or whose sequence
@@ -733,8 +815,11 @@ func (m *Memory) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 			return nil, err
 		}
 	}
-	if o.kind == notKept {
+	switch o.kind {
+	case notKept:
 		return nil, ErrAnswerNotKept
+	case noRoom:
+		return nil, ErrFull
 	}
 	return o, nil
 }
@@ -760,9 +845,13 @@ func (m *Memory) BeginInto(ctx context.Context, o *Outcome, keys ...Key) error {
 			return err
 		}
 	}
-	if o.kind == notKept {
+	switch o.kind {
+	case notKept:
 		*o = Outcome{}
 		return ErrAnswerNotKept
+	case noRoom:
+		*o = Outcome{}
+		return ErrFull
 	}
 	return nil
 }
@@ -823,11 +912,19 @@ func (m *Memory) try(keys []Key, now int64, op **Outcome) (<-chan struct{}, time
 		for i, k := range keys {
 			// A place computed before the shard grew is
 			// computed anew by insert.
-			seq := m.shards[m.shardOf(k)].insert(k, ps[i], nil, slFlight, now, m.maxAge)
+			seq, ok := m.shards[m.shardOf(k)].insert(k, ps[i], nil, slFlight, now, m.maxAge, m.mark)
+			if !ok {
+				for j, seq := range o.seq { // the marks set so far
+					m.shards[m.shardOf(keys[j])].remove(keys[j], seq)
+				}
+				m.unlockAll(idx)
+				o.kind = noRoom
+				return nil, 0
+			}
 			o.seq = append(o.seq, seq)
 		}
 		m.unlockAll(idx)
-		o.kind, o.fin = First, m
+		o.kind, o.fin, o.born = First, m, now
 		return nil, 0
 	}
 	done := busy.waitOn(busySeq)
@@ -852,10 +949,14 @@ func (m *Memory) tryOne(keys []Key, now int64, op **Outcome) (<-chan struct{}, t
 	sl, seq := s.lookup(k, p, now, m.maxAge, m.mark)
 	switch {
 	case sl == nil:
-		seq = s.insert(k, p, nil, slFlight, now, m.maxAge)
+		seq, ok := s.insert(k, p, nil, slFlight, now, m.maxAge, m.mark)
 		s.mu.Unlock()
+		if !ok {
+			o.kind = noRoom
+			return nil, 0
+		}
 		o.seq = append(o.seqBuf[:0], seq)
-		o.kind, o.fin = First, m
+		o.kind, o.fin, o.born = First, m, now
 		return nil, 0
 	case sl.state&slFlight == 0:
 		if sl.state&slNotKept != 0 {
@@ -898,12 +999,20 @@ func (m *Memory) wait(ctx context.Context, keys []Key, op **Outcome, done <-chan
 
 // slotOf returns the slot of o's i-th key, and its sequence number, if it
 // is still o's in-flight mark: the slot of that sequence number, holding
-// the key, in flight.
+// the key, in flight; or, if the mark has been moved (see evictOldest),
+// the key's in-flight slot born when o's marks were. A mark that took the
+// key over was born after o's expired, so it is never taken for o's.
 func (m *Memory) slotOf(o *Outcome, i int, k Key) (*slot, uint32) {
 	s := &m.shards[m.shardOf(k)]
 	seq := o.seq[i]
 	if sl := s.held(seq, k); sl != nil && sl.state&slFlight != 0 {
 		return sl, seq
+	}
+	if e := s.find(k); e != nil {
+		seq = s.seqOf(*e)
+		if sl := s.at(seq); sl.state&slFlight != 0 && sl.born == o.born {
+			return sl, seq
+		}
 	}
 	return nil, 0
 }
@@ -939,7 +1048,7 @@ func (m *Memory) complete(o *Outcome, answer []byte) error {
 			sl.state = state
 			s.bytes += int64(len(ans))
 			if s.bytes > s.budget {
-				s.trim(seq)
+				s.trim(seq, m.now(), m.mark)
 			}
 			continue
 		}
@@ -950,8 +1059,10 @@ func (m *Memory) complete(o *Outcome, answer []byte) error {
 			lost = true
 			continue
 		}
-		// Evicted or expired (and dropped) while in flight: store anew.
-		s.insert(k, s.placeOf(k), ans, state, m.now(), m.maxAge)
+		// Expired (and dropped) while in flight: store anew. With no
+		// room (the shard is full of running requests' marks), it is as
+		// if stored and evicted at once.
+		_, _ = s.insert(k, s.placeOf(k), ans, state, m.now(), m.maxAge, m.mark)
 	}
 	m.unlockAll(idx)
 	switch {

@@ -214,27 +214,58 @@ func TestMemoryDeadSlots(t *testing.T) {
 	wantKind(t, begin(t, s, RequestKey("c", 3)), Duplicate)
 }
 
-// TestMemoryEvictedInFlight: evicting an in-flight mark wakes its waiters
-// (they become First), and the owner's Complete stores the answer anew.
+// TestMemoryEvictedInFlight: a shard whose every entry is a running
+// request's in-flight mark evicts none of them: a new request gets ErrFull
+// (with two keys, neither is left marked) while a duplicate keeps waiting.
+// Once its mark TTL is past, a mark is evicted; its owner's late Complete,
+// with no room left to store the answer anew, is then as if stored and
+// evicted at once.
 func TestMemoryEvictedInFlight(t *testing.T) {
-	s := NewMemory(WithShards(1), WithMaxEntries(1), WithMarkTTL(time.Minute))
-	k1, k2 := RequestKey("c", 1), RequestKey("c", 2)
+	clk := newFakeClock()
+	s := NewMemory(WithShards(1), WithMaxEntries(2), WithMarkTTL(time.Minute), WithClock(clk.Now))
+	k1, k2, k3, k4 := RequestKey("c", 1), RequestKey("c", 2), RequestKey("c", 3), RequestKey("c", 4)
 	o1 := begin(t, s, k1)
 	res := make(chan *Outcome, 1)
 	go func() {
 		o, _ := s.Begin(context.Background(), k1)
 		res <- o
 	}()
-	time.Sleep(20 * time.Millisecond)
-	o2 := begin(t, s, k2) // evicts k1's mark
-	w := <-res
-	wantKind(t, w, First) // and evicts k2's mark in turn
-	_ = w.Abandon()
+	for waiting(s) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	o2 := begin(t, s, k2)
+	for _, keys := range [][]Key{{k3}, {k3, k4}} {
+		if o, err := s.Begin(context.Background(), keys...); !errors.Is(err, ErrFull) {
+			t.Fatalf("Begin %d keys of a shard full of marks: %v %v, want ErrFull", len(keys), o, err)
+		}
+		var o Outcome
+		if err := s.BeginInto(context.Background(), &o, keys...); !errors.Is(err, ErrFull) || o.Kind() != 0 {
+			t.Fatalf("BeginInto: %v %v, want ErrFull", o.Kind(), err)
+		}
+	}
+	if n := s.Len(); n != 2 {
+		t.Fatalf("Len %d, want the 2 marks", n)
+	}
 	if err := o1.Complete(msg(1, 1, "one")); err != nil {
 		t.Fatal(err)
 	}
-	wantKind(t, begin(t, s, k1), Duplicate)
-	_ = o2.Abandon()
+	wantKind(t, <-res, Duplicate)
+
+	clk.Advance(30 * time.Second)
+	o3 := begin(t, s, k3) // evicts k1's answer
+	clk.Advance(30 * time.Second)
+	o4 := begin(t, s, k4) // k2's mark expired: evicted
+	wantKind(t, o4, First)
+	if err := o2.Complete(msg(1, 2, "two")); err != nil { // no room for it: k3 and k4 run
+		t.Fatal(err)
+	}
+	if _, err := s.Begin(context.Background(), k2); !errors.Is(err, ErrFull) {
+		t.Fatalf("Begin: %v, want ErrFull", err)
+	}
+	_ = o3.Abandon()
+	o := begin(t, s, k2) // not stored
+	wantKind(t, o, First)
+	_, _ = o.Abandon(), o4.Abandon()
 }
 
 func TestMemoryShardsRounding(t *testing.T) {
@@ -408,13 +439,15 @@ func TestMemoryOverflowBitSurvivesGrow(t *testing.T) {
 	}
 }
 
-// TestMemoryUnwaitedEvictionKeepsWaiting: evicting one key of a two-key
-// flight that nobody waits through does not end the flight: a duplicate
-// waiting through the other key keeps waiting, and gets the answer.
-func TestMemoryUnwaitedEvictionKeepsWaiting(t *testing.T) {
-	s := NewMemory(WithShards(2), WithMaxEntries(2), WithMarkTTL(time.Minute))
-	a, b, c := crafted(1), crafted(2), crafted(3)
-	a[0], b[0], c[0] = 0, 1, 1 // shards 0, 1, 1
+// TestMemoryUnwaitedMarkMovedKeepsWaiting: making room in a full shard
+// moves one key's mark of a two-key flight, which nobody waits through,
+// to the new end of the ring, rather than evicting it: a duplicate waiting
+// through the other key keeps waiting, the owner's Complete stores the
+// answer under both keys, and the duplicate gets it.
+func TestMemoryUnwaitedMarkMovedKeepsWaiting(t *testing.T) {
+	s := NewMemory(WithShards(2), WithMaxEntries(4), WithMarkTTL(time.Minute))
+	a, b, c, d := crafted(1), crafted(2), crafted(3), crafted(4)
+	a[0], b[0], c[0], d[0] = 0, 1, 1, 1 // shards 0, 1, 1, 1
 	owner := begin(t, s, a, b)
 	wantKind(t, owner, First)
 	res := make(chan *Outcome, 1)
@@ -422,25 +455,32 @@ func TestMemoryUnwaitedEvictionKeepsWaiting(t *testing.T) {
 		o, _ := s.Begin(context.Background(), a)
 		res <- o
 	}()
-	time.Sleep(20 * time.Millisecond)
-	oc := begin(t, s, c) // evicts b's mark
-	wantKind(t, oc, First)
+	for waiting(s) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	complete(t, s, c, "c")
+	complete(t, s, d, "d") // the shard is full: b's mark moves, c goes
+	wantKind(t, begin(t, s, d), Duplicate)
+	o := begin(t, s, c)
+	wantKind(t, o, First)
+	_ = o.Abandon()
 	select {
 	case o := <-res:
 		t.Fatalf("waiter returned %v while a is in flight", o.Kind())
 	case <-time.After(30 * time.Millisecond):
 	}
-	s.shards[0].mu.Lock()
-	sl, _ := s.slotOf(owner, 0, a)
-	s.shards[0].mu.Unlock()
-	if sl == nil {
-		t.Fatal("a's mark ended by the eviction of b's unwaited slot")
+	s.shards[1].mu.Lock()
+	sl, seq := s.slotOf(owner, 1, b)
+	moved := seq != owner.seq[1]
+	s.shards[1].mu.Unlock()
+	if sl == nil || !moved {
+		t.Fatalf("b's mark: slot %v, moved %v", sl, moved)
 	}
 	if err := owner.Complete(msg(1, 1, "ab")); err != nil {
 		t.Fatal(err)
 	}
 	wantKind(t, <-res, Duplicate)
-	_ = oc.Abandon()
+	wantKind(t, begin(t, s, b), Duplicate)
 }
 
 // TestMemoryStaleOutcome: Outcomes come from slabs but are never reused, so
@@ -479,16 +519,18 @@ func TestMemoryStaleOutcome(t *testing.T) {
 }
 
 // TestMemoryWaitChannelsReleased: the channel a duplicate waits on is
-// closed and dropped however the mark ends (completed, abandoned, evicted,
-// expired), so waits never holds more than the marks being waited on.
+// closed and dropped however the mark ends (completed, abandoned, moved
+// to make room and then completed, expired), so waits never holds more
+// than the marks being waited on.
 func TestMemoryWaitChannelsReleased(t *testing.T) {
 	ends := map[string]func(s *Memory, owner *Outcome){
 		"completed": func(_ *Memory, o *Outcome) { _ = o.Complete(msg(1, 1, "x")) },
 		"abandoned": func(_ *Memory, o *Outcome) { _ = o.Abandon() },
-		"evicted": func(s *Memory, _ *Outcome) {
-			for i := range 4 {
+		"moved, completed": func(s *Memory, o *Outcome) {
+			for i := range 4 { // the mark moves, its channel with it
 				_ = begin(t, s, RequestKey("other", uint32(i))).Abandon()
 			}
+			_ = o.Complete(msg(1, 1, "x"))
 		},
 		"expired": func(*Memory, *Outcome) { time.Sleep(2 * time.Second) },
 	}
@@ -520,7 +562,7 @@ func TestMemoryWaitChannelsReleased(t *testing.T) {
 				}
 				end(s, owner)
 				got := <-res
-				if want := map[string]Kind{"completed": Duplicate}[name]; want == 0 && got != First || want != 0 && got != want {
+				if want := map[string]Kind{"completed": Duplicate, "moved, completed": Duplicate}[name]; want == 0 && got != First || want != 0 && got != want {
 					t.Fatalf("waiter got %v", got)
 				}
 				synctest.Wait()
@@ -592,6 +634,12 @@ func TestMemoryIndexRandomOps(t *testing.T) {
 					break
 				}
 				o, err := s.Begin(context.Background(), k)
+				if errors.Is(err, ErrFull) { // every slot a running request's mark
+					if sh.flights != uint32(sh.limit) {
+						t.Fatalf("seed %d step %d: ErrFull with %d marks of %d slots", seed, step, sh.flights, sh.limit)
+					}
+					break
+				}
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -694,8 +742,9 @@ func TestMemoryBeginIntoReusesOutcome(t *testing.T) {
 }
 
 // TestMemoryByteBudget: the memory budget counts EntryOverhead per entry
-// plus the answer bytes; over it the oldest entries are evicted first,
-// in-flight marks included, and the count goes back to 0 as entries go.
+// plus the answer bytes; over it the oldest entries are evicted first, but
+// not the in-flight marks of running requests, and the count goes back to
+// 0 as entries go.
 func TestMemoryByteBudget(t *testing.T) {
 	const answer = 420 // 500 with the overhead
 	s := NewMemory(WithShards(1), WithMaxBytes(10_000), WithMaxAnswerSize(answer), WithMaxEntries(1000))
@@ -723,23 +772,25 @@ func TestMemoryByteBudget(t *testing.T) {
 		t.Fatalf("after Abandon Bytes %d", b)
 	}
 
-	// Marks are counted too: 125 of them fill the budget, and completing
-	// one with an answer evicts the oldest marks, waking their waiters.
+	// Marks are counted too, but a running request's mark is not evicted
+	// (its duplicates would run it again): 200 marks push the answers out,
+	// then go over the budget by their overhead alone, within the entry
+	// bound; completing one keeps the others.
 	marks := make([]*Outcome, 0, 200)
 	for i := 0; i < 200; i++ {
 		marks = append(marks, begin(t, s, RequestKey("m", uint32(i))))
-		if b := s.Bytes(); b > 10_000 {
-			t.Fatalf("after %d marks Bytes %d > budget", i+1, b)
+		if b, n := s.Bytes(), s.Len(); b > 10_000 && b != int64(n)*EntryOverhead {
+			t.Fatalf("after %d marks Bytes %d > budget with %d entries", i+1, b, n)
 		}
 	}
-	if n := s.Len(); n != 10_000/EntryOverhead {
-		t.Fatalf("marks held %d, want %d", n, 10_000/EntryOverhead)
+	if n := s.Len(); n != 200 {
+		t.Fatalf("marks held %d, want 200", n)
 	}
 	if err := marks[199].Complete(msg(1, 1, body)); err != nil {
 		t.Fatal(err)
 	}
-	if b := s.Bytes(); b > 10_000 {
-		t.Fatalf("after Complete Bytes %d > budget", b)
+	if n, b := s.Len(), s.Bytes(); n != 200 || b != 199*EntryOverhead+EntryOverhead+answer {
+		t.Fatalf("after Complete Len %d Bytes %d, want the 199 marks and the answer", n, b)
 	}
 	wantKind(t, begin(t, s, RequestKey("m", 199)), Duplicate)
 	for _, o := range marks {

@@ -58,7 +58,7 @@ func TestMemoryModelTwoKeysShards(t *testing.T) {
 						break // it would wait
 					}
 					o, err := s.Begin(ctx, keys...)
-					if errors.Is(err, ErrAnswerNotKept) {
+					if errors.Is(err, ErrAnswerNotKept) || errors.Is(err, ErrFull) {
 						break
 					}
 					if err != nil {

@@ -52,6 +52,9 @@ const (
 	// notKept: the stores' internal result for a request answered
 	// without its answer kept; Begin returns ErrAnswerNotKept instead.
 	notKept Kind = 255
+	// noRoom: the in-memory store's internal result for a request it had
+	// no room for; Begin returns ErrFull instead.
+	noRoom Kind = 254
 )
 
 func (k Kind) String() string {
@@ -96,6 +99,14 @@ var (
 	// owner runs, and is First if the owner abandoned it), as Wrap does.
 	// It means that the mark TTL was too short for this handler.
 	ErrMarkLost = errors.New("dedup: in-flight mark expired and was taken over; answer not stored")
+	// ErrFull: the in-memory store had no room for the request: every
+	// entry of its shard (see WithMaxEntries and WithShards) is the mark
+	// of a request still running, which the store does not evict, as the
+	// request's duplicates would then run it again; marks are evicted
+	// once their mark TTL is past. Begin returns it without marking the
+	// request; Wrap answers it as a store failure (DIAMETER_TOO_BUSY).
+	// Keep WithMaxEntries well above the requests handled at once.
+	ErrFull = errors.New("dedup: no room: the store is full of requests in flight")
 )
 
 // finisher is the store-specific owner of a First outcome's in-flight mark.
@@ -118,6 +129,7 @@ type Outcome struct {
 	// numbers of its keys' slots, aligned with keys.
 	seq    []uint32
 	seqBuf [2]uint32
+	born   int64 // when the marks were set, which finds them once moved
 }
 
 // Kind returns First or Duplicate.
@@ -234,8 +246,10 @@ func newConfig(opts []Option) config {
 }
 
 // WithMaxEntries bounds the number of entries of the in-memory store
-// (default 1<<20); when full, the oldest entry is evicted. Values < 1 are
-// ignored. Redis bounds memory by TTL and its own maxmemory policy.
+// (default 1<<20); when full, the oldest entry is evicted, except the
+// in-flight marks of requests still running, which are kept (see
+// ErrFull). Values < 1 are ignored. Redis bounds memory by TTL and its own
+// maxmemory policy.
 func WithMaxEntries(n int) Option {
 	return func(c *config) {
 		if n > 0 {
@@ -247,7 +261,9 @@ func WithMaxEntries(n int) Option {
 // WithMaxBytes sets the memory budget of the in-memory store (default
 // DefaultMaxBytes, 512 MiB): the bytes of the stored answers plus
 // EntryOverhead per key. Over the budget, the oldest entries are evicted
-// first, as when the store holds max entries. The budget is split evenly
+// first, as when the store holds max entries, except the in-flight marks
+// of requests still running, which may exceed it by their EntryOverhead
+// (they are bounded by max entries). The budget is split evenly
 // between the shards (keys are spread uniformly), and each shard may
 // exceed its share by the one entry it has just stored. The store keeps
 // at most 16 entries' worth of per-entry limit per shard: with a small
