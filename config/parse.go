@@ -681,7 +681,16 @@ func (c *checker) urls(path string, v any) []string {
 
 // secret reads secret and secret-file under base; both set is a problem.
 func (c *checker) secret(base string, inline, file any) ([]byte, string) {
-	s, sOK := c.str(join(base, "secret"), inline)
+	s, sOK := "", false
+	switch v := inline.(type) {
+	case nil:
+	case string:
+		s, sOK = v, true
+	default:
+		// The value is not shown: what was meant as a secret is one
+		// still, and problems go to terminals and logs.
+		c.problem(join(base, "secret"), "%s: want a string in quotes", kind(v))
+	}
 	f, fOK := c.str(join(base, "secret-file"), file)
 	switch {
 	case sOK && fOK:
@@ -767,6 +776,21 @@ func (c *checker) path(name string) string {
 		return name
 	}
 	return filepath.Join(c.dir, name)
+}
+
+// kind names a decoded TOML value's type, not its value.
+func kind(v any) string {
+	switch v.(type) {
+	case int64:
+		return "an integer"
+	case float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case string:
+		return "a string"
+	}
+	return describe(v) // a list, a table, a date...: no value shown
 }
 
 // describe names a decoded TOML value's type for messages.
