@@ -205,7 +205,7 @@ func parseCapabilities(msg []byte) (capabilities, error) {
 		case message.AcctApplicationID:
 			cp.AcctApps = append(cp.AcctApps, u32(a.Data))
 		case message.VendorSpecificApplicationID:
-			inner = wire.WalkGrouped(a.Data, func(g wire.AVP) bool {
+			err := wire.WalkGrouped(a.Data, func(g wire.AVP) bool {
 				switch {
 				case g.Vendor != 0:
 				case g.Code == message.AuthApplicationID:
@@ -215,7 +215,11 @@ func parseCapabilities(msg []byte) (capabilities, error) {
 				}
 				return true
 			})
-			return inner == nil
+			// The first error is the one to report: an identity that
+			// failed before this AVP must not be lost (its value is
+			// cleared), nor taken for a walk's error.
+			inner = cmp.Or(inner, err)
+			return err == nil
 		}
 		return true
 	})

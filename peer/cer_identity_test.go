@@ -2,6 +2,7 @@ package peer
 
 import (
 	"testing"
+	"testing/synctest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -97,4 +98,65 @@ func withoutAVP(t *testing.T, msg []byte, code uint32) []byte {
 		return true
 	}))
 	return withAVPs(append([]byte(nil), msg[:wire.HeaderLen]...), avps...)
+}
+
+// A CER or CEA whose Origin-Host or Origin-Realm is not a valid
+// DiameterIdentity is refused as such (DIAMETER_INVALID_AVP_VALUE, the
+// AVP in a Failed-AVP) also when a Vendor-Specific-Application-Id follows
+// it. Before, the walk of that grouped AVP overwrote the error: a bad
+// Origin-Realm was accepted with DIAMETER_SUCCESS (and an empty realm),
+// a bad Origin-Host refused with DIAMETER_UNABLE_TO_COMPLY.
+func TestInvalidIdentityBeforeVendorAppRefused(t *testing.T) {
+	const bad = "a b.example.net"
+	cases := map[string]struct {
+		set  func(c *Config)
+		code uint32
+	}{
+		"Origin-Host":  {func(c *Config) { c.OriginHost = bad }, message.OriginHost},
+		"Origin-Realm": {func(c *Config) { c.OriginRealm = bad }, message.OriginRealm},
+	}
+	for name, tc := range cases {
+		t.Run("CER/"+name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ours, far := pipePair()
+				defer far.Close()
+				p, err := Accept(ours, clientConfig("server.example.net"))
+				require.NoError(t, err)
+				cli := clientConfig("raw.example.net")
+				cli.VendorApps = []VendorApp{{VendorID: 10415, AuthAppID: 16777251}}
+				tc.set(&cli)
+				require.NoError(t, far.WriteMessages(cli.newCER(nil)))
+				cea, err := far.ReadMessage()
+				require.NoError(t, err)
+				rc, _ := message.ResultCodeOf(cea)
+				assert.Equal(t, uint32(message.InvalidAVPValue), rc)
+				f, ok := wire.FindAVP(cea, message.FailedAVP, 0)
+				require.True(t, ok, "Failed-AVP present")
+				var inner uint32
+				require.NoError(t, wire.WalkGrouped(f, func(a wire.AVP) bool { inner = a.Code; return false }))
+				assert.Equal(t, tc.code, inner, "Failed-AVP names the AVP")
+				<-p.Done()
+			})
+		})
+		t.Run("CEA/"+name, func(t *testing.T) {
+			a, b := pipePair()
+			defer a.Close()
+			defer b.Close()
+			go func() {
+				cer, err := b.ReadMessage()
+				if err != nil {
+					return
+				}
+				srv := clientConfig("server.example.net")
+				srv.VendorApps = []VendorApp{{VendorID: 10415, AuthAppID: 16777251}}
+				tc.set(&srv)
+				b.WriteMessages(srv.newCEA(cer, nil, message.Success, "", nil))
+			}()
+			p, err := newPeer(clientConfig("client.example.net"), RoleClient, "x", "x")
+			require.NoError(t, err)
+			_, err = p.exchangeClient(a)
+			assert.ErrorIs(t, err, message.ErrBadIdentity)
+			assert.Contains(t, err.Error(), name)
+		})
+	}
 }

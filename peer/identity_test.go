@@ -108,12 +108,20 @@ func TestCEAWithInvalidIdentityFails(t *testing.T) {
 }
 
 // FuzzParseCapabilities: any bytes as a CER or CEA either fail to parse or
-// yield identities that are safe names.
+// yield identities that are safe names; the Origin-Realm is empty only
+// when the message has none (missing says so: a CER is then refused).
 func FuzzParseCapabilities(f *testing.F) {
 	cfg := clientConfig("client.example.net")
 	f.Add(cfg.newCER(nil))
 	bad := clientConfig("attacker.e\x87ample.net")
 	f.Add(bad.newCER(nil))
+	f.Add(bad.newCEA(cfg.newCER(nil), nil, message.Success, "", nil))
+	// A bad identity followed by a Vendor-Specific-Application-Id.
+	vsai := []VendorApp{{VendorID: 10415, AuthAppID: 16777251}}
+	badRealm := clientConfig("client.example.net")
+	badRealm.OriginRealm, badRealm.VendorApps = "a b.example.net", vsai
+	f.Add(badRealm.newCER(nil))
+	bad.VendorApps = vsai
 	f.Add(bad.newCEA(cfg.newCER(nil), nil, message.Success, "", nil))
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		cp, err := parseCapabilities(msg)
@@ -122,6 +130,9 @@ func FuzzParseCapabilities(f *testing.F) {
 		}
 		if err := message.CheckIdentity(cp.OriginHost); err != nil {
 			t.Fatalf("accepted Origin-Host %q: %v", cp.OriginHost, err)
+		}
+		if cp.OriginRealm == "" && cp.missing != message.OriginRealm {
+			t.Fatalf("accepted an empty Origin-Realm, the message having one")
 		}
 		if cp.OriginRealm != "" {
 			if err := message.CheckIdentity(cp.OriginRealm); err != nil {
