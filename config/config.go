@@ -45,6 +45,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -248,12 +249,26 @@ func (e *Error) Error() string {
 	return strings.Join(s, "\n")
 }
 
-// Load reads and checks the configuration file at path. On failure the
-// error is an *Error listing every problem (or the error reading it).
+// maxConfig bounds what Load reads of a configuration file: thousands of
+// peers and clients fit in far less, and a device named by mistake
+// (/dev/zero) is refused instead of read until the memory runs out.
+const maxConfig = 4 << 20
+
+// Load reads and checks the configuration file at path, of at most 4 MiB.
+// On failure the error is an *Error listing every problem (or the error
+// reading it).
 func Load(path string) (*Config, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfig+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(b) > maxConfig {
+		return nil, &Error{Problems: []Problem{{File: path, Msg: fmt.Sprintf("longer than %d MiB: not a configuration file", maxConfig>>20)}}}
 	}
 	return Parse(path, b)
 }

@@ -18,6 +18,9 @@ func FuzzParse(f *testing.F) {
 		"[dedup]\nurl = \"redis://r:6379/0\"\npassword-env = \"X\"\n",
 		"tw = 30\nlisten = \"x\"\ncolour = 1\n[peer.tls]\n",
 		"[[peer]]\n[peer.x]\n[[peer.y]]\na.b.c = [[1], {d = 2}]\n",
+		"[[client]]\nname = \"bng1\"\nsource = \"192.0.2.0/24\"\nsecret = \"s\"\nprotocol = \"udp\"\n[[client]]\nname = \"x\"\nsource = \"2001:db8::/32\"\n",
+		"secret-file = \"no-such.secret\"\n[[peer]]\nurl = \"radius+tcp://a:1812\"\nsecret-file = \"/dev/null\"\n",
+		"dedup = {url = \"redis://r:6379/0\", password-env = \"AAATP_FUZZ_UNSET\"}\n",
 	} {
 		f.Add([]byte(s))
 	}
