@@ -71,7 +71,9 @@
 // [NewMemory] is a sharded in-process store. [NewRedis] keeps entries in
 // Redis so that several servers behind one realm see each other's entries,
 // on one Redis server, a master behind Sentinel or a Redis Cluster; it
-// notices when Redis loses its entries ([Redis.StateLost]). [Open] builds
+// notices when Redis loses its entries at once, by a restart, a flush or a
+// failover ([Redis.StateLost]), not when it evicts them one by one: give
+// its Redis maxmemory-policy noeviction (see [Redis]). [Open] builds
 // either from a URL ("memory", "redis://host:port/db", a Sentinel or a
 // Cluster URL).
 //

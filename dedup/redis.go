@@ -30,18 +30,27 @@ import (
 // failover, not its sharding (one master holds it all). A duplicate
 // waiting for an in-flight request polls with exponential backoff, bounded
 // by ctx and the mark's remaining TTL. Max entries and the memory budget
-// do not apply: bound Redis memory with the TTLs and Redis' maxmemory
-// policy.
+// do not apply: entries leave Redis when their TTL ends.
 //
-// The store notices when Redis loses its entries (a restart without
-// persistence, a FLUSHALL, a failover to a replica that had not seen
-// them, eviction under maxmemory): it keeps an epoch key, written when
-// missing and checked by every Begin in the same script, at no extra round
-// trip. When the epoch changes, duplicates of requests answered before
-// may be applied again; the store logs a warning, counts the loss (see
+// The store notices when Redis loses its entries all at once (a restart
+// without persistence, a FLUSHALL or FLUSHDB, a failover to a replica
+// that had not seen them): it keeps an epoch key, written when missing and
+// checked by every Begin in the same script, at no extra round trip. When
+// the epoch changes, duplicates of requests answered before may be
+// applied again; the store logs a warning, counts the loss (see
 // StateLost) and calls the WithStateLost function. Entries lost by a
 // failover to a lagging replica while the epoch key survives are not
 // noticed: see WithReplicaAcks.
+//
+// Nor are entries lost one by one to eviction when Redis reaches its
+// maxmemory: the epoch key has no TTL, so the volatile-* policies never
+// evict it, and every Begin reads it, so allkeys-lru and allkeys-lfu evict
+// it last; only allkeys-random may take it along with entries, and then
+// only some losses are noticed. An evicted answer or mark lets a duplicate
+// be applied again, unnoticed. Give the store's Redis maxmemory-policy
+// noeviction (Redis' default) and room for max age's worth of requests: a
+// full Redis then refuses the store's writes, Begin fails, and Wrap
+// answers DIAMETER_TOO_BUSY, so that the client tries another server.
 type Redis struct {
 	cfg    config
 	client redis.UniversalClient
@@ -170,7 +179,7 @@ func (r *Redis) noticeEpoch(seen *string, epoch string, lost bool) {
 		return
 	}
 	r.lost.Add(1)
-	r.cfg.logger().Warn("dedup: the Redis store lost its entries (restarted empty, flushed, failed over or evicted): duplicates of requests answered before may be applied again",
+	r.cfg.logger().Warn("dedup: the Redis store lost its entries (restarted empty, flushed, failed over, or its epoch key evicted): duplicates of requests answered before may be applied again",
 		"epoch", epoch)
 	if r.cfg.onLost != nil {
 		r.cfg.onLost()

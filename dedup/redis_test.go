@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/peer"
+
 	"github.com/redis/go-redis/v9"
 )
 
@@ -202,5 +205,40 @@ func TestHashTagged(t *testing.T) {
 		if got := hashTagged(in); got != want {
 			t.Errorf("hashTagged(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestRedisFullRefusesWithNoEviction: a Redis at its maxmemory with the
+// noeviction policy, as Redis recommends for the store, refuses the
+// store's writes: Begin fails (Wrap answers DIAMETER_TOO_BUSY) rather than
+// marking or answering anything.
+func TestRedisFullRefusesWithNoEviction(t *testing.T) {
+	url := needRedis(t)
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	ctx := context.Background()
+	s := newRedisStore(t, "")
+	o := begin(t, s, RequestKey("c", 1)) // the epoch key is written
+	_ = o.Abandon()
+	if err := c.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.ConfigSet(ctx, "maxmemory", "0") // before the client closes
+	if o, err := s.Begin(ctx, RequestKey("c", 2)); err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("Begin on a full Redis: %v %v, want an OOM error", o, err)
+	}
+	ans := Wrap(s, func(context.Context, *peer.Peer, []byte) []byte {
+		t.Fatal("handler ran without the store")
+		return nil
+	}, nil)(ctx, nil, acrFor(3, 3))
+	if rc, _ := message.ResultCodeOf(ans); rc != message.TooBusy {
+		t.Fatalf("Wrap answered %d, want 3004", rc)
 	}
 }

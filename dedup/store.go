@@ -248,8 +248,8 @@ func newConfig(opts []Option) config {
 // WithMaxEntries bounds the number of entries of the in-memory store
 // (default 1<<20); when full, the oldest entry is evicted, except the
 // in-flight marks of requests still running, which are kept (see
-// ErrFull). Values < 1 are ignored. Redis bounds memory by TTL and its own
-// maxmemory policy.
+// ErrFull). Values < 1 are ignored. Redis entries go by their TTL alone
+// (see Redis for its maxmemory policy).
 func WithMaxEntries(n int) Option {
 	return func(c *config) {
 		if n > 0 {
@@ -268,7 +268,8 @@ func WithMaxEntries(n int) Option {
 // exceed its share by the one entry it has just stored. The store keeps
 // at most 16 entries' worth of per-entry limit per shard: with a small
 // budget it uses fewer shards (see WithShards). Values < 1 are ignored.
-// Redis bounds memory by TTL and its own maxmemory policy.
+// Redis entries go by their TTL alone (see Redis for its maxmemory
+// policy).
 func WithMaxBytes(n int64) Option {
 	return func(c *config) {
 		if n > 0 {
