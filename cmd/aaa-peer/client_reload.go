@@ -139,6 +139,16 @@ func (r *diameterRequests) reloadSpecs(cfg *config.Config, base clientOptions, s
 	if err != nil {
 		return nil, nil, err
 	}
+	if !r.o.throttled() {
+		// Started without any limit, the client has no throttle: it
+		// costs every request a queue and a lock, so it is not made for
+		// a reload that might come. A peer's own limits need one.
+		for _, s := range specs {
+			if s.Throttle != nil {
+				return nil, nil, fmt.Errorf("peer %s (%s): throttle limits on a client started without any: needs a restart", s.Name, peerLine(cfg, s.URL))
+			}
+		}
+	}
 	restart := differs([]setting{
 		{"origin-host", r.o.originHost, o.originHost},
 		{"origin-realm", r.o.originRealm, o.originRealm},
@@ -151,6 +161,16 @@ func (r *diameterRequests) reloadSpecs(cfg *config.Config, base clientOptions, s
 		{"max-outstanding", fmt.Sprint(r.o.maxOutstanding), fmt.Sprint(o.maxOutstanding)},
 	})
 	return specs, restart, nil
+}
+
+// peerLine is FILE:LINE of the [[peer]] of url in cfg.
+func peerLine(cfg *config.Config, url string) string {
+	for _, p := range cfg.Peers {
+		if p.URL == url {
+			return fmt.Sprintf("%s:%d", cfg.File, p.Line)
+		}
+	}
+	return cfg.File
 }
 
 // reloadPeers is the RADIUS client's reload: --config read again over
