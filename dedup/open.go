@@ -13,7 +13,9 @@ import (
 // for NewRedis with a client that Close closes. opts apply to the store.
 // Redis URLs are parsed by go-redis (redis.ParseURL, ParseFailoverURL,
 // ParseClusterURL), whose query parameters (dial_timeout, pool_size...)
-// they accept; "rediss" instead of "redis" means TLS:
+// they accept; "rediss" instead of "redis" means TLS. The client honours
+// context deadlines on the wire (go-redis' ContextTimeoutEnabled), unless
+// a Sentinel URL sets context_timeout_enabled=false:
 //
 //   - one server: redis://[user:password@]host:port/db
 //   - Sentinel: redis://[user:password@]sentinel1:port/db?master_name=NAME&addr=sentinel2:port&addr=...
@@ -78,18 +80,29 @@ func redisClient(rawURL string) (redis.UniversalClient, int, error) {
 		if o.MasterName == "" {
 			return nil, 0, fmt.Errorf("dedup: Sentinel URL without master_name")
 		}
+		if u, err := url.Parse(goURL); err == nil && !u.Query().Has("context_timeout_enabled") {
+			o.ContextTimeoutEnabled = true // see below
+		}
 		return redis.NewFailoverClient(o), redisSentinel, nil
 	case "cluster":
 		o, err := redis.ParseClusterURL(goURL)
 		if err != nil {
 			return nil, 0, fmt.Errorf("dedup: Cluster URL: %w", redactErr(err))
 		}
+		o.ContextTimeoutEnabled = true // see below
 		return redis.NewClusterClient(o), redisCluster, nil
 	}
 	o, err := redis.ParseURL(goURL)
 	if err != nil {
 		return nil, 0, fmt.Errorf("dedup: %w", redactErr(err))
 	}
+	// A command on the wire ends at its context's deadline, not only at
+	// the socket's read timeout (seconds): a Redis that hangs would
+	// otherwise hold each request past its own deadline, and Complete and
+	// Abandon past the mark TTL. (Of go-redis' URL parsers, only the
+	// Sentinel one reads context_timeout_enabled; a Sentinel URL setting
+	// it is followed.)
+	o.ContextTimeoutEnabled = true
 	return redis.NewClient(o), redisSingle, nil
 }
 

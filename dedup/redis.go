@@ -73,7 +73,10 @@ var _ Store = (*Redis)(nil)
 
 // NewRedis returns a Store using client. Close does not close client. It
 // honours WithMaxAge, WithMarkTTL, WithMaxAnswerSize, WithKeyPrefix and
-// WithPoll.
+// WithPoll. Build client with ContextTimeoutEnabled, as Open does: else a
+// command sent to a Redis that does not answer outlasts its context's
+// deadline (Begin's ctx, the mark TTL of Complete and Abandon) until the
+// client's socket read timeout.
 func NewRedis(client redis.UniversalClient, opts ...Option) *Redis {
 	var id [8]byte
 	_, _ = rand.Read(id[:]) // never fails (crypto/rand)

@@ -3,7 +3,10 @@ package dedup
 import (
 	"bytes"
 	"context"
+	"io"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -177,6 +180,30 @@ func TestOpenURLs(t *testing.T) {
 		}
 		_ = s.Close()
 	}
+	// Context deadlines hold on the wire, unless a Sentinel URL (the one
+	// parser that reads it) says otherwise.
+	for url, want := range map[string]bool{
+		"redis://127.0.0.1:1/0":                                                    true,
+		"redis+cluster://127.0.0.1:1":                                              true,
+		"redis+sentinel://127.0.0.1:1?master_name=m":                               true,
+		"redis+sentinel://127.0.0.1:1?master_name=m&context_timeout_enabled=false": false,
+	} {
+		s, err := Open(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got bool
+		switch c := s.(*Redis).client.(type) {
+		case *redis.Client:
+			got = c.Options().ContextTimeoutEnabled
+		case *redis.ClusterClient:
+			got = c.Options().ContextTimeoutEnabled
+		}
+		if got != want {
+			t.Errorf("Open(%s): ContextTimeoutEnabled %v, want %v", url, got, want)
+		}
+		_ = s.Close()
+	}
 	s, err := Open("redis://127.0.0.1:1?master_name=m", WithReplicaAcks(0, 0))
 	if err != nil || s.(*Redis).cfg.acks != 0 {
 		t.Fatalf("WithReplicaAcks(0) does not turn the Sentinel default off: %v", err)
@@ -240,5 +267,75 @@ func TestRedisFullRefusesWithNoEviction(t *testing.T) {
 	}, nil)(ctx, nil, acrFor(3, 3))
 	if rc, _ := message.ResultCodeOf(ans); rc != message.TooBusy {
 		t.Fatalf("Wrap answered %d, want 3004", rc)
+	}
+}
+
+// silentServer accepts connections and reads from them, never answering:
+// a Redis that hangs. It returns its address.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = io.Copy(io.Discard, c)
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// TestRedisBeginHonoursContextOnTheWire: against a Redis that takes
+// commands and never answers, Begin returns at its context's deadline,
+// not at the client's socket read timeout (seconds), for each kind of
+// URL Open takes.
+func TestRedisBeginHonoursContextOnTheWire(t *testing.T) {
+	addr := silentServer(t)
+	for _, url := range []string{
+		"redis://" + addr + "/0",
+		"redis://" + addr + "/0?master_name=m",
+		"redis+cluster://" + addr,
+	} {
+		s, err := Open(url, WithKeyPrefix("hang:"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		start := time.Now()
+		_, err = s.Begin(ctx, RequestKey("c", 1))
+		el := time.Since(start)
+		cancel()
+		_ = s.Close() // the Sentinel client's takes seconds: go-redis waits out its dials
+		if err == nil || el > time.Second {
+			t.Errorf("%s: Begin returned %v after %v, want an error at about 100ms", url, err, el)
+		}
 	}
 }

@@ -156,7 +156,8 @@ func (o *Outcome) Answer() []byte { return o.answer }
 // before or after sending the answer. A failed Complete with
 // ErrEmptyAnswer leaves the outcome open (Abandon still works). After a
 // store error the mark is left to expire. The Redis store bounds Complete
-// and Abandon by the mark TTL.
+// and Abandon by the mark TTL (with a go-redis client that honours context
+// deadlines, as those Open builds do; see NewRedis).
 func (o *Outcome) Complete(answer []byte) error {
 	if o.kind != First {
 		return ErrNotFirst
