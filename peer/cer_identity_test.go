@@ -160,3 +160,43 @@ func TestInvalidIdentityBeforeVendorAppRefused(t *testing.T) {
 		})
 	}
 }
+
+// A CEA that refuses our CER keeps its Result-Code even when its
+// Origin-Host is missing or invalid: the exchange fails with a
+// *CapabilitiesError carrying it (and the event with its ResultCode),
+// not with a bare "bad CEA". Before, the identity's failure hid the
+// refusal.
+func TestRefusingCEAWithoutValidOriginHostKeepsResultCode(t *testing.T) {
+	cases := map[string]func(t *testing.T, cea []byte) []byte{
+		"no Origin-Host": func(t *testing.T, cea []byte) []byte { return withoutAVP(t, cea, message.OriginHost) },
+		"invalid Origin-Host": func(t *testing.T, cea []byte) []byte {
+			h := "a b.example.net"
+			return withAVPs(withoutAVP(t, cea, message.OriginHost), rawAVP(message.OriginHost, 0x40, 8+len(h), []byte(h)))
+		},
+	}
+	for name, edit := range cases {
+		t.Run(name, func(t *testing.T) {
+			a, b := pipePair()
+			defer a.Close()
+			defer b.Close()
+			go func() {
+				cer, err := b.ReadMessage()
+				if err != nil {
+					return
+				}
+				srv := clientConfig("server.example.net")
+				cea := edit(t, srv.newCEA(cer, nil, message.UnknownPeer, "who are you", nil))
+				wire.SetFlags(cea, wire.Flags(cea)|wire.FlagError)
+				b.WriteMessages(cea)
+			}()
+			p, err := newPeer(clientConfig("client.example.net"), RoleClient, "x", "x")
+			require.NoError(t, err)
+			_, err = p.exchangeClient(a)
+			var ce *CapabilitiesError
+			require.ErrorAs(t, err, &ce)
+			assert.Equal(t, uint32(message.UnknownPeer), ce.ResultCode)
+			assert.Contains(t, err.Error(), "who are you")
+			assert.Contains(t, err.Error(), "Origin-Host")
+		})
+	}
+}

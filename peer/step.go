@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -647,6 +648,15 @@ func (p *Peer) exchangeClient(tc transport.Conn) (cp capabilities, err error) {
 		return cp, fmt.Errorf("expected a CEA, got %s", message.CommandName(msg))
 	}
 	if cp, err = parseCapabilities(msg); err != nil {
+		if cp.ResultCode != 0 && cp.ResultCode != message.Success {
+			// A refusal says more than its own flaws: its Result-Code
+			// (an EventOpenFailed's) is kept, the flaw told after.
+			why := "bad CEA: " + err.Error()
+			if cp.ErrorMsg != "" {
+				why = message.Printable(cp.ErrorMsg, 200) + "; " + why
+			}
+			return cp, &CapabilitiesError{Peer: cmp.Or(cp.OriginHost, p.Name()), ResultCode: cp.ResultCode, Message: why}
+		}
 		return cp, fmt.Errorf("bad CEA: %w", err)
 	}
 	// cp.OriginHost is a valid DiameterIdentity from here on: it becomes the
