@@ -321,6 +321,9 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 		cmd, acked := r.run(ctx, claimScript, claimKeys, token, ms(r.cfg.markTTL), seen, r.id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 		res, err := cmd.Slice()
 		if err != nil {
+			// The claim may have run on Redis all the same (only its
+			// reply was lost): drop any mark it set, which no one owns.
+			go r.release(rkeys, token)
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return nil, ctxErr
 			}
@@ -369,6 +372,18 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 			return nil, ctx.Err()
 		}
 	}
+}
+
+// releaseTimeout bounds release.
+const releaseTimeout = time.Second
+
+// release drops the marks that a claim which failed on the client, token's,
+// may have set on Redis, best effort: without it, the request, tried again
+// here or at another server, would wait for them until the mark TTL.
+func (r *Redis) release(keys []string, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), min(releaseTimeout, r.cfg.markTTL))
+	defer cancel()
+	_ = abandonScript.Run(ctx, r.client, keys, token).Err()
 }
 
 // finishContext bounds Complete and Abandon by the mark TTL: past it, the

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -338,4 +339,119 @@ func TestRedisBeginHonoursContextOnTheWire(t *testing.T) {
 			t.Errorf("%s: Begin returned %v after %v, want an error at about 100ms", url, err, el)
 		}
 	}
+}
+
+// replyDropper is a TCP proxy to a Redis that forwards every command but,
+// on the connections open when dropReplies was last called, none of the
+// replies: commands run on Redis while the client times out waiting.
+type replyDropper struct {
+	conns     atomic.Int64 // connections accepted
+	dropBelow atomic.Int64 // connections numbered below it drop replies
+	addr      string
+}
+
+func (p *replyDropper) dropReplies() { p.dropBelow.Store(p.conns.Load()) }
+
+func newReplyDropper(t *testing.T, target string) *replyDropper {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &replyDropper{addr: l.Addr().String()}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	track := func(c net.Conn) {
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+	}
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			track(c)
+			track(s)
+			id := p.conns.Add(1) - 1
+			wg.Add(2)
+			go func() { defer wg.Done(); _, _ = io.Copy(s, c); s.Close() }()
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				buf := make([]byte, 4096)
+				for {
+					n, err := s.Read(buf)
+					if n > 0 && id >= p.dropBelow.Load() {
+						if _, err := c.Write(buf[:n]); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return p
+}
+
+// TestRedisClaimLostReplyReleasesMark: a claim that ran on Redis but whose
+// reply never reached the client (a read timeout) leaves marks nobody
+// owns. Begin drops them after the error, so that the request, tried
+// again at another server, does not wait the whole mark TTL.
+func TestRedisClaimLostReplyReleasesMark(t *testing.T) {
+	url := needRedis(t)
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newReplyDropper(t, opt.Addr)
+	viaProxy, err := Open("redis://"+proxy.addr+"/0", WithKeyPrefix("lost:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer viaProxy.Close()
+	other := newRedisStore(t, "lost:", WithMarkTTL(10*time.Second))
+	ctx := context.Background()
+	_ = begin(t, viaProxy, RequestKey("c", 0)).Abandon() // the scripts are loaded: no NOSCRIPT round trip below
+
+	k := RequestKey("c", 1)
+	proxy.dropReplies() // the pool's connection: the claim's reply is lost
+	ctx1, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = viaProxy.Begin(ctx1, k)
+	cancel()
+	if err == nil {
+		t.Fatal("Begin without a reply succeeded")
+	}
+	ctx2, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	o, err := other.Begin(ctx2, k)
+	if err != nil {
+		t.Fatalf("the request elsewhere: %v after %v (the orphaned mark held it)", err, time.Since(start))
+	}
+	wantKind(t, o, First)
+	_ = o.Abandon()
 }
