@@ -128,11 +128,15 @@ type Config struct {
 	// Server makes its own; a client Peer without one holds no election.
 	Table *Table
 	// RemoteHost, for Dial: the Origin-Host the peer is expected to
-	// answer with. With Table, it lets the election happen while our
-	// CER awaits its CEA, before the peer has ever answered, and a
-	// connection the peer opens to us while this Peer has none becomes
-	// this Peer's. Dial refuses a second Peer with the same RemoteHost
-	// and Table while the first is not closed.
+	// answer with. A CEA with another Origin-Host (identities compare
+	// ignoring ASCII case) fails the open, with an EventOpenFailed that
+	// names both, and the connection is closed; the open is retried as
+	// any other that failed. Empty: whatever identity answers is taken.
+	// With Table, it lets the election happen while our CER awaits its
+	// CEA, before the peer has ever answered, and a connection the peer
+	// opens to us while this Peer has none becomes this Peer's. Dial
+	// refuses a second Peer with the same RemoteHost and Table while the
+	// first is not closed.
 	RemoteHost string
 
 	// AllowHosts, for accepted connections: glob patterns (path.Match) of

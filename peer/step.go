@@ -665,6 +665,13 @@ func (p *Peer) exchangeClient(tc transport.Conn) (cp capabilities, err error) {
 		// Error-Message is the peer's free text: escaped and cut before it is printed.
 		return cp, &CapabilitiesError{Peer: cp.OriginHost, ResultCode: cp.ResultCode, Message: message.Printable(cp.ErrorMsg, 200)}
 	}
+	if want := p.cfg.RemoteHost; want != "" && !message.EqualIdentity(cp.OriginHost, want) {
+		// Not the node this Peer is for (an address reused, a DNS or
+		// configuration slip): in service under the other's name it
+		// would carry what was meant for want. freeDiameter refuses
+		// such a CEA too. The Table gives the identity to no one.
+		return cp, fmt.Errorf("CEA from %s, not from %s (RemoteHost): connection closed", cp.OriginHost, want)
+	}
 	return cp, nil
 }
 
