@@ -140,8 +140,8 @@ func (c *Client) rebuild(force bool) {
 			if m.removed.Load() {
 				continue // out of the balancer (SetPeers); its name may be another member's now
 			}
-			if i >= len(old.state) || v.state[i] != old.state[i] || old.gen == 0 {
-				if e, ok := c.setBalancerStateLocked(m, balancerState(v.state[i])); ok {
+			if st := v.balancerState(i); i >= len(old.state) || st != old.balancerState(i) || old.gen == 0 {
+				if e, ok := c.setBalancerStateLocked(m, st); ok {
 					evs = append(evs, e)
 				}
 			}
@@ -161,6 +161,20 @@ func (c *Client) rebuild(force bool) {
 		c.unhold(v, v.retries != old.retries)
 	}
 	c.avMu.Unlock()
+}
+
+// balancerState is member i's state for the balancer: its watchdog's,
+// but Down while its policy holds it out of service (or probing) with
+// the connection up. The policy is then the one that found the server
+// failing (over UDP, the only one), and the balancer must hear it: its
+// table moves the server's buckets, remembering the conversations that
+// stay, rather than the server staying in the table and every request of
+// its buckets going wherever pick's next choice happens to be.
+func (v *avail) balancerState(i int) loadbalance.State {
+	if v.open[i] && !v.takes[i] {
+		return loadbalance.Down
+	}
+	return balancerState(v.state[i])
 }
 
 // balancerState is the balancer's state for a watchdog state.

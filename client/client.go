@@ -1071,14 +1071,26 @@ func (c *Client) pick(cl *call.Call, v *avail, skip ...*member) *member {
 		}
 	}
 	if c.bal != nil && c.cfg.Algorithm != loadbalance.Direct {
-		if s, err := v.pick.Pick(balanceKeys(cl.Key)); err == nil && s.Index < len(v.ros.all) {
-			if m := v.ros.all[s.Index]; usable(m) { // Index: the member's
+		s, err := v.pick.Pick(balanceKeys(cl.Key))
+		if err == nil && s.Index < len(v.ros.all) {
+			m := v.ros.all[s.Index] // Index: the member's
+			if usable(m) {
 				return m
 			}
+			// The balancer's choice is one the request must avoid (a
+			// connection it was sent on, a server that refused it) or
+			// a peer closing: the next usable member after it, so that
+			// the requests of one key that meet this go to one server.
+			n := len(v.ros.all)
+			for i := 1; i < n; i++ {
+				if m := v.ros.all[(s.Index+i)%n]; usable(m) {
+					return m
+				}
+			}
+			return nil
 		}
-		// The balancer's choice is one the request must avoid (a
-		// connection it was sent on), or one the policy holds down: the
-		// next in service.
+		// None in service in the balancer's table, yet one usable here
+		// (a state the table has not been told yet): take turns.
 		n := uint64(len(v.ros.order))
 		start := c.rr.Add(1)
 		for i := range n {

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/throttle"
@@ -604,4 +606,57 @@ func busyWhile(f *fakeServer, busy *atomic.Bool, seen, applied *atomic.Int32) {
 		}
 		return f.handler(ctx, p, req)
 	}
+}
+
+// A request its balanced server refuses as too busy is handed on to the
+// same next server for every request of its key, not to whichever server
+// a counter's turn gives: the requests of one subscriber that its server
+// refuses land together.
+func TestRefusedRequestsOfOneKeyGoToOneServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		urls := []string{"tcp://a:1", "tcp://b:1", "tcp://c:1", "tcp://d:1"}
+		n := network{}
+		for _, u := range urls {
+			n[u] = newFakeServer(u[6:7] + ".example.net")
+		}
+		defer n.close()
+		busy := map[string]*atomic.Bool{}
+		for _, u := range urls {
+			busy[u] = &atomic.Bool{}
+			busyWhile(n[u], busy[u], nil, nil)
+		}
+		cfg := clientConfig(n, Balance, urls...)
+		cfg.Algorithm = loadbalance.Pearson
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		home := map[string]string{}
+		for i := range 40 {
+			u := fmt.Sprintf("user%d@example.net", i)
+			ans, err := c.Send(context.Background(), acr(i, u))
+			require.NoError(t, err)
+			home[u], _ = message.StringOf(ans, message.OriginHost, 0)
+		}
+		busy["tcp://a:1"].Store(true)
+		moved := 0
+		for u, h := range home {
+			if h != "a.example.net" {
+				continue
+			}
+			moved++
+			var first string
+			for k := range 4 {
+				ans, err := c.Send(context.Background(), acr(1000+k, u))
+				require.NoError(t, err)
+				got, _ := message.StringOf(ans, message.OriginHost, 0)
+				if k == 0 {
+					first = got
+				} else if got != first {
+					t.Errorf("%s, refused by a, went to %s then %s", u, first, got)
+				}
+			}
+		}
+		require.NotZero(t, moved, "no subscriber of a among %v", home)
+	})
 }

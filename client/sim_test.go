@@ -1871,6 +1871,19 @@ func (w *simWorld) disconnect(s *simServer, bg *sync.WaitGroup) {
 	w.counts.Drained++
 }
 
+// balancerWants is the balancer's state for server name, whose peer is
+// in service: InService, or Down while the server policy holds it out
+// of service (or probing), which the balancer must hear of.
+func (w *simWorld) balancerWants(name string) loadbalance.State {
+	c := w.c
+	for _, m := range c.ros.Load().order {
+		if m.spec.Name == name && c.group != nil && !c.group.State(m.index).Takes() {
+			return loadbalance.Down
+		}
+	}
+	return loadbalance.InService
+}
+
 // checkRecovered runs once the schedule has been quiet for simRecovery:
 // every peer is back in service, the balancer sees them so, and no
 // request is left parked while they are (the Sends of the patient ones
@@ -1885,8 +1898,8 @@ func (w *simWorld) checkRecovered() {
 	}
 	if snap, ok := c.Balancer(); ok {
 		for _, s := range snap.Servers {
-			if s.State != loadbalance.InService {
-				w.violation("balancer: %s is %v after %v of quiet, its peer in service", s.Name, s.State, simRecovery)
+			if want := w.balancerWants(s.Name); s.State != want {
+				w.violation("balancer: %s is %v after %v of quiet, its peer in service, want %v (policy %v)", s.Name, s.State, simRecovery, want, c.PolicyStates())
 			}
 		}
 	}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/aaatp/aaatp/watchdog"
 )
@@ -390,8 +389,8 @@ func (w *simWorld) checkConfigured(when string) {
 		var names []string
 		for _, s := range snap.Servers {
 			names = append(names, s.Name)
-			if s.State != loadbalance.InService {
-				w.violation("%s: balancer: %s is %v, its peer in service", when, s.Name, s.State)
+			if want := w.balancerWants(s.Name); s.State != want {
+				w.violation("%s: balancer: %s is %v, its peer in service, want %v", when, s.Name, s.State, want)
 			}
 		}
 		var want []string

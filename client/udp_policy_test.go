@@ -405,6 +405,7 @@ func TestUDPAccessAlgorithms(t *testing.T) {
 					t.Fatalf("30 subscribers spread over %v", servers)
 				}
 				n.setHung(addrA, true)
+				away := map[string]string{} // where a's subscribers went
 				for i := range 30 {
 					u := fmt.Sprintf("user%d", i)
 					got := exchangeAt(t, c, udpAccess(u))
@@ -413,6 +414,31 @@ func TestUDPAccessAlgorithms(t *testing.T) {
 					}
 					if got == urlA {
 						t.Errorf("%s answered by the hung server", u)
+					}
+				}
+				// While a is out of service, each of its subscribers
+				// stays on the one server it moved to: the policy's
+				// state is the balancer's, not a counter's turn. (The
+				// first request of each, above, may have been handed on
+				// before the policy took a out.)
+				for u, h := range home {
+					if h == urlA {
+						away[u] = exchangeAt(t, c, udpAccess(u))
+					}
+				}
+				// The balancer heard it: a's buckets moved, and the
+				// conversations that stayed are remembered.
+				snap, _ := c.Balancer()
+				for _, s := range snap.Servers {
+					if want := loadbalance.InService; s.Name == "a" && s.State == want {
+						t.Errorf("balancer: a is %v while its policy holds it out of service (%v)", s.State, c.PolicyStates())
+					}
+				}
+				for range 3 {
+					for u, was := range away {
+						if got := exchangeAt(t, c, udpAccess(u)); got != was {
+							t.Errorf("%s, whose server is out of service, went to %s then %s", u, was, got)
+						}
 					}
 				}
 			})
