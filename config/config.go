@@ -46,6 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -402,6 +403,31 @@ func checkURL(s string) error {
 		return fmt.Errorf("%q: %s", s, msg)
 	}
 	return nil
+}
+
+// serverKey is what tells two spellings of one server's URL apart from
+// two servers: the scheme and host in lower case, the default port
+// (radsec://'s 2083) filled in, no trailing slash. A URL that does not
+// parse is its own key (checkURL says what is wrong with it).
+func serverKey(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		return s
+	}
+	scheme := strings.ToLower(u.Scheme)
+	port := u.Port()
+	if port == "" && scheme == "radsec" {
+		port = "2083"
+	}
+	host := strings.ToLower(u.Hostname())
+	if port != "" {
+		host = net.JoinHostPort(host, port)
+	}
+	key := scheme + "://" + host + strings.TrimRight(u.EscapedPath(), "/")
+	if u.RawQuery != "" {
+		key += "?" + u.RawQuery
+	}
+	return key
 }
 
 // checkDedupURL checks the store's URL, which must not hold a password.

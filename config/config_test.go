@@ -205,7 +205,7 @@ func TestProblems(t *testing.T) {
 		{"listen bad port", "listen = [\"tcp://a:99999\"]\n", 1, "listen", `"tcp://a:99999": bad port`},
 		{"listen with a path", "listen = [\"tcp://a:1/x\"]\n", 1, "listen", `"tcp://a:1/x": only scheme://host:port`},
 		{"radius without port", "listen = [\"radius://a\"]\n", 1, "listen", `"radius://a": want radius://host:port`},
-		{"listen twice", "listen = [\"tcp://a:1\",\n\"tcp://a:1\"]\n", 2, "listen", "tcp://a:1 is listed twice"},
+		{"listen twice", "listen = [\"tcp://a:1\",\n\"tcp://a:1\"]\n", 2, "listen", "tcp://a:1 is also listed at line 1"},
 		{"tls listener without cert", "listen = [\"tls://a:1\"]\n", 1, "listen", "tls:// needs tls-cert and tls-key"},
 		{"radsec listener without client CA", "tls-cert = \"cert.pem\"\ntls-key = \"key.pem\"\nlisten = [\"radsec://a:2083\"]\n", 3, "listen", "radsec:// needs tls-client-ca"},
 		{"tls-cert alone", "tls-cert = \"cert.pem\"\n", 1, "tls-cert", "tls-cert and tls-key go together"},

@@ -384,10 +384,10 @@ func (c *checker) peers(cfg *Config, doc *fileDoc) {
 			}
 		}
 		if p.URL != "" && !(sameName && fp.Name == nil) { // a URL for a name: said once
-			if l, dup := urls[p.URL]; dup {
+			if l, dup := urls[serverKey(p.URL)]; dup {
 				c.problem(at("url"), "%s is also the url of the peer at line %d", p.URL, l)
 			} else {
-				urls[p.URL] = c.lineOf(base)
+				urls[serverKey(p.URL)] = c.lineOf(base)
 			}
 		}
 		proto := protocolOf(p.URL)
@@ -660,7 +660,7 @@ func (c *checker) urls(path string, v any) []string {
 		return nil
 	}
 	var out []string
-	seen := map[string]bool{}
+	seen := map[string]int{} // serverKey -> line
 	for i, e := range list {
 		el := path + "." + strconv.Itoa(i)
 		s, ok := c.str(el, e)
@@ -670,10 +670,11 @@ func (c *checker) urls(path string, v any) []string {
 		if err := checkURL(s); err != nil {
 			c.problem(el, "%v", err)
 		}
-		if seen[s] {
-			c.problem(el, "%s is listed twice", s)
+		if l, dup := seen[serverKey(s)]; dup {
+			c.problem(el, "%s is also listed at line %d", s, l)
+		} else {
+			seen[serverKey(s)] = c.lineOf(el)
 		}
-		seen[s] = true
 		out = append(out, s)
 	}
 	return out
