@@ -144,8 +144,9 @@ type Config struct {
 	// host gets CEA DIAMETER_UNKNOWN_PEER (3010) and the connection closes.
 	AllowHosts []string
 
-	// AgentHosts: glob patterns (path.Match) of peer identities that are
-	// agents, allowed to send requests whose Origin-Host is another node.
+	// AgentHosts: glob patterns (path.Match, ignoring ASCII case) of
+	// peer identities that are agents, allowed to send requests whose
+	// Origin-Host is another node.
 	// From any other peer, a request whose Origin-Host is not the identity
 	// of its connection is answered DIAMETER_INVALID_AVP_VALUE (5004) with
 	// the Origin-Host in a Failed-AVP, and the Handler never sees it.

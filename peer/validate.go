@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path"
 	"slices"
+	"strings"
 
 	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/internal/view"
@@ -177,10 +178,13 @@ func (c *Config) supportsApp(app uint32) bool {
 		slices.ContainsFunc(c.VendorApps, func(v VendorApp) bool { return ok(v.AuthAppID + v.AcctAppID) })
 }
 
-// isAgent reports whether host matches AgentHosts.
+// isAgent reports whether host matches AgentHosts, ignoring ASCII case
+// as identities compare (and as allowed matches AllowHosts). ToLower
+// allocates only for a name or pattern with upper-case letters.
 func (c *Config) isAgent(host string) bool {
+	host = strings.ToLower(host)
 	for _, g := range c.AgentHosts {
-		if ok, _ := path.Match(g, host); ok {
+		if ok, _ := path.Match(strings.ToLower(g), host); ok {
 			return true
 		}
 	}

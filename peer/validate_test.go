@@ -205,3 +205,20 @@ func TestServedRealmsChecked(t *testing.T) {
 	_, err := Config{OriginHost: "h", OriginRealm: "r", ServedRealms: []string{"Example.ORG"}}.validate()
 	assert.NoError(t, err)
 }
+
+// AgentHosts match a connection's identity ignoring ASCII case, as
+// AllowHosts do and as identities compare: an agent whose CER said
+// AGENT1.Example.net forwards for other nodes under a pattern written in
+// lower case, and the other way round. Before, the match was
+// case-sensitive, and its forwarded requests were refused 5004.
+func TestAgentHostsMatchIgnoringCase(t *testing.T) {
+	for pattern, remote := range map[string]string{
+		"agent*.example.net": "AGENT1.Example.net",
+		"AGENT*.EXAMPLE.NET": "agent1.example.net",
+	} {
+		cfg, err := Config{OriginHost: "server.example.net", OriginRealm: "example.net", AgentHosts: []string{pattern}, Logger: quiet}.validate()
+		require.NoError(t, err)
+		assert.Nil(t, cfg.checkRequest(acrFrom("other.example.net"), remote), "pattern %s, agent %s", pattern, remote)
+		assert.NotNil(t, cfg.checkRequest(acrFrom("other.example.net"), "notagent.example.net"))
+	}
+}
