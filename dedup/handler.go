@@ -172,18 +172,31 @@ func (f *keyFields) see(a wire.AVP, acct bool) bool {
 // WithMaxAnswerSize) is sent but not kept; a duplicate of that request is
 // refused with DIAMETER_UNABLE_TO_COMPLY (5012), a final answer: its
 // answer cannot be replayed, and running h again, here or at another
-// server, could apply it twice. A request whose connection closed before the store
+// server, could apply it twice. The answer's Error-Message says only that
+// the store is unavailable; the store's error is for the server's log (see
+// LogStoreErrors). A request whose connection closed before the store
 // answered gets no answer (there is nowhere to send one). counters may be
 // nil.
-func Wrap(s Store, h peer.Handler, counters *Counters) peer.Handler {
-	return WrapCommit(s, h, nil, counters)
+func Wrap(s Store, h peer.Handler, counters *Counters, opts ...WrapOption) peer.Handler {
+	return WrapCommit(s, h, nil, counters, opts...)
 }
 
 // WrapCommit is Wrap with a hook called once per request, after its answer
 // is committed: the place for side effects that must not happen twice.
-func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counters *Counters) peer.Handler {
+func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counters *Counters, opts ...WrapOption) peer.Handler {
 	if counters == nil {
 		counters = &Counters{}
+	}
+	var cfg wrapConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	// storeDown counts a request refused because the store failed, logs
+	// why, and returns its answer.
+	storeDown := func(p *peer.Peer, req []byte, err error) []byte {
+		counters.StoreErrs.Add(1)
+		cfg.errLog.Log("dedup: duplicate store failed; request answered DIAMETER_TOO_BUSY", err)
+		return storeDownAnswer(p, req)
 	}
 	// With a ReusingStore, each request's Outcome comes from a pool and
 	// goes back once the request is finished with it (its answer bytes,
@@ -217,7 +230,6 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 			counters.NotKept.Add(1)
 			return notKeptAnswer(p, req)
 		}
-		counters.StoreErrs.Add(1)
 		return storeDown(p, req, err)
 	}
 	return func(ctx context.Context, p *peer.Peer, req []byte) []byte {
@@ -256,7 +268,6 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 				// The store failed at the commit: the result is not
 				// recorded, so do not claim it; the client will try
 				// elsewhere.
-				counters.StoreErrs.Add(1)
 				return storeDown(p, req, err)
 			}
 			// Another request, here or at another server, took one of
@@ -286,14 +297,15 @@ type pooledOutcome struct {
 	keys [2]Key
 }
 
-// storeDown is the answer to a request the store could not decide on:
-// DIAMETER_TOO_BUSY, so that the client tries another server.
-func storeDown(p *peer.Peer, req []byte, err error) []byte {
+// storeDownAnswer is the answer to a request the store could not decide
+// on: DIAMETER_TOO_BUSY, so that the client tries another server. Its
+// Error-Message is fixed: the store's error names internal addresses.
+func storeDownAnswer(p *peer.Peer, req []byte) []byte {
 	var me message.Identity
 	if p != nil {
 		me = p.LocalIdentity()
 	}
-	return message.ErrorAnswer(req, me, message.TooBusy, "duplicate store unavailable: "+err.Error()).Bytes()
+	return message.ErrorAnswer(req, me, message.TooBusy, "duplicate store unavailable").Bytes()
 }
 
 // notKeptAnswer is the answer to a duplicate of a request whose answer was too

@@ -59,6 +59,14 @@ type DedupOption func(*dedupOptions)
 
 type dedupOptions struct {
 	proxies []netip.Prefix
+	errLog  *dedup.ErrorLog
+}
+
+// LogStoreErrors makes Dedup log why the store failed, through log, for
+// each record it drops for that reason; log bounds the rate (see
+// dedup.ErrorLog).
+func LogStoreErrors(log *dedup.ErrorLog) DedupOption {
+	return func(o *dedupOptions) { o.errLog = log }
 }
 
 // TrustNASIdentityFrom names the clients that are proxies (agents)
@@ -94,7 +102,8 @@ func (o *dedupOptions) keyFrom(ctx context.Context) string {
 // and attributes again, re-signed for the new request. Other requests go
 // straight to h. If the store fails, the request gets no answer, so that
 // the client tries another server rather than risking a second
-// application. counters may be nil; counters.UnseenRetransmits stays 0:
+// application; why it failed is logged if LogStoreErrors is given.
+// counters may be nil; counters.UnseenRetransmits stays 0:
 // RADIUS has no T flag, so a record re-sent to another server after a
 // failover cannot be told from a first send, and only a store shared by
 // the servers keeps it from being applied twice.
@@ -102,13 +111,13 @@ func Dedup(store dedup.Store, h Handler, counters *dedup.Counters, opts ...Dedup
 	if counters == nil {
 		counters = &dedup.Counters{}
 	}
-	var o dedupOptions
+	var opt dedupOptions
 	for _, f := range opts {
-		f(&o)
+		f(&opt)
 	}
 	return func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
 		counters.Received.Add(1)
-		key, ok := accountingKey(req, o.keyFrom(ctx))
+		key, ok := accountingKey(req, opt.keyFrom(ctx))
 		if !ok {
 			code, attrs := h(ctx, req, raw)
 			if code != 0 {
@@ -122,6 +131,7 @@ func Dedup(store dedup.Store, h Handler, counters *dedup.Counters, opts ...Dedup
 				counters.Cancelled.Add(1)
 			} else {
 				counters.StoreErrs.Add(1)
+				opt.errLog.Log("dedup: duplicate store failed; RADIUS record dropped", err)
 			}
 			return 0, nil
 		}
@@ -145,6 +155,7 @@ func Dedup(store dedup.Store, h Handler, counters *dedup.Counters, opts ...Dedup
 			counters.Superseded.Add(1)
 		default:
 			counters.StoreErrs.Add(1)
+			opt.errLog.Log("dedup: duplicate store failed; RADIUS record dropped", err)
 			return 0, nil
 		}
 		return code, attrs

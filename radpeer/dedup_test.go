@@ -1,8 +1,12 @@
 package radpeer
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"log/slog"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,5 +130,36 @@ func TestDedupTrustedProxies(t *testing.T) {
 	d(other, record(1, now, 0, ""), nil)
 	if runs != 2 {
 		t.Fatalf("%d runs: a client outside the proxies pre-empted by them", runs)
+	}
+}
+
+// failingDedupStore fails every Begin.
+type failingDedupStore struct{ err error }
+
+func (f failingDedupStore) Begin(context.Context, ...dedup.Key) (*dedup.Outcome, error) {
+	return nil, f.err
+}
+func (failingDedupStore) Close() error { return nil }
+
+// Dedup given an ErrorLog logs why the store failed, for a record it drops
+// for that reason, once per interval however many it drops.
+func TestDedupLogsStoreErrors(t *testing.T) {
+	var buf bytes.Buffer
+	log := dedup.NewErrorLog(slog.New(slog.NewTextHandler(&buf, nil)), time.Minute)
+	cause := errors.New("dial tcp 10.20.30.40:6379: connection refused")
+	var c dedup.Counters
+	d := Dedup(failingDedupStore{cause}, func(context.Context, *lradius.Packet, []byte) (lradius.Code, lradius.Attributes) {
+		t.Fatal("handler ran without the store")
+		return 0, nil
+	}, &c, LogStoreErrors(log))
+	now := time.Unix(1_800_000_000, 0)
+	for i := range 3 {
+		if code, _ := d(context.Background(), record(1, now.Add(time.Duration(i)*time.Second), 0, ""), nil); code != 0 {
+			t.Fatalf("answered %v while the store is down", code)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], "10.20.30.40:6379") || c.StoreErrs.Load() != 3 {
+		t.Fatalf("3 failures: %d store errors counted, logged as %q", c.StoreErrs.Load(), lines)
 	}
 }
