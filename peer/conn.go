@@ -105,7 +105,8 @@ type conn struct {
 	out outbox.Outbox // the write queue; lock order: mu, a call's mutex, out.Mu
 	bp  serve.Backlog // requests not answered on the wire yet (under out.Mu)
 
-	dpa      chan struct{} // closed when a DPA arrives
+	dpa      chan struct{} // closed when the DPA to our DPR arrives
+	dprID    atomic.Uint32 // our DPR's Hop-by-Hop id, 0 before it is sent
 	dpaOnce  sync.Once
 	closed   chan struct{}
 	closeMu  sync.Once
@@ -689,7 +690,11 @@ func (p *Peer) received(c *conn, msg []byte, now int64) (moved bool) {
 		p.step(input{kind: evDWA, c: c, at: now})
 		return false
 	case wire.CmdDisconnectPeer:
-		c.dpaOnce.Do(func() { close(c.dpa) })
+		if id := c.dprID.Load(); id != 0 && wire.HopByHop(msg) == id {
+			c.dpaOnce.Do(func() { close(c.dpa) })
+		} else {
+			p.strayDPA(c, msg)
+		}
 		return false
 	}
 	if p.cfg.IdleTimeout > 0 {

@@ -209,3 +209,35 @@ func TestAnswerOwedWhenOurDPRIsAnsweredIsSent(t *testing.T) {
 		require.NoError(t, <-closed)
 	})
 }
+
+// A DPA that answers no DPR of ours (its Hop-by-Hop id is not our
+// DPR's) is counted and dropped: a later Close still waits for the DPA
+// to its own DPR. Before, any DPA, even one received long before, let
+// Close go on as if its DPR had been answered.
+func TestStrayDPADoesNotAnswerALaterDPR(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, far := dialPipe(t, nil)
+		srv := Config{OriginHost: "server.example.net", OriginRealm: "example.net"}
+		stray := srv.newDPA(farDPR(message.DisconnectRebooting, 999)) // answers a DPR we never sent
+		require.NoError(t, far.WriteMessages(stray))
+		synctest.Wait()
+		assert.Equal(t, uint64(1), p.Stats().Unmatched)
+		assert.Equal(t, watchdog.Okay, p.State())
+
+		go func() {
+			for {
+				m, err := far.ReadMessage()
+				if err != nil {
+					return
+				}
+				if wire.CommandCode(m) == wire.CmdDisconnectPeer && wire.IsRequest(m) {
+					time.Sleep(time.Second)
+					far.WriteMessages(srv.newDPA(m))
+				}
+			}
+		}()
+		t0 := time.Now()
+		require.NoError(t, p.Close(context.Background()))
+		assert.Equal(t, time.Second, time.Since(t0), "Close waited for the DPA to its DPR")
+	})
+}

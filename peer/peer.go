@@ -676,6 +676,16 @@ func (p *Peer) unmatched(c *conn, hbh uint32, msg []byte, crossed bool) (closed 
 	return false
 }
 
+// strayDPA counts and logs a DPA that answers no DPR of ours (none was
+// sent, or it carries another Hop-by-Hop id), and drops it: it must not
+// let a later Close take its own DPR for answered. Unlike an unmatched
+// application answer, it does not count toward MaxUnmatched.
+func (p *Peer) strayDPA(c *conn, msg []byte) {
+	p.stats.unmatched.Add(1)
+	p.logLimited(slog.LevelWarn, serve.KindUnmatched, "DPA that answers no DPR of ours: dropped", "peer", p.Name(),
+		"hop_by_hop", wire.HopByHop(msg), "remote", c.tc.RemoteAddr().String())
+}
+
 // malformedAnswer takes an answer to cl on c whose AVPs do not fit it
 // (bad, the first such AVP): it fails cl with ErrMalformedAnswer if cl is
 // in flight on c, and drops it otherwise (a request that moved on is

@@ -472,7 +472,9 @@ func (p *Peer) onDrained(e input, cur *conn) {
 			p.out = append(p.out, effect{fail: calls, err: fmt.Errorf("%w (%w)", ErrClosed, cause)})
 		}
 	}
-	p.write(cur, withIDs(p.cfg.newDPR(e.cause), cur.hbh))
+	dpr := withIDs(p.cfg.newDPR(e.cause), cur.hbh)
+	cur.dprID.Store(wire.HopByHop(dpr)) // before it is sent: only its DPA answers it
+	p.write(cur, dpr)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
