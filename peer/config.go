@@ -118,7 +118,12 @@ type Config struct {
 	// IdleTimeout, when set, closes the connection (DPR) after that long
 	// without application traffic (watchdog messages do not count), and
 	// ends the Peer. Zero means never; anything below BringDownInterval
-	// (5 minutes, RFC 3539 3.3) is an error.
+	// (5 minutes, RFC 3539 3.3) is an error. That DPR carries
+	// Disconnect-Cause DO_NOT_WANT_TO_TALK_TO_YOU, which asks the peer
+	// not to connect again soon (RFC 6733 5.4.3): a peer that dials us
+	// holds off for long (freeDiameter 200 times its Tc, 100 minutes by
+	// default; a client Peer of this package DPRHoldOff), so set it only
+	// where the peer is not expected back before then.
 	IdleTimeout time.Duration
 
 	// Table, shared by a Server and the client Peers of the same node,
