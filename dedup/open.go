@@ -55,7 +55,13 @@ func redisClient(rawURL string) (redis.UniversalClient, int, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	base, mode, _ := strings.Cut(scheme, "+")
 	if !ok || (base != "redis" && base != "rediss") || (mode != "" && mode != "sentinel" && mode != "cluster") {
-		return nil, 0, fmt.Errorf("dedup: unknown store %q (want \"memory\", redis://host:port/db, redis+sentinel://... or redis+cluster://...)", scheme) // not the whole URL: it may hold a password
+		// Not the whole input: it may hold a password, after a ':' or
+		// an '@' (without "://", scheme is the whole input).
+		shown := scheme
+		if i := strings.IndexAny(shown, ":@"); i >= 0 {
+			shown = shown[:i] + "..."
+		}
+		return nil, 0, fmt.Errorf("dedup: unknown store %q (want \"memory\", redis://host:port/db, redis+sentinel://... or redis+cluster://...)", shown)
 	}
 	goURL := base + "://" + rest // go-redis' parsers know redis and rediss
 	if mode == "" {

@@ -215,6 +215,11 @@ func TestOpenURLs(t *testing.T) {
 		"redis+bogus://127.0.0.1:1",                // unknown mode
 		"redis://u:s3cret@127.0.0.1:1/0?bogus=1",   // unknown parameter
 		"redis+cluster://u:s3cret@127.0.0.1:1/%zz", // bad URL
+		"redis:/:s3cret@db.example.net:6379/0",     // no "://": not a URL Open knows
+		"redis:s3cret@db.example.net:6379/0",
+		"u:s3cret@db.example.net:6379",
+		"u@s3cret",
+		"x@s3cret://db",
 	} {
 		if s, err := Open(bad); err == nil {
 			_ = s.Close()
