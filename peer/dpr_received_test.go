@@ -241,3 +241,32 @@ func TestStrayDPADoesNotAnswerALaterDPR(t *testing.T) {
 		assert.Equal(t, time.Second, time.Since(t0), "Close waited for the DPA to its DPR")
 	})
 }
+
+// While the connection waits after the peer's DPR for the answers to our
+// requests, Tw expiring sends no DWR: the peer is leaving. (DPATimeout
+// here is longer than Tw to let Tw expire meanwhile.)
+func TestNoDWRAfterPeersDPR(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		cfg.DPATimeout = 40 * time.Second
+		cfg.RequestTimeout = time.Minute
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		synctest.Wait()
+		f.answerReqs.Store(false)
+		res := requestAsync(p, context.Background())
+		synctest.Wait()
+		require.NoError(t, f.sendDPR(message.DisconnectRebooting))
+		time.Sleep(35 * time.Second) // Tw (30 s) expires
+		synctest.Wait()
+		assert.Empty(t, f.dwrTimes(), "DWR sent after the peer's DPR")
+		require.NoError(t, f.answerHeld(false))
+		require.NoError(t, (<-res).err)
+		synctest.Wait()
+		assert.Equal(t, watchdog.Down, p.State())
+		require.NoError(t, p.Close(context.Background()))
+	})
+}

@@ -93,11 +93,9 @@ func (p *Peer) onGrid(base int64, d time.Duration) int64 {
 // the timer was armed, Tw was reset then (RFC 3539 3.4.1 [2]): step
 // "receive non-DWA" and re-arm from that instant instead of expiring.
 func (p *Peer) onTimer() {
-	if c := p.cur.Load(); p.closing || c != nil && c.dprIn.Load() {
-		// A DPR is out, or the peer's came in: the connection ends with
-		// the DPA and the answers still due, or DPATimeout, and a DWR now
-		// would only confuse the peer (RFC 6733 5.4). The watchdog steps
-		// again once the connection is down.
+	if p.closing {
+		// A DPR is out: the connection ends with its DPA or DPATimeout,
+		// and a DWR now would only confuse the peer (RFC 6733 5.4).
 		return
 	}
 	for {
@@ -138,7 +136,12 @@ func (p *Peer) apply(o watchdog.Output, base int64) {
 		case watchdog.ActionSetTimer:
 			p.arm(base, a.After)
 		case watchdog.ActionSendDWR:
-			if c := p.cur.Load(); c != nil {
+			// Not after the peer's DPR, which we answered: the connection
+			// only waits for the answers still due (at most DPATimeout).
+			// The machine runs on, so that a connection that never
+			// closes (its DPA stuck behind a peer that does not read) is
+			// still brought down.
+			if c := p.cur.Load(); c != nil && !c.dprIn.Load() {
 				p.write(c, withIDs(p.cfg.newDWR(), c.hbh))
 			}
 		case watchdog.ActionFailover:
@@ -550,8 +553,8 @@ func (p *Peer) checkIdle() {
 		return
 	}
 	c := p.cur.Load()
-	if c == nil || c.pendingLen() > 0 {
-		return
+	if c == nil || c.pendingLen() > 0 || c.dprIn.Load() {
+		return // busy, or closing after the peer's DPR
 	}
 	idle := time.Duration(p.mono() - p.lastApp.Load())
 	if idle < p.cfg.IdleTimeout {
