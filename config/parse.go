@@ -455,8 +455,12 @@ func (c *checker) peers(cfg *Config, doc *fileDoc) {
 		}
 		if fp.MaxOutstanding != nil {
 			p.Limits.MaxOutstanding, p.Own.MaxOutstanding = l.MaxOutstanding, true
+			c.identifiers(at("max-outstanding"), proto, p.Limits.MaxOutstanding)
 		}
 		cfg.Peers = append(cfg.Peers, p)
+	}
+	if doc.MaxOutstanding != nil && len(cfg.Peers) > 0 {
+		c.identifiers("max-outstanding", firstProto, cfg.Limits.MaxOutstanding)
 	}
 	if roles > 0 && roles < len(doc.Peer) {
 		for i, fp := range doc.Peer {
@@ -602,6 +606,27 @@ func (c *checker) limits(base string, rate, out any) Limits {
 		l.MaxOutstanding = n
 	}
 	return l
+}
+
+// A RADIUS server takes one request in flight per Identifier: 256 per
+// socket over UDP (radpeer.IDsPerSocket, radpeer.DefaultUDPSockets
+// sockets), 255 per connection over TCP and TLS (radpeer.IDsPerConn, at
+// most radpeer.MaxConnsLimit connections, --max-conns). Kept here, not
+// imported: the command's tests check they are radpeer's.
+const (
+	udpIdentifiers    = 256 * 4
+	streamIdentifiers = 255 * 64
+)
+
+// identifiers checks a max-outstanding (at path) of a server of proto
+// against its Identifiers; Diameter has no such bound.
+func (c *checker) identifiers(path string, proto protocol, n int) {
+	switch {
+	case proto == protoRADIUSUDP && n > udpIdentifiers:
+		c.problem(path, "%d: a radius:// server takes at most %d requests in flight, one per Identifier", n, udpIdentifiers)
+	case proto == protoRADIUSStream && n > streamIdentifiers:
+		c.problem(path, "%d: a radius+tcp:// or radsec:// server takes at most %d requests in flight, one per Identifier of its most connections (%d)", n, streamIdentifiers, streamIdentifiers/255)
+	}
 }
 
 // tw reads a watchdog interval.
