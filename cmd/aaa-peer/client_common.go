@@ -274,6 +274,24 @@ func (o *loadOptions) template() peerTemplate {
 	return peerTemplate{o.tw, config.TLS{CA: o.tlsCA, Cert: o.tlsCert, Key: o.tlsKey}, config.Limits{MaxRate: o.maxRate, MaxOutstanding: o.maxOutstanding}}
 }
 
+// staleWeights takes out of o.weights each --weight naming no peer of
+// o (after a reload's file is applied: it may have removed the peer the
+// command line weighed) and returns a warning for each. A reload is not
+// refused for it: every reload until a restart would be.
+func (o *loadOptions) staleWeights() (warnings []string) {
+	var kept stringList
+	for _, w := range o.weights {
+		u, _, err := parseNameWeight(w, true)
+		if err == nil && !slices.Contains(o.peers, u) && !slices.ContainsFunc(o.peers, func(p string) bool { return o.names[p] == u }) {
+			warnings = append(warnings, fmt.Sprintf("%s%q ignored: %s is neither a --peer nor the name of a peer of the file", warnPrefix+"--weight ", w, u))
+			continue
+		}
+		kept = append(kept, w)
+	}
+	o.weights = kept
+	return warnings
+}
+
 // ownOverRunning makes the peers' own settings of the file read again
 // (cfg, its peers used: no --peer given) those that differ from the
 // running client's template (running): the file's new top level needs a

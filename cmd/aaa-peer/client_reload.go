@@ -113,31 +113,33 @@ func differs(settings []setting) []string {
 // reloadPeers is the Diameter client's reload of run c: --config read
 // again over the command line's options (base, with the flags set there).
 func (r *diameterRequests) reloadPeers(c *loadgen, cfg *config.Config, base clientOptions, set map[string]bool) ([]string, error) {
-	specs, restart, err := r.reloadSpecs(cfg, base, set)
+	specs, restart, warnings, err := r.reloadSpecs(cfg, base, set)
 	if err != nil {
 		return nil, err
 	}
 	c.peersEver() // those about to be removed keep their counts in the report
-	return applyPeers(c.cl, specs, restart, c.metrics)
+	out, err := applyPeers(c.cl, specs, restart, c.metrics)
+	return append(out, warnings...), err
 }
 
 // reloadSpecs are the Diameter client's peers from cfg, read over the
 // command line's options (base, with the flags set there), and the
-// settings that changed but need a restart.
-func (r *diameterRequests) reloadSpecs(cfg *config.Config, base clientOptions, set map[string]bool) ([]client.PeerSpec, []string, error) {
+// settings that changed but need a restart, and warnings for the log.
+func (r *diameterRequests) reloadSpecs(cfg *config.Config, base clientOptions, set map[string]bool) (specs []client.PeerSpec, restart, warnings []string, err error) {
 	o := base
 	o.peers, o.weights = slices.Clone(base.peers), slices.Clone(base.weights)
 	o.waitPeers = 0 // the start's: the file may now have fewer peers
 	if _, err := o.applyConfig(cfg, set); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	o.ownOverRunning(cfg, set, &r.o.loadOptions)
+	warnings = o.staleWeights()
 	if err := o.validate(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	specs, err := o.peerSpecs(nil)
+	specs, err = o.peerSpecs(nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if !r.o.throttled() {
 		// Started without any limit, the client has no throttle: it
@@ -145,11 +147,11 @@ func (r *diameterRequests) reloadSpecs(cfg *config.Config, base clientOptions, s
 		// a reload that might come. A peer's own limits need one.
 		for _, s := range specs {
 			if s.Throttle != nil {
-				return nil, nil, fmt.Errorf("peer %s (%s): throttle limits on a client started without any: needs a restart", s.Name, peerLine(cfg, s.URL))
+				return nil, nil, nil, fmt.Errorf("peer %s (%s): throttle limits on a client started without any: needs a restart", s.Name, peerLine(cfg, s.URL))
 			}
 		}
 	}
-	restart := differs([]setting{
+	restart = differs([]setting{
 		{"origin-host", r.o.originHost, o.originHost},
 		{"origin-realm", r.o.originRealm, o.originRealm},
 		{"destination-realm", r.o.destRealm, o.destRealm},
@@ -160,7 +162,7 @@ func (r *diameterRequests) reloadSpecs(cfg *config.Config, base clientOptions, s
 		{"max-rate", fmt.Sprint(r.o.maxRate), fmt.Sprint(o.maxRate)},
 		{"max-outstanding", fmt.Sprint(r.o.maxOutstanding), fmt.Sprint(o.maxOutstanding)},
 	})
-	return specs, restart, nil
+	return specs, restart, warnings, nil
 }
 
 // peerLine is FILE:LINE of the [[peer]] of url in cfg.
@@ -183,6 +185,7 @@ func (o *radiusClientOptions) reloadPeers(cfg *config.Config, c *client.Client, 
 		return nil, err
 	}
 	n.ownOverRunning(cfg, o.set, &o.loadOptions)
+	warnings := n.staleWeights()
 	n.waitPeers = 0 // the start's: the file may now have fewer servers
 	if err := n.validate(); err != nil {
 		return nil, err
@@ -205,7 +208,8 @@ func (o *radiusClientOptions) reloadPeers(cfg *config.Config, c *client.Client, 
 		{"max-rate, max-rate-acct, max-outstanding", fmt.Sprint(o.maxRate, o.maxRateAcct.of(o.maxRate), o.maxOutstanding), fmt.Sprint(n.maxRate, n.maxRateAcct.of(n.maxRate), n.maxOutstanding)},
 		{"secret-file", o.secretFile, n.secretFile},
 	})
-	return applyPeers(c, specs, restart, metrics)
+	out, err := applyPeers(c, specs, restart, metrics)
+	return append(out, warnings...), err
 }
 
 // scheme is a URL's scheme, "" if none.

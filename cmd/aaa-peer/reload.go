@@ -161,11 +161,22 @@ func reload(log *slog.Logger, who, file string, stats *reloadStats, apply func()
 	}
 	stats.ok.Add(1)
 	stats.last.Store(time.Now().UnixNano())
+	changed = slices.DeleteFunc(changed, func(c string) bool {
+		w, ok := strings.CutPrefix(c, warnPrefix)
+		if ok {
+			log.Warn("configuration reload: "+w, "file", file)
+		}
+		return ok
+	})
 	if len(changed) == 0 {
 		changed = []string{"nothing"}
 	}
 	log.Info("configuration reloaded", "file", file, "changed", strings.Join(changed, "; "))
 }
+
+// warnPrefix marks what an apply returns that is no change but a
+// warning: logged on a line of its own, at warning level.
+const warnPrefix = "warning: "
 
 func problemLines(ce *config.Error) []string {
 	out := make([]string, len(ce.Problems))

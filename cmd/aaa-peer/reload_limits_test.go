@@ -33,7 +33,7 @@ func TestClientReloadLimitsWithoutThrottleNeedRestart(t *testing.T) {
 	writeTestFile(t, file, clientReloadBase+peers+"max-rate = 10\n")
 	cfg, err = config.Load(file)
 	require.NoError(t, err)
-	_, _, err = r.reloadSpecs(cfg, base, set)
+	_, _, _, err = r.reloadSpecs(cfg, base, set)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "peer a ("+file+":4): throttle limits on a client started without any: needs a restart")
 
@@ -41,7 +41,7 @@ func TestClientReloadLimitsWithoutThrottleNeedRestart(t *testing.T) {
 	writeTestFile(t, file, "max-rate = 10\n"+clientReloadBase+peers)
 	cfg, err = config.Load(file)
 	require.NoError(t, err)
-	_, restart, err := r.reloadSpecs(cfg, base, set)
+	_, restart, _, err := r.reloadSpecs(cfg, base, set)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"max-rate"}, restart)
 }

@@ -57,7 +57,7 @@ func TestClientReloadKeepsOwnSettingsWhenTopMovesToThem(t *testing.T) {
 	writeTestFile(t, file, ownFile("10s", pki.CAFile, "128", pki.CAFile))
 	cfg, err = config.Load(file)
 	require.NoError(t, err)
-	specs, restart, err := r.reloadSpecs(cfg, base, set)
+	specs, restart, _, err := r.reloadSpecs(cfg, base, set)
 	require.NoError(t, err)
 	lines, err := applyPeers(c, specs, restart, status.NewMetrics())
 	require.NoError(t, err)
