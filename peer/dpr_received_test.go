@@ -270,3 +270,22 @@ func TestNoDWRAfterPeersDPR(t *testing.T) {
 		require.NoError(t, p.Close(context.Background()))
 	})
 }
+
+// TestAnswerAfterPeersDPRIsDelivered over loopback TCP, where a caller
+// may be reading the connection itself (the baton) when the DPR comes.
+func TestAnswerAfterPeersDPRIsDeliveredOverTCP(t *testing.T) {
+	p, _, far := dialTCP(t, nil)
+	res := requestAsync(p, bounded(t))
+	req := readRequest(t, far)
+	require.NoError(t, far.WriteMessages(farDPR(message.DisconnectRebooting, 77)))
+	dpa, err := far.ReadMessage()
+	require.NoError(t, err)
+	require.Equal(t, uint32(wire.CmdDisconnectPeer), wire.CommandCode(dpa))
+	require.False(t, wire.IsRequest(dpa))
+	time.Sleep(10 * time.Millisecond)
+	require.NoError(t, far.WriteMessages(successAnswer(req)))
+	require.NoError(t, await(t, res).err)
+	_, err = far.ReadMessage()
+	assert.Error(t, err, "closed once nothing was pending")
+	require.NoError(t, p.WaitState(bounded(t), watchdog.Down))
+}
