@@ -48,7 +48,9 @@ type Counters struct {
 // Accounting-Record-Type and Accounting-Record-Number also the key of its
 // [AccountingRecord], with Event-Timestamp if present and NAS-Identifier
 // preferred to NAS-IP-Address as the NAS identity. An accounting request
-// without those AVPs gets only the request key.
+// without those AVPs gets only the request key. Input shorter than a
+// Diameter header (20 bytes) is no request: it gets no keys (an empty
+// slice), which Begin refuses with ErrNoKeys.
 func KeysOf(req []byte) []Key {
 	return appendKeys(make([]Key, 0, 2), req)
 }
@@ -57,6 +59,9 @@ func KeysOf(req []byte) []Key {
 // finds what both keys need (the first AVP of each code, as wire.FindAVP
 // would), and the keys hash the request's bytes in place.
 func appendKeys(dst []Key, req []byte) []Key {
+	if len(req) < wire.HeaderLen {
+		return dst
+	}
 	var f keyFields
 	acct := wire.AppID(req) == message.AppAccounting && wire.CommandCode(req) == message.CmdAccounting
 	_ = wire.WalkAVPs(req, func(a wire.AVP) bool { // a malformed AVP ends the walk, as it ends FindAVP's
@@ -89,7 +94,7 @@ const (
 	hasNASID
 	hasNASIP
 	hasRecord  = hasSessionID | hasType | hasNumber
-	allKeyAVPs = 1<<iota - 1
+	allKeyAVPs = hasOriginHost | hasRecord | hasTimestamp | hasNASID | hasNASIP // every bit above
 )
 
 // see takes AVP a into f if it is the first of its code that the keys

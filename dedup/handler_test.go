@@ -136,6 +136,39 @@ func TestKeysOf(t *testing.T) {
 	}
 }
 
+// TestKeysOfShortInput: input shorter than a Diameter header has no keys;
+// KeysOf does not panic on it.
+func TestKeysOfShortInput(t *testing.T) {
+	acr := acrFor(1, 1)
+	for n := 0; n < wire.HeaderLen; n++ {
+		short := append([]byte(nil), acr[:n]...) // no capacity beyond n
+		if keys := KeysOf(short); len(keys) != 0 {
+			t.Fatalf("%d bytes: %d keys, want none", n, len(keys))
+		}
+	}
+	if keys := KeysOf(acr[:wire.HeaderLen]); len(keys) != 1 {
+		t.Fatalf("a bare header: %d keys, want its request key", len(keys))
+	}
+}
+
+// TestKeyFieldsWalkEndsOnceAllSeen: the walk over an accounting request's
+// AVPs ends at the last AVP the keys read, once each has been met.
+func TestKeyFieldsWalkEndsOnceAllSeen(t *testing.T) {
+	four := []byte{0, 0, 0, 1}
+	avps := []wire.AVP{
+		{Code: message.OriginHost, Data: []byte("h")}, {Code: message.SessionID, Data: []byte("s")},
+		{Code: message.AccountingRecordType, Data: four}, {Code: message.AccountingRecordNumber, Data: four},
+		{Code: message.EventTimestamp, Data: four}, {Code: message.NASIdentifier, Data: []byte("n")},
+		{Code: message.NASIPAddress, Data: four},
+	}
+	var f keyFields
+	for i, a := range avps {
+		if more := f.see(a, true); more != (i < len(avps)-1) {
+			t.Fatalf("after AVP %d of %d the walk goes on: %v", i+1, len(avps), more)
+		}
+	}
+}
+
 // A server that stalls past the mark's TTL while its handler runs: another
 // server takes the request over and commits first. The stalled server's
 // result is discarded and it answers with the committed answer: the
