@@ -612,8 +612,16 @@ func (b *Balancer) SetServers(servers []Server) (rebuilt bool, err error) {
 		changed = true
 	}
 	if !changed {
-		if listed { // a server down removed: the table stays, Snapshot lists it no more
+		if listed {
+			// A server down removed: the table stays, Snapshot lists it
+			// no more, and its home buckets, which its return would have
+			// moved, are watched no more (no rebuild recomputes them).
 			cur := b.cur.Load()
+			if b.alg == Pearson {
+				now := b.clock()
+				b.rewatch(cur.table, cur.table, now)
+				b.forgetIfQuiet(cur.old, now)
+			}
 			b.publish(cur.table, cur.old)
 		}
 		return false, nil

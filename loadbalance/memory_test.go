@@ -259,11 +259,24 @@ func TestDefaultClockAgesConversations(t *testing.T) {
 // which is a new configuration: its home buckets are not watched, so once
 // every configured server is in service and the old table has aged out
 // nothing is watched and nothing remembered, as in any steady state.
+//
+// The same when it is removed while down (the usual way a dead server
+// leaves the configuration), although that rebuilds nothing: it held no
+// bucket.
 func TestRemovedServerLeavesNothingWatched(t *testing.T) {
+	for _, down := range []bool{false, true} {
+		t.Run(fmt.Sprintf("down=%v", down), func(t *testing.T) { testRemovedServerLeavesNothingWatched(t, down) })
+	}
+}
+
+func testRemovedServerLeavesNothingWatched(t *testing.T, down bool) {
 	clk := &fakeClock{}
 	b := mustNew(t, Pearson, servers(5), Options{Now: clk.Now})
-	if _, err := b.SetServers(servers(4)); err != nil { // s4 removed
-		t.Fatal(err)
+	if down {
+		setState(t, b, "s4", Down, true)
+	}
+	if rebuilt, err := b.SetServers(servers(4)); err != nil || rebuilt == down { // s4 removed
+		t.Fatalf("SetServers: rebuilt %v, %v", rebuilt, err)
 	}
 	for minute := range 30 {
 		startConversations(t, b, 100, fmt.Sprintf("m%d", minute))
@@ -279,8 +292,8 @@ func TestRemovedServerLeavesNothingWatched(t *testing.T) {
 		}
 		t.Errorf("%d buckets watched with every configured server in service", n)
 	}
-	if s := b.Snapshot(); s.Sessions != 0 || len(s.OldGenerations) != 0 {
-		t.Errorf("after 30 minutes with every configured server in service: %d remembered, old tables %v", s.Sessions, s.OldGenerations)
+	if s := b.Snapshot(); s.Sessions != 0 || len(s.OldGenerations) != 0 || !b.cur.Load().quiet {
+		t.Errorf("after 30 minutes with every configured server in service: %d remembered, old tables %v, quiet %v", s.Sessions, s.OldGenerations, b.cur.Load().quiet)
 	}
 	// Named again, it takes back its buckets; the conversations there,
 	// unknown to the memory, keep their servers until they could have
