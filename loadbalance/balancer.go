@@ -58,8 +58,9 @@ const (
 	InService State = iota + 1
 	// Suspended: watchdog SUSPECT. No rebuild; the server keeps its buckets
 	// but picks skip it and go to the next bucket (h+1, h+2, ...) whose
-	// server is in service; a conversation that starts there meanwhile
-	// stays on the server it was sent to (see the package documentation).
+	// server is in service; a conversation that starts or speaks there
+	// meanwhile stays on the server it was sent to (see the package
+	// documentation).
 	// A server that goes from Down to Suspended (a
 	// reopened connection not yet returned to service) stays out of the
 	// table.
@@ -701,12 +702,13 @@ func (b *Balancer) Generation() uint64 { return b.cur.Load().gen }
 // take the request.
 //
 // With pearson, a request of a known conversation goes to the server its
-// starting table gave it (or, for one that started while that server was
-// suspended, the server it was sent to instead), while that server is in
-// service; if that server is suspended, the request goes where a new
-// conversation would (the conversation returns to its server
-// afterwards); if it is down or its table is gone, the conversation moves
-// to the current table for good.
+// starting table gave it (or, for one that started or spoke while that
+// server was suspended, the server it was sent to instead), while that
+// server is in service; if that server is suspended, the request goes
+// where a new conversation would and the conversation stays there while
+// that one is in service (a move back would be a second move); if it is
+// down or its table is gone, the conversation moves to the current table
+// for good.
 // Requests of a remembered conversation keep the bucket of its first
 // request, even if later ones lack the NAI.
 func (b *Balancer) Pick(r Request) (Server, error) { return b.Picker().Pick(r) }
@@ -849,12 +851,12 @@ func (b *Balancer) pickPearson(p *picker, r Request) int {
 }
 
 // route returns the slot for a conversation tagged tag, as p sees it: its
-// starting table's server while that is in service (the current table's
-// walk meanwhile if it is suspended); the current table once that server
-// is down or its table gone, moving c (when not nil) there for good. A
-// diverted conversation (started while its bucket's server was
-// suspended) is routed likewise by the server the walk gave it, whatever
-// the tables say.
+// starting table's server while that is in service; if it is suspended,
+// the current table's walk, re-tagging c (when not nil) as diverted there
+// (see divert); the current table once that server is down or its table
+// gone, moving c there for good. A diverted conversation (started or
+// spoken while its server was suspended) is routed likewise by the server
+// the walk gave it, whatever the tables say.
 //
 // A tag newer than p was written through a newer Picker; p, taken
 // before, is still in use. The conversation keeps its tag (it would
@@ -867,8 +869,10 @@ func (b *Balancer) route(p *picker, tag uint64, c *conv) int {
 		switch {
 		case d < len(p.state) && p.state[d] == InService:
 			return d
-		case d < len(p.state) && p.state[d] == Suspended, gen > p.gen:
-			return p.walk(p.table, bucket, nil) // stays bound to d
+		case gen > p.gen:
+			return p.walk(p.table, bucket, nil) // p is older than the tag
+		case d < len(p.state) && p.state[d] == Suspended:
+			return b.divert(p, tag, c) // now on the walk's server
 		}
 		// d down: the current table for good.
 		s, nt := p.place(bucket)
@@ -878,6 +882,9 @@ func (b *Balancer) route(p *picker, tag uint64, c *conv) int {
 		return s
 	}
 	if gen == p.gen {
+		if p.divert.has(bucket) { // its server is suspended
+			return b.divert(p, tag, c)
+		}
 		return p.walk(p.table, bucket, nil)
 	}
 	if gen > p.gen {
@@ -898,7 +905,7 @@ func (b *Balancer) route(p *picker, tag uint64, c *conv) int {
 		case p.state[s] == InService:
 			return int(s)
 		case p.state[s] == Suspended:
-			return p.walk(p.table, bucket, nil) // stays bound to its old server
+			return b.divert(p, tag, c)
 		}
 		break
 	}
@@ -907,6 +914,21 @@ func (b *Balancer) route(p *picker, tag uint64, c *conv) int {
 	s, nt := p.place(bucket)
 	if c != nil {
 		c.tag.CompareAndSwap(tag, nt)
+	}
+	return s
+}
+
+// divert returns where p's walk sends a conversation tagged tag whose
+// server is suspended, and re-tags c (when not nil) as diverted there: it
+// is now on that server and stays there while that one is in service, as
+// a conversation started there meanwhile does, rather than move a second
+// time when its first server comes back or goes down. A Picker older
+// than the current snapshot only routes it.
+func (b *Balancer) divert(p *picker, tag uint64, c *conv) int {
+	bucket := uint8(tag)
+	s := p.walk(p.table, bucket, nil)
+	if c != nil && s != noSlot && b.cur.Load().gen == p.gen {
+		c.tag.CompareAndSwap(tag, packDiverted(p.gen, s, bucket))
 	}
 	return s
 }

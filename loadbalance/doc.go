@@ -55,15 +55,16 @@
 //     service) and is remembered there: it stays on that server while it
 //     is in service, when the suspended server comes back (and takes
 //     new conversations in its buckets again) as when it goes down (and
-//     the rebuild gives its buckets to others). A conversation the memory
-//     did not know that the suspended server had started before is
-//     indistinguishable from a new one: if it speaks during the
-//     suspension it stays where the walk sent it then; if it does not,
-//     it returns to its server. A conversation the memory knew goes,
-//     while its server is suspended, where a new one would, and returns
-//     to its server afterwards. If the server a conversation was sent to
-//     is itself suspended it goes where a new one would meanwhile; if
-//     that server goes down it moves to the current table for good.
+//     the rebuild gives its buckets to others). So does a conversation
+//     that the suspended server had started before, whether the memory
+//     knew it or not, if it speaks during the suspension: it has moved
+//     once, and a move back would be a second one; if it stays silent
+//     meanwhile, it keeps its server. The same holds for a conversation
+//     whose server is suspended later, having been sent there during an
+//     earlier suspension. If the server a conversation was sent to goes
+//     down it moves to the current table for good. The rule: a
+//     conversation moves at most once while the servers it is on stay in
+//     service.
 //   - When a rebuild moves a bucket that had not been watched for a whole
 //     IdleTimeout (uneven weights can make a rebuild move a bucket whose
 //     owner stays), the memory cannot tell the conversations of its old

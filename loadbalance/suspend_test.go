@@ -58,7 +58,7 @@ func TestConversationsStartedWhileSuspendedKeepTheirServer(t *testing.T) {
 // elsewhere meanwhile is remembered there like a new one and stays there
 // (a second move would gain nothing). A diverted conversation whose
 // server goes down moves to the table; one whose server is suspended goes
-// where a new one would and comes back afterwards.
+// where a new one would and stays there; one silent meanwhile comes back.
 func TestSuspensionAndConversationsFromBefore(t *testing.T) {
 	clk := &fakeClock{}
 	b := mustNew(t, Pearson, servers(5), Options{Now: clk.Now})
@@ -93,19 +93,35 @@ func TestSuspensionAndConversationsFromBefore(t *testing.T) {
 			t.Fatalf("%s, sent to %s during the suspension, went to %s", c.sid, c.server, got)
 		}
 	}
-	// Their new server suspended: where a new one goes, then back.
-	c := spoke[0]
+	// Their new server suspended: where a new one goes, and they stay
+	// there (a move back would be a second one) while a silent one comes
+	// back.
+	c, silent := spoke[0], convo{}
+	for _, x := range spoke[1:] {
+		if x.server == c.server {
+			silent = x
+			break
+		}
+	}
+	if silent.sid == "" {
+		t.Fatal("no second conversation diverted to " + c.server)
+	}
 	setState(t, b, c.server, Suspended, false)
-	if got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}); got == c.server {
+	got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid})
+	if got == c.server {
 		t.Fatal("a suspended server picked")
 	} else if _, want, _ := b.Route(c.nai); got != want {
 		t.Fatalf("with its server suspended, went to %s; the table routes to %s", got, want)
 	}
 	setState(t, b, c.server, InService, false)
-	if got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}); got != c.server {
-		t.Fatalf("after its server resumed went to %s, want %s", got, c.server)
+	if again := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}); again != got {
+		t.Fatalf("after %s resumed went to %s, want %s where it went meanwhile", c.server, again, got)
+	}
+	if again := mustPick(t, b, Request{NAI: silent.nai, SessionID: silent.sid}); again != silent.server {
+		t.Fatalf("silent meanwhile, after its server resumed went to %s, want %s", again, silent.server)
 	}
 	// Their new server down: they move to the table for good.
+	c = silent
 	setState(t, b, c.server, Down, true)
 	_, want, _ := b.Route(c.nai)
 	if got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}); got != want {
@@ -169,5 +185,47 @@ func TestSweepDuringSuspensionKeepsTheSnapshot(t *testing.T) {
 	b.Sweep()
 	if b.Picker().p != before.p {
 		t.Fatal("a sweep that changed nothing published a new snapshot")
+	}
+}
+
+// A conversation the memory knows, whose server is suspended, goes where
+// the walk sends it; it is then on that server and stays there while it
+// is in service, whether its first server comes back or goes down, as a
+// conversation the memory did not know does: a conversation moves at
+// most once while the servers it is on stay in service.
+func TestKnownConversationMovesOnceDuringSuspension(t *testing.T) {
+	for _, then := range []State{Down, InService} {
+		t.Run(then.String(), func(t *testing.T) {
+			clk := &fakeClock{}
+			b := mustNew(t, Pearson, servers(5), Options{Now: clk.Now})
+			setState(t, b, "s4", Down, true)
+			cs := startWatchedConversations(t, b, 400, "known")
+			a := cs[0].server
+			setState(t, b, a, Suspended, false)
+			walked := map[string]string{}
+			for _, c := range cs {
+				if c.server != a {
+					continue
+				}
+				if walked[c.sid] = mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}); walked[c.sid] == a {
+					t.Fatal("a suspended server picked")
+				}
+			}
+			clk.Advance(time.Second)
+			setState(t, b, a, then, then == Down)
+			moved := 0
+			for _, c := range cs {
+				want := c.server
+				if w, ok := walked[c.sid]; ok {
+					want = w
+				}
+				if got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid}); got != want {
+					moved++
+				}
+			}
+			if moved != 0 {
+				t.Fatalf("%s suspended then %v: %d of %d known conversations moved again between servers in service (%d were on %s)", a, then, moved, len(cs), len(walked), a)
+			}
+		})
 	}
 }

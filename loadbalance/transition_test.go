@@ -177,41 +177,56 @@ func TestTransitionOldServerDownOrSuspended(t *testing.T) {
 	setState(t, b, "s3", InService, true) // transition: gen 2 -> 3
 	t3 := b.Snapshot().Table
 
-	// Pick an old conversation whose bucket moved and whose old server is s0.
-	var c convo
+	// Two old conversations whose bucket moved and whose old server is s0.
+	var pair []convo
 	for _, x := range cs {
 		if h := PearsonHashString(x.nai); t2[h] != t3[h] && x.server == "s0" {
-			c = x
-			break
+			pair = append(pair, x)
+			if len(pair) == 2 {
+				break
+			}
 		}
 	}
-	if c.sid == "" {
+	if len(pair) < 2 {
 		t.Fatal("no suitable conversation")
 	}
-	r := Request{NAI: c.nai, SessionID: c.sid}
+	c, quiet := pair[0], pair[1]
+	r, rq := Request{NAI: c.nai, SessionID: c.sid}, Request{NAI: quiet.nai, SessionID: quiet.sid}
 
 	// Old server suspended: the request goes where a new one would, and the
-	// conversation comes back once s0 is in service again.
+	// conversation is on that server now: it stays there once s0 is in
+	// service again, and when s0 goes down. One silent meanwhile comes back
+	// to s0.
 	setState(t, b, "s0", Suspended, false)
-	if got := mustPick(t, b, r); got == "s0" {
+	w := mustPick(t, b, r)
+	if w == "s0" {
 		t.Fatal("picked a suspended server")
-	} else if _, want, _ := b.Route(c.nai); got != want {
-		t.Fatalf("with its old server suspended, went to %s; current table routes to %s", got, want)
+	} else if _, want, _ := b.Route(c.nai); w != want {
+		t.Fatalf("with its old server suspended, went to %s; current table routes to %s", w, want)
 	}
 	setState(t, b, "s0", InService, false)
-	if got := mustPick(t, b, r); got != "s0" {
-		t.Fatalf("after resume went to %s, want its old server s0", got)
+	if got := mustPick(t, b, r); got != w {
+		t.Fatalf("after resume went to %s, want %s where it went meanwhile", got, w)
+	}
+	if got := mustPick(t, b, rq); got != "s0" {
+		t.Fatalf("silent during the suspension, after resume went to %s, want its old server s0", got)
 	}
 
 	// Old server down: the conversation moves to the current table for good.
 	setState(t, b, "s0", Down, true) // gen 4
-	_, want, _ := b.Route(c.nai)
-	if got := mustPick(t, b, r); got != want || got == "s0" {
+	if got := mustPick(t, b, r); got != w {
+		t.Fatalf("with s0 down went to %s, want %s where it went during the suspension", got, w)
+	}
+	_, want, _ := b.Route(quiet.nai)
+	if got := mustPick(t, b, rq); got != want || got == "s0" {
 		t.Fatalf("with its old server down went to %s, current table says %s", got, want)
 	}
 	setState(t, b, "s0", InService, true) // gen 5; conversation now belongs to gen 4
-	if got := mustPick(t, b, r); got != want {
+	if got := mustPick(t, b, rq); got != want {
 		t.Fatalf("after s0 returned the moved conversation went to %s, want to stay on %s", got, want)
+	}
+	if got := mustPick(t, b, r); got != w {
+		t.Fatalf("after s0 returned the conversation went to %s, want to stay on %s", got, w)
 	}
 }
 
