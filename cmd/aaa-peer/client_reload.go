@@ -197,6 +197,13 @@ func (o *radiusClientOptions) reloadPeers(cfg *config.Config, c *client.Client, 
 	if err != nil {
 		return nil, err
 	}
+	secretFile := setting{"secret-file", o.secretFile, n.secretFile}
+	if n.radsec() || len(n.secrets) >= len(n.peers) {
+		// Every server has a secret of its own, and a server whose
+		// secret changed is replaced with it: the shared secret, read
+		// from --secret-file at start, signs for none of them.
+		secretFile.file = secretFile.running
+	}
 	restart := differs([]setting{
 		{"mode", o.mode, n.mode},
 		{"algorithm", o.algorithm, n.algorithm},
@@ -206,7 +213,7 @@ func (o *radiusClientOptions) reloadPeers(cfg *config.Config, c *client.Client, 
 		{"down-timeout, hold-down", fmt.Sprint(o.downTimeout, o.holdDown), fmt.Sprint(n.downTimeout, n.holdDown)},
 		{"tls-ca, tls-cert, tls-key", fmt.Sprintf("%q %q %q", o.tlsCA, o.tlsCert, o.tlsKey), fmt.Sprintf("%q %q %q", n.tlsCA, n.tlsCert, n.tlsKey)},
 		{"max-rate, max-rate-acct, max-outstanding", fmt.Sprint(o.maxRate, o.maxRateAcct.of(o.maxRate), o.maxOutstanding), fmt.Sprint(n.maxRate, n.maxRateAcct.of(n.maxRate), n.maxOutstanding)},
-		{"secret-file", o.secretFile, n.secretFile},
+		secretFile,
 	})
 	out, err := applyPeers(c, specs, restart, metrics)
 	return append(out, warnings...), err
