@@ -179,7 +179,7 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
 		return 2
 	}
-	for _, u := range radiusUnused(cfg) {
+	for _, u := range append(radiusUnused(cfg), clientUnused(cfg, o.peers, set)...) {
 		log.Warn("--config: the client does not use this part of the file", "file", o.config, "ignored", u)
 	}
 	var secret []byte                                 // radsec:// uses "radsec" (RFC 6614 2.3)

@@ -215,6 +215,7 @@ func (o *clientOptions) applyConfig(cfg *config.Config, set map[string]bool) (un
 	if cfg.Secret != nil {
 		unused = append(unused, "secret")
 	}
+	unused = append(unused, clientUnused(cfg, o.peers, set)...)
 	return append(unused, serverParts(cfg)...), nil
 }
 

@@ -33,6 +33,36 @@ func radiusUnused(cfg *config.Config) []string {
 	return append(unused, serverParts(cfg)...)
 }
 
+// clientUnused names the top-level settings of cfg no peer of the client
+// (peers, after the flags set) uses: tw when every server is radius://
+// (no watchdog; --tw is refused there), the TLS files when no peer uses
+// TLS.
+func clientUnused(cfg *config.Config, peers []string, set map[string]bool) []string {
+	if cfg == nil {
+		return nil
+	}
+	var unused []string
+	allUDP, anyTLS := len(peers) > 0, false
+	for _, u := range peers {
+		scheme, _, _ := strings.Cut(strings.ToLower(u), "://")
+		allUDP = allUDP && scheme == "radius"
+		anyTLS = anyTLS || scheme == "tls" || scheme == "radsec"
+	}
+	if cfg.Tw != 0 && allUDP && !set["tw"] {
+		unused = append(unused, "tw (radius:// servers have no watchdog)")
+	}
+	var files []string
+	for _, k := range []struct{ key, v string }{{"tls-ca", cfg.TLS.CA}, {"tls-cert", cfg.TLS.Cert}, {"tls-key", cfg.TLS.Key}} {
+		if k.v != "" && !set[k.key] {
+			files = append(files, k.key)
+		}
+	}
+	if len(files) > 0 && !anyTLS && len(peers) > 0 {
+		unused = append(unused, strings.Join(files, ", ")+" (no tls:// or radsec:// peer)")
+	}
+	return unused
+}
+
 func (o *radiusClientOptions) applyConfig(cfg *config.Config, set map[string]bool) (secrets map[string][]byte, err error) {
 	if cfg == nil {
 		return nil, nil
