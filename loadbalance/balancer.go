@@ -875,11 +875,7 @@ func (b *Balancer) route(p *picker, tag uint64, c *conv) int {
 			return b.divert(p, tag, c) // now on the walk's server
 		}
 		// d down: the current table for good.
-		s, nt := p.place(bucket)
-		if c != nil {
-			c.tag.CompareAndSwap(tag, nt)
-		}
-		return s
+		return b.move(p, tag, c)
 	}
 	if gen == p.gen {
 		if p.divert.has(bucket) { // its server is suspended
@@ -909,10 +905,18 @@ func (b *Balancer) route(p *picker, tag uint64, c *conv) int {
 		}
 		break
 	}
-	// Old server down or old table gone: move to the current table. The
-	// CAS fails if a newer Picker retagged it meanwhile.
-	s, nt := p.place(bucket)
-	if c != nil {
+	// Old server down or old table gone: move to the current table.
+	return b.move(p, tag, c)
+}
+
+// move returns where p sends a new conversation of tag's bucket and moves
+// c (when not nil) there for good: re-tagged under p's table. The CAS
+// fails if a newer Picker retagged it meanwhile. A Picker older than the
+// current snapshot only routes it: re-tagged under its older table, the
+// conversation would follow that table's server, not the current one's.
+func (b *Balancer) move(p *picker, tag uint64, c *conv) int {
+	s, nt := p.place(uint8(tag))
+	if c != nil && b.cur.Load().gen == p.gen {
 		c.tag.CompareAndSwap(tag, nt)
 	}
 	return s

@@ -98,3 +98,42 @@ func TestStalePickerDoesNotRebindNewerConversations(t *testing.T) {
 		}
 	}
 }
+
+// A conversation whose server went down moves to the current table for
+// good; a Picker older than the current snapshot that routes it
+// meanwhile routes it as its own view allows but does not bind it to its
+// older table: through the current Picker it goes where the current
+// table says.
+func TestStalePickerDoesNotRebindWhenTheServerIsDown(t *testing.T) {
+	clk := &fakeClock{}
+	b := mustNew(t, Pearson, servers(5), Options{Now: clk.Now})
+	setState(t, b, "s4", Down, true) // gen 2
+	cs := startWatchedConversations(t, b, 400, "g2")
+	a := cs[0].server
+	setState(t, b, a, Down, true)              // gen 3: a down
+	startWatchedConversations(t, b, 400, "g3") // keep table 3 referenced
+	stale := b.Picker()
+	setState(t, b, "s4", InService, true) // gen 4
+	cur := b.cur.Load()
+	n := 0
+	for _, c := range cs {
+		if c.server != a {
+			continue
+		}
+		n++
+		r := Request{NAI: c.nai, SessionID: c.sid}
+		if _, err := stale.Pick(r); err != nil {
+			t.Fatal(err)
+		}
+		if g := tagGen(b.sess.lookup(b.sess.hash(c.sid), c.sid).tag.Load()); g > 2 && g < cur.gen {
+			t.Fatalf("%s re-tagged by the generation %d Picker to generation %d (current %d)", c.sid, stale.p.gen, g, cur.gen)
+		}
+		_, want, _ := b.Route(c.nai)
+		if got := mustPick(t, b, r); got != want {
+			t.Fatalf("%s (its server %s down) went to %s after a pick through an older Picker; the current table says %s", c.sid, a, got, want)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no conversation of " + a)
+	}
+}
