@@ -107,7 +107,7 @@ func (s *server) openRADIUS(u string, topts transport.Options, store dedup.Store
 		return radpeer.ServerConfig{
 			Secret:                sec.secret,
 			Clients:               clients,
-			Handler:               radpeer.Dedup(store, s.radiusHandler(), &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...)),
+			Handler:               radpeer.Dedup(store, s.radiusHandler(), &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...), radpeer.LogStoreErrors(s.storeErrs)),
 			MaxInFlight:           s.o.maxHandlers,
 			MaxQueued:             s.o.maxQueued,
 			MaxUnanswered:         min(s.o.maxUnanswered, radpeer.DefaultMaxUnanswered), // one Identifier space

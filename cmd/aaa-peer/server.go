@@ -271,6 +271,9 @@ type server struct {
 	dd            dedup.Counters // received, applied, duplicates, store errors, unseen retransmissions
 	retransmitted atomic.Uint64  // application requests received with the T flag
 	dedupLost     atomic.Uint64  // losses of the --dedup store's state noticed
+	// storeErrs logs why the --dedup store failed, at most once per
+	// interval, for the requests refused for it.
+	storeErrs *dedup.ErrorLog
 	// privateStore: the --dedup store is this process's own (memory), so
 	// a request with the T flag it has not seen is logged (noteUnseen).
 	privateStore bool
@@ -397,6 +400,7 @@ func serveWith(ctx context.Context, args []string, stdout, stderr io.Writer, hoo
 	defer stopProfile()
 	s := &server{
 		o: o, log: log, started: time.Now(), ended: history{max: o.history},
+		storeErrs: dedup.NewErrorLog(log, 0),
 	}
 	if o.dropDWA || o.stallAfter > 0 {
 		s.faults = &fault.Switch{DropDWA: o.dropDWA, StallAfter: o.stallAfter}
@@ -530,7 +534,7 @@ const metricDedupLost = "aaatp_dedup_store_lost_total"
 func (s *server) storeLost(bus *peer.Bus) {
 	s.dedupLost.Add(1)
 	bus.Publish(context.Background(), peer.Event{Time: time.Now(), Peer: "dedup", Kind: peer.EventError,
-		Reason: "the --dedup store lost its entries (Redis restarted empty, flushed, failed over or evicted): duplicates of requests answered before may be applied again"})
+		Reason: "the --dedup store lost its entries (Redis restarted empty, flushed or failed over): duplicates of requests answered before may be applied again"})
 }
 
 // exportStoreLost adds the count of storeLost to metrics (nil: none).
@@ -538,7 +542,7 @@ func (s *server) exportStoreLost(metrics *status.Metrics) {
 	if reg := metrics.Registry(); reg != nil {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: metricDedupLost,
-			Help: "Times the --dedup store was found to have lost its entries (Redis restarted empty, flushed, failed over or evicted): duplicates of requests answered before may have been applied again.",
+			Help: "Times the --dedup store was found to have lost its entries (Redis restarted empty, flushed or failed over): duplicates of requests answered before may have been applied again.",
 		}, func() float64 { return float64(s.dedupLost.Load()) }))
 	}
 }
@@ -840,7 +844,7 @@ func (s *server) peerConfig(store dedup.Store, apply peer.Handler, bus *peer.Bus
 		Watchdog:   watchdog.Config{Twinit: s.o.tw},
 		AllowHosts: s.o.allow,
 		AgentHosts: s.o.agents,
-		Handler:    s.countT(dedup.Wrap(store, s.noteUnseen(apply), &s.dd)),
+		Handler:    s.countT(dedup.Wrap(store, s.noteUnseen(apply), &s.dd, dedup.LogStoreErrors(s.storeErrs))),
 		Events:     bus,
 		Logger:     s.log,
 		DPATimeout: shutdownBudget,
