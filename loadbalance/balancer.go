@@ -177,6 +177,11 @@ type bucketSet [NumBuckets / 64]uint64
 func (s *bucketSet) add(h int)        { s[h>>6] |= 1 << (h & 63) }
 func (s *bucketSet) has(h uint8) bool { return s[h>>6]&(1<<(h&63)) != 0 }
 func (s *bucketSet) empty() bool      { return *s == bucketSet{} }
+func (s *bucketSet) union(o bucketSet) {
+	for i := range s {
+		s[i] |= o[i]
+	}
+}
 
 // picker is an immutable routing snapshot. Everything it points to is
 // read-only once published.
@@ -186,14 +191,20 @@ type picker struct {
 	old   []oldTable   // pearson: previous tables still referenced, newest first
 	// watch (pearson) holds the buckets that the next change of the
 	// in-service set could move from one in-service server to another:
-	// only new conversations there are remembered. quiet: watch is empty
-	// and no old table lives, so Pick does not consult the memory at all.
+	// only new conversations there are remembered. quiet: watch and
+	// diverted are empty and no old table lives, so Pick does not consult
+	// the memory at all.
 	watch bucketSet
 	// divert (pearson) holds the buckets whose owner is suspended: a new
 	// conversation there goes where the walk sends it and is remembered
 	// there, so that it stays when the owner comes back or goes down.
 	divert bucketSet
 	quiet  bool
+	// sparse: watch is empty and no old table lives, but diverted is
+	// not empty: only the diverted buckets need the memory, so a request
+	// carrying a NAI outside them does not consult it (one without a NAI
+	// does: its conversation may have started with one).
+	sparse bool
 	// uniform: every bucket of table names one server (a single server
 	// in service), and that one is in service or no more than one other
 	// is, so a walk's answer does not depend on the key and Pick needs no
@@ -203,6 +214,10 @@ type picker struct {
 	removed []bool   // by slot: no longer configured
 	state   []State  // by slot
 	ready   []int16  // in-service slots by (Index, slot): direct, round-robin
+	// diverted (pearson) holds the buckets (of their first request) of
+	// the conversations diverted from a suspended server that may still
+	// be remembered: divert, and every bucket a Sweep found one in.
+	diverted bucketSet
 }
 
 // Balancer picks servers for requests. Create it with New.
@@ -242,11 +257,12 @@ type Balancer struct {
 	// home (pearson) is the table with every server in service: buckets
 	// go back to their home server when it returns (see buildTable).
 	home *bucketTable
-	// diverting: conversations diverted from a suspended server may be
-	// remembered (some bucket's owner is suspended, or was within the
-	// last sweep that found a diverted conversation alive), so Pick must
-	// consult the memory and the memory must be kept.
-	diverting bool
+	// diverted: the buckets where conversations diverted from a
+	// suspended server may be remembered (those of the suspended servers
+	// since the last scan of the memory, and those where the scan found
+	// one alive); while it is not empty, Pick must consult the memory
+	// there and the memory must be kept.
+	diverted bucketSet
 }
 
 // New builds a Balancer over servers with the given algorithm.
@@ -453,8 +469,10 @@ func (b *Balancer) publish(t *bucketTable, old []oldTable) {
 				p.divert.add(h)
 			}
 		}
-		b.diverting = b.diverting || !p.divert.empty()
-		p.quiet = p.watch.empty() && len(old) == 0 && !b.diverting
+		b.diverted.union(p.divert)
+		p.diverted = b.diverted
+		p.quiet = p.watch.empty() && len(old) == 0 && b.diverted.empty()
+		p.sparse = p.watch.empty() && len(old) == 0 && !b.diverted.empty()
 	}
 	var ms []member
 	for slot, st := range b.state {
@@ -532,7 +550,7 @@ func (b *Balancer) rebuildLocked() {
 		old = append(old, cur.old...)
 		_, perGen, diverted := b.sess.sweep(now, b.forget)
 		old = keepReferenced(old, perGen, now)
-		b.diverting = diverted > 0
+		b.diverted = diverted
 		b.rewatch(cur.table, nt, now)
 		b.forgetIfQuiet(old, now)
 	}
@@ -647,7 +665,7 @@ func keepReferenced(old []oldTable, perGen map[uint64]int, now int64) []oldTable
 // forgetIfQuiet empties the conversation memory when nothing in it can
 // matter any more: no bucket watched and no old table. Caller holds mu.
 func (b *Balancer) forgetIfQuiet(old []oldTable, now int64) {
-	if b.diverting {
+	if !b.diverted.empty() {
 		return
 	}
 	for _, since := range b.watchSince {
@@ -675,9 +693,10 @@ func (b *Balancer) Sweep() (purged int) {
 	purged, perGen, diverted := b.sess.sweep(now, b.forget)
 	cur := b.cur.Load()
 	old := keepReferenced(cur.old, perGen, now)
-	was := b.diverting
-	b.diverting = diverted > 0 || !cur.divert.empty()
-	if len(old) != len(cur.old) || b.diverting != was {
+	was := b.diverted
+	b.diverted = diverted
+	b.diverted.union(cur.divert)
+	if len(old) != len(cur.old) || b.diverted != was {
 		b.publish(cur.table, old)
 	}
 	if b.alg == Pearson {
@@ -781,6 +800,13 @@ func (p *picker) hash(r Request) uint8 {
 func (b *Balancer) pickPearson(p *picker, r Request) int {
 	if r.SessionID == "" || p.quiet {
 		return p.walk(p.table, p.hash(r), nil)
+	}
+	if p.sparse && r.NAI != "" {
+		// Only diverted conversations matter, and one whose first
+		// request carried this NAI is in its bucket.
+		if h := keyHash(r); !p.diverted.has(h) {
+			return p.walk(p.table, h, nil)
+		}
 	}
 	now := b.clock()
 	h := b.sess.hash(r.SessionID)

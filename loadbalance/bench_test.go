@@ -3,6 +3,7 @@ package loadbalance
 import (
 	"fmt"
 	"testing"
+	"time"
 )
 
 const benchNAI = "subscriber-0123456@example.net" // 30 bytes
@@ -159,5 +160,60 @@ func BenchmarkPickOneServer(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		lb.Pick(r)
+	}
+}
+
+// allInServiceRequests are 1024 conversations with NAIs, none remembered.
+func allInServiceRequests() []Request {
+	rs := make([]Request, 1024)
+	for i := range rs {
+		nai := fmt.Sprintf("subscriber-%07d@example.net", i)
+		rs[i] = Request{NAI: nai, SessionID: "nas1.example.net;1234567890;" + nai}
+	}
+	return rs
+}
+
+// Every server in service, nothing ever suspended: the memory is empty
+// and not consulted.
+func BenchmarkPickAllInService(b *testing.B) {
+	lb := benchBalancer(b)
+	rs := allInServiceRequests()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		lb.Pick(rs[i&1023])
+		i++
+	}
+}
+
+// Every server in service again after s1 was suspended for a moment: the
+// conversations started meanwhile in its buckets (diverted) keep
+// speaking, and Sweep has run. Requests of other conversations should
+// cost what they cost in BenchmarkPickAllInService.
+func BenchmarkPickAllInServiceAfterSuspension(b *testing.B) {
+	clk := &fakeClock{}
+	lb := mustNew(b, Pearson, servers(8), Options{Now: clk.Now})
+	lb.SetState("s1", Suspended)
+	div := make([]Request, 2000)
+	for i := range div {
+		nai := fmt.Sprintf("d%d@example.net", i)
+		div[i] = Request{NAI: nai, SessionID: "div;" + nai}
+		lb.Pick(div[i])
+	}
+	lb.SetState("s1", InService)
+	clk.Advance(time.Minute)
+	for _, r := range div {
+		lb.Pick(r)
+	}
+	lb.Sweep()
+	if lb.cur.Load().quiet || lb.Snapshot().Sessions == 0 {
+		b.Fatal("no diverted conversation remembered")
+	}
+	rs := allInServiceRequests()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		lb.Pick(rs[i&1023])
+		i++
 	}
 }

@@ -44,8 +44,11 @@
 //     none is watched (a leaver's conversations move whatever the memory
 //     says) and the memory stays empty: Pick consults it only when some
 //     bucket is watched, an old table lives, or a server is suspended
-//     or the conversations that started while it was have not all aged
-//     out.
+//     or the conversations sent elsewhere while it was have not all aged
+//     out. In that last case alone (every server in service again),
+//     only a request without a NAI, or one whose NAI hashes into a
+//     bucket where such a conversation may live, consults it: Sweep
+//     narrows those buckets down to the ones where one is still alive.
 //   - A new conversation in a watched bucket is remembered with the
 //     generation of its table and its bucket. After a rebuild the old and
 //     new tables live side by side: a remembered conversation keeps its
@@ -74,7 +77,11 @@
 //
 // A later request of a conversation that carries no NAI is keyed by its
 // Session-Id unless the conversation is remembered, in which case it
-// keeps the bucket of its first request.
+// keeps the bucket of its first request. A conversation is expected to
+// keep its NAI: one sent elsewhere while its server was suspended whose
+// later request carries a NAI of another bucket than its first request's
+// (a NAI it did not carry then, or another one) is routed by that NAI
+// once every server is in service again.
 //
 // Entries idle for longer than Options.IdleTimeout (default 10 minutes,
 // DefaultIdleTimeout; it must exceed the longest silence of a

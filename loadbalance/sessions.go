@@ -182,16 +182,16 @@ func (s *sessions) rehash(now, idle int64, grow bool) (live []*conv, dropped int
 
 // sweep purges entries idle longer than idle and returns how many it
 // removed, how many live entries each generation has (diverted ones
-// apart: they need no table) and how many live entries are diverted. It
+// apart: they need no table) and the buckets of the live diverted ones. It
 // rehashes only when something is to be removed. Caller must not hold
 // s.mu.
-func (s *sessions) sweep(now, idle int64) (removed int, perGen map[uint64]int, diverted int) {
+func (s *sessions) sweep(now, idle int64) (removed int, perGen map[uint64]int, diverted bucketSet) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	perGen = make(map[uint64]int)
 	count := func(p *conv) {
 		if tag := p.tag.Load(); tagDiverted(tag) != noSlot {
-			diverted++
+			diverted.add(int(uint8(tag)))
 		} else {
 			perGen[tagGen(tag)]++
 		}
@@ -214,7 +214,7 @@ func (s *sessions) sweep(now, idle int64) (removed int, perGen map[uint64]int, d
 	}
 	live, removed := s.rehash(now, idle, false)
 	clear(perGen)
-	diverted = 0
+	diverted = bucketSet{}
 	for _, p := range live {
 		count(p)
 	}

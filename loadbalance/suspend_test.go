@@ -2,6 +2,8 @@ package loadbalance
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -227,5 +229,72 @@ func TestKnownConversationMovesOnceDuringSuspension(t *testing.T) {
 				t.Fatalf("%s suspended then %v: %d of %d known conversations moved again between servers in service (%d were on %s)", a, then, moved, len(cs), len(walked), a)
 			}
 		})
+	}
+}
+
+// countingClock counts its reads: Pick reads the clock only when it
+// consults the conversation memory.
+type countingClock struct {
+	fakeClock
+	reads atomic.Int64
+}
+
+func (c *countingClock) Now() time.Time { c.reads.Add(1); return c.fakeClock.Now() }
+
+// Once every server is in service again after a suspension, the
+// conversations diverted meanwhile keep their servers (also by requests
+// without a NAI), but only requests in the buckets where such a
+// conversation lives consult the memory: the others cost what they cost
+// before the suspension. Once the last diverted conversation has aged
+// out, the memory is dropped.
+func TestDivertedConversationsCostOnlyInTheirBuckets(t *testing.T) {
+	clk := &countingClock{}
+	b := mustNew(t, Pearson, servers(8), Options{Now: clk.Now})
+	setState(t, b, "s1", Suspended, false)
+	held := b.cur.Load().divert
+	cs := startConversations(t, b, 2000, "div")
+	setState(t, b, "s1", InService, false)
+	clk.Advance(time.Minute)
+	// They keep speaking, half of those diverted (remembered) without NAI:
+	// keyed by the bucket of their first request.
+	for i, c := range cs {
+		r := Request{NAI: c.nai, SessionID: c.sid}
+		if i%2 == 1 && held.has(PearsonHashString(c.nai)) {
+			r.NAI = ""
+		}
+		if got := mustPick(t, b, r); got != c.server {
+			t.Fatalf("%s started on %s, went to %s", c.sid, c.server, got)
+		}
+	}
+	b.Sweep()
+	if b.Snapshot().Sessions == 0 {
+		t.Fatal("no diverted conversation remembered: the test checks nothing")
+	}
+	rng := rand.New(rand.NewPCG(8, 8))
+	reads, n := clk.reads.Load(), 0
+	for n < 1000 {
+		nai := randomNAI(rng)
+		if held.has(PearsonHashString(nai)) {
+			continue
+		}
+		n++
+		mustPick(t, b, Request{NAI: nai, SessionID: "other;" + nai})
+	}
+	if d := clk.reads.Load() - reads; d != 0 {
+		t.Errorf("1000 requests outside the buckets of the diverted conversations read the clock %d times (consulted the memory)", d)
+	}
+	for i, c := range cs {
+		r := Request{NAI: c.nai, SessionID: c.sid}
+		if i%3 == 1 && held.has(PearsonHashString(c.nai)) {
+			r.NAI = ""
+		}
+		if got := mustPick(t, b, r); got != c.server {
+			t.Fatalf("after the sweep, %s started on %s, went to %s", c.sid, c.server, got)
+		}
+	}
+	clk.Advance(b.IdleTimeout() + time.Minute)
+	b.Sweep()
+	if s := b.Snapshot(); s.Sessions != 0 || !b.cur.Load().quiet {
+		t.Fatalf("after ageing out: %d remembered, quiet %v", s.Sessions, b.cur.Load().quiet)
 	}
 }
