@@ -92,8 +92,13 @@
 // lives and no conversation diverted from a suspended server is left. An old table is dropped as soon as no live conversation refers to
 // it. The memory never holds more than Options.MaxSessions entries; past
 // that, new conversations are routed normally but not remembered (counted
-// in Snapshot.Untracked), which only matters if a rebuild happens before
-// they end. Each entry costs about 64 bytes plus its Session-Id, which the
+// in Snapshot.Untracked), as is one whose first request finds the memory
+// being grown or purged by another goroutine (it is remembered at its
+// next request if it is then to be). Such a conversation is routed as if
+// the memory had never seen it: a rebuild before it ends may move it off
+// a server that stays in service, and one started while its bucket's
+// server was suspended goes back to that server when it returns, with no
+// rebuild (a second move). Each entry costs about 64 bytes plus its Session-Id, which the
 // Balancer retains as given (pass a string that does not pin a larger
 // buffer).
 package loadbalance

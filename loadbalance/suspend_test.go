@@ -298,3 +298,37 @@ func TestDivertedConversationsCostOnlyInTheirBuckets(t *testing.T) {
 		t.Fatalf("after ageing out: %d remembered, quiet %v", s.Sessions, b.cur.Load().quiet)
 	}
 }
+
+// A conversation started while its bucket's server is suspended that the
+// memory cannot hold (MaxSessions reached) is routed as if never seen:
+// it goes back to that server when it returns, with no rebuild, while
+// those remembered stay where they were sent (the package documentation
+// says so).
+func TestUnrememberedConversationsStartedWhileSuspendedGoBack(t *testing.T) {
+	b := mustNew(t, Pearson, servers(2), Options{MaxSessions: 10})
+	setState(t, b, "s0", Suspended, false)
+	cs := startConversations(t, b, 500, "full")
+	if b.Snapshot().Untracked == 0 {
+		t.Fatal("every conversation remembered: the test checks nothing")
+	}
+	setState(t, b, "s0", InService, false)
+	back, stayed := 0, 0
+	for _, c := range cs {
+		known := b.sess.lookup(b.sess.hash(c.sid), c.sid) != nil
+		_, owner, _ := b.Route(c.nai)
+		got := mustPick(t, b, Request{NAI: c.nai, SessionID: c.sid})
+		switch {
+		case known && got != c.server:
+			t.Fatalf("%s, remembered, went from %s to %s", c.sid, c.server, got)
+		case !known && got != owner:
+			t.Fatalf("%s, not remembered, went to %s; the table says %s", c.sid, got, owner)
+		case got != c.server:
+			back++
+		case known:
+			stayed++
+		}
+	}
+	if back == 0 || stayed == 0 {
+		t.Fatalf("%d went back, %d remembered stayed: the test checks nothing", back, stayed)
+	}
+}
