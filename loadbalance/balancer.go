@@ -859,17 +859,20 @@ func (b *Balancer) pickPearson(p *picker, r Request) int {
 	if now-last > b.forget {
 		// Aged out: a new conversation under the newest table (this
 		// Picker's, unless it is an older one still in use: tags only
-		// move forward). A CAS, so that of two Picks retagging at once
-		// the first wins and the other follows it.
-		nt := packTag(max(tagGen(tag), b.cur.Load().gen), keyHash(r))
-		if tagGen(nt) == p.gen {
-			_, nt = p.place(uint8(nt))
+		// move forward). Only the Pick that refreshes last from the
+		// aged value re-tags, so that another one that read the aged
+		// last cannot overwrite a tag written since (its re-tag or a
+		// later move); it follows the tag as it finds it.
+		if c.last.CompareAndSwap(last, now) {
+			nt := packTag(max(tagGen(tag), b.cur.Load().gen), keyHash(r))
+			if tagGen(nt) == p.gen {
+				_, nt = p.place(uint8(nt))
+			}
+			if c.tag.CompareAndSwap(tag, nt) {
+				return b.route(p, nt, c)
+			}
 		}
-		if !c.tag.CompareAndSwap(tag, nt) {
-			nt = c.tag.Load()
-		}
-		tag = nt
-		c.last.Store(now)
+		tag = c.tag.Load()
 	} else if now-last >= b.touch {
 		c.last.Store(now)
 	}
