@@ -31,8 +31,9 @@ import (
 // the shard's entries. A shard thus holds at most its
 // share of max entries, marks included; if all of them are marks of running
 // requests, Begin refuses a new request with ErrFull until one ends or
-// expires. The budget in bytes may be exceeded by marks alone (EntryOverhead
-// each), which take no arena space.
+// expires. The budget in bytes bounds the answers: running requests' marks
+// (EntryOverhead each, no arena space) come on top of it and push no
+// answer out, so eviction for bytes, too, moves a mark once per round.
 //
 // A lookup of a new key reads one cache line of the index (see shard); the
 // default clock is a coarse monotonic one read with an atomic load (see
@@ -484,9 +485,15 @@ func (s *shard) kill(seq uint32) {
 // but never the slot keep (the one just stored): the shard exceeds its
 // budget by at most that entry, and by the marks of running requests,
 // which it does not evict (see evictOldest): it moves those it meets to
-// the new end of the ring, and stops if all the slots are marks.
+// the new end of the ring, and stops if all the slots are marks. The
+// marks' overhead is left out of the count it brings under the budget:
+// moving a mark frees nothing, so with marks alone over the budget every
+// call would move every mark ahead of keep, O(marks) per request; this
+// way a mark moves once per round of the ring, as in evictOldest. (The
+// expired marks are left out too, which only leaves them to be dropped
+// as they reach the old end.)
 func (s *shard) trim(keep uint32, now, mark int64) {
-	for s.bytes > s.budget && s.head != keep && s.head != s.tail {
+	for s.bytes-int64(s.flights)*EntryOverhead > s.budget && s.head != keep && s.head != s.tail {
 		if !s.running(now, mark) {
 			s.popHead()
 		} else if s.flights < s.tail-s.head {

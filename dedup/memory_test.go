@@ -764,39 +764,45 @@ func TestMemoryByteBudget(t *testing.T) {
 	}
 	o := begin(t, s, RequestKey("c", 79)) // the older ones were evicted
 	wantKind(t, o, First)
-	if b := s.Bytes(); b != 19*(EntryOverhead+answer)+EntryOverhead {
-		t.Fatalf("with a mark Bytes %d, want 19 answers and one mark", b)
+	if b := s.Bytes(); b != 20*(EntryOverhead+answer)+EntryOverhead {
+		t.Fatalf("with a mark Bytes %d, want 20 answers and one mark", b)
 	}
 	_ = o.Abandon()
-	if b := s.Bytes(); b != 19*(EntryOverhead+answer) {
+	if b := s.Bytes(); b != 20*(EntryOverhead+answer) {
 		t.Fatalf("after Abandon Bytes %d", b)
 	}
 
 	// Marks are counted too, but a running request's mark is not evicted
-	// (its duplicates would run it again): 200 marks push the answers out,
-	// then go over the budget by their overhead alone, within the entry
-	// bound; completing one keeps the others.
+	// (its duplicates would run it again), nor does it push answers out:
+	// the answers stay within the budget and 200 marks come on top, by
+	// their overhead, within the entry bound. Completing one evicts the
+	// oldest answer to keep the answers within the budget, and keeps the
+	// other marks.
 	marks := make([]*Outcome, 0, 200)
 	for i := 0; i < 200; i++ {
 		marks = append(marks, begin(t, s, RequestKey("m", uint32(i))))
-		if b, n := s.Bytes(), s.Len(); b > 10_000 && b != int64(n)*EntryOverhead {
-			t.Fatalf("after %d marks Bytes %d > budget with %d entries", i+1, b, n)
+		if b, n := s.Bytes(), s.Len(); b != 20*(EntryOverhead+answer)+int64(i+1)*EntryOverhead || n != 21+i {
+			t.Fatalf("after %d marks Len %d Bytes %d, want the 20 answers and the marks", i+1, n, b)
 		}
 	}
-	if n := s.Len(); n != 200 {
-		t.Fatalf("marks held %d, want 200", n)
+	for i := 80; i < 100; i++ {
+		wantKind(t, begin(t, s, RequestKey("c", uint32(i))), Duplicate)
 	}
 	if err := marks[199].Complete(msg(1, 1, body)); err != nil {
 		t.Fatal(err)
 	}
-	if n, b := s.Len(), s.Bytes(); n != 200 || b != 199*EntryOverhead+EntryOverhead+answer {
-		t.Fatalf("after Complete Len %d Bytes %d, want the 199 marks and the answer", n, b)
+	if n, b := s.Len(), s.Bytes(); n != 219 || b != 199*EntryOverhead+20*(EntryOverhead+answer) {
+		t.Fatalf("after Complete Len %d Bytes %d, want the 199 marks and 20 answers", n, b)
 	}
 	wantKind(t, begin(t, s, RequestKey("m", 199)), Duplicate)
+	wantKind(t, begin(t, s, RequestKey("c", 81)), Duplicate)
+	o = begin(t, s, RequestKey("c", 80)) // the oldest answer went
+	wantKind(t, o, First)
+	_ = o.Abandon()
 	for _, o := range marks {
 		_ = o.Abandon()
 	}
-	if n, b := s.Len(), s.Bytes(); b != int64(n-1)*EntryOverhead+EntryOverhead+answer {
+	if n, b := s.Len(), s.Bytes(); n != 20 || b != 20*(EntryOverhead+answer) {
 		t.Fatalf("Len %d Bytes %d: bytes out of step with entries", n, b)
 	}
 }
@@ -1009,3 +1015,75 @@ func TestBucketAlignment(t *testing.T) {
 
 // inUse reports whether e is an entry whose slot is in the ring.
 func (s *shard) inUse(e entry) bool { return e != 0 && s.inRing(s.seqOf(e)) }
+
+// TestMemoryMarksOverBudgetNotMovedPerRequest: when the marks of running
+// requests alone exceed a shard's byte budget (which the docs allow), a
+// request must not move every mark to make room: moving a mark frees no
+// byte. Marks move once per round of the ring, as eviction by count does:
+// O(1) amortised. A move takes a sequence number, as an insertion does,
+// so the moves are what the tail advanced past one per request.
+func TestMemoryMarksOverBudgetNotMovedPerRequest(t *testing.T) {
+	const marks, requests = 4000, 5000
+	s := NewMemory(WithShards(1), WithMaxEntries(1<<14), WithMaxBytes(200<<10), WithMarkTTL(time.Hour))
+	defer s.Close()
+	ctx := context.Background()
+	running := make([]*Outcome, 0, marks)
+	for i := range marks {
+		running = append(running, begin(t, s, benchKey(uint64(i))))
+	}
+	sh := &s.shards[0]
+	tail0 := sh.tail
+	var o Outcome
+	for i := range requests {
+		if err := s.BeginInto(ctx, &o, benchKey(uint64(marks+i))); err != nil || !o.First() {
+			t.Fatal(err, o.Kind())
+		}
+		if err := o.Complete(benchAnswer); err != nil {
+			t.Fatal(err)
+		}
+		// The answers fill the budget (2048 of them) in a round
+		// of the ring, the 4000 marks then moving once: about 2
+		// moves per request; a round's worth of slack.
+		if moves := int(sh.tail-tail0) - (i + 1); moves > 2*(i+1)+marks {
+			t.Fatalf("after %d requests the %d marks moved %d times", i+1, marks, moves)
+		}
+	}
+	if n := s.Len(); n > 1<<14 {
+		t.Fatalf("Len %d over max entries", n)
+	}
+	for _, o := range running { // every mark survived its moves
+		if err := o.Complete(benchAnswer); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMemoryCompleteMarksOverBudget: BeginInto plus Complete in a
+// shard whose running requests' marks alone exceed its byte budget (4000
+// marks of 80 bytes in 200 KiB): compare with marks=0.
+func BenchmarkMemoryCompleteMarksOverBudget(b *testing.B) {
+	for _, marks := range []int{0, 4000} {
+		b.Run(fmt.Sprintf("marks=%d", marks), func(b *testing.B) {
+			s := NewMemory(WithShards(1), WithMaxEntries(1<<14), WithMaxBytes(200<<10), WithMarkTTL(time.Hour))
+			defer s.Close()
+			ctx := context.Background()
+			for i := range marks {
+				if _, err := s.Begin(ctx, benchKey(uint64(i))); err != nil {
+					b.Fatal(err)
+				}
+			}
+			next := uint64(marks)
+			var o Outcome
+			b.ReportAllocs()
+			for b.Loop() {
+				next++
+				if err := s.BeginInto(ctx, &o, benchKey(next)); err != nil {
+					b.Fatal(err)
+				}
+				if err := o.Complete(benchAnswer); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -263,8 +263,10 @@ func WithMaxEntries(n int) Option {
 // DefaultMaxBytes, 512 MiB): the bytes of the stored answers plus
 // EntryOverhead per key. Over the budget, the oldest entries are evicted
 // first, as when the store holds max entries, except the in-flight marks
-// of requests still running, which may exceed it by their EntryOverhead
-// (they are bounded by max entries). The budget is split evenly
+// of requests still running: the budget bounds the answers kept (with
+// their EntryOverhead), and those marks come on top of it by their
+// EntryOverhead (they are bounded by max entries), pushing no answer out.
+// The budget is split evenly
 // between the shards (keys are spread uniformly), and each shard may
 // exceed its share by the one entry it has just stored. The store keeps
 // at most 16 entries' worth of per-entry limit per shard: with a small
