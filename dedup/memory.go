@@ -3,6 +3,7 @@ package dedup
 import (
 	"context"
 	"encoding/binary"
+	"math"
 	"math/bits"
 	"runtime"
 	"slices"
@@ -242,7 +243,10 @@ type shard struct {
 	sbits  uint8 // low bits of sequence numbers in an entry: shift+2, at least 8
 	// flights counts the in-flight slots (slFlight), expired or not.
 	flights uint32
-	slab    []Outcome // see newOutcome
+	// noExpiry: no mark of a shard full of running marks expires before
+	// this time (see evictExpiredMark).
+	noExpiry int64
+	slab     []Outcome // see newOutcome
 	// waits holds the channel of each waited slot (slWaited), by
 	// sequence number; nil until a duplicate first waits.
 	waits map[uint32]chan struct{}
@@ -251,6 +255,7 @@ type shard struct {
 	// in the store's huge-page mapping (see mapIndexes); the index is a
 	// prefix of it.
 	indexMem []bucket
+	_        [56]byte // to a whole number of cache lines (see TestShardSize)
 }
 
 // touch prefetches the cache lines that the lookup and the insertion of
@@ -511,17 +516,47 @@ func (s *shard) trim(keep uint32, now, mark int64) {
 // or arriving later, would be First while the request still runs, and the
 // handler would run twice at once. A mark moves once per round of the
 // ring, so this is O(1) amortised while marks are a minority of the
-// shard. When they are all the shard holds, it looks at the oldest alone
-// (O(1)), and evicts it once its mark TTL is past.
+// shard. When they are all the shard holds, it evicts one whose mark TTL
+// is past, wherever it is (see evictExpiredMark).
 func (s *shard) evictOldest(now, mark int64) bool {
 	for s.running(now, mark) {
 		if s.flights >= s.tail-s.head {
-			return false
+			return s.evictExpiredMark(now, mark)
 		}
 		s.moveHead()
 	}
 	s.popHead()
 	return true
+}
+
+// evictExpiredMark evicts a mark whose TTL is past from a shard whose
+// slots are all marks, the oldest running; it reports false if none is.
+// Moves leave the ring out of birth order, so an expired mark may be
+// behind a running one: it looks through them all (O(limit)), moves those
+// before it to the new end and drops it. Finding none, it records when
+// the first of them expires (s.noExpiry), and looks again only from
+// then: a shard full of running requests refuses the others in O(1),
+// and is looked through once per mark that expires (marks that end
+// leave room, which takes no look).
+func (s *shard) evictExpiredMark(now, mark int64) bool {
+	if now < s.noExpiry {
+		return false
+	}
+	n := s.tail - s.head
+	first := int64(math.MaxInt64)
+	for i := range n {
+		sl := s.at(s.head + i)
+		if now-sl.born >= mark {
+			for range i {
+				s.moveHead()
+			}
+			s.popHead()
+			return true
+		}
+		first = min(first, sl.born)
+	}
+	s.noExpiry = first + mark
+	return false
 }
 
 // running reports whether the oldest slot is the in-flight mark of a

@@ -1087,3 +1087,57 @@ func BenchmarkMemoryCompleteMarksOverBudget(b *testing.B) {
 		})
 	}
 }
+
+// TestMemoryFullShardEvictsExpiredMarkBehindRunning: a shard full of marks
+// whose oldest runs but which holds an expired one further on (moves leave
+// the ring out of birth order) evicts the expired mark instead of refusing
+// a new request with ErrFull for up to a mark TTL. A shard whose marks all
+// run still refuses, and does not look through them again before one can
+// have expired.
+func TestMemoryFullShardEvictsExpiredMarkBehindRunning(t *testing.T) {
+	clk := newFakeClock()
+	s := NewMemory(WithShards(1), WithMaxEntries(3), WithClock(clk.Now), WithMarkTTL(10*time.Second))
+	defer s.Close()
+	ctx := context.Background()
+	k := func(i uint32) Key { return RequestKey("c", i) }
+	a := begin(t, s, k(1)) // runs for ever
+	complete(t, s, k(2), "x")
+	clk.Advance(6 * time.Second)
+	b := begin(t, s, k(3))
+	c := begin(t, s, k(4)) // moves a's mark behind b, evicts k2's answer
+	clk.Advance(5 * time.Second)
+	o, err := s.Begin(ctx, k(5)) // a's mark expired: evicted
+	if err != nil {
+		t.Fatalf("Begin with an expired mark in the shard: %v, want First", err)
+	}
+	wantKind(t, o, First)
+	if err := a.Complete(msg(1, 1, "late")); err != nil { // no room: as if stored and evicted
+		t.Fatal(err)
+	}
+	for _, o := range []*Outcome{b, c} { // the running marks are kept
+		if err := o.Complete(msg(1, 1, "b")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantKind(t, begin(t, s, k(3)), Duplicate)
+
+	// All running: ErrFull, one look through the marks until the
+	// oldest's TTL is past.
+	s = NewMemory(WithShards(1), WithMaxEntries(3), WithClock(clk.Now), WithMarkTTL(10*time.Second))
+	defer s.Close()
+	for i := range uint32(3) {
+		begin(t, s, k(10+i))
+		clk.Advance(time.Second)
+	}
+	sh := &s.shards[0]
+	for range 3 {
+		if _, err := s.Begin(ctx, k(20)); !errors.Is(err, ErrFull) {
+			t.Fatalf("Begin in a shard of running marks: %v, want ErrFull", err)
+		}
+	}
+	if sh.noExpiry != int64(10*time.Second) {
+		t.Fatalf("noExpiry %d, want the first mark's expiry %d", sh.noExpiry, int64(10*time.Second))
+	}
+	clk.Advance(7 * time.Second) // the first mark's TTL is past
+	wantKind(t, begin(t, s, k(20)), First)
+}
