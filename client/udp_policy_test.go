@@ -420,7 +420,13 @@ func TestUDPAccessAlgorithms(t *testing.T) {
 				// stays on the one server it moved to: the policy's
 				// state is the balancer's, not a counter's turn. (The
 				// first request of each, above, may have been handed on
-				// before the policy took a out.)
+				// before the policy took a out: its down-timeout and the
+				// first request's last attempt end at the same instant,
+				// on two goroutines.)
+				synctest.Wait()
+				if st := c.PolicyStates(); st[0] != policy.OutOfService.String() {
+					t.Fatalf("a is %s after its down-timeout, want out of service", st[0])
+				}
 				for u, h := range home {
 					if h == urlA {
 						away[u] = exchangeAt(t, c, udpAccess(u))
