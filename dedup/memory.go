@@ -820,8 +820,13 @@ func (m *Memory) nowExact() int64 {
 	return m.now()
 }
 
-// slabSize is the number of Outcomes allocated at once by newOutcome.
-const slabSize = 16
+// slabSize is the number of Outcomes allocated at once by newOutcome: as
+// many as fit in the allocator's 2048-byte size class, with the 8-byte
+// header that the runtime puts before an object over 512 bytes holding
+// pointers (14 of 144 bytes). A slab just over a class boundary would
+// cost every Begin its share of the gap to the next class (16 Outcomes
+// of 144 bytes land in the 2688-byte class: 168 bytes per Begin, not 146).
+const slabSize = (2048 - 8) / int(unsafe.Sizeof(Outcome{}))
 
 // newOutcome returns a zero Outcome for Begin. They are allocated slabSize
 // at a time, which takes the allocation off the path of most Begin calls.
