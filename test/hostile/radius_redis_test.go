@@ -92,10 +92,11 @@ func (r *hangingRedis) serve(c net.Conn) {
 			reply = "+PONG\r\n"
 		case "EVAL", "EVALSHA":
 			reply = ":0\r\n"
-			if len(args) >= 3 {
-				// The claim script has four arguments after its keys:
-				// answer {epoch, lost 0, 0 = every key marked ours}.
-				if nkeys, err := strconv.Atoi(args[2]); err == nil && len(args)-3-nkeys == 4 {
+			if len(args) >= 4 {
+				// The claim script's first key is the store's epoch
+				// key: answer {epoch, lost 0, 0 = every key marked
+				// ours}. The other scripts (complete, abandon) answer 0.
+				if nkeys, err := strconv.Atoi(args[2]); err == nil && nkeys >= 1 && strings.HasSuffix(args[3], "epoch") {
 					reply = "*3\r\n$6\r\nepoch1\r\n:0\r\n:0\r\n"
 				}
 			}
