@@ -1128,7 +1128,8 @@ func balanceKeys(k call.Key) loadbalance.Request {
 }
 
 // onPeerEvent runs on the peer's notifier: publish the event and, for a
-// watchdog change, keep the connection slots and the view.
+// watchdog change, keep the connection slots and the view; the view too
+// when the peer's DPR took its connection out of service.
 func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.Event) {
 	c.note(Event{Time: e.Time, Server: m.spec.Name, Kind: EventPeer, Peer: &e, Reason: e.Reason})
 	m.openNoted(e)
@@ -1143,6 +1144,13 @@ func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.
 		// A peer that never came up stays INITIAL as its opens fail: its
 		// slot goes to the next in order, as a DOWN one's does.
 		c.balanceSlots(m, self, watchdog.Initial, true)
+		return
+	}
+	if e.Kind == peer.EventDisconnecting {
+		// The peer sent a DPR: its connection takes no new request
+		// (InService is false) though the watchdog stays OKAY until it
+		// closes. The view, and the throttle's, send elsewhere now.
+		c.refresh()
 		return
 	}
 	if e.Kind != peer.EventWatchdog {

@@ -71,10 +71,10 @@
 // Config.DrainTimeout, then DPR; after the DPA, the answers still owed
 // (requests that crossed the DPR) are written before the connection
 // closes, for DPATimeout at most. A peer that receives a DPR takes no new
-// request on that connection, holds its DPA until the answers it owes are
-// out, and closes the connection once the answers to its own requests
-// there are in too, or they have left it: at most DPATimeout after the
-// DPR.
+// request on that connection (it says so: EventDisconnecting), holds its
+// DPA until the answers it owes are out, and closes the connection once
+// the answers to its own requests there are in too, or they have left
+// it: at most DPATimeout after the DPR.
 //
 // # Concurrency
 //

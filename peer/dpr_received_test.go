@@ -289,3 +289,39 @@ func TestAnswerAfterPeersDPRIsDeliveredOverTCP(t *testing.T) {
 	assert.Error(t, err, "closed once nothing was pending")
 	require.NoError(t, p.WaitState(bounded(t), watchdog.Down))
 }
+
+// The peer's DPR takes its connection out of service while the watchdog
+// stays OKAY: the Peer says so at once with an EventDisconnecting (once,
+// however often the peer repeats its DPR), so that a Client's view
+// sends elsewhere now rather than when the connection closes. Before,
+// nothing was published until the connection closed, DPATimeout later
+// at most.
+func TestPeersDPRIsAnEvent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		cfg.Events = NewBus()
+		rec, cancel := record(cfg.Events)
+		defer cancel()
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		synctest.Wait()
+		f.answerReqs.Store(false)
+		res := requestAsync(p, context.Background())
+		synctest.Wait()
+		require.NoError(t, f.sendDPR(message.DisconnectBusy))
+		require.NoError(t, f.sendDPR(message.DisconnectBusy))
+		synctest.Wait()
+		ev := rec.ofKind(EventDisconnecting)
+		require.Len(t, ev, 1, "one event for the connection")
+		assert.Equal(t, "disconnecting", ev[0].Kind.String())
+		assert.Contains(t, ev[0].Reason, "DPR received (Disconnect-Cause 1 BUSY)")
+		assert.Equal(t, watchdog.Okay, p.State(), "the watchdog has not changed")
+		assert.Empty(t, rec.ofKind(EventConnDown))
+		require.NoError(t, f.answerHeld(false))
+		require.NoError(t, (<-res).err)
+		require.NoError(t, p.Close(context.Background()))
+	})
+}

@@ -46,18 +46,26 @@ const (
 	// offered it again. ResultCode is set. Package client wakes such
 	// requests with it.
 	EventLateRefusal
+	// EventDisconnecting: the peer asked to disconnect (it sent a DPR):
+	// its connection takes no new request from now on (InService is
+	// false), and closes once the answers due on it are in, DPATimeout
+	// after the DPR at most (EventConnDown then). No field but Reason,
+	// which gives the Disconnect-Cause, is set. A Client sends elsewhere
+	// on it at once.
+	EventDisconnecting
 )
 
 var kindNames = [...]string{
-	EventWatchdog:    "watchdog",
-	EventConnUp:      "connection_up",
-	EventConnDown:    "connection_down",
-	EventOpenFailed:  "open_failed",
-	EventIdle:        "idle",
-	EventFailover:    "failover",
-	EventFailback:    "failback",
-	EventError:       "error",
-	EventLateRefusal: "late_refusal",
+	EventWatchdog:      "watchdog",
+	EventConnUp:        "connection_up",
+	EventConnDown:      "connection_down",
+	EventOpenFailed:    "open_failed",
+	EventIdle:          "idle",
+	EventFailover:      "failover",
+	EventFailback:      "failback",
+	EventError:         "error",
+	EventLateRefusal:   "late_refusal",
+	EventDisconnecting: "disconnecting",
 }
 
 // String returns the kind's name in snake case ("connection_up").

@@ -408,20 +408,24 @@ func (p *Peer) onDPR(e input, cur *conn) {
 		p.log(slog.LevelWarn, "peer disconnected and asked not to reconnect", "peer", p.Name(),
 			"cause", message.DisconnectCauseName(cause), "hold_off", p.cfg.DPRHoldOff)
 	}
-	e.c.mu.Lock()
-	e.c.downNote = note
-	e.c.mu.Unlock()
-	// The peer is leaving this connection: no new request goes on it (a
-	// Client sends it elsewhere, InService says so), while the answers to
-	// those pending still come in (holdDPA closes it after them).
-	e.c.dprIn.Store(true)
-	e.c.startDrain()
 	if p.cfg.Table != nil {
 		// The peer is leaving this connection: a CER it sends on a new
 		// one (a restart) is accepted, not refused as a second
 		// connection while this one still owes answers and the DPA.
 		p.cfg.Table.down(e.c)
 	}
+	e.c.mu.Lock()
+	e.c.downNote = note // after the release: who sees the note finds the identity free
+	e.c.mu.Unlock()
+	// The peer is leaving this connection: no new request goes on it (a
+	// Client sends it elsewhere, InService says so), while the answers to
+	// those pending still come in (holdDPA closes it after them).
+	if !e.c.dprIn.Swap(true) {
+		// Whoever keeps a view of the peers in service (a Client, its
+		// throttle) learns it now, not when the connection closes.
+		p.publish(Event{Kind: EventDisconnecting, Reason: note + ": the connection takes no new request"})
+	}
+	e.c.startDrain()
 	// The DPA waits for the answers this side still owes (F8), the
 	// close for the answers to our requests too.
 	p.out = append(p.out, effect{c: e.c, msg: p.cfg.newDPA(e.msg), hold: true})
