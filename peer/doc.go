@@ -74,7 +74,9 @@
 // request on that connection (it says so: EventDisconnecting), holds its
 // DPA until the answers it owes are out, and closes the connection once
 // the answers to its own requests there are in too, or they have left
-// it: at most DPATimeout after the DPR.
+// it: at most DPATimeout after the DPR, at once when the peer connects
+// again (a restart: the old instance will not answer; the requests
+// still pending fail over).
 //
 // # Concurrency
 //

@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -9,7 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/message"
+	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
 	"github.com/aaatp/aaatp/wire"
 )
@@ -323,5 +326,96 @@ func TestPeersDPRIsAnEvent(t *testing.T) {
 		require.NoError(t, f.answerHeld(false))
 		require.NoError(t, (<-res).err)
 		require.NoError(t, p.Close(context.Background()))
+	})
+}
+
+// The peer sends a DPR (REBOOTING) with one of our requests unanswered,
+// restarts and connects to our Server again while the old connection
+// still waits for that answer. The new connection ends the wait: the old
+// one closes at once, our request goes to the failover hook (the old
+// instance will not answer it), and the client Peer of the identity
+// adopts the new one, which stays open. Before, the Table gave the new
+// connection to the client Peer, which still had the old one: the peer
+// got its CEA (2001), then EOF ("another connection is in service").
+func TestReconnectionDuringDPRGraceIsAdopted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tb := NewTable()
+		fars := make(chan transport.Conn, 1)
+		var mu sync.Mutex
+		var moved []*call.Call
+		var reasons []string
+		cfg := clientConfig("a.example.net")
+		cfg.Table, cfg.RemoteHost = tb, "b.example.net"
+		cfg.DPATimeout = 30 * time.Second
+		cfg.Events = NewBus()
+		rec, cancel := record(cfg.Events)
+		defer cancel()
+		cfg.Failover = func(_ call.Carrier, calls []*call.Call, reason string) {
+			mu.Lock()
+			moved = append(moved, calls...)
+			reasons = append(reasons, reason)
+			mu.Unlock()
+		}
+		cfg.Dialer = func(context.Context, string) (transport.Conn, error) {
+			ours, far := pipePair()
+			fars <- far
+			return ours, nil
+		}
+		p, err := Dial("tcp://b:1", cfg)
+		require.NoError(t, err)
+		defer p.Close(context.Background())
+		far := <-fars
+		defer far.Close()
+		cer, err := far.ReadMessage()
+		require.NoError(t, err)
+		b := Config{OriginHost: "b.example.net", OriginRealm: "example.net", OriginStateID: 1, ProductName: "fake", AcctApps: []uint32{message.AppAccounting}}
+		require.NoError(t, far.WriteMessages(b.newCEA(cer, nil, message.Success, "", nil)))
+		synctest.Wait()
+		require.Equal(t, watchdog.Okay, p.State())
+
+		cl, err := newCall(acr(), false)
+		require.NoError(t, err)
+		require.NoError(t, p.submit(cl))
+		readRequest(t, far)
+		require.NoError(t, far.WriteMessages(farDPR(message.DisconnectRebooting, 77)))
+		old := readAll(far)
+		synctest.Wait()
+		require.False(t, p.InService())
+
+		// b restarted: it connects to us (the Server's side of the Table).
+		start := time.Now()
+		ours, far2 := pipePair()
+		defer far2.Close()
+		srvCfg := clientConfig("a.example.net")
+		srvCfg.Table = tb
+		sp, err := Accept(ours, srvCfg)
+		require.NoError(t, err)
+		defer sp.Close(context.Background())
+		sendCER(t, far2, "b.example.net")
+		require.Equal(t, uint32(message.Success), readRC(t, far2))
+		synctest.Wait()
+
+		for range old { // ends when the old connection closes
+		}
+		assert.Zero(t, time.Since(start), "the old connection closed at once")
+		mu.Lock()
+		assert.Equal(t, []*call.Call{&cl.Call}, moved, "our request left the old connection")
+		mu.Unlock()
+		assert.Equal(t, watchdog.Reopen, p.State(), "the new connection is the Peer's")
+		require.NoError(t, far2.WriteMessages(farDWR(5)))
+		for { // our DWR (REOPEN), then the DWA to ours
+			m, err := far2.ReadMessage()
+			require.NoError(t, err, "the new connection was closed")
+			if !wire.IsRequest(m) {
+				assert.Equal(t, uint32(wire.CmdDeviceWatchdog), wire.CommandCode(m))
+				assert.Equal(t, uint32(5), wire.HopByHop(m))
+				break
+			}
+		}
+		assert.Empty(t, rec.ofKind(EventError))
+		down := rec.ofKind(EventConnDown)
+		require.Len(t, down, 1)
+		assert.Contains(t, down[0].Reason, "DPR received (Disconnect-Cause 0 REBOOTING)")
+		assert.Contains(t, down[0].Reason, "connected again")
 	})
 }

@@ -303,7 +303,18 @@ func (p *Peer) onConnUp(e input, cur *conn) {
 		p.closeLater(e.c, "peer closing")
 		return
 	}
-	if t := p.cfg.Table; cur != nil || (t != nil && !t.up(e.c)) {
+	t := p.cfg.Table
+	if cur != nil && cur.dprIn.Load() && (t == nil || t.up(e.c)) {
+		// The peer sent a DPR on cur and has connected again (a
+		// restart): the new connection ends cur's wait for the answers
+		// to our requests, which the old instance will not send.
+		p.replaced(cur, e.c)
+		cur = nil
+		if e.note != "" {
+			e.note += "; "
+		}
+		e.note += "it replaces the connection the peer sent a DPR on"
+	} else if cur != nil || (t != nil && !t.up(e.c)) {
 		// Not expected: the Table gave the identity to this
 		// connection when its CER or CEA was accepted.
 		note := fmt.Sprintf("%s: another connection is in service: closed this one (%s to %s)",
@@ -329,6 +340,16 @@ func (p *Peer) onConnUp(e input, cur *conn) {
 	}
 	p.publish(Event{Kind: EventConnUp, Network: network, Addr: addr, Reason: reason})
 	p.apply(p.m.Step(watchdog.ConnectionUp), p.mono())
+}
+
+// replaced closes old, the connection on which the peer sent a DPR, at
+// once: the peer has connected again on c (its identity's). What is
+// pending on old moves to the failover hook, or fails, as when its wait
+// after the DPR runs out (onConnDown). p.mu is held.
+func (p *Peer) replaced(old, c *conn) {
+	note := fmt.Sprintf("%s; closed: the peer connected again (%s to %s)", old.note(), c.tc.Network(), c.tc.RemoteAddr())
+	p.closeLater(old, note)
+	p.onConnDown(input{kind: evConnDown, c: old, note: note}, old)
 }
 
 // onOpenFailed steps a failed dial or capabilities exchange. p.mu is held.

@@ -20,7 +20,11 @@ import (
 // we win, the client Peer's dial is closed and it takes the accepted
 // connection over; if we lose, the CER gets DIAMETER_ELECTION_LOST and
 // the Peer's own connection goes on. A CER from that identity while its
-// client Peer has no connection and no CER out goes to that Peer too. A
+// client Peer has no connection and no CER out goes to that Peer too, and
+// so does one while the Peer's connection, after the peer's DPR, only
+// waits for the answers to our requests: the peer restarted, the old
+// connection closes at once (its requests fail over) and the new one is
+// the Peer's. A
 // Table has one client Peer per identity, from Dial until it is closed.
 // Dial the client Peers before the Server serves: a peer that connects
 // before its client Peer exists is served by a server Peer, and the
