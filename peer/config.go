@@ -248,9 +248,10 @@ type Config struct {
 	// elsewhere) and the peer reconnects as it does after a loss. An
 	// answer that matches resets the count. An answer with an id sent
 	// there whose request the connection has forgotten (more than 4096
-	// requests left it unanswered: a slow server catching up) is counted
-	// late, not unmatched. Default DefaultMaxUnmatched; negative: never
-	// close for this.
+	// requests left it unanswered: a slow server catching up), or that
+	// repeats an answer, is counted late, not unmatched, when the id is
+	// one of the last 2^20 sent there; one late does not reset the count.
+	// Default DefaultMaxUnmatched; negative: never close for this.
 	MaxUnmatched int
 
 	// Failover receives requests that left this peer's connection

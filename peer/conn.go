@@ -350,45 +350,57 @@ func (c *conn) submitAll(calls []*call.Call) (refused []*call.Call, n, resends i
 
 // goneMax bounds how many calls moved off a connection stay matchable
 // there for a late answer; past it the oldest is forgotten (its late
-// answer then matches nothing, and counts as late: its id was issued
-// here, see hopIDs).
+// answer then matches nothing, and counts as late if its id is among the
+// last issuedWindow issued here, see hopIDs).
 const goneMax = 4096
 
+// issuedWindow is how many of a connection's most recent Hop-by-Hop ids
+// an answer that matches nothing may carry and count as late rather than
+// unmatched: a server up to about a million requests behind may catch up
+// on the ones the connection forgot without being closed as broken. An
+// arbitrary id falls among them once in 4096 (2^32 / issuedWindow), so a
+// peer that rewrites ids still reaches MaxUnmatched (a late answer does
+// not reset the run), however long its connection has lived.
+const issuedWindow = goneMax * 256
+
 // hopIDs issues a connection's Hop-by-Hop ids, in sequence from a random
-// start (wire.HopByHopGen), and knows which ids it has issued: an answer
-// that matches nothing but carries one of them answers a request this
-// connection forgot (more than goneMax left it unanswered), as a slow
-// server that recovers sends them, not a broken peer's id.
+// start, skipping 0 (as wire.HopByHopGen), and knows which ids it issued
+// lately: an answer that matches nothing but carries one of the last
+// issuedWindow ids answers a request this connection forgot (more than
+// goneMax left it unanswered), as a slow server that recovers sends them,
+// or repeats an answer, not a broken peer's id. Safe for concurrent use.
 type hopIDs struct {
-	gen   *wire.HopByHopGen
 	first uint32
-	n     atomic.Uint64 // ids issued so far, counted before each is made
+	n     atomic.Uint64 // places of the sequence taken (the skipped 0's included), before each id is made
 }
 
 func newHopIDs() *hopIDs {
-	first := wire.NewHopByHopGenRandom().Next()
-	return &hopIDs{gen: wire.NewHopByHopGen(first), first: first}
+	return &hopIDs{first: wire.NewHopByHopGenRandom().Next()}
 }
 
 // Next returns the next id.
 func (h *hopIDs) Next() uint32 {
-	h.n.Add(1) // before the id exists: an answer that carries it sees it counted
-	return h.gen.Next()
+	for {
+		// Counted before the id exists: an answer that carries it sees
+		// it counted.
+		if id := h.first + uint32(h.n.Add(1)-1); id != 0 {
+			return id
+		}
+	}
 }
 
-// issued reports whether id was issued here: it lies within the ids made
-// so far, [first, first+n) modulo 2^32, one further when the counter
-// passed 0, which it skips.
+// issued reports whether id is one of the last issuedWindow places of the
+// sequence taken: the most recent place that held it lies less than
+// issuedWindow behind the last one taken.
 func (h *hopIDs) issued(id uint32) bool {
-	if id == 0 {
-		return false // never issued (wire.HopByHopGen skips it)
-	}
 	n := h.n.Load()
-	if n >= 1<<32-1 {
-		return true
+	if id == 0 || n == 0 {
+		return false // 0 is never issued
 	}
-	d := uint64(id - h.first)
-	return d < n || d == n && uint64(-h.first) < n
+	// Place k holds first+k modulo 2^32: the last taken is n-1, and the
+	// latest that held id is back places before it, if back < n.
+	back := uint64(h.first + uint32(n-1) - id)
+	return back < issuedWindow && back < n
 }
 
 // goLocked moves the entry id from pending to gone: no longer pending

@@ -643,9 +643,10 @@ func (p *Peer) refuseCER(c *conn, msg []byte, now int64) {
 
 // unmatched counts and logs an answer that matches no pending request,
 // and closes the connection after MaxUnmatched in a row, reporting
-// whether it did. An answer whose Hop-by-Hop id this connection issued,
-// to a request it no longer remembers (goneMax), is late, not unmatched:
-// a slow server catching up is not a broken one.
+// whether it did. An answer whose Hop-by-Hop id this connection issued
+// lately (issuedWindow), to a request it no longer remembers (goneMax) or
+// answered already, is late, not unmatched: a slow server catching up is
+// not a broken one.
 func (p *Peer) unmatched(c *conn, hbh uint32, msg []byte, crossed bool) (closed bool) {
 	if !crossed && c.hbh.issued(hbh) {
 		p.stats.late.Add(1)

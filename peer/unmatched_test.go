@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -162,10 +163,74 @@ func TestForgottenAnswersOfASlowServerAreLateNotUnmatched(t *testing.T) {
 // skips 0.
 func TestHopIDsIssued(t *testing.T) {
 	const first = 0xFFFFFFFE
-	h := &hopIDs{gen: wire.NewHopByHopGen(first), first: first}
+	h := &hopIDs{first: first}
 	assert.False(t, h.issued(first), "nothing issued yet")
 	assert.Equal(t, []uint32{first, first + 1, 1}, []uint32{h.Next(), h.Next(), h.Next()})
 	for id, want := range map[uint32]bool{first - 1: false, first: true, first + 1: true, 0: false, 1: true, 2: false} {
 		assert.Equal(t, want, h.issued(id), "id %#x", id)
+	}
+}
+
+// Only the last issuedWindow ids count as issued, however many the
+// connection has issued: after 2^31 of them, 2^32-1 (every id once) or
+// more, an arbitrary id is not one of them, while the ids sent lately
+// are. Before, after 2^31 ids half of all ids counted as issued, and
+// after 2^32-1 every one did.
+func TestHopIDsIssuedIsBounded(t *testing.T) {
+	for _, n := range []uint64{issuedWindow + 10, 1 << 31, 1<<32 - 1, 1 << 32, 1 << 40} {
+		const first = 0x80000000
+		h := &hopIDs{first: first}
+		h.n.Store(n)
+		last := h.Next() // place n
+		assert.True(t, h.issued(last), "n=%d: the last id", n)
+		assert.True(t, h.issued(last-issuedWindow+1), "n=%d: the oldest id of the window", n)
+		assert.False(t, h.issued(last-issuedWindow), "n=%d: the id just before the window", n)
+		assert.False(t, h.issued(last+1), "n=%d: the next id", n)
+		assert.False(t, h.issued(last+1<<31), "n=%d: an id far from the window", n)
+		issued := 0
+		for id := uint32(1); id < 1<<32-1<<20; id += 1<<20 + 7 { // ids spread over the whole range
+			if h.issued(id) {
+				issued++
+			}
+		}
+		assert.LessOrEqual(t, issued, 2, "n=%d: ids of 4096 spread over the range count as issued", n)
+	}
+}
+
+// A peer that rewrites Hop-by-Hop ids is closed as broken however many
+// requests its connection has carried: only ids among the most recent
+// issued count as late. The reviewer's two cases: after 2^31 requests
+// (before, half of all ids counted as issued, here every id the peer
+// writes) and after 2^32-1 (before, every id did), the connection never
+// closed for MaxUnmatched.
+func TestRewrittenIDsCloseALongConnection(t *testing.T) {
+	for _, n := range []uint64{1 << 31, 1<<32 - 1, 1 << 40} {
+		t.Run(strconv.FormatUint(n, 10), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p, far := dialPipe(t, nil)
+				defer p.Close(context.Background())
+				c := p.cur.Load()
+				c.hbh.n.Store(n) // as after n requests
+				max := p.cfg.MaxUnmatched
+				for i := range max {
+					res := requestAsync(p, context.Background())
+					req := readRequest(t, far)
+					ans := successAnswer(req)
+					wire.SetHopByHop(ans, wire.HopByHop(req)+1<<31) // far from any id sent lately
+					require.NoError(t, far.WriteMessages(ans))
+					if i < max-1 {
+						synctest.Wait()
+						require.True(t, c == p.cur.Load(), "closed after %d answers", i+1)
+						go func() { <-res }() // fails when the connection closes
+					} else {
+						assert.ErrorIs(t, (<-res).err, ErrConnectionLost, "the connection stays")
+					}
+				}
+				synctest.Wait()
+				assert.Equal(t, uint64(max), p.Stats().Unmatched)
+				assert.Zero(t, p.Stats().Late)
+				assert.True(t, c != p.cur.Load(), "a broken peer's connection stays")
+			})
+		})
 	}
 }
