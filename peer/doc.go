@@ -76,7 +76,9 @@
 // the answers to its own requests there are in too, or they have left
 // it: at most DPATimeout after the DPR, at once when the peer connects
 // again (a restart: the old instance will not answer; the requests
-// still pending fail over).
+// still pending fail over). Meanwhile it sends no DWR, but the watchdog
+// runs on: with DPATimeout above 2Tw, a peer silent for 2Tw is failed
+// over as any other, the transition saying it was silent after its DPR.
 //
 // # Concurrency
 //

@@ -419,3 +419,55 @@ func TestReconnectionDuringDPRGraceIsAdopted(t *testing.T) {
 		assert.Contains(t, down[0].Reason, "connected again")
 	})
 }
+
+// With DPATimeout above 2Tw, the watchdog, which sends no DWR after the
+// peer's DPR, leaves OKAY when nothing comes for 2Tw and fails over: the
+// transition, and the failover it makes, say why (the silence after the
+// peer's DPR), not "no DWA within Tw" for a DWR that was never sent, as
+// they did before. (The failover empties the connection, which then
+// closes: its DPA is out.)
+func TestWatchdogAfterPeersDPRSaysWhy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		var mu sync.Mutex
+		var reasons []string
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		cfg.DPATimeout = 100 * time.Second
+		cfg.Events = NewBus()
+		rec, cancel := record(cfg.Events)
+		defer cancel()
+		cfg.Failover = func(_ call.Carrier, calls []*call.Call, reason string) {
+			mu.Lock()
+			reasons = append(reasons, reason)
+			mu.Unlock()
+			for _, cl := range calls {
+				cl.Fail(ErrConnectionLost)
+			}
+		}
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		defer p.Close(context.Background())
+		synctest.Wait()
+		f.answerReqs.Store(false)
+		cl, err := newCall(acr(), false)
+		require.NoError(t, err)
+		require.NoError(t, p.submit(cl))
+		synctest.Wait()
+		require.NoError(t, f.sendDPR(message.DisconnectRebooting))
+		time.Sleep(65 * time.Second) // 2Tw, less than DPATimeout
+		synctest.Wait()
+		assert.Empty(t, f.dwrTimes(), "DWR sent after the peer's DPR")
+		wd := rec.watchdog()
+		require.GreaterOrEqual(t, len(wd), 2)
+		assert.Equal(t, watchdog.Suspect, wd[1].To)
+		assert.Equal(t, watchdog.TimerExpired, wd[1].Trigger)
+		assert.NotContains(t, wd[1].Reason, "DWA")
+		assert.Contains(t, wd[1].Reason, "after the peer's DPR")
+		mu.Lock()
+		require.Len(t, reasons, 1)
+		assert.Equal(t, wd[1].Reason, reasons[0], "the failover's reason")
+		mu.Unlock()
+	})
+}

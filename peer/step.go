@@ -129,7 +129,7 @@ func (p *Peer) onTimer() {
 // counts from (now, or the last receipt for a lazy reset).
 func (p *Peer) apply(o watchdog.Output, base int64) {
 	if o.Changed {
-		p.transitioned(o)
+		p.transitioned(&o)
 	}
 	for _, a := range o.Actions() {
 		switch a.Kind {
@@ -159,12 +159,24 @@ func (p *Peer) apply(o watchdog.Output, base int64) {
 	}
 }
 
-// transitioned records and reports a change of the watchdog's state.
+// transitioned records and reports a change of the watchdog's state;
+// after the peer's DPR, a timer's transition gets its own reason, which
+// the actions apply carries out then use too.
 // The rare steps of apply are functions of their own so that the frequent
 // ones (a DWA, a DWR, a timer) run on a small stack: a connection's
 // reader, whose stack the garbage collector shrinks while it waits, does
 // not have to grow it for each watchdog exchange. p.mu is held.
-func (p *Peer) transitioned(o watchdog.Output) {
+func (p *Peer) transitioned(o *watchdog.Output) {
+	if o.Transition.Event == watchdog.TimerExpired {
+		if c := p.cur.Load(); c != nil && c.dprIn.Load() {
+			// No DWR goes to a peer that sent a DPR (see apply): the
+			// machine's "no DWA" would tell of one never sent.
+			o.Transition.Reason = "no message within Tw after the peer's DPR (no DWR is sent to a peer that is leaving)"
+			if o.Transition.To == watchdog.Down {
+				o.Transition.Reason = "no message for a further Tw after the peer's DPR; closing"
+			}
+		}
+	}
 	tr := o.Transition
 	p.state.Store(uint32(o.State))
 	p.since.Store(time.Now().UnixNano())
