@@ -226,7 +226,7 @@ func TestDeadlineReachesACallerReadingAConnectionItsCallLeft(t *testing.T) {
 	a := requestAsync(pA, ctx)
 	readRequest(t, farA)
 	holding(t, cA)
-	moved := cA.moveOut(nil, nil)
+	moved, _ := cA.moveOut(nil, nil)
 	require.Len(t, moved, 1)
 	require.NoError(t, pB.Submit(moved[0]))
 	readRequest(t, farB) // sent again on B; neither server answers

@@ -432,11 +432,15 @@ func (c *conn) rememberGoneLocked(id uint32, cl *dcall) {
 // answer.
 func (c *conn) retire(cl *dcall, hbh uint32) {
 	c.mu.Lock()
+	flush := false
 	if c.pending.get(hbh) == cl {
 		c.goLocked(hbh, cl)
-		c.drainedLocked()
+		flush = c.drainedLocked()
 	}
 	c.mu.Unlock()
+	if flush {
+		c.closeAfterFlush()
+	}
 }
 
 // match finds the call the answer ans with Hop-by-Hop id hbh belongs to
@@ -448,15 +452,20 @@ func (c *conn) retire(cl *dcall, hbh uint32) {
 // own. ans nil: not checked.
 func (c *conn) match(hbh uint32, ans []byte) (cl *dcall, late, crossed bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if cl = c.pending.get(hbh); cl != nil {
 		if !cl.answeredBy(ans) {
+			c.mu.Unlock()
 			return nil, false, true
 		}
 		c.pending.del(hbh)
-		c.drainedLocked()
+		flush := c.drainedLocked()
+		c.mu.Unlock()
+		if flush {
+			c.closeAfterFlush()
+		}
 		return cl, false, false
 	}
+	defer c.mu.Unlock()
 	if cl = c.gone[hbh]; cl != nil {
 		if !cl.answeredBy(ans) {
 			return nil, false, true
@@ -477,8 +486,9 @@ func (d *dcall) answeredBy(ans []byte) bool {
 // returns the calls still in flight on it, in send order. They stay
 // matchable as gone, with those moved off before: answers the reader had
 // already received when the connection was lost (a write that failed
-// while they sat in its buffer) still complete their calls.
-func (c *conn) takePending(cause error) []*call.Call {
+// while they sat in its buffer) still complete their calls. flush: close
+// the connection once its queue is written (see drainedLocked).
+func (c *conn) takePending(cause error) (calls []*call.Call, flush bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lost = true
@@ -495,8 +505,8 @@ func sortBySend(calls []*call.Call) {
 // for (keep may be nil) off the connection (Moved), in send order, for a
 // failover; a late answer here still completes them (F4). cause, if not
 // nil, says why the connection was given up: a call that then fails says
-// so (call.Call.Leave).
-func (c *conn) moveOut(cause error, keep func(*call.Call) bool) []*call.Call {
+// so (call.Call.Leave). flush as for takePending.
+func (c *conn) moveOut(cause error, keep func(*call.Call) bool) (calls []*call.Call, flush bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.leaveLocked(cause, keep)
@@ -504,9 +514,8 @@ func (c *conn) moveOut(cause error, keep func(*call.Call) bool) []*call.Call {
 
 // leaveLocked moves every pending entry but those keep reports true for
 // (keep may be nil) to gone and returns the calls that were in flight
-// here, in send order. c.mu is held.
-func (c *conn) leaveLocked(cause error, keep func(*call.Call) bool) []*call.Call {
-	var calls []*call.Call
+// here, in send order, and drainedLocked's flush. c.mu is held.
+func (c *conn) leaveLocked(cause error, keep func(*call.Call) bool) (calls []*call.Call, flush bool) {
 	var left []uint32 // with keep: the entries to delete once the walk is over
 	c.pending.each(func(id uint32, cl *dcall) {
 		if keep != nil {
@@ -526,30 +535,32 @@ func (c *conn) leaveLocked(cause error, keep func(*call.Call) bool) []*call.Call
 	for _, id := range left {
 		c.pending.del(id)
 	}
-	c.drainedLocked()
+	flush = c.drainedLocked()
 	sortBySend(calls)
-	return calls
+	return calls, flush
 }
 
 // startDrain stops new requests on the connection and returns a channel
-// closed once nothing is pending on it.
-func (c *conn) startDrain() <-chan struct{} {
+// closed once nothing is pending on it, and drainedLocked's flush.
+func (c *conn) startDrain() (drained <-chan struct{}, flush bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.draining {
 		c.draining = true
 		c.drained = make(chan struct{})
-		c.drainedLocked()
+		flush = c.drainedLocked()
 	}
-	return c.drained
+	return c.drained, flush
 }
 
 // drainedLocked signals a drain once nothing is pending or owed on the
-// connection; after the peer's DPR, once its DPA is queued, it closes the
-// connection then (see holdDPA). c.mu is held.
-func (c *conn) drainedLocked() {
+// connection; after the peer's DPR, once its DPA is queued, the
+// connection closes then (see holdDPA): flush says so, and the caller
+// calls closeAfterFlush once it has released c.mu and, in a step, p.mu
+// (an effect: closeAfterFlush may start a writer). c.mu is held.
+func (c *conn) drainedLocked() (flush bool) {
 	if !c.draining || c.pending.len() != 0 || c.owed.Load() != 0 {
-		return
+		return false
 	}
 	if c.drained != nil {
 		select {
@@ -558,10 +569,20 @@ func (c *conn) drainedLocked() {
 			close(c.drained)
 		}
 	}
-	if c.dpaOut.Load() {
-		c.out.CloseAfterFlush() // lock order: c.mu, then out.Mu
-	}
+	return c.dpaOut.Load() && !c.shut
 }
+
+// closeAfterFlush closes the connection once what is queued is written
+// (it may start a writer): never under p.mu.
+func (c *conn) closeAfterFlush() {
+	if closeAfterFlushHook != nil {
+		closeAfterFlushHook(c)
+	}
+	c.out.CloseAfterFlush()
+}
+
+// closeAfterFlushHook, when set (tests), runs at each closeAfterFlush.
+var closeAfterFlushHook func(*conn)
 
 func (c *conn) pendingLen() int {
 	c.mu.Lock()
@@ -909,11 +930,14 @@ func (c *conn) answered(hbh, e2e uint32, ans []byte, more bool) {
 			c.releaseDPA()
 		}
 		if c.flushOwed.Load() {
-			c.out.CloseAfterFlush() // the last answer owed after our DPA
+			c.closeAfterFlush() // the last answer owed after our DPA
 		}
 		c.mu.Lock()
-		c.drainedLocked() // a server's graceful disconnect waits for what it owes
+		flush := c.drainedLocked() // a server's graceful disconnect waits for what it owes
 		c.mu.Unlock()
+		if flush {
+			c.closeAfterFlush()
+		}
 	}
 }
 
@@ -954,8 +978,11 @@ func (c *conn) releaseDPA() {
 		c.enqueueLone(*d)
 		c.dpaOut.Store(true)
 		c.mu.Lock()
-		c.drainedLocked()
+		flush := c.drainedLocked()
 		c.mu.Unlock()
+		if flush {
+			c.closeAfterFlush()
+		}
 	}
 }
 
@@ -968,7 +995,7 @@ func (c *conn) flushOwedThenClose() {
 	// answered looks at flushOwed after owed falls to zero, we at owed
 	// after setting flushOwed: one of us sees the other.
 	if c.owed.Load() == 0 {
-		c.out.CloseAfterFlush() // what is queued still goes (an answer just made)
+		c.closeAfterFlush() // what is queued still goes (an answer just made)
 	}
 }
 
@@ -982,8 +1009,8 @@ func (c *conn) graceOver() {
 	if n := c.pending.len(); n > 0 && !c.shut {
 		c.downNote += fmt.Sprintf("; closed %v after it with %d of our requests unanswered", c.p.cfg.DPATimeout, n)
 	}
-	c.out.CloseAfterFlush()
 	c.mu.Unlock()
+	c.closeAfterFlush()
 }
 
 // Errors a Request can return. Match them with errors.Is.

@@ -471,3 +471,58 @@ func TestWatchdogAfterPeersDPRSaysWhy(t *testing.T) {
 		mu.Unlock()
 	})
 }
+
+// After the peer's DPR, once the DPA is out, the connection closes when
+// the last of our requests leaves it. A HandOver that moves that request
+// off it decides so under p.mu; the close (which starts a writer to flush
+// what is queued) runs after the unlock, as every effect of a step does.
+// Before, it ran under p.mu.
+func TestCloseAfterPeersDPRRunsAfterTheUnlock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var underLock, closes int
+		closeAfterFlushHook = func(c *conn) {
+			locked := !c.p.mu.TryLock()
+			if !locked {
+				c.p.mu.Unlock()
+			}
+			mu.Lock()
+			closes++
+			if locked {
+				underLock++
+			}
+			mu.Unlock()
+		}
+		defer func() { closeAfterFlushHook = nil }()
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		cfg.Failover = func(_ call.Carrier, calls []*call.Call, _ string) {
+			for _, cl := range calls {
+				cl.Fail(ErrConnectionLost)
+			}
+		}
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		defer p.Close(context.Background())
+		synctest.Wait()
+		f.answerReqs.Store(false)
+		cl, err := newCall(acr(), false)
+		require.NoError(t, err)
+		require.NoError(t, p.submit(cl))
+		synctest.Wait()
+		c := p.cur.Load()
+		require.NoError(t, f.sendDPR(message.DisconnectRebooting))
+		synctest.Wait()
+		require.True(t, c.dpaOut.Load())
+		require.Same(t, c, p.cur.Load(), "open while our request is pending")
+		p.HandOver("test", nil)
+		synctest.Wait()
+		assert.Nil(t, p.cur.Load(), "closed once our request left it")
+		mu.Lock()
+		assert.Equal(t, 1, closes)
+		assert.Zero(t, underLock, "closed under p.mu")
+		mu.Unlock()
+	})
+}

@@ -543,6 +543,7 @@ type effect struct {
 	hold bool   // msg is a DPA: hold it until the answers owed are out
 	// closeConn: close c's socket (closeLater)
 	closeConn bool
+	flush     bool // close c once its queue is written (flushLater)
 	fail      []*call.Call
 	err       error
 	ended     bool // the Peer has ended: close p.done (the last effect of finish)
@@ -556,6 +557,15 @@ type notice struct {
 	calls    []*call.Call
 	reason   string
 	line     *serve.Line
+}
+
+// flushLater records, if flush, that c closes once its queue is written
+// (drainedLocked said so): after the lock, since it may start a writer.
+// p.mu is held.
+func (p *Peer) flushLater(c *conn, flush bool) {
+	if flush {
+		p.out = append(p.out, effect{c: c, flush: true})
+	}
 }
 
 // write records a write for after the lock. p.mu is held.
@@ -576,6 +586,8 @@ func (p *Peer) run(out []effect) {
 			close(p.done)
 		case e.closeConn:
 			e.c.tc.Close()
+		case e.flush:
+			e.c.closeAfterFlush()
 		case e.hold:
 			e.c.holdDPA(e.msg, p.cfg.DPATimeout)
 		case e.msg != nil:

@@ -303,9 +303,11 @@ func (p *Peer) onHandOver(e input, cur *conn) {
 		// drain gives the requests their time: they wait for answers.
 		return
 	}
-	if calls := cur.moveOut(errors.New(e.note), e.keep); len(calls) > 0 {
+	calls, flush := cur.moveOut(errors.New(e.note), e.keep)
+	if len(calls) > 0 {
 		p.handOver(calls, e.note)
 	}
+	p.flushLater(cur, flush)
 }
 
 // onConnUp steps a connection whose capabilities exchange succeeded. p.mu is held.
@@ -458,7 +460,8 @@ func (p *Peer) onDPR(e input, cur *conn) {
 		// throttle) learns it now, not when the connection closes.
 		p.publish(Event{Kind: EventDisconnecting, Reason: note + ": the connection takes no new request"})
 	}
-	e.c.startDrain()
+	_, flush := e.c.startDrain()
+	p.flushLater(e.c, flush)
 	// The DPA waits for the answers this side still owes (F8), the
 	// close for the answers to our requests too.
 	p.out = append(p.out, effect{c: e.c, msg: p.cfg.newDPA(e.msg), hold: true})
@@ -481,7 +484,8 @@ func (p *Peer) onClose(e input, cur *conn) {
 	}
 	// Graceful: no new requests here; the answers in flight get up to
 	// DrainTimeout, then DPR (F8).
-	drained := cur.startDrain()
+	drained, flush := cur.startDrain()
+	p.flushLater(cur, flush)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -505,7 +509,9 @@ func (p *Peer) onDrained(e input, cur *conn) {
 	// without a hook (as Close says: ErrClosed).
 	why := fmt.Sprintf("disconnecting: no answer within %v", p.cfg.drainTimeout())
 	cause := errors.New(why)
-	if calls := cur.moveOut(cause, nil); len(calls) > 0 {
+	calls, flush := cur.moveOut(cause, nil)
+	p.flushLater(cur, flush)
+	if len(calls) > 0 {
 		if p.cfg.Failover != nil {
 			p.handOver(calls, why)
 		} else {
@@ -573,7 +579,9 @@ func (p *Peer) failover(reason string) {
 	if p.downNote != "" {
 		cause += " (" + p.downNote + ")"
 	}
-	p.handOver(c.moveOut(errors.New(cause), nil), reason)
+	calls, flush := c.moveOut(errors.New(cause), nil)
+	p.handOver(calls, reason)
+	p.flushLater(c, flush)
 }
 
 // handOver gives moved calls to the failover hook, after the lock, in
@@ -609,7 +617,8 @@ func (p *Peer) failPending(c *conn, err error, why string) {
 	if why != "" {
 		cause = errors.New(why)
 	}
-	calls := c.takePending(cause)
+	calls, flush := c.takePending(cause)
+	p.flushLater(c, flush)
 	if len(calls) == 0 {
 		return
 	}
