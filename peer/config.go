@@ -102,7 +102,9 @@ type Config struct {
 	// answers still owed once it came (requests that crossed our DPR);
 	// and how long a peer that received a DPR holds its DPA back for the
 	// answers it still owes and keeps the connection open for the answers
-	// to its own requests on it (it sends no new ones there). Default 5 s.
+	// to its own requests on it (it sends no new ones there); the
+	// connection then closes once the DPA is written, which the
+	// transport's WriteTimeout bounds. Default 5 s.
 	DPATimeout time.Duration
 	// DPRHoldOff is how long a client waits before it redials a peer
 	// that disconnected with Disconnect-Cause BUSY or

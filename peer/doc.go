@@ -74,11 +74,18 @@
 // request on that connection (it says so: EventDisconnecting), holds its
 // DPA until the answers it owes are out, and closes the connection once
 // the answers to its own requests there are in too, or they have left
-// it: at most DPATimeout after the DPR, at once when the peer connects
-// again (a restart: the old instance will not answer; the requests
-// still pending fail over). Meanwhile it sends no DWR, but the watchdog
-// runs on: with DPATimeout above 2Tw, a peer silent for 2Tw is failed
-// over as any other, the transition saying it was silent after its DPR.
+// it, and the DPA is written. DPATimeout after the DPR the DPA goes if it
+// is still held, and the connection closes once what is queued then, the
+// DPA with it, is written, whatever is still pending or owed: so the
+// connection closes at most DPATimeout after the DPR plus the time that
+// writing takes, each write bounded by the transport's WriteTimeout
+// (transport.Options), whose expiry closes the connection of a peer that
+// does not read. It closes
+// at once when the peer connects again (a restart: the old instance will
+// not answer; the requests still pending fail over). Meanwhile it sends
+// no DWR, but the watchdog runs on: with DPATimeout above 2Tw, a peer
+// silent for 2Tw is failed over as any other, the transition saying it
+// was silent after its DPR.
 //
 // # Concurrency
 //
