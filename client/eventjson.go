@@ -80,7 +80,7 @@ func PeerLine(e peer.Event) EventLine {
 	case peer.EventWatchdog:
 		n := e.NumDWA
 		l.Type, l.From, l.To, l.Trigger, l.NumDWA = "watchdog", e.From.String(), e.To.String(), e.Trigger.String(), &n
-	case peer.EventConnUp, peer.EventConnDown, peer.EventOpenFailed, peer.EventIdle:
+	case peer.EventConnUp, peer.EventConnDown, peer.EventOpenFailed, peer.EventIdle, peer.EventDisconnecting:
 		l.Type = "connection"
 	case peer.EventFailover, peer.EventFailback, peer.EventLateRefusal:
 		l.Type = "failover"

@@ -32,6 +32,8 @@ func TestEventLines(t *testing.T) {
 			ts + `"peer":"s1","type":"failover","kind":"failover","reason":"f","pending":4}`},
 		{"late refusal", PeerLine(peer.Event{Time: at, Peer: "s1", Kind: peer.EventLateRefusal, ResultCode: 3004, Reason: "l"}),
 			ts + `"peer":"s1","type":"failover","kind":"late_refusal","reason":"l","result_code":3004}`},
+		{"the peer's DPR", PeerLine(peer.Event{Time: at, Peer: "s1", Kind: peer.EventDisconnecting, Reason: "d"}),
+			ts + `"peer":"s1","type":"connection","kind":"disconnecting","reason":"d"}`},
 		{"open failed", PeerLine(peer.Event{Time: at, Peer: "s1", Kind: peer.EventOpenFailed, ResultCode: 3010, Reason: "o"}),
 			ts + `"peer":"s1","type":"connection","kind":"open_failed","reason":"o","result_code":3010}`},
 		{"error", PeerLine(peer.Event{Time: at, Peer: "s1", Kind: peer.EventError, Reason: "e"}),

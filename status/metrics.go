@@ -244,7 +244,7 @@ func NewMetrics() *Metrics {
 	m.reg.MustRegister(m.messages, m.loadLatency, &m.counts, m.state, m.serverState, m.transitions, m.failovers,
 		m.moved, m.pending, m.unanswered, dedup, m.queueDepth, m.queueAlarm, m.events, m.info, m.peerInfo, &m.recycled, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	for _, k := range []peer.EventKind{peer.EventWatchdog, peer.EventConnUp, peer.EventConnDown, peer.EventFailover, peer.EventError} {
+	for _, k := range []peer.EventKind{peer.EventWatchdog, peer.EventConnUp, peer.EventConnDown, peer.EventDisconnecting, peer.EventFailover, peer.EventError} {
 		m.events.WithLabelValues(k.String()) // export zeros from the start
 	}
 	return m

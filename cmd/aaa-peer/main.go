@@ -24,10 +24,12 @@
 //	            client's own events, the server's name (--peer value)
 //	type        watchdog, connection, failover, error, balancer, policy, queue
 //	kind        what happened, finer than type: watchdog, connection_up,
-//	            connection_down, open_failed, idle, failover (a server's
-//	            own, no alternate), failback, error; and for the client's
-//	            own events failover (a record), balancer_rebuilt, policy,
-//	            queue_alarm, slot_filled, slot_released
+//	            connection_down, open_failed, idle, disconnecting (the
+//	            peer's DPR: its connection takes no new request), failover
+//	            (a server's own, no alternate), failback, error; and for
+//	            the client's own events failover (a record),
+//	            balancer_rebuilt, policy, queue_alarm, slot_filled,
+//	            slot_released
 //	reason      for people: the watchdog's rule, the error, the cause
 //	from, to    watchdog (RFC 3539 states, in capitals) and policy states
 //	trigger     watchdog: the event the machine stepped on
