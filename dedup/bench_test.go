@@ -64,14 +64,14 @@ func fill(tb testing.TB, s Store, from, n uint64, answer []byte) {
 var (
 	fullOnce  sync.Once
 	fullStore *Memory
-	fullNext  atomic.Uint64 // next fresh key
+	fullNext  atomic.Uint64 // the last key stored: fullNext.Add(1) is a fresh one
 )
 
 func full(b *testing.B) *Memory {
 	fullOnce.Do(func() {
 		fullStore = NewMemory(WithMaxEntries(benchEntries))
 		fill(b, fullStore, 0, benchEntries, benchAnswer)
-		fullNext.Store(benchEntries)
+		fullNext.Store(benchEntries - 1) // no gap: every key up to fullNext is stored
 	})
 	return fullStore
 }
@@ -88,7 +88,7 @@ func BenchmarkMemoryFirstComplete(b *testing.B) {
 	for b.Loop() {
 		o, err := s.Begin(ctx, benchKey(fullNext.Add(1)))
 		if err != nil || !o.First() {
-			b.Fatal(err, o.Kind())
+			b.Fatal(err, kindOf(o))
 		}
 		if err := o.Complete(benchAnswer); err != nil {
 			b.Fatal(err)
@@ -96,11 +96,24 @@ func BenchmarkMemoryFirstComplete(b *testing.B) {
 	}
 }
 
+// kindOf is o.Kind(), or 0 for the nil Outcome of a failed Begin, for
+// failure messages.
+func kindOf(o *Outcome) Kind {
+	if o == nil {
+		return 0
+	}
+	return o.Kind()
+}
+
 // BenchmarkMemoryBeginFirst1M: lookup (miss) plus insertion of the
 // in-flight mark, with eviction of the oldest entry, in a full 1M-entry
-// store; the marks are left to the ring (no Complete).
+// store; the marks are left to the ring (no Complete). Their mark TTL is
+// 1 ms, so that they have expired when the ring comes round to them (1M
+// insertions later, 100 ms at the least) and are evicted as the oldest
+// entries are: the store keeps the marks of running requests, and once
+// they fill it refuses new requests (ErrFull).
 func BenchmarkMemoryBeginFirst1M(b *testing.B) {
-	s := NewMemory(WithMaxEntries(benchEntries))
+	s := NewMemory(WithMaxEntries(benchEntries), WithMarkTTL(time.Millisecond))
 	fill(b, s, 0, benchEntries, benchAnswer)
 	next := uint64(benchEntries)
 	ctx := context.Background()
@@ -111,7 +124,7 @@ func BenchmarkMemoryBeginFirst1M(b *testing.B) {
 		next++
 		o, err := s.Begin(ctx, benchKey(next))
 		if err != nil || !o.First() {
-			b.Fatal(err, o.Kind())
+			b.Fatal(err, kindOf(o))
 		}
 	}
 }
@@ -120,7 +133,7 @@ func BenchmarkMemoryBeginFirst1M(b *testing.B) {
 // BeginInto with one recycled Outcome, as Wrap does with its pool: the
 // store's own cost, without an Outcome allocated per request.
 func BenchmarkMemoryBeginIntoFirst1M(b *testing.B) {
-	s := NewMemory(WithMaxEntries(benchEntries))
+	s := NewMemory(WithMaxEntries(benchEntries), WithMarkTTL(time.Millisecond))
 	fill(b, s, 0, benchEntries, benchAnswer)
 	next := uint64(benchEntries)
 	ctx := context.Background()
@@ -151,7 +164,7 @@ func BenchmarkMemoryFirstCompleteSmall(b *testing.B) {
 		next++
 		o, err := s.Begin(ctx, benchKey(next))
 		if err != nil || !o.First() {
-			b.Fatal(err, o.Kind())
+			b.Fatal(err, kindOf(o))
 		}
 		if err := o.Complete(benchAnswer); err != nil {
 			b.Fatal(err)
@@ -173,7 +186,7 @@ func BenchmarkMemoryDuplicate(b *testing.B) {
 		// The newest entries are surely still held.
 		o, err := s.Begin(ctx, benchKey(fullNext.Load()-i%(benchEntries/2)))
 		if err != nil || !o.Duplicate() {
-			b.Fatal(err, o.Kind())
+			b.Fatal(err, kindOf(o))
 		}
 	}
 }
@@ -206,19 +219,20 @@ func BenchmarkMemoryBytesPerEntry(b *testing.B) {
 	for _, size := range []int{20, 200} {
 		b.Run(fmt.Sprintf("answer=%dB", size), func(b *testing.B) {
 			answer := msg(1, 1, string(make([]byte, size-wire.HeaderLen)))
-			var perEntry float64
+			// Measured once, whatever b.N (with -benchtime Nx a
+			// fill per iteration would take N times as long).
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			mapped := mappedBytes.Load()
+			s := NewMemory(WithMaxEntries(benchEntries))
+			fill(b, s, 0, benchEntries, answer)
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			held := int64(after.HeapAlloc-before.HeapAlloc) + mappedBytes.Load() - mapped
+			perEntry := float64(held) / float64(s.Len())
+			runtime.KeepAlive(s)
 			for b.Loop() {
-				var before, after runtime.MemStats
-				runtime.GC()
-				runtime.ReadMemStats(&before)
-				mapped := mappedBytes.Load()
-				s := NewMemory(WithMaxEntries(benchEntries))
-				fill(b, s, 0, benchEntries, answer)
-				runtime.GC()
-				runtime.ReadMemStats(&after)
-				held := int64(after.HeapAlloc-before.HeapAlloc) + mappedBytes.Load() - mapped
-				perEntry = float64(held) / float64(s.Len())
-				runtime.KeepAlive(s)
 			}
 			b.ReportMetric(perEntry, "B/entry")
 		})

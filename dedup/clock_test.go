@@ -89,7 +89,7 @@ func TestMemoryDefaultClockExpires(t *testing.T) {
 		k, k2 := benchKey(1), benchKey(2)
 		o, err := m.Begin(ctx, k)
 		if err != nil || !o.First() {
-			t.Fatal(err, o.Kind())
+			t.Fatal(err, kindOf(o))
 		}
 		if err := o.Complete(benchAnswer); err != nil {
 			t.Fatal(err)
