@@ -197,7 +197,9 @@ func (r *Redis) noticeEpoch(seen *string, epoch string, lost bool) {
 // answer} if a key holds an answer, {3} if it holds the marker of an
 // answer not kept, {2, pttl} if a key is in flight (pttl of that mark),
 // else {0} after marking every key.
-var claimScript = redis.NewScript(`
+var claimScript = redis.NewScript(claimLua)
+
+const claimLua = `
 local epoch = redis.call('GET', KEYS[1])
 if not epoch then
   epoch = ARGV[4]
@@ -228,45 +230,52 @@ for i = 2, #KEYS do
   redis.call('SET', KEYS[i], mine, 'PX', ARGV[2]) -- each key is free or ours
 end
 return {epoch, lost, 0}
-`)
+`
 
-// completeScript: ARGV[1] token, ARGV[2] the value to store ("a" +
-// answer, or "t"), ARGV[3] TTL in ms, ARGV[4] twice the mark TTL in ms
-// (Complete's tries end within one, see finishContext). Stores
-// the value under every key if each holds our mark, nothing, or the value
-// stored by an earlier try of ours (its reply lost), which the key's owner
-// name (key + ":o", kept for two mark TTLs) tells from another owner's same
-// answer (byte-identical answers, or two not kept, would otherwise let a
-// stalled owner commit a request taken over and committed by another).
-// When some key is held by someone else (taken over), it stores nothing,
-// deletes the keys holding our mark and returns how many keys were held by
-// someone else.
-var completeScript = redis.NewScript(`
+// completeScript: KEYS[1..n] are the request's keys, KEYS[n+1..2n] their
+// owner names (key + ":o"), passed as keys as EVAL requires of every key
+// a script touches (some Redis-compatible servers and proxies enforce
+// it); ARGV[1] token, ARGV[2] the value to store ("a" + answer, or "t"),
+// ARGV[3] TTL in ms, ARGV[4] twice the mark TTL in ms (Complete's tries
+// end within one, see finishContext). Stores the value under every key if
+// each holds our mark, nothing, or the value stored by an earlier try of
+// ours (its reply lost), which the key's owner name (kept for two mark
+// TTLs) tells from another owner's same answer (byte-identical answers,
+// or two not kept, would otherwise let a stalled owner commit a request
+// taken over and committed by another). When some key is held by someone
+// else (taken over), it stores nothing, deletes the keys holding our mark
+// and returns how many keys were held by someone else.
+var completeScript = redis.NewScript(completeLua)
+
+const completeLua = `
+local n = #KEYS / 2
 local lost = 0
 local mine = 'm' .. ARGV[1]
-for _, k in ipairs(KEYS) do
-  local v = redis.call('GET', k)
-  if v and v ~= mine and not (v == ARGV[2] and redis.call('GET', k .. ':o') == ARGV[1]) then
+for i = 1, n do
+  local v = redis.call('GET', KEYS[i])
+  if v and v ~= mine and not (v == ARGV[2] and redis.call('GET', KEYS[n + i]) == ARGV[1]) then
     lost = lost + 1
   end
 end
 if lost > 0 then
-  for _, k in ipairs(KEYS) do
-    if redis.call('GET', k) == mine then
-      redis.call('DEL', k)
+  for i = 1, n do
+    if redis.call('GET', KEYS[i]) == mine then
+      redis.call('DEL', KEYS[i])
     end
   end
   return lost
 end
-for _, k in ipairs(KEYS) do
-  redis.call('SET', k, ARGV[2], 'PX', ARGV[3])
-  redis.call('SET', k .. ':o', ARGV[1], 'PX', ARGV[4]) -- our retries end well within it
+for i = 1, n do
+  redis.call('SET', KEYS[i], ARGV[2], 'PX', ARGV[3])
+  redis.call('SET', KEYS[n + i], ARGV[1], 'PX', ARGV[4]) -- our retries end well within it
 end
 return 0
-`)
+`
 
 // abandonScript: deletes the keys holding our mark (ARGV[1] token).
-var abandonScript = redis.NewScript(`
+var abandonScript = redis.NewScript(abandonLua)
+
+const abandonLua = `
 local mine = 'm' .. ARGV[1]
 for _, k in ipairs(KEYS) do
   if redis.call('GET', k) == mine then
@@ -274,7 +283,7 @@ for _, k in ipairs(KEYS) do
   end
 end
 return 0
-`)
+`
 
 // redisMark is the owner token of a First outcome.
 type redisMark struct {
@@ -402,10 +411,17 @@ func (mk *redisMark) complete(_ *Outcome, answer []byte) error {
 	if !tooLarge {
 		value = append(append(make([]byte, 0, 1+len(answer)), 'a'), answer...)
 	}
+	// The keys, then their owner names (see completeScript): same hash
+	// tag, same slot.
+	keys := make([]string, 0, 2*len(mk.keys))
+	keys = append(keys, mk.keys...)
+	for _, k := range mk.keys {
+		keys = append(keys, k+":o")
+	}
 	var lost int
 	var err error
 	for tries := 1; ; tries++ {
-		cmd, acked := r.run(ctx, completeScript, mk.keys, mk.owner, value, ms(ttl), ms(2*r.cfg.markTTL))
+		cmd, acked := r.run(ctx, completeScript, keys, mk.owner, value, ms(ttl), ms(2*r.cfg.markTTL))
 		lost, err = cmd.Int()
 		if err == nil && !acked && tries < r.ackTries() {
 			continue // store it again, on whichever master is current, until a replica has it

@@ -460,3 +460,54 @@ func TestRedisClaimLostReplyReleasesMark(t *testing.T) {
 	wantKind(t, o, First)
 	_ = o.Abandon()
 }
+
+// declaredOnly returns script src run so that every redis.call whose key
+// (its first argument) is not one of KEYS fails the script, as the Redis
+// EVAL docs require and some Redis-compatible servers and proxies enforce.
+func declaredOnly(src string) *redis.Script {
+	return redis.NewScript(`local declared = {}
+for _, k in ipairs(KEYS) do declared[k] = true end
+local function call(cmd, k, ...)
+  if not declared[k] then error('key not in KEYS: ' .. tostring(k)) end
+  return redis.call(cmd, k, ...)
+end
+` + strings.ReplaceAll(src, "redis.call(", "call("))
+}
+
+// TestRedisScriptsDeclareTheirKeys: the scripts touch no key they were
+// not given in KEYS: claim, Complete (its answer kept or not, tried again,
+// taken over), a duplicate, Abandon.
+func TestRedisScriptsDeclareTheirKeys(t *testing.T) {
+	saved := [3]*redis.Script{claimScript, completeScript, abandonScript}
+	claimScript, completeScript, abandonScript = declaredOnly(claimLua), declaredOnly(completeLua), declaredOnly(abandonLua)
+	t.Cleanup(func() { claimScript, completeScript, abandonScript = saved[0], saved[1], saved[2] })
+	s := newRedisStore(t, "", WithMaxAnswerSize(100), WithMarkTTL(time.Second)).(*Redis)
+	for i, ans := range [][]byte{msg(1, 1, "x"), msg(1, 1, strings.Repeat("y", 200))} {
+		k1, k2 := RequestKey("c", uint32(i)), RequestKey("d", uint32(i))
+		o := begin(t, s, k1, k2)
+		want := error(nil)
+		if len(ans) > 100 {
+			want = ErrAnswerTooLarge
+		}
+		for try := 1; try <= 2; try++ { // the second finds its own write
+			if err := o.fin.complete(o, ans); err != want {
+				t.Fatalf("answer of %d bytes, try %d: %v, want %v", len(ans), try, err, want)
+			}
+		}
+		if want == nil {
+			wantKind(t, begin(t, s, k1), Duplicate)
+		} else if _, err := s.Begin(context.Background(), k2); err != ErrAnswerNotKept {
+			t.Fatalf("duplicate of an answer not kept: %v", err)
+		}
+	}
+	_ = begin(t, s, RequestKey("c", 9)).Abandon()
+	// Taken over: another owner's mark on one key; Complete stores
+	// nothing and drops its other mark.
+	o := begin(t, s, RequestKey("c", 10), RequestKey("d", 10))
+	if err := s.client.Set(context.Background(), o.fin.(*redisMark).keys[1], "mother", time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Complete(msg(1, 1, "z")); err != ErrMarkLost {
+		t.Fatalf("Complete of a mark taken over: %v, want ErrMarkLost", err)
+	}
+}
