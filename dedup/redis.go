@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -67,6 +68,10 @@ type Redis struct {
 	// maxAckTries).
 	degraded atomic.Bool
 	probed   atomic.Int64 // when a degraded store last waited for its replicas (UnixNano)
+	// releasing holds a token per release under way (see releaseLater);
+	// releases counts those started.
+	releasing chan struct{}
+	releases  atomic.Uint64
 }
 
 var _ Store = (*Redis)(nil)
@@ -82,7 +87,8 @@ func NewRedis(client redis.UniversalClient, opts ...Option) *Redis {
 	_, _ = rand.Read(id[:]) // never fails (crypto/rand)
 	cfg := newConfig(opts)
 	prefix := hashTagged(cfg.prefix)
-	return &Redis{cfg: cfg, client: client, id: hex.EncodeToString(id[:]), prefix: prefix, epochK: prefix + "epoch"}
+	return &Redis{cfg: cfg, client: client, id: hex.EncodeToString(id[:]), prefix: prefix, epochK: prefix + "epoch",
+		releasing: make(chan struct{}, maxReleases)}
 }
 
 // hashTagged returns prefix if it holds a Redis Cluster hash tag (a
@@ -322,6 +328,9 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 		}
 	}()
 	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err // nothing sent: no mark to release
+		}
 		seenP := r.epoch.Load()
 		seen := ""
 		if seenP != nil {
@@ -330,9 +339,12 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 		cmd, acked := r.run(ctx, claimScript, claimKeys, token, ms(r.cfg.markTTL), seen, r.id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 		res, err := cmd.Slice()
 		if err != nil {
-			// The claim may have run on Redis all the same (only its
-			// reply was lost): drop any mark it set, which no one owns.
-			go r.release(rkeys, token)
+			if claimMayHaveRun(err) {
+				// The claim may have run on Redis all the same
+				// (only its reply was lost): drop any mark it
+				// set, which no one owns.
+				r.releaseLater(rkeys, token)
+			}
 			if ctxErr := ctx.Err(); ctxErr != nil {
 				return nil, ctxErr
 			}
@@ -385,6 +397,46 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 
 // releaseTimeout bounds release.
 const releaseTimeout = time.Second
+
+// maxReleases bounds the releases under way at once (see releaseLater).
+const maxReleases = 4
+
+// claimMayHaveRun reports whether a claim that failed with err may have
+// run on Redis all the same: it was sent, or may have been, and its reply
+// did not come (a timeout, the context ending on the wire, a connection
+// broken). Not after an error reply (Redis ran the script to an error
+// before its marks, or not at all), nor when nothing was sent: a dial
+// error, a pool timeout, a closed client.
+func claimMayHaveRun(err error) bool {
+	var reply redis.Error
+	var op *net.OpError
+	switch {
+	case errors.As(err, &reply),
+		errors.Is(err, redis.ErrPoolTimeout),
+		errors.Is(err, redis.ErrClosed),
+		errors.As(err, &op) && op.Op == "dial":
+		return false
+	}
+	return true
+}
+
+// releaseLater runs release in the background, unless maxReleases are
+// under way: then the marks are left to expire by their TTL, which is all
+// the release would spare. In an outage every request's claim fails: the
+// releases, which hold a connection each for up to releaseTimeout, do not
+// add up.
+func (r *Redis) releaseLater(keys []string, token string) {
+	select {
+	case r.releasing <- struct{}{}:
+	default:
+		return
+	}
+	r.releases.Add(1)
+	go func() {
+		defer func() { <-r.releasing }()
+		r.release(keys, token)
+	}()
+}
 
 // release drops the marks that a claim which failed on the client, token's,
 // may have set on Redis, best effort: without it, the request, tried again

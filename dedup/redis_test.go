@@ -3,8 +3,10 @@ package dedup
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -509,5 +511,93 @@ func TestRedisScriptsDeclareTheirKeys(t *testing.T) {
 	}
 	if err := o.Complete(msg(1, 1, "z")); err != ErrMarkLost {
 		t.Fatalf("Complete of a mark taken over: %v, want ErrMarkLost", err)
+	}
+}
+
+// commandCalls returns the calls of each command counted by INFO
+// commandstats, by name ("evalsha").
+func commandCalls(t *testing.T, c *redis.Client) map[string]int {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := map[string]int{}
+	for line := range strings.Lines(info) {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+		calls[name] = n
+	}
+	return calls
+}
+
+// TestRedisClaimNotSentReleasesNothing: a Begin whose claim never reached
+// Redis (its context done before, Redis not reachable) sends no abandon
+// after it: there is no mark to drop, and in an outage every failed
+// request would hold a connection and a goroutine for up to a second.
+func TestRedisClaimNotSentReleasesNothing(t *testing.T) {
+	url := needRedis(t)
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opt)
+	defer c.Close()
+	s := newRedisStore(t, "").(*Redis)
+	_ = begin(t, s, RequestKey("c", 0)).Abandon() // connected, scripts loaded
+	if err := c.ConfigResetStat(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range uint32(20) {
+		if _, err := s.Begin(ctx, RequestKey("c", i+1)); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Begin with a cancelled context: %v", err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // any release would have run
+	if calls := commandCalls(t, c); calls["evalsha"]+calls["eval"] != 0 {
+		t.Fatalf("20 Begins with a cancelled context sent scripts: %v", calls)
+	}
+
+	down, err := Open("redis://127.0.0.1:1/0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	for i := range uint32(2) {
+		if _, err := down.Begin(context.Background(), RequestKey("c", i)); err == nil {
+			t.Fatal("Begin on an unreachable Redis succeeded")
+		}
+	}
+	if n := down.(*Redis).releases.Load(); n != 0 {
+		t.Fatalf("%d releases after claims that could not connect", n)
+	}
+}
+
+// TestRedisClaimReleasesBounded: claims that may have run (sent, their
+// reply never come: a Redis that hangs) are each followed by a release,
+// but no more than maxReleases at once: the rest are left to expire by
+// their mark TTL, which is all the release would spare.
+func TestRedisClaimReleasesBounded(t *testing.T) {
+	s, err := Open("redis://"+silentServer(t)+"/0", WithKeyPrefix("hang:"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r := s.(*Redis)
+	for i := range uint32(3 * maxReleases) { // within a release's second
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_, err := s.Begin(ctx, RequestKey("c", i))
+		cancel()
+		if err == nil {
+			t.Fatal("Begin on a Redis that never answers succeeded")
+		}
+	}
+	if n := r.releases.Load(); n == 0 || n > maxReleases {
+		t.Fatalf("%d releases after %d claims lost on the wire, want 1 to %d", n, 3*maxReleases, maxReleases)
 	}
 }
