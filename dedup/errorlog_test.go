@@ -1,35 +1,21 @@
 package dedup
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/testhelp"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 )
 
-// lockedBuffer is a bytes.Buffer safe for concurrent writes, for a Logger.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := strings.TrimSpace(b.b.String())
+// lines returns the lines written to b so far.
+func linesOf(b *testhelp.SyncBuffer) []string {
+	s := strings.TrimSpace(b.String())
 	if s == "" {
 		return nil
 	}
@@ -65,7 +51,7 @@ func TestWrapStoreDownAnswerHidesCause(t *testing.T) {
 // refuses, the next line saying how many failures went unlogged; the
 // store failing at Complete is logged the same way.
 func TestWrapLogsStoreErrorsOncePerInterval(t *testing.T) {
-	var buf lockedBuffer
+	var buf testhelp.SyncBuffer
 	const every = 200 * time.Millisecond
 	log := NewErrorLog(slog.New(slog.NewTextHandler(&buf, nil)), every)
 	cause := errors.New("dial tcp 10.20.30.40:6379: connection refused")
@@ -74,7 +60,7 @@ func TestWrapLogsStoreErrorsOncePerInterval(t *testing.T) {
 	for i := range 5 {
 		w(context.Background(), nil, acrFor(uint32(i), 1))
 	}
-	lines := buf.lines()
+	lines := linesOf(&buf)
 	if time.Since(start) < every && len(lines) != 1 {
 		t.Fatalf("%d lines for 5 failures within the interval, want 1:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
@@ -83,13 +69,13 @@ func TestWrapLogsStoreErrorsOncePerInterval(t *testing.T) {
 	}
 	time.Sleep(every + 50*time.Millisecond)
 	w(context.Background(), nil, acrFor(9, 1))
-	lines = buf.lines()
+	lines = linesOf(&buf)
 	if len(lines) != 2 || !strings.Contains(lines[1], "unlogged=4") {
 		t.Fatalf("after the interval: %d lines, want 2, the second with unlogged=4:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
 
 	// The store failing at Complete.
-	var buf2 lockedBuffer
+	var buf2 testhelp.SyncBuffer
 	log2 := NewErrorLog(slog.New(slog.NewTextHandler(&buf2, nil)), every)
 	w2 := Wrap(completeFails{cause}, func(_ context.Context, _ *peer.Peer, req []byte) []byte {
 		return message.NewAnswer(req).ResultCode(message.Success).Bytes()
@@ -101,7 +87,7 @@ func TestWrapLogsStoreErrorsOncePerInterval(t *testing.T) {
 	if em, _ := message.StringOf(ans, message.ErrorMessage, 0); em != "duplicate store unavailable" {
 		t.Fatalf("Error-Message %q, want the fixed text", em)
 	}
-	if lines := buf2.lines(); len(lines) != 1 || !strings.Contains(lines[0], "10.20.30.40:6379") {
+	if lines := linesOf(&buf2); len(lines) != 1 || !strings.Contains(lines[0], "10.20.30.40:6379") {
 		t.Fatalf("Complete's failure logged as %q", lines)
 	}
 }
