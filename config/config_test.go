@@ -134,7 +134,7 @@ secret-file = "secret2"
 	}
 	// Peers as an inline array of tables, lines of their keys kept.
 	_, err = Parse("b.toml", []byte("peer = [\n  {url = \"tcp://a:1\"},\n  {url = \"tcp://b:1\", weight = 0},\n]\n"))
-	checkProblems(t, err, []Problem{{File: "b.toml", Line: 3, Key: "peer.weight", Msg: "0: want an integer >= 1"}})
+	checkProblems(t, err, []Problem{{File: "b.toml", Line: 3, Key: "peer.weight", Msg: "0: want an integer from 1 to 1048576 (the peer's share of the load)"}})
 }
 
 func TestMemoryDedupDefault(t *testing.T) {
@@ -240,8 +240,9 @@ func TestProblems(t *testing.T) {
 		{"two peers of one name", "[[peer]]\nname = \"a\"\nurl = \"tcp://a:1\"\n[[peer]]\nname = \"a\"\nurl = \"tcp://b:1\"\n", 5, "peer.name", `two peers named "a" (the other at line 1)`},
 		{"two peers of one URL", "[[peer]]\nname = \"a\"\nurl = \"tcp://a:1\"\n[[peer]]\nname = \"b\"\nurl = \"tcp://a:1\"\n", 6, "peer.url", "tcp://a:1 is also the url of the peer at line 1"},
 		{"two peers of one URL and no name", "[[peer]]\nurl = \"tcp://a:1\"\n[[peer]]\nurl = \"tcp://b:1\"\n[[peer]]\nurl = \"tcp://a:1\"\n", 6, "peer.url", `two peers named "tcp://a:1" (the other at line 1)`},
-		{"negative weight", "[[peer]]\nurl = \"tcp://a:1\"\nweight = -2\n", 3, "peer.weight", "-2: want an integer >= 1"},
-		{"zero weight", "[[peer]]\nurl = \"tcp://a:1\"\nweight = 0\n", 3, "peer.weight", "0: want an integer >= 1"},
+		{"negative weight", "[[peer]]\nurl = \"tcp://a:1\"\nweight = -2\n", 3, "peer.weight", "-2: want an integer from 1 to 1048576"},
+		{"weight above the balancer's bound", "[[peer]]\nurl = \"tcp://a:1\"\nweight = 1048577\n", 3, "peer.weight", "1048577: want an integer from 1 to 1048576"},
+		{"zero weight", "[[peer]]\nurl = \"tcp://a:1\"\nweight = 0\n", 3, "peer.weight", "0: want an integer from 1 to 1048576"},
 		{"weight a string", "[[peer]]\nurl = \"tcp://a:1\"\nweight = \"2\"\n", 3, "peer.weight", `"2": want an integer`},
 		{"bad role", "[[peer]]\nurl = \"tcp://a:1\"\nrole = \"backup\"\n", 3, "peer.role", `"backup": want primary or secondary`},
 		{"peer tw without unit", "[[peer]]\nurl = \"tcp://a:1\"\ntw = 30\n", 3, "peer.tw", "30 has no unit"},
@@ -388,7 +389,7 @@ rol = "primary"
 		{File: "t.toml", Line: 2, Key: "tw", Msg: "30 has no unit"},
 		{File: "t.toml", Line: 3, Key: "listen", Msg: `"127.0.0.1:3868" has no scheme`},
 		{File: "t.toml", Line: 4, Key: "colour", Msg: `unknown key "colour"`},
-		{File: "t.toml", Line: 9, Key: "peer.weight", Msg: "-1: want an integer >= 1"},
+		{File: "t.toml", Line: 9, Key: "peer.weight", Msg: "-1: want an integer from 1 to 1048576 (the peer's share of the load)"},
 		{File: "t.toml", Line: 12, Key: "peer.name", Msg: `two peers named "a" (the other at line 6)`},
 		{File: "t.toml", Line: 15, Key: "peer.secret-file", Msg: "give secret or secret-file, not both"},
 		{File: "t.toml", Line: 16, Key: "peer.rol", Msg: `unknown key "rol" (did you mean "role"?)`},

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/throttle"
 	"github.com/pelletier/go-toml/v2"
 	"github.com/pelletier/go-toml/v2/unstable"
@@ -408,8 +409,8 @@ func (c *checker) peers(cfg *Config, doc *fileDoc) {
 			p.Secret, p.SecretFile = cfg.Secret, cfg.SecretFile
 		}
 		if n, ok := c.int(at("weight"), fp.Weight); ok {
-			if n < 1 {
-				c.problem(at("weight"), "%d: want an integer >= 1 (the peer's share of the load)", n)
+			if n < 1 || n > loadbalance.MaxWeight {
+				c.problem(at("weight"), "%d: want an integer from 1 to %d (the peer's share of the load)", n, loadbalance.MaxWeight)
 			}
 			p.Weight = n
 		}

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 
 	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/peer"
 )
 
@@ -332,8 +333,8 @@ func parseNameWeight(s string, needWeight bool) (name string, weight int, err er
 		return "", 0, errors.New("empty name")
 	}
 	n, err := strconv.Atoi(ws)
-	if err != nil || n < 1 {
-		return "", 0, fmt.Errorf("weight %q: want an integer >= 1", ws)
+	if err != nil || n < 1 || n > loadbalance.MaxWeight {
+		return "", 0, fmt.Errorf("weight %q: want an integer from 1 to %d", ws, loadbalance.MaxWeight)
 	}
 	return name, n, nil
 }

@@ -245,7 +245,7 @@ func TestRoute(t *testing.T) {
 		{[]string{"--nai", nai}, "--server is required"},
 		{[]string{"--server", "a"}, "--nai is required"},
 		{[]string{"--nai", nai, "--server", "a", "--down", "c"}, "--down c is not a --server"},
-		{[]string{"--nai", nai, "--server", "a=0"}, "want an integer >= 1"},
+		{[]string{"--nai", nai, "--server", "a=0"}, "want an integer from 1 to"},
 		{[]string{"--nai", nai, "--server", "a=x"}, `weight "x"`},
 		{[]string{"--nai", nai, "--server", "a", "--server", "a=2"}, "given twice"},
 		{[]string{"--nai", nai, "--server", "a", "--algorithm", "nope"}, `--algorithm "nope"`},
