@@ -564,17 +564,6 @@ func (w *simWorld) lostAt(host string) bool {
 	return false
 }
 
-// lostPinnedTo reports whether a silent server lost a request that names
-// host in Destination-Host. w.mu is held.
-func (w *simWorld) lostPinnedTo(host string) bool {
-	for id := range w.dropped {
-		if r := w.reqs[id]; r != nil && r.pinned == host {
-			return true
-		}
-	}
-	return false
-}
-
 // simThrottled records a request the throttle admitted in its world.
 func simThrottled(cl *call.Call) {
 	w := simWorldOf(cl.Ref)
@@ -2058,7 +2047,6 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 		slow, dropped := w.slow[r.e2e], w.dropped[r.e2e]
 		out, needed, missed := w.handOver(r.e2e, r.at)
 		lost := w.lastDrop[r.e2e]
-		lostPinned := rq.pinned != "" && w.lostPinnedTo(rq.pinned)
 		var expired *throttle.ExpiredError
 		behindLost := errors.As(r.err, &expired) && expired.Server != "" && w.lostAt(expired.Server)
 		w.mu.Unlock()
@@ -2099,7 +2087,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			case w.tight && rq.drain && len(sends) == 0 && errors.Is(r.err, peer.ErrClosed):
 				// Still in the throttle's queue at Close, behind places
 				// that lost requests hold: Close fails what has not left.
-			case w.tight && len(sends) == 0 && (lostPinned || behindLost):
+			case w.tight && len(sends) == 0 && behindLost:
 				// Never sent: it waited in the throttle's queue of a
 				// server whose few places requests it lost hold until
 				// their deadlines (sent there, it would have been lost
