@@ -2,7 +2,6 @@ package client
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -63,13 +62,12 @@ func checkOverrides(cfg Config) error {
 	return nil
 }
 
-// checkLimits checks one server's limits with the throttle's own checks:
-// a throttle of that server alone is made and thrown away.
+// checkLimits checks one server's limits as the throttle does.
 func checkLimits(auth, acct throttle.Limits) error {
-	_, err := throttle.New(throttle.Config[*item]{Servers: []throttle.Server{{Name: "limits", Auth: auth, Accounting: acct}}})
-	if err != nil {
-		// The server named is the caller's to name.
-		return errors.New(strings.Replace(strings.TrimPrefix(err.Error(), "throttle: invalid configuration: "), `server "limits" `, "", 1))
+	for c, l := range [...]throttle.Limits{throttle.Auth: auth, throttle.Accounting: acct} {
+		if err := l.Check(); err != nil {
+			return fmt.Errorf("%s %w", throttle.Class(c), err)
+		}
 	}
 	return nil
 }

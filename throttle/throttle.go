@@ -246,8 +246,8 @@ func (s *Scheduler[T]) AddServer(sc Server) (int, error) {
 		sv.name = fmt.Sprintf("server%d", i)
 	}
 	for c, l := range [numClasses]Limits{sc.Auth, sc.Accounting} {
-		if l.MaxRate < 0 || l.MaxRate > MaxRate {
-			return 0, fmt.Errorf("%w: server %q %s MaxRate %d is outside 0..%d", ErrConfig, sv.name, Class(c), l.MaxRate, MaxRate)
+		if err := l.Check(); err != nil {
+			return 0, fmt.Errorf("%w: server %q %s %w", ErrConfig, sv.name, Class(c), err)
 		}
 		b := &sv.b[c]
 		b.maxOut = l.MaxOutstanding
@@ -262,6 +262,16 @@ func (s *Scheduler[T]) AddServer(sc Server) (int, error) {
 	}
 	s.srv = append(s.srv, sv)
 	return i, nil
+}
+
+// Check reports whether a server may be given limits l: its MaxRate
+// within 0..MaxRate. A configuration checks its limits with it before it
+// builds or changes anything.
+func (l Limits) Check() error {
+	if l.MaxRate < 0 || l.MaxRate > MaxRate {
+		return fmt.Errorf("MaxRate %d is outside 0..%d", l.MaxRate, MaxRate)
+	}
+	return nil
 }
 
 func gcd(a, b uint64) uint64 {
