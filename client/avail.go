@@ -273,6 +273,10 @@ var onWait func(cl *call.Call, v *avail, why string)
 // test can then count the requests in flight on each server.
 var onThrottled func(cl *call.Call)
 
+// onPicked, when set, is told of the server the throttle's pick chose for
+// a request: where it goes, or whose queue it waits in.
+var onPicked func(cl *call.Call, m *member)
+
 // A waiter holds requests that found no peer, on its own goroutine
 // (waitFor), until the view changes; then it dispatches them again, in
 // order, in a round, and keeps those that still find none. Waiters go in

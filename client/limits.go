@@ -127,6 +127,9 @@ func (c *Client) setupLimits() error {
 					return m.index, true // there or nowhere, as pick says
 				}
 				if m := c.pick(it.cl, v); m != nil {
+					if onPicked != nil {
+						onPicked(it.cl, m)
+					}
 					return m.index, false
 				}
 				return -1, false

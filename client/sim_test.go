@@ -143,9 +143,10 @@ func TestSim(t *testing.T) {
 	onStrand = simStranded
 	onWait = simWaited
 	onThrottled = simThrottled
+	onPicked = simPicked
 	defer func() {
 		testhook.Queued, testhook.AfterQueue, beforeStrand, beforeRefresh, onStrand, onWait = nil, nil, nil, nil, nil, nil
-		onThrottled = nil
+		onThrottled, onPicked = nil, nil
 		testhook.CallerRead = nil
 	}()
 	var failed []uint64
@@ -388,9 +389,10 @@ type simWorld struct {
 	mu        sync.Mutex
 	seq       int
 	sends     map[uint32][]simSend
-	stranded  map[*call.Call]bool // every request that waited for a peer (onStrand)
-	waitWhy   map[uint32][]string // why placeAll left each request waiting, with its view (onWait)
-	groups    []*simGroup         // the requests of each waiter started, while its deadlines run (onStrand)
+	stranded  map[*call.Call]bool  // every request that waited for a peer (onStrand)
+	waitWhy   map[uint32][]string  // why placeAll left each request waiting, with its view (onWait)
+	picks     map[uint32][]simPick // the servers the throttle's pick chose for each request (onPicked)
+	groups    []*simGroup          // the requests of each waiter started, while its deadlines run (onStrand)
 	groupOf   map[*call.Call]*simGroup
 	asked     map[[2]uint32]bool   // (e2e, hbh) of the servers' requests given to the client's handler
 	hrng      *rand.Rand           // the client handler's delays, under mu (rng is the schedule's goroutine's)
@@ -504,7 +506,7 @@ func (w *simWorld) handedOverOrder(routes map[simHop][]simMove) {
 					continue
 				}
 				w.counts.HandOverPairs++
-				if ms[j].yseq > ms[i].yseq {
+				if ms[j].yseq > ms[i].yseq || w.queuedElsewhere(ms[i].id, w.hostOfSend(ms[i].id, ms[i].yseq), ms[i].xseq, ms[j].yseq) {
 					continue
 				}
 				a, b := ms[i].id, ms[j].id
@@ -573,6 +575,56 @@ func simThrottled(cl *call.Call) {
 	w.mu.Lock()
 	w.calls = append(w.calls, cl)
 	w.mu.Unlock()
+}
+
+// simPick is a server the throttle's pick chose for a request, in the
+// order of sends (seq).
+type simPick struct {
+	seq  int
+	host string
+}
+
+// simPicked records the server the throttle's pick chose for a request.
+func simPicked(cl *call.Call, m *member) {
+	w := simWorldOf(cl.Ref)
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	if p := w.picks[cl.Ref]; len(p) < 64 {
+		w.picks[cl.Ref] = append(p, simPick{w.next(), m.spec.Name})
+	}
+	w.mu.Unlock()
+}
+
+// queuedElsewhere reports whether the throttle picked another server
+// than to for request a after its send at xseq and before seq: a waited
+// in that server's queue for a free place, or went there, while a request
+// behind it went to to at once; it follows when that server leaves
+// service. The throttle keeps the order of each server's queue, not
+// across servers: a busy server does not hold back the others. w.mu is
+// held.
+func (w *simWorld) queuedElsewhere(a uint32, to string, xseq, seq int) bool {
+	if !w.throttled || to == "" {
+		return false
+	}
+	for _, p := range w.picks[a] {
+		if p.seq > xseq && p.seq < seq && !message.EqualIdentity(p.host, to) {
+			return true
+		}
+	}
+	return false
+}
+
+// hostOfSend returns the server that request id's send seq was written
+// to, "" if unknown. w.mu is held.
+func (w *simWorld) hostOfSend(id uint32, seq int) string {
+	for _, s := range w.sends[id] {
+		if s.seq == seq {
+			return w.wrote[[2]uint32{id, s.hbh}]
+		}
+	}
+	return ""
 }
 
 // checkOutstanding checks, once every goroutine of the schedule is
@@ -1131,7 +1183,7 @@ func (w *simWorld) tryPause() time.Duration {
 
 func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	w := &simWorld{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), stranded: map[*call.Call]bool{},
-		waitWhy: map[uint32][]string{}, sends: map[uint32][]simSend{}, refusals: map[[2]uint32]int{}, wrote: map[[2]uint32]string{}, answered: map[uint32]time.Time{}, applied: map[uint32]int{}, commits: map[uint32][]string{},
+		waitWhy: map[uint32][]string{}, picks: map[uint32][]simPick{}, sends: map[uint32][]simSend{}, refusals: map[[2]uint32]int{}, wrote: map[[2]uint32]string{}, answered: map[uint32]time.Time{}, applied: map[uint32]int{}, commits: map[uint32][]string{},
 		commitAt: map[uint32]time.Time{}, runs: map[uint32]int{}, reqs: map[uint32]*simReq{}, slow: map[uint32]bool{}, dropped: map[uint32]bool{},
 		lastDrop: map[uint32]simDrop{}, outAt: map[string][]time.Time{}, waitedAt: map[uint32][]time.Time{},
 		groupOf: map[*call.Call]*simGroup{}, asked: map[[2]uint32]bool{}, hrng: rand.New(rand.NewPCG(seed, 0x4a4d)), trng: rand.New(rand.NewPCG(seed, 0x7472))}
@@ -2229,7 +2281,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 				t.Errorf("seed %d: failover handed %d and %d over out of send order (sent at %d then %d): %s; sends %+v and %+v", seed, a, b, m[i-1].xseq, m[i].xseq, r, w.sends[a], w.sends[b])
 				continue
 			}
-			if m[i].yseq > m[i-1].yseq {
+			if m[i].yseq > m[i-1].yseq || w.queuedElsewhere(a, w.hostOfSend(a, m[i-1].yseq), m[i-1].xseq, m[i].yseq) {
 				continue
 			}
 			t.Errorf("seed %d: replays out of send order: %d and %d moved together, sent at %d then %d, replayed at %d then %d; sends %+v and %+v; pinned %q %q; waited %q / %q", seed, a, b, m[i-1].xseq, m[i].xseq, m[i-1].yseq, m[i].yseq, w.sends[a], w.sends[b], w.reqs[a].pinned, w.reqs[b].pinned, w.waitWhy[a], w.waitWhy[b])
