@@ -148,7 +148,8 @@ type Reader interface {
 	Payload
 	// ReadAnswer runs on the caller's goroutine in Await: before Await
 	// first parks, again each time Offer wakes it, and once more if an
-	// Offer came as the call completed. It may read the connection until
+	// Offer came as the call completed or as its wait was cut short (the
+	// call has ended by then). It may read the connection until
 	// the call completes or Interrupt is called; whatever it took for
 	// that (the right to read the connection) it must hand on before it
 	// returns.
@@ -629,19 +630,21 @@ func (c *Call) Await(ctx context.Context, timeout time.Duration) Result {
 		}
 		c.wake.Wait()
 	}
-	for c.offered { // an Offer that came as the call completed: taken up all the same
-		c.readLocked(rd)
-	}
-	if rd != nil {
-		c.awaiting--
-	}
 	if !c.final() {
 		// The waiter ends it, so that the connection is told before Wait
-		// returns.
+		// returns, and before it takes up an Offer that came with the
+		// cut: a read for a call still pending would wait for its answer
+		// past the deadline, and nothing would interrupt it.
 		err := c.cut
 		c.mu.Unlock()
 		c.end(nil, 0, err, nil, true)
 		c.mu.Lock()
+	}
+	for c.offered { // an Offer that came as the call ended: taken up all the same
+		c.readLocked(rd)
+	}
+	if rd != nil {
+		c.awaiting--
 	}
 	r := Result{Ans: c.res.ans, Code: c.res.code, Err: c.res.err, // ours, or the answer that won the race
 		First: c.first, By: c.by, Sends: int(c.sends.Load())}

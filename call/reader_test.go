@@ -147,3 +147,43 @@ func TestOfferAtCompletionIsTakenUp(t *testing.T) {
 		assert.True(t, doneAtLast.Load())
 	})
 }
+
+// An Offer that lands with the cut of the caller's deadline, both before
+// the parked caller runs again, is taken up only once the call has ended:
+// a carrier's ReadAnswer for a call still pending reads until its answer
+// comes, and nothing would interrupt it, the cut being past.
+func TestOfferWithTheDeadlineReadsOnlyOnceEnded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cn := newConn("a")
+		var doneAtLast atomic.Bool
+		c, r := newReaderCall(func(r *treader) {
+			if r.reads.Load() == 1 {
+				return // registers for the baton and parks
+			}
+			doneAtLast.Store(r.c.IsDone())
+			// A socket read: until the call is done elsewhere or the
+			// read is interrupted, at most an hour.
+			for range 3600 {
+				if r.c.IsDone() || r.interrupts.Load() > 0 {
+					return
+				}
+				time.Sleep(time.Second)
+			}
+		})
+		boarded(t, c, cn)
+		start := time.Now()
+		done := make(chan Result, 1)
+		go func() { done <- c.Await(context.Background(), time.Minute) }()
+		synctest.Wait()
+		c.mu.Lock() // the Offer and the cut land together
+		c.offered = true
+		c.cut = ErrTimeout
+		c.mu.Unlock()
+		c.wake.Broadcast()
+		res := <-done
+		require.ErrorIs(t, res.Err, ErrTimeout)
+		assert.Less(t, time.Since(start), time.Second, "read past the cut")
+		assert.Equal(t, int32(2), r.reads.Load(), "the Offer taken up")
+		assert.True(t, doneAtLast.Load(), "taken up before the call ended")
+	})
+}
