@@ -215,8 +215,11 @@ type Call struct {
 	// wake wakes Wait once the state is final (its L is &mu).
 	wake sync.Cond
 	// wprev, wnext link the call into the list of its watch while it
-	// waits under a context that can end (under that watch's mu).
+	// waits under a context that can end (under that watch's mu);
+	// watched says an Await has it linked: one at a time, the call
+	// having one pair of links.
 	wprev, wnext *Call
+	watched      atomic.Bool
 
 	// Under mu (the fields are ordered for a small struct: one is made
 	// per request):
@@ -609,10 +612,18 @@ func (c *Call) Await(ctx context.Context, timeout time.Duration) Result {
 		defer t.Stop()
 	}
 	if done := ctx.Done(); done != nil && !c.done.Load() {
-		if w, err := watchFor(ctx, done, c); err != nil {
-			c.cutShort(err)
+		if c.watched.CompareAndSwap(false, true) {
+			defer c.watched.Store(false) // after remove
+			if w, err := watchFor(ctx, done, c); err != nil {
+				c.cutShort(err)
+			} else {
+				defer w.remove(c)
+			}
 		} else {
-			defer w.remove(c)
+			// Another Await of c has it linked in a watch: this one
+			// watches ctx on its own.
+			stop := context.AfterFunc(ctx, func() { c.cutShort(ctxError(ctx)) })
+			defer stop()
 		}
 	}
 	rd, _ := c.Proto.(Reader)
@@ -954,6 +965,16 @@ func (w *watch) retire() {
 	}
 }
 
+// ctxError is what a call waiting under ctx fails with once ctx ended:
+// ErrTimeout when its deadline passed; a cancelled request did not time
+// out, the caller gave up.
+func ctxError(ctx context.Context) error {
+	if err := ctx.Err(); errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
+	}
+	return fmt.Errorf("request canceled: %w", ctx.Err())
+}
+
 // fire runs when the context ends: every call still waiting fails with
 // the context's error, and ErrTimeout when its deadline passed (a
 // cancelled request did not time out: the caller gave up), each Wait
@@ -961,11 +982,7 @@ func (w *watch) retire() {
 func (w *watch) fire() {
 	recent.CompareAndSwap(w, nil) // so that an ended context is not kept
 	w.mu.Lock()
-	if err := w.ctx.Err(); errors.Is(err, context.DeadlineExceeded) {
-		w.err = fmt.Errorf("%w: %w", ErrTimeout, err)
-	} else {
-		w.err = fmt.Errorf("request canceled: %w", err)
-	}
+	w.err = ctxError(w.ctx)
 	var calls []*Call
 	for w.head != nil {
 		c := w.head

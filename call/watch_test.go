@@ -217,3 +217,45 @@ func TestWaitRaces(t *testing.T) {
 		}
 	}
 }
+
+// Two Awaits of one call at once, under one context or two: the call is
+// linked in one watch only, the other Await watches its context alone,
+// so the other calls of the shared watch still end with it, and each
+// Await returns at the first end.
+func TestTwoAwaitsOfOneCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		x, c := newCall(), newCall()
+		boarded(t, x, newConn(""))
+		boarded(t, c, newConn(""))
+		start := time.Now()
+		results := waitAll(ctx, []*Call{x})
+		synctest.Wait()
+		twice := waitAll(ctx, []*Call{c, c})
+		synctest.Wait()
+		assert.Equal(t, 2, waiting(ctx), "x and c, c linked once")
+		errs := results()
+		assert.Equal(t, time.Second, time.Since(start), "x ended with its context")
+		assert.ErrorIs(t, errs[0], ErrTimeout)
+		for _, err := range twice() {
+			assert.ErrorIs(t, err, ErrTimeout)
+		}
+		assert.Equal(t, time.Second, time.Since(start))
+
+		// Under two contexts: the shorter one ends the call for both.
+		short, cancelShort := context.WithTimeout(context.Background(), time.Second)
+		defer cancelShort()
+		long, cancelLong := context.WithTimeout(context.Background(), time.Hour)
+		defer cancelLong()
+		y := newCall()
+		boarded(t, y, newConn(""))
+		start = time.Now()
+		a, b := waitAll(long, []*Call{y}), waitAll(short, []*Call{y})
+		errs = append(a(), b()...)
+		assert.Equal(t, time.Second, time.Since(start))
+		for _, err := range errs {
+			assert.ErrorIs(t, err, ErrTimeout)
+		}
+	})
+}
