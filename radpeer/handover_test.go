@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/call"
+	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/transport"
+	lradius "layeh.com/radius"
 )
 
 // The server policy's hand-over takes the requests still live on a
@@ -79,5 +82,96 @@ func TestHandOverTakesTheRecycledConnectionsRequests(t *testing.T) {
 		}
 		mustClose(t, p)
 		ln.Close()
+	})
+}
+
+// An answer without a required Message-Authenticator, late on the
+// connection a request was handed over from, ends nothing: the request is
+// in flight at another server, whose answer it gets.
+func TestLateAnswerWithoutMAOnAConnectionTheCallLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lnA, lnB := newPipeListener(), newPipeListener()
+		var mu sync.Mutex
+		var held [][]byte
+		var tcA transport.Conn
+		release := make(chan struct{})
+		go func() { // A answers Status-Server and holds Access-Requests ...
+			tc, err := lnA.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			tcA = tc
+			mu.Unlock()
+			defer tc.Close()
+			for {
+				b, err := tc.ReadMessage()
+				if err != nil {
+					return
+				}
+				if radius.Code(b) == lradius.CodeStatusServer {
+					ans, _ := radius.EncodeResponse(b, lradius.CodeAccessAccept, nil, testSecret)
+					tc.WriteMessages(ans)
+					continue
+				}
+				mu.Lock()
+				held = append(held, b)
+				mu.Unlock()
+			}
+		}()
+		go func() { // ... then answers them without a Message-Authenticator
+			<-release
+			mu.Lock()
+			defer mu.Unlock()
+			for _, b := range held {
+				tcA.WriteMessages(unsignedAnswer(b, lradius.CodeAccessAccept, nil))
+			}
+		}()
+		gB := &gate{ch: make(chan struct{})}
+		srvB, err := NewServer(lnB, SchemeTCP, ServerConfig{Secret: testSecret, Handler: gB.handler})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go srvB.Serve()
+		cfgB := testConfig(30 * time.Second)
+		cfgB.Dialer = lnB.dialer()
+		pb, err := Dial("radius+tcp://b:1812", cfgB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfgA := testConfig(30 * time.Second)
+		cfgA.Dialer = lnA.dialer()
+		cfgA.Logger = quietLogger
+		cfgA.Failover = func(_ call.Carrier, calls []*call.Call, _ string) {
+			for _, cl := range calls {
+				if err := pb.Submit(cl); err != nil {
+					cl.Fail(err)
+				}
+			}
+		}
+		pa, err := Dial("radius+tcp://a:1812", cfgA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		cl := newCall(accessReq("u"))
+		if err := pa.submit(cl); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		pa.HandOver("down-timeout", nil)
+		synctest.Wait()
+		close(release) // A's late unsigned answer
+		synctest.Wait()
+		if got := pa.Stats().NoMA; got != 1 {
+			t.Errorf("NoMA = %d, want 1 (the late answer counted)", got)
+		}
+		time.Sleep(time.Second)
+		close(gB.ch) // B answers
+		if _, err := cl.wait(context.Background(), time.Minute); err != nil {
+			t.Errorf("a call in flight at B failed by A's late unsigned answer: %v", err)
+		}
+		mustClose(t, pa, pb, srvB)
+		lnA.Close()
 	})
 }

@@ -474,6 +474,7 @@ type rareFx struct {
 	b    []byte         // fxWrite: the packet
 	err  error          // fxFail: the call's error
 	lost bool           // fxFail: counted as lost (Stats.Lost) when it ends the call
+	on   *call.Conn     // fxFail: end the call only while it is in flight there
 	tc   transport.Conn // fxClose
 }
 
@@ -498,7 +499,9 @@ func (p *Peer) run(e *effect) {
 	case fxWrite:
 		e.c.out.Send(e.rare.b)
 	case fxFail:
-		if e.cl.Fail(e.rare.err) && e.rare.lost {
+		if e.rare.on != nil {
+			e.cl.FailOn(e.rare.on, e.rare.err)
+		} else if e.cl.Fail(e.rare.err) && e.rare.lost {
 			p.stats.lost.Add(1)
 		}
 	case fxAnswer:
@@ -1252,8 +1255,12 @@ func (c *conn) received(b []byte) {
 	c.free.push(id)
 	cl := s.call
 	if err != nil { // no Message-Authenticator although required
+		// It ends the request only while the request is in flight here:
+		// one that left this connection (a failover, a hand-over) and is
+		// in flight at another server, or waiting for one, is not ended
+		// by what this server sends late.
 		p.noMA(c, err)
-		p.fail(cl, err)
+		p.fx = append(p.fx, effect{kind: fxFail, cl: cl, rare: &rareFx{err: fmt.Errorf("RADIUS server %s: %w", p.url, err), on: &c.h}})
 		p.drain()
 		return
 	}
