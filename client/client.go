@@ -1394,7 +1394,9 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 	fm.stats.failedOver.Add(uint64(len(calls)))
 	moved := map[*member][]uint32{}
 	counts := map[*member]int{}
-	nwaiting := 0
+	// Counted apart from the ids: a record is written for every request,
+	// named or not (appendRef).
+	nwaiting, nrefused, nconcluded := 0, 0, 0
 	var order []*member
 	var waiting, refused, concluded []uint32
 	live := make([]*call.Call, 0, len(calls))
@@ -1409,6 +1411,7 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 			// (RFC 6733 5.5.4).
 			cl.Fail(fmt.Errorf("%w: Destination-Host %s is not reachable (%s)", ErrUnableToDeliver, dh, reason))
 			refused = appendRef(refused, cl)
+			nrefused++
 			continue
 		}
 		live = append(live, cl)
@@ -1437,6 +1440,7 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 			nwaiting++
 		case cl.IsDone():
 			concluded = appendRef(concluded, cl)
+			nconcluded++
 		default: // queued in the throttle: recorded when it leaves (execute)
 		}
 	}
@@ -1447,17 +1451,17 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 	if nwaiting > 0 {
 		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Parked, Reason: reason + "; no alternate in service: waiting", Moved: nwaiting, EndToEnd: waiting})
 	}
-	if len(concluded) > 0 {
+	if nconcluded > 0 {
 		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Refused, Reason: reason + "; no other peer left: the last refusal is the answer", EndToEnd: concluded})
 	}
-	if len(refused) > 0 {
+	if nrefused > 0 {
 		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Refused, Reason: reason + "; Destination-Host was the failed peer: DIAMETER_UNABLE_TO_DELIVER", EndToEnd: refused})
 	}
 }
 
 // appendRef appends the name of a request in the records: its Diameter
-// End-to-End id (a RADIUS request has none: its Identifier changes with
-// each send).
+// End-to-End id, or the number a RADIUS request was given when made (its
+// Identifier changes with each send); none if it has neither.
 func appendRef(ids []uint32, cl *call.Call) []uint32 {
 	if cl.Ref != 0 {
 		ids = append(ids, cl.Ref)

@@ -26,7 +26,7 @@ type FailoverRecord struct {
 	Outcome  FailoverOutcome `json:"outcome"`
 	Reason   string          `json:"reason"`
 	Moved    int             `json:"moved"`      // requests moved (Moved) or waiting (Parked)
-	EndToEnd []uint32        `json:"end_to_end"` // the requests' End-to-End Identifiers (Diameter; RADIUS has none: empty)
+	EndToEnd []uint32        `json:"end_to_end"` // the requests' End-to-End Identifiers (Diameter), or their numbers in this process (RADIUS, whose Identifier changes with each send)
 }
 
 // FailoverOutcome says what became of the requests of a FailoverRecord.

@@ -254,3 +254,22 @@ func TestUDPThrottledFailoverRecordNamesDestination(t *testing.T) {
 	assert.Equal(t, b.url(), last.To, "the real destination, not the throttle's queue")
 	assert.Equal(t, 1, last.Moved)
 }
+
+// A radius:// request that no server answers leaves a record of each
+// hand-over: moved from the first server, then refused at the last, no
+// other being left.
+func TestUDPFailoverRecordsOfTheLastRefusal(t *testing.T) {
+	a, b := newSilentUDP(t), newSilentUDP(t)
+	c := udpClient(t, PrimarySecondary, []PeerSpec{{URL: a.url()}, {URL: b.url()}}, nil)
+	_, err := c.Exchange(context.Background(), udpAccess("carol"))
+	require.ErrorIs(t, err, radpeer.ErrNoReply)
+	var recs []FailoverRecord
+	require.Eventually(t, func() bool { recs, _ = c.FailoverLog(); return len(recs) >= 2 }, 2*time.Second, 5*time.Millisecond)
+	require.Len(t, recs, 2)
+	assert.Equal(t, a.url(), recs[0].From)
+	assert.Equal(t, Moved, recs[0].Outcome)
+	assert.Equal(t, 1, recs[0].Moved)
+	assert.Equal(t, b.url(), recs[1].From)
+	assert.Equal(t, Refused, recs[1].Outcome)
+	assert.Contains(t, recs[1].Reason, "no other peer left")
+}
