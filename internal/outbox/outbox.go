@@ -146,10 +146,9 @@ func (o *Outbox) inlineLocked() bool {
 func (o *Outbox) writeInline(msg []byte, answers int) {
 	n, err := o.tw.TryWrite(msg)
 	if err != nil {
+		// writing stays set, as after a writer's failed write: nothing
+		// is written on this connection again, and onEnd runs once.
 		o.onEnd(err)
-		o.Mu.Lock()
-		o.writing = false
-		o.Mu.Unlock()
 		return
 	}
 	o.Mu.Lock()
