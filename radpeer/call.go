@@ -81,12 +81,27 @@ type rcall struct {
 	resp atomic.Pointer[Response]
 }
 
+// requestNumbers numbers the calls of this process (nextRef).
+var requestNumbers atomic.Uint32
+
+// nextRef returns the next request number: never 0, which names no
+// request; it wraps after 2^32-1 calls.
+func nextRef() uint32 {
+	for {
+		if n := requestNumbers.Add(1); n != 0 {
+			return n
+		}
+	}
+}
+
 // newCall wraps a request, its routing key (User-Name, Acct-Session-Id)
-// filled in. The call keeps r: do not change it afterwards.
+// filled in, and its request number as its Ref. The call keeps r: do not
+// change it afterwards.
 func newCall(r *radius.Request) *rcall {
 	c := &rcall{req: r}
 	c.Init()
 	c.Proto = c
+	c.Ref = nextRef()
 	for _, a := range r.Attributes {
 		switch a.Type {
 		case radius.AttrUserName:
@@ -110,8 +125,13 @@ func rcallOf(c *call.Call) *rcall {
 }
 
 // NewCall makes a call of a RADIUS request for a dispatcher (package
-// client), its routing key (User-Name, Acct-Session-Id) filled in. The
-// call keeps r: do not change it afterwards.
+// client), its routing key (User-Name, Acct-Session-Id) filled in. Its Ref
+// is the request's number: unique among the calls this process made
+// (numbered from 1, never 0, wrapping after 2^32-1 of them), the same
+// across all its sends, so that failover records name it as they name a
+// Diameter request by its End-to-End id. It is not sent: a RADIUS packet
+// carries only the Identifier of each send. The call keeps r: do not
+// change it afterwards.
 func NewCall(r *radius.Request) *call.Call { return &newCall(r).Call }
 
 // ResponseOf returns the answer that completed c, a call of NewCall; nil
