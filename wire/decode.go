@@ -2,9 +2,11 @@ package wire
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/fiorix/go-diameter/v4/diam"
+	"github.com/fiorix/go-diameter/v4/diam/datatype"
 	"github.com/fiorix/go-diameter/v4/diam/dict"
 )
 
@@ -33,15 +35,25 @@ import (
 //     as OctetString and DiameterIdentity are copied by the conversion). Decode decodes from a fresh copy of msg, so the returned
 //     message owns its bytes and shares nothing with msg either.
 //  4. Fixed-size types (Unsigned32, Integer64, Time, ...) with a wrong
-//     length decode silently as zero, and the walk then advances by the
-//     re-computed length instead of the wire length, misreading the rest.
-//     Decode advances by the wire length and rejects an AVP whose decoded
-//     form does not have its wire length.
+//     length decode silently as zero, and the walk inside a Grouped AVP
+//     then advances by the re-computed length instead of the wire length,
+//     misreading the AVPs that follow. Before go-diameter sees the message,
+//     Decode walks every AVP, into Grouped AVPs too, and refuses one whose
+//     Length does not fit: below its header, past the end of the message
+//     or of its group, or not the exact size of its type (an Unsigned32 of
+//     2 octets, an IPv4 Address of 5). It checks the decoded AVPs again
+//     afterwards, refusing any whose value would not re-encode to its wire
+//     length.
 //  5. diam.NewMessage replaces a zero Hop-by-Hop or End-to-End Identifier
 //     with a random one; Decode sets the header it read verbatim.
 //
 // Like diam.ReadMessage, Decode fails on a command the dictionary does not
 // know. AVPs the dictionary does not know decode as datatype.Unknown.
+//
+// An error about an AVP's length also matches ErrAVPLength: the message is
+// correctly framed, and a receiver answers a request with such an AVP
+// DIAMETER_INVALID_AVP_LENGTH (5014, RFC 6733 section 7.1.5) rather than
+// close the connection.
 func Decode(msg []byte, d *dict.Parser) (m *diam.Message, err error) {
 	if d == nil {
 		d = dict.Default
@@ -56,9 +68,10 @@ func Decode(msg []byte, d *dict.Parser) (m *diam.Message, err error) {
 	if int(h.Length) != len(msg) {
 		return nil, frameErr("header length %d but %d bytes given", h.Length, len(msg))
 	}
-	// Bounds-check all top-level AVPs before go-diameter sees them.
-	if off, reason := walkAVPs(msg, HeaderLen, func(AVP) bool { return true }); reason != "" {
-		return nil, frameErr("%s at offset %d", reason, off)
+	// Check every AVP's length, Grouped AVPs' contents included, before
+	// go-diameter sees them.
+	if err := checkAVPTree(msg, HeaderLen, 0, h.AppID, d); err != nil {
+		return nil, err
 	}
 	if _, err := d.FindCommand(h.AppID, h.CommandCode); err != nil {
 		return nil, &FrameError{Reason: fmt.Sprintf("unknown command %d (application %d)", h.CommandCode, h.AppID), Err: err}
@@ -97,9 +110,16 @@ func Decode(msg []byte, d *dict.Parser) (m *diam.Message, err error) {
 				Err:    err,
 			}
 		}
-		if a.Len() != padded {
-			return nil, frameErr("AVP %d (vendor %d) at offset %d: %d bytes on the wire, but its decoded %s value would be %d",
-				a.Code, a.VendorID, HeaderLen+off, padded, typeName(a), a.Len())
+		if bad := misdecoded(a); bad != nil {
+			hl := avpHeaderLen
+			if bad.Flags&avpFlagVendor != 0 {
+				hl = avpVendorHeaderLen
+			}
+			return nil, &FrameError{
+				Reason: fmt.Sprintf("AVP %d (vendor %d) in the AVP at offset %d: %d bytes on the wire, but its decoded %s value would be %d",
+					bad.Code, bad.VendorID, HeaderLen+off, bad.Length, typeName(bad), hl+bad.Data.Len()),
+				Err: ErrAVPLength,
+			}
 		}
 		m.AVP = append(m.AVP, a)
 		off += padded
@@ -112,4 +132,114 @@ func typeName(a *diam.AVP) string {
 		return "nil"
 	}
 	return fmt.Sprintf("%T", a.Data)
+}
+
+// ErrAVPLength is matched (with errors.Is) by a Decode error about an AVP
+// whose Length does not fit: below its own header, running past the end of
+// the message or of the Grouped AVP holding it, or not the size its type
+// has. RFC 6733 section 7.1.5 answers it DIAMETER_INVALID_AVP_LENGTH (5014).
+var ErrAVPLength = errors.New("AVP length does not fit its value")
+
+// fixedLen is the exact data length of the dictionary types that have one,
+// 0 for the others. An Address's length depends on its family (addressLen).
+func fixedLen(t datatype.TypeID) int {
+	switch t {
+	case datatype.Unsigned32Type, datatype.Integer32Type, datatype.EnumeratedType,
+		datatype.Float32Type, datatype.TimeType, datatype.IPv4Type:
+		return 4
+	case datatype.Unsigned64Type, datatype.Integer64Type, datatype.Float64Type:
+		return 8
+	case datatype.IPv6Type:
+		return 16
+	}
+	return 0
+}
+
+// addressLen is the exact data length of an Address of an IP family (RFC
+// 6733 4.3.1: two octets of family, then the address), 0 for the others.
+func addressLen(data []byte) int {
+	if len(data) < 2 {
+		return 0
+	}
+	switch binary.BigEndian.Uint16(data) {
+	case 1: // IPv4
+		return 2 + 4
+	case 2: // IPv6
+		return 2 + 16
+	}
+	return 0
+}
+
+// checkAVPTree walks the AVPs of b from off (b starts at the message's
+// first byte, so offsets are the message's), descending into every AVP that
+// d types as Grouped for application app, and returns a FrameError matching
+// ErrAVPLength for the first AVP whose length does not fit, or nil. group
+// is the offset of the Grouped AVP whose data ends b, 0 at the top level.
+func checkAVPTree(b []byte, off, group int, app uint32, d *dict.Parser) error {
+	var err error
+	pos := off
+	stop, reason := walkAVPs(b, off, func(a AVP) bool {
+		at := pos
+		l := int(uint24(b[at+5 : at+8]))
+		hl := l - len(a.Data)
+		pos += (l + 3) &^ 3
+		da, _ := d.FindAVPWithVendor(app, a.Code, a.Vendor)
+		if da == nil || da.Data.Type == datatype.UnknownType {
+			return true // go-diameter refuses it, or keeps its bytes as they are
+		}
+		t := da.Data.Type
+		want := fixedLen(t)
+		if t == datatype.AddressType {
+			want = addressLen(a.Data)
+		}
+		if want != 0 && len(a.Data) != want {
+			err = &FrameError{
+				Reason: fmt.Sprintf("AVP %d (vendor %d) at offset %d: %s of %d octets, not %d", a.Code, a.Vendor, at, da.Data.TypeName, len(a.Data), want),
+				Err:    ErrAVPLength,
+			}
+			return false
+		}
+		if t == datatype.GroupedType {
+			err = checkAVPTree(b[:at+l], at+hl, at, app, d)
+		}
+		return err == nil
+	})
+	if reason != "" {
+		where := ""
+		if group != 0 {
+			where = fmt.Sprintf(" (inside AVP %d at offset %d, which ends at %d)", binary.BigEndian.Uint32(b[group:]), group, len(b))
+		}
+		return &FrameError{Reason: fmt.Sprintf("%s at offset %d%s", reason, stop, where), Err: ErrAVPLength}
+	}
+	return err
+}
+
+// misdecoded returns the first AVP of the tree a (a itself or one inside
+// it) whose decoded value would not re-encode to its wire length, or nil.
+// A Grouped AVP's own length is compared padded: the padding of its last
+// AVP may or may not be counted in it.
+func misdecoded(a *diam.AVP) *diam.AVP {
+	hl := avpHeaderLen
+	if a.Flags&avpFlagVendor != 0 {
+		hl = avpVendorHeaderLen
+	}
+	if a.Data == nil {
+		return a
+	}
+	g, ok := a.Data.(*diam.GroupedAVP)
+	if !ok {
+		if a.Length != hl+a.Data.Len() {
+			return a
+		}
+		return nil
+	}
+	if (a.Length+3)&^3 != hl+g.Len() {
+		return a
+	}
+	for _, c := range g.AVP {
+		if bad := misdecoded(c); bad != nil {
+			return bad
+		}
+	}
+	return nil
 }

@@ -247,8 +247,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"AVP past the end", rawMsg(FlagRequest, 280, 0, rawAVP(264, 0x40, 0, 100, []byte("host"))), "AVP length runs past the end of the message"},
 		{"AVP header truncated", rawMsg(FlagRequest, 280, 0, oh, []byte{0, 0, 1, 8}), "AVP header truncated"},
 		{"unknown command", rawMsg(FlagRequest, 9999, 0, oh), "unknown command 9999"},
-		{"Unsigned32 with 8 bytes", rawMsg(FlagRequest, 280, 0, oh, rawAVP(278, 0x40, 0, 16, make([]byte, 8))), "AVP 278 (vendor 0) at offset 32: 16 bytes on the wire, but its decoded datatype.Unsigned32 value would be 12"},
-		{"Address with 2 bytes", rawMsg(FlagRequest, 257, 0, rawAVP(257, 0x40, 0, 10, []byte{0, 1})), "AVP 257 at offset 20"},
+		{"Unsigned32 with 8 bytes", rawMsg(FlagRequest, 280, 0, oh, rawAVP(278, 0x40, 0, 16, make([]byte, 8))), "AVP 278 (vendor 0) at offset 32: Unsigned32 of 8 octets, not 4"},
+		{"Address with 2 bytes", rawMsg(FlagRequest, 257, 0, rawAVP(257, 0x40, 0, 10, []byte{0, 1})), "AVP 257 (vendor 0) at offset 20"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -263,10 +263,10 @@ func TestDecodeErrors(t *testing.T) {
 	}
 }
 
-// A short vendor AVP nested inside a Grouped AVP passes the top-level bounds
-// check and reaches go-diameter, which indexes data[8:12] unchecked: Decode
-// must turn the panic into an error.
-func TestDecodeRecoversGoDiameterPanic(t *testing.T) {
+// A short vendor AVP nested inside a Grouped AVP makes go-diameter index
+// data[8:12] unchecked and panic: Decode must refuse it before go-diameter
+// sees it (and would turn a panic into an error if one got through).
+func TestDecodeRefusesWhatPanicsGoDiameter(t *testing.T) {
 	inner := rawAVP(266, 0x80, 0, 8, nil) // 'V' set, only 8 bytes
 	group := rawAVP(260, 0x40, 0, uint32(8+len(inner)), inner)
 	msg := rawMsg(FlagRequest, 257, 0, group)
@@ -282,7 +282,8 @@ func TestDecodeRecoversGoDiameterPanic(t *testing.T) {
 	m, err := Decode(msg, dict.Default)
 	require.ErrorIs(t, err, ErrBadFrame)
 	assert.Nil(t, m)
-	assert.Contains(t, err.Error(), "go-diameter panicked decoding AVPs")
+	assert.ErrorIs(t, err, ErrAVPLength)
+	assert.Contains(t, err.Error(), "AVP length below its header at offset 28")
 }
 
 // go-diameter v4.0.4's ReadMessage decodes bodies of up to 1024 bytes into a
