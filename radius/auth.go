@@ -185,6 +185,47 @@ type Request struct {
 	Attributes lradius.Attributes
 }
 
+// WithAcctDelay returns r as sent secs seconds after it was made: an
+// Accounting-Request's Acct-Delay-Time (RFC 2866 5.2, how many seconds
+// the client has been trying to send the record) is increased by secs,
+// saturating, and added with the value secs when r has none, since a
+// record sent late should say so. r itself is not modified: the result
+// shares r's other attributes. r is returned as it is when secs is 0,
+// when it is not an Accounting-Request, and when its Acct-Delay-Time is
+// not a 4-byte integer.
+//
+// A client calls it for every send that needs a new encoding anyway (the
+// first, and a re-send to another server or on another connection, with
+// a new Identifier), never for a retransmission of a packet to the same
+// server, which must stay byte-identical (RFC 5080 2.2.1).
+func (r *Request) WithAcctDelay(secs uint32) *Request {
+	if secs == 0 || r.Code != lradius.CodeAccountingRequest {
+		return r
+	}
+	attrs := make(lradius.Attributes, 0, len(r.Attributes)+1)
+	found := false
+	for _, a := range r.Attributes {
+		if a.Type == AttrAcctDelayTime && !found {
+			v, err := lradius.Integer(a.Attribute)
+			if err != nil {
+				return r
+			}
+			found = true
+			if v > ^uint32(0)-secs {
+				v = ^uint32(0)
+			} else {
+				v += secs
+			}
+			a = &lradius.AVP{Type: AttrAcctDelayTime, Attribute: lradius.NewInteger(v)}
+		}
+		attrs = append(attrs, a)
+	}
+	if !found {
+		attrs = append(attrs, &lradius.AVP{Type: AttrAcctDelayTime, Attribute: lradius.NewInteger(secs)})
+	}
+	return &Request{Code: r.Code, Attributes: attrs}
+}
+
 // EncodeRequest encodes r for one send with the given Identifier and
 // secret, and returns the packet and its Request Authenticator (what the
 // response is verified against). Access-Request and Status-Server get a

@@ -342,3 +342,48 @@ func TestMessageAuthenticatorFirstInAnswers(t *testing.T) {
 		}
 	}
 }
+
+func TestWithAcctDelay(t *testing.T) {
+	delayOf := func(r *Request) (uint32, int) {
+		n, d := 0, uint32(0)
+		for _, a := range r.Attributes {
+			if a.Type == AttrAcctDelayTime {
+				n++
+				d, _ = lradius.Integer(a.Attribute)
+			}
+		}
+		return d, n
+	}
+	acct := &Request{Code: lradius.CodeAccountingRequest, Attributes: lradius.Attributes{
+		{Type: AttrAcctSessionID, Attribute: []byte("s")},
+		{Type: AttrAcctDelayTime, Attribute: lradius.NewInteger(7)},
+	}}
+	if got := acct.WithAcctDelay(0); got != acct {
+		t.Error("0 s: a new request, want r itself")
+	}
+	got := acct.WithAcctDelay(3)
+	if d, n := delayOf(got); d != 10 || n != 1 {
+		t.Errorf("7 + 3 s: Acct-Delay-Time %d (%d of them), want 10", d, n)
+	}
+	if d, _ := delayOf(acct); d != 7 {
+		t.Errorf("r changed: %d", d)
+	}
+	if d, _ := delayOf(acct.WithAcctDelay(^uint32(0))); d != ^uint32(0) {
+		t.Errorf("overflow: %d, want the maximum", d)
+	}
+	bare := &Request{Code: lradius.CodeAccountingRequest, Attributes: lradius.Attributes{{Type: AttrAcctSessionID, Attribute: []byte("s")}}}
+	if d, n := delayOf(bare.WithAcctDelay(4)); d != 4 || n != 1 {
+		t.Errorf("absent: Acct-Delay-Time %d (%d of them), want 4 added", d, n)
+	}
+	if len(bare.Attributes) != 1 {
+		t.Error("r changed")
+	}
+	access := &Request{Code: lradius.CodeAccessRequest}
+	if access.WithAcctDelay(4) != access {
+		t.Error("an Access-Request changed")
+	}
+	odd := &Request{Code: lradius.CodeAccountingRequest, Attributes: lradius.Attributes{{Type: AttrAcctDelayTime, Attribute: []byte{1}}}}
+	if odd.WithAcctDelay(4) != odd {
+		t.Error("a malformed Acct-Delay-Time changed")
+	}
+}

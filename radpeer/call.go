@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -76,6 +77,9 @@ type Response struct {
 type rcall struct {
 	call.Call
 	req *radius.Request // read only
+	// made is when the call was made: an Accounting-Request's
+	// Acct-Delay-Time grows by the whole seconds since (encoded).
+	made time.Time
 	// resp is the answer that completes the call, set once by the first
 	// verified answer, before Finish.
 	resp atomic.Pointer[Response]
@@ -102,6 +106,9 @@ func newCall(r *radius.Request) *rcall {
 	c.Init()
 	c.Proto = c
 	c.Ref = nextRef()
+	if r.Code == lradius.CodeAccountingRequest {
+		c.made = time.Now()
+	}
 	for _, a := range r.Attributes {
 		switch a.Type {
 		case radius.AttrUserName:
@@ -112,6 +119,22 @@ func newCall(r *radius.Request) *rcall {
 	}
 	c.Accounting = r.Code == lradius.CodeAccountingRequest
 	return c
+}
+
+// encoded is the request as a new send encodes it: an Accounting-Request
+// with its Acct-Delay-Time increased by the whole seconds since the call
+// was made (radius.Request.WithAcctDelay), so that a record re-sent to
+// another server, or sent late after waiting, says how late it is. A
+// retransmission re-sends the packet of its send unchanged.
+func (c *rcall) encoded() *radius.Request {
+	if c.made.IsZero() {
+		return c.req
+	}
+	secs := time.Since(c.made) / time.Second
+	if secs > math.MaxUint32 {
+		secs = math.MaxUint32
+	}
+	return c.req.WithAcctDelay(uint32(secs))
 }
 
 // Lifecycle returns the Call c embeds (call.Payload).
@@ -130,8 +153,16 @@ func rcallOf(c *call.Call) *rcall {
 // (numbered from 1, never 0, wrapping after 2^32-1 of them), the same
 // across all its sends, so that failover records name it as they name a
 // Diameter request by its End-to-End id. It is not sent: a RADIUS packet
-// carries only the Identifier of each send. The call keeps r: do not
-// change it afterwards.
+// carries only the Identifier of each send.
+//
+// An Accounting-Request's Acct-Delay-Time (RFC 2866 5.2) is kept up to
+// date: each send encoded afresh (the first, a re-send to another server
+// or on another connection) carries the caller's value plus the whole
+// seconds since NewCall, and a record sent a second or more late gets the
+// attribute when the caller left it out; a retransmission to the same
+// server repeats its packet byte for byte (RFC 5080 2.2.1). Servers'
+// duplicate detection is not affected: AccountingKey leaves the
+// attribute out. The call keeps r: do not change it afterwards.
 func NewCall(r *radius.Request) *call.Call { return &newCall(r).Call }
 
 // ResponseOf returns the answer that completed c, a call of NewCall; nil

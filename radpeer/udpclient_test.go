@@ -1371,3 +1371,83 @@ func TestUDPSecondCloseHonoursItsContext(t *testing.T) {
 		require.NoError(t, p.Close(context.Background()), "a Close after the end returns at once")
 	})
 }
+
+// An Accounting-Request re-sent to another server says how late it is:
+// its Acct-Delay-Time is the caller's value plus the whole seconds since
+// the call was made (added when the caller left it out), while the
+// retransmissions to the first server repeat the first packet byte for
+// byte.
+func TestUDPAcctDelayTimeOnTheNextServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		a := startFake(n, "a:1813", noAnswer)
+		defer a.close()
+		b := startFake(n, "b:1813", nil)
+		defer b.close()
+		pb := newTestUDPPeer(t, n, "b:1813", UDPConfig{})
+		fo := failoverLog{then: func(c *call.Call) {
+			if err := pb.Submit(c); err != nil {
+				c.Fail(err)
+			}
+		}}
+		pa := newTestUDPPeer(t, n, "a:1813", UDPConfig{Failover: fo.hook})
+		with := acctReq("with")
+		with.Attributes.Add(radius.AttrAcctDelayTime, lradius.NewInteger(5))
+		c1 := submit(t, pa, with)
+		time.Sleep(1500 * time.Millisecond)
+		c2 := submit(t, pa, acctReq("without"))
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		for _, c := range []*call.Call{c1, c2} {
+			if err := resultOf(t, c); err != nil {
+				t.Fatalf("call: %v", err)
+			}
+		}
+		delay := func(pkt []byte) (uint32, bool) {
+			v, ok := radius.Attr(pkt, radius.AttrAcctDelayTime)
+			if !ok {
+				return 0, false
+			}
+			d, err := lradius.Integer(v)
+			if err != nil {
+				t.Fatalf("Acct-Delay-Time %x", v)
+			}
+			return d, true
+		}
+		sess := func(pkt []byte) string {
+			v, _ := radius.Attr(pkt, radius.AttrAcctSessionID)
+			return string(v)
+		}
+		first := map[string][]byte{}
+		for _, ar := range a.arrivals() {
+			s := sess(ar.b)
+			if first[s] == nil {
+				first[s] = ar.b
+			} else if !bytes.Equal(first[s], ar.b) {
+				t.Errorf("%s: a retransmission to the same server differs from the first send", s)
+			}
+		}
+		if d, ok := delay(first["with"]); !ok || d != 5 {
+			t.Errorf("first send of 'with': Acct-Delay-Time %d (%v), want the caller's 5", d, ok)
+		}
+		if _, ok := delay(first["without"]); !ok && first["without"] == nil {
+			t.Fatal("'without' never reached a")
+		} else if ok {
+			t.Errorf("first send of 'without', on time: Acct-Delay-Time added")
+		}
+		want := map[string]uint32{"with": 5 + 9, "without": 9} // handed over at +9 s
+		got := map[string]uint32{}
+		for _, ar := range b.arrivals() {
+			d, ok := delay(ar.b)
+			if !ok {
+				t.Errorf("%s at b: no Acct-Delay-Time", sess(ar.b))
+			}
+			got[sess(ar.b)] = d
+		}
+		for s, w := range want {
+			if got[s] != w {
+				t.Errorf("%s at b: Acct-Delay-Time %d, want %d", s, got[s], w)
+			}
+		}
+	})
+}
