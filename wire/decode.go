@@ -25,8 +25,9 @@ import (
 //     validates the header first and never allocates more than len(msg).
 //  2. AVP.DecodeFromBytes reads data[8:12] for a Vendor-ID when the 'V'
 //     flag is set without checking the AVP is 12 bytes long, and panics.
-//     Decode checks every top-level AVP's bounds before decoding and also
-//     recovers any panic from go-diameter, returning it as a FrameError.
+//     Decode checks every AVP's bounds, in Grouped AVPs too, before
+//     decoding, and also recovers any panic from go-diameter, returning it
+//     as a FrameError.
 //  3. ReadMessage reads bodies of up to MessageBufferLength (1024) bytes
 //     into a pooled buffer that goes back to a sync.Pool when it returns,
 //     and the []byte-based values (Address, IPv4, IPv6, and Unknown, i.e.
@@ -53,7 +54,9 @@ import (
 // An error about an AVP's length also matches ErrAVPLength: the message is
 // correctly framed, and a receiver answers a request with such an AVP
 // DIAMETER_INVALID_AVP_LENGTH (5014, RFC 6733 section 7.1.5) rather than
-// close the connection.
+// close the connection. A message whose AVPs nest deeper than MaxAVPDepth
+// is refused with an error matching ErrAVPTooDeep (answered
+// DIAMETER_INVALID_AVP_VALUE, 5004), before any recursion into it.
 func Decode(msg []byte, d *dict.Parser) (m *diam.Message, err error) {
 	if d == nil {
 		d = dict.Default
@@ -70,7 +73,7 @@ func Decode(msg []byte, d *dict.Parser) (m *diam.Message, err error) {
 	}
 	// Check every AVP's length, Grouped AVPs' contents included, before
 	// go-diameter sees them.
-	if err := checkAVPTree(msg, HeaderLen, 0, h.AppID, d); err != nil {
+	if err := checkAVPTree(msg, HeaderLen, 0, 1, h.AppID, d); err != nil {
 		return nil, err
 	}
 	if _, err := d.FindCommand(h.AppID, h.CommandCode); err != nil {
@@ -140,6 +143,21 @@ func typeName(a *diam.AVP) string {
 // has. RFC 6733 section 7.1.5 answers it DIAMETER_INVALID_AVP_LENGTH (5014).
 var ErrAVPLength = errors.New("AVP length does not fit its value")
 
+// MaxAVPDepth is how deeply Decode lets AVPs nest: a top-level AVP is at
+// depth 1, an AVP inside a top-level Grouped AVP at depth 2, and so on.
+// Real applications nest 3 to 5 deep, one more inside a Failed-AVP. A
+// message with an AVP deeper than this is refused before go-diameter
+// decodes it, whose time grows with the square of the depth and whose
+// stack grows with the depth: a chain of empty Grouped AVPs nests one
+// level every 8 bytes, and overflowing the stack would end the process.
+const MaxAVPDepth = 16
+
+// ErrAVPTooDeep is matched (with errors.Is) by a Decode error about an AVP
+// nested deeper than MaxAVPDepth. The outermost Grouped AVP's value is what
+// is wrong: RFC 6733 section 7.1.5 answers it DIAMETER_INVALID_AVP_VALUE
+// (5004).
+var ErrAVPTooDeep = errors.New("AVPs nest too deeply")
+
 // fixedLen is the exact data length of the dictionary types that have one,
 // 0 for the others. An Address's length depends on its family (addressLen).
 func fixedLen(t datatype.TypeID) int {
@@ -173,9 +191,12 @@ func addressLen(data []byte) int {
 // checkAVPTree walks the AVPs of b from off (b starts at the message's
 // first byte, so offsets are the message's), descending into every AVP that
 // d types as Grouped for application app, and returns a FrameError matching
-// ErrAVPLength for the first AVP whose length does not fit, or nil. group
-// is the offset of the Grouped AVP whose data ends b, 0 at the top level.
-func checkAVPTree(b []byte, off, group int, app uint32, d *dict.Parser) error {
+// ErrAVPLength for the first AVP whose length does not fit, one matching
+// ErrAVPTooDeep for the first AVP nested deeper than MaxAVPDepth, or nil.
+// group is the offset of the Grouped AVP whose data ends b, 0 at the top
+// level; depth is that of b's AVPs, 1 at the top level. The recursion is
+// at most MaxAVPDepth deep.
+func checkAVPTree(b []byte, off, group, depth int, app uint32, d *dict.Parser) error {
 	var err error
 	pos := off
 	stop, reason := walkAVPs(b, off, func(a AVP) bool {
@@ -183,6 +204,14 @@ func checkAVPTree(b []byte, off, group int, app uint32, d *dict.Parser) error {
 		l := int(uint24(b[at+5 : at+8]))
 		hl := l - len(a.Data)
 		pos += (l + 3) &^ 3
+		if depth > MaxAVPDepth {
+			err = &FrameError{
+				Reason: fmt.Sprintf("AVP %d (vendor %d) at offset %d, inside AVP %d at offset %d, is nested %d deep, more than %d",
+					a.Code, a.Vendor, at, binary.BigEndian.Uint32(b[group:]), group, depth, MaxAVPDepth),
+				Err: ErrAVPTooDeep,
+			}
+			return false
+		}
 		da, _ := d.FindAVPWithVendor(app, a.Code, a.Vendor)
 		if da == nil || da.Data.Type == datatype.UnknownType {
 			return true // go-diameter refuses it, or keeps its bytes as they are
@@ -200,7 +229,7 @@ func checkAVPTree(b []byte, off, group int, app uint32, d *dict.Parser) error {
 			return false
 		}
 		if t == datatype.GroupedType {
-			err = checkAVPTree(b[:at+l], at+hl, at, app, d)
+			err = checkAVPTree(b[:at+l], at+hl, at, depth+1, app, d)
 		}
 		return err == nil
 	})

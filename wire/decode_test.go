@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/fiorix/go-diameter/v4/diam"
@@ -84,4 +85,51 @@ func TestDecodeAcceptsExactLengths(t *testing.T) {
 	require.Len(t, g.AVP, 2)
 	assert.Equal(t, datatype.Unsigned32(10), g.AVP[0].Data)
 	assert.Equal(t, datatype.Unsigned32(4), g.AVP[1].Data)
+}
+
+// failedChain is a Failed-AVP (279, Grouped, any AVP inside) holding a
+// Failed-AVP holding ..., depth AVPs deep: empty at the bottom, it nests
+// one level every 8 bytes.
+func failedChain(depth int) []byte {
+	b := make([]byte, 8*depth)
+	for i := range depth {
+		h := b[8*i:]
+		l := 8 * (depth - i)
+		binary.BigEndian.PutUint32(h, 279)
+		h[4], h[5], h[6], h[7] = 0x40, byte(l>>16), byte(l>>8), byte(l)
+	}
+	return b
+}
+
+// Decode lets AVPs nest MaxAVPDepth deep and refuses one level more with
+// ErrAVPTooDeep, before go-diameter recurses into it: a 64 KiB request
+// nests 8,000 deep, which go-diameter takes time quadratic in the depth to
+// decode, and deeper ones overflow the stack.
+func TestDecodeNestingDepth(t *testing.T) {
+	oh := rawAVP(264, 0x40, 0, 12, []byte("host"))
+	or := rawAVP(296, 0x40, 0, 13, []byte("realm"))
+
+	m, err := Decode(rawMsg(FlagRequest, 280, 0, oh, or, failedChain(MaxAVPDepth)), dict.Default)
+	require.NoError(t, err)
+	deepest := 0
+	for a, d := m.AVP[2], 1; a != nil; d++ {
+		deepest = d
+		g := a.Data.(*diam.GroupedAVP)
+		a = nil
+		if len(g.AVP) > 0 {
+			a = g.AVP[0]
+		}
+	}
+	assert.Equal(t, MaxAVPDepth, deepest)
+
+	for _, depth := range []int{MaxAVPDepth + 1, (DefaultMaxMessageLen - 100) / 8} {
+		msg := rawMsg(FlagRequest, 280, 0, oh, or, failedChain(depth))
+		m, err := Decode(msg, dict.Default)
+		require.Error(t, err, "depth %d", depth)
+		assert.Nil(t, m)
+		assert.ErrorIs(t, err, ErrBadFrame)
+		assert.ErrorIs(t, err, ErrAVPTooDeep)
+		assert.NotErrorIs(t, err, ErrAVPLength)
+		assert.Contains(t, err.Error(), "AVP 279 (vendor 0) at offset 176, inside AVP 279 at offset 168, is nested 17 deep, more than 16")
+	}
 }
