@@ -67,12 +67,19 @@ func (g *Group) Add(name string) (int, error) {
 }
 
 // Remove takes server i out for good: it is unavailable from now on, and
-// Tick no longer advances it. Its index is not reused.
+// nothing advances it any more (Tick, or a reply or a send on the
+// connection it drains: a server of its name may have replaced it, and
+// the state changes of the old one would be read as the new one's). Its
+// index is not reused.
 func (g *Group) Remove(i int) {
 	g.mu.Lock()
 	g.removed[i], g.avail[i] = true, false
 	g.mu.Unlock()
 }
+
+// frozen is the Output of a call on removed server i: its last state,
+// nothing allowed, no change. g.mu is held.
+func (g *Group) frozen(i int) Output { return Output{State: g.t[i].state} }
 
 // Len returns the number of servers, removed ones included.
 func (g *Group) Len() int {
@@ -130,6 +137,9 @@ func (g *Group) probeOK(i int) bool {
 func (g *Group) Allow(i int, now time.Time) Output {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.removed[i] {
+		return g.frozen(i)
+	}
 	if !g.avail[i] {
 		return g.t[i].hold(now, g.probeOK(i))
 	}
@@ -140,6 +150,9 @@ func (g *Group) Allow(i int, now time.Time) Output {
 func (g *Group) OnSent(i int, now time.Time) Output {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.removed[i] {
+		return g.frozen(i)
+	}
 	return g.t[i].OnSent(now)
 }
 
@@ -156,6 +169,9 @@ func (g *Group) ReplyMark(i int) uint64 {
 func (g *Group) OnSentSince(i int, now time.Time, mark uint64) Output {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.removed[i] {
+		return g.frozen(i)
+	}
 	return g.t[i].OnSentSince(now, mark)
 }
 
@@ -163,6 +179,9 @@ func (g *Group) OnSentSince(i int, now time.Time, mark uint64) Output {
 func (g *Group) OnReply(i int, now time.Time) Output {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.removed[i] {
+		return g.frozen(i)
+	}
 	return g.t[i].OnReply(now)
 }
 

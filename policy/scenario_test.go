@@ -359,6 +359,13 @@ func TestGroupAddAndRemove(t *testing.T) {
 	}
 	_, ok := g.NextWakeup()
 	assert.False(t, ok, "no wake-up for the removed server's unanswered request")
+	// Its connection drains: a reply, a send or an Allow there past the
+	// down-timeout neither advances it nor says it changed state (a
+	// server of the same name may have replaced it).
+	for _, o := range []Output{g.OnReply(1, at(101*s)), g.OnSentSince(1, at(102*s), g.ReplyMark(1)), g.OnSent(1, at(103*s)), g.Allow(1, at(104*s))} {
+		assert.Empty(t, recs(o.Events()...), "a removed server changes no state")
+		assert.False(t, o.Allow)
+	}
 }
 
 // WantsProbe says which probing server waits for a real request: until
