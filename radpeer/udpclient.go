@@ -266,6 +266,7 @@ type udpSend struct {
 	badAuth  int  // replies on its Identifier that failed verification
 	over     bool // retries exhausted or the call ended: no more sends
 	timer    *time.Timer
+	board    call.Boarding // undone when a HandOver takes it before it is sent
 }
 
 // idRing256 is a FIFO of free Identifiers: the least recently released
@@ -332,11 +333,55 @@ func (p *UDPPeer) InService() bool { return !p.closed.Load() }
 // server before (each server at most once).
 func (p *UDPPeer) Avoids(c *call.Call) bool { return c.Avoids(&p.h, p) }
 
-// HandOver does nothing (call.Carrier): over UDP each request is handed
-// to Config.Failover on its own once its retransmissions go unanswered
-// (Timeout x Retries, which is also a server policy's default
+// HandOver hands the requests waiting for an Identifier here (never
+// sent to this server), but those keep reports true for (keep may be
+// nil), to Config.Failover with reason, in the order they came
+// (call.Carrier): a dispatcher that decided the server does not answer
+// (a server policy's down-timeout) gets them back at once instead of
+// their waiting for Identifiers held by unanswered requests and then
+// being sent to it. They are not refused here: the server may get them
+// again once it is back in service. The requests in flight are left to
+// their retransmissions, each handed to Failover on its own once they go
+// unanswered (Timeout x Retries, which is also a server policy's default
 // down-timeout), as a RADIUS client retries a server before the next.
-func (p *UDPPeer) HandOver(string, func(*call.Call) bool) {}
+// Without a Failover, or once closing, it does nothing.
+func (p *UDPPeer) HandOver(reason string, keep func(*call.Call) bool) {
+	if p.cfg.Failover == nil {
+		return
+	}
+	var out []*call.Call
+	p.mu.Lock()
+	if p.closed.Load() {
+		p.mu.Unlock()
+		return
+	}
+	for _, at := range []*udpAddr{p.auth, p.acct} {
+		if at == nil {
+			continue
+		}
+		stay := at.waiting[:0]
+		for _, w := range at.waiting {
+			switch {
+			case w.over || w.rc.IsDone():
+				// pruned
+			case keep != nil && keep(&w.rc.Call):
+				stay = append(stay, w)
+			default:
+				w.over = true
+				delete(p.sending, w.rc)
+				w.rc.Unboard(&p.h, w.board)
+				out = append(out, &w.rc.Call)
+			}
+		}
+		clear(at.waiting[len(stay):])
+		at.waiting = stay
+	}
+	p.checkDrained()
+	p.mu.Unlock()
+	if len(out) > 0 {
+		p.cfg.Failover(p, out, reason)
+	}
+}
 
 // SubmitAll is Submit for a batch, in order (call.Carrier): the calls
 // sent here before come back in refused; on error none was sent.
@@ -387,7 +432,7 @@ func (p *UDPPeer) Submit(c *call.Call) error {
 		return fmt.Errorf("RADIUS server %s: %w", p.url, ErrAlreadySent)
 	}
 	rc.Lock()
-	_, err := rc.BoardLocked(&p.h)
+	board, err := rc.BoardLocked(&p.h)
 	rc.Unlock()
 	switch {
 	case errors.Is(err, call.ErrComplete):
@@ -397,7 +442,7 @@ func (p *UDPPeer) Submit(c *call.Call) error {
 		p.mu.Unlock()
 		return fmt.Errorf("RADIUS server %s: %w", p.url, ErrAlreadySent)
 	}
-	snd := &udpSend{rc: rc, at: at, max: p.cfg.Retries}
+	snd := &udpSend{rc: rc, at: at, max: p.cfg.Retries, board: board}
 	if n := c.Attempts(); n > 0 {
 		snd.max = n
 	}

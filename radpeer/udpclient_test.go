@@ -1451,3 +1451,58 @@ func TestUDPAcctDelayTimeOnTheNextServer(t *testing.T) {
 		}
 	})
 }
+
+// HandOver gives the Failover the requests waiting for an Identifier at
+// a server that does not answer, at once and not refused there; those in
+// flight go on with their retransmissions and are handed over when they
+// run out, and nothing is sent to that server later.
+func TestUDPHandOverTakesTheWaitingRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		f := startFake(n, "srv:1812", noAnswer)
+		defer f.close()
+		var fo failoverLog
+		p := newTestUDPPeer(t, n, "srv:1812", UDPConfig{Failover: fo.hook, MaxSockets: 1})
+		start := time.Now()
+		var calls []*call.Call
+		for i := range IDsPerSocket + 10 {
+			calls = append(calls, submit(t, p, accessReq(fmt.Sprint("u", i))))
+		}
+		synctest.Wait()
+		if w := p.Stats().Waiting; w != 10 {
+			t.Fatalf("%d waiting, want 10", w)
+		}
+		kept := calls[IDsPerSocket]
+		p.HandOver("down-timeout", func(c *call.Call) bool { return c == kept })
+		synctest.Wait()
+		got := fo.list()
+		if len(got) != 9 || p.Stats().Waiting != 1 {
+			t.Fatalf("after HandOver: %d handed over, %d waiting; want 9 and the one kept", len(got), p.Stats().Waiting)
+		}
+		for i, h := range got {
+			if want := calls[IDsPerSocket+1+i]; h.c != want || h.reason != "down-timeout" {
+				t.Errorf("hand-over %d: %v (%q), want the waiting requests in order", i, h.c.Ref, h.reason)
+			}
+			if h.c.RefusedBy(p) || p.Avoids(h.c) || h.c.IsDone() {
+				t.Errorf("a request never sent here is refused here, avoided or complete (%s)", h.c.State())
+			}
+		}
+		p.HandOver("down-timeout", nil)
+		synctest.Wait()
+		if n := fo.len(); n != 10 || p.Stats().Waiting != 0 {
+			t.Fatalf("second HandOver: %d handed over, %d waiting", n, p.Stats().Waiting)
+		}
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		got = fo.list()
+		if len(got) != IDsPerSocket+10 {
+			t.Fatalf("%d handed over, want %d", len(got), IDsPerSocket+10)
+		}
+		if last := got[len(got)-1].at.Sub(start); last != 3*DefaultUDPTimeout {
+			t.Errorf("the last hand-over at +%v, want +9s (the in-flight requests' retransmissions)", last)
+		}
+		if c := f.count(); c != 3*IDsPerSocket {
+			t.Errorf("%d datagrams at the server, want %d: the waiting requests were sent there", c, 3*IDsPerSocket)
+		}
+	})
+}
