@@ -2,6 +2,7 @@ package message
 
 import (
 	"encoding/binary"
+	"fmt"
 
 	"github.com/aaatp/aaatp/wire"
 )
@@ -24,9 +25,14 @@ type Identity struct {
 // Append anything else the refusal needs (a Failed-AVP group) to the
 // Builder, then call Bytes. A zero field of from is left out: only a test
 // that runs a handler without a Peer has no identity to sign with.
+//
+// A Session-Id too long to echo (more than MaxEchoedSessionID octets, which
+// only a request near wire.MaxMessageLen can hold) is left out, so that the
+// answer, with room for what a refusal appends, stays short enough for its
+// header: Bytes never fails on an answer to a peer's request.
 func ErrorAnswer(req []byte, from Identity, result uint32, errMsg string) *Builder {
 	b := NewAnswer(req)
-	if sid, ok := wire.FindAVP(req, SessionID, 0); ok {
+	if sid, ok := wire.FindAVP(req, SessionID, 0); ok && len(sid) <= MaxEchoedSessionID {
 		b.Octets(SessionID, 0, true, sid)
 	}
 	b.ResultCode(result)
@@ -42,6 +48,11 @@ func ErrorAnswer(req []byte, from Identity, result uint32, errMsg string) *Build
 	return b
 }
 
+// MaxEchoedSessionID is the longest Session-Id ErrorAnswer and
+// SuccessAnswer echo: wire.MaxMessageLen less 64 KiB, the room an answer's
+// other AVPs may take. Real Session-Ids are a few dozen octets.
+const MaxEchoedSessionID = wire.MaxMessageLen - 64<<10
+
 // AVPID names an AVP: its code and vendor (0 for the base protocol's).
 type AVPID struct{ Code, Vendor uint32 }
 
@@ -54,24 +65,29 @@ type AVPID struct{ Code, Vendor uint32 }
 // would produce, made in one walk over req and one allocation of the
 // answer's exact size. The first AVP of a code counts, as with
 // wire.FindAVP; an echoed AVP that does not hold 4 octets is left out, as
-// Uint32Of finds none.
+// Uint32Of finds none, and so is a Session-Id longer than
+// MaxEchoedSessionID, as ErrorAnswer leaves it out. Like Bytes, it panics
+// rather than write a wrong length if from's names make the answer longer
+// than wire.MaxMessageLen.
 func SuccessAnswer(req []byte, from Identity, echo ...AVPID) []byte {
 	var (
-		sid    []byte
-		hasSID bool
-		valsA  [4]uint32
-		seenA  [4]byte // 1 seen, 2 seen and 4 octets
-		vals   = valsA[:]
-		seen   = seenA[:]
-		left   = 1 + len(echo)
+		sid     []byte
+		seenSID bool // the first Session-Id counts
+		hasSID  bool // and is echoed
+		valsA   [4]uint32
+		seenA   [4]byte // 1 seen, 2 seen and 4 octets
+		vals    = valsA[:]
+		seen    = seenA[:]
+		left    = 1 + len(echo)
 	)
 	if len(echo) > len(valsA) {
 		vals, seen = make([]uint32, len(echo)), make([]byte, len(echo))
 	}
 	_ = wire.WalkAVPs(req, func(a wire.AVP) bool { // a malformed AVP ends the walk, as it ends FindAVP's
 		if a.Code == SessionID && a.Vendor == 0 {
-			if !hasSID {
-				sid, hasSID = a.Data, true
+			if !seenSID {
+				seenSID = true
+				sid, hasSID = a.Data, len(a.Data) <= MaxEchoedSessionID
 				left--
 			}
 			return left > 0
@@ -101,6 +117,9 @@ func SuccessAnswer(req []byte, from Identity, echo ...AVPID) []byte {
 		if seen[i] == 2 {
 			n += avpLen(id.Vendor, 4)
 		}
+	}
+	if n > wire.MaxMessageLen {
+		panic(fmt.Errorf("%w: %d octets, at most %d", ErrTooLong, n, wire.MaxMessageLen))
 	}
 	b := make([]byte, 0, n)
 	b = append(b, wire.Version, byte(n>>16), byte(n>>8), byte(n), wire.Flags(req)&wire.FlagProxiable)

@@ -12,6 +12,8 @@ package message
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"net/netip"
 	"strconv"
 
@@ -254,17 +256,41 @@ func (m *Builder) End() *Builder {
 	return m
 }
 
-// Bytes finishes the message (closing any open group) and returns it.
-func (m *Builder) Bytes() []byte {
+// ErrTooLong is the error of Build for a message longer than its header's
+// 24-bit Length field can say (wire.MaxMessageLen octets): written anyway,
+// the length would wrap and the receiver would read the rest of the message
+// as the next ones.
+var ErrTooLong = errors.New("message: longer than a Diameter header can say")
+
+// Build finishes the message (closing any open group) and returns it, or,
+// when it is longer than wire.MaxMessageLen, nil and an error matching
+// ErrTooLong. (No AVP can then be too long for its own 24-bit Length
+// either.)
+func (m *Builder) Build() ([]byte, error) {
 	for len(m.groups) > 0 {
 		m.End()
 	}
 	l := len(m.b)
+	if l > wire.MaxMessageLen {
+		return nil, fmt.Errorf("%w: %d octets, at most %d", ErrTooLong, l, wire.MaxMessageLen)
+	}
 	m.b[1], m.b[2], m.b[3] = byte(l>>16), byte(l>>8), byte(l)
 	if m.protoErr {
 		m.b[4] |= wire.FlagError
 	}
-	return m.b
+	return m.b, nil
+}
+
+// Bytes is Build for a message its caller knows to be short enough (every
+// message the engine builds, ErrorAnswer's included, whatever the request
+// it answers): it panics, rather than write a wrong length, when the
+// message is longer than wire.MaxMessageLen.
+func (m *Builder) Bytes() []byte {
+	b, err := m.Build()
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 // Uint32Of reads a top-level Unsigned32 AVP without decoding the message.
