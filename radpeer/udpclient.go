@@ -221,6 +221,12 @@ type UDPPeer struct {
 	// endDone.
 	ending atomic.Int64
 	wg     sync.WaitGroup // socket readers
+	// dials counts the goroutines opening sockets, until they have
+	// opened them or refused the requests waiting for them; a failed
+	// dial's hand-over to Failover runs after, uncounted, so that a
+	// Failover may Close the peer.
+	dials  sync.WaitGroup
+	ndials atomic.Int32 // dials' count, read without waiting
 
 	sent, retrans, answered, timedOut, late, dups, bad, noMA atomic.Uint64
 }
@@ -455,10 +461,15 @@ func (p *UDPPeer) Submit(c *call.Call) error {
 			// On a goroutine of its own: a failed dial hands the waiting
 			// requests to Failover, which must not run on Submit's caller
 			// (a dispatcher in the middle of a batch).
-			p.wg.Add(1)
+			p.dials.Add(1)
+			p.ndials.Add(1)
 			go func() {
-				defer p.wg.Done()
-				p.openSocket(at)
+				ws, err := p.openSocket(at)
+				p.ndials.Add(-1)
+				p.dials.Done()
+				if ws != nil {
+					p.dialFailed(ws, err)
+				}
 			}()
 		}
 		p.mu.Unlock()
@@ -671,8 +682,9 @@ func (p *UDPPeer) releaseLocked(snd *udpSend, answered bool) (pl placed) {
 
 // openSocket opens a socket to at and gives its Identifiers to the
 // requests waiting there; it opens more while requests still wait and the
-// bound allows.
-func (p *UDPPeer) openSocket(at *udpAddr) {
+// bound allows. When a dial fails, it returns the requests that were
+// waiting, taken off, for dialFailed, and the error.
+func (p *UDPPeer) openSocket(at *udpAddr) ([]*udpSend, error) {
 	for {
 		// Bounded by one attempt's Timeout: a host name's lookup runs on
 		// the goroutine of the Submit that found every Identifier taken.
@@ -692,16 +704,10 @@ func (p *UDPPeer) openSocket(at *udpAddr) {
 			}
 			p.ending.Add(int64(len(ws)))
 			p.mu.Unlock()
-			err = fmt.Errorf("RADIUS server %s: opening a socket to %s: %w", p.url, at.addr, err)
-			serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindReadFailed, "RADIUS client: cannot open a UDP socket", "server", p.url, "err", err)
-			for _, w := range ws {
-				if !w.rc.IsDone() {
-					p.giveUp(w.rc, err, err.Error())
-				} else {
-					p.endDone(1)
-				}
+			if ws == nil {
+				ws = []*udpSend{}
 			}
-			return
+			return ws, fmt.Errorf("RADIUS server %s: opening a socket to %s: %w", p.url, at.addr, err)
 		}
 		// p.shut, not p.closed: a socket opened during Close's drain
 		// serves the requests waiting for it; once Close collected the
@@ -709,7 +715,7 @@ func (p *UDPPeer) openSocket(at *udpAddr) {
 		if p.shut {
 			p.mu.Unlock()
 			conn.Close()
-			return
+			return nil, nil
 		}
 		s := &udpSocket{c: conn, free: newRing256()}
 		at.socks = append(at.socks, s)
@@ -731,8 +737,33 @@ func (p *UDPPeer) openSocket(at *udpAddr) {
 		p.mu.Unlock()
 		p.run(pl)
 		if !again {
-			return
+			return nil, nil
 		}
+	}
+}
+
+// dialFailed refuses ws, the requests that waited for a socket whose dial
+// failed with err, and hands them to Failover in one batch (fails them
+// without one), as if this server had not replied. Every one of them has
+// left ending before Failover runs, so that a Failover closing the peer
+// does not wait for the others. p.mu is not held.
+func (p *UDPPeer) dialFailed(ws []*udpSend, err error) {
+	serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindReadFailed, "RADIUS client: cannot open a UDP socket", "server", p.url, "err", err)
+	var out []*call.Call
+	for _, w := range ws {
+		switch {
+		case w.rc.IsDone():
+		case p.cfg.Failover == nil:
+			w.rc.Fail(err)
+		case w.rc.Refuse(&p.h, nil, 0, err):
+			out = append(out, &w.rc.Call)
+		}
+	}
+	if len(ws) > 0 {
+		p.endDone(len(ws))
+	}
+	if len(out) > 0 {
+		p.cfg.Failover(p, out, err.Error())
 	}
 }
 
@@ -951,8 +982,11 @@ func (p *UDPPeer) Stats() UDPStats {
 
 // Close stops taking requests, lets those in flight finish until ctx
 // ends, then closes the sockets: the requests still in flight fail with
-// ErrClosed. A later Close waits for the first one's drain, or returns
-// ctx's error when ctx ends first.
+// ErrClosed. It returns once the sockets' readers have ended; a socket
+// still being opened is waited for until ctx ends (ctx's error then). A
+// later Close waits for the first one's drain, or returns ctx's error
+// when ctx ends first. Close may be called from Failover: the drain does
+// not wait for the hand-over that called it.
 func (p *UDPPeer) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if p.drained != nil {
@@ -967,8 +1001,7 @@ func (p *UDPPeer) Close(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
-		p.wg.Wait()
-		return nil
+		return p.waitGoroutines(ctx)
 	}
 	p.closed.Store(true)
 	p.drained = make(chan struct{})
@@ -1009,6 +1042,26 @@ func (p *UDPPeer) Close(ctx context.Context) error {
 	for _, s := range socks {
 		s.c.Close()
 	}
+	return p.waitGoroutines(ctx)
+}
+
+// waitGoroutines waits for the socket readers, which end once Close has
+// closed their sockets, and for the sockets still being opened (a dial
+// takes up to Timeout) until ctx ends.
+func (p *UDPPeer) waitGoroutines(ctx context.Context) error {
 	p.wg.Wait()
-	return nil
+	if p.ndials.Load() == 0 {
+		return nil
+	}
+	done := make(chan struct{})
+	go func() {
+		p.dials.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

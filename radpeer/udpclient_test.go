@@ -1506,3 +1506,79 @@ func TestUDPHandOverTakesTheWaitingRequests(t *testing.T) {
 		}
 	})
 }
+
+// A Failover may close the peer when the requests come from a failed
+// socket dial too: the hand-over runs outside what Close waits for, and
+// the requests that waited for that socket are all refused before it.
+func TestUDPCloseFromFailoverAfterDialFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var p *UDPPeer
+		inner := make(chan error, 1)
+		fo := failoverLog{then: func(c *call.Call) {
+			if !c.RefusedBy(p) {
+				t.Error("handed over before it was refused")
+			}
+			select {
+			case inner <- p.Close(context.Background()):
+			default: // the second call of the batch: closed already
+			}
+		}}
+		release := make(chan struct{})
+		dial := func(ctx context.Context, addr string) (net.Conn, error) {
+			<-release
+			return nil, errors.New("no route")
+		}
+		var err error
+		p, err = NewUDPPeer("radius://srv:1812", UDPConfig{Secret: testSecret, Dial: dial, Failover: fo.hook, Logger: quietLogger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := submit(t, p, accessReq("alice")), submit(t, p, accessReq("bob"))
+		close(release)
+		select {
+		case err := <-inner:
+			if err != nil {
+				t.Errorf("Close from Failover: %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("Close from Failover (dial failure) still blocked after a minute")
+		}
+		synctest.Wait()
+		if got := fo.list(); len(got) != 2 || got[0].c != a || got[1].c != b {
+			t.Errorf("handed over %d calls, want both in order", len(got))
+		}
+		if p.InService() {
+			t.Error("in service after Close")
+		}
+	})
+}
+
+// Close's ctx bounds its wait for a socket still being opened.
+func TestUDPCloseHonoursCtxDuringADial(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		dial := func(ctx context.Context, addr string) (net.Conn, error) {
+			<-release
+			return nil, errors.New("no route")
+		}
+		p, err := NewUDPPeer("radius://srv:1812", UDPConfig{Secret: testSecret, Dial: dial, Logger: quietLogger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := submit(t, p, accessReq("alice"))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		start := time.Now()
+		if err := p.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Close: %v, want its ctx's error", err)
+		}
+		if took := time.Since(start); took != 2*time.Second {
+			t.Errorf("Close took %v, want its ctx's 2s", took)
+		}
+		if err := resultOf(t, c); !errors.Is(err, ErrClosed) {
+			t.Errorf("the waiting request: %v, want ErrClosed", err)
+		}
+		close(release)
+		synctest.Wait()
+	})
+}
