@@ -17,21 +17,23 @@ import (
 )
 
 // A RADIUS stream server's row carries its peer's counters, the recycled
-// connections included, and adds up the Identifiers in use on each
+// connections and the stray replies included, and adds up the Identifiers in use on each
 // connection to the calls waiting for one.
 func TestStreamRow(t *testing.T) {
 	var got PeerStatus
 	got.addStream(radpeer.Stats{Sent: 9, Answered: 7, MovedOut: 1, RecycledConns: 3, Waiting: 2,
+		Late: 5, Unmatched: 4, BadAuth: 2, NoMA: 1, TimedOut: 8,
 		Conns: []radpeer.ConnStats{{Pending: 4, Tw: 6 * time.Second}, {Pending: 1, Tw: 6 * time.Second}}})
-	want := PeerStatus{Pending: 7, Sent: 9, Answered: 7, MovedOut: 1, RecycledConns: 3, Tw: 6 * time.Second}
+	want := PeerStatus{Pending: 7, Sent: 9, Answered: 7, MovedOut: 1, RecycledConns: 3, Tw: 6 * time.Second,
+		Stray: StrayReplies{Late: 5, Unmatched: 4, BadAuth: 2, NoMA: 1}}
 	if got != want {
 		t.Errorf("row\n got %+v\nwant %+v", got, want)
 	}
 }
 
 // The snapshot of a client of radius:// servers: a RADIUS row per server
-// in configured order (no watchdog state, every transmission counted as
-// sent), the failover from the server that never replies, and the totals
+// in configured order (no watchdog state, each request counted once as
+// sent and its copies sent again as retransmissions), the failover from the server that never replies, and the totals
 // of the Client's servers.
 func TestClientSnapshotRADIUS(t *testing.T) {
 	secret := []byte("s3cret")
@@ -78,10 +80,10 @@ func TestClientSnapshotRADIUS(t *testing.T) {
 		t.Fatalf("rows %+v", s.Peers)
 	}
 	a, b := s.Peers[0], s.Peers[1]
-	if a.Server != "a" || a.Protocol != ProtocolRADIUS || a.State != "" || a.Sent != 2 || a.Answered != 0 {
+	if a.Server != "a" || a.Protocol != ProtocolRADIUS || a.State != "" || a.Sent != 1 || a.Retransmissions != 1 || a.Answered != 0 {
 		t.Errorf("the silent server's row: %+v", a)
 	}
-	if b.Server != "b" || b.Protocol != ProtocolRADIUS || b.Sent != 1 || b.Answered != 1 || b.Pending != 0 {
+	if b.Server != "b" || b.Protocol != ProtocolRADIUS || b.Sent != 1 || b.Retransmissions != 0 || b.Answered != 1 || b.Pending != 0 {
 		t.Errorf("the answering server's row: %+v", b)
 	}
 	if s.Totals.Answered != 1 || s.Totals.Failed != 0 || s.Totals.Moved != 1 || s.Totals.Retransmitted != 0 {

@@ -220,12 +220,12 @@ const pageHTML = `<!DOCTYPE html>
 <section>
 <h2>Peers</h2>
 <table id="peers">
-<thead><tr><th>peer</th><th>server</th><th>watchdog</th><th>in state</th><th>policy</th><th class="n">pending</th><th class="n">unanswered</th><th class="n">sent</th><th class="n">answered</th><th class="n">moved out</th><th class="n">recycled</th><th class="n">Tw</th><th>last DWA</th></tr></thead>
+<thead><tr><th>peer</th><th>server</th><th>watchdog</th><th>in state</th><th>policy</th><th class="n">pending</th><th class="n">unanswered</th><th class="n">sent</th><th class="n">retransmitted</th><th class="n">answered</th><th class="n">moved out</th><th class="n">recycled</th><th>stray replies</th><th class="n">Tw</th><th>last DWA</th></tr></thead>
 <tbody>
 {{- range .S.Peers}}
-<tr class="peer" data-peer="{{.Peer}}"><td class="name">{{.Peer}}</td><td>{{.Server}}</td><td class="state s-{{.State}}">{{.State}}</td><td>{{ms .InStateMS}}</td><td class="policy">{{.Policy}}</td><td class="n">{{.Pending}}</td><td class="n">{{if .Unanswered}}{{.Unanswered}}{{end}}</td><td class="n">{{.Sent}}</td><td class="n">{{.Answered}}</td><td class="n">{{.MovedOut}}</td><td class="n">{{if .RecycledConns}}{{.RecycledConns}}{{end}}</td><td class="n">{{dur .Tw}}</td><td>{{ago $.S.Time .LastDWA}}</td></tr>
+<tr class="peer" data-peer="{{.Peer}}"><td class="name">{{.Peer}}</td><td>{{.Server}}</td><td class="state s-{{.State}}">{{.State}}</td><td>{{ms .InStateMS}}</td><td class="policy">{{.Policy}}</td><td class="n">{{.Pending}}</td><td class="n">{{if .Unanswered}}{{.Unanswered}}{{end}}</td><td class="n">{{.Sent}}</td><td class="n">{{if .Retransmissions}}{{.Retransmissions}}{{end}}</td><td class="n">{{.Answered}}</td><td class="n">{{.MovedOut}}</td><td class="n">{{if .RecycledConns}}{{.RecycledConns}}{{end}}</td><td class="stray">{{.Stray}}</td><td class="n">{{dur .Tw}}</td><td>{{ago $.S.Time .LastDWA}}</td></tr>
 {{- else}}
-<tr class="empty"><td colspan="13">no peers</td></tr>
+<tr class="empty"><td colspan="15">no peers</td></tr>
 {{- end}}
 </tbody>
 </table>
@@ -322,15 +322,22 @@ const pageScript = `
     if (rows.length === 0) frag.appendChild(row("empty", [{ t: empty, span: span }]));
     tb.replaceChildren(frag);
   }
+  // stray is StrayReplies.String: each count above zero with its reason.
+  function stray(r) {
+    if (!r) return "";
+    return ["late", "duplicate", "unmatched", "bad", "bad_auth", "no_ma"].filter(function (k) { return r[k]; })
+      .map(function (k) { return k + " " + r[k]; }).join(", ");
+  }
   function render(s) {
     var now = parse(s.time);
     fill("peers", (s.peers || []).map(function (p) {
       var tr = row("peer", [{ t: p.peer, c: "name" }, p.server || "", { t: p.state, c: "state s-" + p.state },
-        fmtDur(p.in_state_ms), { t: p.policy || "", c: "policy" }, { t: p.pending, c: "n" }, { t: p.unanswered || "", c: "n" }, { t: p.sent, c: "n" },
-        { t: p.answered, c: "n" }, { t: p.moved_out, c: "n" }, { t: p.recycled_conns || "", c: "n" }, { t: fmtDur(p.tw_ns / 1e6), c: "n" }, ago(now, p.last_dwa)]);
+        fmtDur(p.in_state_ms), { t: p.policy || "", c: "policy" }, { t: p.pending, c: "n" }, { t: p.unanswered || "", c: "n" }, { t: p.sent, c: "n" }, { t: p.retransmissions || "", c: "n" },
+        { t: p.answered, c: "n" }, { t: p.moved_out, c: "n" }, { t: p.recycled_conns || "", c: "n" }, { t: stray(p.stray_replies), c: "stray" },
+        { t: fmtDur(p.tw_ns / 1e6), c: "n" }, ago(now, p.last_dwa)]);
       tr.setAttribute("data-peer", p.peer);
       return tr;
-    }), "no peers", 13);
+    }), "no peers", 15);
     var fo = (s.failovers || []).slice().reverse();
     fill("failovers", fo.map(function (f) {
       return row("failover", [fmtClock(f.time), f.from_peer, f.to_peer || "(none: waiting)", { t: f.moved, c: "n" }, f.reason]);

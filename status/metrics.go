@@ -50,10 +50,16 @@ const (
 	MetricBuildInfo   = "aaatp_build_info"
 	MetricPeerInfo    = "aaatp_peer_info"
 	MetricRecycled    = "aaatp_recycled_connections_total"
-	MetricRequests    = "aaatp_requests_total"
-	MetricAnswers     = "aaatp_answers_total"
-	MetricErrors      = "aaatp_request_errors_total"
-	MetricLoadLatency = "aaatp_loadgen_request_duration_seconds"
+	// MetricRetransmissions counts the copies of requests a client sent
+	// again to a RADIUS server over UDP; MetricStrayReplies the replies
+	// of a client's RADIUS server that answered no request awaiting them,
+	// by reason (StrayLate...).
+	MetricRetransmissions = "aaatp_radius_retransmissions_total"
+	MetricStrayReplies    = "aaatp_radius_stray_replies_total"
+	MetricRequests        = "aaatp_requests_total"
+	MetricAnswers         = "aaatp_answers_total"
+	MetricErrors          = "aaatp_request_errors_total"
+	MetricLoadLatency     = "aaatp_loadgen_request_duration_seconds"
 	// MetricLogEvents counts, by kind, what the process logs
 	// rate-limited: what remote peers did to its listeners and its
 	// clients (refused connections, bad frames, failed authenticators,
@@ -113,10 +119,56 @@ type Metrics struct {
 	info        *prometheus.GaugeVec   // role, origin_host, origin_realm, nas_identifier
 	peerInfo    *prometheus.GaugeVec   // peer, url, protocol, origin_host
 	recycled    recycledCounts         // peer
+	radius      radiusCounts           // peer; peer, reason
 	counts      peerCounts             // requests, answers, errors, latency per peer
 
 	mu     sync.Mutex      // serializes Sync with the scrape that follows it
 	seeded map[string]bool // peers whose failover series exist (at zero from the start); under mu
+}
+
+// radiusCounts exports the retransmissions and stray replies of a
+// client's RADIUS servers, as of the last Sync: the counts are their
+// peers' own (radpeer.UDPStats, radpeer.Stats), read, not incremented
+// here. A server over UDP has the reasons late, duplicate, bad and no_ma
+// and a retransmissions series; one over TCP or TLS late, unmatched,
+// bad_auth and no_ma.
+type radiusCounts struct {
+	retrans, stray *prometheus.Desc
+	mu             sync.Mutex
+	last           []PeerStatus // the client's RADIUS rows of the last Sync
+}
+
+func (r *radiusCounts) Describe(ch chan<- *prometheus.Desc) { ch <- r.retrans; ch <- r.stray }
+
+func (r *radiusCounts) Collect(ch chan<- prometheus.Metric) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.last {
+		name := label(p.Name())
+		udp := p.Protocol == ProtocolRADIUS
+		if udp {
+			ch <- prometheus.MustNewConstMetric(r.retrans, prometheus.CounterValue, float64(p.Retransmissions), name)
+		}
+		for _, c := range p.Stray.counts(udp) {
+			ch <- prometheus.MustNewConstMetric(r.stray, prometheus.CounterValue, float64(c.n), name, c.reason)
+		}
+	}
+}
+
+// set keeps the rows of a client's RADIUS servers (a configured name; a
+// server's NAS clients have none).
+func (r *radiusCounts) set(ps []PeerStatus) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last = r.last[:0]
+	for _, p := range ps {
+		switch p.Protocol {
+		case ProtocolRADIUS, ProtocolRADIUSTCP, ProtocolRadSec:
+			if p.Server != "" {
+				r.last = append(r.last, p)
+			}
+		}
+	}
 }
 
 // recycledCounts exports each RADIUS stream peer's count of recycled
@@ -217,6 +269,12 @@ func NewMetrics() *Metrics {
 	m.recycled.desc = prometheus.NewDesc(MetricRecycled,
 		"RADIUS over TCP or TLS: connections replaced because requests that never got an answer held all their Identifiers.",
 		[]string{"peer"}, nil)
+	m.radius.retrans = prometheus.NewDesc(MetricRetransmissions,
+		"RADIUS over UDP: copies of requests sent again to the server after its timeout (each request's first send is in aaatp_requests_total).",
+		[]string{"peer"}, nil)
+	m.radius.stray = prometheus.NewDesc(MetricStrayReplies,
+		"Replies of a client's RADIUS server that answered no request awaiting them, by reason: late (to a request given up on, or over TCP/TLS already complete), duplicate (UDP: to a request answered already), unmatched (TCP/TLS: on an Identifier with no request), bad (UDP: malformed, unmatched or failing verification), bad_auth (TCP/TLS: failing verification; the connection is closed), no_ma (without a required Message-Authenticator). Dropped, except a late UDP reply whose caller has no answer yet.",
+		[]string{"peer", "reason"}, nil)
 	dedup := prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: MetricDedupHits,
 		Help: "Duplicate requests answered from the dedup store instead of being applied again.",
@@ -242,7 +300,7 @@ func NewMetrics() *Metrics {
 	})
 	build.Set(1)
 	m.reg.MustRegister(m.messages, m.loadLatency, &m.counts, m.state, m.serverState, m.transitions, m.failovers,
-		m.moved, m.pending, m.unanswered, dedup, m.queueDepth, m.queueAlarm, m.events, m.info, m.peerInfo, &m.recycled, build,
+		m.moved, m.pending, m.unanswered, dedup, m.queueDepth, m.queueAlarm, m.events, m.info, m.peerInfo, &m.recycled, &m.radius, build,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, k := range []peer.EventKind{peer.EventWatchdog, peer.EventConnUp, peer.EventConnDown, peer.EventDisconnecting, peer.EventFailover, peer.EventError} {
 		m.events.WithLabelValues(k.String()) // export zeros from the start
@@ -578,6 +636,7 @@ func (m *Metrics) sync(s Snapshot) {
 	m.seedFailovers(s.Peers)
 	m.counts.set(s)
 	m.recycled.set(s.Peers)
+	m.radius.set(s.Peers)
 	m.queueDepth.Reset()
 	m.queueAlarm.Reset()
 	for _, q := range s.Queues {

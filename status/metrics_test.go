@@ -379,9 +379,9 @@ func TestRecycledConnections(t *testing.T) {
 		Sent: 9, Answered: 7, RecycledConns: 2, Tw: 6 * time.Second})
 	page := body(t, get(t, Handler(f), "/"))
 	for _, want := range []string{
-		`<th class="n">moved out</th><th class="n">recycled</th><th class="n">Tw</th>`,
-		`<td class="n">0</td><td class="n">2</td><td class="n">6.0s</td>`, // the RADIUS peer
-		`<td class="n">10</td><td class="n"></td><td class="n">6.0s</td>`, // s2, Diameter
+		`<th class="n">moved out</th><th class="n">recycled</th><th>stray replies</th><th class="n">Tw</th>`,
+		`<td class="n">0</td><td class="n">2</td><td class="stray"></td><td class="n">6.0s</td>`, // the RADIUS peer
+		`<td class="n">10</td><td class="n"></td><td class="stray"></td><td class="n">6.0s</td>`, // s2, Diameter
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %s", want)

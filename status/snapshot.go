@@ -108,13 +108,79 @@ type PeerStatus struct {
 	// RecycledConns counts the connections replaced because requests that
 	// never got an answer held all their Identifiers (RADIUS over TCP or
 	// TLS; zero otherwise).
-	RecycledConns uint64        `json:"recycled_conns,omitempty"`
-	Tw            time.Duration `json:"tw_ns"`
-	LastDWA       time.Time     `json:"last_dwa,omitzero"` // zero: none yet
+	RecycledConns uint64 `json:"recycled_conns,omitempty"`
+	// Retransmissions counts the byte-identical copies of requests sent
+	// again to a RADIUS server over UDP after its Timeout; Sent counts
+	// each request once.
+	Retransmissions uint64 `json:"retransmissions,omitempty"`
+	// Stray counts a client's RADIUS server's replies that answered no
+	// request awaiting them, by reason.
+	Stray   StrayReplies  `json:"stray_replies,omitzero"`
+	Tw      time.Duration `json:"tw_ns"`
+	LastDWA time.Time     `json:"last_dwa,omitzero"` // zero: none yet
 	// Counters are the peer's counters for the metrics: a client's of
 	// its server, a RADIUS server's of its NAS client; nil for a Diameter
 	// server's peer (its handler counts what it answers: WrapHandler).
 	Counters *PeerCounters `json:"counters,omitempty"`
+}
+
+// StrayReplies counts the replies of a client's RADIUS server that
+// answered no request awaiting them. They are dropped, except a late
+// reply over UDP whose caller has no answer yet, which is delivered.
+type StrayReplies struct {
+	// Late: verified replies to a request given up on (UDP: every
+	// attempt timed out) or already complete (TCP, TLS).
+	Late uint64 `json:"late,omitempty"`
+	// Duplicate (UDP): verified replies to a request answered already.
+	Duplicate uint64 `json:"duplicate,omitempty"`
+	// Unmatched (TCP, TLS): replies on an Identifier with no request.
+	Unmatched uint64 `json:"unmatched,omitempty"`
+	// Bad (UDP): malformed, unmatched, or failing verification.
+	Bad uint64 `json:"bad,omitempty"`
+	// BadAuth (TCP, TLS): replies failing verification; their connection
+	// is closed.
+	BadAuth uint64 `json:"bad_auth,omitempty"`
+	// NoMA: replies without a required Message-Authenticator.
+	NoMA uint64 `json:"no_ma,omitempty"`
+}
+
+// Values of the "reason" label of aaatp_radius_stray_replies_total.
+const (
+	StrayLate      = "late"
+	StrayDuplicate = "duplicate"
+	StrayUnmatched = "unmatched"
+	StrayBad       = "bad"
+	StrayBadAuth   = "bad_auth"
+	StrayNoMA      = "no_ma"
+)
+
+type strayCount struct {
+	n      uint64
+	reason string
+}
+
+// counts are the counts that apply to a server over UDP (udp) or over
+// TCP or TLS, with their reasons.
+func (r StrayReplies) counts(udp bool) []strayCount {
+	if udp {
+		return []strayCount{{r.Late, StrayLate}, {r.Duplicate, StrayDuplicate}, {r.Bad, StrayBad}, {r.NoMA, StrayNoMA}}
+	}
+	return []strayCount{{r.Late, StrayLate}, {r.Unmatched, StrayUnmatched}, {r.BadAuth, StrayBadAuth}, {r.NoMA, StrayNoMA}}
+}
+
+// String is the page's cell: each count above zero with its reason.
+func (r StrayReplies) String() string {
+	var b strings.Builder
+	for _, c := range [...]strayCount{{r.Late, StrayLate}, {r.Duplicate, StrayDuplicate}, {r.Unmatched, StrayUnmatched},
+		{r.Bad, StrayBad}, {r.BadAuth, StrayBadAuth}, {r.NoMA, StrayNoMA}} {
+		if c.n > 0 {
+			if b.Len() > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s %d", c.reason, c.n)
+		}
+	}
+	return b.String()
 }
 
 // PeerCounters are a peer's counters: a client's of its server, as
@@ -272,7 +338,8 @@ func DedupTotals(dd *dedup.Counters) Totals {
 // server's row has the Client's view of it, Policy the server policy's
 // state, and its peer's counters: over TCP and TLS the Identifiers in use
 // and waiting, Tw and the recycled connections; over UDP the requests in
-// flight or waiting, every transmission counted as sent.
+// flight or waiting, each request counted once as sent and its copies
+// sent again as Retransmissions; and its Stray replies.
 func ClientPeers(c *client.Client) []PeerStatus {
 	rows := clientPeers(c)
 	ss, lat := c.ServerStats(), c.AnswerLatency(latencyBounds)
@@ -318,7 +385,8 @@ func clientPeers(c *client.Client) []PeerStatus {
 		if u := udps[i]; u != nil {
 			st := u.Stats()
 			rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: pol[i], Protocol: ProtocolRADIUS,
-				Pending: st.InFlight + st.Waiting, Sent: st.Sent + st.Retransmissions, Answered: st.Answered}
+				Pending: st.InFlight + st.Waiting, Sent: st.Sent, Retransmissions: st.Retransmissions, Answered: st.Answered,
+				Stray: StrayReplies{Late: st.Late, Duplicate: st.Duplicates, Bad: st.BadReplies, NoMA: st.NoMA}}
 			continue
 		}
 		if radius {
@@ -353,6 +421,7 @@ func clientPeers(c *client.Client) []PeerStatus {
 // addStream adds a RADIUS stream peer's counters to a row.
 func (ps *PeerStatus) addStream(w radpeer.Stats) {
 	ps.Pending, ps.Sent, ps.Answered, ps.MovedOut, ps.RecycledConns = w.Waiting, w.Sent, w.Answered, w.MovedOut, w.RecycledConns
+	ps.Stray = StrayReplies{Late: w.Late, Unmatched: w.Unmatched, BadAuth: w.BadAuth, NoMA: w.NoMA}
 	for _, cs := range w.Conns {
 		ps.Pending += cs.Pending
 		ps.Tw = cs.Tw
