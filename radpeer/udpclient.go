@@ -244,6 +244,11 @@ type udpSocket struct {
 	free idRing256
 	pend [IDsPerSocket]*udpSend
 	last [IDsPerSocket]lastUse
+	// prev is the use of each Identifier before last: a reply to it (a
+	// duplicate, or late) that comes once the Identifier went to another
+	// request fails that request's verification, and is told apart from
+	// a reply that verifies against neither.
+	prev [IDsPerSocket]lastUse
 }
 
 // lastUse is what a socket remembers of the latest send on an Identifier,
@@ -531,6 +536,7 @@ func (p *UDPPeer) place(snd *udpSend, s *udpSocket, id byte) error {
 	snd.s, snd.id = s, id
 	snd.pkt, snd.auth = pkt, auth
 	s.pend[id] = snd
+	s.prev[id] = s.last[id]
 	s.last[id] = lastUse{auth: auth, code: snd.rc.req.Code, used: true}
 	snd.timer = time.AfterFunc(p.cfg.Timeout, func() { p.expire(snd) })
 	return nil
@@ -823,7 +829,7 @@ func (p *UDPPeer) datagram(s *udpSocket, b []byte) {
 	}
 	id := radius.Identifier(b)
 	p.mu.Lock()
-	snd, last := s.pend[id], s.last[id]
+	snd, last, prev := s.pend[id], s.last[id], s.prev[id]
 	var auth [radius.AuthenticatorLen]byte
 	code := last.code
 	if snd != nil {
@@ -833,27 +839,18 @@ func (p *UDPPeer) datagram(s *udpSocket, b []byte) {
 	if snd == nil {
 		// No request holds this Identifier: a reply to one answered already
 		// (duplicate) or released after it was given up on, or garbage.
-		if !last.used {
+		if !p.replyToEarlier(b, last) {
 			p.unmatched(b)
-			return
-		}
-		if ok, noMA := p.verify(b, last.code, last.auth); !ok {
-			if !noMA {
-				p.unmatched(b)
-			}
-			return
-		}
-		if p.cfg.Replied != nil {
-			p.cfg.Replied(p)
-		}
-		if last.answered {
-			p.dups.Add(1)
-		} else {
-			p.late.Add(1)
 		}
 		return
 	}
 	if ok, noMA := p.verify(b, code, auth); !ok {
+		if !noMA && p.replyToEarlier(b, prev) {
+			// A reply to the Identifier's previous request (the copy of
+			// a retransmission answered again): not a sign of a
+			// mismatched secret, nor anything against this request.
+			return
+		}
 		p.mu.Lock()
 		if noMA {
 			snd.noMA++
@@ -925,6 +922,31 @@ func (p *UDPPeer) verify(b []byte, req lradius.Code, auth [radius.AuthenticatorL
 		return false, true
 	}
 	return err == nil, false
+}
+
+// replyToEarlier handles b, a reply on an Identifier not held by the
+// request it answers, when it verifies against u, an earlier use of that
+// Identifier: counted as a duplicate (u was answered) or a late reply,
+// and Replied told (a reply without a required Message-Authenticator is
+// counted and logged by verify). False when u is unused or b does not
+// verify against it: the caller counts it.
+func (p *UDPPeer) replyToEarlier(b []byte, u lastUse) bool {
+	if !u.used {
+		return false
+	}
+	ok, noMA := p.verify(b, u.code, u.auth)
+	if !ok {
+		return noMA
+	}
+	if p.cfg.Replied != nil {
+		p.cfg.Replied(p)
+	}
+	if u.answered {
+		p.dups.Add(1)
+	} else {
+		p.late.Add(1)
+	}
+	return true
 }
 
 // unmatched counts and logs, at a bounded rate, a reply that matches no

@@ -1582,3 +1582,45 @@ func TestUDPCloseHonoursCtxDuringADial(t *testing.T) {
 		synctest.Wait()
 	})
 }
+
+// A duplicate reply that comes once its Identifier went to the next
+// request is counted as a duplicate, not as a reply failing that
+// request's verification: the next request's error does not blame the
+// shared secret.
+func TestUDPDuplicateReplyAfterTheIdentifierWasReused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		gate := make(chan struct{})
+		f := startFake(n, "srv:1812", func(i int, b []byte) int {
+			if i == 1 {
+				<-gate
+				return 2 // the reply and a duplicate of it
+			}
+			return 0
+		})
+		defer f.close()
+		p := newTestUDPPeer(t, n, "srv:1812", UDPConfig{MaxSockets: 1, Timeout: time.Second, Retries: 2})
+		first := submit(t, p, accessReq("first"))
+		synctest.Wait()
+		var rest []*call.Call
+		for i := range IDsPerSocket {
+			rest = append(rest, submit(t, p, accessReq(fmt.Sprint("u", i))))
+		}
+		synctest.Wait()
+		close(gate)
+		synctest.Wait()
+		if st := p.Stats(); st.Duplicates != 1 || st.BadReplies != 0 {
+			t.Errorf("Duplicates %d, BadReplies %d; want the duplicate counted as one", st.Duplicates, st.BadReplies)
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if err := resultOf(t, first); err != nil {
+			t.Fatalf("first: %v", err)
+		}
+		err := resultOf(t, rest[len(rest)-1])
+		var te *TimeoutError
+		if !errors.As(err, &te) || te.FailedVerification != 0 || errors.Is(err, ErrSecretMismatch) {
+			t.Errorf("the next request on the Identifier: %v, want a timeout that blames no secret", err)
+		}
+	})
+}
