@@ -7,20 +7,15 @@
 //
 // A server's outbox also keeps the connection's backlog (BP): the
 // requests read and not answered on the wire, which its reader waits on
-// at the bound. A client's has none; its queue is bounded in bytes
-// instead (Limit), and a request that would pass the bound is refused
-// with ErrFull by Queue and Submit, while the connection goes on.
-//
-// Without a Limit, a client's queue is bounded only by time: the writer
-// takes the whole queue as one batch, and a batch the peer does not take
-// within the transport's WriteTimeout fails the connection, with all that
-// is queued. Against a peer that reads slowly but steadily, that leaves
-// the queue as long as what callers add in two write timeouts, including
-// the bytes of requests that have timed out meanwhile.
+// at the bound. A client's has none, and no bound in bytes: what it
+// queues are requests whose callers wait for them (a RADIUS connection's
+// also hold one of its 256 Identifiers), and a batch the peer does not
+// take within the transport's WriteTimeout fails the connection with all
+// that is queued, so the queue holds at most what callers send in about
+// two write timeouts.
 package outbox
 
 import (
-	"errors"
 	"runtime"
 	"slices"
 	"sync"
@@ -29,26 +24,8 @@ import (
 	"github.com/aaatp/aaatp/transport"
 )
 
-// ErrClosed is Queue's and Submit's refusal on a closed outbox.
-var ErrClosed = errors.New("outbox: connection closed")
-
-// ErrFull is Queue's and Submit's refusal of a message that would take
-// the bytes queued and being written past Limit. The connection is kept:
-// the peer reads, only more slowly than requests come.
-var ErrFull = errors.New("write queue full")
-
 // Outbox is one connection's write queue. Mu guards its state and *BP.
 type Outbox struct {
-	// Limit, when above zero, bounds the bytes waiting to be written or
-	// being written: Queue and Submit refuse with ErrFull a message that
-	// would take them past it, unless nothing is waiting (a message
-	// larger than Limit is taken alone). Send, Post and Answer never
-	// refuse for it (an answer, a watchdog message must go out), but what
-	// they queue counts. Set it before the first message.
-	Limit int
-	// Refused counts the messages refused with ErrFull. Mu is held.
-	Refused int
-
 	tc transport.Conn
 	tw transport.TryWriter // nil: the transport cannot write without waiting
 	// onEnd is called once, by the goroutine that wrote last, when a
@@ -68,8 +45,6 @@ type Outbox struct {
 	writing  bool     // a writer goroutine or an inline write runs
 	closed   bool
 	flushEnd bool // after the queue drains, end (onEnd(nil))
-	queued   int  // bytes in q
-	inWrite  int  // bytes of the batch being written
 	wg       sync.WaitGroup
 	Writers  int // writer goroutines started (for tests)
 	Inlined  int // messages written inline, whole (for tests)
@@ -91,56 +66,11 @@ func (o *Outbox) Writing() bool { return o.writing }
 func (o *Outbox) Inlines() bool { return o.tw != nil }
 
 // Send queues msgs, none of them an answer that counts in the backlog
-// (requests), whatever Limit says; false if the outbox is closed.
+// (requests); false if the outbox is closed.
 func (o *Outbox) Send(msgs ...[]byte) bool {
 	o.Mu.Lock()
 	defer o.Mu.Unlock()
 	return o.queueLocked(0, msgs...)
-}
-
-// Queue is Send within Limit: all of msgs are queued, or none, with
-// ErrFull if they would take the queue past Limit and ErrClosed if the
-// outbox is closed. A request refused with ErrFull was not sent: its
-// caller may fail it, or try it on another connection.
-func (o *Outbox) Queue(msgs ...[]byte) error {
-	o.Mu.Lock()
-	defer o.Mu.Unlock()
-	if o.closed {
-		return ErrClosed
-	}
-	if !o.roomLocked(msgs...) {
-		return ErrFull
-	}
-	o.queueLocked(0, msgs...)
-	return nil
-}
-
-// roomLocked reports whether msgs fit within Limit, and counts a
-// refusal. o.Mu is held.
-func (o *Outbox) roomLocked(msgs ...[]byte) bool {
-	if o.Limit <= 0 || o.queued+o.inWrite == 0 {
-		return true
-	}
-	n := o.queued + o.inWrite
-	for _, m := range msgs {
-		n += len(m)
-	}
-	if n <= o.Limit {
-		return true
-	}
-	o.Refused++
-	return false
-}
-
-// Queued reports the bytes waiting to be written or being written.
-// o.Mu is held.
-func (o *Outbox) Queued() int { return o.queued + o.inWrite }
-
-func (o *Outbox) appendLocked(msgs ...[]byte) {
-	o.q = append(o.q, msgs...)
-	for _, m := range msgs {
-		o.queued += len(m)
-	}
 }
 
 // queueLocked queues msgs, of which answers count in the backlog, and
@@ -149,7 +79,7 @@ func (o *Outbox) queueLocked(answers int, msgs ...[]byte) bool {
 	if o.closed {
 		return false
 	}
-	o.appendLocked(msgs...)
+	o.q = append(o.q, msgs...)
 	if answers > 0 && o.BP != nil {
 		o.BP.Queued += answers
 	}
@@ -186,34 +116,16 @@ func (o *Outbox) Kick() {
 // connection is taken for the write, so no write runs under it. An answer
 // (the reader's DWA, a refusal) counts in a server's backlog until
 // written. ok is false, held released too, if the outbox is closed.
-// Post queues whatever Limit says.
 func (o *Outbox) Post(msg []byte, alone, answer bool, held sync.Locker) (inline, ok bool) {
-	inline, err := o.post(msg, alone, answer, false, held)
-	return inline, err == nil
-}
-
-// Submit is Post within Limit for a request: it is written inline, or
-// queued if it fits (see Queue); the error is ErrFull or ErrClosed, and
-// held is released in every case.
-func (o *Outbox) Submit(msg []byte, alone bool, held sync.Locker) (inline bool, err error) {
-	return o.post(msg, alone, false, true, held)
-}
-
-func (o *Outbox) post(msg []byte, alone, answer, bound bool, held sync.Locker) (inline bool, err error) {
 	o.Mu.Lock()
 	n := 0
 	if answer {
 		n = 1
 	}
-	switch {
-	case o.closed:
-		err = ErrClosed
-	case alone && o.inlineLocked():
-		inline = true
-	case bound && !o.roomLocked(msg):
-		err = ErrFull
-	default:
-		o.queueLocked(n, msg)
+	if alone && !o.closed && o.inlineLocked() {
+		inline, ok = true, true
+	} else {
+		ok = o.queueLocked(n, msg)
 	}
 	o.Mu.Unlock()
 	if held != nil {
@@ -222,7 +134,7 @@ func (o *Outbox) post(msg []byte, alone, answer, bound bool, held sync.Locker) (
 	if inline {
 		o.writeInline(msg, n)
 	}
-	return inline, err
+	return inline, ok
 }
 
 func (o *Outbox) inlineLocked() bool {
@@ -247,7 +159,6 @@ func (o *Outbox) writeInline(msg []byte, answers int) {
 	o.Mu.Lock()
 	if n < len(msg) {
 		o.q = slices.Insert(o.q, 0, msg[n:])
-		o.queued += len(msg) - n
 		if answers > 0 && o.BP != nil {
 			o.BP.Queued += answers
 		}
@@ -323,7 +234,7 @@ func (o *Outbox) Answer(ans []byte, acct, more, inline bool) bool {
 		o.Mu.Unlock()
 		return false
 	case more:
-		o.appendLocked(ans)
+		o.q = append(o.q, ans)
 		o.BP.Queued++
 	case inline && o.BP.InHandler == 0 && o.inlineLocked():
 		o.Mu.Unlock()
@@ -373,7 +284,6 @@ func (o *Outbox) write() {
 			return
 		}
 		o.q, o.spare = o.spare[:0], nil
-		o.inWrite, o.queued = o.queued, 0
 		if o.BP != nil {
 			o.BP.Writing, o.BP.Queued = o.BP.Queued, 0
 		}
@@ -382,7 +292,6 @@ func (o *Outbox) write() {
 		clear(batch)
 		o.Mu.Lock()
 		o.spare = batch[:0]
-		o.inWrite = 0
 		if o.BP != nil {
 			o.BP.Writing = 0
 			o.drainedLocked()
@@ -412,7 +321,7 @@ func (o *Outbox) CloseAfterFlush() {
 func (o *Outbox) Close(wait bool) {
 	o.Mu.Lock()
 	o.closed = true
-	o.q, o.queued = nil, 0
+	o.q = nil
 	if o.BP != nil {
 		o.BP.Queued = 0
 		o.BP.Wake()

@@ -50,70 +50,8 @@ func flushed(t *testing.T, o *Outbox) {
 	require.Eventually(t, func() bool {
 		o.Mu.Lock()
 		defer o.Mu.Unlock()
-		return !o.writing && o.Queued() == 0
+		return !o.writing && len(o.q) == 0
 	}, 5*time.Second, time.Millisecond)
-}
-
-// A client's queue holds at most Limit bytes, counting the batch being
-// written: against a peer that does not read, the request that would pass
-// the bound is refused with ErrFull, and not queued, while the connection
-// goes on; once the peer reads, requests are queued again. Send, which
-// the owner uses for what must go out, is not refused, but counts.
-func TestQueueRefusesPastLimit(t *testing.T) {
-	g := newGate()
-	var o Outbox
-	o.Init(g, nil, func(err error) { t.Errorf("connection ended: %v", err) })
-	o.Limit = 10
-	defer func() { close(g.open); o.Close(true) }()
-
-	require.NoError(t, o.Queue([]byte("aaaa"))) // 4: taken by the writer
-	require.Equal(t, 1, <-g.started)
-	require.NoError(t, o.Queue([]byte("bbbb"))) // 8, with the batch written
-	assert.ErrorIs(t, o.Queue([]byte("ccc")), ErrFull, "11 bytes > Limit 10")
-	var held sync.Mutex
-	held.Lock()
-	inline, err := o.Submit([]byte("ddd"), true, &held)
-	assert.ErrorIs(t, err, ErrFull)
-	assert.False(t, inline)
-	assert.True(t, held.TryLock(), "Submit kept the caller's lock")
-	held.Unlock()
-	assert.ErrorIs(t, o.Queue([]byte("e"), []byte("ff")), ErrFull, "all or nothing")
-	require.NoError(t, o.Queue([]byte("gg"))) // 10: at the bound
-	assert.True(t, o.Send([]byte("watchdog")), "Send is never refused for the bound")
-	o.Mu.Lock()
-	assert.Equal(t, 18, o.Queued())
-	assert.Equal(t, 3, o.Refused)
-	o.Mu.Unlock()
-	assert.ErrorIs(t, o.Queue([]byte("h")), ErrFull)
-
-	g.open <- struct{}{} // "aaaa" written
-	require.Equal(t, 3, <-g.started)
-	g.open <- struct{}{}
-	flushed(t, &o)
-	require.NoError(t, o.Queue([]byte("iiiiiiiiiiiiiiii")), "a message larger than Limit goes alone")
-	<-g.started
-	g.open <- struct{}{}
-	flushed(t, &o)
-	assert.Equal(t, []string{"aaaa", "bbbb", "gg", "watchdog", "iiiiiiiiiiiiiiii"}, g.all())
-
-	o.Close(true)
-	assert.ErrorIs(t, o.Queue([]byte("late")), ErrClosed)
-	_, err = o.Submit([]byte("late"), true, nil)
-	assert.ErrorIs(t, err, ErrClosed)
-}
-
-// Without a Limit, nothing is refused.
-func TestQueueWithoutLimit(t *testing.T) {
-	g := newGate()
-	var o Outbox
-	o.Init(g, nil, func(error) {})
-	defer func() { close(g.open); o.Close(true) }()
-	for range 100 {
-		require.NoError(t, o.Queue(make([]byte, 1000)))
-	}
-	o.Mu.Lock()
-	assert.Equal(t, 100000, o.Queued())
-	o.Mu.Unlock()
 }
 
 // CloseAfterFlush writes what was queued before it, then ends the
@@ -127,7 +65,6 @@ func TestCloseAfterFlush(t *testing.T) {
 	defer o.Close(true)
 	o.Mu.Lock() // hold the writer back until the end is asked for
 	o.q = append(o.q, []byte("one"), []byte("two"))
-	o.queued = 6
 	o.Mu.Unlock()
 	o.CloseAfterFlush()
 	inline, ok := o.Post([]byte("dpa"), true, true, nil)
