@@ -506,3 +506,74 @@ func TestUnmatchedAnswersRateLimited(t *testing.T) {
 	mustClose(t, p)
 	ln.Close()
 }
+
+// A malformed reply over UDP is counted and logged (at the shared
+// bounded rate); over TCP a bad frame closes the connection, is logged,
+// and the requests lost with it say why.
+func TestMalformedRepliesLogged(t *testing.T) {
+	t.Run("udp", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			n := newMemNet()
+			f := startFake(n, "srv:1812", noAnswer)
+			defer f.close()
+			p := newTestUDPPeer(t, n, "srv:1812", UDPConfig{})
+			submit(t, p, accessReq("x"))
+			synctest.Wait()
+			before := serve.Count(serve.KindBadFrame)
+			f.end.WriteTo([]byte{2, 1, 0, 5, 0}, memAddr(f.arrivals()[0].from))
+			synctest.Wait()
+			if st := p.Stats(); st.BadReplies != 1 {
+				t.Errorf("BadReplies %d, want 1", st.BadReplies)
+			}
+			if got := serve.Count(serve.KindBadFrame) - before; got < 1 {
+				t.Error("malformed reply not logged")
+			}
+		})
+	})
+	t.Run("tcp", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ln := newPipeListener()
+			go func() {
+				tc, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				defer tc.Close()
+				for {
+					b, err := tc.ReadMessage()
+					if err != nil {
+						return
+					}
+					if radius.Code(b) == lradius.CodeStatusServer {
+						ans, _ := radius.EncodeResponse(b, lradius.CodeAccessAccept, nil, testSecret)
+						tc.WriteMessages(ans)
+						continue
+					}
+					tc.WriteMessages([]byte{2, radius.Identifier(b), 0, 5, 0})
+				}
+			}()
+			cfg := testConfig(30 * time.Second)
+			cfg.Dialer = ln.dialer()
+			cfg.Logger = quietLogger
+			p, err := Dial("radius+tcp://s:1812", cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+			before := serve.Count(serve.KindBadFrame)
+			cl := newCall(accessReq("u"))
+			if err := p.submit(cl); err != nil {
+				t.Fatal(err)
+			}
+			_, err = cl.wait(context.Background(), time.Minute)
+			if !errors.Is(err, ErrConnectionLost) || !errors.Is(err, radius.ErrBadFrame) {
+				t.Errorf("err %v, want the connection lost to a bad frame", err)
+			}
+			if got := serve.Count(serve.KindBadFrame) - before; got < 1 {
+				t.Error("bad frame not logged")
+			}
+			mustClose(t, p)
+			ln.Close()
+		})
+	})
+}

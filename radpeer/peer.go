@@ -1027,6 +1027,9 @@ type conn struct {
 	// rejected: an answer failed verification and the connection is
 	// closing (verifyFailed).
 	rejected bool
+	// badFrame: the server sent a frame that breaks the framing rules,
+	// which closed the connection; the cause of its calls' loss.
+	badFrame error
 	// recycling: taken off its link for new requests (recycleStale); set
 	// under Peer.mu, read without it by retireCall.
 	recycling atomic.Bool
@@ -1047,10 +1050,14 @@ func (c *conn) leaveAll(cause error) []*rcall {
 }
 
 // lossCause is what is known of why c is lost: that it looked like a
-// connection to a server with another shared secret; nil if nothing.
+// connection to a server with another shared secret, or that the server
+// sent a bad frame; nil if nothing.
 // p.mu is held.
 func (p *Peer) lossCause(c *conn) error {
 	if c.mismatch == "" {
+		if c.badFrame != nil {
+			return fmt.Errorf("the server sent a bad frame: %w", c.badFrame)
+		}
 		return nil
 	}
 	return fmt.Errorf("%s: %w", c.mismatch, ErrSecretMismatch)
@@ -1173,6 +1180,10 @@ func (c *conn) reader() {
 			p.mu.Lock()
 			if byServer && c.note == "" && !c.closed && c.sent > 0 && !c.verified {
 				c.suspectSecret(fmt.Sprintf("the server at %s closed the connection after %d request(s) and no answer", c.addr(), c.sent))
+			}
+			if errors.Is(err, radius.ErrBadFrame) && c.note == "" && !c.closed {
+				c.badFrame = err
+				p.logLimited(serve.KindBadFrame, "closing RADIUS connection: bad frame from the server", "peer", c.l.name, "remote", c.addr(), "err", err)
 			}
 			switch {
 			case c.mismatch != "":

@@ -823,8 +823,15 @@ func (p *UDPPeer) datagram(s *udpSocket, b []byte) {
 	// be ignored on reception (as UDPServer does); Validate alone dropped
 	// a padded reply as malformed.
 	b = unpad(b)
-	if radius.Validate(b) != nil || radius.IsRequest(radius.Code(b)) {
+	if err := radius.Validate(b); err != nil {
 		p.bad.Add(1)
+		serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindBadFrame, "RADIUS reply dropped: malformed", "server", p.url, "err", err)
+		return
+	}
+	if radius.IsRequest(radius.Code(b)) {
+		p.bad.Add(1)
+		serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindBadRequest, "RADIUS request from the server dropped: a client socket takes no requests",
+			"server", p.url, "code", radius.Code(b).String())
 		return
 	}
 	id := radius.Identifier(b)
@@ -867,6 +874,7 @@ func (p *UDPPeer) datagram(s *udpSocket, b []byte) {
 	pkt, err := radius.Decode(raw, p.cfg.Secret)
 	if err != nil {
 		p.bad.Add(1)
+		serve.Log(p.cfg.Logger, slog.LevelWarn, serve.KindBadFrame, "RADIUS reply dropped: cannot be decoded", "server", p.url, "err", err)
 		return
 	}
 	if p.cfg.Replied != nil {
