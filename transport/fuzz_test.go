@@ -24,20 +24,45 @@ func (c readerConn) SetDeadline(time.Time) error      { return nil }
 func (c readerConn) SetReadDeadline(time.Time) error  { return nil }
 func (c readerConn) SetWriteDeadline(time.Time) error { return nil }
 
-func FuzzReadMessage(f *testing.F) {
+// fuzzMaxLen is the MaxMessageLen the read fuzzers use: the default, above
+// readBufferSize, so that messages larger than the read buffer (read
+// straight into the message on plain TCP, through bufio's large-read path
+// otherwise) are fuzzed too.
+const fuzzMaxLen = wire.DefaultMaxMessageLen
+
+// readSeeds are the read fuzzers' inputs: small and large messages, one
+// after another, cut short, and headers claiming too little or too much.
+func readSeeds() [][]byte {
 	good := testMsg(64, 280, 1)
-	f.Add(good)
-	f.Add(append(bytes.Clone(good), testMsg(20, 257, 2)...))
-	f.Add(good[:30])
+	large := testMsg(3*readBufferSize+8, 271, 3) // over the read buffer
 	short := testMsg(20, 280, 1)
 	short[3] = 12
-	f.Add(short)
 	huge := testMsg(20, 280, 1)
 	huge[1], huge[2], huge[3] = 0xff, 0xff, 0xfc
-	f.Add(huge)
-	f.Add([]byte{})
+	tooLarge := testMsg(readBufferSize+24, 280, 4)
+	over := fuzzMaxLen + 4
+	tooLarge[1], tooLarge[2], tooLarge[3] = byte(over>>16), byte(over>>8), byte(over)
+	return [][]byte{
+		good,
+		append(bytes.Clone(good), testMsg(20, 257, 2)...),
+		good[:30],
+		short,
+		huge,
+		{},
+		large,
+		append(append(bytes.Clone(good), large...), good...),
+		large[:2*readBufferSize+100],
+		append(bytes.Clone(large), testMsg(fuzzMaxLen, 271, 5)...),
+		tooLarge,
+	}
+}
+
+func FuzzReadMessage(f *testing.F) {
+	for _, s := range readSeeds() {
+		f.Add(s)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c := NewStreamConn(readerConn{bytes.NewReader(data)}, "fuzz", Options{MaxMessageLen: 4096})
+		c := NewStreamConn(readerConn{bytes.NewReader(data)}, "fuzz", Options{MaxMessageLen: fuzzMaxLen})
 		checkReadsInput(t, c, data)
 	})
 }
@@ -61,7 +86,7 @@ func checkReadsInput(t *testing.T, c Conn, data []byte) {
 			return
 		}
 		h, perr := wire.ParseHeader(msg)
-		if perr != nil || wire.Validate(h, 4096) != nil || int(h.Length) != len(msg) {
+		if perr != nil || wire.Validate(h, fuzzMaxLen) != nil || int(h.Length) != len(msg) {
 			t.Fatalf("returned an invalid message %x", msg)
 		}
 		if !bytes.Equal(msg, data[total:total+len(msg)]) {

@@ -178,17 +178,13 @@ func TestTCPCustomReadFrameKeepsBufferedReader(t *testing.T) {
 }
 
 func FuzzTCPReadMessage(f *testing.F) {
-	good := testMsg(64, 280, 1)
-	f.Add(good, uint16(7))
-	f.Add(append(bytes.Clone(good), testMsg(20, 257, 2)...), uint16(1))
-	f.Add(good[:30], uint16(0))
-	huge := testMsg(20, 280, 1)
-	huge[1], huge[2], huge[3] = 0xff, 0xff, 0xfc
-	f.Add(huge, uint16(3))
-	f.Add([]byte{}, uint16(0))
+	for i, s := range readSeeds() {
+		f.Add(s, []uint16{7, 1, 0, 3, 0, 0, 65535, 4095, 16383, 100, 20}[i%11])
+		f.Add(s, uint16(999)) // in pieces: reads through the buffer as well as straight into the message
+	}
 	ln := listenLoopback(f)
 	f.Fuzz(func(t *testing.T, data []byte, piece uint16) {
-		c, w := rawPair(t, ln, Options{MaxMessageLen: 4096})
+		c, w := rawPair(t, ln, Options{MaxMessageLen: fuzzMaxLen})
 		go func() {
 			k := int(piece) + 1
 			for rest := data; len(rest) > 0; rest = rest[min(k, len(rest)):] {

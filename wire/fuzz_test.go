@@ -1,9 +1,12 @@
 package wire
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
+	"github.com/fiorix/go-diameter/v4/diam"
+	"github.com/fiorix/go-diameter/v4/diam/datatype"
 	"github.com/fiorix/go-diameter/v4/diam/dict"
 )
 
@@ -55,8 +58,30 @@ func FuzzParseValidate(f *testing.F) {
 	})
 }
 
-func FuzzDecode(f *testing.F) {
+// decodeSeeds are fuzzSeeds plus the AVP lengths and nestings Decode
+// once let through: fixed-size AVPs a few octets short, an ill-sized AVP
+// inside a group, and chains of Grouped AVPs just past MaxAVPDepth and
+// filling 64 KiB (which a fuzzer would not build by itself).
+func decodeSeeds(f *testing.F) {
 	fuzzSeeds(f)
+	oh := rawAVP(264, 0x40, 0, 12, []byte("host"))
+	or := rawAVP(296, 0x40, 0, 13, []byte("realm"))
+	f.Add(rawMsg(0, 280, 0, rawAVP(268, 0x40, 0, 10, []byte{0x07, 0xd1}), oh, or))          // Result-Code of 2 octets
+	f.Add(rawMsg(FlagRequest, 280, 0, oh, rawAVP(287, 0x40, 0, 13, []byte{1, 2, 3, 4, 5}))) // Unsigned64 of 5 octets
+	misread := append(rawAVP(266, 0x40, 0, 16, []byte{0, 0, 0, 10, 0, 0, 1, 2}), 0x40, 0, 0, 12, 0, 0, 0, 5)
+	f.Add(rawMsg(FlagRequest, 257, 0, oh, or, rawAVP(260, 0x40, 0, uint32(8+len(misread)), misread)))
+	f.Add(rawMsg(FlagRequest, 280, 0, oh, or, failedChain(MaxAVPDepth)))
+	f.Add(rawMsg(FlagRequest, 280, 0, oh, or, failedChain(MaxAVPDepth+1)))
+	f.Add(rawMsg(FlagRequest, 280, 0, oh, or, failedChain((DefaultMaxMessageLen-100)/8)))
+}
+
+// FuzzDecode: Decode never panics, its errors are FrameErrors, and what it
+// accepts is what the wire holds, read by a walker of its own: the same
+// AVPs in the same order and nesting (no deeper than MaxAVPDepth), each
+// value the exact length of its data on the wire and, but for the types
+// go-diameter normalizes (Time, Address), re-encoding to those bytes.
+func FuzzDecode(f *testing.F) {
+	decodeSeeds(f)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Decode(b, dict.Default)
 		if err != nil {
@@ -68,9 +93,48 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
+		want, malformed := refAVPs(b)
+		if malformed {
+			t.Fatal("Decode accepted a message the reference walker finds malformed")
+		}
+		sameAsWire(t, m.AVP, want, 1)
 		// A decoded message re-encodes to the length it had on the wire.
 		if m.Len() != len(b) {
 			t.Fatalf("decoded message re-encodes to %d bytes, wire had %d", m.Len(), len(b))
 		}
 	})
+}
+
+// sameAsWire fails t unless the decoded AVPs got are the wire's AVPs want,
+// at the given depth, recursively into Grouped AVPs.
+func sameAsWire(t *testing.T, got []*diam.AVP, want []refAVP, depth int) {
+	t.Helper()
+	if depth > MaxAVPDepth && len(got) > 0 {
+		t.Fatalf("accepted AVPs nested %d deep", depth)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("decoded %d AVPs at depth %d, the wire holds %d", len(got), depth, len(want))
+	}
+	for i, a := range got {
+		w := want[i]
+		if a.Code != w.code || a.VendorID != w.vendor {
+			t.Fatalf("decoded AVP %d (vendor %d) where the wire holds %d (vendor %d)", a.Code, a.VendorID, w.code, w.vendor)
+		}
+		switch v := a.Data.(type) {
+		case *diam.GroupedAVP:
+			inner, malformed := refGroup(w.data)
+			if malformed {
+				t.Fatalf("accepted Grouped AVP %d whose AVPs the reference finds malformed", a.Code)
+			}
+			sameAsWire(t, v.AVP, inner, depth+1)
+		case datatype.Time, *datatype.Time, datatype.Address:
+			if v.Len() != len(w.data) {
+				t.Fatalf("accepted AVP %d of %d octets as %T of %d", a.Code, len(w.data), v, v.Len())
+			}
+		default:
+			if v.Len() != len(w.data) || !bytes.Equal(v.Serialize(), w.data) {
+				t.Fatalf("accepted AVP %d with %d octets %x as %T %v", a.Code, len(w.data), w.data, v, v)
+			}
+		}
+	}
 }

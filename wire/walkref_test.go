@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"slices"
 	"testing"
 )
@@ -24,7 +25,11 @@ func refAVPs(msg []byte) (avps []refAVP, malformed bool) {
 	if end > len(msg) {
 		return nil, true
 	}
-	rest := msg[min(HeaderLen, end):end]
+	return refGroup(msg[min(HeaderLen, end):end])
+}
+
+// refGroup is refAVPs over the data of a Grouped AVP.
+func refGroup(rest []byte) (avps []refAVP, malformed bool) {
 	for len(rest) > 0 {
 		if len(rest) < 8 {
 			return avps, true
@@ -87,6 +92,42 @@ func FuzzWalkAVPs(f *testing.F) {
 			if ok != (found&(1<<i) != 0) || ok && !bytes.Equal(d, data[i]) {
 				t.Fatalf("FindAVPs found %v, %q for %d where FindAVP finds %v, %q", found&(1<<i) != 0, data[i], c, ok, d)
 			}
+		}
+	})
+}
+
+// WalkGrouped reads what the reference reads on any bytes: the same AVPs
+// in order, an error exactly when it finds a malformed AVP, and it stops
+// when told to.
+func FuzzWalkGrouped(f *testing.F) {
+	f.Add(rawAVP(266, 0x40, 0, 12, []byte{0, 0, 0, 10}), 5)
+	f.Add(append(rawAVP(266, 0x40, 0, 12, []byte{0, 0, 0, 10}), rawAVP(258, 0xc0, 10415, 16, []byte{0, 0, 0, 4})...), 1)
+	f.Add(append(rawAVP(266, 0x40, 0, 16, []byte{0, 0, 0, 10, 0, 0, 1, 2}), 0x40, 0, 0, 12, 0, 0, 0, 5), 5)
+	f.Add(rawAVP(266, 0x80, 0, 8, nil), 5)
+	f.Add(rawAVP(263, 0x40, 0, 9, []byte("x"))[:9], 5)
+	f.Add([]byte{0, 0, 1, 10}, 5)
+	f.Add([]byte{}, 0)
+	f.Fuzz(func(t *testing.T, data []byte, stopAfter int) {
+		want, malformed := refGroup(data)
+		n := 0
+		err := WalkGrouped(data, func(a AVP) bool {
+			if n >= len(want) || a.Code != want[n].code || a.Vendor != want[n].vendor || !bytes.Equal(a.Data, want[n].data) {
+				t.Fatalf("WalkGrouped AVP %d differs from the reference", n)
+			}
+			n++
+			return n != stopAfter
+		})
+		if stopAfter > 0 && stopAfter <= len(want) {
+			if n != stopAfter || err != nil {
+				t.Fatalf("told to stop after %d AVPs, WalkGrouped read %d, error %v", stopAfter, n, err)
+			}
+			return
+		}
+		if n != len(want) || (err != nil) != malformed {
+			t.Fatalf("WalkGrouped read %d AVPs, error %v; reference %d, malformed %v", n, err, len(want), malformed)
+		}
+		if err != nil && !errors.Is(err, ErrBadFrame) {
+			t.Fatalf("WalkGrouped error %v does not match ErrBadFrame", err)
 		}
 	})
 }
