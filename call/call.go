@@ -216,10 +216,9 @@ type Call struct {
 	wake sync.Cond
 	// wprev, wnext link the call into the list of its watch while it
 	// waits under a context that can end (under that watch's mu);
-	// watched says an Await has it linked: one at a time, the call
-	// having one pair of links.
+	// flagWatched (in flags) says an Await has it linked: one at a
+	// time, the call having one pair of links.
 	wprev, wnext *Call
-	watched      atomic.Bool
 
 	// Under mu (the fields are ordered for a small struct: one is made
 	// per request):
@@ -239,9 +238,12 @@ type Call struct {
 	inRead   bool
 
 	// Ref names the request across its sends in failover records: the
-	// Diameter End-to-End id; 0 when the protocol has none.
-	Ref   uint32
-	done  atomic.Bool  // state is final; read without the mutex
+	// Diameter End-to-End id, or the number a RADIUS request was given
+	// when made; 0 when the protocol has none.
+	Ref uint32
+	// flags: flagDone, the state is final (read without the mutex);
+	// flagWatched, an Await has the call linked in its context's watch.
+	flags atomic.Uint32
 	sends atomic.Int32 // written under mu; Sends and Avoids read it without
 	// attempts bounds the sends of the request to its next peer over a
 	// datagram transport (see SetAttempts).
@@ -279,7 +281,7 @@ func (c *Call) to(next State) {
 	}
 	c.state = next
 	if next >= Answered {
-		c.done.Store(true)
+		c.flags.Or(flagDone)
 	}
 }
 
@@ -611,9 +613,9 @@ func (c *Call) Await(ctx context.Context, timeout time.Duration) Result {
 		t := time.AfterFunc(timeout, func() { c.cutShort(fmt.Errorf("%w (%v)", ErrTimeout, timeout)) })
 		defer t.Stop()
 	}
-	if done := ctx.Done(); done != nil && !c.done.Load() {
-		if c.watched.CompareAndSwap(false, true) {
-			defer c.watched.Store(false) // after remove
+	if done := ctx.Done(); done != nil && !c.IsDone() {
+		if c.flags.Or(flagWatched)&flagWatched == 0 {
+			defer c.flags.And(^uint32(flagWatched)) // after remove
 			if w, err := watchFor(ctx, done, c); err != nil {
 				c.cutShort(err)
 			} else {
@@ -721,7 +723,13 @@ func (c *Call) State() State {
 }
 
 // IsDone reports whether the call has completed.
-func (c *Call) IsDone() bool { return c.done.Load() }
+func (c *Call) IsDone() bool { return c.flags.Load()&flagDone != 0 }
+
+// The bits of Call.flags.
+const (
+	flagDone = 1 << iota
+	flagWatched
+)
 
 // Sends returns how many times the request boarded a connection.
 func (c *Call) Sends() int { return int(c.sends.Load()) }

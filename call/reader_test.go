@@ -139,7 +139,7 @@ func TestOfferAtCompletionIsTakenUp(t *testing.T) {
 		c.mu.Lock() // the Offer and the completion land together
 		c.offered = true
 		c.state, c.res = Answered, result{ans: []byte("ans")}
-		c.done.Store(true)
+		c.flags.Or(flagDone)
 		c.mu.Unlock()
 		c.wake.Broadcast()
 		<-done
