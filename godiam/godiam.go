@@ -113,7 +113,8 @@ type Handler func(ctx context.Context, p *peer.Peer, req *diam.Message) *diam.Me
 
 // Handler returns h as a peer.Handler. A request that does not decode is
 // answered for h: DIAMETER_COMMAND_UNSUPPORTED when the dictionary does not
-// know its command, DIAMETER_INVALID_AVP_VALUE otherwise; an answer of h
+// know its command, DIAMETER_INVALID_AVP_LENGTH when an AVP's length does
+// not fit its type, DIAMETER_INVALID_AVP_VALUE otherwise; an answer of h
 // that does not encode becomes DIAMETER_UNABLE_TO_COMPLY.
 func (c Codec) Handler(h Handler) peer.Handler {
 	d := c.dict()
@@ -125,6 +126,9 @@ func (c Codec) Handler(h Handler) peer.Handler {
 			return message.ErrorAnswer(req, identity(p), message.CommandUnsupported, "command not in the dictionary").Bytes()
 		}
 		m, err := c.Decode(req)
+		if errors.Is(err, wire.ErrAVPLength) {
+			return message.ErrorAnswer(req, identity(p), message.InvalidAVPLength, "an AVP's length does not fit its value").Bytes()
+		}
 		if err != nil {
 			return message.ErrorAnswer(req, identity(p), message.InvalidAVPValue, "malformed request").Bytes()
 		}

@@ -126,7 +126,7 @@ func TestHandlerRefusesWhatDoesNotDecode(t *testing.T) {
 	_, err := wire.Decode(bad, nil)
 	require.ErrorIs(t, err, wire.ErrBadFrame)
 	ans := decodeAnswer(t, h(context.Background(), nil, bad))
-	assert.Equal(t, uint32(message.InvalidAVPValue), resultCode(t, ans))
+	assert.Equal(t, uint32(message.InvalidAVPLength), resultCode(t, ans), "an AVP shorter than its header")
 	assert.Equal(t, wire.EndToEnd(bad), ans.Header.EndToEndID)
 	assert.Zero(t, ans.Header.CommandFlags&diam.RequestFlag)
 
@@ -141,6 +141,28 @@ func TestHandlerRefusesWhatDoesNotDecode(t *testing.T) {
 	assert.NotZero(t, wire.Flags(ub)&wire.FlagError, "a protocol error has the E bit")
 
 	assert.Nil(t, h(context.Background(), nil, []byte{1, 0, 0}), "not a message")
+
+	// An Unsigned32 AVP one octet long: DIAMETER_INVALID_AVP_LENGTH.
+	short := message.NewRequest(280, 0, 0).Octets(message.OriginStateID, 0, true, []byte{0, 0, 0, 1, 2}).Bytes()
+	sb := h(context.Background(), nil, short)
+	require.NotNil(t, sb)
+	rc, ok = message.ResultCodeOf(sb)
+	require.True(t, ok)
+	assert.Equal(t, uint32(message.InvalidAVPLength), rc)
+
+	// Nested deeper than wire.MaxAVPDepth: DIAMETER_INVALID_AVP_VALUE.
+	deep := message.NewRequest(280, 0, 0)
+	for range wire.MaxAVPDepth + 1 {
+		deep.Group(message.FailedAVP, 0, true)
+	}
+	for range wire.MaxAVPDepth + 1 {
+		deep.End()
+	}
+	db := h(context.Background(), nil, deep.Bytes())
+	require.NotNil(t, db)
+	rc, ok = message.ResultCodeOf(db)
+	require.True(t, ok)
+	assert.Equal(t, uint32(message.InvalidAVPValue), rc)
 	assert.False(t, called)
 }
 
