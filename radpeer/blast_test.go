@@ -577,3 +577,56 @@ func TestMalformedRepliesLogged(t *testing.T) {
 		})
 	})
 }
+
+// A request the server sends on a client connection is dropped, counted
+// (Stats.RequestsDropped) and logged at a bounded rate; the connection
+// and the request in flight on it go on.
+func TestRequestFromTheServerDroppedAndCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		go func() {
+			tc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer tc.Close()
+			for {
+				b, err := tc.ReadMessage()
+				if err != nil {
+					return
+				}
+				if radius.Code(b) != lradius.CodeStatusServer {
+					disconnect := make([]byte, 20)
+					disconnect[0], disconnect[1], disconnect[3] = byte(lradius.CodeDisconnectRequest), 9, 20
+					tc.WriteMessages(disconnect)
+				}
+				ans, _ := radius.EncodeResponse(b, lradius.CodeAccessAccept, nil, testSecret)
+				tc.WriteMessages(ans)
+			}
+		}()
+		cfg := testConfig(30 * time.Second)
+		cfg.Dialer = ln.dialer()
+		cfg.Logger = quietLogger
+		p, err := Dial("radius+tcp://s:1812", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		before := serve.Count(serve.KindBadRequest)
+		cl := newCall(accessReq("u"))
+		if err := p.submit(cl); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cl.wait(context.Background(), time.Minute); err != nil {
+			t.Errorf("the request in flight failed: %v", err)
+		}
+		if st := p.Stats(); st.RequestsDropped != 1 {
+			t.Errorf("RequestsDropped %d, want 1", st.RequestsDropped)
+		}
+		if got := serve.Count(serve.KindBadRequest) - before; got < 1 {
+			t.Error("request from the server not logged")
+		}
+		mustClose(t, p)
+		ln.Close()
+	})
+}

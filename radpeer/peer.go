@@ -75,26 +75,30 @@ type counters struct {
 
 // Stats is a snapshot of a Peer's counters.
 type Stats struct {
-	Peer           string      `json:"peer"`
-	State          string      `json:"state"`
-	InService      bool        `json:"in_service"`
-	Sent           uint64      `json:"sent"`            // requests sent, replays included
-	Answered       uint64      `json:"answered"`        // verified answers that completed their call
-	Late           uint64      `json:"late"`            // verified answers for calls already complete
-	Unmatched      uint64      `json:"unmatched"`       // answers on an Identifier with no request: dropped
-	BadAuth        uint64      `json:"bad_auth"`        // answers failing verification: dropped, connection closed
-	NoMA           uint64      `json:"no_ma"`           // answers without a required Message-Authenticator: dropped
-	TimedOut       uint64      `json:"timed_out"`       // calls that ended without an answer
-	Lost           uint64      `json:"lost"`            // calls failed because their connection closed
-	MovedOut       uint64      `json:"moved_out"`       // requests handed to another server by a Client
-	StatusSent     uint64      `json:"status_sent"`     // Status-Server watchdogs sent
-	StatusAnswered uint64      `json:"status_answered"` // and answered
-	BadFrames      uint64      `json:"bad_frames"`
-	OpenFailed     uint64      `json:"open_failed"`
-	Transitions    uint64      `json:"transitions"`
-	RecycledConns  uint64      `json:"recycled_conns"` // connections replaced because stale reservations filled their Identifiers
-	Waiting        int         `json:"waiting"`        // calls waiting for an Identifier
-	Conns          []ConnStats `json:"conns"`
+	Peer           string `json:"peer"`
+	State          string `json:"state"`
+	InService      bool   `json:"in_service"`
+	Sent           uint64 `json:"sent"`            // requests sent, replays included
+	Answered       uint64 `json:"answered"`        // verified answers that completed their call
+	Late           uint64 `json:"late"`            // verified answers for calls already complete
+	Unmatched      uint64 `json:"unmatched"`       // answers on an Identifier with no request: dropped
+	BadAuth        uint64 `json:"bad_auth"`        // answers failing verification: dropped, connection closed
+	NoMA           uint64 `json:"no_ma"`           // answers without a required Message-Authenticator: dropped
+	TimedOut       uint64 `json:"timed_out"`       // calls that ended without an answer
+	Lost           uint64 `json:"lost"`            // calls failed because their connection closed
+	MovedOut       uint64 `json:"moved_out"`       // requests handed to another server by a Client
+	StatusSent     uint64 `json:"status_sent"`     // Status-Server watchdogs sent
+	StatusAnswered uint64 `json:"status_answered"` // and answered
+	BadFrames      uint64 `json:"bad_frames"`
+	// RequestsDropped counts the requests the server sent: a client
+	// connection takes none, so each was dropped (and logged at a
+	// bounded rate), the connection kept.
+	RequestsDropped uint64      `json:"requests_dropped"`
+	OpenFailed      uint64      `json:"open_failed"`
+	Transitions     uint64      `json:"transitions"`
+	RecycledConns   uint64      `json:"recycled_conns"` // connections replaced because stale reservations filled their Identifiers
+	Waiting         int         `json:"waiting"`        // calls waiting for an Identifier
+	Conns           []ConnStats `json:"conns"`
 	// SecretMismatch counts connections that showed the signs of a shared
 	// secret the server does not share: closed by the server after
 	// requests were sent on them and before any verified answer, or whose
@@ -293,7 +297,7 @@ func (p *Peer) Stats() Stats {
 		BadAuth: s.badAuth.Load(), NoMA: s.noMA.Load(), TimedOut: s.timedOut.Load(), Lost: s.lost.Load(),
 		MovedOut: s.movedOut.Load(), StatusSent: s.statusSent.Load(), StatusAnswered: s.statusAnswered.Load(),
 		BadFrames: s.badFrames.Load(), OpenFailed: s.openFailures.Load(), Transitions: s.transitions.Load(),
-		RecycledConns: s.recycled.Load(), SecretMismatch: s.secretMismatch.Load(),
+		RecycledConns: s.recycled.Load(), SecretMismatch: s.secretMismatch.Load(), RequestsDropped: s.requestsDropped.Load(),
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
