@@ -2101,6 +2101,12 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 		lost := w.lastDrop[r.e2e]
 		var expired *throttle.ExpiredError
 		behindLost := errors.As(r.err, &expired) && expired.Server != "" && w.lostAt(expired.Server)
+		if p := w.picks[r.e2e]; !behindLost && len(p) > 0 && errors.Is(r.err, context.DeadlineExceeded) {
+			// The caller's deadline ended its wait in the throttle at
+			// the instant the throttle's expiry would have: the server
+			// whose queue it waited in is the last the pick chose.
+			behindLost = w.lostAt(p[len(p)-1].host)
+		}
 		w.mu.Unlock()
 		if took := r.at.Sub(rq.start); took > rq.limit+simSlack {
 			t.Errorf("seed %d: request %d returned after %v, past its deadline of %v (err %v)", seed, r.e2e, took, rq.limit, r.err)
