@@ -121,20 +121,27 @@ func newCall(r *radius.Request) *rcall {
 	return c
 }
 
-// encoded is the request as a new send encodes it: an Accounting-Request
-// with its Acct-Delay-Time increased by the whole seconds since the call
-// was made (radius.Request.WithAcctDelay), so that a record re-sent to
-// another server, or sent late after waiting, says how late it is. A
+// encode encodes the request for a new send with Identifier id: an
+// Accounting-Request with its Acct-Delay-Time increased by the whole
+// seconds since the call was made (radius.Request.WithAcctDelay), so that
+// a record re-sent to another server, or sent late after waiting, says
+// how late it is. A record that the attribute would take past the
+// largest packet goes as its caller made it, rather than nowhere. A
 // retransmission re-sends the packet of its send unchanged.
-func (c *rcall) encoded() *radius.Request {
-	if c.made.IsZero() {
-		return c.req
+func (c *rcall) encode(id byte, secret []byte) ([]byte, [radius.AuthenticatorLen]byte, error) {
+	r := c.req
+	if !c.made.IsZero() {
+		secs := time.Since(c.made) / time.Second
+		if secs > math.MaxUint32 {
+			secs = math.MaxUint32
+		}
+		r = c.req.WithAcctDelay(uint32(secs))
 	}
-	secs := time.Since(c.made) / time.Second
-	if secs > math.MaxUint32 {
-		secs = math.MaxUint32
+	b, auth, err := radius.EncodeRequest(r, id, secret)
+	if err != nil && r != c.req {
+		return radius.EncodeRequest(c.req, id, secret)
 	}
-	return c.req.WithAcctDelay(uint32(secs))
+	return b, auth, err
 }
 
 // Lifecycle returns the Call c embeds (call.Payload).

@@ -1121,7 +1121,7 @@ func (c *conn) sendStatus() {
 // p.mu: encoding (MD5, HMAC, random bytes) is kept out of the lock.
 func (c *conn) sendRequest(id byte, cl *rcall) {
 	p := c.l.p
-	b, auth, err := radius.EncodeRequest(cl.encoded(), id, p.secret)
+	b, auth, err := cl.encode(id, p.secret)
 	p.mu.Lock()
 	s := &c.slots[id]
 	if s.call != cl || c.closed {

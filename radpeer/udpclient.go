@@ -525,7 +525,7 @@ func (at *udpAddr) freeSlot() *udpSocket {
 // be sent nowhere: it is taken off, the Identifier given back, and the
 // caller fails it with the error after the lock.
 func (p *UDPPeer) place(snd *udpSend, s *udpSocket, id byte) error {
-	pkt, auth, err := radius.EncodeRequest(snd.rc.encoded(), id, p.cfg.Secret)
+	pkt, auth, err := snd.rc.encode(id, p.cfg.Secret)
 	if err != nil {
 		snd.over = true
 		s.free.push(id)

@@ -1625,3 +1625,44 @@ func TestUDPDuplicateReplyAfterTheIdentifierWasReused(t *testing.T) {
 		}
 	})
 }
+
+// A record as large as a packet may be goes to the next server as its
+// caller made it when Acct-Delay-Time would take it past the largest
+// packet, rather than nowhere.
+func TestUDPAcctDelayTimeNeverMakesARecordTooLarge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		a := startFake(n, "a:1813", noAnswer)
+		defer a.close()
+		b := startFake(n, "b:1813", nil)
+		defer b.close()
+		pb := newTestUDPPeer(t, n, "b:1813", UDPConfig{})
+		fo := failoverLog{then: func(c *call.Call) {
+			if err := pb.Submit(c); err != nil {
+				c.Fail(err)
+			}
+		}}
+		pa := newTestUDPPeer(t, n, "a:1813", UDPConfig{Failover: fo.hook})
+		big := acctReq("big") // 31 octets
+		for range 15 {
+			big.Attributes.Add(lradius.Type(25), make([]byte, 253))
+		}
+		big.Attributes.Add(lradius.Type(25), make([]byte, 238)) // 4,096 octets in all
+		c := submit(t, pa, big)
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		if err := resultOf(t, c); err != nil {
+			t.Fatalf("call: %v", err)
+		}
+		got := b.arrivals()
+		if len(got) != 1 {
+			t.Fatalf("%d arrivals at b, want 1", len(got))
+		}
+		if len(got[0].b) != 4096 {
+			t.Errorf("%d octets at b, want 4096", len(got[0].b))
+		}
+		if _, ok := radius.Attr(got[0].b, radius.AttrAcctDelayTime); ok {
+			t.Error("Acct-Delay-Time added past the largest packet")
+		}
+	})
+}
