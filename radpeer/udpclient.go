@@ -845,8 +845,9 @@ func (p *UDPPeer) datagram(s *udpSocket, b []byte) {
 	p.mu.Unlock()
 	if snd == nil {
 		// No request holds this Identifier: a reply to one answered already
-		// (duplicate) or released after it was given up on, or garbage.
-		if !p.replyToEarlier(b, last) {
+		// (duplicate) or released after it was given up on, the last or
+		// the one before, or garbage.
+		if !p.replyToEarlier(b, last) && !p.replyToEarlier(b, prev) {
 			p.unmatched(b)
 		}
 		return

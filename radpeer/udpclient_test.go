@@ -1666,3 +1666,43 @@ func TestUDPAcctDelayTimeNeverMakesARecordTooLarge(t *testing.T) {
 		}
 	})
 }
+
+// A duplicate reply to a request whose Identifier went to the next
+// request, answered since, the Identifier free again, is a duplicate too,
+// not a bad reply.
+func TestUDPDuplicateReplyWhenTheIdentifierIsFreeAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := newMemNet()
+		f := startFake(n, "srv:1812", func(i int, b []byte) int {
+			if userOf(b) == "Y" {
+				return 1
+			}
+			return 0
+		})
+		defer f.close()
+		p := newTestUDPPeer(t, n, "srv:1812", UDPConfig{MaxSockets: 1, Timeout: time.Second, Retries: 2})
+		first := submit(t, p, accessReq("first"))
+		synctest.Wait()
+		for i := range IDsPerSocket - 1 {
+			submit(t, p, accessReq(fmt.Sprint("u", i)))
+		}
+		y := submit(t, p, accessReq("Y")) // waits for first's Identifier
+		synctest.Wait()
+		arr := f.arrivals()[0]
+		f.reply(arr) // first answered: its Identifier goes to Y, answered at once
+		synctest.Wait()
+		if err := resultOf(t, y); err != nil {
+			t.Fatalf("Y: %v", err)
+		}
+		f.reply(arr) // the server's duplicate of first's reply
+		synctest.Wait()
+		if st := p.Stats(); st.Duplicates != 1 || st.BadReplies != 0 {
+			t.Errorf("Duplicates %d, BadReplies %d; want the duplicate counted as one", st.Duplicates, st.BadReplies)
+		}
+		if err := resultOf(t, first); err != nil {
+			t.Errorf("first: %v", err)
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+	})
+}
