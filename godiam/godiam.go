@@ -126,11 +126,8 @@ func (c Codec) Handler(h Handler) peer.Handler {
 			return message.ErrorAnswer(req, identity(p), message.CommandUnsupported, "command not in the dictionary").Bytes()
 		}
 		m, err := c.Decode(req)
-		if errors.Is(err, wire.ErrAVPLength) {
-			return message.ErrorAnswer(req, identity(p), message.InvalidAVPLength, "an AVP's length does not fit its value").Bytes()
-		}
 		if err != nil {
-			return message.ErrorAnswer(req, identity(p), message.InvalidAVPValue, "malformed request").Bytes()
+			return refusal(req, identity(p), err)
 		}
 		ans := h(ctx, p, m)
 		if ans == nil {
@@ -151,6 +148,27 @@ func Send(ctx context.Context, s Sender, req *diam.Message) (*diam.Message, erro
 
 // NewHandler is Codec{}.Handler: dict.Default's messages.
 func NewHandler(h Handler) peer.Handler { return Codec{}.Handler(h) }
+
+// maxFailedData bounds the data of the AVP a Failed-AVP copies from a
+// request.
+const maxFailedData = 256
+
+// refusal answers req, which Decode refused with err: an AVP whose length
+// does not fit gets DIAMETER_INVALID_AVP_LENGTH, anything else
+// DIAMETER_INVALID_AVP_VALUE, with the offending AVP in a Failed-AVP
+// when Decode named one (RFC 6733 7.1.5).
+func refusal(req []byte, from message.Identity, err error) []byte {
+	b := message.ErrorAnswer(req, from, message.InvalidAVPValue, "malformed request")
+	if errors.Is(err, wire.ErrAVPLength) {
+		b = message.ErrorAnswer(req, from, message.InvalidAVPLength, "an AVP's length does not fit its value")
+	}
+	var fe *wire.FrameError
+	if errors.As(err, &fe) && fe.Failed != nil {
+		f := fe.Failed
+		b.Group(message.FailedAVP, 0, true).Octets(f.Code, f.Vendor, true, f.Data[:min(len(f.Data), maxFailedData)]).End()
+	}
+	return b.Bytes()
+}
 
 func identity(p *peer.Peer) message.Identity {
 	if p == nil {

@@ -107,6 +107,20 @@ func malformed() []byte {
 	return b
 }
 
+// failedAVP returns the AVP inside the Failed-AVP of answer b.
+func failedAVP(t *testing.T, b []byte) wire.AVP {
+	t.Helper()
+	g, ok := wire.FindAVP(b, message.FailedAVP, 0)
+	require.True(t, ok, "no Failed-AVP")
+	var got []wire.AVP
+	require.NoError(t, wire.WalkGrouped(g, func(a wire.AVP) bool {
+		got = append(got, wire.AVP{Code: a.Code, Vendor: a.Vendor, Data: append([]byte{}, a.Data...)})
+		return true
+	}))
+	require.Len(t, got, 1)
+	return got[0]
+}
+
 func decodeAnswer(t *testing.T, b []byte) *diam.Message {
 	t.Helper()
 	require.NotNil(t, b)
@@ -125,8 +139,10 @@ func TestHandlerRefusesWhatDoesNotDecode(t *testing.T) {
 	bad := malformed()
 	_, err := wire.Decode(bad, nil)
 	require.ErrorIs(t, err, wire.ErrBadFrame)
-	ans := decodeAnswer(t, h(context.Background(), nil, bad))
+	badAns := h(context.Background(), nil, bad)
+	ans := decodeAnswer(t, badAns)
 	assert.Equal(t, uint32(message.InvalidAVPLength), resultCode(t, ans), "an AVP shorter than its header")
+	assert.Equal(t, wire.AVP{Code: 263, Data: []byte{}}, failedAVP(t, badAns), "its header in the Failed-AVP")
 	assert.Equal(t, wire.EndToEnd(bad), ans.Header.EndToEndID)
 	assert.Zero(t, ans.Header.CommandFlags&diam.RequestFlag)
 
@@ -149,6 +165,7 @@ func TestHandlerRefusesWhatDoesNotDecode(t *testing.T) {
 	rc, ok = message.ResultCodeOf(sb)
 	require.True(t, ok)
 	assert.Equal(t, uint32(message.InvalidAVPLength), rc)
+	assert.Equal(t, wire.AVP{Code: message.OriginStateID, Data: []byte{0, 0, 0, 1, 2}}, failedAVP(t, sb))
 
 	// Nested deeper than wire.MaxAVPDepth: DIAMETER_INVALID_AVP_VALUE.
 	deep := message.NewRequest(280, 0, 0)
@@ -163,6 +180,7 @@ func TestHandlerRefusesWhatDoesNotDecode(t *testing.T) {
 	rc, ok = message.ResultCodeOf(db)
 	require.True(t, ok)
 	assert.Equal(t, uint32(message.InvalidAVPValue), rc)
+	assert.Equal(t, uint32(message.FailedAVP), failedAVP(t, db).Code, "the AVP nested too deep")
 	assert.False(t, called)
 }
 

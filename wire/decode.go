@@ -121,13 +121,22 @@ func Decode(msg []byte, d *dict.Parser) (m *diam.Message, err error) {
 			return nil, &FrameError{
 				Reason: fmt.Sprintf("AVP %d (vendor %d) in the AVP at offset %d: %d bytes on the wire, but its decoded %s value would be %d",
 					bad.Code, bad.VendorID, HeaderLen+off, bad.Length, typeName(bad), hl+bad.Data.Len()),
-				Err: ErrAVPLength,
+				Err:    ErrAVPLength,
+				Failed: &AVP{Code: bad.Code, Vendor: bad.VendorID, Data: serialized(bad)},
 			}
 		}
 		m.AVP = append(m.AVP, a)
 		off += padded
 	}
 	return m, nil
+}
+
+// serialized returns a's value as go-diameter encodes it, nil without one.
+func serialized(a *diam.AVP) []byte {
+	if a.Data == nil {
+		return nil
+	}
+	return a.Data.Serialize()
 }
 
 func typeName(a *diam.AVP) string {
@@ -208,7 +217,8 @@ func checkAVPTree(b []byte, off, group, depth int, app uint32, d *dict.Parser) e
 			err = &FrameError{
 				Reason: fmt.Sprintf("AVP %d (vendor %d) at offset %d, inside AVP %d at offset %d, is nested %d deep, more than %d",
 					a.Code, a.Vendor, at, binary.BigEndian.Uint32(b[group:]), group, depth, MaxAVPDepth),
-				Err: ErrAVPTooDeep,
+				Err:    ErrAVPTooDeep,
+				Failed: &a,
 			}
 			return false
 		}
@@ -225,6 +235,7 @@ func checkAVPTree(b []byte, off, group, depth int, app uint32, d *dict.Parser) e
 			err = &FrameError{
 				Reason: fmt.Sprintf("AVP %d (vendor %d) at offset %d: %s of %d octets, not %d", a.Code, a.Vendor, at, da.Data.TypeName, len(a.Data), want),
 				Err:    ErrAVPLength,
+				Failed: &a,
 			}
 			return false
 		}
@@ -238,9 +249,31 @@ func checkAVPTree(b []byte, off, group, depth int, app uint32, d *dict.Parser) e
 		if group != 0 {
 			where = fmt.Sprintf(" (inside AVP %d at offset %d, which ends at %d)", binary.BigEndian.Uint32(b[group:]), group, len(b))
 		}
-		return &FrameError{Reason: fmt.Sprintf("%s at offset %d%s", reason, stop, where), Err: ErrAVPLength}
+		return &FrameError{Reason: fmt.Sprintf("%s at offset %d%s", reason, stop, where), Err: ErrAVPLength, Failed: avpAt(b, stop)}
 	}
 	return err
+}
+
+// avpAt returns the AVP whose header starts at off in b, its Data cut to
+// what b holds of it, for a Failed-AVP; nil when b does not hold its code,
+// flags and length.
+func avpAt(b []byte, off int) *AVP {
+	if len(b)-off < avpHeaderLen {
+		return nil
+	}
+	a := &AVP{Code: binary.BigEndian.Uint32(b[off:])}
+	hl := avpHeaderLen
+	if b[off+4]&avpFlagVendor != 0 {
+		hl = avpVendorHeaderLen
+		if len(b)-off < hl {
+			return a
+		}
+		a.Vendor = binary.BigEndian.Uint32(b[off+8:])
+	}
+	if end := min(off+int(uint24(b[off+5:off+8])), len(b)); end > off+hl {
+		a.Data = b[off+hl : end]
+	}
+	return a
 }
 
 // misdecoded returns the first AVP of the tree a (a itself or one inside
