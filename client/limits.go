@@ -818,7 +818,11 @@ func (c *Client) dispatcher() {
 // sendTest sends the test user's request (a probe or a keep-alive, S4/S5)
 // to one server, outside the throttle: exactly one message, no retry.
 func (c *Client) sendTest(s policy.TestSend) {
-	m := c.ros.Load().all[s.Index]
+	all := c.ros.Load().all
+	if s.Index >= len(all) {
+		return // a member SetPeers is adding: not connected yet
+	}
+	m := all[s.Index]
 	k := m.carrier()
 	_, st, _ := m.stateOf()
 	cl, ok := c.newTest(m)

@@ -217,11 +217,13 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 	}
 	if c.group != nil {
 		for _, m := range fresh {
+			// Unavailable until its peer is in service (serverState),
+			// from the start: the dispatcher's Tick does not wait for
+			// c.mu, and the roster does not hold m yet.
 			if i, err := c.group.Add(m.spec.Name); err != nil || i != m.index {
 				c.mu.Unlock()
 				return PeersChange{}, fmt.Errorf("client: policy index %d for member %d: %v", i, m.index, err)
 			}
-			c.group.SetAvailable(m.index, false)
 		}
 		for _, m := range gone {
 			c.group.Remove(m.index)

@@ -51,7 +51,10 @@ func NewGroup(names []string, cfg Config) (*Group, error) {
 }
 
 // Add adds a server with the group's configuration, Unknown and
-// available, and returns its index.
+// unavailable until SetAvailable says otherwise, and returns its index:
+// a Tick between the two, on another goroutine, must not ask for a
+// test-user request to a server that is not connected yet, nor start its
+// down-timeout.
 func (g *Group) Add(name string) (int, error) {
 	t, err := NewTracker(name, g.cfg)
 	if err != nil {
@@ -61,7 +64,7 @@ func (g *Group) Add(name string) (int, error) {
 	defer g.mu.Unlock()
 	t.index = len(g.t)
 	g.t = append(g.t, t)
-	g.avail = append(g.avail, true)
+	g.avail = append(g.avail, false)
 	g.removed = append(g.removed, false)
 	return t.index, nil
 }

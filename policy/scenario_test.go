@@ -341,6 +341,17 @@ func TestGroupAddAndRemove(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, i)
 	assert.Equal(t, "b", g.Name(1))
+	// Unavailable until its owner says otherwise: no test-user request
+	// for it, whatever a Tick on another goroutine meets.
+	tg := newGroup(t, Config{TestUser: true, KeepAlive: 10 * s}, "a")
+	j, err := tg.Add("new")
+	require.NoError(t, err)
+	sends, _ := tg.Tick(at(0), nil, nil)
+	for _, x := range sends {
+		assert.NotEqual(t, j, x.Index, "a test-user request for a server just added")
+	}
+	assert.False(t, tg.Allow(j, at(0)).Allow)
+	g.SetAvailable(1, true)
 	inService(t, g, 1, 0)
 	g.OnSent(0, at(0))
 	g.Tick(at(15*s), nil, nil) // a out until 45 s; b, healthy, lets it be probed
