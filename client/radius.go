@@ -103,13 +103,7 @@ func udpDefaults(cfg Config) Config {
 
 // dialUDP creates a radius:// member's radpeer.UDPPeer. c.mu is held.
 func (c *Client) dialUDP(m *member) error {
-	uc := c.cfg.UDP
-	if m.spec.Secret != nil {
-		uc.Secret = m.spec.Secret
-	}
-	if m.spec.AccountingURL != "" {
-		uc.AccountingAddr, _ = radpeer.ParseUDPURL(m.spec.AccountingURL) // checked by radiusMembers
-	}
+	uc := c.udpConfig(m.spec)
 	uc.Failover = c.onFailover
 	// Every reply the server sends tells the policy it is alive, as it
 	// comes: also one its request no longer waits for (the caller's
@@ -128,15 +122,50 @@ func (c *Client) dialUDP(m *member) error {
 	return nil
 }
 
+// udpConfig is the configuration of a radius:// server's peer.
+func (c *Client) udpConfig(s PeerSpec) radpeer.UDPConfig {
+	uc := c.cfg.UDP
+	if s.Secret != nil {
+		uc.Secret = s.Secret
+	}
+	if s.AccountingURL != "" {
+		uc.AccountingAddr, _ = radpeer.ParseUDPURL(s.AccountingURL) // checked by radiusMembers
+	}
+	return uc
+}
+
+// streamConfig is the configuration of a RADIUS/TCP or RADIUS/TLS
+// server's peer.
+func (c *Client) streamConfig(s PeerSpec) radpeer.Config {
+	rc := s.radiusConfig(c.cfg.RADIUS)
+	if rc.RequestTimeout <= 0 {
+		rc.RequestTimeout = c.cfg.RequestTimeout
+	}
+	return rc
+}
+
+// checkRADIUS reports whether the peer of RADIUS server s could be made,
+// with the error its dial would return: SetPeers checks a new server
+// before anything changes.
+func (c *Client) checkRADIUS(s PeerSpec) error {
+	var err error
+	if _, notUDP := radpeer.ParseUDPURL(s.URL); notUDP == nil {
+		err = radpeer.CheckUDP(s.URL, c.udpConfig(s))
+	} else {
+		err = radpeer.Check(s.URL, c.streamConfig(s))
+	}
+	if err != nil {
+		return fmt.Errorf("client: RADIUS server %s: %w", s.Name, err)
+	}
+	return nil
+}
+
 // dialRADIUS creates a RADIUS member's radpeer.Peer. c.mu is held.
 func (c *Client) dialRADIUS(m *member) error {
 	if _, err := radpeer.ParseUDPURL(m.spec.URL); err == nil {
 		return c.dialUDP(m)
 	}
-	rc := m.spec.radiusConfig(c.cfg.RADIUS)
-	if rc.RequestTimeout <= 0 {
-		rc.RequestTimeout = c.cfg.RequestTimeout
-	}
+	rc := c.streamConfig(m.spec)
 	rc.Events = peer.NewBus()
 	rc.Failover = c.onFailover
 	rc.Replied = c.repliedHook(rc.Replied) // see dialUDP

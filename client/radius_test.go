@@ -468,3 +468,22 @@ func TestRADIUSFailoverNothingPendingRecorded(t *testing.T) {
 		a.faults.Thaw()
 	})
 }
+
+// SetPeers refuses a RADIUS server that New would refuse (here, a secret
+// neither it nor the Client's RADIUS configuration has), before anything
+// changes: the server it would replace stays, and keeps answering.
+func TestRADIUSSetPeersRefusesWhatNewRefuses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, c, stop := radOne(t)
+		defer stop()
+		_, err := c.SetPeers(context.Background(), []PeerSpec{{URL: "radius+tcp://a:1812"}})
+		require.ErrorIs(t, err, ErrConfig)
+		assert.ErrorContains(t, err, "secret")
+		ps := c.RADIUSPeers()
+		require.Len(t, ps, 1)
+		require.NotNil(t, ps[0], "the server was replaced by one never dialed")
+		resp, err := c.Exchange(context.Background(), accessRequest("u"))
+		require.NoError(t, err)
+		assert.Equal(t, lradius.CodeAccessAccept, resp.Packet.Code)
+	})
+}

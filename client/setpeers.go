@@ -54,6 +54,17 @@ func (c *Client) checkNewPeers(specs []PeerSpec) ([]PeerSpec, error) {
 		// states: a Client made without them cannot take one.
 		return nil, errors.New("client: SetPeers cannot add radius:// servers to a Client created without any: create a new Client")
 	}
+	if c.radius {
+		// What a RADIUS server's dial refuses (no secret, TLS options
+		// its transport refuses) is refused here, before anything
+		// changes, as New refuses it: dialed later, the server it
+		// replaces would drain and nothing take its place.
+		for _, s := range norm {
+			if err := c.checkRADIUS(s); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return norm, nil
 }
 

@@ -121,24 +121,9 @@ type ConnStats struct {
 // radsec://host[:port]). It returns at once; the first connection is
 // opened in the background and reopened as the watchdog says.
 func Dial(rawURL string, cfg Config) (*Peer, error) {
-	ep, err := ParseURL(rawURL)
-	if err != nil {
-		return nil, fmt.Errorf("radpeer: %w: %w", ErrConfig, err)
-	}
-	cfg, err = cfg.validate()
+	ep, cfg, secret, err := prepare(rawURL, cfg)
 	if err != nil {
 		return nil, err
-	}
-	secret, err := ep.Secret(cfg.Secret)
-	if err != nil {
-		return nil, fmt.Errorf("radpeer: %w: %w", ErrConfig, err)
-	}
-	if cfg.Dialer == nil {
-		topts, err := streamOptions(ep, cfg.Transport, false)
-		if err != nil {
-			return nil, fmt.Errorf("radpeer: %w: %w", ErrConfig, err)
-		}
-		cfg.Transport = topts
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Peer{cfg: cfg, url: ep.String(), ep: ep, secret: secret, epoch: time.Now(), done: make(chan struct{}), ctx: ctx, cancel: cancel}
@@ -148,6 +133,38 @@ func Dial(rawURL string, cfg Config) (*Peer, error) {
 	p.addLink()
 	p.unlock()
 	return p, nil
+}
+
+// Check reports whether Dial would take rawURL and cfg, with the error
+// Dial would return, without dialing.
+func Check(rawURL string, cfg Config) error {
+	_, _, _, err := prepare(rawURL, cfg)
+	return err
+}
+
+// prepare checks rawURL and cfg as Dial takes them, and returns the
+// endpoint, cfg with its defaults and transport options, and the secret.
+func prepare(rawURL string, cfg Config) (Endpoint, Config, []byte, error) {
+	ep, err := ParseURL(rawURL)
+	if err != nil {
+		return ep, cfg, nil, fmt.Errorf("radpeer: %w: %w", ErrConfig, err)
+	}
+	cfg, err = cfg.validate()
+	if err != nil {
+		return ep, cfg, nil, err
+	}
+	secret, err := ep.Secret(cfg.Secret)
+	if err != nil {
+		return ep, cfg, nil, fmt.Errorf("radpeer: %w: %w", ErrConfig, err)
+	}
+	if cfg.Dialer == nil {
+		topts, err := streamOptions(ep, cfg.Transport, false)
+		if err != nil {
+			return ep, cfg, nil, fmt.Errorf("radpeer: %w: %w", ErrConfig, err)
+		}
+		cfg.Transport = topts
+	}
+	return ep, cfg, secret, nil
 }
 
 // Name returns the server's URL.

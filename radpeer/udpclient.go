@@ -330,6 +330,16 @@ func NewUDPPeer(rawURL string, cfg UDPConfig) (*UDPPeer, error) {
 	return p, nil
 }
 
+// CheckUDP reports whether NewUDPPeer would take rawURL and cfg, with the
+// error it would return, without making the peer.
+func CheckUDP(rawURL string, cfg UDPConfig) error {
+	if _, err := ParseUDPURL(rawURL); err != nil {
+		return fmt.Errorf("radpeer: %w: %w", ErrConfig, err)
+	}
+	_, err := cfg.validate()
+	return err
+}
+
 // Name returns the server's URL.
 func (p *UDPPeer) Name() string { return p.url }
 
