@@ -341,14 +341,7 @@ func DedupTotals(dd *dedup.Counters) Totals {
 // flight or waiting, each request counted once as sent and its copies
 // sent again as Retransmissions; and its Stray replies.
 func ClientPeers(c *client.Client) []PeerStatus {
-	rows := clientPeers(c)
-	ss, lat := c.ServerStats(), c.AnswerLatency(latencyBounds)
-	for i := range rows {
-		s := ss[i]
-		rows[i].URL, rows[i].OriginHost, rows[i].Protocol = s.URL, s.OriginHost, s.Protocol
-		rows[i].Counters = &PeerCounters{Requests: s.Sent, Answers: s.Answers, Errors: s.Errors, Latency: &lat[i]}
-	}
-	return rows
+	return readClient(c).rows()
 }
 
 // latencyBounds are LatencyBuckets as durations.
@@ -360,60 +353,142 @@ var latencyBounds = func() []time.Duration {
 	return ds
 }()
 
-func clientPeers(c *client.Client) []PeerStatus {
-	ss, pol := c.ServerStats(), c.PolicyStates()
-	rows := PeerRows(c.Peers())
-	streams, udps := c.RADIUSPeers(), c.UDPPeers()
-	var balancer map[string]string
+// clientRead is one read of a Client's servers. ss, ServerStats, is
+// the one list: every row is built from it, in its order. The
+// per-server lists that carry no name (policy states, carriers) are
+// taken after it and kept only when they are ss's position for position
+// (placed): every list as long, the latencies, read last, of the same
+// names in the same order, and each carrier the one ss names. A SetPeers
+// between the reads fails that check; the read is made again, and after
+// readTries the rows are built from ss alone. The latencies are looked
+// up by name.
+type clientRead struct {
+	ss      []client.ServerStats
+	lat     map[string]*client.ServerLatency
+	placed  bool
+	pol     []string
+	peers   []*peer.Peer
+	streams []*radpeer.Peer
+	udps    []*radpeer.UDPPeer
+	bal     map[string]string // the balancer's view of each server, by name; nil in primary/secondary mode
+}
+
+// readTries bounds the reads of a Client whose servers SetPeers changes
+// while it is read.
+const readTries = 4
+
+func readClient(c *client.Client) *clientRead {
+	r := &clientRead{}
+	for try := 0; ; try++ {
+		r.ss = c.ServerStats()
+		r.pol, r.peers, r.streams, r.udps = c.PolicyStates(), c.Peers(), c.RADIUSPeers(), c.UDPPeers()
+		lat := c.AnswerLatency(latencyBounds)
+		r.lat = make(map[string]*client.ServerLatency, len(lat))
+		for i := range lat {
+			r.lat[lat[i].Server] = &lat[i]
+		}
+		if r.placed = r.matches(lat); r.placed {
+			break
+		}
+		if try == readTries-1 {
+			r.pol, r.peers, r.streams, r.udps = nil, nil, nil, nil
+			break
+		}
+	}
 	if snap, ok := c.Balancer(); ok {
-		balancer = make(map[string]string, len(snap.Servers))
+		r.bal = make(map[string]string, len(snap.Servers))
 		for _, s := range snap.Servers {
 			p := s.State.String()
 			if s.State == loadbalance.InService && s.Buckets > 0 {
 				p = fmt.Sprintf("%s (%d buckets)", p, s.Buckets)
 			}
-			balancer[s.Name] = p
+			r.bal[s.Name] = p
 		}
 	}
-	// Every server of a Client has one protocol, and at least one is
-	// dialed: one RADIUS peer says they are all RADIUS servers.
-	radius := slices.ContainsFunc(streams, func(p *radpeer.Peer) bool { return p != nil }) ||
-		slices.ContainsFunc(udps, func(p *radpeer.UDPPeer) bool { return p != nil })
+	return r
+}
+
+// matches reports whether the lists read after r.ss, and lat, read last,
+// are those of r.ss's servers, position for position.
+func (r *clientRead) matches(lat []client.ServerLatency) bool {
+	n := len(r.ss)
+	if len(lat) != n || len(r.pol) != n || len(r.peers) != n || len(r.streams) != n || len(r.udps) != n {
+		return false
+	}
+	for i, s := range r.ss {
+		if lat[i].Server != s.Server {
+			return false
+		}
+		// ss names the carrier it saw; a Diameter peer takes its
+		// Origin-Host for name at its CEA, which a new read then sees.
+		if s.Peer == "" {
+			continue
+		}
+		if p := r.peers[i]; p != nil && p.Name() != s.Peer {
+			return false
+		}
+		if p := r.streams[i]; p != nil && p.Name() != s.Peer {
+			return false
+		}
+		if p := r.udps[i]; p != nil && p.Name() != s.Peer {
+			return false
+		}
+	}
+	return true
+}
+
+// rows are the ClientPeers rows of r.
+func (r *clientRead) rows() []PeerStatus {
+	rows := make([]PeerStatus, len(r.ss))
+	// Every server of a Client has one protocol.
+	radius := slices.ContainsFunc(r.ss, func(s client.ServerStats) bool { return s.Protocol != client.ProtocolDiameter })
 	primary := false
-	for i := range rows {
-		s := ss[i]
-		if u := udps[i]; u != nil {
-			st := u.Stats()
-			rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: pol[i], Protocol: ProtocolRADIUS,
+	for i, s := range r.ss {
+		pol := ""
+		if r.placed {
+			pol = r.pol[i]
+		}
+		switch {
+		case r.placed && r.udps[i] != nil:
+			st := r.udps[i].Stats()
+			rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: pol, Protocol: ProtocolRADIUS,
 				Pending: st.InFlight + st.Waiting, Sent: st.Sent, Retransmissions: st.Retransmissions, Answered: st.Answered,
 				Stray: StrayReplies{Late: st.Late, Duplicate: st.Duplicates, Bad: st.BadReplies, NoMA: st.NoMA}}
-			continue
-		}
-		if radius {
-			rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: pol[i], Protocol: ProtocolRADIUS, State: s.State}
-			if p := streams[i]; p != nil {
-				rows[i].addStream(p.Stats())
+		case radius:
+			rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: pol, Protocol: ProtocolRADIUS, State: s.State}
+			if r.placed && r.streams[i] != nil {
+				rows[i].addStream(r.streams[i].Stats())
 			}
-			continue
-		}
-		rows[i].Server = s.Server
-		switch {
-		case balancer != nil:
-			rows[i].Policy = balancer[rows[i].Server]
-		case rows[i].State != watchdog.Okay.String():
-			rows[i].Policy = ""
-		case !primary:
-			rows[i].Policy, primary = "primary", true
 		default:
-			rows[i].Policy = "secondary"
-		}
-		if pol[i] != "" {
-			if rows[i].Policy == "" {
-				rows[i].Policy = pol[i]
-			} else {
-				rows[i].Policy += "; server " + pol[i]
+			switch {
+			case r.placed && r.peers[i] != nil:
+				rows[i] = PeerRow(r.peers[i].Stats())
+			case r.placed:
+				rows[i] = PeerStatus{State: "not connected"} // client.Config.MaxConnections
+			default:
+				rows[i] = PeerStatus{Peer: s.Peer, State: s.State}
+			}
+			rows[i].Server = s.Server
+			switch {
+			case r.bal != nil:
+				rows[i].Policy = r.bal[s.Server]
+			case rows[i].State != watchdog.Okay.String():
+				rows[i].Policy = ""
+			case !primary:
+				rows[i].Policy, primary = "primary", true
+			default:
+				rows[i].Policy = "secondary"
+			}
+			if pol != "" {
+				if rows[i].Policy == "" {
+					rows[i].Policy = pol
+				} else {
+					rows[i].Policy += "; server " + pol
+				}
 			}
 		}
+		rows[i].URL, rows[i].OriginHost, rows[i].Protocol = s.URL, s.OriginHost, s.Protocol
+		rows[i].Counters = &PeerCounters{Requests: s.Sent, Answers: s.Answers, Errors: s.Errors, Latency: r.lat[s.Server]}
 	}
 	return rows
 }
@@ -435,19 +510,20 @@ func (ps *PeerStatus) addStream(w radpeer.Stats) {
 // and Identity, and Sent, are the caller's to set (and any total it counts
 // otherwise).
 func ClientSnapshot(c *client.Client) Snapshot {
-	s := Snapshot{Peers: ClientPeers(c)}
+	r := readClient(c)
+	s := Snapshot{Peers: r.rows()}
 	s.Failovers, s.FailoversTotal = c.FailoverLog()
 	s.UnsentErrors = c.UnsentErrors()
 	for _, q := range c.QueueDepths() {
 		s.Queues = append(s.Queues, Queue{Server: q.Server, Depth: q.Depth, Alarm: q.Alarm})
 		s.Totals.Pending += uint64(q.Depth)
 	}
-	for _, st := range c.ServerStats() {
+	for _, st := range r.ss {
 		s.Totals.Answered += st.Answered
 		s.Totals.Failed += st.Failed
 		s.Totals.Moved += st.FailedOver
 	}
-	for _, p := range c.Peers() {
+	for _, p := range r.peers { // none unless placed
 		if p != nil {
 			s.Totals.Retransmitted += p.Stats().Retransmitted
 		}
