@@ -339,7 +339,14 @@ func (c *Client) drain(m *member) (start func()) {
 	case m.rp.Load() != nil:
 		closer, done = m.rp.Load().Drain, m.rp.Load().Done()
 	case m.up.Load() != nil:
-		closer = m.up.Load().Close
+		up := m.up.Load()
+		closer = func(ctx context.Context) error {
+			// Its requests waiting for an Identifier go elsewhere now,
+			// as the doc of SetPeers says (a closed UDP peer would send
+			// them to the server as Identifiers free).
+			up.HandOver("removed from the configuration: never sent there", nil)
+			return up.Close(ctx)
+		}
 	}
 	if closer == nil {
 		if m.after == nil {

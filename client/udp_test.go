@@ -273,3 +273,32 @@ func TestUDPFailoverRecordsOfTheLastRefusal(t *testing.T) {
 	assert.Equal(t, Refused, recs[1].Outcome)
 	assert.Contains(t, recs[1].Reason, "no other peer left")
 }
+
+// A radius:// server SetPeers removes hands its requests waiting for an
+// Identifier to the others at once; they are never sent to it.
+func TestUDPRemovedServerHandsOverItsWaitingRequests(t *testing.T) {
+	a, b := newSilentUDP(t), newAnsweringUDP(t)
+	specs := []PeerSpec{{URL: a.url()}, {URL: b.url()}}
+	c := udpClient(t, PrimarySecondary, specs, func(cfg *Config) {
+		cfg.UDP.MaxSockets, cfg.UDP.Timeout, cfg.UDP.Retries = 1, 2*time.Second, 2
+		cfg.RequestTimeout = 10 * time.Second
+	})
+	const n = radpeer.IDsPerSocket + 4 // 4 wait for an Identifier at a
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := c.Exchange(context.Background(), udpAccess(fmt.Sprint("w", i)))
+			errs <- err
+		}()
+	}
+	require.Eventually(t, func() bool { return len(a.datagrams()) == radpeer.IDsPerSocket }, 5*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // the last 4 queue behind them
+	_, err := c.SetPeers(context.Background(), specs[1:])
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return b.handled.Load() >= 4 }, time.Second, time.Millisecond,
+		"the waiting requests reach b at once, not after a's retransmissions")
+	for range n {
+		require.NoError(t, <-errs)
+	}
+	assert.Len(t, a.datagrams(), 2*radpeer.IDsPerSocket, "only the requests in flight at a, each sent twice")
+}
