@@ -182,12 +182,30 @@ func (c *Client) dialRADIUS(m *member) error {
 	return nil
 }
 
+// superseded reports whether SetPeers replaced m with another member of
+// its name, which is dialed while m drains (a RADIUS server's): the old
+// peer's events, its drain's DOWN among them, are not published, as
+// subscribers would read them as the new member's, which has its name.
+func (c *Client) superseded(m *member) bool {
+	if !m.removed.Load() {
+		return false
+	}
+	for _, x := range c.ros.Load().order {
+		if x != m && x.spec.Name == m.spec.Name {
+			return true
+		}
+	}
+	return false
+}
+
 // onRADIUSEvent is onPeerEvent for a RADIUS server: its state is the
 // server's (OKAY while any of its connections is), not the connection's
 // that changed; and a connection that closed may lift what a waiting
 // request had to avoid.
 func (c *Client) onRADIUSEvent(m *member, e peer.Event) {
-	c.note(Event{Time: e.Time, Server: m.spec.Name, Kind: EventPeer, Peer: &e, Reason: e.Reason})
+	if !c.superseded(m) {
+		c.note(Event{Time: e.Time, Server: m.spec.Name, Kind: EventPeer, Peer: &e, Reason: e.Reason})
+	}
 	m.openNoted(e)
 	p := m.rp.Load()
 	switch {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/internal/fault"
+	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/policy"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/radpeer"
@@ -485,5 +486,46 @@ func TestRADIUSSetPeersRefusesWhatNewRefuses(t *testing.T) {
 		resp, err := c.Exchange(context.Background(), accessRequest("u"))
 		require.NoError(t, err)
 		assert.Equal(t, lradius.CodeAccessAccept, resp.Packet.Code)
+	})
+}
+
+// A RADIUS stream server that SetPeers replaces is dialed again at once
+// while its old peer drains: the old peer's end (OKAY to DOWN) is not
+// published under the name, which the new member, OKAY, has.
+func TestRADIUSReplacedServersOldPeerDoesNotAnnounceTheName(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, c, stop := radOne(t)
+		defer stop()
+		var mu sync.Mutex
+		var last string
+		defer c.Events().Subscribe(func(_ context.Context, e Event) {
+			if e.Kind == EventPeer && e.Peer.Kind == peer.EventWatchdog {
+				mu.Lock()
+				last = e.Peer.To.String()
+				mu.Unlock()
+			}
+		})()
+		a.faults.Freeze()
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_, err := c.Exchange(ctx, accessRequest("u"))
+			done <- err
+		}()
+		synctest.Wait()
+		a.faults.Thaw()
+		old := c.RADIUSPeers()[0]
+		spec := PeerSpec{URL: "radius+tcp://a:1812", Secret: a.secret, Tw: 7 * time.Second}
+		ch, err := c.SetPeers(context.Background(), []PeerSpec{spec})
+		require.NoError(t, err)
+		require.Equal(t, []string{"radius+tcp://a:1812"}, ch.Replaced)
+		<-done
+		<-old.Done()
+		synctest.Wait()
+		require.Equal(t, "OKAY", c.ServerStats()[0].State)
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, "OKAY", last, "the last watchdog state published for the name")
 	})
 }
