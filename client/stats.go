@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/latency"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radpeer"
@@ -154,6 +155,28 @@ type ServerStats struct {
 	// zeros included. Client.UnsentErrors counts the requests that never
 	// reached a server.
 	Errors map[string]uint64 `json:"errors"`
+	// Policy is the server policy's state of the server (PolicyStates),
+	// empty without a policy.
+	Policy string `json:"policy,omitempty"`
+	// Carrier is the server's peer, nil while it has none: a *peer.Peer
+	// (Diameter), *radpeer.Peer (RADIUS over TCP or TLS) or
+	// *radpeer.UDPPeer (radius://). Read in the same look as the rest, it
+	// is the peer of this very server, whatever SetPeers changes
+	// meanwhile.
+	Carrier call.Carrier `json:"-"`
+
+	lat *latency.Histogram // the server's answer latencies (AnswerLatency)
+}
+
+// AnswerLatency is Client.AnswerLatency for this one server, read from
+// the server of this row, whatever SetPeers changed since; Server alone
+// for a ServerStats that Client.ServerStats did not make.
+func (s ServerStats) AnswerLatency(bounds []time.Duration) ServerLatency {
+	l := ServerLatency{Server: s.Server}
+	if s.lat != nil {
+		l.AtMost, l.Count, l.Sum = s.lat.Cumulative(bounds)
+	}
+	return l
 }
 
 // Values of ServerStats.Protocol.
@@ -334,6 +357,10 @@ func (c *Client) ServerStats() []ServerStats {
 			out[i].OpenError = *why
 		}
 		out[i].URL, out[i].Protocol = m.spec.URL, protocolOf(m.spec.URL)
+		if c.group != nil {
+			out[i].Policy = c.group.State(m.index).String()
+		}
+		out[i].Carrier, out[i].lat = m.carrier(), &s.answerLat
 		classes := DiameterClasses
 		if c.radius {
 			classes = RADIUSClasses

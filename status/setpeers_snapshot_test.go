@@ -106,33 +106,3 @@ func TestClientSnapshotDuringSetPeers(t *testing.T) {
 		t.Errorf("%d panicked, %d rows mixed two servers, %d snapshots of no configured list (first: %s)", panics, mixed, torn, first)
 	}
 }
-
-// When no read of the lists without names matched ServerStats, the rows
-// are ServerStats' alone: names, URLs, states and counters, no carrier's
-// figures and no policy state.
-func TestClientRowsUnplaced(t *testing.T) {
-	lat := client.ServerLatency{Server: "b", Count: 3}
-	r := &clientRead{
-		ss: []client.ServerStats{
-			{Server: "a", URL: "tcp://a:3868", Protocol: client.ProtocolDiameter, Peer: "a.example", State: "OKAY", OriginHost: "a.example", Sent: 4},
-			{Server: "b", URL: "tcp://b:3868", Protocol: client.ProtocolDiameter, State: "not connected"},
-		},
-		lat: map[string]*client.ServerLatency{"b": &lat},
-	}
-	rows := r.rows()
-	if len(rows) != 2 {
-		t.Fatalf("rows %+v", rows)
-	}
-	a, b := rows[0], rows[1]
-	if a.Server != "a" || a.Peer != "a.example" || a.URL != "tcp://a:3868" || a.State != "OKAY" || a.Policy != "primary" ||
-		a.Counters.Requests != 4 || a.Counters.Latency != nil {
-		t.Errorf("row a %+v", a)
-	}
-	if b.Server != "b" || b.URL != "tcp://b:3868" || b.State != "not connected" || b.Policy != "" || b.Counters.Latency != &lat {
-		t.Errorf("row b %+v", b)
-	}
-	r.ss = []client.ServerStats{{Server: "r", URL: "radius://127.0.0.1:1812", Protocol: client.ProtocolRADIUS, Peer: "radius://127.0.0.1:1812"}}
-	if rows := r.rows(); len(rows) != 1 || rows[0].Protocol != client.ProtocolRADIUS || rows[0].Peer != "radius://127.0.0.1:1812" || rows[0].Server != "r" {
-		t.Errorf("RADIUS rows %+v", rows)
-	}
-}

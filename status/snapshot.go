@@ -353,48 +353,17 @@ var latencyBounds = func() []time.Duration {
 	return ds
 }()
 
-// clientRead is one read of a Client's servers. ss, ServerStats, is
-// the one list: every row is built from it, in its order. The
-// per-server lists that carry no name (policy states, carriers) are
-// taken after it and kept only when they are ss's position for position
-// (placed): every list as long, the latencies, read last, of the same
-// names in the same order, and each carrier the one ss names. A SetPeers
-// between the reads fails that check; the read is made again, and after
-// readTries the rows are built from ss alone. The latencies are looked
-// up by name.
+// clientRead is one read of a Client's servers: ServerStats, whose rows
+// carry each server's peer, policy state and latencies from the same
+// look, so that a SetPeers meanwhile cannot mix two servers in a row;
+// the balancer's view is looked up by name.
 type clientRead struct {
-	ss      []client.ServerStats
-	lat     map[string]*client.ServerLatency
-	placed  bool
-	pol     []string
-	peers   []*peer.Peer
-	streams []*radpeer.Peer
-	udps    []*radpeer.UDPPeer
-	bal     map[string]string // the balancer's view of each server, by name; nil in primary/secondary mode
+	ss  []client.ServerStats
+	bal map[string]string // the balancer's view of each server, by name; nil in primary/secondary mode
 }
 
-// readTries bounds the reads of a Client whose servers SetPeers changes
-// while it is read.
-const readTries = 4
-
 func readClient(c *client.Client) *clientRead {
-	r := &clientRead{}
-	for try := 0; ; try++ {
-		r.ss = c.ServerStats()
-		r.pol, r.peers, r.streams, r.udps = c.PolicyStates(), c.Peers(), c.RADIUSPeers(), c.UDPPeers()
-		lat := c.AnswerLatency(latencyBounds)
-		r.lat = make(map[string]*client.ServerLatency, len(lat))
-		for i := range lat {
-			r.lat[lat[i].Server] = &lat[i]
-		}
-		if r.placed = r.matches(lat); r.placed {
-			break
-		}
-		if try == readTries-1 {
-			r.pol, r.peers, r.streams, r.udps = nil, nil, nil, nil
-			break
-		}
-	}
+	r := &clientRead{ss: c.ServerStats()}
 	if snap, ok := c.Balancer(); ok {
 		r.bal = make(map[string]string, len(snap.Servers))
 		for _, s := range snap.Servers {
@@ -408,35 +377,6 @@ func readClient(c *client.Client) *clientRead {
 	return r
 }
 
-// matches reports whether the lists read after r.ss, and lat, read last,
-// are those of r.ss's servers, position for position.
-func (r *clientRead) matches(lat []client.ServerLatency) bool {
-	n := len(r.ss)
-	if len(lat) != n || len(r.pol) != n || len(r.peers) != n || len(r.streams) != n || len(r.udps) != n {
-		return false
-	}
-	for i, s := range r.ss {
-		if lat[i].Server != s.Server {
-			return false
-		}
-		// ss names the carrier it saw; a Diameter peer takes its
-		// Origin-Host for name at its CEA, which a new read then sees.
-		if s.Peer == "" {
-			continue
-		}
-		if p := r.peers[i]; p != nil && p.Name() != s.Peer {
-			return false
-		}
-		if p := r.streams[i]; p != nil && p.Name() != s.Peer {
-			return false
-		}
-		if p := r.udps[i]; p != nil && p.Name() != s.Peer {
-			return false
-		}
-	}
-	return true
-}
-
 // rows are the ClientPeers rows of r.
 func (r *clientRead) rows() []PeerStatus {
 	rows := make([]PeerStatus, len(r.ss))
@@ -444,29 +384,24 @@ func (r *clientRead) rows() []PeerStatus {
 	radius := slices.ContainsFunc(r.ss, func(s client.ServerStats) bool { return s.Protocol != client.ProtocolDiameter })
 	primary := false
 	for i, s := range r.ss {
-		pol := ""
-		if r.placed {
-			pol = r.pol[i]
-		}
-		switch {
-		case r.placed && r.udps[i] != nil:
-			st := r.udps[i].Stats()
-			rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: pol, Protocol: ProtocolRADIUS,
+		switch p := s.Carrier.(type) {
+		case *radpeer.UDPPeer:
+			st := p.Stats()
+			rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: s.Policy, Protocol: ProtocolRADIUS,
 				Pending: st.InFlight + st.Waiting, Sent: st.Sent, Retransmissions: st.Retransmissions, Answered: st.Answered,
 				Stray: StrayReplies{Late: st.Late, Duplicate: st.Duplicates, Bad: st.BadReplies, NoMA: st.NoMA}}
-		case radius:
-			rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: pol, Protocol: ProtocolRADIUS, State: s.State}
-			if r.placed && r.streams[i] != nil {
-				rows[i].addStream(r.streams[i].Stats())
-			}
+		case *radpeer.Peer:
+			rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: s.Policy, Protocol: ProtocolRADIUS, State: s.State}
+			rows[i].addStream(p.Stats())
 		default:
-			switch {
-			case r.placed && r.peers[i] != nil:
-				rows[i] = PeerRow(r.peers[i].Stats())
-			case r.placed:
+			if radius {
+				rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: s.Policy, Protocol: ProtocolRADIUS, State: s.State}
+				break
+			}
+			if dp, ok := p.(*peer.Peer); ok {
+				rows[i] = PeerRow(dp.Stats())
+			} else {
 				rows[i] = PeerStatus{State: "not connected"} // client.Config.MaxConnections
-			default:
-				rows[i] = PeerStatus{Peer: s.Peer, State: s.State}
 			}
 			rows[i].Server = s.Server
 			switch {
@@ -479,16 +414,17 @@ func (r *clientRead) rows() []PeerStatus {
 			default:
 				rows[i].Policy = "secondary"
 			}
-			if pol != "" {
+			if s.Policy != "" {
 				if rows[i].Policy == "" {
-					rows[i].Policy = pol
+					rows[i].Policy = s.Policy
 				} else {
-					rows[i].Policy += "; server " + pol
+					rows[i].Policy += "; server " + s.Policy
 				}
 			}
 		}
 		rows[i].URL, rows[i].OriginHost, rows[i].Protocol = s.URL, s.OriginHost, s.Protocol
-		rows[i].Counters = &PeerCounters{Requests: s.Sent, Answers: s.Answers, Errors: s.Errors, Latency: r.lat[s.Server]}
+		lat := s.AnswerLatency(latencyBounds)
+		rows[i].Counters = &PeerCounters{Requests: s.Sent, Answers: s.Answers, Errors: s.Errors, Latency: &lat}
 	}
 	return rows
 }
@@ -523,8 +459,8 @@ func ClientSnapshot(c *client.Client) Snapshot {
 		s.Totals.Failed += st.Failed
 		s.Totals.Moved += st.FailedOver
 	}
-	for _, p := range r.peers { // none unless placed
-		if p != nil {
+	for _, st := range r.ss {
+		if p, ok := st.Carrier.(*peer.Peer); ok {
 			s.Totals.Retransmitted += p.Stats().Retransmitted
 		}
 	}

@@ -407,14 +407,13 @@ func (c *loadgen) progress(elapsed time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "t=%ds sent=%d answered=%d failed=%d pending=%d servers=",
 		int64(elapsed.Round(time.Second)/time.Second), sent, answered, failed, sent-answered-failed)
-	pol := c.cl.PolicyStates()
 	for i, s := range c.cl.ServerStats() {
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		b.WriteString(cmp.Or(s.Peer, s.Server) + ":" + strings.ReplaceAll(cmp.Or(s.State, "-"), " ", "-"))
-		if i < len(pol) && pol[i] != "" {
-			b.WriteString(":" + pol[i])
+		if s.Policy != "" {
+			b.WriteString(":" + s.Policy)
 		}
 	}
 	return b.String()
