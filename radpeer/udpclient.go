@@ -356,13 +356,13 @@ func (p *UDPPeer) Avoids(c *call.Call) bool { return c.Avoids(&p.h, p) }
 
 // HandOver hands the requests waiting for an Identifier here (never
 // sent to this server), but those keep reports true for (keep may be
-// nil), to Config.Failover with reason, in the order they came to each
-// address (the authentication address's, then the accounting
-// address's, when the server has one: the two never share a queue, as
-// the throttle's classes do not) (call.Carrier): a dispatcher that decided the server does not answer
-// (a server policy's down-timeout) gets them back at once instead of
-// their waiting for Identifiers held by unanswered requests and then
-// being sent to it. They are not refused here: the server may get them
+// nil), to Config.Failover with reason (call.Carrier). They go in the
+// order they came to each address: the authentication address's, then
+// the accounting address's when the server has one (the two never share
+// a queue, as the throttle's classes do not). A dispatcher that decided
+// the server does not answer (a server policy's down-timeout) gets them
+// back at once instead of their waiting for Identifiers held by
+// unanswered requests and then being sent to it. They are not refused here: the server may get them
 // again once it is back in service. The requests in flight are left to
 // their retransmissions, each handed to Failover on its own once they go
 // unanswered (Timeout x Retries, which is also a server policy's default
