@@ -3,10 +3,12 @@ package radpeer
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -215,5 +217,173 @@ func TestUDPServerShutdownAnswersWhatItRead(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("Shutdown: %v", err)
+	}
+}
+
+// SetClients changes a stream server's secrets in place: a connection
+// accepted before keeps its secret; a new one is verified with the new
+// secret, and a new one on the old secret fails; the NAS counters take
+// the new names; a change it refuses changes nothing.
+func TestServerSetClients(t *testing.T) {
+	ln, err := Listen("radius+tcp://127.0.0.1:0", transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServer(ln, SchemeTCP, ServerConfig{Clients: testClients})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	defer mustClose(t, srv)
+	addr := ln.Addr().String()
+	ask := func(c net.Conn, id byte, secret string) error {
+		t.Helper()
+		req, _, _ := radius.EncodeRequest(accessReq("alice"), id, []byte(secret))
+		c.Write(req)
+		ans, err := readPacket(c, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		return radius.VerifyResponse(ans, radius.Authenticator(req), []byte(secret), true)
+	}
+	before := tcpFrom(t, srcA, addr)
+	if err := ask(before, 1, "secret-a"); err != nil {
+		t.Fatalf("before the change: %v", err)
+	}
+
+	if err := srv.SetClients(nil, nil); !errors.Is(err, ErrConfig) {
+		t.Fatalf("SetClients with neither secret nor clients: %v, want ErrConfig", err)
+	}
+	renamed := func(a netip.Addr) (Client, bool) {
+		if a == srcA {
+			return Client{Name: "a2", Secret: []byte("secret-a2")}, true
+		}
+		return Client{}, false
+	}
+	if err := srv.SetClients(nil, renamed); err != nil {
+		t.Fatal(err)
+	}
+	if err := ask(before, 2, "secret-a"); err != nil {
+		t.Errorf("the connection accepted before, on its old secret: %v", err)
+	}
+	if err := ask(tcpFrom(t, srcA, addr), 3, "secret-a2"); err != nil {
+		t.Errorf("a new connection on the new secret: %v", err)
+	}
+	closed := func(err error) bool { return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) }
+	if err := ask(tcpFrom(t, srcA, addr), 4, "secret-a"); !closed(err) {
+		t.Errorf("a new connection on the old secret: %v, want it closed", err)
+	}
+	if err := ask(tcpFrom(t, srcB, addr), 5, "secret-b"); !closed(err) {
+		t.Errorf("a client removed by the change: %v, want it closed", err)
+	}
+	st := srv.Stats()
+	if len(st.NAS) != 1 || st.NAS[0].Name != "a2" || st.NAS[0].Received != 3 {
+		t.Errorf("NAS %+v: want one row, named a2, 3 received", st.NAS)
+	}
+}
+
+// SetClients changes a UDP server's secrets for every datagram read
+// after it; a request read before is answered with the secret it was
+// verified with.
+func TestUDPServerSetClients(t *testing.T) {
+	g := &gate{ch: make(chan struct{})}
+	srv, c := startUDP(t, ServerConfig{Secret: []byte("old"), Handler: g.handler})
+	first, _, _ := radius.EncodeRequest(accessReq("alice"), 1, []byte("old"))
+	c.Write(first)
+	waitFor(t, "the first request in its handler", func() bool { return g.waiting.Load() == 1 })
+
+	if err := srv.SetClients(nil, nil); !errors.Is(err, ErrConfig) {
+		t.Fatalf("SetClients with neither secret nor clients: %v, want ErrConfig", err)
+	}
+	if err := srv.SetClients([]byte("new"), nil); err != nil {
+		t.Fatal(err)
+	}
+	close(g.ch)
+	ans, err := readAnswer(c, 5*time.Second)
+	if err != nil {
+		t.Fatalf("the request read before the change: %v", err)
+	}
+	if err := radius.VerifyResponse(ans, radius.Authenticator(first), []byte("old"), true); err != nil {
+		t.Errorf("the request read before the change is not answered with its secret: %v", err)
+	}
+
+	stale, _, _ := radius.EncodeRequest(accessReq("alice"), 2, []byte("old"))
+	c.Write(stale)
+	waitFor(t, "the old secret failing verification", func() bool { return srv.Stats().BadAuth == 1 })
+	fresh, _, _ := radius.EncodeRequest(accessReq("alice"), 3, []byte("new"))
+	c.Write(fresh)
+	ans, err = readAnswer(c, 5*time.Second)
+	if err != nil {
+		t.Fatalf("the new secret: %v", err)
+	}
+	if err := radius.VerifyResponse(ans, radius.Authenticator(fresh), []byte("new"), true); err != nil {
+		t.Errorf("the new secret's answer: %v", err)
+	}
+}
+
+// Shutdown stops accepting at once, serves the connections open until
+// they close, then returns; past its ctx, it closes those left and
+// returns ctx's error.
+func TestServerShutdown(t *testing.T) {
+	for _, patient := range []bool{true, false} {
+		ln, err := Listen("radius+tcp://127.0.0.1:0", transport.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := NewServer(ln, SchemeTCP, ServerConfig{Secret: testSecret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan error, 1)
+		go func() { served <- srv.Serve() }()
+		addr := ln.Addr().String()
+		c := tcpFrom(t, netip.MustParseAddr("127.0.0.1"), addr)
+		ask := func(id byte) error {
+			req, _, _ := radius.EncodeRequest(accessReq("alice"), id, testSecret)
+			c.Write(req)
+			_, err := readPacket(c, 5*time.Second)
+			return err
+		}
+		if err := ask(1); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if !patient {
+			cancel()
+		}
+		done := make(chan error, 1)
+		go func() { done <- srv.Shutdown(ctx) }()
+		if patient {
+			waitFor(t, "the listener closed", func() bool {
+				d, err := net.DialTimeout("tcp", addr, time.Second)
+				if err == nil {
+					d.Close()
+				}
+				return err != nil
+			})
+			if err := ask(2); err != nil {
+				t.Errorf("the open connection during Shutdown: %v", err)
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("Shutdown returned %v with a connection open", err)
+			case <-time.After(50 * time.Millisecond):
+			}
+			c.Close()
+		}
+		if err := <-done; patient && err != nil {
+			t.Errorf("Shutdown once the connection closed: %v", err)
+		} else if !patient && !errors.Is(err, context.Canceled) {
+			t.Errorf("Shutdown past its ctx: %v, want context.Canceled", err)
+		}
+		if !patient {
+			if _, err := readPacket(c, 5*time.Second); err == nil {
+				t.Error("the connection left open past Shutdown's ctx")
+			}
+		}
+		if err := <-served; err != nil {
+			t.Errorf("Serve after Shutdown: %v", err)
+		}
+		cancel()
 	}
 }

@@ -96,6 +96,17 @@ func (t *nasTable) of(a netip.Addr, signed bool) *NASStats {
 	return &e.stats
 }
 
+// rename names every client counted again, after the names changed.
+func (t *nasTable) rename() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for a, e := range t.by {
+		if t.names != nil {
+			e.stats.Name = t.names(a)
+		}
+	}
+}
+
 // evictUnsigned moves the least recently seen source that never signed
 // into "other", and reports whether there was one; t.mu is held.
 func (t *nasTable) evictUnsigned() bool {

@@ -86,7 +86,8 @@ type ServerConfig struct {
 	// Secret, and its counters carry its Name. A stream connection keeps
 	// the client it was accepted as until it closes. Nil: every source
 	// is a client, of Secret. It is called for every datagram and
-	// connection, and must be safe for concurrent use.
+	// connection, and must be safe for concurrent use. SetClients
+	// changes Secret and Clients while the server runs.
 	Clients func(addr netip.Addr) (c Client, ok bool)
 	// Handler answers requests. Nil answers Access-Request with
 	// Access-Accept and Accounting-Request with Accounting-Response.
@@ -252,7 +253,8 @@ type ServerStats struct {
 type Server struct {
 	ln     transport.Listener
 	cfg    ServerConfig
-	secret []byte // Secret, or RadSecSecret for radsec; nil with Clients over radius+tcp
+	keys   atomic.Pointer[clientKeys] // the secrets, swapped by SetClients
+	scheme string
 	radsec bool
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -265,8 +267,10 @@ type Server struct {
 	// the connections taking turns.
 	auth, acct *serve.Lane[*serverConn, job]
 
-	mu    sync.Mutex
-	conns map[*serverConn]struct{}
+	mu       sync.Mutex
+	conns    map[*serverConn]struct{}
+	stopping bool          // Shutdown: accept nothing more
+	emptied  chan struct{} // Shutdown's wait: closed when conns empties
 
 	connections, received, status, answered, badFrames, badAuth, dropped, overload, timedOut, paused, unknownClient atomic.Uint64
 	nas                                                                                                             nasTable
@@ -282,18 +286,18 @@ type job struct {
 // the URL scheme ln was opened with (SchemeTCP or SchemeRadSec), which
 // selects the secret.
 func NewServer(ln transport.Listener, scheme string, cfg ServerConfig) (*Server, error) {
-	ep := Endpoint{Scheme: scheme}
-	secret, err := ep.Secret(cfg.Secret)
-	if err != nil && cfg.Clients == nil {
-		return nil, fmt.Errorf("radpeer: %w: %w", ErrConfig, err)
+	keys, err := newClientKeys(scheme, cfg.Secret, cfg.Clients)
+	if err != nil {
+		return nil, err
 	}
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{ln: ln, cfg: cfg, secret: secret, radsec: scheme == SchemeRadSec, ctx: ctx, cancel: cancel, conns: make(map[*serverConn]struct{})}
-	s.nas.names = cfg.names()
+	s := &Server{ln: ln, cfg: cfg, scheme: scheme, radsec: scheme == SchemeRadSec, ctx: ctx, cancel: cancel, conns: make(map[*serverConn]struct{})}
+	s.keys.Store(keys)
+	s.nas.names = func(a netip.Addr) string { return s.keys.Load().name(a) }
 	s.open = serve.Admission{Max: cfg.MaxOpening, PerAddr: cfg.MaxOpeningPerAddr, MaxConns: cfg.MaxConnections,
 		MaxConnsPerAddr: cfg.MaxConnectionsPerAddr, What: "a first valid request"}
 	s.auth = serve.NewLane[*serverConn](s.handle, s.refuse, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
@@ -325,7 +329,11 @@ func (s *Server) Addr() net.Addr { return s.ln.Addr() }
 // failed accept (out of descriptors) is logged and retried after a
 // back-off: the listener never stops while the Server is open.
 func (s *Server) Serve() error {
-	closed := func() bool { return s.ctx.Err() != nil }
+	closed := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.ctx.Err() != nil || s.stopping
+	}
 	return serve.Accept(s.ln, &s.open, s.cfg.Logger, closed, transport.Conn.RemoteAddr,
 		func(tc transport.Conn) { tc.Close() }, s.start)
 }
@@ -353,7 +361,7 @@ func (s *Server) start(tc transport.Conn, t *serve.Ticket) {
 		c.out.Idle = c.armDeadlineLocked
 	}
 	s.mu.Lock()
-	if s.ctx.Err() != nil {
+	if s.ctx.Err() != nil || s.stopping {
 		s.mu.Unlock()
 		t.Ended()
 		tc.Close()
@@ -367,28 +375,77 @@ func (s *Server) start(tc transport.Conn, t *serve.Ticket) {
 }
 
 // clientSecret returns the secret of the client at addr; false when
-// Clients does not know it.
+// the server's clients do not know it.
 func (s *Server) clientSecret(addr netip.Addr) ([]byte, bool) {
-	if s.cfg.Clients == nil {
-		return s.secret, true
+	return s.keys.Load().lookup(addr)
+}
+
+// SetClients changes the secrets s verifies requests with, as its
+// ServerConfig's Secret and Clients would (with clients nil, every
+// source is a client of secret; radsec listeners use RadSecSecret). A
+// connection accepted from now on is verified with them; one accepted
+// before keeps the client and secret it was accepted with until it
+// closes, so that a client still on the old secret loses nothing, and
+// one that moved to the new secret fails verification there, is closed
+// and reconnects. The counters by client address take the new names.
+// What is refused changes nothing. Safe for concurrent use.
+func (s *Server) SetClients(secret []byte, clients func(netip.Addr) (Client, bool)) error {
+	k, err := newClientKeys(s.scheme, secret, clients)
+	if err != nil {
+		return err
 	}
-	cl, ok := s.cfg.Clients(addr)
+	s.keys.Store(k)
+	s.nas.rename()
+	return nil
+}
+
+// clientKeys are the secrets a server verifies requests with: one for
+// every source (secret), or each source's client's (clients). Read-only
+// once made.
+type clientKeys struct {
+	secret  []byte                          // with clients nil; RadSecSecret over radsec
+	clients func(netip.Addr) (Client, bool) // nil: every source is a client of secret
+	radsec  bool
+}
+
+// newClientKeys checks secret and clients, as a server of scheme uses
+// them.
+func newClientKeys(scheme string, secret []byte, clients func(netip.Addr) (Client, bool)) (*clientKeys, error) {
+	k := &clientKeys{secret: secret, clients: clients, radsec: scheme == SchemeRadSec}
+	switch {
+	case clients != nil:
+		k.secret = nil
+	case k.radsec:
+		k.secret = RadSecSecret
+	case len(secret) == 0:
+		return nil, fmt.Errorf("radpeer: %w: a %s server needs a shared secret (Secret) or Clients", ErrConfig, scheme)
+	}
+	return k, nil
+}
+
+// lookup returns the secret of the client at addr; false when none is
+// known there.
+func (k *clientKeys) lookup(addr netip.Addr) ([]byte, bool) {
+	if k.clients == nil {
+		return k.secret, true
+	}
+	cl, ok := k.clients(addr)
 	switch {
 	case !ok:
 		return nil, false
-	case s.radsec:
+	case k.radsec:
 		return RadSecSecret, true
 	}
 	return cl.Secret, len(cl.Secret) > 0
 }
 
-// names returns the client names for the NAS counters, nil without
-// Clients.
-func (cfg *ServerConfig) names() func(netip.Addr) string {
-	if cfg.Clients == nil {
-		return nil
+// name returns the name of the client at addr, "" without clients.
+func (k *clientKeys) name(addr netip.Addr) string {
+	if k.clients == nil {
+		return ""
 	}
-	return func(a netip.Addr) string { cl, _ := cfg.Clients(a); return cl.Name }
+	cl, _ := k.clients(addr)
+	return cl.Name
 }
 
 // Close stops accepting, closes every connection and waits for their
@@ -412,6 +469,35 @@ func (s *Server) Close(ctx context.Context) error {
 		return err
 	}
 	return awaitClosed(ctx, &s.wg, err)
+}
+
+// Shutdown stops accepting and waits for the open connections to end on
+// their own, their requests answered, then closes s as Close does. RADIUS
+// has no goodbye to send: a client whose connection stays open past ctx
+// sees it closed then, and fails its pending requests over. If ctx ends
+// first, Shutdown returns ctx's error once Close is done.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.stopping = true
+	var wait chan struct{}
+	if len(s.conns) > 0 {
+		if s.emptied == nil {
+			s.emptied = make(chan struct{})
+		}
+		wait = s.emptied
+	}
+	s.mu.Unlock()
+	s.ln.Close()
+	if wait != nil {
+		select {
+		case <-wait:
+		case <-ctx.Done():
+		}
+	}
+	if err := s.Close(ctx); err != nil || ctx.Err() == nil {
+		return err
+	}
+	return ctx.Err()
 }
 
 // Stats returns the counters.
@@ -498,6 +584,10 @@ func (c *serverConn) serve() {
 	c.out.Close(true)
 	s.mu.Lock()
 	delete(s.conns, c)
+	if len(s.conns) == 0 && s.emptied != nil {
+		close(s.emptied)
+		s.emptied = nil
+	}
 	s.mu.Unlock()
 	s.publish(name, peer.Event{Kind: peer.EventConnDown, Reason: "connection closed: " + note})
 }

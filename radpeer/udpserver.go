@@ -58,6 +58,7 @@ type UDPServer struct {
 	dup      *dupCache
 	// maPolicy is the Message-Authenticator state (blast.go).
 	maPolicy maPolicy
+	keys     atomic.Pointer[clientKeys] // the secrets, swapped by SetClients
 
 	received, answered, resent, inProgress, badFrames, badAuth, overload, unencodable, dropped, unknownClient atomic.Uint64
 	nas                                                                                                       nasTable
@@ -100,7 +101,8 @@ type UDPServerStats struct {
 // each kind of request, accounting and the others; DupTTL, DupEntries
 // and DupBytes bound the duplicate cache).
 func NewUDPServer(pc net.PacketConn, cfg ServerConfig) (*UDPServer, error) {
-	if _, err := (Endpoint{Scheme: SchemeTCP}).Secret(cfg.Secret); err != nil && cfg.Clients == nil {
+	keys, err := newClientKeys(SchemeUDP, cfg.Secret, cfg.Clients)
+	if err != nil {
 		return nil, err
 	}
 	if err := cfg.check(); err != nil {
@@ -112,7 +114,8 @@ func NewUDPServer(pc net.PacketConn, cfg ServerConfig) (*UDPServer, error) {
 		pc: pc, cfg: cfg, now: time.Now, ctx: ctx, cancel: cancel,
 		dup: newDupCache(cfg.DupTTL, cfg.DupEntries, cfg.DupBytes),
 	}
-	s.nas.names = cfg.names()
+	s.keys.Store(keys)
+	s.nas.names = func(a netip.Addr) string { return s.keys.Load().name(a) }
 	s.auth = serve.NewLane[netip.Addr](s.handle, s.refuse, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
 	s.acct = serve.NewLane[netip.Addr](s.handle, s.refuse, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
 	return s, nil
@@ -160,16 +163,12 @@ func (s *UDPServer) Serve() error {
 func (s *UDPServer) packet(b []byte, from net.Addr) {
 	// A source of no client is refused before its datagram is looked at.
 	client, _ := serve.AddrOf(from)
-	secret := s.cfg.Secret
-	if s.cfg.Clients != nil {
-		cl, ok := s.cfg.Clients(client)
-		if !ok || len(cl.Secret) == 0 {
-			s.unknownClient.Add(1)
-			serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindUnknownClient, "RADIUS datagram dropped: its source is no configured client",
-				"remote", from.String(), "source", client.String())
-			return
-		}
-		secret = cl.Secret
+	secret, ok := s.keys.Load().lookup(client)
+	if !ok {
+		s.unknownClient.Add(1)
+		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindUnknownClient, "RADIUS datagram dropped: its source is no configured client",
+			"remote", from.String(), "source", client.String())
+		return
 	}
 	b = unpad(b)
 	if err := radius.Validate(b); err != nil {
@@ -320,6 +319,22 @@ func (s *UDPServer) Stats() UDPServerStats {
 		Unencodable: s.unencodable.Load(), Dropped: s.dropped.Load(), Cached: n, CachedBytes: size,
 		BadAuthBySource: s.nas.badAuthBySource(), NAS: s.nas.snapshot(), UnknownClient: s.unknownClient.Load(),
 	}
+}
+
+// SetClients changes the secrets s verifies requests with, as its
+// ServerConfig's Secret and Clients would (with clients nil, every
+// source is a client of secret). Every datagram read from now on is
+// verified with them; a request read before is answered with the secret
+// it was verified with. The counters by client address take the new
+// names. What is refused changes nothing. Safe for concurrent use.
+func (s *UDPServer) SetClients(secret []byte, clients func(netip.Addr) (Client, bool)) error {
+	k, err := newClientKeys(SchemeUDP, secret, clients)
+	if err != nil {
+		return err
+	}
+	s.keys.Store(k)
+	s.nas.rename()
+	return nil
 }
 
 // Shutdown stops reading the socket (a read deadline ends the read in

@@ -10,13 +10,22 @@ import (
 	"github.com/aaatp/aaatp/radpeer"
 )
 
-// radiusSecrets is what a RADIUS listener's generation verifies requests
+// radiusSecrets is what a RADIUS listener verifies requests
 // with: the --config file's [[client]] tables when it has any (each
 // source its client's secret, the others refused), else one secret for
 // every source (nil on radsec://: "radsec").
 type radiusSecrets struct {
 	secret  []byte
 	clients []config.Client
+}
+
+// of returns what a server of [[client]] protocol proto verifies
+// requests with, as radpeer.ServerConfig's Secret and Clients.
+func (sec radiusSecrets) of(proto string) ([]byte, func(netip.Addr) (radpeer.Client, bool)) {
+	if len(sec.clients) == 0 {
+		return sec.secret, nil
+	}
+	return nil, newClientTable(sec.clients, proto).lookup
 }
 
 // clientTable finds the client of a source address: the one of the most

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -94,55 +93,43 @@ func (s *server) radiusHandler() radpeer.Handler {
 	}
 }
 
-// openRADIUS opens the socket of the RADIUS listener u; its generations
-// (one per secret, or table of clients) share the server's handler and
-// limits.
-func (s *server) openRADIUS(u string, topts transport.Options, store dedup.Store, bus *peer.Bus) (*radiusListener, error) {
-	proto := clientProto(u)
-	cfg := func(sec radiusSecrets) radpeer.ServerConfig {
-		var clients func(netip.Addr) (radpeer.Client, bool)
-		if len(sec.clients) > 0 {
-			clients = newClientTable(sec.clients, proto).lookup
-		}
-		return radpeer.ServerConfig{
-			Secret:                sec.secret,
-			Clients:               clients,
-			Handler:               radpeer.Dedup(store, s.radiusHandler(), &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...), radpeer.LogStoreErrors(s.storeErrs)),
-			MaxInFlight:           s.o.maxHandlers,
-			MaxQueued:             s.o.maxQueued,
-			MaxUnanswered:         min(s.o.maxUnanswered, radpeer.DefaultMaxUnanswered), // one Identifier space
-			MaxOpening:            s.o.maxOpening,
-			MaxOpeningPerAddr:     s.o.maxOpenPerIP,
-			MaxConnections:        s.o.maxConns,
-			MaxConnectionsPerAddr: s.o.maxConnsPerIP,
-			OpeningTimeout:        s.o.firstTimeout,
-			IdleTimeout:           s.o.idleTimeout,
-			DupBytes:              s.o.udpDupBytes,
-			Events:                bus,
-			Logger:                s.log,
+// openRADIUS opens the socket of the RADIUS listener u and its server,
+// which verifies requests with sec.
+func (s *server) openRADIUS(u string, sec radiusSecrets, topts transport.Options, store dedup.Store, bus *peer.Bus) (*radiusListener, error) {
+	rl := &radiusListener{url: u, log: s.log, proto: clientProto(u)}
+	secret, clients := sec.of(rl.proto)
+	cfg := radpeer.ServerConfig{
+		Secret:                secret,
+		Clients:               clients,
+		Handler:               radpeer.Dedup(store, s.radiusHandler(), &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...), radpeer.LogStoreErrors(s.storeErrs)),
+		MaxInFlight:           s.o.maxHandlers,
+		MaxQueued:             s.o.maxQueued,
+		MaxUnanswered:         min(s.o.maxUnanswered, radpeer.DefaultMaxUnanswered), // one Identifier space
+		MaxOpening:            s.o.maxOpening,
+		MaxOpeningPerAddr:     s.o.maxOpenPerIP,
+		MaxConnections:        s.o.maxConns,
+		MaxConnectionsPerAddr: s.o.maxConnsPerIP,
+		OpeningTimeout:        s.o.firstTimeout,
+		IdleTimeout:           s.o.idleTimeout,
+		DupBytes:              s.o.udpDupBytes,
+		Events:                bus,
+		Logger:                s.log,
 
-			RequireMessageAuthenticator: s.o.requireMA,
-			LimitProxyState:             s.o.proxyState,
-		}
+		RequireMessageAuthenticator: s.o.requireMA,
+		LimitProxyState:             s.o.proxyState,
 	}
-	rl := &radiusListener{url: u, log: s.log, quit: make(chan struct{})}
 	if addr, err := radpeer.ParseUDPURL(u); err == nil {
 		pc, err := net.ListenPacket("udp", addr)
 		if err != nil {
 			return nil, err
 		}
-		rl.udp, rl.pc = true, pc
-		rl.bound = radpeer.SchemeUDP + "://" + pc.LocalAddr().String()
-		rl.newGen = func(sec radiusSecrets) (*radiusGen, error) {
-			g := &radiusGen{dgrams: make(chan datagram), done: make(chan struct{})}
-			srv, err := radpeer.NewUDPServer(handoffPacketConn{g: g, pc: pc}, cfg(sec))
-			if err != nil {
-				return nil, err
-			}
-			g.srv = srv
-			g.stats = func() radiusListenerReport { st := srv.Stats(); return radiusListenerReport{UDP: &st} }
-			return g, nil
+		srv, err := radpeer.NewUDPServer(pc, cfg)
+		if err != nil {
+			pc.Close()
+			return nil, err
 		}
+		rl.srv, rl.bound = srv, radpeer.SchemeUDP+"://"+pc.LocalAddr().String()
+		rl.stats = func() radiusListenerReport { st := srv.Stats(); return radiusListenerReport{UDP: &st} }
 		return rl, nil
 	}
 	ep, err := radpeer.ParseURL(u)
@@ -153,18 +140,13 @@ func (s *server) openRADIUS(u string, topts transport.Options, store dedup.Store
 	if err != nil {
 		return nil, err
 	}
-	rl.ln = ln
-	rl.bound = fmt.Sprintf("%s://%s", ep.Scheme, ln.Addr())
-	rl.newGen = func(sec radiusSecrets) (*radiusGen, error) {
-		g := &radiusGen{conns: make(chan transport.Conn), done: make(chan struct{})}
-		srv, err := radpeer.NewServer(handoffListener{g: g, addr: ln.Addr()}, ep.Scheme, cfg(sec))
-		if err != nil {
-			return nil, err
-		}
-		g.srv = srv
-		g.stats = func() radiusListenerReport { st := srv.Stats(); return radiusListenerReport{Stream: &st} }
-		return g, nil
+	srv, err := radpeer.NewServer(ln, ep.Scheme, cfg)
+	if err != nil {
+		ln.Close()
+		return nil, err
 	}
+	rl.srv, rl.bound = srv, fmt.Sprintf("%s://%s", ep.Scheme, ln.Addr())
+	rl.stats = func() radiusListenerReport { st := srv.Stats(); return radiusListenerReport{Stream: &st} }
 	return rl, nil
 }
 
@@ -174,13 +156,6 @@ type radiusListenerReport struct {
 	URL    string                  `json:"url"`
 	Stream *radpeer.ServerStats    `json:"stream,omitempty"`
 	UDP    *radpeer.UDPServerStats `json:"udp,omitempty"`
-}
-
-// radiusServer is a RADIUS server of any transport.
-type radiusServer interface {
-	Addr() net.Addr
-	Serve() error
-	Close(context.Context) error
 }
 
 // closeRADIUS closes the RADIUS listeners.

@@ -45,7 +45,6 @@ type openedListener struct {
 	url, bound string
 	ln         transport.Listener // Diameter
 	rl         *radiusListener    // RADIUS
-	secrets    radiusSecrets      // RADIUS: its shared secret (nil: radsec) or clients
 }
 
 // openListener opens the socket of u.
@@ -58,14 +57,14 @@ func (s *server) openListener(u string) (*openedListener, error) {
 				return nil, err
 			}
 		}
-		rl, err := s.openRADIUS(u, s.topts, s.store, s.bus)
+		rl, err := s.openRADIUS(u, sec, s.topts, s.store, s.bus)
 		if err != nil {
 			return nil, err
 		}
 		if sec.secret != nil {
 			s.secret = sec.secret
 		}
-		return &openedListener{url: u, bound: rl.bound, rl: rl, secrets: sec}, nil
+		return &openedListener{url: u, bound: rl.bound, rl: rl}, nil
 	}
 	ln, err := transport.Listen(u, s.topts)
 	if err != nil {
@@ -87,10 +86,7 @@ func (l *openedListener) abandon() {
 // serveListener serves l and counts it among the server's listeners.
 func (s *server) serveListener(l *openedListener) error {
 	if l.rl != nil {
-		if err := l.rl.start(l.secrets); err != nil {
-			l.abandon()
-			return err
-		}
+		l.rl.start()
 		s.lmu.Lock()
 		s.rls = append(s.rls, l.rl)
 		s.lmu.Unlock()

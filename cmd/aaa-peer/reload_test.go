@@ -14,8 +14,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/aaatp/aaatp/radpeer"
 )
 
 // reloadServer is an in-process "aaa-peer server --config" whose SIGHUP
@@ -368,47 +366,6 @@ func TestBinarySIGHUP(t *testing.T) {
 	}
 	if err := <-waited; err != nil {
 		t.Errorf("server after SIGHUP then SIGTERM: %v (want exit 0)\n%s", err, serr.String())
-	}
-}
-
-// TestMergeRADIUSReports: the counters of a listener's generations add
-// up, and the per-source tables stay within 256 addresses, the rest
-// under "other".
-func TestMergeRADIUSReports(t *testing.T) {
-	var a, b radpeer.ServerStats
-	a.Received, a.Open, a.BadAuthBySource = 5, 1, map[string]uint64{"10.0.0.1": 2}
-	b.Received, b.Open, b.BadAuthBySource = 7, 2, map[string]uint64{"10.0.0.1": 1}
-	for i := range maxSources + 10 {
-		addr := fmt.Sprintf("10.1.%d.%d", i/256, i%256)
-		a.NAS = append(a.NAS, radpeer.NASStats{Addr: addr, Received: 1})
-		b.NAS = append(b.NAS, radpeer.NASStats{Addr: "b" + addr, Received: 1})
-		b.BadAuthBySource["b"+addr] = 1
-	}
-	a.NAS = a.NAS[:maxSources]
-	r := mergeRADIUSReports(mergeRADIUSReports(radiusListenerReport{}, radiusListenerReport{Stream: &a}), radiusListenerReport{Stream: &b})
-	s := r.Stream
-	if s.Received != 12 || s.Open != 3 || s.BadAuthBySource["10.0.0.1"] != 3 {
-		t.Errorf("merged: received %d open %d bad auth from 10.0.0.1 %d, want 12 3 3", s.Received, s.Open, s.BadAuthBySource["10.0.0.1"])
-	}
-	if len(s.NAS) != maxSources+1 || len(s.BadAuthBySource) != maxSources+1 {
-		t.Errorf("merged tables: %d NAS rows, %d sources; want %d and %d", len(s.NAS), len(s.BadAuthBySource), maxSources+1, maxSources+1)
-	}
-	var other uint64
-	for _, n := range s.NAS {
-		if n.Addr == "other" {
-			other = n.Received
-		}
-	}
-	if other != maxSources+10 {
-		t.Errorf("NAS rows past the bound under other: %d, want %d", other, maxSources+10)
-	}
-
-	// A client renamed by a reload: the newer generation's name.
-	old := radpeer.UDPServerStats{NAS: []radpeer.NASStats{{Addr: "192.0.2.1", Name: "nas-old", Received: 1}}}
-	cur := radpeer.UDPServerStats{NAS: []radpeer.NASStats{{Addr: "192.0.2.1", Name: "nas-new", Received: 2}}}
-	r = mergeRADIUSReports(mergeRADIUSReports(radiusListenerReport{}, radiusListenerReport{UDP: &old}), radiusListenerReport{UDP: &cur})
-	if n := r.UDP.NAS; len(n) != 1 || n[0].Name != "nas-new" || n[0].Received != 3 {
-		t.Errorf("merged NAS of a renamed client %+v, want one row named nas-new, 3 received", n)
 	}
 }
 
