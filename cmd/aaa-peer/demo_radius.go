@@ -420,7 +420,7 @@ func (d *radiusDemo) run(ctx context.Context, stdout io.Writer) (int, error) {
 }
 
 func (d *radiusDemo) summary(w io.Writer, c *client.Client, sent, answered, failed, burstOK, burstFailed uint64, reasons map[string]uint64, interrupted bool) int {
-	stats, pol, udps := c.ServerStats(), c.PolicyStates(), c.UDPPeers()
+	stats := c.ServerStats()
 	var failovers uint64
 	for _, s := range stats {
 		failovers += s.FailedOver
@@ -429,8 +429,11 @@ func (d *radiusDemo) summary(w io.Writer, c *client.Client, sent, answered, fail
 	fmt.Fprintf(w, "  Access-Requests: %d sent, %d answered, %d failed; %d moved to the next server after %d attempts\n",
 		sent, answered, failed, failovers, d.o.retries)
 	var late, dups uint64
-	for i, s := range stats {
-		u := udps[i].Stats()
+	for _, s := range stats {
+		var u radpeer.UDPStats
+		if p, ok := s.Carrier.(*radpeer.UDPPeer); ok {
+			u = p.Stats()
+		}
 		late += u.Late
 		dups += u.Duplicates
 		var th throttle.Stats
@@ -438,7 +441,7 @@ func (d *radiusDemo) summary(w io.Writer, c *client.Client, sent, answered, fail
 			th = *s.Throttle
 		}
 		fmt.Fprintf(w, "  %-8s %-15s sent %d, retransmitted %d, answered %d, probes %d, throttle sent auth %d acct %d\n",
-			s.Server, pol[i], u.Sent, u.Retransmissions, u.Answered, s.Probes, th.Sent[0], th.Sent[1])
+			s.Server, s.Policy, u.Sent, u.Retransmissions, u.Answered, s.Probes, th.Sent[0], th.Sent[1])
 	}
 	fmt.Fprintf(w, "  late replies dropped %d, duplicate replies dropped %d\n", late, dups)
 	keys := make([]string, 0, len(reasons))

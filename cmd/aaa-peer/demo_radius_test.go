@@ -86,6 +86,14 @@ func TestRadiusDemo(t *testing.T) {
 	if !strings.Contains(out, "moved to the next server after 3 attempts") {
 		t.Error("summary lacks the failovers")
 	}
+	// Each server's line: its policy state and its socket's counts
+	// (server1, which hung, retransmitted).
+	if !regexp.MustCompile(`(?m)^  server1 +in-service +sent [1-9]\d*, retransmitted [1-9]\d*, answered [1-9]`).MatchString(out) {
+		t.Error("summary lacks server1's state and counts")
+	}
+	if !regexp.MustCompile(`(?m)^  server2 +in-service +sent [1-9]\d*, retransmitted \d+, answered [1-9]`).MatchString(out) {
+		t.Error("summary lacks server2's state and counts")
+	}
 }
 
 func atof(s string) float64 {
