@@ -79,7 +79,8 @@ type Config struct {
 	// Peer's lock is released, on the reader's goroutine. When package
 	// client keeps server states (its Policy) it sets its own, which calls
 	// the one its template has after it: any answer keeps a server in
-	// service.
+	// service. Close waits for the readers: called from Replied, it
+	// returns only when its ctx ends.
 	Replied func(from call.Carrier)
 
 	// Events receives every event (watchdog transitions, connections,

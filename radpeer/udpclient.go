@@ -120,7 +120,8 @@ type UDPConfig struct {
 	// server alive. It runs on the reader's goroutine, without the
 	// peer's locks. Package client sets its own, which calls the one its
 	// template has after it: any reply keeps a server in service (package
-	// policy's down-timeout).
+	// policy's down-timeout). Close waits for the readers: called from
+	// Replied, it returns only when its ctx ends.
 	Replied func(from call.Carrier)
 }
 
