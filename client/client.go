@@ -265,13 +265,17 @@ type Client struct {
 	cfg Config
 	// ros is the configured members (roster); SetPeers swaps it, under
 	// mu. The view (av) keeps the roster it was built from.
-	ros     atomic.Pointer[roster]
-	byPeer  sync.Map              // call.Carrier -> *member, every peer ever dialed; read on the hot path without c.mu
-	bal     *loadbalance.Balancer // Balance mode
-	rr      atomic.Uint64
-	radius  bool // the members are RADIUS servers
-	events  *Bus
-	cancels []func()
+	ros atomic.Pointer[roster]
+	// byPeer maps each peer dialed to its member (call.Carrier ->
+	// *member), read on the hot path without c.mu. A peer released to
+	// respect MaxConnections is forgotten once its drain has ended
+	// (forgetLocked); the others stay.
+	byPeer sync.Map
+	bal    *loadbalance.Balancer // Balance mode
+	rr     atomic.Uint64
+	radius bool // the members are RADIUS servers
+	events *Bus
+	subs   map[call.Carrier]func() // each peer's subscription to its events, by peer; under mu
 	// av is the view of where requests may go (avail); refresh, under
 	// avMu, swaps it.
 	av   atomic.Pointer[avail]
@@ -472,11 +476,13 @@ func (c *Client) dialLocked(m *member) error {
 	pc.Replied = c.repliedHook(pc.Replied) // see dialUDP
 	pc.Events = peer.NewBus()              // per peer, so we know whose event it is
 	self := new(atomic.Pointer[peer.Peer])
-	c.cancels = append(c.cancels, pc.Events.Subscribe(func(_ context.Context, e peer.Event) { c.onPeerEvent(m, self, e) }))
+	cancel := pc.Events.Subscribe(func(_ context.Context, e peer.Event) { c.onPeerEvent(m, self, e) })
 	p, err := peer.Dial(m.spec.URL, pc)
 	if err != nil {
+		cancel()
 		return fmt.Errorf("client: peer %s: %w", m.spec.Name, err)
 	}
+	c.subscribedLocked(p, cancel)
 	if testHookDialed != nil {
 		testHookDialed(p)
 	}
@@ -487,6 +493,27 @@ func (c *Client) dialLocked(m *member) error {
 	// the view: look again.
 	c.refresh()
 	return nil
+}
+
+// subscribedLocked keeps cancel, p's subscription to its events, for
+// Close or forgetLocked. c.mu is held.
+func (c *Client) subscribedLocked(p call.Carrier, cancel func()) {
+	if c.subs == nil {
+		c.subs = make(map[call.Carrier]func())
+	}
+	c.subs[p] = cancel
+}
+
+// forgetLocked lets go of p, a peer whose drain has ended: its
+// subscription and its place in byPeer. Only for a peer nothing can
+// complete a request on any more, long after its last call was
+// accounted. c.mu is held.
+func (c *Client) forgetLocked(p call.Carrier) {
+	if cancel, ok := c.subs[p]; ok {
+		cancel()
+		delete(c.subs, p)
+	}
+	c.byPeer.Delete(p)
 }
 
 // testHookDialed, set by tests, runs between a peer's Dial and its
@@ -1307,9 +1334,13 @@ func (c *Client) trimLocked() {
 			Reason: fmt.Sprintf("closed to respect the limit of %d connections after %v in service", c.cfg.MaxConnections, age.Truncate(time.Second))})
 		c.closing.Add(1)
 		// Close bounds its drain by its ctx; those ended are let go.
+		// The peers released before whose drain has ended are let go:
+		// their last requests were accounted long ago (a release comes
+		// MinConnectionAge after the one before at the soonest).
 		c.trimmed = append(slices.DeleteFunc(c.trimmed, func(q *peer.Peer) bool {
 			select {
 			case <-q.Done():
+				c.forgetLocked(q)
 				return true
 			default:
 				return false
@@ -1603,7 +1634,10 @@ func (c *Client) shutdown(ctx context.Context) {
 	if c.trimmer != nil {
 		c.trimmer.Stop()
 	}
-	cancels := c.cancels
+	cancels := make([]func(), 0, len(c.subs))
+	for _, cancel := range c.subs {
+		cancels = append(cancels, cancel)
+	}
 	c.mu.Unlock()
 	c.waiters.Wait() // requests waiting for a peer failed at c.cancel
 	// The last view: every peer closed. A Diameter or stream peer's DOWN

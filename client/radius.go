@@ -169,11 +169,13 @@ func (c *Client) dialRADIUS(m *member) error {
 	rc.Events = peer.NewBus()
 	rc.Failover = c.onFailover
 	rc.Replied = c.repliedHook(rc.Replied) // see dialUDP
-	c.cancels = append(c.cancels, rc.Events.Subscribe(func(_ context.Context, e peer.Event) { c.onRADIUSEvent(m, e) }))
+	cancel := rc.Events.Subscribe(func(_ context.Context, e peer.Event) { c.onRADIUSEvent(m, e) })
 	p, err := radpeer.Dial(m.spec.URL, rc)
 	if err != nil {
+		cancel()
 		return fmt.Errorf("client: RADIUS server %s: %w", m.spec.Name, err)
 	}
+	c.subscribedLocked(p, cancel)
 	m.rp.Store(p)
 	c.byPeer.Store(call.Carrier(p), m)
 	// Its first connection may have come up before it was stored: look
