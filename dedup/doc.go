@@ -31,9 +31,14 @@
 //     [Outcome.Complete] with the answer bytes, or [Outcome.Abandon] if no
 //     answer was produced. "defer o.Abandon()" right after Begin is the
 //     idiom: it is a no-op once Complete has run and for a Duplicate.
-//   - Duplicate: [Outcome.Answer] is a fresh copy of the stored answer. Patch
-//     the duplicate request's Hop-by-Hop Identifier into it with
-//     [SetHopByHop] and send it; do not run the handler.
+//   - Duplicate: [Outcome.Answer] is a fresh copy of the stored answer,
+//     which carries the first request's identifiers. Write the duplicate
+//     request's Hop-by-Hop and End-to-End Identifiers into it
+//     ([wire.SetHopByHop], [wire.SetEndToEnd]: a duplicate recognised by
+//     its accounting record may come under a new End-to-End Identifier),
+//     clear its T flag ([wire.ClearRetransmit]) and send it; do not run
+//     the handler. [Wrap] leaves this to the peer, which does it for
+//     every answer.
 //
 // A store that is a [ReusingStore] (the in-memory one) also offers
 // [ReusingStore.BeginInto], which fills an Outcome the caller owns: a

@@ -144,8 +144,12 @@ func (o *Outcome) First() bool { return o.kind == First }
 func (o *Outcome) Duplicate() bool { return o.kind == Duplicate }
 
 // Answer returns, for a Duplicate, the stored answer bytes: a copy owned by
-// the caller, who must patch the duplicate request's Hop-by-Hop Identifier
-// into it (see SetHopByHop) before sending. It returns nil for First.
+// the caller. It carries the first request's identifiers: before sending
+// it, write the duplicate request's Hop-by-Hop and End-to-End Identifiers
+// into it (wire.SetHopByHop, wire.SetEndToEnd; a duplicate recognised by
+// its accounting record may carry a new End-to-End Identifier) and clear
+// its T flag (wire.ClearRetransmit). Wrap leaves this to the peer, which
+// does it for every answer. It returns nil for First.
 func (o *Outcome) Answer() []byte { return o.answer }
 
 // Complete stores answer (copied; the caller may reuse the slice) as the
