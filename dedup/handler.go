@@ -30,6 +30,10 @@ type Counters struct {
 	// because the first answer was too large to keep: it cannot be
 	// replayed, and applying the request again would apply it twice.
 	NotKept atomic.Uint64
+	// Transient counts answers of the handler that refused the request
+	// for now (see Transient): sent, but not committed, so that the
+	// client's retry can be applied, here or at another server.
+	Transient atomic.Uint64
 	// UnseenRetransmits counts requests with the T flag (possibly a
 	// retransmission: a client's replay after a failover) that the store
 	// had no entry for, so that the handler ran for them (they are
@@ -171,6 +175,15 @@ func (f *keyFields) see(a wire.AVP, acct bool) bool {
 // effects that must happen once (billing records) until the answer is
 // committed, or be idempotent; OnCommit is where to put them.
 //
+// An answer of h that refuses the request for now, telling the client to
+// try another server (see Transient: DIAMETER_UNABLE_TO_DELIVER or
+// DIAMETER_TOO_BUSY, E bit), is sent but not committed: the request's
+// marks are dropped as by Abandon, so that its retry, here or at any
+// server sharing the store, runs h again instead of being answered the
+// refusal from the store for the store's max age. h must answer so only
+// for a request it did not apply. Such answers are counted in
+// Counters.Transient, not Applied, and onCommit is not called.
+//
 // If the store fails, the request is answered DIAMETER_TOO_BUSY (3004,
 // E bit) so that the client tries another server, rather than risking a
 // second application. An answer over the store's per-entry limit (see
@@ -258,6 +271,13 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 		if ans == nil {
 			return nil
 		}
+		if Transient(ans) {
+			// Not applied, try elsewhere: keep nothing, so that the
+			// client's retry, here or at a server sharing the store,
+			// is applied (the deferred Abandon drops the marks).
+			counters.Transient.Add(1)
+			return ans
+		}
 		for {
 			switch err := o.Complete(ans); {
 			case err == nil || errors.Is(err, ErrAnswerTooLarge):
@@ -294,6 +314,19 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 			o = o2
 		}
 	}
+}
+
+// Transient reports whether ans is an answer that refuses its request
+// for now and asks the client to try another server, having not applied
+// it: a protocol error (E bit) with Result-Code DIAMETER_UNABLE_TO_DELIVER
+// (3002) or DIAMETER_TOO_BUSY (3004) (RFC 6733 7.1.3). Wrap does not
+// commit such answers.
+func Transient(ans []byte) bool {
+	if len(ans) < wire.HeaderLen || wire.Flags(ans)&wire.FlagError == 0 {
+		return false
+	}
+	rc, ok := message.Uint32Of(ans, message.ResultCode, 0)
+	return ok && (rc == message.UnableToDeliver || rc == message.TooBusy)
 }
 
 // pooledOutcome is a request's Outcome with room for its keys.

@@ -449,3 +449,49 @@ func TestWrapCountsUnseenRetransmits(t *testing.T) {
 		t.Errorf("handler ran %d times with %d duplicates, want 3 and 2", runs.Load(), c.Duplicates.Load())
 	}
 }
+
+// TestWrapTransientAnswerNotKept: a handler's refusal for now (E bit,
+// DIAMETER_TOO_BUSY or DIAMETER_UNABLE_TO_DELIVER) is sent but not
+// committed: the retry at another server sharing the store runs the
+// handler and is applied, instead of getting the refusal from the store.
+func TestWrapTransientAnswerNotKept(t *testing.T) {
+	for _, rc := range []uint32{message.TooBusy, message.UnableToDeliver} {
+		s := NewMemory()
+		var runs, commits atomic.Int32
+		h := func(_ context.Context, _ *peer.Peer, req []byte) []byte {
+			if runs.Add(1) == 1 { // this server's backend refuses it for now
+				return message.ErrorAnswer(req, message.Identity{}, rc, "backend busy").Bytes()
+			}
+			return message.NewAnswer(req).ResultCode(message.Success).Bytes()
+		}
+		var c1, c2 Counters
+		onCommit := func(req, ans []byte) { commits.Add(1) }
+		a, b := WrapCommit(s, h, onCommit, &c1), WrapCommit(s, h, onCommit, &c2) // two servers sharing the store
+		ans1 := a(context.Background(), nil, acrFor(3, 3))
+		retry := acrFor(3, 3)
+		wire.SetRetransmit(retry)
+		ans2 := b(context.Background(), nil, retry)
+		rc1, _ := message.Uint32Of(ans1, message.ResultCode, 0)
+		rc2, _ := message.Uint32Of(ans2, message.ResultCode, 0)
+		if rc1 != rc || rc2 != message.Success || runs.Load() != 2 {
+			t.Fatalf("%d: first answer %d, retry %d after %d runs; want %d, then the retry applied", rc, rc1, rc2, runs.Load(), rc)
+		}
+		if c1.Transient.Load() != 1 || c1.Applied.Load() != 0 || c2.Applied.Load() != 1 || commits.Load() != 1 {
+			t.Fatalf("%d: transient %d, applied %d+%d, onCommit %d; want 1, 0+1, 1", rc, c1.Transient.Load(), c1.Applied.Load(), c2.Applied.Load(), commits.Load())
+		}
+		// A final error (no E bit meaning "try elsewhere") is kept.
+		final := Wrap(s, func(_ context.Context, _ *peer.Peer, req []byte) []byte {
+			return message.ErrorAnswer(req, message.Identity{}, message.UnableToComply, "no").Bytes()
+		}, nil)
+		final(context.Background(), nil, acrFor(4, 4))
+		if o, err := s.Begin(context.Background(), KeysOf(acrFor(4, 4))...); err != nil || !o.Duplicate() {
+			t.Fatalf("%d: a final error answer was not kept: %v %v", rc, o, err)
+		}
+		s.Close()
+	}
+	noE := message.ErrorAnswer(acrFor(1, 1), message.Identity{}, message.TooBusy, "busy").Bytes()
+	wire.SetFlags(noE, wire.Flags(noE)&^wire.FlagError)
+	if Transient(noE) || !Transient(message.ErrorAnswer(acrFor(1, 1), message.Identity{}, message.TooBusy, "busy").Bytes()) {
+		t.Fatal("Transient reads the E bit wrong")
+	}
+}

@@ -320,11 +320,12 @@ func NASRows(nas []radpeer.NASStats) []PeerStatus {
 
 // DedupTotals returns the totals of a server whose handler is wrapped by
 // dedup.Wrap with counters dd: Received, Answered (applied once, from the
-// store, refused: every request it answered) and Duplicates.
+// store, refused by the store or for now by the handler: every request it
+// answered) and Duplicates.
 func DedupTotals(dd *dedup.Counters) Totals {
 	return Totals{
 		Received: dd.Received.Load(), Duplicates: dd.Duplicates.Load(),
-		Answered: dd.Applied.Load() + dd.Duplicates.Load() + dd.StoreErrs.Load() + dd.Superseded.Load() + dd.NotKept.Load(),
+		Answered: dd.Applied.Load() + dd.Duplicates.Load() + dd.StoreErrs.Load() + dd.Superseded.Load() + dd.NotKept.Load() + dd.Transient.Load(),
 	}
 }
 
