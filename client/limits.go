@@ -321,25 +321,27 @@ func (c *Client) newItem(cl *call.Call, dl time.Time) *item {
 // joins the scheduler's instance queue, a first send at its tail, a
 // replay (a failover's, in order) ahead of every new request and behind
 // the replays before it, giving back the place it held on the server it
-// left; whatever the scheduler releases now is placed. A replay no peer
-// can take now is held out of the scheduler (holdLocked), or ends with
-// its refusal (settle).
+// left; whatever the scheduler releases now is placed. A request the
+// scheduler released before comes back as a replay, also one a server
+// hands back before sending it (a radius:// server's requests waiting
+// for an Identifier): it holds a place there. A replay no peer can take
+// now is held out of the scheduler (holdLocked), or ends with its
+// refusal (settle).
 func (c *Client) throttled(its ...*item) {
+	its = slices.DeleteFunc(its, func(it *item) bool { return it.cl.IsDone() })
+	if len(its) == 0 {
+		return
+	}
 	var replays []*item
 	back := its[:0]
-	for _, it := range its {
-		switch {
-		case it.cl.IsDone():
-		case it.cl.Sends() == 0:
+	c.tmu.Lock()
+	for _, it := range its { // it.server is c.tmu's
+		if it.cl.Sends() == 0 && it.server < 0 {
 			back = append(back, it)
-		default:
+		} else {
 			replays = append(replays, it)
 		}
 	}
-	if len(replays)+len(back) == 0 {
-		return
-	}
-	c.tmu.Lock()
 	if c.ctx.Err() != nil {
 		// Closed: Close released the queues (failQueued) before or
 		// after this; what comes now is not queued for nobody to send.

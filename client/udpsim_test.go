@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	lradius "layeh.com/radius"
@@ -327,6 +328,24 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 		last = maxTime(last, o.deadline)
 	}
 	waitersEnd(t, c, last)
+	if throttled {
+		// Every Exchange returned: no request holds a throttle place or
+		// waits in a queue. A place kept for good would stall its server
+		// once it is back in service.
+		synctest.Wait()
+		c.tmu.Lock()
+		for i := range c.ros.Load().all {
+			for _, class := range []throttle.Class{throttle.Auth, throttle.Accounting} {
+				if n := c.sched.Outstanding(i, class); n != 0 {
+					t.Errorf("every Exchange returned, yet server %d holds %d %v places in the throttle", i, n, class)
+				}
+			}
+		}
+		if n := c.sched.Len(); n != 0 {
+			t.Errorf("every Exchange returned, yet %d requests wait in the throttle", n)
+		}
+		c.unlockThrottle()
+	}
 	var res usimResult
 	if throttled {
 		res.throttled = 1
