@@ -295,13 +295,25 @@ func (s *Scheduler[T]) room(b *bucket[T], now int64) int {
 		r = b.maxOut - b.out
 	}
 	if b.den != 0 {
-		// A reading older than the current slot (callers read the clock
-		// before they take the scheduler's lock, so readings arrive out
-		// of order) counts in the current slot: going back to its own
-		// slot would start a fresh quota there, and the next reading
-		// another one here.
+		carry := 0
 		if b.slotEnd != 0 && now < b.slotStart {
-			now = b.slotStart
+			if b.slotStart-now <= s.slotNs {
+				// A reading up to a slot older than the current slot
+				// (callers read the clock before they take the
+				// scheduler's lock, so readings arrive out of order)
+				// counts in the current slot: going back to its own
+				// slot would start a fresh quota there, and the next
+				// reading another one here.
+				now = b.slotStart
+			} else {
+				// Older still: the clock was stepped back. Pinning it to
+				// the current slot would stall the server until the clock
+				// is back there; the slots start again from now's, and
+				// the sends of the current slot count in it, so that the
+				// step gives no second share at once.
+				carry = b.used
+				b.slotEnd = math.MinInt64
+			}
 		}
 		if now >= b.slotEnd {
 			k := now / s.slotNs
@@ -310,12 +322,12 @@ func (s *Scheduler[T]) room(b *bucket[T], now int64) int {
 			}
 			b.slotStart = k * s.slotNs
 			b.slotEnd = b.slotStart + s.slotNs
-			b.used = 0
 			kk := uint64(k) % b.den
 			if k < 0 {
 				kk = uint64(k%int64(b.den)+int64(b.den)) % b.den
 			}
 			b.quota = int(cum(kk+1, b.num, b.den) - cum(kk, b.num, b.den))
+			b.used = min(carry, b.quota)
 		}
 		r = min(r, b.quota-b.used)
 	}
@@ -470,10 +482,19 @@ func (s *Scheduler[T]) fail(e *entry[T], now time.Time, nowNs int64, dst []Dispa
 }
 
 // Poll returns, appended to dst, the requests to send now and the requests
-// whose deadline passed while queued (Err set). now must not go backwards
-// by more than a slot.
+// whose deadline passed while queued (Err set).
+//
+// now, like every reading given to the Scheduler, and the deadlines must
+// come from one clock that does not step. A reading up to a slot older
+// than one before counts in that one's slot. One older still is taken for
+// a step back of the clock: the rate slots start again from its slot
+// (with what was sent in the slot before counted in it), so that a step
+// back neither stalls a rate-limited server for its length nor gives it a
+// second share at once. Deadlines are still compared with the readings
+// as they are.
 func (s *Scheduler[T]) Poll(now time.Time, dst []Dispatch[T]) []Dispatch[T] {
 	nowNs := now.UnixNano()
+	s.nextSweep = s.sweepAt(nowNs)
 	if nowNs >= s.minDL && nowNs >= s.nextSweep {
 		dst = s.sweep(now, nowNs, dst)
 	}
@@ -616,6 +637,15 @@ func (s *Scheduler[T]) requeue(sc []entry[T], sortByAge bool) {
 	s.scratch = sc[:0]
 }
 
+// sweepAt returns when the next sweep may run: a slot after the last one,
+// or now if that is more than a slot ahead (the clock was stepped back).
+func (s *Scheduler[T]) sweepAt(nowNs int64) int64 {
+	if s.nextSweep-nowNs > s.slotNs {
+		return nowNs
+	}
+	return s.nextSweep
+}
+
 // sweep fails every queued request whose deadline has passed.
 func (s *Scheduler[T]) sweep(now time.Time, nowNs int64, dst []Dispatch[T]) []Dispatch[T] {
 	minDL := int64(math.MaxInt64)
@@ -736,7 +766,7 @@ func (s *Scheduler[T]) NextWakeup(now time.Time) (at time.Time, ok bool) {
 		best = nowNs
 	}
 	if s.inst.len() > 0 || s.queued > 0 {
-		best = min(best, max(s.minDL, s.nextSweep))
+		best = min(best, max(s.minDL, s.sweepAt(nowNs)))
 	}
 	if best == math.MaxInt64 {
 		return time.Time{}, false
