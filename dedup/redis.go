@@ -321,15 +321,24 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 	token := r.id + "-" + strconv.FormatUint(r.seq.Add(1), 36)
 	backoff := r.cfg.pollMin
 	tries := 0
+	// marked: a claim has set our marks (replied First), which a claim
+	// tried again for the replicas' sake keeps (the script takes our own
+	// marks as ours). Every return that hands out no First outcome must
+	// then release them: nobody else owns them, and the request's
+	// retries would wait for them until the mark TTL.
+	marked, first := false, false
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
+		if marked && !first {
+			r.releaseLater(rkeys, token)
+		}
 	}()
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, err // nothing sent: no mark to release
+			return nil, err // nothing sent since the last claim (released above if it marked)
 		}
 		seenP := r.epoch.Load()
 		seen := ""
@@ -339,10 +348,11 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 		cmd, acked := r.run(ctx, claimScript, claimKeys, token, ms(r.cfg.markTTL), seen, r.id+"-"+strconv.FormatInt(time.Now().UnixNano(), 36))
 		res, err := cmd.Slice()
 		if err != nil {
-			if claimMayHaveRun(err) {
+			if claimMayHaveRun(err) && !marked {
 				// The claim may have run on Redis all the same
 				// (only its reply was lost): drop any mark it
-				// set, which no one owns.
+				// set, which no one owns (the deferred release
+				// does, if an earlier claim marked).
 				r.releaseLater(rkeys, token)
 			}
 			if ctxErr := ctx.Err(); ctxErr != nil {
@@ -358,6 +368,7 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 		res = res[2:]
 		switch res[0] {
 		case int64(0):
+			marked = true
 			if !acked {
 				// The marks may be lost in a failover: mark again
 				// (the script takes our own marks as ours) until a
@@ -367,6 +378,7 @@ func (r *Redis) Begin(ctx context.Context, keys ...Key) (*Outcome, error) {
 				}
 				r.shortfall("in-flight mark")
 			}
+			first = true
 			o.kind, o.fin = First, &redisMark{r: r, keys: rkeys, owner: token, begun: begun}
 			return o, nil
 		case int64(1):

@@ -601,3 +601,60 @@ func TestRedisClaimReleasesBounded(t *testing.T) {
 		t.Fatalf("%d releases after %d claims lost on the wire, want 1 to %d", n, 3*maxReleases, maxReleases)
 	}
 }
+
+// cancelAfterPipeline cancels a context once a pipeline (a claim and its
+// WAIT) has run.
+type cancelAfterPipeline struct {
+	cancel atomic.Pointer[context.CancelFunc]
+}
+
+func (h *cancelAfterPipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *cancelAfterPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *cancelAfterPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if c := h.cancel.Swap(nil); c != nil {
+			(*c)()
+		}
+		return err
+	}
+}
+
+// TestRedisAcksCancelledReleasesMark: with WithReplicaAcks and replicas
+// that do not acknowledge (a lone server: WAIT 1 never succeeds), Begin
+// marks the keys and claims again; if the request's context ends in
+// between, Begin must release the marks of its first claim, which nobody
+// owns: else the request's retry, here or at another server, waits for
+// them the whole mark TTL.
+func TestRedisAcksCancelledReleasesMark(t *testing.T) {
+	url := needRedis(t)
+	opt, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.ContextTimeoutEnabled = true
+	client := redis.NewClient(opt)
+	defer client.Close()
+	hook := &cancelAfterPipeline{}
+	client.AddHook(hook)
+	s := NewRedis(client, WithKeyPrefix("acks-cancel:"), WithReplicaAcks(1, 20*time.Millisecond), WithMarkTTL(time.Minute))
+	other := newRedisStore(t, "acks-cancel:", WithMarkTTL(time.Minute))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	hook.cancel.Store(&cancel)
+	k := RequestKey("nas1", 99)
+	if _, err := s.Begin(ctx, k); err == nil {
+		t.Fatal("Begin succeeded with its context cancelled")
+	}
+	// The retry elsewhere gets the request well within the mark TTL (a
+	// minute): the release is bounded by a second.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel2()
+	o, err := other.Begin(ctx2, k)
+	if err != nil {
+		t.Fatalf("the retry waited for a mark nobody owns: %v", err)
+	}
+	wantKind(t, o, First)
+	_ = o.Abandon()
+}
