@@ -714,11 +714,31 @@ func (s *Scheduler[T]) Done(server int, class Class) bool {
 // SetAvailable records whether server can take requests (its watchdog is
 // OKAY and its policy allows it). A server made unavailable gets no new
 // request, and its queued requests go back to the instance queue, each at
-// its age's place, to be picked again. Poll afterwards.
+// its age's place, to be picked again. Poll afterwards. It acts only on a
+// change: a server already unavailable keeps the requests that wait in its
+// queue meanwhile, those that may go to it alone (Config.Pick's only), and
+// its queue alarm stays as it is (see Repick).
 func (s *Scheduler[T]) SetAvailable(server int, ok bool, now time.Time) {
 	sv := &s.srv[server]
+	if sv.avail == ok {
+		return
+	}
 	sv.avail = ok
-	if ok || sv.depth() == 0 {
+	if !ok {
+		s.Repick(server, now)
+	}
+}
+
+// Repick sends server's queued requests back to the instance queue, each
+// at its age's place, to be picked again at the next Poll, whether the
+// server is available or not: for when where they may go has changed
+// with no change of its availability, such as requests that may go to an
+// unavailable server alone (Config.Pick's only) when the owner's servers
+// change and Pick names another server for them now. Its queue alarm
+// clears if it was raised.
+func (s *Scheduler[T]) Repick(server int, now time.Time) {
+	sv := &s.srv[server]
+	if sv.depth() == 0 {
 		return
 	}
 	sc := s.scratch[:0]
