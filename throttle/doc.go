@@ -34,14 +34,17 @@
 //
 // # Rate slots
 //
-// Each second is split into slots of Config.Slot (at least 50 ms, at most
-// 1 s), aligned on the Unix epoch, and each slot gets its share of
-// MaxRate. When the share is not an integer (30/s in 50 ms slots is 1.5) the
-// slots take turns so that the count sent by the end of slot k is
+// Each second is split into slots of Config.Slot, a length that divides
+// one second (50, 62.5, 100, 125, 200, 250 or 500 ms, or 1 s; see
+// [CheckSlot]), aligned on the Unix epoch, and each slot gets its share
+// of MaxRate. When the share is not an integer (30/s in 50 ms slots is
+// 1.5) the slots take turns so that the count sent by the end of slot k is
 // floor(k x MaxRate x Slot / 1 s): 1, 2, 1, 2, ... here. Over any whole
-// second at most MaxRate go, and no slot gets more than the ceiling of its
-// share. A rate below one per slot (5/s in 50 ms slots) gives one message
-// every fourth slot.
+// second of the clock (one that starts on a whole second) at most MaxRate
+// go, and so over any second that starts on a slot boundary; no slot gets
+// more than the ceiling of its share, so a second that starts inside a
+// slot holds at most that many more. A rate below one per slot (5/s in
+// 50 ms slots) gives one message every fourth slot.
 //
 // # Outstanding requests
 //

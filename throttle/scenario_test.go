@@ -89,7 +89,7 @@ func TestRateShares(t *testing.T) {
 		rate int
 		slot time.Duration
 	}{
-		{100, 50 * ms}, {30, 50 * ms}, {5, 50 * ms}, {1, 50 * ms}, {333, 70 * ms}, {1000, 100 * ms}, {7, time.Second}, {25, 80 * ms},
+		{100, 50 * ms}, {30, 50 * ms}, {5, 50 * ms}, {1, 50 * ms}, {333, 62500 * time.Microsecond}, {1000, 100 * ms}, {7, time.Second}, {25, 125 * ms},
 	} {
 		s := newSched(t, Config[*item]{Slot: tc.slot, Servers: []Server{{Auth: Limits{MaxRate: tc.rate, MaxOutstanding: -1}}}})
 		share := float64(tc.rate) * tc.slot.Seconds()
@@ -422,6 +422,8 @@ func TestConfigErrors(t *testing.T) {
 		"no server":      {},
 		"slot too short": {Servers: []Server{{}}, Slot: 49 * ms},
 		"slot too long":  {Servers: []Server{{}}, Slot: 2 * time.Second},
+		"slot 300ms":     {Servers: []Server{{}}, Slot: 300 * ms},
+		"slot 70ms":      {Servers: []Server{{}}, Slot: 70 * ms},
 		"negative rate":  {Servers: []Server{{Accounting: Limits{MaxRate: -1}}}},
 		"low >= high":    {Servers: []Server{{}}, AlarmHigh: 5, AlarmLow: 5},
 	} {

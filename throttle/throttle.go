@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -116,7 +117,8 @@ type Server struct {
 type Config[T Item] struct {
 	// Servers, in the order of the indexes Pick returns and Dispatch uses.
 	Servers []Server
-	// Slot is the rate slot length: zero means DefaultSlot; 50 ms to 1 s.
+	// Slot is the rate slot length: zero means DefaultSlot; else one that
+	// divides one second, from MinSlot to 1 s (CheckSlot).
 	Slot time.Duration
 	// AlarmHigh raises a server's queue alarm when its queue depth (both
 	// classes) reaches it; zero means no alarm. AlarmLow clears it when the
@@ -218,11 +220,11 @@ func New[T Item](cfg Config[T]) (*Scheduler[T], error) {
 	if len(cfg.Servers) == 0 {
 		return nil, fmt.Errorf("%w: no server", ErrConfig)
 	}
+	if err := CheckSlot(cfg.Slot); err != nil {
+		return nil, err
+	}
 	if cfg.Slot == 0 {
 		cfg.Slot = DefaultSlot
-	}
-	if cfg.Slot < MinSlot || cfg.Slot > time.Second {
-		return nil, fmt.Errorf("%w: slot %v is outside %v..1s", ErrConfig, cfg.Slot, MinSlot)
 	}
 	if cfg.AlarmHigh < 0 || cfg.AlarmLow < 0 || (cfg.AlarmHigh > 0 && cfg.AlarmLow >= cfg.AlarmHigh) {
 		return nil, fmt.Errorf("%w: alarm thresholds high %d, low %d: need 0 <= low < high", ErrConfig, cfg.AlarmHigh, cfg.AlarmLow)
@@ -262,6 +264,24 @@ func (s *Scheduler[T]) AddServer(sc Server) (int, error) {
 	}
 	s.srv = append(s.srv, sv)
 	return i, nil
+}
+
+// CheckSlot reports whether d may be a Config.Slot: zero (DefaultSlot),
+// or a length that divides one second, from MinSlot to 1 s: 50 ms,
+// 62.5 ms, 100 ms, 125 ms, 200 ms, 250 ms, 500 ms or 1 s. A whole second
+// of the clock then holds whole slots, so that at most MaxRate go in it.
+// The error matches ErrConfig and names the lengths allowed.
+func CheckSlot(d time.Duration) error {
+	if d == 0 || d >= MinSlot && d <= time.Second && time.Second%d == 0 {
+		return nil
+	}
+	var ok []string
+	for n := time.Second / MinSlot; n >= 1; n-- {
+		if time.Second%n == 0 {
+			ok = append(ok, (time.Second / n).String())
+		}
+	}
+	return fmt.Errorf("%w: slot %v: want one that divides one second: %s", ErrConfig, d, strings.Join(ok, ", "))
 }
 
 // Check reports whether a server may be given limits l: its MaxRate
