@@ -30,6 +30,12 @@ type Counters struct {
 	// because the first answer was too large to keep: it cannot be
 	// replayed, and applying the request again would apply it twice.
 	NotKept atomic.Uint64
+	// CommitUnknown counts requests whose commit's outcome the store
+	// could not tell (ErrCommitUnknown: Redis answered neither the commit
+	// nor its check): refused DIAMETER_TOO_BUSY, and counted in StoreErrs
+	// too, although the store may hold their answer, which their
+	// duplicates then get; WrapCommit has not run onCommit for them.
+	CommitUnknown atomic.Uint64
 	// Transient counts answers of the handler that refused the request
 	// for now (see Transient): sent, but not committed, so that the
 	// client's retry can be applied, here or at another server.
@@ -201,6 +207,13 @@ func Wrap(s Store, h peer.Handler, counters *Counters, opts ...WrapOption) peer.
 
 // WrapCommit is Wrap with a hook called once per request, after its answer
 // is committed: the place for side effects that must not happen twice.
+// onCommit runs when Complete says the answer is committed, which the
+// Redis store settles even when Redis' replies were late or lost (see
+// Outcome.Complete). Only when Redis answers neither the commit nor the
+// check after it (ErrCommitUnknown) can a committed request miss its
+// onCommit: WrapCommit then answers DIAMETER_TOO_BUSY, counts it in
+// Counters.CommitUnknown and logs it (LogStoreErrors), and the Redis store
+// logs it too.
 func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counters *Counters, opts ...WrapOption) peer.Handler {
 	if counters == nil {
 		counters = &Counters{}
@@ -289,6 +302,14 @@ func WrapCommit(s Store, h peer.Handler, onCommit func(req, ans []byte), counter
 					onCommit(req, ans)
 				}
 				return ans
+			case errors.Is(err, ErrCommitUnknown):
+				// The store may hold the answer, or not: it does not
+				// say. Refuse it, as for a store failure, but say so
+				// apart: if it is committed, onCommit has not run.
+				counters.CommitUnknown.Add(1)
+				counters.StoreErrs.Add(1)
+				cfg.errLog.Log("dedup: commit outcome unknown (the store answered neither the commit nor its check): request answered DIAMETER_TOO_BUSY; it may be committed all the same, without onCommit", err)
+				return storeDownAnswer(p, req)
 			case !errors.Is(err, ErrMarkLost):
 				// The store failed at the commit: the result is not
 				// recorded, so do not claim it; the client will try

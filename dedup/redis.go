@@ -22,9 +22,13 @@ import (
 // "a" + answer bytes (PX = what remains of the max age), or "t" alone for
 // a request whose answer was over the per-entry limit (see
 // WithMaxAnswerSize). Complete also names the owner that stored the answer
-// under the key's name + ":o" for two mark TTLs, so that a Complete tried
+// under the key's name + ":o" for three mark TTLs, so that a Complete tried
 // again (its reply lost, or not acknowledged by the replicas) can tell its
-// own earlier write from another owner's same bytes. Multi-key steps run
+// own earlier write from another owner's same bytes. When none of a
+// Complete's tries got a reply, a check settles whether one stored the
+// answer, and if none did, writes "f" + owner token into the owner names
+// (for max age), which refuses any try still on its way (see
+// Outcome.Complete). Multi-key steps run
 // as Lua scripts, so they are atomic. Every key of a store shares one hash
 // tag, so on Redis Cluster they all live in one hash slot, where the
 // scripts can run (no CROSSSLOT): the store then gets the cluster's
@@ -72,6 +76,7 @@ type Redis struct {
 	// releases counts those started.
 	releasing chan struct{}
 	releases  atomic.Uint64
+	unknown   atomic.Uint64 // Completes whose outcome stayed unknown
 }
 
 var _ Store = (*Redis)(nil)
@@ -242,24 +247,29 @@ return {epoch, lost, 0}
 // owner names (key + ":o"), passed as keys as EVAL requires of every key
 // a script touches (some Redis-compatible servers and proxies enforce
 // it); ARGV[1] token, ARGV[2] the value to store ("a" + answer, or "t"),
-// ARGV[3] TTL in ms, ARGV[4] twice the mark TTL in ms (Complete's tries
-// end within one, see finishContext). Stores the value under every key if
-// each holds our mark, nothing, or the value stored by an earlier try of
-// ours (its reply lost), which the key's owner name (kept for two mark
-// TTLs) tells from another owner's same answer (byte-identical answers,
-// or two not kept, would otherwise let a stalled owner commit a request
-// taken over and committed by another). When some key is held by someone
-// else (taken over), it stores nothing, deletes the keys holding our mark
-// and returns how many keys were held by someone else.
+// ARGV[3] TTL in ms, ARGV[4] the owner names' TTL in ms (ownerTTL: longer
+// than Complete's tries and its settling, see complete). Stores the value
+// under every key if each holds our mark, nothing, or the value stored by
+// an earlier try of ours (its reply lost), which the key's owner name
+// tells from another owner's same answer (byte-identical answers, or two
+// not kept, would otherwise let a stalled owner commit a request taken
+// over and committed by another). When some key is held by someone else
+// (taken over), it stores nothing, deletes the keys holding our mark and
+// returns how many keys were held by someone else. When an owner name
+// holds our fence ("f" + token, written by settleScript), a try of ours
+// that arrives after the settling stores nothing and returns -1.
 var completeScript = redis.NewScript(completeLua)
 
 const completeLua = `
 local n = #KEYS / 2
 local lost = 0
 local mine = 'm' .. ARGV[1]
+local fence = 'f' .. ARGV[1]
 for i = 1, n do
+  local o = redis.call('GET', KEYS[n + i])
+  if o == fence then return -1 end
   local v = redis.call('GET', KEYS[i])
-  if v and v ~= mine and not (v == ARGV[2] and redis.call('GET', KEYS[n + i]) == ARGV[1]) then
+  if v and v ~= mine and not (v == ARGV[2] and o == ARGV[1]) then
     lost = lost + 1
   end
 end
@@ -274,6 +284,39 @@ end
 for i = 1, n do
   redis.call('SET', KEYS[i], ARGV[2], 'PX', ARGV[3])
   redis.call('SET', KEYS[n + i], ARGV[1], 'PX', ARGV[4]) -- our retries end well within it
+end
+return 0
+`
+
+// settleScript decides for good whether a Complete whose tries all went
+// unanswered stored its answer: KEYS as completeScript's, ARGV[1] token,
+// ARGV[2] the fence's TTL in ms. Returns 1 if an owner name holds our
+// token (a try of ours stored the answer). Else it returns 0 after
+// deleting the keys holding our mark and writing our fence ("f" + token)
+// into the owner names of the keys that hold no answer of another owner
+// (nothing, a mark, or an answer whose owner name expired), so that a
+// try of ours still on its way (queued on a busy Redis, or on a broken
+// connection) stores nothing (see completeScript). An owner name holding
+// another's token is left alone: its key holds that owner's answer,
+// which a try of ours cannot overwrite, and the owner's own tries need
+// its name.
+var settleScript = redis.NewScript(settleLua)
+
+const settleLua = `
+local n = #KEYS / 2
+for i = 1, n do
+  if redis.call('GET', KEYS[n + i]) == ARGV[1] then return 1 end
+end
+local mine = 'm' .. ARGV[1]
+for i = 1, n do
+  local v = redis.call('GET', KEYS[i])
+  if v == mine then
+    redis.call('DEL', KEYS[i])
+    v = false
+  end
+  if not v or not redis.call('GET', KEYS[n + i]) or string.sub(v, 1, 1) == 'm' then
+    redis.call('SET', KEYS[n + i], 'f' .. ARGV[1], 'PX', ARGV[2])
+  end
 end
 return 0
 `
@@ -475,41 +518,144 @@ func (mk *redisMark) complete(_ *Outcome, answer []byte) error {
 	if !tooLarge {
 		value = append(append(make([]byte, 0, 1+len(answer)), 'a'), answer...)
 	}
-	// The keys, then their owner names (see completeScript): same hash
-	// tag, same slot.
-	keys := make([]string, 0, 2*len(mk.keys))
-	keys = append(keys, mk.keys...)
-	for _, k := range mk.keys {
-		keys = append(keys, k+":o")
-	}
+	keys := mk.withOwners()
 	var lost int
 	var err error
-	for tries := 1; ; tries++ {
-		cmd, acked := r.run(ctx, completeScript, keys, mk.owner, value, ms(ttl), ms(2*r.cfg.markTTL))
+	unsure := false // a try may have stored the answer, its reply lost
+	backoff := r.cfg.pollMin
+	acks := 0
+	for {
+		cmd, acked := r.run(ctx, completeScript, keys, mk.owner, value, ms(ttl), ms(r.ownerTTL()))
 		lost, err = cmd.Int()
-		if err == nil && !acked && tries < r.ackTries() {
-			continue // store it again, on whichever master is current, until a replica has it
-		}
 		if err == nil && !acked {
+			if acks++; acks < r.ackTries() {
+				continue // store it again, on whichever master is current, until a replica has it
+			}
 			r.shortfall("answer")
 		}
-		if err != nil && r.cfg.acks > 0 && ctx.Err() == nil && tries < r.ackTries() {
-			// A failover under way (the old master refuses writes, or is
-			// gone): try the new master.
-			time.Sleep(r.cfg.acksWait)
-			continue
+		if err == nil {
+			break
 		}
-		break
+		unsure = unsure || claimMayHaveRun(err)
+		// Try again (the script is safe to repeat: it knows its own
+		// earlier write by the owner name) while the error may pass: a
+		// reply late or lost, a broken connection, a failover under way
+		// (the old master refuses writes, or is gone).
+		if ctx.Err() != nil || !retryable(err) {
+			break
+		}
+		if !sleepCtx(ctx, backoff) {
+			break
+		}
+		backoff = min(2*backoff, max(r.cfg.pollMax, r.cfg.acksWait))
+	}
+	if err != nil && unsure {
+		// No try got its reply, and one may have stored the answer all
+		// the same: find out for good.
+		var landed bool
+		landed, err = mk.settle(keys)
+		switch {
+		case err != nil:
+			r.commitUnknown(err)
+			return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
+		case landed:
+			lost, err = 0, nil
+		default:
+			err = errors.New("not stored (its tries went unanswered; settled)")
+		}
 	}
 	switch {
 	case err != nil:
 		return fmt.Errorf("dedup: redis complete: %w", err)
+	case lost < 0:
+		return errors.New("dedup: redis complete: refused after settling") // not reached: settle comes last
 	case lost > 0:
 		return ErrMarkLost
 	case tooLarge:
 		return ErrAnswerTooLarge
 	}
 	return nil
+}
+
+// withOwners returns the mark's keys, then their owner names (see
+// completeScript): same hash tag, same slot.
+func (mk *redisMark) withOwners() []string {
+	keys := make([]string, 0, 2*len(mk.keys))
+	keys = append(keys, mk.keys...)
+	for _, k := range mk.keys {
+		keys = append(keys, k+":o")
+	}
+	return keys
+}
+
+// settle runs settleScript for a Complete whose tries went unanswered,
+// trying again while Redis does not answer, for at most a mark TTL:
+// landed reports whether a try stored the answer; after it returns with
+// no error, no try of this Complete can store it any more. An error means
+// that Redis did not answer: the outcome is unknown.
+func (mk *redisMark) settle(keys []string) (landed bool, err error) {
+	r := mk.r
+	ctx, cancel := r.finishContext()
+	defer cancel()
+	backoff := r.cfg.pollMin
+	for {
+		cmd, _ := r.run(ctx, settleScript, keys, mk.owner, ms(r.cfg.maxAge))
+		n, err := cmd.Int()
+		if err == nil {
+			return n == 1, nil
+		}
+		if ctx.Err() != nil || !retryable(err) || !sleepCtx(ctx, backoff) {
+			return false, err
+		}
+		backoff = min(2*backoff, max(r.cfg.pollMax, r.cfg.acksWait))
+	}
+}
+
+// ownerTTL is how long Complete keeps the owner names: past its tries (a
+// mark TTL) and its settling (another), with a mark TTL to spare.
+func (r *Redis) ownerTTL() time.Duration { return 3 * r.cfg.markTTL }
+
+// commitUnknown counts and logs (the 1st, 2nd, 4th, 8th... time) a
+// Complete whose outcome stayed unknown.
+func (r *Redis) commitUnknown(err error) {
+	if k := r.unknown.Add(1); k&(k-1) == 0 {
+		r.cfg.logger().Error("dedup: Redis did not answer a commit nor its check: the request may be committed while its caller was told it failed (WrapCommit then did not run onCommit for it)",
+			"err", err, "unknown", k)
+	}
+}
+
+// CommitsUnknown returns how many Completes ended with ErrCommitUnknown.
+func (r *Redis) CommitsUnknown() uint64 { return r.unknown.Load() }
+
+// retryable reports whether a command that failed with err may succeed if
+// tried again: not once the client is closed, nor after an error reply
+// other than those of a Redis busy, loading or failing over.
+func retryable(err error) bool {
+	if errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	var reply redis.Error
+	if errors.As(err, &reply) {
+		for _, p := range []string{"BUSY ", "LOADING ", "READONLY ", "MASTERDOWN ", "TRYAGAIN ", "CLUSTERDOWN ", "NOREPLICAS "} {
+			if strings.HasPrefix(reply.Error(), p) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// sleepCtx sleeps d, or until ctx ends: it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func (mk *redisMark) abandon(*Outcome) error {

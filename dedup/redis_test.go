@@ -94,8 +94,8 @@ func TestRedisLayout(t *testing.T) {
 	if v, err := c.Get(ctx, rk+":o").Result(); err != nil || "m"+v != mark {
 		t.Fatalf("owner = %q, %v; want the mark's token", v, err)
 	}
-	if ttl := c.PTTL(ctx, rk+":o").Val(); ttl <= 5*time.Second || ttl > 10*time.Second {
-		t.Fatalf("owner TTL %v, want two mark TTLs", ttl)
+	if ttl := c.PTTL(ctx, rk+":o").Val(); ttl <= 10*time.Second || ttl > 15*time.Second {
+		t.Fatalf("owner TTL %v, want three mark TTLs", ttl)
 	}
 	// NewRedis's Close leaves the caller's client open.
 	if err := s.Close(); err != nil {
@@ -480,9 +480,11 @@ end
 // not given in KEYS: claim, Complete (its answer kept or not, tried again,
 // taken over), a duplicate, Abandon.
 func TestRedisScriptsDeclareTheirKeys(t *testing.T) {
-	saved := [3]*redis.Script{claimScript, completeScript, abandonScript}
-	claimScript, completeScript, abandonScript = declaredOnly(claimLua), declaredOnly(completeLua), declaredOnly(abandonLua)
-	t.Cleanup(func() { claimScript, completeScript, abandonScript = saved[0], saved[1], saved[2] })
+	saved := [4]*redis.Script{claimScript, completeScript, abandonScript, settleScript}
+	claimScript, completeScript, abandonScript, settleScript = declaredOnly(claimLua), declaredOnly(completeLua), declaredOnly(abandonLua), declaredOnly(settleLua)
+	t.Cleanup(func() {
+		claimScript, completeScript, abandonScript, settleScript = saved[0], saved[1], saved[2], saved[3]
+	})
 	s := newRedisStore(t, "", WithMaxAnswerSize(100), WithMarkTTL(time.Second)).(*Redis)
 	for i, ans := range [][]byte{msg(1, 1, "x"), msg(1, 1, strings.Repeat("y", 200))} {
 		k1, k2 := RequestKey("c", uint32(i)), RequestKey("d", uint32(i))
@@ -511,6 +513,19 @@ func TestRedisScriptsDeclareTheirKeys(t *testing.T) {
 	}
 	if err := o.Complete(msg(1, 1, "z")); err != ErrMarkLost {
 		t.Fatalf("Complete of a mark taken over: %v, want ErrMarkLost", err)
+	}
+	// Settling a commit that landed, and one that did not.
+	for i, commit := range []bool{true, false} {
+		o := begin(t, s, RequestKey("c", uint32(11+i)), RequestKey("d", uint32(11+i)))
+		mk := o.fin.(*redisMark)
+		if commit {
+			if err := mk.complete(o, msg(1, 1, "w")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if landed, err := mk.settle(mk.withOwners()); err != nil || landed != commit {
+			t.Fatalf("settle after a commit (%v): landed %v, %v", commit, landed, err)
+		}
 	}
 }
 

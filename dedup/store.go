@@ -99,6 +99,13 @@ var (
 	// owner runs, and is First if the owner abandoned it), as Wrap does.
 	// It means that the mark TTL was too short for this handler.
 	ErrMarkLost = errors.New("dedup: in-flight mark expired and was taken over; answer not stored")
+	// ErrCommitUnknown: Complete could not learn whether the answer was
+	// stored: Redis answered none of its tries nor the check that
+	// follows them (see Outcome.Complete). The request may be committed
+	// (a duplicate then gets its answer) or not (its marks expire). The
+	// Redis store logs it and counts it (Redis.CommitsUnknown); Wrap
+	// answers DIAMETER_TOO_BUSY, counting it in Counters.CommitUnknown.
+	ErrCommitUnknown = errors.New("dedup: commit outcome unknown: the store did not answer")
 	// ErrFull: the in-memory store had no room for the request: every
 	// entry of its shard (see WithMaxEntries and WithShards) is the mark
 	// of a request still running, which the store does not evict, as the
@@ -158,10 +165,20 @@ func (o *Outcome) Answer() []byte { return o.answer }
 // if another request has taken any of them over, it stores nothing, drops
 // the outcome's marks and returns ErrMarkLost. Call it after the handler,
 // before or after sending the answer. A failed Complete with
-// ErrEmptyAnswer leaves the outcome open (Abandon still works). After a
-// store error the mark is left to expire. The Redis store bounds Complete
-// and Abandon by the mark TTL (with a go-redis client that honours context
-// deadlines, as those Open builds do; see NewRedis).
+// ErrEmptyAnswer leaves the outcome open (Abandon still works).
+//
+// A nil error (or ErrAnswerTooLarge) means that the request is committed;
+// any other error that it is not, except ErrCommitUnknown. The Redis
+// store tries the commit again while Redis' reply is late or lost (its
+// script is safe to repeat), for at most the mark TTL; if none of its
+// tries got a reply, it then checks, for at most another mark TTL,
+// whether one of them stored the answer, and fences off any still on its
+// way, so that its result is final. Only if Redis answers none of that
+// does Complete return ErrCommitUnknown. After a store error the mark is
+// left to expire. The Redis store bounds Abandon by the mark TTL, and
+// Complete by twice it (with a go-redis client that honours context
+// deadlines, as those Open builds do; see NewRedis). The in-memory store
+// never fails so.
 func (o *Outcome) Complete(answer []byte) error {
 	if o.kind != First {
 		return ErrNotFirst
