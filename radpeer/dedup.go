@@ -95,25 +95,66 @@ func (o *dedupOptions) keyFrom(ctx context.Context) string {
 	return s.Addr.String()
 }
 
-// Dedup returns a Handler that runs h at most once per accounting record
-// across every connection and, with a shared store, every server: a
-// record seen before from the same client (same AccountingKey and client
-// address, see TrustNASIdentityFrom) gets the first answer's code
-// and attributes again, re-signed for the new request. Other requests go
-// straight to h. If the store fails, the request gets no answer, so that
-// the client tries another server rather than risking a second
-// application; why it failed is logged if LogStoreErrors is given.
-// counters may be nil; counters.UnseenRetransmits stays 0:
-// RADIUS has no T flag, so a record re-sent to another server after a
-// failover cannot be told from a first send, and only a store shared by
-// the servers keeps it from being applied twice.
+// Dedup returns a Handler that runs h once per accounting record across
+// every connection and, with a shared store, every server: a record seen
+// before from the same client (same AccountingKey and client address, see
+// TrustNASIdentityFrom) gets the first answer's code and attributes
+// again, re-signed for the new request. Other requests go straight to h.
+//
+// Once means: as long as h returns within the store's mark TTL
+// (dedup.WithMarkTTL, 10 s by default). If h runs longer (a slow
+// accounting database) and the NAS re-sends the record meanwhile, here or
+// to a server sharing the store, the copy takes the record over and runs
+// h again; only one of the two answers is committed, and both copies are
+// answered with it (the other result is discarded and counted in
+// counters.Superseded). Side effects that must happen once per record
+// (billing) belong in DedupCommit's onCommit, not in h.
+//
+// If the store fails, the request gets no answer, so that the client
+// tries another server rather than risking a second application; why it
+// failed is logged if LogStoreErrors is given. An answer over the store's
+// per-entry limit (dedup.WithMaxAnswerSize) is sent but not kept (counted
+// in counters.TooLarge); a copy of that record then gets a bare
+// Accounting-Response (counted in counters.NotKept): it is applied
+// already, and an accounting response carries nothing the NAS needs
+// beyond the acknowledgement (RFC 2866). counters may be nil;
+// counters.UnseenRetransmits stays 0: RADIUS has no T flag, so a record
+// re-sent to another server after a failover cannot be told from a first
+// send, and only a store shared by the servers keeps it from being
+// applied twice.
 func Dedup(store dedup.Store, h Handler, counters *dedup.Counters, opts ...DedupOption) Handler {
+	return DedupCommit(store, h, nil, counters, opts...)
+}
+
+// DedupCommit is Dedup with a hook called once per accounting record,
+// after its answer is committed to the store, with the record and the
+// answer's code and attributes: the place for side effects that must not
+// happen twice. onCommit is not called for other requests, for a record
+// answered from the store, nor for a result discarded because another
+// copy of the record took it over. It may be nil.
+func DedupCommit(store dedup.Store, h Handler, onCommit func(req *lradius.Packet, code lradius.Code, attrs lradius.Attributes), counters *dedup.Counters, opts ...DedupOption) Handler {
 	if counters == nil {
 		counters = &dedup.Counters{}
 	}
 	var opt dedupOptions
 	for _, f := range opts {
 		f(&opt)
+	}
+	// refuse is the answer to a record whose Begin failed.
+	refuse := func(ctx context.Context, err error) (lradius.Code, lradius.Attributes) {
+		switch {
+		case ctx.Err() != nil:
+			counters.Cancelled.Add(1)
+		case errors.Is(err, dedup.ErrAnswerNotKept):
+			// Applied already, its answer too large to keep: acknowledge
+			// it, never apply it again.
+			counters.NotKept.Add(1)
+			return lradius.CodeAccountingResponse, nil
+		default:
+			counters.StoreErrs.Add(1)
+			opt.errLog.Log("dedup: duplicate store failed; RADIUS record dropped", err)
+		}
+		return 0, nil
 	}
 	return func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
 		counters.Received.Add(1)
@@ -127,13 +168,7 @@ func Dedup(store dedup.Store, h Handler, counters *dedup.Counters, opts ...Dedup
 		}
 		o, err := store.Begin(ctx, key)
 		if err != nil {
-			if ctx.Err() != nil {
-				counters.Cancelled.Add(1)
-			} else {
-				counters.StoreErrs.Add(1)
-				opt.errLog.Log("dedup: duplicate store failed; RADIUS record dropped", err)
-			}
-			return 0, nil
+			return refuse(ctx, err)
 		}
 		if o.Duplicate() {
 			counters.Duplicates.Add(1)
@@ -148,17 +183,41 @@ func Dedup(store dedup.Store, h Handler, counters *dedup.Counters, opts ...Dedup
 		if err != nil {
 			return code, attrs // EncodeResponse will report it
 		}
-		switch err := o.Complete(tmpl); {
-		case err == nil:
-			counters.Applied.Add(1)
-		case errors.Is(err, dedup.ErrMarkLost):
-			counters.Superseded.Add(1)
-		default:
-			counters.StoreErrs.Add(1)
-			opt.errLog.Log("dedup: duplicate store failed; RADIUS record dropped", err)
-			return 0, nil
+		for {
+			switch err := o.Complete(tmpl); {
+			case err == nil || errors.Is(err, dedup.ErrAnswerTooLarge):
+				counters.Applied.Add(1)
+				if err != nil {
+					counters.TooLarge.Add(1) // sent, not kept
+				}
+				if onCommit != nil {
+					onCommit(req, code, attrs)
+				}
+				return code, attrs
+			case !errors.Is(err, dedup.ErrMarkLost):
+				if errors.Is(err, dedup.ErrCommitUnknown) {
+					counters.CommitUnknown.Add(1)
+				}
+				counters.StoreErrs.Add(1)
+				opt.errLog.Log("dedup: duplicate store failed; RADIUS record dropped", err)
+				return 0, nil
+			}
+			// Another copy of the record, here or at another server,
+			// took it over (h outlived the mark TTL): nothing was
+			// stored. The record is the new owner's: answer with its
+			// answer (waiting for it if it is still running).
+			o2, err := store.Begin(ctx, key)
+			if err != nil {
+				return refuse(ctx, err)
+			}
+			if o2.Duplicate() {
+				counters.Superseded.Add(1)
+				return stored(o2.Answer())
+			}
+			// The other owner gave up: ours becomes the answer after all.
+			defer o2.Abandon()
+			o = o2
 		}
-		return code, attrs
 	}
 }
 

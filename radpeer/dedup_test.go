@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,5 +162,80 @@ func TestDedupLogsStoreErrors(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 1 || !strings.Contains(lines[0], "10.20.30.40:6379") || c.StoreErrs.Load() != 3 {
 		t.Fatalf("3 failures: %d store errors counted, logged as %q", c.StoreErrs.Load(), lines)
+	}
+}
+
+// An answer over the store's per-entry limit is sent but not kept; the
+// record's re-sent copies get a bare Accounting-Response, never a second
+// application, and the store is not taken for failed.
+func TestDedupAnswerTooLarge(t *testing.T) {
+	store := dedup.NewMemory(dedup.WithMaxAnswerSize(64))
+	defer store.Close()
+	runs := 0
+	var c dedup.Counters
+	d := Dedup(store, func(context.Context, *lradius.Packet, []byte) (lradius.Code, lradius.Attributes) {
+		runs++
+		return lradius.CodeAccountingResponse, lradius.Attributes{{Type: 18, Attribute: make([]byte, 100)}}
+	}, &c)
+	now := time.Unix(1_800_000_000, 0)
+	code, attrs := d(context.Background(), record(1, now, 0, ""), nil)
+	if code != lradius.CodeAccountingResponse || len(attrs) != 1 {
+		t.Fatalf("the first send: %v %v, want the handler's answer", code, attrs)
+	}
+	for try := range 2 { // the NAS's retransmissions
+		if code, attrs := d(context.Background(), record(1, now, uint32(try+1), ""), nil); code != lradius.CodeAccountingResponse || len(attrs) != 0 {
+			t.Fatalf("retransmission %d: %v %v, want a bare Accounting-Response", try+1, code, attrs)
+		}
+	}
+	if runs != 1 || c.Applied.Load() != 1 || c.TooLarge.Load() != 1 || c.NotKept.Load() != 2 || c.StoreErrs.Load() != 0 {
+		t.Fatalf("runs %d; applied %d, too large %d, not kept %d, store errors %d; want 1; 1, 1, 2, 0",
+			runs, c.Applied.Load(), c.TooLarge.Load(), c.NotKept.Load(), c.StoreErrs.Load())
+	}
+}
+
+// A handler that outlives the mark TTL: the NAS's re-sent copy takes the
+// record over and runs the handler again. The record's onCommit runs once,
+// and both copies get the committed answer, the slow run's own discarded.
+func TestDedupSlowHandlerCommittedOnce(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	store := dedup.NewMemory(dedup.WithMarkTTL(10*time.Second), dedup.WithClock(func() time.Time { return time.Unix(0, clock.Load()) }))
+	defer store.Close()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int32
+	h := func(context.Context, *lradius.Packet, []byte) (lradius.Code, lradius.Attributes) {
+		if runs.Add(1) == 1 {
+			close(entered)
+			<-release // a slow accounting database
+			return lradius.CodeAccountingResponse, lradius.Attributes{{Type: 18, Attribute: []byte("slow")}}
+		}
+		return lradius.CodeAccountingResponse, lradius.Attributes{{Type: 18, Attribute: []byte("copy")}}
+	}
+	var commits atomic.Int32
+	onCommit := func(_ *lradius.Packet, _ lradius.Code, attrs lradius.Attributes) { commits.Add(1) }
+	var c1, c2 dedup.Counters
+	s1, s2 := DedupCommit(store, h, onCommit, &c1), DedupCommit(store, h, onCommit, &c2)
+	now := time.Unix(1_800_000_000, 0)
+	type answer struct {
+		code  lradius.Code
+		attrs lradius.Attributes
+	}
+	got := make(chan answer, 1)
+	go func() {
+		code, attrs := s1(context.Background(), record(1, now, 0, ""), nil)
+		got <- answer{code, attrs}
+	}()
+	<-entered
+	clock.Add(int64(11 * time.Second)) // the mark expires
+	code2, attrs2 := s2(context.Background(), record(1, now, 11, ""), nil)
+	close(release)
+	a1 := <-got
+	if a1.code != lradius.CodeAccountingResponse || code2 != a1.code || len(a1.attrs) != 1 || len(attrs2) != 1 ||
+		string(a1.attrs[0].Attribute) != "copy" || string(attrs2[0].Attribute) != "copy" {
+		t.Fatalf("answers %v %v and %v %v, want both the committed one (copy)", a1.code, a1.attrs, code2, attrs2)
+	}
+	if runs.Load() != 2 || commits.Load() != 1 || c1.Superseded.Load() != 1 || c1.Applied.Load()+c2.Applied.Load() != 1 {
+		t.Fatalf("runs %d, onCommit %d, superseded %d, applied %d+%d; want 2, 1, 1, 1",
+			runs.Load(), commits.Load(), c1.Superseded.Load(), c1.Applied.Load(), c2.Applied.Load())
 	}
 }
