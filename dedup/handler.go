@@ -17,8 +17,16 @@ type Counters struct {
 	Received   atomic.Uint64 // requests that reached the wrapper
 	Applied    atomic.Uint64 // answers committed to the store: the request's one application
 	Duplicates atomic.Uint64 // requests answered from the store
-	StoreErrs  atomic.Uint64 // requests refused because the store failed
-	Cancelled  atomic.Uint64 // requests dropped because their connection closed first
+	StoreErrs  atomic.Uint64 // requests refused (answered DIAMETER_TOO_BUSY) because the store failed
+	// Dropped counts requests left unanswered because the store failed:
+	// radpeer.Dedup's RADIUS records, RADIUS having no answer that says
+	// "try another server". They are no answers, unlike StoreErrs.
+	Dropped atomic.Uint64
+	// PassedThrough counts requests answered by the handler without the
+	// store, having no duplicate key: radpeer.Dedup's RADIUS requests
+	// other than accounting records. They are not in Applied.
+	PassedThrough atomic.Uint64
+	Cancelled     atomic.Uint64 // requests dropped because their connection closed first
 	// Superseded counts handler results discarded: another request,
 	// here or at another server, took the request over meanwhile, and
 	// its answer was sent instead.
@@ -32,9 +40,10 @@ type Counters struct {
 	NotKept atomic.Uint64
 	// CommitUnknown counts requests whose commit's outcome the store
 	// could not tell (ErrCommitUnknown: Redis answered neither the commit
-	// nor its check): refused DIAMETER_TOO_BUSY, and counted in StoreErrs
-	// too, although the store may hold their answer, which their
-	// duplicates then get; WrapCommit has not run onCommit for them.
+	// nor its check): refused DIAMETER_TOO_BUSY and counted in StoreErrs
+	// too (radpeer.Dedup: dropped, counted in Dropped), although the
+	// store may hold their answer, which their duplicates then get;
+	// onCommit has not run for them.
 	CommitUnknown atomic.Uint64
 	// Transient counts answers of the handler that refused the request
 	// for now (see Transient): sent, but not committed, so that the

@@ -111,8 +111,11 @@ func (o *dedupOptions) keyFrom(ctx context.Context) string {
 // (billing) belong in DedupCommit's onCommit, not in h.
 //
 // If the store fails, the request gets no answer, so that the client
-// tries another server rather than risking a second application; why it
-// failed is logged if LogStoreErrors is given. An answer over the store's
+// tries another server rather than risking a second application: it is
+// counted in counters.Dropped (not StoreErrs, which count answers), and
+// why the store failed is logged if LogStoreErrors is given. Requests
+// other than accounting records are counted in counters.PassedThrough
+// when h answers them, not in Applied: nothing is committed for them. An answer over the store's
 // per-entry limit (dedup.WithMaxAnswerSize) is sent but not kept (counted
 // in counters.TooLarge); a copy of that record then gets a bare
 // Accounting-Response (counted in counters.NotKept): it is applied
@@ -151,7 +154,7 @@ func DedupCommit(store dedup.Store, h Handler, onCommit func(req *lradius.Packet
 			counters.NotKept.Add(1)
 			return lradius.CodeAccountingResponse, nil
 		default:
-			counters.StoreErrs.Add(1)
+			counters.Dropped.Add(1)
 			opt.errLog.Log("dedup: duplicate store failed; RADIUS record dropped", err)
 		}
 		return 0, nil
@@ -162,7 +165,7 @@ func DedupCommit(store dedup.Store, h Handler, onCommit func(req *lradius.Packet
 		if !ok {
 			code, attrs := h(ctx, req, raw)
 			if code != 0 {
-				counters.Applied.Add(1)
+				counters.PassedThrough.Add(1) // not deduplicated: not committed anywhere
 			}
 			return code, attrs
 		}
@@ -198,7 +201,7 @@ func DedupCommit(store dedup.Store, h Handler, onCommit func(req *lradius.Packet
 				if errors.Is(err, dedup.ErrCommitUnknown) {
 					counters.CommitUnknown.Add(1)
 				}
-				counters.StoreErrs.Add(1)
+				counters.Dropped.Add(1)
 				opt.errLog.Log("dedup: duplicate store failed; RADIUS record dropped", err)
 				return 0, nil
 			}

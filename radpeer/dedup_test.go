@@ -160,8 +160,8 @@ func TestDedupLogsStoreErrors(t *testing.T) {
 		}
 	}
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 1 || !strings.Contains(lines[0], "10.20.30.40:6379") || c.StoreErrs.Load() != 3 {
-		t.Fatalf("3 failures: %d store errors counted, logged as %q", c.StoreErrs.Load(), lines)
+	if len(lines) != 1 || !strings.Contains(lines[0], "10.20.30.40:6379") || c.Dropped.Load() != 3 || c.StoreErrs.Load() != 0 {
+		t.Fatalf("3 failures: %d dropped and %d store errors counted, logged as %q", c.Dropped.Load(), c.StoreErrs.Load(), lines)
 	}
 }
 

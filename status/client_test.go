@@ -106,15 +106,17 @@ func TestServerPeersEnded(t *testing.T) {
 // store or refused.
 func TestDedupTotals(t *testing.T) {
 	var dd dedup.Counters
-	dd.Received.Store(20)
+	dd.Received.Store(21)
 	dd.Applied.Store(10)
 	dd.Duplicates.Store(3)
 	dd.StoreErrs.Store(2)
 	dd.Superseded.Store(1)
 	dd.NotKept.Store(1)
-	dd.Transient.Store(1) // refused for now, not kept: answered
-	dd.Cancelled.Store(2) // not answered
-	if got, want := DedupTotals(&dd), (Totals{Received: 20, Answered: 18, Duplicates: 3}); got != want {
+	dd.Transient.Store(1)     // refused for now, not kept: answered
+	dd.PassedThrough.Store(1) // answered without the store
+	dd.Cancelled.Store(1)     // not answered
+	dd.Dropped.Store(1)       // not answered: a RADIUS record the store failed
+	if got, want := DedupTotals(&dd), (Totals{Received: 21, Answered: 19, Duplicates: 3}); got != want {
 		t.Errorf("totals %+v, want %+v", got, want)
 	}
 }

@@ -318,14 +318,16 @@ func NASRows(nas []radpeer.NASStats) []PeerStatus {
 	return rows
 }
 
-// DedupTotals returns the totals of a server whose handler is wrapped by
-// dedup.Wrap with counters dd: Received, Answered (applied once, from the
-// store, refused by the store or for now by the handler: every request it
-// answered) and Duplicates.
+// DedupTotals returns the totals of a server whose handlers are wrapped by
+// dedup.Wrap or radpeer.Dedup with counters dd: Received, Answered
+// (applied once, from the store, refused by the store or for now by the
+// handler, or answered without the store: every request answered; not
+// the requests dropped, dd.Dropped) and Duplicates.
 func DedupTotals(dd *dedup.Counters) Totals {
 	return Totals{
 		Received: dd.Received.Load(), Duplicates: dd.Duplicates.Load(),
-		Answered: dd.Applied.Load() + dd.Duplicates.Load() + dd.StoreErrs.Load() + dd.Superseded.Load() + dd.NotKept.Load() + dd.Transient.Load(),
+		Answered: dd.Applied.Load() + dd.Duplicates.Load() + dd.StoreErrs.Load() + dd.Superseded.Load() + dd.NotKept.Load() + dd.Transient.Load() +
+			dd.PassedThrough.Load(),
 	}
 }
 

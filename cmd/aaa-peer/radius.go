@@ -93,6 +93,14 @@ func (s *server) radiusHandler() radpeer.Handler {
 	}
 }
 
+// radiusDedup is the RADIUS listeners' handler: radiusHandler behind the
+// --dedup store, counted in s.dd with the Diameter listeners' requests (a
+// record dropped for the store's failure in Dropped, not answered; a
+// request other than an accounting record in PassedThrough).
+func (s *server) radiusDedup(store dedup.Store) radpeer.Handler {
+	return radpeer.Dedup(store, s.radiusHandler(), &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...), radpeer.LogStoreErrors(s.storeErrs))
+}
+
 // openRADIUS opens the socket of the RADIUS listener u and its server,
 // which verifies requests with sec.
 func (s *server) openRADIUS(u string, sec radiusSecrets, topts transport.Options, store dedup.Store, bus *peer.Bus) (*radiusListener, error) {
@@ -101,7 +109,7 @@ func (s *server) openRADIUS(u string, sec radiusSecrets, topts transport.Options
 	cfg := radpeer.ServerConfig{
 		Secret:                secret,
 		Clients:               clients,
-		Handler:               radpeer.Dedup(store, s.radiusHandler(), &s.dd, radpeer.TrustNASIdentityFrom(s.o.radiusProxies...), radpeer.LogStoreErrors(s.storeErrs)),
+		Handler:               s.radiusDedup(store),
 		MaxInFlight:           s.o.maxHandlers,
 		MaxQueued:             s.o.maxQueued,
 		MaxUnanswered:         min(s.o.maxUnanswered, radpeer.DefaultMaxUnanswered), // one Identifier space

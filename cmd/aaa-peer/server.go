@@ -60,8 +60,10 @@ report and exits 0.
 With --status, an HTTP server shows the server live until it exits: a page
 with each connected peer (and the last ones that ended): watchdog state
 and time in state, pending, sent and answered, Tw and last DWA, and the
-totals received, answered, applied, duplicates and retransmitted (/); the
-same as JSON (/status.json); Prometheus metrics (/metrics).
+totals received, answered, applied, duplicates and retransmitted, and
+the RADIUS records dropped unanswered for a failed --dedup store, not in
+answered (/); the same as JSON (/status.json); Prometheus metrics
+(/metrics).
 `
 
 // shutdownBudget bounds the DPR/DPA exchange with every peer on exit.
@@ -306,18 +308,21 @@ type server struct {
 
 // serverReport is the --report document.
 type serverReport struct {
-	Received      uint64       `json:"received"`      // application requests, duplicates included
-	Retransmitted uint64       `json:"retransmitted"` // of those, with the T flag (replays after a client's failover)
-	Applied       uint64       `json:"applied"`       // of those, applied: answered and committed to the --dedup store (once per request)
-	Answered      uint64       `json:"answered"`      // answers sent: applied + duplicates + store_errors + superseded + not_kept
-	Duplicates    uint64       `json:"duplicates"`    // answered from the --dedup store, not applied again
-	StoreErrors   uint64       `json:"store_errors"`  // refused DIAMETER_TOO_BUSY: the --dedup store failed
-	Cancelled     uint64       `json:"cancelled"`     // not answered: the connection closed before the store answered
-	Superseded    uint64       `json:"superseded"`    // handled here, but another server committed it first (we stalled): answered with its answer
-	TooLarge      uint64       `json:"too_large"`     // of the applied, answers over --dedup-max-answer: sent, not kept
-	DedupLost     uint64       `json:"dedup_lost"`    // times the --dedup store was found to have lost its entries
-	NotKept       uint64       `json:"not_kept"`      // duplicates of those, refused DIAMETER_UNABLE_TO_COMPLY
-	Dedup         string       `json:"dedup"`         // the --dedup store (password elided)
+	Received      uint64       `json:"received"`       // application requests, duplicates included
+	Retransmitted uint64       `json:"retransmitted"`  // of those, with the T flag (replays after a client's failover)
+	Applied       uint64       `json:"applied"`        // of those, applied: answered and committed to the --dedup store (once per request), plus passed_through
+	PassedThrough uint64       `json:"passed_through"` // of the applied, RADIUS requests other than accounting records: answered, not deduplicated (nothing committed)
+	Answered      uint64       `json:"answered"`       // answers sent: applied + duplicates + store_errors + superseded + not_kept + refusals for now (E bit 3002/3004, not kept); not dropped
+	Duplicates    uint64       `json:"duplicates"`     // answered from the --dedup store, not applied again
+	StoreErrors   uint64       `json:"store_errors"`   // Diameter requests refused DIAMETER_TOO_BUSY: the --dedup store failed
+	Dropped       uint64       `json:"dropped"`        // RADIUS accounting records left unanswered: the --dedup store failed (RADIUS has no "try elsewhere" answer)
+	CommitUnknown uint64       `json:"commit_unknown"` // of store_errors and dropped, commits whose outcome the --dedup store could not tell (Redis answered neither the commit nor its check)
+	Cancelled     uint64       `json:"cancelled"`      // not answered: the connection closed before the store answered
+	Superseded    uint64       `json:"superseded"`     // handled here, but another server committed it first (we stalled): answered with its answer
+	TooLarge      uint64       `json:"too_large"`      // of the applied, answers over --dedup-max-answer: sent, not kept
+	DedupLost     uint64       `json:"dedup_lost"`     // times the --dedup store was found to have lost its entries
+	NotKept       uint64       `json:"not_kept"`       // duplicates of those, refused DIAMETER_UNABLE_TO_COMPLY
+	Dedup         string       `json:"dedup"`          // the --dedup store (password elided)
 	EventsDropped uint64       `json:"events_dropped"`
 	Peers         []peer.Stats `json:"peers"` // the last --history peers that ended, oldest first, then the live ones
 	// PeersEnded counts every peer that ended; PeersForgotten those of
@@ -689,7 +694,9 @@ func (s *server) report(dropped uint64) serverReport {
 	t := status.DedupTotals(&s.dd)
 	r := serverReport{
 		Received: t.Received, Retransmitted: s.retransmitted.Load(),
-		Applied: s.dd.Applied.Load(), Answered: t.Answered, Duplicates: t.Duplicates, StoreErrors: s.dd.StoreErrs.Load(),
+		Applied: s.dd.Applied.Load() + s.dd.PassedThrough.Load(), PassedThrough: s.dd.PassedThrough.Load(),
+		Answered: t.Answered, Duplicates: t.Duplicates, StoreErrors: s.dd.StoreErrs.Load(),
+		Dropped: s.dd.Dropped.Load(), CommitUnknown: s.dd.CommitUnknown.Load(),
 		Cancelled: s.dd.Cancelled.Load(), Superseded: s.dd.Superseded.Load(), TooLarge: s.dd.TooLarge.Load(), NotKept: s.dd.NotKept.Load(),
 		DedupLost: s.dedupLost.Load(), UnseenReplays: s.dd.UnseenRetransmits.Load(),
 		Dedup:         redactURL(s.o.dedup),
@@ -732,7 +739,10 @@ func (s *server) snapshot(bound []string) status.Snapshot {
 	s.mu.Unlock()
 	t := status.DedupTotals(&s.dd)
 	t.Retransmitted = s.retransmitted.Load()
-	info := map[string]string{"dedup": redactURL(s.o.dedup), "tw": s.o.tw.String(), "applied": strconv.FormatUint(s.dd.Applied.Load(), 10)}
+	info := map[string]string{"dedup": redactURL(s.o.dedup), "tw": s.o.tw.String(), "applied": strconv.FormatUint(s.dd.Applied.Load()+s.dd.PassedThrough.Load(), 10)}
+	if n := s.dd.Dropped.Load(); n > 0 { // not in the answered total
+		info["dropped"] = strconv.FormatUint(n, 10)
+	}
 	var faults []string
 	if s.o.answerDelay > 0 {
 		faults = append(faults, "answer-delay "+s.o.answerDelay.String())
