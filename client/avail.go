@@ -120,13 +120,20 @@ func (c *Client) rebuild(force bool) {
 	// delivered off it (notes).
 	var evs []Event
 	if c.sched != nil {
-		now := time.Now()
+		now := c.monoNow()
 		c.tmu.Lock()
 		for i := range ros.all {
 			// A server waiting for its probe takes that one request: the
 			// scheduler would otherwise never send it there, and it would
 			// stay probing for good (pinned requests with it).
-			c.sched.SetAvailable(i, v.takes[i] || v.probes[i], now)
+			ok := v.takes[i] || v.probes[i]
+			c.sched.SetAvailable(i, ok, now)
+			if !ok {
+				// Where its pinned requests (Destination-Host) may go
+				// can change with the view (a member replaced, an
+				// identity learned): picked again.
+				c.sched.Repick(i, now)
+			}
 		}
 		evs, c.alarms = c.alarms, nil
 		wake := c.dueSoonerLocked(now) // a server gone sent its queue back

@@ -263,6 +263,9 @@ func (m *member) okay() bool {
 // Client owns a set of peers. See the package documentation.
 type Client struct {
 	cfg Config
+	// epoch is the origin of the monotonic clock readings of do and of
+	// the throttle's (monoNow).
+	epoch time.Time
 	// ros is the configured members (roster); SetPeers swaps it, under
 	// mu. The view (av) keeps the roster it was built from.
 	ros atomic.Pointer[roster]
@@ -409,7 +412,10 @@ func newClient(cfg Config) (*Client, error) {
 	if cfg.Events == nil {
 		cfg.Events = NewBus()
 	}
-	c := &Client{cfg: cfg, events: cfg.Events, radius: isRADIUS, gone: make(chan struct{}), shut: make(chan struct{})}
+	c := &Client{cfg: cfg, events: cfg.Events, radius: isRADIUS, gone: make(chan struct{}), shut: make(chan struct{}), epoch: time.Now()}
+	if testHookEpoch != nil {
+		c.epoch = testHookEpoch(c.epoch)
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	noteCtx := bus.WithPublisher(c.ctx, c)
 	c.notes = serial.Bounded(func(e Event) { c.events.Publish(noteCtx, e) }, maxQueuedEvents)
@@ -639,21 +645,32 @@ func checkPeers(cfg Config) (specs []PeerSpec, isRADIUS bool, err error) {
 	return specs, isRADIUS, nil
 }
 
-// epoch is the origin of the monotonic clock readings of do.
-var epoch = time.Now()
+// monoNow returns the time now as c.epoch plus the monotonic time
+// since: a reading whose wall part never steps with the system clock.
+// The throttle compares the wall parts of its readings and deadlines
+// (UnixNano), so every time given to it is one of these: a clock set
+// forward or back (NTP's first sync, a suspended VM) must neither expire
+// every queued request at once nor stall the rate slots.
+func (c *Client) monoNow() time.Time { return c.epoch.Add(time.Since(c.epoch)) }
+
+// testHookEpoch, set by tests, changes a new Client's epoch.
+var testHookEpoch func(time.Time) time.Time
 
 // do is Send and Exchange once the request is a call: dispatch it, wait
 // for its one answer or error, and account for it.
 func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
-	start := time.Since(epoch) // one clock read: time.Now reads two
+	start := time.Since(c.epoch) // one clock read: time.Now reads two
 	dl, ok := ctx.Deadline()
 	if !ok {
-		dl = epoch.Add(start + c.cfg.RequestTimeout)
+		dl = c.epoch.Add(start + c.cfg.RequestTimeout)
 	}
 	cl.Deadline = dl
 	var it *item
 	if c.sched != nil {
-		it = c.newItem(cl, dl)
+		// The throttle's deadline in monoNow's terms: the time left,
+		// measured on the monotonic clock, from a reading of them.
+		now := c.epoch.Add(start)
+		it = c.newItem(cl, now.Add(dl.Sub(now)))
 	}
 	c.dispatch(cl)
 	r := cl.Await(ctx, c.cfg.RequestTimeout)
@@ -662,7 +679,7 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
 		c.release(it) // the answer arrived or the request timed out (Q2)
 	}
 	noPeer := err != nil && c.foundNoPeer(cl, r)
-	c.account(r, time.Since(epoch)-start, noPeer)
+	c.account(r, time.Since(c.epoch)-start, noPeer)
 	if err != nil {
 		if noPeer {
 			return nil, fmt.Errorf("client: %w%s: %w", ErrNoPeer, c.notInService(), err)

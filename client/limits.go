@@ -138,7 +138,7 @@ func (c *Client) setupLimits() error {
 		if err != nil {
 			return fmt.Errorf("client: %w", err)
 		}
-		now := time.Now()
+		now := c.monoNow()
 		for i := range all {
 			s.SetAvailable(i, false, now) // until the watchdog says OKAY
 		}
@@ -161,7 +161,8 @@ func (c *Client) onAlarm(a throttle.Alarm) {
 	if a.Raised {
 		what = "raised"
 	}
-	c.alarms = append(c.alarms, Event{Time: a.Time, Server: a.Server, Kind: EventQueueAlarm, Raised: a.Raised, Depth: a.Depth,
+	// a.Time is a reading of monoNow's: the event gets the wall clock's.
+	c.alarms = append(c.alarms, Event{Time: time.Now(), Server: a.Server, Kind: EventQueueAlarm, Raised: a.Raised, Depth: a.Depth,
 		Reason: fmt.Sprintf("queue alarm %s at depth %d", what, a.Depth)})
 }
 
@@ -377,7 +378,7 @@ func (c *Client) throttled(its ...*item) {
 		}
 		it.age = c.sched.Enqueue(it, it.class)
 	}
-	place := c.pollLocked(time.Now())
+	place := c.pollLocked(c.monoNow())
 	c.unlockThrottle()
 	for _, it := range held {
 		c.settle(it)
@@ -415,7 +416,7 @@ func heldCalls(its []*item) []*call.Call {
 // dispatcher has stopped). throttled and execute queue nothing after it.
 func (c *Client) failQueued() {
 	c.tmu.Lock()
-	its := c.sched.Release(time.Now(), nil)
+	its := c.sched.Release(c.monoNow(), nil)
 	its = append(its, c.held...)
 	clear(c.held)
 	c.held = c.held[:0]
@@ -440,7 +441,7 @@ func (c *Client) release(it *item) {
 			// It may wait in the scheduler still (its caller gave up):
 			// taken out, it no longer counts against MaxQueued nor
 			// takes a rate slot from the requests behind it.
-			c.sched.Cancel(it.class, it.age, time.Now())
+			c.sched.Cancel(it.class, it.age, c.monoNow())
 		}
 		c.unlockThrottle()
 		return
@@ -449,7 +450,7 @@ func (c *Client) release(it *item) {
 		c.unlockThrottle()
 		return
 	}
-	now := time.Now()
+	now := c.monoNow()
 	place := c.pollLocked(now)
 	wake := c.dueSoonerLocked(now) // freed past the slot's quota: the next slot
 	c.unlockThrottle()
@@ -765,7 +766,7 @@ func (c *Client) dispatcher() {
 	var evs []policy.Event
 	for {
 		v := c.view() // before looking: a change after it wakes us
-		now := time.Now()
+		now := c.monoNow()
 		if c.group != nil {
 			c.pmu.Lock()
 			sends, evs = c.group.Tick(now, sends[:0], evs[:0])

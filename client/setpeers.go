@@ -222,7 +222,7 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 				c.mu.Unlock()
 				return PeersChange{}, fmt.Errorf("client: %w", err)
 			}
-			c.sched.SetAvailable(i, false, time.Now()) // until its watchdog says OKAY
+			c.sched.SetAvailable(i, false, c.monoNow()) // until its watchdog says OKAY
 		}
 		c.unlockThrottle()
 	}
