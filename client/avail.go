@@ -126,14 +126,7 @@ func (c *Client) rebuild(force bool) {
 			// A server waiting for its probe takes that one request: the
 			// scheduler would otherwise never send it there, and it would
 			// stay probing for good (pinned requests with it).
-			ok := v.takes[i] || v.probes[i]
-			c.sched.SetAvailable(i, ok, now)
-			if !ok {
-				// Where its pinned requests (Destination-Host) may go
-				// can change with the view (a member replaced, an
-				// identity learned): picked again.
-				c.sched.Repick(i, now)
-			}
+			c.sched.SetAvailable(i, v.takes[i] || v.probes[i], now)
 		}
 		evs, c.alarms = c.alarms, nil
 		wake := c.dueSoonerLocked(now) // a server gone sent its queue back
@@ -163,11 +156,35 @@ func (c *Client) rebuild(force bool) {
 	close(old.changed)
 	c.note(evs...)
 	if c.sched != nil {
+		if v.ros != old.ros {
+			c.repick(v)
+		}
 		// After the store: a request held against the view before this
 		// one is looked at again here, whatever its holder read.
 		c.unhold(v, v.retries != old.retries)
 	}
 	c.avMu.Unlock()
+}
+
+// repick has the scheduler pick again where the requests queued for the
+// servers that take none in view v go, after a new roster: those pinned
+// to a member (Destination-Host) may go to another now (a member
+// replaced, its name removed). The scheduler does so by itself for a
+// server whose availability changes. After the store of v: the next
+// poll picks against it.
+func (c *Client) repick(v *avail) {
+	now := c.monoNow()
+	c.tmu.Lock()
+	for i := range v.ros.all {
+		if !v.takes[i] && !v.probes[i] {
+			c.sched.Repick(i, now)
+		}
+	}
+	wake := c.dueSoonerLocked(now)
+	c.unlockThrottle()
+	if wake {
+		c.poke()
+	}
 }
 
 // balancerState is member i's state for the balancer: its watchdog's,

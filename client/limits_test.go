@@ -1193,3 +1193,56 @@ func holdAnswers(s *fakeServer) (release func()) {
 	}
 	return sync.OnceFunc(func() { close(hang) })
 }
+
+// Requests pinned by Destination-Host to a server that is down wait in
+// its throttle queue; once SetPeers removes it, they name none of the
+// Client's peers and go to the one in service, though the down server's
+// availability did not change.
+func TestThrottlePinnedQueueOfARemovedDownServerMovesOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+		n := network{"tcp://a:1": a, "tcp://b:1": b}
+		defer n.close()
+		var aDown atomic.Bool
+		cfg := clientConfig(n, Balance, "tcp://a:1", "tcp://b:1")
+		cfg.Peer.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
+			if url == "tcp://a:1" && aDown.Load() {
+				return nil, errors.New("refused")
+			}
+			return n.dialer(ctx, url)
+		}
+		cfg.Throttle = &Throttle{}
+		c := started(t, cfg)
+		waitOkay(t, c)
+		aDown.Store(true)
+		a.dropConnections()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		const N = 3
+		done := make(chan error, N)
+		for i := range N {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+				defer cancel()
+				_, err := c.Send(ctx, acrTo(i, fmt.Sprintf("u%d@example.net", i), "a.example.net"))
+				done <- err
+			}()
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Equal(t, N, c.QueueDepths()[0].Depth, "the pinned requests wait in a's queue")
+		_, err := c.SetPeers(context.Background(), []PeerSpec{spec(n, "tcp://b:1")})
+		require.NoError(t, err)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		for range N {
+			select {
+			case err := <-done:
+				assert.NoError(t, err)
+			default:
+				t.Fatal("a request pinned to the removed server still waits in its queue")
+			}
+		}
+		assert.Len(t, b.received(), N, "they went to b")
+	})
+}
