@@ -30,7 +30,8 @@ type Throttle struct {
 	// Auth and Accounting are the limits of each class; a zero
 	// MaxOutstanding means throttle.DefaultMaxOutstanding (256).
 	Auth, Accounting throttle.Limits
-	// Slot is the rate slot length (>= 50 ms); zero means 50 ms.
+	// Slot is the rate slot length, one that divides one second
+	// (throttle.Slots: 50 ms to 1 s); zero means 50 ms.
 	Slot time.Duration
 	// AlarmHigh and AlarmLow raise and clear a per-server queue alarm;
 	// zero AlarmHigh means no alarm.

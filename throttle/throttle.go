@@ -267,21 +267,31 @@ func (s *Scheduler[T]) AddServer(sc Server) (int, error) {
 }
 
 // CheckSlot reports whether d may be a Config.Slot: zero (DefaultSlot),
-// or a length that divides one second, from MinSlot to 1 s: 50 ms,
-// 62.5 ms, 100 ms, 125 ms, 200 ms, 250 ms, 500 ms or 1 s. A whole second
-// of the clock then holds whole slots, so that at most MaxRate go in it.
-// The error matches ErrConfig and names the lengths allowed.
+// or one of Slots. A whole second of the clock then holds whole slots,
+// so that at most MaxRate go in it. The error matches ErrConfig and
+// names the lengths allowed.
 func CheckSlot(d time.Duration) error {
 	if d == 0 || d >= MinSlot && d <= time.Second && time.Second%d == 0 {
 		return nil
 	}
 	var ok []string
-	for n := time.Second / MinSlot; n >= 1; n-- {
-		if time.Second%n == 0 {
-			ok = append(ok, (time.Second / n).String())
-		}
+	for _, l := range Slots() {
+		ok = append(ok, l.String())
 	}
 	return fmt.Errorf("%w: slot %v: want one that divides one second: %s", ErrConfig, d, strings.Join(ok, ", "))
+}
+
+// Slots returns the slot lengths allowed, shortest first: those that
+// divide one second, from MinSlot to 1 s (50 ms, 62.5 ms, 100 ms,
+// 125 ms, 200 ms, 250 ms, 500 ms and 1 s).
+func Slots() []time.Duration {
+	var ok []time.Duration
+	for n := time.Second / MinSlot; n >= 1; n-- {
+		if time.Second%n == 0 {
+			ok = append(ok, time.Second/n)
+		}
+	}
+	return ok
 }
 
 // Check reports whether a server may be given limits l: its MaxRate

@@ -81,7 +81,7 @@ func loadFlags(fs *flag.FlagSet, o *loadOptions) {
 	fs.StringVar(&o.events, "events", "", "write every event of the servers (watchdog, policy state, failover, balancer, queue alarm) as a JSON line to `FILE` (\"-\" is stdout)")
 	fs.StringVar(&o.maxFailed, "max-failed", "0", "exit 3 when more than this `SHARE` of the requests failed: a fraction (0.05) or a percentage (5%); 0: any failure; 1: never")
 	fs.Var(&o.maxRateAcct, "max-rate-acct", "throttle: at most `N` accounting requests per second to each server, where they differ from the others' (default: --max-rate; 0: no rate limit)")
-	fs.DurationVar(&o.slot, "slot", throttle.DefaultSlot, "throttle: rate slot length `D` (50ms to 1s)")
+	fs.DurationVar(&o.slot, "slot", throttle.DefaultSlot, "throttle: rate slot length `D`, one that divides one second (50ms to 1s)")
 	fs.StringVar(&o.queueAlarm, "queue-alarm", "", "throttle: raise a server's queue alarm at depth HIGH and clear it at LOW (`HIGH,LOW`)")
 	fs.StringVar(&o.mode, "mode", "balance", "`MODE` choosing the server of each new request: balance (spread with --algorithm) or failover (first server in service, in --peer order)")
 	fs.IntVar(&o.waitPeers, "wait-peers", 1, "before sending, wait until `N` servers are in service (0: all of them; the default with --mode failover, so the run starts on the primary), at most --connect-timeout; past it, go on with those in service (exit 1 if none)")
@@ -108,8 +108,12 @@ func (o *loadOptions) check() error {
 		return usagef("--max-rate %d: want 0 (no limit) to %d requests a second", o.maxRate, throttle.MaxRate)
 	case o.maxOutstanding < 0:
 		return usagef("--max-outstanding %d: must not be negative", o.maxOutstanding)
-	case o.slot < 50*time.Millisecond || o.slot > time.Second:
-		return usagef("--slot %v: want 50ms to 1s", o.slot)
+	case o.slot == 0 || throttle.CheckSlot(o.slot) != nil:
+		var ok []string
+		for _, l := range throttle.Slots() {
+			ok = append(ok, l.String())
+		}
+		return usagef("--slot %v: want a length that divides one second: %s", o.slot, strings.Join(ok, ", "))
 	case o.connectTimeout <= 0:
 		return usagef("--connect-timeout must be positive")
 	case o.waitPeers < 0 || o.waitPeers > len(o.peers):
