@@ -28,7 +28,13 @@ import (
 // Throttle configures per-server limits, the same for every server.
 type Throttle struct {
 	// Auth and Accounting are the limits of each class; a zero
-	// MaxOutstanding means throttle.DefaultMaxOutstanding (256).
+	// MaxOutstanding means throttle.DefaultMaxOutstanding (256). A
+	// RADIUS server's MaxOutstanding is capped, per class, at the
+	// Identifiers of its connections (255 each) or UDP sockets (256
+	// each). The two classes share them, unless a radius:// server has
+	// an AccountingURL: when both are busy, requests past the
+	// Identifiers free wait at the server for one, outside the queues
+	// (and the queue alarm) of the throttle.
 	Auth, Accounting throttle.Limits
 	// Slot is the rate slot length, one that divides one second
 	// (throttle.Slots: 50 ms to 1 s); zero means 50 ms.
