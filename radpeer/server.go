@@ -243,7 +243,7 @@ type ServerStats struct {
 	// UnknownClient counts the connections closed at once because their
 	// source is none of ServerConfig.Clients.
 	UnknownClient uint64 `json:"unknown_client"`
-	Dropped       uint64 `json:"dropped"`  // requests dropped: no Message-Authenticator, not a request, no answer
+	Dropped       uint64 `json:"dropped"`  // packets dropped: not a request (logged), refused by the Message-Authenticator policy, no answer
 	Overload      uint64 `json:"overload"` // requests dropped: their kind's handlers and queue were full
 	Paused        uint64 `json:"paused"`   // times a connection's reading paused at MaxUnanswered
 }
@@ -653,7 +653,12 @@ func (c *serverConn) request(b []byte) string {
 	s := c.s
 	code := radius.Code(b)
 	if !radius.IsRequest(code) {
+		// An answer or an unknown code sent to a server: a client and a
+		// server swapped, or a proxy echoing answers back. Said, as over
+		// UDP, at the log's rate.
 		s.dropped.Add(1)
+		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadRequest, "RADIUS packet dropped: not a request",
+			"remote", c.tc.RemoteAddr().String(), "code", code.String())
 		return ""
 	}
 	signed, err := s.maPolicy.verify(&s.cfg, b, c.secret, c.addr)
