@@ -25,7 +25,8 @@ import (
 // of FreeRADIUS 3.2.5 and radsecproxy 1.11.
 //
 // On a server (ServerConfig.RequireMessageAuthenticator) it applies to
-// Access-Requests (Status-Server always needs one):
+// Access-Requests; Status-Server (RFC 5997), and an Access-Request that
+// carries EAP-Message (RFC 3579 3.2), always need one, whatever the mode:
 //   - RequireMAAuto: required from a client once that client has sent an
 //     Access-Request with a valid one (FreeRADIUS
 //     require_message_authenticator = auto). A client is its source
@@ -154,6 +155,9 @@ func (l *ProxyStateLimit) UnmarshalText(b []byte) error {
 	return nil
 }
 
+// attrEAPMessage is EAP-Message (RFC 3579 3.1).
+const attrEAPMessage lradius.Type = 79
+
 // DefaultMaxMAClients bounds the clients a server listener remembers as
 // having sent a Message-Authenticator (RequireMAAuto). Only a client that
 // knows the shared secret gets in, so the bound is a safety net, far
@@ -186,6 +190,10 @@ type MAPolicyStats struct {
 	// ProxyState counts Access-Requests dropped for carrying Proxy-State
 	// without a Message-Authenticator (LimitProxyStateAlways).
 	ProxyState uint64 `json:"proxy_state"`
+	// EAPWithoutMA counts Access-Requests dropped for carrying
+	// EAP-Message without a Message-Authenticator (RFC 3579 3.2: always,
+	// whatever RequireMessageAuthenticator says).
+	EAPWithoutMA uint64 `json:"eap_without_ma"`
 	// Clients is how many clients are remembered as sending one, and
 	// Forgotten how many were dropped from that table at its bound.
 	Clients   int    `json:"clients"`
@@ -202,7 +210,7 @@ type maPolicy struct {
 	clients map[netip.Addr]*list.Element
 	lru     list.List // of netip.Addr, most recently seen at the front
 
-	refused, proxyState, forgotten atomic.Uint64
+	refused, proxyState, eap, forgotten atomic.Uint64
 }
 
 // verify checks request b (validated) from client (its source's IP
@@ -228,6 +236,17 @@ func (p *maPolicy) verify(cfg *ServerConfig, b, secret []byte, client netip.Addr
 		return true, nil // Status-Server has one; the others a keyed authenticator
 	}
 	mode := cfg.RequireMessageAuthenticator
+	if !hasMA {
+		if _, eap := radius.Attr(b, attrEAPMessage); eap {
+			// RFC 3579 3.2: a packet with EAP-Message and no
+			// Message-Authenticator MUST be silently discarded, whatever
+			// the policy. Every EAP-capable NAS signs; one that does not
+			// holds no secret, and would run EAP conversations (password
+			// guessing through EAP-TTLS or PEAP) against the back end.
+			p.eap.Add(1)
+			return false, &refusal{"Access-Request with EAP-Message and no Message-Authenticator (RFC 3579 3.2)"}
+		}
+	}
 	if hasMA {
 		if mode == RequireMAAuto {
 			p.seen(client)
@@ -284,7 +303,7 @@ func (p *maPolicy) stats() MAPolicyStats {
 	p.mu.Lock()
 	n := len(p.clients)
 	p.mu.Unlock()
-	return MAPolicyStats{Refused: p.refused.Load(), ProxyState: p.proxyState.Load(), Clients: n, Forgotten: p.forgotten.Load()}
+	return MAPolicyStats{Refused: p.refused.Load(), ProxyState: p.proxyState.Load(), EAPWithoutMA: p.eap.Load(), Clients: n, Forgotten: p.forgotten.Load()}
 }
 
 // MAPolicyStats returns the counters of the server's

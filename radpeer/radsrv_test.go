@@ -2,8 +2,10 @@ package radpeer
 
 import (
 	"testing"
+	"time"
 
 	"github.com/aaatp/aaatp/internal/serve"
+	"github.com/aaatp/aaatp/radius"
 	lradius "layeh.com/radius"
 )
 
@@ -22,5 +24,41 @@ func TestServerNonRequestLogged(t *testing.T) {
 	}
 	if st := srv.Stats(); st.Dropped != 1 {
 		t.Errorf("Dropped %d, want 1", st.Dropped)
+	}
+}
+
+// RFC 3579 3.2: an Access-Request with EAP-Message and no
+// Message-Authenticator is silently discarded, whatever the policy mode
+// (auto from a client never seen signing, never), counted and logged;
+// signed, it is answered.
+func TestServerEAPWithoutMADiscarded(t *testing.T) {
+	eap := &lradius.AVP{Type: attrEAPMessage, Attribute: []byte{2, 1, 0, 10, 1, 'a', 'l', 'i', 'c', 'e'}} // EAP-Response/Identity
+	user := &lradius.AVP{Type: radius.AttrUserName, Attribute: []byte("alice")}
+	for _, mode := range []MessageAuthenticatorMode{RequireMAAuto, RequireMANever} {
+		t.Run("udp/"+mode.String(), func(t *testing.T) {
+			logged := serve.Count(serve.KindBadRequest)
+			srv := startMAUDP(t, ServerConfig{RequireMessageAuthenticator: mode, Logger: quietLogger})
+			c := dialUDP(t, "127.0.0.1", srv)
+			if ans := udpExchange(t, c, unsignedRequest(t, lradius.CodeAccessRequest, 1, user, eap), 300*time.Millisecond); ans != nil {
+				t.Errorf("EAP-Message without Message-Authenticator answered with %s", radius.Code(ans))
+			}
+			if st := srv.MAPolicyStats(); st.EAPWithoutMA != 1 {
+				t.Errorf("MAPolicyStats %+v, want EAPWithoutMA 1", st)
+			}
+			if serve.Count(serve.KindBadRequest) == logged {
+				t.Error("not logged")
+			}
+			signed, _, _ := radius.EncodeRequest(&radius.Request{Code: lradius.CodeAccessRequest, Attributes: lradius.Attributes{user, eap}}, 2, testSecret)
+			if ans := udpExchange(t, c, signed, 5*time.Second); ans == nil {
+				t.Error("a signed EAP Access-Request was not answered")
+			}
+		})
+		t.Run("tcp/"+mode.String(), func(t *testing.T) {
+			srv, c := startMATCP(t, ServerConfig{RequireMessageAuthenticator: mode, Logger: quietLogger})
+			c.dropped(t, unsignedRequest(t, lradius.CodeAccessRequest, 1, user, eap), 2)
+			if st := srv.MAPolicyStats(); st.EAPWithoutMA != 1 {
+				t.Errorf("MAPolicyStats %+v, want EAPWithoutMA 1", st)
+			}
+		})
 	}
 }

@@ -97,7 +97,8 @@ type ServerConfig struct {
 	// those of a client that has sent one before; RequireMAAlways every
 	// one; RequireMANever none. LimitProxyState (zero value:
 	// LimitProxyStateAlways) also refuses those with Proxy-State and no
-	// Message-Authenticator. Status-Server always needs one. A request
+	// Message-Authenticator. Status-Server always needs one, and so does
+	// an Access-Request with EAP-Message (RFC 3579 3.2). A request
 	// refused is dropped, counted (Dropped, MAPolicyStats) and never
 	// answered. See MessageAuthenticatorMode.
 	RequireMessageAuthenticator MessageAuthenticatorMode
