@@ -112,6 +112,8 @@ func FuzzSuccessAnswer(f *testing.F) {
 	f.Add(acr().String(SessionID, 7, true, "vendor").Uint32(AccountingRecordType, 5, true, 1).
 		String(SessionID, 0, true, "").Bytes(), "host", "", uint8(3))
 	f.Add(acr().Bytes(), "h", "r", uint8(2))
+	f.Add(withRaw(acr().String(SessionID, 0, true, "p;1").Bytes(), proxyInfo("dra.example.net", "s1"),
+		NewRequest(0, 0, 0).Uint32(AccountingRecordType, 0, true, 2).Bytes()[wire.HeaderLen:], proxyInfo("x", "")), "h", "r", uint8(0))
 	f.Add(NewRequest(CmdTest, AppTest, 0).String(SessionID, 0, true, "t;1").
 		Uint32(AVPTestValue, VendorTest, true, 77).Uint32(AVPTestValue, 0, true, 78).Bytes(), "h.example", "realm", uint8(1))
 	f.Add(NewRequest(CmdTest, AppTest, 0).Octets(AVPTestValue, VendorTest, true, []byte{1}).
@@ -157,4 +159,92 @@ func BenchmarkSuccessAnswer(b *testing.B) {
 			_ = successReference(req, from, echo...)
 		}
 	})
+}
+
+// proxyInfo is a Proxy-Info AVP holding host and state.
+func proxyInfo(host, state string) []byte {
+	b := NewRequest(0, 0, 0).Group(ProxyInfo, 0, true).
+		String(ProxyHost, 0, true, host).Octets(ProxyState, 0, true, []byte(state)).End().Bytes()
+	return b[wire.HeaderLen:]
+}
+
+// withRaw appends raw AVPs to msg and fixes its length.
+func withRaw(msg []byte, avps ...[]byte) []byte {
+	out := append([]byte(nil), msg...)
+	for _, a := range avps {
+		out = append(out, a...)
+	}
+	out[1], out[2], out[3] = byte(len(out)>>16), byte(len(out)>>8), byte(len(out))
+	return out
+}
+
+// Every Proxy-Info of the request is in its answer, in the request's order
+// and after the fixed AVPs (RFC 6733 6.2), in error and success answers
+// alike; a vendor's AVP of the same code is not one.
+func TestAnswersKeepProxyInfo(t *testing.T) {
+	pi1, pi2 := proxyInfo("dra1.example.net", "state-1"), proxyInfo("dra2.example.net", "st2")
+	vendorPI := NewRequest(0, 0, 0).Octets(ProxyInfo, 77, true, []byte("not it")).Bytes()[wire.HeaderLen:]
+	base := NewRequest(CmdAccounting, AppAccounting, wire.FlagProxiable).
+		String(SessionID, 0, true, "c;1").Bytes()
+	req := withRaw(base, pi1,
+		NewRequest(0, 0, 0).String(OriginHost, 0, true, "client.example.net").Bytes()[wire.HeaderLen:],
+		vendorPI, pi2,
+		NewRequest(0, 0, 0).Uint32(AccountingRecordType, 0, true, 2).Bytes()[wire.HeaderLen:])
+	me := Identity{Host: "server.example.net", Realm: "example.net"}
+	var proxies [][]byte
+	require.NoError(t, wire.WalkAVPs(req, func(a wire.AVP) bool {
+		if a.Code == ProxyInfo && a.Vendor == 0 {
+			proxies = append(proxies, a.Data)
+		}
+		return true
+	}))
+	require.Len(t, proxies, 2)
+	for name, ans := range map[string][]byte{
+		"3004":    ErrorAnswer(req, me, TooBusy, "busy").Bytes(),
+		"5014":    ErrorAnswer(req, me, InvalidAVPLength, "").Group(FailedAVP, 0, true).Uint32(ResultCode, 0, true, 1).End().Bytes(),
+		"success": SuccessAnswer(req, me, AVPID{Code: AccountingRecordType}),
+	} {
+		var codes []uint32
+		var got [][]byte
+		require.NoError(t, wire.WalkAVPs(ans, func(a wire.AVP) bool {
+			codes = append(codes, a.Code)
+			if a.Code == ProxyInfo {
+				assert.Zero(t, a.Vendor, name)
+				got = append(got, a.Data)
+			}
+			return true
+		}))
+		assert.Equal(t, proxies, got, "%s: the request's Proxy-Info AVPs, in order", name)
+		_, err := wire.Decode(ans, dict.Default)
+		require.NoError(t, err, name)
+		t.Logf("%s: %v", name, codes)
+	}
+	assert.Equal(t, successReference(req, me, AVPID{Code: AccountingRecordType}), SuccessAnswer(req, me, AVPID{Code: AccountingRecordType}))
+}
+
+// Proxy-Info AVPs too large to echo with the Session-Id are left out, and
+// the answer's header still says its length.
+func TestAnswersToHugeProxyInfo(t *testing.T) {
+	from := Identity{Host: "server.example.net", Realm: "example.net"}
+	big := bytes.Repeat([]byte("p"), MaxEchoedSessionID/2&^3)
+	pi := NewRequest(0, 0, 0).Octets(ProxyInfo, 0, true, big).Bytes()[wire.HeaderLen:]
+	for _, tc := range []struct {
+		sid  int
+		echo bool
+	}{{16, true}, {MaxEchoedSessionID - len(pi), true}, {MaxEchoedSessionID - len(pi) + 1, false}} {
+		req := withRaw(NewRequest(CmdAccounting, AppAccounting, wire.FlagProxiable).
+			Octets(SessionID, 0, true, bytes.Repeat([]byte("s"), tc.sid)).Bytes(), pi)
+		for name, ans := range map[string][]byte{
+			"ErrorAnswer":   ErrorAnswer(req, from, TooBusy, "busy").Group(FailedAVP, 0, true).Octets(SessionID, 0, true, big[:256]).End().Bytes(),
+			"SuccessAnswer": SuccessAnswer(req, from),
+		} {
+			assert.Equal(t, uint32(len(ans)), wire.Length(ans), name)
+			assert.LessOrEqual(t, len(ans), wire.MaxMessageLen)
+			_, echoed := wire.FindAVP(ans, ProxyInfo, 0)
+			_, sid := wire.FindAVP(ans, SessionID, 0)
+			assert.True(t, sid, name)
+			assert.Equal(t, tc.echo, echoed, "%s: Session-Id of %d, Proxy-Info of %d", name, tc.sid, len(pi))
+		}
+		assert.Equal(t, successReference(req, from), SuccessAnswer(req, from))
+	}
 }

@@ -44,6 +44,9 @@ const (
 	ErrorMessage                = 281
 	DestinationRealm            = 283
 	DestinationHost             = 293
+	ProxyInfo                   = 284 // Grouped: Proxy-Host and Proxy-State (RFC 6733 6.7.2)
+	ProxyHost                   = 280
+	ProxyState                  = 33
 	OriginRealm                 = 296
 	InbandSecurityID            = 299
 	AccountingRecordType        = 480
