@@ -35,6 +35,13 @@ import (
 //   - RequireMAAlways: required from every client, from the first request.
 //   - RequireMANever: not required (still verified when present).
 //
+// Over radsec:// (RFC 6614) a server requires none on Access-Requests,
+// whatever the mode: TLS protects the packet from the path, and a
+// Message-Authenticator keyed with the public secret "radsec" adds
+// nothing there. A RadSec proxy relays many NASes from one address,
+// signing and not, and "auto" would drop those of a NAS that does not
+// sign once another had. One that is present is still verified.
+//
 // On a client (Config.RequireMessageAuthenticator, and
 // UDPConfig.RequireMessageAuthenticator) it applies to answers:
 //   - RequireMAAuto: required in every answer to an Access-Request
@@ -113,7 +120,9 @@ func (m MessageAuthenticatorMode) AnswerNeedsMA(req lradius.Code) bool {
 // the bytes of a BlastRADIUS collision. Its zero value,
 // LimitProxyStateAlways, refuses them whatever
 // RequireMessageAuthenticator says; LimitProxyStateNever accepts them
-// (RequireMessageAuthenticator still applies). Its text form is always
+// (RequireMessageAuthenticator still applies). Over radsec:// neither
+// refuses anything: TLS protects the packet, and a RadSec proxy relays
+// Proxy-State from the hops before it. Its text form is always
 // or never (yes and no are read as always and never).
 type ProxyStateLimit uint8
 
@@ -223,7 +232,14 @@ type maPolicy struct {
 // (Accounting-Request, CoA, Disconnect) or a Message-Authenticator. An
 // Access-Request without one passes where the policy allows it, but
 // proves nothing: its authenticator is a nonce anyone can make.
-func (p *maPolicy) verify(cfg *ServerConfig, b, secret []byte, client netip.Addr) (signed bool, err error) {
+//
+// Over TLS (overTLS: radsec://) the rules that require a
+// Message-Authenticator (RequireMessageAuthenticator, LimitProxyState)
+// do not apply: TLS protects the packet, and a Message-Authenticator
+// keyed with the public secret "radsec" proves nothing there. One that
+// is present is still verified; Status-Server and EAP-Message still
+// need one.
+func (p *maPolicy) verify(cfg *ServerConfig, b, secret []byte, client netip.Addr, overTLS bool) (signed bool, err error) {
 	if err := radius.VerifyRequest(b, secret, false); err != nil {
 		if errors.Is(err, radius.ErrNoMessageAuthenticator) { // Status-Server (RFC 5997 3)
 			p.refused.Add(1)
@@ -248,10 +264,13 @@ func (p *maPolicy) verify(cfg *ServerConfig, b, secret []byte, client netip.Addr
 		}
 	}
 	if hasMA {
-		if mode == RequireMAAuto {
+		if mode == RequireMAAuto && !overTLS {
 			p.seen(client)
 		}
 		return true, nil
+	}
+	if overTLS {
+		return false, nil
 	}
 	switch {
 	case mode == RequireMAAlways:

@@ -289,7 +289,7 @@ func TestMAPolicyClientTableBounded(t *testing.T) {
 	cfg := &ServerConfig{}
 	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}) }
 	for _, i := range []int{1, 2, 3, 1, 4} { // 1 seen again before 4: 2 is the least recent
-		if signed, err := p.verify(cfg, signedRequest(t, byte(i), "u"), testSecret, addr(i)); err != nil || !signed {
+		if signed, err := p.verify(cfg, signedRequest(t, byte(i), "u"), testSecret, addr(i), false); err != nil || !signed {
 			t.Fatal(signed, err)
 		}
 	}
@@ -297,7 +297,7 @@ func TestMAPolicyClientTableBounded(t *testing.T) {
 		t.Fatalf("policy %+v, want 3 clients, 1 forgotten", st)
 	}
 	for i, want := range map[int]bool{1: true, 2: false, 3: true, 4: true, 5: false} {
-		signed, err := p.verify(cfg, unsignedRequest(t, lradius.CodeAccessRequest, 9), testSecret, addr(i))
+		signed, err := p.verify(cfg, unsignedRequest(t, lradius.CodeAccessRequest, 9), testSecret, addr(i), false)
 		if signed {
 			t.Errorf("client %d: an Access-Request without Message-Authenticator counted as signed", i)
 		}
@@ -306,7 +306,7 @@ func TestMAPolicyClientTableBounded(t *testing.T) {
 		}
 	}
 	for i := range 1000 {
-		p.verify(cfg, signedRequest(t, 1, "u"), testSecret, netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}))
+		p.verify(cfg, signedRequest(t, 1, "u"), testSecret, netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), false)
 	}
 	if st := p.stats(); st.Clients != 3 || st.Forgotten != 1001 {
 		t.Fatalf("after 1000 more clients: %+v", st)

@@ -62,3 +62,53 @@ func TestServerEAPWithoutMADiscarded(t *testing.T) {
 		})
 	}
 }
+
+// Over radsec:// the BlastRADIUS rules do not apply (TLS protects the
+// packet): a relayed Access-Request with Proxy-State and no
+// Message-Authenticator is answered, and a RadSec proxy that relayed one
+// signed request still has another NAS's unsigned ones answered. A
+// Message-Authenticator that is present is still verified, and
+// Status-Server and EAP-Message still need one.
+func TestServerRadSecNoBlastRADIUSRules(t *testing.T) {
+	ln := newPipeListener()
+	srv, err := NewServer(ln, SchemeRadSec, ServerConfig{RequireMessageAuthenticator: RequireMAAuto, Logger: quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	defer mustClose(t, srv)
+	c := connect(t, ln)
+	enc := func(b []byte) []byte { // re-sign what unsignedRequest made, for "radsec"
+		p, _ := lradius.Parse(b, testSecret)
+		p.Secret = RadSecSecret
+		out, _ := p.Encode()
+		return out
+	}
+	send := func(b []byte) bool {
+		if err := c.tc.WriteMessages(b); err != nil {
+			t.Fatal(err)
+		}
+		c.conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		_, err := c.tc.ReadMessage()
+		c.conn.SetReadDeadline(time.Time{})
+		return err == nil
+	}
+	ps := &lradius.AVP{Type: radius.AttrProxyState, Attribute: []byte("hop1")}
+	if !send(enc(unsignedRequest(t, lradius.CodeAccessRequest, 1, ps))) {
+		t.Errorf("relayed Access-Request with Proxy-State, no Message-Authenticator: dropped (policy %+v)", srv.MAPolicyStats())
+	}
+	signed, _, _ := radius.EncodeRequest(accessReq("nas1-user"), 2, RadSecSecret)
+	if !send(signed) {
+		t.Fatal("signed request not answered")
+	}
+	if !send(enc(unsignedRequest(t, lradius.CodeAccessRequest, 3, &lradius.AVP{Type: radius.AttrUserName, Attribute: []byte("nas2-user")}))) {
+		t.Errorf("once the proxy relayed one signed request, another NAS's unsigned one is dropped (policy %+v)", srv.MAPolicyStats())
+	}
+	eap := &lradius.AVP{Type: attrEAPMessage, Attribute: []byte{2, 1, 0, 5, 1}}
+	if send(enc(unsignedRequest(t, lradius.CodeAccessRequest, 4, eap))) {
+		t.Error("EAP-Message without Message-Authenticator answered over radsec")
+	}
+	if st := srv.MAPolicyStats(); st.Refused != 0 || st.ProxyState != 0 || st.Clients != 0 {
+		t.Errorf("policy %+v: want nothing refused for the BlastRADIUS rules, no client remembered", st)
+	}
+}

@@ -100,7 +100,10 @@ type ServerConfig struct {
 	// Message-Authenticator. Status-Server always needs one, and so does
 	// an Access-Request with EAP-Message (RFC 3579 3.2). A request
 	// refused is dropped, counted (Dropped, MAPolicyStats) and never
-	// answered. See MessageAuthenticatorMode.
+	// answered. Over radsec:// neither RequireMessageAuthenticator nor
+	// LimitProxyState refuses anything: TLS protects the packet, and a
+	// Message-Authenticator there is keyed with the public secret
+	// "radsec". See MessageAuthenticatorMode.
 	RequireMessageAuthenticator MessageAuthenticatorMode
 	LimitProxyState             ProxyStateLimit
 	// MaxInFlight bounds the handlers running at once for each kind of
@@ -662,7 +665,7 @@ func (c *serverConn) request(b []byte) string {
 			"remote", c.tc.RemoteAddr().String(), "code", code.String())
 		return ""
 	}
-	signed, err := s.maPolicy.verify(&s.cfg, b, c.secret, c.addr)
+	signed, err := s.maPolicy.verify(&s.cfg, b, c.secret, c.addr, s.radsec)
 	switch {
 	case errors.Is(err, radius.ErrAuthenticator):
 		s.badAuth.Add(1)

@@ -225,7 +225,7 @@ func (s *UDPServer) refuse(r udpRequest) {
 // Message-Authenticator policy; it counts, and logs, a request that fails
 // (ok false). signed: see maPolicy.verify.
 func (s *UDPServer) verify(b, secret []byte, from net.Addr, client netip.Addr) (signed, ok bool) {
-	signed, err := s.maPolicy.verify(&s.cfg, b, secret, client)
+	signed, err := s.maPolicy.verify(&s.cfg, b, secret, client, false)
 	switch {
 	case errors.Is(err, radius.ErrAuthenticator):
 		s.badAuth.Add(1)
