@@ -1,6 +1,7 @@
 package radpeer
 
 import (
+	"hash/maphash"
 	"net"
 	"net/netip"
 	"time"
@@ -44,6 +45,7 @@ type dupEntry struct {
 	resp         []byte // nil while the request is being handled
 	prev, next   *dupEntry
 	signed       bool      // signed with the secret (see maPolicy.verify)
+	sum          uint64    // the request's bytes, hashed (see identical)
 	uprev, unext *dupEntry // unsigned: the unsigned list's links
 }
 
@@ -69,6 +71,7 @@ type dupCache struct {
 	ttl        time.Duration
 	maxEntries int
 	maxBytes   int64
+	seed       maphash.Seed // of sum; random, so that no sender can aim at a value
 
 	index         map[dupKey]*dupEntry
 	first, last   *dupEntry // oldest, newest
@@ -83,7 +86,25 @@ type dupCache struct {
 }
 
 func newDupCache(ttl time.Duration, maxEntries int, maxBytes int64) *dupCache {
-	return &dupCache{ttl: ttl, maxEntries: maxEntries, maxBytes: maxBytes, index: make(map[dupKey]*dupEntry)}
+	return &dupCache{ttl: ttl, maxEntries: maxEntries, maxBytes: maxBytes, seed: maphash.MakeSeed(), index: make(map[dupKey]*dupEntry)}
+}
+
+// sum hashes request b for identical and seen. It needs no lock.
+func (c *dupCache) sum(b []byte) uint64 { return maphash.Bytes(c.seed, b) }
+
+// identical looks up, at time now, a request of key k whose bytes hash
+// to sum: a byte-for-byte retransmission of one seen in the last ttl
+// (hit), with its answer, nil while it is being handled. Such a copy of
+// a request that passed verification carries nothing new and goes to
+// the same source, so its answer may be sent again before it is
+// verified: after the secret changed (SetClients), the retransmission of
+// a request answered on the old one still gets its answer.
+func (c *dupCache) identical(k dupKey, sum uint64, now time.Time) (resp []byte, hit bool) {
+	c.expire(now)
+	if e, ok := c.index[k]; ok && e.sum == sum {
+		return e.resp, true
+	}
+	return nil, false
 }
 
 // seen looks k up at time now. A request seen in the last ttl returns

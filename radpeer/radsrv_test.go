@@ -1,6 +1,7 @@
 package radpeer
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -111,4 +112,39 @@ func TestServerRadSecNoBlastRADIUSRules(t *testing.T) {
 	if st := srv.MAPolicyStats(); st.Refused != 0 || st.ProxyState != 0 || st.Clients != 0 {
 		t.Errorf("policy %+v: want nothing refused for the BlastRADIUS rules, no client remembered", st)
 	}
+}
+
+// A request answered before SetClients changed its source's secret is
+// answered again from the duplicate cache when its byte-for-byte
+// retransmission comes after the change (its answer was lost): signed
+// with the secret it was verified with. A new request on the old secret
+// still fails verification.
+func TestUDPServerRetransmissionAfterSetClientsAnsweredFromCache(t *testing.T) {
+	srv, c := startUDP(t, ServerConfig{Secret: []byte("old"), Logger: quietLogger})
+	req, _, _ := radius.EncodeRequest(acctReq("s1"), 1, []byte("old"))
+	c.Write(req)
+	first, err := readAnswer(c, 5*time.Second) // the answer the NAS lost
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.SetClients([]byte("new"), nil); err != nil {
+		t.Fatal(err)
+	}
+	c.Write(req) // the NAS's retransmission
+	ans, err := readAnswer(c, 5*time.Second)
+	if err != nil {
+		t.Fatalf("the retransmission of a request answered before SetClients got no answer (%v); stats %+v", err, srv.Stats())
+	}
+	if !bytes.Equal(ans, first) {
+		t.Errorf("the retransmission's answer differs from the first")
+	}
+	if st := srv.Stats(); st.Resent != 1 || st.BadAuth != 0 || st.Received != 1 {
+		t.Errorf("stats %+v: want 1 received, 1 resent, no bad authenticator", st)
+	}
+	// Not byte-identical (another Acct-Session-Id, same Identifier and
+	// authenticator bytes): verified, and fails on the new secret.
+	other, _, _ := radius.EncodeRequest(acctReq("s2"), 1, []byte("old"))
+	copy(other[4:20], req[4:20])
+	c.Write(other)
+	waitFor(t, "the altered copy failing verification", func() bool { return srv.Stats().BadAuth == 1 })
 }

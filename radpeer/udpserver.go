@@ -182,21 +182,30 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindBadRequest, "RADIUS datagram dropped: not a request", "remote", from.String(), "code", code.String())
 		return
 	}
+	// A byte-for-byte retransmission of a request verified before is
+	// answered from the cache before verification: the secret may have
+	// changed since (SetClients), and its answer was signed with the one
+	// it was verified with.
+	key, sum := dupKeyOf(from, b), s.dup.sum(b)
+	s.mu.Lock()
+	resp, hit := s.dup.identical(key, sum, s.now())
+	s.mu.Unlock()
+	if hit {
+		s.duplicate(resp, from)
+		return
+	}
 	signed, ok := s.verify(b, secret, from, client)
 	if !ok {
 		return
 	}
-	key := dupKeyOf(from, b)
 	s.mu.Lock()
 	e, resp, seen := s.dup.seen(key, s.now(), signed)
+	if !seen {
+		e.sum = sum
+	}
 	s.mu.Unlock()
-	switch {
-	case seen && resp == nil:
-		s.inProgress.Add(1)
-		return
-	case seen:
-		s.resent.Add(1)
-		s.send(resp, from)
+	if seen {
+		s.duplicate(resp, from)
 		return
 	}
 	s.received.Add(1)
@@ -210,6 +219,17 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 		lane = s.acct
 	}
 	lane.Submit(client, udpRequest{dup: e, b: b, secret: secret, from: from, client: client})
+}
+
+// duplicate answers a retransmission from the cache: resp, or nothing
+// while its first copy is being handled (resp nil).
+func (s *UDPServer) duplicate(resp []byte, to net.Addr) {
+	if resp == nil {
+		s.inProgress.Add(1)
+		return
+	}
+	s.resent.Add(1)
+	s.send(resp, to)
 }
 
 // refuse drops a request its lane will not run: the lane was full when
@@ -325,8 +345,10 @@ func (s *UDPServer) Stats() UDPServerStats {
 // ServerConfig's Secret and Clients would (with clients nil, every
 // source is a client of secret). Every datagram read from now on is
 // verified with them; a request read before is answered with the secret
-// it was verified with. The counters by client address take the new
-// names. What is refused changes nothing. Safe for concurrent use.
+// it was verified with, and so is its byte-for-byte retransmission while
+// its answer is in the duplicate cache (a client whose answer was lost
+// still gets it). The counters by client address take the new names.
+// What is refused changes nothing. Safe for concurrent use.
 func (s *UDPServer) SetClients(secret []byte, clients func(netip.Addr) (Client, bool)) error {
 	k, err := newClientKeys(SchemeUDP, secret, clients)
 	if err != nil {
