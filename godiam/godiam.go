@@ -114,7 +114,8 @@ type Handler func(ctx context.Context, p *peer.Peer, req *diam.Message) *diam.Me
 // Handler returns h as a peer.Handler. A request that does not decode is
 // answered for h: DIAMETER_COMMAND_UNSUPPORTED when the dictionary does not
 // know its command, DIAMETER_INVALID_AVP_LENGTH when an AVP's length does
-// not fit its type, DIAMETER_INVALID_AVP_VALUE otherwise; an answer of h
+// not fit its type, DIAMETER_INVALID_AVP_VALUE otherwise, the last two
+// with the offending AVP in a Failed-AVP (RFC 6733 7.1.5); an answer of h
 // that does not encode becomes DIAMETER_UNABLE_TO_COMPLY.
 func (c Codec) Handler(h Handler) peer.Handler {
 	d := c.dict()

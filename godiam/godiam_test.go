@@ -272,3 +272,45 @@ func TestSendAnswerThatDoesNotDecode(t *testing.T) {
 	_, err = Send(context.Background(), SenderFunc(func(context.Context, []byte) ([]byte, error) { return nil, boom }), acr("x;8"))
 	assert.ErrorIs(t, err, boom)
 }
+
+// A value go-diameter refuses (an Address of a family it does not know,
+// or too short for one) is answered DIAMETER_INVALID_AVP_VALUE with that
+// AVP in a Failed-AVP (RFC 6733 7.1.5), the innermost one when it is
+// inside a Grouped AVP; an Address too short for its family is answered
+// DIAMETER_INVALID_AVP_LENGTH, also with it.
+func TestInvalidValueAnswerCarriesFailedAVP(t *testing.T) {
+	good, err := Codec{}.Encode(acr("s;1"))
+	require.NoError(t, err)
+	hostIP := func(data []byte) []byte {
+		return message.NewRequest(0, 0, 0).Octets(message.HostIPAddress, 0, true, data).Bytes()[wire.HeaderLen:]
+	}
+	for _, tc := range []struct {
+		name string
+		avp  []byte
+		rc   uint32
+		want wire.AVP
+	}{
+		{"family 0", hostIP([]byte{0, 0, 10, 0, 0, 1}), message.InvalidAVPValue, wire.AVP{Code: message.HostIPAddress, Data: []byte{0, 0, 10, 0, 0, 1}}},
+		{"family 0xffff", hostIP([]byte{0xff, 0xff, 1, 2}), message.InvalidAVPValue, wire.AVP{Code: message.HostIPAddress, Data: []byte{0xff, 0xff, 1, 2}}},
+		{"no family", hostIP([]byte{0, 1}), message.InvalidAVPLength, wire.AVP{Code: message.HostIPAddress, Data: []byte{0, 1}}},
+		{"inside a Failed-AVP", message.NewRequest(0, 0, 0).Group(message.FailedAVP, 0, true).
+			Uint32(message.OriginStateID, 0, true, 1).Octets(message.HostIPAddress, 0, true, []byte{0xff, 0xff, 1, 2}).End().Bytes()[wire.HeaderLen:],
+			message.InvalidAVPValue, wire.AVP{Code: message.HostIPAddress, Data: []byte{0xff, 0xff, 1, 2}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := append(append([]byte(nil), good...), tc.avp...)
+			binary.BigEndian.PutUint32(req[0:4], uint32(len(req))|1<<24)
+			reached := false
+			h := NewHandler(func(_ context.Context, _ *peer.Peer, m *diam.Message) *diam.Message {
+				reached = true
+				return m.Answer(diam.Success)
+			})
+			ans := h(context.Background(), nil, req)
+			require.NotNil(t, ans)
+			require.False(t, reached)
+			rc, _ := message.ResultCodeOf(ans)
+			assert.Equal(t, tc.rc, rc)
+			assert.Equal(t, tc.want, failedAVP(t, ans), "the offending AVP in the Failed-AVP")
+		})
+	}
+}

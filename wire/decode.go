@@ -57,6 +57,11 @@ import (
 // close the connection. A message whose AVPs nest deeper than MaxAVPDepth
 // is refused with an error matching ErrAVPTooDeep (answered
 // DIAMETER_INVALID_AVP_VALUE, 5004), before any recursion into it.
+//
+// An error about one AVP names it in FrameError.Failed, for the Failed-AVP
+// of the answer (RFC 6733 7.1.5): the AVP whose length does not fit, or,
+// when go-diameter refuses a value (an Address of a family it does not
+// know), the innermost AVP it refuses on its own.
 func Decode(msg []byte, d *dict.Parser) (m *diam.Message, err error) {
 	if d == nil {
 		d = dict.Default
@@ -80,13 +85,18 @@ func Decode(msg []byte, d *dict.Parser) (m *diam.Message, err error) {
 		return nil, &FrameError{Reason: fmt.Sprintf("unknown command %d (application %d)", h.CommandCode, h.AppID), Err: err}
 	}
 
+	at := -1 // the offset in msg of the top-level AVP being decoded
 	defer func() {
 		// go-diameter's decoders index slices without checks in places
 		// (trap 2 and whatever else a fuzzer finds in grouped AVPs); a
 		// peer's bytes must never take the process down.
 		if r := recover(); r != nil {
 			m = nil
-			err = &FrameError{Reason: "go-diameter panicked decoding AVPs", Err: fmt.Errorf("%v", r)}
+			fe := &FrameError{Reason: "go-diameter panicked decoding AVPs", Err: fmt.Errorf("%v", r)}
+			if at >= 0 {
+				fe.Failed = failedIn(msg, at, h.AppID, d, 1)
+			}
+			err = fe
 		}
 	}()
 
@@ -106,11 +116,13 @@ func Decode(msg []byte, d *dict.Parser) (m *diam.Message, err error) {
 	for off := 0; off < len(body); {
 		wireLen := int(uint24(body[off+5 : off+8])) // bounds checked by walkAVPs
 		padded := (wireLen + 3) &^ 3
+		at = HeaderLen + off
 		a, err := diam.DecodeAVP(body[off:off+wireLen], h.AppID, d)
 		if err != nil {
 			return nil, &FrameError{
 				Reason: fmt.Sprintf("AVP %d at offset %d", binary.BigEndian.Uint32(body[off:off+4]), HeaderLen+off),
 				Err:    err,
+				Failed: failedIn(msg, at, h.AppID, d, 1),
 			}
 		}
 		if bad := misdecoded(a); bad != nil {
@@ -274,6 +286,50 @@ func avpAt(b []byte, off int) *AVP {
 		a.Data = b[off+hl : end]
 	}
 	return a
+}
+
+// failedIn returns the AVP go-diameter fails to decode in the AVP whose
+// header is at off in msg (an AVP checkAVPTree passed, at the given
+// depth): the innermost one, walking into Grouped AVPs to the first child
+// that fails on its own, or the AVP at off when none does. Its Data
+// aliases msg.
+func failedIn(msg []byte, off int, app uint32, d *dict.Parser, depth int) *AVP {
+	a := avpAt(msg, off)
+	if depth >= MaxAVPDepth {
+		return a
+	}
+	if da, _ := d.FindAVPWithVendor(app, a.Code, a.Vendor); da == nil || da.Data.Type != datatype.GroupedType {
+		return a
+	}
+	end := off + int(uint24(msg[off+5:off+8]))
+	pos := end - len(a.Data) // the group's first child
+	var bad *AVP
+	walkAVPs(msg[:end], pos, func(c AVP) bool {
+		at := pos
+		l := int(uint24(msg[at+5 : at+8]))
+		pos += (l + 3) &^ 3
+		if !decodes(msg[at:at+l], app, d) {
+			bad = failedIn(msg, at, app, d, depth+1)
+			return false
+		}
+		return true
+	})
+	if bad != nil {
+		return bad
+	}
+	return a
+}
+
+// decodes reports whether go-diameter decodes the AVP b without an error
+// or a panic.
+func decodes(b []byte, app uint32, d *dict.Parser) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	_, err := diam.DecodeAVP(b, app, d)
+	return err == nil
 }
 
 // misdecoded returns the first AVP of the tree a (a itself or one inside

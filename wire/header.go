@@ -55,10 +55,11 @@ type FrameError struct {
 	// Err is the underlying error, if any (for example go-diameter's AVP
 	// decoding error, or a recovered panic).
 	Err error
-	// Failed is the offending AVP of an error matching ErrAVPLength or
-	// ErrAVPTooDeep, for the Failed-AVP of the answer (RFC 6733 7.1.5):
-	// its Data is what the message holds of it (empty when its header
-	// is all there is), aliasing the message; nil otherwise.
+	// Failed is the offending AVP of an error about one AVP (one matching
+	// ErrAVPLength or ErrAVPTooDeep, or a value go-diameter refuses), for
+	// the Failed-AVP of the answer (RFC 6733 7.1.5): its Data is what the
+	// message holds of it (empty when its header is all there is),
+	// aliasing the message; nil otherwise.
 	Failed *AVP
 }
 
