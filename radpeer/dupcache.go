@@ -16,19 +16,21 @@ import (
 const dupEntryBytes = 320
 
 // dupKey identifies a request for the duplicate cache (RFC 5080 2.2.2):
-// its source address and port, Identifier and Request Authenticator.
+// its source address and port, Identifier and Request Authenticator, and
+// on a wildcard socket the address it was sent to.
 type dupKey struct {
 	addr  netip.AddrPort // the source, when it is a UDP address
 	other string         // the source otherwise (its String)
+	dst   netip.Addr     // the destination, on a wildcard socket
 	id    byte
 	auth  [radius.AuthenticatorLen]byte
 }
 
-// dupKeyOf returns the key of request b (a validated packet) from src.
-// A UDP source is kept as a netip.AddrPort: no string to build for each
-// packet.
-func dupKeyOf(src net.Addr, b []byte) dupKey {
-	k := dupKey{id: radius.Identifier(b), auth: radius.Authenticator(b)}
+// dupKeyOf returns the key of request b (a validated packet) from src
+// to dst (zero: not known). A UDP source is kept as a netip.AddrPort: no
+// string to build for each packet.
+func dupKeyOf(src net.Addr, dst netip.Addr, b []byte) dupKey {
+	k := dupKey{dst: dst, id: radius.Identifier(b), auth: radius.Authenticator(b)}
 	if u, ok := src.(*net.UDPAddr); ok {
 		k.addr = u.AddrPort()
 	} else {

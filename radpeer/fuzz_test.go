@@ -32,7 +32,7 @@ func FuzzUDPServerPacket(f *testing.F) {
 			t.Fatal(err)
 		}
 		from := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1812}
-		srv.packet(append([]byte(nil), b...), from)
+		srv.packet(append([]byte(nil), b...), from, udpLocal{})
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := srv.Close(ctx); err != nil {

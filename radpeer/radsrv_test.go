@@ -2,6 +2,8 @@ package radpeer
 
 import (
 	"bytes"
+	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -147,4 +149,66 @@ func TestUDPServerRetransmissionAfterSetClientsAnsweredFromCache(t *testing.T) {
 	copy(other[4:20], req[4:20])
 	c.Write(other)
 	waitFor(t, "the altered copy failing verification", func() bool { return srv.Stats().BadAuth == 1 })
+}
+
+// A UDPServer on a wildcard address answers each request from the
+// address it was sent to: a NAS that sent to 127.0.0.2 (a VIP, a
+// secondary address) gets its answer from 127.0.0.2, not from the
+// kernel's preferred 127.0.0.1, which a connected socket drops. On an
+// IPv4 socket (0.0.0.0) and on a dual-stack one ([::], IPv4-mapped).
+func TestUDPServerWildcardAnswersFromTheAddressSentTo(t *testing.T) {
+	for _, ln := range []struct{ network, addr string }{{"udp4", "0.0.0.0:0"}, {"udp", ":0"}} {
+		t.Run(ln.network+"/"+ln.addr, func(t *testing.T) {
+			pc, err := net.ListenPacket(ln.network, ln.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, err := NewUDPServer(pc, ServerConfig{Secret: testSecret})
+			if err != nil {
+				t.Fatal(err)
+			}
+			go srv.Serve()
+			defer mustClose(t, srv)
+			port := pc.LocalAddr().(*net.UDPAddr).Port
+			for i, to := range []netip.Addr{netip.MustParseAddr("127.0.0.2"), netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.3")} {
+				// Unconnected, to see where the answer comes from.
+				c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				req := signedRequest(t, byte(i+1), "alice")
+				if _, err := c.WriteTo(req, &net.UDPAddr{IP: to.AsSlice(), Port: port}); err != nil {
+					t.Skip(err)
+				}
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				buf := make([]byte, radius.MaxLength)
+				n, from, err := c.ReadFromUDPAddrPort(buf)
+				if err != nil {
+					t.Fatalf("request sent to %v: no answer (%v); stats %+v", to, err, srv.Stats())
+				}
+				if from.Addr().Unmap() != to || int(from.Port()) != port {
+					t.Errorf("request sent to %v:%d answered from %v", to, port, from)
+				}
+				if err := radius.VerifyResponse(buf[:n], radius.Authenticator(req), testSecret, true); err != nil {
+					t.Error(err)
+				}
+				// Its retransmission is answered from the cache, from the
+				// same address.
+				c.WriteTo(req, &net.UDPAddr{IP: to.AsSlice(), Port: port})
+				if _, from, err = c.ReadFromUDPAddrPort(buf); err != nil || from.Addr().Unmap() != to {
+					t.Errorf("retransmission to %v: answered from %v (%v)", to, from, err)
+				}
+			}
+			// A connected socket, as a NAS or radclient uses, to 127.0.0.2.
+			nas, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2), Port: port})
+			if err != nil {
+				t.Skip(err)
+			}
+			defer nas.Close()
+			if ans := udpExchange(t, nas, signedRequest(t, 9, "bob"), 5*time.Second); ans == nil {
+				t.Errorf("the NAS that sent to 127.0.0.2 got no answer; stats %+v", srv.Stats())
+			}
+		})
+	}
 }

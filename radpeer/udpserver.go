@@ -13,6 +13,8 @@ import (
 
 	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/radius"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 	lradius "layeh.com/radius"
 )
 
@@ -39,8 +41,20 @@ const (
 // a handler: a request finding its budget full is dropped, counted and
 // logged, and handled afresh when its client retransmits. Its methods are
 // safe for concurrent use.
+//
+// On a socket bound to a wildcard address (0.0.0.0, [::]) each answer
+// goes from the address its request was sent to (read with IP_PKTINFO or
+// IPV6_PKTINFO), as FreeRADIUS does: on a host with several addresses (a
+// VIP, a secondary address) a NAS that sent to one of them gets its
+// answer from it, not from whichever the kernel's route back prefers,
+// which it would drop. A socket bound to one address needs nothing.
 type UDPServer struct {
-	pc     net.PacketConn
+	pc net.PacketConn
+	// uc is pc when it reads each datagram's destination address (a
+	// *net.UDPConn bound to a wildcard address), else nil; v6 tells an
+	// IPv6 socket (dual-stack) from an IPv4 one.
+	uc     *net.UDPConn
+	v6     bool
 	cfg    ServerConfig
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -70,7 +84,17 @@ type udpRequest struct {
 	b      []byte
 	secret []byte // its client's
 	from   net.Addr
+	local  udpLocal   // where it was sent to, where its answer goes from
 	client netip.Addr // from's IP address
+}
+
+// udpLocal is the server's end of a datagram on a wildcard socket: the
+// address it was sent to, and the interface it came in on. The zero
+// value (a socket bound to one address) leaves the answer's source to
+// the kernel.
+type udpLocal struct {
+	addr    netip.Addr
+	ifIndex int
 }
 
 // UDPServerStats are a UDPServer's counters.
@@ -116,9 +140,34 @@ func NewUDPServer(pc net.PacketConn, cfg ServerConfig) (*UDPServer, error) {
 	}
 	s.keys.Store(keys)
 	s.nas.names = func(a netip.Addr) string { return s.keys.Load().name(a) }
+	if s.uc, s.v6, err = pktinfoConn(pc); err != nil {
+		s.uc = nil
+		cfg.Logger.Warn("RADIUS/UDP: cannot read the destination address of datagrams on a wildcard socket; answers go from the address the kernel picks, which a NAS that sent to another address of this host drops",
+			"addr", pc.LocalAddr().String(), "err", err)
+	}
 	s.auth = serve.NewLane[netip.Addr](s.handle, s.refuse, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
 	s.acct = serve.NewLane[netip.Addr](s.handle, s.refuse, cfg.MaxInFlight, cfg.MaxQueued, &s.wg)
 	return s, nil
+}
+
+// pktinfoConn returns pc as a *net.UDPConn that reads each datagram's
+// destination address and interface, when pc is a UDP socket bound to a
+// wildcard address; nil for any other (bound to one address: its answers
+// go from it already). v6: an IPv6 socket, which on a dual-stack one
+// reports an IPv4 datagram's destination as an IPv4-mapped address.
+func pktinfoConn(pc net.PacketConn) (uc *net.UDPConn, v6 bool, err error) {
+	uc, ok := pc.(*net.UDPConn)
+	if !ok {
+		return nil, false, nil
+	}
+	la, ok := uc.LocalAddr().(*net.UDPAddr)
+	if !ok || !la.IP.IsUnspecified() {
+		return nil, false, nil
+	}
+	if la.IP.To4() != nil {
+		return uc, false, ipv4.NewPacketConn(uc).SetControlMessage(ipv4.FlagDst|ipv4.FlagInterface, true)
+	}
+	return uc, true, ipv6.NewPacketConn(uc).SetControlMessage(ipv6.FlagDst|ipv6.FlagInterface, true)
 }
 
 // Addr returns the socket's address.
@@ -141,8 +190,19 @@ func (s *UDPServer) Serve() error {
 	defer s.wg.Done()
 	buf := make([]byte, radius.MaxLength+1)
 	var backoff serve.Backoff
+	var rd udpReader
 	for {
-		n, from, err := s.pc.ReadFrom(buf)
+		var (
+			n     int
+			from  net.Addr
+			local udpLocal
+			err   error
+		)
+		if s.uc != nil {
+			n, from, local, err = rd.read(s.uc, s.v6, buf)
+		} else {
+			n, from, err = s.pc.ReadFrom(buf)
+		}
 		if err != nil {
 			if s.ctx.Err() != nil || s.stopping.Load() || errors.Is(err, net.ErrClosed) {
 				return nil
@@ -154,13 +214,59 @@ func (s *UDPServer) Serve() error {
 		}
 		backoff.Reset()
 		b := append([]byte(nil), buf[:n]...)
-		s.packet(b, from)
+		s.packet(b, from, local)
 	}
+}
+
+// udpReader reads datagrams with their destination address, reusing its
+// buffers: the reader's own.
+type udpReader struct {
+	oob [128]byte
+	cm4 ipv4.ControlMessage
+	cm6 ipv6.ControlMessage
+}
+
+// read reads one datagram from uc (v6: an IPv6 socket) into buf.
+func (r *udpReader) read(uc *net.UDPConn, v6 bool, buf []byte) (n int, from net.Addr, local udpLocal, err error) {
+	n, oobn, _, ap, err := uc.ReadMsgUDPAddrPort(buf, r.oob[:])
+	if err != nil {
+		return 0, nil, udpLocal{}, err
+	}
+	from = net.UDPAddrFromAddrPort(ap)
+	var dst net.IP
+	// Dst is kept at its full length, so that Parse writes into it rather
+	// than allocate one, and zeroed, so that a datagram without the
+	// control message reads as unspecified.
+	if v6 {
+		if len(r.cm6.Dst) != net.IPv6len {
+			r.cm6.Dst = make(net.IP, net.IPv6len)
+		}
+		clear(r.cm6.Dst)
+		r.cm6.IfIndex = 0
+		if r.cm6.Parse(r.oob[:oobn]) == nil {
+			dst, local.ifIndex = r.cm6.Dst, r.cm6.IfIndex
+		}
+	} else {
+		if len(r.cm4.Dst) != net.IPv4len {
+			r.cm4.Dst = make(net.IP, net.IPv4len)
+		}
+		clear(r.cm4.Dst)
+		r.cm4.IfIndex = 0
+		if r.cm4.Parse(r.oob[:oobn]) == nil {
+			dst, local.ifIndex = r.cm4.Dst, r.cm4.IfIndex
+		}
+	}
+	if a, ok := netip.AddrFromSlice(dst); ok && !a.IsUnspecified() {
+		local.addr = a.Unmap()
+	} else {
+		local = udpLocal{}
+	}
+	return n, from, local, nil
 }
 
 // packet handles one datagram, on the reader: it never waits for a
 // handler.
-func (s *UDPServer) packet(b []byte, from net.Addr) {
+func (s *UDPServer) packet(b []byte, from net.Addr, local udpLocal) {
 	// A source of no client is refused before its datagram is looked at.
 	client, _ := serve.AddrOf(from)
 	secret, ok := s.keys.Load().lookup(client)
@@ -186,12 +292,12 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 	// answered from the cache before verification: the secret may have
 	// changed since (SetClients), and its answer was signed with the one
 	// it was verified with.
-	key, sum := dupKeyOf(from, b), s.dup.sum(b)
+	key, sum := dupKeyOf(from, local.addr, b), s.dup.sum(b)
 	s.mu.Lock()
 	resp, hit := s.dup.identical(key, sum, s.now())
 	s.mu.Unlock()
 	if hit {
-		s.duplicate(resp, from)
+		s.duplicate(resp, from, local)
 		return
 	}
 	signed, ok := s.verify(b, secret, from, client)
@@ -205,31 +311,31 @@ func (s *UDPServer) packet(b []byte, from net.Addr) {
 	}
 	s.mu.Unlock()
 	if seen {
-		s.duplicate(resp, from)
+		s.duplicate(resp, from, local)
 		return
 	}
 	s.received.Add(1)
 	s.nas.received(client, signed)
 	if code == lradius.CodeStatusServer {
-		s.finish(e, b, secret, from, lradius.CodeAccessAccept, nil) // RFC 5997: never a login
+		s.finish(e, b, secret, from, local, lradius.CodeAccessAccept, nil) // RFC 5997: never a login
 		return
 	}
 	lane := s.auth
 	if code == lradius.CodeAccountingRequest {
 		lane = s.acct
 	}
-	lane.Submit(client, udpRequest{dup: e, b: b, secret: secret, from: from, client: client})
+	lane.Submit(client, udpRequest{dup: e, b: b, secret: secret, from: from, local: local, client: client})
 }
 
 // duplicate answers a retransmission from the cache: resp, or nothing
 // while its first copy is being handled (resp nil).
-func (s *UDPServer) duplicate(resp []byte, to net.Addr) {
+func (s *UDPServer) duplicate(resp []byte, to net.Addr, local udpLocal) {
 	if resp == nil {
 		s.inProgress.Add(1)
 		return
 	}
 	s.resent.Add(1)
-	s.send(resp, to)
+	s.send(resp, to, local)
 }
 
 // refuse drops a request its lane will not run: the lane was full when
@@ -286,12 +392,12 @@ func (s *UDPServer) handle(r udpRequest) {
 		return
 	}
 	code, attrs := s.cfg.Handler(withSender(s.ctx, Sender{Addr: r.client}), p, r.b)
-	s.finish(r.dup, r.b, r.secret, r.from, code, attrs)
+	s.finish(r.dup, r.b, r.secret, r.from, r.local, code, attrs)
 }
 
 // finish answers a request and caches the answer for its duplicates; no
 // answer forgets the entry, so a retransmission is handled afresh.
-func (s *UDPServer) finish(e *dupEntry, req, secret []byte, to net.Addr, code lradius.Code, attrs lradius.Attributes) {
+func (s *UDPServer) finish(e *dupEntry, req, secret []byte, to net.Addr, local udpLocal, code lradius.Code, attrs lradius.Attributes) {
 	if code == 0 {
 		s.forget(e)
 		s.dropped.Add(1)
@@ -308,7 +414,7 @@ func (s *UDPServer) finish(e *dupEntry, req, secret []byte, to net.Addr, code lr
 	s.mu.Lock()
 	s.dup.answer(e, resp)
 	s.mu.Unlock()
-	s.send(resp, to)
+	s.send(resp, to, local)
 }
 
 func (s *UDPServer) forget(e *dupEntry) {
@@ -317,15 +423,43 @@ func (s *UDPServer) forget(e *dupEntry) {
 	s.mu.Unlock()
 }
 
-func (s *UDPServer) send(resp []byte, to net.Addr) {
+// send writes resp to to, from local's address when it has one.
+func (s *UDPServer) send(resp []byte, to net.Addr, local udpLocal) {
 	s.answered.Add(1) // before the write: a client holding the answer sees it counted
-	if _, err := s.pc.WriteTo(resp, to); err != nil {
+	if err := s.write(resp, to, local); err != nil {
 		s.answered.Add(^uint64(0))
 		return
 	}
 	if a, ok := serve.AddrOf(to); ok {
 		s.nas.answered(a, resp)
 	}
+}
+
+// write sends b to to; on a wildcard socket from local's address, with
+// an IP_PKTINFO or IPV6_PKTINFO control message. The interface is named
+// only for a link-local address, which needs it; otherwise the route
+// back picks it, as for any answer.
+func (s *UDPServer) write(b []byte, to net.Addr, local udpLocal) error {
+	u, ok := to.(*net.UDPAddr)
+	if s.uc == nil || !local.addr.IsValid() || !ok {
+		_, err := s.pc.WriteTo(b, to)
+		return err
+	}
+	ifIndex := 0
+	if local.addr.IsLinkLocalUnicast() {
+		ifIndex = local.ifIndex
+	}
+	var oob []byte
+	if local.addr.Is4() {
+		// Also on a dual-stack socket, for an IPv4-mapped destination:
+		// the kernel takes IP_PKTINFO there (IPV6_PKTINFO carries no
+		// IPv4 source in x/net's encoding).
+		oob = (&ipv4.ControlMessage{Src: local.addr.AsSlice(), IfIndex: ifIndex}).Marshal()
+	} else {
+		oob = (&ipv6.ControlMessage{Src: local.addr.AsSlice(), IfIndex: ifIndex}).Marshal()
+	}
+	_, _, err := s.uc.WriteMsgUDPAddrPort(b, oob, u.AddrPort())
+	return err
 }
 
 // Stats returns the counters.

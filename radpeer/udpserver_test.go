@@ -295,7 +295,7 @@ func TestUDPServerDupCacheByteBound(t *testing.T) {
 			t.Fatal(err)
 		}
 		reqs = append(reqs, b)
-		srv.packet(b, from)
+		srv.packet(b, from, udpLocal{})
 		if st := srv.Stats(); st.CachedBytes > bound {
 			t.Fatalf("after %d requests: %d bytes cached, bound %d", i+1, st.CachedBytes, bound)
 		}
@@ -306,11 +306,11 @@ func TestUDPServerDupCacheByteBound(t *testing.T) {
 		t.Fatalf("stats %+v; want %d cached", st, want)
 	}
 	first := pc.last()
-	srv.packet(reqs[99], from) // the newest: answered from the cache
+	srv.packet(reqs[99], from, udpLocal{}) // the newest: answered from the cache
 	if st := srv.Stats(); st.Resent != 1 || !bytes.Equal(pc.last(), first) {
 		t.Fatalf("newest retransmitted: stats %+v", st)
 	}
-	srv.packet(reqs[0], from) // the oldest: forgotten, handled afresh
+	srv.packet(reqs[0], from, udpLocal{}) // the oldest: forgotten, handled afresh
 	if st := srv.Stats(); st.Resent != 1 || st.Received != 101 {
 		t.Fatalf("oldest retransmitted: stats %+v", st)
 	}
@@ -488,7 +488,7 @@ func TestUDPServerBadPacketFloodLogsRateLimited(t *testing.T) {
 	} {
 		before, count := len(lines.lines()), serve.Count(tc.kind)
 		for range n {
-			srv.packet(append([]byte(nil), tc.b...), from)
+			srv.packet(append([]byte(nil), tc.b...), from, udpLocal{})
 		}
 		written := lines.lines()[before:]
 		if len(written) > 21 {
@@ -527,7 +527,7 @@ func TestBadAuthBySourceBounded(t *testing.T) {
 	forged, _, _ := radius.EncodeRequest(accessReq("mallory"), 1, []byte("not the secret"))
 	for i := range maxCountedSources + 10 {
 		from := &net.UDPAddr{IP: net.IPv4(10, 9, byte(i>>8), byte(i)), Port: 40000}
-		srv.packet(append([]byte(nil), forged...), from)
+		srv.packet(append([]byte(nil), forged...), from, udpLocal{})
 	}
 	by := srv.Stats().BadAuthBySource
 	if len(by) != maxCountedSources+1 || by["other"] != 10 || by["10.9.0.0"] != 1 {
@@ -616,12 +616,12 @@ func BenchmarkDupCache(b *testing.B) {
 				b.Fatal(err)
 			}
 			for i := range n {
-				srv.packet(append([]byte(nil), reqs[i]...), from)
+				srv.packet(append([]byte(nil), reqs[i]...), from, udpLocal{})
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				srv.packet(append([]byte(nil), reqs[(n+i)%len(reqs)]...), from)
+				srv.packet(append([]byte(nil), reqs[(n+i)%len(reqs)]...), from, udpLocal{})
 			}
 			b.StopTimer()
 			if st := srv.Stats(); st.Cached != n {
