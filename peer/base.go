@@ -52,6 +52,55 @@ type identityError struct {
 func (e *identityError) Error() string { return e.avp + ": " + e.err.Error() }
 func (e *identityError) Unwrap() error { return e.err }
 
+// lengthError is a CER or CEA with an AVP whose length does not fit: one
+// running past the message or its Grouped AVP, or shorter than its
+// header, or a value not the size of its type (an Application-Id of 2
+// octets). A server refuses such a CER with DIAMETER_INVALID_AVP_LENGTH
+// naming the AVP (RFC 6733 7.1.5), rather than read it as something else.
+type lengthError struct {
+	avp    wire.AVP
+	reason string
+}
+
+func (e *lengthError) Error() string {
+	return fmt.Sprintf("AVP %d: %s", e.avp.Code, e.reason)
+}
+
+// isU32AVP reports whether code is an Unsigned32 AVP of a CER or CEA (RFC
+// 6733 5.3), at the top level or inside a Vendor-Specific-Application-Id.
+func isU32AVP(code uint32) bool {
+	switch code {
+	case message.AuthApplicationID, message.AcctApplicationID, message.InbandSecurityID,
+		message.ResultCode, message.OriginStateID, message.SupportedVendorID,
+		message.VendorID, message.FirmwareRevision:
+		return true
+	}
+	return false
+}
+
+// badLength returns why the value of a, an AVP of a CER or CEA, does not
+// fit its type, or "".
+func badLength(a wire.AVP) string {
+	switch {
+	case isU32AVP(a.Code) && len(a.Data) != 4:
+		return fmt.Sprintf("Unsigned32 of %d octets, not 4", len(a.Data))
+	case a.Code == message.HostIPAddress:
+		want := 0
+		if len(a.Data) >= 2 {
+			switch uint16(a.Data[0])<<8 | uint16(a.Data[1]) {
+			case 1:
+				want = 2 + 4
+			case 2:
+				want = 2 + 16
+			}
+		}
+		if len(a.Data) < 2 || want != 0 && len(a.Data) != want {
+			return fmt.Sprintf("Address of %d octets", len(a.Data))
+		}
+	}
+	return ""
+}
+
 func (c *Config) addIdentity(b *message.Builder) *message.Builder {
 	return b.String(message.OriginHost, 0, true, c.OriginHost).
 		String(message.OriginRealm, 0, true, c.OriginRealm)
@@ -162,13 +211,22 @@ func (c *Config) identity() message.Identity {
 // handlers sign their answers with it (message.ErrorAnswer).
 func (p *Peer) LocalIdentity() message.Identity { return p.cfg.identity() }
 
-// parseCapabilities reads a CER or CEA without a full decode.
+// parseCapabilities reads a CER or CEA without a full decode. An AVP whose
+// length does not fit (see lengthError) fails it with a *lengthError,
+// whatever else is wrong; an invalid identity with an *identityError.
 func parseCapabilities(msg []byte) (capabilities, error) {
 	var cp capabilities
 	var inner error
+	var short *lengthError
 	var hosts, realms int
 	err := wire.WalkAVPs(msg, func(a wire.AVP) bool {
 		if a.Vendor != 0 {
+			return true
+		}
+		if why := badLength(a); why != "" {
+			if short == nil {
+				short = &lengthError{a, why}
+			}
 			return true
 		}
 		switch a.Code {
@@ -205,9 +263,15 @@ func parseCapabilities(msg []byte) (capabilities, error) {
 		case message.AcctApplicationID:
 			cp.AcctApps = append(cp.AcctApps, u32(a.Data))
 		case message.VendorSpecificApplicationID:
-			err := wire.WalkGrouped(a.Data, func(g wire.AVP) bool {
-				switch {
+			if b := wire.CheckGrouped(a.Data); b != nil {
+				short = cmp.Or(short, &lengthError{wire.AVP{Code: b.Code, Vendor: b.Vendor, Data: b.Data}, b.Reason})
+				return true
+			}
+			wire.WalkGrouped(a.Data, func(g wire.AVP) bool {
+				switch why := badLength(g); {
 				case g.Vendor != 0:
+				case why != "":
+					short = cmp.Or(short, &lengthError{g, why})
 				case g.Code == message.AuthApplicationID:
 					cp.AuthApps = append(cp.AuthApps, u32(g.Data))
 				case g.Code == message.AcctApplicationID:
@@ -215,19 +279,25 @@ func parseCapabilities(msg []byte) (capabilities, error) {
 				}
 				return true
 			})
-			// The first error is the one to report: an identity that
-			// failed before this AVP must not be lost (its value is
-			// cleared), nor taken for a walk's error.
-			inner = cmp.Or(inner, err)
-			return err == nil
 		}
 		return true
 	})
-	if err == nil {
-		err = inner
-	}
 	if err != nil {
+		// An AVP running past the message, or shorter than its header:
+		// the walk stopped on it.
+		if b := wire.CheckAVPs(msg); b != nil {
+			short = cmp.Or(short, &lengthError{wire.AVP{Code: b.Code, Vendor: b.Vendor, Data: b.Data}, b.Reason})
+		}
+	}
+	switch {
+	case short != nil:
+		return cp, short
+	case err != nil:
 		return cp, err
+	case inner != nil:
+		// The first error is the one to report: an identity that
+		// failed before must not be lost (its value is cleared).
+		return cp, inner
 	}
 	switch {
 	case hosts == 0:

@@ -123,11 +123,25 @@ func FuzzParseCapabilities(f *testing.F) {
 	f.Add(badRealm.newCER(nil))
 	bad.VendorApps = vsai
 	f.Add(bad.newCEA(cfg.newCER(nil), nil, message.Success, "", nil))
+	// An Application-Id of 2 octets, and one inside a
+	// Vendor-Specific-Application-Id of 3.
+	f.Add(withAVPs(cfg.newCER(nil), rawAVP(message.AuthApplicationID, 0x40, 10, []byte{0, 3})))
+	short := append(rawAVP(message.VendorID, 0x40, 12, []byte{0, 0, 0, 1}), rawAVP(message.AuthApplicationID, 0x40, 11, []byte{0, 0, 3})...)
+	f.Add(withAVPs(cfg.newCER(nil), rawAVP(message.VendorSpecificApplicationID, 0x40, 8+len(short), short)))
 	f.Fuzz(func(t *testing.T, msg []byte) {
 		cp, err := parseCapabilities(msg)
 		if err != nil {
 			return
 		}
+		if b := wire.CheckAVPs(msg); b != nil {
+			t.Fatalf("accepted with a malformed AVP %d: %s", b.Code, b.Reason)
+		}
+		_ = wire.WalkAVPs(msg, func(a wire.AVP) bool {
+			if a.Vendor == 0 && badLength(a) != "" {
+				t.Fatalf("accepted AVP %d of %d octets", a.Code, len(a.Data))
+			}
+			return true
+		})
 		if err := message.CheckIdentity(cp.OriginHost); err != nil {
 			t.Fatalf("accepted Origin-Host %q: %v", cp.OriginHost, err)
 		}

@@ -726,9 +726,11 @@ func (p *Peer) exchangeClient(tc transport.Conn) (cp capabilities, err error) {
 	return cp, nil
 }
 
-// exchangeServer waits for a CER and answers it: DIAMETER_UNKNOWN_PEER for
-// a host outside AllowHosts, DIAMETER_NO_COMMON_APPLICATION when no
-// application is shared, DIAMETER_SUCCESS otherwise.
+// exchangeServer waits for a CER and answers it: DIAMETER_INVALID_AVP_LENGTH
+// for an AVP whose length does not fit (the AVP in a Failed-AVP),
+// DIAMETER_UNKNOWN_PEER for a host outside AllowHosts,
+// DIAMETER_NO_COMMON_APPLICATION when no application is shared,
+// DIAMETER_SUCCESS otherwise.
 func (p *Peer) exchangeServer(tc transport.Conn) (capabilities, error) {
 	t := time.AfterFunc(p.cfg.CEATimeout, func() { tc.Close() })
 	defer t.Stop()
@@ -750,7 +752,11 @@ func (p *Peer) exchangeServer(tc transport.Conn) (capabilities, error) {
 		return cp, &CapabilitiesError{Peer: cp.OriginHost, ResultCode: rc, Message: why}
 	}
 	var idErr *identityError
+	var lenErr *lengthError
 	switch {
+	case errors.As(err, &lenErr): // RFC 6733 7.1.5, as checkRequest answers any other request
+		cp.bad = &lenErr.avp
+		return refuse(message.InvalidAVPLength, "bad CER: "+err.Error())
 	case cp.missing != 0: // RFC 6733 5.3.1: { Origin-Host } { Origin-Realm }
 		cp.bad = &wire.AVP{Code: cp.missing}
 		name := "Origin-Host"

@@ -225,20 +225,36 @@ func checkAVPs(msg []byte, visit func(AVP)) *BadAVP {
 	if reason == "" {
 		return nil
 	}
-	b := &BadAVP{Offset: off, Reason: reason}
-	rest := msg[off:end]
+	return badAVP(msg[:end], off, reason)
+}
+
+// CheckGrouped is CheckAVPs for the data of a Grouped AVP: it returns the
+// first malformed AVP inside it, or nil. BadAVP.Offset is from the start
+// of data, and BadAVP.Data aliases data.
+func CheckGrouped(data []byte) *BadAVP {
+	off, reason := walkAVPs(data, 0, func(AVP) bool { return true })
+	if reason == "" {
+		return nil
+	}
+	return badAVP(data, off, reason)
+}
+
+// badAVP describes the malformed AVP whose header starts at off in b.
+func badAVP(b []byte, off int, reason string) *BadAVP {
+	bad := &BadAVP{Offset: off, Reason: reason}
+	rest := b[off:]
 	if len(rest) >= 4 {
-		b.Code = binary.BigEndian.Uint32(rest)
+		bad.Code = binary.BigEndian.Uint32(rest)
 	}
 	if len(rest) >= avpHeaderLen {
-		b.Flags = rest[4]
-		b.Length = int(uint24(rest[5:8]))
+		bad.Flags = rest[4]
+		bad.Length = int(uint24(rest[5:8]))
 		hl := avpHeaderLen
-		if b.Flags&avpFlagVendor != 0 && len(rest) >= avpVendorHeaderLen {
-			b.Vendor = binary.BigEndian.Uint32(rest[8:12])
+		if bad.Flags&avpFlagVendor != 0 && len(rest) >= avpVendorHeaderLen {
+			bad.Vendor = binary.BigEndian.Uint32(rest[8:12])
 			hl = avpVendorHeaderLen
 		}
-		b.Data = rest[hl:]
+		bad.Data = rest[hl:]
 	}
-	return b
+	return bad
 }

@@ -90,3 +90,23 @@ func TestCheckAVPs(t *testing.T) {
 	assert.NotNil(t, CheckAVPs(m[:len(m)-4]), "the AVP runs past the bytes present")
 	assert.NotNil(t, CheckAVPs(m[:10]))
 }
+
+// CheckGrouped finds the first malformed AVP inside a Grouped AVP's data,
+// at its offset there, as CheckAVPs does in a message.
+func TestCheckGrouped(t *testing.T) {
+	avp := func(code uint32, flags byte, length int, data ...byte) []byte {
+		b := binary.BigEndian.AppendUint32(nil, code)
+		b = append(b, flags, byte(length>>16), byte(length>>8), byte(length))
+		return append(b, data...)
+	}
+	good := avp(266, 0x40, 12, 0, 0, 0, 1)
+	assert.Nil(t, CheckGrouped(nil))
+	assert.Nil(t, CheckGrouped(append(append([]byte(nil), good...), good...)))
+	b := CheckGrouped(append(append([]byte(nil), good...), avp(259, 0x40, 40, 0, 0, 0, 3)...))
+	require.NotNil(t, b)
+	assert.Equal(t, BadAVP{Offset: 12, Code: 259, Flags: 0x40, Length: 40, Reason: "AVP length runs past the end of the message", Data: []byte{0, 0, 0, 3}}, *b)
+	b = CheckGrouped(avp(258, 0xc0, 10, 0, 0))
+	require.NotNil(t, b)
+	assert.Equal(t, 0, b.Offset)
+	assert.Equal(t, "AVP length below its header", b.Reason)
+}
