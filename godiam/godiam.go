@@ -108,7 +108,11 @@ func (c Codec) Send(ctx context.Context, s Sender, req *diam.Message) (*diam.Mes
 // answer with req.Answer(code) and add Origin-Host and Origin-Realm
 // (p.LocalIdentity() has them) and whatever else it needs. Returning nil
 // sends no answer. It runs as a peer.Handler does: on its own goroutine,
-// ctx cancelled when the connection closes.
+// ctx cancelled when the connection closes. A panic in it (a go-diameter
+// accessor on unexpected data, a bug one odd request reaches) is recovered
+// by the Peer that runs it, as any Handler's: the request is answered
+// DIAMETER_UNABLE_TO_COMPLY, the panic logged with its stack and counted
+// (peer.Stats.HandlerPanics), and the connection kept.
 type Handler func(ctx context.Context, p *peer.Peer, req *diam.Message) *diam.Message
 
 // Handler returns h as a peer.Handler. A request that does not decode is

@@ -19,6 +19,7 @@ import (
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
+	"github.com/aaatp/aaatp/watchdog"
 	"github.com/aaatp/aaatp/wire"
 )
 
@@ -313,4 +314,39 @@ func TestInvalidValueAnswerCarriesFailedAVP(t *testing.T) {
 			assert.Equal(t, tc.want, failedAVP(t, ans), "the offending AVP in the Failed-AVP")
 		})
 	}
+}
+
+// A go-diameter Handler that panics (here a type assertion on an AVP it
+// did not expect) in a peer.Server is answered DIAMETER_UNABLE_TO_COMPLY,
+// and the connection serves the next request.
+func TestHandlerPanicAnswered(t *testing.T) {
+	h := NewHandler(func(ctx context.Context, p *peer.Peer, req *diam.Message) *diam.Message {
+		sid, _ := req.FindAVP(avp.SessionID, 0)
+		if sid.Data.(datatype.UTF8String) == "c.example.net;1;panic" {
+			_ = sid.Data.(datatype.Unsigned32) // panics
+		}
+		ans := req.Answer(diam.Success)
+		id := p.LocalIdentity()
+		ans.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity(id.Host))
+		ans.NewAVP(avp.OriginRealm, avp.Mbit, 0, datatype.DiameterIdentity(id.Realm))
+		return ans
+	})
+	srv, err := peer.Listen("tcp://127.0.0.1:0", peer.Config{OriginHost: "s.example.net", OriginRealm: "example.net",
+		AcctApps: []uint32{3}, Handler: h, Logger: quiet})
+	require.NoError(t, err)
+	go srv.Serve()
+	defer srv.Close(context.Background())
+	p, err := peer.Dial("tcp://"+srv.Addr().String(), peer.Config{OriginHost: "c.example.net", OriginRealm: "example.net", AcctApps: []uint32{3}, Logger: quiet})
+	require.NoError(t, err)
+	defer p.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, p.WaitState(ctx, watchdog.Okay))
+	ans, err := Send(ctx, SenderFunc(p.Request), acr("c.example.net;1;panic"))
+	require.NoError(t, err)
+	assert.Equal(t, uint32(diam.UnableToComply), resultCode(t, ans))
+	ans, err = Send(ctx, SenderFunc(p.Request), acr("c.example.net;1;2"))
+	require.NoError(t, err)
+	assert.Equal(t, uint32(diam.Success), resultCode(t, ans))
+	assert.Equal(t, uint64(1), srv.Peers()[0].Stats().HandlerPanics)
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -896,13 +897,36 @@ func (c *conn) checkInline() {
 	}
 }
 
-// handle runs the Handler (or answers 3001 without one).
-func (c *conn) handle(req []byte) []byte {
+// handle runs the Handler (or answers 3001 without one). A Handler that
+// panics is answered for (handlerPanicked): one request's bug must not end
+// the process, nor this connection.
+func (c *conn) handle(req []byte) (ans []byte) {
 	p := c.p
-	if p.cfg.Handler != nil {
-		return p.cfg.Handler(c.ctx, p, req)
+	if p.cfg.Handler == nil {
+		return message.ErrorAnswer(req, p.cfg.identity(), message.CommandUnsupported, "no handler").Bytes()
 	}
-	return message.ErrorAnswer(req, p.cfg.identity(), message.CommandUnsupported, "no handler").Bytes()
+	defer func() {
+		if r := recover(); r != nil {
+			ans = p.handlerPanicked(req, r)
+		}
+	}()
+	return p.cfg.Handler(c.ctx, p, req)
+}
+
+// handlerPanicked answers req, whose Handler panicked with v,
+// DIAMETER_UNABLE_TO_COMPLY with an Error-Message that tells nothing of
+// the panic, counts it, publishes an EventError and logs v with the stack
+// (rate-limited: a request that panics every time cannot fill the disk).
+// It runs in the Handler's deferred recover, on its goroutine: the stack
+// is the Handler's.
+func (p *Peer) handlerPanicked(req []byte, v any) []byte {
+	stack := debug.Stack()
+	p.stats.handlerPanics.Add(1)
+	cmd := message.CommandName(req)
+	p.publishPerMessage(Event{Kind: EventError, Reason: fmt.Sprintf("handler panicked on %s: answered DIAMETER_UNABLE_TO_COMPLY", cmd)})
+	p.logLimited(slog.LevelError, serve.KindHandlerPanic, "handler panicked: request answered DIAMETER_UNABLE_TO_COMPLY",
+		"peer", p.Name(), "command", cmd, "panic", fmt.Sprint(v), "stack", string(stack))
+	return message.ErrorAnswer(req, p.cfg.identity(), message.UnableToComply, "the request could not be processed").Bytes()
 }
 
 // answered queues the Handler's answer ans to the request whose

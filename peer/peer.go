@@ -43,6 +43,12 @@ import (
 // another, and a slow or blocked Handler holds only its own goroutine:
 // the other requests go on, up to Config.MaxUnanswered requests read and
 // not answered, after which the connection stops reading.
+//
+// A Handler that panics does not end the process: the Peer recovers the
+// panic, answers the request DIAMETER_UNABLE_TO_COMPLY (with an
+// Error-Message that tells nothing of the panic), logs the panic with its
+// stack (at most a few lines per ten seconds in the process), counts it in
+// Stats.HandlerPanics, publishes an EventError and keeps the connection.
 type Handler func(ctx context.Context, p *Peer, req []byte) []byte
 
 // Role says whether a Peer dials (client) or was accepted (server).
@@ -129,6 +135,7 @@ type counters struct {
 	openFailures, failovers                         atomic.Uint64
 	retransmitted, movedOut, premature              atomic.Uint64
 	refused, paused, overload, eventsDropped        atomic.Uint64
+	handlerPanics                                   atomic.Uint64
 	lastDWA                                         atomic.Int64 // unix ns
 }
 
@@ -164,6 +171,9 @@ type Stats struct {
 	Refused       uint64        `json:"refused"`  // requests answered with an error before the Handler (malformed, wrong Origin-Host...)
 	Paused        uint64        `json:"paused"`   // times the reader stopped reading: too many requests unanswered
 	Overload      uint64        `json:"overload"` // requests answered DIAMETER_TOO_BUSY: their kind's handlers and queue were full
+	// HandlerPanics counts the requests whose Handler panicked: each was
+	// answered DIAMETER_UNABLE_TO_COMPLY and logged with its stack.
+	HandlerPanics uint64 `json:"handler_panics"`
 	// EventsDropped counts the events about one message (a request
 	// refused or discarded, a late refusal) not published because the
 	// Bus's subscribers were more than maxMessageEvents behind. Events
@@ -318,7 +328,7 @@ func (p *Peer) Stats() Stats {
 		OpenFailed: s.openFailures.Load(), Failovers: s.failovers.Load(),
 		Premature: s.premature.Load(),
 		Refused:   s.refused.Load(), Paused: s.paused.Load(), Overload: s.overload.Load(),
-		EventsDropped: s.eventsDropped.Load(),
+		EventsDropped: s.eventsDropped.Load(), HandlerPanics: s.handlerPanics.Load(),
 	}
 	if t := s.lastDWA.Load(); t != 0 {
 		st.LastDWA = time.Unix(0, t)

@@ -40,6 +40,7 @@ const (
 	KindDropped                   // a request dropped for another reason
 	KindUnseenReplay              // a request with the T flag that a duplicate store of this process alone had never seen
 	KindUnknownClient             // a RADIUS datagram or connection from a source that is no configured client
+	KindHandlerPanic              // a request whose handler panicked, answered for it
 	numKinds
 )
 
@@ -49,6 +50,7 @@ var kindNames = [numKinds]string{
 	KindWriteTimeout: "write_timeout", KindUnmatched: "unmatched", KindConnDown: "conn_down",
 	KindAcceptFailed: "accept_failed", KindReadFailed: "read_failed", KindTimeout: "timeout", KindOverload: "overload",
 	KindDropped: "dropped", KindUnseenReplay: "unseen_replay", KindUnknownClient: "unknown_client",
+	KindHandlerPanic: "handler_panic",
 }
 
 // String returns the kind's name, as Counts keys it.
