@@ -2,13 +2,16 @@ package radpeer
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/transport"
 	lradius "layeh.com/radius"
 )
 
@@ -210,5 +213,84 @@ func TestUDPServerWildcardAnswersFromTheAddressSentTo(t *testing.T) {
 				t.Errorf("the NAS that sent to 127.0.0.2 got no answer; stats %+v", srv.Stats())
 			}
 		})
+	}
+}
+
+// Shutdown closes a connection that owes nothing at once, and returns as
+// soon as none is left: a NAS's persistent connection between requests
+// does not hold it for its whole ctx. A connection with a request in its
+// handler gets that answer, is not read further, and is closed once it
+// is written.
+func TestServerShutdownClosesConnectionsAsTheyIdle(t *testing.T) {
+	hold := make(chan struct{})
+	var held atomic.Int32
+	h := func(ctx context.Context, req *lradius.Packet, raw []byte) (lradius.Code, lradius.Attributes) {
+		if u, _ := radius.Attr(raw, radius.AttrUserName); string(u) == "carol" {
+			held.Add(1)
+			select {
+			case <-hold:
+			case <-ctx.Done():
+				return 0, nil
+			}
+		}
+		return AcceptAll(ctx, req, raw)
+	}
+	ln, err := Listen("radius+tcp://127.0.0.1:0", transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := NewServer(ln, SchemeTCP, ServerConfig{Secret: testSecret, Handler: h, Logger: quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	defer mustClose(t, srv)
+	addr := ln.Addr().String()
+	idle := tcpFrom(t, netip.MustParseAddr("127.0.0.1"), addr)
+	busy := tcpFrom(t, netip.MustParseAddr("127.0.0.1"), addr)
+	for i, c := range []net.Conn{idle, busy} {
+		c.Write(signedRequest(t, byte(i+1), "alice"))
+		if _, err := readPacket(c, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	busy.Write(signedRequest(t, 3, "carol"))
+	waitFor(t, "the busy connection's request in its handler", func() bool { return held.Load() == 1 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- srv.Shutdown(ctx) }()
+	if _, err := readPacket(idle, 5*time.Second); err == nil {
+		t.Error("the idle connection got a packet, want it closed")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Error("the idle connection was not closed by Shutdown")
+	}
+	waitFor(t, "both connections draining", func() bool {
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		for c := range srv.conns {
+			if _, idle := c.drainState(); idle == nil {
+				return false
+			}
+		}
+		return true
+	})
+	busy.Write(signedRequest(t, 4, "dave")) // read while draining: not handled
+	select {
+	case err := <-done:
+		t.Fatalf("Shutdown returned %v with an answer owed", err)
+	default:
+	}
+	close(hold)
+	ans, err := readPacket(busy, 5*time.Second)
+	if err != nil || radius.Identifier(ans) != 3 {
+		t.Fatalf("the answer owed on the busy connection: %v (Identifier %d)", err, radius.Identifier(ans))
+	}
+	if _, err := readPacket(busy, 5*time.Second); err == nil {
+		t.Error("a request read while draining was answered")
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Shutdown once both connections closed: %v", err)
 	}
 }

@@ -361,9 +361,8 @@ func (s *Server) start(tc transport.Conn, t *serve.Ticket) {
 		tc.Close()
 		c.cancel()
 	})
-	if c.rd, _ = tc.(transport.ReadDeadliner); c.rd != nil {
-		c.out.Idle = c.armDeadlineLocked
-	}
+	c.rd, _ = tc.(transport.ReadDeadliner)
+	c.out.Idle = c.armDeadlineLocked
 	s.mu.Lock()
 	if s.ctx.Err() != nil || s.stopping {
 		s.mu.Unlock()
@@ -475,11 +474,14 @@ func (s *Server) Close(ctx context.Context) error {
 	return awaitClosed(ctx, &s.wg, err)
 }
 
-// Shutdown stops accepting and waits for the open connections to end on
-// their own, their requests answered, then closes s as Close does. RADIUS
-// has no goodbye to send: a client whose connection stays open past ctx
-// sees it closed then, and fails its pending requests over. If ctx ends
-// first, Shutdown returns ctx's error once Close is done.
+// Shutdown stops accepting and reading requests, closes each connection
+// as soon as it owes no answer (an idle one at once), and returns when
+// every one is closed, then closes s as Close does: a drain ends as soon
+// as nothing is in flight. RADIUS has no goodbye to send: a client sees
+// its connection close and sends what it had not had read to another
+// server, as it does for requests still unanswered when ctx ends, when
+// the connections left are closed. If ctx ends first, Shutdown returns
+// ctx's error once Close is done.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.stopping = true
@@ -490,8 +492,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		wait = s.emptied
 	}
+	conns := make([]*serverConn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
 	s.mu.Unlock()
 	s.ln.Close()
+	for _, c := range conns {
+		c.drain("closed: the server is shutting down")
+	}
 	if wait != nil {
 		select {
 		case <-wait:
@@ -539,6 +548,13 @@ type serverConn struct {
 
 	deadline time.Time // the read deadline set, zero for none; guarded by out.Mu
 
+	// draining: no request read from now on is handled, and the
+	// connection closes once it owes no answer (drained, idle closed
+	// then); why is the reason its event gives. Guarded by out.Mu.
+	draining, drained bool
+	idle              chan struct{}
+	why               string
+
 	// admitted: a request signed with the shared secret passed
 	// verification; live: a request passed verification, signed or not.
 	// Set by the reader under out.Mu; read by the reader, and by the
@@ -561,6 +577,17 @@ func (c *serverConn) serve() {
 			c.setDeadline()
 		}
 		b, err := c.tc.ReadMessage()
+		if why, idle := c.drainState(); idle != nil {
+			// Shutdown, or its client revoked: what was read now is not
+			// handled (the client sends it elsewhere once the connection
+			// closes); the answers owed are written first.
+			select {
+			case <-idle:
+			case <-c.ctx.Done():
+			}
+			note = why
+			break
+		}
 		rearm = err != nil || radius.IsRequest(radius.Code(b))
 		switch {
 		case errors.Is(err, radius.ErrBadFrame):
@@ -602,6 +629,36 @@ func (c *serverConn) paused(unanswered int) {
 		"remote", c.tc.RemoteAddr().String(), "unanswered", unanswered, "limit", c.s.cfg.MaxUnanswered)
 }
 
+// drain stops c taking requests and closes it once it owes no answer:
+// now, if it owes none. why is the reason its event gives. Idempotent.
+func (c *serverConn) drain(why string) {
+	c.out.Mu.Lock()
+	defer c.out.Mu.Unlock()
+	if c.draining {
+		return
+	}
+	c.draining, c.why, c.idle = true, why, make(chan struct{})
+	c.closeIfIdleLocked()
+}
+
+// closeIfIdleLocked closes a draining connection that owes no answer.
+// c.out.Mu is held.
+func (c *serverConn) closeIfIdleLocked() {
+	if c.draining && !c.drained && c.out.BP.Unanswered() == 0 {
+		c.drained = true
+		close(c.idle)
+		c.tc.Close()
+	}
+}
+
+// drainState returns, for a draining connection, the reason and the
+// channel closed once it owes nothing; idle nil otherwise.
+func (c *serverConn) drainState() (why string, idle chan struct{}) {
+	c.out.Mu.Lock()
+	defer c.out.Mu.Unlock()
+	return c.why, c.idle
+}
+
 // setDeadline bounds the next read (see armDeadlineLocked).
 func (c *serverConn) setDeadline() {
 	if c.rd == nil {
@@ -620,8 +677,16 @@ func (c *serverConn) setDeadline() {
 // lost to the timeout. The outbox calls it too, when the last answer
 // owed is written. An idle deadline set less than idleSlack ago is left
 // as it is: a busy connection does not pay for a new one at every
-// request. c.out.Mu is held.
+// request. A draining connection is closed instead, once it owes
+// nothing. c.out.Mu is held.
 func (c *serverConn) armDeadlineLocked() {
+	if c.draining {
+		c.closeIfIdleLocked()
+		return
+	}
+	if c.rd == nil {
+		return
+	}
 	if !c.live {
 		c.setDeadlineLocked(c.opened.Add(c.s.cfg.OpeningTimeout))
 		return
@@ -706,10 +771,16 @@ func (c *serverConn) request(b []byte) string {
 		c.live = true
 		c.out.Mu.Unlock()
 	}
-	s.received.Add(1)
-	s.nas.received(c.addr, signed)
 	acct := code == lradius.CodeAccountingRequest
 	c.out.Held(acct)
+	if _, idle := c.drainState(); idle != nil {
+		// Draining since it was read: not handled. Held first, so that
+		// a drain in between waits for it rather than close under it.
+		c.out.Unheld(acct)
+		return ""
+	}
+	s.received.Add(1)
+	s.nas.received(c.addr, signed)
 	if code == lradius.CodeStatusServer {
 		// RFC 5997: answered by the server itself, never a login.
 		s.status.Add(1)
