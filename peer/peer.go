@@ -49,6 +49,10 @@ import (
 // Error-Message that tells nothing of the panic), logs the panic with its
 // stack (at most a few lines per ten seconds in the process), counts it in
 // Stats.HandlerPanics, publishes an EventError and keeps the connection.
+//
+// A Handler should return soon once its ctx is done: Close and Disconnect,
+// of a Peer or a Server, wait for the Handlers of the connections they
+// close, but not past their own ctx.
 type Handler func(ctx context.Context, p *Peer, req []byte) []byte
 
 // Role says whether a Peer dials (client) or was accepted (server).
@@ -413,7 +417,9 @@ func (p *Peer) Close(ctx context.Context) error {
 // requests of the peer's that crossed the DPR (DPATimeout more at most),
 // closes the connection and ends the Peer. Requests still pending fail
 // with ErrClosed. It waits for the Peer's connections and timers to end,
-// not for its subscribers and failover hook: the events and hand-overs
+// and for its Handlers, but not past ctx (a Handler that does not return
+// once its ctx is done is left to finish on its own), and not for its
+// subscribers and failover hook: the events and hand-overs
 // queued for them are delivered after, on the Peer's notifier, so a
 // subscriber may call Disconnect itself. Done is closed once they are out. Only the first Close or
 // Disconnect sends a DPR; later calls wait for the same end, and any
@@ -433,7 +439,18 @@ func (p *Peer) Disconnect(ctx context.Context, cause uint32) error {
 	case <-ctx.Done():
 		p.end(ErrClosed) // without waiting for the DPA
 	}
-	p.wg.Wait()
+	// The connections are closed; what is left are goroutines finishing:
+	// readers, and Handlers, which may not watch their ctx. Those are not
+	// waited for past ctx.
+	finished := make(chan struct{})
+	go func() {
+		p.wg.Wait()
+		close(finished)
+	}()
+	select {
+	case <-finished:
+	case <-ctx.Done():
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.closeErr

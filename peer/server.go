@@ -48,11 +48,12 @@ type Server struct {
 	cfg Config
 	ln  transport.Listener
 
-	mu     sync.Mutex
-	peers  map[*Peer]struct{}
-	closed bool
-	wg     sync.WaitGroup
-	open   serve.Admission
+	mu      sync.Mutex
+	peers   map[*Peer]struct{}
+	closed  bool
+	closing chan struct{} // closed with closed
+	wg      sync.WaitGroup
+	open    serve.Admission
 }
 
 // Listen listens on url (tcp://, tls://, sctp://) and returns a Server;
@@ -70,7 +71,7 @@ func Listen(url string, cfg Config) (*Server, error) {
 		cfg.Table = NewTable()
 	}
 	cfg.ownLanes = false // the Server's, shared by its peers: closed by Close
-	return &Server{cfg: cfg, ln: ln, peers: make(map[*Peer]struct{})}, nil
+	return &Server{cfg: cfg, ln: ln, peers: make(map[*Peer]struct{}), closing: make(chan struct{})}, nil
 }
 
 // NewServer returns a Server over a listener the caller made (the Server
@@ -84,7 +85,7 @@ func NewServer(ln transport.Listener, cfg Config) (*Server, error) {
 		cfg.Table = NewTable()
 	}
 	cfg.ownLanes = false // the Server's, shared by its peers: closed by Close
-	return &Server{cfg: cfg, ln: ln, peers: make(map[*Peer]struct{})}, nil
+	return &Server{cfg: cfg, ln: ln, peers: make(map[*Peer]struct{}), closing: make(chan struct{})}, nil
 }
 
 // Validate reports what Dial, Accept, Listen and NewServer would refuse in
@@ -147,8 +148,19 @@ func (s *Server) start(tc transport.Conn, t *serve.Ticket) {
 		<-p.opened
 		t.Admitted()
 		<-p.Done() // its last events are out before OnPeerEnd: a subscriber's state for it can then be dropped
-		p.wg.Wait()
+		finished := make(chan struct{}) // its readers and Handlers
+		go func() {
+			p.wg.Wait()
+			close(finished)
+		}()
+		select {
+		case <-finished:
+		case <-s.closing:
+			// Its socket is closed: a Handler still running, which
+			// may never return, no longer holds its place.
+		}
 		t.Ended()
+		<-finished
 		if s.OnPeerEnd != nil {
 			s.OnPeerEnd(p)
 		}
@@ -171,9 +183,12 @@ func (s *Server) Peers() []*Peer {
 
 // Close stops accepting, disconnects every peer with DPR/DPA (bounded by
 // ctx and DPATimeout; Disconnect-Cause DO_NOT_WANT_TO_TALK_TO_YOU) and
-// waits for them. Called with the context a subscriber got with an event
-// of one of its peers, it starts the disconnects and returns without
-// waiting for them.
+// waits for them, their Handlers and OnPeerEnd calls, but not past ctx:
+// it returns when ctx is done, whatever a Handler does, and what still
+// runs then ends on its own (a connection it closed gives its place back
+// at once, though its Handler still runs). Called with the context a
+// subscriber got with an event of one of its peers, it starts the
+// disconnects and returns without waiting for them.
 func (s *Server) Close(ctx context.Context) error {
 	return s.Disconnect(ctx, message.DisconnectDoNotWantToTalkToU)
 }
@@ -184,7 +199,10 @@ func (s *Server) Close(ctx context.Context) error {
 func (s *Server) Disconnect(ctx context.Context, cause uint32) error {
 	s.mu.Lock()
 	first := !s.closed
-	s.closed = true
+	if first {
+		s.closed = true
+		close(s.closing)
+	}
 	s.mu.Unlock()
 	var err error
 	if first { // a later call waits for the same end, without an error of its own
@@ -206,17 +224,23 @@ func (s *Server) Disconnect(ctx context.Context, cause uint32) error {
 			p.Disconnect(ctx, cause)
 		}()
 	}
-	wait := func() {
+	done := make(chan struct{})
+	go func() {
 		wg.Wait()
 		s.wg.Wait()
 		s.cfg.lanes.close() // their parked workers end now, not after a linger
-	}
+		close(done)
+	}()
 	if onPeer {
 		// On the notifier of one of its peers: the DPRs are sent, the
 		// rest follows (waiting here would hold that peer's events).
-		go wait()
 		return err
 	}
-	wait()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		// Handlers that ignore their ctx, or OnPeerEnd calls, still
+		// run: they end on their own.
+	}
 	return err
 }
