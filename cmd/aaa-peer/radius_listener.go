@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/aaatp/aaatp/radpeer"
 )
@@ -60,6 +61,15 @@ func (rl *radiusListener) drain() {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
 	defer cancel()
 	rl.end(ctx, rl.srv.Shutdown)
+}
+
+// closeWithin ends a drain: close bounded by d, so that a handler that
+// ignores its cancelled ctx cannot hold the process's exit, which waits
+// for drains.
+func (rl *radiusListener) closeWithin(d time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	rl.close(ctx)
 }
 
 // close is the shutdown, or the end of a drain: the socket and the

@@ -360,7 +360,7 @@ func (s *server) removeListener(u string) string {
 		switch {
 		case rl != nil:
 			rl.drain()
-			rl.close(context.Background()) // waits for the drain
+			rl.closeWithin(shutdownBudget) // waits for the drain; a stuck handler for at most shutdownBudget
 			s.keepRemoved(rl.report())
 		case srv != nil:
 			ctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
