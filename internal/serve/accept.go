@@ -30,8 +30,11 @@ const (
 // Each accepted connection is counted by adm (nil admits all) and handed
 // to start with its Ticket (nil when adm is), which start's connection
 // must tell when it is admitted and when it ends, or, over adm's limits,
-// closed at once by closeConn. start runs on the accepting goroutine: it
-// must not block.
+// closed at once by closeConn. Until it is admitted, a connection may be
+// closed by closeConn on the accepting goroutine, to make room for a
+// newer one (see Admission): its service then ends as on any closed
+// connection, and its Ticket's Admitted and Ended do nothing. start and
+// closeConn run on the accepting goroutine: they must not block.
 func Accept[C any](ln Listener[C], adm *Admission, lg *slog.Logger, closed func() bool,
 	remote func(C) net.Addr, closeConn func(C), start func(c C, t *Ticket)) error {
 	var backoff Backoff
@@ -48,7 +51,7 @@ func Accept[C any](ln Listener[C], adm *Admission, lg *slog.Logger, closed func(
 		var t *Ticket
 		if adm != nil {
 			var ok bool
-			if t, ok = adm.Admit(remote(c), lg); !ok {
+			if t, ok = adm.Admit(remote(c), lg, func() { closeConn(c) }); !ok {
 				closeConn(c)
 				continue
 			}

@@ -328,19 +328,21 @@ func TestLaneConcurrentSources(t *testing.T) {
 	assert.LessOrEqual(t, len(l.spare), keepSources)
 }
 
+// Connections that cannot be pushed out (no evict function) are refused
+// over the limits.
 func TestAdmissionLimits(t *testing.T) {
 	a := &Admission{Max: 3, PerAddr: 2, MaxConns: -1}
 	x := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1), Port: 1}
 	y := &net.TCPAddr{IP: net.IPv4(10, 0, 0, 2), Port: 2}
-	t1, ok := a.Admit(x, nil)
+	t1, ok := a.Admit(x, nil, nil)
 	require.True(t, ok)
-	t2, ok := a.Admit(x, nil)
+	t2, ok := a.Admit(x, nil, nil)
 	require.True(t, ok)
-	_, ok = a.Admit(x, nil)
+	_, ok = a.Admit(x, nil, nil)
 	assert.False(t, ok, "a third from one address is over PerAddr")
-	t3, ok := a.Admit(y, nil)
+	t3, ok := a.Admit(y, nil, nil)
 	require.True(t, ok)
-	_, ok = a.Admit(&net.TCPAddr{IP: net.IPv4(10, 0, 0, 3)}, nil)
+	_, ok = a.Admit(&net.TCPAddr{IP: net.IPv4(10, 0, 0, 3)}, nil, nil)
 	assert.False(t, ok, "a fourth in all is over Max")
 	assert.Equal(t, uint64(2), a.Refused())
 	assert.Equal(t, 3, a.Opening())
@@ -348,7 +350,7 @@ func TestAdmissionLimits(t *testing.T) {
 	t1.Admitted() // once only
 	assert.Equal(t, 2, a.Opening())
 	assert.Equal(t, 3, a.Open(), "admitted, still open")
-	_, ok = a.Admit(x, nil)
+	_, ok = a.Admit(x, nil, nil)
 	assert.True(t, ok, "room from x again")
 	t2.Ended()
 	t3.Ended()
@@ -370,23 +372,23 @@ func TestAdmissionCountsAnIPv6SlashSixtyFourAsOneSource(t *testing.T) {
 	at := func(s string) net.Addr { return &net.TCPAddr{IP: net.ParseIP(s), Port: 1} }
 	var tickets []*Ticket
 	for _, s := range []string{"2001:db8::1", "2001:db8::ffff:2"} {
-		tk, ok := a.Admit(at(s), nil)
+		tk, ok := a.Admit(at(s), nil, nil)
 		require.True(t, ok, s)
 		tickets = append(tickets, tk)
 	}
-	_, ok := a.Admit(at("2001:db8::3"), nil)
+	_, ok := a.Admit(at("2001:db8::3"), nil, nil)
 	assert.False(t, ok, "a third opening from the same /64 is over PerAddr")
-	_, ok = a.Admit(at("2001:db8:0:1::1"), nil)
+	_, ok = a.Admit(at("2001:db8:0:1::1"), nil, nil)
 	assert.True(t, ok, "another /64 counts apart")
 	tickets[0].Admitted()
 	tickets[1].Admitted()
-	tk, ok := a.Admit(at("2001:db8::4"), nil)
+	tk, ok := a.Admit(at("2001:db8::4"), nil, nil)
 	require.True(t, ok)
 	tk.Admitted()
-	_, ok = a.Admit(at("2001:db8::5"), nil)
+	_, ok = a.Admit(at("2001:db8::5"), nil, nil)
 	assert.False(t, ok, "a fourth open from the /64 is over MaxConnsPerAddr")
 	for _, s := range []string{"10.0.0.1", "10.0.0.2", "::ffff:10.0.0.3"} {
-		_, ok = a.Admit(at(s), nil)
+		_, ok = a.Admit(at(s), nil, nil)
 		assert.True(t, ok, "%s: IPv4 addresses count alone", s)
 	}
 	assert.Equal(t, netip.MustParseAddr("2001:db8::"), SourceOf(netip.MustParseAddr("2001:db8::abcd:1")))
@@ -403,18 +405,18 @@ func TestAdmissionBoundsOpenConnections(t *testing.T) {
 	a := &Admission{MaxConns: 3, MaxConnsPerAddr: -1}
 	var tickets []*Ticket
 	for i := range 3 {
-		tk, ok := a.Admit(&net.TCPAddr{IP: net.IPv4(10, 0, 0, byte(i))}, lg)
+		tk, ok := a.Admit(&net.TCPAddr{IP: net.IPv4(10, 0, 0, byte(i))}, lg, nil)
 		require.True(t, ok)
 		tk.Admitted()
 		tickets = append(tickets, tk)
 	}
 	assert.Equal(t, 0, a.Opening())
-	_, ok := a.Admit(&net.TCPAddr{IP: net.IPv4(10, 0, 1, 0)}, lg)
+	_, ok := a.Admit(&net.TCPAddr{IP: net.IPv4(10, 0, 1, 0)}, lg, nil)
 	assert.False(t, ok, "three admitted connections open: a fourth is over MaxConns")
 	assert.Contains(t, buf.String(), "too many connections open")
 	assert.Contains(t, buf.String(), "max_connections=3")
 	tickets[0].Ended()
-	_, ok = a.Admit(&net.TCPAddr{IP: net.IPv4(10, 0, 1, 0)}, lg)
+	_, ok = a.Admit(&net.TCPAddr{IP: net.IPv4(10, 0, 1, 0)}, lg, nil)
 	assert.True(t, ok, "room once one ended")
 	assert.Equal(t, uint64(1), a.Refused())
 	// MaxConnsPerAddr: one host cannot take every place.
@@ -422,35 +424,35 @@ func TestAdmissionBoundsOpenConnections(t *testing.T) {
 	x := &net.TCPAddr{IP: net.IPv4(10, 3, 0, 1)}
 	var fromX []*Ticket
 	for range 2 {
-		tk, ok := c.Admit(x, lg)
+		tk, ok := c.Admit(x, lg, nil)
 		require.True(t, ok)
 		tk.Admitted()
 		fromX = append(fromX, tk)
 	}
-	_, ok = c.Admit(x, lg)
+	_, ok = c.Admit(x, lg, nil)
 	assert.False(t, ok, "a third admitted connection from one address is over MaxConnsPerAddr")
 	assert.Contains(t, buf.String(), "too many connections open from one address")
-	_, ok = c.Admit(&net.TCPAddr{IP: net.IPv4(10, 3, 0, 2)}, lg)
+	_, ok = c.Admit(&net.TCPAddr{IP: net.IPv4(10, 3, 0, 2)}, lg, nil)
 	assert.True(t, ok, "another address has room")
 	fromX[0].Ended()
-	_, ok = c.Admit(x, lg)
+	_, ok = c.Admit(x, lg, nil)
 	assert.True(t, ok, "room from x once one of its connections ended")
 
 	b := &Admission{MaxConnsPerAddr: -1}
 	for i := range DefaultMaxConns {
-		tk, ok := b.Admit(&net.TCPAddr{IP: net.IPv4(10, 1, byte(i>>8), byte(i))}, nil)
+		tk, ok := b.Admit(&net.TCPAddr{IP: net.IPv4(10, 1, byte(i>>8), byte(i))}, nil, nil)
 		require.True(t, ok)
 		tk.Admitted()
 	}
-	_, ok = b.Admit(&net.TCPAddr{IP: net.IPv4(10, 2, 0, 0)}, nil)
+	_, ok = b.Admit(&net.TCPAddr{IP: net.IPv4(10, 2, 0, 0)}, nil, nil)
 	assert.False(t, ok, "zero is DefaultMaxConns")
 	d := &Admission{}
 	for range DefaultMaxConnsPerAddr {
-		tk, ok := d.Admit(x, nil)
+		tk, ok := d.Admit(x, nil, nil)
 		require.True(t, ok)
 		tk.Admitted()
 	}
-	_, ok = d.Admit(x, nil)
+	_, ok = d.Admit(x, nil, nil)
 	assert.False(t, ok, "zero is DefaultMaxConnsPerAddr")
 }
 
@@ -507,32 +509,72 @@ func TestAcceptBacksOffAndGoesOn(t *testing.T) {
 	b.Close()
 }
 
+// Over a limit on the connections not admitted yet, Accept closes the
+// oldest of them and serves the new one; over a limit that admitted
+// connections hold, it closes the new one.
 func TestAcceptClosesOverAdmission(t *testing.T) {
-	ln := &failingListener{conns: make(chan net.Conn, 2), closed: make(chan struct{})}
-	adm := &Admission{Max: 1}
-	var started atomic.Int32
-	closedConns := make(chan net.Conn, 2)
+	ln := &failingListener{conns: make(chan net.Conn), closed: make(chan struct{})}
+	adm := &Admission{Max: 1, MaxConns: 2}
+	started := make(chan *Ticket)
+	closedConns := make(chan net.Conn, 3)
 	done := make(chan error)
 	go func() {
 		done <- Accept[net.Conn](ln, adm, nil, func() bool { return false },
 			func(net.Conn) net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)} },
 			func(c net.Conn) { closedConns <- c; c.Close() },
-			func(c net.Conn, _ *Ticket) { started.Add(1) })
+			func(c net.Conn, tk *Ticket) { started <- tk })
 	}()
-	a1, b1 := net.Pipe()
-	a2, b2 := net.Pipe()
-	defer a1.Close()
-	defer a2.Close()
-	defer b1.Close()
-	ln.conns <- b1
-	ln.conns <- b2
-	select {
-	case c := <-closedConns:
-		assert.Same(t, b2, c, "the second is over Max: closed at once")
-	case <-time.After(5 * time.Second):
-		t.Fatal("not refused")
+	var conns []net.Conn
+	pipe := func() net.Conn {
+		a, b := net.Pipe()
+		conns = append(conns, a, b)
+		return b
 	}
-	assert.Equal(t, int32(1), started.Load())
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	// start and closed fail the test rather than hang it when Accept
+	// does not do what it should.
+	start := func() *Ticket {
+		t.Helper()
+		select {
+		case tk := <-started:
+			return tk
+		case <-time.After(10 * time.Second):
+			t.Fatal("nothing started")
+			return nil
+		}
+	}
+	closed := func() net.Conn {
+		t.Helper()
+		select {
+		case c := <-closedConns:
+			return c
+		case <-time.After(10 * time.Second):
+			t.Fatal("nothing closed")
+			return nil
+		}
+	}
+	b1, b2, b3 := pipe(), pipe(), pipe()
+	ln.conns <- b1
+	t1 := start()
+	ln.conns <- b2
+	assert.Same(t, b1, closed(), "the first, not admitted yet, is closed to make room for the second")
+	t2 := start()
+	assert.True(t, t1.Evicted())
+	assert.False(t, t2.Evicted())
+	t1.Ended() // as its server sees it closed: nothing given back twice
+	assert.Equal(t, 1, adm.Opening())
+	assert.Equal(t, 1, adm.Open())
+	t2.Admitted()
+	ln.conns <- pipe()
+	start().Admitted()
+	ln.conns <- b3
+	assert.Same(t, b3, closed(), "the two places open are held by admitted connections: the new one is closed at once")
+	assert.Equal(t, uint64(1), adm.Evicted())
+	assert.Equal(t, uint64(1), adm.Refused())
 	ln.Close()
 	require.NoError(t, <-done)
 }
