@@ -3,6 +3,7 @@ package radpeer
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -292,5 +293,80 @@ func TestServerShutdownClosesConnectionsAsTheyIdle(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Errorf("Shutdown once both connections closed: %v", err)
+	}
+}
+
+// SetClients revokes: a stream connection whose client was removed is
+// closed at once; one whose client's secret changed keeps working on the
+// old secret for SecretGrace (a NAS mid-rotation loses nothing), then is
+// closed; one whose client is unchanged goes on.
+func TestServerSetClientsRevokes(t *testing.T) {
+	ln, err := Listen("radius+tcp://127.0.0.1:0", transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcC := netip.MustParseAddr("127.0.0.5")
+	clients := func(secretA string, withB bool) func(netip.Addr) (Client, bool) {
+		return func(a netip.Addr) (Client, bool) {
+			switch {
+			case a == srcA:
+				return Client{Name: "a", Secret: []byte(secretA)}, true
+			case a == srcB && withB:
+				return Client{Name: "b", Secret: []byte("secret-b")}, true
+			case a == srcC:
+				return Client{Name: "c", Secret: []byte("secret-c")}, true
+			}
+			return Client{}, false
+		}
+	}
+	srv, err := NewServer(ln, SchemeTCP, ServerConfig{Clients: clients("secret-a", true), SecretGrace: 300 * time.Millisecond, Logger: quietLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	defer mustClose(t, srv)
+	addr := ln.Addr().String()
+	ask := func(c net.Conn, id byte, secret string) error {
+		t.Helper()
+		req, _, _ := radius.EncodeRequest(accessReq("alice"), id, []byte(secret))
+		c.Write(req)
+		ans, err := readPacket(c, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		return radius.VerifyResponse(ans, radius.Authenticator(req), []byte(secret), true)
+	}
+	closed := func(c net.Conn) bool { // closed by the server, not timed out
+		_, err := readPacket(c, 5*time.Second)
+		var ne net.Error
+		return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+	}
+	a, b, c := tcpFrom(t, srcA, addr), tcpFrom(t, srcB, addr), tcpFrom(t, srcC, addr)
+	for i, x := range []struct {
+		c      net.Conn
+		secret string
+	}{{a, "secret-a"}, {b, "secret-b"}, {c, "secret-c"}} {
+		if err := ask(x.c, byte(i+1), x.secret); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b removed; a's secret rotated; c unchanged.
+	if err := srv.SetClients(nil, clients("secret-a2", false)); err != nil {
+		t.Fatal(err)
+	}
+	if !closed(b) {
+		t.Error("the connection of a removed client is still open")
+	}
+	if err := ask(a, 10, "secret-a"); err != nil {
+		t.Errorf("the connection whose secret changed, within its grace: %v", err)
+	}
+	if !closed(a) {
+		t.Error("the connection whose secret changed is still open after its grace")
+	}
+	if err := ask(c, 11, "secret-c"); err != nil {
+		t.Errorf("the unchanged client's connection: %v", err)
+	}
+	if err := ask(tcpFrom(t, srcA, addr), 12, "secret-a2"); err != nil {
+		t.Errorf("a new connection on the new secret: %v", err)
 	}
 }

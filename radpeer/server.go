@@ -1,6 +1,7 @@
 package radpeer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -59,6 +60,17 @@ const (
 	// long: four times a client watchdog's 30 s, whose Status-Server
 	// keeps a live connection busy.
 	DefaultIdleTimeout = 2 * time.Minute
+	// DefaultSecretGrace is how long a stream connection whose client's
+	// secret SetClients changed keeps its old secret: room for the
+	// requests in flight and their retries (a NAS gives up on one within
+	// some seconds, and rarely waits 30), so that a NAS mid-rotation
+	// loses nothing, yet a secret changed because it leaked stops
+	// working within a minute.
+	DefaultSecretGrace = time.Minute
+	// revokeDrainBound bounds how long a connection revoked by
+	// SetClients, no longer read, waits for the answers it owes before
+	// it is closed anyway.
+	revokeDrainBound = 10 * time.Second
 )
 
 // Client is a RADIUS client a server knows by the address its requests
@@ -153,6 +165,12 @@ type ServerConfig struct {
 	// MaxOpening for which admit it). Default
 	// DefaultOpeningTimeout.
 	OpeningTimeout time.Duration
+	// SecretGrace is how long a stream connection whose client's secret
+	// SetClients changed keeps working on the old one; then it is read no
+	// more and closed once it owes no answer (within 10 s). A connection
+	// whose client SetClients removed is closed at once. Default
+	// DefaultSecretGrace; negative: no grace.
+	SecretGrace time.Duration
 	// IdleTimeout closes a stream connection that sent no whole request
 	// for that long while owed no answer, and so also one that sends a
 	// request too slowly. Default DefaultIdleTimeout; negative: never.
@@ -204,6 +222,9 @@ func (cfg ServerConfig) withDefaults() ServerConfig {
 	}
 	if cfg.IdleTimeout == 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.SecretGrace == 0 {
+		cfg.SecretGrace = DefaultSecretGrace
 	}
 	if cfg.DupTTL <= 0 {
 		cfg.DupTTL = DefaultDupTTL
@@ -345,7 +366,8 @@ func (s *Server) Serve() error {
 // start runs a connection's reader; t is its place in s.open.
 func (s *Server) start(tc transport.Conn, t *serve.Ticket) {
 	addr, _ := serve.AddrOf(tc.RemoteAddr())
-	secret, ok := s.clientSecret(addr)
+	keys := s.keys.Load()
+	secret, ok := keys.lookup(addr)
 	if !ok {
 		s.unknownClient.Add(1)
 		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindUnknownClient, "RADIUS connection closed at once: its source is no configured client",
@@ -370,6 +392,17 @@ func (s *Server) start(tc transport.Conn, t *serve.Ticket) {
 		tc.Close()
 		return
 	}
+	if k := s.keys.Load(); k != keys {
+		// SetClients ran since the lookup, and walked the connections
+		// without this one: it takes the new secrets.
+		if c.secret, ok = k.lookup(addr); !ok {
+			s.mu.Unlock()
+			s.unknownClient.Add(1)
+			t.Ended()
+			tc.Close()
+			return
+		}
+	}
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -377,28 +410,54 @@ func (s *Server) start(tc transport.Conn, t *serve.Ticket) {
 	go c.serve()
 }
 
-// clientSecret returns the secret of the client at addr; false when
-// the server's clients do not know it.
-func (s *Server) clientSecret(addr netip.Addr) ([]byte, bool) {
-	return s.keys.Load().lookup(addr)
-}
-
 // SetClients changes the secrets s verifies requests with, as its
 // ServerConfig's Secret and Clients would (with clients nil, every
 // source is a client of secret; radsec listeners use RadSecSecret). A
-// connection accepted from now on is verified with them; one accepted
-// before keeps the client and secret it was accepted with until it
-// closes, so that a client still on the old secret loses nothing, and
-// one that moved to the new secret fails verification there, is closed
-// and reconnects. The counters by client address take the new names.
-// What is refused changes nothing. Safe for concurrent use.
+// connection accepted from now on is verified with them. One accepted
+// before:
+//   - whose client is gone is closed at once (a removed or compromised
+//     NAS stops being served);
+//   - whose client's secret changed keeps the old one for
+//     ServerConfig.SecretGrace, so that a NAS mid-rotation loses nothing
+//     (one that moved to the new secret on it fails verification there,
+//     is closed and reconnects); then it is read no more and closed once
+//     it owes no answer, so that a leaked secret stops working;
+//   - whose secret is unchanged goes on (a grace begun before ends if
+//     its secret is back).
+//
+// Connections closed or given a grace are logged. The counters by client
+// address take the new names. What is refused changes nothing. Safe for
+// concurrent use.
 func (s *Server) SetClients(secret []byte, clients func(netip.Addr) (Client, bool)) error {
 	k, err := newClientKeys(s.scheme, secret, clients)
 	if err != nil {
 		return err
 	}
-	s.keys.Store(k)
+	s.mu.Lock()
+	s.keys.Store(k) // under mu: start sees it, or is among the conns walked
+	removed, grace := 0, 0
+	for c := range s.conns {
+		sec, ok := k.lookup(c.addr)
+		switch {
+		case !ok:
+			removed++
+			c.revoke()
+		case !bytes.Equal(sec, c.secret):
+			grace++
+			if c.grace == nil {
+				c.grace = time.AfterFunc(max(s.cfg.SecretGrace, 0), c.endGrace)
+			}
+		case c.grace != nil:
+			c.grace.Stop()
+			c.grace = nil
+		}
+	}
+	s.mu.Unlock()
 	s.nas.rename()
+	if removed+grace > 0 {
+		s.cfg.Logger.Info("RADIUS clients changed: connections of removed clients closed, those on a changed secret kept for its grace",
+			"addr", s.ln.Addr().String(), "closed", removed, "in_grace", grace, "grace", max(s.cfg.SecretGrace, 0))
+	}
 	return nil
 }
 
@@ -548,6 +607,10 @@ type serverConn struct {
 
 	deadline time.Time // the read deadline set, zero for none; guarded by out.Mu
 
+	// grace ends the connection's old secret (SetClients); guarded by
+	// s.mu.
+	grace *time.Timer
+
 	// draining: no request read from now on is handled, and the
 	// connection closes once it owes no answer (drained, idle closed
 	// then); why is the reason its event gives. Guarded by out.Mu.
@@ -614,6 +677,10 @@ func (c *serverConn) serve() {
 	c.ticket.Ended()
 	c.out.Close(true)
 	s.mu.Lock()
+	if c.grace != nil {
+		c.grace.Stop()
+		c.grace = nil
+	}
 	delete(s.conns, c)
 	if len(s.conns) == 0 && s.emptied != nil {
 		close(s.emptied)
@@ -639,6 +706,31 @@ func (c *serverConn) drain(why string) {
 	}
 	c.draining, c.why, c.idle = true, why, make(chan struct{})
 	c.closeIfIdleLocked()
+}
+
+// revoke closes c at once: its client was removed.
+func (c *serverConn) revoke() {
+	c.out.Mu.Lock()
+	if !c.draining {
+		c.draining, c.why, c.idle = true, "closed: its client was removed", make(chan struct{})
+	}
+	if !c.drained {
+		c.drained = true
+		close(c.idle)
+	}
+	c.out.Mu.Unlock()
+	c.tc.Close()
+	c.cancel()
+}
+
+// endGrace ends the old secret of c: it is drained, and closed anyway
+// revokeDrainBound later if it still owes answers then.
+func (c *serverConn) endGrace() {
+	c.drain("closed: its client's shared secret changed")
+	time.AfterFunc(revokeDrainBound, func() {
+		c.tc.Close()
+		c.cancel()
+	})
 }
 
 // closeIfIdleLocked closes a draining connection that owes no answer.

@@ -14,9 +14,10 @@ import (
 // radiusListener is one RADIUS --listen URL of the server: a radpeer
 // server on its socket. A reload that changes the shared secret or the
 // [[client]] tables changes the server's secrets in place
-// (radpeer.Server.SetClients): no connection is refused and no datagram
-// lost while it changes, and a RADIUS/TCP or TLS connection accepted
-// before keeps the secret it was accepted with until it closes.
+// (radpeer.Server.SetClients): no datagram is lost while it changes; a
+// RADIUS/TCP or TLS connection accepted before whose client was removed
+// is closed at once, and one whose secret changed keeps the old secret
+// for radpeer.DefaultSecretGrace, then is closed once it owes no answer.
 type radiusListener struct {
 	url, bound string
 	proto      string // the [[client]] protocol of url
