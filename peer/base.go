@@ -110,9 +110,9 @@ func (c *Config) addCapabilities(b *message.Builder, local net.Addr) {
 	c.addIdentity(b)
 	ips := c.HostIPAddresses
 	if len(ips) == 0 {
-		if a, ok := serve.AddrOf(local); ok {
-			ips = []netip.Addr{a}
-		} else {
+		// Every local address of the connection: a multi-homed SCTP
+		// endpoint lists each (RFC 6733 2.1, 5.3).
+		if ips = serve.AddrsOf(local); len(ips) == 0 {
 			ips = []netip.Addr{netip.IPv4Unspecified()}
 		}
 	}

@@ -5,8 +5,11 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/ishidawataru/sctp"
 )
 
 // Defaults of Admission's limits.
@@ -344,7 +347,8 @@ func (o *Admission) Refused() uint64 { return o.refused.Load() }
 func (o *Admission) Evicted() uint64 { return o.evicted.Load() }
 
 // AddrOf returns the IP address of a, without its port, IPv4-mapped
-// addresses unmapped.
+// addresses unmapped. For an SCTP association's address, which lists
+// every address of a multi-homed endpoint, it is the first: the primary.
 func AddrOf(a net.Addr) (netip.Addr, bool) {
 	switch v := a.(type) {
 	case *net.TCPAddr:
@@ -352,6 +356,12 @@ func AddrOf(a net.Addr) (netip.Addr, bool) {
 		return ip.Unmap(), ok
 	case *net.UDPAddr:
 		ip, ok := netip.AddrFromSlice(v.IP)
+		return ip.Unmap(), ok
+	case *sctp.SCTPAddr:
+		if v == nil || len(v.IPAddrs) == 0 {
+			return netip.Addr{}, false
+		}
+		ip, ok := netip.AddrFromSlice(v.IPAddrs[0].IP)
 		return ip.Unmap(), ok
 	case interface{ AddrPort() netip.AddrPort }:
 		return v.AddrPort().Addr().Unmap(), true
@@ -364,4 +374,23 @@ func AddrOf(a net.Addr) (netip.Addr, bool) {
 		return netip.Addr{}, false
 	}
 	return ap.Addr().Unmap(), true
+}
+
+// AddrsOf returns every IP address of a, IPv4-mapped addresses unmapped,
+// leaving out the unspecified ones: those of a multi-homed SCTP
+// endpoint, or the one AddrOf returns. It is empty when a holds none.
+func AddrsOf(a net.Addr) []netip.Addr {
+	var ips []netip.Addr
+	if v, ok := a.(*sctp.SCTPAddr); ok && v != nil {
+		for _, x := range v.IPAddrs {
+			if ip, ok := netip.AddrFromSlice(x.IP); ok && !ip.Unmap().IsUnspecified() && !slices.Contains(ips, ip.Unmap()) {
+				ips = append(ips, ip.Unmap())
+			}
+		}
+		return ips
+	}
+	if ip, ok := AddrOf(a); ok && ip.IsValid() && !ip.IsUnspecified() {
+		ips = append(ips, ip)
+	}
+	return ips
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ishidawataru/sctp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -264,4 +265,30 @@ func TestAdmissionRandomKeepsEveryBound(t *testing.T) {
 		require.Zero(t, a.Opening())
 		require.Zero(t, a.Open())
 	}
+}
+
+// An SCTP association's address lists every address of a multi-homed
+// peer: the first, its primary, is the source the per-address limits
+// count it by, and every one is a Host-IP-Address.
+func TestAddrOfSCTP(t *testing.T) {
+	peerA := &sctp.SCTPAddr{IPAddrs: []net.IPAddr{{IP: net.IPv4(10, 0, 0, 1)}, {IP: net.IPv4(10, 0, 0, 2)}}, Port: 3868}
+	peerB := &sctp.SCTPAddr{IPAddrs: []net.IPAddr{{IP: net.IPv4(192, 0, 2, 7)}, {IP: net.ParseIP("2001:db8::8")}}, Port: 3868}
+	ip, ok := AddrOf(peerA)
+	require.True(t, ok)
+	assert.Equal(t, netip.MustParseAddr("10.0.0.1"), ip)
+	assert.Equal(t, []netip.Addr{netip.MustParseAddr("192.0.2.7"), netip.MustParseAddr("2001:db8::8")}, AddrsOf(peerB))
+	assert.Equal(t, []netip.Addr{netip.MustParseAddr("10.0.0.3")}, AddrsOf(&net.TCPAddr{IP: net.ParseIP("::ffff:10.0.0.3")}))
+	assert.Empty(t, AddrsOf(&sctp.SCTPAddr{IPAddrs: []net.IPAddr{{IP: net.IPv4zero}}}), "no address worth advertising")
+	_, ok = AddrOf(&sctp.SCTPAddr{})
+	assert.False(t, ok)
+	_, ok = AddrOf(nil)
+	assert.False(t, ok)
+
+	adm := &Admission{PerAddr: 1, Max: -1, MaxConns: -1, MaxConnsPerAddr: -1}
+	_, ok = adm.Admit(peerA, nil, nil)
+	require.True(t, ok)
+	_, ok = adm.Admit(peerB, nil, nil)
+	assert.True(t, ok, "two multi-homed peers are two sources")
+	_, ok = adm.Admit(&sctp.SCTPAddr{IPAddrs: []net.IPAddr{{IP: net.IPv4(10, 0, 0, 1)}}, Port: 1}, nil, nil)
+	assert.False(t, ok, "another association from peer A's primary is peer A's")
 }
