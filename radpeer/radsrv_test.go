@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"sync/atomic"
@@ -368,5 +369,53 @@ func TestServerSetClientsRevokes(t *testing.T) {
 	}
 	if err := ask(tcpFrom(t, srcA, addr), 12, "secret-a2"); err != nil {
 		t.Errorf("a new connection on the new secret: %v", err)
+	}
+}
+
+// Unsigned Access-Requests (no secret needed, over UDP from any address)
+// from many sources take at most half of the queue: a NAS's signed
+// request is queued, not refused.
+func TestUDPServerUnsignedFloodDoesNotRefuseSigned(t *testing.T) {
+	g := &gate{ch: make(chan struct{})}
+	srv := startMAUDP(t, ServerConfig{Handler: g.handler, MaxInFlight: 1, MaxQueued: 4, Logger: quietLogger})
+	for i := range 5 { // one runs; of the four from other sources, two wait
+		c := dialUDP(t, fmt.Sprintf("127.0.0.%d", 3+i), srv)
+		c.Write(unsignedRequest(t, lradius.CodeAccessRequest, byte(i+1), &lradius.AVP{Type: radius.AttrUserName, Attribute: []byte("mallory")}))
+	}
+	waitFor(t, "five unsigned requests read", func() bool { return srv.Stats().Received == 5 })
+	nas := dialUDP(t, "127.0.0.1", srv)
+	for id := range byte(3) { // two beside the unsigned, a third pushing one out
+		nas.Write(signedRequest(t, id+1, "alice"))
+	}
+	waitFor(t, "the NAS's requests read", func() bool { return srv.Stats().Received == 8 })
+	close(g.ch)
+	for i := range 3 {
+		if _, err := readAnswer(nas, 5*time.Second); err != nil {
+			t.Fatalf("the NAS got %d answers to its 3 signed requests (%v); stats %+v", i, err, srv.Stats())
+		}
+	}
+}
+
+// A NAS's signed requests waiting in a full queue are not pushed out by
+// unsigned requests from other (spoofable) sources: every one is
+// answered.
+func TestUDPServerUnsignedFloodDoesNotPushOutSigned(t *testing.T) {
+	g := &gate{ch: make(chan struct{})}
+	srv := startMAUDP(t, ServerConfig{Handler: g.handler, MaxInFlight: 1, MaxQueued: 4, Logger: quietLogger})
+	nas := dialUDP(t, "127.0.0.1", srv)
+	for id := range byte(5) { // one runs, four wait
+		nas.Write(signedRequest(t, id+1, "alice"))
+	}
+	waitFor(t, "the NAS's five requests read", func() bool { return srv.Stats().Received == 5 })
+	for i := range 4 {
+		c := dialUDP(t, fmt.Sprintf("127.0.0.%d", 3+i), srv)
+		c.Write(unsignedRequest(t, lradius.CodeAccessRequest, 1, &lradius.AVP{Type: radius.AttrUserName, Attribute: []byte("mallory")}))
+	}
+	waitFor(t, "nine requests read", func() bool { return srv.Stats().Received == 9 })
+	close(g.ch)
+	for i := range 5 {
+		if _, err := readAnswer(nas, 5*time.Second); err != nil {
+			t.Fatalf("the NAS got %d answers to its 5 signed requests (%v); stats %+v", i, err, srv.Stats())
+		}
 	}
 }

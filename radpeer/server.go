@@ -130,7 +130,11 @@ type ServerConfig struct {
 	// wait, a request pushes out the newest waiting one of the connection
 	// with the most waiting, or is itself dropped if its own connection
 	// has about as many. A dropped request is counted and logged (a
-	// client retransmits or fails over). Default DefaultMaxQueued;
+	// client retransmits or fails over). Access-Requests that prove no
+	// secret (no Message-Authenticator; anyone can send them, over UDP
+	// from any address) wait apart, at most half of MaxQueued, run after
+	// the signed ones waiting, and are the first pushed out: they never
+	// refuse or push out a signed request. Default DefaultMaxQueued;
 	// negative: none wait.
 	MaxQueued int
 	// MaxUnanswered bounds, per stream connection, the requests read and
@@ -883,7 +887,13 @@ func (c *serverConn) request(b []byte) string {
 	if acct {
 		lane = s.acct
 	}
-	lane.Submit(c, job{c, b})
+	if signed || s.radsec {
+		lane.Submit(c, job{c, b})
+	} else {
+		// It proves no secret: it waits apart, and never refuses or
+		// pushes out a request signed with the secret.
+		lane.SubmitWeak(c, job{c, b})
+	}
 	return ""
 }
 

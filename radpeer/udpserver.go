@@ -324,7 +324,14 @@ func (s *UDPServer) packet(b []byte, from net.Addr, local udpLocal) {
 	if code == lradius.CodeAccountingRequest {
 		lane = s.acct
 	}
-	lane.Submit(client, udpRequest{dup: e, b: b, secret: secret, from: from, local: local, client: client})
+	r := udpRequest{dup: e, b: b, secret: secret, from: from, local: local, client: client}
+	if signed {
+		lane.Submit(client, r)
+	} else {
+		// Anyone can send it, from any address: it waits apart, and never
+		// refuses or pushes out a request signed with the secret.
+		lane.SubmitWeak(client, r)
+	}
 }
 
 // duplicate answers a retransmission from the cache: resp, or nothing

@@ -26,6 +26,16 @@ import (
 // refusals fall on it, not on them. The lane is work-conserving: one
 // source alone may use every worker and the whole queue.
 //
+// A job submitted with SubmitWeak is one anyone could have sent (an
+// Access-Request that carries no proof of the shared secret, over UDP
+// from any address): weak jobs wait apart, at most half of Queue, and
+// never run before a strong job that waits. When the queue is full a
+// strong job pushes out the newest weak job of the source with the most
+// weak jobs waiting, if any waits; a weak job may push out only another
+// weak job (by the rule above, among the weak), never a strong one. So a
+// flood of weak jobs from many sources neither refuses nor pushes out
+// the strong jobs of the sources that hold the secret.
+//
 // A Lane runs its jobs on a workpool.Pool, at most max at once, and a
 // worker that ends a job takes the next queued one: a busy lane reuses
 // its goroutines and their grown stacks, an idle one keeps none once
@@ -36,16 +46,24 @@ type Lane[K comparable, T any] struct {
 	max, queue  int
 	pool        *workpool.Pool[T]
 
-	mu      sync.Mutex
-	busy    int // jobs running (goroutines)
+	weakMax int // weak jobs waiting at most
+
+	mu         sync.Mutex
+	busy       int        // jobs running (goroutines)
+	fair[K, T]            // the strong jobs waiting
+	weak       fair[K, T] // the weak jobs waiting (SubmitWeak)
+	refused    uint64
+	peak       int // most jobs waiting at once
+}
+
+// fair is jobs waiting in a Lane, by source, the sources taking turns.
+type fair[K comparable, T any] struct {
 	waiting int // jobs waiting, of every source
 	sources map[K]*source[K, T]
 	turn    *source[K, T]   // the source whose job runs next; the ring of sources with jobs waiting
 	byLen   []*source[K, T] // byLen[n]: the sources with n jobs waiting (n >= 1), a list
 	top     int             // the most jobs a source has waiting
 	spare   []*source[K, T] // sources to reuse
-	refused uint64
-	peak    int // most jobs waiting at once
 }
 
 // source is the jobs of one source waiting in a Lane, on its ring of
@@ -90,7 +108,12 @@ func NewLane[K comparable, T any](run, refuse func(T), max, queue int, wg *sync.
 	case queue < 0:
 		queue = 0
 	}
-	l := &Lane[K, T]{run: run, refuse: refuse, max: max, queue: queue, sources: make(map[K]*source[K, T])}
+	l := &Lane[K, T]{run: run, refuse: refuse, max: max, queue: queue, weakMax: queue / 2}
+	if queue == 1 {
+		l.weakMax = 1
+	}
+	l.fair.sources = make(map[K]*source[K, T])
+	l.weak.sources = make(map[K]*source[K, T])
 	l.pool = workpool.New(l.work, wg)
 	return l
 }
@@ -102,10 +125,17 @@ func (l *Lane[K, T]) Close() { l.pool.Close() }
 
 // Submit runs j, from source k, now if fewer than Max jobs run, and
 // otherwise queues it behind k's other waiting jobs. When Queue jobs wait
-// already, either j is refused or it takes the place of another source's
-// newest job, which is refused; refuse is called for the refused one
-// before Submit returns. Submit never waits for a job to end.
-func (l *Lane[K, T]) Submit(k K, j T) {
+// already, either j is refused or it takes the place of a weak job, or of
+// another source's newest job, which is refused; refuse is called for the
+// refused one before Submit returns. Submit never waits for a job to end.
+func (l *Lane[K, T]) Submit(k K, j T) { l.submit(k, j, false) }
+
+// SubmitWeak is Submit for a job anyone could have sent (see Lane): it
+// waits apart, at most half of Queue, behind every strong job, and is the
+// first pushed out.
+func (l *Lane[K, T]) SubmitWeak(k K, j T) { l.submit(k, j, true) }
+
+func (l *Lane[K, T]) submit(k K, j T, weak bool) {
 	l.mu.Lock()
 	if l.busy < l.max {
 		l.busy++
@@ -113,26 +143,38 @@ func (l *Lane[K, T]) Submit(k K, j T) {
 		l.pool.Submit(j)
 		return
 	}
-	s := l.sources[k]
-	if l.waiting >= l.queue {
-		v := l.victim(s)
+	f := &l.fair
+	if weak {
+		f = &l.weak
+	}
+	if l.fair.waiting+l.weak.waiting >= l.queue || weak && l.weak.waiting >= l.weakMax {
+		var v *fair[K, T]
+		switch {
+		case !weak && l.weak.waiting > 0:
+			v = &l.weak // a strong job before any weak one
+		case f.victim(f.sources[k]) != nil:
+			v = f
+		}
 		if v == nil {
 			l.refused++
 			l.mu.Unlock()
 			l.refuse(j)
 			return
 		}
-		out := v.q[len(v.q)-1]
-		var zero T
-		v.q[len(v.q)-1] = zero
-		v.q = v.q[:len(v.q)-1]
-		l.moved(v, v.len()+1)
-		l.waiting--
+		out := v.popNewest()
 		l.refused++
 		defer l.refuse(out) // after the unlock below
 	}
+	f.push(k, j)
+	l.peak = max(l.peak, l.fair.waiting+l.weak.waiting)
+	l.mu.Unlock()
+}
+
+// push queues j behind the jobs of source k. l.mu is held.
+func (f *fair[K, T]) push(k K, j T) {
+	s := f.sources[k]
 	if s == nil {
-		s = l.join(k)
+		s = f.join(k)
 	}
 	if s.head > 0 && len(s.q) == cap(s.q) {
 		n := copy(s.q, s.q[s.head:])
@@ -140,29 +182,60 @@ func (l *Lane[K, T]) Submit(k K, j T) {
 		s.q, s.head = s.q[:n], 0
 	}
 	s.q = append(s.q, j)
-	l.moved(s, s.len()-1)
-	l.waiting++
-	l.peak = max(l.peak, l.waiting)
-	l.mu.Unlock()
+	f.moved(s, s.len()-1)
+	f.waiting++
+}
+
+// popNewest takes out the newest job of a source with the most waiting.
+// l.mu is held.
+func (f *fair[K, T]) popNewest() T {
+	v := f.byLen[f.top]
+	out := v.q[len(v.q)-1]
+	var zero T
+	v.q[len(v.q)-1] = zero
+	v.q = v.q[:len(v.q)-1]
+	f.moved(v, v.len()+1)
+	f.waiting--
+	if v.len() == 0 {
+		f.leave(v)
+	}
+	return out
+}
+
+// popTurn takes out the oldest job of the source in turn, and passes the
+// turn on. l.mu is held.
+func (f *fair[K, T]) popTurn() T {
+	s := f.turn
+	var zero T
+	j := s.q[s.head]
+	s.q[s.head] = zero
+	s.head++
+	f.moved(s, s.len()+1)
+	f.waiting--
+	f.turn = s.next
+	if s.len() == 0 {
+		f.leave(s)
+	}
+	return j
 }
 
 // victim returns the source whose newest job a job from s (nil: none
 // waiting) may push out of a full queue: one with the most jobs waiting,
 // if it has at least two more than s. l.mu is held.
-func (l *Lane[K, T]) victim(s *source[K, T]) *source[K, T] {
+func (f *fair[K, T]) victim(s *source[K, T]) *source[K, T] {
 	n := 0
 	if s != nil {
 		n = s.len()
 	}
-	if l.top < n+2 {
+	if f.top < n+2 {
 		return nil
 	}
-	return l.byLen[l.top]
+	return f.byLen[f.top]
 }
 
 // moved puts s, which had from jobs waiting, on the list of those with as
 // many as it has now (one more or one less), and keeps top. l.mu is held.
-func (l *Lane[K, T]) moved(s *source[K, T], from int) {
+func (l *fair[K, T]) moved(s *source[K, T], from int) {
 	to := s.len()
 	if from > 0 { // off its list
 		if s.lprev != nil {
@@ -198,7 +271,7 @@ func (l *Lane[K, T]) moved(s *source[K, T], from int) {
 
 // join puts a source with no job waiting on the ring, last in turn.
 // l.mu is held.
-func (l *Lane[K, T]) join(k K) *source[K, T] {
+func (l *fair[K, T]) join(k K) *source[K, T] {
 	var s *source[K, T]
 	if n := len(l.spare); n > 0 {
 		s, l.spare = l.spare[n-1], l.spare[:n-1]
@@ -217,7 +290,7 @@ func (l *Lane[K, T]) join(k K) *source[K, T] {
 }
 
 // leave takes a source with no job waiting off the ring. l.mu is held.
-func (l *Lane[K, T]) leave(s *source[K, T]) {
+func (l *fair[K, T]) leave(s *source[K, T]) {
 	if s.next == s {
 		l.turn = nil
 	} else {
@@ -238,26 +311,21 @@ func (l *Lane[K, T]) leave(s *source[K, T]) {
 	}
 }
 
-// work runs j, then waiting jobs, a source at a time in turn, until none
-// is left, on a worker.
+// work runs j, then waiting jobs, a source at a time in turn, strong
+// jobs before weak ones, until none is left, on a worker.
 func (l *Lane[K, T]) work(j T) {
 	for {
 		l.run(j)
 		l.mu.Lock()
-		if l.waiting == 0 {
+		switch {
+		case l.fair.waiting > 0:
+			j = l.fair.popTurn()
+		case l.weak.waiting > 0:
+			j = l.weak.popTurn()
+		default:
 			l.busy--
 			l.mu.Unlock()
 			return
-		}
-		s := l.turn
-		var zero T
-		j, s.q[s.head] = s.q[s.head], zero
-		s.head++
-		l.moved(s, s.len()+1)
-		l.waiting--
-		l.turn = s.next
-		if s.len() == 0 {
-			l.leave(s)
 		}
 		l.mu.Unlock()
 	}
@@ -275,7 +343,7 @@ type LaneStats struct {
 func (l *Lane[K, T]) Stats() LaneStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return LaneStats{Running: l.busy, Waiting: l.waiting, Peak: l.peak, Refused: l.refused}
+	return LaneStats{Running: l.busy, Waiting: l.fair.waiting + l.weak.waiting, Peak: l.peak, Refused: l.refused}
 }
 
 // Workers returns the lane's worker goroutines now: running a job,
