@@ -115,7 +115,8 @@ func dialTo(t *testing.T, ln *pipeListener) *Peer {
 }
 
 // Connections that sent no request passing verification are bounded in
-// all and per address, and closed after OpeningTimeout; an admitted one
+// all and per address (a new one over the bound pushes out the oldest),
+// and closed after OpeningTimeout; an admitted one
 // is closed after IdleTimeout without a request, and so is one that
 // dribbles a packet too slowly. The old server kept them all forever.
 func TestServerOpeningLimitsAndTimeouts(t *testing.T) {
@@ -126,13 +127,14 @@ func TestServerOpeningLimitsAndTimeouts(t *testing.T) {
 		synctest.Wait()
 		over := connect(t, ln)
 		synctest.Wait()
-		assert.True(t, over.closedByServer(), "a fourth connection without a valid request is closed at once")
-		assert.Equal(t, uint64(1), s.Stats().Refused)
+		assert.True(t, silent[0].closedByServer(), "a fourth connection without a valid request pushes out the oldest")
+		assert.False(t, over.closedByServer(), "and takes its place")
+		assert.Equal(t, uint64(0), s.Stats().Refused)
 		assert.Equal(t, 3, s.Stats().Opening)
 
 		// One of the three sends a valid request: admitted, it frees its
 		// place, and a new one is taken.
-		good := silent[0]
+		good := silent[1]
 		go io.Copy(io.Discard, good.conn)
 		good.send(accessReq("alice"), 1)
 		synctest.Wait()
@@ -146,7 +148,7 @@ func TestServerOpeningLimitsAndTimeouts(t *testing.T) {
 
 		time.Sleep(10*time.Second + time.Millisecond)
 		synctest.Wait()
-		for i, c := range []*rawClient{silent[1], silent[2], slow} {
+		for i, c := range []*rawClient{silent[2], over, slow} {
 			assert.True(t, c.closedByServer(), "connection %d without a valid request closed after OpeningTimeout", i)
 		}
 		assert.False(t, good.closedByServer(), "the admitted one stays")
@@ -169,9 +171,10 @@ func TestServerOpeningLimitsAndTimeouts(t *testing.T) {
 // policy lets a client that never signed send one) but admits no
 // connection: anyone can make one without the secret, so a connection
 // that sends only those stays within the opening limits (MaxOpening),
-// and cannot take the places kept for clients that hold the secret. It
-// is not cut while it sends, as a NAS that never signs must not be, but
-// closed once idle. A signed request (an Accounting-Request) admits it.
+// and cannot take the places kept for clients that hold the secret: a new
+// connection over the bound pushes out the oldest of them. It is not cut
+// while it sends, as a NAS that never signs must not be, but closed once
+// idle. A signed request (an Accounting-Request) admits it.
 func TestServerUnsignedAccessRequestAdmitsNoConnection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s, ln := startServer(t, ServerConfig{MaxOpening: 2, MaxOpeningPerAddr: -1,
@@ -188,8 +191,13 @@ func TestServerUnsignedAccessRequestAdmitsNoConnection(t *testing.T) {
 		assert.Equal(t, uint64(2), s.Stats().Answered, "unsigned Access-Requests are answered")
 		assert.Equal(t, 2, s.Stats().Opening, "but admit no connection")
 		over := connect(t, ln)
+		go io.Copy(io.Discard, over.conn)
 		synctest.Wait()
-		assert.True(t, over.closedByServer(), "a third connection finds the opening places taken")
+		assert.True(t, unsigned[0].closedByServer(), "a third connection pushes out the oldest unadmitted one")
+		require.NoError(t, over.tc.WriteMessages(unsignedRequest(t, lradius.CodeAccessRequest, 3,
+			&lradius.AVP{Type: radius.AttrUserName, Attribute: []byte("nas")})))
+		synctest.Wait()
+		unsigned[0] = over
 
 		// A signed request admits its connection and frees its place.
 		acct := unsigned[1]
@@ -207,7 +215,7 @@ func TestServerUnsignedAccessRequestAdmitsNoConnection(t *testing.T) {
 		}
 		synctest.Wait()
 		assert.False(t, unsigned[0].closedByServer(), "still sending, 24 s after it opened: kept")
-		assert.Equal(t, uint64(6), s.Stats().Answered, "and answered")
+		assert.Equal(t, uint64(7), s.Stats().Answered, "and answered")
 		assert.Equal(t, 1, s.Stats().Opening, "still in its opening place")
 		time.Sleep(30 * time.Second)
 		synctest.Wait()
