@@ -529,3 +529,56 @@ func TestRADIUSReplacedServersOldPeerDoesNotAnnounceTheName(t *testing.T) {
 		assert.Equal(t, "OKAY", last, "the last watchdog state published for the name")
 	})
 }
+
+// A RADIUS server replaced by SetPeers is dialed at once while its old
+// member drains: the requests the old member still has there count
+// against the new member's MaxOutstanding, so that the server never
+// carries more than its limit.
+func TestRADIUSReplacedServerKeepsItsOutstandingLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newRADServer(t, "secret-a")
+		n := radNetwork{"radius+tcp://a:1812": a}
+		defer n.close()
+		cfg := radClientConfig(n, Balance, "radius+tcp://a:1812")
+		cfg.Throttle = &Throttle{Auth: throttle.Limits{MaxOutstanding: 2}}
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		require.NoError(t, c.WaitReady(context.Background(), 1))
+		a.faults.Freeze()
+		done := make(chan error, 4)
+		for i := range 4 {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				_, err := c.Exchange(ctx, accessRequest(fmt.Sprint("u", i)))
+				done <- err
+			}()
+		}
+		synctest.Wait()
+		c.tmu.Lock()
+		require.Equal(t, 2, c.sched.Outstanding(0, throttle.Auth), "two in flight")
+		require.Equal(t, 2, c.sched.Len(), "two queued")
+		c.unlockThrottle()
+
+		ch, err := c.SetPeers(context.Background(), []PeerSpec{{URL: "radius+tcp://a:1812", Secret: a.secret, Tw: 7 * time.Second}})
+		require.NoError(t, err)
+		require.Equal(t, []string{"radius+tcp://a:1812"}, ch.Replaced)
+		time.Sleep(time.Second) // the new member connects
+		synctest.Wait()
+		c.tmu.Lock()
+		queued, atNew := c.sched.Len(), c.sched.Outstanding(1, throttle.Auth)
+		c.unlockThrottle()
+		assert.Equal(t, 2, queued, "the two queued wait: the server has its two already")
+		assert.Equal(t, 2, atNew, "the old member's two count at the new one")
+
+		a.faults.Thaw()
+		for range 4 {
+			assert.NoError(t, <-done)
+		}
+		synctest.Wait()
+		c.tmu.Lock()
+		defer c.unlockThrottle()
+		assert.Equal(t, 0, c.sched.Outstanding(1, throttle.Auth), "every place given back")
+	})
+}

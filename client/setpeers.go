@@ -79,7 +79,8 @@ func (c *Client) checkNewPeers(specs []PeerSpec) ([]PeerSpec, error) {
 // on its connection, then it closes (DPR for Diameter). A peer whose
 // other settings changed (URL, secret, Tw, TLS: another *tls.Config,
 // limits) is replaced: the
-// old one drains as a removed one does. A Diameter peer's replacement,
+// old one drains as a removed one does, and the requests it still has
+// at the server count against the new one's throttle limits. A Diameter peer's replacement,
 // and a name added back while its old peer still drains, is dialed once
 // the old connection has closed, since a server takes one connection per
 // peer; of a name replaced again before that, only the latest member is
@@ -223,6 +224,13 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 				return PeersChange{}, fmt.Errorf("client: %w", err)
 			}
 			c.sched.SetAvailable(i, false, c.monoNow()) // until its watchdog says OKAY
+		}
+		// A replacement is the same server: the requests its old member
+		// still has there count against the new member's limits, so that
+		// the server never carries both members' places while the old
+		// one drains (a RADIUS replacement is dialed at once).
+		for m, nm := range replacedBy {
+			c.sched.Succeed(m.index, nm.index, c.monoNow())
 		}
 		c.unlockThrottle()
 	}

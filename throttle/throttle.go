@@ -193,6 +193,9 @@ type server[T Item] struct {
 	maxDepth int
 	alarms   uint64
 	expired  uint64
+	// succ is the index+1 of the server that replaced this one (Succeed),
+	// 0 for none: it counts this one's requests outstanding as its own.
+	succ int
 }
 
 func (s *server[T]) depth() int { return s.b[Auth].q.len() + s.b[Accounting].q.len() }
@@ -734,11 +737,38 @@ func (s *Scheduler[T]) Done(server int, class Class) bool {
 	if class >= numClasses {
 		class = Auth
 	}
-	b := &s.srv[server].b[class]
-	if b.out > 0 {
-		b.out--
+	waits := s.inst.len() > 0
+	for i := server; ; {
+		sv := &s.srv[i]
+		b := &sv.b[class]
+		if b.out > 0 {
+			b.out--
+		}
+		waits = waits || b.q.len() > 0
+		if sv.succ == 0 {
+			return waits
+		}
+		i = sv.succ - 1 // its place was counted there too
 	}
-	return b.q.len() > 0 || s.inst.len() > 0
+}
+
+// Succeed makes server next the successor of server prev, which it
+// replaces at the same remote (a reconfiguration): next counts prev's
+// requests outstanding as its own, and each place Done frees on prev is
+// freed on next too, so that while prev's last requests are answered the
+// remote never carries more than next's limits. prev takes nothing new
+// from now on (as SetAvailable false). Poll afterwards. next is a server
+// added after prev (a greater index); another pair is ignored.
+func (s *Scheduler[T]) Succeed(prev, next int, now time.Time) {
+	if next <= prev {
+		return // a successor is newer: no cycle for Done to walk
+	}
+	p, n := &s.srv[prev], &s.srv[next]
+	for c := range p.b {
+		n.b[c].out += p.b[c].out
+	}
+	p.succ = next + 1
+	s.SetAvailable(prev, false, now)
 }
 
 // SetAvailable records whether server can take requests (its watchdog is
