@@ -611,9 +611,9 @@ type serverConn struct {
 
 	deadline time.Time // the read deadline set, zero for none; guarded by out.Mu
 
-	// grace ends the connection's old secret (SetClients); guarded by
-	// s.mu.
-	grace *time.Timer
+	// grace ends the connection's old secret (SetClients), and cut
+	// closes it if its drain then takes too long; guarded by s.mu.
+	grace, cut *time.Timer
 
 	// draining: no request read from now on is handled, and the
 	// connection closes once it owes no answer (drained, idle closed
@@ -681,10 +681,12 @@ func (c *serverConn) serve() {
 	c.ticket.Ended()
 	c.out.Close(true)
 	s.mu.Lock()
-	if c.grace != nil {
-		c.grace.Stop()
-		c.grace = nil
+	for _, t := range []*time.Timer{c.grace, c.cut} {
+		if t != nil {
+			t.Stop()
+		}
 	}
+	c.grace, c.cut = nil, nil
 	delete(s.conns, c)
 	if len(s.conns) == 0 && s.emptied != nil {
 		close(s.emptied)
@@ -731,10 +733,14 @@ func (c *serverConn) revoke() {
 // revokeDrainBound later if it still owes answers then.
 func (c *serverConn) endGrace() {
 	c.drain("closed: its client's shared secret changed")
-	time.AfterFunc(revokeDrainBound, func() {
-		c.tc.Close()
-		c.cancel()
-	})
+	c.s.mu.Lock()
+	defer c.s.mu.Unlock()
+	if _, open := c.s.conns[c]; open && c.cut == nil {
+		c.cut = time.AfterFunc(revokeDrainBound, func() {
+			c.tc.Close()
+			c.cancel()
+		})
+	}
 }
 
 // closeIfIdleLocked closes a draining connection that owes no answer.
