@@ -151,14 +151,19 @@ type ServerConfig struct {
 	// but proves nothing, and its connection, kept while it sends, stays
 	// counted here; over radsec:// the handshake's certificate is the
 	// proof and any request passing verification admits), in all and
-	// from one address: those need no secret, so over either bound a new
-	// connection is closed at once. Zero means
-	// serve.DefaultMaxOpening (256) and serve.DefaultMaxOpeningPerAddr
-	// (64); negative means no limit.
+	// from one address (an IPv6 /64 counts as one): those need no
+	// secret, so over either bound a new connection closes the oldest
+	// such connection holding a place it needs (of its own address over
+	// MaxOpeningPerAddr, else of the address with the most) and is
+	// admitted: a client without the secret cannot keep a NAS from
+	// connecting. Zero means serve.DefaultMaxOpening (256) and
+	// serve.DefaultMaxOpeningPerAddr (64); negative means no limit.
 	MaxOpening, MaxOpeningPerAddr int
 	// MaxConnections bounds a stream listener's connections open at
-	// once, admitted or not: over it a new connection is closed at once,
-	// counted and logged. Zero means DefaultMaxConnections; negative
+	// once, admitted or not: over it a new connection makes room by
+	// closing the oldest one not admitted yet, as over MaxOpening, or is
+	// closed at once when admitted ones hold every place, counted and
+	// logged. Zero means DefaultMaxConnections; negative
 	// means no limit (an IPv6 /64 counts as one source address for the
 	// per-address bounds). MaxConnectionsPerAddr bounds those from one source
 	// address, so that one host cannot take every place: zero means

@@ -32,8 +32,10 @@ their RADIUS connections 5 s to finish; datagrams read are answered),
 the RADIUS shared secret, and the [[client]] tables (clients added,
 removed, their sources or secrets changed): new connections and every
 datagram are verified with the new secrets; a RADIUS/TCP or TLS
-connection accepted before keeps the client and secret it was accepted
-with until it closes. tw, the TLS files and [dedup] need a
+connection accepted before is closed at once if its client was removed,
+and keeps a changed secret for a minute (a NAS mid-rotation loses
+nothing), then is closed once it owes no answer. tw, the TLS files and
+[dedup] need a
 restart: a change to them is logged and left as it runs. Reloads are
 counted in aaatp_config_reloads_total{result="ok"|"refused"}, the last one
 applied is aaatp_config_last_reload_success_timestamp_seconds. Without
