@@ -243,8 +243,10 @@ func TestBackpressureBoundsUnansweredRequests(t *testing.T) {
 }
 
 // Silent connections (no CER) are bounded in total and per source
-// address; over a limit a new connection is closed at once and counted,
-// and a client from another address still gets in.
+// address; over a limit a new connection pushes out the oldest silent
+// one that holds a place it needs (of its own address over the
+// per-address limit, else of the address with the most), and a client
+// from another address still gets in.
 func TestOpeningConnectionsBounded(t *testing.T) {
 	cfg := clientConfig("server.example.net")
 	cfg.Handler = acctHandler
@@ -267,15 +269,22 @@ func TestOpeningConnectionsBounded(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	for range 3 {
-		dialFrom("127.0.0.1")
+	closedAtOnce := func(c net.Conn, msg string) {
+		t.Helper()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := c.Read(make([]byte, 1))
+		require.ErrorIs(t, err, io.EOF, msg)
 	}
+	var first []net.Conn
+	for range 3 {
+		first = append(first, dialFrom("127.0.0.1"))
+		require.Eventually(t, func() bool { return s.Stats().Opening == len(first) }, 5*time.Second, time.Millisecond)
+	}
+	dialFrom("127.0.0.1")
+	closedAtOnce(first[0], "the oldest from the address makes room, long before the CER timeout")
 	require.Eventually(t, func() bool { return s.Stats().Opening == 3 }, 5*time.Second, time.Millisecond)
-	over := dialFrom("127.0.0.1")
-	over.SetReadDeadline(time.Now().Add(5 * time.Second))
-	_, err = over.Read(make([]byte, 1))
-	require.ErrorIs(t, err, io.EOF, "closed at once, long before the CER timeout")
-	assert.Equal(t, uint64(1), s.Stats().RefusedOverLimit)
+	assert.Zero(t, s.Stats().RefusedOverLimit)
+	assert.Equal(t, uint64(1), s.Stats().EvictedUnadmitted)
 
 	// Another address is admitted, up to the total.
 	p := dialOkay(t, "tcp://"+addr, func(c *Config) {
@@ -289,15 +298,15 @@ func TestOpeningConnectionsBounded(t *testing.T) {
 	// moment after the exchange: wait for it, or the dials below meet a
 	// slot that is still taken.
 	require.Eventually(t, func() bool { return s.Stats().Opening == 3 }, 5*time.Second, time.Millisecond)
+	var third []net.Conn
 	for range 3 {
-		dialFrom("127.0.0.3")
+		third = append(third, dialFrom("127.0.0.3"))
 	}
 	require.Eventually(t, func() bool { return s.Stats().Opening == 6 }, 5*time.Second, time.Millisecond)
-	over = dialFrom("127.0.0.4")
-	over.SetReadDeadline(time.Now().Add(5 * time.Second))
-	_, err = over.Read(make([]byte, 1))
-	require.ErrorIs(t, err, io.EOF, "over the total")
-	assert.Equal(t, uint64(2), s.Stats().RefusedOverLimit)
+	dialFrom("127.0.0.4")
+	closedAtOnce(first[1], "over the total: the oldest of the address with the most (127.0.0.1 and .3 hold three each) makes room")
+	assert.Zero(t, s.Stats().RefusedOverLimit)
+	assert.Equal(t, uint64(2), s.Stats().EvictedUnadmitted)
 }
 
 // acrFrom is acr() sent by host: a server refuses a request whose

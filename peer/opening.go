@@ -22,9 +22,13 @@ type ServerStats struct {
 	// MaxConnections, MaxConnectionsPerAddr, MaxOpening or
 	// MaxOpeningPerAddr was reached.
 	RefusedOverLimit uint64 `json:"refused_over_limit"`
+	// EvictedUnadmitted counts connections that had not finished their
+	// capabilities exchange, closed to make room for a new one over
+	// those limits.
+	EvictedUnadmitted uint64 `json:"evicted_unadmitted"`
 }
 
 // Stats returns the Server's counters. It is safe for concurrent use.
 func (s *Server) Stats() ServerStats {
-	return ServerStats{Open: s.open.Open(), Opening: s.open.Opening(), RefusedOverLimit: s.open.Refused()}
+	return ServerStats{Open: s.open.Open(), Opening: s.open.Opening(), RefusedOverLimit: s.open.Refused(), EvictedUnadmitted: s.open.Evicted()}
 }

@@ -262,6 +262,7 @@ type ServerStats struct {
 	Open         int    `json:"open"`
 	Opening      int    `json:"opening"`   // open, no verified request yet
 	Refused      uint64 `json:"refused"`   // closed at once: over a MaxConnections or MaxOpening bound
+	Evicted      uint64 `json:"evicted"`   // not admitted yet, closed to make room for a new one over those bounds
 	TimedOut     uint64 `json:"timed_out"` // closed: OpeningTimeout or IdleTimeout passed
 	Received     uint64 `json:"received"`  // verified requests, Status-Server included
 	StatusServer uint64 `json:"status_server"`
@@ -587,7 +588,7 @@ func (s *Server) Stats() ServerStats {
 	open := len(s.conns)
 	s.mu.Unlock()
 	return ServerStats{
-		Connections: s.connections.Load(), Open: open, Opening: s.open.Opening(), Refused: s.open.Refused(),
+		Connections: s.connections.Load(), Open: open, Opening: s.open.Opening(), Refused: s.open.Refused(), Evicted: s.open.Evicted(),
 		TimedOut: s.timedOut.Load(), Received: s.received.Load(), StatusServer: s.status.Load(),
 		Answered: s.answered.Load(), BadFrames: s.badFrames.Load(), BadAuth: s.badAuth.Load(), Dropped: s.dropped.Load(),
 		Overload: s.overload.Load(), Paused: s.paused.Load(), BadAuthBySource: s.nas.badAuthBySource(), NAS: s.nas.snapshot(),

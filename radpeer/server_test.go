@@ -130,6 +130,7 @@ func TestServerOpeningLimitsAndTimeouts(t *testing.T) {
 		assert.True(t, silent[0].closedByServer(), "a fourth connection without a valid request pushes out the oldest")
 		assert.False(t, over.closedByServer(), "and takes its place")
 		assert.Equal(t, uint64(0), s.Stats().Refused)
+		assert.Equal(t, uint64(1), s.Stats().Evicted)
 		assert.Equal(t, 3, s.Stats().Opening)
 
 		// One of the three sends a valid request: admitted, it frees its

@@ -337,6 +337,9 @@ type serverReport struct {
 	// RefusedOverLimit counts connections closed at once over
 	// --max-connections(-per-addr) or --max-opening(-per-addr).
 	RefusedOverLimit uint64 `json:"refused_over_limit"`
+	// EvictedUnadmitted counts connections still waiting for their CER,
+	// closed to make room for a new one over those limits.
+	EvictedUnadmitted uint64 `json:"evicted_unadmitted"`
 	// RADIUS has each RADIUS listener's counters.
 	RADIUS []radiusListenerReport `json:"radius,omitempty"`
 	// LogEvents counts, by kind, what the process logs rate-limited
@@ -703,7 +706,9 @@ func (s *server) report(dropped uint64) serverReport {
 		EventsDropped: dropped, Peers: s.ended.list(), PeersEnded: s.ended.total, PeersForgotten: s.ended.total - uint64(s.ended.len()),
 	}
 	for _, srv := range s.diameterServers() {
-		r.RefusedOverLimit += srv.Stats().RefusedOverLimit
+		st := srv.Stats()
+		r.RefusedOverLimit += st.RefusedOverLimit
+		r.EvictedUnadmitted += st.EvictedUnadmitted
 	}
 	r.RADIUS = append(r.RADIUS, s.radiusReports()...)
 	r.LogEvents = servecore.Counts()

@@ -2,6 +2,7 @@ package hostile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -99,10 +100,11 @@ func TestListenersAcceptAgainAfterEMFILE(t *testing.T) {
 // dribbling a frame a byte at a time) stayed open forever and were not
 // limited. They are now counted
 // like Diameter's before their CER: at most --max-opening per listener and
-// --max-opening-per-addr from one address, the ones over either limit
-// closed at once, and each closed after --cer-timeout without a valid
-// request (--first-request-timeout, where the binary has that flag for
-// RADIUS, is given the same value).
+// --max-opening-per-addr from one address (a new one over either limit
+// closes the oldest that holds a place it needs, so that a peer without
+// the secret cannot keep a NAS out), and each closed after --cer-timeout
+// without a valid request (--first-request-timeout, where the binary has
+// that flag for RADIUS, is given the same value).
 func TestRADIUSStreamUnadmittedConnectionsLimitedAndTimedOut(t *testing.T) {
 	for _, scheme := range streamSchemes {
 		t.Run(scheme, func(t *testing.T) {
@@ -121,6 +123,7 @@ func TestRADIUSStreamUnadmittedConnectionsLimitedAndTimedOut(t *testing.T) {
 			pk := s.sample()
 			type held struct {
 				kind   string
+				local  string
 				opened time.Time
 				closed atomic.Int64 // ns after opened; 0 while open
 			}
@@ -132,7 +135,7 @@ func TestRADIUSStreamUnadmittedConnectionsLimitedAndTimedOut(t *testing.T) {
 					t.Fatalf("%s connection from %s: %v", kind, local, err)
 				}
 				t.Cleanup(func() { rc.Close() })
-				h := &held{kind: kind, opened: time.Now()}
+				h := &held{kind: kind, local: local, opened: time.Now()}
 				hs = append(hs, h)
 				wg.Add(1)
 				go func() {
@@ -160,19 +163,40 @@ func TestRADIUSStreamUnadmittedConnectionsLimitedAndTimedOut(t *testing.T) {
 				open("idle", "127.0.0.3", false)
 			}
 			time.Sleep(200 * time.Millisecond) // every one accepted and counted
-			// Over the per-address limit, then over the listener's.
-			refused := func(local string) (bool, time.Duration, error) {
+			// Over the per-address limit, then over the listener's: the
+			// new connection stays, and an older one of the address (over
+			// the listener's limit, of any) is closed at once to make room.
+			closedOf := func(from string) int {
+				n := 0
+				for _, h := range hs {
+					if (from == "" || h.local == from) && h.closed.Load() != 0 {
+						n++
+					}
+				}
+				return n
+			}
+			makesRoom := func(local, of string) (bool, time.Duration, error) {
+				before := closedOf(of)
 				t0 := time.Now()
 				rc, err := s.dialRadius(scheme, local, "nas1.example.net")
-				if err != nil { // radsec: the handshake met the close
-					return time.Since(t0) < radiusRefusedWithin, time.Since(t0), err
+				if err != nil {
+					return false, time.Since(t0), err
 				}
-				defer rc.Close()
-				c, err := closedWithin(rc, radiusRefusedWithin)
-				return c, time.Since(t0), err
+				t.Cleanup(func() { rc.Close() })
+				for closedOf(of) == before && time.Since(t0) < radiusRefusedWithin+500*time.Millisecond {
+					time.Sleep(10 * time.Millisecond)
+				}
+				took := time.Since(t0)
+				if closedOf(of) == before {
+					return false, took, errors.New("no older connection closed")
+				}
+				if c, _ := closedWithin(rc, 100*time.Millisecond); c {
+					return false, took, errors.New("the new connection was closed")
+				}
+				return true, took, nil
 			}
-			overAddr, tAddr, errAddr := refused("127.0.0.1")
-			overAll, tAll, errAll := refused("127.0.0.4")
+			overAddr, tAddr, errAddr := makesRoom("127.0.0.1", "127.0.0.1")
+			overAll, tAll, errAll := makesRoom("127.0.0.4", "")
 			wg.Wait()
 			m1 := g.mark()
 			g.halt()
@@ -193,7 +217,7 @@ func TestRADIUSStreamUnadmittedConnectionsLimitedAndTimedOut(t *testing.T) {
 					closedSlow++
 				}
 			}
-			t.Logf("FIGURES unadmitted %s: %d idle and %d slowloris connections held, closed by the server: %d idle, %d slowloris, the last %v after opening (--cer-timeout %v); one over the per-address limit closed at once: %v (%v, %v); one over the listener's: %v (%v, %v)",
+			t.Logf("FIGURES unadmitted %s: %d idle and %d slowloris connections held, closed by the server: %d idle, %d slowloris, the last %v after opening (--cer-timeout %v); one over the per-address limit made room at once: %v (%v, %v); one over the listener's: %v (%v, %v)",
 				scheme, 2*perAddr, perAddr, closedIdle, closedSlow, slowest.Round(time.Millisecond), cerTimeout,
 				overAddr, tAddr.Round(time.Millisecond), errAddr, overAll, tAll.Round(time.Millisecond), errAll)
 			if closedIdle != 2*perAddr || closedSlow != perAddr {
@@ -203,10 +227,10 @@ func TestRADIUSStreamUnadmittedConnectionsLimitedAndTimedOut(t *testing.T) {
 				t.Errorf("the last connection without a valid request closed %v after opening; --cer-timeout %v", slowest, cerTimeout)
 			}
 			if !overAddr {
-				t.Errorf("a connection over --max-opening-per-addr %d was not closed at once", perAddr)
+				t.Errorf("a connection over --max-opening-per-addr %d did not make room at once: %v", perAddr, errAddr)
 			}
 			if !overAll {
-				t.Errorf("a connection over --max-opening %d was not closed at once", total)
+				t.Errorf("a connection over --max-opening %d did not make room at once: %v", total, errAll)
 			}
 			g.window(g.startMark(), m0).log(t, "unadmitted "+scheme+" before")
 			g.window(m0, m1).require(t, "unadmitted "+scheme, 0.9)
