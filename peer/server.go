@@ -21,7 +21,11 @@ type Server struct {
 	// OnPeerEnd, when set before Serve, is called once for every peer that
 	// ended, after its goroutines have finished (its Stats are final) and
 	// its last events were delivered.
-	// Close returns only after the calls for the peers it closed.
+	// Close returns only after the calls for the peers it closed, or when
+	// its ctx is done. OnPeerEnd may call Close (to stop serving when a
+	// peer it needs has left): that Close disconnects the other peers and
+	// waits for their ends as any Close does, but not for the OnPeerEnd
+	// call it is made from, nor any other that had begun before it.
 	OnPeerEnd func(*Peer)
 	// MaxOpening, when set before Serve, bounds the connections accepted
 	// whose capabilities exchange is not over (no CER answered yet), and
@@ -49,11 +53,17 @@ type Server struct {
 	ln  transport.Listener
 
 	mu      sync.Mutex
-	peers   map[*Peer]struct{}
+	peers   map[*Peer]*served
 	closed  bool
 	closing chan struct{} // closed with closed
-	wg      sync.WaitGroup
 	open    serve.Admission
+}
+
+// served is what a Server knows of one of its peers' ends. s.mu guards
+// ending.
+type served struct {
+	ended  chan struct{} // closed once the peer's OnPeerEnd call has returned
+	ending bool          // that call has begun
 }
 
 // Listen listens on url (tcp://, tls://, sctp://) and returns a Server;
@@ -71,7 +81,7 @@ func Listen(url string, cfg Config) (*Server, error) {
 		cfg.Table = NewTable()
 	}
 	cfg.ownLanes = false // the Server's, shared by its peers: closed by Close
-	return &Server{cfg: cfg, ln: ln, peers: make(map[*Peer]struct{}), closing: make(chan struct{})}, nil
+	return &Server{cfg: cfg, ln: ln, peers: make(map[*Peer]*served), closing: make(chan struct{})}, nil
 }
 
 // NewServer returns a Server over a listener the caller made (the Server
@@ -85,7 +95,7 @@ func NewServer(ln transport.Listener, cfg Config) (*Server, error) {
 		cfg.Table = NewTable()
 	}
 	cfg.ownLanes = false // the Server's, shared by its peers: closed by Close
-	return &Server{cfg: cfg, ln: ln, peers: make(map[*Peer]struct{}), closing: make(chan struct{})}, nil
+	return &Server{cfg: cfg, ln: ln, peers: make(map[*Peer]*served), closing: make(chan struct{})}, nil
 }
 
 // Validate reports what Dial, Accept, Listen and NewServer would refuse in
@@ -140,15 +150,17 @@ func (s *Server) start(tc transport.Conn, t *serve.Ticket) {
 		tc.Close()
 		return
 	}
-	s.peers[p] = struct{}{}
-	s.wg.Add(1)
+	sv := &served{ended: make(chan struct{})}
+	s.peers[p] = sv
 	s.mu.Unlock()
 	go func() {
-		defer s.wg.Done()
+		defer close(sv.ended)
 		<-p.opened
 		t.Admitted()
-		<-p.Done() // its last events are out before OnPeerEnd: a subscriber's state for it can then be dropped
-		finished := make(chan struct{}) // its readers and Handlers
+		// Its last events are out before OnPeerEnd: a subscriber's state
+		// for it can then be dropped.
+		<-p.Done()
+		finished := make(chan struct{}) // its readers and Handlers have ended
 		go func() {
 			p.wg.Wait()
 			close(finished)
@@ -161,6 +173,9 @@ func (s *Server) start(tc transport.Conn, t *serve.Ticket) {
 		}
 		t.Ended()
 		<-finished
+		s.mu.Lock()
+		sv.ending = true // a Close from OnPeerEnd does not wait for this call
+		s.mu.Unlock()
 		if s.OnPeerEnd != nil {
 			s.OnPeerEnd(p)
 		}
@@ -208,7 +223,19 @@ func (s *Server) Disconnect(ctx context.Context, cause uint32) error {
 	if first { // a later call waits for the same end, without an error of its own
 		err = s.ln.Close()
 	}
-	peers := s.Peers()
+	// The ends to wait for: those of the peers it closes. A peer whose
+	// OnPeerEnd call has begun ended before, and that call may be this
+	// Close's caller: waiting for it would wait for itself.
+	s.mu.Lock()
+	peers := make([]*Peer, 0, len(s.peers))
+	var ends []chan struct{}
+	for p, sv := range s.peers {
+		peers = append(peers, p)
+		if !sv.ending {
+			ends = append(ends, sv.ended)
+		}
+	}
+	s.mu.Unlock()
 	q, _ := bus.Publisher[*Peer](ctx)
 	onPeer := q != nil && slices.Contains(peers, q)
 	if onPeer {
@@ -227,7 +254,9 @@ func (s *Server) Disconnect(ctx context.Context, cause uint32) error {
 	done := make(chan struct{})
 	go func() {
 		wg.Wait()
-		s.wg.Wait()
+		for _, e := range ends {
+			<-e
+		}
 		s.cfg.lanes.close() // their parked workers end now, not after a linger
 		close(done)
 	}()
