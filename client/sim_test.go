@@ -1816,6 +1816,11 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		s.f.unfreeze()
 	}
 	wg.Wait()
+	// A Close whose ctx ended (hurried) returned without waiting for the
+	// peers' last goroutines (a write, a Handler): they end on their own,
+	// within a Handler's delay, before the schedule does.
+	time.Sleep(2 * simHandlerDelay)
+	synctest.Wait()
 	for _, s := range w.servers {
 		w.counts.ServerInline += int(s.f.inlined.Load())
 		if n := s.f.overlaps.Load(); n > 0 {
