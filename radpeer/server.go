@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -278,9 +279,10 @@ type ServerStats struct {
 	// UnknownClient counts the connections closed at once because their
 	// source is none of ServerConfig.Clients.
 	UnknownClient uint64 `json:"unknown_client"`
-	Dropped       uint64 `json:"dropped"`  // packets dropped: not a request (logged), refused by the Message-Authenticator policy, no answer
-	Overload      uint64 `json:"overload"` // requests dropped: their kind's handlers and queue were full
-	Paused        uint64 `json:"paused"`   // times a connection's reading paused at MaxUnanswered
+	Dropped       uint64 `json:"dropped"`        // packets dropped: not a request (logged), refused by the Message-Authenticator policy, no answer
+	HandlerPanics uint64 `json:"handler_panics"` // of the dropped, requests whose Handler panicked (logged with its stack)
+	Overload      uint64 `json:"overload"`       // requests dropped: their kind's handlers and queue were full
+	Paused        uint64 `json:"paused"`         // times a connection's reading paused at MaxUnanswered
 }
 
 // Server answers RADIUS requests on the connections of one listener. Its
@@ -307,8 +309,8 @@ type Server struct {
 	stopping bool          // Shutdown: accept nothing more
 	emptied  chan struct{} // Shutdown's wait: closed when conns empties
 
-	connections, received, status, answered, badFrames, badAuth, dropped, overload, timedOut, paused, unknownClient atomic.Uint64
-	nas                                                                                                             nasTable
+	connections, received, status, answered, badFrames, badAuth, dropped, overload, timedOut, paused, unknownClient, panics atomic.Uint64
+	nas                                                                                                                     nasTable
 }
 
 // job is one verified request waiting for its handler.
@@ -590,7 +592,7 @@ func (s *Server) Stats() ServerStats {
 	return ServerStats{
 		Connections: s.connections.Load(), Open: open, Opening: s.open.Opening(), Refused: s.open.Refused(), Evicted: s.open.Evicted(),
 		TimedOut: s.timedOut.Load(), Received: s.received.Load(), StatusServer: s.status.Load(),
-		Answered: s.answered.Load(), BadFrames: s.badFrames.Load(), BadAuth: s.badAuth.Load(), Dropped: s.dropped.Load(),
+		Answered: s.answered.Load(), BadFrames: s.badFrames.Load(), BadAuth: s.badAuth.Load(), Dropped: s.dropped.Load(), HandlerPanics: s.panics.Load(),
 		Overload: s.overload.Load(), Paused: s.paused.Load(), BadAuthBySource: s.nas.badAuthBySource(), NAS: s.nas.snapshot(),
 		UnknownClient: s.unknownClient.Load(),
 	}
@@ -932,12 +934,28 @@ func (s *Server) handle(j job) {
 		c.out.Unheld(acct)
 		return
 	}
-	if rc, attrs := s.cfg.Handler(c.ctx, p, j.b); rc != 0 {
+	if rc, attrs := runHandler(&s.cfg, &s.panics, c.ctx, p, j.b); rc != 0 {
 		c.answer(j.b, rc, attrs)
 		return
 	}
 	c.out.Unheld(acct)
 	s.dropped.Add(1)
+}
+
+// runHandler runs cfg's Handler. A Handler that panics does not end the
+// process: the panic is logged with its stack (rate-limited) and counted
+// in panics, and the request is left unanswered, as by a Handler that
+// answers nothing: its client retransmits or fails over.
+func runHandler(cfg *ServerConfig, panics *atomic.Uint64, ctx context.Context, p *lradius.Packet, raw []byte) (code lradius.Code, attrs lradius.Attributes) {
+	defer func() {
+		if r := recover(); r != nil {
+			panics.Add(1)
+			serve.Log(cfg.Logger, slog.LevelError, serve.KindHandlerPanic, "RADIUS handler panicked: request left unanswered",
+				"code", p.Code.String(), "id", p.Identifier, "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			code, attrs = 0, nil
+		}
+	}()
+	return cfg.Handler(ctx, p, raw)
 }
 
 // answer sends the answer to a request counted by held.

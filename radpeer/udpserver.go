@@ -74,8 +74,8 @@ type UDPServer struct {
 	maPolicy maPolicy
 	keys     atomic.Pointer[clientKeys] // the secrets, swapped by SetClients
 
-	received, answered, resent, inProgress, badFrames, badAuth, overload, unencodable, dropped, unknownClient atomic.Uint64
-	nas                                                                                                       nasTable
+	received, answered, resent, inProgress, badFrames, badAuth, overload, unencodable, dropped, unknownClient, panics atomic.Uint64
+	nas                                                                                                               nasTable
 }
 
 // udpRequest is a verified request waiting for, or in, its handler.
@@ -113,11 +113,12 @@ type UDPServerStats struct {
 	// UnknownClient counts the datagrams dropped because their source is
 	// none of ServerConfig.Clients.
 	UnknownClient uint64 `json:"unknown_client"`
-	Overload      uint64 `json:"overload"`     // of the received, dropped: their kind's handlers and queue were full
-	Unencodable   uint64 `json:"unencodable"`  // of the received, not answered: the answer could not be encoded (over 4096 bytes)
-	Dropped       uint64 `json:"dropped"`      // dropped: not a request, refused by the Message-Authenticator policy, no answer from the handler
-	Cached        int    `json:"cached"`       // requests in the duplicate cache
-	CachedBytes   int64  `json:"cached_bytes"` // its size, as its byte bound counts it
+	Overload      uint64 `json:"overload"`       // of the received, dropped: their kind's handlers and queue were full
+	Unencodable   uint64 `json:"unencodable"`    // of the received, not answered: the answer could not be encoded (over 4096 bytes)
+	Dropped       uint64 `json:"dropped"`        // dropped: not a request, refused by the Message-Authenticator policy, no answer from the handler
+	HandlerPanics uint64 `json:"handler_panics"` // of the dropped, requests whose Handler panicked (logged with its stack)
+	Cached        int    `json:"cached"`         // requests in the duplicate cache
+	CachedBytes   int64  `json:"cached_bytes"`   // its size, as its byte bound counts it
 }
 
 // NewUDPServer returns a server for pc (a socket from net.ListenPacket).
@@ -398,7 +399,7 @@ func (s *UDPServer) handle(r udpRequest) {
 		s.forget(r.dup)
 		return
 	}
-	code, attrs := s.cfg.Handler(withSender(s.ctx, Sender{Addr: r.client}), p, r.b)
+	code, attrs := runHandler(&s.cfg, &s.panics, withSender(s.ctx, Sender{Addr: r.client}), p, r.b)
 	s.finish(r.dup, r.b, r.secret, r.from, r.local, code, attrs)
 }
 
@@ -477,7 +478,7 @@ func (s *UDPServer) Stats() UDPServerStats {
 	return UDPServerStats{
 		Received: s.received.Load(), Answered: s.answered.Load(), Resent: s.resent.Load(), InProgress: s.inProgress.Load(),
 		BadFrames: s.badFrames.Load(), BadAuth: s.badAuth.Load(), Overload: s.overload.Load(),
-		Unencodable: s.unencodable.Load(), Dropped: s.dropped.Load(), Cached: n, CachedBytes: size,
+		Unencodable: s.unencodable.Load(), Dropped: s.dropped.Load(), HandlerPanics: s.panics.Load(), Cached: n, CachedBytes: size,
 		BadAuthBySource: s.nas.badAuthBySource(), NAS: s.nas.snapshot(), UnknownClient: s.unknownClient.Load(),
 	}
 }
