@@ -522,20 +522,30 @@ func (mk *redisMark) complete(_ *Outcome, answer []byte) error {
 	var lost int
 	var err error
 	unsure := false // a try may have stored the answer, its reply lost
+	ran := false    // a try's script ran and replied: its outcome (lost) stands
 	backoff := r.cfg.pollMin
 	acks := 0
 	for {
 		cmd, acked := r.run(ctx, completeScript, keys, mk.owner, value, ms(ttl), ms(r.ownerTTL()))
-		lost, err = cmd.Int()
-		if err == nil && !acked {
-			if acks++; acks < r.ackTries() {
-				continue // store it again, on whichever master is current, until a replica has it
+		n, e := cmd.Int()
+		if e == nil {
+			lost, err, ran = n, nil, true
+			if !acked {
+				if acks++; acks < r.ackTries() {
+					continue // store it again, on whichever master is current, until a replica has it
+				}
+				r.shortfall("answer")
 			}
-			r.shortfall("answer")
-		}
-		if err == nil {
 			break
 		}
+		if ran {
+			// An earlier try stored it (or found the mark lost); this one
+			// only chased the replicas' acknowledgement: that outcome
+			// stands, short of replicas.
+			r.shortfall("answer")
+			break
+		}
+		err = e
 		unsure = unsure || claimMayHaveRun(err)
 		// Try again (the script is safe to repeat: it knows its own
 		// earlier write by the owner name) while the error may pass: a
