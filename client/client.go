@@ -668,9 +668,15 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
 	var it *item
 	if c.sched != nil {
 		// The throttle's deadline in monoNow's terms: the time left,
-		// measured on the monotonic clock, from a reading of them.
+		// measured on the monotonic clock, from a reading of them; a
+		// deadline without a monotonic reading (made from a wall time)
+		// is the wall clock's.
 		now := c.epoch.Add(start)
-		it = c.newItem(cl, now.Add(dl.Sub(now)))
+		left := dl.Sub(now)
+		if dl == dl.Round(0) {
+			left = time.Until(dl)
+		}
+		it = c.newItem(cl, now.Add(left))
 	}
 	c.dispatch(cl)
 	r := cl.Await(ctx, c.cfg.RequestTimeout)

@@ -776,7 +776,9 @@ func (c *Client) dispatcher() {
 		now := c.monoNow()
 		if c.group != nil {
 			c.pmu.Lock()
-			sends, evs = c.group.Tick(now, sends[:0], evs[:0])
+			// The wall clock's time, as every other call of the
+			// policy's: its events carry it. The scheduler's is now.
+			sends, evs = c.group.Tick(time.Now(), sends[:0], evs[:0])
 			c.publishPolicyLocked(evs)
 			for _, s := range sends {
 				c.sendTest(s)
