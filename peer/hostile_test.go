@@ -3,9 +3,12 @@ package peer
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
+	"os"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -372,4 +375,51 @@ func TestBackpressureCountsRefusals(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, uint64(total), s.Stats().Refused)
 	})
+}
+
+// A peer is admitted before its CEA is out: a connection opened as soon
+// as the CEA is read, over MaxConnectionsPerAddr, is refused; it never
+// takes the place of the admitted peer as of one still waiting for its
+// CER.
+func TestAdmittedBeforeItsCEA(t *testing.T) {
+	cfg := clientConfig("server.example.net")
+	cfg.Handler = acctHandler
+	s, err := Listen("tcp://127.0.0.1:0", cfg)
+	require.NoError(t, err)
+	s.MaxConnectionsPerAddr = 1
+	// The server's first write (the CEA) returns late, once the client
+	// has it: an admission that waits for it comes after the next dial.
+	s.Wrap = func(tc transport.Conn) transport.Conn { return &lateFirstWrite{Conn: tc} }
+	go s.Serve()
+	defer s.Close(bounded(t))
+	addr := s.Addr().String()
+	for i := range 10 {
+		first := rawPeer(t, addr, fmt.Sprintf("first%d.example.net", i))
+		over, err := transport.Dial(bounded(t), "tcp://"+addr, transport.Options{})
+		require.NoError(t, err)
+		over.(transport.ReadDeadliner).SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = over.ReadMessage()
+		require.Error(t, err)
+		require.NotErrorIs(t, err, os.ErrDeadlineExceeded, "round %d: a second connection from the address is closed at once", i)
+		over.Close()
+		first.(transport.ReadDeadliner).SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		_, err = first.ReadMessage()
+		require.ErrorIs(t, err, os.ErrDeadlineExceeded, "round %d: the admitted peer's connection stays open", i)
+		first.Close()
+		require.Eventually(t, func() bool { return s.Stats().Open == 0 }, 5*time.Second, time.Millisecond)
+	}
+	assert.Zero(t, s.Stats().EvictedUnadmitted, "no admitted peer was taken for one waiting for its CER")
+}
+
+// lateFirstWrite returns from its first WriteMessages 100 ms after the
+// bytes went out.
+type lateFirstWrite struct {
+	transport.Conn
+	once sync.Once
+}
+
+func (c *lateFirstWrite) WriteMessages(msgs ...[]byte) error {
+	err := c.Conn.WriteMessages(msgs...)
+	c.once.Do(func() { time.Sleep(100 * time.Millisecond) })
+	return err
 }

@@ -92,6 +92,7 @@ type Peer struct {
 
 	done   chan struct{} // closed when the Peer has ended
 	opened chan struct{} // server: closed when the capabilities exchange is over, either way
+	admit  func()        // server, set before it starts: called before a successful CEA is written
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine of this peer (readers, dials, the writer)
@@ -267,12 +268,17 @@ func Dial(url string, cfg Config) (*Peer, error) {
 // returns at once: the CER is awaited in the background (CEATimeout), then
 // the connection is in service (INITIAL -> OKAY). The Peer ends when its
 // connection goes DOWN; a server does not redial.
-func Accept(tc transport.Conn, cfg Config) (*Peer, error) {
+func Accept(tc transport.Conn, cfg Config) (*Peer, error) { return accept(tc, cfg, nil) }
+
+// accept is Accept, with admit called before a successful CEA is
+// written (Server: the connection is admitted then).
+func accept(tc transport.Conn, cfg Config, admit func()) (*Peer, error) {
 	p, err := newPeer(cfg, RoleServer, "", tc.RemoteAddr().String())
 	if err != nil {
 		tc.Close()
 		return nil, err
 	}
+	p.admit = admit
 	// Its first step is ConnectionUp once the CER is answered; the
 	// exchange goroutine bounds the wait for the CER (CEATimeout).
 	p.wg.Add(1)

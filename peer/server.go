@@ -143,7 +143,7 @@ func (s *Server) start(tc transport.Conn, t *serve.Ticket) {
 		tc.Close()
 		return
 	}
-	p, err := Accept(tc, s.cfg)
+	p, err := accept(tc, s.cfg, t.Admitted)
 	if err != nil { // a Config that validated once cannot fail here
 		s.mu.Unlock()
 		t.Ended()
@@ -155,8 +155,7 @@ func (s *Server) start(tc transport.Conn, t *serve.Ticket) {
 	s.mu.Unlock()
 	go func() {
 		defer close(sv.ended)
-		<-p.opened
-		t.Admitted()
+		<-p.opened // admitted, if it was, before its CEA went out
 		// Its last events are out before OnPeerEnd: a subscriber's state
 		// for it can then be dropped.
 		<-p.Done()

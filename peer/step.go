@@ -799,6 +799,12 @@ func (p *Peer) exchangeServer(tc transport.Conn) (capabilities, error) {
 			}
 		}
 	}
+	if p.admit != nil {
+		// Admitted before its CEA is out: a connection opened once the
+		// peer has its CEA does not take this one's place for one not
+		// admitted yet.
+		p.admit()
+	}
 	if err := tc.WriteMessages(p.cfg.newCEA(msg, tc.LocalAddr(), message.Success, "", nil)); err != nil {
 		if tb != nil {
 			tb.release(cp.OriginHost, tc)
