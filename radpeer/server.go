@@ -133,7 +133,8 @@ type ServerConfig struct {
 	// has about as many. A dropped request is counted and logged (a
 	// client retransmits or fails over). Access-Requests that prove no
 	// secret (no Message-Authenticator; anyone can send them, over UDP
-	// from any address) wait apart, at most half of MaxQueued, run after
+	// from any address), on a stream connection that has not proved it
+	// before, wait apart, at most half of MaxQueued, run after
 	// the signed ones waiting, and are the first pushed out: they never
 	// refuse or push out a signed request. Default DefaultMaxQueued;
 	// negative: none wait.
@@ -901,7 +902,9 @@ func (c *serverConn) request(b []byte) string {
 	if acct {
 		lane = s.acct
 	}
-	if signed || s.radsec {
+	if signed || s.radsec || c.admitted {
+		// A connection that proved the secret once is its client's: a
+		// TCP stream is not spoofed.
 		lane.Submit(c, job{c, b})
 	} else {
 		// It proves no secret: it waits apart, and never refuses or
