@@ -372,8 +372,39 @@ func (s *Server) Serve() error {
 		defer s.mu.Unlock()
 		return s.ctx.Err() != nil || s.stopping
 	}
-	return serve.Accept(s.ln, &s.open, s.cfg.Logger, closed, transport.Conn.RemoteAddr,
+	return serve.Accept(clientsOnly{s.ln, s}, &s.open, s.cfg.Logger, closed, transport.Conn.RemoteAddr,
 		func(tc transport.Conn) { tc.Close() }, s.start)
+}
+
+// clientsOnly is a Server's listener, that closes the connections of
+// no configured client as they come: before the opening limits count
+// them, so that one never takes the place of a client's.
+type clientsOnly struct {
+	transport.Listener
+	s *Server
+}
+
+func (l clientsOnly) Accept() (transport.Conn, error) {
+	for {
+		tc, err := l.Listener.Accept()
+		if err != nil || l.s.known(tc) {
+			return tc, err
+		}
+	}
+}
+
+// known reports whether tc comes from a configured client; it closes,
+// counts and logs it when not.
+func (s *Server) known(tc transport.Conn) bool {
+	addr, _ := serve.AddrOf(tc.RemoteAddr())
+	if _, ok := s.keys.Load().lookup(addr); ok {
+		return true
+	}
+	s.unknownClient.Add(1)
+	serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindUnknownClient, "RADIUS connection closed at once: its source is no configured client",
+		"remote", tc.RemoteAddr().String(), "source", addr.String())
+	tc.Close()
+	return false
 }
 
 // start runs a connection's reader; t is its place in s.open.
@@ -381,10 +412,7 @@ func (s *Server) start(tc transport.Conn, t *serve.Ticket) {
 	addr, _ := serve.AddrOf(tc.RemoteAddr())
 	keys := s.keys.Load()
 	secret, ok := keys.lookup(addr)
-	if !ok {
-		s.unknownClient.Add(1)
-		serve.Log(s.cfg.Logger, slog.LevelWarn, serve.KindUnknownClient, "RADIUS connection closed at once: its source is no configured client",
-			"remote", tc.RemoteAddr().String(), "source", addr.String())
+	if !ok { // SetClients removed it since it was accepted
 		t.Ended()
 		tc.Close()
 		return
