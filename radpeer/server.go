@@ -684,7 +684,13 @@ func (c *serverConn) serve() {
 		if why, idle := c.drainState(); idle != nil {
 			// Shutdown, or its client revoked: what was read now is not
 			// handled (the client sends it elsewhere once the connection
-			// closes); the answers owed are written first.
+			// closes); the answers owed are written first. What the
+			// client sends meanwhile is read and dropped, until its
+			// close or the linger after ours (shut): closed with data
+			// unread, a socket is reset, and an answer not sent yet lost.
+			for err == nil {
+				_, err = c.tc.ReadMessage()
+			}
 			select {
 			case <-idle:
 			case <-c.ctx.Done():
@@ -786,8 +792,27 @@ func (c *serverConn) closeIfIdleLocked() {
 	if c.draining && !c.drained && c.out.BP.Unanswered() == 0 {
 		c.drained = true
 		close(c.idle)
-		c.tc.Close()
+		c.shutLocked()
 	}
+}
+
+// drainLinger bounds how long a drained connection, its writing side
+// shut, is read for the client's own close before it is closed.
+const drainLinger = time.Second
+
+// shutLocked ends a drained connection in order: its writing side is
+// shut, so that the client reads every answer, then the end, and the
+// reader reads what the client still sends until the client closes or
+// drainLinger passes; a connection that cannot shut its writing side
+// alone is closed now. c.out.Mu is held.
+func (c *serverConn) shutLocked() {
+	wc, ok := c.tc.(transport.WriteCloser)
+	if !ok || c.rd == nil || wc.CloseWrite() != nil {
+		c.tc.Close()
+		return
+	}
+	c.deadline = time.Now().Add(drainLinger)
+	c.rd.SetReadDeadline(c.deadline)
 }
 
 // drainState returns, for a draining connection, the reason and the

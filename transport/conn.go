@@ -269,6 +269,24 @@ type ReadInterrupter interface {
 // SetReadDeadline implements ReadDeadliner.
 func (s *streamConn) SetReadDeadline(t time.Time) error { return s.c.SetReadDeadline(t) }
 
+// WriteCloser is implemented by the Conns that can shut their writing
+// side alone (TCP: a FIN; TLS: close_notify, then a FIN), so that a
+// server that is done answering lets the peer read everything to the
+// end while it reads what the peer still sends: closed with data unread,
+// a TCP socket is reset, and what it had not sent yet is lost.
+type WriteCloser interface {
+	CloseWrite() error
+}
+
+// CloseWrite implements WriteCloser when the connection beneath can;
+// otherwise it reports errors.ErrUnsupported.
+func (s *streamConn) CloseWrite() error {
+	if c, ok := s.c.(interface{ CloseWrite() error }); ok {
+		return c.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
+
 func (s *streamConn) Close() error {
 	s.closeOnce.Do(func() { s.closeErr = s.c.Close() })
 	return s.closeErr
