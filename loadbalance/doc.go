@@ -37,12 +37,15 @@
 //
 //   - Tables are built around a home table (every configured server in
 //     service): a server that leaves gives its buckets to the others, and
-//     when it returns it takes back those same buckets, whatever other
-//     servers left or returned meanwhile, while everyone else keeps its
-//     own; with every server in service again the table is the home
-//     table. So the buckets the next change of the in-service set can
-//     move (any one server joining or leaving) are known in advance;
-//     they are the watched buckets. With every server in service
+//     when it returns it takes back those same buckets, while everyone
+//     else keeps theirs. After absences that overlapped (a server left
+//     while another was out), a returning server may find a home bucket
+//     kept by another and take another's bucket in its place: those
+//     buckets then stay where they are, with their conversations, rather
+//     than move between servers in service, and the table may differ
+//     from the home table in them for good. So the buckets the next
+//     change of the in-service set can move (any one server joining or
+//     leaving) are known in advance; they are the watched buckets. With every server in service
 //     none is watched (a leaver's conversations move whatever the memory
 //     says) and the memory stays empty: Pick consults it only when some
 //     bucket is watched, an old table lives, or a server is suspended

@@ -98,16 +98,11 @@ func apportion(ms []member) []int {
 // to the next buckets, spreads over several servers).
 //
 // With home (the table of every configured server in service; nil for
-// none), every member first takes its home buckets, up to its quota (those
-// it holds first), wherever they are; only then does it keep its other
-// old buckets (those whose home server is not in the set first) and take
-// freed ones. So a server that leaves and comes back takes back the
-// buckets it had, the others keep their own, whatever the order of the
-// absences before, and with every server of home in service the table is
-// home. The buckets that the next change of the set can move are known in
-// advance. A bucket moves beyond the minimum above only to go back to its
-// home server, where another member holds it and keeps its quota: after
-// absences that overlapped.
+// none), a member that must shed buckets keeps its home buckets first and
+// sheds the others first, and a freed bucket goes first to its home server
+// when that one is under quota. So a server that leaves and comes back
+// takes back the buckets it had, the others keep theirs, and the buckets
+// that the next change of the set can move are known in advance.
 func buildTable(prev, home *bucketTable, ms []member) *bucketTable {
 	t := new(bucketTable)
 	for i := range t {
@@ -121,83 +116,75 @@ func buildTable(prev, home *bucketTable, ms []member) *bucketTable {
 	for i, m := range ms {
 		pos[m.slot] = i
 	}
-	has := make([]int, len(ms))
-	// take gives member i q of bs (all unassigned), spread evenly over them.
-	take := func(i int, bs []int, q int) {
+
+	// Old buckets of each surviving member, in bucket order.
+	old := make([][]int, len(ms))
+	if prev != nil {
+		for b, s := range prev {
+			if i, ok := pos[int(s)]; ok && s != noSlot {
+				old[i] = append(old[i], b)
+			}
+		}
+	}
+	kept := make([]int, len(ms))
+	keep := func(i int, bs []int, q int) {
 		k := len(bs)
 		if q > k {
 			q = k
 		}
 		for j, b := range bs {
-			// Take the j-th bucket iff floor((j+1)q/k) > floor(jq/k):
+			// Keep the j-th bucket iff floor((j+1)q/k) > floor(jq/k):
 			// exactly q of the k, evenly spread.
 			if (j+1)*q/k > j*q/k {
 				t[b] = int16(ms[i].slot)
-				has[i]++
+				kept[i]++
 			}
 		}
 	}
-	if home != nil {
-		// Home buckets first: those the member holds, then the others.
-		held := make([][]int, len(ms))
-		away := make([][]int, len(ms))
-		for b, h := range home {
-			i, ok := pos[int(h)]
-			if h == noSlot || !ok {
-				continue
-			}
-			if prev != nil && prev[b] == h {
-				held[i] = append(held[i], b)
-			} else {
-				away[i] = append(away[i], b)
+	for i, bs := range old {
+		if home == nil || len(bs) <= quota[i] {
+			keep(i, bs, quota[i])
+			continue
+		}
+		// Its home buckets first, then those whose home is not in the
+		// set (they have nowhere to go back to), then the rest.
+		var own, homeless, others []int
+		for _, b := range bs {
+			switch h := int(home[b]); {
+			case h == ms[i].slot:
+				own = append(own, b)
+			case h == noSlot || !inSet(pos, h):
+				homeless = append(homeless, b)
+			default:
+				others = append(others, b)
 			}
 		}
-		for i := range ms {
-			q := quota[i]
-			for _, group := range [][]int{held[i], away[i]} {
-				n := min(q, len(group))
-				take(i, group, n)
-				q -= n
-			}
-		}
-	}
-
-	// Old buckets of each surviving member not taken above, in bucket
-	// order: with home, those whose home is not in the set (they have
-	// nowhere to go back to), then the others (their home server is at
-	// its quota).
-	if prev != nil {
-		old := make([][]int, len(ms))
-		var others [][]int
-		if home != nil {
-			others = make([][]int, len(ms))
-		}
-		for b, s := range prev {
-			i, ok := pos[int(s)]
-			if s == noSlot || !ok || t[b] != noSlot {
-				continue
-			}
-			if home != nil && home[b] != noSlot && inSet(pos, int(home[b])) {
-				others[i] = append(others[i], b)
-			} else {
-				old[i] = append(old[i], b)
-			}
-		}
-		for i := range ms {
-			q := quota[i] - has[i]
-			n := min(q, len(old[i]))
-			take(i, old[i], n)
-			if others != nil {
-				take(i, others[i], q-n)
-			}
+		q := quota[i]
+		for _, group := range [][]int{own, homeless, others} {
+			n := min(q, len(group))
+			keep(i, group, n)
+			q -= n
 		}
 	}
 
 	free := 0
 	deficit := make([]int, len(ms))
 	for i := range ms {
-		deficit[i] = quota[i] - has[i]
+		deficit[i] = quota[i] - kept[i]
 		free += deficit[i]
+	}
+	if home != nil {
+		// Freed buckets go home when their home server has room.
+		for b := range t {
+			if t[b] != noSlot {
+				continue
+			}
+			if i, ok := pos[int(home[b])]; ok && home[b] != noSlot && deficit[i] > 0 {
+				t[b] = home[b]
+				deficit[i]--
+				free--
+			}
+		}
 	}
 	cur := make([]int, len(ms))
 	for b := range t {
