@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -76,7 +77,8 @@ type Redis struct {
 	// releases counts those started.
 	releasing chan struct{}
 	releases  atomic.Uint64
-	unknown   atomic.Uint64 // Completes whose outcome stayed unknown
+	released  sync.WaitGroup // the releases under way, which Close waits for
+	unknown   atomic.Uint64  // Completes whose outcome stayed unknown
 }
 
 var _ Store = (*Redis)(nil)
@@ -487,7 +489,9 @@ func (r *Redis) releaseLater(keys []string, token string) {
 		return
 	}
 	r.releases.Add(1)
+	r.released.Add(1)
 	go func() {
+		defer r.released.Done()
 		defer func() { <-r.releasing }()
 		r.release(keys, token)
 	}()
@@ -679,8 +683,11 @@ func (mk *redisMark) abandon(*Outcome) error {
 	return nil
 }
 
-// Close implements Store. It closes the client only if Open created it.
+// Close implements Store. It waits for the releases of failed claims
+// still under way (each at most a second), then closes the client if
+// Open created it.
 func (r *Redis) Close() error {
+	r.released.Wait() // each bounded by releaseTimeout: none outlives the store
 	if r.owned {
 		return r.client.Close()
 	}

@@ -342,6 +342,9 @@ func TestRedisBeginHonoursContextOnTheWire(t *testing.T) {
 		el := time.Since(start)
 		cancel()
 		_ = s.Close() // the Sentinel client's takes seconds: go-redis waits out its dials
+		if n := len(s.(*Redis).releasing); n != 0 {
+			t.Errorf("%s: Close returned with %d releases of the failed claim under way", url, n)
+		}
 		if err == nil || el > time.Second {
 			t.Errorf("%s: Begin returned %v after %v, want an error at about 100ms", url, err, el)
 		}
