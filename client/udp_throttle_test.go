@@ -169,9 +169,11 @@ func TestUDPCallerDeadlines(t *testing.T) {
 		counted := c.sched.Expired()
 		c.unlockThrottle()
 		// Both deadlines pass in the queue; the callers see the throttle's
-		// expiry or their context's end, whichever comes first.
-		if counted != uint64(expired+gaveUp) {
-			t.Errorf("the throttle counted %d expired, the callers got %d errors", counted, expired+gaveUp)
+		// expiry or their context's end, whichever comes first. A caller
+		// whose context ended at the same instant may take its request
+		// out before the throttle's sweep counts it.
+		if counted < uint64(expired) || counted > uint64(expired+gaveUp) {
+			t.Errorf("the throttle counted %d expired; the callers got %d expiries and %d ends of their context", counted, expired, gaveUp)
 		}
 	})
 }
