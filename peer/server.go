@@ -202,7 +202,9 @@ func (s *Server) Peers() []*Peer {
 // runs then ends on its own (a connection it closed gives its place back
 // at once, though its Handler still runs). Called with the context a
 // subscriber got with an event of one of its peers, it starts the
-// disconnects and returns without waiting for them.
+// disconnects and returns without waiting for them. Called from a
+// Handler, it waits for that Handler too, so until ctx ends: call it
+// with a deadline, or from another goroutine.
 func (s *Server) Close(ctx context.Context) error {
 	return s.Disconnect(ctx, message.DisconnectDoNotWantToTalkToU)
 }
