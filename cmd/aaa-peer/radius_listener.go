@@ -55,27 +55,20 @@ func (rl *radiusListener) rotate(sec radiusSecrets) error {
 }
 
 // drain is a removed listener's end: the socket takes nothing new, the
-// connections get until shutdownBudget to finish (RADIUS has no DPR: a
+// connections get until budget (shutdownBudget) to finish (RADIUS has no DPR: a
 // client sees its connection close and fails its pending requests over),
-// the datagrams read are answered; then the socket is closed.
-func (rl *radiusListener) drain() {
-	ctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
+// the datagrams read are answered; then the server is closed, a handler
+// that ignores its ended ctx left behind (the process's exit waits for
+// drains), and rl's goroutines have ended.
+func (rl *radiusListener) drain(budget time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	defer cancel()
-	rl.end(ctx, rl.srv.Shutdown)
+	rl.end(ctx, rl.srv.Shutdown) // Close's, at its end
+	rl.wg.Wait()
 }
 
-// closeWithin ends a drain: close bounded by d, so that a handler that
-// ignores its cancelled ctx cannot hold the process's exit, which waits
-// for drains.
-func (rl *radiusListener) closeWithin(d time.Duration) {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	rl.close(ctx)
-}
-
-// close is the shutdown, or the end of a drain: the socket and the
-// connections close, the handlers end, bounded by ctx; then rl's
-// goroutines have ended.
+// close is the shutdown: the socket and the connections close, the
+// handlers end, bounded by ctx; then rl's goroutines have ended.
 func (rl *radiusListener) close(ctx context.Context) {
 	rl.end(ctx, rl.srv.Close)
 	rl.wg.Wait()

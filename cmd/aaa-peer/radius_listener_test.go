@@ -39,7 +39,7 @@ func TestRADIUSListenerDrainCloseBounded(t *testing.T) {
 	rl.start()
 	done := make(chan struct{})
 	go func() {
-		rl.closeWithin(50 * time.Millisecond)
+		rl.drain(50 * time.Millisecond)
 		close(done)
 	}()
 	select {

@@ -361,8 +361,7 @@ func (s *server) removeListener(u string) string {
 		defer s.drains.Done()
 		switch {
 		case rl != nil:
-			rl.drain()
-			rl.closeWithin(shutdownBudget) // waits for the drain; a stuck handler for at most shutdownBudget
+			rl.drain(shutdownBudget) // a stuck handler for at most that
 			s.keepRemoved(rl.report())
 		case srv != nil:
 			ctx, cancel := context.WithTimeout(context.Background(), shutdownBudget)
