@@ -105,6 +105,13 @@ type ServerConfig struct {
 	// Handler answers requests. Nil answers Access-Request with
 	// Access-Accept and Accounting-Request with Accounting-Response.
 	Handler Handler
+	// AccountingPort says that a UDPServer's socket is an accounting
+	// port (RFC 2866: 1813, or 1646 of old): the server answers
+	// Status-Server there with Accounting-Response, as RFC 5997 asks,
+	// where an authentication port answers Access-Accept. Either port
+	// takes every kind of request. A stream listener (RFC 6613, one
+	// port for both) answers Access-Accept, and NewServer refuses it.
+	AccountingPort bool
 	// RequireMessageAuthenticator says which Access-Requests must carry a
 	// Message-Authenticator (BlastRADIUS): the zero value, RequireMAAuto,
 	// those of a client that has sent one before; RequireMAAlways every
@@ -330,6 +337,9 @@ func NewServer(ln transport.Listener, scheme string, cfg ServerConfig) (*Server,
 	}
 	if err := cfg.check(); err != nil {
 		return nil, err
+	}
+	if cfg.AccountingPort {
+		return nil, fmt.Errorf("radpeer: %w: AccountingPort is a UDP socket's: a %s listener takes both kinds of request on one port", ErrConfig, scheme)
 	}
 	cfg = cfg.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())

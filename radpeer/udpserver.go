@@ -318,7 +318,13 @@ func (s *UDPServer) packet(b []byte, from net.Addr, local udpLocal) {
 	s.received.Add(1)
 	s.nas.received(client, signed)
 	if code == lradius.CodeStatusServer {
-		s.finish(e, b, secret, from, local, lradius.CodeAccessAccept, nil) // RFC 5997: never a login
+		// RFC 5997: answered by the server itself, never a login, with
+		// the answer of the kind of port it came to.
+		code := lradius.CodeAccessAccept
+		if s.cfg.AccountingPort {
+			code = lradius.CodeAccountingResponse
+		}
+		s.finish(e, b, secret, from, local, code, nil)
 		return
 	}
 	lane := s.auth

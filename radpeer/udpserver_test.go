@@ -3,6 +3,7 @@ package radpeer
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/aaatp/aaatp/internal/serve"
 	"github.com/aaatp/aaatp/internal/testhelp"
 	"github.com/aaatp/aaatp/radius"
+	"github.com/aaatp/aaatp/transport"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	lradius "layeh.com/radius"
@@ -554,6 +556,40 @@ func TestUDPServerAnswersStatusServer(t *testing.T) {
 	}
 	if st := srv.Stats(); st.Received != 1 || st.Answered != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// On an accounting port, Status-Server is answered Accounting-Response
+// (RFC 5997 section 3), signed and with a Message-Authenticator; other
+// requests are answered as on any port. A stream server refuses the
+// setting.
+func TestUDPServerAccountingPortAnswersStatusServer(t *testing.T) {
+	_, c := startUDP(t, ServerConfig{AccountingPort: true})
+	req, auth, _ := radius.EncodeRequest(&radius.Request{Code: lradius.CodeStatusServer}, 3, testSecret)
+	c.Write(req)
+	ans, err := readAnswer(c, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if radius.Code(ans) != lradius.CodeAccountingResponse || radius.VerifyResponse(ans, auth, testSecret, true) != nil {
+		t.Fatalf("answer %x: want a verified Accounting-Response with a Message-Authenticator", ans)
+	}
+	req, auth, _ = radius.EncodeRequest(acctReq("s"), 4, testSecret)
+	c.Write(req)
+	if ans, err = readAnswer(c, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if radius.Code(ans) != lradius.CodeAccountingResponse || radius.VerifyResponse(ans, auth, testSecret, false) != nil {
+		t.Fatalf("answer to an Accounting-Request %x", ans)
+	}
+
+	ln, err := Listen("radius+tcp://127.0.0.1:0", transport.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if _, err := NewServer(ln, SchemeTCP, ServerConfig{Secret: testSecret, AccountingPort: true}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("NewServer with AccountingPort: %v, want ErrConfig", err)
 	}
 }
 

@@ -131,6 +131,7 @@ func (s *server) openRADIUS(u string, sec radiusSecrets, topts transport.Options
 		if err != nil {
 			return nil, err
 		}
+		cfg.AccountingPort = accountingPort(pc.LocalAddr())
 		srv, err := radpeer.NewUDPServer(pc, cfg)
 		if err != nil {
 			pc.Close()
@@ -156,6 +157,14 @@ func (s *server) openRADIUS(u string, sec radiusSecrets, topts transport.Options
 	rl.srv, rl.bound = srv, fmt.Sprintf("%s://%s", ep.Scheme, ln.Addr())
 	rl.stats = func() radiusListenerReport { st := srv.Stats(); return radiusListenerReport{Stream: &st} }
 	return rl, nil
+}
+
+// accountingPort tells a RADIUS/UDP socket on an accounting port by its
+// number (RFC 2866's 1813, or 1646 of old), where Status-Server is
+// answered Accounting-Response (RFC 5997).
+func accountingPort(a net.Addr) bool {
+	ua, ok := a.(*net.UDPAddr)
+	return ok && (ua.Port == 1813 || ua.Port == 1646)
 }
 
 // radiusListenerReport is one RADIUS listener's counters in the server's

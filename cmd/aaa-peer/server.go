@@ -120,7 +120,7 @@ type serverOptions struct {
 
 func serverFlags(o *serverOptions, stderr io.Writer) *flag.FlagSet {
 	fs := newFlagSet("server", serverSynopsis+"\n"+reloadHelp, stderr)
-	fs.Var(&o.listen, "listen", "`URL` to listen on: tcp://host:port, tls://host:port or sctp://host:port for Diameter, radius+tcp://host:port, radsec://host:port or radius://host:port (UDP) for RADIUS (port 0: any free port); repeat for several listeners (required)")
+	fs.Var(&o.listen, "listen", "`URL` to listen on: tcp://host:port, tls://host:port or sctp://host:port for Diameter, radius+tcp://host:port, radsec://host:port or radius://host:port (UDP; on port 1813 or 1646 an accounting port, where Status-Server is answered Accounting-Response) for RADIUS (port 0: any free port); repeat for several listeners (required)")
 	radiusFlags(fs, &o.secretFile)
 	radiusServerFlags(fs, o)
 	fs.StringVar(&o.originHost, "origin-host", "", "our Origin-Host `H`, a DiameterIdentity (an FQDN: letters, digits, '-', '_' and '.') such as server1.example.net (required with a Diameter --listen)")
