@@ -632,12 +632,15 @@ func (c *Call) Await(ctx context.Context, timeout time.Duration) Result {
 	c.mu.Lock()
 	if rd != nil {
 		c.awaiting++
-		if !c.final() && c.cut == nil {
+		if !c.final() && c.cut == nil && !c.inRead {
 			c.offered = true
 		}
 	}
+	// One ReadAnswer at a time, whatever the number of Awaits: a second
+	// one returning would clear inRead under the first, which then no
+	// completion and no deadline would interrupt.
 	for !c.final() && c.cut == nil {
-		if c.offered {
+		if c.offered && !c.inRead {
 			c.readLocked(rd)
 			continue
 		}
@@ -654,6 +657,10 @@ func (c *Call) Await(ctx context.Context, timeout time.Duration) Result {
 		c.mu.Lock()
 	}
 	for c.offered { // an Offer that came as the call ended: taken up all the same
+		if c.inRead { // by this Await once the other's read returns, or by the other
+			c.wake.Wait()
+			continue
+		}
 		c.readLocked(rd)
 	}
 	if rd != nil {
@@ -673,6 +680,9 @@ func (c *Call) readLocked(r Reader) {
 	r.ReadAnswer()
 	c.mu.Lock()
 	c.inRead = false
+	if c.awaiting > 1 {
+		c.wake.Broadcast() // another Await may wait for this read to end
+	}
 }
 
 // Offer wakes the caller waiting for c in Await to run its Reader's
