@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -419,75 +418,4 @@ func TestUDPServerUnsignedFloodDoesNotPushOutSigned(t *testing.T) {
 			t.Fatalf("the NAS got %d answers to its 5 signed requests (%v); stats %+v", i, err, srv.Stats())
 		}
 	}
-}
-
-// SetClients, Stats, traffic and Shutdown at once, on both servers (run
-// with -race): no race, no hang, no goroutine left.
-func TestServersSetClientsShutdownRace(t *testing.T) {
-	ln, err := Listen("radius+tcp://127.0.0.1:0", transport.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := NewServer(ln, SchemeTCP, ServerConfig{Secret: testSecret, SecretGrace: time.Millisecond, Logger: quietLogger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve()
-	usrv, uc := startUDP(t, ServerConfig{Secret: testSecret, Logger: quietLogger})
-	var stop atomic.Bool
-	var wg sync.WaitGroup
-	for range 4 {
-		c := tcpFrom(t, netip.MustParseAddr("127.0.0.1"), ln.Addr().String())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for id := byte(1); !stop.Load(); id++ {
-				req, _, _ := radius.EncodeRequest(accessReq("alice"), id, testSecret)
-				if _, err := c.Write(req); err != nil {
-					return
-				}
-				if _, err := readPacket(c, time.Second); err != nil {
-					return
-				}
-			}
-		}()
-	}
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		for id := byte(1); !stop.Load(); id++ {
-			req, _, _ := radius.EncodeRequest(accessReq("alice"), id, testSecret)
-			uc.Write(req)
-			readAnswer(uc, 50*time.Millisecond)
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		for i := 0; !stop.Load(); i++ {
-			secret, cl := testSecret, func(netip.Addr) (Client, bool) { return Client{Name: "n", Secret: []byte("other")}, true }
-			switch i % 3 {
-			case 0:
-				cl = nil
-			case 1:
-				cl = func(netip.Addr) (Client, bool) { return Client{}, false }
-			}
-			srv.SetClients(secret, cl)
-			usrv.SetClients(secret, cl)
-			srv.Stats()
-			usrv.Stats()
-		}
-	}()
-	time.Sleep(300 * time.Millisecond)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	var sw sync.WaitGroup
-	for range 2 {
-		sw.Add(2)
-		go func() { defer sw.Done(); srv.Shutdown(ctx) }()
-		go func() { defer sw.Done(); usrv.Shutdown(ctx) }()
-	}
-	sw.Wait()
-	stop.Store(true)
-	wg.Wait()
-	mustClose(t, srv)
 }
