@@ -22,12 +22,15 @@
 // chose and that stays the same across restarts and reconnections; a
 // server's client by its Origin-Host (a server has no configuration of its
 // clients), a RADIUS server's NAS by the name of its configured client
-// (radpeer.NASStats.Name), else by its address. aaatp_peer_info joins
-// that name with the peer's URL, protocol and Origin-Host. Label values
-// come only from configuration and fixed sets, but for a server's peers,
-// whose series are dropped when they go, and the Origin-Host of
-// aaatp_peer_info, cut to 255 bytes. Every method of a nil *Metrics is a no-op, so a node
-// running without --status can call them unconditionally.
+// (radpeer.NASStats.Name), else by its address. A name is one peer: a
+// server's Diameter client whose Origin-Host is also a NAS's name has the
+// counts of both summed under it. aaatp_peer_info joins that name with
+// the peer's URL, protocol ("diameter,radius" for such a name) and
+// Origin-Host. Label values come only from configuration and fixed sets,
+// but for a server's peers, whose series are dropped when they go, and
+// the Origin-Host of aaatp_peer_info, cut to 255 bytes. Every method of a
+// nil *Metrics is a no-op, so a node running without --status can call
+// them unconditionally.
 //
 // Handler serves:
 //

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,7 +69,9 @@ const (
 	MetricLogEvents = "aaatp_log_events_total"
 )
 
-// Values of the "protocol" label of aaatp_peer_info.
+// Values of the "protocol" label of aaatp_peer_info; rows of one name and
+// several protocols (a server's Diameter peer and NAS) list them, joined
+// by commas.
 const (
 	ProtocolDiameter  = client.ProtocolDiameter
 	ProtocolRADIUS    = client.ProtocolRADIUS // over UDP; a server's NAS clients
@@ -261,7 +264,7 @@ func NewMetrics() *Metrics {
 		}, []string{"role", "origin_host", "origin_realm", "nas_identifier"}),
 		peerInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: MetricPeerInfo,
-			Help: "Always 1 per peer: its name (the peer label of every series), URL, protocol (diameter, radius, radius+tcp, radsec) and Origin-Host (Diameter, once its CER or CEA told it).",
+			Help: "Always 1 per peer: its name (the peer label of every series), URL, protocol (diameter, radius, radius+tcp, radsec; diameter,radius for a server's Diameter peer and NAS of one name, whose counts are summed) and Origin-Host (Diameter, once its CER or CEA told it).",
 		}, []string{"peer", "url", "protocol", "origin_host"}),
 		seeded: map[string]bool{},
 	}
@@ -611,6 +614,14 @@ func (m *Metrics) sync(s Snapshot) {
 	m.pending.Reset()
 	m.unanswered.Reset()
 	m.peerInfo.Reset()
+	// Rows of one name are one peer to the metrics (a server's Diameter
+	// peer whose Origin-Host is also a NAS row's name): their counts are
+	// summed (gauges added here, counters in peerCounts) and
+	// aaatp_peer_info has one series, so that no two series share a name
+	// and labels and a join on peer finds one.
+	type info struct{ url, proto, originHost string }
+	infos := make(map[string]*info, len(s.Peers))
+	var order []string
 	for _, p := range s.Peers {
 		name := p.Name()
 		if p.State != "" { // a RADIUS/UDP server has no watchdog
@@ -625,13 +636,27 @@ func (m *Metrics) sync(s Snapshot) {
 				m.serverState.WithLabelValues(label(name), st).Set(v)
 			}
 		}
-		m.SetPending(name, p.Pending)
+		m.pending.WithLabelValues(label(name)).Add(float64(p.Pending)) // reset above
 		proto := p.Protocol
 		if proto == "" {
 			proto = ProtocolDiameter
-			m.unanswered.WithLabelValues(label(name)).Set(float64(p.Unanswered))
+			m.unanswered.WithLabelValues(label(name)).Add(float64(p.Unanswered))
 		}
-		m.peerInfo.WithLabelValues(label(name), label(p.URL), label(proto), label(p.OriginHost)).Set(1)
+		in := infos[label(name)]
+		if in == nil {
+			in = &info{url: p.URL, proto: proto, originHost: p.OriginHost}
+			infos[label(name)] = in
+			order = append(order, label(name))
+			continue
+		}
+		in.url, in.originHost = cmp.Or(in.url, p.URL), cmp.Or(in.originHost, p.OriginHost)
+		if !slices.Contains(strings.Split(in.proto, ","), proto) {
+			in.proto += "," + proto
+		}
+	}
+	for _, name := range order {
+		in := infos[name]
+		m.peerInfo.WithLabelValues(name, label(in.url), label(in.proto), label(in.originHost)).Set(1)
 	}
 	m.seedFailovers(s.Peers)
 	m.counts.set(s)

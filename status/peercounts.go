@@ -68,8 +68,8 @@ func (c *peerCounts) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
-	for _, p := range c.rows {
-		name, k := label(p.Name()), p.Counters
+	for _, r := range c.byName() {
+		name, k := r.name, r.counts
 		counter(c.requests, k.Requests, name)
 		for class, v := range k.Answers {
 			counter(c.answers, v, name, label(class))
@@ -91,19 +91,55 @@ func (c *peerCounts) Collect(ch chan<- prometheus.Metric) {
 	for reason, v := range c.unsent {
 		counter(c.errors, v, NoPeer, label(reason))
 	}
-	for name, sc := range c.byPeer {
-		counter(c.requests, sc.requests.Load(), name)
-		for i, class := range client.DiameterClasses {
-			counter(c.answers, sc.answers[i].Load(), name, class)
-		}
-		buckets := make(map[float64]uint64, len(LatencyBuckets))
-		var cum uint64
-		for i, b := range LatencyBuckets {
-			cum += sc.buckets[i].Load()
-			buckets[b] = cum
-		}
-		ch <- prometheus.MustNewConstHistogram(c.latency, max(sc.count.Load(), cum), time.Duration(sc.sumNs.Load()).Seconds(), buckets, name)
+}
+
+// namedCounts are the counts of one "peer" label value.
+type namedCounts struct {
+	name   string
+	counts *PeerCounters
+}
+
+// byName returns the counts of the rows and of a server's peers, one
+// entry a label value: a server's Diameter peer whose Origin-Host is also
+// the name of one of its NAS rows (a [[client]] name, an address, "other")
+// is one peer to the metrics, its counts the sum of both (two series of
+// one name and labels would fail the whole gathering, and the scrape
+// would lose one of them). Under c.mu.
+func (c *peerCounts) byName() []namedCounts {
+	out := make([]namedCounts, 0, len(c.rows)+len(c.byPeer))
+	at := make(map[string]int, len(c.rows))
+	for _, p := range c.rows { // one row a label value (set)
+		name := label(p.Name())
+		at[name] = len(out)
+		out = append(out, namedCounts{name, p.Counters})
 	}
+	for name, sc := range c.byPeer {
+		k := sc.counters()
+		if i, ok := at[name]; ok {
+			out[i].counts = merged(out[i].counts, k)
+			continue
+		}
+		out = append(out, namedCounts{name, k})
+	}
+	return out
+}
+
+// counters returns sc as PeerCounters: the requests, the answers of every
+// Diameter class and the latency at or below each of LatencyBuckets.
+func (sc *servedCounts) counters() *PeerCounters {
+	k := &PeerCounters{Requests: sc.requests.Load(), Answers: make(map[string]uint64, len(client.DiameterClasses))}
+	for i, class := range client.DiameterClasses {
+		k.Answers[class] = sc.answers[i].Load()
+	}
+	l := client.ServerLatency{AtMost: make([]uint64, len(LatencyBuckets)), Sum: time.Duration(sc.sumNs.Load())}
+	var cum uint64
+	for i := range LatencyBuckets {
+		cum += sc.buckets[i].Load()
+		l.AtMost[i] = cum
+	}
+	l.Count = max(sc.count.Load(), cum)
+	k.Latency = &l
+	return k
 }
 
 // set keeps s's client rows and unsent errors, and drops the served
