@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -100,6 +101,7 @@ type radiusClientOptions struct {
 
 	acctPeers      stringList
 	secretFile     string
+	secret         []byte        // the run's shared secret: see sharedSecret
 	timeout        time.Duration // each attempt's
 	retries        int
 	testPassword   string
@@ -182,14 +184,22 @@ func runRadiusClient(ctx context.Context, args []string, stdout, stderr io.Write
 	for _, u := range append(radiusUnused(cfg), clientUnused(cfg, o.peers, set)...) {
 		log.Warn("--config: the client does not use this part of the file", "file", o.config, "ignored", u)
 	}
-	var secret []byte                                 // radsec:// uses "radsec" (RFC 6614 2.3)
-	if !o.radsec() && len(o.secrets) < len(o.peers) { // some server has no secret of its own
-		if secret, err = readSecret(o.secretFile); err != nil {
-			fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
-			return 2
-		}
+	if o.secret, err = o.sharedSecret(); err != nil {
+		fmt.Fprintf(stderr, "aaa-peer client: %v\n", err)
+		return 2
 	}
-	return o.run(ctx, secret, log, stdout, stderr, hup)
+	return o.run(ctx, o.secret, log, stdout, stderr, hup)
+}
+
+// sharedSecret is the secret of the servers without one of their own
+// (o.secrets): --secret-file's content, else $AAATP_RADIUS_SECRET; nil
+// when every server has its own, or uses "radsec" (RFC 6614 2.3). A
+// reload reads it again: the file's content may have changed.
+func (o *radiusClientOptions) sharedSecret() ([]byte, error) {
+	if o.radsec() || !slices.ContainsFunc(o.peers, func(u string) bool { return o.secrets[u] == nil }) {
+		return nil, nil
+	}
+	return readSecret(o.secretFile)
 }
 
 // identifiers is how many requests a server can have in flight: one per

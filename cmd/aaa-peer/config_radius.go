@@ -1,22 +1,12 @@
 package main
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/aaatp/aaatp/config"
 )
 
-// applyConfig turns the --config file into the RADIUS client's options, as
-// clientOptions.applyConfig does for Diameter: a flag given on the command
-// line (set) wins, and --peer given replaces the file's servers whole.
-// The file's servers keep their order, weights and names; with roles the
-// primaries come first and --mode is failover unless given. The file's
-// top-level tw, TLS files and limits are every server's; a server's own
-// replace them for that server unless the flag is given (--max-rate-acct,
-// given, stays every server's accounting rate). It returns each server's
-// shared secret by URL
-// (none for radsec://, whose secret is "radsec"), and sets --secret-file
-// when the servers share one file.
 // radiusUnused names the parts of cfg the RADIUS client does not use: the
 // Diameter identity and the server's parts.
 func radiusUnused(cfg *config.Config) []string {
@@ -36,7 +26,8 @@ func radiusUnused(cfg *config.Config) []string {
 // clientUnused names the top-level settings of cfg no peer of the client
 // (peers, after the flags set) uses: tw when every server is radius://
 // (no watchdog; --tw is refused there), the TLS files when no peer uses
-// TLS.
+// TLS, the file's secrets when --secret-file is given (see
+// radiusClientOptions.applyConfig).
 func clientUnused(cfg *config.Config, peers []string, set map[string]bool) []string {
 	if cfg == nil {
 		return nil
@@ -60,9 +51,25 @@ func clientUnused(cfg *config.Config, peers []string, set map[string]bool) []str
 	if len(files) > 0 && !anyTLS && len(peers) > 0 {
 		unused = append(unused, strings.Join(files, ", ")+" (no tls:// or radsec:// peer)")
 	}
+	if set["secret-file"] && (cfg.Secret != nil || slices.ContainsFunc(cfg.Peers, func(p config.Peer) bool { return p.Secret != nil })) {
+		unused = append(unused, "secret, secret-file (--secret-file is every server's secret, their own included)")
+	}
 	return unused
 }
 
+// applyConfig turns the --config file into the RADIUS client's options, as
+// clientOptions.applyConfig does for Diameter: a flag given on the command
+// line (set) wins, and --peer given replaces the file's servers whole.
+// The file's servers keep their order, weights and names; with roles the
+// primaries come first and --mode is failover unless given. The file's
+// top-level tw, TLS files and limits are every server's; a server's own
+// replace them for that server unless the flag is given (--max-rate-acct,
+// given, stays every server's accounting rate). It returns each server's
+// shared secret by URL (none for radsec://, whose secret is "radsec"):
+// its own, else the file's top-level one; none at all when --secret-file
+// is given, which is every server's secret, their own included, as --tw
+// is every peer's watchdog interval. It sets --secret-file when the
+// servers share one file.
 func (o *radiusClientOptions) applyConfig(cfg *config.Config, set map[string]bool) (secrets map[string][]byte, err error) {
 	if cfg == nil {
 		return nil, nil
@@ -85,6 +92,9 @@ func (o *radiusClientOptions) applyConfig(cfg *config.Config, set map[string]boo
 		return nil, usagef("--config %s:%d: %s is a Diameter peer, not a RADIUS server", cfg.File, cfg.Peers[0].Line, cfg.Peers[0].URL)
 	}
 	peers := o.filePeers(cfg.Peers, set)
+	if set["secret-file"] {
+		clear(o.secrets) // the flag's is every server's
+	}
 	if file := peers[0].SecretFile; file != "" && !set["secret-file"] {
 		shared := true
 		for _, p := range peers[1:] {
