@@ -112,10 +112,42 @@ func redisClient(rawURL string) (redis.UniversalClient, int, error) {
 	return redis.NewClient(o), redisSingle, nil
 }
 
-// redactErr keeps a URL's password out of a parse error.
+// redactErr keeps a URL's password out of a parse error: the URL goes,
+// and so does what the error quotes of it (url.Parse quotes the part it
+// refuses: `invalid port ":pa" after host` for a password "pa#ss" written
+// unescaped, `invalid URL escape "%zz"`).
 func redactErr(err error) error {
 	if ue, ok := err.(*url.Error); ok {
-		return fmt.Errorf("%s: %v", ue.Op, ue.Err)
+		return fmt.Errorf("%s: %s", ue.Op, unquoted(ue.Err.Error()))
 	}
 	return err
+}
+
+// unquoted is s with every part in double quotes (as %q writes it) made
+// "...".
+func unquoted(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(s, '"')
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:i])
+		b.WriteString(`"..."`)
+		s = s[i+1:]
+		end := -1
+		for j := 0; j < len(s) && end < 0; j++ {
+			switch s[j] {
+			case '\\':
+				j++ // an escaped character
+			case '"':
+				end = j
+			}
+		}
+		if end < 0 { // unterminated: drop the rest
+			return b.String()
+		}
+		s = s[end+1:]
+	}
 }

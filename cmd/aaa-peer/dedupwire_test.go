@@ -23,6 +23,16 @@ func TestRedactURL(t *testing.T) {
 		"redis://s1:26379/0?master_name=m&password=s3cret&addr=s2:26379":   "redis://s1:26379/0?addr=s2%3A26379&master_name=m&password=xxxxx",
 		"redis://u:s3cret@s1:26379?master_name=m&sentinel_password=s3cret": "redis://u:xxxxx@s1:26379?master_name=m&sentinel_password=xxxxx",
 		"redis+cluster://n1:7000?addr=n2:7000":                             "redis+cluster://n1:7000?addr=n2:7000",
+		"redis://s1:26379/0?master_name=m&Password=s3cret":                 "redis://s1:26379/0?Password=xxxxx&master_name=m",
+		// What url.Parse refuses, or parses with the password cut in two
+		// (a '#' or '/' or '%' written unescaped): only the scheme shows.
+		"redis://:pa#s3cret@127.0.0.1:6379/0":                 "redis://...",
+		"redis://u:pa/s3cret@127.0.0.1:6379/0":                "redis://...",
+		"redis://:s3cret%zz@127.0.0.1:6379/0":                 "redis://...",
+		"redis:pa#s3cret@127.0.0.1:6379/0":                    "redis:...",
+		":s3cret@127.0.0.1:6379/0":                            "...",
+		"s3cret@127.0.0.1:6379/0":                             "...",
+		"redis://s1:26379/0?master_name=m&password=s3cret%zz": "redis://s1:26379/0?...",
 	} {
 		got := redactURL(in)
 		if got != want {
@@ -90,5 +100,31 @@ func TestDedupRedisLost(t *testing.T) {
 	}
 	if !strings.Contains(string(events), `"type":"error"`) || !strings.Contains(string(events), "lost its entries") {
 		t.Errorf("no error event for the loss:\n%s", events)
+	}
+}
+
+// TestDedupURLErrorShowsNoPassword: a --dedup URL that does not parse
+// (its password written with an unescaped '#', '/' or '%') is refused
+// without any part of the password on stderr, which the journal keeps;
+// so is a URL of an unknown scheme.
+func TestDedupURLErrorShowsNoPassword(t *testing.T) {
+	for _, store := range []string{
+		"redis://:Zq#9secret@127.0.0.1:6379/0", // url.Parse: invalid port ":Zq" after host
+		"redis://u:Zq/9secret@127.0.0.1:6379/0",
+		"redis://:Zq%zz9secret@127.0.0.1:6379/0", // invalid URL escape "%zz"
+		"rdis://:Zq9secret@127.0.0.1:6379/0",     // not a redis:// URL
+	} {
+		var stderr syncBuffer
+		code := runServer(context.Background(), []string{"--listen", "tcp://127.0.0.1:0", "--origin-host", "s.example.net",
+			"--origin-realm", "example.net", "--dedup", store}, &syncBuffer{}, &stderr)
+		out := stderr.String()
+		if code != 2 || !strings.Contains(out, "--dedup") {
+			t.Errorf("--dedup %s: exit %d, want 2 and the flag named; stderr:\n%s", store, code, out)
+		}
+		for _, part := range []string{"Zq", "9secret", "%zz"} {
+			if strings.Contains(out, part) {
+				t.Errorf("--dedup %s: stderr shows %q of the password:\n%s", store, part, out)
+			}
+		}
 	}
 }

@@ -222,7 +222,7 @@ func (o *serverOptions) validate() error {
 	case o.history < 0:
 		return usagef("--history must not be negative")
 	case o.dedup != "memory" && !strings.HasPrefix(o.dedup, "redis"):
-		return usagef("--dedup %q: want memory or a redis:// URL", o.dedup)
+		return usagef("--dedup %q: want memory or a redis:// URL", redactURL(o.dedup))
 	}
 	// A RADIUS-only server has no Diameter identity to check, but one
 	// given is checked all the same.
@@ -800,16 +800,38 @@ func probeStore(ctx context.Context, st dedup.Store) error {
 	return o.Abandon()
 }
 
-// redactURL elides the password of a store URL.
+// redactURL elides the password of a store URL: the userinfo's and the
+// query's (password: a Sentinel master's; any key naming a password). A
+// URL that does not parse shows only its scheme: where its password ends
+// cannot be told (a '#' or '/' written unescaped in it is what makes it
+// fail, or parse as a fragment), and a query that does not parse is not
+// shown.
 func redactURL(s string) string {
 	u, err := url.Parse(s)
-	if err != nil {
-		return s
+	if err != nil || u.Opaque != "" || u.Fragment != "" { // a store URL has neither
+		scheme, _, ok := strings.Cut(s, ":")
+		if !ok || scheme == "" || strings.ContainsAny(scheme, "@/?#%") {
+			return "..."
+		}
+		if strings.HasPrefix(s[len(scheme):], "://") {
+			return scheme + "://..."
+		}
+		return scheme + ":..."
 	}
-	q := u.Query()
-	for _, k := range []string{"password", "sentinel_password"} { // Sentinel URLs' master password
-		if q.Has(k) {
-			q.Set(k, "xxxxx")
+	if u.RawQuery != "" {
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			u.RawQuery = ""
+			return u.Redacted() + "?..."
+		}
+		redacted := false
+		for k := range q {
+			if strings.Contains(strings.ToLower(k), "password") { // password, sentinel_password
+				q[k] = []string{"xxxxx"}
+				redacted = true
+			}
+		}
+		if redacted {
 			u.RawQuery = q.Encode()
 		}
 	}
