@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -23,7 +24,9 @@ closes (DPR); a peer whose weight changed keeps its connection and the
 balancer's table follows (conversations in progress keep their servers);
 a peer whose other settings changed (URL, secret, tw, TLS files, limits)
 is replaced: the old one drains as a removed one does, then the new one is
-dialed. Peers are matched by name. A file that does not validate is
+dialed. --secret-file is read again, as the server does: a new content is
+the new secret of the servers that take it, which are replaced. Peers are
+matched by name. A file that does not validate is
 refused whole with a log line naming every problem, and the client runs
 on as it was. What cannot change live (origin-host and realm, mode,
 algorithm, the top-level tw, TLS files and limits, the load: rate,
@@ -193,16 +196,27 @@ func (o *radiusClientOptions) reloadPeers(cfg *config.Config, c *client.Client, 
 	if n.stream != o.stream || n.radsec() != o.radsec() {
 		return nil, fmt.Errorf("the servers' protocol changed (%s:// to %s://): restart to apply", scheme(o.peers[0]), scheme(n.peers[0]))
 	}
+	// The servers without a secret of their own (all of them with
+	// --secret-file given) sign with the shared one: --secret-file's, read
+	// again as the server does, since its content may have been rotated.
+	// Changed, it is theirs in their specs, which replaces them.
+	shared, err := n.sharedSecret()
+	if err != nil {
+		return nil, fmt.Errorf("RADIUS shared secret: %w", err)
+	}
+	if shared != nil && !bytes.Equal(shared, o.secret) {
+		if n.secrets == nil {
+			n.secrets = make(map[string][]byte, len(n.peers))
+		}
+		for _, u := range n.peers {
+			if n.secrets[u] == nil {
+				n.secrets[u] = shared
+			}
+		}
+	}
 	specs, err := n.peerSpecs(n.acctPeers)
 	if err != nil {
 		return nil, err
-	}
-	secretFile := setting{"secret-file", o.secretFile, n.secretFile}
-	if n.radsec() || len(n.secrets) >= len(n.peers) {
-		// Every server has a secret of its own, and a server whose
-		// secret changed is replaced with it: the shared secret, read
-		// from --secret-file at start, signs for none of them.
-		secretFile.file = secretFile.running
 	}
 	restart := differs([]setting{
 		{"mode", o.mode, n.mode},
@@ -213,7 +227,6 @@ func (o *radiusClientOptions) reloadPeers(cfg *config.Config, c *client.Client, 
 		{"down-timeout, hold-down", fmt.Sprint(o.downTimeout, o.holdDown), fmt.Sprint(n.downTimeout, n.holdDown)},
 		{"tls-ca, tls-cert, tls-key", fmt.Sprintf("%q %q %q", o.tlsCA, o.tlsCert, o.tlsKey), fmt.Sprintf("%q %q %q", n.tlsCA, n.tlsCert, n.tlsKey)},
 		{"max-rate, max-rate-acct, max-outstanding", fmt.Sprint(o.maxRate, o.maxRateAcct.of(o.maxRate), o.maxOutstanding), fmt.Sprint(n.maxRate, n.maxRateAcct.of(n.maxRate), n.maxOutstanding)},
-		secretFile,
 	})
 	out, err := applyPeers(c, specs, restart, metrics)
 	return append(out, warnings...), err
