@@ -303,7 +303,7 @@ type Server struct {
 	radsec bool
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // connections' readers, and handlers
+	wg     sync.WaitGroup // connections' readers, handlers, and the shutting of drained connections (shut)
 	open   serve.Admission
 	// maPolicy is the Message-Authenticator state (blast.go).
 	maPolicy maPolicy
@@ -669,6 +669,10 @@ type serverConn struct {
 	idle              chan struct{}
 	why               string
 
+	// ended: the reader closed the connection and is done, or about to
+	// be (its count in s.wg is let go). Set under out.Mu.
+	ended bool
+
 	// admitted: a request signed with the shared secret passed
 	// verification; live: a request passed verification, signed or not.
 	// Set by the reader under out.Mu; read by the reader, and by the
@@ -730,6 +734,9 @@ func (c *serverConn) serve() {
 		}
 	}
 	c.tc.Close()
+	c.out.Mu.Lock()
+	c.ended = true // no shut from now on: see shutLocked
+	c.out.Mu.Unlock()
 	c.cancel()
 	c.ticket.Ended()
 	c.out.Close(true)
@@ -810,19 +817,38 @@ func (c *serverConn) closeIfIdleLocked() {
 // shut, is read for the client's own close before it is closed.
 const drainLinger = time.Second
 
-// shutLocked ends a drained connection in order: its writing side is
-// shut, so that the client reads every answer, then the end, and the
-// reader reads what the client still sends until the client closes or
-// drainLinger passes; a connection that cannot shut its writing side
-// alone is closed now. c.out.Mu is held.
+// shutLocked ends a drained connection in order (see shut), on a
+// goroutine of its own: shutting a writing side is network I/O, which
+// never runs under a lock. Over TLS it writes a close_notify alert,
+// which waits (up to 5 s) for room in the send buffer of a client that
+// does not read; meanwhile c.out.Mu held would stall the drain of the
+// other connections by Shutdown, and everything else that takes it.
+// c.out.Mu is held.
 func (c *serverConn) shutLocked() {
+	if c.ended {
+		return // closed by its reader already
+	}
+	// The reader is still counted in s.wg (it sets ended, under
+	// c.out.Mu, before it is done), so the count is not zero here.
+	c.s.wg.Add(1)
+	go c.shut()
+}
+
+// shut ends a drained connection in order: its writing side is shut, so
+// that the client reads every answer, then the end, and the reader reads
+// what the client still sends until the client closes or drainLinger
+// passes; a connection that cannot shut its writing side alone is closed
+// now.
+func (c *serverConn) shut() {
+	defer c.s.wg.Done()
 	wc, ok := c.tc.(transport.WriteCloser)
 	if !ok || c.rd == nil || wc.CloseWrite() != nil {
 		c.tc.Close()
 		return
 	}
-	c.deadline = time.Now().Add(drainLinger)
-	c.rd.SetReadDeadline(c.deadline)
+	c.out.Mu.Lock()
+	defer c.out.Mu.Unlock()
+	c.setDeadlineLocked(time.Now().Add(drainLinger))
 }
 
 // drainState returns, for a draining connection, the reason and the
