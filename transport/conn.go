@@ -270,10 +270,18 @@ type ReadInterrupter interface {
 func (s *streamConn) SetReadDeadline(t time.Time) error { return s.c.SetReadDeadline(t) }
 
 // WriteCloser is implemented by the Conns that can shut their writing
-// side alone (TCP: a FIN; TLS: close_notify, then a FIN), so that a
-// server that is done answering lets the peer read everything to the
-// end while it reads what the peer still sends: closed with data unread,
-// a TCP socket is reset, and what it had not sent yet is lost.
+// side alone, so that a server that is done answering lets the peer read
+// everything to the end while it reads what the peer still sends: closed
+// with data unread, a TCP socket is reset, and what it had not sent yet
+// is lost.
+//
+// Over TCP, CloseWrite sends a FIN (shutdown(SHUT_WR)) and never waits.
+// Over TLS (Go's tls.Conn.CloseWrite) it sends only a close_notify alert,
+// which a peer's TLS stack reads as the end (io.EOF); the TCP connection
+// stays open both ways, and the FIN comes with Close. That alert is a
+// write: with the socket's send buffer full (a peer that does not read)
+// it waits, up to 5 s (Go's own deadline for it), and a Close meanwhile
+// waits for it too. Do not call it under a lock.
 type WriteCloser interface {
 	CloseWrite() error
 }
