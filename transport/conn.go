@@ -280,8 +280,8 @@ func (s *streamConn) SetReadDeadline(t time.Time) error { return s.c.SetReadDead
 // which a peer's TLS stack reads as the end (io.EOF); the TCP connection
 // stays open both ways, and the FIN comes with Close. That alert is a
 // write: with the socket's send buffer full (a peer that does not read)
-// it waits, up to 5 s (Go's own deadline for it), and a Close meanwhile
-// waits for it too. Do not call it under a lock.
+// it waits, up to 5 s (Go's own deadline for it); a Close meanwhile ends
+// it within a fraction of a second. Do not call it under a lock.
 type WriteCloser interface {
 	CloseWrite() error
 }
@@ -295,9 +295,40 @@ func (s *streamConn) CloseWrite() error {
 	return errors.ErrUnsupported
 }
 
+// Close closes the connection. Over TLS it sends a close_notify alert
+// first, as tls.Conn.Close does, but waits at most tlsCloseWait for the
+// socket to take it: a peer that does not read (its window closed, the
+// send buffer full) would hold a Close, and whoever waits for it, for
+// the 5 s Go allows that write. The socket is then closed under it.
 func (s *streamConn) Close() error {
-	s.closeOnce.Do(func() { s.closeErr = s.c.Close() })
+	s.closeOnce.Do(func() {
+		if tc, ok := s.c.(*tls.Conn); ok {
+			s.closeErr = closeTLS(tc, tlsCloseWait)
+			return
+		}
+		s.closeErr = s.c.Close()
+	})
 	return s.closeErr
+}
+
+// tlsCloseWait bounds how long a TLS connection's Close waits for the
+// socket to take its close_notify.
+var tlsCloseWait = 200 * time.Millisecond
+
+// closeTLS closes c, giving its close_notify at most wait to be written,
+// then closing the socket beneath, which ends the write.
+func closeTLS(c *tls.Conn, wait time.Duration) error {
+	done := make(chan error, 1)
+	go func() { done <- c.Close() }()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		c.NetConn().Close()
+		return <-done
+	}
 }
 
 func (s *streamConn) LocalAddr() net.Addr  { return s.c.LocalAddr() }
