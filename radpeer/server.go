@@ -569,10 +569,18 @@ func (s *Server) Close(ctx context.Context) error {
 	s.cancel()
 	err := s.ln.Close()
 	s.mu.Lock()
+	conns := make([]*serverConn, 0, len(s.conns))
 	for c := range s.conns {
-		c.tc.Close()
+		conns = append(conns, c)
 	}
 	s.mu.Unlock()
+	// After the lock, and all at once: a TLS close writes a close_notify,
+	// which a client that does not read makes wait (transport bounds it).
+	var closing sync.WaitGroup
+	for _, c := range conns {
+		closing.Go(func() { c.tc.Close() })
+	}
+	closing.Wait()
 	s.auth.Close() // parked workers end now, not after a linger
 	s.acct.Close()
 	if bus.PublishedBy(ctx, s) {
