@@ -22,6 +22,21 @@
 //	url = "tcp://10.0.0.2:3868"
 //	role = "secondary"
 //
+// The [dedup] table's url is "memory" or a Redis URL without a password;
+// password-file or password-env (a file, or the environment variable
+// named) gives the password, never on a command line that ps shows. Of a
+// Sentinel URL (master_name=NAME, or the redis+sentinel scheme) that
+// password is the master's, and sentinel-password-file or
+// sentinel-password-env gives the sentinels' own, when they need one
+// (the same file for both when they share it); the master's username, if
+// any, is the URL's username parameter, the userinfo's the sentinels'
+// (see Dedup.URLWithPassword):
+//
+//	[dedup]
+//	url = "redis://10.0.0.5:26379/0?master_name=mymaster&addr=10.0.0.6:26379"
+//	password-file = "redis.pw"
+//	sentinel-password-file = "sentinel.pw"
+//
 // Load and Parse check the whole file and report every problem found,
 // each with its line: unknown keys (a misspelt key is never silently
 // ignored), values of the wrong type, URLs that are not URLs, durations
@@ -193,27 +208,80 @@ type Dedup struct {
 	// URL is "memory" or a Redis URL, without a password.
 	URL string
 	// Password is the store's password, read from PasswordFile or from
-	// the environment variable PasswordEnv; "" when neither is set.
+	// the environment variable PasswordEnv; "" when neither is set. Of a
+	// Sentinel URL (Sentinel), it is the master's.
 	Password     string
 	PasswordFile string
 	PasswordEnv  string
+	// SentinelPassword is the password of a Sentinel URL's sentinels,
+	// read from SentinelPasswordFile or from the environment variable
+	// SentinelPasswordEnv; "" when neither is set (only a Sentinel URL
+	// may set them).
+	SentinelPassword     string
+	SentinelPasswordFile string
+	SentinelPasswordEnv  string
 }
 
-// URLWithPassword returns URL with Password in it, for opening the store;
-// print URL, not this.
+// Sentinel reports whether URL names a master behind Redis Sentinel: the
+// scheme redis+sentinel (rediss+sentinel), or redis (rediss) with a
+// master_name parameter, as dedup.Open tells them.
+func (d Dedup) Sentinel() bool {
+	u, err := url.Parse(d.URL)
+	return err == nil && sentinelURL(u)
+}
+
+// sentinelUser is the user name in the userinfo of a Sentinel URL, the
+// sentinels'; "" for other URLs.
+func (d Dedup) sentinelUser() string {
+	u, err := url.Parse(d.URL)
+	if err != nil || !sentinelURL(u) {
+		return ""
+	}
+	return u.User.Username()
+}
+
+func sentinelURL(u *url.URL) bool {
+	base, mode, _ := strings.Cut(strings.ToLower(u.Scheme), "+")
+	if base != "redis" && base != "rediss" {
+		return false
+	}
+	return mode == "sentinel" || mode == "" && u.Query().Has("master_name")
+}
+
+// URLWithPassword returns URL with the passwords in it, for opening the
+// store; print URL, not this. Password goes where go-redis (dedup.Open)
+// gives it to the server that keeps the data: in the userinfo of a URL of
+// one server or of a cluster, in the password parameter of a Sentinel URL
+// (the master's; the userinfo of a Sentinel URL authenticates to the
+// sentinels, with SentinelPassword, and the master's username, if any, is
+// the URL's username parameter).
 func (d Dedup) URLWithPassword() string {
-	if d.Password == "" {
+	if d.Password == "" && d.SentinelPassword == "" {
 		return d.URL
 	}
 	u, err := url.Parse(d.URL)
 	if err != nil {
 		return d.URL
 	}
-	name := ""
-	if u.User != nil {
-		name = u.User.Username()
+	userinfo := func(password string) {
+		name := ""
+		if u.User != nil {
+			name = u.User.Username()
+		}
+		u.User = url.UserPassword(name, password)
 	}
-	u.User = url.UserPassword(name, d.Password)
+	if !sentinelURL(u) {
+		userinfo(d.Password)
+		return u.String()
+	}
+	if d.Password != "" {
+		q := u.Query()
+		q.Set("password", d.Password)
+		u.RawQuery = q.Encode()
+	}
+	if d.SentinelPassword != "" {
+		userinfo(d.SentinelPassword)
+	}
 	return u.String()
 }
 
@@ -431,30 +499,122 @@ func serverKey(s string) string {
 }
 
 // checkDedupURL checks the store's URL, which must not hold a password.
+// Its problems show it without one (shownURL).
 func checkDedupURL(s string) error {
 	if s == "memory" {
 		return nil
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		return fmt.Errorf("%q is not a URL: %v", s, errors.Unwrap(err))
+		msg := errors.Unwrap(err).Error()
+		if strings.Contains(s, "@") {
+			// Where a password in the userinfo ends cannot be told:
+			// show the scheme alone, and not what the parser quotes.
+			s, msg = schemeOnly(s), unquoted(msg)
+		}
+		return fmt.Errorf("%q is not a URL: %s", s, msg)
 	}
 	switch strings.ToLower(u.Scheme) {
-	case "redis", "rediss", "redis+cluster", "rediss+cluster":
+	case "redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster":
 	default:
-		return fmt.Errorf("%q: want memory or a redis://, rediss://, redis+cluster:// or rediss+cluster:// URL", s)
+		return fmt.Errorf("%q: want memory or a redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster:// URL", shownURL(u))
 	}
 	if u.Host == "" {
-		return fmt.Errorf("%q: no host", s)
+		return fmt.Errorf("%q: no host", shownURL(u))
 	}
 	if _, ok := u.User.Password(); ok {
-		return fmt.Errorf("%q holds a password: leave it out (anyone can read it in ps and logs) and give password-file or password-env", u.Redacted())
+		return fmt.Errorf("%q holds a password: leave it out (anyone can read it in ps and logs) and give %s", shownURL(u), passwordKeys(u))
 	}
-	q := u.Query()
-	if q.Has("password") || q.Has("sentinel_password") {
-		return fmt.Errorf("%q holds a password in its query: leave it out and give password-file or password-env", u.Redacted())
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		// A pair that does not parse would be dropped: refused.
+		return fmt.Errorf("%q: its query does not parse: %s", shownURL(u), unquoted(err.Error()))
+	}
+	for k := range q {
+		if strings.Contains(strings.ToLower(k), "password") {
+			return fmt.Errorf("%q holds a password in its query: leave it out and give %s", shownURL(u), passwordKeys(u))
+		}
+	}
+	if strings.HasSuffix(strings.ToLower(u.Scheme), "+sentinel") && !q.Has("master_name") {
+		return fmt.Errorf("%q: a Sentinel URL names its master: add master_name=NAME", shownURL(u))
 	}
 	return nil
+}
+
+// shownURL is u for a message: xxxxx for the password of its userinfo
+// and the value of every query key naming a password, "..." for a
+// fragment (a '#' written unescaped in a password makes the rest one),
+// and "?..." for a query that does not parse.
+func shownURL(u *url.URL) string {
+	c := *u
+	if c.Fragment != "" || c.RawFragment != "" {
+		c.Fragment, c.RawFragment = "...", ""
+	}
+	if q, err := url.ParseQuery(c.RawQuery); err != nil {
+		c.RawQuery = "..."
+	} else {
+		redacted := false
+		for k := range q {
+			if strings.Contains(strings.ToLower(k), "password") {
+				q[k], redacted = []string{"xxxxx"}, true
+			}
+		}
+		if redacted {
+			c.RawQuery = q.Encode()
+		}
+	}
+	return c.Redacted()
+}
+
+// schemeOnly is the scheme of s, which does not parse as a URL, and
+// "...".
+func schemeOnly(s string) string {
+	scheme, _, ok := strings.Cut(s, ":")
+	if !ok || scheme == "" || strings.ContainsAny(scheme, "@/?#%") {
+		return "..."
+	}
+	if strings.HasPrefix(s[len(scheme):], "://") {
+		return scheme + "://..."
+	}
+	return scheme + ":..."
+}
+
+// unquoted is s with every part in double quotes (as %q writes it) made
+// "...": url.Parse quotes what it refuses, which may be part of a
+// password.
+func unquoted(s string) string {
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(s, '"')
+		if i < 0 {
+			b.WriteString(s)
+			return b.String()
+		}
+		b.WriteString(s[:i])
+		b.WriteString(`"..."`)
+		s = s[i+1:]
+		end := -1
+		for j := 0; j < len(s) && end < 0; j++ {
+			switch s[j] {
+			case '\\':
+				j++ // an escaped character
+			case '"':
+				end = j
+			}
+		}
+		if end < 0 { // unterminated: drop the rest
+			return b.String()
+		}
+		s = s[end+1:]
+	}
+}
+
+// passwordKeys names the keys that give the passwords of the store at u.
+func passwordKeys(u *url.URL) string {
+	if sentinelURL(u) {
+		return "password-file or password-env (the master's), sentinel-password-file or sentinel-password-env (the sentinels')"
+	}
+	return "password-file or password-env"
 }
 
 // checkIdentity checks a DiameterIdentity.

@@ -49,9 +49,11 @@ type fileClient struct {
 }
 
 type fileDedup struct {
-	URL          any `toml:"url"`
-	PasswordFile any `toml:"password-file"`
-	PasswordEnv  any `toml:"password-env"`
+	URL                  any `toml:"url"`
+	PasswordFile         any `toml:"password-file"`
+	PasswordEnv          any `toml:"password-env"`
+	SentinelPasswordFile any `toml:"sentinel-password-file"`
+	SentinelPasswordEnv  any `toml:"sentinel-password-env"`
 }
 
 type filePeer struct {
@@ -73,7 +75,7 @@ type filePeer struct {
 // Keys are the keys of each table, for suggestions.
 var (
 	topKeys    = []string{"origin-host", "origin-realm", "destination-realm", "tw", "listen", "secret", "secret-file", "tls-cert", "tls-key", "tls-ca", "tls-client-ca", "max-rate", "max-outstanding", "dedup", "peer", "client"}
-	dedupKeys  = []string{"url", "password-file", "password-env"}
+	dedupKeys  = []string{"url", "password-file", "password-env", "sentinel-password-file", "sentinel-password-env"}
 	peerKeys   = []string{"name", "url", "secret", "secret-file", "weight", "role", "tw", "tls-cert", "tls-key", "tls-ca", "tls-server-name", "max-rate", "max-outstanding"}
 	clientKeys = []string{"name", "source", "secret", "secret-file", "protocol"}
 )
@@ -522,30 +524,47 @@ func (c *checker) dedup(fd *fileDedup) *Dedup {
 		}
 		d.URL = s
 	}
-	pf, pfOK := c.str("dedup.password-file", fd.PasswordFile)
-	pe, peOK := c.str("dedup.password-env", fd.PasswordEnv)
+	d.Password, d.PasswordFile, d.PasswordEnv = c.dedupPassword(d, "", fd.PasswordFile, fd.PasswordEnv)
+	d.SentinelPassword, d.SentinelPasswordFile, d.SentinelPasswordEnv = c.dedupPassword(d, "sentinel-", fd.SentinelPasswordFile, fd.SentinelPasswordEnv)
+	if d.sentinelUser() != "" && d.SentinelPassword == "" {
+		// go-redis would send the name to no one: a user name without
+		// a password authenticates nothing.
+		c.problem("dedup.url", "the user name of a Sentinel URL is the sentinels', with sentinel-password-file or sentinel-password-env; the master's is the username parameter (?username=NAME)")
+	}
+	return d
+}
+
+// dedupPassword reads the password of d's store that the keys
+// PREFIXpassword-file (fv) or PREFIXpassword-env (ev) give: "" and
+// "sentinel-", the sentinels' own, which only a Sentinel URL has.
+func (c *checker) dedupPassword(d *Dedup, prefix string, fv, ev any) (password, file, env string) {
+	fileKey, envKey := "dedup."+prefix+"password-file", "dedup."+prefix+"password-env"
+	pf, pfOK := c.str(fileKey, fv)
+	pe, peOK := c.str(envKey, ev)
 	switch {
 	case pfOK && peOK:
-		c.problem("dedup.password-env", "give password-file or password-env, not both")
+		c.problem(envKey, "give %spassword-file or %spassword-env, not both", prefix, prefix)
 	case (pfOK || peOK) && d.URL == "memory":
-		c.problem(pick(pfOK, "dedup.password-file", "dedup.password-env"), "the memory store has no password")
+		c.problem(pick(pfOK, fileKey, envKey), "the memory store has no password")
+	case (pfOK || peOK) && prefix != "" && !d.Sentinel():
+		c.problem(pick(pfOK, fileKey, envKey), "the URL names no Sentinel master (master_name): give the store's password as password-file or password-env")
 	case pfOK:
-		d.PasswordFile = c.path(pf)
-		if b, ok := c.readFile("dedup.password-file", d.PasswordFile); ok {
-			d.Password = strings.TrimRight(string(b), "\r\n")
-			if d.Password == "" {
-				c.problem("dedup.password-file", "%s is empty", d.PasswordFile)
+		file = c.path(pf)
+		if b, ok := c.readFile(fileKey, file); ok {
+			password = strings.TrimRight(string(b), "\r\n")
+			if password == "" {
+				c.problem(fileKey, "%s is empty", file)
 			}
 		}
 	case peOK:
-		d.PasswordEnv = pe
+		env = pe
 		if !validEnvName(pe) {
-			c.problem("dedup.password-env", "%q is not an environment variable name (letters, digits, _)", pe)
-		} else if d.Password = os.Getenv(pe); d.Password == "" {
-			c.problem("dedup.password-env", "the environment variable %s is not set", pe)
+			c.problem(envKey, "%q is not an environment variable name (letters, digits, _)", pe)
+		} else if password = os.Getenv(pe); password == "" {
+			c.problem(envKey, "the environment variable %s is not set", pe)
 		}
 	}
-	return d
+	return password, file, env
 }
 
 func validEnvName(s string) bool {
