@@ -65,6 +65,10 @@ type loadOptions struct {
 	secrets map[string][]byte
 	own     map[string]ownSetting
 
+	// tlsSum is the digest of the TLS files tlsConfig read (filesSum):
+	// a reload tells by it a file rewritten in place.
+	tlsSum string
+
 	// Parsed by check.
 	clientMode          client.Mode
 	alg                 loadbalance.Algorithm
@@ -216,12 +220,24 @@ func (o *loadOptions) tooManyFailed(failed, sent uint64) bool {
 }
 
 // tlsConfig is the TLS of every peer from --tls-ca, --tls-cert and
-// --tls-key; nil without --tls-ca and --tls-cert.
+// --tls-key; nil without --tls-ca and --tls-cert. It keeps the files'
+// digest in o.tlsSum, taken before they are loaded: a file rewritten
+// between the two is seen as changed at the next reload, not missed.
 func (o *loadOptions) tlsConfig() (*tls.Config, error) {
+	o.tlsSum = o.tlsFilesSum()
 	if o.tlsCA == "" && o.tlsCert == "" {
 		return nil, nil
 	}
 	return transport.ClientTLSConfig(o.tlsCA, o.tlsCert, o.tlsKey, "")
+}
+
+// tlsFilesSum is the digest of o's TLS files, names and contents; ""
+// without any.
+func (o *loadOptions) tlsFilesSum() string {
+	if o.tlsCA == "" && o.tlsCert == "" && o.tlsKey == "" {
+		return ""
+	}
+	return filesSum(o.tlsCA, o.tlsCert, o.tlsKey)
 }
 
 // fileDefaults sets what both clients take from the file's top level

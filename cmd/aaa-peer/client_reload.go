@@ -19,20 +19,20 @@ import (
 // clientReloadHelp is the client's -h text on SIGHUP, and the README's.
 const clientReloadHelp = `SIGHUP re-reads --config (flags given on the command line still win) and
 applies its peers while the requests flow: a peer added is dialed; a peer
-removed takes no new request at once, answers those in flight, then
-closes (DPR); a peer whose weight changed keeps its connection and the
-balancer's table follows (conversations in progress keep their servers);
-a peer whose other settings changed (URL, secret, tw, TLS files, limits)
-is replaced: the old one drains as a removed one does, then the new one is
-dialed. --secret-file is read again, as the server does: a new content is
-the new secret of the servers that take it, which are replaced. Peers are
-matched by name. A file that does not validate is
-refused whole with a log line naming every problem, and the client runs
-on as it was. What cannot change live (origin-host and realm, mode,
-algorithm, the top-level tw, TLS files and limits, the load: rate,
-duration...) is named in the log line and left as it runs. With --peer on
-the command line the file's peers are not used, and without --config
-SIGHUP is logged and ignored. Reloads are counted as the server's are.
+removed takes no new request at once, answers those in flight, then closes
+(DPR); a peer whose weight changed keeps its connection and the balancer's
+table follows (conversations in progress keep their servers); a peer whose
+other settings changed (URL, secret, tw, TLS files, limits) is replaced:
+the old one drains as a removed one does, then the new one is dialed.
+--secret-file is read again, as the server does: a new content is the new
+secret of the servers that take it, which are replaced. Peers are matched
+by name. A file that does not validate is refused whole with a log line
+naming every problem, and the client runs on as it was. What cannot change
+live (origin-host and realm, mode, algorithm, the top-level tw, TLS files
+(their content too) and limits, the load: rate, duration...) is named in
+the log line and left as it runs. With --peer on the command line the
+file's peers are not used, and without --config SIGHUP is logged and
+ignored. Reloads are counted as the server's are.
 `
 
 // watchReload applies --config, file read again, with apply at each SIGHUP
@@ -161,7 +161,7 @@ func (r *diameterRequests) reloadSpecs(cfg *config.Config, base clientOptions, s
 		{"mode", r.o.mode, o.mode},
 		{"algorithm", r.o.algorithm, o.algorithm},
 		{"tw", fmt.Sprint(r.o.tw), fmt.Sprint(o.tw)},
-		{"tls-ca, tls-cert, tls-key", fmt.Sprintf("%q %q %q", r.o.tlsCA, r.o.tlsCert, r.o.tlsKey), fmt.Sprintf("%q %q %q", o.tlsCA, o.tlsCert, o.tlsKey)},
+		{"tls-ca, tls-cert, tls-key", r.o.tlsSum, o.tlsFilesSum()}, // names and contents
 		{"max-rate", fmt.Sprint(r.o.maxRate), fmt.Sprint(o.maxRate)},
 		{"max-outstanding", fmt.Sprint(r.o.maxOutstanding), fmt.Sprint(o.maxOutstanding)},
 	})
@@ -225,7 +225,7 @@ func (o *radiusClientOptions) reloadPeers(cfg *config.Config, c *client.Client, 
 		{"max-conns", fmt.Sprint(o.maxConns), fmt.Sprint(n.maxConns)},
 		{"timeout, retries", fmt.Sprint(o.timeout, o.retries), fmt.Sprint(n.timeout, n.retries)},
 		{"down-timeout, hold-down", fmt.Sprint(o.downTimeout, o.holdDown), fmt.Sprint(n.downTimeout, n.holdDown)},
-		{"tls-ca, tls-cert, tls-key", fmt.Sprintf("%q %q %q", o.tlsCA, o.tlsCert, o.tlsKey), fmt.Sprintf("%q %q %q", n.tlsCA, n.tlsCert, n.tlsKey)},
+		{"tls-ca, tls-cert, tls-key", o.tlsSum, n.tlsFilesSum()}, // names and contents
 		{"max-rate, max-rate-acct, max-outstanding", fmt.Sprint(o.maxRate, o.maxRateAcct.of(o.maxRate), o.maxOutstanding), fmt.Sprint(n.maxRate, n.maxRateAcct.of(n.maxRate), n.maxOutstanding)},
 	})
 	out, err := applyPeers(c, specs, restart, metrics)

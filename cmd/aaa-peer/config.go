@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/sha256"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -362,6 +363,27 @@ func peerTLS(t config.TLS) (*tls.Config, error) {
 	}
 	peerTLSCache.m[key] = tc
 	return tc, nil
+}
+
+// filesSum is a digest of files, their names and contents (an
+// unreadable file's error in place of its content; "" is no file): a
+// reload tells by it a file rewritten in place, such as a certificate
+// renewed at the same path.
+func filesSum(files ...string) string {
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%d:%s|", len(f), f)
+		if f == "" {
+			continue
+		}
+		if b, err := os.ReadFile(f); err != nil {
+			fmt.Fprintf(h, "error %d:%s|", len(err.Error()), err)
+		} else {
+			fmt.Fprintf(h, "%d:", len(b))
+			h.Write(b)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // byRole returns peers with the primaries first, each group in file order.

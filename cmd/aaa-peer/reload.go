@@ -34,8 +34,8 @@ removed, their sources or secrets changed): new connections and every
 datagram are verified with the new secrets; a RADIUS/TCP or TLS
 connection accepted before is closed at once if its client was removed,
 and keeps a changed secret for a minute (a NAS mid-rotation loses
-nothing), then is closed once it owes no answer. tw, the TLS files and
-[dedup] need a
+nothing), then is closed once it owes no answer. tw, the TLS files
+(their content too: a certificate renewed in place) and [dedup] need a
 restart: a change to them is logged and left as it runs. Reloads are
 counted in aaatp_config_reloads_total{result="ok"|"refused"}, the last one
 applied is aaatp_config_last_reload_success_timestamp_seconds. Without
@@ -213,6 +213,8 @@ func (s *server) reloadConfig(base serverOptions, set map[string]bool) ([]string
 	}
 	if o.tlsCert != s.o.tlsCert || o.tlsKey != s.o.tlsKey || o.tlsClientCA != s.o.tlsClientCA {
 		restart = append(restart, "tls-cert, tls-key, tls-client-ca")
+	} else if s.tlsFilesChanged() {
+		restart = append(restart, "tls-cert, tls-key, tls-client-ca (the files' content)")
 	}
 	if o.dedup != s.o.dedup {
 		restart = append(restart, "[dedup]")
@@ -314,6 +316,23 @@ func (s *server) reloadConfig(base serverOptions, set map[string]bool) ([]string
 		s.log.Warn("--config: the server does not use this part of the file", "file", s.o.config, "ignored", u)
 	}
 	return changed, nil
+}
+
+// tlsFilesChanged reports whether the server's TLS files hold another
+// certificate (or key) or client CA than those its listeners were started
+// with, as when a certificate is renewed at the same path, or no longer
+// load.
+func (s *server) tlsFilesChanged() bool {
+	running := s.topts.TLS
+	if running == nil {
+		return false // started without TLS files
+	}
+	tc, err := transport.ServerTLSConfig(s.o.tlsCert, s.o.tlsKey, s.o.tlsClientCA)
+	if err != nil {
+		return true
+	}
+	return !slices.EqualFunc(tc.Certificates[0].Certificate, running.Certificates[0].Certificate, bytes.Equal) ||
+		!tc.ClientCAs.Equal(running.ClientCAs)
 }
 
 // needsSecret reports whether a listener of o takes a shared secret.
