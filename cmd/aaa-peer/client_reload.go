@@ -13,6 +13,7 @@ import (
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/config"
+	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/status"
 )
 
@@ -29,8 +30,9 @@ secret of the servers that take it, which are replaced. Peers are matched
 by name. A file that does not validate is refused whole with a log line
 naming every problem, and the client runs on as it was. What cannot change
 live (origin-host and realm, mode, algorithm, the top-level tw, TLS files
-(their content too) and limits, the load: rate, duration...) is named in
-the log line and left as it runs. With --peer on the command line the
+(their content too) and limits, the default request deadline of the
+longest tw, the load: rate, duration...) is named in the log line and left
+as it runs. With --peer on the command line the
 file's peers are not used, and without --config SIGHUP is logged and
 ignored. Reloads are counted as the server's are.
 `
@@ -165,7 +167,33 @@ func (r *diameterRequests) reloadSpecs(cfg *config.Config, base clientOptions, s
 		{"max-rate", fmt.Sprint(r.o.maxRate), fmt.Sprint(o.maxRate)},
 		{"max-outstanding", fmt.Sprint(r.o.maxOutstanding), fmt.Sprint(o.maxOutstanding)},
 	})
+	longer, warning := r.deadlineFor(o.own, base.timeout == 0)
+	restart = append(restart, longer...)
+	warnings = append(warnings, warning...)
 	return specs, restart, warnings, nil
+}
+
+// deadlineFor checks the running request deadline against a reload's
+// peers (own: their own settings; the others take the running tw). The
+// deadline is fixed at start; without --timeout (derived) it is the
+// failover detection of the longest tw plus the answer's time, and a
+// peer's longer tw, which would lengthen it, needs a restart. Given or
+// derived, a deadline shorter than a peer's failover detection is warned
+// of, as client.New does at start: that peer's requests would time out
+// before they could be failed over.
+func (r *diameterRequests) deadlineFor(own map[string]ownSetting, derived bool) (restart, warnings []string) {
+	tw := r.o.tw
+	for _, s := range own {
+		tw = max(tw, s.tw)
+	}
+	detect := client.FailoverDetection(tw)
+	if d := detect + peer.DefaultRequestTimeout; derived && d > r.o.timeout {
+		restart = append(restart, fmt.Sprintf("timeout (its default for the longest tw, %v, is %v; running %v)", tw, d, r.o.timeout))
+	}
+	if r.o.timeout < detect {
+		warnings = append(warnings, fmt.Sprintf("%sthe request deadline %v is shorter than failover detection %v of the longest tw (%v): a hung peer's requests will time out instead of being replayed", warnPrefix, r.o.timeout, detect, tw))
+	}
+	return restart, warnings
 }
 
 // peerLine is FILE:LINE of the [[peer]] of url in cfg.
