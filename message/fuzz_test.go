@@ -96,8 +96,10 @@ func FuzzReaders(f *testing.F) {
 // the answer is well framed and its AVPs well formed; it has the
 // request's command, application and ids, its P bit, neither R nor T, and
 // the E bit exactly for a 3xxx result; the request's first Session-Id
-// comes first, then the Result-Code, and the identity and Error-Message
-// given.
+// comes first, then the Result-Code, the identity and Error-Message
+// given, and every top-level Proxy-Info of the request (vendor 0), in
+// order (RFC 6733 6.2); every AVP has the M bit but Error-Message, and
+// none the V bit.
 func FuzzErrorAnswer(f *testing.F) {
 	req := NewRequest(CmdAccounting, AppAccounting, wire.FlagProxiable|wire.FlagRetransmit).
 		String(OriginHost, 0, true, "client.example.net").String(SessionID, 0, true, "client.example.net;1;2").Bytes()
@@ -106,6 +108,9 @@ func FuzzErrorAnswer(f *testing.F) {
 	f.Add(NewRequest(wire.CmdDeviceWatchdog, AppCommon, 0).String(SessionID, 7, true, "vendor").
 		String(SessionID, 0, true, "").String(SessionID, 0, true, "second").Bytes(), uint32(InvalidAVPValue), "h", "", "x")
 	f.Add(append(NewRequest(CmdTest, AppTest, 0).Bytes()[:20:20], 0, 0, 1, 7, 0, 0, 0, 4), uint32(5014), "h", "r", "")
+	f.Add(withRaw(req, proxyInfo("dra.example.net", "s1"), proxyInfo("x", "")), uint32(Success), "", "", "")
+	// A code-284 (Proxy-Info) AVP the oracle once left out (review 34b, finding 4).
+	f.Add([]byte("\x01\x00\x00P0000000000000000\x00\x00\x01\x1c0\x00\x0000000000000000000000000000000000000000000000000000000"), uint32(1959), "", "0", "0")
 	f.Fuzz(func(t *testing.T, req []byte, rc uint32, host, realm, errMsg string) {
 		if h, err := wire.ParseHeader(req); err != nil || wire.Validate(h, wire.DefaultMaxMessageLen) != nil || int(h.Length) != len(req) {
 			return // a frame reader refuses it before
@@ -146,6 +151,14 @@ func FuzzErrorAnswer(f *testing.F) {
 				want = append(want, a)
 			}
 		}
+		// A request a frame reader lets through is far shorter than
+		// MaxEchoedSessionID, so every Proxy-Info is echoed.
+		_ = wire.WalkAVPs(req, func(a wire.AVP) bool {
+			if a.Code == ProxyInfo && a.Vendor == 0 {
+				want = append(want, wire.AVP{Code: ProxyInfo, Data: a.Data})
+			}
+			return true
+		})
 		if len(got) != len(want) {
 			t.Fatalf("answer has %d AVPs, want %d", len(got), len(want))
 		}
@@ -153,6 +166,13 @@ func FuzzErrorAnswer(f *testing.F) {
 			if got[i].Code != want[i].Code || got[i].Vendor != 0 || !bytes.Equal(got[i].Data, want[i].Data) {
 				t.Fatalf("answer AVP %d is %d = %q, want %d = %q", i, got[i].Code, got[i].Data, want[i].Code, want[i].Data)
 			}
+		}
+		for off := wire.HeaderLen; off+8 <= len(ans); {
+			code, fl := binary.BigEndian.Uint32(ans[off:]), ans[off+4]
+			if fl&flagV != 0 || (fl&flagM != 0) == (code == ErrorMessage) {
+				t.Fatalf("answer AVP %d has flags %#x", code, fl)
+			}
+			off += (int(binary.BigEndian.Uint32(ans[off+4:])&0xffffff) + 3) &^ 3
 		}
 	})
 }
