@@ -132,7 +132,7 @@ func TestServerStateGauge(t *testing.T) {
 	m := NewMetrics()
 	m.Sync(Snapshot{Peers: []PeerStatus{
 		{Peer: "hss1", State: "OKAY"},
-		{Peer: "radius://10.0.0.1:1812", Policy: "out-of-service", Protocol: ProtocolRADIUS},
+		{Peer: "radius://10.0.0.1:1812", Policy: "out-of-service", ServerPolicy: "out-of-service", Protocol: ProtocolRADIUS},
 	}})
 	rec := httptest.NewRecorder()
 	m.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))

@@ -627,10 +627,10 @@ func (m *Metrics) sync(s Snapshot) {
 		if p.State != "" { // a RADIUS/UDP server has no watchdog
 			m.SetWatchdogState(name, p.State)
 		}
-		if p.Policy != "" {
+		if p.ServerPolicy != "" {
 			for _, st := range serverStates {
 				v := 0.0
-				if st == p.Policy {
+				if st == p.ServerPolicy {
 					v = 1
 				}
 				m.serverState.WithLabelValues(label(name), st).Set(v)

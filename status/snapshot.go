@@ -95,8 +95,13 @@ type PeerStatus struct {
 	// balancer's "in-service", "suspended", "down" (balance mode), or
 	// "primary", "secondary" (primary/secondary mode). Empty when none
 	// applies.
-	Policy  string `json:"policy"`
-	Pending int    `json:"pending"`
+	Policy string `json:"policy"`
+	// ServerPolicy is a client's server's state in the server policy
+	// (client.Config.Policy, the 7750 SR states: "unknown",
+	// "in-service", "out-of-service", "probing"); empty without one.
+	// Policy shows it too, after the balancer's view when there is one.
+	ServerPolicy string `json:"server_policy,omitempty"`
+	Pending      int    `json:"pending"`
 	// Unanswered counts the requests read from the peer on its current
 	// connection and not answered on the wire yet: a Diameter server's
 	// backlog for that client (peer.Stats.Unanswered). Reading from it
@@ -390,15 +395,15 @@ func (r *clientRead) rows() []PeerStatus {
 		switch p := s.Carrier.(type) {
 		case *radpeer.UDPPeer:
 			st := p.Stats()
-			rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: s.Policy, Protocol: ProtocolRADIUS,
+			rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: s.Policy, ServerPolicy: s.Policy, Protocol: ProtocolRADIUS,
 				Pending: st.InFlight + st.Waiting, Sent: st.Sent, Retransmissions: st.Retransmissions, Answered: st.Answered,
 				Stray: StrayReplies{Late: st.Late, Duplicate: st.Duplicates, Bad: st.BadReplies, NoMA: st.NoMA}}
 		case *radpeer.Peer:
-			rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: s.Policy, Protocol: ProtocolRADIUS, State: s.State}
+			rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: s.Policy, ServerPolicy: s.Policy, Protocol: ProtocolRADIUS, State: s.State}
 			rows[i].addStream(p.Stats())
 		default:
 			if radius {
-				rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: s.Policy, Protocol: ProtocolRADIUS, State: s.State}
+				rows[i] = PeerStatus{Peer: s.Peer, Server: s.Server, Policy: s.Policy, ServerPolicy: s.Policy, Protocol: ProtocolRADIUS, State: s.State}
 				break
 			}
 			if dp, ok := p.(*peer.Peer); ok {
@@ -418,6 +423,7 @@ func (r *clientRead) rows() []PeerStatus {
 				rows[i].Policy = "secondary"
 			}
 			if s.Policy != "" {
+				rows[i].ServerPolicy = s.Policy
 				if rows[i].Policy == "" {
 					rows[i].Policy = s.Policy
 				} else {
