@@ -185,6 +185,7 @@ func TestProblems(t *testing.T) {
 		{"unknown peer key", "[[peer]]\nurl = \"tcp://a:1\"\nwieght = 2\n", 3, "peer.wieght", `unknown key "wieght" (did you mean "weight"?)`},
 		{"unknown dedup key", "[dedup]\npassword = \"x\"\n", 2, "dedup.password", `unknown key "password" (known here: url, password-file, password-env, sentinel-password-file, sentinel-password-env)`},
 		{"identity", "origin-host = \"bad host\"\n", 1, "origin-host", "want a DiameterIdentity"},
+		{"identity with an empty label", "origin-host = \"aaa1..example.net\"\n", 1, "origin-host", "want a DiameterIdentity such as aaa1.example.net: invalid DiameterIdentity: an empty label at offset 5"},
 		{"realm", "origin-realm = \"\"\n", 1, "origin-realm", "want a DiameterIdentity"},
 		{"destination realm", "destination-realm = \"a b\"\n", 1, "destination-realm", "want a DiameterIdentity"},
 		{"string wanted", "origin-host = 3\n", 1, "origin-host", "3: want a string"},

@@ -15,13 +15,16 @@ import (
 
 // badIdentities are Origin-Host values a hostile peer sends: invalid
 // UTF-8 (which once panicked the Prometheus registry), NUL, a control byte,
-// a space, 60 KB (the most a 64 KB message can carry beside the rest of a CER).
+// a space, 60 KB (the most a 64 KB message can carry beside the rest of a CER),
+// and names that are not DNS names: an empty label, a label of 64 bytes.
 var badIdentities = map[string]string{
 	"invalid UTF-8": "attacker.e\x87ample.net",
 	"NUL":           "a\x00.example.net",
 	"newline":       "a\n.example.net",
 	"space":         "a b.example.net",
 	"60 KB":         strings.Repeat("a", 60<<10) + ".example.net",
+	"empty label":   "a..example.net",
+	"long label":    strings.Repeat("a", 64) + ".example.net",
 }
 
 // A CER whose Origin-Host or Origin-Realm is not a valid DiameterIdentity
