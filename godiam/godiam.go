@@ -36,6 +36,15 @@ import (
 // control); load your own with dict.NewParser or dict.Default.Load.
 type Codec struct {
 	Dict *dict.Parser
+
+	// KeepEndToEnd makes Send send a request with the End-to-End
+	// Identifier in its header: a relay or proxy forwarding another
+	// node's request must keep its id (RFC 6733 3: no agent changes it),
+	// and so must a caller resending a request it sent before (with the T
+	// flag) for the server to recognise the duplicate. A zero id still
+	// gets a fresh one. Off by default: Send then gives every request a
+	// fresh id, whatever its header says (see Send).
+	KeepEndToEnd bool
 }
 
 func (c Codec) dict() *dict.Parser {
@@ -88,10 +97,26 @@ func (f SenderFunc) Send(ctx context.Context, req []byte) ([]byte, error) { retu
 // Send encodes req, sends it through s and decodes the answer. The error
 // is s's (a deadline, no peer in service...), or an encoding or decoding
 // error; an answer that decodes is returned whatever its Result-Code.
+//
+// The request is sent with a fresh End-to-End Identifier from aaatp's
+// process-wide generator (peer.NextEndToEnd, the one a Peer uses for a
+// request that carries none), not the one in req.Header: go-diameter's
+// NewRequest draws that one at random, and random ids repeat within the 4
+// minutes RFC 6733 3 asks them to stay unique, so that a server which
+// detects duplicates by Origin-Host and End-to-End id would answer a new
+// request with an earlier one's answer. req is not changed (Send only
+// reads it); the id sent is the answer's Header.EndToEndID, as a Peer
+// matches an answer to its request only when they carry the same id. To
+// know the id before sending, or to keep one (a relay, a
+// retransmission), set Codec.KeepEndToEnd and req.Header.EndToEndID, for
+// example to peer.NextEndToEnd().
 func (c Codec) Send(ctx context.Context, s Sender, req *diam.Message) (*diam.Message, error) {
 	b, err := c.Encode(req)
 	if err != nil {
 		return nil, err
+	}
+	if !c.KeepEndToEnd || wire.EndToEnd(b) == 0 {
+		wire.SetEndToEnd(b, peer.NextEndToEnd())
 	}
 	ans, err := s.Send(ctx, b)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/aaatp/aaatp/client"
+	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/watchdog"
@@ -79,7 +81,8 @@ func TestSendAndHandleOverLoopback(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint32(diam.Success), resultCode(t, ans))
 	assert.False(t, ans.Header.CommandFlags&diam.RequestFlag != 0, "an answer")
-	assert.Equal(t, req.Header.EndToEndID, ans.Header.EndToEndID)
+	require.NotNil(t, seen)
+	assert.Equal(t, seen.Header.EndToEndID, ans.Header.EndToEndID, "the answer carries the End-to-End id sent")
 	sid, err := ans.FindAVP(avp.SessionID, 0)
 	require.NoError(t, err)
 	assert.Equal(t, datatype.UTF8String("c.example.net;1;1"), sid.Data)
@@ -96,6 +99,89 @@ func TestSendAndHandleOverLoopback(t *testing.T) {
 	ans, err = Send(ctx, SenderFunc(p.Request), acr("c.example.net;1;2"))
 	require.NoError(t, err)
 	assert.Equal(t, uint32(diam.Success), resultCode(t, ans))
+
+	// A relay's Codec keeps the id it is given, up to the server.
+	relayed := acr("c.example.net;1;3")
+	relayed.Header.EndToEndID = 0x12345678
+	ans, err = Codec{KeepEndToEnd: true}.Send(ctx, c, relayed)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(0x12345678), seen.Header.EndToEndID)
+	assert.Equal(t, uint32(0x12345678), ans.Header.EndToEndID)
+}
+
+// Send gives every request a fresh End-to-End id from aaatp's generator,
+// not the random one go-diameter's NewRequest drew (review 34b, finding
+// 1): random 32-bit ids repeat within RFC 6733's 4 minutes. The ids sent
+// are all different and count up; the answer carries the one sent; req is
+// not changed.
+func TestSendGivesFreshEndToEnd(t *testing.T) {
+	var sent []uint32
+	s := SenderFunc(func(_ context.Context, b []byte) ([]byte, error) {
+		sent = append(sent, wire.EndToEnd(b))
+		return message.NewAnswer(b).ResultCode(message.Success).Bytes(), nil
+	})
+	const n = 10000
+	seen := make(map[uint32]bool, n)
+	for i := range n {
+		req := acr("c.example.net;1;" + fmt.Sprint(i))
+		drawn := req.Header.EndToEndID
+		ans, err := Send(context.Background(), s, req)
+		require.NoError(t, err)
+		require.Len(t, sent, i+1)
+		id := sent[i]
+		require.Equal(t, drawn, req.Header.EndToEndID, "req is not changed")
+		require.Equal(t, id, ans.Header.EndToEndID, "the answer carries the id sent")
+		require.NotZero(t, id)
+		require.False(t, seen[id], "id %#08x sent twice", id)
+		seen[id] = true
+		if i > 0 && id-sent[i-1] >= 1<<31 {
+			t.Fatalf("id %#08x after %#08x: not from the counting generator", id, sent[i-1])
+		}
+	}
+
+	// KeepEndToEnd keeps a nonzero id, and still draws one for zero.
+	req := acr("c.example.net;2;1")
+	req.Header.EndToEndID = 77
+	_, err := Codec{KeepEndToEnd: true}.Send(context.Background(), s, req)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(77), sent[len(sent)-1])
+	req.Header.EndToEndID = 0
+	_, err = Codec{KeepEndToEnd: true}.Send(context.Background(), s, req)
+	require.NoError(t, err)
+	assert.NotZero(t, sent[len(sent)-1])
+}
+
+// Two different requests that go-diameter gave the same End-to-End id (as
+// its random ids do, about n²/2³³ times among n requests) are two requests
+// for a server that detects duplicates by Origin-Host and End-to-End id
+// (dedup.Memory here): the second gets its own answer, not the first's.
+func TestSendCollidingIdsAreNotDuplicates(t *testing.T) {
+	store := dedup.NewMemory()
+	defer store.Close()
+	s := SenderFunc(func(ctx context.Context, b []byte) ([]byte, error) {
+		o, err := store.Begin(ctx, dedup.KeysOf(b)...)
+		if err != nil {
+			return nil, err
+		}
+		if !o.First() {
+			return o.Answer(), nil // the earlier request's answer
+		}
+		sid, _ := message.StringOf(b, message.SessionID, 0)
+		ans := message.NewAnswer(b).String(message.SessionID, 0, true, sid).ResultCode(message.Success).
+			String(message.OriginHost, 0, true, "s.example.net").String(message.OriginRealm, 0, true, "example.net").Bytes()
+		return ans, o.Complete(ans)
+	})
+	a, b := acr("c.example.net;1;1"), acr("c.example.net;2;1")
+	b.Header.EndToEndID = a.Header.EndToEndID
+	for _, req := range []*diam.Message{a, b} {
+		ans, err := Send(context.Background(), s, req)
+		require.NoError(t, err)
+		want, err := req.FindAVP(avp.SessionID, 0)
+		require.NoError(t, err)
+		got, err := ans.FindAVP(avp.SessionID, 0)
+		require.NoError(t, err)
+		assert.Equal(t, want.Data, got.Data, "the answer is to this request")
+	}
 }
 
 // malformed builds an ACR whose second AVP has the V flag but only 8
