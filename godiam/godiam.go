@@ -131,13 +131,19 @@ func (c Codec) Send(ctx context.Context, s Sender, req *diam.Message) (*diam.Mes
 
 // Handler answers one request in terms of go-diameter messages; build the
 // answer with req.Answer(code) and add Origin-Host and Origin-Realm
-// (p.LocalIdentity() has them) and whatever else it needs. Returning nil
-// sends no answer. It runs as a peer.Handler does: on its own goroutine,
-// ctx cancelled when the connection closes. A panic in it (a go-diameter
-// accessor on unexpected data, a bug one odd request reaches) is recovered
-// by the Peer that runs it, as any Handler's: the request is answered
-// DIAMETER_UNABLE_TO_COMPLY, the panic logged with its stack and counted
-// (peer.Stats.HandlerPanics), and the connection kept.
+// (p.LocalIdentity() has them) and whatever else it needs. An answer
+// whose Result-Code is a protocol error (3000 to 3999, such as
+// diam.TooBusy) is sent with the E bit (RFC 6733 3, 7.1.3), which
+// req.Answer does not set: the adapter sets it, so that a client (aaatp's
+// among them) reads DIAMETER_TOO_BUSY or DIAMETER_UNABLE_TO_DELIVER as a
+// refusal and tries another peer. The adapter never clears an E bit the
+// Handler set. Returning nil sends no answer. It runs as a peer.Handler
+// does: on its own goroutine, ctx cancelled when the connection closes.
+// A panic in it (a go-diameter accessor on unexpected data, a bug one odd
+// request reaches) is recovered by the Peer that runs it, as any
+// Handler's: the request is answered DIAMETER_UNABLE_TO_COMPLY, the panic
+// logged with its stack and counted (peer.Stats.HandlerPanics), and the
+// connection kept.
 type Handler func(ctx context.Context, p *peer.Peer, req *diam.Message) *diam.Message
 
 // Handler returns h as a peer.Handler. A request that does not decode is
@@ -145,7 +151,9 @@ type Handler func(ctx context.Context, p *peer.Peer, req *diam.Message) *diam.Me
 // know its command, DIAMETER_INVALID_AVP_LENGTH when an AVP's length does
 // not fit its type, DIAMETER_INVALID_AVP_VALUE otherwise, the last two
 // with the offending AVP in a Failed-AVP (RFC 6733 7.1.5); an answer of h
-// that does not encode becomes DIAMETER_UNABLE_TO_COMPLY.
+// that does not encode becomes DIAMETER_UNABLE_TO_COMPLY. An answer of h
+// with a protocol error (a top-level Result-Code of 3000 to 3999) gets the
+// E bit.
 func (c Codec) Handler(h Handler) peer.Handler {
 	d := c.dict()
 	return func(ctx context.Context, p *peer.Peer, req []byte) []byte {
@@ -166,6 +174,9 @@ func (c Codec) Handler(h Handler) peer.Handler {
 		b, err := c.Encode(ans)
 		if err != nil {
 			return message.ErrorAnswer(req, identity(p), message.UnableToComply, "the answer could not be encoded").Bytes()
+		}
+		if rc, ok := message.ResultCodeOf(b); ok && rc >= 3000 && rc < 4000 {
+			wire.SetFlags(b, wire.Flags(b)|wire.FlagError) // as message.Builder.ResultCode does
 		}
 		return b
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -435,4 +436,93 @@ func TestHandlerPanicAnswered(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, uint32(diam.Success), resultCode(t, ans))
 	assert.Equal(t, uint64(1), srv.Peers()[0].Stats().HandlerPanics)
+}
+
+// A Handler's protocol-error answer (3xxx) built with req.Answer(code), as
+// the Handler doc says, is sent with the E bit (RFC 6733 7.1.3) that
+// go-diameter's Answer does not set (review 34b, finding 2), so that a
+// client reads DIAMETER_TOO_BUSY as a refusal; other answers are sent
+// without it, and an E bit the handler set is kept.
+func TestHandlerProtocolErrorHasEBit(t *testing.T) {
+	req, err := Codec{}.Encode(acr("c.example.net;1;1"))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		rc    uint32 // 0: no Result-Code
+		setE  bool   // the handler sets the E bit itself
+		wantE bool
+	}{
+		{diam.TooBusy, false, true},
+		{diam.UnableToDeliver, false, true},
+		{diam.CommandUnsupported, false, true},
+		{3999, false, true},
+		{diam.Success, false, false},
+		{2999, false, false},
+		{4000, false, false},
+		{diam.UnableToComply, false, false},
+		{0, false, false},
+		{diam.TooBusy, true, true},
+		{diam.UnableToComply, true, true},
+	} {
+		h := NewHandler(func(_ context.Context, _ *peer.Peer, req *diam.Message) *diam.Message {
+			ans := req.Answer(tc.rc)
+			if tc.setE {
+				ans.Header.CommandFlags |= diam.ErrorFlag
+			}
+			// A 3xxx inside a group is no top-level Result-Code.
+			ans.NewAVP(avp.ProxyInfo, avp.Mbit, 0, &diam.GroupedAVP{AVP: []*diam.AVP{
+				diam.NewAVP(avp.ProxyHost, avp.Mbit, 0, datatype.DiameterIdentity("p.example.net")),
+				diam.NewAVP(avp.ResultCode, avp.Mbit, 0, datatype.Unsigned32(diam.TooBusy)),
+			}})
+			return ans
+		})
+		ans := h(context.Background(), nil, req)
+		require.NotNil(t, ans)
+		rc, _ := message.ResultCodeOf(ans)
+		assert.Equal(t, tc.rc, rc)
+		assert.Equal(t, tc.wantE, wire.Flags(ans)&wire.FlagError != 0, "Result-Code %d (handler's E bit %v): flags %#02x", tc.rc, tc.setE, wire.Flags(ans))
+		assert.Zero(t, wire.Flags(ans)&wire.FlagRequest, "an answer")
+	}
+}
+
+// Through a client.Client, a DIAMETER_TOO_BUSY from a go-diameter Handler
+// is a refusal: the client sends the request on to its other server, whose
+// answer the caller gets.
+func TestHandlerTooBusyFailsOver(t *testing.T) {
+	server := func(host string, rc uint32, asked *atomic.Int32) *peer.Server {
+		h := NewHandler(func(_ context.Context, p *peer.Peer, req *diam.Message) *diam.Message {
+			asked.Add(1)
+			ans := req.Answer(rc)
+			ans.NewAVP(avp.OriginHost, avp.Mbit, 0, datatype.DiameterIdentity(p.LocalIdentity().Host))
+			ans.NewAVP(avp.OriginRealm, avp.Mbit, 0, datatype.DiameterIdentity(p.LocalIdentity().Realm))
+			return ans
+		})
+		srv, err := peer.Listen("tcp://127.0.0.1:0", peer.Config{OriginHost: host, OriginRealm: "example.net",
+			AcctApps: []uint32{3}, Handler: h, Logger: quiet})
+		require.NoError(t, err)
+		go srv.Serve()
+		t.Cleanup(func() { srv.Close(context.Background()) })
+		return srv
+	}
+	var busyAsked, goodAsked atomic.Int32
+	busy, good := server("busy.example.net", diam.TooBusy, &busyAsked), server("good.example.net", diam.Success, &goodAsked)
+	c, err := client.New(client.Config{
+		Mode:  client.PrimarySecondary,
+		Peers: []client.PeerSpec{{URL: "tcp://" + busy.Addr().String()}, {URL: "tcp://" + good.Addr().String()}},
+		Peer:  peer.Config{OriginHost: "c.example.net", OriginRealm: "example.net", AcctApps: []uint32{3}, Logger: quiet},
+	})
+	require.NoError(t, err)
+	defer c.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, p := range c.Peers() {
+		require.NoError(t, p.WaitState(ctx, watchdog.Okay)) // the busy server is the primary in service
+	}
+	ans, err := Send(ctx, c, acr("c.example.net;1;1"))
+	require.NoError(t, err)
+	assert.Equal(t, uint32(diam.Success), resultCode(t, ans))
+	oh, err := ans.FindAVP(avp.OriginHost, 0)
+	require.NoError(t, err)
+	assert.Equal(t, datatype.DiameterIdentity("good.example.net"), oh.Data)
+	assert.Equal(t, int32(1), busyAsked.Load(), "the busy server was asked first")
+	assert.Equal(t, int32(1), goodAsked.Load())
 }
