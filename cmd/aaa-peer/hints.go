@@ -115,10 +115,10 @@ const maxLabelLen = 63
 // --destination-realm value that is not a DiameterIdentity (RFC 6733
 // 4.3.1: an FQDN or a realm), naming the flag, what is wrong and an
 // example. Besides message.CheckIdentity's rules (ASCII letters, digits,
-// '-', '_' and '.', at most 255 bytes), a name this node puts in its own
-// messages must be well formed as a DNS name: no empty label (a leading,
-// trailing or doubled '.'), no label over 63 bytes or beginning or ending
-// with '-'. A peer would otherwise refuse the CER or answers it appears
+// '-', '_' and '.'; no empty label, none over 63 bytes; at most 253 bytes,
+// 254 with a final '.'), a name this node puts in its own messages has no
+// final '.' (as a peer's own identity, compared byte for byte, has none)
+// and no label beginning or ending with '-'. A peer would otherwise refuse the CER or answers it appears
 // in, far from the flag that caused it.
 func checkIdentityFlag(name, v, example string) error {
 	if why := identityProblem(v); why != "" {
@@ -132,8 +132,8 @@ func identityProblem(v string) string {
 	if v == "" {
 		return "empty"
 	}
-	if len(v) > message.MaxIdentityLen {
-		return fmt.Sprintf("%d bytes long, at most %d", len(v), message.MaxIdentityLen)
+	if len(v) > message.MaxIdentityLen-1 { // no final '.' here
+		return fmt.Sprintf("%d bytes long, at most %d", len(v), message.MaxIdentityLen-1)
 	}
 	for i := 0; i < len(v); i++ {
 		switch c := v[i]; {

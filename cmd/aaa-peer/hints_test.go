@@ -66,7 +66,8 @@ func TestIdentityFlagsRefused(t *testing.T) {
 		{"h\u00e9.example.net", "is not ASCII"},
 		{"a/b.example.net", `'/' at offset 1`},
 		{strings.Repeat("x", 64) + ".net", "is 64 bytes long, at most 63"},
-		{strings.Repeat("a.", 128) + "net", "bytes long, at most 254"},
+		{strings.Repeat("a.", 128) + "net", "bytes long, at most 253"},
+		{strings.Repeat("a.", 125) + "net0", "254 bytes long, at most 253"},
 	}
 	type run func(context.Context, []string, io.Writer, io.Writer) int
 	for _, cmd := range []struct {
