@@ -147,7 +147,8 @@ func (sc *servedCounts) counters() *PeerCounters {
 func (c *peerCounts) set(s Snapshot) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.rows = c.rows[:0]
+	old := c.rows
+	c.rows = nil // old keeps the last rows until they are compared below
 	names := make(map[string]bool, len(s.Peers))
 	at := make(map[string]int, len(s.Peers)) // index in c.rows by label value
 	for _, p := range s.Peers {
@@ -169,6 +170,19 @@ func (c *peerCounts) set(s Snapshot) {
 			delete(c.byPeer, name)
 		}
 	}
+	// A row gone whose name a server's peer keeps (a NAS row summed with
+	// a Diameter peer of that name, see byName): what the two share, the
+	// requests and the answers of class other, stays in the sum, so that
+	// its counters do not go back (a counter reset to Prometheus).
+	for _, p := range old {
+		name := label(p.Name())
+		sc := c.byPeer[name]
+		if sc == nil || slices.ContainsFunc(c.rows, func(r PeerStatus) bool { return label(r.Name()) == name }) {
+			continue
+		}
+		sc.requests.Add(p.Counters.Requests)
+		sc.answers[len(client.DiameterClasses)-1].Add(p.Counters.Answers[client.ClassOther])
+	}
 }
 
 // served returns the counts of a server's peer named name (a label value),
@@ -189,9 +203,16 @@ func (c *peerCounts) served(name string) *servedCounts {
 	return sc
 }
 
+// forget drops the counts of a server's peer that ended, unless a row
+// of the same name keeps the name's series (a NAS row it is summed with,
+// see byName): they stay, and go on if the peer comes back, so that the
+// sum does not go back; set drops them with the name.
 func (c *peerCounts) forget(name string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if slices.ContainsFunc(c.rows, func(r PeerStatus) bool { return label(r.Name()) == name }) {
+		return
+	}
 	delete(c.byPeer, name)
 }
 
