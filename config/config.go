@@ -69,6 +69,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aaatp/aaatp/internal/storeurl"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
 )
@@ -499,7 +500,7 @@ func serverKey(s string) string {
 }
 
 // checkDedupURL checks the store's URL, which must not hold a password.
-// Its problems show it without one (shownURL).
+// Its problems show it without one (storeurl.Redacted).
 func checkDedupURL(s string) error {
 	if s == "memory" {
 		return nil
@@ -507,106 +508,41 @@ func checkDedupURL(s string) error {
 	u, err := url.Parse(s)
 	if err != nil {
 		msg := errors.Unwrap(err).Error()
-		if strings.Contains(s, "@") {
-			// Where a password in the userinfo ends cannot be told:
-			// show the scheme alone, and not what the parser quotes.
-			s, msg = schemeOnly(s), unquoted(msg)
+		if strings.Contains(s, "@") || strings.Contains(strings.ToLower(s), "password") {
+			// Where a password ends cannot be told: show the scheme
+			// alone, and not what the parser quotes.
+			s, msg = storeurl.Redacted(s), storeurl.Unquoted(msg)
 		}
 		return fmt.Errorf("%q is not a URL: %s", s, msg)
 	}
 	switch strings.ToLower(u.Scheme) {
 	case "redis", "rediss", "redis+sentinel", "rediss+sentinel", "redis+cluster", "rediss+cluster":
 	default:
-		return fmt.Errorf("%q: want memory or a redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster:// URL", shownURL(u))
+		return fmt.Errorf("%q: want memory or a redis://, rediss://, redis+sentinel://, rediss+sentinel://, redis+cluster:// or rediss+cluster:// URL", storeurl.Redacted(s))
 	}
 	if u.Host == "" {
-		return fmt.Errorf("%q: no host", shownURL(u))
+		return fmt.Errorf("%q: no host", storeurl.Redacted(s))
+	}
+	if storeurl.StrayAt(u) {
+		return fmt.Errorf("%q holds an '@' after its host: a password written in it, whose '/' or '?' ends the host? Leave it out and give %s", storeurl.Redacted(s), passwordKeys(u))
 	}
 	if _, ok := u.User.Password(); ok {
-		return fmt.Errorf("%q holds a password: leave it out (anyone can read it in ps and logs) and give %s", shownURL(u), passwordKeys(u))
+		return fmt.Errorf("%q holds a password: leave it out (anyone can read it in ps and logs) and give %s", storeurl.Redacted(s), passwordKeys(u))
 	}
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
 		// A pair that does not parse would be dropped: refused.
-		return fmt.Errorf("%q: its query does not parse: %s", shownURL(u), unquoted(err.Error()))
+		return fmt.Errorf("%q: its query does not parse: %s", storeurl.Redacted(s), storeurl.Unquoted(err.Error()))
 	}
 	for k := range q {
 		if strings.Contains(strings.ToLower(k), "password") {
-			return fmt.Errorf("%q holds a password in its query: leave it out and give %s", shownURL(u), passwordKeys(u))
+			return fmt.Errorf("%q holds a password in its query: leave it out and give %s", storeurl.Redacted(s), passwordKeys(u))
 		}
 	}
 	if strings.HasSuffix(strings.ToLower(u.Scheme), "+sentinel") && !q.Has("master_name") {
-		return fmt.Errorf("%q: a Sentinel URL names its master: add master_name=NAME", shownURL(u))
+		return fmt.Errorf("%q: a Sentinel URL names its master: add master_name=NAME", storeurl.Redacted(s))
 	}
 	return nil
-}
-
-// shownURL is u for a message: xxxxx for the password of its userinfo
-// and the value of every query key naming a password, "..." for a
-// fragment (a '#' written unescaped in a password makes the rest one),
-// and "?..." for a query that does not parse.
-func shownURL(u *url.URL) string {
-	c := *u
-	if c.Fragment != "" || c.RawFragment != "" {
-		c.Fragment, c.RawFragment = "...", ""
-	}
-	if q, err := url.ParseQuery(c.RawQuery); err != nil {
-		c.RawQuery = "..."
-	} else {
-		redacted := false
-		for k := range q {
-			if strings.Contains(strings.ToLower(k), "password") {
-				q[k], redacted = []string{"xxxxx"}, true
-			}
-		}
-		if redacted {
-			c.RawQuery = q.Encode()
-		}
-	}
-	return c.Redacted()
-}
-
-// schemeOnly is the scheme of s, which does not parse as a URL, and
-// "...".
-func schemeOnly(s string) string {
-	scheme, _, ok := strings.Cut(s, ":")
-	if !ok || scheme == "" || strings.ContainsAny(scheme, "@/?#%") {
-		return "..."
-	}
-	if strings.HasPrefix(s[len(scheme):], "://") {
-		return scheme + "://..."
-	}
-	return scheme + ":..."
-}
-
-// unquoted is s with every part in double quotes (as %q writes it) made
-// "...": url.Parse quotes what it refuses, which may be part of a
-// password.
-func unquoted(s string) string {
-	var b strings.Builder
-	for {
-		i := strings.IndexByte(s, '"')
-		if i < 0 {
-			b.WriteString(s)
-			return b.String()
-		}
-		b.WriteString(s[:i])
-		b.WriteString(`"..."`)
-		s = s[i+1:]
-		end := -1
-		for j := 0; j < len(s) && end < 0; j++ {
-			switch s[j] {
-			case '\\':
-				j++ // an escaped character
-			case '"':
-				end = j
-			}
-		}
-		if end < 0 { // unterminated: drop the rest
-			return b.String()
-		}
-		s = s[end+1:]
-	}
 }
 
 // passwordKeys names the keys that give the passwords of the store at u.

@@ -151,6 +151,10 @@ func TestDedupSentinelPasswordProblems(t *testing.T) {
 			`"redis://..." is not a URL: invalid port "..." after host`},
 		{"a password with a '%' in the userinfo", `url = "redis://:p%zzss@r:6379/0"` + "\n", 2, "dedup.url",
 			`"redis://..." is not a URL: invalid URL escape "..."`},
+		{"a password whose '/' ends the host before it", `url = "redis://:2024/Xq7v@10.0.0.5:6379/0"` + "\n", 2, "dedup.url",
+			`"redis://..." holds an '@' after its host: a password written in it, whose '/' or '?' ends the host? Leave it out and give password-file or password-env`},
+		{"a password whose '?' ends the host before it", `url = "redis://:2024?Xq7v@10.0.0.5:6379/0"` + "\n", 2, "dedup.url",
+			`"redis://..." holds an '@' after its host`},
 		{"a password in a URL of another scheme", `url = "mysql://u:pw@db:3306"` + "\n", 2, "dedup.url",
 			`"mysql://u:xxxxx@db:3306": want memory or a redis://`},
 	} {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/aaatp/aaatp/internal/storeurl"
 )
 
 // Open returns a Store from a URL: "memory" for NewMemory, or a Redis URL
@@ -64,11 +66,16 @@ func redisClient(rawURL string) (redis.UniversalClient, int, error) {
 		return nil, 0, fmt.Errorf("dedup: unknown store %q (want \"memory\", redis://host:port/db, redis+sentinel://... or redis+cluster://...)", shown)
 	}
 	goURL := base + "://" + rest // go-redis' parsers know redis and rediss
+	u, err := url.Parse(goURL)
+	if err != nil {
+		return nil, 0, fmt.Errorf("dedup: bad Redis URL: %w", redactErr(err))
+	}
+	if storeurl.StrayAt(u) {
+		// go-redis' errors would quote the path or query, and what is
+		// left of the password with it.
+		return nil, 0, fmt.Errorf("dedup: bad Redis URL %s: an '@' after its host (a password whose '/' or '?' is not escaped?)", storeurl.Redacted(rawURL))
+	}
 	if mode == "" {
-		u, err := url.Parse(goURL)
-		if err != nil {
-			return nil, 0, fmt.Errorf("dedup: bad Redis URL: %w", redactErr(err))
-		}
 		q := u.Query()
 		switch {
 		case q.Has("master_name"):
@@ -118,36 +125,7 @@ func redisClient(rawURL string) (redis.UniversalClient, int, error) {
 // unescaped, `invalid URL escape "%zz"`).
 func redactErr(err error) error {
 	if ue, ok := err.(*url.Error); ok {
-		return fmt.Errorf("%s: %s", ue.Op, unquoted(ue.Err.Error()))
+		return fmt.Errorf("%s: %s", ue.Op, storeurl.Unquoted(ue.Err.Error()))
 	}
 	return err
-}
-
-// unquoted is s with every part in double quotes (as %q writes it) made
-// "...".
-func unquoted(s string) string {
-	var b strings.Builder
-	for {
-		i := strings.IndexByte(s, '"')
-		if i < 0 {
-			b.WriteString(s)
-			return b.String()
-		}
-		b.WriteString(s[:i])
-		b.WriteString(`"..."`)
-		s = s[i+1:]
-		end := -1
-		for j := 0; j < len(s) && end < 0; j++ {
-			switch s[j] {
-			case '\\':
-				j++ // an escaped character
-			case '"':
-				end = j
-			}
-		}
-		if end < 0 { // unterminated: drop the rest
-			return b.String()
-		}
-		s = s[end+1:]
-	}
 }

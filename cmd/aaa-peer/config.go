@@ -164,7 +164,7 @@ func (o *serverOptions) applyConfig(cfg *config.Config, set map[string]bool) (un
 		}
 	}
 	if cfg.Dedup != nil && !set["dedup"] {
-		o.dedup = cfg.Dedup.URLWithPassword() // printed through redactURL
+		o.dedup = cfg.Dedup.URLWithPassword() // printed through storeurl.Redacted
 	}
 	if cfg.DestinationRealm != "" {
 		unused = append(unused, "destination-realm")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/aaatp/aaatp/client"
 	"github.com/aaatp/aaatp/config"
+	"github.com/aaatp/aaatp/internal/storeurl"
 	"github.com/aaatp/aaatp/internal/testhelp"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/throttle"
@@ -159,8 +160,8 @@ url = "tcp://10.0.0.1:3868"
 		!reflect.DeepEqual([]string(o.listen), []string{"tcp://127.0.0.1:3868", "radius+tcp://127.0.0.1:1812"}) {
 		t.Errorf("options from the file: %+v", o)
 	}
-	if o.dedup != "redis://aaa:pw%20from%20env@127.0.0.1:6379/0" || redactURL(o.dedup) != "redis://aaa:xxxxx@127.0.0.1:6379/0" {
-		t.Errorf("--dedup %q (shown as %q): want the file's URL with the password from the environment", o.dedup, redactURL(o.dedup))
+	if o.dedup != "redis://aaa:pw%20from%20env@127.0.0.1:6379/0" || storeurl.Redacted(o.dedup) != "redis://aaa:xxxxx@127.0.0.1:6379/0" {
+		t.Errorf("--dedup %q (shown as %q): want the file's URL with the password from the environment", o.dedup, storeurl.Redacted(o.dedup))
 	}
 	if s, err := o.radiusSecret(); err != nil || string(s) != "filesecret" {
 		t.Errorf("RADIUS secret %q, %v: want the file's", s, err)

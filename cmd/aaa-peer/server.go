@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"path"
 	"slices"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/aaatp/aaatp/config"
 	servecore "github.com/aaatp/aaatp/internal/serve"
+	"github.com/aaatp/aaatp/internal/storeurl"
 
 	"github.com/aaatp/aaatp/dedup"
 	"github.com/aaatp/aaatp/internal/fault"
@@ -222,7 +222,7 @@ func (o *serverOptions) validate() error {
 	case o.history < 0:
 		return usagef("--history must not be negative")
 	case o.dedup != "memory" && !strings.HasPrefix(o.dedup, "redis"):
-		return usagef("--dedup %q: want memory or a redis:// URL", redactURL(o.dedup))
+		return usagef("--dedup %q: want memory or a redis:// URL", storeurl.Redacted(o.dedup))
 	}
 	// A RADIUS-only server has no Diameter identity to check, but one
 	// given is checked all the same.
@@ -433,7 +433,7 @@ func serveWith(ctx context.Context, args []string, stdout, stderr io.Writer, hoo
 		st, err := dedup.Open(o.dedup, dedup.WithMaxBytes(o.dedupBytes), dedup.WithMaxAnswerSize(o.dedupAnswer),
 			dedup.WithLogger(log), dedup.WithStateLost(func() { s.storeLost(bus) }))
 		if err != nil {
-			fmt.Fprintf(stderr, "aaa-peer server: --dedup %s: %v\n", redactURL(o.dedup), err)
+			fmt.Fprintf(stderr, "aaa-peer server: --dedup %s: %v\n", storeurl.Redacted(o.dedup), err)
 			return 2
 		}
 		defer func() {
@@ -442,7 +442,7 @@ func serveWith(ctx context.Context, args []string, stdout, stderr io.Writer, hoo
 			}
 		}()
 		if err := probeStore(ctx, st); err != nil {
-			log.Error("--dedup store unusable", "store", redactURL(o.dedup), "err", err)
+			log.Error("--dedup store unusable", "store", storeurl.Redacted(o.dedup), "err", err)
 			return 1
 		}
 		store = st
@@ -702,7 +702,7 @@ func (s *server) report(dropped uint64) serverReport {
 		Dropped: s.dd.Dropped.Load(), CommitUnknown: s.dd.CommitUnknown.Load(),
 		Cancelled: s.dd.Cancelled.Load(), Superseded: s.dd.Superseded.Load(), TooLarge: s.dd.TooLarge.Load(), NotKept: s.dd.NotKept.Load(),
 		DedupLost: s.dedupLost.Load(), UnseenReplays: s.dd.UnseenRetransmits.Load(),
-		Dedup:         redactURL(s.o.dedup),
+		Dedup:         storeurl.Redacted(s.o.dedup),
 		EventsDropped: dropped, Peers: s.ended.list(), PeersEnded: s.ended.total, PeersForgotten: s.ended.total - uint64(s.ended.len()),
 	}
 	for _, srv := range s.diameterServers() {
@@ -744,7 +744,7 @@ func (s *server) snapshot(bound []string) status.Snapshot {
 	s.mu.Unlock()
 	t := status.DedupTotals(&s.dd)
 	t.Retransmitted = s.retransmitted.Load()
-	info := map[string]string{"dedup": redactURL(s.o.dedup), "tw": s.o.tw.String(), "applied": strconv.FormatUint(s.dd.Applied.Load()+s.dd.PassedThrough.Load(), 10)}
+	info := map[string]string{"dedup": storeurl.Redacted(s.o.dedup), "tw": s.o.tw.String(), "applied": strconv.FormatUint(s.dd.Applied.Load()+s.dd.PassedThrough.Load(), 10)}
 	if n := s.dd.Dropped.Load(); n > 0 { // not in the answered total
 		info["dropped"] = strconv.FormatUint(n, 10)
 	}
@@ -798,47 +798,6 @@ func probeStore(ctx context.Context, st dedup.Store) error {
 		return err
 	}
 	return o.Abandon()
-}
-
-// redactURL elides the password of a store URL: the userinfo's and the
-// query's (password: a Sentinel master's; any key naming a password). A
-// URL that does not parse shows only its scheme: where its password ends
-// cannot be told (a '#' or '/' written unescaped in it is what makes it
-// fail, or parse as a fragment), and a query that does not parse is not
-// shown.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.Opaque != "" || u.Fragment != "" { // a store URL has neither
-		scheme, _, ok := strings.Cut(s, ":")
-		if !ok || scheme == "" || strings.ContainsAny(scheme, "@/?#%") {
-			return "..."
-		}
-		if strings.HasPrefix(s[len(scheme):], "://") {
-			return scheme + "://..."
-		}
-		return scheme + ":..."
-	}
-	if u.RawQuery != "" {
-		q, err := url.ParseQuery(u.RawQuery)
-		if err != nil {
-			u.RawQuery = ""
-			return u.Redacted() + "?..."
-		}
-		redacted := false
-		for k := range q {
-			if strings.Contains(strings.ToLower(k), "password") { // password, sentinel_password
-				q[k] = []string{"xxxxx"}
-				redacted = true
-			}
-		}
-		if redacted {
-			u.RawQuery = q.Encode()
-		}
-	}
-	if u.User == nil && u.RawQuery == "" {
-		return s
-	}
-	return u.Redacted()
 }
 
 // handle answers one application request: the --dedup wrapper calls it
