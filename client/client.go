@@ -361,6 +361,40 @@ func FailoverDetection(twinit time.Duration) time.Duration {
 	return 2 * (twinit + watchdog.MaxJitter)
 }
 
+// deadlines returns the failover detection of cfg's peers (the longest
+// Tw's, or over UDP alone one server's attempts) and the request deadline
+// derived from it when Config.RequestTimeout is not set: the detection
+// plus the answer's time (over UDP alone, every other server's attempts
+// too). cfg.UDP has its defaults when a peer is radius://.
+func deadlines(cfg Config, isRADIUS bool) (detect, derived time.Duration) {
+	twinit, answerTime := cfg.Peer.Watchdog.Twinit, peer.DefaultRequestTimeout
+	if isRADIUS {
+		twinit, answerTime = cfg.RADIUS.Watchdog.Twinit, radpeer.DefaultRequestTimeout
+	}
+	detect = FailoverDetection(maxTw(cfg, twinit))
+	if udp := udpMembers(cfg); udp > 0 && udp == len(cfg.Peers) {
+		// No watchdog: each server tried takes Timeout x Retries, and
+		// the throttle's queues may hold a request before that.
+		detect = cfg.UDP.Timeout * time.Duration(cfg.UDP.Retries)
+		answerTime = detect*time.Duration(len(cfg.Peers)-1) + radpeer.DefaultRequestTimeout
+	}
+	return detect, detect + answerTime
+}
+
+// warnShortDeadline logs that cfg's request deadline is shorter than the
+// failover detection of its peers.
+func warnShortDeadline(cfg Config, isRADIUS bool, detect time.Duration) {
+	log := cfg.Peer.Logger
+	if isRADIUS {
+		log = cfg.RADIUS.Logger
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Warn("the request deadline is shorter than failover detection: a hung peer's requests will time out instead of being replayed",
+		"deadline", cfg.RequestTimeout.String(), "detection", detect.String())
+}
+
 // New dials every peer and returns at once; peers come into service in
 // the background. Send before any is OKAY waits for one (bounded by its
 // deadline). Its errors match ErrConfig.
@@ -378,33 +412,14 @@ func newClient(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	cfg.Peers = specs
-	twinit, answerTime := cfg.Peer.Watchdog.Twinit, peer.DefaultRequestTimeout
-	if isRADIUS {
-		twinit, answerTime = cfg.RADIUS.Watchdog.Twinit, radpeer.DefaultRequestTimeout
-	}
-	twinit = maxTw(cfg, twinit)
-	detect := FailoverDetection(twinit)
-	if udp := udpMembers(cfg); udp > 0 {
+	if udpMembers(cfg) > 0 {
 		cfg = udpDefaults(cfg)
-		if udp == len(cfg.Peers) {
-			// No watchdog: each server tried takes Timeout x Retries, and
-			// the throttle's queues may hold a request before that.
-			detect = cfg.UDP.Timeout * time.Duration(cfg.UDP.Retries)
-			answerTime = detect*time.Duration(len(cfg.Peers)-1) + radpeer.DefaultRequestTimeout
-		}
 	}
+	detect, derived := deadlines(cfg, isRADIUS)
 	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = detect + answerTime
+		cfg.RequestTimeout = derived
 	} else if cfg.RequestTimeout < detect {
-		log := cfg.Peer.Logger
-		if isRADIUS {
-			log = cfg.RADIUS.Logger
-		}
-		if log == nil {
-			log = slog.Default()
-		}
-		log.Warn("the request deadline is shorter than failover detection: a hung peer's requests will time out instead of being replayed",
-			"deadline", cfg.RequestTimeout.String(), "detection", detect.String())
+		warnShortDeadline(cfg, isRADIUS, detect)
 	}
 	if cfg.MinConnectionAge < peer.BringDownInterval {
 		cfg.MinConnectionAge = peer.BringDownInterval

@@ -220,6 +220,45 @@ func TestShortDeadlineWarnedRADIUS(t *testing.T) {
 	})
 }
 
+// SetPeers keeps the deadline New set, derived or given, and says when
+// the new peers need longer to be failed over than it leaves (a longer
+// Tw), as New says it; a set they fit says nothing.
+func TestShortDeadlineWarnedAtSetPeers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:3868": newFakeServer("a.example.net"), "tcp://b:3868": newFakeServer("b.example.net")}
+		defer n.close()
+		var mu sync.Mutex
+		var buf bytes.Buffer
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:3868")
+		cfg.Peer.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		cfg.Peers[0].Tw = 6 * time.Second // detection 16s, the deadline derived 26s
+		cfg.RequestTimeout = 0
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		require.Equal(t, 26*time.Second, c.cfg.RequestTimeout)
+		read := func() string {
+			mu.Lock()
+			defer mu.Unlock()
+			out := buf.String()
+			buf.Reset()
+			return out
+		}
+		require.NotContains(t, read(), "shorter than")
+
+		_, err = c.SetPeers(context.Background(), []PeerSpec{cfg.Peers[0], {URL: "tcp://b:3868", Name: "b.example.net", Tw: 6 * time.Second}})
+		require.NoError(t, err)
+		assert.NotContains(t, read(), "shorter than", "the peers fit the deadline")
+
+		_, err = c.SetPeers(context.Background(), []PeerSpec{cfg.Peers[0], {URL: "tcp://b:3868", Name: "b.example.net", Tw: 30 * time.Second}})
+		require.NoError(t, err)
+		out := read()
+		assert.Contains(t, out, "shorter than failover detection")
+		assert.Contains(t, out, "deadline=26s")
+		assert.Contains(t, out, "detection=1m4s")
+	})
+}
+
 type lockedWriter struct {
 	mu *sync.Mutex
 	w  *bytes.Buffer

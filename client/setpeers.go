@@ -95,7 +95,9 @@ func (c *Client) checkNewPeers(specs []PeerSpec) ([]PeerSpec, error) {
 // Client created without any (New sets up their defaults and policy
 // states); such an error matches ErrConfig.
 // RequestTimeout, when New derived
-// it from the peers, is not derived again. SetPeers returns without
+// it from the peers, is not derived again; a deadline now shorter than
+// the failover detection of the new peers (a longer Tw) is logged as New
+// logs it. SetPeers returns without
 // waiting for the drains; Close waits for them. ctx bounds nothing yet
 // but the call itself: it is there for the drains a later version may
 // wait for.
@@ -316,6 +318,14 @@ func (c *Client) SetPeers(ctx context.Context, specs []PeerSpec) (PeersChange, e
 	c.refresh()
 	for _, start := range drains { // after the events that say why they end
 		start()
+	}
+	// The deadline stays as New set it: a peer of a longer Tw (or, over
+	// UDP, another server to try) may now need longer to be failed over
+	// than it leaves, which New would have said.
+	cfg := c.cfg
+	cfg.Peers = norm
+	if detect, _ := deadlines(cfg, c.radius); cfg.RequestTimeout < detect {
+		warnShortDeadline(cfg, c.radius, detect)
 	}
 	return ch, nil
 }
