@@ -167,9 +167,7 @@ func (r *diameterRequests) reloadSpecs(cfg *config.Config, base clientOptions, s
 		{"max-rate", fmt.Sprint(r.o.maxRate), fmt.Sprint(o.maxRate)},
 		{"max-outstanding", fmt.Sprint(r.o.maxOutstanding), fmt.Sprint(o.maxOutstanding)},
 	})
-	longer, warning := r.deadlineFor(o.own, base.timeout == 0)
-	restart = append(restart, longer...)
-	warnings = append(warnings, warning...)
+	restart = append(restart, r.deadlineFor(o.own, base.timeout == 0)...)
 	return specs, restart, warnings, nil
 }
 
@@ -177,23 +175,18 @@ func (r *diameterRequests) reloadSpecs(cfg *config.Config, base clientOptions, s
 // peers (own: their own settings; the others take the running tw). The
 // deadline is fixed at start; without --timeout (derived) it is the
 // failover detection of the longest tw plus the answer's time, and a
-// peer's longer tw, which would lengthen it, needs a restart. Given or
+// peer's longer tw, which would lengthen it, needs a restart. (Given or
 // derived, a deadline shorter than a peer's failover detection is warned
-// of, as client.New does at start: that peer's requests would time out
-// before they could be failed over.
-func (r *diameterRequests) deadlineFor(own map[string]ownSetting, derived bool) (restart, warnings []string) {
+// of by client.SetPeers, as client.New does at start.)
+func (r *diameterRequests) deadlineFor(own map[string]ownSetting, derived bool) (restart []string) {
 	tw := r.o.tw
 	for _, s := range own {
 		tw = max(tw, s.tw)
 	}
-	detect := client.FailoverDetection(tw)
-	if d := detect + peer.DefaultRequestTimeout; derived && d > r.o.timeout {
+	if d := client.FailoverDetection(tw) + peer.DefaultRequestTimeout; derived && d > r.o.timeout {
 		restart = append(restart, fmt.Sprintf("timeout (its default for the longest tw, %v, is %v; running %v)", tw, d, r.o.timeout))
 	}
-	if r.o.timeout < detect {
-		warnings = append(warnings, fmt.Sprintf("%sthe request deadline %v is shorter than failover detection %v of the longest tw (%v): a hung peer's requests will time out instead of being replayed", warnPrefix, r.o.timeout, detect, tw))
-	}
-	return restart, warnings
+	return restart
 }
 
 // peerLine is FILE:LINE of the [[peer]] of url in cfg.
