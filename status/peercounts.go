@@ -177,11 +177,11 @@ func (c *peerCounts) set(s Snapshot) {
 	for _, p := range old {
 		name := label(p.Name())
 		sc := c.byPeer[name]
-		if sc == nil || slices.ContainsFunc(c.rows, func(r PeerStatus) bool { return label(r.Name()) == name }) {
+		if _, kept := at[name]; sc == nil || kept {
 			continue
 		}
 		sc.requests.Add(p.Counters.Requests)
-		sc.answers[len(client.DiameterClasses)-1].Add(p.Counters.Answers[client.ClassOther])
+		sc.answers[slices.Index(client.DiameterClasses, client.ClassOther)].Add(p.Counters.Answers[client.ClassOther])
 	}
 }
 

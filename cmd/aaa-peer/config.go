@@ -335,16 +335,8 @@ const maxPeerTLS = 256
 // that changes nothing of a peer's TLS keeps its connection.
 func peerTLS(t config.TLS) (*tls.Config, error) {
 	h := sha256.New()
-	for _, f := range []string{t.CA, t.Cert, t.Key} {
-		var b []byte
-		if f != "" {
-			var err error
-			if b, err = os.ReadFile(f); err != nil {
-				return nil, err
-			}
-		}
-		fmt.Fprintf(h, "%d:%s|%d:", len(f), f, len(b))
-		h.Write(b)
+	if err := writeFiles(h, t.CA, t.Cert, t.Key); err != nil {
+		return nil, err
 	}
 	fmt.Fprintf(h, "%s", t.ServerName)
 	var key [sha256.Size]byte
@@ -366,24 +358,33 @@ func peerTLS(t config.TLS) (*tls.Config, error) {
 }
 
 // filesSum is a digest of files, their names and contents (an
-// unreadable file's error in place of its content; "" is no file): a
+// unreadable file's error in place of what follows; "" is no file): a
 // reload tells by it a file rewritten in place, such as a certificate
 // renewed at the same path.
 func filesSum(files ...string) string {
 	h := sha256.New()
-	for _, f := range files {
-		fmt.Fprintf(h, "%d:%s|", len(f), f)
-		if f == "" {
-			continue
-		}
-		if b, err := os.ReadFile(f); err != nil {
-			fmt.Fprintf(h, "error %d:%s|", len(err.Error()), err)
-		} else {
-			fmt.Fprintf(h, "%d:", len(b))
-			h.Write(b)
-		}
+	if err := writeFiles(h, files...); err != nil {
+		fmt.Fprintf(h, "error %s", err)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// writeFiles writes files' names and contents to h, each with its length
+// first ("" is no file), for a digest; it stops at the first file it
+// cannot read, and returns why.
+func writeFiles(h io.Writer, files ...string) error {
+	for _, f := range files {
+		var b []byte
+		if f != "" {
+			var err error
+			if b, err = os.ReadFile(f); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(h, "%d:%s|%d:", len(f), f, len(b))
+		h.Write(b)
+	}
+	return nil
 }
 
 // byRole returns peers with the primaries first, each group in file order.
