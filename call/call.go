@@ -303,6 +303,10 @@ type Boarding struct {
 	// AfterRefusal: the previous connection refused the call (answered it
 	// too busy): that request was not lost.
 	AfterRefusal bool
+	// Lost: an earlier send left its connection without a refusal (a
+	// failover, a drain): a server may have applied it, so every later
+	// send is a possible duplicate, whatever refused the latest.
+	Lost bool
 }
 
 // BoardLocked makes c in flight on cn: the only way a request reaches a
@@ -310,7 +314,7 @@ type Boarding struct {
 // anything with ErrComplete, ErrInFlight (pending elsewhere: it must
 // leave first) or ErrAlreadySent (sent on cn before).
 func (c *Call) BoardLocked(cn *Conn) (Boarding, error) {
-	b := Boarding{Prev: c.state, Sends: int(c.sends.Load()), AfterRefusal: c.refused}
+	b := Boarding{Prev: c.state, Sends: int(c.sends.Load()), AfterRefusal: c.refused, Lost: c.lost}
 	switch {
 	case c.final():
 		return b, ErrComplete

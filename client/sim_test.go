@@ -2228,6 +2228,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 	for id, ss := range w.sends {
 		conns := map[any]int{} // the last send on each connection
 		hbhs := map[uint32]bool{}
+		lostBefore := false // a send before this one was lost (left without a refusal)
 		for k, s := range ss {
 			if s.e2e != id {
 				t.Errorf("seed %d: request %d sent with End-to-End %d", seed, id, s.e2e)
@@ -2257,13 +2258,22 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			prev := ss[k-1]
 			at, refused := w.refusals[[2]uint32{id, prev.hbh}]
 			refused = refused && at < s.seq
+			// A send lost before (one that did not follow a refusal
+			// left a send without an answer) may have been applied:
+			// every later send is a possible duplicate and carries the T
+			// flag, a premature failover's too (RFC 6733 3).
 			switch {
 			case s.afterRefusal && !refused:
 				t.Errorf("seed %d: request %d: send %d taken for a premature failover, but no refusal was read", seed, id, k+1)
-			case s.afterRefusal && s.tflag:
-				t.Errorf("seed %d: request %d: premature-failover resend %d with the T flag", seed, id, k+1)
+			case s.afterRefusal && s.tflag && !lostBefore:
+				t.Errorf("seed %d: request %d: premature-failover resend %d with the T flag, no earlier send lost", seed, id, k+1)
+			case s.afterRefusal && !s.tflag && lostBefore:
+				t.Errorf("seed %d: request %d: resend %d after a refusal without the T flag, though an earlier send was lost (a server may have applied it)", seed, id, k+1)
 			case !s.afterRefusal && !s.tflag:
 				t.Errorf("seed %d: request %d: replay %d without the T flag", seed, id, k+1)
+			}
+			if !s.afterRefusal {
+				lostBefore = true
 			}
 			if rq := w.reqs[id]; rq != nil && rq.pinned != "" && !s.afterRefusal && !w.reconfUnpinned(rq) {
 				// RFC 6733 5.5.4: not moved to another host, nor

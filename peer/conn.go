@@ -244,6 +244,10 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 		}
 		return false, ErrConnectionLost
 	}
+	if err := c.notInService(); err != nil {
+		c.mu.Unlock()
+		return false, err
+	}
 	raw, id, b, err := cl.board(c)
 	if err != nil {
 		c.mu.Unlock()
@@ -291,6 +295,21 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 	return b.Sends > 0, nil
 }
 
+// notInService is the error of a submit to c while its peer's watchdog
+// is not OKAY, nil while it is. c.mu is held. The peer checked the state
+// before choosing c, without the lock; a failover in between (OKAY to
+// SUSPECT) moved c's pending calls out and leaves c open: a call boarded
+// after it would stay there, out of service, until c closes a Tw later.
+// The state is stored before the failover takes c.mu to move the calls,
+// so a submit that reads OKAY here puts its call in the pending table
+// before they are moved, and it moves with them.
+func (c *conn) notInService() error {
+	if st := c.p.State(); st != watchdog.Okay {
+		return &NotInServiceError{Peer: c.p.Name(), State: st}
+	}
+	return nil
+}
+
 // submitAll is submit for a batch, in order, under one hold of c.mu and
 // one of the write queue: a failover of thousands of requests then costs
 // one wake-up of the writer and large writes, not one per request. Each
@@ -305,6 +324,9 @@ func (c *conn) submitAll(calls []*call.Call) (refused []*call.Call, n, resends i
 			return nil, 0, 0, ErrDisconnecting
 		}
 		return nil, 0, 0, ErrConnectionLost
+	}
+	if err := c.notInService(); err != nil {
+		return nil, 0, 0, err
 	}
 	type boarded struct {
 		cl *dcall
@@ -1175,9 +1197,11 @@ func NewCall(req []byte, keepT bool) (*call.Call, error) {
 // clears the T flag unless d keeps it (an agent forwarding a T-flagged
 // request); every later send works on a copy, because the writer of a
 // previous connection may still be reading the old bytes, and sets the T
-// flag unless the last connection refused it with an error answer (a
-// premature failover: that request was not lost, RFC 6733 3); a request
-// an agent forwards with its T flag keeps it on every send.
+// flag unless every send before it was refused with an error answer (a
+// premature failover: that request was not lost, RFC 6733 3). Once a send
+// was lost, a server may have applied it, and every later send is a
+// possible duplicate, even one that follows another server's refusal. A
+// request an agent forwards with its T flag keeps it on every send.
 func (d *dcall) board(cn *conn) (raw []byte, id uint32, b call.Boarding, err error) {
 	d.Lock()
 	defer d.Unlock()
@@ -1191,7 +1215,7 @@ func (d *dcall) board(cn *conn) (raw []byte, id uint32, b call.Boarding, err err
 		if b.Sends > 0 {
 			raw = slices.Clone(raw)
 		}
-	case b.Sends == 0 || b.AfterRefusal:
+	case b.Sends == 0 || b.AfterRefusal && !b.Lost:
 		if b.Sends > 0 {
 			raw = slices.Clone(raw)
 		}
@@ -1258,7 +1282,7 @@ func (p *Peer) submit(cl *dcall) error {
 		if err == call.ErrComplete {
 			return nil
 		}
-		return fmt.Errorf("peer %s: %w", p.Name(), err)
+		return p.submitError(err)
 	}
 	p.stats.sent.Add(1)
 	if resend {
@@ -1281,12 +1305,21 @@ func (p *Peer) submitAll(calls []*call.Call) (refused []*call.Call, err error) {
 	}
 	refused, n, resends, err := c.submitAll(calls)
 	if err != nil {
-		return nil, fmt.Errorf("peer %s: %w", p.Name(), err)
+		return nil, p.submitError(err)
 	}
 	p.stats.sent.Add(uint64(n))
 	p.stats.retransmitted.Add(uint64(resends))
 	p.touch()
 	return refused, nil
+}
+
+// submitError names p in a connection's refusal of a submit (a
+// NotInServiceError names it already).
+func (p *Peer) submitError(err error) error {
+	if _, ok := err.(*NotInServiceError); ok {
+		return err
+	}
+	return fmt.Errorf("peer %s: %w", p.Name(), err)
 }
 
 // touch records application activity for the idle bring-down (T4). Only

@@ -22,21 +22,28 @@ import (
 // a synctest bubble.
 func dialPipe(t *testing.T, handler Handler) (*Peer, transport.Conn) {
 	t.Helper()
-	fars := make(chan transport.Conn, 1)
 	cfg := clientConfig("client.example.net")
 	cfg.Handler = handler
+	return dialPipeTo(t, cfg, "server.example.net")
+}
+
+// dialPipeTo is dialPipe with cfg, to a far end that answers the CER as
+// host.
+func dialPipeTo(t *testing.T, cfg Config, host string) (*Peer, transport.Conn) {
+	t.Helper()
+	fars := make(chan transport.Conn, 1)
 	cfg.Dialer = func(context.Context, string) (transport.Conn, error) {
 		a, b := net.Pipe()
 		fars <- transport.NewStreamConn(b, "pipe", transport.Options{})
 		return transport.NewStreamConn(a, "pipe", transport.Options{}), nil
 	}
-	p, err := Dial("tcp://x:1", cfg)
+	p, err := Dial("tcp://"+host+":1", cfg)
 	require.NoError(t, err)
 	far := <-fars
 	t.Cleanup(func() { far.Close() })
 	cer, err := far.ReadMessage()
 	require.NoError(t, err)
-	srv := Config{OriginHost: "server.example.net", OriginRealm: "example.net", OriginStateID: 1, ProductName: "fake", AcctApps: []uint32{message.AppAccounting}}
+	srv := Config{OriginHost: host, OriginRealm: "example.net", OriginStateID: 1, ProductName: "fake", AcctApps: []uint32{message.AppAccounting}}
 	require.NoError(t, far.WriteMessages(srv.newCEA(cer, nil, message.Success, "", nil)))
 	synctest.Wait()
 	require.Equal(t, watchdog.Okay, p.State())
