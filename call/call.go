@@ -425,6 +425,27 @@ func (c *Call) leave(cn *Conn, refused bool, answer []byte, code uint32, err err
 	return true
 }
 
+// RefuseUnsent records that peer turned the call away without sending it
+// (err says why: a RADIUS server with no Identifier free and its waiting
+// places taken), as a refusal without an answer: the call avoids that
+// peer, and when no other peer takes it, it ends with err (Conclude)
+// rather than wait for a change that freeing Identifiers does not make.
+// It records nothing when the call is complete or in flight.
+func (c *Call) RefuseUnsent(peer Carrier, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.final() || c.state == InFlight {
+		return
+	}
+	if c.rf == nil {
+		c.rf = new(refusals)
+	}
+	if !slices.Contains(c.rf.by, peer) {
+		c.rf.by = append(c.rf.by, peer)
+	}
+	c.rf.answer, c.rf.code, c.rf.err = nil, 0, err
+}
+
 // RefuseLate records a refusal (answer: too busy, unable to deliver;
 // code: its code, as for Refuse) that came on cn after the call left it:
 // cn's peer did not apply the request, so it is pending on cn no more.

@@ -489,3 +489,22 @@ func TestFailAfterLossNamesItsCause(t *testing.T) {
 	assert.ErrorIs(t, err, ErrTimeout)
 	assert.NotErrorIs(t, err, errMismatch, "lost since for no known cause")
 }
+
+// A peer that turns a call away unsent (a RADIUS server out of
+// Identifiers) refuses it without an answer: the call avoids that peer,
+// and Conclude ends it with the error. Nothing is recorded in flight.
+func TestRefuseUnsent(t *testing.T) {
+	c := newCall()
+	a, b := newConn("a"), newConn("b")
+	busy := errors.New("busy")
+	boarded(t, c, a)
+	c.RefuseUnsent(b.peer, busy)
+	assert.Empty(t, c.Refusers(), "in flight: nothing recorded")
+	require.True(t, c.Leave(&a.Conn, nil))
+	c.RefuseUnsent(b.peer, busy)
+	assert.True(t, c.RefusedBy(b.peer))
+	assert.True(t, c.Avoids(nil, b.peer))
+	require.True(t, c.Conclude(), "an error claims nothing, even after a loss")
+	_, err := c.Wait(context.Background(), time.Second)
+	assert.ErrorIs(t, err, busy)
+}

@@ -218,33 +218,40 @@ func balancerState(st watchdog.State) loadbalance.State {
 var maxWaiting = 1 << 16
 
 // toWait deals with requests no peer can take now and returns those that
-// are to wait, in order: one that peers refused as too busy gets the last
-// refusal (no peer is left to try); the others wait.
-func toWait(calls []*call.Call) (wait []*call.Call) {
+// are to wait, in order, and those it concluded: one that peers refused as
+// too busy gets the last refusal (no peer is left to try); the others
+// wait.
+func toWait(calls []*call.Call) (wait, concluded []*call.Call) {
 	for _, cl := range calls {
-		if !cl.Conclude() && cl.Park() {
+		switch {
+		case cl.Conclude():
+			concluded = append(concluded, cl)
+		case cl.Park():
 			wait = append(wait, cl)
 		}
 	}
-	return wait
+	return wait, concluded
 }
 
 // strand has requests that no peer can take in view v wait, together and
 // in order, for v to change (F3); see toWait for those that do not wait. If
-// v changed while they looked, their waiter places them again at once.
-func (c *Client) strand(calls []*call.Call, v *avail) {
+// v changed while they looked, their waiter places them again at once. It
+// returns those it had wait and those toWait concluded, for the failover
+// records: what was decided for each, not what their state says a moment
+// later (a waiting call may end, or be placed by its waiter, at once).
+func (c *Client) strand(calls []*call.Call, v *avail) (wait, concluded []*call.Call) {
 	if beforeStrand != nil {
 		beforeStrand()
 	}
-	wait := toWait(calls)
+	wait, concluded = toWait(c.deliverable(calls, v))
 	if len(wait) == 0 {
-		return
+		return nil, concluded
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		failAll(wait, errClientClosed)
-		return
+		return nil, concluded
 	}
 	if onStrand != nil {
 		onStrand(wait)
@@ -257,7 +264,7 @@ func (c *Client) strand(calls []*call.Call, v *avail) {
 	}
 	if len(wait) == 0 {
 		c.mu.Unlock()
-		return
+		return nil, concluded
 	}
 	// Its round for v was the one that found no peer for its requests.
 	w := &waiter{calls: wait, prev: c.lastWaiter, round: v.gen, retries: v.retries, tick: make(chan struct{})}
@@ -268,6 +275,37 @@ func (c *Client) strand(calls []*call.Call, v *avail) {
 	c.waiters.Add(1)
 	c.mu.Unlock()
 	go c.waitFor(w, v)
+	return wait, concluded
+}
+
+// deliverable fails the calls that name in Destination-Host a peer the
+// connection limit closed (DIAMETER_UNABLE_TO_DELIVER, as those in flight
+// to it when it closed) and returns the others: that peer is one of ours,
+// so they go nowhere else (RFC 6733 6.1), and it may not be dialed again
+// before their deadline.
+func (c *Client) deliverable(calls []*call.Call, v *avail) []*call.Call {
+	if c.cfg.MaxConnections == 0 {
+		return calls
+	}
+	var out []*call.Call
+	failed := false
+	for i, cl := range calls {
+		if m, ok := c.pinned(cl, v); !ok || m.p() != nil || m.released.Load() == nil {
+			if failed {
+				out = append(out, cl)
+			}
+			continue
+		}
+		if !failed {
+			failed = true
+			out = append(make([]*call.Call, 0, len(calls)), calls[:i]...)
+		}
+		cl.Fail(fmt.Errorf("%w: Destination-Host %s was closed to respect the limit of %d connections", ErrUnableToDeliver, cl.Key.Dest, c.cfg.MaxConnections))
+	}
+	if !failed {
+		return calls
+	}
+	return out
 }
 
 func failAll(calls []*call.Call, err error) {
@@ -459,7 +497,7 @@ func (c *Client) round(w *waiter) *avail {
 		}
 	}
 	c.waiting.Add(-int64(len(w.calls)))
-	w.calls = toWait(c.placeAll(w.calls, v, nil))
+	w.calls, _ = toWait(c.placeAll(w.calls, v, nil))
 	c.waiting.Add(int64(len(w.calls)))
 	gone := len(w.calls) == 0
 	c.roundDone(w, v.gen, gone)

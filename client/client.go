@@ -220,6 +220,11 @@ type member struct {
 	// the old one's drain) and has learned its server's identity, and
 	// waits for it rather than go to another host.
 	ident string
+	// released is the identity of the peer the connection limit closed
+	// (trimLocked), nil while dialed: a request naming it is one of ours
+	// that no connection can take, and fails as undeliverable (strand)
+	// rather than go to another host.
+	released atomic.Pointer[string]
 
 	// Owned under Client.mu.
 	okaySince time.Time // when the watchdog last went OKAY; zero when not OKAY
@@ -509,6 +514,7 @@ func (c *Client) dialLocked(m *member) error {
 	}
 	self.Store(p)
 	m.pp.Store(p)
+	m.released.Store(nil)
 	c.byPeer.Store(p, m)
 	// The peer may have come up before it was stored just now, unseen by
 	// the view: look again.
@@ -832,13 +838,12 @@ func (c *Client) placeOne(cl *call.Call, v *avail, skip []*member) *member {
 // wake-up of its writer), and a request a peer refused is placed again
 // before the next run, so that requests leave in the order given to
 // every peer. Those no peer can take in the view wait together, in
-// order. It returns where each went (nil: waiting or ended), in the
-// order of calls.
-func (c *Client) dispatchAll(calls []*call.Call) []*member {
-	to := make([]*member, len(calls))
+// order. It returns what it did with each, in the order of calls.
+func (c *Client) dispatchAll(calls []*call.Call) []placement {
+	out := make([]placement, len(calls))
 	if c.sched != nil {
-		// Every call waits in the throttle (to stays nil): replays go
-		// back to the head of its instance queue, in order.
+		// Every call waits in the throttle (none placed here): replays
+		// go back to the head of its instance queue, in order.
 		its := make([]*item, 0, len(calls))
 		for _, cl := range calls {
 			if it, ok := cl.Holder().(*item); ok {
@@ -846,14 +851,44 @@ func (c *Client) dispatchAll(calls []*call.Call) []*member {
 			}
 		}
 		c.throttled(its...)
-		return to
+		return out
 	}
 	v := c.view()
 	c.joinLine(v)
-	if wait := c.placeAll(calls, v, to); len(wait) > 0 {
-		c.strand(wait, v)
+	to := make([]*member, len(calls))
+	wait := c.placeAll(calls, v, to)
+	for i, m := range to {
+		out[i].to = m
 	}
-	return to
+	if len(wait) == 0 {
+		return out
+	}
+	waiting, concluded := c.strand(wait, v)
+	if len(waiting)+len(concluded) == 0 {
+		return out
+	}
+	at := make(map[*call.Call]int, len(wait))
+	for i, cl := range calls {
+		if to[i] == nil {
+			at[cl] = i
+		}
+	}
+	for _, cl := range waiting {
+		out[at[cl]].waiting = true
+	}
+	for _, cl := range concluded {
+		out[at[cl]].concluded = true
+	}
+	return out
+}
+
+// placement is what dispatchAll did with a call: sent it to a member, had
+// it wait for a view change, or concluded it with its last refusal; none
+// of these when the throttle queued it (it is recorded where it leaves)
+// or it ended otherwise (it was complete, or the Client closed).
+type placement struct {
+	to                 *member
+	waiting, concluded bool
 }
 
 // placeAll places calls against view v, in order, and returns those no
@@ -888,7 +923,7 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 		}
 	}
 	elsewhere := func(i int, cl *call.Call, not *member) {
-		if holding && anywhere(cl) {
+		if holding && c.anywhere(cl, v) {
 			waits(cl, "held back", not)
 		} else if m := c.placeOne(cl, v, []*member{not}); m != nil {
 			went(i, m)
@@ -915,13 +950,13 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 			continue
 		}
 		var m *member
-		if !holding || !anywhere(cl) {
+		if !holding || !c.anywhere(cl, v) {
 			m = c.pick(cl, v)
 		}
 		if m == nil {
 			flush() // those before it first, in case they end up waiting too
 			why := "no peer in the view"
-			if holding && anywhere(cl) {
+			if holding && c.anywhere(cl, v) {
 				why = "held back"
 			}
 			waits(cl, why, nil)
@@ -930,7 +965,7 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 		if m != runTo {
 			flush()
 			runTo = m
-			if holding && anywhere(cl) {
+			if holding && c.anywhere(cl, v) {
 				// The flush left a request before this one waiting: cl
 				// was picked before, and now waits behind it.
 				waits(cl, "held back", nil)
@@ -947,7 +982,7 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 			elsewhere(i, cl, m)
 		case probe: // the one probe goes alone
 			flush()
-			if holding && anywhere(cl) {
+			if holding && c.anywhere(cl, v) {
 				// As above: the flush left a request before it waiting.
 				c.group.CancelProbe(m.index)
 				waits(cl, "held back", nil)
@@ -971,7 +1006,7 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 // others need not wait for its host, its refusals to be forgotten, or a
 // connection it was never sent on.
 func (c *Client) holdsBack(cl *call.Call, v *avail) bool {
-	if !anywhere(cl) {
+	if !c.anywhere(cl, v) {
 		return false
 	}
 	for _, m := range v.ros.all {
@@ -982,17 +1017,22 @@ func (c *Client) holdsBack(cl *call.Call, v *avail) bool {
 	return true
 }
 
-// anywhere reports whether cl may go to any peer: it names no
-// Destination-Host and no peer refused it.
-func anywhere(cl *call.Call) bool { return cl.Key.Dest == "" && len(cl.Refusers()) == 0 }
+// anywhere reports whether cl may go to any peer in v: it names none of
+// them in Destination-Host (a host that is not a peer, a home server
+// behind a relay, routes as no Destination-Host does) and no peer
+// refused it.
+func (c *Client) anywhere(cl *call.Call, v *avail) bool {
+	if _, ok := c.pinned(cl, v); ok {
+		return false
+	}
+	return len(cl.Refusers()) == 0
+}
 
 // submitRun submits calls to m in one batch and returns those it refused.
 func (c *Client) submitRun(m *member, calls []*call.Call) (refused []*call.Call) {
-	firsts := 0
-	for _, cl := range calls {
-		if cl.Sends() == 0 {
-			firsts++
-		}
+	first := make([]bool, len(calls))
+	for i, cl := range calls {
+		first[i] = cl.Sends() == 0
 		if cl.Attempts() != 0 {
 			cl.SetAttempts(0) // no probe here: the peer's own retransmissions
 		}
@@ -1008,6 +1048,15 @@ func (c *Client) submitRun(m *member, calls []*call.Call) (refused []*call.Call)
 	}
 	if beforeSent != nil {
 		beforeSent(calls)
+	}
+	// Sent counts the requests first sent here: not those m refused
+	// (they go elsewhere, and are counted there) nor those it skipped,
+	// complete before they boarded.
+	firsts := 0
+	for i, cl := range calls {
+		if first[i] && cl.Sends() > 0 && !slices.Contains(refused, cl) {
+			firsts++
+		}
 	}
 	m.stats.sent.Add(uint64(firsts))
 	for range len(calls) - len(refused) {
@@ -1092,6 +1141,9 @@ func (c *Client) pinned(cl *call.Call, v *avail) (*member, bool) {
 		}
 		if m.ident != "" && message.EqualIdentity(m.ident, dh) {
 			return m, true // its own peer may not know it yet
+		}
+		if r := m.released.Load(); r != nil && message.EqualIdentity(*r, dh) {
+			return m, true // closed for the connection limit (strand)
 		}
 	}
 	return nil, false
@@ -1365,6 +1417,9 @@ func (c *Client) trimLocked() {
 			return
 		}
 		p := x.p()
+		if n := p.Name(); n != x.spec.URL {
+			x.released.Store(&n)
+		}
 		x.pp.Store(nil)
 		x.okaySince = time.Time{}
 		c.refresh()
@@ -1460,7 +1515,6 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 		failAll(calls, errClientClosed)
 		return
 	}
-	fm.stats.failedOver.Add(uint64(len(calls)))
 	moved := map[*member][]uint32{}
 	counts := map[*member]int{}
 	// Counted apart from the ids: a record is written for every request,
@@ -1485,6 +1539,9 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 		}
 		live = append(live, cl)
 	}
+	// Moved away: not those pinned to it (they failed above), nor those
+	// already complete.
+	fm.stats.failedOver.Add(uint64(len(live)))
 	if c.sched != nil {
 		// Queued in the throttle: each is recorded where it goes (execute).
 		c.tmu.Lock()
@@ -1495,19 +1552,23 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 		}
 		c.unlockThrottle()
 	}
-	for i, to := range c.dispatchAll(live) {
+	// Recorded as decided: a call's state a moment later may say
+	// otherwise (a waiting call ended by its deadline, or placed by its
+	// waiter).
+	for i, p := range c.dispatchAll(live) {
 		cl := live[i]
 		switch {
-		case to != nil:
+		case p.to != nil:
+			to := p.to
 			if _, ok := moved[to]; !ok {
 				order = append(order, to)
 			}
 			moved[to] = appendRef(moved[to], cl)
 			counts[to]++
-		case cl.State() == call.Parked:
+		case p.waiting:
 			waiting = appendRef(waiting, cl)
 			nwaiting++
-		case cl.IsDone():
+		case p.concluded:
 			concluded = appendRef(concluded, cl)
 			nconcluded++
 		default: // queued in the throttle: recorded when it leaves (execute)

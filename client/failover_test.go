@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
@@ -658,5 +659,120 @@ func TestRefusedRequestsOfOneKeyGoToOneServer(t *testing.T) {
 			}
 		}
 		require.NotZero(t, moved, "no subscriber of a among %v", home)
+	})
+}
+
+// A failover that finds no alternate has its request wait: the record says
+// parked, as decided, even when the request ends the moment after it
+// began to wait (its caller's deadline, made to fall there by the
+// onStrand hook, or a late answer on the old connection). The record was
+// made from the request's state read after, and said refused ("the last
+// refusal is the answer") though no peer refused it.
+func TestFailoverRecordedAsDecided(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := newFakeServer("a.example.net")
+		n := network{"tcp://a:3868": srv}
+		defer n.close()
+		c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:3868"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		onStrand = func(calls []*call.Call) {
+			for _, cl := range calls {
+				cl.Fail(errors.New("the caller's deadline, at this moment"))
+			}
+		}
+		defer func() { onStrand = nil }()
+		srv.freeze()
+		done := make(chan error, 1)
+		go func() {
+			_, err := c.Send(context.Background(), acr(1, "u@example.net"))
+			done <- err
+		}()
+		time.Sleep(61 * time.Second) // SUSPECT: the failover finds no alternate
+		synctest.Wait()
+		require.Error(t, <-done)
+		recs, _ := c.FailoverLog()
+		parked := 0
+		for _, r := range recs {
+			assert.NotEqual(t, Refused, r.Outcome, "no peer refused the request: %+v", r)
+			if r.Outcome == Parked {
+				parked += r.Moved
+			}
+		}
+		assert.Equal(t, 1, parked, "records %+v", recs)
+		srv.unfreeze()
+	})
+}
+
+// A request naming the failed peer in Destination-Host is not moved (it
+// fails DIAMETER_UNABLE_TO_DELIVER): ServerStats.FailedOver, the requests
+// moved away from the server, does not count it.
+func TestPinnedNotCountedFailedOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:3868": newFakeServer("a.example.net"), "tcp://b:3868": newFakeServer("b.example.net")}
+		defer n.close()
+		c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:3868", "tcp://b:3868"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		waitOkay(t, c)
+		n["tcp://a:3868"].freeze()
+		_, err = c.Send(context.Background(), acrTo(1, "u@example.net", "a.example.net"))
+		require.ErrorIs(t, err, ErrUnableToDeliver)
+		recs, _ := c.FailoverLog()
+		moved := 0
+		for _, r := range recs {
+			moved += r.Moved
+		}
+		st := c.ServerStats()[0]
+		assert.Zero(t, moved, "records %+v", recs)
+		assert.Equal(t, uint64(moved), st.FailedOver, "records moved %d; stats failed_over %d", moved, st.FailedOver)
+	})
+}
+
+// A peer the connection limit closed is still one of ours, whose identity
+// we know: a new request naming it in Destination-Host fails at once as
+// DIAMETER_UNABLE_TO_DELIVER, as those in flight to it when it closed do
+// (TestDestinationHostPinnedToTrimmedPeer). It went to the other hosts,
+// each answering 3002 in turn.
+func TestNewRequestPinnedToTrimmedPeerUndeliverable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, cc := newFakeServer("a.example.net"), newFakeServer("b.example.net"), newFakeServer("c.example.net")
+		n := network{"tcp://a:1": a, "tcp://b:1": b, "tcp://c:1": cc}
+		defer n.close()
+		sw := newSwitchboard(n)
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1", "tcp://c:1")
+		cfg.MaxConnections = 2
+		cfg.Peer.Dialer = sw.dial
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		sw.setDown("tcp://a:1", true)
+		a.dropConnections()
+		synctest.Wait()
+		require.NotNil(t, c.Peers()[2], "the third peer fills the slot")
+		require.Equal(t, watchdog.Okay, c.Peers()[2].State())
+		_, err = c.Send(context.Background(), acrTo(1, "u@example.net", "c.example.net"))
+		require.NoError(t, err, "c answers what names it while connected")
+
+		sw.setDown("tcp://a:1", false)
+		time.Sleep(31*time.Second + 61*time.Second + 5*time.Minute)
+		synctest.Wait()
+		require.Nil(t, c.Peers()[2], "c was closed to respect the limit")
+
+		req := acrTo(2, "u@example.net", "C.example.net") // identities ignore case
+		wire.SetEndToEnd(req, 4242)
+		start := time.Now()
+		_, err = c.Send(context.Background(), req)
+		require.ErrorIs(t, err, ErrUnableToDeliver)
+		assert.Zero(t, time.Since(start), "it failed at once")
+		for name, f := range map[string]*fakeServer{"a": a, "b": b} {
+			for _, s := range f.received() {
+				assert.NotEqual(t, uint32(4242), s.e2e, "the request naming c.example.net went to %s", name)
+			}
+		}
+		_, err = c.Send(context.Background(), acrTo(3, "u@example.net", "elsewhere.example.net"))
+		require.NoError(t, err, "a host that is not a peer: routed by realm")
 	})
 }

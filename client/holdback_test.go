@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/aaatp/aaatp/call"
+	"github.com/aaatp/aaatp/loadbalance"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/watchdog"
 	"github.com/aaatp/aaatp/wire"
@@ -22,8 +23,33 @@ import (
 // again a moment later. In one batch x is picked for a and y for b; a
 // refuses x (a is SUSPECT, the view not yet), and so does b, so x waits;
 // b is OKAY again before y is placed. y must not leave ahead of x: both
-// wait, and go to b in batch order once the view changes.
+// wait, and go to b in batch order once the view changes. The same with
+// both naming in Destination-Host a host that is not a peer (a home server
+// behind a relay): they route as requests without one do, and wait as
+// they do.
 func TestBatchHoldsBackAfterFlush(t *testing.T) {
+	for _, host := range []string{"", "hss.example.net"} {
+		t.Run("Destination-Host="+host, func(t *testing.T) { batchHoldsBackAfterFlush(t, host) })
+	}
+}
+
+// acrForAt is acrFor with Destination-Host host (none if "").
+func acrForAt(t *testing.T, c *Client, server, host string) []byte {
+	t.Helper()
+	if host == "" {
+		return acrFor(t, c, server)
+	}
+	for i := range 1000 {
+		nai := "u" + itoa(i) + "@example.net"
+		if s, err := c.bal.Pick(loadbalance.Request{NAI: nai}); err == nil && s.Name == server {
+			return acrTo(i, nai, host)
+		}
+	}
+	t.Fatalf("no NAI goes to %s", server)
+	return nil
+}
+
+func batchHoldsBackAfterFlush(t *testing.T, host string) {
 	synctest.Test(t, func(t *testing.T) {
 		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
 		defer n.close()
@@ -56,7 +82,7 @@ func TestBatchHoldsBackAfterFlush(t *testing.T) {
 				b = p
 			}
 		}
-		x, y := acrFor(t, c, "a.example.net"), acrFor(t, c, "b.example.net")
+		x, y := acrForAt(t, c, "a.example.net", host), acrForAt(t, c, "b.example.net", host)
 		wire.SetEndToEnd(x, 1)
 		wire.SetEndToEnd(y, 2)
 
@@ -91,8 +117,8 @@ func TestBatchHoldsBackAfterFlush(t *testing.T) {
 		yc.Deadline = xc.Deadline
 		to := c.dispatchAll([]*call.Call{xc, yc})
 		assert.Equal(t, []string{"no other peer took it (refused by a.example.net)", "held back"}, whys)
-		if to[1] != nil {
-			t.Errorf("y went to %s ahead of x, which waits", to[1].spec.Name)
+		if to[1].to != nil {
+			t.Errorf("y went to %s ahead of x, which waits", to[1].to.spec.Name)
 		}
 
 		follow()

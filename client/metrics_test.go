@@ -191,6 +191,7 @@ func TestReasonOf(t *testing.T) {
 		{fmt.Errorf("client closed: %w", peer.ErrClosed), false, "closed"},
 		{peer.ErrConnectionLost, false, "connection_lost"},
 		{radpeer.ErrNoReply, false, "no_reply"},
+		{&radpeer.TimeoutError{Server: "a", Attempts: 3}, false, "no_reply"}, // as a radius:// server's silence ends a request
 		{ErrUnableToDeliver, false, "unable_to_deliver"},
 		{ErrQueueFull, false, "queue_full"},
 		{radpeer.ErrBusy, false, "busy"},

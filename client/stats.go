@@ -278,6 +278,10 @@ func reasonOf(err error, noPeer bool) int {
 	switch {
 	case noPeer, errors.Is(err, ErrNoPeer):
 		return 1
+	case errors.Is(err, radpeer.ErrNoReply):
+		// Before the timeout: a server's silence (its retransmissions
+		// all unanswered) matches ErrTimeout too.
+		return 5
 	case errors.Is(err, peer.ErrTimeout), errors.Is(err, context.DeadlineExceeded), errors.Is(err, throttle.ErrExpired):
 		return 0
 	case errors.Is(err, context.Canceled):
@@ -286,8 +290,6 @@ func reasonOf(err error, noPeer bool) int {
 		return 3
 	case errors.Is(err, peer.ErrConnectionLost):
 		return 4
-	case errors.Is(err, radpeer.ErrNoReply):
-		return 5
 	case errors.Is(err, ErrUnableToDeliver):
 		return 6
 	case errors.Is(err, ErrQueueFull):

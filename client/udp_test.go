@@ -302,3 +302,101 @@ func TestUDPRemovedServerHandsOverItsWaitingRequests(t *testing.T) {
 	}
 	assert.Len(t, a.datagrams(), 2*radpeer.IDsPerSocket, "only the requests in flight at a, each sent twice")
 }
+
+// A radius:// server that never replies ends the request with its
+// *radpeer.TimeoutError, which matches ErrTimeout too: it is counted
+// no_reply, the reason ErrorReasons gives a server's silence, not timeout.
+func TestNoReplyCountedAsNoReply(t *testing.T) {
+	a := newSilentUDP(t)
+	c := udpClient(t, Balance, []PeerSpec{{URL: a.url()}}, nil)
+	_, err := c.Exchange(context.Background(), udpAccess("bob"))
+	require.ErrorIs(t, err, radpeer.ErrNoReply)
+	st := c.ServerStats()[0]
+	assert.Equal(t, uint64(1), st.Errors["no_reply"], "errors: %v", st.Errors)
+	assert.Zero(t, st.Errors["timeout"], "errors: %v", st.Errors)
+}
+
+// A run of first sends (requests that waited for a peer, placed together
+// as a waiter's round places them) picked for one radius:// server that
+// takes the first and refuses the second (ErrBusy: no Identifier free, its
+// waiting place taken): the second goes to the next server. Each request
+// is counted Sent once, for the server it was first sent to; the refused
+// one was counted on both.
+func TestSentCountedOnceWhenRunRefused(t *testing.T) {
+	s, b := newSilentUDP(t), newAnsweringUDP(t)
+	c := udpClient(t, PrimarySecondary, []PeerSpec{{URL: s.url(), Name: "s"}, {URL: b.url(), Name: "b"}}, func(cfg *Config) {
+		cfg.UDP.Timeout = 5 * time.Second
+		cfg.UDP.Retries = 1
+		cfg.UDP.MaxSockets = 1
+		cfg.UDP.MaxWaiting = 1
+	})
+	up := c.UDPPeers()[0]
+	var fill []*call.Call // every Identifier of s's one socket in use, around the Client
+	for i := range radpeer.IDsPerSocket {
+		cl := radpeer.NewCall(udpAccess("fill" + itoa(i)))
+		cl.Deadline = time.Now().Add(time.Minute)
+		require.NoError(t, up.Submit(cl))
+		fill = append(fill, cl)
+	}
+	defer func() {
+		for _, cl := range fill {
+			cl.Fail(context.Canceled)
+		}
+	}()
+	require.Eventually(t, func() bool { return len(s.datagrams()) >= radpeer.IDsPerSocket }, 3*time.Second, 10*time.Millisecond)
+
+	r1, r2 := radpeer.NewCall(udpAccess("r1")), radpeer.NewCall(udpAccess("r2"))
+	for _, cl := range []*call.Call{r1, r2} {
+		cl.Deadline = time.Now().Add(time.Minute)
+	}
+	to := c.dispatchAll([]*call.Call{r1, r2})
+	require.NotNil(t, to[0].to)
+	require.NotNil(t, to[1].to)
+	require.Equal(t, "s", to[0].to.spec.Name, "r1 waits for an Identifier at s")
+	require.Equal(t, "b", to[1].to.spec.Name, "r2, refused busy by s, goes to b")
+	r := r2.Await(context.Background(), 5*time.Second)
+	require.NoError(t, r.Err)
+	r1.Fail(context.Canceled)
+
+	st := c.ServerStats()
+	assert.Equal(t, uint64(1), st[0].Sent, "s: only r1 was sent there")
+	assert.Equal(t, uint64(1), st[1].Sent, "b: r2")
+}
+
+// A radius:// server out of Identifiers with its waiting places taken
+// turns a request away (ErrBusy): with no other server to take it, the
+// request ends at once with that error, counted busy. It waited for a
+// change of the view that freeing Identifiers does not make, and failed
+// at its deadline as "no peer in service", the server in service all
+// along.
+func TestBusyServerEndsRequestWithBusy(t *testing.T) {
+	s := newSilentUDP(t)
+	c := udpClient(t, PrimarySecondary, []PeerSpec{{URL: s.url(), Name: "s"}}, func(cfg *Config) {
+		cfg.UDP.Timeout = 5 * time.Second
+		cfg.UDP.Retries = 1
+		cfg.UDP.MaxSockets = 1
+		cfg.UDP.MaxWaiting = 1
+	})
+	up := c.UDPPeers()[0]
+	var fill []*call.Call
+	for i := range radpeer.IDsPerSocket + 1 { // every Identifier, and the one waiting place
+		cl := radpeer.NewCall(udpAccess("fill" + itoa(i)))
+		cl.Deadline = time.Now().Add(time.Minute)
+		require.NoError(t, up.Submit(cl))
+		fill = append(fill, cl)
+	}
+	defer func() {
+		for _, cl := range fill {
+			cl.Fail(context.Canceled)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Exchange(ctx, udpAccess("late-user"))
+	took := time.Since(start)
+	require.ErrorIs(t, err, radpeer.ErrBusy)
+	require.NotErrorIs(t, err, ErrNoPeer, "the server is in service")
+	assert.Less(t, took, 5*time.Second, "it waited for the deadline")
+	assert.Equal(t, uint64(1), c.UnsentErrors()["busy"], "unsent %v", c.UnsentErrors())
+}

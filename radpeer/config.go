@@ -45,7 +45,9 @@ type Config struct {
 	// every Identifier of the open ones is in use.
 	MaxConns int
 	// MaxWaiting bounds the requests waiting for a free Identifier
-	// (default 4096); beyond it a request fails with ErrBusy.
+	// (default 4096); beyond it a request fails with ErrBusy (a
+	// client.Client then tries another server, and with none ends the
+	// request with that error).
 	MaxWaiting int
 	// RequestTimeout bounds Exchange when its context has no deadline
 	// (default 10 s).

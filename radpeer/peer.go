@@ -238,7 +238,9 @@ func (p *Peer) submit(cl *rcall) error {
 	}
 	if len(p.waiting) >= p.cfg.MaxWaiting {
 		p.mu.Unlock()
-		return fmt.Errorf("RADIUS server %s: %w (%d waiting)", p.url, ErrBusy, len(p.waiting))
+		err := fmt.Errorf("RADIUS server %s: %w (%d waiting)", p.url, ErrBusy, len(p.waiting))
+		cl.RefuseUnsent(p, err) // a dispatcher with no other server ends it with err
+		return err
 	}
 	p.waiting = append(p.waiting, cl)
 	p.maybeGrow()

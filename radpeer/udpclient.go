@@ -92,7 +92,9 @@ type UDPConfig struct {
 	// only when every Identifier of the open ones is in use.
 	MaxSockets int
 	// MaxWaiting bounds the requests waiting for a free Identifier
-	// (default DefaultMaxWaiting); beyond it Submit fails with ErrBusy.
+	// (default DefaultMaxWaiting); beyond it Submit fails with ErrBusy
+	// (a client.Client then tries another server, and with none ends the
+	// request with that error).
 	MaxWaiting int
 	// RequireMessageAuthenticator says which replies must carry a
 	// Message-Authenticator (BlastRADIUS), as Config's does. A reply
@@ -449,7 +451,9 @@ func (p *UDPPeer) Submit(c *call.Call) error {
 	}
 	if free == nil && len(at.waiting) >= p.cfg.MaxWaiting+p.dialAllowance(at) {
 		p.mu.Unlock()
-		return fmt.Errorf("RADIUS server %s: %w (%d waiting)", p.url, ErrBusy, len(at.waiting))
+		err := fmt.Errorf("RADIUS server %s: %w (%d waiting)", p.url, ErrBusy, len(at.waiting))
+		c.RefuseUnsent(p, err) // a dispatcher with no other server ends it with err
+		return err
 	}
 	if c.RefusedBy(p) { // each server at most once
 		p.mu.Unlock()
