@@ -259,6 +259,9 @@ type Call struct {
 	// leftRefused: its last leave was a refusal (Refuse), not a loss
 	// (Leave). Under mu.
 	leftRefused bool
+	// turned: why a peer turned it away unsent since its last send
+	// (TurnAway), nil if none. Under mu.
+	turned error
 	// Accounting: the request is accounting traffic (the throttle's
 	// class), not authentication or authorization.
 	Accounting bool
@@ -333,6 +336,7 @@ func (c *Call) BoardLocked(cn *Conn) (Boarding, error) {
 	c.sentOn = append(c.sentOn, cn)
 	c.sends.Add(1)
 	c.refused = false
+	c.turned = nil
 	if c.first == nil {
 		c.first = cn.peer
 	}
@@ -425,25 +429,19 @@ func (c *Call) leave(cn *Conn, refused bool, answer []byte, code uint32, err err
 	return true
 }
 
-// RefuseUnsent records that peer turned the call away without sending it
-// (err says why: a RADIUS server with no Identifier free and its waiting
-// places taken), as a refusal without an answer: the call avoids that
-// peer, and when no other peer takes it, it ends with err (Conclude)
-// rather than wait for a change that freeing Identifiers does not make.
-// It records nothing when the call is complete or in flight.
-func (c *Call) RefuseUnsent(peer Carrier, err error) {
+// TurnAway records that a peer turned the call away without sending it,
+// for a passing reason (err: a RADIUS server with no Identifier free and
+// its waiting places taken). Unlike a refusal it does not keep the call
+// from that peer, and it holds only until the call's next send: when no
+// peer takes it now, it ends with err (Conclude) rather than wait for a
+// change that freeing Identifiers does not make. It records nothing when
+// the call is complete or in flight.
+func (c *Call) TurnAway(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.final() || c.state == InFlight {
-		return
+	if !c.final() && c.state != InFlight {
+		c.turned = err
 	}
-	if c.rf == nil {
-		c.rf = new(refusals)
-	}
-	if !slices.Contains(c.rf.by, peer) {
-		c.rf.by = append(c.rf.by, peer)
-	}
-	c.rf.answer, c.rf.code, c.rf.err = nil, 0, err
 }
 
 // RefuseLate records a refusal (answer: too busy, unable to deliver;
@@ -558,7 +556,8 @@ func (c *Call) end(ans []byte, code uint32, err error, by Carrier, timedOut bool
 // drain): a server may have applied it, and a refusal would tell the
 // caller it was not (RFC 6733 7.1.3), so it waits for a server instead,
 // within its deadline. An error (no reply over UDP) claims nothing and
-// still concludes.
+// still concludes; so does a peer's turning it away unsent since its last
+// send (TurnAway), the latest word on it.
 func (c *Call) Conclude() bool {
 	c.mu.Lock()
 	var ans []byte
@@ -573,6 +572,9 @@ func (c *Call) Conclude() bool {
 	}
 	if c.lost {
 		ans = nil
+	}
+	if ans == nil && c.turned != nil {
+		err = c.turned
 	}
 	c.mu.Unlock()
 	switch {

@@ -491,19 +491,24 @@ func TestFailAfterLossNamesItsCause(t *testing.T) {
 }
 
 // A peer that turns a call away unsent (a RADIUS server out of
-// Identifiers) refuses it without an answer: the call avoids that peer,
-// and Conclude ends it with the error. Nothing is recorded in flight.
-func TestRefuseUnsent(t *testing.T) {
+// Identifiers) records no refusal: the call may go to that peer again,
+// and Conclude ends it with the error, until its next send, which forgets
+// it. Nothing is recorded while it is in flight.
+func TestTurnAway(t *testing.T) {
 	c := newCall()
 	a, b := newConn("a"), newConn("b")
 	busy := errors.New("busy")
 	boarded(t, c, a)
-	c.RefuseUnsent(b.peer, busy)
-	assert.Empty(t, c.Refusers(), "in flight: nothing recorded")
+	c.TurnAway(busy)
 	require.True(t, c.Leave(&a.Conn, nil))
-	c.RefuseUnsent(b.peer, busy)
-	assert.True(t, c.RefusedBy(b.peer))
-	assert.True(t, c.Avoids(nil, b.peer))
+	assert.False(t, c.Conclude(), "in flight when turned away: nothing recorded")
+	c.TurnAway(busy)
+	assert.False(t, c.RefusedBy(b.peer), "not a refusal")
+	assert.False(t, c.Avoids(nil, b.peer))
+	boarded(t, c, b)
+	require.True(t, c.Leave(&b.Conn, nil))
+	assert.False(t, c.Conclude(), "sent since: the lost call waits for a server")
+	c.TurnAway(busy)
 	require.True(t, c.Conclude(), "an error claims nothing, even after a loss")
 	_, err := c.Wait(context.Background(), time.Second)
 	assert.ErrorIs(t, err, busy)

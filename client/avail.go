@@ -236,22 +236,24 @@ func toWait(calls []*call.Call) (wait, concluded []*call.Call) {
 // strand has requests that no peer can take in view v wait, together and
 // in order, for v to change (F3); see toWait for those that do not wait. If
 // v changed while they looked, their waiter places them again at once. It
-// returns those it had wait and those toWait concluded, for the failover
-// records: what was decided for each, not what their state says a moment
-// later (a waiting call may end, or be placed by its waiter, at once).
-func (c *Client) strand(calls []*call.Call, v *avail) (wait, concluded []*call.Call) {
+// returns those it had wait, those toWait concluded and those it failed as
+// undeliverable (deliverable), for the failover records: what was decided
+// for each, not what their state says a moment later (a waiting call may
+// end, or be placed by its waiter, at once).
+func (c *Client) strand(calls []*call.Call, v *avail) (wait, concluded, undeliverable []*call.Call) {
 	if beforeStrand != nil {
 		beforeStrand()
 	}
-	wait, concluded = toWait(c.deliverable(calls, v))
+	calls, undeliverable = c.deliverable(calls, v)
+	wait, concluded = toWait(calls)
 	if len(wait) == 0 {
-		return nil, concluded
+		return nil, concluded, undeliverable
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		failAll(wait, errClientClosed)
-		return nil, concluded
+		return nil, concluded, undeliverable
 	}
 	if onStrand != nil {
 		onStrand(wait)
@@ -264,7 +266,7 @@ func (c *Client) strand(calls []*call.Call, v *avail) (wait, concluded []*call.C
 	}
 	if len(wait) == 0 {
 		c.mu.Unlock()
-		return nil, concluded
+		return nil, concluded, undeliverable
 	}
 	// Its round for v was the one that found no peer for its requests.
 	w := &waiter{calls: wait, prev: c.lastWaiter, round: v.gen, retries: v.retries, tick: make(chan struct{})}
@@ -275,37 +277,35 @@ func (c *Client) strand(calls []*call.Call, v *avail) (wait, concluded []*call.C
 	c.waiters.Add(1)
 	c.mu.Unlock()
 	go c.waitFor(w, v)
-	return wait, concluded
+	return wait, concluded, undeliverable
 }
 
 // deliverable fails the calls that name in Destination-Host a peer the
 // connection limit closed (DIAMETER_UNABLE_TO_DELIVER, as those in flight
-// to it when it closed) and returns the others: that peer is one of ours,
-// so they go nowhere else (RFC 6733 6.1), and it may not be dialed again
-// before their deadline.
-func (c *Client) deliverable(calls []*call.Call, v *avail) []*call.Call {
+// to it when it closed) and returns the others, and those it failed: that
+// peer is one of ours, so they go nowhere else (RFC 6733 6.1), and it may
+// not be dialed again before their deadline.
+func (c *Client) deliverable(calls []*call.Call, v *avail) (rest, failed []*call.Call) {
 	if c.cfg.MaxConnections == 0 {
-		return calls
+		return calls, nil
 	}
-	var out []*call.Call
-	failed := false
 	for i, cl := range calls {
 		if m, ok := c.pinned(cl, v); !ok || m.p() != nil || m.released.Load() == nil {
-			if failed {
-				out = append(out, cl)
+			if failed != nil {
+				rest = append(rest, cl)
 			}
 			continue
 		}
-		if !failed {
-			failed = true
-			out = append(make([]*call.Call, 0, len(calls)), calls[:i]...)
+		if failed == nil {
+			rest = append(make([]*call.Call, 0, len(calls)), calls[:i]...)
 		}
+		failed = append(failed, cl)
 		cl.Fail(fmt.Errorf("%w: Destination-Host %s was closed to respect the limit of %d connections", ErrUnableToDeliver, cl.Key.Dest, c.cfg.MaxConnections))
 	}
-	if !failed {
-		return calls
+	if failed == nil {
+		return calls, nil
 	}
-	return out
+	return rest, failed
 }
 
 func failAll(calls []*call.Call, err error) {

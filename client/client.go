@@ -221,9 +221,10 @@ type member struct {
 	// waits for it rather than go to another host.
 	ident string
 	// released is the identity of the peer the connection limit closed
-	// (trimLocked), nil while dialed: a request naming it is one of ours
-	// that no connection can take, and fails as undeliverable (strand)
-	// rather than go to another host.
+	// last (trimLocked), nil if none: a request naming it is one of ours.
+	// Undialed, no connection can take it, and it fails as undeliverable
+	// (deliverable) rather than go to another host; dialed again, it
+	// waits for the peer until the peer learns its identity (pinned).
 	released atomic.Pointer[string]
 
 	// Owned under Client.mu.
@@ -514,7 +515,6 @@ func (c *Client) dialLocked(m *member) error {
 	}
 	self.Store(p)
 	m.pp.Store(p)
-	m.released.Store(nil)
 	c.byPeer.Store(p, m)
 	// The peer may have come up before it was stored just now, unseen by
 	// the view: look again.
@@ -863,8 +863,8 @@ func (c *Client) dispatchAll(calls []*call.Call) []placement {
 	if len(wait) == 0 {
 		return out
 	}
-	waiting, concluded := c.strand(wait, v)
-	if len(waiting)+len(concluded) == 0 {
+	waiting, concluded, undeliverable := c.strand(wait, v)
+	if len(waiting)+len(concluded)+len(undeliverable) == 0 {
 		return out
 	}
 	at := make(map[*call.Call]int, len(wait))
@@ -879,16 +879,21 @@ func (c *Client) dispatchAll(calls []*call.Call) []placement {
 	for _, cl := range concluded {
 		out[at[cl]].concluded = true
 	}
+	for _, cl := range undeliverable {
+		out[at[cl]].undeliverable = true
+	}
 	return out
 }
 
 // placement is what dispatchAll did with a call: sent it to a member, had
-// it wait for a view change, or concluded it with its last refusal; none
-// of these when the throttle queued it (it is recorded where it leaves)
-// or it ended otherwise (it was complete, or the Client closed).
+// it wait for a view change, concluded it with its last refusal, or failed
+// it as undeliverable (its Destination-Host a peer the connection limit
+// closed); none of these when the throttle queued it (it is recorded where
+// it leaves) or it ended otherwise (it was complete, or the Client
+// closed).
 type placement struct {
-	to                 *member
-	waiting, concluded bool
+	to                                *member
+	waiting, concluded, undeliverable bool
 }
 
 // placeAll places calls against view v, in order, and returns those no
@@ -1049,12 +1054,13 @@ func (c *Client) submitRun(m *member, calls []*call.Call) (refused []*call.Call)
 	if beforeSent != nil {
 		beforeSent(calls)
 	}
-	// Sent counts the requests first sent here: not those m refused
-	// (they go elsewhere, and are counted there) nor those it skipped,
-	// complete before they boarded.
+	// Sent counts the requests first sent here, those waiting in the
+	// peer for an Identifier included: not those m refused (they go
+	// elsewhere, and are counted there) nor those it skipped, complete
+	// before they boarded.
 	firsts := 0
 	for i, cl := range calls {
-		if first[i] && cl.Sends() > 0 && !slices.Contains(refused, cl) {
+		if first[i] && !slices.Contains(refused, cl) && !(cl.Sends() == 0 && cl.IsDone()) {
 			firsts++
 		}
 	}
@@ -1136,14 +1142,15 @@ func (c *Client) pinned(cl *call.Call, v *avail) (*member, bool) {
 		return nil, false
 	}
 	for _, m := range v.ros.order {
-		if p := m.p(); p != nil && message.EqualIdentity(p.Name(), dh) {
+		p := m.p()
+		if p != nil && message.EqualIdentity(p.Name(), dh) {
 			return m, true
 		}
 		if m.ident != "" && message.EqualIdentity(m.ident, dh) {
 			return m, true // its own peer may not know it yet
 		}
-		if r := m.released.Load(); r != nil && message.EqualIdentity(*r, dh) {
-			return m, true // closed for the connection limit (strand)
+		if r := m.released.Load(); r != nil && message.EqualIdentity(*r, dh) && (p == nil || p.Name() == m.spec.URL) {
+			return m, true // closed for the connection limit, or dialed again and not knowing it yet
 		}
 	}
 	return nil, false
@@ -1519,9 +1526,9 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 	counts := map[*member]int{}
 	// Counted apart from the ids: a record is written for every request,
 	// named or not (appendRef).
-	nwaiting, nrefused, nconcluded := 0, 0, 0
+	nwaiting, nrefused, nconcluded, nclosedHost := 0, 0, 0, 0
 	var order []*member
-	var waiting, refused, concluded []uint32
+	var waiting, refused, concluded, closedHost []uint32
 	live := make([]*call.Call, 0, len(calls))
 	for _, cl := range calls {
 		if cl.IsDone() {
@@ -1571,6 +1578,9 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 		case p.concluded:
 			concluded = appendRef(concluded, cl)
 			nconcluded++
+		case p.undeliverable:
+			closedHost = appendRef(closedHost, cl)
+			nclosedHost++
 		default: // queued in the throttle: recorded when it leaves (execute)
 		}
 	}
@@ -1586,6 +1596,9 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 	}
 	if nrefused > 0 {
 		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Refused, Reason: reason + "; Destination-Host was the failed peer: DIAMETER_UNABLE_TO_DELIVER", EndToEnd: refused})
+	}
+	if nclosedHost > 0 {
+		c.record(FailoverRecord{Time: now, From: fm.spec.Name, Outcome: Refused, Reason: reason + "; Destination-Host was closed for the connection limit: DIAMETER_UNABLE_TO_DELIVER", EndToEnd: closedHost})
 	}
 }
 

@@ -736,6 +736,11 @@ func TestPinnedNotCountedFailedOver(t *testing.T) {
 // (TestDestinationHostPinnedToTrimmedPeer). It went to the other hosts,
 // each answering 3002 in turn.
 func TestNewRequestPinnedToTrimmedPeerUndeliverable(t *testing.T) {
+	t.Run("dispatch", func(t *testing.T) { newRequestPinnedToTrimmedPeer(t, false) })
+	t.Run("throttle", func(t *testing.T) { newRequestPinnedToTrimmedPeer(t, true) })
+}
+
+func newRequestPinnedToTrimmedPeer(t *testing.T, throttled bool) {
 	synctest.Test(t, func(t *testing.T) {
 		a, b, cc := newFakeServer("a.example.net"), newFakeServer("b.example.net"), newFakeServer("c.example.net")
 		n := network{"tcp://a:1": a, "tcp://b:1": b, "tcp://c:1": cc}
@@ -744,6 +749,9 @@ func TestNewRequestPinnedToTrimmedPeerUndeliverable(t *testing.T) {
 		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1", "tcp://c:1")
 		cfg.MaxConnections = 2
 		cfg.Peer.Dialer = sw.dial
+		if throttled {
+			cfg.Throttle = &Throttle{}
+		}
 		c, err := New(cfg)
 		require.NoError(t, err)
 		defer c.Close(context.Background())
@@ -774,5 +782,24 @@ func TestNewRequestPinnedToTrimmedPeerUndeliverable(t *testing.T) {
 		}
 		_, err = c.Send(context.Background(), acrTo(3, "u@example.net", "elsewhere.example.net"))
 		require.NoError(t, err, "a host that is not a peer: routed by realm")
+
+		if throttled {
+			return
+		}
+		// Handed over by a failover of another peer, such a request fails
+		// the same way, with its record.
+		req = acrTo(4, "u@example.net", "c.example.net")
+		wire.SetEndToEnd(req, 4343)
+		cl, err := peer.NewCall(req, false)
+		require.NoError(t, err)
+		cl.Deadline = time.Now().Add(time.Hour)
+		c.onFailover(c.Peers()[0], []*call.Call{cl}, "test failover")
+		_, err = cl.Wait(context.Background(), time.Hour)
+		require.ErrorIs(t, err, ErrUnableToDeliver)
+		recs, _ := c.FailoverLog()
+		last := recs[len(recs)-1]
+		assert.Equal(t, Refused, last.Outcome)
+		assert.Equal(t, []uint32{4343}, last.EndToEnd)
+		assert.Contains(t, last.Reason, "closed for the connection limit")
 	})
 }

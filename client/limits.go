@@ -337,6 +337,17 @@ func (c *Client) newItem(cl *call.Call, dl time.Time) *item {
 // refusal (settle).
 func (c *Client) throttled(its ...*item) {
 	its = slices.DeleteFunc(its, func(it *item) bool { return it.cl.IsDone() })
+	if c.cfg.MaxConnections > 0 {
+		// Not queued for a peer the connection limit closed: they fail
+		// as undeliverable, as they do without a throttle (strand). As
+		// for one complete just now, its Send's return gives its place
+		// back.
+		v := c.view()
+		its = slices.DeleteFunc(its, func(it *item) bool {
+			_, failed := c.deliverable([]*call.Call{it.cl}, v)
+			return failed != nil
+		})
+	}
 	if len(its) == 0 {
 		return
 	}
@@ -705,8 +716,12 @@ func (c *Client) holdLocked(it *item, v *avail) bool {
 // left to try (refused too busy, or no reply from each RADIUS/UDP
 // server). One lost on a connection and refused since by every peer may
 // have been applied where it was lost: no refusal ends it, and it asks
-// for the retry tick instead. Called without c.tmu.
+// for the retry tick instead. One naming a peer the connection limit
+// closed fails as undeliverable (deliverable). Called without c.tmu.
 func (c *Client) settle(it *item) {
+	if _, failed := c.deliverable([]*call.Call{it.cl}, c.view()); failed != nil {
+		return
+	}
 	if !it.cl.Conclude() && it.cl.RefusedAfterLoss() {
 		c.retryLater()
 	}

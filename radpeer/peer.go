@@ -236,10 +236,10 @@ func (p *Peer) submit(cl *rcall) error {
 	if len(p.waiting) >= p.cfg.MaxWaiting {
 		p.waiting = slices.DeleteFunc(p.waiting, (*rcall).IsDone)
 	}
-	if len(p.waiting) >= p.cfg.MaxWaiting {
+	if n := len(p.waiting); n >= p.cfg.MaxWaiting {
 		p.mu.Unlock()
-		err := fmt.Errorf("RADIUS server %s: %w (%d waiting)", p.url, ErrBusy, len(p.waiting))
-		cl.RefuseUnsent(p, err) // a dispatcher with no other server ends it with err
+		err := fmt.Errorf("RADIUS server %s: %w (%d waiting)", p.url, ErrBusy, n)
+		cl.TurnAway(err) // with no other server to take it, a dispatcher ends it with err
 		return err
 	}
 	p.waiting = append(p.waiting, cl)

@@ -445,19 +445,19 @@ func (p *UDPPeer) Submit(c *call.Call) error {
 	if rc.Accounting && p.acct != nil {
 		at = p.acct
 	}
+	if c.RefusedBy(p) { // each server at most once
+		p.mu.Unlock()
+		return fmt.Errorf("RADIUS server %s: %w", p.url, ErrAlreadySent)
+	}
 	free := at.freeSlot()
 	if free == nil && len(at.waiting) >= p.cfg.MaxWaiting {
 		at.waiting = deleteDone(at.waiting)
 	}
-	if free == nil && len(at.waiting) >= p.cfg.MaxWaiting+p.dialAllowance(at) {
+	if n := len(at.waiting); free == nil && n >= p.cfg.MaxWaiting+p.dialAllowance(at) {
 		p.mu.Unlock()
-		err := fmt.Errorf("RADIUS server %s: %w (%d waiting)", p.url, ErrBusy, len(at.waiting))
-		c.RefuseUnsent(p, err) // a dispatcher with no other server ends it with err
+		err := fmt.Errorf("RADIUS server %s: %w (%d waiting)", p.url, ErrBusy, n)
+		c.TurnAway(err) // with no other server to take it, a dispatcher ends it with err
 		return err
-	}
-	if c.RefusedBy(p) { // each server at most once
-		p.mu.Unlock()
-		return fmt.Errorf("RADIUS server %s: %w", p.url, ErrAlreadySent)
 	}
 	rc.Lock()
 	board, err := rc.BoardLocked(&p.h)
