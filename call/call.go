@@ -242,7 +242,8 @@ type Call struct {
 	// when made; 0 when the protocol has none.
 	Ref uint32
 	// flags: flagDone, the state is final (read without the mutex);
-	// flagWatched, an Await has the call linked in its context's watch.
+	// flagWatched, an Await has the call linked in its context's watch;
+	// flagTaken, a peer took it (FirstTaken).
 	flags atomic.Uint32
 	sends atomic.Int32 // written under mu; Sends and Avoids read it without
 	// attempts bounds the sends of the request to its next peer over a
@@ -259,9 +260,6 @@ type Call struct {
 	// leftRefused: its last leave was a refusal (Refuse), not a loss
 	// (Leave). Under mu.
 	leftRefused bool
-	// turned: why a peer turned it away unsent since its last send
-	// (TurnAway), nil if none. Under mu.
-	turned error
 	// Accounting: the request is accounting traffic (the throttle's
 	// class), not authentication or authorization.
 	Accounting bool
@@ -332,11 +330,11 @@ func (c *Call) BoardLocked(cn *Conn) (Boarding, error) {
 			// Sent there again: this send is pending there, not refused.
 			rf.on = slices.Delete(rf.on, i, i+1)
 		}
+		rf.turned = nil
 	}
 	c.sentOn = append(c.sentOn, cn)
 	c.sends.Add(1)
 	c.refused = false
-	c.turned = nil
 	if c.first == nil {
 		c.first = cn.peer
 	}
@@ -361,6 +359,10 @@ type refusals struct {
 	code    uint32    // its code, as its carrier read it (Result.Code)
 	err     error     // the last refusal's error when it had no answer
 	leftFor error     // why it left its last connection (Leave); nil: unknown
+	// turned: why a peer turned it away unsent since its last send, or
+	// since a peer took it (TurnAway); nil if none. Here, not in Call,
+	// which it would take past its size class: it is rare.
+	turned error
 }
 
 // Unboard undoes BoardLocked when the request could not be queued on cn
@@ -435,13 +437,21 @@ func (c *Call) leave(cn *Conn, refused bool, answer []byte, code uint32, err err
 // from that peer, and it holds only until the call's next send: when no
 // peer takes it now, it ends with err (Conclude) rather than wait for a
 // change that freeing Identifiers does not make. It records nothing when
-// the call is complete or in flight.
+// the call is complete or in flight. TurnAway(nil) forgets it: a carrier
+// that takes the call into a queue of its own, before it boards, says so.
 func (c *Call) TurnAway(err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.final() && c.state != InFlight {
-		c.turned = err
+	if c.final() || c.state == InFlight {
+		return
 	}
+	if c.rf == nil {
+		if err == nil {
+			return
+		}
+		c.rf = new(refusals)
+	}
+	c.rf.turned = err
 }
 
 // RefuseLate records a refusal (answer: too busy, unable to deliver;
@@ -573,8 +583,8 @@ func (c *Call) Conclude() bool {
 	if c.lost {
 		ans = nil
 	}
-	if ans == nil && c.turned != nil {
-		err = c.turned
+	if rf := c.rf; ans == nil && rf != nil && rf.turned != nil {
+		err = rf.turned
 	}
 	c.mu.Unlock()
 	switch {
@@ -762,10 +772,17 @@ func (c *Call) State() State {
 // IsDone reports whether the call has completed.
 func (c *Call) IsDone() bool { return c.flags.Load()&flagDone != 0 }
 
+// FirstTaken reports whether this is the first time a peer took the call
+// (its Submit returned nil), and records that one did: a dispatcher counts
+// a request as sent once, on the peer that took it first, though a
+// carrier may hold it in a queue of its own, unsent, and hand it over.
+func (c *Call) FirstTaken() bool { return c.flags.Or(flagTaken)&flagTaken == 0 }
+
 // The bits of Call.flags.
 const (
 	flagDone = 1 << iota
 	flagWatched
+	flagTaken
 )
 
 // Sends returns how many times the request boarded a connection.

@@ -509,7 +509,18 @@ func TestTurnAway(t *testing.T) {
 	require.True(t, c.Leave(&b.Conn, nil))
 	assert.False(t, c.Conclude(), "sent since: the lost call waits for a server")
 	c.TurnAway(busy)
+	c.TurnAway(nil) // taken into a carrier's queue
+	assert.False(t, c.Conclude(), "forgotten when taken")
+	c.TurnAway(busy)
 	require.True(t, c.Conclude(), "an error claims nothing, even after a loss")
 	_, err := c.Wait(context.Background(), time.Second)
 	assert.ErrorIs(t, err, busy)
+}
+
+// FirstTaken is true once, whoever asks.
+func TestFirstTaken(t *testing.T) {
+	c := newCall()
+	assert.True(t, c.FirstTaken())
+	assert.False(t, c.FirstTaken())
+	assert.False(t, c.IsDone(), "a flag of its own")
 }

@@ -843,10 +843,15 @@ func (c *Client) dispatchAll(calls []*call.Call) []placement {
 	out := make([]placement, len(calls))
 	if c.sched != nil {
 		// Every call waits in the throttle (none placed here): replays
-		// go back to the head of its instance queue, in order.
+		// go back to the head of its instance queue, in order. Those
+		// naming a peer the connection limit closed fail here, as in
+		// strand, to be recorded (throttled would fail them too).
 		its := make([]*item, 0, len(calls))
-		for _, cl := range calls {
-			if it, ok := cl.Holder().(*item); ok {
+		_, failed := c.deliverable(calls, c.view())
+		for i, cl := range calls {
+			if slices.Contains(failed, cl) {
+				out[i].undeliverable = true
+			} else if it, ok := cl.Holder().(*item); ok {
 				its = append(its, it)
 			}
 		}
@@ -1035,9 +1040,7 @@ func (c *Client) anywhere(cl *call.Call, v *avail) bool {
 
 // submitRun submits calls to m in one batch and returns those it refused.
 func (c *Client) submitRun(m *member, calls []*call.Call) (refused []*call.Call) {
-	first := make([]bool, len(calls))
-	for i, cl := range calls {
-		first[i] = cl.Sends() == 0
+	for _, cl := range calls {
 		if cl.Attempts() != 0 {
 			cl.SetAttempts(0) // no probe here: the peer's own retransmissions
 		}
@@ -1054,13 +1057,13 @@ func (c *Client) submitRun(m *member, calls []*call.Call) (refused []*call.Call)
 	if beforeSent != nil {
 		beforeSent(calls)
 	}
-	// Sent counts the requests first sent here, those waiting in the
-	// peer for an Identifier included: not those m refused (they go
-	// elsewhere, and are counted there) nor those it skipped, complete
-	// before they boarded.
+	// Sent counts the requests m took first, those waiting in the peer
+	// for an Identifier included: not those m refused (they go elsewhere,
+	// and are counted there), nor those it skipped, complete before they
+	// boarded, nor those another peer took before (and handed over).
 	firsts := 0
-	for i, cl := range calls {
-		if first[i] && !slices.Contains(refused, cl) && !(cl.Sends() == 0 && cl.IsDone()) {
+	for _, cl := range calls {
+		if !slices.Contains(refused, cl) && cl.FirstTaken() && !(cl.Sends() == 0 && cl.IsDone()) {
 			firsts++
 		}
 	}
@@ -1099,7 +1102,6 @@ var afterAdmit atomic.Pointer[func(*Client, *call.Call)]
 // m refused it.
 func (c *Client) submit(cl *call.Call, m *member, probe bool) bool {
 	k := m.carrier()
-	first := cl.Sends() == 0
 	if probe {
 		cl.SetAttempts(1) // a probe is one message, never retransmitted
 	} else if cl.Attempts() != 0 {
@@ -1115,7 +1117,7 @@ func (c *Client) submit(cl *call.Call, m *member, probe bool) bool {
 	if beforeSent != nil {
 		beforeSent([]*call.Call{cl})
 	}
-	if first {
+	if cl.FirstTaken() && !(cl.Sends() == 0 && cl.IsDone()) { // as in submitRun
 		m.stats.sent.Add(1)
 	}
 	if c.group != nil {
@@ -1546,9 +1548,6 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 		}
 		live = append(live, cl)
 	}
-	// Moved away: not those pinned to it (they failed above), nor those
-	// already complete.
-	fm.stats.failedOver.Add(uint64(len(live)))
 	if c.sched != nil {
 		// Queued in the throttle: each is recorded where it goes (execute).
 		c.tmu.Lock()
@@ -1562,7 +1561,18 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 	// Recorded as decided: a call's state a moment later may say
 	// otherwise (a waiting call ended by its deadline, or placed by its
 	// waiter).
-	for i, p := range c.dispatchAll(live) {
+	placed := c.dispatchAll(live)
+	// Moved away: not those pinned to it (they failed above, or in
+	// dispatchAll: a peer the connection limit closed), nor those
+	// already complete.
+	moves := len(live)
+	for _, p := range placed {
+		if p.undeliverable {
+			moves--
+		}
+	}
+	fm.stats.failedOver.Add(uint64(moves))
+	for i, p := range placed {
 		cl := live[i]
 		switch {
 		case p.to != nil:

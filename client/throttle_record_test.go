@@ -44,6 +44,9 @@ func TestThrottledFailoverIsOneRecord(t *testing.T) {
 				for range N {
 					require.NoError(t, <-errs)
 				}
+				// The throttle's release records its moves once it placed
+				// them all: an answer may come back to its caller first.
+				synctest.Wait()
 				recs, total := c.FailoverLog()
 				moved, records := 0, 0
 				for _, r := range recs {

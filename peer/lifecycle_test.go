@@ -192,8 +192,8 @@ func TestCallLifecycleOnOneConnection(t *testing.T) {
 }
 
 // Every send after the first works on a copy with a new Hop-by-Hop id
-// and the T flag; a resend after a refusal (too busy) clears it; the
-// first send's bytes are the caller's.
+// and the T flag; a resend after a refusal (too busy) clears it unless a
+// send before was lost; the first send's bytes are the caller's.
 func TestBoardSetsRetransmitFlagOnResends(t *testing.T) {
 	a, b, c := newConn(nil, nil, "a"), newConn(nil, nil, "b"), newConn(nil, nil, "c")
 	req := acr()
@@ -215,8 +215,21 @@ func TestBoardSetsRetransmitFlagOnResends(t *testing.T) {
 	raw3, _, bo, err := cl.board(c)
 	require.NoError(t, err)
 	assert.True(t, bo.AfterRefusal)
-	assert.Zero(t, wire.Flags(raw3)&wire.FlagRetransmit, "a resend after a refusal: that request was not lost")
+	assert.True(t, bo.Lost)
+	assert.NotZero(t, wire.Flags(raw3)&wire.FlagRetransmit, "a resend after a refusal, the send to a lost before: a possible duplicate of that one")
 	assert.Equal(t, 3, cl.Sends())
+
+	// Refused without a loss before: no T.
+	cl2, err := newCall(acr(), false)
+	require.NoError(t, err)
+	_, _, _, err = cl2.board(b)
+	require.NoError(t, err)
+	require.True(t, cl2.Refuse(&b.h, []byte("too busy"), 0, nil))
+	raw4, _, bo, err := cl2.board(c)
+	require.NoError(t, err)
+	assert.True(t, bo.AfterRefusal)
+	assert.False(t, bo.Lost)
+	assert.Zero(t, wire.Flags(raw4)&wire.FlagRetransmit, "a resend after a refusal: that request was not lost")
 }
 
 // The calls moved off a connection stay matchable up to goneMax; past it

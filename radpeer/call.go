@@ -238,25 +238,20 @@ func (p *Peer) SubmitAll(calls []*call.Call) (refused []*call.Call, err error) {
 }
 
 // submitEach is SubmitAll for a peer that submits one call at a time: the
-// calls it may not take (ErrAlreadySent) come back in refused, and the
-// rest of the batch once it fails otherwise (it left service meanwhile,
-// or it is busy: each of the rest is turned away as the first was); an
-// error on the first call is returned, none sent.
+// calls it may not take (ErrAlreadySent, or ErrBusy: no Identifier free
+// for that one, which a server's other address may still have for the
+// next) come back in refused, and the rest of the batch once it fails
+// otherwise (it left service meanwhile); an error on the first call is
+// returned, none sent.
 func submitEach(submit func(*call.Call) error, calls []*call.Call) (refused []*call.Call, err error) {
 	for i, c := range calls {
 		switch err := submit(c); {
 		case err == nil:
-		case errors.Is(err, ErrAlreadySent):
+		case errors.Is(err, ErrAlreadySent), errors.Is(err, ErrBusy):
 			refused = append(refused, c)
+		case i == 0:
+			return nil, err
 		default:
-			if errors.Is(err, ErrBusy) {
-				for _, r := range calls[i+1:] {
-					r.TurnAway(err)
-				}
-			}
-			if i == 0 {
-				return nil, err
-			}
 			refused = append(refused, calls[i:]...)
 			return refused, nil
 		}

@@ -243,6 +243,7 @@ func (p *Peer) submit(cl *rcall) error {
 		return err
 	}
 	p.waiting = append(p.waiting, cl)
+	cl.TurnAway(nil) // taken: another server's busy word no longer holds
 	p.maybeGrow()
 	p.unlock()
 	return nil
