@@ -31,13 +31,7 @@ func TestBusyUDPServerTriedAgain(t *testing.T) {
 		cfg.UDP.MaxWaiting = 1
 	})
 	up := c.UDPPeers()[0]
-	var fill []*call.Call
-	for i := range radpeer.IDsPerSocket + 1 { // every Identifier, and the one waiting place
-		cl := radpeer.NewCall(udpAccess("fill" + itoa(i)))
-		cl.Deadline = time.Now().Add(time.Minute)
-		require.NoError(t, up.Submit(cl))
-		fill = append(fill, cl)
-	}
+	free := fillUDP(t, up, radpeer.IDsPerSocket+1) // every Identifier, and the one waiting place
 	errc := make(chan error, 1)
 	go func() {
 		_, err := c.Exchange(context.Background(), udpAccess("late-user"))
@@ -51,9 +45,7 @@ func TestBusyUDPServerTriedAgain(t *testing.T) {
 		}
 		return false
 	}, 3*time.Second, 5*time.Millisecond, "s busy: the request goes to b")
-	for _, cl := range fill { // s frees its Identifiers (after one Timeout)
-		cl.Fail(context.Canceled)
-	}
+	free() // s frees its Identifiers (after one Timeout)
 	err := <-errc
 	atS := false
 	for _, d := range s.datagrams() {
@@ -119,18 +111,7 @@ func TestBusyBatchRestEndsBusy(t *testing.T) {
 		cfg.UDP.MaxWaiting = 1
 	})
 	up := c.UDPPeers()[0]
-	var fill []*call.Call
-	for i := range radpeer.IDsPerSocket { // every Identifier; the waiting place free
-		cl := radpeer.NewCall(udpAccess("fill" + itoa(i)))
-		cl.Deadline = time.Now().Add(time.Minute)
-		require.NoError(t, up.Submit(cl))
-		fill = append(fill, cl)
-	}
-	defer func() {
-		for _, cl := range fill {
-			cl.Fail(context.Canceled)
-		}
-	}()
+	fillUDP(t, up, radpeer.IDsPerSocket) // every Identifier; the waiting place free
 	r1, r2, r3 := radpeer.NewCall(udpAccess("r1")), radpeer.NewCall(udpAccess("r2")), radpeer.NewCall(udpAccess("r3"))
 	for _, cl := range []*call.Call{r1, r2, r3} {
 		cl.Deadline = time.Now().Add(time.Minute)
@@ -191,18 +172,7 @@ func TestBusyBatchOtherAddressTaken(t *testing.T) {
 		cfg.UDP.MaxWaiting = 1
 	})
 	up := c.UDPPeers()[0]
-	var fill []*call.Call
-	for i := range radpeer.IDsPerSocket + 1 { // every auth Identifier and the auth waiting place
-		cl := radpeer.NewCall(udpAccess("fill" + itoa(i)))
-		cl.Deadline = time.Now().Add(time.Minute)
-		require.NoError(t, up.Submit(cl))
-		fill = append(fill, cl)
-	}
-	defer func() {
-		for _, cl := range fill {
-			cl.Fail(context.Canceled)
-		}
-	}()
+	fillUDP(t, up, radpeer.IDsPerSocket+1) // every auth Identifier and the auth waiting place
 	r1, r3 := radpeer.NewCall(udpAccess("r1")), radpeer.NewCall(udpAcctStop("r3"))
 	for _, cl := range []*call.Call{r1, r3} {
 		cl.Deadline = time.Now().Add(time.Minute)
@@ -381,4 +351,25 @@ func TestSentOnceAfterWaitingHandOver(t *testing.T) {
 		sentA, sentB := after[0].Sent-before[0].Sent, after[1].Sent-before[1].Sent
 		require.Equal(t, uint64(1), sentA+sentB, "x counted Sent at a (%d) and at b (%d)", sentA, sentB)
 	})
+}
+
+// fillUDP takes n of up's places (its Identifiers, then its waiting
+// places) with requests sent around the Client, which never end by
+// themselves; free ends them, as the test's end does.
+func fillUDP(t *testing.T, up *radpeer.UDPPeer, n int) (free func()) {
+	t.Helper()
+	var fill []*call.Call
+	for i := range n {
+		cl := radpeer.NewCall(udpAccess("fill" + itoa(i)))
+		cl.Deadline = time.Now().Add(time.Minute)
+		require.NoError(t, up.Submit(cl))
+		fill = append(fill, cl)
+	}
+	free = func() {
+		for _, cl := range fill {
+			cl.Fail(context.Canceled)
+		}
+	}
+	t.Cleanup(free)
+	return free
 }

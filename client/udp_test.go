@@ -331,18 +331,7 @@ func TestSentCountedOnceWhenRunRefused(t *testing.T) {
 		cfg.UDP.MaxWaiting = 1
 	})
 	up := c.UDPPeers()[0]
-	var fill []*call.Call // every Identifier of s's one socket in use, around the Client
-	for i := range radpeer.IDsPerSocket {
-		cl := radpeer.NewCall(udpAccess("fill" + itoa(i)))
-		cl.Deadline = time.Now().Add(time.Minute)
-		require.NoError(t, up.Submit(cl))
-		fill = append(fill, cl)
-	}
-	defer func() {
-		for _, cl := range fill {
-			cl.Fail(context.Canceled)
-		}
-	}()
+	fillUDP(t, up, radpeer.IDsPerSocket) // every Identifier of s's one socket in use, around the Client
 	require.Eventually(t, func() bool { return len(s.datagrams()) >= radpeer.IDsPerSocket }, 3*time.Second, 10*time.Millisecond)
 
 	r1, r2 := radpeer.NewCall(udpAccess("r1")), radpeer.NewCall(udpAccess("r2"))
@@ -378,18 +367,7 @@ func TestBusyServerEndsRequestWithBusy(t *testing.T) {
 		cfg.UDP.MaxWaiting = 1
 	})
 	up := c.UDPPeers()[0]
-	var fill []*call.Call
-	for i := range radpeer.IDsPerSocket + 1 { // every Identifier, and the one waiting place
-		cl := radpeer.NewCall(udpAccess("fill" + itoa(i)))
-		cl.Deadline = time.Now().Add(time.Minute)
-		require.NoError(t, up.Submit(cl))
-		fill = append(fill, cl)
-	}
-	defer func() {
-		for _, cl := range fill {
-			cl.Fail(context.Canceled)
-		}
-	}()
+	fillUDP(t, up, radpeer.IDsPerSocket+1) // every Identifier, and the one waiting place
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
