@@ -748,6 +748,7 @@ func TestSlowLoggerHoldsNoLock(t *testing.T) {
 			t.Fatalf("at Tw while the Logger held a line: %+v", st)
 		}
 		h.Release()
+		synctest.Wait() // the held lines are written on the Peer's queue, after Release
 		mustClose(t, p)
 		if !slices.Contains(h.Msgs(), "watchdog") {
 			t.Fatalf("lines written: %q", h.Msgs())
