@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -60,7 +61,13 @@ const usimFixedSeeds = 300
 //     hold-down of the policy, a probe and its attempts on each server
 //     (usimHealedBound): none waits on for servers that are back (the
 //     policy's states are part of the view that wakes it);
-//   - no waiter left once every request's deadline passed (waitersEnd).
+//   - no waiter left once every request's deadline passed (waitersEnd);
+//   - nothing of a request written by the client after its Exchange
+//     returned, and in the schedules with a test user each probe written
+//     once (udpsim_flood_test.go, from what the client's sockets wrote);
+//   - in the flood schedules (udpsim_flood_test.go), requests that wait
+//     for an Identifier are answered, get one in the order they came, and
+//     once handed over (a down-timeout) are answered elsewhere.
 //
 // A failing schedule names its seed: go test ./client -run TestSimUDP
 // -usim.seed=N -v
@@ -72,17 +79,22 @@ func TestSimUDP(t *testing.T) {
 		total.answered, total.failed = total.answered+r.answered, total.failed+r.failed
 		total.late, total.retrans = total.late+r.late, total.retrans+r.retrans
 		total.throttled, total.queued = total.throttled+r.throttled, total.queued+r.queued
+		total.floods, total.floodAnswered, total.probes = total.floods+r.floods, total.floodAnswered+r.floodAnswered, total.probes+r.probes
 	})
 	t.Logf("the latest return after every server answered again: %v", usimMaxLateTake())
 	t.Logf("a waiter still in line once every request returned, in %d schedules", simLingeredTake())
 	t.Logf("%d schedules in %v (%d with the throttle, %d of them queueing requests for a server): %d answered, %d failed, %d late replies, %d retransmissions",
 		len(seeds), time.Since(start).Round(time.Millisecond), total.throttled, total.queued, total.answered, total.failed, total.late, total.retrans)
+	t.Logf("%d schedules with a flood (%d flood requests answered), %d probes of the test user", total.floods, total.floodAnswered, total.probes)
 	if len(seeds) >= 100 && (total.answered == 0 || total.failed == 0 || total.late == 0 || total.retrans == 0 || total.queued == 0) {
 		t.Errorf("the schedules never produced an answer, a failure, a late reply, a retransmission and a throttle's server queue each: the faults do not bite")
 	}
 }
 
-type usimResult struct{ answered, failed, late, retrans, throttled, queued uint64 }
+type usimResult struct {
+	answered, failed, late, retrans, throttled, queued uint64
+	floods, floodAnswered, probes                      uint64
+}
 
 // usimServer is one simulated server's fault state, under usimNet.mu.
 type usimServer struct {
@@ -101,6 +113,14 @@ type usimNet struct {
 	// got records the datagrams each server received, by request: the
 	// User-Name (unique per request) and the server's address.
 	got map[string]map[string][][]byte
+
+	dialDelay time.Duration // how long a UDPPeer's dial takes (usimNet.dial)
+	// writes records the datagrams the client's sockets wrote, lost or
+	// not, by request (User-Name), in the order of wseq
+	// (udpsim_flood_test.go).
+	wmu    sync.Mutex
+	wseq   int
+	writes map[string][]usimWrite
 }
 
 func (n *usimNet) drop(from, to string, b []byte) bool {
@@ -130,14 +150,18 @@ func (n *usimNet) drop(from, to string, b []byte) bool {
 func runUSim(t *testing.T, seed uint64) usimResult {
 	rng := rand.New(rand.NewPCG(seed, 0x75d5))
 	n := &usimNet{Net: memudp.New(), rng: rand.New(rand.NewPCG(seed, 0xd1ce)), servers: map[string]*usimServer{},
-		got: map[string]map[string][][]byte{}}
+		got: map[string]map[string][][]byte{}, writes: map[string][]usimWrite{}}
 	n.SetDrop(n.drop)
 	nServers := 2 + rng.IntN(3)
 	store := dedup.NewMemory()
 	defer store.Close()
 	var applyMu sync.Mutex
 	applied := map[string]int{}
+	var floodHold atomic.Int64 // how long a server holds a flood request (usimFlood)
 	handler := radpeer.Dedup(store, func(_ context.Context, req *lradius.Packet, _ []byte) (lradius.Code, lradius.Attributes) {
+		if u, _ := req.Attributes.Lookup(radius.AttrUserName); isFloodUser(u) {
+			time.Sleep(time.Duration(floodHold.Load()))
+		}
 		if req.Code == lradius.CodeAccountingRequest {
 			id, _ := req.Attributes.Lookup(radius.AttrAcctSessionID)
 			applyMu.Lock()
@@ -158,7 +182,8 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv, err := radpeer.NewUDPServer(pc, radpeer.ServerConfig{Secret: udpSecret, Logger: quiet, Handler: handler})
+		srv, err := radpeer.NewUDPServer(pc, radpeer.ServerConfig{Secret: udpSecret, Logger: quiet, Handler: handler,
+			MaxInFlight: 2048}) // a flood's requests held at once
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -169,7 +194,7 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 	retries := 1 + rng.IntN(3)
 	timeout := time.Duration(1+rng.IntN(3)) * time.Second
 	cfg := Config{Peers: specs, RADIUS: radpeer.Config{Secret: udpSecret, Logger: quiet},
-		UDP: radpeer.UDPConfig{Timeout: timeout, Retries: retries, Dial: n.Dial, Logger: quiet}}
+		UDP: radpeer.UDPConfig{Timeout: timeout, Retries: retries, Dial: n.dial, Logger: quiet}}
 	switch rng.IntN(5) {
 	case 0:
 		cfg.Mode = PrimarySecondary
@@ -192,6 +217,11 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 		cfg.Throttle = &Throttle{Auth: lim(), Accounting: lim()}
 		throttled = true
 	}
+	testUser := usimTestUser(seed, &cfg)
+	flood := usimFloodPlan(seed, &cfg, n, throttled)
+	if flood != nil {
+		floodHold.Store(int64(flood.hold))
+	}
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -200,7 +230,7 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 	var heldMu sync.Mutex
 	var held []string
 	unsubscribe := c.Events().Subscribe(func(_ context.Context, e Event) {
-		if e.Kind == EventPolicy && healthyOne && e.Server == specs[0].URL && !e.Policy.To.Takes() {
+		if e.Kind == EventPolicy && healthyOne && e.Server == specs[0].URL && !e.Policy.To.Takes() && (flood == nil || !flood.stalled.Load()) {
 			heldMu.Lock()
 			held = append(held, e.Policy.String())
 			heldMu.Unlock()
@@ -328,6 +358,11 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 		last = maxTime(last, o.deadline)
 	}
 	waitersEnd(t, c, last)
+	var res usimResult
+	if flood != nil {
+		res.floods = 1
+		res.floodAnswered, _ = flood.run(t, c, n, timeout, retries, nServers)
+	}
 	if throttled {
 		// Every Exchange returned: no request holds a throttle place or
 		// waits in a queue. A place kept for good would stall its server
@@ -346,7 +381,6 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 		}
 		c.unlockThrottle()
 	}
-	var res usimResult
 	if throttled {
 		res.throttled = 1
 		if slices.ContainsFunc(c.QueueDepths(), func(q QueueDepth) bool { return q.MaxDepth > 0 }) {
@@ -410,6 +444,7 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 				t.Errorf("%s: a patient request failed while server s0 stayed healthy: %v", o.user, o.err)
 			}
 		}
+		n.checkAfterReturn(t, o.user, o.done)
 		for addr, dgrams := range n.got[o.user] {
 			if len(dgrams) > retries {
 				t.Errorf("%s: %d datagrams at %s, more than the %d attempts a server gets", o.user, len(dgrams), addr, retries)
@@ -421,6 +456,9 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 				}
 			}
 		}
+	}
+	if testUser {
+		res.probes = uint64(n.checkProbes(t))
 	}
 	for id, k := range applied {
 		if k > 1 {
