@@ -105,7 +105,12 @@ const simRecovery = 9 * time.Minute
 // pauses inside the race windows (a failover's batch between pick and
 // submit, before a request parks, right after a request is queued, in a
 // reader, and between a peer's state change and the Client's reaction to
-// it). After every schedule it checks the invariants listed in check. A
+// it). Some Sends come with a context that has ended already (cancelled,
+// or its deadline past): each returns at once, with the context's error.
+// After every schedule it checks the invariants listed in check, and
+// while it runs that no request is queued on a connection after the
+// client read the server's DPR there, and that the Client's view stops
+// showing that server in service while the connection drains. A
 // failing schedule names its seed: replay it with
 //
 //	go test ./client -run TestSim -sim.seed=N -v
@@ -185,7 +190,7 @@ func TestSim(t *testing.T) {
 		if s.Replays == 0 || s.Premature == 0 || s.Late == 0 || s.Parked == 0 || s.Drained == 0 ||
 			s.Patient == 0 || s.Pinned == 0 || s.NonAcct == 0 || s.AllOut == 0 || s.SlowBehind == 0 ||
 			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 || s.BusyFailover == 0 ||
-			s.Hurried == 0 || s.CloseAtChange == 0 || s.SubscriberClose == 0 || s.ServerAsks == 0 || s.PolicyOut == 0 || s.HandedOver == 0 || (*simThrottle && s.Throttle == 0) || s.Inline == 0 || s.InlinePart == 0 || s.CallerRead == 0 || s.ServerInline == 0 {
+			s.Hurried == 0 || s.CloseAtChange == 0 || s.SubscriberClose == 0 || s.ServerAsks == 0 || s.PolicyOut == 0 || s.HandedOver == 0 || (*simThrottle && s.Throttle == 0) || s.Inline == 0 || s.InlinePart == 0 || s.CallerRead == 0 || s.ServerInline == 0 || s.Ended == 0 {
 			t.Errorf("the schedules exercised too little: %+v", s)
 		}
 	}
@@ -213,6 +218,10 @@ type simCounts struct {
 	// ServerInline: answers a server wrote whole on its handler's
 	// goroutine.
 	Inline, InlinePart, CallerRead, ServerInline int
+	// Ended: Sends whose context had ended (cancelled, or its deadline
+	// past) before they began; AfterDPR: requests the servers' DPRs
+	// found queued on their connections (written after the DPR's read).
+	Ended, AfterDPR int
 }
 
 type simTotals struct {
@@ -257,6 +266,8 @@ func (s *simTotals) add(b simCounts) {
 	a.InlinePart += b.InlinePart
 	a.CallerRead += b.CallerRead
 	a.ServerInline += b.ServerInline
+	a.Ended += b.Ended
+	a.AfterDPR += b.AfterDPR
 }
 
 func (s *simTotals) snapshot() simCounts {
@@ -365,6 +376,12 @@ type simReq struct {
 	pinned  string        // Destination-Host
 	acct    bool          // an accounting record (its own duplicate key too)
 	drain   bool          // sent just before a graceful Client.Close
+	// ended: its context had ended before Send began (cancelled, or a
+	// deadline in the past): Send returns at once (limit is 0), with the
+	// context's error unless the request ended before its wait began (an
+	// answer in already; a Destination-Host's connection down).
+	ended    bool
+	canceled bool // ended by a cancel, not by its deadline
 }
 
 type simServer struct {
@@ -762,6 +779,46 @@ type simOwed struct {
 	beforeDPR map[[2]uint32]bool
 	dprAt     time.Time
 	tail      bool // the next write starts with the rest of a TryWrite's message
+	ended     bool // closed, or a read failed: the connection is down
+}
+
+// Close records that the client closed the connection.
+func (r readLog) Close() error {
+	r.owed.mu.Lock()
+	r.owed.ended = true
+	r.owed.mu.Unlock()
+	return r.Conn.Close()
+}
+
+// simDPRView bounds how long after the client read a server's DPR its
+// view may still show that server in service while the connection that
+// carried the DPR is still up: the peer says EventDisconnecting at once
+// (InService is false from then on), and the Client's reaction to a
+// peer's events comes after the simulator's pauses (a slow subscriber,
+// up to 500 ms an event; the refresh's own, 20 ms).
+const simDPRView = 3 * time.Second
+
+// dprInService checks, simDPRView after the client read the DPR of
+// server host on connection o, that the Client's view no longer shows
+// that server in service if that connection is still up (the peer has
+// then no other): a request picked for it would be refused there as
+// disconnecting. Not with the reconfigure fault (a member replaced has a
+// new peer, whose connection to the same server may be up meanwhile).
+func (w *simWorld) dprInService(host string, o *simOwed) {
+	time.Sleep(simDPRView)
+	o.mu.Lock()
+	ended, dprAt := o.ended, o.dprAt
+	o.mu.Unlock()
+	if ended || w.rc != nil || w.c.ctx.Err() != nil {
+		return
+	}
+	v := w.c.view()
+	for _, m := range v.ros.all {
+		if message.EqualIdentity(m.spec.Name, host) && v.open[m.index] {
+			w.violation("%s in service in the Client's view (gen %d) %v after the client read its DPR (at %v), on a connection still up",
+				host, v.gen, time.Since(dprAt), dprAt.Format("04:05.000"))
+		}
+	}
 }
 
 // WriteMessages records which server each request is written to, and
@@ -825,10 +882,30 @@ func (r readLogBaton) ReadResumes() bool { return true }
 // server's reader reports the bad frame.
 func (r readLog) logWrites(msgs [][]byte) {
 	msgs = slices.DeleteFunc(slices.Clone(msgs), func(m []byte) bool { return len(m) < wire.HeaderLen })
+	r.owed.mu.Lock()
+	dprAt := r.owed.dprAt
+	r.owed.mu.Unlock()
 	r.w.mu.Lock()
 	for _, m := range msgs {
 		if wire.IsRequest(m) && wire.AppID(m) != 0 {
-			r.w.wrote[[2]uint32{wire.EndToEnd(m), wire.HopByHop(m)}] = r.host
+			id, hbh := wire.EndToEnd(m), wire.HopByHop(m)
+			r.w.wrote[[2]uint32{id, hbh}] = r.host
+			if dprAt.IsZero() {
+				continue
+			}
+			// The server's DPR read on this connection, the peer takes
+			// no new request on it (EventDisconnecting): every request
+			// written after it was queued by then. The DPR is handled on
+			// the reader's goroutine at the instant it is read (virtual
+			// time), and a request boarded meanwhile is queued at that
+			// same instant.
+			r.w.counts.AfterDPR++
+			for _, s := range r.w.sends[id] {
+				if s.hbh == hbh && s.at.After(dprAt) {
+					r.w.errs = append(r.w.errs, fmt.Sprintf("request %d queued on a connection to %s at %v, %v after the client read the server's DPR there (the connection takes no new request); sends %+v",
+						id, r.host, s.at.Format("04:05.000000"), s.at.Sub(dprAt), r.w.sends[id]))
+				}
+			}
 		}
 	}
 	r.w.mu.Unlock()
@@ -877,8 +954,15 @@ func (r readLog) ReadMessage() ([]byte, error) {
 		case wire.CommandCode(m) == wire.CmdDisconnectPeer && o.dprAt.IsZero():
 			o.dprAt = time.Now()
 			o.beforeDPR = maps.Clone(o.open)
+			go r.w.dprInService(r.host, o)
 		}
 		o.mu.Unlock()
+	}
+	if to, ok := err.(interface{ Timeout() bool }); err != nil && !(ok && to.Timeout()) {
+		// Not a caller's read cut short (a read deadline): the end.
+		r.owed.mu.Lock()
+		r.owed.ended = true
+		r.owed.mu.Unlock()
 	}
 	if err == nil && !wire.IsRequest(m) && wire.AppID(m) != 0 && wire.Flags(m)&wire.FlagError != 0 {
 		if rc, _ := message.ResultCodeOf(m); rc == message.TooBusy || rc == message.UnableToDeliver {
@@ -1377,14 +1461,38 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	results := make(chan simOutcome, 1<<14)
 	var wg sync.WaitGroup
 	nextID := (worker+1)<<24 | 1
+	// Some Sends of the schedule's steps (1 in 16) come with a context
+	// that has ended already: cancelled, or its deadline past. Drawn from
+	// a source of their own, so that the rest of each schedule stays as
+	// it was.
+	erng := rand.New(rand.NewPCG(seed, 0x656e64))
+	// They share two contexts, as the Sends of one caller whose context
+	// ended do: one cancelled, one whose deadline has passed. (A shared
+	// context's watch may have fired before a Send joins it.) Each has a
+	// Done channel of its own, asked for before it ends: a context ended
+	// before its Done was first called returns the one closed channel
+	// every such context shares, and call's watch, which a context's
+	// Done channel identifies, would then be shared with other
+	// schedules' contexts (other bubbles).
+	endedCancel, cancelEnded := context.WithCancel(context.Background())
+	endedCancel.Done()
+	cancelEnded()
+	endedPast, cancelPast := context.WithDeadline(context.Background(), time.Now().Add(time.Nanosecond))
+	defer cancelPast()
+	endedPast.Done()
+	time.Sleep(time.Millisecond)
 	send := func(opts ...string) *simReq {
+		rng := w.rng
+		if slices.Contains(opts, "ended") {
+			rng = erng // not to shift the rest of the schedule
+		}
 		id := nextID
 		nextID++
 		w.counts.Requests++
-		nai := fmt.Sprintf("user%d@example.net", w.rng.IntN(40))
-		r := &simReq{id: id, acct: w.rng.IntN(4) != 0}
-		if w.rng.IntN(10) == 0 && !slices.Contains(opts, "unpinned") { // pinned to one server
-			r.pinned = w.servers[w.rng.IntN(len(w.servers))].host
+		nai := fmt.Sprintf("user%d@example.net", rng.IntN(40))
+		r := &simReq{id: id, acct: rng.IntN(4) != 0}
+		if rng.IntN(10) == 0 && !slices.Contains(opts, "unpinned") { // pinned to one server
+			r.pinned = w.servers[rng.IntN(len(w.servers))].host
 			w.counts.Pinned++
 		}
 		req := simRequest(int(id), nai, r.pinned, r.acct)
@@ -1394,9 +1502,9 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		wire.SetEndToEnd(req, id)
 		// Within the servers' duplicate window: see the store above.
 		r.limit = 3 * time.Minute
-		switch k := w.rng.IntN(8); {
+		switch k := rng.IntN(8); {
 		case k == 0: // its answer may come after the deadline
-			r.limit = time.Duration(1+w.rng.IntN(30)) * time.Second
+			r.limit = time.Duration(1+rng.IntN(30)) * time.Second
 		case k == 1: // no deadline: RequestTimeout
 			r.limit = 0
 		case k < 5: // past every fault: it must be answered
@@ -1407,6 +1515,13 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			r.limit, r.patient = time.Hour, true
 		}
 		r.drain = slices.Contains(opts, "drain")
+		if slices.Contains(opts, "ended") || len(opts) == 0 && erng.IntN(16) == 0 {
+			if r.patient {
+				w.counts.Patient--
+			}
+			r.ended, r.patient, r.canceled = true, false, erng.IntN(2) == 0
+			w.counts.Ended++
+		}
 		r.start = time.Now()
 		w.mu.Lock()
 		w.reqs[id] = r
@@ -1415,11 +1530,20 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		if r.limit == 0 {
 			r.limit = cfg.RequestTimeout
 		}
+		ended, canceled := r.ended, r.canceled
+		if ended {
+			r.limit = 0 // it returns at once (within simSlack)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			ctx, cancel := context.Background(), context.CancelFunc(func() {})
-			if limit > 0 {
+			switch {
+			case ended && canceled:
+				ctx = endedCancel
+			case ended:
+				ctx = endedPast
+			case limit > 0:
 				ctx, cancel = context.WithTimeout(ctx, limit)
 			}
 			defer cancel()
@@ -1574,6 +1698,12 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 						send()
 					}
 				}
+			}
+			// Sends whose context has ended already, as every server is
+			// out: none of them can have its answer soon, and each must
+			// return at once all the same.
+			for range erng.IntN(3) {
+				send("ended")
 			}
 		case k == 16 || k == 17: // a slow request left behind steady traffic, then a failover
 			w.counts.SlowBehind++
@@ -2114,7 +2244,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 		}
 		w.mu.Unlock()
 		if took := r.at.Sub(rq.start); took > rq.limit+simSlack {
-			t.Errorf("seed %d: request %d returned after %v, past its deadline of %v (err %v)", seed, r.e2e, took, rq.limit, r.err)
+			t.Errorf("seed %d: request %d returned after %v, past its deadline of %v (context ended before Send: %v; err %v)", seed, r.e2e, took, rq.limit, rq.ended, r.err)
 		}
 		if at, ok := w.answered[r.e2e]; ok && r.at.After(at.Add(simSlack)) {
 			// Its answer came in, on the connection it was sent on or an
@@ -2131,6 +2261,23 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			if missed {
 				t.Errorf("seed %d: request %d, sent at %v, lost in %s at %v, still there when the policy took it out of service at %v (down-timeout): not handed over; returned at %v (err %v); sends %+v", seed, r.e2e, lost.sent.Format("04:05.000"), lost.host, lost.at.Format("04:05.000"), out.Format("04:05.000"), r.at.Format("04:05.000"), r.err, sends)
 			}
+		}
+		if rq.ended && r.err != nil {
+			// Its context had ended before Send began: the context's
+			// error, whatever else went wrong (no peer, a refusal); a
+			// deadline's is ErrTimeout (the throttle's, which finds it
+			// passed before the context's watch does, too).
+			// A request for a Destination-Host whose connection went down
+			// before its wait began fails as unable to deliver then.
+			want := context.Canceled
+			if !rq.canceled {
+				want = peer.ErrTimeout
+			}
+			if !errors.Is(r.err, want) && !(rq.pinned != "" && errors.Is(r.err, ErrUnableToDeliver)) {
+				t.Errorf("seed %d: request %d, sent with a context already ended (canceled %v), failed with %v, not the context's error", seed, r.e2e, rq.canceled, r.err)
+			}
+			w.counts.Failed++
+			continue
 		}
 		if r.err != nil {
 			w.counts.Failed++
