@@ -59,10 +59,11 @@ import (
 
 // usimWrite is one datagram a client socket wrote.
 type usimWrite struct {
-	at  time.Time
-	seq int
-	to  string
-	pkt []byte
+	at   time.Time
+	seq  int
+	to   string
+	sock string // the socket's local address
+	pkt  []byte
 }
 
 // usimConn records what a UDPPeer's socket writes.
@@ -77,7 +78,7 @@ func (c *usimConn) Write(b []byte) (int, error) {
 		u, _ := radius.Attr(b, radius.AttrUserName)
 		c.n.wmu.Lock()
 		c.n.wseq++
-		c.n.writes[string(u)] = append(c.n.writes[string(u)], usimWrite{at: time.Now(), seq: c.n.wseq, to: c.to, pkt: bytes.Clone(b)})
+		c.n.writes[string(u)] = append(c.n.writes[string(u)], usimWrite{at: time.Now(), seq: c.n.wseq, to: c.to, sock: c.LocalAddr().String(), pkt: bytes.Clone(b)})
 		c.n.wmu.Unlock()
 	}
 	return c.Conn.Write(b)
@@ -175,7 +176,12 @@ func usimFloodPlan(seed uint64, cfg *Config, n *usimNet, throttled bool) *usimFl
 	}
 	f := &usimFlood{sockets: 1 + rng.IntN(2)}
 	f.n = f.sockets*256 + 30 + rng.IntN(70)
-	f.hold = cfg.UDP.Timeout * 3 / 4
+	// Off the millisecond the requests start on, as the dial's delay: no
+	// reply, and no socket opened, in the instant a request starts (whose
+	// Submit would take a new socket's Identifier as its dial's goroutine
+	// hands them to the requests that waited: a race of two goroutines in
+	// one instant, which the order check leaves out only with the stall).
+	f.hold = cfg.UDP.Timeout*3/4 + 300*time.Microsecond
 	if rng.IntN(2) == 0 {
 		// Early: the few requests the server answered before free too
 		// few Identifiers for all that wait, which then still wait at
@@ -184,7 +190,7 @@ func usimFloodPlan(seed uint64, cfg *Config, n *usimNet, throttled bool) *usimFl
 	}
 	cfg.Mode = PrimarySecondary
 	cfg.UDP.MaxSockets = f.sockets
-	n.dialDelay = time.Duration(20+rng.IntN(100)) * time.Millisecond
+	n.dialDelay = time.Duration(20+rng.IntN(100))*time.Millisecond + 500*time.Microsecond
 	return f
 }
 
@@ -276,12 +282,9 @@ func (f *usimFlood) run(t *testing.T, c *Client, n *usimNet, timeout time.Durati
 	last := maxTime(time.Now(), stallEnd)
 	wg.Wait()
 	bound := usimHealedBound(timeout, retries, servers)
-	// The first write of each, by server.
-	type first struct {
-		i   int
-		seq int
-	}
-	byServer := map[string][]first{}
+	// The first write of each, by server, in the order they started.
+	byServer := map[string][]int{}
+	firsts := make([]usimWrite, len(outs))
 	for i, o := range outs {
 		if o.err != nil || o.resp == nil || o.resp.Code != lradius.CodeAccessAccept {
 			failed++
@@ -294,19 +297,46 @@ func (f *usimFlood) run(t *testing.T, c *Client, n *usimNet, timeout time.Durati
 		}
 		n.checkAfterReturn(t, o.user, o.done)
 		if ws := n.writesOf(o.user); len(ws) > 0 {
-			byServer[ws[0].to] = append(byServer[ws[0].to], first{i, ws[0].seq})
+			firsts[i] = ws[0]
+			byServer[ws[0].to] = append(byServer[ws[0].to], i)
 		}
 	}
-	for addr, fs := range byServer {
+	// A request placed (given its Identifier) is written at once, in the
+	// same instant of virtual time: one that started later and was placed
+	// later is never written at an earlier instant. Within one instant,
+	// requests placed by two goroutines (the readers of two sockets, two
+	// timers releasing Identifiers) may be written in either order; one
+	// goroutine writes what it placed in the order it placed it. Without
+	// the stall no two goroutines place requests on one socket in one
+	// instant (the replies of a socket come on its reader, no timer
+	// expires, a new socket's waiting requests are placed by its dial),
+	// so there the order on one socket within an instant counts too.
+	for addr, is := range byServer {
 		if stalledAddr != "" && addr != stalledAddr {
 			continue
 		}
-		slices.SortFunc(fs, func(a, b first) int { return a.seq - b.seq })
-		for k := 1; k < len(fs); k++ {
-			if fs[k].i < fs[k-1].i {
-				t.Errorf("at %s flood %s (started %v) was first sent after %s, which started later: requests waiting for an Identifier are not served in the order they came",
-					addr, usimFloodUser(fs[k].i), outs[fs[k-1].i].start.Sub(outs[fs[k].i].start), usimFloodUser(fs[k-1].i))
+		var latest usimWrite // the latest first write of those started before
+		latestI := -1
+		inInstant := map[string]int{} // socket and instant: the index of the highest-seq write of those started before
+		for _, i := range is {
+			w := firsts[i]
+			key := w.sock + "\x00" + w.at.String()
+			bad := -1
+			if latestI >= 0 && w.at.Before(latest.at) {
+				bad = latestI
+			} else if j, ok := inInstant[key]; ok && stalledAddr == "" && firsts[j].seq > w.seq {
+				bad = j
+			}
+			if bad >= 0 {
+				t.Errorf("at %s flood %s, started %v after %s, was first sent %v before it (on the same socket: %v): requests waiting for an Identifier are not served in the order they came",
+					addr, outs[i].user, outs[i].start.Sub(outs[bad].start), outs[bad].user, firsts[bad].at.Sub(firsts[i].at), firsts[i].sock == firsts[bad].sock)
 				break
+			}
+			if latestI < 0 || w.at.After(latest.at) {
+				latest, latestI = w, i
+			}
+			if j, ok := inInstant[key]; !ok || firsts[j].seq < w.seq {
+				inInstant[key] = i
 			}
 		}
 	}
