@@ -66,6 +66,8 @@ func TestSimRADIUSStream(t *testing.T) {
 	if *ssimSeed == 0 && *ssimN == 0 {
 		seeds = append(seeds, ssimSoakSeeds...)
 	}
+	onWait = ssimWaited // streamsim_conn_test.go: the parked requests' watch
+	defer func() { onWait = nil }()
 	start := time.Now()
 	var total ssimResult
 	runSeeds(t, seeds, "-run TestSimRADIUSStream -ssim.seed", runSSim, func(r ssimResult) {
@@ -134,6 +136,16 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 		cfg.Throttle = &Throttle{Auth: lim(), Accounting: lim()}
 		r.throttled = 1
 	}
+	// Faults of one connection of a server (streamsim_conn_test.go) in
+	// half the schedules, drawn from a source of their own: MaxConns 2
+	// or 3, and a burst at the start opens the further connections.
+	crng := rand.New(rand.NewPCG(seed, 0xc0ff))
+	connFaults := crng.IntN(2) == 0
+	if connFaults {
+		cfg.RADIUS.MaxConns = 2 + crng.IntN(2)
+	}
+	snet := newSSimNet(func(string, ...any) {})
+	cfg.RADIUS.Dialer = snet.dialer(cfg.RADIUS.Dialer)
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -150,6 +162,12 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 			t.Logf("%v "+format, append([]any{time.Now().Format("04:05.000")}, args...)...)
 		}
 	}
+	snet.mu.Lock()
+	snet.tracef = tracef
+	snet.servers = servers
+	snet.tw = cfg.RADIUS.Watchdog.Twinit
+	snet.mu.Unlock()
+	stopParked := snet.watchParked(c)
 	if *simTrace {
 		cancelSub := c.Events().Subscribe(func(_ context.Context, e Event) {
 			b, _ := json.Marshal(e.Line())
@@ -178,8 +196,48 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 			}
 		})
 	}
+	first := 0 // the first server that suffers faults
+	if healthyOne {
+		first = 1
+	}
+	if connFaults {
+		// A burst at servers hung for a moment (within the watchdog's
+		// detection): more requests than a connection's Identifiers at
+		// each, which open the servers' further connections.
+		nb := 300 * len(servers)
+		tracef("fault: servers from s%d hung, a burst of %d requests", first, nb)
+		for _, s := range servers[first:] {
+			s.faults.Freeze()
+		}
+		floodMu.Lock()
+		for i := range nb {
+			o := &ssimOutcome{user: fmt.Sprintf("b%d", i)}
+			r := &radius.Request{Code: lradius.CodeAccessRequest}
+			r.Attributes.Add(radius.AttrUserName, lradius.Attribute(o.user))
+			r.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("pw-"+o.user))
+			ctx, cancel := context.Background(), context.CancelFunc(func() {})
+			switch crng.IntN(6) {
+			case 0:
+				o.patient = true
+				ctx, cancel = context.WithTimeout(ctx, time.Hour)
+			case 1: // RequestTimeout
+			default:
+				ctx, cancel = context.WithTimeout(ctx, time.Duration(5+crng.IntN(20))*time.Second)
+			}
+			flood = append(flood, o)
+			exchange(o, ctx, cancel, r)
+		}
+		floodMu.Unlock()
+		time.Sleep(time.Duration(1+crng.IntN(3)) * time.Second)
+		for _, s := range servers[first:] {
+			s.faults.Thaw()
+		}
+	}
 	stopFaults := make(chan struct{})
-	var fwg sync.WaitGroup
+	var fwg, cwg sync.WaitGroup
+	if connFaults {
+		fwg.Go(func() { ssimConnFaults(crng, snet, urls, first, stopFaults, &cwg) })
+	}
 	fwg.Go(func() {
 		frng := rand.New(rand.NewPCG(seed, 0xfa17))
 		flooded := false
@@ -275,6 +333,9 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 		keep = urls[0]
 	}
 	reconf := startRADReconf(t, seed, c, cfg.Peers, keep, n) // ssimreconf_test.go
+	snet.mu.Lock()
+	snet.oneClient = reconf == nil
+	snet.mu.Unlock()
 
 	nReq := 20 + rng.IntN(40)
 	outs := make([]ssimOutcome, nReq)
@@ -306,6 +367,7 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 	time.Sleep(time.Minute)
 	close(stopFaults)
 	fwg.Wait()
+	cwg.Wait()
 	reconf.stop()
 	for _, s := range servers {
 		s.faults.Thaw()
@@ -320,6 +382,7 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 		last = maxTime(last, o.deadline)
 	}
 	waitersEnd(t, c, last)
+	stopParked()
 	for _, s := range c.ServerStats() {
 		r.moved += s.FailedOver
 	}
@@ -330,6 +393,9 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 		t.Fatalf("Client.Close has not returned after %v", simCloseBound)
 	}
 	n.close()
+	for _, v := range snet.violations() {
+		t.Error(v)
+	}
 
 	all := make([]*ssimOutcome, 0, len(outs)+len(flood))
 	for i := range outs {

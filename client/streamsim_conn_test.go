@@ -1,0 +1,541 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	lradius "layeh.com/radius"
+
+	"github.com/aaatp/aaatp/call"
+	"github.com/aaatp/aaatp/transport"
+)
+
+// This file is TestSimRADIUSStream's view of each connection the client
+// opens (ssimNet, ssimConn: the client's end of every connection,
+// wrapping what the server's dial returns), the faults of one connection
+// of a server (ssimConnFaults) and the invariants checked on the wire and
+// on the client's waiting requests.
+//
+// Faults of one connection, the others of its server going on (the
+// server-wide faults of runSSim act on every connection of a server at
+// once): a connection hung (nothing it carries reaches the client for a
+// while: its watchdog goes SUSPECT, its requests fail over, the answers
+// come late), a connection lost (hung, then its server answers the
+// watchdog's Status-Server again but the answers of the requests it
+// carries are lost for a few seconds, then it is reset), and a
+// connection reset alone. They run in seeds with MaxConns 2 or 3, after
+// a burst that opens the servers' further connections.
+//
+// Invariants:
+//   - a request is never written twice on one connection (RFC 6613
+//     2.6.1: no retransmission over the same connection);
+//   - a request is not written on a connection of a server while it is
+//     pending on another of that server's connections whose watchdog is
+//     OKAY (RFC 6613 2.6.1, radpeer's Avoids). Seen from the wire: it
+//     was written there, no answer with its Identifier reached the
+//     client, the connection is open, and no Status-Server of that
+//     connection has been unanswered for the last 100 ms (its watchdog
+//     goes SUSPECT only on a timer expiry with a Status-Server
+//     unanswered, and any message received makes it OKAY again);
+//   - a request parked (waiting for a view change) is not still parked
+//     10 s after a member of the current view could take it (the
+//     Client's pick), as TestSim's watchParked: a change that lifts what
+//     it had to avoid, and makes no new view, leaves it waiting.
+
+// ssimWatched is how long a connection whose watchdog watches it goes
+// without the client writing on it at most: an OKAY connection that
+// carries nothing sends a Status-Server each Tw (6 s in these schedules).
+// A connection recycled (its watchdog moved to the one that replaces it)
+// gets nothing more.
+const ssimWatched = 8 * time.Second
+
+// ssimNet is the client's end of the connections of one schedule.
+type ssimNet struct {
+	mu      sync.Mutex
+	byURL   map[string][]*ssimConn // open, in the order dialed
+	servers []*radServer           // by index of urls
+	// oneClient: each server's connections are of one radpeer.Peer
+	// (no reconfiguration replaces it), for the check across them.
+	oneClient bool
+	tw        time.Duration // the watchdog's Tw
+	errs      []string
+	tracef    func(string, ...any)
+}
+
+func newSSimNet(tracef func(string, ...any)) *ssimNet {
+	return &ssimNet{byURL: map[string][]*ssimConn{}, tracef: tracef}
+}
+
+func (n *ssimNet) violation(format string, args ...any) {
+	msg := fmt.Sprintf("%v ", time.Now().Format("04:05.000")) + fmt.Sprintf(format, args...)
+	n.mu.Lock()
+	if len(n.errs) < 20 {
+		n.errs = append(n.errs, msg)
+	}
+	n.mu.Unlock()
+}
+
+func (n *ssimNet) violations() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.errs...)
+}
+
+// dialer wraps dial's connections.
+func (n *ssimNet) dialer(dial func(ctx context.Context, url string) (transport.Conn, error)) func(ctx context.Context, url string) (transport.Conn, error) {
+	seq := 0
+	return func(ctx context.Context, url string) (transport.Conn, error) {
+		c, err := dial(ctx, url)
+		if err != nil {
+			return nil, err
+		}
+		n.mu.Lock()
+		seq++
+		sc := &ssimConn{Conn: c, n: n, url: url, name: fmt.Sprintf("%s#%d", url, seq), more: make(chan struct{}, 1), closed: make(chan struct{}),
+			pending: map[byte]string{}, written: map[string]bool{}, idleSince: time.Now()}
+		n.byURL[url] = append(n.byURL[url], sc)
+		n.mu.Unlock()
+		go sc.pump()
+		return sc, nil
+	}
+}
+
+// open returns the open connections to url.
+func (n *ssimNet) open(url string) []*ssimConn {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]*ssimConn(nil), n.byURL[url]...)
+}
+
+// ssimConn is the client's end of one connection.
+type ssimConn struct {
+	transport.Conn
+	n         *ssimNet
+	url, name string
+	more      chan struct{} // a message queued (cap 1)
+	closed    chan struct{}
+	closeOnce sync.Once
+
+	// Under n.mu.
+	q          [][]byte // read ahead, not yet handed to the client
+	qerr       error
+	hold       chan struct{} // hung: closed when it ends
+	lose       bool          // answers of requests are lost
+	gone       bool
+	pending    map[byte]string // Identifier -> User-Name ("": a Status-Server) written, unanswered
+	statusOut  int             // Status-Servers written, unanswered
+	idleSince  time.Time       // since when statusOut is 0
+	written    map[string]bool // User-Names ever written here
+	lastWrite  time.Time       // of any message
+	lastStatus time.Time       // of a Status-Server
+	// full: its Identifiers were (nearly) all taken, and nothing was
+	// written on it since they were freed: the client may have recycled
+	// it (radpeer's recycleStale: its watchdog goes to the connection
+	// that replaces it, which may take the requests still pending on it;
+	// nothing more is written on it).
+	full bool
+}
+
+// pump reads the server's messages ahead: a hung connection holds them
+// from the client, not from the server.
+func (sc *ssimConn) pump() {
+	for {
+		m, err := sc.Conn.ReadMessage()
+		sc.n.mu.Lock()
+		if err != nil {
+			sc.qerr = err
+		} else {
+			sc.q = append(sc.q, m)
+		}
+		sc.n.mu.Unlock()
+		select {
+		case sc.more <- struct{}{}:
+		default:
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func radAnswer(code byte) bool {
+	switch lradius.Code(code) {
+	case lradius.CodeAccessAccept, lradius.CodeAccessReject, lradius.CodeAccountingResponse, lradius.CodeAccessChallenge:
+		return true
+	}
+	return false
+}
+
+// radUser returns the User-Name of a RADIUS packet ("" if none).
+func radUser(b []byte) string {
+	for i := 20; i+2 <= len(b); {
+		t, l := b[i], int(b[i+1])
+		if l < 2 || i+l > len(b) {
+			return ""
+		}
+		if t == 1 {
+			return string(b[i+2 : i+l])
+		}
+		i += l
+	}
+	return ""
+}
+
+func (sc *ssimConn) ReadMessage() ([]byte, error) {
+	for {
+		sc.n.mu.Lock()
+		if h := sc.hold; h != nil {
+			sc.n.mu.Unlock()
+			select {
+			case <-h:
+			case <-sc.closed:
+				return nil, net.ErrClosed
+			}
+			continue
+		}
+		if len(sc.q) > 0 {
+			m := sc.q[0]
+			sc.q = sc.q[1:]
+			if len(m) >= 20 && radAnswer(m[0]) {
+				if u, ok := sc.pending[m[1]]; ok {
+					if u != "" && sc.lose {
+						sc.n.mu.Unlock()
+						continue // lost: still pending here
+					}
+					delete(sc.pending, m[1])
+					if u == "" {
+						if sc.statusOut--; sc.statusOut == 0 {
+							sc.idleSince = time.Now()
+						}
+					}
+				}
+			}
+			sc.n.mu.Unlock()
+			return m, nil
+		}
+		if err := sc.qerr; err != nil {
+			sc.goneLocked()
+			sc.n.mu.Unlock()
+			return nil, err
+		}
+		sc.n.mu.Unlock()
+		select {
+		case <-sc.more:
+		case <-sc.closed:
+			return nil, net.ErrClosed
+		}
+	}
+}
+
+// goneLocked takes sc out of the open connections; n.mu is held.
+func (sc *ssimConn) goneLocked() {
+	if sc.gone {
+		return
+	}
+	sc.gone = true
+	l := sc.n.byURL[sc.url]
+	for i, x := range l {
+		if x == sc {
+			sc.n.byURL[sc.url] = append(l[:i:i], l[i+1:]...)
+			break
+		}
+	}
+}
+
+func (sc *ssimConn) WriteMessages(msgs ...[]byte) error {
+	sc.n.mu.Lock()
+	for _, m := range msgs {
+		if len(m) < 20 {
+			continue
+		}
+		switch lradius.Code(m[0]) {
+		case lradius.CodeStatusServer:
+			sc.lastStatus = time.Now()
+			if u, ok := sc.pending[m[1]]; !ok || u != "" {
+				sc.statusOut++
+			}
+			sc.pending[m[1]] = ""
+		case lradius.CodeAccessRequest, lradius.CodeAccountingRequest:
+			u := radUser(m)
+			if u == "" {
+				continue
+			}
+			if !sc.gone {
+				sc.checkWriteLocked(u)
+			}
+			sc.written[u] = true
+			if old, ok := sc.pending[m[1]]; ok && old == "" {
+				sc.statusOut--
+			}
+			sc.pending[m[1]] = u
+			if len(sc.pending) >= 250 {
+				sc.full = true
+			}
+		}
+	}
+	sc.lastWrite = time.Now()
+	if len(sc.pending) < 200 {
+		sc.full = false // written on since: not recycled
+	}
+	sc.n.mu.Unlock()
+	return sc.Conn.WriteMessages(msgs...)
+}
+
+// checkWriteLocked checks the write of u's request on sc; n.mu is held.
+func (sc *ssimConn) checkWriteLocked(u string) {
+	if sc.written[u] {
+		sc.n.errsAppendLocked("request %s written twice on connection %s (RFC 6613 2.6.1: no retransmission on one connection)", u, sc.name)
+	}
+	now := time.Now()
+	for _, y := range sc.n.byURL[sc.url] {
+		if !sc.n.oneClient || y == sc || y.gone || y.full || y.statusOut > 0 || now.Sub(y.idleSince) < 100*time.Millisecond || now.Sub(y.lastWrite) > ssimWatched {
+			continue
+		}
+		for _, pu := range y.pending {
+			if pu == u {
+				sc.n.errsAppendLocked("request %s written on %s while pending on %s, whose watchdog is OKAY (no Status-Server unanswered for %v) (RFC 6613 2.6.1)",
+					u, sc.name, y.name, now.Sub(y.idleSince))
+				break
+			}
+		}
+	}
+}
+
+func (n *ssimNet) errsAppendLocked(format string, args ...any) {
+	if len(n.errs) < 20 {
+		n.errs = append(n.errs, fmt.Sprintf("%v ", time.Now().Format("04:05.000"))+fmt.Sprintf(format, args...))
+	}
+}
+
+func (sc *ssimConn) Close() error {
+	sc.n.mu.Lock()
+	sc.goneLocked()
+	sc.n.mu.Unlock()
+	sc.closeOnce.Do(func() { close(sc.closed) })
+	return sc.Conn.Close()
+}
+
+// hang holds what sc carries to the client for d; then, when lose, the
+// answers of requests are lost for d2 and sc is reset.
+func (sc *ssimConn) hang(d time.Duration, lose bool, d2 time.Duration) {
+	h := make(chan struct{})
+	sc.n.mu.Lock()
+	sc.hold = h
+	sc.n.mu.Unlock()
+	time.Sleep(d)
+	sc.n.mu.Lock()
+	sc.hold = nil
+	sc.lose = lose
+	sc.n.mu.Unlock()
+	close(h)
+	if lose {
+		time.Sleep(d2)
+		sc.n.tracef("fault: %s reset, its answers lost for %v", sc.name, d2)
+		sc.Close()
+	}
+}
+
+// hangThroughSuspect hangs sc until back after its watchdog goes
+// SUSPECT (one Tw after the Status-Server it has unanswered, or sends
+// next), before it goes DOWN (a Tw later); then, when lose, the answers
+// of requests are lost until resetAt, when sc is reset.
+func (sc *ssimConn) hangThroughSuspect(back time.Duration, lose bool, resetAt time.Time) {
+	start := time.Now()
+	h := make(chan struct{})
+	sc.n.mu.Lock()
+	sc.hold = h
+	ts := time.Time{}
+	if sc.statusOut > 0 {
+		ts = sc.lastStatus
+	}
+	sc.n.mu.Unlock()
+	for ts.IsZero() && time.Since(start) < 2*sc.n.tw {
+		time.Sleep(100 * time.Millisecond)
+		sc.n.mu.Lock()
+		if sc.lastStatus.After(start) {
+			ts = sc.lastStatus
+		}
+		gone := sc.gone
+		sc.n.mu.Unlock()
+		if gone {
+			break
+		}
+	}
+	if ts.IsZero() {
+		ts = start
+	}
+	time.Sleep(time.Until(ts.Add(sc.n.tw + back)))
+	sc.n.mu.Lock()
+	sc.hold = nil
+	sc.lose = lose
+	sc.n.mu.Unlock()
+	close(h)
+	if lose {
+		time.Sleep(time.Until(resetAt))
+		sc.n.tracef("fault: %s reset, its answers lost since %v", sc.name, ts.Add(sc.n.tw+back).Format("04:05.000"))
+		sc.Close()
+	}
+}
+
+// ssimConnFaults runs the faults of one connection until stop is closed,
+// on the servers from first (the others stay healthy).
+func ssimConnFaults(rng *rand.Rand, n *ssimNet, urls []string, first int, stop <-chan struct{}, wg *sync.WaitGroup) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-time.After(time.Duration(2+rng.IntN(10)) * time.Second):
+		}
+		if first >= len(urls) {
+			continue
+		}
+		u := urls[first+rng.IntN(len(urls)-first)]
+		cs := n.open(u)
+		if len(cs) < 2 {
+			continue
+		}
+		sc := cs[rng.IntN(len(cs))]
+		k := rng.IntN(5)
+		if first > 0 {
+			// Server s0 stays healthy: the schedules check that a
+			// request with the default deadline (one failover detection
+			// and an answer) is answered, which a request that meets a
+			// hung connection after another of one server cannot be.
+			// Only resets there.
+			k = 2
+		}
+		switch k {
+		case 3, 4:
+			// A cascade: every connection of the server hangs, each
+			// until a moment after its watchdog went SUSPECT (its
+			// requests fail over, to the other servers, which freeze a
+			// moment later); one comes back answering the watchdog but
+			// losing its requests' answers, the rest come back whole;
+			// the other servers go SUSPECT and their requests come back
+			// (the server's connections they were pending on: the
+			// losing one OKAY, the others answered them); the losing
+			// connection is reset; the others thaw a while later.
+			si := slices.Index(urls, u)
+			t0 := time.Now()
+			a := time.Duration(4+rng.IntN(5)) * time.Second
+			resetAt := t0.Add(a + 2*n.tw + time.Duration(2+rng.IntN(5))*time.Second)
+			after := time.Duration(12+rng.IntN(9)) * time.Second
+			n.tracef("fault: a cascade at s%d: its %d connections hung through SUSPECT, %s then loses its answers until %v; the others frozen after %v until %v",
+				si, len(cs), sc.name, resetAt.Format("04:05.000"), a, resetAt.Add(after).Format("04:05.000"))
+			for _, x := range cs {
+				back := time.Duration(500+rng.IntN(3500)) * time.Millisecond
+				wg.Go(func() { x.hangThroughSuspect(back, x == sc, resetAt) })
+			}
+			time.Sleep(a)
+			var frozen []*radServer
+			for i := first; i < len(urls); i++ {
+				if i != si {
+					frozen = append(frozen, n.servers[i])
+					n.servers[i].faults.Freeze()
+				}
+			}
+			time.Sleep(time.Until(resetAt.Add(after)))
+			n.tracef("fault: the cascade's others thawed")
+			for _, s := range frozen {
+				s.faults.Thaw()
+			}
+		case 0:
+			d := time.Duration(1+rng.IntN(20)) * time.Second
+			n.tracef("fault: %s hung for %v (%d open to the server)", sc.name, d, len(cs))
+			wg.Go(func() { sc.hang(d, false, 0) })
+		case 1:
+			d, d2 := time.Duration(2+rng.IntN(14))*time.Second, time.Duration(1+rng.IntN(6))*time.Second
+			n.tracef("fault: %s hung for %v, then its answers lost (%d open to the server)", sc.name, d, len(cs))
+			wg.Go(func() { sc.hang(d, true, d2) })
+		case 2:
+			n.tracef("fault: %s reset (%d open to the server)", sc.name, len(cs))
+			sc.Close()
+		}
+	}
+}
+
+// ssimParked watches the requests of one Client that waited (onWait):
+// a request still parked 10 s after a member of the view could take it
+// was forgotten.
+type ssimParked struct {
+	c     *Client
+	n     *ssimNet
+	mu    sync.Mutex
+	calls map[*call.Call]int // parked requests and how many looks a member could take them
+}
+
+// ssimParkedLooks: the looks, a second apart, that find a request parked
+// while a member could take it before that is a violation (10 s, as
+// TestSim's watchParked). Not less: a connection recycled (radpeer's
+// recycleStale) lifts what a request pending on it had to avoid without
+// a new view, and such a request waits for the next view change (seen
+// for 4 to 7 s at seeds 529 and 665 with 1,500 seeds).
+const ssimParkedLooks = 11
+
+var ssimParkedBy sync.Map // the first *member of a Client -> *ssimParked
+
+// ssimWaited is onWait for TestSimRADIUSStream.
+func ssimWaited(cl *call.Call, v *avail, _ string) {
+	if len(v.ros.all) == 0 {
+		return
+	}
+	x, ok := ssimParkedBy.Load(v.ros.all[0])
+	if !ok {
+		return
+	}
+	w := x.(*ssimParked)
+	w.mu.Lock()
+	if _, ok := w.calls[cl]; !ok {
+		w.calls[cl] = 0
+	}
+	w.mu.Unlock()
+}
+
+// watchParked starts the watch of c; the returned function stops it.
+func (n *ssimNet) watchParked(c *Client) (stop func()) {
+	w := &ssimParked{c: c, n: n, calls: map[*call.Call]int{}}
+	key := c.view().ros.all[0]
+	ssimParkedBy.Store(key, w)
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			v := c.view()
+			w.mu.Lock()
+			for cl, k := range w.calls {
+				if cl.IsDone() {
+					delete(w.calls, cl)
+					continue
+				}
+				if cl.State() != call.Parked {
+					w.calls[cl] = 0
+					continue
+				}
+				m := c.pick(cl, v)
+				if m == nil {
+					w.calls[cl] = 0
+					continue
+				}
+				if w.calls[cl] = k + 1; k+1 == ssimParkedLooks {
+					n.violation("request %s parked for %d s while %s, in service, could take it (view %d)", ssimCallUser(cl), k, m.spec.Name, v.gen)
+				}
+			}
+			w.mu.Unlock()
+		}
+	}()
+	return func() { close(done); <-ended; ssimParkedBy.Delete(key) }
+}
+
+func ssimCallUser(cl *call.Call) string { return fmt.Sprint(cl.Ref) }
