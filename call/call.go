@@ -651,7 +651,12 @@ func (c *Call) Await(ctx context.Context, timeout time.Duration) Result {
 		defer t.Stop()
 	}
 	if done := ctx.Done(); done != nil && !c.IsDone() {
-		if c.flags.Or(flagWatched)&flagWatched == 0 {
+		if ctx.Err() != nil {
+			// Ended before this wait: its Done channel may be the one
+			// closed channel that every context ended before its first
+			// Done call returns, which identifies no watch (watchFor).
+			c.cutShort(ctxError(ctx))
+		} else if c.flags.Or(flagWatched)&flagWatched == 0 {
 			defer c.flags.And(^uint32(flagWatched)) // after remove
 			if w, err := watchFor(ctx, done, c); err != nil {
 				c.cutShort(err)
@@ -946,7 +951,9 @@ var recent atomic.Pointer[watch]
 
 // watchFor adds c to the watch of ctx, whose Done channel is done, and
 // returns it; once c is woken, remove takes it off. If ctx has ended
-// already it returns the error c fails with.
+// already it returns the error c fails with. ctx had not ended when done
+// was read: done is then its own, where an ended context's may be shared
+// (see Await).
 func watchFor(ctx context.Context, done <-chan struct{}, c *Call) (*watch, error) {
 	for {
 		w := recent.Load()

@@ -524,3 +524,30 @@ func TestFirstTaken(t *testing.T) {
 	assert.False(t, c.FirstTaken())
 	assert.False(t, c.IsDone(), "a flag of its own")
 }
+
+// Contexts that ended before their Done was first called share one closed
+// channel: a wait under one of them must not join the watch of another and
+// fail with its error. A deadline's end is a timeout, a cancellation is
+// not, whatever ended at the same moment.
+func TestAwaitEndedContextsNotConfused(t *testing.T) {
+	var wrong atomic.Int32
+	for range 2000 {
+		expired, cancel1 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		cancelled, cancel2 := context.WithCancel(context.Background())
+		cancel2()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if r := newCall().Await(expired, time.Second); !errors.Is(r.Err, ErrTimeout) {
+				wrong.Add(1)
+			}
+		})
+		wg.Go(func() {
+			if r := newCall().Await(cancelled, time.Second); errors.Is(r.Err, ErrTimeout) || !errors.Is(r.Err, context.Canceled) {
+				wrong.Add(1)
+			}
+		})
+		wg.Wait()
+		cancel1()
+	}
+	assert.Zero(t, wrong.Load(), "waits that failed with another context's error")
+}
