@@ -469,13 +469,13 @@ type ssimParked struct {
 	calls map[*call.Call]int // parked requests and how many looks a member could take them
 }
 
-// ssimParkedLooks: the looks, a second apart, that find a request parked
+// ssimParkedLooks: the looks, 5 s apart, that find a request parked
 // while a member could take it before that is a violation (10 s, as
 // TestSim's watchParked). Not less: a connection recycled (radpeer's
 // recycleStale) lifts what a request pending on it had to avoid without
 // a new view, and such a request waits for the next view change (seen
 // for 4 to 7 s at seeds 529 and 665 with 1,500 seeds).
-const ssimParkedLooks = 11
+const ssimParkedLooks = 3
 
 var ssimParkedBy sync.Map // the first *member of a Client -> *ssimParked
 
@@ -504,7 +504,7 @@ func (n *ssimNet) watchParked(c *Client) (stop func()) {
 	done, ended := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(ended)
-		tick := time.NewTicker(time.Second)
+		tick := time.NewTicker(5 * time.Second)
 		defer tick.Stop()
 		for {
 			select {
@@ -529,7 +529,7 @@ func (n *ssimNet) watchParked(c *Client) (stop func()) {
 					continue
 				}
 				if w.calls[cl] = k + 1; k+1 == ssimParkedLooks {
-					n.violation("request %s parked for %d s while %s, in service, could take it (view %d)", ssimCallUser(cl), k, m.spec.Name, v.gen)
+					n.violation("request %s parked for 10 s while %s, in service, could take it (view %d)", ssimCallUser(cl), m.spec.Name, v.gen)
 				}
 			}
 			w.mu.Unlock()
