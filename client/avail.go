@@ -281,16 +281,14 @@ func (c *Client) strand(calls []*call.Call, v *avail) (wait, concluded, undelive
 }
 
 // deliverable fails the calls that name in Destination-Host a peer the
-// connection limit closed (DIAMETER_UNABLE_TO_DELIVER, as those in flight
-// to it when it closed) and returns the others, and those it failed: that
-// peer is one of ours, so they go nowhere else (RFC 6733 6.1), and it may
-// not be dialed again before their deadline.
+// connection limit closed (undeliverable) and returns the others, and
+// those it failed.
 func (c *Client) deliverable(calls []*call.Call, v *avail) (rest, failed []*call.Call) {
 	if c.cfg.MaxConnections == 0 {
 		return calls, nil
 	}
 	for i, cl := range calls {
-		if m, ok := c.pinned(cl, v); !ok || m.p() != nil || m.released.Load() == nil {
+		if !c.undeliverable(cl, v) {
 			if failed != nil {
 				rest = append(rest, cl)
 			}
@@ -300,12 +298,27 @@ func (c *Client) deliverable(calls []*call.Call, v *avail) (rest, failed []*call
 			rest = append(make([]*call.Call, 0, len(calls)), calls[:i]...)
 		}
 		failed = append(failed, cl)
-		cl.Fail(fmt.Errorf("%w: Destination-Host %s was closed to respect the limit of %d connections", ErrUnableToDeliver, cl.Key.Dest, c.cfg.MaxConnections))
 	}
 	if failed == nil {
 		return calls, nil
 	}
 	return rest, failed
+}
+
+// undeliverable fails cl, and reports whether it did, when it names in
+// Destination-Host a peer the connection limit closed and that is not
+// dialed again (DIAMETER_UNABLE_TO_DELIVER, as the requests in flight to
+// it when it closed): that peer is one of ours, so cl goes nowhere else
+// (RFC 6733 6.1), and it may not be dialed again before cl's deadline.
+func (c *Client) undeliverable(cl *call.Call, v *avail) bool {
+	if c.cfg.MaxConnections == 0 {
+		return false
+	}
+	if m, ok := c.pinned(cl, v); !ok || m.p() != nil || m.released.Load() == nil {
+		return false
+	}
+	cl.Fail(fmt.Errorf("%w: Destination-Host %s was closed to respect the limit of %d connections", ErrUnableToDeliver, cl.Key.Dest, c.cfg.MaxConnections))
+	return true
 }
 
 func failAll(calls []*call.Call, err error) {

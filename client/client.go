@@ -847,9 +847,9 @@ func (c *Client) dispatchAll(calls []*call.Call) []placement {
 		// naming a peer the connection limit closed fail here, as in
 		// strand, to be recorded (throttled would fail them too).
 		its := make([]*item, 0, len(calls))
-		_, failed := c.deliverable(calls, c.view())
+		v := c.view()
 		for i, cl := range calls {
-			if slices.Contains(failed, cl) {
+			if c.undeliverable(cl, v) {
 				out[i].undeliverable = true
 			} else if it, ok := cl.Holder().(*item); ok {
 				its = append(its, it)

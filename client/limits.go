@@ -343,10 +343,7 @@ func (c *Client) throttled(its ...*item) {
 		// for one complete just now, its Send's return gives its place
 		// back.
 		v := c.view()
-		its = slices.DeleteFunc(its, func(it *item) bool {
-			_, failed := c.deliverable([]*call.Call{it.cl}, v)
-			return failed != nil
-		})
+		its = slices.DeleteFunc(its, func(it *item) bool { return c.undeliverable(it.cl, v) })
 	}
 	if len(its) == 0 {
 		return
@@ -717,9 +714,9 @@ func (c *Client) holdLocked(it *item, v *avail) bool {
 // server). One lost on a connection and refused since by every peer may
 // have been applied where it was lost: no refusal ends it, and it asks
 // for the retry tick instead. One naming a peer the connection limit
-// closed fails as undeliverable (deliverable). Called without c.tmu.
+// closed fails as undeliverable. Called without c.tmu.
 func (c *Client) settle(it *item) {
-	if _, failed := c.deliverable([]*call.Call{it.cl}, c.view()); failed != nil {
+	if c.undeliverable(it.cl, c.view()) {
 		return
 	}
 	if !it.cl.Conclude() && it.cl.RefusedAfterLoss() {

@@ -237,16 +237,16 @@ func (c *conn) writeEnded(err error) {
 // connection either sees the call pending here or the call never was.
 func (c *conn) submit(cl *dcall) (resend bool, err error) {
 	c.mu.Lock()
+	if err := c.notInService(); err != nil {
+		c.mu.Unlock()
+		return false, err
+	}
 	if c.lost || c.draining || c.shut {
 		c.mu.Unlock()
 		if c.draining {
 			return false, ErrDisconnecting
 		}
 		return false, ErrConnectionLost
-	}
-	if err := c.notInService(); err != nil {
-		c.mu.Unlock()
-		return false, err
 	}
 	raw, id, b, err := cl.board(c)
 	if err != nil {
@@ -296,13 +296,13 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 }
 
 // notInService is the error of a submit to c while its peer's watchdog
-// is not OKAY, nil while it is. c.mu is held. The peer checked the state
-// before choosing c, without the lock; a failover in between (OKAY to
-// SUSPECT) moved c's pending calls out and leaves c open: a call boarded
-// after it would stay there, out of service, until c closes a Tw later.
-// The state is stored before the failover takes c.mu to move the calls,
-// so a submit that reads OKAY here puts its call in the pending table
-// before they are moved, and it moves with them.
+// is not OKAY, nil while it is. c.mu is held: the state is read here, not
+// when the peer chose c, because a failover after that (OKAY to SUSPECT)
+// moves c's pending calls out and leaves c open, and a call boarded after
+// it would stay there, out of service, until c closes a Tw later. The
+// state is stored before the failover takes c.mu to move the calls, so a
+// submit that reads OKAY here puts its call in the pending table before
+// they are moved, and it moves with them.
 func (c *conn) notInService() error {
 	if st := c.p.State(); st != watchdog.Okay {
 		return &NotInServiceError{Peer: c.p.Name(), State: st}
@@ -319,14 +319,14 @@ func (c *conn) notInService() error {
 func (c *conn) submitAll(calls []*call.Call) (refused []*call.Call, n, resends int, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.notInService(); err != nil {
+		return nil, 0, 0, err
+	}
 	if c.lost || c.draining {
 		if c.draining {
 			return nil, 0, 0, ErrDisconnecting
 		}
 		return nil, 0, 0, ErrConnectionLost
-	}
-	if err := c.notInService(); err != nil {
-		return nil, 0, 0, err
 	}
 	type boarded struct {
 		cl *dcall
@@ -1273,9 +1273,8 @@ func (p *Peer) SubmitAll(calls []*call.Call) ([]*call.Call, error) {
 // complete is not sent and submit returns nil.
 func (p *Peer) submit(cl *dcall) error {
 	c := p.cur.Load()
-	st := p.State()
-	if st != watchdog.Okay || c == nil {
-		return &NotInServiceError{Peer: p.Name(), State: st}
+	if c == nil {
+		return &NotInServiceError{Peer: p.Name(), State: p.State()}
 	}
 	resend, err := c.submit(cl)
 	if err != nil {
@@ -1299,9 +1298,8 @@ func (p *Peer) submit(cl *dcall) error {
 // skipped. On error none was sent.
 func (p *Peer) submitAll(calls []*call.Call) (refused []*call.Call, err error) {
 	c := p.cur.Load()
-	st := p.State()
-	if st != watchdog.Okay || c == nil {
-		return nil, &NotInServiceError{Peer: p.Name(), State: st}
+	if c == nil {
+		return nil, &NotInServiceError{Peer: p.Name(), State: p.State()}
 	}
 	refused, n, resends, err := c.submitAll(calls)
 	if err != nil {
