@@ -170,7 +170,7 @@ MUTANTS = {
  'B08': ('call.Await', 'a call whose wait was cut short is not ended (its connection is not told; the caller gets neither answer nor error)',
    [('call/call.go', '\t\terr := c.cut\n\t\tc.mu.Unlock()\n\t\tc.end(nil, 0, err, nil, true)\n', '\t\terr := c.cut\n\t\tc.mu.Unlock()\n\t\t_ = err\n')]),
  'B09': ('call.Await', 'a Send whose context had already ended when it began waiting waits anyway',
-   [('call/call.go', '\t\t\tif w, err := watchFor(ctx, done, c); err != nil {\n\t\t\t\tc.cutShort(err)', '\t\t\tif w, err := watchFor(ctx, done, c); err != nil {\n\t\t\t\t_ = err')]),
+   [('call/call.go', '\t\t\tc.cutShort(ctxError(ctx))\n\t\t} else if c.flags.Or', '\t\t\t_ = ctxError\n\t\t} else if c.flags.Or')]),
  'B10': ('peer.conn.handTo', "the baton is handed to a waiting caller that has left Await (Offer's false ignored)",
    [('peer/conn.go', '\tif w.Offer() {\n\t\treturn true // its Await runs ReadAnswer, which takes it\n\t}', '\tif w.Offer() || true {\n\t\treturn true // its Await runs ReadAnswer, which takes it\n\t}')]),
  # --- the outbox's inline write ---
