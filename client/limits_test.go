@@ -439,6 +439,7 @@ func TestPolicyRequestSentAsTheServerLeavesFollowsTheHandOver(t *testing.T) {
 		assert.Equal(t, "b.example.net", h)
 		assert.Less(t, time.Since(start), time.Second, "waited on the silent server")
 		require.NoError(t, <-first)
+		synctest.Wait() // a record may be written after its request's answer reached the caller
 		recs, _ := c.FailoverLog()
 		require.Len(t, recs, 2)
 		assert.Equal(t, "out of service: sent as the server left service", recs[1].Reason)

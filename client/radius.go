@@ -202,8 +202,11 @@ func (c *Client) superseded(m *member) bool {
 
 // onRADIUSEvent is onPeerEvent for a RADIUS server: its state is the
 // server's (OKAY while any of its connections is), not the connection's
-// that changed; and a connection that closed may lift what a waiting
-// request had to avoid.
+// that changed; and a connection that closed, or one that opened while
+// the server stays in service (a recycled connection's replacement, which
+// takes over its watchdog without a watchdog event), may lift what a
+// waiting request had to avoid (a request handed back may not go on
+// another connection of the server while the one it was sent on is OKAY).
 func (c *Client) onRADIUSEvent(m *member, e peer.Event) {
 	if !c.superseded(m) {
 		c.note(Event{Time: e.Time, Server: m.spec.Name, Kind: EventPeer, Peer: &e, Reason: e.Reason})
@@ -217,7 +220,7 @@ func (c *Client) onRADIUSEvent(m *member, e peer.Event) {
 			beforeRefresh()
 		}
 		c.refresh()
-	case e.Kind == peer.EventConnDown && p.InService():
+	case (e.Kind == peer.EventConnDown || e.Kind == peer.EventConnUp) && p.InService():
 		c.bump()
 	}
 }
