@@ -241,9 +241,6 @@ func toWait(calls []*call.Call) (wait, concluded []*call.Call) {
 // for each, not what their state says a moment later (a waiting call may
 // end, or be placed by its waiter, at once).
 func (c *Client) strand(calls []*call.Call, v *avail) (wait, concluded, undeliverable []*call.Call) {
-	if beforeStrand != nil {
-		beforeStrand()
-	}
 	calls, undeliverable = c.deliverable(calls, v)
 	wait, concluded = toWait(calls)
 	if len(wait) == 0 {
@@ -332,8 +329,10 @@ func failAll(calls []*call.Call, err error) {
 // between the change and the view's.
 var beforeRefresh func()
 
-// beforeStrand, when set, runs as requests that found no peer are about
-// to wait: a test can change a peer's state inside that window.
+// beforeStrand, when set, runs once requests found no peer, before
+// strand has them wait: a test can change a peer's state inside that
+// window, which strand must see (the view they were placed against is
+// then not the current one).
 var beforeStrand func()
 
 // onStrand, when set, is told of the requests that start waiting.

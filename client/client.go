@@ -810,6 +810,9 @@ func (c *Client) dispatch(cl *call.Call) *member {
 	v := c.view()
 	m := c.placeOne(cl, v, nil)
 	if m == nil {
+		if beforeStrand != nil {
+			beforeStrand()
+		}
 		c.strand([]*call.Call{cl}, v)
 	}
 	return m
@@ -867,6 +870,9 @@ func (c *Client) dispatchAll(calls []*call.Call) []placement {
 	}
 	if len(wait) == 0 {
 		return out
+	}
+	if beforeStrand != nil {
+		beforeStrand()
 	}
 	waiting, concluded, undeliverable := c.strand(wait, v)
 	if len(waiting)+len(concluded)+len(undeliverable) == 0 {
