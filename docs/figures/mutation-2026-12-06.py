@@ -227,7 +227,8 @@ def on_path(edits):
   """The simulators a mutant's code is on the path of: the dispatch core
   (client/, call/) under all three; peer/ and dedup's WrapCommit under the
   Diameter one; internal/outbox (every stream connection's write queue)
-  under the Diameter and the RADIUS stream ones; radpeer's stream carrier under TestSimRADIUSStream, its UDP
+  under the Diameter one, the only one that reaches the code the mutants
+  change; radpeer's stream carrier under TestSimRADIUSStream, its UDP
   carrier under TestSimUDP."""
   sims = set()
   for f, _, _ in edits:
@@ -236,7 +237,11 @@ def on_path(edits):
     elif f.startswith(('peer/', 'dedup/')):
       sims.add('sim')
     elif f.startswith('internal/outbox/'):
-      sims |= {'sim', 'ssim'}  # every stream connection's write queue
+      # Every stream connection's write queue, but radpeer uses only its
+      # Send, a non-inline Answer and Close: Post, the inline write and
+      # CloseAfterFlush run under the Diameter simulator alone (a panic
+      # put in them passed TestSimRADIUSStream's seeds 1..300).
+      sims.add('sim')
     elif f == 'radpeer/udpclient.go':
       sims.add('usim')
     elif f.startswith('radpeer/'):
