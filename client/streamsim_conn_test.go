@@ -43,7 +43,7 @@ import (
 //     goes SUSPECT only on a timer expiry with a Status-Server
 //     unanswered, and any message received makes it OKAY again);
 //   - a request parked (waiting for a view change) is not still parked
-//     10 s after a member of the current view could take it (the
+//     5 to 10 s after a member of the current view could take it (the
 //     Client's pick), as TestSim's watchParked: a change that lifts what
 //     it had to avoid, and makes no new view, leaves it waiting.
 
@@ -63,12 +63,15 @@ type ssimNet struct {
 	// (no reconfiguration replaces it), for the check across them.
 	oneClient bool
 	tw        time.Duration // the watchdog's Tw
-	errs      []string
-	tracef    func(string, ...any)
+	// refused: servers down (their process gone, the port closed): a
+	// dial to them fails (streamsim_recycle_test.go).
+	refused map[string]bool
+	errs    []string
+	tracef  func(string, ...any)
 }
 
 func newSSimNet(tracef func(string, ...any)) *ssimNet {
-	return &ssimNet{byURL: map[string][]*ssimConn{}, tracef: tracef}
+	return &ssimNet{byURL: map[string][]*ssimConn{}, refused: map[string]bool{}, tracef: tracef}
 }
 
 func (n *ssimNet) violation(format string, args ...any) {
@@ -90,6 +93,12 @@ func (n *ssimNet) violations() []string {
 func (n *ssimNet) dialer(dial func(ctx context.Context, url string) (transport.Conn, error)) func(ctx context.Context, url string) (transport.Conn, error) {
 	seq := 0
 	return func(ctx context.Context, url string) (transport.Conn, error) {
+		n.mu.Lock()
+		refused := n.refused[url]
+		n.mu.Unlock()
+		if refused {
+			return nil, fmt.Errorf("dial %s: connection refused", url)
+		}
 		c, err := dial(ctx, url)
 		if err != nil {
 			return nil, err
@@ -460,8 +469,8 @@ func ssimConnFaults(rng *rand.Rand, n *ssimNet, urls []string, first int, stop <
 }
 
 // ssimParked watches the requests of one Client that waited (onWait):
-// a request still parked 10 s after a member of the view could take it
-// was forgotten.
+// a request still parked 5 to 10 s after a member of the view could take
+// it was forgotten (ssimParkedLooks).
 type ssimParked struct {
 	c     *Client
 	n     *ssimNet
@@ -470,12 +479,14 @@ type ssimParked struct {
 }
 
 // ssimParkedLooks: the looks, 5 s apart, that find a request parked
-// while a member could take it before that is a violation (10 s, as
-// TestSim's watchParked). Not less: a connection recycled (radpeer's
-// recycleStale) lifts what a request pending on it had to avoid without
-// a new view, and such a request waits for the next view change (seen
-// for 4 to 7 s at seeds 529 and 665 with 1,500 seeds).
-const ssimParkedLooks = 3
+// while a member could take it before that is a violation (5 to 10 s).
+// A connection recycled (radpeer's recycleStale) lifts what a request
+// pending on it had to avoid: its close, and its replacement's opening,
+// make a new view (Client.bump), and such a request goes at once (before
+// 6b4bdf4 the replacement's opening made none, and such a request waited
+// for the next view change, 4 to 7 s at seeds 529 and 665 with 1,500
+// seeds, which kept this at 3 looks).
+const ssimParkedLooks = 2
 
 var ssimParkedBy sync.Map // the first *member of a Client -> *ssimParked
 
@@ -529,7 +540,7 @@ func (n *ssimNet) watchParked(c *Client) (stop func()) {
 					continue
 				}
 				if w.calls[cl] = k + 1; k+1 == ssimParkedLooks {
-					n.violation("request %s parked for 10 s while %s, in service, could take it (view %d)", ssimCallUser(cl), m.spec.Name, v.gen)
+					n.violation("request %s parked for %v while %s, in service, could take it (view %d)", ssimCallUser(cl), (ssimParkedLooks-1)*5*time.Second, m.spec.Name, v.gen)
 				}
 			}
 			w.mu.Unlock()

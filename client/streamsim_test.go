@@ -57,7 +57,12 @@ var ssimSoakSeeds = []uint64{4612, 11926, 21525, 56736}
 // secret of the server that got it (each replay re-signed); a patient
 // request, and one with the default deadline (failover detection plus an
 // answer), answered whenever one server stayed healthy; no waiter left
-// once every deadline passed.
+// once every deadline passed. In some schedules, once every request has
+// returned, the recycle phase (streamsim_recycle_test.go): the other
+// servers down, one server's backend hung while it answers
+// Status-Server, a request handed back by its SUSPECT connection held
+// back from it while that connection is OKAY again, then the connection
+// recycled: the request is answered at once, not at its deadline.
 //
 // A failing schedule names its seed: go test ./client -run
 // TestSimRADIUSStream -ssim.seed=N -v
@@ -81,6 +86,11 @@ func TestSimRADIUSStream(t *testing.T) {
 		t.Errorf("the schedules never produced an answer, a failure, a failover and a throttle's server queue each: the faults do not bite")
 	}
 	radReconfExercised(t, len(seeds))
+	ran, formed := ssimRecycleTake()
+	t.Logf("the recycle phase ran in %d schedules, its situation formed in %d", ran, formed)
+	if len(seeds) >= 100 && formed == 0 {
+		t.Errorf("the recycle phase never formed its situation (a request held back from a server in service, then its connection recycled)")
+	}
 }
 
 type ssimResult struct{ answered, failed, moved, throttled, queued uint64 }
@@ -374,6 +384,14 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 	}
 	wg.Wait()
 	reconf.check()
+	// The recycle phase (streamsim_recycle_test.go), once every request
+	// has returned, in some schedules.
+	var rec *ssimRecycle
+	if prng := ssimRecycleDraw(seed, cfg.Throttle != nil); prng != nil {
+		rec = runSSimRecycle(prng, c, snet, n, urls, exchange, wg.Wait, tracef)
+		tracef("recycle phase at %s: formed %v %s", rec.server, rec.formed, rec.why)
+		flood = append(flood, rec.outs...)
+	}
 	var last time.Time
 	for _, o := range outs {
 		last = maxTime(last, o.deadline)
@@ -395,6 +413,11 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 	n.close()
 	for _, v := range snet.violations() {
 		t.Error(v)
+	}
+	if rec != nil {
+		for _, v := range rec.check() {
+			t.Errorf("seed %d: %s", seed, v)
+		}
 	}
 
 	all := make([]*ssimOutcome, 0, len(outs)+len(flood))
