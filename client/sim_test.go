@@ -110,8 +110,13 @@ const simRecovery = 9 * time.Minute
 // After every schedule it checks the invariants listed in check, and
 // while it runs that no request is queued on a connection after the
 // client read the server's DPR there, and that the Client's view stops
-// showing that server in service while the connection drains. A
-// failing schedule names its seed: replay it with
+// showing that server in service while the connection drains; that an
+// answer a server wrote is read at once on a connection where nothing
+// holds the reading up (no virtual time passes on a healthy read path),
+// and, in a phase of the quiet end where callers send one request at a
+// time (the reading baton's case) while the servers ask requests of
+// their own, that the client answers each of those (sim_latency_test.go).
+// A failing schedule names its seed: replay it with
 //
 //	go test ./client -run TestSim -sim.seed=N -v
 func TestSim(t *testing.T) {
@@ -137,7 +142,7 @@ func TestSim(t *testing.T) {
 	start := time.Now()
 	workers := min(runtime.GOMAXPROCS(0), len(seeds))
 	testhook.Queued = simQueued
-	testhook.AfterQueue = func(uint32) { simPause(20 * time.Millisecond) }
+	testhook.AfterQueue = simAfterQueue // simPause(20 * time.Millisecond), counted (sim_latency_test.go)
 	testhook.CallerRead = simCallerRead
 	// Not longer: strand runs on a Send's goroutine (its deadline is at
 	// stake) or on a peer's notifier, which delivers the peer's state
@@ -190,7 +195,8 @@ func TestSim(t *testing.T) {
 		if s.Replays == 0 || s.Premature == 0 || s.Late == 0 || s.Parked == 0 || s.Drained == 0 ||
 			s.Patient == 0 || s.Pinned == 0 || s.NonAcct == 0 || s.AllOut == 0 || s.SlowBehind == 0 ||
 			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 || s.BusyFailover == 0 ||
-			s.Hurried == 0 || s.CloseAtChange == 0 || s.SubscriberClose == 0 || s.ServerAsks == 0 || s.PolicyOut == 0 || s.HandedOver == 0 || (*simThrottle && s.Throttle == 0) || s.Inline == 0 || s.InlinePart == 0 || s.CallerRead == 0 || s.ServerInline == 0 || s.Ended == 0 {
+			s.Hurried == 0 || s.CloseAtChange == 0 || s.SubscriberClose == 0 || s.ServerAsks == 0 || s.PolicyOut == 0 || s.HandedOver == 0 || (*simThrottle && s.Throttle == 0) || s.Inline == 0 || s.InlinePart == 0 || s.CallerRead == 0 || s.ServerInline == 0 || s.Ended == 0 ||
+			s.BatonPhase == 0 || s.ReadChecked == 0 {
 			t.Errorf("the schedules exercised too little: %+v", s)
 		}
 	}
@@ -222,6 +228,10 @@ type simCounts struct {
 	// past) before they began; AfterDPR: requests the servers' DPRs
 	// found queued on their connections (written after the DPR's read).
 	Ended, AfterDPR int
+	// BatonPhase: schedules that ran the reading baton's phase;
+	// ReadChecked: answers whose latency was checked, ReadExcused those
+	// of them read late with a fault pending (sim_latency_test.go).
+	BatonPhase, ReadChecked, ReadExcused int
 }
 
 type simTotals struct {
@@ -268,6 +278,9 @@ func (s *simTotals) add(b simCounts) {
 	a.ServerInline += b.ServerInline
 	a.Ended += b.Ended
 	a.AfterDPR += b.AfterDPR
+	a.BatonPhase += b.BatonPhase
+	a.ReadChecked += b.ReadChecked
+	a.ReadExcused += b.ReadExcused
 }
 
 func (s *simTotals) snapshot() simCounts {
@@ -289,7 +302,7 @@ var simPauses = struct {
 // simPause, on a goroutine that holds no lock, sometimes stops it: for a
 // virtual instant (every other goroutine of the bubble runs until it
 // blocks), or for up to max of virtual time (timers fire meanwhile).
-func simPause(max time.Duration) {
+func simPause(max time.Duration) (slept bool) {
 	simPauses.Lock()
 	k := simPauses.r.IntN(8)
 	d := time.Duration(1 + simPauses.r.Int64N(int64(max)))
@@ -303,6 +316,7 @@ func simPause(max time.Duration) {
 	case 1, 2:
 		time.Sleep(d)
 	}
+	return k < 3
 }
 
 // simYield, on a goroutine that may hold a lock, sometimes lets the
@@ -444,6 +458,7 @@ type simWorld struct {
 	records   []FailoverRecord
 	closedAt  time.Time // when Client.Close returned
 
+	lat         simLat      // the answer-latency invariant (sim_latency_test.go)
 	rc          *simReconf  // the reconfigure fault (simreconf_test.go); nil: off
 	roundPauses atomic.Bool // a waiter's round may pause (watchParked has stopped)
 }
@@ -915,6 +930,7 @@ func (r readLog) logWrites(msgs [][]byte) {
 		switch {
 		case wire.IsRequest(m):
 		case wire.AppID(m) != 0:
+			r.answerWritten(m)
 			delete(o.open, [2]uint32{wire.EndToEnd(m), wire.HopByHop(m)})
 			delete(o.beforeDPR, [2]uint32{wire.EndToEnd(m), wire.HopByHop(m)})
 		case wire.CommandCode(m) == wire.CmdDisconnectPeer && time.Since(o.dprAt) < simDPABound:
@@ -951,6 +967,7 @@ func (r readLog) ReadMessage() ([]byte, error) {
 		switch {
 		case wire.AppID(m) != 0:
 			o.open[[2]uint32{wire.EndToEnd(m), wire.HopByHop(m)}] = true
+			r.requestRead(m)
 		case wire.CommandCode(m) == wire.CmdDisconnectPeer && o.dprAt.IsZero():
 			o.dprAt = time.Now()
 			o.beforeDPR = maps.Clone(o.open)
@@ -982,7 +999,7 @@ func (r readLog) ReadMessage() ([]byte, error) {
 			}
 			r.w.mu.Unlock()
 		}
-		simPause(5 * time.Millisecond)
+		r.answerRead(m) // checks its latency, then simPause(5 * time.Millisecond)
 	}
 	return m, err
 }
@@ -1308,7 +1325,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		// A request is applied when its answer is committed to the shared
 		// store (dedup.WrapCommit): a handler may run twice when a stalled
 		// server is overtaken, but only one result commits.
-		s.f.handle = w.handler(s, dedup.WrapCommit(store, w.apply(s), func(req, ans []byte) {
+		s.f.handle = w.readyAt(s, w.handler(s, dedup.WrapCommit(store, w.apply(s), func(req, ans []byte) {
 			if rc, _ := message.ResultCodeOf(ans); rc == message.Success {
 				w.mu.Lock()
 				id := wire.EndToEnd(req)
@@ -1319,7 +1336,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 				}
 				w.mu.Unlock()
 			}
-		}, nil))
+		}, nil)))
 		w.servers = append(w.servers, s)
 		u := fmt.Sprintf("tcp://%c:3868", 'a'+i)
 		w.n[u] = s.f
@@ -1388,9 +1405,12 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	}
 	// The servers send the client requests too (a Re-Auth-Request, an
 	// Abort-Session-Request): it answers them within simHandlerDelay.
-	cfg.Peer.Handler = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+	cfg.Peer.Handler = w.clientHandler(func(ctx context.Context, p *peer.Peer, req []byte) []byte {
 		w.mu.Lock()
 		d := time.Duration(w.hrng.Int64N(int64(simHandlerDelay)))
+		if w.lat.quick.Load() {
+			d /= 200 // the baton's phase: the reader may park again soon (sim_latency_test.go)
+		}
 		w.asked[[2]uint32{wire.EndToEnd(req), wire.HopByHop(req)}] = true
 		w.mu.Unlock()
 		select {
@@ -1401,7 +1421,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		return message.NewAnswer(req).ResultCode(message.Success).
 			String(message.OriginHost, 0, true, "client.example.net").
 			String(message.OriginRealm, 0, true, "example.net").Bytes()
-	}
+	})
 	// The balancer's clock is read while a failover's batch is being
 	// picked: a pause there lets the alternates picked so far change
 	// state before the batch is submitted.
@@ -1415,12 +1435,12 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			// Once it has stopped (the schedule's end, Close), a round
 			// pauses like a failover's batch: Close must wait for it.
 			if w.roundPauses.Load() {
-				simPause(50 * time.Millisecond)
+				w.otherPause(50 * time.Millisecond)
 			}
 		case 2: // on the peer's notifier, which delivers its state changes after it
-			simPause(50 * time.Millisecond)
+			w.otherPause(50 * time.Millisecond)
 		case 1: // a single send between its pick and its submit
-			simPause(5 * time.Millisecond)
+			w.otherPause(5 * time.Millisecond)
 		}
 		return time.Now()
 	}
@@ -1444,7 +1464,8 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			w.mu.Unlock()
 		}
 		if e.Kind == EventPeer && e.Peer != nil && e.Peer.Kind == peer.EventWatchdog {
-			simPause(500 * time.Millisecond)
+			w.watchdogEvent()
+			w.otherPause(500 * time.Millisecond)
 		}
 	})
 	defer cancelSub()
@@ -1548,6 +1569,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			}
 			defer cancel()
 			ans, err := c.Send(ctx, req)
+			w.sendReturned(id)
 			results <- simOutcome{id, ans, err, time.Now()}
 		}()
 		return r
@@ -1827,6 +1849,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			}
 		}
 		w.mu.Unlock()
+		w.batonPhase(send)
 		// Every deadline is an hour at most: a Send still waiting after
 		// two is stuck (Close below ends it, and check reports it).
 		returned := make(chan struct{})
@@ -1961,6 +1984,9 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		}
 	}
 	close(results)
+	w.lat.mu.Lock()
+	w.counts.ReadChecked, w.counts.ReadExcused = w.lat.checked, w.lat.excused
+	w.lat.mu.Unlock()
 	w.records = recordsOf(c)
 	w.check(results, closedEarly)
 	return w.counts
