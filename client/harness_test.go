@@ -78,6 +78,13 @@ type fakeServer struct {
 	// are not a Diameter message. No fault corrupts bytes, so each is a
 	// writer that cut or interleaved a message.
 	badFrames atomic.Int64
+	// linger, when set, says how long the server's end of a connection
+	// stays open after its peer closes it (0: not at all): a server
+	// that leaves the close to the client after a DPR/DPA exchange
+	// (RFC 6733 5.4 has the DPR's sender close). Set before the first
+	// accept.
+	linger func() time.Duration
+	gone   chan struct{} // closed by close: a lingering end closes then
 
 	mu    sync.Mutex
 	reqs  []seen
@@ -85,7 +92,7 @@ type fakeServer struct {
 }
 
 func newFakeServer(host string) *fakeServer {
-	return &fakeServer{host: host}
+	return &fakeServer{host: host, gone: make(chan struct{})}
 }
 
 func (f *fakeServer) freeze() { f.faults.Freeze() }
@@ -210,6 +217,7 @@ func (c frameCount) ReadMessage() ([]byte, error) {
 func (f *fakeServer) dropConnections() { f.faults.Reset() }
 
 func (f *fakeServer) close() {
+	close(f.gone)
 	f.unfreeze()
 	f.mu.Lock()
 	ps := f.peers
@@ -243,6 +251,23 @@ func (rc *recordConn) ReadMessage() ([]byte, error) {
 		rc.f.mu.Unlock()
 	}
 	return m, err
+}
+
+// Close closes the server's end, linger later when set.
+func (rc *recordConn) Close() error {
+	if rc.f.linger != nil {
+		if d := rc.f.linger(); d > 0 {
+			go func() {
+				select {
+				case <-time.After(d):
+				case <-rc.f.gone:
+				}
+				rc.Conn.Close()
+			}()
+			return nil
+		}
+	}
+	return rc.Conn.Close()
 }
 
 func (rc *recordConn) WriteMessages(msgs ...[]byte) error {

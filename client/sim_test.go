@@ -144,6 +144,10 @@ func TestSim(t *testing.T) {
 	testhook.Queued = simQueued
 	testhook.AfterQueue = simAfterQueue // simPause(20 * time.Millisecond), counted (sim_latency_test.go)
 	testhook.CallerRead = simCallerRead
+	// Between a submit's boarding and its queueing, with the connection's
+	// lock held: a moment for the others (a submit that let go of the
+	// lock here would let a later one reach the wire first).
+	testhook.Posting = simYield
 	// Not longer: strand runs on a Send's goroutine (its deadline is at
 	// stake) or on a peer's notifier, which delivers the peer's state
 	// changes after it (longer pauses, one per premature failover, hold
@@ -157,7 +161,7 @@ func TestSim(t *testing.T) {
 	defer func() {
 		testhook.Queued, testhook.AfterQueue, beforeStrand, beforeRefresh, onStrand, onWait = nil, nil, nil, nil, nil, nil
 		onThrottled, onPicked = nil, nil
-		testhook.CallerRead = nil
+		testhook.CallerRead, testhook.Posting = nil, nil
 	}()
 	var failed []uint64
 	var fmu sync.Mutex
@@ -232,6 +236,9 @@ type simCounts struct {
 	// ReadChecked: answers whose latency was checked, ReadExcused those
 	// of them read late with a fault pending (sim_latency_test.go).
 	BatonPhase, ReadChecked, ReadExcused int
+	// WriteBreaks: connections whose write side broke (the write-only
+	// fault).
+	WriteBreaks int
 }
 
 type simTotals struct {
@@ -281,6 +288,7 @@ func (s *simTotals) add(b simCounts) {
 	a.BatonPhase += b.BatonPhase
 	a.ReadChecked += b.ReadChecked
 	a.ReadExcused += b.ReadExcused
+	a.WriteBreaks += b.WriteBreaks
 }
 
 func (s *simTotals) snapshot() simCounts {
@@ -428,6 +436,8 @@ type simWorld struct {
 	asked     map[[2]uint32]bool   // (e2e, hbh) of the servers' requests given to the client's handler
 	hrng      *rand.Rand           // the client handler's delays, under mu (rng is the schedule's goroutine's)
 	trng      *rand.Rand           // the room of inline writes (sendRoom), under mu
+	brng      *rand.Rand           // the write-only fault (which connections break, when), under mu
+	breaking  atomic.Bool          // the write-only fault is on (the schedule's steps, not its start, quiet end or Close)
 	refusals  map[[2]uint32]int    // (e2e, hbh) of a 3004/3002 the client read -> seq
 	wrote     map[[2]uint32]string // (e2e, hbh) of a request written -> the server's host
 	answered  map[uint32]time.Time // when the client first read a final answer to the request
@@ -795,6 +805,84 @@ type simOwed struct {
 	dprAt     time.Time
 	tail      bool // the next write starts with the rest of a TryWrite's message
 	ended     bool // closed, or a read failed: the connection is down
+	// The write-only fault: the write side breaks at the breakAfter'th
+	// write (0: never), as to a server that stopped reading whose socket
+	// then fails writes (EPIPE) while what it sent is still read.
+	breakAfter, writes int
+	brokeAt            time.Time
+	// lastHbh is the Hop-by-Hop id of the last request written (any:
+	// one was), for the order of the wire.
+	lastHbh uint32
+	any     bool
+	// dpaAt: when the client read the DPA to its own DPR; flushArmed: the
+	// check that it then closes the connection is set.
+	dpaAt      time.Time
+	flushArmed bool
+}
+
+// simFlushDown bounds how long the client keeps a connection up once it
+// has read the DPA to its DPR there and owes the server nothing (every
+// request the server sent answered on the wire): it closes it once what
+// is queued is written. The servers of some schedules leave that close
+// to it (linger).
+const simFlushDown = time.Second
+
+// armFlushDownLocked sets the check of simFlushDown once the DPA is read
+// and nothing is owed. r.owed.mu is held.
+func (r readLog) armFlushDownLocked() {
+	o := r.owed
+	if o.dpaAt.IsZero() || o.flushArmed || len(o.open) > 0 || o.ended {
+		return
+	}
+	o.flushArmed = true
+	from := time.Now()
+	go func() {
+		time.Sleep(simFlushDown)
+		o.mu.Lock()
+		ended, dpaAt := o.ended, o.dpaAt
+		o.mu.Unlock()
+		if !ended {
+			r.w.violation("client read the DPA to its DPR from %s at %v and owed it nothing from %v, and still had that connection up %v later (it closes once what is queued is written)",
+				r.host, dpaAt.Format("04:05.000"), from.Format("04:05.000"), time.Since(from))
+		}
+	}()
+}
+
+// simWriteDown bounds how long a connection whose write failed may stay
+// up: the write's goroutine (a writer, or a caller writing inline) ends
+// it at once.
+const simWriteDown = time.Second
+
+var errSimWriteBroken = errors.New("sim: write failed: the server stopped reading")
+
+// broken counts a write and reports whether the write side has broken:
+// the first time, it checks simWriteDown later that the client closed
+// the connection.
+func (r readLog) broken() bool {
+	o := r.owed
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.writes++
+	if o.breakAfter == 0 || o.writes < o.breakAfter || o.brokeAt.IsZero() && !r.w.breaking.Load() {
+		return false
+	}
+	if o.brokeAt.IsZero() {
+		o.brokeAt = time.Now()
+		r.w.mu.Lock()
+		r.w.counts.WriteBreaks++
+		r.w.mu.Unlock()
+		go func() {
+			time.Sleep(simWriteDown)
+			o.mu.Lock()
+			ended, at := o.ended, o.brokeAt
+			o.mu.Unlock()
+			if !ended {
+				r.w.violation("a write to %s failed at %v (the server stopped reading; reads go on) and the client still had that connection up %v later (a failed write ends its connection at once)",
+					r.host, at.Format("04:05.000"), time.Since(at))
+			}
+		}()
+	}
+	return true
 }
 
 // Close records that the client closed the connection.
@@ -842,6 +930,9 @@ func (w *simWorld) dprInService(host string, o *simOwed) {
 // gets the answers it is owed first; the client's handler takes less
 // than the DPA's bound).
 func (r readLog) WriteMessages(msgs ...[]byte) error {
+	if r.broken() {
+		return errSimWriteBroken
+	}
 	whole := msgs
 	r.owed.mu.Lock()
 	if r.owed.tail && len(msgs) > 0 {
@@ -858,6 +949,9 @@ func (r readLog) WriteMessages(msgs ...[]byte) error {
 type readLogTry struct{ readLog }
 
 func (r readLogTry) TryWrite(msg []byte) (int, error) {
+	if r.broken() {
+		return 0, errSimWriteBroken
+	}
 	r.logWrites([][]byte{msg})
 	n, err := r.Conn.(transport.TryWriter).TryWrite(msg)
 	if err == nil && n < len(msg) {
@@ -900,6 +994,23 @@ func (r readLog) logWrites(msgs [][]byte) {
 	r.owed.mu.Lock()
 	dprAt := r.owed.dprAt
 	r.owed.mu.Unlock()
+	r.owed.mu.Lock()
+	for _, m := range msgs {
+		// The Hop-by-Hop ids of a connection are issued in increasing
+		// order (from a random start, wrapping) as its requests board,
+		// under its lock, which is held until the request is queued or
+		// taken for an inline write: the wire has them in that order.
+		if !wire.IsRequest(m) || wire.AppID(m) == 0 {
+			continue
+		}
+		hbh := wire.HopByHop(m)
+		if r.owed.any && int32(hbh-r.owed.lastHbh) <= 0 {
+			r.w.violation("client wrote request %d (hbh %d) to %s after request hbh %d boarded later on that connection: the wire's order is not the boarding order",
+				wire.EndToEnd(m), hbh, r.host, r.owed.lastHbh)
+		}
+		r.owed.lastHbh, r.owed.any = hbh, true
+	}
+	r.owed.mu.Unlock()
 	r.w.mu.Lock()
 	for _, m := range msgs {
 		if wire.IsRequest(m) && wire.AppID(m) != 0 {
@@ -933,6 +1044,7 @@ func (r readLog) logWrites(msgs [][]byte) {
 			r.answerWritten(m)
 			delete(o.open, [2]uint32{wire.EndToEnd(m), wire.HopByHop(m)})
 			delete(o.beforeDPR, [2]uint32{wire.EndToEnd(m), wire.HopByHop(m)})
+			r.armFlushDownLocked()
 		case wire.CommandCode(m) == wire.CmdDisconnectPeer && time.Since(o.dprAt) < simDPABound:
 			owed := 0
 			r.w.mu.Lock()
@@ -972,6 +1084,15 @@ func (r readLog) ReadMessage() ([]byte, error) {
 			o.dprAt = time.Now()
 			o.beforeDPR = maps.Clone(o.open)
 			go r.w.dprInService(r.host, o)
+		}
+		o.mu.Unlock()
+	}
+	if err == nil && !wire.IsRequest(m) && wire.AppID(m) == 0 && wire.CommandCode(m) == wire.CmdDisconnectPeer {
+		o := r.owed
+		o.mu.Lock()
+		if o.dpaAt.IsZero() {
+			o.dpaAt = time.Now()
+			r.armFlushDownLocked()
 		}
 		o.mu.Unlock()
 	}
@@ -1287,7 +1408,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		waitWhy: map[uint32][]string{}, picks: map[uint32][]simPick{}, sends: map[uint32][]simSend{}, refusals: map[[2]uint32]int{}, wrote: map[[2]uint32]string{}, answered: map[uint32]time.Time{}, applied: map[uint32]int{}, commits: map[uint32][]string{},
 		commitAt: map[uint32]time.Time{}, runs: map[uint32]int{}, reqs: map[uint32]*simReq{}, slow: map[uint32]bool{}, dropped: map[uint32]bool{},
 		lastDrop: map[uint32]simDrop{}, outAt: map[string][]time.Time{}, waitedAt: map[uint32][]time.Time{},
-		groupOf: map[*call.Call]*simGroup{}, asked: map[[2]uint32]bool{}, hrng: rand.New(rand.NewPCG(seed, 0x4a4d)), trng: rand.New(rand.NewPCG(seed, 0x7472))}
+		groupOf: map[*call.Call]*simGroup{}, asked: map[[2]uint32]bool{}, hrng: rand.New(rand.NewPCG(seed, 0x4a4d)), trng: rand.New(rand.NewPCG(seed, 0x7472)), brng: rand.New(rand.NewPCG(seed, 0x62726b))}
 	simWorlds.Lock()
 	if simWorlds.m == nil {
 		simWorlds.m = map[uint32]*simWorld{}
@@ -1315,6 +1436,17 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		s.f.baton = s.f.tryWrite && seed%2 == 1
 		s.f.tryLimit = w.sendRoom
 		s.f.tryPause = w.tryPause
+		// In a third of the schedules the servers leave the close of a
+		// connection to the client, for 1.5 to 3.5 s (a source of its
+		// own): past simFlushDown, within the schedule's end.
+		if lrng := rand.New(rand.NewPCG(seed, 0x6c6e67+uint64(i))); lrng.IntN(3) == 0 {
+			var lmu sync.Mutex
+			s.f.linger = func() time.Duration {
+				lmu.Lock()
+				defer lmu.Unlock()
+				return 1500*time.Millisecond + time.Duration(lrng.Int64N(int64(2*time.Second)))
+			}
+		}
 		// The requests a server sends the client (k == 19) are not sent
 		// again elsewhere: they fail where they leave a connection. (A
 		// peer without a failover hook whose graceful disconnect still
@@ -1395,6 +1527,14 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			return nil, err
 		}
 		rl := readLog{tc, w, w.n[url].host, &simOwed{open: map[[2]uint32]bool{}}}
+		// One connection in 8 has its write side break after a few
+		// writes, its reads going on (a source of its own: the rest of
+		// the schedule stays as it was).
+		w.mu.Lock()
+		if w.brng.IntN(8) == 0 {
+			rl.owed.breakAfter = 2 + w.brng.IntN(40)
+		}
+		w.mu.Unlock()
 		if _, ok := tc.(transport.ReadInterrupter); ok {
 			return readLogBaton{readLogTry{rl}}, nil
 		}
@@ -1477,6 +1617,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	}
 
 	w.rc = newSimReconf(w, cfg.Peers)
+	w.breaking.Store(true)
 	stopWatch := w.watchParked()
 
 	results := make(chan simOutcome, 1<<14)
@@ -1818,6 +1959,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		sleep(40 * time.Second)
 		w.checkOutstanding()
 	}
+	w.breaking.Store(false)
 	if !closedEarly {
 		// Quiet: every fault ends, every server answers at once.
 		bg.Wait()

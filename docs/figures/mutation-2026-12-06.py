@@ -183,7 +183,7 @@ MUTANTS = {
  'O04': ('outbox.writeInline', 'a failed inline write does not end the connection',
    [('internal/outbox/outbox.go', '\t\to.onEnd(err)\n\t\treturn\n\t}\n\to.Mu.Lock()\n\tif n < len(msg) {', '\t\treturn\n\t}\n\to.Mu.Lock()\n\tif n < len(msg) {')]),
  'O05': ('outbox.Post', "the connection's lock is released before the request is queued (boarding order and wire order may differ)",
-   [('internal/outbox/outbox.go', 'func (o *Outbox) Post(msg []byte, alone, answer bool, held sync.Locker) (inline, ok bool) {\n\to.Mu.Lock()', 'func (o *Outbox) Post(msg []byte, alone, answer bool, held sync.Locker) (inline, ok bool) {\n\tif held != nil {\n\t\theld.Unlock()\n\t\theld = nil\n\t}\n\to.Mu.Lock()')]),
+   [('internal/outbox/outbox.go', 'func (o *Outbox) Post(msg []byte, alone, answer bool, held sync.Locker) (inline, ok bool) {\n', 'func (o *Outbox) Post(msg []byte, alone, answer bool, held sync.Locker) (inline, ok bool) {\n\tif held != nil {\n\t\theld.Unlock()\n\t\theld = nil\n\t}\n')]),
  # --- the view and its generations, the line of waiters ---
  'V01': ('client.after', 'a waiter stops at a predecessor that left the line instead of looking past it to the ones before',
    [('client/avail.go', '\t\tcase p == nil || (p.round >= gen && !p.gone):', '\t\tcase p == nil || p.gone || p.round >= gen:')]),

@@ -21,6 +21,7 @@ import (
 	"sync"
 
 	"github.com/aaatp/aaatp/internal/serve"
+	"github.com/aaatp/aaatp/internal/testhook"
 	"github.com/aaatp/aaatp/transport"
 )
 
@@ -117,6 +118,9 @@ func (o *Outbox) Kick() {
 // (the reader's DWA, a refusal) counts in a server's backlog until
 // written. ok is false, held released too, if the outbox is closed.
 func (o *Outbox) Post(msg []byte, alone, answer bool, held sync.Locker) (inline, ok bool) {
+	if testhook.Posting != nil {
+		testhook.Posting()
+	}
 	o.Mu.Lock()
 	n := 0
 	if answer {

@@ -24,3 +24,8 @@ var Exchanged func(remoteHost string)
 // CallerRead, when set, runs on a caller that read its own request's
 // answer from the connection (the reading baton), after it completed it.
 var CallerRead func(endToEnd uint32)
+
+// Posting, when set, runs at the start of every outbox.Post, on the
+// posting goroutine, before the outbox's lock is taken; the lock the
+// caller passes as held is still held then. It must not block.
+var Posting func()
