@@ -1592,6 +1592,9 @@ func (c *conn) handTo(w, d *dcall) bool {
 	}
 	b := &c.bt
 	b.handed.Store(w)
+	if testhook.Handing != nil {
+		testhook.Handing(w.Ref)
+	}
 	if w.Offer() {
 		return true // its Await runs ReadAnswer, which takes it
 	}

@@ -29,3 +29,10 @@ var CallerRead func(endToEnd uint32)
 // posting goroutine, before the outbox's lock is taken; the lock the
 // caller passes as held is still held then. It must not block.
 var Posting func()
+
+// Handing, when set, runs on a caller handing the reading baton it holds
+// to a caller waiting for it (endToEnd is the waiting call's), once it
+// has checked that call and before it wakes it: a test can let the
+// waiting call end in between (its deadline), which the hand-over must
+// see. It must not block (a yield at most).
+var Handing func(endToEnd uint32)
