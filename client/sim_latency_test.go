@@ -189,6 +189,9 @@ func (l *simLat) pause(s func() *simSpan, max time.Duration) {
 // otherPause is simPause(max) on a goroutine that may be reading a
 // connection, counted as one of w's other pauses.
 func (w *simWorld) otherPause(max time.Duration) {
+	if w.b2.quiet.Load() {
+		return // the hand-over phase times its rounds to the instant
+	}
 	w.lat.pause(func() *simSpan { return &w.lat.other }, max)
 }
 
@@ -206,6 +209,9 @@ func simAfterQueue(e2e uint32) {
 	w := simWorldOf(e2e)
 	if w == nil {
 		simPause(20 * time.Millisecond)
+		return
+	}
+	if w.b2.quiet.Load() {
 		return
 	}
 	w.mu.Lock()
@@ -316,7 +322,9 @@ func (r readLog) answerRead(m []byte) {
 		l.excused++
 		l.mu.Unlock()
 	}
-	l.pause(func() *simSpan { return spanOf(l.onRead, r.owed) }, 5*time.Millisecond)
+	if !w.b2.quiet.Load() {
+		l.pause(func() *simSpan { return spanOf(l.onRead, r.owed) }, 5*time.Millisecond)
+	}
 }
 
 // The reading baton's own case: one caller sending one request at a

@@ -115,7 +115,12 @@ const simRecovery = 9 * time.Minute
 // holds the reading up (no virtual time passes on a healthy read path),
 // and, in a phase of the quiet end where callers send one request at a
 // time (the reading baton's case) while the servers ask requests of
-// their own, that the client answers each of those (sim_latency_test.go).
+// their own, that the client answers each of those (sim_latency_test.go);
+// in another, a caller done with its call holds the baton while a caller
+// registers waiting for it, whose wait ends as the baton is handed to
+// it, or while the throttle's dispatcher writes a request inline there,
+// and the answer that comes next must be read at once
+// (sim_baton2_test.go).
 // A failing schedule names its seed: replay it with
 //
 //	go test ./client -run TestSim -sim.seed=N -v
@@ -144,6 +149,8 @@ func TestSim(t *testing.T) {
 	testhook.Queued = simQueued
 	testhook.AfterQueue = simAfterQueue // simPause(20 * time.Millisecond), counted (sim_latency_test.go)
 	testhook.CallerRead = simCallerRead
+	testhook.Handing = simHanding // sim_baton2_test.go
+	beforeSent = simBeforeSent
 	// Between a submit's boarding and its queueing, with the connection's
 	// lock held: a moment for the others (a submit that let go of the
 	// lock here would let a later one reach the wire first).
@@ -161,7 +168,7 @@ func TestSim(t *testing.T) {
 	defer func() {
 		testhook.Queued, testhook.AfterQueue, beforeStrand, beforeRefresh, onStrand, onWait = nil, nil, nil, nil, nil, nil
 		onThrottled, onPicked = nil, nil
-		testhook.CallerRead, testhook.Posting = nil, nil
+		testhook.CallerRead, testhook.Posting, testhook.Handing, beforeSent = nil, nil, nil, nil
 	}()
 	var failed []uint64
 	var fmu sync.Mutex
@@ -200,7 +207,7 @@ func TestSim(t *testing.T) {
 			s.Patient == 0 || s.Pinned == 0 || s.NonAcct == 0 || s.AllOut == 0 || s.SlowBehind == 0 ||
 			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 || s.BusyFailover == 0 ||
 			s.Hurried == 0 || s.CloseAtChange == 0 || s.SubscriberClose == 0 || s.ServerAsks == 0 || s.PolicyOut == 0 || s.HandedOver == 0 || (*simThrottle && s.Throttle == 0) || s.Inline == 0 || s.InlinePart == 0 || s.CallerRead == 0 || s.ServerInline == 0 || s.Ended == 0 ||
-			s.BatonPhase == 0 || s.ReadChecked == 0 {
+			s.BatonPhase == 0 || s.ReadChecked == 0 || s.Baton2Holds == 0 {
 			t.Errorf("the schedules exercised too little: %+v", s)
 		}
 	}
@@ -236,6 +243,9 @@ type simCounts struct {
 	// ReadChecked: answers whose latency was checked, ReadExcused those
 	// of them read late with a fault pending (sim_latency_test.go).
 	BatonPhase, ReadChecked, ReadExcused int
+	// Baton2Holds: rounds of the hand-over phase in which a caller held
+	// the baton done with its call (sim_baton2_test.go).
+	Baton2Holds int
 	// WriteBreaks: connections whose write side broke (the write-only
 	// fault).
 	WriteBreaks int
@@ -288,6 +298,7 @@ func (s *simTotals) add(b simCounts) {
 	a.BatonPhase += b.BatonPhase
 	a.ReadChecked += b.ReadChecked
 	a.ReadExcused += b.ReadExcused
+	a.Baton2Holds += b.Baton2Holds
 	a.WriteBreaks += b.WriteBreaks
 }
 
@@ -469,6 +480,7 @@ type simWorld struct {
 	closedAt  time.Time // when Client.Close returned
 
 	lat         simLat      // the answer-latency invariant (sim_latency_test.go)
+	b2          simBaton2   // the baton's hand-over phase (sim_baton2_test.go)
 	rc          *simReconf  // the reconfigure fault (simreconf_test.go); nil: off
 	roundPauses atomic.Bool // a waiter's round may pause (watchParked has stopped)
 }
@@ -1178,6 +1190,9 @@ func (w *simWorld) apply(s *simServer) peer.Handler {
 			w.mu.Unlock()
 		}
 		s.mu.Unlock()
+		if at, ok := w.b2.readyAt(id); ok {
+			delay = max(0, time.Until(at))
+		}
 		if delay > 0 {
 			w.tracef("%s holds %d for %v", s.host, id, delay)
 			select {
@@ -1272,6 +1287,7 @@ func simCallerRead(e2e uint32) {
 	w.mu.Lock()
 	w.counts.CallerRead++
 	w.mu.Unlock()
+	w.batonHold(e2e) // the hand-over phase (sim_baton2_test.go)
 }
 
 func simQueued(e2e uint32, conn any, msg []byte, afterRefusal bool) {
@@ -1657,6 +1673,13 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			r.pinned = w.servers[rng.IntN(len(w.servers))].host
 			w.counts.Pinned++
 		}
+		b2 := w.b2.take(id, opts) // the hand-over phase's (sim_baton2_test.go)
+		if b2 != nil && b2.pin != "" {
+			r.pinned = b2.pin
+		}
+		if b2 != nil && b2.class != "" {
+			r.acct = b2.class == "acct"
+		}
 		req := simRequest(int(id), nai, r.pinned, r.acct)
 		if !r.acct {
 			w.counts.NonAcct++
@@ -1675,6 +1698,9 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		}
 		if slices.Contains(opts, "patient") {
 			r.limit, r.patient = time.Hour, true
+		}
+		if b2 != nil && b2.limit > 0 {
+			r.limit, r.patient = b2.limit, false
 		}
 		r.drain = slices.Contains(opts, "drain")
 		if slices.Contains(opts, "ended") || len(opts) == 0 && erng.IntN(16) == 0 {
@@ -1701,6 +1727,8 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			defer wg.Done()
 			ctx, cancel := context.Background(), context.CancelFunc(func() {})
 			switch {
+			case b2 != nil && b2.ctx != nil:
+				ctx = b2.ctx // its deadline ends when the phase says
 			case ended && canceled:
 				ctx = endedCancel
 			case ended:
@@ -1992,6 +2020,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		}
 		w.mu.Unlock()
 		w.batonPhase(send)
+		w.batonPhase2(send)
 		// Every deadline is an hour at most: a Send still waiting after
 		// two is stuck (Close below ends it, and check reports it).
 		returned := make(chan struct{})

@@ -1,0 +1,375 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aaatp/aaatp/call"
+)
+
+// The reading baton's hand-over phase of TestSim: the moment a caller
+// that read its own answer, holding the baton, hands it on (peer's
+// release, handTo; call.Await's taking up of an Offer). The answer-latency
+// invariant (sim_latency_test.go) sees a baton left lying there: an
+// answer that arrives next on that connection is read only at the
+// parked reader's look, 5 to 10 ms later.
+//
+// Each round, on one server's connection (s1): a caller A sends a
+// request alone, takes the free baton and reads its answer; its caller
+// then holds the baton, done with its call, for a while (the CallerRead
+// hook: a pause on a goroutine that reads, counted against that
+// connection like the pause after a queue). Meanwhile, one of:
+//   - a caller W sends a request alone (written inline, so it registers
+//     waiting for the baton) whose deadline is the instant A's hold ends,
+//     and a request X behind it whose answer comes just after: the baton
+//     goes to W as its wait ends, so W's Await must take it up (and hand
+//     it on), or handTo must see that W left Await. W's wait ends at the
+//     end of A's hold (A's holder then yields 0 to 7 times), or as A
+//     hands it the baton (testhook.Handing: its deadline's watch fires,
+//     or another goroutine ends the call, as a throttle's expiry does;
+//     then 0 to 3 yields);
+//   - with a throttle whose accounting rate is limited, in half the
+//     rounds: requests to another server take the slot's accounting
+//     quota, and a request E to s1 waits in the throttle for the next
+//     slot, whose start A's hold spans: the Client's dispatcher writes E
+//     inline on s1's connection while A holds the baton, E's caller
+//     waiting in Await, registered nowhere. A must hand the baton to the
+//     reader before E's answer comes, a moment after its hold.
+//
+// The simulator's pauses are off during the phase (the rounds are timed
+// to the instant), and it draws from sources of its own: the rest of
+// the schedule stays as it was.
+
+// simB2Req is what the phase wants of one of its requests.
+type simB2Req struct {
+	pin    string        // Destination-Host
+	limit  time.Duration // its deadline (not patient), when not zero
+	at     time.Time     // the servers answer it then (zero: as they would)
+	holder bool          // its caller holds the baton once it read its answer
+	ctx    *simCutCtx    // its context (limit is its deadline)
+	waiter bool          // the round's W
+	class  string        // "acct", "auth": its throttle's class (else drawn)
+}
+
+// simSlot is the throttle's rate slot (Throttle.Slot's default).
+const simSlot = 50 * time.Millisecond
+
+// simCutCtx is a context whose deadline passes when the phase says
+// (fire), at the instant it names: the holder ends W's wait itself, then
+// yields, so that the cut lands anywhere in its hand-over.
+type simCutCtx struct {
+	dl   time.Time
+	once sync.Once
+	done chan struct{}
+}
+
+func newSimCutCtx(dl time.Time) *simCutCtx {
+	return &simCutCtx{dl: dl, done: make(chan struct{})}
+}
+
+func (c *simCutCtx) Deadline() (time.Time, bool) { return c.dl, true }
+func (c *simCutCtx) Done() <-chan struct{}       { return c.done }
+func (c *simCutCtx) Value(any) any               { return nil }
+func (c *simCutCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+func (c *simCutCtx) fire() { c.once.Do(func() { close(c.done) }) }
+
+// simBaton2 is a schedule's record of the phase.
+type simBaton2 struct {
+	quiet atomic.Bool // the phase runs: the simulator's pauses are off
+
+	mu   sync.Mutex
+	next *simB2Req            // for the next send with the "b2" option
+	reqs map[uint32]*simB2Req // the phase's requests
+	// The round's holder (a request) and its hold: hold long, then
+	// yields Goscheds; held gets the instant its hold ends.
+	holder uint32
+	hold   time.Duration
+	yields int
+	held   chan time.Time
+	cut    *simCutCtx // W's, fired as the hold ends
+	// handCut: W's, fired instead by the holder as it hands W the
+	// baton (testhook.Handing), then handYields Goscheds.
+	handCut    *simCutCtx
+	handID     uint32
+	handYields int
+	// handFail: the holder ends W's call itself (Fail, as a throttle's
+	// expiry does from another goroutine) rather than its deadline's
+	// watch: the call ends before W's Await wakes. wCall is W's call
+	// (beforeSent).
+	handFail bool
+	wCall    *call.Call
+}
+
+// simBeforeSent is beforeSent: W's call, for handFail.
+func simBeforeSent(calls []*call.Call) {
+	if simBaton2Phases.Load() == 0 {
+		return
+	}
+	for _, cl := range calls {
+		if w := simWorldOf(cl.Ref); w != nil {
+			w.b2.mu.Lock()
+			if w.b2.handID == cl.Ref {
+				w.b2.wCall = cl
+			}
+			w.b2.mu.Unlock()
+		}
+	}
+}
+
+// simBaton2Phases counts the hand-over phases running.
+var simBaton2Phases atomic.Int32
+
+// take gives request id, sent with opts, what the phase wants of it.
+func (b *simBaton2) take(id uint32, opts []string) *simB2Req {
+	if !slices.Contains(opts, "b2") {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.next
+	b.next = nil
+	if b.reqs == nil {
+		b.reqs = map[uint32]*simB2Req{}
+	}
+	b.reqs[id] = r
+	if r.holder {
+		b.holder = id
+	}
+	if r.waiter {
+		b.handID = id // before its Send: beforeSent looks for it
+	}
+	return r
+}
+
+func (b *simBaton2) get(id uint32) *simB2Req {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.reqs[id]
+}
+
+// readyAt is when the servers answer request id, if the phase says.
+func (b *simBaton2) readyAt(id uint32) (time.Time, bool) {
+	r := b.get(id)
+	if r == nil || r.at.IsZero() {
+		return time.Time{}, false
+	}
+	return r.at, true
+}
+
+// batonHold runs on the caller of request e2e once it read its answer
+// holding the baton (testhook.CallerRead): the round's holder keeps the
+// baton, done with its call, for the round's hold.
+func (w *simWorld) batonHold(e2e uint32) {
+	b := &w.b2
+	b.mu.Lock()
+	if b.holder == 0 || b.holder != e2e {
+		b.mu.Unlock()
+		return
+	}
+	b.holder = 0
+	hold, yields, held := b.hold, b.yields, b.held
+	b.mu.Unlock()
+	var conn any
+	w.mu.Lock()
+	if s := w.sends[e2e]; len(s) == 1 {
+		conn = s[0].conn
+		w.counts.Baton2Holds++
+	}
+	w.mu.Unlock()
+	if conn == nil {
+		held <- time.Time{}
+		return
+	}
+	l := &w.lat
+	l.mu.Lock()
+	l.init()
+	spanOf(l.onQueue, conn).active++
+	l.mu.Unlock()
+	held <- time.Now().Add(hold)
+	time.Sleep(hold)
+	b.mu.Lock()
+	cut := b.cut
+	b.cut = nil
+	b.mu.Unlock()
+	if cut != nil {
+		cut.fire()
+	}
+	for range yields {
+		runtime.Gosched()
+	}
+	l.mu.Lock()
+	sp := l.onQueue[conn]
+	sp.active--
+	sp.lastEnd = time.Now()
+	l.mu.Unlock()
+}
+
+// simHanding is testhook.Handing: a holder hands the baton to the
+// waiting call e2e.
+func simHanding(e2e uint32) {
+	if w := simWorldOf(e2e); w != nil {
+		w.b2.handing(e2e)
+	}
+}
+
+// handing fires W's deadline, when the round says so, as the baton is
+// handed to it, and yields.
+func (b *simBaton2) handing(e2e uint32) {
+	b.mu.Lock()
+	cut, n, fail, cl := b.handCut, b.handYields, b.handFail, b.wCall
+	if cut == nil || b.handID != e2e {
+		b.mu.Unlock()
+		return
+	}
+	b.handCut = nil
+	b.mu.Unlock()
+	if fail && cl != nil {
+		cl.Fail(fmt.Errorf("%w: its deadline, as the holder hands it the baton", ErrTimeout))
+	} else {
+		cut.fire()
+	}
+	for range n {
+		runtime.Gosched()
+	}
+}
+
+// batonPhase2 runs the hand-over phase in the schedules whose callers
+// may read (as batonPhase), once quiet.
+func (w *simWorld) batonPhase2(send func(opts ...string) *simReq) {
+	if len(w.servers) == 0 || !w.servers[0].f.baton {
+		return
+	}
+	rng := rand.New(rand.NewPCG(w.seed, 0x62326830))
+	saved := w.rng
+	w.rng = rand.New(rand.NewPCG(w.seed, 0x62327371)) // send's draws
+	w.b2.quiet.Store(true)
+	simBaton2Phases.Add(1)
+	defer func() {
+		simBaton2Phases.Add(-1)
+		w.b2.quiet.Store(false)
+		w.rng = saved
+	}()
+	i1 := rng.IntN(len(w.servers))
+	s1, s2 := w.servers[i1].host, w.servers[(i1+1)%len(w.servers)].host
+	// With a throttle whose accounting rate is limited, the rounds
+	// where E waits in it: quota requests take a slot's share.
+	quota := 0
+	if t := w.c.cfg.Throttle; t != nil && t.Accounting.MaxRate > 0 {
+		quota = int((int64(t.Accounting.MaxRate)*int64(simSlot)+int64(time.Second)-1)/int64(time.Second)) + 2
+	}
+	sendB2 := func(r simB2Req) *simReq {
+		w.b2.mu.Lock()
+		w.b2.next = &r
+		w.b2.mu.Unlock()
+		return send("patient", "unpinned", "b2")
+	}
+	wait := func(rs ...*simReq) {
+		for _, r := range rs {
+			w.waitReturn(r.id)
+		}
+	}
+	for range simBaton2Rounds {
+		queued := quota > 0 && rng.IntN(2) == 0
+		if queued {
+			// At a slot's start: A's hold spans the next one's, when the
+			// dispatcher releases E.
+			time.Sleep(time.Until(time.Now().Truncate(simSlot).Add(simSlot)))
+		}
+		// A request read by its own caller, or by the reader, which
+		// then parks: the baton lies free for A.
+		wait(sendB2(simB2Req{pin: s1, class: "auth"}))
+		time.Sleep(time.Millisecond)
+		hold := time.Millisecond + time.Duration(rng.Int64N(int64(5*time.Millisecond)))
+		delta := 100*time.Microsecond + time.Duration(rng.Int64N(int64(2*time.Millisecond)))
+		if queued {
+			// A's hold ends a moment after the next slot's start.
+			slotEnd := time.Now().Truncate(simSlot).Add(simSlot)
+			hold = time.Until(slotEnd) + 500*time.Microsecond + time.Duration(rng.Int64N(int64(2500*time.Microsecond)))
+		}
+		yields := rng.IntN(8)
+		held := make(chan time.Time, 1)
+		w.b2.mu.Lock()
+		w.b2.hold, w.b2.yields, w.b2.held = hold, yields, held
+		w.b2.mu.Unlock()
+		a := sendB2(simB2Req{pin: s1, holder: true, class: "auth"})
+		ret := make(chan struct{})
+		go func() { w.waitReturn(a.id); close(ret) }()
+		var end time.Time
+		select {
+		case end = <-held:
+		case <-ret:
+			w.b2.mu.Lock()
+			w.b2.holder = 0
+			w.b2.mu.Unlock()
+			select {
+			case end = <-held:
+			default:
+			}
+		}
+		if end.IsZero() {
+			<-ret
+			continue
+		}
+		w.tracef("baton2 round: A %d holds until %v (queued %v, yields %d, delta %v)", a.id, end.Format("05.000000"), queued, yields, delta)
+		var rs []*simReq
+		if queued {
+			// The slot's accounting quota taken (by requests to
+			// another server, answered at once), E waits in the
+			// throttle for the next slot.
+			for range quota {
+				rs = append(rs, sendB2(simB2Req{pin: s2, class: "acct"}))
+			}
+			time.Sleep(20 * time.Microsecond)
+			rs = append(rs, sendB2(simB2Req{pin: s1, class: "acct", at: end.Add(delta)}))
+		} else {
+			// W first, alone: its caller registers waiting for the baton
+			// before X is sent (a moment: every goroutine runs until it
+			// blocks).
+			cut := newSimCutCtx(end)
+			// Its deadline's end: at the end of A's hold (the holder yields
+			// after it), or as A hands it the baton (testhook.Handing),
+			// there through its deadline's watch or by another goroutine
+			// ending the call, then yields.
+			mode := rng.IntN(4)
+			handYields := rng.IntN(4)
+			rs = append(rs, sendB2(simB2Req{pin: s1, limit: time.Until(end), ctx: cut, waiter: true, at: end.Add(30 * time.Millisecond)}))
+			w.b2.mu.Lock()
+			if mode > 0 {
+				w.b2.handCut, w.b2.handID, w.b2.handYields, w.b2.handFail = cut, rs[0].id, handYields, mode > 1
+			} else {
+				w.b2.cut, w.b2.handID = cut, 0
+			}
+			w.b2.mu.Unlock()
+			time.Sleep(20 * time.Microsecond)
+			rs = append(rs, sendB2(simB2Req{pin: s1, at: end.Add(delta)}))
+		}
+		<-ret
+		w.b2.mu.Lock()
+		if w.b2.handCut != nil {
+			// The hold ended without a hand-over to W (it was not
+			// registered, or done): its deadline passes now.
+			w.b2.handCut.fire()
+			w.b2.handCut = nil
+		}
+		w.b2.handID, w.b2.wCall = 0, nil
+		w.b2.mu.Unlock()
+		wait(rs...)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// simBaton2Rounds is how many rounds the hand-over phase runs.
+const simBaton2Rounds = 60
