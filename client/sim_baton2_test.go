@@ -35,12 +35,15 @@ import (
 //     or another goroutine ends the call, as a throttle's expiry does;
 //     then 0 to 3 yields);
 //   - with a throttle whose accounting rate is limited, in half the
-//     rounds: requests to another server take the slot's accounting
-//     quota, and a request E to s1 waits in the throttle for the next
-//     slot, whose start A's hold spans: the Client's dispatcher writes E
-//     inline on s1's connection while A holds the baton, E's caller
-//     waiting in Await, registered nowhere. A must hand the baton to the
-//     reader before E's answer comes, a moment after its hold.
+//     rounds: a slot's worth of requests to another server, then a
+//     request E to s1, written inline by its caller
+//     while A holds the baton, its answer coming a moment after A's
+//     hold: A must hand the baton on (to E's caller, registered
+//     waiting, or to the reader when the registration it finds is
+//     stale: a call that completed). (The throttle's rate is each
+//     server's: E is not held back for the next slot; the dispatcher
+//     writing a request inline while a caller holds the baton is not
+//     reached.)
 //
 // The simulator's pauses are off during the phase (the rounds are timed
 // to the instant), and it draws from sources of its own: the rest of
@@ -264,8 +267,8 @@ func (w *simWorld) batonPhase2(send func(opts ...string) *simReq) {
 	}()
 	i1 := rng.IntN(len(w.servers))
 	s1, s2 := w.servers[i1].host, w.servers[(i1+1)%len(w.servers)].host
-	// With a throttle whose accounting rate is limited, the rounds
-	// where E waits in it: quota requests take a slot's share.
+	// With a throttle whose accounting rate is limited: a slot's
+	// share of it, and two.
 	quota := 0
 	if t := w.c.cfg.Throttle; t != nil && t.Accounting.MaxRate > 0 {
 		quota = int((int64(t.Accounting.MaxRate)*int64(simSlot)+int64(time.Second)-1)/int64(time.Second)) + 2
@@ -282,10 +285,10 @@ func (w *simWorld) batonPhase2(send func(opts ...string) *simReq) {
 		}
 	}
 	for range simBaton2Rounds {
+		// E's rounds: half of them, with a throttle.
 		queued := quota > 0 && rng.IntN(2) == 0
 		if queued {
-			// At a slot's start: A's hold spans the next one's, when the
-			// dispatcher releases E.
+			// At a slot's start: A's hold spans the next one's.
 			time.Sleep(time.Until(time.Now().Truncate(simSlot).Add(simSlot)))
 		}
 		// A request read by its own caller, or by the reader, which
@@ -326,9 +329,9 @@ func (w *simWorld) batonPhase2(send func(opts ...string) *simReq) {
 		w.tracef("baton2 round: A %d holds until %v (queued %v, yields %d, delta %v)", a.id, end.Format("05.000000"), queued, yields, delta)
 		var rs []*simReq
 		if queued {
-			// The slot's accounting quota taken (by requests to
-			// another server, answered at once), E waits in the
-			// throttle for the next slot.
+			// A slot's accounting quota of requests to another server,
+			// answered at once (the rate is each server's: E to s1
+			// goes out at once all the same).
 			for range quota {
 				rs = append(rs, sendB2(simB2Req{pin: s2, class: "acct"}))
 			}
