@@ -847,15 +847,23 @@ func (r readLog) armFlushDownLocked() {
 		return
 	}
 	o.flushArmed = true
-	from := time.Now()
+	from, dpaAt := time.Now(), o.dpaAt
+	o.closedWithin(simFlushDown, func() {
+		r.w.violation("client read the DPA to its DPR from %s at %v and owed it nothing from %v, and still had that connection up %v later (it closes once what is queued is written)",
+			r.host, dpaAt.Format("04:05.000"), from.Format("04:05.000"), time.Since(from))
+	})
+}
+
+// closedWithin runs late, d from now, unless the client closed the
+// connection by then.
+func (o *simOwed) closedWithin(d time.Duration, late func()) {
 	go func() {
-		time.Sleep(simFlushDown)
+		time.Sleep(d)
 		o.mu.Lock()
-		ended, dpaAt := o.ended, o.dpaAt
+		ended := o.ended
 		o.mu.Unlock()
 		if !ended {
-			r.w.violation("client read the DPA to its DPR from %s at %v and owed it nothing from %v, and still had that connection up %v later (it closes once what is queued is written)",
-				r.host, dpaAt.Format("04:05.000"), from.Format("04:05.000"), time.Since(from))
+			late()
 		}
 	}()
 }
@@ -883,16 +891,11 @@ func (r readLog) broken() bool {
 		r.w.mu.Lock()
 		r.w.counts.WriteBreaks++
 		r.w.mu.Unlock()
-		go func() {
-			time.Sleep(simWriteDown)
-			o.mu.Lock()
-			ended, at := o.ended, o.brokeAt
-			o.mu.Unlock()
-			if !ended {
-				r.w.violation("a write to %s failed at %v (the server stopped reading; reads go on) and the client still had that connection up %v later (a failed write ends its connection at once)",
-					r.host, at.Format("04:05.000"), time.Since(at))
-			}
-		}()
+		at := o.brokeAt
+		o.closedWithin(simWriteDown, func() {
+			r.w.violation("a write to %s failed at %v (the server stopped reading; reads go on) and the client still had that connection up %v later (a failed write ends its connection at once)",
+				r.host, at.Format("04:05.000"), time.Since(at))
+		})
 	}
 	return true
 }

@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	lradius "layeh.com/radius"
-
 	"github.com/aaatp/aaatp/peer"
-	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/watchdog"
 )
 
@@ -268,9 +265,7 @@ func (r *radReconf) drainCheck() {
 	errs := make(chan error, 16)
 	for k := range 4 + r.rng.IntN(10) {
 		user := fmt.Sprintf("drain%d", k)
-		req := &radius.Request{Code: lradius.CodeAccessRequest}
-		req.Attributes.Add(radius.AttrUserName, lradius.Attribute(user))
-		req.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("pw-"+user))
+		req := accessRequest(user)
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()

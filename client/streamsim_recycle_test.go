@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	lradius "layeh.com/radius"
-
 	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/radius"
 )
@@ -148,16 +146,10 @@ func runSSimRecycle(rng *rand.Rand, c *Client, snet *ssimNet, n radNetwork, urls
 			return r
 		}
 	}
-	newReq := func(user string) *radius.Request {
-		q := &radius.Request{Code: lradius.CodeAccessRequest}
-		q.Attributes.Add(radius.AttrUserName, lradius.Attribute(user))
-		q.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("pw-"+user))
-		return q
-	}
 	send := func(user string, d time.Duration) *ssimOutcome {
 		o := &ssimOutcome{user: user}
 		ctx, cancel := context.WithTimeout(context.Background(), d)
-		exchange(o, ctx, cancel, newReq(user))
+		exchange(o, ctx, cancel, accessRequest(user))
 		r.outs = append(r.outs, o)
 		return o
 	}

@@ -222,9 +222,7 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 		floodMu.Lock()
 		for i := range nb {
 			o := &ssimOutcome{user: fmt.Sprintf("b%d", i)}
-			r := &radius.Request{Code: lradius.CodeAccessRequest}
-			r.Attributes.Add(radius.AttrUserName, lradius.Attribute(o.user))
-			r.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("pw-"+o.user))
+			r := accessRequest(o.user)
 			ctx, cancel := context.Background(), context.CancelFunc(func() {})
 			switch crng.IntN(6) {
 			case 0:
@@ -300,9 +298,7 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 				floodMu.Lock()
 				for i := range n {
 					o := &ssimOutcome{user: fmt.Sprintf("f%d", i)}
-					r := &radius.Request{Code: lradius.CodeAccessRequest}
-					r.Attributes.Add(radius.AttrUserName, lradius.Attribute(o.user))
-					r.Attributes.Add(radius.AttrUserPassword, lradius.Attribute("pw-"+o.user))
+					r := accessRequest(o.user)
 					ctx, cancel := context.Background(), context.CancelFunc(func() {})
 					switch frng.IntN(6) {
 					case 0:
