@@ -58,6 +58,8 @@ type simB2Req struct {
 	ctx    *simCutCtx    // its context (limit is its deadline)
 	waiter bool          // the round's W
 	class  string        // "acct", "auth": its throttle's class (else drawn)
+	slack  time.Duration // how late past limit its Send may return (else simSlack)
+	drop   bool          // the servers never answer it (a silent server's)
 }
 
 // simSlot is the throttle's rate slot (Throttle.Slot's default).
@@ -66,28 +68,34 @@ const simSlot = 50 * time.Millisecond
 // simCutCtx is a context whose deadline passes when the phase says
 // (fire), at the instant it names: the holder ends W's wait itself, then
 // yields, so that the cut lands anywhere in its hand-over.
+//
+// It is a context.WithCancel underneath: context.AfterFunc (the call's
+// watch of its context) registers with it. Of a context of another type,
+// AfterFunc starts a goroutine that makes the AfterFunc's channel in this
+// schedule's bubble, and the watch that holds it is shared by the whole
+// process (one slot, the watch of the last context waited under): a call
+// of a schedule running beside this one that takes the slot over stops
+// the watch, and would close that channel from the other bubble, which
+// the runtime refuses (fatal).
 type simCutCtx struct {
-	dl   time.Time
-	once sync.Once
-	done chan struct{}
+	context.Context
+	cancel context.CancelFunc
+	dl     time.Time
 }
 
 func newSimCutCtx(dl time.Time) *simCutCtx {
-	return &simCutCtx{dl: dl, done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &simCutCtx{Context: ctx, cancel: cancel, dl: dl}
 }
 
 func (c *simCutCtx) Deadline() (time.Time, bool) { return c.dl, true }
-func (c *simCutCtx) Done() <-chan struct{}       { return c.done }
-func (c *simCutCtx) Value(any) any               { return nil }
 func (c *simCutCtx) Err() error {
-	select {
-	case <-c.done:
+	if c.Context.Err() != nil {
 		return context.DeadlineExceeded
-	default:
-		return nil
 	}
+	return nil
 }
-func (c *simCutCtx) fire() { c.once.Do(func() { close(c.done) }) }
+func (c *simCutCtx) fire() { c.cancel() }
 
 // simBaton2 is a schedule's record of the phase.
 type simBaton2 struct {
@@ -161,6 +169,12 @@ func (b *simBaton2) get(id uint32) *simB2Req {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.reqs[id]
+}
+
+// drops reports whether the servers never answer request id.
+func (b *simBaton2) drops(id uint32) bool {
+	r := b.get(id)
+	return r != nil && r.drop
 }
 
 // readyAt is when the servers answer request id, if the phase says.
@@ -256,6 +270,7 @@ func (w *simWorld) batonPhase2(send func(opts ...string) *simReq) {
 		return
 	}
 	rng := rand.New(rand.NewPCG(w.seed, 0x62326830))
+	crng := rand.New(rand.NewPCG(w.seed, 0x62324330)) // C's, apart: the other rounds draw as they did
 	saved := w.rng
 	w.rng = rand.New(rand.NewPCG(w.seed, 0x62327371)) // send's draws
 	w.b2.quiet.Store(true)
@@ -295,6 +310,26 @@ func (w *simWorld) batonPhase2(send func(opts ...string) *simReq) {
 		// then parks: the baton lies free for A.
 		wait(sendB2(simB2Req{pin: s1, class: "auth"}))
 		time.Sleep(time.Millisecond)
+		if crng.IntN(2) == 0 {
+			// C, alone: its caller takes the free baton and reads for
+			// it, and its deadline passes before its answer comes, late
+			// or never. Its Send returns at the deadline (the deadline's
+			// watch stops the read), not at the answer; unanswered, it
+			// leaves the connection's pending requests as it returns
+			// (nothing is pending once quiet).
+			limit := time.Millisecond + time.Duration(crng.Int64N(int64(5*time.Millisecond)))
+			drop := crng.IntN(2) == 0
+			c := sendB2(simB2Req{pin: s1, class: "auth", limit: limit, slack: simQuietSlack, at: time.Now().Add(limit + 30*time.Millisecond), drop: drop})
+			w.tracef("baton2 round: C %d, deadline in %v, dropped %v", c.id, limit, drop)
+			if !w.waitReturnBy(c.id, time.Now().Add(limit+time.Second)) {
+				// Its caller reads on past its deadline (an answer that
+				// never comes): the end of the schedule reports the
+				// Send that never returns, and closes the Client.
+				w.violation("request %d (deadline %v, read by its caller, never answered: %v) has not returned 1s past its deadline", c.id, limit, drop)
+				return
+			}
+			time.Sleep(40 * time.Millisecond) // its answer came, late, or did not
+		}
 		hold := time.Millisecond + time.Duration(rng.Int64N(int64(5*time.Millisecond)))
 		delta := 100*time.Microsecond + time.Duration(rng.Int64N(int64(2*time.Millisecond)))
 		if queued {
@@ -373,6 +408,11 @@ func (w *simWorld) batonPhase2(send func(opts ...string) *simReq) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// simQuietSlack is how late past its deadline a Send of the phase may
+// return: there are no pauses, and the deadline's watch ends the wait at
+// the instant.
+const simQuietSlack = time.Millisecond
 
 // simBaton2Rounds is how many rounds the hand-over phase runs.
 const simBaton2Rounds = 60

@@ -409,13 +409,22 @@ func (w *simWorld) checkAsked(since time.Time) {
 
 // waitReturn waits until the Send of request id has returned.
 func (w *simWorld) waitReturn(id uint32) {
+	w.waitReturnBy(id, time.Time{})
+}
+
+// waitReturnBy is waitReturn until by at the latest (zero: no bound); it
+// reports whether the Send of request id returned.
+func (w *simWorld) waitReturnBy(id uint32, by time.Time) bool {
 	for {
 		w.lat.mu.Lock()
 		w.lat.init()
 		_, ok := w.lat.returned[id]
 		w.lat.mu.Unlock()
 		if ok {
-			return
+			return true
+		}
+		if !by.IsZero() && time.Now().After(by) {
+			return false
 		}
 		time.Sleep(time.Millisecond)
 	}

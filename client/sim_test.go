@@ -165,7 +165,18 @@ func TestSim(t *testing.T) {
 	onWait = simWaited
 	onThrottled = simThrottled
 	onPicked = simPicked
+	// Between a request's pick (and its policy's admission) and its
+	// submit: the server may leave service, or read its peer's DPR,
+	// meanwhile. Not in the hand-over phase, which times its requests
+	// to the instant.
+	pickToSubmit := func(_ *Client, cl *call.Call) {
+		if w := simWorldOf(cl.Ref); w != nil && !w.raceDPR(cl) && !w.b2.quiet.Load() {
+			simPause(5 * time.Millisecond)
+		}
+	}
+	afterAdmit.Store(&pickToSubmit)
 	defer func() {
+		afterAdmit.Store(nil)
 		testhook.Queued, testhook.AfterQueue, beforeStrand, beforeRefresh, onStrand, onWait = nil, nil, nil, nil, nil, nil
 		onThrottled, onPicked = nil, nil
 		testhook.CallerRead, testhook.Posting, testhook.Handing, beforeSent = nil, nil, nil, nil
@@ -207,7 +218,7 @@ func TestSim(t *testing.T) {
 			s.Patient == 0 || s.Pinned == 0 || s.NonAcct == 0 || s.AllOut == 0 || s.SlowBehind == 0 ||
 			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 || s.BusyFailover == 0 ||
 			s.Hurried == 0 || s.CloseAtChange == 0 || s.SubscriberClose == 0 || s.ServerAsks == 0 || s.PolicyOut == 0 || s.HandedOver == 0 || (*simThrottle && s.Throttle == 0) || s.Inline == 0 || s.InlinePart == 0 || s.CallerRead == 0 || s.ServerInline == 0 || s.Ended == 0 ||
-			s.BatonPhase == 0 || s.ReadChecked == 0 || s.Baton2Holds == 0 {
+			s.BatonPhase == 0 || s.ReadChecked == 0 || s.Baton2Holds == 0 || s.DPRRaced == 0 {
 			t.Errorf("the schedules exercised too little: %+v", s)
 		}
 	}
@@ -246,6 +257,9 @@ type simCounts struct {
 	// Baton2Holds: rounds of the hand-over phase in which a caller held
 	// the baton done with its call (sim_baton2_test.go).
 	Baton2Holds int
+	// DPRRaced: DPR races in which the server's DPR was read between the
+	// request's pick and its submit (sim_dprrace_test.go).
+	DPRRaced int
 	// WriteBreaks: connections whose write side broke (the write-only
 	// fault).
 	WriteBreaks int
@@ -299,6 +313,7 @@ func (s *simTotals) add(b simCounts) {
 	a.ReadChecked += b.ReadChecked
 	a.ReadExcused += b.ReadExcused
 	a.Baton2Holds += b.Baton2Holds
+	a.DPRRaced += b.DPRRaced
 	a.WriteBreaks += b.WriteBreaks
 }
 
@@ -415,6 +430,9 @@ type simReq struct {
 	// answer in already; a Destination-Host's connection down).
 	ended    bool
 	canceled bool // ended by a cancel, not by its deadline
+	// slack is how late past its deadline Send may return, when not
+	// simSlack: a phase without pauses that times its requests.
+	slack time.Duration
 }
 
 type simServer struct {
@@ -481,6 +499,7 @@ type simWorld struct {
 
 	lat         simLat      // the answer-latency invariant (sim_latency_test.go)
 	b2          simBaton2   // the baton's hand-over phase (sim_baton2_test.go)
+	dpr         simDPRRace  // the DPR race (sim_dprrace_test.go)
 	rc          *simReconf  // the reconfigure fault (simreconf_test.go); nil: off
 	roundPauses atomic.Bool // a waiter's round may pause (watchParked has stopped)
 }
@@ -1149,6 +1168,9 @@ func (w *simWorld) handler(s *simServer, app peer.Handler) peer.Handler {
 		s.mu.Lock()
 		kind := s.kind
 		s.mu.Unlock()
+		if w.b2.drops(wire.EndToEnd(req)) {
+			kind = "silent"
+		}
 		w.tracef("%s receives %d (hbh %d, T %v) as %s", s.host, wire.EndToEnd(req), wire.HopByHop(req), wire.Flags(req)&wire.FlagRetransmit != 0, kind)
 		switch kind {
 		case "silent": // the request is lost in the server: no answer ever
@@ -1703,7 +1725,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 			r.limit, r.patient = time.Hour, true
 		}
 		if b2 != nil && b2.limit > 0 {
-			r.limit, r.patient = b2.limit, false
+			r.limit, r.patient, r.slack = b2.limit, false, b2.slack
 		}
 		r.drain = slices.Contains(opts, "drain")
 		if slices.Contains(opts, "ended") || len(opts) == 0 && erng.IntN(16) == 0 {
@@ -2024,6 +2046,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		w.mu.Unlock()
 		w.batonPhase(send)
 		w.batonPhase2(send)
+		w.dprRacePhase(send)
 		// Every deadline is an hour at most: a Send still waiting after
 		// two is stuck (Close below ends it, and check reports it).
 		returned := make(chan struct{})
@@ -2443,8 +2466,12 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			behindLost = w.lostAt(p[len(p)-1].host)
 		}
 		w.mu.Unlock()
-		if took := r.at.Sub(rq.start); took > rq.limit+simSlack {
-			t.Errorf("seed %d: request %d returned after %v, past its deadline of %v (context ended before Send: %v; err %v)", seed, r.e2e, took, rq.limit, rq.ended, r.err)
+		slack := simSlack
+		if rq.slack > 0 {
+			slack = rq.slack
+		}
+		if took := r.at.Sub(rq.start); took > rq.limit+slack {
+			t.Errorf("seed %d: request %d returned after %v, past its deadline of %v by more than %v (context ended before Send: %v; err %v)", seed, r.e2e, took, rq.limit, slack, rq.ended, r.err)
 		}
 		if at, ok := w.answered[r.e2e]; ok && r.at.After(at.Add(simSlack)) {
 			// Its answer came in, on the connection it was sent on or an
