@@ -329,11 +329,11 @@ func failAll(calls []*call.Call, err error) {
 // between the change and the view's.
 var beforeRefresh func()
 
-// beforeStrand, when set, runs once requests found no peer, before
-// strand has them wait: a test can change a peer's state inside that
-// window, which strand must see (the view they were placed against is
-// then not the current one).
-var beforeStrand func()
+// beforeStrand, when set, runs once requests (calls) found no peer,
+// before strand has them wait: a test can change a peer's state inside
+// that window, which strand must see (the view they were placed against
+// is then not the current one).
+var beforeStrand func(calls []*call.Call)
 
 // onStrand, when set, is told of the requests that start waiting.
 var onStrand func([]*call.Call)

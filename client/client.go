@@ -614,7 +614,8 @@ func (c *Client) Balancer() (snap loadbalance.Snapshot, ok bool) {
 
 // Send sends one request and returns its answer. req is an encoded request
 // (message.NewRequest(...).Bytes()); the Client takes it over. Send waits
-// until ctx is done, or RequestTimeout when ctx has no deadline. Every
+// until ctx is done, or RequestTimeout when ctx has no deadline; a request
+// whose ctx is done already is not sent, and fails with ctx's error. Every
 // request gets exactly one answer or one error.
 func (c *Client) Send(ctx context.Context, req []byte) ([]byte, error) {
 	if c.radius {
@@ -686,8 +687,19 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
 		dl = c.epoch.Add(start + c.cfg.RequestTimeout)
 	}
 	cl.Deadline = dl
+	// A request whose caller gave up before Send is not sent: a server
+	// would answer, or apply, what nobody waits for. It fails as its wait
+	// would (Await finds the context ended).
+	ended := false
+	if done := ctx.Done(); done != nil {
+		select {
+		case <-done:
+			ended = true
+		default:
+		}
+	}
 	var it *item
-	if c.sched != nil {
+	if c.sched != nil && !ended {
 		// The throttle's deadline in monoNow's terms: the time left,
 		// measured on the monotonic clock, from a reading of them; a
 		// deadline without a monotonic reading (made from a wall time)
@@ -699,7 +711,9 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
 		}
 		it = c.newItem(cl, now.Add(left))
 	}
-	c.dispatch(cl)
+	if !ended {
+		c.dispatch(cl)
+	}
 	r := cl.Await(ctx, c.cfg.RequestTimeout)
 	ans, err := r.Ans, r.Err
 	if it != nil {
@@ -811,7 +825,7 @@ func (c *Client) dispatch(cl *call.Call) *member {
 	m := c.placeOne(cl, v, nil)
 	if m == nil {
 		if beforeStrand != nil {
-			beforeStrand()
+			beforeStrand([]*call.Call{cl})
 		}
 		c.strand([]*call.Call{cl}, v)
 	}
@@ -872,7 +886,7 @@ func (c *Client) dispatchAll(calls []*call.Call) []placement {
 		return out
 	}
 	if beforeStrand != nil {
-		beforeStrand()
+		beforeStrand(wait)
 	}
 	waiting, concluded, undeliverable := c.strand(wait, v)
 	if len(waiting)+len(concluded)+len(undeliverable) == 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -85,7 +86,7 @@ func TestPeerUpWhileRequestParks(t *testing.T) {
 		synctest.Wait()
 		require.Zero(t, c.inService(), "not in service yet")
 		windows := 0
-		beforeStrand = func() {
+		beforeStrand = func([]*call.Call) {
 			windows++
 			if windows == 1 {
 				srv.unfreeze()
@@ -354,4 +355,53 @@ func TestCloseFromSubscriber(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A request whose context ended before Send (cancelled, or its deadline
+// past) is not sent: no server answers, or applies, what nobody waits
+// for. It fails with the context's error, and with a throttle it holds
+// no place there. A request with a live context that follows is sent.
+func TestSendWithEndedContextSendsNothing(t *testing.T) {
+	for _, throttled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("throttle=%v", throttled), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := newFakeServer("a.example.net")
+				n := network{"tcp://a:3868": srv}
+				defer n.close()
+				cfg := clientConfig(n, PrimarySecondary, "tcp://a:3868")
+				if throttled {
+					cfg.Throttle = &Throttle{}
+				}
+				c, err := New(cfg)
+				require.NoError(t, err)
+				defer c.Close(context.Background())
+				synctest.Wait()
+				require.Equal(t, 1, c.inService())
+
+				canceled, cancel := context.WithCancel(context.Background())
+				cancel()
+				_, err = c.Send(canceled, acr(1, "u@example.net"))
+				assert.ErrorIs(t, err, context.Canceled)
+				past, cancelPast := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+				defer cancelPast()
+				_, err = c.Send(past, acr(2, "u@example.net"))
+				assert.ErrorIs(t, err, peer.ErrTimeout)
+				synctest.Wait()
+				assert.Empty(t, srv.received(), "a request whose caller gave up before Send was sent")
+				if throttled {
+					for _, st := range c.ServerStats() {
+						assert.Equal(t, [2]int{}, st.Throttle.Outstanding)
+						assert.Zero(t, st.Throttle.Depth)
+					}
+				}
+
+				live := acr(3, "u@example.net")
+				_, err = c.Send(context.Background(), live)
+				require.NoError(t, err)
+				got := srv.received()
+				require.Len(t, got, 1)
+				assert.Equal(t, wire.EndToEnd(live), got[0].e2e, "only the live request went out")
+			})
+		})
+	}
 }

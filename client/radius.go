@@ -259,8 +259,9 @@ func (c *Client) radiusLimits(m *member, l throttle.Limits) throttle.Limits {
 // Identifier, encoded and signed with that server's secret, each UDP
 // server at most once; when no server is left, the error says which did
 // not reply. Exchange waits until ctx is done,
-// or RequestTimeout when ctx has no deadline; every request gets exactly
-// one answer or one error.
+// or RequestTimeout when ctx has no deadline; a request whose ctx is done
+// already is not sent, and fails with ctx's error. Every request gets
+// exactly one answer or one error.
 //
 // The request is a *radius.Request, not bytes as in Send, because each
 // send re-encodes it: the Identifier, the authenticators and the hidden

@@ -46,23 +46,12 @@ import (
 // later: by design): the request sent again since, its Send returned
 // before the answer was ready, a failover record naming it since the
 // send, a wait for a peer since, or the server policy's hand-over of
-// that server's requests since.
+// that server's requests since. (A request sent with its context ended
+// already, whose answer no caller would read, is not sent at all.)
 //
 // simReadBound is the bound: 1 ms, far above the virtual nanoseconds an
 // inline write's deadline (tryPipe) or a tryPause (20 us) adds.
 const simReadBound = time.Millisecond
-
-// simLooseBound is the bound outside the quiet-end phases (batonPhase,
-// batonPhase2): the baton's design bound, the parked reader's second
-// look. In the busy part of a schedule the 1 ms bound fired on the
-// unmutated tree, rarely and only in runs of many seeds under load
-// (seed 101 of a run of seeds 1..300, 3 ms late, and seed 3065, 3.7 ms;
-// neither replays alone nor under -sim.trace): a delay within two looks
-// that no excuse above names, which may be a path of the baton's by
-// design or a latency defect. Until it is traced there, the busy part
-// holds answers to what the baton promises in every case, and the
-// phases, whose timing the simulator controls, to 1 ms.
-const simLooseBound = 2*simBatonIdle + simReadBound
 
 // simSpan is a kind of pause: how many are under way, and when the last
 // one ended.
@@ -297,11 +286,7 @@ func (r readLog) answerRead(m []byte) {
 	rd, ok := l.ready[k]
 	at := rd.at
 	delete(l.ready, k)
-	bound := simLooseBound
-	if l.quick.Load() || w.b2.quiet.Load() {
-		bound = simReadBound
-	}
-	late := ok && now.Sub(at) > bound
+	late := ok && now.Sub(at) > simReadBound
 	// Held up: the server frozen, a pause of the client's end, its
 	// handler, another pause or a watchdog event.
 	held := frozen || rd.frozen || l.onRead[r.owed].overlaps(at) || l.onQueue[conn].overlaps(at) ||
@@ -330,7 +315,7 @@ func (r readLog) answerRead(m []byte) {
 		// look, by design.
 	default:
 		w.violation("answer to request %d (hop-by-hop %d) from %s read by the client %v after the server's handler returned it at %v (bound %v), with nothing holding that connection's reading up (server not frozen, no simulator pause of the client's end, no handler of the client running for it, no watchdog event) and the request pending there: the answer lay unread, no goroutine reading the connection",
-			k.e2e, k.hbh, r.host, now.Sub(at), at.Format("04:05.000000"), bound)
+			k.e2e, k.hbh, r.host, now.Sub(at), at.Format("04:05.000000"), simReadBound)
 		late = false
 	}
 	if late {

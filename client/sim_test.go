@@ -159,7 +159,7 @@ func TestSim(t *testing.T) {
 	// stake) or on a peer's notifier, which delivers the peer's state
 	// changes after it (longer pauses, one per premature failover, hold
 	// the view back by seconds).
-	beforeStrand = func() { simPause(50 * time.Millisecond) }
+	beforeStrand = simBeforeStrand // simPause(50 * time.Millisecond), or the strand race (sim_strandrace_test.go)
 	beforeRefresh = func() { simPause(20 * time.Millisecond) }
 	onStrand = simStranded
 	onWait = simWaited
@@ -218,7 +218,7 @@ func TestSim(t *testing.T) {
 			s.Patient == 0 || s.Pinned == 0 || s.NonAcct == 0 || s.AllOut == 0 || s.SlowBehind == 0 ||
 			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 || s.BusyFailover == 0 ||
 			s.Hurried == 0 || s.CloseAtChange == 0 || s.SubscriberClose == 0 || s.ServerAsks == 0 || s.PolicyOut == 0 || s.HandedOver == 0 || (*simThrottle && s.Throttle == 0) || s.Inline == 0 || s.InlinePart == 0 || s.CallerRead == 0 || s.ServerInline == 0 || s.Ended == 0 ||
-			s.BatonPhase == 0 || s.ReadChecked == 0 || s.Baton2Holds == 0 || s.DPRRaced == 0 {
+			s.BatonPhase == 0 || s.ReadChecked == 0 || s.Baton2Holds == 0 || s.DPRRaced == 0 || s.StrandRaced == 0 {
 			t.Errorf("the schedules exercised too little: %+v", s)
 		}
 	}
@@ -260,6 +260,9 @@ type simCounts struct {
 	// DPRRaced: DPR races in which the server's DPR was read between the
 	// request's pick and its submit (sim_dprrace_test.go).
 	DPRRaced int
+	// StrandRaced: strand races in which a server came back between a
+	// failover's placing and its strand (sim_strandrace_test.go).
+	StrandRaced int
 	// WriteBreaks: connections whose write side broke (the write-only
 	// fault).
 	WriteBreaks int
@@ -314,6 +317,7 @@ func (s *simTotals) add(b simCounts) {
 	a.ReadExcused += b.ReadExcused
 	a.Baton2Holds += b.Baton2Holds
 	a.DPRRaced += b.DPRRaced
+	a.StrandRaced += b.StrandRaced
 	a.WriteBreaks += b.WriteBreaks
 }
 
@@ -426,8 +430,7 @@ type simReq struct {
 	drain   bool          // sent just before a graceful Client.Close
 	// ended: its context had ended before Send began (cancelled, or a
 	// deadline in the past): Send returns at once (limit is 0), with the
-	// context's error unless the request ended before its wait began (an
-	// answer in already; a Destination-Host's connection down).
+	// context's error, and sends nothing.
 	ended    bool
 	canceled bool // ended by a cancel, not by its deadline
 	// slack is how late past its deadline Send may return, when not
@@ -497,11 +500,12 @@ type simWorld struct {
 	records   []FailoverRecord
 	closedAt  time.Time // when Client.Close returned
 
-	lat         simLat      // the answer-latency invariant (sim_latency_test.go)
-	b2          simBaton2   // the baton's hand-over phase (sim_baton2_test.go)
-	dpr         simDPRRace  // the DPR race (sim_dprrace_test.go)
-	rc          *simReconf  // the reconfigure fault (simreconf_test.go); nil: off
-	roundPauses atomic.Bool // a waiter's round may pause (watchParked has stopped)
+	lat         simLat        // the answer-latency invariant (sim_latency_test.go)
+	b2          simBaton2     // the baton's hand-over phase (sim_baton2_test.go)
+	dpr         simDPRRace    // the DPR race (sim_dprrace_test.go)
+	sr          simStrandRace // the strand race (sim_strandrace_test.go)
+	rc          *simReconf    // the reconfigure fault (simreconf_test.go); nil: off
+	roundPauses atomic.Bool   // a waiter's round may pause (watchParked has stopped)
 }
 
 // handedOverReversed finds the failover record (moved or parked) of the
@@ -2047,6 +2051,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		w.batonPhase(send)
 		w.batonPhase2(send)
 		w.dprRacePhase(send)
+		w.strandRacePhase(send)
 		// Every deadline is an hour at most: a Send still waiting after
 		// two is stuck (Close below ends it, and check reports it).
 		returned := make(chan struct{})
@@ -2489,18 +2494,18 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 				t.Errorf("seed %d: request %d, sent at %v, lost in %s at %v, still there when the policy took it out of service at %v (down-timeout): not handed over; returned at %v (err %v); sends %+v", seed, r.e2e, lost.sent.Format("04:05.000"), lost.host, lost.at.Format("04:05.000"), out.Format("04:05.000"), r.at.Format("04:05.000"), r.err, sends)
 			}
 		}
-		if rq.ended && r.err != nil {
-			// Its context had ended before Send began: the context's
-			// error, whatever else went wrong (no peer, a refusal); a
-			// deadline's is ErrTimeout (the throttle's, which finds it
-			// passed before the context's watch does, too).
-			// A request for a Destination-Host whose connection went down
-			// before its wait began fails as unable to deliver then.
+		if rq.ended {
+			// Its context had ended before Send began: it is not sent (a
+			// server would answer, or apply, what nobody waits for), and
+			// fails with the context's error; a deadline's is ErrTimeout.
 			want := context.Canceled
 			if !rq.canceled {
 				want = peer.ErrTimeout
 			}
-			if !errors.Is(r.err, want) && !(rq.pinned != "" && errors.Is(r.err, ErrUnableToDeliver)) {
+			switch {
+			case len(sends) > 0 || r.err == nil:
+				t.Errorf("seed %d: request %d, sent with a context already ended (canceled %v), was sent all the same: sends %+v, err %v", seed, r.e2e, rq.canceled, sends, r.err)
+			case !errors.Is(r.err, want):
 				t.Errorf("seed %d: request %d, sent with a context already ended (canceled %v), failed with %v, not the context's error", seed, r.e2e, rq.canceled, r.err)
 			}
 			w.counts.Failed++

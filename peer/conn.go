@@ -242,8 +242,9 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 		return false, err
 	}
 	if c.lost || c.draining || c.shut {
+		draining := c.draining // read under c.mu: a DPR's startDrain sets it
 		c.mu.Unlock()
-		if c.draining {
+		if draining {
 			return false, ErrDisconnecting
 		}
 		return false, ErrConnectionLost
@@ -1377,9 +1378,12 @@ func (p *Peer) Avoids(c *call.Call) bool {
 // the writer (a DWR, a DPR, a request that did not go out inline,
 // wakeReader), when the connection is closed from this side, and at the
 // latest 2*batonIdle after the baton was last left free with no caller
-// taking it since: a request from the peer, the loss of the connection
-// or the DWA to a DWR sent just as the reader parked is noticed that much
-// later on an idle connection, far below the watchdog's Tw (seconds).
+// taking it since: a request from the peer, the loss of the connection,
+// the DWA to a DWR sent just as the reader parked, or the answer to a
+// request written inline whose caller's wait ended before it took the
+// baton (a context that had ended before Await: the call ends, nothing
+// stays pending, and no caller reads) is noticed that much later on an
+// idle connection, far below the watchdog's Tw (seconds).
 //
 // A caller's wait is cut short (its deadline, its context) while it reads
 // by the connection's read deadline: Interrupt sets it in the past, and

@@ -214,7 +214,7 @@ MUTANTS = {
  'P01': ('peer.InService', "a connection that received the peer's DPR still counts as in service",
    [('peer/peer.go', '\treturn p.State() == watchdog.Okay && c != nil && !p.leaving.Load() && !c.dprIn.Load()', '\treturn p.State() == watchdog.Okay && c != nil && !p.leaving.Load()')]),
  'P02': ('peer.conn.submit', 'a draining connection (our Close, or the peer\'s DPR) takes new requests',
-   [('peer/conn.go', '\tif c.lost || c.draining || c.shut {\n\t\tc.mu.Unlock()\n\t\tif c.draining {', '\tif c.lost || c.shut {\n\t\tc.mu.Unlock()\n\t\tif c.draining {')]),
+   [('peer/conn.go', '\tif c.lost || c.draining || c.shut {\n\t\tdraining := c.draining', '\tif c.lost || c.shut {\n\t\tdraining := c.draining')]),
 }
 
 SIMS = {
