@@ -8,8 +8,6 @@ import (
 
 	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/message"
-	"github.com/aaatp/aaatp/peer"
-	"github.com/aaatp/aaatp/wire"
 )
 
 // The DPR race of TestSim, once quiet: a request to a server (its
@@ -43,15 +41,8 @@ func (w *simWorld) dprRacePhase(send func(opts ...string) *simReq) {
 	// simHandlerDelay): its DPR then finds the client owing that answer,
 	// and the connection drains (it stays up, taking no new request)
 	// until the client has answered.
-	s.f.mu.Lock()
-	ps := append([]*peer.Peer(nil), s.f.peers...)
-	s.f.mu.Unlock()
-	for _, p := range ps {
-		req := message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
-			String(message.SessionID, 0, true, s.host+";dpr-race").
-			String(message.OriginHost, 0, true, s.host).
-			String(message.OriginRealm, 0, true, "example.net").
-			String(message.DestinationRealm, 0, true, "example.net").Bytes()
+	for _, p := range s.peers() {
+		req := s.request(";dpr-race")
 		w.dpr.peers.Add(1)
 		go func() {
 			defer w.dpr.peers.Done()
@@ -94,10 +85,7 @@ func (w *simWorld) raceDPR(cl *call.Call) bool {
 			s = x
 		}
 	}
-	s.f.mu.Lock()
-	ps := append([]*peer.Peer(nil), s.f.peers...)
-	s.f.mu.Unlock()
-	for _, p := range ps {
+	for _, p := range s.peers() {
 		w.dpr.peers.Add(1)
 		go func() {
 			defer w.dpr.peers.Done()

@@ -9,7 +9,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/wire"
 )
@@ -445,15 +444,8 @@ func (w *simWorld) batonPhase(send func(opts ...string) *simReq) {
 			case <-time.After(time.Duration(300+arng.IntN(1700)) * time.Millisecond):
 			}
 			s := w.servers[i%len(w.servers)]
-			s.f.mu.Lock()
-			ps := append([]*peer.Peer(nil), s.f.peers...)
-			s.f.mu.Unlock()
-			for _, p := range ps {
-				req := message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
-					String(message.SessionID, 0, true, s.host+";asks").
-					String(message.OriginHost, 0, true, s.host).
-					String(message.OriginRealm, 0, true, "example.net").
-					String(message.DestinationRealm, 0, true, "example.net").Bytes()
+			for _, p := range s.peers() {
+				req := s.request(";asks")
 				asks.Add(1)
 				go func() {
 					defer asks.Done()

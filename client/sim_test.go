@@ -438,6 +438,23 @@ type simReq struct {
 	slack time.Duration
 }
 
+// peers returns server s's peers, one a connection.
+func (s *simServer) peers() []*peer.Peer {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	return slices.Clone(s.f.peers)
+}
+
+// request is a request server s asks the client (as a Re-Auth-Request or
+// an Abort-Session-Request would be), its Session-Id ending in tag.
+func (s *simServer) request(tag string) []byte {
+	return message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
+		String(message.SessionID, 0, true, s.host+tag).
+		String(message.OriginHost, 0, true, s.host).
+		String(message.OriginRealm, 0, true, "example.net").
+		String(message.DestinationRealm, 0, true, "example.net").Bytes()
+}
+
 type simServer struct {
 	host string
 	f    *fakeServer
@@ -1982,16 +1999,9 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		case k == 19: // a server sends the client requests, and sometimes disconnects right after
 			w.counts.ServerAsks++
 			s := srv()
-			s.f.mu.Lock()
-			ps := append([]*peer.Peer(nil), s.f.peers...)
-			s.f.mu.Unlock()
-			for _, p := range ps {
+			for _, p := range s.peers() {
 				for range 1 + w.rng.IntN(5) {
-					req := message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
-						String(message.SessionID, 0, true, s.host+";asks").
-						String(message.OriginHost, 0, true, s.host).
-						String(message.OriginRealm, 0, true, "example.net").
-						String(message.DestinationRealm, 0, true, "example.net").Bytes()
+					req := s.request(";asks")
 					// The server may give up on it before the client answers,
 					// and then disconnect with nothing of its own pending:
 					// the client still owes that answer before its DPA.
@@ -2287,10 +2297,7 @@ func (w *simWorld) watchParked() (stop func()) {
 // off for 5 minutes).
 func (w *simWorld) disconnect(s *simServer, bg *sync.WaitGroup) {
 	cause := []uint32{message.DisconnectRebooting, message.DisconnectBusy, message.DisconnectDoNotWantToTalkToU}[w.rng.IntN(3)]
-	s.f.mu.Lock()
-	ps := append([]*peer.Peer(nil), s.f.peers...)
-	s.f.mu.Unlock()
-	for _, p := range ps {
+	for _, p := range s.peers() {
 		bg.Add(1)
 		go func() { defer bg.Done(); p.Disconnect(context.Background(), cause) }()
 	}
