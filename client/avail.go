@@ -73,14 +73,22 @@ func (v *avail) gained(old *avail) bool {
 // anything changed, swaps in a new view, tells the balancer, the policy
 // and the throttle, and wakes what waits for a change. Every change of
 // a peer's state, of a policy state, and of the dialed peers comes here.
-func (c *Client) refresh() { c.rebuild(false) }
+func (c *Client) refresh() { c.rebuild(false, true) }
+
+// refreshForFailover is refresh for a peer that left service with a
+// failover to follow (OKAY to SUSPECT or DOWN): the throttle's
+// dispatcher is not woken for the requests that server's queue sent
+// back, which would leave ahead of its replays (they go to the head of
+// the queue, Q3); onFailover, which follows every such change on the
+// same notifier, wakes it once the replays are queued.
+func (c *Client) refreshForFailover() { c.rebuild(false, false) }
 
 // bump is refresh for a change the view does not show (a connection of a
 // RADIUS server in service closed: requests that had to avoid it may go
 // to the server again): it swaps in a new view even if it looks the same.
-func (c *Client) bump() { c.rebuild(true) }
+func (c *Client) bump() { c.rebuild(true, true) }
 
-func (c *Client) rebuild(force bool) {
+func (c *Client) rebuild(force, poke bool) {
 	c.avMu.Lock()
 	old := c.av.Load()
 	ros := c.ros.Load()
@@ -131,7 +139,7 @@ func (c *Client) rebuild(force bool) {
 		evs, c.alarms = c.alarms, nil
 		wake := c.dueSoonerLocked(now) // a server gone sent its queue back
 		c.tmu.Unlock()
-		if wake {
+		if wake && poke {
 			c.poke()
 		}
 	}

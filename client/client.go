@@ -1308,7 +1308,17 @@ func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.
 	if c.cfg.MaxConnections > 0 {
 		c.balanceSlots(m, self, e.To, false)
 	}
+	if failoverFollows(e) {
+		c.refreshForFailover()
+		return
+	}
 	c.refresh()
+}
+
+// failoverFollows reports whether a watchdog change e hands the peer's
+// requests over next (onFailover).
+func failoverFollows(e peer.Event) bool {
+	return e.From == watchdog.Okay && (e.To == watchdog.Suspect || e.To == watchdog.Down)
 }
 
 // setBalancerStateLocked gives the balancer m's state and returns the

@@ -215,6 +215,11 @@ func (c *Client) onRADIUSEvent(m *member, e peer.Event) {
 	p := m.rp.Load()
 	switch {
 	case p == nil: // not stored yet: dialRADIUS looks at its state then
+	case e.Kind == peer.EventWatchdog && failoverFollows(e):
+		if beforeRefresh != nil {
+			beforeRefresh()
+		}
+		c.refreshForFailover()
 	case e.Kind == peer.EventWatchdog:
 		if beforeRefresh != nil {
 			beforeRefresh()
