@@ -215,7 +215,9 @@ func (c *Client) onRADIUSEvent(m *member, e peer.Event) {
 	p := m.rp.Load()
 	switch {
 	case p == nil: // not stored yet: dialRADIUS looks at its state then
-	case e.Kind == peer.EventWatchdog && failoverFollows(e):
+	case e.Kind == peer.EventWatchdog && failoverFollows(e) && e.To == watchdog.Suspect:
+		// Not DOWN: a RADIUS connection lost with nothing pending hands
+		// nothing over (no onFailover to wake the dispatcher).
 		if beforeRefresh != nil {
 			beforeRefresh()
 		}
