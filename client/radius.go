@@ -215,18 +215,17 @@ func (c *Client) onRADIUSEvent(m *member, e peer.Event) {
 	p := m.rp.Load()
 	switch {
 	case p == nil: // not stored yet: dialRADIUS looks at its state then
-	case e.Kind == peer.EventWatchdog && failoverFollows(e) && e.To == watchdog.Suspect:
-		// Not DOWN: a RADIUS connection lost with nothing pending hands
-		// nothing over (no onFailover to wake the dispatcher).
-		if beforeRefresh != nil {
-			beforeRefresh()
-		}
-		c.refreshForFailover()
 	case e.Kind == peer.EventWatchdog:
 		if beforeRefresh != nil {
 			beforeRefresh()
 		}
-		c.refresh()
+		// Not DOWN: a RADIUS connection lost with nothing pending hands
+		// nothing over (no onFailover to wake the dispatcher).
+		if failoverFollows(e) && e.To == watchdog.Suspect {
+			c.refreshForFailover()
+		} else {
+			c.refresh()
+		}
 	case (e.Kind == peer.EventConnDown || e.Kind == peer.EventConnUp) && p.InService():
 		c.bump()
 	}

@@ -92,21 +92,31 @@ func (w *simWorld) raceDPR(cl *call.Call) bool {
 			p.Disconnect(context.Background(), message.DisconnectRebooting)
 		}()
 	}
-	by := time.Now().Add(time.Second)
-	for time.Now().Before(by) {
-		out := true
+	out := simWithin(time.Second, 100*time.Microsecond, func() bool {
 		for _, p := range w.c.Peers() {
 			if p != nil && message.EqualIdentity(p.Name(), host) && p.InService() {
-				out = false
+				return false
 			}
 		}
-		if out {
-			w.mu.Lock()
-			w.counts.DPRRaced++
-			w.mu.Unlock()
-			break
+		return true
+	})
+	if out {
+		w.mu.Lock()
+		w.counts.DPRRaced++
+		w.mu.Unlock()
+	}
+	return true
+}
+
+// simWithin looks at cond every step until it holds, for d at most, and
+// reports whether it held.
+func simWithin(d, step time.Duration, cond func() bool) bool {
+	by := time.Now().Add(d)
+	for !cond() {
+		if !time.Now().Before(by) {
+			return false
 		}
-		time.Sleep(100 * time.Microsecond)
+		time.Sleep(step)
 	}
 	return true
 }

@@ -56,11 +56,8 @@ func (w *simWorld) strandRacePhase(send func(opts ...string) *simReq) {
 		x.f.freeze()
 	}
 	// Out of service at 2 Tw; the connection closes at 3 Tw.
-	by := time.Now().Add(80 * time.Second)
-	for w.inView(others) && time.Now().Before(by) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if w.inView(others) || !w.inView([]*simServer{a}) {
+	out := simWithin(80*time.Second, 100*time.Millisecond, func() bool { return !w.inView(others) })
+	if !out || !w.inView([]*simServer{a}) {
 		thaw() // a server policy's, or a's own, state: no race
 		return
 	}
@@ -116,15 +113,10 @@ func (w *simWorld) raceStrand() bool {
 	for _, x := range back {
 		x.f.unfreeze()
 	}
-	by := time.Now().Add(5 * time.Second)
-	for time.Now().Before(by) {
-		if w.inView(back) {
-			w.mu.Lock()
-			w.counts.StrandRaced++
-			w.mu.Unlock()
-			break
-		}
-		time.Sleep(100 * time.Microsecond)
+	if simWithin(5*time.Second, 100*time.Microsecond, func() bool { return w.inView(back) }) {
+		w.mu.Lock()
+		w.counts.StrandRaced++
+		w.mu.Unlock()
 	}
 	return true
 }
