@@ -73,22 +73,24 @@ func (v *avail) gained(old *avail) bool {
 // anything changed, swaps in a new view, tells the balancer, the policy
 // and the throttle, and wakes what waits for a change. Every change of
 // a peer's state, of a policy state, and of the dialed peers comes here.
-func (c *Client) refresh() { c.rebuild(false, true) }
+func (c *Client) refresh() { c.rebuild(false, nil) }
 
-// refreshForFailover is refresh for a peer that left service with a
-// failover to follow (OKAY to SUSPECT or DOWN): the throttle's
-// dispatcher is not woken for the requests that server's queue sent
-// back, which would leave ahead of its replays (they go to the head of
-// the queue, Q3); onFailover, which follows every such change on the
-// same notifier, wakes it once the replays are queued.
-func (c *Client) refreshForFailover() { c.rebuild(false, false) }
+// refreshForFailover is refresh for peer k, which left service with a
+// failover to follow (OKAY to SUSPECT or DOWN): its hand-over comes next
+// on the same notifier (onFailover). Until then the throttle releases
+// nothing (handing): the requests k's queue sent back, and any sent
+// meanwhile, wait behind k's replays, which go to the head of the queue
+// (Q3), rather than leave ahead of them.
+func (c *Client) refreshForFailover(k call.Carrier) { c.rebuild(false, k) }
 
 // bump is refresh for a change the view does not show (a connection of a
 // RADIUS server in service closed: requests that had to avoid it may go
 // to the server again): it swaps in a new view even if it looks the same.
-func (c *Client) bump() { c.rebuild(true, true) }
+func (c *Client) bump() { c.rebuild(true, nil) }
 
-func (c *Client) rebuild(force, poke bool) {
+// rebuild makes the new view; leaving, if not nil, is a peer whose
+// hand-over is to follow (refreshForFailover).
+func (c *Client) rebuild(force bool, leaving call.Carrier) {
 	c.avMu.Lock()
 	old := c.av.Load()
 	ros := c.ros.Load()
@@ -138,8 +140,18 @@ func (c *Client) rebuild(force, poke bool) {
 		}
 		evs, c.alarms = c.alarms, nil
 		wake := c.dueSoonerLocked(now) // a server gone sent its queue back
+		if leaving != nil {
+			c.handing = append(c.handing, leaving)
+		}
+		if len(c.handing) > 0 {
+			// A peer no member has any more (removed, replaced) may
+			// never hand over: the throttle does not wait for it.
+			c.handing = slices.DeleteFunc(c.handing, func(k call.Carrier) bool {
+				return !slices.ContainsFunc(ros.all, func(m *member) bool { return !m.removed.Load() && m.carrier() == k })
+			})
+		}
 		c.tmu.Unlock()
-		if wake && poke {
+		if wake && leaving == nil {
 			c.poke()
 		}
 	}

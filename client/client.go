@@ -342,6 +342,10 @@ type Client struct {
 	// later release leave first. Under tmu.
 	released [](*[]throttle.Dispatch[*item])
 	placing  bool
+	// handing: the peers that left service whose hand-over is still to
+	// come (refreshForFailover), one entry per change; while there is
+	// one, pollLocked releases nothing. Under tmu.
+	handing []call.Carrier
 	// held: the requests coming back to the scheduler that no peer could
 	// take, kept out of it until a view gives them one (holdLocked,
 	// unhold). Under tmu.
@@ -1151,6 +1155,11 @@ func (c *Client) submit(cl *call.Call, m *member, probe bool) bool {
 // replies in first.
 var beforeSent func([]*call.Call)
 
+// beforeFailover, when set, runs as onFailover starts: after the view
+// change of the server that left (refreshForFailover), before its calls
+// are dispatched. For tests.
+var beforeFailover func()
+
 // refusedRetry is how long a request lost on a connection and then
 // refused everywhere waits before it asks the peers again. A variable
 // for tests.
@@ -1308,8 +1317,8 @@ func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.
 	if c.cfg.MaxConnections > 0 {
 		c.balanceSlots(m, self, e.To, false)
 	}
-	if failoverFollows(e) {
-		c.refreshForFailover()
+	if k := self.Load(); k != nil && failoverFollows(e) {
+		c.refreshForFailover(k)
 		return
 	}
 	c.refresh()
@@ -1527,6 +1536,9 @@ func names(dh string, from call.Carrier) bool {
 // (F8), or answered too busy / unable to deliver (premature failover,
 // F9). It runs on the peer's notifier, without the peer's mutex.
 func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string) {
+	if beforeFailover != nil {
+		beforeFailover()
+	}
 	c.mu.Lock() // also waits for New to finish filling the members
 	closed := c.closed
 	c.mu.Unlock()
@@ -1538,7 +1550,7 @@ func (c *Client) onFailover(from call.Carrier, calls []*call.Call, reason string
 		return
 	}
 	if c.sched != nil {
-		defer c.poke() // after the replays are queued: see onPeerEvent
+		defer c.handedOver(from) // after the replays are queued
 	}
 	calls = endTests(calls, reason)
 	if len(calls) == 0 {

@@ -238,6 +238,17 @@ func (c *Client) handOver(i int, reason string) {
 	}
 }
 
+// handedOver ends the wait for k's hand-over (refreshForFailover), its
+// replays queued, and wakes the dispatcher to release what waited.
+func (c *Client) handedOver(k call.Carrier) {
+	c.tmu.Lock()
+	if i := slices.Index(c.handing, k); i >= 0 {
+		c.handing = slices.Delete(c.handing, i, i+1)
+	}
+	c.unlockThrottle()
+	c.poke()
+}
+
 func (c *Client) poke() {
 	select {
 	case c.wake <- struct{}{}:
@@ -501,6 +512,11 @@ func (c *Client) dueSoonerLocked(now time.Time) bool {
 // the caller is to place them, after unlocking tmu (placeReleased): no
 // other goroutine is placing. c.tmu is held.
 func (c *Client) pollLocked(now time.Time) bool {
+	if len(c.handing) > 0 {
+		// A failover's replays are still to be queued: anything let go
+		// now would leave ahead of them. handedOver polls again.
+		return false
+	}
 	ds := c.poll(now)
 	if len(*ds) == 0 {
 		dispatchBufs.Put(ds)

@@ -1247,3 +1247,53 @@ func TestThrottlePinnedQueueOfARemovedDownServerMovesOn(t *testing.T) {
 		assert.Len(t, b.received(), N, "they went to b")
 	})
 }
+
+// A request sent as a failover is handed over, after the view has
+// dropped the failed server and before its replays are queued, waits
+// behind them, and so do the requests that server's queue sends back:
+// the alternate gets the replay first, then the rest in send order.
+// Before, a poll in that moment (the new request's) released the
+// returned queue to the alternate ahead of the replay.
+func TestThrottleReplayAheadOfASendDuringTheHandOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+		n := network{"tcp://a:1": a, "tcp://b:1": b}
+		defer n.close()
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
+		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 1}}
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		a.freeze()
+		var wg sync.WaitGroup
+		send := func(i int) {
+			wg.Go(func() {
+				_, err := c.Send(context.Background(), acr(i, "u@example.net"))
+				assert.NoError(t, err)
+			})
+		}
+		var once sync.Once
+		beforeFailover = func() {
+			once.Do(func() {
+				send(5)
+				synctest.Wait() // the new request has been polled for
+			})
+		}
+		defer func() { beforeFailover = nil }()
+		for i := range 5 { // the first goes to a; the others wait for its place
+			send(i)
+			synctest.Wait()
+		}
+		wg.Wait() // a goes SUSPECT: all six go to b, one at a time
+		got := b.received()
+		require.Len(t, got, 6)
+		assert.True(t, got[0].tflag, "the replay went first")
+		for i, s := range got[1:] {
+			assert.False(t, s.tflag, "newer requests after the replay")
+			if i > 0 {
+				assert.Greater(t, s.e2e, got[i].e2e, "the newer requests in send order")
+			}
+		}
+	})
+}

@@ -222,7 +222,7 @@ func (c *Client) onRADIUSEvent(m *member, e peer.Event) {
 		// Not DOWN: a RADIUS connection lost with nothing pending hands
 		// nothing over (no onFailover to wake the dispatcher).
 		if failoverFollows(e) && e.To == watchdog.Suspect {
-			c.refreshForFailover()
+			c.refreshForFailover(p)
 		} else {
 			c.refresh()
 		}

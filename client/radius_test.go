@@ -427,6 +427,38 @@ func TestRADIUSThrottleReplayAheadOfNewer(t *testing.T) {
 	})
 }
 
+// As TestThrottleReplayAheadOfASendDuringTheHandOver, over RADIUS/TCP:
+// a request sent between the server's SUSPECT and its hand-over waits
+// behind the replay and the requests sent before it.
+func TestRADIUSThrottleReplayAheadOfASendDuringTheHandOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b, c, stop := radPair(t, nil, func(cfg *Config) { cfg.Throttle = &Throttle{Auth: throttle.Limits{MaxOutstanding: 1}} })
+		defer stop()
+		a.faults.Freeze()
+		var wg sync.WaitGroup
+		send := func(i int) {
+			wg.Go(func() {
+				_, err := c.Exchange(context.Background(), accessRequest(fmt.Sprint("u", i)))
+				assert.NoError(t, err)
+			})
+		}
+		var once sync.Once
+		beforeFailover = func() {
+			once.Do(func() {
+				send(4)
+				synctest.Wait() // the new request has been polled for
+			})
+		}
+		defer func() { beforeFailover = nil }()
+		for i := range 4 {
+			send(i)
+			synctest.Wait()
+		}
+		wg.Wait()
+		assert.Equal(t, []string{"u0", "u1", "u2", "u3", "u4"}, b.handled(), "u0, replayed, before the newer ones, in send order")
+	})
+}
+
 // Diameter and RADIUS members are not mixed, a RADIUS server needs a
 // secret, and each protocol has its own call.
 func TestRADIUSConfigRefused(t *testing.T) {

@@ -2324,6 +2324,9 @@ func (w *simWorld) balancerWants(name string) loadbalance.State {
 // shows).
 func (w *simWorld) checkRecovered() {
 	c := w.c
+	if k := handOverAwaited(c); k != "" {
+		w.violation("%s", k)
+	}
 	for _, p := range c.Peers() {
 		if p != nil && p.State() != watchdog.Okay {
 			w.violation("peer %s is %s after %v of quiet", p.Name(), p.State(), simRecovery)
@@ -2353,6 +2356,26 @@ func (w *simWorld) checkRecovered() {
 		}
 		w.errs = append(w.errs, fmt.Sprintf("request %d still waiting for a peer after %v of quiet, every peer in service (policy %v; state %v)", cl.Ref, simRecovery, c.PolicyStates(), cl.State()))
 	}
+}
+
+// handOverAwaited says which peers the throttle still waits for the
+// hand-over of (Client.handing), or "": every change that made it wait
+// must have been followed by its peer's hand-over, else nothing leaves
+// the throttle again.
+func handOverAwaited(c *Client) string {
+	if c.sched == nil {
+		return ""
+	}
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	if len(c.handing) == 0 {
+		return ""
+	}
+	names := make([]string, len(c.handing))
+	for i, k := range c.handing {
+		names[i] = k.Name()
+	}
+	return fmt.Sprintf("the throttle still waits for the hand-over of %v once quiet: it releases nothing", names)
 }
 
 // waitingCalls returns the requests that wait for a peer now.

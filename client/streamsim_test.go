@@ -397,6 +397,9 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 	}
 	waitersEnd(t, c, last)
 	stopParked()
+	if k := handOverAwaited(c); k != "" {
+		t.Errorf("seed %d: %s", seed, k)
+	}
 	for _, s := range c.ServerStats() {
 		r.moved += s.FailedOver
 	}
