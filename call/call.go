@@ -122,8 +122,11 @@ type Carrier interface {
 	// when it decided that the peer does not answer (a server policy's
 	// down-timeout). keep runs under the peer's locks: it must not call
 	// the peer. A carrier whose calls go on by themselves when
-	// unanswered (RADIUS over UDP) may do nothing.
-	HandOver(reason string, keep func(*Call) bool)
+	// unanswered (RADIUS over UDP) may do nothing. done, if not nil, is
+	// called once, never under the peer's locks, when the calls handed
+	// over have gone to Failover: on the goroutine that gave them, after
+	// them, or as HandOver returns when there were none.
+	HandOver(reason string, keep func(*Call) bool, done func())
 }
 
 // Failover receives the calls that left a peer, in send order, with why:

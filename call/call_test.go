@@ -26,7 +26,7 @@ func (tpeer) InService() bool                                { return true }
 func (tpeer) Submit(*Call) error                             { return nil }
 func (tpeer) SubmitAll([]*Call) (refused []*Call, err error) { return nil, nil }
 func (tpeer) Avoids(*Call) bool                              { return false }
-func (tpeer) HandOver(string, func(*Call) bool)              {}
+func (tpeer) HandOver(string, func(*Call) bool, func())      {}
 
 // conn is a test connection that records what it is told.
 type conn struct {

@@ -208,6 +208,14 @@ func (c *Client) publishPolicyLocked(evs []policy.Event) {
 		}
 	}
 	c.pmu.Unlock()
+	// The throttle releases nothing until the requests of the servers
+	// that went silent are back (awaitHandOver), so that they leave
+	// ahead of those the servers' queues send back below, as a
+	// watchdog failover's do (refreshForFailover).
+	awaited := make([]call.Carrier, len(silent))
+	for j, e := range silent {
+		awaited[j] = c.awaitHandOver(e.Index)
+	}
 	// Whether a server takes requests, or waits for its probe, may have
 	// changed: the view follows (and wakes the requests waiting for a
 	// change, the throttle's dispatcher).
@@ -221,31 +229,66 @@ func (c *Client) publishPolicyLocked(evs []policy.Event) {
 	// Destination-Host names that server: they may go nowhere else, and
 	// its connection is up. Not while closing: the drain gives the
 	// requests in flight their time.
-	for _, e := range silent {
-		c.handOver(e.Index, "out of service: "+e.Reason)
+	for j, e := range silent {
+		c.handOver(e.Index, "out of service: "+e.Reason, awaited[j])
 	}
 	c.poke() // a new state may mean a new timer
 }
 
-// handOver hands the requests pending on member i but those whose
-// Destination-Host names it to another server (see publishPolicyLocked);
-// nothing while closing.
-func (c *Client) handOver(i int, reason string) {
+// awaitHandOver has the throttle release nothing until member i's peer
+// has handed its requests over (handing; handOver ends the wait), and
+// returns that peer; nil without a throttle, while closing, or without a
+// peer.
+func (c *Client) awaitHandOver(i int) call.Carrier {
+	if c.sched == nil {
+		return nil
+	}
 	v := c.view()
 	if c.ctx.Err() != nil || i >= len(v.ros.all) {
-		return
+		return nil
 	}
-	m := v.ros.all[i]
-	if k := m.carrier(); k != nil {
-		k.HandOver(reason, func(cl *call.Call) bool {
-			to, ok := c.pinned(cl, v)
-			return ok && to == m
-		})
+	k := v.ros.all[i].carrier()
+	if k == nil {
+		return nil
 	}
+	c.tmu.Lock()
+	c.handing = append(c.handing, k)
+	c.unlockThrottle()
+	return k
 }
 
-// handedOver ends the wait for k's hand-over (refreshForFailover), its
-// replays queued, and wakes the dispatcher to release what waited.
+// handOver hands the requests pending on member i but those whose
+// Destination-Host names it to another server (see publishPolicyLocked);
+// nothing while closing. awaited, if not nil, is the peer awaitHandOver
+// returned: the throttle's wait for it ends once the requests are handed
+// over (and queued there), or at once when there are none.
+func (c *Client) handOver(i int, reason string, awaited call.Carrier) {
+	var done func()
+	if awaited != nil {
+		done = func() { c.handedOver(awaited) }
+	}
+	v := c.view()
+	var k call.Carrier
+	var m *member
+	if c.ctx.Err() == nil && i < len(v.ros.all) {
+		m = v.ros.all[i]
+		k = m.carrier()
+	}
+	if k == nil {
+		if done != nil {
+			done()
+		}
+		return
+	}
+	k.HandOver(reason, func(cl *call.Call) bool {
+		to, ok := c.pinned(cl, v)
+		return ok && to == m
+	}, done)
+}
+
+// handedOver ends a wait for k's hand-over (refreshForFailover,
+// awaitHandOver), its replays queued, and wakes the dispatcher to release
+// what waited.
 func (c *Client) handedOver(k call.Carrier) {
 	c.tmu.Lock()
 	if i := slices.Index(c.handing, k); i >= 0 {
@@ -288,7 +331,7 @@ func (c *Client) sent(m *member, mark uint64) {
 			// Admitted while m was in service, sent after the
 			// down-timeout put it out and handed its requests over: it
 			// follows them rather than wait there for its deadline.
-			c.handOver(m.index, "out of service: sent as the server left service")
+			c.handOver(m.index, "out of service: sent as the server left service", nil)
 		}
 	}
 }

@@ -1297,3 +1297,43 @@ func TestThrottleReplayAheadOfASendDuringTheHandOver(t *testing.T) {
 		}
 	})
 }
+
+// A server that the policy's down-timeout takes out of service hands its
+// pending request over as a watchdog failover does: its replay reaches
+// the alternate ahead of the requests that server's queue sent back.
+// Before, the view change woke the dispatcher, which released them while
+// the hand-over was still on its way.
+func TestThrottleDownTimeoutReplayAheadOfNewer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+		n := network{"tcp://a:1": a, "tcp://b:1": b}
+		defer n.close()
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
+		cfg.Policy = &policy.Config{RequestTimeout: time.Second, Retries: 2, HoldDown: 20 * time.Second}
+		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 1}}
+		mute := muted(a)
+		c := started(t, cfg)
+		mute.Store(true)
+		beforeFailover = func() { synctest.Wait() } // what else would go does
+		defer func() { beforeFailover = nil }()
+		var wg sync.WaitGroup
+		for i := range 5 { // the first goes to a; the others wait for its place
+			wg.Go(func() {
+				_, err := sendWithin(c, i, 10*time.Second)
+				assert.NoError(t, err)
+			})
+			synctest.Wait()
+		}
+		wg.Wait() // a's down-timeout: all five go to b, one at a time
+		require.Len(t, a.received(), 1)
+		got := b.received()
+		require.Len(t, got, 5)
+		assert.True(t, got[0].tflag, "the replay went first")
+		for i, s := range got[1:] {
+			assert.False(t, s.tflag, "newer requests after the replay")
+			if i > 0 {
+				assert.Greater(t, s.e2e, got[i].e2e, "the newer requests in send order")
+			}
+		}
+	})
+}

@@ -362,7 +362,7 @@ func (c *Client) drain(m *member) (start func()) {
 			// Its requests waiting for an Identifier go elsewhere now,
 			// as the doc of SetPeers says (a closed UDP peer would send
 			// them to the server as Identifiers free).
-			up.HandOver("removed from the configuration: never sent there", nil)
+			up.HandOver("removed from the configuration: never sent there", nil, nil)
 			return up.Close(ctx)
 		}
 	}

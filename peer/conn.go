@@ -1338,9 +1338,13 @@ func (p *Peer) touch() {
 // not answer: a server that sends its own DWRs and answers ours, but not
 // the requests, stays OKAY (any message resets Tw, RFC 3539 3.4.1). An
 // answer that comes later is still taken, unless the request was
-// answered elsewhere first. Without a Failover, it does nothing.
-func (p *Peer) HandOver(reason string, keep func(*call.Call) bool) {
-	p.step(input{kind: evHandOver, note: reason, keep: keep})
+// answered elsewhere first. Without a Failover, it moves nothing.
+// done, if not nil, is called once the calls moved have gone to
+// Failover, on the Peer's notifier (see call.Carrier).
+func (p *Peer) HandOver(reason string, keep func(*call.Call) bool, done func()) {
+	if !p.step(input{kind: evHandOver, note: reason, keep: keep, done: done}) && done != nil {
+		p.notify(notice{done: done}) // finished: nothing was pending; in its turn all the same
+	}
 }
 
 // Avoids reports whether c must not be sent to this peer now

@@ -517,7 +517,7 @@ func TestCloseAfterPeersDPRRunsAfterTheUnlock(t *testing.T) {
 		synctest.Wait()
 		require.True(t, c.dpaOut.Load())
 		require.Same(t, c, p.cur.Load(), "open while our request is pending")
-		p.HandOver("test", nil)
+		p.HandOver("test", nil, nil)
 		synctest.Wait()
 		assert.Nil(t, p.cur.Load(), "closed once our request left it")
 		mu.Lock()

@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -49,7 +50,7 @@ func TestHandOverKeepsTheConnection(t *testing.T) {
 			synctest.Wait()
 		}
 		kept := &calls[2].Call
-		p.HandOver("out of service: test", func(cl *call.Call) bool { return cl == kept })
+		p.HandOver("out of service: test", func(cl *call.Call) bool { return cl == kept }, nil)
 		synctest.Wait()
 		mu.Lock()
 		assert.Equal(t, []*call.Call{&calls[0].Call, &calls[1].Call, &calls[3].Call}, moved, "in send order, the kept one left out")
@@ -76,7 +77,7 @@ func TestHandOverKeepsTheConnection(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, p.submit(cl))
 		synctest.Wait()
-		p.HandOver("out of service: test", nil)
+		p.HandOver("out of service: test", nil, nil)
 		synctest.Wait()
 		require.NoError(t, f.answerHeld(true))
 		synctest.Wait()
@@ -102,7 +103,7 @@ func TestHandOverWithoutFailoverDoesNothing(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, p.submit(cl))
 		synctest.Wait()
-		p.HandOver("out of service: test", nil)
+		p.HandOver("out of service: test", nil, nil)
 		synctest.Wait()
 		assert.Equal(t, 1, p.Stats().Pending)
 		require.NoError(t, f.answerHeld(false))
@@ -137,7 +138,7 @@ func TestHandOverWhileDisconnectingDoesNothing(t *testing.T) {
 		closed := make(chan error, 1)
 		go func() { closed <- p.Close(context.Background()) }()
 		synctest.Wait() // draining: the answer in flight gets its time
-		p.HandOver("out of service: test", nil)
+		p.HandOver("out of service: test", nil, nil)
 		synctest.Wait()
 		mu.Lock()
 		assert.Zero(t, moved, "handed over during the drain")
@@ -146,5 +147,49 @@ func TestHandOverWhileDisconnectingDoesNothing(t *testing.T) {
 		r := cl.Await(context.Background(), time.Second)
 		assert.NoError(t, r.Err)
 		<-closed
+	})
+}
+
+// HandOver's done runs once, after the hand-over's calls reached the
+// failover hook; with nothing to hand over, and after the Peer has
+// finished, it runs all the same.
+func TestHandOverDoneAfterTheHandOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakePeer("server.example.net")
+		defer f.close()
+		var mu sync.Mutex
+		var order []string
+		note := func(s string) {
+			mu.Lock()
+			order = append(order, s)
+			mu.Unlock()
+		}
+		cfg := clientConfig("client.example.net")
+		cfg.Dialer = f.dialer()
+		cfg.Failover = func(_ call.Carrier, calls []*call.Call, _ string) {
+			time.Sleep(time.Millisecond) // a hook that takes its time
+			note(fmt.Sprintf("failover of %d", len(calls)))
+		}
+		p, err := Dial("tcp://x:1", cfg)
+		require.NoError(t, err)
+		synctest.Wait()
+		f.answerReqs.Store(false)
+		cl, err := newCall(acr(), false)
+		require.NoError(t, err)
+		require.NoError(t, p.submit(cl))
+		synctest.Wait()
+		p.HandOver("out of service: test", nil, func() { note("done") })
+		synctest.Wait()
+		p.HandOver("out of service: test", nil, func() { note("done, nothing pending") })
+		synctest.Wait()
+		require.NoError(t, p.Close(context.Background()))
+		p.HandOver("out of service: test", nil, func() { note("done, finished") })
+		time.Sleep(time.Second)
+		synctest.Wait()
+		mu.Lock()
+		// The Close hands over too (nothing pending, for the record).
+		assert.Equal(t, []string{"failover of 1", "done", "done, nothing pending", "failover of 0", "done, finished"}, order)
+		mu.Unlock()
+		cl.Fail(ErrClosed)
 	})
 }

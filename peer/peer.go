@@ -213,6 +213,7 @@ type input struct {
 	// (0: the attempt failed before a CEA).
 	cause uint32
 	keep  func(*call.Call) bool // evHandOver: the calls that stay
+	done  func()                // evHandOver: called after the hand-over, on the notifier
 }
 
 func newPeer(cfg Config, role Role, url, label string) (*Peer, error) {
@@ -590,6 +591,7 @@ type notice struct {
 	calls    []*call.Call
 	reason   string
 	line     *serve.Line
+	done     func() // HandOver's: called in its turn
 }
 
 // flushLater records, if flush, that c closes once its queue is written
@@ -648,6 +650,8 @@ func (p *Peer) notify(n notice) { p.notes.Schedule(n) }
 // subscribers, on the notice queue's goroutine.
 func (p *Peer) deliver(n notice) {
 	switch {
+	case n.done != nil:
+		n.done()
 	case n.line != nil:
 		n.line.Write(p.cfg.Logger)
 	case n.failover:

@@ -298,6 +298,9 @@ func (p *Peer) stepLocked(e input) {
 // failover hook, as a watchdog failover does, and keeps the connection
 // and its watchdog: see HandOver. p.mu is held.
 func (p *Peer) onHandOver(e input, cur *conn) {
+	if e.done != nil {
+		defer p.notify(notice{done: e.done}) // after the hand-over, if any
+	}
 	if cur == nil || p.cfg.Failover == nil || p.closing {
 		// Nothing pending, nowhere to hand it, or a graceful close whose
 		// drain gives the requests their time: they wait for answers.

@@ -51,7 +51,7 @@ func TestReplayAfterLossThenRefusalKeepsTFlag(t *testing.T) {
 		require.NoError(t, pA.Submit(cl))
 		require.False(t, tflag(next(t, inA)), "first send")
 
-		pA.HandOver("no answer", nil) // lost at A
+		pA.HandOver("no answer", nil, nil) // lost at A
 		synctest.Wait()
 		require.Len(t, <-handed, 1)
 

@@ -274,8 +274,10 @@ func (p *Peer) Avoids(c *call.Call) bool { return p.avoids(c) }
 // the watchdog, that the server does not answer (a server policy's
 // down-timeout). A reply that comes later is still taken, unless the
 // request was answered elsewhere first. Without a Failover, or once
-// closing, it does nothing.
-func (p *Peer) HandOver(reason string, keep func(*call.Call) bool) {
+// closing, it moves nothing. done, if not nil, is called once the calls
+// moved have gone to Failover, on the Peer's notifier (see
+// call.Carrier).
+func (p *Peer) HandOver(reason string, keep func(*call.Call) bool, done func()) {
 	p.mu.Lock()
 	if p.cfg.Failover != nil && !p.closing {
 		cause := errors.New(reason)
@@ -302,6 +304,11 @@ func (p *Peer) HandOver(reason string, keep func(*call.Call) bool) {
 		}
 		p.waiting = stay
 		p.moveOut(p.links[0], moved, reason)
+	}
+	if done != nil {
+		// After the hand-overs above, on the same queue: the notifier
+		// calls it in its turn, after them.
+		p.notes.Schedule(notice{done: done})
 	}
 	p.unlock()
 }

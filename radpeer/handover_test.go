@@ -61,9 +61,19 @@ func TestHandOverTakesTheRecycledConnectionsRequests(t *testing.T) {
 			t.Fatalf("want the old connection recycled and open for its 127 live requests: %+v, %d closed", st, srv.closed.Load())
 		}
 		start := time.Now()
-		p.HandOver("out of service: no reply within the down-timeout", nil)
+		dones, doneSaw := 0, 0 // under mu
+		p.HandOver("out of service: no reply within the down-timeout", nil, func() {
+			mu.Lock()
+			dones, doneSaw = dones+1, handed
+			mu.Unlock()
+		})
 		wg.Wait()
 		synctest.Wait()
+		mu.Lock()
+		if dones != 1 || doneSaw != 127 {
+			t.Errorf("HandOver's done called %d times, the first after %d requests were handed over; want once, after all 127", dones, doneSaw)
+		}
+		mu.Unlock()
 		if d := time.Since(start); d != 0 {
 			t.Errorf("the live requests ended %v after the hand-over, want at once", d)
 		}
@@ -159,7 +169,7 @@ func TestLateAnswerWithoutMAOnAConnectionTheCallLeft(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait()
-		pa.HandOver("down-timeout", nil)
+		pa.HandOver("down-timeout", nil, nil)
 		synctest.Wait()
 		close(release) // A's late unsigned answer
 		synctest.Wait()

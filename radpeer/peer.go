@@ -464,12 +464,15 @@ type notice struct {
 	calls    []*call.Call
 	reason   string
 	line     *serve.Line
+	done     func() // HandOver's: called in its turn
 }
 
 // deliverNotice writes n's log line or hands n to the failover hook or
 // the subscribers, on the notice queue's goroutine.
 func (p *Peer) deliverNotice(n notice) {
 	switch {
+	case n.done != nil:
+		n.done()
 	case n.line != nil:
 		n.line.Write(p.cfg.Logger)
 	case n.failover:

@@ -370,8 +370,13 @@ func (p *UDPPeer) Avoids(c *call.Call) bool { return c.Avoids(&p.h, p) }
 // their retransmissions, each handed to Failover on its own once they go
 // unanswered (Timeout x Retries, which is also a server policy's default
 // down-timeout), as a RADIUS client retries a server before the next.
-// Without a Failover, or once closing, it does nothing.
-func (p *UDPPeer) HandOver(reason string, keep func(*call.Call) bool) {
+// Without a Failover, or once closing, it moves nothing. done, if not
+// nil, is called on HandOver's goroutine once the requests moved have
+// gone to Failover (see call.Carrier).
+func (p *UDPPeer) HandOver(reason string, keep func(*call.Call) bool, done func()) {
+	if done != nil {
+		defer done()
+	}
 	if p.cfg.Failover == nil {
 		return
 	}

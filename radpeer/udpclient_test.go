@@ -1474,8 +1474,12 @@ func TestUDPHandOverTakesTheWaitingRequests(t *testing.T) {
 			t.Fatalf("%d waiting, want 10", w)
 		}
 		kept := calls[IDsPerSocket]
-		p.HandOver("down-timeout", func(c *call.Call) bool { return c == kept })
+		doneSaw := -1
+		p.HandOver("down-timeout", func(c *call.Call) bool { return c == kept }, func() { doneSaw = fo.len() })
 		synctest.Wait()
+		if doneSaw != 9 {
+			t.Errorf("HandOver's done saw %d requests handed over, want 9: called after them", doneSaw)
+		}
 		got := fo.list()
 		if len(got) != 9 || p.Stats().Waiting != 1 {
 			t.Fatalf("after HandOver: %d handed over, %d waiting; want 9 and the one kept", len(got), p.Stats().Waiting)
@@ -1488,7 +1492,7 @@ func TestUDPHandOverTakesTheWaitingRequests(t *testing.T) {
 				t.Errorf("a request never sent here is refused here, avoided or complete (%s)", h.c.State())
 			}
 		}
-		p.HandOver("down-timeout", nil)
+		p.HandOver("down-timeout", nil, nil)
 		synctest.Wait()
 		if n := fo.len(); n != 10 || p.Stats().Waiting != 0 {
 			t.Fatalf("second HandOver: %d handed over, %d waiting", n, p.Stats().Waiting)
