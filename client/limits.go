@@ -27,11 +27,11 @@ import (
 
 // Throttle configures per-server limits, the same for every server.
 // Requests wait in one instance queue and a queue per server, each in
-// the order they were sent. When a server's watchdog takes it out of
-// service (no answer within Tw, or its connection lost), the requests
-// pending there come back in the order they were sent and go out ahead
-// of every request still waiting, including those queued for that
-// server and those sent as it left.
+// the order they were sent. When a server leaves service with requests
+// pending there (its watchdog gives up on it, or a server policy's
+// down-timeout does), those come back in the order they were sent and
+// go out ahead of every request still waiting, including those queued
+// for that server and those sent as it left.
 type Throttle struct {
 	// Auth and Accounting are the limits of each class; a zero
 	// MaxOutstanding means throttle.DefaultMaxOutstanding (256). A
