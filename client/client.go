@@ -1317,9 +1317,13 @@ func (c *Client) onPeerEvent(m *member, self *atomic.Pointer[peer.Peer], e peer.
 	if c.cfg.MaxConnections > 0 {
 		c.balanceSlots(m, self, e.To, false)
 	}
-	if k := self.Load(); k != nil && failoverFollows(e) {
+	k := self.Load()
+	if k != nil && failoverFollows(e) {
 		c.refreshForFailover(k)
 		return
+	}
+	if k != nil {
+		c.handOverMissed(k)
 	}
 	c.refresh()
 }

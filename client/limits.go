@@ -298,6 +298,27 @@ func (c *Client) handedOver(k call.Carrier) {
 	c.poke()
 }
 
+// handOverMissed ends every wait for k's hand-over at k's next watchdog
+// change (one that starts no wait of its own). A safety net: every
+// change that starts a wait is followed by its hand-over, on k's
+// notifier ahead of the next change, so a wait still there missed it,
+// and would otherwise hold the throttle until k is gone. (A policy's
+// wait, awaitHandOver, may end here before its hand-over: its replays
+// may then leave behind newer requests, as before such waits.)
+func (c *Client) handOverMissed(k call.Carrier) {
+	if c.sched == nil {
+		return
+	}
+	c.tmu.Lock()
+	n := len(c.handing)
+	c.handing = slices.DeleteFunc(c.handing, func(x call.Carrier) bool { return x == k })
+	missed := len(c.handing) < n
+	c.unlockThrottle()
+	if missed {
+		c.poke()
+	}
+}
+
 func (c *Client) poke() {
 	select {
 	case c.wake <- struct{}{}:

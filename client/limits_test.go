@@ -1337,3 +1337,42 @@ func TestThrottleDownTimeoutReplayAheadOfNewer(t *testing.T) {
 		}
 	})
 }
+
+// The throttle's wait for a peer's hand-over ends at the peer's next
+// watchdog change even if the hand-over never came (a wait it should
+// never have: every change that starts one is followed by its
+// hand-over), rather than hold every request until the peer is gone.
+func TestThrottleWaitForAMissedHandOverEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+		n := network{"tcp://a:1": a, "tcp://b:1": b}
+		defer n.close()
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
+		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 10}}
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		pa := c.Peers()[0]
+		c.tmu.Lock()
+		c.handing = append(c.handing, call.Carrier(pa)) // a hand-over that will not come
+		c.tmu.Unlock()
+		done := make(chan error, 1)
+		go func() {
+			_, err := sendWithin(c, 1, 10*time.Minute)
+			done <- err
+		}()
+		synctest.Wait()
+		require.Empty(t, a.received(), "released while waiting for a hand-over")
+		require.Empty(t, b.received(), "released while waiting for a hand-over")
+		a.freeze() // SUSPECT: a wait of its own, ended by its hand-over
+		for pa.State() != watchdog.Suspect {
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+		require.Empty(t, b.received(), "released while still waiting for the missed hand-over")
+		a.unfreeze() // SUSPECT -> OKAY: the missed wait ends
+		require.NoError(t, <-done)
+		assert.Equal(t, 1, len(a.received())+len(b.received()), "the request went once the wait ended")
+	})
+}

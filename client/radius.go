@@ -224,6 +224,7 @@ func (c *Client) onRADIUSEvent(m *member, e peer.Event) {
 		if failoverFollows(e) && e.To == watchdog.Suspect {
 			c.refreshForFailover(p)
 		} else {
+			c.handOverMissed(p)
 			c.refresh()
 		}
 	case (e.Kind == peer.EventConnDown || e.Kind == peer.EventConnUp) && p.InService():
