@@ -584,7 +584,8 @@ func (c *Client) dueSoonerLocked(now time.Time) bool {
 func (c *Client) pollLocked(now time.Time) bool {
 	if len(c.handing) > 0 {
 		// A failover's replays are still to be queued: anything let go
-		// now would leave ahead of them. handedOver polls again.
+		// now would leave ahead of them. handedOver wakes the
+		// dispatcher, which polls again.
 		return false
 	}
 	ds := c.poll(now)
