@@ -57,7 +57,7 @@ MUTANTS = {
  'M07': ('client.dispatch', 'a single request that found no peer waits on the view at strand time, not the view it was placed against (a change in between is lost)',
    [('client/client.go', '\t\tc.strand([]*call.Call{cl}, v)\n', '\t\tc.strand([]*call.Call{cl}, c.view())\n')]),
  'M08': ('client.bump', 'a RADIUS connection closing while its server stays in service makes no new view (bump not forced)',
-   [('client/avail.go', 'func (c *Client) bump() { c.rebuild(true) }', 'func (c *Client) bump() { c.rebuild(false) }')]),
+   [('client/avail.go', 'func (c *Client) bump() { c.rebuild(true, nil) }', 'func (c *Client) bump() { c.rebuild(false, nil) }')]),
  'M09': ('client.waitFor', 'Close leaves the waiting requests waiting (not failed)',
    [('client/avail.go', '\t\t\tfailAll(w.calls, errClientClosed)\n\t\t\tc.roundDone(w, c.view().gen, true)', '\t\t\tc.roundDone(w, c.view().gen, true)')]),
  'M10': ('peer.dcall.board', 'a resend after 3004/3002 carries the T flag',
@@ -215,6 +215,14 @@ MUTANTS = {
    [('peer/peer.go', '\treturn p.State() == watchdog.Okay && c != nil && !p.leaving.Load() && !c.dprIn.Load()', '\treturn p.State() == watchdog.Okay && c != nil && !p.leaving.Load()')]),
  'P02': ('peer.conn.submit', 'a draining connection (our Close, or the peer\'s DPR) takes new requests',
    [('peer/conn.go', '\tif c.lost || c.draining || c.shut {\n\t\tdraining := c.draining', '\tif c.lost || c.shut {\n\t\tdraining := c.draining')]),
+ # --- the throttle's wait for a hand-over, new in 2026-12-07's session ---
+ 'Q01': ('client.pollLocked', "the throttle releases while a failover's hand-over is awaited (its replays may leave behind newer requests)",
+   [('client/limits.go', '\tif len(c.handing) > 0 {\n\t\t// A failover', '\tif false && len(c.handing) > 0 {\n\t\t// A failover')]),
+ 'Q02': ('client.onFailover', 'the wait for a hand-over does not end when the hand-over comes (only the dispatcher is woken)',
+   [('client/client.go', '\t\tdefer c.handedOver(from) // after the replays are queued\n', '\t\tdefer c.poke()\n')]),
+ 'Q03': ('peer.onHandOver', "HandOver's done is not called when there is nothing to hand over",
+   [('peer/step.go', '\tif e.done != nil {\n\t\tdefer p.notify(notice{done: e.done}) // after the hand-over, if any\n\t}\n', ''),
+    ('peer/step.go', '\t\tp.handOver(calls, e.note)\n\t}\n\tp.flushLater(cur, flush)\n}', '\t\tp.handOver(calls, e.note)\n\t\tif e.done != nil {\n\t\t\tp.notify(notice{done: e.done})\n\t\t}\n\t}\n\tp.flushLater(cur, flush)\n}')]),
 }
 
 SIMS = {
