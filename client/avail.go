@@ -141,13 +141,13 @@ func (c *Client) rebuild(force bool, leaving call.Carrier) {
 		evs, c.alarms = c.alarms, nil
 		wake := c.dueSoonerLocked(now) // a server gone sent its queue back
 		if leaving != nil {
-			c.handing = append(c.handing, leaving)
+			c.handing = append(c.handing, handOverWait{k: leaving})
 		}
 		if len(c.handing) > 0 {
 			// A peer no member has any more (removed, replaced) may
 			// never hand over: the throttle does not wait for it.
-			c.handing = slices.DeleteFunc(c.handing, func(k call.Carrier) bool {
-				return !slices.ContainsFunc(ros.all, func(m *member) bool { return !m.removed.Load() && m.carrier() == k })
+			c.handing = slices.DeleteFunc(c.handing, func(w handOverWait) bool {
+				return !slices.ContainsFunc(ros.all, func(m *member) bool { return !m.removed.Load() && m.carrier() == w.k })
 			})
 		}
 		c.tmu.Unlock()

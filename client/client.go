@@ -342,10 +342,13 @@ type Client struct {
 	// later release leave first. Under tmu.
 	released [](*[]throttle.Dispatch[*item])
 	placing  bool
-	// handing: the peers that left service whose hand-over is still to
-	// come (refreshForFailover), one entry per change; while there is
-	// one, pollLocked releases nothing. Under tmu.
-	handing []call.Carrier
+	// handing: the hand-overs still to come, one entry per wait (a
+	// peer's watchdog change, refreshForFailover; a server policy's
+	// down-timeout, awaitHandOver); while there is one, pollLocked
+	// releases nothing. missedHandOvers counts the watchdog waits that
+	// ended without theirs (handOverMissed). Under tmu.
+	handing         []handOverWait
+	missedHandOvers uint64
 	// held: the requests coming back to the scheduler that no peer could
 	// take, kept out of it until a view gives them one (holdLocked,
 	// unhold). Under tmu.
@@ -391,9 +394,9 @@ func deadlines(cfg Config, isRADIUS bool) (detect, derived time.Duration) {
 	return detect, detect + answerTime
 }
 
-// warnShortDeadline logs that cfg's request deadline is shorter than the
-// failover detection of its peers.
-func warnShortDeadline(cfg Config, isRADIUS bool, detect time.Duration) {
+// logger returns the Logger cfg gives its peers (of RADIUS servers if
+// isRADIUS), or slog's default.
+func logger(cfg Config, isRADIUS bool) *slog.Logger {
 	log := cfg.Peer.Logger
 	if isRADIUS {
 		log = cfg.RADIUS.Logger
@@ -401,7 +404,13 @@ func warnShortDeadline(cfg Config, isRADIUS bool, detect time.Duration) {
 	if log == nil {
 		log = slog.Default()
 	}
-	log.Warn("the request deadline is shorter than failover detection: a hung peer's requests will time out instead of being replayed",
+	return log
+}
+
+// warnShortDeadline logs that cfg's request deadline is shorter than the
+// failover detection of its peers.
+func warnShortDeadline(cfg Config, isRADIUS bool, detect time.Duration) {
+	logger(cfg, isRADIUS).Warn("the request deadline is shorter than failover detection: a hung peer's requests will time out instead of being replayed",
 		"deadline", cfg.RequestTimeout.String(), "detection", detect.String())
 }
 

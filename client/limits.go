@@ -252,7 +252,7 @@ func (c *Client) awaitHandOver(i int) call.Carrier {
 		return nil
 	}
 	c.tmu.Lock()
-	c.handing = append(c.handing, k)
+	c.handing = append(c.handing, handOverWait{k: k, policy: true})
 	c.unlockThrottle()
 	return k
 }
@@ -265,7 +265,7 @@ func (c *Client) awaitHandOver(i int) call.Carrier {
 func (c *Client) handOver(i int, reason string, awaited call.Carrier) {
 	var done func()
 	if awaited != nil {
-		done = func() { c.handedOver(awaited) }
+		done = func() { c.endWait(handOverWait{k: awaited, policy: true}) }
 	}
 	v := c.view()
 	var k call.Carrier
@@ -286,35 +286,48 @@ func (c *Client) handOver(i int, reason string, awaited call.Carrier) {
 	}, done)
 }
 
-// handedOver ends a wait for k's hand-over (refreshForFailover,
-// awaitHandOver), its replays queued, and wakes the dispatcher to release
-// what waited.
-func (c *Client) handedOver(k call.Carrier) {
+// handOverWait is a wait of the throttle for peer k's hand-over: after
+// its watchdog's change (refreshForFailover), or, policy, a server
+// policy's down-timeout (awaitHandOver).
+type handOverWait struct {
+	k      call.Carrier
+	policy bool
+}
+
+// handedOver ends the wait for k's hand-over after its watchdog's change
+// (refreshForFailover), its replays queued.
+func (c *Client) handedOver(k call.Carrier) { c.endWait(handOverWait{k: k}) }
+
+// endWait ends wait w, if still there, and wakes the dispatcher to
+// release what waited.
+func (c *Client) endWait(w handOverWait) {
 	c.tmu.Lock()
-	if i := slices.Index(c.handing, k); i >= 0 {
+	if i := slices.Index(c.handing, w); i >= 0 {
 		c.handing = slices.Delete(c.handing, i, i+1)
 	}
 	c.unlockThrottle()
 	c.poke()
 }
 
-// handOverMissed ends every wait for k's hand-over at k's next watchdog
-// change (one that starts no wait of its own). A safety net: every
-// change that starts a wait is followed by its hand-over, on k's
-// notifier ahead of the next change, so a wait still there missed it,
-// and would otherwise hold the throttle until k is gone. (A policy's
-// wait, awaitHandOver, may end here before its hand-over: its replays
-// may then leave behind newer requests, as before such waits.)
+// handOverMissed ends the waits for k's hand-over after its watchdog's
+// changes at its next change that starts none, counting them. A safety
+// net: every change that starts a wait is followed by its hand-over, on
+// k's notifier ahead of the next change, so a wait still there missed
+// it, and would otherwise hold the throttle until k is gone. A policy's
+// wait ends only with its HandOver's done, which always comes.
 func (c *Client) handOverMissed(k call.Carrier) {
 	if c.sched == nil {
 		return
 	}
 	c.tmu.Lock()
 	n := len(c.handing)
-	c.handing = slices.DeleteFunc(c.handing, func(x call.Carrier) bool { return x == k })
-	missed := len(c.handing) < n
+	c.handing = slices.DeleteFunc(c.handing, func(w handOverWait) bool { return w == handOverWait{k: k} })
+	missed := n - len(c.handing)
+	c.missedHandOvers += uint64(missed)
 	c.unlockThrottle()
-	if missed {
+	if missed > 0 {
+		logger(c.cfg, c.radius).Warn("client: a peer left service without handing its requests over; the throttle stops waiting for them",
+			"peer", k.Name(), "waits", missed)
 		c.poke()
 	}
 }

@@ -1355,7 +1355,7 @@ func TestThrottleWaitForAMissedHandOverEnds(t *testing.T) {
 		synctest.Wait()
 		pa := c.Peers()[0]
 		c.tmu.Lock()
-		c.handing = append(c.handing, call.Carrier(pa)) // a hand-over that will not come
+		c.handing = append(c.handing, handOverWait{k: pa}) // a hand-over that will not come
 		c.tmu.Unlock()
 		done := make(chan error, 1)
 		go func() {
@@ -1374,5 +1374,8 @@ func TestThrottleWaitForAMissedHandOverEnds(t *testing.T) {
 		a.unfreeze() // SUSPECT -> OKAY: the missed wait ends
 		require.NoError(t, <-done)
 		assert.Equal(t, 1, len(a.received())+len(b.received()), "the request went once the wait ended")
+		c.tmu.Lock()
+		assert.Equal(t, uint64(1), c.missedHandOvers, "the missed hand-over counted")
+		c.tmu.Unlock()
 	})
 }

@@ -2359,21 +2359,26 @@ func (w *simWorld) checkRecovered() {
 }
 
 // handOverAwaited says which peers the throttle still waits for the
-// hand-over of (Client.handing), or "": every change that made it wait
-// must have been followed by its peer's hand-over, else nothing leaves
-// the throttle again.
+// hand-over of (Client.handing), or how many watchdog changes it saw
+// that were not followed by their hand-over (handOverMissed), or "":
+// every change that makes it wait must be followed by its peer's
+// hand-over, else the throttle holds every request until the peer's
+// next change.
 func handOverAwaited(c *Client) string {
 	if c.sched == nil {
 		return ""
 	}
 	c.tmu.Lock()
 	defer c.tmu.Unlock()
+	if n := c.missedHandOvers; n > 0 {
+		return fmt.Sprintf("%d watchdog changes out of service were not followed by their hand-over (the throttle waited until the peer's next change)", n)
+	}
 	if len(c.handing) == 0 {
 		return ""
 	}
 	names := make([]string, len(c.handing))
-	for i, k := range c.handing {
-		names[i] = k.Name()
+	for i, w := range c.handing {
+		names[i] = w.k.Name()
 	}
 	return fmt.Sprintf("the throttle still waits for the hand-over of %v once quiet: it releases nothing", names)
 }
