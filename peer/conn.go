@@ -700,6 +700,9 @@ func (c *conn) reader() {
 			// one from after it keeps the reader (parkReader).
 			c.bt.want.Store(false)
 			if c.mayPark() {
+				if parkHook != nil {
+					parkHook(c)
+				}
 				c.parkReader()
 			}
 		}
@@ -1380,7 +1383,10 @@ func (p *Peer) Avoids(c *call.Call) bool {
 //
 // The reader takes the baton back at once when a message is queued for
 // the writer (a DWR, a DPR, a request that did not go out inline,
-// wakeReader), when the connection is closed from this side, and at the
+// wakeReader), when a call is pending as it leaves the baton free to park
+// (a request written inline just as the reader was about to park, whose
+// caller found the baton still the reader's and left the read to it),
+// when the connection is closed from this side, and at the
 // latest 2*batonIdle after the baton was last left free with no caller
 // taking it since: a request from the peer, the loss of the connection,
 // the DWA to a DWR sent just as the reader parked, or the answer to a
@@ -1450,6 +1456,10 @@ var batonOff bool
 // holderHook, when set (tests), runs on a caller holding the baton after
 // each message it handled for d.
 var holderHook func(d *dcall)
+
+// parkHook, when set (tests), runs on the reader once it found that it
+// may park (mayPark), before it leaves the baton free.
+var parkHook func(c *conn)
 
 // via returns the connection on which d's caller may read: the one d was
 // just written on inline, when it has a baton.
@@ -1647,7 +1657,13 @@ func (c *conn) mayPark() bool {
 func (c *conn) parkReader() {
 	b := &c.bt
 	b.state.Store(batonFree)
-	if b.want.Load() && b.state.CompareAndSwap(batonFree, batonReader) {
+	// A request written inline since mayPark looked may be pending now,
+	// its caller having found the baton still the reader's (submit
+	// offered it nothing, ReadAnswer left the read to the reader): the
+	// reader reads on. It looks after leaving the baton free, as submit
+	// looks at the state after making its call pending: one of them sees
+	// the other.
+	if (b.want.Load() || c.pendingLen() > 0) && b.state.CompareAndSwap(batonFree, batonReader) {
 		b.want.Store(false)
 		return
 	}
