@@ -286,7 +286,9 @@ func (c *Client) strand(calls []*call.Call, v *avail) (wait, concluded, undelive
 		return nil, concluded, undeliverable
 	}
 	// Its round for v was the one that found no peer for its requests.
-	w := &waiter{calls: wait, prev: c.lastWaiter, round: v.gen, retries: v.retries, tick: make(chan struct{})}
+	// Its own copy: waitFor compacts it as its requests end, and wait
+	// is the caller's (dispatchAll reads it after we return).
+	w := &waiter{calls: slices.Clone(wait), prev: c.lastWaiter, round: v.gen, retries: v.retries, tick: make(chan struct{})}
 	if w.prev != nil {
 		w.prev.next = w
 	}

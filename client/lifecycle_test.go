@@ -405,3 +405,43 @@ func TestSendWithEndedContextSendsNothing(t *testing.T) {
 		})
 	}
 }
+
+// strand returns the requests it had wait for the caller's records
+// (dispatchAll reads them after it returns), and its waiter must not
+// compact that slice under the caller as its requests end: it did, in
+// place (a data race under -race, and a reader of the returned slice
+// could find a request shifted or nil).
+func TestStrandedSliceIsTheCallers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newFakeServer("a.example.net")
+		a.freeze() // never in service: nowhere to place anything
+		n := network{"tcp://a:1": a}
+		defer n.close()
+		c, err := New(clientConfig(n, PrimarySecondary, "tcp://a:1"))
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		require.Zero(t, c.inService())
+		c1, err := peer.NewCall(acr(1, "u@example.net"), false)
+		require.NoError(t, err)
+		c2, err := peer.NewCall(acr(2, "u@example.net"), false)
+		require.NoError(t, err)
+		c2.Deadline = time.Now().Add(time.Minute)
+		done := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithDeadline(context.Background(), c2.Deadline)
+			defer cancel()
+			done <- c2.Await(ctx, 0).Err
+		}()
+		wait, _, _ := c.strand([]*call.Call{c1, c2}, c.view())
+		require.Equal(t, []*call.Call{c1, c2}, wait)
+		c1.Fail(errors.New("its caller gave up"))
+		assert.ErrorIs(t, <-done, call.ErrTimeout)
+		time.Sleep(time.Second) // the waiter's timer, at c2's deadline, drops both
+		synctest.Wait()
+		line, _ := waitersLeft(c)
+		require.Zero(t, line)
+		assert.Equal(t, []*call.Call{c1, c2}, wait, "the waiter compacted the caller's slice")
+		a.unfreeze()
+	})
+}
