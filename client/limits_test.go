@@ -1288,13 +1288,7 @@ func TestThrottleReplayAheadOfASendDuringTheHandOver(t *testing.T) {
 		wg.Wait() // a goes SUSPECT: all six go to b, one at a time
 		got := b.received()
 		require.Len(t, got, 6)
-		assert.True(t, got[0].tflag, "the replay went first")
-		for i, s := range got[1:] {
-			assert.False(t, s.tflag, "newer requests after the replay")
-			if i > 0 {
-				assert.Greater(t, s.e2e, got[i].e2e, "the newer requests in send order")
-			}
-		}
+		assertReplayThenInOrder(t, got)
 	})
 }
 
@@ -1328,13 +1322,7 @@ func TestThrottleDownTimeoutReplayAheadOfNewer(t *testing.T) {
 		require.Len(t, a.received(), 1)
 		got := b.received()
 		require.Len(t, got, 5)
-		assert.True(t, got[0].tflag, "the replay went first")
-		for i, s := range got[1:] {
-			assert.False(t, s.tflag, "newer requests after the replay")
-			if i > 0 {
-				assert.Greater(t, s.e2e, got[i].e2e, "the newer requests in send order")
-			}
-		}
+		assertReplayThenInOrder(t, got)
 	})
 }
 
@@ -1378,4 +1366,17 @@ func TestThrottleWaitForAMissedHandOverEnds(t *testing.T) {
 		assert.Equal(t, uint64(1), c.missedHandOvers, "the missed hand-over counted")
 		c.tmu.Unlock()
 	})
+}
+
+// assertReplayThenInOrder checks what a server received after another's
+// failover: the one replay first, then the newer requests in send order.
+func assertReplayThenInOrder(t *testing.T, got []seen) {
+	t.Helper()
+	assert.True(t, got[0].tflag, "the replay went first")
+	for i, s := range got[1:] {
+		assert.False(t, s.tflag, "newer requests after the replay")
+		if i > 0 {
+			assert.Greater(t, s.e2e, got[i].e2e, "the newer requests in send order")
+		}
+	}
 }
