@@ -94,10 +94,7 @@ func TestRequestSentAsTheReaderParksIsRead(t *testing.T) {
 		defer p.Close(context.Background())
 		far := <-fars
 		defer far.Close()
-		cer, err := far.ReadMessage()
-		require.NoError(t, err)
-		srv := Config{OriginHost: "server.example.net", OriginRealm: "example.net", OriginStateID: 1, ProductName: "fake", AcctApps: []uint32{message.AppAccounting}}
-		require.NoError(t, far.WriteMessages(srv.newCEA(cer, nil, message.Success, "", nil)))
+		answerCER(t, far, "server.example.net", message.Success)
 		synctest.Wait()
 		require.Equal(t, watchdog.Okay, p.State())
 		c := p.cur.Load()

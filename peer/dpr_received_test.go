@@ -366,10 +366,7 @@ func TestReconnectionDuringDPRGraceIsAdopted(t *testing.T) {
 		defer p.Close(context.Background())
 		far := <-fars
 		defer far.Close()
-		cer, err := far.ReadMessage()
-		require.NoError(t, err)
-		b := Config{OriginHost: "b.example.net", OriginRealm: "example.net", OriginStateID: 1, ProductName: "fake", AcctApps: []uint32{message.AppAccounting}}
-		require.NoError(t, far.WriteMessages(b.newCEA(cer, nil, message.Success, "", nil)))
+		answerCER(t, far, "b.example.net", message.Success)
 		synctest.Wait()
 		require.Equal(t, watchdog.Okay, p.State())
 

@@ -41,10 +41,7 @@ func dialPipeTo(t *testing.T, cfg Config, host string) (*Peer, transport.Conn) {
 	require.NoError(t, err)
 	far := <-fars
 	t.Cleanup(func() { far.Close() })
-	cer, err := far.ReadMessage()
-	require.NoError(t, err)
-	srv := Config{OriginHost: host, OriginRealm: "example.net", OriginStateID: 1, ProductName: "fake", AcctApps: []uint32{message.AppAccounting}}
-	require.NoError(t, far.WriteMessages(srv.newCEA(cer, nil, message.Success, "", nil)))
+	answerCER(t, far, host, message.Success)
 	synctest.Wait()
 	require.Equal(t, watchdog.Okay, p.State())
 	return p, far
