@@ -727,6 +727,9 @@ func (c *Client) do(ctx context.Context, cl *call.Call) ([]byte, error) {
 	if !ended {
 		c.dispatch(cl)
 	}
+	if beforeAwait != nil {
+		beforeAwait(cl)
+	}
 	r := cl.Await(ctx, c.cfg.RequestTimeout)
 	ans, err := r.Ans, r.Err
 	if it != nil {
@@ -1163,6 +1166,11 @@ func (c *Client) submit(cl *call.Call, m *member, probe bool) bool {
 // and before the policy is told they were sent: a test can let their
 // replies in first.
 var beforeSent func([]*call.Call)
+
+// beforeAwait, when set, runs on a Send's goroutine once its request
+// was dispatched, as its wait for the answer begins. For tests: until
+// then the caller may be placing other requests the throttle released.
+var beforeAwait func(*call.Call)
 
 // beforeFailover, when set, runs as onFailover starts: after the view
 // change of the server that left (refreshForFailover), before its calls

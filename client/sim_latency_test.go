@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/wire"
 )
@@ -39,6 +40,12 @@ import (
 //     caller holding the baton is sent elsewhere on its goroutine; the
 //     slow subscriber of the watchdog events).
 //
+// An answer ready before its own caller began to wait for it counts from
+// that wait's start (from its read when the caller has not begun): until
+// then the caller is placing other requests, those the throttle released
+// among them, and a request it wrote inline with the baton free is for it
+// to read when it waits.
+//
 // And an answer to a request no longer pending on that connection is
 // not the baton's to hurry (the reader of a connection with nothing
 // pending parks, and notices a late answer at its look, 5 to 10 ms
@@ -51,18 +58,6 @@ import (
 // simReadBound is the bound: 1 ms, far above the virtual nanoseconds an
 // inline write's deadline (tryPipe) or a tryPause (20 us) adds.
 const simReadBound = time.Millisecond
-
-// simLooseBound is the bound outside the quiet-end phases (batonPhase,
-// batonPhase2): the baton's design bound, the parked reader's second
-// look. The 1 ms bound fired rarely in the busy part of a schedule on
-// the unmutated tree. The answers to requests sent with their context
-// ended were most of those (seeds 101 and 59: no longer sent), but CI
-// under -race found one more, seed 263 of a run, 1.3 ms late, with none
-// of the excuses above; it does not replay alone (the pauses' source is
-// shared by the schedules of a run). Until that path is traced, the busy
-// part holds answers to what the baton promises in every case, and the
-// phases, whose timing the simulator controls, to 1 ms.
-const simLooseBound = 2*simBatonIdle + simReadBound
 
 // simSpan is a kind of pause: how many are under way, and when the last
 // one ended.
@@ -100,6 +95,7 @@ type simLat struct {
 	checked  int                    // answers checked
 	excused  int                    // of them, read late with a fault pending
 	returned map[uint32]time.Time   // when each Send returned
+	awaiting map[uint32]time.Time   // when each Send's caller began to wait for its answer
 	asks     map[[2]uint32]simAsk   // the servers' requests the client read, until it answers them
 	quick    atomic.Bool            // the client's handler answers within 10 ms (the baton's phase)
 }
@@ -142,6 +138,18 @@ func (w *simWorld) sendReturned(id uint32) {
 	w.lat.mu.Unlock()
 }
 
+// simBeforeAwait is beforeAwait: when the Send of cl began to wait.
+func simBeforeAwait(cl *call.Call) {
+	w := simWorldOf(cl.Ref)
+	if w == nil {
+		return
+	}
+	w.lat.mu.Lock()
+	w.lat.init()
+	w.lat.awaiting[cl.Ref] = time.Now()
+	w.lat.mu.Unlock()
+}
+
 // movedSince reports whether request id, sent to host at since, may have
 // left that connection since: a failover record names it, it waited for
 // a peer, or the server policy handed host's requests over.
@@ -168,6 +176,7 @@ func (l *simLat) init() {
 		l.onQueue = map[any]*simSpan{}
 		l.handler = map[string]*simSpan{}
 		l.returned = map[uint32]time.Time{}
+		l.awaiting = map[uint32]time.Time{}
 		l.asks = map[[2]uint32]simAsk{}
 	}
 }
@@ -297,11 +306,19 @@ func (r readLog) answerRead(m []byte) {
 	rd, ok := l.ready[k]
 	at := rd.at
 	delete(l.ready, k)
-	bound := simLooseBound
-	if l.quick.Load() || w.b2.quiet.Load() {
-		bound = simReadBound
+	// An answer ready before its own caller began to wait counts from
+	// that wait's start: until then the caller was placing other
+	// requests (those the throttle released, on its goroutine), perhaps
+	// asleep in the simulator's pick-to-submit pause, and a request it
+	// wrote inline with the baton free is for it to read. A caller that
+	// waits while its answer lies unread is still caught.
+	from := at
+	if aw, began := l.awaiting[k.e2e]; !began {
+		from = now
+	} else if aw.After(at) {
+		from = aw
 	}
-	late := ok && now.Sub(at) > bound
+	late := ok && now.Sub(from) > simReadBound
 	// Held up: the server frozen, a pause of the client's end, its
 	// handler, another pause or a watchdog event.
 	held := frozen || rd.frozen || l.onRead[r.owed].overlaps(at) || l.onQueue[conn].overlaps(at) ||
@@ -330,7 +347,7 @@ func (r readLog) answerRead(m []byte) {
 		// look, by design.
 	default:
 		w.violation("answer to request %d (hop-by-hop %d) from %s read by the client %v after the server's handler returned it at %v (bound %v), with nothing holding that connection's reading up (server not frozen, no simulator pause of the client's end, no handler of the client running for it, no watchdog event) and the request pending there: the answer lay unread, no goroutine reading the connection",
-			k.e2e, k.hbh, r.host, now.Sub(at), at.Format("04:05.000000"), bound)
+			k.e2e, k.hbh, r.host, now.Sub(at), at.Format("04:05.000000"), simReadBound)
 		late = false
 	}
 	if late {

@@ -151,6 +151,7 @@ func TestSim(t *testing.T) {
 	testhook.CallerRead = simCallerRead
 	testhook.Handing = simHanding // sim_baton2_test.go
 	beforeSent = simBeforeSent
+	beforeAwait = simBeforeAwait
 	// Between a submit's boarding and its queueing, with the connection's
 	// lock held: a moment for the others (a submit that let go of the
 	// lock here would let a later one reach the wire first).
@@ -179,7 +180,7 @@ func TestSim(t *testing.T) {
 		afterAdmit.Store(nil)
 		testhook.Queued, testhook.AfterQueue, beforeStrand, beforeRefresh, onStrand, onWait = nil, nil, nil, nil, nil, nil
 		onThrottled, onPicked = nil, nil
-		testhook.CallerRead, testhook.Posting, testhook.Handing, beforeSent = nil, nil, nil, nil
+		testhook.CallerRead, testhook.Posting, testhook.Handing, beforeSent, beforeAwait = nil, nil, nil, nil, nil
 	}()
 	var failed []uint64
 	var fmu sync.Mutex
