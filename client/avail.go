@@ -150,6 +150,9 @@ func (c *Client) rebuild(force bool, leaving call.Carrier) {
 				return !slices.ContainsFunc(ros.all, func(m *member) bool { return !m.removed.Load() && m.carrier() == w.k })
 			})
 		}
+		if onAwaitHandOver != nil && leaving != nil && slices.Contains(c.handing, handOverWait{k: leaving}) {
+			onAwaitHandOver(c, leaving)
+		}
 		c.tmu.Unlock()
 		if wake && leaving == nil {
 			c.poke()

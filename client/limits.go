@@ -253,9 +253,24 @@ func (c *Client) awaitHandOver(i int) call.Carrier {
 	}
 	c.tmu.Lock()
 	c.handing = append(c.handing, handOverWait{k: k, policy: true})
+	if onAwaitHandOver != nil {
+		onAwaitHandOver(c, k)
+	}
 	c.unlockThrottle()
 	return k
 }
+
+// The throttle's steps, for tests (the simulator checks the order of a
+// failover's replays against them). Each, when set, runs under c.tmu and
+// must not block: onReleased for a request the scheduler released to a
+// server; onHeld for a request held out of the scheduler, no peer able
+// to take it; onAwaitHandOver as the throttle begins to wait for peer
+// k's hand-over (releasing nothing until it comes).
+var (
+	onReleased      func(cl *call.Call)
+	onHeld          func(cl *call.Call)
+	onAwaitHandOver func(c *Client, k call.Carrier)
+)
 
 // handOver hands the requests pending on member i but those whose
 // Destination-Host names it to another server (see publishPolicyLocked);
@@ -655,6 +670,9 @@ func (c *Client) poll(now time.Time) *[]throttle.Dispatch[*item] {
 		default:
 			d.Item.server = d.Server // it holds a place there now
 			d.Item.age = d.Age
+			if onReleased != nil {
+				onReleased(d.Item.cl)
+			}
 		}
 	}
 	return buf
@@ -806,6 +824,9 @@ func (c *Client) holdLocked(it *item, v *avail) bool {
 	}
 	it.held = true
 	c.held = append(c.held, it)
+	if onHeld != nil {
+		onHeld(it.cl)
+	}
 	return true
 }
 

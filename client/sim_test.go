@@ -166,6 +166,7 @@ func TestSim(t *testing.T) {
 	onWait = simWaited
 	onThrottled = simThrottled
 	onPicked = simPicked
+	onReleased, onHeld, onAwaitHandOver = simReleased, simHeld, simAwaitHandOver
 	// Between a request's pick (and its policy's admission) and its
 	// submit: the server may leave service, or read its peer's DPR,
 	// meanwhile. Not in the hand-over phase, which times its requests
@@ -180,6 +181,7 @@ func TestSim(t *testing.T) {
 		afterAdmit.Store(nil)
 		testhook.Queued, testhook.AfterQueue, beforeStrand, beforeRefresh, onStrand, onWait = nil, nil, nil, nil, nil, nil
 		onThrottled, onPicked = nil, nil
+		onReleased, onHeld, onAwaitHandOver = nil, nil, nil
 		testhook.CallerRead, testhook.Posting, testhook.Handing, beforeSent, beforeAwait = nil, nil, nil, nil, nil
 	}()
 	var failed []uint64
@@ -267,6 +269,10 @@ type simCounts struct {
 	// WriteBreaks: connections whose write side broke (the write-only
 	// fault).
 	WriteBreaks int
+	// ThrottleOrderPairs: a replay through the throttle and a request
+	// still in the throttle at its hand-over, sent to the same
+	// connection (sim_throttleorder_test.go).
+	ThrottleOrderPairs int
 }
 
 type simTotals struct {
@@ -320,6 +326,7 @@ func (s *simTotals) add(b simCounts) {
 	a.DPRRaced += b.DPRRaced
 	a.StrandRaced += b.StrandRaced
 	a.WriteBreaks += b.WriteBreaks
+	a.ThrottleOrderPairs += b.ThrottleOrderPairs
 }
 
 func (s *simTotals) snapshot() simCounts {
@@ -508,6 +515,7 @@ type simWorld struct {
 	// lost holds one of its server's few places until its deadline, and
 	// the requests of the quiet end may wait behind it.
 	tight    bool
+	tord     simThrottleOrder       // the throttle's steps (sim_throttleorder_test.go)
 	waitedAt map[uint32][]time.Time // when each request began waiting for a peer
 	// outAt: when the server policy took each server out of service at
 	// its down-timeout (the hand-overs), from its events.
@@ -1652,6 +1660,8 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
 	w.c = c
+	simClients.Store(c, w)
+	defer simClients.Delete(c)
 	// A subscriber slow to take a peer's state change: the Client reacts
 	// to it (balancer, parked requests, failover) a little later.
 	cancelSub := c.Events().Subscribe(func(_ context.Context, e Event) {
@@ -2465,7 +2475,9 @@ func simRequest(n int, nai, host string, acct bool) []byte {
 //     queued there in that order, also when they waited for a peer and
 //     when a peer came into service in the middle of the batch, and also
 //     when some of one hand-over waited and others did not
-//     (handedOverOrder);
+//     (handedOverOrder); through the throttle, a replay reaches its new
+//     connection ahead of the requests of its class still in the
+//     throttle when its hand-over began (replaysAheadOfQueued);
 //   - Client.Close returns (within simCloseBound), with no waiter left in
 //     line and no request counted waiting (closeBounded), also hurried
 //     and while waiters run their rounds;
@@ -2705,6 +2717,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 		}
 	}
 	w.handedOverOrder(routes)
+	w.replaysAheadOfQueued()
 	for h, m := range moves {
 		slices.SortFunc(m, func(a, b move) int { return a.xseq - b.xseq })
 		for i := 1; i < len(m); i++ {

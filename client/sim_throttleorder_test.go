@@ -1,0 +1,160 @@
+package client
+
+import (
+	"sync"
+	"time"
+
+	"github.com/aaatp/aaatp/call"
+	"github.com/aaatp/aaatp/message"
+)
+
+// The throttle's order of a failover's replays, in TestSim's throttled
+// schedules. A server that leaves service sends its throttle queue back,
+// and its pending requests come back as replays, which go ahead of every
+// newer request of their class. Between the two the throttle releases
+// nothing: otherwise what the server's queue sent back, or a request sent
+// meanwhile, would leave ahead of the replays. So a replay reaches its
+// new connection ahead of every request of its class that was still in
+// the throttle when the hand-over began (neither released nor sent by
+// then) and went to that connection. The wire's order alone cannot tell
+// which requests were still in the throttle then: the Client's hooks
+// stamp its steps in the schedule's order (seq).
+//
+// Not held to it: a replay held out of the throttle since (no peer could
+// take it: it rejoins the queue when one can, and what the throttle
+// released meanwhile went first), or queued for another server first
+// (the throttle keeps the order of each server's queue, not across
+// servers); pinned requests (never replayed elsewhere); a premature
+// failover's resend (a refusal, not a hand-over).
+
+// simThrottleOrder is a schedule's record of the throttle's steps, under
+// simWorld.mu.
+type simThrottleOrder struct {
+	released map[uint32][]int // when the throttle released each request (seq)
+	held     map[uint32][]int // when the throttle held each out, no peer able to take it (seq)
+	leaving  []simLeaving     // the hand-overs the throttle waited for
+	overflow bool             // more hand-overs than recorded: not checked
+}
+
+// simLeaving is a hand-over the throttle waited for: from the server
+// host, from seq on.
+type simLeaving struct {
+	seq  int
+	at   time.Time
+	host string
+}
+
+// simStepsMax bounds each request's record of releases and holds, and
+// the hand-overs recorded.
+const simStepsMax = 64
+
+func (o *simThrottleOrder) init() {
+	if o.released == nil {
+		o.released = map[uint32][]int{}
+		o.held = map[uint32][]int{}
+	}
+}
+
+// simReleased is onReleased.
+func simReleased(cl *call.Call) {
+	if w := simWorldOf(cl.Ref); w != nil {
+		w.mu.Lock()
+		w.tord.init()
+		if r := w.tord.released[cl.Ref]; len(r) < simStepsMax {
+			w.tord.released[cl.Ref] = append(r, w.next())
+		}
+		w.mu.Unlock()
+	}
+}
+
+// simHeld is onHeld.
+func simHeld(cl *call.Call) {
+	if w := simWorldOf(cl.Ref); w != nil {
+		w.mu.Lock()
+		w.tord.init()
+		if r := w.tord.held[cl.Ref]; len(r) < simStepsMax {
+			w.tord.held[cl.Ref] = append(r, w.next())
+		}
+		w.mu.Unlock()
+	}
+}
+
+// simClients is the world of each schedule's Client, from New on (no
+// request is sent before).
+var simClients sync.Map // *Client -> *simWorld
+
+// simAwaitHandOver is onAwaitHandOver.
+func simAwaitHandOver(c *Client, k call.Carrier) {
+	x, ok := simClients.Load(c)
+	if !ok {
+		return
+	}
+	w := x.(*simWorld)
+	w.mu.Lock()
+	if len(w.tord.leaving) < simStepsMax*16 {
+		w.tord.leaving = append(w.tord.leaving, simLeaving{w.next(), time.Now(), k.Name()})
+	} else {
+		w.tord.overflow = true
+	}
+	w.mu.Unlock()
+}
+
+// within reports whether one of seqs is in (from, to).
+func within(seqs []int, from, to int) bool {
+	for _, s := range seqs {
+		if s > from && s < to {
+			return true
+		}
+	}
+	return false
+}
+
+// replaysAheadOfQueued checks that a failover's replays through the
+// throttle reached their new connection ahead of the requests of their
+// class still in the throttle when the hand-over began. w.mu is held.
+func (w *simWorld) replaysAheadOfQueued() {
+	if !w.throttled || w.tord.overflow {
+		return
+	}
+	for id, ss := range w.sends {
+		rq := w.reqs[id]
+		if rq == nil || rq.pinned != "" {
+			continue
+		}
+		for k := 1; k < len(ss); k++ {
+			prev, s := ss[k-1], ss[k]
+			if s.afterRefusal || !s.tflag {
+				continue
+			}
+			// The hand-over that moved it: the first of the server it
+			// was last sent to since that send. Not one it had left
+			// before (released since the send).
+			host := w.wrote[[2]uint32{id, prev.hbh}]
+			var h *simLeaving
+			for i := range w.tord.leaving {
+				l := &w.tord.leaving[i]
+				if l.seq > prev.seq && l.seq < s.seq && host != "" && message.EqualIdentity(l.host, host) {
+					h = l
+					break
+				}
+			}
+			if h == nil || within(w.tord.released[id], prev.seq, h.seq) || within(w.tord.held[id], h.seq, s.seq) ||
+				w.queuedElsewhere(id, w.hostOfSend(id, s.seq), h.seq, s.seq) {
+				continue
+			}
+			for qid, qs := range w.sends {
+				q := w.reqs[qid]
+				// Another request of its class first sent after the
+				// hand-over began, and not released before it.
+				if qid == id || q == nil || q.acct != rq.acct || qs[0].seq < h.seq || qs[0].conn != s.conn || within(w.tord.released[qid], 0, h.seq) {
+					continue
+				}
+				w.counts.ThrottleOrderPairs++
+				if qs[0].seq < s.seq {
+					w.t.Errorf("seed %d: replay of %d (sent at %d to %s, which left service at %d, %v) reached its new connection at %d behind request %d, which was still in the throttle then and went there at %d: the throttle let it go ahead of the hand-over's replays; sends %+v and %+v; released %v and %v; picks %v",
+						w.seed, id, prev.seq, host, h.seq, h.at.Format("04:05.000"), s.seq, qid, qs[0].seq, ss, qs, w.tord.released[id], w.tord.released[qid], w.picks[id])
+				}
+			}
+		}
+	}
+}
