@@ -24,8 +24,10 @@ import (
 // take it: it rejoins the queue when one can, and what the throttle
 // released meanwhile went first), or queued for another server first
 // (the throttle keeps the order of each server's queue, not across
-// servers); pinned requests (never replayed elsewhere); a premature
-// failover's resend (a refusal, not a hand-over).
+// servers), or released after its send there and before the hand-over
+// (it had left that server already); pinned requests (never replayed
+// elsewhere); a premature failover's resend (a refusal, not a
+// hand-over); a request whose steps outgrew their record.
 
 // simThrottleOrder is a schedule's record of the throttle's steps, under
 // simWorld.mu.
@@ -99,6 +101,11 @@ func simAwaitHandOver(c *Client, k call.Carrier) {
 	w.mu.Unlock()
 }
 
+// full reports whether request id's steps outgrew their record.
+func (o *simThrottleOrder) full(id uint32) bool {
+	return len(o.released[id]) >= simStepsMax || len(o.held[id]) >= simStepsMax
+}
+
 // within reports whether one of seqs is in (from, to).
 func within(seqs []int, from, to int) bool {
 	for _, s := range seqs {
@@ -118,7 +125,7 @@ func (w *simWorld) replaysAheadOfQueued() {
 	}
 	for id, ss := range w.sends {
 		rq := w.reqs[id]
-		if rq == nil || rq.pinned != "" {
+		if rq == nil || rq.pinned != "" || w.tord.full(id) {
 			continue
 		}
 		for k := 1; k < len(ss); k++ {
@@ -146,7 +153,7 @@ func (w *simWorld) replaysAheadOfQueued() {
 				q := w.reqs[qid]
 				// Another request of its class first sent after the
 				// hand-over began, and not released before it.
-				if qid == id || q == nil || q.acct != rq.acct || qs[0].seq < h.seq || qs[0].conn != s.conn || within(w.tord.released[qid], 0, h.seq) {
+				if qid == id || q == nil || q.acct != rq.acct || w.tord.full(qid) || qs[0].seq < h.seq || qs[0].conn != s.conn || within(w.tord.released[qid], 0, h.seq) {
 					continue
 				}
 				w.counts.ThrottleOrderPairs++
