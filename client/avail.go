@@ -141,7 +141,7 @@ func (c *Client) rebuild(force bool, leaving call.Carrier) {
 		evs, c.alarms = c.alarms, nil
 		wake := c.dueSoonerLocked(now) // a server gone sent its queue back
 		if leaving != nil {
-			c.handing = append(c.handing, handOverWait{k: leaving})
+			c.handing = append(c.handing, handOverWait{k: leaving, since: now})
 		}
 		if len(c.handing) > 0 {
 			// A peer no member has any more (removed, replaced) may
@@ -150,7 +150,7 @@ func (c *Client) rebuild(force bool, leaving call.Carrier) {
 				return !slices.ContainsFunc(ros.all, func(m *member) bool { return !m.removed.Load() && m.carrier() == w.k })
 			})
 		}
-		if onAwaitHandOver != nil && leaving != nil && slices.Contains(c.handing, handOverWait{k: leaving}) {
+		if onAwaitHandOver != nil && leaving != nil && slices.ContainsFunc(c.handing, func(w handOverWait) bool { return w.is(leaving, false) }) {
 			onAwaitHandOver(c, leaving)
 		}
 		c.tmu.Unlock()

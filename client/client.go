@@ -345,10 +345,13 @@ type Client struct {
 	// handing: the hand-overs still to come, one entry per wait (a
 	// peer's watchdog change, refreshForFailover; a server policy's
 	// down-timeout, awaitHandOver); while there is one, pollLocked
-	// releases nothing. missedHandOvers counts the watchdog waits that
-	// ended without theirs (handOverMissed). Under tmu.
+	// releases nothing. missedHandOvers counts the waits that ended
+	// without theirs: a watchdog's at the peer's next change
+	// (handOverMissed), any at handOverWaitMax (lapseWaitsLocked), whose
+	// peers' names wait in lapsed for unlockThrottle to log. Under tmu.
 	handing         []handOverWait
 	missedHandOvers uint64
+	lapsed          []string
 	// held: the requests coming back to the scheduler that no peer could
 	// take, kept out of it until a view gives them one (holdLocked,
 	// unhold). Under tmu.

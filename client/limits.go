@@ -31,7 +31,10 @@ import (
 // pending there (its watchdog gives up on it, or a server policy's
 // down-timeout does), those come back in the order they were sent and
 // go out ahead of every request still waiting, including those queued
-// for that server and those sent as it left.
+// for that server and those sent as it left. Until they are back, the
+// throttle releases nothing; it waits at most 2 seconds for them (they
+// come back at once unless something is wrong), then goes on and logs a
+// warning.
 type Throttle struct {
 	// Auth and Accounting are the limits of each class; a zero
 	// MaxOutstanding means throttle.DefaultMaxOutstanding (256). A
@@ -187,7 +190,13 @@ func (c *Client) unlockThrottle() {
 		c.note(c.alarms...)
 		c.alarms = c.alarms[:0]
 	}
+	lapsed := c.lapsed
+	c.lapsed = nil
 	c.tmu.Unlock()
+	for _, name := range lapsed {
+		logger(c.cfg, c.radius).Warn("client: a peer's hand-over of its requests did not come; the throttle stops waiting for it",
+			"peer", name, "waited", handOverWaitMax)
+	}
 }
 
 // publishPolicyLocked schedules the events of a change the policy group
@@ -252,7 +261,7 @@ func (c *Client) awaitHandOver(i int) call.Carrier {
 		return nil
 	}
 	c.tmu.Lock()
-	c.handing = append(c.handing, handOverWait{k: k, policy: true})
+	c.handing = append(c.handing, handOverWait{k: k, policy: true, since: c.monoNow()})
 	if onAwaitHandOver != nil {
 		onAwaitHandOver(c, k)
 	}
@@ -280,7 +289,7 @@ var (
 func (c *Client) handOver(i int, reason string, awaited call.Carrier) {
 	var done func()
 	if awaited != nil {
-		done = func() { c.endWait(handOverWait{k: awaited, policy: true}) }
+		done = func() { c.endWait(awaited, true) }
 	}
 	v := c.view()
 	var k call.Carrier
@@ -307,36 +316,64 @@ func (c *Client) handOver(i int, reason string, awaited call.Carrier) {
 type handOverWait struct {
 	k      call.Carrier
 	policy bool
+	since  time.Time // when it began (monoNow)
 }
+
+// is reports whether w is a wait for k's hand-over of that kind.
+func (w handOverWait) is(k call.Carrier, policy bool) bool { return w.k == k && w.policy == policy }
+
+// handOverWaitMax bounds a wait for a hand-over. A hand-over follows its
+// change on the peer's notifier at once, so a wait this long means one
+// that will not come: the throttle stops waiting, counts it as missed
+// and logs it, rather than hold every request for good. A variable for
+// tests.
+var handOverWaitMax = 2 * time.Second
 
 // handedOver ends the wait for k's hand-over after its watchdog's change
 // (refreshForFailover), its replays queued.
-func (c *Client) handedOver(k call.Carrier) { c.endWait(handOverWait{k: k}) }
+func (c *Client) handedOver(k call.Carrier) { c.endWait(k, false) }
 
-// endWait ends wait w, if still there, and wakes the dispatcher to
-// release what waited.
-func (c *Client) endWait(w handOverWait) {
+// endWait ends the first wait for k's hand-over of that kind (policy),
+// if still there, and wakes the dispatcher to release what waited.
+func (c *Client) endWait(k call.Carrier, policy bool) {
 	c.tmu.Lock()
-	if i := slices.Index(c.handing, w); i >= 0 {
+	if i := slices.IndexFunc(c.handing, func(w handOverWait) bool { return w.is(k, policy) }); i >= 0 {
 		c.handing = slices.Delete(c.handing, i, i+1)
 	}
 	c.unlockThrottle()
 	c.poke()
 }
 
+// lapseWaitsLocked ends the waits for a hand-over that began
+// handOverWaitMax or more before now (see handOverWaitMax), counting
+// them; unlockThrottle logs them. It reports whether a wait is left.
+// c.tmu is held.
+func (c *Client) lapseWaitsLocked(now time.Time) bool {
+	c.handing = slices.DeleteFunc(c.handing, func(w handOverWait) bool {
+		if now.Sub(w.since) < handOverWaitMax {
+			return false
+		}
+		c.missedHandOvers++
+		c.lapsed = append(c.lapsed, w.k.Name())
+		return true
+	})
+	return len(c.handing) > 0
+}
+
 // handOverMissed ends the waits for k's hand-over after its watchdog's
 // changes at its next change that starts none, counting them. A safety
 // net: every change that starts a wait is followed by its hand-over, on
 // k's notifier ahead of the next change, so a wait still there missed
-// it, and would otherwise hold the throttle until k is gone. A policy's
-// wait ends only with its HandOver's done, which always comes.
+// it, and would otherwise hold the throttle until k is gone, or the
+// wait's bound (lapseWaitsLocked). A policy's wait ends with its
+// HandOver's done, which always comes, or at that bound.
 func (c *Client) handOverMissed(k call.Carrier) {
 	if c.sched == nil {
 		return
 	}
 	c.tmu.Lock()
 	n := len(c.handing)
-	c.handing = slices.DeleteFunc(c.handing, func(w handOverWait) bool { return w == handOverWait{k: k} })
+	c.handing = slices.DeleteFunc(c.handing, func(w handOverWait) bool { return w.is(k, false) })
 	missed := n - len(c.handing)
 	c.missedHandOvers += uint64(missed)
 	c.unlockThrottle()
@@ -613,8 +650,12 @@ func (c *Client) pollLocked(now time.Time) bool {
 	if len(c.handing) > 0 {
 		// A failover's replays are still to be queued: anything let go
 		// now would leave ahead of them. handedOver wakes the
-		// dispatcher, which polls again.
-		return false
+		// dispatcher, which polls again. A wait past its bound ends
+		// here: whatever waits behind it in the scheduler has the
+		// dispatcher poll again (NextWakeup), as does any Send.
+		if c.lapseWaitsLocked(now) {
+			return false
+		}
 	}
 	ds := c.poll(now)
 	if len(*ds) == 0 {

@@ -1,9 +1,11 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -1331,6 +1333,8 @@ func TestThrottleDownTimeoutReplayAheadOfNewer(t *testing.T) {
 // never have: every change that starts one is followed by its
 // hand-over), rather than hold every request until the peer is gone.
 func TestThrottleWaitForAMissedHandOverEnds(t *testing.T) {
+	defer func(d time.Duration) { handOverWaitMax = d }(handOverWaitMax)
+	handOverWaitMax = time.Hour // the peer's next change ends it, not the bound
 	synctest.Test(t, func(t *testing.T) {
 		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
 		n := network{"tcp://a:1": a, "tcp://b:1": b}
@@ -1343,7 +1347,7 @@ func TestThrottleWaitForAMissedHandOverEnds(t *testing.T) {
 		synctest.Wait()
 		pa := c.Peers()[0]
 		c.tmu.Lock()
-		c.handing = append(c.handing, handOverWait{k: pa}) // a hand-over that will not come
+		c.handing = append(c.handing, handOverWait{k: pa, since: c.monoNow()}) // a hand-over that will not come
 		c.tmu.Unlock()
 		done := make(chan error, 1)
 		go func() {
@@ -1365,6 +1369,51 @@ func TestThrottleWaitForAMissedHandOverEnds(t *testing.T) {
 		c.tmu.Lock()
 		assert.Equal(t, uint64(1), c.missedHandOvers, "the missed hand-over counted")
 		c.tmu.Unlock()
+	})
+}
+
+// TestThrottleWaitForAHandOverLapses: a wait for a hand-over that never
+// comes (a server policy's, which only its HandOver's done ends) ends at
+// handOverWaitMax, counted and logged, and the request waiting behind it
+// goes then, not at its deadline.
+func TestThrottleWaitForAHandOverLapses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+		n := network{"tcp://a:1": a, "tcp://b:1": b}
+		defer n.close()
+		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
+		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 10}}
+		var mu sync.Mutex
+		var logs bytes.Buffer
+		cfg.Peer.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		c, err := New(cfg)
+		require.NoError(t, err)
+		defer c.Close(context.Background())
+		synctest.Wait()
+		c.tmu.Lock()
+		c.handing = append(c.handing, handOverWait{k: c.Peers()[0], policy: true, since: c.monoNow()}) // its done will not come
+		c.tmu.Unlock()
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() {
+			_, err := sendWithin(c, 1, 10*time.Minute)
+			done <- err
+		}()
+		time.Sleep(handOverWaitMax - time.Millisecond)
+		synctest.Wait()
+		require.Empty(t, a.received(), "released while waiting for a hand-over")
+		require.Empty(t, b.received(), "released while waiting for a hand-over")
+		require.NoError(t, <-done)
+		assert.Equal(t, handOverWaitMax, time.Since(start), "the request went at the wait's bound")
+		assert.Equal(t, 1, len(a.received())+len(b.received()), "the request went once the wait ended")
+		c.tmu.Lock()
+		assert.Empty(t, c.handing, "the wait ended")
+		assert.Equal(t, uint64(1), c.missedHandOvers, "the lapsed wait counted as missed")
+		c.tmu.Unlock()
+		mu.Lock()
+		assert.Contains(t, logs.String(), "hand-over of its requests did not come", "the lapsed wait logged")
+		assert.Contains(t, logs.String(), "a.example.net", "the log names the peer")
+		mu.Unlock()
 	})
 }
 

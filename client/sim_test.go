@@ -2370,11 +2370,11 @@ func (w *simWorld) checkRecovered() {
 }
 
 // handOverAwaited says which peers the throttle still waits for the
-// hand-over of (Client.handing), or how many watchdog changes it saw
-// that were not followed by their hand-over (handOverMissed), or "":
-// every change that makes it wait must be followed by its peer's
-// hand-over, else the throttle holds every request until the peer's
-// next change.
+// hand-over of (Client.handing), or how many of its waits ended without
+// their hand-over (handOverMissed, lapseWaitsLocked), or "": every
+// change that makes it wait must be followed by its peer's hand-over,
+// else the throttle holds every request until the peer's next change or
+// the wait's bound.
 func handOverAwaited(c *Client) string {
 	if c.sched == nil {
 		return ""
@@ -2382,7 +2382,7 @@ func handOverAwaited(c *Client) string {
 	c.tmu.Lock()
 	defer c.tmu.Unlock()
 	if n := c.missedHandOvers; n > 0 {
-		return fmt.Sprintf("%d watchdog changes out of service were not followed by their hand-over (the throttle waited until the peer's next change)", n)
+		return fmt.Sprintf("%d waits for a hand-over ended without it (a watchdog's change out of service not followed by its hand-over until the peer's next change, or a wait past handOverWaitMax)", n)
 	}
 	if len(c.handing) == 0 {
 		return ""
