@@ -272,11 +272,13 @@ func (c *Client) awaitHandOver(i int) call.Carrier {
 // The throttle's steps, for tests (the simulator checks the order of a
 // failover's replays against them). Each, when set, runs under c.tmu and
 // must not block: onReleased for a request the scheduler released to a
-// server; onHeld for a request held out of the scheduler, no peer able
-// to take it; onAwaitHandOver as the throttle begins to wait for peer
-// k's hand-over (releasing nothing until it comes).
+// server; onRequeued for a request coming back into the scheduler (a
+// replay, or one given back); onHeld for one held out of it instead, no
+// peer able to take it; onAwaitHandOver as the throttle begins to wait
+// for peer k's hand-over (releasing nothing until it comes).
 var (
 	onReleased      func(cl *call.Call)
+	onRequeued      func(cl *call.Call)
 	onHeld          func(cl *call.Call)
 	onAwaitHandOver func(c *Client, k call.Carrier)
 )
@@ -530,6 +532,9 @@ func (c *Client) throttled(its ...*item) {
 			continue
 		}
 		c.sched.Requeue(it, it.class, it.age)
+		if onRequeued != nil {
+			onRequeued(it.cl)
+		}
 	}
 	var full []*item
 	for _, it := range back {
@@ -796,6 +801,9 @@ func (c *Client) giveBack(ds []throttle.Dispatch[*item]) {
 			default:
 				c.sched.Requeue(it, it.class, it.age)
 				requeued = true
+				if onRequeued != nil {
+					onRequeued(it.cl)
+				}
 			}
 		}
 	}

@@ -166,7 +166,7 @@ func TestSim(t *testing.T) {
 	onWait = simWaited
 	onThrottled = simThrottled
 	onPicked = simPicked
-	onReleased, onHeld, onAwaitHandOver = simReleased, simHeld, simAwaitHandOver
+	onReleased, onRequeued, onHeld, onAwaitHandOver = simReleased, simRequeued, simHeld, simAwaitHandOver
 	// Between a request's pick (and its policy's admission) and its
 	// submit: the server may leave service, or read its peer's DPR,
 	// meanwhile. Not in the hand-over phase, which times its requests
@@ -181,7 +181,7 @@ func TestSim(t *testing.T) {
 		afterAdmit.Store(nil)
 		testhook.Queued, testhook.AfterQueue, beforeStrand, beforeRefresh, onStrand, onWait = nil, nil, nil, nil, nil, nil
 		onThrottled, onPicked = nil, nil
-		onReleased, onHeld, onAwaitHandOver = nil, nil, nil
+		onReleased, onRequeued, onHeld, onAwaitHandOver = nil, nil, nil, nil
 		testhook.CallerRead, testhook.Posting, testhook.Handing, beforeSent, beforeAwait = nil, nil, nil, nil, nil
 	}()
 	var failed []uint64

@@ -25,7 +25,11 @@ import (
 // released meanwhile went first), or queued for another server first
 // (the throttle keeps the order of each server's queue, not across
 // servers), or released after its send there and before the hand-over
-// (it had left that server already); pinned requests (never replayed
+// (it had left that server already), or back in the scheduler and not
+// picked when the other request left it (it could go nowhere then: it
+// avoids the connection it was sent on, where the other could go); a
+// hand-over of a peer a reconfiguration removed or replaced (the
+// throttle does not wait for a peer no member has); pinned requests (never replayed
 // elsewhere); a premature failover's resend (a refusal, not a
 // hand-over); a request whose steps outgrew their record.
 
@@ -33,6 +37,7 @@ import (
 // simWorld.mu.
 type simThrottleOrder struct {
 	released map[uint32][]int // when the throttle released each request (seq)
+	requeued map[uint32][]int // when each came back into the scheduler (seq)
 	held     map[uint32][]int // when the throttle held each out, no peer able to take it (seq)
 	leaving  []simLeaving     // the hand-overs the throttle waited for
 	overflow bool             // more hand-overs than recorded: not checked
@@ -44,6 +49,7 @@ type simLeaving struct {
 	seq  int
 	at   time.Time
 	host string
+	k    call.Carrier
 }
 
 // simStepsMax bounds each request's record of releases and holds, and
@@ -53,6 +59,7 @@ const simStepsMax = 64
 func (o *simThrottleOrder) init() {
 	if o.released == nil {
 		o.released = map[uint32][]int{}
+		o.requeued = map[uint32][]int{}
 		o.held = map[uint32][]int{}
 	}
 }
@@ -64,6 +71,18 @@ func simReleased(cl *call.Call) {
 		w.tord.init()
 		if r := w.tord.released[cl.Ref]; len(r) < simStepsMax {
 			w.tord.released[cl.Ref] = append(r, w.next())
+		}
+		w.mu.Unlock()
+	}
+}
+
+// simRequeued is onRequeued.
+func simRequeued(cl *call.Call) {
+	if w := simWorldOf(cl.Ref); w != nil {
+		w.mu.Lock()
+		w.tord.init()
+		if r := w.tord.requeued[cl.Ref]; len(r) < simStepsMax {
+			w.tord.requeued[cl.Ref] = append(r, w.next())
 		}
 		w.mu.Unlock()
 	}
@@ -94,7 +113,7 @@ func simAwaitHandOver(c *Client, k call.Carrier) {
 	w := x.(*simWorld)
 	w.mu.Lock()
 	if len(w.tord.leaving) < simStepsMax*16 {
-		w.tord.leaving = append(w.tord.leaving, simLeaving{w.next(), time.Now(), k.Name()})
+		w.tord.leaving = append(w.tord.leaving, simLeaving{w.next(), time.Now(), k.Name(), k})
 	} else {
 		w.tord.overflow = true
 	}
@@ -103,7 +122,17 @@ func simAwaitHandOver(c *Client, k call.Carrier) {
 
 // full reports whether request id's steps outgrew their record.
 func (o *simThrottleOrder) full(id uint32) bool {
-	return len(o.released[id]) >= simStepsMax || len(o.held[id]) >= simStepsMax
+	return len(o.released[id]) >= simStepsMax || len(o.held[id]) >= simStepsMax || len(o.requeued[id]) >= simStepsMax
+}
+
+// first returns the first of seqs in (from, to), or to.
+func first(seqs []int, from, to int) int {
+	for _, s := range seqs {
+		if s > from && s < to {
+			return s
+		}
+	}
+	return to
 }
 
 // within reports whether one of seqs is in (from, to).
@@ -122,6 +151,16 @@ func within(seqs []int, from, to int) bool {
 func (w *simWorld) replaysAheadOfQueued() {
 	if !w.throttled || w.tord.overflow {
 		return
+	}
+	// The peers still members at the end: a wait for another's
+	// hand-over may have been dropped when a reconfiguration removed or
+	// replaced its member (the throttle does not wait for a peer no
+	// member has: it may never hand over).
+	members := map[call.Carrier]bool{}
+	for _, m := range w.c.ros.Load().all {
+		if k := m.carrier(); k != nil && !m.removed.Load() {
+			members[k] = true
+		}
 	}
 	for id, ss := range w.sends {
 		rq := w.reqs[id]
@@ -145,7 +184,7 @@ func (w *simWorld) replaysAheadOfQueued() {
 					break
 				}
 			}
-			if h == nil || within(w.tord.released[id], prev.seq, h.seq) || within(w.tord.held[id], h.seq, s.seq) ||
+			if h == nil || !members[h.k] || within(w.tord.released[id], prev.seq, h.seq) || within(w.tord.held[id], h.seq, s.seq) ||
 				w.queuedElsewhere(id, w.hostOfSend(id, s.seq), h.seq, s.seq) {
 				continue
 			}
@@ -157,6 +196,21 @@ func (w *simWorld) replaysAheadOfQueued() {
 					continue
 				}
 				w.counts.ThrottleOrderPairs++
+				// Back in the scheduler before q left it, and not picked
+				// until after: the replay could go nowhere then (it
+				// avoids the connection it was sent on, while q could go
+				// there), and the throttle lets what can go go.
+				back := first(w.tord.requeued[id], h.seq, s.seq)
+				qr := first(w.tord.released[qid], h.seq, qs[0].seq+1)
+				picked := s.seq
+				for _, p := range w.picks[id] {
+					if p.seq > h.seq && p.seq < picked {
+						picked = p.seq
+					}
+				}
+				if back < qr && picked > qr {
+					continue
+				}
 				if qs[0].seq < s.seq {
 					w.t.Errorf("seed %d: replay of %d (sent at %d to %s, which left service at %d, %v) reached its new connection at %d behind request %d, which was still in the throttle then and went there at %d: the throttle let it go ahead of the hand-over's replays; sends %+v and %+v; released %v and %v; picks %v",
 						w.seed, id, prev.seq, host, h.seq, h.at.Format("04:05.000"), s.seq, qid, qs[0].seq, ss, qs, w.tord.released[id], w.tord.released[qid], w.picks[id])
