@@ -64,41 +64,30 @@ func (o *simThrottleOrder) init() {
 	}
 }
 
-// simReleased is onReleased.
-func simReleased(cl *call.Call) {
-	if w := simWorldOf(cl.Ref); w != nil {
-		w.mu.Lock()
-		w.tord.init()
-		if r := w.tord.released[cl.Ref]; len(r) < simStepsMax {
-			w.tord.released[cl.Ref] = append(r, w.next())
+// simStep returns a hook that stamps a request's step in the record
+// that of picks from its world's (under simWorld.mu).
+func simStep(of func(*simThrottleOrder) map[uint32][]int) func(*call.Call) {
+	return func(cl *call.Call) {
+		w := simWorldOf(cl.Ref)
+		if w == nil {
+			return
 		}
-		w.mu.Unlock()
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.tord.init()
+		m := of(&w.tord)
+		if r := m[cl.Ref]; len(r) < simStepsMax {
+			m[cl.Ref] = append(r, w.next())
+		}
 	}
 }
 
-// simRequeued is onRequeued.
-func simRequeued(cl *call.Call) {
-	if w := simWorldOf(cl.Ref); w != nil {
-		w.mu.Lock()
-		w.tord.init()
-		if r := w.tord.requeued[cl.Ref]; len(r) < simStepsMax {
-			w.tord.requeued[cl.Ref] = append(r, w.next())
-		}
-		w.mu.Unlock()
-	}
-}
-
-// simHeld is onHeld.
-func simHeld(cl *call.Call) {
-	if w := simWorldOf(cl.Ref); w != nil {
-		w.mu.Lock()
-		w.tord.init()
-		if r := w.tord.held[cl.Ref]; len(r) < simStepsMax {
-			w.tord.held[cl.Ref] = append(r, w.next())
-		}
-		w.mu.Unlock()
-	}
-}
+// The hooks onReleased, onRequeued and onHeld.
+var (
+	simReleased = simStep(func(o *simThrottleOrder) map[uint32][]int { return o.released })
+	simRequeued = simStep(func(o *simThrottleOrder) map[uint32][]int { return o.requeued })
+	simHeld     = simStep(func(o *simThrottleOrder) map[uint32][]int { return o.held })
+)
 
 // simClients is the world of each schedule's Client, from New on (no
 // request is sent before).
