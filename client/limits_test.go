@@ -257,6 +257,19 @@ func policyPair(t *testing.T) (Config, *fakeServer, *atomic.Bool) {
 	return cfg, a, muted(a)
 }
 
+// throttledPair returns the configuration of a primary/secondary Client
+// of a.example.net and b.example.net whose throttle lets maxOut
+// accounting requests be outstanding at each, and the two servers, closed
+// with the test.
+func throttledPair(t *testing.T, maxOut int) (Config, *fakeServer, *fakeServer) {
+	a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
+	n := network{"tcp://a:1": a, "tcp://b:1": b}
+	t.Cleanup(n.close)
+	cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
+	cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: maxOut}}
+	return cfg, a, b
+}
+
 // started starts a Client on cfg, closed with the test, and lets it
 // dial its peers (synctest).
 func started(t *testing.T, cfg Config) *Client {
@@ -559,15 +572,8 @@ func TestThrottleSeesPeerUpBeforeStored(t *testing.T) {
 // it first.
 func TestThrottleReplayAheadOfNewer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
-		n := network{"tcp://a:1": a, "tcp://b:1": b}
-		defer n.close()
-		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
-		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 1}}
-		c, err := New(cfg)
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		synctest.Wait()
+		cfg, a, b := throttledPair(t, 1)
+		c := started(t, cfg)
 		a.freeze()
 		var wg sync.WaitGroup
 		for i := range 5 { // the first goes to a; the others wait for its place
@@ -1258,15 +1264,8 @@ func TestThrottlePinnedQueueOfARemovedDownServerMovesOn(t *testing.T) {
 // returned queue to the alternate ahead of the replay.
 func TestThrottleReplayAheadOfASendDuringTheHandOver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
-		n := network{"tcp://a:1": a, "tcp://b:1": b}
-		defer n.close()
-		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
-		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 1}}
-		c, err := New(cfg)
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		synctest.Wait()
+		cfg, a, b := throttledPair(t, 1)
+		c := started(t, cfg)
 		a.freeze()
 		var wg sync.WaitGroup
 		send := func(i int) {
@@ -1301,12 +1300,8 @@ func TestThrottleReplayAheadOfASendDuringTheHandOver(t *testing.T) {
 // the hand-over was still on its way.
 func TestThrottleDownTimeoutReplayAheadOfNewer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
-		n := network{"tcp://a:1": a, "tcp://b:1": b}
-		defer n.close()
-		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
+		cfg, a, b := throttledPair(t, 1)
 		cfg.Policy = &policy.Config{RequestTimeout: time.Second, Retries: 2, HoldDown: 20 * time.Second}
-		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 1}}
 		mute := muted(a)
 		c := started(t, cfg)
 		mute.Store(true)
@@ -1336,15 +1331,8 @@ func TestThrottleWaitForAMissedHandOverEnds(t *testing.T) {
 	defer func(d time.Duration) { handOverWaitMax = d }(handOverWaitMax)
 	handOverWaitMax = time.Hour // the peer's next change ends it, not the bound
 	synctest.Test(t, func(t *testing.T) {
-		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
-		n := network{"tcp://a:1": a, "tcp://b:1": b}
-		defer n.close()
-		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
-		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 10}}
-		c, err := New(cfg)
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		synctest.Wait()
+		cfg, a, b := throttledPair(t, 10)
+		c := started(t, cfg)
 		pa := c.Peers()[0]
 		c.tmu.Lock()
 		c.handing = append(c.handing, handOverWait{k: pa, since: c.monoNow()}) // a hand-over that will not come
@@ -1378,18 +1366,11 @@ func TestThrottleWaitForAMissedHandOverEnds(t *testing.T) {
 // goes then, not at its deadline.
 func TestThrottleWaitForAHandOverLapses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b := newFakeServer("a.example.net"), newFakeServer("b.example.net")
-		n := network{"tcp://a:1": a, "tcp://b:1": b}
-		defer n.close()
-		cfg := clientConfig(n, PrimarySecondary, "tcp://a:1", "tcp://b:1")
-		cfg.Throttle = &Throttle{Accounting: throttle.Limits{MaxOutstanding: 10}}
+		cfg, a, b := throttledPair(t, 10)
 		var mu sync.Mutex
 		var logs bytes.Buffer
 		cfg.Peer.Logger = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		c, err := New(cfg)
-		require.NoError(t, err)
-		defer c.Close(context.Background())
-		synctest.Wait()
+		c := started(t, cfg)
 		c.tmu.Lock()
 		c.handing = append(c.handing, handOverWait{k: c.Peers()[0], policy: true, since: c.monoNow()}) // its done will not come
 		c.tmu.Unlock()

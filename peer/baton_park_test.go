@@ -14,9 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/transport"
-	"github.com/aaatp/aaatp/watchdog"
 	"github.com/aaatp/aaatp/wire"
 )
 
@@ -82,21 +80,10 @@ func (b *batonPipe) ReadResumes() bool                 { return true }
 // free, and reads on.
 func TestRequestSentAsTheReaderParksIsRead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fars := make(chan transport.Conn, 1)
-		cfg := clientConfig("client.example.net")
-		cfg.Dialer = func(context.Context, string) (transport.Conn, error) {
-			a, b := net.Pipe()
-			fars <- transport.NewStreamConn(b, "pipe", transport.Options{})
-			return &batonPipe{Conn: transport.NewStreamConn(a, "pipe", transport.Options{}), raw: a}, nil
-		}
-		p, err := Dial("tcp://server.example.net:1", cfg)
-		require.NoError(t, err)
+		p, far := dialPipeOver(t, clientConfig("client.example.net"), "server.example.net", func(a net.Conn) transport.Conn {
+			return &batonPipe{Conn: transport.NewStreamConn(a, "pipe", transport.Options{}), raw: a}
+		})
 		defer p.Close(context.Background())
-		far := <-fars
-		defer far.Close()
-		answerCER(t, far, "server.example.net", message.Success)
-		synctest.Wait()
-		require.Equal(t, watchdog.Okay, p.State())
 		c := p.cur.Load()
 		require.NotNil(t, c.bt.rd, "the pipe has a baton")
 

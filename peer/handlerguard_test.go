@@ -31,11 +31,20 @@ func dialPipe(t *testing.T, handler Handler) (*Peer, transport.Conn) {
 // host.
 func dialPipeTo(t *testing.T, cfg Config, host string) (*Peer, transport.Conn) {
 	t.Helper()
+	return dialPipeOver(t, cfg, host, func(a net.Conn) transport.Conn {
+		return transport.NewStreamConn(a, "pipe", transport.Options{})
+	})
+}
+
+// dialPipeOver is dialPipeTo with the client's end of the pipe made a
+// connection by client.
+func dialPipeOver(t *testing.T, cfg Config, host string, client func(net.Conn) transport.Conn) (*Peer, transport.Conn) {
+	t.Helper()
 	fars := make(chan transport.Conn, 1)
 	cfg.Dialer = func(context.Context, string) (transport.Conn, error) {
 		a, b := net.Pipe()
 		fars <- transport.NewStreamConn(b, "pipe", transport.Options{})
-		return transport.NewStreamConn(a, "pipe", transport.Options{}), nil
+		return client(a), nil
 	}
 	p, err := Dial("tcp://"+host+":1", cfg)
 	require.NoError(t, err)
