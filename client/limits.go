@@ -275,12 +275,14 @@ func (c *Client) awaitHandOver(i int) call.Carrier {
 // server; onRequeued for a request coming back into the scheduler (a
 // replay, or one given back); onHeld for one held out of it instead, no
 // peer able to take it; onAwaitHandOver as the throttle begins to wait
-// for peer k's hand-over (releasing nothing until it comes).
+// for peer k's hand-over (releasing nothing until it comes);
+// onDispatcherPoll each time the dispatcher looks at the scheduler.
 var (
-	onReleased      func(cl *call.Call)
-	onRequeued      func(cl *call.Call)
-	onHeld          func(cl *call.Call)
-	onAwaitHandOver func(c *Client, k call.Carrier)
+	onDispatcherPoll func(c *Client)
+	onReleased       func(cl *call.Call)
+	onRequeued       func(cl *call.Call)
+	onHeld           func(cl *call.Call)
+	onAwaitHandOver  func(c *Client, k call.Carrier)
 )
 
 // handOver hands the requests pending on member i but those whose
@@ -639,12 +641,29 @@ func (c *Client) release(it *item) {
 // waits for a new view or giveBackRetry (retryPollLocked), not a busy
 // retry. c.tmu is held.
 func (c *Client) dueSoonerLocked(now time.Time) bool {
-	at, ok := c.sched.NextWakeup(now)
+	at, ok := c.nextWakeupLocked(now)
 	if !ok || !at.Before(c.wakeAt) {
 		return false
 	}
 	c.wakeAt = at // one poke: the dispatcher sets it again
 	return true
+}
+
+// nextWakeupLocked is when the dispatcher is to poll again: the
+// scheduler's next wake-up, or, while the throttle waits for a
+// hand-over, the first wait's bound. Nothing is released during a wait,
+// so a request due in the scheduler would have the dispatcher poll in
+// vain until the hand-over; its end pokes the dispatcher
+// (endWait, handOverMissed). c.tmu is held.
+func (c *Client) nextWakeupLocked(now time.Time) (time.Time, bool) {
+	if len(c.handing) == 0 {
+		return c.sched.NextWakeup(now)
+	}
+	at := c.handing[0].since
+	for _, w := range c.handing[1:] {
+		at = minTime(at, w.since)
+	}
+	return at.Add(handOverWaitMax), true
 }
 
 // pollLocked takes what the scheduler releases now, after what it
@@ -656,8 +675,8 @@ func (c *Client) pollLocked(now time.Time) bool {
 		// A failover's replays are still to be queued: anything let go
 		// now would leave ahead of them. handedOver wakes the
 		// dispatcher, which polls again. A wait past its bound ends
-		// here: whatever waits behind it in the scheduler has the
-		// dispatcher poll again (NextWakeup), as does any Send.
+		// here: the dispatcher's timer is set for it
+		// (nextWakeupLocked).
 		if c.lapseWaitsLocked(now) {
 			return false
 		}
@@ -969,8 +988,11 @@ func (c *Client) dispatcher() {
 		next := now.Add(time.Hour)
 		if c.sched != nil {
 			c.tmu.Lock()
+			if onDispatcherPoll != nil {
+				onDispatcherPoll(c)
+			}
 			place := c.pollLocked(now)
-			if at, ok := c.sched.NextWakeup(now); ok && at.Before(next) {
+			if at, ok := c.nextWakeupLocked(now); ok && at.Before(next) {
 				next = at
 			}
 			c.wakeAt = next

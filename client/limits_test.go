@@ -1398,6 +1398,39 @@ func TestThrottleWaitForAHandOverLapses(t *testing.T) {
 	})
 }
 
+// TestThrottleWaitForAHandOverDoesNotSpin: while the throttle waits for a
+// hand-over, a request due in its scheduler does not have the dispatcher
+// poll again and again (nothing can be released until the wait ends):
+// it sleeps until the hand-over wakes it, or the wait's bound.
+func TestThrottleWaitForAHandOverDoesNotSpin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, a, b := throttledPair(t, 10)
+		c := started(t, cfg)
+		var polls atomic.Int64
+		onDispatcherPoll = func(cc *Client) {
+			if cc == c {
+				polls.Add(1)
+			}
+		}
+		t.Cleanup(func() { onDispatcherPoll = nil })
+		c.tmu.Lock()
+		c.handing = append(c.handing, handOverWait{k: c.Peers()[0], policy: true, since: c.monoNow()})
+		c.tmu.Unlock()
+		done := make(chan error, 1)
+		go func() {
+			_, err := sendWithin(c, 1, time.Minute)
+			done <- err
+		}()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		require.Empty(t, a.received(), "released while waiting for a hand-over")
+		require.Empty(t, b.received(), "released while waiting for a hand-over")
+		assert.LessOrEqual(t, polls.Load(), int64(3), "the dispatcher's polls in a second of the wait")
+		c.endWait(c.Peers()[0], true)
+		require.NoError(t, <-done, "the hand-over's end released the request")
+	})
+}
+
 // assertReplayThenInOrder checks what a server received after another's
 // failover: the one replay first, then the newer requests in send order.
 func assertReplayThenInOrder(t *testing.T, got []seen) {
