@@ -31,9 +31,9 @@ import (
 )
 
 var (
-	simN     = flag.Int("sim.n", 0, "TestSim: run schedules for seeds 1..n instead of the fixed set (a soak)")
+	simN     = flag.Int("sim.n", 0, "TestSim: run schedules for n seeds from -sim.from instead of the fixed set (a soak)")
 	simSeed  = flag.Uint64("sim.seed", 0, "TestSim: replay the schedule of this seed only")
-	simFrom  = flag.Uint64("sim.from", 1, "TestSim with -sim.n: the first seed")
+	simFrom  = flag.Uint64("sim.from", 1, "with -sim.n, -ssim.n or -usim.n: the first seed of the soak")
 	simTrace = flag.Bool("sim.trace", false, "TestSim: log each step of the schedule and each event of the Client (with -sim.seed)")
 	// -sim.throttle=false: the schedules as they were before the
 	// throttle joined them (a soak seed found then replays as it did).

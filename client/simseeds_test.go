@@ -13,17 +13,19 @@ import (
 )
 
 // simSeeds returns the seeds a simulator runs: only seed when it is set,
-// 1..n for a soak when n is, else 1..fixed.
+// n seeds from -sim.from (1 by default) for a soak when n is set, else
+// 1..fixed.
 func simSeeds(seed uint64, n, fixed int) []uint64 {
 	if seed != 0 {
 		return []uint64{seed}
 	}
+	from := *simFrom
 	if n <= 0 {
-		n = fixed
+		n, from = fixed, 1
 	}
 	seeds := make([]uint64, n)
 	for i := range seeds {
-		seeds[i] = uint64(i + 1)
+		seeds[i] = from + uint64(i)
 	}
 	return seeds
 }

@@ -23,7 +23,7 @@ import (
 )
 
 var (
-	ssimN    = flag.Int("ssim.n", 0, "TestSimRADIUSStream: run seeds 1..n instead of the fixed set (a soak)")
+	ssimN    = flag.Int("ssim.n", 0, "TestSimRADIUSStream: run n seeds from -sim.from instead of the fixed set (a soak)")
 	ssimSeed = flag.Uint64("ssim.seed", 0, "TestSimRADIUSStream: replay the schedule of this seed only")
 )
 

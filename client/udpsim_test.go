@@ -27,7 +27,7 @@ import (
 )
 
 var (
-	usimN    = flag.Int("usim.n", 0, "TestSimUDP: run seeds 1..n instead of the fixed set (a soak)")
+	usimN    = flag.Int("usim.n", 0, "TestSimUDP: run n seeds from -sim.from instead of the fixed set (a soak)")
 	usimSeed = flag.Uint64("usim.seed", 0, "TestSimUDP: replay the schedule of this seed only")
 )
 
