@@ -120,7 +120,12 @@ func (c *Client) rebuild(force bool, leaving call.Carrier) {
 		v.takes[i] = v.open[i] && (c.group == nil || c.group.State(i).Takes())
 		v.probes[i] = v.open[i] && c.group != nil && c.group.WantsProbe(i)
 	}
-	if !force && v.same(old) && v.retries == old.retries {
+	// A view like the last is not published, but for a peer leaving
+	// service with its hand-over to follow: another peer's change may
+	// have built a view with its new state already (the state is read
+	// as it is now), and the throttle is to wait for its hand-over
+	// all the same.
+	if !force && leaving == nil && v.same(old) && v.retries == old.retries {
 		c.avMu.Unlock()
 		return
 	}

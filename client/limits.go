@@ -276,9 +276,10 @@ func (c *Client) awaitHandOver(i int) call.Carrier {
 // replay, or one given back); onHeld for one held out of it instead, no
 // peer able to take it; onAwaitHandOver as the throttle begins to wait
 // for peer k's hand-over (releasing nothing until it comes);
-// onDispatcherPoll each time the dispatcher looks at the scheduler.
+// onDispatcherPoll each time the dispatcher has looked at the
+// scheduler, with whether it released anything.
 var (
-	onDispatcherPoll func(c *Client)
+	onDispatcherPoll func(c *Client, released bool)
 	onReleased       func(cl *call.Call)
 	onRequeued       func(cl *call.Call)
 	onHeld           func(cl *call.Call)
@@ -338,14 +339,19 @@ var handOverWaitMax = 2 * time.Second
 func (c *Client) handedOver(k call.Carrier) { c.endWait(k, false) }
 
 // endWait ends the first wait for k's hand-over of that kind (policy),
-// if still there, and wakes the dispatcher to release what waited.
+// if still there, and wakes the dispatcher to release what waited. A
+// hand-over nobody waited for (a request refused too busy, handed on)
+// wakes nobody: it queued its requests, and polled, itself (throttled).
 func (c *Client) endWait(k call.Carrier, policy bool) {
 	c.tmu.Lock()
-	if i := slices.IndexFunc(c.handing, func(w handOverWait) bool { return w.is(k, policy) }); i >= 0 {
+	i := slices.IndexFunc(c.handing, func(w handOverWait) bool { return w.is(k, policy) })
+	if i >= 0 {
 		c.handing = slices.Delete(c.handing, i, i+1)
 	}
 	c.unlockThrottle()
-	c.poke()
+	if i >= 0 {
+		c.poke()
+	}
 }
 
 // lapseWaitsLocked ends the waits for a hand-over that began
@@ -546,7 +552,12 @@ func (c *Client) throttled(its ...*item) {
 		}
 		it.age = c.sched.Enqueue(it, it.class)
 	}
-	place := c.pollLocked(c.monoNow())
+	now := c.monoNow()
+	place := c.pollLocked(now)
+	// What is left waits for the scheduler's next wake-up: wake the
+	// dispatcher only if that is now sooner than its timer (a deadline
+	// sooner than any), not for every request queued.
+	sooner := c.dueSoonerLocked(now)
 	c.unlockThrottle()
 	for _, it := range held {
 		c.settle(it)
@@ -562,7 +573,9 @@ func (c *Client) throttled(its ...*item) {
 	if place {
 		c.placeReleased()
 	}
-	c.poke() // anything left waits for a slot: the dispatcher's timer
+	if sooner {
+		c.poke()
+	}
 }
 
 // errClientClosed fails the requests the Client held when it closed:
@@ -988,10 +1001,11 @@ func (c *Client) dispatcher() {
 		next := now.Add(time.Hour)
 		if c.sched != nil {
 			c.tmu.Lock()
-			if onDispatcherPoll != nil {
-				onDispatcherPoll(c)
-			}
+			n := len(c.released)
 			place := c.pollLocked(now)
+			if onDispatcherPoll != nil {
+				onDispatcherPoll(c, len(c.released) > n)
+			}
 			if at, ok := c.nextWakeupLocked(now); ok && at.Before(next) {
 				next = at
 			}

@@ -1293,6 +1293,76 @@ func TestThrottleReplayAheadOfASendDuringTheHandOver(t *testing.T) {
 	})
 }
 
+// Neither a request queued behind a full server nor a hand-over the
+// throttle did not wait for (a request refused too busy, handed on) wakes
+// the throttle's dispatcher: each polls the scheduler itself, and what
+// is left waits for the scheduler's next wake-up, for which the
+// dispatcher's timer is set. Before, each woke it: a dispatcher poll per
+// request queued and per refusal.
+func TestThrottleQueuedRequestsDoNotWakeTheDispatcher(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, a, _ := throttledPair(t, 1)
+		c := started(t, cfg)
+		var polls atomic.Int64
+		onDispatcherPoll = func(cc *Client, _ bool) {
+			if cc == c {
+				polls.Add(1)
+			}
+		}
+		defer func() { onDispatcherPoll = nil }()
+		a.freeze() // the first request keeps a's one place
+		var wg sync.WaitGroup
+		for i := range 50 {
+			wg.Go(func() { sendWithin(c, i, time.Minute) })
+			synctest.Wait()
+		}
+		assert.LessOrEqual(t, polls.Load(), int64(2), "dispatcher polls while 49 requests queued")
+		before := polls.Load()
+		for range 50 {
+			c.handedOver(c.Peers()[1]) // nothing handed over, no wait
+			synctest.Wait()
+		}
+		assert.Equal(t, before, polls.Load(), "dispatcher polls for hand-overs nobody waited for")
+		a.unfreeze()
+		wg.Wait()
+	})
+}
+
+// A peer's change that another change's view showed first (a view reads
+// each peer's state as it is then) still has the throttle wait for the
+// peer's hand-over: a request sent before it reaches the alternate after
+// the replay. Before, the peer's own view, like the last, was not
+// published, and the throttle did not wait.
+func TestThrottleReplayAheadOfASendWhenAnotherViewShowedTheChange(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, a, b := throttledPair(t, 1)
+		c := started(t, cfg)
+		a.freeze()
+		var wg sync.WaitGroup
+		send := func(i int) {
+			wg.Go(func() {
+				_, err := c.Send(context.Background(), acr(i, "u@example.net"))
+				assert.NoError(t, err)
+			})
+		}
+		var viewFirst, sendDuring sync.Once
+		beforeRefresh = func() { viewFirst.Do(c.refresh) } // a's SUSPECT in a view before its own
+		beforeFailover = func() {
+			sendDuring.Do(func() {
+				send(1)
+				synctest.Wait() // the new request has been polled for
+			})
+		}
+		defer func() { beforeRefresh, beforeFailover = nil, nil }()
+		send(0) // to a, which answers nothing: SUSPECT at Tw
+		synctest.Wait()
+		wg.Wait()
+		got := b.received()
+		require.Len(t, got, 2)
+		assertReplayThenInOrder(t, got)
+	})
+}
+
 // A server that the policy's down-timeout takes out of service hands its
 // pending request over as a watchdog failover does: its replay reaches
 // the alternate ahead of the requests that server's queue sent back.
@@ -1407,7 +1477,7 @@ func TestThrottleWaitForAHandOverDoesNotSpin(t *testing.T) {
 		cfg, a, b := throttledPair(t, 10)
 		c := started(t, cfg)
 		var polls atomic.Int64
-		onDispatcherPoll = func(cc *Client) {
+		onDispatcherPoll = func(cc *Client, _ bool) {
 			if cc == c {
 				polls.Add(1)
 			}

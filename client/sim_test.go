@@ -167,6 +167,7 @@ func TestSim(t *testing.T) {
 	onThrottled = simThrottled
 	onPicked = simPicked
 	onReleased, onRequeued, onHeld, onAwaitHandOver = simReleased, simRequeued, simHeld, simAwaitHandOver
+	onDispatcherPoll = simDispatcherPoll
 	// Between a request's pick (and its policy's admission) and its
 	// submit: the server may leave service, or read its peer's DPR,
 	// meanwhile. Not in the hand-over phase, which times its requests
@@ -181,7 +182,7 @@ func TestSim(t *testing.T) {
 		afterAdmit.Store(nil)
 		testhook.Queued, testhook.AfterQueue, beforeStrand, beforeRefresh, onStrand, onWait = nil, nil, nil, nil, nil, nil
 		onThrottled, onPicked = nil, nil
-		onReleased, onRequeued, onHeld, onAwaitHandOver = nil, nil, nil, nil
+		onReleased, onRequeued, onHeld, onAwaitHandOver, onDispatcherPoll = nil, nil, nil, nil, nil
 		testhook.CallerRead, testhook.Posting, testhook.Handing, beforeSent, beforeAwait = nil, nil, nil, nil, nil
 	}()
 	var failed []uint64
@@ -516,6 +517,7 @@ type simWorld struct {
 	// the requests of the quiet end may wait behind it.
 	tight    bool
 	tord     simThrottleOrder       // the throttle's steps (sim_throttleorder_test.go)
+	spin     simSpin                // the dispatcher's polls (sim_dispatchspin_test.go)
 	waitedAt map[uint32][]time.Time // when each request began waiting for a peer
 	// outAt: when the server policy took each server out of service at
 	// its down-timeout (the hand-overs), from its events.
@@ -2718,6 +2720,9 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 	}
 	w.handedOverOrder(routes)
 	w.replaysAheadOfQueued()
+	if v := w.spin.violation(); v != "" {
+		t.Errorf("seed %d: %s", seed, v)
+	}
 	for h, m := range moves {
 		slices.SortFunc(m, func(a, b move) int { return a.xseq - b.xseq })
 		for i := 1; i < len(m); i++ {
