@@ -1268,12 +1268,7 @@ func TestThrottleReplayAheadOfASendDuringTheHandOver(t *testing.T) {
 		c := started(t, cfg)
 		a.freeze()
 		var wg sync.WaitGroup
-		send := func(i int) {
-			wg.Go(func() {
-				_, err := c.Send(context.Background(), acr(i, "u@example.net"))
-				assert.NoError(t, err)
-			})
-		}
+		send := sendOn(t, c, &wg)
 		var once sync.Once
 		beforeFailover = func() {
 			once.Do(func() {
@@ -1293,6 +1288,19 @@ func TestThrottleReplayAheadOfASendDuringTheHandOver(t *testing.T) {
 	})
 }
 
+// countPolls counts the polls of c's throttle's dispatcher until the
+// test ends.
+func countPolls(t *testing.T, c *Client) *atomic.Int64 {
+	var polls atomic.Int64
+	onDispatcherPoll = func(cc *Client, _ bool) {
+		if cc == c {
+			polls.Add(1)
+		}
+	}
+	t.Cleanup(func() { onDispatcherPoll = nil })
+	return &polls
+}
+
 // Neither a request queued behind a full server nor a hand-over the
 // throttle did not wait for (a request refused too busy, handed on) wakes
 // the throttle's dispatcher: each polls the scheduler itself, and what
@@ -1303,13 +1311,7 @@ func TestThrottleQueuedRequestsDoNotWakeTheDispatcher(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg, a, _ := throttledPair(t, 1)
 		c := started(t, cfg)
-		var polls atomic.Int64
-		onDispatcherPoll = func(cc *Client, _ bool) {
-			if cc == c {
-				polls.Add(1)
-			}
-		}
-		defer func() { onDispatcherPoll = nil }()
+		polls := countPolls(t, c)
 		a.freeze() // the first request keeps a's one place
 		var wg sync.WaitGroup
 		for i := range 50 {
@@ -1339,12 +1341,7 @@ func TestThrottleReplayAheadOfASendWhenAnotherViewShowedTheChange(t *testing.T) 
 		c := started(t, cfg)
 		a.freeze()
 		var wg sync.WaitGroup
-		send := func(i int) {
-			wg.Go(func() {
-				_, err := c.Send(context.Background(), acr(i, "u@example.net"))
-				assert.NoError(t, err)
-			})
-		}
+		send := sendOn(t, c, &wg)
 		var viewFirst, sendDuring sync.Once
 		beforeRefresh = func() { viewFirst.Do(c.refresh) } // a's SUSPECT in a view before its own
 		beforeFailover = func() {
@@ -1361,6 +1358,17 @@ func TestThrottleReplayAheadOfASendWhenAnotherViewShowedTheChange(t *testing.T) 
 		require.Len(t, got, 2)
 		assertReplayThenInOrder(t, got)
 	})
+}
+
+// sendOn returns a function that sends request i through c on a
+// goroutine of wg's, which must get an answer.
+func sendOn(t *testing.T, c *Client, wg *sync.WaitGroup) func(i int) {
+	return func(i int) {
+		wg.Go(func() {
+			_, err := c.Send(context.Background(), acr(i, "u@example.net"))
+			assert.NoError(t, err)
+		})
+	}
 }
 
 // A server that the policy's down-timeout takes out of service hands its
@@ -1476,13 +1484,7 @@ func TestThrottleWaitForAHandOverDoesNotSpin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg, a, b := throttledPair(t, 10)
 		c := started(t, cfg)
-		var polls atomic.Int64
-		onDispatcherPoll = func(cc *Client, _ bool) {
-			if cc == c {
-				polls.Add(1)
-			}
-		}
-		t.Cleanup(func() { onDispatcherPoll = nil })
+		polls := countPolls(t, c)
 		c.tmu.Lock()
 		c.handing = append(c.handing, handOverWait{k: c.Peers()[0], policy: true, since: c.monoNow()})
 		c.tmu.Unlock()
