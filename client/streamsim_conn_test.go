@@ -471,12 +471,33 @@ func ssimConnFaults(rng *rand.Rand, n *ssimNet, urls []string, first int, stop <
 // ssimParked watches the requests of one Client that waited (onWait):
 // a request still parked 5 to 10 s after a member of the view could take
 // it was forgotten (ssimParkedLooks).
+//
+// Only while the Client holds it: once submitted to a server
+// (beforeSent), a request that found no free Identifier waits in the
+// server's queue (radpeer.Peer's waiting), still in state call.Parked
+// (radpeer boards it, InFlight, only as an Identifier frees), and pick
+// names that server, which took it. Counted as parked, such requests
+// made the violations of seeds 3849, 4636, 6869 and 7019 of 8,000: every
+// one was in the server's queue, behind OKAY connections with no free
+// Identifier (in three of them mostly held by requests that had ended:
+// radpeer recycled such a connection only when a request came, see
+// TestRADIUSWaitingRequestsGoOnceTheReservationsGoStale). It is the
+// Client's again when it waits next (onWait): a hand-back, or a refusal
+// of that submit.
 type ssimParked struct {
 	c     *Client
 	n     *ssimNet
 	mu    sync.Mutex
-	calls map[*call.Call]int // parked requests and how many looks a member could take them
+	calls map[*call.Call]*ssimLooks // requests that waited, by the Client or a server
 }
+
+// ssimLooks is what the watch knows of a request that waited.
+type ssimLooks struct {
+	n     int  // looks in a row that found it parked while a member could take it
+	taken bool // submitted to a server since it last waited
+}
+
+var ssimWatchOf sync.Map // *call.Call that waited -> its *ssimParked
 
 // ssimParkedLooks: the looks, 5 s apart, that find a request parked
 // while a member could take it before that is a violation (5 to 10 s).
@@ -501,15 +522,35 @@ func ssimWaited(cl *call.Call, v *avail, _ string) {
 	}
 	w := x.(*ssimParked)
 	w.mu.Lock()
-	if _, ok := w.calls[cl]; !ok {
-		w.calls[cl] = 0
+	if l, ok := w.calls[cl]; ok {
+		l.taken = false
+	} else {
+		w.calls[cl] = &ssimLooks{}
+		ssimWatchOf.Store(cl, w)
 	}
 	w.mu.Unlock()
 }
 
+// ssimSent is beforeSent for TestSimRADIUSStream: the requests a server
+// took (or refused: those wait next, onWait) leave the Client's hands.
+func ssimSent(calls []*call.Call) {
+	for _, cl := range calls {
+		x, ok := ssimWatchOf.Load(cl)
+		if !ok {
+			continue
+		}
+		w := x.(*ssimParked)
+		w.mu.Lock()
+		if l, ok := w.calls[cl]; ok {
+			l.taken, l.n = true, 0
+		}
+		w.mu.Unlock()
+	}
+}
+
 // watchParked starts the watch of c; the returned function stops it.
 func (n *ssimNet) watchParked(c *Client) (stop func()) {
-	w := &ssimParked{c: c, n: n, calls: map[*call.Call]int{}}
+	w := &ssimParked{c: c, n: n, calls: map[*call.Call]*ssimLooks{}}
 	key := c.view().ros.all[0]
 	ssimParkedBy.Store(key, w)
 	done, ended := make(chan struct{}), make(chan struct{})
@@ -525,28 +566,38 @@ func (n *ssimNet) watchParked(c *Client) (stop func()) {
 			}
 			v := c.view()
 			w.mu.Lock()
-			for cl, k := range w.calls {
+			for cl, l := range w.calls {
 				if cl.IsDone() {
 					delete(w.calls, cl)
+					ssimWatchOf.Delete(cl)
 					continue
 				}
-				if cl.State() != call.Parked {
-					w.calls[cl] = 0
+				if cl.State() != call.Parked || l.taken {
+					l.n = 0
 					continue
 				}
 				m := c.pick(cl, v)
 				if m == nil {
-					w.calls[cl] = 0
+					l.n = 0
 					continue
 				}
-				if w.calls[cl] = k + 1; k+1 == ssimParkedLooks {
+				if l.n++; l.n == ssimParkedLooks {
 					n.violation("request %s parked for %v while %s, in service, could take it (view %d)", ssimCallUser(cl), (ssimParkedLooks-1)*5*time.Second, m.spec.Name, v.gen)
 				}
 			}
 			w.mu.Unlock()
 		}
 	}()
-	return func() { close(done); <-ended; ssimParkedBy.Delete(key) }
+	return func() {
+		close(done)
+		<-ended
+		ssimParkedBy.Delete(key)
+		w.mu.Lock()
+		for cl := range w.calls {
+			ssimWatchOf.Delete(cl)
+		}
+		w.mu.Unlock()
+	}
 }
 
 func ssimCallUser(cl *call.Call) string { return fmt.Sprint(cl.Ref) }

@@ -71,8 +71,9 @@ func TestSimRADIUSStream(t *testing.T) {
 	if *ssimSeed == 0 && *ssimN == 0 {
 		seeds = append(seeds, ssimSoakSeeds...)
 	}
-	onWait = ssimWaited // streamsim_conn_test.go: the parked requests' watch
-	defer func() { onWait = nil }()
+	onWait = ssimWaited   // streamsim_conn_test.go: the parked requests' watch
+	beforeSent = ssimSent // and the requests a server took
+	defer func() { onWait, beforeSent = nil, nil }()
 	start := time.Now()
 	var total ssimResult
 	runSeeds(t, seeds, "-run TestSimRADIUSStream -ssim.seed", runSSim, func(r ssimResult) {

@@ -65,6 +65,11 @@ type Peer struct {
 	fx      []effect // effects of the decisions taken under mu, run by unlock
 	// mismatch is the last sign of a wrong shared secret (Stats).
 	mismatch string
+	// restale looks at the full connections again (recycleStale) when
+	// enough of the requests holding their Identifiers reach their
+	// deadlines to make them stale, at restaleAt (zero: not armed).
+	restale   *time.Timer
+	restaleAt time.Time
 }
 
 type counters struct {
@@ -406,6 +411,9 @@ func (p *Peer) Close(ctx context.Context) error {
 	p.mu.Lock()
 	if !p.closing {
 		p.closing = true
+		if p.restale != nil {
+			p.restale.Stop()
+		}
 		for _, l := range p.links {
 			l.timer.Stop()
 			if c := l.cur; c != nil {
@@ -624,19 +632,66 @@ func (p *Peer) maybeGrow() {
 // more Identifiers than live ones, stale reservations are what fills the
 // connection, and every further timeout on it only adds to them. p.mu is
 // held.
+//
+// It runs when a request finds no free Identifier; the requests left
+// waiting then wait for an Identifier to free, a connection to come up,
+// or this rule to hold. It may hold only later, as the requests holding
+// the Identifiers end at their deadlines (in flight there, or handed
+// over and waiting elsewhere: nothing tells the connection), with no new
+// request to look again: restaleLater looks again then.
 func (p *Peer) recycleStale() {
 	if p.closing {
 		return
 	}
+	var at time.Time
 	for _, l := range p.links {
 		c := l.cur
 		if c == nil || c.free.n > 0 || l.dialing || l.m.State() != watchdog.Okay {
 			continue
 		}
-		if stale := c.count((*rcall).IsDone); 2*stale > IDsPerConn {
+		stale := c.count((*rcall).IsDone)
+		if 2*stale > IDsPerConn {
 			p.recycle(l, c, stale)
+			continue
+		}
+		if t, ok := c.staleAt(IDsPerConn/2 + 1 - stale); ok && (at.IsZero() || t.Before(at)) {
+			at = t
 		}
 	}
+	if !at.IsZero() {
+		p.restaleLater(at)
+	}
+}
+
+// restaleSlack is how long after the deadline that makes a connection's
+// reservations stale recycleStale looks again: its request ends as its
+// caller's wait does, at that deadline.
+const restaleSlack = 10 * time.Millisecond
+
+// restaleLater has recycleStale look again at at, for the requests
+// waiting then, unless it looks sooner. p.mu is held.
+func (p *Peer) restaleLater(at time.Time) {
+	if !p.restaleAt.IsZero() && !at.Before(p.restaleAt) {
+		return
+	}
+	p.restaleAt = at
+	d := max(time.Until(at), 0) + restaleSlack
+	if p.restale == nil {
+		p.restale = time.AfterFunc(d, p.lookAgain)
+	} else {
+		p.restale.Reset(d)
+	}
+}
+
+// lookAgain is restale's: the waiting requests look for an Identifier
+// again, and recycleStale with them when none is free.
+func (p *Peer) lookAgain() {
+	p.mu.Lock()
+	p.restaleAt = time.Time{}
+	if !p.closing && p.inService.Load() && !p.leaving {
+		p.drain()
+	}
+	p.unlock()
 }
 
 // recycle takes c off l for new requests, dials l a new connection, and
@@ -1100,6 +1155,24 @@ func (c *conn) count(f func(*rcall) bool) int {
 		}
 	}
 	return n
+}
+
+// staleAt returns when n more of the requests holding c's Identifiers
+// will have ended, at the latest, by their deadlines; false when fewer
+// than n of those not ended have one. p.mu is held.
+func (c *conn) staleAt(n int) (time.Time, bool) {
+	var buf [IDsPerConn]time.Time
+	dls := buf[:0]
+	for _, s := range c.slots[1:] {
+		if s.call != nil && !s.call.IsDone() && !s.call.Deadline.IsZero() {
+			dls = append(dls, s.call.Deadline)
+		}
+	}
+	if n <= 0 || len(dls) < n {
+		return time.Time{}, false
+	}
+	slices.SortFunc(dls, time.Time.Compare)
+	return dls[n-1], true
 }
 
 // inFlight returns the calls in flight on c, in send order, leaving them
