@@ -644,6 +644,10 @@ func (p *Peer) recycleStale() {
 		return
 	}
 	var at time.Time
+	// Armed already, the timer looks again then and sets the next time:
+	// a submit that finds no Identifier free (every request of a flood)
+	// does not sort the deadlines again.
+	armed := !p.restaleAt.IsZero()
 	for _, l := range p.links {
 		c := l.cur
 		if c == nil || c.free.n > 0 || l.dialing || l.m.State() != watchdog.Okay {
@@ -652,6 +656,9 @@ func (p *Peer) recycleStale() {
 		stale := c.count((*rcall).IsDone)
 		if 2*stale > IDsPerConn {
 			p.recycle(l, c, stale)
+			continue
+		}
+		if armed {
 			continue
 		}
 		if t, ok := c.staleAt(IDsPerConn/2 + 1 - stale); ok && (at.IsZero() || t.Before(at)) {
@@ -669,11 +676,8 @@ func (p *Peer) recycleStale() {
 const restaleSlack = 10 * time.Millisecond
 
 // restaleLater has recycleStale look again at at, for the requests
-// waiting then, unless it looks sooner. p.mu is held.
+// waiting then. p.mu is held; the timer is not armed.
 func (p *Peer) restaleLater(at time.Time) {
-	if !p.restaleAt.IsZero() && !at.Before(p.restaleAt) {
-		return
-	}
 	p.restaleAt = at
 	d := max(time.Until(at), 0) + restaleSlack
 	if p.restale == nil {
