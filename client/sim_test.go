@@ -2520,6 +2520,11 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			// whose queue it waited in is the last the pick chose.
 			behindLost = w.lostAt(p[len(p)-1].host)
 		}
+		if !behindLost && rq.pinned != "" && len(sends) == 0 && errors.Is(r.err, context.DeadlineExceeded) {
+			// A pinned request waits in its host's queue, picked by no
+			// pick: the server whose queue it waited in is its host.
+			behindLost = w.lostAt(rq.pinned)
+		}
 		w.mu.Unlock()
 		slack := simSlack
 		if rq.slack > 0 {
