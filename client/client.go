@@ -950,7 +950,10 @@ type placement struct {
 // it: what kept it (its peers leaving service as it was submitted, a
 // view a step behind them) may be gone a moment later, and the next
 // request placed then would leave before it on the peer it takes once it
-// is placed.
+// is placed. Likewise, once a peer refused a request that then waits,
+// the requests after it that go anywhere do not go to that peer before
+// it: its refusal may be of a moment (a connection lost and back at
+// once).
 func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*call.Call) {
 	went := func(i int, m *member) {
 		if to != nil {
@@ -961,6 +964,11 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 	var runAt []int      // their indexes in calls
 	var runTo *member
 	holding := false // a request that holds back those after it waits
+	// behind: peers whose carrier refused a request of the batch that
+	// waits now. The refusal may be of a moment (a connection lost and
+	// back at once): the requests after it picked for that peer wait
+	// behind it, rather than reach the peer first.
+	var behind []*member
 	waits := func(cl *call.Call, why string, not *member) {
 		wait = append(wait, cl)
 		holding = holding || c.holdsBack(cl, v)
@@ -974,7 +982,7 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 	elsewhere := func(i int, cl *call.Call, not *member) {
 		if holding && c.anywhere(cl, v) {
 			waits(cl, "held back", not)
-		} else if m := c.placeOne(cl, v, []*member{not}); m != nil {
+		} else if m := c.placeOne(cl, v, c.skipping(cl, v, not, behind)); m != nil {
 			went(i, m)
 		} else if !cl.IsDone() {
 			waits(cl, "no other peer took it", not)
@@ -988,8 +996,12 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 		for k, cl := range run {
 			if !slices.Contains(refused, cl) {
 				went(runAt[k], runTo)
-			} else {
-				elsewhere(runAt[k], cl, runTo)
+				continue
+			}
+			n := len(wait)
+			elsewhere(runAt[k], cl, runTo)
+			if len(wait) > n && !slices.Contains(behind, runTo) {
+				behind = append(behind, runTo)
 			}
 		}
 		run, runAt = run[:0], runAt[:0]
@@ -1009,6 +1021,11 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 				why = "held back"
 			}
 			waits(cl, why, nil)
+			continue
+		}
+		if slices.Contains(behind, m) && c.anywhere(cl, v) {
+			flush()
+			waits(cl, "held back behind a request "+m.spec.Name+" refused", nil)
 			continue
 		}
 		if m != runTo {
@@ -1046,6 +1063,17 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 	}
 	flush()
 	return wait
+}
+
+// skipping returns the members placeAll's retry of cl is not to try: not,
+// which refused it, and, unless cl may go to only some of them (pinned,
+// or refused before), those a request before it in its batch waits for
+// (behind).
+func (c *Client) skipping(cl *call.Call, v *avail, not *member, behind []*member) []*member {
+	if len(behind) == 0 || !c.anywhere(cl, v) {
+		return []*member{not}
+	}
+	return append([]*member{not}, behind...)
 }
 
 // holdsBack reports whether cl, which found no peer in v, holds back the

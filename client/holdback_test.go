@@ -134,3 +134,128 @@ func batchHoldsBackAfterFlush(t *testing.T, host string) {
 		assert.Equal(t, []uint32{1, 2}, order, "b got the batch in its order")
 	})
 }
+
+// A request a peer refused, waiting because every other peer open in the
+// view avoids it (it is still pending on their connections), holds back
+// the requests after it in its batch that would reach that peer: the
+// refusal may be of a moment, and the peer takes them again before they
+// are placed. x is pending on b and picked for a, which refuses it (a is
+// SUSPECT, the view not yet); a is OKAY again before the rest of the
+// batch is placed. "picked": z, picked for a, must not leave ahead of x.
+// "retried": y, picked for b and refused by b (SUSPECT too), must not be
+// placed on a ahead of x. Both wait for the view to change.
+func TestBatchWaitsBehindARefusedRequest(t *testing.T) {
+	t.Run("picked", func(t *testing.T) { batchWaitsBehindARefusal(t, false) })
+	t.Run("retried", func(t *testing.T) { batchWaitsBehindARefusal(t, true) })
+}
+
+func batchWaitsBehindARefusal(t *testing.T, retried bool) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		release := make(chan struct{}) // b holds x until then
+		bs := n["tcp://b:1"]
+		bs.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			if wire.EndToEnd(req) == 1 {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			return bs.handler(ctx, p, req)
+		}
+		var releaseOnce sync.Once
+		defer func() { releaseOnce.Do(func() { close(release) }); n.close() }()
+		stale := make(chan struct{}) // open: the view does not follow the peers
+		var holdView atomic.Bool
+		beforeRefresh = func() {
+			if holdView.Load() {
+				<-stale
+			}
+		}
+		var once sync.Once
+		follow := func() {
+			once.Do(func() {
+				holdView.Store(false)
+				close(stale)
+			})
+		}
+		defer func() { beforeRefresh = nil }()
+		c, err := New(clientConfig(n, Balance, "tcp://a:1", "tcp://b:1"))
+		require.NoError(t, err)
+		defer func() {
+			follow()
+			n["tcp://b:1"].unfreeze()
+			c.Close(context.Background())
+			<-c.Done()
+		}()
+		waitOkay(t, c)
+		var a *peer.Peer
+		var bm *member
+		for _, p := range c.Peers() {
+			if p.Name() == "a.example.net" {
+				a = p
+			}
+		}
+		for _, m := range c.ros.Load().all {
+			if m.spec.Name == "b.example.net" {
+				bm = m
+			}
+		}
+		newCall := func(msg []byte, e2e uint32) *call.Call {
+			wire.SetEndToEnd(msg, e2e)
+			cl, err := peer.NewCall(msg, false)
+			require.NoError(t, err)
+			cl.Deadline = time.Now().Add(time.Hour)
+			return cl
+		}
+		xc := newCall(acrFor(t, c, "a.example.net"), 1)
+		yc := newCall(acrFor(t, c, "b.example.net"), 2)
+		zc := newCall(acrFor(t, c, "a.example.net"), 3)
+		require.Empty(t, c.submitRun(bm, []*call.Call{xc}), "b takes x")
+		synctest.Wait()
+		require.Len(t, n["tcp://b:1"].received(), 1, "b holds x")
+
+		holdView.Store(true)
+		n["tcp://a:1"].freeze()
+		if retried {
+			n["tcp://b:1"].freeze()
+		}
+		time.Sleep(70 * time.Second) // SUSPECT at 2 Tw, still open in the view
+		synctest.Wait()
+		require.Equal(t, watchdog.Suspect, a.State())
+		var whys []string
+		onWait = func(_ *call.Call, _ *avail, why string) {
+			whys = append(whys, why)
+			if len(whys) == 1 { // x, refused by a: a comes back now
+				n["tcp://a:1"].unfreeze()
+				for i := 0; a.State() != watchdog.Okay; i++ {
+					if i == 1000 {
+						t.Error("a is not OKAY a second after it thawed")
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}
+		}
+		defer func() { onWait = nil }()
+		batch := []*call.Call{xc, yc, zc}
+		to := c.dispatchAll(batch)
+		require.Equal(t, "no other peer took it (refused by a.example.net)", whys[0])
+		for i, p := range to {
+			if i > 0 && p.to != nil && p.to.spec.Name == "a.example.net" {
+				t.Errorf("request %d went to a ahead of x, which waits (waits: %q)", i+1, whys)
+			}
+		}
+
+		// x stays in flight on b (a refusal does not take it off the
+		// connection it was sent on); once b answers it and the view
+		// follows the peers, y and z go.
+		follow()
+		n["tcp://b:1"].unfreeze()
+		releaseOnce.Do(func() { close(release) })
+		for _, cl := range batch {
+			r := cl.Await(context.Background(), time.Hour)
+			require.NoError(t, r.Err, "request %d (waits: %q)", cl.Ref, whys)
+		}
+	})
+}
