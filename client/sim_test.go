@@ -682,6 +682,21 @@ func simThrottled(cl *call.Call) {
 	w.mu.Unlock()
 }
 
+// simStoreEntries bounds the entries of a schedule's dedup store. At the
+// store's default (a million) its indexes are mapped on huge pages, and
+// the kernel zeroing them for every schedule took a tenth of TestSim's
+// time.
+const simStoreEntries = 1 << 16
+
+// checkStoreBound fails a schedule whose store came near its bound: it
+// could have evicted an entry, and a duplicate then goes unnoticed.
+func checkStoreBound(t testing.TB, seed uint64, entries int) {
+	t.Helper()
+	if entries > simStoreEntries/4 {
+		t.Errorf("seed %d: the dedup store holds %d entries, more than a quarter of its %d: raise simStoreEntries", seed, entries, simStoreEntries)
+	}
+}
+
 // simPick is a server the throttle's pick chose for a request, in the
 // order of sends (seq).
 type simPick struct {
@@ -1495,10 +1510,12 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	}()
 
 	// The store remembers for longer than any request lives here
-	// (patient ones wait an hour): whatever is applied twice is the
-	// Client's doing, not an entry aged out.
-	store := dedup.NewMemory(dedup.WithMaxAge(3 * time.Hour))
+	// (patient ones wait an hour), and holds more entries than a schedule
+	// makes (checkStoreBound): whatever is applied twice is the Client's
+	// doing, not an entry aged out or evicted.
+	store := dedup.NewMemory(dedup.WithMaxAge(3*time.Hour), dedup.WithMaxEntries(simStoreEntries))
 	defer store.Close()
+	defer func() { checkStoreBound(t, seed, store.Len()) }()
 	nServers := 2 + w.rng.IntN(3)
 	w.n = network{}
 	var urls []string

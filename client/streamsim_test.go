@@ -110,8 +110,9 @@ type ssimOutcome struct {
 
 func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 	rng := rand.New(rand.NewPCG(seed, 0x5712))
-	store := dedup.NewMemory()
+	store := dedup.NewMemory(dedup.WithMaxEntries(simStoreEntries))
 	defer store.Close()
+	defer func() { checkStoreBound(t, seed, store.Len()) }()
 	nServers := 2 + rng.IntN(2)
 	n := radNetwork{}
 	var urls []string

@@ -153,8 +153,9 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 		got: map[string]map[string][][]byte{}, writes: map[string][]usimWrite{}}
 	n.SetDrop(n.drop)
 	nServers := 2 + rng.IntN(3)
-	store := dedup.NewMemory()
+	store := dedup.NewMemory(dedup.WithMaxEntries(simStoreEntries))
 	defer store.Close()
+	defer func() { checkStoreBound(t, seed, store.Len()) }()
 	var applyMu sync.Mutex
 	applied := map[string]int{}
 	var floodHold atomic.Int64 // how long a server holds a flood request (usimFlood)
