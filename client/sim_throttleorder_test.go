@@ -189,11 +189,24 @@ func (w *simWorld) replaysAheadOfQueued() {
 				// until after: the replay could go nowhere then (it
 				// avoids the connection it was sent on, while q could go
 				// there), and the throttle lets what can go go.
+				// For q pinned, its host's queue keeps it when the host
+				// leaves service, while the replay queued there goes
+				// back to the scheduler: the replay's last return before
+				// q left counts, not a pick before it.
 				back := first(w.tord.requeued[id], h.seq, s.seq)
 				qr := first(w.tord.released[qid], h.seq, qs[0].seq+1)
+				since := h.seq
+				if q.pinned != "" {
+					for _, r := range w.tord.requeued[id] {
+						if r > back && r < qr {
+							back = r
+						}
+					}
+					since = back
+				}
 				picked := s.seq
 				for _, p := range w.picks[id] {
-					if p.seq > h.seq && p.seq < picked {
+					if p.seq > since && p.seq < picked {
 						picked = p.seq
 					}
 				}
@@ -201,8 +214,9 @@ func (w *simWorld) replaysAheadOfQueued() {
 					continue
 				}
 				if qs[0].seq < s.seq {
-					w.t.Errorf("seed %d: replay of %d (sent at %d to %s, which left service at %d, %v) reached its new connection at %d behind request %d, which was still in the throttle then and went there at %d: the throttle let it go ahead of the hand-over's replays; sends %+v and %+v; released %v and %v; picks %v",
-						w.seed, id, prev.seq, host, h.seq, h.at.Format("04:05.000"), s.seq, qid, qs[0].seq, ss, qs, w.tord.released[id], w.tord.released[qid], w.picks[id])
+					w.t.Errorf("seed %d: replay of %d (sent at %d to %s, which left service at %d, %v) reached its new connection at %d behind request %d (pinned %q), which was still in the throttle then and went there at %d: the throttle let it go ahead of the hand-over's replays; sends %+v and %+v; released %v and %v; requeued %v and %v; held %v and %v; picks %v and %v",
+						w.seed, id, prev.seq, host, h.seq, h.at.Format("04:05.000"), s.seq, qid, q.pinned, qs[0].seq, ss, qs, w.tord.released[id], w.tord.released[qid],
+						w.tord.requeued[id], w.tord.requeued[qid], w.tord.held[id], w.tord.held[qid], w.picks[id], w.picks[qid])
 				}
 			}
 		}
