@@ -794,13 +794,14 @@ func (c *Client) account(r call.Result, took time.Duration, noPeer bool) {
 
 // foundNoPeer reports whether cl, which failed with r, did so because
 // it found no server to go to before its deadline: it never left, and
-// not because a throttle held it while a server it could go to was in
-// service (its limits: that is a timeout).
+// not because it waited while a server it could go to was in service
+// (in a throttle's queue, or in a RADIUS server's queue for an
+// Identifier: that is a timeout).
 func (c *Client) foundNoPeer(cl *call.Call, r call.Result) bool {
 	if r.Sends > 0 || !errors.Is(r.Err, ErrTimeout) {
 		return false
 	}
-	return c.sched == nil || c.pick(cl, c.view()) == nil
+	return c.pick(cl, c.view()) == nil
 }
 
 // carrier returns what dispatching needs of the member's peer (whether

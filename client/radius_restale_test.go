@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radpeer"
 )
 
@@ -68,5 +69,36 @@ func TestRADIUSWaitingRequestsGoOnceTheReservationsGoStale(t *testing.T) {
 			assert.LessOrEqual(t, took[i], 5*time.Second, "y%d waited for an Identifier", i)
 		}
 		assert.Equal(t, uint64(1), c.RADIUSPeers()[0].Stats().RecycledConns)
+	})
+}
+
+// A request whose deadline passes while it waits in a server's queue for
+// an Identifier, the server in service throughout, timed out: it did not
+// find "no peer in service", and is counted as a timeout, not no_peer.
+func TestRADIUSTimeoutWaitingForAnIdentifierIsNotNoPeer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, c, stop := radOne(t) // one connection
+		defer stop()
+		a.silent.Store(true) // the backend hangs; Status-Server is answered
+		var fill sync.WaitGroup
+		for i := range radpeer.IDsPerConn {
+			fill.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				_, err := c.Exchange(ctx, accessRequest(fmt.Sprintf("x%d", i)))
+				assert.Error(t, err)
+			})
+		}
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err := c.Exchange(ctx, accessRequest("y"))
+		require.Error(t, err)
+		assert.ErrorIs(t, err, peer.ErrTimeout)
+		assert.NotErrorIs(t, err, ErrNoPeer)
+		assert.NotContains(t, err.Error(), "no peer")
+		unsent := c.UnsentErrors()
+		assert.Equal(t, uint64(0), unsent["no_peer"], "%v", unsent)
+		fill.Wait()
 	})
 }
