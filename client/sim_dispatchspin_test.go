@@ -2,6 +2,8 @@ package client
 
 import (
 	"fmt"
+	"sync"
+	"testing"
 	"time"
 )
 
@@ -13,7 +15,8 @@ import (
 // request due but unable to leave (during the wait for a hand-over, the
 // scheduler releases nothing) polled every millisecond for the wait's
 // length. Every throttled schedule counts the dispatcher's polls that
-// released nothing in a sliding window.
+// released nothing in a sliding window; so does every schedule of the
+// RADIUS simulators (watchSpin).
 
 // More than simSpinMax polls that released nothing within simSpinWindow
 // of the schedule's time are a violation.
@@ -73,4 +76,41 @@ func simDispatcherPoll(c *Client, released bool) {
 	w.mu.Lock()
 	w.spin.add(time.Now(), released)
 	w.mu.Unlock()
+}
+
+// spinWatch is a RADIUS simulator schedule's record of its dispatcher's
+// polls.
+type spinWatch struct {
+	mu sync.Mutex
+	s  simSpin
+}
+
+// spinWatches holds the spinWatch of each RADIUS simulator schedule's
+// Client.
+var spinWatches sync.Map // *Client -> *spinWatch
+
+// spinPoll is onDispatcherPoll in the RADIUS simulators.
+func spinPoll(c *Client, released bool) {
+	if x, ok := spinWatches.Load(c); ok {
+		w := x.(*spinWatch)
+		w.mu.Lock()
+		w.s.add(time.Now(), released)
+		w.mu.Unlock()
+	}
+}
+
+// watchSpin records c's dispatcher polls (with onDispatcherPoll set to
+// spinPoll) until the function it returns is called, which fails the
+// schedule if the dispatcher spun.
+func watchSpin(t testing.TB, seed uint64, c *Client) (check func()) {
+	w := &spinWatch{}
+	spinWatches.Store(c, w)
+	return func() {
+		spinWatches.Delete(c)
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if v := w.s.violation(); v != "" {
+			t.Errorf("seed %d: %s", seed, v)
+		}
+	}
 }

@@ -71,9 +71,10 @@ func TestSimRADIUSStream(t *testing.T) {
 	if *ssimSeed == 0 && *ssimN == 0 {
 		seeds = append(seeds, ssimSoakSeeds...)
 	}
-	onWait = ssimWaited   // streamsim_conn_test.go: the parked requests' watch
-	beforeSent = ssimSent // and the requests a server took
-	defer func() { onWait, beforeSent = nil, nil }()
+	onWait = ssimWaited         // streamsim_conn_test.go: the parked requests' watch
+	beforeSent = ssimSent       // and the requests a server took
+	onDispatcherPoll = spinPoll // sim_dispatchspin_test.go
+	defer func() { onWait, beforeSent, onDispatcherPoll = nil, nil, nil }()
 	start := time.Now()
 	var total ssimResult
 	runSeeds(t, seeds, "-run TestSimRADIUSStream -ssim.seed", runSSim, func(r ssimResult) {
@@ -162,6 +163,7 @@ func runSSim(t *testing.T, seed uint64) (r ssimResult) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer watchSpin(t, seed, c)()
 	ready, cancelReady := context.WithTimeout(context.Background(), time.Minute)
 	defer cancelReady()
 	if err := c.WaitReady(ready, nServers); err != nil {

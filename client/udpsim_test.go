@@ -73,6 +73,8 @@ const usimFixedSeeds = 300
 // -usim.seed=N -v
 func TestSimUDP(t *testing.T) {
 	seeds := simSeeds(*usimSeed, *usimN, usimFixedSeeds)
+	onDispatcherPoll = spinPoll // sim_dispatchspin_test.go
+	defer func() { onDispatcherPoll = nil }()
 	start := time.Now()
 	var total usimResult
 	runSeeds(t, seeds, "-run TestSimUDP -usim.seed", runUSim, func(r usimResult) {
@@ -227,6 +229,7 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer watchSpin(t, seed, c)()
 	// The healthy server's policy states: it must never be held down.
 	var heldMu sync.Mutex
 	var held []string
