@@ -951,10 +951,13 @@ type placement struct {
 // it: what kept it (its peers leaving service as it was submitted, a
 // view a step behind them) may be gone a moment later, and the next
 // request placed then would leave before it on the peer it takes once it
-// is placed. Likewise, once a peer refused a request that then waits,
-// the requests after it that go anywhere do not go to that peer before
-// it: its refusal may be of a moment (a connection lost and back at
-// once).
+// is placed. Likewise, once a peer leaving service refused a run whose
+// request then waits, the requests after it that go anywhere do not go
+// to that peer before it: its refusal may be of a moment (a connection
+// lost and back at once), and its leaving changes the view, which
+// places them again. A refusal of one request by a peer that stays in
+// service (sent there before, in flight elsewhere, busy) holds back
+// nothing: no view change would follow.
 func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*call.Call) {
 	went := func(i int, m *member) {
 		if to != nil {
@@ -965,10 +968,10 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 	var runAt []int      // their indexes in calls
 	var runTo *member
 	holding := false // a request that holds back those after it waits
-	// behind: peers whose carrier refused a request of the batch that
-	// waits now. The refusal may be of a moment (a connection lost and
-	// back at once): the requests after it picked for that peer wait
-	// behind it, rather than reach the peer first.
+	// behind: peers leaving service that refused a run of the batch
+	// with a request that waits now. The refusal may be of a moment (a
+	// connection lost and back at once): the requests after it picked
+	// for that peer wait behind it, rather than reach the peer first.
 	var behind []*member
 	waits := func(cl *call.Call, why string, not *member) {
 		wait = append(wait, cl)
@@ -993,7 +996,7 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 		if len(run) == 0 {
 			return
 		}
-		refused := c.submitRun(runTo, run)
+		refused, left := c.submitRun(runTo, run)
 		for k, cl := range run {
 			if !slices.Contains(refused, cl) {
 				went(runAt[k], runTo)
@@ -1001,7 +1004,7 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 			}
 			n := len(wait)
 			elsewhere(runAt[k], cl, runTo)
-			if len(wait) > n && !slices.Contains(behind, runTo) {
+			if left && len(wait) > n && !slices.Contains(behind, runTo) {
 				behind = append(behind, runTo)
 			}
 		}
@@ -1106,8 +1109,11 @@ func (c *Client) anywhere(cl *call.Call, v *avail) bool {
 	return len(cl.Refusers()) == 0
 }
 
-// submitRun submits calls to m in one batch and returns those it refused.
-func (c *Client) submitRun(m *member, calls []*call.Call) (refused []*call.Call) {
+// submitRun submits calls to m in one batch and returns those it refused;
+// left: m refused them all for itself (not dialed, out of service), not
+// call by call (sent there before, in flight elsewhere, no Identifier
+// free), which no view change follows.
+func (c *Client) submitRun(m *member, calls []*call.Call) (refused []*call.Call, left bool) {
 	for _, cl := range calls {
 		if cl.Attempts() != 0 {
 			cl.SetAttempts(0) // no probe here: the peer's own retransmissions
@@ -1115,12 +1121,12 @@ func (c *Client) submitRun(m *member, calls []*call.Call) (refused []*call.Call)
 	}
 	k := m.carrier()
 	if k == nil {
-		return slices.Clone(calls)
+		return slices.Clone(calls), true
 	}
 	mark := c.replyMark(m)
 	refused, err := k.SubmitAll(calls)
 	if err != nil {
-		return slices.Clone(calls) // that peer just left service
+		return slices.Clone(calls), true // that peer just left service
 	}
 	if beforeSent != nil {
 		beforeSent(calls)
@@ -1141,7 +1147,7 @@ func (c *Client) submitRun(m *member, calls []*call.Call) (refused []*call.Call)
 			c.sent(m, mark)
 		}
 	}
-	return refused
+	return refused, false
 }
 
 // place is admit and submit of cl on m; false if m refused it.

@@ -211,7 +211,8 @@ func batchWaitsBehindARefusal(t *testing.T, retried bool) {
 		xc := newCall(acrFor(t, c, "a.example.net"), 1)
 		yc := newCall(acrFor(t, c, "b.example.net"), 2)
 		zc := newCall(acrFor(t, c, "a.example.net"), 3)
-		require.Empty(t, c.submitRun(bm, []*call.Call{xc}), "b takes x")
+		refused, _ := c.submitRun(bm, []*call.Call{xc})
+		require.Empty(t, refused, "b takes x")
 		synctest.Wait()
 		require.Len(t, n["tcp://b:1"].received(), 1, "b holds x")
 
@@ -256,6 +257,68 @@ func batchWaitsBehindARefusal(t *testing.T, retried bool) {
 		for _, cl := range batch {
 			r := cl.Await(context.Background(), time.Hour)
 			require.NoError(t, r.Err, "request %d (waits: %q)", cl.Ref, whys)
+		}
+	})
+}
+
+// A request a peer in service refused for itself (in flight on another
+// connection) holds back nothing: no view change follows such a refusal,
+// and a request held behind it would wait for its deadline. x is in flight
+// on b and picked for a, which refuses it; z, picked for a, goes there.
+func TestBatchNotHeldBehindARequestsOwnRefusal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
+		release := make(chan struct{}) // b holds x until then
+		bs := n["tcp://b:1"]
+		bs.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+			if wire.EndToEnd(req) == 1 {
+				select {
+				case <-release:
+				case <-ctx.Done():
+				}
+			}
+			return bs.handler(ctx, p, req)
+		}
+		var releaseOnce sync.Once
+		defer func() { releaseOnce.Do(func() { close(release) }); n.close() }()
+		c, err := New(clientConfig(n, Balance, "tcp://a:1", "tcp://b:1"))
+		require.NoError(t, err)
+		defer func() {
+			c.Close(context.Background())
+			<-c.Done()
+		}()
+		waitOkay(t, c)
+		var bm *member
+		for _, m := range c.ros.Load().all {
+			if m.spec.Name == "b.example.net" {
+				bm = m
+			}
+		}
+		newCall := func(msg []byte, e2e uint32) *call.Call {
+			wire.SetEndToEnd(msg, e2e)
+			cl, err := peer.NewCall(msg, false)
+			require.NoError(t, err)
+			cl.Deadline = time.Now().Add(time.Hour)
+			return cl
+		}
+		xc := newCall(acrFor(t, c, "a.example.net"), 1)
+		yc := newCall(acrFor(t, c, "b.example.net"), 2)
+		zc := newCall(acrFor(t, c, "a.example.net"), 3)
+		refused, _ := c.submitRun(bm, []*call.Call{xc})
+		require.Empty(t, refused, "b takes x")
+		synctest.Wait()
+
+		var whys []string
+		onWait = func(_ *call.Call, _ *avail, why string) { whys = append(whys, why) }
+		defer func() { onWait = nil }()
+		to := c.dispatchAll([]*call.Call{xc, yc, zc})
+		require.NotNil(t, to[2].to, "z waits (waits: %q)", whys)
+		assert.Equal(t, "a.example.net", to[2].to.spec.Name)
+		releaseOnce.Do(func() { close(release) })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, cl := range []*call.Call{xc, yc, zc} {
+			require.NoError(t, cl.Await(ctx, time.Hour).Err, "request %d (waits: %q)", cl.Ref, whys)
 		}
 	})
 }
