@@ -671,6 +671,28 @@ func (w *simWorld) lostAt(host string) bool {
 	return false
 }
 
+// lostDuring reports whether host lost as many requests as the
+// throttle has places for their class there, each holding its place
+// (until its deadline) for part of [from, to): a request waiting there
+// then could have found every place held. Every request of a schedule is
+// an Accounting-Request (simRequest), of the throttle's Accounting class,
+// with or without its record's AVPs. w.mu is held.
+func (w *simWorld) lostDuring(host string, from, to time.Time) bool {
+	most := w.maxOut[throttle.Accounting]
+	if most == 0 {
+		most = throttle.DefaultMaxOutstanding
+	}
+	n := 0
+	for id, d := range w.lastDrop {
+		rq := w.reqs[id]
+		if rq == nil || !message.EqualIdentity(d.host, host) || !d.at.Before(to) || !rq.start.Add(rq.limit).After(from) {
+			continue
+		}
+		n++
+	}
+	return n >= most
+}
+
 // simThrottled records a request the throttle admitted in its world.
 func simThrottled(cl *call.Call) {
 	w := simWorldOf(cl.Ref)
@@ -2539,8 +2561,9 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 		}
 		if !behindLost && rq.pinned != "" && len(sends) == 0 && errors.Is(r.err, context.DeadlineExceeded) {
 			// A pinned request waits in its host's queue, picked by no
-			// pick: the server whose queue it waited in is its host.
-			behindLost = w.lostAt(rq.pinned)
+			// pick: excused only if requests that host lost held all of
+			// its places while it waited.
+			behindLost = w.lostDuring(rq.pinned, rq.start, r.at)
 		}
 		w.mu.Unlock()
 		slack := simSlack

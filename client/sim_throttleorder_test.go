@@ -189,24 +189,11 @@ func (w *simWorld) replaysAheadOfQueued() {
 				// until after: the replay could go nowhere then (it
 				// avoids the connection it was sent on, while q could go
 				// there), and the throttle lets what can go go.
-				// For q pinned, its host's queue keeps it when the host
-				// leaves service, while the replay queued there goes
-				// back to the scheduler: the replay's last return before
-				// q left counts, not a pick before it.
 				back := first(w.tord.requeued[id], h.seq, s.seq)
 				qr := first(w.tord.released[qid], h.seq, qs[0].seq+1)
-				since := h.seq
-				if q.pinned != "" {
-					for _, r := range w.tord.requeued[id] {
-						if r > back && r < qr {
-							back = r
-						}
-					}
-					since = back
-				}
 				picked := s.seq
 				for _, p := range w.picks[id] {
-					if p.seq > since && p.seq < picked {
+					if p.seq > h.seq && p.seq < picked {
 						picked = p.seq
 					}
 				}
