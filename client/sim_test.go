@@ -820,10 +820,17 @@ func (w *simWorld) checkOutstanding() {
 // apart reports whether requests a and b are in separate throttle
 // queues: the throttle queues accounting and the other requests apart,
 // each class with its own rate and outstanding limits, and keeps the
-// order within each. w.mu is held.
+// order within each. Its class goes by the request's application and
+// command (throttle.ClassOf), not by its record's AVPs. w.mu is held.
 func (w *simWorld) apart(a, b uint32) bool {
 	ra, rb := w.reqs[a], w.reqs[b]
-	return w.throttled && ra != nil && rb != nil && ra.acct != rb.acct
+	return w.throttled && ra != nil && rb != nil && simClass(ra) != simClass(rb)
+}
+
+// simClass is the throttle's class of a simulated request: every one is
+// an Accounting-Request (simRequest), with or without its record's AVPs.
+func simClass(*simReq) throttle.Class {
+	return throttle.ClassOf(message.AppAccounting, message.CmdAccounting)
 }
 
 // handOverOf returns the time of the failover record (moved or parked)
