@@ -53,20 +53,7 @@ func batchHoldsBackAfterFlush(t *testing.T, host string) {
 	synctest.Test(t, func(t *testing.T) {
 		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
 		defer n.close()
-		stale := make(chan struct{}) // open: the view does not follow the peers
-		var holdView atomic.Bool
-		beforeRefresh = func() {
-			if holdView.Load() {
-				<-stale
-			}
-		}
-		var once sync.Once
-		follow := func() { // the view follows the peers again
-			once.Do(func() {
-				holdView.Store(false)
-				close(stale)
-			})
-		}
+		holdView, follow := staleView()
 		defer func() { beforeRefresh = nil }()
 		c, err := New(clientConfig(n, Balance, "tcp://a:1", "tcp://b:1"))
 		require.NoError(t, err)
@@ -86,7 +73,7 @@ func batchHoldsBackAfterFlush(t *testing.T, host string) {
 		wire.SetEndToEnd(x, 1)
 		wire.SetEndToEnd(y, 2)
 
-		holdView.Store(true)
+		holdView()
 		n["tcp://a:1"].freeze()
 		n["tcp://b:1"].freeze()
 		time.Sleep(70 * time.Second) // both SUSPECT at 2 Tw, both still open in the view
@@ -98,14 +85,7 @@ func batchHoldsBackAfterFlush(t *testing.T, host string) {
 		onWait = func(_ *call.Call, _ *avail, why string) {
 			whys = append(whys, why)
 			if len(whys) == 1 { // x, refused by a and by b: b comes back now
-				n["tcp://b:1"].unfreeze()
-				for i := 0; b.State() != watchdog.Okay; i++ {
-					if i == 1000 {
-						t.Error("b is not OKAY a second after it thawed")
-						return
-					}
-					time.Sleep(time.Millisecond)
-				}
+				thawUntilOkay(t, n["tcp://b:1"], b)
 			}
 		}
 		defer func() { onWait = nil }()
@@ -152,33 +132,9 @@ func TestBatchWaitsBehindARefusedRequest(t *testing.T) {
 func batchWaitsBehindARefusal(t *testing.T, retried bool) {
 	synctest.Test(t, func(t *testing.T) {
 		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
-		release := make(chan struct{}) // b holds x until then
-		bs := n["tcp://b:1"]
-		bs.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
-			if wire.EndToEnd(req) == 1 {
-				select {
-				case <-release:
-				case <-ctx.Done():
-				}
-			}
-			return bs.handler(ctx, p, req)
-		}
-		var releaseOnce sync.Once
-		defer func() { releaseOnce.Do(func() { close(release) }); n.close() }()
-		stale := make(chan struct{}) // open: the view does not follow the peers
-		var holdView atomic.Bool
-		beforeRefresh = func() {
-			if holdView.Load() {
-				<-stale
-			}
-		}
-		var once sync.Once
-		follow := func() {
-			once.Do(func() {
-				holdView.Store(false)
-				close(stale)
-			})
-		}
+		release := holdFirst(n["tcp://b:1"]) // b holds x until released
+		defer func() { release(); n.close() }()
+		holdView, follow := staleView()
 		defer func() { beforeRefresh = nil }()
 		c, err := New(clientConfig(n, Balance, "tcp://a:1", "tcp://b:1"))
 		require.NoError(t, err)
@@ -190,33 +146,14 @@ func batchWaitsBehindARefusal(t *testing.T, retried bool) {
 		}()
 		waitOkay(t, c)
 		var a *peer.Peer
-		var bm *member
 		for _, p := range c.Peers() {
 			if p.Name() == "a.example.net" {
 				a = p
 			}
 		}
-		for _, m := range c.ros.Load().all {
-			if m.spec.Name == "b.example.net" {
-				bm = m
-			}
-		}
-		newCall := func(msg []byte, e2e uint32) *call.Call {
-			wire.SetEndToEnd(msg, e2e)
-			cl, err := peer.NewCall(msg, false)
-			require.NoError(t, err)
-			cl.Deadline = time.Now().Add(time.Hour)
-			return cl
-		}
-		xc := newCall(acrFor(t, c, "a.example.net"), 1)
-		yc := newCall(acrFor(t, c, "b.example.net"), 2)
-		zc := newCall(acrFor(t, c, "a.example.net"), 3)
-		refused, _ := c.submitRun(bm, []*call.Call{xc})
-		require.Empty(t, refused, "b takes x")
-		synctest.Wait()
-		require.Len(t, n["tcp://b:1"].received(), 1, "b holds x")
+		xc, yc, zc := xInFlightOnB(t, c, n)
 
-		holdView.Store(true)
+		holdView()
 		n["tcp://a:1"].freeze()
 		if retried {
 			n["tcp://b:1"].freeze()
@@ -228,14 +165,7 @@ func batchWaitsBehindARefusal(t *testing.T, retried bool) {
 		onWait = func(_ *call.Call, _ *avail, why string) {
 			whys = append(whys, why)
 			if len(whys) == 1 { // x, refused by a: a comes back now
-				n["tcp://a:1"].unfreeze()
-				for i := 0; a.State() != watchdog.Okay; i++ {
-					if i == 1000 {
-						t.Error("a is not OKAY a second after it thawed")
-						return
-					}
-					time.Sleep(time.Millisecond)
-				}
+				thawUntilOkay(t, n["tcp://a:1"], a)
 			}
 		}
 		defer func() { onWait = nil }()
@@ -253,7 +183,7 @@ func batchWaitsBehindARefusal(t *testing.T, retried bool) {
 		// follows the peers, y and z go.
 		follow()
 		n["tcp://b:1"].unfreeze()
-		releaseOnce.Do(func() { close(release) })
+		release()
 		for _, cl := range batch {
 			r := cl.Await(context.Background(), time.Hour)
 			require.NoError(t, r.Err, "request %d (waits: %q)", cl.Ref, whys)
@@ -268,19 +198,8 @@ func batchWaitsBehindARefusal(t *testing.T, retried bool) {
 func TestBatchNotHeldBehindARequestsOwnRefusal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := network{"tcp://a:1": newFakeServer("a.example.net"), "tcp://b:1": newFakeServer("b.example.net")}
-		release := make(chan struct{}) // b holds x until then
-		bs := n["tcp://b:1"]
-		bs.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
-			if wire.EndToEnd(req) == 1 {
-				select {
-				case <-release:
-				case <-ctx.Done():
-				}
-			}
-			return bs.handler(ctx, p, req)
-		}
-		var releaseOnce sync.Once
-		defer func() { releaseOnce.Do(func() { close(release) }); n.close() }()
+		release := holdFirst(n["tcp://b:1"]) // b holds x until released
+		defer func() { release(); n.close() }()
 		c, err := New(clientConfig(n, Balance, "tcp://a:1", "tcp://b:1"))
 		require.NoError(t, err)
 		defer func() {
@@ -288,25 +207,7 @@ func TestBatchNotHeldBehindARequestsOwnRefusal(t *testing.T) {
 			<-c.Done()
 		}()
 		waitOkay(t, c)
-		var bm *member
-		for _, m := range c.ros.Load().all {
-			if m.spec.Name == "b.example.net" {
-				bm = m
-			}
-		}
-		newCall := func(msg []byte, e2e uint32) *call.Call {
-			wire.SetEndToEnd(msg, e2e)
-			cl, err := peer.NewCall(msg, false)
-			require.NoError(t, err)
-			cl.Deadline = time.Now().Add(time.Hour)
-			return cl
-		}
-		xc := newCall(acrFor(t, c, "a.example.net"), 1)
-		yc := newCall(acrFor(t, c, "b.example.net"), 2)
-		zc := newCall(acrFor(t, c, "a.example.net"), 3)
-		refused, _ := c.submitRun(bm, []*call.Call{xc})
-		require.Empty(t, refused, "b takes x")
-		synctest.Wait()
+		xc, yc, zc := xInFlightOnB(t, c, n)
 
 		var whys []string
 		onWait = func(_ *call.Call, _ *avail, why string) { whys = append(whys, why) }
@@ -314,11 +215,89 @@ func TestBatchNotHeldBehindARequestsOwnRefusal(t *testing.T) {
 		to := c.dispatchAll([]*call.Call{xc, yc, zc})
 		require.NotNil(t, to[2].to, "z waits (waits: %q)", whys)
 		assert.Equal(t, "a.example.net", to[2].to.spec.Name)
-		releaseOnce.Do(func() { close(release) })
+		release()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		for _, cl := range []*call.Call{xc, yc, zc} {
 			require.NoError(t, cl.Await(ctx, time.Hour).Err, "request %d (waits: %q)", cl.Ref, whys)
 		}
 	})
+}
+
+// holdFirst has server f hold the request with End-to-End id 1 unanswered
+// until the function it returns is called (once or more).
+func holdFirst(f *fakeServer) (release func()) {
+	ch := make(chan struct{})
+	f.handle = func(ctx context.Context, p *peer.Peer, req []byte) []byte {
+		if wire.EndToEnd(req) == 1 {
+			select {
+			case <-ch:
+			case <-ctx.Done():
+			}
+		}
+		return f.handler(ctx, p, req)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { close(ch) }) }
+}
+
+// xInFlightOnB returns the batch of the refusal tests, each with an hour
+// to live: x (End-to-End id 1) and z picked for a, y for b; x is sent to
+// b first, which holds it (holdFirst).
+func xInFlightOnB(t *testing.T, c *Client, n network) (xc, yc, zc *call.Call) {
+	t.Helper()
+	var bm *member
+	for _, m := range c.ros.Load().all {
+		if m.spec.Name == "b.example.net" {
+			bm = m
+		}
+	}
+	newCall := func(msg []byte, e2e uint32) *call.Call {
+		wire.SetEndToEnd(msg, e2e)
+		cl, err := peer.NewCall(msg, false)
+		require.NoError(t, err)
+		cl.Deadline = time.Now().Add(time.Hour)
+		return cl
+	}
+	xc = newCall(acrFor(t, c, "a.example.net"), 1)
+	yc = newCall(acrFor(t, c, "b.example.net"), 2)
+	zc = newCall(acrFor(t, c, "a.example.net"), 3)
+	refused, _ := c.submitRun(bm, []*call.Call{xc})
+	require.Empty(t, refused, "b takes x")
+	synctest.Wait()
+	require.Len(t, n["tcp://b:1"].received(), 1, "b holds x")
+	return xc, yc, zc
+}
+
+// staleView has the Client's views stop following the peers from hold
+// on (beforeRefresh waits) until follow (called once or more); the caller
+// sets beforeRefresh back to nil.
+func staleView() (hold, follow func()) {
+	stale := make(chan struct{})
+	var held atomic.Bool
+	beforeRefresh = func() {
+		if held.Load() {
+			<-stale
+		}
+	}
+	var once sync.Once
+	return func() { held.Store(true) }, func() {
+		once.Do(func() {
+			held.Store(false)
+			close(stale)
+		})
+	}
+}
+
+// thawUntilOkay thaws f and waits up to a second for its peer p to be
+// OKAY again.
+func thawUntilOkay(t *testing.T, f *fakeServer, p *peer.Peer) {
+	f.unfreeze()
+	for i := 0; p.State() != watchdog.Okay; i++ {
+		if i == 1000 {
+			t.Errorf("%s is not OKAY a second after it thawed", p.Name())
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
