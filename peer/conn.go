@@ -284,8 +284,12 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 	if inline {
 		if c.bt.state.Load() == batonFree {
 			// Its caller reads the answer (ReadAnswer). One already
-			// waiting (this submit is a dispatcher's) is woken for it.
-			cl.Offer()
+			// waiting (this submit is a dispatcher's, a failover's) is
+			// woken for it, also from a read of a connection its call
+			// left (leaveRead).
+			if cl.Offer() {
+				cl.leaveRead(c)
+			}
 		}
 	} else {
 		if via != nil {
@@ -551,6 +555,7 @@ func (c *conn) leaveLocked(cause error, keep func(*call.Call) bool) (calls []*ca
 		if cl.Leave(&c.h, cause) {
 			calls = append(calls, &cl.Call)
 		}
+		cl.via.CompareAndSwap(c, nil) // its caller reads here no more (see baton)
 		c.rememberGoneLocked(id, cl)
 	})
 	if keep == nil {
@@ -1517,15 +1522,16 @@ func (d *dcall) Interrupt() {
 }
 
 // readFor reads c on d's caller's goroutine, holding the baton, until d
-// is done, its wait is cut short, or something is for the reader; then
-// hands the baton on.
+// is done, its wait is cut short, it left c (its via is another
+// connection or none: refused here, moved out by a failover, written on
+// elsewhere), or something is for the reader; then hands the baton on.
 func (c *conn) readFor(d *dcall) {
 	p, b := c.p, &c.bt
 	b.waiter.CompareAndSwap(d, nil)
 	d.reading.Store(c) // before inRead: an Interrupt that misses the stop below finds it
 	for {
 		b.inRead.Store(d)
-		if d.IsDone() || d.stop.Load() {
+		if d.IsDone() || d.stop.Load() || d.via.Load() != c {
 			b.inRead.Store(nil)
 			break
 		}
@@ -1619,6 +1625,20 @@ func (c *conn) handTo(w, d *dcall) bool {
 	// Its caller has left Await: take the baton back, unless its
 	// ReadAnswer took it after all.
 	return !b.handed.CompareAndSwap(w, nil)
+}
+
+// leaveRead wakes d's caller from its read of a connection other than
+// c, whose baton it holds, once d was written inline on c and offered
+// c's baton: d left the connection it reads (a refusal read there, a
+// failover), and its answer comes on c, which no one else reads until
+// c's parked reader looks, batonIdle later. The holder finds its via
+// changed and hands that baton on (readFor); its Await then takes up the
+// Offer. submit stored via before it looks here, as readFor stores
+// inRead before it looks at via: one of them sees the other.
+func (d *dcall) leaveRead(c *conn) {
+	if r := d.reading.Load(); r != nil && r != c && r.bt.inRead.Load() == d {
+		r.bt.rd.SetReadDeadline(time.Unix(1, 0))
+	}
 }
 
 // toReader hands the baton from a caller to the parked reader.

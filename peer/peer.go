@@ -761,6 +761,9 @@ func (p *Peer) premature(c *conn, cl *dcall, ans []byte, rc uint32) bool {
 	if !cl.Refuse(&c.h, ans, rc, nil) {
 		return false
 	}
+	// Its caller, reading c (see baton), reads it no more: its answer
+	// comes on the connection the failover sends it to, or none.
+	cl.via.CompareAndSwap(c, nil)
 	p.stats.premature.Add(1)
 	p.notify(notice{failover: true, calls: []*call.Call{&cl.Call}, reason: fmt.Sprintf("premature failover: %d %s", rc, resultName(rc))})
 	return true
