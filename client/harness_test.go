@@ -52,6 +52,9 @@ type fakeServer struct {
 	dupAnswers atomic.Bool // write every application answer twice
 
 	faults fault.Switch // freeze, thaw and the RST of a crash
+	// thawed is when unfreeze last ended a freeze (UnixNano; 0: never),
+	// for frozenWithin.
+	thawed atomic.Int64
 
 	// tryWrite: both ends of each connection can write without waiting,
 	// as a TCP socket can (tryPipe, tryRecordConn), so that requests go
@@ -97,7 +100,19 @@ func newFakeServer(host string) *fakeServer {
 
 func (f *fakeServer) freeze() { f.faults.Freeze() }
 
-func (f *fakeServer) unfreeze() { f.faults.Thaw() }
+func (f *fakeServer) unfreeze() {
+	if f.faults.Frozen() {
+		f.thawed.Store(time.Now().UnixNano()) // before Thaw: frozenWithin sees one or the other
+	}
+	f.faults.Thaw()
+}
+
+// frozenWithin reports whether the server was frozen at some instant
+// from since to now: frozen now, or thawed since (a freeze that began
+// and ended within the span, which frozen-at-either-end misses).
+func (f *fakeServer) frozenWithin(since time.Time) bool {
+	return f.faults.Frozen() || f.thawed.Load() >= since.UnixNano()
+}
 
 func (f *fakeServer) received() []seen {
 	f.mu.Lock()

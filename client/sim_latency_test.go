@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"testing/synctest"
 	"time"
 
@@ -26,7 +27,11 @@ import (
 //
 // What holds the reading up, and excuses an answer (each is looked at
 // over the whole span from the handler's return to the client's read):
-//   - the server frozen (its writes held) at either end of the span;
+//   - the server frozen (its writes held) at some instant of the span:
+//     at either end, or frozen and thawed within it (a freeze that
+//     began just after its handler returned, even at the same virtual
+//     instant, holds the answer in the server's writer until the thaw,
+//     while the client's reader waits on the connection);
 //   - a simulator pause of the connection's client end: the pause after
 //     the client reads an answer (readLog), and the pause on a sending
 //     goroutine after its request was queued there (testhook.AfterQueue;
@@ -294,17 +299,17 @@ func (r readLog) answerRead(m []byte) {
 		}
 	}
 	w.mu.Unlock()
-	frozen := false
-	for _, s := range w.servers {
-		if s.host == r.host && s.f.faults.Frozen() {
-			frozen = true
-		}
-	}
 	l := &w.lat
 	l.mu.Lock()
 	l.init()
 	rd, ok := l.ready[k]
 	at := rd.at
+	frozen := false
+	for _, s := range w.servers {
+		if ok && s.host == r.host && s.f.frozenWithin(at) {
+			frozen = true
+		}
+	}
 	delete(l.ready, k)
 	// An answer ready before its own caller began to wait counts from
 	// that wait's start: until then the caller was placing other
@@ -569,4 +574,34 @@ func (w *simWorld) batonPhase(send func(opts ...string) *simReq) {
 	w.mu.Lock()
 	w.counts.BatonPhase++
 	w.mu.Unlock()
+}
+
+// TestFrozenWithinSpan: the latency invariant's excuse of a frozen
+// server covers a freeze that began after the handler returned and ended
+// before the client read the answer (seed 16142: a server frozen at the
+// instant its handler returned, thawed 19.8 s later by an older fault's
+// thaw, was frozen at neither end of the span).
+func TestFrozenWithinSpan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFakeServer("x")
+		at := time.Now() // the handler returned
+		if f.frozenWithin(at) {
+			t.Fatal("a server never frozen counts as frozen")
+		}
+		f.freeze() // the same virtual instant, after the handler returned
+		time.Sleep(20 * time.Second)
+		f.unfreeze()
+		time.Sleep(time.Millisecond) // the client reads after the thaw
+		if !f.frozenWithin(at) {
+			t.Fatal("a freeze that began and ended within the span is not seen")
+		}
+		if later := time.Now(); f.frozenWithin(later) {
+			t.Fatal("a freeze that ended before the span counts")
+		}
+		f.freeze()
+		if !f.frozenWithin(time.Now()) {
+			t.Fatal("a server frozen now does not count")
+		}
+		f.unfreeze()
+	})
 }
