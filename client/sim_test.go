@@ -488,6 +488,7 @@ type simWorld struct {
 	sends     map[uint32][]simSend
 	stranded  map[*call.Call]bool  // every request that waited for a peer (onStrand)
 	waitWhy   map[uint32][]string  // why placeAll left each request waiting, with its view (onWait)
+	waits     map[uint32][]simWait // placeAll's waits of each request, in order (onWait)
 	picks     map[uint32][]simPick // the servers the throttle's pick chose for each request (onPicked)
 	groups    []*simGroup          // the requests of each waiter started, while its deadlines run (onStrand)
 	groupOf   map[*call.Call]*simGroup
@@ -656,6 +657,43 @@ func (w *simWorld) waitedApart(a, b uint32, from string, sent time.Time, to any,
 			continue
 		}
 		return r.Outcome == Parked && !slices.Contains(r.EndToEnd, b)
+	}
+	return false
+}
+
+// waitedOwnReason reports whether request a, sent before b on the
+// connection both left, waited for its own reason in the batch that sent
+// b on (b's replay, at seq), which placeAll's rule allows (holdsBack: a
+// request that waits for its own reason does not hold back the others):
+// a wait of a's (onWait) after its send at xseq and before seq, in a
+// view where a avoided the server b went to (a connection of that server
+// it was sent on and still pending there, or that server's refusal, not
+// forgotten yet: a late refusal read while a waited keeps a from the
+// server until the retry tick, which may fire at the very instant a
+// hold-down ends and the others go), with no wait of b's between that
+// wait and b's replay. Only then was b placed in the batch in which a
+// waited: had b waited after a's wait, a later batch sent it on, and a,
+// no longer kept away there, would have gone first; that is still
+// checked. Without the throttle only (waitedApart and queuedElsewhere
+// see to its queues). w.mu is held.
+func (w *simWorld) waitedOwnReason(a, b uint32, xseq, seq int) bool {
+	if w.throttled {
+		return false
+	}
+	to := w.hostOfSend(b, seq)
+	if to == "" {
+		return false
+	}
+	lastB := 0 // b's last wait before its replay
+	for _, e := range w.waits[b] {
+		if e.seq < seq {
+			lastB = e.seq
+		}
+	}
+	for _, e := range w.waits[a] {
+		if e.seq > xseq && e.seq > lastB && e.seq < seq && !e.holdsBack && slices.ContainsFunc(e.avoids, func(h string) bool { return message.EqualIdentity(h, to) }) {
+			return true
+		}
 	}
 	return false
 }
@@ -1411,6 +1449,19 @@ type simGroup struct {
 	last  time.Time // the last of their deadlines
 }
 
+// simWaitsMax bounds the waits recorded for each request (its latest).
+const simWaitsMax = 256
+
+// simWait is one wait placeAll left a request in (onWait), in the order
+// of sends (seq): whether it held back the requests after it in its
+// batch (holdsBack), and the servers open in its view that it avoids (a
+// connection of theirs it was sent on, or their refusal).
+type simWait struct {
+	seq       int
+	holdsBack bool
+	avoids    []string
+}
+
 // simStranded records requests that wait for a view change in their
 // world, for watchParked and checkRecovered, and the group a waiter
 // starts with, for watchParked.
@@ -1427,10 +1478,22 @@ func simWaited(cl *call.Call, v *avail, why string) {
 		k := m.carrier()
 		ms = append(ms, fmt.Sprintf("%s open %v takes %v avoids %v", m.spec.Name, v.open[m.index], v.takes[m.index], k != nil && k.Avoids(cl)))
 	}
-	note := fmt.Sprintf("%v %s in gen %d, holds back %v: %s", time.Now().Format("04:05.000"), why, v.gen, w.c.holdsBack(cl, v), strings.Join(ms, "; "))
+	holds := w.c.holdsBack(cl, v)
+	var avoids []string // the servers open in v that cl avoids (its own reason)
+	for _, m := range v.ros.all {
+		if k := m.carrier(); v.open[m.index] && k != nil && k.Avoids(cl) {
+			avoids = append(avoids, m.spec.Name)
+		}
+	}
+	note := fmt.Sprintf("%v %s in gen %d, holds back %v: %s", time.Now().Format("04:05.000"), why, v.gen, holds, strings.Join(ms, "; "))
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.waitedAt[cl.Ref] = append(w.waitedAt[cl.Ref], time.Now())
+	ws := w.waits[cl.Ref]
+	if len(ws) == simWaitsMax {
+		ws = append(ws[:0], ws[1:]...) // the latest count: a request waits once a retry tick for its deadline
+	}
+	w.waits[cl.Ref] = append(ws, simWait{seq: w.next(), holdsBack: holds, avoids: avoids})
 	if len(w.waitWhy[cl.Ref]) < 8 {
 		w.waitWhy[cl.Ref] = append(w.waitWhy[cl.Ref], note)
 	}
@@ -1524,7 +1587,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	w := &simWorld{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), stranded: map[*call.Call]bool{},
 		waitWhy: map[uint32][]string{}, picks: map[uint32][]simPick{}, sends: map[uint32][]simSend{}, refusals: map[[2]uint32]int{}, wrote: map[[2]uint32]string{}, answered: map[uint32]time.Time{}, applied: map[uint32]int{}, commits: map[uint32][]string{},
 		commitAt: map[uint32]time.Time{}, runs: map[uint32]int{}, reqs: map[uint32]*simReq{}, slow: map[uint32]bool{}, dropped: map[uint32]bool{},
-		lastDrop: map[uint32]simDrop{}, outAt: map[string][]time.Time{}, waitedAt: map[uint32][]time.Time{},
+		lastDrop: map[uint32]simDrop{}, outAt: map[string][]time.Time{}, waitedAt: map[uint32][]time.Time{}, waits: map[uint32][]simWait{},
 		groupOf: map[*call.Call]*simGroup{}, asked: map[[2]uint32]bool{}, hrng: rand.New(rand.NewPCG(seed, 0x4a4d)), trng: rand.New(rand.NewPCG(seed, 0x7472)), brng: rand.New(rand.NewPCG(seed, 0x62726b))}
 	simWorlds.Lock()
 	if simWorlds.m == nil {
@@ -2787,7 +2850,8 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 				t.Errorf("seed %d: failover handed %d and %d over out of send order (sent at %d then %d): %s; sends %+v and %+v", seed, a, b, m[i-1].xseq, m[i].xseq, r, w.sends[a], w.sends[b])
 				continue
 			}
-			if m[i].yseq > m[i-1].yseq || w.queuedElsewhere(a, w.hostOfSend(a, m[i-1].yseq), m[i-1].xseq, m[i].yseq) {
+			if m[i].yseq > m[i-1].yseq || w.queuedElsewhere(a, w.hostOfSend(a, m[i-1].yseq), m[i-1].xseq, m[i].yseq) ||
+				w.waitedOwnReason(a, b, m[i-1].xseq, m[i].yseq) {
 				continue
 			}
 			t.Errorf("seed %d: replays out of send order: %d and %d moved together, sent at %d then %d, replayed at %d then %d; sends %+v and %+v; pinned %q %q; waited %q / %q", seed, a, b, m[i-1].xseq, m[i].xseq, m[i-1].yseq, m[i].yseq, w.sends[a], w.sends[b], w.reqs[a].pinned, w.reqs[b].pinned, w.waitWhy[a], w.waitWhy[b])
