@@ -1071,8 +1071,8 @@ func (c *Client) placeAll(calls []*call.Call, v *avail, to []*member) (wait []*c
 
 // skipping returns the members placeAll's retry of cl is not to try: not,
 // which refused it, and, unless cl may go to only some of them (pinned,
-// or refused before), those a request before it in its batch waits for
-// (behind).
+// or refused before), the peers leaving service that refused a request
+// before it in its batch, which waits (behind).
 func (c *Client) skipping(cl *call.Call, v *avail, not *member, behind []*member) []*member {
 	if len(behind) == 0 || !c.anywhere(cl, v) {
 		return []*member{not}
