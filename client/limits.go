@@ -88,7 +88,8 @@ type item struct {
 	ended  bool // its Send has returned (under tmu)
 	// movedFrom and movedWhy: a failover took it off movedFrom and queued
 	// it here; the record of where it went is written when the throttle
-	// sends it on (execute). Under tmu.
+	// sends it on (execute, which takes them before it places the send:
+	// a refusal of that send may mark its own move meanwhile). Under tmu.
 	movedFrom *member
 	movedWhy  string
 	// age: its place in the scheduler's line (throttle.Dispatch.Age,
@@ -776,18 +777,32 @@ func (c *Client) execute(buf *[]throttle.Dispatch[*item]) {
 			it.cl.Fail(fmt.Errorf("%w: %w", ErrTimeout, d.Err))
 			continue
 		}
-		if m := c.ros.Load().all[d.Server]; c.place(it.cl, m) {
-			c.tmu.Lock()
-			from, why := it.movedFrom, it.movedWhy
-			it.movedFrom = nil
-			c.unlockThrottle()
+		// The move this send makes, taken before it is placed: once
+		// placed, the request can be refused (a premature failover read
+		// on another goroutine) before place returns, and that failover
+		// marks the move off m, to be recorded where the request goes
+		// next, not here.
+		c.tmu.Lock()
+		from, why := it.movedFrom, it.movedWhy
+		it.movedFrom, it.movedWhy = nil, ""
+		c.unlockThrottle()
+		m := c.ros.Load().all[d.Server]
+		if c.place(it.cl, m) {
 			if from != nil {
 				moves = addMove(moves, from, m, why, it.cl)
 			}
 			continue
 		}
 		// Refused after all (policy, a connection lost a moment ago, a
-		// server that must not get it again).
+		// server that must not get it again): not sent, so the move is
+		// still to be made, unless a failover marked a newer one.
+		if from != nil {
+			c.tmu.Lock()
+			if it.movedFrom == nil {
+				it.movedFrom, it.movedWhy = from, why
+			}
+			c.unlockThrottle()
+		}
 		c.giveBack((*buf)[i:])
 		return
 	}
