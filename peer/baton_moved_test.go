@@ -46,18 +46,22 @@ func dialBatonPipe(t *testing.T, cfg Config, host string) (*Peer, *conn, transpo
 	return p, c, far
 }
 
-// sendOnInline submits cl to p from another goroutine (as a throttle's
+// answeredInline submits cl to p from another goroutine (as a throttle's
 // release or a failover does), alone on p's connection, whose baton lies
 // free: it goes out inline and its caller is offered the connection.
-// It returns the request as p's far end read it.
-func sendOnInline(t *testing.T, p *Peer, c *conn, far transport.Conn, cl *call.Call) []byte {
+// The far end answers at once; the caller's result r must come at that
+// same instant, not when p's parked reader looks (batonIdle later).
+func answeredInline(t *testing.T, p *Peer, c *conn, far transport.Conn, cl *call.Call, r <-chan result, late string) {
 	t.Helper()
 	require.Equal(t, batonFree, c.bt.state.Load())
 	sub := make(chan error, 1)
 	go func() { sub <- p.Submit(cl) }()
 	req := readRequest(t, far)
 	require.NoError(t, <-sub)
-	return req
+	start := time.Now()
+	go far.WriteMessages(successAnswer(req))
+	require.NoError(t, (<-r).err)
+	assert.Zero(t, time.Since(start), late)
 }
 
 // The caller reads its own call's refusal (3004) on A, holding A's
@@ -87,11 +91,7 @@ func TestCallerRefusedWhileReadingReadsWhereItsCallGoesNext(t *testing.T) {
 		synctest.Wait()
 		assert.NotEqual(t, batonCaller, cA.bt.state.Load(), "its caller left A, which its call left")
 
-		reqB := sendOnInline(t, pB, cB, farB, calls[0])
-		start := time.Now()
-		go farB.WriteMessages(successAnswer(reqB))
-		require.NoError(t, (<-r).err)
-		assert.Zero(t, time.Since(start), "B's answer lay unread until B's parked reader looked: its caller still read A")
+		answeredInline(t, pB, cB, farB, calls[0], r, "B's answer lay unread until B's parked reader looked: its caller still read A")
 	})
 }
 
@@ -112,11 +112,7 @@ func TestCallerReadingAConnectionItsCallLeftReadsWhereItGoesNext(t *testing.T) {
 		moved, _ := cA.moveOut(nil, nil)
 		require.Len(t, moved, 1)
 
-		reqB := sendOnInline(t, pB, cB, farB, moved[0])
-		start := time.Now()
-		go farB.WriteMessages(successAnswer(reqB))
-		require.NoError(t, (<-r).err)
-		assert.Zero(t, time.Since(start), "B's answer lay unread until B's parked reader looked: its caller still read A")
+		answeredInline(t, pB, cB, farB, moved[0], r, "B's answer lay unread until B's parked reader looked: its caller still read A")
 	})
 }
 
@@ -166,10 +162,6 @@ func TestWaiterWhoseCallLeftIsNotHandedTheBaton(t *testing.T) {
 		assert.Nil(t, cA.bt.handed.Load(), "A's baton handed to Y, whose call left A")
 		assert.NotEqual(t, batonCaller, cA.bt.state.Load(), "Y holds A's baton, whose call left A")
 
-		reqB := sendOnInline(t, pB, cB, farB, moved[0])
-		start := time.Now()
-		go farB.WriteMessages(successAnswer(reqB))
-		require.NoError(t, (<-y).err)
-		assert.Zero(t, time.Since(start), "B's answer lay unread until B's parked reader looked: Y read A")
+		answeredInline(t, pB, cB, farB, moved[0], y, "B's answer lay unread until B's parked reader looked: Y read A")
 	})
 }
