@@ -1474,17 +1474,16 @@ func simWaited(cl *call.Call, v *avail, why string) {
 		return
 	}
 	var ms []string
-	for _, m := range v.ros.all {
-		k := m.carrier()
-		ms = append(ms, fmt.Sprintf("%s open %v takes %v avoids %v", m.spec.Name, v.open[m.index], v.takes[m.index], k != nil && k.Avoids(cl)))
-	}
-	holds := w.c.holdsBack(cl, v)
 	var avoids []string // the servers open in v that cl avoids (its own reason)
 	for _, m := range v.ros.all {
-		if k := m.carrier(); v.open[m.index] && k != nil && k.Avoids(cl) {
+		k := m.carrier()
+		avoided := k != nil && k.Avoids(cl)
+		ms = append(ms, fmt.Sprintf("%s open %v takes %v avoids %v", m.spec.Name, v.open[m.index], v.takes[m.index], avoided))
+		if avoided && v.open[m.index] {
 			avoids = append(avoids, m.spec.Name)
 		}
 	}
+	holds := w.c.holdsBack(cl, v)
 	note := fmt.Sprintf("%v %s in gen %d, holds back %v: %s", time.Now().Format("04:05.000"), why, v.gen, holds, strings.Join(ms, "; "))
 	w.mu.Lock()
 	defer w.mu.Unlock()
