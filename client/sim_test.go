@@ -796,12 +796,32 @@ func (w *simWorld) queuedElsewhere(a uint32, to string, xseq, seq int) bool {
 	return false
 }
 
-// hostOfSend returns the server that request id's send seq was written
-// to, "" if unknown. w.mu is held.
+// hostOfSend returns the server that request id's send seq was queued
+// for, "" if unknown. w.mu is held.
 func (w *simWorld) hostOfSend(id uint32, seq int) string {
 	for _, s := range w.sends[id] {
 		if s.seq == seq {
-			return w.wrote[[2]uint32{id, s.hbh}]
+			return w.hostOf(id, s)
+		}
+	}
+	return ""
+}
+
+// hostOf returns the server request id's send s was queued for: the one
+// it was written to or, if it never was (its connection broke first),
+// the one another request queued on the same connection was written to;
+// "" if none was. w.mu is held.
+func (w *simWorld) hostOf(id uint32, s simSend) string {
+	if h := w.wrote[[2]uint32{id, s.hbh}]; h != "" {
+		return h
+	}
+	for oid, os := range w.sends {
+		for _, o := range os {
+			if o.conn == s.conn {
+				if h := w.wrote[[2]uint32{oid, o.hbh}]; h != "" {
+					return h
+				}
+			}
 		}
 	}
 	return ""
@@ -2826,9 +2846,9 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			}
 			if !s.afterRefusal {
 				h := hop{prev.conn, s.conn, s.at}
-				moves[h] = append(moves[h], move{prev.seq, s.seq, id, prev.at, s.at, w.wrote[[2]uint32{id, prev.hbh}]})
+				moves[h] = append(moves[h], move{prev.seq, s.seq, id, prev.at, s.at, w.hostOf(id, prev)})
 				r := hop{from: prev.conn, to: s.conn}
-				routes[r] = append(routes[r], move{prev.seq, s.seq, id, prev.at, s.at, w.wrote[[2]uint32{id, prev.hbh}]})
+				routes[r] = append(routes[r], move{prev.seq, s.seq, id, prev.at, s.at, w.hostOf(id, prev)})
 			}
 		}
 	}

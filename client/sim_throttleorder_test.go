@@ -2,6 +2,7 @@ package client
 
 import (
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/aaatp/aaatp/call"
@@ -164,7 +165,7 @@ func (w *simWorld) replaysAheadOfQueued() {
 			// The hand-over that moved it: the first of the server it
 			// was last sent to since that send. Not one it had left
 			// before (released since the send).
-			host := w.wrote[[2]uint32{id, prev.hbh}]
+			host := w.hostOf(id, prev)
 			var h *simLeaving
 			for i := range w.tord.leaving {
 				l := &w.tord.leaving[i]
@@ -206,6 +207,35 @@ func (w *simWorld) replaysAheadOfQueued() {
 						w.tord.requeued[id], w.tord.requeued[qid], w.tord.held[id], w.tord.held[qid], w.picks[id], w.picks[qid])
 				}
 			}
+		}
+	}
+}
+
+// TestHostOfUnwrittenSend checks that the order checks know where a
+// send was queued though it was never written: its connection broke, or
+// its server froze, first.
+func TestHostOfUnwrittenSend(t *testing.T) {
+	c1, c2 := new(int), new(int) // two connections
+	w := &simWorld{
+		sends: map[uint32][]simSend{
+			1: {{seq: 10, conn: c1, hbh: 100}, {seq: 30, conn: c2, hbh: 201}},
+			2: {{seq: 20, conn: c2, hbh: 200}},
+			3: {{seq: 40, conn: c1, hbh: 101}},
+		},
+		wrote: map[[2]uint32]string{{1, 100}: "a", {2, 200}: "c"},
+	}
+	for _, tc := range []struct {
+		id   uint32
+		seq  int
+		want string
+	}{
+		{1, 10, "a"}, // written
+		{1, 30, "c"}, // not written: request 2 was written to its connection
+		{3, 40, "a"}, // not written: request 1 was written to its connection
+		{2, 99, ""},  // no such send
+	} {
+		if got := w.hostOfSend(tc.id, tc.seq); got != tc.want {
+			t.Errorf("hostOfSend(%d, %d) = %q, want %q", tc.id, tc.seq, got, tc.want)
 		}
 	}
 }
