@@ -88,6 +88,9 @@ type fakeServer struct {
 	// accept.
 	linger func() time.Duration
 	gone   chan struct{} // closed by close: a lingering end closes then
+	// authApps, when set, are the authorization applications the server
+	// advertises beside base accounting. Set before the first accept.
+	authApps []uint32
 
 	mu    sync.Mutex
 	reqs  []seen
@@ -141,6 +144,7 @@ func (f *fakeServer) accept() (transport.Conn, error) {
 	p, err := peer.Accept(fc, peer.Config{
 		OriginHost: f.host, OriginRealm: "example.net", Handler: h, Logger: quiet, Failover: f.failover,
 		Watchdog: watchdog.Config{Twinit: 30 * time.Second, Rand: noJitter{}},
+		AuthApps: f.authApps, AcctApps: acctWith(f.authApps),
 	})
 	if err != nil {
 		return nil, err
@@ -356,6 +360,15 @@ func clientConfig(n network, mode Mode, urls ...string) Config {
 		cfg.Peers = append(cfg.Peers, PeerSpec{URL: u, Name: n[u].host})
 	}
 	return cfg
+}
+
+// acctWith is the accounting applications a side advertises beside
+// authApps: base accounting, which the default gives when none is set.
+func acctWith(authApps []uint32) []uint32 {
+	if len(authApps) == 0 {
+		return nil
+	}
+	return []uint32{message.AppAccounting}
 }
 
 func acr(n int, nai string) []byte {

@@ -219,7 +219,7 @@ func TestSim(t *testing.T) {
 		// The schedules must exercise what the invariants are about.
 		s := total.snapshot()
 		if s.Replays == 0 || s.Premature == 0 || s.Late == 0 || s.Parked == 0 || s.Drained == 0 ||
-			s.Patient == 0 || s.Pinned == 0 || s.NonAcct == 0 || s.AllOut == 0 || s.SlowBehind == 0 ||
+			s.Patient == 0 || s.Pinned == 0 || s.NonAcct == 0 || s.Auth == 0 || s.AllOut == 0 || s.SlowBehind == 0 ||
 			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 || s.BusyFailover == 0 ||
 			s.Hurried == 0 || s.CloseAtChange == 0 || s.SubscriberClose == 0 || s.ServerAsks == 0 || s.PolicyOut == 0 || s.HandedOver == 0 || (*simThrottle && s.Throttle == 0) || s.Inline == 0 || s.InlinePart == 0 || s.CallerRead == 0 || s.ServerInline == 0 || s.Ended == 0 ||
 			s.BatonPhase == 0 || s.ReadChecked == 0 || s.Baton2Holds == 0 || s.DPRRaced == 0 || s.StrandRaced == 0 {
@@ -242,6 +242,9 @@ type simCounts struct {
 	// snapshots that found a server with that many requests of a class
 	// in flight.
 	Throttle, TightOutstanding, AtOutstanding int
+	// Auth: Credit-Control-Requests (the throttle's Auth class); NonAcct
+	// counts Accounting-Requests without their record's AVPs.
+	Auth int
 	// SubscriberClose: schedules closed by a subscriber, with its context.
 	SubscriberClose int
 	// Inline: messages a TryWrite wrote whole on its caller's goroutine;
@@ -297,6 +300,7 @@ func (s *simTotals) add(b simCounts) {
 	a.Patient += b.Patient
 	a.Pinned += b.Pinned
 	a.NonAcct += b.NonAcct
+	a.Auth += b.Auth
 	a.AllOut += b.AllOut
 	a.SlowBehind += b.SlowBehind
 	a.OrderPairs += b.OrderPairs
@@ -436,6 +440,7 @@ type simReq struct {
 	patient bool          // its deadline outlives every fault
 	pinned  string        // Destination-Host
 	acct    bool          // an accounting record (its own duplicate key too)
+	auth    bool          // a Credit-Control-Request: the throttle's Auth class
 	drain   bool          // sent just before a graceful Client.Close
 	// ended: its context had ended before Send began (cancelled, or a
 	// deadline in the past): Send returns at once (limit is 0), with the
@@ -709,21 +714,19 @@ func (w *simWorld) lostAt(host string) bool {
 	return false
 }
 
-// lostDuring reports whether host lost as many requests as the
-// throttle has places for their class there, each holding its place
-// (until its deadline) for part of [from, to): a request waiting there
-// then could have found every place held. Every request of a schedule is
-// an Accounting-Request (simRequest), of the throttle's Accounting class,
-// with or without its record's AVPs. w.mu is held.
-func (w *simWorld) lostDuring(host string, from, to time.Time) bool {
-	most := w.maxOut[throttle.Accounting]
+// lostDuring reports whether host lost as many requests of class as the
+// throttle has places for that class there, each holding its place
+// (until its deadline) for part of [from, to): a request of the class
+// waiting there then could have found every place held. w.mu is held.
+func (w *simWorld) lostDuring(host string, class throttle.Class, from, to time.Time) bool {
+	most := w.maxOut[class]
 	if most == 0 {
 		most = throttle.DefaultMaxOutstanding
 	}
 	n := 0
 	for id, d := range w.lastDrop {
 		rq := w.reqs[id]
-		if rq == nil || !message.EqualIdentity(d.host, host) || !d.at.Before(to) || !rq.start.Add(rq.limit).After(from) {
+		if rq == nil || simClass(rq) != class || !message.EqualIdentity(d.host, host) || !d.at.Before(to) || !rq.start.Add(rq.limit).After(from) {
 			continue
 		}
 		n++
@@ -885,9 +888,13 @@ func (w *simWorld) apart(a, b uint32) bool {
 	return w.throttled && ra != nil && rb != nil && simClass(ra) != simClass(rb)
 }
 
-// simClass is the throttle's class of a simulated request: every one is
-// an Accounting-Request (simRequest), with or without its record's AVPs.
-func simClass(*simReq) throttle.Class {
+// simClass is the throttle's class of a simulated request: Auth for a
+// Credit-Control-Request, Accounting for an Accounting-Request (with or
+// without its record's AVPs).
+func simClass(r *simReq) throttle.Class {
+	if r.auth {
+		return throttle.ClassOf(simAppCC, simCmdCC)
+	}
 	return throttle.ClassOf(message.AppAccounting, message.CmdAccounting)
 }
 
@@ -1633,6 +1640,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	for i := range nServers {
 		s := &simServer{host: fmt.Sprintf("%c.example.net", 'a'+i), kind: "ok"}
 		s.f = newFakeServer(s.host)
+		s.f.authApps = []uint32{simAppCC} // the Credit-Control-Requests
 		s.f.tryWrite = simInline(seed)
 		s.f.baton = s.f.tryWrite && seed%2 == 1
 		s.f.tryLimit = w.sendRoom
@@ -1681,6 +1689,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		mode = PrimarySecondary
 	}
 	cfg := clientConfig(w.n, mode, urls...)
+	cfg.Peer.AuthApps, cfg.Peer.AcctApps = []uint32{simAppCC}, acctWith([]uint32{simAppCC})
 	cfg.RequestTimeout = 150 * time.Second // for Sends whose context has no deadline
 	cfg.FailoverLog = 1 << 14
 	// A server policy in a third of the schedules (drawn from a source of
@@ -1831,6 +1840,10 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 	// a source of their own, so that the rest of each schedule stays as
 	// it was.
 	erng := rand.New(rand.NewPCG(seed, 0x656e64))
+	// Half the requests without an accounting record are
+	// Credit-Control-Requests, of the throttle's Auth class: a source of
+	// their own too.
+	arng := rand.New(rand.NewPCG(seed, 0x617574))
 	// They share two contexts, as the Sends of one caller whose context
 	// ended do: one cancelled, one whose deadline has passed. (A shared
 	// context's watch may have fired before a Send joins it.) Each has a
@@ -1864,11 +1877,15 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		if b2 != nil && b2.pin != "" {
 			r.pinned = b2.pin
 		}
+		r.auth = !r.acct && arng.IntN(2) == 0
 		if b2 != nil && b2.class != "" {
-			r.acct = b2.class == "acct"
+			r.acct, r.auth = b2.class == "acct", false
 		}
-		req := simRequest(int(id), nai, r.pinned, r.acct)
-		if !r.acct {
+		req := simRequest(int(id), nai, r.pinned, r.acct, r.auth)
+		switch {
+		case r.auth:
+			w.counts.Auth++
+		case !r.acct:
 			w.counts.NonAcct++
 		}
 		wire.SetEndToEnd(req, id)
@@ -2545,14 +2562,30 @@ func recordsOf(c *Client) []FailoverRecord {
 }
 
 // acrTo is acr with a Destination-Host.
-func acrTo(n int, nai, host string) []byte { return simRequest(n, nai, host, true) }
+func acrTo(n int, nai, host string) []byte { return simRequest(n, nai, host, true, false) }
+
+// The Credit-Control application (RFC 4006): the simulated requests of
+// the throttle's Auth class.
+const (
+	simAppCC         = 4
+	simCmdCC         = 272
+	simCCRequestType = 416
+	simCCRequestNum  = 415
+	simCCInitial     = 1
+)
 
 // simRequest is an Accounting-Request (acct: with its record type and
 // number, so that the servers' duplicate store keys it by its record as
 // well) or the same request without them (keyed by Origin-Host and
-// End-to-End id alone), with a Destination-Host when host is set.
-func simRequest(n int, nai, host string, acct bool) []byte {
-	b := message.NewRequest(message.CmdAccounting, message.AppAccounting, wire.FlagProxiable).
+// End-to-End id alone), or, with auth, a Credit-Control-Request (the
+// throttle's Auth class, keyed by Origin-Host and End-to-End id alone),
+// with a Destination-Host when host is set.
+func simRequest(n int, nai, host string, acct, auth bool) []byte {
+	app, cmd := uint32(message.AppAccounting), uint32(message.CmdAccounting)
+	if auth {
+		app, cmd, acct = simAppCC, simCmdCC, false
+	}
+	b := message.NewRequest(cmd, app, wire.FlagProxiable).
 		String(message.SessionID, 0, true, "client.example.net;1;"+itoa(n)).
 		String(message.OriginHost, 0, true, "client.example.net").
 		String(message.OriginRealm, 0, true, "example.net").
@@ -2561,6 +2594,11 @@ func simRequest(n int, nai, host string, acct bool) []byte {
 		b.String(message.DestinationHost, 0, true, host)
 	}
 	b.String(message.UserName, 0, true, nai)
+	if auth {
+		b.Uint32(message.AuthApplicationID, 0, true, simAppCC).
+			Uint32(simCCRequestType, 0, true, simCCInitial).
+			Uint32(simCCRequestNum, 0, true, uint32(n))
+	}
 	if acct {
 		b.Uint32(message.AccountingRecordType, 0, true, 2).
 			Uint32(message.AccountingRecordNumber, 0, true, uint32(n))
@@ -2652,7 +2690,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			// A pinned request waits in its host's queue, picked by no
 			// pick: excused only if requests that host lost held all of
 			// its places while it waited.
-			behindLost = w.lostDuring(rq.pinned, rq.start, r.at)
+			behindLost = w.lostDuring(rq.pinned, simClass(rq), rq.start, r.at)
 		}
 		w.mu.Unlock()
 		slack := simSlack

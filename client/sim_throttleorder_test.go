@@ -182,7 +182,7 @@ func (w *simWorld) replaysAheadOfQueued() {
 				q := w.reqs[qid]
 				// Another request of its class first sent after the
 				// hand-over began, and not released before it.
-				if qid == id || q == nil || q.acct != rq.acct || w.tord.full(qid) || qs[0].seq < h.seq || qs[0].conn != s.conn || within(w.tord.released[qid], 0, h.seq) {
+				if qid == id || q == nil || simClass(q) != simClass(rq) || w.tord.full(qid) || qs[0].seq < h.seq || qs[0].conn != s.conn || within(w.tord.released[qid], 0, h.seq) {
 					continue
 				}
 				w.counts.ThrottleOrderPairs++
