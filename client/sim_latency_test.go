@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aaatp/aaatp/call"
+	"github.com/aaatp/aaatp/message"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/wire"
 )
@@ -55,8 +56,8 @@ import (
 // not the baton's to hurry (the reader of a connection with nothing
 // pending parks, and notices a late answer at its look, 5 to 10 ms
 // later: by design): the request sent again since, its Send returned
-// before the answer was ready, a failover record naming it since the
-// send, a wait for a peer since, or the server policy's hand-over of
+// before the answer was ready, a failover record moving it off that
+// server since the send, a wait for a peer since, or the server policy's hand-over of
 // that server's requests since. (A request sent with its context ended
 // already, whose answer no caller would read, is not sent at all.)
 //
@@ -108,33 +109,6 @@ type simLat struct {
 // simBatonIdle is peer's batonIdle: the parked reader looks every 5 ms.
 const simBatonIdle = 5 * time.Millisecond
 
-// leftNear reports whether a request sent on conn was sent next on
-// another connection within [from, to], or some request began waiting
-// for a peer, or a failover record was made, then.
-func (w *simWorld) leftNear(conn any, from, to time.Time) bool {
-	in := func(t time.Time) bool { return !t.Before(from) && !t.After(to) }
-	for _, r := range recordsOf(w.c) {
-		if in(r.Time) {
-			return true
-		}
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, ts := range w.waitedAt {
-		if slices.ContainsFunc(ts, in) {
-			return true
-		}
-	}
-	for _, ss := range w.sends {
-		for i := 1; i < len(ss); i++ {
-			if ss[i-1].conn == conn && ss[i].conn != conn && !ss[i].at.Before(from) && !ss[i].at.After(to) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // sendReturned records when the Send of request id returned.
 func (w *simWorld) sendReturned(id uint32) {
 	w.lat.mu.Lock()
@@ -156,8 +130,11 @@ func simBeforeAwait(cl *call.Call) {
 }
 
 // movedSince reports whether request id, sent to host at since, may have
-// left that connection since: a failover record names it, it waited for
-// a peer, or the server policy handed host's requests over.
+// left that connection since: a failover record moved it off host, it
+// waited for a peer, or the server policy handed host's requests over.
+// A record of its move to host does not count, nor does another
+// request's move: a caller whose call left a connection stops reading
+// it and hands its baton on, so no move elsewhere holds an answer up.
 func (w *simWorld) movedSince(id uint32, host string, since time.Time) bool {
 	w.mu.Lock()
 	waited := slices.ContainsFunc(w.waitedAt[id], func(t time.Time) bool { return !t.Before(since) })
@@ -167,7 +144,7 @@ func (w *simWorld) movedSince(id uint32, host string, since time.Time) bool {
 		return true
 	}
 	for _, r := range recordsOf(w.c) {
-		if !r.Time.Before(since) && slices.Contains(r.EndToEnd, id) {
+		if !r.Time.Before(since) && message.EqualIdentity(r.From, host) && slices.Contains(r.EndToEnd, id) {
 			return true
 		}
 	}
@@ -343,13 +320,6 @@ func (r readLog) answerRead(m []byte) {
 		// Moved off that connection (a failover), parked, refused: a
 		// late answer there, on a connection with nothing of its own
 		// pending, is noticed at the parked reader's look.
-	case w.leftNear(conn, at.Add(-2*simBatonIdle), now):
-		// Another request left that connection for another shortly
-		// before or meanwhile (a refusal read, a failover), or began
-		// waiting for a peer: the baton
-		// may have been handed to its caller, who then reads the other
-		// connection; the parked reader takes it back at its second
-		// look, by design.
 	default:
 		w.violation("answer to request %d (hop-by-hop %d) from %s read by the client %v after the server's handler returned it at %v (bound %v), with nothing holding that connection's reading up (server not frozen, no simulator pause of the client's end, no handler of the client running for it, no watchdog event) and the request pending there: the answer lay unread, no goroutine reading the connection",
 			k.e2e, k.hbh, r.host, now.Sub(at), at.Format("04:05.000000"), simReadBound)
