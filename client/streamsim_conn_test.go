@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lradius "layeh.com/radius"
@@ -41,7 +42,9 @@ import (
 //     client, the connection is open, and no Status-Server of that
 //     connection has been unanswered for the last 100 ms (its watchdog
 //     goes SUSPECT only on a timer expiry with a Status-Server
-//     unanswered, and any message received makes it OKAY again);
+//     unanswered, and any message received makes it OKAY again), and
+//     that connection is not full (radpeer may have recycled it) by the
+//     end of the instant of the write (ssimSuspect);
 //   - a request parked (waiting for a view change) is not still parked
 //     5 to 10 s after a member of the current view could take it (the
 //     Client's pick), as TestSim's watchParked: a change that lifts what
@@ -67,7 +70,11 @@ type ssimNet struct {
 	// dial to them fails (streamsim_recycle_test.go).
 	refused map[string]bool
 	errs    []string
-	tracef  func(string, ...any)
+	// suspects: writes the check of RFC 6613 2.6.1 found while the
+	// connection the request is pending on did not look full, judged at
+	// the end of their instant (ssimSuspect).
+	suspects []ssimSuspect
+	tracef   func(string, ...any)
 }
 
 func newSSimNet(tracef func(string, ...any)) *ssimNet {
@@ -86,7 +93,49 @@ func (n *ssimNet) violation(format string, args ...any) {
 func (n *ssimNet) violations() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	return append([]string(nil), n.errs...)
+	v := append([]string(nil), n.errs...)
+	for _, s := range n.suspects {
+		if len(v) >= 20 {
+			break
+		}
+		v = append(v, s.msg)
+	}
+	return v
+}
+
+// ssimSuspect is a request written on a connection of a server while it
+// is pending on y, another of that server's connections, OKAY and not
+// full as the wire shows them at the write. Full on the wire lags full
+// in radpeer: radpeer recycles a connection whose Identifiers are all
+// taken (recycleStale) as a request finds none free, under its lock, and
+// the requests it gave the connection's last Identifiers reach the wire
+// after that, by the connection's writer goroutine, while the requests
+// that had to avoid the recycled connection go on its replacement (or
+// another connection of the server) at once, by other goroutines: the
+// scheduler orders those writes. At seed 37506 (3 in 1,500 replays) y
+// showed 200 to 245 Identifiers pending when a request pending on it was
+// written on the replacement, and its last 10 to 55 requests reached the
+// wire later in that instant, making it full (255). So the write is a
+// violation only if y is not full by the end of its instant: in the
+// synctest bubble the clock does not move while a goroutine can run,
+// and nothing between radpeer's assignment and the write waits for
+// time, so the writes radpeer queued before the recycle land in that
+// instant (excuse).
+type ssimSuspect struct {
+	y   *ssimConn
+	at  time.Time
+	msg string
+}
+
+// ssimExcused counts the suspects excused, over the schedules of a run.
+var ssimExcused atomic.Int64
+
+// excuseLocked drops the suspects pending on y written in the instant
+// now, y having just been found full; n.mu is held.
+func (n *ssimNet) excuseLocked(y *ssimConn, now time.Time) {
+	k := len(n.suspects)
+	n.suspects = slices.DeleteFunc(n.suspects, func(s ssimSuspect) bool { return s.y == y && s.at.Equal(now) })
+	ssimExcused.Add(int64(k - len(n.suspects)))
 }
 
 // dialer wraps dial's connections.
@@ -105,13 +154,20 @@ func (n *ssimNet) dialer(dial func(ctx context.Context, url string) (transport.C
 		}
 		n.mu.Lock()
 		seq++
-		sc := &ssimConn{Conn: c, n: n, url: url, name: fmt.Sprintf("%s#%d", url, seq), more: make(chan struct{}, 1), closed: make(chan struct{}),
-			pending: map[byte]string{}, written: map[string]bool{}, idleSince: time.Now()}
-		n.byURL[url] = append(n.byURL[url], sc)
+		sc := n.addLocked(c, url, fmt.Sprintf("%s#%d", url, seq))
 		n.mu.Unlock()
 		go sc.pump()
 		return sc, nil
 	}
+}
+
+// addLocked makes c, just dialed to url, one of the open connections,
+// named name; n.mu is held.
+func (n *ssimNet) addLocked(c transport.Conn, url, name string) *ssimConn {
+	sc := &ssimConn{Conn: c, n: n, url: url, name: name, more: make(chan struct{}, 1), closed: make(chan struct{}),
+		pending: map[byte]string{}, written: map[string]bool{}, idleSince: time.Now()}
+	n.byURL[url] = append(n.byURL[url], sc)
+	return sc
 }
 
 // open returns the open connections to url.
@@ -284,6 +340,7 @@ func (sc *ssimConn) WriteMessages(msgs ...[]byte) error {
 			sc.pending[m[1]] = u
 			if len(sc.pending) >= 250 {
 				sc.full = true
+				sc.n.excuseLocked(sc, time.Now())
 			}
 		}
 	}
@@ -307,8 +364,9 @@ func (sc *ssimConn) checkWriteLocked(u string) {
 		}
 		for _, pu := range y.pending {
 			if pu == u {
-				sc.n.errsAppendLocked("request %s written on %s while pending on %s, whose watchdog is OKAY (no Status-Server unanswered for %v) (RFC 6613 2.6.1)",
-					u, sc.name, y.name, now.Sub(y.idleSince))
+				msg := fmt.Sprintf("%v request %s written on %s while pending on %s, whose watchdog is OKAY (no Status-Server unanswered for %v; %d Identifiers pending there at the write, not full by the end of that instant) (RFC 6613 2.6.1)",
+					now.Format("04:05.000"), u, sc.name, y.name, now.Sub(y.idleSince), len(y.pending))
+				sc.n.suspects = append(sc.n.suspects, ssimSuspect{y: y, at: now, msg: msg})
 				break
 			}
 		}
