@@ -57,7 +57,7 @@ type simB2Req struct {
 	holder bool          // its caller holds the baton once it read its answer
 	ctx    *simCutCtx    // its context (limit is its deadline)
 	waiter bool          // the round's W
-	class  string        // "acct", "auth": its throttle's class (else drawn)
+	class  string        // "acct" (an Accounting-Request with its record), "auth" (a Credit-Control-Request): its throttle class (else drawn)
 	slack  time.Duration // how late past limit its Send may return (else simSlack)
 	drop   bool          // the servers never answer it (a silent server's)
 }

@@ -1879,7 +1879,7 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		}
 		r.auth = !r.acct && arng.IntN(2) == 0
 		if b2 != nil && b2.class != "" {
-			r.acct, r.auth = b2.class == "acct", false
+			r.acct, r.auth = b2.class == "acct", b2.class == "auth"
 		}
 		req := simRequest(int(id), nai, r.pinned, r.acct, r.auth)
 		switch {
