@@ -2385,6 +2385,13 @@ func (w *simWorld) checkAnsweredAll(c *Client) {
 		}
 		if n := p.Stats().Unanswered; n != 0 {
 			w.violation("peer %s (%s) still owes answers to %d requests it read, 2 min after the schedule went quiet and every Send returned", p.Name(), p.State(), n)
+			// Whether a Handler still runs (and where it waits) or a
+			// writer is stuck, or neither (the count leaked), shows in
+			// the goroutines: the failure is rare, keep what it shows.
+			st, _ := json.Marshal(p.Stats())
+			buf := make([]byte, 1<<20)
+			buf = buf[:runtime.Stack(buf, true)]
+			w.t.Logf("seed %d: stats of %s: %s\ngoroutines:\n%s", w.seed, p.Name(), st, buf)
 		}
 	}
 }

@@ -111,7 +111,12 @@ func (g *handlerGuard) run() {
 		if n == 0 {
 			// A connection that joins from now on has its reader start
 			// another goroutine, unless this one, looking again, sees it
-			// (watch comes before entering).
+			// (watch comes before entering). entered is cleared first: a
+			// reader that entered a Handler since the last tick, on a
+			// connection that has left since, must not leave it set, or
+			// every later entering would return early and no goroutine
+			// would ever start again (no Handler handed over).
+			g.entered.Store(false)
 			g.ticking.Store(false)
 			g.mu.Lock()
 			n = len(g.conns)

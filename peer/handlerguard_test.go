@@ -520,3 +520,33 @@ func TestAnswerKeepsIdsOfRequestHandlerChanged(t *testing.T) {
 		closeAnswering(t, p, far)
 	})
 }
+
+// A guard whose last connection leaves right after its reader entered a
+// Handler (before the guard's first look) ends with that entry still
+// noted: the next connection's first Handler must start the guard again,
+// or no Handler of a later connection sharing the guard (a client Peer's
+// reconnections, a Server's peers) is ever handed over.
+func TestGuardStartsAgainAfterItsLastConnectionLeft(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newHandlerGuard(DefaultInlineHandlerTime)
+		runs := func() int {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			return g.runs
+		}
+		c1 := &conn{}
+		g.watch(c1)
+		g.entering()  // c1's reader enters a Handler: the guard starts
+		g.unwatch(c1) // c1 ends before the guard's first look
+		synctest.Wait()
+		require.Equal(t, 1, runs())
+		require.False(t, g.ticking.Load(), "the guard ended with its last connection")
+
+		c2 := &conn{}
+		g.watch(c2)
+		g.entering() // c2's reader enters its first Handler
+		synctest.Wait()
+		assert.Equal(t, 2, runs(), "the guard started again for the next connection")
+		g.unwatch(c2)
+	})
+}
