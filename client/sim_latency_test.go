@@ -57,8 +57,8 @@ import (
 // pending parks, and notices a late answer at its look, 5 to 10 ms
 // later: by design): the request sent again since, its Send returned
 // before the answer was ready, a failover record moving it off that
-// server since the send, a wait for a peer since, or the server policy's hand-over of
-// that server's requests since. (A request sent with its context ended
+// server since the send, a wait for a peer since, or the server policy's
+// hand-over of that server's requests since. (A request sent with its context ended
 // already, whose answer no caller would read, is not sent at all.)
 //
 // simReadBound is the bound: 1 ms, far above the virtual nanoseconds an
@@ -105,9 +105,6 @@ type simLat struct {
 	asks     map[[2]uint32]simAsk   // the servers' requests the client read, until it answers them
 	quick    atomic.Bool            // the client's handler answers within 10 ms (the baton's phase)
 }
-
-// simBatonIdle is peer's batonIdle: the parked reader looks every 5 ms.
-const simBatonIdle = 5 * time.Millisecond
 
 // sendReturned records when the Send of request id returned.
 func (w *simWorld) sendReturned(id uint32) {
