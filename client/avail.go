@@ -378,7 +378,10 @@ var onWait func(cl *call.Call, v *avail, why string)
 var onThrottled func(cl *call.Call)
 
 // onPicked, when set, is told of the server the throttle's pick chose for
-// a request: where it goes, or whose queue it waits in.
+// a request: where it goes, or whose queue it waits in; nil when it chose
+// none (no peer can take the request now): the scheduler then queues it
+// for one of its available servers, round-robin (throttle.Config.Pick),
+// and the release there is refused, the request held (holdLocked).
 var onPicked func(cl *call.Call, m *member)
 
 // A waiter holds requests that found no peer, on its own goroutine

@@ -149,6 +149,9 @@ func (c *Client) setupLimits() error {
 					}
 					return m.index, false
 				}
+				if onPicked != nil {
+					onPicked(it.cl, nil) // none: the scheduler's round-robin
+				}
 				return -1, false
 			},
 		})

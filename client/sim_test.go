@@ -761,7 +761,8 @@ func checkStoreBound(t testing.TB, seed uint64, entries int) {
 }
 
 // simPick is a server the throttle's pick chose for a request, in the
-// order of sends (seq).
+// order of sends (seq); host "" when it chose none (the scheduler's
+// round-robin queued the request for a server the pick does not know).
 type simPick struct {
 	seq  int
 	host string
@@ -775,9 +776,23 @@ func simPicked(cl *call.Call, m *member) {
 	}
 	w.mu.Lock()
 	if p := w.picks[cl.Ref]; len(p) < 64 {
-		w.picks[cl.Ref] = append(p, simPick{w.next(), m.spec.Name})
+		host := ""
+		if m != nil {
+			host = m.spec.Name
+		}
+		w.picks[cl.Ref] = append(p, simPick{w.next(), host})
 	}
 	w.mu.Unlock()
+}
+
+// lastPicked returns the last server of picks, "" if none.
+func lastPicked(picks []simPick) string {
+	for i := len(picks) - 1; i >= 0; i-- {
+		if picks[i].host != "" {
+			return picks[i].host
+		}
+	}
+	return ""
 }
 
 // queuedElsewhere reports whether the throttle picked another server
@@ -792,7 +807,7 @@ func (w *simWorld) queuedElsewhere(a uint32, to string, xseq, seq int) bool {
 		return false
 	}
 	for _, p := range w.picks[a] {
-		if p.seq > xseq && p.seq < seq && !message.EqualIdentity(p.host, to) {
+		if p.seq > xseq && p.seq < seq && p.host != "" && !message.EqualIdentity(p.host, to) {
 			return true
 		}
 	}
@@ -2687,11 +2702,11 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 		lost := w.lastDrop[r.e2e]
 		var expired *throttle.ExpiredError
 		behindLost := errors.As(r.err, &expired) && expired.Server != "" && w.lostAt(expired.Server)
-		if p := w.picks[r.e2e]; !behindLost && len(p) > 0 && errors.Is(r.err, context.DeadlineExceeded) {
+		if p := lastPicked(w.picks[r.e2e]); !behindLost && p != "" && errors.Is(r.err, context.DeadlineExceeded) {
 			// The caller's deadline ended its wait in the throttle at
 			// the instant the throttle's expiry would have: the server
 			// whose queue it waited in is the last the pick chose.
-			behindLost = w.lostAt(p[len(p)-1].host)
+			behindLost = w.lostAt(p)
 		}
 		if !behindLost && rq.pinned != "" && len(sends) == 0 && errors.Is(r.err, context.DeadlineExceeded) {
 			// A pinned request waits in its host's queue, picked by no

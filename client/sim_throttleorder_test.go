@@ -26,9 +26,11 @@ import (
 // released meanwhile went first), or queued for another server first
 // (the throttle keeps the order of each server's queue, not across
 // servers), or released after its send there and before the hand-over
-// (it had left that server already), or back in the scheduler and not
-// picked when the other request left it (it could go nowhere then: it
-// avoids the connection it was sent on, where the other could go); a
+// (it had left that server already), or back in the scheduler and,
+// when the other request left it, not picked since or last picked for
+// no server (it could go nowhere then: it avoids the connection it was
+// sent on, where the other could go; the scheduler's round-robin queued
+// it for a server of its own choosing); a
 // hand-over of a peer a reconfiguration removed or replaced (the
 // throttle does not wait for a peer no member has); pinned requests (never replayed
 // elsewhere); a premature failover's resend (a refusal, not a
@@ -186,19 +188,26 @@ func (w *simWorld) replaysAheadOfQueued() {
 					continue
 				}
 				w.counts.ThrottleOrderPairs++
-				// Back in the scheduler before q left it, and not picked
-				// until after: the replay could go nowhere then (it
-				// avoids the connection it was sent on, while q could go
-				// there), and the throttle lets what can go go.
+				// Back in the scheduler before q left it, and, as q left
+				// it, not picked since or picked for no server: the
+				// replay could go nowhere then (it avoids the connection
+				// it was sent on, while q could go there), and the
+				// throttle lets what can go go. The pick that counts is
+				// the last before q left: one before it is stale when the
+				// replay came back to the instance queue since (its
+				// server's queue sent back as the server left service,
+				// Repick) and was picked again, for none; the scheduler
+				// then queued it for a server round-robin, its order kept
+				// in that server's queue alone.
 				back := first(w.tord.requeued[id], h.seq, s.seq)
 				qr := first(w.tord.released[qid], h.seq, qs[0].seq+1)
-				picked := s.seq
-				for _, p := range w.picks[id] {
-					if p.seq > h.seq && p.seq < picked {
-						picked = p.seq
+				var last *simPick
+				for i, p := range w.picks[id] {
+					if p.seq > h.seq && p.seq < qr {
+						last = &w.picks[id][i]
 					}
 				}
-				if back < qr && picked > qr {
+				if back < qr && (last == nil || last.host == "") {
 					continue
 				}
 				if qs[0].seq < s.seq {
