@@ -381,7 +381,7 @@ var onThrottled func(cl *call.Call)
 // a request: where it goes, or whose queue it waits in; nil when it chose
 // none (no peer can take the request now): the scheduler then queues it
 // for one of its available servers, round-robin (throttle.Config.Pick),
-// and the release there is refused, the request held (holdLocked).
+// where it waits until released there, refused and given back (giveBack).
 var onPicked func(cl *call.Call, m *member)
 
 // A waiter holds requests that found no peer, on its own goroutine

@@ -2906,9 +2906,10 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			}
 			if !s.afterRefusal {
 				h := hop{prev.conn, s.conn, s.at}
-				moves[h] = append(moves[h], move{prev.seq, s.seq, id, prev.at, s.at, w.hostOf(id, prev)})
+				mv := move{prev.seq, s.seq, id, prev.at, s.at, w.hostOf(id, prev)}
+				moves[h] = append(moves[h], mv)
 				r := hop{from: prev.conn, to: s.conn}
-				routes[r] = append(routes[r], move{prev.seq, s.seq, id, prev.at, s.at, w.hostOf(id, prev)})
+				routes[r] = append(routes[r], mv)
 			}
 		}
 	}
