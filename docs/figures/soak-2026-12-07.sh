@@ -9,6 +9,9 @@
 #
 #   go test -c -o OUT/client.test ./client   # the build under test
 #   OUT=/work/notes/soak40 bash docs/figures/soak-2026-12-07.sh 100000
+#
+# SIMS picks the carriers (default all three), e.g. SIMS="sim:TestSim
+# usim:TestSimUDP" for a change that only the RADIUS stream carrier runs.
 set -u
 n=${1:-100000}
 chunk=${CHUNK:-1000}
@@ -16,7 +19,7 @@ out=${OUT:?set OUT to the folder of the build and the logs}
 cd "$(dirname "$0")/../../client" || exit 1
 [ -x "$out/client.test" ] || { echo "no $out/client.test: build it first" >&2; exit 1; }
 for ((from = 1; from <= n; from += chunk)); do
-  for sim in sim:TestSim ssim:TestSimRADIUSStream usim:TestSimUDP; do
+  for sim in ${SIMS:-sim:TestSim ssim:TestSimRADIUSStream usim:TestSimUDP}; do
     flag=${sim%%:*} test=${sim#*:}
     log=$out/$flag-$from.log
     tail -n1 "$log" 2>/dev/null | grep -qx 'rc=0' && continue
