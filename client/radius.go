@@ -202,11 +202,13 @@ func (c *Client) superseded(m *member) bool {
 
 // onRADIUSEvent is onPeerEvent for a RADIUS server: its state is the
 // server's (OKAY while any of its connections is), not the connection's
-// that changed; and a connection that closed, or one that opened while
-// the server stays in service (a recycled connection's replacement, which
-// takes over its watchdog without a watchdog event), may lift what a
-// waiting request had to avoid (a request handed back may not go on
-// another connection of the server while the one it was sent on is OKAY).
+// that changed; and a connection that closed (a recycled one among them,
+// whose watchdog went to its replacement: no watchdog event says so), or
+// one that opened while the server stays in service (that replacement),
+// may lift what a waiting request had to avoid (a request handed back may
+// not go on another connection of the server while the one it was sent on
+// is OKAY, or recycled and still open, nor on a server with no OKAY
+// connection it was not sent on).
 func (c *Client) onRADIUSEvent(m *member, e peer.Event) {
 	if !c.superseded(m) {
 		c.note(Event{Time: e.Time, Server: m.spec.Name, Kind: EventPeer, Peer: &e, Reason: e.Reason})

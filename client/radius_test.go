@@ -618,10 +618,13 @@ func TestRADIUSReplacedServerKeepsItsOutstandingLimit(t *testing.T) {
 // A request handed back by a RADIUS stream server's SUSPECT connection may
 // not go on another connection of that server while the first is back
 // OKAY (RFC 6613 2.6.1), so it waits. When that connection is recycled
-// (its Identifiers filled by requests that timed out), its replacement
-// lifts that: the request goes there at once, not at its deadline. The
-// watchdog moves to the replacement, so no watchdog event says so: the
-// replacement's EventConnUp must make a new view.
+// (most of its Identifiers held by requests that timed out), it may
+// still not go on the replacement while the recycled connection is open
+// for the requests still live on it: the server may yet answer it
+// there. Once the last of those ends the recycled connection closes, and
+// the request goes on the replacement at once, not at its deadline. The
+// watchdog moved to the replacement, so no watchdog event says so: the
+// close's EventConnDown must make a new view.
 func TestRADIUSRecycledConnectionLetsWaitingRequestGo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := newRADServer(t, "secret-a")
@@ -665,20 +668,26 @@ func TestRADIUSRecycledConnectionLetsWaitingRequestGo(t *testing.T) {
 			t.Fatalf("u0 ended before the recycle: %v", err)
 		default: // waiting: it may not go on another connection of a
 		}
-		// Fill the connection's Identifiers with requests that time out.
-		var wg sync.WaitGroup
-		for range radpeer.IDsPerConn {
+		// Fill the connection's other Identifiers with 200 requests that
+		// time out and 54 that are still live when it is recycled.
+		var stale, live sync.WaitGroup
+		exchange := func(wg *sync.WaitGroup, d time.Duration) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), d)
 				defer cancel()
 				c.Exchange(ctx, accessRequest("drop"))
 			}()
 		}
-		wg.Wait()
+		for range 200 {
+			exchange(&stale, time.Second)
+		}
+		for range radpeer.IDsPerConn - 201 {
+			exchange(&live, 20*time.Second)
+		}
+		stale.Wait()
 		a.silent.Store(false)
-		start := time.Now()
 		// The next request finds no Identifier free: the connection is
 		// recycled, and this request is answered on its replacement.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -686,12 +695,27 @@ func TestRADIUSRecycledConnectionLetsWaitingRequestGo(t *testing.T) {
 		_, err = c.Exchange(ctx, accessRequest("u1"))
 		require.NoError(t, err)
 		require.Equal(t, uint64(1), c.RADIUSPeers()[0].Stats().RecycledConns)
+		time.Sleep(5 * time.Second)
+		select {
+		case err := <-res:
+			t.Fatalf("u0 ended while the recycled connection it was sent on is open: %v", err)
+		default:
+		}
+		assert.NotContains(t, a.handled(), "u0", "u0 sent again while the recycled connection is open")
+		live.Wait() // the last live requests end: the recycled connection closes
+		start := time.Now()
 		select {
 		case err := <-res:
 			require.NoError(t, err)
 		case <-time.After(time.Second):
-			t.Fatalf("u0 still waiting %v after the recycle", time.Since(start))
+			t.Fatalf("u0 still waiting %v after the recycled connection closed", time.Since(start))
 		}
-		assert.Contains(t, a.handled(), "u0", "u0 handled by the server once it may go")
+		handled := 0
+		for _, u := range a.handled() {
+			if u == "u0" {
+				handled++
+			}
+		}
+		assert.Equal(t, 1, handled, "u0 handled once, on the replacement")
 	})
 }

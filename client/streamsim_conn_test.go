@@ -43,19 +43,15 @@ import (
 //     connection has been unanswered for the last 100 ms (its watchdog
 //     goes SUSPECT only on a timer expiry with a Status-Server
 //     unanswered, and any message received makes it OKAY again), and
-//     that connection is not full (radpeer may have recycled it) by the
-//     end of the instant of the write (ssimSuspect);
+//     that connection is not closed by the end of the instant of the
+//     write (ssimSuspect). A connection radpeer recycled (its
+//     Identifiers taken by requests that timed out) sends no more
+//     Status-Server, its watchdog gone to its replacement, but it is
+//     avoided until it closes all the same;
 //   - a request parked (waiting for a view change) is not still parked
 //     5 to 10 s after a member of the current view could take it (the
 //     Client's pick), as TestSim's watchParked: a change that lifts what
 //     it had to avoid, and makes no new view, leaves it waiting.
-
-// ssimWatched is how long a connection whose watchdog watches it goes
-// without the client writing on it at most: an OKAY connection that
-// carries nothing sends a Status-Server each Tw (6 s in these schedules).
-// A connection recycled (its watchdog moved to the one that replaces it)
-// gets nothing more.
-const ssimWatched = 8 * time.Second
 
 // ssimNet is the client's end of the connections of one schedule.
 type ssimNet struct {
@@ -71,8 +67,8 @@ type ssimNet struct {
 	refused map[string]bool
 	errs    []string
 	// suspects: writes the check of RFC 6613 2.6.1 found while the
-	// connection the request is pending on did not look full, judged at
-	// the end of their instant (ssimSuspect).
+	// connection the request is pending on was open, judged at the end
+	// of their instant (ssimSuspect).
 	suspects []ssimSuspect
 	tracef   func(string, ...any)
 }
@@ -104,23 +100,17 @@ func (n *ssimNet) violations() []string {
 }
 
 // ssimSuspect is a request written on a connection of a server while it
-// is pending on y, another of that server's connections, OKAY and not
-// full as the wire shows them at the write. Full on the wire lags full
-// in radpeer: radpeer recycles a connection whose Identifiers are all
-// taken (recycleStale) as a request finds none free, under its lock, and
-// the requests it gave the connection's last Identifiers reach the wire
-// after that, by the connection's writer goroutine, while the requests
-// that had to avoid the recycled connection go on its replacement (or
-// another connection of the server) at once, by other goroutines: the
-// scheduler orders those writes. At seed 37506 (3 in 1,500 replays) y
-// showed 200 to 245 Identifiers pending when a request pending on it was
-// written on the replacement, and its last 10 to 55 requests reached the
-// wire later in that instant, making it full (255). So the write is a
-// violation only if y is not full by the end of its instant: in the
-// synctest bubble the clock does not move while a goroutine can run,
-// and nothing between radpeer's assignment and the write waits for
-// time, so the writes radpeer queued before the recycle land in that
-// instant (excuse).
+// is pending on y, another of that server's connections, open and OKAY
+// as the wire shows them at the write. The wire lags radpeer: when a
+// link's watchdog fails over, radpeer closes the link's recycled
+// connections and hands their requests over under its lock; the close
+// reaches the wire after the lock, on the goroutine that held it, while
+// the failover layer may already have sent the requests on another
+// connection of the server: the scheduler orders the two. So the write
+// is a violation only if y is still open by the end of its instant: in
+// the synctest bubble the clock does not move while a goroutine can run,
+// and nothing between radpeer's decision and the close waits for time
+// (excuseLocked).
 type ssimSuspect struct {
 	y   *ssimConn
 	at  time.Time
@@ -131,7 +121,7 @@ type ssimSuspect struct {
 var ssimExcused atomic.Int64
 
 // excuseLocked drops the suspects pending on y written in the instant
-// now, y having just been found full; n.mu is held.
+// now, y having just closed; n.mu is held.
 func (n *ssimNet) excuseLocked(y *ssimConn, now time.Time) {
 	k := len(n.suspects)
 	n.suspects = slices.DeleteFunc(n.suspects, func(s ssimSuspect) bool { return s.y == y && s.at.Equal(now) })
@@ -196,14 +186,7 @@ type ssimConn struct {
 	statusOut  int             // Status-Servers written, unanswered
 	idleSince  time.Time       // since when statusOut is 0
 	written    map[string]bool // User-Names ever written here
-	lastWrite  time.Time       // of any message
 	lastStatus time.Time       // of a Status-Server
-	// full: its Identifiers were (nearly) all taken, and nothing was
-	// written on it since they were freed: the client may have recycled
-	// it (radpeer's recycleStale: its watchdog goes to the connection
-	// that replaces it, which may take the requests still pending on it;
-	// nothing more is written on it).
-	full bool
 }
 
 // pump reads the server's messages ahead: a hung connection holds them
@@ -303,6 +286,7 @@ func (sc *ssimConn) goneLocked() {
 		return
 	}
 	sc.gone = true
+	sc.n.excuseLocked(sc, time.Now())
 	l := sc.n.byURL[sc.url]
 	for i, x := range l {
 		if x == sc {
@@ -338,15 +322,7 @@ func (sc *ssimConn) WriteMessages(msgs ...[]byte) error {
 				sc.statusOut--
 			}
 			sc.pending[m[1]] = u
-			if len(sc.pending) >= 250 {
-				sc.full = true
-				sc.n.excuseLocked(sc, time.Now())
-			}
 		}
-	}
-	sc.lastWrite = time.Now()
-	if len(sc.pending) < 200 {
-		sc.full = false // written on since: not recycled
 	}
 	sc.n.mu.Unlock()
 	return sc.Conn.WriteMessages(msgs...)
@@ -359,12 +335,12 @@ func (sc *ssimConn) checkWriteLocked(u string) {
 	}
 	now := time.Now()
 	for _, y := range sc.n.byURL[sc.url] {
-		if !sc.n.oneClient || y == sc || y.gone || y.full || y.statusOut > 0 || now.Sub(y.idleSince) < 100*time.Millisecond || now.Sub(y.lastWrite) > ssimWatched {
+		if !sc.n.oneClient || y == sc || y.gone || y.statusOut > 0 || now.Sub(y.idleSince) < 100*time.Millisecond {
 			continue
 		}
 		for _, pu := range y.pending {
 			if pu == u {
-				msg := fmt.Sprintf("%v request %s written on %s while pending on %s, whose watchdog is OKAY (no Status-Server unanswered for %v; %d Identifiers pending there at the write, not full by the end of that instant) (RFC 6613 2.6.1)",
+				msg := fmt.Sprintf("%v request %s written on %s while pending on %s, whose watchdog is OKAY (no Status-Server unanswered for %v; %d Identifiers pending there at the write, open by the end of that instant) (RFC 6613 2.6.1)",
 					now.Format("04:05.000"), u, sc.name, y.name, now.Sub(y.idleSince), len(y.pending))
 				sc.n.suspects = append(sc.n.suspects, ssimSuspect{y: y, at: now, msg: msg})
 				break

@@ -88,7 +88,7 @@ func TestSimRADIUSStream(t *testing.T) {
 		t.Errorf("the schedules never produced an answer, a failure, a failover and a throttle's server queue each: the faults do not bite")
 	}
 	radReconfExercised(t, len(seeds))
-	t.Logf("%d writes of a request pending on an OKAY connection of its server excused: that connection full (recycled) by the end of the write's instant", ssimExcused.Swap(0))
+	t.Logf("%d writes of a request pending on an OKAY connection of its server excused: that connection closed by the end of the write's instant", ssimExcused.Swap(0))
 	ran, formed := ssimRecycleTake()
 	t.Logf("the recycle phase ran in %d schedules, its situation formed in %d", ran, formed)
 	if len(seeds) >= 100 && formed == 0 {

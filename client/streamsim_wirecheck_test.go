@@ -16,6 +16,7 @@ import (
 type ssimStubConn struct{ transport.Conn }
 
 func (ssimStubConn) WriteMessages(...[]byte) error { return nil }
+func (ssimStubConn) Close() error                  { return nil }
 
 // ssimAccessRequest is an Access-Request of user on Identifier id, as the
 // wire check reads it (code, Identifier, User-Name).
@@ -31,24 +32,26 @@ func ssimAccessRequest(id byte, user string) []byte {
 // TestSSimWireCheck: TestSimRADIUSStream's wire check of RFC 6613 2.6.1
 // (checkWriteLocked) judges a request written on one connection of a
 // server while pending on another, OKAY, at the end of the write's
-// instant. The other connection found full in that instant (radpeer may
-// have recycled it: the requests it gave its last Identifiers before the
-// recycle reach the wire after the replacement's write, as at seed
-// 37506) excuses it; not full, or full only in a later instant, it is a
-// violation; full before the write, there is none to judge.
+// instant. The other connection closed in that instant (radpeer closes a
+// recycled connection when its link fails over and hands its requests
+// on: the close reaches the wire after the lock, and the hand-over's
+// write may come first) excuses it; open, or closed only in a later
+// instant, it is a violation, full (recycled) or not, written on lately
+// or not (a recycled connection sends no Status-Server).
 func TestSSimWireCheck(t *testing.T) {
 	const url = "radius+tcp://s0:1812"
 	for _, tc := range []struct {
 		name       string
-		before     int           // requests pending on y at the write on sc
-		after      int           // requests written on y after it, at once
-		afterDelay time.Duration // when
+		pending    int           // requests pending on y at the write on sc
+		idle       time.Duration // since y's last write
+		closeAfter time.Duration // when y closes after the write; < 0: never
 		violations int
 	}{
-		{"full in the write's instant", 240, 15, 0, 0},
-		{"full before the write", 250, 0, 0, 0},
-		{"never full", 240, 9, 0, 1},
-		{"full only in a later instant", 240, 15, time.Millisecond, 1},
+		{"closed in the write's instant", 240, time.Second, 0, 0},
+		{"open", 240, time.Second, -1, 1},
+		{"closed only in a later instant", 240, time.Second, time.Millisecond, 1},
+		{"full and open", 255, time.Second, -1, 1},
+		{"idle and open", 255, 30 * time.Second, -1, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -58,19 +61,17 @@ func TestSSimWireCheck(t *testing.T) {
 				y := n.addLocked(ssimStubConn{}, url, url+"#1")
 				sc := n.addLocked(ssimStubConn{}, url, url+"#2")
 				n.mu.Unlock()
-				for i := 1; i <= tc.before; i++ {
+				for i := 1; i <= tc.pending; i++ {
 					y.WriteMessages(ssimAccessRequest(byte(i), fmt.Sprintf("u%d", i)))
 				}
 				// y carries them, its watchdog OKAY: no Status-Server
-				// unanswered for a second.
-				time.Sleep(time.Second)
+				// unanswered.
+				time.Sleep(tc.idle)
 				sc.WriteMessages(ssimAccessRequest(1, "u7"))
-				time.Sleep(tc.afterDelay)
-				var late [][]byte
-				for i := tc.before + 1; i <= tc.before+tc.after; i++ {
-					late = append(late, ssimAccessRequest(byte(i), fmt.Sprintf("u%d", i)))
+				if tc.closeAfter >= 0 {
+					time.Sleep(tc.closeAfter)
+					y.Close()
 				}
-				y.WriteMessages(late...)
 				if v := n.violations(); len(v) != tc.violations {
 					t.Errorf("violations %q, want %d", v, tc.violations)
 				}

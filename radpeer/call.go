@@ -260,10 +260,11 @@ func submitEach(submit func(*call.Call) error, calls []*call.Call) (refused []*c
 }
 
 // Avoids reports whether c must not be submitted here now (call.Carrier):
-// it was sent on a connection of this server that is still OKAY (it is
-// pending there, or was answered too late: RFC 6613 2.6.1 forbids sending
-// it on another connection of the same server meanwhile), or no OKAY
-// connection is left that it was not sent on.
+// it was sent on a connection of this server that is still OKAY, or on
+// one recycled and not closed yet (it is pending there, or was answered
+// too late: RFC 6613 2.6.1 forbids sending it on another connection of
+// the same server meanwhile), or no OKAY connection is left that it was
+// not sent on.
 func (p *Peer) Avoids(c *call.Call) bool { return p.avoids(c) }
 
 // HandOver moves every request in flight on the server's connections,

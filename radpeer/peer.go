@@ -255,11 +255,11 @@ func (p *Peer) submit(cl *rcall) error {
 }
 
 // avoids reports whether cl must not be submitted here: it was sent on a
-// connection of this server that is still OKAY (it is pending there, or
-// was answered too late: RFC 6613 2.6.1 forbids sending it on another
-// connection of the same server meanwhile), or no OKAY connection is left
-// that it was not sent on. The dispatching layer asks this before it
-// chooses the server.
+// connection of this server that is still OKAY, or on one recycled and
+// not closed yet (it is pending there, or was answered too late: RFC 6613
+// 2.6.1 forbids sending it on another connection of the same server
+// meanwhile), or no OKAY connection is left that it was not sent on. The
+// dispatching layer asks this before it chooses the server.
 func (p *Peer) avoids(cl *call.Call) bool {
 	sent := p.sentOn(cl)
 	p.mu.Lock()
@@ -279,8 +279,21 @@ func (p *Peer) avoidsLocked(sent []*call.Conn) bool {
 	}
 	other := false
 	for _, l := range p.links {
+		if l.m.State() != watchdog.Okay {
+			continue // its connections' calls moved out (recycled ones closed)
+		}
+		// A recycled connection takes nothing new but is still open: the
+		// server may still answer there what it was sent, and a copy on
+		// the replacement would be a duplicate the server cannot tell
+		// (duplicate detection keys on the connection's source port).
+		// Its close lifts this.
+		for _, d := range l.draining {
+			if slices.Contains(sent, &d.h) {
+				return true
+			}
+		}
 		c := l.cur
-		if c == nil || l.m.State() != watchdog.Okay {
+		if c == nil {
 			continue
 		}
 		if slices.Contains(sent, &c.h) {
@@ -765,19 +778,21 @@ func (p *Peer) drain() {
 			continue
 		}
 		sent := p.sentOn(&cl.Call)
+		if len(sent) > 0 && p.avoidsLocked(sent) {
+			// It may not go on this server now (a connection it was sent
+			// on is OKAY again, or recycled and still open, since it
+			// began to wait): back to the failover layer rather than
+			// blocking the queue behind it.
+			p.waiting = p.waiting[1:]
+			if p.cfg.Failover == nil {
+				p.fail(cl, ErrAlreadySent)
+			} else {
+				p.moveOut(p.links[0], []*rcall{cl}, "no connection it may be sent on")
+			}
+			continue
+		}
 		c := p.pickConn(sent)
 		if c == nil {
-			if len(sent) > 0 && p.avoidsLocked(sent) {
-				// It may not go on this server now: back to the failover
-				// layer rather than blocking the queue behind it.
-				p.waiting = p.waiting[1:]
-				if p.cfg.Failover == nil {
-					p.fail(cl, ErrAlreadySent)
-				} else {
-					p.moveOut(p.links[0], []*rcall{cl}, "no connection it may be sent on")
-				}
-				continue
-			}
 			p.recycleStale()
 			p.maybeGrow() // calls still wait: one more connection may take them
 			return

@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/aaatp/aaatp/call"
 	"github.com/aaatp/aaatp/peer"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/transport"
@@ -237,6 +238,236 @@ func TestRecycleThresholdAndDrain(t *testing.T) {
 			t.Fatalf("%+v", st)
 		}
 		mustClose(t, p)
+		ln.Close()
+	})
+}
+
+// A request handed over from a connection that is then recycled may not
+// go on the connection that replaces it while the recycled one is still
+// open (RFC 6613 2.6.1: the server may still answer it there, and a copy
+// on another connection is a duplicate the server cannot tell); it may
+// once the recycled connection has closed, its last live request ended.
+func TestRecycledConnectionAvoidedUntilItCloses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		srv := &dropServer{}
+		go srv.serveAll(ln)
+		cfg := testConfig(6 * time.Second)
+		cfg.Dialer = ln.dialer()
+		handed := make(chan *call.Call, 4)
+		cfg.Failover = func(_ call.Carrier, calls []*call.Call, _ string) {
+			for _, cl := range calls {
+				handed <- cl
+			}
+		}
+		p, err := Dial("radius+tcp://server:1812", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		x := newCall(accessReq("drop")) // never answered: it keeps its Identifier
+		if err := p.submit(x); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		p.HandOver("out of service: no reply within the down-timeout", nil, nil)
+		synctest.Wait()
+		if got := <-handed; got != &x.Call {
+			t.Fatalf("handed over %p, want the request %p", got, &x.Call)
+		}
+		if !p.avoids(&x.Call) {
+			t.Fatal("a request handed over from an OKAY connection may go on another connection of its server")
+		}
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); exchangeAll(p, 200, "drop", time.Second) }() // stale from 1 s
+		synctest.Wait()
+		go func() { defer wg.Done(); exchangeAll(p, IDsPerConn-201, "drop", 40*time.Second) }() // live until 40 s
+		synctest.Wait()
+		time.Sleep(2 * time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err = p.Exchange(ctx, accessReq("alice")) // no Identifier free: recycles the connection
+		cancel()
+		if err != nil {
+			t.Fatalf("request after 200 stale Identifiers: %v", err)
+		}
+		synctest.Wait()
+		if st := p.Stats(); st.RecycledConns != 1 || srv.closed.Load() != 0 {
+			t.Fatalf("want the connection recycled and open for its 54 live requests: %+v, %d closed", st, srv.closed.Load())
+		}
+		if !p.avoids(&x.Call) {
+			t.Fatal("a request sent on a recycled connection, still open, may go on its replacement")
+		}
+		if err := p.submit(x); !errors.Is(err, ErrAlreadySent) {
+			t.Fatalf("submit while the recycled connection is open: %v, want ErrAlreadySent", err)
+		}
+		wg.Wait() // the live requests time out at 40 s: the recycled connection closes
+		synctest.Wait()
+		if c := srv.closed.Load(); c != 1 {
+			t.Fatalf("%d connections closed, want the recycled one", c)
+		}
+		if p.avoids(&x.Call) {
+			t.Fatal("still avoided after the recycled connection closed")
+		}
+		if err := p.submit(x); err != nil {
+			t.Fatalf("submit once the recycled connection closed: %v", err)
+		}
+		synctest.Wait()
+		if n := x.Sends(); n != 2 {
+			t.Fatalf("sent %d times, want twice: once on each connection", n)
+		}
+		x.Fail(errors.New("test over"))
+		mustClose(t, p)
+		ln.Close()
+	})
+}
+
+// gateServer answers Status-Server and every request but "drop" (never
+// answered); while hold is set it keeps every answer on its first
+// connection, Status-Server's too, and sends them when hold is cleared
+// (release).
+type gateServer struct {
+	mu    sync.Mutex
+	n     int
+	hold  bool
+	first transport.Conn
+	held  [][]byte
+}
+
+func (s *gateServer) serveAll(ln *pipeListener) {
+	for {
+		tc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		s.n++
+		first := s.n == 1
+		if first {
+			s.first = tc
+		}
+		s.mu.Unlock()
+		go s.serve(tc, first)
+	}
+}
+
+func (s *gateServer) serve(tc transport.Conn, first bool) {
+	defer tc.Close()
+	for {
+		b, err := tc.ReadMessage()
+		if err != nil {
+			return
+		}
+		u, _ := radius.Attr(b, radius.AttrUserName)
+		if string(u) == "drop" {
+			continue
+		}
+		ans, _ := radius.EncodeResponse(b, lradius.CodeAccessAccept, nil, testSecret)
+		s.mu.Lock()
+		if first && s.hold {
+			s.held = append(s.held, ans)
+		} else if tc.WriteMessages(ans) != nil {
+			s.mu.Unlock()
+			return
+		}
+		s.mu.Unlock()
+	}
+}
+
+// release sends what the first connection held; from then on it answers.
+func (s *gateServer) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hold = false
+	for _, b := range s.held {
+		s.first.WriteMessages(b)
+	}
+	s.held = nil
+}
+
+// A request waiting for an Identifier of its server, which it was allowed
+// to wait for (the connection it was sent on SUSPECT, another OKAY), may
+// not take one once that connection is OKAY again (RFC 6613 2.6.1): when
+// a further connection opens with every Identifier free, the request
+// waiting ahead of it takes one and it goes back to the failover layer.
+func TestWaitingRequestAvoidsItsConnectionOkayAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ln := newPipeListener()
+		srv := &gateServer{}
+		go srv.serveAll(ln)
+		cfg := testConfig(6 * time.Second)
+		cfg.Dialer = ln.dialer()
+		cfg.MaxConns = 3
+		x := newCall(accessReq("drop")) // never answered
+		handed := make(chan *call.Call, 2)
+		cfg.Failover = func(_ call.Carrier, calls []*call.Call, _ string) {
+			for _, cl := range calls {
+				if cl == &x.Call {
+					handed <- cl
+				}
+				// The others wait for their deadlines, holding their
+				// Identifiers: no recycle.
+			}
+		}
+		p, err := Dial("radius+tcp://server:1812", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if err := p.submit(x); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		run := func(n int) {
+			wg.Add(1)
+			go func() { defer wg.Done(); exchangeAll(p, n, "drop", time.Minute) }()
+			synctest.Wait()
+		}
+		run(IDsPerConn - 1) // the first connection full
+		run(IDsPerConn)     // a second one opens for them, full
+		if st := p.Stats(); len(st.Conns) != 2 || st.Waiting != 0 {
+			t.Fatalf("want two full connections, nothing waiting: %+v", st)
+		}
+		srv.mu.Lock()
+		srv.hold = true
+		srv.mu.Unlock()
+		time.Sleep(13 * time.Second) // two Tw: the first connection SUSPECT
+		synctest.Wait()
+		select {
+		case <-handed:
+		default:
+			t.Fatal("the request was not handed over when its connection went SUSPECT")
+		}
+		y := newCall(accessReq("alice"))
+		if err := p.submit(y); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.submit(x); err != nil {
+			t.Fatalf("x, its connection SUSPECT: %v, want it to wait for an Identifier", err)
+		}
+		if st := p.Stats(); st.Waiting != 2 || x.Sends() != 1 {
+			t.Fatalf("want y and x waiting (x sent %d times): %+v", x.Sends(), st)
+		}
+		srv.release() // the first connection OKAY again; a third one opens
+		synctest.Wait()
+		if st := p.Stats(); len(st.Conns) != 3 || st.RecycledConns != 0 {
+			t.Fatalf("want a third connection and no recycle (a close would lift x's avoidance): %+v", st)
+		}
+		if n := x.Sends(); n != 1 {
+			t.Fatalf("x sent %d times: on another connection while the one it was sent on is OKAY", n)
+		}
+		select {
+		case <-handed:
+		default:
+			t.Fatal("x neither sent nor handed back")
+		}
+		if y.Sends() != 1 {
+			t.Fatalf("y sent %d times, want once", y.Sends())
+		}
+		x.Fail(errors.New("test over"))
+		y.Fail(errors.New("test over"))
+		mustClose(t, p)
+		wg.Wait()
 		ln.Close()
 	})
 }
