@@ -73,11 +73,15 @@ type rateLimiter struct {
 }
 
 // allow reports whether a line of kind k may be written now, and how many
-// of that kind were suppressed since the last one written.
+// of that kind were suppressed since the last one written. A time before
+// the window's start (a clock set back, one without a monotonic reading;
+// in tests, a synctest bubble's clock, which starts in 2000) starts a new
+// window: it would otherwise count against the window's budget until the
+// clock caught up again.
 func (l *rateLimiter) allow(k Kind, now time.Time) (ok bool, suppressed int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if now.Sub(l.start[k]) >= logWindow {
+	if d := now.Sub(l.start[k]); d >= logWindow || d < 0 {
 		suppressed = max(l.n[k]-logBurst, 0)
 		l.start[k], l.n[k] = now, 0
 	}

@@ -604,3 +604,38 @@ func TestBacklog(t *testing.T) {
 	assert.Equal(t, uint64(1), b.Pauses())
 	assert.False(t, (&Backlog{}).Full(), "no limit")
 }
+
+// A kind's window holds logBurst lines; lines stamped before the window's
+// start (a clock set back) start a window of their own rather than spend
+// its budget, so the lines of the first window's clock are still written
+// once that clock goes on.
+func TestRateLimiterClockSetBack(t *testing.T) {
+	var l rateLimiter
+	t0 := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	if ok, _ := l.allow(KindBadAuth, t0); !ok {
+		t.Fatal("the first line of a window refused")
+	}
+	back := t0.Add(-time.Hour)
+	written := 0
+	for range 3 * logBurst {
+		if ok, _ := l.allow(KindBadAuth, back); ok {
+			written++
+		}
+	}
+	if written != logBurst {
+		t.Fatalf("%d lines written an hour back, want the burst %d", written, logBurst)
+	}
+	ok, suppressed := l.allow(KindBadAuth, t0.Add(time.Second))
+	if !ok {
+		t.Fatal("a line in the first window's time refused after lines stamped an hour before it")
+	}
+	if suppressed != 2*logBurst {
+		t.Fatalf("suppressed %d, want the %d over the burst an hour back", suppressed, 2*logBurst)
+	}
+	for range logBurst - 1 {
+		l.allow(KindBadAuth, t0.Add(2*time.Second))
+	}
+	if ok, _ := l.allow(KindBadAuth, t0.Add(3*time.Second)); ok {
+		t.Fatal("more than the burst written in one window")
+	}
+}
