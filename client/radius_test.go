@@ -631,15 +631,6 @@ func TestRADIUSRecycledConnectionLetsWaitingRequestGo(t *testing.T) {
 		n := radNetwork{"radius+tcp://a:1812": a}
 		cfg := radClientConfig(n, Balance, "radius+tcp://a:1812")
 		cfg.RADIUS.MaxConns = 1
-		var dials atomic.Int32
-		cfg.RADIUS.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
-			if dials.Add(1) > 1 {
-				// The replacement comes up after the recycled
-				// connection's close was seen (its EventConnDown).
-				time.Sleep(100 * time.Millisecond)
-			}
-			return n[url].dial(ctx)
-		}
 		c, err := New(cfg)
 		require.NoError(t, err)
 		require.NoError(t, c.WaitReady(context.Background(), 1))
@@ -717,5 +708,86 @@ func TestRADIUSRecycledConnectionLetsWaitingRequestGo(t *testing.T) {
 			}
 		}
 		assert.Equal(t, 1, handled, "u0 handled once, on the replacement")
+	})
+}
+
+// As TestRADIUSRecycledConnectionLetsWaitingRequestGo with nothing live
+// on the connection when it is recycled: it closes at once, while its
+// replacement is still being dialed, and the server then has no
+// connection the request may go on; the replacement lifts that, and the
+// request goes there at once, not at its deadline. The watchdog moves to
+// the replacement, so no watchdog event says so: the replacement's
+// EventConnUp must make a new view.
+func TestRADIUSRecycledConnectionClosedAtOnceLetsWaitingRequestGo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newRADServer(t, "secret-a")
+		n := radNetwork{"radius+tcp://a:1812": a}
+		cfg := radClientConfig(n, Balance, "radius+tcp://a:1812")
+		cfg.RADIUS.MaxConns = 1
+		var dials atomic.Int32
+		cfg.RADIUS.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
+			if dials.Add(1) > 1 {
+				// The replacement comes up after the recycled
+				// connection's close was seen (its EventConnDown).
+				time.Sleep(100 * time.Millisecond)
+			}
+			return n[url].dial(ctx)
+		}
+		c, err := New(cfg)
+		require.NoError(t, err)
+		require.NoError(t, c.WaitReady(context.Background(), 1))
+		defer func() {
+			c.Close(context.Background())
+			n.close()
+		}()
+		a.silent.Store(true) // requests held unanswered, Status-Server answered
+		a.faults.Freeze()
+		res := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			_, err := c.Exchange(ctx, accessRequest("u0"))
+			res <- err
+		}()
+		time.Sleep(13 * time.Second) // two Tw: SUSPECT, u0 handed back
+		synctest.Wait()
+		require.Equal(t, watchdog.Suspect, c.RADIUSPeers()[0].State())
+		a.faults.Thaw()
+		time.Sleep(7 * time.Second) // the watchdog's Status-Server: OKAY again
+		synctest.Wait()
+		require.Equal(t, watchdog.Okay, c.RADIUSPeers()[0].State())
+		select {
+		case err := <-res:
+			t.Fatalf("u0 ended before the recycle: %v", err)
+		default: // waiting: it may not go on another connection of a
+		}
+		// Fill the connection's Identifiers with requests that time out.
+		var wg sync.WaitGroup
+		for range radpeer.IDsPerConn {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				c.Exchange(ctx, accessRequest("drop"))
+			}()
+		}
+		wg.Wait()
+		a.silent.Store(false)
+		start := time.Now()
+		// The next request finds no Identifier free: the connection is
+		// recycled, and this request is answered on its replacement.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = c.Exchange(ctx, accessRequest("u1"))
+		require.NoError(t, err)
+		require.Equal(t, uint64(1), c.RADIUSPeers()[0].Stats().RecycledConns)
+		select {
+		case err := <-res:
+			require.NoError(t, err)
+		case <-time.After(time.Second):
+			t.Fatalf("u0 still waiting %v after the recycle", time.Since(start))
+		}
+		assert.Contains(t, a.handled(), "u0", "u0 handled by the server once it may go")
 	})
 }

@@ -101,16 +101,19 @@ func (n *ssimNet) violations() []string {
 
 // ssimSuspect is a request written on a connection of a server while it
 // is pending on y, another of that server's connections, open and OKAY
-// as the wire shows them at the write. The wire lags radpeer: when a
-// link's watchdog fails over, radpeer closes the link's recycled
-// connections and hands their requests over under its lock; the close
+// as the wire shows them at the write. The wire lags radpeer: radpeer
+// decides to close a connection under its lock (a link's failover closes
+// its recycled connections and hands their requests over; a hand-over or
+// the end of its last live request closes a recycled connection, and the
+// Client looks again at what waited on its EventConnDown) and the close
 // reaches the wire after the lock, on the goroutine that held it, while
-// the failover layer may already have sent the requests on another
+// the requests pending there may already have been sent on another
 // connection of the server: the scheduler orders the two. So the write
 // is a violation only if y is still open by the end of its instant: in
 // the synctest bubble the clock does not move while a goroutine can run,
 // and nothing between radpeer's decision and the close waits for time
-// (excuseLocked).
+// (excuseLocked). Any close of y in that instant excuses it (a fault's
+// reset too): the check may miss a violation then, never make one up.
 type ssimSuspect struct {
 	y   *ssimConn
 	at  time.Time

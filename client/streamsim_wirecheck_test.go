@@ -45,13 +45,15 @@ func TestSSimWireCheck(t *testing.T) {
 		pending    int           // requests pending on y at the write on sc
 		idle       time.Duration // since y's last write
 		closeAfter time.Duration // when y closes after the write; < 0: never
+		closeOther bool          // a third connection closes in the write's instant instead
 		violations int
 	}{
-		{"closed in the write's instant", 240, time.Second, 0, 0},
-		{"open", 240, time.Second, -1, 1},
-		{"closed only in a later instant", 240, time.Second, time.Millisecond, 1},
-		{"full and open", 255, time.Second, -1, 1},
-		{"idle and open", 255, 30 * time.Second, -1, 1},
+		{"closed in the write's instant", 240, time.Second, 0, false, 0},
+		{"another closed in the write's instant", 240, time.Second, -1, true, 1},
+		{"open", 240, time.Second, -1, false, 1},
+		{"closed only in a later instant", 240, time.Second, time.Millisecond, false, 1},
+		{"full and open", 255, time.Second, -1, false, 1},
+		{"idle and open", 255, 30 * time.Second, -1, false, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -60,6 +62,7 @@ func TestSSimWireCheck(t *testing.T) {
 				n.mu.Lock()
 				y := n.addLocked(ssimStubConn{}, url, url+"#1")
 				sc := n.addLocked(ssimStubConn{}, url, url+"#2")
+				z := n.addLocked(ssimStubConn{}, url, url+"#3")
 				n.mu.Unlock()
 				for i := 1; i <= tc.pending; i++ {
 					y.WriteMessages(ssimAccessRequest(byte(i), fmt.Sprintf("u%d", i)))
@@ -71,6 +74,9 @@ func TestSSimWireCheck(t *testing.T) {
 				if tc.closeAfter >= 0 {
 					time.Sleep(tc.closeAfter)
 					y.Close()
+				}
+				if tc.closeOther {
+					z.Close()
 				}
 				if v := n.violations(); len(v) != tc.violations {
 					t.Errorf("violations %q, want %d", v, tc.violations)

@@ -32,8 +32,8 @@ var (
 	// connection may be opened and the wait queue is full.
 	ErrBusy = errors.New("RADIUS peer busy: no free Identifier and the wait queue is full")
 	// ErrAlreadySent: the request was sent on a connection of this server
-	// that is still OKAY, or on every OKAY one (RFC 6613 2.6.1): it goes
-	// to another server, or waits.
+	// that is still OKAY, or recycled and still open, or on every OKAY one
+	// (RFC 6613 2.6.1): it goes to another server, or waits.
 	ErrAlreadySent = peer.ErrAlreadySent
 	// ErrOtherProtocol: a call of another protocol was submitted.
 	ErrOtherProtocol = peer.ErrOtherProtocol
@@ -284,7 +284,9 @@ func (p *Peer) HandOver(reason string, keep func(*call.Call) bool, done func()) 
 		cause := errors.New(reason)
 		moves := func(cl *rcall) bool { return keep == nil || !keep(&cl.Call) }
 		leave := func(c *conn) []*rcall {
-			return c.calls(func(cl *rcall) bool { return moves(cl) && cl.Leave(&c.h, cause) })
+			calls := c.calls(func(cl *rcall) bool { return moves(cl) && cl.Leave(&c.h, cause) })
+			c.withdraw(calls)
+			return calls
 		}
 		for _, l := range p.links {
 			for _, c := range slices.Clone(l.draining) {

@@ -280,7 +280,7 @@ func (p *Peer) avoidsLocked(sent []*call.Conn) bool {
 	other := false
 	for _, l := range p.links {
 		if l.m.State() != watchdog.Okay {
-			continue // its connections' calls moved out (recycled ones closed)
+			continue // its calls moved out, its recycled connections closed (with a Failover hook)
 		}
 		// A recycled connection takes nothing new but is still open: the
 		// server may still answer there what it was sent, and a copy on
@@ -899,7 +899,9 @@ func (p *Peer) applyAt(l *link, o watchdog.Output, base int64) {
 				// Handed over with nothing pending too: the hook records
 				// every failover (RFC 3539 3.4.2 [5]), as a Diameter
 				// peer's does.
-				p.handOver(c.leaveAll(p.lossCause(c)), o.Transition.Reason)
+				calls := c.leaveAll(p.lossCause(c))
+				c.withdraw(calls)
+				p.handOver(calls, o.Transition.Reason)
 			} else if c != nil {
 				p.moveOut(l, c.inFlight(), o.Transition.Reason) // an event only: they stay
 			}
@@ -914,8 +916,30 @@ func (p *Peer) applyAt(l *link, o watchdog.Output, base int64) {
 		}
 	}
 	if o.Changed {
+		if l.m.State() == watchdog.Okay {
+			p.moveOutAvoided()
+		}
 		p.serviceChanged(was)
 	}
+}
+
+// moveOutAvoided hands the waiting calls that may no longer go on this
+// server (a connection they were sent on is OKAY again) to the failover
+// layer, wherever they are in the queue: drain looks only as far as the
+// first call that finds no Identifier. p.mu is held.
+func (p *Peer) moveOutAvoided() {
+	if len(p.waiting) == 0 || p.cfg.Failover == nil {
+		return
+	}
+	var out []*rcall
+	p.waiting = slices.DeleteFunc(p.waiting, func(cl *rcall) bool {
+		if sent := p.sentOn(&cl.Call); len(sent) > 0 && !cl.IsDone() && p.avoidsLocked(sent) {
+			out = append(out, cl)
+			return true
+		}
+		return false
+	})
+	p.moveOut(p.links[0], out, "no connection it may be sent on")
 }
 
 // updateInService recomputes InService after a transition and returns
@@ -1143,6 +1167,38 @@ func newConn(l *link, tc transport.Conn) *conn {
 	return c
 }
 
+// withdraw takes the requests of calls, which have just left c, out of
+// c's write queue where they still wait there (queued behind a write the
+// connection is slow to take, or in the same instant as the hand-over):
+// written later, on a connection they were handed over from, they would
+// reach the server after their copy on another connection of it (RFC
+// 6613 2.6.1). Never written, they need no Identifier reserved for a
+// late answer: theirs are free again. A request the writer has taken
+// already is on its way and keeps its reservation. p.mu is held.
+func (c *conn) withdraw(calls []*rcall) {
+	if len(calls) == 0 {
+		return
+	}
+	var left [IDsPerConn + 1]bool
+	for id := 1; id <= IDsPerConn; id++ {
+		if cl := c.slots[id].call; cl != nil && slices.Contains(calls, cl) {
+			left[id] = true
+		}
+	}
+	var taken []byte
+	c.out.Withdraw(func(m []byte) bool {
+		if m[1] != 0 && left[m[1]] {
+			taken = append(taken, m[1])
+			return true
+		}
+		return false
+	})
+	for _, id := range taken {
+		c.slots[id] = slot{}
+		c.free.push(id)
+	}
+}
+
 // leaveAll takes every call in flight on c off it (Moved) and returns
 // them in send order; their Identifiers stay reserved for a late answer.
 // p.mu is held.
@@ -1241,6 +1297,17 @@ func (c *conn) sendRequest(id byte, cl *rcall) {
 	s := &c.slots[id]
 	if s.call != cl || c.closed {
 		p.unlock() // the connection went away meanwhile, with the call
+		return
+	}
+	if !cl.InFlightOn(&c.h) {
+		// It left c before it was written (a failover or hand-over
+		// meanwhile, and it may be on another connection of the server
+		// already: RFC 6613 2.6.1), or it ended: it is not written, and
+		// its Identifier, which no answer can come for, is free again.
+		*s = slot{}
+		c.free.push(id)
+		p.drain()
+		p.unlock()
 		return
 	}
 	if err != nil {
@@ -1391,6 +1458,12 @@ func (c *conn) received(b []byte) {
 		// by what this server sends late.
 		p.noMA(c, err)
 		p.fx = append(p.fx, effect{kind: fxFail, cl: cl, rare: &rareFx{err: fmt.Errorf("RADIUS server %s: %w", p.url, err), on: &c.h}})
+		if c.recycling.Load() {
+			// FailOn retires nothing: its slot cleared, the call no
+			// longer counts as live here (closeIfDrained reads the
+			// slots), so this may have been the last.
+			p.closeIfDrained(c.l, c)
+		}
 		p.drain()
 		return
 	}

@@ -74,6 +74,19 @@ func (o *Outbox) Send(msgs ...[]byte) bool {
 	return o.queueLocked(0, msgs...)
 }
 
+// Withdraw takes the queued messages drop reports true for out of the
+// queue and returns how many it took: those not handed to the transport
+// yet, which will never be written. A message being written is not
+// queued any more. drop runs with o.Mu held; the messages are requests
+// (nothing Withdraw takes counts in the backlog).
+func (o *Outbox) Withdraw(drop func(msg []byte) bool) int {
+	o.Mu.Lock()
+	defer o.Mu.Unlock()
+	n := len(o.q)
+	o.q = slices.DeleteFunc(o.q, drop) // zeroes the tail
+	return n - len(o.q)
+}
+
 // queueLocked queues msgs, of which answers count in the backlog, and
 // starts a writer unless one runs. o.Mu is held.
 func (o *Outbox) queueLocked(answers int, msgs ...[]byte) bool {
