@@ -385,6 +385,79 @@ func (s *gateServer) release() {
 	s.held = nil
 }
 
+// avoidAhead sets up a server with maxConns connections: x, sent on the
+// first, which the server never answers, is handed over when that
+// connection goes SUSPECT (the server holds its Status-Server answers),
+// and submitted again behind y; both wait, the second connection full.
+// The caller then has the first connection OKAY again (srv.release) and
+// reads x's hand-overs from handed; end ends the test's calls and peer.
+func avoidAhead(t *testing.T, maxConns int) (p *Peer, srv *gateServer, x, y *rcall, handed chan *call.Call, end func()) {
+	t.Helper()
+	ln := newPipeListener()
+	srv = &gateServer{}
+	go srv.serveAll(ln)
+	cfg := testConfig(6 * time.Second)
+	cfg.Dialer = ln.dialer()
+	cfg.MaxConns = maxConns
+	x = newCall(accessReq("drop")) // never answered
+	handed = make(chan *call.Call, 2)
+	cfg.Failover = func(_ call.Carrier, calls []*call.Call, _ string) {
+		for _, cl := range calls {
+			if cl == &x.Call {
+				handed <- cl
+			}
+			// The others wait for their deadlines, holding their
+			// Identifiers: no recycle.
+		}
+	}
+	p, err := Dial("radius+tcp://server:1812", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	synctest.Wait()
+	if err := p.submit(x); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	run := func(n int) {
+		wg.Add(1)
+		go func() { defer wg.Done(); exchangeAll(p, n, "drop", time.Minute) }()
+		synctest.Wait()
+	}
+	run(IDsPerConn - 1) // the first connection full
+	run(IDsPerConn)     // a second one opens for them, full
+	if st := p.Stats(); len(st.Conns) != 2 || st.Waiting != 0 {
+		t.Fatalf("want two full connections, nothing waiting: %+v", st)
+	}
+	srv.mu.Lock()
+	srv.hold = true
+	srv.mu.Unlock()
+	time.Sleep(13 * time.Second) // two Tw: the first connection SUSPECT
+	synctest.Wait()
+	select {
+	case <-handed:
+	default:
+		t.Fatal("the request was not handed over when its connection went SUSPECT")
+	}
+	y = newCall(accessReq("alice"))
+	if err := p.submit(y); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.submit(x); err != nil {
+		t.Fatalf("x, its connection SUSPECT: %v, want it to wait for an Identifier", err)
+	}
+	if st := p.Stats(); st.Waiting != 2 || x.Sends() != 1 {
+		t.Fatalf("want y and x waiting (x sent %d times): %+v", x.Sends(), st)
+	}
+	return p, srv, x, y, handed, func() {
+		x.Fail(errors.New("test over"))
+		y.Fail(errors.New("test over"))
+		mustClose(t, p)
+		wg.Wait()
+		ln.Close()
+	}
+}
+
 // A request waiting for an Identifier of its server, which it was allowed
 // to wait for (the connection it was sent on SUSPECT, another OKAY), may
 // not take one once that connection is OKAY again (RFC 6613 2.6.1): when
@@ -392,62 +465,8 @@ func (s *gateServer) release() {
 // waiting ahead of it takes one and it goes back to the failover layer.
 func TestWaitingRequestAvoidsItsConnectionOkayAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		ln := newPipeListener()
-		srv := &gateServer{}
-		go srv.serveAll(ln)
-		cfg := testConfig(6 * time.Second)
-		cfg.Dialer = ln.dialer()
-		cfg.MaxConns = 3
-		x := newCall(accessReq("drop")) // never answered
-		handed := make(chan *call.Call, 2)
-		cfg.Failover = func(_ call.Carrier, calls []*call.Call, _ string) {
-			for _, cl := range calls {
-				if cl == &x.Call {
-					handed <- cl
-				}
-				// The others wait for their deadlines, holding their
-				// Identifiers: no recycle.
-			}
-		}
-		p, err := Dial("radius+tcp://server:1812", cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		synctest.Wait()
-		if err := p.submit(x); err != nil {
-			t.Fatal(err)
-		}
-		var wg sync.WaitGroup
-		run := func(n int) {
-			wg.Add(1)
-			go func() { defer wg.Done(); exchangeAll(p, n, "drop", time.Minute) }()
-			synctest.Wait()
-		}
-		run(IDsPerConn - 1) // the first connection full
-		run(IDsPerConn)     // a second one opens for them, full
-		if st := p.Stats(); len(st.Conns) != 2 || st.Waiting != 0 {
-			t.Fatalf("want two full connections, nothing waiting: %+v", st)
-		}
-		srv.mu.Lock()
-		srv.hold = true
-		srv.mu.Unlock()
-		time.Sleep(13 * time.Second) // two Tw: the first connection SUSPECT
-		synctest.Wait()
-		select {
-		case <-handed:
-		default:
-			t.Fatal("the request was not handed over when its connection went SUSPECT")
-		}
-		y := newCall(accessReq("alice"))
-		if err := p.submit(y); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.submit(x); err != nil {
-			t.Fatalf("x, its connection SUSPECT: %v, want it to wait for an Identifier", err)
-		}
-		if st := p.Stats(); st.Waiting != 2 || x.Sends() != 1 {
-			t.Fatalf("want y and x waiting (x sent %d times): %+v", x.Sends(), st)
-		}
+		p, srv, x, y, handed, end := avoidAhead(t, 3)
+		defer end()
 		srv.release() // the first connection OKAY again; a third one opens
 		synctest.Wait()
 		if st := p.Stats(); len(st.Conns) != 3 || st.RecycledConns != 0 {
@@ -464,10 +483,28 @@ func TestWaitingRequestAvoidsItsConnectionOkayAgain(t *testing.T) {
 		if y.Sends() != 1 {
 			t.Fatalf("y sent %d times, want once", y.Sends())
 		}
-		x.Fail(errors.New("test over"))
-		y.Fail(errors.New("test over"))
-		mustClose(t, p)
-		wg.Wait()
-		ln.Close()
+	})
+}
+
+// As TestWaitingRequestAvoidsItsConnectionOkayAgain with MaxConns 2: no
+// further connection opens when x's connection is OKAY again, and the
+// request waiting ahead of x (y) keeps the head of the queue, finding no
+// Identifier. x, which may not go on this server now, goes back to the
+// failover layer (where another server may take it) when its connection
+// is OKAY again, not when an Identifier frees for the requests ahead of
+// it.
+func TestAvoidedRequestBehindBlockedHeadHandedBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, srv, _, _, handed, end := avoidAhead(t, 2)
+		defer end()
+		srv.release() // x's connection OKAY again; no connection may be added
+		synctest.Wait()
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		select {
+		case <-handed:
+		default:
+			t.Errorf("x, which may not go on this server, still waits in its queue behind y 10 s after its connection was OKAY again: %d waiting", p.Stats().Waiting)
+		}
 	})
 }
