@@ -1197,6 +1197,8 @@ func (c *conn) withdraw(calls []*rcall) {
 		c.slots[id] = slot{}
 		c.free.push(id)
 	}
+	c.sent -= len(taken) // counted when queued (sendRequest), never written
+	c.l.p.stats.sent.Add(-uint64(len(taken)))
 }
 
 // leaveAll takes every call in flight on c off it (Moved) and returns

@@ -85,8 +85,8 @@ func TestHandedOverRequestsNotWrittenLater(t *testing.T) {
 			t.Fatalf("%d requests handed over at SUSPECT, want 5", len(handed))
 		}
 		mu.Unlock()
-		if st := p.Stats(); len(st.Conns) != 1 || st.Conns[0].Pending != 1 {
-			t.Fatalf("want the Identifier of r1 only still reserved: %+v", st)
+		if st := p.Stats(); len(st.Conns) != 1 || st.Conns[0].Pending != 1 || st.Sent != 1 {
+			t.Fatalf("want the Identifier of r1 only still reserved, r1 alone counted sent: %+v", st)
 		}
 		close(read)
 		synctest.Wait()
