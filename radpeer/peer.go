@@ -1168,7 +1168,7 @@ func newConn(l *link, tc transport.Conn) *conn {
 }
 
 // withdraw takes the requests of calls, which have just left c, out of
-// c's write queue where they still wait there (queued behind a write the
+// c's write queue if they still wait there (queued behind a write the
 // connection is slow to take, or in the same instant as the hand-over):
 // written later, on a connection they were handed over from, they would
 // reach the server after their copy on another connection of it (RFC
