@@ -37,7 +37,9 @@ import (
 // The flood (an eighth of the schedules without the throttle, whose
 // places would keep it below 256 requests a server; primary and
 // secondary, MaxSockets 1 or 2, each socket's dial taking a while): once
-// the main schedule is over and every server is back, MaxSockets x 256 +
+// the main schedule is over and every server is back, and in service by
+// its policy (what it decides of the sends before the heal decided),
+// MaxSockets x 256 +
 // 30 to 100 patient Access-Requests, one a millisecond, at servers that
 // hold each for three quarters of an attempt's Timeout: the Identifiers
 // run out and requests wait for one, for a freed one or a new socket's.
@@ -201,14 +203,25 @@ func isFloodUser(u []byte) bool { return len(u) > 1 && u[0] == 'f' }
 
 // run is the flood phase, once the main schedule is over and every server
 // answers again; it checks what it sent.
-func (f *usimFlood) run(t *testing.T, c *Client, n *usimNet, timeout time.Duration, retries, servers int) (answered, failed uint64) {
-	// Every server back in service, or probing (without a test user a
-	// real request probes it: the flood's first does).
+func (f *usimFlood) run(t *testing.T, c *Client, n *usimNet, healed time.Time, timeout time.Duration, retries, servers int) (answered, failed uint64) {
+	// What the policy decides of the datagrams sent before the heal is
+	// decided first: a probe (one attempt, a Timeout) or a down-timeout
+	// (Timeout x Retries) of a send the server, dead then, never answered
+	// puts it out of service after the heal, for a hold-down. The flood
+	// started while one was pending (a server probing, its probe sent just
+	// before the heal) had, once its probe timed out, no server in service
+	// but the stalled one, whose refused requests then rightly got its
+	// refusal (seeds 49630, 44468).
+	time.Sleep(time.Until(healed.Add(timeout*time.Duration(retries) + policyTick)))
+	// Then every configured server in service, or probing with its probe
+	// still to claim (without a test user a real request probes it: the
+	// flood's first does, to a server that answers). With a probe out,
+	// its outcome is awaited.
 	for range 300 {
 		ok := true
 		if c.group != nil {
-			for i := range c.ros.Load().all {
-				if s := c.group.State(i); !s.Takes() && s != policy.Probing {
+			for _, m := range c.ros.Load().order {
+				if s := c.group.State(m.index); !s.Takes() && !c.group.WantsProbe(m.index) {
 					ok = false
 				}
 			}

@@ -365,7 +365,7 @@ func runUSim(t *testing.T, seed uint64) usimResult {
 	var res usimResult
 	if flood != nil {
 		res.floods = 1
-		res.floodAnswered, _ = flood.run(t, c, n, timeout, retries, nServers)
+		res.floodAnswered, _ = flood.run(t, c, n, healed, timeout, retries, nServers)
 	}
 	if throttled {
 		// Every Exchange returned: no request holds a throttle place or
