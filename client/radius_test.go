@@ -615,6 +615,54 @@ func TestRADIUSReplacedServerKeepsItsOutstandingLimit(t *testing.T) {
 	})
 }
 
+// radWaitingAfterSuspect starts a Client with one connection to one
+// RADIUS stream server (configure, if set, changes its Config) and a request
+// u0 whose answer the server holds: the connection goes SUSPECT and hands
+// u0 back, then is OKAY again, and u0 waits, as it may not go on another
+// connection of that server. res gets u0's Exchange's error. The server
+// is silent (requests held unanswered) on return. Called in a bubble;
+// the Client closes with the test.
+func radWaitingAfterSuspect(t *testing.T, configure func(radNetwork, *Config)) (c *Client, a *radServer, res chan error) {
+	t.Helper()
+	a = newRADServer(t, "secret-a")
+	n := radNetwork{"radius+tcp://a:1812": a}
+	cfg := radClientConfig(n, Balance, "radius+tcp://a:1812")
+	cfg.RADIUS.MaxConns = 1
+	if configure != nil {
+		configure(n, &cfg)
+	}
+	var err error
+	c, err = New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, c.WaitReady(context.Background(), 1))
+	t.Cleanup(func() {
+		c.Close(context.Background())
+		n.close()
+	})
+	a.silent.Store(true) // requests held unanswered, Status-Server answered
+	a.faults.Freeze()
+	res = make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		_, err := c.Exchange(ctx, accessRequest("u0"))
+		res <- err
+	}()
+	time.Sleep(13 * time.Second) // two Tw: SUSPECT, u0 handed back
+	synctest.Wait()
+	require.Equal(t, watchdog.Suspect, c.RADIUSPeers()[0].State())
+	a.faults.Thaw()
+	time.Sleep(7 * time.Second) // the watchdog's Status-Server: OKAY again
+	synctest.Wait()
+	require.Equal(t, watchdog.Okay, c.RADIUSPeers()[0].State())
+	select {
+	case err := <-res:
+		t.Fatalf("u0 ended before the recycle: %v", err)
+	default: // waiting: it may not go on another connection of a
+	}
+	return c, a, res
+}
+
 // A request handed back by a RADIUS stream server's SUSPECT connection may
 // not go on another connection of that server while the first is back
 // OKAY (RFC 6613 2.6.1), so it waits. When that connection is recycled
@@ -627,38 +675,7 @@ func TestRADIUSReplacedServerKeepsItsOutstandingLimit(t *testing.T) {
 // close's EventConnDown must make a new view.
 func TestRADIUSRecycledConnectionLetsWaitingRequestGo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := newRADServer(t, "secret-a")
-		n := radNetwork{"radius+tcp://a:1812": a}
-		cfg := radClientConfig(n, Balance, "radius+tcp://a:1812")
-		cfg.RADIUS.MaxConns = 1
-		c, err := New(cfg)
-		require.NoError(t, err)
-		require.NoError(t, c.WaitReady(context.Background(), 1))
-		defer func() {
-			c.Close(context.Background())
-			n.close()
-		}()
-		a.silent.Store(true) // requests held unanswered, Status-Server answered
-		a.faults.Freeze()
-		res := make(chan error, 1)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			_, err := c.Exchange(ctx, accessRequest("u0"))
-			res <- err
-		}()
-		time.Sleep(13 * time.Second) // two Tw: SUSPECT, u0 handed back
-		synctest.Wait()
-		require.Equal(t, watchdog.Suspect, c.RADIUSPeers()[0].State())
-		a.faults.Thaw()
-		time.Sleep(7 * time.Second) // the watchdog's Status-Server: OKAY again
-		synctest.Wait()
-		require.Equal(t, watchdog.Okay, c.RADIUSPeers()[0].State())
-		select {
-		case err := <-res:
-			t.Fatalf("u0 ended before the recycle: %v", err)
-		default: // waiting: it may not go on another connection of a
-		}
+		c, a, res := radWaitingAfterSuspect(t, nil)
 		// Fill the connection's other Identifiers with 200 requests that
 		// time out and 54 that are still live when it is recycled.
 		var stale, live sync.WaitGroup
@@ -683,7 +700,7 @@ func TestRADIUSRecycledConnectionLetsWaitingRequestGo(t *testing.T) {
 		// recycled, and this request is answered on its replacement.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, err = c.Exchange(ctx, accessRequest("u1"))
+		_, err := c.Exchange(ctx, accessRequest("u1"))
 		require.NoError(t, err)
 		require.Equal(t, uint64(1), c.RADIUSPeers()[0].Stats().RecycledConns)
 		time.Sleep(5 * time.Second)
@@ -720,47 +737,17 @@ func TestRADIUSRecycledConnectionLetsWaitingRequestGo(t *testing.T) {
 // EventConnUp must make a new view.
 func TestRADIUSRecycledConnectionClosedAtOnceLetsWaitingRequestGo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a := newRADServer(t, "secret-a")
-		n := radNetwork{"radius+tcp://a:1812": a}
-		cfg := radClientConfig(n, Balance, "radius+tcp://a:1812")
-		cfg.RADIUS.MaxConns = 1
 		var dials atomic.Int32
-		cfg.RADIUS.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
-			if dials.Add(1) > 1 {
-				// The replacement comes up after the recycled
-				// connection's close was seen (its EventConnDown).
-				time.Sleep(100 * time.Millisecond)
+		c, a, res := radWaitingAfterSuspect(t, func(n radNetwork, cfg *Config) {
+			cfg.RADIUS.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
+				if dials.Add(1) > 1 {
+					// The replacement comes up after the recycled
+					// connection's close was seen (its EventConnDown).
+					time.Sleep(100 * time.Millisecond)
+				}
+				return n[url].dial(ctx)
 			}
-			return n[url].dial(ctx)
-		}
-		c, err := New(cfg)
-		require.NoError(t, err)
-		require.NoError(t, c.WaitReady(context.Background(), 1))
-		defer func() {
-			c.Close(context.Background())
-			n.close()
-		}()
-		a.silent.Store(true) // requests held unanswered, Status-Server answered
-		a.faults.Freeze()
-		res := make(chan error, 1)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			_, err := c.Exchange(ctx, accessRequest("u0"))
-			res <- err
-		}()
-		time.Sleep(13 * time.Second) // two Tw: SUSPECT, u0 handed back
-		synctest.Wait()
-		require.Equal(t, watchdog.Suspect, c.RADIUSPeers()[0].State())
-		a.faults.Thaw()
-		time.Sleep(7 * time.Second) // the watchdog's Status-Server: OKAY again
-		synctest.Wait()
-		require.Equal(t, watchdog.Okay, c.RADIUSPeers()[0].State())
-		select {
-		case err := <-res:
-			t.Fatalf("u0 ended before the recycle: %v", err)
-		default: // waiting: it may not go on another connection of a
-		}
+		})
 		// Fill the connection's Identifiers with requests that time out.
 		var wg sync.WaitGroup
 		for range radpeer.IDsPerConn {
@@ -779,7 +766,7 @@ func TestRADIUSRecycledConnectionClosedAtOnceLetsWaitingRequestGo(t *testing.T) 
 		// recycled, and this request is answered on its replacement.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_, err = c.Exchange(ctx, accessRequest("u1"))
+		_, err := c.Exchange(ctx, accessRequest("u1"))
 		require.NoError(t, err)
 		require.Equal(t, uint64(1), c.RADIUSPeers()[0].Stats().RecycledConns)
 		select {
