@@ -143,6 +143,7 @@ func (c *Client) rebuild(force bool, leaving call.Carrier) {
 			// stay probing for good (pinned requests with it).
 			c.sched.SetAvailable(i, v.takes[i] || v.probes[i], now)
 		}
+		c.schedGen = v.gen // stored below: until then picks read the view before
 		evs, c.alarms = c.alarms, nil
 		wake := c.dueSoonerLocked(now) // a server gone sent its queue back
 		if leaving != nil {
@@ -379,9 +380,12 @@ var onThrottled func(cl *call.Call)
 
 // onPicked, when set, is told of the server the throttle's pick chose for
 // a request: where it goes, or whose queue it waits in; nil when it chose
-// none (no peer can take the request now): the scheduler then queues it
-// for one of its available servers, round-robin (throttle.Config.Pick),
-// where it waits until released there, refused and given back (giveBack).
+// none (no peer can take the request now): one that came back to the
+// scheduler (a replay, or given back) is then handed back and held
+// (throttle.Nowhere, heldByPollLocked) while the scheduler has a server
+// available; a new one is queued for one of its available servers,
+// round-robin (throttle.Config.Pick), where it waits until released
+// there, refused and given back (giveBack).
 var onPicked func(cl *call.Call, m *member)
 
 // A waiter holds requests that found no peer, on its own goroutine

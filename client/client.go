@@ -354,8 +354,14 @@ type Client struct {
 	lapsed          []string
 	// held: the requests coming back to the scheduler that no peer could
 	// take, kept out of it until a view gives them one (holdLocked,
-	// unhold). Under tmu.
-	held         []*item
+	// unhold); unsettled: those of them the scheduler handed back
+	// (heldByPollLocked), for unlockThrottle to settle. Under tmu.
+	held      []*item
+	unsettled []*item
+	// schedGen: the generation of the view the scheduler's servers'
+	// availability follows (rebuild), ahead of c.view() until that view
+	// is stored. Under tmu.
+	schedGen     uint64
 	wake         chan struct{}
 	stopDispatch chan struct{}
 	dispatchDone chan struct{}

@@ -98,6 +98,12 @@ type item struct {
 	age uint64
 	// held: it is in Client.held (under tmu).
 	held bool
+	// back: it came back to the scheduler, a replay or one given back
+	// after a refusal (holdLocked looked at it): when no peer can take it
+	// the Pick callback answers throttle.Nowhere for it, rather than
+	// leave it to the round-robin, which would queue it for a server it
+	// must avoid (under tmu).
+	back bool
 }
 
 func (it *item) Held() *call.Call { return it.cl }
@@ -150,7 +156,21 @@ func (c *Client) setupLimits() error {
 					return m.index, false
 				}
 				if onPicked != nil {
-					onPicked(it.cl, nil) // none: the scheduler's round-robin
+					onPicked(it.cl, nil) // none: held, or the scheduler's round-robin
+				}
+				if it.back && v.gen == c.schedGen {
+					// It avoids the peers the scheduler has available
+					// (the connection it was sent on, those that refused
+					// it): queued for one of them, it would wait there
+					// for a place, to be refused, or for that server to
+					// leave, while another came back. Handed back
+					// instead (poll), it is held until a peer can take it
+					// (unhold). Not while the scheduler follows a newer
+					// view than v, not stored yet (rebuild): a server
+					// back in it may take the request, and the
+					// round-robin, over the servers it has, can give it
+					// that one, ahead of the newer requests.
+					return throttle.Nowhere, false
 				}
 				return -1, false
 			},
@@ -187,7 +207,8 @@ func (c *Client) onAlarm(a throttle.Alarm) {
 }
 
 // unlockThrottle schedules the alarms raised or cleared under c.tmu, in
-// the order they were, and lets go of it. Every unlock of c.tmu goes
+// the order they were, and lets go of it, then settles the requests a
+// poll held meanwhile (heldByPollLocked). Every unlock of c.tmu goes
 // through here.
 func (c *Client) unlockThrottle() {
 	if len(c.alarms) > 0 {
@@ -196,7 +217,18 @@ func (c *Client) unlockThrottle() {
 	}
 	lapsed := c.lapsed
 	c.lapsed = nil
+	unsettled := c.unsettled
+	c.unsettled = nil
 	c.tmu.Unlock()
+	for _, it := range unsettled {
+		if c.ctx.Err() != nil {
+			// Closed: failQueued may have run already; nothing puts it
+			// back now (as in throttled and giveBack).
+			it.cl.Fail(errClientClosed)
+			continue
+		}
+		c.settle(it)
+	}
 	for _, name := range lapsed {
 		logger(c.cfg, c.radius).Warn("client: a peer's hand-over of its requests did not come; the throttle stops waiting for it",
 			"peer", name, "waited", handOverWaitMax)
@@ -744,7 +776,13 @@ var dispatchBufs = sync.Pool{New: func() any {
 func (c *Client) poll(now time.Time) *[]throttle.Dispatch[*item] {
 	buf := dispatchBufs.Get().(*[]throttle.Dispatch[*item])
 	*buf = c.sched.Poll(now, (*buf)[:0])
+	ds := (*buf)[:0]
 	for _, d := range *buf {
+		if d.Err == throttle.ErrNowhere {
+			c.heldByPollLocked(d)
+			continue
+		}
+		ds = append(ds, d)
 		switch {
 		case d.Err != nil:
 		case d.Item.ended: // its Send returned while it was queued
@@ -757,7 +795,25 @@ func (c *Client) poll(now time.Time) *[]throttle.Dispatch[*item] {
 			}
 		}
 	}
+	clear((*buf)[len(ds):])
+	*buf = ds
 	return buf
+}
+
+// heldByPollLocked holds the request of d, which the scheduler handed
+// back (throttle.ErrNowhere): one that came back to it and that no peer
+// could take when its turn came (the Pick callback). The next view that
+// gives it a peer puts it back where it stood (unhold), as holdLocked's;
+// unlockThrottle settles it (or fails it, the Client closed). c.tmu is
+// held.
+func (c *Client) heldByPollLocked(d throttle.Dispatch[*item]) {
+	it := d.Item
+	it.age = d.Age
+	if it.ended { // its Send returned: nothing waits for it
+		return
+	}
+	c.keepLocked(it)
+	c.unsettled = append(c.unsettled, it)
 }
 
 // execute sends what the scheduler released and recycles buf. The
@@ -917,16 +973,25 @@ func recycle(buf *[]throttle.Dispatch[*item]) {
 // together, in their order. The caller settles it after unlocking c.tmu.
 // The Client's callers give up on held requests at their deadlines
 // (release lets go of them). c.tmu is held.
+//
+// It marks it as come back (item.back): when it can go nowhere at its
+// turn in the scheduler later, it is held then (heldByPollLocked).
 func (c *Client) holdLocked(it *item, v *avail) bool {
+	it.back = true
 	if c.pick(it.cl, v) != nil {
 		return false
 	}
+	c.keepLocked(it)
+	return true
+}
+
+// keepLocked puts it, out of the scheduler, in c.held. c.tmu is held.
+func (c *Client) keepLocked(it *item) {
 	it.held = true
 	c.held = append(c.held, it)
 	if onHeld != nil {
 		onHeld(it.cl)
 	}
-	return true
 }
 
 // settle ends it, just held, with its refusal when it has one: no peer is

@@ -29,8 +29,8 @@ import (
 // (it had left that server already), or back in the scheduler and,
 // when the other request left it, not picked since or last picked for
 // no server (it could go nowhere then: it avoids the connection it was
-// sent on, where the other could go; the scheduler's round-robin queued
-// it for a server of its own choosing); a
+// sent on, where the other could go; it was held then, or, with no
+// server available, waited in the instance queue); a
 // hand-over of a peer a reconfiguration removed or replaced (the
 // throttle does not wait for a peer no member has); pinned requests (never replayed
 // elsewhere); a premature failover's resend (a refusal, not a
@@ -196,9 +196,9 @@ func (w *simWorld) replaysAheadOfQueued() {
 				// the last before q left: one before it is stale when the
 				// replay came back to the instance queue since (its
 				// server's queue sent back as the server left service,
-				// Repick) and was picked again, for none; the scheduler
-				// then queued it for a server round-robin, its order kept
-				// in that server's queue alone.
+				// Repick) and was picked again, for none; it was then
+				// held (throttle.Nowhere), or waited for a server to be
+				// available.
 				back := first(w.tord.requeued[id], h.seq, s.seq)
 				qr := first(w.tord.released[qid], h.seq, qs[0].seq+1)
 				var last *simPick

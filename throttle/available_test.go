@@ -79,3 +79,55 @@ func TestRepickSendsTheQueueWherePickNamesNow(t *testing.T) {
 	s.Repick(0, at(3*ms)) // nothing queued: nothing to do
 	assert.Len(t, alarms, 2)
 }
+
+// A request Pick says may go nowhere (Nowhere) is handed back to the
+// owner (ErrNowhere, with its age), not queued for a server chosen
+// round-robin, which it must avoid; the requests behind it go on. Put
+// back (Requeue) it goes where it stood, ahead of newer requests. While
+// no server is available it waits in the instance queue, as any request.
+func TestPickNowhereHandsTheRequestBack(t *testing.T) {
+	nowhere := map[int]bool{1: true}
+	s := newSched(t, Config[*item]{
+		Servers: []Server{{Name: "a", Auth: Limits{MaxOutstanding: 1}}, {Name: "b", Auth: Limits{MaxOutstanding: 1}}},
+		Pick: func(it *item, _ Class) (int, bool) {
+			if nowhere[it.id] {
+				return Nowhere, false
+			}
+			return 1, false
+		},
+	})
+	s.Enqueue(&item{id: 0, dl: at(time.Minute)}, Auth) // takes b's place
+	assert.Equal(t, []int{0}, ids(s.Poll(at(0), nil)))
+	r := &item{id: 1, dl: at(time.Minute)}
+	s.Requeue(r, Auth, s.ReplayAge()) // a replay
+	s.Enqueue(&item{id: 2, dl: at(time.Minute)}, Auth)
+	out := s.Poll(at(ms), nil)
+	require.Len(t, out, 1)
+	back := out[0]
+	assert.Equal(t, Dispatch[*item]{Item: r, Server: -1, Class: Auth, Err: ErrNowhere, Age: back.Age}, back, "handed back")
+	assert.Equal(t, 1, s.Depth(1), "the request behind it waits for b")
+	assert.Equal(t, 0, s.Depth(0), "not queued for a")
+	assert.Equal(t, 1, s.Len())
+
+	// Back with its age once it may go somewhere: ahead of 2.
+	delete(nowhere, 1)
+	s.Requeue(r, Auth, back.Age)
+	s.Done(1, Auth)
+	assert.Equal(t, []int{1}, ids(s.Poll(at(2*ms), nil)), "where it stood")
+	s.Done(1, Auth)
+	assert.Equal(t, []int{2}, ids(s.Poll(at(3*ms), nil)))
+
+	// No server available: it waits, as any request.
+	nowhere[3] = true
+	s.SetAvailable(0, false, at(4*ms))
+	s.SetAvailable(1, false, at(4*ms))
+	s.Enqueue(&item{id: 3, dl: at(time.Minute)}, Auth)
+	assert.Empty(t, s.Poll(at(4*ms), nil))
+	assert.Equal(t, 1, s.Len())
+	s.SetAvailable(0, true, at(5*ms))
+	out = s.Poll(at(5*ms), nil)
+	require.Len(t, out, 1)
+	assert.ErrorIs(t, out[0].Err, ErrNowhere)
+	assert.Zero(t, s.Len())
+	assert.Zero(t, s.Expired(), "handed back, not failed")
+}

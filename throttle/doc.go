@@ -29,7 +29,10 @@
 // names none, or an unavailable one, to an available server chosen round-robin.
 // If that server has room the request is dispatched; if not, it waits in
 // that server's queue, in age order too (or, with Config.Spill, goes to
-// another available server that has room). When no server is available, the instance queue
+// another available server that has room). When Pick says the request
+// may go to none of the available servers (Nowhere), Poll hands it back
+// to the owner (Err matching ErrNowhere), which puts it back (Requeue)
+// once a server can take it. When no server is available, the instance queue
 // waits.
 //
 // # Rate slots
@@ -58,9 +61,9 @@
 // comes back from Poll as a Dispatch with Err matching [ErrExpired] and
 // saying which queue it waited in. No request is ever dropped silently:
 // each Enqueue, EnqueueReplay or Requeue is matched by exactly one
-// Dispatch, with or without Err, or by a Cancel that reports true (the
-// owner gave up on it), Release aside, which hands the requests back to
-// the owner.
+// Dispatch, with or without Err (ErrNowhere hands it back to the owner),
+// or by a Cancel that reports true (the owner gave up on it), Release
+// aside, which hands the requests back to the owner.
 //
 // # Alarm
 //

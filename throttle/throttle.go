@@ -70,7 +70,14 @@ var (
 	// ErrExpired is matched by the Err of a request whose deadline passed
 	// while it was queued.
 	ErrExpired = errors.New("throttle: deadline passed while queued")
+	// ErrNowhere is the Err of a request handed back to the owner, not
+	// failed: Config.Pick said it may go to no server now (Nowhere).
+	ErrNowhere = errors.New("throttle: no server may take the request now")
 )
+
+// Nowhere is Config.Pick's answer for a request that may go to none of
+// the servers now: see Config.Pick.
+const Nowhere = -2
 
 // ExpiredError is the Err of a Dispatch whose deadline passed in a queue.
 type ExpiredError struct {
@@ -135,7 +142,14 @@ type Config[T Item] struct {
 	// may go to that server and no other (a Diameter Destination-Host), so
 	// it waits in that server's queue while the server is unavailable or
 	// has no room, and is never spilled (an index out of range is still
-	// no preference).
+	// no preference). Nowhere says the request may go to none of the
+	// servers now (it must avoid those available): while a server is
+	// available, Poll hands it back to the owner (a Dispatch whose Err
+	// matches ErrNowhere) rather than queue it for one chosen
+	// round-robin, where it would wait for a server it must not go to;
+	// the owner keeps it and puts it back (Requeue, with Dispatch.Age)
+	// once a server can take it. While none is available it waits in the
+	// instance queue, as any request does.
 	Pick func(item T, class Class) (server int, only bool)
 	// Spill lets a new request whose picked server has no room go to
 	// another available server that has room instead of waiting in the
@@ -154,10 +168,11 @@ type Alarm struct {
 }
 
 // Dispatch is one outcome of Poll: send Item to Server now, or, when Err
-// is not nil, fail it (its deadline passed while queued).
+// is not nil, fail it (its deadline passed while queued), or, when Err is
+// ErrNowhere, take it back (Config.Pick said it may go nowhere now).
 type Dispatch[T Item] struct {
 	Item   T
-	Server int // -1 when failed in the instance queue
+	Server int // -1 when failed in the instance queue, or handed back
 	Class  Class
 	Err    error
 	// Age is the request's place in line: Requeue with it puts a request
@@ -543,7 +558,15 @@ func (s *Scheduler[T]) Poll(now time.Time, dst []Dispatch[T]) []Dispatch[T] {
 		}
 		srv, only := int(e.server), false
 		if srv < 0 {
-			if srv, only = s.choose(e, nowNs); srv < 0 {
+			srv, only = s.choose(e, nowNs)
+			if srv == Nowhere {
+				// It may go to none of the servers available: back to
+				// the owner, which holds it until one can take it.
+				x := s.inst.popFront()
+				dst = append(dst, Dispatch[T]{Item: x.item, Server: -1, Class: x.class, Err: ErrNowhere, Age: x.seq})
+				continue
+			}
+			if srv < 0 {
 				break // no server available: the queue waits
 			}
 		}
@@ -573,20 +596,27 @@ func (s *Scheduler[T]) Poll(now time.Time, dst []Dispatch[T]) []Dispatch[T] {
 }
 
 // choose picks the server for a new request: Pick's choice if available
-// (or if it is the only one the request may go to), else round-robin over
-// the available servers, preferring one with room.
+// (or if it is the only one the request may go to), Nowhere if Pick says
+// so and a server is available, else round-robin over the available
+// servers, preferring one with room.
 func (s *Scheduler[T]) choose(e *entry[T], nowNs int64) (server int, only bool) {
 	n := len(s.srv)
+	nowhere := false
 	if s.cfg.Pick != nil {
-		if p, only := s.cfg.Pick(e.item, e.class); p >= 0 && p < n && (only || s.srv[p].avail) {
+		p, only := s.cfg.Pick(e.item, e.class)
+		if p >= 0 && p < n && (only || s.srv[p].avail) {
 			return p, only
 		}
+		nowhere = p == Nowhere
 	}
 	first := -1
 	for i := range n {
 		j := (s.rr + i) % n
 		if !s.srv[j].avail {
 			continue
+		}
+		if nowhere {
+			return Nowhere, false
 		}
 		if s.room(&s.srv[j].b[e.class], nowNs) > 0 {
 			s.rr = j + 1
