@@ -393,6 +393,38 @@ func (c *Call) Unboard(cn *Conn, b Boarding) {
 // the caller learns more than that time ran out.
 func (c *Call) Leave(cn *Conn, cause error) bool { return c.leave(cn, false, nil, 0, cause) }
 
+// Unsend takes c off cn, as Leave does, when its request never reached
+// cn's wire: its carrier took it out of cn's write queue before it was
+// written (a failover, a drain). It is then as if c had never boarded
+// cn: cn may carry it again, and its next send counts only the sends
+// before (a first send carries no retransmission mark). refused is the
+// Boarding's AfterRefusal of the send taken back. Moved, pending
+// nowhere; cause as for Leave. False if c is not in flight on cn.
+func (c *Call) Unsend(cn *Conn, refused bool, cause error) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != InFlight || c.owner != cn {
+		return false
+	}
+	c.owner = nil
+	c.leftRefused = false
+	if i := slices.Index(c.sentOn, cn); i >= 0 { // twice if resent there after a forgotten refusal: either
+		c.sentOn = slices.Delete(c.sentOn, i, i+1)
+	}
+	if c.sends.Add(-1) == 0 {
+		c.first = nil
+	}
+	c.refused = refused
+	if cause != nil && c.rf == nil {
+		c.rf = new(refusals)
+	}
+	if c.rf != nil {
+		c.rf.leftFor = cause
+	}
+	c.to(Moved)
+	return true
+}
+
 // Refuse takes c off cn because cn's peer refused it: with answer (a
 // too-busy answer) and the code its carrier read from it (Result.Code),
 // or without one with err (no reply to any attempt). It is not offered

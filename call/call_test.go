@@ -551,3 +551,53 @@ func TestAwaitEndedContextsNotConfused(t *testing.T) {
 	}
 	assert.Zero(t, wrong.Load(), "waits that failed with another context's error")
 }
+
+// A send taken back before it reached the wire (Unsend) leaves no trace
+// of it: the call is Moved, pending nowhere, the connection may carry it
+// again, the sends before it are all that count, and it was not lost
+// there (its next send is not a possible duplicate because of it).
+func TestUnsend(t *testing.T) {
+	cause := errors.New("no DWA")
+	c := newCall()
+	a, b := newConn("a"), newConn("b")
+	boarded(t, c, a)
+	assert.False(t, c.Unsend(&b.Conn, false, cause), "not in flight on b")
+	require.True(t, c.Unsend(&a.Conn, false, cause))
+	assert.Equal(t, Moved, c.State())
+	assert.Zero(t, c.Sends())
+	assert.Nil(t, c.First())
+	assert.False(t, c.SentOn(&a.Conn))
+	assert.False(t, c.Avoids(&a.Conn, tpeer{"pa"}))
+	assert.False(t, c.Unsend(&a.Conn, false, cause), "taken back once")
+	bo := boarded(t, c, a)
+	assert.Equal(t, Boarding{Prev: Moved}, bo, "a first send again, not lost")
+
+	// Sent on a and lost there, then taken back from b after a refusal
+	// of a: the sends before count, the loss stays.
+	require.True(t, c.Leave(&a.Conn, cause))
+	bo = boarded(t, c, b)
+	assert.Equal(t, Boarding{Prev: Moved, Sends: 1, Lost: true}, bo)
+	require.True(t, c.Unsend(&b.Conn, bo.AfterRefusal, cause))
+	assert.Equal(t, 1, c.Sends())
+	assert.True(t, c.SentOn(&a.Conn))
+	assert.False(t, c.SentOn(&b.Conn))
+	assert.Equal(t, Carrier(tpeer{"pa"}), c.First())
+	assert.Equal(t, Boarding{Prev: Moved, Sends: 1, Lost: true}, boarded(t, c, b))
+
+	// After a refusal (not lost), the refusal holds for the next send.
+	c = newCall()
+	boarded(t, c, a)
+	require.True(t, c.Refuse(&a.Conn, []byte("busy"), 0, nil))
+	bo = boarded(t, c, b)
+	require.True(t, bo.AfterRefusal)
+	require.True(t, c.Unsend(&b.Conn, bo.AfterRefusal, nil))
+	assert.Equal(t, Boarding{Prev: Moved, Sends: 1, AfterRefusal: true}, boarded(t, c, b))
+
+	// Its cause is named should it fail later.
+	c = newCall()
+	boarded(t, c, a)
+	require.True(t, c.Unsend(&a.Conn, false, cause))
+	_, err := c.Wait(context.Background(), time.Millisecond)
+	assert.ErrorIs(t, err, ErrTimeout)
+	assert.ErrorIs(t, err, cause)
+}

@@ -544,29 +544,83 @@ func (c *conn) moveOut(cause error, keep func(*call.Call) bool) (calls []*call.C
 // (keep may be nil) to gone and returns the calls that were in flight
 // here, in send order, and drainedLocked's flush. c.mu is held.
 func (c *conn) leaveLocked(cause error, keep func(*call.Call) bool) (calls []*call.Call, flush bool) {
-	var left []uint32 // with keep: the entries to delete once the walk is over
+	type entry struct {
+		id uint32
+		cl *dcall
+	}
+	var leaving []entry
 	c.pending.each(func(id uint32, cl *dcall) {
+		if keep == nil || !keep(&cl.Call) {
+			leaving = append(leaving, entry{id, cl})
+		}
+	})
+	var stays map[uint32]bool // with keep: the ids of the calls that stay
+	if keep != nil && len(leaving) < c.pending.len() {
+		stays = make(map[uint32]bool, c.pending.len()-len(leaving))
+		c.pending.each(func(id uint32, _ *dcall) { stays[id] = true })
+		for _, e := range leaving {
+			delete(stays, e.id)
+		}
+	}
+	unsent := c.withdrawLocked(len(leaving), func(id uint32) bool { return !stays[id] })
+	for _, e := range leaving {
+		cl := e.cl
+		cl.via.CompareAndSwap(c, nil) // its caller reads here no more (see baton)
 		if keep != nil {
-			if keep(&cl.Call) {
-				return
+			c.pending.del(e.id)
+		}
+		if unsent[e.id] {
+			// Never written here: no answer can come, and this
+			// connection may carry it again.
+			if cl.Unsend(&c.h, cl.afterRefusal, cause) {
+				calls = append(calls, &cl.Call)
 			}
-			left = append(left, id)
+			if testhook.Withdrawn != nil {
+				testhook.Withdrawn(cl.Ref, c, e.id)
+			}
+			continue
 		}
 		if cl.Leave(&c.h, cause) {
 			calls = append(calls, &cl.Call)
 		}
-		cl.via.CompareAndSwap(c, nil) // its caller reads here no more (see baton)
-		c.rememberGoneLocked(id, cl)
-	})
+		c.rememberGoneLocked(e.id, cl)
+	}
 	if keep == nil {
 		c.pending.clear()
-	}
-	for _, id := range left {
-		c.pending.del(id)
 	}
 	flush = c.drainedLocked()
 	sortBySend(calls)
 	return calls, flush
+}
+
+// withdrawLocked takes the requests of the n calls leaving c (those
+// leaving reports true for, by Hop-by-Hop id) that are still in its
+// write queue out of it, and returns their ids (nil if none). Written
+// after the calls moved on, they would reach this peer after their
+// copies reached another, or, when this peer takes them back, twice; and
+// a peer that stopped reading (the usual reason for a failover) gets them
+// as soon as it reads again. A request a writer has already taken stays:
+// it may be on the wire. c.mu is held.
+func (c *conn) withdrawLocked(n int, leaving func(id uint32) bool) map[uint32]bool {
+	if n == 0 || !c.out.Queued() {
+		return nil
+	}
+	var taken map[uint32]bool
+	c.out.Withdraw(func(m []byte) bool {
+		if !wire.IsRequest(m) {
+			return false // an answer
+		}
+		id := wire.HopByHop(m)
+		if c.pending.get(id) == nil || !leaving(id) {
+			return false // a watchdog request, a CER or DPR, a call that stays
+		}
+		if taken == nil {
+			taken = make(map[uint32]bool)
+		}
+		taken[id] = true
+		return true
+	})
+	return taken
 }
 
 // startDrain stops new requests on the connection and returns a channel

@@ -45,6 +45,9 @@ type fakePeer struct {
 	badAVP     atomic.Bool // answer requests with a last AVP that runs past the message
 	host       string
 	dwaDelay   time.Duration // set before dialing
+	// pause, when set, stops the fake reading before its next message
+	// until the channel closes: the client's writes block.
+	pause atomic.Pointer[chan struct{}]
 
 	wmu    sync.Mutex // serialises writes on the fake's connections
 	mu     sync.Mutex
@@ -53,7 +56,8 @@ type fakePeer struct {
 	causes []uint32 // their Disconnect-Causes
 	dwrs   []time.Time
 	reqs   int
-	held   [][]byte // requests read while answerReqs was off (answerHeld answers them)
+	got    []seenReq // every application request read, in order
+	held   [][]byte  // requests read while answerReqs was off (answerHeld answers them)
 	conns  []transport.Conn
 	wg     sync.WaitGroup
 }
@@ -84,6 +88,9 @@ func (f *fakePeer) serve(c transport.Conn) {
 	defer c.Close()
 	cfg := Config{OriginHost: f.host, OriginRealm: "example.net", OriginStateID: 1, ProductName: "fake", AcctApps: []uint32{3}}
 	for {
+		if ch := f.pause.Load(); ch != nil {
+			<-*ch
+		}
 		msg, err := c.ReadMessage()
 		if err != nil {
 			return
@@ -121,6 +128,7 @@ func (f *fakePeer) serve(c transport.Conn) {
 		default:
 			f.mu.Lock()
 			f.reqs++
+			f.got = append(f.got, seenReq{wire.EndToEnd(msg), wire.Flags(msg)&wire.FlagRetransmit != 0})
 			f.mu.Unlock()
 			if !f.answerReqs.Load() {
 				f.mu.Lock()
@@ -187,6 +195,19 @@ func (f *fakePeer) sendDPR(cause uint32) error {
 	f.wmu.Lock()
 	defer f.wmu.Unlock()
 	return c.WriteMessages(cfg.newDPR(cause))
+}
+
+// seenReq is an application request the fake read: its End-to-End id
+// and whether it had the T flag.
+type seenReq struct {
+	e2e uint32
+	t   bool
+}
+
+func (f *fakePeer) requests() []seenReq {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]seenReq(nil), f.got...)
 }
 
 func (f *fakePeer) dials() int {

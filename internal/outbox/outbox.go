@@ -46,9 +46,12 @@ type Outbox struct {
 	writing  bool     // a writer goroutine or an inline write runs
 	closed   bool
 	flushEnd bool // after the queue drains, end (onEnd(nil))
-	wg       sync.WaitGroup
-	Writers  int // writer goroutines started (for tests)
-	Inlined  int // messages written inline, whole (for tests)
+	// tail: q[0] is the rest of a message an inline write began, which
+	// must follow it on the wire (never withdrawn).
+	tail    bool
+	wg      sync.WaitGroup
+	Writers int // writer goroutines started (for tests)
+	Inlined int // messages written inline, whole (for tests)
 }
 
 // Init makes o the outbox of tc; bp is its backlog (nil on a client).
@@ -74,17 +77,31 @@ func (o *Outbox) Send(msgs ...[]byte) bool {
 	return o.queueLocked(0, msgs...)
 }
 
+// Queued reports whether messages wait in the queue, not yet handed to
+// the transport.
+func (o *Outbox) Queued() bool {
+	o.Mu.Lock()
+	defer o.Mu.Unlock()
+	return len(o.q) > 0
+}
+
 // Withdraw takes the queued messages drop reports true for out of the
 // queue and returns how many it took: those not handed to the transport
 // yet, which will never be written. A message being written is not
-// queued any more. drop runs with o.Mu held; the messages are requests
+// queued any more, nor is the rest of one partly written. drop runs with o.Mu held; the messages are requests
 // (nothing Withdraw takes counts in the backlog).
 func (o *Outbox) Withdraw(drop func(msg []byte) bool) int {
 	o.Mu.Lock()
 	defer o.Mu.Unlock()
-	n := len(o.q)
-	o.q = slices.DeleteFunc(o.q, drop) // zeroes the tail
-	return n - len(o.q)
+	q := o.q
+	if o.tail {
+		q = q[1:]
+	}
+	n := len(q)
+	q = slices.DeleteFunc(q, drop) // zeroes what it frees
+	taken := n - len(q)
+	o.q = o.q[:len(o.q)-taken]
+	return taken
 }
 
 // queueLocked queues msgs, of which answers count in the backlog, and
@@ -176,6 +193,7 @@ func (o *Outbox) writeInline(msg []byte, answers int) {
 	o.Mu.Lock()
 	if n < len(msg) {
 		o.q = slices.Insert(o.q, 0, msg[n:])
+		o.tail = n > 0
 		if answers > 0 && o.BP != nil {
 			o.BP.Queued += answers
 		}
@@ -300,7 +318,7 @@ func (o *Outbox) write() {
 			o.Mu.Unlock()
 			return
 		}
-		o.q, o.spare = o.spare[:0], nil
+		o.q, o.spare, o.tail = o.spare[:0], nil, false
 		if o.BP != nil {
 			o.BP.Writing, o.BP.Queued = o.BP.Queued, 0
 		}
@@ -338,7 +356,7 @@ func (o *Outbox) CloseAfterFlush() {
 func (o *Outbox) Close(wait bool) {
 	o.Mu.Lock()
 	o.closed = true
-	o.q = nil
+	o.q, o.tail = nil, false
 	if o.BP != nil {
 		o.BP.Queued = 0
 		o.BP.Wake()

@@ -127,3 +127,37 @@ func TestPostOnClosedOutbox(t *testing.T) {
 	written, _ := p.snapshot()
 	assert.Empty(t, written)
 }
+
+// Withdraw takes whole queued messages only: the rest of a message an
+// inline write began stays at the head of the queue, for the bytes
+// already on the wire need it after them.
+func TestWithdrawLeavesThePartlyWrittenMessage(t *testing.T) {
+	var held sync.Mutex
+	p := &lockProbe{held: &held}
+	var o Outbox
+	o.Init(p, nil, func(error) {})
+	o.Mu.Lock()
+	// As writeInline leaves it after the socket took two bytes of
+	// "first", with two messages queued behind (no writer yet).
+	o.q = [][]byte{[]byte("rst"), []byte("second"), []byte("third")}
+	o.tail = true
+	o.writing = true
+	o.Mu.Unlock()
+	n := o.Withdraw(func([]byte) bool { return true })
+	assert.Equal(t, 2, n)
+	o.Mu.Lock()
+	assert.Equal(t, [][]byte{[]byte("rst")}, o.q)
+	o.writing = false
+	o.Mu.Unlock()
+
+	// Without a partly written message, every one it names goes.
+	o.Mu.Lock()
+	o.q, o.tail, o.writing = [][]byte{[]byte("a"), []byte("b"), []byte("c")}, false, true
+	o.Mu.Unlock()
+	assert.Equal(t, 2, o.Withdraw(func(m []byte) bool { return string(m) != "b" }))
+	o.Mu.Lock()
+	assert.Equal(t, [][]byte{[]byte("b")}, o.q)
+	o.q, o.writing = nil, false
+	o.Mu.Unlock()
+	o.Close(true)
+}

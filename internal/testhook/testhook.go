@@ -16,6 +16,12 @@ var AfterQueue func(endToEnd uint32)
 // answered the request too busy / unable to deliver. It must not block.
 var Queued func(endToEnd uint32, conn any, msg []byte, afterRefusal bool)
 
+// Withdrawn, when set, runs for every request a failover or a drain took
+// back out of a connection's write queue before it was written (it never
+// reached the wire: as if never queued there), under that connection's
+// lock: conn and hbh as Queued gave them. It must not block.
+var Withdrawn func(endToEnd uint32, conn any, hbh uint32)
+
 // Exchanged, when set, runs on a client Peer's dial once the capabilities
 // exchange has succeeded, before the Peer takes the connection: a test
 // can let a CER from the same peer arrive inside that window.
