@@ -91,6 +91,11 @@ type fakeServer struct {
 	// authApps, when set, are the authorization applications the server
 	// advertises beside base accounting. Set before the first accept.
 	authApps []uint32
+	// smallReads, when positive, is the most the server's end takes from
+	// the pipe in one read: with a small faults.ReadAhead, the client's
+	// writes back up while the server is frozen, as over sockets with
+	// small buffers. Set before the first accept.
+	smallReads int
 
 	mu    sync.Mutex
 	reqs  []seen
@@ -133,6 +138,9 @@ func (f *fakeServer) handler(ctx context.Context, p *peer.Peer, req []byte) []by
 func (f *fakeServer) accept() (transport.Conn, error) {
 	pa, pb := net.Pipe()
 	var a, b net.Conn = &oneWriter{Conn: pa, n: &f.overlaps}, &oneWriter{Conn: pb, n: &f.overlaps}
+	if f.smallReads > 0 {
+		b = smallReader{b, f.smallReads}
+	}
 	var fc transport.Conn = &recordConn{Conn: f.faults.Wrap(transport.NewStreamConn(b, "pipe", transport.Options{}), nil), f: f}
 	if f.tryWrite {
 		fc = tryRecordConn{fc.(*recordConn), b}
@@ -161,6 +169,14 @@ func (f *fakeServer) accept() (transport.Conn, error) {
 	}
 	return cc, nil
 }
+
+// smallReader reads at most n bytes at a time from its connection.
+type smallReader struct {
+	net.Conn
+	n int
+}
+
+func (r smallReader) Read(b []byte) (int, error) { return r.Conn.Read(b[:min(len(b), r.n)]) }
 
 // tryPipe is a connection over net.Pipe that can write without waiting
 // (transport.TryWriter), as a TCP socket with room in its send buffer

@@ -64,10 +64,13 @@ const simFixedSeeds = 600
 // released after one that was refused as it was placed, ahead of it.
 // 65960 (6 in 10) gave the probe of a server to a younger request of a
 // hand-over while an older one, which had to avoid the lowest-index
-// probing server, waited.
+// probing server, waited. 1894 (small buffers) has a request still in
+// its connection's write queue at a flap's SUSPECT: it is the seed of
+// 1..2,000 that catches a failover leaving such a request queued, to be
+// written to the server it left at the thaw (8 replays in 10).
 var (
 	simSoakSeeds       = []uint64{2740, 23485, 32089, 43487, 62932, 68316, 73893, 81288}
-	simRaceSeeds       = []uint64{1743, 83890, 571, 1849, 47247, 51635, 65960}
+	simRaceSeeds       = []uint64{1743, 83890, 571, 1849, 47247, 51635, 65960, 1894}
 	simInlineRaceSeeds = []uint64{61082}
 	simRaceReplays     = 40
 )
@@ -105,7 +108,9 @@ const simRecovery = 9 * time.Minute
 // pauses inside the race windows (a failover's batch between pick and
 // submit, before a request parks, right after a request is queued, in a
 // reader, and between a peer's state change and the Client's reaction to
-// it). Some Sends come with a context that has ended already (cancelled,
+// it). In a quarter of the schedules the servers' receive buffers are
+// small, so that the client's writes back up while a server is frozen.
+// Some Sends come with a context that has ended already (cancelled,
 // or its deadline past): each returns at once, with the context's error.
 // After every schedule it checks the invariants listed in check, and
 // while it runs that no request is queued on a connection after the
@@ -147,6 +152,7 @@ func TestSim(t *testing.T) {
 	start := time.Now()
 	workers := min(runtime.GOMAXPROCS(0), len(seeds))
 	testhook.Queued = simQueued
+	testhook.Withdrawn = simWithdrawn
 	testhook.AfterQueue = simAfterQueue // simPause(20 * time.Millisecond), counted (sim_latency_test.go)
 	testhook.CallerRead = simCallerRead
 	testhook.Handing = simHanding // sim_baton2_test.go
@@ -180,6 +186,7 @@ func TestSim(t *testing.T) {
 	afterAdmit.Store(&pickToSubmit)
 	defer func() {
 		afterAdmit.Store(nil)
+		testhook.Withdrawn = nil
 		testhook.Queued, testhook.AfterQueue, beforeStrand, beforeRefresh, onStrand, onWait = nil, nil, nil, nil, nil, nil
 		onThrottled, onPicked = nil, nil
 		onReleased, onRequeued, onHeld, onAwaitHandOver, onDispatcherPoll = nil, nil, nil, nil, nil
@@ -222,7 +229,7 @@ func TestSim(t *testing.T) {
 			s.Patient == 0 || s.Pinned == 0 || s.NonAcct == 0 || s.Auth == 0 || s.AllOut == 0 || s.SlowBehind == 0 ||
 			s.OrderPairs == 0 || s.Drains == 0 || s.Pauses == 0 || s.BusyFailover == 0 ||
 			s.Hurried == 0 || s.CloseAtChange == 0 || s.SubscriberClose == 0 || s.ServerAsks == 0 || s.PolicyOut == 0 || s.HandedOver == 0 || (*simThrottle && s.Throttle == 0) || s.Inline == 0 || s.InlinePart == 0 || s.CallerRead == 0 || s.ServerInline == 0 || s.Ended == 0 ||
-			s.BatonPhase == 0 || s.ReadChecked == 0 || s.Baton2Holds == 0 || s.DPRRaced == 0 || s.StrandRaced == 0 {
+			s.BatonPhase == 0 || s.ReadChecked == 0 || s.Baton2Holds == 0 || s.DPRRaced == 0 || s.StrandRaced == 0 || s.Withdrawn == 0 || s.SmallBuffers == 0 {
 			t.Errorf("the schedules exercised too little: %+v", s)
 		}
 	}
@@ -233,6 +240,9 @@ type simCounts struct {
 	Requests, Answered, Failed, Replays, Premature, Late, Parked, Drained, Closes int
 	Patient, Pinned, NonAcct, AllOut, SlowBehind, OrderPairs, Drains, Pauses      int
 	BusyFailover, HandOverPairs, Hurried, CloseAtChange, ServerAsks               int
+	// Withdrawn: requests taken back out of a write queue at a failover,
+	// never written there.
+	Withdrawn, SmallBuffers int
 	// Policy: schedules with a server policy; PolicyOut: servers it took
 	// out of service at the down-timeout (each a hand-over); HandedOver:
 	// requests lost in such a server before, and still there then.
@@ -308,6 +318,8 @@ func (s *simTotals) add(b simCounts) {
 	a.Pauses += b.Pauses
 	a.BusyFailover += b.BusyFailover
 	a.HandOverPairs += b.HandOverPairs
+	a.Withdrawn += b.Withdrawn
+	a.SmallBuffers += b.SmallBuffers
 	a.Hurried += b.Hurried
 	a.CloseAtChange += b.CloseAtChange
 	a.SubscriberClose += b.SubscriberClose
@@ -430,6 +442,10 @@ type simSend struct {
 	e2e          uint32 // as written in the bytes
 	tflag        bool
 	afterRefusal bool
+	// withdrawn: taken back out of the connection's write queue before it
+	// was written (a failover): never on the wire, as if never queued
+	// there for the wire's checks, but a step of the request's route.
+	withdrawn bool
 }
 
 // simReq is what the schedule knows of one request it sent.
@@ -1114,6 +1130,32 @@ func (w *simWorld) dprInService(host string, o *simOwed) {
 	}
 }
 
+// checkWrittenWhereItLeft checks that request id's send with hbh, written
+// now to host, had not moved on before: a request handed over is taken
+// out of its connection's write queue (withdrawn), so that the server it
+// left never reads it after its copy went elsewhere. A write begun in the
+// instant of the hand-over is excused: the writer had taken it, it was
+// on its way to the wire. w.mu is held.
+func (w *simWorld) checkWrittenWhereItLeft(id, hbh uint32, host string) {
+	ss := w.sends[id]
+	for i, s := range ss {
+		if s.hbh != hbh {
+			continue
+		}
+		if s.withdrawn {
+			w.errs = append(w.errs, fmt.Sprintf("request %d written to %s (hbh %d), withdrawn from that connection's queue; sends %+v", id, host, hbh, ss))
+		}
+		for _, next := range ss[i+1:] {
+			if next.at.Before(time.Now()) {
+				w.errs = append(w.errs, fmt.Sprintf("request %d written to %s (hbh %d) at %v, after it was queued on another connection at %v: not withdrawn when it was handed over; sends %+v",
+					id, host, hbh, time.Now().Format("04:05.000000"), next.at.Format("04:05.000000"), ss))
+				return
+			}
+		}
+		return
+	}
+}
+
 // WriteMessages records which server each request is written to, and
 // checks that the client answers a DPR only once it has answered the
 // requests the server sent before it (the peer that asks to disconnect
@@ -1206,6 +1248,7 @@ func (r readLog) logWrites(msgs [][]byte) {
 		if wire.IsRequest(m) && wire.AppID(m) != 0 {
 			id, hbh := wire.EndToEnd(m), wire.HopByHop(m)
 			r.w.wrote[[2]uint32{id, hbh}] = r.host
+			r.w.checkWrittenWhereItLeft(id, hbh, r.host)
 			if dprAt.IsZero() {
 				continue
 			}
@@ -1483,6 +1526,27 @@ func simQueued(e2e uint32, conn any, msg []byte, afterRefusal bool) {
 	simYield() // under the connection's lock: a moment for the others
 }
 
+// simWithdrawn marks the send of e2e on conn with hbh withdrawn: a
+// failover took it out of the connection's write queue before it was
+// written.
+func simWithdrawn(e2e uint32, conn any, hbh uint32) {
+	w := simWorldOf(e2e)
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ss := w.sends[e2e]
+	for i := len(ss) - 1; i >= 0; i-- {
+		if ss[i].conn == conn && ss[i].hbh == hbh && !ss[i].withdrawn {
+			ss[i].withdrawn = true
+			w.counts.Withdrawn++
+			return
+		}
+	}
+	w.errs = append(w.errs, fmt.Sprintf("request %d withdrawn from a connection it was not queued on (Hop-by-Hop %d)", e2e, hbh))
+}
+
 // simGroup is the requests one waiter started with (a call of strand):
 // it may hold them until the last of their deadlines, and no longer.
 type simGroup struct {
@@ -1660,6 +1724,14 @@ func runSim(t *testing.T, seed uint64, worker uint32) simCounts {
 		s.f.baton = s.f.tryWrite && seed%2 == 1
 		s.f.tryLimit = w.sendRoom
 		s.f.tryPause = w.tryPause
+		// In a quarter of the schedules the servers' receive buffers are
+		// small: the client's writes back up while a server is frozen,
+		// and a failover finds requests still in its write queue.
+		if brng := rand.New(rand.NewPCG(seed, 0x72656164+uint64(i))); brng.IntN(4) == 0 {
+			s.f.faults.ReadAhead = 1 + brng.IntN(4)
+			s.f.smallReads = 64 + brng.IntN(256)
+			w.counts.SmallBuffers++
+		}
 		// In a third of the schedules the servers leave the close of a
 		// connection to the client, for 1.5 to 3.5 s (a source of its
 		// own): past simFlushDown, within the schedule's end.
@@ -2654,7 +2726,10 @@ func simRequest(n int, nai, host string, acct, auth bool) []byte {
 //   - no request stays parked 10 s while a peer in service could take it
 //     (watchParked);
 //   - no request was queued twice on one connection, nor while in flight
-//     elsewhere (the sends of one request follow each other);
+//     elsewhere (the sends of one request follow each other); one taken
+//     back out of a write queue at a failover (withdrawn) was never sent
+//     there: it may go there again, and it is never written there after
+//     it was queued elsewhere (checkWrittenWhereItLeft);
 //   - its first send has no T flag; every later send keeps the End-to-End
 //     id, has a new Hop-by-Hop id, and has the T flag unless the previous
 //     connection refused it (3004, 3002) and the client had read that
@@ -2852,7 +2927,11 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 		conns := map[any]int{} // the last send on each connection
 		hbhs := map[uint32]bool{}
 		lostBefore := false // a send before this one was lost (left without a refusal)
-		for k, s := range ss {
+		// k counts the sends before this one that reached the wire
+		// (withdrawn ones are not sends: their boarding was undone);
+		// last is the latest of them.
+		k, last := 0, -1
+		for i, s := range ss {
 			if s.e2e != id {
 				t.Errorf("seed %d: request %d sent with End-to-End %d", seed, id, s.e2e)
 			}
@@ -2862,23 +2941,41 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			// still be pending there.
 			if j, ok := conns[s.conn]; ok {
 				if at, refused := w.refusals[[2]uint32{id, ss[j].hbh}]; !refused || at > s.seq {
-					t.Errorf("seed %d: request %d sent twice on one connection (send %d)", seed, id, k+1)
+					t.Errorf("seed %d: request %d sent twice on one connection (send %d)", seed, id, i+1)
 				}
 			}
-			conns[s.conn] = k
+			if hbhs[s.hbh] {
+				t.Errorf("seed %d: request %d: send %d reuses Hop-by-Hop %d", seed, id, i+1, s.hbh)
+			}
+			hbhs[s.hbh] = true
+			if i > 0 && !s.afterRefusal {
+				// A replay's route, from the connection it left, withdrawn
+				// or not: it moved on from there with the others.
+				prev := ss[i-1]
+				h := hop{prev.conn, s.conn, s.at}
+				mv := move{prev.seq, s.seq, id, prev.at, s.at, w.hostOf(id, prev)}
+				moves[h] = append(moves[h], mv)
+				r := hop{from: prev.conn, to: s.conn}
+				routes[r] = append(routes[r], mv)
+			}
+			wire := !s.withdrawn
+			if wire {
+				conns[s.conn] = i
+			}
 			if k == 0 {
 				if s.tflag {
 					t.Errorf("seed %d: request %d: first send with the T flag", seed, id)
 				}
-				hbhs[s.hbh] = true
+				if wire {
+					k, last = 1, i
+				}
 				continue
 			}
-			w.counts.Replays++
-			if hbhs[s.hbh] {
-				t.Errorf("seed %d: request %d: send %d reuses Hop-by-Hop %d", seed, id, k+1, s.hbh)
+			prev := ss[last]
+			if wire {
+				w.counts.Replays++
+				k, last = k+1, i
 			}
-			hbhs[s.hbh] = true
-			prev := ss[k-1]
 			at, refused := w.refusals[[2]uint32{id, prev.hbh}]
 			refused = refused && at < s.seq
 			// A send lost before (one that did not follow a refusal
@@ -2887,13 +2984,13 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 			// flag, a premature failover's too (RFC 6733 3).
 			switch {
 			case s.afterRefusal && !refused:
-				t.Errorf("seed %d: request %d: send %d taken for a premature failover, but no refusal was read", seed, id, k+1)
+				t.Errorf("seed %d: request %d: send %d taken for a premature failover, but no refusal was read", seed, id, i+1)
 			case s.afterRefusal && s.tflag && !lostBefore:
-				t.Errorf("seed %d: request %d: premature-failover resend %d with the T flag, no earlier send lost", seed, id, k+1)
+				t.Errorf("seed %d: request %d: premature-failover resend %d with the T flag, no earlier send lost", seed, id, i+1)
 			case s.afterRefusal && !s.tflag && lostBefore:
-				t.Errorf("seed %d: request %d: resend %d after a refusal without the T flag, though an earlier send was lost (a server may have applied it)", seed, id, k+1)
+				t.Errorf("seed %d: request %d: resend %d after a refusal without the T flag, though an earlier send was lost (a server may have applied it)", seed, id, i+1)
 			case !s.afterRefusal && !s.tflag:
-				t.Errorf("seed %d: request %d: replay %d without the T flag", seed, id, k+1)
+				t.Errorf("seed %d: request %d: replay %d without the T flag", seed, id, i+1)
 			}
 			if !s.afterRefusal {
 				lostBefore = true
@@ -2902,14 +2999,7 @@ func (w *simWorld) check(results <-chan simOutcome, closedEarly bool) {
 				// RFC 6733 5.5.4: not moved to another host, nor
 				// replayed to its own once its connection failed: it
 				// fails with DIAMETER_UNABLE_TO_DELIVER.
-				t.Errorf("seed %d: request %d for Destination-Host %s replayed (send %d) after its connection failed", seed, id, rq.pinned, k+1)
-			}
-			if !s.afterRefusal {
-				h := hop{prev.conn, s.conn, s.at}
-				mv := move{prev.seq, s.seq, id, prev.at, s.at, w.hostOf(id, prev)}
-				moves[h] = append(moves[h], mv)
-				r := hop{from: prev.conn, to: s.conn}
-				routes[r] = append(routes[r], mv)
+				t.Errorf("seed %d: request %d for Destination-Host %s replayed (send %d) after its connection failed", seed, id, rq.pinned, i+1)
 			}
 		}
 	}

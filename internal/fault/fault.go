@@ -34,6 +34,11 @@ type Switch struct {
 	// buffers fill). OnStall, if set, is called once when that happens.
 	StallAfter int64
 	OnStall    func()
+	// ReadAhead, when positive and set before the first Wrap, bounds the
+	// messages read ahead per connection (the receive buffer; default
+	// 16384): a small one makes the sender's writes back up while the
+	// process hangs, as they do over a socket with small buffers.
+	ReadAhead int
 
 	read  atomic.Int64 // application requests read from the sockets
 	pumps sync.WaitGroup
@@ -70,7 +75,11 @@ type result struct {
 // before the close that Reset does (for a TCP socket: SetLinger(0), so
 // that the close sends an RST as a crashed process's kernel does).
 func (s *Switch) Wrap(c transport.Conn, rst func() error) *Conn {
-	fc := &Conn{Conn: c, sw: s, rst: rst, q: make(chan result, queueLen), closed: make(chan struct{})}
+	n := queueLen
+	if s.ReadAhead > 0 {
+		n = s.ReadAhead
+	}
+	fc := &Conn{Conn: c, sw: s, rst: rst, q: make(chan result, n), closed: make(chan struct{})}
 	s.mu.Lock()
 	if s.conns == nil {
 		s.conns = make(map[*Conn]struct{})

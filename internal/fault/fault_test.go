@@ -3,6 +3,8 @@ package fault
 import (
 	"errors"
 	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -256,6 +258,57 @@ func TestStallAfter(t *testing.T) {
 		}
 		r1.Close()
 		r2.Close()
+		s.Wait()
+	})
+}
+
+// With a small ReadAhead the remote's writes back up while the process
+// hangs, once the connection's read buffer and the read-ahead are full;
+// the thaw delivers everything, in order.
+func TestReadAheadBacksUpTheSender(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := Switch{ReadAhead: 2}
+		c, remote := pair(&s, nil)
+		s.Freeze()
+		big := func(n uint32) []byte { // 4 KiB: a handful fill the read buffer
+			return message.NewRequest(message.CmdAccounting, message.AppAccounting, 0).
+				Uint32(message.AccountingRecordNumber, 0, true, n).
+				String(message.SessionID, 0, true, strings.Repeat("x", 4096)).Bytes()
+		}
+		const n = 20
+		var wrote atomic.Int32
+		done := async(func() error {
+			for i := range n {
+				if err := remote.WriteMessages(big(uint32(i))); err != nil {
+					return err
+				}
+				wrote.Add(1)
+			}
+			return nil
+		})
+		time.Sleep(time.Second) // less than the remote's write timeout
+		synctest.Wait()
+		if w := wrote.Load(); w >= n || w < 2 {
+			t.Fatalf("%d of %d writes went through a frozen process with 2 messages of read-ahead, want the first few", w, n)
+		}
+		if len(done) > 0 {
+			t.Fatalf("the writes ended early: %v", <-done)
+		}
+		s.Thaw()
+		for i := range n {
+			m, err := c.ReadMessage()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := message.Uint32Of(m, message.AccountingRecordNumber, 0); got != uint32(i) {
+				t.Fatalf("read record %d, want %d", got, i)
+			}
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		remote.Close()
 		s.Wait()
 	})
 }
