@@ -411,6 +411,11 @@ func (c *Call) Unsend(cn *Conn, refused bool, cause error) bool {
 	if i := slices.Index(c.sentOn, cn); i >= 0 { // twice if resent there after a forgotten refusal: either
 		c.sentOn = slices.Delete(c.sentOn, i, i+1)
 	}
+	if c.rf != nil && slices.Contains(c.sentOn, cn) && !slices.Contains(c.rf.on, cn) {
+		// Resent there after its refusal there was forgotten: BoardLocked
+		// took cn out of rf.on; as before that send, cn may carry it.
+		c.rf.on = append(c.rf.on, cn)
+	}
 	if c.sends.Add(-1) == 0 {
 		c.first = nil
 	}

@@ -601,3 +601,24 @@ func TestUnsend(t *testing.T) {
 	assert.ErrorIs(t, err, ErrTimeout)
 	assert.ErrorIs(t, err, cause)
 }
+
+// helper123: a send taken back (Unsend) from a connection the call went
+// back to after its refusal there was forgotten leaves it as before that
+// send: that connection may carry it again (the refusal is still
+// forgotten). Unsend does not restore the rf.on entry BoardLocked took.
+func TestUnsendAfterReuseOfARefusingConnection(t *testing.T) {
+	cause := errors.New("no DWA")
+	c := newCall()
+	a, b := newConn("a"), newConn("b")
+	boarded(t, c, a)
+	require.True(t, c.Leave(&a.Conn, cause)) // lost on a
+	boarded(t, c, b)
+	require.True(t, c.Refuse(&b.Conn, []byte("busy"), 3004, nil))
+	require.True(t, c.RefusedAfterLoss())
+	c.ForgetRefusals() // the retry tick
+	require.False(t, c.Avoids(&b.Conn, tpeer{"pb"}), "b may carry it again")
+	boarded(t, c, b) // sent on b again, then taken back out of b's queue
+	require.True(t, c.Unsend(&b.Conn, false, cause))
+	assert.Equal(t, 2, c.Sends())
+	assert.False(t, c.Avoids(&b.Conn, tpeer{"pb"}), "as before the send taken back, b may carry it again")
+}

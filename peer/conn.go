@@ -257,6 +257,7 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 	c.seq++
 	cl.seq = c.seq
 	c.pending.put(id, cl)
+	c.countSent(1, b.Sends > 0)
 	if testhook.Queued != nil {
 		testhook.Queued(cl.Ref, c, raw, cl.afterRefusal)
 	}
@@ -360,6 +361,7 @@ func (c *conn) submitAll(calls []*call.Call) (refused []*call.Call, n, resends i
 	}
 	c.wakeReader()
 	for i, b := range ok {
+		c.countSent(1, b.b.Sends > 0)
 		if b.cl.via.Load() != nil {
 			b.cl.via.Store(nil)
 		}
@@ -574,6 +576,7 @@ func (c *conn) leaveLocked(cause error, keep func(*call.Call) bool) (calls []*ca
 			// connection may carry it again.
 			if cl.Unsend(&c.h, cl.afterRefusal, cause) {
 				calls = append(calls, &cl.Call)
+				c.countSent(-1, cl.Sends() > 0) // was this send a resend
 			}
 			if testhook.Withdrawn != nil {
 				testhook.Withdrawn(cl.Ref, c, e.id)
@@ -593,6 +596,17 @@ func (c *conn) leaveLocked(cause error, keep func(*call.Call) bool) (calls []*ca
 	return calls, flush
 }
 
+// countSent adds n (1, or -1 for a send taken back) to the peer's sent
+// requests, and to its retransmissions when resend. Under c.mu, as the
+// send's queueing and its withdrawal are, so that the counts never go
+// below what reached the queue.
+func (c *conn) countSent(n int, resend bool) {
+	c.p.stats.sent.Add(uint64(n))
+	if resend {
+		c.p.stats.retransmitted.Add(uint64(n))
+	}
+}
+
 // withdrawLocked takes the requests of the n calls leaving c (those
 // leaving reports true for, by Hop-by-Hop id) that are still in its
 // write queue out of it, and returns their ids (nil if none). Written
@@ -602,22 +616,31 @@ func (c *conn) leaveLocked(cause error, keep func(*call.Call) bool) (calls []*ca
 // as soon as it reads again. A request a writer has already taken stays:
 // it may be on the wire. c.mu is held.
 func (c *conn) withdrawLocked(n int, leaving func(id uint32) bool) map[uint32]bool {
-	if n == 0 || !c.out.Queued() {
+	if n == 0 {
 		return nil
 	}
-	var taken map[uint32]bool
-	c.out.Withdraw(func(m []byte) bool {
+	ours := func(m []byte) bool {
 		if !wire.IsRequest(m) {
 			return false // an answer
 		}
 		id := wire.HopByHop(m)
-		if c.pending.get(id) == nil || !leaving(id) {
-			return false // a watchdog request, a CER or DPR, a call that stays
+		return c.pending.get(id) != nil && leaving(id) // not a watchdog request, a CER or DPR, a call that stays
+	}
+	// One being written inline now may be on the wire (the call stays
+	// sent here); should the socket take none of it, it is dropped.
+	c.out.ForgoInline(ours)
+	if !c.out.Queued() {
+		return nil
+	}
+	var taken map[uint32]bool
+	c.out.Withdraw(func(m []byte) bool {
+		if !ours(m) {
+			return false
 		}
 		if taken == nil {
 			taken = make(map[uint32]bool)
 		}
-		taken[id] = true
+		taken[wire.HopByHop(m)] = true
 		return true
 	})
 	return taken
@@ -1339,16 +1362,11 @@ func (p *Peer) submit(cl *dcall) error {
 	if c == nil {
 		return &NotInServiceError{Peer: p.Name(), State: p.State()}
 	}
-	resend, err := c.submit(cl)
-	if err != nil {
+	if _, err := c.submit(cl); err != nil {
 		if err == call.ErrComplete {
 			return nil
 		}
 		return p.submitError(err)
-	}
-	p.stats.sent.Add(1)
-	if resend {
-		p.stats.retransmitted.Add(1)
 	}
 	p.touch()
 	return nil
@@ -1364,12 +1382,10 @@ func (p *Peer) submitAll(calls []*call.Call) (refused []*call.Call, err error) {
 	if c == nil {
 		return nil, &NotInServiceError{Peer: p.Name(), State: p.State()}
 	}
-	refused, n, resends, err := c.submitAll(calls)
+	refused, _, _, err = c.submitAll(calls)
 	if err != nil {
 		return nil, p.submitError(err)
 	}
-	p.stats.sent.Add(uint64(n))
-	p.stats.retransmitted.Add(uint64(resends))
 	p.touch()
 	return refused, nil
 }

@@ -61,6 +61,10 @@ func TestHandedOverRequestsNotWrittenLater(t *testing.T) {
 			assert.Equal(t, !taken, cl.Sends() == 1, "r%d counted sent (%d)", i+1, cl.Sends())
 		}
 
+		if st := p.Stats(); st.Sent != 2 || st.Retransmitted != 0 {
+			t.Errorf("Sent %d, Retransmitted %d: want r1 and r2 alone counted sent", st.Sent, st.Retransmitted)
+		}
+
 		f.pause.Store(nil)
 		close(stalled)
 		synctest.Wait()
@@ -76,6 +80,7 @@ func TestHandedOverRequestsNotWrittenLater(t *testing.T) {
 		got = f.requests()
 		require.Len(t, got, 3)
 		assert.Equal(t, seenReq{calls[2].Ref, false}, got[2])
+		assert.Equal(t, uint64(3), p.Stats().Sent)
 
 		// The late answers: r1 and r2 complete where they were read.
 		require.NoError(t, f.answerHeld(false))

@@ -48,7 +48,12 @@ type Outbox struct {
 	flushEnd bool // after the queue drains, end (onEnd(nil))
 	// tail: q[0] is the rest of a message an inline write began, which
 	// must follow it on the wire (never withdrawn).
-	tail    bool
+	tail bool
+	// inline is the message of the inline write under way (nil when
+	// none); forgo: if the transport takes none of it, it is not queued
+	// for the writer (ForgoInline).
+	inline  []byte
+	forgo   bool
 	wg      sync.WaitGroup
 	Writers int // writer goroutines started (for tests)
 	Inlined int // messages written inline, whole (for tests)
@@ -102,6 +107,19 @@ func (o *Outbox) Withdraw(drop func(msg []byte) bool) int {
 	taken := n - len(q)
 	o.q = o.q[:len(o.q)-taken]
 	return taken
+}
+
+// ForgoInline tells the inline write under way, if match reports true
+// for its message, not to queue that message for the writer should the
+// transport take none of it: it never reaches the wire then. Whether any
+// of it did is not known yet, so the caller counts it as possibly
+// written. match runs with o.Mu held; the message is a request.
+func (o *Outbox) ForgoInline(match func(msg []byte) bool) {
+	o.Mu.Lock()
+	defer o.Mu.Unlock()
+	if o.inline != nil && match(o.inline) {
+		o.forgo = true
+	}
 }
 
 // queueLocked queues msgs, of which answers count in the backlog, and
@@ -158,6 +176,7 @@ func (o *Outbox) Post(msg []byte, alone, answer bool, held sync.Locker) (inline,
 	}
 	if alone && !o.closed && o.inlineLocked() {
 		inline, ok = true, true
+		o.inline = msg
 	} else {
 		ok = o.queueLocked(n, msg)
 	}
@@ -187,19 +206,25 @@ func (o *Outbox) writeInline(msg []byte, answers int) {
 	if err != nil {
 		// writing stays set, as after a writer's failed write: nothing
 		// is written on this connection again, and onEnd runs once.
+		o.Mu.Lock()
+		o.inline = nil
+		o.Mu.Unlock()
 		o.onEnd(err)
 		return
 	}
 	o.Mu.Lock()
-	if n < len(msg) {
+	switch {
+	case n == 0 && o.forgo: // nothing of it went out: it never will
+	case n < len(msg):
 		o.q = slices.Insert(o.q, 0, msg[n:])
 		o.tail = n > 0
 		if answers > 0 && o.BP != nil {
 			o.BP.Queued += answers
 		}
-	} else {
+	default:
 		o.Inlined++
 	}
+	o.inline, o.forgo = nil, false
 	o.writing = false
 	o.drainedLocked() // an answer written whole leaves the backlog
 	if !o.closed && (len(o.q) > 0 || o.flushEnd) {
