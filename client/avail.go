@@ -163,6 +163,9 @@ func (c *Client) rebuild(force bool, leaving call.Carrier) {
 		if wake && leaving == nil {
 			c.poke()
 		}
+		if beforeViewStore != nil {
+			beforeViewStore()
+		}
 	}
 	if c.bal != nil {
 		for i, m := range ros.all {
@@ -359,6 +362,11 @@ func failAll(calls []*call.Call, err error) {
 // looked at (onPeerEvent, onRADIUSEvent, no lock held): a test can pause
 // between the change and the view's.
 var beforeRefresh func()
+
+// beforeViewStore, when set, runs in rebuild between the scheduler's
+// change to a new view and that view's store (avMu held, tmu not): a
+// test can pause there, where the scheduler is ahead of the view.
+var beforeViewStore func()
 
 // beforeStrand, when set, runs once requests (calls) found no peer,
 // before strand has them wait: a test can change a peer's state inside

@@ -360,16 +360,19 @@ type Client struct {
 	unsettled []*item
 	// schedGen: the generation of the view the scheduler's servers'
 	// availability follows (rebuild), ahead of c.view() until that view
-	// is stored. Under tmu.
-	schedGen     uint64
-	wake         chan struct{}
-	stopDispatch chan struct{}
-	dispatchDone chan struct{}
-	ctx          context.Context // cancelled by Close
-	cancel       context.CancelFunc
-	closeO       sync.Once     // the first Close shuts down
-	shut         chan struct{} // closed when the first Close has ended every peer
-	gone         chan struct{} // closed when Close has ended every peer and their events are out (Done)
+	// is stored; unheldGen: the view unhold last offered the held
+	// requests; pollDeferred: a poll waited for unheldGen to catch up
+	// with schedGen (pollLocked), and unhold polls again. Under tmu.
+	schedGen, unheldGen uint64
+	pollDeferred        bool
+	wake                chan struct{}
+	stopDispatch        chan struct{}
+	dispatchDone        chan struct{}
+	ctx                 context.Context // cancelled by Close
+	cancel              context.CancelFunc
+	closeO              sync.Once     // the first Close shuts down
+	shut                chan struct{} // closed when the first Close has ended every peer
+	gone                chan struct{} // closed when Close has ended every peer and their events are out (Done)
 }
 
 // FailoverDetection is the longest the watchdog takes to declare a silent

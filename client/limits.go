@@ -158,18 +158,15 @@ func (c *Client) setupLimits() error {
 				if onPicked != nil {
 					onPicked(it.cl, nil) // none: held, or the scheduler's round-robin
 				}
-				if it.back && v.gen == c.schedGen {
+				if it.back {
 					// It avoids the peers the scheduler has available
 					// (the connection it was sent on, those that refused
 					// it): queued for one of them, it would wait there
 					// for a place, to be refused, or for that server to
 					// leave, while another came back. Handed back
 					// instead (poll), it is held until a peer can take it
-					// (unhold). Not while the scheduler follows a newer
-					// view than v, not stored yet (rebuild): a server
-					// back in it may take the request, and the
-					// round-robin, over the servers it has, can give it
-					// that one, ahead of the newer requests.
+					// (unhold). v is the view the scheduler follows
+					// (pollLocked).
 					return throttle.Nowhere, false
 				}
 				return -1, false
@@ -705,6 +702,10 @@ func (c *Client) dueSoonerLocked(now time.Time) bool {
 // vain until the hand-over; its end pokes the dispatcher
 // (endWait, handOverMissed). c.tmu is held.
 func (c *Client) nextWakeupLocked(now time.Time) (time.Time, bool) {
+	if c.schedGen != c.unheldGen {
+		c.pollDeferred = true // unhold wakes the dispatcher (pollLocked)
+		return time.Time{}, false
+	}
 	if len(c.handing) == 0 {
 		return c.sched.NextWakeup(now)
 	}
@@ -720,6 +721,16 @@ func (c *Client) nextWakeupLocked(now time.Time) (time.Time, bool) {
 // the caller is to place them, after unlocking tmu (placeReleased): no
 // other goroutine is placing. c.tmu is held.
 func (c *Client) pollLocked(now time.Time) bool {
+	if c.schedGen != c.unheldGen {
+		// The scheduler follows a view not stored yet, or not offered
+		// to the held requests yet (rebuild, unhold): picked against
+		// the view before, a request would go round-robin, or be held
+		// while a younger one goes; released now, one could leave ahead
+		// of an older request that view is about to give back to the
+		// scheduler. unhold polls again, in a moment.
+		c.pollDeferred = true
+		return false
+	}
 	if len(c.handing) > 0 {
 		// A failover's replays are still to be queued: anything let go
 		// now would leave ahead of them. handedOver wakes the
@@ -1012,11 +1023,19 @@ func (c *Client) settle(it *item) {
 // unhold puts the held requests that a peer in view v can take back in
 // the scheduler, where they stood, after forgetting the refusals of those
 // lost and refused everywhere when forget (the retry tick), and wakes the
-// dispatcher to send them.
+// dispatcher to send them, or to poll as a poll deferred for v asked
+// (pollLocked). Every view the scheduler follows comes here once
+// stored (rebuild).
 func (c *Client) unhold(v *avail, forget bool) {
 	c.tmu.Lock()
+	c.unheldGen = v.gen
+	deferred := c.pollDeferred
+	c.pollDeferred = false
 	if len(c.held) == 0 {
 		c.unlockThrottle()
+		if deferred {
+			c.poke()
+		}
 		return
 	}
 	keep, moved, tick := c.held[:0], false, false
@@ -1040,7 +1059,7 @@ func (c *Client) unhold(v *avail, forget bool) {
 	if tick {
 		c.retryLater()
 	}
-	if moved {
+	if moved || deferred {
 		c.poke()
 	}
 }
