@@ -91,6 +91,8 @@ type fakeServer struct {
 	// authApps, when set, are the authorization applications the server
 	// advertises beside base accounting. Set before the first accept.
 	authApps []uint32
+	// refuse, when set, refuses every dial (the server is not there).
+	refuse atomic.Bool
 	// smallReads, when positive, is the most the server's end takes from
 	// the pipe in one read: with a small faults.ReadAhead, the client's
 	// writes back up while the server is frozen, as over sockets with
@@ -136,6 +138,9 @@ func (f *fakeServer) handler(ctx context.Context, p *peer.Peer, req []byte) []by
 
 // accept returns the client end of a new connection to this server.
 func (f *fakeServer) accept() (transport.Conn, error) {
+	if f.refuse.Load() {
+		return nil, errors.New("connection refused")
+	}
 	pa, pb := net.Pipe()
 	var a, b net.Conn = &oneWriter{Conn: pa, n: &f.overlaps}, &oneWriter{Conn: pb, n: &f.overlaps}
 	if f.smallReads > 0 {
