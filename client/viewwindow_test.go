@@ -87,7 +87,7 @@ func TestThrottleNothingLeavesBeforeTheHeldRequestsSeeTheNewView(t *testing.T) {
 			}()
 		}
 		a.freeze()
-		send(1) // R
+		send(1)                      // R
 		time.Sleep(70 * time.Second) // a SUSPECT at 2 Tw: R replayed, no peer
 		synctest.Wait()
 		c.tmu.Lock()
