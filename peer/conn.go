@@ -543,8 +543,11 @@ func (c *conn) moveOut(cause error, keep func(*call.Call) bool) (calls []*call.C
 }
 
 // leaveLocked moves every pending entry but those keep reports true for
-// (keep may be nil) to gone and returns the calls that were in flight
-// here, in send order, and drainedLocked's flush. c.mu is held.
+// (keep may be nil, and is asked once per entry) to gone and returns the
+// calls that were in flight here, in send order, and drainedLocked's
+// flush. A call whose request is still in the write queue is taken out
+// of it and its send undone instead (withdrawLocked, call.Call.Unsend):
+// it never reaches this peer, which it may go to again. c.mu is held.
 func (c *conn) leaveLocked(cause error, keep func(*call.Call) bool) (calls []*call.Call, flush bool) {
 	type entry struct {
 		id uint32
