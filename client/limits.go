@@ -702,8 +702,7 @@ func (c *Client) dueSoonerLocked(now time.Time) bool {
 // vain until the hand-over; its end pokes the dispatcher
 // (endWait, handOverMissed). c.tmu is held.
 func (c *Client) nextWakeupLocked(now time.Time) (time.Time, bool) {
-	if c.schedGen != c.unheldGen {
-		c.pollDeferred = true // unhold wakes the dispatcher (pollLocked)
+	if c.viewPendingLocked() {
 		return time.Time{}, false
 	}
 	if len(c.handing) == 0 {
@@ -716,19 +715,27 @@ func (c *Client) nextWakeupLocked(now time.Time) (time.Time, bool) {
 	return at.Add(handOverWaitMax), true
 }
 
+// viewPendingLocked reports whether the scheduler follows a view not
+// stored yet, or not offered to the held requests yet (rebuild, unhold),
+// and if so asks unhold to wake the dispatcher once it is: picked
+// against the view before, a request would go round-robin, or be held
+// while a younger one goes; released now, one could leave ahead of an
+// older request that view is about to give back to the scheduler. Polls
+// and the dispatcher's timer wait for it. c.tmu is held.
+func (c *Client) viewPendingLocked() bool {
+	if c.schedGen == c.unheldGen {
+		return false
+	}
+	c.pollDeferred = true
+	return true
+}
+
 // pollLocked takes what the scheduler releases now, after what it
 // released before, for placing (see Client.released); it reports whether
 // the caller is to place them, after unlocking tmu (placeReleased): no
 // other goroutine is placing. c.tmu is held.
 func (c *Client) pollLocked(now time.Time) bool {
-	if c.schedGen != c.unheldGen {
-		// The scheduler follows a view not stored yet, or not offered
-		// to the held requests yet (rebuild, unhold): picked against
-		// the view before, a request would go round-robin, or be held
-		// while a younger one goes; released now, one could leave ahead
-		// of an older request that view is about to give back to the
-		// scheduler. unhold polls again, in a moment.
-		c.pollDeferred = true
+	if c.viewPendingLocked() {
 		return false
 	}
 	if len(c.handing) > 0 {
