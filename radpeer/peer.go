@@ -1323,9 +1323,19 @@ func (c *conn) sendRequest(id byte, cl *rcall) {
 	s.auth, s.code, s.ready = auth, cl.req.Code, true
 	c.sent++
 	p.stats.sent.Add(1)
-	p.unlock()
-	c.out.Send(b)
+	// Queued before p.mu is released: a hand-over that takes cl off c
+	// after the unlock finds its bytes in the queue and withdraws them;
+	// queued after it, they would be written on the connection cl left.
+	c.out.Post(b, false, false, unlocker{p})
 }
+
+// unlocker is p.mu as a sync.Locker whose Unlock is p.unlock (the
+// effects run after the lock): the lock a write queue's Post releases
+// once the request is queued.
+type unlocker struct{ p *Peer }
+
+func (u unlocker) Lock()   { u.p.mu.Lock() }
+func (u unlocker) Unlock() { u.p.unlock() }
 
 // deliver completes cl with resp, the verified answer read on c,
 // after the lock: decoding the attributes is kept out of it.

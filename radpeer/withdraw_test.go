@@ -5,11 +5,13 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/aaatp/aaatp/call"
+	"github.com/aaatp/aaatp/internal/testhook"
 	"github.com/aaatp/aaatp/radius"
 	"github.com/aaatp/aaatp/transport"
 	"github.com/aaatp/aaatp/watchdog"
@@ -101,4 +103,100 @@ func TestHandedOverRequestsNotWrittenLater(t *testing.T) {
 		mustClose(t, p)
 		ln.Close()
 	})
+}
+
+// A hand-over that comes while a request is being queued (its Identifier
+// assigned, its bytes encoded) either finds the request's bytes in the
+// write queue and takes them out, or comes before they are queued and the
+// request is not written: never after the check that the request is still
+// on the connection and before its bytes are queued, which would write it
+// on the connection it left after its copy went elsewhere (RFC 6613
+// 2.6.1). The hand-over is started at the moment of the queueing (the
+// write queue's Posting hook) and given time to run; the server, stalled
+// until then behind the first request, must read that one alone.
+func TestHandOverWhileARequestIsQueued(t *testing.T) {
+	ln := newPipeListener()
+	defer ln.Close()
+	read := make(chan struct{})
+	var mu sync.Mutex
+	var got []string
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		tc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer tc.Close()
+		<-read // stalled: the client's writer blocks on the first request
+		for {
+			b, err := tc.ReadMessage()
+			if err != nil {
+				return
+			}
+			if u, _ := radius.Attr(b, radius.AttrUserName); len(u) > 0 {
+				mu.Lock()
+				got = append(got, string(u))
+				mu.Unlock()
+			}
+		}
+	}()
+	cfg := testConfig(time.Minute)
+	cfg.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
+		a, b := net.Pipe()
+		ln.ch <- framed(b)
+		return transport.NewStreamConn(a, "tcp", transport.Options{ReadFrame: radius.ReadFrame, WriteTimeout: time.Minute}), nil
+	}
+	cfg.Failover = func(call.Carrier, []*call.Call, string) {}
+	var p *Peer
+	var armed, ran atomic.Bool
+	handedOver := make(chan struct{})
+	testhook.Posting = func() {
+		if !armed.CompareAndSwap(true, false) {
+			return
+		}
+		ran.Store(true)
+		go func() {
+			p.HandOver("test", nil, nil)
+			close(handedOver)
+		}()
+		select { // time for the hand-over to run, unless it waits for the queueing
+		case <-handedOver:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	defer func() { testhook.Posting = nil }() // after Close: no peer goroutine reads it then
+	var err error
+	p, err = Dial("radius+tcp://server:1812", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mustClose(t, p)
+	for end := time.Now().Add(5 * time.Second); p.State() != watchdog.Okay; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("state %s after 5 s, want OKAY", p.State())
+		}
+	}
+	r1, r2 := newCall(accessReq("r1")), newCall(accessReq("r2"))
+	defer r1.Fail(errors.New("test over"))
+	defer r2.Fail(errors.New("test over"))
+	if err := p.submit(r1); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the writer takes r1 and blocks
+	armed.Store(true)
+	if err := p.submit(r2); err != nil {
+		t.Fatal(err)
+	}
+	if !ran.Load() {
+		t.Fatal("r2 was not queued through the write queue's Post")
+	}
+	<-handedOver
+	close(read)
+	time.Sleep(200 * time.Millisecond) // the server reads what was queued
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || got[0] != "r1" {
+		t.Errorf("the server read %q, want r1 alone: r2 was handed over before it was written", got)
+	}
 }
