@@ -283,11 +283,7 @@ func (p *Peer) HandOver(reason string, keep func(*call.Call) bool, done func()) 
 	if p.cfg.Failover != nil && !p.closing {
 		cause := errors.New(reason)
 		moves := func(cl *rcall) bool { return keep == nil || !keep(&cl.Call) }
-		leave := func(c *conn) []*rcall {
-			calls := c.calls(func(cl *rcall) bool { return moves(cl) && cl.Leave(&c.h, cause) })
-			c.withdraw(calls)
-			return calls
-		}
+		leave := func(c *conn) []*rcall { return c.leave(moves, cause) }
 		for _, l := range p.links {
 			for _, c := range slices.Clone(l.draining) {
 				p.moveOut(l, leave(c), reason)

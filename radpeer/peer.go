@@ -754,7 +754,7 @@ func (p *Peer) pickConn(skip []*call.Conn) *conn {
 // encoding and send; false if cl completed meanwhile. p.mu is held.
 func (p *Peer) assign(c *conn, cl *rcall) bool {
 	cl.Lock()
-	_, err := cl.BoardLocked(&c.h)
+	b, err := cl.BoardLocked(&c.h)
 	var id byte
 	if err == nil {
 		id = c.free.pop()
@@ -764,7 +764,7 @@ func (p *Peer) assign(c *conn, cl *rcall) bool {
 		return false
 	}
 	c.seq++
-	c.slots[id] = slot{call: cl, seq: c.seq}
+	c.slots[id] = slot{call: cl, seq: c.seq, afterRefusal: b.AfterRefusal}
 	p.fx = append(p.fx, effect{kind: fxSend, c: c, id: id, cl: cl})
 	return true
 }
@@ -899,8 +899,7 @@ func (p *Peer) applyAt(l *link, o watchdog.Output, base int64) {
 				// Handed over with nothing pending too: the hook records
 				// every failover (RFC 3539 3.4.2 [5]), as a Diameter
 				// peer's does.
-				calls := c.leaveAll(p.lossCause(c))
-				c.withdraw(calls)
+				calls := c.leave(func(*rcall) bool { return true }, p.lossCause(c))
 				p.handOver(calls, o.Transition.Reason)
 			} else if c != nil {
 				p.moveOut(l, c.inFlight(), o.Transition.Reason) // an event only: they stay
@@ -1095,6 +1094,9 @@ type slot struct {
 	code  lradius.Code
 	ready bool   // encoded and queued: an answer can be matched
 	seq   uint64 // assignment order on the connection
+	// afterRefusal: the call's send before this one was refused (its
+	// Boarding's AfterRefusal), restored should this send be undone.
+	afterRefusal bool
 }
 
 // idRing hands out Identifiers 1-255 least recently used first: a
@@ -1167,38 +1169,60 @@ func newConn(l *link, tc transport.Conn) *conn {
 	return c
 }
 
-// withdraw takes the requests of calls, which have just left c, out of
-// c's write queue if they still wait there (queued behind a write the
-// connection is slow to take, or in the same instant as the hand-over):
-// written later, on a connection they were handed over from, they would
-// reach the server after their copy on another connection of it (RFC
-// 6613 2.6.1). Never written, they need no Identifier reserved for a
-// late answer: theirs are free again. A request the writer has taken
-// already is on its way and keeps its reservation. p.mu is held.
-func (c *conn) withdraw(calls []*rcall) {
-	if len(calls) == 0 {
-		return
-	}
-	var left [IDsPerConn + 1]bool
+// leave takes the calls in flight on c that moves reports true for off
+// it (Moved) and returns them in send order. Those whose request still
+// waits in c's write queue (queued behind a write the connection is slow
+// to take, or in the same instant as the hand-over) are taken out of it
+// and their send undone (call.Call.Unsend): written later, on a
+// connection they were handed over from, they would reach the server
+// after their copy on another connection of it (RFC 6613 2.6.1); never
+// written, they may go on c again, and need no Identifier reserved for a
+// late answer: theirs are free again. The others leave with their
+// Identifiers reserved; a request the writer has taken is on its way.
+// p.mu is held.
+func (c *conn) leave(moves func(*rcall) bool, cause error) []*rcall {
+	var leaving, queued [IDsPerConn + 1]bool // moves is asked once per call
+	n := 0
 	for id := 1; id <= IDsPerConn; id++ {
-		if cl := c.slots[id].call; cl != nil && slices.Contains(calls, cl) {
-			left[id] = true
+		if s := &c.slots[id]; s.call != nil && s.call.InFlightOn(&c.h) && moves(s.call) {
+			leaving[id] = true
+			if s.ready {
+				queued[id] = true
+				n++
+			}
 		}
 	}
-	var taken []byte
-	c.out.Withdraw(func(m []byte) bool {
-		if m[1] != 0 && left[m[1]] {
-			taken = append(taken, m[1])
-			return true
-		}
-		return false
-	})
-	for _, id := range taken {
-		c.slots[id] = slot{}
-		c.free.push(id)
+	var taken [IDsPerConn + 1]bool
+	if n > 0 {
+		c.out.Withdraw(func(m []byte) bool {
+			if m[1] != 0 && queued[m[1]] {
+				taken[m[1]] = true
+				return true
+			}
+			return false
+		})
 	}
-	c.sent -= len(taken) // counted when queued (sendRequest), never written
-	c.l.p.stats.sent.Add(-uint64(len(taken)))
+	var ss []slot
+	for id := 1; id <= IDsPerConn; id++ {
+		s := c.slots[id]
+		if s.call == nil {
+			continue
+		}
+		if taken[id] {
+			c.slots[id] = slot{}
+			c.free.push(byte(id))
+			c.sent-- // counted when queued (sendRequest), never written
+			c.l.p.stats.sent.Add(^uint64(0))
+			if s.call.Unsend(&c.h, s.afterRefusal, cause) {
+				ss = append(ss, s)
+			}
+			continue
+		}
+		if leaving[id] && s.call.Leave(&c.h, cause) {
+			ss = append(ss, s)
+		}
+	}
+	return bySend(ss)
 }
 
 // leaveAll takes every call in flight on c off it (Moved) and returns
@@ -1267,6 +1291,11 @@ func (c *conn) calls(keep func(*rcall) bool) []*rcall {
 			ss = append(ss, s)
 		}
 	}
+	return bySend(ss)
+}
+
+// bySend returns the calls of ss in the order they were assigned.
+func bySend(ss []slot) []*rcall {
 	slices.SortFunc(ss, func(a, b slot) int { return cmp.Compare(a.seq, b.seq) })
 	calls := make([]*rcall, len(ss))
 	for i, s := range ss {

@@ -90,6 +90,20 @@ func TestHandedOverRequestsNotWrittenLater(t *testing.T) {
 		if st := p.Stats(); len(st.Conns) != 1 || st.Conns[0].Pending != 1 || st.Sent != 1 {
 			t.Fatalf("want the Identifier of r1 only still reserved, r1 alone counted sent: %+v", st)
 		}
+		// Their sends are undone: never written there, the connection
+		// may carry them again, and none counts as sent; r1 was written.
+		p.mu.Lock()
+		c := p.links[0].cur
+		p.mu.Unlock()
+		for i, cl := range calls {
+			wantSends, wantAvoid := 0, false
+			if i == 0 {
+				wantSends, wantAvoid = 1, true
+			}
+			if n, avoid := cl.Sends(), cl.Avoids(&c.h, p); n != wantSends || avoid != wantAvoid {
+				t.Errorf("r%d: %d sends, avoids its connection %v; want %d, %v", i+1, n, avoid, wantSends, wantAvoid)
+			}
+		}
 		close(read)
 		synctest.Wait()
 		mu.Lock()
