@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -27,27 +28,8 @@ func TestHandedOverRequestsNotWrittenLater(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ln := newPipeListener()
 		read := make(chan struct{})
+		got := stalledServer(ln, read)
 		var mu sync.Mutex
-		var got []string
-		go func() {
-			tc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer tc.Close()
-			<-read // stalled: the client's writes block
-			for {
-				b, err := tc.ReadMessage()
-				if err != nil {
-					return
-				}
-				if u, _ := radius.Attr(b, radius.AttrUserName); len(u) > 0 {
-					mu.Lock()
-					got = append(got, string(u))
-					mu.Unlock()
-				}
-			}
-		}()
 		cfg := testConfig(6 * time.Second)
 		cfg.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
 			a, b := net.Pipe()
@@ -106,11 +88,9 @@ func TestHandedOverRequestsNotWrittenLater(t *testing.T) {
 		}
 		close(read)
 		synctest.Wait()
-		mu.Lock()
-		if len(got) != 1 || got[0] != "r1" {
+		if got := got(); len(got) != 1 || got[0] != "r1" {
 			t.Errorf("the server read %q, want r1 alone: the others were handed over before they were written", got)
 		}
-		mu.Unlock()
 		for _, cl := range calls {
 			cl.Fail(errors.New("test over"))
 		}
@@ -132,29 +112,7 @@ func TestHandOverWhileARequestIsQueued(t *testing.T) {
 	ln := newPipeListener()
 	defer ln.Close()
 	read := make(chan struct{})
-	var mu sync.Mutex
-	var got []string
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		tc, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer tc.Close()
-		<-read // stalled: the client's writer blocks on the first request
-		for {
-			b, err := tc.ReadMessage()
-			if err != nil {
-				return
-			}
-			if u, _ := radius.Attr(b, radius.AttrUserName); len(u) > 0 {
-				mu.Lock()
-				got = append(got, string(u))
-				mu.Unlock()
-			}
-		}
-	}()
+	got := stalledServer(ln, read)
 	cfg := testConfig(time.Minute)
 	cfg.Dialer = func(ctx context.Context, url string) (transport.Conn, error) {
 		a, b := net.Pipe()
@@ -208,9 +166,40 @@ func TestHandOverWhileARequestIsQueued(t *testing.T) {
 	<-handedOver
 	close(read)
 	time.Sleep(200 * time.Millisecond) // the server reads what was queued
-	mu.Lock()
-	defer mu.Unlock()
-	if len(got) != 1 || got[0] != "r1" {
+	if got := got(); len(got) != 1 || got[0] != "r1" {
 		t.Errorf("the server read %q, want r1 alone: r2 was handed over before it was written", got)
+	}
+}
+
+// stalledServer accepts one connection from ln and reads nothing until
+// read is closed (the client's writer blocks on its first write), then
+// reads until the connection ends; got returns the User-Names of the
+// requests it read, in order.
+func stalledServer(ln *pipeListener, read <-chan struct{}) (got func() []string) {
+	var mu sync.Mutex
+	var names []string
+	go func() {
+		tc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer tc.Close()
+		<-read
+		for {
+			b, err := tc.ReadMessage()
+			if err != nil {
+				return
+			}
+			if u, _ := radius.Attr(b, radius.AttrUserName); len(u) > 0 {
+				mu.Lock()
+				names = append(names, string(u))
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(names)
 	}
 }
