@@ -1179,7 +1179,10 @@ func newConn(l *link, tc transport.Conn) *conn {
 // written, they may go on c again, and need no Identifier reserved for a
 // late answer: theirs are free again. The others leave with their
 // Identifiers reserved; a request the writer has taken is on its way.
-// p.mu is held.
+// One assigned but not queued yet (its sendRequest to come) leaves too,
+// its send not undone: undone, it could board c again before that
+// sendRequest ran, which would then find it in flight on c and write it
+// a second time. p.mu is held.
 func (c *conn) leave(moves func(*rcall) bool, cause error) []*rcall {
 	var leaving, queued [IDsPerConn + 1]bool // moves is asked once per call
 	n := 0
