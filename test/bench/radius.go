@@ -346,7 +346,7 @@ func printRadius(w io.Writer, f *RadiusFigures) {
 		return
 	}
 	fmt.Fprintln(w, "\n## RADIUS/TCP (Access-Request -> Access-Accept, loopback)")
-	fmt.Fprintln(w, "\naaatp's RADIUS client (client.Client over radpeer connections, 255 Identifiers each).")
+	fmt.Fprintln(w, "\naaatp's RADIUS client (client.Client over radpeer connections, 255 Identifiers each); each cell measures for the round-trip time, longer if no request has ended by then.")
 	fmt.Fprintf(w, "Diameter, aaatp, 256 callers, same run: %.0f answers/s.\n\n", f.DiameterAt256)
 	fmt.Fprintln(w, "| server | max conns | conns open | callers | answers/s | p50 us | p99 us | failed | note |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|---|")
