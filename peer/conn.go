@@ -235,24 +235,24 @@ func (c *conn) writeEnded(err error) {
 // dcall.board for the T flag). The pending entry and the queued bytes are
 // made under one hold of c.mu, so that a failover or a loss of the
 // connection either sees the call pending here or the call never was.
-func (c *conn) submit(cl *dcall) (resend bool, err error) {
+func (c *conn) submit(cl *dcall) error {
 	c.mu.Lock()
 	if err := c.notInService(); err != nil {
 		c.mu.Unlock()
-		return false, err
+		return err
 	}
 	if c.lost || c.draining || c.shut {
 		draining := c.draining // read under c.mu: a DPR's startDrain sets it
 		c.mu.Unlock()
 		if draining {
-			return false, ErrDisconnecting
+			return ErrDisconnecting
 		}
-		return false, ErrConnectionLost
+		return ErrConnectionLost
 	}
 	raw, id, b, err := cl.board(c)
 	if err != nil {
 		c.mu.Unlock()
-		return false, err
+		return err
 	}
 	c.seq++
 	cl.seq = c.seq
@@ -298,7 +298,7 @@ func (c *conn) submit(cl *dcall) (resend bool, err error) {
 		}
 		c.wakeReader()
 	}
-	return b.Sends > 0, nil
+	return nil
 }
 
 // notInService is the error of a submit to c while its peer's watchdog
@@ -320,19 +320,19 @@ func (c *conn) notInService() error {
 // one of the write queue: a failover of thousands of requests then costs
 // one wake-up of the writer and large writes, not one per request. Each
 // call meets the same checks as in submit; it returns those refused (sent
-// here before, or in flight elsewhere), how many went out and how many of
-// those were resends. On a lost or draining connection none is sent.
-func (c *conn) submitAll(calls []*call.Call) (refused []*call.Call, n, resends int, err error) {
+// here before, or in flight elsewhere). On a lost or draining connection
+// none is sent.
+func (c *conn) submitAll(calls []*call.Call) (refused []*call.Call, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.notInService(); err != nil {
-		return nil, 0, 0, err
+		return nil, err
 	}
 	if c.lost || c.draining {
 		if c.draining {
-			return nil, 0, 0, ErrDisconnecting
+			return nil, ErrDisconnecting
 		}
-		return nil, 0, 0, ErrConnectionLost
+		return nil, ErrConnectionLost
 	}
 	type boarded struct {
 		cl *dcall
@@ -357,7 +357,7 @@ func (c *conn) submitAll(calls []*call.Call) (refused []*call.Call, n, resends i
 		for _, b := range ok {
 			b.cl.Unboard(&c.h, b.b)
 		}
-		return nil, 0, 0, ErrConnectionLost
+		return nil, ErrConnectionLost
 	}
 	c.wakeReader()
 	for i, b := range ok {
@@ -371,11 +371,8 @@ func (c *conn) submitAll(calls []*call.Call) (refused []*call.Call, n, resends i
 		if testhook.Queued != nil {
 			testhook.Queued(b.cl.Ref, c, raws[i], b.cl.afterRefusal)
 		}
-		if b.b.Sends > 0 {
-			resends++
-		}
 	}
-	return refused, len(ok), resends, nil
+	return refused, nil
 }
 
 // goneMax bounds how many calls moved off a connection stay matchable
@@ -632,9 +629,6 @@ func (c *conn) withdrawLocked(n int, leaving func(id uint32) bool) map[uint32]bo
 	// One being written inline now may be on the wire (the call stays
 	// sent here); should the socket take none of it, it is dropped.
 	c.out.ForgoInline(ours)
-	if !c.out.Queued() {
-		return nil
-	}
 	var taken map[uint32]bool
 	c.out.Withdraw(func(m []byte) bool {
 		if !ours(m) {
@@ -1365,7 +1359,7 @@ func (p *Peer) submit(cl *dcall) error {
 	if c == nil {
 		return &NotInServiceError{Peer: p.Name(), State: p.State()}
 	}
-	if _, err := c.submit(cl); err != nil {
+	if err := c.submit(cl); err != nil {
 		if err == call.ErrComplete {
 			return nil
 		}
@@ -1385,7 +1379,7 @@ func (p *Peer) submitAll(calls []*call.Call) (refused []*call.Call, err error) {
 	if c == nil {
 		return nil, &NotInServiceError{Peer: p.Name(), State: p.State()}
 	}
-	refused, _, _, err = c.submitAll(calls)
+	refused, err = c.submitAll(calls)
 	if err != nil {
 		return nil, p.submitError(err)
 	}

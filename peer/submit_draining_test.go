@@ -23,7 +23,7 @@ func TestSubmitReadsDrainingUnderTheLock(t *testing.T) {
 	}
 	got := make(chan error, 1)
 	go func() {
-		_, err := c.submit(d)
+		err := c.submit(d)
 		got <- err
 	}()
 	time.Sleep(20 * time.Millisecond) // no synchronization: the order is the point

@@ -130,12 +130,12 @@ func TestSubmitAfterFailoverNotBoarded(t *testing.T) {
 
 		cl, err := NewCall(acr(), false)
 		require.NoError(t, err)
-		_, err = c.submit(dcallOf(cl))
+		err = c.submit(dcallOf(cl))
 		var nis *NotInServiceError
 		require.True(t, errors.As(err, &nis), "boarded a connection out of service: %v (state %s, pending %d)", err, cl.State(), c.pendingLen())
 		require.True(t, errors.Is(err, ErrNotInService))
 		require.Zero(t, c.pendingLen())
-		_, _, _, err = c.submitAll([]*call.Call{cl})
+		_, err = c.submitAll([]*call.Call{cl})
 		require.True(t, errors.Is(err, ErrNotInService), "a batch boarded a connection out of service: %v", err)
 		require.Zero(t, c.pendingLen())
 

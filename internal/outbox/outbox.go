@@ -82,14 +82,6 @@ func (o *Outbox) Send(msgs ...[]byte) bool {
 	return o.queueLocked(0, msgs...)
 }
 
-// Queued reports whether messages wait in the queue, not yet handed to
-// the transport.
-func (o *Outbox) Queued() bool {
-	o.Mu.Lock()
-	defer o.Mu.Unlock()
-	return len(o.q) > 0
-}
-
 // Withdraw takes the queued messages drop reports true for out of the
 // queue and returns how many it took: those not handed to the transport
 // yet, which will never be written. A message being written is not
